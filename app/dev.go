@@ -1,0 +1,158 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nicoflow/flow/db/pglocal"
+)
+
+// runDev is `flow dev`, the embedded default: a private PostgreSQL in a state
+// folder, migrated, and Flow serving on it in dev mode. Data survives
+// restarts; PostgreSQL stops when flow dev exits, Ctrl-C included.
+func runDev(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	cfg.DevMode = true
+	cfg.LogFormat = "text"
+	if getenv("FLOW_LISTEN_ADDR") == "" {
+		cfg.ListenAddr = "127.0.0.1:50051"
+	}
+	fs := newFlagSet("dev", stderr)
+	dataDir := fs.String("data-dir", or(getenv("FLOW_DEV_DATA_DIR"), ".flow/dev"), "state folder, created on first run and reused after (FLOW_DEV_DATA_DIR)")
+	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "address to listen on (FLOW_LISTEN_ADDR)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	logger := newLogger(stderr, cfg.LogFormat, cfg.logLevel())
+
+	dir, err := filepath.Abs(*dataDir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create state folder: %w", err)
+	}
+	lock, err := pglocal.LockExclusive(filepath.Join(dir, "flow-dev.lock"))
+	if err != nil {
+		if errors.Is(err, pglocal.ErrLocked) {
+			return fmt.Errorf("another flow dev is already running on %s: %w; stop it first or pass a different --data-dir", dir, err)
+		}
+		return err
+	}
+	defer lock.Unlock()
+
+	pgData, err := devPGDataDir(dir)
+	if err != nil {
+		return err
+	}
+	cluster, err := pglocal.New(pgData, 0)
+	if err != nil {
+		return err
+	}
+	if !cluster.Initialized() {
+		logger.InfoContext(ctx, "creating private postgres cluster", "data_dir", pgData, "bin_dir", cluster.BinDir)
+	}
+	if err := cluster.Init(ctx); err != nil {
+		return err
+	}
+	if err := cluster.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		logger.Info("stopping private postgres")
+		if err := cluster.Stop(context.WithoutCancel(ctx)); err != nil {
+			logger.Error("stop private postgres", "error", err.Error())
+		}
+	}()
+	if err := createDatabase(ctx, cluster.URL("postgres"), "flow"); err != nil {
+		return err
+	}
+	cfg.DatabaseURL = cluster.URL("flow")
+
+	srv, err := newServer(ctx, cfg, logger, serveOptions{migrate: true})
+	if err != nil {
+		return err
+	}
+	printBanner(stdout, srv.Addr().String(), cfg.DatabaseURL, dir)
+	return srv.run(ctx)
+}
+
+// devPGDataDir returns where flow dev keeps PostgreSQL's files: <dir>/pg,
+// unless PostgreSQL must run as the postgres user (we are root) and that user
+// cannot reach <dir> (say, under /root). Then the files live in
+// /var/tmp/flow-dev-<hash of dir>, recorded in <dir>/pgdata so every run
+// finds them again.
+func devPGDataDir(dir string) (string, error) {
+	pointer := filepath.Join(dir, "pgdata")
+	if b, err := os.ReadFile(pointer); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	local := filepath.Join(dir, "pg")
+	if pglocal.ServerUserCanReach(dir) {
+		return local, nil
+	}
+	sum := sha256.Sum256([]byte(dir))
+	base := "/var/tmp"
+	if st, err := os.Stat(base); err != nil || !st.IsDir() {
+		base = os.TempDir()
+	}
+	alt := filepath.Join(base, "flow-dev-"+hex.EncodeToString(sum[:6]))
+	if err := os.WriteFile(pointer, []byte(alt+"\n"), 0o644); err != nil {
+		return "", err
+	}
+	return alt, nil
+}
+
+func createDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("connect to private postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		return nil
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	return err
+}
+
+func printBanner(w io.Writer, addr, dbURL, dir string) {
+	host := addr
+	if strings.HasPrefix(host, ":") {
+		host = "127.0.0.1" + host
+	}
+	if strings.HasPrefix(host, "0.0.0.0:") || strings.HasPrefix(host, "[::]:") {
+		host = "127.0.0.1:" + host[strings.LastIndex(host, ":")+1:]
+	}
+	fmt.Fprintf(w, `
+  Flow is running (dev mode)
+
+  API        http://%[1]s   (gRPC, gRPC-Web and Connect JSON on one port)
+  Database   %[2]s
+  State      %[3]s
+
+  Try it:
+    curl -s -X POST -H 'Content-Type: application/json' -d '{}' http://%[1]s/v1.Flow/Version
+    grpcurl -plaintext %[1]s list v1.Flow
+    grpcurl -plaintext -d '{}' %[1]s grpc.health.v1.Health/Check
+
+  Ctrl-C stops Flow and its PostgreSQL; data stays in the state folder.
+
+`, host, dbURL, dir)
+}

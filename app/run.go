@@ -1,0 +1,167 @@
+// Package app is Flow's composition root: configuration, logging, the server
+// and its interceptors, wiring of every domain, and the flow commands.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/nicoflow/flow/db"
+)
+
+// usageError marks errors caused by a bad command line or configuration; the
+// process exits with status 2 for them.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// ExitCode returns the process exit status for an error returned by Run.
+func ExitCode(err error) int {
+	var ue usageError
+	if errors.As(err, &ue) || errors.Is(err, flag.ErrHelp) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `flow: rack inventory and durable rack operations on PostgreSQL
+
+Usage:
+  flow serve [--listen ADDR] [--dev-mode] [--migrate]   run the server
+  flow dev [--data-dir DIR] [--listen ADDR]             run Flow on a private PostgreSQL (the embedded default)
+  flow db migrate                                       apply Flow's and River's migrations
+  flow db status                                        print the schema versions
+  flow version                                          print build information
+  flow config                                           print every environment variable Flow reads
+
+Run 'flow <command> --help' for a command's flags.
+`
+
+// Run runs the flow command given by args (os.Args shape) with the
+// environment read through getenv. It returns when the command is done or
+// ctx is cancelled (SIGINT/SIGTERM).
+func Run(ctx context.Context, args []string, getenv func(string) string) error {
+	return run(ctx, args, getenv, os.Stdout, os.Stderr)
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) < 2 {
+		fmt.Fprint(stderr, usage)
+		return usageError{errors.New("no command given")}
+	}
+	cmd, rest := args[1], args[2:]
+	switch cmd {
+	case "serve":
+		return runServe(ctx, rest, getenv, stderr)
+	case "dev":
+		return runDev(ctx, rest, getenv, stdout, stderr)
+	case "db":
+		return runDB(ctx, rest, getenv, stdout, stderr)
+	case "version", "--version":
+		b := ReadBuild()
+		fmt.Fprintf(stdout, "flow %s\ncommit  %s\ntime    %s\ngo      %s\n", b.Version, or(b.Revision, "unknown"), or(b.Time, "unknown"), b.GoVersion)
+		return nil
+	case "config":
+		fmt.Fprintf(stdout, "%-30s %-12s %s\n", "VARIABLE", "DEFAULT", "MEANING")
+		for _, v := range ConfigVars {
+			fmt.Fprintf(stdout, "%-30s %-12s %s\n", v.Name, or(v.Default, "-"), v.Meaning)
+		}
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return usageError{fmt.Errorf("unknown command %q", cmd)}
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("flow "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseFlags parses args, turning flag errors into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	}
+	return nil
+}
+
+func runServe(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	fs := newFlagSet("serve", stderr)
+	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "address to listen on (FLOW_LISTEN_ADDR)")
+	fs.BoolVar(&cfg.DevMode, "dev-mode", cfg.DevMode, "enable server reflection and debug logging (FLOW_DEV_MODE)")
+	migrate := fs.Bool("migrate", false, "apply database migrations before serving")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	logger := newLogger(stderr, cfg.LogFormat, cfg.logLevel())
+	logger.InfoContext(ctx, "starting flow", "build", ReadBuild().Version, "config", cfg)
+	srv, err := newServer(ctx, cfg, logger, serveOptions{migrate: *migrate})
+	if err != nil {
+		return err
+	}
+	return srv.run(ctx)
+}
+
+func runDB(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "migrate" && args[0] != "status") {
+		fmt.Fprint(stderr, "usage: flow db migrate | flow db status\n")
+		return usageError{errors.New("db needs a subcommand: migrate or status")}
+	}
+	cfg, err := LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	if err := parseFlags(newFlagSet("db "+args[0], stderr), args[1:]); err != nil {
+		return err
+	}
+	readStatus := db.ReadStatus
+	if args[0] == "migrate" {
+		readStatus = db.Migrate
+	}
+	st, err := readStatus(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "database  %s\nflow      %d (latest %d)%s\nriver     %d (latest %d)\n",
+		RedactURL(cfg.DatabaseURL), st.FlowVersion, st.FlowLatest, dirtyNote(st.FlowDirty), st.RiverVersion, st.RiverLatest)
+	if !st.UpToDate() {
+		fmt.Fprintln(stdout, "status    behind: run `flow db migrate`")
+	} else {
+		fmt.Fprintln(stdout, "status    up to date")
+	}
+	return nil
+}
+
+func dirtyNote(dirty bool) string {
+	if dirty {
+		return " DIRTY: a migration failed half-way; fix the schema, then force the version"
+	}
+	return ""
+}

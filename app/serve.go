@@ -1,0 +1,97 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nicoflow/flow/db"
+)
+
+// server is a running Flow server: its pool, HTTP server and background work.
+type server struct {
+	cfg    Config
+	logger *slog.Logger
+	pool   *pgxpool.Pool
+	http   *http.Server
+	ln     net.Listener
+}
+
+// serveOptions are the parts of `flow serve` that are not Config.
+type serveOptions struct {
+	migrate bool // apply migrations at start instead of refusing an old schema
+}
+
+// newServer connects to the database, checks the schema, builds the handler
+// tree and binds the listener. Call run to serve.
+func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveOptions) (_ *server, err error) {
+	if opts.migrate {
+		if _, err := db.Migrate(ctx, cfg.DatabaseURL); err != nil {
+			return nil, err
+		}
+	}
+	st, err := db.ReadStatus(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if !st.UpToDate() {
+		return nil, fmt.Errorf("database schema is not current (flow %d of %d, river %d of %d, dirty=%t): run `flow db migrate` first, or start with --migrate",
+			st.FlowVersion, st.FlowLatest, st.RiverVersion, st.RiverLatest, st.FlowDirty)
+	}
+	pool, err := db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: cfg.DBMaxConns})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			pool.Close()
+		}
+	}()
+	s := &server{cfg: cfg, logger: logger, pool: pool}
+
+	svc := &flowService{
+		versionHandler: &versionHandler{build: ReadBuild()},
+	}
+	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode})
+	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)
+	s.ln, err = net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.ListenAddr, err)
+	}
+	return s, nil
+}
+
+// Addr returns the address the server listens on.
+func (s *server) Addr() net.Addr { return s.ln.Addr() }
+
+// run serves until ctx is cancelled, then shuts down gracefully: it stops
+// accepting, lets in-flight calls finish (up to ShutdownTimeout) and closes
+// the pool.
+func (s *server) run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.http.Serve(s.ln) }()
+	s.logger.InfoContext(ctx, "serving", "addr", s.ln.Addr().String(), "dev_mode", s.cfg.DevMode)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	s.logger.InfoContext(ctx, "shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := s.http.Shutdown(shutdownCtx); err != nil {
+		s.logger.WarnContext(ctx, "http shutdown", "error", err.Error())
+	}
+	s.pool.Close()
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	s.logger.InfoContext(ctx, "stopped")
+	return nil
+}

@@ -1,0 +1,51 @@
+package db_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/db/dbtest"
+)
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
+	ctx := dbtest.Context(t)
+	url := dbtest.NewDB(t)
+
+	st, err := db.ReadStatus(ctx, url)
+	require.NoError(t, err)
+	require.True(t, st.UpToDate(), "template is fully migrated: %+v", st)
+	require.NotZero(t, st.FlowLatest)
+	require.NotZero(t, st.RiverLatest)
+
+	again, err := db.Migrate(ctx, url)
+	require.NoError(t, err)
+	require.Equal(t, st, again)
+}
+
+func TestSchemaHashIsStable(t *testing.T) {
+	t.Parallel()
+	a, err := db.SchemaHash()
+	require.NoError(t, err)
+	b, err := db.SchemaHash()
+	require.NoError(t, err)
+	require.Equal(t, a, b)
+	require.Len(t, a, 12)
+}
+
+func TestIsUniqueViolation(t *testing.T) {
+	t.Parallel()
+	ctx := dbtest.Context(t)
+	pool := dbtest.NewPool(t)
+	_, err := pool.Exec(ctx, `CREATE TABLE u (k text PRIMARY KEY)`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO u VALUES ('a')`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO u VALUES ('a')`)
+	require.True(t, db.IsUniqueViolation(err, ""))
+	require.True(t, db.IsUniqueViolation(err, "u_pkey"))
+	require.False(t, db.IsUniqueViolation(err, "other"))
+	require.False(t, db.IsForeignKeyViolation(err, ""))
+}

@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS flow_instance;
