@@ -19,6 +19,7 @@ type server struct {
 	logger *slog.Logger
 	pool   *pgxpool.Pool
 	http   *http.Server
+	health *health
 	ln     net.Listener
 }
 
@@ -52,12 +53,12 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 			pool.Close()
 		}
 	}()
-	s := &server{cfg: cfg, logger: logger, pool: pool}
+	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth()}
 
 	svc := &flowService{
 		versionHandler: &versionHandler{build: ReadBuild()},
 	}
-	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode})
+	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health})
 	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)
 	s.ln, err = net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
@@ -83,6 +84,7 @@ func (s *server) run(ctx context.Context) error {
 	case serveErr = <-errc:
 	}
 	s.logger.InfoContext(ctx, "shutting down")
+	s.health.setServing(false)
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := s.http.Shutdown(shutdownCtx); err != nil {

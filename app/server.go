@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 
+	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
@@ -26,13 +26,16 @@ type flowService struct {
 	*versionHandler
 }
 
-type unimplemented struct{ flowv1connect.UnimplementedFlowHandler }
+type unimplemented struct {
+	flowv1connect.UnimplementedFlowHandler
+}
 
 var _ flowv1connect.FlowHandler = (*flowService)(nil)
 
 // muxOptions says what newMux mounts.
 type muxOptions struct {
-	devMode bool // server reflection
+	devMode bool    // server reflection
+	health  *health // grpc.health.v1; a fresh SERVING one when nil
 }
 
 // newMux mounts v1.Flow (gRPC, gRPC-Web and Connect), gRPC health and, in dev
@@ -47,9 +50,12 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 		}),
 	}
 	mux.Handle(flowv1connect.NewFlowHandler(svc, handlerOpts...))
-	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(flowv1connect.FlowName)))
+	if opts.health == nil {
+		opts.health = newHealth()
+	}
+	mux.Handle(healthv1connect.NewHealthHandler(opts.health))
 	if opts.devMode {
-		reflector := grpcreflect.NewStaticReflector(flowv1connect.FlowName, grpchealth.HealthV1ServiceName)
+		reflector := grpcreflect.NewStaticReflector(flowv1connect.FlowName, healthv1connect.HealthName)
 		mux.Handle(grpcreflect.NewHandlerV1(reflector))
 		mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	}

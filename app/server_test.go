@@ -1,0 +1,291 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
+	"github.com/stretchr/testify/require"
+
+	healthv1 "github.com/nicoflow/flow/proto/gen/grpc/health/v1"
+	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+)
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// faultyService answers two methods with a raw (non-connect) error and a
+// panic, standing in for a domain bug.
+type faultyService struct {
+	*flowService
+	entered chan struct{} // PatchRack closes it on entry…
+	release chan struct{} // …then blocks on this, to test graceful shutdown
+}
+
+func (faultyService) GetRackInfoByID(context.Context, *flowv1.GetRackInfoByIDRequest) (*flowv1.GetRackInfoResponse, error) {
+	return nil, errors.New(`ERROR: relation "rack" does not exist (SQLSTATE 42P01) SELECT secret FROM rack`)
+}
+
+func (faultyService) GetRackInfoBySerial(context.Context, *flowv1.GetRackInfoBySerialRequest) (*flowv1.GetRackInfoResponse, error) {
+	panic("boom: internal state")
+}
+
+func (s faultyService) PatchRack(ctx context.Context, _ *flowv1.PatchRackRequest) (*flowv1.PatchRackResponse, error) {
+	close(s.entered)
+	<-s.release
+	return &flowv1.PatchRackResponse{Report: "done"}, nil
+}
+
+type testBundle struct {
+	baseURL string
+	logs    *syncBuffer
+	svc     faultyService
+	stop    func() error // graceful shutdown, as on SIGTERM
+}
+
+func setup(t *testing.T, devMode bool) *testBundle {
+	t.Helper()
+	logs := &syncBuffer{}
+	logger := newLogger(logs, "json", slog.LevelDebug)
+	svc := faultyService{
+		flowService: &flowService{versionHandler: &versionHandler{build: Build{Version: "v1.2.3", Revision: "abc1234", Time: "2026-11-30T10:00:00Z", GoVersion: "go1.26"}}},
+		entered:     make(chan struct{}),
+		release:     make(chan struct{}),
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := newHTTPServer(ln.Addr().String(), newMux(logger, svc, muxOptions{devMode: devMode}), logger)
+	go srv.Serve(ln) //nolint:errcheck // ErrServerClosed at shutdown
+	stop := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return srv.Shutdown(ctx)
+	}
+	t.Cleanup(func() { _ = stop() })
+	return &testBundle{baseURL: "http://" + ln.Addr().String(), logs: logs, svc: svc, stop: stop}
+}
+
+// h2cClient speaks cleartext HTTP/2, as gRPC clients do.
+func h2cClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}
+
+func postJSON(t *testing.T, url, body string) (int, http.Header, map[string]any) {
+	t.Helper()
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	out := map[string]any{}
+	require.NoError(t, json.Unmarshal(raw, &out), string(raw))
+	return res.StatusCode, res.Header, out
+}
+
+func TestVersionOverEveryProtocol(t *testing.T) {
+	t.Parallel()
+	b := setup(t, false)
+
+	status, header, body := postJSON(t, b.baseURL+"/v1.Flow/Version", `{}`)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, map[string]any{"version": "v1.2.3", "buildTime": "2026-11-30T10:00:00Z", "gitCommit": "abc1234"}, body)
+	require.Equal(t, "go1.26", header.Get("Flow-Go-Version"))
+
+	for name, opts := range map[string][]connect.ClientOption{
+		"connect-proto": nil,
+		"grpc":          {connect.WithGRPC()},
+		"grpc-web":      {connect.WithGRPCWeb()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			client := flowv1connect.NewFlowClient(h2cClient(), b.baseURL, opts...)
+			res, err := client.Version(context.Background(), &flowv1.VersionRequest{})
+			require.NoError(t, err)
+			require.Equal(t, "v1.2.3", res.GetVersion())
+			require.Equal(t, "abc1234", res.GetGitCommit())
+		})
+	}
+}
+
+func TestHealthIsAlwaysServed(t *testing.T) {
+	t.Parallel()
+	for _, dev := range []bool{false, true} {
+		t.Run(fmt.Sprint("dev=", dev), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, dev)
+			status, _, body := postJSON(t, b.baseURL+"/grpc.health.v1.Health/Check", `{}`)
+			require.Equal(t, http.StatusOK, status)
+			require.Equal(t, "SERVING", body["status"])
+			status, _, body = postJSON(t, b.baseURL+"/grpc.health.v1.Health/Check", `{"service":"v1.Flow"}`)
+			require.Equal(t, http.StatusOK, status)
+			require.Equal(t, "SERVING", body["status"])
+			status, _, body = postJSON(t, b.baseURL+"/grpc.health.v1.Health/Check", `{"service":"nope"}`)
+			require.Equal(t, http.StatusNotFound, status)
+			require.Equal(t, "not_found", body["code"])
+		})
+	}
+}
+
+func TestUnimplementedNamesTheMethod(t *testing.T) {
+	t.Parallel()
+	b := setup(t, false)
+	client := flowv1connect.NewFlowClient(h2cClient(), b.baseURL, connect.WithGRPC())
+	_, err := client.CreateOperationRun(context.Background(), &flowv1.CreateOperationRunRequest{})
+	require.Equal(t, connect.CodeUnimplemented, connect.CodeOf(err))
+	require.Contains(t, err.Error(), "v1.Flow.CreateOperationRun is not implemented")
+}
+
+func TestReflectionOnlyInDevMode(t *testing.T) {
+	t.Parallel()
+	list := func(baseURL string) ([]string, error) {
+		stream := grpcreflect.NewClient(h2cClient(), baseURL).NewStream(context.Background())
+		defer stream.Close() //nolint:errcheck
+		names, err := stream.ListServices()
+		out := make([]string, len(names))
+		for i, n := range names {
+			out[i] = string(n)
+		}
+		return out, err
+	}
+	dev := setup(t, true)
+	names, err := list(dev.baseURL)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"v1.Flow", "grpc.health.v1.Health"}, names)
+
+	prod := setup(t, false)
+	_, err = list(prod.baseURL)
+	require.Error(t, err)
+	require.Equal(t, connect.CodeUnimplemented, connect.CodeOf(err))
+}
+
+func TestInternalErrorsDoNotLeak(t *testing.T) {
+	t.Parallel()
+	b := setup(t, false)
+	client := flowv1connect.NewFlowClient(h2cClient(), b.baseURL, connect.WithGRPC())
+
+	_, err := client.GetRackInfoByID(context.Background(), &flowv1.GetRackInfoByIDRequest{})
+	require.Equal(t, connect.CodeInternal, connect.CodeOf(err))
+	var ce *connect.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "internal error", ce.Message())
+	require.NotContains(t, err.Error(), "SQLSTATE")
+
+	_, err = client.GetRackInfoBySerial(context.Background(), &flowv1.GetRackInfoBySerialRequest{})
+	require.Equal(t, connect.CodeInternal, connect.CodeOf(err))
+	require.NotContains(t, err.Error(), "boom")
+
+	// The real causes are logged for the operator.
+	logs := b.logs.String()
+	require.Contains(t, logs, "SQLSTATE 42P01")
+	require.Contains(t, logs, "boom: internal state")
+}
+
+func TestOneLogLinePerCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t, false)
+	client := flowv1connect.NewFlowClient(h2cClient(), b.baseURL)
+	_, err := client.Version(context.Background(), &flowv1.VersionRequest{})
+	require.NoError(t, err)
+	_, err = client.PowerOnRack(context.Background(), &flowv1.PowerOnRackRequest{})
+	require.Error(t, err)
+
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(b.logs.String()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m))
+		if m["msg"] == "rpc" {
+			lines = append(lines, m)
+		}
+	}
+	require.Len(t, lines, 2)
+	require.Equal(t, "/v1.Flow/Version", lines[0]["method"])
+	require.Equal(t, "ok", lines[0]["code"])
+	require.Contains(t, lines[0], "duration")
+	require.Equal(t, "/v1.Flow/PowerOnRack", lines[1]["method"])
+	require.Equal(t, "unimplemented", lines[1]["code"])
+}
+
+func TestShutdownFinishesInFlightCalls(t *testing.T) {
+	t.Parallel()
+	b := setup(t, false)
+	client := flowv1connect.NewFlowClient(h2cClient(), b.baseURL, connect.WithGRPC())
+	done := make(chan error, 1)
+	go func() {
+		res, err := client.PatchRack(context.Background(), &flowv1.PatchRackRequest{})
+		if err == nil && res.GetReport() != "done" {
+			err = errors.New("unexpected report")
+		}
+		done <- err
+	}()
+	<-b.svc.entered
+	stopped := make(chan error, 1)
+	go func() { stopped <- b.stop() }()
+
+	// Shutdown waits for the call; new connections are refused meanwhile.
+	select {
+	case <-stopped:
+		t.Fatal("shutdown returned while a call was in flight")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(b.svc.release)
+	require.NoError(t, <-done)
+	require.NoError(t, <-stopped)
+	_, err := http.Post(b.baseURL+"/v1.Flow/Version", "application/json", strings.NewReader(`{}`))
+	require.Error(t, err)
+}
+
+func TestHealthTurnsNotServingAtShutdown(t *testing.T) {
+	t.Parallel()
+	h := newHealth()
+	res, err := h.Check(context.Background(), &healthv1.HealthCheckRequest{})
+	require.NoError(t, err)
+	require.Equal(t, healthv1.HealthCheckResponse_SERVING, res.GetStatus())
+
+	logger := newLogger(io.Discard, "json", slog.LevelInfo)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := newHTTPServer(ln.Addr().String(), newMux(logger, &flowService{versionHandler: &versionHandler{}}, muxOptions{health: h}), logger)
+	go srv.Serve(ln) //nolint:errcheck
+	t.Cleanup(func() { _ = srv.Close() })
+
+	client := healthv1connect.NewHealthClient(h2cClient(), "http://"+ln.Addr().String(), connect.WithGRPC())
+	stream, err := client.Watch(context.Background(), &healthv1.HealthCheckRequest{Service: "v1.Flow"})
+	require.NoError(t, err)
+	defer stream.Close()
+	require.True(t, stream.Receive())
+	require.Equal(t, healthv1.HealthCheckResponse_SERVING, stream.Msg().GetStatus())
+	h.setServing(false)
+	require.True(t, stream.Receive())
+	require.Equal(t, healthv1.HealthCheckResponse_NOT_SERVING, stream.Msg().GetStatus())
+}
