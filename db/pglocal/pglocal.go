@@ -29,6 +29,9 @@ var ErrNoBinaries = errors.New("pglocal: PostgreSQL server binaries (initdb, pg_
 // ErrLocked is returned by Lock when another process holds the cluster folder.
 var ErrLocked = errors.New("pglocal: cluster folder is in use by another process")
 
+// distroBinGlob is where Debian and Ubuntu install server binaries.
+var distroBinGlob = "/usr/lib/postgresql/*/bin"
+
 // FindBinDir returns the folder holding initdb, pg_ctl and postgres: the one
 // on PATH first, then the newest /usr/lib/postgresql/<version>/bin.
 func FindBinDir() (string, error) {
@@ -38,7 +41,7 @@ func FindBinDir() (string, error) {
 			return dir, nil
 		}
 	}
-	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	matches, _ := filepath.Glob(distroBinGlob)
 	sort.Slice(matches, func(i, j int) bool { return versionOf(matches[i]) > versionOf(matches[j]) })
 	for _, dir := range matches {
 		if hasServer(dir) {

@@ -1,0 +1,127 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/db/pglocal"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+)
+
+// devRun is one `flow dev` running in-process.
+type devRun struct {
+	cancel context.CancelFunc
+	done   chan error
+	out    *syncBuffer
+}
+
+func startDev(t *testing.T, dir string) *devRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &devRun{cancel: cancel, done: make(chan error, 1), out: &syncBuffer{}}
+	env := map[string]string{"FLOW_LOG_LEVEL": "warn"}
+	go func() {
+		r.done <- run(ctx, []string{"flow", "dev", "--data-dir", dir, "--listen", "127.0.0.1:0"}, func(k string) string { return env[k] }, r.out, r.out)
+	}()
+	return r
+}
+
+var bannerAddr = regexp.MustCompile(`API\s+http://(\S+)`)
+
+// addr waits for the banner and returns the API address.
+func (r *devRun) addr(t *testing.T) string {
+	t.Helper()
+	var addr string
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-r.done:
+			t.Fatalf("flow dev exited early: %v\n%s", err, r.out.String())
+		default:
+		}
+		m := bannerAddr.FindStringSubmatch(r.out.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	}, 90*time.Second, 20*time.Millisecond)
+	return addr
+}
+
+func (r *devRun) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		require.NoError(t, err, r.out.String())
+	case <-time.After(60 * time.Second):
+		t.Fatal("flow dev did not stop")
+	}
+}
+
+func TestDevKeepsDataAcrossRestartsAndStopsPostgres(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("", "flow-dev-test-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ctx := context.Background()
+
+	first := startDev(t, dir)
+	addr := first.addr(t)
+	banner := first.out.String()
+	require.Contains(t, banner, "curl -s -X POST -H 'Content-Type: application/json' -d '{}' http://"+addr+"/v1.Flow/Version")
+	require.Contains(t, banner, "grpcurl -plaintext "+addr+" list v1.Flow")
+
+	client := flowv1connect.NewFlowClient(h2cClient(), "http://"+addr)
+	_, err = client.Version(ctx, &flowv1.VersionRequest{})
+	require.NoError(t, err)
+
+	// A second flow dev on the same folder is refused, cleanly.
+	var out bytes.Buffer
+	err = run(ctx, []string{"flow", "dev", "--data-dir", dir, "--listen", "127.0.0.1:0"}, func(string) string { return "" }, &out, &out)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "another flow dev is already running on "+dir)
+
+	dbURL := regexp.MustCompile(`Database\s+(\S+)`).FindStringSubmatch(banner)[1]
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `CREATE TABLE dev_marker (v text); INSERT INTO dev_marker VALUES ('kept')`)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+
+	first.stop(t)
+	cluster, err := pglocal.New(pgDataOf(t, dir), 0)
+	require.NoError(t, err)
+	require.False(t, cluster.Running(ctx), "postgres stopped with flow dev")
+
+	second := startDev(t, dir)
+	second.addr(t)
+	dbURL = regexp.MustCompile(`Database\s+(\S+)`).FindStringSubmatch(second.out.String())[1]
+	conn, err = pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	var v string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT v FROM dev_marker`).Scan(&v))
+	require.Equal(t, "kept", v)
+	require.NoError(t, conn.Close(ctx))
+	second.stop(t)
+	require.False(t, cluster.Running(ctx))
+}
+
+func pgDataOf(t *testing.T, dir string) string {
+	t.Helper()
+	if b, err := os.ReadFile(filepath.Join(dir, "pgdata")); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return filepath.Join(dir, "pg")
+}
+
