@@ -124,4 +124,3 @@ func pgDataOf(t *testing.T, dir string) string {
 	}
 	return filepath.Join(dir, "pg")
 }
-
