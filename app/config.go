@@ -42,19 +42,25 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_LOG_LEVEL", "info", "debug, info, warn or error (dev mode forces debug)"},
 	{"FLOW_LOG_FORMAT", "json", "json or text"},
 	{"FLOW_SHUTDOWN_TIMEOUT", "30s", "how long a graceful shutdown waits for in-flight calls and jobs"},
+	{"FLOW_DEV_DATA_DIR", ".flow/dev", "flow dev state folder; --data-dir overrides"},
+	{"TEST_DATABASE_URL", "", "tests only: use this PostgreSQL server instead of starting a private one"},
+}
+
+// configDefault returns the variable name from getenv, or its documented
+// default. Every variable Flow reads must be in ConfigVars.
+func configDefault(getenv func(string) string, name string) string {
+	for _, v := range ConfigVars {
+		if v.Name == name {
+			return cmp.Or(getenv(name), v.Default)
+		}
+	}
+	panic("app: undocumented config variable " + name)
 }
 
 // LoadConfig reads Config from getenv, applying defaults. It fails on values
 // that do not parse.
 func LoadConfig(getenv func(string) string) (Config, error) {
-	def := func(name string) string {
-		for _, v := range ConfigVars {
-			if v.Name == name {
-				return cmp.Or(getenv(name), v.Default)
-			}
-		}
-		panic("app: undocumented config variable " + name)
-	}
+	def := func(name string) string { return configDefault(getenv, name) }
 	cfg := Config{
 		ListenAddr: def("FLOW_LISTEN_ADDR"),
 		LogFormat:  def("FLOW_LOG_FORMAT"),

@@ -30,7 +30,7 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 		cfg.ListenAddr = "127.0.0.1:50051"
 	}
 	fs := newFlagSet("dev", stderr)
-	dataDir := fs.String("data-dir", or(getenv("FLOW_DEV_DATA_DIR"), ".flow/dev"), "state folder, created on first run and reused after (FLOW_DEV_DATA_DIR)")
+	dataDir := fs.String("data-dir", configDefault(getenv, "FLOW_DEV_DATA_DIR"), "state folder, created on first run and reused after (FLOW_DEV_DATA_DIR)")
 	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "address to listen on (FLOW_LISTEN_ADDR)")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -1,0 +1,83 @@
+package app
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestLoadConfigDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, err := LoadConfig(func(string) string { return "" })
+	require.NoError(t, err)
+	require.Equal(t, ":50051", cfg.ListenAddr)
+	require.Equal(t, "postgres://postgres@localhost:5432/flow?sslmode=prefer", cfg.DatabaseURL)
+	require.EqualValues(t, 40, cfg.DBMaxConns)
+	require.False(t, cfg.DevMode)
+}
+
+func TestLoadConfig(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		env     map[string]string
+		check   func(t *testing.T, cfg Config)
+		wantErr string
+	}{
+		{
+			name: "DBVarsWithPassword",
+			env:  map[string]string{"DB_HOST": "db.example", "DB_PORT": "6432", "DB_USER": "flow", "DB_PASSWORD": "s3cr:t", "DB_NAME": "inv"},
+			check: func(t *testing.T, cfg Config) {
+				require.Equal(t, "postgres://flow:s3cr%3At@db.example:6432/inv?sslmode=prefer", cfg.DatabaseURL)
+				require.NotContains(t, RedactURL(cfg.DatabaseURL), "s3cr")
+			},
+		},
+		{
+			name: "DatabaseURLWins",
+			env:  map[string]string{"DATABASE_URL": "postgres://a@b/c", "DB_HOST": "ignored"},
+			check: func(t *testing.T, cfg Config) {
+				require.Equal(t, "postgres://a@b/c", cfg.DatabaseURL)
+			},
+		},
+		{name: "BadLevel", env: map[string]string{"FLOW_LOG_LEVEL": "loud"}, wantErr: "FLOW_LOG_LEVEL"},
+		{name: "BadFormat", env: map[string]string{"FLOW_LOG_FORMAT": "xml"}, wantErr: "FLOW_LOG_FORMAT"},
+		{name: "BadConns", env: map[string]string{"FLOW_DB_MAX_CONNS": "two"}, wantErr: "FLOW_DB_MAX_CONNS"},
+		{name: "BadTimeout", env: map[string]string{"FLOW_SHUTDOWN_TIMEOUT": "-1s"}, wantErr: "FLOW_SHUTDOWN_TIMEOUT"},
+		{name: "BadDevMode", env: map[string]string{"FLOW_DEV_MODE": "perhaps"}, wantErr: "FLOW_DEV_MODE"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := LoadConfig(func(k string) string { return tt.env[k] })
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				require.Equal(t, 2, ExitCode(err))
+				return
+			}
+			require.NoError(t, err)
+			tt.check(t, cfg)
+		})
+	}
+}
+
+func TestConfigLogValueMasksPassword(t *testing.T) {
+	t.Parallel()
+	cfg, err := LoadConfig(func(k string) string {
+		return map[string]string{"DB_PASSWORD": "hunter2"}[k]
+	})
+	require.NoError(t, err)
+	require.NotContains(t, cfg.LogValue().String(), "hunter2")
+}
+
+// TestReadmeDocumentsEveryVariable keeps the README's configuration table
+// and ConfigVars in step.
+func TestReadmeDocumentsEveryVariable(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	for _, v := range ConfigVars {
+		row := "| `" + v.Name + "` |"
+		require.True(t, strings.Contains(string(readme), row), "README.md has no configuration row for %s", v.Name)
+	}
+}
