@@ -20,6 +20,8 @@ type Config struct {
 	LogLevel        slog.Level    // FLOW_LOG_LEVEL
 	LogFormat       string        // FLOW_LOG_FORMAT: text or json
 	ShutdownTimeout time.Duration // FLOW_SHUTDOWN_TIMEOUT
+	KeyPath         string        // FLOW_DATA_ENCRYPTION_KEY_PATH
+	RetiredKeyPaths []string      // FLOW_DATA_DECRYPTION_KEY_PATHS
 }
 
 // ConfigVar documents one environment variable; ConfigVars is the table the
@@ -42,6 +44,8 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_LOG_LEVEL", "info", "debug, info, warn or error (dev mode forces debug)"},
 	{"FLOW_LOG_FORMAT", "json", "json or text"},
 	{"FLOW_SHUTDOWN_TIMEOUT", "30s", "how long a graceful shutdown waits for in-flight calls and jobs"},
+	{"FLOW_DATA_ENCRYPTION_KEY_PATH", "", "file holding the current data-encryption key (base64 of 32 random bytes) that seals firmware credentials; unset: requests with authentication_data are refused"},
+	{"FLOW_DATA_DECRYPTION_KEY_PATHS", "", "comma-separated files of retired keys, still used to open credentials sealed before a key rotation"},
 	{"FLOW_DEV_DATA_DIR", ".flow/dev", "flow dev state folder; --data-dir overrides"},
 	{"TEST_DATABASE_URL", "", "tests only: use this PostgreSQL server instead of starting a private one"},
 }
@@ -81,6 +85,19 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		cfg.DatabaseURL = u.String()
 	}
 	var errs []string
+	// getenv cannot tell unset from "", so "" means unset; a value of only
+	// whitespace is a broken secret mount and fails startup.
+	if v := getenv("FLOW_DATA_ENCRYPTION_KEY_PATH"); v != "" {
+		if strings.TrimSpace(v) == "" {
+			errs = append(errs, "FLOW_DATA_ENCRYPTION_KEY_PATH is set but empty")
+		}
+		cfg.KeyPath = strings.TrimSpace(v)
+	}
+	for _, p := range strings.Split(getenv("FLOW_DATA_DECRYPTION_KEY_PATHS"), ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			cfg.RetiredKeyPaths = append(cfg.RetiredKeyPaths, p)
+		}
+	}
 	if n, err := strconv.ParseInt(def("FLOW_DB_MAX_CONNS"), 10, 32); err != nil || n < 4 {
 		errs = append(errs, "FLOW_DB_MAX_CONNS must be an integer ≥ 4")
 	} else {
@@ -118,6 +135,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("log_format", c.LogFormat),
 		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
+		slog.String("data_encryption_key_path", c.KeyPath),
+		slog.Any("data_decryption_key_paths", c.RetiredKeyPaths),
 	)
 }
 

@@ -1,6 +1,9 @@
 package app
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -80,4 +83,30 @@ func TestReadmeDocumentsEveryVariable(t *testing.T) {
 		row := "| `" + v.Name + "` |"
 		require.True(t, strings.Contains(string(readme), row), "README.md has no configuration row for %s", v.Name)
 	}
+}
+
+func TestServerRefusesABadKeyFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := dir + "/key"
+	require.NoError(t, os.WriteFile(bad, []byte("not-base64!"), 0o600))
+	for _, tt := range []struct{ name, path, want string }{
+		{"NotBase64", bad, "must be base64 encoded"},
+		{"Unreadable", dir + "/missing", "read data encryption key"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := LoadConfig(func(k string) string {
+				return map[string]string{"FLOW_DATA_ENCRYPTION_KEY_PATH": tt.path, "DATABASE_URL": "postgres://unused@127.0.0.1:1/x"}[k]
+			})
+			require.NoError(t, err)
+			_, err = newServer(context.Background(), cfg, newLogger(io.Discard, "json", slog.LevelInfo), serveOptions{})
+			require.ErrorContains(t, err, tt.want)
+			require.ErrorContains(t, err, tt.path)
+		})
+	}
+	_, err := LoadConfig(func(k string) string {
+		return map[string]string{"FLOW_DATA_ENCRYPTION_KEY_PATH": "  "}[k]
+	})
+	require.ErrorContains(t, err, "FLOW_DATA_ENCRYPTION_KEY_PATH is set but empty")
 }

@@ -4,6 +4,8 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/firmware"
 )
 
 // usageError marks errors caused by a bad command line or configuration; the
@@ -38,6 +41,8 @@ Usage:
   flow db status                                        print the schema versions
   flow version                                          print build information
   flow config                                           print every environment variable Flow reads
+  flow key generate                                     print a new data-encryption key (base64)
+  flow key id FILE                                      print the ID (SHA-256 fingerprint) of a key file
 
 Run 'flow <command> --help' for a command's flags.
 `
@@ -72,6 +77,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			fmt.Fprintf(stdout, "%-30s %-12s %s\n", v.Name, or(v.Default, "-"), v.Meaning)
 		}
 		return nil
+	case "key":
+		return runKey(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -164,4 +171,30 @@ func dirtyNote(dirty bool) string {
 		return " DIRTY: a migration failed half-way; fix the schema, then force the version"
 	}
 	return ""
+}
+
+func runKey(args []string, stdout, stderr io.Writer) error {
+	switch {
+	case len(args) == 1 && args[0] == "generate":
+		raw := make([]byte, 32)
+		if _, err := rand.Read(raw); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, base64.StdEncoding.EncodeToString(raw))
+		fmt.Fprintln(stderr, "key id", firmware.KeyID(raw))
+		return nil
+	case len(args) == 2 && args[0] == "id":
+		b, err := os.ReadFile(args[1])
+		if err != nil {
+			return err
+		}
+		raw, err := firmware.ParseKey(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", args[1], err)
+		}
+		fmt.Fprintln(stdout, firmware.KeyID(raw))
+		return nil
+	}
+	fmt.Fprint(stderr, "usage: flow key generate | flow key id FILE\n")
+	return usageError{errors.New("key needs a subcommand: generate or id FILE")}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/firmware"
 )
 
 // server is a running Flow server: its pool, HTTP server and background work.
@@ -20,6 +21,7 @@ type server struct {
 	pool   *pgxpool.Pool
 	http   *http.Server
 	health *health
+	keys   *firmware.Keyring // nil when no key is configured
 	ln     net.Listener
 }
 
@@ -31,6 +33,15 @@ type serveOptions struct {
 // newServer connects to the database, checks the schema, builds the handler
 // tree and binds the listener. Call run to serve.
 func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveOptions) (_ *server, err error) {
+	keys, err := firmware.LoadKeyring(cfg.KeyPath, cfg.RetiredKeyPaths)
+	if err != nil {
+		return nil, err
+	}
+	if keys == nil {
+		logger.WarnContext(ctx, "flow data encryption key is not configured; requests with firmware authentication data and existing encrypted operations will fail", "setting", "FLOW_DATA_ENCRYPTION_KEY_PATH")
+	} else {
+		logger.InfoContext(ctx, "data encryption keys loaded", "current_key_id", keys.CurrentKeyID(), "key_ids", keys.KeyIDs())
+	}
 	if opts.migrate {
 		if _, err := db.Migrate(ctx, cfg.DatabaseURL); err != nil {
 			return nil, err
@@ -53,7 +64,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 			pool.Close()
 		}
 	}()
-	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth()}
+	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth(), keys: keys}
 
 	svc := &flowService{
 		versionHandler: &versionHandler{build: ReadBuild()},
