@@ -8,9 +8,11 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/operations"
 )
 
 // server is a running Flow server: its pool, HTTP server and background work.
@@ -55,8 +57,13 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}()
 	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth()}
 
+	rules, err := operations.NewService(noRacks{})
+	if err != nil {
+		return nil, err
+	}
 	svc := &flowService{
 		versionHandler: &versionHandler{build: ReadBuild()},
+		Handler:        operations.NewHandler(pool, rules),
 	}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health})
 	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)
@@ -97,3 +104,10 @@ func (s *server) run(ctx context.Context) error {
 	s.logger.InfoContext(ctx, "stopped")
 	return nil
 }
+
+// noRacks is the rack lookup until inventory is wired in: this branch has no
+// rack table, so no rack exists and rack-rule associations answer NotFound.
+// Replace it with inventory's service (it satisfies operations.RackLookup).
+type noRacks struct{}
+
+func (noRacks) RackExists(context.Context, db.DBTX, uuid.UUID) (bool, error) { return false, nil }
