@@ -625,6 +625,7 @@ func ParseRuleDefinition(data []byte) (RuleDefinition, error) {
 	if data[0] != '{' {
 		return RuleDefinition{}, invalid(field, "rule definition must be a JSON object")
 	}
+	// json.Unmarshal also rejects trailing data after the object.
 	var head struct {
 		Version json.RawMessage `json:"version"`
 	}
@@ -645,9 +646,6 @@ func ParseRuleDefinition(data []byte) (RuleDefinition, error) {
 	var d RuleDefinition
 	if err := dec.Decode(&d); err != nil {
 		return RuleDefinition{}, invalid(field, "malformed rule definition: %v", err)
-	}
-	if dec.More() {
-		return RuleDefinition{}, invalid(field, "malformed rule definition: trailing data after the JSON object")
 	}
 	d.Version = RuleDefinitionVersion
 	return d, nil
