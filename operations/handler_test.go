@@ -601,3 +601,34 @@ func TestRackRuleAssociations(t *testing.T) {
 	require.Equal(t, "", getAssoc(rack, power, "power_on"))
 	require.Equal(t, fw.String(), getAssoc(rack, flowv1.OperationType_OPERATION_TYPE_FIRMWARE_CONTROL, "upgrade"))
 }
+
+// TestCreateDefaultConcurrent races creations of a default for one (type,
+// code): exactly one wins, the others get AlreadyExists and leave no row.
+func TestCreateDefaultConcurrent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const n = 6
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, err := b.client.CreateOperationRule(ctx, powerOnReq(fmt.Sprint("d", i), true))
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	var ok int
+	for err := range errs {
+		if err == nil {
+			ok++
+			continue
+		}
+		requireCode(t, err, connect.CodeAlreadyExists, "a default rule already exists for this operation type")
+	}
+	require.Equal(t, 1, ok)
+	res, err := b.client.ListOperationRules(ctx, &flowv1.ListOperationRulesRequest{})
+	require.NoError(t, err)
+	require.Equal(t, int32(1), res.GetTotalCount())
+}

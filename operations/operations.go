@@ -6,6 +6,7 @@
 package operations
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -172,7 +173,7 @@ func (t ComponentType) Valid() bool {
 // spelling; unknown names are kept verbatim.
 func (t *ComponentType) UnmarshalJSON(b []byte) error {
 	var s string
-	if err := jsonUnmarshal(b, &s); err != nil {
+	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("component type must be a string: %w", err)
 	}
 	*t, _ = ParseComponentType(s)

@@ -558,6 +558,55 @@ func (s Step) RetryPolicy() RetryPolicy {
 	return DefaultRetryPolicy
 }
 
+// ComponentScoped reports whether the action calls component managers once
+// per batch of at most max_parallel components (spec §8.4). Sleep,
+// VerifyFirmwareConsistency and VerifyReachability run once per step.
+func (a Action) ComponentScoped() bool {
+	switch a.Name {
+	case ActionSleep, ActionVerifyFirmwareConsistency, ActionVerifyReachability:
+		return false
+	}
+	return true
+}
+
+// Batches returns how many sequential calls action a makes for components
+// components of the step's type: ceil(components/max_parallel) for
+// component-scoped actions (1 when max_parallel is 0 or covers them all),
+// otherwise 1.
+func (s Step) Batches(a Action, components int) int {
+	if !a.ComponentScoped() || s.MaxParallel <= 0 || components <= s.MaxParallel {
+		return 1
+	}
+	return (components + s.MaxParallel - 1) / s.MaxParallel
+}
+
+// Budget returns the step's total time budget for components components
+// (spec §8.3): base = timeout or 30 m; attempts = retry.max_attempts when
+// above 1, else 1; backoff = retry.max_interval when set, else
+// retry.initial_interval; main = (base·attempts + backoff·(attempts−1)) ×
+// batches; plus each pre/post action's timeout × its batches; plus 2 m.
+func (s Step) Budget(components int) time.Duration {
+	base := DefaultStepBudget
+	if s.Timeout > 0 {
+		base = s.Timeout.Std()
+	}
+	attempts, backoff := 1, time.Duration(0)
+	if s.Retry != nil {
+		if s.Retry.MaxAttempts > 1 {
+			attempts = s.Retry.MaxAttempts
+		}
+		backoff = s.Retry.InitialInterval.Std()
+		if s.Retry.MaxInterval > 0 {
+			backoff = s.Retry.MaxInterval.Std()
+		}
+	}
+	total := (base*time.Duration(attempts) + backoff*time.Duration(attempts-1)) * time.Duration(s.Batches(s.MainOperation, components))
+	for _, a := range append(slices.Clone(s.PreOperation), s.PostOperation...) {
+		total += a.Timeout.Std() * time.Duration(s.Batches(a, components))
+	}
+	return total + 2*time.Minute
+}
+
 // Validate checks d as a user rule (spec §7.2): every step valid, no component
 // type twice in one stage, and only the actions users may write. It returns a
 // *ValidationError for field "rule_definition_json".
@@ -661,5 +710,3 @@ func (d RuleDefinition) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(p)
 }
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

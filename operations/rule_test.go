@@ -328,3 +328,28 @@ func TestStages(t *testing.T) {
 	require.True(t, d.HasStepFor([]operations.ComponentType{operations.ComponentTypeNVSwitch}))
 	require.False(t, d.HasStepFor([]operations.ComponentType{operations.ComponentTypeCDU}))
 }
+
+func TestStepBudget(t *testing.T) {
+	t.Parallel()
+	powerOn, ok := operations.BuiltinRule(operations.OperationTypePowerControl, operations.CodePowerOn)
+	require.True(t, ok)
+	ps := powerOn.Definition.Steps[0] // 15m; 3/5s/2; post VPS 5m
+	// (15m·3 + 5s·2)·1 + 5m + 2m
+	require.Equal(t, 45*time.Minute+10*time.Second+7*time.Minute, ps.Budget(4))
+
+	s := operations.Step{
+		MaxParallel:   4,
+		MainOperation: operations.Action{Name: operations.ActionPowerControl},
+		PostOperation: []operations.Action{
+			{Name: operations.ActionVerifyPowerStatus, Timeout: operations.Duration(time.Minute)},
+			{Name: operations.ActionSleep, Timeout: operations.Duration(time.Minute)},
+		},
+	}
+	require.Equal(t, 1, s.Batches(s.MainOperation, 4))
+	require.Equal(t, 3, s.Batches(s.MainOperation, 9))
+	require.Equal(t, 1, s.Batches(s.PostOperation[1], 9), "Sleep runs once")
+	// No timeout, no retry: 30m × 3 batches + 1m × 3 + 1m × 1 + 2m.
+	require.Equal(t, 90*time.Minute+3*time.Minute+time.Minute+2*time.Minute, s.Budget(9))
+	s.MaxParallel = 0
+	require.Equal(t, 1, s.Batches(s.MainOperation, 100))
+}
