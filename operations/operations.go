@@ -45,6 +45,7 @@ type ValidationError struct {
 	Msg   string
 }
 
+// Error returns "field: message", or the message alone when Field is empty.
 func (e *ValidationError) Error() string {
 	if e.Field == "" {
 		return e.Msg
