@@ -85,6 +85,10 @@ func TestDevKeepsDataAcrossRestartsAndStopsPostgres(t *testing.T) {
 	client := flowv1connect.NewFlowClient(h2cClient(), "http://"+addr)
 	_, err = client.Version(ctx, &flowv1.VersionRequest{})
 	require.NoError(t, err)
+	// Operation rules are wired to the server's database.
+	rules, err := client.ListOperationRules(ctx, &flowv1.ListOperationRulesRequest{})
+	require.NoError(t, err)
+	require.Zero(t, rules.GetTotalCount())
 
 	// A second flow dev on the same folder is refused, cleanly.
 	var out bytes.Buffer

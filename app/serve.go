@@ -8,10 +8,12 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/firmware"
+	"github.com/nicoflow/flow/operations"
 )
 
 // server is a running Flow server: its pool, HTTP server and background work.
@@ -66,8 +68,13 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}()
 	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth(), keys: keys}
 
+	rules, err := operations.NewService(noRacks{})
+	if err != nil {
+		return nil, err
+	}
 	svc := &flowService{
 		versionHandler: &versionHandler{build: ReadBuild()},
+		Handler:        operations.NewHandler(pool, rules),
 	}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health})
 	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)
@@ -108,3 +115,10 @@ func (s *server) run(ctx context.Context) error {
 	s.logger.InfoContext(ctx, "stopped")
 	return nil
 }
+
+// noRacks is the rack lookup until inventory is wired in: this branch has no
+// rack table, so no rack exists and rack-rule associations answer NotFound.
+// Replace it with inventory's service (it satisfies operations.RackLookup).
+type noRacks struct{}
+
+func (noRacks) RackExists(context.Context, db.DBTX, uuid.UUID) (bool, error) { return false, nil }

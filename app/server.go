@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 
+	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
@@ -24,6 +25,7 @@ import (
 type flowService struct {
 	unimplemented
 	*versionHandler
+	*operations.Handler // operation rules and rack-rule associations
 }
 
 type unimplemented struct {

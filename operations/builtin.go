@@ -1,0 +1,164 @@
+package operations
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// builtinRulesJSON holds the built-in rules of spec/execution.md §7.5 as data.
+// Unlike user rules they may use the internal actions (BringUpControl,
+// WaitBringUp, InjectExpectation, VerifyFirmwareConsistency).
+//
+//go:embed builtin_rules.json
+var builtinRulesJSON []byte
+
+type builtinRuleEntry struct {
+	Name           string          `json:"name"`
+	Description    string          `json:"description"`
+	OperationType  OperationType   `json:"operation_type"`
+	OperationCodes []OperationCode `json:"operation_codes"`
+	RuleDefinition json.RawMessage `json:"rule_definition"`
+}
+
+type builtinKey struct {
+	t    OperationType
+	code OperationCode
+}
+
+var loadBuiltins = sync.OnceValues(func() (map[builtinKey]Rule, error) {
+	return parseBuiltinRules(builtinRulesJSON)
+})
+
+func parseBuiltinRules(data []byte) (map[builtinKey]Rule, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var entries []builtinRuleEntry
+	if err := dec.Decode(&entries); err != nil {
+		return nil, fmt.Errorf("operations: built-in rules: %w", err)
+	}
+	out := map[builtinKey]Rule{}
+	for _, e := range entries {
+		if e.Name == "" {
+			return nil, fmt.Errorf("operations: built-in rule without a name")
+		}
+		def, err := ParseRuleDefinition(e.RuleDefinition)
+		if err != nil {
+			return nil, fmt.Errorf("operations: built-in rule %q: %w", e.Name, err)
+		}
+		if err := def.validate(true); err != nil {
+			return nil, fmt.Errorf("operations: built-in rule %q: %w", e.Name, err)
+		}
+		if len(e.OperationCodes) == 0 {
+			return nil, fmt.Errorf("operations: built-in rule %q has no operation codes", e.Name)
+		}
+		for _, code := range e.OperationCodes {
+			if !e.OperationType.HasCode(code) {
+				return nil, fmt.Errorf("operations: built-in rule %q: invalid operation code '%s' for operation type '%s'", e.Name, code, e.OperationType)
+			}
+			k := builtinKey{e.OperationType, code}
+			if _, dup := out[k]; dup {
+				return nil, fmt.Errorf("operations: built-in rules: two rules for %s.%s", e.OperationType, code)
+			}
+			out[k] = Rule{Name: e.Name, Description: e.Description, Type: e.OperationType, Code: code, Definition: def}
+		}
+	}
+	return out, nil
+}
+
+// LoadBuiltinRules parses and validates the embedded built-in rules. NewService
+// calls it, so a broken built-in rule stops the server at startup.
+func LoadBuiltinRules() error {
+	_, err := loadBuiltins()
+	return err
+}
+
+// BuiltinRule returns the built-in rule for (t, code) and whether one exists.
+// Built-in rules have a nil ID. The returned rule is a deep copy.
+func BuiltinRule(t OperationType, code OperationCode) (Rule, bool) {
+	m, err := loadBuiltins()
+	if err != nil {
+		return Rule{}, false
+	}
+	r, ok := m[builtinKey{t, code}]
+	if !ok {
+		return Rule{}, false
+	}
+	r.Definition = r.Definition.clone()
+	return r, true
+}
+
+// BuiltinRules returns every built-in rule, one per (type, code), ordered by
+// type then code as listed in OperationTypes and OperationType.Codes.
+func BuiltinRules() []Rule {
+	var out []Rule
+	for _, t := range OperationTypes() {
+		for _, c := range t.Codes() {
+			if r, ok := BuiltinRule(t, c); ok {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// MinimalRule returns the "Minimal Default Rule for T.C" used for a (type,
+// code) without a built-in rule: zero steps, so it fails the applicability
+// check at submission (spec §7.4).
+func MinimalRule(t OperationType, code OperationCode) Rule {
+	return Rule{
+		Name: fmt.Sprintf("Minimal Default Rule for %s.%s", t, code),
+		Type: t, Code: code,
+		Definition: RuleDefinition{Version: RuleDefinitionVersion, Steps: []Step{}},
+	}
+}
+
+// clone deep-copies d, so callers can't alter shared built-ins.
+func (d RuleDefinition) clone() RuleDefinition {
+	out := RuleDefinition{Version: d.Version, Steps: make([]Step, len(d.Steps))}
+	for i, s := range d.Steps {
+		s.PreOperation = cloneActions(s.PreOperation)
+		s.PostOperation = cloneActions(s.PostOperation)
+		s.MainOperation = s.MainOperation.clone()
+		if s.Retry != nil {
+			r := *s.Retry
+			s.Retry = &r
+		}
+		out.Steps[i] = s
+	}
+	return out
+}
+
+func cloneActions(as []Action) []Action {
+	if as == nil {
+		return nil
+	}
+	out := make([]Action, len(as))
+	for i, a := range as {
+		out[i] = a.clone()
+	}
+	return out
+}
+
+func (a Action) clone() Action {
+	p := &a.Parameters
+	p.Duration = clonePtr(p.Duration)
+	p.ExpectedStatus = clonePtr(p.ExpectedStatus)
+	p.ComponentTypes = slices.Clone(p.ComponentTypes)
+	p.Operation = clonePtr(p.Operation)
+	p.PollInterval = clonePtr(p.PollInterval)
+	p.PollTimeout = clonePtr(p.PollTimeout)
+	p.RequireAll = clonePtr(p.RequireAll)
+	return a
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
