@@ -536,4 +536,3 @@ func (h *handler) SetDryRun(ctx context.Context, req *psmv1.SetDryRunRequest) (r
 	}
 	return &emptypb.Empty{}, nil
 }
-
