@@ -26,7 +26,9 @@ type flowService struct {
 	*versionHandler
 }
 
-type unimplemented struct{ flowv1connect.UnimplementedFlowHandler }
+type unimplemented struct {
+	flowv1connect.UnimplementedFlowHandler
+}
 
 var _ flowv1connect.FlowHandler = (*flowService)(nil)
 
