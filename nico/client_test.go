@@ -3,15 +3,22 @@ package nico_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/nico"
 	"github.com/nicoflow/flow/nico/nicosim"
+	forgepb "github.com/nicoflow/flow/proto/gen/forge"
+	"github.com/nicoflow/flow/proto/gen/forge/forgepbconnect"
 	"github.com/nicoflow/flow/sim"
 )
 
@@ -411,4 +418,42 @@ func TestAdminHTTP(t *testing.T) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&calls))
 	require.Len(t, calls, 1)
 	require.Equal(t, "unavailable", calls[0].Code)
+}
+
+func TestMaxFindByIDsEnforced(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nicosim.Options{MaxFindByIDs: 1})
+	_, hc, err := nico.HTTPClient(b.url, nil)
+	require.NoError(t, err)
+	raw := forgepbconnect.NewForgeClient(hc, b.url, connect.WithGRPC())
+	_, err = raw.FindMachinesByIds(context.Background(), &forgepb.MachinesByIdsRequest{MachineIds: []*forgepb.MachineId{{Id: "m1"}, {Id: "m2"}}})
+	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err), "Core refuses more than max_find_by_ids")
+	ms, err := b.client.Machines(context.Background(), []string{"m1", "m2"})
+	require.NoError(t, err, "the client batches under the limit")
+	require.Len(t, ms, 2)
+}
+
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	s := nicosim.New(nicosim.Options{})
+	require.NoError(t, s.Seed(fleet))
+	srv := httptest.NewUnstartedServer(s.Handler())
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	c, err := nico.NewClient(strings.TrimPrefix(srv.URL, "https://"), nico.WithTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+	require.NoError(t, err)
+	info, err := c.Version(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, "nicosim", info.Version)
+
+	untrusted, err := nico.NewClient(srv.URL, nico.WithTLS(&tls.Config{MinVersion: tls.VersionTLS12}))
+	require.NoError(t, err)
+	_, err = untrusted.Version(context.Background())
+	require.ErrorIs(t, err, nico.ErrUnreachable, "an unverifiable server is unreachable")
+
+	_, err = nico.NewClient("http://x:1", nico.WithTLS(&tls.Config{MinVersion: tls.VersionTLS12}))
+	require.Error(t, err, "TLS with an http:// URL is a configuration error")
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -181,7 +182,10 @@ func optStr(s string) *string {
 
 // byIDs returns the devices of kind named by ids, leaving out unknown ones
 // and those a drop fault on method removes.
-func (h *handler) byIDs(method, kind string, ids []string, each func(*device, time.Time)) {
+func (h *handler) byIDs(method, kind string, ids []string, each func(*device, time.Time)) error {
+	if limit := h.s.opts.MaxFindByIDs; limit > 0 && len(ids) > int(limit) {
+		return errInvalid(fmt.Sprintf("at most %d IDs per request (max_find_by_ids)", limit))
+	}
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
 	now := h.s.clock.Now()
@@ -196,6 +200,7 @@ func (h *handler) byIDs(method, kind string, ids []string, each func(*device, ti
 		h.s.advance(d, now)
 		each(d, now)
 	}
+	return nil
 }
 
 func (h *handler) FindMachinesByIds(ctx context.Context, req *forgepb.MachinesByIdsRequest) (res *forgepb.MachineList, err error) {
@@ -205,7 +210,7 @@ func (h *handler) FindMachinesByIds(ctx context.Context, req *forgepb.MachinesBy
 		return nil, err
 	}
 	res = &forgepb.MachineList{}
-	h.byIDs("FindMachinesByIds", KindCompute, ids, func(d *device, now time.Time) {
+	err = h.byIDs("FindMachinesByIds", KindCompute, ids, func(d *device, now time.Time) {
 		complete := false
 		for _, j := range d.jobs {
 			complete = j.applied
@@ -222,6 +227,9 @@ func (h *handler) FindMachinesByIds(ctx context.Context, req *forgepb.MachinesBy
 			},
 		})
 	})
+	if err != nil {
+		return nil, err
+	}
 	return res, nil
 }
 
@@ -247,7 +255,7 @@ func (h *handler) FindSwitchesByIds(ctx context.Context, req *forgepb.SwitchesBy
 		return nil, err
 	}
 	res = &forgepb.SwitchList{}
-	h.byIDs("FindSwitchesByIds", KindNVSwitch, ids, func(d *device, now time.Time) {
+	err = h.byIDs("FindSwitchesByIds", KindNVSwitch, ids, func(d *device, now time.Time) {
 		sw := &forgepb.Switch{
 			Id:              &forgepb.SwitchId{Id: d.ID},
 			Status:          &forgepb.SwitchStatus{Health: h.s.health(d, now)},
@@ -260,6 +268,9 @@ func (h *handler) FindSwitchesByIds(ctx context.Context, req *forgepb.SwitchesBy
 		}
 		res.Switches = append(res.Switches, sw)
 	})
+	if err != nil {
+		return nil, err
+	}
 	return res, nil
 }
 
@@ -282,7 +293,7 @@ func (h *handler) FindPowerShelvesByIds(ctx context.Context, req *forgepb.PowerS
 		return nil, err
 	}
 	res = &forgepb.PowerShelfList{}
-	h.byIDs("FindPowerShelvesByIds", KindPowerShelf, ids, func(d *device, now time.Time) {
+	err = h.byIDs("FindPowerShelvesByIds", KindPowerShelf, ids, func(d *device, now time.Time) {
 		ps := &forgepb.PowerShelf{
 			Id:              &forgepb.PowerShelfId{Id: d.ID},
 			Status:          &forgepb.PowerShelfStatus{Health: h.s.health(d, now)},
@@ -294,6 +305,9 @@ func (h *handler) FindPowerShelvesByIds(ctx context.Context, req *forgepb.PowerS
 		}
 		res.PowerShelves = append(res.PowerShelves, ps)
 	})
+	if err != nil {
+		return nil, err
+	}
 	return res, nil
 }
 
