@@ -655,14 +655,11 @@ func (c *Client) Decommission(ctx context.Context, kind Kind, id string) error {
 	case KindPowerShelf:
 		_, err = c.rpc.DecommissionPowerShelf(cctx, &forgepb.DecommissionPowerShelfRequest{PowerShelfId: &forgepb.PowerShelfId{Id: id}})
 	}
-	if err != nil {
-		if e, ok := classify(ctx, method, err).(*Error); ok {
-			e.Device = id
-			return e
-		}
-		return classify(ctx, method, err)
+	err = classify(ctx, method, err)
+	if e, ok := err.(*Error); ok {
+		e.Device = id
 	}
-	return nil
+	return err
 }
 
 // PowerControl asks Core to apply action to every component of t. The
