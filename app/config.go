@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nicoflow/flow/backend"
 )
 
 // Config is every setting of a Flow server, read from the environment by
@@ -22,6 +24,16 @@ type Config struct {
 	ShutdownTimeout time.Duration // FLOW_SHUTDOWN_TIMEOUT
 	KeyPath         string        // FLOW_DATA_ENCRYPTION_KEY_PATH
 	RetiredKeyPaths []string      // FLOW_DATA_DECRYPTION_KEY_PATHS
+
+	// Backends: the NICo Core and PSM endpoints (empty: not configured,
+	// operations needing them fail with FailedPrecondition), their TLS files
+	// and the component-manager configuration.
+	NICoURL         string         // NICO_CORE_API_URL
+	PSMURL          string         // PSM_API_URL
+	NICoTLS         TLSFiles       // FLOW_NICO_TLS_CA, FLOW_NICO_TLS_CERT, FLOW_NICO_TLS_KEY
+	PSMTLS          TLSFiles       // FLOW_PSM_TLS_CA, FLOW_PSM_TLS_CERT, FLOW_PSM_TLS_KEY
+	ComponentConfig string         // COMPONENT_MANAGER_CONFIG: YAML file path
+	Components      backend.Config // parsed from ComponentConfig, or the default
 }
 
 // ConfigVar documents one environment variable; ConfigVars is the table the
@@ -48,6 +60,15 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_DATA_DECRYPTION_KEY_PATHS", "", "comma-separated files of retired keys, still used to open credentials sealed before a key rotation"},
 	{"FLOW_DEV_DATA_DIR", ".flow/dev", "flow dev state folder; --data-dir overrides"},
 	{"TEST_DATABASE_URL", "", "tests only: use this PostgreSQL server instead of starting a private one"},
+	{"NICO_CORE_API_URL", "", "NICo Core gRPC endpoint (host:port, http:// or https://); unset: Core not configured (flow dev: its simulator)"},
+	{"PSM_API_URL", "", "Powershelf Manager gRPC endpoint, conventionally localhost:50052; unset: PSM not configured (flow dev: its simulator)"},
+	{"COMPONENT_MANAGER_CONFIG", "", "component-manager YAML file (upstream keys: component_managers, providers); unset: nico for every type"},
+	{"FLOW_NICO_TLS_CA", "", "CA bundle (PEM) to verify NICo Core; setting any FLOW_NICO_TLS_* turns TLS on"},
+	{"FLOW_NICO_TLS_CERT", "", "client certificate (PEM) for mTLS to NICo Core"},
+	{"FLOW_NICO_TLS_KEY", "", "client key (PEM) for mTLS to NICo Core"},
+	{"FLOW_PSM_TLS_CA", "", "CA bundle (PEM) to verify PSM; setting any FLOW_PSM_TLS_* turns TLS on"},
+	{"FLOW_PSM_TLS_CERT", "", "client certificate (PEM) for mTLS to PSM"},
+	{"FLOW_PSM_TLS_KEY", "", "client key (PEM) for mTLS to PSM"},
 }
 
 // configDefault returns the variable name from getenv, or its documented
@@ -119,6 +140,21 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.ShutdownTimeout = d
 	}
+	cfg.NICoURL, cfg.PSMURL = getenv("NICO_CORE_API_URL"), getenv("PSM_API_URL")
+	cfg.NICoTLS = TLSFiles{CA: getenv("FLOW_NICO_TLS_CA"), Cert: getenv("FLOW_NICO_TLS_CERT"), Key: getenv("FLOW_NICO_TLS_KEY")}
+	cfg.PSMTLS = TLSFiles{CA: getenv("FLOW_PSM_TLS_CA"), Cert: getenv("FLOW_PSM_TLS_CERT"), Key: getenv("FLOW_PSM_TLS_KEY")}
+	if err := cfg.NICoTLS.check("FLOW_NICO_TLS"); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if err := cfg.PSMTLS.check("FLOW_PSM_TLS"); err != nil {
+		errs = append(errs, err.Error())
+	}
+	cfg.ComponentConfig = getenv("COMPONENT_MANAGER_CONFIG")
+	if comps, err := backend.LoadConfig(cfg.ComponentConfig); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		cfg.Components = comps
+	}
 	if len(errs) > 0 {
 		return cfg, usageError{fmt.Errorf("configuration: %s", strings.Join(errs, "; "))}
 	}
@@ -137,6 +173,12 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
 		slog.String("data_encryption_key_path", c.KeyPath),
 		slog.Any("data_decryption_key_paths", c.RetiredKeyPaths),
+		slog.String("nico_core_api_url", or(c.NICoURL, "(not configured)")),
+		slog.String("psm_api_url", or(c.PSMURL, "(not configured)")),
+		slog.Bool("nico_tls", c.NICoTLS.Enabled()),
+		slog.Bool("psm_tls", c.PSMTLS.Enabled()),
+		slog.String("component_manager_config", or(c.ComponentConfig, "(built-in)")),
+		slog.Any("component_managers", c.Components.Managers),
 	)
 }
 

@@ -81,12 +81,39 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	cfg.DatabaseURL = cluster.URL("flow")
 
+	sims, err := devSimulators(&cfg)
+	if err != nil {
+		return err
+	}
+	if sims != nil {
+		defer func() { _ = sims.Close(context.WithoutCancel(ctx)) }()
+		logger.InfoContext(ctx, "simulators running", "nico_core_api_url", cfg.NICoURL, "psm_api_url", cfg.PSMURL)
+	}
+
 	srv, err := newServer(ctx, cfg, logger, serveOptions{migrate: true})
 	if err != nil {
 		return err
 	}
 	printBanner(stdout, srv.Addr().String(), cfg.DatabaseURL, dir)
 	return srv.run(ctx)
+}
+
+// devSimulators starts the NICo Core and PSM simulators on loopback and
+// points cfg at them, unless NICO_CORE_API_URL and PSM_API_URL are both set
+// (then it returns nil). A variable the user set is left alone. The
+// simulators start empty; seeding them from Flow's inventory is one
+// simulators.Seed call.
+func devSimulators(cfg *Config) (*simulators, error) {
+	if cfg.NICoURL != "" && cfg.PSMURL != "" {
+		return nil, nil
+	}
+	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0"})
+	if err != nil {
+		return nil, err
+	}
+	cfg.NICoURL = or(cfg.NICoURL, sims.nicoSrv.URL())
+	cfg.PSMURL = or(cfg.PSMURL, sims.psmSrv.URL())
+	return sims, nil
 }
 
 // devPGDataDir returns where flow dev keeps PostgreSQL's files: <dir>/pg,

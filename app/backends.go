@@ -1,0 +1,94 @@
+package app
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+
+	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/nico"
+	"github.com/nicoflow/flow/psm"
+)
+
+// TLSFiles names the PEM files of a backend connection. Any file set turns
+// TLS on; Cert and Key together add a client certificate (mTLS); without CA
+// the system roots verify the server.
+type TLSFiles struct {
+	CA, Cert, Key string
+}
+
+// Enabled reports whether any file is set.
+func (f TLSFiles) Enabled() bool { return f.CA != "" || f.Cert != "" || f.Key != "" }
+
+func (f TLSFiles) check(prefix string) error {
+	if (f.Cert == "") != (f.Key == "") {
+		return fmt.Errorf("%s_CERT and %s_KEY must be set together", prefix, prefix)
+	}
+	return nil
+}
+
+// Config returns the tls.Config the files describe, or nil when TLS is off.
+func (f TLSFiles) Config() (*tls.Config, error) {
+	if !f.Enabled() {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.CA != "" {
+		pem, err := os.ReadFile(f.CA)
+		if err != nil {
+			return nil, fmt.Errorf("read CA bundle: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA bundle %s holds no PEM certificate", f.CA)
+		}
+		cfg.RootCAs = pool
+	}
+	if f.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+		if err != nil {
+			return nil, fmt.Errorf("load client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// backends are Flow's southbound clients and the component managers over
+// them. An unset URL leaves that client unconfigured: Flow starts, and
+// operations needing it fail with ErrNotConfigured (FailedPrecondition).
+type backends struct {
+	nico     *nico.Client
+	psm      *psm.Client
+	managers *backend.Managers
+}
+
+// newBackends builds the clients and managers cfg describes.
+func newBackends(cfg Config) (*backends, error) {
+	nicoTLS, err := cfg.NICoTLS.Config()
+	if err != nil {
+		return nil, fmt.Errorf("NICo Core TLS: %w", err)
+	}
+	psmTLS, err := cfg.PSMTLS.Config()
+	if err != nil {
+		return nil, fmt.Errorf("PSM TLS: %w", err)
+	}
+	nopts := []nico.Option{nico.WithTimeout(cfg.Components.NICoTimeout)}
+	if nicoTLS != nil {
+		nopts = append(nopts, nico.WithTLS(nicoTLS))
+	}
+	nc, err := nico.NewClient(cfg.NICoURL, nopts...)
+	if err != nil {
+		return nil, fmt.Errorf("NICO_CORE_API_URL: %w", err)
+	}
+	popts := []psm.Option{psm.WithTimeout(cfg.Components.PSMTimeout)}
+	if psmTLS != nil {
+		popts = append(popts, psm.WithTLS(psmTLS))
+	}
+	pc, err := psm.NewClient(cfg.PSMURL, popts...)
+	if err != nil {
+		return nil, fmt.Errorf("PSM_API_URL: %w", err)
+	}
+	return &backends{nico: nc, psm: pc, managers: backend.New(cfg.Components, nc, pc)}, nil
+}

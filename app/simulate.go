@@ -1,0 +1,259 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nicoflow/flow/nico/nicosim"
+	"github.com/nicoflow/flow/psm/psmsim"
+	"github.com/nicoflow/flow/sim"
+)
+
+// simulators are the NICo Core and PSM simulators served side by side.
+type simulators struct {
+	nico    *nicosim.Sim
+	psm     *psmsim.Sim
+	nicoSrv *sim.Server
+	psmSrv  *sim.Server
+}
+
+// simOptions tunes startSimulators.
+type simOptions struct {
+	nicoAddr, psmAddr string
+	clock             sim.Clock // nil: wall clock
+	powerDelay        time.Duration
+	firmwarePhase     time.Duration
+}
+
+// startSimulators serves both simulators on their addresses ("127.0.0.1:0"
+// picks free ports) until Close.
+func startSimulators(o simOptions) (*simulators, error) {
+	s := &simulators{
+		nico: nicosim.New(nicosim.Options{Clock: o.clock, PowerDelay: o.powerDelay, FirmwarePhase: o.firmwarePhase, IngestionStep: o.firmwarePhase, DecommissionStep: o.firmwarePhase}),
+		psm:  psmsim.New(psmsim.Options{Clock: o.clock, PowerDelay: o.powerDelay, JobStep: o.firmwarePhase}),
+	}
+	var err error
+	if s.nicoSrv, err = sim.Listen(o.nicoAddr, s.nico.Handler()); err != nil {
+		return nil, fmt.Errorf("NICo Core simulator: %w", err)
+	}
+	if s.psmSrv, err = sim.Listen(o.psmAddr, s.psm.Handler()); err != nil {
+		_ = s.nicoSrv.Close(context.Background())
+		return nil, fmt.Errorf("PSM simulator: %w", err)
+	}
+	return s, nil
+}
+
+// Seed puts devices into the Core simulator and their power shelves, keyed
+// by PMC MAC, into the PSM simulator, so both backends see one fleet. It is
+// the one call `flow dev` makes with Flow's own inventory.
+func (s *simulators) Seed(devs []nicosim.Device) error {
+	var shelves []psmsim.Shelf
+	for _, d := range devs {
+		if d.Kind == nicosim.KindPowerShelf {
+			shelves = append(shelves, psmsim.Shelf{MAC: d.BMCMAC, IP: d.BMCIP, ChassisSerial: d.Serial, Firmware: d.Firmware["pmc"], PoweredOff: d.PoweredOff})
+		}
+	}
+	if err := s.nico.Seed(devs); err != nil {
+		return err
+	}
+	return s.psm.Seed(shelves)
+}
+
+// Close stops both servers, waiting up to ctx for in-flight calls.
+func (s *simulators) Close(ctx context.Context) error {
+	return errors.Join(s.nicoSrv.Close(ctx), s.psmSrv.Close(ctx))
+}
+
+// demoFleet is one GB200-like rack: 18 compute trays, 9 NVLink switches and
+// 4 power shelves, with stable serials and MACs.
+func demoFleet() []nicosim.Device {
+	var devs []nicosim.Device
+	add := func(kind, prefix string, n, macByte int, fw map[string]string) {
+		for i := 1; i <= n; i++ {
+			devs = append(devs, nicosim.Device{
+				Kind: kind, RackID: "demo-rack-1", Name: fmt.Sprintf("%s-%02d", prefix, i),
+				Serial:   fmt.Sprintf("SIM-%s-%03d", strings.ToUpper(prefix), i),
+				BMCMAC:   fmt.Sprintf("02:00:00:00:%02x:%02x", macByte, i),
+				BMCIP:    fmt.Sprintf("10.0.%d.%d", macByte, i),
+				Firmware: fw, SlotID: i, TrayIndex: i - 1, HostID: i,
+			})
+		}
+	}
+	add(nicosim.KindCompute, "compute", 18, 1, map[string]string{"bmc": "24.10.1", "bios": "1.4.0"})
+	add(nicosim.KindNVSwitch, "nvswitch", 9, 2, map[string]string{"bmc": "88.0.2", "cpld": "0.12", "bios": "0.7", "nvos": "25.02.1"})
+	add(nicosim.KindPowerShelf, "powershelf", 4, 3, map[string]string{"pmc": "1.0.0"})
+	return devs
+}
+
+const simulateUsage = `usage:
+  flow simulate [--nico-listen ADDR] [--psm-listen ADDR] [--seed FILE] [--demo] [--power-delay D] [--firmware-phase D]
+      run the NICo Core and PSM simulators until Ctrl-C
+  flow simulate fault   --admin URL --kind KIND [--method M] [--device D] [--code C] [--status S]
+                        [--phase P] [--latency D] [--times N] [--rate R] [--message TEXT]
+  flow simulate fault   --admin URL --clear | --list
+  flow simulate journal --admin URL [--method M]
+  flow simulate remove  --admin URL DEVICE
+  flow simulate seed    --admin URL FILE
+
+--admin is a simulator's base URL, e.g. http://127.0.0.1:50061 (NICo Core) or
+http://127.0.0.1:50062 (PSM). See docs/simulators.md.
+`
+
+// runSimulate is `flow simulate`: the simulators standalone, or a client of
+// their admin surface.
+func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		switch args[0] {
+		case "fault", "journal", "remove", "seed":
+			return runSimulateAdmin(ctx, args[0], args[1:], stdout, stderr)
+		}
+		fmt.Fprint(stderr, simulateUsage)
+		return usageError{fmt.Errorf("unknown simulate command %q", args[0])}
+	}
+	fs := newFlagSet("simulate", stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, simulateUsage) }
+	nicoAddr := fs.String("nico-listen", "127.0.0.1:50061", "NICo Core simulator address")
+	psmAddr := fs.String("psm-listen", "127.0.0.1:50062", "PSM simulator address")
+	seedFile := fs.String("seed", "", "JSON list of devices to seed (see docs/simulators.md)")
+	demo := fs.Bool("demo", false, "seed a demo rack (18 compute trays, 9 switches, 4 shelves)")
+	powerDelay := fs.Duration("power-delay", 5*time.Second, "time a power change takes")
+	phase := fs.Duration("firmware-phase", 10*time.Second, "time per firmware job, ingestion and decommission step")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var devs []nicosim.Device
+	if *demo {
+		devs = demoFleet()
+	}
+	if *seedFile != "" {
+		data, err := os.ReadFile(*seedFile)
+		if err != nil {
+			return err
+		}
+		var more []nicosim.Device
+		if err := json.Unmarshal(data, &more); err != nil {
+			return usageError{fmt.Errorf("--seed %s: %w", *seedFile, err)}
+		}
+		devs = append(devs, more...)
+	}
+	sims, err := startSimulators(simOptions{nicoAddr: *nicoAddr, psmAddr: *psmAddr, powerDelay: *powerDelay, firmwarePhase: *phase})
+	if err != nil {
+		return err
+	}
+	if err := sims.Seed(devs); err != nil {
+		_ = sims.Close(context.WithoutCancel(ctx))
+		return usageError{err}
+	}
+	fmt.Fprintf(stdout, `
+  Simulators are running (%d devices seeded)
+
+  NICo Core  NICO_CORE_API_URL=%[2]s   admin %[4]s/admin/
+  PSM        PSM_API_URL=%[3]s   admin %[5]s/admin/
+
+  Try it:
+    grpcurl -plaintext %[2]s list
+    grpcurl -plaintext %[3]s list
+    flow simulate journal --admin %[4]s
+
+`, len(devs), sims.nicoSrv.Addr(), sims.psmSrv.Addr(), sims.nicoSrv.URL(), sims.psmSrv.URL())
+	<-ctx.Done()
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return sims.Close(shutdown)
+}
+
+func runSimulateAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("simulate "+cmd, stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, simulateUsage) }
+	admin := fs.String("admin", "http://127.0.0.1:50061", "simulator base URL")
+	var f sim.Fault
+	var clear, list bool
+	var latency time.Duration
+	method := fs.String("method", "", "RPC name, e.g. ComponentPowerControl (empty: any)")
+	if cmd == "fault" {
+		fs.StringVar((*string)(&f.Kind), "kind", "", "error, latency, item, drop, fail, stuck, cancel, empty or mixed")
+		fs.StringVar(&f.Device, "device", "", "device ID or MAC (empty: any)")
+		fs.StringVar(&f.Code, "code", "", "gRPC code for kind error, e.g. unavailable")
+		fs.StringVar(&f.Status, "status", "", "item status: not_found, invalid_argument, internal_error, unavailable")
+		fs.StringVar(&f.Phase, "phase", "", "job phase for fail, stuck, cancel: queued, in_progress, verifying")
+		fs.DurationVar(&latency, "latency", 0, "added latency for kind latency")
+		fs.IntVar(&f.Times, "times", 0, "fire at most N times (0: always)")
+		fs.Float64Var(&f.Rate, "rate", 0, "fire with this probability (0: always)")
+		fs.StringVar(&f.Message, "message", "", "error text")
+		fs.BoolVar(&clear, "clear", false, "remove every fault")
+		fs.BoolVar(&list, "list", false, "list active faults")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	base := strings.TrimSuffix(*admin, "/") + "/admin"
+	var (
+		verb, url string
+		body      []byte
+	)
+	switch {
+	case cmd == "journal":
+		verb, url = http.MethodGet, base+"/journal"
+		if *method != "" {
+			url += "?method=" + *method
+		}
+	case cmd == "remove" && fs.NArg() == 1:
+		verb, url = http.MethodDelete, base+"/devices/"+fs.Arg(0)
+	case cmd == "seed" && fs.NArg() == 1:
+		data, err := os.ReadFile(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		verb, url, body = http.MethodPost, base+"/devices", data
+	case cmd == "fault" && clear:
+		verb, url = http.MethodDelete, base+"/faults"
+	case cmd == "fault" && list:
+		verb, url = http.MethodGet, base+"/faults"
+	case cmd == "fault":
+		f.Method, f.Latency = *method, sim.Duration(latency)
+		if err := f.Validate(); err != nil {
+			return usageError{err}
+		}
+		body, _ = json.Marshal(f)
+		verb, url = http.MethodPost, base+"/faults"
+	default:
+		fmt.Fprint(stderr, simulateUsage)
+		return usageError{fmt.Errorf("simulate %s: wrong arguments", cmd)}
+	}
+	req, err := http.NewRequestWithContext(ctx, verb, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("simulator admin: %w", err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("simulator admin: %s: %s", resp.Status, strings.TrimSpace(string(out)))
+	}
+	if len(out) > 0 {
+		var pretty bytes.Buffer
+		if json.Indent(&pretty, out, "", "  ") == nil {
+			out = append(pretty.Bytes(), '\n')
+		}
+		_, err = stdout.Write(out)
+		return err
+	}
+	fmt.Fprintln(stdout, "ok")
+	return nil
+}

@@ -1,0 +1,178 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/grpcreflect"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/nico"
+	"github.com/nicoflow/flow/sim"
+)
+
+func canceledCtx() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+func startTestSimulators(t *testing.T) *simulators {
+	t.Helper()
+	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", clock: sim.NewFakeClock(time.Unix(0, 0))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sims.Close(canceledCtx()) })
+	return sims
+}
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestSimulatorsServeReflection(t *testing.T) {
+	t.Parallel()
+	sims := startTestSimulators(t)
+	for url, want := range map[string]string{sims.nicoSrv.URL(): "forge.Forge", sims.psmSrv.URL(): "v1.PowershelfManager"} {
+		_, hc, err := nico.HTTPClient(url, nil)
+		require.NoError(t, err)
+		client := grpcreflect.NewClient(hc, url)
+		stream := client.NewStream(context.Background())
+		names, err := stream.ListServices()
+		require.NoError(t, err)
+		_, _ = stream.Close()
+		var got []string
+		for _, n := range names {
+			got = append(got, string(n))
+		}
+		require.Contains(t, got, want)
+	}
+}
+
+func TestSeededFleetValidatesClean(t *testing.T) {
+	t.Parallel()
+	sims := startTestSimulators(t)
+	fleet := demoFleet()
+	require.NoError(t, sims.Seed(fleet))
+	require.Len(t, sims.psm.States(), 4, "shelves go to PSM too")
+
+	cfg, err := LoadConfig(env(map[string]string{"NICO_CORE_API_URL": sims.nicoSrv.URL(), "PSM_API_URL": sims.psmSrv.Addr()}))
+	require.NoError(t, err)
+	b, err := newBackends(cfg)
+	require.NoError(t, err)
+	var expected []backend.Expected
+	for _, d := range fleet {
+		expected = append(expected, backend.Expected{Name: d.Name, Type: backend.ComponentType(d.Kind), BMCMAC: d.BMCMAC})
+	}
+	ctx := context.Background()
+	actual, err := b.managers.Inventory(ctx)
+	require.NoError(t, err)
+	res := backend.Validate(expected, actual, backend.ValidateOptions{})
+	require.Zero(t, res.Total)
+	require.Equal(t, len(fleet), res.Match)
+
+	var out bytes.Buffer
+	require.NoError(t, runSimulate(ctx, []string{"remove", "--admin", sims.nicoSrv.URL(), fleet[0].BMCMAC}, &out, &out))
+	actual, err = b.managers.Inventory(ctx)
+	require.NoError(t, err)
+	res = backend.Validate(expected, actual, backend.ValidateOptions{})
+	require.Equal(t, 1, res.Missing)
+	require.Equal(t, fleet[0].BMCMAC, res.Diffs[0].MAC)
+}
+
+func TestBackendsNotConfigured(t *testing.T) {
+	t.Parallel()
+	cfg, err := LoadConfig(env(nil))
+	require.NoError(t, err, "Flow starts without backends")
+	b, err := newBackends(cfg)
+	require.NoError(t, err)
+	_, err = b.managers.For(backend.Compute).PowerStatus(context.Background(), backend.Target{IDs: []string{"m1"}})
+	require.ErrorIs(t, err, backend.ErrNotConfigured)
+	require.ErrorContains(t, err, "NICO_CORE_API_URL")
+}
+
+func TestBackendConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cm.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("component_managers:\n  compute: nico\n  nvswitch: nico\n  powershelf: psm\nproviders:\n  psm:\n    timeout: 10s\n"), 0o600))
+	cfg, err := LoadConfig(env(map[string]string{"COMPONENT_MANAGER_CONFIG": path}))
+	require.NoError(t, err)
+	require.Equal(t, backend.ImplPSM, cfg.Components.Managers[backend.PowerShelf])
+	require.Equal(t, 10*time.Second, cfg.Components.PSMTimeout)
+
+	_, err = LoadConfig(env(map[string]string{"COMPONENT_MANAGER_CONFIG": filepath.Join(dir, "missing.yaml")}))
+	require.ErrorContains(t, err, "COMPONENT_MANAGER_CONFIG")
+	_, err = LoadConfig(env(map[string]string{"FLOW_NICO_TLS_CERT": "c.pem"}))
+	require.ErrorContains(t, err, "FLOW_NICO_TLS_KEY")
+
+	cfg, err = LoadConfig(env(map[string]string{"NICO_CORE_API_URL": "core:1079", "FLOW_NICO_TLS_CA": filepath.Join(dir, "none.pem")}))
+	require.NoError(t, err)
+	_, err = newBackends(cfg)
+	require.ErrorContains(t, err, "CA bundle")
+}
+
+func TestSimulateAdminCLI(t *testing.T) {
+	t.Parallel()
+	sims := startTestSimulators(t)
+	require.NoError(t, sims.Seed(demoFleet()[:1]))
+	ctx := context.Background()
+	admin := sims.nicoSrv.URL()
+	var out, errOut bytes.Buffer
+	require.NoError(t, runSimulate(ctx, []string{"fault", "--admin", admin, "--kind", "error", "--method", "Version", "--code", "unavailable", "--times", "1"}, &out, &errOut))
+	require.Contains(t, out.String(), `"id": 1`)
+	out.Reset()
+	require.NoError(t, runSimulate(ctx, []string{"fault", "--admin", admin, "--list"}, &out, &errOut))
+	require.Contains(t, out.String(), `"kind": "error"`)
+
+	c, err := nico.NewClient(admin)
+	require.NoError(t, err)
+	_, err = c.Version(ctx)
+	require.ErrorIs(t, err, nico.ErrUnreachable)
+
+	out.Reset()
+	require.NoError(t, runSimulate(ctx, []string{"journal", "--admin", admin, "--method", "Version"}, &out, &errOut))
+	require.Contains(t, out.String(), `"code": "unavailable"`)
+	out.Reset()
+	require.NoError(t, runSimulate(ctx, []string{"fault", "--admin", admin, "--clear"}, &out, &errOut))
+	require.Equal(t, "ok\n", out.String())
+
+	err = runSimulate(ctx, []string{"fault", "--admin", admin, "--kind", "explode"}, &out, &errOut)
+	require.ErrorContains(t, err, "unknown fault kind")
+	require.Equal(t, 2, ExitCode(err))
+	err = runSimulate(ctx, []string{"remove", "--admin", admin, "nope"}, &out, &errOut)
+	require.ErrorContains(t, err, "404")
+}
+
+func TestSimulateStandalone(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	// A done context: the simulators start, seed, print and shut down.
+	err := run(canceledCtx(), []string{"flow", "simulate", "--demo", "--nico-listen", "127.0.0.1:0", "--psm-listen", "127.0.0.1:0"}, env(nil), &out, &out)
+	require.NoError(t, err)
+	require.Contains(t, out.String(), "31 devices seeded")
+	require.True(t, strings.Contains(out.String(), "grpcurl -plaintext 127.0.0.1:"))
+}
+
+func TestDevSimulators(t *testing.T) {
+	t.Parallel()
+	cfg := Config{PSMURL: "psm.example:50052"}
+	sims, err := devSimulators(&cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sims.Close(canceledCtx()) })
+	require.Equal(t, sims.nicoSrv.URL(), cfg.NICoURL)
+	require.Equal(t, "psm.example:50052", cfg.PSMURL, "a URL the user set is kept")
+	resp, err := http.Get(cfg.NICoURL + "/admin/devices")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	both := Config{NICoURL: "a:1", PSMURL: "b:2"}
+	none, err := devSimulators(&both)
+	require.NoError(t, err)
+	require.Nil(t, none)
+}

@@ -1,0 +1,923 @@
+package nico
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	forgepb "github.com/nicoflow/flow/proto/gen/forge"
+	"github.com/nicoflow/flow/proto/gen/forge/forgepbconnect"
+)
+
+// DefaultTimeout is the per-call deadline when none is configured (upstream's
+// provider default).
+const DefaultTimeout = time.Minute
+
+// maxBatch caps each Find…ByIds batch; Core's max_find_by_ids lowers it.
+const maxBatch = 100
+
+// Client calls NICo Core over gRPC. A Client built from an empty URL is
+// valid but unconfigured: every call fails with ErrNotConfigured. It is safe
+// for concurrent use.
+type Client struct {
+	rpc     forgepbconnect.ForgeClient
+	timeout time.Duration
+
+	mu    sync.Mutex
+	batch int // 0 until read from Version
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	timeout time.Duration
+	tls     *tls.Config
+	http    connect.HTTPClient
+}
+
+// WithTimeout sets the deadline of every call (default DefaultTimeout).
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithTLS makes the client use TLS (mTLS when cfg carries a client
+// certificate). Without it the client speaks plaintext HTTP/2 unless the URL
+// is https.
+func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
+
+// WithHTTPClient replaces the HTTP client (tests).
+func WithHTTPClient(c connect.HTTPClient) Option { return func(o *options) { o.http = c } }
+
+// NewClient returns a client of the Core at url: "host:port",
+// "http://host:port" or "https://host:port". An empty url gives an
+// unconfigured client (see Client).
+func NewClient(url string, opts ...Option) (*Client, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	c := &Client{timeout: cmp.Or(o.timeout, DefaultTimeout)}
+	if url == "" {
+		return c, nil
+	}
+	base, std, err := HTTPClient(url, o.tls)
+	if err != nil {
+		return nil, fmt.Errorf("nico: %w", err)
+	}
+	var hc connect.HTTPClient = std
+	if o.http != nil {
+		hc = o.http
+	}
+	c.rpc = forgepbconnect.NewForgeClient(hc, base, connect.WithGRPC(), connect.WithReadMaxBytes(32<<20))
+	return c, nil
+}
+
+// HTTPClient returns the base URL and an HTTP/2 client for a gRPC backend at
+// url ("host:port" or with an http/https scheme). With cfg the connection is
+// TLS; a bare host:port then means https.
+func HTTPClient(url string, cfg *tls.Config) (string, *http.Client, error) {
+	base := url
+	if !strings.Contains(base, "://") {
+		if cfg != nil {
+			base = "https://" + base
+		} else {
+			base = "http://" + base
+		}
+	}
+	var p http.Protocols
+	tr := &http.Transport{Protocols: &p, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 4}
+	switch {
+	case strings.HasPrefix(base, "https://"):
+		p.SetHTTP2(true)
+		tr.TLSClientConfig = cfg
+		if cfg == nil {
+			tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+	case strings.HasPrefix(base, "http://"):
+		if cfg != nil {
+			return "", nil, errors.New("TLS configured but the URL says http://")
+		}
+		p.SetUnencryptedHTTP2(true)
+	default:
+		return "", nil, fmt.Errorf("unsupported URL scheme in %q", url)
+	}
+	return strings.TrimSuffix(base, "/"), &http.Client{Transport: tr}, nil
+}
+
+// Configured reports whether the client has a Core to call.
+func (c *Client) Configured() bool { return c.rpc != nil }
+
+func (c *Client) ready(method string) error {
+	if c.rpc == nil {
+		return &Error{Method: method, Class: ErrNotConfigured}
+	}
+	return nil
+}
+
+// callCtx gives a call its deadline.
+func (c *Client) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// classify turns a transport or gRPC error into a classified *Error. A
+// cancellation by the caller's own context is returned as is.
+func classify(ctx context.Context, method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+		return ctx.Err()
+	}
+	e := &Error{Method: method, Err: err, Msg: err.Error()}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		e.Msg = ce.Message()
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeNotFound:
+		e.Class = ErrNotFound
+	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeAlreadyExists,
+		connect.CodePermissionDenied, connect.CodeUnauthenticated, connect.CodeUnimplemented, connect.CodeOutOfRange:
+		e.Class = ErrRejected
+	default: // Unavailable, DeadlineExceeded, Internal, Unknown, Aborted, ResourceExhausted, Canceled by deadline
+		e.Class = ErrUnreachable
+	}
+	return e
+}
+
+func itemErr(method, key string, r *forgepb.ComponentResult) error {
+	if r.GetStatus() == forgepb.ComponentManagerStatusCode_COMPONENT_MANAGER_STATUS_CODE_SUCCESS {
+		return nil
+	}
+	e := &Error{Method: method, Device: key, Msg: cmp.Or(r.GetError(), r.GetStatus().String())}
+	switch r.GetStatus() {
+	case forgepb.ComponentManagerStatusCode_COMPONENT_MANAGER_STATUS_CODE_NOT_FOUND:
+		e.Class = ErrNotFound
+	case forgepb.ComponentManagerStatusCode_COMPONENT_MANAGER_STATUS_CODE_INVALID_ARGUMENT,
+		forgepb.ComponentManagerStatusCode_COMPONENT_MANAGER_STATUS_CODE_ALREADY_EXISTS:
+		e.Class = ErrRejected
+	default:
+		e.Class = ErrUnreachable
+	}
+	return e
+}
+
+func resultKey(r *forgepb.ComponentResult) string {
+	if r.MacAddress != nil {
+		return r.GetMacAddress()
+	}
+	return r.GetComponentId()
+}
+
+func checkTarget(method string, t Target) error {
+	if (len(t.IDs) == 0) == (len(t.MACs) == 0) {
+		return &Error{Method: method, Class: ErrRejected, Msg: "target needs exactly one of IDs and MACs"}
+	}
+	if t.Kind < KindCompute || t.Kind > KindPowerShelf {
+		return &Error{Method: method, Class: ErrRejected, Msg: "target has no component kind"}
+	}
+	return nil
+}
+
+func machineIDs(ids []string) []*forgepb.MachineId {
+	out := make([]*forgepb.MachineId, len(ids))
+	for i, id := range ids {
+		out[i] = &forgepb.MachineId{Id: id}
+	}
+	return out
+}
+
+func switchIDs(ids []string) []*forgepb.SwitchId {
+	out := make([]*forgepb.SwitchId, len(ids))
+	for i, id := range ids {
+		out[i] = &forgepb.SwitchId{Id: id}
+	}
+	return out
+}
+
+func shelfIDs(ids []string) []*forgepb.PowerShelfId {
+	out := make([]*forgepb.PowerShelfId, len(ids))
+	for i, id := range ids {
+		out[i] = &forgepb.PowerShelfId{Id: id}
+	}
+	return out
+}
+
+func macs(m []string) *forgepb.MacAddressList { return &forgepb.MacAddressList{MacAddresses: m} }
+
+// results converts item results and joins their errors; the error is nil
+// when every item succeeded.
+func results(method string, rs []*forgepb.ComponentResult) ([]Result, error) {
+	out := make([]Result, 0, len(rs))
+	var errs []error
+	for _, r := range rs {
+		key := resultKey(r)
+		res := Result{Key: key, ID: r.GetComponentId(), MAC: r.GetMacAddress(), Err: itemErr(method, key, r)}
+		if res.Err != nil {
+			errs = append(errs, res.Err)
+		}
+		out = append(out, res)
+	}
+	return out, errors.Join(errs...)
+}
+
+// Version returns Core's build version and its max_find_by_ids limit.
+func (c *Client) Version(ctx context.Context) (BuildInfo, error) {
+	const method = "Version"
+	if err := c.ready(method); err != nil {
+		return BuildInfo{}, err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	res, err := c.rpc.Version(cctx, &forgepb.VersionRequest{DisplayConfig: true})
+	if err != nil {
+		return BuildInfo{}, classify(ctx, method, err)
+	}
+	return BuildInfo{Version: res.GetBuildVersion(), MaxFindByIDs: res.GetRuntimeConfig().GetMaxFindByIds()}, nil
+}
+
+// batchSize is min(100, max_find_by_ids), read once from Version; if that
+// read fails, 100 is used for this call and the read is retried next time.
+func (c *Client) batchSize(ctx context.Context) int {
+	c.mu.Lock()
+	b := c.batch
+	c.mu.Unlock()
+	if b > 0 {
+		return b
+	}
+	info, err := c.Version(ctx)
+	if err != nil {
+		return maxBatch
+	}
+	b = maxBatch
+	if info.MaxFindByIDs > 0 && int(info.MaxFindByIDs) < b {
+		b = int(info.MaxFindByIDs)
+	}
+	c.mu.Lock()
+	c.batch = b
+	c.mu.Unlock()
+	return b
+}
+
+func checkIDs(method string, ids []string) error {
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if id == "" {
+			return &Error{Method: method, Class: ErrRejected, Msg: "empty ID"}
+		}
+		if seen[id] {
+			return &Error{Method: method, Class: ErrRejected, Device: id, Msg: "duplicate ID"}
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// byIDs runs fetch over ids in batches sharing one deadline, and fails with
+// ErrNotFound naming the IDs a reply left out.
+func byIDs[T any](ctx context.Context, c *Client, method string, ids []string, fetch func(context.Context, []string) ([]T, error), idOf func(T) string) ([]T, error) {
+	if err := c.ready(method); err != nil {
+		return nil, err
+	}
+	if err := checkIDs(method, ids); err != nil {
+		return nil, err
+	}
+	size := c.batchSize(ctx)
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	var out []T
+	for chunk := range slices.Chunk(ids, size) {
+		got, err := fetch(cctx, chunk)
+		if err != nil {
+			return nil, classify(ctx, method, err)
+		}
+		present := make(map[string]bool, len(got))
+		for _, g := range got {
+			present[idOf(g)] = true
+		}
+		var missing []string
+		for _, id := range chunk {
+			if !present[id] {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) > 0 || len(got) != len(chunk) {
+			return nil, &Error{Method: method, Class: ErrNotFound, Device: strings.Join(missing, ","), Msg: "reply does not hold exactly the requested IDs"}
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+// MachineIDs lists machine IDs; with includeDPUs DPUs are listed too, and a
+// non-empty rackID restricts the list to that rack.
+func (c *Client) MachineIDs(ctx context.Context, includeDPUs bool, rackID string) ([]string, error) {
+	const method = "FindMachineIds"
+	if err := c.ready(method); err != nil {
+		return nil, err
+	}
+	req := &forgepb.MachineSearchConfig{IncludeDpus: includeDPUs}
+	if rackID != "" {
+		req.RackId = &forgepb.RackId{Id: rackID}
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	res, err := c.rpc.FindMachineIds(cctx, req)
+	if err != nil {
+		return nil, classify(ctx, method, err)
+	}
+	out := make([]string, 0, len(res.GetMachineIds()))
+	for _, id := range res.GetMachineIds() {
+		out = append(out, id.GetId())
+	}
+	return out, nil
+}
+
+// Machines reads the machines with ids, in batches. It fails with
+// ErrNotFound when Core leaves any ID out, and with ErrRejected for empty or
+// duplicate IDs.
+func (c *Client) Machines(ctx context.Context, ids []string) ([]Machine, error) {
+	ms, err := byIDs(ctx, c, "FindMachinesByIds", ids, func(ctx context.Context, chunk []string) ([]*forgepb.Machine, error) {
+		res, err := c.rpc.FindMachinesByIds(ctx, &forgepb.MachinesByIdsRequest{MachineIds: machineIDs(chunk)})
+		return res.GetMachines(), err
+	}, func(m *forgepb.Machine) string { return m.GetId().GetId() })
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Machine, 0, len(ms))
+	for _, m := range ms {
+		mm := Machine{
+			ID:             m.GetId().GetId(),
+			State:          m.GetState(),
+			Host:           m.GetMachineType() == forgepb.MachineType_MACHINE_TYPE_HOST,
+			BMCMAC:         m.GetBmcInfo().GetMac(),
+			BMCIP:          m.GetBmcInfo().GetIp(),
+			BMCFirmware:    m.GetBmcInfo().GetFirmwareVersion(),
+			ChassisSerial:  m.GetStatus().GetDiscoveryInfo().GetDmiData().GetChassisSerial(),
+			UpdateComplete: m.GetStatus().GetUpdateComplete(),
+		}
+		for _, d := range m.GetStatus().GetAssociatedDpuMachineIds() {
+			mm.DPUIDs = append(mm.DPUIDs, d.GetId())
+		}
+		out = append(out, mm)
+	}
+	return out, nil
+}
+
+// SwitchIDs lists every switch ID.
+func (c *Client) SwitchIDs(ctx context.Context) ([]string, error) {
+	const method = "FindSwitchIds"
+	if err := c.ready(method); err != nil {
+		return nil, err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	res, err := c.rpc.FindSwitchIds(cctx, &forgepb.SwitchSearchFilter{})
+	if err != nil {
+		return nil, classify(ctx, method, err)
+	}
+	out := make([]string, 0, len(res.GetIds()))
+	for _, id := range res.GetIds() {
+		out = append(out, id.GetId())
+	}
+	return out, nil
+}
+
+// Switches reads the switches with ids, in batches, like Machines.
+func (c *Client) Switches(ctx context.Context, ids []string) ([]Switch, error) {
+	ss, err := byIDs(ctx, c, "FindSwitchesByIds", ids, func(ctx context.Context, chunk []string) ([]*forgepb.Switch, error) {
+		res, err := c.rpc.FindSwitchesByIds(ctx, &forgepb.SwitchesByIdsRequest{SwitchIds: switchIDs(chunk)})
+		return res.GetSwitches(), err
+	}, func(s *forgepb.Switch) string { return s.GetId().GetId() })
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Switch, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, Switch{
+			ID: s.GetId().GetId(), ControllerState: s.GetControllerState(), BMCMAC: s.GetBmcInfo().GetMac(),
+			RackID: s.GetRackId().GetId(), NVOSIP: s.GetNvosInfo().GetIp(),
+		})
+	}
+	return out, nil
+}
+
+// PowerShelfIDs lists every power shelf ID.
+func (c *Client) PowerShelfIDs(ctx context.Context) ([]string, error) {
+	const method = "FindPowerShelfIds"
+	if err := c.ready(method); err != nil {
+		return nil, err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	res, err := c.rpc.FindPowerShelfIds(cctx, &forgepb.PowerShelfSearchFilter{})
+	if err != nil {
+		return nil, classify(ctx, method, err)
+	}
+	out := make([]string, 0, len(res.GetIds()))
+	for _, id := range res.GetIds() {
+		out = append(out, id.GetId())
+	}
+	return out, nil
+}
+
+// PowerShelves reads the shelves with ids, in batches, like Machines.
+func (c *Client) PowerShelves(ctx context.Context, ids []string) ([]PowerShelf, error) {
+	ps, err := byIDs(ctx, c, "FindPowerShelvesByIds", ids, func(ctx context.Context, chunk []string) ([]*forgepb.PowerShelf, error) {
+		res, err := c.rpc.FindPowerShelvesByIds(ctx, &forgepb.PowerShelvesByIdsRequest{PowerShelfIds: shelfIDs(chunk)})
+		return res.GetPowerShelves(), err
+	}, func(p *forgepb.PowerShelf) string { return p.GetId().GetId() })
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PowerShelf, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, PowerShelf{ID: p.GetId().GetId(), ControllerState: p.GetControllerState(), BMCMAC: p.GetBmcInfo().GetMac(), RackID: p.GetRackId().GetId()})
+	}
+	return out, nil
+}
+
+func metadata(labels map[string]string) *forgepb.Metadata {
+	if len(labels) == 0 {
+		return nil
+	}
+	md := &forgepb.Metadata{}
+	for _, k := range sortedKeys(labels) {
+		v := labels[k]
+		md.Labels = append(md.Labels, &forgepb.Label{Key: k, Value: &v})
+	}
+	return md
+}
+
+func labels(md *forgepb.Metadata) map[string]string {
+	if len(md.GetLabels()) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(md.GetLabels()))
+	for _, l := range md.GetLabels() {
+		out[l.GetKey()] = l.GetValue()
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func rackID(id string) *forgepb.RackId {
+	if id == "" {
+		return nil
+	}
+	return &forgepb.RackId{Id: id}
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// AddExpectedMachine declares an expected compute tray to Core (idempotent
+// by BMC MAC).
+func (c *Client) AddExpectedMachine(ctx context.Context, m ExpectedMachine) error {
+	const method = "AddExpectedMachine"
+	if err := c.ready(method); err != nil {
+		return err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	_, err := c.rpc.AddExpectedMachine(cctx, &forgepb.ExpectedMachine{
+		BmcMacAddress: m.BMCMAC, BmcUsername: m.BMCUsername, BmcPassword: m.BMCPassword,
+		ChassisSerialNumber: m.ChassisSerial, RackId: rackID(m.RackID), BmcIpAddress: optString(m.BMCIP),
+		DefaultPauseIngestionAndPoweron: m.PauseIngestion, Metadata: metadata(m.Labels),
+	})
+	return classify(ctx, method, err)
+}
+
+// AddExpectedSwitch declares an expected switch to Core (idempotent by BMC
+// MAC). NVOS credentials are sent only when set.
+func (c *Client) AddExpectedSwitch(ctx context.Context, s ExpectedSwitch) error {
+	const method = "AddExpectedSwitch"
+	if err := c.ready(method); err != nil {
+		return err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	_, err := c.rpc.AddExpectedSwitch(cctx, &forgepb.ExpectedSwitch{
+		BmcMacAddress: s.BMCMAC, BmcUsername: s.BMCUsername, BmcPassword: s.BMCPassword,
+		SwitchSerialNumber: s.Serial, RackId: rackID(s.RackID), BmcIpAddress: optString(s.BMCIP),
+		NvosUsername: optString(s.NVOSUsername), NvosPassword: optString(s.NVOSPassword), Metadata: metadata(s.Labels),
+	})
+	return classify(ctx, method, err)
+}
+
+// AddExpectedPowerShelf declares an expected power shelf to Core (idempotent
+// by PMC MAC).
+func (c *Client) AddExpectedPowerShelf(ctx context.Context, p ExpectedPowerShelf) error {
+	const method = "AddExpectedPowerShelf"
+	if err := c.ready(method); err != nil {
+		return err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	_, err := c.rpc.AddExpectedPowerShelf(cctx, &forgepb.ExpectedPowerShelf{
+		BmcMacAddress: p.BMCMAC, BmcUsername: p.BMCUsername, BmcPassword: p.BMCPassword,
+		ShelfSerialNumber: p.Serial, RackId: rackID(p.RackID), BmcIpAddress: p.BMCIP, Metadata: metadata(p.Labels),
+	})
+	return classify(ctx, method, err)
+}
+
+// ExpectedMachines reads every expected machine (passwords left out).
+func (c *Client) ExpectedMachines(ctx context.Context) ([]ExpectedMachine, error) {
+	const method = "GetAllExpectedMachines"
+	if err := c.ready(method); err != nil {
+		return nil, err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	res, err := c.rpc.GetAllExpectedMachines(cctx, &emptypb.Empty{})
+	if err != nil {
+		return nil, classify(ctx, method, err)
+	}
+	var out []ExpectedMachine
+	for _, m := range res.GetExpectedMachines() {
+		out = append(out, ExpectedMachine{BMCMAC: m.GetBmcMacAddress(), ChassisSerial: m.GetChassisSerialNumber(), RackID: m.GetRackId().GetId(), BMCIP: m.GetBmcIpAddress(), Labels: labels(m.GetMetadata())})
+	}
+	return out, nil
+}
+
+// ExpectedSwitches reads every expected switch (passwords left out).
+func (c *Client) ExpectedSwitches(ctx context.Context) ([]ExpectedSwitch, error) {
+	const method = "GetAllExpectedSwitches"
+	if err := c.ready(method); err != nil {
+		return nil, err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	res, err := c.rpc.GetAllExpectedSwitches(cctx, &emptypb.Empty{})
+	if err != nil {
+		return nil, classify(ctx, method, err)
+	}
+	var out []ExpectedSwitch
+	for _, s := range res.GetExpectedSwitches() {
+		out = append(out, ExpectedSwitch{BMCMAC: s.GetBmcMacAddress(), Serial: s.GetSwitchSerialNumber(), RackID: s.GetRackId().GetId(), BMCIP: s.GetBmcIpAddress(), Labels: labels(s.GetMetadata())})
+	}
+	return out, nil
+}
+
+// ExpectedPowerShelves reads every expected power shelf (passwords left out).
+func (c *Client) ExpectedPowerShelves(ctx context.Context) ([]ExpectedPowerShelf, error) {
+	const method = "GetAllExpectedPowerShelves"
+	if err := c.ready(method); err != nil {
+		return nil, err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	res, err := c.rpc.GetAllExpectedPowerShelves(cctx, &emptypb.Empty{})
+	if err != nil {
+		return nil, classify(ctx, method, err)
+	}
+	var out []ExpectedPowerShelf
+	for _, p := range res.GetExpectedPowerShelves() {
+		out = append(out, ExpectedPowerShelf{BMCMAC: p.GetBmcMacAddress(), Serial: p.GetShelfSerialNumber(), RackID: p.GetRackId().GetId(), BMCIP: p.GetBmcIpAddress(), Labels: labels(p.GetMetadata())})
+	}
+	return out, nil
+}
+
+// AllowIngestion opens the ingestion gate for the BMC endpoint identified by
+// address (Flow sends the component identifier here, as upstream does).
+func (c *Client) AllowIngestion(ctx context.Context, address string) error {
+	const method = "AllowIngestionAndPowerOn"
+	if err := c.ready(method); err != nil {
+		return err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	_, err := c.rpc.AllowIngestionAndPowerOn(cctx, &forgepb.BmcEndpointRequest{IpAddress: address})
+	return classify(ctx, method, err)
+}
+
+// IngestionState reads the ingestion state of the BMC endpoint at address.
+func (c *Client) IngestionState(ctx context.Context, address string) (IngestionState, error) {
+	const method = "DetermineMachineIngestionState"
+	if err := c.ready(method); err != nil {
+		return "", err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	res, err := c.rpc.DetermineMachineIngestionState(cctx, &forgepb.BmcEndpointRequest{IpAddress: address})
+	if err != nil {
+		return "", classify(ctx, method, err)
+	}
+	return IngestionState(res.GetMachineIngestionState().String()), nil
+}
+
+// Decommission starts decommissioning one component by Core ID. Core accepts
+// it only from Ready (else ErrRejected).
+func (c *Client) Decommission(ctx context.Context, kind Kind, id string) error {
+	var method string
+	switch kind {
+	case KindCompute:
+		method = "DecommissionManagedHost"
+	case KindSwitch:
+		method = "DecommissionSwitch"
+	case KindPowerShelf:
+		method = "DecommissionPowerShelf"
+	default:
+		return &Error{Method: "Decommission", Class: ErrRejected, Msg: "unknown component kind"}
+	}
+	if err := c.ready(method); err != nil {
+		return err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	var err error
+	switch kind {
+	case KindCompute:
+		_, err = c.rpc.DecommissionManagedHost(cctx, &forgepb.DecommissionManagedHostRequest{MachineId: &forgepb.MachineId{Id: id}})
+	case KindSwitch:
+		_, err = c.rpc.DecommissionSwitch(cctx, &forgepb.DecommissionSwitchRequest{SwitchId: &forgepb.SwitchId{Id: id}})
+	case KindPowerShelf:
+		_, err = c.rpc.DecommissionPowerShelf(cctx, &forgepb.DecommissionPowerShelfRequest{PowerShelfId: &forgepb.PowerShelfId{Id: id}})
+	}
+	err = classify(ctx, method, err)
+	if e, ok := err.(*Error); ok {
+		e.Device = id
+	}
+	return err
+}
+
+// PowerControl asks Core to apply action to every component of t. The
+// results carry one entry per target, keyed by the caller's identifier; the
+// error joins the failed items (nil when all succeeded) or is the call's own
+// failure. bypass carries the operator's readiness-check override.
+func (c *Client) PowerControl(ctx context.Context, t Target, action PowerAction, bypass bool) ([]Result, error) {
+	const method = "ComponentPowerControl"
+	if err := c.ready(method); err != nil {
+		return nil, err
+	}
+	if err := checkTarget(method, t); err != nil {
+		return nil, err
+	}
+	req := &forgepb.ComponentPowerControlRequest{Action: forgepb.SystemPowerControl(action), BypassStateController: bypass}
+	switch {
+	case t.Kind == KindCompute && len(t.IDs) > 0:
+		req.Target = &forgepb.ComponentPowerControlRequest_MachineIds{MachineIds: &forgepb.MachineIdList{MachineIds: machineIDs(t.IDs)}}
+	case t.Kind == KindSwitch && len(t.IDs) > 0:
+		req.Target = &forgepb.ComponentPowerControlRequest_SwitchIds{SwitchIds: &forgepb.SwitchIdList{Ids: switchIDs(t.IDs)}}
+	case t.Kind == KindPowerShelf && len(t.IDs) > 0:
+		req.Target = &forgepb.ComponentPowerControlRequest_PowerShelfIds{PowerShelfIds: &forgepb.PowerShelfIdList{Ids: shelfIDs(t.IDs)}}
+	case t.Kind == KindCompute:
+		req.Target = &forgepb.ComponentPowerControlRequest_ComputeBmcMacs{ComputeBmcMacs: macs(t.MACs)}
+	case t.Kind == KindSwitch:
+		req.Target = &forgepb.ComponentPowerControlRequest_SwitchBmcMacs{SwitchBmcMacs: macs(t.MACs)}
+	default:
+		req.Target = &forgepb.ComponentPowerControlRequest_PowerShelfPmcMacs{PowerShelfPmcMacs: macs(t.MACs)}
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	res, err := c.rpc.ComponentPowerControl(cctx, req)
+	if err != nil {
+		return nil, classify(ctx, method, err)
+	}
+	return results(method, res.GetResults())
+}
+
+// Inventory reads the exploration report of every component of t. A device
+// whose item failed, or that has no report, comes back with Err set; the
+// returned error is only the call's own failure.
+func (c *Client) Inventory(ctx context.Context, t Target) ([]Inventory, error) {
+	const method = "GetComponentInventory"
+	if err := c.ready(method); err != nil {
+		return nil, err
+	}
+	if err := checkTarget(method, t); err != nil {
+		return nil, err
+	}
+	req := &forgepb.GetComponentInventoryRequest{}
+	switch {
+	case t.Kind == KindCompute && len(t.IDs) > 0:
+		req.Target = &forgepb.GetComponentInventoryRequest_MachineIds{MachineIds: &forgepb.MachineIdList{MachineIds: machineIDs(t.IDs)}}
+	case t.Kind == KindSwitch && len(t.IDs) > 0:
+		req.Target = &forgepb.GetComponentInventoryRequest_SwitchIds{SwitchIds: &forgepb.SwitchIdList{Ids: switchIDs(t.IDs)}}
+	case t.Kind == KindPowerShelf && len(t.IDs) > 0:
+		req.Target = &forgepb.GetComponentInventoryRequest_PowerShelfIds{PowerShelfIds: &forgepb.PowerShelfIdList{Ids: shelfIDs(t.IDs)}}
+	case t.Kind == KindCompute:
+		req.Target = &forgepb.GetComponentInventoryRequest_ComputeBmcMacs{ComputeBmcMacs: macs(t.MACs)}
+	case t.Kind == KindSwitch:
+		req.Target = &forgepb.GetComponentInventoryRequest_SwitchBmcMacs{SwitchBmcMacs: macs(t.MACs)}
+	default:
+		req.Target = &forgepb.GetComponentInventoryRequest_PowerShelfPmcMacs{PowerShelfPmcMacs: macs(t.MACs)}
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	res, err := c.rpc.GetComponentInventory(cctx, req)
+	if err != nil {
+		return nil, classify(ctx, method, err)
+	}
+	out := make([]Inventory, 0, len(res.GetEntries()))
+	for _, e := range res.GetEntries() {
+		key := resultKey(e.GetResult())
+		inv := Inventory{Key: key, ID: e.GetResult().GetComponentId(), Err: itemErr(method, key, e.GetResult())}
+		if inv.Err == nil && e.Report == nil {
+			inv.Err = &Error{Method: method, Device: key, Class: ErrUnreachable, Msg: "no exploration report"}
+		}
+		if inv.Err == nil {
+			r := e.GetReport()
+			inv.Power = PowerStateUnknown
+			if len(r.GetSystems()) > 0 {
+				inv.Power = powerState(r.GetSystems()[0].GetPowerState())
+			}
+			inv.FirmwareVersions = r.GetFirmwareVersions()
+			for _, s := range r.GetService() {
+				for _, it := range s.GetInventories() {
+					inv.Items = append(inv.Items, InventoryItem{ID: it.GetId(), Description: it.GetDescription(), Version: it.GetVersion()})
+				}
+			}
+			if len(r.GetChassis()) > 0 {
+				inv.ChassisSerial = r.GetChassis()[0].GetSerialNumber()
+			}
+		}
+		out = append(out, inv)
+	}
+	return out, nil
+}
+
+func powerState(p forgepb.ComputerSystemPowerState) PowerState {
+	switch p {
+	case forgepb.ComputerSystemPowerState_On:
+		return PowerStateOn
+	case forgepb.ComputerSystemPowerState_Off:
+		return PowerStateOff
+	case forgepb.ComputerSystemPowerState_PoweringOn:
+		return PowerStatePoweringOn
+	case forgepb.ComputerSystemPowerState_PoweringOff:
+		return PowerStatePoweringOff
+	case forgepb.ComputerSystemPowerState_Paused:
+		return PowerStatePaused
+	case forgepb.ComputerSystemPowerState_Hibernating:
+		return PowerStateHibernating
+	case forgepb.ComputerSystemPowerState_Sleeping:
+		return PowerStateSleeping
+	}
+	return PowerStateUnknown
+}
+
+var computeComponents = map[string]forgepb.ComputeTrayComponent{
+	"bmc": 1, "bios": 2, "cec": 3, "nic": 4, "cpld_mb": 5, "cpld_pdb": 6, "hgx_bmc": 7, "combined_bmc_uefi": 8, "gpu": 9, "cx7": 10,
+}
+
+var switchComponents = map[string]forgepb.NvSwitchComponent{"bmc": 1, "cpld": 2, "bios": 3, "nvos": 4}
+
+var shelfComponents = map[string]forgepb.PowerShelfComponent{"pmc": 1, "psu": 2}
+
+// FirmwareComponents returns the sub-target names Core accepts for kind.
+func FirmwareComponents(kind Kind) []string {
+	var keys []string
+	switch kind {
+	case KindCompute:
+		for k := range computeComponents {
+			keys = append(keys, k)
+		}
+	case KindSwitch:
+		for k := range switchComponents {
+			keys = append(keys, k)
+		}
+	case KindPowerShelf:
+		for k := range shelfComponents {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func components[E ~int32](method string, names []string, known map[string]E) ([]E, error) {
+	out := make([]E, 0, len(names))
+	for _, n := range names {
+		v, ok := known[strings.ToLower(n)]
+		if !ok {
+			return nil, &Error{Method: method, Class: ErrRejected, Msg: fmt.Sprintf("unknown firmware component %q", n)}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// UpdateFirmware starts a firmware update on every component of t. Results
+// and error follow PowerControl. Unknown component names fail with
+// ErrRejected before any call.
+func (c *Client) UpdateFirmware(ctx context.Context, t Target, fr FirmwareRequest) ([]Result, error) {
+	const method = "UpdateComponentFirmware"
+	if err := c.ready(method); err != nil {
+		return nil, err
+	}
+	if err := checkTarget(method, t); err != nil {
+		return nil, err
+	}
+	req := &forgepb.UpdateComponentFirmwareRequest{TargetVersion: fr.TargetVersion, AccessToken: optString(fr.AccessToken), ForceUpdate: fr.Force, BypassStateController: fr.BypassReadiness}
+	switch t.Kind {
+	case KindCompute:
+		cs, err := components(method, fr.Components, computeComponents)
+		if err != nil {
+			return nil, err
+		}
+		req.Target = &forgepb.UpdateComponentFirmwareRequest_ComputeTrays{ComputeTrays: &forgepb.UpdateComputeTrayFirmwareTarget{MachineIds: machineIDs(t.IDs), BmcMacs: t.MACs, Components: cs}}
+	case KindSwitch:
+		cs, err := components(method, fr.Components, switchComponents)
+		if err != nil {
+			return nil, err
+		}
+		req.Target = &forgepb.UpdateComponentFirmwareRequest_Switches{Switches: &forgepb.UpdateSwitchFirmwareTarget{SwitchIds: switchIDs(t.IDs), BmcMacs: t.MACs, Components: cs}}
+	default:
+		cs, err := components(method, fr.Components, shelfComponents)
+		if err != nil {
+			return nil, err
+		}
+		req.Target = &forgepb.UpdateComponentFirmwareRequest_PowerShelves{PowerShelves: &forgepb.UpdatePowerShelfFirmwareTarget{PowerShelfIds: shelfIDs(t.IDs), PmcMacs: t.MACs, Components: cs}}
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	res, err := c.rpc.UpdateComponentFirmware(cctx, req)
+	if err != nil {
+		return nil, classify(ctx, method, err)
+	}
+	return results(method, res.GetResults())
+}
+
+// FirmwareStatus reads the jobs of each device's latest firmware request.
+// Devices without a job are absent (for shelves Core may answer an empty
+// list). The error is only the call's own failure; item failures are in Err.
+func (c *Client) FirmwareStatus(ctx context.Context, t Target) ([]FirmwareStatus, error) {
+	const method = "GetComponentFirmwareStatus"
+	if err := c.ready(method); err != nil {
+		return nil, err
+	}
+	if err := checkTarget(method, t); err != nil {
+		return nil, err
+	}
+	req := &forgepb.GetComponentFirmwareStatusRequest{}
+	switch {
+	case t.Kind == KindCompute && len(t.IDs) > 0:
+		req.Target = &forgepb.GetComponentFirmwareStatusRequest_MachineIds{MachineIds: &forgepb.MachineIdList{MachineIds: machineIDs(t.IDs)}}
+	case t.Kind == KindSwitch && len(t.IDs) > 0:
+		req.Target = &forgepb.GetComponentFirmwareStatusRequest_SwitchIds{SwitchIds: &forgepb.SwitchIdList{Ids: switchIDs(t.IDs)}}
+	case t.Kind == KindPowerShelf && len(t.IDs) > 0:
+		req.Target = &forgepb.GetComponentFirmwareStatusRequest_PowerShelfIds{PowerShelfIds: &forgepb.PowerShelfIdList{Ids: shelfIDs(t.IDs)}}
+	case t.Kind == KindCompute:
+		req.Target = &forgepb.GetComponentFirmwareStatusRequest_ComputeBmcMacs{ComputeBmcMacs: macs(t.MACs)}
+	case t.Kind == KindSwitch:
+		req.Target = &forgepb.GetComponentFirmwareStatusRequest_SwitchBmcMacs{SwitchBmcMacs: macs(t.MACs)}
+	default:
+		req.Target = &forgepb.GetComponentFirmwareStatusRequest_PowerShelfPmcMacs{PowerShelfPmcMacs: macs(t.MACs)}
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	res, err := c.rpc.GetComponentFirmwareStatus(cctx, req)
+	if err != nil {
+		return nil, classify(ctx, method, err)
+	}
+	out := make([]FirmwareStatus, 0, len(res.GetStatuses()))
+	for _, s := range res.GetStatuses() {
+		key := resultKey(s.GetResult())
+		fs := FirmwareStatus{Key: key, ID: s.GetResult().GetComponentId(), State: firmwareState(s.GetState()), TargetVersion: s.GetTargetVersion(), Error: s.GetResult().GetError()}
+		if fs.State != FirmwareFailed && fs.State != FirmwareCancelled {
+			fs.Err = itemErr(method, key, s.GetResult())
+		}
+		out = append(out, fs)
+	}
+	return out, nil
+}
+
+func firmwareState(s forgepb.FirmwareUpdateState) FirmwareState {
+	switch s {
+	case forgepb.FirmwareUpdateState_FW_STATE_QUEUED:
+		return FirmwareQueued
+	case forgepb.FirmwareUpdateState_FW_STATE_IN_PROGRESS:
+		return FirmwareInProgress
+	case forgepb.FirmwareUpdateState_FW_STATE_VERIFYING:
+		return FirmwareVerifying
+	case forgepb.FirmwareUpdateState_FW_STATE_COMPLETED:
+		return FirmwareCompleted
+	case forgepb.FirmwareUpdateState_FW_STATE_FAILED:
+		return FirmwareFailed
+	case forgepb.FirmwareUpdateState_FW_STATE_CANCELLED:
+		return FirmwareCancelled
+	}
+	return FirmwareUnknown
+}

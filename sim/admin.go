@@ -1,0 +1,113 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+)
+
+// Admin is what a simulator exposes to its admin HTTP/JSON surface.
+type Admin interface {
+	Journal() *Journal
+	Faults() *Faults
+	// Devices returns the simulated devices, JSON-encodable.
+	Devices() any
+	// SeedJSON adds or replaces devices from a JSON list.
+	SeedJSON(data []byte) error
+	// Remove deletes a device by ID or MAC and reports whether it existed.
+	Remove(device string) bool
+}
+
+// AdminHandler serves a simulator's admin surface under /admin/:
+//
+//	GET    /admin/journal[?method=M]  calls received (JSON list of Call)
+//	DELETE /admin/journal             forget them
+//	GET    /admin/faults              active faults
+//	POST   /admin/faults              add one (JSON Fault) → {"id": N}
+//	DELETE /admin/faults              clear all
+//	DELETE /admin/faults/{id}         remove one
+//	GET    /admin/devices             simulated devices
+//	POST   /admin/devices             seed devices (JSON list)
+//	DELETE /admin/devices/{device}    remove a device by ID or MAC
+func AdminHandler(a Admin) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /admin/journal", func(w http.ResponseWriter, r *http.Request) {
+		var calls []Call
+		if m := r.URL.Query().Get("method"); m != "" {
+			calls = a.Journal().Calls(m)
+		} else {
+			calls = a.Journal().Calls()
+		}
+		writeJSON(w, http.StatusOK, calls)
+	})
+	mux.HandleFunc("DELETE /admin/journal", func(w http.ResponseWriter, r *http.Request) {
+		a.Journal().Reset()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /admin/faults", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, a.Faults().List())
+	})
+	mux.HandleFunc("POST /admin/faults", func(w http.ResponseWriter, r *http.Request) {
+		var f Fault
+		if err := json.NewDecoder(r.Body).Decode(&f); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		id, err := a.Faults().Add(f)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, map[string]int{"id": id})
+	})
+	mux.HandleFunc("DELETE /admin/faults", func(w http.ResponseWriter, r *http.Request) {
+		a.Faults().Clear()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("DELETE /admin/faults/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.Atoi(r.PathValue("id"))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, errors.New("fault id must be a number"))
+			return
+		}
+		if !a.Faults().Remove(id) {
+			writeError(w, http.StatusNotFound, errors.New("no such fault"))
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /admin/devices", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, a.Devices())
+	})
+	mux.HandleFunc("POST /admin/devices", func(w http.ResponseWriter, r *http.Request) {
+		var raw json.RawMessage
+		if err := json.NewDecoder(r.Body).Decode(&raw); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		if err := a.SeedJSON(raw); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("DELETE /admin/devices/{device}", func(w http.ResponseWriter, r *http.Request) {
+		if !a.Remove(r.PathValue("device")) {
+			writeError(w, http.StatusNotFound, errors.New("no such device"))
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, err error) {
+	writeJSON(w, status, map[string]string{"error": err.Error()})
+}

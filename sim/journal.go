@@ -1,0 +1,64 @@
+package sim
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// Call is one request a simulator received: when (simulator clock), which
+// method (the RPC name, e.g. "UpdateComponentFirmware"), which devices it
+// named (IDs or MACs, as sent), and the gRPC code it answered with ("ok" or
+// a connect code name such as "unavailable").
+type Call struct {
+	Time    time.Time `json:"time"`
+	Method  string    `json:"method"`
+	Devices []string  `json:"devices,omitempty"`
+	Code    string    `json:"code"`
+}
+
+// Journal records every call a simulator receives, in arrival order. It is
+// safe for concurrent use.
+type Journal struct {
+	mu    sync.Mutex
+	calls []Call
+}
+
+// Record appends c.
+func (j *Journal) Record(c Call) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.calls = append(j.calls, c)
+}
+
+// Calls returns a copy of the calls recorded so far; with methods given,
+// only the calls to those methods.
+func (j *Journal) Calls(methods ...string) []Call {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make([]Call, 0, len(j.calls))
+	for _, c := range j.calls {
+		if len(methods) == 0 || slices.Contains(methods, c.Method) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// CountFor returns how many calls to method named device.
+func (j *Journal) CountFor(method, device string) int {
+	n := 0
+	for _, c := range j.Calls(method) {
+		if slices.Contains(c.Devices, device) {
+			n++
+		}
+	}
+	return n
+}
+
+// Reset forgets every recorded call.
+func (j *Journal) Reset() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.calls = nil
+}
