@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/inventory"
 )
 
 // server is a running Flow server: its pool, HTTP server and background work.
@@ -56,6 +57,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 
 	svc := &flowService{
 		versionHandler: &versionHandler{build: ReadBuild()},
+		Handler:        inventory.NewHandler(inventory.NewService(), pool),
 	}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode})
 	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)

@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 
+	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
@@ -24,9 +25,12 @@ import (
 type flowService struct {
 	unimplemented
 	*versionHandler
+	*inventory.Handler
 }
 
-type unimplemented struct{ flowv1connect.UnimplementedFlowHandler }
+type unimplemented struct {
+	flowv1connect.UnimplementedFlowHandler
+}
 
 var _ flowv1connect.FlowHandler = (*flowService)(nil)
 
