@@ -27,7 +27,9 @@ type flowServer struct {
 	*inventory.Handler
 }
 
-type unimplemented struct{ flowv1connect.UnimplementedFlowHandler }
+type unimplemented struct {
+	flowv1connect.UnimplementedFlowHandler
+}
 
 type testBundle struct {
 	client flowv1connect.FlowClient
@@ -545,8 +547,8 @@ func TestComponentByIDAndSerial(t *testing.T) {
 func TestGetComponents(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	a := b.create(t, smallRack("ra", 1, 4))  // c0 compute, c1 switch, c2 compute, c3 switch
-	b.create(t, smallRack("rb", 2, 2))       // c0 compute, c1 switch
+	a := b.create(t, smallRack("ra", 1, 4)) // c0 compute, c1 switch, c2 compute, c3 switch
+	b.create(t, smallRack("rb", 2, 2))      // c0 compute, c1 switch
 	domain, err := b.client.CreateNVLDomain(b.ctx, &flowv1.CreateNVLDomainRequest{NvlDomain: &flowv1.NVLDomain{Identifier: &flowv1.Identifier{Name: "dom"}}})
 	require.NoError(t, err)
 	_, err = b.client.AttachRacksToNVLDomain(b.ctx, &flowv1.AttachRacksToNVLDomainRequest{
@@ -657,7 +659,10 @@ func TestAddComponent(t *testing.T) {
 		{name: "BadRackID", mutate: func(c *flowv1.Component) { c.RackId = id("r") }, code: connect.CodeInvalidArgument, contains: "component.rack_id"},
 		{name: "UnknownRack", mutate: func(c *flowv1.Component) { c.RackId = id(uuid.NewString()) }, code: connect.CodeNotFound, contains: "rack not found"},
 		{name: "MACTaken", mutate: func(c *flowv1.Component) { c.Info.SerialNumber = "SW-2"; c.Bmcs[0].MacAddress = "D8:19:09:00:04:AF" }, code: connect.CodeAlreadyExists, contains: "d8:19:09:00:04:af"},
-		{name: "SerialTaken", mutate: func(c *flowv1.Component) { c.Info.Manufacturer = "wiwynn"; c.Info.SerialNumber = "B8111801000851500108Y0SA" }, code: connect.CodeAlreadyExists, contains: "component already exists"},
+		{name: "SerialTaken", mutate: func(c *flowv1.Component) {
+			c.Info.Manufacturer = "wiwynn"
+			c.Info.SerialNumber = "B8111801000851500108Y0SA"
+		}, code: connect.CodeAlreadyExists, contains: "component already exists"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
