@@ -33,14 +33,27 @@ const usage = `flow: rack inventory and durable rack operations on PostgreSQL
 
 Usage:
   flow serve [--listen ADDR] [--dev-mode] [--migrate]   run the server
-  flow dev [--data-dir DIR] [--listen ADDR]             run Flow on a private PostgreSQL (the embedded default)
+  flow dev [--data-dir DIR] [--listen ADDR] [--seed N]  run Flow on a private PostgreSQL (the embedded default)
   flow db migrate                                       apply Flow's and River's migrations
   flow db status                                        print the schema versions
   flow version                                          print build information
   flow config                                           print every environment variable Flow reads
 
-Run 'flow <command> --help' for a command's flags.
+CLI (a Connect client of a running server; --server ADDR or FLOW_SERVER,
+default 127.0.0.1:50051; -o table|json):
+  flow rack create|list|get|patch|delete|purge          racks
+  flow component list|get|add|patch|delete|purge        components
+  flow nvl-domain create|attach|detach|list|racks       NVLink domains
+
+Run 'flow <command> --help' for a command's flags, 'flow <noun>' for its verbs.
 `
+
+// cliNouns are the CLI's nouns (cli.go); a new noun is one line here.
+var cliNouns = []cliNoun{
+	rackNoun,
+	componentNoun,
+	nvlDomainNoun,
+}
 
 // Run runs the flow command given by args (os.Args shape) with the
 // environment read through getenv. It returns when the command is done or
@@ -75,6 +88,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
+	}
+	for _, n := range cliNouns {
+		if n.name == cmd {
+			return runNoun(ctx, n, rest, getenv, stdout, stderr)
+		}
 	}
 	fmt.Fprint(stderr, usage)
 	return usageError{fmt.Errorf("unknown command %q", cmd)}
