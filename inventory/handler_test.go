@@ -33,6 +33,7 @@ type unimplemented struct {
 
 type testBundle struct {
 	client flowv1connect.FlowClient
+	url    string // server base URL, for extra clients
 	svc    *inventory.Service
 	pool   *pgxpool.Pool
 	ctx    context.Context
@@ -46,7 +47,7 @@ func setup(t testing.TB) *testBundle {
 	mux.Handle(flowv1connect.NewFlowHandler(flowServer{Handler: inventory.NewHandler(svc, pool)}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &testBundle{client: flowv1connect.NewFlowClient(srv.Client(), srv.URL), svc: svc, pool: pool, ctx: context.Background()}
+	return &testBundle{client: flowv1connect.NewFlowClient(srv.Client(), srv.URL), svc: svc, pool: pool, ctx: context.Background(), url: srv.URL}
 }
 
 func str(s string) *string { return &s }

@@ -175,7 +175,8 @@ type Rack struct {
 	Location     Location
 	ExternalID   string
 	NVLDomainID  *uuid.UUID
-	// Components is filled only when asked for (with_components).
+	// Components is filled only when asked for (with_components); such
+	// components carry no timestamps.
 	Components []Component
 	TaskStats  TaskStats
 	CreatedAt  time.Time

@@ -146,19 +146,12 @@ func (s *Service) ResolveTargets(ctx context.Context, dbtx db.DBTX, spec TargetS
 			out[i].Components = append(out[i].Components, c)
 		}
 	} else {
-		ids := make([]uuid.UUID, len(sc.racks))
+		racks := make([]Rack, len(sc.racks))
 		for i, r := range sc.racks {
-			ids[i] = r.rack.ID
+			racks[i] = r.rack
 		}
-		compRows, err := s.q.ComponentListByRacks(ctx, dbtx, ids)
+		comps, err := s.componentsOfRacks(ctx, dbtx, racks)
 		if err != nil {
-			return nil, fmt.Errorf("list components of racks: %w", err)
-		}
-		comps := make([]Component, len(compRows))
-		for i, cr := range compRows {
-			comps[i] = componentFromRow(cr.Component, cr.RackNVLDomainID, cr.RackExternalID)
-		}
-		if err := s.completeComponents(ctx, dbtx, comps); err != nil {
 			return nil, err
 		}
 		index := map[uuid.UUID]int{}

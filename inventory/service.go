@@ -239,15 +239,8 @@ func (s *Service) completeRacks(ctx context.Context, dbtx db.DBTX, rows []dbsqlc
 	if !withComponents || len(rows) == 0 {
 		return racks, nil
 	}
-	compRows, err := s.q.ComponentListByRacks(ctx, dbtx, ids)
+	comps, err := s.componentsOfRacks(ctx, dbtx, racks)
 	if err != nil {
-		return nil, fmt.Errorf("list components of racks: %w", err)
-	}
-	comps := make([]Component, len(compRows))
-	for i, cr := range compRows {
-		comps[i] = componentFromRow(cr.Component, cr.RackNVLDomainID, cr.RackExternalID)
-	}
-	if err := s.completeComponents(ctx, dbtx, comps); err != nil {
 		return nil, err
 	}
 	index := make(map[uuid.UUID]int, len(racks))
@@ -260,6 +253,62 @@ func (s *Service) completeRacks(ctx context.Context, dbtx db.DBTX, rows []dbsqlc
 		racks[i].Components = append(racks[i].Components, c)
 	}
 	return racks, nil
+}
+
+// componentsOfRacks returns the live components of racks with their BMCs
+// and task stats, ordered by name then UUID (racks not regrouped).
+func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []Rack) ([]Component, error) {
+	ids := make([]uuid.UUID, len(racks))
+	byID := make(map[uuid.UUID]*Rack, len(racks))
+	for i := range racks {
+		ids[i] = racks[i].ID
+		byID[racks[i].ID] = &racks[i]
+	}
+	rows, err := s.q.ComponentListWithBMCsByRacks(ctx, dbtx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("list components of racks: %w", err)
+	}
+	comps := make([]Component, 0, len(rows))
+	index := make(map[uuid.UUID]int, len(rows))
+	for _, row := range rows {
+		i, ok := index[row.ID]
+		if !ok {
+			r := byID[*row.RackID]
+			comps = append(comps, Component{
+				ID:              row.ID,
+				RackID:          row.RackID,
+				Type:            ComponentType(row.Type),
+				Name:            row.Name,
+				Manufacturer:    row.Manufacturer,
+				SerialNumber:    row.SerialNumber,
+				Model:           row.Model,
+				Description:     row.Description,
+				FirmwareVersion: row.FirmwareVersion,
+				Position:        Position{SlotID: row.SlotID, TrayIdx: row.TrayIdx, HostID: row.HostID},
+				ExternalID:      deref(row.ExternalID),
+				NVLDomainID:     r.NVLDomainID,
+				RackExternalID:  r.ExternalID,
+			})
+			i = len(comps) - 1
+			index[row.ID] = i
+		}
+		if row.BMCMACAddress != nil {
+			comps[i].BMCs = append(comps[i].BMCs, BMC{Type: BMCType(*row.BMCType), MAC: MAC(*row.BMCMACAddress), IP: row.BMCIPAddress})
+		}
+	}
+	if err := s.attachBMCsAndStats(ctx, dbtx, comps, nil); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(comps, compareComponents)
+	return comps, nil
+}
+
+// compareComponents orders by name, then UUID.
+func compareComponents(a, b Component) int {
+	if c := strings.Compare(a.Name, b.Name); c != 0 {
+		return c
+	}
+	return slices.Compare(a.ID[:], b.ID[:])
 }
 
 // completeComponents adds BMCs and task stats to comps in place.
@@ -277,9 +326,33 @@ func (s *Service) completeComponents(ctx context.Context, dbtx db.DBTX, comps []
 	if err != nil {
 		return fmt.Errorf("list bmcs: %w", err)
 	}
+	return s.attachBMCsAndStats(ctx, dbtx, comps, bmcs)
+}
+
+// attachBMCsAndStats adds bmcs (of comps) and task stats to comps in place.
+func (s *Service) attachBMCsAndStats(ctx context.Context, dbtx db.DBTX, comps []Component, bmcs []dbsqlc.BMC) error {
+	ids := make([]uuid.UUID, len(comps))
+	index := make(map[uuid.UUID]int, len(comps))
+	for i, c := range comps {
+		ids[i] = c.ID
+		index[c.ID] = i
+	}
 	for _, b := range bmcs {
 		c := &comps[index[b.ComponentID]]
 		c.BMCs = append(c.BMCs, BMC{Type: BMCType(b.Type), MAC: MAC(b.MACAddress), IP: b.IPAddress})
+	}
+	for i := range comps {
+		if len(comps[i].BMCs) > 1 {
+			slices.SortFunc(comps[i].BMCs, func(a, b BMC) int {
+				if a.Type != b.Type {
+					if a.Type == BMCTypeHost {
+						return -1
+					}
+					return 1
+				}
+				return strings.Compare(string(a.MAC), string(b.MAC))
+			})
+		}
 	}
 	stats, err := s.TaskStats(ctx, dbtx, ids)
 	if err != nil {
@@ -449,8 +522,8 @@ func (s *Service) patchRackComponents(ctx context.Context, tx pgx.Tx, rack Rack,
 	byID := map[uuid.UUID]dbsqlc.Component{}
 	bySerial := map[string]dbsqlc.Component{}
 	for _, r := range rows {
-		byID[r.Component.ID] = r.Component
-		bySerial[strings.ToLower(r.Component.Manufacturer)+"\x00"+r.Component.SerialNumber] = r.Component
+		byID[r.ID] = r
+		bySerial[strings.ToLower(r.Manufacturer)+"\x00"+r.SerialNumber] = r
 	}
 	var lines []string
 	var added []Component

@@ -35,7 +35,7 @@ type BMCInsertParams struct {
 }
 
 const bMCListByComponents = `-- name: BMCListByComponents :many
-SELECT mac_address, component_id, type, ip_address FROM bmc WHERE component_id = ANY ($1::uuid[]) ORDER BY component_id, type = 'DPU', mac_address
+SELECT mac_address, component_id, type, ip_address FROM bmc WHERE component_id = ANY ($1::uuid[])
 `
 
 func (q *Queries) BMCListByComponents(ctx context.Context, db DBTX, componentIds []uuid.UUID) ([]BMC, error) {
@@ -457,46 +457,37 @@ func (q *Queries) ComponentListByExternalID(ctx context.Context, db DBTX, arg Co
 }
 
 const componentListByRacks = `-- name: ComponentListByRacks :many
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
-FROM component c JOIN rack r ON r.id = c.rack_id
-WHERE c.rack_id = ANY ($1::uuid[]) AND c.deleted_at IS NULL
-ORDER BY c.rack_id, c.name, c.id
+SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at FROM component WHERE rack_id = ANY ($1::uuid[]) AND deleted_at IS NULL
 `
 
-type ComponentListByRacksRow struct {
-	Component       Component
-	RackNVLDomainID *uuid.UUID
-	RackExternalID  *string
-}
-
-func (q *Queries) ComponentListByRacks(ctx context.Context, db DBTX, rackIds []uuid.UUID) ([]ComponentListByRacksRow, error) {
+// Unordered: callers group by rack and sort in Go, which is much cheaper
+// than a collated sort of thousands of rows.
+func (q *Queries) ComponentListByRacks(ctx context.Context, db DBTX, rackIds []uuid.UUID) ([]Component, error) {
 	rows, err := db.Query(ctx, componentListByRacks, rackIds)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ComponentListByRacksRow{}
+	items := []Component{}
 	for rows.Next() {
-		var i ComponentListByRacksRow
+		var i Component
 		if err := rows.Scan(
-			&i.Component.ID,
-			&i.Component.RackID,
-			&i.Component.Type,
-			&i.Component.Name,
-			&i.Component.Manufacturer,
-			&i.Component.SerialNumber,
-			&i.Component.Model,
-			&i.Component.Description,
-			&i.Component.FirmwareVersion,
-			&i.Component.SlotID,
-			&i.Component.TrayIdx,
-			&i.Component.HostID,
-			&i.Component.ExternalID,
-			&i.Component.CreatedAt,
-			&i.Component.UpdatedAt,
-			&i.Component.DeletedAt,
-			&i.RackNVLDomainID,
-			&i.RackExternalID,
+			&i.ID,
+			&i.RackID,
+			&i.Type,
+			&i.Name,
+			&i.Manufacturer,
+			&i.SerialNumber,
+			&i.Model,
+			&i.Description,
+			&i.FirmwareVersion,
+			&i.SlotID,
+			&i.TrayIdx,
+			&i.HostID,
+			&i.ExternalID,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.DeletedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -538,6 +529,73 @@ func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNum
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.DeletedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const componentListWithBMCsByRacks = `-- name: ComponentListWithBMCsByRacks :many
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
+       c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id,
+       b.mac_address AS bmc_mac_address, b.type AS bmc_type, b.ip_address AS bmc_ip_address
+FROM component c LEFT JOIN bmc b ON b.component_id = c.id
+WHERE c.rack_id = ANY ($1::uuid[]) AND c.deleted_at IS NULL
+`
+
+type ComponentListWithBMCsByRacksRow struct {
+	ID              uuid.UUID
+	RackID          *uuid.UUID
+	Type            string
+	Name            string
+	Manufacturer    string
+	SerialNumber    string
+	Model           *string
+	Description     *string
+	FirmwareVersion string
+	SlotID          int32
+	TrayIdx         int32
+	HostID          int32
+	ExternalID      *string
+	BMCMACAddress   *string
+	BMCType         *string
+	BMCIPAddress    *string
+}
+
+// One row per BMC (a component without BMCs gives one row with NULL BMC
+// columns), unordered: the rack listing's hot path, read in one round trip
+// and grouped and sorted in Go. Timestamps are left out on purpose.
+func (q *Queries) ComponentListWithBMCsByRacks(ctx context.Context, db DBTX, rackIds []uuid.UUID) ([]ComponentListWithBMCsByRacksRow, error) {
+	rows, err := db.Query(ctx, componentListWithBMCsByRacks, rackIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ComponentListWithBMCsByRacksRow{}
+	for rows.Next() {
+		var i ComponentListWithBMCsByRacksRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.RackID,
+			&i.Type,
+			&i.Name,
+			&i.Manufacturer,
+			&i.SerialNumber,
+			&i.Model,
+			&i.Description,
+			&i.FirmwareVersion,
+			&i.SlotID,
+			&i.TrayIdx,
+			&i.HostID,
+			&i.ExternalID,
+			&i.BMCMACAddress,
+			&i.BMCType,
+			&i.BMCIPAddress,
 		); err != nil {
 			return nil, err
 		}
