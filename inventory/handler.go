@@ -319,11 +319,7 @@ func (h *Handler) GetComponents(ctx context.Context, req *flowv1.GetComponentsRe
 	if err != nil {
 		return nil, connectError(err)
 	}
-	out := &flowv1.GetComponentsResponse{Components: make([]*flowv1.Component, len(comps)), Total: total}
-	for i, c := range comps {
-		out.Components[i] = componentToProto(c)
-	}
-	return out, nil
+	return &flowv1.GetComponentsResponse{Components: componentsToProto(comps), Total: total}, nil
 }
 
 // AddComponent implements v1.Flow.
@@ -909,47 +905,77 @@ func rackToProto(r Rack) *flowv1.Rack {
 		out.NvlDomainIds = []*flowv1.UUID{uuidProto(*r.NVLDomainID)}
 	}
 	if len(r.Components) > 0 {
-		out.Components = make([]*flowv1.Component, len(r.Components))
-		for i, c := range r.Components {
-			out.Components[i] = componentToProto(c)
-		}
+		out.Components = componentsToProto(r.Components)
 	}
 	return out
 }
 
 func componentToProto(c Component) *flowv1.Component {
-	out := &flowv1.Component{
-		Type: componentTypeToProto(c.Type),
-		Info: &flowv1.DeviceInfo{
-			Id:           uuidProto(c.ID),
-			Name:         c.Name,
-			Manufacturer: c.Manufacturer,
-			Model:        c.Model,
-			SerialNumber: c.SerialNumber,
-			Description:  c.Description,
-		},
-		FirmwareVersion:    c.FirmwareVersion,
-		Position:           &flowv1.RackPosition{SlotId: c.Position.SlotID, TrayIdx: c.Position.TrayIdx, HostId: c.Position.HostID},
-		ComponentId:        c.ExternalID,
-		PowerState:         restingPowerState,
-		Status:             &flowv1.ComponentOperationStatus{Phase: restingPhase},
-		LeakStatus:         restingLeakStatus,
-		TaskStats:          taskStatsToProto(c.TaskStats),
-		RackExternalId:     c.RackExternalID,
-		LeakHandlingStatus: restingLeakHandlingStatus,
+	return componentsToProto([]Component{c})[0]
+}
+
+// componentsToProto converts cs, allocating each kind of message in one
+// slab: a rack page holds thousands of components.
+func componentsToProto(cs []Component) []*flowv1.Component {
+	n := len(cs)
+	var (
+		out     = make([]*flowv1.Component, n)
+		comps   = make([]flowv1.Component, n)
+		infos   = make([]flowv1.DeviceInfo, n)
+		pos     = make([]flowv1.RackPosition, n)
+		status  = make([]flowv1.ComponentOperationStatus, n)
+		stats   = make([]flowv1.TaskStats, n)
+		uuids   = make([]flowv1.UUID, 0, 3*n)
+		nBMCs   = 0
+		newUUID = func(id uuid.UUID) *flowv1.UUID {
+			uuids = append(uuids, flowv1.UUID{Id: id.String()})
+			return &uuids[len(uuids)-1]
+		}
+	)
+	for _, c := range cs {
+		nBMCs += len(c.BMCs)
 	}
+	bmcs := make([]flowv1.BMCInfo, nBMCs)
+	for i, c := range cs {
+		out[i] = fillComponent(&comps[i], &infos[i], &pos[i], &status[i], &stats[i], c, newUUID)
+		if len(c.BMCs) > 0 {
+			out[i].Bmcs = make([]*flowv1.BMCInfo, len(c.BMCs))
+			for j, b := range c.BMCs {
+				t := flowv1.BMCType_BMC_TYPE_HOST
+				if b.Type == BMCTypeDPU {
+					t = flowv1.BMCType_BMC_TYPE_DPU
+				}
+				bm := &bmcs[0]
+				bmcs = bmcs[1:]
+				bm.Type, bm.MacAddress, bm.IpAddress = t, string(b.MAC), b.IP
+				out[i].Bmcs[j] = bm
+			}
+		}
+	}
+	return out
+}
+
+func fillComponent(out *flowv1.Component, info *flowv1.DeviceInfo, pos *flowv1.RackPosition, status *flowv1.ComponentOperationStatus, stats *flowv1.TaskStats, c Component, newUUID func(uuid.UUID) *flowv1.UUID) *flowv1.Component {
+	info.Id, info.Name, info.Manufacturer, info.Model, info.SerialNumber, info.Description = newUUID(c.ID), c.Name, c.Manufacturer, c.Model, c.SerialNumber, c.Description
+	pos.SlotId, pos.TrayIdx, pos.HostId = c.Position.SlotID, c.Position.TrayIdx, c.Position.HostID
+	status.Phase = restingPhase
+	stats.WaitingTaskCount, stats.PendingTaskCount, stats.RunningTaskCount = c.TaskStats.Waiting, c.TaskStats.Pending, c.TaskStats.Running
+	out.Type = componentTypeToProto(c.Type)
+	out.Info = info
+	out.FirmwareVersion = c.FirmwareVersion
+	out.Position = pos
+	out.ComponentId = c.ExternalID
+	out.PowerState = restingPowerState
+	out.Status = status
+	out.LeakStatus = restingLeakStatus
+	out.TaskStats = stats
+	out.RackExternalId = c.RackExternalID
+	out.LeakHandlingStatus = restingLeakHandlingStatus
 	if c.RackID != nil {
-		out.RackId = uuidProto(*c.RackID)
+		out.RackId = newUUID(*c.RackID)
 	}
 	if c.NVLDomainID != nil {
-		out.NvlDomainId = uuidProto(*c.NVLDomainID)
-	}
-	for _, b := range c.BMCs {
-		t := flowv1.BMCType_BMC_TYPE_HOST
-		if b.Type == BMCTypeDPU {
-			t = flowv1.BMCType_BMC_TYPE_DPU
-		}
-		out.Bmcs = append(out.Bmcs, &flowv1.BMCInfo{Type: t, MacAddress: string(b.MAC), IpAddress: b.IP})
+		out.NvlDomainId = newUUID(*c.NVLDomainID)
 	}
 	return out
 }

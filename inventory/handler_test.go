@@ -35,6 +35,7 @@ type testBundle struct {
 	client flowv1connect.FlowClient
 	url    string // server base URL, for extra clients
 	svc    *inventory.Service
+	h      *inventory.Handler
 	pool   *pgxpool.Pool
 	ctx    context.Context
 }
@@ -44,10 +45,11 @@ func setup(t testing.TB) *testBundle {
 	pool := dbtest.NewPool(t)
 	svc := inventory.NewService()
 	mux := http.NewServeMux()
-	mux.Handle(flowv1connect.NewFlowHandler(flowServer{Handler: inventory.NewHandler(svc, pool)}))
+	h := inventory.NewHandler(svc, pool)
+	mux.Handle(flowv1connect.NewFlowHandler(flowServer{Handler: h}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &testBundle{client: flowv1connect.NewFlowClient(srv.Client(), srv.URL), svc: svc, pool: pool, ctx: context.Background(), url: srv.URL}
+	return &testBundle{client: flowv1connect.NewFlowClient(srv.Client(), srv.URL), svc: svc, h: h, pool: pool, ctx: context.Background(), url: srv.URL}
 }
 
 func str(s string) *string { return &s }

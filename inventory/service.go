@@ -244,9 +244,15 @@ func (s *Service) completeRacks(ctx context.Context, dbtx db.DBTX, rows []dbsqlc
 		return nil, err
 	}
 	index := make(map[uuid.UUID]int, len(racks))
+	counts := make([]int, len(racks))
 	for i := range racks {
 		index[racks[i].ID] = i
-		racks[i].Components = []Component{}
+	}
+	for _, c := range comps {
+		counts[index[*c.RackID]]++
+	}
+	for i := range racks {
+		racks[i].Components = make([]Component, 0, counts[i])
 	}
 	for _, c := range comps {
 		i := index[*c.RackID]
