@@ -1,7 +1,9 @@
 package app
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -144,11 +146,18 @@ func newCLIClient(addr string) flowv1connect.FlowClient {
 // emit prints msg as protojson with -o json, else calls table.
 func (c *cliEnv) emit(msg proto.Message, table func(w io.Writer)) error {
 	if c.json {
-		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(msg)
+		b, err := protojson.Marshal(msg)
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintln(c.out, string(b))
+		// protojson's spacing is deliberately unstable; re-indent so the
+		// output is the same from run to run.
+		var out bytes.Buffer
+		if err := json.Indent(&out, b, "", "  "); err != nil {
+			return err
+		}
+		out.WriteByte('\n')
+		_, err = out.WriteTo(c.out)
 		return err
 	}
 	table(c.out)
