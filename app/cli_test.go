@@ -60,7 +60,7 @@ func TestCLIInventory(t *testing.T) {
 		require.NoError(t, err)
 		var res struct {
 			Component struct {
-				Info struct{ Manufacturer string }
+				Info   struct{ Manufacturer string }
 				RackID struct{ ID string } `json:"rackId"`
 				Bmcs   []struct{ MacAddress string }
 			}
@@ -124,7 +124,11 @@ func TestCLIInventory(t *testing.T) {
 		require.Contains(t, out, "patched (location.room)")
 		out, _, err = b.flow("component", "get", "--manufacturer", "wiwynn", "--serial", "B8111801000851500108Y0SA", "-o", "json")
 		require.NoError(t, err)
-		var res struct{ Component struct{ Info struct{ ID struct{ ID string } } } }
+		var res struct {
+			Component struct {
+				Info struct{ ID struct{ ID string } }
+			}
+		}
 		require.NoError(t, json.Unmarshal([]byte(out), &res))
 		cid := res.Component.Info.ID.ID
 		out, _, err = b.flow("component", "patch", cid, "--tray", "3", "--firmware", "FW 9")
