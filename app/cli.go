@@ -52,8 +52,11 @@ type cliVerb struct {
 	summary string
 	// flags declares the verb's own flags on fs; the returned run is called
 	// after parsing with the positional arguments.
-	flags func(fs *flag.FlagSet) func(ctx context.Context, c *cliEnv, args []string) error
+	flags func(fs *flag.FlagSet) runFunc
 }
+
+// runFunc runs a verb with its positional arguments.
+type runFunc = func(ctx context.Context, c *cliEnv, args []string) error
 
 // cliEnv is what a verb runs with.
 type cliEnv struct {

@@ -16,8 +16,6 @@ import (
 
 // CLI nouns of the inventory: rack, component, nvl-domain.
 
-type runFunc = func(ctx context.Context, c *cliEnv, args []string) error
-
 func uuidArg(s string) (*flowv1.UUID, error) {
 	if _, err := uuid.Parse(s); err != nil {
 		return nil, usageError{fmt.Errorf("%q is not a UUID", s)}

@@ -42,6 +42,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_LOG_LEVEL", "info", "debug, info, warn or error (dev mode forces debug)"},
 	{"FLOW_LOG_FORMAT", "json", "json or text"},
 	{"FLOW_SHUTDOWN_TIMEOUT", "30s", "how long a graceful shutdown waits for in-flight calls and jobs"},
+	{"FLOW_SERVER", defaultServer, "server the CLI (flow rack, flow component, ...) talks to; same as --server"},
 }
 
 // LoadConfig reads Config from getenv, applying defaults. It fails on values

@@ -57,6 +57,7 @@ type FieldError struct {
 	Reason string
 }
 
+// Error returns "field: reason".
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 
 // Is reports whether target is ErrInvalidArgument.
@@ -247,6 +248,7 @@ type RackRef struct {
 	ExternalID string
 }
 
+// String names the identifier for messages, e.g. `rack name "g10"`.
 func (r RackRef) String() string {
 	switch {
 	case r.ID != uuid.Nil:
@@ -267,6 +269,7 @@ type ComponentRef struct {
 	ExternalID   string
 }
 
+// String names the identifier for messages, e.g. `component identifier "m1"`.
 func (r ComponentRef) String() string {
 	if r.ID != uuid.Nil {
 		return "component " + r.ID.String()
@@ -283,6 +286,7 @@ type NVLDomainRef struct {
 	Name string
 }
 
+// String names the identifier for messages, e.g. `nvl domain name "d1"`.
 func (r NVLDomainRef) String() string {
 	if r.ID != uuid.Nil {
 		return "nvl domain " + r.ID.String()
