@@ -26,8 +26,8 @@ func setupCLI(t *testing.T) *cliBundle {
 	t.Helper()
 	pool := dbtest.NewPool(t)
 	svc := &flowService{
-		versionHandler: &versionHandler{build: ReadBuild()},
-		Handler:        inventory.NewHandler(inventory.NewService(), pool),
+		versionHandler:   &versionHandler{build: ReadBuild()},
+		inventoryHandler: inventory.NewHandler(inventory.NewService(), pool),
 	}
 	srv := httptest.NewServer(newMux(slog.New(slog.NewTextHandler(io.Discard, nil)), svc, muxOptions{}))
 	t.Cleanup(srv.Close)

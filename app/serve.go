@@ -56,8 +56,8 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	s := &server{cfg: cfg, logger: logger, pool: pool}
 
 	svc := &flowService{
-		versionHandler: &versionHandler{build: ReadBuild()},
-		Handler:        inventory.NewHandler(inventory.NewService(), pool),
+		versionHandler:   &versionHandler{build: ReadBuild()},
+		inventoryHandler: inventory.NewHandler(inventory.NewService(), pool),
 	}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode})
 	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)

@@ -25,8 +25,12 @@ import (
 type flowService struct {
 	unimplemented
 	*versionHandler
-	*inventory.Handler
+	*inventoryHandler
 }
+
+// Domain handlers are embedded through aliases: every domain calls its type
+// Handler, and two embedded fields may not share a name.
+type inventoryHandler = inventory.Handler
 
 type unimplemented struct {
 	flowv1connect.UnimplementedFlowHandler

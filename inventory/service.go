@@ -29,7 +29,8 @@ func NewService() *Service {
 // TaskStats returns, per rack or component ID, how many unfinished tasks
 // (waiting, pending, running) are linked to it: for a rack every active task
 // on the rack, for a component the active tasks that target it explicitly.
-// IDs without tasks are absent from the map (their stats are zero).
+// ids may mix rack and component UUIDs (they never collide). IDs without
+// tasks are absent from the map (their stats are zero).
 //
 // Tasks do not exist yet, so the map is always empty: this is the one place
 // the tasks work fills in, and every rack and component read goes through
