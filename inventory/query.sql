@@ -252,7 +252,8 @@ SELECT * FROM component WHERE serial_number = ANY (@serial_numbers::text[]);
 -- columns), unordered: the rack listing's hot path, read in one round trip
 -- and grouped and sorted in Go. Timestamps are left out on purpose.
 SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
-       c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id,
-       b.mac_address AS bmc_mac_address, b.type AS bmc_type, b.ip_address AS bmc_ip_address
+       c.firmware_version, c.slot_id, c.tray_idx, c.host_id, coalesce(c.external_id, '')::text AS external_id,
+       coalesce(b.mac_address, '')::text AS bmc_mac_address, coalesce(b.type, '')::text AS bmc_type,
+       b.ip_address AS bmc_ip_address
 FROM component c LEFT JOIN bmc b ON b.component_id = c.id
 WHERE c.rack_id = ANY (@rack_ids::uuid[]) AND c.deleted_at IS NULL;

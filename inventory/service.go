@@ -292,15 +292,15 @@ func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []R
 				Description:     row.Description,
 				FirmwareVersion: row.FirmwareVersion,
 				Position:        Position{SlotID: row.SlotID, TrayIdx: row.TrayIdx, HostID: row.HostID},
-				ExternalID:      deref(row.ExternalID),
+				ExternalID:      row.ExternalID,
 				NVLDomainID:     r.NVLDomainID,
 				RackExternalID:  r.ExternalID,
 			})
 			i = len(comps) - 1
 			index[row.ID] = i
 		}
-		if row.BMCMACAddress != nil {
-			comps[i].BMCs = append(comps[i].BMCs, BMC{Type: BMCType(*row.BMCType), MAC: MAC(*row.BMCMACAddress), IP: row.BMCIPAddress})
+		if row.BMCMACAddress != "" {
+			comps[i].BMCs = append(comps[i].BMCs, BMC{Type: BMCType(row.BMCType), MAC: MAC(row.BMCMACAddress), IP: row.BMCIPAddress})
 		}
 	}
 	if err := s.attachBMCsAndStats(ctx, dbtx, comps, nil); err != nil {

@@ -542,8 +542,9 @@ func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNum
 
 const componentListWithBMCsByRacks = `-- name: ComponentListWithBMCsByRacks :many
 SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
-       c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id,
-       b.mac_address AS bmc_mac_address, b.type AS bmc_type, b.ip_address AS bmc_ip_address
+       c.firmware_version, c.slot_id, c.tray_idx, c.host_id, coalesce(c.external_id, '')::text AS external_id,
+       coalesce(b.mac_address, '')::text AS bmc_mac_address, coalesce(b.type, '')::text AS bmc_type,
+       b.ip_address AS bmc_ip_address
 FROM component c LEFT JOIN bmc b ON b.component_id = c.id
 WHERE c.rack_id = ANY ($1::uuid[]) AND c.deleted_at IS NULL
 `
@@ -561,9 +562,9 @@ type ComponentListWithBMCsByRacksRow struct {
 	SlotID          int32
 	TrayIdx         int32
 	HostID          int32
-	ExternalID      *string
-	BMCMACAddress   *string
-	BMCType         *string
+	ExternalID      string
+	BMCMACAddress   string
+	BMCType         string
 	BMCIPAddress    *string
 }
 
