@@ -61,9 +61,6 @@ SELECT * FROM rack WHERE external_id = @external_id AND deleted_at IS NULL;
 -- name: RackListByName :many
 SELECT * FROM rack WHERE name = @name AND deleted_at IS NULL ORDER BY id LIMIT 2;
 
--- name: RackListByIDs :many
-SELECT * FROM rack WHERE id = ANY (@ids::uuid[]) AND deleted_at IS NULL ORDER BY name, id;
-
 -- name: RackListByNVLDomain :many
 SELECT * FROM rack WHERE nvl_domain_id = @nvl_domain_id AND deleted_at IS NULL ORDER BY name, id;
 

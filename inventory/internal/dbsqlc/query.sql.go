@@ -1101,46 +1101,6 @@ func (q *Queries) RackList(ctx context.Context, db DBTX, arg RackListParams) ([]
 	return items, nil
 }
 
-const rackListByIDs = `-- name: RackListByIDs :many
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at FROM rack WHERE id = ANY ($1::uuid[]) AND deleted_at IS NULL ORDER BY name, id
-`
-
-func (q *Queries) RackListByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Rack, error) {
-	rows, err := db.Query(ctx, rackListByIDs, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []Rack{}
-	for rows.Next() {
-		var i Rack
-		if err := rows.Scan(
-			&i.ID,
-			&i.Name,
-			&i.Manufacturer,
-			&i.SerialNumber,
-			&i.Model,
-			&i.Description,
-			&i.LocationRegion,
-			&i.LocationDatacenter,
-			&i.LocationRoom,
-			&i.LocationPosition,
-			&i.ExternalID,
-			&i.NVLDomainID,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.DeletedAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const rackListByNVLDomain = `-- name: RackListByNVLDomain :many
 SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at FROM rack WHERE nvl_domain_id = $1 AND deleted_at IS NULL ORDER BY name, id
 `
