@@ -244,26 +244,20 @@ func (s *Service) completeRacks(ctx context.Context, dbtx db.DBTX, rows []dbsqlc
 	if err != nil {
 		return nil, err
 	}
-	index := make(map[uuid.UUID]int, len(racks))
-	counts := make([]int, len(racks))
+	// comps come grouped by rack in rack order: hand each rack its run.
 	for i := range racks {
-		index[racks[i].ID] = i
-	}
-	for _, c := range comps {
-		counts[index[*c.RackID]]++
-	}
-	for i := range racks {
-		racks[i].Components = make([]Component, 0, counts[i])
-	}
-	for _, c := range comps {
-		i := index[*c.RackID]
-		racks[i].Components = append(racks[i].Components, c)
+		n := 0
+		for n < len(comps) && *comps[n].RackID == racks[i].ID {
+			n++
+		}
+		racks[i].Components, comps = comps[:n:n], comps[n:]
 	}
 	return racks, nil
 }
 
 // componentsOfRacks returns the live components of racks with their BMCs
-// and task stats, ordered by name then UUID (racks not regrouped).
+// and task stats, grouped by rack in the order of racks, each group ordered
+// by name then UUID.
 func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []Rack) ([]Component, error) {
 	ids := make([]uuid.UUID, len(racks))
 	byID := make(map[uuid.UUID]*Rack, len(racks))
@@ -306,7 +300,16 @@ func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []R
 	if err := s.attachBMCsAndStats(ctx, dbtx, comps, nil); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(comps, compareComponents)
+	order := make(map[uuid.UUID]int, len(racks))
+	for i := range racks {
+		order[racks[i].ID] = i
+	}
+	slices.SortFunc(comps, func(a, b Component) int {
+		if c := order[*a.RackID] - order[*b.RackID]; c != 0 {
+			return c
+		}
+		return compareComponents(a, b)
+	})
 	return comps, nil
 }
 
