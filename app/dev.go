@@ -159,6 +159,8 @@ func printBanner(w io.Writer, addr, dbURL, dir string) {
     curl -s -X POST -H 'Content-Type: application/json' -d '{}' http://%[1]s/v1.Flow/Version
     grpcurl -plaintext %[1]s list v1.Flow
     grpcurl -plaintext -d '{}' %[1]s grpc.health.v1.Health/Check
+    flow rack list --server %[1]s
+    flow rack create -f examples/rack-g10.json --server %[1]s
 
   Ctrl-C stops Flow and its PostgreSQL; data stays in the state folder.
 
