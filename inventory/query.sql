@@ -248,7 +248,7 @@ SELECT * FROM component WHERE serial_number = ANY (@serial_numbers::text[]);
 -- One row per BMC (a component without BMCs gives one row with NULL BMC
 -- columns), unordered: the rack listing's hot path, read in one round trip
 -- and grouped and sorted in Go. Timestamps are left out on purpose.
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
+SELECT uuid_send(c.id) AS id_raw, uuid_send(c.rack_id) AS rack_id_raw, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
        c.firmware_version, c.slot_id, c.tray_idx, c.host_id, coalesce(c.external_id, '')::text AS external_id,
        coalesce(b.mac_address, '')::text AS bmc_mac_address, coalesce(b.type, '')::text AS bmc_type,
        b.ip_address AS bmc_ip_address

@@ -272,12 +272,13 @@ func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []R
 	comps := make([]Component, 0, len(rows))
 	index := make(map[uuid.UUID]int, len(rows))
 	for _, row := range rows {
-		i, ok := index[row.ID]
+		id, rackID := uuid.UUID(row.IDRaw), uuid.UUID(row.RackIDRaw)
+		i, ok := index[id]
 		if !ok {
-			r := byID[*row.RackID]
+			r := byID[rackID]
 			comps = append(comps, Component{
-				ID:              row.ID,
-				RackID:          row.RackID,
+				ID:              id,
+				RackID:          &r.ID,
 				Type:            ComponentType(row.Type),
 				Name:            row.Name,
 				Manufacturer:    row.Manufacturer,
@@ -291,7 +292,7 @@ func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []R
 				RackExternalID:  r.ExternalID,
 			})
 			i = len(comps) - 1
-			index[row.ID] = i
+			index[id] = i
 		}
 		if row.BMCMACAddress != "" {
 			comps[i].BMCs = append(comps[i].BMCs, BMC{Type: BMCType(row.BMCType), MAC: MAC(row.BMCMACAddress), IP: row.BMCIPAddress})

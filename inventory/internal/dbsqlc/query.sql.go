@@ -541,7 +541,7 @@ func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNum
 }
 
 const componentListWithBMCsByRacks = `-- name: ComponentListWithBMCsByRacks :many
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
+SELECT uuid_send(c.id) AS id_raw, uuid_send(c.rack_id) AS rack_id_raw, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
        c.firmware_version, c.slot_id, c.tray_idx, c.host_id, coalesce(c.external_id, '')::text AS external_id,
        coalesce(b.mac_address, '')::text AS bmc_mac_address, coalesce(b.type, '')::text AS bmc_type,
        b.ip_address AS bmc_ip_address
@@ -550,8 +550,8 @@ WHERE c.rack_id = ANY ($1::uuid[]) AND c.deleted_at IS NULL
 `
 
 type ComponentListWithBMCsByRacksRow struct {
-	ID              uuid.UUID
-	RackID          *uuid.UUID
+	IDRaw           []byte
+	RackIDRaw       []byte
 	Type            string
 	Name            string
 	Manufacturer    string
@@ -581,8 +581,8 @@ func (q *Queries) ComponentListWithBMCsByRacks(ctx context.Context, db DBTX, rac
 	for rows.Next() {
 		var i ComponentListWithBMCsByRacksRow
 		if err := rows.Scan(
-			&i.ID,
-			&i.RackID,
+			&i.IDRaw,
+			&i.RackIDRaw,
 			&i.Type,
 			&i.Name,
 			&i.Manufacturer,
