@@ -247,7 +247,10 @@ SELECT * FROM component WHERE serial_number = ANY (@serial_numbers::text[]);
 -- name: ComponentListWithBMCsByRacks :many
 -- One row per BMC (a component without BMCs gives one row with NULL BMC
 -- columns), unordered: the rack listing's hot path, read in one round trip
--- and grouped and sorted in Go. Timestamps are left out on purpose.
+-- and grouped and sorted in Go. For speed, timestamps are left out, NULLs
+-- are coalesced ('' = no external ID / no BMC) and UUIDs come as their 16 raw
+-- bytes (uuid_send), which Go converts without the text round trip that
+-- google/uuid's Scan makes pgx do.
 SELECT uuid_send(c.id) AS id_raw, uuid_send(c.rack_id) AS rack_id_raw, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
        c.firmware_version, c.slot_id, c.tray_idx, c.host_id, coalesce(c.external_id, '')::text AS external_id,
        coalesce(b.mac_address, '')::text AS bmc_mac_address, coalesce(b.type, '')::text AS bmc_type,

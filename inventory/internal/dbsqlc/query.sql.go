@@ -570,7 +570,10 @@ type ComponentListWithBMCsByRacksRow struct {
 
 // One row per BMC (a component without BMCs gives one row with NULL BMC
 // columns), unordered: the rack listing's hot path, read in one round trip
-// and grouped and sorted in Go. Timestamps are left out on purpose.
+// and grouped and sorted in Go. For speed, timestamps are left out, NULLs
+// are coalesced (” = no external ID / no BMC) and UUIDs come as their 16 raw
+// bytes (uuid_send), which Go converts without the text round trip that
+// google/uuid's Scan makes pgx do.
 func (q *Queries) ComponentListWithBMCsByRacks(ctx context.Context, db DBTX, rackIds []uuid.UUID) ([]ComponentListWithBMCsByRacksRow, error) {
 	rows, err := db.Query(ctx, componentListWithBMCsByRacks, rackIds)
 	if err != nil {
