@@ -69,6 +69,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_PSM_TLS_CA", "", "CA bundle (PEM) to verify PSM; setting any FLOW_PSM_TLS_* turns TLS on"},
 	{"FLOW_PSM_TLS_CERT", "", "client certificate (PEM) for mTLS to PSM"},
 	{"FLOW_PSM_TLS_KEY", "", "client key (PEM) for mTLS to PSM"},
+	{"FLOW_SERVER", defaultServer, "server the CLI (flow rack, flow component, ...) talks to; same as --server"},
 }
 
 // configDefault returns the variable name from getenv, or its documented

@@ -32,6 +32,7 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs := newFlagSet("dev", stderr)
 	dataDir := fs.String("data-dir", configDefault(getenv, "FLOW_DEV_DATA_DIR"), "state folder, created on first run and reused after (FLOW_DEV_DATA_DIR)")
 	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "address to listen on (FLOW_LISTEN_ADDR)")
+	seed := fs.Int("seed", 0, "make sure demo racks 0..N-1 (GB200 NVL72 shape) exist; idempotent")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -93,6 +94,13 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 	srv, err := newServer(ctx, cfg, logger, serveOptions{migrate: true})
 	if err != nil {
 		return err
+	}
+	if *seed > 0 {
+		added, err := seedDemoRacks(ctx, srv.pool, *seed)
+		if err != nil {
+			return fmt.Errorf("seed demo racks: %w", err)
+		}
+		logger.InfoContext(ctx, "demo racks seeded", "wanted", *seed, "added", added)
 	}
 	printBanner(stdout, srv.Addr().String(), cfg.DatabaseURL, dir)
 	return srv.run(ctx)
@@ -178,6 +186,8 @@ func printBanner(w io.Writer, addr, dbURL, dir string) {
     curl -s -X POST -H 'Content-Type: application/json' -d '{}' http://%[1]s/v1.Flow/Version
     grpcurl -plaintext %[1]s list v1.Flow
     grpcurl -plaintext -d '{}' %[1]s grpc.health.v1.Health/Check
+    flow rack list --server %[1]s
+    flow rack create -f examples/rack-g10.json --server %[1]s
 
   Ctrl-C stops Flow and its PostgreSQL; data stays in the state folder.
 

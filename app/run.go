@@ -36,7 +36,7 @@ const usage = `flow: rack inventory and durable rack operations on PostgreSQL
 
 Usage:
   flow serve [--listen ADDR] [--dev-mode] [--migrate]   run the server
-  flow dev [--data-dir DIR] [--listen ADDR]             run Flow on a private PostgreSQL (the embedded default)
+  flow dev [--data-dir DIR] [--listen ADDR] [--seed N]  run Flow on a private PostgreSQL (the embedded default)
   flow simulate [--demo] [--seed FILE]                  run the NICo Core and PSM simulators (see simulate --help)
   flow db migrate                                       apply Flow's and River's migrations
   flow db status                                        print the schema versions
@@ -45,8 +45,21 @@ Usage:
   flow key generate                                     print a new data-encryption key (base64)
   flow key id FILE                                      print the ID (SHA-256 fingerprint) of a key file
 
-Run 'flow <command> --help' for a command's flags.
+CLI (a Connect client of a running server; --server ADDR or FLOW_SERVER,
+default 127.0.0.1:50051; -o table|json):
+  flow rack create|list|get|patch|delete|purge          racks
+  flow component list|get|add|patch|delete|purge        components
+  flow nvl-domain create|attach|detach|list|racks       NVLink domains
+
+Run 'flow <command> --help' for a command's flags, 'flow <noun>' for its verbs.
 `
+
+// cliNouns are the CLI's nouns (cli.go); a new noun is one line here.
+var cliNouns = []cliNoun{
+	rackNoun,
+	componentNoun,
+	nvlDomainNoun,
+}
 
 // Run runs the flow command given by args (os.Args shape) with the
 // environment read through getenv. It returns when the command is done or
@@ -85,6 +98,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
+	}
+	for _, n := range cliNouns {
+		if n.name == cmd {
+			return runNoun(ctx, n, rest, getenv, stdout, stderr)
+		}
 	}
 	fmt.Fprint(stderr, usage)
 	return usageError{fmt.Errorf("unknown command %q", cmd)}

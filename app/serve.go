@@ -13,6 +13,7 @@ import (
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/firmware"
+	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 )
 
@@ -68,13 +69,15 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}()
 	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth(), keys: keys}
 
-	rules, err := operations.NewService(noRacks{})
+	inv := inventory.NewService()
+	rules, err := operations.NewService(rackLookup{inv: inv})
 	if err != nil {
 		return nil, err
 	}
 	svc := &flowService{
-		versionHandler: &versionHandler{build: ReadBuild()},
-		Handler:        operations.NewHandler(pool, rules),
+		versionHandler:    &versionHandler{build: ReadBuild()},
+		inventoryHandler:  inventory.NewHandler(inventory.NewService(), pool),
+		operationsHandler: operations.NewHandler(pool, rules),
 	}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health})
 	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)
@@ -116,9 +119,14 @@ func (s *server) run(ctx context.Context) error {
 	return nil
 }
 
-// noRacks is the rack lookup until inventory is wired in: this branch has no
-// rack table, so no rack exists and rack-rule associations answer NotFound.
-// Replace it with inventory's service (it satisfies operations.RackLookup).
-type noRacks struct{}
+// rackLookup answers the rules service's "does this rack exist" from
+// inventory: soft-deleted racks count as gone.
+type rackLookup struct{ inv *inventory.Service }
 
-func (noRacks) RackExists(context.Context, db.DBTX, uuid.UUID) (bool, error) { return false, nil }
+func (l rackLookup) RackExists(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (bool, error) {
+	_, err := l.inv.Rack(ctx, dbtx, id, false)
+	if errors.Is(err, inventory.ErrRackNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 
+	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
@@ -25,8 +26,16 @@ import (
 type flowService struct {
 	unimplemented
 	*versionHandler
-	*operations.Handler // operation rules and rack-rule associations
+	*inventoryHandler
+	*operationsHandler // operation rules and rack-rule associations
 }
+
+// Domain handlers are embedded through aliases: every domain calls its type
+// Handler, and two embedded fields may not share a name.
+type (
+	inventoryHandler  = inventory.Handler
+	operationsHandler = operations.Handler
+)
 
 type unimplemented struct {
 	flowv1connect.UnimplementedFlowHandler

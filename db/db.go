@@ -14,11 +14,12 @@ import (
 )
 
 // DBTX is what sqlc queries run on: *pgxpool.Pool, *pgx.Conn and pgx.Tx all
-// satisfy it.
+// satisfy it. CopyFrom is there for sqlc's :copyfrom queries (bulk inserts).
 type DBTX interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error)
 }
 
 // PoolConfig tunes Open. Zero values take pgx's defaults.

@@ -19,19 +19,21 @@ import (
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/dbtest"
+	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
-// testRacks is a real RackLookup over a rack table of the test database;
-// inventory's own table takes its place in the server.
-type testRacks struct{}
+// inventoryRacks answers RackExists from the real inventory, as app wires it.
+type inventoryRacks struct{ inv *inventory.Service }
 
-func (testRacks) RackExists(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (bool, error) {
-	var ok bool
-	err := dbtx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM test_rack WHERE id = $1)`, id).Scan(&ok)
-	return ok, err
+func (l inventoryRacks) RackExists(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (bool, error) {
+	_, err := l.inv.Rack(ctx, dbtx, id, false)
+	if errors.Is(err, inventory.ErrRackNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // flowHandler serves the rule methods; everything else is unimplemented
@@ -55,11 +57,8 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	ctx := context.Background()
 	pool := dbtest.NewPool(t)
-	_, err := pool.Exec(ctx, `CREATE TABLE test_rack (id uuid PRIMARY KEY)`)
-	require.NoError(t, err)
-	svc, err := operations.NewService(testRacks{})
+	svc, err := operations.NewService(inventoryRacks{inv: inventory.NewService()})
 	require.NoError(t, err)
 
 	mux := http.NewServeMux()
@@ -86,8 +85,12 @@ func setup(t *testing.T) *testBundle {
 
 func (b *testBundle) newRack(t *testing.T) uuid.UUID {
 	t.Helper()
-	id := uuid.New()
-	_, err := b.pool.Exec(context.Background(), `INSERT INTO test_rack (id) VALUES ($1)`, id)
+	var id uuid.UUID
+	err := pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) (err error) {
+		serial := uuid.NewString()
+		id, err = inventory.NewService().CreateRack(context.Background(), tx, inventory.Rack{Name: "rack-" + serial[:8], Manufacturer: "Acme", SerialNumber: serial})
+		return err
+	})
 	require.NoError(t, err)
 	return id
 }

@@ -10,9 +10,42 @@ import (
 	"github.com/google/uuid"
 )
 
+type BMC struct {
+	MACAddress  string
+	ComponentID uuid.UUID
+	Type        string
+	IPAddress   *string
+}
+
+type Component struct {
+	ID              uuid.UUID
+	RackID          *uuid.UUID
+	Type            string
+	Name            string
+	Manufacturer    string
+	SerialNumber    string
+	Model           *string
+	Description     *string
+	FirmwareVersion string
+	SlotID          int32
+	TrayIdx         int32
+	HostID          int32
+	ExternalID      *string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	DeletedAt       *time.Time
+}
+
 type FlowInstance struct {
 	ID        bool
 	CreatedAt time.Time
+}
+
+type NVLDomain struct {
+	ID         uuid.UUID
+	Name       *string
+	ExternalID *string
+	CreatedAt  time.Time
 }
 
 type OperationRule struct {
@@ -25,6 +58,24 @@ type OperationRule struct {
 	IsDefault      bool
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+}
+
+type Rack struct {
+	ID                 uuid.UUID
+	Name               string
+	Manufacturer       string
+	SerialNumber       string
+	Model              *string
+	Description        *string
+	LocationRegion     string
+	LocationDatacenter string
+	LocationRoom       string
+	LocationPosition   string
+	ExternalID         *string
+	NVLDomainID        *uuid.UUID
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+	DeletedAt          *time.Time
 }
 
 type RackRuleAssociation struct {

@@ -1,0 +1,198 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/db/dbtest"
+	"github.com/nicoflow/flow/inventory"
+)
+
+// cliBundle runs CLI commands against a real server (the app's mux and
+// interceptors over the inventory handler) on a fresh database.
+type cliBundle struct {
+	env map[string]string
+}
+
+func setupCLI(t *testing.T) *cliBundle {
+	t.Helper()
+	pool := dbtest.NewPool(t)
+	svc := &flowService{
+		versionHandler:   &versionHandler{build: ReadBuild()},
+		inventoryHandler: inventory.NewHandler(inventory.NewService(), pool),
+	}
+	srv := httptest.NewServer(newMux(slog.New(slog.NewTextHandler(io.Discard, nil)), svc, muxOptions{}))
+	t.Cleanup(srv.Close)
+	return &cliBundle{env: map[string]string{"FLOW_SERVER": srv.URL}}
+}
+
+// flow runs `flow args...` and returns stdout, stderr and the error.
+func (b *cliBundle) flow(args ...string) (string, string, error) {
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), append([]string{"flow"}, args...), func(k string) string { return b.env[k] }, &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
+func TestCLIInventory(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+
+	out, _, err := b.flow("rack", "create", "-f", "../examples/rack-g10.json")
+	require.NoError(t, err)
+	rackID := strings.TrimSpace(out)
+	require.Len(t, rackID, 36)
+
+	out, _, err = b.flow("rack", "create", "-f", "../examples/rack-gb200-nvl72.json")
+	require.NoError(t, err)
+	nvl72 := strings.TrimSpace(out)
+
+	t.Run("ReadmeExampleJSON", func(t *testing.T) {
+		t.Parallel()
+		out, _, err := b.flow("component", "get", "--manufacturer", "Wiwynn", "--serial", "B8111801000851500108Y0SA", "--rack", "-o", "json")
+		require.NoError(t, err)
+		var res struct {
+			Component struct {
+				Info   struct{ Manufacturer string }
+				RackID struct{ ID string } `json:"rackId"`
+				Bmcs   []struct{ MacAddress string }
+			}
+			Rack struct{ Info struct{ Name string } }
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &res))
+		require.Equal(t, "WiWynn", res.Component.Info.Manufacturer)
+		require.Equal(t, rackID, res.Component.RackID.ID)
+		require.Len(t, res.Component.Bmcs, 3)
+		require.Equal(t, "g10", res.Rack.Info.Name)
+	})
+
+	t.Run("Tables", func(t *testing.T) {
+		t.Parallel()
+		out, _, err := b.flow("rack", "list")
+		require.NoError(t, err)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Equal(t, []string{"ID", "NAME", "MANUFACTURER", "SERIAL", "MODEL", "LOCATION", "COMPONENTS", "NVL", "DOMAIN"}, strings.Fields(lines[0]))
+		require.Contains(t, lines[1], "g10")
+		require.Contains(t, lines[2], "nvl72-example")
+		require.Equal(t, "(2 of 2 racks)", lines[3])
+
+		out, _, err = b.flow("component", "list", "--rack", "nvl72-example", "--type", "compute", "--limit", "5")
+		require.NoError(t, err)
+		require.Contains(t, out, "(5 of 18 components)")
+		require.Contains(t, out, "host=06:00:00:01:00:00 dpu=06:00:00:01:00:01")
+
+		out, _, err = b.flow("rack", "get", rackID, "--components")
+		require.NoError(t, err)
+		require.Contains(t, out, "MY/jhb01/EW-F00-DH-02/EW-F00-DH-02-G10")
+		require.Contains(t, out, "36/16/0")
+	})
+
+	t.Run("NVLDomains", func(t *testing.T) {
+		t.Parallel()
+		_, _, err := b.flow("nvl-domain", "create", "dom")
+		require.NoError(t, err)
+		_, _, err = b.flow("nvl-domain", "attach", "dom", nvl72)
+		require.NoError(t, err)
+		out, _, err := b.flow("nvl-domain", "racks", "dom")
+		require.NoError(t, err)
+		require.Contains(t, out, "nvl72-example")
+		out, _, err = b.flow("nvl-domain", "list", "-o", "json")
+		require.NoError(t, err)
+		require.Contains(t, out, `"name": "dom"`)
+		_, _, err = b.flow("nvl-domain", "detach", "nvl72-example")
+		require.NoError(t, err)
+		out, _, err = b.flow("nvl-domain", "racks", "dom")
+		require.NoError(t, err)
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(out), "\n")+1, "header only: %s", out)
+	})
+
+	t.Run("PatchDeletePurge", func(t *testing.T) {
+		t.Parallel()
+		b := setupCLI(t)
+		out, _, err := b.flow("rack", "create", "-f", "../examples/rack-g10.json")
+		require.NoError(t, err)
+		id := strings.TrimSpace(out)
+		out, _, err = b.flow("rack", "patch", id, "--room", "R2")
+		require.NoError(t, err)
+		require.Contains(t, out, "patched (location.room)")
+		out, _, err = b.flow("component", "get", "--manufacturer", "wiwynn", "--serial", "B8111801000851500108Y0SA", "-o", "json")
+		require.NoError(t, err)
+		var res struct {
+			Component struct {
+				Info struct{ ID struct{ ID string } }
+			}
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &res))
+		cid := res.Component.Info.ID.ID
+		out, _, err = b.flow("component", "patch", cid, "--tray", "3", "--firmware", "FW 9")
+		require.NoError(t, err)
+		require.Contains(t, out, "36/3/0")
+		require.Contains(t, out, "FW 9")
+		_, _, err = b.flow("component", "delete", cid)
+		require.NoError(t, err)
+		_, _, err = b.flow("component", "purge", cid)
+		require.NoError(t, err)
+		_, _, err = b.flow("rack", "delete", id)
+		require.NoError(t, err)
+		out, _, err = b.flow("rack", "purge", id)
+		require.NoError(t, err)
+		require.Contains(t, out, "purged rack "+id)
+	})
+
+	for _, tt := range []struct {
+		name     string
+		args     []string
+		contains string
+		usage    bool
+	}{
+		{name: "NotFound", args: []string{"rack", "get", "00000000-0000-0000-0000-000000000001"}, contains: "not_found: inventory: rack not found"},
+		{name: "AlreadyExists", args: []string{"rack", "create", "-f", "../examples/rack-g10.json"}, contains: "already_exists: "},
+		{name: "InvalidArgument", args: []string{"component", "get", "--manufacturer", "x", "--serial", ""}, contains: "want ID or", usage: true},
+		{name: "NotAUUID", args: []string{"rack", "delete", "g10"}, contains: `"g10" is not a UUID`, usage: true},
+		{name: "UnknownVerb", args: []string{"rack", "explode"}, contains: `unknown rack verb "explode"`, usage: true},
+		{name: "BadOutput", args: []string{"rack", "list", "-o", "yaml"}, contains: "-o must be table or json", usage: true},
+		{name: "MissingFile", args: []string{"rack", "create", "-f", "nope.json"}, contains: "nope.json"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := b.flow(tt.args...)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.contains)
+			want := 1
+			if tt.usage {
+				want = 2
+			}
+			require.Equal(t, want, ExitCode(err))
+		})
+	}
+}
+
+func TestSeedDemoRacks(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t)
+	ctx := context.Background()
+	added, err := seedDemoRacks(ctx, pool, 3)
+	require.NoError(t, err)
+	require.Equal(t, 3, added)
+	added, err = seedDemoRacks(ctx, pool, 4)
+	require.NoError(t, err)
+	require.Equal(t, 1, added, "idempotent: only the missing rack is added")
+	racks, total, err := inventory.NewService().ListRacks(ctx, pool, inventory.RackQuery{WithComponents: true})
+	require.NoError(t, err)
+	require.Equal(t, int32(4), total)
+	for _, r := range racks {
+		require.Len(t, r.Components, 35)
+		bmcs := 0
+		for _, c := range r.Components {
+			bmcs += len(c.BMCs)
+		}
+		require.Equal(t, 18*3+9+8, bmcs)
+	}
+}

@@ -1,0 +1,1 @@
+ALTER TABLE rack_rule_association DROP CONSTRAINT IF EXISTS rack_rule_association_rack_fk;

@@ -1,0 +1,259 @@
+-- Inventory queries. Names are noun then verb. Live rows have deleted_at NULL;
+-- queries read live rows unless their name says WithDeleted.
+--
+-- List filters take LIKE patterns (the service turns exact values into
+-- escaped patterns) with a flag choosing ANY (use_or) or ALL; a NULL pattern
+-- array means "no filter on this field". Ordering is CASE-based on a key and
+-- a direction, always followed by id ascending as the tie-breaker.
+--
+-- A component scope (GetComponents' target_spec) is: explicit component IDs,
+-- whole racks (scope_rack_ids) and racks narrowed to types, written
+-- '<rack uuid>/<type>' in scope_rack_types.
+
+-- name: NVLDomainInsert :exec
+INSERT INTO nvl_domain (id, name) VALUES (@id, @name);
+
+-- name: NVLDomainGetByID :one
+SELECT * FROM nvl_domain WHERE id = @id;
+
+-- name: NVLDomainGetByName :one
+SELECT * FROM nvl_domain WHERE name = @name;
+
+-- name: NVLDomainList :many
+SELECT * FROM nvl_domain
+WHERE sqlc.narg(name_patterns)::text[] IS NULL
+   OR (CASE WHEN @name_any::bool THEN name LIKE ANY (sqlc.narg(name_patterns)::text[])
+            ELSE name LIKE ALL (sqlc.narg(name_patterns)::text[]) END)
+ORDER BY name ASC NULLS LAST, id ASC
+LIMIT @row_limit OFFSET @row_offset;
+
+-- name: NVLDomainCount :one
+SELECT count(*) FROM nvl_domain
+WHERE sqlc.narg(name_patterns)::text[] IS NULL
+   OR (CASE WHEN @name_any::bool THEN name LIKE ANY (sqlc.narg(name_patterns)::text[])
+            ELSE name LIKE ALL (sqlc.narg(name_patterns)::text[]) END);
+
+-- name: RackInsert :exec
+INSERT INTO rack (
+    id, name, manufacturer, serial_number, model, description,
+    location_region, location_datacenter, location_room, location_position, external_id
+) VALUES (
+    @id, @name, @manufacturer, @serial_number, @model, @description,
+    @location_region, @location_datacenter, @location_room, @location_position, sqlc.narg(external_id)
+);
+
+-- name: RackGetByID :one
+SELECT * FROM rack WHERE id = @id AND deleted_at IS NULL;
+
+-- name: RackGetByIDWithDeleted :one
+SELECT * FROM rack WHERE id = @id;
+
+-- name: RackGetByIDForUpdate :one
+SELECT * FROM rack WHERE id = @id AND deleted_at IS NULL FOR UPDATE;
+
+-- name: RackGetBySerial :one
+SELECT * FROM rack
+WHERE lower(manufacturer) = lower(@manufacturer) AND serial_number = @serial_number AND deleted_at IS NULL;
+
+-- name: RackGetByExternalID :one
+SELECT * FROM rack WHERE external_id = @external_id AND deleted_at IS NULL;
+
+-- name: RackListByName :many
+SELECT * FROM rack WHERE name = @name AND deleted_at IS NULL ORDER BY id LIMIT 2;
+
+-- name: RackListByNVLDomain :many
+SELECT * FROM rack WHERE nvl_domain_id = @nvl_domain_id AND deleted_at IS NULL ORDER BY name, id;
+
+-- name: RackList :many
+SELECT * FROM rack
+WHERE deleted_at IS NULL
+  AND (sqlc.narg(name_patterns)::text[] IS NULL
+       OR (CASE WHEN @name_any::bool THEN name LIKE ANY (sqlc.narg(name_patterns)::text[])
+                ELSE name LIKE ALL (sqlc.narg(name_patterns)::text[]) END))
+  AND (sqlc.narg(manufacturer_patterns)::text[] IS NULL
+       OR (CASE WHEN @manufacturer_any::bool THEN manufacturer ILIKE ANY (sqlc.narg(manufacturer_patterns)::text[])
+                ELSE manufacturer ILIKE ALL (sqlc.narg(manufacturer_patterns)::text[]) END))
+  AND (sqlc.narg(model_patterns)::text[] IS NULL
+       OR (CASE WHEN @model_any::bool THEN coalesce(model, '') LIKE ANY (sqlc.narg(model_patterns)::text[])
+                ELSE coalesce(model, '') LIKE ALL (sqlc.narg(model_patterns)::text[]) END))
+ORDER BY
+    CASE WHEN @order_key::text = 'name' AND NOT @order_desc::bool THEN name END ASC,
+    CASE WHEN @order_key::text = 'name' AND @order_desc::bool THEN name END DESC,
+    CASE WHEN @order_key::text = 'manufacturer' AND NOT @order_desc::bool THEN manufacturer END ASC,
+    CASE WHEN @order_key::text = 'manufacturer' AND @order_desc::bool THEN manufacturer END DESC,
+    CASE WHEN @order_key::text = 'model' AND NOT @order_desc::bool THEN model END ASC NULLS FIRST,
+    CASE WHEN @order_key::text = 'model' AND @order_desc::bool THEN model END DESC NULLS LAST,
+    id ASC
+LIMIT @row_limit OFFSET @row_offset;
+
+-- name: RackCount :one
+SELECT count(*) FROM rack
+WHERE deleted_at IS NULL
+  AND (sqlc.narg(name_patterns)::text[] IS NULL
+       OR (CASE WHEN @name_any::bool THEN name LIKE ANY (sqlc.narg(name_patterns)::text[])
+                ELSE name LIKE ALL (sqlc.narg(name_patterns)::text[]) END))
+  AND (sqlc.narg(manufacturer_patterns)::text[] IS NULL
+       OR (CASE WHEN @manufacturer_any::bool THEN manufacturer ILIKE ANY (sqlc.narg(manufacturer_patterns)::text[])
+                ELSE manufacturer ILIKE ALL (sqlc.narg(manufacturer_patterns)::text[]) END))
+  AND (sqlc.narg(model_patterns)::text[] IS NULL
+       OR (CASE WHEN @model_any::bool THEN coalesce(model, '') LIKE ANY (sqlc.narg(model_patterns)::text[])
+                ELSE coalesce(model, '') LIKE ALL (sqlc.narg(model_patterns)::text[]) END));
+
+-- name: RackUpdate :exec
+UPDATE rack SET
+    name = @name,
+    model = @model,
+    description = @description,
+    location_region = @location_region,
+    location_datacenter = @location_datacenter,
+    location_room = @location_room,
+    location_position = @location_position,
+    external_id = sqlc.narg(external_id),
+    updated_at = now()
+WHERE id = @id;
+
+-- name: RackSetNVLDomain :exec
+UPDATE rack SET nvl_domain_id = sqlc.narg(nvl_domain_id), updated_at = now() WHERE id = @id;
+
+-- name: RackSoftDelete :execrows
+UPDATE rack SET deleted_at = now(), updated_at = now() WHERE id = @id AND deleted_at IS NULL;
+
+-- name: RackPurge :execrows
+DELETE FROM rack WHERE id = @id AND deleted_at IS NOT NULL;
+
+-- name: ComponentInsert :copyfrom
+INSERT INTO component (
+    id, rack_id, type, name, manufacturer, serial_number, model, description,
+    firmware_version, slot_id, tray_idx, host_id, external_id
+) VALUES (
+    @id, @rack_id, @type, @name, @manufacturer, @serial_number, @model, @description,
+    @firmware_version, @slot_id, @tray_idx, @host_id, @external_id
+);
+
+-- name: ComponentGetByID :one
+SELECT sqlc.embed(c), r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+FROM component c LEFT JOIN rack r ON r.id = c.rack_id
+WHERE c.id = @id AND c.deleted_at IS NULL;
+
+-- name: ComponentGetByIDWithDeleted :one
+SELECT * FROM component WHERE id = @id;
+
+-- name: ComponentGetBySerial :one
+SELECT sqlc.embed(c), r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+FROM component c LEFT JOIN rack r ON r.id = c.rack_id
+WHERE lower(c.manufacturer) = lower(@manufacturer) AND c.serial_number = @serial_number AND c.deleted_at IS NULL;
+
+-- name: ComponentListByRacks :many
+-- Unordered: callers group by rack and sort in Go, which is much cheaper
+-- than a collated sort of thousands of rows.
+SELECT * FROM component WHERE rack_id = ANY (@rack_ids::uuid[]) AND deleted_at IS NULL;
+
+-- name: ComponentListByExternalID :many
+SELECT sqlc.embed(c), r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+FROM component c LEFT JOIN rack r ON r.id = c.rack_id
+WHERE c.deleted_at IS NULL
+  AND (@type::text = '' OR c.type = @type::text)
+  AND (c.external_id = @external_id
+       OR c.id IN (SELECT b.component_id FROM bmc b WHERE b.mac_address = @mac_address))
+ORDER BY c.id
+LIMIT 2;
+
+-- name: ComponentList :many
+SELECT sqlc.embed(c), r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+FROM component c LEFT JOIN rack r ON r.id = c.rack_id
+WHERE c.deleted_at IS NULL
+  AND (NOT @scoped::bool
+       OR c.id = ANY (@scope_component_ids::uuid[])
+       OR c.rack_id = ANY (@scope_rack_ids::uuid[])
+       OR (c.rack_id::text || '/' || c.type) = ANY (@scope_rack_types::text[]))
+  AND (sqlc.narg(types)::text[] IS NULL OR c.type = ANY (sqlc.narg(types)::text[]))
+  AND (sqlc.narg(name_patterns)::text[] IS NULL
+       OR (CASE WHEN @name_any::bool THEN c.name LIKE ANY (sqlc.narg(name_patterns)::text[])
+                ELSE c.name LIKE ALL (sqlc.narg(name_patterns)::text[]) END))
+  AND (sqlc.narg(manufacturer_patterns)::text[] IS NULL
+       OR (CASE WHEN @manufacturer_any::bool THEN c.manufacturer ILIKE ANY (sqlc.narg(manufacturer_patterns)::text[])
+                ELSE c.manufacturer ILIKE ALL (sqlc.narg(manufacturer_patterns)::text[]) END))
+  AND (sqlc.narg(model_patterns)::text[] IS NULL
+       OR (CASE WHEN @model_any::bool THEN coalesce(c.model, '') LIKE ANY (sqlc.narg(model_patterns)::text[])
+                ELSE coalesce(c.model, '') LIKE ALL (sqlc.narg(model_patterns)::text[]) END))
+ORDER BY
+    CASE WHEN @order_key::text = 'name' AND NOT @order_desc::bool THEN c.name END ASC,
+    CASE WHEN @order_key::text = 'name' AND @order_desc::bool THEN c.name END DESC,
+    CASE WHEN @order_key::text = 'manufacturer' AND NOT @order_desc::bool THEN c.manufacturer END ASC,
+    CASE WHEN @order_key::text = 'manufacturer' AND @order_desc::bool THEN c.manufacturer END DESC,
+    CASE WHEN @order_key::text = 'model' AND NOT @order_desc::bool THEN c.model END ASC NULLS FIRST,
+    CASE WHEN @order_key::text = 'model' AND @order_desc::bool THEN c.model END DESC NULLS LAST,
+    CASE WHEN @order_key::text = 'type' AND NOT @order_desc::bool THEN c.type END ASC,
+    CASE WHEN @order_key::text = 'type' AND @order_desc::bool THEN c.type END DESC,
+    c.id ASC
+LIMIT @row_limit OFFSET @row_offset;
+
+-- name: ComponentCount :one
+SELECT count(*) FROM component c
+WHERE c.deleted_at IS NULL
+  AND (NOT @scoped::bool
+       OR c.id = ANY (@scope_component_ids::uuid[])
+       OR c.rack_id = ANY (@scope_rack_ids::uuid[])
+       OR (c.rack_id::text || '/' || c.type) = ANY (@scope_rack_types::text[]))
+  AND (sqlc.narg(types)::text[] IS NULL OR c.type = ANY (sqlc.narg(types)::text[]))
+  AND (sqlc.narg(name_patterns)::text[] IS NULL
+       OR (CASE WHEN @name_any::bool THEN c.name LIKE ANY (sqlc.narg(name_patterns)::text[])
+                ELSE c.name LIKE ALL (sqlc.narg(name_patterns)::text[]) END))
+  AND (sqlc.narg(manufacturer_patterns)::text[] IS NULL
+       OR (CASE WHEN @manufacturer_any::bool THEN c.manufacturer ILIKE ANY (sqlc.narg(manufacturer_patterns)::text[])
+                ELSE c.manufacturer ILIKE ALL (sqlc.narg(manufacturer_patterns)::text[]) END))
+  AND (sqlc.narg(model_patterns)::text[] IS NULL
+       OR (CASE WHEN @model_any::bool THEN coalesce(c.model, '') LIKE ANY (sqlc.narg(model_patterns)::text[])
+                ELSE coalesce(c.model, '') LIKE ALL (sqlc.narg(model_patterns)::text[]) END));
+
+-- name: ComponentUpdate :exec
+UPDATE component SET
+    rack_id = sqlc.narg(rack_id),
+    firmware_version = @firmware_version,
+    description = @description,
+    slot_id = @slot_id,
+    tray_idx = @tray_idx,
+    host_id = @host_id,
+    updated_at = now()
+WHERE id = @id;
+
+-- name: ComponentSoftDeleteByRack :exec
+UPDATE component SET deleted_at = now(), updated_at = now() WHERE rack_id = @rack_id AND deleted_at IS NULL;
+
+-- name: ComponentSoftDelete :execrows
+UPDATE component SET deleted_at = now(), updated_at = now() WHERE id = @id AND deleted_at IS NULL;
+
+-- name: ComponentPurge :execrows
+DELETE FROM component WHERE id = @id AND deleted_at IS NOT NULL;
+
+-- name: BMCInsert :copyfrom
+INSERT INTO bmc (mac_address, component_id, type, ip_address) VALUES (@mac_address, @component_id, @type, @ip_address);
+
+-- name: BMCGetByMAC :one
+SELECT * FROM bmc WHERE mac_address = @mac_address;
+
+-- name: BMCUpdate :exec
+UPDATE bmc SET type = @type, ip_address = @ip_address WHERE mac_address = @mac_address;
+
+-- name: BMCListByComponents :many
+SELECT * FROM bmc WHERE component_id = ANY (@component_ids::uuid[]);
+
+-- name: BMCListByMACs :many
+SELECT * FROM bmc WHERE mac_address = ANY (@mac_addresses::text[]);
+
+-- name: ComponentListBySerials :many
+SELECT * FROM component WHERE serial_number = ANY (@serial_numbers::text[]);
+
+-- name: ComponentListWithBMCsByRacks :many
+-- One row per BMC (a component without BMCs gives one row with NULL BMC
+-- columns), unordered: the rack listing's hot path, read in one round trip
+-- and grouped and sorted in Go. For speed, timestamps are left out, NULLs
+-- are coalesced ('' = no external ID / no BMC) and UUIDs come as their 16 raw
+-- bytes (uuid_send), which Go converts without the text round trip that
+-- google/uuid's Scan makes pgx do.
+SELECT uuid_send(c.id) AS id_raw, uuid_send(c.rack_id) AS rack_id_raw, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
+       c.firmware_version, c.slot_id, c.tray_idx, c.host_id, coalesce(c.external_id, '')::text AS external_id,
+       coalesce(b.mac_address, '')::text AS bmc_mac_address, coalesce(b.type, '')::text AS bmc_type,
+       b.ip_address AS bmc_ip_address
+FROM component c LEFT JOIN bmc b ON b.component_id = c.id
+WHERE c.rack_id = ANY (@rack_ids::uuid[]) AND c.deleted_at IS NULL;

@@ -1,0 +1,291 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/inventory/internal/dbsqlc"
+)
+
+// ResolveRack returns the live rack named by ref (exactly one of UUID, name
+// or external ID), without components.
+//
+// Errors (the message names the identifier): *FieldError when ref is empty
+// or sets more than one identifier; ErrRackNotFound; ErrAmbiguous when a
+// name matches several racks.
+//
+//	rack, err := svc.ResolveRack(ctx, tx, inventory.RackRef{Name: "g10"})
+func (s *Service) ResolveRack(ctx context.Context, dbtx db.DBTX, ref RackRef) (Rack, error) {
+	return s.resolveRack(ctx, dbtx, ref, "rack")
+}
+
+func (s *Service) resolveRack(ctx context.Context, dbtx db.DBTX, ref RackRef, field string) (Rack, error) {
+	n := 0
+	for _, set := range []bool{ref.ID != uuid.Nil, ref.Name != "", ref.ExternalID != ""} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return Rack{}, invalid(field, "give exactly one of id, name or external id")
+	}
+	var row dbsqlc.Rack
+	var err error
+	switch {
+	case ref.ID != uuid.Nil:
+		row, err = s.q.RackGetByID(ctx, dbtx, ref.ID)
+	case ref.ExternalID != "":
+		row, err = s.q.RackGetByExternalID(ctx, dbtx, &ref.ExternalID)
+	default:
+		rows, lerr := s.q.RackListByName(ctx, dbtx, ref.Name)
+		switch {
+		case lerr != nil:
+			err = lerr
+		case len(rows) == 0:
+			err = pgx.ErrNoRows
+		case len(rows) > 1:
+			return Rack{}, fmt.Errorf("%w: %s matches several racks; use the rack id", ErrAmbiguous, ref)
+		default:
+			row = rows[0]
+		}
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Rack{}, fmt.Errorf("%w: %s", ErrRackNotFound, ref)
+	} else if err != nil {
+		return Rack{}, fmt.Errorf("resolve %s: %w", ref, err)
+	}
+	return s.oneRack(ctx, dbtx, row, false)
+}
+
+// ResolveComponent returns the live component named by ref, with its BMCs.
+// An external reference matches Component.ExternalID and, when the ID
+// parses as a MAC address, the normalised BMC MACs; ExternalType narrows
+// the match to one type.
+//
+// Errors (the message names the identifier): *FieldError when ref is empty
+// or sets both forms; ErrComponentNotFound; ErrAmbiguous when the external
+// reference matches several components.
+func (s *Service) ResolveComponent(ctx context.Context, dbtx db.DBTX, ref ComponentRef) (Component, error) {
+	return s.resolveComponent(ctx, dbtx, ref, "component")
+}
+
+func (s *Service) resolveComponent(ctx context.Context, dbtx db.DBTX, ref ComponentRef, field string) (Component, error) {
+	if (ref.ID != uuid.Nil) == (ref.ExternalID != "") {
+		return Component{}, invalid(field, "give exactly one of id or external id")
+	}
+	if ref.ExternalType != "" && !ref.ExternalType.Valid() {
+		return Component{}, invalid(field+".type", "unknown component type %q", ref.ExternalType)
+	}
+	if ref.ID != uuid.Nil {
+		return s.Component(ctx, dbtx, ref.ID)
+	}
+	mac := ""
+	if m, err := ParseMAC(ref.ExternalID); err == nil {
+		mac = string(m)
+	}
+	rows, err := s.q.ComponentListByExternalID(ctx, dbtx, dbsqlc.ComponentListByExternalIDParams{
+		Type:       string(ref.ExternalType),
+		ExternalID: &ref.ExternalID,
+		MACAddress: mac,
+	})
+	if err != nil {
+		return Component{}, fmt.Errorf("resolve %s: %w", ref, err)
+	}
+	switch len(rows) {
+	case 0:
+		return Component{}, fmt.Errorf("%w: %s not found", ErrComponentNotFound, ref)
+	case 1:
+		return s.oneComponent(ctx, dbtx, componentFromRow(rows[0].Component, rows[0].RackNVLDomainID, rows[0].RackExternalID))
+	}
+	return Component{}, fmt.Errorf("%w: %s is ambiguous", ErrAmbiguous, ref)
+}
+
+// ResolveTargets resolves spec (spec/execution.md §3) to one Selection per
+// rack, ordered by rack name then UUID. Rack targets and domain targets
+// (expanded to the domain's current racks) keep their type filter; the same
+// rack named twice gets the union of its filters (an unfiltered target wins).
+// Component targets are grouped by their rack.
+//
+// Errors: *FieldError when spec does not set exactly one kind, a target is
+// malformed or a type is unknown; ErrRackNotFound, ErrComponentNotFound,
+// ErrNVLDomainNotFound, ErrAmbiguous as the single resolvers; ErrNoRack for
+// a rack-less component; ErrRackNotFound "no racks" when nothing resolves
+// (an empty domain, say).
+func (s *Service) ResolveTargets(ctx context.Context, dbtx db.DBTX, spec TargetSpec) ([]Selection, error) {
+	sc, err := s.resolveScope(ctx, dbtx, spec, "target_spec")
+	if err != nil {
+		return nil, err
+	}
+	if len(sc.comps) > 0 {
+		for _, c := range sc.comps {
+			if c.RackID == nil {
+				return nil, fmt.Errorf("%w: component %s", ErrNoRack, c.ID)
+			}
+		}
+	}
+	var out []Selection
+	if len(sc.comps) > 0 {
+		byRack := map[uuid.UUID]int{}
+		for _, c := range sc.comps {
+			i, ok := byRack[*c.RackID]
+			if !ok {
+				r, err := s.Rack(ctx, dbtx, *c.RackID, false)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, Selection{Rack: r})
+				i = len(out) - 1
+				byRack[*c.RackID] = i
+			}
+			out[i].Components = append(out[i].Components, c)
+		}
+	} else {
+		racks := make([]Rack, len(sc.racks))
+		for i, r := range sc.racks {
+			racks[i] = r.rack
+		}
+		comps, err := s.componentsOfRacks(ctx, dbtx, racks)
+		if err != nil {
+			return nil, err
+		}
+		index := map[uuid.UUID]int{}
+		for _, r := range sc.racks {
+			out = append(out, Selection{Rack: r.rack, Types: r.types})
+			index[r.rack.ID] = len(out) - 1
+		}
+		for _, c := range comps {
+			sel := &out[index[*c.RackID]]
+			if sel.Types == nil || slices.Contains(sel.Types, c.Type) {
+				sel.Components = append(sel.Components, c)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: no racks found for the target spec", ErrRackNotFound)
+	}
+	slices.SortFunc(out, func(a, b Selection) int {
+		if a.Rack.Name != b.Rack.Name {
+			if a.Rack.Name < b.Rack.Name {
+				return -1
+			}
+			return 1
+		}
+		return slices.Compare(a.Rack.ID[:], b.Rack.ID[:])
+	})
+	for i := range out {
+		slices.SortStableFunc(out[i].Components, func(a, b Component) int {
+			if a.Name != b.Name {
+				if a.Name < b.Name {
+					return -1
+				}
+				return 1
+			}
+			return slices.Compare(a.ID[:], b.ID[:])
+		})
+	}
+	return out, nil
+}
+
+// scope is a resolved TargetSpec before components are loaded.
+type scope struct {
+	racks        []scopeRack // rack and domain targets, one per rack
+	comps        []Component // component targets
+	componentIDs []uuid.UUID
+}
+
+type scopeRack struct {
+	rack  Rack
+	types []ComponentType // nil: every component
+}
+
+func (s *Service) resolveScope(ctx context.Context, dbtx db.DBTX, spec TargetSpec, field string) (scope, error) {
+	kinds := 0
+	for _, n := range []int{len(spec.Racks), len(spec.NVLDomains), len(spec.Components)} {
+		if n > 0 {
+			kinds++
+		}
+	}
+	if kinds != 1 {
+		return scope{}, invalid(field, "must have exactly one of racks, nvl_domains, or components set")
+	}
+	var sc scope
+	index := map[uuid.UUID]int{}
+	add := func(r Rack, types []ComponentType) {
+		i, ok := index[r.ID]
+		if !ok {
+			sc.racks = append(sc.racks, scopeRack{rack: r, types: types})
+			index[r.ID] = len(sc.racks) - 1
+			return
+		}
+		cur := &sc.racks[i]
+		if cur.types == nil || types == nil {
+			cur.types = nil
+			return
+		}
+		for _, t := range types {
+			if !slices.Contains(cur.types, t) {
+				cur.types = append(cur.types, t)
+			}
+		}
+	}
+	checkTypes := func(types []ComponentType, f string) ([]ComponentType, error) {
+		if len(types) == 0 {
+			return nil, nil
+		}
+		for i, t := range types {
+			if !t.Valid() {
+				return nil, invalid(fmt.Sprintf("%s.component_types[%d]", f, i), "unknown component type")
+			}
+		}
+		return slices.Clone(types), nil
+	}
+	for i, t := range spec.Racks {
+		f := fmt.Sprintf("%s.racks.targets[%d]", field, i)
+		types, err := checkTypes(t.Types, f)
+		if err != nil {
+			return scope{}, err
+		}
+		r, err := s.resolveRack(ctx, dbtx, t.Rack, f)
+		if err != nil {
+			return scope{}, err
+		}
+		add(r, types)
+	}
+	for i, t := range spec.NVLDomains {
+		f := fmt.Sprintf("%s.nvl_domains.targets[%d]", field, i)
+		types, err := checkTypes(t.Types, f)
+		if err != nil {
+			return scope{}, err
+		}
+		if t.Domain.ID == uuid.Nil && t.Domain.Name == "" {
+			return scope{}, invalid(f, "give id or name")
+		}
+		racks, err := s.RacksForNVLDomain(ctx, dbtx, t.Domain, false)
+		if err != nil {
+			return scope{}, err
+		}
+		for _, r := range racks {
+			add(r, types)
+		}
+	}
+	seen := map[uuid.UUID]bool{}
+	for i, ref := range spec.Components {
+		c, err := s.resolveComponent(ctx, dbtx, ref, fmt.Sprintf("%s.components.targets[%d]", field, i))
+		if err != nil {
+			return scope{}, err
+		}
+		if seen[c.ID] {
+			continue
+		}
+		seen[c.ID] = true
+		sc.comps = append(sc.comps, c)
+		sc.componentIDs = append(sc.componentIDs, c.ID)
+	}
+	return sc, nil
+}
