@@ -86,3 +86,30 @@ type RackRuleAssociation struct {
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
 }
+
+type Task struct {
+	ID             uuid.UUID
+	OperationType  string
+	OperationCode  string
+	Information    []byte
+	Description    string
+	RackID         uuid.UUID
+	Components     []byte
+	ComponentIDs   []uuid.UUID
+	Targets        []byte
+	Rule           []byte
+	RuleName       string
+	AppliedRuleID  *uuid.UUID
+	Status         string
+	Message        string
+	Report         []byte
+	RunID          *int64
+	QueueExpiresAt *time.Time
+	IdempotencyKey *string
+	TriggerType    string
+	TriggerID      string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	StartedAt      *time.Time
+	FinishedAt     *time.Time
+}
