@@ -178,8 +178,12 @@ func (e *Engine) RiverConfig() *river.Config {
 		FetchCooldown:        e.cfg.FetchCooldown,
 		FetchPollInterval:    e.cfg.FetchPollInterval,
 		RescueStuckJobsAfter: e.cfg.RescueStuckJobsAfter,
-		RetryPolicy:          retryPolicy{},
-		Workers:              workers,
+		// A job may run as long as the rescue window, never longer: the
+		// engine bounds each call itself, well inside it (the rescuer
+		// ignores jobs whose timeout is negative, so it must be positive).
+		JobTimeout:  e.cfg.RescueStuckJobsAfter,
+		RetryPolicy: retryPolicy{},
+		Workers:     workers,
 	}
 }
 

@@ -219,7 +219,10 @@ func startEngine(t testing.TB, pool *pgxpool.Pool, cfg engine.Config) (*engine.E
 func newClient(t testing.TB, pool *pgxpool.Pool, e *engine.Engine) *river.Client[pgx.Tx] {
 	rc := e.RiverConfig()
 	rc.TestOnly = true
-	rc.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	rc.Logger = slog.New(slog.DiscardHandler)
+	if os.Getenv("FLOW_ENGINE_TEST_LOG") != "" {
+		rc.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	if t != nil {
 		require.NoError(t, err)
@@ -258,7 +261,10 @@ func waitRun(t testing.TB, pool *pgxpool.Pool, e *engine.Engine, id engine.RunID
 			return rep
 		}
 		if time.Now().After(end) {
-			t.Fatalf("run %d still running after %s: %+v", id, within, rep)
+			rows, _ := pool.Query(context.Background(), `SELECT j.id, j.state, j.attempt, j.attempted_at, j.scheduled_at, j.errors::text, j.metadata::text
+				FROM river_job j JOIN engine_step s ON s.job_id = j.id WHERE s.run_id = $1 AND s.state = 'running'`, id)
+			jobs, _ := pgx.CollectRows(rows, pgx.RowToMap)
+			t.Fatalf("run %d still running after %s: %+v\nopen jobs: %v", id, within, rep, jobs)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

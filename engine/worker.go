@@ -22,9 +22,6 @@ type stepWorker struct {
 	e *Engine
 }
 
-// Timeout disables River's job timeout: the engine bounds each call itself.
-func (w *stepWorker) Timeout(*river.Job[RunStepArgs]) time.Duration { return -1 }
-
 func (w *stepWorker) Work(ctx context.Context, job *river.Job[RunStepArgs]) error {
 	return w.e.workStep(ctx, job)
 }
