@@ -20,6 +20,7 @@ type Config struct {
 	LogLevel        slog.Level    // FLOW_LOG_LEVEL
 	LogFormat       string        // FLOW_LOG_FORMAT: text or json
 	ShutdownTimeout time.Duration // FLOW_SHUTDOWN_TIMEOUT
+	RiverUIEnabled  bool          // FLOW_RIVERUI_ENABLED (dev mode mounts it regardless)
 }
 
 // ConfigVar documents one environment variable; ConfigVars is the table the
@@ -42,6 +43,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_LOG_LEVEL", "info", "debug, info, warn or error (dev mode forces debug)"},
 	{"FLOW_LOG_FORMAT", "json", "json or text"},
 	{"FLOW_SHUTDOWN_TIMEOUT", "30s", "how long a graceful shutdown waits for in-flight calls and jobs"},
+	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard) at /riverui/ outside dev mode; it has no authentication of its own, so enable it only behind a trusted network or an authenticating proxy"},
 }
 
 // LoadConfig reads Config from getenv, applying defaults. It fails on values
@@ -96,6 +98,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.ShutdownTimeout = d
 	}
+	if b, err := strconv.ParseBool(def("FLOW_RIVERUI_ENABLED")); err != nil {
+		errs = append(errs, "FLOW_RIVERUI_ENABLED must be true or false")
+	} else {
+		cfg.RiverUIEnabled = b
+	}
 	if len(errs) > 0 {
 		return cfg, usageError{fmt.Errorf("configuration: %s", strings.Join(errs, "; "))}
 	}
@@ -112,6 +119,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("log_format", c.LogFormat),
 		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
+		slog.Bool("riverui_enabled", c.RiverUIEnabled),
 	)
 }
 

@@ -205,3 +205,36 @@ func isPermanent(err error) bool {
 	var p *permanentError
 	return errors.As(err, &p)
 }
+
+// SleepKind is the kind of the built-in durable sleep action (RegisterSleep).
+const SleepKind = "engine.sleep"
+
+// SleepParams are the params of SleepKind: how long to wait, as a Go
+// duration string ("90s", "5m").
+type SleepParams struct {
+	Duration string `json:"duration"`
+}
+
+// Validate checks that Duration parses and is positive.
+func (p *SleepParams) Validate() error {
+	d, err := time.ParseDuration(p.Duration)
+	if err != nil {
+		return err
+	}
+	if d <= 0 {
+		return errors.New("duration must be positive")
+	}
+	return nil
+}
+
+// RegisterSleep registers SleepKind: a durable timer (a scheduled River job,
+// no goroutine waits) that ends the step after the duration.
+func RegisterSleep(e *Engine) {
+	Register(e, SleepKind, func(ctx context.Context, call Call[SleepParams]) (Result, error) {
+		d, err := time.ParseDuration(call.Params.Duration)
+		if err != nil {
+			return Result{}, Permanent(err)
+		}
+		return Result{Sleep: d}, nil
+	})
+}
