@@ -1,7 +1,7 @@
 -- name: RunInsert :one
-INSERT INTO engine_run (owner, metadata, stage_count, timeout_at)
-VALUES (@owner, @metadata, @stage_count, @timeout_at)
-RETURNING id;
+INSERT INTO engine_run (owner, metadata, stage_count, open_steps, timeout_at)
+VALUES (@owner, @metadata, @stage_count, @open_steps, now() + sqlc.narg(timeout_ms)::bigint * interval '1 millisecond')
+RETURNING id, timeout_at;
 
 -- name: StepInsertMany :many
 INSERT INTO engine_step (run_id, stage_index, step_index, spec, budget_ms)
@@ -69,19 +69,21 @@ SET state = @state, error = @error, ended_at = now(), checkpoint = NULL, wake_at
 WHERE id = @id AND state = 'running'
 RETURNING stage_index;
 
--- name: StageSummary :one
--- StageSummary counts a stage's open and failed steps (a fresh snapshot, so
--- take the run lock first).
-SELECT
-    count(*) FILTER (WHERE state IN ('pending', 'running'))::integer AS open,
-    count(*) FILTER (WHERE state = 'failed')::integer AS failed,
-    coalesce((array_agg(spec->>'name' ORDER BY step_index) FILTER (WHERE state = 'failed'))[1], '')::text AS first_failed_step,
-    coalesce((array_agg(error ORDER BY step_index) FILTER (WHERE state = 'failed'))[1], '')::text AS first_error
-FROM engine_step
-WHERE run_id = @run_id AND stage_index = @stage_index;
-
 -- name: RunSetStage :exec
-UPDATE engine_run SET stage_index = @stage_index WHERE id = @id;
+UPDATE engine_run
+SET stage_index = @stage_index, open_steps = @open_steps, failed_steps = 0, first_failure = ''
+WHERE id = @id;
+
+-- name: RunStepEnded :one
+-- RunStepEnded counts a step of the current stage as ended, locking the run
+-- row: concurrent steps of a stage serialise here and each sees the counts
+-- left by the others. No row when the run has ended.
+UPDATE engine_run
+SET open_steps = open_steps - 1,
+    failed_steps = failed_steps + CASE WHEN @failed::boolean THEN 1 ELSE 0 END,
+    first_failure = CASE WHEN @failed::boolean AND first_failure = '' THEN @failure::text ELSE first_failure END
+WHERE id = @id AND state = 'running' AND stage_index = @stage_index
+RETURNING open_steps, failed_steps, first_failure, stage_count;
 
 -- name: RunEnd :one
 UPDATE engine_run

@@ -98,31 +98,34 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 		}
 	}
 
-	var timeoutAt pgtype.Timestamptz
+	var timeoutMS *int64
 	if plan.Timeout > 0 {
-		timeoutAt = pgtype.Timestamptz{Time: time.Now().Add(plan.Timeout), Valid: true}
+		timeoutMS = ptr(plan.Timeout.Milliseconds())
 	}
-	id, err := e.q.RunInsert(ctx, tx, dbsqlc.RunInsertParams{
+	run, err := e.q.RunInsert(ctx, tx, dbsqlc.RunInsertParams{
 		Owner:      plan.Owner,
 		Metadata:   meta,
 		StageCount: int32(len(plan.Stages)),
-		TimeoutAt:  timeoutAt,
+		TimeoutMs:  timeoutMS,
+		OpenSteps:  int32(len(plan.Stages[0].Steps)),
 	})
 	if err != nil {
 		return 0, fmt.Errorf("engine: insert run: %w", err)
 	}
+	id := run.ID
 	p.RunID = id
 	if _, err := e.q.StepInsertMany(ctx, tx, p); err != nil {
 		return 0, fmt.Errorf("engine: insert steps: %w", err)
 	}
-	if err := e.startStage(ctx, tx, RunID(id), 0, timeoutAt); err != nil {
+	if err := e.startStage(ctx, tx, RunID(id), 0, run.TimeoutAt); err != nil {
 		return 0, err
 	}
 	return RunID(id), nil
 }
 
 // startStage marks a stage's steps running (fixing their deadlines) and
-// enqueues one job per step; for stage 0 it also schedules the run timeout.
+// enqueues one job per step; for stage 0 it also schedules the run timeout,
+// for the others it makes the stage the run's current one.
 func (e *Engine) startStage(ctx context.Context, tx pgx.Tx, runID RunID, stage int, timeoutAt pgtype.Timestamptz) error {
 	ids, err := e.q.StepStartStage(ctx, tx, dbsqlc.StepStartStageParams{RunID: int64(runID), StageIndex: int32(stage)})
 	if err != nil {
@@ -148,6 +151,12 @@ func (e *Engine) startStage(ctx context.Context, tx pgx.Tx, runID RunID, stage i
 	}
 	if err := e.q.StepSetJobIDs(ctx, tx, dbsqlc.StepSetJobIDsParams{IDs: ids, JobIDs: jobIDs}); err != nil {
 		return fmt.Errorf("engine: record step jobs: %w", err)
+	}
+	if stage > 0 {
+		err := e.q.RunSetStage(ctx, tx, dbsqlc.RunSetStageParams{ID: int64(runID), StageIndex: int32(stage), OpenSteps: int32(len(ids))})
+		if err != nil {
+			return fmt.Errorf("engine: set stage: %w", err)
+		}
 	}
 	return nil
 }

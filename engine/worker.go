@@ -272,51 +272,54 @@ func (e *Engine) failRunTimeout(ctx context.Context, job *river.Job[RunStepArgs]
 // calls is how many calls the current batch took, when the step ends on a
 // batch that is not yet counted (nil after a sleep or without a call).
 func (e *Engine) finishStep(ctx context.Context, job *river.Job[RunStepArgs], row dbsqlc.StepGetForWorkRow, state State, msg string, calls *int32) error {
-	runID := RunID(row.RunID)
-	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		// The run lock serialises the steps of a stage finishing together:
-		// the last one sees all the others.
-		run, err := e.q.RunLock(ctx, tx, int64(runID))
-		if err != nil {
-			return fmt.Errorf("engine: lock run %d: %w", runID, err)
+	var spec stepSpec
+	_ = json.Unmarshal(row.Spec, &spec)
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		if err := e.checkpoint(ctx, tx, job, row, &spec, state, msg, calls); err != nil {
+			return err
 		}
-		if run.State == string(StateRunning) {
-			if err := e.checkpoint(ctx, tx, job, row, run, state, msg, calls); err != nil {
-				return err
-			}
-		}
-		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 		return err
 	})
+	if errors.Is(err, errStepGone) {
+		return nil // nothing to record; River completes the job
+	}
+	return err
 }
 
-func (e *Engine) checkpoint(ctx context.Context, tx pgx.Tx, job *river.Job[RunStepArgs], row dbsqlc.StepGetForWorkRow, run dbsqlc.RunLockRow, state State, msg string, calls *int32) error {
+// errStepGone rolls a checkpoint back when the step or its run has already
+// ended (a duplicate execution, a cancel that won the race).
+var errStepGone = errors.New("engine: step already ended")
+
+func (e *Engine) checkpoint(ctx context.Context, tx pgx.Tx, job *river.Job[RunStepArgs], row dbsqlc.StepGetForWorkRow, spec *stepSpec, state State, msg string, calls *int32) error {
 	runID := RunID(row.RunID)
-	stage, err := e.q.StepFinish(ctx, tx, dbsqlc.StepFinishParams{ID: row.ID, State: string(state), Error: msg, Calls: calls})
+	failure := ""
+	if state == StateFailed {
+		failure = stageError(int(row.StageIndex), spec.StageName, spec.Name, msg)
+	}
+	// The run row first (the order Cancel locks in), then the step.
+	run, err := e.q.RunStepEnded(ctx, tx, dbsqlc.RunStepEndedParams{
+		ID: row.RunID, StageIndex: row.StageIndex, Failed: state == StateFailed, Failure: failure,
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // already ended by a duplicate execution
+		return errStepGone
+	} else if err != nil {
+		return fmt.Errorf("engine: count step of run %d: %w", runID, err)
+	}
+	if _, err := e.q.StepFinish(ctx, tx, dbsqlc.StepFinishParams{ID: row.ID, State: string(state), Error: msg, Calls: calls}); errors.Is(err, pgx.ErrNoRows) {
+		return errStepGone
 	} else if err != nil {
 		return fmt.Errorf("engine: finish step %d: %w", row.ID, err)
 	}
-	var spec stepSpec
-	_ = json.Unmarshal(row.Spec, &spec)
-	if state == StateFailed && !spec.WaitAll {
-		return e.endRun(ctx, tx, runID, StateFailed, stageError(int(stage), spec.StageName, spec.Name, msg), job.ID)
-	}
-	sum, err := e.q.StageSummary(ctx, tx, dbsqlc.StageSummaryParams{RunID: row.RunID, StageIndex: stage})
-	if err != nil {
-		return fmt.Errorf("engine: stage summary: %w", err)
-	}
 	switch {
-	case sum.Open > 0:
+	case state == StateFailed && !spec.WaitAll:
+		return e.endRun(ctx, tx, runID, StateFailed, failure, job.ID)
+	case run.OpenSteps > 0:
 		return nil
-	case sum.Failed > 0:
-		return e.endRun(ctx, tx, runID, StateFailed, stageError(int(stage), spec.StageName, sum.FirstFailedStep, sum.FirstError), job.ID)
-	case stage+1 < run.StageCount:
-		if err := e.startStage(ctx, tx, runID, int(stage)+1, pgtype.Timestamptz{}); err != nil {
-			return err
-		}
-		return e.q.RunSetStage(ctx, tx, dbsqlc.RunSetStageParams{ID: row.RunID, StageIndex: stage + 1})
+	case run.FailedSteps > 0:
+		return e.endRun(ctx, tx, runID, StateFailed, run.FirstFailure, job.ID)
+	case row.StageIndex+1 < run.StageCount:
+		return e.startStage(ctx, tx, runID, int(row.StageIndex)+1, pgtype.Timestamptz{})
 	}
 	return e.endRun(ctx, tx, runID, StateCompleted, "", job.ID)
 }

@@ -12,6 +12,12 @@ CREATE TABLE engine_run (
     error       text        NOT NULL DEFAULT '',
     stage_index integer     NOT NULL DEFAULT 0,
     stage_count integer     NOT NULL CHECK (stage_count > 0),
+    -- The current stage's join: steps still open, steps failed, and the
+    -- first failure (the run's error if the stage fails). Updating them
+    -- locks the run row, so the last step of a stage to end sees the others.
+    open_steps    integer   NOT NULL DEFAULT 0,
+    failed_steps  integer   NOT NULL DEFAULT 0,
+    first_failure text      NOT NULL DEFAULT '',
     timeout_at  timestamptz,
     created_at  timestamptz NOT NULL DEFAULT now(),
     ended_at    timestamptz

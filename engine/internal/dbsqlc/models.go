@@ -9,16 +9,19 @@ import (
 )
 
 type EngineRun struct {
-	ID         int64
-	Owner      string
-	Metadata   []byte
-	State      string
-	Error      string
-	StageIndex int32
-	StageCount int32
-	TimeoutAt  pgtype.Timestamptz
-	CreatedAt  pgtype.Timestamptz
-	EndedAt    pgtype.Timestamptz
+	ID           int64
+	Owner        string
+	Metadata     []byte
+	State        string
+	Error        string
+	StageIndex   int32
+	StageCount   int32
+	OpenSteps    int32
+	FailedSteps  int32
+	FirstFailure string
+	TimeoutAt    pgtype.Timestamptz
+	CreatedAt    pgtype.Timestamptz
+	EndedAt      pgtype.Timestamptz
 }
 
 type EngineStep struct {

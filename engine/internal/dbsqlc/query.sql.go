@@ -55,9 +55,22 @@ FROM engine_run
 WHERE id = $1
 `
 
-func (q *Queries) RunGetByID(ctx context.Context, db DBTX, id int64) (EngineRun, error) {
+type RunGetByIDRow struct {
+	ID         int64
+	Owner      string
+	Metadata   []byte
+	State      string
+	Error      string
+	StageIndex int32
+	StageCount int32
+	TimeoutAt  pgtype.Timestamptz
+	CreatedAt  pgtype.Timestamptz
+	EndedAt    pgtype.Timestamptz
+}
+
+func (q *Queries) RunGetByID(ctx context.Context, db DBTX, id int64) (RunGetByIDRow, error) {
 	row := db.QueryRow(ctx, runGetByID, id)
-	var i EngineRun
+	var i RunGetByIDRow
 	err := row.Scan(
 		&i.ID,
 		&i.Owner,
@@ -85,28 +98,35 @@ func (q *Queries) RunGetState(ctx context.Context, db DBTX, id int64) (string, e
 }
 
 const runInsert = `-- name: RunInsert :one
-INSERT INTO engine_run (owner, metadata, stage_count, timeout_at)
-VALUES ($1, $2, $3, $4)
-RETURNING id
+INSERT INTO engine_run (owner, metadata, stage_count, open_steps, timeout_at)
+VALUES ($1, $2, $3, $4, now() + $5::bigint * interval '1 millisecond')
+RETURNING id, timeout_at
 `
 
 type RunInsertParams struct {
 	Owner      string
 	Metadata   []byte
 	StageCount int32
-	TimeoutAt  pgtype.Timestamptz
+	OpenSteps  int32
+	TimeoutMs  *int64
 }
 
-func (q *Queries) RunInsert(ctx context.Context, db DBTX, arg RunInsertParams) (int64, error) {
+type RunInsertRow struct {
+	ID        int64
+	TimeoutAt pgtype.Timestamptz
+}
+
+func (q *Queries) RunInsert(ctx context.Context, db DBTX, arg RunInsertParams) (RunInsertRow, error) {
 	row := db.QueryRow(ctx, runInsert,
 		arg.Owner,
 		arg.Metadata,
 		arg.StageCount,
-		arg.TimeoutAt,
+		arg.OpenSteps,
+		arg.TimeoutMs,
 	)
-	var id int64
-	err := row.Scan(&id)
-	return id, err
+	var i RunInsertRow
+	err := row.Scan(&i.ID, &i.TimeoutAt)
+	return i, err
 }
 
 const runLock = `-- name: RunLock :one
@@ -140,51 +160,61 @@ func (q *Queries) RunLock(ctx context.Context, db DBTX, id int64) (RunLockRow, e
 }
 
 const runSetStage = `-- name: RunSetStage :exec
-UPDATE engine_run SET stage_index = $1 WHERE id = $2
+UPDATE engine_run
+SET stage_index = $1, open_steps = $2, failed_steps = 0, first_failure = ''
+WHERE id = $3
 `
 
 type RunSetStageParams struct {
 	StageIndex int32
+	OpenSteps  int32
 	ID         int64
 }
 
 func (q *Queries) RunSetStage(ctx context.Context, db DBTX, arg RunSetStageParams) error {
-	_, err := db.Exec(ctx, runSetStage, arg.StageIndex, arg.ID)
+	_, err := db.Exec(ctx, runSetStage, arg.StageIndex, arg.OpenSteps, arg.ID)
 	return err
 }
 
-const stageSummary = `-- name: StageSummary :one
-SELECT
-    count(*) FILTER (WHERE state IN ('pending', 'running'))::integer AS open,
-    count(*) FILTER (WHERE state = 'failed')::integer AS failed,
-    coalesce((array_agg(spec->>'name' ORDER BY step_index) FILTER (WHERE state = 'failed'))[1], '')::text AS first_failed_step,
-    coalesce((array_agg(error ORDER BY step_index) FILTER (WHERE state = 'failed'))[1], '')::text AS first_error
-FROM engine_step
-WHERE run_id = $1 AND stage_index = $2
+const runStepEnded = `-- name: RunStepEnded :one
+UPDATE engine_run
+SET open_steps = open_steps - 1,
+    failed_steps = failed_steps + CASE WHEN $1::boolean THEN 1 ELSE 0 END,
+    first_failure = CASE WHEN $1::boolean AND first_failure = '' THEN $2::text ELSE first_failure END
+WHERE id = $3 AND state = 'running' AND stage_index = $4
+RETURNING open_steps, failed_steps, first_failure, stage_count
 `
 
-type StageSummaryParams struct {
-	RunID      int64
+type RunStepEndedParams struct {
+	Failed     bool
+	Failure    string
+	ID         int64
 	StageIndex int32
 }
 
-type StageSummaryRow struct {
-	Open            int32
-	Failed          int32
-	FirstFailedStep string
-	FirstError      string
+type RunStepEndedRow struct {
+	OpenSteps    int32
+	FailedSteps  int32
+	FirstFailure string
+	StageCount   int32
 }
 
-// StageSummary counts a stage's open and failed steps (a fresh snapshot, so
-// take the run lock first).
-func (q *Queries) StageSummary(ctx context.Context, db DBTX, arg StageSummaryParams) (StageSummaryRow, error) {
-	row := db.QueryRow(ctx, stageSummary, arg.RunID, arg.StageIndex)
-	var i StageSummaryRow
+// RunStepEnded counts a step of the current stage as ended, locking the run
+// row: concurrent steps of a stage serialise here and each sees the counts
+// left by the others. No row when the run has ended.
+func (q *Queries) RunStepEnded(ctx context.Context, db DBTX, arg RunStepEndedParams) (RunStepEndedRow, error) {
+	row := db.QueryRow(ctx, runStepEnded,
+		arg.Failed,
+		arg.Failure,
+		arg.ID,
+		arg.StageIndex,
+	)
+	var i RunStepEndedRow
 	err := row.Scan(
-		&i.Open,
-		&i.Failed,
-		&i.FirstFailedStep,
-		&i.FirstError,
+		&i.OpenSteps,
+		&i.FailedSteps,
+		&i.FirstFailure,
+		&i.StageCount,
 	)
 	return i, err
 }
