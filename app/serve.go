@@ -9,9 +9,12 @@ import (
 	"net/http"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
@@ -26,6 +29,8 @@ type server struct {
 	health *health
 	keys   *firmware.Keyring // nil when no key is configured
 	ln     net.Listener
+	engine *engine.Engine
+	river  *river.Client[pgx.Tx]
 }
 
 // serveOptions are the parts of `flow serve` that are not Config.
@@ -68,6 +73,16 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		}
 	}()
 	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth(), keys: keys}
+	s.engine, s.river, err = newEngine(pool, logger)
+	if err != nil {
+		return nil, err
+	}
+	var riverUI http.Handler
+	if cfg.DevMode || cfg.RiverUIEnabled {
+		if riverUI, err = newRiverUI(context.WithoutCancel(ctx), s.river, logger); err != nil {
+			return nil, err
+		}
+	}
 
 	inv := inventory.NewService()
 	rules, err := operations.NewService(rackLookup{inv: inv})
@@ -79,7 +94,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		inventoryHandler:  inventory.NewHandler(inventory.NewService(), pool),
 		operationsHandler: operations.NewHandler(pool, rules),
 	}
-	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health})
+	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, riverUI: riverUI})
 	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)
 	s.ln, err = net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
@@ -91,10 +106,17 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 // Addr returns the address the server listens on.
 func (s *server) Addr() net.Addr { return s.ln.Addr() }
 
-// run serves until ctx is cancelled, then shuts down gracefully: it stops
-// accepting, lets in-flight calls finish (up to ShutdownTimeout) and closes
-// the pool.
+// run starts the River client and serves until ctx is cancelled, then shuts
+// down gracefully: it stops accepting, lets in-flight calls finish (up to
+// ShutdownTimeout), stops River (running jobs get up to ShutdownTimeout, then
+// are cancelled) and closes the pool.
 func (s *server) run(ctx context.Context) error {
+	// River stops when run says so, after HTTP, not when ctx ends.
+	if err := s.river.Start(context.WithoutCancel(ctx)); err != nil {
+		s.ln.Close()
+		s.pool.Close()
+		return fmt.Errorf("start river: %w", err)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.http.Serve(s.ln) }()
 	s.logger.InfoContext(ctx, "serving", "addr", s.ln.Addr().String(), "dev_mode", s.cfg.DevMode)
@@ -111,6 +133,7 @@ func (s *server) run(ctx context.Context) error {
 	if err := s.http.Shutdown(shutdownCtx); err != nil {
 		s.logger.WarnContext(ctx, "http shutdown", "error", err.Error())
 	}
+	stopRiver(ctx, s.river, s.cfg.ShutdownTimeout, s.logger)
 	s.pool.Close()
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr

@@ -36,6 +36,45 @@ type Component struct {
 	DeletedAt       *time.Time
 }
 
+type EngineRun struct {
+	ID           int64
+	Owner        string
+	Metadata     []byte
+	State        string
+	Error        string
+	StageIndex   int32
+	StageCount   int32
+	OpenSteps    int32
+	FailedSteps  int32
+	FirstFailure string
+	TimeoutAt    *time.Time
+	CreatedAt    time.Time
+	EndedAt      *time.Time
+}
+
+type EngineStep struct {
+	ID            int64
+	RunID         int64
+	StageIndex    int32
+	StepIndex     int32
+	Spec          []byte
+	BudgetMs      int64
+	State         string
+	Error         string
+	BatchIndex    int32
+	Attempt       int32
+	BatchAttempts []int32
+	Polls         int32
+	LastError     string
+	Checkpoint    []byte
+	Progress      []byte
+	JobID         *int64
+	WakeAt        *time.Time
+	DeadlineAt    *time.Time
+	StartedAt     *time.Time
+	EndedAt       *time.Time
+}
+
 type FlowInstance struct {
 	ID        bool
 	CreatedAt time.Time
