@@ -22,16 +22,59 @@ import (
 // cancel jobs and the client needs the engine's workers, so the client is
 // handed to the engine after both exist. Domains register their actions here
 // as they arrive (explicitly, never in init).
-func newEngine(pool *pgxpool.Pool, logger *slog.Logger) (*engine.Engine, *river.Client[pgx.Tx], error) {
-	e := engine.New(pool, engine.Config{Logger: logger})
+func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine.Engine, *river.Client[pgx.Tx], error) {
+	e := engine.New(pool, engine.Config{Logger: logger, OnRunEnd: w.onRunEnd})
 	engine.RegisterSleep(e)
-	client, err := river.NewClient(riverpgxv5.New(pool), e.RiverConfig())
+	if w.register != nil {
+		w.register(e)
+	}
+	rc := e.RiverConfig()
+	if w.sweep != nil {
+		river.AddWorker(rc.Workers, &sweepWorker{sweep: w.sweep})
+		rc.PeriodicJobs = append(rc.PeriodicJobs, river.NewPeriodicJob(
+			river.PeriodicInterval(sweepInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return sweepArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true},
+		))
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("river client: %w", err)
 	}
 	e.SetClient(client)
 	return e, client, nil
 }
+
+// engineWiring is what the domains plug into the engine: the end-of-run
+// hook, their actions, and the task queue's safety-net sweep.
+type engineWiring struct {
+	onRunEnd engine.RunEndFunc
+	register func(*engine.Engine)
+	sweep    func(context.Context) error
+}
+
+// sweepInterval is how often the leader promotes and expires waiting tasks
+// that no task end has handled (a safety net: promotion normally happens in
+// the transaction that ends the blocking task).
+const sweepInterval = 30 * time.Second
+
+// sweepArgs is the periodic job of the task-queue sweep.
+type sweepArgs struct{}
+
+// Kind returns the job kind.
+func (sweepArgs) Kind() string { return "operations.sweep_queue" }
+
+// InsertOpts puts the sweep on the engine queue, once at a time.
+func (sweepArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: engine.QueueName, UniqueOpts: river.UniqueOpts{ByPeriod: sweepInterval}}
+}
+
+type sweepWorker struct {
+	river.WorkerDefaults[sweepArgs]
+	sweep func(context.Context) error
+}
+
+func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[sweepArgs]) error { return w.sweep(ctx) }
 
 // newRiverUI returns River UI mounted at /riverui/, started with ctx. River
 // UI has no authentication of its own: it is mounted only in dev mode or

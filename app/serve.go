@@ -22,15 +22,16 @@ import (
 
 // server is a running Flow server: its pool, HTTP server and background work.
 type server struct {
-	cfg    Config
-	logger *slog.Logger
-	pool   *pgxpool.Pool
-	http   *http.Server
-	health *health
-	keys   *firmware.Keyring // nil when no key is configured
-	ln     net.Listener
-	engine *engine.Engine
-	river  *river.Client[pgx.Tx]
+	cfg      Config
+	logger   *slog.Logger
+	pool     *pgxpool.Pool
+	http     *http.Server
+	health   *health
+	keys     *firmware.Keyring // nil when no key is configured
+	backends *backends
+	ln       net.Listener
+	engine   *engine.Engine
+	river    *river.Client[pgx.Tx]
 }
 
 // serveOptions are the parts of `flow serve` that are not Config.
@@ -73,26 +74,38 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		}
 	}()
 	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth(), keys: keys}
-	s.engine, s.river, err = newEngine(pool, logger)
+	if s.backends, err = newBackends(cfg); err != nil {
+		return nil, err
+	}
+	inv := inventory.NewService()
+	rules, err := operations.NewService(rackLookup{inv: inv})
 	if err != nil {
 		return nil, err
 	}
+	var tasks *operations.Tasks
+	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
+		onRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error { return tasks.RunEnded(ctx, tx, run) },
+		register: func(e *engine.Engine) { operations.RegisterActions(e, pool, s.backends.managers, logger) },
+		sweep:    func(ctx context.Context) error { return tasks.Sweep(ctx) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	tasks = operations.NewTasks(operations.TasksConfig{
+		Pool: pool, Rules: rules, Inv: inv, Engine: s.engine, Backends: s.backends.managers, Keys: keys, Logger: logger,
+	})
+	inv.SetTaskStats(tasks.TaskStats)
 	var riverUI http.Handler
 	if cfg.DevMode || cfg.RiverUIEnabled {
 		if riverUI, err = newRiverUI(context.WithoutCancel(ctx), s.river, logger); err != nil {
 			return nil, err
 		}
 	}
-
-	inv := inventory.NewService()
-	rules, err := operations.NewService(rackLookup{inv: inv})
-	if err != nil {
-		return nil, err
-	}
 	svc := &flowService{
 		versionHandler:    &versionHandler{build: ReadBuild()},
-		inventoryHandler:  inventory.NewHandler(inventory.NewService(), pool),
+		inventoryHandler:  inventory.NewHandler(inv, pool),
 		operationsHandler: operations.NewHandler(pool, rules),
+		taskHandler:       operations.NewTaskHandler(pool, tasks),
 	}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, riverUI: riverUI})
 	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)

@@ -28,6 +28,7 @@ type flowService struct {
 	*versionHandler
 	*inventoryHandler
 	*operationsHandler // operation rules and rack-rule associations
+	*taskHandler       // rack operations and tasks
 }
 
 // Domain handlers are embedded through aliases: every domain calls its type
@@ -35,6 +36,7 @@ type flowService struct {
 type (
 	inventoryHandler  = inventory.Handler
 	operationsHandler = operations.Handler
+	taskHandler       = operations.TaskHandler
 )
 
 type unimplemented struct {
