@@ -303,7 +303,7 @@ var ruleNoun = cliNoun{
 					}
 					specs, err := operations.ParseRuleFile(b)
 					if err != nil {
-						return fmt.Errorf("%s: %w", *file, err)
+						return fileError{*file, err}
 					}
 					if *dryRun {
 						return c.emit(specsToProto(specs, nil), func(w io.Writer) {
@@ -552,10 +552,27 @@ func readRuleSpec(path string) (operations.RuleSpec, error) {
 	}
 	spec, err := operations.ParseRuleSpec(b)
 	if err != nil {
-		return operations.RuleSpec{}, fmt.Errorf("%s: %w", path, err)
+		return operations.RuleSpec{}, fileError{path, err}
 	}
 	return spec, nil
 }
+
+// fileError is a rejected rule file. Several problems (errors.Join) print
+// one per line under the file name.
+type fileError struct {
+	path string
+	err  error
+}
+
+func (e fileError) Error() string {
+	msg := e.err.Error()
+	if strings.Contains(msg, "\n") {
+		return e.path + ":\n  " + strings.ReplaceAll(msg, "\n", "\n  ")
+	}
+	return e.path + ": " + msg
+}
+
+func (e fileError) Unwrap() error { return e.err }
 
 // specsToProto returns specs as the rules they become (ids may be nil), for
 // `rule load -o json`.

@@ -192,6 +192,10 @@ func TestCLIRuleLoad(t *testing.T) {
 		requireFlowError(t, b, "on.yaml: rules: a file with power_control rules must contain a power_off rule", "rule", "load", "-f", onlyOn, "--dry-run")
 		_, _, err := b.flow("rule", "load", "-f", onlyOn)
 		require.ErrorIs(t, err, operations.ErrInvalidRule, "validation happens before any call")
+
+		twoBad := writeFile(t, "two.yaml", "rules:\n  - {name: '', operation_type: power_control, operation_code: power_on}\n"+
+			"  - {name: b, operation_type: power_control, operation_code: power_of, rule_definition: {}}\n")
+		requireFlowError(t, b, "two.yaml:\n  rule 0: name: rule name is required\n  rule 1 (\"b\"): operation_code: invalid operation code 'power_of'", "rule", "load", "-f", twoBad, "--dry-run")
 	})
 
 	t.Run("LoadAndOverwrite", func(t *testing.T) {
