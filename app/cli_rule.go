@@ -274,13 +274,17 @@ var ruleNoun = cliNoun{
 						return c.emit(res, nil)
 					}
 					rows := make([][]string, len(res.GetAssociations()))
+					names := map[string]string{}
 					for i, a := range res.GetAssociations() {
 						// Rule names make the table readable; an association
 						// keeps its rule alive, so the look-up normally
 						// succeeds.
-						name := ""
-						if r, err := c.client.GetOperationRule(ctx, &flowv1.GetOperationRuleRequest{RuleId: a.GetRuleId()}); err == nil {
-							name = r.GetName()
+						name, ok := names[a.GetRuleId().GetId()]
+						if !ok {
+							if r, err := c.client.GetOperationRule(ctx, &flowv1.GetOperationRuleRequest{RuleId: a.GetRuleId()}); err == nil {
+								name = r.GetName()
+							}
+							names[a.GetRuleId().GetId()] = name
 						}
 						rows[i] = []string{ruleTypeName(a.GetOperationType()) + "." + a.GetOperationCode(), a.GetRuleId().GetId(), name, fmtTime(a.GetUpdatedAt().AsTime())}
 					}
@@ -466,21 +470,28 @@ func resolveRack(ctx context.Context, c *cliEnv, s string) (*flowv1.UUID, error)
 	if _, err := uuid.Parse(s); err == nil {
 		return &flowv1.UUID{Id: s}, nil
 	}
-	res, err := c.client.GetListOfRacks(ctx, &flowv1.GetListOfRacksRequest{
-		Filters: []*flowv1.Filter{{
-			Field:     &flowv1.Filter_RackField{RackField: flowv1.RackFilterField_RACK_FILTER_FIELD_NAME},
-			QueryInfo: &flowv1.StringQueryInfo{Patterns: []string{s}},
-		}},
-		Pagination: &flowv1.Pagination{Limit: 1000},
-	})
-	if err != nil {
-		return nil, err
-	}
-	// The name filter matches substrings; keep exact matches only.
+	// The name filter matches substrings; page through the matches and keep
+	// exact ones.
 	var ids []string
-	for _, r := range res.GetRacks() {
-		if r.GetInfo().GetName() == s {
-			ids = append(ids, r.GetInfo().GetId().GetId())
+	for offset := int32(0); ; {
+		res, err := c.client.GetListOfRacks(ctx, &flowv1.GetListOfRacksRequest{
+			Filters: []*flowv1.Filter{{
+				Field:     &flowv1.Filter_RackField{RackField: flowv1.RackFilterField_RACK_FILTER_FIELD_NAME},
+				QueryInfo: &flowv1.StringQueryInfo{Patterns: []string{s}},
+			}},
+			Pagination: &flowv1.Pagination{Offset: offset, Limit: 1000},
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range res.GetRacks() {
+			if r.GetInfo().GetName() == s {
+				ids = append(ids, r.GetInfo().GetId().GetId())
+			}
+		}
+		offset += int32(len(res.GetRacks()))
+		if len(res.GetRacks()) == 0 || offset >= res.GetTotal() {
+			break
 		}
 	}
 	switch len(ids) {
