@@ -112,6 +112,16 @@ func TestCLIRule(t *testing.T) {
 		requireFlowError(t, b, "the file is a power_control.power_off rule but rule "+id+" is power_control.power_on", "rule", "update", id, "-f", off)
 	})
 
+	t.Run("RackNames", func(t *testing.T) {
+		t.Parallel()
+		// "g1" is a substring of "g10" but names no rack; "dup" names two.
+		requireFlowError(t, b, `not_found: no rack is named "g1"`, "rule", "associations", "g1")
+		for _, serial := range []string{"S1", "S2"} {
+			b.mustFlow(t, "rack", "create", "-f", writeFile(t, "r.json", `{"info": {"name": "dup", "manufacturer": "Acme", "serialNumber": "`+serial+`"}}`))
+		}
+		requireFlowError(t, b, `invalid_argument: 2 racks are named "dup"`, "rule", "associations", "dup")
+	})
+
 	t.Run("Lifecycle", func(t *testing.T) {
 		t.Parallel()
 		// A second rule, created from JSON, drives the write verbs so the
