@@ -320,20 +320,25 @@ var ruleNoun = cliNoun{
 						})
 					}
 					results, err := loadRules(ctx, c, specs, *overwrite)
-					if err != nil {
+					if results == nil {
 						return err
 					}
+					// The rules are loaded; err, if any, is about cleaning
+					// up replaced rules, reported after the results.
 					ids := make([]string, len(results))
 					for i, r := range results {
 						ids[i] = r.id
 					}
-					return c.emit(specsToProto(specs, ids), func(w io.Writer) {
+					if perr := c.emit(specsToProto(specs, ids), func(w io.Writer) {
 						rows := make([][]string, len(results))
 						for i, r := range results {
 							rows[i] = []string{specs[i].Key(), specs[i].Name, r.id, r.outcome}
 						}
 						printTable(w, []string{"OPERATION", "NAME", "ID", "RESULT"}, rows)
-					})
+					}); perr != nil {
+						return perr
+					}
+					return err
 				}
 			}},
 	},
@@ -357,12 +362,16 @@ type loadResult struct {
 //  3. With overwrite, SetRuleAsDefault on each replacing rule: the switch
 //     from the old default to the new one is one server transaction, so the
 //     operation is never without a default. If one fails, the operations
-//     already switched get their old defaults back and every created rule
-//     is deleted (if restoring fails, the created rules are kept and the
-//     error says which operations are left switched).
+//     already switched get their old defaults back and the created rules
+//     are deleted (a new rule whose old default cannot be restored is kept,
+//     and the error names its operation).
 //  4. Delete each replaced default. One that racks are associated with is
 //     kept (as a non-default rule, associations intact) and reported; a rack
 //     association is never dropped.
+//
+// It returns nil results when nothing was loaded (whatever was created has
+// been rolled back, or the error says what could not be). Results with an
+// error mean the rules are loaded but a replaced rule could not be deleted.
 func loadRules(ctx context.Context, c *cliEnv, specs []operations.RuleSpec, overwrite bool) ([]loadResult, error) {
 	current, err := listDefaults(ctx, c)
 	if err != nil {
@@ -403,17 +412,24 @@ func loadRules(ctx context.Context, c *cliEnv, specs []operations.RuleSpec, over
 		}
 		if _, err := c.client.SetRuleAsDefault(ctx, &flowv1.SetRuleAsDefaultRequest{RuleId: &flowv1.UUID{Id: results[i].id}}); err != nil {
 			// The replaced defaults still exist: make them the defaults
-			// again, then delete every rule this load created.
-			var undo []error
+			// again, then delete the rules this load created. A new rule
+			// whose old default could not be restored stays, so that its
+			// operation keeps a default.
+			errs := []error{fmt.Errorf("set rule %s as default for %s: %w", results[i].id, specs[i].Key(), err)}
+			keep := map[int]bool{}
 			for _, j := range replaced {
 				if _, err := c.client.SetRuleAsDefault(context.WithoutCancel(ctx), &flowv1.SetRuleAsDefaultRequest{RuleId: old[j].GetId()}); err != nil {
-					undo = append(undo, fmt.Errorf("roll back: restore default %s for %s: %w", old[j].GetId().GetId(), specs[j].Key(), err))
+					keep[j] = true
+					errs = append(errs, fmt.Errorf("roll back: %s is left with the new default %s: restore %s: %w", specs[j].Key(), results[j].id, old[j].GetId().GetId(), err))
 				}
 			}
-			if len(undo) > 0 {
-				return nil, errors.Join(append([]error{fmt.Errorf("set rule %s as default for %s: %w", results[i].id, specs[i].Key(), err)}, undo...)...)
+			var undo []int
+			for _, j := range created {
+				if !keep[j] {
+					undo = append(undo, j)
+				}
 			}
-			return nil, errors.Join(fmt.Errorf("set rule %s as default for %s: %w", results[i].id, specs[i].Key(), err), rollbackRules(ctx, c, results, created))
+			return nil, errors.Join(append(errs, rollbackRules(ctx, c, results, undo))...)
 		}
 		replaced = append(replaced, i)
 		results[i].outcome = "replaced " + old[i].GetId().GetId()

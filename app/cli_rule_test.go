@@ -1,24 +1,32 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
 // setupRuleCLI is setupCLI with the operation-rule handler mounted too.
-func setupRuleCLI(t *testing.T) *cliBundle {
+// wrap, when given, wraps the Flow handler (fault injection).
+func setupRuleCLI(t *testing.T, wrap ...func(flowv1connect.FlowHandler) flowv1connect.FlowHandler) *cliBundle {
 	t.Helper()
 	pool := dbtest.NewPool(t)
 	inv := inventory.NewService()
@@ -29,9 +37,38 @@ func setupRuleCLI(t *testing.T) *cliBundle {
 		inventoryHandler:  inventory.NewHandler(inv, pool),
 		operationsHandler: operations.NewHandler(pool, rules),
 	}
-	srv := httptest.NewServer(newMux(slog.New(slog.NewTextHandler(io.Discard, nil)), svc, muxOptions{}))
+	var h flowv1connect.FlowHandler = svc
+	for _, w := range wrap {
+		h = w(h)
+	}
+	srv := httptest.NewServer(newMux(slog.New(slog.NewTextHandler(io.Discard, nil)), h, muxOptions{}))
 	t.Cleanup(srv.Close)
 	return &cliBundle{env: map[string]string{"FLOW_SERVER": srv.URL}}
+}
+
+// faultyRules fails the Nth CreateOperationRule or SetRuleAsDefault call
+// (1-based; 0 never), to drive the batch loader's roll-back over a real
+// server.
+type faultyRules struct {
+	flowv1connect.FlowHandler
+	failCreate, failSetDefault int32
+	creates, setDefaults       atomic.Int32
+}
+
+var errInjected = connect.NewError(connect.CodeUnavailable, errors.New("injected fault"))
+
+func (f *faultyRules) CreateOperationRule(ctx context.Context, req *flowv1.CreateOperationRuleRequest) (*flowv1.CreateOperationRuleResponse, error) {
+	if f.creates.Add(1) == f.failCreate {
+		return nil, errInjected
+	}
+	return f.FlowHandler.CreateOperationRule(ctx, req)
+}
+
+func (f *faultyRules) SetRuleAsDefault(ctx context.Context, req *flowv1.SetRuleAsDefaultRequest) (*emptypb.Empty, error) {
+	if f.setDefaults.Add(1) == f.failSetDefault {
+		return nil, errInjected
+	}
+	return f.FlowHandler.SetRuleAsDefault(ctx, req)
 }
 
 // mustFlow runs flow and returns its trimmed stdout, failing on error.
@@ -245,5 +282,31 @@ func TestCLIRuleLoad(t *testing.T) {
 		requireFlowError(t, b, "not_found", "rule", "get", oldOff)
 		require.Equal(t, oldOn, b.mustFlow(t, "rule", "associations", "g10", "--type", "power_control", "--code", "power_on"))
 		require.Contains(t, b.mustFlow(t, "rule", "list"), "(3 of 3 rules)")
+	})
+
+	t.Run("RollbackOnCreateFailure", func(t *testing.T) {
+		t.Parallel()
+		b := setupRuleCLI(t, func(h flowv1connect.FlowHandler) flowv1connect.FlowHandler {
+			return &faultyRules{FlowHandler: h, failCreate: 2}
+		})
+		requireFlowError(t, b, "create rule 1 (power_control.power_off): unavailable: injected fault", "rule", "load", "-f", "../examples/rules/power-defaults.yaml")
+		require.Contains(t, b.mustFlow(t, "rule", "list"), "(0 of 0 rules)", "the power_on default created first was rolled back")
+	})
+
+	t.Run("RollbackOnSetDefaultFailure", func(t *testing.T) {
+		t.Parallel()
+		b := setupRuleCLI(t, func(h flowv1connect.FlowHandler) flowv1connect.FlowHandler {
+			return &faultyRules{FlowHandler: h, failSetDefault: 2}
+		})
+		before := b.mustFlow(t, "rule", "load", "-f", "../examples/rules/power-defaults.yaml")
+		// power_on is switched (call 1), power_off fails (call 2), power_on
+		// gets its old default back (call 3) and both new rules go.
+		requireFlowError(t, b, "for power_control.power_off: unavailable: injected fault", "rule", "load", "-f", "../examples/rules/power-defaults.yaml", "--overwrite")
+		out := b.mustFlow(t, "rule", "list", "--default")
+		require.Contains(t, out, "(2 of 2 rules)")
+		for _, line := range strings.Split(before, "\n")[1:] {
+			require.Contains(t, out, strings.Fields(line)[len(strings.Fields(line))-2], "old default restored")
+		}
+		require.Contains(t, b.mustFlow(t, "rule", "list"), "(2 of 2 rules)", "new rules deleted")
 	})
 }
