@@ -236,7 +236,7 @@ func TestCLIRuleLoad(t *testing.T) {
 		require.Contains(t, out, `"isDefault": true`)
 
 		onlyOn := writeFile(t, "on.yaml", "rules:\n  - name: on\n    operation_type: power_control\n    operation_code: power_on\n    rule_definition: {steps: []}\n")
-		requireFlowError(t, b, "on.yaml: rules: a file with power_control rules must contain a power_off rule", "rule", "load", "-f", onlyOn, "--dry-run")
+		requireFlowError(t, b, "on.yaml: rules: a file with power_control rules must also contain power_control.power_off", "rule", "load", "-f", onlyOn, "--dry-run")
 		_, _, err := b.flow("rule", "load", "-f", onlyOn)
 		require.ErrorIs(t, err, operations.ErrInvalidRule, "validation happens before any call")
 

@@ -143,7 +143,7 @@ func ParseRuleFile(data []byte) ([]RuleSpec, error) {
 		}
 		for _, c := range req.codes {
 			if _, ok := seen[string(req.t)+"."+string(c)]; !ok {
-				errs = append(errs, invalid("rules", "a file with %s rules must contain a %s rule", req.t, c))
+				errs = append(errs, invalid("rules", "a file with %s rules must also contain %s.%s", req.t, req.t, c))
 			}
 		}
 	}
