@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nicoflow/flow/db"
@@ -115,6 +116,9 @@ func buildReport(rule RuleDefinition, components map[ComponentType][]string, run
 	rep := Report{Version: 1, Stages: []StageReport{}}
 	if run != nil && run.State == engine.StateFailed {
 		rep.Error = firstLine(run.Error)
+		if m := failureMessage(*run); m != "" {
+			rep.Error = firstLine(m)
+		}
 	}
 	for _, st := range rule.Stages() {
 		sr := StageReport{Number: st.Number}
@@ -240,4 +244,32 @@ func fillStage(sr *StageReport) {
 	default:
 		sr.Status = reportPending
 	}
+}
+
+// failureMessage says where a failed run failed, in rule terms: "stage 3
+// failed: component type Compute failed: PowerControl: <error>", from the
+// first engine step that failed. It is empty when no step failed (a run
+// timeout, say).
+func failureMessage(run engine.RunReport) string {
+	var first *engine.StepReport
+	for i := range run.Stages {
+		for j := range run.Stages[i].Steps {
+			s := &run.Stages[i].Steps[j]
+			if s.State != engine.StateFailed {
+				continue
+			}
+			if first == nil || (s.EndedAt != nil && first.EndedAt != nil && s.EndedAt.Before(*first.EndedAt)) {
+				first = s
+			}
+		}
+	}
+	if first == nil {
+		return ""
+	}
+	stage, ct, ok := parseStepName(first.Name)
+	if !ok {
+		return ""
+	}
+	action := first.Name[strings.LastIndex(first.Name, "/")+1:]
+	return fmt.Sprintf("stage %d failed: component type %s failed: %s: %s", stage, ct, action, first.Error)
 }

@@ -429,6 +429,11 @@ func (t *Tasks) RunEnded(ctx context.Context, tx pgx.Tx, run engine.RunSummary) 
 		switch run.State {
 		case engine.StateFailed:
 			status, msg = TaskFailed, firstLine(run.Error)
+			if rep, err := t.engine.Run(ctx, tx, run.ID); err == nil {
+				if m := failureMessage(rep); m != "" {
+					msg = firstLine(m)
+				}
+			}
 		case engine.StateTerminated:
 			status, msg = TaskTerminated, msgCancelled
 		}

@@ -1,0 +1,190 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/operations"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/sim"
+)
+
+func macOf(r inventory.Rack, t inventory.ComponentType, n int) string {
+	for _, c := range r.Components {
+		if c.Type == t {
+			if n == 0 {
+				return c.BMCs[0].MAC.String()
+			}
+			n--
+		}
+	}
+	panic("no such component")
+}
+
+func (e *e2e) power(t *testing.T, mac string) string {
+	t.Helper()
+	st, ok := e.sims.nico.State(mac)
+	require.True(t, ok, mac)
+	return st.Power
+}
+
+func TestBackendFaultFailsTaskAtItsStage(t *testing.T) {
+	t.Parallel()
+	e := startE2E(t, time.Millisecond)
+	rack := e.addRack(t, 3, true)
+	tray := macOf(rack, inventory.ComponentTypeCompute, 4)
+	_, err := e.sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultItem, Method: "ComponentPowerControl", Device: tray, Status: "internal_error", Message: "tray 4 PSU fault"})
+	require.NoError(t, err)
+
+	res, err := e.client.PowerOnRack(context.Background(), &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)})
+	require.NoError(t, err)
+	task := e.wait(t, res.GetTaskIds()[0])
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_FAILED, task.GetStatus())
+	require.Contains(t, task.GetMessage(), "stage 3 failed: component type Compute failed: PowerControl")
+	require.Contains(t, task.GetMessage(), "tray 4 PSU fault")
+
+	var rep operations.Report
+	require.NoError(t, json.Unmarshal([]byte(task.GetReport()), &rep))
+	require.Equal(t, []string{"completed", "completed", "failed"}, []string{rep.Stages[0].Status, rep.Stages[1].Status, rep.Stages[2].Status})
+	require.Contains(t, rep.Error, "stage 3 failed")
+
+	// Earlier stages stand: nothing is rolled back.
+	require.Equal(t, "on", e.power(t, macOf(rack, inventory.ComponentTypePowerShelf, 0)))
+	require.Equal(t, "on", e.power(t, macOf(rack, inventory.ComponentTypeNVSwitch, 0)))
+	// The retry policy re-sent the failing call (3 attempts for compute).
+	calls := 0
+	for _, c := range e.sims.nico.Journal().Calls("ComponentPowerControl") {
+		for _, d := range c.Devices {
+			if strings.EqualFold(d, tray) {
+				calls++
+			}
+		}
+	}
+	require.Equal(t, 3, calls)
+}
+
+func TestConflictsRejectOrQueueAndPromote(t *testing.T) {
+	t.Parallel()
+	e := startE2E(t, time.Millisecond)
+	rack := e.addRack(t, 4, true)
+	ctx := context.Background()
+	// A slow first power call keeps the first task running a while.
+	_, err := e.sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultLatency, Method: "ComponentPowerControl", Latency: sim.Duration(time.Second), Times: 1})
+	require.NoError(t, err)
+	first, err := e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)})
+	require.NoError(t, err)
+
+	// REJECT (the default): the whole request fails, naming rack and task.
+	_, err = e.client.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(rack.Name)})
+	require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err))
+	require.Contains(t, err.Error(), first.GetTaskIds()[0].GetId())
+
+	// QUEUE: the task waits, then runs once the rack frees up, FIFO.
+	queue := &flowv1.QueueOptions{ConflictStrategy: flowv1.ConflictStrategy_CONFLICT_STRATEGY_QUEUE}
+	second, err := e.client.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(rack.Name), QueueOptions: queue})
+	require.NoError(t, err)
+	third, err := e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name), QueueOptions: queue})
+	require.NoError(t, err)
+	got, err := e.client.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: []*flowv1.UUID{second.GetTaskIds()[0], third.GetTaskIds()[0]}})
+	require.NoError(t, err)
+	for _, task := range got.GetTasks() {
+		require.Equal(t, flowv1.TaskStatus_TASK_STATUS_WAITING, task.GetStatus())
+		require.Equal(t, "Queued: waiting for rack to become available", task.GetMessage())
+		require.NotNil(t, task.GetQueueExpiresAt())
+	}
+	stats, err := e.client.GetRackInfoByID(ctx, &flowv1.GetRackInfoByIDRequest{Id: &flowv1.UUID{Id: rack.ID.String()}})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, stats.GetRack().GetTaskStats().GetWaitingTaskCount())
+
+	t1 := e.wait(t, first.GetTaskIds()[0])
+	t2 := e.wait(t, second.GetTaskIds()[0])
+	t3 := e.wait(t, third.GetTaskIds()[0])
+	for _, task := range []*flowv1.Task{t1, t2, t3} {
+		require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, task.GetStatus(), task.GetMessage())
+	}
+	// Strict FIFO: each started after the one before it finished.
+	require.False(t, t2.GetStartedAt().AsTime().Before(t1.GetFinishedAt().AsTime()))
+	require.False(t, t3.GetStartedAt().AsTime().Before(t2.GetFinishedAt().AsTime()))
+	require.Equal(t, "on", e.power(t, macOf(rack, inventory.ComponentTypeCompute, 0)))
+
+	// At most 5 wait per rack.
+	blocker, err := e.client.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(rack.Name)})
+	require.NoError(t, err)
+	for range 5 {
+		_, err := e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name), QueueOptions: queue})
+		require.NoError(t, err)
+	}
+	_, err = e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name), QueueOptions: queue})
+	require.Equal(t, connect.CodeResourceExhausted, connect.CodeOf(err))
+	require.Contains(t, err.Error(), "waiting queue is full (5/5 tasks)")
+	_, err = e.client.CancelTask(ctx, &flowv1.CancelTaskRequest{TaskId: blocker.GetTaskIds()[0]})
+	require.NoError(t, err)
+}
+
+func TestQueuedTaskExpires(t *testing.T) {
+	t.Parallel()
+	e := startE2E(t, 2*time.Second)
+	rack := e.addRack(t, 5, true)
+	ctx := context.Background()
+	first, err := e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)})
+	require.NoError(t, err)
+	queued, err := e.client.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(rack.Name),
+		QueueOptions: &flowv1.QueueOptions{ConflictStrategy: flowv1.ConflictStrategy_CONFLICT_STRATEGY_QUEUE, QueueTimeoutSeconds: 1}})
+	require.NoError(t, err)
+	task := e.wait(t, queued.GetTaskIds()[0])
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_TERMINATED, task.GetStatus())
+	require.Equal(t, "Expired: queue timeout reached", task.GetMessage())
+	require.Nil(t, task.GetQueueExpiresAt())
+	_, err = e.client.CancelTask(ctx, &flowv1.CancelTaskRequest{TaskId: first.GetTaskIds()[0]})
+	require.NoError(t, err)
+}
+
+func TestCancelStopsARunningTaskMidStage(t *testing.T) {
+	t.Parallel()
+	e := startE2E(t, time.Millisecond)
+	rack := e.addRack(t, 6, true)
+	ctx := context.Background()
+	// The shelves' power call hangs, so the task is inside stage 1 when it
+	// is cancelled.
+	_, err := e.sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultLatency, Method: "ComponentPowerControl", Latency: sim.Duration(time.Minute), Times: 1})
+	require.NoError(t, err)
+	res, err := e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)})
+	require.NoError(t, err)
+	id := res.GetTaskIds()[0]
+	require.Eventually(t, func() bool {
+		got, err := e.client.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: []*flowv1.UUID{id}})
+		require.NoError(t, err)
+		return got.GetTasks()[0].GetStatus() == flowv1.TaskStatus_TASK_STATUS_RUNNING
+	}, 10*time.Second, 10*time.Millisecond)
+
+	out, err := e.client.CancelTask(ctx, &flowv1.CancelTaskRequest{TaskId: id})
+	require.NoError(t, err)
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_TERMINATED, out.GetTask().GetStatus())
+	require.Equal(t, "Cancelled by user", out.GetTask().GetMessage())
+	require.NotEmpty(t, out.GetTask().GetReport())
+
+	// Idempotent.
+	again, err := e.client.CancelTask(ctx, &flowv1.CancelTaskRequest{TaskId: id})
+	require.NoError(t, err)
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_TERMINATED, again.GetTask().GetStatus())
+
+	// Nothing after stage 1 ever runs.
+	time.Sleep(2 * time.Second) // ample for stage 2 to start, had the run gone on
+	for _, c := range e.sims.nico.Journal().Calls("ComponentPowerControl") {
+		require.NotEqual(t, strings.ToLower(macOf(rack, inventory.ComponentTypeNVSwitch, 0)), strings.ToLower(c.Devices[0]))
+	}
+	// A completed task cannot be cancelled.
+	other := e.addRack(t, 8, false)
+	done, err := e.client.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(other.Name)})
+	require.NoError(t, err)
+	e.wait(t, done.GetTaskIds()[0])
+	_, err = e.client.CancelTask(ctx, &flowv1.CancelTaskRequest{TaskId: done.GetTaskIds()[0]})
+	require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err))
+}
