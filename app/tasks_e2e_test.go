@@ -188,3 +188,106 @@ func TestCancelStopsARunningTaskMidStage(t *testing.T) {
 	_, err = e.client.CancelTask(ctx, &flowv1.CancelTaskRequest{TaskId: done.GetTaskIds()[0]})
 	require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err))
 }
+
+func TestRulesDecideWhatRuns(t *testing.T) {
+	t.Parallel()
+	e := startE2E(t, time.Millisecond)
+	rack := e.addRack(t, 9, true)
+	ctx := context.Background()
+	onlyType := func(name, ct string) *flowv1.UUID {
+		def := `{"steps":[{"component_type":"` + ct + `","stage":1,"timeout":"1m",
+			"main_operation":{"name":"PowerControl"},
+			"post_operation":[{"name":"VerifyPowerStatus","timeout":"30s","poll_interval":"100ms","parameters":{"expected_status":"on"}}]}]}`
+		res, err := e.client.CreateOperationRule(ctx, &flowv1.CreateOperationRuleRequest{
+			Name: name, OperationType: flowv1.OperationType_OPERATION_TYPE_POWER_CONTROL, OperationCode: "power_on", RuleDefinitionJson: def,
+		})
+		require.NoError(t, err)
+		return res.GetId()
+	}
+	computeOnly, switchOnly, shelfOnly := onlyType("compute only", "Compute"), onlyType("switches only", "nvswitch"), onlyType("shelves only", "PowerShelf")
+	run := func(ruleID *flowv1.UUID) (*flowv1.Task, []string) {
+		before := len(e.sims.nico.Journal().Calls("ComponentPowerControl"))
+		res, err := e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name), RuleId: ruleID})
+		require.NoError(t, err)
+		task := e.wait(t, res.GetTaskIds()[0])
+		require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, task.GetStatus(), task.GetMessage())
+		return task, e.kindOrder(t, rack)[before:]
+	}
+
+	_, order := run(nil)
+	require.Equal(t, []string{"PowerShelf", "NVSwitch", "Compute"}, order, "built-in rule")
+
+	_, err := e.client.SetRuleAsDefault(ctx, &flowv1.SetRuleAsDefaultRequest{RuleId: computeOnly})
+	require.NoError(t, err)
+	task, order := run(nil)
+	require.Equal(t, []string{"Compute"}, order, "default rule")
+	require.Equal(t, computeOnly.GetId(), task.GetAppliedRuleId().GetId())
+
+	_, err = e.client.AssociateRuleWithRack(ctx, &flowv1.AssociateRuleWithRackRequest{RackId: &flowv1.UUID{Id: rack.ID.String()}, RuleId: switchOnly})
+	require.NoError(t, err)
+	task, order = run(nil)
+	require.Equal(t, []string{"NVSwitch"}, order, "rack association beats the default")
+	require.Equal(t, switchOnly.GetId(), task.GetAppliedRuleId().GetId())
+
+	task, order = run(shelfOnly)
+	require.Equal(t, []string{"PowerShelf"}, order, "explicit rule beats the association")
+	require.Equal(t, shelfOnly.GetId(), task.GetAppliedRuleId().GetId())
+
+	// A rule of another operation is refused, not silently run (upstream hazard).
+	fw, err := e.client.CreateOperationRule(ctx, &flowv1.CreateOperationRuleRequest{
+		Name: "fw", OperationType: flowv1.OperationType_OPERATION_TYPE_FIRMWARE_CONTROL, OperationCode: "upgrade", RuleDefinitionJson: `{"steps":[]}`,
+	})
+	require.NoError(t, err)
+	_, err = e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name), RuleId: fw.GetId()})
+	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
+
+	// A rule with no step for the targeted types fails the request whole.
+	_, err = e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{RuleId: switchOnly, TargetSpec: &flowv1.OperationTargetSpec{
+		Targets: &flowv1.OperationTargetSpec_Racks{Racks: &flowv1.RackTargets{Targets: []*flowv1.RackTarget{{
+			Identifier: &flowv1.RackTarget_Name{Name: rack.Name}, ComponentTypes: []flowv1.ComponentType{flowv1.ComponentType_COMPONENT_TYPE_COMPUTE},
+		}}}},
+	}})
+	require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err))
+	require.Contains(t, err.Error(), "has no step applicable to targeted component types [Compute]")
+
+	// The rule is frozen at submission: editing it later changes nothing
+	// for tasks already submitted, and a task's report mirrors its own rule.
+	var rep operations.Report
+	require.NoError(t, json.Unmarshal([]byte(task.GetReport()), &rep))
+	require.Len(t, rep.Stages, 1)
+	require.Equal(t, operations.ComponentType("PowerShelf"), rep.Stages[0].Steps[0].ComponentType)
+}
+
+func TestBadPowerRequests(t *testing.T) {
+	t.Parallel()
+	e := startE2E(t, time.Millisecond)
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name string
+		req  *flowv1.PowerOnRackRequest
+		code connect.Code
+		msg  string
+	}{
+		{"NoTargetSpec", &flowv1.PowerOnRackRequest{}, connect.CodeInvalidArgument, "target_spec"},
+		{"EmptyTargetSpec", &flowv1.PowerOnRackRequest{TargetSpec: &flowv1.OperationTargetSpec{}}, connect.CodeInvalidArgument, "target_spec"},
+		{"UnknownRack", &flowv1.PowerOnRackRequest{TargetSpec: rackSpec("nope")}, connect.CodeNotFound, "nope"},
+		{"BadRuleID", &flowv1.PowerOnRackRequest{TargetSpec: rackSpec("nope"), RuleId: &flowv1.UUID{Id: "x"}}, connect.CodeInvalidArgument, "rule_id"},
+		{"BadStrategy", &flowv1.PowerOnRackRequest{TargetSpec: rackSpec("nope"), QueueOptions: &flowv1.QueueOptions{ConflictStrategy: 9}}, connect.CodeInvalidArgument, "queue_options.conflict_strategy"},
+		{"NegativeTimeout", &flowv1.PowerOnRackRequest{TargetSpec: rackSpec("nope"), QueueOptions: &flowv1.QueueOptions{QueueTimeoutSeconds: -1}}, connect.CodeInvalidArgument, "queue_timeout_seconds"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := e.client.PowerOnRack(ctx, tt.req)
+			require.Equal(t, tt.code, connect.CodeOf(err), "%v", err)
+			require.Contains(t, err.Error(), tt.msg)
+		})
+	}
+	list, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{})
+	require.NoError(t, err)
+	require.Zero(t, list.GetTotal(), "failed calls created nothing")
+
+	_, err = e.client.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: []*flowv1.UUID{{Id: "6f1c2f1e-0000-4000-8000-000000000000"}}})
+	require.Equal(t, connect.CodeNotFound, connect.CodeOf(err))
+	_, err = e.client.CancelTask(ctx, &flowv1.CancelTaskRequest{TaskId: &flowv1.UUID{Id: "bad"}})
+	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
+}
