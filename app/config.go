@@ -35,6 +35,8 @@ type Config struct {
 	ComponentConfig string         // COMPONENT_MANAGER_CONFIG: YAML file path
 	Components      backend.Config // parsed from ComponentConfig, or the default
 	RiverUIEnabled  bool           // FLOW_RIVERUI_ENABLED (dev mode mounts it regardless)
+	RescueAfter     time.Duration  // FLOW_ENGINE_RESCUE_AFTER
+	MaxWorkers      int            // FLOW_ENGINE_MAX_WORKERS
 }
 
 // ConfigVar documents one environment variable; ConfigVars is the table the
@@ -71,6 +73,8 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_PSM_TLS_CERT", "", "client certificate (PEM) for mTLS to PSM"},
 	{"FLOW_PSM_TLS_KEY", "", "client key (PEM) for mTLS to PSM"},
 	{"FLOW_SERVER", defaultServer, "server the CLI (flow rack, flow component, ...) talks to; same as --server"},
+	{"FLOW_ENGINE_RESCUE_AFTER", "30m", "how long a step call may run before it is presumed lost (its process died) and run again; must exceed every rule's step timeout, and is how long work in flight in a killed process waits before another process resumes it"},
+	{"FLOW_ENGINE_MAX_WORKERS", "200", "engine jobs one process works at once"},
 	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard) at /riverui/ outside dev mode; it has no authentication of its own, so enable it only behind a trusted network or an authenticating proxy"},
 }
 
@@ -158,6 +162,16 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.Components = comps
 	}
+	if d, err := time.ParseDuration(def("FLOW_ENGINE_RESCUE_AFTER")); err != nil || d <= 0 {
+		errs = append(errs, "FLOW_ENGINE_RESCUE_AFTER must be a positive duration such as 30m")
+	} else {
+		cfg.RescueAfter = d
+	}
+	if n, err := strconv.Atoi(def("FLOW_ENGINE_MAX_WORKERS")); err != nil || n < 1 {
+		errs = append(errs, "FLOW_ENGINE_MAX_WORKERS must be a positive integer")
+	} else {
+		cfg.MaxWorkers = n
+	}
 	if b, err := strconv.ParseBool(def("FLOW_RIVERUI_ENABLED")); err != nil {
 		errs = append(errs, "FLOW_RIVERUI_ENABLED must be true or false")
 	} else {
@@ -188,6 +202,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("component_manager_config", or(c.ComponentConfig, "(built-in)")),
 		slog.Any("component_managers", c.Components.Managers),
 		slog.Bool("riverui_enabled", c.RiverUIEnabled),
+		slog.Duration("engine_rescue_after", c.RescueAfter),
+		slog.Int("engine_max_workers", c.MaxWorkers),
 	)
 }
 

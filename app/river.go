@@ -23,7 +23,7 @@ import (
 // handed to the engine after both exist. Domains register their actions here
 // as they arrive (explicitly, never in init).
 func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine.Engine, *river.Client[pgx.Tx], error) {
-	e := engine.New(pool, engine.Config{Logger: logger, OnRunEnd: w.onRunEnd})
+	e := engine.New(pool, engine.Config{Logger: logger, OnRunEnd: w.onRunEnd, RescueStuckJobsAfter: w.rescueAfter, MaxWorkers: w.maxWorkers})
 	engine.RegisterSleep(e)
 	if w.register != nil {
 		w.register(e)
@@ -51,6 +51,9 @@ type engineWiring struct {
 	onRunEnd engine.RunEndFunc
 	register func(*engine.Engine)
 	sweep    func(context.Context) error
+
+	rescueAfter time.Duration
+	maxWorkers  int
 }
 
 // sweepInterval is how often the leader promotes and expires waiting tasks

@@ -84,9 +84,11 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}
 	var tasks *operations.Tasks
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
-		onRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error { return tasks.RunEnded(ctx, tx, run) },
-		register: func(e *engine.Engine) { operations.RegisterActions(e, pool, s.backends.managers, logger) },
-		sweep:    func(ctx context.Context) error { return tasks.Sweep(ctx) },
+		onRunEnd:    func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error { return tasks.RunEnded(ctx, tx, run) },
+		register:    func(e *engine.Engine) { operations.RegisterActions(e, pool, s.backends.managers, logger) },
+		sweep:       func(ctx context.Context) error { return tasks.Sweep(ctx) },
+		rescueAfter: cfg.RescueAfter,
+		maxWorkers:  cfg.MaxWorkers,
 	})
 	if err != nil {
 		return nil, err

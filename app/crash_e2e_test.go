@@ -1,0 +1,182 @@
+package app
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/db/dbtest"
+	"github.com/nicoflow/flow/db/pglocal"
+	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/nico/nicosim"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+	"github.com/nicoflow/flow/sim"
+)
+
+// serverProcess is `flow serve` running as a child process of the test.
+type serverProcess struct {
+	cmd *exec.Cmd
+	env []string
+}
+
+func startServerProcess(t *testing.T, env []string) *serverProcess {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append([]string{"FLOW_TEST_CHILD=serve"}, env...)...)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	p := &serverProcess{cmd: cmd, env: env}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return p
+}
+
+func (p *serverProcess) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	_ = p.cmd.Wait()
+}
+
+func waitHealthy(t *testing.T, url string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		res, err := http.Post(url+"/grpc.health.v1.Health/Check", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	}, 60*time.Second, 50*time.Millisecond)
+}
+
+// TestKillDuringPowerOn kills -9 the server while 50 power-on tasks run,
+// restarts it, and checks every task completes, once.
+func TestKillDuringPowerOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: time.Millisecond, firmwarePhase: time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { sims.Close(context.Background()) })
+	// Every power call takes a while, so tasks are in flight when the kill lands.
+	_, err = sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultLatency, Method: "ComponentPowerControl", Latency: sim.Duration(300 * time.Millisecond)})
+	require.NoError(t, err)
+
+	dbURL := dbtest.NewDB(t)
+	pool, err := db.Open(ctx, dbURL, db.PoolConfig{MaxConns: 4})
+	require.NoError(t, err)
+	defer pool.Close()
+	inv := inventory.NewService()
+	const racks = 50
+	var names []string
+	var devs []nicosim.Device
+	for i := range racks {
+		r := inventory.DemoRack(100 + i)
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+			r.ID, err = inv.CreateRack(ctx, tx, r)
+			return err
+		}))
+		names = append(names, r.Name)
+		for _, c := range r.Components {
+			devs = append(devs, nicosim.Device{Kind: strings.ToLower(string(c.Type)), Name: c.Name, Serial: c.SerialNumber, BMCMAC: c.BMCs[0].MAC.String(), RackID: r.ID.String(), PoweredOff: true})
+		}
+	}
+	require.NoError(t, sims.Seed(devs))
+
+	port, err := pglocal.FreePort()
+	require.NoError(t, err)
+	url := "http://127.0.0.1:" + itoa(port)
+	env := []string{
+		"DATABASE_URL=" + dbURL, "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port),
+		"NICO_CORE_API_URL=" + sims.nicoSrv.URL(), "PSM_API_URL=" + sims.psmSrv.URL(),
+		// Work in flight in the killed process is presumed lost after 8s.
+		"FLOW_ENGINE_RESCUE_AFTER=8s", "FLOW_LOG_LEVEL=warn",
+	}
+	server := startServerProcess(t, env)
+	waitHealthy(t, url)
+	client := flowv1connect.NewFlowClient(http.DefaultClient, url)
+
+	// Step timeouts must be shorter than the rescue window: a default
+	// power-on rule with short ones (the built-ins allow 15-20 minutes).
+	step := func(ct string, stage int) string {
+		return `{"component_type":"` + ct + `","stage":` + itoa(stage) + `,"timeout":"5s","retry":{"max_attempts":3,"initial_interval":"100ms","backoff_coefficient":2},
+			"main_operation":{"name":"PowerControl"},
+			"post_operation":[{"name":"VerifyPowerStatus","timeout":"30s","poll_interval":"200ms","parameters":{"expected_status":"on"}}]}`
+	}
+	_, err = client.CreateOperationRule(ctx, &flowv1.CreateOperationRuleRequest{
+		Name: "fast power on", OperationType: flowv1.OperationType_OPERATION_TYPE_POWER_CONTROL, OperationCode: "power_on", IsDefault: true,
+		RuleDefinitionJson: `{"steps":[` + step("PowerShelf", 1) + `,` + step("NVSwitch", 2) + `,` + step("Compute", 3) + `]}`,
+	})
+	require.NoError(t, err)
+
+	ids := make([]*flowv1.UUID, racks)
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			res, err := client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(name)})
+			if err == nil {
+				ids[i] = res.GetTaskIds()[0]
+			}
+		})
+	}
+	wg.Wait()
+	for i, id := range ids {
+		require.NotNil(t, id, "rack %s submitted", names[i])
+	}
+	// Kill once some power calls have gone out and well before all are done.
+	require.Eventually(t, func() bool { return len(sims.nico.Journal().Calls("ComponentPowerControl")) >= racks }, 30*time.Second, 5*time.Millisecond)
+	server.kill(t)
+	before := len(sims.nico.Journal().Calls("ComponentPowerControl"))
+	require.Less(t, before, 3*racks, "the kill landed while tasks ran")
+
+	startServerProcess(t, env)
+	waitHealthy(t, url)
+	require.Eventually(t, func() bool {
+		res, err := client.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: ids})
+		require.NoError(t, err)
+		for _, task := range res.GetTasks() {
+			if task.GetStatus() != flowv1.TaskStatus_TASK_STATUS_COMPLETED {
+				require.NotEqual(t, flowv1.TaskStatus_TASK_STATUS_FAILED, task.GetStatus(), task.GetMessage())
+				return false
+			}
+		}
+		return true
+	}, 120*time.Second, 100*time.Millisecond)
+
+	// Every device is on; each power call was sent once, or twice at most
+	// when the kill caught it in flight.
+	perDevice := map[string]int{}
+	for _, c := range sims.nico.Journal().Calls("ComponentPowerControl") {
+		for _, d := range c.Devices {
+			perDevice[strings.ToLower(d)]++
+		}
+	}
+	resent := 0
+	for _, d := range devs {
+		n := perDevice[strings.ToLower(d.BMCMAC)]
+		require.GreaterOrEqual(t, n, 1, d.Name)
+		require.LessOrEqual(t, n, 2, d.Name)
+		if n == 2 {
+			resent++
+		}
+		st, ok := sims.nico.State(d.BMCMAC)
+		require.True(t, ok)
+		require.Equal(t, "on", st.Power, d.Name)
+	}
+	t.Logf("%d power calls before the kill; %d of %d devices got their call again after the restart", before, resent, len(devs))
+	list, err := client.ListTasks(ctx, &flowv1.ListTasksRequest{})
+	require.NoError(t, err)
+	require.EqualValues(t, racks, list.GetTotal(), "one task per rack, none duplicated")
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
