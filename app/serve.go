@@ -15,6 +15,7 @@ import (
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/reconcile"
 )
 
 // server is a running Flow server: its pool, HTTP server and background work.
@@ -26,6 +27,9 @@ type server struct {
 	health *health
 	keys   *firmware.Keyring // nil when no key is configured
 	ln     net.Listener
+	// backends are the NICo Core and PSM clients and the component managers
+	// over them; an unset URL leaves that client unconfigured.
+	backends *backends
 }
 
 // serveOptions are the parts of `flow serve` that are not Config.
@@ -68,6 +72,9 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		}
 	}()
 	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth(), keys: keys}
+	if s.backends, err = newBackends(cfg); err != nil {
+		return nil, err
+	}
 
 	inv := inventory.NewService()
 	rules, err := operations.NewService(rackLookup{inv: inv})
@@ -78,6 +85,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		versionHandler:    &versionHandler{build: ReadBuild()},
 		inventoryHandler:  inventory.NewHandler(inventory.NewService(), pool),
 		operationsHandler: operations.NewHandler(pool, rules),
+		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inventory.NewService(), s.backends.managers), pool),
 	}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health})
 	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)

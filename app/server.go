@@ -16,6 +16,7 @@ import (
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+	"github.com/nicoflow/flow/reconcile"
 )
 
 // flowService is the one v1.Flow handler. Each domain's handler implements its
@@ -28,6 +29,7 @@ type flowService struct {
 	*versionHandler
 	*inventoryHandler
 	*operationsHandler // operation rules and rack-rule associations
+	*reconcileHandler  // ValidateComponents
 }
 
 // Domain handlers are embedded through aliases: every domain calls its type
@@ -35,6 +37,7 @@ type flowService struct {
 type (
 	inventoryHandler  = inventory.Handler
 	operationsHandler = operations.Handler
+	reconcileHandler  = reconcile.Handler
 )
 
 type unimplemented struct {
