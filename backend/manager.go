@@ -641,6 +641,9 @@ func (m *Manager) Inventory(ctx context.Context) ([]Actual, error) {
 	return out, nil
 }
 
+// exploreBatch bounds the IDs of one GetComponentInventory call.
+const exploreBatch = 100
+
 // addExplored fills in the chassis serial and firmware version of Core
 // switches and shelves from GetComponentInventory, which their ByIds reads
 // lack. Firmware follows Flow's BMC precedence (nico.Inventory.BMCFirmware);
@@ -654,14 +657,16 @@ func (m *Manager) addExplored(ctx context.Context, out []Actual) error {
 	for i, a := range out {
 		ids[i] = a.ExternalID
 	}
-	invs, err := m.nico.Inventory(ctx, nico.Target{Kind: m.kind(), IDs: ids})
-	if err != nil {
-		return wrap(err)
-	}
-	byID := make(map[string]nico.Inventory, len(invs))
-	for _, inv := range invs {
-		if inv.Err == nil {
-			byID[cmp.Or(inv.ID, inv.Key)] = inv
+	byID := make(map[string]nico.Inventory, len(ids))
+	for chunk := range slices.Chunk(ids, exploreBatch) {
+		invs, err := m.nico.Inventory(ctx, nico.Target{Kind: m.kind(), IDs: chunk})
+		if err != nil {
+			return wrap(err)
+		}
+		for _, inv := range invs {
+			if inv.Err == nil {
+				byID[cmp.Or(inv.ID, inv.Key)] = inv
+			}
 		}
 	}
 	for i := range out {

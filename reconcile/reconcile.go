@@ -21,9 +21,9 @@ import (
 // keep their own classes (backend.ErrNotConfigured, backend.ErrUnreachable…).
 var ErrNotConfigured = errors.New("reconcile: no component managers configured")
 
-// Inventorier lists the devices the component managers know; satisfied by
+// DeviceSource lists the devices the component managers know; satisfied by
 // *backend.Managers.
-type Inventorier interface {
+type DeviceSource interface {
 	Inventory(ctx context.Context) ([]backend.Actual, error)
 }
 

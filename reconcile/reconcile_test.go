@@ -49,7 +49,7 @@ type testBundle struct {
 }
 
 // serve returns a v1.Flow client of a reconcile handler over managers.
-func (b *testBundle) serve(t *testing.T, managers reconcile.Inventorier) flowv1connect.FlowClient {
+func (b *testBundle) serve(t *testing.T, managers reconcile.DeviceSource) flowv1connect.FlowClient {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(flowv1connect.NewFlowHandler(flowServer{Handler: reconcile.NewHandler(reconcile.NewService(b.inv, managers), b.pool)}))

@@ -12,12 +12,12 @@ import (
 // Service compares Flow's inventory with the component managers'.
 type Service struct {
 	inv      *inventory.Service
-	managers Inventorier
+	managers DeviceSource
 }
 
 // NewService returns a Service reading expectations through inv and devices
 // through managers (nil: every Validate fails with ErrNotConfigured).
-func NewService(inv *inventory.Service, managers Inventorier) *Service {
+func NewService(inv *inventory.Service, managers DeviceSource) *Service {
 	return &Service{inv: inv, managers: managers}
 }
 
