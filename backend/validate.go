@@ -99,8 +99,9 @@ func NormalizeMAC(m string) string {
 // Validate compares the components Flow expects with those the managers
 // report, matching by normalised BMC MAC (by external ID when a side has no
 // MAC). It returns missing, unexpected and mismatch diffs — a mismatch is a
-// differing component type, serial number, firmware version or manager ID,
-// or for compute a differing known position; a field empty or unknown on
+// differing component type, manager ID, BMC MAC (when matched by ID), serial
+// number or firmware version, or for compute a differing known position; a
+// field empty or unknown on
 // either side is not compared — ordered by name (or type, then name; ties:
 // type, Flow ID, manager ID, MAC) and then paged; the counts cover every
 // diff in scope. Match counts in-scope pairs with no differences.
@@ -205,6 +206,8 @@ func compare(e *Expected, a *Actual) []FieldDiff {
 	if NormalizeMAC(a.ExternalID) != NormalizeMAC(a.BMCMAC) {
 		str("component_id", e.ExternalID, a.ExternalID)
 	}
+	// Matched by manager ID, so Core knows the device under another MAC.
+	str("bmcs.mac_address", NormalizeMAC(e.BMCMAC), NormalizeMAC(a.BMCMAC))
 	str("serial_number", e.Serial, a.Serial)
 	str("firmware_version", e.FirmwareVersion, a.FirmwareVersion)
 	if e.Type == Compute && e.Position != nil && a.Position != nil {

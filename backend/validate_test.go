@@ -70,6 +70,8 @@ func TestValidateFields(t *testing.T) {
 			want: []backend.FieldDiff{{Field: "firmware_version", Expected: "1.0", Actual: "1.1"}}},
 		{name: "ManagerID", a: backend.Actual{ExternalID: "m9", BMCMAC: "aa:00:00:00:00:01"},
 			want: []backend.FieldDiff{{Field: "component_id", Expected: "m1", Actual: "m9"}}},
+		{name: "MACWhenMatchedByID", a: backend.Actual{ExternalID: "m1", BMCMAC: "aa:00:00:00:00:77"},
+			want: []backend.FieldDiff{{Field: "bmcs.mac_address", Expected: "aa:00:00:00:00:01", Actual: "aa:00:00:00:00:77"}}},
 		{name: "PSMKeyIsNotAnID", a: backend.Actual{ExternalID: "aa:00:00:00:00:01", BMCMAC: "aa:00:00:00:00:01"}},
 		{name: "TypeAndPosition", a: backend.Actual{Type: backend.NVSwitch, BMCMAC: "aa:00:00:00:00:01", Position: &backend.Position{SlotID: 1, TrayIndex: 3, HostID: 4}},
 			want: []backend.FieldDiff{{Field: "type", Expected: "compute", Actual: "nvswitch"}, {Field: "position.tray_idx", Expected: "2", Actual: "3"}}},
