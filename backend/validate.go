@@ -97,14 +97,14 @@ func NormalizeMAC(m string) string {
 }
 
 // Validate compares the components Flow expects with those the managers
-// report, matching by normalised BMC MAC (by external ID when a side has no
-// MAC). It returns missing, unexpected and mismatch diffs — a mismatch is a
-// differing component type, manager ID, BMC MAC (when matched by ID), serial
-// number or firmware version, or for compute a differing known position; a
-// field empty or unknown on
-// either side is not compared — ordered by name (or type, then name; ties:
-// type, Flow ID, manager ID, MAC) and then paged; the counts cover every
-// diff in scope. Match counts in-scope pairs with no differences.
+// report, matching by normalised BMC MAC, or by external ID when the MAC
+// finds nothing. It returns missing, unexpected and mismatch diffs — a
+// mismatch is a differing component type, manager ID, BMC MAC (when matched
+// by ID), serial number or firmware version, or for compute a differing
+// known position; a field empty or unknown on either side is not compared —
+// ordered by name (or type, then name; ties: type, Flow ID, manager ID, MAC)
+// and then paged; the counts cover every diff in scope. Match counts
+// in-scope pairs with no differences.
 func Validate(expected []Expected, actual []Actual, opts ValidateOptions) ValidateResult {
 	byMAC := map[string]int{}
 	byExt := map[string]int{}
