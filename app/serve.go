@@ -75,6 +75,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	if s.backends, err = newBackends(cfg); err != nil {
 		return nil, err
 	}
+	s.backends.logStatus(ctx, logger)
 
 	inv := inventory.NewService()
 	rules, err := operations.NewService(rackLookup{inv: inv})
