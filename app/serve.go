@@ -20,6 +20,10 @@ import (
 
 // server is a running Flow server: its pool, HTTP server and background work.
 type server struct {
+	// backends are the NICo Core and PSM clients and the component managers
+	// over them; an unset URL leaves that client unconfigured.
+	backends *backends
+
 	cfg    Config
 	logger *slog.Logger
 	pool   *pgxpool.Pool
@@ -27,9 +31,6 @@ type server struct {
 	health *health
 	keys   *firmware.Keyring // nil when no key is configured
 	ln     net.Listener
-	// backends are the NICo Core and PSM clients and the component managers
-	// over them; an unset URL leaves that client unconfigured.
-	backends *backends
 }
 
 // serveOptions are the parts of `flow serve` that are not Config.
@@ -72,16 +73,16 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		}
 	}()
 	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth(), keys: keys}
-	if s.backends, err = newBackends(cfg); err != nil {
-		return nil, err
-	}
-	s.backends.logStatus(ctx, logger)
 
 	inv := inventory.NewService()
 	rules, err := operations.NewService(rackLookup{inv: inv})
 	if err != nil {
 		return nil, err
 	}
+	if s.backends, err = newBackends(cfg); err != nil {
+		return nil, err
+	}
+	s.backends.logStatus(ctx, logger)
 	svc := &flowService{
 		versionHandler:    &versionHandler{build: ReadBuild()},
 		inventoryHandler:  inventory.NewHandler(inventory.NewService(), pool),
