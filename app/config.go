@@ -34,6 +34,7 @@ type Config struct {
 	PSMTLS          TLSFiles       // FLOW_PSM_TLS_CA, FLOW_PSM_TLS_CERT, FLOW_PSM_TLS_KEY
 	ComponentConfig string         // COMPONENT_MANAGER_CONFIG: YAML file path
 	Components      backend.Config // parsed from ComponentConfig, or the default
+	RiverUIEnabled  bool           // FLOW_RIVERUI_ENABLED (dev mode mounts it regardless)
 }
 
 // ConfigVar documents one environment variable; ConfigVars is the table the
@@ -70,6 +71,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_PSM_TLS_CERT", "", "client certificate (PEM) for mTLS to PSM"},
 	{"FLOW_PSM_TLS_KEY", "", "client key (PEM) for mTLS to PSM"},
 	{"FLOW_SERVER", defaultServer, "server the CLI (flow rack, flow component, ...) talks to; same as --server"},
+	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard) at /riverui/ outside dev mode; it has no authentication of its own, so enable it only behind a trusted network or an authenticating proxy"},
 }
 
 // configDefault returns the variable name from getenv, or its documented
@@ -156,6 +158,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.Components = comps
 	}
+	if b, err := strconv.ParseBool(def("FLOW_RIVERUI_ENABLED")); err != nil {
+		errs = append(errs, "FLOW_RIVERUI_ENABLED must be true or false")
+	} else {
+		cfg.RiverUIEnabled = b
+	}
 	if len(errs) > 0 {
 		return cfg, usageError{fmt.Errorf("configuration: %s", strings.Join(errs, "; "))}
 	}
@@ -180,6 +187,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("psm_tls", c.PSMTLS.Enabled()),
 		slog.String("component_manager_config", or(c.ComponentConfig, "(built-in)")),
 		slog.Any("component_managers", c.Components.Managers),
+		slog.Bool("riverui_enabled", c.RiverUIEnabled),
 	)
 }
 

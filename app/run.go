@@ -50,6 +50,8 @@ default 127.0.0.1:50051; -o table|json):
   flow rack create|list|get|patch|delete|purge          racks
   flow component list|get|add|patch|delete|purge        components
   flow nvl-domain create|attach|detach|list|racks       NVLink domains
+  flow rule create|update|delete|get|list|set-default  operation rules (YAML or JSON files)
+  flow rule associate|disassociate|associations|load    per-rack rules; YAML batch of defaults
 
 Run 'flow <command> --help' for a command's flags, 'flow <noun>' for its verbs.
 `
@@ -59,6 +61,7 @@ var cliNouns = []cliNoun{
 	rackNoun,
 	componentNoun,
 	nvlDomainNoun,
+	ruleNoun,
 }
 
 // Run runs the flow command given by args (os.Args shape) with the

@@ -9,9 +9,12 @@ import (
 	"net/http"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
@@ -20,17 +23,16 @@ import (
 
 // server is a running Flow server: its pool, HTTP server and background work.
 type server struct {
-	// backends are the NICo Core and PSM clients and the component managers
-	// over them; an unset URL leaves that client unconfigured.
+	cfg      Config
+	logger   *slog.Logger
+	pool     *pgxpool.Pool
+	http     *http.Server
+	health   *health
+	keys     *firmware.Keyring // nil when no key is configured
 	backends *backends
-
-	cfg    Config
-	logger *slog.Logger
-	pool   *pgxpool.Pool
-	http   *http.Server
-	health *health
-	keys   *firmware.Keyring // nil when no key is configured
-	ln     net.Listener
+	ln       net.Listener
+	engine   *engine.Engine
+	river    *river.Client[pgx.Tx]
 }
 
 // serveOptions are the parts of `flow serve` that are not Config.
@@ -73,23 +75,42 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		}
 	}()
 	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth(), keys: keys}
-
+	if s.backends, err = newBackends(cfg); err != nil {
+		return nil, err
+	}
+	s.backends.logStatus(ctx, logger)
 	inv := inventory.NewService()
 	rules, err := operations.NewService(rackLookup{inv: inv})
 	if err != nil {
 		return nil, err
 	}
-	if s.backends, err = newBackends(cfg); err != nil {
+	var tasks *operations.Tasks
+	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
+		onRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error { return tasks.RunEnded(ctx, tx, run) },
+		register: func(e *engine.Engine) { operations.RegisterActions(e, pool, s.backends.managers, logger) },
+		sweep:    func(ctx context.Context) error { return tasks.Sweep(ctx) },
+	})
+	if err != nil {
 		return nil, err
 	}
-	s.backends.logStatus(ctx, logger)
+	tasks = operations.NewTasks(operations.TasksConfig{
+		Pool: pool, Rules: rules, Inv: inv, Engine: s.engine, Backends: s.backends.managers, Keys: keys, Logger: logger,
+	})
+	inv.SetTaskStats(tasks.TaskStats)
+	var riverUI http.Handler
+	if cfg.DevMode || cfg.RiverUIEnabled {
+		if riverUI, err = newRiverUI(context.WithoutCancel(ctx), s.river, logger); err != nil {
+			return nil, err
+		}
+	}
 	svc := &flowService{
 		versionHandler:    &versionHandler{build: ReadBuild()},
-		inventoryHandler:  inventory.NewHandler(inventory.NewService(), pool),
+		inventoryHandler:  inventory.NewHandler(inv, pool),
 		operationsHandler: operations.NewHandler(pool, rules),
-		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inventory.NewService(), s.backends.managers), pool),
+		taskHandler:       operations.NewTaskHandler(pool, tasks),
+		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers), pool),
 	}
-	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health})
+	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, riverUI: riverUI})
 	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)
 	s.ln, err = net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
@@ -101,10 +122,17 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 // Addr returns the address the server listens on.
 func (s *server) Addr() net.Addr { return s.ln.Addr() }
 
-// run serves until ctx is cancelled, then shuts down gracefully: it stops
-// accepting, lets in-flight calls finish (up to ShutdownTimeout) and closes
-// the pool.
+// run starts the River client and serves until ctx is cancelled, then shuts
+// down gracefully: it stops accepting, lets in-flight calls finish (up to
+// ShutdownTimeout), stops River (running jobs get up to ShutdownTimeout, then
+// are cancelled) and closes the pool.
 func (s *server) run(ctx context.Context) error {
+	// River stops when run says so, after HTTP, not when ctx ends.
+	if err := s.river.Start(context.WithoutCancel(ctx)); err != nil {
+		s.ln.Close()
+		s.pool.Close()
+		return fmt.Errorf("start river: %w", err)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.http.Serve(s.ln) }()
 	s.logger.InfoContext(ctx, "serving", "addr", s.ln.Addr().String(), "dev_mode", s.cfg.DevMode)
@@ -121,6 +149,7 @@ func (s *server) run(ctx context.Context) error {
 	if err := s.http.Shutdown(shutdownCtx); err != nil {
 		s.logger.WarnContext(ctx, "http shutdown", "error", err.Error())
 	}
+	stopRiver(ctx, s.river, s.cfg.ShutdownTimeout, s.logger)
 	s.pool.Close()
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr

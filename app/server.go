@@ -29,6 +29,7 @@ type flowService struct {
 	*versionHandler
 	*inventoryHandler
 	*operationsHandler // operation rules and rack-rule associations
+	*taskHandler       // rack operations and tasks
 	*reconcileHandler  // ValidateComponents
 }
 
@@ -37,6 +38,7 @@ type flowService struct {
 type (
 	inventoryHandler  = inventory.Handler
 	operationsHandler = operations.Handler
+	taskHandler       = operations.TaskHandler
 	reconcileHandler  = reconcile.Handler
 )
 
@@ -48,12 +50,13 @@ var _ flowv1connect.FlowHandler = (*flowService)(nil)
 
 // muxOptions says what newMux mounts.
 type muxOptions struct {
-	devMode bool    // server reflection
-	health  *health // grpc.health.v1; a fresh SERVING one when nil
+	devMode bool         // server reflection
+	health  *health      // grpc.health.v1; a fresh SERVING one when nil
+	riverUI http.Handler // mounted at /riverui/ when non-nil
 }
 
-// newMux mounts v1.Flow (gRPC, gRPC-Web and Connect), gRPC health and, in dev
-// mode, server reflection.
+// newMux mounts v1.Flow (gRPC, gRPC-Web and Connect), gRPC health, River UI
+// when given and, in dev mode, server reflection.
 func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions) *http.ServeMux {
 	mux := http.NewServeMux()
 	handlerOpts := []connect.HandlerOption{
@@ -72,6 +75,9 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 		reflector := grpcreflect.NewStaticReflector(flowv1connect.FlowName, healthv1connect.HealthName)
 		mux.Handle(grpcreflect.NewHandlerV1(reflector))
 		mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	}
+	if opts.riverUI != nil {
+		mux.Handle("/riverui/", opts.riverUI)
 	}
 	return mux
 }

@@ -18,7 +18,8 @@ import (
 // every method runs on the db.DBTX or pgx.Tx it is given, and methods that
 // write take a pgx.Tx and leave the commit to the caller.
 type Service struct {
-	q *dbsqlc.Queries
+	q         *dbsqlc.Queries
+	taskStats TaskStatsFunc
 }
 
 // NewService returns a Service.
@@ -26,17 +27,25 @@ func NewService() *Service {
 	return &Service{q: dbsqlc.New()}
 }
 
+// TaskStatsFunc counts the unfinished tasks linked to racks and components
+// (see TaskStats). The task manager provides it.
+type TaskStatsFunc func(ctx context.Context, dbtx db.DBTX, ids []uuid.UUID) (map[uuid.UUID]TaskStats, error)
+
+// SetTaskStats installs the source of task statistics. Call it once at
+// startup, before serving.
+func (s *Service) SetTaskStats(fn TaskStatsFunc) { s.taskStats = fn }
+
 // TaskStats returns, per rack or component ID, how many unfinished tasks
 // (waiting, pending, running) are linked to it: for a rack every active task
-// on the rack, for a component the active tasks that target it explicitly.
+// on the rack, for a component the active tasks whose scope includes it.
 // ids may mix rack and component UUIDs (they never collide). IDs without
-// tasks are absent from the map (their stats are zero).
-//
-// Tasks do not exist yet, so the map is always empty: this is the one place
-// the tasks work fills in, and every rack and component read goes through
-// it.
+// tasks are absent from the map (their stats are zero). Without a source
+// installed (SetTaskStats) the map is empty.
 func (s *Service) TaskStats(ctx context.Context, dbtx db.DBTX, ids []uuid.UUID) (map[uuid.UUID]TaskStats, error) {
-	return map[uuid.UUID]TaskStats{}, nil
+	if s.taskStats == nil {
+		return map[uuid.UUID]TaskStats{}, nil
+	}
+	return s.taskStats(ctx, dbtx, ids)
 }
 
 // ---- racks ---------------------------------------------------------------

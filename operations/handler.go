@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/inventory"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
@@ -297,4 +300,242 @@ func connectError(err error) error {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
 	return err
+}
+
+// TaskHandler implements the rack-operation methods (power control for now)
+// and the task methods of v1.Flow. app embeds it in the one Flow handler.
+type TaskHandler struct {
+	pool  *pgxpool.Pool
+	tasks *Tasks
+}
+
+// NewTaskHandler returns a TaskHandler serving tasks over pool.
+func NewTaskHandler(pool *pgxpool.Pool, tasks *Tasks) *TaskHandler {
+	return &TaskHandler{pool: pool, tasks: tasks}
+}
+
+// submitOptions are the request fields every rack operation shares.
+type submitOptions struct {
+	spec        *flowv1.OperationTargetSpec
+	description string
+	queue       *flowv1.QueueOptions
+	ruleID      *flowv1.UUID
+}
+
+func (h *TaskHandler) submit(ctx context.Context, req Request, o submitOptions) (*flowv1.SubmitTaskResponse, error) {
+	if o.spec == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("target_spec is required"))
+	}
+	spec, err := inventory.TargetSpecFromProto(o.spec, "target_spec")
+	if err != nil {
+		return nil, taskError(err)
+	}
+	req.Targets, req.Description = spec, o.description
+	if o.ruleID != nil {
+		if req.RuleID, err = parseUUID("rule_id", o.ruleID); err != nil {
+			return nil, err
+		}
+	}
+	switch o.queue.GetConflictStrategy() {
+	case flowv1.ConflictStrategy_CONFLICT_STRATEGY_UNSPECIFIED, flowv1.ConflictStrategy_CONFLICT_STRATEGY_REJECT:
+	case flowv1.ConflictStrategy_CONFLICT_STRATEGY_QUEUE:
+		req.Queue = true
+	default:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("queue_options.conflict_strategy: unknown value %d", o.queue.GetConflictStrategy()))
+	}
+	if s := o.queue.GetQueueTimeoutSeconds(); s < 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("queue_options.queue_timeout_seconds: must not be negative, got %d", s))
+	} else if s > 0 {
+		req.QueueTimeout = time.Duration(s) * time.Second
+	}
+	var ids []uuid.UUID
+	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) (err error) {
+		ids, err = h.tasks.Submit(ctx, tx, req)
+		return err
+	})
+	if err != nil {
+		return nil, taskError(err)
+	}
+	res := &flowv1.SubmitTaskResponse{TaskIds: make([]*flowv1.UUID, len(ids))}
+	for i, id := range ids {
+		res.TaskIds[i] = &flowv1.UUID{Id: id.String()}
+	}
+	return res, nil
+}
+
+func powerRequest(code OperationCode, override bool) Request {
+	return Request{
+		Type: OperationTypePowerControl, Code: code,
+		Payload: Payload{Operation: powerOperations[code], OverrideReadinessCheck: override},
+	}
+}
+
+// PowerOnRack submits power-on tasks, one per targeted rack.
+func (h *TaskHandler) PowerOnRack(ctx context.Context, req *flowv1.PowerOnRackRequest) (*flowv1.SubmitTaskResponse, error) {
+	return h.submit(ctx, powerRequest(CodePowerOn, req.GetOverrideReadinessCheck()),
+		submitOptions{req.GetTargetSpec(), req.GetDescription(), req.GetQueueOptions(), req.RuleId})
+}
+
+// PowerOffRack submits power-off tasks (forced: force_power_off).
+func (h *TaskHandler) PowerOffRack(ctx context.Context, req *flowv1.PowerOffRackRequest) (*flowv1.SubmitTaskResponse, error) {
+	code := CodePowerOff
+	if req.GetForced() {
+		code = CodeForcePowerOff
+	}
+	r := powerRequest(code, req.GetOverrideReadinessCheck())
+	r.Payload.Forced = req.GetForced()
+	return h.submit(ctx, r, submitOptions{req.GetTargetSpec(), req.GetDescription(), req.GetQueueOptions(), req.RuleId})
+}
+
+// PowerResetRack submits restart tasks (forced: force_restart).
+func (h *TaskHandler) PowerResetRack(ctx context.Context, req *flowv1.PowerResetRackRequest) (*flowv1.SubmitTaskResponse, error) {
+	code := CodeRestart
+	if req.GetForced() {
+		code = CodeForceRestart
+	}
+	r := powerRequest(code, req.GetOverrideReadinessCheck())
+	r.Payload.Forced = req.GetForced()
+	return h.submit(ctx, r, submitOptions{req.GetTargetSpec(), req.GetDescription(), req.GetQueueOptions(), req.RuleId})
+}
+
+// ACPowerCycleRack submits AC power-cycle (cold_reset) tasks.
+func (h *TaskHandler) ACPowerCycleRack(ctx context.Context, req *flowv1.ACPowerCycleRackRequest) (*flowv1.SubmitTaskResponse, error) {
+	return h.submit(ctx, powerRequest(CodeColdReset, req.GetOverrideReadinessCheck()),
+		submitOptions{req.GetTargetSpec(), req.GetDescription(), req.GetQueueOptions(), req.RuleId})
+}
+
+// ListTasks lists tasks, newest first, with AND-combined filters.
+func (h *TaskHandler) ListTasks(ctx context.Context, req *flowv1.ListTasksRequest) (*flowv1.ListTasksResponse, error) {
+	f := TaskFilter{ActiveOnly: req.GetActiveOnly(), WithReport: req.GetWithReport()}
+	if req.RackId != nil {
+		id, err := parseUUID("rack_id", req.RackId)
+		if err != nil {
+			return nil, err
+		}
+		f.RackID = &id
+	}
+	if req.ComponentId != nil {
+		id, err := parseUUID("component_id", req.ComponentId)
+		if err != nil {
+			return nil, err
+		}
+		f.ComponentID = &id
+	}
+	if p := req.Pagination; p != nil {
+		if p.GetOffset() < 0 {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("pagination.offset: must not be negative, got %d", p.GetOffset()))
+		}
+		if p.GetLimit() < 0 || p.GetLimit() > 1000 {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("pagination.limit: must be between 0 and 1000, got %d", p.GetLimit()))
+		}
+		f.Offset, f.Limit = int(p.GetOffset()), int(p.GetLimit())
+	}
+	tasks, total, err := h.tasks.List(ctx, f)
+	if err != nil {
+		return nil, taskError(err)
+	}
+	res := &flowv1.ListTasksResponse{Total: int32(total)}
+	for _, t := range tasks {
+		res.Tasks = append(res.Tasks, taskToProto(t))
+	}
+	return res, nil
+}
+
+// GetTasksByIDs returns the given tasks with their reports.
+func (h *TaskHandler) GetTasksByIDs(ctx context.Context, req *flowv1.GetTasksByIDsRequest) (*flowv1.GetTasksByIDsResponse, error) {
+	if len(req.GetTaskIds()) == 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("task_ids is required"))
+	}
+	ids := make([]uuid.UUID, len(req.GetTaskIds()))
+	for i, u := range req.GetTaskIds() {
+		id, err := parseUUID(fmt.Sprintf("task_ids[%d]", i), u)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = id
+	}
+	tasks, err := h.tasks.Get(ctx, ids)
+	if err != nil {
+		return nil, taskError(err)
+	}
+	res := &flowv1.GetTasksByIDsResponse{}
+	for _, t := range tasks {
+		res.Tasks = append(res.Tasks, taskToProto(t))
+	}
+	return res, nil
+}
+
+// CancelTask stops a task and returns it, report included.
+func (h *TaskHandler) CancelTask(ctx context.Context, req *flowv1.CancelTaskRequest) (*flowv1.CancelTaskResponse, error) {
+	id, err := parseUUID("task_id", req.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	t, err := h.tasks.Cancel(ctx, id)
+	if err != nil {
+		return nil, taskError(err)
+	}
+	return &flowv1.CancelTaskResponse{Task: taskToProto(t)}, nil
+}
+
+var taskStatusToProto = map[TaskStatus]flowv1.TaskStatus{
+	TaskWaiting: flowv1.TaskStatus_TASK_STATUS_WAITING, TaskPending: flowv1.TaskStatus_TASK_STATUS_PENDING,
+	TaskRunning: flowv1.TaskStatus_TASK_STATUS_RUNNING, TaskCompleted: flowv1.TaskStatus_TASK_STATUS_COMPLETED,
+	TaskFailed: flowv1.TaskStatus_TASK_STATUS_FAILED, TaskTerminated: flowv1.TaskStatus_TASK_STATUS_TERMINATED,
+}
+
+func ts(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+func taskToProto(t Task) *flowv1.Task {
+	out := &flowv1.Task{
+		Id:             &flowv1.UUID{Id: t.ID.String()},
+		Operation:      string(t.OperationCode),
+		RackId:         &flowv1.UUID{Id: t.RackID.String()},
+		Description:    t.Description,
+		ExecutorType:   flowv1.TaskExecutorType_TASK_EXECUTOR_TYPE_UNKNOWN,
+		Status:         taskStatusToProto[t.Status],
+		Message:        t.Message,
+		QueueExpiresAt: ts(t.QueueExpiresAt),
+		CreatedAt:      timestamppb.New(t.CreatedAt),
+		UpdatedAt:      timestamppb.New(t.UpdatedAt),
+		StartedAt:      ts(t.StartedAt),
+		FinishedAt:     ts(t.FinishedAt),
+		Report:         string(t.Report),
+	}
+	if t.RunID != nil {
+		out.ExecutionId = fmt.Sprintf("flow-engine-run-%d", *t.RunID)
+	}
+	if t.AppliedRuleID != nil {
+		out.AppliedRuleId = &flowv1.UUID{Id: t.AppliedRuleID.String()}
+	}
+	for _, id := range t.ComponentIDs {
+		out.ComponentUuids = append(out.ComponentUuids, &flowv1.UUID{Id: id.String()})
+	}
+	return out
+}
+
+// taskError maps task, rule, inventory and backend errors to gRPC codes.
+func taskError(err error) error {
+	var ce *connect.Error
+	switch {
+	case errors.As(err, &ce):
+		return err
+	case errors.Is(err, ErrInvalidRequest), errors.Is(err, inventory.ErrInvalidArgument):
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, ErrTaskNotFound), errors.Is(err, inventory.ErrRackNotFound),
+		errors.Is(err, inventory.ErrComponentNotFound), errors.Is(err, inventory.ErrNVLDomainNotFound):
+		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, ErrConflict), errors.Is(err, ErrNotApplicable), errors.Is(err, ErrNotCancellable),
+		errors.Is(err, ErrNoEncryptionKey), errors.Is(err, inventory.ErrAmbiguous), errors.Is(err, inventory.ErrNoRack),
+		errors.Is(err, backend.ErrNotConfigured):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, ErrQueueFull):
+		return connect.NewError(connect.CodeResourceExhausted, err)
+	}
+	return connectError(err)
 }

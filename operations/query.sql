@@ -68,3 +68,86 @@ ORDER BY operation_type, operation_code;
 
 -- name: AssociationRackIDsByRule :many
 SELECT DISTINCT rack_id FROM rack_rule_association WHERE rule_id = @rule_id ORDER BY rack_id;
+
+-- name: TaskInsert :one
+INSERT INTO task (
+    id, operation_type, operation_code, information, description, rack_id,
+    components, component_ids, targets, rule, rule_name, applied_rule_id,
+    status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id)
+VALUES (
+    @id, @operation_type, @operation_code, @information, @description, @rack_id,
+    @components, @component_ids, @targets, @rule, @rule_name, @applied_rule_id,
+    @status, @message, sqlc.narg(run_id), sqlc.narg(queue_expires_at), sqlc.narg(idempotency_key), @trigger_type, @trigger_id)
+RETURNING *;
+
+-- name: TaskGetByID :one
+SELECT * FROM task WHERE id = @id;
+
+-- name: TaskGetByIDForUpdate :one
+SELECT * FROM task WHERE id = @id FOR UPDATE;
+
+-- name: TaskGetByIdempotencyKey :one
+SELECT * FROM task WHERE idempotency_key = @idempotency_key;
+
+-- name: TaskGetByIDs :many
+SELECT * FROM task WHERE id = ANY(@ids::uuid[]) ORDER BY created_at DESC, id DESC;
+
+-- name: TaskList :many
+SELECT * FROM task
+WHERE (sqlc.narg(rack_id)::uuid IS NULL OR rack_id = sqlc.narg(rack_id)::uuid)
+  AND (sqlc.narg(component_id)::uuid IS NULL OR component_ids @> ARRAY[sqlc.narg(component_id)::uuid])
+  AND (NOT @active_only::boolean OR status IN ('waiting', 'pending', 'running'))
+ORDER BY created_at DESC, id DESC
+LIMIT @row_limit OFFSET @row_offset;
+
+-- name: TaskCount :one
+SELECT count(*)::int FROM task
+WHERE (sqlc.narg(rack_id)::uuid IS NULL OR rack_id = sqlc.narg(rack_id)::uuid)
+  AND (sqlc.narg(component_id)::uuid IS NULL OR component_ids @> ARRAY[sqlc.narg(component_id)::uuid])
+  AND (NOT @active_only::boolean OR status IN ('waiting', 'pending', 'running'));
+
+-- name: TaskActiveOnRack :many
+-- The rack's unfinished tasks, oldest first (FIFO order for promotion).
+SELECT * FROM task
+WHERE rack_id = @rack_id AND status IN ('waiting', 'pending', 'running')
+ORDER BY created_at, id;
+
+-- name: TaskRacksWithWaiting :many
+SELECT DISTINCT rack_id FROM task WHERE status = 'waiting';
+
+-- name: TaskLockRack :exec
+-- Serialises admission, promotion and cancellation on one rack for the rest
+-- of the transaction.
+SELECT pg_advisory_xact_lock(hashtextextended(@rack_key::text, 7254711));
+
+-- name: TaskMarkRunning :execrows
+UPDATE task SET status = 'running', message = 'Running', started_at = now(), updated_at = now()
+WHERE id = @id AND status = 'pending';
+
+-- name: TaskPromote :exec
+UPDATE task SET status = 'pending', message = @message, run_id = @run_id, queue_expires_at = NULL, updated_at = now()
+WHERE id = @id AND status = 'waiting';
+
+-- name: TaskFinish :execrows
+UPDATE task SET status = @status, message = @message, report = coalesce(sqlc.narg(report), report),
+    queue_expires_at = NULL, finished_at = now(), updated_at = now()
+WHERE id = @id AND status IN ('waiting', 'pending', 'running');
+
+-- name: TaskStatsFor :many
+-- Unfinished tasks per rack and per component in scope.
+SELECT t.rack_id AS id, t.status, count(*)::int AS n
+FROM task t
+WHERE t.rack_id = ANY(@ids::uuid[]) AND t.status IN ('waiting', 'pending', 'running')
+GROUP BY t.rack_id, t.status
+UNION ALL
+SELECT c.id, t.status, count(*)::int AS n
+FROM task t CROSS JOIN LATERAL unnest(t.component_ids) AS c(id)
+WHERE t.component_ids && @ids::uuid[] AND c.id = ANY(@ids::uuid[]) AND t.status IN ('waiting', 'pending', 'running')
+GROUP BY c.id, t.status;
+
+-- name: TaskKeyUsage :many
+-- Data-encryption key IDs still needed by unfinished tasks.
+SELECT information->'authentication_data'->>'key_id' AS key_id, count(*)::int AS n
+FROM task
+WHERE status IN ('waiting', 'pending', 'running') AND information ? 'authentication_data'
+GROUP BY 1;

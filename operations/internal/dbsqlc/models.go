@@ -36,6 +36,45 @@ type Component struct {
 	DeletedAt       *time.Time
 }
 
+type EngineRun struct {
+	ID           int64
+	Owner        string
+	Metadata     []byte
+	State        string
+	Error        string
+	StageIndex   int32
+	StageCount   int32
+	OpenSteps    int32
+	FailedSteps  int32
+	FirstFailure string
+	TimeoutAt    *time.Time
+	CreatedAt    time.Time
+	EndedAt      *time.Time
+}
+
+type EngineStep struct {
+	ID            int64
+	RunID         int64
+	StageIndex    int32
+	StepIndex     int32
+	Spec          []byte
+	BudgetMs      int64
+	State         string
+	Error         string
+	BatchIndex    int32
+	Attempt       int32
+	BatchAttempts []int32
+	Polls         int32
+	LastError     string
+	Checkpoint    []byte
+	Progress      []byte
+	JobID         *int64
+	WakeAt        *time.Time
+	DeadlineAt    *time.Time
+	StartedAt     *time.Time
+	EndedAt       *time.Time
+}
+
 type FlowInstance struct {
 	ID        bool
 	CreatedAt time.Time
@@ -85,4 +124,31 @@ type RackRuleAssociation struct {
 	RuleID        uuid.UUID
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
+}
+
+type Task struct {
+	ID             uuid.UUID
+	OperationType  string
+	OperationCode  string
+	Information    []byte
+	Description    string
+	RackID         uuid.UUID
+	Components     []byte
+	ComponentIDs   []uuid.UUID
+	Targets        []byte
+	Rule           []byte
+	RuleName       string
+	AppliedRuleID  *uuid.UUID
+	Status         string
+	Message        string
+	Report         []byte
+	RunID          *int64
+	QueueExpiresAt *time.Time
+	IdempotencyKey *string
+	TriggerType    string
+	TriggerID      string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	StartedAt      *time.Time
+	FinishedAt     *time.Time
 }

@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -400,4 +401,549 @@ func (q *Queries) RuleUpdate(ctx context.Context, db DBTX, arg RuleUpdateParams)
 		&i.UpdatedAt,
 	)
 	return i, err
+}
+
+const taskActiveOnRack = `-- name: TaskActiveOnRack :many
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task
+WHERE rack_id = $1 AND status IN ('waiting', 'pending', 'running')
+ORDER BY created_at, id
+`
+
+// The rack's unfinished tasks, oldest first (FIFO order for promotion).
+func (q *Queries) TaskActiveOnRack(ctx context.Context, db DBTX, rackID uuid.UUID) ([]Task, error) {
+	rows, err := db.Query(ctx, taskActiveOnRack, rackID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Task{}
+	for rows.Next() {
+		var i Task
+		if err := rows.Scan(
+			&i.ID,
+			&i.OperationType,
+			&i.OperationCode,
+			&i.Information,
+			&i.Description,
+			&i.RackID,
+			&i.Components,
+			&i.ComponentIDs,
+			&i.Targets,
+			&i.Rule,
+			&i.RuleName,
+			&i.AppliedRuleID,
+			&i.Status,
+			&i.Message,
+			&i.Report,
+			&i.RunID,
+			&i.QueueExpiresAt,
+			&i.IdempotencyKey,
+			&i.TriggerType,
+			&i.TriggerID,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskCount = `-- name: TaskCount :one
+SELECT count(*)::int FROM task
+WHERE ($1::uuid IS NULL OR rack_id = $1::uuid)
+  AND ($2::uuid IS NULL OR component_ids @> ARRAY[$2::uuid])
+  AND (NOT $3::boolean OR status IN ('waiting', 'pending', 'running'))
+`
+
+type TaskCountParams struct {
+	RackID      *uuid.UUID
+	ComponentID *uuid.UUID
+	ActiveOnly  bool
+}
+
+func (q *Queries) TaskCount(ctx context.Context, db DBTX, arg TaskCountParams) (int32, error) {
+	row := db.QueryRow(ctx, taskCount, arg.RackID, arg.ComponentID, arg.ActiveOnly)
+	var column_1 int32
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
+const taskFinish = `-- name: TaskFinish :execrows
+UPDATE task SET status = $1, message = $2, report = coalesce($3, report),
+    queue_expires_at = NULL, finished_at = now(), updated_at = now()
+WHERE id = $4 AND status IN ('waiting', 'pending', 'running')
+`
+
+type TaskFinishParams struct {
+	Status  string
+	Message string
+	Report  []byte
+	ID      uuid.UUID
+}
+
+func (q *Queries) TaskFinish(ctx context.Context, db DBTX, arg TaskFinishParams) (int64, error) {
+	result, err := db.Exec(ctx, taskFinish,
+		arg.Status,
+		arg.Message,
+		arg.Report,
+		arg.ID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const taskGetByID = `-- name: TaskGetByID :one
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task WHERE id = $1
+`
+
+func (q *Queries) TaskGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Task, error) {
+	row := db.QueryRow(ctx, taskGetByID, id)
+	var i Task
+	err := row.Scan(
+		&i.ID,
+		&i.OperationType,
+		&i.OperationCode,
+		&i.Information,
+		&i.Description,
+		&i.RackID,
+		&i.Components,
+		&i.ComponentIDs,
+		&i.Targets,
+		&i.Rule,
+		&i.RuleName,
+		&i.AppliedRuleID,
+		&i.Status,
+		&i.Message,
+		&i.Report,
+		&i.RunID,
+		&i.QueueExpiresAt,
+		&i.IdempotencyKey,
+		&i.TriggerType,
+		&i.TriggerID,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.StartedAt,
+		&i.FinishedAt,
+	)
+	return i, err
+}
+
+const taskGetByIDForUpdate = `-- name: TaskGetByIDForUpdate :one
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task WHERE id = $1 FOR UPDATE
+`
+
+func (q *Queries) TaskGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (Task, error) {
+	row := db.QueryRow(ctx, taskGetByIDForUpdate, id)
+	var i Task
+	err := row.Scan(
+		&i.ID,
+		&i.OperationType,
+		&i.OperationCode,
+		&i.Information,
+		&i.Description,
+		&i.RackID,
+		&i.Components,
+		&i.ComponentIDs,
+		&i.Targets,
+		&i.Rule,
+		&i.RuleName,
+		&i.AppliedRuleID,
+		&i.Status,
+		&i.Message,
+		&i.Report,
+		&i.RunID,
+		&i.QueueExpiresAt,
+		&i.IdempotencyKey,
+		&i.TriggerType,
+		&i.TriggerID,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.StartedAt,
+		&i.FinishedAt,
+	)
+	return i, err
+}
+
+const taskGetByIDs = `-- name: TaskGetByIDs :many
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task WHERE id = ANY($1::uuid[]) ORDER BY created_at DESC, id DESC
+`
+
+func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Task, error) {
+	rows, err := db.Query(ctx, taskGetByIDs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Task{}
+	for rows.Next() {
+		var i Task
+		if err := rows.Scan(
+			&i.ID,
+			&i.OperationType,
+			&i.OperationCode,
+			&i.Information,
+			&i.Description,
+			&i.RackID,
+			&i.Components,
+			&i.ComponentIDs,
+			&i.Targets,
+			&i.Rule,
+			&i.RuleName,
+			&i.AppliedRuleID,
+			&i.Status,
+			&i.Message,
+			&i.Report,
+			&i.RunID,
+			&i.QueueExpiresAt,
+			&i.IdempotencyKey,
+			&i.TriggerType,
+			&i.TriggerID,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskGetByIdempotencyKey = `-- name: TaskGetByIdempotencyKey :one
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task WHERE idempotency_key = $1
+`
+
+func (q *Queries) TaskGetByIdempotencyKey(ctx context.Context, db DBTX, idempotencyKey *string) (Task, error) {
+	row := db.QueryRow(ctx, taskGetByIdempotencyKey, idempotencyKey)
+	var i Task
+	err := row.Scan(
+		&i.ID,
+		&i.OperationType,
+		&i.OperationCode,
+		&i.Information,
+		&i.Description,
+		&i.RackID,
+		&i.Components,
+		&i.ComponentIDs,
+		&i.Targets,
+		&i.Rule,
+		&i.RuleName,
+		&i.AppliedRuleID,
+		&i.Status,
+		&i.Message,
+		&i.Report,
+		&i.RunID,
+		&i.QueueExpiresAt,
+		&i.IdempotencyKey,
+		&i.TriggerType,
+		&i.TriggerID,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.StartedAt,
+		&i.FinishedAt,
+	)
+	return i, err
+}
+
+const taskInsert = `-- name: TaskInsert :one
+INSERT INTO task (
+    id, operation_type, operation_code, information, description, rack_id,
+    components, component_ids, targets, rule, rule_name, applied_rule_id,
+    status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id)
+VALUES (
+    $1, $2, $3, $4, $5, $6,
+    $7, $8, $9, $10, $11, $12,
+    $13, $14, $15, $16, $17, $18, $19)
+RETURNING id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at
+`
+
+type TaskInsertParams struct {
+	ID             uuid.UUID
+	OperationType  string
+	OperationCode  string
+	Information    []byte
+	Description    string
+	RackID         uuid.UUID
+	Components     []byte
+	ComponentIDs   []uuid.UUID
+	Targets        []byte
+	Rule           []byte
+	RuleName       string
+	AppliedRuleID  *uuid.UUID
+	Status         string
+	Message        string
+	RunID          *int64
+	QueueExpiresAt *time.Time
+	IdempotencyKey *string
+	TriggerType    string
+	TriggerID      string
+}
+
+func (q *Queries) TaskInsert(ctx context.Context, db DBTX, arg TaskInsertParams) (Task, error) {
+	row := db.QueryRow(ctx, taskInsert,
+		arg.ID,
+		arg.OperationType,
+		arg.OperationCode,
+		arg.Information,
+		arg.Description,
+		arg.RackID,
+		arg.Components,
+		arg.ComponentIDs,
+		arg.Targets,
+		arg.Rule,
+		arg.RuleName,
+		arg.AppliedRuleID,
+		arg.Status,
+		arg.Message,
+		arg.RunID,
+		arg.QueueExpiresAt,
+		arg.IdempotencyKey,
+		arg.TriggerType,
+		arg.TriggerID,
+	)
+	var i Task
+	err := row.Scan(
+		&i.ID,
+		&i.OperationType,
+		&i.OperationCode,
+		&i.Information,
+		&i.Description,
+		&i.RackID,
+		&i.Components,
+		&i.ComponentIDs,
+		&i.Targets,
+		&i.Rule,
+		&i.RuleName,
+		&i.AppliedRuleID,
+		&i.Status,
+		&i.Message,
+		&i.Report,
+		&i.RunID,
+		&i.QueueExpiresAt,
+		&i.IdempotencyKey,
+		&i.TriggerType,
+		&i.TriggerID,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.StartedAt,
+		&i.FinishedAt,
+	)
+	return i, err
+}
+
+const taskKeyUsage = `-- name: TaskKeyUsage :many
+SELECT information->'authentication_data'->>'key_id' AS key_id, count(*)::int AS n
+FROM task
+WHERE status IN ('waiting', 'pending', 'running') AND information ? 'authentication_data'
+GROUP BY 1
+`
+
+type TaskKeyUsageRow struct {
+	KeyID interface{}
+	N     int32
+}
+
+// Data-encryption key IDs still needed by unfinished tasks.
+func (q *Queries) TaskKeyUsage(ctx context.Context, db DBTX) ([]TaskKeyUsageRow, error) {
+	rows, err := db.Query(ctx, taskKeyUsage)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskKeyUsageRow{}
+	for rows.Next() {
+		var i TaskKeyUsageRow
+		if err := rows.Scan(&i.KeyID, &i.N); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskList = `-- name: TaskList :many
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task
+WHERE ($1::uuid IS NULL OR rack_id = $1::uuid)
+  AND ($2::uuid IS NULL OR component_ids @> ARRAY[$2::uuid])
+  AND (NOT $3::boolean OR status IN ('waiting', 'pending', 'running'))
+ORDER BY created_at DESC, id DESC
+LIMIT $5 OFFSET $4
+`
+
+type TaskListParams struct {
+	RackID      *uuid.UUID
+	ComponentID *uuid.UUID
+	ActiveOnly  bool
+	RowOffset   int32
+	RowLimit    int32
+}
+
+func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]Task, error) {
+	rows, err := db.Query(ctx, taskList,
+		arg.RackID,
+		arg.ComponentID,
+		arg.ActiveOnly,
+		arg.RowOffset,
+		arg.RowLimit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Task{}
+	for rows.Next() {
+		var i Task
+		if err := rows.Scan(
+			&i.ID,
+			&i.OperationType,
+			&i.OperationCode,
+			&i.Information,
+			&i.Description,
+			&i.RackID,
+			&i.Components,
+			&i.ComponentIDs,
+			&i.Targets,
+			&i.Rule,
+			&i.RuleName,
+			&i.AppliedRuleID,
+			&i.Status,
+			&i.Message,
+			&i.Report,
+			&i.RunID,
+			&i.QueueExpiresAt,
+			&i.IdempotencyKey,
+			&i.TriggerType,
+			&i.TriggerID,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskLockRack = `-- name: TaskLockRack :exec
+SELECT pg_advisory_xact_lock(hashtextextended($1::text, 7254711))
+`
+
+// Serialises admission, promotion and cancellation on one rack for the rest
+// of the transaction.
+func (q *Queries) TaskLockRack(ctx context.Context, db DBTX, rackKey string) error {
+	_, err := db.Exec(ctx, taskLockRack, rackKey)
+	return err
+}
+
+const taskMarkRunning = `-- name: TaskMarkRunning :execrows
+UPDATE task SET status = 'running', message = 'Running', started_at = now(), updated_at = now()
+WHERE id = $1 AND status = 'pending'
+`
+
+func (q *Queries) TaskMarkRunning(ctx context.Context, db DBTX, id uuid.UUID) (int64, error) {
+	result, err := db.Exec(ctx, taskMarkRunning, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const taskPromote = `-- name: TaskPromote :exec
+UPDATE task SET status = 'pending', message = $1, run_id = $2, queue_expires_at = NULL, updated_at = now()
+WHERE id = $3 AND status = 'waiting'
+`
+
+type TaskPromoteParams struct {
+	Message string
+	RunID   *int64
+	ID      uuid.UUID
+}
+
+func (q *Queries) TaskPromote(ctx context.Context, db DBTX, arg TaskPromoteParams) error {
+	_, err := db.Exec(ctx, taskPromote, arg.Message, arg.RunID, arg.ID)
+	return err
+}
+
+const taskRacksWithWaiting = `-- name: TaskRacksWithWaiting :many
+SELECT DISTINCT rack_id FROM task WHERE status = 'waiting'
+`
+
+func (q *Queries) TaskRacksWithWaiting(ctx context.Context, db DBTX) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, taskRacksWithWaiting)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var rack_id uuid.UUID
+		if err := rows.Scan(&rack_id); err != nil {
+			return nil, err
+		}
+		items = append(items, rack_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskStatsFor = `-- name: TaskStatsFor :many
+SELECT t.rack_id AS id, t.status, count(*)::int AS n
+FROM task t
+WHERE t.rack_id = ANY($1::uuid[]) AND t.status IN ('waiting', 'pending', 'running')
+GROUP BY t.rack_id, t.status
+UNION ALL
+SELECT c.id, t.status, count(*)::int AS n
+FROM task t CROSS JOIN LATERAL unnest(t.component_ids) AS c(id)
+WHERE t.component_ids && $1::uuid[] AND c.id = ANY($1::uuid[]) AND t.status IN ('waiting', 'pending', 'running')
+GROUP BY c.id, t.status
+`
+
+type TaskStatsForRow struct {
+	ID     uuid.UUID
+	Status string
+	N      int32
+}
+
+// Unfinished tasks per rack and per component in scope.
+func (q *Queries) TaskStatsFor(ctx context.Context, db DBTX, ids []uuid.UUID) ([]TaskStatsForRow, error) {
+	rows, err := db.Query(ctx, taskStatsFor, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskStatsForRow{}
+	for rows.Next() {
+		var i TaskStatsForRow
+		if err := rows.Scan(&i.ID, &i.Status, &i.N); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

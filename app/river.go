@@ -1,0 +1,116 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"riverqueue.com/riverui"
+
+	"github.com/nicoflow/flow/engine"
+)
+
+// newEngine builds the engine, registers its actions and builds the River
+// client that works its jobs. The engine needs the client to insert and
+// cancel jobs and the client needs the engine's workers, so the client is
+// handed to the engine after both exist. Domains register their actions here
+// as they arrive (explicitly, never in init).
+func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine.Engine, *river.Client[pgx.Tx], error) {
+	e := engine.New(pool, engine.Config{Logger: logger, OnRunEnd: w.onRunEnd})
+	engine.RegisterSleep(e)
+	if w.register != nil {
+		w.register(e)
+	}
+	rc := e.RiverConfig()
+	if w.sweep != nil {
+		river.AddWorker(rc.Workers, &sweepWorker{sweep: w.sweep})
+		rc.PeriodicJobs = append(rc.PeriodicJobs, river.NewPeriodicJob(
+			river.PeriodicInterval(sweepInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return sweepArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true},
+		))
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("river client: %w", err)
+	}
+	e.SetClient(client)
+	return e, client, nil
+}
+
+// engineWiring is what the domains plug into the engine: the end-of-run
+// hook, their actions, and the task queue's safety-net sweep.
+type engineWiring struct {
+	onRunEnd engine.RunEndFunc
+	register func(*engine.Engine)
+	sweep    func(context.Context) error
+}
+
+// sweepInterval is how often the leader promotes and expires waiting tasks
+// that no task end has handled (a safety net: promotion normally happens in
+// the transaction that ends the blocking task).
+const sweepInterval = 30 * time.Second
+
+// sweepArgs is the periodic job of the task-queue sweep.
+type sweepArgs struct{}
+
+// Kind returns the job kind.
+func (sweepArgs) Kind() string { return "operations.sweep_queue" }
+
+// InsertOpts puts the sweep on the engine queue, once at a time.
+func (sweepArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: engine.QueueName, UniqueOpts: river.UniqueOpts{ByPeriod: sweepInterval}}
+}
+
+type sweepWorker struct {
+	river.WorkerDefaults[sweepArgs]
+	sweep func(context.Context) error
+}
+
+func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[sweepArgs]) error { return w.sweep(ctx) }
+
+// newRiverUI returns River UI mounted at /riverui/, started with ctx. River
+// UI has no authentication of its own: it is mounted only in dev mode or
+// when FLOW_RIVERUI_ENABLED is set, behind whatever protects the port.
+func newRiverUI(ctx context.Context, client *river.Client[pgx.Tx], logger *slog.Logger) (http.Handler, error) {
+	h, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(client, nil),
+		Logger:    logger,
+		Prefix:    "/riverui",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("river ui: %w", err)
+	}
+	if err := h.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start river ui: %w", err)
+	}
+	return h, nil
+}
+
+// stopRiver stops the River client: running jobs get up to timeout to
+// finish, then their contexts are cancelled (a cancelled call is retried by
+// whichever process picks the job up next; nothing is lost).
+func stopRiver(ctx context.Context, client *river.Client[pgx.Tx], timeout time.Duration, logger *slog.Logger) {
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	err := client.Stop(stopCtx)
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		logger.WarnContext(ctx, "river stop", "error", err.Error())
+	}
+	logger.WarnContext(ctx, "river jobs still running at shutdown timeout, cancelling them")
+	hardCtx, cancelHard := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancelHard()
+	if err := client.StopAndCancel(hardCtx); err != nil {
+		logger.WarnContext(ctx, "river stop and cancel", "error", err.Error())
+	}
+}

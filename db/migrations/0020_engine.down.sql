@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS engine_step;
+DROP TABLE IF EXISTS engine_run;

@@ -1,0 +1,254 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/db/dbtest"
+	"github.com/nicoflow/flow/db/pglocal"
+	"github.com/nicoflow/flow/engine"
+)
+
+// crashChildEnv, when set to a database URL, turns the test binary into an
+// engine process that works until it is killed (see TestCrashRecovery).
+const crashChildEnv = "FLOW_ENGINE_CRASH_CHILD_URL"
+
+// crashRescueAfter is the rescue window of the crash and restart tests: short,
+// so jobs lost with a killed process or a restarted database run again soon.
+const crashRescueAfter = 3 * time.Second
+
+func TestMain(m *testing.M) {
+	if url := os.Getenv(crashChildEnv); url != "" {
+		runCrashChild(url)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func runCrashChild(url string) {
+	ctx := context.Background()
+	pool, err := db.Open(ctx, url, db.PoolConfig{MaxConns: 30})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "crash child:", err)
+		os.Exit(2)
+	}
+	e := newEngine(pool, engine.Config{RescueStuckJobsAfter: crashRescueAfter, MaxWorkers: 20})
+	client := newClient(nil, pool, e)
+	if err := client.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "crash child:", err)
+		os.Exit(2)
+	}
+	select {} // until SIGKILL
+}
+
+// crashPlan is 3 stages of 2 steps; runs with fail set fail in stage 2.
+func crashPlan(fail bool) engine.Plan {
+	p := testParams{Block: 300 * time.Millisecond}
+	var stages []engine.Stage
+	for s := range 3 {
+		st := engine.Stage{Name: fmt.Sprint("s", s+1), Steps: []engine.Step{step("a", p, "t1"), step("b", p, "t2")}}
+		if fail && s == 1 {
+			st.Steps[1] = step("b", testParams{Block: 300 * time.Millisecond, FailTimes: 1, Permanent: true}, "t2")
+		}
+		for i := range st.Steps {
+			st.Steps[i].Timeout = time.Second
+			st.Steps[i].Retry = engine.RetryPolicy{InitialInterval: 50 * time.Millisecond}
+		}
+		stages = append(stages, st)
+	}
+	return engine.Plan{Stages: stages}
+}
+
+type kill struct{ before, after time.Time }
+
+func TestCrashRecovery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewDB(t)
+	pool := openPool(t, url, 10)
+	_, err := pool.Exec(ctx, callTableSQL)
+	require.NoError(t, err)
+	// An engine that only inserts: the child processes do the work.
+	e := newEngine(pool, engine.Config{RescueStuckJobsAfter: crashRescueAfter})
+	newClient(t, pool, e)
+
+	runs := make([]engine.RunID, 50)
+	fails := map[engine.RunID]bool{}
+	for i := range runs {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+			runs[i], err = e.Start(ctx, tx, crashPlan(i%5 == 0))
+			return err
+		})
+		require.NoError(t, err)
+		fails[runs[i]] = i%5 == 0
+	}
+
+	startChild := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), crashChildEnv+"="+url)
+		cmd.Stderr = os.Stderr
+		require.NoError(t, cmd.Start())
+		return cmd
+	}
+	clock := func() time.Time {
+		var now time.Time
+		require.NoError(t, pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now))
+		return now
+	}
+	var kills []kill
+	for range 12 {
+		child := startChild()
+		time.Sleep(time.Duration(300+rand.IntN(700)) * time.Millisecond)
+		k := kill{before: clock()}
+		require.NoError(t, child.Process.Kill())
+		_ = child.Wait()
+		k.after = clock()
+		kills = append(kills, k)
+	}
+	// Jobs lost with the last child become rescuable after the window; a
+	// child started after it rescues them all at its first pass.
+	time.Sleep(crashRescueAfter)
+	child := startChild()
+	t.Cleanup(func() {
+		_ = child.Process.Kill()
+		_ = child.Wait()
+	})
+
+	for _, id := range runs {
+		rep := waitRun(t, pool, e, id, 2*time.Minute)
+		if fails[id] {
+			require.Equal(t, engine.StateFailed, rep.State)
+			require.Equal(t, "stage 2 (s2) failed: step b failed: batch 1 of 1 failed after 1 attempt(s): test failure", rep.Error)
+			require.Equal(t, engine.StateCancelled, rep.Stages[2].State)
+		} else {
+			require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
+		}
+		calls := listCalls(t, pool, id)
+		for _, st := range rep.Stages {
+			for _, s := range st.Steps {
+				var n int
+				var first time.Time
+				for _, c := range calls {
+					if c.StepID != int64(s.ID) {
+						continue
+					}
+					if n == 0 {
+						first = c.StartedAt
+					}
+					n++
+					// A step recorded as ended never runs again.
+					require.True(t, c.StartedAt.Before(*s.EndedAt), "step %d called after it ended", s.ID)
+				}
+				if s.State == engine.StateCancelled && n == 0 {
+					continue
+				}
+				caught := 0
+				for _, k := range kills {
+					if first.Before(k.after) && s.EndedAt.After(k.before) {
+						caught++
+					}
+				}
+				require.LessOrEqual(t, n, 1+caught, "step %d ran %d times, %d kills caught it", s.ID, n, caught)
+			}
+		}
+	}
+	var hooks, calls, rescued int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM test_run_end), (SELECT count(*) FROM test_call),
+		(SELECT count(*) FROM river_job WHERE errors::text LIKE '%Stuck job rescued%')`).Scan(&hooks, &calls, &rescued))
+	require.Equal(t, len(runs), hooks)
+	t.Logf("%d kills, %d calls for %d runs, %d jobs rescued", len(kills), calls, len(runs), rescued)
+}
+
+func TestTwoEnginesShareADatabase(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	// A second engine process: its own pool and River client.
+	e2, _ := startEngine(t, openPool(t, b.url, 30), engine.Config{})
+	var runs []engine.RunID
+	for i := range 30 {
+		eng := b.engine
+		if i%2 == 1 {
+			eng = e2
+		}
+		err := pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) error {
+			id, err := eng.Start(context.Background(), tx, crashPlan(false))
+			runs = append(runs, id)
+			return err
+		})
+		require.NoError(t, err)
+	}
+	for _, id := range runs {
+		rep := b.wait(t, id)
+		require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
+		seen := map[int64]int{}
+		for _, c := range b.calls(t, id) {
+			seen[c.StepID]++
+		}
+		for _, st := range rep.Stages {
+			for _, s := range st.Steps {
+				require.Equal(t, 1, seen[int64(s.ID)], "step %d", s.ID)
+			}
+		}
+	}
+	var completed, jobs int
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		`SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FROM river_job WHERE kind = 'engine.run_step'`).Scan(&completed, &jobs))
+	require.Equal(t, 30*6, jobs)
+	require.Equal(t, jobs, completed)
+}
+
+func TestPostgresRestartMidRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("/var/tmp", "flow-engine-pgrestart-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	cluster, err := pglocal.New(filepath.Join(dir, "pgdata"), 0)
+	require.NoError(t, err)
+	require.NoError(t, cluster.Init(ctx))
+	cluster.Settings = map[string]string{"fsync": "off", "max_connections": "100", "log_min_messages": "fatal"}
+	require.NoError(t, cluster.Start(ctx))
+	t.Cleanup(func() { _ = cluster.Stop(context.Background()) })
+	url := cluster.URL("postgres")
+	_, err = db.Migrate(ctx, url)
+	require.NoError(t, err)
+	pool := openPool(t, url, 30)
+	_, err = pool.Exec(ctx, callTableSQL)
+	require.NoError(t, err)
+	e, _ := startEngine(t, pool, engine.Config{RescueStuckJobsAfter: crashRescueAfter})
+
+	var runs []engine.RunID
+	for range 10 {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			id, err := e.Start(ctx, tx, crashPlan(false))
+			runs = append(runs, id)
+			return err
+		})
+		require.NoError(t, err)
+	}
+	// Stop the server while the first stage's calls are in flight.
+	require.Eventually(t, func() bool {
+		var n int
+		_ = pool.QueryRow(ctx, `SELECT count(*) FROM test_call`).Scan(&n)
+		return n >= 10
+	}, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, cluster.Stop(ctx))
+	time.Sleep(time.Second)
+	require.NoError(t, cluster.Start(ctx))
+
+	for _, id := range runs {
+		rep := waitRun(t, pool, e, id, 2*time.Minute)
+		require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
+	}
+}

@@ -1,0 +1,202 @@
+// Package engine runs plans durably on PostgreSQL with River: stages in
+// order, the steps of a stage in parallel, each step calling a registered
+// action over its targets in batches. Every step outcome is checkpointed in
+// the transaction that schedules what comes next and completes the River
+// job, so a crash re-runs at most the call that was in flight.
+//
+// The engine knows nothing about racks: targets are opaque strings, params
+// are the action's own typed struct, and the caller's task is found through
+// the run's Owner in the end-of-run hook.
+//
+// Wiring, in app:
+//
+//	e := engine.New(pool, engine.Config{Logger: logger, OnRunEnd: ops.RunEnded})
+//	engine.Register(e, "power.control", powerControl)
+//	client, err := river.NewClient(riverpgxv5.New(pool), e.RiverConfig())
+//	e.SetClient(client)
+//	err = client.Start(ctx)
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/nicoflow/flow/engine/internal/dbsqlc"
+)
+
+// QueueName is the River queue the engine's jobs go to.
+const QueueName = "engine"
+
+// Defaults of Config.
+const (
+	DefaultRescueStuckJobsAfter = 30 * time.Minute
+	DefaultMaxWorkers           = 200
+	DefaultFetchCooldown        = 5 * time.Millisecond
+	DefaultFetchPollInterval    = 250 * time.Millisecond
+	DefaultCancelPollInterval   = time.Second
+)
+
+// maxJobAttempts is River's attempt limit for engine jobs. The engine counts
+// action attempts itself; River's attempts only grow on unexpected errors
+// (database down) and rescues, which must never discard a step's job.
+const maxJobAttempts = 1000
+
+// RunID identifies a run.
+type RunID int64
+
+// StepID identifies a step of a run.
+type StepID int64
+
+// State is the state of a run, stage, step or target.
+type State string
+
+// States. A run is running, completed, failed or terminated; a step is
+// pending, running, completed, failed or cancelled.
+const (
+	StatePending    State = "pending"
+	StateRunning    State = "running"
+	StateCompleted  State = "completed"
+	StateFailed     State = "failed"
+	StateCancelled  State = "cancelled"
+	StateTerminated State = "terminated"
+)
+
+// Errors of the engine's API.
+var (
+	ErrRunNotFound = errors.New("engine: run not found")
+	ErrNoClient    = errors.New("engine: no River client (call SetClient)")
+	// ErrStepEnded is returned by Call.SaveCheckpoint and Call.ReportProgress
+	// when the step has ended (cancelled, say) or moved on meanwhile.
+	ErrStepEnded = errors.New("engine: step has ended")
+	// ErrRunEnded is the cause of a call context cancelled because its run
+	// ended (cancelled or failed elsewhere).
+	ErrRunEnded = errors.New("engine: run has ended")
+)
+
+// RunSummary is what the end-of-run hook receives.
+type RunSummary struct {
+	ID        RunID
+	Owner     string
+	Metadata  json.RawMessage
+	State     State // completed, failed or terminated
+	Error     string
+	CreatedAt time.Time
+	EndedAt   time.Time
+}
+
+// RunEndFunc is called inside the transaction that ends a run (the last
+// checkpoint, a failure, a timeout or Cancel), so the caller's own rows
+// change atomically with it. It must only write through tx and must not do
+// network I/O. An error rolls the whole checkpoint back and the job retries.
+type RunEndFunc func(ctx context.Context, tx pgx.Tx, run RunSummary) error
+
+// Config tunes an Engine. Zero fields take the defaults above.
+type Config struct {
+	Logger *slog.Logger
+	// OnRunEnd, if set, is called when a run ends (see RunEndFunc).
+	OnRunEnd RunEndFunc
+	// RescueStuckJobsAfter is River's rescue window: a job running this long
+	// is assumed lost (its process died) and runs again. Start rejects steps
+	// whose call timeout is not shorter.
+	RescueStuckJobsAfter time.Duration
+	// MaxWorkers is how many engine jobs a process works at once.
+	MaxWorkers int
+	// FetchCooldown and FetchPollInterval tune River's fetch loop.
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
+	// CancelPollInterval is how often a running call checks whether its run
+	// has ended, on top of River's cancel notifications.
+	CancelPollInterval time.Duration
+}
+
+// Engine starts, cancels, reads and works runs. Create it with New, register
+// actions, give it its River client with SetClient, then start the client.
+type Engine struct {
+	pool    *pgxpool.Pool
+	cfg     Config
+	logger  *slog.Logger
+	q       *dbsqlc.Queries
+	actions map[string]*action
+	client  *river.Client[pgx.Tx]
+}
+
+// New returns an Engine working on pool. pool is used by workers for
+// checkpoints and by calls for SaveCheckpoint and ReportProgress.
+func New(pool *pgxpool.Pool, cfg Config) *Engine {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.RescueStuckJobsAfter <= 0 {
+		cfg.RescueStuckJobsAfter = DefaultRescueStuckJobsAfter
+	}
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = DefaultMaxWorkers
+	}
+	if cfg.FetchCooldown <= 0 {
+		cfg.FetchCooldown = DefaultFetchCooldown
+	}
+	if cfg.FetchPollInterval <= 0 {
+		cfg.FetchPollInterval = DefaultFetchPollInterval
+	}
+	if cfg.CancelPollInterval <= 0 {
+		cfg.CancelPollInterval = DefaultCancelPollInterval
+	}
+	return &Engine{
+		pool:    pool,
+		cfg:     cfg,
+		logger:  cfg.Logger,
+		q:       dbsqlc.New(),
+		actions: map[string]*action{},
+	}
+}
+
+// AddWorkers registers the engine's River workers (kinds engine.run_step and
+// engine.run_timeout) in workers.
+func (e *Engine) AddWorkers(workers *river.Workers) {
+	river.AddWorker(workers, &stepWorker{e: e})
+	river.AddWorker(workers, &timeoutWorker{e: e})
+}
+
+// RiverConfig returns a River client configuration for the engine: its
+// workers, the engine queue with MaxWorkers, the fetch settings, the rescue
+// window and a short retry policy for unexpected errors. The caller may add
+// queues and workers before calling river.NewClient.
+func (e *Engine) RiverConfig() *river.Config {
+	workers := river.NewWorkers()
+	e.AddWorkers(workers)
+	return &river.Config{
+		Logger:               e.logger,
+		Queues:               map[string]river.QueueConfig{QueueName: {MaxWorkers: e.cfg.MaxWorkers}},
+		FetchCooldown:        e.cfg.FetchCooldown,
+		FetchPollInterval:    e.cfg.FetchPollInterval,
+		RescueStuckJobsAfter: e.cfg.RescueStuckJobsAfter,
+		// A job may run as long as the rescue window, never longer: the
+		// engine bounds each call itself, well inside it (the rescuer
+		// ignores jobs whose timeout is negative, so it must be positive).
+		JobTimeout:  e.cfg.RescueStuckJobsAfter,
+		RetryPolicy: retryPolicy{},
+		Workers:     workers,
+	}
+}
+
+// SetClient gives the engine the River client it inserts and cancels jobs
+// with. Call it once, before Start, Cancel or the client's Start.
+func (e *Engine) SetClient(client *river.Client[pgx.Tx]) { e.client = client }
+
+// retryPolicy retries River-level failures (database unreachable, a rescued
+// job) quickly: 1s, 2s, 4s… capped at 30s. Action retries do not go through
+// it; the engine schedules those itself.
+type retryPolicy struct{}
+
+func (retryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
+	d := time.Second << min(max(job.Attempt-1, 0), 5)
+	return time.Now().Add(min(d, 30*time.Second))
+}

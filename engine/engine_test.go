@@ -1,0 +1,374 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/engine"
+)
+
+func TestStartRejectsBadPlans(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{RescueStuckJobsAfter: time.Hour})
+	ok := step("ok", testParams{})
+	for _, tt := range []struct {
+		name string
+		plan engine.Plan
+		want error
+	}{
+		{"NoStages", engine.Plan{}, engine.ErrEmptyPlan},
+		{"EmptyStage", engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{ok}}, {}}}, engine.ErrEmptyStage},
+		{"UnknownAction", engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{{Name: "x", Action: "nope"}}}}}, engine.ErrUnknownAction},
+		{"NegativeMaxParallel", engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{{Name: "x", Action: "test.record", MaxParallel: -1}}}}}, engine.ErrInvalidMaxParallel},
+		{"BadParamsJSON", engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{{Name: "x", Action: "test.record", Params: json.RawMessage(`{"block":`)}}}}}, engine.ErrInvalidParams},
+		{"UnknownParamField", engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{{Name: "x", Action: "test.record", Params: json.RawMessage(`{"nope":1}`)}}}}}, engine.ErrInvalidParams},
+		{"ParamsOfWrongType", engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{{Name: "x", Action: "test.record", Params: map[string]string{"block": "soon"}}}}}}, engine.ErrInvalidParams},
+		{"TimeoutOverRescueWindow", engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{{Name: "x", Action: "test.record", Timeout: 2 * time.Hour}}}}}, engine.ErrInvalidTimeout},
+		{"NegativeRunTimeout", engine.Plan{Timeout: -time.Second, Stages: []engine.Stage{{Steps: []engine.Step{ok}}}}, engine.ErrInvalidTimeout},
+		{"BadRetry", engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{{Name: "x", Action: "test.record", Retry: engine.RetryPolicy{BackoffCoefficient: 0.5}}}}}}, engine.ErrInvalidRetry},
+		{"MetadataNotObject", engine.Plan{Metadata: json.RawMessage(`[1]`), Stages: []engine.Stage{{Steps: []engine.Step{ok}}}}, engine.ErrInvalidMetadata},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			tx, err := b.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+			_, err = b.engine.Start(ctx, tx, tt.plan)
+			require.ErrorIs(t, err, tt.want)
+			var pe *engine.PlanError
+			require.ErrorAs(t, err, &pe)
+			var runs, jobs int
+			require.NoError(t, tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM engine_run), (SELECT count(*) FROM river_job)`).Scan(&runs, &jobs))
+			require.Zero(t, runs)
+			require.Zero(t, jobs)
+		})
+	}
+}
+
+func TestStagesRunInOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	var stages []engine.Stage
+	for s := range 3 {
+		stages = append(stages, engine.Stage{Name: "s", Steps: []engine.Step{
+			step("a", testParams{Block: 20 * time.Millisecond}, "t1"),
+			step("b", testParams{Block: 40 * time.Millisecond}, "t2"),
+		}})
+		_ = s
+	}
+	id := b.start(t, engine.Plan{Owner: "task-1", Metadata: json.RawMessage(`{"rack":"r1"}`), Stages: stages})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
+	require.Equal(t, "task-1", rep.Owner)
+	require.Len(t, rep.Stages, 3)
+	for _, st := range rep.Stages {
+		require.Equal(t, engine.StateCompleted, st.State)
+		for _, s := range st.Steps {
+			require.Equal(t, engine.StateCompleted, s.State)
+			require.Equal(t, []engine.TargetOutcome{{Target: s.Targets[0].Target, State: engine.StateCompleted, Attempts: 1}}, s.Targets)
+		}
+	}
+	calls := b.calls(t, id)
+	require.Len(t, calls, 6)
+	for _, c := range calls {
+		for _, prev := range calls {
+			if prev.Stage < c.Stage {
+				require.NotNil(t, prev.EndedAt)
+				require.True(t, prev.EndedAt.Before(c.StartedAt), "stage %d call started before stage %d ended", c.Stage, prev.Stage)
+			}
+		}
+	}
+	var hook struct{ owner, state string }
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT owner, state FROM test_run_end WHERE run_id = $1`, id).Scan(&hook.owner, &hook.state))
+	require.Equal(t, "task-1", hook.owner)
+	require.Equal(t, "completed", hook.state)
+}
+
+func TestStepsOfAStageRunInParallel(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	// Each call waits until all four have arrived: run one at a time, they
+	// would wait forever (and fail at the call timeout).
+	p := testParams{Barrier: 4}
+	st := engine.Stage{Steps: []engine.Step{step("a", p), step("b", p), step("c", p), step("d", p)}}
+	for i := range st.Steps {
+		st.Steps[i].Timeout = 30 * time.Second
+		st.Steps[i].Retry.MaxAttempts = 1
+	}
+	id := b.start(t, engine.Plan{Stages: []engine.Stage{st}})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
+	require.Len(t, b.calls(t, id), 4)
+}
+
+func TestBatchesRunInOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	batched := step("batched", testParams{Block: 10 * time.Millisecond}, "a", "b", "c", "d", "e")
+	batched.MaxParallel = 2
+	whole := step("whole", testParams{}, "a", "b", "c")
+	id := b.start(t, engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{batched, whole}}}})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
+	var got [][]string
+	var last *call
+	for _, c := range b.calls(t, id) {
+		if c.Step != "batched" {
+			require.Equal(t, []string{"a", "b", "c"}, c.Targets)
+			continue
+		}
+		require.Equal(t, len(got), c.Batch)
+		if last != nil {
+			require.True(t, last.EndedAt.Before(c.StartedAt), "batch %d started before batch %d ended", c.Batch, last.Batch)
+		}
+		got = append(got, c.Targets)
+		last = &c
+	}
+	require.Equal(t, [][]string{{"a", "b"}, {"c", "d"}, {"e"}}, got)
+	s := rep.Stages[0].Steps[0]
+	require.Equal(t, 3, s.Batches)
+	require.Len(t, s.Targets, 5)
+	require.Equal(t, 8, rep.Progress.Completed)
+}
+
+func TestRetriesWithBackoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	st := step("flaky", testParams{FailTimes: 2}, "t1")
+	st.Retry = engine.RetryPolicy{MaxAttempts: 3, InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 3}
+	id := b.start(t, engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{st}}}})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
+	calls := b.calls(t, id)
+	require.Len(t, calls, 3)
+	for i, c := range calls {
+		require.Equal(t, i+1, c.Attempt)
+	}
+	require.GreaterOrEqual(t, calls[1].StartedAt.Sub(*calls[0].EndedAt), 100*time.Millisecond)
+	require.GreaterOrEqual(t, calls[2].StartedAt.Sub(*calls[1].EndedAt), 300*time.Millisecond)
+	require.Equal(t, 3, rep.Stages[0].Steps[0].Targets[0].Attempts)
+
+	t.Run("Exhausted", func(t *testing.T) {
+		t.Parallel()
+		st := step("broken", testParams{FailTimes: 10}, "t1")
+		st.Retry = engine.RetryPolicy{MaxAttempts: 2, InitialInterval: 10 * time.Millisecond}
+		id := b.start(t, engine.Plan{Stages: []engine.Stage{{Name: "power", Steps: []engine.Step{st}}, {Steps: []engine.Step{step("never", testParams{})}}}})
+		rep := b.wait(t, id)
+		require.Equal(t, engine.StateFailed, rep.State)
+		require.Equal(t, "stage 1 (power) failed: step broken failed: batch 1 of 1 failed after 2 attempt(s): test failure", rep.Error)
+		require.Len(t, b.calls(t, id), 2)
+		require.Equal(t, engine.StateCancelled, rep.Stages[1].State)
+		require.Equal(t, engine.StateFailed, rep.Stages[0].Steps[0].Targets[0].State)
+	})
+	t.Run("Permanent", func(t *testing.T) {
+		t.Parallel()
+		st := step("fatal", testParams{FailTimes: 10, Permanent: true}, "t1")
+		id := b.start(t, engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{st}}}})
+		rep := b.wait(t, id)
+		require.Equal(t, engine.StateFailed, rep.State)
+		require.Len(t, b.calls(t, id), 1)
+	})
+}
+
+func TestCallTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	st := step("slow", testParams{Hang: true}, "t1")
+	st.Timeout = 100 * time.Millisecond
+	st.Retry = engine.RetryPolicy{MaxAttempts: 2, InitialInterval: 10 * time.Millisecond}
+	id := b.start(t, engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{st}}}})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateFailed, rep.State)
+	require.Contains(t, rep.Error, "call timed out after 100ms")
+	calls := b.calls(t, id)
+	require.Len(t, calls, 2)
+	for _, c := range calls {
+		require.Equal(t, "ctx_done", c.Outcome)
+		require.GreaterOrEqual(t, c.EndedAt.Sub(c.StartedAt), 90*time.Millisecond)
+	}
+}
+
+func TestPollAfterSnoozesWithoutUsingAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	st := step("poll", testParams{PollTimes: 4, PollAfter: 50 * time.Millisecond}, "t1")
+	st.Retry.MaxAttempts = 1
+	id := b.start(t, engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{st}}}})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
+	calls := b.calls(t, id)
+	require.Len(t, calls, 5)
+	for i, c := range calls {
+		require.Equal(t, 1, c.Attempt, "poll %d used an attempt", i)
+		if i > 0 {
+			require.GreaterOrEqual(t, c.StartedAt.Sub(*calls[i-1].EndedAt), 50*time.Millisecond)
+		}
+	}
+	s := rep.Stages[0].Steps[0]
+	require.Equal(t, 4, s.Polls)
+	require.Equal(t, &engine.Progress{Completed: 4, Message: "polling"}, s.Progress)
+}
+
+func TestSleepIsDurable(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	st := step("nap", testParams{Sleep: 300 * time.Millisecond}, "a", "b")
+	st.MaxParallel = 1
+	id := b.start(t, engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{st}}}})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
+	calls := b.calls(t, id)
+	require.Len(t, calls, 2)
+	require.GreaterOrEqual(t, calls[1].StartedAt.Sub(*calls[0].EndedAt), 300*time.Millisecond)
+	require.GreaterOrEqual(t, rep.Stages[0].Steps[0].EndedAt.Sub(*calls[1].EndedAt), 300*time.Millisecond)
+}
+
+func TestStepDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	st := step("forever", testParams{PollTimes: 1 << 20, PollAfter: 20 * time.Millisecond}, "t1")
+	st.Deadline = 300 * time.Millisecond
+	id := b.start(t, engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{st}}}})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateFailed, rep.State)
+	require.Contains(t, rep.Error, "step deadline exceeded")
+	s := rep.Stages[0].Steps[0]
+	require.GreaterOrEqual(t, s.EndedAt.Sub(*s.StartedAt), 300*time.Millisecond)
+	require.Equal(t, s.StartedAt.Add(300*time.Millisecond), *s.DeadlineAt)
+}
+
+func TestRunTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	id := b.start(t, engine.Plan{Timeout: 300 * time.Millisecond, Stages: []engine.Stage{{Steps: []engine.Step{step("hang", testParams{Hang: true}, "t1")}}}})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateFailed, rep.State)
+	require.Equal(t, "run timed out", rep.Error)
+	require.Equal(t, rep.CreatedAt.Add(300*time.Millisecond).Truncate(time.Millisecond), rep.TimeoutAt.Truncate(time.Millisecond))
+	// The hanging call saw its context end.
+	require.Eventually(t, func() bool {
+		calls := b.calls(t, id)
+		return len(calls) == 1 && calls[0].Outcome == "ctx_done"
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	id := b.start(t, engine.Plan{Owner: "task-9", Stages: []engine.Stage{
+		{Steps: []engine.Step{step("hang", testParams{Hang: true}, "t1"), step("quick", testParams{}, "t2")}},
+		{Steps: []engine.Step{step("never", testParams{})}},
+	}})
+	ctx := context.Background()
+	require.Eventually(t, func() bool { return len(b.calls(t, id)) == 2 }, 10*time.Second, 10*time.Millisecond)
+	cancel := func() error {
+		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return b.engine.Cancel(ctx, tx, id) })
+	}
+	require.NoError(t, cancel())
+	rep, err := b.engine.Run(ctx, b.pool, id)
+	require.NoError(t, err)
+	require.Equal(t, engine.StateTerminated, rep.State)
+	require.Equal(t, engine.StateCancelled, rep.Stages[1].Steps[0].State)
+	// The running call sees its context cancelled.
+	require.Eventually(t, func() bool {
+		for _, c := range b.calls(t, id) {
+			if c.Step == "hang" {
+				return c.Outcome == "ctx_done"
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond)
+	// Cancelling again is a no-op; the hook ran once.
+	require.NoError(t, cancel())
+	var hooks int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM test_run_end WHERE run_id = $1 AND state = 'terminated'`, id).Scan(&hooks))
+	require.Equal(t, 1, hooks)
+	require.ErrorIs(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return b.engine.Cancel(ctx, tx, 999999) }), engine.ErrRunNotFound)
+	// No job of the run is left to work, and the later stage never ran.
+	require.Eventually(t, func() bool {
+		var open int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'engine.run_step' AND state NOT IN ('completed', 'cancelled', 'discarded')`).Scan(&open))
+		return open == 0
+	}, 10*time.Second, 10*time.Millisecond)
+	for _, c := range b.calls(t, id) {
+		require.NotEqual(t, "never", c.Step)
+	}
+}
+
+func TestStageStopsAtFirstFailedStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	fail := step("fail", testParams{FailTimes: 1, Permanent: true}, "t1")
+	id := b.start(t, engine.Plan{Stages: []engine.Stage{
+		{Name: "power", Steps: []engine.Step{fail, step("slow", testParams{Hang: true}, "t2")}},
+		{Steps: []engine.Step{step("never", testParams{})}},
+	}})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateFailed, rep.State)
+	require.Equal(t, "stage 1 (power) failed: step fail failed: batch 1 of 1 failed after 1 attempt(s): test failure", rep.Error)
+	require.Equal(t, engine.StateCancelled, rep.Stages[0].Steps[1].State)
+	require.Eventually(t, func() bool {
+		for _, c := range b.calls(t, id) {
+			if c.Step == "slow" {
+				return c.Outcome == "ctx_done"
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
+func TestStageWaitsForAllSteps(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	fail := step("fail", testParams{FailTimes: 1, Permanent: true}, "t1")
+	id := b.start(t, engine.Plan{Stages: []engine.Stage{
+		{Name: "firmware", WaitAll: true, Steps: []engine.Step{fail, step("slow", testParams{Block: 300 * time.Millisecond}, "t2")}},
+		{Steps: []engine.Step{step("never", testParams{})}},
+	}})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateFailed, rep.State)
+	require.Equal(t, "stage 1 (firmware) failed: step fail failed: batch 1 of 1 failed after 1 attempt(s): test failure", rep.Error)
+	require.Equal(t, engine.StateCompleted, rep.Stages[0].Steps[1].State)
+	require.Equal(t, engine.StateCancelled, rep.Stages[1].Steps[0].State)
+	for _, c := range b.calls(t, id) {
+		require.NotEqual(t, "never", c.Step)
+		if c.Step == "slow" {
+			require.Equal(t, "ok", c.Outcome)
+		}
+	}
+}
+
+func TestHookErrorRollsBackCheckpoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, engine.Config{OnRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM test_call WHERE run_id = $1`, run.ID).Scan(&n); err != nil {
+			return err
+		}
+		if n < 2 {
+			// Fails the first checkpoint: the run must stay running and the
+			// step must run again.
+			_, err := tx.Exec(ctx, `INSERT INTO test_run_end VALUES ($1, 'x', 'x', 'x')`, run.ID)
+			if err != nil {
+				return err
+			}
+			return errTest
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO test_run_end (run_id, owner, state, error) VALUES ($1, $2, $3, $4)`, run.ID, run.Owner, run.State, run.Error)
+		return err
+	}})
+	id := b.start(t, engine.Plan{Owner: "o", Stages: []engine.Stage{{Steps: []engine.Step{step("a", testParams{})}}}})
+	rep := waitRun(t, b.pool, b.engine, id, time.Minute)
+	require.Equal(t, engine.StateCompleted, rep.State)
+	var state string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT state FROM test_run_end WHERE run_id = $1`, id).Scan(&state))
+	require.Equal(t, "completed", state)
+	require.Len(t, b.calls(t, id), 2)
+}

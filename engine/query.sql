@@ -1,0 +1,115 @@
+-- name: RunInsert :one
+INSERT INTO engine_run (owner, metadata, stage_count, open_steps, timeout_at)
+VALUES (@owner, @metadata, @stage_count, @open_steps, now() + sqlc.narg(timeout_ms)::bigint * interval '1 millisecond')
+RETURNING id, timeout_at;
+
+-- name: StepInsertMany :many
+INSERT INTO engine_step (run_id, stage_index, step_index, spec, budget_ms)
+SELECT @run_id::bigint, unnest(@stage_indexes::integer[]), unnest(@step_indexes::integer[]),
+    unnest(@specs::jsonb[]), unnest(@budgets_ms::bigint[])
+RETURNING id, stage_index, step_index;
+
+-- name: StepStartStage :many
+-- StepStartStage marks a stage's steps running and fixes their deadlines.
+UPDATE engine_step
+SET state = 'running', started_at = now(), deadline_at = now() + budget_ms * interval '1 millisecond'
+WHERE run_id = @run_id AND stage_index = @stage_index AND state = 'pending'
+RETURNING id;
+
+-- name: StepSetJobIDs :exec
+UPDATE engine_step s
+SET job_id = u.job_id
+FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@job_ids::bigint[]) AS job_id) AS u
+WHERE s.id = u.id;
+
+-- name: StepGetForWork :one
+SELECT s.id, s.run_id, s.stage_index, s.step_index, s.spec, s.state, s.batch_index, s.attempt,
+    s.checkpoint, s.wake_at, s.deadline_at,
+    r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now
+FROM engine_step s
+JOIN engine_run r ON r.id = s.run_id
+WHERE s.id = @id;
+
+-- name: StepAdvanceBatch :execrows
+UPDATE engine_step
+SET batch_index = batch_index + 1, batch_attempts = array_append(batch_attempts, attempt + 1),
+    attempt = 0, last_error = '', checkpoint = NULL, wake_at = sqlc.narg(wake_at)
+WHERE id = @id AND state = 'running' AND batch_index = @batch_index;
+
+-- name: StepRecordFailure :execrows
+UPDATE engine_step
+SET attempt = attempt + 1, last_error = @last_error
+WHERE id = @id AND state = 'running' AND batch_index = @batch_index;
+
+-- name: StepRecordPoll :exec
+UPDATE engine_step SET polls = polls + 1
+WHERE id = @id AND state = 'running';
+
+-- name: StepSaveCheckpoint :execrows
+UPDATE engine_step SET checkpoint = @checkpoint
+WHERE id = @id AND state = 'running' AND batch_index = @batch_index;
+
+-- name: StepSaveProgress :execrows
+UPDATE engine_step SET progress = @progress
+WHERE id = @id AND state = 'running';
+
+-- name: RunLock :one
+SELECT id, state, stage_index, stage_count, timeout_at, now()::timestamptz AS now
+FROM engine_run
+WHERE id = @id
+FOR UPDATE;
+
+-- name: StepFinish :one
+-- StepFinish ends a running step. It returns no row when the step had
+-- already ended (a duplicate execution), so the caller does nothing more.
+UPDATE engine_step
+SET state = @state, error = @error, ended_at = now(), checkpoint = NULL, wake_at = NULL,
+    batch_attempts = CASE WHEN sqlc.narg(calls)::integer IS NULL THEN batch_attempts
+        ELSE array_append(batch_attempts, sqlc.narg(calls)::integer) END
+WHERE id = @id AND state = 'running'
+RETURNING stage_index;
+
+-- name: RunSetStage :exec
+UPDATE engine_run
+SET stage_index = @stage_index, open_steps = @open_steps, failed_steps = 0, first_failure = ''
+WHERE id = @id;
+
+-- name: RunStepEnded :one
+-- RunStepEnded counts a step of the current stage as ended, locking the run
+-- row: concurrent steps of a stage serialise here and each sees the counts
+-- left by the others. No row when the run has ended.
+UPDATE engine_run
+SET open_steps = open_steps - 1,
+    failed_steps = failed_steps + CASE WHEN @failed::boolean THEN 1 ELSE 0 END,
+    first_failure = CASE WHEN @failed::boolean AND first_failure = '' THEN @failure::text ELSE first_failure END
+WHERE id = @id AND state = 'running' AND stage_index = @stage_index
+RETURNING open_steps, failed_steps, first_failure, stage_count;
+
+-- name: RunEnd :one
+UPDATE engine_run
+SET state = @state, error = @error, ended_at = now()
+WHERE id = @id AND state = 'running'
+RETURNING id, owner, metadata, state, error, created_at, ended_at;
+
+-- name: StepCancelOpen :many
+-- StepCancelOpen cancels a run's pending and running steps and returns the
+-- River jobs of the running ones.
+UPDATE engine_step
+SET state = 'cancelled', ended_at = now(), error = @error, checkpoint = NULL, wake_at = NULL
+WHERE run_id = @run_id AND state IN ('pending', 'running')
+RETURNING job_id;
+
+-- name: RunGetState :one
+SELECT state FROM engine_run WHERE id = @id;
+
+-- name: RunGetByID :one
+SELECT id, owner, metadata, state, error, stage_index, stage_count, timeout_at, created_at, ended_at
+FROM engine_run
+WHERE id = @id;
+
+-- name: StepListByRun :many
+SELECT id, stage_index, step_index, spec, state, error, batch_index, attempt, batch_attempts, polls,
+    last_error, progress, job_id, wake_at, deadline_at, started_at, ended_at
+FROM engine_step
+WHERE run_id = @run_id
+ORDER BY stage_index, step_index;

@@ -1,0 +1,406 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/engine/internal/dbsqlc"
+)
+
+// RunStepArgs is the River job that works one step, from its first call to
+// its checkpoint. It holds the step's ID only.
+type RunStepArgs struct {
+	StepID StepID `json:"step_id"`
+}
+
+// Kind returns "engine.run_step".
+func (RunStepArgs) Kind() string { return "engine.run_step" }
+
+// InsertOpts puts the job on the engine queue.
+func (RunStepArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueName, MaxAttempts: maxJobAttempts}
+}
+
+// RunTimeoutArgs is the River job, scheduled at a run's timeout, that fails
+// the run if it is still going. It holds the run's ID only.
+type RunTimeoutArgs struct {
+	RunID RunID `json:"run_id"`
+}
+
+// Kind returns "engine.run_timeout".
+func (RunTimeoutArgs) Kind() string { return "engine.run_timeout" }
+
+// InsertOpts puts the job on the engine queue.
+func (RunTimeoutArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueName, MaxAttempts: maxJobAttempts}
+}
+
+// Start validates plan, records the run with all its steps and enqueues the
+// first stage's jobs, writing only through tx: the run exists, and starts,
+// only if the caller commits. A bad plan returns a *PlanError wrapping one of
+// ErrEmptyPlan, ErrEmptyStage, ErrUnknownAction, ErrInvalidParams,
+// ErrInvalidMaxParallel, ErrInvalidTimeout, ErrInvalidRetry or
+// ErrInvalidMetadata, and nothing is written.
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		runID, err := e.Start(ctx, tx, plan)
+//		if err != nil {
+//			return err
+//		}
+//		return tasks.SetRun(ctx, tx, taskID, runID)
+//	})
+func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error) {
+	if e.client == nil {
+		return 0, ErrNoClient
+	}
+	if len(plan.Stages) == 0 {
+		return 0, &PlanError{Stage: -1, Step: -1, Err: ErrEmptyPlan}
+	}
+	if plan.Timeout < 0 {
+		return 0, &PlanError{Stage: -1, Step: -1, Err: fmt.Errorf("%w: negative run timeout", ErrInvalidTimeout)}
+	}
+	meta := []byte(plan.Metadata)
+	if len(meta) == 0 {
+		meta = []byte("{}")
+	} else {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(meta, &obj); err != nil || obj == nil {
+			return 0, &PlanError{Stage: -1, Step: -1, Err: ErrInvalidMetadata}
+		}
+	}
+	var p dbsqlc.StepInsertManyParams
+	for i, stage := range plan.Stages {
+		if len(stage.Steps) == 0 {
+			return 0, &PlanError{Stage: i, Step: -1, Err: ErrEmptyStage}
+		}
+		for j, st := range stage.Steps {
+			spec, budget, err := e.compileStep(stage, st)
+			if err != nil {
+				return 0, &PlanError{Stage: i, Step: j, Err: err}
+			}
+			b, err := json.Marshal(spec)
+			if err != nil {
+				return 0, fmt.Errorf("engine: marshal step: %w", err)
+			}
+			p.StageIndexes = append(p.StageIndexes, int32(i))
+			p.StepIndexes = append(p.StepIndexes, int32(j))
+			p.Specs = append(p.Specs, b)
+			p.BudgetsMs = append(p.BudgetsMs, budget.Milliseconds())
+		}
+	}
+
+	var timeoutMS *int64
+	if plan.Timeout > 0 {
+		timeoutMS = ptr(plan.Timeout.Milliseconds())
+	}
+	run, err := e.q.RunInsert(ctx, tx, dbsqlc.RunInsertParams{
+		Owner:      plan.Owner,
+		Metadata:   meta,
+		StageCount: int32(len(plan.Stages)),
+		TimeoutMs:  timeoutMS,
+		OpenSteps:  int32(len(plan.Stages[0].Steps)),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("engine: insert run: %w", err)
+	}
+	id := run.ID
+	p.RunID = id
+	if _, err := e.q.StepInsertMany(ctx, tx, p); err != nil {
+		return 0, fmt.Errorf("engine: insert steps: %w", err)
+	}
+	if err := e.startStage(ctx, tx, RunID(id), 0, run.TimeoutAt); err != nil {
+		return 0, err
+	}
+	return RunID(id), nil
+}
+
+// startStage marks a stage's steps running (fixing their deadlines) and
+// enqueues one job per step; for stage 0 it also schedules the run timeout,
+// for the others it makes the stage the run's current one.
+func (e *Engine) startStage(ctx context.Context, tx pgx.Tx, runID RunID, stage int, timeoutAt pgtype.Timestamptz) error {
+	ids, err := e.q.StepStartStage(ctx, tx, dbsqlc.StepStartStageParams{RunID: int64(runID), StageIndex: int32(stage)})
+	if err != nil {
+		return fmt.Errorf("engine: start stage: %w", err)
+	}
+	params := make([]river.InsertManyParams, 0, len(ids)+1)
+	for _, id := range ids {
+		params = append(params, river.InsertManyParams{Args: RunStepArgs{StepID: StepID(id)}})
+	}
+	if timeoutAt.Valid {
+		params = append(params, river.InsertManyParams{
+			Args:       RunTimeoutArgs{RunID: runID},
+			InsertOpts: &river.InsertOpts{ScheduledAt: timeoutAt.Time},
+		})
+	}
+	res, err := e.client.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return fmt.Errorf("engine: enqueue steps: %w", err)
+	}
+	jobIDs := make([]int64, len(ids))
+	for i := range ids {
+		jobIDs[i] = res[i].Job.ID
+	}
+	if err := e.q.StepSetJobIDs(ctx, tx, dbsqlc.StepSetJobIDsParams{IDs: ids, JobIDs: jobIDs}); err != nil {
+		return fmt.Errorf("engine: record step jobs: %w", err)
+	}
+	if stage > 0 {
+		err := e.q.RunSetStage(ctx, tx, dbsqlc.RunSetStageParams{ID: int64(runID), StageIndex: int32(stage), OpenSteps: int32(len(ids))})
+		if err != nil {
+			return fmt.Errorf("engine: set stage: %w", err)
+		}
+	}
+	return nil
+}
+
+// Cancel terminates a running run through tx: its open steps become
+// cancelled, their River jobs are cancelled (running calls see their context
+// cancelled once the caller commits), the run ends terminated and the
+// end-of-run hook runs in tx. Nothing is rolled back. Cancelling a run that
+// has already ended is a no-op; an unknown run returns ErrRunNotFound.
+func (e *Engine) Cancel(ctx context.Context, tx pgx.Tx, runID RunID) error {
+	if e.client == nil {
+		return ErrNoClient
+	}
+	run, err := e.q.RunLock(ctx, tx, int64(runID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrRunNotFound
+	} else if err != nil {
+		return fmt.Errorf("engine: lock run %d: %w", runID, err)
+	}
+	if run.State != string(StateRunning) {
+		return nil
+	}
+	return e.endRun(ctx, tx, runID, StateTerminated, "cancelled", 0)
+}
+
+// endRun ends a running run (the run row must be locked by tx): open steps
+// are cancelled with their jobs (except exceptJob, the caller's own), the run
+// gets its final state and the hook runs.
+func (e *Engine) endRun(ctx context.Context, tx pgx.Tx, runID RunID, state State, msg string, exceptJob int64) error {
+	row, err := e.q.RunEnd(ctx, tx, dbsqlc.RunEndParams{ID: int64(runID), State: string(state), Error: msg})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // already ended
+	} else if err != nil {
+		return fmt.Errorf("engine: end run %d: %w", runID, err)
+	}
+	stepMsg := "run " + string(state)
+	if state == StateTerminated {
+		stepMsg = "run cancelled"
+	}
+	jobs, err := e.q.StepCancelOpen(ctx, tx, dbsqlc.StepCancelOpenParams{RunID: int64(runID), Error: stepMsg})
+	if err != nil {
+		return fmt.Errorf("engine: cancel steps of run %d: %w", runID, err)
+	}
+	for _, id := range jobs {
+		if id == nil || *id == exceptJob {
+			continue
+		}
+		if _, err := e.client.JobCancelTx(ctx, tx, *id); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+			return fmt.Errorf("engine: cancel job %d: %w", *id, err)
+		}
+	}
+	if e.cfg.OnRunEnd != nil {
+		sum := RunSummary{
+			ID:        runID,
+			Owner:     row.Owner,
+			Metadata:  row.Metadata,
+			State:     State(row.State),
+			Error:     row.Error,
+			CreatedAt: row.CreatedAt.Time,
+			EndedAt:   row.EndedAt.Time,
+		}
+		if err := e.cfg.OnRunEnd(ctx, tx, sum); err != nil {
+			return fmt.Errorf("engine: end-of-run hook for run %d: %w", runID, err)
+		}
+	}
+	return nil
+}
+
+// RunReport is a run as Run reads it: state, error, timings, and each stage
+// with its steps, their cursor, attempts, errors, progress and per-target
+// outcomes.
+type RunReport struct {
+	ID        RunID
+	Owner     string
+	Metadata  json.RawMessage
+	State     State
+	Error     string
+	Stage     int // index of the current (or last) stage
+	CreatedAt time.Time
+	EndedAt   *time.Time
+	TimeoutAt *time.Time
+	Stages    []StageReport
+	// Progress sums the targets of all steps: finished batches count as
+	// completed, a failed batch as failed.
+	Progress Progress
+}
+
+// StageReport is one stage of a RunReport. Its state is derived from its
+// steps: pending, running, completed, failed or cancelled.
+type StageReport struct {
+	Index   int
+	Name    string
+	WaitAll bool
+	State   State
+	Steps   []StepReport
+}
+
+// StepReport is one step of a RunReport.
+type StepReport struct {
+	ID          StepID
+	Name        string
+	Action      string
+	State       State
+	Error       string // why the step failed or was cancelled
+	LastError   string // the last failed call of the current batch
+	Batch       int    // current batch (0-based); = Batches once all are done
+	Batches     int
+	Attempt     int // failed calls of the current batch
+	Polls       int // PollAfter answers so far
+	MaxParallel int
+	Progress    *Progress // as last reported by the action
+	Targets     []TargetOutcome
+	StartedAt   *time.Time
+	EndedAt     *time.Time
+	DeadlineAt  *time.Time
+	WakeAt      *time.Time // end of a Sleep in progress
+}
+
+// TargetOutcome is the outcome of one target of a step: the state of its
+// batch, the calls that batch took, and the error if it failed.
+type TargetOutcome struct {
+	Target   string
+	Batch    int
+	State    State
+	Attempts int
+	Error    string
+}
+
+// Run reads a run and its steps through dbtx. It returns ErrRunNotFound for
+// an unknown run.
+func (e *Engine) Run(ctx context.Context, dbtx db.DBTX, runID RunID) (RunReport, error) {
+	r, err := e.q.RunGetByID(ctx, dbtx, int64(runID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return RunReport{}, ErrRunNotFound
+	} else if err != nil {
+		return RunReport{}, fmt.Errorf("engine: get run %d: %w", runID, err)
+	}
+	steps, err := e.q.StepListByRun(ctx, dbtx, int64(runID))
+	if err != nil {
+		return RunReport{}, fmt.Errorf("engine: list steps of run %d: %w", runID, err)
+	}
+	rep := RunReport{
+		ID:        runID,
+		Owner:     r.Owner,
+		Metadata:  r.Metadata,
+		State:     State(r.State),
+		Error:     r.Error,
+		Stage:     int(r.StageIndex),
+		CreatedAt: r.CreatedAt.Time,
+		EndedAt:   timePtr(r.EndedAt),
+		TimeoutAt: timePtr(r.TimeoutAt),
+	}
+	for _, s := range steps {
+		var spec stepSpec
+		if err := json.Unmarshal(s.Spec, &spec); err != nil {
+			return RunReport{}, fmt.Errorf("engine: decode step %d: %w", s.ID, err)
+		}
+		for len(rep.Stages) <= int(s.StageIndex) {
+			rep.Stages = append(rep.Stages, StageReport{Index: len(rep.Stages)})
+		}
+		stage := &rep.Stages[s.StageIndex]
+		stage.Name, stage.WaitAll = spec.StageName, spec.WaitAll
+		sr := StepReport{
+			ID:          StepID(s.ID),
+			Name:        spec.Name,
+			Action:      spec.Action,
+			State:       State(s.State),
+			Error:       s.Error,
+			LastError:   s.LastError,
+			Batch:       int(s.BatchIndex),
+			Batches:     spec.batches(),
+			Attempt:     int(s.Attempt),
+			Polls:       int(s.Polls),
+			MaxParallel: spec.MaxParallel,
+			StartedAt:   timePtr(s.StartedAt),
+			EndedAt:     timePtr(s.EndedAt),
+			DeadlineAt:  timePtr(s.DeadlineAt),
+			WakeAt:      timePtr(s.WakeAt),
+		}
+		if len(s.Progress) > 0 {
+			var p Progress
+			if err := json.Unmarshal(s.Progress, &p); err == nil {
+				sr.Progress = &p
+			}
+		}
+		for b := range sr.Batches {
+			to := TargetOutcome{Batch: b, State: StatePending}
+			switch {
+			case b < int(s.BatchIndex) || sr.State == StateCompleted:
+				to.State = StateCompleted
+			case b == int(s.BatchIndex) && sr.State == StateFailed:
+				to.State, to.Error = StateFailed, s.Error
+			case b == int(s.BatchIndex) && sr.State == StateRunning:
+				to.State = StateRunning
+			case sr.State == StateCancelled || sr.State == StateFailed:
+				to.State = StateCancelled
+			}
+			switch {
+			case b < len(s.BatchAttempts):
+				to.Attempts = int(s.BatchAttempts[b])
+			case b == int(s.BatchIndex):
+				to.Attempts = int(s.Attempt)
+			}
+			for _, t := range spec.batch(b) {
+				to.Target = t
+				sr.Targets = append(sr.Targets, to)
+				switch to.State {
+				case StateCompleted:
+					rep.Progress.Completed++
+				case StateFailed:
+					rep.Progress.Failed++
+				}
+			}
+		}
+		stage.Steps = append(stage.Steps, sr)
+	}
+	for i := range rep.Stages {
+		rep.Stages[i].State = stageState(rep.Stages[i].Steps)
+	}
+	return rep, nil
+}
+
+// stageState derives a stage's state from its steps.
+func stageState(steps []StepReport) State {
+	var n = map[State]int{}
+	for _, s := range steps {
+		n[s.State]++
+	}
+	switch {
+	case n[StateFailed] > 0:
+		return StateFailed
+	case n[StateRunning] > 0:
+		return StateRunning
+	case n[StateCompleted] == len(steps):
+		return StateCompleted
+	case n[StateCancelled] > 0:
+		return StateCancelled
+	}
+	return StatePending
+}
+
+func timePtr(t pgtype.Timestamptz) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	return &t.Time
+}

@@ -1,0 +1,334 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/nicoflow/flow/engine/internal/dbsqlc"
+)
+
+// stepWorker works RunStepArgs jobs: one call per batch, the cursor saved
+// after each batch, the outcome checkpointed with the successors.
+type stepWorker struct {
+	river.WorkerDefaults[RunStepArgs]
+	e *Engine
+}
+
+func (w *stepWorker) Work(ctx context.Context, job *river.Job[RunStepArgs]) error {
+	return w.e.workStep(ctx, job)
+}
+
+// timeoutWorker fails a run still going at its timeout.
+type timeoutWorker struct {
+	river.WorkerDefaults[RunTimeoutArgs]
+	e *Engine
+}
+
+func (w *timeoutWorker) Work(ctx context.Context, job *river.Job[RunTimeoutArgs]) error {
+	var snooze time.Duration
+	err := pgx.BeginFunc(ctx, w.e.pool, func(tx pgx.Tx) error {
+		run, err := w.e.q.RunLock(ctx, tx, int64(job.Args.RunID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+			return err
+		} else if err != nil {
+			return err
+		}
+		if run.State == string(StateRunning) && run.TimeoutAt.Valid {
+			if left := run.TimeoutAt.Time.Sub(run.Now.Time); left > 0 {
+				snooze = left // woken early (clock skew): wait for the stored deadline
+				return nil
+			}
+			if err := w.e.endRun(ctx, tx, job.Args.RunID, StateFailed, "run timed out", job.ID); err != nil {
+				return err
+			}
+		}
+		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+	if err == nil && snooze > 0 {
+		return river.JobSnooze(snooze)
+	}
+	return err
+}
+
+// workStep runs the step of job from its cursor. It loops over batches while
+// the job is young enough that River will not rescue it meanwhile.
+func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) error {
+	began := time.Now()
+	for {
+		row, err := e.q.StepGetForWork(ctx, e.pool, int64(job.Args.StepID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // the run was deleted; nothing to do
+		} else if err != nil {
+			return fmt.Errorf("engine: load step %d: %w", job.Args.StepID, err)
+		}
+		if row.RunState != string(StateRunning) || row.State != string(StateRunning) {
+			return nil // ended elsewhere (cancelled, a sibling failed, a duplicate run)
+		}
+		var spec stepSpec
+		if err := json.Unmarshal(row.Spec, &spec); err != nil {
+			return e.finishStep(ctx, job, row, StateFailed, fmt.Sprintf("decode step: %v", err), nil)
+		}
+		now := row.Now.Time
+		if row.TimeoutAt.Valid && !now.Before(row.TimeoutAt.Time) {
+			return e.failRunTimeout(ctx, job, RunID(row.RunID))
+		}
+		if row.WakeAt.Valid && now.Before(row.WakeAt.Time) {
+			return river.JobSnooze(row.WakeAt.Time.Sub(now)) // re-run during a sleep
+		}
+		batches := spec.batches()
+		batch := int(row.BatchIndex)
+		if batch >= batches {
+			return e.finishStep(ctx, job, row, StateCompleted, "", nil)
+		}
+		if !now.Before(row.DeadlineAt.Time) {
+			return e.finishStep(ctx, job, row, StateFailed, fmt.Sprintf("step deadline exceeded (batch %d of %d)", batch+1, batches), &row.Attempt)
+		}
+
+		res, callErr, stop := e.call(ctx, job, row, &spec, batch)
+		if stop != nil {
+			return stop
+		}
+		if callErr != nil {
+			return e.callFailed(ctx, job, row, &spec, batch, callErr)
+		}
+		if res.PollAfter > 0 {
+			if err := e.q.StepRecordPoll(ctx, e.pool, row.ID); err != nil {
+				return fmt.Errorf("engine: record poll: %w", err)
+			}
+			return river.JobSnooze(res.PollAfter)
+		}
+		if batch+1 == batches && res.Sleep <= 0 {
+			calls := row.Attempt + 1
+			return e.finishStep(ctx, job, row, StateCompleted, "", &calls)
+		}
+		var wake pgtype.Timestamptz
+		if res.Sleep > 0 {
+			wake = pgtype.Timestamptz{Time: time.Now().Add(res.Sleep), Valid: true}
+		}
+		n, err := e.q.StepAdvanceBatch(ctx, e.pool, dbsqlc.StepAdvanceBatchParams{ID: row.ID, BatchIndex: row.BatchIndex, WakeAt: wake})
+		if err != nil {
+			return fmt.Errorf("engine: advance batch: %w", err)
+		} else if n == 0 {
+			return nil // ended or advanced elsewhere
+		}
+		if res.Sleep > 0 {
+			return river.JobSnooze(res.Sleep)
+		}
+		// Another call in this execution must end well inside River's rescue
+		// window; otherwise hand the job back to River.
+		if time.Since(began)+2*spec.timeout() >= e.cfg.RescueStuckJobsAfter {
+			return river.JobSnooze(0)
+		}
+	}
+}
+
+// call runs the action on one batch. stop is non-nil when the job must
+// return it as is (the run ended, the process is stopping).
+func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row dbsqlc.StepGetForWorkRow, spec *stepSpec, batch int) (res Result, callErr, stop error) {
+	a, ok := e.actions[spec.Action]
+	if !ok {
+		// Registered when started, unknown to this process: a deploy without
+		// the action. Leave the job to a process that knows it.
+		return Result{}, nil, fmt.Errorf("engine: action %q is not registered in this process", spec.Action)
+	}
+	deadline := row.DeadlineAt.Time
+	if row.TimeoutAt.Valid && row.TimeoutAt.Time.Before(deadline) {
+		deadline = row.TimeoutAt.Time
+	}
+	// Durations from the database clock, deadlines on the local one.
+	localDeadline := time.Now().Add(deadline.Sub(row.Now.Time))
+	callDeadline := min(spec.timeout(), deadline.Sub(row.Now.Time))
+
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	callCtx, cancelTimeout := context.WithTimeout(callCtx, callDeadline)
+	defer cancelTimeout()
+
+	done := make(chan struct{})
+	defer close(done)
+	go e.watchRun(callCtx, done, cancel, RunID(row.RunID))
+
+	st := &callState{
+		checkpoint: row.Checkpoint,
+		saveCheckpoint: func(ctx context.Context, b []byte) error {
+			n, err := e.q.StepSaveCheckpoint(ctx, e.pool, dbsqlc.StepSaveCheckpointParams{ID: row.ID, BatchIndex: row.BatchIndex, Checkpoint: b})
+			if err != nil {
+				return fmt.Errorf("engine: save checkpoint: %w", err)
+			} else if n == 0 {
+				return ErrStepEnded
+			}
+			return nil
+		},
+		saveProgress: func(ctx context.Context, p Progress) error {
+			b, _ := json.Marshal(p)
+			n, err := e.q.StepSaveProgress(ctx, e.pool, dbsqlc.StepSaveProgressParams{ID: row.ID, Progress: b})
+			if err != nil {
+				return fmt.Errorf("engine: save progress: %w", err)
+			} else if n == 0 {
+				return ErrStepEnded
+			}
+			return nil
+		},
+	}
+	info := callInfo{
+		RunID: RunID(row.RunID), StepID: StepID(row.ID), Owner: row.Owner, Stage: int(row.StageIndex), Step: spec.Name,
+		Targets: spec.batch(batch), Batch: batch, Batches: spec.batches(), Attempt: int(row.Attempt) + 1,
+		Deadline: localDeadline, st: st,
+	}
+	res, err := a.run(callCtx, spec.Params, info)
+	if errors.Is(context.Cause(callCtx), ErrRunEnded) || errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
+		return Result{}, nil, river.JobCancel(ErrRunEnded)
+	}
+	if ctx.Err() != nil {
+		return Result{}, nil, ctx.Err() // the process is stopping; River retries the job
+	}
+	if err == nil && callCtx.Err() != nil {
+		err = callCtx.Err() // an answer after the deadline does not count
+	}
+	if err != nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+		if callDeadline < spec.timeout() {
+			if row.TimeoutAt.Valid && !row.TimeoutAt.Time.After(row.DeadlineAt.Time) {
+				return Result{}, nil, e.failRunTimeout(ctx, job, RunID(row.RunID))
+			}
+			return Result{}, nil, e.finishStep(ctx, job, row, StateFailed,
+				fmt.Sprintf("step deadline exceeded (batch %d of %d): %v", batch+1, spec.batches(), err), ptr(row.Attempt+1))
+		}
+		err = fmt.Errorf("call timed out after %s: %w", spec.timeout(), err)
+	}
+	return res, err, nil
+}
+
+// watchRun cancels a call when its run ends, polling the run row: River's
+// remote cancel covers most cases, this covers missed notifications.
+func (e *Engine) watchRun(ctx context.Context, done <-chan struct{}, cancel context.CancelCauseFunc, runID RunID) {
+	t := time.NewTicker(e.cfg.CancelPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			state, err := e.q.RunGetState(ctx, e.pool, int64(runID))
+			if err == nil && state != string(StateRunning) {
+				cancel(ErrRunEnded)
+				return
+			}
+		}
+	}
+}
+
+// callFailed records a failed call and schedules the retry, or fails the
+// step when the attempts are spent or the error is permanent.
+func (e *Engine) callFailed(ctx context.Context, job *river.Job[RunStepArgs], row dbsqlc.StepGetForWorkRow, spec *stepSpec, batch int, callErr error) error {
+	failed := int(row.Attempt) + 1
+	policy := spec.retry()
+	if isPermanent(callErr) || failed >= policy.MaxAttempts {
+		return e.finishStep(ctx, job, row, StateFailed,
+			fmt.Sprintf("batch %d of %d failed after %d attempt(s): %v", batch+1, spec.batches(), failed, callErr), ptr(int32(failed)))
+	}
+	n, err := e.q.StepRecordFailure(ctx, e.pool, dbsqlc.StepRecordFailureParams{ID: row.ID, BatchIndex: row.BatchIndex, LastError: callErr.Error()})
+	if err != nil {
+		return fmt.Errorf("engine: record failure: %w", err)
+	} else if n == 0 {
+		return nil
+	}
+	e.logger.WarnContext(ctx, "call failed, retrying", "run_id", row.RunID, "step", spec.Name, "attempt", failed, "error", callErr.Error())
+	return river.JobSnooze(policy.backoff(failed))
+}
+
+// failRunTimeout fails the run for its timeout, in the checkpoint tx.
+func (e *Engine) failRunTimeout(ctx context.Context, job *river.Job[RunStepArgs], runID RunID) error {
+	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		run, err := e.q.RunLock(ctx, tx, int64(runID))
+		if err != nil {
+			return fmt.Errorf("engine: lock run %d: %w", runID, err)
+		}
+		if run.State == string(StateRunning) {
+			if err := e.endRun(ctx, tx, runID, StateFailed, "run timed out", job.ID); err != nil {
+				return err
+			}
+		}
+		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+}
+
+// finishStep is the checkpoint: in one transaction it records the step's
+// outcome, ends the stage (starting the next one or ending the run, with the
+// hook) when this was its last open step, and completes the job.
+//
+// calls is how many calls the current batch took, when the step ends on a
+// batch that is not yet counted (nil after a sleep or without a call).
+func (e *Engine) finishStep(ctx context.Context, job *river.Job[RunStepArgs], row dbsqlc.StepGetForWorkRow, state State, msg string, calls *int32) error {
+	var spec stepSpec
+	_ = json.Unmarshal(row.Spec, &spec)
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		if err := e.checkpoint(ctx, tx, job, row, &spec, state, msg, calls); err != nil {
+			return err
+		}
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+	if errors.Is(err, errStepGone) {
+		return nil // nothing to record; River completes the job
+	}
+	return err
+}
+
+// errStepGone rolls a checkpoint back when the step or its run has already
+// ended (a duplicate execution, a cancel that won the race).
+var errStepGone = errors.New("engine: step already ended")
+
+func (e *Engine) checkpoint(ctx context.Context, tx pgx.Tx, job *river.Job[RunStepArgs], row dbsqlc.StepGetForWorkRow, spec *stepSpec, state State, msg string, calls *int32) error {
+	runID := RunID(row.RunID)
+	failure := ""
+	if state == StateFailed {
+		failure = stageError(int(row.StageIndex), spec.StageName, spec.Name, msg)
+	}
+	// The run row first (the order Cancel locks in), then the step.
+	run, err := e.q.RunStepEnded(ctx, tx, dbsqlc.RunStepEndedParams{
+		ID: row.RunID, StageIndex: row.StageIndex, Failed: state == StateFailed, Failure: failure,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errStepGone
+	} else if err != nil {
+		return fmt.Errorf("engine: count step of run %d: %w", runID, err)
+	}
+	if _, err := e.q.StepFinish(ctx, tx, dbsqlc.StepFinishParams{ID: row.ID, State: string(state), Error: msg, Calls: calls}); errors.Is(err, pgx.ErrNoRows) {
+		return errStepGone
+	} else if err != nil {
+		return fmt.Errorf("engine: finish step %d: %w", row.ID, err)
+	}
+	switch {
+	case state == StateFailed && !spec.WaitAll:
+		return e.endRun(ctx, tx, runID, StateFailed, failure, job.ID)
+	case run.OpenSteps > 0:
+		return nil
+	case run.FailedSteps > 0:
+		return e.endRun(ctx, tx, runID, StateFailed, run.FirstFailure, job.ID)
+	case row.StageIndex+1 < run.StageCount:
+		return e.startStage(ctx, tx, runID, int(row.StageIndex)+1, pgtype.Timestamptz{})
+	}
+	return e.endRun(ctx, tx, runID, StateCompleted, "", job.ID)
+}
+
+func stageError(stage int, stageName, step, msg string) string {
+	if stageName != "" {
+		return fmt.Sprintf("stage %d (%s) failed: step %s failed: %s", stage+1, stageName, step, msg)
+	}
+	return fmt.Sprintf("stage %d failed: step %s failed: %s", stage+1, step, msg)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,169 @@
+package operations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/engine"
+	"github.com/nicoflow/flow/operations/internal/dbsqlc"
+)
+
+// Backends is what the rule actions need from the component managers.
+type Backends interface {
+	For(t backend.ComponentType) *backend.Manager
+	SupportsPower(t backend.ComponentType, p backend.PowerOp) bool
+	Supports(t backend.ComponentType, op backend.Operation) bool
+}
+
+// actions are the engine actions of rule steps: each does its backend call
+// with no transaction open and reports the outcome to the engine, which
+// checkpoints it.
+type actions struct {
+	pool     *pgxpool.Pool
+	q        *dbsqlc.Queries
+	backends Backends
+	logger   *slog.Logger
+}
+
+// RegisterActions registers the rule actions with e. Call it once, in app,
+// before the engine's River client starts.
+func RegisterActions(e *engine.Engine, pool *pgxpool.Pool, backends Backends, logger *slog.Logger) {
+	a := &actions{pool: pool, q: dbsqlc.New(), backends: backends, logger: logger}
+	engine.Register(e, kindPowerControl, a.powerControl)
+	engine.Register(e, kindVerifyPowerStatus, a.verifyPowerStatus)
+	engine.Register(e, kindGetPowerStatus, a.getPowerStatus)
+	engine.Register(e, kindSleep, a.sleep)
+}
+
+// backendType maps a rule component type to the component managers' name.
+func backendType(t ComponentType) backend.ComponentType {
+	return backend.ComponentType(strings.ToLower(string(t)))
+}
+
+// begin marks the task running on its first call and returns the manager
+// and target of the call.
+func (a *actions) begin(ctx context.Context, call engine.Call[ActionParams]) (*backend.Manager, backend.Target, error) {
+	if call.Stage == 0 && call.Batch == 0 && call.Attempt == 1 {
+		if _, err := a.q.TaskMarkRunning(ctx, a.pool, call.Params.TaskID); err != nil {
+			return nil, backend.Target{}, fmt.Errorf("mark task running: %w", err)
+		}
+	}
+	m := a.backends.For(backendType(call.Params.ComponentType))
+	if m == nil {
+		return nil, backend.Target{}, engine.Permanent(fmt.Errorf("no component manager for %s", call.Params.ComponentType))
+	}
+	t := backend.Target{IDs: call.Targets}
+	if call.Params.ByMAC {
+		t = backend.Target{MACs: call.Targets}
+	}
+	return m, t, nil
+}
+
+// permanentIf marks errors that no retry can cure.
+func permanentIf(err error) error {
+	if errors.Is(err, backend.ErrNotConfigured) || errors.Is(err, backend.ErrUnsupported) {
+		return engine.Permanent(err)
+	}
+	return err
+}
+
+func (a *actions) sleep(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
+	if call.Stage == 0 && call.Attempt == 1 {
+		if _, err := a.q.TaskMarkRunning(ctx, a.pool, call.Params.TaskID); err != nil {
+			return engine.Result{}, fmt.Errorf("mark task running: %w", err)
+		}
+	}
+	p, err := call.Params.Action.SleepParams()
+	if err != nil {
+		return engine.Result{}, engine.Permanent(err)
+	}
+	return engine.Result{Sleep: p.Duration}, nil
+}
+
+func (a *actions) powerControl(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
+	m, target, err := a.begin(ctx, call)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	op := backend.PowerOp(call.Params.Operation)
+	if call.Params.Override {
+		a.logger.InfoContext(ctx, "readiness check overridden", "task_id", call.Params.TaskID, "step", call.Step)
+	}
+	if _, err := m.PowerControl(ctx, target, op, call.Params.Override); err != nil {
+		return engine.Result{}, permanentIf(fmt.Errorf("%s %s: %w", call.Params.ComponentType, op, err))
+	}
+	return engine.Result{}, nil
+}
+
+func (a *actions) getPowerStatus(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
+	m, target, err := a.begin(ctx, call)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	if _, err := m.PowerStatus(ctx, target); err != nil {
+		return engine.Result{}, permanentIf(err)
+	}
+	return engine.Result{}, nil
+}
+
+// pollState is the checkpoint of a polling action: its deadline, computed
+// once when the action starts and honoured after restarts, and the polls so
+// far.
+type pollState struct {
+	Deadline time.Time `json:"deadline"`
+	Polls    int       `json:"polls"`
+}
+
+// verifyPowerStatus polls until every target reports the expected power
+// state (spec §8.6): the first probe is immediate, call errors are
+// tolerated, and the deadline is start + the action's timeout.
+func (a *actions) verifyPowerStatus(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
+	m, target, err := a.begin(ctx, call)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	p, err := call.Params.Action.VerifyPowerStatusParams()
+	if err != nil {
+		return engine.Result{}, engine.Permanent(err)
+	}
+	var st pollState
+	if ok, err := call.Checkpoint(&st); err != nil {
+		return engine.Result{}, err
+	} else if !ok {
+		st.Deadline = time.Now().Add(p.Timeout)
+	}
+	st.Polls++
+	want := strings.ToLower(string(p.Expected))
+	status, err := m.PowerStatus(ctx, target)
+	if errors.Is(err, backend.ErrNotConfigured) {
+		return engine.Result{}, engine.Permanent(err)
+	}
+	done := err == nil
+	for _, id := range call.Targets {
+		if !done {
+			break
+		}
+		done = strings.EqualFold(string(status[id]), want)
+	}
+	if done {
+		return engine.Result{}, nil
+	}
+	if !time.Now().Before(st.Deadline) {
+		return engine.Result{}, engine.Permanent(fmt.Errorf("timeout after %s waiting for power status %s (attempts: %d)", p.Timeout, p.Expected, st.Polls))
+	}
+	if err := call.SaveCheckpoint(ctx, st); err != nil {
+		return engine.Result{}, err
+	}
+	return engine.Result{PollAfter: min(p.PollInterval, time.Until(st.Deadline)+time.Millisecond)}, nil
+}
+
+// taskIDOf returns the task of a run's owner string.
+func taskIDOf(owner string) (uuid.UUID, error) { return uuid.Parse(owner) }

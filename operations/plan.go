@@ -1,0 +1,192 @@
+package operations
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/nicoflow/flow/engine"
+)
+
+// Engine action kinds of the rule actions (stable strings: they are stored
+// with every run).
+const (
+	kindPowerControl      = "flow.power_control"
+	kindVerifyPowerStatus = "flow.verify_power_status"
+	kindGetPowerStatus    = "flow.get_power_status"
+	kindSleep             = "flow.sleep"
+)
+
+// actionKinds maps a rule action to its engine action kind.
+var actionKinds = map[ActionName]string{
+	ActionPowerControl:      kindPowerControl,
+	ActionVerifyPowerStatus: kindVerifyPowerStatus,
+	ActionGetPowerStatus:    kindGetPowerStatus,
+	ActionSleep:             kindSleep,
+}
+
+// runTimeouts are the fixed per-type run budgets of upstream (spec §8.1).
+// A run gets the larger of this and the sum of its stages' step budgets,
+// so a rule with long firmware polls is not cut short (upstream's fixed 60 m
+// can end a legal two-stage firmware rule half-way).
+var runTimeouts = map[OperationType]time.Duration{
+	OperationTypePowerControl:      60 * time.Minute,
+	OperationTypeFirmwareControl:   60 * time.Minute,
+	OperationTypeInjectExpectation: 60 * time.Minute,
+	OperationTypeBringUp:           120 * time.Minute,
+	OperationTypeDecommission:      4 * time.Hour,
+}
+
+// ActionParams are the engine params of every rule action: which task, which
+// component type, and the action as the frozen rule states it. They hold no
+// secret: firmware credentials are read from the task row when needed.
+type ActionParams struct {
+	TaskID        uuid.UUID     `json:"task_id"`
+	ComponentType ComponentType `json:"component_type"`
+	ByMAC         bool          `json:"by_mac,omitempty"`
+	Action        Action        `json:"action"`
+	// Operation is the power operation PowerControl sends: the action's
+	// own, else the task's.
+	Operation OperationCode `json:"operation,omitempty"`
+	Override  bool          `json:"override_readiness_check,omitempty"`
+}
+
+// stepName is how an engine step records its rule origin: the rule stage
+// number, the component type, the action's position in the step and its
+// name, e.g. "2/NVSwitch/1/VerifyPowerStatus". reportFromRun parses it back.
+func stepName(stage int, t ComponentType, pos int, a ActionName) string {
+	return fmt.Sprintf("%d/%s/%d/%s", stage, t, pos, a)
+}
+
+func parseStepName(name string) (stage int, t ComponentType, ok bool) {
+	parts := strings.Split(name, "/")
+	if len(parts) != 4 {
+		return 0, "", false
+	}
+	n, err := strconv.Atoi(parts[0])
+	if err != nil {
+		return 0, "", false
+	}
+	return n, ComponentType(parts[1]), true
+}
+
+// buildPlan turns a frozen rule into an engine plan for one task.
+//
+// A rule stage runs its steps (one per component type) in parallel, each
+// step running its actions in order. The engine runs steps of one action
+// each, so a rule stage becomes as many engine stages as its longest step
+// has actions: engine stage k runs action k of every step that has one.
+// Batching (max_parallel), call timeouts and retries are the engine's, per
+// action, as spec §8.4/§8.5 describe. A rule stage that contains a firmware
+// action waits for all its steps when one fails (spec §8.3).
+//
+// Stages whose steps target no component are skipped. The plan has no
+// stages when nothing in the rule applies.
+func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule RuleDefinition, targets map[ComponentType]typeTargets, payload Payload) (engine.Plan, error) {
+	plan := engine.Plan{Owner: taskID.String()}
+	var budget time.Duration
+	for _, st := range rule.Stages() {
+		var steps []Step
+		for _, s := range st.Steps {
+			if len(targets[s.ComponentType].IDs) > 0 {
+				steps = append(steps, s)
+			}
+		}
+		if len(steps) == 0 {
+			continue
+		}
+		waitAll := slices.ContainsFunc(steps, func(s Step) bool {
+			return slices.ContainsFunc(s.Actions(), func(a Action) bool { return a.Name == ActionFirmwareControl })
+		})
+		depth := 0
+		var stageBudget time.Duration
+		for _, s := range steps {
+			depth = max(depth, len(s.Actions())+boolInt(s.DelayAfter > 0))
+			stageBudget = max(stageBudget, s.Budget(len(targets[s.ComponentType].IDs)))
+		}
+		budget += stageBudget
+		for k := range depth {
+			es := engine.Stage{Name: fmt.Sprintf("stage %d", st.Number), WaitAll: waitAll}
+			for _, s := range steps {
+				acts := s.Actions()
+				if s.DelayAfter > 0 {
+					d := s.DelayAfter
+					acts = append(acts, Action{Name: ActionSleep, Parameters: Parameters{Duration: &d}})
+				}
+				if k >= len(acts) {
+					continue
+				}
+				step, err := engineStep(taskID, code, st.Number, s, k, acts[k], targets[s.ComponentType], payload)
+				if err != nil {
+					return engine.Plan{}, err
+				}
+				es.Steps = append(es.Steps, step)
+			}
+			plan.Stages = append(plan.Stages, es)
+		}
+	}
+	plan.Timeout = max(runTimeouts[t], budget+budget/10)
+	return plan, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int, a Action, tt typeTargets, payload Payload) (engine.Step, error) {
+	kind, ok := actionKinds[a.Name]
+	if !ok {
+		return engine.Step{}, fmt.Errorf("%w: action %s is not supported yet", ErrNotApplicable, a.Name)
+	}
+	rp := s.RetryPolicy()
+	step := engine.Step{
+		Name:        stepName(stage, s.ComponentType, pos, a.Name),
+		Action:      kind,
+		MaxParallel: s.MaxParallel,
+		Timeout:     s.CallTimeout(),
+		Retry: engine.RetryPolicy{
+			MaxAttempts:        rp.MaxAttempts,
+			InitialInterval:    rp.InitialInterval.Std(),
+			BackoffCoefficient: rp.BackoffCoefficient,
+			MaxInterval:        rp.MaxInterval.Std(),
+		},
+	}
+	if a.ComponentScoped() {
+		step.Targets = tt.IDs
+	} else {
+		step.MaxParallel = 0
+	}
+	params := ActionParams{
+		TaskID: taskID, ComponentType: s.ComponentType, ByMAC: tt.ByMAC, Action: a,
+		Override: payload.OverrideReadinessCheck,
+	}
+	if a.Name == ActionPowerControl {
+		p, err := a.PowerControlParams()
+		if err != nil {
+			return engine.Step{}, err
+		}
+		params.Operation = code
+		if p.Operation != "" {
+			params.Operation = p.Operation
+		}
+	}
+	if a.Name == ActionVerifyPowerStatus || a.Name == ActionFirmwareControl {
+		// A polling action spends its own timeout waiting: the step must
+		// outlast it, whatever the call budget says.
+		step.Deadline = max(s.Budget(len(tt.IDs)), a.Timeout.Std()+2*time.Minute)
+	}
+	raw, err := json.Marshal(params)
+	if err != nil {
+		return engine.Step{}, err
+	}
+	step.Params = json.RawMessage(raw)
+	return step, nil
+}

@@ -1,0 +1,658 @@
+package operations
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/engine"
+	"github.com/nicoflow/flow/firmware"
+	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/operations/internal/dbsqlc"
+)
+
+// Tasks turns operation requests into per-rack tasks and runs them on the
+// engine (spec/execution.md §2–§6, §8, §10). Submission, conflict checks,
+// queueing, promotion and cancellation happen in transactions under a
+// per-rack advisory lock; a task row never exists without the run that
+// executes it (or, while WAITING, without the promotion that will start it).
+type Tasks struct {
+	pool     *pgxpool.Pool
+	q        *dbsqlc.Queries
+	rules    *Service
+	inv      *inventory.Service
+	engine   *engine.Engine
+	backends Backends
+	keys     *firmware.Keyring
+	logger   *slog.Logger
+}
+
+// TasksConfig holds what Tasks needs. Keys may be nil (no encryption key
+// configured: requests with credentials are refused).
+type TasksConfig struct {
+	Pool     *pgxpool.Pool
+	Rules    *Service
+	Inv      *inventory.Service
+	Engine   *engine.Engine
+	Backends Backends
+	Keys     *firmware.Keyring
+	Logger   *slog.Logger
+}
+
+// NewTasks returns the task manager. Wire its RunEnded as the engine's
+// end-of-run hook.
+func NewTasks(cfg TasksConfig) *Tasks {
+	return &Tasks{
+		pool: cfg.Pool, q: dbsqlc.New(), rules: cfg.Rules, inv: cfg.Inv, engine: cfg.Engine,
+		backends: cfg.Backends, keys: cfg.Keys, logger: cfg.Logger,
+	}
+}
+
+// rackPlan is one rack's part of a validated request, ready to write.
+type rackPlan struct {
+	rack       inventory.Rack
+	components map[ComponentType][]uuid.UUID
+	ids        []uuid.UUID
+	targets    map[ComponentType]typeTargets
+	rule       ResolvedRule
+	scope      TaskScope
+}
+
+// Submit validates req as a whole, then writes one task per targeted rack,
+// in one transaction through tx: PENDING tasks with their engine runs, or
+// WAITING tasks when req.Queue and the rack is busy. Nothing is written when
+// any rack fails: a conflict with REJECT is ErrConflict naming the rack and
+// the blocking task, a full queue ErrQueueFull. It returns the task IDs in
+// rack-ID order.
+func (t *Tasks) Submit(ctx context.Context, tx pgx.Tx, req Request) ([]uuid.UUID, error) {
+	if err := validateRequest(req); err != nil {
+		return nil, err
+	}
+	if req.IdempotencyKey != "" {
+		existing, err := t.q.TaskGetByIdempotencyKey(ctx, tx, &req.IdempotencyKey)
+		if err == nil {
+			if existing.RackID != req.RequiredRackID {
+				return nil, invalidRequest("idempotency_key", "key %q belongs to a task on another rack", req.IdempotencyKey)
+			}
+			return []uuid.UUID{existing.ID}, nil
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("idempotency lookup: %w", err)
+		}
+	}
+	envelope, err := t.seal(req)
+	if err != nil {
+		return nil, err
+	}
+	req.Payload.AuthenticationData = envelope
+	if req.RuleID != uuid.Nil {
+		req.Payload.RuleID = req.RuleID.String()
+	}
+	plans, err := t.plan(ctx, tx, req)
+	if err != nil {
+		return nil, err
+	}
+	info, err := json.Marshal(req.Payload)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]uuid.UUID, 0, len(plans))
+	for _, p := range plans {
+		id, err := t.admit(ctx, tx, req, p, info)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func validateRequest(req Request) error {
+	if !req.Type.Valid() {
+		return invalidRequest("operation", "unknown operation type %q", req.Type)
+	}
+	if !req.Type.HasCode(req.Code) {
+		return invalidRequest("operation", "operation code %q is not valid for %s", req.Code, req.Type)
+	}
+	if req.IdempotencyKey != "" && req.RequiredRackID == uuid.Nil {
+		return invalidRequest("idempotency_key", "an idempotency key requires a required rack")
+	}
+	if req.QueueTimeout < 0 {
+		return invalidRequest("queue_options.queue_timeout_seconds", "must not be negative")
+	}
+	return nil
+}
+
+// seal encrypts the request's firmware credentials, before anything is
+// written.
+func (t *Tasks) seal(req Request) (*firmware.Envelope, error) {
+	if req.Auth.Empty() {
+		return nil, nil
+	}
+	if t.keys == nil {
+		return nil, ErrNoEncryptionKey
+	}
+	return t.keys.Seal(req.Auth)
+}
+
+// plan resolves the request's targets and rules and validates every rack
+// (spec §4 step 5), writing nothing.
+func (t *Tasks) plan(ctx context.Context, tx pgx.Tx, req Request) ([]rackPlan, error) {
+	sels, err := t.inv.ResolveTargets(ctx, tx, req.Targets)
+	if err != nil {
+		return nil, err
+	}
+	if len(sels) == 0 {
+		return nil, fmt.Errorf("%w: no valid racks found for request", ErrNotApplicable)
+	}
+	if req.RequiredRackID != uuid.Nil && (len(sels) != 1 || sels[0].Rack.ID != req.RequiredRackID) {
+		return nil, invalidRequest("target_spec", "targets must resolve to exactly rack %s", req.RequiredRackID)
+	}
+	sort.Slice(sels, func(i, j int) bool { return sels[i].Rack.ID.String() < sels[j].Rack.ID.String() })
+	plans := make([]rackPlan, 0, len(sels))
+	for _, sel := range sels {
+		p, err := t.planRack(ctx, tx, req, sel)
+		if err != nil {
+			return nil, err
+		}
+		plans = append(plans, p)
+	}
+	return plans, nil
+}
+
+func (t *Tasks) planRack(ctx context.Context, tx pgx.Tx, req Request, sel inventory.Selection) (rackPlan, error) {
+	rack := sel.Rack
+	p := rackPlan{rack: rack, components: map[ComponentType][]uuid.UUID{}, targets: map[ComponentType]typeTargets{}}
+	if len(sel.Components) == 0 {
+		return p, fmt.Errorf("%w: racks have no selected components: %s", ErrNotApplicable, rackLabel(rack))
+	}
+	byType := map[ComponentType][]inventory.Component{}
+	for _, c := range sel.Components {
+		ct := ComponentType(c.Type)
+		byType[ct] = append(byType[ct], c)
+		p.components[ct] = append(p.components[ct], c.ID)
+		p.ids = append(p.ids, c.ID)
+	}
+	var unlinked []string
+	for ct, comps := range byType {
+		tt := typeTargets{}
+		for _, c := range comps {
+			if c.ExternalID == "" {
+				tt.ByMAC = true
+			}
+		}
+		for _, c := range comps {
+			id := c.ExternalID
+			if tt.ByMAC {
+				id = managementMAC(c)
+			}
+			if id == "" {
+				unlinked = append(unlinked, fmt.Sprintf("rack %s %s/%s", rackLabel(rack), ct, c.ID))
+			}
+			tt.IDs = append(tt.IDs, id)
+		}
+		p.targets[ct] = tt
+	}
+	if len(unlinked) > 0 {
+		sort.Strings(unlinked)
+		return p, fmt.Errorf("%w: selected components not linked to actual inventory (%d): %s", ErrNotApplicable, len(unlinked), strings.Join(unlinked, ", "))
+	}
+	rule, err := t.rules.ResolveRule(ctx, tx, ResolveRequest{RackID: rack.ID, Type: req.Type, Code: req.Code, RuleID: req.RuleID})
+	if err != nil {
+		return p, err
+	}
+	p.rule = rule
+	types := make([]ComponentType, 0, len(byType))
+	for ct := range byType {
+		types = append(types, ct)
+	}
+	slices.Sort(types)
+	if !rule.Rule.Definition.HasStepFor(types) {
+		return p, fmt.Errorf("%w: operation rule %q (%s) has no step applicable to targeted component types %v", ErrNotApplicable, rule.Rule.Name, ruleIDLabel(rule.Rule.ID), types)
+	}
+	reqs, err := rule.Rule.Definition.Requirements(types)
+	if err != nil {
+		return p, fmt.Errorf("%w: %v", ErrNotApplicable, err)
+	}
+	for _, r := range reqs {
+		if err := t.checkCapability(r, req); err != nil {
+			return p, err
+		}
+	}
+	for _, s := range rule.Rule.Definition.Steps {
+		if len(p.targets[s.ComponentType].IDs) == 0 {
+			continue
+		}
+		for _, a := range s.Actions() {
+			if _, ok := actionKinds[a.Name]; !ok {
+				return p, fmt.Errorf("%w: action %s of operation rule %q is not supported by this server yet", ErrNotApplicable, a.Name, rule.Rule.Name)
+			}
+			if a.Name == ActionPowerControl {
+				op := req.Code
+				if pp, _ := a.PowerControlParams(); pp.Operation != "" {
+					op = pp.Operation
+				}
+				if !t.backends.SupportsPower(backendType(s.ComponentType), backend.PowerOp(op)) {
+					return p, fmt.Errorf("%w: the %s component manager cannot %s", ErrNotApplicable, s.ComponentType, op)
+				}
+			}
+		}
+	}
+	p.scope = TaskScope{OperationType: string(req.Type), Components: scopeOf(p.components)}
+	return p, nil
+}
+
+// capabilityOps maps a rule capability to the component-manager operation
+// that provides it.
+var capabilityOps = map[Capability]backend.Operation{
+	CapabilityPowerControl:        backend.OpPowerControl,
+	CapabilityPowerStatus:         backend.OpPowerStatus,
+	CapabilityFirmwareControl:     backend.OpFirmwareControl,
+	CapabilityFirmwareStatus:      backend.OpFirmwareStatus,
+	CapabilityBringUpControl:      backend.OpBringUp,
+	CapabilityBringUpStatus:       backend.OpBringUpStatus,
+	CapabilityInjectExpectation:   backend.OpInjectExpectation,
+	CapabilityDecommissionControl: backend.OpDecommission,
+	CapabilityDecommissionStatus:  backend.OpDecommissionStatus,
+	// Firmware consistency is computed by Flow from the version reads.
+	CapabilityFirmwareConsistencyCheck: backend.OpFirmwareVersion,
+}
+
+func (t *Tasks) checkCapability(r Requirement, req Request) error {
+	op, ok := capabilityOps[r.Capability]
+	if !ok || !t.backends.Supports(backendType(r.ComponentType), op) {
+		return fmt.Errorf("%w: component manager capability pre-dispatch validation failed: %s lacks %s", ErrNotApplicable, r.ComponentType, r.Capability)
+	}
+	return nil
+}
+
+func scopeOf(m map[ComponentType][]uuid.UUID) map[string][]uuid.UUID {
+	out := make(map[string][]uuid.UUID, len(m))
+	for k, v := range m {
+		out[string(k)] = v
+	}
+	return out
+}
+
+// managementMAC is the MAC a backend knows a component by when it has no
+// backend ID: its host BMC, else its first BMC.
+func managementMAC(c inventory.Component) string {
+	for _, b := range c.BMCs {
+		if b.Type == inventory.BMCTypeHost {
+			return b.MAC.String()
+		}
+	}
+	if len(c.BMCs) > 0 {
+		return c.BMCs[0].MAC.String()
+	}
+	return ""
+}
+
+func rackLabel(r inventory.Rack) string {
+	if r.Name != "" {
+		return r.Name
+	}
+	return r.ID.String()
+}
+
+func ruleIDLabel(id uuid.UUID) string {
+	if id == uuid.Nil {
+		return "built-in"
+	}
+	return id.String()
+}
+
+// admit writes one rack's task under the rack lock: PENDING with its run,
+// WAITING behind a conflict, or an error.
+func (t *Tasks) admit(ctx context.Context, tx pgx.Tx, req Request, p rackPlan, info []byte) (uuid.UUID, error) {
+	if err := t.q.TaskLockRack(ctx, tx, p.rack.ID.String()); err != nil {
+		return uuid.Nil, fmt.Errorf("lock rack: %w", err)
+	}
+	active, err := t.q.TaskActiveOnRack(ctx, tx, p.rack.ID)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("active tasks: %w", err)
+	}
+	var blocking *dbsqlc.Task
+	waiting := 0
+	for i := range active {
+		a := &active[i]
+		if a.Status == string(TaskWaiting) {
+			waiting++
+			continue
+		}
+		if blocking == nil && Conflicts(p.scope, scopeOfRow(*a)) {
+			blocking = a
+		}
+	}
+	id := uuid.New()
+	components, _ := json.Marshal(p.components)
+	targets, _ := json.Marshal(p.targets)
+	rule, _ := json.Marshal(p.rule.Rule.Definition)
+	params := dbsqlc.TaskInsertParams{
+		ID: id, OperationType: string(req.Type), OperationCode: string(req.Code), Information: info,
+		Description: req.Description, RackID: p.rack.ID, Components: components, ComponentIDs: p.ids,
+		Targets: targets, Rule: rule, RuleName: p.rule.Rule.Name, TriggerType: req.TriggerType, TriggerID: req.TriggerID,
+	}
+	if p.rule.Rule.ID != uuid.Nil {
+		ruleID := p.rule.Rule.ID
+		params.AppliedRuleID = &ruleID
+	}
+	if req.IdempotencyKey != "" {
+		params.IdempotencyKey = &req.IdempotencyKey
+	}
+	// A queued request also waits behind tasks already waiting: promotion is
+	// strict FIFO, so overtaking them would break the order.
+	if blocking != nil || (req.Queue && waiting > 0) {
+		if !req.Queue {
+			return uuid.Nil, fmt.Errorf("%w: rack %s: task %s (%s %s, %s)", ErrConflict, rackLabel(p.rack), blocking.ID, blocking.OperationType, blocking.OperationCode, blocking.Status)
+		}
+		if waiting >= MaxWaitingPerRack {
+			return uuid.Nil, fmt.Errorf("%w: rack %s waiting queue is full (%d/%d tasks)", ErrQueueFull, rackLabel(p.rack), waiting, MaxWaitingPerRack)
+		}
+		timeout := req.QueueTimeout
+		if timeout <= 0 {
+			timeout = DefaultQueueTimeout
+		}
+		expires := time.Now().Add(timeout)
+		params.Status, params.Message, params.QueueExpiresAt = string(TaskWaiting), msgQueued, &expires
+		if _, err := t.q.TaskInsert(ctx, tx, params); err != nil {
+			return uuid.Nil, t.insertError(err)
+		}
+		return id, nil
+	}
+	runID, err := t.startRun(ctx, tx, id, req.Type, req.Code, p.rule.Rule.Definition, p.targets, req.Payload)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	params.Status, params.Message, params.RunID = string(TaskPending), msgPending, &runID
+	if _, err := t.q.TaskInsert(ctx, tx, params); err != nil {
+		return uuid.Nil, t.insertError(err)
+	}
+	return id, nil
+}
+
+func (t *Tasks) insertError(err error) error {
+	if db.IsUniqueViolation(err, "task_idempotency_key_key") {
+		return invalidRequest("idempotency_key", "a task with this key is being created concurrently")
+	}
+	return fmt.Errorf("insert task: %w", err)
+}
+
+func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, typ OperationType, code OperationCode, rule RuleDefinition, targets map[ComponentType]typeTargets, payload Payload) (int64, error) {
+	plan, err := buildPlan(taskID, typ, code, rule, targets, payload)
+	if err != nil {
+		return 0, err
+	}
+	if len(plan.Stages) == 0 {
+		return 0, fmt.Errorf("%w: operation rule has no step for the targeted components", ErrNotApplicable)
+	}
+	runID, err := t.engine.Start(ctx, tx, plan)
+	if err != nil {
+		return 0, fmt.Errorf("start run: %w", err)
+	}
+	return int64(runID), nil
+}
+
+func scopeOfRow(row dbsqlc.Task) TaskScope {
+	var comps map[string][]uuid.UUID
+	_ = json.Unmarshal(row.Components, &comps)
+	return TaskScope{OperationType: row.OperationType, Components: comps}
+}
+
+// RunEnded is the engine's end-of-run hook: inside the run's last
+// checkpoint transaction it records the task's final status, message and
+// report, then promotes waiting tasks on the rack.
+func (t *Tasks) RunEnded(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
+	taskID, err := taskIDOf(run.Owner)
+	if err != nil {
+		return nil // not a task's run
+	}
+	row, err := t.q.TaskGetByIDForUpdate(ctx, tx, taskID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // the rack and its tasks were purged
+	} else if err != nil {
+		return err
+	}
+	if !TaskStatus(row.Status).Finished() {
+		status, msg := TaskCompleted, msgSucceeded
+		switch run.State {
+		case engine.StateFailed:
+			status, msg = TaskFailed, firstLine(run.Error)
+		case engine.StateTerminated:
+			status, msg = TaskTerminated, msgCancelled
+		}
+		report, err := t.report(ctx, tx, row)
+		if err != nil {
+			return err
+		}
+		if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(status), Message: msg, Report: report}); err != nil {
+			return fmt.Errorf("finish task: %w", err)
+		}
+	}
+	return t.promote(ctx, tx, row.RackID)
+}
+
+// promote starts the rack's waiting tasks that no longer conflict, oldest
+// first, stopping at the first that still does (strict FIFO), and ends the
+// ones whose queue deadline has passed. It runs in tx under the rack lock.
+func (t *Tasks) promote(ctx context.Context, tx pgx.Tx, rackID uuid.UUID) error {
+	if err := t.q.TaskLockRack(ctx, tx, rackID.String()); err != nil {
+		return err
+	}
+	all, err := t.q.TaskActiveOnRack(ctx, tx, rackID)
+	if err != nil {
+		return err
+	}
+	var active []TaskScope
+	for _, row := range all {
+		if row.Status != string(TaskWaiting) {
+			active = append(active, scopeOfRow(row))
+		}
+	}
+	now := time.Now()
+	for _, row := range all {
+		if row.Status != string(TaskWaiting) {
+			continue
+		}
+		if row.QueueExpiresAt != nil && !row.QueueExpiresAt.After(now) {
+			if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(TaskTerminated), Message: msgExpired}); err != nil {
+				return err
+			}
+			continue
+		}
+		scope := scopeOfRow(row)
+		if FirstConflict(scope, active) >= 0 {
+			return nil
+		}
+		var rule RuleDefinition
+		var targets map[ComponentType]typeTargets
+		var payload Payload
+		if err := errors.Join(json.Unmarshal(row.Rule, &rule), json.Unmarshal(row.Targets, &targets), json.Unmarshal(row.Information, &payload)); err != nil {
+			return fmt.Errorf("decode task %s: %w", row.ID, err)
+		}
+		runID, err := t.startRun(ctx, tx, row.ID, OperationType(row.OperationType), OperationCode(row.OperationCode), rule, targets, payload)
+		if err != nil {
+			// The task can never run: end it rather than block the queue.
+			if _, ferr := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(TaskFailed), Message: firstLine(err.Error())}); ferr != nil {
+				return ferr
+			}
+			continue
+		}
+		if err := t.q.TaskPromote(ctx, tx, dbsqlc.TaskPromoteParams{ID: row.ID, Message: msgPromoted, RunID: &runID}); err != nil {
+			return err
+		}
+		active = append(active, scope)
+	}
+	return nil
+}
+
+// Sweep promotes and expires waiting tasks on every rack that has some: the
+// safety net behind promotion at task end (run at startup and periodically).
+func (t *Tasks) Sweep(ctx context.Context) error {
+	racks, err := t.q.TaskRacksWithWaiting(ctx, t.pool)
+	if err != nil {
+		return err
+	}
+	for _, rack := range racks {
+		if err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error { return t.promote(ctx, tx, rack) }); err != nil {
+			return fmt.Errorf("sweep rack %s: %w", rack, err)
+		}
+	}
+	return nil
+}
+
+// Cancel stops a task (spec §5 CancelTask): a waiting task ends at once; a
+// pending or running one has its run terminated (running calls see their
+// context cancelled; nothing is rolled back). Cancelling a terminated task
+// is a no-op; a completed or failed one is ErrNotCancellable. It returns the
+// task as it now is.
+func (t *Tasks) Cancel(ctx context.Context, id uuid.UUID) (Task, error) {
+	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
+		row, err := t.q.TaskGetByIDForUpdate(ctx, tx, id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: %s", ErrTaskNotFound, id)
+		} else if err != nil {
+			return err
+		}
+		switch TaskStatus(row.Status) {
+		case TaskTerminated:
+			return nil
+		case TaskCompleted, TaskFailed:
+			return fmt.Errorf("%w: task %s has status %s", ErrNotCancellable, id, row.Status)
+		case TaskWaiting:
+			if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: id, Status: string(TaskTerminated), Message: msgCancelled}); err != nil {
+				return err
+			}
+			return t.promote(ctx, tx, row.RackID)
+		}
+		// The engine ends the run and calls RunEnded in this transaction,
+		// which records the termination and promotes the queue.
+		return t.engine.Cancel(ctx, tx, engine.RunID(*row.RunID))
+	})
+	if err != nil {
+		return Task{}, err
+	}
+	tasks, err := t.Get(ctx, []uuid.UUID{id})
+	if err != nil {
+		return Task{}, err
+	}
+	return tasks[0], nil
+}
+
+// Get returns the tasks with the given IDs, reports included, newest first.
+// Unknown IDs are ErrTaskNotFound.
+func (t *Tasks) Get(ctx context.Context, ids []uuid.UUID) ([]Task, error) {
+	rows, err := t.q.TaskGetByIDs(ctx, t.pool, ids)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) < len(uniq(ids)) {
+		found := map[uuid.UUID]bool{}
+		for _, r := range rows {
+			found[r.ID] = true
+		}
+		for _, id := range ids {
+			if !found[id] {
+				return nil, fmt.Errorf("%w: %s", ErrTaskNotFound, id)
+			}
+		}
+	}
+	return t.fromRows(ctx, rows, true)
+}
+
+func uniq(ids []uuid.UUID) []uuid.UUID {
+	out := slices.Clone(ids)
+	slices.SortFunc(out, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
+	return slices.Compact(out)
+}
+
+// TaskFilter selects tasks for List.
+type TaskFilter struct {
+	RackID      *uuid.UUID
+	ComponentID *uuid.UUID
+	ActiveOnly  bool
+	Offset      int
+	Limit       int // 0: 100
+	WithReport  bool
+}
+
+// List returns one page of tasks, newest first (created_at, then ID,
+// descending), and the total matching count.
+func (t *Tasks) List(ctx context.Context, f TaskFilter) ([]Task, int, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	rows, err := t.q.TaskList(ctx, t.pool, dbsqlc.TaskListParams{
+		RackID: f.RackID, ComponentID: f.ComponentID, ActiveOnly: f.ActiveOnly,
+		RowLimit: int32(f.Limit), RowOffset: int32(f.Offset),
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	total, err := t.q.TaskCount(ctx, t.pool, dbsqlc.TaskCountParams{RackID: f.RackID, ComponentID: f.ComponentID, ActiveOnly: f.ActiveOnly})
+	if err != nil {
+		return nil, 0, err
+	}
+	tasks, err := t.fromRows(ctx, rows, f.WithReport)
+	return tasks, int(total), err
+}
+
+func (t *Tasks) fromRows(ctx context.Context, rows []dbsqlc.Task, withReport bool) ([]Task, error) {
+	out := make([]Task, 0, len(rows))
+	for _, r := range rows {
+		task := Task{
+			ID: r.ID, OperationType: OperationType(r.OperationType), OperationCode: OperationCode(r.OperationCode),
+			RackID: r.RackID, ComponentIDs: r.ComponentIDs, Description: r.Description,
+			Status: TaskStatus(r.Status), Message: r.Message, AppliedRuleID: r.AppliedRuleID, RuleName: r.RuleName,
+			RunID: r.RunID, QueueExpiresAt: r.QueueExpiresAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+			StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+		}
+		if withReport {
+			rep, err := t.report(ctx, t.pool, r)
+			if err != nil {
+				return nil, err
+			}
+			task.Report = rep
+		}
+		out = append(out, task)
+	}
+	return out, nil
+}
+
+// TaskStats counts unfinished tasks per rack (all its tasks) and per
+// component (tasks whose scope includes it). It is the inventory's task
+// statistics source.
+func (t *Tasks) TaskStats(ctx context.Context, dbtx db.DBTX, ids []uuid.UUID) (map[uuid.UUID]inventory.TaskStats, error) {
+	out := map[uuid.UUID]inventory.TaskStats{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := t.q.TaskStatsFor(ctx, dbtx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		s := out[r.ID]
+		switch TaskStatus(r.Status) {
+		case TaskWaiting:
+			s.Waiting += uint32(r.N)
+		case TaskPending:
+			s.Pending += uint32(r.N)
+		case TaskRunning:
+			s.Running += uint32(r.N)
+		}
+		out[r.ID] = s
+	}
+	return out, nil
+}
