@@ -217,7 +217,7 @@ func TestOneLogLinePerCall(t *testing.T) {
 	client := flowv1connect.NewFlowClient(h2cClient(), b.baseURL)
 	_, err := client.Version(context.Background(), &flowv1.VersionRequest{})
 	require.NoError(t, err)
-	_, err = client.PowerOnRack(context.Background(), &flowv1.PowerOnRackRequest{})
+	_, err = client.CreateOperationRun(context.Background(), &flowv1.CreateOperationRunRequest{})
 	require.Error(t, err)
 
 	var lines []map[string]any
@@ -232,7 +232,7 @@ func TestOneLogLinePerCall(t *testing.T) {
 	require.Equal(t, "/v1.Flow/Version", lines[0]["method"])
 	require.Equal(t, "ok", lines[0]["code"])
 	require.Contains(t, lines[0], "duration")
-	require.Equal(t, "/v1.Flow/PowerOnRack", lines[1]["method"])
+	require.Equal(t, "/v1.Flow/CreateOperationRun", lines[1]["method"])
 	require.Equal(t, "unimplemented", lines[1]["code"])
 }
 
