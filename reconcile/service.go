@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/nicoflow/flow/backend"
@@ -135,7 +136,11 @@ func (s *Service) unexpectedFilter(ctx context.Context, dbtx db.DBTX, sel invent
 		return none, nil
 	}
 	sels, err := s.inv.ResolveTargets(ctx, dbtx, *sel.Scope)
-	if err != nil {
+	if errors.Is(err, inventory.ErrRackNotFound) {
+		// The scope resolved already, so this is "no racks" (an empty
+		// NVLink domain): nothing can be unexpected in it.
+		return none, nil
+	} else if err != nil {
 		return nil, err
 	}
 	racks := map[string][]inventory.ComponentType{} // Core rack ID → types (nil: all)
