@@ -277,6 +277,39 @@ func TestValidateComponentsRackUnexpected(t *testing.T) {
 	require.Equal(t, b.racks[0].ID.String(), res.GetDiffs()[0].GetActual().GetRackExternalId())
 }
 
+// TestValidateComponentsDomainScope: a domain target covers its racks; an
+// empty domain has nothing to report.
+func TestValidateComponentsDomainScope(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2)
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		for _, name := range []string{"d1", "empty"} {
+			if _, err := b.inv.CreateNVLDomain(b.ctx, tx, inventory.NVLDomain{Name: name}); err != nil {
+				return err
+			}
+		}
+		return b.inv.AttachRacks(b.ctx, tx, inventory.NVLDomainRef{Name: "d1"}, []inventory.RackRef{{Name: b.racks[1].Name}})
+	}))
+	require.True(t, b.nicoSim.Remove(reconcile.HostMAC(b.component(t, 0, "ct-01"))))
+	require.True(t, b.nicoSim.Remove(reconcile.HostMAC(b.component(t, 1, "sw-02"))))
+	domain := func(name string, types ...flowv1.ComponentType) *flowv1.OperationTargetSpec {
+		return &flowv1.OperationTargetSpec{Targets: &flowv1.OperationTargetSpec_NvlDomains{NvlDomains: &flowv1.NVLDomainTargets{
+			Targets: []*flowv1.NVLDomainTarget{{Identifier: &flowv1.NVLDomainTarget_Name{Name: name}, ComponentTypes: types}}}}}
+	}
+	res := b.validate(t, &flowv1.ValidateComponentsRequest{TargetSpec: domain("d1")})
+	require.EqualValues(t, 1, res.GetMissingCount())
+	require.Equal(t, b.component(t, 1, "sw-02").ID.String(), res.GetDiffs()[0].GetId().GetId())
+	require.EqualValues(t, 34, res.GetMatchCount())
+
+	res = b.validate(t, &flowv1.ValidateComponentsRequest{TargetSpec: domain("d1", flowv1.ComponentType_COMPONENT_TYPE_COMPUTE)})
+	require.Zero(t, res.GetTotalDiffs())
+	require.EqualValues(t, 18, res.GetMatchCount())
+
+	res = b.validate(t, &flowv1.ValidateComponentsRequest{TargetSpec: domain("empty")})
+	require.Zero(t, res.GetTotalDiffs())
+	require.Zero(t, res.GetMatchCount())
+}
+
 // TestValidateComponentsPSM: with power shelves managed by PSM, shelves are
 // read from PSM (keyed by PMC MAC) and the fleet still validates clean.
 func TestValidateComponentsPSM(t *testing.T) {
