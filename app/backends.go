@@ -1,9 +1,11 @@
 package app
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/nicoflow/flow/backend"
@@ -91,4 +93,20 @@ func newBackends(cfg Config) (*backends, error) {
 		return nil, fmt.Errorf("PSM_API_URL: %w", err)
 	}
 	return &backends{nico: nc, psm: pc, managers: backend.New(cfg.Components, nc, pc)}, nil
+}
+
+// logStatus says which backends are configured; Flow runs without either,
+// and only what needs a missing one fails (naming the variable to set).
+func (b *backends) logStatus(ctx context.Context, logger *slog.Logger) {
+	for _, x := range []struct {
+		name, setting string
+		ok            bool
+	}{
+		{"NICo Core", "NICO_CORE_API_URL", b.nico.Configured()},
+		{"PSM", "PSM_API_URL", b.psm.Configured()},
+	} {
+		if !x.ok {
+			logger.WarnContext(ctx, "backend is not configured; operations that need it will fail", "backend", x.name, "setting", x.setting)
+		}
+	}
 }

@@ -279,6 +279,7 @@ var componentNoun = cliNoun{
 					})
 				}
 			}},
+		componentValidateVerb, // cli_validate.go
 		{name: "get", args: "ID | --manufacturer M --serial S  [--rack]", summary: "show one component (serial look-ups ignore the manufacturer's case)",
 			flags: func(fs *flag.FlagSet) runFunc {
 				manu := fs.String("manufacturer", "", "manufacturer (with --serial)")

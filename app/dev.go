@@ -102,6 +102,13 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		logger.InfoContext(ctx, "demo racks seeded", "wanted", *seed, "added", added)
 	}
+	if sims != nil {
+		stop, err := followInventory(ctx, sims, srv, logger) // devseed.go
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	printBanner(stdout, srv.Addr().String(), cfg.DatabaseURL, dir)
 	return srv.run(ctx)
 }
@@ -109,8 +116,8 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 // devSimulators starts the NICo Core and PSM simulators on loopback and
 // points cfg at them, unless NICO_CORE_API_URL and PSM_API_URL are both set
 // (then it returns nil). A variable the user set is left alone. The
-// simulators start empty; seeding them from Flow's inventory is one
-// simulators.Seed call.
+// simulators start empty; runDev then seeds them from Flow's inventory and
+// keeps them in step with it (devSeeder).
 func devSimulators(cfg *Config) (*simulators, error) {
 	if cfg.NICoURL != "" && cfg.PSMURL != "" {
 		return nil, nil

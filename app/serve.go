@@ -18,6 +18,7 @@ import (
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/reconcile"
 )
 
 // server is a running Flow server: its pool, HTTP server and background work.
@@ -77,6 +78,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	if s.backends, err = newBackends(cfg); err != nil {
 		return nil, err
 	}
+	s.backends.logStatus(ctx, logger)
 	inv := inventory.NewService()
 	rules, err := operations.NewService(rackLookup{inv: inv})
 	if err != nil {
@@ -108,6 +110,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		inventoryHandler:  inventory.NewHandler(inv, pool),
 		operationsHandler: operations.NewHandler(pool, rules),
 		taskHandler:       operations.NewTaskHandler(pool, tasks),
+		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers), pool),
 	}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, riverUI: riverUI})
 	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)

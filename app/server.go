@@ -16,6 +16,7 @@ import (
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+	"github.com/nicoflow/flow/reconcile"
 )
 
 // flowService is the one v1.Flow handler. Each domain's handler implements its
@@ -29,6 +30,7 @@ type flowService struct {
 	*inventoryHandler
 	*operationsHandler // operation rules and rack-rule associations
 	*taskHandler       // rack operations and tasks
+	*reconcileHandler  // ValidateComponents
 }
 
 // Domain handlers are embedded through aliases: every domain calls its type
@@ -37,6 +39,7 @@ type (
 	inventoryHandler  = inventory.Handler
 	operationsHandler = operations.Handler
 	taskHandler       = operations.TaskHandler
+	reconcileHandler  = reconcile.Handler
 )
 
 type unimplemented struct {

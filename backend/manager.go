@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -574,7 +575,8 @@ func (m *Manager) DecommissionStatus(ctx context.Context, t Target) (map[string]
 
 // Inventory lists every component of the manager's type the backend knows,
 // as Actual records for ValidateComponents (Core: the ID listing then the
-// batched ByIds read, hosts only; PSM: every shelf).
+// batched ByIds read, hosts only, plus GetComponentInventory for the serial
+// and firmware of switches and shelves; PSM: every shelf).
 func (m *Manager) Inventory(ctx context.Context) ([]Actual, error) {
 	if err := m.check(OpInventory); err != nil {
 		return nil, err
@@ -615,7 +617,10 @@ func (m *Manager) Inventory(ctx context.Context) ([]Actual, error) {
 			return nil, wrap(err)
 		}
 		for _, x := range ss {
-			out = append(out, Actual{Type: NVSwitch, ExternalID: x.ID, BMCMAC: x.BMCMAC})
+			out = append(out, Actual{Type: NVSwitch, ExternalID: x.ID, BMCMAC: x.BMCMAC, RackID: x.RackID})
+		}
+		if err := m.addExplored(ctx, out); err != nil {
+			return nil, err
 		}
 	default:
 		ids, err := m.nico.PowerShelfIDs(ctx)
@@ -627,10 +632,55 @@ func (m *Manager) Inventory(ctx context.Context) ([]Actual, error) {
 			return nil, wrap(err)
 		}
 		for _, x := range ps {
-			out = append(out, Actual{Type: PowerShelf, ExternalID: x.ID, BMCMAC: x.BMCMAC})
+			out = append(out, Actual{Type: PowerShelf, ExternalID: x.ID, BMCMAC: x.BMCMAC, RackID: x.RackID})
+		}
+		if err := m.addExplored(ctx, out); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// exploreBatch bounds the IDs of one GetComponentInventory call.
+const exploreBatch = 100
+
+// addExplored fills in the chassis serial and firmware version of Core
+// switches and shelves from GetComponentInventory, which their ByIds reads
+// lack. Firmware follows Flow's BMC precedence (nico.Inventory.BMCFirmware);
+// a shelf without a BMC entry falls back to its PMC version. A device whose
+// item failed keeps both empty, so nothing is compared for it.
+func (m *Manager) addExplored(ctx context.Context, out []Actual) error {
+	if len(out) == 0 {
+		return nil
+	}
+	ids := make([]string, len(out))
+	for i, a := range out {
+		ids[i] = a.ExternalID
+	}
+	byID := make(map[string]nico.Inventory, len(ids))
+	for chunk := range slices.Chunk(ids, exploreBatch) {
+		invs, err := m.nico.Inventory(ctx, nico.Target{Kind: m.kind(), IDs: chunk})
+		if err != nil {
+			return wrap(err)
+		}
+		for _, inv := range invs {
+			if inv.Err == nil {
+				byID[cmp.Or(inv.ID, inv.Key)] = inv
+			}
+		}
+	}
+	for i := range out {
+		inv, ok := byID[out[i].ExternalID]
+		if !ok {
+			continue
+		}
+		out[i].Serial = inv.ChassisSerial
+		out[i].FirmwareVersion = inv.BMCFirmware()
+		if out[i].FirmwareVersion == "" && m.Type == PowerShelf {
+			out[i].FirmwareVersion = inv.FirmwareVersions["pmc"]
+		}
+	}
+	return nil
 }
 
 // Inventory lists the actual components of every type that has a manager

@@ -20,10 +20,14 @@ type Expected struct {
 	BMCMAC     string // identity: BMC MAC (PMC MAC for shelves)
 	Serial     string
 	ExternalID string // the manager's ID, once linked
-	Position   *Position
+	// FirmwareVersion is the version inventory sync keeps (the BMC's; PMC
+	// for shelves); empty means unknown.
+	FirmwareVersion string
+	Position        *Position
 }
 
-// Actual is a component as a component manager reports it.
+// Actual is a component as a component manager reports it. Empty fields
+// are unknown and never compared.
 type Actual struct {
 	Type            ComponentType
 	ExternalID      string // Core ID (PSM: PMC MAC)
@@ -31,6 +35,7 @@ type Actual struct {
 	BMCMAC          string
 	Serial          string
 	FirmwareVersion string
+	RackID          string // Core's rack ID (switches and Core shelves only)
 	Position        *Position
 }
 
@@ -62,10 +67,21 @@ type Diff struct {
 	Fields      []FieldDiff
 }
 
-// ValidateOptions pages and orders the diff list. Limit 0 means no limit.
+// ValidateOptions scopes, pages and orders the diff list. Limit 0 means no
+// limit.
 type ValidateOptions struct {
 	Offset, Limit int
-	Descending    bool // by name
+	// OrderByType sorts by component type before name; otherwise by name.
+	OrderByType bool
+	Descending  bool
+	// InScope, when set, keeps only the missing and mismatch diffs (and
+	// matches) of the expected components it accepts. Matching still uses
+	// every expected component, so a device that belongs to an out-of-scope
+	// component is never unexpected.
+	InScope func(*Expected) bool
+	// KeepUnexpected, when set, keeps only the unexpected devices it
+	// accepts.
+	KeepUnexpected func(*Actual) bool
 }
 
 // ValidateResult is one page of diffs and the counts over all of them.
@@ -81,11 +97,14 @@ func NormalizeMAC(m string) string {
 }
 
 // Validate compares the components Flow expects with those the managers
-// report, matching by normalised BMC MAC (by external ID when a side has no
-// MAC). It returns missing, unexpected and mismatch diffs — a mismatch is a
-// differing component type, or for compute a differing known position —
-// ordered by name (ties: type, Flow ID, manager ID, MAC) and then paged;
-// the counts cover every diff. Match counts pairs with no differences.
+// report, matching by normalised BMC MAC, or by external ID when the MAC
+// finds nothing. It returns missing, unexpected and mismatch diffs — a
+// mismatch is a differing component type, manager ID, BMC MAC (when matched
+// by ID), serial number or firmware version, or for compute a differing
+// known position; a field empty or unknown on either side is not compared —
+// ordered by name (or type, then name; ties: type, Flow ID, manager ID, MAC)
+// and then paged; the counts cover every diff in scope. Match counts
+// in-scope pairs with no differences.
 func Validate(expected []Expected, actual []Actual, opts ValidateOptions) ValidateResult {
 	byMAC := map[string]int{}
 	byExt := map[string]int{}
@@ -109,12 +128,20 @@ func Validate(expected []Expected, actual []Actual, opts ValidateOptions) Valida
 		if !ok && e.ExternalID != "" {
 			ai, ok = byExt[e.ExternalID]
 		}
-		if !ok || used[ai] {
+		if ok && used[ai] {
+			ok = false
+		}
+		if ok {
+			used[ai] = true
+		}
+		if opts.InScope != nil && !opts.InScope(e) {
+			continue
+		}
+		if !ok {
 			diffs = append(diffs, Diff{Type: DiffMissing, ID: e.ID, ComponentID: e.ExternalID, MAC: NormalizeMAC(e.BMCMAC), Expected: e})
 			res.Missing++
 			continue
 		}
-		used[ai] = true
 		a := &actual[ai]
 		if fields := compare(e, a); len(fields) > 0 {
 			diffs = append(diffs, Diff{Type: DiffMismatch, ID: e.ID, ComponentID: a.ExternalID, MAC: NormalizeMAC(e.BMCMAC), Expected: e, Actual: a, Fields: fields})
@@ -126,12 +153,18 @@ func Validate(expected []Expected, actual []Actual, opts ValidateOptions) Valida
 	for i := range actual {
 		if !used[i] {
 			a := &actual[i]
+			if opts.KeepUnexpected != nil && !opts.KeepUnexpected(a) {
+				continue
+			}
 			diffs = append(diffs, Diff{Type: DiffUnexpected, ComponentID: a.ExternalID, MAC: NormalizeMAC(a.BMCMAC), Actual: a})
 			res.Unexpected++
 		}
 	}
 	slices.SortStableFunc(diffs, func(x, y Diff) int {
 		c := strings.Compare(diffName(x), diffName(y))
+		if opts.OrderByType {
+			c = cmp.Or(strings.Compare(string(diffType(x)), string(diffType(y))), c)
+		}
 		if opts.Descending {
 			c = -c
 		}
@@ -147,6 +180,13 @@ func Validate(expected []Expected, actual []Actual, opts ValidateOptions) Valida
 	return res
 }
 
+func diffType(d Diff) ComponentType {
+	if d.Expected != nil {
+		return d.Expected.Type
+	}
+	return d.Actual.Type
+}
+
 func diffName(d Diff) string {
 	if d.Expected != nil {
 		return d.Expected.Name
@@ -156,16 +196,27 @@ func diffName(d Diff) string {
 
 func compare(e *Expected, a *Actual) []FieldDiff {
 	var out []FieldDiff
-	if e.Type != "" && a.Type != "" && e.Type != a.Type {
-		out = append(out, FieldDiff{Field: "type", Expected: string(e.Type), Actual: string(a.Type)})
+	str := func(field, x, y string) {
+		if x != "" && y != "" && x != y {
+			out = append(out, FieldDiff{Field: field, Expected: x, Actual: y})
+		}
 	}
+	str("type", string(e.Type), string(a.Type))
+	// PSM keys shelves by PMC MAC; its "ID" says nothing about Core's.
+	if NormalizeMAC(a.ExternalID) != NormalizeMAC(a.BMCMAC) {
+		str("component_id", e.ExternalID, a.ExternalID)
+	}
+	// Matched by manager ID, so Core knows the device under another MAC.
+	str("bmcs.mac_address", NormalizeMAC(e.BMCMAC), NormalizeMAC(a.BMCMAC))
+	str("serial_number", e.Serial, a.Serial)
+	str("firmware_version", e.FirmwareVersion, a.FirmwareVersion)
 	if e.Type == Compute && e.Position != nil && a.Position != nil {
 		for _, f := range []struct {
 			name string
 			x, y int
 		}{
 			{"position.slot_id", e.Position.SlotID, a.Position.SlotID},
-			{"position.tray_index", e.Position.TrayIndex, a.Position.TrayIndex},
+			{"position.tray_idx", e.Position.TrayIndex, a.Position.TrayIndex},
 			{"position.host_id", e.Position.HostID, a.Position.HostID},
 		} {
 			if f.x >= 0 && f.y >= 0 && f.x != f.y {

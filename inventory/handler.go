@@ -256,23 +256,45 @@ func (h *Handler) componentResponse(ctx context.Context, c Component, withRack b
 
 // GetComponents implements v1.Flow.
 func (h *Handler) GetComponents(ctx context.Context, req *flowv1.GetComponentsRequest) (*flowv1.GetComponentsResponse, error) {
-	q := ComponentQuery{Page: pageFromProto(req.GetPagination())}
-	if req.TargetSpec != nil {
-		spec, err := TargetSpecFromProto(req.GetTargetSpec(), "target_spec")
-		if err != nil {
+	q, err := ComponentQueryFromProto(req.TargetSpec, req.GetFilters())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	q.Page = pageFromProto(req.GetPagination())
+	if ob := req.GetOrderBy(); ob != nil {
+		if q.Order, err = ComponentOrderFromProto(ob); err != nil {
 			return nil, connectError(err)
 		}
-		q.Scope = &spec
+	}
+	comps, total, err := h.svc.ListComponents(ctx, h.pool, q)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return &flowv1.GetComponentsResponse{Components: componentsToProto(comps), Total: total}, nil
+}
+
+// ComponentQueryFromProto converts the selection part of a component query
+// (GetComponents, ValidateComponents): an optional target spec (nil means
+// everything) and component-flavoured filters. Paging and order are left
+// zero. Errors: *FieldError naming the request field.
+func ComponentQueryFromProto(spec *flowv1.OperationTargetSpec, filters []*flowv1.Filter) (ComponentQuery, error) {
+	var q ComponentQuery
+	if spec != nil {
+		ts, err := TargetSpecFromProto(spec, "target_spec")
+		if err != nil {
+			return q, err
+		}
+		q.Scope = &ts
 	}
 	seen := map[flowv1.ComponentFilterField]bool{}
-	for i, f := range req.GetFilters() {
+	for i, f := range filters {
 		field := fmt.Sprintf("filters[%d]", i)
 		cf, ok := f.GetField().(*flowv1.Filter_ComponentField)
 		if !ok {
-			return nil, connectError(invalid(field+".component_field", "required (component listings take component filters)"))
+			return q, invalid(field+".component_field", "required (component listings take component filters)")
 		}
 		if seen[cf.ComponentField] {
-			return nil, connectError(invalid(field+".component_field", "%s given twice; put the patterns in one filter", cf.ComponentField))
+			return q, invalid(field+".component_field", "%s given twice; put the patterns in one filter", cf.ComponentField)
 		}
 		seen[cf.ComponentField] = true
 		sq := stringQueryFromProto(f.GetQueryInfo())
@@ -286,40 +308,41 @@ func (h *Handler) GetComponents(ctx context.Context, req *flowv1.GetComponentsRe
 		case flowv1.ComponentFilterField_COMPONENT_FILTER_FIELD_TYPE:
 			types, err := typesMatching(sq, field+".query_info.patterns")
 			if err != nil {
-				return nil, connectError(err)
+				return q, err
 			}
 			q.Types = types
 		default:
-			return nil, connectError(invalid(field+".component_field", "unknown value %d", cf.ComponentField))
+			return q, invalid(field+".component_field", "unknown value %d", cf.ComponentField)
 		}
 	}
-	if ob := req.GetOrderBy(); ob != nil {
-		desc, err := directionFromProto(ob.GetDirection())
-		if err != nil {
-			return nil, connectError(err)
-		}
-		q.Order.Desc = desc
-		if _, isRack := ob.GetField().(*flowv1.OrderBy_RackField); isRack {
-			return nil, connectError(invalid("order_by.component_field", "required (component listings order by component fields)"))
-		}
-		switch ob.GetComponentField() {
-		case flowv1.ComponentOrderByField_COMPONENT_ORDER_BY_FIELD_UNSPECIFIED, flowv1.ComponentOrderByField_COMPONENT_ORDER_BY_FIELD_NAME:
-			q.Order.Key = "name"
-		case flowv1.ComponentOrderByField_COMPONENT_ORDER_BY_FIELD_MANUFACTURER:
-			q.Order.Key = "manufacturer"
-		case flowv1.ComponentOrderByField_COMPONENT_ORDER_BY_FIELD_MODEL:
-			q.Order.Key = "model"
-		case flowv1.ComponentOrderByField_COMPONENT_ORDER_BY_FIELD_TYPE:
-			q.Order.Key = "type"
-		default:
-			return nil, connectError(invalid("order_by.component_field", "unknown value %d", ob.GetComponentField()))
-		}
-	}
-	comps, total, err := h.svc.ListComponents(ctx, h.pool, q)
+	return q, nil
+}
+
+// ComponentOrderFromProto converts a component-flavoured OrderBy.
+// Errors: *FieldError naming order_by's fields.
+func ComponentOrderFromProto(ob *flowv1.OrderBy) (ComponentOrder, error) {
+	var o ComponentOrder
+	desc, err := directionFromProto(ob.GetDirection())
 	if err != nil {
-		return nil, connectError(err)
+		return o, err
 	}
-	return &flowv1.GetComponentsResponse{Components: componentsToProto(comps), Total: total}, nil
+	o.Desc = desc
+	if _, isRack := ob.GetField().(*flowv1.OrderBy_RackField); isRack {
+		return o, invalid("order_by.component_field", "required (component listings order by component fields)")
+	}
+	switch ob.GetComponentField() {
+	case flowv1.ComponentOrderByField_COMPONENT_ORDER_BY_FIELD_UNSPECIFIED, flowv1.ComponentOrderByField_COMPONENT_ORDER_BY_FIELD_NAME:
+		o.Key = "name"
+	case flowv1.ComponentOrderByField_COMPONENT_ORDER_BY_FIELD_MANUFACTURER:
+		o.Key = "manufacturer"
+	case flowv1.ComponentOrderByField_COMPONENT_ORDER_BY_FIELD_MODEL:
+		o.Key = "model"
+	case flowv1.ComponentOrderByField_COMPONENT_ORDER_BY_FIELD_TYPE:
+		o.Key = "type"
+	default:
+		return o, invalid("order_by.component_field", "unknown value %d", ob.GetComponentField())
+	}
+	return o, nil
 }
 
 // AddComponent implements v1.Flow.
@@ -913,6 +936,10 @@ func rackToProto(r Rack) *flowv1.Rack {
 func componentToProto(c Component) *flowv1.Component {
 	return componentsToProto([]Component{c})[0]
 }
+
+// ComponentsToProto converts components to their wire form, as
+// GetComponents returns them.
+func ComponentsToProto(cs []Component) []*flowv1.Component { return componentsToProto(cs) }
 
 // componentsToProto converts cs, allocating each kind of message in one
 // slab: a rack page holds thousands of components.

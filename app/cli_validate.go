@@ -1,0 +1,97 @@
+package app
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/google/uuid"
+
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+)
+
+// componentValidateVerb is `flow component validate`: ValidateComponents,
+// Flow's inventory against what NICo Core / PSM report.
+var componentValidateVerb = cliVerb{
+	name:    "validate",
+	args:    "[--rack ID|NAME,...] [--type T,...] [--order name|type] [--desc] [--offset N] [--limit N]",
+	summary: "compare the inventory with the component managers (NICo Core, PSM): missing, unexpected and mismatched components",
+	flags: func(fs *flag.FlagSet) runFunc {
+		racks := fs.String("rack", "", "only these racks (UUIDs or names, comma-separated)")
+		types := fs.String("type", "", "only these types: compute, nvswitch, powershelf")
+		order := fs.String("order", "name", "order the diffs by name or type")
+		desc := fs.Bool("desc", false, "descending order")
+		page := pageFlags(fs)
+		return func(ctx context.Context, c *cliEnv, args []string) error {
+			if err := wantArgs(args, 0, "no arguments"); err != nil {
+				return err
+			}
+			req := &flowv1.ValidateComponentsRequest{Pagination: page()}
+			if *racks != "" {
+				var ts []*flowv1.RackTarget
+				for _, r := range strings.Split(*racks, ",") {
+					if _, err := uuid.Parse(r); err == nil {
+						ts = append(ts, &flowv1.RackTarget{Identifier: &flowv1.RackTarget_Id{Id: &flowv1.UUID{Id: r}}})
+					} else {
+						ts = append(ts, &flowv1.RackTarget{Identifier: &flowv1.RackTarget_Name{Name: r}})
+					}
+				}
+				req.TargetSpec = &flowv1.OperationTargetSpec{Targets: &flowv1.OperationTargetSpec_Racks{Racks: &flowv1.RackTargets{Targets: ts}}}
+			}
+			if *types != "" {
+				var names []string
+				for _, t := range strings.Split(*types, ",") {
+					names = append(names, "COMPONENT_TYPE_"+strings.ToUpper(t))
+				}
+				req.Filters = append(req.Filters, &flowv1.Filter{Field: &flowv1.Filter_ComponentField{ComponentField: flowv1.ComponentFilterField_COMPONENT_FILTER_FIELD_TYPE}, QueryInfo: &flowv1.StringQueryInfo{Patterns: names, UseOr: true}})
+			}
+			var field flowv1.ComponentOrderByField
+			switch *order {
+			case "name":
+				field = flowv1.ComponentOrderByField_COMPONENT_ORDER_BY_FIELD_NAME
+			case "type":
+				field = flowv1.ComponentOrderByField_COMPONENT_ORDER_BY_FIELD_TYPE
+			default:
+				return usageError{fmt.Errorf("--order must be name or type")}
+			}
+			req.OrderBy = &flowv1.OrderBy{Field: &flowv1.OrderBy_ComponentField{ComponentField: field}, Direction: direction(*desc)}
+			res, err := c.client.ValidateComponents(ctx, req)
+			if err != nil {
+				return err
+			}
+			return c.emit(res, func(w io.Writer) {
+				printDiffs(w, res.GetDiffs())
+				fmt.Fprintf(w, "(%d of %d diffs: %d missing, %d unexpected, %d mismatch; %d match)\n",
+					len(res.GetDiffs()), res.GetTotalDiffs(), res.GetMissingCount(), res.GetUnexpectedCount(), res.GetMismatchCount(), res.GetMatchCount())
+			})
+		}
+	},
+}
+
+// printDiffs writes one row per diff; a mismatch lists its fields as
+// field: expected → actual.
+func printDiffs(w io.Writer, diffs []*flowv1.ComponentDiff) {
+	rows := make([][]string, len(diffs))
+	for i, d := range diffs {
+		c := d.GetExpected()
+		if c == nil {
+			c = d.GetActual()
+		}
+		var fields []string
+		for _, f := range d.GetFieldDiffs() {
+			fields = append(fields, fmt.Sprintf("%s: %q → %q", f.GetFieldName(), f.GetExpectedValue(), f.GetActualValue()))
+		}
+		rows[i] = []string{
+			strings.TrimPrefix(d.GetType().String(), "DIFF_TYPE_"),
+			strings.ToLower(strings.TrimPrefix(c.GetType().String(), "COMPONENT_TYPE_")),
+			c.GetInfo().GetName(),
+			d.GetId().GetId(),
+			d.GetComponentId(),
+			d.GetComponentMacAddress(),
+			strings.Join(fields, "; "),
+		}
+	}
+	printTable(w, []string{"DIFF", "TYPE", "NAME", "ID", "COMPONENT ID", "MAC", "FIELDS"}, rows)
+}

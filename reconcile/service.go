@@ -1,0 +1,187 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/inventory"
+)
+
+// Service compares Flow's inventory with the component managers'.
+type Service struct {
+	inv      *inventory.Service
+	managers DeviceSource
+}
+
+// NewService returns a Service reading expectations through inv and devices
+// through managers (nil: every Validate fails with ErrNotConfigured).
+func NewService(inv *inventory.Service, managers DeviceSource) *Service {
+	return &Service{inv: inv, managers: managers}
+}
+
+// managedTypes maps the inventory types that have component managers; the
+// others (ToR switches, UMS, CDU) are not compared.
+var managedTypes = map[inventory.ComponentType]backend.ComponentType{
+	inventory.ComponentTypeCompute:    backend.Compute,
+	inventory.ComponentTypeNVSwitch:   backend.NVSwitch,
+	inventory.ComponentTypePowerShelf: backend.PowerShelf,
+}
+
+// Validate compares the expected components q selects with every device the
+// managers report, and returns one page of diffs.
+//
+// Every live component takes part in matching, so a device that belongs to
+// a component outside the selection is never "unexpected". Unexpected
+// devices are reported when nothing narrows the query, or when q targets
+// racks or NVLink domains and the device reports one of those racks (Core
+// rack ID = the rack's external ID or UUID) and a selected type; a type
+// filter keeps unexpected devices of those types; component targets and
+// name, manufacturer or model filters report none (a device Flow does not
+// know has no name, manufacturer or model).
+//
+// It reads the inventory through dbtx, then calls the backends with no
+// transaction of its own. Errors: the inventory's (*inventory.FieldError,
+// inventory.ErrRackNotFound…), ErrNotConfigured, and backend errors
+// (backend.ErrNotConfigured when a URL variable is unset,
+// backend.ErrUnreachable…).
+func (s *Service) Validate(ctx context.Context, dbtx db.DBTX, q Query) (Report, error) {
+	if s.managers == nil {
+		return Report{}, ErrNotConfigured
+	}
+	all, err := s.listAll(ctx, dbtx, inventory.ComponentQuery{})
+	if err != nil {
+		return Report{}, err
+	}
+	sel := q.Selection
+	narrowed := sel.Scope != nil || sel.Types != nil || sel.Name != nil || sel.Manufacturer != nil || sel.Model != nil
+	var inScope map[string]bool
+	keep := func(*backend.Actual) bool { return true }
+	if narrowed {
+		chosen, err := s.listAll(ctx, dbtx, sel)
+		if err != nil {
+			return Report{}, err
+		}
+		inScope = make(map[string]bool, len(chosen))
+		for _, c := range chosen {
+			inScope[c.ID.String()] = true
+		}
+		if keep, err = s.unexpectedFilter(ctx, dbtx, sel); err != nil {
+			return Report{}, err
+		}
+	}
+
+	actual, err := s.managers.Inventory(ctx)
+	if err != nil {
+		return Report{}, err
+	}
+
+	expected := make([]backend.Expected, 0, len(all))
+	byID := make(map[string]*inventory.Component, len(all))
+	for i := range all {
+		c := &all[i]
+		t, ok := managedTypes[c.Type]
+		if !ok {
+			continue
+		}
+		byID[c.ID.String()] = c
+		expected = append(expected, expectedOf(c, t))
+	}
+	opts := backend.ValidateOptions{Offset: q.Offset, Limit: q.Limit, OrderByType: q.OrderByType, Descending: q.Descending}
+	if narrowed {
+		opts.InScope = func(e *backend.Expected) bool { return inScope[e.ID] }
+		opts.KeepUnexpected = keep
+	}
+	res := backend.Validate(expected, actual, opts)
+	rep := Report{Total: res.Total, Missing: res.Missing, Unexpected: res.Unexpected, Mismatch: res.Mismatch, Match: res.Match}
+	rep.Diffs = make([]Diff, len(res.Diffs))
+	for i, d := range res.Diffs {
+		rep.Diffs[i] = Diff{Diff: d, Component: byID[d.ID]}
+	}
+	return rep, nil
+}
+
+// listAll returns every live component q selects, page by page.
+func (s *Service) listAll(ctx context.Context, dbtx db.DBTX, q inventory.ComponentQuery) ([]inventory.Component, error) {
+	q.Order = inventory.ComponentOrder{}
+	var out []inventory.Component
+	for {
+		q.Page = inventory.Page{Offset: int32(len(out)), Limit: inventory.MaxPageLimit}
+		page, total, err := s.inv.ListComponents(ctx, dbtx, q)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) == 0 || len(out) >= int(total) {
+			return out, nil
+		}
+	}
+}
+
+// unexpectedFilter says which unknown devices a narrowed query reports.
+func (s *Service) unexpectedFilter(ctx context.Context, dbtx db.DBTX, sel inventory.ComponentQuery) (func(*backend.Actual) bool, error) {
+	none := func(*backend.Actual) bool { return false }
+	if sel.Name != nil || sel.Manufacturer != nil || sel.Model != nil {
+		return none, nil
+	}
+	typeOK := func(t backend.ComponentType, types []inventory.ComponentType) bool {
+		return types == nil || slices.ContainsFunc(types, func(it inventory.ComponentType) bool { return managedTypes[it] == t })
+	}
+	if sel.Scope == nil {
+		return func(a *backend.Actual) bool { return typeOK(a.Type, sel.Types) }, nil
+	}
+	if len(sel.Scope.Components) > 0 {
+		return none, nil
+	}
+	sels, err := s.inv.ResolveTargets(ctx, dbtx, *sel.Scope)
+	if errors.Is(err, inventory.ErrRackNotFound) {
+		// The scope resolved already, so this is "no racks" (an empty
+		// NVLink domain): nothing can be unexpected in it.
+		return none, nil
+	} else if err != nil {
+		return nil, err
+	}
+	racks := map[string][]inventory.ComponentType{} // Core rack ID → types (nil: all)
+	for _, x := range sels {
+		for _, key := range []string{x.Rack.ID.String(), x.Rack.ExternalID} {
+			if key != "" {
+				racks[key] = x.Types
+			}
+		}
+	}
+	return func(a *backend.Actual) bool {
+		types, ok := racks[a.RackID]
+		return ok && a.RackID != "" && typeOK(a.Type, types) && typeOK(a.Type, sel.Types)
+	}, nil
+}
+
+// expectedOf is the expectation one inventory component states. The
+// identity MAC is the host BMC's (the first BMC when none is marked host).
+func expectedOf(c *inventory.Component, t backend.ComponentType) backend.Expected {
+	e := backend.Expected{
+		ID: c.ID.String(), Name: c.Name, Type: t, Serial: c.SerialNumber,
+		ExternalID: c.ExternalID, FirmwareVersion: c.FirmwareVersion,
+	}
+	e.BMCMAC = HostMAC(*c)
+	if t == backend.Compute {
+		e.Position = &backend.Position{SlotID: int(c.Position.SlotID), TrayIndex: int(c.Position.TrayIdx), HostID: int(c.Position.HostID)}
+	}
+	return e
+}
+
+// HostMAC returns the MAC that identifies c to its manager: its host BMC's
+// (PMC for shelves), or its first BMC's when none is marked host; "" when c
+// has no BMC.
+func HostMAC(c inventory.Component) string {
+	for _, b := range c.BMCs {
+		if b.Type == inventory.BMCTypeHost {
+			return string(b.MAC)
+		}
+	}
+	if len(c.BMCs) > 0 {
+		return string(c.BMCs[0].MAC)
+	}
+	return ""
+}
