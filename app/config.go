@@ -37,6 +37,9 @@ type Config struct {
 	RiverUIEnabled  bool           // FLOW_RIVERUI_ENABLED (dev mode mounts it regardless)
 	RescueAfter     time.Duration  // FLOW_ENGINE_RESCUE_AFTER
 	MaxWorkers      int            // FLOW_ENGINE_MAX_WORKERS
+	// PollInterval, when positive, replaces the poll interval of the long
+	// hardware waits (FirmwareControl, WaitBringUp, WaitDecommissioned).
+	PollInterval time.Duration // FLOW_FIRMWARE_POLL_INTERVAL
 }
 
 // ConfigVar documents one environment variable; ConfigVars is the table the
@@ -75,6 +78,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_SERVER", defaultServer, "server the CLI (flow rack, flow component, ...) talks to; same as --server"},
 	{"FLOW_ENGINE_RESCUE_AFTER", "30m", "how long a step call may run before it is presumed lost (its process died) and run again; must exceed every rule's step timeout, and is how long work in flight in a killed process waits before another process resumes it"},
 	{"FLOW_ENGINE_MAX_WORKERS", "200", "engine jobs one process works at once"},
+	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals"},
 	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard) at /riverui/ outside dev mode; it has no authentication of its own, so enable it only behind a trusted network or an authenticating proxy"},
 }
 
@@ -171,6 +175,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		errs = append(errs, "FLOW_ENGINE_MAX_WORKERS must be a positive integer")
 	} else {
 		cfg.MaxWorkers = n
+	}
+	if v := getenv("FLOW_FIRMWARE_POLL_INTERVAL"); v != "" {
+		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
+			errs = append(errs, "FLOW_FIRMWARE_POLL_INTERVAL must be a positive duration such as 1s")
+		} else {
+			cfg.PollInterval = d
+		}
 	}
 	if b, err := strconv.ParseBool(def("FLOW_RIVERUI_ENABLED")); err != nil {
 		errs = append(errs, "FLOW_RIVERUI_ENABLED must be true or false")

@@ -87,7 +87,11 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	var tasks *operations.Tasks
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
 		onRunEnd:    func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error { return tasks.RunEnded(ctx, tx, run) },
-		register:    func(e *engine.Engine) { operations.RegisterActions(e, pool, s.backends.managers, logger) },
+		register: func(e *engine.Engine) {
+			operations.RegisterActions(e, operations.ActionsConfig{
+				Pool: pool, Backends: s.backends.managers, Inv: inv, Keys: keys, Logger: logger, PollInterval: cfg.PollInterval,
+			})
+		},
 		sweep:       func(ctx context.Context) error { return tasks.Sweep(ctx) },
 		rescueAfter: cfg.RescueAfter,
 		maxWorkers:  cfg.MaxWorkers,

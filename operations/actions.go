@@ -13,6 +13,8 @@ import (
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/engine"
+	"github.com/nicoflow/flow/firmware"
+	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations/internal/dbsqlc"
 )
 
@@ -30,17 +32,54 @@ type actions struct {
 	pool     *pgxpool.Pool
 	q        *dbsqlc.Queries
 	backends Backends
+	inv      *inventory.Service
+	keys     *firmware.Keyring
 	logger   *slog.Logger
+	poll     time.Duration
+}
+
+// ActionsConfig holds what the rule actions need. Keys may be nil (no
+// data-encryption key: firmware steps of tasks with credentials fail).
+// PollInterval, when positive, replaces the rules' poll interval of
+// FirmwareControl, WaitBringUp and WaitDecommissioned
+// (FLOW_FIRMWARE_POLL_INTERVAL).
+type ActionsConfig struct {
+	Pool         *pgxpool.Pool
+	Backends     Backends
+	Inv          *inventory.Service
+	Keys         *firmware.Keyring
+	Logger       *slog.Logger
+	PollInterval time.Duration
 }
 
 // RegisterActions registers the rule actions with e. Call it once, in app,
 // before the engine's River client starts.
-func RegisterActions(e *engine.Engine, pool *pgxpool.Pool, backends Backends, logger *slog.Logger) {
-	a := &actions{pool: pool, q: dbsqlc.New(), backends: backends, logger: logger}
+func RegisterActions(e *engine.Engine, cfg ActionsConfig) {
+	a := &actions{
+		pool: cfg.Pool, q: dbsqlc.New(), backends: cfg.Backends, inv: cfg.Inv, keys: cfg.Keys,
+		logger: cfg.Logger, poll: cfg.PollInterval,
+	}
 	engine.Register(e, kindPowerControl, a.powerControl)
 	engine.Register(e, kindVerifyPowerStatus, a.verifyPowerStatus)
 	engine.Register(e, kindGetPowerStatus, a.getPowerStatus)
 	engine.Register(e, kindSleep, a.sleep)
+	engine.Register(e, kindFirmwareControl, a.firmwareControl)
+	engine.Register(e, kindVerifyFirmwareConsistency, a.verifyFirmwareConsistency)
+	engine.Register(e, kindBringUpControl, a.bringUpControl)
+	engine.Register(e, kindWaitBringUp, a.waitBringUp)
+	engine.Register(e, kindInjectExpectation, a.injectExpectation)
+	engine.Register(e, kindDecommissionControl, a.decommissionControl)
+	engine.Register(e, kindWaitDecommissioned, a.waitDecommissioned)
+	engine.Register(e, kindVerifyReachability, a.verifyReachability)
+}
+
+// pollEvery returns the poll interval of a long hardware wait: the
+// server's override when set, else the rule's.
+func (a *actions) pollEvery(rule time.Duration) time.Duration {
+	if a.poll > 0 {
+		return a.poll
+	}
+	return rule
 }
 
 // backendType maps a rule component type to the component managers' name.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
@@ -402,6 +404,86 @@ func (h *TaskHandler) PowerResetRack(ctx context.Context, req *flowv1.PowerReset
 func (h *TaskHandler) ACPowerCycleRack(ctx context.Context, req *flowv1.ACPowerCycleRackRequest) (*flowv1.SubmitTaskResponse, error) {
 	return h.submit(ctx, powerRequest(CodeColdReset, req.GetOverrideReadinessCheck()),
 		submitOptions{req.GetTargetSpec(), req.GetDescription(), req.GetQueueOptions(), req.RuleId})
+}
+
+// UpgradeFirmware submits firmware-upgrade tasks. Credentials in
+// authentication_data are sealed before anything is written (spec §12).
+func (h *TaskHandler) UpgradeFirmware(ctx context.Context, req *flowv1.UpgradeFirmwareRequest) (*flowv1.SubmitTaskResponse, error) {
+	auth, err := authFromProto(req.GetAuthenticationData(), req.GetSubTargets())
+	if err != nil {
+		return nil, err
+	}
+	r := Request{
+		Type: OperationTypeFirmwareControl, Code: CodeUpgrade, Auth: auth,
+		Payload: Payload{
+			Operation: firmwareOperations[CodeUpgrade], TargetVersion: req.GetTargetVersion(),
+			SubTargets: req.GetSubTargets(), OverrideReadinessCheck: req.GetOverrideReadinessCheck(),
+			OverrideVersionCheck: req.GetOverrideVersionCheck(),
+		},
+	}
+	if req.StartTime != nil {
+		r.Payload.StartTime = req.GetStartTime().GetSeconds()
+	}
+	if req.EndTime != nil {
+		r.Payload.EndTime = req.GetEndTime().GetSeconds()
+	}
+	if r.Payload.StartTime != 0 && r.Payload.EndTime != 0 && r.Payload.EndTime < r.Payload.StartTime {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("end_time must not be before start_time"))
+	}
+	return h.submit(ctx, r, submitOptions{req.GetTargetSpec(), req.GetDescription(), req.GetQueueOptions(), req.RuleId})
+}
+
+// authFromProto converts firmware credentials (spec §12): absent, an empty
+// shared value or per-component values that are all empty mean none.
+func authFromProto(d *flowv1.FirmwareAuthenticationData, subTargets []string) (firmware.AuthData, error) {
+	var out firmware.AuthData
+	if d == nil {
+		return out, nil
+	}
+	switch v := d.GetValue().(type) {
+	case nil:
+		return out, connect.NewError(connect.CodeInvalidArgument, errors.New("authentication data value is required"))
+	case *flowv1.FirmwareAuthenticationData_Shared:
+		out.Shared = &v.Shared
+	case *flowv1.FirmwareAuthenticationData_PerComponent:
+		if v.PerComponent == nil {
+			return out, connect.NewError(connect.CodeInvalidArgument, errors.New("per-component authentication data is required"))
+		}
+		out.Compute, out.NVSwitch, out.PowerShelf = v.PerComponent.Compute, v.PerComponent.Nvswitch, v.PerComponent.Powershelf
+	}
+	if out.Empty() {
+		return firmware.AuthData{}, nil
+	}
+	if len(subTargets) > 0 && !slices.ContainsFunc(subTargets, func(s string) bool { return s != "dpu" }) {
+		return out, connect.NewError(connect.CodeInvalidArgument, errors.New("dpu-only firmware updates do not support authentication data"))
+	}
+	return out, nil
+}
+
+// BringUpRack submits bring-up tasks. It has no queue options: a busy rack
+// rejects the request.
+func (h *TaskHandler) BringUpRack(ctx context.Context, req *flowv1.BringUpRackRequest) (*flowv1.SubmitTaskResponse, error) {
+	r := Request{Type: OperationTypeBringUp, Code: CodeBringUp, Payload: Payload{OverrideReadinessCheck: req.GetOverrideReadinessCheck()}}
+	return h.submit(ctx, r, submitOptions{req.GetTargetSpec(), req.GetDescription(), nil, req.RuleId})
+}
+
+// IngestRack submits ingestion tasks (bring_up / ingest; the payload's
+// op_code stays empty, as upstream). filters is accepted and ignored; a
+// busy rack rejects the request.
+func (h *TaskHandler) IngestRack(ctx context.Context, req *flowv1.IngestRackRequest) (*flowv1.SubmitTaskResponse, error) {
+	r := Request{Type: OperationTypeBringUp, Code: CodeIngest}
+	return h.submit(ctx, r, submitOptions{req.GetTargetSpec(), req.GetDescription(), nil, req.RuleId})
+}
+
+// DecommissionRack submits decommission tasks. Unlike upstream, which
+// answers Unimplemented, Flow runs them. Only rack and NVLink-domain
+// targets are accepted.
+func (h *TaskHandler) DecommissionRack(ctx context.Context, req *flowv1.DecommissionRackRequest) (*flowv1.SubmitTaskResponse, error) {
+	if _, ok := req.GetTargetSpec().GetTargets().(*flowv1.OperationTargetSpec_Components); ok {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("target_spec: decommission targets racks, not components"))
+	}
+	r := Request{Type: OperationTypeDecommission, Code: CodeDecommission}
+	return h.submit(ctx, r, submitOptions{req.GetTargetSpec(), req.GetDescription(), req.GetQueueOptions(), req.RuleId})
 }
 
 // ListTasks lists tasks, newest first, with AND-combined filters.

@@ -20,6 +20,15 @@ const (
 	kindVerifyPowerStatus = "flow.verify_power_status"
 	kindGetPowerStatus    = "flow.get_power_status"
 	kindSleep             = "flow.sleep"
+
+	kindFirmwareControl           = "flow.firmware_control"
+	kindVerifyFirmwareConsistency = "flow.verify_firmware_consistency"
+	kindBringUpControl            = "flow.bring_up_control"
+	kindWaitBringUp               = "flow.wait_bring_up"
+	kindInjectExpectation         = "flow.inject_expectation"
+	kindDecommissionControl       = "flow.decommission_control"
+	kindWaitDecommissioned        = "flow.wait_decommissioned"
+	kindVerifyReachability        = "flow.verify_reachability"
 )
 
 // actionKinds maps a rule action to its engine action kind.
@@ -28,6 +37,15 @@ var actionKinds = map[ActionName]string{
 	ActionVerifyPowerStatus: kindVerifyPowerStatus,
 	ActionGetPowerStatus:    kindGetPowerStatus,
 	ActionSleep:             kindSleep,
+
+	ActionFirmwareControl:           kindFirmwareControl,
+	ActionVerifyFirmwareConsistency: kindVerifyFirmwareConsistency,
+	ActionBringUpControl:            kindBringUpControl,
+	ActionWaitBringUp:               kindWaitBringUp,
+	ActionInjectExpectation:         kindInjectExpectation,
+	ActionDecommissionControl:       kindDecommissionControl,
+	ActionWaitDecommissioned:        kindWaitDecommissioned,
+	ActionVerifyReachability:        kindVerifyReachability,
 }
 
 // runTimeouts are the fixed per-type run budgets of upstream (spec §8.1).
@@ -54,6 +72,9 @@ type ActionParams struct {
 	// own, else the task's.
 	Operation OperationCode `json:"operation,omitempty"`
 	Override  bool          `json:"override_readiness_check,omitempty"`
+	// BatchSize is the step's max_parallel (0: one batch), so a batch's
+	// progress can count the batches before it.
+	BatchSize int `json:"batch_size,omitempty"`
 }
 
 // stepName is how an engine step records its rule origin: the rule stage
@@ -166,7 +187,7 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int
 	}
 	params := ActionParams{
 		TaskID: taskID, ComponentType: s.ComponentType, ByMAC: tt.ByMAC, Action: a,
-		Override: payload.OverrideReadinessCheck,
+		Override: payload.OverrideReadinessCheck, BatchSize: s.MaxParallel,
 	}
 	if a.Name == ActionPowerControl {
 		p, err := a.PowerControlParams()
@@ -178,10 +199,21 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int
 			params.Operation = p.Operation
 		}
 	}
-	if a.Name == ActionVerifyPowerStatus || a.Name == ActionFirmwareControl {
+	if waits(a.Name) {
 		// A polling action spends its own timeout waiting: the step must
 		// outlast it, whatever the call budget says.
-		step.Deadline = max(s.Budget(len(tt.IDs)), a.Timeout.Std()+2*time.Minute)
+		wait := a.Timeout.Std()
+		switch a.Name {
+		case ActionFirmwareControl:
+			if p, err := a.FirmwareControlParams(); err == nil {
+				wait = p.PollTimeout
+			}
+		case ActionWaitBringUp, ActionWaitDecommissioned:
+			if p, err := a.WaitParams(); err == nil {
+				wait = p.Timeout
+			}
+		}
+		step.Deadline = max(s.Budget(len(tt.IDs)), wait+2*time.Minute)
 	}
 	raw, err := json.Marshal(params)
 	if err != nil {
@@ -189,4 +221,14 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int
 	}
 	step.Params = json.RawMessage(raw)
 	return step, nil
+}
+
+// waits reports whether action a spends its own timeout polling, so its
+// engine step must outlast that timeout.
+func waits(a ActionName) bool {
+	switch a {
+	case ActionVerifyPowerStatus, ActionFirmwareControl, ActionWaitBringUp, ActionWaitDecommissioned, ActionVerifyReachability:
+		return true
+	}
+	return false
 }

@@ -147,6 +147,7 @@ func fillStep(step *StepReport, es []engine.StepReport, actions int, run *engine
 	failedTargets := map[string]bool{}
 	doneTargets := -1 // components past every started action
 	progressFailed := 0
+	failedByProgress := 0 // failed components reported by a failed action
 	for _, s := range es {
 		if s.StartedAt != nil && (started == nil || s.StartedAt.Before(*started)) {
 			started = s.StartedAt
@@ -182,6 +183,12 @@ func fillStep(step *StepReport, es []engine.StepReport, actions int, run *engine
 				n = s.Progress.Completed
 				progressFailed = max(progressFailed, s.Progress.Failed)
 			}
+			if s.Progress != nil && s.State == engine.StateFailed {
+				// A failed batch marks all its targets failed; the action's
+				// last progress says which components actually did.
+				n = s.Progress.Completed
+				failedByProgress = max(failedByProgress, s.Progress.Failed)
+			}
 			if doneTargets < 0 || n < doneTargets {
 				doneTargets = n
 			}
@@ -191,6 +198,9 @@ func fillStep(step *StepReport, es []engine.StepReport, actions int, run *engine
 		step.StartedAt = reportTime(started)
 	}
 	step.FailedComponents = max(len(failedTargets), progressFailed)
+	if failedByProgress > 0 {
+		step.FailedComponents = failedByProgress
+	}
 	switch {
 	case step.Status == reportFailed:
 		step.FinishedAt = reportTime(ended)

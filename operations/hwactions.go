@@ -1,0 +1,627 @@
+package operations
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/engine"
+	"github.com/nicoflow/flow/firmware"
+	"github.com/nicoflow/flow/operations/internal/dbsqlc"
+)
+
+// This file holds the long hardware actions (spec §8.6): firmware, bring-up,
+// ingestion, decommission and reachability. Each waits through durable polls
+// (engine.Result.PollAfter) and keeps what it must not redo in its
+// checkpoint.
+
+// taskRow reads the action's task.
+func (a *actions) taskRow(ctx context.Context, id uuid.UUID) (dbsqlc.Task, error) {
+	row, err := a.q.TaskGetByID(ctx, a.pool, id)
+	if err != nil {
+		return row, fmt.Errorf("read task %s: %w", id, err)
+	}
+	return row, nil
+}
+
+// typeTarget returns the whole target of component type t in the task (for
+// actions that run once per step rather than per batch).
+func typeTarget(row dbsqlc.Task, t ComponentType) (backend.Target, int, error) {
+	var targets map[ComponentType]typeTargets
+	if err := json.Unmarshal(row.Targets, &targets); err != nil {
+		return backend.Target{}, 0, fmt.Errorf("decode task targets: %w", err)
+	}
+	tt := targets[t]
+	if tt.ByMAC {
+		return backend.Target{MACs: tt.IDs}, len(tt.IDs), nil
+	}
+	return backend.Target{IDs: tt.IDs}, len(tt.IDs), nil
+}
+
+func targetKeys(t backend.Target) []string {
+	if len(t.MACs) > 0 {
+		return t.MACs
+	}
+	return t.IDs
+}
+
+// firmwarePhase says how far a FirmwareControl batch got.
+type firmwarePhase string
+
+const (
+	// fwStarting is saved before the start call: a re-run that finds it
+	// cannot know whether the call reached the device, so it compares the
+	// device's job status with the snapshot taken before the call.
+	fwStarting firmwarePhase = "starting"
+	// fwStarted is saved once the start call returned: re-runs only poll.
+	fwStarted firmwarePhase = "started"
+)
+
+// firmwareCheckpoint is a FirmwareControl batch's checkpoint. It holds no
+// credential.
+type firmwareCheckpoint struct {
+	Phase    firmwarePhase                    `json:"phase"`
+	Before   map[string]backend.FirmwareState `json:"before,omitempty"`
+	Deadline time.Time                        `json:"deadline"`
+}
+
+// targetVersionFor extracts component type t's target version from the
+// request's (spec §11.1): a JSON object keyed by compute / nvswitch /
+// powershelf gives this type's value (strings unquoted, anything else as raw
+// JSON), or "" when the object names other types but not this one; any other
+// value passes unchanged.
+func targetVersionFor(version string, t ComponentType) string {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(version), &obj); err != nil {
+		return version
+	}
+	key := strings.ToLower(string(t))
+	if v, ok := obj[key]; ok {
+		var s string
+		if err := json.Unmarshal(v, &s); err == nil {
+			return s
+		}
+		return string(v)
+	}
+	for _, k := range []string{"compute", "nvswitch", "powershelf"} {
+		if _, ok := obj[k]; ok {
+			return ""
+		}
+	}
+	return version
+}
+
+// firmwareRequest builds the start request of component type t from the
+// task's payload, opening its sealed credentials. Key errors are permanent:
+// no retry can give this server the key.
+func (a *actions) firmwareRequest(row dbsqlc.Task, t ComponentType) (backend.FirmwareRequest, error) {
+	var p Payload
+	if err := json.Unmarshal(row.Information, &p); err != nil {
+		return backend.FirmwareRequest{}, engine.Permanent(fmt.Errorf("decode task payload: %w", err))
+	}
+	fr := backend.FirmwareRequest{BypassReadiness: p.OverrideReadinessCheck}
+	if OperationType(row.OperationType) == OperationTypeFirmwareControl {
+		fr.Version = targetVersionFor(p.TargetVersion, t)
+		fr.Components = p.SubTargets
+		fr.Force = p.OverrideVersionCheck
+	}
+	if p.AuthenticationData == nil {
+		return fr, nil
+	}
+	if a.keys == nil {
+		return fr, engine.Permanent(firmware.ErrNoKey)
+	}
+	data, err := a.keys.Open(p.AuthenticationData)
+	if err != nil {
+		return fr, engine.Permanent(err)
+	}
+	token, err := data.For(string(t))
+	if err != nil {
+		return fr, engine.Permanent(err)
+	}
+	fr.AccessToken = token
+	return fr, nil
+}
+
+// jobStarted reports whether the device status after a possibly lost start
+// call shows a job the call started: some component's state moved from the
+// snapshot taken before it. Unchanged terminal states are ambiguous (a fast
+// job may have run to the same end); the caller then starts again, which
+// Core treats as a re-application of the same version.
+func jobStarted(before map[string]backend.FirmwareState, now []backend.FirmwareStatus) bool {
+	for _, s := range now {
+		if s.State != before[s.Key] && !(before[s.Key] == "" && s.State == backend.FirmwareUnknown) {
+			return true
+		}
+	}
+	return false
+}
+
+func statusMap(sts []backend.FirmwareStatus) map[string]backend.FirmwareState {
+	out := make(map[string]backend.FirmwareState, len(sts))
+	for _, s := range sts {
+		out[s.Key] = s.State
+	}
+	return out
+}
+
+// firmwareControl starts a firmware update on the batch once, then polls
+// its status until every component completed, one failed, or poll_timeout
+// passed (spec §8.6). The start is recorded in the checkpoint, so a re-run
+// after a crash resumes polling and never starts the same update twice.
+func (a *actions) firmwareControl(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
+	m, target, err := a.begin(ctx, call)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	p, err := call.Params.Action.FirmwareControlParams()
+	if err != nil {
+		return engine.Result{}, engine.Permanent(err)
+	}
+	ct := call.Params.ComponentType
+	var st firmwareCheckpoint
+	if _, err := call.Checkpoint(&st); err != nil {
+		return engine.Result{}, err
+	}
+	var components []string
+	if st.Phase != fwStarted {
+		row, err := a.taskRow(ctx, call.Params.TaskID)
+		if err != nil {
+			return engine.Result{}, err
+		}
+		fr, err := a.firmwareRequest(row, ct)
+		if err != nil {
+			return engine.Result{}, fmt.Errorf("failed to start firmware update: %w", err)
+		}
+		components = fr.Components
+		start := true
+		if st.Phase == fwStarting {
+			// A previous run may have crashed after the start call reached
+			// the device and before its checkpoint committed.
+			now, err := m.FirmwareStatus(ctx, target, components)
+			if err != nil {
+				return engine.Result{}, permanentIf(fmt.Errorf("read %s firmware status before restart: %w", ct, err))
+			}
+			start = !jobStarted(st.Before, now)
+			if !start {
+				a.logger.InfoContext(ctx, "firmware update already started; resuming polling", "task_id", call.Params.TaskID, "step", call.Step)
+			}
+		} else {
+			before, err := m.FirmwareStatus(ctx, target, components)
+			if err != nil && errors.Is(err, backend.ErrNotConfigured) {
+				return engine.Result{}, engine.Permanent(err)
+			}
+			st = firmwareCheckpoint{Phase: fwStarting, Before: statusMap(before)}
+			if err := call.SaveCheckpoint(ctx, st); err != nil {
+				return engine.Result{}, err
+			}
+		}
+		if start {
+			if err := m.StartFirmware(ctx, target, fr); err != nil {
+				return engine.Result{}, permanentIf(fmt.Errorf("failed to start firmware update: %w", err))
+			}
+		}
+		st = firmwareCheckpoint{Phase: fwStarted, Deadline: time.Now().Add(p.PollTimeout)}
+		if err := call.SaveCheckpoint(ctx, st); err != nil {
+			return engine.Result{}, err
+		}
+	} else if ct == ComponentTypePowerShelf {
+		// PSM narrows its status query to the requested sub-targets.
+		row, err := a.taskRow(ctx, call.Params.TaskID)
+		if err != nil {
+			return engine.Result{}, err
+		}
+		var pl Payload
+		_ = json.Unmarshal(row.Information, &pl)
+		components = pl.SubTargets
+	}
+	return a.pollFirmware(ctx, call, m, target, components, p, st.Deadline)
+}
+
+// pollFirmware is one status poll of a started update. Read errors are
+// tolerated until the deadline.
+func (a *actions) pollFirmware(ctx context.Context, call engine.Call[ActionParams], m *backend.Manager, target backend.Target, components []string, p FirmwareControlParams, deadline time.Time) (engine.Result, error) {
+	ct := call.Params.ComponentType
+	sts, err := m.FirmwareStatus(ctx, target, components)
+	if errors.Is(err, backend.ErrNotConfigured) || errors.Is(err, backend.ErrUnsupported) {
+		return engine.Result{}, engine.Permanent(err)
+	}
+	if err == nil {
+		completed := 0
+		var failed, reasons []string
+		for _, s := range sts {
+			switch s.State {
+			case backend.FirmwareCompleted:
+				completed++
+			case backend.FirmwareFailed:
+				failed = append(failed, s.Key)
+				if s.Message != "" {
+					reasons = append(reasons, s.Key+": "+s.Message)
+				}
+			}
+		}
+		done := call.Batch * call.Params.BatchSize
+		if perr := call.ReportProgress(ctx, engine.Progress{Completed: done + completed, Failed: len(failed)}); errors.Is(perr, engine.ErrStepEnded) {
+			return engine.Result{}, perr
+		}
+		if len(failed) > 0 {
+			slices.Sort(failed)
+			msg := fmt.Sprintf("firmware update failed for components: [%s]", strings.Join(failed, " "))
+			if len(reasons) > 0 {
+				msg += " (" + strings.Join(reasons, "; ") + ")"
+			}
+			return engine.Result{}, engine.Permanent(errors.New(msg))
+		}
+		if completed == len(sts) {
+			return engine.Result{}, nil
+		}
+	} else {
+		a.logger.WarnContext(ctx, "firmware status read failed", "task_id", call.Params.TaskID, "step", call.Step, "error", err)
+	}
+	if !time.Now().Before(deadline) {
+		return engine.Result{}, engine.Permanent(fmt.Errorf("%s firmware update timed out after %s", ct, p.PollTimeout))
+	}
+	return engine.Result{PollAfter: min(a.pollEvery(p.PollInterval), time.Until(deadline)+time.Millisecond)}, nil
+}
+
+// verifyFirmwareConsistency checks that every component of the step's type
+// reports the same firmware version (spec §8.6; NVSwitch in the built-in
+// bring-up rule).
+func (a *actions) verifyFirmwareConsistency(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
+	m, _, err := a.begin(ctx, call)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	row, err := a.taskRow(ctx, call.Params.TaskID)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	target, n, err := typeTarget(row, call.Params.ComponentType)
+	if err != nil || n == 0 {
+		return engine.Result{}, engine.Permanent(cmpErr(err, "no targets"))
+	}
+	versions, err := m.FirmwareVersions(ctx, target)
+	if err != nil {
+		return engine.Result{}, permanentIf(err)
+	}
+	seen := map[string][]string{}
+	var missing []string
+	for _, k := range targetKeys(target) {
+		v, ok := versions[k]
+		if !ok {
+			missing = append(missing, k)
+			continue
+		}
+		seen[v] = append(seen[v], k)
+	}
+	if len(missing) > 0 {
+		return engine.Result{}, fmt.Errorf("firmware version unknown for %s components: [%s]", call.Params.ComponentType, strings.Join(missing, " "))
+	}
+	if len(seen) > 1 {
+		var parts []string
+		for v, ks := range seen {
+			parts = append(parts, fmt.Sprintf("%s on %d", v, len(ks)))
+		}
+		slices.Sort(parts)
+		return engine.Result{}, fmt.Errorf("firmware versions of %s components differ: %s", call.Params.ComponentType, strings.Join(parts, ", "))
+	}
+	return engine.Result{}, nil
+}
+
+func cmpErr(err error, msg string) error {
+	if err != nil {
+		return err
+	}
+	return errors.New(msg)
+}
+
+// bringUpControl opens Core's ingestion and power-on gate for the batch.
+func (a *actions) bringUpControl(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
+	m, target, err := a.begin(ctx, call)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	if err := m.AllowBringUp(ctx, target); err != nil {
+		return engine.Result{}, permanentIf(fmt.Errorf("%s bring-up: %w", call.Params.ComponentType, err))
+	}
+	return engine.Result{}, nil
+}
+
+// waitCheckpoint is the checkpoint of WaitBringUp and WaitDecommissioned.
+type waitCheckpoint struct {
+	Deadline time.Time `json:"deadline"`
+	// FailingSince is when status reads started failing in a row (zero
+	// while they succeed).
+	FailingSince time.Time `json:"failing_since,omitzero"`
+}
+
+// waitBringUp waits for every component of the batch to be ingested
+// (MachineCreated): it sleeps first, then polls, tolerating read errors.
+func (a *actions) waitBringUp(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
+	m, target, err := a.begin(ctx, call)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	p, err := call.Params.Action.WaitParams()
+	if err != nil {
+		return engine.Result{}, engine.Permanent(err)
+	}
+	every := a.pollEvery(p.PollInterval)
+	var st waitCheckpoint
+	if ok, err := call.Checkpoint(&st); err != nil {
+		return engine.Result{}, err
+	} else if !ok {
+		st.Deadline = time.Now().Add(p.Timeout)
+		if err := call.SaveCheckpoint(ctx, st); err != nil {
+			return engine.Result{}, err
+		}
+		return engine.Result{PollAfter: every}, nil
+	}
+	states, err := m.BringUpState(ctx, target)
+	if errors.Is(err, backend.ErrNotConfigured) || errors.Is(err, backend.ErrUnsupported) {
+		return engine.Result{}, engine.Permanent(err)
+	}
+	if err == nil {
+		done := 0
+		for _, k := range targetKeys(target) {
+			if states[k] == backend.BringUpDone {
+				done++
+			}
+		}
+		_ = call.ReportProgress(ctx, engine.Progress{Completed: call.Batch*call.Params.BatchSize + done})
+		if done == len(targetKeys(target)) {
+			return engine.Result{}, nil
+		}
+	}
+	if !time.Now().Before(st.Deadline) {
+		return engine.Result{}, engine.Permanent(errors.New("timed out waiting for compute bring-up"))
+	}
+	return engine.Result{PollAfter: min(every, time.Until(st.Deadline)+time.Millisecond)}, nil
+}
+
+// injectExpectation declares the batch's components to the backend from
+// Flow's inventory (BMC MAC and IP, serial, rack), so Core can ingest them.
+func (a *actions) injectExpectation(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
+	m, _, err := a.begin(ctx, call)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	row, err := a.taskRow(ctx, call.Params.TaskID)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	var comps map[string][]uuid.UUID
+	if err := json.Unmarshal(row.Components, &comps); err != nil {
+		return engine.Result{}, engine.Permanent(fmt.Errorf("decode task components: %w", err))
+	}
+	batch := map[string]bool{}
+	for _, k := range call.Targets {
+		batch[strings.ToLower(k)] = true
+	}
+	var exps []backend.Expectation
+	for _, id := range comps[string(call.Params.ComponentType)] {
+		c, err := a.inv.Component(ctx, a.pool, id)
+		if err != nil {
+			return engine.Result{}, fmt.Errorf("read component %s: %w", id, err)
+		}
+		mac := managementMAC(c)
+		if !batch[strings.ToLower(mac)] && !batch[strings.ToLower(c.ExternalID)] {
+			continue
+		}
+		e := backend.Expectation{BMCMAC: mac, Serial: c.SerialNumber, RackID: row.RackID.String()}
+		for _, b := range c.BMCs {
+			if b.MAC.String() == mac && b.IP != nil {
+				e.BMCIP = *b.IP
+			}
+		}
+		exps = append(exps, e)
+	}
+	if err := m.InjectExpectation(ctx, exps); err != nil {
+		return engine.Result{}, permanentIf(fmt.Errorf("%s inject expectation: %w", call.Params.ComponentType, err))
+	}
+	return engine.Result{}, nil
+}
+
+// decommissionControl starts decommissioning the batch, once: a re-run
+// that finds the components already decommissioning does not ask again
+// (Core accepts the request only from Ready).
+func (a *actions) decommissionControl(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
+	m, target, err := a.begin(ctx, call)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	if call.Params.ByMAC {
+		return engine.Result{}, engine.Permanent(fmt.Errorf("decommission needs Core IDs: some %s components are not linked to NICo Core (run inventory sync)", call.Params.ComponentType))
+	}
+	var sent bool
+	if ok, err := call.Checkpoint(&sent); err != nil {
+		return engine.Result{}, err
+	} else if ok && sent {
+		if sts, err := m.DecommissionStatus(ctx, target); err == nil && len(sts) > 0 {
+			begun := true
+			for _, k := range target.IDs {
+				s, ok := sts[k]
+				begun = begun && ok && (s.Outcome == backend.DecommissionDone || strings.HasPrefix(s.State, "Decommissioning"))
+			}
+			if begun {
+				return engine.Result{}, nil
+			}
+		}
+	}
+	if err := call.SaveCheckpoint(ctx, true); err != nil {
+		return engine.Result{}, err
+	}
+	if err := m.Decommission(ctx, target); err != nil {
+		return engine.Result{}, permanentIf(fmt.Errorf("%s decommission: %w", call.Params.ComponentType, err))
+	}
+	return engine.Result{}, nil
+}
+
+// decommissionErrorWindow is how long status reads may fail in a row before
+// WaitDecommissioned gives up.
+const decommissionErrorWindow = 5 * time.Minute
+
+// waitDecommissioned polls until every component of the batch is
+// decommissioned (spec §8.6): it polls at once, then every poll interval;
+// a state outside the known ones, an empty answer or a missing component
+// fails; status reads failing for 5 minutes in a row abort.
+func (a *actions) waitDecommissioned(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
+	m, target, err := a.begin(ctx, call)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	p, err := call.Params.Action.WaitParams()
+	if err != nil {
+		return engine.Result{}, engine.Permanent(err)
+	}
+	var st waitCheckpoint
+	if ok, err := call.Checkpoint(&st); err != nil {
+		return engine.Result{}, err
+	} else if !ok {
+		st.Deadline = time.Now().Add(p.Timeout)
+		if err := call.SaveCheckpoint(ctx, st); err != nil {
+			return engine.Result{}, err
+		}
+	}
+	sts, err := m.DecommissionStatus(ctx, target)
+	switch {
+	case errors.Is(err, backend.ErrNotConfigured) || errors.Is(err, backend.ErrUnsupported):
+		return engine.Result{}, engine.Permanent(err)
+	case err != nil:
+		if st.FailingSince.IsZero() {
+			st.FailingSince = time.Now()
+			if err := call.SaveCheckpoint(ctx, st); err != nil {
+				return engine.Result{}, err
+			}
+		} else if time.Since(st.FailingSince) >= decommissionErrorWindow {
+			return engine.Result{}, engine.Permanent(fmt.Errorf("decommission status unavailable for %s: %w", decommissionErrorWindow, err))
+		}
+	default:
+		if !st.FailingSince.IsZero() {
+			st.FailingSince = time.Time{}
+			if err := call.SaveCheckpoint(ctx, st); err != nil {
+				return engine.Result{}, err
+			}
+		}
+		if len(sts) == 0 {
+			return engine.Result{}, engine.Permanent(errors.New("decommission status: empty result"))
+		}
+		done := 0
+		for _, k := range targetKeys(target) {
+			s, ok := sts[k]
+			switch {
+			case !ok || s.State == "":
+				return engine.Result{}, engine.Permanent(fmt.Errorf("decommission status: no state for %s", k))
+			case s.Outcome == backend.DecommissionFailed:
+				return engine.Result{}, engine.Permanent(fmt.Errorf("decommission of %s: unexpected state %s", k, s.State))
+			case s.Outcome == backend.DecommissionDone:
+				done++
+			}
+		}
+		_ = call.ReportProgress(ctx, engine.Progress{Completed: call.Batch*call.Params.BatchSize + done})
+		if done == len(targetKeys(target)) {
+			return engine.Result{}, nil
+		}
+	}
+	if !time.Now().Before(st.Deadline) {
+		return engine.Result{}, engine.Permanent(fmt.Errorf("timeout after %s waiting for %s components to be decommissioned", p.Timeout, call.Params.ComponentType))
+	}
+	return engine.Result{PollAfter: min(a.pollEvery(p.PollInterval), time.Until(st.Deadline)+time.Millisecond)}, nil
+}
+
+// reachCheckpoint is VerifyReachability's checkpoint: its deadline and the
+// types found reachable so far (they stay reachable).
+type reachCheckpoint struct {
+	Deadline  time.Time       `json:"deadline"`
+	Reachable []ComponentType `json:"reachable,omitempty"`
+	Polls     int             `json:"polls"`
+}
+
+// verifyReachability waits until every type it names answers power-status
+// reads (spec §8.6): types named but not targeted count as reachable; a type
+// is reachable once a read succeeds with at least one answer (every
+// identifier with require_all), probed in batches of the step's
+// max_parallel.
+func (a *actions) verifyReachability(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
+	if _, _, err := a.begin(ctx, call); err != nil {
+		return engine.Result{}, err
+	}
+	p, err := call.Params.Action.VerifyReachabilityParams()
+	if err != nil {
+		return engine.Result{}, engine.Permanent(err)
+	}
+	var st reachCheckpoint
+	if ok, err := call.Checkpoint(&st); err != nil {
+		return engine.Result{}, err
+	} else if !ok {
+		st.Deadline = time.Now().Add(p.Timeout)
+	}
+	st.Polls++
+	row, err := a.taskRow(ctx, call.Params.TaskID)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	var pending []ComponentType
+	for _, ct := range p.ComponentTypes {
+		if slices.Contains(st.Reachable, ct) {
+			continue
+		}
+		target, n, err := typeTarget(row, ct)
+		if err != nil {
+			return engine.Result{}, engine.Permanent(err)
+		}
+		if n == 0 || a.reachable(ctx, ct, target, p.RequireAll, call.Params.BatchSize) {
+			st.Reachable = append(st.Reachable, ct)
+			continue
+		}
+		pending = append(pending, ct)
+	}
+	if len(pending) == 0 {
+		return engine.Result{}, nil
+	}
+	if !time.Now().Before(st.Deadline) {
+		return engine.Result{}, engine.Permanent(fmt.Errorf("timeout after %s waiting for components to become reachable: %v", p.Timeout, pending))
+	}
+	if err := call.SaveCheckpoint(ctx, st); err != nil {
+		return engine.Result{}, err
+	}
+	return engine.Result{PollAfter: min(p.PollInterval, time.Until(st.Deadline)+time.Millisecond)}, nil
+}
+
+func (a *actions) reachable(ctx context.Context, ct ComponentType, target backend.Target, requireAll bool, batch int) bool {
+	m := a.backends.For(backendType(ct))
+	if m == nil {
+		return false
+	}
+	keys := targetKeys(target)
+	if batch <= 0 {
+		batch = len(keys)
+	}
+	answered := 0
+	for chunk := range slices.Chunk(keys, batch) {
+		t := backend.Target{IDs: chunk}
+		if len(target.MACs) > 0 {
+			t = backend.Target{MACs: chunk}
+		}
+		status, err := m.PowerStatus(ctx, t)
+		if err != nil {
+			return false
+		}
+		for _, k := range chunk {
+			if _, ok := status[k]; ok {
+				answered++
+			}
+		}
+	}
+	if requireAll {
+		return answered == len(keys)
+	}
+	return answered > 0
+}
