@@ -199,6 +199,9 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int
 			params.Operation = p.Operation
 		}
 	}
+	if c, ok := callTimeoutCaps[a.Name]; ok {
+		step.Timeout = min(step.Timeout, c)
+	}
 	if waits(a.Name) {
 		// A polling action spends its own timeout waiting: the step must
 		// outlast it, whatever the call budget says.
@@ -231,4 +234,21 @@ func waits(a ActionName) bool {
 		return true
 	}
 	return false
+}
+
+// callTimeoutCaps bound single calls of the actions that wait between
+// short backend calls (a start, then status polls, each its own call). A
+// rule's step timeout of 45 m or 4 h is the whole wait's budget, not one
+// call's: the step deadline carries it. DecommissionControl gets 5 m as
+// upstream (spec §8.5). Calls must also stay inside the engine's rescue
+// window (FLOW_ENGINE_RESCUE_AFTER, default 30 m).
+var callTimeoutCaps = map[ActionName]time.Duration{
+	ActionFirmwareControl:           10 * time.Minute,
+	ActionWaitBringUp:               2 * time.Minute,
+	ActionWaitDecommissioned:        2 * time.Minute,
+	ActionVerifyReachability:        2 * time.Minute,
+	ActionDecommissionControl:       5 * time.Minute,
+	ActionBringUpControl:            10 * time.Minute,
+	ActionInjectExpectation:         10 * time.Minute,
+	ActionVerifyFirmwareConsistency: 10 * time.Minute,
 }
