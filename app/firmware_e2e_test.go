@@ -240,7 +240,6 @@ func TestRackOperationsEndToEnd(t *testing.T) {
 	})
 }
 
-
 // decommissionMethod is the Core method that decommissions a component type.
 func decommissionMethod(ct inventory.ComponentType) string {
 	switch ct {
