@@ -275,12 +275,15 @@ func (e *Engine) finishStep(ctx context.Context, job *river.Job[RunStepArgs], ro
 	var spec stepSpec
 	_ = json.Unmarshal(row.Spec, &spec)
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		// The job first: the checkpoint locks the run row, which the other
-		// steps of the stage wait for, so it comes last.
-		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		// Locks are taken run row first, then River jobs (this one, and the
+		// siblings a failure cancels), the order Cancel and the timeout use:
+		// completing the job before the checkpoint would deadlock with a
+		// sibling cancelling it.
+		if err := e.checkpoint(ctx, tx, job, row, &spec, state, msg, calls); err != nil {
 			return err
 		}
-		return e.checkpoint(ctx, tx, job, row, &spec, state, msg, calls)
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
 	})
 	if errors.Is(err, errStepGone) {
 		return nil // nothing to record; River completes the job
