@@ -280,11 +280,30 @@ func TestRunTimeout(t *testing.T) {
 	require.Equal(t, engine.StateFailed, rep.State)
 	require.Equal(t, "run timed out", rep.Error)
 	require.Equal(t, rep.CreatedAt.Add(300*time.Millisecond).Truncate(time.Millisecond), rep.TimeoutAt.Truncate(time.Millisecond))
-	// The hanging call saw its context end.
+	// The hanging call (if it started before the timeout) saw its context end.
 	require.Eventually(t, func() bool {
-		calls := b.calls(t, id)
-		return len(calls) == 1 && calls[0].Outcome == "ctx_done"
+		for _, c := range b.calls(t, id) {
+			if c.Outcome == "running" {
+				return false
+			}
+			require.Equal(t, "ctx_done", c.Outcome)
+		}
+		return true
 	}, 10*time.Second, 20*time.Millisecond)
+	require.LessOrEqual(t, len(b.calls(t, id)), 1)
+	t.Run("WhileSleeping", func(t *testing.T) {
+		t.Parallel()
+		// The step's job is snoozed for an hour: only the run's own timeout
+		// job can end the run.
+		id := b.start(t, engine.Plan{Timeout: 300 * time.Millisecond, Stages: []engine.Stage{{Steps: []engine.Step{step("nap", testParams{Sleep: time.Hour}, "t1")}}}})
+		rep := b.wait(t, id)
+		require.Equal(t, engine.StateFailed, rep.State)
+		require.Equal(t, "run timed out", rep.Error)
+		require.Equal(t, engine.StateCancelled, rep.Stages[0].Steps[0].State)
+		var state string
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT state FROM river_job WHERE kind = 'engine.run_timeout' AND (args->>'run_id')::bigint = $1`, id).Scan(&state))
+		require.Equal(t, "completed", state)
+	})
 }
 
 func TestCancel(t *testing.T) {
