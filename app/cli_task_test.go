@@ -2,11 +2,14 @@ package app
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
 // setupTaskCLI starts a Flow server with both simulators (power changes
@@ -189,7 +192,7 @@ func TestCLITaskWatchQueueCancel(t *testing.T) {
 			"stage 2/3 running", "stage 2/3 completed",
 			"stage 3/3 running", "stage 3/3 completed",
 		}, dedupe(stageLines), out)
-		require.Contains(t, out, "  stage 3 Compute running 0/18\n")
+		require.Regexp(t, `\n  stage 3 Compute running \d+/18\n`, out)
 		require.Equal(t, "task "+id+" completed: Succeeded", lines[len(lines)-1])
 		require.Contains(t, b.mustFlow(t, "task", "get", id), "RULE           "+rule)
 	})
@@ -217,7 +220,7 @@ func TestCLITaskWatchQueueCancel(t *testing.T) {
 		}, 30*time.Second, 20*time.Millisecond)
 
 		// A conflicting request is rejected, or queued with --queue.
-		requireFlowError(t, b, "", "power", "on", rack.Name)
+		requireFlowError(t, b, "failed_precondition: operations: rack already has a conflicting task: rack demo-0002: task "+first, "power", "on", rack.Name)
 		out := b.mustFlow(t, "power", "on", rack.Name, "--queue", "--queue-timeout", "30m")
 		queued := strings.Fields(strings.Split(out, "\n")[1])[0]
 		out = b.mustFlow(t, "task", "list", "--active")
@@ -236,7 +239,8 @@ func TestCLITaskWatchQueueCancel(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("power on --wait did not return after the cancel")
 		}
-		require.Contains(t, waitOut, "demo-0002:   stage 1 PowerShelf running 0/8\n")
+		require.Regexp(t, `\ndemo-0002:   stage 1 PowerShelf running \d/8\n`, waitOut)
+		require.Contains(t, waitOut, "\ndemo-0002: task "+first+" terminated: Cancelled by user\n")
 		require.Regexp(t, first+`\s+demo-0002\s+terminated\s+Cancelled by user\n$`, waitOut)
 
 		_, _, err := b.flow("task", "watch", first)
@@ -256,4 +260,31 @@ func dedupe(ss []string) []string {
 		}
 	}
 	return out
+}
+
+func TestTaskViewRedraw(t *testing.T) {
+	t.Parallel()
+	task := func(status flowv1.TaskStatus, msg string) []*flowv1.Task {
+		return []*flowv1.Task{{
+			Id: &flowv1.UUID{Id: "t1"}, RackId: &flowv1.UUID{Id: "r1"}, Operation: "power_on", Status: status, Message: msg,
+			Report: `{"version":1,"stages":[{"number":1,"status":"running","steps":[{"component_type":"Compute","status":"running","total_components":2,"completed_components":1}]}]}`,
+		}}
+	}
+	var buf strings.Builder
+	v := newTaskView(&buf, true, true)
+	v.show(task(flowv1.TaskStatus_TASK_STATUS_RUNNING, "Running"), map[string]string{"r1": "g10"}, false)
+	first := buf.String()
+	require.Equal(t, "TASK  RACK  STATUS   PROGRESS             MESSAGE\nt1    g10   running  stage 1/1, 1/2 done  Running\n", first)
+	v.show(task(flowv1.TaskStatus_TASK_STATUS_COMPLETED, "Succeeded"), map[string]string{"r1": "g10"}, true)
+	// Up over the two lines drawn, clear, redraw.
+	require.True(t, strings.HasPrefix(buf.String()[len(first):], "\x1b[2A\x1b[J"), "%q", buf.String())
+	require.Contains(t, buf.String()[len(first):], "completed")
+
+	buf.Reset()
+	v = newTaskView(&buf, true, false)
+	v.show(task(flowv1.TaskStatus_TASK_STATUS_RUNNING, "Running"), nil, false)
+	n := strings.Count(buf.String(), "\n")
+	require.Contains(t, buf.String(), "1 running  Compute  running  1          0       2")
+	v.show(task(flowv1.TaskStatus_TASK_STATUS_RUNNING, "Running"), nil, false)
+	require.Contains(t, buf.String(), fmt.Sprintf("\x1b[%dA\x1b[J", n))
 }
