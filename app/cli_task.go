@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"golang.org/x/term"
 
 	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -418,7 +419,7 @@ type taskView interface {
 // instead of one task's stages and steps.
 func newTaskView(w io.Writer, tty, multi bool) taskView {
 	if tty {
-		return &redrawView{w: w, multi: multi}
+		return &redrawView{w: w, multi: multi, width: termWidth(w)}
 	}
 	return &lineView{w: w, multi: multi, last: map[string]string{}}
 }
@@ -496,11 +497,23 @@ func stepLine(stage int, s operations.StepReport) string {
 	return line
 }
 
+// termWidth returns the width of the terminal w, 0 if unknown.
+func termWidth(w io.Writer) int {
+	if f, ok := w.(*os.File); ok {
+		if width, _, err := term.GetSize(int(f.Fd())); err == nil {
+			return width
+		}
+	}
+	return 0
+}
+
 // redrawView redraws its frame in place with ANSI cursor movement: up over
-// the previous frame, then clear to the end of the screen.
+// the previous frame, then clear to the end of the screen. Lines are cut to
+// the terminal's width, as a wrapped line would throw off the count.
 type redrawView struct {
 	w     io.Writer
 	multi bool
+	width int // terminal columns; 0: unknown, lines are not cut
 	lines int // lines of the frame on screen
 }
 
@@ -518,6 +531,15 @@ func (v *redrawView) show(tasks []*flowv1.Task, names map[string]string, _ bool)
 		}
 	}
 	frame := b.String()
+	if v.width > 1 {
+		lines := strings.SplitAfter(frame, "\n")
+		for i, l := range lines {
+			if r := []rune(strings.TrimSuffix(l, "\n")); len(r) >= v.width {
+				lines[i] = string(r[:v.width-2]) + "…\n"
+			}
+		}
+		frame = strings.Join(lines, "")
+	}
 	if v.lines > 0 {
 		fmt.Fprintf(v.w, "\x1b[%dA\x1b[J", v.lines)
 	}

@@ -288,3 +288,14 @@ func TestTaskViewRedraw(t *testing.T) {
 	v.show(task(flowv1.TaskStatus_TASK_STATUS_RUNNING, "Running"), nil, false)
 	require.Contains(t, buf.String(), fmt.Sprintf("\x1b[%dA\x1b[J", n))
 }
+
+func TestTaskViewRedrawCutsLines(t *testing.T) {
+	t.Parallel()
+	var buf strings.Builder
+	v := &redrawView{w: &buf, multi: true, width: 20}
+	v.show([]*flowv1.Task{{Id: &flowv1.UUID{Id: "t1"}, Status: flowv1.TaskStatus_TASK_STATUS_FAILED, Message: strings.Repeat("x", 100)}}, nil, true)
+	for _, l := range strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n") {
+		require.Equal(t, 19, len([]rune(l)), "%q", l)
+	}
+	require.Equal(t, 2, v.lines)
+}
