@@ -29,6 +29,10 @@ import (
 // news.
 const defaultPollInterval = time.Second
 
+// maxUnavailablePolls is how many polls in a row may find the server
+// unavailable before watch and power --wait give up.
+const maxUnavailablePolls = 30
+
 var taskNoun = cliNoun{
 	name:    "task",
 	summary: "tasks: one per rack and operation, with their stage and step progress",
@@ -381,11 +385,24 @@ func clock(s string) string {
 func followTasks(ctx context.Context, c *cliEnv, ids []*flowv1.UUID, interval time.Duration, view taskView, names map[string]string) ([]*flowv1.Task, error) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	unavailable := 0
 	for {
 		res, err := c.client.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: ids})
 		if err != nil {
-			return nil, err
+			// Tasks run for many minutes: ride out a server restart or a
+			// network blip rather than stop following them.
+			unavailable++
+			if connect.CodeOf(err) != connect.CodeUnavailable || unavailable > maxUnavailablePolls {
+				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-tick.C:
+			}
+			continue
 		}
+		unavailable = 0
 		tasks := res.GetTasks()
 		if names == nil && view != nil {
 			names = rackNames(ctx, c, tasks)

@@ -1,15 +1,22 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
 // setupTaskCLI starts a Flow server with both simulators (power changes
@@ -299,4 +306,34 @@ func TestTaskViewRedrawCutsLines(t *testing.T) {
 		require.Equal(t, 19, len([]rune(l)), "%q", l)
 	}
 	require.Equal(t, 2, v.lines)
+}
+
+// flakyTasks answers GetTasksByIDs with Unavailable a number of times, then
+// with one completed task.
+type flakyTasks struct {
+	flowv1connect.UnimplementedFlowHandler
+	failures atomic.Int32
+}
+
+func (f *flakyTasks) GetTasksByIDs(_ context.Context, req *flowv1.GetTasksByIDsRequest) (*flowv1.GetTasksByIDsResponse, error) {
+	if f.failures.Add(-1) >= 0 {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("restarting"))
+	}
+	return &flowv1.GetTasksByIDsResponse{Tasks: []*flowv1.Task{{Id: req.GetTaskIds()[0], Status: flowv1.TaskStatus_TASK_STATUS_COMPLETED, Message: "Succeeded"}}}, nil
+}
+
+func TestCLITaskWatchRidesOutUnavailable(t *testing.T) {
+	t.Parallel()
+	h := &flakyTasks{}
+	h.failures.Store(3)
+	mux := http.NewServeMux()
+	mux.Handle(flowv1connect.NewFlowHandler(h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	b := &cliBundle{env: map[string]string{"FLOW_SERVER": srv.URL}}
+	id := "00000000-0000-0000-0000-000000000001"
+	require.Equal(t, "task "+id+" completed: Succeeded", b.mustFlow(t, "task", "watch", id, "--interval", "5ms"))
+
+	h.failures.Store(maxUnavailablePolls + 1)
+	requireFlowError(t, b, "unavailable: restarting", "task", "watch", id, "--interval", "1ms")
 }
