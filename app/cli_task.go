@@ -381,12 +381,19 @@ func clock(s string) string {
 
 // followTasks polls the tasks every interval, showing each snapshot on view
 // (nil: show nothing) with the racks' names (nil: looked up), until all have
-// finished; it returns the final snapshot in the order of ids.
+// finished; it returns the final snapshot.
 func followTasks(ctx context.Context, c *cliEnv, ids []*flowv1.UUID, interval time.Duration, view taskView, names map[string]string) ([]*flowv1.Task, error) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	unavailable := 0
-	for {
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-tick.C:
+			}
+		}
 		res, err := c.client.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: ids})
 		if err != nil {
 			// Tasks run for many minutes: ride out a server restart or a
@@ -394,11 +401,6 @@ func followTasks(ctx context.Context, c *cliEnv, ids []*flowv1.UUID, interval ti
 			unavailable++
 			if connect.CodeOf(err) != connect.CodeUnavailable || unavailable > maxUnavailablePolls {
 				return nil, err
-			}
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-tick.C:
 			}
 			continue
 		}
@@ -412,22 +414,17 @@ func followTasks(ctx context.Context, c *cliEnv, ids []*flowv1.UUID, interval ti
 			done = done && taskFinished(t.GetStatus())
 		}
 		if view != nil {
-			view.show(tasks, names, done)
+			view.show(tasks, names)
 		}
 		if done {
 			return tasks, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-tick.C:
 		}
 	}
 }
 
 // taskView shows successive snapshots of tasks as they progress.
 type taskView interface {
-	show(tasks []*flowv1.Task, names map[string]string, final bool)
+	show(tasks []*flowv1.Task, names map[string]string)
 }
 
 // newTaskView returns a view writing to w: on a terminal it redraws the
@@ -460,7 +457,7 @@ type lineView struct {
 	last  map[string]string // fact key → last line printed for it
 }
 
-func (v *lineView) show(tasks []*flowv1.Task, names map[string]string, _ bool) {
+func (v *lineView) show(tasks []*flowv1.Task, names map[string]string) {
 	for _, t := range tasks {
 		id := t.GetId().GetId()
 		prefix := ""
@@ -534,7 +531,7 @@ type redrawView struct {
 	lines int // lines of the frame on screen
 }
 
-func (v *redrawView) show(tasks []*flowv1.Task, names map[string]string, _ bool) {
+func (v *redrawView) show(tasks []*flowv1.Task, names map[string]string) {
 	var b strings.Builder
 	if v.multi {
 		rows := make([][]string, len(tasks))

@@ -280,20 +280,20 @@ func TestTaskViewRedraw(t *testing.T) {
 	}
 	var buf strings.Builder
 	v := newTaskView(&buf, true, true)
-	v.show(task(flowv1.TaskStatus_TASK_STATUS_RUNNING, "Running"), map[string]string{"r1": "g10"}, false)
+	v.show(task(flowv1.TaskStatus_TASK_STATUS_RUNNING, "Running"), map[string]string{"r1": "g10"})
 	first := buf.String()
 	require.Equal(t, "TASK  RACK  STATUS   PROGRESS             MESSAGE\nt1    g10   running  stage 1/1, 1/2 done  Running\n", first)
-	v.show(task(flowv1.TaskStatus_TASK_STATUS_COMPLETED, "Succeeded"), map[string]string{"r1": "g10"}, true)
+	v.show(task(flowv1.TaskStatus_TASK_STATUS_COMPLETED, "Succeeded"), map[string]string{"r1": "g10"})
 	// Up over the two lines drawn, clear, redraw.
 	require.True(t, strings.HasPrefix(buf.String()[len(first):], "\x1b[2A\x1b[J"), "%q", buf.String())
 	require.Contains(t, buf.String()[len(first):], "completed")
 
 	buf.Reset()
 	v = newTaskView(&buf, true, false)
-	v.show(task(flowv1.TaskStatus_TASK_STATUS_RUNNING, "Running"), nil, false)
+	v.show(task(flowv1.TaskStatus_TASK_STATUS_RUNNING, "Running"), nil)
 	n := strings.Count(buf.String(), "\n")
 	require.Contains(t, buf.String(), "1 running  Compute  running  1          0       2")
-	v.show(task(flowv1.TaskStatus_TASK_STATUS_RUNNING, "Running"), nil, false)
+	v.show(task(flowv1.TaskStatus_TASK_STATUS_RUNNING, "Running"), nil)
 	require.Contains(t, buf.String(), fmt.Sprintf("\x1b[%dA\x1b[J", n))
 }
 
@@ -301,7 +301,7 @@ func TestTaskViewRedrawCutsLines(t *testing.T) {
 	t.Parallel()
 	var buf strings.Builder
 	v := &redrawView{w: &buf, multi: true, width: 20}
-	v.show([]*flowv1.Task{{Id: &flowv1.UUID{Id: "t1"}, Status: flowv1.TaskStatus_TASK_STATUS_FAILED, Message: strings.Repeat("x", 100)}}, nil, true)
+	v.show([]*flowv1.Task{{Id: &flowv1.UUID{Id: "t1"}, Status: flowv1.TaskStatus_TASK_STATUS_FAILED, Message: strings.Repeat("x", 100)}}, nil)
 	for _, l := range strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n") {
 		require.Equal(t, 19, len([]rune(l)), "%q", l)
 	}
