@@ -52,6 +52,8 @@ default 127.0.0.1:50051; -o table|json):
   flow nvl-domain create|attach|detach|list|racks       NVLink domains
   flow rule create|update|delete|get|list|set-default  operation rules (YAML or JSON files)
   flow rule associate|disassociate|associations|load    per-rack rules; YAML batch of defaults
+  flow power on|off|reset|cycle RACK... [--wait]        power operations, one task per rack
+  flow task list|get|cancel|watch                       tasks and their stage and step progress
 
 Run 'flow <command> --help' for a command's flags, 'flow <noun>' for its verbs.
 `
@@ -62,6 +64,8 @@ var cliNouns = []cliNoun{
 	componentNoun,
 	nvlDomainNoun,
 	ruleNoun,
+	powerNoun,
+	taskNoun,
 }
 
 // Run runs the flow command given by args (os.Args shape) with the
