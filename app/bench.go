@@ -337,7 +337,10 @@ func (b *bench) startServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cmd.Env = append(os.Environ(),
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env,
 		"DATABASE_URL="+b.dbURL,
 		"NICO_CORE_API_URL="+b.sims.nicoSrv.URL(),
 		"PSM_API_URL="+b.sims.psmSrv.URL(),
