@@ -135,7 +135,13 @@ type benchResult struct {
 	CompletedP50Ms float64 `json:"submit_to_completed_p50_ms"`
 	CompletedP99Ms float64 `json:"submit_to_completed_p99_ms"`
 
-	ServerPeakRSSBytes int64    `json:"server_peak_rss_bytes"`
+	ServerPeakRSSBytes int64 `json:"server_peak_rss_bytes"`
+	// CPU seconds (user+system) spent from the first submit to the end of
+	// the wait: by the server child, by the bench process (simulators and
+	// API client) and by the private PostgreSQL (0 with --database-url).
+	ServerCPUSeconds   float64  `json:"server_cpu_seconds"`
+	BenchCPUSeconds    float64  `json:"bench_cpu_seconds"`
+	PostgresCPUSeconds float64  `json:"postgres_cpu_seconds"`
 	Failures           []string `json:"failures,omitempty"` // up to 10 reasons
 }
 
@@ -192,6 +198,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	res, err := b.run(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("bench interrupted, cleaning up: %w", ctx.Err())
+		}
 		return err
 	}
 	if *output == "json" {
@@ -229,6 +238,7 @@ type bench struct {
 	o          benchOptions
 	dir        string
 	dbURL      string
+	pgDataDir  string // private PostgreSQL's, for its CPU time
 	sims       *simulators
 	server     *exec.Cmd
 	serverDone chan struct{} // closed when the child has exited
@@ -275,7 +285,7 @@ func startBench(ctx context.Context, o benchOptions) (_ *bench, err error) {
 		if err := createDatabase(ctx, cluster.URL("postgres"), "flow"); err != nil {
 			return b, err
 		}
-		b.dbURL = cluster.URL("flow")
+		b.dbURL, b.pgDataDir = cluster.URL("flow"), cluster.DataDir
 	}
 	if _, err := db.Migrate(ctx, b.dbURL); err != nil {
 		return b, err
@@ -440,6 +450,7 @@ func (b *bench) run(ctx context.Context) (*benchResult, error) {
 	res.SetupSeconds = time.Since(b.started).Seconds()
 
 	b.progressf("submitting %s on %d racks", o.workload.name(), len(racks))
+	cpu0 := b.cpu()
 	tasks, failures, lastSubmit := b.submit(ctx, racks)
 	res.Tasks = len(tasks) + len(failures)
 	res.Failures = append(res.Failures, failures...)
@@ -454,6 +465,8 @@ func (b *bench) run(ctx context.Context) (*benchResult, error) {
 		return nil, err
 	}
 	res.ServerPeakRSSBytes = peakRSS(b.server.Process.Pid)
+	cpu := b.cpu().minus(cpu0)
+	res.ServerCPUSeconds, res.BenchCPUSeconds, res.PostgresCPUSeconds = cpu.server, cpu.bench, cpu.postgres
 	if err := b.fetch(ctx, tasks); err != nil {
 		return nil, err
 	}
@@ -733,6 +746,71 @@ func peakRSS(pid int) int64 {
 	return 0
 }
 
+// benchCPU is CPU time used so far, in seconds.
+type benchCPU struct{ server, bench, postgres float64 }
+
+func (c benchCPU) minus(d benchCPU) benchCPU {
+	return benchCPU{c.server - d.server, c.bench - d.bench, c.postgres - d.postgres}
+}
+
+// cpu reads the CPU time of the server child, this process and the
+// private PostgreSQL: its postmaster, the children it has reaped and its
+// live children. Linux only; zeros elsewhere.
+func (b *bench) cpu() benchCPU {
+	c := benchCPU{server: procCPU(b.server.Process.Pid, false), bench: procCPU(os.Getpid(), false)}
+	if b.pgDataDir == "" {
+		return c
+	}
+	data, err := os.ReadFile(filepath.Join(b.pgDataDir, "postmaster.pid"))
+	if err != nil {
+		return c
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	pm, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		return c
+	}
+	c.postgres = procCPU(pm, true)
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err == nil && procField(pid, 4) == pm {
+			c.postgres += procCPU(pid, false)
+		}
+	}
+	return c
+}
+
+// procCPU returns the user+system CPU seconds of process pid, with reaped
+// children's when children is true, from /proc/<pid>/stat.
+func procCPU(pid int, children bool) float64 {
+	ticks := procField(pid, 14) + procField(pid, 15)
+	if children {
+		ticks += procField(pid, 16) + procField(pid, 17)
+	}
+	return float64(ticks) / 100 // USER_HZ is 100 on Linux
+}
+
+// procField returns numeric field n (1-based, as in proc(5)) of
+// /proc/<pid>/stat, 0 when it cannot be read.
+func procField(pid, n int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces; fields restart after ')'.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 || n < 3 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:])) // f[0] is field 3
+	if len(f) <= n-3 {
+		return 0
+	}
+	v, _ := strconv.Atoi(f[n-3])
+	return v
+}
+
 // parallel calls f for 0..n-1 with at most limit calls at once and returns
 // the first error; after an error no new call starts.
 func parallel(ctx context.Context, limit, n int, f func(ctx context.Context, i int) error) error {
@@ -793,12 +871,13 @@ flow bench: %s on %d racks × %d components, backend latency %s
   submit → 1st call  p50 %s   p99 %s
   submit → done      p50 %s   p99 %s
   server peak RSS    %.1f MiB (VmHWM of the flow serve child)
+  CPU during run     server %.1fs, PostgreSQL %.1fs, bench+simulators %.1fs
 `, r.Workload, r.Racks, r.Components, r.Latency,
 		r.Completed, r.Failed, r.Unfinished, r.Tasks,
 		r.SetupSeconds, r.SubmitSeconds, r.WallSeconds, r.TasksPerSecond,
 		r.StepsPerSecond, r.EngineSteps, r.BackendCallsPerSec, r.BackendCalls,
 		ms(r.FirstCallP50Ms), ms(r.FirstCallP99Ms), ms(r.CompletedP50Ms), ms(r.CompletedP99Ms),
-		float64(r.ServerPeakRSSBytes)/(1<<20))
+		float64(r.ServerPeakRSSBytes)/(1<<20), r.ServerCPUSeconds, r.PostgresCPUSeconds, r.BenchCPUSeconds)
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "  failure            %s\n", f)
 	}
