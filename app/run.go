@@ -38,6 +38,7 @@ Usage:
   flow serve [--listen ADDR] [--dev-mode] [--migrate]   run the server
   flow dev [--data-dir DIR] [--listen ADDR] [--seed N]  run Flow on a private PostgreSQL (the embedded default)
   flow simulate [--demo] [--seed FILE]                  run the NICo Core and PSM simulators (see simulate --help)
+  flow bench [--racks N] [--components M] [--latency D] benchmark power-on against the simulators (docs/bench.md)
   flow db migrate                                       apply Flow's and River's migrations
   flow db status                                        print the schema versions
   flow version                                          print build information
@@ -90,6 +91,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runDB(ctx, rest, getenv, stdout, stderr)
 	case "simulate":
 		return runSimulate(ctx, rest, stdout, stderr)
+	case "bench":
+		return runBench(ctx, rest, stdout, stderr)
 	case "version", "--version":
 		b := ReadBuild()
 		fmt.Fprintf(stdout, "flow %s\ncommit  %s\ntime    %s\ngo      %s\n", b.Version, or(b.Revision, "unknown"), or(b.Time, "unknown"), b.GoVersion)

@@ -1006,3 +1006,8 @@ func fillComponent(out *flowv1.Component, info *flowv1.DeviceInfo, pos *flowv1.R
 	}
 	return out
 }
+
+// RackToProto returns r as the wire Rack that CreateExpectedRack accepts,
+// components included. A nil rack or component ID travels as the zero UUID,
+// which CreateExpectedRack replaces with a new one.
+func RackToProto(r Rack) *flowv1.Rack { return rackToProto(r) }
