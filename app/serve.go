@@ -86,8 +86,10 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}
 	var tasks *operations.Tasks
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
-		onRunEnd:    func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error { return tasks.RunEnded(ctx, tx, run) },
-		register:    func(e *engine.Engine) { operations.RegisterActions(e, pool, s.backends.managers, logger) },
+		onRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error { return tasks.RunEnded(ctx, tx, run) },
+		register: func(e *engine.Engine) {
+			operations.RegisterActions(e, operations.ActionDeps{Pool: pool, Backends: s.backends.managers, Inv: inv, Logger: logger})
+		},
 		sweep:       func(ctx context.Context) error { return tasks.Sweep(ctx) },
 		rescueAfter: cfg.RescueAfter,
 		maxWorkers:  cfg.MaxWorkers,

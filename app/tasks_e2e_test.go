@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -357,4 +359,51 @@ func TestListTasksFiltersAndStats(t *testing.T) {
 
 	_, err = e.client.CancelTask(ctx, &flowv1.CancelTaskRequest{TaskId: busy.GetTaskIds()[0]})
 	require.NoError(t, err)
+}
+
+func TestReadinessGate(t *testing.T) {
+	t.Parallel()
+	e := startE2E(t, time.Millisecond)
+	rack := e.addRack(t, 13, true)
+	ctx := context.Background()
+	pool, err := db.Open(ctx, e.dbURL, db.PoolConfig{MaxConns: 2})
+	require.NoError(t, err)
+	defer pool.Close()
+	var tray inventory.Component
+	for _, c := range rack.Components {
+		if c.Type == inventory.ComponentTypeCompute {
+			tray = c
+			break
+		}
+	}
+	setStatus := func(st inventory.OperationStatus) {
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return e.inv.SetOperationStatus(ctx, tx, tray.ID, st) }))
+	}
+	setStatus(inventory.OperationStatus{Phase: "in_use", Reason: "tenant workload", Blocked: []string{"power_control"}})
+	comp, err := e.client.GetComponentInfoByID(ctx, &flowv1.GetComponentInfoByIDRequest{Id: &flowv1.UUID{Id: tray.ID.String()}})
+	require.NoError(t, err)
+	require.Equal(t, flowv1.Phase_PHASE_IN_USE, comp.GetComponent().GetStatus().GetPhase())
+	require.Equal(t, []flowv1.OperationType{flowv1.OperationType_OPERATION_TYPE_POWER_CONTROL}, comp.GetComponent().GetStatus().GetBlockedOperations())
+
+	// The blocked tray holds the whole rack: shelves and switches wait for
+	// their rack's hosts.
+	res, err := e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)})
+	require.NoError(t, err)
+	time.Sleep(1500 * time.Millisecond)
+	got, err := e.client.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: res.GetTaskIds()})
+	require.NoError(t, err)
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_RUNNING, got.GetTasks()[0].GetStatus())
+	require.Empty(t, e.sims.nico.Journal().Calls("ComponentPowerControl"), "no power call while the gate is closed")
+
+	// The status clears: the gate opens and the task completes.
+	setStatus(inventory.OperationStatus{Phase: "ready"})
+	task := e.wait(t, res.GetTaskIds()[0])
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, task.GetStatus(), task.GetMessage())
+
+	// With the override, a blocked rack is powered at once.
+	setStatus(inventory.OperationStatus{Phase: "in_use", Blocked: []string{"power_control"}})
+	res, err = e.client.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(rack.Name), OverrideReadinessCheck: true})
+	require.NoError(t, err)
+	task = e.wait(t, res.GetTaskIds()[0])
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, task.GetStatus(), task.GetMessage())
 }
