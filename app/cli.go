@@ -74,6 +74,10 @@ func runNoun(ctx context.Context, n cliNoun, args []string, getenv func(string) 
 		}
 		return nil
 	}
+	if len(n.verbs) == 1 && n.verbs[0].name == "" {
+		// A one-verb noun (flow bringup RACK...) takes its arguments directly.
+		args = append([]string{""}, args...)
+	}
 	var verb *cliVerb
 	for i := range n.verbs {
 		if n.verbs[i].name == args[0] {

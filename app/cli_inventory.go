@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"google.golang.org/protobuf/proto"
+
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
@@ -180,40 +182,12 @@ var rackNoun = cliNoun{
 					return c.emit(res, func(w io.Writer) { fmt.Fprintln(w, res.GetReport()) })
 				}
 			}},
-		{name: "delete", args: "ID", summary: "soft-delete a rack and its components",
-			flags: func(fs *flag.FlagSet) runFunc {
-				return func(ctx context.Context, c *cliEnv, args []string) error {
-					if err := wantArgs(args, 1, "ID"); err != nil {
-						return err
-					}
-					id, err := uuidArg(args[0])
-					if err != nil {
-						return err
-					}
-					res, err := c.client.DeleteRack(ctx, &flowv1.DeleteRackRequest{Id: id})
-					if err != nil {
-						return err
-					}
-					return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "deleted rack %s\n", id.GetId()) })
-				}
-			}},
-		{name: "purge", args: "ID", summary: "permanently remove a soft-deleted rack",
-			flags: func(fs *flag.FlagSet) runFunc {
-				return func(ctx context.Context, c *cliEnv, args []string) error {
-					if err := wantArgs(args, 1, "ID"); err != nil {
-						return err
-					}
-					id, err := uuidArg(args[0])
-					if err != nil {
-						return err
-					}
-					res, err := c.client.PurgeRack(ctx, &flowv1.PurgeRackRequest{Id: id})
-					if err != nil {
-						return err
-					}
-					return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "purged rack %s\n", id.GetId()) })
-				}
-			}},
+		idVerb("delete", "soft-delete a rack and its components", "deleted rack", func(ctx context.Context, c *cliEnv, id *flowv1.UUID) (proto.Message, error) {
+			return c.client.DeleteRack(ctx, &flowv1.DeleteRackRequest{Id: id})
+		}),
+		idVerb("purge", "permanently remove a soft-deleted rack", "purged rack", func(ctx context.Context, c *cliEnv, id *flowv1.UUID) (proto.Message, error) {
+			return c.client.PurgeRack(ctx, &flowv1.PurgeRackRequest{Id: id})
+		}),
 	},
 }
 
@@ -402,40 +376,12 @@ var componentNoun = cliNoun{
 					return c.emit(res, func(w io.Writer) { printComponents(w, []*flowv1.Component{res.GetComponent()}) })
 				}
 			}},
-		{name: "delete", args: "ID", summary: "soft-delete a component",
-			flags: func(fs *flag.FlagSet) runFunc {
-				return func(ctx context.Context, c *cliEnv, args []string) error {
-					if err := wantArgs(args, 1, "ID"); err != nil {
-						return err
-					}
-					id, err := uuidArg(args[0])
-					if err != nil {
-						return err
-					}
-					res, err := c.client.DeleteComponent(ctx, &flowv1.DeleteComponentRequest{Id: id})
-					if err != nil {
-						return err
-					}
-					return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "deleted component %s\n", id.GetId()) })
-				}
-			}},
-		{name: "purge", args: "ID", summary: "permanently remove a soft-deleted component",
-			flags: func(fs *flag.FlagSet) runFunc {
-				return func(ctx context.Context, c *cliEnv, args []string) error {
-					if err := wantArgs(args, 1, "ID"); err != nil {
-						return err
-					}
-					id, err := uuidArg(args[0])
-					if err != nil {
-						return err
-					}
-					res, err := c.client.PurgeComponent(ctx, &flowv1.PurgeComponentRequest{Id: id})
-					if err != nil {
-						return err
-					}
-					return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "purged component %s\n", id.GetId()) })
-				}
-			}},
+		idVerb("delete", "soft-delete a component", "deleted component", func(ctx context.Context, c *cliEnv, id *flowv1.UUID) (proto.Message, error) {
+			return c.client.DeleteComponent(ctx, &flowv1.DeleteComponentRequest{Id: id})
+		}),
+		idVerb("purge", "permanently remove a soft-deleted component", "purged component", func(ctx context.Context, c *cliEnv, id *flowv1.UUID) (proto.Message, error) {
+			return c.client.PurgeComponent(ctx, &flowv1.PurgeComponentRequest{Id: id})
+		}),
 	},
 }
 
@@ -586,4 +532,26 @@ func printComponents(w io.Writer, comps []*flowv1.Component) {
 		}
 	}
 	printTable(w, []string{"ID", "TYPE", "NAME", "MANUFACTURER", "SERIAL", "FIRMWARE", "SLOT/TRAY/HOST", "BMCS", "RACK"}, rows)
+}
+
+// idVerb is a verb that takes one UUID, makes one call and reports what it
+// did ("deleted rack <id>").
+func idVerb(name, summary, done string, call func(context.Context, *cliEnv, *flowv1.UUID) (proto.Message, error)) cliVerb {
+	return cliVerb{name: name, args: "ID", summary: summary,
+		flags: func(fs *flag.FlagSet) runFunc {
+			return func(ctx context.Context, c *cliEnv, args []string) error {
+				if err := wantArgs(args, 1, "ID"); err != nil {
+					return err
+				}
+				id, err := uuidArg(args[0])
+				if err != nil {
+					return err
+				}
+				res, err := call(ctx, c, id)
+				if err != nil {
+					return err
+				}
+				return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "%s %s\n", done, id.GetId()) })
+			}
+		}}
 }

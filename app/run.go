@@ -38,6 +38,7 @@ Usage:
   flow serve [--listen ADDR] [--dev-mode] [--migrate]   run the server
   flow dev [--data-dir DIR] [--listen ADDR] [--seed N]  run Flow on a private PostgreSQL (the embedded default)
   flow simulate [--demo] [--seed FILE]                  run the NICo Core and PSM simulators (see simulate --help)
+  flow bench [--racks N] [--components M] [--latency D] benchmark power-on against the simulators (docs/bench.md)
   flow db migrate                                       apply Flow's and River's migrations
   flow db status                                        print the schema versions
   flow version                                          print build information
@@ -52,6 +53,10 @@ default 127.0.0.1:50051; -o table|json):
   flow nvl-domain create|attach|detach|list|racks       NVLink domains
   flow rule create|update|delete|get|list|set-default  operation rules (YAML or JSON files)
   flow rule associate|disassociate|associations|load    per-rack rules; YAML batch of defaults
+  flow power on|off|reset|cycle RACK... [--wait]        power operations, one task per rack
+  flow task list|get|cancel|watch                       tasks and their stage and step progress
+  flow firmware upgrade RACK... [--credentials-file F]  firmware upgrades (docs/firmware.md)
+  flow bringup|ingest|decommission RACK... [--wait]     bring-up, ingestion, decommission (docs/rack-operations.md)
 
 Run 'flow <command> --help' for a command's flags, 'flow <noun>' for its verbs.
 `
@@ -62,6 +67,9 @@ var cliNouns = []cliNoun{
 	componentNoun,
 	nvlDomainNoun,
 	ruleNoun,
+	powerNoun,
+	firmwareNoun, bringUpNoun, ingestNoun, decommissionNoun,
+	taskNoun,
 }
 
 // Run runs the flow command given by args (os.Args shape) with the
@@ -86,6 +94,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runDB(ctx, rest, getenv, stdout, stderr)
 	case "simulate":
 		return runSimulate(ctx, rest, stdout, stderr)
+	case "bench":
+		return runBench(ctx, rest, stdout, stderr)
 	case "version", "--version":
 		b := ReadBuild()
 		fmt.Fprintf(stdout, "flow %s\ncommit  %s\ntime    %s\ngo      %s\n", b.Version, or(b.Revision, "unknown"), or(b.Time, "unknown"), b.GoVersion)

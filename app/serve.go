@@ -88,7 +88,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
 		onRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error { return tasks.RunEnded(ctx, tx, run) },
 		register: func(e *engine.Engine) {
-			operations.RegisterActions(e, operations.ActionsConfig{
+			operations.RegisterActions(e, operations.ActionDeps{
 				Pool: pool, Backends: s.backends.managers, Inv: inv, Keys: keys, Logger: logger, PollInterval: cfg.PollInterval,
 			})
 		},

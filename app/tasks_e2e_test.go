@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -290,4 +292,118 @@ func TestBadPowerRequests(t *testing.T) {
 	require.Equal(t, connect.CodeNotFound, connect.CodeOf(err))
 	_, err = e.client.CancelTask(ctx, &flowv1.CancelTaskRequest{TaskId: &flowv1.UUID{Id: "bad"}})
 	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
+}
+
+func TestListTasksFiltersAndStats(t *testing.T) {
+	t.Parallel()
+	e := startE2E(t, time.Millisecond)
+	a, b := e.addRack(t, 11, true), e.addRack(t, 12, true)
+	ctx := context.Background()
+	// Rack a: one finished task; rack b: one task held running by a slow call.
+	done, err := e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(a.Name)})
+	require.NoError(t, err)
+	e.wait(t, done.GetTaskIds()[0])
+	_, err = e.sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultLatency, Method: "ComponentPowerControl", Latency: sim.Duration(time.Minute), Times: 1})
+	require.NoError(t, err)
+	busy, err := e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(b.Name)})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		r, err := e.client.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: busy.GetTaskIds()})
+		require.NoError(t, err)
+		return r.GetTasks()[0].GetStatus() == flowv1.TaskStatus_TASK_STATUS_RUNNING
+	}, 10*time.Second, 10*time.Millisecond)
+
+	all, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, all.GetTotal())
+	require.Equal(t, busy.GetTaskIds()[0].GetId(), all.GetTasks()[0].GetId().GetId(), "newest first")
+	require.Empty(t, all.GetTasks()[0].GetReport(), "no report unless asked")
+
+	active, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{ActiveOnly: true, WithReport: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, active.GetTotal())
+	require.Contains(t, active.GetTasks()[0].GetReport(), `"status":"running"`)
+
+	onA, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{RackId: &flowv1.UUID{Id: a.ID.String()}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, onA.GetTotal())
+	require.Equal(t, done.GetTaskIds()[0].GetId(), onA.GetTasks()[0].GetId().GetId())
+
+	tray := b.Components[5].ID
+	byComp, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{ComponentId: &flowv1.UUID{Id: tray.String()}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, byComp.GetTotal())
+	mixed, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{ComponentId: &flowv1.UUID{Id: tray.String()}, RackId: &flowv1.UUID{Id: a.ID.String()}})
+	require.NoError(t, err)
+	require.Zero(t, mixed.GetTotal(), "a rack that does not own the component yields nothing, not an error")
+
+	page, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{Pagination: &flowv1.Pagination{Offset: 1, Limit: 1}})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, page.GetTotal())
+	require.Len(t, page.GetTasks(), 1)
+	require.Equal(t, done.GetTaskIds()[0].GetId(), page.GetTasks()[0].GetId().GetId())
+	_, err = e.client.ListTasks(ctx, &flowv1.ListTasksRequest{Pagination: &flowv1.Pagination{Offset: -1}})
+	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
+
+	// task_stats: racks count their active tasks, components the tasks
+	// whose scope includes them.
+	rb, err := e.client.GetRackInfoByID(ctx, &flowv1.GetRackInfoByIDRequest{Id: &flowv1.UUID{Id: b.ID.String()}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, rb.GetRack().GetTaskStats().GetRunningTaskCount())
+	ra, err := e.client.GetRackInfoByID(ctx, &flowv1.GetRackInfoByIDRequest{Id: &flowv1.UUID{Id: a.ID.String()}})
+	require.NoError(t, err)
+	require.Zero(t, ra.GetRack().GetTaskStats().GetRunningTaskCount())
+	comp, err := e.client.GetComponentInfoByID(ctx, &flowv1.GetComponentInfoByIDRequest{Id: &flowv1.UUID{Id: tray.String()}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, comp.GetComponent().GetTaskStats().GetRunningTaskCount())
+
+	_, err = e.client.CancelTask(ctx, &flowv1.CancelTaskRequest{TaskId: busy.GetTaskIds()[0]})
+	require.NoError(t, err)
+}
+
+func TestReadinessGate(t *testing.T) {
+	t.Parallel()
+	e := startE2E(t, time.Millisecond)
+	rack := e.addRack(t, 13, true)
+	ctx := context.Background()
+	pool, err := db.Open(ctx, e.dbURL, db.PoolConfig{MaxConns: 2})
+	require.NoError(t, err)
+	defer pool.Close()
+	var tray inventory.Component
+	for _, c := range rack.Components {
+		if c.Type == inventory.ComponentTypeCompute {
+			tray = c
+			break
+		}
+	}
+	setStatus := func(st inventory.OperationStatus) {
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return e.inv.SetOperationStatus(ctx, tx, tray.ID, st) }))
+	}
+	setStatus(inventory.OperationStatus{Phase: "in_use", Reason: "tenant workload", Blocked: []string{"power_control"}})
+	comp, err := e.client.GetComponentInfoByID(ctx, &flowv1.GetComponentInfoByIDRequest{Id: &flowv1.UUID{Id: tray.ID.String()}})
+	require.NoError(t, err)
+	require.Equal(t, flowv1.Phase_PHASE_IN_USE, comp.GetComponent().GetStatus().GetPhase())
+	require.Equal(t, []flowv1.OperationType{flowv1.OperationType_OPERATION_TYPE_POWER_CONTROL}, comp.GetComponent().GetStatus().GetBlockedOperations())
+
+	// The blocked tray holds the whole rack: shelves and switches wait for
+	// their rack's hosts.
+	res, err := e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)})
+	require.NoError(t, err)
+	time.Sleep(1500 * time.Millisecond)
+	got, err := e.client.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: res.GetTaskIds()})
+	require.NoError(t, err)
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_RUNNING, got.GetTasks()[0].GetStatus())
+	require.Empty(t, e.sims.nico.Journal().Calls("ComponentPowerControl"), "no power call while the gate is closed")
+
+	// The status clears: the gate opens and the task completes.
+	setStatus(inventory.OperationStatus{Phase: "ready"})
+	task := e.wait(t, res.GetTaskIds()[0])
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, task.GetStatus(), task.GetMessage())
+
+	// With the override, a blocked rack is powered at once.
+	setStatus(inventory.OperationStatus{Phase: "in_use", Blocked: []string{"power_control"}})
+	res, err = e.client.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(rack.Name), OverrideReadinessCheck: true})
+	require.NoError(t, err)
+	task = e.wait(t, res.GetTaskIds()[0])
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, task.GetStatus(), task.GetMessage())
 }

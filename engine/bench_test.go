@@ -2,9 +2,7 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -119,17 +117,31 @@ func BenchmarkCeilingRiverJobs(b *testing.B) {
 
 // BenchmarkEngineThroughput runs 1,000 runs of 3 stages × 3 steps of a no-op
 // action and reports steps per second and their ratio to the single-tx
-// ceiling measured on the same pool just before.
+// ceiling measured on the same pool just before. It runs with PostgreSQL's
+// default plan cache mode and with force_generic_plan, which spares River's
+// large completion query a fresh plan per call (see docs/engine.md).
 func BenchmarkEngineThroughput(b *testing.B) {
+	for _, mode := range []string{"auto", "force_generic_plan"} {
+		b.Run("plan_cache_mode="+mode, func(b *testing.B) { benchThroughput(b, mode) })
+	}
+}
+
+func benchThroughput(b *testing.B, planCacheMode string) {
 	const runs, stages, steps = 1000, 3, 3
 	ctx := context.Background()
 	for range b.N {
 		b.StopTimer()
-		pool := openPool(b, dbtest.NewDB(b), benchPoolConns)
+		pc, err := pgxpool.ParseConfig(dbtest.NewDB(b))
+		require.NoError(b, err)
+		pc.MaxConns = benchPoolConns
+		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = planCacheMode
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		require.NoError(b, err)
+		b.Cleanup(pool.Close)
 		ceiling := measureCeiling(b, pool, 10000)
 		var ended atomic.Int64
 		allDone := make(chan struct{})
-		e := newEngine(pool, engine.Config{MaxWorkers: benchMaxWorkers(), OnRunEnd: func(context.Context, pgx.Tx, engine.RunSummary) error {
+		e := newEngine(pool, engine.Config{OnRunEnd: func(context.Context, pgx.Tx, engine.RunSummary) error {
 			if ended.Add(1) == runs {
 				close(allDone)
 			}
@@ -205,10 +217,4 @@ func BenchmarkStartLatency(b *testing.B) {
 	b.ReportMetric(ms(lat[len(lat)/2]), "p50_ms")
 	b.ReportMetric(ms(lat[len(lat)*99/100]), "p99_ms")
 	b.ReportMetric(0, "ns/op")
-}
-
-func benchMaxWorkers() int {
-	var n int
-	_, _ = fmt.Sscan(os.Getenv("BENCH_MAX_WORKERS"), &n)
-	return n
 }

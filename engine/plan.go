@@ -134,6 +134,7 @@ type PlanError struct {
 	Err         error
 }
 
+// Error returns "stage S step T: <reason>", with the 0-based indexes.
 func (e *PlanError) Error() string {
 	switch {
 	case e.Stage < 0:

@@ -9,12 +9,20 @@ SELECT @run_id::bigint, unnest(@stage_indexes::integer[]), unnest(@step_indexes:
     unnest(@specs::jsonb[]), unnest(@budgets_ms::bigint[])
 RETURNING id, stage_index, step_index;
 
--- name: StepStartStage :many
--- StepStartStage marks a stage's steps running and fixes their deadlines.
-UPDATE engine_step
-SET state = 'running', started_at = now(), deadline_at = now() + budget_ms * interval '1 millisecond'
-WHERE run_id = @run_id AND stage_index = @stage_index AND state = 'pending'
-RETURNING id;
+-- name: StageStart :many
+-- StageStart makes a stage the run's current one: its steps become running
+-- with their deadlines fixed, and the run's join counters are reset.
+WITH s AS (
+    UPDATE engine_step
+    SET state = 'running', started_at = now(), deadline_at = now() + budget_ms * interval '1 millisecond'
+    WHERE engine_step.run_id = @run_id AND engine_step.stage_index = @stage_index AND engine_step.state = 'pending'
+    RETURNING engine_step.id
+), r AS (
+    UPDATE engine_run
+    SET stage_index = @stage_index, open_steps = (SELECT count(*) FROM s), failed_steps = 0, first_failure = ''
+    WHERE engine_run.id = @run_id
+)
+SELECT s.id FROM s;
 
 -- name: StepSetJobIDs :exec
 UPDATE engine_step s
@@ -59,31 +67,29 @@ FROM engine_run
 WHERE id = @id
 FOR UPDATE;
 
--- name: StepFinish :one
--- StepFinish ends a running step. It returns no row when the step had
--- already ended (a duplicate execution), so the caller does nothing more.
-UPDATE engine_step
-SET state = @state, error = @error, ended_at = now(), checkpoint = NULL, wake_at = NULL,
-    batch_attempts = CASE WHEN sqlc.narg(calls)::integer IS NULL THEN batch_attempts
-        ELSE array_append(batch_attempts, sqlc.narg(calls)::integer) END
-WHERE id = @id AND state = 'running'
-RETURNING stage_index;
-
--- name: RunSetStage :exec
-UPDATE engine_run
-SET stage_index = @stage_index, open_steps = @open_steps, failed_steps = 0, first_failure = ''
-WHERE id = @id;
-
--- name: RunStepEnded :one
--- RunStepEnded counts a step of the current stage as ended, locking the run
--- row: concurrent steps of a stage serialise here and each sees the counts
--- left by the others. No row when the run has ended.
-UPDATE engine_run
-SET open_steps = open_steps - 1,
-    failed_steps = failed_steps + CASE WHEN @failed::boolean THEN 1 ELSE 0 END,
-    first_failure = CASE WHEN @failed::boolean AND first_failure = '' THEN @failure::text ELSE first_failure END
-WHERE id = @id AND state = 'running' AND stage_index = @stage_index
-RETURNING open_steps, failed_steps, first_failure, stage_count;
+-- name: StepEnd :one
+-- StepEnd is a step's checkpoint: it counts the step as ended on the run
+-- row, which it locks first (concurrent steps of a stage serialise there and
+-- each sees the counts left by the others, and Cancel locks in the same
+-- order), then records the step's outcome. No row when the run has ended;
+-- ended = 0 when the step had (a duplicate execution): roll back then.
+WITH r AS (
+    UPDATE engine_run
+    SET open_steps = open_steps - 1,
+        failed_steps = failed_steps + CASE WHEN @failed::boolean THEN 1 ELSE 0 END,
+        first_failure = CASE WHEN @failed::boolean AND first_failure = '' THEN @failure::text ELSE first_failure END
+    WHERE engine_run.id = @run_id AND engine_run.state = 'running' AND engine_run.stage_index = @stage_index
+    RETURNING open_steps, failed_steps, first_failure, stage_count
+), s AS (
+    UPDATE engine_step
+    SET state = @state, error = @error, ended_at = now(), checkpoint = NULL, wake_at = NULL,
+        batch_attempts = CASE WHEN sqlc.narg(calls)::integer IS NULL THEN batch_attempts
+            ELSE array_append(batch_attempts, sqlc.narg(calls)::integer) END
+    WHERE engine_step.id = @id AND engine_step.state = 'running' AND EXISTS (SELECT 1 FROM r)
+    RETURNING engine_step.id
+)
+SELECT r.open_steps, r.failed_steps, r.first_failure, r.stage_count, (SELECT count(*) FROM s)::integer AS ended
+FROM r;
 
 -- name: RunEnd :one
 UPDATE engine_run

@@ -124,10 +124,10 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 }
 
 // startStage marks a stage's steps running (fixing their deadlines) and
-// enqueues one job per step; for stage 0 it also schedules the run timeout,
-// for the others it makes the stage the run's current one.
+// enqueues one job per step, making it the run's current stage; for stage 0
+// it also schedules the run timeout.
 func (e *Engine) startStage(ctx context.Context, tx pgx.Tx, runID RunID, stage int, timeoutAt pgtype.Timestamptz) error {
-	ids, err := e.q.StepStartStage(ctx, tx, dbsqlc.StepStartStageParams{RunID: int64(runID), StageIndex: int32(stage)})
+	ids, err := e.q.StageStart(ctx, tx, dbsqlc.StageStartParams{RunID: int64(runID), StageIndex: int32(stage)})
 	if err != nil {
 		return fmt.Errorf("engine: start stage: %w", err)
 	}
@@ -151,12 +151,6 @@ func (e *Engine) startStage(ctx context.Context, tx pgx.Tx, runID RunID, stage i
 	}
 	if err := e.q.StepSetJobIDs(ctx, tx, dbsqlc.StepSetJobIDsParams{IDs: ids, JobIDs: jobIDs}); err != nil {
 		return fmt.Errorf("engine: record step jobs: %w", err)
-	}
-	if stage > 0 {
-		err := e.q.RunSetStage(ctx, tx, dbsqlc.RunSetStageParams{ID: int64(runID), StageIndex: int32(stage), OpenSteps: int32(len(ids))})
-		if err != nil {
-			return fmt.Errorf("engine: set stage: %w", err)
-		}
 	}
 	return nil
 }

@@ -275,6 +275,10 @@ func (e *Engine) finishStep(ctx context.Context, job *river.Job[RunStepArgs], ro
 	var spec stepSpec
 	_ = json.Unmarshal(row.Spec, &spec)
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		// Locks are taken run row first, then River jobs (this one, and the
+		// siblings a failure cancels), the order Cancel and the timeout use:
+		// completing the job before the checkpoint would deadlock with a
+		// sibling cancelling it.
 		if err := e.checkpoint(ctx, tx, job, row, &spec, state, msg, calls); err != nil {
 			return err
 		}
@@ -297,19 +301,17 @@ func (e *Engine) checkpoint(ctx context.Context, tx pgx.Tx, job *river.Job[RunSt
 	if state == StateFailed {
 		failure = stageError(int(row.StageIndex), spec.StageName, spec.Name, msg)
 	}
-	// The run row first (the order Cancel locks in), then the step.
-	run, err := e.q.RunStepEnded(ctx, tx, dbsqlc.RunStepEndedParams{
-		ID: row.RunID, StageIndex: row.StageIndex, Failed: state == StateFailed, Failure: failure,
+	run, err := e.q.StepEnd(ctx, tx, dbsqlc.StepEndParams{
+		RunID: row.RunID, StageIndex: row.StageIndex, Failed: state == StateFailed, Failure: failure,
+		ID: row.ID, State: string(state), Error: msg, Calls: calls,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return errStepGone
 	} else if err != nil {
-		return fmt.Errorf("engine: count step of run %d: %w", runID, err)
+		return fmt.Errorf("engine: end step %d: %w", row.ID, err)
 	}
-	if _, err := e.q.StepFinish(ctx, tx, dbsqlc.StepFinishParams{ID: row.ID, State: string(state), Error: msg, Calls: calls}); errors.Is(err, pgx.ErrNoRows) {
+	if run.Ended == 0 {
 		return errStepGone
-	} else if err != nil {
-		return fmt.Errorf("engine: finish step %d: %w", row.ID, err)
 	}
 	switch {
 	case state == StateFailed && !spec.WaitAll:

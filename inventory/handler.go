@@ -985,7 +985,12 @@ func componentsToProto(cs []Component) []*flowv1.Component {
 func fillComponent(out *flowv1.Component, info *flowv1.DeviceInfo, pos *flowv1.RackPosition, status *flowv1.ComponentOperationStatus, stats *flowv1.TaskStats, c Component, newUUID func(uuid.UUID) *flowv1.UUID) *flowv1.Component {
 	info.Id, info.Name, info.Manufacturer, info.Model, info.SerialNumber, info.Description = newUUID(c.ID), c.Name, c.Manufacturer, c.Model, c.SerialNumber, c.Description
 	pos.SlotId, pos.TrayIdx, pos.HostId = c.Position.SlotID, c.Position.TrayIdx, c.Position.HostID
-	status.Phase = restingPhase
+	status.Phase = phaseToProto(c.Status.Phase)
+	status.Reason = c.Status.Reason
+	status.BlockedOperations = status.BlockedOperations[:0]
+	for _, op := range c.Status.Blocked {
+		status.BlockedOperations = append(status.BlockedOperations, operationTypeToProto(op))
+	}
 	stats.WaitingTaskCount, stats.PendingTaskCount, stats.RunningTaskCount = c.TaskStats.Waiting, c.TaskStats.Pending, c.TaskStats.Running
 	out.Type = componentTypeToProto(c.Type)
 	out.Info = info
@@ -1005,4 +1010,29 @@ func fillComponent(out *flowv1.Component, info *flowv1.DeviceInfo, pos *flowv1.R
 		out.NvlDomainId = newUUID(*c.NVLDomainID)
 	}
 	return out
+}
+
+// RackToProto returns r as the wire Rack that CreateExpectedRack accepts,
+// components included. A nil rack or component ID travels as the zero UUID,
+// which CreateExpectedRack replaces with a new one.
+func RackToProto(r Rack) *flowv1.Rack { return rackToProto(r) }
+
+var phases = map[string]flowv1.Phase{
+	"initializing": flowv1.Phase_PHASE_INITIALIZING, "ready": flowv1.Phase_PHASE_READY,
+	"in_use": flowv1.Phase_PHASE_IN_USE, "error": flowv1.Phase_PHASE_ERROR, "deleting": flowv1.Phase_PHASE_DELETING,
+}
+
+// phaseToProto maps a stored phase; unknown values are PHASE_UNKNOWN.
+func phaseToProto(p string) flowv1.Phase { return phases[p] }
+
+// operationTypeToProto maps a blocked operation type; the wire enum knows
+// only power and firmware control.
+func operationTypeToProto(op string) flowv1.OperationType {
+	switch op {
+	case "power_control":
+		return flowv1.OperationType_OPERATION_TYPE_POWER_CONTROL
+	case "firmware_control":
+		return flowv1.OperationType_OPERATION_TYPE_FIRMWARE_CONTROL
+	}
+	return flowv1.OperationType_OPERATION_TYPE_UNKNOWN
 }

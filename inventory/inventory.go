@@ -203,10 +203,23 @@ type Component struct {
 	ExternalID     string
 	NVLDomainID    *uuid.UUID // the rack's domain
 	RackExternalID string
-	TaskStats      TaskStats
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	DeletedAt      *time.Time
+	// Status is Flow's operability view of the component: disruptive
+	// operations whose type it lists as blocked wait at the readiness gate.
+	Status    OperationStatus
+	TaskStats TaskStats
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	DeletedAt *time.Time
+}
+
+// OperationStatus is a component's operability (ComponentOperationStatus):
+// its phase ("unknown", "initializing", "ready", "in_use", "error",
+// "deleting"), why, and the operation types ("power_control",
+// "firmware_control", …) Flow refuses while it lasts.
+type OperationStatus struct {
+	Phase   string
+	Reason  string
+	Blocked []string
 }
 
 // NVLDomain is an NVLink domain: a named group of racks.

@@ -253,7 +253,23 @@ SELECT * FROM component WHERE serial_number = ANY (@serial_numbers::text[]);
 -- google/uuid's Scan makes pgx do.
 SELECT uuid_send(c.id) AS id_raw, uuid_send(c.rack_id) AS rack_id_raw, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
        c.firmware_version, c.slot_id, c.tray_idx, c.host_id, coalesce(c.external_id, '')::text AS external_id,
+       c.operation_phase, c.operation_reason, c.blocked_operations,
        coalesce(b.mac_address, '')::text AS bmc_mac_address, coalesce(b.type, '')::text AS bmc_type,
        b.ip_address AS bmc_ip_address
 FROM component c LEFT JOIN bmc b ON b.component_id = c.id
 WHERE c.rack_id = ANY (@rack_ids::uuid[]) AND c.deleted_at IS NULL;
+
+-- name: ComponentSetOperationStatus :execrows
+UPDATE component SET operation_phase = @operation_phase, operation_reason = @operation_reason,
+    blocked_operations = @blocked_operations, updated_at = now()
+WHERE id = @id AND deleted_at IS NULL;
+
+-- name: ComponentBlocking :many
+-- The live components among ids, or among the compute trays of the racks of
+-- ids (rack_scoped), whose status blocks operation type op.
+SELECT c.id FROM component c
+WHERE c.deleted_at IS NULL AND @op::text = ANY (c.blocked_operations)
+  AND (c.id = ANY (@ids::uuid[])
+       OR (@rack_scoped::boolean AND c.type = 'Compute'
+           AND c.rack_id IN (SELECT rack_id FROM component WHERE id = ANY (@ids::uuid[]))))
+ORDER BY c.id;

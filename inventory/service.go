@@ -299,6 +299,7 @@ func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []R
 				ExternalID:      row.ExternalID,
 				NVLDomainID:     r.NVLDomainID,
 				RackExternalID:  r.ExternalID,
+				Status:          OperationStatus{Phase: row.OperationPhase, Reason: row.OperationReason, Blocked: row.BlockedOperations},
 			})
 			i = len(comps) - 1
 			index[id] = i
@@ -1242,6 +1243,7 @@ func componentFromRow(c dbsqlc.Component, domain *uuid.UUID, rackExternalID *str
 		ExternalID:      deref(c.ExternalID),
 		NVLDomainID:     domain,
 		RackExternalID:  deref(rackExternalID),
+		Status:          OperationStatus{Phase: c.OperationPhase, Reason: c.OperationReason, Blocked: c.BlockedOperations},
 		CreatedAt:       c.CreatedAt,
 		UpdatedAt:       c.UpdatedAt,
 		DeletedAt:       c.DeletedAt,
@@ -1278,4 +1280,34 @@ func cmpOr(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// SetOperationStatus records a component's operability status: what the
+// inventory sync with NICo Core writes, and operators' tools may too. It
+// writes only through tx. Errors: ErrComponentNotFound.
+func (s *Service) SetOperationStatus(ctx context.Context, tx pgx.Tx, id uuid.UUID, st OperationStatus) error {
+	if st.Phase == "" {
+		st.Phase = "unknown"
+	}
+	if st.Blocked == nil {
+		st.Blocked = []string{}
+	}
+	n, err := s.q.ComponentSetOperationStatus(ctx, tx, dbsqlc.ComponentSetOperationStatusParams{
+		ID: id, OperationPhase: st.Phase, OperationReason: st.Reason, BlockedOperations: st.Blocked,
+	})
+	if err != nil {
+		return fmt.Errorf("set operation status of %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s", ErrComponentNotFound, id)
+	}
+	return nil
+}
+
+// Blocking returns which live components block operation type op: among
+// ids themselves, and with rackScoped also every compute tray of the racks
+// that hold ids (switches and shelves wait for their rack's hosts, spec
+// §8.7). An empty result means the readiness gate is open.
+func (s *Service) Blocking(ctx context.Context, dbtx db.DBTX, ids []uuid.UUID, op string, rackScoped bool) ([]uuid.UUID, error) {
+	return s.q.ComponentBlocking(ctx, dbtx, dbsqlc.ComponentBlockingParams{Op: op, IDs: ids, RackScoped: rackScoped})
 }

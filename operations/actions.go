@@ -2,6 +2,7 @@ package operations
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,15 +39,15 @@ type actions struct {
 	poll     time.Duration
 }
 
-// ActionsConfig holds what the rule actions need. Keys may be nil (no
+// ActionDeps is what the rule actions use. Keys may be nil (no
 // data-encryption key: firmware steps of tasks with credentials fail).
 // PollInterval, when positive, replaces the rules' poll interval of
 // FirmwareControl, WaitBringUp and WaitDecommissioned
 // (FLOW_FIRMWARE_POLL_INTERVAL).
-type ActionsConfig struct {
+type ActionDeps struct {
 	Pool         *pgxpool.Pool
 	Backends     Backends
-	Inv          *inventory.Service
+	Inv          *inventory.Service // component operation status, for the readiness gate
 	Keys         *firmware.Keyring
 	Logger       *slog.Logger
 	PollInterval time.Duration
@@ -54,10 +55,10 @@ type ActionsConfig struct {
 
 // RegisterActions registers the rule actions with e. Call it once, in app,
 // before the engine's River client starts.
-func RegisterActions(e *engine.Engine, cfg ActionsConfig) {
+func RegisterActions(e *engine.Engine, d ActionDeps) {
 	a := &actions{
-		pool: cfg.Pool, q: dbsqlc.New(), backends: cfg.Backends, inv: cfg.Inv, keys: cfg.Keys,
-		logger: cfg.Logger, poll: cfg.PollInterval,
+		pool: d.Pool, q: dbsqlc.New(), backends: d.Backends, inv: d.Inv, keys: d.Keys,
+		logger: d.Logger, poll: d.PollInterval,
 	}
 	engine.Register(e, kindPowerControl, a.powerControl)
 	engine.Register(e, kindVerifyPowerStatus, a.verifyPowerStatus)
@@ -133,8 +134,8 @@ func (a *actions) powerControl(ctx context.Context, call engine.Call[ActionParam
 		return engine.Result{}, err
 	}
 	op := backend.PowerOp(call.Params.Operation)
-	if call.Params.Override {
-		a.logger.InfoContext(ctx, "readiness check overridden", "task_id", call.Params.TaskID, "step", call.Step)
+	if wait, err := a.readinessGate(ctx, call, OperationTypePowerControl); err != nil || wait > 0 {
+		return engine.Result{PollAfter: wait}, err
 	}
 	if _, err := m.PowerControl(ctx, target, op, call.Params.Override); err != nil {
 		return engine.Result{}, permanentIf(fmt.Errorf("%s %s: %w", call.Params.ComponentType, op, err))
@@ -202,6 +203,81 @@ func (a *actions) verifyPowerStatus(ctx context.Context, call engine.Call[Action
 		return engine.Result{}, err
 	}
 	return engine.Result{PollAfter: min(p.PollInterval, time.Until(st.Deadline)+time.Millisecond)}, nil
+}
+
+// Readiness gate timing (spec §8.7).
+const (
+	GateTimeout = 30 * time.Minute
+	gatePoll    = 5 * time.Second
+)
+
+// gateState is the checkpoint of a call waiting at the readiness gate: the
+// deadline, computed once.
+type gateState struct {
+	GateUntil time.Time `json:"gate_until"`
+}
+
+// readinessGate holds a disruptive call while a targeted component's
+// operation status blocks op (for switches and power shelves: while any
+// compute tray of their rack does), polling durably every 5 s for up to 30
+// minutes (spec §8.7). It answers how long to wait before calling again (0:
+// go ahead). With override_readiness_check it lets the call through and
+// logs the bypass (the flag is also passed to the backend).
+func (a *actions) readinessGate(ctx context.Context, call engine.Call[ActionParams], op OperationType) (time.Duration, error) {
+	if call.Params.Override {
+		a.logger.InfoContext(ctx, "readiness check overridden", "task_id", call.Params.TaskID, "step", call.Step)
+		return 0, nil
+	}
+	ids, err := a.batchComponents(ctx, call)
+	if err != nil {
+		return 0, err
+	}
+	rackScoped := call.Params.ComponentType != ComponentTypeCompute
+	blocking, err := a.inv.Blocking(ctx, a.pool, ids, string(op), rackScoped)
+	if err != nil || len(blocking) == 0 {
+		return 0, err
+	}
+	var st gateState
+	if _, err := call.Checkpoint(&st); err != nil {
+		return 0, err
+	}
+	if st.GateUntil.IsZero() {
+		st.GateUntil = time.Now().Add(GateTimeout)
+		if err := call.SaveCheckpoint(ctx, st); err != nil {
+			return 0, err
+		}
+	}
+	if !time.Now().Before(st.GateUntil) {
+		return 0, engine.Permanent(fmt.Errorf("timed out after %s waiting for components to become ready for %s: %v", GateTimeout, op, blocking))
+	}
+	return min(gatePoll, time.Until(st.GateUntil)+time.Millisecond), nil
+}
+
+// batchComponents returns the UUIDs of the components in the call's batch:
+// the task's frozen scope lists them in the order of its backend
+// identifiers.
+func (a *actions) batchComponents(ctx context.Context, call engine.Call[ActionParams]) ([]uuid.UUID, error) {
+	row, err := a.q.TaskGetByID(ctx, a.pool, call.Params.TaskID)
+	if err != nil {
+		return nil, fmt.Errorf("read task %s: %w", call.Params.TaskID, err)
+	}
+	var comps map[ComponentType][]uuid.UUID
+	var targets map[ComponentType]typeTargets
+	if err := errors.Join(json.Unmarshal(row.Components, &comps), json.Unmarshal(row.Targets, &targets)); err != nil {
+		return nil, fmt.Errorf("decode task %s: %w", row.ID, err)
+	}
+	ct := call.Params.ComponentType
+	index := make(map[string]int, len(targets[ct].IDs))
+	for i, id := range targets[ct].IDs {
+		index[id] = i
+	}
+	out := make([]uuid.UUID, 0, len(call.Targets))
+	for _, t := range call.Targets {
+		if i, ok := index[t]; ok && i < len(comps[ct]) {
+			out = append(out, comps[ct][i])
+		}
+	}
+	return out, nil
 }
 
 // taskIDOf returns the task of a run's owner string.

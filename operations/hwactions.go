@@ -170,6 +170,11 @@ func (a *actions) firmwareControl(ctx context.Context, call engine.Call[ActionPa
 	if _, err := call.Checkpoint(&st); err != nil {
 		return engine.Result{}, err
 	}
+	if st.Phase == "" {
+		if wait, err := a.readinessGate(ctx, call, OperationTypeFirmwareControl); err != nil || wait > 0 {
+			return engine.Result{PollAfter: wait}, err
+		}
+	}
 	var components []string
 	if st.Phase != fwStarted {
 		row, err := a.taskRow(ctx, call.Params.TaskID)
@@ -327,6 +332,9 @@ func (a *actions) bringUpControl(ctx context.Context, call engine.Call[ActionPar
 	m, target, err := a.begin(ctx, call)
 	if err != nil {
 		return engine.Result{}, err
+	}
+	if wait, err := a.readinessGate(ctx, call, OperationTypeBringUp); err != nil || wait > 0 {
+		return engine.Result{PollAfter: wait}, err
 	}
 	if err := m.AllowBringUp(ctx, target); err != nil {
 		return engine.Result{}, permanentIf(fmt.Errorf("%s bring-up: %w", call.Params.ComponentType, err))

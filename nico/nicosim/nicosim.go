@@ -78,7 +78,8 @@ type Sim struct {
 	faults  *sim.Faults
 
 	mu       sync.Mutex
-	devices  []*device // in seed order
+	devices  []*device      // in seed order
+	macIndex map[string]int // normalized BMC MAC → index in devices
 	nextID   map[string]int
 	expected map[string]map[string]*expected // kind → lowercase MAC → entry
 }
@@ -130,6 +131,7 @@ func New(opts Options) *Sim {
 		clock:    opts.Clock,
 		faults:   sim.NewFaults(opts.FaultSeed),
 		nextID:   map[string]int{},
+		macIndex: map[string]int{},
 		expected: map[string]map[string]*expected{KindCompute: {}, KindNVSwitch: {}, KindPowerShelf: {}},
 	}
 }
@@ -205,12 +207,13 @@ func (s *Sim) upsert(d Device) *device {
 		}
 	}
 	nd := &device{Device: d, on: !d.PoweredOff, gateOpen: !d.AwaitingIngestion}
-	for i, old := range s.devices {
-		if normMAC(old.BMCMAC) == normMAC(d.BMCMAC) {
-			s.devices[i] = nd
-			return nd
-		}
+	// The index keeps seeding and MAC lookups linear in a fleet of tens of
+	// thousands of devices (flow bench).
+	if i, ok := s.macIndex[normMAC(d.BMCMAC)]; ok {
+		s.devices[i] = nd
+		return nd
 	}
+	s.macIndex[normMAC(d.BMCMAC)] = len(s.devices)
 	s.devices = append(s.devices, nd)
 	return nd
 }
@@ -223,6 +226,10 @@ func (s *Sim) Remove(key string) bool {
 	for i, d := range s.devices {
 		if d.ID == key || normMAC(d.BMCMAC) == normMAC(key) {
 			s.devices = slices.Delete(s.devices, i, i+1)
+			clear(s.macIndex)
+			for k, d := range s.devices {
+				s.macIndex[normMAC(d.BMCMAC)] = k
+			}
 			return true
 		}
 	}
@@ -230,10 +237,8 @@ func (s *Sim) Remove(key string) bool {
 }
 
 func (s *Sim) byMAC(mac string) *device {
-	for _, d := range s.devices {
-		if normMAC(d.BMCMAC) == normMAC(mac) {
-			return d
-		}
+	if i, ok := s.macIndex[normMAC(mac)]; ok {
+		return s.devices[i]
 	}
 	return nil
 }

@@ -61,8 +61,9 @@ type Sim struct {
 	journal sim.Journal
 	faults  *sim.Faults
 
-	mu      sync.Mutex
-	shelves []*shelf
+	mu       sync.Mutex
+	shelves  []*shelf
+	macIndex map[string]int // normalized PMC MAC → index in shelves
 }
 
 type job struct {
@@ -95,7 +96,7 @@ func New(opts Options) *Sim {
 	if len(opts.Available) == 0 {
 		opts.Available = []string{"1.0.0", "2.0.0"}
 	}
-	return &Sim{opts: opts, clock: opts.Clock, faults: sim.NewFaults(opts.FaultSeed)}
+	return &Sim{opts: opts, clock: opts.Clock, faults: sim.NewFaults(opts.FaultSeed), macIndex: map[string]int{}}
 }
 
 // Journal returns the record of calls received.
@@ -156,12 +157,12 @@ func (s *Sim) upsert(sh Shelf, now time.Time) *shelf {
 	if !sh.Unregistered {
 		n.registered = now
 	}
-	for i, old := range s.shelves {
-		if norm(old.MAC) == norm(sh.MAC) {
-			s.shelves[i] = n
-			return n
-		}
+	// The index keeps seeding and lookups linear in a large fleet.
+	if i, ok := s.macIndex[norm(sh.MAC)]; ok {
+		s.shelves[i] = n
+		return n
 	}
+	s.macIndex[norm(sh.MAC)] = len(s.shelves)
 	s.shelves = append(s.shelves, n)
 	return n
 }
@@ -173,6 +174,10 @@ func (s *Sim) Remove(mac string) bool {
 	for i, sh := range s.shelves {
 		if norm(sh.MAC) == norm(mac) {
 			s.shelves = slices.Delete(s.shelves, i, i+1)
+			clear(s.macIndex)
+			for k, sh := range s.shelves {
+				s.macIndex[norm(sh.MAC)] = k
+			}
 			return true
 		}
 	}
@@ -180,10 +185,8 @@ func (s *Sim) Remove(mac string) bool {
 }
 
 func (s *Sim) find(mac string) *shelf {
-	for _, sh := range s.shelves {
-		if norm(sh.MAC) == norm(mac) && !sh.registered.IsZero() {
-			return sh
-		}
+	if i, ok := s.macIndex[norm(mac)]; ok && !s.shelves[i].registered.IsZero() {
+		return s.shelves[i]
 	}
 	return nil
 }
@@ -323,10 +326,8 @@ func (h *handler) RegisterPowershelves(ctx context.Context, req *psmv1.RegisterP
 			out.Status, out.Error = psmv1.StatusCode_INVALID_ARGUMENT, "pmc_mac_address is required"
 		} else {
 			var sh *shelf
-			for _, x := range h.s.shelves {
-				if norm(x.MAC) == norm(r.GetPmcMacAddress()) {
-					sh = x
-				}
+			if i, ok := h.s.macIndex[norm(r.GetPmcMacAddress())]; ok {
+				sh = h.s.shelves[i]
 			}
 			if sh == nil {
 				sh = h.s.upsert(Shelf{MAC: r.GetPmcMacAddress(), IP: r.GetPmcIpAddress(), Vendor: vendorName[r.GetPmcVendor()], Unregistered: true}, now)

@@ -16,22 +16,25 @@ type BMC struct {
 }
 
 type Component struct {
-	ID              pgtype.UUID
-	RackID          pgtype.UUID
-	Type            string
-	Name            string
-	Manufacturer    string
-	SerialNumber    string
-	Model           *string
-	Description     *string
-	FirmwareVersion string
-	SlotID          int32
-	TrayIdx         int32
-	HostID          int32
-	ExternalID      *string
-	CreatedAt       pgtype.Timestamptz
-	UpdatedAt       pgtype.Timestamptz
-	DeletedAt       pgtype.Timestamptz
+	ID                pgtype.UUID
+	RackID            pgtype.UUID
+	Type              string
+	Name              string
+	Manufacturer      string
+	SerialNumber      string
+	Model             *string
+	Description       *string
+	FirmwareVersion   string
+	SlotID            int32
+	TrayIdx           int32
+	HostID            int32
+	ExternalID        *string
+	CreatedAt         pgtype.Timestamptz
+	UpdatedAt         pgtype.Timestamptz
+	DeletedAt         pgtype.Timestamptz
+	OperationPhase    string
+	OperationReason   string
+	BlockedOperations []string
 }
 
 type EngineRun struct {

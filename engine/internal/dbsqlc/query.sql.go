@@ -159,64 +159,45 @@ func (q *Queries) RunLock(ctx context.Context, db DBTX, id int64) (RunLockRow, e
 	return i, err
 }
 
-const runSetStage = `-- name: RunSetStage :exec
-UPDATE engine_run
-SET stage_index = $1, open_steps = $2, failed_steps = 0, first_failure = ''
-WHERE id = $3
+const stageStart = `-- name: StageStart :many
+WITH s AS (
+    UPDATE engine_step
+    SET state = 'running', started_at = now(), deadline_at = now() + budget_ms * interval '1 millisecond'
+    WHERE engine_step.run_id = $1 AND engine_step.stage_index = $2 AND engine_step.state = 'pending'
+    RETURNING engine_step.id
+), r AS (
+    UPDATE engine_run
+    SET stage_index = $2, open_steps = (SELECT count(*) FROM s), failed_steps = 0, first_failure = ''
+    WHERE engine_run.id = $1
+)
+SELECT s.id FROM s
 `
 
-type RunSetStageParams struct {
-	StageIndex int32
-	OpenSteps  int32
-	ID         int64
-}
-
-func (q *Queries) RunSetStage(ctx context.Context, db DBTX, arg RunSetStageParams) error {
-	_, err := db.Exec(ctx, runSetStage, arg.StageIndex, arg.OpenSteps, arg.ID)
-	return err
-}
-
-const runStepEnded = `-- name: RunStepEnded :one
-UPDATE engine_run
-SET open_steps = open_steps - 1,
-    failed_steps = failed_steps + CASE WHEN $1::boolean THEN 1 ELSE 0 END,
-    first_failure = CASE WHEN $1::boolean AND first_failure = '' THEN $2::text ELSE first_failure END
-WHERE id = $3 AND state = 'running' AND stage_index = $4
-RETURNING open_steps, failed_steps, first_failure, stage_count
-`
-
-type RunStepEndedParams struct {
-	Failed     bool
-	Failure    string
-	ID         int64
+type StageStartParams struct {
+	RunID      int64
 	StageIndex int32
 }
 
-type RunStepEndedRow struct {
-	OpenSteps    int32
-	FailedSteps  int32
-	FirstFailure string
-	StageCount   int32
-}
-
-// RunStepEnded counts a step of the current stage as ended, locking the run
-// row: concurrent steps of a stage serialise here and each sees the counts
-// left by the others. No row when the run has ended.
-func (q *Queries) RunStepEnded(ctx context.Context, db DBTX, arg RunStepEndedParams) (RunStepEndedRow, error) {
-	row := db.QueryRow(ctx, runStepEnded,
-		arg.Failed,
-		arg.Failure,
-		arg.ID,
-		arg.StageIndex,
-	)
-	var i RunStepEndedRow
-	err := row.Scan(
-		&i.OpenSteps,
-		&i.FailedSteps,
-		&i.FirstFailure,
-		&i.StageCount,
-	)
-	return i, err
+// StageStart makes a stage the run's current one: its steps become running
+// with their deadlines fixed, and the run's join counters are reset.
+func (q *Queries) StageStart(ctx context.Context, db DBTX, arg StageStartParams) ([]int64, error) {
+	rows, err := db.Query(ctx, stageStart, arg.RunID, arg.StageIndex)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const stepAdvanceBatch = `-- name: StepAdvanceBatch :execrows
@@ -274,34 +255,70 @@ func (q *Queries) StepCancelOpen(ctx context.Context, db DBTX, arg StepCancelOpe
 	return items, nil
 }
 
-const stepFinish = `-- name: StepFinish :one
-UPDATE engine_step
-SET state = $1, error = $2, ended_at = now(), checkpoint = NULL, wake_at = NULL,
-    batch_attempts = CASE WHEN $3::integer IS NULL THEN batch_attempts
-        ELSE array_append(batch_attempts, $3::integer) END
-WHERE id = $4 AND state = 'running'
-RETURNING stage_index
+const stepEnd = `-- name: StepEnd :one
+WITH r AS (
+    UPDATE engine_run
+    SET open_steps = open_steps - 1,
+        failed_steps = failed_steps + CASE WHEN $1::boolean THEN 1 ELSE 0 END,
+        first_failure = CASE WHEN $1::boolean AND first_failure = '' THEN $2::text ELSE first_failure END
+    WHERE engine_run.id = $3 AND engine_run.state = 'running' AND engine_run.stage_index = $4
+    RETURNING open_steps, failed_steps, first_failure, stage_count
+), s AS (
+    UPDATE engine_step
+    SET state = $5, error = $6, ended_at = now(), checkpoint = NULL, wake_at = NULL,
+        batch_attempts = CASE WHEN $7::integer IS NULL THEN batch_attempts
+            ELSE array_append(batch_attempts, $7::integer) END
+    WHERE engine_step.id = $8 AND engine_step.state = 'running' AND EXISTS (SELECT 1 FROM r)
+    RETURNING engine_step.id
+)
+SELECT r.open_steps, r.failed_steps, r.first_failure, r.stage_count, (SELECT count(*) FROM s)::integer AS ended
+FROM r
 `
 
-type StepFinishParams struct {
-	State string
-	Error string
-	Calls *int32
-	ID    int64
+type StepEndParams struct {
+	Failed     bool
+	Failure    string
+	RunID      int64
+	StageIndex int32
+	State      string
+	Error      string
+	Calls      *int32
+	ID         int64
 }
 
-// StepFinish ends a running step. It returns no row when the step had
-// already ended (a duplicate execution), so the caller does nothing more.
-func (q *Queries) StepFinish(ctx context.Context, db DBTX, arg StepFinishParams) (int32, error) {
-	row := db.QueryRow(ctx, stepFinish,
+type StepEndRow struct {
+	OpenSteps    int32
+	FailedSteps  int32
+	FirstFailure string
+	StageCount   int32
+	Ended        int32
+}
+
+// StepEnd is a step's checkpoint: it counts the step as ended on the run
+// row, which it locks first (concurrent steps of a stage serialise there and
+// each sees the counts left by the others, and Cancel locks in the same
+// order), then records the step's outcome. No row when the run has ended;
+// ended = 0 when the step had (a duplicate execution): roll back then.
+func (q *Queries) StepEnd(ctx context.Context, db DBTX, arg StepEndParams) (StepEndRow, error) {
+	row := db.QueryRow(ctx, stepEnd,
+		arg.Failed,
+		arg.Failure,
+		arg.RunID,
+		arg.StageIndex,
 		arg.State,
 		arg.Error,
 		arg.Calls,
 		arg.ID,
 	)
-	var stage_index int32
-	err := row.Scan(&stage_index)
-	return stage_index, err
+	var i StepEndRow
+	err := row.Scan(
+		&i.OpenSteps,
+		&i.FailedSteps,
+		&i.FirstFailure,
+		&i.StageCount,
+		&i.Ended,
+	)
+	return i, err
 }
 
 const stepGetForWork = `-- name: StepGetForWork :one
@@ -549,37 +566,4 @@ type StepSetJobIDsParams struct {
 func (q *Queries) StepSetJobIDs(ctx context.Context, db DBTX, arg StepSetJobIDsParams) error {
 	_, err := db.Exec(ctx, stepSetJobIDs, arg.IDs, arg.JobIDs)
 	return err
-}
-
-const stepStartStage = `-- name: StepStartStage :many
-UPDATE engine_step
-SET state = 'running', started_at = now(), deadline_at = now() + budget_ms * interval '1 millisecond'
-WHERE run_id = $1 AND stage_index = $2 AND state = 'pending'
-RETURNING id
-`
-
-type StepStartStageParams struct {
-	RunID      int64
-	StageIndex int32
-}
-
-// StepStartStage marks a stage's steps running and fixes their deadlines.
-func (q *Queries) StepStartStage(ctx context.Context, db DBTX, arg StepStartStageParams) ([]int64, error) {
-	rows, err := db.Query(ctx, stepStartStage, arg.RunID, arg.StageIndex)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }

@@ -107,6 +107,43 @@ func (q *Queries) BMCUpdate(ctx context.Context, db DBTX, arg BMCUpdateParams) e
 	return err
 }
 
+const componentBlocking = `-- name: ComponentBlocking :many
+SELECT c.id FROM component c
+WHERE c.deleted_at IS NULL AND $1::text = ANY (c.blocked_operations)
+  AND (c.id = ANY ($2::uuid[])
+       OR ($3::boolean AND c.type = 'Compute'
+           AND c.rack_id IN (SELECT rack_id FROM component WHERE id = ANY ($2::uuid[]))))
+ORDER BY c.id
+`
+
+type ComponentBlockingParams struct {
+	Op         string
+	IDs        []uuid.UUID
+	RackScoped bool
+}
+
+// The live components among ids, or among the compute trays of the racks of
+// ids (rack_scoped), whose status blocks operation type op.
+func (q *Queries) ComponentBlocking(ctx context.Context, db DBTX, arg ComponentBlockingParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, componentBlocking, arg.Op, arg.IDs, arg.RackScoped)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const componentCount = `-- name: ComponentCount :one
 SELECT count(*) FROM component c
 WHERE c.deleted_at IS NULL
@@ -160,7 +197,7 @@ func (q *Queries) ComponentCount(ctx context.Context, db DBTX, arg ComponentCoun
 }
 
 const componentGetByID = `-- name: ComponentGetByID :one
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
 FROM component c LEFT JOIN rack r ON r.id = c.rack_id
 WHERE c.id = $1 AND c.deleted_at IS NULL
 `
@@ -191,6 +228,9 @@ func (q *Queries) ComponentGetByID(ctx context.Context, db DBTX, id uuid.UUID) (
 		&i.Component.CreatedAt,
 		&i.Component.UpdatedAt,
 		&i.Component.DeletedAt,
+		&i.Component.OperationPhase,
+		&i.Component.OperationReason,
+		&i.Component.BlockedOperations,
 		&i.RackNVLDomainID,
 		&i.RackExternalID,
 	)
@@ -198,7 +238,7 @@ func (q *Queries) ComponentGetByID(ctx context.Context, db DBTX, id uuid.UUID) (
 }
 
 const componentGetByIDWithDeleted = `-- name: ComponentGetByIDWithDeleted :one
-SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at FROM component WHERE id = $1
+SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations FROM component WHERE id = $1
 `
 
 func (q *Queries) ComponentGetByIDWithDeleted(ctx context.Context, db DBTX, id uuid.UUID) (Component, error) {
@@ -221,12 +261,15 @@ func (q *Queries) ComponentGetByIDWithDeleted(ctx context.Context, db DBTX, id u
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.DeletedAt,
+		&i.OperationPhase,
+		&i.OperationReason,
+		&i.BlockedOperations,
 	)
 	return i, err
 }
 
 const componentGetBySerial = `-- name: ComponentGetBySerial :one
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
 FROM component c LEFT JOIN rack r ON r.id = c.rack_id
 WHERE lower(c.manufacturer) = lower($1) AND c.serial_number = $2 AND c.deleted_at IS NULL
 `
@@ -262,6 +305,9 @@ func (q *Queries) ComponentGetBySerial(ctx context.Context, db DBTX, arg Compone
 		&i.Component.CreatedAt,
 		&i.Component.UpdatedAt,
 		&i.Component.DeletedAt,
+		&i.Component.OperationPhase,
+		&i.Component.OperationReason,
+		&i.Component.BlockedOperations,
 		&i.RackNVLDomainID,
 		&i.RackExternalID,
 	)
@@ -285,7 +331,7 @@ type ComponentInsertParams struct {
 }
 
 const componentList = `-- name: ComponentList :many
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
 FROM component c LEFT JOIN rack r ON r.id = c.rack_id
 WHERE c.deleted_at IS NULL
   AND (NOT $1::bool
@@ -381,6 +427,9 @@ func (q *Queries) ComponentList(ctx context.Context, db DBTX, arg ComponentListP
 			&i.Component.CreatedAt,
 			&i.Component.UpdatedAt,
 			&i.Component.DeletedAt,
+			&i.Component.OperationPhase,
+			&i.Component.OperationReason,
+			&i.Component.BlockedOperations,
 			&i.RackNVLDomainID,
 			&i.RackExternalID,
 		); err != nil {
@@ -395,7 +444,7 @@ func (q *Queries) ComponentList(ctx context.Context, db DBTX, arg ComponentListP
 }
 
 const componentListByExternalID = `-- name: ComponentListByExternalID :many
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
 FROM component c LEFT JOIN rack r ON r.id = c.rack_id
 WHERE c.deleted_at IS NULL
   AND ($1::text = '' OR c.type = $1::text)
@@ -443,6 +492,9 @@ func (q *Queries) ComponentListByExternalID(ctx context.Context, db DBTX, arg Co
 			&i.Component.CreatedAt,
 			&i.Component.UpdatedAt,
 			&i.Component.DeletedAt,
+			&i.Component.OperationPhase,
+			&i.Component.OperationReason,
+			&i.Component.BlockedOperations,
 			&i.RackNVLDomainID,
 			&i.RackExternalID,
 		); err != nil {
@@ -457,7 +509,7 @@ func (q *Queries) ComponentListByExternalID(ctx context.Context, db DBTX, arg Co
 }
 
 const componentListByRacks = `-- name: ComponentListByRacks :many
-SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at FROM component WHERE rack_id = ANY ($1::uuid[]) AND deleted_at IS NULL
+SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations FROM component WHERE rack_id = ANY ($1::uuid[]) AND deleted_at IS NULL
 `
 
 // Unordered: callers group by rack and sort in Go, which is much cheaper
@@ -488,6 +540,9 @@ func (q *Queries) ComponentListByRacks(ctx context.Context, db DBTX, rackIds []u
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.DeletedAt,
+			&i.OperationPhase,
+			&i.OperationReason,
+			&i.BlockedOperations,
 		); err != nil {
 			return nil, err
 		}
@@ -500,7 +555,7 @@ func (q *Queries) ComponentListByRacks(ctx context.Context, db DBTX, rackIds []u
 }
 
 const componentListBySerials = `-- name: ComponentListBySerials :many
-SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at FROM component WHERE serial_number = ANY ($1::text[])
+SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations FROM component WHERE serial_number = ANY ($1::text[])
 `
 
 func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNumbers []string) ([]Component, error) {
@@ -529,6 +584,9 @@ func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNum
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.DeletedAt,
+			&i.OperationPhase,
+			&i.OperationReason,
+			&i.BlockedOperations,
 		); err != nil {
 			return nil, err
 		}
@@ -543,6 +601,7 @@ func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNum
 const componentListWithBMCsByRacks = `-- name: ComponentListWithBMCsByRacks :many
 SELECT uuid_send(c.id) AS id_raw, uuid_send(c.rack_id) AS rack_id_raw, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
        c.firmware_version, c.slot_id, c.tray_idx, c.host_id, coalesce(c.external_id, '')::text AS external_id,
+       c.operation_phase, c.operation_reason, c.blocked_operations,
        coalesce(b.mac_address, '')::text AS bmc_mac_address, coalesce(b.type, '')::text AS bmc_type,
        b.ip_address AS bmc_ip_address
 FROM component c LEFT JOIN bmc b ON b.component_id = c.id
@@ -550,22 +609,25 @@ WHERE c.rack_id = ANY ($1::uuid[]) AND c.deleted_at IS NULL
 `
 
 type ComponentListWithBMCsByRacksRow struct {
-	IDRaw           []byte
-	RackIDRaw       []byte
-	Type            string
-	Name            string
-	Manufacturer    string
-	SerialNumber    string
-	Model           *string
-	Description     *string
-	FirmwareVersion string
-	SlotID          int32
-	TrayIdx         int32
-	HostID          int32
-	ExternalID      string
-	BMCMACAddress   string
-	BMCType         string
-	BMCIPAddress    *string
+	IDRaw             []byte
+	RackIDRaw         []byte
+	Type              string
+	Name              string
+	Manufacturer      string
+	SerialNumber      string
+	Model             *string
+	Description       *string
+	FirmwareVersion   string
+	SlotID            int32
+	TrayIdx           int32
+	HostID            int32
+	ExternalID        string
+	OperationPhase    string
+	OperationReason   string
+	BlockedOperations []string
+	BMCMACAddress     string
+	BMCType           string
+	BMCIPAddress      *string
 }
 
 // One row per BMC (a component without BMCs gives one row with NULL BMC
@@ -597,6 +659,9 @@ func (q *Queries) ComponentListWithBMCsByRacks(ctx context.Context, db DBTX, rac
 			&i.TrayIdx,
 			&i.HostID,
 			&i.ExternalID,
+			&i.OperationPhase,
+			&i.OperationReason,
+			&i.BlockedOperations,
 			&i.BMCMACAddress,
 			&i.BMCType,
 			&i.BMCIPAddress,
@@ -617,6 +682,32 @@ DELETE FROM component WHERE id = $1 AND deleted_at IS NOT NULL
 
 func (q *Queries) ComponentPurge(ctx context.Context, db DBTX, id uuid.UUID) (int64, error) {
 	result, err := db.Exec(ctx, componentPurge, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const componentSetOperationStatus = `-- name: ComponentSetOperationStatus :execrows
+UPDATE component SET operation_phase = $1, operation_reason = $2,
+    blocked_operations = $3, updated_at = now()
+WHERE id = $4 AND deleted_at IS NULL
+`
+
+type ComponentSetOperationStatusParams struct {
+	OperationPhase    string
+	OperationReason   string
+	BlockedOperations []string
+	ID                uuid.UUID
+}
+
+func (q *Queries) ComponentSetOperationStatus(ctx context.Context, db DBTX, arg ComponentSetOperationStatusParams) (int64, error) {
+	result, err := db.Exec(ctx, componentSetOperationStatus,
+		arg.OperationPhase,
+		arg.OperationReason,
+		arg.BlockedOperations,
+		arg.ID,
+	)
 	if err != nil {
 		return 0, err
 	}

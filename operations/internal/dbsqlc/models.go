@@ -18,22 +18,25 @@ type BMC struct {
 }
 
 type Component struct {
-	ID              uuid.UUID
-	RackID          *uuid.UUID
-	Type            string
-	Name            string
-	Manufacturer    string
-	SerialNumber    string
-	Model           *string
-	Description     *string
-	FirmwareVersion string
-	SlotID          int32
-	TrayIdx         int32
-	HostID          int32
-	ExternalID      *string
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
-	DeletedAt       *time.Time
+	ID                uuid.UUID
+	RackID            *uuid.UUID
+	Type              string
+	Name              string
+	Manufacturer      string
+	SerialNumber      string
+	Model             *string
+	Description       *string
+	FirmwareVersion   string
+	SlotID            int32
+	TrayIdx           int32
+	HostID            int32
+	ExternalID        *string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	DeletedAt         *time.Time
+	OperationPhase    string
+	OperationReason   string
+	BlockedOperations []string
 }
 
 type EngineRun struct {

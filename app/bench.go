@@ -1,0 +1,884 @@
+package app
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/db/pglocal"
+	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/nico/nicosim"
+	"github.com/nicoflow/flow/operations"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+	"github.com/nicoflow/flow/sim"
+)
+
+const benchUsage = `usage: flow bench [--racks N] [--components M] [--latency D] [--workload power-on] [--keep] [-o table|json]
+
+Starts a private PostgreSQL (or uses --database-url), both simulators in this
+process and 'flow serve' as a child process, creates N racks of M components
+through the API, submits the workload's task on every rack and reports
+throughput, latencies and the server's peak memory. See docs/bench.md.
+
+`
+
+// benchOptions are the settings of one flow bench run.
+type benchOptions struct {
+	racks       int
+	components  int           // per rack, 1..35: the first of DemoRack(i), one of each type kept
+	latency     time.Duration // added to every simulator call
+	powerDelay  time.Duration // how long a simulated power change takes
+	workload    benchWorkload
+	keep        bool
+	databaseURL string        // empty: a private PostgreSQL in the work folder
+	concurrency int           // API calls in flight while creating racks and submitting
+	timeout     time.Duration // for the tasks to end, from the first submit
+	poll        time.Duration // how often the task listing is polled
+	// serverCommand returns the command that runs `flow serve --migrate`;
+	// bench adds the environment, output and process group. Tests replace
+	// it, because their executable is not flow.
+	serverCommand func() (*exec.Cmd, error)
+	progress      io.Writer // one line every few seconds; nil: silent
+}
+
+// benchWorkload is what flow bench drives on every rack. A new workload
+// (firmware-upgrade, issue 7) is one type and one line in benchWorkloads.
+type benchWorkload interface {
+	name() string
+	// tune adjusts the simulators' timings, e.g. the firmware phase.
+	tune(o *simOptions)
+	// device sets how one of the rack's devices starts in the simulators.
+	device(d *nicosim.Device)
+	// submit submits the operation on one rack and returns the task IDs.
+	submit(ctx context.Context, c flowv1connect.FlowClient, rack string) ([]*flowv1.UUID, error)
+	// rule is the rule the tasks run unless they report an applied rule; it
+	// turns report steps into engine steps.
+	rule() (operations.Rule, bool)
+}
+
+// benchWorkloads are the workloads by --workload name.
+var benchWorkloads = map[string]benchWorkload{
+	"power-on": powerOnWorkload{},
+}
+
+// powerOnWorkload powers on racks whose devices start off, with the
+// built-in power_on rule: shelves, then switches, then compute trays, each a
+// PowerControl and a VerifyPowerStatus.
+type powerOnWorkload struct{}
+
+func (powerOnWorkload) name() string             { return "power-on" }
+func (powerOnWorkload) tune(*simOptions)         {}
+func (powerOnWorkload) device(d *nicosim.Device) { d.PoweredOff = true }
+
+func (powerOnWorkload) submit(ctx context.Context, c flowv1connect.FlowClient, rack string) ([]*flowv1.UUID, error) {
+	res, err := c.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: benchRackSpec(rack), Description: "flow bench"})
+	if err != nil {
+		return nil, err
+	}
+	return res.GetTaskIds(), nil
+}
+
+func (powerOnWorkload) rule() (operations.Rule, bool) {
+	return operations.BuiltinRule(operations.OperationTypePowerControl, "power_on")
+}
+
+func benchRackSpec(name string) *flowv1.OperationTargetSpec {
+	return &flowv1.OperationTargetSpec{Targets: &flowv1.OperationTargetSpec_Racks{Racks: &flowv1.RackTargets{
+		Targets: []*flowv1.RackTarget{{Identifier: &flowv1.RackTarget_Name{Name: name}}},
+	}}}
+}
+
+// benchResult is what flow bench measured; -o json prints it as is.
+type benchResult struct {
+	Workload   string `json:"workload"`
+	Racks      int    `json:"racks"`
+	Components int    `json:"components_per_rack"`
+	Latency    string `json:"backend_latency"`
+
+	Tasks      int `json:"tasks"`
+	Completed  int `json:"completed"`
+	Failed     int `json:"failed"`     // failed, terminated, or never submitted
+	Unfinished int `json:"unfinished"` // still active when the timeout hit
+
+	SetupSeconds  float64 `json:"setup_seconds"`  // PostgreSQL, simulators, server, racks
+	SubmitSeconds float64 `json:"submit_seconds"` // first submit sent → last submit answered
+	WallSeconds   float64 `json:"wall_seconds"`   // first submit sent → last task finished
+
+	TasksPerSecond float64 `json:"tasks_per_second"`
+	// EngineSteps counts the engine steps of finished rule steps: each
+	// rule step in a task report runs one engine step per action.
+	EngineSteps        int     `json:"engine_steps"`
+	StepsPerSecond     float64 `json:"steps_per_second"`
+	BackendCalls       int     `json:"backend_calls"` // simulator journal entries, both simulators
+	BackendCallsPerSec float64 `json:"backend_calls_per_second"`
+
+	FirstCallP50Ms float64 `json:"submit_to_first_backend_call_p50_ms"`
+	FirstCallP99Ms float64 `json:"submit_to_first_backend_call_p99_ms"`
+	CompletedP50Ms float64 `json:"submit_to_completed_p50_ms"`
+	CompletedP99Ms float64 `json:"submit_to_completed_p99_ms"`
+
+	ServerPeakRSSBytes int64 `json:"server_peak_rss_bytes"`
+	// CPU seconds (user+system) spent from the first submit to the end of
+	// the wait: by the server child, by the bench process (simulators and
+	// API client) and by the private PostgreSQL (0 with --database-url).
+	ServerCPUSeconds   float64  `json:"server_cpu_seconds"`
+	BenchCPUSeconds    float64  `json:"bench_cpu_seconds"`
+	PostgresCPUSeconds float64  `json:"postgres_cpu_seconds"`
+	Failures           []string `json:"failures,omitempty"` // up to 10 reasons
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench", stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
+	o := benchOptions{progress: stderr}
+	fs.IntVar(&o.racks, "racks", 10, "number of racks")
+	fs.IntVar(&o.components, "components", 35, "components per rack (1-35, from the GB200 demo rack)")
+	fs.DurationVar(&o.latency, "latency", 0, "latency added to every backend (simulator) call")
+	fs.DurationVar(&o.powerDelay, "power-delay", time.Millisecond, "time a simulated power change takes")
+	workload := fs.String("workload", "power-on", "what to run on every rack: "+strings.Join(benchWorkloadNames(), ", "))
+	fs.BoolVar(&o.keep, "keep", false, "after the summary keep server, simulators and PostgreSQL running until Ctrl-C, and keep the work folder")
+	fs.StringVar(&o.databaseURL, "database-url", "", "use this (empty) database instead of a private PostgreSQL")
+	fs.IntVar(&o.concurrency, "concurrency", 32, "API calls in flight while creating racks and submitting")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "how long to wait for the tasks to end")
+	output := fs.String("o", "table", "output: table or json")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var ok bool
+	if o.workload, ok = benchWorkloads[*workload]; !ok {
+		return usageError{fmt.Errorf("--workload %q: want one of %s", *workload, strings.Join(benchWorkloadNames(), ", "))}
+	}
+	switch {
+	case o.racks < 1:
+		return usageError{errors.New("--racks must be at least 1")}
+	case o.components < 1 || o.components > len(inventory.DemoRack(0).Components):
+		return usageError{fmt.Errorf("--components must be within 1..%d", len(inventory.DemoRack(0).Components))}
+	case o.concurrency < 1:
+		return usageError{errors.New("--concurrency must be at least 1")}
+	case *output != "table" && *output != "json":
+		return usageError{fmt.Errorf("-o %q: want table or json", *output)}
+	}
+	o.serverCommand = func() (*exec.Cmd, error) {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		return exec.Command(exe, "serve", "--migrate"), nil
+	}
+	logger := newLogger(stderr, "text", slog.LevelInfo)
+
+	b, err := startBench(ctx, o)
+	if b != nil {
+		defer func() {
+			if err := b.close(context.WithoutCancel(ctx)); err != nil {
+				logger.Error("bench cleanup", "error", err.Error())
+			}
+		}()
+	}
+	if err != nil {
+		return err
+	}
+	res, err := b.run(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("bench interrupted, cleaning up: %w", ctx.Err())
+		}
+		return err
+	}
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		printBenchResult(stdout, res)
+	}
+	if o.keep {
+		fmt.Fprintf(stderr, "\nkept for inspection until Ctrl-C:\n  server     flow task list --server %s   (log %s)\n  database   %s\n  NICo Core  %s/admin/journal\n  PSM        %s/admin/journal\n  folder     %s (kept after exit)\n",
+			b.serverAddr, filepath.Join(b.dir, "server.log"), b.dbURL, b.sims.nicoSrv.URL(), b.sims.psmSrv.URL(), b.dir)
+		<-ctx.Done()
+	}
+	if res.Failed > 0 || res.Unfinished > 0 {
+		return fmt.Errorf("bench: %d of %d tasks failed, %d unfinished", res.Failed, res.Tasks, res.Unfinished)
+	}
+	return nil
+}
+
+func benchWorkloadNames() []string {
+	var names []string
+	for n := range benchWorkloads {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// bench is a running bench cluster: work folder, PostgreSQL, simulators and
+// the server child, torn down in reverse order by close.
+type bench struct {
+	o          benchOptions
+	dir        string
+	dbURL      string
+	pgDataDir  string // private PostgreSQL's, for its CPU time
+	sims       *simulators
+	server     *exec.Cmd
+	serverDone chan struct{} // closed when the child has exited
+	serverErr  error
+	serverAddr string
+	client     flowv1connect.FlowClient
+	started    time.Time
+	cleanups   []func(ctx context.Context) error
+}
+
+// startBench brings up the cluster. On error the returned bench, when not
+// nil, still needs close.
+func startBench(ctx context.Context, o benchOptions) (_ *bench, err error) {
+	b := &bench{o: o, started: time.Now()}
+	if b.dir, err = os.MkdirTemp("", "flow-bench-"); err != nil {
+		return nil, err
+	}
+	// PostgreSQL runs as the postgres user when we are root: it must be able
+	// to enter the folder.
+	if err := os.Chmod(b.dir, 0o755); err != nil {
+		return b, err
+	}
+	b.onClose(func(context.Context) error {
+		if o.keep {
+			return nil
+		}
+		return os.RemoveAll(b.dir)
+	})
+
+	b.dbURL = o.databaseURL
+	if b.dbURL == "" {
+		cluster, err := pglocal.New(filepath.Join(b.dir, "pg"), 0)
+		if err != nil {
+			return b, err
+		}
+		b.progressf("starting private postgres in %s", cluster.DataDir)
+		if err := cluster.Init(ctx); err != nil {
+			return b, err
+		}
+		if err := cluster.Start(ctx); err != nil {
+			return b, err
+		}
+		b.onClose(cluster.Stop)
+		if err := createDatabase(ctx, cluster.URL("postgres"), "flow"); err != nil {
+			return b, err
+		}
+		b.dbURL, b.pgDataDir = cluster.URL("flow"), cluster.DataDir
+	}
+	if _, err := db.Migrate(ctx, b.dbURL); err != nil {
+		return b, err
+	}
+
+	so := simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: o.powerDelay, firmwarePhase: time.Millisecond}
+	o.workload.tune(&so)
+	if b.sims, err = startSimulators(so); err != nil {
+		return b, err
+	}
+	b.onClose(b.sims.Close)
+	if o.latency > 0 {
+		for _, fs := range []*sim.Faults{b.sims.nico.Faults(), b.sims.psm.Faults()} {
+			if _, err := fs.Add(sim.Fault{Kind: sim.FaultLatency, Latency: sim.Duration(o.latency)}); err != nil {
+				return b, err
+			}
+		}
+	}
+
+	if err := b.startServer(ctx); err != nil {
+		return b, err
+	}
+	return b, nil
+}
+
+// onClose registers a cleanup; close runs them in reverse order.
+func (b *bench) onClose(f func(ctx context.Context) error) { b.cleanups = append(b.cleanups, f) }
+
+// close stops the server child (SIGTERM, then SIGKILL after 30 s), the
+// simulators and PostgreSQL and removes the work folder unless --keep.
+func (b *bench) close(ctx context.Context) error {
+	var errs []error
+	for _, f := range slices.Backward(b.cleanups) {
+		errs = append(errs, f(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func (b *bench) progressf(format string, args ...any) {
+	if b.o.progress != nil {
+		fmt.Fprintf(b.o.progress, "bench: "+format+"\n", args...)
+	}
+}
+
+// startServer runs `flow serve --migrate` as a child process in its own
+// process group (so a Ctrl-C reaches only us, and we stop it in order) and
+// waits until it answers.
+func (b *bench) startServer(ctx context.Context) error {
+	port, err := pglocal.FreePort()
+	if err != nil {
+		return err
+	}
+	b.serverAddr = "127.0.0.1:" + strconv.Itoa(port)
+	cmd, err := b.o.serverCommand()
+	if err != nil {
+		return err
+	}
+	logFile, err := os.Create(filepath.Join(b.dir, "server.log"))
+	if err != nil {
+		return err
+	}
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env,
+		"DATABASE_URL="+b.dbURL,
+		"NICO_CORE_API_URL="+b.sims.nicoSrv.URL(),
+		"PSM_API_URL="+b.sims.psmSrv.URL(),
+		"FLOW_LISTEN_ADDR="+b.serverAddr,
+		"FLOW_DEV_MODE=false",
+		"FLOW_SHUTDOWN_TIMEOUT=10s",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("start server: %w", err)
+	}
+	b.server, b.serverDone = cmd, make(chan struct{})
+	go func() {
+		b.serverErr = cmd.Wait()
+		logFile.Close()
+		close(b.serverDone)
+	}()
+	b.onClose(b.stopServer)
+	b.progressf("server pid %d on %s, log %s", cmd.Process.Pid, b.serverAddr, logFile.Name())
+
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	b.client = flowv1connect.NewFlowClient(&http.Client{Transport: &http.Transport{Protocols: &p}}, "http://"+b.serverAddr)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := b.client.Version(ctx, &flowv1.VersionRequest{}); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("server did not answer within 60s (log %s): %w", logFile.Name(), err)
+		}
+		select {
+		case <-b.serverDone:
+			return fmt.Errorf("server exited: %v; see %s", b.serverErr, logFile.Name())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (b *bench) stopServer(ctx context.Context) error {
+	select {
+	case <-b.serverDone:
+		return nil
+	default:
+	}
+	_ = b.server.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.serverDone:
+		return nil
+	case <-time.After(30 * time.Second):
+		_ = b.server.Process.Kill()
+		<-b.serverDone
+		return errors.New("server did not stop within 30s of SIGTERM; killed")
+	}
+}
+
+// benchTask is one submitted task and what the bench learns about it.
+type benchTask struct {
+	rack     int
+	id       string
+	submitAt time.Time
+	task     *flowv1.Task
+}
+
+// run creates the racks, seeds the simulators, submits the workload on
+// every rack, waits for the tasks and measures.
+func (b *bench) run(ctx context.Context) (*benchResult, error) {
+	o := b.o
+	res := &benchResult{Workload: o.workload.name(), Racks: o.racks, Components: o.components, Latency: o.latency.String()}
+
+	racks, err := b.createRacks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var devs []nicosim.Device
+	macRack := map[string]int{} // device MAC → rack index
+	for i, r := range racks {
+		for _, c := range r.Components {
+			d := nicosim.Device{
+				Kind: strings.ToLower(string(c.Type)), Name: c.Name, Serial: c.SerialNumber,
+				BMCMAC: c.BMCs[0].MAC.String(), RackID: r.ID.String(),
+				SlotID: int(c.Position.SlotID), TrayIndex: int(c.Position.TrayIdx),
+			}
+			o.workload.device(&d)
+			devs = append(devs, d)
+			macRack[strings.ToLower(d.BMCMAC)] = i
+		}
+	}
+	if err := b.sims.Seed(devs); err != nil {
+		return nil, fmt.Errorf("seed simulators: %w", err)
+	}
+	b.sims.nico.Journal().Reset()
+	b.sims.psm.Journal().Reset()
+	res.SetupSeconds = time.Since(b.started).Seconds()
+
+	b.progressf("submitting %s on %d racks", o.workload.name(), len(racks))
+	cpu0 := b.cpu()
+	tasks, failures, lastSubmit := b.submit(ctx, racks)
+	res.Tasks = len(tasks) + len(failures)
+	res.Failures = append(res.Failures, failures...)
+	if len(tasks) == 0 {
+		res.Failed = res.Tasks
+		return res, nil
+	}
+	firstSubmit := slices.MinFunc(tasks, func(a, b *benchTask) int { return a.submitAt.Compare(b.submitAt) }).submitAt
+	res.SubmitSeconds = lastSubmit.Sub(firstSubmit).Seconds()
+
+	if err := b.wait(ctx, firstSubmit, len(tasks)); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return nil, err
+	}
+	res.ServerPeakRSSBytes = peakRSS(b.server.Process.Pid)
+	cpu := b.cpu().minus(cpu0)
+	res.ServerCPUSeconds, res.BenchCPUSeconds, res.PostgresCPUSeconds = cpu.server, cpu.bench, cpu.postgres
+	if err := b.fetch(ctx, tasks); err != nil {
+		return nil, err
+	}
+	b.measure(ctx, res, tasks, macRack, firstSubmit)
+	res.Failed += len(failures)
+	return res, nil
+}
+
+// benchRack returns demo rack i cut to m components: the first m in rack
+// order, except that one of each type is kept when m allows.
+func benchRack(i, m int) inventory.Rack {
+	r := inventory.DemoRack(i)
+	if m >= len(r.Components) {
+		return r
+	}
+	pick := make([]bool, len(r.Components))
+	n := 0
+	seen := map[inventory.ComponentType]bool{}
+	for k, c := range r.Components {
+		if n < m && !seen[c.Type] {
+			seen[c.Type], pick[k] = true, true
+			n++
+		}
+	}
+	for k := range r.Components {
+		if n < m && !pick[k] {
+			pick[k] = true
+			n++
+		}
+	}
+	var cs []inventory.Component
+	for k, c := range r.Components {
+		if pick[k] {
+			cs = append(cs, c)
+		}
+	}
+	r.Components = cs
+	return r
+}
+
+// createRacks registers the racks through CreateExpectedRack.
+func (b *bench) createRacks(ctx context.Context) ([]inventory.Rack, error) {
+	racks := make([]inventory.Rack, b.o.racks)
+	b.progressf("creating %d racks × %d components", b.o.racks, b.o.components)
+	err := parallel(ctx, b.o.concurrency, len(racks), func(ctx context.Context, i int) error {
+		r := benchRack(i, b.o.components)
+		resp, err := b.client.CreateExpectedRack(ctx, &flowv1.CreateExpectedRackRequest{Rack: inventory.RackToProto(r)})
+		if err != nil {
+			return fmt.Errorf("create rack %s (the database must not hold the bench racks yet): %w", r.Name, err)
+		}
+		if r.ID, err = uuid.Parse(resp.GetId().GetId()); err != nil {
+			return fmt.Errorf("create rack %s: answer without a valid ID: %w", r.Name, err)
+		}
+		racks[i] = r
+		return nil
+	})
+	return racks, err
+}
+
+// submit submits the workload on every rack, o.concurrency at a time. It
+// returns the tasks, the submit errors and when the last answer came.
+func (b *bench) submit(ctx context.Context, racks []inventory.Rack) ([]*benchTask, []string, time.Time) {
+	var (
+		mu       sync.Mutex
+		tasks    []*benchTask
+		failures []string
+		last     time.Time
+	)
+	_ = parallel(ctx, b.o.concurrency, len(racks), func(ctx context.Context, i int) error {
+		at := time.Now()
+		ids, err := b.o.workload.submit(ctx, b.client, racks[i].Name)
+		done := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		last = later(last, done)
+		if err != nil {
+			failures = append(failures, fmt.Sprintf("submit on %s: %v", racks[i].Name, err))
+			return nil
+		}
+		for _, id := range ids {
+			tasks = append(tasks, &benchTask{rack: i, id: id.GetId(), submitAt: at})
+		}
+		return nil
+	})
+	return tasks, failures, last
+}
+
+// wait polls the active-task count until it is zero or the timeout passes.
+func (b *bench) wait(ctx context.Context, firstSubmit time.Time, n int) error {
+	ctx, cancel := context.WithDeadline(ctx, firstSubmit.Add(b.o.timeout))
+	defer cancel()
+	poll := cmp.Or(b.o.poll, 100*time.Millisecond)
+	lastReport := time.Now()
+	for {
+		res, err := b.client.ListTasks(ctx, &flowv1.ListTasksRequest{ActiveOnly: true, Pagination: &flowv1.Pagination{Limit: 1}})
+		if err != nil {
+			return fmt.Errorf("list active tasks: %w", err)
+		}
+		active := int(res.GetTotal())
+		if active == 0 {
+			b.progressf("all %d tasks ended after %s", n, time.Since(firstSubmit).Round(time.Millisecond))
+			return nil
+		}
+		if time.Since(lastReport) >= 5*time.Second {
+			lastReport = time.Now()
+			b.progressf("%d of %d tasks ended (%s)", n-active, n, time.Since(firstSubmit).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-b.serverDone:
+			return fmt.Errorf("server exited: %v; see %s", b.serverErr, filepath.Join(b.dir, "server.log"))
+		case <-time.After(poll):
+		}
+	}
+}
+
+// fetch reads every task, report included, 100 per GetTasksByIDs.
+func (b *bench) fetch(ctx context.Context, tasks []*benchTask) error {
+	byID := map[string]*benchTask{}
+	for _, t := range tasks {
+		byID[t.id] = t
+	}
+	for batch := range slices.Chunk(tasks, 100) {
+		ids := make([]*flowv1.UUID, len(batch))
+		for i, t := range batch {
+			ids[i] = &flowv1.UUID{Id: t.id}
+		}
+		res, err := b.client.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: ids})
+		if err != nil {
+			return fmt.Errorf("get tasks: %w", err)
+		}
+		for _, got := range res.GetTasks() {
+			if t := byID[got.GetId().GetId()]; t != nil {
+				t.task = got
+			}
+		}
+	}
+	return nil
+}
+
+// measure fills res from the fetched tasks and the simulators' journals.
+func (b *bench) measure(ctx context.Context, res *benchResult, tasks []*benchTask, macRack map[string]int, firstSubmit time.Time) {
+	var (
+		done      []time.Duration
+		lastEnd   time.Time
+		rackTasks = map[int][]*benchTask{}
+		rules     = map[string]map[stepKey]int{}
+	)
+	for _, t := range tasks {
+		rackTasks[t.rack] = append(rackTasks[t.rack], t)
+		switch t.task.GetStatus() {
+		case flowv1.TaskStatus_TASK_STATUS_COMPLETED:
+			res.Completed++
+		case flowv1.TaskStatus_TASK_STATUS_FAILED, flowv1.TaskStatus_TASK_STATUS_TERMINATED:
+			res.Failed++
+			if len(res.Failures) < 10 {
+				res.Failures = append(res.Failures, fmt.Sprintf("task %s: %s: %s", t.id, t.task.GetStatus(), t.task.GetMessage()))
+			}
+		default:
+			res.Unfinished++
+			continue
+		}
+		end := t.task.GetFinishedAt().AsTime()
+		lastEnd = later(lastEnd, end)
+		done = append(done, end.Sub(t.submitAt))
+		res.EngineSteps += b.engineSteps(ctx, t.task, rules)
+	}
+	if !lastEnd.IsZero() {
+		res.WallSeconds = lastEnd.Sub(firstSubmit).Seconds()
+	}
+
+	// A journal entry is written when the call ends, after the injected
+	// latency: its start is the entry's time minus that latency.
+	var first []time.Duration
+	seen := map[string]bool{}
+	calls := append(b.sims.nico.Journal().Calls(), b.sims.psm.Journal().Calls()...)
+	res.BackendCalls = len(calls)
+	slices.SortFunc(calls, func(a, b sim.Call) int { return a.Time.Compare(b.Time) })
+	for _, c := range calls {
+		start := c.Time.Add(-b.o.latency)
+		for _, d := range c.Devices {
+			rack, ok := macRack[strings.ToLower(d)]
+			if !ok {
+				continue
+			}
+			for _, t := range rackTasks[rack] {
+				// The first call after the task's submit that names one of
+				// its devices.
+				if !seen[t.id] && !start.Before(t.submitAt) {
+					seen[t.id] = true
+					first = append(first, start.Sub(t.submitAt))
+				}
+			}
+		}
+	}
+
+	if res.WallSeconds > 0 {
+		res.TasksPerSecond = float64(res.Completed) / res.WallSeconds
+		res.StepsPerSecond = float64(res.EngineSteps) / res.WallSeconds
+		res.BackendCallsPerSec = float64(res.BackendCalls) / res.WallSeconds
+	}
+	res.FirstCallP50Ms, res.FirstCallP99Ms = percentileMs(first, 50), percentileMs(first, 99)
+	res.CompletedP50Ms, res.CompletedP99Ms = percentileMs(done, 50), percentileMs(done, 99)
+}
+
+// stepKey names a rule step: its stage and component type.
+type stepKey struct {
+	stage int
+	typ   operations.ComponentType
+}
+
+// engineSteps returns how many engine steps the finished rule steps of
+// task's report ran: one per action of the rule step (plus a sleep for
+// delay_after). The rule is the applied one when the task names it, else
+// the workload's built-in rule; rules caches them by ID.
+func (b *bench) engineSteps(ctx context.Context, task *flowv1.Task, rules map[string]map[stepKey]int) int {
+	ruleID := task.GetAppliedRuleId().GetId()
+	actions, ok := rules[ruleID]
+	if !ok {
+		var def operations.RuleDefinition
+		if ruleID == "" {
+			r, _ := b.o.workload.rule()
+			def = r.Definition
+		} else if pr, err := b.client.GetOperationRule(ctx, &flowv1.GetOperationRuleRequest{RuleId: &flowv1.UUID{Id: ruleID}}); err == nil {
+			def, _ = operations.ParseRuleDefinition([]byte(pr.GetRuleDefinitionJson()))
+		}
+		actions = map[stepKey]int{}
+		for _, s := range def.Steps {
+			actions[stepKey{s.Stage, s.ComponentType}] = len(s.Actions()) + boolInt(s.DelayAfter > 0)
+		}
+		rules[ruleID] = actions
+	}
+	var rep operations.Report
+	if json.Unmarshal([]byte(task.GetReport()), &rep) != nil {
+		return 0
+	}
+	n := 0
+	for _, st := range rep.Stages {
+		for _, s := range st.Steps {
+			if s.Status == "completed" || s.Status == "failed" {
+				n += actions[stepKey{st.Number, s.ComponentType}]
+			}
+		}
+	}
+	return n
+}
+
+// percentileMs returns the nearest-rank p-th percentile of ds in
+// milliseconds, 0 for none.
+func percentileMs(ds []time.Duration, p int) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	k := (p*len(s) + 99) / 100 // ceil(p/100 · n)
+	return float64(s[max(k, 1)-1]) / float64(time.Millisecond)
+}
+
+// peakRSS returns the peak resident set size of process pid (VmHWM in
+// /proc/<pid>/status) in bytes, 0 when it cannot be read (not Linux).
+func peakRSS(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest) // "123456 kB"
+			if len(f) == 2 && f[1] == "kB" {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}
+
+// benchCPU is CPU time used so far, in seconds.
+type benchCPU struct{ server, bench, postgres float64 }
+
+func (c benchCPU) minus(d benchCPU) benchCPU {
+	return benchCPU{c.server - d.server, c.bench - d.bench, c.postgres - d.postgres}
+}
+
+// cpu reads the CPU time of the server child, this process and the
+// private PostgreSQL: its postmaster, the children it has reaped and its
+// live children. Linux only; zeros elsewhere.
+func (b *bench) cpu() benchCPU {
+	c := benchCPU{server: procCPU(b.server.Process.Pid, false), bench: procCPU(os.Getpid(), false)}
+	if b.pgDataDir == "" {
+		return c
+	}
+	data, err := os.ReadFile(filepath.Join(b.pgDataDir, "postmaster.pid"))
+	if err != nil {
+		return c
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	pm, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		return c
+	}
+	c.postgres = procCPU(pm, true)
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err == nil && procField(pid, 4) == pm {
+			c.postgres += procCPU(pid, false)
+		}
+	}
+	return c
+}
+
+// procCPU returns the user+system CPU seconds of process pid, with reaped
+// children's when children is true, from /proc/<pid>/stat.
+func procCPU(pid int, children bool) float64 {
+	ticks := procField(pid, 14) + procField(pid, 15)
+	if children {
+		ticks += procField(pid, 16) + procField(pid, 17)
+	}
+	return float64(ticks) / 100 // USER_HZ is 100 on Linux
+}
+
+// procField returns numeric field n (1-based, as in proc(5)) of
+// /proc/<pid>/stat, 0 when it cannot be read.
+func procField(pid, n int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces; fields restart after ')'.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 || n < 3 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:])) // f[0] is field 3
+	if len(f) <= n-3 {
+		return 0
+	}
+	v, _ := strconv.Atoi(f[n-3])
+	return v
+}
+
+// parallel calls f for 0..n-1 with at most limit calls at once and returns
+// the first error; after an error no new call starts.
+func parallel(ctx context.Context, limit, n int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i := range n {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := f(ctx, i); err != nil {
+				cancel(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return ctx.Err()
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func printBenchResult(w io.Writer, r *benchResult) {
+	ms := func(v float64) string {
+		return (time.Duration(v * float64(time.Millisecond))).Round(time.Millisecond).String()
+	}
+	fmt.Fprintf(w, `
+flow bench: %s on %d racks × %d components, backend latency %s
+
+  tasks              %d completed, %d failed, %d unfinished (of %d)
+  setup              %.1fs (postgres, simulators, server, racks)
+  submit             %.2fs first submit → last submit answered
+  wall               %.2fs first submit → last task finished
+  tasks/s            %.1f
+  engine steps/s     %.1f (%d steps: one per rule action of each finished rule step)
+  backend calls/s    %.1f (%d calls in the simulators' journals)
+  submit → 1st call  p50 %s   p99 %s
+  submit → done      p50 %s   p99 %s
+  server peak RSS    %.1f MiB (VmHWM of the flow serve child)
+  CPU during run     server %.1fs, PostgreSQL %.1fs, bench+simulators %.1fs
+`, r.Workload, r.Racks, r.Components, r.Latency,
+		r.Completed, r.Failed, r.Unfinished, r.Tasks,
+		r.SetupSeconds, r.SubmitSeconds, r.WallSeconds, r.TasksPerSecond,
+		r.StepsPerSecond, r.EngineSteps, r.BackendCallsPerSec, r.BackendCalls,
+		ms(r.FirstCallP50Ms), ms(r.FirstCallP99Ms), ms(r.CompletedP50Ms), ms(r.CompletedP99Ms),
+		float64(r.ServerPeakRSSBytes)/(1<<20), r.ServerCPUSeconds, r.PostgresCPUSeconds, r.BenchCPUSeconds)
+	for _, f := range r.Failures {
+		fmt.Fprintf(w, "  failure            %s\n", f)
+	}
+}

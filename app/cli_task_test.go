@@ -1,0 +1,339 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/stretchr/testify/require"
+
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+)
+
+// setupTaskCLI starts a Flow server with both simulators (power changes
+// take 1ms) and returns a CLI bundle pointed at it.
+func setupTaskCLI(t *testing.T) (*e2e, *cliBundle) {
+	t.Helper()
+	e := startE2E(t, time.Millisecond)
+	return e, &cliBundle{env: map[string]string{"FLOW_SERVER": e.url}}
+}
+
+// slowRule is a power_on rule whose stages each sleep for sleep after
+// powering their components.
+func slowRule(t *testing.T, b *cliBundle, sleep string) string {
+	t.Helper()
+	var steps strings.Builder
+	for i, ct := range []string{"PowerShelf", "NVSwitch", "Compute"} {
+		steps.WriteString("  - {component_type: " + ct + ", stage: " + string(rune('1'+i)) +
+			", main_operation: {name: PowerControl}, post_operation: [{name: Sleep, parameters: {duration: " + sleep + "}}]}\n")
+	}
+	file := writeFile(t, "slow.yaml", "name: slow "+sleep+"\noperation_type: power_control\noperation_code: power_on\n"+
+		"rule_definition:\n  steps:\n"+steps.String())
+	return b.mustFlow(t, "rule", "create", "-f", file)
+}
+
+// jsonTask is the part of a protojson Task the tests read.
+type jsonTask struct {
+	ID      struct{ ID string }
+	RackID  struct{ ID string } `json:"rackId"`
+	Status  string
+	Message string
+	Report  string
+
+	ComponentUUIDs []struct{ ID string } `json:"componentUuids"`
+}
+
+func TestCLIPower(t *testing.T) {
+	t.Parallel()
+	e, b := setupTaskCLI(t)
+	rack := e.addRack(t, 7, true)
+
+	out := b.mustFlow(t, "power", "on", rack.Name, "--wait", "--interval", "20ms", "--description", "cli test")
+	lines := strings.Split(out, "\n")
+	require.Regexp(t, `^TASK\s+RACK$`, lines[0])
+	require.Regexp(t, `^[0-9a-f-]{36}\s+demo-0007$`, lines[1])
+	id := strings.Fields(lines[1])[0]
+	require.Contains(t, out, "demo-0007: stage 1/3 completed")
+	require.Contains(t, out, "demo-0007:   stage 3 Compute completed 18/18")
+	require.Contains(t, out, "demo-0007: task "+id+" completed: Succeeded\n\nTASK")
+	require.Regexp(t, id+`\s+demo-0007\s+completed\s+Succeeded$`, lines[len(lines)-1])
+
+	t.Run("ListTable", func(t *testing.T) {
+		t.Parallel()
+		out := b.mustFlow(t, "task", "list")
+		// Unfiltered: TypeFilterForce may have added a task on another rack.
+		require.Regexp(t, `^TASK\s+OPERATION\s+RACK\s+STATUS\s+MESSAGE\s+CREATED\n(.*\n)?`+id+`\s+power_on\s+demo-0007\s+completed\s+Succeeded\s+\d{4}-`, out)
+		out = b.mustFlow(t, "task", "list", "--rack", rack.Name, "--report")
+		require.Regexp(t, `completed\s+Succeeded\s+\S+\s+stage 3/3, 35/35 done\n\(1 of 1 tasks\)$`, out)
+		require.Contains(t, b.mustFlow(t, "task", "list", "--rack", rack.Name, "--active"), "(0 of 0 tasks)")
+		var res struct{ Tasks []jsonTask }
+		require.NoError(t, json.Unmarshal([]byte(b.mustFlow(t, "task", "get", id, "-o", "json")), &res))
+		require.Contains(t, b.mustFlow(t, "task", "list", "--component", res.Tasks[0].ComponentUUIDs[0].ID), id)
+		require.Contains(t, b.mustFlow(t, "task", "list", "--rack", rack.ID.String(), "--limit", "1", "--offset", "1"), "(0 of 1 tasks)")
+	})
+
+	t.Run("ListJSON", func(t *testing.T) {
+		t.Parallel()
+		var res struct {
+			Tasks []jsonTask
+			Total int
+		}
+		require.NoError(t, json.Unmarshal([]byte(b.mustFlow(t, "task", "list", "--rack", rack.Name, "-o", "json")), &res))
+		require.Equal(t, 1, res.Total)
+		require.Equal(t, id, res.Tasks[0].ID.ID)
+		require.Equal(t, "TASK_STATUS_COMPLETED", res.Tasks[0].Status)
+		require.Empty(t, res.Tasks[0].Report, "no report without --report")
+		require.NoError(t, json.Unmarshal([]byte(b.mustFlow(t, "task", "list", "--rack", rack.Name, "--report", "-o", "json")), &res))
+		require.Contains(t, res.Tasks[0].Report, `"stages"`)
+	})
+
+	t.Run("GetTable", func(t *testing.T) {
+		t.Parallel()
+		out := b.mustFlow(t, "task", "get", id)
+		for _, want := range []string{
+			"ID             " + id,
+			"OPERATION      power_on",
+			"RACK           demo-0007 (" + rack.ID.String() + ")",
+			"STATUS         completed",
+			"MESSAGE        Succeeded",
+			"DESCRIPTION    cli test",
+			"RULE           built-in",
+			"COMPONENTS     35",
+			"STARTED        ",
+			"FINISHED       ",
+			"steps: 3 completed, 0 failed, 3 total; components: 35 completed, 0 failed, 35 total",
+		} {
+			require.Contains(t, out, want)
+		}
+		require.Regexp(t, `STAGE\s+STEP\s+STATUS\s+COMPLETED\s+FAILED\s+TOTAL\s+STARTED\s+FINISHED\s+ERROR\n`+
+			`1 completed\s+PowerShelf\s+completed\s+8\s+0\s+8\s+\d\d:\d\d:\d\d\s+\d\d:\d\d:\d\d\s+-\n`+
+			`2 completed\s+NVSwitch\s+completed\s+9\s+0\s+9\s+`, out)
+	})
+
+	t.Run("GetJSON", func(t *testing.T) {
+		t.Parallel()
+		var res struct{ Tasks []jsonTask }
+		require.NoError(t, json.Unmarshal([]byte(b.mustFlow(t, "task", "get", id, "-o", "json")), &res))
+		require.Len(t, res.Tasks, 1)
+		require.Equal(t, rack.ID.String(), res.Tasks[0].RackID.ID)
+		require.Equal(t, "Succeeded", res.Tasks[0].Message)
+		require.Contains(t, res.Tasks[0].Report, `"status":"completed"`)
+	})
+
+	t.Run("WatchFinished", func(t *testing.T) {
+		t.Parallel()
+		out := b.mustFlow(t, "task", "watch", id)
+		require.True(t, strings.HasPrefix(out, "stage 1/3 completed\n  stage 1 PowerShelf completed 8/8\n"), out)
+		require.True(t, strings.HasSuffix(out, "\ntask "+id+" completed: Succeeded"), out)
+		require.NotContains(t, out, "\x1b[", "no cursor movement off a terminal")
+	})
+
+	t.Run("CancelFinished", func(t *testing.T) {
+		t.Parallel()
+		requireFlowError(t, b, "failed_precondition: ", "task", "cancel", id)
+	})
+
+	t.Run("TypeFilterForce", func(t *testing.T) {
+		t.Parallel()
+		other := e.addRack(t, 9, false)
+		var res struct{ TaskIDs []struct{ ID string } }
+		require.NoError(t, json.Unmarshal([]byte(b.mustFlow(t, "power", "off", other.ID.String(), "--type", "compute,NVSwitch", "--force", "-o", "json")), &res))
+		require.Len(t, res.TaskIDs, 1)
+		tid := res.TaskIDs[0].ID
+		out := b.mustFlow(t, "task", "get", tid)
+		require.Contains(t, out, "OPERATION      force_power_off")
+		require.Contains(t, out, "COMPONENTS     27")
+		require.Regexp(t, `\s+PowerShelf\s+skipped\s+0\s+0\s+0\s`, out)
+		require.Contains(t, b.mustFlow(t, "task", "cancel", tid), "terminated: Cancelled by user")
+	})
+
+	t.Run("Errors", func(t *testing.T) {
+		t.Parallel()
+		requireFlowError(t, b, "not_found: ", "power", "on", "no-such-rack")
+		requireFlowError(t, b, `not_found: no rack is named "no-such-rack"`, "task", "list", "--rack", "no-such-rack")
+		requireFlowError(t, b, "not_found: ", "task", "get", "00000000-0000-0000-0000-000000000001")
+		requireFlowError(t, b, `invalid_argument: task ID: "x" is not a UUID`, "task", "get", id, "x")
+		requireFlowError(t, b, `invalid_argument: task ID: "x" is not a UUID`, "task", "watch", "x")
+		requireFlowError(t, b, `invalid_argument: --component: "x" is not a UUID`, "power", "cycle", "--component", "x")
+		requireFlowError(t, b, `invalid_argument: --component: "x" is not a UUID`, "task", "list", "--component", "x")
+		requireFlowError(t, b, `invalid_argument: --rule: "x" is not a UUID`, "power", "on", rack.Name, "--rule", "x")
+		requireFlowError(t, b, `--type: unknown component type "gpu"`, "power", "on", rack.Name, "--type", "gpu")
+		requireFlowError(t, b, "want RACK...", "power", "on")
+		requireFlowError(t, b, "not both", "power", "on", rack.Name, "--component", "00000000-0000-0000-0000-000000000001")
+		requireFlowError(t, b, "--queue-timeout needs --queue", "power", "on", rack.Name, "--queue-timeout", "30m")
+		requireFlowError(t, b, "flag provided but not defined: -force", "power", "on", rack.Name, "--force")
+		_, _, err := b.flow("power", "on")
+		require.Equal(t, 2, ExitCode(err), "usage errors exit 2")
+	})
+}
+
+func TestCLITaskWatchQueueCancel(t *testing.T) {
+	t.Parallel()
+	e, b := setupTaskCLI(t)
+
+	t.Run("Watch", func(t *testing.T) {
+		t.Parallel()
+		rack := e.addRack(t, 1, true)
+		rule := slowRule(t, b, "300ms")
+		out := b.mustFlow(t, "power", "on", rack.Name, "--rule", rule)
+		id := strings.Fields(strings.Split(out, "\n")[1])[0]
+		out = b.mustFlow(t, "task", "watch", id, "--interval", "20ms")
+		lines := strings.Split(out, "\n")
+		// Every stage is seen running, then completed, in rule order.
+		var stageLines []string
+		for _, l := range lines {
+			if strings.HasPrefix(l, "stage ") && !strings.HasSuffix(l, " pending") {
+				stageLines = append(stageLines, l)
+			}
+		}
+		require.Equal(t, []string{
+			"stage 1/3 running", "stage 1/3 completed",
+			"stage 2/3 running", "stage 2/3 completed",
+			"stage 3/3 running", "stage 3/3 completed",
+		}, dedupe(stageLines), out)
+		require.Regexp(t, `\n  stage 3 Compute running \d+/18\n`, out)
+		require.Equal(t, "task "+id+" completed: Succeeded", lines[len(lines)-1])
+		require.Contains(t, b.mustFlow(t, "task", "get", id), "RULE           "+rule)
+	})
+
+	t.Run("QueueAndCancel", func(t *testing.T) {
+		t.Parallel()
+		rack := e.addRack(t, 2, true)
+		rule := slowRule(t, b, "1m")
+		done := make(chan error, 1)
+		var waitOut string
+		go func() {
+			var err error
+			waitOut, _, err = b.flow("power", "on", rack.Name, "--rule", rule, "--wait", "--interval", "20ms")
+			done <- err
+		}()
+		var first string
+		require.Eventually(t, func() bool {
+			var res struct{ Tasks []jsonTask }
+			out, _, err := b.flow("task", "list", "--rack", rack.Name, "-o", "json")
+			if err != nil || json.Unmarshal([]byte(out), &res) != nil || len(res.Tasks) == 0 {
+				return false
+			}
+			first = res.Tasks[0].ID.ID
+			return res.Tasks[0].Status == "TASK_STATUS_RUNNING"
+		}, 30*time.Second, 20*time.Millisecond)
+
+		// A conflicting request is rejected, or queued with --queue.
+		requireFlowError(t, b, "failed_precondition: operations: rack already has a conflicting task: rack demo-0002: task "+first, "power", "on", rack.Name)
+		out := b.mustFlow(t, "power", "on", rack.Name, "--queue", "--queue-timeout", "30m")
+		queued := strings.Fields(strings.Split(out, "\n")[1])[0]
+		out = b.mustFlow(t, "task", "list", "--active")
+		require.Regexp(t, queued+`\s+power_on\s+demo-0002\s+waiting\s+Queued: waiting for rack to become available`, out)
+		require.Regexp(t, first+`\s+power_on\s+demo-0002\s+running\s+Running`, out)
+		require.Regexp(t, `QUEUE EXPIRES\s+\d{4}-`, b.mustFlow(t, "task", "get", queued))
+
+		require.Equal(t, "task "+queued+" terminated: Cancelled by user", b.mustFlow(t, "task", "cancel", queued))
+		require.Equal(t, "task "+first+" terminated: Cancelled by user", b.mustFlow(t, "task", "cancel", first))
+		require.Equal(t, "task "+first+" terminated: Cancelled by user", b.mustFlow(t, "task", "cancel", first), "idempotent")
+
+		select {
+		case err := <-done:
+			require.EqualError(t, err, "1 of 1 tasks did not complete")
+			require.Equal(t, 1, ExitCode(err))
+		case <-time.After(30 * time.Second):
+			t.Fatal("power on --wait did not return after the cancel")
+		}
+		require.Regexp(t, `\ndemo-0002:   stage 1 PowerShelf running \d/8\n`, waitOut)
+		require.Contains(t, waitOut, "\ndemo-0002: task "+first+" terminated: Cancelled by user\n")
+		require.Regexp(t, first+`\s+demo-0002\s+terminated\s+Cancelled by user\n$`, waitOut)
+
+		_, _, err := b.flow("task", "watch", first)
+		require.EqualError(t, err, "task "+first+" terminated: Cancelled by user")
+		var res struct{ Task jsonTask }
+		require.NoError(t, json.Unmarshal([]byte(b.mustFlow(t, "task", "cancel", first, "-o", "json")), &res))
+		require.Equal(t, "TASK_STATUS_TERMINATED", res.Task.Status)
+	})
+}
+
+// dedupe drops consecutive repeats.
+func dedupe(ss []string) []string {
+	var out []string
+	for _, s := range ss {
+		if len(out) == 0 || out[len(out)-1] != s {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func TestTaskViewRedraw(t *testing.T) {
+	t.Parallel()
+	task := func(status flowv1.TaskStatus, msg string) []*flowv1.Task {
+		return []*flowv1.Task{{
+			Id: &flowv1.UUID{Id: "t1"}, RackId: &flowv1.UUID{Id: "r1"}, Operation: "power_on", Status: status, Message: msg,
+			Report: `{"version":1,"stages":[{"number":1,"status":"running","steps":[{"component_type":"Compute","status":"running","total_components":2,"completed_components":1}]}]}`,
+		}}
+	}
+	var buf strings.Builder
+	v := newTaskView(&buf, true, true)
+	v.show(task(flowv1.TaskStatus_TASK_STATUS_RUNNING, "Running"), map[string]string{"r1": "g10"})
+	first := buf.String()
+	require.Equal(t, "TASK  RACK  STATUS   PROGRESS             MESSAGE\nt1    g10   running  stage 1/1, 1/2 done  Running\n", first)
+	v.show(task(flowv1.TaskStatus_TASK_STATUS_COMPLETED, "Succeeded"), map[string]string{"r1": "g10"})
+	// Up over the two lines drawn, clear, redraw.
+	require.True(t, strings.HasPrefix(buf.String()[len(first):], "\x1b[2A\x1b[J"), "%q", buf.String())
+	require.Contains(t, buf.String()[len(first):], "completed")
+
+	buf.Reset()
+	v = newTaskView(&buf, true, false)
+	v.show(task(flowv1.TaskStatus_TASK_STATUS_RUNNING, "Running"), nil)
+	n := strings.Count(buf.String(), "\n")
+	require.Contains(t, buf.String(), "1 running  Compute  running  1          0       2")
+	v.show(task(flowv1.TaskStatus_TASK_STATUS_RUNNING, "Running"), nil)
+	require.Contains(t, buf.String(), fmt.Sprintf("\x1b[%dA\x1b[J", n))
+}
+
+func TestTaskViewRedrawCutsLines(t *testing.T) {
+	t.Parallel()
+	var buf strings.Builder
+	v := &redrawView{w: &buf, multi: true, width: 20}
+	v.show([]*flowv1.Task{{Id: &flowv1.UUID{Id: "t1"}, Status: flowv1.TaskStatus_TASK_STATUS_FAILED, Message: strings.Repeat("x", 100)}}, nil)
+	for _, l := range strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n") {
+		require.Equal(t, 19, len([]rune(l)), "%q", l)
+	}
+	require.Equal(t, 2, v.lines)
+}
+
+// flakyTasks answers GetTasksByIDs with Unavailable a number of times, then
+// with one completed task.
+type flakyTasks struct {
+	flowv1connect.UnimplementedFlowHandler
+	failures atomic.Int32
+}
+
+func (f *flakyTasks) GetTasksByIDs(_ context.Context, req *flowv1.GetTasksByIDsRequest) (*flowv1.GetTasksByIDsResponse, error) {
+	if f.failures.Add(-1) >= 0 {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("restarting"))
+	}
+	return &flowv1.GetTasksByIDsResponse{Tasks: []*flowv1.Task{{Id: req.GetTaskIds()[0], Status: flowv1.TaskStatus_TASK_STATUS_COMPLETED, Message: "Succeeded"}}}, nil
+}
+
+func TestCLITaskWatchRidesOutUnavailable(t *testing.T) {
+	t.Parallel()
+	h := &flakyTasks{}
+	h.failures.Store(3)
+	mux := http.NewServeMux()
+	mux.Handle(flowv1connect.NewFlowHandler(h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	b := &cliBundle{env: map[string]string{"FLOW_SERVER": srv.URL}}
+	id := "00000000-0000-0000-0000-000000000001"
+	require.Equal(t, "task "+id+" completed: Succeeded", b.mustFlow(t, "task", "watch", id, "--interval", "5ms"))
+
+	h.failures.Store(maxUnavailablePolls + 1)
+	requireFlowError(t, b, "unavailable: restarting", "task", "watch", id, "--interval", "1ms")
+}
