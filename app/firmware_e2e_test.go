@@ -48,6 +48,7 @@ func newFWBench(t *testing.T, phase time.Duration) *fwBench {
 // fwServer is one in-process Flow server of a bench.
 type fwServer struct {
 	client flowv1connect.FlowClient
+	url    string
 	stop   func()
 }
 
@@ -85,7 +86,8 @@ func (b *fwBench) serve(t *testing.T, env map[string]string, logs io.Writer) *fw
 		})
 	}
 	t.Cleanup(stop)
-	return &fwServer{client: flowv1connect.NewFlowClient(http.DefaultClient, "http://"+srv.Addr().String()), stop: stop}
+	url := "http://" + srv.Addr().String()
+	return &fwServer{client: flowv1connect.NewFlowClient(http.DefaultClient, url), url: url, stop: stop}
 }
 
 // addRack stores demo rack i and seeds the simulators with its devices, on,
