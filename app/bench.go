@@ -76,7 +76,8 @@ type benchWorkload interface {
 
 // benchWorkloads are the workloads by --workload name.
 var benchWorkloads = map[string]benchWorkload{
-	"power-on": powerOnWorkload{},
+	"power-on":         powerOnWorkload{},
+	"firmware-upgrade": firmwareUpgradeWorkload{},
 }
 
 // powerOnWorkload powers on racks whose devices start off, with the
@@ -129,6 +130,9 @@ type benchResult struct {
 	StepsPerSecond     float64 `json:"steps_per_second"`
 	BackendCalls       int     `json:"backend_calls"` // simulator journal entries, both simulators
 	BackendCallsPerSec float64 `json:"backend_calls_per_second"`
+	// Polls counts status polls (the workload's poll methods), if it has any.
+	Polls          int     `json:"status_polls,omitempty"`
+	PollsPerSecond float64 `json:"status_polls_per_second,omitempty"`
 
 	FirstCallP50Ms float64 `json:"submit_to_first_backend_call_p50_ms"`
 	FirstCallP99Ms float64 `json:"submit_to_first_backend_call_p99_ms"`
@@ -358,6 +362,9 @@ func (b *bench) startServer(ctx context.Context) error {
 		"FLOW_DEV_MODE=false",
 		"FLOW_SHUTDOWN_TIMEOUT=10s",
 	)
+	if w, ok := b.o.workload.(benchEnvWorkload); ok {
+		cmd.Env = append(cmd.Env, w.serverEnv()...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -645,6 +652,13 @@ func (b *bench) measure(ctx context.Context, res *benchResult, tasks []*benchTas
 	seen := map[string]bool{}
 	calls := append(b.sims.nico.Journal().Calls(), b.sims.psm.Journal().Calls()...)
 	res.BackendCalls = len(calls)
+	if w, ok := b.o.workload.(benchPoller); ok {
+		for _, c := range calls {
+			if slices.Contains(w.pollMethods(), c.Method) {
+				res.Polls++
+			}
+		}
+	}
 	slices.SortFunc(calls, func(a, b sim.Call) int { return a.Time.Compare(b.Time) })
 	for _, c := range calls {
 		start := c.Time.Add(-b.o.latency)
@@ -668,6 +682,7 @@ func (b *bench) measure(ctx context.Context, res *benchResult, tasks []*benchTas
 		res.TasksPerSecond = float64(res.Completed) / res.WallSeconds
 		res.StepsPerSecond = float64(res.EngineSteps) / res.WallSeconds
 		res.BackendCallsPerSec = float64(res.BackendCalls) / res.WallSeconds
+		res.PollsPerSecond = float64(res.Polls) / res.WallSeconds
 	}
 	res.FirstCallP50Ms, res.FirstCallP99Ms = percentileMs(first, 50), percentileMs(first, 99)
 	res.CompletedP50Ms, res.CompletedP99Ms = percentileMs(done, 50), percentileMs(done, 99)
@@ -878,6 +893,9 @@ flow bench: %s on %d racks × %d components, backend latency %s
 		r.StepsPerSecond, r.EngineSteps, r.BackendCallsPerSec, r.BackendCalls,
 		ms(r.FirstCallP50Ms), ms(r.FirstCallP99Ms), ms(r.CompletedP50Ms), ms(r.CompletedP99Ms),
 		float64(r.ServerPeakRSSBytes)/(1<<20), r.ServerCPUSeconds, r.PostgresCPUSeconds, r.BenchCPUSeconds)
+	if r.Polls > 0 {
+		fmt.Fprintf(w, "  status polls/s     %.1f (%d polls)\n", r.PollsPerSecond, r.Polls)
+	}
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "  failure            %s\n", f)
 	}
