@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -28,6 +29,11 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 	cfg.LogFormat = "text"
 	if getenv("FLOW_LISTEN_ADDR") == "" {
 		cfg.ListenAddr = "127.0.0.1:50051"
+	}
+	if cfg.PollInterval == 0 {
+		// The simulators' firmware jobs take seconds, not the minutes the
+		// rules' 2m polls are made for.
+		cfg.PollInterval = 2 * time.Second
 	}
 	fs := newFlagSet("dev", stderr)
 	dataDir := fs.String("data-dir", configDefault(getenv, "FLOW_DEV_DATA_DIR"), "state folder, created on first run and reused after (FLOW_DEV_DATA_DIR)")

@@ -236,6 +236,16 @@ func TestRackOperationsEndToEnd(t *testing.T) {
 		for _, c := range r.Components {
 			require.Equal(t, 1, b.sims.nico.Journal().CountFor(decommissionMethod(c.Type), c.ExternalID), c.Name)
 		}
+		// Components Flow knows only by BMC MAC are looked up in Core.
+		unlinked := b.addRack(t, 15, false)
+		res, err = srv.client.DecommissionRack(ctx, &flowv1.DecommissionRackRequest{TargetSpec: rackSpec(unlinked.Name)})
+		require.NoError(t, err)
+		requireCompleted(t, waitTask(t, srv.client, res.GetTaskIds()[0], 30*time.Second))
+		for _, c := range unlinked.Components {
+			st, ok := b.sims.nico.State(c.BMCs[0].MAC.String())
+			require.True(t, ok)
+			require.Equal(t, 1, b.sims.nico.Journal().CountFor(decommissionMethod(c.Type), st.ID), c.Name)
+		}
 		// Components are not a decommission target.
 		_, err = srv.client.DecommissionRack(ctx, &flowv1.DecommissionRackRequest{TargetSpec: &flowv1.OperationTargetSpec{Targets: &flowv1.OperationTargetSpec_Components{Components: &flowv1.ComponentTargets{}}}})
 		require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))

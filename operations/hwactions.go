@@ -437,39 +437,78 @@ func (a *actions) injectExpectation(ctx context.Context, call engine.Call[Action
 	return engine.Result{}, nil
 }
 
-// decommissionControl starts decommissioning the batch, once: a re-run
-// that finds the components already decommissioning does not ask again
-// (Core accepts the request only from Ready).
+// decommissionControl starts decommissioning the batch, once: a retry or
+// re-run asks only the components not already decommissioning (Core accepts
+// the request only from Ready).
 func (a *actions) decommissionControl(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
 	m, target, err := a.begin(ctx, call)
 	if err != nil {
 		return engine.Result{}, err
 	}
-	if call.Params.ByMAC {
-		return engine.Result{}, engine.Permanent(fmt.Errorf("decommission needs Core IDs: some %s components are not linked to NICo Core (run inventory sync)", call.Params.ComponentType))
+	if target, err = coreTarget(ctx, m, target); err != nil {
+		return engine.Result{}, err
 	}
 	var sent bool
 	if ok, err := call.Checkpoint(&sent); err != nil {
 		return engine.Result{}, err
 	} else if ok && sent {
-		if sts, err := m.DecommissionStatus(ctx, target); err == nil && len(sts) > 0 {
-			begun := true
-			for _, k := range target.IDs {
-				s, ok := sts[k]
-				begun = begun && ok && (s.Outcome == backend.DecommissionDone || strings.HasPrefix(s.State, "Decommissioning"))
-			}
-			if begun {
-				return engine.Result{}, nil
+		// A retry or a re-run after a crash: ask only the components that
+		// have not begun.
+		sts, err := m.DecommissionStatus(ctx, target)
+		if err != nil {
+			return engine.Result{}, permanentIf(fmt.Errorf("%s decommission status: %w", call.Params.ComponentType, err))
+		}
+		var left []string
+		for _, k := range target.IDs {
+			s, ok := sts[k]
+			if !ok || !(s.Outcome == backend.DecommissionDone || strings.HasPrefix(s.State, "Decommissioning")) {
+				left = append(left, k)
 			}
 		}
-	}
-	if err := call.SaveCheckpoint(ctx, true); err != nil {
+		if len(left) == 0 {
+			return engine.Result{}, nil
+		}
+		target = backend.Target{IDs: left}
+	} else if err := call.SaveCheckpoint(ctx, true); err != nil {
 		return engine.Result{}, err
 	}
 	if err := m.Decommission(ctx, target); err != nil {
 		return engine.Result{}, permanentIf(fmt.Errorf("%s decommission: %w", call.Params.ComponentType, err))
 	}
 	return engine.Result{}, nil
+}
+
+// coreTarget returns t addressed by Core IDs, which decommission needs:
+// components Flow addresses by BMC MAC (not linked to Core in Flow's
+// inventory) are looked up in the backend's inventory.
+func coreTarget(ctx context.Context, m *backend.Manager, t backend.Target) (backend.Target, error) {
+	if len(t.MACs) == 0 {
+		return t, nil
+	}
+	actual, err := m.Inventory(ctx)
+	if err != nil {
+		return t, permanentIf(fmt.Errorf("look up Core IDs by BMC MAC: %w", err))
+	}
+	byMAC := make(map[string]string, len(actual))
+	for _, a := range actual {
+		if a.ExternalID != "" {
+			byMAC[backend.NormalizeMAC(a.BMCMAC)] = a.ExternalID
+		}
+	}
+	out := backend.Target{IDs: make([]string, 0, len(t.MACs))}
+	var unknown []string
+	for _, mac := range t.MACs {
+		id, ok := byMAC[backend.NormalizeMAC(mac)]
+		if !ok {
+			unknown = append(unknown, mac)
+			continue
+		}
+		out.IDs = append(out.IDs, id)
+	}
+	if len(unknown) > 0 {
+		return t, engine.Permanent(fmt.Errorf("decommission needs Core IDs: no Core component has BMC MAC %s", strings.Join(unknown, ", ")))
+	}
+	return out, nil
 }
 
 // decommissionErrorWindow is how long status reads may fail in a row before
@@ -497,6 +536,9 @@ func (a *actions) waitDecommissioned(ctx context.Context, call engine.Call[Actio
 		if err := call.SaveCheckpoint(ctx, st); err != nil {
 			return engine.Result{}, err
 		}
+	}
+	if target, err = coreTarget(ctx, m, target); err != nil {
+		return engine.Result{}, err
 	}
 	sts, err := m.DecommissionStatus(ctx, target)
 	switch {
