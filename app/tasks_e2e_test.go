@@ -116,7 +116,9 @@ func TestConflictsRejectOrQueueAndPromote(t *testing.T) {
 	require.False(t, t3.GetStartedAt().AsTime().Before(t2.GetFinishedAt().AsTime()))
 	require.Equal(t, "on", e.power(t, macOf(rack, inventory.ComponentTypeCompute, 0)))
 
-	// At most 5 wait per rack.
+	// At most 5 wait per rack (behind a task held running by a hung call).
+	_, err = e.sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultLatency, Method: "ComponentPowerControl", Latency: sim.Duration(time.Minute), Times: 1})
+	require.NoError(t, err)
 	blocker, err := e.client.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(rack.Name)})
 	require.NoError(t, err)
 	for range 5 {

@@ -69,14 +69,6 @@ func (t *Tasks) report(ctx context.Context, dbtx db.DBTX, row dbsqlc.Task) (json
 		}
 		return json.Marshal(rep)
 	}
-	var rule RuleDefinition
-	var components map[ComponentType][]string
-	if err := json.Unmarshal(row.Rule, &rule); err != nil {
-		return nil, fmt.Errorf("decode rule of task %s: %w", row.ID, err)
-	}
-	if err := json.Unmarshal(row.Components, &components); err != nil {
-		return nil, fmt.Errorf("decode scope of task %s: %w", row.ID, err)
-	}
 	var run *engine.RunReport
 	if row.RunID != nil {
 		r, err := t.engine.Run(ctx, dbtx, engine.RunID(*row.RunID))
@@ -84,6 +76,20 @@ func (t *Tasks) report(ctx context.Context, dbtx db.DBTX, row dbsqlc.Task) (json
 			return nil, fmt.Errorf("read run of task %s: %w", row.ID, err)
 		}
 		run = &r
+	}
+	return reportOf(row, run)
+}
+
+// reportOf builds row's report from its frozen rule and scope and its
+// engine run (nil: not started).
+func reportOf(row dbsqlc.Task, run *engine.RunReport) (json.RawMessage, error) {
+	var rule RuleDefinition
+	var components map[ComponentType][]string
+	if err := json.Unmarshal(row.Rule, &rule); err != nil {
+		return nil, fmt.Errorf("decode rule of task %s: %w", row.ID, err)
+	}
+	if err := json.Unmarshal(row.Components, &components); err != nil {
+		return nil, fmt.Errorf("decode scope of task %s: %w", row.ID, err)
 	}
 	rep := buildReport(rule, components, run)
 	if TaskStatus(row.Status) == TaskTerminated && rep.Error == "" {

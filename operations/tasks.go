@@ -1,6 +1,7 @@
 package operations
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -425,19 +426,19 @@ func (t *Tasks) RunEnded(ctx context.Context, tx pgx.Tx, run engine.RunSummary) 
 		return err
 	}
 	if !TaskStatus(row.Status).Finished() {
+		rep, err := t.engine.Run(ctx, tx, run.ID)
+		if err != nil {
+			return fmt.Errorf("read run %d: %w", run.ID, err)
+		}
 		status, msg := TaskCompleted, msgSucceeded
 		switch run.State {
 		case engine.StateFailed:
-			status, msg = TaskFailed, firstLine(run.Error)
-			if rep, err := t.engine.Run(ctx, tx, run.ID); err == nil {
-				if m := failureMessage(rep); m != "" {
-					msg = firstLine(m)
-				}
-			}
+			status, msg = TaskFailed, firstLine(cmp.Or(failureMessage(rep), run.Error))
 		case engine.StateTerminated:
 			status, msg = TaskTerminated, msgCancelled
 		}
-		report, err := t.report(ctx, tx, row)
+		row.Status, row.Message = string(status), msg
+		report, err := reportOf(row, &rep)
 		if err != nil {
 			return err
 		}

@@ -9,3 +9,7 @@ ALTER TABLE component
         CHECK (operation_phase IN ('unknown', 'initializing', 'ready', 'in_use', 'error', 'deleting')),
     ADD COLUMN operation_reason   text   NOT NULL DEFAULT '',
     ADD COLUMN blocked_operations text[] NOT NULL DEFAULT '{}';
+
+-- The readiness gate asks which components block an operation on every
+-- disruptive call; only the few that block anything are indexed.
+CREATE INDEX component_blocking_idx ON component (rack_id) WHERE cardinality(blocked_operations) > 0;
