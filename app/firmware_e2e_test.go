@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -8,9 +9,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +25,7 @@ import (
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/dbtest"
+	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/operations"
@@ -346,31 +351,63 @@ func TestFirmwareCancelStopsPolling(t *testing.T) {
 	require.Len(t, b.sims.nico.Journal().Calls("UpdateComponentFirmware"), 1, "one start, compute only")
 }
 
-// TestFirmwareSecretNeverStored: credentials sent with an upgrade reach no
-// table (River's included) and no log line.
+// TestFirmwareSecretNeverStored: credentials sent with an upgrade reach
+// NICo Core, but no table (River's included) and no line of the server's
+// log (a `flow serve` child process at debug level, stderr captured).
 func TestFirmwareSecretNeverStored(t *testing.T) {
 	t.Parallel()
 	b := newFWBench(t, time.Millisecond)
+	const secret = "tok-5ecret-7f3a9c21"
+	// Core behind a tap that notes whether a start call carried the token.
+	var delivered atomic.Bool
+	core := b.sims.nico.Handler()
+	tap, err := sim.Listen("127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/UpdateComponentFirmware") {
+			body, _ := io.ReadAll(r.Body)
+			if bytes.Contains(body, []byte(secret)) {
+				delivered.Store(true)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		core.ServeHTTP(w, r)
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { tap.Close(context.Background()) })
+
+	port, err := pglocal.FreePort()
+	require.NoError(t, err)
+	url := "http://127.0.0.1:" + itoa(port)
 	logs := &syncBuffer{}
-	srv := b.serve(t, map[string]string{"FLOW_DATA_ENCRYPTION_KEY_PATH": newKeyFile(t), "FLOW_DEV_MODE": "true"}, logs)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "FLOW_TEST_CHILD=serve",
+		"DATABASE_URL="+b.dbURL, "FLOW_LISTEN_ADDR=127.0.0.1:"+itoa(port),
+		"NICO_CORE_API_URL="+tap.URL(), "PSM_API_URL="+b.sims.psmSrv.URL(),
+		"FLOW_DATA_ENCRYPTION_KEY_PATH="+newKeyFile(t), "FLOW_LOG_LEVEL=debug", "FLOW_FIRMWARE_POLL_INTERVAL=100ms")
+	cmd.Stderr, cmd.Stdout = logs, logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitHealthy(t, url)
+	client := flowv1connect.NewFlowClient(http.DefaultClient, url)
+
 	ctx := context.Background()
 	r := b.addRack(t, 23, false)
-	const secret = "tok-5ecret-7f3a9c21"
-	res, err := srv.client.UpgradeFirmware(ctx, &flowv1.UpgradeFirmwareRequest{
+	res, err := client.UpgradeFirmware(ctx, &flowv1.UpgradeFirmwareRequest{
 		TargetSpec:         rackSpec(r.Name),
 		AuthenticationData: &flowv1.FirmwareAuthenticationData{Value: &flowv1.FirmwareAuthenticationData_Shared{Shared: secret}},
 	})
 	require.NoError(t, err)
-	requireCompleted(t, waitTask(t, srv.client, res.GetTaskIds()[0], 30*time.Second))
-	srv.stop()
+	requireCompleted(t, waitTask(t, client, res.GetTaskIds()[0], 30*time.Second))
+	require.True(t, delivered.Load(), "the token reached Core with the start call")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	_ = cmd.Wait()
 
 	dump := dumpTables(t, b.dbURL)
 	require.Contains(t, dump, `"key_id"`, "the sealed envelope is stored")
+	require.Contains(t, logs.String(), `"level":"DEBUG"`)
 	for _, needle := range []string{secret, base64.StdEncoding.EncodeToString([]byte(secret)), "5ecret"} {
 		require.NotContains(t, dump, needle)
 		require.NotContains(t, logs.String(), needle)
 	}
-	require.NotEmpty(t, logs.String())
 }
 
 // dumpTables returns every row of every table of the database as text.
