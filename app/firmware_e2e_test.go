@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -501,5 +502,36 @@ func TestFirmwareCredentialsKeys(t *testing.T) {
 			require.Contains(t, task.GetMessage(), "encrypted with a key this server does not have")
 			require.Empty(t, b.sims.nico.Journal().Calls("UpdateComponentFirmware"), "no start without credentials")
 		})
+	}
+}
+
+// TestFirmwareStartResponseLost: Core starts the jobs but its answer is
+// lost (as when the server dies between the start call and its
+// checkpoint). The retry finds the jobs running and polls them instead of
+// starting the update again.
+func TestFirmwareStartResponseLost(t *testing.T) {
+	t.Parallel()
+	b := newFWBench(t, 200*time.Millisecond)
+	core := b.sims.nico.Handler()
+	var lost atomic.Int32
+	tap, err := sim.Listen("127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/UpdateComponentFirmware") && lost.Add(1) == 1 {
+			core.ServeHTTP(httptest.NewRecorder(), r) // Core acts; the answer goes nowhere
+			http.Error(w, "connection reset", http.StatusServiceUnavailable)
+			return
+		}
+		core.ServeHTTP(w, r)
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { tap.Close(context.Background()) })
+	srv := b.serve(t, map[string]string{"NICO_CORE_API_URL": tap.URL()}, nil)
+	r := b.addRack(t, 24, false)
+	rule := createRule(t, srv.client, "fast retries", fwStep("Compute", 1))
+	res, err := srv.client.UpgradeFirmware(context.Background(), &flowv1.UpgradeFirmwareRequest{TargetSpec: rackSpec(r.Name), RuleId: rule})
+	require.NoError(t, err)
+	requireCompleted(t, waitTask(t, srv.client, res.GetTaskIds()[0], 30*time.Second))
+	require.EqualValues(t, 1, lost.Load(), "the lost start was not sent again")
+	for _, mac := range macs(r, inventory.ComponentTypeCompute) {
+		require.Equal(t, 1, b.sims.nico.Journal().CountFor("UpdateComponentFirmware", mac), mac)
 	}
 }
