@@ -256,7 +256,12 @@ SELECT uuid_send(c.id) AS id_raw, uuid_send(c.rack_id) AS rack_id_raw, c.type, c
        c.operation_phase, c.operation_reason, c.blocked_operations,
        coalesce(b.mac_address, '')::text AS bmc_mac_address, coalesce(b.type, '')::text AS bmc_type,
        b.ip_address AS bmc_ip_address
-FROM component c LEFT JOIN bmc b ON b.component_id = c.id
+FROM component c
+-- OFFSET 0 keeps the planner from flattening the lateral join into a hash
+-- join that reads the whole bmc table on every page: probing the index per
+-- component scales with the page, not the fleet (100 racks × 36 of 1,000:
+-- 7.6 ms instead of 14.9 ms of execution).
+LEFT JOIN LATERAL (SELECT * FROM bmc WHERE bmc.component_id = c.id OFFSET 0) b ON true
 WHERE c.rack_id = ANY (@rack_ids::uuid[]) AND c.deleted_at IS NULL;
 
 -- name: ComponentSetOperationStatus :execrows
