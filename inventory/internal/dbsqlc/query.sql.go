@@ -604,7 +604,9 @@ func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNum
 const componentListWithBMCsByRacks = `-- name: ComponentListWithBMCsByRacks :many
 SELECT uuid_send(c.id) AS id_raw, uuid_send(c.rack_id) AS rack_id_raw, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
        c.firmware_version, c.slot_id, c.tray_idx, c.host_id, coalesce(c.external_id, '')::text AS external_id,
-       c.operation_phase, c.operation_reason, c.blocked_operations,
+       c.operation_phase, c.operation_reason,
+       -- NULL unless set: decoding an empty array per row is not free.
+       (CASE WHEN cardinality(c.blocked_operations) > 0 THEN c.blocked_operations END)::text[] AS blocked_operations,
        coalesce(b.mac_address, '')::text AS bmc_mac_address, coalesce(b.type, '')::text AS bmc_type,
        b.ip_address AS bmc_ip_address
 FROM component c
