@@ -212,22 +212,10 @@ var componentNoun = cliNoun{
 					}
 					req := &flowv1.GetComponentsRequest{Pagination: page()}
 					if *racks != "" {
-						var ts []*flowv1.RackTarget
-						for _, r := range strings.Split(*racks, ",") {
-							if _, err := uuid.Parse(r); err == nil {
-								ts = append(ts, &flowv1.RackTarget{Identifier: &flowv1.RackTarget_Id{Id: &flowv1.UUID{Id: r}}})
-							} else {
-								ts = append(ts, &flowv1.RackTarget{Identifier: &flowv1.RackTarget_Name{Name: r}})
-							}
-						}
-						req.TargetSpec = &flowv1.OperationTargetSpec{Targets: &flowv1.OperationTargetSpec_Racks{Racks: &flowv1.RackTargets{Targets: ts}}}
+						req.TargetSpec = rackListSpec(*racks)
 					}
 					if *types != "" {
-						var names []string
-						for _, t := range strings.Split(*types, ",") {
-							names = append(names, "COMPONENT_TYPE_"+strings.ToUpper(t))
-						}
-						req.Filters = append(req.Filters, &flowv1.Filter{Field: &flowv1.Filter_ComponentField{ComponentField: flowv1.ComponentFilterField_COMPONENT_FILTER_FIELD_TYPE}, QueryInfo: &flowv1.StringQueryInfo{Patterns: names, UseOr: true}})
+						req.Filters = append(req.Filters, componentTypeFilter(*types))
 					}
 					for field, v := range map[flowv1.ComponentFilterField]string{
 						flowv1.ComponentFilterField_COMPONENT_FILTER_FIELD_NAME:         *name,
@@ -486,6 +474,30 @@ var nvlDomainNoun = cliNoun{
 				}
 			}},
 	},
+}
+
+// rackListSpec targets the racks of a --rack list: comma-separated UUIDs or
+// names.
+func rackListSpec(list string) *flowv1.OperationTargetSpec {
+	var ts []*flowv1.RackTarget
+	for _, r := range strings.Split(list, ",") {
+		if _, err := uuid.Parse(r); err == nil {
+			ts = append(ts, &flowv1.RackTarget{Identifier: &flowv1.RackTarget_Id{Id: &flowv1.UUID{Id: r}}})
+		} else {
+			ts = append(ts, &flowv1.RackTarget{Identifier: &flowv1.RackTarget_Name{Name: r}})
+		}
+	}
+	return &flowv1.OperationTargetSpec{Targets: &flowv1.OperationTargetSpec_Racks{Racks: &flowv1.RackTargets{Targets: ts}}}
+}
+
+// componentTypeFilter matches any type of a --type list: comma-separated
+// lowercase type names (compute, nvswitch, ...).
+func componentTypeFilter(list string) *flowv1.Filter {
+	var names []string
+	for _, t := range strings.Split(list, ",") {
+		names = append(names, "COMPONENT_TYPE_"+strings.ToUpper(t))
+	}
+	return &flowv1.Filter{Field: &flowv1.Filter_ComponentField{ComponentField: flowv1.ComponentFilterField_COMPONENT_FILTER_FIELD_TYPE}, QueryInfo: &flowv1.StringQueryInfo{Patterns: names, UseOr: true}}
 }
 
 func direction(desc bool) string {

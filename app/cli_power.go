@@ -19,15 +19,12 @@ import (
 // (spec/execution.md §2) and prints the task IDs; --wait follows them to the
 // end.
 
-// powerRequest holds what the power verbs' flags and arguments say; submit
-// turns it into the RPC of the verb.
+// powerRequest holds what the power verbs' flags and arguments say: the
+// common rack-operation flags plus --force; submit turns it into the RPC of
+// the verb.
 type powerRequest struct {
-	spec        *flowv1.OperationTargetSpec
-	description string
-	queue       *flowv1.QueueOptions
-	ruleID      *flowv1.UUID
-	override    bool
-	forced      bool
+	rackOp
+	forced bool
 }
 
 type powerSubmitFunc func(ctx context.Context, c *cliEnv, r powerRequest) (*flowv1.SubmitTaskResponse, error)
@@ -69,69 +66,24 @@ func (s *stringsFlag) Set(v string) error {
 	return nil
 }
 
+// powerVerb builds a power verb: a rack-operation verb with queueing,
+// --override-readiness, --component and, when forceable, --force.
 func powerVerb(name, summary string, forceable bool, submit powerSubmitFunc) cliVerb {
 	args := "RACK... | --component ID... [--type T,...] [--queue [--queue-timeout D]] [--rule ID] "
 	if forceable {
 		args += "[--force] "
 	}
 	args += "[--override-readiness] [--description D] [--wait]"
-	return cliVerb{name: name, args: args, summary: summary,
-		flags: func(fs *flag.FlagSet) runFunc {
-			var comps stringsFlag
-			fs.Var(&comps, "component", "target this component (UUID) instead of racks; repeatable")
-			types := fs.String("type", "", "only these component types of the racks, comma-separated: compute, nvswitch, powershelf, torswitch, ums, cdu")
-			queue := fs.Bool("queue", false, "queue behind a conflicting task instead of being rejected")
-			queueTimeout := fs.Duration("queue-timeout", 0, "with --queue: how long the task may wait (0: the server's default, 1h)")
-			rule := fs.String("rule", "", "run this operation rule (UUID) instead of the rack's or the default rule")
+	return rackOpVerb(name, args, summary, rackOpFlags{queue: true, override: true, components: true},
+		func(fs *flag.FlagSet) rackOpSubmitFunc {
 			force := new(bool)
 			if forceable {
 				force = fs.Bool("force", false, "forced operation")
 			}
-			override := fs.Bool("override-readiness", false, "bypass the readiness gate (logged by the server)")
-			descr := fs.String("description", "", "task description")
-			wait := fs.Bool("wait", false, "wait for every task to end, showing progress; exit 1 unless all completed")
-			interval := fs.Duration("interval", defaultPollInterval, "with --wait: how often to poll the server")
-			return func(ctx context.Context, c *cliEnv, args []string) error {
-				r := powerRequest{description: *descr, override: *override, forced: *force}
-				var err error
-				if r.spec, err = powerTargets(args, comps, *types); err != nil {
-					return err
-				}
-				if *queue {
-					r.queue = &flowv1.QueueOptions{ConflictStrategy: flowv1.ConflictStrategy_CONFLICT_STRATEGY_QUEUE}
-					if *queueTimeout < 0 {
-						return usageError{errors.New("--queue-timeout must not be negative")}
-					}
-					r.queue.QueueTimeoutSeconds = int32((*queueTimeout + time.Second - 1) / time.Second)
-				} else if *queueTimeout != 0 {
-					return usageError{errors.New("--queue-timeout needs --queue")}
-				}
-				if *rule != "" {
-					if r.ruleID, err = uuidValue("--rule", *rule); err != nil {
-						return err
-					}
-				}
-				if *interval <= 0 {
-					return usageError{errors.New("--interval must be positive")}
-				}
-				res, err := submit(ctx, c, r)
-				if err != nil {
-					return err
-				}
-				if !*wait {
-					if c.json {
-						return c.emit(res, nil)
-					}
-					tasks, err := c.client.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: res.GetTaskIds()})
-					if err != nil {
-						return err
-					}
-					names := rackNames(ctx, c, tasks.GetTasks())
-					return c.emit(res, func(w io.Writer) { printSubmitted(w, tasks.GetTasks(), names, false) })
-				}
-				return waitTasks(ctx, c, res.GetTaskIds(), *interval)
+			return func(ctx context.Context, c *cliEnv, r rackOp) (*flowv1.SubmitTaskResponse, error) {
+				return submit(ctx, c, powerRequest{rackOp: r, forced: *force})
 			}
-		}}
+		})
 }
 
 // powerTargets builds the target spec: racks by name or UUID, optionally

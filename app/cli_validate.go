@@ -7,8 +7,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/google/uuid"
-
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
@@ -30,22 +28,10 @@ var componentValidateVerb = cliVerb{
 			}
 			req := &flowv1.ValidateComponentsRequest{Pagination: page()}
 			if *racks != "" {
-				var ts []*flowv1.RackTarget
-				for _, r := range strings.Split(*racks, ",") {
-					if _, err := uuid.Parse(r); err == nil {
-						ts = append(ts, &flowv1.RackTarget{Identifier: &flowv1.RackTarget_Id{Id: &flowv1.UUID{Id: r}}})
-					} else {
-						ts = append(ts, &flowv1.RackTarget{Identifier: &flowv1.RackTarget_Name{Name: r}})
-					}
-				}
-				req.TargetSpec = &flowv1.OperationTargetSpec{Targets: &flowv1.OperationTargetSpec_Racks{Racks: &flowv1.RackTargets{Targets: ts}}}
+				req.TargetSpec = rackListSpec(*racks)
 			}
 			if *types != "" {
-				var names []string
-				for _, t := range strings.Split(*types, ",") {
-					names = append(names, "COMPONENT_TYPE_"+strings.ToUpper(t))
-				}
-				req.Filters = append(req.Filters, &flowv1.Filter{Field: &flowv1.Filter_ComponentField{ComponentField: flowv1.ComponentFilterField_COMPONENT_FILTER_FIELD_TYPE}, QueryInfo: &flowv1.StringQueryInfo{Patterns: names, UseOr: true}})
+				req.Filters = append(req.Filters, componentTypeFilter(*types))
 			}
 			var field flowv1.ComponentOrderByField
 			switch *order {
