@@ -3,15 +3,13 @@ package operations
 import "github.com/google/uuid"
 
 // TaskScope is what the conflict policy knows of a task: its operation type
-// (power_control, firmware_control, bring_up, decommission,
-// inject_expectation) and the components it covers, grouped by component
-// type name (Compute, NVSwitch, PowerShelf, …).
+// and the components it covers, grouped by component type.
 type TaskScope struct {
-	OperationType string
-	Components    map[string][]uuid.UUID
+	OperationType OperationType
+	Components    map[ComponentType][]uuid.UUID
 }
 
-func (s TaskScope) has(componentType string) bool { return len(s.Components[componentType]) > 0 }
+func (s TaskScope) has(componentType ComponentType) bool { return len(s.Components[componentType]) > 0 }
 
 func (s TaskScope) overlaps(o TaskScope) bool {
 	seen := map[uuid.UUID]bool{}
@@ -38,33 +36,26 @@ type conflictRule struct {
 	overlap bool
 }
 
-func opType(t string) func(TaskScope) bool {
+func opType(t OperationType) func(TaskScope) bool {
 	return func(s TaskScope) bool { return s.OperationType == t }
 }
 
-func opWith(t, componentType string) func(TaskScope) bool {
+func opWith(t OperationType, componentType ComponentType) func(TaskScope) bool {
 	return func(s TaskScope) bool { return s.OperationType == t && s.has(componentType) }
 }
 
 func anyTask(TaskScope) bool { return true }
 
-const (
-	opPower        = "power_control"
-	opFirmware     = "firmware_control"
-	opBringUp      = "bring_up"
-	opDecommission = "decommission"
-)
-
 var conflictTable = []conflictRule{
-	{a: opWith(opPower, "PowerShelf"), b: opType(opPower)},                             // 1: shelf power is rack-wide
-	{a: opWith(opPower, "PowerShelf"), b: opType(opFirmware)},                          // 2
-	{a: opWith(opPower, "Compute"), b: opWith(opPower, "Compute"), overlap: true},      // 3
-	{a: opWith(opPower, "NVSwitch"), b: opWith(opPower, "NVSwitch"), overlap: true},    // 4
-	{a: opWith(opPower, "Compute"), b: opWith(opFirmware, "Compute"), overlap: true},   // 5
-	{a: opWith(opPower, "NVSwitch"), b: opWith(opFirmware, "NVSwitch"), overlap: true}, // 6
-	{a: opType(opFirmware), b: opType(opFirmware), overlap: true},                      // 7
-	{a: opType(opBringUp), b: anyTask},                                                 // 8
-	{a: opType(opDecommission), b: anyTask},                                            // 9
+	{a: opWith(OperationTypePowerControl, ComponentTypePowerShelf), b: opType(OperationTypePowerControl)},                                        // 1: shelf power is rack-wide
+	{a: opWith(OperationTypePowerControl, ComponentTypePowerShelf), b: opType(OperationTypeFirmwareControl)},                                     // 2
+	{a: opWith(OperationTypePowerControl, ComponentTypeCompute), b: opWith(OperationTypePowerControl, ComponentTypeCompute), overlap: true},      // 3
+	{a: opWith(OperationTypePowerControl, ComponentTypeNVSwitch), b: opWith(OperationTypePowerControl, ComponentTypeNVSwitch), overlap: true},    // 4
+	{a: opWith(OperationTypePowerControl, ComponentTypeCompute), b: opWith(OperationTypeFirmwareControl, ComponentTypeCompute), overlap: true},   // 5
+	{a: opWith(OperationTypePowerControl, ComponentTypeNVSwitch), b: opWith(OperationTypeFirmwareControl, ComponentTypeNVSwitch), overlap: true}, // 6
+	{a: opType(OperationTypeFirmwareControl), b: opType(OperationTypeFirmwareControl), overlap: true},                                            // 7
+	{a: opType(OperationTypeBringUp), b: anyTask},      // 8
+	{a: opType(OperationTypeDecommission), b: anyTask}, // 9
 }
 
 // Conflicts reports whether two tasks on the same rack may not be active at

@@ -12,22 +12,22 @@ import (
 func TestConflicts(t *testing.T) {
 	t.Parallel()
 	c1, c2, s1, n1, p1 := uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()
-	scope := func(op string, byType map[string][]uuid.UUID) operations.TaskScope {
+	scope := func(op operations.OperationType, byType map[operations.ComponentType][]uuid.UUID) operations.TaskScope {
 		return operations.TaskScope{OperationType: op, Components: byType}
 	}
 	computeOn := func(ids ...uuid.UUID) operations.TaskScope {
-		return scope("power_control", map[string][]uuid.UUID{"Compute": ids})
+		return scope("power_control", map[operations.ComponentType][]uuid.UUID{"Compute": ids})
 	}
-	shelfPower := scope("power_control", map[string][]uuid.UUID{"PowerShelf": {p1}})
-	switchPower := scope("power_control", map[string][]uuid.UUID{"NVSwitch": {n1}})
+	shelfPower := scope("power_control", map[operations.ComponentType][]uuid.UUID{"PowerShelf": {p1}})
+	switchPower := scope("power_control", map[operations.ComponentType][]uuid.UUID{"NVSwitch": {n1}})
 	computeFW := func(ids ...uuid.UUID) operations.TaskScope {
-		return scope("firmware_control", map[string][]uuid.UUID{"Compute": ids})
+		return scope("firmware_control", map[operations.ComponentType][]uuid.UUID{"Compute": ids})
 	}
-	switchFW := scope("firmware_control", map[string][]uuid.UUID{"NVSwitch": {n1}})
-	otherSwitchFW := scope("firmware_control", map[string][]uuid.UUID{"NVSwitch": {s1}})
-	bringUp := scope("bring_up", map[string][]uuid.UUID{"Compute": {c2}})
-	decom := scope("decommission", map[string][]uuid.UUID{"UMS": {uuid.New()}})
-	inject := scope("inject_expectation", map[string][]uuid.UUID{"Compute": {c1}})
+	switchFW := scope("firmware_control", map[operations.ComponentType][]uuid.UUID{"NVSwitch": {n1}})
+	otherSwitchFW := scope("firmware_control", map[operations.ComponentType][]uuid.UUID{"NVSwitch": {s1}})
+	bringUp := scope("bring_up", map[operations.ComponentType][]uuid.UUID{"Compute": {c2}})
+	decom := scope("decommission", map[operations.ComponentType][]uuid.UUID{"UMS": {uuid.New()}})
+	inject := scope("inject_expectation", map[operations.ComponentType][]uuid.UUID{"Compute": {c1}})
 
 	for _, tt := range []struct {
 		name string

@@ -250,7 +250,7 @@ func (t *Tasks) planRack(ctx context.Context, tx pgx.Tx, req Request, sel invent
 			}
 		}
 	}
-	p.scope = TaskScope{OperationType: string(req.Type), Components: scopeOf(p.components)}
+	p.scope = TaskScope{OperationType: req.Type, Components: p.components}
 	return p, nil
 }
 
@@ -276,14 +276,6 @@ func (t *Tasks) checkCapability(r Requirement, req Request) error {
 		return fmt.Errorf("%w: component manager capability pre-dispatch validation failed: %s lacks %s", ErrNotApplicable, r.ComponentType, r.Capability)
 	}
 	return nil
-}
-
-func scopeOf(m map[ComponentType][]uuid.UUID) map[string][]uuid.UUID {
-	out := make(map[string][]uuid.UUID, len(m))
-	for k, v := range m {
-		out[string(k)] = v
-	}
-	return out
 }
 
 // managementMAC is the MAC a backend knows a component by when it has no
@@ -406,9 +398,9 @@ func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, typ O
 }
 
 func scopeOfRow(row dbsqlc.Task) TaskScope {
-	var comps map[string][]uuid.UUID
+	var comps map[ComponentType][]uuid.UUID
 	_ = json.Unmarshal(row.Components, &comps)
-	return TaskScope{OperationType: row.OperationType, Components: comps}
+	return TaskScope{OperationType: OperationType(row.OperationType), Components: comps}
 }
 
 // RunEnded is the engine's end-of-run hook: inside the run's last
