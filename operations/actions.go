@@ -88,13 +88,23 @@ func backendType(t ComponentType) backend.ComponentType {
 	return backend.ComponentType(strings.ToLower(string(t)))
 }
 
+// markRunning moves the task from pending to running on the first call of
+// its run (a no-op on any later call).
+func (a *actions) markRunning(ctx context.Context, call engine.Call[ActionParams]) error {
+	if call.Stage != 0 || call.Batch != 0 || call.Attempt != 1 {
+		return nil
+	}
+	if _, err := a.q.TaskMarkRunning(ctx, a.pool, call.Params.TaskID); err != nil {
+		return fmt.Errorf("mark task running: %w", err)
+	}
+	return nil
+}
+
 // begin marks the task running on its first call and returns the manager
 // and target of the call.
 func (a *actions) begin(ctx context.Context, call engine.Call[ActionParams]) (*backend.Manager, backend.Target, error) {
-	if call.Stage == 0 && call.Batch == 0 && call.Attempt == 1 {
-		if _, err := a.q.TaskMarkRunning(ctx, a.pool, call.Params.TaskID); err != nil {
-			return nil, backend.Target{}, fmt.Errorf("mark task running: %w", err)
-		}
+	if err := a.markRunning(ctx, call); err != nil {
+		return nil, backend.Target{}, err
 	}
 	m := a.backends.For(backendType(call.Params.ComponentType))
 	if m == nil {
@@ -116,10 +126,9 @@ func permanentIf(err error) error {
 }
 
 func (a *actions) sleep(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
-	if call.Stage == 0 && call.Attempt == 1 {
-		if _, err := a.q.TaskMarkRunning(ctx, a.pool, call.Params.TaskID); err != nil {
-			return engine.Result{}, fmt.Errorf("mark task running: %w", err)
-		}
+	// A sleep has no targets, so its one call is batch 0.
+	if err := a.markRunning(ctx, call); err != nil {
+		return engine.Result{}, err
 	}
 	p, err := call.Params.Action.SleepParams()
 	if err != nil {
