@@ -126,6 +126,9 @@ type Engine struct {
 	q       *dbsqlc.Queries
 	actions map[string]*action
 	client  *river.Client[pgx.Tx]
+	// checkpoints and loads group the steps' transactions and reads.
+	checkpoints *grouper[*checkpointReq]
+	loads       *grouper[*loadReq]
 }
 
 // New returns an Engine working on pool. pool is used by workers for
@@ -149,13 +152,16 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	if cfg.CancelPollInterval <= 0 {
 		cfg.CancelPollInterval = DefaultCancelPollInterval
 	}
-	return &Engine{
+	e := &Engine{
 		pool:    pool,
 		cfg:     cfg,
 		logger:  cfg.Logger,
 		q:       dbsqlc.New(),
 		actions: map[string]*action{},
 	}
+	e.checkpoints = newGrouper(committerShards, maxCheckpointBatch, e.commitBatch)
+	e.loads = newGrouper(loaderShards, maxLoadBatch, e.loadSteps)
+	return e
 }
 
 // AddWorkers registers the engine's River workers (kinds engine.run_step and

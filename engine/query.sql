@@ -9,20 +9,27 @@ SELECT @run_id::bigint, unnest(@stage_indexes::integer[]), unnest(@step_indexes:
     unnest(@specs::jsonb[]), unnest(@budgets_ms::bigint[])
 RETURNING id, stage_index, step_index;
 
--- name: StageStart :many
--- StageStart makes a stage the run's current one: its steps become running
--- with their deadlines fixed, and the run's join counters are reset.
-WITH s AS (
+-- name: StageStartMany :many
+-- StageStartMany makes stages their runs' current ones: their steps become
+-- running with their deadlines fixed, and each run's join counters are
+-- reset. It returns the started steps by run.
+WITH st AS (
+    SELECT unnest(@run_ids::bigint[]) AS run_id, unnest(@stage_indexes::integer[]) AS stage_index
+), s AS (
     UPDATE engine_step
     SET state = 'running', started_at = now(), deadline_at = now() + budget_ms * interval '1 millisecond'
-    WHERE engine_step.run_id = @run_id AND engine_step.stage_index = @stage_index AND engine_step.state = 'pending'
-    RETURNING engine_step.id
+    FROM st
+    WHERE engine_step.run_id = st.run_id AND engine_step.stage_index = st.stage_index
+      AND engine_step.state = 'pending'
+    RETURNING engine_step.id, engine_step.run_id
 ), r AS (
     UPDATE engine_run
-    SET stage_index = @stage_index, open_steps = (SELECT count(*) FROM s), failed_steps = 0, first_failure = ''
-    WHERE engine_run.id = @run_id
+    SET stage_index = st.stage_index, failed_steps = 0, first_failure = '',
+        open_steps = (SELECT count(*) FROM s WHERE s.run_id = engine_run.id)
+    FROM st
+    WHERE engine_run.id = st.run_id
 )
-SELECT s.id FROM s;
+SELECT s.id, s.run_id FROM s ORDER BY s.run_id, s.id;
 
 -- name: StepSetJobIDs :exec
 UPDATE engine_step s
@@ -30,13 +37,13 @@ SET job_id = u.job_id
 FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@job_ids::bigint[]) AS job_id) AS u
 WHERE s.id = u.id;
 
--- name: StepGetForWork :one
+-- name: StepGetForWorkMany :many
 SELECT s.id, s.run_id, s.stage_index, s.step_index, s.spec, s.state, s.batch_index, s.attempt,
     s.checkpoint, s.wake_at, s.deadline_at,
     r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now
 FROM engine_step s
 JOIN engine_run r ON r.id = s.run_id
-WHERE s.id = @id;
+WHERE s.id = ANY(@ids::bigint[]);
 
 -- name: StepAdvanceBatch :execrows
 UPDATE engine_step
@@ -67,29 +74,37 @@ FROM engine_run
 WHERE id = @id
 FOR UPDATE;
 
+-- name: RunLockMany :exec
+-- RunLockMany locks runs in ID order, as a batched checkpoint does before
+-- writing: two checkpoints sharing runs queue instead of deadlocking.
+SELECT id FROM engine_run
+WHERE id = ANY(@ids::bigint[])
+ORDER BY id
+FOR UPDATE;
+
 -- name: StepEnd :one
--- StepEnd is a step's checkpoint: it counts the step as ended on the run
--- row, which it locks first (concurrent steps of a stage serialise there and
--- each sees the counts left by the others, and Cancel locks in the same
--- order), then records the step's outcome. No row when the run has ended;
--- ended = 0 when the step had (a duplicate execution): roll back then.
-WITH r AS (
-    UPDATE engine_run
-    SET open_steps = open_steps - 1,
-        failed_steps = failed_steps + CASE WHEN @failed::boolean THEN 1 ELSE 0 END,
-        first_failure = CASE WHEN @failed::boolean AND first_failure = '' THEN @failure::text ELSE first_failure END
-    WHERE engine_run.id = @run_id AND engine_run.state = 'running' AND engine_run.stage_index = @stage_index
-    RETURNING open_steps, failed_steps, first_failure, stage_count
-), s AS (
+-- StepEnd is a step's checkpoint; the caller holds the run row's lock
+-- (RunLockMany). It records the step's outcome, if the step is still running
+-- in the run's current stage, and counts it on the run row, so concurrent
+-- steps of a stage each see the counts left by the others. No row when the
+-- step or its run had already ended (a duplicate execution, a cancel that
+-- won the race): nothing was written then.
+WITH s AS (
     UPDATE engine_step
     SET state = @state, error = @error, ended_at = now(), checkpoint = NULL, wake_at = NULL,
         batch_attempts = CASE WHEN sqlc.narg(calls)::integer IS NULL THEN batch_attempts
             ELSE array_append(batch_attempts, sqlc.narg(calls)::integer) END
-    WHERE engine_step.id = @id AND engine_step.state = 'running' AND EXISTS (SELECT 1 FROM r)
+    WHERE engine_step.id = @id AND engine_step.state = 'running'
+      AND EXISTS (SELECT 1 FROM engine_run
+          WHERE engine_run.id = @run_id AND engine_run.state = 'running' AND engine_run.stage_index = @stage_index)
     RETURNING engine_step.id
 )
-SELECT r.open_steps, r.failed_steps, r.first_failure, r.stage_count, (SELECT count(*) FROM s)::integer AS ended
-FROM r;
+UPDATE engine_run
+SET open_steps = open_steps - 1,
+    failed_steps = failed_steps + CASE WHEN @failed::boolean THEN 1 ELSE 0 END,
+    first_failure = CASE WHEN @failed::boolean AND first_failure = '' THEN @failure::text ELSE first_failure END
+WHERE engine_run.id = @run_id AND EXISTS (SELECT 1 FROM s)
+RETURNING open_steps, failed_steps, first_failure, stage_count;
 
 -- name: RunEnd :one
 UPDATE engine_run

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -117,36 +118,59 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 	if _, err := e.q.StepInsertMany(ctx, tx, p); err != nil {
 		return 0, fmt.Errorf("engine: insert steps: %w", err)
 	}
-	if err := e.startStage(ctx, tx, RunID(id), 0, run.TimeoutAt); err != nil {
+	var timeoutAt *time.Time
+	if run.TimeoutAt.Valid {
+		timeoutAt = &run.TimeoutAt.Time
+	}
+	if err := e.startStages(ctx, tx, []stageRef{{run: RunID(id)}}, timeoutAt); err != nil {
 		return 0, err
 	}
 	return RunID(id), nil
 }
 
-// startStage marks a stage's steps running (fixing their deadlines) and
-// enqueues one job per step, making it the run's current stage; for stage 0
-// it also schedules the run timeout.
-func (e *Engine) startStage(ctx context.Context, tx pgx.Tx, runID RunID, stage int, timeoutAt pgtype.Timestamptz) error {
-	ids, err := e.q.StageStart(ctx, tx, dbsqlc.StageStartParams{RunID: int64(runID), StageIndex: int32(stage)})
+// stageRef names a stage of a run.
+type stageRef struct {
+	run   RunID
+	stage int32
+}
+
+// startStages makes stages their runs' current ones: their steps become
+// running (deadlines fixed) with one job each. timeoutAt, for a run's first
+// stage, schedules the run's timeout job (stages must then hold that one
+// run).
+func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageRef, timeoutAt *time.Time) error {
+	if len(stages) == 0 {
+		return nil
+	}
+	p := dbsqlc.StageStartManyParams{
+		RunIDs:       make([]int64, len(stages)),
+		StageIndexes: make([]int32, len(stages)),
+	}
+	for i, st := range stages {
+		p.RunIDs[i], p.StageIndexes[i] = int64(st.run), st.stage
+	}
+	steps, err := e.q.StageStartMany(ctx, tx, p)
 	if err != nil {
-		return fmt.Errorf("engine: start stage: %w", err)
+		return fmt.Errorf("engine: start stages: %w", err)
 	}
-	params := make([]river.InsertManyParams, 0, len(ids)+1)
-	for _, id := range ids {
-		params = append(params, river.InsertManyParams{Args: RunStepArgs{StepID: StepID(id)}})
+	params := make([]river.InsertManyParams, 0, len(steps)+1)
+	ids := make([]int64, len(steps))
+	for i, st := range steps {
+		ids[i] = st.ID
+		params = append(params, river.InsertManyParams{Args: RunStepArgs{StepID: StepID(st.ID)}})
 	}
-	if timeoutAt.Valid {
+	if timeoutAt != nil {
 		params = append(params, river.InsertManyParams{
-			Args:       RunTimeoutArgs{RunID: runID},
-			InsertOpts: &river.InsertOpts{ScheduledAt: timeoutAt.Time},
+			Args:       RunTimeoutArgs{RunID: stages[0].run},
+			InsertOpts: &river.InsertOpts{ScheduledAt: *timeoutAt},
 		})
 	}
 	res, err := e.client.InsertManyTx(ctx, tx, params)
 	if err != nil {
 		return fmt.Errorf("engine: enqueue steps: %w", err)
 	}
-	jobIDs := make([]int64, len(ids))
-	for i := range ids {
+	jobIDs := make([]int64, len(steps))
+	for i := range steps {
 		jobIDs[i] = res[i].Job.ID
 	}
 	if err := e.q.StepSetJobIDs(ctx, tx, dbsqlc.StepSetJobIDsParams{IDs: ids, JobIDs: jobIDs}); err != nil {
@@ -173,13 +197,13 @@ func (e *Engine) Cancel(ctx context.Context, tx pgx.Tx, runID RunID) error {
 	if run.State != string(StateRunning) {
 		return nil
 	}
-	return e.endRun(ctx, tx, runID, StateTerminated, "cancelled", 0)
+	return e.endRun(ctx, tx, runID, StateTerminated, "cancelled", nil)
 }
 
 // endRun ends a running run (the run row must be locked by tx): open steps
-// are cancelled with their jobs (except exceptJob, the caller's own), the run
-// gets its final state and the hook runs.
-func (e *Engine) endRun(ctx context.Context, tx pgx.Tx, runID RunID, state State, msg string, exceptJob int64) error {
+// are cancelled with their jobs (except ownJobs, which the caller completes),
+// the run gets its final state and the hook runs.
+func (e *Engine) endRun(ctx context.Context, tx pgx.Tx, runID RunID, state State, msg string, ownJobs []int64) error {
 	row, err := e.q.RunEnd(ctx, tx, dbsqlc.RunEndParams{ID: int64(runID), State: string(state), Error: msg})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // already ended
@@ -190,12 +214,15 @@ func (e *Engine) endRun(ctx context.Context, tx pgx.Tx, runID RunID, state State
 	if state == StateTerminated {
 		stepMsg = "run cancelled"
 	}
-	jobs, err := e.q.StepCancelOpen(ctx, tx, dbsqlc.StepCancelOpenParams{RunID: int64(runID), Error: stepMsg})
-	if err != nil {
-		return fmt.Errorf("engine: cancel steps of run %d: %w", runID, err)
+	var jobs []*int64
+	if state != StateCompleted { // a completed run has no open steps
+		jobs, err = e.q.StepCancelOpen(ctx, tx, dbsqlc.StepCancelOpenParams{RunID: int64(runID), Error: stepMsg})
+		if err != nil {
+			return fmt.Errorf("engine: cancel steps of run %d: %w", runID, err)
+		}
 	}
 	for _, id := range jobs {
-		if id == nil || *id == exceptJob {
+		if id == nil || slices.Contains(ownJobs, *id) {
 			continue
 		}
 		if _, err := e.client.JobCancelTx(ctx, tx, *id); err != nil && !errors.Is(err, rivertype.ErrNotFound) {

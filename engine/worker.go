@@ -47,7 +47,7 @@ func (w *timeoutWorker) Work(ctx context.Context, job *river.Job[RunTimeoutArgs]
 				snooze = left // woken early (clock skew): wait for the stored deadline
 				return nil
 			}
-			if err := w.e.endRun(ctx, tx, job.Args.RunID, StateFailed, "run timed out", job.ID); err != nil {
+			if err := w.e.endRun(ctx, tx, job.Args.RunID, StateFailed, "run timed out", []int64{job.ID}); err != nil {
 				return err
 			}
 		}
@@ -65,7 +65,7 @@ func (w *timeoutWorker) Work(ctx context.Context, job *river.Job[RunTimeoutArgs]
 func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) error {
 	began := time.Now()
 	for {
-		row, err := e.q.StepGetForWork(ctx, e.pool, int64(job.Args.StepID))
+		row, err := e.loadStep(ctx, job.Args.StepID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // the run was deleted; nothing to do
 		} else if err != nil {
@@ -76,7 +76,7 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 		}
 		var spec stepSpec
 		if err := json.Unmarshal(row.Spec, &spec); err != nil {
-			return e.finishStep(ctx, job, row, StateFailed, fmt.Sprintf("decode step: %v", err), nil)
+			return e.finishStep(ctx, job, row, &spec, StateFailed, fmt.Sprintf("decode step: %v", err), nil)
 		}
 		now := row.Now.Time
 		if row.TimeoutAt.Valid && !now.Before(row.TimeoutAt.Time) {
@@ -88,10 +88,10 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 		batches := spec.batches()
 		batch := int(row.BatchIndex)
 		if batch >= batches {
-			return e.finishStep(ctx, job, row, StateCompleted, "", nil)
+			return e.finishStep(ctx, job, row, &spec, StateCompleted, "", nil)
 		}
 		if !now.Before(row.DeadlineAt.Time) {
-			return e.finishStep(ctx, job, row, StateFailed, fmt.Sprintf("step deadline exceeded (batch %d of %d)", batch+1, batches), &row.Attempt)
+			return e.finishStep(ctx, job, row, &spec, StateFailed, fmt.Sprintf("step deadline exceeded (batch %d of %d)", batch+1, batches), &row.Attempt)
 		}
 
 		res, callErr, stop := e.call(ctx, job, row, &spec, batch)
@@ -109,7 +109,7 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 		}
 		if batch+1 == batches && res.Sleep <= 0 {
 			calls := row.Attempt + 1
-			return e.finishStep(ctx, job, row, StateCompleted, "", &calls)
+			return e.finishStep(ctx, job, row, &spec, StateCompleted, "", &calls)
 		}
 		var wake pgtype.Timestamptz
 		if res.Sleep > 0 {
@@ -134,7 +134,7 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 
 // call runs the action on one batch. stop is non-nil when the job must
 // return it as is (the run ended, the process is stopping).
-func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row dbsqlc.StepGetForWorkRow, spec *stepSpec, batch int) (res Result, callErr, stop error) {
+func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row stepRow, spec *stepSpec, batch int) (res Result, callErr, stop error) {
 	a, ok := e.actions[spec.Action]
 	if !ok {
 		// Registered when started, unknown to this process: a deploy without
@@ -200,7 +200,7 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row dbsq
 			if row.TimeoutAt.Valid && !row.TimeoutAt.Time.After(row.DeadlineAt.Time) {
 				return Result{}, nil, e.failRunTimeout(ctx, job, RunID(row.RunID))
 			}
-			return Result{}, nil, e.finishStep(ctx, job, row, StateFailed,
+			return Result{}, nil, e.finishStep(ctx, job, row, spec, StateFailed,
 				fmt.Sprintf("step deadline exceeded (batch %d of %d): %v", batch+1, spec.batches(), err), ptr(row.Attempt+1))
 		}
 		err = fmt.Errorf("call timed out after %s: %w", spec.timeout(), err)
@@ -231,11 +231,11 @@ func (e *Engine) watchRun(ctx context.Context, done <-chan struct{}, cancel cont
 
 // callFailed records a failed call and schedules the retry, or fails the
 // step when the attempts are spent or the error is permanent.
-func (e *Engine) callFailed(ctx context.Context, job *river.Job[RunStepArgs], row dbsqlc.StepGetForWorkRow, spec *stepSpec, batch int, callErr error) error {
+func (e *Engine) callFailed(ctx context.Context, job *river.Job[RunStepArgs], row stepRow, spec *stepSpec, batch int, callErr error) error {
 	failed := int(row.Attempt) + 1
 	policy := spec.retry()
 	if isPermanent(callErr) || failed >= policy.MaxAttempts {
-		return e.finishStep(ctx, job, row, StateFailed,
+		return e.finishStep(ctx, job, row, spec, StateFailed,
 			fmt.Sprintf("batch %d of %d failed after %d attempt(s): %v", batch+1, spec.batches(), failed, callErr), ptr(int32(failed)))
 	}
 	n, err := e.q.StepRecordFailure(ctx, e.pool, dbsqlc.StepRecordFailureParams{ID: row.ID, BatchIndex: row.BatchIndex, LastError: callErr.Error()})
@@ -256,73 +256,13 @@ func (e *Engine) failRunTimeout(ctx context.Context, job *river.Job[RunStepArgs]
 			return fmt.Errorf("engine: lock run %d: %w", runID, err)
 		}
 		if run.State == string(StateRunning) {
-			if err := e.endRun(ctx, tx, runID, StateFailed, "run timed out", job.ID); err != nil {
+			if err := e.endRun(ctx, tx, runID, StateFailed, "run timed out", []int64{job.ID}); err != nil {
 				return err
 			}
 		}
 		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 		return err
 	})
-}
-
-// finishStep is the checkpoint: in one transaction it records the step's
-// outcome, ends the stage (starting the next one or ending the run, with the
-// hook) when this was its last open step, and completes the job.
-//
-// calls is how many calls the current batch took, when the step ends on a
-// batch that is not yet counted (nil after a sleep or without a call).
-func (e *Engine) finishStep(ctx context.Context, job *river.Job[RunStepArgs], row dbsqlc.StepGetForWorkRow, state State, msg string, calls *int32) error {
-	var spec stepSpec
-	_ = json.Unmarshal(row.Spec, &spec)
-	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		// Locks are taken run row first, then River jobs (this one, and the
-		// siblings a failure cancels), the order Cancel and the timeout use:
-		// completing the job before the checkpoint would deadlock with a
-		// sibling cancelling it.
-		if err := e.checkpoint(ctx, tx, job, row, &spec, state, msg, calls); err != nil {
-			return err
-		}
-		return completeJob(ctx, tx, job)
-	})
-	if errors.Is(err, errStepGone) {
-		return nil // nothing to record; River completes the job
-	}
-	return err
-}
-
-// errStepGone rolls a checkpoint back when the step or its run has already
-// ended (a duplicate execution, a cancel that won the race).
-var errStepGone = errors.New("engine: step already ended")
-
-func (e *Engine) checkpoint(ctx context.Context, tx pgx.Tx, job *river.Job[RunStepArgs], row dbsqlc.StepGetForWorkRow, spec *stepSpec, state State, msg string, calls *int32) error {
-	runID := RunID(row.RunID)
-	failure := ""
-	if state == StateFailed {
-		failure = stageError(int(row.StageIndex), spec.StageName, spec.Name, msg)
-	}
-	run, err := e.q.StepEnd(ctx, tx, dbsqlc.StepEndParams{
-		RunID: row.RunID, StageIndex: row.StageIndex, Failed: state == StateFailed, Failure: failure,
-		ID: row.ID, State: string(state), Error: msg, Calls: calls,
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return errStepGone
-	} else if err != nil {
-		return fmt.Errorf("engine: end step %d: %w", row.ID, err)
-	}
-	if run.Ended == 0 {
-		return errStepGone
-	}
-	switch {
-	case state == StateFailed && !spec.WaitAll:
-		return e.endRun(ctx, tx, runID, StateFailed, failure, job.ID)
-	case run.OpenSteps > 0:
-		return nil
-	case run.FailedSteps > 0:
-		return e.endRun(ctx, tx, runID, StateFailed, run.FirstFailure, job.ID)
-	case row.StageIndex+1 < run.StageCount:
-		return e.startStage(ctx, tx, runID, int(row.StageIndex)+1, pgtype.Timestamptz{})
-	}
-	return e.endRun(ctx, tx, runID, StateCompleted, "", job.ID)
 }
 
 func stageError(stage int, stageName, step, msg string) string {
@@ -333,17 +273,3 @@ func stageError(stage int, stageName, step, msg string) string {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// completeJob completes job in tx (River's JobCompleteTx). River's
-// completion statement is built for batches: re-planning it for every
-// single job cost as much as running it (0.76 ms of each, measured with
-// pg_stat_statements), so for the rest of the transaction, which ends with
-// it, the statement runs on its generic plan (by job ID, which the generic
-// plan serves from the primary key like the custom one).
-func completeJob[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job[T]) error {
-	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
-		return fmt.Errorf("engine: plan mode: %w", err)
-	}
-	_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-	return err
-}

@@ -159,40 +159,66 @@ func (q *Queries) RunLock(ctx context.Context, db DBTX, id int64) (RunLockRow, e
 	return i, err
 }
 
-const stageStart = `-- name: StageStart :many
-WITH s AS (
-    UPDATE engine_step
-    SET state = 'running', started_at = now(), deadline_at = now() + budget_ms * interval '1 millisecond'
-    WHERE engine_step.run_id = $1 AND engine_step.stage_index = $2 AND engine_step.state = 'pending'
-    RETURNING engine_step.id
-), r AS (
-    UPDATE engine_run
-    SET stage_index = $2, open_steps = (SELECT count(*) FROM s), failed_steps = 0, first_failure = ''
-    WHERE engine_run.id = $1
-)
-SELECT s.id FROM s
+const runLockMany = `-- name: RunLockMany :exec
+SELECT id FROM engine_run
+WHERE id = ANY($1::bigint[])
+ORDER BY id
+FOR UPDATE
 `
 
-type StageStartParams struct {
-	RunID      int64
-	StageIndex int32
+// RunLockMany locks runs in ID order, as a batched checkpoint does before
+// writing: two checkpoints sharing runs queue instead of deadlocking.
+func (q *Queries) RunLockMany(ctx context.Context, db DBTX, ids []int64) error {
+	_, err := db.Exec(ctx, runLockMany, ids)
+	return err
 }
 
-// StageStart makes a stage the run's current one: its steps become running
-// with their deadlines fixed, and the run's join counters are reset.
-func (q *Queries) StageStart(ctx context.Context, db DBTX, arg StageStartParams) ([]int64, error) {
-	rows, err := db.Query(ctx, stageStart, arg.RunID, arg.StageIndex)
+const stageStartMany = `-- name: StageStartMany :many
+WITH st AS (
+    SELECT unnest($1::bigint[]) AS run_id, unnest($2::integer[]) AS stage_index
+), s AS (
+    UPDATE engine_step
+    SET state = 'running', started_at = now(), deadline_at = now() + budget_ms * interval '1 millisecond'
+    FROM st
+    WHERE engine_step.run_id = st.run_id AND engine_step.stage_index = st.stage_index
+      AND engine_step.state = 'pending'
+    RETURNING engine_step.id, engine_step.run_id
+), r AS (
+    UPDATE engine_run
+    SET stage_index = st.stage_index, failed_steps = 0, first_failure = '',
+        open_steps = (SELECT count(*) FROM s WHERE s.run_id = engine_run.id)
+    FROM st
+    WHERE engine_run.id = st.run_id
+)
+SELECT s.id, s.run_id FROM s ORDER BY s.run_id, s.id
+`
+
+type StageStartManyParams struct {
+	RunIDs       []int64
+	StageIndexes []int32
+}
+
+type StageStartManyRow struct {
+	ID    int64
+	RunID int64
+}
+
+// StageStartMany makes stages their runs' current ones: their steps become
+// running with their deadlines fixed, and each run's join counters are
+// reset. It returns the started steps by run.
+func (q *Queries) StageStartMany(ctx context.Context, db DBTX, arg StageStartManyParams) ([]StageStartManyRow, error) {
+	rows, err := db.Query(ctx, stageStartMany, arg.RunIDs, arg.StageIndexes)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []int64
+	var items []StageStartManyRow
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var i StageStartManyRow
+		if err := rows.Scan(&i.ID, &i.RunID); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -256,34 +282,33 @@ func (q *Queries) StepCancelOpen(ctx context.Context, db DBTX, arg StepCancelOpe
 }
 
 const stepEnd = `-- name: StepEnd :one
-WITH r AS (
-    UPDATE engine_run
-    SET open_steps = open_steps - 1,
-        failed_steps = failed_steps + CASE WHEN $1::boolean THEN 1 ELSE 0 END,
-        first_failure = CASE WHEN $1::boolean AND first_failure = '' THEN $2::text ELSE first_failure END
-    WHERE engine_run.id = $3 AND engine_run.state = 'running' AND engine_run.stage_index = $4
-    RETURNING open_steps, failed_steps, first_failure, stage_count
-), s AS (
+WITH s AS (
     UPDATE engine_step
-    SET state = $5, error = $6, ended_at = now(), checkpoint = NULL, wake_at = NULL,
-        batch_attempts = CASE WHEN $7::integer IS NULL THEN batch_attempts
-            ELSE array_append(batch_attempts, $7::integer) END
-    WHERE engine_step.id = $8 AND engine_step.state = 'running' AND EXISTS (SELECT 1 FROM r)
+    SET state = $4, error = $5, ended_at = now(), checkpoint = NULL, wake_at = NULL,
+        batch_attempts = CASE WHEN $6::integer IS NULL THEN batch_attempts
+            ELSE array_append(batch_attempts, $6::integer) END
+    WHERE engine_step.id = $7 AND engine_step.state = 'running'
+      AND EXISTS (SELECT 1 FROM engine_run
+          WHERE engine_run.id = $3 AND engine_run.state = 'running' AND engine_run.stage_index = $8)
     RETURNING engine_step.id
 )
-SELECT r.open_steps, r.failed_steps, r.first_failure, r.stage_count, (SELECT count(*) FROM s)::integer AS ended
-FROM r
+UPDATE engine_run
+SET open_steps = open_steps - 1,
+    failed_steps = failed_steps + CASE WHEN $1::boolean THEN 1 ELSE 0 END,
+    first_failure = CASE WHEN $1::boolean AND first_failure = '' THEN $2::text ELSE first_failure END
+WHERE engine_run.id = $3 AND EXISTS (SELECT 1 FROM s)
+RETURNING open_steps, failed_steps, first_failure, stage_count
 `
 
 type StepEndParams struct {
 	Failed     bool
 	Failure    string
 	RunID      int64
-	StageIndex int32
 	State      string
 	Error      string
 	Calls      *int32
 	ID         int64
+	StageIndex int32
 }
 
 type StepEndRow struct {
@@ -291,24 +316,24 @@ type StepEndRow struct {
 	FailedSteps  int32
 	FirstFailure string
 	StageCount   int32
-	Ended        int32
 }
 
-// StepEnd is a step's checkpoint: it counts the step as ended on the run
-// row, which it locks first (concurrent steps of a stage serialise there and
-// each sees the counts left by the others, and Cancel locks in the same
-// order), then records the step's outcome. No row when the run has ended;
-// ended = 0 when the step had (a duplicate execution): roll back then.
+// StepEnd is a step's checkpoint; the caller holds the run row's lock
+// (RunLockMany). It records the step's outcome, if the step is still running
+// in the run's current stage, and counts it on the run row, so concurrent
+// steps of a stage each see the counts left by the others. No row when the
+// step or its run had already ended (a duplicate execution, a cancel that
+// won the race): nothing was written then.
 func (q *Queries) StepEnd(ctx context.Context, db DBTX, arg StepEndParams) (StepEndRow, error) {
 	row := db.QueryRow(ctx, stepEnd,
 		arg.Failed,
 		arg.Failure,
 		arg.RunID,
-		arg.StageIndex,
 		arg.State,
 		arg.Error,
 		arg.Calls,
 		arg.ID,
+		arg.StageIndex,
 	)
 	var i StepEndRow
 	err := row.Scan(
@@ -316,21 +341,20 @@ func (q *Queries) StepEnd(ctx context.Context, db DBTX, arg StepEndParams) (Step
 		&i.FailedSteps,
 		&i.FirstFailure,
 		&i.StageCount,
-		&i.Ended,
 	)
 	return i, err
 }
 
-const stepGetForWork = `-- name: StepGetForWork :one
+const stepGetForWorkMany = `-- name: StepGetForWorkMany :many
 SELECT s.id, s.run_id, s.stage_index, s.step_index, s.spec, s.state, s.batch_index, s.attempt,
     s.checkpoint, s.wake_at, s.deadline_at,
     r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now
 FROM engine_step s
 JOIN engine_run r ON r.id = s.run_id
-WHERE s.id = $1
+WHERE s.id = ANY($1::bigint[])
 `
 
-type StepGetForWorkRow struct {
+type StepGetForWorkManyRow struct {
 	ID         int64
 	RunID      int64
 	StageIndex int32
@@ -348,27 +372,40 @@ type StepGetForWorkRow struct {
 	Now        pgtype.Timestamptz
 }
 
-func (q *Queries) StepGetForWork(ctx context.Context, db DBTX, id int64) (StepGetForWorkRow, error) {
-	row := db.QueryRow(ctx, stepGetForWork, id)
-	var i StepGetForWorkRow
-	err := row.Scan(
-		&i.ID,
-		&i.RunID,
-		&i.StageIndex,
-		&i.StepIndex,
-		&i.Spec,
-		&i.State,
-		&i.BatchIndex,
-		&i.Attempt,
-		&i.Checkpoint,
-		&i.WakeAt,
-		&i.DeadlineAt,
-		&i.RunState,
-		&i.Owner,
-		&i.TimeoutAt,
-		&i.Now,
-	)
-	return i, err
+func (q *Queries) StepGetForWorkMany(ctx context.Context, db DBTX, ids []int64) ([]StepGetForWorkManyRow, error) {
+	rows, err := db.Query(ctx, stepGetForWorkMany, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []StepGetForWorkManyRow
+	for rows.Next() {
+		var i StepGetForWorkManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.RunID,
+			&i.StageIndex,
+			&i.StepIndex,
+			&i.Spec,
+			&i.State,
+			&i.BatchIndex,
+			&i.Attempt,
+			&i.Checkpoint,
+			&i.WakeAt,
+			&i.DeadlineAt,
+			&i.RunState,
+			&i.Owner,
+			&i.TimeoutAt,
+			&i.Now,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const stepInsertMany = `-- name: StepInsertMany :many

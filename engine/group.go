@@ -1,0 +1,119 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nicoflow/flow/engine/internal/dbsqlc"
+)
+
+// grouper hands queued items to a function in groups, so that many steps
+// share one database round trip or one transaction. Items are queued on
+// shards; each shard is drained by at most one goroutine at a time, which
+// takes everything queued meanwhile (up to max) as the next group and exits
+// when the queue is empty. Nothing waits for a group to fill: an idle engine
+// handles each item at once, a busy one handles what queued while the
+// previous group ran.
+type grouper[T any] struct {
+	max    int
+	run    func([]T)
+	shards []groupShard[T]
+}
+
+type groupShard[T any] struct {
+	mu       sync.Mutex
+	queue    []T
+	draining bool
+}
+
+func newGrouper[T any](shards, max int, run func([]T)) *grouper[T] {
+	return &grouper[T]{max: max, run: run, shards: make([]groupShard[T], shards)}
+}
+
+// add queues item on the shard key selects. The caller waits for its answer
+// through the item itself.
+func (g *grouper[T]) add(key int64, item T) {
+	sh := &g.shards[uint64(key)%uint64(len(g.shards))]
+	sh.mu.Lock()
+	sh.queue = append(sh.queue, item)
+	if !sh.draining {
+		sh.draining = true
+		go g.drain(sh)
+	}
+	sh.mu.Unlock()
+}
+
+func (g *grouper[T]) drain(sh *groupShard[T]) {
+	for {
+		sh.mu.Lock()
+		n := min(len(sh.queue), g.max)
+		if n == 0 {
+			sh.draining = false
+			sh.queue = nil // let the backing array go
+			sh.mu.Unlock()
+			return
+		}
+		group := slices.Clone(sh.queue[:n])
+		sh.queue = sh.queue[n:]
+		sh.mu.Unlock()
+		g.run(group)
+	}
+}
+
+// Grouping of step loads: every job starts by reading its step with its
+// run's state; jobs fetched together read their steps in one query.
+const (
+	loaderShards = 2
+	maxLoadBatch = 200
+)
+
+// stepRow is a step as a worker reads it, with its run's state.
+type stepRow = dbsqlc.StepGetForWorkManyRow
+
+type loadReq struct {
+	ctx  context.Context
+	id   int64
+	row  stepRow
+	err  error
+	done chan struct{}
+}
+
+// loadStep reads step id for its job; pgx.ErrNoRows if it does not exist.
+func (e *Engine) loadStep(ctx context.Context, id StepID) (stepRow, error) {
+	req := &loadReq{ctx: ctx, id: int64(id), done: make(chan struct{})}
+	e.loads.add(req.id, req)
+	select {
+	case <-req.done:
+		return req.row, req.err
+	case <-ctx.Done():
+		return stepRow{}, ctx.Err()
+	}
+}
+
+func (e *Engine) loadSteps(reqs []*loadReq) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqs[0].ctx), checkpointTimeout)
+	defer cancel()
+	ids := make([]int64, len(reqs))
+	for i, r := range reqs {
+		ids[i] = r.id
+	}
+	rows, err := e.q.StepGetForWorkMany(ctx, e.pool, ids)
+	byID := make(map[int64]stepRow, len(rows))
+	for _, row := range rows {
+		byID[row.ID] = row
+	}
+	for _, r := range reqs {
+		switch row, ok := byID[r.id]; {
+		case err != nil:
+			r.err = err
+		case ok:
+			r.row = row
+		default:
+			r.err = pgx.ErrNoRows
+		}
+		close(r.done)
+	}
+}
