@@ -1,9 +1,10 @@
 package engine
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,31 +83,57 @@ func (e *Engine) commitBatch(reqs []*checkpointReq) {
 }
 
 // checkpointTx is the checkpoint transaction of reqs: it locks their runs in
-// ID order; for each step records its outcome and, when it was its stage's
-// last open step, ends the run (with the hook) or notes the next stage to
-// start; starts the noted stages; and completes all the steps' jobs.
+// ID order, records the steps' outcomes and counts them on their runs, ends
+// the runs whose stage failed or whose last stage ended (with the hook),
+// starts the next stage of the others whose stage ended, and completes all
+// the steps' jobs.
 //
 // Locks are taken run rows first, then River jobs (these, and the siblings a
 // failure cancels), the order Cancel and the timeout use.
 func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq) error {
-	runIDs := make([]int64, 0, len(reqs))
-	jobIDs := make([]int64, 0, len(reqs))
-	for _, r := range reqs {
-		runIDs = append(runIDs, r.row.RunID)
-		jobIDs = append(jobIDs, r.job.ID)
+	n := len(reqs)
+	jobIDs := make([]int64, n)
+	p := dbsqlc.StepEndManyParams{
+		IDs: make([]int64, n), RunIDs: make([]int64, n), StageIndexes: make([]int32, n),
+		States: make([]string, n), Errors: make([]string, n), Failures: make([]string, n), Calls: make([]int32, n),
+	}
+	waitAll := make(map[stageRef]bool, n)
+	for i, r := range reqs {
+		jobIDs[i] = r.job.ID
+		p.IDs[i], p.RunIDs[i], p.StageIndexes[i] = r.row.ID, r.row.RunID, r.row.StageIndex
+		p.States[i], p.Errors[i], p.Calls[i] = string(r.state), r.msg, -1
+		if r.state == StateFailed {
+			p.Failures[i] = stageError(int(r.row.StageIndex), r.spec.StageName, r.spec.Name, r.msg)
+		}
+		if r.calls != nil {
+			p.Calls[i] = *r.calls
+		}
+		waitAll[stageRef{RunID(r.row.RunID), r.row.StageIndex}] = r.spec.WaitAll
 	}
 	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		if err := e.q.RunLockMany(ctx, tx, runIDs); err != nil {
+		if err := e.q.RunLockMany(ctx, tx, p.RunIDs); err != nil {
 			return fmt.Errorf("engine: lock runs: %w", err)
 		}
+		runs, err := e.q.StepEndMany(ctx, tx, p)
+		if err != nil {
+			return fmt.Errorf("engine: end steps: %w", err)
+		}
+		slices.SortFunc(runs, func(a, b dbsqlc.StepEndManyRow) int { return cmp.Compare(a.ID, b.ID) })
 		var next []stageRef
-		for _, r := range reqs {
-			start, err := e.checkpoint(ctx, tx, r, jobIDs)
+		for _, run := range runs {
+			stage := stageRef{RunID(run.ID), run.StageIndex}
+			var err error
+			switch {
+			case run.FailedSteps > 0 && (run.OpenSteps == 0 || !waitAll[stage]):
+				err = e.endRun(ctx, tx, stage.run, StateFailed, run.FirstFailure, jobIDs)
+			case run.OpenSteps > 0:
+			case run.StageIndex+1 < run.StageCount:
+				next = append(next, stageRef{stage.run, run.StageIndex + 1})
+			default:
+				err = e.endRun(ctx, tx, stage.run, StateCompleted, "", jobIDs)
+			}
 			if err != nil {
 				return err
-			}
-			if start {
-				next = append(next, stageRef{run: RunID(r.row.RunID), stage: r.row.StageIndex + 1})
 			}
 		}
 		if err := e.startStages(ctx, tx, next, nil); err != nil {
@@ -114,38 +141,6 @@ func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq) error 
 		}
 		return completeJobs(ctx, tx, jobIDs)
 	})
-}
-
-// checkpoint records one step's outcome in tx, which holds its run's lock,
-// and ends the run when the step ends it. startNext reports that the step
-// ended its stage and the next one must start. ownJobs are the jobs tx
-// completes: ending the run does not cancel them.
-func (e *Engine) checkpoint(ctx context.Context, tx pgx.Tx, r *checkpointReq, ownJobs []int64) (startNext bool, err error) {
-	runID := RunID(r.row.RunID)
-	failure := ""
-	if r.state == StateFailed {
-		failure = stageError(int(r.row.StageIndex), r.spec.StageName, r.spec.Name, r.msg)
-	}
-	run, err := e.q.StepEnd(ctx, tx, dbsqlc.StepEndParams{
-		RunID: r.row.RunID, StageIndex: r.row.StageIndex, Failed: r.state == StateFailed, Failure: failure,
-		ID: r.row.ID, State: string(r.state), Error: r.msg, Calls: r.calls,
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil // ended elsewhere (a duplicate execution, a cancel that won the race)
-	} else if err != nil {
-		return false, fmt.Errorf("engine: end step %d: %w", r.row.ID, err)
-	}
-	switch {
-	case r.state == StateFailed && !r.spec.WaitAll:
-		return false, e.endRun(ctx, tx, runID, StateFailed, failure, ownJobs)
-	case run.OpenSteps > 0:
-		return false, nil
-	case run.FailedSteps > 0:
-		return false, e.endRun(ctx, tx, runID, StateFailed, run.FirstFailure, ownJobs)
-	case r.row.StageIndex+1 < run.StageCount:
-		return true, nil
-	}
-	return false, e.endRun(ctx, tx, runID, StateCompleted, "", ownJobs)
 }
 
 // completeJobs completes running jobs in tx with River's completion

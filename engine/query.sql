@@ -82,29 +82,44 @@ WHERE id = ANY(@ids::bigint[])
 ORDER BY id
 FOR UPDATE;
 
--- name: StepEnd :one
--- StepEnd is a step's checkpoint; the caller holds the run row's lock
--- (RunLockMany). It records the step's outcome, if the step is still running
--- in the run's current stage, and counts it on the run row, so concurrent
--- steps of a stage each see the counts left by the others. No row when the
--- step or its run had already ended (a duplicate execution, a cancel that
--- won the race): nothing was written then.
-WITH s AS (
+-- name: StepEndMany :many
+-- StepEndMany is the checkpoint of a group of steps; the caller holds their
+-- runs' locks (RunLockMany). It records each step's outcome, if the step is
+-- still running in its run's current stage, and counts the ended steps on
+-- their run rows (open steps, failed steps, the first failure in input
+-- order). It returns one row per run with steps ended here, with the run's
+-- counters after the update; steps that had already ended (a duplicate
+-- execution, a cancel that won the race) change nothing. calls < 0: the
+-- step's last batch is already counted.
+WITH input AS (
+    SELECT unnest(@ids::bigint[]) AS id, unnest(@run_ids::bigint[]) AS run_id,
+        unnest(@stage_indexes::integer[]) AS stage_index, unnest(@states::text[]) AS state,
+        unnest(@errors::text[]) AS error, unnest(@failures::text[]) AS failure,
+        unnest(@calls::integer[]) AS calls, generate_series(1, cardinality(@ids::bigint[])) AS ord
+), s AS (
     UPDATE engine_step
-    SET state = @state, error = @error, ended_at = now(), checkpoint = NULL, wake_at = NULL,
-        batch_attempts = CASE WHEN sqlc.narg(calls)::integer IS NULL THEN batch_attempts
-            ELSE array_append(batch_attempts, sqlc.narg(calls)::integer) END
-    WHERE engine_step.id = @id AND engine_step.state = 'running'
-      AND EXISTS (SELECT 1 FROM engine_run
-          WHERE engine_run.id = @run_id AND engine_run.state = 'running' AND engine_run.stage_index = @stage_index)
-    RETURNING engine_step.id
+    SET state = i.state, error = i.error, ended_at = now(), checkpoint = NULL, wake_at = NULL,
+        batch_attempts = CASE WHEN i.calls < 0 THEN engine_step.batch_attempts
+            ELSE array_append(engine_step.batch_attempts, i.calls) END
+    FROM input i
+    JOIN engine_run r ON r.id = i.run_id AND r.state = 'running' AND r.stage_index = i.stage_index
+    WHERE engine_step.id = i.id AND engine_step.state = 'running'
+    RETURNING i.run_id, i.state, i.failure, i.ord
+), ended AS (
+    SELECT s.run_id, count(*) AS n,
+        count(*) FILTER (WHERE s.state = 'failed') AS failed,
+        coalesce((array_agg(s.failure ORDER BY s.ord) FILTER (WHERE s.state = 'failed'))[1], '') AS failure
+    FROM s
+    GROUP BY s.run_id
 )
 UPDATE engine_run
-SET open_steps = open_steps - 1,
-    failed_steps = failed_steps + CASE WHEN @failed::boolean THEN 1 ELSE 0 END,
-    first_failure = CASE WHEN @failed::boolean AND first_failure = '' THEN @failure::text ELSE first_failure END
-WHERE engine_run.id = @run_id AND EXISTS (SELECT 1 FROM s)
-RETURNING open_steps, failed_steps, first_failure, stage_count;
+SET open_steps = open_steps - ended.n,
+    failed_steps = failed_steps + ended.failed,
+    first_failure = CASE WHEN first_failure = '' THEN ended.failure ELSE first_failure END
+FROM ended
+WHERE engine_run.id = ended.run_id
+RETURNING engine_run.id, engine_run.stage_index, engine_run.open_steps, engine_run.failed_steps,
+    engine_run.first_failure, engine_run.stage_count;
 
 -- name: RunEnd :one
 UPDATE engine_run

@@ -281,68 +281,98 @@ func (q *Queries) StepCancelOpen(ctx context.Context, db DBTX, arg StepCancelOpe
 	return items, nil
 }
 
-const stepEnd = `-- name: StepEnd :one
-WITH s AS (
+const stepEndMany = `-- name: StepEndMany :many
+WITH input AS (
+    SELECT unnest($1::bigint[]) AS id, unnest($2::bigint[]) AS run_id,
+        unnest($3::integer[]) AS stage_index, unnest($4::text[]) AS state,
+        unnest($5::text[]) AS error, unnest($6::text[]) AS failure,
+        unnest($7::integer[]) AS calls, generate_series(1, cardinality($1::bigint[])) AS ord
+), s AS (
     UPDATE engine_step
-    SET state = $4, error = $5, ended_at = now(), checkpoint = NULL, wake_at = NULL,
-        batch_attempts = CASE WHEN $6::integer IS NULL THEN batch_attempts
-            ELSE array_append(batch_attempts, $6::integer) END
-    WHERE engine_step.id = $7 AND engine_step.state = 'running'
-      AND EXISTS (SELECT 1 FROM engine_run
-          WHERE engine_run.id = $3 AND engine_run.state = 'running' AND engine_run.stage_index = $8)
-    RETURNING engine_step.id
+    SET state = i.state, error = i.error, ended_at = now(), checkpoint = NULL, wake_at = NULL,
+        batch_attempts = CASE WHEN i.calls < 0 THEN engine_step.batch_attempts
+            ELSE array_append(engine_step.batch_attempts, i.calls) END
+    FROM input i
+    JOIN engine_run r ON r.id = i.run_id AND r.state = 'running' AND r.stage_index = i.stage_index
+    WHERE engine_step.id = i.id AND engine_step.state = 'running'
+    RETURNING i.run_id, i.state, i.failure, i.ord
+), ended AS (
+    SELECT s.run_id, count(*) AS n,
+        count(*) FILTER (WHERE s.state = 'failed') AS failed,
+        coalesce((array_agg(s.failure ORDER BY s.ord) FILTER (WHERE s.state = 'failed'))[1], '') AS failure
+    FROM s
+    GROUP BY s.run_id
 )
 UPDATE engine_run
-SET open_steps = open_steps - 1,
-    failed_steps = failed_steps + CASE WHEN $1::boolean THEN 1 ELSE 0 END,
-    first_failure = CASE WHEN $1::boolean AND first_failure = '' THEN $2::text ELSE first_failure END
-WHERE engine_run.id = $3 AND EXISTS (SELECT 1 FROM s)
-RETURNING open_steps, failed_steps, first_failure, stage_count
+SET open_steps = open_steps - ended.n,
+    failed_steps = failed_steps + ended.failed,
+    first_failure = CASE WHEN first_failure = '' THEN ended.failure ELSE first_failure END
+FROM ended
+WHERE engine_run.id = ended.run_id
+RETURNING engine_run.id, engine_run.stage_index, engine_run.open_steps, engine_run.failed_steps,
+    engine_run.first_failure, engine_run.stage_count
 `
 
-type StepEndParams struct {
-	Failed     bool
-	Failure    string
-	RunID      int64
-	State      string
-	Error      string
-	Calls      *int32
-	ID         int64
-	StageIndex int32
+type StepEndManyParams struct {
+	IDs          []int64
+	RunIDs       []int64
+	StageIndexes []int32
+	States       []string
+	Errors       []string
+	Failures     []string
+	Calls        []int32
 }
 
-type StepEndRow struct {
+type StepEndManyRow struct {
+	ID           int64
+	StageIndex   int32
 	OpenSteps    int32
 	FailedSteps  int32
 	FirstFailure string
 	StageCount   int32
 }
 
-// StepEnd is a step's checkpoint; the caller holds the run row's lock
-// (RunLockMany). It records the step's outcome, if the step is still running
-// in the run's current stage, and counts it on the run row, so concurrent
-// steps of a stage each see the counts left by the others. No row when the
-// step or its run had already ended (a duplicate execution, a cancel that
-// won the race): nothing was written then.
-func (q *Queries) StepEnd(ctx context.Context, db DBTX, arg StepEndParams) (StepEndRow, error) {
-	row := db.QueryRow(ctx, stepEnd,
-		arg.Failed,
-		arg.Failure,
-		arg.RunID,
-		arg.State,
-		arg.Error,
+// StepEndMany is the checkpoint of a group of steps; the caller holds their
+// runs' locks (RunLockMany). It records each step's outcome, if the step is
+// still running in its run's current stage, and counts the ended steps on
+// their run rows (open steps, failed steps, the first failure in input
+// order). It returns one row per run with steps ended here, with the run's
+// counters after the update; steps that had already ended (a duplicate
+// execution, a cancel that won the race) change nothing. calls < 0: the
+// step's last batch is already counted.
+func (q *Queries) StepEndMany(ctx context.Context, db DBTX, arg StepEndManyParams) ([]StepEndManyRow, error) {
+	rows, err := db.Query(ctx, stepEndMany,
+		arg.IDs,
+		arg.RunIDs,
+		arg.StageIndexes,
+		arg.States,
+		arg.Errors,
+		arg.Failures,
 		arg.Calls,
-		arg.ID,
-		arg.StageIndex,
 	)
-	var i StepEndRow
-	err := row.Scan(
-		&i.OpenSteps,
-		&i.FailedSteps,
-		&i.FirstFailure,
-		&i.StageCount,
-	)
-	return i, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []StepEndManyRow
+	for rows.Next() {
+		var i StepEndManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.StageIndex,
+			&i.OpenSteps,
+			&i.FailedSteps,
+			&i.FirstFailure,
+			&i.StageCount,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const stepGetForWorkMany = `-- name: StepGetForWorkMany :many
