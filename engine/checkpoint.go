@@ -96,12 +96,13 @@ func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq) error 
 	p := dbsqlc.StepEndManyParams{
 		IDs: make([]int64, n), RunIDs: make([]int64, n), StageIndexes: make([]int32, n),
 		States: make([]string, n), Errors: make([]string, n), Failures: make([]string, n), Calls: make([]int32, n),
+		Ords: make([]int32, n),
 	}
 	waitAll := make(map[stageRef]bool, n)
 	for i, r := range reqs {
 		jobIDs[i] = r.job.ID
 		p.IDs[i], p.RunIDs[i], p.StageIndexes[i] = r.row.ID, r.row.RunID, r.row.StageIndex
-		p.States[i], p.Errors[i], p.Calls[i] = string(r.state), r.msg, -1
+		p.States[i], p.Errors[i], p.Calls[i], p.Ords[i] = string(r.state), r.msg, -1, int32(i)
 		if r.state == StateFailed {
 			p.Failures[i] = stageError(int(r.row.StageIndex), r.spec.StageName, r.spec.Name, r.msg)
 		}
@@ -110,7 +111,7 @@ func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq) error 
 		}
 		waitAll[stageRef{RunID(r.row.RunID), r.row.StageIndex}] = r.spec.WaitAll
 	}
-	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+	return pgx.BeginTxFunc(ctx, e.pool, checkpointTxOptions, func(tx pgx.Tx) error {
 		if err := e.q.RunLockMany(ctx, tx, p.RunIDs); err != nil {
 			return fmt.Errorf("engine: lock runs: %w", err)
 		}
@@ -119,7 +120,7 @@ func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq) error 
 			return fmt.Errorf("engine: end steps: %w", err)
 		}
 		slices.SortFunc(runs, func(a, b dbsqlc.StepEndManyRow) int { return cmp.Compare(a.ID, b.ID) })
-		var next []stageRef
+		var next []stageStart
 		for _, run := range runs {
 			stage := stageRef{RunID(run.ID), run.StageIndex}
 			var err error
@@ -128,7 +129,7 @@ func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq) error 
 				err = e.endRun(ctx, tx, stage.run, StateFailed, run.FirstFailure, jobIDs)
 			case run.OpenSteps > 0:
 			case run.StageIndex+1 < run.StageCount:
-				next = append(next, stageRef{stage.run, run.StageIndex + 1})
+				next = append(next, stageStart{stageRef{stage.run, run.StageIndex + 1}, run.NextStepIDs})
 			default:
 				err = e.endRun(ctx, tx, stage.run, StateCompleted, "", jobIDs)
 			}
@@ -143,18 +144,19 @@ func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq) error 
 	})
 }
 
+// checkpointTxOptions begin a checkpoint transaction. Every statement in it
+// reaches a few rows by key from a short list (River's completion included),
+// so: generic plans, because planning each afresh cost as much as running it
+// (StepEndMany: 0.6 ms of planning per group; River's completion: 0.76 ms per
+// job before groups; pg_stat_statements); and no hash or merge joins, which
+// the planner picks when it guesses a list longer than it is, scanning a
+// whole table to join a few rows. The settings ride in BEGIN's round trip.
+var checkpointTxOptions = pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; " +
+	"SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off"}
+
 // completeJobs completes running jobs in tx with River's completion
 // statement, the one JobCompleteTx runs for a single job.
-//
-// The statement is built for batches: re-planning it for every checkpoint
-// cost as much as running it (0.76 ms of each, measured with
-// pg_stat_statements), so for the rest of the transaction, which ends with
-// it, it runs on its generic plan (by job ID, which the generic plan serves
-// from the primary key like the custom one).
 func completeJobs(ctx context.Context, tx pgx.Tx, ids []int64) error {
-	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
-		return fmt.Errorf("engine: plan mode: %w", err)
-	}
 	n := len(ids)
 	now := time.Now()
 	p := &riverdriver.JobSetStateIfRunningManyParams{

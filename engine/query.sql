@@ -9,40 +9,32 @@ SELECT @run_id::bigint, unnest(@stage_indexes::integer[]), unnest(@step_indexes:
     unnest(@specs::jsonb[]), unnest(@budgets_ms::bigint[])
 RETURNING id, stage_index, step_index;
 
--- name: StageStartMany :many
--- StageStartMany makes stages their runs' current ones: their steps become
--- running with their deadlines fixed, and each run's join counters are
--- reset. It returns the started steps by run.
-WITH st AS (
-    SELECT unnest(@run_ids::bigint[]) AS run_id, unnest(@stage_indexes::integer[]) AS stage_index
-), s AS (
+-- name: StageStartMany :exec
+-- StageStartMany makes stages their runs' current ones: their steps (ids,
+-- pending) become running with their deadlines fixed and their River jobs
+-- recorded, and each run's join counters are reset. Every row is reached
+-- through its key, whatever the planner guesses of the lists' lengths.
+WITH s AS (
     UPDATE engine_step
-    SET state = 'running', started_at = now(), deadline_at = now() + budget_ms * interval '1 millisecond'
-    FROM st
-    WHERE engine_step.run_id = st.run_id AND engine_step.stage_index = st.stage_index
-      AND engine_step.state = 'pending'
-    RETURNING engine_step.id, engine_step.run_id
-), r AS (
-    UPDATE engine_run
-    SET stage_index = st.stage_index, failed_steps = 0, first_failure = '',
-        open_steps = (SELECT count(*) FROM s WHERE s.run_id = engine_run.id)
-    FROM st
-    WHERE engine_run.id = st.run_id
+    SET state = 'running', started_at = now(), deadline_at = now() + budget_ms * interval '1 millisecond',
+        job_id = (@job_ids::bigint[])[array_position(@ids::bigint[], engine_step.id)]
+    WHERE engine_step.id = ANY(@ids::bigint[]) AND engine_step.state = 'pending'
+    RETURNING engine_step.run_id
 )
-SELECT s.id, s.run_id FROM s ORDER BY s.run_id, s.id;
-
--- name: StepSetJobIDs :exec
-UPDATE engine_step s
-SET job_id = u.job_id
-FROM (SELECT unnest(@ids::bigint[]) AS id, unnest(@job_ids::bigint[]) AS job_id) AS u
-WHERE s.id = u.id;
+UPDATE engine_run
+SET stage_index = (@stage_indexes::integer[])[array_position(@run_ids::bigint[], engine_run.id)],
+    open_steps = (SELECT count(*) FROM s WHERE s.run_id = engine_run.id),
+    failed_steps = 0, first_failure = ''
+WHERE engine_run.id = ANY(@run_ids::bigint[]);
 
 -- name: StepGetForWorkMany :many
 SELECT s.id, s.run_id, s.stage_index, s.step_index, s.spec, s.state, s.batch_index, s.attempt,
     s.checkpoint, s.wake_at, s.deadline_at,
     r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now
 FROM engine_step s
-JOIN engine_run r ON r.id = s.run_id
+-- OFFSET 0 keeps this a probe of the run's key per step: joined plainly,
+-- the planner may hash the whole run table for a handful of steps.
+CROSS JOIN LATERAL (SELECT state, owner, timeout_at FROM engine_run WHERE engine_run.id = s.run_id OFFSET 0) r
 WHERE s.id = ANY(@ids::bigint[]);
 
 -- name: StepAdvanceBatch :execrows
@@ -95,7 +87,7 @@ WITH input AS (
     SELECT unnest(@ids::bigint[]) AS id, unnest(@run_ids::bigint[]) AS run_id,
         unnest(@stage_indexes::integer[]) AS stage_index, unnest(@states::text[]) AS state,
         unnest(@errors::text[]) AS error, unnest(@failures::text[]) AS failure,
-        unnest(@calls::integer[]) AS calls, generate_series(1, cardinality(@ids::bigint[])) AS ord
+        unnest(@calls::integer[]) AS calls, unnest(@ords::integer[]) AS ord
 ), s AS (
     UPDATE engine_step
     SET state = i.state, error = i.error, ended_at = now(), checkpoint = NULL, wake_at = NULL,
@@ -119,7 +111,14 @@ SET open_steps = open_steps - ended.n,
 FROM ended
 WHERE engine_run.id = ended.run_id
 RETURNING engine_run.id, engine_run.stage_index, engine_run.open_steps, engine_run.failed_steps,
-    engine_run.first_failure, engine_run.stage_count;
+    engine_run.first_failure, engine_run.stage_count,
+    -- the next stage's steps, when this one has just ended well
+    CASE WHEN engine_run.open_steps = 0 AND engine_run.failed_steps = 0
+        AND engine_run.stage_index + 1 < engine_run.stage_count
+    THEN ARRAY(SELECT n.id FROM engine_step n
+        WHERE n.run_id = engine_run.id AND n.stage_index = engine_run.stage_index + 1
+        ORDER BY n.step_index)
+    END::bigint[] AS next_step_ids;
 
 -- name: RunEnd :one
 UPDATE engine_run

@@ -115,14 +115,22 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 	}
 	id := run.ID
 	p.RunID = id
-	if _, err := e.q.StepInsertMany(ctx, tx, p); err != nil {
+	steps, err := e.q.StepInsertMany(ctx, tx, p)
+	if err != nil {
 		return 0, fmt.Errorf("engine: insert steps: %w", err)
 	}
+	first := stageStart{stageRef: stageRef{run: RunID(id)}}
+	for _, st := range steps {
+		if st.StageIndex == 0 {
+			first.steps = append(first.steps, st.ID)
+		}
+	}
+	slices.Sort(first.steps)
 	var timeoutAt *time.Time
 	if run.TimeoutAt.Valid {
 		timeoutAt = &run.TimeoutAt.Time
 	}
-	if err := e.startStages(ctx, tx, []stageRef{{run: RunID(id)}}, timeoutAt); err != nil {
+	if err := e.startStages(ctx, tx, []stageStart{first}, timeoutAt); err != nil {
 		return 0, err
 	}
 	return RunID(id), nil
@@ -134,30 +142,29 @@ type stageRef struct {
 	stage int32
 }
 
-// startStages makes stages their runs' current ones: their steps become
-// running (deadlines fixed) with one job each. timeoutAt, for a run's first
-// stage, schedules the run's timeout job (stages must then hold that one
-// run).
-func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageRef, timeoutAt *time.Time) error {
+// stageStart is a stage to start, with its steps.
+type stageStart struct {
+	stageRef
+	steps []int64
+}
+
+// startStages makes stages their runs' current ones: one River job per step
+// is enqueued, then the steps become running (deadlines fixed, jobs
+// recorded). timeoutAt, for a run's first stage, schedules the run's timeout
+// job (stages must then hold that one run).
+func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageStart, timeoutAt *time.Time) error {
 	if len(stages) == 0 {
 		return nil
 	}
-	p := dbsqlc.StageStartManyParams{
-		RunIDs:       make([]int64, len(stages)),
-		StageIndexes: make([]int32, len(stages)),
-	}
-	for i, st := range stages {
-		p.RunIDs[i], p.StageIndexes[i] = int64(st.run), st.stage
-	}
-	steps, err := e.q.StageStartMany(ctx, tx, p)
-	if err != nil {
-		return fmt.Errorf("engine: start stages: %w", err)
-	}
-	params := make([]river.InsertManyParams, 0, len(steps)+1)
-	ids := make([]int64, len(steps))
-	for i, st := range steps {
-		ids[i] = st.ID
-		params = append(params, river.InsertManyParams{Args: RunStepArgs{StepID: StepID(st.ID)}})
+	var p dbsqlc.StageStartManyParams
+	var params []river.InsertManyParams
+	for _, st := range stages {
+		p.RunIDs = append(p.RunIDs, int64(st.run))
+		p.StageIndexes = append(p.StageIndexes, st.stage)
+		for _, id := range st.steps {
+			p.IDs = append(p.IDs, id)
+			params = append(params, river.InsertManyParams{Args: RunStepArgs{StepID: StepID(id)}})
+		}
 	}
 	if timeoutAt != nil {
 		params = append(params, river.InsertManyParams{
@@ -169,12 +176,12 @@ func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageRef, 
 	if err != nil {
 		return fmt.Errorf("engine: enqueue steps: %w", err)
 	}
-	jobIDs := make([]int64, len(steps))
-	for i := range steps {
-		jobIDs[i] = res[i].Job.ID
+	p.JobIDs = make([]int64, len(p.IDs))
+	for i := range p.IDs {
+		p.JobIDs[i] = res[i].Job.ID
 	}
-	if err := e.q.StepSetJobIDs(ctx, tx, dbsqlc.StepSetJobIDsParams{IDs: ids, JobIDs: jobIDs}); err != nil {
-		return fmt.Errorf("engine: record step jobs: %w", err)
+	if err := e.q.StageStartMany(ctx, tx, p); err != nil {
+		return fmt.Errorf("engine: start stages: %w", err)
 	}
 	return nil
 }

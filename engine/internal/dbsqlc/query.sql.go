@@ -173,57 +173,40 @@ func (q *Queries) RunLockMany(ctx context.Context, db DBTX, ids []int64) error {
 	return err
 }
 
-const stageStartMany = `-- name: StageStartMany :many
-WITH st AS (
-    SELECT unnest($1::bigint[]) AS run_id, unnest($2::integer[]) AS stage_index
-), s AS (
+const stageStartMany = `-- name: StageStartMany :exec
+WITH s AS (
     UPDATE engine_step
-    SET state = 'running', started_at = now(), deadline_at = now() + budget_ms * interval '1 millisecond'
-    FROM st
-    WHERE engine_step.run_id = st.run_id AND engine_step.stage_index = st.stage_index
-      AND engine_step.state = 'pending'
-    RETURNING engine_step.id, engine_step.run_id
-), r AS (
-    UPDATE engine_run
-    SET stage_index = st.stage_index, failed_steps = 0, first_failure = '',
-        open_steps = (SELECT count(*) FROM s WHERE s.run_id = engine_run.id)
-    FROM st
-    WHERE engine_run.id = st.run_id
+    SET state = 'running', started_at = now(), deadline_at = now() + budget_ms * interval '1 millisecond',
+        job_id = ($3::bigint[])[array_position($4::bigint[], engine_step.id)]
+    WHERE engine_step.id = ANY($4::bigint[]) AND engine_step.state = 'pending'
+    RETURNING engine_step.run_id
 )
-SELECT s.id, s.run_id FROM s ORDER BY s.run_id, s.id
+UPDATE engine_run
+SET stage_index = ($1::integer[])[array_position($2::bigint[], engine_run.id)],
+    open_steps = (SELECT count(*) FROM s WHERE s.run_id = engine_run.id),
+    failed_steps = 0, first_failure = ''
+WHERE engine_run.id = ANY($2::bigint[])
 `
 
 type StageStartManyParams struct {
-	RunIDs       []int64
 	StageIndexes []int32
+	RunIDs       []int64
+	JobIDs       []int64
+	IDs          []int64
 }
 
-type StageStartManyRow struct {
-	ID    int64
-	RunID int64
-}
-
-// StageStartMany makes stages their runs' current ones: their steps become
-// running with their deadlines fixed, and each run's join counters are
-// reset. It returns the started steps by run.
-func (q *Queries) StageStartMany(ctx context.Context, db DBTX, arg StageStartManyParams) ([]StageStartManyRow, error) {
-	rows, err := db.Query(ctx, stageStartMany, arg.RunIDs, arg.StageIndexes)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []StageStartManyRow
-	for rows.Next() {
-		var i StageStartManyRow
-		if err := rows.Scan(&i.ID, &i.RunID); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+// StageStartMany makes stages their runs' current ones: their steps (ids,
+// pending) become running with their deadlines fixed and their River jobs
+// recorded, and each run's join counters are reset. Every row is reached
+// through its key, whatever the planner guesses of the lists' lengths.
+func (q *Queries) StageStartMany(ctx context.Context, db DBTX, arg StageStartManyParams) error {
+	_, err := db.Exec(ctx, stageStartMany,
+		arg.StageIndexes,
+		arg.RunIDs,
+		arg.JobIDs,
+		arg.IDs,
+	)
+	return err
 }
 
 const stepAdvanceBatch = `-- name: StepAdvanceBatch :execrows
@@ -286,7 +269,7 @@ WITH input AS (
     SELECT unnest($1::bigint[]) AS id, unnest($2::bigint[]) AS run_id,
         unnest($3::integer[]) AS stage_index, unnest($4::text[]) AS state,
         unnest($5::text[]) AS error, unnest($6::text[]) AS failure,
-        unnest($7::integer[]) AS calls, generate_series(1, cardinality($1::bigint[])) AS ord
+        unnest($7::integer[]) AS calls, unnest($8::integer[]) AS ord
 ), s AS (
     UPDATE engine_step
     SET state = i.state, error = i.error, ended_at = now(), checkpoint = NULL, wake_at = NULL,
@@ -310,7 +293,14 @@ SET open_steps = open_steps - ended.n,
 FROM ended
 WHERE engine_run.id = ended.run_id
 RETURNING engine_run.id, engine_run.stage_index, engine_run.open_steps, engine_run.failed_steps,
-    engine_run.first_failure, engine_run.stage_count
+    engine_run.first_failure, engine_run.stage_count,
+    -- the next stage's steps, when this one has just ended well
+    CASE WHEN engine_run.open_steps = 0 AND engine_run.failed_steps = 0
+        AND engine_run.stage_index + 1 < engine_run.stage_count
+    THEN ARRAY(SELECT n.id FROM engine_step n
+        WHERE n.run_id = engine_run.id AND n.stage_index = engine_run.stage_index + 1
+        ORDER BY n.step_index)
+    END::bigint[] AS next_step_ids
 `
 
 type StepEndManyParams struct {
@@ -321,6 +311,7 @@ type StepEndManyParams struct {
 	Errors       []string
 	Failures     []string
 	Calls        []int32
+	Ords         []int32
 }
 
 type StepEndManyRow struct {
@@ -330,6 +321,7 @@ type StepEndManyRow struct {
 	FailedSteps  int32
 	FirstFailure string
 	StageCount   int32
+	NextStepIDs  []int64
 }
 
 // StepEndMany is the checkpoint of a group of steps; the caller holds their
@@ -349,6 +341,7 @@ func (q *Queries) StepEndMany(ctx context.Context, db DBTX, arg StepEndManyParam
 		arg.Errors,
 		arg.Failures,
 		arg.Calls,
+		arg.Ords,
 	)
 	if err != nil {
 		return nil, err
@@ -364,6 +357,7 @@ func (q *Queries) StepEndMany(ctx context.Context, db DBTX, arg StepEndManyParam
 			&i.FailedSteps,
 			&i.FirstFailure,
 			&i.StageCount,
+			&i.NextStepIDs,
 		); err != nil {
 			return nil, err
 		}
@@ -380,7 +374,7 @@ SELECT s.id, s.run_id, s.stage_index, s.step_index, s.spec, s.state, s.batch_ind
     s.checkpoint, s.wake_at, s.deadline_at,
     r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now
 FROM engine_step s
-JOIN engine_run r ON r.id = s.run_id
+CROSS JOIN LATERAL (SELECT state, owner, timeout_at FROM engine_run WHERE engine_run.id = s.run_id OFFSET 0) r
 WHERE s.id = ANY($1::bigint[])
 `
 
@@ -402,6 +396,8 @@ type StepGetForWorkManyRow struct {
 	Now        pgtype.Timestamptz
 }
 
+// OFFSET 0 keeps this a probe of the run's key per step: joined plainly,
+// the planner may hash the whole run table for a handful of steps.
 func (q *Queries) StepGetForWorkMany(ctx context.Context, db DBTX, ids []int64) ([]StepGetForWorkManyRow, error) {
 	rows, err := db.Query(ctx, stepGetForWorkMany, ids)
 	if err != nil {
@@ -616,21 +612,4 @@ func (q *Queries) StepSaveProgress(ctx context.Context, db DBTX, arg StepSavePro
 		return 0, err
 	}
 	return result.RowsAffected(), nil
-}
-
-const stepSetJobIDs = `-- name: StepSetJobIDs :exec
-UPDATE engine_step s
-SET job_id = u.job_id
-FROM (SELECT unnest($1::bigint[]) AS id, unnest($2::bigint[]) AS job_id) AS u
-WHERE s.id = u.id
-`
-
-type StepSetJobIDsParams struct {
-	IDs    []int64
-	JobIDs []int64
-}
-
-func (q *Queries) StepSetJobIDs(ctx context.Context, db DBTX, arg StepSetJobIDsParams) error {
-	_, err := db.Exec(ctx, stepSetJobIDs, arg.IDs, arg.JobIDs)
-	return err
 }
