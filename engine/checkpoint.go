@@ -120,22 +120,22 @@ func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq) error 
 			return fmt.Errorf("engine: end steps: %w", err)
 		}
 		slices.SortFunc(runs, func(a, b dbsqlc.StepEndManyRow) int { return cmp.Compare(a.ID, b.ID) })
+		var ends []runEnding
 		var next []stageStart
 		for _, run := range runs {
 			stage := stageRef{RunID(run.ID), run.StageIndex}
-			var err error
 			switch {
 			case run.FailedSteps > 0 && (run.OpenSteps == 0 || !waitAll[stage]):
-				err = e.endRun(ctx, tx, stage.run, StateFailed, run.FirstFailure, jobIDs)
+				ends = append(ends, runEnding{stage.run, StateFailed, run.FirstFailure})
 			case run.OpenSteps > 0:
 			case run.StageIndex+1 < run.StageCount:
 				next = append(next, stageStart{stageRef{stage.run, run.StageIndex + 1}, run.NextStepIDs})
 			default:
-				err = e.endRun(ctx, tx, stage.run, StateCompleted, "", jobIDs)
+				ends = append(ends, runEnding{stage.run, StateCompleted, ""})
 			}
-			if err != nil {
-				return err
-			}
+		}
+		if err := e.endRuns(ctx, tx, ends, jobIDs); err != nil {
+			return err
 		}
 		if err := e.startStages(ctx, tx, next, nil); err != nil {
 			return err

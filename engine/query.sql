@@ -120,18 +120,22 @@ RETURNING engine_run.id, engine_run.stage_index, engine_run.open_steps, engine_r
         ORDER BY n.step_index)
     END::bigint[] AS next_step_ids;
 
--- name: RunEnd :one
+-- name: RunEndMany :many
+-- RunEndMany ends running runs (ids) with their states and errors.
 UPDATE engine_run
-SET state = @state, error = @error, ended_at = now()
-WHERE id = @id AND state = 'running'
+SET state = (@states::text[])[array_position(@ids::bigint[], engine_run.id)],
+    error = (@errors::text[])[array_position(@ids::bigint[], engine_run.id)],
+    ended_at = now()
+WHERE engine_run.id = ANY(@ids::bigint[]) AND engine_run.state = 'running'
 RETURNING id, owner, metadata, state, error, created_at, ended_at;
 
 -- name: StepCancelOpen :many
--- StepCancelOpen cancels a run's pending and running steps and returns the
--- River jobs of the running ones.
+-- StepCancelOpen cancels the pending and running steps of runs (run_ids,
+-- each with its error) and returns the River jobs of the running ones.
 UPDATE engine_step
-SET state = 'cancelled', ended_at = now(), error = @error, checkpoint = NULL, wake_at = NULL
-WHERE run_id = @run_id AND state IN ('pending', 'running')
+SET state = 'cancelled', ended_at = now(), checkpoint = NULL, wake_at = NULL,
+    error = (@errors::text[])[array_position(@run_ids::bigint[], engine_step.run_id)]
+WHERE engine_step.run_id = ANY(@run_ids::bigint[]) AND engine_step.state IN ('pending', 'running')
 RETURNING job_id;
 
 -- name: RunGetState :one

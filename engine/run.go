@@ -204,41 +204,72 @@ func (e *Engine) Cancel(ctx context.Context, tx pgx.Tx, runID RunID) error {
 	if run.State != string(StateRunning) {
 		return nil
 	}
-	return e.endRun(ctx, tx, runID, StateTerminated, "cancelled", nil)
+	return e.endRuns(ctx, tx, []runEnding{{runID, StateTerminated, "cancelled"}}, nil)
 }
 
-// endRun ends a running run (the run row must be locked by tx): open steps
-// are cancelled with their jobs (except ownJobs, which the caller completes),
-// the run gets its final state and the hook runs.
-func (e *Engine) endRun(ctx context.Context, tx pgx.Tx, runID RunID, state State, msg string, ownJobs []int64) error {
-	row, err := e.q.RunEnd(ctx, tx, dbsqlc.RunEndParams{ID: int64(runID), State: string(state), Error: msg})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // already ended
-	} else if err != nil {
-		return fmt.Errorf("engine: end run %d: %w", runID, err)
+// runEnding is how a run ends.
+type runEnding struct {
+	run   RunID
+	state State
+	msg   string
+}
+
+// endRuns ends running runs (their rows must be locked by tx, each run once):
+// open steps are cancelled with their jobs (except ownJobs, which the caller
+// completes), the runs get their final states and the hook runs for each,
+// in the order given. Runs that had already ended are skipped.
+func (e *Engine) endRuns(ctx context.Context, tx pgx.Tx, ends []runEnding, ownJobs []int64) error {
+	if len(ends) == 0 {
+		return nil
 	}
-	stepMsg := "run " + string(state)
-	if state == StateTerminated {
-		stepMsg = "run cancelled"
+	var p dbsqlc.RunEndManyParams
+	var cancel dbsqlc.StepCancelOpenParams
+	for _, end := range ends {
+		p.IDs = append(p.IDs, int64(end.run))
+		p.States = append(p.States, string(end.state))
+		p.Errors = append(p.Errors, end.msg)
+		switch end.state {
+		case StateCompleted: // no open steps
+		case StateTerminated:
+			cancel.RunIDs = append(cancel.RunIDs, int64(end.run))
+			cancel.Errors = append(cancel.Errors, "run cancelled")
+		default:
+			cancel.RunIDs = append(cancel.RunIDs, int64(end.run))
+			cancel.Errors = append(cancel.Errors, "run "+string(end.state))
+		}
 	}
-	var jobs []*int64
-	if state != StateCompleted { // a completed run has no open steps
-		jobs, err = e.q.StepCancelOpen(ctx, tx, dbsqlc.StepCancelOpenParams{RunID: int64(runID), Error: stepMsg})
+	rows, err := e.q.RunEndMany(ctx, tx, p)
+	if err != nil {
+		return fmt.Errorf("engine: end runs: %w", err)
+	}
+	if len(cancel.RunIDs) > 0 {
+		jobs, err := e.q.StepCancelOpen(ctx, tx, cancel)
 		if err != nil {
-			return fmt.Errorf("engine: cancel steps of run %d: %w", runID, err)
+			return fmt.Errorf("engine: cancel open steps: %w", err)
+		}
+		for _, id := range jobs {
+			if id == nil || slices.Contains(ownJobs, *id) {
+				continue
+			}
+			if _, err := e.client.JobCancelTx(ctx, tx, *id); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+				return fmt.Errorf("engine: cancel job %d: %w", *id, err)
+			}
 		}
 	}
-	for _, id := range jobs {
-		if id == nil || slices.Contains(ownJobs, *id) {
-			continue
-		}
-		if _, err := e.client.JobCancelTx(ctx, tx, *id); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-			return fmt.Errorf("engine: cancel job %d: %w", *id, err)
-		}
+	if e.cfg.OnRunEnd == nil {
+		return nil
 	}
-	if e.cfg.OnRunEnd != nil {
+	byID := make(map[int64]dbsqlc.RunEndManyRow, len(rows))
+	for _, row := range rows {
+		byID[row.ID] = row
+	}
+	for _, end := range ends {
+		row, ok := byID[int64(end.run)]
+		if !ok {
+			continue // had already ended
+		}
 		sum := RunSummary{
-			ID:        runID,
+			ID:        end.run,
 			Owner:     row.Owner,
 			Metadata:  row.Metadata,
 			State:     State(row.State),
@@ -247,7 +278,7 @@ func (e *Engine) endRun(ctx context.Context, tx pgx.Tx, runID RunID, state State
 			EndedAt:   row.EndedAt.Time,
 		}
 		if err := e.cfg.OnRunEnd(ctx, tx, sum); err != nil {
-			return fmt.Errorf("engine: end-of-run hook for run %d: %w", runID, err)
+			return fmt.Errorf("engine: end-of-run hook for run %d: %w", end.run, err)
 		}
 	}
 	return nil

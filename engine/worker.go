@@ -47,7 +47,7 @@ func (w *timeoutWorker) Work(ctx context.Context, job *river.Job[RunTimeoutArgs]
 				snooze = left // woken early (clock skew): wait for the stored deadline
 				return nil
 			}
-			if err := w.e.endRun(ctx, tx, job.Args.RunID, StateFailed, "run timed out", []int64{job.ID}); err != nil {
+			if err := w.e.endRuns(ctx, tx, []runEnding{{job.Args.RunID, StateFailed, "run timed out"}}, []int64{job.ID}); err != nil {
 				return err
 			}
 		}
@@ -256,7 +256,7 @@ func (e *Engine) failRunTimeout(ctx context.Context, job *river.Job[RunStepArgs]
 			return fmt.Errorf("engine: lock run %d: %w", runID, err)
 		}
 		if run.State == string(StateRunning) {
-			if err := e.endRun(ctx, tx, runID, StateFailed, "run timed out", []int64{job.ID}); err != nil {
+			if err := e.endRuns(ctx, tx, []runEnding{{runID, StateFailed, "run timed out"}}, []int64{job.ID}); err != nil {
 				return err
 			}
 		}

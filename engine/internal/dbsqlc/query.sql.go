@@ -11,20 +11,22 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const runEnd = `-- name: RunEnd :one
+const runEndMany = `-- name: RunEndMany :many
 UPDATE engine_run
-SET state = $1, error = $2, ended_at = now()
-WHERE id = $3 AND state = 'running'
+SET state = ($1::text[])[array_position($2::bigint[], engine_run.id)],
+    error = ($3::text[])[array_position($2::bigint[], engine_run.id)],
+    ended_at = now()
+WHERE engine_run.id = ANY($2::bigint[]) AND engine_run.state = 'running'
 RETURNING id, owner, metadata, state, error, created_at, ended_at
 `
 
-type RunEndParams struct {
-	State string
-	Error string
-	ID    int64
+type RunEndManyParams struct {
+	States []string
+	IDs    []int64
+	Errors []string
 }
 
-type RunEndRow struct {
+type RunEndManyRow struct {
 	ID        int64
 	Owner     string
 	Metadata  []byte
@@ -34,19 +36,33 @@ type RunEndRow struct {
 	EndedAt   pgtype.Timestamptz
 }
 
-func (q *Queries) RunEnd(ctx context.Context, db DBTX, arg RunEndParams) (RunEndRow, error) {
-	row := db.QueryRow(ctx, runEnd, arg.State, arg.Error, arg.ID)
-	var i RunEndRow
-	err := row.Scan(
-		&i.ID,
-		&i.Owner,
-		&i.Metadata,
-		&i.State,
-		&i.Error,
-		&i.CreatedAt,
-		&i.EndedAt,
-	)
-	return i, err
+// RunEndMany ends running runs (ids) with their states and errors.
+func (q *Queries) RunEndMany(ctx context.Context, db DBTX, arg RunEndManyParams) ([]RunEndManyRow, error) {
+	rows, err := db.Query(ctx, runEndMany, arg.States, arg.IDs, arg.Errors)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RunEndManyRow
+	for rows.Next() {
+		var i RunEndManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Owner,
+			&i.Metadata,
+			&i.State,
+			&i.Error,
+			&i.CreatedAt,
+			&i.EndedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const runGetByID = `-- name: RunGetByID :one
@@ -232,20 +248,21 @@ func (q *Queries) StepAdvanceBatch(ctx context.Context, db DBTX, arg StepAdvance
 
 const stepCancelOpen = `-- name: StepCancelOpen :many
 UPDATE engine_step
-SET state = 'cancelled', ended_at = now(), error = $1, checkpoint = NULL, wake_at = NULL
-WHERE run_id = $2 AND state IN ('pending', 'running')
+SET state = 'cancelled', ended_at = now(), checkpoint = NULL, wake_at = NULL,
+    error = ($1::text[])[array_position($2::bigint[], engine_step.run_id)]
+WHERE engine_step.run_id = ANY($2::bigint[]) AND engine_step.state IN ('pending', 'running')
 RETURNING job_id
 `
 
 type StepCancelOpenParams struct {
-	Error string
-	RunID int64
+	Errors []string
+	RunIDs []int64
 }
 
-// StepCancelOpen cancels a run's pending and running steps and returns the
-// River jobs of the running ones.
+// StepCancelOpen cancels the pending and running steps of runs (run_ids,
+// each with its error) and returns the River jobs of the running ones.
 func (q *Queries) StepCancelOpen(ctx context.Context, db DBTX, arg StepCancelOpenParams) ([]*int64, error) {
-	rows, err := db.Query(ctx, stepCancelOpen, arg.Error, arg.RunID)
+	rows, err := db.Query(ctx, stepCancelOpen, arg.Errors, arg.RunIDs)
 	if err != nil {
 		return nil, err
 	}
