@@ -29,7 +29,7 @@ import (
 const (
 	// committerShards is how many checkpoint transactions a process runs
 	// at once, each for its own share of the runs.
-	committerShards = 4
+	committerShards = 2
 	// maxCheckpointBatch bounds the steps of one checkpoint transaction, so
 	// a failure retried step by step stays cheap.
 	maxCheckpointBatch = 100

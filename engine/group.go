@@ -66,7 +66,7 @@ func (g *grouper[T]) drain(sh *groupShard[T]) {
 // Grouping of step loads: every job starts by reading its step with its
 // run's state; jobs fetched together read their steps in one query.
 const (
-	loaderShards = 2
+	loaderShards = 1
 	maxLoadBatch = 200
 )
 
