@@ -77,7 +77,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_PSM_TLS_KEY", "", "client key (PEM) for mTLS to PSM"},
 	{"FLOW_SERVER", defaultServer, "server the CLI (flow rack, flow component, ...) talks to; same as --server"},
 	{"FLOW_ENGINE_RESCUE_AFTER", "30m", "how long a step call may run before it is presumed lost (its process died) and run again; must exceed every rule's step timeout, and is how long work in flight in a killed process waits before another process resumes it"},
-	{"FLOW_ENGINE_MAX_WORKERS", "200", "engine jobs one process works at once"},
+	{"FLOW_ENGINE_MAX_WORKERS", "1000", "engine jobs one process works at once"},
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
 	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard) at /riverui/ outside dev mode; it has no authentication of its own, so enable it only behind a trusted network or an authenticating proxy"},
 }

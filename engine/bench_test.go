@@ -117,27 +117,13 @@ func BenchmarkCeilingRiverJobs(b *testing.B) {
 
 // BenchmarkEngineThroughput runs 1,000 runs of 3 stages × 3 steps of a no-op
 // action and reports steps per second and their ratio to the single-tx
-// ceiling measured on the same pool just before. It runs with PostgreSQL's
-// default plan cache mode and with force_generic_plan, which spares River's
-// large completion query a fresh plan per call (see docs/engine.md).
+// ceiling measured on the same pool just before.
 func BenchmarkEngineThroughput(b *testing.B) {
-	for _, mode := range []string{"auto", "force_generic_plan"} {
-		b.Run("plan_cache_mode="+mode, func(b *testing.B) { benchThroughput(b, mode) })
-	}
-}
-
-func benchThroughput(b *testing.B, planCacheMode string) {
 	const runs, stages, steps = 1000, 3, 3
 	ctx := context.Background()
 	for range b.N {
 		b.StopTimer()
-		pc, err := pgxpool.ParseConfig(dbtest.NewDB(b))
-		require.NoError(b, err)
-		pc.MaxConns = benchPoolConns
-		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = planCacheMode
-		pool, err := pgxpool.NewWithConfig(ctx, pc)
-		require.NoError(b, err)
-		b.Cleanup(pool.Close)
+		pool := openPool(b, dbtest.NewDB(b), benchPoolConns)
 		ceiling := measureCeiling(b, pool, 10000)
 		var ended atomic.Int64
 		allDone := make(chan struct{})
@@ -168,7 +154,7 @@ func benchThroughput(b *testing.B, planCacheMode string) {
 		}
 		// Plan on statistics, as autovacuum keeps them on a live database:
 		// a fresh database's tables look empty to the planner.
-		_, err = pool.Exec(ctx, "ANALYZE")
+		_, err := pool.Exec(ctx, "ANALYZE")
 		require.NoError(b, err)
 		b.StartTimer()
 		start := time.Now()

@@ -38,7 +38,7 @@ const QueueName = "engine"
 // Defaults of Config.
 const (
 	DefaultRescueStuckJobsAfter = 30 * time.Minute
-	DefaultMaxWorkers           = 200
+	DefaultMaxWorkers           = 1000
 	DefaultFetchCooldown        = 5 * time.Millisecond
 	DefaultFetchPollInterval    = 250 * time.Millisecond
 	DefaultCancelPollInterval   = time.Second
