@@ -134,9 +134,14 @@ func TestConflictsRejectOrQueueAndPromote(t *testing.T) {
 
 func TestQueuedTaskExpires(t *testing.T) {
 	t.Parallel()
-	e := startE2E(t, 2*time.Second)
+	e := startE2E(t, time.Millisecond)
 	rack := e.addRack(t, 5, true)
 	ctx := context.Background()
+	// The first task is held running by a hung call, so the queued one can
+	// only end by expiring (at the sweep, which runs at startup and every
+	// 30 s), never by promotion.
+	_, err := e.sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultLatency, Method: "ComponentPowerControl", Latency: sim.Duration(time.Minute), Times: 1})
+	require.NoError(t, err)
 	first, err := e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)})
 	require.NoError(t, err)
 	queued, err := e.client.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(rack.Name),
