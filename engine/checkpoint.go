@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,13 +73,36 @@ func (e *Engine) commitBatch(reqs []*checkpointReq) {
 	defer cancel()
 	err := e.checkpointTx(ctx, reqs)
 	if err == nil || len(reqs) == 1 {
+		e.counted(err, len(reqs))
 		for _, r := range reqs {
 			r.done <- err
 		}
 		return
 	}
+	e.stats.split.Add(1)
+	e.logger.DebugContext(ctx, "checkpoint group failed, committing its steps one by one", "steps", len(reqs), "error", err.Error())
 	for _, r := range reqs {
-		r.done <- e.checkpointTx(ctx, []*checkpointReq{r})
+		err := e.checkpointTx(ctx, []*checkpointReq{r})
+		e.counted(err, 1)
+		r.done <- err
+	}
+}
+
+// checkpointStats count checkpoint transactions, for tests.
+type checkpointStats struct {
+	groups  atomic.Int64 // committed checkpoint transactions
+	steps   atomic.Int64 // steps they committed
+	grouped atomic.Int64 // steps committed with others
+	split   atomic.Int64 // failed groups retried step by step
+}
+
+func (e *Engine) counted(err error, steps int) {
+	if err == nil {
+		e.stats.groups.Add(1)
+		e.stats.steps.Add(int64(steps))
+		if steps > 1 {
+			e.stats.grouped.Add(int64(steps))
+		}
 	}
 }
 

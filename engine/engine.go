@@ -129,6 +129,7 @@ type Engine struct {
 	// checkpoints and loads group the steps' transactions and reads.
 	checkpoints *grouper[*checkpointReq]
 	loads       *grouper[*loadReq]
+	stats       checkpointStats
 }
 
 // New returns an Engine working on pool. pool is used by workers for

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -419,4 +420,90 @@ func TestHookErrorRollsBackCheckpoint(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT state FROM test_run_end WHERE run_id = $1`, id).Scan(&state))
 	require.Equal(t, "completed", state)
 	require.Len(t, b.calls(t, id), 2)
+}
+
+// TestGroupedCheckpoints holds both checkpoint committers behind a slow hook
+// while forty steps end, so their checkpoints queue and commit in groups.
+// With every fifth run's hook failing once, a failed group must be committed
+// step by step, so no other step runs again.
+func TestGroupedCheckpoints(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name     string
+		badEvery int
+	}{
+		{"all succeed", 0},
+		{"some hooks fail once", 5},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			testGroupedCheckpoints(t, tt.badEvery)
+		})
+	}
+}
+
+func testGroupedCheckpoints(t *testing.T, badEvery int) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	seen := map[engine.RunID]int{}
+	b := setup(t, engine.Config{OnRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
+		mu.Lock()
+		seen[run.ID]++
+		first := seen[run.ID] == 1
+		mu.Unlock()
+		switch {
+		case first && run.Owner == "slow":
+			time.Sleep(500 * time.Millisecond)
+		case first && run.Owner == "bad":
+			return errTest
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO test_run_end (run_id, owner, state, error) VALUES ($1, $2, $3, $4)`,
+			run.ID, run.Owner, run.State, run.Error)
+		return err
+	}})
+	owners := map[engine.RunID]string{}
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		// Two consecutive runs: one on each committer's share.
+		for range 2 {
+			id, err := b.engine.Start(ctx, tx, engine.Plan{Owner: "slow", Stages: []engine.Stage{{Steps: []engine.Step{step("a", testParams{})}}}})
+			if err != nil {
+				return err
+			}
+			owners[id] = "slow"
+		}
+		for i := range 40 {
+			owner := "good"
+			if badEvery > 0 && i%badEvery == 0 {
+				owner = "bad"
+			}
+			id, err := b.engine.Start(ctx, tx, engine.Plan{Owner: owner, Stages: []engine.Stage{{Steps: []engine.Step{
+				step("a", testParams{Block: 150 * time.Millisecond})}}}})
+			if err != nil {
+				return err
+			}
+			owners[id] = owner
+		}
+		return nil
+	}))
+	for id, owner := range owners {
+		rep := b.wait(t, id)
+		require.Equal(t, engine.StateCompleted, rep.State, "run %d (%s): %s", id, owner, rep.Error)
+		// A failed hook rolls back only its own step's checkpoint: no other
+		// run's step runs again. A bad run's step runs again only if its
+		// failing hook call was not part of a group (then its job retries).
+		calls := len(b.calls(t, id))
+		if owner == "bad" {
+			require.Contains(t, []int{1, 2}, calls, "run %d (%s)", id, owner)
+		} else {
+			require.Equal(t, 1, calls, "run %d (%s) ran its step again", id, owner)
+		}
+	}
+	steps, grouped, split := engine.CheckpointStats(b.engine)
+	require.EqualValues(t, len(owners), steps)
+	if badEvery == 0 {
+		require.GreaterOrEqual(t, grouped, int64(20), "checkpoints were not grouped")
+		require.Zero(t, split)
+	} else {
+		require.GreaterOrEqual(t, split, int64(1), "no group of several checkpoints failed")
+	}
 }
