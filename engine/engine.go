@@ -130,6 +130,7 @@ type Engine struct {
 	checkpoints *grouper[*checkpointReq]
 	loads       *grouper[*loadReq]
 	stats       checkpointStats
+	watches     runWatcher
 }
 
 // New returns an Engine working on pool. pool is used by workers for
@@ -162,6 +163,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	}
 	e.checkpoints = newGrouper(committerShards, maxCheckpointBatch, e.commitBatch)
 	e.loads = newGrouper(loaderShards, maxLoadBatch, e.loadSteps)
+	e.watches.e = e
 	return e
 }
 

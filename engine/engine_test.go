@@ -350,6 +350,40 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+// TestEndedRunCancelsCallsWithoutNotification ends runs behind River's back
+// (no cancel notification reaches the workers): the engine's poll of the
+// running calls' runs still cancels every hanging call.
+func TestEndedRunCancelsCallsWithoutNotification(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{CancelPollInterval: 100 * time.Millisecond})
+	ctx := context.Background()
+	var ids []engine.RunID
+	for range 3 {
+		ids = append(ids, b.start(t, engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{
+			step("hang", testParams{Hang: true}, "a"), step("hang2", testParams{Hang: true}, "b")}}}}))
+	}
+	for _, id := range ids {
+		require.Eventually(t, func() bool { return len(b.calls(t, id)) == 2 }, 10*time.Second, 10*time.Millisecond)
+	}
+	// End two of the runs as a process that missed the notification would
+	// see it: only the rows change.
+	_, err := b.pool.Exec(ctx, `UPDATE engine_run SET state = 'terminated', ended_at = now() WHERE id = ANY($1)`, []int64{int64(ids[0]), int64(ids[1])})
+	require.NoError(t, err)
+	done := func(id engine.RunID) bool {
+		for _, c := range b.calls(t, id) {
+			if c.Outcome != "ctx_done" {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, func() bool { return done(ids[0]) && done(ids[1]) }, 5*time.Second, 20*time.Millisecond)
+	require.False(t, done(ids[2]), "a running run's calls were cancelled")
+	for _, c := range b.calls(t, ids[2]) {
+		require.Equal(t, "running", c.Outcome)
+	}
+}
+
 func TestStageStopsAtFirstFailedStep(t *testing.T) {
 	t.Parallel()
 	b := setup(t, engine.Config{})

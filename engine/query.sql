@@ -138,8 +138,10 @@ SET state = 'cancelled', ended_at = now(), checkpoint = NULL, wake_at = NULL,
 WHERE engine_step.run_id = ANY(@run_ids::bigint[]) AND engine_step.state IN ('pending', 'running')
 RETURNING job_id;
 
--- name: RunGetState :one
-SELECT state FROM engine_run WHERE id = @id;
+-- name: RunEndedAmong :many
+-- RunEndedAmong returns which of the runs ids are no longer running.
+SELECT id FROM engine_run
+WHERE id = ANY(@ids::bigint[]) AND state <> 'running';
 
 -- name: RunGetByID :one
 SELECT id, owner, metadata, state, error, stage_index, stage_count, timeout_at, created_at, ended_at

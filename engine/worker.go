@@ -154,9 +154,7 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 	callCtx, cancelTimeout := context.WithTimeout(callCtx, callDeadline)
 	defer cancelTimeout()
 
-	done := make(chan struct{})
-	defer close(done)
-	go e.watchRun(callCtx, done, cancel, RunID(row.RunID))
+	defer e.watches.watch(RunID(row.RunID), cancel)()
 
 	st := &callState{
 		checkpoint: row.Checkpoint,
@@ -206,27 +204,6 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 		err = fmt.Errorf("call timed out after %s: %w", spec.timeout(), err)
 	}
 	return res, err, nil
-}
-
-// watchRun cancels a call when its run ends, polling the run row: River's
-// remote cancel covers most cases, this covers missed notifications.
-func (e *Engine) watchRun(ctx context.Context, done <-chan struct{}, cancel context.CancelCauseFunc, runID RunID) {
-	t := time.NewTicker(e.cfg.CancelPollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			state, err := e.q.RunGetState(ctx, e.pool, int64(runID))
-			if err == nil && state != string(StateRunning) {
-				cancel(ErrRunEnded)
-				return
-			}
-		}
-	}
 }
 
 // callFailed records a failed call and schedules the retry, or fails the

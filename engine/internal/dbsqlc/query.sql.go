@@ -65,6 +65,32 @@ func (q *Queries) RunEndMany(ctx context.Context, db DBTX, arg RunEndManyParams)
 	return items, nil
 }
 
+const runEndedAmong = `-- name: RunEndedAmong :many
+SELECT id FROM engine_run
+WHERE id = ANY($1::bigint[]) AND state <> 'running'
+`
+
+// RunEndedAmong returns which of the runs ids are no longer running.
+func (q *Queries) RunEndedAmong(ctx context.Context, db DBTX, ids []int64) ([]int64, error) {
+	rows, err := db.Query(ctx, runEndedAmong, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const runGetByID = `-- name: RunGetByID :one
 SELECT id, owner, metadata, state, error, stage_index, stage_count, timeout_at, created_at, ended_at
 FROM engine_run
@@ -100,17 +126,6 @@ func (q *Queries) RunGetByID(ctx context.Context, db DBTX, id int64) (RunGetByID
 		&i.EndedAt,
 	)
 	return i, err
-}
-
-const runGetState = `-- name: RunGetState :one
-SELECT state FROM engine_run WHERE id = $1
-`
-
-func (q *Queries) RunGetState(ctx context.Context, db DBTX, id int64) (string, error) {
-	row := db.QueryRow(ctx, runGetState, id)
-	var state string
-	err := row.Scan(&state)
-	return state, err
 }
 
 const runInsert = `-- name: RunInsert :one
