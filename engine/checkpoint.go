@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -106,7 +107,21 @@ func (e *Engine) counted(err error, steps int) {
 	}
 }
 
-// checkpointTx is the checkpoint transaction of reqs: it locks their runs in
+// checkpointTx commits reqs' checkpoint (see checkpointGroup). A panic in
+// it (a hook's, say) becomes the checkpoint's error, as River would make it
+// of a panic in a worker: it runs on a committer goroutine, where nothing
+// else would recover it.
+func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("engine: checkpoint panicked: %v", v)
+			e.logger.ErrorContext(ctx, "checkpoint panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		}
+	}()
+	return e.checkpointGroup(ctx, reqs)
+}
+
+// checkpointGroup is the checkpoint transaction of reqs: it locks their runs in
 // ID order, records the steps' outcomes and counts them on their runs, ends
 // the runs whose stage failed or whose last stage ended (with the hook),
 // starts the next stage of the others whose stage ended, and completes all
@@ -114,7 +129,7 @@ func (e *Engine) counted(err error, steps int) {
 //
 // Locks are taken run rows first, then River jobs (these, and the siblings a
 // failure cancels), the order Cancel and the timeout use.
-func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq) error {
+func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) error {
 	n := len(reqs)
 	jobIDs := make([]int64, n)
 	p := dbsqlc.StepEndManyParams{

@@ -456,6 +456,24 @@ func TestHookErrorRollsBackCheckpoint(t *testing.T) {
 	require.Len(t, b.calls(t, id), 2)
 }
 
+// TestHookPanicFailsOnlyItsCheckpoint: a hook that panics rolls its
+// checkpoint back like an error (the step runs again), and the process
+// survives it.
+func TestHookPanicFailsOnlyItsCheckpoint(t *testing.T) {
+	t.Parallel()
+	var panicked sync.Once
+	b := setup(t, engine.Config{OnRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
+		panicked.Do(func() { panic("hook bug") })
+		_, err := tx.Exec(ctx, `INSERT INTO test_run_end (run_id, owner, state, error) VALUES ($1, $2, $3, $4)`,
+			run.ID, run.Owner, run.State, run.Error)
+		return err
+	}})
+	id := b.start(t, engine.Plan{Owner: "o", Stages: []engine.Stage{{Steps: []engine.Step{step("a", testParams{})}}}})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateCompleted, rep.State)
+	require.Len(t, b.calls(t, id), 2)
+}
+
 // TestGroupedCheckpoints holds both checkpoint committers behind a slow hook
 // while forty steps end, so their checkpoints queue and commit in groups.
 // With every fifth run's hook failing once, a failed group must be committed
