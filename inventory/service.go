@@ -269,24 +269,38 @@ func (s *Service) completeRacks(ctx context.Context, dbtx db.DBTX, rows []dbsqlc
 // by name then UUID.
 func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []Rack) ([]Component, error) {
 	ids := make([]uuid.UUID, len(racks))
-	byID := make(map[uuid.UUID]*Rack, len(racks))
+	rackIndex := make(map[uuid.UUID]int, len(racks))
 	for i := range racks {
 		ids[i] = racks[i].ID
-		byID[racks[i].ID] = &racks[i]
+		rackIndex[racks[i].ID] = i
 	}
-	rows, err := s.q.ComponentListWithBMCsByRacks(ctx, dbtx, ids)
-	if err != nil {
-		return nil, fmt.Errorf("list components of racks: %w", err)
-	}
-	comps := make([]Component, 0, len(rows))
-	index := make(map[uuid.UUID]int, len(rows))
-	for _, row := range rows {
-		id, rackID := uuid.UUID(row.IDRaw), uuid.UUID(row.RackIDRaw)
-		i, ok := index[id]
+	// Rows come one per BMC, in no particular order. Components are kept in
+	// arrival order, in fixed-size chunks so that growing never copies
+	// them (growing one slice cost 5 MB and 3 ms per page of 3,600), with
+	// the rack they belong to; their BMCs are gathered apart and handed out
+	// from one slab at the end.
+	const chunkLen = 256
+	var (
+		chunks    [][]Component
+		n         int                       // components so far
+		compRack  []int                     // index in racks of component i's rack
+		compIndex = map[uuid.UUID]int{}     // component ID → i
+		bmcs      []BMC                     // in arrival order
+		bmcOwner  []int                     // i of bmcs[k]'s component
+		perRack   = make([]int, len(racks)) // components per rack
+	)
+	at := func(i int) *Component { return &chunks[i/chunkLen][i%chunkLen] }
+	err := s.q.ComponentListWithBMCsByRacksFunc(ctx, dbtx, ids, func(row *dbsqlc.ComponentPageRow) error {
+		i, ok := compIndex[row.ID]
 		if !ok {
-			r := byID[rackID]
-			comps = append(comps, Component{
-				ID:              id,
+			if n%chunkLen == 0 {
+				chunks = append(chunks, make([]Component, chunkLen))
+			}
+			i, n = n, n+1
+			ri := rackIndex[row.RackID]
+			r := &racks[ri]
+			*at(i) = Component{
+				ID:              row.ID,
 				RackID:          &r.ID,
 				Type:            ComponentType(row.Type),
 				Name:            row.Name,
@@ -300,28 +314,55 @@ func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []R
 				NVLDomainID:     r.NVLDomainID,
 				RackExternalID:  r.ExternalID,
 				Status:          OperationStatus{Phase: row.OperationPhase, Reason: row.OperationReason, Blocked: row.BlockedOperations},
-			})
-			i = len(comps) - 1
-			index[id] = i
+			}
+			compIndex[row.ID] = i
+			compRack = append(compRack, ri)
+			perRack[ri]++
 		}
 		if row.BMCMACAddress != "" {
-			comps[i].BMCs = append(comps[i].BMCs, BMC{Type: BMCType(row.BMCType), MAC: MAC(row.BMCMACAddress), IP: row.BMCIPAddress})
+			bmcs = append(bmcs, BMC{Type: BMCType(row.BMCType), MAC: MAC(row.BMCMACAddress), IP: row.BMCIPAddress})
+			bmcOwner = append(bmcOwner, i)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list components of racks: %w", err)
 	}
-	if err := s.attachBMCsAndStats(ctx, dbtx, comps, nil); err != nil {
+
+	perComp := make([]int, n)
+	for _, i := range bmcOwner {
+		perComp[i]++
+	}
+	slab := make([]BMC, 0, len(bmcs))
+	for i, k := range perComp {
+		at(i).BMCs = slab[len(slab) : len(slab) : len(slab)+k]
+		slab = slab[:len(slab)+k]
+	}
+	for k, b := range bmcs {
+		c := at(bmcOwner[k])
+		c.BMCs = append(c.BMCs, b) // within the capacity set above
+	}
+
+	// Group by rack (a counting sort, one move per component), then order
+	// each rack's run.
+	start := make([]int, len(racks))
+	for ri := 1; ri < len(racks); ri++ {
+		start[ri] = start[ri-1] + perRack[ri-1]
+	}
+	out := make([]Component, n)
+	next := slices.Clone(start)
+	for i := range n {
+		out[next[compRack[i]]] = *at(i)
+		next[compRack[i]]++
+	}
+	for ri := range racks {
+		slices.SortFunc(out[start[ri]:start[ri]+perRack[ri]], compareComponents)
+	}
+	sortBMCs(out)
+	if err := s.addTaskStats(ctx, dbtx, out); err != nil {
 		return nil, err
 	}
-	order := make(map[uuid.UUID]int, len(racks))
-	for i := range racks {
-		order[racks[i].ID] = i
-	}
-	slices.SortFunc(comps, func(a, b Component) int {
-		if c := order[*a.RackID] - order[*b.RackID]; c != 0 {
-			return c
-		}
-		return compareComponents(a, b)
-	})
-	return comps, nil
+	return out, nil
 }
 
 // compareComponents orders by name, then UUID.
@@ -352,16 +393,20 @@ func (s *Service) completeComponents(ctx context.Context, dbtx db.DBTX, comps []
 
 // attachBMCsAndStats adds bmcs (of comps) and task stats to comps in place.
 func (s *Service) attachBMCsAndStats(ctx context.Context, dbtx db.DBTX, comps []Component, bmcs []dbsqlc.BMC) error {
-	ids := make([]uuid.UUID, len(comps))
 	index := make(map[uuid.UUID]int, len(comps))
 	for i, c := range comps {
-		ids[i] = c.ID
 		index[c.ID] = i
 	}
 	for _, b := range bmcs {
 		c := &comps[index[b.ComponentID]]
 		c.BMCs = append(c.BMCs, BMC{Type: BMCType(b.Type), MAC: MAC(b.MACAddress), IP: b.IPAddress})
 	}
+	sortBMCs(comps)
+	return s.addTaskStats(ctx, dbtx, comps)
+}
+
+// sortBMCs orders each component's BMCs: host first, then by MAC.
+func sortBMCs(comps []Component) {
 	for i := range comps {
 		if len(comps[i].BMCs) > 1 {
 			slices.SortFunc(comps[i].BMCs, func(a, b BMC) int {
@@ -374,6 +419,14 @@ func (s *Service) attachBMCsAndStats(ctx context.Context, dbtx db.DBTX, comps []
 				return strings.Compare(string(a.MAC), string(b.MAC))
 			})
 		}
+	}
+}
+
+// addTaskStats sets the task stats of comps in place.
+func (s *Service) addTaskStats(ctx context.Context, dbtx db.DBTX, comps []Component) error {
+	ids := make([]uuid.UUID, len(comps))
+	for i := range comps {
+		ids[i] = comps[i].ID
 	}
 	stats, err := s.TaskStats(ctx, dbtx, ids)
 	if err != nil {

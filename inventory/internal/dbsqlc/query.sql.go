@@ -602,11 +602,10 @@ func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNum
 }
 
 const componentListWithBMCsByRacks = `-- name: ComponentListWithBMCsByRacks :many
-SELECT uuid_send(c.id) AS id_raw, uuid_send(c.rack_id) AS rack_id_raw, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
-       c.firmware_version, c.slot_id, c.tray_idx, c.host_id, coalesce(c.external_id, '')::text AS external_id,
-       c.operation_phase, c.operation_reason,
-       -- NULL unless set: decoding an empty array per row is not free.
-       (CASE WHEN cardinality(c.blocked_operations) > 0 THEN c.blocked_operations END)::text[] AS blocked_operations,
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
+       c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id,
+       c.operation_phase, c.operation_reason, c.blocked_operations,
+       -- coalesced: sqlc does not see that a lateral join makes them nullable.
        coalesce(b.mac_address, '')::text AS bmc_mac_address, coalesce(b.type, '')::text AS bmc_type,
        b.ip_address AS bmc_ip_address
 FROM component c
@@ -615,8 +614,8 @@ WHERE c.rack_id = ANY ($1::uuid[]) AND c.deleted_at IS NULL
 `
 
 type ComponentListWithBMCsByRacksRow struct {
-	IDRaw             []byte
-	RackIDRaw         []byte
+	ID                uuid.UUID
+	RackID            *uuid.UUID
 	Type              string
 	Name              string
 	Manufacturer      string
@@ -627,7 +626,7 @@ type ComponentListWithBMCsByRacksRow struct {
 	SlotID            int32
 	TrayIdx           int32
 	HostID            int32
-	ExternalID        string
+	ExternalID        *string
 	OperationPhase    string
 	OperationReason   string
 	BlockedOperations []string
@@ -638,10 +637,9 @@ type ComponentListWithBMCsByRacksRow struct {
 
 // One row per BMC (a component without BMCs gives one row with NULL BMC
 // columns), unordered: the rack listing's hot path, read in one round trip
-// and grouped and sorted in Go. For speed, timestamps are left out, NULLs
-// are coalesced (” = no external ID / no BMC) and UUIDs come as their 16 raw
-// bytes (uuid_send), which Go converts without the text round trip that
-// google/uuid's Scan makes pgx do.
+// and grouped and sorted in Go. Timestamps are left out. The service reads
+// it with ComponentListWithBMCsByRacksFunc (dbsqlc/component_page.go), which
+// decodes the raw column values itself.
 // OFFSET 0 keeps the planner from flattening the lateral join into a hash
 // join that reads the whole bmc table on every page: probing the index per
 // component scales with the page, not the fleet (100 racks × 36 of 1,000:
@@ -656,8 +654,8 @@ func (q *Queries) ComponentListWithBMCsByRacks(ctx context.Context, db DBTX, rac
 	for rows.Next() {
 		var i ComponentListWithBMCsByRacksRow
 		if err := rows.Scan(
-			&i.IDRaw,
-			&i.RackIDRaw,
+			&i.ID,
+			&i.RackID,
 			&i.Type,
 			&i.Name,
 			&i.Manufacturer,
