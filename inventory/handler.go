@@ -236,11 +236,15 @@ func (h *Handler) GetComponentInfoByID(ctx context.Context, req *flowv1.GetCompo
 // ignoring case.
 func (h *Handler) GetComponentInfoBySerial(ctx context.Context, req *flowv1.GetComponentInfoBySerialRequest) (*flowv1.GetComponentInfoResponse, error) {
 	si := req.GetSerialInfo()
-	c, err := h.svc.ComponentBySerial(ctx, h.pool, si.GetManufacturer(), si.GetSerialNumber())
+	c, rack, err := h.svc.ComponentBySerial(ctx, h.pool, si.GetManufacturer(), si.GetSerialNumber(), req.GetWithRack())
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return h.componentResponse(ctx, c, req.GetWithRack())
+	out := &flowv1.GetComponentInfoResponse{Component: componentToProto(c)}
+	if rack != nil {
+		out.Rack = rackToProto(*rack)
+	}
+	return out, nil
 }
 
 func (h *Handler) componentResponse(ctx context.Context, c Component, withRack bool) (*flowv1.GetComponentInfoResponse, error) {

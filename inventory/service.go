@@ -700,19 +700,67 @@ func (s *Service) Component(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (Co
 }
 
 // ComponentBySerial returns the live component with this manufacturer
-// (compared ignoring case) and serial number.
-// Errors: *FieldError for an empty serial number, ErrComponentNotFound.
-func (s *Service) ComponentBySerial(ctx context.Context, dbtx db.DBTX, manufacturer, serial string) (Component, error) {
+// (compared ignoring case) and serial number and, when withRack and the
+// component is in a rack, that rack without its components (nil otherwise).
+// One query reads all of it.
+// Errors: *FieldError for an empty serial number, ErrComponentNotFound, and
+// ErrRackNotFound when withRack and the component's rack is deleted.
+func (s *Service) ComponentBySerial(ctx context.Context, dbtx db.DBTX, manufacturer, serial string, withRack bool) (Component, *Rack, error) {
 	if serial == "" {
-		return Component{}, invalid("serial_info.serial_number", "must not be empty")
+		return Component{}, nil, invalid("serial_info.serial_number", "must not be empty")
 	}
-	row, err := s.q.ComponentGetBySerial(ctx, dbtx, dbsqlc.ComponentGetBySerialParams{Manufacturer: manufacturer, SerialNumber: serial})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Component{}, fmt.Errorf("%w: manufacturer %q serial %q", ErrComponentNotFound, manufacturer, serial)
-	} else if err != nil {
-		return Component{}, fmt.Errorf("get component by serial: %w", err)
+	rows, err := s.q.ComponentGetBySerialWithRack(ctx, dbtx, dbsqlc.ComponentGetBySerialWithRackParams{Manufacturer: manufacturer, SerialNumber: serial})
+	if err != nil {
+		return Component{}, nil, fmt.Errorf("get component by serial: %w", err)
 	}
-	return s.oneComponent(ctx, dbtx, componentFromRow(row.Component, row.RackNVLDomainID, row.RackExternalID))
+	if len(rows) == 0 {
+		return Component{}, nil, fmt.Errorf("%w: manufacturer %q serial %q", ErrComponentNotFound, manufacturer, serial)
+	}
+	first := rows[0]
+	c := componentFromRow(first.Component, first.RackNVLDomainID, first.RackExternalID)
+	for _, row := range rows {
+		if row.BMCMACAddress != nil {
+			c.BMCs = append(c.BMCs, BMC{Type: BMCType(deref(row.BMCType)), MAC: MAC(*row.BMCMACAddress), IP: row.BMCIPAddress})
+		}
+	}
+	ids := []uuid.UUID{c.ID}
+	var rack *Rack
+	if withRack && c.RackID != nil {
+		if first.RackName == nil || first.RackDeletedAt != nil {
+			return Component{}, nil, fmt.Errorf("%w: %s", ErrRackNotFound, *c.RackID)
+		}
+		rack = &Rack{
+			ID:           *c.RackID,
+			Name:         *first.RackName,
+			Manufacturer: deref(first.RackManufacturer),
+			SerialNumber: deref(first.RackSerialNumber),
+			Model:        first.RackModel,
+			Description:  first.RackDescription,
+			Location: Location{
+				Region:     deref(first.RackLocationRegion),
+				Datacenter: deref(first.RackLocationDatacenter),
+				Room:       deref(first.RackLocationRoom),
+				Position:   deref(first.RackLocationPosition),
+			},
+			ExternalID:  deref(first.RackExternalID),
+			NVLDomainID: first.RackNVLDomainID,
+			CreatedAt:   deref(first.RackCreatedAt),
+			UpdatedAt:   deref(first.RackUpdatedAt),
+		}
+		ids = append(ids, rack.ID)
+	}
+	comps := []Component{c}
+	sortBMCs(comps)
+	// Component and rack IDs never collide: one look-up serves both.
+	stats, err := s.TaskStats(ctx, dbtx, ids)
+	if err != nil {
+		return Component{}, nil, err
+	}
+	comps[0].TaskStats = stats[c.ID]
+	if rack != nil {
+		rack.TaskStats = stats[rack.ID]
+	}
+	return comps[0], rack, nil
 }
 
 func (s *Service) oneComponent(ctx context.Context, dbtx db.DBTX, c Component) (Component, error) {
@@ -1314,11 +1362,13 @@ func nonEmpty(s string) *string {
 	return &s
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
+// deref returns *p, or the zero value for nil.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
 	}
-	return *s
+	return *p
 }
 
 func equalPtr(a, b *string) bool {
