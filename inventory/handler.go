@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -235,11 +236,15 @@ func (h *Handler) GetComponentInfoByID(ctx context.Context, req *flowv1.GetCompo
 // ignoring case.
 func (h *Handler) GetComponentInfoBySerial(ctx context.Context, req *flowv1.GetComponentInfoBySerialRequest) (*flowv1.GetComponentInfoResponse, error) {
 	si := req.GetSerialInfo()
-	c, err := h.svc.ComponentBySerial(ctx, h.pool, si.GetManufacturer(), si.GetSerialNumber())
+	c, rack, err := h.svc.ComponentBySerial(ctx, h.pool, si.GetManufacturer(), si.GetSerialNumber(), req.GetWithRack())
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return h.componentResponse(ctx, c, req.GetWithRack())
+	out := &flowv1.GetComponentInfoResponse{Component: componentToProto(c)}
+	if rack != nil {
+		out.Rack = rackToProto(*rack)
+	}
+	return out, nil
 }
 
 func (h *Handler) componentResponse(ctx context.Context, c Component, withRack bool) (*flowv1.GetComponentInfoResponse, error) {
@@ -942,9 +947,20 @@ func componentToProto(c Component) *flowv1.Component {
 func ComponentsToProto(cs []Component) []*flowv1.Component { return componentsToProto(cs) }
 
 // componentsToProto converts cs, allocating each kind of message in one
-// slab: a rack page holds thousands of components.
+// slab and the UUIDs' text in one buffer: a rack page holds thousands of
+// components, and allocating per message and per UUID string cost about a
+// third of the conversion.
 func componentsToProto(cs []Component) []*flowv1.Component {
-	n := len(cs)
+	n, nBMCs, nUUIDs := len(cs), 0, len(cs)
+	for _, c := range cs {
+		nBMCs += len(c.BMCs)
+		if c.RackID != nil {
+			nUUIDs++
+		}
+		if c.NVLDomainID != nil {
+			nUUIDs++
+		}
+	}
 	var (
 		out     = make([]*flowv1.Component, n)
 		comps   = make([]flowv1.Component, n)
@@ -952,21 +968,40 @@ func componentsToProto(cs []Component) []*flowv1.Component {
 		pos     = make([]flowv1.RackPosition, n)
 		status  = make([]flowv1.ComponentOperationStatus, n)
 		stats   = make([]flowv1.TaskStats, n)
-		uuids   = make([]flowv1.UUID, 0, 3*n)
-		nBMCs   = 0
-		newUUID = func(id uuid.UUID) *flowv1.UUID {
-			uuids = append(uuids, flowv1.UUID{Id: id.String()})
-			return &uuids[len(uuids)-1]
-		}
+		uuids   = make([]flowv1.UUID, nUUIDs)
+		bmcs    = make([]flowv1.BMCInfo, nBMCs)
+		bmcPtrs = make([]*flowv1.BMCInfo, nBMCs)
+		text    uuidText
 	)
-	for _, c := range cs {
-		nBMCs += len(c.BMCs)
+	text.grow(n)
+	newUUID := func(s string) *flowv1.UUID {
+		u := &uuids[0]
+		uuids = uuids[1:]
+		u.Id = s
+		return u
 	}
-	bmcs := make([]flowv1.BMCInfo, nBMCs)
+	// Components of one rack share its ID and domain: convert those once.
+	var rackID, domainID uuid.UUID
+	var rackText, domainText string
 	for i, c := range cs {
-		out[i] = fillComponent(&comps[i], &infos[i], &pos[i], &status[i], &stats[i], c, newUUID)
+		o := &comps[i]
+		out[i] = o
+		fillComponent(o, &infos[i], &pos[i], &status[i], &stats[i], c)
+		o.Info.Id = newUUID(text.string(c.ID))
+		if c.RackID != nil {
+			if rackText == "" || *c.RackID != rackID {
+				rackID, rackText = *c.RackID, text.string(*c.RackID)
+			}
+			o.RackId = newUUID(rackText)
+		}
+		if c.NVLDomainID != nil {
+			if domainText == "" || *c.NVLDomainID != domainID {
+				domainID, domainText = *c.NVLDomainID, text.string(*c.NVLDomainID)
+			}
+			o.NvlDomainId = newUUID(domainText)
+		}
 		if len(c.BMCs) > 0 {
-			out[i].Bmcs = make([]*flowv1.BMCInfo, len(c.BMCs))
+			o.Bmcs, bmcPtrs = bmcPtrs[:len(c.BMCs):len(c.BMCs)], bmcPtrs[len(c.BMCs):]
 			for j, b := range c.BMCs {
 				t := flowv1.BMCType_BMC_TYPE_HOST
 				if b.Type == BMCTypeDPU {
@@ -975,15 +1010,17 @@ func componentsToProto(cs []Component) []*flowv1.Component {
 				bm := &bmcs[0]
 				bmcs = bmcs[1:]
 				bm.Type, bm.MacAddress, bm.IpAddress = t, string(b.MAC), b.IP
-				out[i].Bmcs[j] = bm
+				o.Bmcs[j] = bm
 			}
 		}
 	}
 	return out
 }
 
-func fillComponent(out *flowv1.Component, info *flowv1.DeviceInfo, pos *flowv1.RackPosition, status *flowv1.ComponentOperationStatus, stats *flowv1.TaskStats, c Component, newUUID func(uuid.UUID) *flowv1.UUID) *flowv1.Component {
-	info.Id, info.Name, info.Manufacturer, info.Model, info.SerialNumber, info.Description = newUUID(c.ID), c.Name, c.Manufacturer, c.Model, c.SerialNumber, c.Description
+// fillComponent sets out's fields from c, except the UUIDs and BMCs, using
+// the given messages for its parts.
+func fillComponent(out *flowv1.Component, info *flowv1.DeviceInfo, pos *flowv1.RackPosition, status *flowv1.ComponentOperationStatus, stats *flowv1.TaskStats, c Component) {
+	info.Name, info.Manufacturer, info.Model, info.SerialNumber, info.Description = c.Name, c.Manufacturer, c.Model, c.SerialNumber, c.Description
 	pos.SlotId, pos.TrayIdx, pos.HostId = c.Position.SlotID, c.Position.TrayIdx, c.Position.HostID
 	status.Phase = phaseToProto(c.Status.Phase)
 	status.Reason = c.Status.Reason
@@ -1003,13 +1040,31 @@ func fillComponent(out *flowv1.Component, info *flowv1.DeviceInfo, pos *flowv1.R
 	out.TaskStats = stats
 	out.RackExternalId = c.RackExternalID
 	out.LeakHandlingStatus = restingLeakHandlingStatus
-	if c.RackID != nil {
-		out.RackId = newUUID(*c.RackID)
-	}
-	if c.NVLDomainID != nil {
-		out.NvlDomainId = newUUID(*c.NVLDomainID)
-	}
-	return out
+}
+
+// uuidText writes UUIDs' canonical text into one growing buffer and returns
+// strings sharing it.
+type uuidText struct{ b strings.Builder }
+
+// grow makes room for n UUIDs.
+func (t *uuidText) grow(n int) { t.b.Grow(36 * n) }
+
+func (t *uuidText) string(id uuid.UUID) string {
+	var buf [36]byte
+	hex.Encode(buf[0:8], id[0:4])
+	buf[8] = '-'
+	hex.Encode(buf[9:13], id[4:6])
+	buf[13] = '-'
+	hex.Encode(buf[14:18], id[6:8])
+	buf[18] = '-'
+	hex.Encode(buf[19:23], id[8:10])
+	buf[23] = '-'
+	hex.Encode(buf[24:], id[10:])
+	n := t.b.Len()
+	t.b.Write(buf[:])
+	// A Builder never changes bytes it has written, so earlier strings stay
+	// valid if it reallocates.
+	return t.b.String()[n:]
 }
 
 // RackToProto returns r as the wire Rack that CreateExpectedRack accepts,

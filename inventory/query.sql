@@ -143,6 +143,22 @@ SELECT sqlc.embed(c), r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS ra
 FROM component c LEFT JOIN rack r ON r.id = c.rack_id
 WHERE lower(c.manufacturer) = lower(@manufacturer) AND c.serial_number = @serial_number AND c.deleted_at IS NULL;
 
+-- name: ComponentGetBySerialWithRack :many
+-- GetComponentInfoBySerial in one round trip: the component with its rack's
+-- columns (NULL without a rack) and one row per BMC (NULL BMC columns
+-- without BMCs).
+SELECT sqlc.embed(c), r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id,
+       r.name AS rack_name, r.manufacturer AS rack_manufacturer, r.serial_number AS rack_serial_number,
+       r.model AS rack_model, r.description AS rack_description,
+       r.location_region AS rack_location_region, r.location_datacenter AS rack_location_datacenter,
+       r.location_room AS rack_location_room, r.location_position AS rack_location_position,
+       r.created_at AS rack_created_at, r.updated_at AS rack_updated_at, r.deleted_at AS rack_deleted_at,
+       b.mac_address AS bmc_mac_address, b.type AS bmc_type, b.ip_address AS bmc_ip_address
+FROM component c
+LEFT JOIN rack r ON r.id = c.rack_id
+LEFT JOIN bmc b ON b.component_id = c.id
+WHERE lower(c.manufacturer) = lower(@manufacturer) AND c.serial_number = @serial_number AND c.deleted_at IS NULL;
+
 -- name: ComponentListByRacks :many
 -- Unordered: callers group by rack and sort in Go, which is much cheaper
 -- than a collated sort of thousands of rows.
@@ -247,15 +263,13 @@ SELECT * FROM component WHERE serial_number = ANY (@serial_numbers::text[]);
 -- name: ComponentListWithBMCsByRacks :many
 -- One row per BMC (a component without BMCs gives one row with NULL BMC
 -- columns), unordered: the rack listing's hot path, read in one round trip
--- and grouped and sorted in Go. For speed, timestamps are left out, NULLs
--- are coalesced ('' = no external ID / no BMC) and UUIDs come as their 16 raw
--- bytes (uuid_send), which Go converts without the text round trip that
--- google/uuid's Scan makes pgx do.
-SELECT uuid_send(c.id) AS id_raw, uuid_send(c.rack_id) AS rack_id_raw, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
-       c.firmware_version, c.slot_id, c.tray_idx, c.host_id, coalesce(c.external_id, '')::text AS external_id,
-       c.operation_phase, c.operation_reason,
-       -- NULL unless set: decoding an empty array per row is not free.
-       (CASE WHEN cardinality(c.blocked_operations) > 0 THEN c.blocked_operations END)::text[] AS blocked_operations,
+-- and grouped and sorted in Go. Timestamps are left out. The service reads
+-- it with ComponentListWithBMCsByRacksFunc (dbsqlc/component_page.go), which
+-- decodes the raw column values itself.
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
+       c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id,
+       c.operation_phase, c.operation_reason, c.blocked_operations,
+       -- coalesced: sqlc does not see that a lateral join makes them nullable.
        coalesce(b.mac_address, '')::text AS bmc_mac_address, coalesce(b.type, '')::text AS bmc_type,
        b.ip_address AS bmc_ip_address
 FROM component c

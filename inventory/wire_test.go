@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -103,4 +104,35 @@ func TestGRPCProtocol(t *testing.T) {
 	require.Equal(t, created.GetId().GetId(), res.GetRack().GetInfo().GetId().GetId())
 	_, err = client.GetRackInfoByID(ctx, &flowv1.GetRackInfoByIDRequest{Id: id("nope")})
 	requireCode(t, err, connect.CodeInvalidArgument, "id: malformed UUID")
+}
+
+// TestRackToProtoUUIDs checks the UUID text of converted components (built
+// in one shared buffer, racks' and domains' reused) against uuid.String.
+func TestRackToProtoUUIDs(t *testing.T) {
+	t.Parallel()
+	domain := uuid.New()
+	r := inventory.Rack{ID: uuid.New(), NVLDomainID: &domain}
+	for range 40 {
+		r.Components = append(r.Components, inventory.Component{ID: uuid.New(), RackID: &r.ID, NVLDomainID: &domain,
+			BMCs: []inventory.BMC{{Type: inventory.BMCTypeHost, MAC: "aa:bb:cc:dd:ee:ff"}}})
+	}
+	other := uuid.New()
+	r.Components = append(r.Components, inventory.Component{ID: uuid.Nil, RackID: &other}, inventory.Component{ID: uuid.Max})
+	got := inventory.RackToProto(r)
+	require.Len(t, got.GetComponents(), len(r.Components))
+	for i, c := range r.Components {
+		pc := got.GetComponents()[i]
+		require.Equal(t, c.ID.String(), pc.GetInfo().GetId().GetId())
+		if c.RackID == nil {
+			require.Nil(t, pc.GetRackId())
+		} else {
+			require.Equal(t, c.RackID.String(), pc.GetRackId().GetId())
+		}
+		if c.NVLDomainID == nil {
+			require.Nil(t, pc.GetNvlDomainId())
+		} else {
+			require.Equal(t, domain.String(), pc.GetNvlDomainId().GetId())
+		}
+		require.Len(t, pc.GetBmcs(), len(c.BMCs))
+	}
 }

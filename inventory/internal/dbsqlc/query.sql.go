@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -317,6 +318,106 @@ func (q *Queries) ComponentGetBySerial(ctx context.Context, db DBTX, arg Compone
 	return i, err
 }
 
+const componentGetBySerialWithRack = `-- name: ComponentGetBySerialWithRack :many
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id,
+       r.name AS rack_name, r.manufacturer AS rack_manufacturer, r.serial_number AS rack_serial_number,
+       r.model AS rack_model, r.description AS rack_description,
+       r.location_region AS rack_location_region, r.location_datacenter AS rack_location_datacenter,
+       r.location_room AS rack_location_room, r.location_position AS rack_location_position,
+       r.created_at AS rack_created_at, r.updated_at AS rack_updated_at, r.deleted_at AS rack_deleted_at,
+       b.mac_address AS bmc_mac_address, b.type AS bmc_type, b.ip_address AS bmc_ip_address
+FROM component c
+LEFT JOIN rack r ON r.id = c.rack_id
+LEFT JOIN bmc b ON b.component_id = c.id
+WHERE lower(c.manufacturer) = lower($1) AND c.serial_number = $2 AND c.deleted_at IS NULL
+`
+
+type ComponentGetBySerialWithRackParams struct {
+	Manufacturer string
+	SerialNumber string
+}
+
+type ComponentGetBySerialWithRackRow struct {
+	Component              Component
+	RackNVLDomainID        *uuid.UUID
+	RackExternalID         *string
+	RackName               *string
+	RackManufacturer       *string
+	RackSerialNumber       *string
+	RackModel              *string
+	RackDescription        *string
+	RackLocationRegion     *string
+	RackLocationDatacenter *string
+	RackLocationRoom       *string
+	RackLocationPosition   *string
+	RackCreatedAt          *time.Time
+	RackUpdatedAt          *time.Time
+	RackDeletedAt          *time.Time
+	BMCMACAddress          *string
+	BMCType                *string
+	BMCIPAddress           *string
+}
+
+// GetComponentInfoBySerial in one round trip: the component with its rack's
+// columns (NULL without a rack) and one row per BMC (NULL BMC columns
+// without BMCs).
+func (q *Queries) ComponentGetBySerialWithRack(ctx context.Context, db DBTX, arg ComponentGetBySerialWithRackParams) ([]ComponentGetBySerialWithRackRow, error) {
+	rows, err := db.Query(ctx, componentGetBySerialWithRack, arg.Manufacturer, arg.SerialNumber)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ComponentGetBySerialWithRackRow{}
+	for rows.Next() {
+		var i ComponentGetBySerialWithRackRow
+		if err := rows.Scan(
+			&i.Component.ID,
+			&i.Component.RackID,
+			&i.Component.Type,
+			&i.Component.Name,
+			&i.Component.Manufacturer,
+			&i.Component.SerialNumber,
+			&i.Component.Model,
+			&i.Component.Description,
+			&i.Component.FirmwareVersion,
+			&i.Component.SlotID,
+			&i.Component.TrayIdx,
+			&i.Component.HostID,
+			&i.Component.ExternalID,
+			&i.Component.CreatedAt,
+			&i.Component.UpdatedAt,
+			&i.Component.DeletedAt,
+			&i.Component.OperationPhase,
+			&i.Component.OperationReason,
+			&i.Component.BlockedOperations,
+			&i.RackNVLDomainID,
+			&i.RackExternalID,
+			&i.RackName,
+			&i.RackManufacturer,
+			&i.RackSerialNumber,
+			&i.RackModel,
+			&i.RackDescription,
+			&i.RackLocationRegion,
+			&i.RackLocationDatacenter,
+			&i.RackLocationRoom,
+			&i.RackLocationPosition,
+			&i.RackCreatedAt,
+			&i.RackUpdatedAt,
+			&i.RackDeletedAt,
+			&i.BMCMACAddress,
+			&i.BMCType,
+			&i.BMCIPAddress,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 type ComponentInsertParams struct {
 	ID              uuid.UUID
 	RackID          *uuid.UUID
@@ -602,11 +703,10 @@ func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNum
 }
 
 const componentListWithBMCsByRacks = `-- name: ComponentListWithBMCsByRacks :many
-SELECT uuid_send(c.id) AS id_raw, uuid_send(c.rack_id) AS rack_id_raw, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
-       c.firmware_version, c.slot_id, c.tray_idx, c.host_id, coalesce(c.external_id, '')::text AS external_id,
-       c.operation_phase, c.operation_reason,
-       -- NULL unless set: decoding an empty array per row is not free.
-       (CASE WHEN cardinality(c.blocked_operations) > 0 THEN c.blocked_operations END)::text[] AS blocked_operations,
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
+       c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id,
+       c.operation_phase, c.operation_reason, c.blocked_operations,
+       -- coalesced: sqlc does not see that a lateral join makes them nullable.
        coalesce(b.mac_address, '')::text AS bmc_mac_address, coalesce(b.type, '')::text AS bmc_type,
        b.ip_address AS bmc_ip_address
 FROM component c
@@ -615,8 +715,8 @@ WHERE c.rack_id = ANY ($1::uuid[]) AND c.deleted_at IS NULL
 `
 
 type ComponentListWithBMCsByRacksRow struct {
-	IDRaw             []byte
-	RackIDRaw         []byte
+	ID                uuid.UUID
+	RackID            *uuid.UUID
 	Type              string
 	Name              string
 	Manufacturer      string
@@ -627,7 +727,7 @@ type ComponentListWithBMCsByRacksRow struct {
 	SlotID            int32
 	TrayIdx           int32
 	HostID            int32
-	ExternalID        string
+	ExternalID        *string
 	OperationPhase    string
 	OperationReason   string
 	BlockedOperations []string
@@ -638,10 +738,9 @@ type ComponentListWithBMCsByRacksRow struct {
 
 // One row per BMC (a component without BMCs gives one row with NULL BMC
 // columns), unordered: the rack listing's hot path, read in one round trip
-// and grouped and sorted in Go. For speed, timestamps are left out, NULLs
-// are coalesced (” = no external ID / no BMC) and UUIDs come as their 16 raw
-// bytes (uuid_send), which Go converts without the text round trip that
-// google/uuid's Scan makes pgx do.
+// and grouped and sorted in Go. Timestamps are left out. The service reads
+// it with ComponentListWithBMCsByRacksFunc (dbsqlc/component_page.go), which
+// decodes the raw column values itself.
 // OFFSET 0 keeps the planner from flattening the lateral join into a hash
 // join that reads the whole bmc table on every page: probing the index per
 // component scales with the page, not the fleet (100 racks × 36 of 1,000:
@@ -656,8 +755,8 @@ func (q *Queries) ComponentListWithBMCsByRacks(ctx context.Context, db DBTX, rac
 	for rows.Next() {
 		var i ComponentListWithBMCsByRacksRow
 		if err := rows.Scan(
-			&i.IDRaw,
-			&i.RackIDRaw,
+			&i.ID,
+			&i.RackID,
 			&i.Type,
 			&i.Name,
 			&i.Manufacturer,
