@@ -275,43 +275,45 @@ func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []R
 		ids[i] = racks[i].ID
 		rackIndex[racks[i].ID] = i
 	}
-	// Rows come one per BMC, in no particular order. Components are kept in
-	// arrival order with the rack they belong to, and their BMCs apart; the
-	// result is assembled from them at the end.
+	// Components and then BMCs come in no particular order. Components are
+	// kept in arrival order with the rack they belong to, and their BMCs
+	// apart; the result is assembled from them at the end.
 	sc := scratchPool.Get().(*pageScratch)
 	n := 0 // components so far
 	defer func() { sc.release(n) }()
 	perRack := make([]int, len(racks)) // components per rack
-	err := s.q.ComponentListWithBMCsByRacksFunc(ctx, dbtx, ids, func(row *dbsqlc.ComponentPageRow) error {
-		i, ok := sc.compIndex[row.ID]
+	err := s.q.ComponentRackPageFunc(ctx, dbtx, ids, func(row *dbsqlc.ComponentPageRow) error {
+		i := n
+		n++
+		ri := rackIndex[row.RackID]
+		r := &racks[ri]
+		*sc.component(i) = Component{
+			ID:              row.ID,
+			RackID:          &r.ID,
+			Type:            ComponentType(row.Type),
+			Name:            row.Name,
+			Manufacturer:    row.Manufacturer,
+			SerialNumber:    row.SerialNumber,
+			Model:           row.Model,
+			Description:     row.Description,
+			FirmwareVersion: row.FirmwareVersion,
+			Position:        Position{SlotID: row.SlotID, TrayIdx: row.TrayIdx, HostID: row.HostID},
+			ExternalID:      row.ExternalID,
+			NVLDomainID:     r.NVLDomainID,
+			RackExternalID:  r.ExternalID,
+			Status:          OperationStatus{Phase: row.OperationPhase, Reason: row.OperationReason, Blocked: row.BlockedOperations},
+		}
+		sc.compIndex[row.ID] = i
+		sc.compRack = append(sc.compRack, ri)
+		perRack[ri]++
+		return nil
+	}, func(row *dbsqlc.BMCPageRow) error {
+		i, ok := sc.compIndex[row.ComponentID]
 		if !ok {
-			i, n = n, n+1
-			ri := rackIndex[row.RackID]
-			r := &racks[ri]
-			*sc.component(i) = Component{
-				ID:              row.ID,
-				RackID:          &r.ID,
-				Type:            ComponentType(row.Type),
-				Name:            row.Name,
-				Manufacturer:    row.Manufacturer,
-				SerialNumber:    row.SerialNumber,
-				Model:           row.Model,
-				Description:     row.Description,
-				FirmwareVersion: row.FirmwareVersion,
-				Position:        Position{SlotID: row.SlotID, TrayIdx: row.TrayIdx, HostID: row.HostID},
-				ExternalID:      row.ExternalID,
-				NVLDomainID:     r.NVLDomainID,
-				RackExternalID:  r.ExternalID,
-				Status:          OperationStatus{Phase: row.OperationPhase, Reason: row.OperationReason, Blocked: row.BlockedOperations},
-			}
-			sc.compIndex[row.ID] = i
-			sc.compRack = append(sc.compRack, ri)
-			perRack[ri]++
+			return nil // a deleted component's
 		}
-		if row.BMCMACAddress != "" {
-			sc.bmcs = append(sc.bmcs, BMC{Type: BMCType(row.BMCType), MAC: MAC(row.BMCMACAddress), IP: row.BMCIPAddress})
-			sc.bmcOwner = append(sc.bmcOwner, i)
-		}
+		sc.bmcs = append(sc.bmcs, BMC{Type: BMCType(row.Type), MAC: MAC(row.MACAddress), IP: row.IPAddress})
+		sc.bmcOwner = append(sc.bmcOwner, i)
 		return nil
 	})
 	if err != nil {

@@ -13,6 +13,7 @@ type BMC struct {
 	ComponentID pgtype.UUID
 	Type        string
 	IpAddress   *string
+	RackID      pgtype.UUID
 }
 
 type Component struct {

@@ -19,9 +19,9 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// ComponentPageRow is one row of ComponentListWithBMCsByRacks as
-// ComponentListWithBMCsByRacksFunc decodes it: the generated row's columns,
-// with a NULL rack ID as uuid.Nil and a NULL external ID as "". An empty
+// ComponentPageRow is one row of ComponentListForRackPage as
+// ComponentRackPageFunc decodes it: the generated row's columns, with a NULL
+// rack ID as uuid.Nil and a NULL external ID as "". An empty
 // blocked_operations array reads as nil.
 type ComponentPageRow struct {
 	ID                uuid.UUID
@@ -40,16 +40,25 @@ type ComponentPageRow struct {
 	OperationPhase    string
 	OperationReason   string
 	BlockedOperations []string
-	BMCMACAddress     string // "" for a component without BMCs
-	BMCType           string
-	BMCIPAddress      *string
 }
 
-// ComponentListWithBMCsByRacksFunc runs ComponentListWithBMCsByRacks and
-// calls fn for each row as it arrives. fn may keep the strings and slices it
-// is given but not row itself, which is reused. An error from fn stops the
-// read and is returned.
-func (q *Queries) ComponentListWithBMCsByRacksFunc(ctx context.Context, db DBTX, rackIDs []uuid.UUID, fn func(row *ComponentPageRow) error) error {
+// BMCPageRow is one row of BMCListForRackPage as ComponentRackPageFunc
+// decodes it.
+type BMCPageRow struct {
+	ComponentID uuid.UUID
+	MACAddress  string
+	Type        string
+	IPAddress   *string
+}
+
+// ComponentRackPageFunc reads the live components of racks
+// (ComponentListForRackPage), calling component for each row as it
+// arrives, then their BMCs (BMCListForRackPage), calling bmc for each. The
+// callbacks may keep the strings and slices they are given but not the row
+// itself, which is reused. An error from a callback stops the read and is
+// returned.
+func (q *Queries) ComponentRackPageFunc(ctx context.Context, db DBTX, rackIDs []uuid.UUID,
+	component func(row *ComponentPageRow) error, bmc func(row *BMCPageRow) error) error {
 	// As [16]byte, pgx sends the IDs in binary; as uuid.UUID (a
 	// driver.Valuer) it formats each as text and parses it back, which cost
 	// 0.4 ms for 100 racks.
@@ -57,19 +66,10 @@ func (q *Queries) ComponentListWithBMCsByRacksFunc(ctx context.Context, db DBTX,
 	for i, id := range rackIDs {
 		ids[i] = id
 	}
-	rows, err := db.Query(ctx, componentListWithBMCsByRacks, ids)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	d := rawDecoder{rows: rows, fields: rows.FieldDescriptions()}
-	if len(d.fields) != 19 {
-		return fmt.Errorf("component page: got %d columns, want 19", len(d.fields))
-	}
-	var row ComponentPageRow
-	for rows.Next() {
-		d.values = rows.RawValues()
-		row = ComponentPageRow{
+	var d rawDecoder
+	var crow ComponentPageRow
+	err := d.each(ctx, db, componentListForRackPage, ids, 16, func() {
+		crow = ComponentPageRow{
 			ID:                d.uuid(0),
 			RackID:            d.uuid(1),
 			Type:              d.text(2),
@@ -86,14 +86,44 @@ func (q *Queries) ComponentListWithBMCsByRacksFunc(ctx context.Context, db DBTX,
 			OperationPhase:    d.text(13),
 			OperationReason:   d.text(14),
 			BlockedOperations: d.textArray(15),
-			BMCMACAddress:     d.text(16),
-			BMCType:           d.text(17),
-			BMCIPAddress:      d.textPtr(18),
 		}
-		if d.err != nil {
-			return fmt.Errorf("component page: %w", d.err)
+	}, func() error { return component(&crow) })
+	if err != nil {
+		return fmt.Errorf("component page: %w", err)
+	}
+	var brow BMCPageRow
+	err = d.each(ctx, db, bMCListForRackPage, ids, 4, func() {
+		brow = BMCPageRow{
+			ComponentID: d.uuid(0),
+			MACAddress:  d.text(1),
+			Type:        d.text(2),
+			IPAddress:   d.textPtr(3),
 		}
-		if err := fn(&row); err != nil {
+	}, func() error { return bmc(&brow) })
+	if err != nil {
+		return fmt.Errorf("component page BMCs: %w", err)
+	}
+	return nil
+}
+
+// each runs query with arg and, for every row as it arrives, makes it d's
+// current row, decodes it and emits it; a decoding error stops it.
+func (d *rawDecoder) each(ctx context.Context, db DBTX, query string, arg any, columns int, decode func(), emit func() error) error {
+	rows, err := db.Query(ctx, query, arg)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	d.rows, d.fields = rows, rows.FieldDescriptions()
+	if len(d.fields) != columns {
+		return fmt.Errorf("got %d columns, want %d", len(d.fields), columns)
+	}
+	for rows.Next() {
+		d.values = rows.RawValues()
+		if decode(); d.err != nil {
+			return d.err
+		}
+		if err := emit(); err != nil {
 			return err
 		}
 	}

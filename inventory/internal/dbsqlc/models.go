@@ -15,6 +15,7 @@ type BMC struct {
 	ComponentID uuid.UUID
 	Type        string
 	IPAddress   *string
+	RackID      *uuid.UUID
 }
 
 type Component struct {
