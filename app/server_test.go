@@ -138,6 +138,23 @@ func TestVersionOverEveryProtocol(t *testing.T) {
 	}
 }
 
+func TestSmallAnswersAreNotCompressed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, false)
+	req, err := http.NewRequest(http.MethodPost, b.baseURL+"/v1.Flow/Version", strings.NewReader("{}"))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept-Encoding", "gzip") // set by hand: the transport then leaves the answer as sent
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Empty(t, res.Header.Get("Content-Encoding"))
+	require.Contains(t, string(raw), `"version":"v1.2.3"`)
+}
+
 func TestHealthIsAlwaysServed(t *testing.T) {
 	t.Parallel()
 	for _, dev := range []bool{false, true} {
