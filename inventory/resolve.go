@@ -14,7 +14,8 @@ import (
 )
 
 // ResolveRack returns the live rack named by ref (exactly one of UUID, name
-// or external ID), without components.
+// or external ID), without components or task stats (the resolvers serve
+// operations, which never show them; reading them cost a query per call).
 //
 // Errors (the message names the identifier): *FieldError when ref is empty
 // or sets more than one identifier; ErrRackNotFound; ErrAmbiguous when a
@@ -60,7 +61,7 @@ func (s *Service) resolveRack(ctx context.Context, dbtx db.DBTX, ref RackRef, fi
 	} else if err != nil {
 		return Rack{}, fmt.Errorf("resolve %s: %w", ref, err)
 	}
-	return s.oneRack(ctx, dbtx, row, false)
+	return rackFromRow(row), nil
 }
 
 // ResolveComponent returns the live component named by ref, with its BMCs.
@@ -110,7 +111,8 @@ func (s *Service) resolveComponent(ctx context.Context, dbtx db.DBTX, ref Compon
 // rack, ordered by rack name then UUID. Rack targets and domain targets
 // (expanded to the domain's current racks) keep their type filter; the same
 // rack named twice gets the union of its filters (an unfiltered target wins).
-// Component targets are grouped by their rack.
+// Component targets are grouped by their rack. Racks and components of
+// rack targets come without task stats, as from ResolveRack.
 //
 // Errors: *FieldError when spec does not set exactly one kind, a target is
 // malformed or a type is unknown; ErrRackNotFound, ErrComponentNotFound,
@@ -135,7 +137,7 @@ func (s *Service) ResolveTargets(ctx context.Context, dbtx db.DBTX, spec TargetS
 		for _, c := range sc.comps {
 			i, ok := byRack[*c.RackID]
 			if !ok {
-				r, err := s.Rack(ctx, dbtx, *c.RackID, false)
+				r, err := s.resolveRack(ctx, dbtx, RackRef{ID: *c.RackID}, "")
 				if err != nil {
 					return nil, err
 				}
@@ -150,7 +152,7 @@ func (s *Service) ResolveTargets(ctx context.Context, dbtx db.DBTX, spec TargetS
 		for i, r := range sc.racks {
 			racks[i] = r.rack
 		}
-		comps, err := s.componentsOfRacks(ctx, dbtx, racks)
+		comps, err := s.componentsOfRacks(ctx, dbtx, racks, false)
 		if err != nil {
 			return nil, err
 		}

@@ -250,7 +250,7 @@ func (s *Service) completeRacks(ctx context.Context, dbtx db.DBTX, rows []dbsqlc
 	if !withComponents || len(rows) == 0 {
 		return racks, nil
 	}
-	comps, err := s.componentsOfRacks(ctx, dbtx, racks)
+	comps, err := s.componentsOfRacks(ctx, dbtx, racks, true)
 	if err != nil {
 		return nil, err
 	}
@@ -266,9 +266,9 @@ func (s *Service) completeRacks(ctx context.Context, dbtx db.DBTX, rows []dbsqlc
 }
 
 // componentsOfRacks returns the live components of racks with their BMCs
-// and task stats, grouped by rack in the order of racks, each group ordered
-// by name then UUID.
-func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []Rack) ([]Component, error) {
+// and, when stats, their task stats, grouped by rack in the order of racks,
+// each group ordered by name then UUID.
+func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []Rack, stats bool) ([]Component, error) {
 	ids := make([]uuid.UUID, len(racks))
 	rackIndex := make(map[uuid.UUID]int, len(racks))
 	for i := range racks {
@@ -351,8 +351,10 @@ func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []R
 		slices.SortFunc(out[start[ri]:start[ri]+perRack[ri]], compareComponents)
 	}
 	sortBMCs(out)
-	if err := s.addTaskStats(ctx, dbtx, out); err != nil {
-		return nil, err
+	if stats {
+		if err := s.addTaskStats(ctx, dbtx, out); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
