@@ -89,17 +89,15 @@ func (e *Engine) commitBatch(reqs []*checkpointReq) {
 	}
 }
 
-// checkpointStats count checkpoint transactions, for tests.
+// checkpointStats count committed checkpoints, for tests.
 type checkpointStats struct {
-	groups  atomic.Int64 // committed checkpoint transactions
-	steps   atomic.Int64 // steps they committed
+	steps   atomic.Int64 // steps committed
 	grouped atomic.Int64 // steps committed with others
 	split   atomic.Int64 // failed groups retried step by step
 }
 
 func (e *Engine) counted(err error, steps int) {
 	if err == nil {
-		e.stats.groups.Add(1)
 		e.stats.steps.Add(int64(steps))
 		if steps > 1 {
 			e.stats.grouped.Add(int64(steps))
