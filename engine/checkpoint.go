@@ -192,7 +192,10 @@ var checkpointTxOptions = pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL plan_cache
 	"SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off"}
 
 // completeJobs completes running jobs in tx with River's completion
-// statement, the one JobCompleteTx runs for a single job.
+// statement, the one JobCompleteTx runs for a single job. River has no
+// public call that completes several jobs in a caller's transaction, so this
+// goes through its driver's executor as JobCompleteTx does (a River upgrade
+// that changes that interface fails to compile here, it cannot drift).
 func completeJobs(ctx context.Context, tx pgx.Tx, ids []int64) error {
 	n := len(ids)
 	now := time.Now()
