@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -15,6 +16,7 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/nicoflow/flow/engine"
+	"github.com/nicoflow/flow/operations"
 )
 
 // newEngine builds the engine, registers its actions and builds the River
@@ -29,6 +31,9 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 		w.register(e)
 	}
 	rc := e.RiverConfig()
+	if w.promoteRack != nil {
+		river.AddWorker(rc.Workers, &queueExpiryWorker{promote: w.promoteRack})
+	}
 	if w.sweep != nil {
 		river.AddWorker(rc.Workers, &sweepWorker{sweep: w.sweep})
 		rc.PeriodicJobs = append(rc.PeriodicJobs, river.NewPeriodicJob(
@@ -51,6 +56,9 @@ type engineWiring struct {
 	onRunEnd engine.RunEndFunc
 	register func(*engine.Engine)
 	sweep    func(context.Context) error
+	// promoteRack promotes and expires a rack's waiting tasks; it works the
+	// jobs scheduleQueueExpiry inserts.
+	promoteRack func(context.Context, uuid.UUID) error
 
 	rescueAfter time.Duration
 	maxWorkers  int
@@ -78,6 +86,39 @@ type sweepWorker struct {
 }
 
 func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[sweepArgs]) error { return w.sweep(ctx) }
+
+// queueExpiryArgs is the job, scheduled at a waiting task's queue deadline,
+// that promotes and expires the waiting tasks of its rack. It holds the
+// rack's ID only.
+type queueExpiryArgs struct {
+	RackID uuid.UUID `json:"rack_id"`
+}
+
+// Kind returns the job kind.
+func (queueExpiryArgs) Kind() string { return "operations.queue_expiry" }
+
+// InsertOpts puts the job on the engine queue.
+func (queueExpiryArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: engine.QueueName}
+}
+
+type queueExpiryWorker struct {
+	river.WorkerDefaults[queueExpiryArgs]
+	promote func(context.Context, uuid.UUID) error
+}
+
+func (w *queueExpiryWorker) Work(ctx context.Context, job *river.Job[queueExpiryArgs]) error {
+	return w.promote(ctx, job.Args.RackID)
+}
+
+// scheduleQueueExpiry returns the operations.ExpiryScheduler that inserts a
+// queueExpiryArgs job through the submit's transaction.
+func scheduleQueueExpiry(client *river.Client[pgx.Tx]) operations.ExpiryScheduler {
+	return func(ctx context.Context, tx pgx.Tx, rackID uuid.UUID, at time.Time) error {
+		_, err := client.InsertTx(ctx, tx, queueExpiryArgs{RackID: rackID}, &river.InsertOpts{ScheduledAt: at})
+		return err
+	}
+}
 
 // newRiverUI returns River UI mounted at /riverui/, started with ctx. River
 // UI has no authentication of its own: it is mounted only in dev mode or

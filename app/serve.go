@@ -93,6 +93,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 			})
 		},
 		sweep:       func(ctx context.Context) error { return tasks.Sweep(ctx) },
+		promoteRack: func(ctx context.Context, rackID uuid.UUID) error { return tasks.PromoteRack(ctx, rackID) },
 		rescueAfter: cfg.RescueAfter,
 		maxWorkers:  cfg.MaxWorkers,
 	})
@@ -101,6 +102,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}
 	tasks = operations.NewTasks(operations.TasksConfig{
 		Pool: pool, Rules: rules, Inv: inv, Engine: s.engine, Backends: s.backends.managers, Keys: keys, Logger: logger,
+		Expiry: scheduleQueueExpiry(s.river),
 	})
 	inv.SetTaskStats(tasks.TaskStats)
 	var riverUI http.Handler

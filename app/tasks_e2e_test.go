@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"strings"
 	"testing"
 	"time"
@@ -138,19 +139,30 @@ func TestQueuedTaskExpires(t *testing.T) {
 	rack := e.addRack(t, 5, true)
 	ctx := context.Background()
 	// The first task is held running by a hung call, so the queued one can
-	// only end by expiring (at the sweep, which runs at startup and every
-	// 30 s), never by promotion.
+	// only end by expiring, never by promotion.
 	_, err := e.sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultLatency, Method: "ComponentPowerControl", Latency: sim.Duration(time.Minute), Times: 1})
 	require.NoError(t, err)
 	first, err := e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)})
 	require.NoError(t, err)
 	queued, err := e.client.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(rack.Name),
-		QueueOptions: &flowv1.QueueOptions{ConflictStrategy: flowv1.ConflictStrategy_CONFLICT_STRATEGY_QUEUE, QueueTimeoutSeconds: 1}})
+		QueueOptions: &flowv1.QueueOptions{ConflictStrategy: flowv1.ConflictStrategy_CONFLICT_STRATEGY_QUEUE, QueueTimeoutSeconds: 3}})
 	require.NoError(t, err)
+	// Its expiry is scheduled with it, at its deadline: it ends within
+	// River's scheduling interval (5 s) of it, not at the next 30 s sweep.
+	pool, err := pgxpool.New(ctx, e.dbURL)
+	require.NoError(t, err)
+	defer pool.Close()
+	var scheduled int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'operations.queue_expiry'
+		AND args->>'rack_id' = $1 AND scheduled_at > now()`, rack.ID.String()).Scan(&scheduled))
+	require.Equal(t, 1, scheduled)
 	task := e.wait(t, queued.GetTaskIds()[0])
 	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_TERMINATED, task.GetStatus())
 	require.Equal(t, "Expired: queue timeout reached", task.GetMessage())
 	require.Nil(t, task.GetQueueExpiresAt())
+	waited := task.GetFinishedAt().AsTime().Sub(task.GetCreatedAt().AsTime())
+	require.GreaterOrEqual(t, waited, 3*time.Second)
+	require.Less(t, waited, 12*time.Second)
 	_, err = e.client.CancelTask(ctx, &flowv1.CancelTaskRequest{TaskId: first.GetTaskIds()[0]})
 	require.NoError(t, err)
 }

@@ -38,7 +38,13 @@ type Tasks struct {
 	backends Backends
 	keys     *firmware.Keyring
 	logger   *slog.Logger
+	expiry   ExpiryScheduler
 }
+
+// ExpiryScheduler arranges, through tx, for PromoteRack(rackID) to run at
+// at: when a waiting task's queue timeout passes, so it expires on time
+// rather than at the next sweep.
+type ExpiryScheduler func(ctx context.Context, tx pgx.Tx, rackID uuid.UUID, at time.Time) error
 
 // TasksConfig holds what Tasks needs. Keys may be nil (no encryption key
 // configured: requests with credentials are refused).
@@ -50,6 +56,9 @@ type TasksConfig struct {
 	Backends Backends
 	Keys     *firmware.Keyring
 	Logger   *slog.Logger
+	// Expiry, if set, schedules the expiry of each waiting task; without
+	// it waiting tasks expire at promotions and sweeps only.
+	Expiry ExpiryScheduler
 }
 
 // NewTasks returns the task manager. Wire its RunEnded as the engine's
@@ -57,7 +66,7 @@ type TasksConfig struct {
 func NewTasks(cfg TasksConfig) *Tasks {
 	return &Tasks{
 		pool: cfg.Pool, q: dbsqlc.New(), rules: cfg.Rules, inv: cfg.Inv, engine: cfg.Engine,
-		backends: cfg.Backends, keys: cfg.Keys, logger: cfg.Logger,
+		backends: cfg.Backends, keys: cfg.Keys, logger: cfg.Logger, expiry: cfg.Expiry,
 	}
 }
 
@@ -362,6 +371,11 @@ func (t *Tasks) admit(ctx context.Context, tx pgx.Tx, req Request, p rackPlan, i
 		if _, err := t.q.TaskInsert(ctx, tx, params); err != nil {
 			return uuid.Nil, t.insertError(err)
 		}
+		if t.expiry != nil {
+			if err := t.expiry(ctx, tx, p.rack.ID, expires); err != nil {
+				return uuid.Nil, fmt.Errorf("schedule queue expiry: %w", err)
+			}
+		}
 		return id, nil
 	}
 	runID, err := t.startRun(ctx, tx, id, req.Type, req.Code, p.rule.Rule.Definition, p.targets, req.Payload)
@@ -503,11 +517,17 @@ func (t *Tasks) Sweep(ctx context.Context) error {
 		return err
 	}
 	for _, rack := range racks {
-		if err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error { return t.promote(ctx, tx, rack) }); err != nil {
+		if err := t.PromoteRack(ctx, rack); err != nil {
 			return fmt.Errorf("sweep rack %s: %w", rack, err)
 		}
 	}
 	return nil
+}
+
+// PromoteRack starts the rack's waiting tasks that no longer conflict and
+// expires those whose queue timeout has passed, in its own transaction.
+func (t *Tasks) PromoteRack(ctx context.Context, rackID uuid.UUID) error {
+	return pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error { return t.promote(ctx, tx, rackID) })
 }
 
 // Cancel stops a task (spec §5 CancelTask): a waiting task ends at once; a
