@@ -225,11 +225,11 @@ func (h *Handler) GetComponentInfoByID(ctx context.Context, req *flowv1.GetCompo
 	if err != nil {
 		return nil, connectError(err)
 	}
-	c, err := h.svc.Component(ctx, h.pool, id)
+	c, rack, err := h.svc.ComponentWithRack(ctx, h.pool, id, req.GetWithRack())
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return h.componentResponse(ctx, c, req.GetWithRack())
+	return componentResponse(c, rack), nil
 }
 
 // GetComponentInfoBySerial implements v1.Flow. The manufacturer is compared
@@ -240,23 +240,15 @@ func (h *Handler) GetComponentInfoBySerial(ctx context.Context, req *flowv1.GetC
 	if err != nil {
 		return nil, connectError(err)
 	}
+	return componentResponse(c, rack), nil
+}
+
+func componentResponse(c Component, rack *Rack) *flowv1.GetComponentInfoResponse {
 	out := &flowv1.GetComponentInfoResponse{Component: componentToProto(c)}
 	if rack != nil {
 		out.Rack = rackToProto(*rack)
 	}
-	return out, nil
-}
-
-func (h *Handler) componentResponse(ctx context.Context, c Component, withRack bool) (*flowv1.GetComponentInfoResponse, error) {
-	out := &flowv1.GetComponentInfoResponse{Component: componentToProto(c)}
-	if withRack && c.RackID != nil {
-		r, err := h.svc.Rack(ctx, h.pool, *c.RackID, false)
-		if err != nil {
-			return nil, connectError(err)
-		}
-		out.Rack = rackToProto(r)
-	}
-	return out, nil
+	return out
 }
 
 // GetComponents implements v1.Flow.

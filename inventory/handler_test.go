@@ -545,6 +545,17 @@ func TestComponentByIDAndSerial(t *testing.T) {
 			require.Equal(t, tt.wantRack, res.GetRack() != nil)
 		})
 	}
+
+	// By ID and by serial answer the same, with the rack and all BMCs.
+	bySerial, err := b.client.GetComponentInfoBySerial(b.ctx, &flowv1.GetComponentInfoBySerialRequest{
+		SerialInfo: &flowv1.DeviceSerialInfo{Manufacturer: "WiWynn", SerialNumber: "B8111801000851500108Y0SA"}, WithRack: true})
+	require.NoError(t, err)
+	byID, err := b.client.GetComponentInfoByID(b.ctx, &flowv1.GetComponentInfoByIDRequest{
+		Id: bySerial.GetComponent().GetInfo().GetId(), WithRack: true})
+	require.NoError(t, err)
+	require.Len(t, byID.GetComponent().GetBmcs(), 3)
+	require.Equal(t, "g10", byID.GetRack().GetInfo().GetName())
+	require.True(t, proto.Equal(bySerial, byID), "by serial:\n%v\nby id:\n%v", bySerial, byID)
 }
 
 func TestGetComponents(t *testing.T) {

@@ -159,6 +159,21 @@ LEFT JOIN rack r ON r.id = c.rack_id
 LEFT JOIN bmc b ON b.component_id = c.id
 WHERE lower(c.manufacturer) = lower(@manufacturer) AND c.serial_number = @serial_number AND c.deleted_at IS NULL;
 
+-- name: ComponentGetByIDWithRack :many
+-- GetComponentInfoByID in one round trip, as ComponentGetBySerialWithRack
+-- (the same columns, so the same Go code reads both).
+SELECT sqlc.embed(c), r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id,
+       r.name AS rack_name, r.manufacturer AS rack_manufacturer, r.serial_number AS rack_serial_number,
+       r.model AS rack_model, r.description AS rack_description,
+       r.location_region AS rack_location_region, r.location_datacenter AS rack_location_datacenter,
+       r.location_room AS rack_location_room, r.location_position AS rack_location_position,
+       r.created_at AS rack_created_at, r.updated_at AS rack_updated_at, r.deleted_at AS rack_deleted_at,
+       b.mac_address AS bmc_mac_address, b.type AS bmc_type, b.ip_address AS bmc_ip_address
+FROM component c
+LEFT JOIN rack r ON r.id = c.rack_id
+LEFT JOIN bmc b ON b.component_id = c.id
+WHERE c.id = @id AND c.deleted_at IS NULL;
+
 -- name: ComponentListByRacks :many
 -- Unordered: callers group by rack and sort in Go, which is much cheaper
 -- than a collated sort of thousands of rows.

@@ -754,6 +754,33 @@ func (s *Service) ComponentBySerial(ctx context.Context, dbtx db.DBTX, manufactu
 	if len(rows) == 0 {
 		return Component{}, nil, fmt.Errorf("%w: manufacturer %q serial %q", ErrComponentNotFound, manufacturer, serial)
 	}
+	return s.componentWithRack(ctx, dbtx, rows, withRack)
+}
+
+// ComponentWithRack returns the live component with this ID and, when
+// withRack and the component is in a rack, that rack without its components
+// (nil otherwise), read in one query as ComponentBySerial.
+// Errors: ErrComponentNotFound, and ErrRackNotFound when withRack and the
+// component's rack is deleted.
+func (s *Service) ComponentWithRack(ctx context.Context, dbtx db.DBTX, id uuid.UUID, withRack bool) (Component, *Rack, error) {
+	rows, err := s.q.ComponentGetByIDWithRack(ctx, dbtx, id)
+	if err != nil {
+		return Component{}, nil, fmt.Errorf("get component %s: %w", id, err)
+	}
+	if len(rows) == 0 {
+		return Component{}, nil, fmt.Errorf("%w: %s", ErrComponentNotFound, id)
+	}
+	same := make([]dbsqlc.ComponentGetBySerialWithRackRow, len(rows))
+	for i, row := range rows {
+		same[i] = dbsqlc.ComponentGetBySerialWithRackRow(row) // the same columns
+	}
+	return s.componentWithRack(ctx, dbtx, same, withRack)
+}
+
+// componentWithRack builds a component (one row per BMC) and, when withRack,
+// its rack from the rows of ComponentGetBySerialWithRack, with their task
+// stats.
+func (s *Service) componentWithRack(ctx context.Context, dbtx db.DBTX, rows []dbsqlc.ComponentGetBySerialWithRackRow, withRack bool) (Component, *Rack, error) {
 	first := rows[0]
 	c := componentFromRow(first.Component, first.RackNVLDomainID, first.RackExternalID)
 	for _, row := range rows {

@@ -316,6 +316,100 @@ func (q *Queries) ComponentGetByIDWithDeleted(ctx context.Context, db DBTX, id u
 	return i, err
 }
 
+const componentGetByIDWithRack = `-- name: ComponentGetByIDWithRack :many
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id,
+       r.name AS rack_name, r.manufacturer AS rack_manufacturer, r.serial_number AS rack_serial_number,
+       r.model AS rack_model, r.description AS rack_description,
+       r.location_region AS rack_location_region, r.location_datacenter AS rack_location_datacenter,
+       r.location_room AS rack_location_room, r.location_position AS rack_location_position,
+       r.created_at AS rack_created_at, r.updated_at AS rack_updated_at, r.deleted_at AS rack_deleted_at,
+       b.mac_address AS bmc_mac_address, b.type AS bmc_type, b.ip_address AS bmc_ip_address
+FROM component c
+LEFT JOIN rack r ON r.id = c.rack_id
+LEFT JOIN bmc b ON b.component_id = c.id
+WHERE c.id = $1 AND c.deleted_at IS NULL
+`
+
+type ComponentGetByIDWithRackRow struct {
+	Component              Component
+	RackNVLDomainID        *uuid.UUID
+	RackExternalID         *string
+	RackName               *string
+	RackManufacturer       *string
+	RackSerialNumber       *string
+	RackModel              *string
+	RackDescription        *string
+	RackLocationRegion     *string
+	RackLocationDatacenter *string
+	RackLocationRoom       *string
+	RackLocationPosition   *string
+	RackCreatedAt          *time.Time
+	RackUpdatedAt          *time.Time
+	RackDeletedAt          *time.Time
+	BMCMACAddress          *string
+	BMCType                *string
+	BMCIPAddress           *string
+}
+
+// GetComponentInfoByID in one round trip, as ComponentGetBySerialWithRack
+// (the same columns, so the same Go code reads both).
+func (q *Queries) ComponentGetByIDWithRack(ctx context.Context, db DBTX, id uuid.UUID) ([]ComponentGetByIDWithRackRow, error) {
+	rows, err := db.Query(ctx, componentGetByIDWithRack, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ComponentGetByIDWithRackRow{}
+	for rows.Next() {
+		var i ComponentGetByIDWithRackRow
+		if err := rows.Scan(
+			&i.Component.ID,
+			&i.Component.RackID,
+			&i.Component.Type,
+			&i.Component.Name,
+			&i.Component.Manufacturer,
+			&i.Component.SerialNumber,
+			&i.Component.Model,
+			&i.Component.Description,
+			&i.Component.FirmwareVersion,
+			&i.Component.SlotID,
+			&i.Component.TrayIdx,
+			&i.Component.HostID,
+			&i.Component.ExternalID,
+			&i.Component.CreatedAt,
+			&i.Component.UpdatedAt,
+			&i.Component.DeletedAt,
+			&i.Component.OperationPhase,
+			&i.Component.OperationReason,
+			&i.Component.BlockedOperations,
+			&i.RackNVLDomainID,
+			&i.RackExternalID,
+			&i.RackName,
+			&i.RackManufacturer,
+			&i.RackSerialNumber,
+			&i.RackModel,
+			&i.RackDescription,
+			&i.RackLocationRegion,
+			&i.RackLocationDatacenter,
+			&i.RackLocationRoom,
+			&i.RackLocationPosition,
+			&i.RackCreatedAt,
+			&i.RackUpdatedAt,
+			&i.RackDeletedAt,
+			&i.BMCMACAddress,
+			&i.BMCType,
+			&i.BMCIPAddress,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const componentGetBySerial = `-- name: ComponentGetBySerial :one
 SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
 FROM component c LEFT JOIN rack r ON r.id = c.rack_id
