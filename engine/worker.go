@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/nicoflow/flow/engine/internal/dbsqlc"
 )
@@ -37,22 +36,16 @@ func (w *timeoutWorker) Work(ctx context.Context, job *river.Job[RunTimeoutArgs]
 	err := pgx.BeginFunc(ctx, w.e.pool, func(tx pgx.Tx) error {
 		run, err := w.e.q.RunLock(ctx, tx, int64(job.Args.RunID))
 		if errors.Is(err, pgx.ErrNoRows) {
-			_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-			return err
+			return completeJobs(ctx, tx, []int64{job.ID})
 		} else if err != nil {
 			return err
 		}
-		if run.State == string(StateRunning) && run.TimeoutAt.Valid {
-			if left := run.TimeoutAt.Time.Sub(run.Now.Time); left > 0 {
-				snooze = left // woken early (clock skew): wait for the stored deadline
-				return nil
-			}
-			if err := w.e.endRuns(ctx, tx, []runEnding{{job.Args.RunID, StateFailed, "run timed out"}}, []int64{job.ID}); err != nil {
-				return err
-			}
+		running := run.State == string(StateRunning) && run.TimeoutAt.Valid
+		if left := run.TimeoutAt.Time.Sub(run.Now.Time); running && left > 0 {
+			snooze = left // woken early (clock skew): wait for the stored deadline
+			return nil
 		}
-		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-		return err
+		return w.e.endTimedOut(ctx, tx, job.Args.RunID, running, job.ID)
 	})
 	if err == nil && snooze > 0 {
 		return river.JobSnooze(snooze)
@@ -232,14 +225,20 @@ func (e *Engine) failRunTimeout(ctx context.Context, job *river.Job[RunStepArgs]
 		if err != nil {
 			return fmt.Errorf("engine: lock run %d: %w", runID, err)
 		}
-		if run.State == string(StateRunning) {
-			if err := e.endRuns(ctx, tx, []runEnding{{runID, StateFailed, "run timed out"}}, []int64{job.ID}); err != nil {
-				return err
-			}
-		}
-		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-		return err
+		return e.endTimedOut(ctx, tx, runID, run.State == string(StateRunning), job.ID)
 	})
+}
+
+// endTimedOut fails runID for its timeout when it is still running, and
+// completes the job that found it out, through tx (which holds the run's
+// lock).
+func (e *Engine) endTimedOut(ctx context.Context, tx pgx.Tx, runID RunID, running bool, jobID int64) error {
+	if running {
+		if err := e.endRuns(ctx, tx, []runEnding{{runID, StateFailed, "run timed out"}}, []int64{jobID}); err != nil {
+			return err
+		}
+	}
+	return completeJobs(ctx, tx, []int64{jobID})
 }
 
 func stageError(stage int, stageName, step, msg string) string {
