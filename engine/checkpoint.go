@@ -35,9 +35,6 @@ const (
 	// maxCheckpointBatch bounds the steps of one checkpoint transaction, so
 	// a failure retried step by step stays cheap.
 	maxCheckpointBatch = 100
-	// checkpointTimeout bounds a checkpoint transaction. It is detached from
-	// the jobs' contexts: a stopping process still records what it finished.
-	checkpointTimeout = time.Minute
 )
 
 // checkpointReq is a step's outcome waiting to be committed.
@@ -70,7 +67,7 @@ func (e *Engine) finishStep(ctx context.Context, job *river.Job[RunStepArgs], ro
 // fails (one member's hook, say), each member is committed alone, so one
 // step's error never fails another.
 func (e *Engine) commitBatch(reqs []*checkpointReq) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqs[0].ctx), checkpointTimeout)
+	ctx, cancel := groupContext(reqs[0].ctx)
 	defer cancel()
 	err := e.checkpointTx(ctx, reqs)
 	if err == nil || len(reqs) == 1 {

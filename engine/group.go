@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -63,6 +64,16 @@ func (g *grouper[T]) drain(sh *groupShard[T]) {
 	}
 }
 
+// groupTimeout bounds the database work of one group.
+const groupTimeout = time.Minute
+
+// groupContext is the context of a group's database work: its first
+// member's values, detached from the members' jobs (a stopping process still
+// records what they finished) and bounded by groupTimeout.
+func groupContext(first context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(first), groupTimeout)
+}
+
 // Grouping of step loads: every job starts by reading its step with its
 // run's state; jobs fetched together read their steps in one query.
 const (
@@ -94,7 +105,7 @@ func (e *Engine) loadStep(ctx context.Context, id StepID) (stepRow, error) {
 }
 
 func (e *Engine) loadSteps(reqs []*loadReq) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqs[0].ctx), checkpointTimeout)
+	ctx, cancel := groupContext(reqs[0].ctx)
 	defer cancel()
 	ids := make([]int64, len(reqs))
 	for i, r := range reqs {
