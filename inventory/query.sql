@@ -138,11 +138,6 @@ WHERE c.id = @id AND c.deleted_at IS NULL;
 -- name: ComponentGetByIDWithDeleted :one
 SELECT * FROM component WHERE id = @id;
 
--- name: ComponentGetBySerial :one
-SELECT sqlc.embed(c), r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
-FROM component c LEFT JOIN rack r ON r.id = c.rack_id
-WHERE lower(c.manufacturer) = lower(@manufacturer) AND c.serial_number = @serial_number AND c.deleted_at IS NULL;
-
 -- name: ComponentGetBySerialWithRack :many
 -- GetComponentInfoBySerial in one round trip: the component with its rack's
 -- columns (NULL without a rack) and one row per BMC (NULL BMC columns

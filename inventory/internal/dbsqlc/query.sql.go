@@ -410,52 +410,6 @@ func (q *Queries) ComponentGetByIDWithRack(ctx context.Context, db DBTX, id uuid
 	return items, nil
 }
 
-const componentGetBySerial = `-- name: ComponentGetBySerial :one
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
-FROM component c LEFT JOIN rack r ON r.id = c.rack_id
-WHERE lower(c.manufacturer) = lower($1) AND c.serial_number = $2 AND c.deleted_at IS NULL
-`
-
-type ComponentGetBySerialParams struct {
-	Manufacturer string
-	SerialNumber string
-}
-
-type ComponentGetBySerialRow struct {
-	Component       Component
-	RackNVLDomainID *uuid.UUID
-	RackExternalID  *string
-}
-
-func (q *Queries) ComponentGetBySerial(ctx context.Context, db DBTX, arg ComponentGetBySerialParams) (ComponentGetBySerialRow, error) {
-	row := db.QueryRow(ctx, componentGetBySerial, arg.Manufacturer, arg.SerialNumber)
-	var i ComponentGetBySerialRow
-	err := row.Scan(
-		&i.Component.ID,
-		&i.Component.RackID,
-		&i.Component.Type,
-		&i.Component.Name,
-		&i.Component.Manufacturer,
-		&i.Component.SerialNumber,
-		&i.Component.Model,
-		&i.Component.Description,
-		&i.Component.FirmwareVersion,
-		&i.Component.SlotID,
-		&i.Component.TrayIdx,
-		&i.Component.HostID,
-		&i.Component.ExternalID,
-		&i.Component.CreatedAt,
-		&i.Component.UpdatedAt,
-		&i.Component.DeletedAt,
-		&i.Component.OperationPhase,
-		&i.Component.OperationReason,
-		&i.Component.BlockedOperations,
-		&i.RackNVLDomainID,
-		&i.RackExternalID,
-	)
-	return i, err
-}
-
 const componentGetBySerialWithRack = `-- name: ComponentGetBySerialWithRack :many
 SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id,
        r.name AS rack_name, r.manufacturer AS rack_manufacturer, r.serial_number AS rack_serial_number,
