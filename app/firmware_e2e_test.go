@@ -27,6 +27,7 @@ import (
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/db/pglocal"
+	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/operations"
@@ -491,7 +492,18 @@ func TestFirmwareCredentialsKeys(t *testing.T) {
 			if tt.retired {
 				env["FLOW_DATA_DECRYPTION_KEY_PATHS"] = key1
 			}
-			second := b.serve(t, env, nil)
+			logs := &syncBuffer{}
+			second := b.serve(t, env, logs)
+			// At start the server says which keys unfinished tasks need:
+			// key 1 by the waiting task, as held (retired) or missing.
+			kr, err := firmware.LoadKeyring(key1, nil)
+			require.NoError(t, err)
+			if tt.retired {
+				require.Contains(t, logs.String(), `"msg":"data encryption key usage","key_id":"`+kr.CurrentKeyID()+`","current":false,"unfinished_tasks":1`)
+			} else {
+				require.Contains(t, logs.String(), `"key_id":"`+kr.CurrentKeyID()+`","unfinished_tasks":1`)
+				require.Contains(t, logs.String(), "sealed with a key this server does not have")
+			}
 			task := waitTask(t, second.client, res.GetTaskIds()[0], 30*time.Second)
 			if tt.retired {
 				requireCompleted(t, task)

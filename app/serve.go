@@ -105,6 +105,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Expiry: scheduleQueueExpiry(s.river),
 	})
 	inv.SetTaskStats(tasks.TaskStats)
+	logKeyUsage(ctx, logger, keys, tasks)
 	var riverUI http.Handler
 	if cfg.DevMode || cfg.RiverUIEnabled {
 		if riverUI, err = newRiverUI(context.WithoutCancel(ctx), s.river, logger); err != nil {
@@ -176,4 +177,26 @@ func (l rackLookup) RackExists(ctx context.Context, dbtx db.DBTX, id uuid.UUID) 
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// logKeyUsage logs, for each data-encryption key this server holds, how
+// many unfinished tasks carry credentials sealed with it (a retired key may
+// go once that is 0), and warns about unfinished tasks sealed with a key it
+// does not hold: they will fail at their firmware step.
+func logKeyUsage(ctx context.Context, logger *slog.Logger, keys *firmware.Keyring, tasks *operations.Tasks) {
+	usage, err := tasks.KeyUsage(ctx)
+	if err != nil {
+		logger.WarnContext(ctx, "cannot count the tasks that need each data encryption key", "error", err.Error())
+		return
+	}
+	if keys != nil {
+		for _, id := range keys.KeyIDs() {
+			logger.InfoContext(ctx, "data encryption key usage", "key_id", id, "current", id == keys.CurrentKeyID(), "unfinished_tasks", usage[id])
+			delete(usage, id)
+		}
+	}
+	for id, n := range usage {
+		logger.WarnContext(ctx, "unfinished tasks carry credentials sealed with a key this server does not have; they will fail at their firmware step",
+			"key_id", id, "unfinished_tasks", n, "setting", "FLOW_DATA_DECRYPTION_KEY_PATHS")
+	}
 }

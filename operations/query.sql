@@ -147,7 +147,7 @@ GROUP BY c.id, t.status;
 
 -- name: TaskKeyUsage :many
 -- Data-encryption key IDs still needed by unfinished tasks.
-SELECT information->'authentication_data'->>'key_id' AS key_id, count(*)::int AS n
+SELECT coalesce(information->'authentication_data'->>'key_id', '')::text AS key_id, count(*)::int AS n
 FROM task
 WHERE status IN ('waiting', 'pending', 'running') AND information ? 'authentication_data'
 GROUP BY 1;

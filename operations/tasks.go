@@ -648,6 +648,21 @@ func (t *Tasks) fromRows(ctx context.Context, rows []dbsqlc.Task, withReport boo
 	return out, nil
 }
 
+// KeyUsage counts, per data-encryption key ID, the unfinished tasks whose
+// firmware credentials are sealed with that key: a retired key may be
+// dropped once no unfinished task needs it (docs/security.md).
+func (t *Tasks) KeyUsage(ctx context.Context) (map[string]int, error) {
+	rows, err := t.q.TaskKeyUsage(ctx, t.pool)
+	if err != nil {
+		return nil, fmt.Errorf("key usage: %w", err)
+	}
+	out := make(map[string]int, len(rows))
+	for _, r := range rows {
+		out[r.KeyID] = int(r.N)
+	}
+	return out, nil
+}
+
 // TaskStats counts unfinished tasks per rack (all its tasks) and per
 // component (tasks whose scope includes it). It is the inventory's task
 // statistics source.

@@ -745,14 +745,14 @@ func (q *Queries) TaskInsert(ctx context.Context, db DBTX, arg TaskInsertParams)
 }
 
 const taskKeyUsage = `-- name: TaskKeyUsage :many
-SELECT information->'authentication_data'->>'key_id' AS key_id, count(*)::int AS n
+SELECT coalesce(information->'authentication_data'->>'key_id', '')::text AS key_id, count(*)::int AS n
 FROM task
 WHERE status IN ('waiting', 'pending', 'running') AND information ? 'authentication_data'
 GROUP BY 1
 `
 
 type TaskKeyUsageRow struct {
-	KeyID interface{}
+	KeyID string
 	N     int32
 }
 
