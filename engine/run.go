@@ -487,8 +487,10 @@ func (e *Engine) Run(ctx context.Context, dbtx db.DBTX, runID RunID) (RunReport,
 					to.State, to.Error = StateFailed, msg
 				case skipped[t]:
 					to.State = StateSkipped
-				case to.State == StateRunning && done[t]:
-					to.State = StateCompleted
+				case b == int(s.BatchIndex) && done[t]:
+					// Reported done: it stays done whatever happens to the
+					// rest of its batch.
+					to.State, to.Error = StateCompleted, ""
 				}
 				sr.Targets = append(sr.Targets, to)
 				switch to.State {
