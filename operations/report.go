@@ -315,23 +315,26 @@ func countComponents(es []engine.StepReport, failed map[string]bool, total int) 
 		}
 	}
 	nFailed = len(failed)
-	// An action that reports progress as counts (firmware) rather than as
-	// the targets done: when it is the step's last and everything before it
-	// is through, its counts say how many components finished, and, for a
-	// failed batch (all its targets failed), which actually did.
+	// An action that reports progress as counts rather than as the targets
+	// done: when it is the step's last and everything before it is through,
+	// its counts say how many components finished. A failed batch marks all
+	// its targets failed; the last progress says how many actually did
+	// (firmware: the jobs that failed, not the batch).
 	last := es[len(es)-1]
 	before := true
 	for _, e := range es[:len(es)-1] {
 		before = before && e.State == engine.StateCompleted && len(e.FailedTargets) == 0
 	}
-	if p := last.Progress; p != nil && p.Done == nil && len(last.Targets) > 0 && before {
-		switch last.State {
-		case engine.StateRunning:
+	if p := last.Progress; p != nil && len(last.Targets) > 0 && before {
+		switch {
+		case last.State == engine.StateRunning && p.Done == nil:
 			completed = max(completed, p.Completed)
 			nFailed = max(nFailed, p.Failed)
-		case engine.StateFailed:
-			if len(last.FailedTargets) == 0 && p.Failed > 0 {
-				completed, nFailed = p.Completed, p.Failed
+		case last.State == engine.StateFailed && len(last.FailedTargets) == 0 && p.Failed > 0:
+			// The components whose own job failed, not the whole batch.
+			nFailed = p.Failed
+			if p.Done == nil {
+				completed = p.Completed
 			}
 		}
 	}
