@@ -313,7 +313,8 @@ WITH input AS (
 ), s AS (
     UPDATE engine_step
     SET state = i.state, error = i.error, ended_at = now(), checkpoint = NULL, wake_at = NULL,
-        failed_targets = engine_step.failed_targets || i.failed_targets,
+        failed_targets = CASE WHEN i.failed_targets = '{}' THEN engine_step.failed_targets
+            ELSE engine_step.failed_targets || i.failed_targets END,
         batch_attempts = CASE WHEN i.calls < 0 THEN engine_step.batch_attempts
             ELSE array_append(engine_step.batch_attempts, i.calls) END
     FROM input i
@@ -416,15 +417,17 @@ const stepGetForWorkMany = `-- name: StepGetForWorkMany :many
 SELECT s.id, s.run_id, s.stage_index, s.step_index, s.spec, s.state, s.batch_index, s.attempt,
     s.checkpoint, s.wake_at, s.deadline_at, s.failed_targets,
     r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now,
-    f.chain_failures
+    -- The targets earlier steps of the step's chain failed, which it skips
+    -- (a probe of the mostly empty partial index of steps with failed
+    -- targets; not even that for a step without a chain or an earlier stage).
+    (CASE WHEN s.stage_index > 0 AND s.spec ? 'chain' THEN (
+        SELECT jsonb_agg(jsonb_build_object('step', p.spec->>'name', 'failed', p.failed_targets) ORDER BY p.stage_index)
+        FROM engine_step p
+        WHERE p.run_id = s.run_id AND p.failed_targets <> '{}' AND p.stage_index < s.stage_index
+            AND p.spec->>'chain' = s.spec->>'chain')
+    END)::jsonb AS chain_failures
 FROM engine_step s
 CROSS JOIN LATERAL (SELECT state, owner, timeout_at FROM engine_run WHERE engine_run.id = s.run_id OFFSET 0) r
-CROSS JOIN LATERAL (
-    SELECT coalesce(jsonb_agg(jsonb_build_object('step', p.spec->>'name', 'failed', p.failed_targets) ORDER BY p.stage_index), '[]')::jsonb AS chain_failures
-    FROM engine_step p
-    WHERE p.run_id = s.run_id AND p.failed_targets <> '{}' AND p.stage_index < s.stage_index
-        AND p.spec->>'chain' = s.spec->>'chain'
-    OFFSET 0) f
 WHERE s.id = ANY($1::bigint[])
 `
 
@@ -450,8 +453,6 @@ type StepGetForWorkManyRow struct {
 
 // OFFSET 0 keeps this a probe of the run's key per step: joined plainly,
 // the planner may hash the whole run table for a handful of steps.
-// The targets earlier steps of the step's chain failed, which it skips: a
-// probe of the (mostly empty) partial index of steps with failed targets.
 func (q *Queries) StepGetForWorkMany(ctx context.Context, db DBTX, ids []int64) ([]StepGetForWorkManyRow, error) {
 	rows, err := db.Query(ctx, stepGetForWorkMany, ids)
 	if err != nil {
