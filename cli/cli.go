@@ -198,7 +198,8 @@ func (n noun) command(g *globals) *cobra.Command {
 			}
 			return usageError{errors.New(msg)}
 		},
-		ValidArgsFunction: cobra.NoFileCompletions,
+		ValidArgsFunction:          cobra.NoFileCompletions,
+		SuggestionsMinimumDistance: 2,
 	}
 	for _, v := range n.verbs {
 		cmd.AddCommand(v.command(g))

@@ -61,7 +61,7 @@ var componentNoun = noun{
 						return err
 					}
 					return c.emit(res, func(w io.Writer) {
-						printComponents(w, res.GetComponents())
+						c.printComponents(ctx, w, res.GetComponents())
 						fmt.Fprintf(w, "(%d of %d components)\n", len(res.GetComponents()), res.GetTotal())
 					})
 				}
@@ -91,10 +91,10 @@ var componentNoun = noun{
 						return err
 					}
 					return c.emit(res, func(w io.Writer) {
-						printComponents(w, []*flowv1.Component{res.GetComponent()})
+						c.printComponents(ctx, w, []*flowv1.Component{res.GetComponent()})
 						if res.GetRack() != nil {
 							fmt.Fprintln(w)
-							printRacks(w, []*flowv1.Rack{res.GetRack()})
+							printRacks(w, []*flowv1.Rack{res.GetRack()}, c.wide())
 						}
 					})
 				}
@@ -114,7 +114,7 @@ var componentNoun = noun{
 					if err != nil {
 						return err
 					}
-					return c.emit(res, func(w io.Writer) { printComponents(w, []*flowv1.Component{res.GetComponent()}) })
+					return c.emit(res, func(w io.Writer) { c.printComponents(ctx, w, []*flowv1.Component{res.GetComponent()}) })
 				}
 			}},
 		{name: "patch", args: "COMPONENT [--firmware V] [--slot N] [--tray N] [--host N] [--description JSON] [--move-to RACK] | -f FILE", summary: "change a component; only the position coordinates given change (-f: PatchComponent JSON)",
@@ -186,7 +186,7 @@ var componentNoun = noun{
 					if err != nil {
 						return err
 					}
-					return c.emit(res, func(w io.Writer) { printComponents(w, []*flowv1.Component{res.GetComponent()}) })
+					return c.emit(res, func(w io.Writer) { c.printComponents(ctx, w, []*flowv1.Component{res.GetComponent()}) })
 				}
 			}},
 		idVerb("delete", "COMPONENT", "soft-delete a component", "deleted component", resolveComponent, nil, func(ctx context.Context, c *env, id *flowv1.UUID) (proto.Message, error) {
@@ -230,20 +230,35 @@ func direction(desc bool) string {
 	return "ASC"
 }
 
-func printComponents(w io.Writer, comps []*flowv1.Component) {
+// printComponents prints a component table, the racks by name (-o wide:
+// and by UUID).
+func (c *env) printComponents(ctx context.Context, w io.Writer, comps []*flowv1.Component) {
+	racks := make([]string, len(comps))
+	for i, comp := range comps {
+		racks[i] = comp.GetRackId().GetId()
+	}
+	names := rackNamesByID(ctx, c, racks)
+	wide := c.wide()
 	rows := make([][]string, len(comps))
-	for i, c := range comps {
+	for i, comp := range comps {
 		var bmcs []string
-		for _, b := range c.GetBmcs() {
+		for _, b := range comp.GetBmcs() {
 			kind := strings.ToLower(strings.TrimPrefix(b.GetType().String(), "BMC_TYPE_"))
 			bmcs = append(bmcs, kind+"="+b.GetMacAddress())
 		}
-		p := c.GetPosition()
+		p := comp.GetPosition()
 		rows[i] = []string{
-			c.GetInfo().GetId().GetId(), strings.ToLower(strings.TrimPrefix(c.GetType().String(), "COMPONENT_TYPE_")),
-			c.GetInfo().GetName(), c.GetInfo().GetManufacturer(), c.GetInfo().GetSerialNumber(), c.GetFirmwareVersion(),
-			fmt.Sprintf("%d/%d/%d", p.GetSlotId(), p.GetTrayIdx(), p.GetHostId()), strings.Join(bmcs, " "), c.GetRackId().GetId(),
+			comp.GetInfo().GetId().GetId(), strings.ToLower(strings.TrimPrefix(comp.GetType().String(), "COMPONENT_TYPE_")),
+			comp.GetInfo().GetName(), comp.GetInfo().GetManufacturer(), comp.GetInfo().GetSerialNumber(), comp.GetFirmwareVersion(),
+			fmt.Sprintf("%d/%d/%d", p.GetSlotId(), p.GetTrayIdx(), p.GetHostId()), strings.Join(bmcs, " "), rackLabel(names, comp.GetRackId().GetId()),
+		}
+		if wide {
+			rows[i] = append(rows[i], comp.GetRackId().GetId(), comp.GetInfo().GetDescription())
 		}
 	}
-	printTable(w, []string{"ID", "TYPE", "NAME", "MANUFACTURER", "SERIAL", "FIRMWARE", "SLOT/TRAY/HOST", "BMCS", "RACK"}, rows)
+	headers := []string{"ID", "TYPE", "NAME", "MANUFACTURER", "SERIAL", "FIRMWARE", "SLOT/TRAY/HOST", "BMCS", "RACK"}
+	if wide {
+		headers = append(headers, "RACK ID", "DESCRIPTION")
+	}
+	printTable(w, headers, rows)
 }

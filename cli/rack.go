@@ -79,7 +79,7 @@ var rackNoun = noun{
 						return err
 					}
 					return c.emit(res, func(w io.Writer) {
-						printRacks(w, res.GetRacks())
+						printRacks(w, res.GetRacks(), c.wide())
 						fmt.Fprintf(w, "(%d of %d racks)\n", len(res.GetRacks()), res.GetTotal())
 					})
 				}
@@ -108,10 +108,10 @@ var rackNoun = noun{
 						return err
 					}
 					return c.emit(res, func(w io.Writer) {
-						printRacks(w, []*flowv1.Rack{res.GetRack()})
+						printRacks(w, []*flowv1.Rack{res.GetRack()}, c.wide())
 						if len(res.GetRack().GetComponents()) > 0 {
 							fmt.Fprintln(w)
-							printComponents(w, res.GetRack().GetComponents())
+							c.printComponents(ctx, w, res.GetRack().GetComponents())
 						}
 					})
 				}
@@ -184,7 +184,8 @@ func rackListSpec(list string) *flowv1.OperationTargetSpec {
 	return &flowv1.OperationTargetSpec{Targets: &flowv1.OperationTargetSpec_Racks{Racks: &flowv1.RackTargets{Targets: ts}}}
 }
 
-func printRacks(w io.Writer, racks []*flowv1.Rack) {
+// printRacks prints a rack table (wide: with external IDs and descriptions).
+func printRacks(w io.Writer, racks []*flowv1.Rack, wide bool) {
 	rows := make([][]string, len(racks))
 	for i, r := range racks {
 		l := r.GetLocation()
@@ -201,6 +202,13 @@ func printRacks(w io.Writer, racks []*flowv1.Rack) {
 			r.GetInfo().GetModel(), strings.Trim(strings.Join([]string{l.GetRegion(), l.GetDatacenter(), l.GetRoom(), l.GetPosition()}, "/"), "/"),
 			comps, strings.Join(domains, ","),
 		}
+		if wide {
+			rows[i] = append(rows[i], r.GetExternalId(), r.GetInfo().GetDescription())
+		}
 	}
-	printTable(w, []string{"ID", "NAME", "MANUFACTURER", "SERIAL", "MODEL", "LOCATION", "COMPONENTS", "NVL DOMAIN"}, rows)
+	headers := []string{"ID", "NAME", "MANUFACTURER", "SERIAL", "MODEL", "LOCATION", "COMPONENTS", "NVL DOMAIN"}
+	if wide {
+		headers = append(headers, "EXTERNAL ID", "DESCRIPTION")
+	}
+	printTable(w, headers, rows)
 }

@@ -182,3 +182,78 @@ func TestCLITaskWatchRidesOutUnavailable(t *testing.T) {
 	require.ErrorContains(t, err, "unavailable: restarting")
 	require.ErrorContains(t, err, "the task keeps running on the server\n  watch it:  flow --server "+srv.URL+" task watch "+id)
 }
+
+func TestHelpAndCompletion(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--help"}, {"help"}, {"rack", "--help"}, {"rack", "list", "--help"}, {"help", "rack", "list"},
+		{"task", "watch", "-h"}, {"power", "on", "--help"}, {"bringup", "--help"}, {"rack"},
+	} {
+		out, errOut, err := flow(nil, args...)
+		require.NoError(t, err, "%v", args)
+		require.Equal(t, 0, ExitCode(err))
+		require.Contains(t, out, "Usage:", "%v: help on stdout", args)
+		require.Empty(t, errOut, "%v", args)
+	}
+	out, _, _ := flow(nil, "rack", "list", "--help")
+	require.Contains(t, out, "--server string")
+	require.Contains(t, out, "-o, --output string")
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		out, _, err := flow(nil, "completion", shell)
+		require.NoError(t, err, shell)
+		require.Contains(t, out, "flow", shell)
+		require.Greater(t, len(out), 1000, shell)
+	}
+	// Completion of verbs and of the -o values, no server needed.
+	out, _, err := flow(nil, "__complete", "rack", "")
+	require.NoError(t, err)
+	for _, v := range []string{"create", "list", "get", "patch", "delete", "purge"} {
+		require.Contains(t, out, v+"\t")
+	}
+	out, _, err = flow(nil, "__complete", "rack", "list", "-o", "")
+	require.NoError(t, err)
+	require.Contains(t, out, "yaml\n")
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"rack", "explode"}, "unknown rack verb \"explode\"\nRun 'flow rack --help' for usage."},
+		{[]string{"rack", "lsit"}, "unknown rack verb \"lsit\" (did you mean list?)\nRun 'flow rack --help' for usage."},
+		{[]string{"explode"}, "unknown command \"explode\" for \"flow\"\nRun 'flow --help' for usage."},
+		{[]string{"rack", "list", "--explode"}, "unknown flag: --explode\nRun 'flow rack list --help' for usage."},
+		{[]string{"rack", "list", "-o", "xml"}, "-o must be one of table, wide, json, yaml, not \"xml\"\nRun 'flow rack list --help' for usage."},
+		{[]string{"task", "list", "--status", "done"}, "--status: unknown status \"done\""},
+		{[]string{"task", "list", "--since", "yesterday"}, "--since: want a duration such as 1h or an RFC 3339 time"},
+		{[]string{"task", "get", "x"}, "task \"x\": want a task UUID or a prefix"},
+	} {
+		_, _, err := flow(nil, tt.args...)
+		require.ErrorContains(t, err, tt.msg, "%v", tt.args)
+		require.Equal(t, 2, ExitCode(err), "%v", tt.args)
+		require.Equal(t, 1, strings.Count(strings.Split(err.Error(), "\nRun")[0], "\n")+1, "one line, then the hint")
+	}
+}
+
+func TestParseTaskFilter(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	f, err := parseTaskFilter("running,FAILED", "power_on", "90m", at)
+	require.NoError(t, err)
+	require.Equal(t, []flowv1.TaskStatus{flowv1.TaskStatus_TASK_STATUS_RUNNING, flowv1.TaskStatus_TASK_STATUS_FAILED}, f.statuses)
+	require.Equal(t, []string{"power_on"}, f.operations)
+	require.Equal(t, at.Add(-90*time.Minute), f.since)
+	f, err = parseTaskFilter("", "", "2026-11-30T00:00:00Z", at)
+	require.NoError(t, err)
+	require.Equal(t, time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), f.since)
+	require.True(t, taskFilter{}.empty())
+}
+
+func TestMarshalYAML(t *testing.T) {
+	t.Parallel()
+	b, err := marshalYAML(&flowv1.Task{Id: &flowv1.UUID{Id: "t1"}, Operation: "power_on", Status: flowv1.TaskStatus_TASK_STATUS_RUNNING, Message: "123"})
+	require.NoError(t, err)
+	require.Equal(t, "id:\n  id: t1\noperation: power_on\nstatus: TASK_STATUS_RUNNING\nmessage: \"123\"\n", string(b))
+}
