@@ -38,7 +38,9 @@ func TestCLIConventions(t *testing.T) {
 
 	t.Run("Outputs", func(t *testing.T) {
 		t.Parallel()
-		var j struct{ Rack struct{ Info struct{ Name string } } }
+		var j struct {
+			Rack struct{ Info struct{ Name string } }
+		}
 		require.NoError(t, json.Unmarshal([]byte(b.mustFlow(t, "rack", "get", rack.Name, "-ojson")), &j))
 		require.Equal(t, rack.Name, j.Rack.Info.Name)
 		var y struct {
