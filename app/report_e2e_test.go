@@ -221,7 +221,9 @@ func TestReportTellsTheTruthDuringAPartialFailure(t *testing.T) {
 	require.True(t, sawSleep, "the sleep was named while it ran")
 
 	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_FAILED, task.GetStatus())
-	require.Contains(t, task.GetMessage(), "stage 2 failed: component type NVSwitch failed: PowerControl: 1 of 9 target(s) failed: "+bad)
+	require.Contains(t, task.GetMessage(), "stage 2 failed: component type NVSwitch failed: PowerControl: 1 of 9 component(s) failed: ")
+	require.Equal(t, 1, strings.Count(task.GetMessage(), bad), "the faulty switch, named once: %s", task.GetMessage())
+	require.Equal(t, task.GetMessage(), "stage 2 failed: component type NVSwitch failed: "+last.Stages[1].Steps[0].Error, "the step names the action that failed")
 	require.Contains(t, task.GetMessage(), "switch 6 PSU fault")
 	rep := *last
 	require.Equal(t, []string{"completed", "failed", "pending"}, []string{rep.Stages[0].Status, rep.Stages[1].Status, rep.Stages[2].Status})

@@ -575,7 +575,7 @@ func TestTargetFailuresSkipLaterStepsOfTheChain(t *testing.T) {
 	}})
 	rep := b.wait(t, id)
 	require.Equal(t, engine.StateFailed, rep.State)
-	require.Contains(t, rep.Error, "step verify failed: 2 target(s) failed in step power: b: no answer from b, d: no answer from d")
+	require.Contains(t, rep.Error, "step verify failed: 2 target(s) failed in step power: b: no answer, d: no answer")
 
 	var verified [][]string
 	for _, c := range b.calls(t, id) {
@@ -588,7 +588,7 @@ func TestTargetFailuresSkipLaterStepsOfTheChain(t *testing.T) {
 
 	p := rep.Stages[0].Steps[0]
 	require.Equal(t, engine.StateCompleted, p.State, "not the chain's end: the step completes")
-	require.Equal(t, map[string]string{"b": "no answer from b", "d": "no answer from d"}, p.FailedTargets)
+	require.Equal(t, map[string]string{"b": "no answer", "d": "no answer"}, p.FailedTargets)
 	v := rep.Stages[1].Steps[0]
 	require.Equal(t, engine.StateFailed, v.State)
 	outcome := func(s engine.StepReport) map[string]engine.State {
@@ -613,9 +613,9 @@ func TestTargetFailures(t *testing.T) {
 		wantErr string
 	}{
 		// Every target failed: nothing is left for the chain, the step fails at once.
-		{name: "AllFailed", chain: "c", fail: []string{"a", "b"}, wantErr: "step first failed: 2 of 2 target(s) failed: a: no answer from a, b: no answer from b"},
+		{name: "AllFailed", chain: "c", fail: []string{"a", "b"}, wantErr: "step first failed: 2 of 2 target(s) failed: a: no answer, b: no answer"},
 		// Without a chain the step is its own chain's end.
-		{name: "NoChain", fail: []string{"b"}, wantErr: "step first failed: 1 of 2 target(s) failed: b: no answer from b"},
+		{name: "NoChain", fail: []string{"b"}, wantErr: "step first failed: 1 of 2 target(s) failed: b: no answer"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

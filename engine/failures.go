@@ -153,7 +153,7 @@ const maxListedFailures = 5
 func failureSummary(spec *stepSpec, own map[string]string, chain []chainFailure) string {
 	var parts []string
 	if len(own) > 0 {
-		parts = append(parts, FailedTargetsMessage(own, len(spec.Targets)))
+		parts = append(parts, FailedTargetsMessage(own, len(spec.Targets), "target"))
 	}
 	for _, c := range chain {
 		parts = append(parts, fmt.Sprintf("%d target(s) failed in step %s: %s", len(c.Failed), c.Step, listFailures(c.Failed)))
@@ -161,10 +161,11 @@ func failureSummary(spec *stepSpec, own map[string]string, chain []chainFailure)
 	return strings.Join(parts, "; ")
 }
 
-// FailedTargetsMessage says which of a step's targets failed and why:
-// "1 of 9 target(s) failed: t4: reason" (at most five named).
-func FailedTargetsMessage(failed map[string]string, targets int) string {
-	return fmt.Sprintf("%d of %d target(s) failed: %s", len(failed), targets, listFailures(failed))
+// FailedTargetsMessage says which of a step's targets failed and why, in
+// the caller's noun: "1 of 9 target(s) failed: t4: reason" (at most five
+// named; a reason that names its target already is not prefixed with it).
+func FailedTargetsMessage(failed map[string]string, targets int, noun string) string {
+	return fmt.Sprintf("%d of %d %s(s) failed: %s", len(failed), targets, noun, listFailures(failed))
 }
 
 func listFailures(failed map[string]string) string {
@@ -178,7 +179,11 @@ func listFailures(failed map[string]string) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s: %s", k, failed[k])
+		if strings.Contains(failed[k], k) {
+			b.WriteString(failed[k]) // it names its target already
+		} else {
+			fmt.Fprintf(&b, "%s: %s", k, failed[k])
+		}
 	}
 	return b.String()
 }

@@ -176,7 +176,7 @@ func testAction(ctx context.Context, call engine.Call[testParams]) (engine.Resul
 			if res.Failed == nil {
 				res.Failed = map[string]string{}
 			}
-			res.Failed[t] = "no answer from " + t
+			res.Failed[t] = "no answer"
 		}
 	}
 	return res, nil

@@ -224,13 +224,18 @@ func fillStep(step *StepReport, s Step, es []engine.StepReport, run *engine.RunR
 		if e.EndedAt != nil && (ended == nil || e.EndedAt.After(*ended)) {
 			ended = e.EndedAt
 		}
+		if len(e.FailedTargets) > 0 && step.Error == "" {
+			// The action that failed components, not the later one of
+			// the step that surfaced it.
+			step.Error = firstLine(stepFailure(e))
+		}
 		switch e.State {
 		case engine.StateCompleted:
 			completedActions++
 		case engine.StateFailed:
 			step.Status = reportFailed
 			if step.Error == "" {
-				step.Error = firstLine(e.Error)
+				step.Error = firstLine(stepFailure(e))
 			}
 		case engine.StateCancelled, engine.StateTerminated:
 			if step.Status != reportFailed && e.StartedAt != nil {
@@ -448,10 +453,15 @@ func failureMessage(run engine.RunReport) string {
 	if !ok {
 		return ""
 	}
-	action := first.Name[strings.LastIndex(first.Name, "/")+1:]
-	msg := first.Error
-	if first.State != engine.StateFailed {
-		msg = engine.FailedTargetsMessage(first.FailedTargets, len(first.Targets))
+	return fmt.Sprintf("stage %d failed: component type %s failed: %s", stage, ct, stepFailure(*first))
+}
+
+// stepFailure says why engine step s failed, or which of its components it
+// failed: "PowerControl: 1 of 9 component(s) failed: t4: reason".
+func stepFailure(s engine.StepReport) string {
+	action := s.Name[strings.LastIndex(s.Name, "/")+1:]
+	if len(s.FailedTargets) > 0 {
+		return action + ": " + engine.FailedTargetsMessage(s.FailedTargets, len(s.Targets), "component")
 	}
-	return fmt.Sprintf("stage %d failed: component type %s failed: %s: %s", stage, ct, action, msg)
+	return action + ": " + s.Error
 }
