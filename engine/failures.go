@@ -179,11 +179,30 @@ func listFailures(failed map[string]string) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		if strings.Contains(failed[k], k) {
+		if namesTarget(failed[k], k) {
 			b.WriteString(failed[k]) // it names its target already
 		} else {
 			fmt.Fprintf(&b, "%s: %s", k, failed[k])
 		}
 	}
 	return b.String()
+}
+
+// namesTarget reports whether msg names target as a word of its own.
+func namesTarget(msg, target string) bool {
+	isWord := func(r byte) bool {
+		return r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'
+	}
+	for i := 0; target != ""; {
+		j := strings.Index(msg[i:], target)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(target)
+		if (start == 0 || !isWord(msg[start-1])) && (end == len(msg) || !isWord(msg[end])) {
+			return true
+		}
+		i = start + 1
+	}
+	return false
 }
