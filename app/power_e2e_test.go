@@ -67,17 +67,26 @@ func startE2E(t *testing.T, powerDelay time.Duration) *e2e {
 // with its devices (powered off when off).
 func (e *e2e) addRack(t *testing.T, i int, off bool) inventory.Rack {
 	t.Helper()
+	return e.storeRack(t, inventory.DemoRack(i), off)
+}
+
+// storeRack stores r in Flow's inventory and seeds the simulators with its
+// components that have a BMC (powered off when off).
+func (e *e2e) storeRack(t *testing.T, r inventory.Rack, off bool) inventory.Rack {
+	t.Helper()
 	ctx := context.Background()
 	pool, err := db.Open(ctx, e.dbURL, db.PoolConfig{MaxConns: 2})
 	require.NoError(t, err)
 	defer pool.Close()
-	r := inventory.DemoRack(i)
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
 		r.ID, err = e.inv.CreateRack(ctx, tx, r)
 		return err
 	}))
 	var devs []nicosim.Device
 	for _, c := range r.Components {
+		if len(c.BMCs) == 0 {
+			continue
+		}
 		devs = append(devs, nicosim.Device{
 			Kind: strings.ToLower(string(c.Type)), Name: c.Name, Serial: c.SerialNumber,
 			BMCMAC: c.BMCs[0].MAC.String(), RackID: r.ID.String(), PoweredOff: off,

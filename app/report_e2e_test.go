@@ -8,12 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/sim"
@@ -24,19 +22,7 @@ import (
 // seeds the simulators with the rack's other devices.
 func (e *e2e) addRackWithToR(t *testing.T, i int, off bool) inventory.Rack {
 	t.Helper()
-	ctx := context.Background()
-	pool, err := db.Open(ctx, e.dbURL, db.PoolConfig{MaxConns: 2})
-	require.NoError(t, err)
-	defer pool.Close()
 	r := inventory.DemoRack(i)
-	var devs []nicosim.Device
-	for _, c := range r.Components {
-		devs = append(devs, nicosim.Device{
-			Kind: strings.ToLower(string(c.Type)), Name: c.Name, Serial: c.SerialNumber,
-			BMCMAC: c.BMCs[0].MAC.String(), RackID: "", PoweredOff: off,
-			SlotID: int(c.Position.SlotID), TrayIndex: int(c.Position.TrayIdx),
-		})
-	}
 	for k := range 2 {
 		r.Components = append(r.Components, inventory.Component{
 			Type: inventory.ComponentTypeToRSwitch, Name: fmt.Sprintf("%s-tor-%d", r.Name, k),
@@ -44,15 +30,11 @@ func (e *e2e) addRackWithToR(t *testing.T, i int, off bool) inventory.Rack {
 			Position: inventory.Position{SlotID: int32(60 + k)},
 		})
 	}
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-		r.ID, err = e.inv.CreateRack(ctx, tx, r)
-		return err
-	}))
-	for k := range devs {
-		devs[k].RackID = r.ID.String()
-	}
-	require.NoError(t, e.sims.Seed(devs))
-	got, err := e.inv.Rack(ctx, pool, r.ID, true)
+	r = e.storeRack(t, r, off)
+	pool, err := db.Open(context.Background(), e.dbURL, db.PoolConfig{MaxConns: 1})
+	require.NoError(t, err)
+	defer pool.Close()
+	got, err := e.inv.Rack(context.Background(), pool, r.ID, true) // with the components' IDs
 	require.NoError(t, err)
 	return got
 }
