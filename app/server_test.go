@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	healthv1 "github.com/nicoflow/flow/proto/gen/grpc/health/v1"
 	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
@@ -198,7 +199,29 @@ func TestReflectionOnlyInDevMode(t *testing.T) {
 	dev := setup(t, true)
 	names, err := list(dev.baseURL)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"v1.Flow", "grpc.health.v1.Health"}, names)
+	require.Equal(t, []string{
+		"grpc.health.v1.Health",
+		"grpc.reflection.v1.ServerReflection",
+		"grpc.reflection.v1alpha.ServerReflection",
+		"v1.Flow",
+	}, names)
+
+	// The contract answers by upstream's file name, and every listed
+	// service resolves to its file.
+	stream := grpcreflect.NewClient(h2cClient(), dev.baseURL).NewStream(context.Background())
+	defer stream.Close() //nolint:errcheck
+	files, err := stream.FileByFilename("flow.proto")
+	require.NoError(t, err)
+	require.Equal(t, "flow.proto", files[0].GetName())
+	require.Equal(t, "v1", files[0].GetPackage())
+	require.Equal(t, "Flow", files[0].GetService()[0].GetName())
+	_, err = stream.FileByFilename("v1/flow.proto")
+	require.Equal(t, connect.CodeNotFound, connect.CodeOf(err))
+	for _, n := range names {
+		files, err := stream.FileContainingSymbol(protoreflect.FullName(n))
+		require.NoError(t, err, n)
+		require.NotEmpty(t, files, n)
+	}
 
 	prod := setup(t, false)
 	_, err = list(prod.baseURL)
