@@ -97,6 +97,30 @@ func (t ComponentType) Valid() bool {
 	return false
 }
 
+// enumPrefix starts the wire enum's names of component types
+// (COMPONENT_TYPE_COMPUTE, …).
+const enumPrefix = "COMPONENT_TYPE_"
+
+// EnumName returns t's name in the wire enum (COMPONENT_TYPE_COMPUTE, …).
+func (t ComponentType) EnumName() string { return enumPrefix + strings.ToUpper(string(t)) }
+
+// ParseComponentType returns the component type s names and whether it
+// names one, compared case-insensitively with upstream's type names (what
+// upstream's clients send: "Compute", "NVSwitch", "PowerShelf", "ToRSwitch",
+// "UMS", "CDU") and with the wire enum's names (COMPONENT_TYPE_COMPUTE, …).
+// Neither "Unknown" nor COMPONENT_TYPE_UNKNOWN names a type.
+func ParseComponentType(s string) (ComponentType, bool) {
+	for _, t := range ComponentTypes {
+		if strings.EqualFold(s, string(t)) || strings.EqualFold(s, t.EnumName()) {
+			return t, true
+		}
+	}
+	return "", false
+}
+
+// ComponentTypeNames is what an error about an unknown type name lists.
+const ComponentTypeNames = "Compute, NVSwitch, PowerShelf, ToRSwitch, UMS or CDU, in any case, or their COMPONENT_TYPE_ enum names"
+
 // BMCType says which processor a BMC serves.
 type BMCType string
 

@@ -10,7 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
+
+	"github.com/nicoflow/flow/inventory"
 )
 
 // Sentinel errors. Service methods wrap them with %w; handler.go maps them to
@@ -153,14 +154,14 @@ var componentTypes = []ComponentType{
 	ComponentTypeToRSwitch, ComponentTypeUMS, ComponentTypeCDU,
 }
 
-// ParseComponentType returns the canonical component type for s, compared
-// case-insensitively, and whether s names a known type. "Unknown" is not a
-// known type.
+// ParseComponentType returns the canonical component type for s and whether
+// s names a known type, compared case-insensitively with upstream's names
+// ("Compute", "NVSwitch", …) and the wire enum's (COMPONENT_TYPE_COMPUTE,
+// …), as inventory.ParseComponentType. "Unknown" is not a known type; an
+// unknown s is returned as written, for the error to name.
 func ParseComponentType(s string) (ComponentType, bool) {
-	for _, ct := range componentTypes {
-		if strings.EqualFold(s, string(ct)) {
-			return ct, true
-		}
+	if t, ok := inventory.ParseComponentType(s); ok {
+		return ComponentType(t), true
 	}
 	return ComponentType(s), false
 }
