@@ -271,9 +271,33 @@ func TestOneLogLinePerCall(t *testing.T) {
 	require.Len(t, lines, 2)
 	require.Equal(t, "/v1.Flow/Version", lines[0]["method"])
 	require.Equal(t, "ok", lines[0]["code"])
-	require.Contains(t, lines[0], "duration")
+	// The duration is readable ("412µs"), not integer nanoseconds.
+	d, ok := lines[0]["duration"].(string)
+	require.True(t, ok, "duration %v is not a string", lines[0]["duration"])
+	parsed, err := time.ParseDuration(d)
+	require.NoError(t, err)
+	require.Positive(t, parsed)
 	require.Equal(t, "/v1.Flow/CreateOperationRun", lines[1]["method"])
 	require.Equal(t, "unimplemented", lines[1]["code"])
+
+	// Health checks (and reflection) are not v1.Flow calls: they write no
+	// line, so a load balancer's probes do not flood the log.
+	before := strings.Count(b.logs.String(), "\n")
+	_, err = healthv1connect.NewHealthClient(h2cClient(), b.baseURL, connect.WithGRPC()).Check(context.Background(), &healthv1.HealthCheckRequest{})
+	require.NoError(t, err)
+	require.Equal(t, before, strings.Count(b.logs.String(), "\n"))
+}
+
+func TestReadableDurations(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	logger := newLogger(&buf, "json", slog.LevelInfo)
+	logger.Info("x", "a", 412*time.Microsecond+123*time.Nanosecond, "b", 1500*time.Millisecond, "c", 90*time.Minute+time.Nanosecond)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &m))
+	require.Equal(t, "412µs", m["a"])
+	require.Equal(t, "1.5s", m["b"])
+	require.Equal(t, "1h30m0s", m["c"])
 }
 
 func TestShutdownFinishesInFlightCalls(t *testing.T) {
