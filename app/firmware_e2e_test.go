@@ -304,8 +304,12 @@ func TestFirmwareFailureOnOneTray(t *testing.T) {
 	require.NoError(t, err)
 	task := waitTask(t, srv.client, res.GetTaskIds()[0], 30*time.Second)
 	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_FAILED, task.GetStatus())
-	require.Contains(t, task.GetMessage(), "firmware update failed for components")
-	require.Contains(t, task.GetMessage(), bad)
+	// The reason is told once, with the device, and no package name.
+	msg := task.GetMessage()
+	require.Contains(t, msg, "firmware update failed for components: "+bad+": flash write error", msg)
+	require.Equal(t, 1, strings.Count(msg, "flash write error"), msg)
+	require.Equal(t, 1, strings.Count(msg, "firmware update failed"), msg)
+	require.NotRegexp(t, `\b(operations|inventory|nico|psm|backend|engine|firmware): `, msg)
 	var rep operations.Report
 	require.NoError(t, json.Unmarshal([]byte(task.GetReport()), &rep))
 	require.Len(t, rep.Stages, 2)

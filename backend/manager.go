@@ -366,6 +366,16 @@ func (m *Manager) FirmwareStatus(ctx context.Context, t Target, components []str
 	return out, nil
 }
 
+// appendNew appends s to list unless list holds it already, so that the
+// same reason reported by several of a device's firmware components is told
+// once.
+func appendNew(list []string, s string) []string {
+	if slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
+}
+
 func aggregate(key string, sts []nico.FirmwareStatus) FirmwareStatus {
 	if len(sts) == 0 {
 		return FirmwareStatus{Key: key, State: FirmwareUnknown}
@@ -375,16 +385,16 @@ func aggregate(key string, sts []nico.FirmwareStatus) FirmwareStatus {
 	for _, s := range sts {
 		switch {
 		case s.Err != nil:
-			failed = append(failed, s.Err.Error())
+			failed = appendNew(failed, s.Err.Error())
 		case s.State == nico.FirmwareFailed || s.State == nico.FirmwareCancelled:
-			failed = append(failed, cmpOr(s.Error, string(s.State)))
+			failed = appendNew(failed, cmpOr(s.Error, string(s.State)))
 		case s.State == nico.FirmwareCompleted:
 			completed++
 		}
 	}
 	switch {
 	case len(failed) > 0:
-		return FirmwareStatus{Key: key, State: FirmwareFailed, Message: "firmware update failed for components: " + strings.Join(failed, "; ")}
+		return FirmwareStatus{Key: key, State: FirmwareFailed, Message: strings.Join(failed, "; ")}
 	case completed == len(sts):
 		return FirmwareStatus{Key: key, State: FirmwareCompleted}
 	}

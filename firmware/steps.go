@@ -281,16 +281,15 @@ func (s *Steps[P]) poll(ctx context.Context, call engine.Call[P], j Job, p Polli
 	}
 	if err == nil {
 		completed := 0
-		var failed, reasons []string
+		var failed []string
 		for _, fs := range sts {
 			switch fs.State {
 			case backend.FirmwareCompleted:
 				completed++
 			case backend.FirmwareFailed:
-				failed = append(failed, fs.Key)
-				if fs.Message != "" {
-					reasons = append(reasons, fs.Key+": "+fs.Message)
-				}
+				// Each failed component once, with its reason when the
+				// backend gave one.
+				failed = append(failed, strings.TrimSuffix(fs.Key+": "+fs.Message, ": "))
 			}
 		}
 		done := call.Batch * j.BatchSize
@@ -299,11 +298,7 @@ func (s *Steps[P]) poll(ctx context.Context, call engine.Call[P], j Job, p Polli
 		}
 		if len(failed) > 0 {
 			slices.Sort(failed)
-			msg := fmt.Sprintf("firmware update failed for components: [%s]", strings.Join(failed, " "))
-			if len(reasons) > 0 {
-				msg += " (" + strings.Join(reasons, "; ") + ")"
-			}
-			return engine.Result{}, engine.Permanent(errors.New(msg))
+			return engine.Result{}, engine.Permanent(errors.New("firmware update failed for components: " + strings.Join(failed, "; ")))
 		}
 		if completed == len(sts) {
 			return engine.Result{}, nil
