@@ -35,6 +35,29 @@ func (m *Managers) Supports(t ComponentType, op Operation) bool {
 	return ok && Supports(t, impl, op)
 }
 
+// Ready reports, as an error, why operations on components of type t cannot
+// reach their backend: the manager configured for t calls a backend whose
+// URL variable is unset (the error, matching ErrNotConfigured and the
+// client's own sentinel, names the variable). A type with no manager is
+// ready here; Supports tells it can do nothing.
+func (m *Managers) Ready(t ComponentType) error {
+	var missing error
+	switch m.cfg.Managers[t] {
+	case ImplNICo:
+		if m.nico == nil || !m.nico.Configured() {
+			missing = nico.ErrNotConfigured
+		}
+	case ImplPSM:
+		if m.psm == nil || !m.psm.Configured() {
+			missing = psm.ErrNotConfigured
+		}
+	}
+	if missing == nil {
+		return nil
+	}
+	return &classified{class: ErrNotConfigured, err: fmt.Errorf("%s components are managed through the %s manager: %w", t, m.cfg.Managers[t], missing)}
+}
+
 // SupportsPower reports whether the manager configured for t can apply p.
 func (m *Managers) SupportsPower(t ComponentType, p PowerOp) bool {
 	impl, ok := m.cfg.Managers[t]
