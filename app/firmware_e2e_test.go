@@ -296,7 +296,11 @@ func TestFirmwareFailureOnOneTray(t *testing.T) {
 	ctx := context.Background()
 	r := b.addRack(t, 21, false)
 	bad := macs(r, inventory.ComponentTypeCompute)[4]
-	_, err := b.sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultFail, Method: "UpdateComponentFirmware", Device: bad, Phase: "in_progress", Message: "flash write error"})
+	// The job fails where the others complete: every status read then sees
+	// either none finished or the 17 done beside the failure, so the report
+	// does not depend on when the poll lands (failing in_progress, a fast
+	// poll sees the failure before any tray completes).
+	_, err := b.sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultFail, Method: "UpdateComponentFirmware", Device: bad, Phase: "completed", Message: "flash write error"})
 	require.NoError(t, err)
 	rule := createRule(t, srv.client, "compute and switches together", fwStep("Compute", 1), fwStep("NVSwitch", 1),
 		`{"component_type":"Compute","stage":2,"main_operation":{"name":"PowerControl","parameters":{"operation":"power_on"}}}`)
