@@ -154,3 +154,27 @@ type Task struct {
 	StartedAt      pgtype.Timestamptz
 	FinishedAt     pgtype.Timestamptz
 }
+
+type TaskSchedule struct {
+	ID                pgtype.UUID
+	Name              string
+	SpecType          string
+	Spec              string
+	Timezone          string
+	OperationTemplate []byte
+	OverlapPolicy     string
+	Enabled           bool
+	NextRunAt         pgtype.Timestamptz
+	LastRunAt         pgtype.Timestamptz
+	CreatedAt         pgtype.Timestamptz
+	UpdatedAt         pgtype.Timestamptz
+}
+
+type TaskScheduleScope struct {
+	ID              pgtype.UUID
+	ScheduleID      pgtype.UUID
+	RackID          pgtype.UUID
+	ComponentFilter []byte
+	LastTaskID      pgtype.UUID
+	CreatedAt       pgtype.Timestamptz
+}
