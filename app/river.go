@@ -42,6 +42,19 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 			&river.PeriodicJobOpts{RunOnStart: true},
 		))
 	}
+	if w.schedules != nil {
+		// Schedule firings have their own queue, so a backlog of engine
+		// steps does not delay them; the safety net re-arms firings whose
+		// job is stuck in a dead process (docs/schedules.md).
+		rc.Queues[operations.ScheduleQueue] = river.QueueConfig{MaxWorkers: scheduleWorkers}
+		river.AddWorker(rc.Workers, w.schedules)
+		river.AddWorker(rc.Workers, &scheduleRescueWorker{worker: w.schedules})
+		rc.PeriodicJobs = append(rc.PeriodicJobs, river.NewPeriodicJob(
+			river.PeriodicInterval(scheduleRescueInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return scheduleRescueArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true},
+		))
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("river client: %w", err)
@@ -60,8 +73,41 @@ type engineWiring struct {
 	// jobs scheduleQueueExpiry inserts.
 	promoteRack func(context.Context, uuid.UUID) error
 
+	// schedules works schedule firings; its Schedules is set once the
+	// task manager exists, before the client starts.
+	schedules *operations.ScheduleWorker
+
 	rescueAfter time.Duration
 	maxWorkers  int
+}
+
+// scheduleWorkers is how many schedule firings a process runs at once.
+const scheduleWorkers = 20
+
+// scheduleRescueInterval is how often the leader re-arms overdue firings
+// (operations.Schedules.RescueOverdue). For the lead: a system job, to fold
+// into the system-jobs registry.
+const scheduleRescueInterval = 30 * time.Second
+
+// scheduleRescueArgs is the periodic job of the schedule safety net.
+type scheduleRescueArgs struct{}
+
+// Kind returns the job kind.
+func (scheduleRescueArgs) Kind() string { return "operations.schedule_rescue" }
+
+// InsertOpts puts the job on the schedule queue, once at a time.
+func (scheduleRescueArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: operations.ScheduleQueue, UniqueOpts: river.UniqueOpts{ByPeriod: scheduleRescueInterval}}
+}
+
+type scheduleRescueWorker struct {
+	river.WorkerDefaults[scheduleRescueArgs]
+	worker *operations.ScheduleWorker
+}
+
+func (w *scheduleRescueWorker) Work(ctx context.Context, _ *river.Job[scheduleRescueArgs]) error {
+	_, err := w.worker.Schedules.RescueOverdue(ctx, 1000)
+	return err
 }
 
 // sweepInterval is how often the leader promotes and expires waiting tasks
