@@ -298,10 +298,18 @@ func (p parsedSpec) after(at, now time.Time) (time.Time, bool) {
 		}
 		return next, true
 	case SpecCron:
-		return p.cron.Next(now.In(p.loc)).UTC(), true
+		next := p.cron.Next(now.In(p.loc))
+		// When clocks fall back, an hour's wall-clock times come twice;
+		// a firing at 01:30 does not fire again at the second 01:30.
+		if wallClock(next) == wallClock(at.In(p.loc)) {
+			next = p.cron.Next(next)
+		}
+		return next.UTC(), true
 	}
 	return time.Time{}, false
 }
+
+func wallClock(t time.Time) string { return t.Format("2006-01-02 15:04:05") }
 
 // ceilSecond rounds t up to a whole second: firing times are whole seconds,
 // so a firing's RFC 3339 time in its tasks' descriptions names it exactly.
@@ -323,7 +331,16 @@ func scheduleFromRow(r dbsqlc.TaskSchedule) (Schedule, error) {
 	if err := json.Unmarshal(r.OperationTemplate, &s.Template); err != nil {
 		return Schedule{}, fmt.Errorf("decode schedule %s template: %w", r.ID, err)
 	}
+	s.NextRunAt, s.LastRunAt = utcPtr(s.NextRunAt), utcPtr(s.LastRunAt)
 	return s, nil
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 func scopeFromRow(r dbsqlc.TaskScheduleScope) (ScheduleScope, error) {

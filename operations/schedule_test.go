@@ -29,9 +29,9 @@ import (
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/nico"
 	"github.com/nicoflow/flow/operations"
-	"github.com/nicoflow/flow/psm"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+	"github.com/nicoflow/flow/psm"
 )
 
 // clock is a test clock the schedule service reads.
@@ -40,9 +40,13 @@ type clock struct {
 	t  time.Time
 }
 
+// Now returns the set time, or the real time while none is set.
 func (c *clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.t.IsZero() {
+		return time.Now()
+	}
 	return c.t
 }
 
@@ -112,7 +116,8 @@ func setupSchedules(t *testing.T, keys *firmware.Keyring) *schedBundle {
 	rules, err := operations.NewService(inventoryRacks{inv: inv})
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(b.logs, nil))
-	e := engine.New(pool, engine.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e := engine.New(pool, engine.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error { return b.tasks.RunEnded(ctx, tx, run) }})
 	nc, err := nico.NewClient("")
 	require.NoError(t, err)
 	pc, err := psm.NewClient("")
@@ -169,7 +174,7 @@ func powerOnOp(spec *flowv1.OperationTargetSpec) *flowv1.ScheduledOperation {
 
 func intervalReq(name, every string, op *flowv1.ScheduledOperation) *flowv1.CreateTaskScheduleRequest {
 	return &flowv1.CreateTaskScheduleRequest{
-		Schedule: &flowv1.ScheduleConfig{Name: name, Spec: &flowv1.ScheduleSpec{Type: flowv1.ScheduleSpecType_SCHEDULE_SPEC_TYPE_INTERVAL, Spec: every}},
+		Schedule:  &flowv1.ScheduleConfig{Name: name, Spec: &flowv1.ScheduleSpec{Type: flowv1.ScheduleSpecType_SCHEDULE_SPEC_TYPE_INTERVAL, Spec: every}},
 		Operation: op,
 	}
 }
@@ -525,10 +530,22 @@ func TestSchedulePauseResumeDelete(t *testing.T) {
 	require.Empty(t, b.childTasks(t, sid(s)))
 
 	for _, call := range []func() error{
-		func() error { _, err := b.client.PauseTaskSchedule(ctx, &flowv1.PauseTaskScheduleRequest{}); return err },
-		func() error { _, err := b.client.ResumeTaskSchedule(ctx, &flowv1.ResumeTaskScheduleRequest{}); return err },
-		func() error { _, err := b.client.DeleteTaskSchedule(ctx, &flowv1.DeleteTaskScheduleRequest{}); return err },
-		func() error { _, err := b.client.TriggerTaskSchedule(ctx, &flowv1.TriggerTaskScheduleRequest{}); return err },
+		func() error {
+			_, err := b.client.PauseTaskSchedule(ctx, &flowv1.PauseTaskScheduleRequest{})
+			return err
+		},
+		func() error {
+			_, err := b.client.ResumeTaskSchedule(ctx, &flowv1.ResumeTaskScheduleRequest{})
+			return err
+		},
+		func() error {
+			_, err := b.client.DeleteTaskSchedule(ctx, &flowv1.DeleteTaskScheduleRequest{})
+			return err
+		},
+		func() error {
+			_, err := b.client.TriggerTaskSchedule(ctx, &flowv1.TriggerTaskScheduleRequest{})
+			return err
+		},
 		func() error { _, err := b.client.GetTaskSchedule(ctx, &flowv1.GetTaskScheduleRequest{}); return err },
 	} {
 		requireCode(t, call(), connect.CodeInvalidArgument, "id is required")
