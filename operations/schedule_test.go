@@ -117,7 +117,9 @@ func setupSchedules(t *testing.T, keys *firmware.Keyring) *schedBundle {
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(b.logs, nil))
 	e := engine.New(pool, engine.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error { return b.tasks.RunEnded(ctx, tx, run) }})
+		OnRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
+			return b.tasks.RunEnded(ctx, tx, run)
+		}})
 	nc, err := nico.NewClient("")
 	require.NoError(t, err)
 	pc, err := psm.NewClient("")
