@@ -192,6 +192,7 @@ UPDATE task_schedule SET
     enabled        = @enabled,
     next_run_at    = sqlc.narg(next_run_at),
     last_run_at    = sqlc.narg(last_run_at),
+    fire_count     = fire_count + @fired::int,
     updated_at     = now()
 WHERE id = @id
 RETURNING *;

@@ -242,6 +242,9 @@ func (s *Schedules) fireLocked(ctx context.Context, tx pgx.Tx, row dbsqlc.TaskSc
 	} else {
 		p.NextRunAt, p.Enabled = nil, false
 	}
+	if len(res.ids) > 0 {
+		p.Fired = 1
+	}
 	if _, err := s.q.ScheduleUpdate(ctx, tx, p); err != nil {
 		return res, fmt.Errorf("advance schedule %s: %w", row.ID, err)
 	}

@@ -130,6 +130,9 @@ func TestScheduleExactlyOnce(t *testing.T) {
 	require.NoError(t, b.svc.Fire(ctx, id, at, nil))
 	require.Equal(t, want, b.childTasks(t, id))
 	require.Equal(t, at.Add(time.Hour), *b.state(t, id).NextRunAt)
+	var fires int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT fire_count FROM task_schedule WHERE id = $1`, id).Scan(&fires))
+	require.Equal(t, 1, fires)
 }
 
 func TestScheduleOverlap(t *testing.T) {

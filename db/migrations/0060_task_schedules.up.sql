@@ -17,6 +17,9 @@ CREATE TABLE task_schedule (
     enabled            boolean     NOT NULL DEFAULT true,
     next_run_at        timestamptz,
     last_run_at        timestamptz,
+    -- How many firings submitted tasks (the tasks carry the firing time in
+    -- their descriptions): an audit of exactly-once, not on the wire.
+    fire_count         bigint      NOT NULL DEFAULT 0,
     created_at         timestamptz NOT NULL DEFAULT now(),
     updated_at         timestamptz NOT NULL DEFAULT now(),
     CHECK (enabled <= (next_run_at IS NOT NULL))

@@ -166,6 +166,7 @@ type TaskSchedule struct {
 	Enabled           bool
 	NextRunAt         pgtype.Timestamptz
 	LastRunAt         pgtype.Timestamptz
+	FireCount         int64
 	CreatedAt         pgtype.Timestamptz
 	UpdatedAt         pgtype.Timestamptz
 }

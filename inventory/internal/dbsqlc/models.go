@@ -168,6 +168,7 @@ type TaskSchedule struct {
 	Enabled           bool
 	NextRunAt         *time.Time
 	LastRunAt         *time.Time
+	FireCount         int64
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 }

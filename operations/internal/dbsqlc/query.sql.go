@@ -474,7 +474,7 @@ func (q *Queries) ScheduleDue(ctx context.Context, db DBTX, arg ScheduleDueParam
 }
 
 const scheduleEnabledOnRacks = `-- name: ScheduleEnabledOnRacks :many
-SELECT s.id, s.name, s.spec_type, s.spec, s.timezone, s.operation_template, s.overlap_policy, s.enabled, s.next_run_at, s.last_run_at, s.created_at, s.updated_at FROM task_schedule s
+SELECT s.id, s.name, s.spec_type, s.spec, s.timezone, s.operation_template, s.overlap_policy, s.enabled, s.next_run_at, s.last_run_at, s.fire_count, s.created_at, s.updated_at FROM task_schedule s
 WHERE s.enabled AND EXISTS (
     SELECT 1 FROM task_schedule_scope sc WHERE sc.schedule_id = s.id AND sc.rack_id = ANY($1::uuid[]))
 ORDER BY s.created_at, s.id
@@ -501,6 +501,7 @@ func (q *Queries) ScheduleEnabledOnRacks(ctx context.Context, db DBTX, rackIds [
 			&i.Enabled,
 			&i.NextRunAt,
 			&i.LastRunAt,
+			&i.FireCount,
 			&i.CreatedAt,
 			&i.UpdatedAt,
 		); err != nil {
@@ -515,7 +516,7 @@ func (q *Queries) ScheduleEnabledOnRacks(ctx context.Context, db DBTX, rackIds [
 }
 
 const scheduleGetByID = `-- name: ScheduleGetByID :one
-SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, created_at, updated_at FROM task_schedule WHERE id = $1
+SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at FROM task_schedule WHERE id = $1
 `
 
 func (q *Queries) ScheduleGetByID(ctx context.Context, db DBTX, id uuid.UUID) (TaskSchedule, error) {
@@ -532,6 +533,7 @@ func (q *Queries) ScheduleGetByID(ctx context.Context, db DBTX, id uuid.UUID) (T
 		&i.Enabled,
 		&i.NextRunAt,
 		&i.LastRunAt,
+		&i.FireCount,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 	)
@@ -539,7 +541,7 @@ func (q *Queries) ScheduleGetByID(ctx context.Context, db DBTX, id uuid.UUID) (T
 }
 
 const scheduleGetByIDForUpdate = `-- name: ScheduleGetByIDForUpdate :one
-SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, created_at, updated_at FROM task_schedule WHERE id = $1 FOR UPDATE
+SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at FROM task_schedule WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) ScheduleGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (TaskSchedule, error) {
@@ -556,6 +558,7 @@ func (q *Queries) ScheduleGetByIDForUpdate(ctx context.Context, db DBTX, id uuid
 		&i.Enabled,
 		&i.NextRunAt,
 		&i.LastRunAt,
+		&i.FireCount,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 	)
@@ -563,7 +566,7 @@ func (q *Queries) ScheduleGetByIDForUpdate(ctx context.Context, db DBTX, id uuid
 }
 
 const scheduleGetByName = `-- name: ScheduleGetByName :one
-SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, created_at, updated_at FROM task_schedule WHERE name = $1
+SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at FROM task_schedule WHERE name = $1
 `
 
 func (q *Queries) ScheduleGetByName(ctx context.Context, db DBTX, name string) (TaskSchedule, error) {
@@ -580,6 +583,7 @@ func (q *Queries) ScheduleGetByName(ctx context.Context, db DBTX, name string) (
 		&i.Enabled,
 		&i.NextRunAt,
 		&i.LastRunAt,
+		&i.FireCount,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 	)
@@ -590,7 +594,7 @@ const scheduleInsert = `-- name: ScheduleInsert :one
 
 INSERT INTO task_schedule (name, spec_type, spec, timezone, operation_template, overlap_policy, next_run_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
-RETURNING id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, created_at, updated_at
+RETURNING id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at
 `
 
 type ScheduleInsertParams struct {
@@ -626,6 +630,7 @@ func (q *Queries) ScheduleInsert(ctx context.Context, db DBTX, arg ScheduleInser
 		&i.Enabled,
 		&i.NextRunAt,
 		&i.LastRunAt,
+		&i.FireCount,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 	)
@@ -633,7 +638,7 @@ func (q *Queries) ScheduleInsert(ctx context.Context, db DBTX, arg ScheduleInser
 }
 
 const scheduleList = `-- name: ScheduleList :many
-SELECT s.id, s.name, s.spec_type, s.spec, s.timezone, s.operation_template, s.overlap_policy, s.enabled, s.next_run_at, s.last_run_at, s.created_at, s.updated_at FROM task_schedule s
+SELECT s.id, s.name, s.spec_type, s.spec, s.timezone, s.operation_template, s.overlap_policy, s.enabled, s.next_run_at, s.last_run_at, s.fire_count, s.created_at, s.updated_at FROM task_schedule s
 WHERE ($1::uuid IS NULL OR EXISTS (
         SELECT 1 FROM task_schedule_scope sc WHERE sc.schedule_id = s.id AND sc.rack_id = $1::uuid))
   AND (NOT $2::boolean OR s.enabled)
@@ -673,6 +678,7 @@ func (q *Queries) ScheduleList(ctx context.Context, db DBTX, arg ScheduleListPar
 			&i.Enabled,
 			&i.NextRunAt,
 			&i.LastRunAt,
+			&i.FireCount,
 			&i.CreatedAt,
 			&i.UpdatedAt,
 		); err != nil {
@@ -696,9 +702,10 @@ UPDATE task_schedule SET
     enabled        = $6,
     next_run_at    = $7,
     last_run_at    = $8,
+    fire_count     = fire_count + $9::int,
     updated_at     = now()
-WHERE id = $9
-RETURNING id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, created_at, updated_at
+WHERE id = $10
+RETURNING id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at
 `
 
 type ScheduleUpdateParams struct {
@@ -710,6 +717,7 @@ type ScheduleUpdateParams struct {
 	Enabled       bool
 	NextRunAt     *time.Time
 	LastRunAt     *time.Time
+	Fired         int32
 	ID            uuid.UUID
 }
 
@@ -723,6 +731,7 @@ func (q *Queries) ScheduleUpdate(ctx context.Context, db DBTX, arg ScheduleUpdat
 		arg.Enabled,
 		arg.NextRunAt,
 		arg.LastRunAt,
+		arg.Fired,
 		arg.ID,
 	)
 	var i TaskSchedule
@@ -737,6 +746,7 @@ func (q *Queries) ScheduleUpdate(ctx context.Context, db DBTX, arg ScheduleUpdat
 		&i.Enabled,
 		&i.NextRunAt,
 		&i.LastRunAt,
+		&i.FireCount,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 	)
