@@ -75,6 +75,28 @@ func RiverFireScheduler(client *river.Client[pgx.Tx]) FireScheduler {
 	}
 }
 
+// PromoteDueFirings makes the waiting firing jobs whose time has come
+// runnable now (at most limit of them), rather than at River's next
+// scheduler pass, which runs every few seconds: run every second on the
+// leader, it keeps firings within about a second of their time. A job
+// promoted twice, or one already running, is harmless.
+func PromoteDueFirings(ctx context.Context, client *river.Client[pgx.Tx], limit int) (int, error) {
+	params := river.NewJobListParams().Kinds(ScheduleFireArgs{}.Kind()).States(rivertype.JobStateScheduled).
+		Where("scheduled_at <= now()").OrderBy(river.JobListOrderByScheduledAt, river.SortOrderAsc).First(limit)
+	res, err := client.JobList(ctx, params)
+	if err != nil {
+		return 0, fmt.Errorf("list due firings: %w", err)
+	}
+	n := 0
+	for _, j := range res.Jobs {
+		if _, err := client.JobRetry(ctx, j.ID); err != nil {
+			return n, fmt.Errorf("promote firing job %d: %w", j.ID, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
 // RescueGrace is how overdue a firing must be before RescueOverdue
 // re-inserts its job.
 const RescueGrace = time.Minute

@@ -97,7 +97,7 @@ func (s *syncBuffer) String() string {
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
-func setupSchedules(t *testing.T, keys *firmware.Keyring) *schedBundle {
+func setupSchedules(t testing.TB, keys *firmware.Keyring) *schedBundle {
 	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
