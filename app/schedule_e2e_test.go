@@ -160,7 +160,8 @@ func TestScheduleE2E(t *testing.T) {
 
 // TestScheduleKillLoop kills -9 `flow serve` over and over while 100
 // schedules fire every 2s, with a second server on the same database the
-// whole time. Afterwards every firing produced exactly one task per scope:
+// whole time. After the last restart every schedule fires again, and every
+// firing produced exactly one task per scope:
 // no (schedule, firing time, rack) has two tasks, and each schedule's
 // fire_count (incremented in the firing's transaction) equals the number of
 // firing times its tasks carry, so no firing advanced without its tasks.
@@ -222,7 +223,16 @@ func TestScheduleKillLoop(t *testing.T) {
 		a = startServerProcess(t, env(portA))
 		waitHealthy(t, urlA)
 	}
-	time.Sleep(5 * time.Second)
+	// After the last restart every schedule fires again, twice (River's
+	// leader, which runs the firing tick and the scheduler, changes hands
+	// at kills, so firings lag while the kills go on).
+	restarted := time.Now()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM task_schedule s WHERE (SELECT count(*) FROM task t
+			WHERE t.trigger_id = s.id::text AND t.created_at > $1) >= 2`, restarted).Scan(&n))
+		return n == schedules
+	}, 90*time.Second, 200*time.Millisecond)
 	_, err = pool.Exec(ctx, `UPDATE task_schedule SET enabled = false`) // stop firing before counting
 	require.NoError(t, err)
 	time.Sleep(2 * time.Second) // a firing in flight commits or rolls back
@@ -254,7 +264,7 @@ func TestScheduleKillLoop(t *testing.T) {
 	total := 0
 	for _, c := range all {
 		require.Equal(t, c.fires, c.firing, "%s: every firing has its task and no task lacks its firing", c.name)
-		require.GreaterOrEqual(t, c.fires, kills, "%s kept firing through the kills", c.name)
+		require.GreaterOrEqual(t, c.fires, 2, c.name)
 		total += c.fires
 	}
 	t.Logf("%d kills; %d firings over %d schedules, each exactly once", kills, total, schedules)
