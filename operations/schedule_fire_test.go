@@ -355,3 +355,48 @@ func TestScheduleFiresOnRiver(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT description, rack_id FROM task GROUP BY 1, 2 HAVING count(*) > 1) d`).Scan(&dups))
 	require.Zero(t, dups)
 }
+
+func TestScheduleRescueAndPromote(t *testing.T) {
+	t.Parallel()
+	b := setupSchedules(t, nil)
+	ctx := context.Background()
+	id := sid(b.create(t, intervalReq("stuck", "1h", powerOnOp(rackSpec(b.racks[0])))))
+	at := t0.Add(time.Hour)
+
+	// Not yet overdue by the grace: nothing re-armed.
+	b.clock.Set(at.Add(operations.RescueGrace / 2))
+	n, err := b.svc.RescueOverdue(ctx, 100)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	// Overdue (its job stuck in a dead process, say): a second job for the
+	// same firing time; firing it twice still fires once.
+	b.clock.Set(at.Add(2*operations.RescueGrace + time.Second))
+	n, err = b.svc.RescueOverdue(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	var jobs int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'operations.schedule_fire' AND (args->>'at')::timestamptz = $1`, at).Scan(&jobs))
+	require.Equal(t, 2, jobs)
+	n, err = b.svc.RescueOverdue(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'operations.schedule_fire' AND (args->>'at')::timestamptz = $1`, at).Scan(&jobs))
+	require.Equal(t, 2, jobs, "the same rescue is not inserted twice while it waits")
+	require.NoError(t, b.svc.Fire(ctx, id, at, nil))
+	require.NoError(t, b.svc.Fire(ctx, id, at, nil))
+	require.Len(t, b.childTasks(t, id), 1)
+
+	// A due firing job waiting for River's scheduler is made runnable now.
+	b.clock.Set(time.Time{})
+	soon := sid(b.create(t, intervalReq("soon", "1s", powerOnOp(rackSpec(b.racks[1])))))
+	var state string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT state FROM river_job WHERE args->>'schedule_id' = $1`, soon.String()).Scan(&state))
+	require.Equal(t, "scheduled", state)
+	require.Eventually(t, func() bool {
+		n, err := operations.PromoteDueFirings(ctx, b.river, 100)
+		require.NoError(t, err)
+		return n == 1
+	}, 10*time.Second, 100*time.Millisecond)
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT state FROM river_job WHERE args->>'schedule_id' = $1`, soon.String()).Scan(&state))
+	require.Equal(t, "available", state)
+}
