@@ -158,8 +158,7 @@ func (s *Schedules) Fire(ctx context.Context, id uuid.UUID, at time.Time, comple
 // child tasks still reject or queue by it), and applies the after-fire
 // update. It returns the submitted task IDs. Errors: ErrScheduleNotFound,
 // ErrScheduleConsumed, ErrScheduleFireFailed when every scope was refused
-// (the schedule still advances: nothing is rolled back but the refused
-// submissions).
+// (then nothing changes, the schedule included).
 func (s *Schedules) Trigger(ctx context.Context, id uuid.UUID) ([]uuid.UUID, error) {
 	var ids []uuid.UUID
 	var refused []string
@@ -172,14 +171,19 @@ func (s *Schedules) Trigger(ctx context.Context, id uuid.UUID) ([]uuid.UUID, err
 			return fmt.Errorf("%w: schedule %s", ErrScheduleConsumed, id)
 		}
 		res, err := s.fireLocked(ctx, tx, row, s.now(), true)
+		if err != nil {
+			return err
+		}
 		ids, refused = res.ids, res.refused
-		return err
+		if len(ids) == 0 && len(refused) > 0 {
+			// Nothing was submitted: roll the advance back too, so the
+			// refused call changes nothing.
+			return fmt.Errorf("%w: %s", ErrScheduleFireFailed, strings.Join(refused, "; "))
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
-	}
-	if len(ids) == 0 && len(refused) > 0 {
-		return nil, fmt.Errorf("%w: %s", ErrScheduleFireFailed, strings.Join(refused, "; "))
 	}
 	return ids, nil
 }

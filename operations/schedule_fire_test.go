@@ -213,8 +213,10 @@ func TestScheduleTrigger(t *testing.T) {
 	// racks busy (skip => REJECT child tasks) every scope is refused.
 	_, err = b.client.PauseTaskSchedule(ctx, &flowv1.PauseTaskScheduleRequest{Id: s.GetId()})
 	require.NoError(t, err)
+	before := b.snapshot(t)
 	_, err = b.client.TriggerTaskSchedule(ctx, &flowv1.TriggerTaskScheduleRequest{Id: s.GetId()})
 	requireCode(t, err, connect.CodeFailedPrecondition, "no scope entry")
+	require.Equal(t, before, b.snapshot(t), "a trigger that submits nothing changes nothing")
 	b.finishAll(t)
 	res, err = b.client.TriggerTaskSchedule(ctx, &flowv1.TriggerTaskScheduleRequest{Id: s.GetId()})
 	require.NoError(t, err)
