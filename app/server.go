@@ -31,6 +31,7 @@ type flowService struct {
 	*operationsHandler // operation rules and rack-rule associations
 	*taskHandler       // rack operations and tasks
 	*reconcileHandler  // ValidateComponents
+	*scheduleHandler   // task schedules
 }
 
 // Domain handlers are embedded through aliases: every domain calls its type
@@ -40,6 +41,7 @@ type (
 	operationsHandler = operations.Handler
 	taskHandler       = operations.TaskHandler
 	reconcileHandler  = reconcile.Handler
+	scheduleHandler   = operations.ScheduleHandler
 )
 
 type unimplemented struct {
