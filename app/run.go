@@ -45,6 +45,7 @@ Usage:
   flow config                                           print every environment variable Flow reads
   flow key generate                                     print a new data-encryption key (base64)
   flow key id FILE                                      print the ID (SHA-256 fingerprint) of a key file
+  flow cert dev DIR [--host NAME]                       write a throwaway CA, server and per-role client certificates (docs/security.md)
 
 CLI (a Connect client of a running server; --server ADDR or FLOW_SERVER,
 default 127.0.0.1:50051; -o table|json):
@@ -108,6 +109,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return nil
 	case "key":
 		return runKey(rest, stdout, stderr)
+	case "cert":
+		return runCert(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
