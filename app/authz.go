@@ -89,14 +89,14 @@ var methodRoles = map[string]Role{
 	flowv1connect.FlowPurgeRackProcedure:           roleAdmin,
 
 	// Rack operations: operator, but decommission is admin.
-	flowv1connect.FlowUpgradeFirmwareProcedure:   roleOperator,
-	flowv1connect.FlowBringUpRackProcedure:       roleOperator,
-	flowv1connect.FlowIngestRackProcedure:        roleOperator,
-	flowv1connect.FlowDecommissionRackProcedure:  roleAdmin,
-	flowv1connect.FlowPowerOnRackProcedure:       roleOperator,
-	flowv1connect.FlowPowerOffRackProcedure:      roleOperator,
-	flowv1connect.FlowPowerResetRackProcedure:    roleOperator,
-	flowv1connect.FlowACPowerCycleRackProcedure:  roleOperator,
+	flowv1connect.FlowUpgradeFirmwareProcedure:    roleOperator,
+	flowv1connect.FlowBringUpRackProcedure:        roleOperator,
+	flowv1connect.FlowIngestRackProcedure:         roleOperator,
+	flowv1connect.FlowDecommissionRackProcedure:   roleAdmin,
+	flowv1connect.FlowPowerOnRackProcedure:        roleOperator,
+	flowv1connect.FlowPowerOffRackProcedure:       roleOperator,
+	flowv1connect.FlowPowerResetRackProcedure:     roleOperator,
+	flowv1connect.FlowACPowerCycleRackProcedure:   roleOperator,
 	flowv1connect.FlowValidateComponentsProcedure: roleViewer, // compares, writes nothing
 
 	// Components and NVLink domains: inventory writes are admin.

@@ -15,9 +15,11 @@ import (
 // Report is the task report (spec/execution.md §10): the rule's stages and
 // steps with their status, component counts, times and errors.
 type Report struct {
-	Version int           `json:"version"`
-	Stages  []StageReport `json:"stages"`
-	Error   string        `json:"error,omitempty"`
+	Version int `json:"version"`
+	// SubmittedBy is the identity that submitted the task (Task.SubmittedBy).
+	SubmittedBy string        `json:"submitted_by,omitempty"`
+	Stages      []StageReport `json:"stages"`
+	Error       string        `json:"error,omitempty"`
 }
 
 // StageReport is one rule stage of a Report.
@@ -92,6 +94,7 @@ func reportOf(row dbsqlc.Task, run *engine.RunReport) (json.RawMessage, error) {
 		return nil, fmt.Errorf("decode scope of task %s: %w", row.ID, err)
 	}
 	rep := buildReport(rule, components, run)
+	rep.SubmittedBy = row.SubmittedBy
 	if TaskStatus(row.Status) == TaskTerminated && rep.Error == "" {
 		rep.Error = row.Message
 	}

@@ -153,4 +153,5 @@ type Task struct {
 	UpdatedAt      pgtype.Timestamptz
 	StartedAt      pgtype.Timestamptz
 	FinishedAt     pgtype.Timestamptz
+	SubmittedBy    string
 }

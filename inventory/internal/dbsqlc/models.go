@@ -155,4 +155,5 @@ type Task struct {
 	UpdatedAt      time.Time
 	StartedAt      *time.Time
 	FinishedAt     *time.Time
+	SubmittedBy    string
 }
