@@ -21,7 +21,7 @@ var allowedImports = map[string][]string{
 	"db/dbtest":    {"db", "db/pglocal"},
 	"engine":       {"db"},
 	"inventory":    {"db"},
-	"firmware":     {},
+	"firmware":     {"db", "engine", "inventory", "backend", "nico", "psm"},
 	"sim":          {},
 	"nico":         {},
 	"nico/nicosim": {"sim", "nico"},
