@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/nicoflow/flow/caller"
 )
@@ -303,4 +306,33 @@ func setupSecurity(ctx context.Context, cfg Config, logger *slog.Logger, clearte
 		logger.InfoContext(ctx, "authorization policy loaded", "path", cfg.AuthzPolicy, "entries", len(pol.exact)+len(pol.prefixes))
 	}
 	return apiSecurity{reloader: reloader, policy: pol}, nil
+}
+
+// ClientHTTPClient returns the HTTP client and base URL a Flow client uses
+// to reach addr ("host:port" or a URL) with files (ClientTLSFiles): over
+// TLS, https:// (the default scheme with certificates) and HTTP/2; without
+// files, http:// as before. An http:// address with certificates is a
+// usage error rather than a silent cleartext call.
+func ClientHTTPClient(addr string, files TLSFiles, timeout time.Duration) (*http.Client, string, error) {
+	cfg, err := ClientTLSConfig(files)
+	if err != nil {
+		return nil, "", err
+	}
+	base := addr
+	switch {
+	case !strings.Contains(base, "://") && cfg != nil:
+		base = "https://" + base
+	case !strings.Contains(base, "://"):
+		base = "http://" + base
+	case strings.HasPrefix(base, "http://") && cfg != nil:
+		return nil, "", usageError{fmt.Errorf("server %s is http:// but TLS certificates are given (--ca/--cert/--key, FLOW_TLS_*, CERTDIR): use https://", addr)}
+	}
+	client := &http.Client{Timeout: timeout}
+	if cfg != nil {
+		var p http.Protocols
+		p.SetHTTP1(true)
+		p.SetHTTP2(true)
+		client.Transport = &http.Transport{TLSClientConfig: cfg, Protocols: &p, ForceAttemptHTTP2: true}
+	}
+	return client, strings.TrimRight(base, "/"), nil
 }
