@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -17,6 +16,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 // devTrustDomain is the SPIFFE trust domain of `flow cert dev`'s client
@@ -155,53 +156,42 @@ func writePair(dir, name string, der []byte, key *ecdsa.PrivateKey) error {
 	return os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600)
 }
 
-const certUsage = `usage: flow cert dev DIR [--host NAME]...
-  write a throwaway CA, a server certificate and a client certificate per
-  role (admin, operator, viewer) into DIR, with a sample policy.yaml, to try
-  mutual TLS and roles on one machine (docs/security.md). Not for production.
-`
-
-// runCert is `flow cert dev DIR`.
-func runCert(args []string, stdout, stderr io.Writer) error {
-	if len(args) < 2 || args[0] != "dev" || strings.HasPrefix(args[1], "-") {
-		fmt.Fprint(stderr, certUsage)
-		return usageError{errors.New("cert needs: dev DIR")}
+// certCommand is `flow cert dev DIR`.
+func certCommand(stdout io.Writer) *cobra.Command {
+	cert := &cobra.Command{Use: "cert", Short: "certificates: dev (a throwaway CA and certificates for trying mTLS)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+	var hosts []string
+	dev := &cobra.Command{
+		Use:   "dev DIR",
+		Short: "write a throwaway CA, a server certificate and a client certificate per role (admin, operator, viewer) with a sample policy.yaml into DIR",
+		Long: `Write a throwaway CA, a server certificate and a client certificate per role
+(admin, operator, viewer) into DIR, with a sample policy.yaml, to try mutual
+TLS and roles on one machine (docs/security.md). Not for production: the CA
+key sits beside the certificates.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			if err := writeDevCerts(args[0], hosts); err != nil {
+				return err
+			}
+			abs, err := filepath.Abs(args[0])
+			if err != nil {
+				return err
+			}
+			printDevCerts(stdout, abs)
+			return nil
+		},
 	}
-	dir := args[1]
-	fs := newFlagSet("cert dev", stderr)
-	var hosts hostList
-	fs.Var(&hosts, "host", "extra DNS name or IP for the server certificate (repeatable)")
-	if err := parseFlags(fs, args[2:]); err != nil {
-		return err
-	}
-	if err := writeDevCerts(dir, hosts); err != nil {
-		return err
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, `wrote a throwaway CA, a server certificate and client certificates to %[1]s
-
-  server    CERTDIR=%[1]s FLOW_AUTHZ_POLICY=%[1]s/policy.yaml flow serve
-  clients   %[2]s
-            flow --ca %[1]s/ca.crt --cert %[1]s/operator.crt --key %[1]s/operator.key rack list
-            curl --cacert %[1]s/ca.crt --cert %[1]s/viewer.crt --key %[1]s/viewer.key \
-              -H 'Content-Type: application/json' -d '{}' https://localhost:50051/v1.Flow/Version
-
-valid for %[3]d days; ca.key can sign more; keep the folder private.
-`, abs, strings.Join(func() []string {
-		var out []string
-		for _, r := range devRoles {
-			out = append(out, r+".crt ("+devSPIFFEID(r)+")")
-		}
-		return out
-	}(), ", "), int(devCertValidity.Hours()/24))
-	return nil
+	dev.Flags().StringSliceVar(&hosts, "host", nil, "extra DNS name or IP for the server certificate (repeatable)")
+	cert.AddCommand(dev)
+	return cert
 }
 
-// hostList is a repeatable string flag.
-type hostList []string
-
-func (h *hostList) String() string     { return strings.Join(*h, ",") }
-func (h *hostList) Set(v string) error { *h = append(*h, v); return nil }
+func printDevCerts(w io.Writer, dir string) {
+	fmt.Fprintf(w, "wrote a throwaway CA, a server certificate and client certificates to %s (valid %d days; not for production)\n\n", dir, int(devCertValidity.Hours()/24))
+	fmt.Fprintf(w, "  server   CERTDIR=%[1]s FLOW_AUTHZ_POLICY=%[1]s/policy.yaml flow serve\n", dir)
+	for _, r := range devRoles {
+		fmt.Fprintf(w, "  %-8s --ca %[2]s/ca.crt --cert %[2]s/%[1]s.crt --key %[2]s/%[1]s.key   (%[3]s)\n", r, dir, devSPIFFEID(r))
+	}
+	fmt.Fprintf(w, "\n  flow --ca %[1]s/ca.crt --cert %[1]s/operator.crt --key %[1]s/operator.key rack list --server localhost:50051\n", dir)
+	fmt.Fprintf(w, "  curl --cacert %[1]s/ca.crt --cert %[1]s/viewer.crt --key %[1]s/viewer.key -H 'Content-Type: application/json' -d '{}' https://localhost:50051/v1.Flow/Version\n", dir)
+}

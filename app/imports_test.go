@@ -31,8 +31,12 @@ var allowedImports = map[string][]string{
 	"reconcile":    {"db", "inventory", "backend", "nico", "psm"},
 	"operations":   {"db", "caller", "engine", "inventory", "backend", "firmware", "nico", "psm"},
 	"cmd/flow":     {"app"},
-	"proto":        {},
-	"proto/v1":     {},
+	// cli talks to the server only through the generated Connect client;
+	// operations only for the rule file format (parsed client-side, so
+	// that rule load --dry-run checks a file exactly as the server would).
+	"cli":      {"operations"},
+	"proto":    {},
+	"proto/v1": {},
 }
 
 type listedPackage struct {

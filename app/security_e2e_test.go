@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/cli"
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
@@ -74,11 +75,11 @@ func startSecureE2E(t *testing.T, withPolicy bool) *secureE2E {
 // none) and trusting the dev CA.
 func (s *secureE2E) httpClient(t *testing.T, role string) *http.Client {
 	t.Helper()
-	files := TLSFiles{CA: filepath.Join(s.certs, "ca.crt")}
+	files := cli.TLSFiles{CA: filepath.Join(s.certs, "ca.crt")}
 	if role != "" {
 		files.Cert, files.Key = filepath.Join(s.certs, role+".crt"), filepath.Join(s.certs, role+".key")
 	}
-	cfg, err := ClientTLSConfig(files)
+	cfg, err := cli.TLSConfig(files)
 	require.NoError(t, err)
 	return tlsHTTPClient(cfg)
 }
@@ -136,7 +137,7 @@ func TestMTLSRefusesClientsWithoutAValidCertificate(t *testing.T) {
 	// A certificate from another CA: refused at the handshake as well.
 	other := t.TempDir()
 	require.NoError(t, writeDevCerts(other, nil))
-	cfg, err := ClientTLSConfig(TLSFiles{CA: filepath.Join(s.certs, "ca.crt"), Cert: filepath.Join(other, "admin.crt"), Key: filepath.Join(other, "admin.key")})
+	cfg, err := cli.TLSConfig(cli.TLSFiles{CA: filepath.Join(s.certs, "ca.crt"), Cert: filepath.Join(other, "admin.crt"), Key: filepath.Join(other, "admin.key")})
 	require.NoError(t, err)
 	_, err = flowv1connect.NewFlowClient(tlsHTTPClient(cfg), s.url).Version(ctx, &flowv1.VersionRequest{})
 	require.Error(t, err)
@@ -148,7 +149,7 @@ func TestMTLSRefusesClientsWithoutAValidCertificate(t *testing.T) {
 	require.Error(t, err)
 
 	// The server's TLS floor is 1.2.
-	cfg, err = ClientTLSConfig(TLSFiles{CA: filepath.Join(s.certs, "ca.crt"), Cert: filepath.Join(s.certs, "admin.crt"), Key: filepath.Join(s.certs, "admin.key")})
+	cfg, err = cli.TLSConfig(cli.TLSFiles{CA: filepath.Join(s.certs, "ca.crt"), Cert: filepath.Join(s.certs, "admin.crt"), Key: filepath.Join(s.certs, "admin.key")})
 	require.NoError(t, err)
 	cfg.MinVersion, cfg.MaxVersion = tls.VersionTLS11, tls.VersionTLS11
 	_, err = flowv1connect.NewFlowClient(tlsHTTPClient(cfg), s.url).Version(ctx, &flowv1.VersionRequest{})
@@ -390,4 +391,49 @@ func TestCertificateRotationKeepsConnections(t *testing.T) {
 	_, err = s.client(t, "").Version(ctx, &flowv1.VersionRequest{})
 	require.Error(t, err)
 	require.Contains(t, s.logs.String(), "TLS certificates reloaded")
+}
+
+// TestCLIOverMTLS: the CLI speaks mutual TLS with --ca/--cert/--key (before
+// the noun, as in docs/security.md) or FLOW_TLS_*, and reports a denied
+// call.
+func TestCLIOverMTLS(t *testing.T) {
+	t.Parallel()
+	s := startSecureE2E(t, true)
+	rack := s.addRack(t, 34, true)
+	addr := s.srv.Addr().String()
+	ctx := context.Background()
+	cliRun := func(vars map[string]string, args ...string) (string, error) {
+		var out syncBuffer
+		err := run(ctx, append([]string{"flow"}, args...), env(vars), &out, &out)
+		return out.String(), err
+	}
+	f := func(name string) string { return filepath.Join(s.certs, name) }
+
+	out, err := cliRun(nil, "--ca", f("ca.crt"), "--cert", f("viewer.crt"), "--key", f("viewer.key"), "rack", "list", "--server", addr)
+	require.NoError(t, err, out)
+	require.Contains(t, out, rack.Name)
+
+	operator := map[string]string{"FLOW_TLS_CA": f("ca.crt"), "FLOW_TLS_CERT": f("operator.crt"), "FLOW_TLS_KEY": f("operator.key"), "FLOW_SERVER": addr}
+	out, err = cliRun(operator, "power", "on", rack.Name, "--wait")
+	require.NoError(t, err, out)
+	out, err = cliRun(operator, "task", "list")
+	require.NoError(t, err, out)
+	id := strings.Fields(strings.Split(out, "\n")[1])[0]
+	out, err = cliRun(operator, "task", "get", id)
+	require.NoError(t, err, out)
+	require.Regexp(t, `SUBMITTED BY\s+`+devSPIFFEID("operator"), out)
+
+	out, err = cliRun(nil, "--ca", f("ca.crt"), "--cert", f("viewer.crt"), "--key", f("viewer.key"), "--server", addr, "power", "off", rack.Name)
+	require.Error(t, err)
+	require.Contains(t, err.Error()+out, "needs role operator")
+
+	// Without a certificate, or in cleartext, the CLI gets nowhere.
+	_, err = cliRun(nil, "--ca", f("ca.crt"), "rack", "list", "--server", addr)
+	require.Error(t, err)
+	_, err = cliRun(nil, "rack", "list", "--server", addr)
+	require.Error(t, err)
+	_, err = cliRun(nil, "--ca", f("ca.crt"), "--cert", f("viewer.crt"), "rack", "list", "--server", addr)
+	require.ErrorContains(t, err, "--cert and --key")
+	_, err = cliRun(nil, "--ca", f("ca.crt"), "--cert", f("viewer.crt"), "--key", f("viewer.key"), "rack", "list", "--server", "http://"+addr)
+	require.ErrorContains(t, err, "use https://")
 }

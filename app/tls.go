@@ -7,12 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/nicoflow/flow/caller"
 )
@@ -47,7 +44,7 @@ func resolveCertSource(cfg Config, spiffeDir string) (certSource, error) {
 	if cfg.TLS.Enabled() {
 		f := cfg.TLS
 		if f.CA == "" || f.Cert == "" || f.Key == "" {
-			return certSource{}, usageError{errors.New("FLOW_TLS_CA, FLOW_TLS_CERT and FLOW_TLS_KEY must be set together")}
+			return certSource{}, usageError(errors.New("FLOW_TLS_CA, FLOW_TLS_CERT and FLOW_TLS_KEY must be set together"))
 		}
 		return certSource{name: "FLOW_TLS_*", files: f}, requireFiles(f)
 	}
@@ -208,48 +205,6 @@ func certIdentity(cert *x509.Certificate) string {
 	return cert.Subject.CommonName
 }
 
-// ClientTLSFiles returns the client's certificate files from getenv and
-// flags (flags win): FLOW_TLS_CA / FLOW_TLS_CERT / FLOW_TLS_KEY, else
-// CERTDIR's ca.crt, tls.crt and tls.key. It returns the zero TLSFiles when
-// none is set: the client speaks cleartext.
-func ClientTLSFiles(getenv func(string) string, ca, cert, key string) TLSFiles {
-	f := TLSFiles{CA: or(ca, getenv("FLOW_TLS_CA")), Cert: or(cert, getenv("FLOW_TLS_CERT")), Key: or(key, getenv("FLOW_TLS_KEY"))}
-	if f.Enabled() {
-		return f
-	}
-	if dir := getenv("CERTDIR"); dir != "" {
-		return TLSFiles{CA: filepath.Join(dir, certDirCA), Cert: filepath.Join(dir, certDirCert), Key: filepath.Join(dir, certDirKey)}
-	}
-	return TLSFiles{}
-}
-
-// ClientTLSConfig returns the tls.Config a Flow client (the CLI) uses with
-// files: the CA bundle verifies the server, the certificate and key identify
-// the client. It returns nil, nil for the zero TLSFiles (cleartext), and an
-// error naming the missing piece when only some files are given.
-func ClientTLSConfig(files TLSFiles) (*tls.Config, error) {
-	if !files.Enabled() {
-		return nil, nil
-	}
-	if (files.Cert == "") != (files.Key == "") {
-		return nil, usageError{errors.New("--cert and --key (FLOW_TLS_CERT, FLOW_TLS_KEY) must be given together")}
-	}
-	cfg, err := files.Config()
-	if err != nil {
-		return nil, fmt.Errorf("TLS: %w", err)
-	}
-	if len(cfg.Certificates) == 1 {
-		// Present the certificate whatever CAs the server lists: the server
-		// decides, and its refusal names the problem better than a silent
-		// empty certificate would.
-		cert := cfg.Certificates[0]
-		cfg.Certificates = nil
-		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
-	}
-	cfg.NextProtos = []string{"h2", "http/1.1"}
-	return cfg, nil
-}
-
 // apiSecurity is how the API port is protected: its certificates (nil:
 // cleartext) and the authorization policy (nil: every identity is admin).
 type apiSecurity struct {
@@ -269,7 +224,7 @@ func setupSecurity(ctx context.Context, cfg Config, logger *slog.Logger, clearte
 	}
 	insecure := func(why string) (apiSecurity, error) {
 		if pol != nil {
-			return apiSecurity{}, usageError{fmt.Errorf("FLOW_AUTHZ_POLICY is set but the API serves cleartext (%s): no caller can be identified; configure certificates or unset the policy", why)}
+			return apiSecurity{}, usageError(fmt.Errorf("FLOW_AUTHZ_POLICY is set but the API serves cleartext (%s): no caller can be identified; configure certificates or unset the policy", why))
 		}
 		return apiSecurity{}, nil
 	}
@@ -286,7 +241,7 @@ func setupSecurity(ctx context.Context, cfg Config, logger *slog.Logger, clearte
 		}
 		return sec, err
 	case errors.Is(err, errNoCertificates):
-		return apiSecurity{}, usageError{err}
+		return apiSecurity{}, usageError(err)
 	case err != nil:
 		return apiSecurity{}, err
 	}
@@ -308,31 +263,3 @@ func setupSecurity(ctx context.Context, cfg Config, logger *slog.Logger, clearte
 	return apiSecurity{reloader: reloader, policy: pol}, nil
 }
 
-// ClientHTTPClient returns the HTTP client and base URL a Flow client uses
-// to reach addr ("host:port" or a URL) with files (ClientTLSFiles): over
-// TLS, https:// (the default scheme with certificates) and HTTP/2; without
-// files, http:// as before. An http:// address with certificates is a
-// usage error rather than a silent cleartext call.
-func ClientHTTPClient(addr string, files TLSFiles, timeout time.Duration) (*http.Client, string, error) {
-	cfg, err := ClientTLSConfig(files)
-	if err != nil {
-		return nil, "", err
-	}
-	base := addr
-	switch {
-	case !strings.Contains(base, "://") && cfg != nil:
-		base = "https://" + base
-	case !strings.Contains(base, "://"):
-		base = "http://" + base
-	case strings.HasPrefix(base, "http://") && cfg != nil:
-		return nil, "", usageError{fmt.Errorf("server %s is http:// but TLS certificates are given (--ca/--cert/--key, FLOW_TLS_*, CERTDIR): use https://", addr)}
-	}
-	client := &http.Client{Timeout: timeout}
-	if cfg != nil {
-		var p http.Protocols
-		p.SetHTTP1(true)
-		p.SetHTTP2(true)
-		client.Transport = &http.Transport{TLSClientConfig: cfg, Protocols: &p, ForceAttemptHTTP2: true}
-	}
-	return client, strings.TrimRight(base, "/"), nil
-}
