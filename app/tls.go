@@ -262,4 +262,3 @@ func setupSecurity(ctx context.Context, cfg Config, logger *slog.Logger, clearte
 	}
 	return apiSecurity{reloader: reloader, policy: pol}, nil
 }
-
