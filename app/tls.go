@@ -224,7 +224,7 @@ func setupSecurity(ctx context.Context, cfg Config, logger *slog.Logger, clearte
 	}
 	insecure := func(why string) (apiSecurity, error) {
 		if pol != nil {
-			return apiSecurity{}, usageError(fmt.Errorf("FLOW_AUTHZ_POLICY is set but the API serves cleartext (%s): no caller can be identified; configure certificates or unset the policy", why))
+			return apiSecurity{}, fmt.Errorf("FLOW_AUTHZ_POLICY is set but the API serves cleartext (%s): no caller can be identified; configure certificates or unset the policy", why)
 		}
 		return apiSecurity{}, nil
 	}
@@ -241,7 +241,7 @@ func setupSecurity(ctx context.Context, cfg Config, logger *slog.Logger, clearte
 		}
 		return sec, err
 	case errors.Is(err, errNoCertificates):
-		return apiSecurity{}, usageError(err)
+		return apiSecurity{}, err
 	case err != nil:
 		return apiSecurity{}, err
 	}
