@@ -9,7 +9,8 @@
 //
 //	flow [--server ADDR] [-o table|wide|json|yaml] NOUN VERB [ARGS] [FLAGS]
 //
-// Global flags (--server, FLOW_SERVER, default 127.0.0.1:50051; -o) go
+// Global flags (--server, FLOW_SERVER, default 127.0.0.1:50051; -o; the
+// TLS files --ca, --cert and --key, else FLOW_TLS_* or CERTDIR, tls.go) go
 // anywhere on the line. Help (--help at every level, `flow help NOUN`) goes
 // to stdout and exits 0. Bad usage exits 2 with a one-line error and a hint
 // (ExitCode). Racks, components, rules and tasks are named by UUID or by
