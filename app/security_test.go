@@ -3,6 +3,8 @@ package app
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -187,4 +189,60 @@ func TestValidRequestID(t *testing.T) {
 	require.False(t, validRequestID("has space"))
 	require.False(t, validRequestID(`quote"`))
 	require.False(t, validRequestID(strings.Repeat("x", 129)))
+}
+
+// TestCertReloaderKeepsTheOldCertificateOnAHalfWrittenRotation: a rotation
+// caught between the certificate and the key keeps serving the previous
+// pair (one warning), and the next handshake after the key lands reloads.
+func TestCertReloaderKeepsTheOldCertificateOnAHalfWrittenRotation(t *testing.T) {
+	t.Parallel()
+	dir, fresh := t.TempDir(), t.TempDir()
+	require.NoError(t, writeDevCerts(dir, nil))
+	require.NoError(t, writeDevCerts(fresh, nil))
+	logs := &syncBuffer{}
+	files := TLSFiles{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key")}
+	r, err := newCertReloader(files, newLogger(logs, "json", 0))
+	require.NoError(t, err)
+	old := r.config().Certificates[0].Certificate[0]
+	replace := func(name string) {
+		b, err := os.ReadFile(filepath.Join(fresh, name))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name+".tmp"), b, 0o600))
+		require.NoError(t, os.Rename(filepath.Join(dir, name+".tmp"), filepath.Join(dir, name)))
+	}
+	replace("tls.crt") // the key is still the old one
+	require.Equal(t, old, r.config().Certificates[0].Certificate[0])
+	require.Equal(t, old, r.config().Certificates[0].Certificate[0])
+	require.Equal(t, 1, strings.Count(logs.String(), "cannot be loaded; serving the previous ones"))
+	replace("tls.key")
+	replace("ca.crt")
+	got := r.config()
+	require.NotEqual(t, old, got.Certificates[0].Certificate[0])
+	require.Contains(t, logs.String(), "TLS certificates reloaded")
+	require.Equal(t, uint16(tls.VersionTLS12), got.MinVersion)
+	require.Equal(t, tls.RequireAndVerifyClientCert, got.ClientAuth)
+}
+
+func TestIsLoopback(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]bool{
+		"127.0.0.1:50060": true, "[::1]:1": true, "localhost:9": true, "127.8.0.1:1": true,
+		":50060": false, "0.0.0.0:1": false, "10.1.2.3:4": false, "[::]:1": false, "nonsense": false,
+	} {
+		require.Equal(t, want, isLoopback(addr), addr)
+	}
+}
+
+// TestPolicyNeedsTLS: flow dev (cleartext) with a policy file is refused,
+// as ALLOW_INSECURE_GRPC is: a policy could identify nobody.
+func TestPolicyNeedsTLS(t *testing.T) {
+	t.Parallel()
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(policyFile, []byte("identities:\n  a: admin\n"), 0o644))
+	_, err := setupSecurity(context.Background(), Config{AuthzPolicy: policyFile}, newLogger(io.Discard, "json", 0), true)
+	require.ErrorContains(t, err, "FLOW_AUTHZ_POLICY is set but the API serves cleartext (flow dev)")
+	sec, err := setupSecurity(context.Background(), Config{}, newLogger(io.Discard, "json", 0), true)
+	require.NoError(t, err)
+	require.Nil(t, sec.reloader)
+	require.Nil(t, sec.policy)
 }
