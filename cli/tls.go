@@ -21,20 +21,34 @@ type TLSFiles struct {
 // Enabled reports whether any file is set.
 func (f TLSFiles) Enabled() bool { return f.CA != "" || f.Cert != "" || f.Key != "" }
 
+// spiffeCertDir is where Kubernetes mounts a pod's SVID (ca.crt, tls.crt,
+// tls.key), as for the server.
+const spiffeCertDir = "/var/run/secrets/spiffe.io"
+
 // ClientTLSFiles returns the client's certificate files from flags (which
-// win) and getenv, the same variables the server reads: --ca/--cert/--key,
-// else FLOW_TLS_CA / FLOW_TLS_CERT / FLOW_TLS_KEY, else CERTDIR's ca.crt,
-// tls.crt and tls.key. It returns the zero TLSFiles when none is set: the
+// win) and getenv, in the server's order: --ca/--cert/--key, else
+// FLOW_TLS_CA / FLOW_TLS_CERT / FLOW_TLS_KEY, else CERTDIR's ca.crt,
+// tls.crt and tls.key, else the SPIFFE mount when it holds all three (a
+// pod's own SVID). It returns the zero TLSFiles when none is found: the
 // client speaks cleartext.
 func ClientTLSFiles(getenv func(string) string, ca, cert, key string) TLSFiles {
 	f := TLSFiles{CA: or(ca, getenv("FLOW_TLS_CA")), Cert: or(cert, getenv("FLOW_TLS_CERT")), Key: or(key, getenv("FLOW_TLS_KEY"))}
 	if f.Enabled() {
 		return f
 	}
-	if dir := getenv("CERTDIR"); dir != "" {
+	inDir := func(dir string) TLSFiles {
 		return TLSFiles{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key")}
 	}
-	return TLSFiles{}
+	if dir := getenv("CERTDIR"); dir != "" {
+		return inDir(dir)
+	}
+	f = inDir(spiffeCertDir)
+	for _, p := range []string{f.CA, f.Cert, f.Key} {
+		if _, err := os.Stat(p); err != nil {
+			return TLSFiles{}
+		}
+	}
+	return f
 }
 
 // TLSConfig returns the tls.Config of a Flow client using files: the CA
