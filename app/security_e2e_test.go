@@ -360,7 +360,11 @@ func TestCertificateRotationKeepsConnections(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	time.Sleep(100 * time.Millisecond)
+	polling := func(n int32) {
+		t.Helper()
+		require.Eventually(t, func() bool { return calls.Load() >= n }, 30*time.Second, 5*time.Millisecond, "the watch stalled")
+	}
+	polling(3)
 
 	// Rotate: a new CA and certificates written over the old files, as a
 	// cert-manager renewal would (a new CA too: the hardest case).
@@ -380,13 +384,13 @@ func TestCertificateRotationKeepsConnections(t *testing.T) {
 	newCert, err := tls.LoadX509KeyPair(filepath.Join(fresh, "tls.crt"), filepath.Join(fresh, "tls.key"))
 	require.NoError(t, err)
 	require.Equal(t, newCert.Certificate[0], after, "new connections get the new certificate")
-	time.Sleep(100 * time.Millisecond) // the watch keeps polling after the rotation
+	polling(calls.Load() + 3) // the watch keeps polling after the rotation
 	close(stop)
 	// The watcher holds the old CA's viewer certificate, which the rotated
 	// server no longer accepts: it kept working only on its first
 	// connection.
 	require.NoError(t, <-polls, "the watch connection was not cut")
-	require.Greater(t, calls.Load(), int32(5))
+	require.GreaterOrEqual(t, calls.Load(), int32(6))
 	require.Equal(t, int32(1), conns.Load(), "one connection for the whole watch")
 	_, err = s.client(t, "").Version(ctx, &flowv1.VersionRequest{})
 	require.Error(t, err)
