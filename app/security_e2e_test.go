@@ -180,7 +180,7 @@ func TestRolesOverGRPCAndConnect(t *testing.T) {
 	for _, proto := range []struct {
 		name string
 		opts []connect.ClientOption
-	}{{"gRPC", []connect.ClientOption{connect.WithGRPC()}}, {"Connect", nil}} {
+	}{{"gRPC", []connect.ClientOption{connect.WithGRPC()}}, {"gRPC-Web", []connect.ClientOption{connect.WithGRPCWeb()}}, {"Connect", nil}} {
 		viewer, operator, admin := s.client(t, "viewer", proto.opts...), s.client(t, "operator", proto.opts...), s.client(t, "admin", proto.opts...)
 
 		// viewer: lists racks, PowerOnRack denied, nothing written.
