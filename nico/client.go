@@ -364,6 +364,7 @@ func (c *Client) Machines(ctx context.Context, ids []string) ([]Machine, error) 
 			BMCFirmware:    m.GetBmcInfo().GetFirmwareVersion(),
 			ChassisSerial:  m.GetStatus().GetDiscoveryInfo().GetDmiData().GetChassisSerial(),
 			UpdateComplete: m.GetStatus().GetUpdateComplete(),
+			Health:         healthOf(m.GetStatus().GetHealth()),
 		}
 		for _, d := range m.GetStatus().GetAssociatedDpuMachineIds() {
 			mm.DPUIDs = append(mm.DPUIDs, d.GetId())
@@ -406,6 +407,7 @@ func (c *Client) Switches(ctx context.Context, ids []string) ([]Switch, error) {
 		out = append(out, Switch{
 			ID: s.GetId().GetId(), ControllerState: s.GetControllerState(), BMCMAC: s.GetBmcInfo().GetMac(),
 			RackID: s.GetRackId().GetId(), NVOSIP: s.GetNvosInfo().GetIp(),
+			NVLinkDomain: s.GetNvlinkDomainUuid().GetValue(), Health: healthOf(s.GetStatus().GetHealth()),
 		})
 	}
 	return out, nil
@@ -441,7 +443,8 @@ func (c *Client) PowerShelves(ctx context.Context, ids []string) ([]PowerShelf, 
 	}
 	out := make([]PowerShelf, 0, len(ps))
 	for _, p := range ps {
-		out = append(out, PowerShelf{ID: p.GetId().GetId(), ControllerState: p.GetControllerState(), BMCMAC: p.GetBmcInfo().GetMac(), RackID: p.GetRackId().GetId()})
+		out = append(out, PowerShelf{ID: p.GetId().GetId(), ControllerState: p.GetControllerState(), BMCMAC: p.GetBmcInfo().GetMac(),
+			RackID: p.GetRackId().GetId(), Health: healthOf(p.GetStatus().GetHealth())})
 	}
 	return out, nil
 }
