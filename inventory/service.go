@@ -1410,6 +1410,8 @@ func componentFromRow(c dbsqlc.Component, domain *uuid.UUID, rackExternalID *str
 		NVLDomainID:     domain,
 		RackExternalID:  deref(rackExternalID),
 		Status:          OperationStatus{Phase: c.OperationPhase, Reason: c.OperationReason, Blocked: c.BlockedOperations},
+		PowerState:      c.PowerState,
+		Health:          c.Health,
 		CreatedAt:       c.CreatedAt,
 		UpdatedAt:       c.UpdatedAt,
 		DeletedAt:       c.DeletedAt,
