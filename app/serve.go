@@ -33,6 +33,8 @@ type server struct {
 	ln       net.Listener
 	engine   *engine.Engine
 	river    *river.Client[pgx.Tx]
+	syncer   *reconcile.Syncer
+	system   *systemJobs
 }
 
 // serveOptions are the parts of `flow serve` that are not Config.
@@ -80,6 +82,10 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}
 	s.backends.logStatus(ctx, logger)
 	inv := inventory.NewService()
+	s.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: s.backends.nico, Logger: logger})
+	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, logger); err != nil {
+		return nil, err
+	}
 	rules, err := operations.NewService(rackLookup{inv: inv})
 	if err != nil {
 		return nil, err
@@ -96,6 +102,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		promoteRack: func(ctx context.Context, rackID uuid.UUID) error { return tasks.PromoteRack(ctx, rackID) },
 		rescueAfter: cfg.RescueAfter,
 		maxWorkers:  cfg.MaxWorkers,
+		system:      s.system,
 	})
 	if err != nil {
 		return nil, err
@@ -117,7 +124,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		inventoryHandler:  inventory.NewHandler(inv, pool),
 		operationsHandler: operations.NewHandler(pool, rules),
 		taskHandler:       operations.NewTaskHandler(pool, tasks),
-		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers), pool),
+		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers).WithDrift(s.syncer), pool),
 	}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, riverUI: riverUI})
 	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/nicoflow/flow/reconcile"
 )
 
 // SystemJob is one leader-run background job of Flow's own (inventory sync,
@@ -161,4 +163,33 @@ func (w *systemJobWorker) Work(ctx context.Context, job *river.Job[systemJobArgs
 	}
 	w.jobs.logger.DebugContext(ctx, "system job done", "job", j.Name, "duration", time.Since(start))
 	return nil
+}
+
+// InventorySyncJob and LeakDetectionJob are the system jobs' names.
+const (
+	InventorySyncJob = "inventory-sync"
+	LeakDetectionJob = "leak-detection"
+)
+
+// newSystemJobs registers the system jobs cfg enables: inventory-sync when
+// NICo Core is configured and disable_inventory is off. leak-detection has
+// its settings (leak_detection_interval, disable_leak_detection) but no job
+// yet: the event-rules work registers it here.
+func newSystemJobs(cfg Config, b *backends, syncer *reconcile.Syncer, logger *slog.Logger) (*systemJobs, error) {
+	jobs := &systemJobs{}
+	sj := cfg.SystemJobs
+	switch {
+	case sj.InventoryDisabled:
+		logger.Info("inventory sync disabled", "setting", "disable_inventory")
+	case !b.nico.Configured():
+		logger.Warn("inventory sync off: NICo Core is not configured", "setting", "NICO_CORE_API_URL")
+	default:
+		if err := jobs.Add(SystemJob{Name: InventorySyncJob, Interval: sj.InventoryInterval, Run: func(ctx context.Context) error {
+			_, err := syncer.Run(ctx, reconcile.TriggerSchedule)
+			return err
+		}}); err != nil {
+			return nil, err
+		}
+	}
+	return jobs, nil
 }

@@ -3,6 +3,8 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -51,13 +53,36 @@ func invalid(field, reason string) error {
 	return connect.NewError(connect.CodeInvalidArgument, errors.New(field+": "+reason))
 }
 
-// ValidateComponents implements v1.Flow.
+// Headers of ValidateComponents beyond the v1 contract (which has no field
+// for them).
+const (
+	// ValidateModeHeader set to "live" asks the component managers now
+	// instead of reading the drift the last inventory sync persisted.
+	ValidateModeHeader = "Flow-Validate-Mode"
+	// DriftCheckedAtHeader, on the answer, is when the inventory sync the
+	// diffs come from started (RFC 3339); absent for a live check.
+	DriftCheckedAtHeader = "Flow-Drift-Checked-At"
+)
+
+// ValidateComponents implements v1.Flow. It answers from the drift the
+// last inventory sync persisted (saying when, in DriftCheckedAtHeader), or
+// live when no sync has run or the request's ValidateModeHeader is "live".
 func (h *Handler) ValidateComponents(ctx context.Context, req *flowv1.ValidateComponentsRequest) (*flowv1.ValidateComponentsResponse, error) {
 	sel, err := inventory.ComponentQueryFromProto(req.TargetSpec, req.GetFilters())
 	if err != nil {
 		return nil, connectError(err)
 	}
 	q := Query{Selection: sel}
+	call, hasCall := connect.CallInfoForHandlerContext(ctx)
+	if hasCall {
+		switch mode := call.RequestHeader().Get(ValidateModeHeader); mode {
+		case "", "stored":
+		case "live":
+			q.Live = true
+		default:
+			return nil, invalid(ValidateModeHeader+" header", fmt.Sprintf("must be live or stored, not %q", mode))
+		}
+	}
 	if p := req.Pagination; p != nil {
 		if p.GetOffset() < 0 {
 			return nil, invalid("pagination.offset", "must not be negative")
@@ -84,6 +109,9 @@ func (h *Handler) ValidateComponents(ctx context.Context, req *flowv1.ValidateCo
 	rep, err := h.svc.Validate(ctx, h.pool, q)
 	if err != nil {
 		return nil, connectError(err)
+	}
+	if hasCall && rep.CheckedAt != nil {
+		call.ResponseHeader().Set(DriftCheckedAtHeader, rep.CheckedAt.UTC().Format(time.RFC3339))
 	}
 	out := &flowv1.ValidateComponentsResponse{
 		Diffs:           make([]*flowv1.ComponentDiff, len(rep.Diffs)),

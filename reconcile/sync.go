@@ -137,7 +137,7 @@ func (s *Syncer) Run(ctx context.Context, trigger string) (SyncRun, error) {
 	}
 	defer func() { _ = s.q.SyncUnlock(context.WithoutCancel(ctx), conn, syncLockKey) }()
 
-	run := SyncRun{StartedAt: time.Now().UTC(), Trigger: trigger}
+	run := SyncRun{StartedAt: time.Now().UTC().Truncate(time.Microsecond), Trigger: trigger}
 	c := &cycle{s: s, now: run.StartedAt}
 	run.Parts = append(run.Parts, c.part(ctx, PartCompute, c.compute))
 	run.Parts = append(run.Parts, c.part(ctx, PartNVSwitch, c.nvswitches))

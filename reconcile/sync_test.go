@@ -308,3 +308,55 @@ func TestSyncTopologyAndRackHealth(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, r0.NVLDomainID)
 }
+
+func TestValidateReadsPersistedDrift(t *testing.T) {
+	t.Parallel()
+	b := setupSync(t, 1)
+	b.run(t)
+	ct := b.component(t, "demo-0000-ct-02")
+	slot := 30
+	require.NoError(t, b.sim.Update(ct.ExternalID, nicosim.DevicePatch{SlotID: &slot}))
+	sw := b.component(t, "demo-0000-sw-01")
+	require.True(t, b.sim.Remove(sw.ExternalID))
+	require.NoError(t, b.sim.Seed([]nicosim.Device{{Kind: nicosim.KindCompute, ID: "stray", BMCMAC: "0a:00:00:00:00:02", RackID: "core-rack-0"}}))
+
+	svc := reconcile.NewService(b.inv, nil).WithDrift(b.syncer)
+	// Before the next sync, the stored drift says nothing changed.
+	rep, err := svc.Validate(b.ctx, b.pool, reconcile.Query{})
+	require.NoError(t, err)
+	require.Zero(t, rep.Total)
+	require.Equal(t, 35, rep.Match)
+	require.NotNil(t, rep.CheckedAt)
+
+	run := b.run(t)
+	rep, err = svc.Validate(b.ctx, b.pool, reconcile.Query{})
+	require.NoError(t, err)
+	require.Equal(t, run.StartedAt, rep.CheckedAt.UTC())
+	require.Equal(t, 3, rep.Total)
+	require.Equal(t, 1, rep.Missing)
+	require.Equal(t, 1, rep.Unexpected)
+	require.Equal(t, 1, rep.Mismatch)
+	require.Equal(t, 33, rep.Match)
+	for _, d := range rep.Diffs {
+		switch d.Type {
+		case 1:
+			require.Equal(t, sw.ID.String(), d.ID)
+		case 2:
+			require.Equal(t, "stray", d.ComponentID)
+		case 3:
+			require.Equal(t, ct.ID.String(), d.ID)
+			require.Equal(t, "position.slot_id", d.Fields[0].Field)
+			require.Equal(t, "30", d.Fields[0].Actual)
+		}
+	}
+
+	// Scoped to switches: only the missing switch.
+	rep, err = svc.Validate(b.ctx, b.pool, reconcile.Query{Selection: inventory.ComponentQuery{Types: []inventory.ComponentType{inventory.ComponentTypeNVSwitch}}})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Total)
+	require.Equal(t, 1, rep.Missing)
+
+	// Live needs the component managers, which this service lacks.
+	_, err = svc.Validate(b.ctx, b.pool, reconcile.Query{Live: true})
+	require.ErrorIs(t, err, reconcile.ErrNotConfigured)
+}
