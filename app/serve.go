@@ -126,7 +126,8 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		taskHandler:       operations.NewTaskHandler(pool, tasks),
 		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers).WithDrift(s.syncer), pool),
 	}
-	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, riverUI: riverUI})
+	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer)}
+	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, riverUI: riverUI, admin: admin})
 	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)
 	s.ln, err = net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/reconcile"
@@ -53,6 +54,8 @@ type muxOptions struct {
 	devMode bool         // server reflection
 	health  *health      // grpc.health.v1; a fresh SERVING one when nil
 	riverUI http.Handler // mounted at /riverui/ when non-nil
+	// admin is Flow's admin service; a fresh all-Unimplemented one when nil.
+	admin adminv1connect.AdminServiceHandler
 }
 
 // compressMinBytes is the smallest answer sent compressed to a client that
@@ -75,12 +78,16 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 		}),
 	}
 	mux.Handle(flowv1connect.NewFlowHandler(svc, handlerOpts...))
+	if opts.admin == nil {
+		opts.admin = &adminService{}
+	}
+	mux.Handle(adminv1connect.NewAdminServiceHandler(opts.admin, handlerOpts...))
 	if opts.health == nil {
 		opts.health = newHealth()
 	}
 	mux.Handle(healthv1connect.NewHealthHandler(opts.health))
 	if opts.devMode {
-		reflector := grpcreflect.NewStaticReflector(flowv1connect.FlowName, healthv1connect.HealthName)
+		reflector := grpcreflect.NewStaticReflector(flowv1connect.FlowName, adminv1connect.AdminServiceName, healthv1connect.HealthName)
 		mux.Handle(grpcreflect.NewHandlerV1(reflector))
 		mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	}

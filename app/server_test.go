@@ -198,7 +198,7 @@ func TestReflectionOnlyInDevMode(t *testing.T) {
 	dev := setup(t, true)
 	names, err := list(dev.baseURL)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"v1.Flow", "grpc.health.v1.Health"}, names)
+	require.ElementsMatch(t, []string{"v1.Flow", "flow.admin.v1.AdminService", "grpc.health.v1.Health"}, names)
 
 	prod := setup(t, false)
 	_, err = list(prod.baseURL)

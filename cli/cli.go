@@ -62,6 +62,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
@@ -78,6 +79,7 @@ var nouns = []noun{
 	powerNoun,
 	firmwareNoun, bringUpNoun, ingestNoun, decommissionNoun,
 	taskNoun,
+	syncNoun,
 }
 
 // GroupID is the help group of the client commands.
@@ -128,7 +130,7 @@ func (g *globals) env(cmd *cobra.Command) (*env, error) {
 	if !ok {
 		return nil, usageError{fmt.Errorf("-o must be one of %s, not %q", strings.Join(outputFormats, ", "), g.output)}
 	}
-	return &env{client: newClient(g.server), server: g.server, out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(),
+	return &env{client: newClient(g.server), admin: newAdminClient(g.server), server: g.server, out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(),
 		format: g.output, stdin: g.stdin}, nil
 }
 
@@ -160,6 +162,7 @@ type runFunc = func(ctx context.Context, c *env, args []string) error
 // env is what a verb runs with.
 type env struct {
 	client flowv1connect.FlowClient
+	admin  adminv1connect.AdminServiceClient // Flow's own admin service
 	server string
 	out    io.Writer
 	errOut io.Writer
@@ -235,6 +238,11 @@ func (v verb) command(g *globals) *cobra.Command {
 // server at addr ("host:port" or a URL).
 func newClient(addr string) flowv1connect.FlowClient {
 	return flowv1connect.NewFlowClient(&http.Client{Timeout: 60 * time.Second}, baseURL(addr))
+}
+
+// newAdminClient returns a Connect client of the server's admin service.
+func newAdminClient(addr string) adminv1connect.AdminServiceClient {
+	return adminv1connect.NewAdminServiceClient(&http.Client{Timeout: 10 * time.Minute}, baseURL(addr))
 }
 
 func baseURL(addr string) string {

@@ -8,9 +8,12 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/inventory"
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
@@ -172,6 +175,45 @@ func actualToProto(a *backend.Actual) *flowv1.Component {
 	}
 	if a.Position != nil {
 		c.Position = &flowv1.RackPosition{SlotId: int32(a.Position.SlotID), TrayIdx: int32(a.Position.TrayIndex), HostId: int32(a.Position.HostID)}
+	}
+	return c
+}
+
+// SyncHandler serves the inventory-sync methods of Flow's admin service
+// (flow.admin.v1.AdminService); app embeds it in the admin handler.
+type SyncHandler struct {
+	syncer *Syncer
+}
+
+// NewSyncHandler returns a SyncHandler over syncer.
+func NewSyncHandler(syncer *Syncer) *SyncHandler { return &SyncHandler{syncer: syncer} }
+
+// RunSync implements AdminService: one cycle now.
+func (h *SyncHandler) RunSync(ctx context.Context, _ *adminv1.RunSyncRequest) (*adminv1.RunSyncResponse, error) {
+	run, err := h.syncer.Run(ctx, TriggerManual)
+	if err != nil {
+		return nil, err
+	}
+	return &adminv1.RunSyncResponse{Cycle: cycleToProto(run)}, nil
+}
+
+// GetSyncStatus implements AdminService: the last cycle.
+func (h *SyncHandler) GetSyncStatus(ctx context.Context, _ *adminv1.GetSyncStatusRequest) (*adminv1.GetSyncStatusResponse, error) {
+	run, err := h.syncer.Latest(ctx)
+	if errors.Is(err, ErrNoSyncYet) {
+		return nil, connect.NewError(connect.CodeNotFound, err)
+	} else if err != nil {
+		return nil, err
+	}
+	return &adminv1.GetSyncStatusResponse{Cycle: cycleToProto(run)}, nil
+}
+
+func cycleToProto(r SyncRun) *adminv1.SyncCycle {
+	c := &adminv1.SyncCycle{Id: r.ID, StartedAt: timestamppb.New(r.StartedAt), Duration: durationpb.New(r.Duration), Trigger: r.Trigger, RowsChanged: r.Changed()}
+	for _, p := range r.Parts {
+		c.Parts = append(c.Parts, &adminv1.SyncPart{
+			Name: p.Name, Ok: p.OK, Error: p.Error, RowsChanged: p.Changed, Drifts: int32(p.Drifts), DriftChanged: p.DriftChanged, Warnings: p.Warnings,
+		})
 	}
 	return c
 }
