@@ -52,6 +52,7 @@ func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []R
 			NVLDomainID:     r.NVLDomainID,
 			RackExternalID:  r.ExternalID,
 			Status:          OperationStatus{Phase: row.OperationPhase, Reason: row.OperationReason, Blocked: row.BlockedOperations},
+			PowerState:      row.PowerState,
 		}
 		sc.compIndex[row.ID] = i
 		sc.compRack = append(sc.compRack, ri)

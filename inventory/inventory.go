@@ -180,9 +180,12 @@ type Rack struct {
 	// components carry no timestamps.
 	Components []Component
 	TaskStats  TaskStats
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-	DeletedAt  *time.Time
+	// OperationPhase aggregates its live components' phases (RackPhase);
+	// "unknown" without components.
+	OperationPhase string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	DeletedAt      *time.Time
 }
 
 // Component is a rack component as held in the inventory.

@@ -173,10 +173,20 @@ func TestSyncFirmwarePowerPositionHealthAndState(t *testing.T) {
 	require.Contains(t, string(got.Health), "overheat")
 	require.Equal(t, "NVOS 26.01", b.component(t, "demo-0000-sw-02").FirmwareVersion)
 
+	// The wire shows it, and the rack's operation status follows.
+	wire := inventory.ComponentsToProto([]inventory.Component{got})[0]
+	require.Equal(t, "off", wire.GetPowerState())
+	require.Equal(t, "PHASE_ERROR", wire.GetStatus().GetPhase().String())
+	rack, err := b.inv.Rack(b.ctx, b.pool, b.racks[0].ID, false)
+	require.NoError(t, err)
+	require.Equal(t, "error", rack.OperationPhase)
+	require.Equal(t, "PHASE_ERROR", inventory.RackToProto(rack).GetOperationStatus().String())
+
 	// The readiness gate now holds power and firmware operations on it.
 	blocking, err := b.inv.Blocking(b.ctx, b.pool, []uuid.UUID{got.ID}, "power_control", false)
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{got.ID}, blocking)
+
 
 	// The position change is a MISMATCH drift.
 	ds := b.drifts(t)
@@ -197,6 +207,9 @@ func TestSyncFirmwarePowerPositionHealthAndState(t *testing.T) {
 	blocking, err = b.inv.Blocking(b.ctx, b.pool, []uuid.UUID{got.ID}, "power_control", false)
 	require.NoError(t, err)
 	require.Empty(t, blocking)
+	rack, err = b.inv.Rack(b.ctx, b.pool, b.racks[0].ID, false)
+	require.NoError(t, err)
+	require.Equal(t, "ready", rack.OperationPhase)
 }
 
 func TestSyncMissingAndUnexpected(t *testing.T) {

@@ -813,7 +813,7 @@ func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNum
 const componentListForRackPage = `-- name: ComponentListForRackPage :many
 SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
        c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id,
-       c.operation_phase, c.operation_reason, c.blocked_operations
+       c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state
 FROM component c
 WHERE c.rack_id = ANY ($1::uuid[]) AND c.deleted_at IS NULL
 `
@@ -835,6 +835,7 @@ type ComponentListForRackPageRow struct {
 	OperationPhase    string
 	OperationReason   string
 	BlockedOperations []string
+	PowerState        string
 }
 
 // The live components of racks, unordered: the rack listing's hot path,
@@ -867,6 +868,7 @@ func (q *Queries) ComponentListForRackPage(ctx context.Context, db DBTX, rackIds
 			&i.OperationPhase,
 			&i.OperationReason,
 			&i.BlockedOperations,
+			&i.PowerState,
 		); err != nil {
 			return nil, err
 		}
