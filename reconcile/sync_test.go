@@ -187,7 +187,6 @@ func TestSyncFirmwarePowerPositionHealthAndState(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{got.ID}, blocking)
 
-
 	// The position change is a MISMATCH drift.
 	ds := b.drifts(t)
 	require.Len(t, ds, 1)
