@@ -2,6 +2,9 @@ package app
 
 import (
 	"context"
+	"io"
+	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,4 +107,40 @@ func TestSyncRunsOnLeaderAndSurvivesItsDeath(t *testing.T) {
 	var unlinked int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM component WHERE external_id IS NULL OR power_state <> 'on'`).Scan(&unlinked))
 	require.Zero(t, unlinked)
+}
+
+// TestAdminSyncWithoutCore: without NICo Core, GetSyncStatus is NotFound
+// until a cycle ran; RunSync (Connect JSON, as curl sends it) records a
+// cycle whose parts fail naming the variable to set, and changes nothing.
+func TestAdminSyncWithoutCore(t *testing.T) {
+	t.Parallel()
+	cfg, err := LoadConfig(env(map[string]string{"DATABASE_URL": dbtest.NewDB(t), "FLOW_LISTEN_ADDR": "127.0.0.1:0"}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := newServer(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), serveOptions{})
+	require.NoError(t, err)
+	require.Empty(t, srv.system.Names(), "no sync job without Core")
+	done := make(chan error, 1)
+	go func() { done <- srv.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	base := "http://" + srv.Addr().String() + "/flow.admin.v1.AdminService/"
+	post := func(method string) (int, string) {
+		res, err := http.Post(base+method, "application/json", strings.NewReader(`{}`))
+		require.NoError(t, err)
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res.StatusCode, string(body)
+	}
+	code, body := post("GetSyncStatus")
+	require.Equal(t, http.StatusNotFound, code, body)
+	require.Contains(t, body, "no inventory sync has run yet")
+	code, body = post("RunSync")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"trigger":"manual"`)
+	require.Contains(t, body, "NICO_CORE_API_URL")
+	code, body = post("GetSyncStatus")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"name":"compute"`)
+	require.NotContains(t, body, `"ok":true`)
 }
