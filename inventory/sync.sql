@@ -24,11 +24,11 @@ UPDATE component c SET
     firmware_version   = e->>'firmware_version',
     operation_phase    = e->>'phase',
     operation_reason   = e->>'reason',
-    blocked_operations = ARRAY(SELECT jsonb_array_elements_text(e->'blocked')),
-    health             = NULLIF(e->'health', 'null'::jsonb),
+    blocked_operations = ARRAY(SELECT json_array_elements_text(e->'blocked')),
+    health             = CASE WHEN json_typeof(e->'health') = 'null' THEN NULL ELSE e->'health' END,
     description        = e->>'description',
     updated_at         = now()
-FROM jsonb_array_elements(@rows::jsonb) AS e
+FROM json_array_elements(@rows::json) AS e
 WHERE c.id = (e->>'id')::uuid
   AND c.updated_at = (e->>'updated_at')::timestamptz
   AND c.deleted_at IS NULL;
@@ -41,8 +41,8 @@ ORDER BY r.id;
 
 -- name: SyncRackSetHealth :execrows
 -- Sets the health of the racks in @rows ({id, health}).
-UPDATE rack r SET health = NULLIF(e->'health', 'null'::jsonb), updated_at = now()
-FROM jsonb_array_elements(@rows::jsonb) AS e
+UPDATE rack r SET health = CASE WHEN json_typeof(e->'health') = 'null' THEN NULL ELSE e->'health' END, updated_at = now()
+FROM json_array_elements(@rows::json) AS e
 WHERE r.id = (e->>'id')::uuid AND r.deleted_at IS NULL;
 
 -- name: SyncDomainList :many

@@ -99,11 +99,15 @@ func (c *Client) PowerStates(ctx context.Context, ids []string) (map[string]Powe
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
 	out := make(map[string]PowerState, len(ids))
-	for chunk := range slices.Chunk(ids, size) {
-		res, err := c.rpc.GetPowerOptions(cctx, &forgepb.PowerOptionRequest{MachineId: machineIDs(chunk)})
-		if err != nil {
-			return nil, classify(ctx, method, err)
-		}
+	chunks := slices.Collect(slices.Chunk(ids, size))
+	replies := make([]*forgepb.PowerOptionResponse, len(chunks))
+	if err := eachBatch(cctx, len(chunks), func(bctx context.Context, i int) (err error) {
+		replies[i], err = c.rpc.GetPowerOptions(bctx, &forgepb.PowerOptionRequest{MachineId: machineIDs(chunks[i])})
+		return classify(ctx, method, err)
+	}); err != nil {
+		return nil, err
+	}
+	for _, res := range replies {
 		for _, p := range res.GetResponse() {
 			switch p.GetActualState() {
 			case forgepb.PowerState_POWER_STATE_ON:
@@ -133,11 +137,15 @@ func (c *Client) Positions(ctx context.Context, ids []string) (map[string]Positi
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
 	out := make(map[string]Position, len(ids))
-	for chunk := range slices.Chunk(ids, size) {
-		res, err := c.rpc.GetMachinePositionInfo(cctx, &forgepb.MachinePositionQuery{MachineIds: machineIDs(chunk)})
-		if err != nil {
-			return nil, classify(ctx, method, err)
-		}
+	chunks := slices.Collect(slices.Chunk(ids, size))
+	replies := make([]*forgepb.MachinePositionInfoList, len(chunks))
+	if err := eachBatch(cctx, len(chunks), func(bctx context.Context, i int) (err error) {
+		replies[i], err = c.rpc.GetMachinePositionInfo(bctx, &forgepb.MachinePositionQuery{MachineIds: machineIDs(chunks[i])})
+		return classify(ctx, method, err)
+	}); err != nil {
+		return nil, err
+	}
+	for _, res := range replies {
 		for _, p := range res.GetMachinePositionInfo() {
 			out[p.GetMachineId().GetId()] = Position{SlotID: p.PhysicalSlotNumber, TrayIndex: p.ComputeTrayIndex, TopologyID: p.TopologyId}
 		}

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,6 +67,8 @@ type SyncPart struct {
 	DriftChanged bool `json:"drift_changed,omitempty"`
 	// Warnings are best-effort reads that failed (power, inventory…).
 	Warnings []string `json:"warnings,omitempty"`
+	// Duration is how long the part took.
+	Duration time.Duration `json:"duration"`
 }
 
 // SyncRun is one sync cycle.
@@ -205,8 +208,10 @@ type cycle struct {
 	flowRack []inventory.SyncRack
 }
 
-func (c *cycle) part(ctx context.Context, name string, f func(context.Context, *SyncPart) error) SyncPart {
-	p := SyncPart{Name: name}
+func (c *cycle) part(ctx context.Context, name string, f func(context.Context, *SyncPart) error) (p SyncPart) {
+	p.Name = name
+	start := time.Now()
+	defer func() { p.Duration = time.Since(start) }()
 	if !c.s.cfg.Core.Configured() {
 		p.Error = nico.ErrNotConfigured.Error()
 		return p
@@ -423,11 +428,15 @@ func (c *cycle) update(t inventory.ComponentType, comp inventory.SyncComponent, 
 }
 
 // jsonEqual reports whether a and b hold the same JSON value (empty and
-// null are equal).
+// null are equal). The stored health is the text the sync wrote, so equal
+// bytes settle nearly every comparison.
 func jsonEqual(a, b []byte) bool {
 	isNull := func(x []byte) bool { return len(x) == 0 || string(x) == "null" }
 	if isNull(a) || isNull(b) {
 		return isNull(a) == isNull(b)
+	}
+	if bytes.Equal(a, b) {
+		return true
 	}
 	var x, y any
 	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
