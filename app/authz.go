@@ -154,8 +154,9 @@ var methodRoles = map[string]Role{
 	flowv1connect.FlowAdvanceOperationRunPhaseProcedure: roleOperator,
 	flowv1connect.FlowCancelOperationRunProcedure:       roleOperator,
 
-	// Flow's own admin service (flow.admin.v1): a sync cycle now changes
-	// inventory only as the periodic sync would, so an operator may run one.
+	// Flow's admin service (flow.admin.v1.AdminService): a sync cycle now
+	// is operator (it only makes the inventory follow Core), its status is
+	// viewer.
 	adminv1connect.AdminServiceRunSyncProcedure:       roleOperator,
 	adminv1connect.AdminServiceGetSyncStatusProcedure: roleViewer,
 }

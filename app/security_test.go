@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db/dbtest"
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
@@ -34,8 +35,17 @@ func TestEveryFlowMethodHasARole(t *testing.T) {
 		require.Contains(t, []Role{roleViewer, roleOperator, roleAdmin}, role, procedure)
 		listed[procedure] = true
 	}
+	// Flow's admin service is listed too.
+	admin := adminv1.File_flow_admin_v1_admin_proto.Services().ByName("AdminService").Methods()
+	for i := 0; i < admin.Len(); i++ {
+		procedure := "/flow.admin.v1.AdminService/" + string(admin.Get(i).Name())
+		role, ok := methodRoles[procedure]
+		require.True(t, ok, "%s has no role in methodRoles (app/authz.go)", procedure)
+		require.Contains(t, []Role{roleViewer, roleOperator, roleAdmin}, role, procedure)
+		listed[procedure] = true
+	}
 	for procedure := range methodRoles {
-		require.True(t, listed[procedure], "methodRoles lists %s, which v1.Flow does not have", procedure)
+		require.True(t, listed[procedure], "methodRoles lists %s, which neither v1.Flow nor the admin service has", procedure)
 	}
 	// Spot checks of the table.
 	for procedure, want := range map[string]Role{

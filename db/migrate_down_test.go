@@ -62,3 +62,32 @@ func TestBMCRackMigration(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, &r2, rackOf("aa:00:00:00:00:03"))
 }
+
+// TestInventorySyncMigrationDownUp: migration 53 (inventory sync) goes down
+// and up again on a database holding inventory and drift.
+func TestInventorySyncMigrationDownUp(t *testing.T) {
+	t.Parallel()
+	ctx := dbtest.Context(t)
+	url := dbtest.NewDB(t)
+	m, err := db.NewMigrator(url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = m.Close() })
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	c := uuid.New()
+	_, err = pool.Exec(ctx, `INSERT INTO component (id, type, manufacturer, serial_number, power_state, health) VALUES ($1, 'Compute', 'M', 'C1', 'on', '{"source":"core"}')`, c)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO component_drift (component_type, drift_type, component_id, checked_at) VALUES ('Compute', 'missing_in_actual', $1, now())`, c)
+	require.NoError(t, err)
+	require.NoError(t, m.Migrate(52)) // below 53, with every newer one down too
+	pool.Reset()
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM component WHERE id = $1`, c).Scan(&n))
+	require.Equal(t, 1, n)
+	require.NoError(t, m.Migrate(53))
+	pool.Reset()
+	var power string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT power_state FROM component WHERE id = $1`, c).Scan(&power))
+	require.Equal(t, "", power, "the column comes back at its default")
+}
