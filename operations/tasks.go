@@ -266,6 +266,11 @@ func (t *Tasks) planRack(ctx context.Context, tx pgx.Tx, req Request, sel invent
 		if len(p.targets[s.ComponentType].IDs) == 0 {
 			continue
 		}
+		// Refuse now, not at run time, when the backend the step calls is
+		// not configured (spec: fail early, naming the variable to set).
+		if err := t.backends.Ready(backendType(s.ComponentType)); err != nil {
+			return p, err
+		}
 		for _, a := range s.Actions() {
 			if _, ok := actionKinds[a.Name]; !ok {
 				return p, fmt.Errorf("%w: action %s of operation rule %q is not supported by this server yet", ErrNotApplicable, a.Name, rule.Rule.Name)
