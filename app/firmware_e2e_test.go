@@ -311,9 +311,9 @@ func TestFirmwareFailureOnOneTray(t *testing.T) {
 	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_FAILED, task.GetStatus())
 	// The reason is told once, with the device, and no package name.
 	msg := task.GetMessage()
-	require.Contains(t, msg, "firmware update failed for components: "+bad+": flash write error", msg)
+	require.Contains(t, msg, "FirmwareControl: 1 of 18 component(s) failed: "+bad+": flash write error", msg)
 	require.Equal(t, 1, strings.Count(msg, "flash write error"), msg)
-	require.Equal(t, 1, strings.Count(msg, "firmware update failed"), msg)
+	require.Equal(t, 1, strings.Count(msg, bad), msg)
 	require.NotRegexp(t, `\b(operations|inventory|nico|psm|backend|engine|firmware): `, msg)
 	var rep operations.Report
 	require.NoError(t, json.Unmarshal([]byte(task.GetReport()), &rep))

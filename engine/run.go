@@ -219,6 +219,20 @@ func (e *Engine) Cancel(ctx context.Context, tx pgx.Tx, runID RunID) error {
 	return e.endRuns(ctx, tx, []runEnding{{runID, StateTerminated, "cancelled"}}, nil)
 }
 
+// Lock locks run runID through tx until tx ends, as Cancel and every
+// checkpoint that ends the run do first: a caller that also locks its own
+// rows for the run (its task) takes the run's lock first, in the order the
+// end-of-run hook sees them. An unknown run returns ErrRunNotFound.
+func (e *Engine) Lock(ctx context.Context, tx pgx.Tx, runID RunID) error {
+	_, err := e.q.RunLock(ctx, tx, int64(runID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrRunNotFound
+	} else if err != nil {
+		return fmt.Errorf("engine: lock run %d: %w", runID, err)
+	}
+	return nil
+}
+
 // runEnding is how a run ends.
 type runEnding struct {
 	run   RunID

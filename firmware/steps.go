@@ -1,6 +1,7 @@
 package firmware
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -196,8 +197,10 @@ func permanentIf(err error) error {
 }
 
 // Control is the FirmwareControl step: it starts a firmware update on the
-// batch once, then polls its status until every component completed, one
-// failed, or poll_timeout passed (spec §8.6). The start is recorded in the
+// batch once, then polls its status until every job has ended or
+// poll_timeout passed (spec §8.6); with some failed and some completed,
+// only the failed components fail (engine.Result.Failed), with all failed
+// the batch does. The start is recorded in the
 // checkpoint, so a re-run after a crash resumes polling and never starts
 // the same update twice.
 func (s *Steps[P]) Control(ctx context.Context, call engine.Call[P]) (engine.Result, error) {
@@ -301,7 +304,12 @@ func (s *Steps[P]) poll(ctx context.Context, call engine.Call[P], j Job, p Polli
 		if perr := call.ReportProgress(ctx, progress); errors.Is(perr, engine.ErrStepEnded) {
 			return engine.Result{}, perr
 		}
-		if len(failed) > 0 {
+		// A failed job is final, but the others are followed to their end
+		// (an update is not abandoned half-way because another failed).
+		if len(failed) > 0 && (completed+len(failed) == len(sts) || !time.Now().Before(deadline)) {
+			if res, ok := partialFailure(call.Targets, sts, completed, j, p); ok {
+				return res, nil
+			}
 			slices.Sort(failed)
 			return engine.Result{}, engine.Permanent(errors.New("firmware update failed for components: " + strings.Join(failed, "; ")))
 		}
@@ -315,6 +323,31 @@ func (s *Steps[P]) poll(ctx context.Context, call engine.Call[P], j Job, p Polli
 		return engine.Result{}, engine.Permanent(fmt.Errorf("%s firmware update timed out after %s", j.ComponentType, p.Timeout))
 	}
 	return engine.Result{PollAfter: min(p.Interval, time.Until(deadline)+time.Millisecond)}, nil
+}
+
+// partialFailure is the answer of a batch whose updates ended, some
+// failed and some completed: the failed ones (and, past the deadline, the
+// unfinished ones) fail alone and the completed ones go on through the rest
+// of their rule step. ok is false when none completed, or when a status
+// names no target of the call: the batch then fails whole.
+func partialFailure(targets []string, sts []backend.FirmwareStatus, completed int, j Job, p Polling) (engine.Result, bool) {
+	if completed == 0 {
+		return engine.Result{}, false
+	}
+	failed := map[string]string{}
+	for _, fs := range sts {
+		if !slices.Contains(targets, fs.Key) {
+			return engine.Result{}, false
+		}
+		switch fs.State {
+		case backend.FirmwareCompleted:
+		case backend.FirmwareFailed:
+			failed[fs.Key] = cmp.Or(fs.Message, "firmware update failed")
+		default:
+			failed[fs.Key] = fmt.Sprintf("%s firmware update timed out after %s", j.ComponentType, p.Timeout)
+		}
+	}
+	return engine.Result{Failed: failed}, true
 }
 
 // VerifyConsistency is the VerifyFirmwareConsistency step: every component

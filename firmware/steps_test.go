@@ -2,6 +2,7 @@ package firmware
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -58,6 +59,38 @@ func TestJobStarted(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			require.Equal(t, tt.want, jobStarted(tt.before, tt.now))
+		})
+	}
+}
+
+func TestPartialFailure(t *testing.T) {
+	t.Parallel()
+	st := func(kv ...string) []backend.FirmwareStatus {
+		var out []backend.FirmwareStatus
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, backend.FirmwareStatus{Key: kv[i], State: backend.FirmwareState(kv[i+1])})
+		}
+		return out
+	}
+	j, p := Job{ComponentType: "Compute"}, Polling{Timeout: time.Minute}
+	for _, tt := range []struct {
+		name      string
+		sts       []backend.FirmwareStatus
+		completed int
+		ok        bool
+		failed    map[string]string
+	}{
+		{"SomeFailed", st("a", "completed", "b", "failed"), 1, true, map[string]string{"b": "firmware update failed"}},
+		{"PastDeadline", st("a", "completed", "b", "failed", "c", "queued"), 1, true,
+			map[string]string{"b": "firmware update failed", "c": "Compute firmware update timed out after 1m0s"}},
+		{"AllFailed", st("a", "failed", "b", "failed"), 0, false, nil},
+		{"UnknownKey", st("a", "completed", "z", "failed"), 1, false, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			res, ok := partialFailure([]string{"a", "b", "c"}, tt.sts, tt.completed, j, p)
+			require.Equal(t, tt.ok, ok)
+			require.Equal(t, tt.failed, res.Failed)
 		})
 	}
 }

@@ -587,10 +587,22 @@ func (t *Tasks) PromoteRack(ctx context.Context, rackID uuid.UUID) error {
 // task as it now is.
 func (t *Tasks) Cancel(ctx context.Context, id uuid.UUID) (Task, error) {
 	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
-		row, err := t.q.TaskGetByIDForUpdate(ctx, tx, id)
+		row, err := t.q.TaskGetByID(ctx, tx, id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: %s", ErrTaskNotFound, id)
 		} else if err != nil {
+			return err
+		}
+		if row.RunID != nil && !TaskStatus(row.Status).Finished() {
+			// Lock the run before the task, in the order a checkpoint
+			// ending the run takes them (the run, then the task in
+			// RunEnded): the other order deadlocks with a run ending
+			// at the same moment.
+			if err := t.engine.Lock(ctx, tx, engine.RunID(*row.RunID)); err != nil {
+				return err
+			}
+		}
+		if row, err = t.q.TaskGetByIDForUpdate(ctx, tx, id); err != nil {
 			return err
 		}
 		switch TaskStatus(row.Status) {
