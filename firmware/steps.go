@@ -281,11 +281,12 @@ func (s *Steps[P]) poll(ctx context.Context, call engine.Call[P], j Job, p Polli
 	}
 	if err == nil {
 		completed := 0
-		var failed []string
+		var failed, finished []string
 		for _, fs := range sts {
 			switch fs.State {
 			case backend.FirmwareCompleted:
 				completed++
+				finished = append(finished, fs.Key)
 			case backend.FirmwareFailed:
 				// Each failed component once, with its reason when the
 				// backend gave one.
@@ -293,7 +294,11 @@ func (s *Steps[P]) poll(ctx context.Context, call engine.Call[P], j Job, p Polli
 			}
 		}
 		done := call.Batch * j.BatchSize
-		if perr := call.ReportProgress(ctx, engine.Progress{Completed: done + completed, Failed: len(failed)}); errors.Is(perr, engine.ErrStepEnded) {
+		progress := engine.Progress{
+			Completed: done + completed, Failed: len(failed), Done: finished, Until: deadline,
+			Message: fmt.Sprintf("updating firmware, %d of %d completed", completed, len(sts)),
+		}
+		if perr := call.ReportProgress(ctx, progress); errors.Is(perr, engine.ErrStepEnded) {
 			return engine.Result{}, perr
 		}
 		if len(failed) > 0 {
