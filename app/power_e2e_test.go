@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -54,7 +53,15 @@ func startE2E(t *testing.T, powerDelay time.Duration, edits ...func(env map[stri
 	cfg, err := LoadConfig(func(k string) string { return env[k] })
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := newServer(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), serveOptions{})
+	// The server's log is shown when the test fails, so that an internal
+	// error a client saw comes with its cause.
+	logs := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
+	srv, err := newServer(ctx, cfg, slog.New(slog.NewTextHandler(logs, nil)), serveOptions{})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- srv.run(ctx) }()

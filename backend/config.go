@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -83,12 +84,17 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	cfg := Config{Managers: map[ComponentType]Implementation{}, NICoTimeout: nico.DefaultTimeout, PSMTimeout: psm.DefaultTimeout}
 	for k, v := range fc.ComponentManagers {
-		t := ComponentType(k)
-		if k == "nvlswitch" {
+		// Any case, and the wire enum's names, as everywhere a type is a
+		// string.
+		t := ComponentType(strings.TrimPrefix(strings.ToLower(k), "component_type_"))
+		if t == "nvlswitch" {
 			t = NVSwitch
 		}
 		if t != Compute && t != NVSwitch && t != PowerShelf {
 			return Config{}, fmt.Errorf("component_managers: unknown component type %q (want compute, nvswitch or powershelf)", k)
+		}
+		if _, dup := cfg.Managers[t]; dup {
+			return Config{}, fmt.Errorf("component_managers: %q names %s, which another key names too", k, t)
 		}
 		impl := Implementation(v)
 		if v == "carbide" {

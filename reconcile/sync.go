@@ -90,7 +90,7 @@ func (r SyncRun) Changed() int64 {
 }
 
 // ErrNoSyncYet: no sync cycle has been recorded.
-var ErrNoSyncYet = errors.New("reconcile: no inventory sync has run yet")
+var ErrNoSyncYet = errors.New("no inventory sync has run yet")
 
 // SyncConfig configures a Syncer.
 type SyncConfig struct {
