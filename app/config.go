@@ -40,6 +40,8 @@ type Config struct {
 	// PollInterval, when positive, replaces the poll interval of the long
 	// hardware waits (FirmwareControl, WaitBringUp, WaitDecommissioned).
 	PollInterval time.Duration // FLOW_FIRMWARE_POLL_INTERVAL
+	// RunMaxCandidates caps an operation run's candidate scope.
+	RunMaxCandidates int // FLOW_OPERATION_RUN_MAX_CANDIDATES
 }
 
 // ConfigVar documents one environment variable; ConfigVars is the table the
@@ -79,6 +81,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_ENGINE_RESCUE_AFTER", "30m", "how long a step call may run before it is presumed lost (its process died) and run again; must exceed every rule's step timeout, and is how long work in flight in a killed process waits before another process resumes it"},
 	{"FLOW_ENGINE_MAX_WORKERS", "1000", "engine jobs one process works at once"},
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
+	{"FLOW_OPERATION_RUN_MAX_CANDIDATES", "100", "most candidate targets (racks; components for component target specs) an operation run may plan over; more fails CreateOperationRun. Upstream's fixed limit is 100; raise it to roll a large site out in one run"},
 	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard) at /riverui/ outside dev mode; it has no authentication of its own, so enable it only behind a trusted network or an authenticating proxy"},
 }
 
@@ -176,6 +179,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.MaxWorkers = n
 	}
+	if n, err := strconv.Atoi(def("FLOW_OPERATION_RUN_MAX_CANDIDATES")); err != nil || n < 1 {
+		errs = append(errs, "FLOW_OPERATION_RUN_MAX_CANDIDATES must be a positive integer")
+	} else {
+		cfg.RunMaxCandidates = n
+	}
 	if v := getenv("FLOW_FIRMWARE_POLL_INTERVAL"); v != "" {
 		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
 			errs = append(errs, "FLOW_FIRMWARE_POLL_INTERVAL must be a positive duration such as 1s")
@@ -215,6 +223,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("riverui_enabled", c.RiverUIEnabled),
 		slog.Duration("engine_rescue_after", c.RescueAfter),
 		slog.Int("engine_max_workers", c.MaxWorkers),
+		slog.Int("operation_run_max_candidates", c.RunMaxCandidates),
 	)
 }
 

@@ -85,8 +85,16 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		return nil, err
 	}
 	var tasks *operations.Tasks
+	var runs *operations.Rollouts
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
-		onRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error { return tasks.RunEnded(ctx, tx, run) },
+		// A task's end is also its operation run's event: the run advances
+		// in the same transaction.
+		onRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
+			if err := tasks.RunEnded(ctx, tx, run); err != nil {
+				return err
+			}
+			return runs.RunEnded(ctx, tx, run)
+		},
 		register: func(e *engine.Engine) {
 			operations.RegisterActions(e, operations.ActionDeps{
 				Pool: pool, Backends: s.backends.managers, Inv: inv, Keys: keys, Logger: logger, PollInterval: cfg.PollInterval,
@@ -94,6 +102,8 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		},
 		sweep:       func(ctx context.Context) error { return tasks.Sweep(ctx) },
 		promoteRack: func(ctx context.Context, rackID uuid.UUID) error { return tasks.PromoteRack(ctx, rackID) },
+		runWake:     func(ctx context.Context, id uuid.UUID) error { return runs.Wake(ctx, id) },
+		runSweep:    func(ctx context.Context) error { return runs.Sweep(ctx) },
 		rescueAfter: cfg.RescueAfter,
 		maxWorkers:  cfg.MaxWorkers,
 	})
@@ -103,6 +113,9 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	tasks = operations.NewTasks(operations.TasksConfig{
 		Pool: pool, Rules: rules, Inv: inv, Engine: s.engine, Backends: s.backends.managers, Keys: keys, Logger: logger,
 		Expiry: scheduleQueueExpiry(s.river),
+	})
+	runs = operations.NewRollouts(operations.RolloutsConfig{
+		Pool: pool, Tasks: tasks, Wake: scheduleRunWake(s.river), Logger: logger, MaxCandidates: cfg.RunMaxCandidates,
 	})
 	inv.SetTaskStats(tasks.TaskStats)
 	logKeyUsage(ctx, logger, keys, tasks)
@@ -117,6 +130,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		inventoryHandler:  inventory.NewHandler(inv, pool),
 		operationsHandler: operations.NewHandler(pool, rules),
 		taskHandler:       operations.NewTaskHandler(pool, tasks),
+		rolloutHandler:    operations.NewRolloutHandler(pool, runs),
 		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers), pool),
 	}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, riverUI: riverUI})

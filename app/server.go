@@ -30,6 +30,7 @@ type flowService struct {
 	*inventoryHandler
 	*operationsHandler // operation rules and rack-rule associations
 	*taskHandler       // rack operations and tasks
+	*rolloutHandler    // operation runs
 	*reconcileHandler  // ValidateComponents
 }
 
@@ -39,6 +40,7 @@ type (
 	inventoryHandler  = inventory.Handler
 	operationsHandler = operations.Handler
 	taskHandler       = operations.TaskHandler
+	rolloutHandler    = operations.RolloutHandler
 	reconcileHandler  = reconcile.Handler
 )
 

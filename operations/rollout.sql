@@ -29,7 +29,8 @@ WHERE id = @id;
 
 -- name: OperationRunList :many
 SELECT * FROM operation_run
-WHERE (sqlc.narg(name_pattern)::text IS NULL OR name ILIKE sqlc.narg(name_pattern)::text)
+WHERE (cardinality(@name_patterns::text[]) = 0
+       OR (CASE WHEN @name_any::bool THEN name LIKE ANY (@name_patterns::text[]) ELSE name LIKE ALL (@name_patterns::text[]) END))
   -- States and kinds are "status|reason" and "type|code" LIKE patterns
   -- ('%' for a field left open); entries are OR-ed.
   AND (cardinality(@states::text[]) = 0 OR (status || '|' || status_reason) LIKE ANY(@states::text[]))
@@ -39,7 +40,8 @@ LIMIT @row_limit OFFSET @row_offset;
 
 -- name: OperationRunCount :one
 SELECT count(*)::int FROM operation_run
-WHERE (sqlc.narg(name_pattern)::text IS NULL OR name ILIKE sqlc.narg(name_pattern)::text)
+WHERE (cardinality(@name_patterns::text[]) = 0
+       OR (CASE WHEN @name_any::bool THEN name LIKE ANY (@name_patterns::text[]) ELSE name LIKE ALL (@name_patterns::text[]) END))
   -- States and kinds are "status|reason" and "type|code" LIKE patterns
   -- ('%' for a field left open); entries are OR-ed.
   AND (cardinality(@states::text[]) = 0 OR (status || '|' || status_reason) LIKE ANY(@states::text[]))

@@ -266,7 +266,9 @@ func (r *Rollouts) claim(ctx context.Context, tx pgx.Tx, st *runState, targets [
 	}
 	// Child tasks lock their racks: take them in rack order, as every
 	// multi-rack submission does, so concurrent passes cannot deadlock.
-	slices.SortFunc(chosen, func(a, b *dbsqlc.OperationRunTarget) int { return strings.Compare(a.RackID.String(), b.RackID.String()) })
+	slices.SortFunc(chosen, func(a, b *dbsqlc.OperationRunTarget) int {
+		return strings.Compare(a.RackID.String(), b.RackID.String())
+	})
 	submitted, blocked := 0, 0
 	for _, t := range chosen {
 		taskID, err := r.submit(ctx, tx, st.run, t)

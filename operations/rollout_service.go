@@ -435,8 +435,8 @@ func runFromRow(row dbsqlc.OperationRun) (Run, error) {
 // RunFilter selects runs for ListRuns. A state with an empty status or
 // reason matches any; a kind with an empty code matches every code.
 type RunFilter struct {
-	NamePattern *string // ILIKE pattern
-	States      []struct {
+	Name   *inventory.StringQuery
+	States []struct {
 		Status RunStatus
 		Reason RunReason
 	}
@@ -453,6 +453,7 @@ func (r *Rollouts) ListRuns(ctx context.Context, dbtx db.DBTX, f RunFilter) ([]R
 		f.Limit = DefaultListLimit
 	}
 	states, kinds := []string{}, []string{}
+	names, nameAny := likePatterns(f.Name)
 	for _, s := range f.States {
 		states = append(states, cmp.Or(string(s.Status), "%")+"|"+cmp.Or(string(s.Reason), "%"))
 	}
@@ -460,12 +461,12 @@ func (r *Rollouts) ListRuns(ctx context.Context, dbtx db.DBTX, f RunFilter) ([]R
 		kinds = append(kinds, string(k.Type)+"|"+cmp.Or(string(k.Code), "%"))
 	}
 	rows, err := r.q.OperationRunList(ctx, dbtx, dbsqlc.OperationRunListParams{
-		NamePattern: f.NamePattern, States: states, Kinds: kinds, RowLimit: int32(f.Limit), RowOffset: int32(f.Offset),
+		NamePatterns: names, NameAny: nameAny, States: states, Kinds: kinds, RowLimit: int32(f.Limit), RowOffset: int32(f.Offset),
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("list operation runs: %w", err)
 	}
-	total, err := r.q.OperationRunCount(ctx, dbtx, dbsqlc.OperationRunCountParams{NamePattern: f.NamePattern, States: states, Kinds: kinds})
+	total, err := r.q.OperationRunCount(ctx, dbtx, dbsqlc.OperationRunCountParams{NamePatterns: names, NameAny: nameAny, States: states, Kinds: kinds})
 	if err != nil {
 		return nil, 0, fmt.Errorf("count operation runs: %w", err)
 	}
@@ -555,4 +556,27 @@ func targetFromRow(row dbsqlc.OperationRunTarget) Target {
 	}
 	_ = json.Unmarshal(row.ComponentsByType, &t.Components)
 	return t
+}
+
+// likePatterns turns a name query into LIKE patterns: exact names, or with
+// Wildcard "*" and "?" as wildcards (a pattern without one matches as a
+// substring), as the inventory's list queries do.
+func likePatterns(q *inventory.StringQuery) ([]string, bool) {
+	if q == nil {
+		return []string{}, false
+	}
+	esc := strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`)
+	out := make([]string, len(q.Patterns))
+	for i, p := range q.Patterns {
+		if !q.Wildcard {
+			out[i] = esc.Replace(p)
+			continue
+		}
+		p = strings.NewReplacer("*", "%", "?", "_").Replace(p)
+		if !strings.ContainsAny(p, "%_") {
+			p = "%" + esc.Replace(p) + "%"
+		}
+		out[i] = p
+	}
+	return out, q.AnyOf
 }

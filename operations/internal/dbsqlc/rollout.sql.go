@@ -64,21 +64,28 @@ func (q *Queries) OperationRunBlockedOnRack(ctx context.Context, db DBTX, rackID
 
 const operationRunCount = `-- name: OperationRunCount :one
 SELECT count(*)::int FROM operation_run
-WHERE ($1::text IS NULL OR name ILIKE $1::text)
+WHERE (cardinality($1::text[]) = 0
+       OR (CASE WHEN $2::bool THEN name LIKE ANY ($1::text[]) ELSE name LIKE ALL ($1::text[]) END))
   -- States and kinds are "status|reason" and "type|code" LIKE patterns
   -- ('%' for a field left open); entries are OR-ed.
-  AND (cardinality($2::text[]) = 0 OR (status || '|' || status_reason) LIKE ANY($2::text[]))
-  AND (cardinality($3::text[]) = 0 OR (operation_type || '|' || operation_code) LIKE ANY($3::text[]))
+  AND (cardinality($3::text[]) = 0 OR (status || '|' || status_reason) LIKE ANY($3::text[]))
+  AND (cardinality($4::text[]) = 0 OR (operation_type || '|' || operation_code) LIKE ANY($4::text[]))
 `
 
 type OperationRunCountParams struct {
-	NamePattern *string
-	States      []string
-	Kinds       []string
+	NamePatterns []string
+	NameAny      bool
+	States       []string
+	Kinds        []string
 }
 
 func (q *Queries) OperationRunCount(ctx context.Context, db DBTX, arg OperationRunCountParams) (int32, error) {
-	row := db.QueryRow(ctx, operationRunCount, arg.NamePattern, arg.States, arg.Kinds)
+	row := db.QueryRow(ctx, operationRunCount,
+		arg.NamePatterns,
+		arg.NameAny,
+		arg.States,
+		arg.Kinds,
+	)
 	var column_1 int32
 	err := row.Scan(&column_1)
 	return column_1, err
@@ -195,26 +202,29 @@ func (q *Queries) OperationRunInsert(ctx context.Context, db DBTX, arg Operation
 
 const operationRunList = `-- name: OperationRunList :many
 SELECT id, name, description, status, status_reason, status_message, selector, options, operation_template, operation_type, operation_code, current_phase_index, total_phases, wake_at, created_at, updated_at, started_at, finished_at FROM operation_run
-WHERE ($1::text IS NULL OR name ILIKE $1::text)
+WHERE (cardinality($1::text[]) = 0
+       OR (CASE WHEN $2::bool THEN name LIKE ANY ($1::text[]) ELSE name LIKE ALL ($1::text[]) END))
   -- States and kinds are "status|reason" and "type|code" LIKE patterns
   -- ('%' for a field left open); entries are OR-ed.
-  AND (cardinality($2::text[]) = 0 OR (status || '|' || status_reason) LIKE ANY($2::text[]))
-  AND (cardinality($3::text[]) = 0 OR (operation_type || '|' || operation_code) LIKE ANY($3::text[]))
+  AND (cardinality($3::text[]) = 0 OR (status || '|' || status_reason) LIKE ANY($3::text[]))
+  AND (cardinality($4::text[]) = 0 OR (operation_type || '|' || operation_code) LIKE ANY($4::text[]))
 ORDER BY created_at DESC, id DESC
-LIMIT $5 OFFSET $4
+LIMIT $6 OFFSET $5
 `
 
 type OperationRunListParams struct {
-	NamePattern *string
-	States      []string
-	Kinds       []string
-	RowOffset   int32
-	RowLimit    int32
+	NamePatterns []string
+	NameAny      bool
+	States       []string
+	Kinds        []string
+	RowOffset    int32
+	RowLimit     int32
 }
 
 func (q *Queries) OperationRunList(ctx context.Context, db DBTX, arg OperationRunListParams) ([]OperationRun, error) {
 	rows, err := db.Query(ctx, operationRunList,
-		arg.NamePattern,
+		arg.NamePatterns,
+		arg.NameAny,
 		arg.States,
 		arg.Kinds,
 		arg.RowOffset,
