@@ -430,7 +430,9 @@ func TestRolloutBadInput(t *testing.T) {
 		{"EmptyPhase", func(r *flowv1.CreateOperationRunRequest) {
 			r.GetConfiguration().GetOptions().PhasePolicy = equalPhases(4, true) // 3 racks
 		}, connect.CodeInvalidArgument, "phase 3 would have no targets"},
-		{"ZeroPhases", func(r *flowv1.CreateOperationRunRequest) { r.GetConfiguration().GetOptions().PhasePolicy = equalPhases(0, true) }, connect.CodeInvalidArgument, "phase_policy.equal.phase_count"},
+		{"ZeroPhases", func(r *flowv1.CreateOperationRunRequest) {
+			r.GetConfiguration().GetOptions().PhasePolicy = equalPhases(0, true)
+		}, connect.CodeInvalidArgument, "phase_policy.equal.phase_count"},
 		{"CountsTooBig", func(r *flowv1.CreateOperationRunRequest) {
 			r.GetConfiguration().GetOptions().PhasePolicy = &flowv1.OperationRunPhasePolicy{Plan: &flowv1.OperationRunPhasePolicy_Count{Count: &flowv1.CountOperationRunPhases{
 				Phases: []*flowv1.OperationRunCountPhase{{Count: 2}, {Count: 2}}}}}
@@ -502,5 +504,3 @@ func TestRolloutBadInput(t *testing.T) {
 	require.EqualValues(t, 2, list.GetTotal())
 	require.Equal(t, rest.GetId(), list.GetOperationRuns()[0].GetId().GetId(), "newest first")
 }
-
-
