@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/pglocal"
@@ -30,15 +32,6 @@ import (
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/sim"
 )
-
-const benchUsage = `usage: flow bench [--racks N] [--components M] [--latency D] [--workload power-on] [--keep] [-o table|json]
-
-Starts a private PostgreSQL (or uses --database-url), both simulators in this
-process and 'flow serve' as a child process, creates N racks of M components
-through the API, submits the workload's task on every rack and reports
-throughput, latencies and the server's peak memory. See docs/bench.md.
-
-`
 
 // benchOptions are the settings of one flow bench run.
 type benchOptions struct {
@@ -149,36 +142,43 @@ type benchResult struct {
 	Failures           []string `json:"failures,omitempty"` // up to 10 reasons
 }
 
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench", stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
-	o := benchOptions{progress: stderr}
-	fs.IntVar(&o.racks, "racks", 10, "number of racks")
-	fs.IntVar(&o.components, "components", 35, "components per rack (1-35, from the GB200 demo rack)")
-	fs.DurationVar(&o.latency, "latency", 0, "latency added to every backend (simulator) call")
-	fs.DurationVar(&o.powerDelay, "power-delay", time.Millisecond, "time a simulated power change takes")
-	workload := fs.String("workload", "power-on", "what to run on every rack: "+strings.Join(benchWorkloadNames(), ", "))
-	fs.BoolVar(&o.keep, "keep", false, "after the summary keep server, simulators and PostgreSQL running until Ctrl-C, and keep the work folder")
-	fs.StringVar(&o.databaseURL, "database-url", "", "use this (empty) database instead of a private PostgreSQL")
-	fs.IntVar(&o.concurrency, "concurrency", 32, "API calls in flight while creating racks and submitting")
-	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "how long to wait for the tasks to end")
-	output := fs.String("o", "table", "output: table or json")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
+// benchCommand is flow bench (docs/bench.md).
+func benchCommand(stdout, stderr io.Writer) *cobra.Command {
+	cmd := command("bench", "benchmark an operation against the simulators (docs/bench.md)", func(fs *pflag.FlagSet) func(context.Context) error {
+		o := benchOptions{progress: stderr}
+		fs.IntVar(&o.racks, "racks", 10, "number of racks")
+		fs.IntVar(&o.components, "components", 35, "components per rack (1-35, from the GB200 demo rack)")
+		fs.DurationVar(&o.latency, "latency", 0, "latency added to every backend (simulator) call")
+		fs.DurationVar(&o.powerDelay, "power-delay", time.Millisecond, "time a simulated power change takes")
+		workload := fs.String("workload", "power-on", "what to run on every rack: "+strings.Join(benchWorkloadNames(), ", "))
+		fs.BoolVar(&o.keep, "keep", false, "after the summary keep server, simulators and PostgreSQL running until Ctrl-C, and keep the work folder")
+		fs.StringVar(&o.databaseURL, "database-url", "", "use this (empty) database instead of a private PostgreSQL")
+		fs.IntVar(&o.concurrency, "concurrency", 32, "API calls in flight while creating racks and submitting")
+		fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "how long to wait for the tasks to end")
+		output := fs.StringP("output", "o", "table", "output: table or json")
+		return func(ctx context.Context) error { return runBench(ctx, o, *workload, *output, stdout, stderr) }
+	})
+	cmd.Long = `Starts a private PostgreSQL (or uses --database-url), both simulators in this
+process and 'flow serve' as a child process, creates N racks of M components
+through the API, submits the workload's task on every rack and reports
+throughput, latencies and the server's peak memory. See docs/bench.md.`
+	return cmd
+}
+
+func runBench(ctx context.Context, o benchOptions, workload, output string, stdout, stderr io.Writer) error {
 	var ok bool
-	if o.workload, ok = benchWorkloads[*workload]; !ok {
-		return usageError{fmt.Errorf("--workload %q: want one of %s", *workload, strings.Join(benchWorkloadNames(), ", "))}
+	if o.workload, ok = benchWorkloads[workload]; !ok {
+		return usageError(fmt.Errorf("--workload %q: want one of %s", workload, strings.Join(benchWorkloadNames(), ", ")))
 	}
 	switch {
 	case o.racks < 1:
-		return usageError{errors.New("--racks must be at least 1")}
+		return usageError(errors.New("--racks must be at least 1"))
 	case o.components < 1 || o.components > len(inventory.DemoRack(0).Components):
-		return usageError{fmt.Errorf("--components must be within 1..%d", len(inventory.DemoRack(0).Components))}
+		return usageError(fmt.Errorf("--components must be within 1..%d", len(inventory.DemoRack(0).Components)))
 	case o.concurrency < 1:
-		return usageError{errors.New("--concurrency must be at least 1")}
-	case *output != "table" && *output != "json":
-		return usageError{fmt.Errorf("-o %q: want table or json", *output)}
+		return usageError(errors.New("--concurrency must be at least 1"))
+	case output != "table" && output != "json":
+		return usageError(fmt.Errorf("-o %q: want table or json", output))
 	}
 	o.serverCommand = func() (*exec.Cmd, error) {
 		exe, err := os.Executable()
@@ -207,7 +207,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return err
 	}
-	if *output == "json" {
+	if output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(res); err != nil {

@@ -1,14 +1,10 @@
 package app
 
 import (
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/proto"
-
-	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
 func TestCLIRackOperations(t *testing.T) {
@@ -45,30 +41,9 @@ func TestCLIRackOperations(t *testing.T) {
 		out := b.mustFlow(t, "bringup", r.Name)
 		require.Regexp(t, `^TASK\s+RACK\n[0-9a-f-]{36}\s+demo-0044$`, out)
 	})
-	_, stderr, err := b.flow("bringup")
-	require.Error(t, err)
-	require.Contains(t, stderr, "flow bringup")
+	_, _, err := b.flow("bringup")
+	require.ErrorContains(t, err, "want RACK... or --component C (names or UUIDs)\nRun 'flow bringup --help' for usage.")
+	require.Equal(t, 2, ExitCode(err))
 }
 
-func TestReadCredentials(t *testing.T) {
-	t.Parallel()
-	shared, err := readCredentials("", true, false, strings.NewReader("  tok\n"))
-	require.NoError(t, err)
-	require.Equal(t, "tok", shared.GetShared())
-
-	per, err := readCredentials("", true, true, strings.NewReader(`{"compute":"c","nvswitch":"n"}`))
-	require.NoError(t, err)
-	require.True(t, proto.Equal(&flowv1.PerComponentFirmwareAuthenticationData{Compute: ptr("c"), Nvswitch: ptr("n")}, per.GetPerComponent()))
-
-	_, err = readCredentials("", true, true, strings.NewReader(`{"gpu":"hunter2"}`))
-	require.ErrorContains(t, err, "JSON object with keys")
-	require.NotContains(t, err.Error(), "hunter2", "a secret is never echoed")
-
-	_, err = readCredentials("", true, false, strings.NewReader(" \n"))
-	require.ErrorContains(t, err, "empty")
-	_, err = readCredentials("", false, true, nil)
-	require.ErrorContains(t, err, "--per-component needs")
-	none, err := readCredentials("", false, false, nil)
-	require.NoError(t, err)
-	require.Nil(t, none)
-}
+func ptr[T any](v T) *T { return &v }

@@ -71,10 +71,11 @@ func (f *faultyRules) SetRuleAsDefault(ctx context.Context, req *flowv1.SetRuleA
 	return f.FlowHandler.SetRuleAsDefault(ctx, req)
 }
 
-// mustFlow runs flow and returns its trimmed stdout, failing on error.
+// mustFlow runs flow and returns its trimmed stdout (without the time
+// stamps of watch lines), failing on error.
 func (b *cliBundle) mustFlow(t *testing.T, args ...string) string {
 	t.Helper()
-	out, stderr, err := b.flow(args...)
+	out, stderr, err := b.flowUnstamped(args...)
 	require.NoError(t, err, "flow %s: %s", strings.Join(args, " "), stderr)
 	return strings.TrimSpace(out)
 }
@@ -139,7 +140,7 @@ func TestCLIRule(t *testing.T) {
 	t.Run("Errors", func(t *testing.T) {
 		t.Parallel()
 		requireFlowError(t, b, "not_found: operations: operation rule not found", "rule", "get", "00000000-0000-0000-0000-000000000001")
-		requireFlowError(t, b, `"x" is not a UUID`, "rule", "get", "x")
+		requireFlowError(t, b, `not_found: no rule is named "x"`, "rule", "get", "x")
 		requireFlowError(t, b, "not_found: no rack is named \"nope\"", "rule", "associate", "nope", id)
 		requireFlowError(t, b, "--type must be power_control or firmware_control", "rule", "list", "--type", "bring_up")
 		bad := writeFile(t, "bad.yaml", "name: x\noperation_type: power_control\noperation_code: power_on\nrule_definition: {steps: [{component_type: Compute, stage: 0, main_operation: {name: PowerControl}}]}\n")

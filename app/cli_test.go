@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -39,6 +40,16 @@ func (b *cliBundle) flow(args ...string) (string, string, error) {
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), append([]string{"flow"}, args...), func(k string) string { return b.env[k] }, &stdout, &stderr)
 	return stdout.String(), stderr.String(), err
+}
+
+// stamps are the time stamps that start the lines of watch and --wait off a
+// terminal.
+var stamps = regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d `)
+
+// flowUnstamped is flow with the lines' time stamps removed from stdout.
+func (b *cliBundle) flowUnstamped(args ...string) (string, string, error) {
+	out, errOut, err := b.flow(args...)
+	return stamps.ReplaceAllString(out, ""), errOut, err
 }
 
 func TestCLIInventory(t *testing.T) {
@@ -154,10 +165,12 @@ func TestCLIInventory(t *testing.T) {
 	}{
 		{name: "NotFound", args: []string{"rack", "get", "00000000-0000-0000-0000-000000000001"}, contains: "not_found: inventory: rack not found"},
 		{name: "AlreadyExists", args: []string{"rack", "create", "-f", "../examples/rack-g10.json"}, contains: "already_exists: "},
-		{name: "InvalidArgument", args: []string{"component", "get", "--manufacturer", "x", "--serial", ""}, contains: "want ID or", usage: true},
-		{name: "NotAUUID", args: []string{"rack", "delete", "g10"}, contains: `"g10" is not a UUID`, usage: true},
-		{name: "UnknownVerb", args: []string{"rack", "explode"}, contains: `unknown rack verb "explode"`, usage: true},
-		{name: "BadOutput", args: []string{"rack", "list", "-o", "yaml"}, contains: "-o must be table or json", usage: true},
+		{name: "InvalidArgument", args: []string{"component", "get", "--manufacturer", "x", "--serial", ""}, contains: "want COMPONENT or", usage: true},
+		{name: "NoSuchName", args: []string{"rack", "delete", "nope"}, contains: `not_found: no rack is named "nope"`},
+		{name: "UnknownVerb", args: []string{"rack", "explode"}, contains: "unknown rack verb \"explode\"\nRun 'flow rack --help' for usage.", usage: true},
+		{name: "UnknownCommand", args: []string{"explode"}, contains: "unknown command \"explode\" for \"flow\"\nRun 'flow --help' for usage.", usage: true},
+		{name: "UnknownFlag", args: []string{"rack", "list", "--explode"}, contains: "unknown flag: --explode\nRun 'flow rack list --help' for usage.", usage: true},
+		{name: "BadOutput", args: []string{"rack", "list", "-o", "xml"}, contains: "-o must be one of table, wide, json, yaml", usage: true},
 		{name: "MissingFile", args: []string{"rack", "create", "-f", "nope.json"}, contains: "nope.json"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

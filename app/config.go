@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/cli"
 )
 
 // Config is every setting of a Flow server, read from the environment by
@@ -77,7 +78,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_PSM_TLS_CA", "", "CA bundle (PEM) to verify PSM; setting any FLOW_PSM_TLS_* turns TLS on"},
 	{"FLOW_PSM_TLS_CERT", "", "client certificate (PEM) for mTLS to PSM"},
 	{"FLOW_PSM_TLS_KEY", "", "client key (PEM) for mTLS to PSM"},
-	{"FLOW_SERVER", defaultServer, "server the CLI (flow rack, flow component, ...) talks to; same as --server"},
+	{"FLOW_SERVER", cli.DefaultServer, "server the CLI (flow rack, flow component, ...) talks to; same as --server"},
 	{"FLOW_ENGINE_RESCUE_AFTER", "30m", "how long a step call may run before it is presumed lost (its process died) and run again; must exceed every rule's step timeout, and is how long work in flight in a killed process waits before another process resumes it"},
 	{"FLOW_ENGINE_MAX_WORKERS", "1000", "engine jobs one process works at once"},
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
@@ -197,7 +198,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		cfg.RiverUIEnabled = b
 	}
 	if len(errs) > 0 {
-		return cfg, usageError{fmt.Errorf("configuration: %s", strings.Join(errs, "; "))}
+		return cfg, usageError(fmt.Errorf("configuration: %s", strings.Join(errs, "; ")))
 	}
 	return cfg, nil
 }

@@ -13,38 +13,53 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/nicoflow/flow/db/pglocal"
 )
 
-// runDev is `flow dev`, the embedded default: a private PostgreSQL in a state
-// folder, migrated, and Flow serving on it in dev mode. Data survives
+// devCommand is `flow dev`, the embedded default: a private PostgreSQL in a
+// state folder, migrated, and Flow serving on it in dev mode. Data survives
 // restarts; PostgreSQL stops when flow dev exits, Ctrl-C included.
-func runDev(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, err := LoadConfig(getenv)
-	if err != nil {
-		return err
-	}
+func devCommand(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
+	return command("dev", "run Flow on a private PostgreSQL (the embedded default), in dev mode, with the simulators", func(fs *pflag.FlagSet) func(context.Context) error {
+		cfg, err := LoadConfig(getenv)
+		o := devOptions{dataDir: configDefault(getenv, "FLOW_DEV_DATA_DIR")}
+		fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "state folder, created on first run and reused after (FLOW_DEV_DATA_DIR)")
+		listen := fs.String("listen", "", "address to listen on (FLOW_LISTEN_ADDR; default 127.0.0.1:50051)")
+		fs.IntVar(&o.seed, "seed", 0, "make sure demo racks 0..N-1 (GB200 NVL72 shape) exist; idempotent")
+		if err != nil {
+			return failing(err)
+		}
+		return func(ctx context.Context) error {
+			if *listen != "" {
+				cfg.ListenAddr = *listen
+			} else if getenv("FLOW_LISTEN_ADDR") == "" {
+				cfg.ListenAddr = "127.0.0.1:50051"
+			}
+			return runDev(ctx, cfg, o, stdout, stderr)
+		}
+	})
+}
+
+// devOptions are flow dev's flags.
+type devOptions struct {
+	dataDir string
+	seed    int
+}
+
+func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Writer) error {
 	cfg.DevMode = true
 	cfg.LogFormat = "text"
-	if getenv("FLOW_LISTEN_ADDR") == "" {
-		cfg.ListenAddr = "127.0.0.1:50051"
-	}
 	if cfg.PollInterval == 0 {
 		// The simulators' firmware jobs take seconds, not the minutes the
 		// rules' 2m polls are made for.
 		cfg.PollInterval = 2 * time.Second
 	}
-	fs := newFlagSet("dev", stderr)
-	dataDir := fs.String("data-dir", configDefault(getenv, "FLOW_DEV_DATA_DIR"), "state folder, created on first run and reused after (FLOW_DEV_DATA_DIR)")
-	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "address to listen on (FLOW_LISTEN_ADDR)")
-	seed := fs.Int("seed", 0, "make sure demo racks 0..N-1 (GB200 NVL72 shape) exist; idempotent")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
 	logger := newLogger(stderr, cfg.LogFormat, cfg.logLevel())
 
-	dir, err := filepath.Abs(*dataDir)
+	dir, err := filepath.Abs(o.dataDir)
 	if err != nil {
 		return err
 	}
@@ -101,12 +116,12 @@ func runDev(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return err
 	}
-	if *seed > 0 {
-		added, err := seedDemoRacks(ctx, srv.pool, *seed)
+	if o.seed > 0 {
+		added, err := seedDemoRacks(ctx, srv.pool, o.seed)
 		if err != nil {
 			return fmt.Errorf("seed demo racks: %w", err)
 		}
-		logger.InfoContext(ctx, "demo racks seeded", "wanted", *seed, "added", added)
+		logger.InfoContext(ctx, "demo racks seeded", "wanted", o.seed, "added", added)
 	}
 	if sims != nil {
 		stop, err := followInventory(ctx, sims, srv, logger) // devseed.go

@@ -20,7 +20,7 @@ var allowedImports = map[string][]string{
 	"db/dbtest":    {"db", "db/pglocal"},
 	"engine":       {"db"},
 	"inventory":    {"db"},
-	"firmware":     {},
+	"firmware":     {"db", "engine", "inventory", "backend", "nico", "psm"},
 	"sim":          {},
 	"nico":         {},
 	"nico/nicosim": {"sim", "nico"},
@@ -30,8 +30,12 @@ var allowedImports = map[string][]string{
 	"reconcile":    {"db", "inventory", "backend", "nico", "psm"},
 	"operations":   {"db", "engine", "inventory", "backend", "firmware", "nico", "psm"},
 	"cmd/flow":     {"app"},
-	"proto":        {},
-	"proto/v1":     {},
+	// cli talks to the server only through the generated Connect client;
+	// operations only for the rule file format (parsed client-side, so
+	// that rule load --dry-run checks a file exactly as the server would).
+	"cli":      {"operations"},
+	"proto":    {},
+	"proto/v1": {},
 }
 
 type listedPackage struct {

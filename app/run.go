@@ -1,5 +1,8 @@
 // Package app is Flow's composition root: configuration, logging, the server
-// and its interceptors, wiring of every domain, and the flow commands.
+// and its interceptors, wiring of every domain, and the server commands of
+// flow (serve, dev, simulate, db, key, config, version). The client commands
+// are package cli's, flow bench is package bench's; Run builds the one cobra
+// command tree of both.
 package app
 
 import (
@@ -7,70 +10,27 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"text/tabwriter"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/nicoflow/flow/cli"
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/firmware"
 )
 
 // usageError marks errors caused by a bad command line or configuration; the
 // process exits with status 2 for them.
-type usageError struct{ error }
+func usageError(err error) error { return cli.UsageError(err) }
 
-func (e usageError) Unwrap() error { return e.error }
-
-// ExitCode returns the process exit status for an error returned by Run.
-func ExitCode(err error) int {
-	var ue usageError
-	if errors.As(err, &ue) || errors.Is(err, flag.ErrHelp) {
-		return 2
-	}
-	return 1
-}
-
-const usage = `flow: rack inventory and durable rack operations on PostgreSQL
-
-Usage:
-  flow serve [--listen ADDR] [--dev-mode] [--migrate]   run the server
-  flow dev [--data-dir DIR] [--listen ADDR] [--seed N]  run Flow on a private PostgreSQL (the embedded default)
-  flow simulate [--demo] [--seed FILE]                  run the NICo Core and PSM simulators (see simulate --help)
-  flow bench [--racks N] [--components M] [--latency D] benchmark power-on against the simulators (docs/bench.md)
-  flow db migrate                                       apply Flow's and River's migrations
-  flow db status                                        print the schema versions
-  flow version                                          print build information
-  flow config                                           print every environment variable Flow reads
-  flow key generate                                     print a new data-encryption key (base64)
-  flow key id FILE                                      print the ID (SHA-256 fingerprint) of a key file
-
-CLI (a Connect client of a running server; --server ADDR or FLOW_SERVER,
-default 127.0.0.1:50051; -o table|json):
-  flow rack create|list|get|patch|delete|purge          racks
-  flow component list|get|add|patch|delete|purge        components
-  flow nvl-domain create|attach|detach|list|racks       NVLink domains
-  flow rule create|update|delete|get|list|set-default  operation rules (YAML or JSON files)
-  flow rule associate|disassociate|associations|load    per-rack rules; YAML batch of defaults
-  flow power on|off|reset|cycle RACK... [--wait]        power operations, one task per rack
-  flow task list|get|cancel|watch                       tasks and their stage and step progress
-  flow firmware upgrade RACK... [--credentials-file F]  firmware upgrades (docs/firmware.md)
-  flow bringup|ingest|decommission RACK... [--wait]     bring-up, ingestion, decommission (docs/rack-operations.md)
-
-Run 'flow <command> --help' for a command's flags, 'flow <noun>' for its verbs.
-`
-
-// cliNouns are the CLI's nouns (cli.go); a new noun is one line here.
-var cliNouns = []cliNoun{
-	rackNoun,
-	componentNoun,
-	nvlDomainNoun,
-	ruleNoun,
-	powerNoun,
-	firmwareNoun, bringUpNoun, ingestNoun, decommissionNoun,
-	taskNoun,
-}
+// ExitCode returns the process exit status for an error returned by Run: 2
+// for bad usage, 130 for an interrupted watch, 1 otherwise.
+func ExitCode(err error) int { return cli.ExitCode(err) }
 
 // Run runs the flow command given by args (os.Args shape) with the
 // environment read through getenv. It returns when the command is done or
@@ -80,45 +40,66 @@ func Run(ctx context.Context, args []string, getenv func(string) string) error {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) < 2 {
-		fmt.Fprint(stderr, usage)
-		return usageError{errors.New("no command given")}
+	return cli.Execute(ctx, newRoot(getenv, stdout, stderr), args[1:], stdout, stderr)
+}
+
+// serverGroup is the help group of the server commands.
+const serverGroup = "server"
+
+// newRoot returns the command tree of flow: the server commands, then the
+// client nouns of package cli.
+func newRoot(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
+	b := ReadBuild()
+	root := &cobra.Command{
+		Use:     "flow",
+		Short:   "rack inventory and durable rack operations on PostgreSQL",
+		Long:    "flow: rack inventory and durable rack operations on PostgreSQL.\n\nOne binary: the server (flow serve, flow dev), its tools, and a CLI client of a running server.",
+		Version: b.Version,
+		Example: `  flow dev --seed 1                      # a server on a private PostgreSQL, one demo rack
+  flow rack list                         # the CLI, against 127.0.0.1:50051 (--server, FLOW_SERVER)
+  flow power on demo-0000 --wait         # power a rack on and follow the task
+  flow task list --status running -o wide
+  source <(flow completion bash)         # shell completion`,
 	}
-	cmd, rest := args[1], args[2:]
-	switch cmd {
-	case "serve":
-		return runServe(ctx, rest, getenv, stderr)
-	case "dev":
-		return runDev(ctx, rest, getenv, stdout, stderr)
-	case "db":
-		return runDB(ctx, rest, getenv, stdout, stderr)
-	case "simulate":
-		return runSimulate(ctx, rest, stdout, stderr)
-	case "bench":
-		return runBench(ctx, rest, stdout, stderr)
-	case "version", "--version":
-		b := ReadBuild()
-		fmt.Fprintf(stdout, "flow %s\ncommit  %s\ntime    %s\ngo      %s\n", b.Version, or(b.Revision, "unknown"), or(b.Time, "unknown"), b.GoVersion)
-		return nil
-	case "config":
-		fmt.Fprintf(stdout, "%-30s %-12s %s\n", "VARIABLE", "DEFAULT", "MEANING")
-		for _, v := range ConfigVars {
-			fmt.Fprintf(stdout, "%-30s %-12s %s\n", v.Name, or(v.Default, "-"), v.Meaning)
-		}
-		return nil
-	case "key":
-		return runKey(rest, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
+	root.SetVersionTemplate(versionText(b))
+	root.AddGroup(&cobra.Group{ID: serverGroup, Title: "Server commands:"})
+	for _, c := range []*cobra.Command{
+		serveCommand(getenv, stderr),
+		devCommand(getenv, stdout, stderr),
+		simulateCommand(stdout, stderr),
+		benchCommand(stdout, stderr),
+		dbCommand(getenv, stdout),
+		keyCommand(stdout, stderr),
+		configCommand(getenv, stdout),
+		{
+			Use:   "version",
+			Short: "print build information",
+			Args:  cobra.NoArgs,
+			RunE: func(*cobra.Command, []string) error {
+				_, err := io.WriteString(stdout, versionText(b))
+				return err
+			},
+		},
+	} {
+		c.GroupID = serverGroup
+		root.AddCommand(c)
 	}
-	for _, n := range cliNouns {
-		if n.name == cmd {
-			return runNoun(ctx, n, rest, getenv, stdout, stderr)
-		}
-	}
-	fmt.Fprint(stderr, usage)
-	return usageError{fmt.Errorf("unknown command %q", cmd)}
+	cli.AddCommands(root, cli.Options{Getenv: getenv})
+	return root
+}
+
+func versionText(b Build) string {
+	return fmt.Sprintf("flow %s\ncommit  %s\ntime    %s\ngo      %s\n", b.Version, or(b.Revision, "unknown"), or(b.Time, "unknown"), b.GoVersion)
+}
+
+// command returns a server command without positional arguments: flags
+// declares its flags and returns the function that runs it.
+func command(use, short string, flags func(fs *pflag.FlagSet) func(ctx context.Context) error) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs}
+	run := flags(cmd.Flags())
+	cmd.Flags().SortFlags = false
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return run(cmd.Context()) }
+	return cmd
 }
 
 func or(s, def string) string {
@@ -128,62 +109,59 @@ func or(s, def string) string {
 	return s
 }
 
-// newFlagSet returns a flag set that reports errors instead of exiting.
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("flow "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
+// failing returns a run function that fails with err (configuration that
+// did not load).
+func failing(err error) func(context.Context) error {
+	return func(context.Context) error { return err }
 }
 
-// parseFlags parses args, turning flag errors into usage errors.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+func serveCommand(getenv func(string) string, stderr io.Writer) *cobra.Command {
+	return command("serve", "run the server", func(fs *pflag.FlagSet) func(context.Context) error {
+		cfg, err := LoadConfig(getenv)
+		fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "address to listen on (FLOW_LISTEN_ADDR)")
+		fs.BoolVar(&cfg.DevMode, "dev-mode", cfg.DevMode, "enable server reflection and debug logging (FLOW_DEV_MODE)")
+		migrate := fs.Bool("migrate", false, "apply database migrations before serving")
+		if err != nil {
+			return failing(err)
 		}
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
-	}
-	return nil
+		return func(ctx context.Context) error {
+			logger := newLogger(stderr, cfg.LogFormat, cfg.logLevel())
+			logger.InfoContext(ctx, "starting flow", "build", ReadBuild().Version, "config", cfg)
+			srv, err := newServer(ctx, cfg, logger, serveOptions{migrate: *migrate})
+			if err != nil {
+				return err
+			}
+			return srv.run(ctx)
+		}
+	})
 }
 
-func runServe(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := LoadConfig(getenv)
-	if err != nil {
-		return err
+// errSchemaBehind is returned by flow db status when migrations are
+// pending, so that scripts can test it (exit status 1).
+var errSchemaBehind = errors.New("the schema is behind: run `flow db migrate`")
+
+func dbCommand(getenv func(string) string, stdout io.Writer) *cobra.Command {
+	db := &cobra.Command{Use: "db", Short: "schema management: migrate, status", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+	for _, sub := range []struct{ name, short string }{
+		{"migrate", "apply Flow's and River's migrations"},
+		{"status", "print the schema versions; exits 1 when migrations are pending"},
+	} {
+		db.AddCommand(command(sub.name, sub.short, func(*pflag.FlagSet) func(context.Context) error {
+			return func(ctx context.Context) error { return runDB(ctx, sub.name, getenv, stdout) }
+		}))
 	}
-	fs := newFlagSet("serve", stderr)
-	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "address to listen on (FLOW_LISTEN_ADDR)")
-	fs.BoolVar(&cfg.DevMode, "dev-mode", cfg.DevMode, "enable server reflection and debug logging (FLOW_DEV_MODE)")
-	migrate := fs.Bool("migrate", false, "apply database migrations before serving")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	logger := newLogger(stderr, cfg.LogFormat, cfg.logLevel())
-	logger.InfoContext(ctx, "starting flow", "build", ReadBuild().Version, "config", cfg)
-	srv, err := newServer(ctx, cfg, logger, serveOptions{migrate: *migrate})
-	if err != nil {
-		return err
-	}
-	return srv.run(ctx)
+	return db
 }
 
-func runDB(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "migrate" && args[0] != "status") {
-		fmt.Fprint(stderr, "usage: flow db migrate | flow db status\n")
-		return usageError{errors.New("db needs a subcommand: migrate or status")}
-	}
+// runDB is flow db migrate and flow db status.
+func runDB(ctx context.Context, sub string, getenv func(string) string, stdout io.Writer) error {
 	cfg, err := LoadConfig(getenv)
 	if err != nil {
-		return err
-	}
-	if err := parseFlags(newFlagSet("db "+args[0], stderr), args[1:]); err != nil {
 		return err
 	}
 	readStatus := db.ReadStatus
-	if args[0] == "migrate" {
+	if sub == "migrate" {
 		readStatus = db.Migrate
 	}
 	st, err := readStatus(ctx, cfg.DatabaseURL)
@@ -194,9 +172,9 @@ func runDB(ctx context.Context, args []string, getenv func(string) string, stdou
 		RedactURL(cfg.DatabaseURL), st.FlowVersion, st.FlowLatest, dirtyNote(st.FlowDirty), st.RiverVersion, st.RiverLatest)
 	if !st.UpToDate() {
 		fmt.Fprintln(stdout, "status    behind: run `flow db migrate`")
-	} else {
-		fmt.Fprintln(stdout, "status    up to date")
+		return errSchemaBehind
 	}
+	fmt.Fprintln(stdout, "status    up to date")
 	return nil
 }
 
@@ -207,28 +185,66 @@ func dirtyNote(dirty bool) string {
 	return ""
 }
 
-func runKey(args []string, stdout, stderr io.Writer) error {
-	switch {
-	case len(args) == 1 && args[0] == "generate":
-		raw := make([]byte, 32)
-		if _, err := rand.Read(raw); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, base64.StdEncoding.EncodeToString(raw))
-		fmt.Fprintln(stderr, "key id", firmware.KeyID(raw))
-		return nil
-	case len(args) == 2 && args[0] == "id":
-		b, err := os.ReadFile(args[1])
-		if err != nil {
-			return err
-		}
-		raw, err := firmware.ParseKey(b)
-		if err != nil {
-			return fmt.Errorf("%s: %w", args[1], err)
-		}
-		fmt.Fprintln(stdout, firmware.KeyID(raw))
-		return nil
+func keyCommand(stdout, stderr io.Writer) *cobra.Command {
+	key := &cobra.Command{Use: "key", Short: "data-encryption keys: generate, id", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+	key.AddCommand(&cobra.Command{
+		Use: "generate", Short: "print a new data-encryption key (base64; its ID on stderr)", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			raw := make([]byte, 32)
+			if _, err := rand.Read(raw); err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, base64.StdEncoding.EncodeToString(raw))
+			fmt.Fprintln(stderr, "key id", firmware.KeyID(raw))
+			return nil
+		},
+	}, &cobra.Command{
+		Use: "id FILE", Short: "print the ID (SHA-256 fingerprint) of a key file", Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			b, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			raw, err := firmware.ParseKey(b)
+			if err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			fmt.Fprintln(stdout, firmware.KeyID(raw))
+			return nil
+		},
+	})
+	return key
+}
+
+func configCommand(getenv func(string) string, stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "config",
+		Short: "print every environment variable Flow reads: the value in effect (secrets masked), the default and the meaning",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			printConfig(stdout, getenv)
+			return nil
+		},
 	}
-	fmt.Fprint(stderr, "usage: flow key generate | flow key id FILE\n")
-	return usageError{errors.New("key needs a subcommand: generate or id FILE")}
+}
+
+// printConfig prints ConfigVars with the values getenv gives them: set
+// values as they are (a password masked), unset ones as their default.
+func printConfig(w io.Writer, getenv func(string) string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "VARIABLE\tVALUE\tDEFAULT\tMEANING")
+	for _, v := range ConfigVars {
+		val := getenv(v.Name)
+		switch {
+		case val == "":
+			val = or(v.Default, "-") + " (default)"
+		case v.Name == "DB_PASSWORD":
+			val = "xxxxx"
+		case strings.HasSuffix(v.Name, "DATABASE_URL"):
+			val = RedactURL(val)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Name, val, or(v.Default, "-"), v.Meaning)
+	}
+	tw.Flush()
 }

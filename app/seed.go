@@ -19,7 +19,7 @@ const maxSeed = 65536
 // alone, so a restart with the same --seed adds nothing.
 func seedDemoRacks(ctx context.Context, pool *pgxpool.Pool, n int) (int, error) {
 	if n > maxSeed {
-		return 0, usageError{fmt.Errorf("--seed must be at most %d", maxSeed)}
+		return 0, usageError(fmt.Errorf("--seed must be at most %d", maxSeed))
 	}
 	svc := inventory.NewService()
 	added := 0

@@ -5,13 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/psm/psmsim"
@@ -94,64 +96,75 @@ func demoFleet() []nicosim.Device {
 	return devs
 }
 
-const simulateUsage = `usage:
-  flow simulate [--nico-listen ADDR] [--psm-listen ADDR] [--seed FILE] [--demo] [--power-delay D] [--firmware-phase D]
-      run the NICo Core and PSM simulators until Ctrl-C
-  flow simulate fault   --admin URL --kind KIND [--method M] [--device D] [--code C] [--status S]
-                        [--phase P] [--latency D] [--times N] [--rate R] [--message TEXT]
-  flow simulate fault   --admin URL --clear | --list
-  flow simulate journal --admin URL [--method M]
-  flow simulate remove  --admin URL DEVICE
-  flow simulate seed    --admin URL FILE
+// simulateCommand is `flow simulate`: the simulators standalone, or (its
+// subcommands) a client of their admin surface.
+func simulateCommand(stdout, stderr io.Writer) *cobra.Command {
+	cmd := command("simulate", "run the NICo Core and PSM simulators until Ctrl-C; fault, journal, remove, seed: drive a running one", func(fs *pflag.FlagSet) func(context.Context) error {
+		var o simulateOptions
+		fs.StringVar(&o.nicoAddr, "nico-listen", "127.0.0.1:50061", "NICo Core simulator address")
+		fs.StringVar(&o.psmAddr, "psm-listen", "127.0.0.1:50062", "PSM simulator address")
+		fs.StringVar(&o.seedFile, "seed", "", "JSON list of devices to seed (see docs/simulators.md)")
+		fs.BoolVar(&o.demo, "demo", false, "seed a demo rack (18 compute trays, 9 switches, 4 shelves)")
+		fs.DurationVar(&o.powerDelay, "power-delay", 5*time.Second, "time a power change takes")
+		fs.DurationVar(&o.phase, "firmware-phase", 10*time.Second, "time per firmware job, ingestion and decommission step")
+		return func(ctx context.Context) error { return runSimulate(ctx, o, stdout) }
+	})
+	cmd.Long = `Run the NICo Core and PSM simulators until Ctrl-C, or drive a running one
+through its admin surface (fault, journal, remove, seed).
 
 --admin is a simulator's base URL, e.g. http://127.0.0.1:50061 (NICo Core) or
-http://127.0.0.1:50062 (PSM). See docs/simulators.md.
-`
-
-// runSimulate is `flow simulate`: the simulators standalone, or a client of
-// their admin surface.
-func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		switch args[0] {
-		case "fault", "journal", "remove", "seed":
-			return runSimulateAdmin(ctx, args[0], args[1:], stdout, stderr)
+http://127.0.0.1:50062 (PSM). See docs/simulators.md.`
+	for _, sub := range []struct{ use, short string }{
+		{"fault", "add a fault (--kind ...), or --clear / --list the faults"},
+		{"journal", "print the calls the simulator received"},
+		{"remove DEVICE", "remove a device"},
+		{"seed FILE", "add the devices of a JSON file"},
+	} {
+		name, _, _ := strings.Cut(sub.use, " ")
+		nargs := 0
+		if name == "remove" || name == "seed" {
+			nargs = 1
 		}
-		fmt.Fprint(stderr, simulateUsage)
-		return usageError{fmt.Errorf("unknown simulate command %q", args[0])}
+		c := &cobra.Command{Use: sub.use, Short: sub.short, Args: cobra.ExactArgs(nargs)}
+		run := simulateAdminFlags(name, c.Flags())
+		c.Flags().SortFlags = false
+		c.RunE = func(cmd *cobra.Command, args []string) error { return run(cmd.Context(), args, stdout) }
+		cmd.AddCommand(c)
 	}
-	fs := newFlagSet("simulate", stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, simulateUsage) }
-	nicoAddr := fs.String("nico-listen", "127.0.0.1:50061", "NICo Core simulator address")
-	psmAddr := fs.String("psm-listen", "127.0.0.1:50062", "PSM simulator address")
-	seedFile := fs.String("seed", "", "JSON list of devices to seed (see docs/simulators.md)")
-	demo := fs.Bool("demo", false, "seed a demo rack (18 compute trays, 9 switches, 4 shelves)")
-	powerDelay := fs.Duration("power-delay", 5*time.Second, "time a power change takes")
-	phase := fs.Duration("firmware-phase", 10*time.Second, "time per firmware job, ingestion and decommission step")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
+	return cmd
+}
+
+// simulateOptions are flow simulate's flags.
+type simulateOptions struct {
+	nicoAddr, psmAddr string
+	seedFile          string
+	demo              bool
+	powerDelay, phase time.Duration
+}
+
+func runSimulate(ctx context.Context, o simulateOptions, stdout io.Writer) error {
 	var devs []nicosim.Device
-	if *demo {
+	if o.demo {
 		devs = demoFleet()
 	}
-	if *seedFile != "" {
-		data, err := os.ReadFile(*seedFile)
+	if o.seedFile != "" {
+		data, err := os.ReadFile(o.seedFile)
 		if err != nil {
 			return err
 		}
 		var more []nicosim.Device
 		if err := json.Unmarshal(data, &more); err != nil {
-			return usageError{fmt.Errorf("--seed %s: %w", *seedFile, err)}
+			return usageError(fmt.Errorf("--seed %s: %w", o.seedFile, err))
 		}
 		devs = append(devs, more...)
 	}
-	sims, err := startSimulators(simOptions{nicoAddr: *nicoAddr, psmAddr: *psmAddr, powerDelay: *powerDelay, firmwarePhase: *phase})
+	sims, err := startSimulators(simOptions{nicoAddr: o.nicoAddr, psmAddr: o.psmAddr, powerDelay: o.powerDelay, firmwarePhase: o.phase})
 	if err != nil {
 		return err
 	}
 	if err := sims.Seed(devs); err != nil {
 		_ = sims.Close(context.WithoutCancel(ctx))
-		return usageError{err}
+		return usageError(err)
 	}
 	fmt.Fprintf(stdout, `
   Simulators are running (%d devices seeded)
@@ -171,11 +184,11 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return sims.Close(shutdown)
 }
 
-func runSimulateAdmin(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("simulate "+cmd, stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, simulateUsage) }
+// simulateAdminFlags declares the flags of an admin subcommand (fault,
+// journal, remove, seed) and returns the function that runs it.
+func simulateAdminFlags(cmd string, fs *pflag.FlagSet) func(ctx context.Context, args []string, stdout io.Writer) error {
 	admin := fs.String("admin", "http://127.0.0.1:50061", "simulator base URL")
-	var f sim.Fault
+	f := new(sim.Fault)
 	var clear, list bool
 	var latency time.Duration
 	method := fs.String("method", "", "RPC name, e.g. ComponentPowerControl (empty: any)")
@@ -192,13 +205,13 @@ func runSimulateAdmin(ctx context.Context, cmd string, args []string, stdout, st
 		fs.BoolVar(&clear, "clear", false, "remove every fault")
 		fs.BoolVar(&list, "list", false, "list active faults")
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err}
+	return func(ctx context.Context, args []string, stdout io.Writer) error {
+		return simulateAdmin(ctx, cmd, args, *admin, *method, *f, latency, clear, list, stdout)
 	}
-	base := strings.TrimSuffix(*admin, "/") + "/admin"
+}
+
+func simulateAdmin(ctx context.Context, cmd string, args []string, admin, method string, f sim.Fault, latency time.Duration, clear, list bool, stdout io.Writer) error {
+	base := strings.TrimSuffix(admin, "/") + "/admin"
 	var (
 		verb, url string
 		body      []byte
@@ -206,13 +219,13 @@ func runSimulateAdmin(ctx context.Context, cmd string, args []string, stdout, st
 	switch {
 	case cmd == "journal":
 		verb, url = http.MethodGet, base+"/journal"
-		if *method != "" {
-			url += "?method=" + *method
+		if method != "" {
+			url += "?method=" + method
 		}
-	case cmd == "remove" && fs.NArg() == 1:
-		verb, url = http.MethodDelete, base+"/devices/"+fs.Arg(0)
-	case cmd == "seed" && fs.NArg() == 1:
-		data, err := os.ReadFile(fs.Arg(0))
+	case cmd == "remove":
+		verb, url = http.MethodDelete, base+"/devices/"+args[0]
+	case cmd == "seed":
+		data, err := os.ReadFile(args[0])
 		if err != nil {
 			return err
 		}
@@ -222,15 +235,14 @@ func runSimulateAdmin(ctx context.Context, cmd string, args []string, stdout, st
 	case cmd == "fault" && list:
 		verb, url = http.MethodGet, base+"/faults"
 	case cmd == "fault":
-		f.Method, f.Latency = *method, sim.Duration(latency)
+		f.Method, f.Latency = method, sim.Duration(latency)
 		if err := f.Validate(); err != nil {
-			return usageError{err}
+			return usageError(err)
 		}
 		body, _ = json.Marshal(f)
 		verb, url = http.MethodPost, base+"/faults"
 	default:
-		fmt.Fprint(stderr, simulateUsage)
-		return usageError{fmt.Errorf("simulate %s: wrong arguments", cmd)}
+		return usageError(fmt.Errorf("simulate %s: wrong arguments", cmd))
 	}
 	req, err := http.NewRequestWithContext(ctx, verb, url, bytes.NewReader(body))
 	if err != nil {

@@ -76,7 +76,7 @@ func TestSeededFleetValidatesClean(t *testing.T) {
 	require.Equal(t, len(fleet), res.Match)
 
 	var out bytes.Buffer
-	require.NoError(t, runSimulate(ctx, []string{"remove", "--admin", sims.nicoSrv.URL(), fleet[0].BMCMAC}, &out, &out))
+	require.NoError(t, run(ctx, []string{"flow", "simulate", "remove", "--admin", sims.nicoSrv.URL(), fleet[0].BMCMAC}, os.Getenv, &out, &out))
 	actual, err = b.managers.Inventory(ctx)
 	require.NoError(t, err)
 	res = backend.Validate(expected, actual, backend.ValidateOptions{})
@@ -123,10 +123,10 @@ func TestSimulateAdminCLI(t *testing.T) {
 	ctx := context.Background()
 	admin := sims.nicoSrv.URL()
 	var out, errOut bytes.Buffer
-	require.NoError(t, runSimulate(ctx, []string{"fault", "--admin", admin, "--kind", "error", "--method", "Version", "--code", "unavailable", "--times", "1"}, &out, &errOut))
+	require.NoError(t, run(ctx, []string{"flow", "simulate", "fault", "--admin", admin, "--kind", "error", "--method", "Version", "--code", "unavailable", "--times", "1"}, os.Getenv, &out, &errOut))
 	require.Contains(t, out.String(), `"id": 1`)
 	out.Reset()
-	require.NoError(t, runSimulate(ctx, []string{"fault", "--admin", admin, "--list"}, &out, &errOut))
+	require.NoError(t, run(ctx, []string{"flow", "simulate", "fault", "--admin", admin, "--list"}, os.Getenv, &out, &errOut))
 	require.Contains(t, out.String(), `"kind": "error"`)
 
 	c, err := nico.NewClient(admin)
@@ -135,16 +135,16 @@ func TestSimulateAdminCLI(t *testing.T) {
 	require.ErrorIs(t, err, nico.ErrUnreachable)
 
 	out.Reset()
-	require.NoError(t, runSimulate(ctx, []string{"journal", "--admin", admin, "--method", "Version"}, &out, &errOut))
+	require.NoError(t, run(ctx, []string{"flow", "simulate", "journal", "--admin", admin, "--method", "Version"}, os.Getenv, &out, &errOut))
 	require.Contains(t, out.String(), `"code": "unavailable"`)
 	out.Reset()
-	require.NoError(t, runSimulate(ctx, []string{"fault", "--admin", admin, "--clear"}, &out, &errOut))
+	require.NoError(t, run(ctx, []string{"flow", "simulate", "fault", "--admin", admin, "--clear"}, os.Getenv, &out, &errOut))
 	require.Equal(t, "ok\n", out.String())
 
-	err = runSimulate(ctx, []string{"fault", "--admin", admin, "--kind", "explode"}, &out, &errOut)
+	err = run(ctx, []string{"flow", "simulate", "fault", "--admin", admin, "--kind", "explode"}, os.Getenv, &out, &errOut)
 	require.ErrorContains(t, err, "unknown fault kind")
 	require.Equal(t, 2, ExitCode(err))
-	err = runSimulate(ctx, []string{"remove", "--admin", admin, "nope"}, &out, &errOut)
+	err = run(ctx, []string{"flow", "simulate", "remove", "--admin", admin, "nope"}, os.Getenv, &out, &errOut)
 	require.ErrorContains(t, err, "404")
 }
 

@@ -80,7 +80,7 @@ func TestDevFleetValidatesClean(t *testing.T) {
 	admin := regexp.MustCompile(`nico_core_api_url=(\S+)`).FindStringSubmatch(r.out.String())
 	require.NotNil(t, admin, r.out.String())
 	var out bytes.Buffer
-	require.NoError(t, runSimulate(ctx, []string{"remove", "--admin", admin[1], inventory.DemoRack(0).Components[5].BMCs[0].MAC.String()}, &out, &out))
+	require.NoError(t, run(ctx, []string{"flow", "simulate", "remove", "--admin", admin[1], inventory.DemoRack(0).Components[5].BMCs[0].MAC.String()}, os.Getenv, &out, &out))
 	time.Sleep(devSeedInterval + 500*time.Millisecond)
 	res, err = client.ValidateComponents(ctx, &flowv1.ValidateComponentsRequest{})
 	require.NoError(t, err)

@@ -1,20 +1,18 @@
-package app
+package cli
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/google/uuid"
+	"github.com/spf13/pflag"
 
 	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -24,18 +22,18 @@ import (
 // format of operations.ParseRuleSpec (one rule) and operations.ParseRuleFile
 // (the batch loader); see docs/operation-rules.md.
 
-var ruleNoun = cliNoun{
+var ruleNoun = noun{
 	name:    "rule",
 	summary: "operation rules: how power and firmware operations run, per default or per rack",
-	verbs: []cliVerb{
+	verbs: []verb{
 		{name: "create", args: "-f FILE", summary: "create a rule from a YAML or JSON rule file (- for stdin); prints its ID",
-			flags: func(fs *flag.FlagSet) runFunc {
-				file := fs.String("f", "", "rule file, YAML or JSON (- for stdin)")
-				return func(ctx context.Context, c *cliEnv, args []string) error {
+			flags: func(fs *pflag.FlagSet) runFunc {
+				file := fs.StringP("file", "f", "", "rule file, YAML or JSON (- for stdin)")
+				return func(ctx context.Context, c *env, args []string) error {
 					if *file == "" || len(args) > 0 {
 						return usageError{errors.New("want -f FILE")}
 					}
-					spec, err := readRuleSpec(*file)
+					spec, err := c.readRuleSpec(*file)
 					if err != nil {
 						return err
 					}
@@ -50,23 +48,20 @@ var ruleNoun = cliNoun{
 					return c.emit(res, func(w io.Writer) { fmt.Fprintln(w, res.GetId().GetId()) })
 				}
 			}},
-		{name: "update", args: "ID [-f FILE] [--name N] [--description D]", summary: "change a rule's name, description and/or definition (-f: a rule file of the same operation; flags win over the file)",
-			flags: func(fs *flag.FlagSet) runFunc {
-				file := fs.String("f", "", "rule file, YAML or JSON (- for stdin): its name, description and definition replace the rule's")
+		{name: "update", args: "RULE [-f FILE] [--name N] [--description D]", summary: "change a rule's name, description and/or definition (-f: a rule file of the same operation; flags win over the file)",
+			flags: func(fs *pflag.FlagSet) runFunc {
+				file := fs.StringP("file", "f", "", "rule file, YAML or JSON (- for stdin): its name, description and definition replace the rule's")
 				name := fs.String("name", "", "new name")
 				descr := fs.String("description", "", "new description (may be empty)")
-				return func(ctx context.Context, c *cliEnv, args []string) error {
-					if err := wantArgs(args, 1, "ID"); err != nil {
-						return err
-					}
-					id, err := uuidArg(args[0])
+				return func(ctx context.Context, c *env, args []string) error {
+					id, err := ruleArg(ctx, c, args)
 					if err != nil {
 						return err
 					}
 					set := flagsSet(fs)
 					req := &flowv1.UpdateOperationRuleRequest{RuleId: id}
 					if *file != "" {
-						spec, err := readRuleSpec(*file)
+						spec, err := c.readRuleSpec(*file)
 						if err != nil {
 							return err
 						}
@@ -103,10 +98,10 @@ var ruleNoun = cliNoun{
 					return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "updated rule %s\n", id.GetId()) })
 				}
 			}},
-		{name: "delete", args: "ID", summary: "delete a rule (refused while racks are associated with it)",
-			flags: func(fs *flag.FlagSet) runFunc {
-				return func(ctx context.Context, c *cliEnv, args []string) error {
-					id, err := ruleIDArg(args)
+		{name: "delete", args: "RULE", complete: ruleNameList, summary: "delete a rule (refused while racks are associated with it)",
+			flags: func(fs *pflag.FlagSet) runFunc {
+				return func(ctx context.Context, c *env, args []string) error {
+					id, err := ruleArg(ctx, c, args)
 					if err != nil {
 						return err
 					}
@@ -117,10 +112,10 @@ var ruleNoun = cliNoun{
 					return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "deleted rule %s\n", id.GetId()) })
 				}
 			}},
-		{name: "get", args: "ID", summary: "show a rule and its stages, steps and actions (-o json: the rule with rule_definition_json)",
-			flags: func(fs *flag.FlagSet) runFunc {
-				return func(ctx context.Context, c *cliEnv, args []string) error {
-					id, err := ruleIDArg(args)
+		{name: "get", args: "RULE", complete: ruleNameList, summary: "show a rule and its stages, steps and actions (-o json: the rule with rule_definition_json)",
+			flags: func(fs *pflag.FlagSet) runFunc {
+				return func(ctx context.Context, c *env, args []string) error {
+					id, err := ruleArg(ctx, c, args)
 					if err != nil {
 						return err
 					}
@@ -132,12 +127,12 @@ var ruleNoun = cliNoun{
 				}
 			}},
 		{name: "list", args: "[--type T] [--default[=false]] [--offset N] [--limit N]", summary: "list rules, newest first",
-			flags: func(fs *flag.FlagSet) runFunc {
+			flags: func(fs *pflag.FlagSet) runFunc {
 				typ := fs.String("type", "", "only this operation type: power_control or firmware_control")
 				def := fs.Bool("default", false, "only default rules (--default=false: only non-default rules)")
 				offset := fs.Int("offset", 0, "skip this many rules")
 				limit := fs.Int("limit", 0, "return at most this many rules (server default 100 when 0)")
-				return func(ctx context.Context, c *cliEnv, args []string) error {
+				return func(ctx context.Context, c *env, args []string) error {
 					if err := wantArgs(args, 0, "no arguments"); err != nil {
 						return err
 					}
@@ -169,10 +164,10 @@ var ruleNoun = cliNoun{
 					})
 				}
 			}},
-		{name: "set-default", args: "ID", summary: "make a rule the default for its operation (replaces the previous default atomically)",
-			flags: func(fs *flag.FlagSet) runFunc {
-				return func(ctx context.Context, c *cliEnv, args []string) error {
-					id, err := ruleIDArg(args)
+		{name: "set-default", args: "RULE", complete: ruleNameList, summary: "make a rule the default for its operation (replaces the previous default atomically)",
+			flags: func(fs *pflag.FlagSet) runFunc {
+				return func(ctx context.Context, c *env, args []string) error {
+					id, err := ruleArg(ctx, c, args)
 					if err != nil {
 						return err
 					}
@@ -183,13 +178,13 @@ var ruleNoun = cliNoun{
 					return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "rule %s is now the default for its operation\n", id.GetId()) })
 				}
 			}},
-		{name: "associate", args: "RACK RULE_ID", summary: "make a rack (UUID or name) use a rule for the rule's operation, ahead of the default",
-			flags: func(fs *flag.FlagSet) runFunc {
-				return func(ctx context.Context, c *cliEnv, args []string) error {
-					if err := wantArgs(args, 2, "RACK RULE_ID"); err != nil {
+		{name: "associate", args: "RACK RULE", summary: "make a rack use a rule (both by name or UUID) for the rule's operation, ahead of the default",
+			flags: func(fs *pflag.FlagSet) runFunc {
+				return func(ctx context.Context, c *env, args []string) error {
+					if err := wantArgs(args, 2, "RACK RULE"); err != nil {
 						return err
 					}
-					ruleID, err := uuidArg(args[1])
+					ruleID, err := resolveRule(ctx, c, args[1])
 					if err != nil {
 						return err
 					}
@@ -207,10 +202,10 @@ var ruleNoun = cliNoun{
 				}
 			}},
 		{name: "disassociate", args: "RACK --type T --code C", summary: "remove a rack's rule for an operation (the default or built-in rule applies again)",
-			flags: func(fs *flag.FlagSet) runFunc {
+			flags: func(fs *pflag.FlagSet) runFunc {
 				typ := fs.String("type", "", "operation type: power_control or firmware_control")
 				code := fs.String("code", "", "operation code, e.g. power_on")
-				return func(ctx context.Context, c *cliEnv, args []string) error {
+				return func(ctx context.Context, c *env, args []string) error {
 					if err := wantArgs(args, 1, "RACK"); err != nil {
 						return err
 					}
@@ -235,10 +230,10 @@ var ruleNoun = cliNoun{
 				}
 			}},
 		{name: "associations", args: "RACK [--type T --code C]", summary: "list a rack's (UUID or name) rule associations, or show the one for an operation",
-			flags: func(fs *flag.FlagSet) runFunc {
+			flags: func(fs *pflag.FlagSet) runFunc {
 				typ := fs.String("type", "", "with --code: only this operation type")
 				code := fs.String("code", "", "with --type: only this operation code")
-				return func(ctx context.Context, c *cliEnv, args []string) error {
+				return func(ctx context.Context, c *env, args []string) error {
 					if err := wantArgs(args, 1, "RACK"); err != nil {
 						return err
 					}
@@ -270,7 +265,7 @@ var ruleNoun = cliNoun{
 					if err != nil {
 						return err
 					}
-					if c.json {
+					if c.structured() {
 						return c.emit(res, nil)
 					}
 					rows := make([][]string, len(res.GetAssociations()))
@@ -293,15 +288,15 @@ var ruleNoun = cliNoun{
 				}
 			}},
 		{name: "load", args: "-f FILE [--dry-run] [--overwrite]", summary: "load a YAML batch of default rules (--dry-run: validate locally only; --overwrite: replace existing defaults)",
-			flags: func(fs *flag.FlagSet) runFunc {
-				file := fs.String("f", "", "batch rule file, YAML or JSON (- for stdin)")
+			flags: func(fs *pflag.FlagSet) runFunc {
+				file := fs.StringP("file", "f", "", "batch rule file, YAML or JSON (- for stdin)")
 				dryRun := fs.Bool("dry-run", false, "validate the file as the server would, without contacting it")
 				overwrite := fs.Bool("overwrite", false, "replace existing default rules of the same operations (not atomic across operations; see docs)")
-				return func(ctx context.Context, c *cliEnv, args []string) error {
+				return func(ctx context.Context, c *env, args []string) error {
 					if *file == "" || len(args) > 0 {
 						return usageError{errors.New("want -f FILE")}
 					}
-					b, err := readFileArg(*file)
+					b, err := c.readFileArg(*file)
 					if err != nil {
 						return err
 					}
@@ -372,7 +367,7 @@ type loadResult struct {
 // It returns nil results when nothing was loaded (whatever was created has
 // been rolled back, or the error says what could not be). Results with an
 // error mean the rules are loaded but a replaced rule could not be deleted.
-func loadRules(ctx context.Context, c *cliEnv, specs []operations.RuleSpec, overwrite bool) ([]loadResult, error) {
+func loadRules(ctx context.Context, c *env, specs []operations.RuleSpec, overwrite bool) ([]loadResult, error) {
 	current, err := listDefaults(ctx, c)
 	if err != nil {
 		return nil, err
@@ -452,7 +447,7 @@ func loadRules(ctx context.Context, c *cliEnv, specs []operations.RuleSpec, over
 
 // rollbackRules deletes the rules created by an unfinished load, returning
 // what could not be deleted.
-func rollbackRules(ctx context.Context, c *cliEnv, results []loadResult, created []int) error {
+func rollbackRules(ctx context.Context, c *env, results []loadResult, created []int) error {
 	var errs []error
 	for _, i := range created {
 		if _, err := c.client.DeleteOperationRule(context.WithoutCancel(ctx), &flowv1.DeleteOperationRuleRequest{RuleId: &flowv1.UUID{Id: results[i].id}}); err != nil {
@@ -463,7 +458,7 @@ func rollbackRules(ctx context.Context, c *cliEnv, results []loadResult, created
 }
 
 // listDefaults returns every default rule by "type.code".
-func listDefaults(ctx context.Context, c *cliEnv) (map[string]*flowv1.OperationRule, error) {
+func listDefaults(ctx context.Context, c *env) (map[string]*flowv1.OperationRule, error) {
 	out := map[string]*flowv1.OperationRule{}
 	for offset := int32(0); ; {
 		res, err := c.client.ListOperationRules(ctx, &flowv1.ListOperationRulesRequest{IsDefault: ptr(true), Offset: ptr(offset), Limit: ptr(int32(operations.MaxListLimit))})
@@ -480,50 +475,12 @@ func listDefaults(ctx context.Context, c *cliEnv) (map[string]*flowv1.OperationR
 	}
 }
 
-// resolveRack turns a RACK argument into a rack UUID: a UUID is used as is,
-// anything else must be exactly one rack's name.
-func resolveRack(ctx context.Context, c *cliEnv, s string) (*flowv1.UUID, error) {
-	if _, err := uuid.Parse(s); err == nil {
-		return &flowv1.UUID{Id: s}, nil
-	}
-	// The name filter matches substrings; page through the matches and keep
-	// exact ones.
-	var ids []string
-	for offset := int32(0); ; {
-		res, err := c.client.GetListOfRacks(ctx, &flowv1.GetListOfRacksRequest{
-			Filters: []*flowv1.Filter{{
-				Field:     &flowv1.Filter_RackField{RackField: flowv1.RackFilterField_RACK_FILTER_FIELD_NAME},
-				QueryInfo: &flowv1.StringQueryInfo{Patterns: []string{s}},
-			}},
-			Pagination: &flowv1.Pagination{Offset: offset, Limit: 1000},
-		})
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range res.GetRacks() {
-			if r.GetInfo().GetName() == s {
-				ids = append(ids, r.GetInfo().GetId().GetId())
-			}
-		}
-		offset += int32(len(res.GetRacks()))
-		if len(res.GetRacks()) == 0 || offset >= res.GetTotal() {
-			break
-		}
-	}
-	switch len(ids) {
-	case 0:
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no rack is named %q", s))
-	case 1:
-		return &flowv1.UUID{Id: ids[0]}, nil
-	}
-	return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%d racks are named %q (%s): give a UUID", len(ids), s, strings.Join(ids, ", ")))
-}
-
-func ruleIDArg(args []string) (*flowv1.UUID, error) {
-	if err := wantArgs(args, 1, "ID"); err != nil {
+// ruleArg resolves the one RULE argument (name or UUID).
+func ruleArg(ctx context.Context, c *env, args []string) (*flowv1.UUID, error) {
+	if err := wantArgs(args, 1, "RULE"); err != nil {
 		return nil, err
 	}
-	return uuidArg(args[0])
+	return resolveRule(ctx, c, args[0])
 }
 
 // ruleTypeArg parses a --type value.
@@ -556,24 +513,14 @@ func ruleKey(r *flowv1.OperationRule) string {
 }
 
 // flagsSet returns the names of the flags given on the command line.
-func flagsSet(fs *flag.FlagSet) map[string]bool {
+func flagsSet(fs *pflag.FlagSet) map[string]bool {
 	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.Visit(func(f *pflag.Flag) { set[f.Name] = true })
 	return set
 }
 
-func ptr[T any](v T) *T { return &v }
-
-// readFileArg reads path ("-": stdin).
-func readFileArg(path string) ([]byte, error) {
-	if path == "-" {
-		return io.ReadAll(os.Stdin)
-	}
-	return os.ReadFile(path)
-}
-
-func readRuleSpec(path string) (operations.RuleSpec, error) {
-	b, err := readFileArg(path)
+func (c *env) readRuleSpec(path string) (operations.RuleSpec, error) {
+	b, err := c.readFileArg(path)
 	if err != nil {
 		return operations.RuleSpec{}, err
 	}

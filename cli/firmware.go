@@ -1,16 +1,16 @@
-package app
+package cli
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -39,16 +39,16 @@ type rackOpFlags struct {
 	components bool // --component
 }
 
-type rackOpSubmitFunc func(ctx context.Context, c *cliEnv, r rackOp) (*flowv1.SubmitTaskResponse, error)
+type rackOpSubmitFunc func(ctx context.Context, c *env, r rackOp) (*flowv1.SubmitTaskResponse, error)
 
 // rackOpVerb builds a rack-operation verb. extra declares the verb's own
 // flags and returns the submit call that reads them.
-func rackOpVerb(name, args, summary string, f rackOpFlags, extra func(fs *flag.FlagSet) rackOpSubmitFunc) cliVerb {
-	return cliVerb{name: name, args: args, summary: summary,
-		flags: func(fs *flag.FlagSet) runFunc {
-			var comps stringsFlag
+func rackOpVerb(name, args, summary string, f rackOpFlags, extra func(fs *pflag.FlagSet) rackOpSubmitFunc) verb {
+	return verb{name: name, args: args, summary: summary,
+		flags: func(fs *pflag.FlagSet) runFunc {
+			var comps []string
 			if f.components {
-				fs.Var(&comps, "component", "target this component (UUID) instead of racks; repeatable")
+				fs.StringArrayVar(&comps, "component", nil, "target this component (name or UUID) instead of racks; repeatable")
 			}
 			types := fs.String("type", "", "only these component types of the racks, comma-separated: compute, nvswitch, powershelf, torswitch, ums, cdu")
 			queue, queueTimeout := new(bool), new(time.Duration)
@@ -60,15 +60,15 @@ func rackOpVerb(name, args, summary string, f rackOpFlags, extra func(fs *flag.F
 			if f.override {
 				override = fs.Bool("override-readiness", false, "bypass the readiness gate (logged by the server)")
 			}
-			rule := fs.String("rule", "", "run this operation rule (UUID) instead of the rack's or the default rule")
+			rule := fs.String("rule", "", "run this operation rule (name or UUID) instead of the rack's or the default rule")
 			descr := fs.String("description", "", "task description")
 			wait := fs.Bool("wait", false, "wait for every task to end, showing progress; exit 1 unless all completed")
 			interval := fs.Duration("interval", defaultPollInterval, "with --wait: how often to poll the server")
 			submit := extra(fs)
-			return func(ctx context.Context, c *cliEnv, args []string) error {
+			return func(ctx context.Context, c *env, args []string) error {
 				r := rackOp{description: *descr, override: *override}
 				var err error
-				if r.spec, err = powerTargets(args, comps, *types); err != nil {
+				if r.spec, err = powerTargets(ctx, c, args, comps, *types); err != nil {
 					return err
 				}
 				if *queue {
@@ -81,7 +81,7 @@ func rackOpVerb(name, args, summary string, f rackOpFlags, extra func(fs *flag.F
 					return usageError{errors.New("--queue-timeout needs --queue")}
 				}
 				if *rule != "" {
-					if r.ruleID, err = uuidValue("--rule", *rule); err != nil {
+					if r.ruleID, err = resolveRule(ctx, c, *rule); err != nil {
 						return err
 					}
 				}
@@ -95,7 +95,7 @@ func rackOpVerb(name, args, summary string, f rackOpFlags, extra func(fs *flag.F
 				if *wait {
 					return waitTasks(ctx, c, res.GetTaskIds(), *interval)
 				}
-				if c.json {
+				if c.structured() {
 					return c.emit(res, nil)
 				}
 				tasks, err := c.client.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: res.GetTaskIds()})
@@ -108,14 +108,14 @@ func rackOpVerb(name, args, summary string, f rackOpFlags, extra func(fs *flag.F
 		}}
 }
 
-var firmwareNoun = cliNoun{
+var firmwareNoun = noun{
 	name:    "firmware",
 	summary: "firmware upgrades of racks or components, one task per rack (docs/firmware.md)",
-	verbs: []cliVerb{
+	verbs: []verb{
 		rackOpVerb("upgrade",
-			"RACK... | --component ID... [--type T,...] [--version V] [--sub-target bmc,...] [--start RFC3339] [--end RFC3339] "+
+			"RACK... | --component C... [--type T,...] [--version V] [--sub-target bmc,...] [--start RFC3339] [--end RFC3339] "+
 				"[--credentials-file F | --credentials-stdin [--per-component]] [--override-version] [--override-readiness] "+
-				"[--queue [--queue-timeout D]] [--rule ID] [--description D] [--wait]",
+				"[--queue [--queue-timeout D]] [--rule RULE] [--description D] [--wait]",
 			"start a firmware update per component type and poll it to the end (by the rule in force: compute trays, then NVSwitches)",
 			rackOpFlags{queue: true, override: true, components: true}, firmwareUpgradeFlags(os.Stdin)),
 	},
@@ -123,18 +123,18 @@ var firmwareNoun = cliNoun{
 
 // firmwareUpgradeFlags declares upgrade's own flags; credentials are read
 // from stdin when --credentials-stdin is given.
-func firmwareUpgradeFlags(stdin io.Reader) func(fs *flag.FlagSet) rackOpSubmitFunc {
-	return func(fs *flag.FlagSet) rackOpSubmitFunc {
+func firmwareUpgradeFlags(stdin io.Reader) func(fs *pflag.FlagSet) rackOpSubmitFunc {
+	return func(fs *pflag.FlagSet) rackOpSubmitFunc {
 		version := fs.String("version", "", `target version; a JSON object such as {"compute":"1.2","nvswitch":"3.4"} gives one per component type (empty: the backend decides)`)
-		var subs stringsFlag
-		fs.Var(&subs, "sub-target", "firmware parts to update, comma-separated or repeated (compute: bmc, bios, cec, nic, cpld_mb, cpld_pdb, hgx_bmc, combined_bmc_uefi, gpu, cx7; switch: bmc, cpld, bios, nvos; shelf: pmc, psu); empty: the whole bundle")
+		var subs []string
+		fs.StringArrayVar(&subs, "sub-target", nil, "firmware parts to update, comma-separated or repeated (compute: bmc, bios, cec, nic, cpld_mb, cpld_pdb, hgx_bmc, combined_bmc_uefi, gpu, cx7; switch: bmc, cpld, bios, nvos; shelf: pmc, psu); empty: the whole bundle")
 		start := fs.String("start", "", "window start, RFC 3339")
 		end := fs.String("end", "", "window end, RFC 3339")
 		credFile := fs.String("credentials-file", "", "file holding the download credentials (the token; with --per-component a JSON object with compute, nvswitch and powershelf keys)")
 		credStdin := fs.Bool("credentials-stdin", false, "read the credentials from stdin instead of a file")
 		perComponent := fs.Bool("per-component", false, "the credentials are a JSON object of one token per component type")
 		overrideVersion := fs.Bool("override-version", false, "skip version checks (re-apply the same version or downgrade where the backend allows)")
-		return func(ctx context.Context, c *cliEnv, r rackOp) (*flowv1.SubmitTaskResponse, error) {
+		return func(ctx context.Context, c *env, r rackOp) (*flowv1.SubmitTaskResponse, error) {
 			req := &flowv1.UpgradeFirmwareRequest{
 				TargetSpec: r.spec, Description: r.description, QueueOptions: r.queue, RuleId: r.ruleID,
 				OverrideReadinessCheck: r.override, OverrideVersionCheck: *overrideVersion,
@@ -223,35 +223,35 @@ func readCredentials(file string, fromStdin, perComponent bool, stdin io.Reader)
 // Bring-up, ingestion and decommission are one-verb nouns: `flow bringup
 // RACK...`.
 var (
-	bringUpNoun = cliNoun{
+	bringUpNoun = noun{
 		name:    "bringup",
 		summary: "bring racks up: power on, compute firmware, switch firmware consistency, compute power cycle (by the rule in force); no queueing",
-		verbs: []cliVerb{rackOpVerb("", "RACK... | --component ID... [--type T,...] [--override-readiness] [--rule ID] [--description D] [--wait]",
+		verbs: []verb{rackOpVerb("", "RACK... | --component C... [--type T,...] [--override-readiness] [--rule RULE] [--description D] [--wait]",
 			"submit bring-up tasks, one per rack", rackOpFlags{override: true, components: true},
-			func(fs *flag.FlagSet) rackOpSubmitFunc {
-				return func(ctx context.Context, c *cliEnv, r rackOp) (*flowv1.SubmitTaskResponse, error) {
+			func(fs *pflag.FlagSet) rackOpSubmitFunc {
+				return func(ctx context.Context, c *env, r rackOp) (*flowv1.SubmitTaskResponse, error) {
 					return c.client.BringUpRack(ctx, &flowv1.BringUpRackRequest{TargetSpec: r.spec, Description: r.description, RuleId: r.ruleID, OverrideReadinessCheck: r.override})
 				}
 			})},
 	}
-	ingestNoun = cliNoun{
+	ingestNoun = noun{
 		name:    "ingest",
 		summary: "ingest racks: declare their compute trays and NVSwitches to NICo Core (expected inventory); no queueing",
-		verbs: []cliVerb{rackOpVerb("", "RACK... | --component ID... [--type T,...] [--rule ID] [--description D] [--wait]",
+		verbs: []verb{rackOpVerb("", "RACK... | --component C... [--type T,...] [--rule RULE] [--description D] [--wait]",
 			"submit ingestion tasks, one per rack", rackOpFlags{components: true},
-			func(fs *flag.FlagSet) rackOpSubmitFunc {
-				return func(ctx context.Context, c *cliEnv, r rackOp) (*flowv1.SubmitTaskResponse, error) {
+			func(fs *pflag.FlagSet) rackOpSubmitFunc {
+				return func(ctx context.Context, c *env, r rackOp) (*flowv1.SubmitTaskResponse, error) {
 					return c.client.IngestRack(ctx, &flowv1.IngestRackRequest{TargetSpec: r.spec, Description: r.description, RuleId: r.ruleID})
 				}
 			})},
 	}
-	decommissionNoun = cliNoun{
+	decommissionNoun = noun{
 		name:    "decommission",
 		summary: "decommission racks in NICo Core and wait until done: compute trays, then NVSwitches, then power shelves",
-		verbs: []cliVerb{rackOpVerb("", "RACK... [--type T,...] [--queue [--queue-timeout D]] [--rule ID] [--description D] [--wait]",
+		verbs: []verb{rackOpVerb("", "RACK... [--type T,...] [--queue [--queue-timeout D]] [--rule RULE] [--description D] [--wait]",
 			"submit decommission tasks, one per rack", rackOpFlags{queue: true},
-			func(fs *flag.FlagSet) rackOpSubmitFunc {
-				return func(ctx context.Context, c *cliEnv, r rackOp) (*flowv1.SubmitTaskResponse, error) {
+			func(fs *pflag.FlagSet) rackOpSubmitFunc {
+				return func(ctx context.Context, c *env, r rackOp) (*flowv1.SubmitTaskResponse, error) {
 					return c.client.DecommissionRack(ctx, &flowv1.DecommissionRackRequest{TargetSpec: r.spec, Description: r.description, QueueOptions: r.queue, RuleId: r.ruleID})
 				}
 			})},

@@ -1,28 +1,29 @@
-package app
+package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
 // componentValidateVerb is `flow component validate`: ValidateComponents,
 // Flow's inventory against what NICo Core / PSM report.
-var componentValidateVerb = cliVerb{
+var componentValidateVerb = verb{
 	name:    "validate",
 	args:    "[--rack ID|NAME,...] [--type T,...] [--order name|type] [--desc] [--offset N] [--limit N]",
 	summary: "compare the inventory with the component managers (NICo Core, PSM): missing, unexpected and mismatched components",
-	flags: func(fs *flag.FlagSet) runFunc {
+	flags: func(fs *pflag.FlagSet) runFunc {
 		racks := fs.String("rack", "", "only these racks (UUIDs or names, comma-separated)")
 		types := fs.String("type", "", "only these types: compute, nvswitch, powershelf")
 		order := fs.String("order", "name", "order the diffs by name or type")
 		desc := fs.Bool("desc", false, "descending order")
 		page := pageFlags(fs)
-		return func(ctx context.Context, c *cliEnv, args []string) error {
+		return func(ctx context.Context, c *env, args []string) error {
 			if err := wantArgs(args, 0, "no arguments"); err != nil {
 				return err
 			}

@@ -1,0 +1,140 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/nicoflow/flow/db/dbtest"
+)
+
+// TestCLIConventions checks the kubectl-style conventions against a real
+// server: global flags before and after the noun, -o yaml/-ojson/-o wide,
+// names for every noun, the task list filters.
+func TestCLIConventions(t *testing.T) {
+	t.Parallel()
+	e, b := setupTaskCLI(t)
+	rack := e.addRack(t, 5, true)
+	other := b.env["FLOW_SERVER"]
+	// A bundle without FLOW_SERVER: the address comes from --server.
+	nb := &cliBundle{env: map[string]string{}}
+
+	t.Run("GlobalFlagsAnywhere", func(t *testing.T) {
+		t.Parallel()
+		before := nb.mustFlow(t, "--server", other, "rack", "list")
+		after := nb.mustFlow(t, "rack", "list", "--server", other)
+		between := nb.mustFlow(t, "rack", "--server="+other, "list")
+		require.Contains(t, before, rack.Name)
+		require.Equal(t, before, after)
+		require.Equal(t, before, between)
+		require.Equal(t, nb.mustFlow(t, "-ojson", "--server", other, "rack", "get", rack.Name),
+			nb.mustFlow(t, "rack", "get", rack.Name, "--server", other, "-o", "json"))
+	})
+
+	t.Run("Outputs", func(t *testing.T) {
+		t.Parallel()
+		var j struct {
+			Rack struct{ Info struct{ Name string } }
+		}
+		require.NoError(t, json.Unmarshal([]byte(b.mustFlow(t, "rack", "get", rack.Name, "-ojson")), &j))
+		require.Equal(t, rack.Name, j.Rack.Info.Name)
+		var y struct {
+			Rack struct {
+				Info struct{ Name string }
+			}
+		}
+		out := b.mustFlow(t, "rack", "get", rack.Name, "-o", "yaml")
+		require.NoError(t, yaml.Unmarshal([]byte(out), &y))
+		require.Equal(t, rack.Name, y.Rack.Info.Name)
+		require.True(t, strings.HasPrefix(out, "rack:\n  info:\n    id:\n"), out)
+
+		table := b.mustFlow(t, "component", "list", "--rack", rack.Name, "--limit", "1")
+		require.Regexp(t, `\s+RACK\n`, strings.SplitAfter(table, "\n")[0])
+		require.Contains(t, table, rack.Name, "components name their rack")
+		require.NotContains(t, table, rack.ID.String(), "not its UUID")
+		wide := b.mustFlow(t, "component", "list", "--rack", rack.Name, "--limit", "1", "-o", "wide")
+		require.Contains(t, wide, rack.ID.String(), "-o wide adds the UUIDs")
+		require.Contains(t, b.mustFlow(t, "rack", "list", "-o", "wide"), "EXTERNAL ID")
+	})
+
+	t.Run("NamesForEveryNoun", func(t *testing.T) {
+		t.Parallel()
+		r := e.addRack(t, 6, true)
+		comp := r.Components[0]
+		require.Contains(t, b.mustFlow(t, "rack", "get", r.Name), r.ID.String())
+		require.Contains(t, b.mustFlow(t, "component", "get", comp.Name), comp.SerialNumber)
+		rule := slowRule(t, b, "1ms")
+		ruleName := "slow 1ms"
+		require.Contains(t, b.mustFlow(t, "rule", "get", ruleName), rule)
+		require.Contains(t, b.mustFlow(t, "rule", "associate", r.Name, ruleName), "rack "+r.ID.String()+" now uses rule "+rule)
+		out := b.mustFlow(t, "power", "on", r.Name, "--rule", ruleName, "--wait", "--interval", "20ms")
+		id := strings.Fields(strings.Split(out, "\n")[1])[0]
+		require.Contains(t, b.mustFlow(t, "task", "get", id[:8]), "ID             "+id, "a task by a UUID prefix")
+		require.Contains(t, b.mustFlow(t, "task", "list", "--component", comp.Name), id)
+		out = b.mustFlow(t, "power", "off", "--component", comp.Name, "--wait", "--interval", "20ms")
+		require.Contains(t, out, "completed")
+		require.Contains(t, b.mustFlow(t, "nvl-domain", "create", "names"), "-")
+		require.Contains(t, b.mustFlow(t, "nvl-domain", "attach", "names", r.Name), "attached 1 rack(s) to names")
+
+		// A name two racks share is an error naming both.
+		twin := e.addRack(t, 7, true)
+		b.mustFlow(t, "rack", "patch", twin.ID.String(), "--name", r.Name)
+		_, _, err := b.flow("rack", "get", r.Name)
+		require.ErrorContains(t, err, `2 racks are named "`+r.Name+`"`)
+		require.ErrorContains(t, err, r.ID.String())
+		require.ErrorContains(t, err, twin.ID.String())
+	})
+
+	t.Run("TaskListFilters", func(t *testing.T) {
+		t.Parallel()
+		r := e.addRack(t, 8, true)
+		b.mustFlow(t, "power", "on", r.Name, "--wait", "--interval", "20ms")
+		out := b.mustFlow(t, "task", "list", "--rack", r.Name, "--status", "completed", "--operation", "power_on", "--since", "1h")
+		require.Contains(t, out, "(1 of 1 tasks)")
+		require.Contains(t, b.mustFlow(t, "task", "list", "--rack", r.Name, "--status", "failed,running"), "(0 of 0 tasks)")
+		require.Contains(t, b.mustFlow(t, "task", "list", "--rack", r.Name, "--operation", "power_off"), "(0 of 0 tasks)")
+		require.Contains(t, b.mustFlow(t, "task", "list", "--rack", r.Name, "--since", "2099-01-01T00:00:00Z"), "(0 of 0 tasks)")
+		var res struct{ Tasks []jsonTask }
+		require.NoError(t, json.Unmarshal([]byte(b.mustFlow(t, "task", "list", "--status", "completed", "-o", "json")), &res))
+		for _, task := range res.Tasks {
+			require.Equal(t, "TASK_STATUS_COMPLETED", task.Status)
+		}
+	})
+}
+
+func TestDBStatusExitCode(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewDB(t)
+	b := &cliBundle{env: map[string]string{"DATABASE_URL": url}}
+	out := b.mustFlow(t, "db", "status")
+	require.Contains(t, out, "status    up to date")
+
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "UPDATE flow_schema_migrations SET version = version - 1")
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+	stdout, _, err := b.flow("db", "status")
+	require.ErrorIs(t, err, errSchemaBehind)
+	require.Equal(t, 1, ExitCode(err))
+	require.Contains(t, stdout, "status    behind: run `flow db migrate`")
+}
+
+func TestConfigShowsValuesInEffect(t *testing.T) {
+	t.Parallel()
+	b := &cliBundle{env: map[string]string{"DATABASE_URL": "postgres://flow:s3cret@db:5432/flow", "DB_PASSWORD": "hunter2", "FLOW_LOG_LEVEL": "debug"}}
+	out := b.mustFlow(t, "config")
+	require.Regexp(t, `^VARIABLE\s+VALUE\s+DEFAULT\s+MEANING\n`, out)
+	require.Regexp(t, `\nFLOW_LOG_LEVEL\s+debug\s+info\s`, out)
+	require.Regexp(t, `\nFLOW_LOG_FORMAT\s+json \(default\)\s+json\s`, out)
+	require.Regexp(t, `\nDATABASE_URL\s+postgres://flow:xxxxx@db:5432/flow\s`, out)
+	require.Regexp(t, `\nDB_PASSWORD\s+xxxxx\s`, out)
+	require.NotContains(t, out, "s3cret")
+	require.NotContains(t, out, "hunter2")
+}

@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/spf13/pflag"
+	"google.golang.org/protobuf/proto"
+
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+)
+
+// CLI noun rack: the racks of the inventory.
+
+var rackNoun = noun{
+	name:    "rack",
+	summary: "racks of the inventory",
+	verbs: []verb{
+		{name: "create", args: "-f FILE", summary: "register an expected rack from CreateExpectedRack JSON ({\"rack\": {...}} or the rack itself; - for stdin)",
+			flags: func(fs *pflag.FlagSet) runFunc {
+				file := fs.StringP("file", "f", "", "JSON file (- for stdin)")
+				return func(ctx context.Context, c *env, args []string) error {
+					if *file == "" || len(args) > 0 {
+						return usageError{fmt.Errorf("want -f FILE")}
+					}
+					req := &flowv1.CreateExpectedRackRequest{}
+					if err := c.readProtoJSON(*file, req); err != nil || req.Rack == nil {
+						rack := &flowv1.Rack{}
+						if err2 := c.readProtoJSON(*file, rack); err2 != nil {
+							if err != nil {
+								return err
+							}
+							return err2
+						}
+						req.Rack = rack
+					}
+					res, err := c.client.CreateExpectedRack(ctx, req)
+					if err != nil {
+						return err
+					}
+					return c.emit(res, func(w io.Writer) { fmt.Fprintln(w, res.GetId().GetId()) })
+				}
+			}},
+		{name: "list", args: "[--name P] [--manufacturer P] [--model P] [--wildcard] [--order F] [--desc] [--offset N] [--limit N] [--components]", summary: "list racks (patterns are comma-separated, any may match)",
+			flags: func(fs *pflag.FlagSet) runFunc {
+				name := fs.String("name", "", "rack name(s)")
+				manu := fs.String("manufacturer", "", "manufacturer(s), case-insensitive")
+				model := fs.String("model", "", "model(s)")
+				wild := fs.Bool("wildcard", false, "patterns are wildcards (* and ?; no wildcard = substring)")
+				order := fs.String("order", "name", "order by name, manufacturer or model")
+				desc := fs.Bool("desc", false, "descending order")
+				comps := fs.Bool("components", false, "include components")
+				page := pageFlags(fs)
+				return func(ctx context.Context, c *env, args []string) error {
+					if err := wantArgs(args, 0, "no arguments"); err != nil {
+						return err
+					}
+					req := &flowv1.GetListOfRacksRequest{WithComponents: *comps, Pagination: page()}
+					for field, v := range map[flowv1.RackFilterField]string{
+						flowv1.RackFilterField_RACK_FILTER_FIELD_NAME:         *name,
+						flowv1.RackFilterField_RACK_FILTER_FIELD_MANUFACTURER: *manu,
+						flowv1.RackFilterField_RACK_FILTER_FIELD_MODEL:        *model,
+					} {
+						if v != "" {
+							req.Filters = append(req.Filters, &flowv1.Filter{Field: &flowv1.Filter_RackField{RackField: field}, QueryInfo: stringQuery(v, *wild)})
+						}
+					}
+					f, ok := flowv1.RackOrderByField_value["RACK_ORDER_BY_FIELD_"+strings.ToUpper(*order)]
+					if !ok {
+						return usageError{fmt.Errorf("--order must be name, manufacturer or model")}
+					}
+					req.OrderBy = &flowv1.OrderBy{Field: &flowv1.OrderBy_RackField{RackField: flowv1.RackOrderByField(f)}, Direction: direction(*desc)}
+					res, err := c.client.GetListOfRacks(ctx, req)
+					if err != nil {
+						return err
+					}
+					return c.emit(res, func(w io.Writer) {
+						printRacks(w, res.GetRacks(), c.wide())
+						fmt.Fprintf(w, "(%d of %d racks)\n", len(res.GetRacks()), res.GetTotal())
+					})
+				}
+			}},
+		{name: "get", args: "RACK | --manufacturer M --serial S  [--components]", summary: "show one rack",
+			flags: func(fs *pflag.FlagSet) runFunc {
+				manu := fs.String("manufacturer", "", "manufacturer (with --serial; case-insensitive)")
+				serial := fs.String("serial", "", "serial number")
+				comps := fs.Bool("components", false, "include components")
+				return func(ctx context.Context, c *env, args []string) error {
+					var res *flowv1.GetRackInfoResponse
+					var err error
+					switch {
+					case len(args) == 1 && *serial == "":
+						id, uerr := resolveRack(ctx, c, args[0])
+						if uerr != nil {
+							return uerr
+						}
+						res, err = c.client.GetRackInfoByID(ctx, &flowv1.GetRackInfoByIDRequest{Id: id, WithComponents: *comps})
+					case len(args) == 0 && *serial != "":
+						res, err = c.client.GetRackInfoBySerial(ctx, &flowv1.GetRackInfoBySerialRequest{SerialInfo: &flowv1.DeviceSerialInfo{Manufacturer: *manu, SerialNumber: *serial}, WithComponents: *comps})
+					default:
+						return usageError{fmt.Errorf("want RACK or --manufacturer M --serial S")}
+					}
+					if err != nil {
+						return err
+					}
+					return c.emit(res, func(w io.Writer) {
+						printRacks(w, []*flowv1.Rack{res.GetRack()}, c.wide())
+						if len(res.GetRack().GetComponents()) > 0 {
+							fmt.Fprintln(w)
+							c.printComponents(ctx, w, res.GetRack().GetComponents())
+						}
+					})
+				}
+			}},
+		{name: "patch", args: "RACK [--name N] [--model M] [--description D] [--region R] [--datacenter D] [--room R] [--position P] [--external-id E] | -f FILE", summary: "change a rack (-f: PatchRack JSON, the rack message)",
+			flags: func(fs *pflag.FlagSet) runFunc {
+				file := fs.StringP("file", "f", "", "PatchRack JSON file: the Rack to patch (- for stdin)")
+				name := fs.String("name", "", "new name")
+				model := fs.String("model", "", "new model")
+				descr := fs.String("description", "", "new description")
+				region := fs.String("region", "", "new location region")
+				dc := fs.String("datacenter", "", "new location datacenter")
+				room := fs.String("room", "", "new location room")
+				pos := fs.String("position", "", "new location position")
+				ext := fs.String("external-id", "", "new external ID")
+				return func(ctx context.Context, c *env, args []string) error {
+					rack := &flowv1.Rack{}
+					if *file != "" {
+						if len(args) > 0 {
+							return usageError{fmt.Errorf("want either RACK and flags or -f FILE")}
+						}
+						if err := c.readProtoJSON(*file, rack); err != nil {
+							return err
+						}
+					} else {
+						if err := wantArgs(args, 1, "RACK"); err != nil {
+							return err
+						}
+						id, err := resolveRack(ctx, c, args[0])
+						if err != nil {
+							return err
+						}
+						rack.Info = &flowv1.DeviceInfo{Id: id, Name: *name}
+						if *model != "" {
+							rack.Info.Model = model
+						}
+						if *descr != "" {
+							rack.Info.Description = descr
+						}
+						rack.Location = &flowv1.Location{Region: *region, Datacenter: *dc, Room: *room, Position: *pos}
+						rack.ExternalId = *ext
+					}
+					res, err := c.client.PatchRack(ctx, &flowv1.PatchRackRequest{Rack: rack})
+					if err != nil {
+						return err
+					}
+					return c.emit(res, func(w io.Writer) { fmt.Fprintln(w, res.GetReport()) })
+				}
+			}},
+		idVerb("delete", "RACK", "soft-delete a rack and its components", "deleted rack", resolveRack, rackNameList, func(ctx context.Context, c *env, id *flowv1.UUID) (proto.Message, error) {
+			return c.client.DeleteRack(ctx, &flowv1.DeleteRackRequest{Id: id})
+		}),
+		idVerb("purge", "RACK", "permanently remove a soft-deleted rack", "purged rack", resolveRack, rackNameList, func(ctx context.Context, c *env, id *flowv1.UUID) (proto.Message, error) {
+			return c.client.PurgeRack(ctx, &flowv1.PurgeRackRequest{Id: id})
+		}),
+	},
+}
+
+// rackListSpec targets the racks of a --rack list: comma-separated UUIDs or
+// names.
+func rackListSpec(list string) *flowv1.OperationTargetSpec {
+	var ts []*flowv1.RackTarget
+	for _, r := range strings.Split(list, ",") {
+		if _, err := uuid.Parse(r); err == nil {
+			ts = append(ts, &flowv1.RackTarget{Identifier: &flowv1.RackTarget_Id{Id: &flowv1.UUID{Id: r}}})
+		} else {
+			ts = append(ts, &flowv1.RackTarget{Identifier: &flowv1.RackTarget_Name{Name: r}})
+		}
+	}
+	return &flowv1.OperationTargetSpec{Targets: &flowv1.OperationTargetSpec_Racks{Racks: &flowv1.RackTargets{Targets: ts}}}
+}
+
+// printRacks prints a rack table (wide: with external IDs and descriptions).
+func printRacks(w io.Writer, racks []*flowv1.Rack, wide bool) {
+	rows := make([][]string, len(racks))
+	for i, r := range racks {
+		l := r.GetLocation()
+		var domains []string
+		for _, d := range r.GetNvlDomainIds() {
+			domains = append(domains, d.GetId())
+		}
+		comps := "-"
+		if n := len(r.GetComponents()); n > 0 {
+			comps = strconv.Itoa(n)
+		}
+		rows[i] = []string{
+			r.GetInfo().GetId().GetId(), r.GetInfo().GetName(), r.GetInfo().GetManufacturer(), r.GetInfo().GetSerialNumber(),
+			r.GetInfo().GetModel(), strings.Trim(strings.Join([]string{l.GetRegion(), l.GetDatacenter(), l.GetRoom(), l.GetPosition()}, "/"), "/"),
+			comps, strings.Join(domains, ","),
+		}
+		if wide {
+			rows[i] = append(rows[i], r.GetExternalId(), r.GetInfo().GetDescription())
+		}
+	}
+	headers := []string{"ID", "NAME", "MANUFACTURER", "SERIAL", "MODEL", "LOCATION", "COMPONENTS", "NVL DOMAIN"}
+	if wide {
+		headers = append(headers, "EXTERNAL ID", "DESCRIPTION")
+	}
+	printTable(w, headers, rows)
+}
