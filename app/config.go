@@ -69,6 +69,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_DATA_DECRYPTION_KEY_PATHS", "", "comma-separated files of retired keys, still used to open credentials sealed before a key rotation"},
 	{"FLOW_DEV_DATA_DIR", ".flow/dev", "flow dev state folder; --data-dir overrides"},
 	{"TEST_DATABASE_URL", "", "tests only: use this PostgreSQL server instead of starting a private one"},
+	{"FLOW_SOAK", "", "tests only: set by `make soak`; the kill tests with a long form run it (more racks, more kills)"},
 	{"NICO_CORE_API_URL", "", "NICo Core gRPC endpoint (host:port, http:// or https://); unset: Core not configured (flow dev: its simulator)"},
 	{"PSM_API_URL", "", "Powershelf Manager gRPC endpoint, conventionally localhost:50052; unset: PSM not configured (flow dev: its simulator)"},
 	{"COMPONENT_MANAGER_CONFIG", "", "component-manager YAML file (upstream keys: component_managers, providers); unset: nico for every type"},
