@@ -84,14 +84,14 @@ func equalPhases(k int32, auto bool) *flowv1.OperationRunPhasePolicy {
 	}
 }
 
-func createRun(t *testing.T, c flowv1connect.FlowClient, req *flowv1.CreateOperationRunRequest) *flowv1.UUID {
+func createRun(t testing.TB, c flowv1connect.FlowClient, req *flowv1.CreateOperationRunRequest) *flowv1.UUID {
 	t.Helper()
 	res, err := c.CreateOperationRun(context.Background(), req)
 	require.NoError(t, err)
 	return res.GetId()
 }
 
-func getRun(t *testing.T, c flowv1connect.FlowClient, id *flowv1.UUID) *flowv1.OperationRun {
+func getRun(t testing.TB, c flowv1connect.FlowClient, id *flowv1.UUID) *flowv1.OperationRun {
 	t.Helper()
 	res, err := c.GetOperationRun(context.Background(), &flowv1.GetOperationRunRequest{Id: id, IncludeStats: true})
 	require.NoError(t, err)
@@ -99,7 +99,7 @@ func getRun(t *testing.T, c flowv1connect.FlowClient, id *flowv1.UUID) *flowv1.O
 }
 
 // waitRun polls a run until cond holds and returns it.
-func waitRun(t *testing.T, c flowv1connect.FlowClient, id *flowv1.UUID, within time.Duration, cond func(*flowv1.OperationRun) bool) *flowv1.OperationRun {
+func waitRun(t testing.TB, c flowv1connect.FlowClient, id *flowv1.UUID, within time.Duration, cond func(*flowv1.OperationRun) bool) *flowv1.OperationRun {
 	t.Helper()
 	var run *flowv1.OperationRun
 	require.Eventually(t, func() bool {
@@ -115,7 +115,7 @@ func runIs(status flowv1.OperationRunStatus, reason flowv1.OperationRunStatusRea
 	}
 }
 
-func allTargets(t *testing.T, c flowv1connect.FlowClient, id *flowv1.UUID) []*flowv1.OperationRunTarget {
+func allTargets(t testing.TB, c flowv1connect.FlowClient, id *flowv1.UUID) []*flowv1.OperationRunTarget {
 	t.Helper()
 	res, err := c.ListOperationRunTargets(context.Background(), &flowv1.ListOperationRunTargetsRequest{
 		OperationRunId: id, PhaseScope: flowv1.OperationRunTargetPhaseScope_OPERATION_RUN_TARGET_PHASE_SCOPE_CURRENT_AND_COMPLETED_PHASES,
@@ -126,7 +126,7 @@ func allTargets(t *testing.T, c flowv1connect.FlowClient, id *flowv1.UUID) []*fl
 
 // maxOverlap is the most child tasks of run id that ran at once, from the
 // tasks' start and finish times.
-func maxOverlap(t *testing.T, dbURL string, id *flowv1.UUID) int {
+func maxOverlap(t testing.TB, dbURL string, id *flowv1.UUID) int {
 	t.Helper()
 	ctx := context.Background()
 	pool, err := db.Open(ctx, dbURL, db.PoolConfig{MaxConns: 1})
@@ -212,7 +212,7 @@ func TestRolloutPhaseGates(t *testing.T) {
 	require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err))
 }
 
-func tasksOf(t *testing.T, c flowv1connect.FlowClient, id *flowv1.UUID) []string {
+func tasksOf(t testing.TB, c flowv1connect.FlowClient, id *flowv1.UUID) []string {
 	t.Helper()
 	var out []string
 	for _, tg := range allTargets(t, c, id) {
@@ -331,7 +331,7 @@ func TestRolloutBusyRack(t *testing.T) {
 	require.Equal(t, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_COMPLETED, run.GetSummary().GetState().GetStatus(), run.GetSummary().GetStatusMessage())
 }
 
-func retryAttempts(t *testing.T, dbURL string, rack uuid.UUID) int {
+func retryAttempts(t testing.TB, dbURL string, rack uuid.UUID) int {
 	t.Helper()
 	ctx := context.Background()
 	pool, err := db.Open(ctx, dbURL, db.PoolConfig{MaxConns: 1})

@@ -377,11 +377,9 @@ func (r *Rollouts) submit(ctx context.Context, tx pgx.Tx, run Run, t *dbsqlc.Ope
 	if err := json.Unmarshal(t.ComponentsByType, &comps); err != nil {
 		return uuid.Nil, fmt.Errorf("%w: target components: %v", ErrInvalidRequest, err)
 	}
-	var spec inventory.TargetSpec
-	for _, ct := range slices.Sorted(mapKeys(comps)) {
-		for _, id := range comps[ct] {
-			spec.Components = append(spec.Components, inventory.ComponentRef{ID: id})
-		}
+	spec, err := r.childTargets(ctx, tx, t.RackID, comps)
+	if err != nil {
+		return uuid.Nil, err
 	}
 	tm := run.Template
 	req := Request{
@@ -431,6 +429,46 @@ func (r *Rollouts) submit(ctx context.Context, tx pgx.Tx, run Run, t *dbsqlc.Ope
 		return uuid.Nil, err
 	}
 	return ids[0], nil
+}
+
+// childTargets is the target spec of a child task: exactly the frozen
+// components. When they are still all of the rack's components of their
+// types (the usual case), the spec names the rack with those types, which
+// resolves in a few queries; otherwise it names each component.
+func (r *Rollouts) childTargets(ctx context.Context, tx pgx.Tx, rackID uuid.UUID, comps map[ComponentType][]uuid.UUID) (inventory.TargetSpec, error) {
+	types := slices.Sorted(mapKeys(comps))
+	var want []uuid.UUID
+	byRack := inventory.TargetSpec{Racks: []inventory.RackTarget{{Rack: inventory.RackRef{ID: rackID}}}}
+	for _, ct := range types {
+		want = append(want, comps[ct]...)
+		byRack.Racks[0].Types = append(byRack.Racks[0].Types, inventory.ComponentType(ct))
+	}
+	sels, err := r.inv.ResolveTargets(ctx, tx, byRack)
+	if err == nil && len(sels) == 1 {
+		var got []uuid.UUID
+		for _, c := range sels[0].Components {
+			got = append(got, c.ID)
+		}
+		if sameIDs(got, want) {
+			return byRack, nil
+		}
+	}
+	var spec inventory.TargetSpec
+	for _, id := range want {
+		spec.Components = append(spec.Components, inventory.ComponentRef{ID: id})
+	}
+	return spec, nil
+}
+
+func sameIDs(a, b []uuid.UUID) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	cmp := func(x, y uuid.UUID) int { return strings.Compare(x.String(), y.String()) }
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.SortFunc(a, cmp)
+	slices.SortFunc(b, cmp)
+	return slices.Equal(a, b)
 }
 
 func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
