@@ -150,4 +150,3 @@ func BenchmarkRollout1000Racks(b *testing.B) {
 	b.ReportMetric(total.Seconds(), "total_s")
 	b.ReportMetric(float64(peakRSS(server.cmd.Process.Pid))/(1<<20), "peak_rss_MiB")
 }
-
