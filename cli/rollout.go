@@ -234,7 +234,9 @@ var rolloutNoun = noun{
 					if err != nil {
 						return err
 					}
-					return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "advanced rollout %s: %s\n", id.GetId(), res.GetSummary().GetStatusMessage()) })
+					return c.emit(res, func(w io.Writer) {
+						fmt.Fprintf(w, "advanced rollout %s: %s\n", id.GetId(), res.GetSummary().GetStatusMessage())
+					})
 				}
 			}},
 		{name: "cancel", args: "ROLLOUT [--reason TEXT]", summary: "cancel a rollout: no more claims, running children cancelled, the rest skipped", complete: rolloutNameList,
