@@ -504,3 +504,33 @@ func TestRolloutBadInput(t *testing.T) {
 	require.EqualValues(t, 2, list.GetTotal())
 	require.Equal(t, rest.GetId(), list.GetOperationRuns()[0].GetId().GetId(), "newest first")
 }
+
+// TestRolloutSealsCredentials: firmware credentials in a run's template
+// are stored sealed, never in plaintext (the run row, its child tasks and
+// River's jobs), and each child task carries its own sealed copy.
+func TestRolloutSealsCredentials(t *testing.T) {
+	t.Parallel()
+	b := newRolloutBench(t, 2, time.Millisecond)
+	srv := b.serve(t, map[string]string{"FLOW_DATA_ENCRYPTION_KEY_PATH": newKeyFile(t)}, nil)
+	const secret = "tok-rollout-91c3"
+	req := rolloutRequest("with credentials", rolloutOpts{concurrency: 2})
+	req.GetConfiguration().GetOperation().GetUpgradeFirmware().AuthenticationData = &flowv1.FirmwareAuthenticationData{Value: &flowv1.FirmwareAuthenticationData_Shared{Shared: secret}}
+	id := createRun(t, srv.client, req)
+	run := waitRun(t, srv.client, id, time.Minute, func(r *flowv1.OperationRun) bool { return r.GetSummary().GetFinishedAt() != nil })
+	require.Equal(t, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_COMPLETED, run.GetSummary().GetState().GetStatus(), run.GetSummary().GetStatusMessage())
+	require.Nil(t, run.GetConfiguration().GetOperation().GetUpgradeFirmware().GetAuthenticationData(), "never echoed")
+	ctx := context.Background()
+	pool, err := db.Open(ctx, b.dbURL, db.PoolConfig{MaxConns: 1})
+	require.NoError(t, err)
+	defer pool.Close()
+	var plain, sealedRuns, sealedTasks int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM operation_run r WHERE r::text LIKE '%' || $1 || '%') +
+		(SELECT count(*) FROM task k WHERE k::text LIKE '%' || $1 || '%') +
+		(SELECT count(*) FROM river_job j WHERE j::text LIKE '%' || $1 || '%')`, secret).Scan(&plain))
+	require.Zero(t, plain)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM operation_run WHERE operation_template->'authentication_data'->>'key_id' <> ''`).Scan(&sealedRuns))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM task WHERE trigger_id = $1 AND information->'authentication_data'->>'key_id' <> ''`, id.GetId()).Scan(&sealedTasks))
+	require.Equal(t, 1, sealedRuns)
+	require.Equal(t, 2, sealedTasks)
+}
