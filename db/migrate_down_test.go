@@ -21,9 +21,11 @@ func TestBMCRackMigration(t *testing.T) {
 	m, err := db.NewMigrator(url)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = m.Close() })
+	// Down to migration 52 (bmc.rack_id) first, past any newer ones.
+	require.NoError(t, m.Migrate(52))
 	v, _, err := m.Version()
 	require.NoError(t, err)
-	require.EqualValues(t, 52, v, "this test knows migration 52 (bmc.rack_id); update it when a newer one lands")
+	require.EqualValues(t, 52, v)
 	require.NoError(t, m.Steps(-1))
 
 	pool, err := pgxpool.New(ctx, url)

@@ -21,6 +21,10 @@ SELECT id FROM operation_run WHERE id = ANY(@ids::uuid[]);
 -- wake-ups and operator controls serialise on it.
 SELECT * FROM operation_run WHERE id = @id FOR UPDATE;
 
+-- name: OperationRunTryLock :many
+-- The run's row lock if no one holds it (no rows otherwise).
+SELECT id FROM operation_run WHERE id = @id FOR UPDATE SKIP LOCKED;
+
 -- name: OperationRunUpdate :exec
 UPDATE operation_run SET status = @status, status_reason = @status_reason, status_message = @status_message,
     current_phase_index = @current_phase_index, wake_at = sqlc.narg(wake_at),

@@ -514,8 +514,12 @@ func (r *Rollouts) RunEnded(ctx context.Context, tx pgx.Tx, run engine.RunSummar
 		if slices.Contains(runs, id) {
 			continue
 		}
-		if _, err := r.lock(ctx, tx, id); err != nil {
+		// Whoever holds the run's lock is advancing it: skip rather than
+		// wait (waiting here could close a lock cycle with that pass).
+		if got, err := r.q.OperationRunTryLock(ctx, tx, id); err != nil {
 			return err
+		} else if len(got) == 0 {
+			continue
 		}
 		if err := r.q.OperationRunTargetRetryRack(ctx, tx, dbsqlc.OperationRunTargetRetryRackParams{OperationRunID: id, RackID: task.RackID}); err != nil {
 			return err
@@ -655,48 +659,54 @@ func (r *Rollouts) Advance(ctx context.Context, id uuid.UUID, expected *int) (Ru
 	})
 }
 
-// Cancel cancels a run: targets not yet submitted become skipped, and the
-// running child tasks are cancelled in the same transaction (their targets
-// become terminated). Cancelling a cancelled run returns it unchanged; a
-// completed or failed run is ErrRunState.
+// Cancel cancels a run: in one transaction the run becomes cancelled and
+// the targets not yet submitted skipped; then each running child task is
+// cancelled in its own transaction (its target becomes terminated as it
+// ends). Cancelling a cancelled run returns it unchanged, cancelling any
+// child still running; a completed or failed run is ErrRunState.
 func (r *Rollouts) Cancel(ctx context.Context, id uuid.UUID, reason string) (Run, error) {
-	return r.control(ctx, id, func(tx pgx.Tx, st *runState) error {
+	var children []uuid.UUID
+	run, err := r.control(ctx, id, func(tx pgx.Tx, st *runState) error {
 		switch s := st.status(); {
 		case s == RunCancelled:
-			return nil
 		case s.Terminal():
 			return terminalError(st, "cancel")
-		}
-		msg := "operation run cancelled"
-		if reason = strings.TrimSpace(reason); reason != "" {
-			msg += ": " + reason
-		}
-		st.set(RunCancelled, ReasonNone, msg)
-		// The nested end-of-run hooks of cancelled children lock this run
-		// again and must see it cancelled.
-		if err := r.save(ctx, tx, st); err != nil {
-			return err
-		}
-		if _, err := r.q.OperationRunTargetSkipOpen(ctx, tx, dbsqlc.OperationRunTargetSkipOpenParams{OperationRunID: id, Message: msg}); err != nil {
-			return err
+		default:
+			msg := "operation run cancelled"
+			if reason = strings.TrimSpace(reason); reason != "" {
+				msg += ": " + reason
+			}
+			st.set(RunCancelled, ReasonNone, msg)
+			if _, err := r.q.OperationRunTargetSkipOpen(ctx, tx, dbsqlc.OperationRunTargetSkipOpenParams{OperationRunID: id, Message: msg}); err != nil {
+				return err
+			}
 		}
 		targets, err := r.q.OperationRunTargetsOfPhaseForUpdate(ctx, tx, dbsqlc.OperationRunTargetsOfPhaseForUpdateParams{OperationRunID: id, PhaseIndex: st.row.CurrentPhaseIndex})
 		if err != nil {
 			return err
 		}
-		for _, t := range targets {
-			if TargetStatus(t.OperationRunTarget.Status) != TargetSubmitted || t.OperationRunTarget.TaskID == nil {
-				continue
-			}
-			if err := r.tasks.cancelTx(ctx, tx, *t.OperationRunTarget.TaskID); err != nil && !errors.Is(err, ErrNotCancellable) {
-				return fmt.Errorf("cancel child task %s: %w", *t.OperationRunTarget.TaskID, err)
-			}
-		}
-		// Mirror what the cancels ended (and children that had ended).
-		targets, err = r.q.OperationRunTargetsOfPhaseForUpdate(ctx, tx, dbsqlc.OperationRunTargetsOfPhaseForUpdateParams{OperationRunID: id, PhaseIndex: st.row.CurrentPhaseIndex})
-		if err != nil {
+		if err := r.reconcile(ctx, tx, targets); err != nil {
 			return err
 		}
-		return r.reconcile(ctx, tx, targets)
+		for _, t := range targets {
+			if TargetStatus(t.OperationRunTarget.Status) == TargetSubmitted && t.OperationRunTarget.TaskID != nil {
+				children = append(children, *t.OperationRunTarget.TaskID)
+			}
+		}
+		return nil
 	})
+	if err != nil {
+		return Run{}, err
+	}
+	// Not under the run's lock: a child's end takes its task's locks, then
+	// the run's (RunEnded), and the cancel here takes them the other way.
+	for _, child := range children {
+		if _, err := r.tasks.Cancel(ctx, child); err != nil && !errors.Is(err, ErrNotCancellable) && !errors.Is(err, ErrTaskNotFound) {
+			r.logger.WarnContext(ctx, "cannot cancel operation run child task; cancel the run again", "operation_run_id", id, "task_id", child, "error", err.Error())
+		}
+	}
+	if len(children) == 0 {
+		return run, nil
+	}
+	return r.Run(ctx, r.pool, id, false)
 }

@@ -536,7 +536,29 @@ func (t *Tasks) PromoteRack(ctx context.Context, rackID uuid.UUID) error {
 // is a no-op; a completed or failed one is ErrNotCancellable. It returns the
 // task as it now is.
 func (t *Tasks) Cancel(ctx context.Context, id uuid.UUID) (Task, error) {
-	if err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error { return t.cancelTx(ctx, tx, id) }); err != nil {
+	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
+		row, err := t.q.TaskGetByIDForUpdate(ctx, tx, id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: %s", ErrTaskNotFound, id)
+		} else if err != nil {
+			return err
+		}
+		switch TaskStatus(row.Status) {
+		case TaskTerminated:
+			return nil
+		case TaskCompleted, TaskFailed:
+			return fmt.Errorf("%w: task %s has status %s", ErrNotCancellable, id, row.Status)
+		case TaskWaiting:
+			if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: id, Status: string(TaskTerminated), Message: msgCancelled}); err != nil {
+				return err
+			}
+			return t.promote(ctx, tx, row.RackID)
+		}
+		// The engine ends the run and calls RunEnded in this transaction,
+		// which records the termination and promotes the queue.
+		return t.engine.Cancel(ctx, tx, engine.RunID(*row.RunID))
+	})
+	if err != nil {
 		return Task{}, err
 	}
 	tasks, err := t.Get(ctx, []uuid.UUID{id})
@@ -544,31 +566,6 @@ func (t *Tasks) Cancel(ctx context.Context, id uuid.UUID) (Task, error) {
 		return Task{}, err
 	}
 	return tasks[0], nil
-}
-
-// cancelTx is Cancel's work inside tx (also used to cancel an operation
-// run's children in the run's cancel transaction).
-func (t *Tasks) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
-	row, err := t.q.TaskGetByIDForUpdate(ctx, tx, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %s", ErrTaskNotFound, id)
-	} else if err != nil {
-		return err
-	}
-	switch TaskStatus(row.Status) {
-	case TaskTerminated:
-		return nil
-	case TaskCompleted, TaskFailed:
-		return fmt.Errorf("%w: task %s has status %s", ErrNotCancellable, id, row.Status)
-	case TaskWaiting:
-		if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: id, Status: string(TaskTerminated), Message: msgCancelled}); err != nil {
-			return err
-		}
-		return t.promote(ctx, tx, row.RackID)
-	}
-	// The engine ends the run and calls RunEnded in this transaction,
-	// which records the termination and promotes the queue.
-	return t.engine.Cancel(ctx, tx, engine.RunID(*row.RunID))
 }
 
 // Get returns the tasks with the given IDs, reports included, newest first.

@@ -640,6 +640,31 @@ func (q *Queries) OperationRunTargetsOfPhaseForUpdate(ctx context.Context, db DB
 	return items, nil
 }
 
+const operationRunTryLock = `-- name: OperationRunTryLock :many
+SELECT id FROM operation_run WHERE id = $1 FOR UPDATE SKIP LOCKED
+`
+
+// The run's row lock if no one holds it (no rows otherwise).
+func (q *Queries) OperationRunTryLock(ctx context.Context, db DBTX, id uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, operationRunTryLock, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const operationRunUpdate = `-- name: OperationRunUpdate :exec
 UPDATE operation_run SET status = $1, status_reason = $2, status_message = $3,
     current_phase_index = $4, wake_at = $5,
