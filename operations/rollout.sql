@@ -91,9 +91,11 @@ WHERE operation_run_id = @operation_run_id AND status = 'blocked';
 -- name: OperationRunTargetRunByTask :many
 SELECT operation_run_id FROM operation_run_target WHERE task_id = @task_id;
 
--- name: OperationRunBlockedOnRack :many
--- Runs with a target blocked on the rack.
-SELECT DISTINCT operation_run_id FROM operation_run_target WHERE rack_id = @rack_id AND status = 'blocked';
+-- name: OperationRunBlockedOnTaskRack :many
+-- The task's rack, and the runs with a target blocked on it.
+SELECT k.rack_id, t.operation_run_id
+FROM task k JOIN operation_run_target t ON t.rack_id = k.rack_id AND t.status = 'blocked'
+WHERE k.id = @task_id;
 
 -- name: OperationRunTargetRetryRack :exec
 -- The run's target blocked on the rack retries now (the rack's task just

@@ -500,17 +500,12 @@ func (r *Rollouts) RunEnded(ctx context.Context, tx pgx.Tx, run engine.RunSummar
 			return err
 		}
 	}
-	task, err := r.q.TaskGetByID(ctx, tx, taskID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	waiting, err := r.q.OperationRunBlockedOnRack(ctx, tx, task.RackID)
+	waiting, err := r.q.OperationRunBlockedOnTaskRack(ctx, tx, taskID)
 	if err != nil {
 		return fmt.Errorf("find blocked targets: %w", err)
 	}
-	for _, id := range waiting {
+	for _, w := range waiting {
+		id := w.OperationRunID
 		if slices.Contains(runs, id) {
 			continue
 		}
@@ -521,7 +516,7 @@ func (r *Rollouts) RunEnded(ctx context.Context, tx pgx.Tx, run engine.RunSummar
 		} else if len(got) == 0 {
 			continue
 		}
-		if err := r.q.OperationRunTargetRetryRack(ctx, tx, dbsqlc.OperationRunTargetRetryRackParams{OperationRunID: id, RackID: task.RackID}); err != nil {
+		if err := r.q.OperationRunTargetRetryRack(ctx, tx, dbsqlc.OperationRunTargetRetryRackParams{OperationRunID: id, RackID: w.RackID}); err != nil {
 			return err
 		}
 		if err := r.tick(ctx, tx, id); err != nil {

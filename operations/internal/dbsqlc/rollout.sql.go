@@ -37,24 +37,31 @@ func (q *Queries) OperationRunActiveIDs(ctx context.Context, db DBTX, rowLimit i
 	return items, nil
 }
 
-const operationRunBlockedOnRack = `-- name: OperationRunBlockedOnRack :many
-SELECT DISTINCT operation_run_id FROM operation_run_target WHERE rack_id = $1 AND status = 'blocked'
+const operationRunBlockedOnTaskRack = `-- name: OperationRunBlockedOnTaskRack :many
+SELECT k.rack_id, t.operation_run_id
+FROM task k JOIN operation_run_target t ON t.rack_id = k.rack_id AND t.status = 'blocked'
+WHERE k.id = $1
 `
 
-// Runs with a target blocked on the rack.
-func (q *Queries) OperationRunBlockedOnRack(ctx context.Context, db DBTX, rackID uuid.UUID) ([]uuid.UUID, error) {
-	rows, err := db.Query(ctx, operationRunBlockedOnRack, rackID)
+type OperationRunBlockedOnTaskRackRow struct {
+	RackID         uuid.UUID
+	OperationRunID uuid.UUID
+}
+
+// The task's rack, and the runs with a target blocked on it.
+func (q *Queries) OperationRunBlockedOnTaskRack(ctx context.Context, db DBTX, taskID uuid.UUID) ([]OperationRunBlockedOnTaskRackRow, error) {
+	rows, err := db.Query(ctx, operationRunBlockedOnTaskRack, taskID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []uuid.UUID{}
+	items := []OperationRunBlockedOnTaskRackRow{}
 	for rows.Next() {
-		var operation_run_id uuid.UUID
-		if err := rows.Scan(&operation_run_id); err != nil {
+		var i OperationRunBlockedOnTaskRackRow
+		if err := rows.Scan(&i.RackID, &i.OperationRunID); err != nil {
 			return nil, err
 		}
-		items = append(items, operation_run_id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
