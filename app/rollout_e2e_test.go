@@ -125,7 +125,10 @@ func allTargets(t testing.TB, c flowv1connect.FlowClient, id *flowv1.UUID) []*fl
 }
 
 // maxOverlap is the most child tasks of run id that ran at once, from the
-// tasks' start and finish times.
+// tasks' start and finish times (started_at is stamped when the first step
+// runs, after the creating transaction commits; created_at, the creating
+// transaction's start, can precede the end of the child whose slot it
+// took).
 func maxOverlap(t testing.TB, dbURL string, id *flowv1.UUID) int {
 	t.Helper()
 	ctx := context.Background()
@@ -135,7 +138,7 @@ func maxOverlap(t testing.TB, dbURL string, id *flowv1.UUID) int {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `
 		SELECT coalesce(max(c), 0) FROM (
-			SELECT (SELECT count(*) FROM task o WHERE o.trigger_id = $1 AND o.created_at <= t.created_at AND coalesce(o.finished_at, 'infinity') > t.created_at) AS c
+			SELECT (SELECT count(*) FROM task o WHERE o.trigger_id = $1 AND o.started_at <= t.started_at AND coalesce(o.finished_at, 'infinity') > t.started_at) AS c
 			FROM task t WHERE t.trigger_id = $1) s`, id.GetId()).Scan(&n))
 	return n
 }
