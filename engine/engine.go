@@ -67,6 +67,9 @@ const (
 	StateFailed     State = "failed"
 	StateCancelled  State = "cancelled"
 	StateTerminated State = "terminated"
+	// StateSkipped is a target's outcome in a step that did not call it: an
+	// earlier step of its chain failed it.
+	StateSkipped State = "skipped"
 )
 
 // Errors of the engine's API.

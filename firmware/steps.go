@@ -268,11 +268,12 @@ func (s *Steps[P]) poll(ctx context.Context, call engine.Call[P], j Job, p Polli
 	}
 	if err == nil {
 		completed := 0
-		var failed, reasons []string
+		var failed, reasons, finished []string
 		for _, fs := range sts {
 			switch fs.State {
 			case backend.FirmwareCompleted:
 				completed++
+				finished = append(finished, fs.Key)
 			case backend.FirmwareFailed:
 				failed = append(failed, fs.Key)
 				if fs.Message != "" {
@@ -281,7 +282,11 @@ func (s *Steps[P]) poll(ctx context.Context, call engine.Call[P], j Job, p Polli
 			}
 		}
 		done := call.Batch * j.BatchSize
-		if perr := call.ReportProgress(ctx, engine.Progress{Completed: done + completed, Failed: len(failed)}); errors.Is(perr, engine.ErrStepEnded) {
+		progress := engine.Progress{
+			Completed: done + completed, Failed: len(failed), Done: finished, Until: deadline,
+			Message: fmt.Sprintf("updating firmware, %d of %d completed", completed, len(sts)),
+		}
+		if perr := call.ReportProgress(ctx, progress); errors.Is(perr, engine.ErrStepEnded) {
 			return engine.Result{}, perr
 		}
 		if len(failed) > 0 {

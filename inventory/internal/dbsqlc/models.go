@@ -77,6 +77,7 @@ type EngineStep struct {
 	DeadlineAt    *time.Time
 	StartedAt     *time.Time
 	EndedAt       *time.Time
+	FailedTargets []byte
 }
 
 type FlowInstance struct {
@@ -193,4 +194,5 @@ type Task struct {
 	UpdatedAt      time.Time
 	StartedAt      *time.Time
 	FinishedAt     *time.Time
+	NotTargeted    []byte
 }
