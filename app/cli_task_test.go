@@ -220,7 +220,7 @@ func TestCLITaskWatchQueueCancel(t *testing.T) {
 		}, 30*time.Second, 20*time.Millisecond)
 
 		// A conflicting request is rejected, or queued with --queue.
-		requireFlowError(t, b, "failed_precondition: operations: rack already has a conflicting task: rack demo-0002: task "+first, "power", "on", rack.Name)
+		requireFlowError(t, b, "failed_precondition: rack already has a conflicting task: rack demo-0002: task "+first, "power", "on", rack.Name)
 		out := b.mustFlow(t, "power", "on", rack.Name, "--queue", "--queue-timeout", "30m")
 		queued := strings.Fields(strings.Split(out, "\n")[1])[0]
 		out = b.mustFlow(t, "task", "list", "--active")

@@ -35,20 +35,23 @@ type e2e struct {
 
 // startE2E starts simulators (power changes take effect after powerDelay;
 // 0 means the simulator's default of 5s) and a Flow server pointed at them.
-func startE2E(t *testing.T, powerDelay time.Duration) *e2e {
+// edits change the server's environment first.
+func startE2E(t *testing.T, powerDelay time.Duration, edits ...func(env map[string]string)) *e2e {
 	t.Helper()
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: powerDelay, firmwarePhase: time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { sims.Close(context.Background()) })
 
 	dbURL := dbtest.NewDB(t)
-	cfg, err := LoadConfig(func(k string) string {
-		return map[string]string{
-			"DATABASE_URL": dbURL, "FLOW_LISTEN_ADDR": "127.0.0.1:0",
-			"NICO_CORE_API_URL": sims.nicoSrv.URL(), "PSM_API_URL": sims.psmSrv.URL(),
-			"FLOW_SHUTDOWN_TIMEOUT": "5s",
-		}[k]
-	})
+	env := map[string]string{
+		"DATABASE_URL": dbURL, "FLOW_LISTEN_ADDR": "127.0.0.1:0",
+		"NICO_CORE_API_URL": sims.nicoSrv.URL(), "PSM_API_URL": sims.psmSrv.URL(),
+		"FLOW_SHUTDOWN_TIMEOUT": "5s", "ALLOW_INSECURE_GRPC": "true", "FLOW_ADMIN_LISTEN": "off",
+	}
+	for _, edit := range edits {
+		edit(env)
+	}
+	cfg, err := LoadConfig(func(k string) string { return env[k] })
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := newServer(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), serveOptions{})

@@ -86,7 +86,7 @@ type Call[P any] struct {
 func (c Call[P]) SaveCheckpoint(ctx context.Context, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("engine: marshal checkpoint: %w", err)
+		return fmt.Errorf("marshal checkpoint: %w", err)
 	}
 	if err := c.st.saveCheckpoint(ctx, b); err != nil {
 		return err
@@ -102,7 +102,7 @@ func (c Call[P]) Checkpoint(v any) (bool, error) {
 		return false, nil
 	}
 	if err := json.Unmarshal(c.st.checkpoint, v); err != nil {
-		return false, fmt.Errorf("engine: decode checkpoint: %w", err)
+		return false, fmt.Errorf("decode checkpoint: %w", err)
 	}
 	return true, nil
 }
@@ -152,10 +152,10 @@ type action struct {
 //	})
 func Register[P any](e *Engine, kind string, fn ActionFunc[P]) {
 	if kind == "" {
-		panic("engine: Register with empty kind")
+		panic("Register with empty kind")
 	}
 	if _, dup := e.actions[kind]; dup {
-		panic("engine: action kind registered twice: " + kind)
+		panic("action kind registered twice: " + kind)
 	}
 	e.actions[kind] = &action{
 		check: func(params any) (json.RawMessage, error) {

@@ -114,7 +114,7 @@ func (e *Engine) counted(err error, steps int) {
 func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("engine: checkpoint panicked: %v", v)
+			err = fmt.Errorf("checkpoint panicked: %v", v)
 			e.logger.ErrorContext(ctx, "checkpoint panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 		}
 	}()
@@ -153,11 +153,11 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 	}
 	return pgx.BeginTxFunc(ctx, e.pool, checkpointTxOptions, func(tx pgx.Tx) error {
 		if err := e.q.RunLockMany(ctx, tx, p.RunIDs); err != nil {
-			return fmt.Errorf("engine: lock runs: %w", err)
+			return fmt.Errorf("lock runs: %w", err)
 		}
 		runs, err := e.q.StepEndMany(ctx, tx, p)
 		if err != nil {
-			return fmt.Errorf("engine: end steps: %w", err)
+			return fmt.Errorf("end steps: %w", err)
 		}
 		slices.SortFunc(runs, func(a, b dbsqlc.StepEndManyRow) int { return cmp.Compare(a.ID, b.ID) })
 		var ends []runEnding
@@ -217,7 +217,7 @@ func completeJobs(ctx context.Context, tx pgx.Tx, ids []int64) error {
 		p.State[i] = rivertype.JobStateCompleted
 	}
 	if _, err := riverpgxv5.New(nil).UnwrapExecutor(tx).JobSetStateIfRunningMany(ctx, p); err != nil {
-		return fmt.Errorf("engine: complete jobs: %w", err)
+		return fmt.Errorf("complete jobs: %w", err)
 	}
 	return nil
 }

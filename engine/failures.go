@@ -133,7 +133,7 @@ func (e *Engine) endStep(ctx context.Context, job *river.Job[RunStepArgs], row s
 			// batch). A crash before the checkpoint lands back here.
 			n, err := e.q.StepAdvanceBatch(ctx, e.pool, dbsqlc.StepAdvanceBatchParams{ID: row.ID, BatchIndex: row.BatchIndex, FailedTargets: failuresJSON(last)})
 			if err != nil {
-				return fmt.Errorf("engine: advance batch: %w", err)
+				return fmt.Errorf("advance batch: %w", err)
 			} else if n == 0 {
 				return nil // ended or advanced elsewhere
 			}

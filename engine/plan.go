@@ -122,14 +122,14 @@ func (p RetryPolicy) backoff(failed int) time.Duration {
 // Errors returned by Start for a bad plan, wrapped in a *PlanError that says
 // where. Nothing is written when Start fails.
 var (
-	ErrEmptyPlan          = errors.New("engine: plan has no stages")
-	ErrEmptyStage         = errors.New("engine: stage has no steps")
-	ErrUnknownAction      = errors.New("engine: unknown action kind")
-	ErrInvalidParams      = errors.New("engine: invalid action params")
-	ErrInvalidMaxParallel = errors.New("engine: max_parallel must be ≥ 0")
-	ErrInvalidTimeout     = errors.New("engine: invalid timeout")
-	ErrInvalidRetry       = errors.New("engine: invalid retry policy")
-	ErrInvalidMetadata    = errors.New("engine: metadata is not a JSON object")
+	ErrEmptyPlan          = errors.New("plan has no stages")
+	ErrEmptyStage         = errors.New("stage has no steps")
+	ErrUnknownAction      = errors.New("unknown action kind")
+	ErrInvalidParams      = errors.New("invalid action params")
+	ErrInvalidMaxParallel = errors.New("max_parallel must be ≥ 0")
+	ErrInvalidTimeout     = errors.New("invalid timeout")
+	ErrInvalidRetry       = errors.New("invalid retry policy")
+	ErrInvalidMetadata    = errors.New("metadata is not a JSON object")
 )
 
 // PlanError says which stage and step of a plan is bad. Stage and Step are

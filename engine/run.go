@@ -106,7 +106,7 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 	for _, spec := range specs {
 		b, err := json.Marshal(spec)
 		if err != nil {
-			return 0, fmt.Errorf("engine: marshal step: %w", err)
+			return 0, fmt.Errorf("marshal step: %w", err)
 		}
 		p.Specs = append(p.Specs, b)
 	}
@@ -123,13 +123,13 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 		OpenSteps:  int32(len(plan.Stages[0].Steps)),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("engine: insert run: %w", err)
+		return 0, fmt.Errorf("insert run: %w", err)
 	}
 	id := run.ID
 	p.RunID = id
 	steps, err := e.q.StepInsertMany(ctx, tx, p)
 	if err != nil {
-		return 0, fmt.Errorf("engine: insert steps: %w", err)
+		return 0, fmt.Errorf("insert steps: %w", err)
 	}
 	first := stageStart{stageRef: stageRef{run: RunID(id)}}
 	for _, st := range steps {
@@ -186,14 +186,14 @@ func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageStart
 	}
 	res, err := e.client.InsertManyTx(ctx, tx, params)
 	if err != nil {
-		return fmt.Errorf("engine: enqueue steps: %w", err)
+		return fmt.Errorf("enqueue steps: %w", err)
 	}
 	p.JobIDs = make([]int64, len(p.IDs))
 	for i := range p.IDs {
 		p.JobIDs[i] = res[i].Job.ID
 	}
 	if err := e.q.StageStartMany(ctx, tx, p); err != nil {
-		return fmt.Errorf("engine: start stages: %w", err)
+		return fmt.Errorf("start stages: %w", err)
 	}
 	return nil
 }
@@ -211,7 +211,7 @@ func (e *Engine) Cancel(ctx context.Context, tx pgx.Tx, runID RunID) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrRunNotFound
 	} else if err != nil {
-		return fmt.Errorf("engine: lock run %d: %w", runID, err)
+		return fmt.Errorf("lock run %d: %w", runID, err)
 	}
 	if run.State != string(StateRunning) {
 		return nil
@@ -252,19 +252,19 @@ func (e *Engine) endRuns(ctx context.Context, tx pgx.Tx, ends []runEnding, ownJo
 	}
 	rows, err := e.q.RunEndMany(ctx, tx, p)
 	if err != nil {
-		return fmt.Errorf("engine: end runs: %w", err)
+		return fmt.Errorf("end runs: %w", err)
 	}
 	if len(cancel.RunIDs) > 0 {
 		jobs, err := e.q.StepCancelOpen(ctx, tx, cancel)
 		if err != nil {
-			return fmt.Errorf("engine: cancel open steps: %w", err)
+			return fmt.Errorf("cancel open steps: %w", err)
 		}
 		for _, id := range jobs {
 			if id == nil || slices.Contains(ownJobs, *id) {
 				continue
 			}
 			if _, err := e.client.JobCancelTx(ctx, tx, *id); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-				return fmt.Errorf("engine: cancel job %d: %w", *id, err)
+				return fmt.Errorf("cancel job %d: %w", *id, err)
 			}
 		}
 	}
@@ -290,7 +290,7 @@ func (e *Engine) endRuns(ctx context.Context, tx pgx.Tx, ends []runEnding, ownJo
 			EndedAt:   row.EndedAt.Time,
 		}
 		if err := e.cfg.OnRunEnd(ctx, tx, sum); err != nil {
-			return fmt.Errorf("engine: end-of-run hook for run %d: %w", end.run, err)
+			return fmt.Errorf("end-of-run hook for run %d: %w", end.run, err)
 		}
 	}
 	return nil
@@ -372,11 +372,11 @@ func (e *Engine) Run(ctx context.Context, dbtx db.DBTX, runID RunID) (RunReport,
 	if errors.Is(err, pgx.ErrNoRows) {
 		return RunReport{}, ErrRunNotFound
 	} else if err != nil {
-		return RunReport{}, fmt.Errorf("engine: get run %d: %w", runID, err)
+		return RunReport{}, fmt.Errorf("get run %d: %w", runID, err)
 	}
 	steps, err := e.q.StepListByRun(ctx, dbtx, int64(runID))
 	if err != nil {
-		return RunReport{}, fmt.Errorf("engine: list steps of run %d: %w", runID, err)
+		return RunReport{}, fmt.Errorf("list steps of run %d: %w", runID, err)
 	}
 	rep := RunReport{
 		ID:        runID,
@@ -395,7 +395,7 @@ func (e *Engine) Run(ctx context.Context, dbtx db.DBTX, runID RunID) (RunReport,
 	for _, s := range steps {
 		var spec stepSpec
 		if err := json.Unmarshal(s.Spec, &spec); err != nil {
-			return RunReport{}, fmt.Errorf("engine: decode step %d: %w", s.ID, err)
+			return RunReport{}, fmt.Errorf("decode step %d: %w", s.ID, err)
 		}
 		if s.StageIndex != stageIndex {
 			for c, ts := range stageFailed {
@@ -409,7 +409,7 @@ func (e *Engine) Run(ctx context.Context, dbtx db.DBTX, runID RunID) (RunReport,
 		var failedTargets map[string]string
 		if !emptyJSON(s.FailedTargets) {
 			if err := json.Unmarshal(s.FailedTargets, &failedTargets); err != nil {
-				return RunReport{}, fmt.Errorf("engine: decode failed targets of step %d: %w", s.ID, err)
+				return RunReport{}, fmt.Errorf("decode failed targets of step %d: %w", s.ID, err)
 			}
 			if spec.Chain != "" {
 				if stageFailed[spec.Chain] == nil {

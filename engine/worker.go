@@ -62,7 +62,7 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // the run was deleted; nothing to do
 		} else if err != nil {
-			return fmt.Errorf("engine: load step %d: %w", job.Args.StepID, err)
+			return fmt.Errorf("load step %d: %w", job.Args.StepID, err)
 		}
 		if row.RunState != string(StateRunning) || row.State != string(StateRunning) {
 			return nil // ended elsewhere (cancelled, a sibling failed, a duplicate run)
@@ -107,7 +107,7 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 		}
 		if res.PollAfter > 0 {
 			if err := e.q.StepRecordPoll(ctx, e.pool, row.ID); err != nil {
-				return fmt.Errorf("engine: record poll: %w", err)
+				return fmt.Errorf("record poll: %w", err)
 			}
 			return river.JobSnooze(res.PollAfter)
 		}
@@ -122,7 +122,7 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 		}
 		n, err := e.q.StepAdvanceBatch(ctx, e.pool, dbsqlc.StepAdvanceBatchParams{ID: row.ID, BatchIndex: row.BatchIndex, WakeAt: wake, FailedTargets: failuresJSON(failed)})
 		if err != nil {
-			return fmt.Errorf("engine: advance batch: %w", err)
+			return fmt.Errorf("advance batch: %w", err)
 		} else if n == 0 {
 			return nil // ended or advanced elsewhere
 		}
@@ -144,7 +144,7 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 	if !ok {
 		// Registered when started, unknown to this process: a deploy without
 		// the action. Leave the job to a process that knows it.
-		return Result{}, nil, fmt.Errorf("engine: action %q is not registered in this process", spec.Action)
+		return Result{}, nil, fmt.Errorf("action %q is not registered in this process", spec.Action)
 	}
 	deadline := row.DeadlineAt.Time
 	if row.TimeoutAt.Valid && row.TimeoutAt.Time.Before(deadline) {
@@ -166,7 +166,7 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 		saveCheckpoint: func(ctx context.Context, b []byte) error {
 			n, err := e.q.StepSaveCheckpoint(ctx, e.pool, dbsqlc.StepSaveCheckpointParams{ID: row.ID, BatchIndex: row.BatchIndex, Checkpoint: b})
 			if err != nil {
-				return fmt.Errorf("engine: save checkpoint: %w", err)
+				return fmt.Errorf("save checkpoint: %w", err)
 			} else if n == 0 {
 				return ErrStepEnded
 			}
@@ -176,7 +176,7 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 			b, _ := json.Marshal(p)
 			n, err := e.q.StepSaveProgress(ctx, e.pool, dbsqlc.StepSaveProgressParams{ID: row.ID, Progress: b})
 			if err != nil {
-				return fmt.Errorf("engine: save progress: %w", err)
+				return fmt.Errorf("save progress: %w", err)
 			} else if n == 0 {
 				return ErrStepEnded
 			}
@@ -222,7 +222,7 @@ func (e *Engine) callFailed(ctx context.Context, job *river.Job[RunStepArgs], ro
 	}
 	n, err := e.q.StepRecordFailure(ctx, e.pool, dbsqlc.StepRecordFailureParams{ID: row.ID, BatchIndex: row.BatchIndex, LastError: callErr.Error()})
 	if err != nil {
-		return fmt.Errorf("engine: record failure: %w", err)
+		return fmt.Errorf("record failure: %w", err)
 	} else if n == 0 {
 		return nil
 	}
@@ -235,7 +235,7 @@ func (e *Engine) failRunTimeout(ctx context.Context, job *river.Job[RunStepArgs]
 	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		run, err := e.q.RunLock(ctx, tx, int64(runID))
 		if err != nil {
-			return fmt.Errorf("engine: lock run %d: %w", runID, err)
+			return fmt.Errorf("lock run %d: %w", runID, err)
 		}
 		return e.endTimedOut(ctx, tx, runID, run.State == string(StateRunning), job.ID)
 	})

@@ -26,6 +26,9 @@ type Backends interface {
 	For(t backend.ComponentType) *backend.Manager
 	SupportsPower(t backend.ComponentType, p backend.PowerOp) bool
 	Supports(t backend.ComponentType, op backend.Operation) bool
+	// Ready tells why type t's backend cannot be reached (its URL variable
+	// unset), or nil.
+	Ready(t backend.ComponentType) error
 }
 
 // actions are the engine actions of rule steps: each does its backend call

@@ -17,12 +17,12 @@ import (
 var (
 	// ErrRunInvalid is matched by every *RunError: a bad create or control
 	// request.
-	ErrRunInvalid = errors.New("operations: invalid operation run request")
+	ErrRunInvalid = errors.New("invalid operation run request")
 	// ErrRunNotFound means no operation run has the given ID (also for an
 	// unknown excluded run; the message names the field).
-	ErrRunNotFound = errors.New("operations: operation run not found")
+	ErrRunNotFound = errors.New("operation run not found")
 	// ErrRunState means the control is not legal in the run's state.
-	ErrRunState = errors.New("operations: operation run state does not allow this")
+	ErrRunState = errors.New("operation run state does not allow this")
 )
 
 // RunError is a rejected operation-run request; Field names the request

@@ -262,7 +262,7 @@ var componentTypeFromProto = map[flowv1.ComponentType]ComponentType{
 
 var componentTypeToProtoMap = reverse(componentTypeFromProto)
 
-func scopeFromProto(s flowv1.OperationRunSafetyGateScope, field string) (string, error) {
+func gateScopeFromProto(s flowv1.OperationRunSafetyGateScope, field string) (string, error) {
 	switch s {
 	case flowv1.OperationRunSafetyGateScope_OPERATION_RUN_SAFETY_GATE_SCOPE_UNKNOWN, flowv1.OperationRunSafetyGateScope_OPERATION_RUN_SAFETY_GATE_SCOPE_CURRENT_PHASE:
 		return GateScopeCurrentPhase, nil
@@ -312,10 +312,10 @@ func createInputFromProto(req *flowv1.CreateOperationRunRequest) (CreateRunInput
 		switch v := g.GetGate().(type) {
 		case *flowv1.OperationRunSafetyGate_FailureRate:
 			gate.Kind, gate.Threshold = GateFailureRate, int(v.FailureRate.GetFailureThresholdPercent())
-			gate.Scope, err = scopeFromProto(v.FailureRate.GetScope(), f+".failure_rate.scope")
+			gate.Scope, err = gateScopeFromProto(v.FailureRate.GetScope(), f+".failure_rate.scope")
 		case *flowv1.OperationRunSafetyGate_FailureCount:
 			gate.Kind, gate.Threshold = GateFailureCount, int(v.FailureCount.GetFailureThresholdCount())
-			gate.Scope, err = scopeFromProto(v.FailureCount.GetScope(), f+".failure_count.scope")
+			gate.Scope, err = gateScopeFromProto(v.FailureCount.GetScope(), f+".failure_count.scope")
 		default:
 			err = runInvalid(f, "give failure_rate or failure_count")
 		}
@@ -441,7 +441,7 @@ func createInputFromProto(req *flowv1.CreateOperationRunRequest) (CreateRunInput
 	return in, nil
 }
 
-func scopeToProto(s string) flowv1.OperationRunSafetyGateScope {
+func gateScopeToProto(s string) flowv1.OperationRunSafetyGateScope {
 	if s == GateScopeCumulativeRun {
 		return flowv1.OperationRunSafetyGateScope_OPERATION_RUN_SAFETY_GATE_SCOPE_CUMULATIVE_RUN
 	}
@@ -464,9 +464,9 @@ func configToProto(r Run) *flowv1.OperationRunConfiguration {
 	for _, g := range o.Gates {
 		var pg *flowv1.OperationRunSafetyGate
 		if g.Kind == GateFailureRate {
-			pg = &flowv1.OperationRunSafetyGate{Gate: &flowv1.OperationRunSafetyGate_FailureRate{FailureRate: &flowv1.OperationRunFailureRateGate{Scope: scopeToProto(g.Scope), FailureThresholdPercent: int32(g.Threshold)}}}
+			pg = &flowv1.OperationRunSafetyGate{Gate: &flowv1.OperationRunSafetyGate_FailureRate{FailureRate: &flowv1.OperationRunFailureRateGate{Scope: gateScopeToProto(g.Scope), FailureThresholdPercent: int32(g.Threshold)}}}
 		} else {
-			pg = &flowv1.OperationRunSafetyGate{Gate: &flowv1.OperationRunSafetyGate_FailureCount{FailureCount: &flowv1.OperationRunFailureCountGate{Scope: scopeToProto(g.Scope), FailureThresholdCount: int32(g.Threshold)}}}
+			pg = &flowv1.OperationRunSafetyGate{Gate: &flowv1.OperationRunSafetyGate_FailureCount{FailureCount: &flowv1.OperationRunFailureCountGate{Scope: gateScopeToProto(g.Scope), FailureThresholdCount: int32(g.Threshold)}}}
 		}
 		opts.SafetyPolicy.Gates = append(opts.SafetyPolicy.Gates, pg)
 	}

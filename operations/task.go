@@ -58,23 +58,23 @@ const (
 // handler.go.
 var (
 	// ErrInvalidRequest wraps a bad request; the message names the field.
-	ErrInvalidRequest = errors.New("operations: invalid request")
+	ErrInvalidRequest = errors.New("invalid request")
 	// ErrTaskNotFound means no task has the given ID.
-	ErrTaskNotFound = errors.New("operations: task not found")
+	ErrTaskNotFound = errors.New("task not found")
 	// ErrConflict means a rack already has a conflicting active task and the
 	// request asked to reject rather than queue.
-	ErrConflict = errors.New("operations: rack already has a conflicting task")
+	ErrConflict = errors.New("rack already has a conflicting task")
 	// ErrQueueFull means a rack's waiting queue is full.
-	ErrQueueFull = errors.New("operations: rack waiting queue is full")
+	ErrQueueFull = errors.New("rack waiting queue is full")
 	// ErrNotApplicable means the request cannot run on what it targets: no
 	// components, components unknown to the backends, a rule with no step
 	// for the targeted types, or a backend lacking a capability.
-	ErrNotApplicable = errors.New("operations: operation not applicable to its targets")
+	ErrNotApplicable = errors.New("operation not applicable to its targets")
 	// ErrNotCancellable means the task already completed or failed.
-	ErrNotCancellable = errors.New("operations: task cannot be cancelled")
+	ErrNotCancellable = errors.New("task cannot be cancelled")
 	// ErrNoEncryptionKey means a request carries firmware credentials but no
 	// data-encryption key is configured.
-	ErrNoEncryptionKey = errors.New("operations: data encryption cipher is not configured (set FLOW_DATA_ENCRYPTION_KEY_PATH)")
+	ErrNoEncryptionKey = errors.New("data encryption cipher is not configured (set FLOW_DATA_ENCRYPTION_KEY_PATH)")
 )
 
 func invalidRequest(field, format string, args ...any) error {
@@ -93,6 +93,7 @@ type Task struct {
 	Message        string
 	AppliedRuleID  *uuid.UUID
 	RuleName       string
+	SubmittedBy    string // Request.SubmittedBy; "" before it was recorded
 	RunID          *int64
 	QueueExpiresAt *time.Time
 	CreatedAt      time.Time
@@ -153,6 +154,12 @@ type Request struct {
 	IdempotencyKey string
 	TriggerType    string
 	TriggerID      string
+	// SubmittedBy is who the tasks are recorded as submitted by
+	// (docs/security.md): the handlers set caller.Identity(ctx); a
+	// schedule, an operation run or an event rule firing sets the identity
+	// that created it (stored when it was created), with TriggerType and
+	// TriggerID saying which one fired.
+	SubmittedBy string
 }
 
 // typeTargets is how the backends know one type's components of a task.

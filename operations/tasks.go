@@ -266,6 +266,11 @@ func (t *Tasks) planRack(ctx context.Context, tx pgx.Tx, req Request, sel invent
 		if len(p.targets[s.ComponentType].IDs) == 0 {
 			continue
 		}
+		// Refuse now, not at run time, when the backend the step calls is
+		// not configured (spec: fail early, naming the variable to set).
+		if err := t.backends.Ready(backendType(s.ComponentType)); err != nil {
+			return p, err
+		}
 		for _, a := range s.Actions() {
 			if _, ok := actionKinds[a.Name]; !ok {
 				return p, fmt.Errorf("%w: action %s of operation rule %q is not supported by this server yet", ErrNotApplicable, a.Name, rule.Rule.Name)
@@ -389,6 +394,7 @@ func (t *Tasks) admit(ctx context.Context, tx pgx.Tx, req Request, p rackPlan, i
 		Description: req.Description, RackID: p.rack.ID, Components: components, ComponentIDs: p.ids,
 		Targets: targets, Rule: rule, RuleName: p.rule.Rule.Name, TriggerType: req.TriggerType, TriggerID: req.TriggerID,
 		NotTargeted: notTargeted,
+		SubmittedBy: req.SubmittedBy,
 	}
 	if p.rule.Rule.ID != uuid.Nil {
 		ruleID := p.rule.Rule.ID
@@ -676,7 +682,7 @@ func (t *Tasks) fromRows(ctx context.Context, rows []dbsqlc.Task, withReport boo
 		task := Task{
 			ID: r.ID, OperationType: OperationType(r.OperationType), OperationCode: OperationCode(r.OperationCode),
 			RackID: r.RackID, ComponentIDs: r.ComponentIDs, Description: r.Description,
-			Status: TaskStatus(r.Status), Message: r.Message, AppliedRuleID: r.AppliedRuleID, RuleName: r.RuleName,
+			Status: TaskStatus(r.Status), Message: r.Message, AppliedRuleID: r.AppliedRuleID, RuleName: r.RuleName, SubmittedBy: r.SubmittedBy,
 			RunID: r.RunID, QueueExpiresAt: r.QueueExpiresAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 			StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 		}
