@@ -197,7 +197,7 @@ func PlanTargets(cands []Candidate, sel Selector, opts RunOptions) ([]PlannedTar
 		}
 	}
 	if seq != len(ordered) {
-		return nil, 0, fmt.Errorf("operations: phases cover %d of %d targets", seq, len(ordered))
+		return nil, 0, fmt.Errorf("phases cover %d of %d targets", seq, len(ordered))
 	}
 	return out, len(sizes), nil
 }
