@@ -53,6 +53,9 @@ type Config struct {
 	PollInterval time.Duration // FLOW_FIRMWARE_POLL_INTERVAL
 	// RunMaxCandidates caps an operation run's candidate scope.
 	RunMaxCandidates int // FLOW_OPERATION_RUN_MAX_CANDIDATES
+	// SystemJobs are the leader-run system jobs' settings, from the config
+	// file (FLOW_CONFIG_FILE) and FLOW_EXPECTED_INVENTORY_SYNC_ENABLED.
+	SystemJobs SystemJobsConfig
 }
 
 // ConfigVar documents one environment variable; ConfigVars is the table the
@@ -101,6 +104,8 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_ENGINE_MAX_WORKERS", "1000", "engine jobs one process works at once"},
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
 	{"FLOW_OPERATION_RUN_MAX_CANDIDATES", "100", "most candidate targets (racks; components for component target specs) an operation run may plan over; more fails CreateOperationRun. Upstream's fixed limit is 100; raise it to roll a large site out in one run"},
+	{"FLOW_CONFIG_FILE", DefaultFlowConfigFile, "upstream's scheduler config file (YAML keys inventory_run_frequency, disable_inventory, leak_detection_interval, disable_leak_detection; durations such as 1m); the default path may be absent, an explicitly named file must exist; a zero or unparseable duration refuses startup (docs/inventory-sync.md)"},
+	{"FLOW_EXPECTED_INVENTORY_SYNC_ENABLED", "true", "gate of the expected-inventory mirror of each inventory-sync cycle (the mirror itself is not built yet); an unparseable value refuses startup"},
 	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard, which can pause queues and retry or delete jobs) at /riverui/ on the admin listener outside dev mode; it has no authentication of its own"},
 }
 
@@ -227,6 +232,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.RiverUIEnabled = b
 	}
+	sj, sjErrs := loadSystemJobsConfig(getenv)
+	cfg.SystemJobs = sj
+	errs = append(errs, sjErrs...)
 	if len(errs) > 0 {
 		return cfg, usageError(fmt.Errorf("configuration: %s", strings.Join(errs, "; ")))
 	}
@@ -260,6 +268,12 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("engine_rescue_after", c.RescueAfter),
 		slog.Int("engine_max_workers", c.MaxWorkers),
 		slog.Int("operation_run_max_candidates", c.RunMaxCandidates),
+		slog.String("flow_config_file", or(c.SystemJobs.File, "(none)")),
+		slog.Duration("inventory_run_frequency", c.SystemJobs.InventoryInterval),
+		slog.Bool("disable_inventory", c.SystemJobs.InventoryDisabled),
+		slog.Bool("expected_inventory_sync", c.SystemJobs.ExpectedInventorySync),
+		slog.Duration("leak_detection_interval", c.SystemJobs.LeakDetectionInterval),
+		slog.Bool("disable_leak_detection", c.SystemJobs.LeakDetectionDisabled),
 	)
 }
 

@@ -32,6 +32,7 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 		w.register(e)
 	}
 	rc := e.RiverConfig()
+	w.system.install(rc, logger)
 	if w.promoteRack != nil {
 		river.AddWorker(rc.Workers, &queueExpiryWorker{promote: w.promoteRack})
 	}
@@ -94,6 +95,9 @@ type engineWiring struct {
 	// inserts); runSweep advances every active run (periodic safety net).
 	runWake  func(context.Context, uuid.UUID) error
 	runSweep func(context.Context) error
+	// system holds the leader-run system jobs (inventory sync…); nil or
+	// empty: none.
+	system *systemJobs
 
 	// schedules works schedule firings; its Schedules is set once the
 	// task manager exists, before the client starts.
