@@ -20,11 +20,13 @@ test: ## the whole suite, on a private PostgreSQL the tests start (or TEST_DATAB
 	$(GO) test $(TESTFLAGS) ./...
 
 # SOAK_COUNT rounds of every kill/crash/restart test (a different random kill
-# point each round); longer than `make test`, run by CI after it.
+# point each round); longer than `make test`, run by CI after it. FLOW_SOAK=1
+# scales up the tests that have a long form (TestKillDuringRollout: 50 racks,
+# 10 kills instead of 12 and 3).
 SOAK_COUNT ?= 3
 SOAK_RUN   ?= Crash|Kill|TwoEngines|PostgresRestart
 soak: ## kill, crash and restart tests, SOAK_COUNT rounds each
-	$(GO) test -count=$(SOAK_COUNT) -timeout 40m -run '$(SOAK_RUN)' ./...
+	FLOW_SOAK=1 $(GO) test -count=$(SOAK_COUNT) -timeout 40m -run '$(SOAK_RUN)' ./...
 
 generate: ## buf and sqlc, with the versions pinned in go.mod's tool block
 	$(GO) tool buf generate

@@ -51,6 +51,8 @@ type Config struct {
 	// PollInterval, when positive, replaces the poll interval of the long
 	// hardware waits (FirmwareControl, WaitBringUp, WaitDecommissioned).
 	PollInterval time.Duration // FLOW_FIRMWARE_POLL_INTERVAL
+	// RunMaxCandidates caps an operation run's candidate scope.
+	RunMaxCandidates int // FLOW_OPERATION_RUN_MAX_CANDIDATES
 	// SystemJobs are the leader-run system jobs' settings, from the config
 	// file (FLOW_CONFIG_FILE) and FLOW_EXPECTED_INVENTORY_SYNC_ENABLED.
 	SystemJobs SystemJobsConfig
@@ -87,6 +89,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_ADMIN_LISTEN", "127.0.0.1:50060", "admin listener for River UI (/riverui/) and pprof (/debug/pprof/), never on the API port; keep it on loopback or a private network; off disables it"},
 	{"FLOW_DEV_DATA_DIR", ".flow/dev", "flow dev state folder; --data-dir overrides"},
 	{"TEST_DATABASE_URL", "", "tests only: use this PostgreSQL server instead of starting a private one"},
+	{"FLOW_SOAK", "", "tests only: set by `make soak`; the kill tests with a long form run it (more racks, more kills)"},
 	{"NICO_CORE_API_URL", "", "NICo Core gRPC endpoint (host:port, http:// or https://); unset: Core not configured (flow dev: its simulator)"},
 	{"PSM_API_URL", "", "Powershelf Manager gRPC endpoint, conventionally localhost:50052; unset: PSM not configured (flow dev: its simulator)"},
 	{"COMPONENT_MANAGER_CONFIG", "", "component-manager YAML file (upstream keys: component_managers, providers); unset: nico for every type"},
@@ -100,6 +103,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_ENGINE_RESCUE_AFTER", "30m", "how long a step call may run before it is presumed lost (its process died) and run again; must exceed every rule's step timeout, and is how long work in flight in a killed process waits before another process resumes it"},
 	{"FLOW_ENGINE_MAX_WORKERS", "1000", "engine jobs one process works at once"},
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
+	{"FLOW_OPERATION_RUN_MAX_CANDIDATES", "100", "most candidate targets (racks; components for component target specs) an operation run may plan over; more fails CreateOperationRun. Upstream's fixed limit is 100; raise it to roll a large site out in one run"},
 	{"FLOW_CONFIG_FILE", DefaultFlowConfigFile, "upstream's scheduler config file (YAML keys inventory_run_frequency, disable_inventory, leak_detection_interval, disable_leak_detection; durations such as 1m); the default path may be absent, an explicitly named file must exist; a zero or unparseable duration refuses startup (docs/inventory-sync.md)"},
 	{"FLOW_EXPECTED_INVENTORY_SYNC_ENABLED", "true", "gate of the expected-inventory mirror of each inventory-sync cycle (the mirror itself is not built yet); an unparseable value refuses startup"},
 	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard, which can pause queues and retry or delete jobs) at /riverui/ on the admin listener outside dev mode; it has no authentication of its own"},
@@ -199,6 +203,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.MaxWorkers = n
 	}
+	if n, err := strconv.Atoi(def("FLOW_OPERATION_RUN_MAX_CANDIDATES")); err != nil || n < 1 {
+		errs = append(errs, "FLOW_OPERATION_RUN_MAX_CANDIDATES must be a positive integer")
+	} else {
+		cfg.RunMaxCandidates = n
+	}
 	if v := getenv("FLOW_FIRMWARE_POLL_INTERVAL"); v != "" {
 		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
 			errs = append(errs, "FLOW_FIRMWARE_POLL_INTERVAL must be a positive duration such as 1s")
@@ -258,6 +267,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("riverui_enabled", c.RiverUIEnabled),
 		slog.Duration("engine_rescue_after", c.RescueAfter),
 		slog.Int("engine_max_workers", c.MaxWorkers),
+		slog.Int("operation_run_max_candidates", c.RunMaxCandidates),
 		slog.String("flow_config_file", or(c.SystemJobs.File, "(none)")),
 		slog.Duration("inventory_run_frequency", c.SystemJobs.InventoryInterval),
 		slog.Bool("disable_inventory", c.SystemJobs.InventoryDisabled),

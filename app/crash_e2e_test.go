@@ -31,7 +31,7 @@ type serverProcess struct {
 	env []string
 }
 
-func startServerProcess(t *testing.T, env []string) *serverProcess {
+func startServerProcess(t testing.TB, env []string) *serverProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), append([]string{"FLOW_TEST_CHILD=serve", insecureOptIn, "FLOW_ADMIN_LISTEN=off"}, env...)...)
@@ -48,7 +48,7 @@ func (p *serverProcess) kill(t *testing.T) {
 	_ = p.cmd.Wait()
 }
 
-func waitHealthy(t *testing.T, url string) {
+func waitHealthy(t testing.TB, url string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		res, err := http.Post(url+"/grpc.health.v1.Health/Check", "application/json", strings.NewReader(`{}`))

@@ -62,7 +62,7 @@ type fwServer struct {
 // serve starts a server with the bench's database and simulators, a fast
 // firmware poll and env's extra settings, logging at debug level into logs
 // (when set).
-func (b *fwBench) serve(t *testing.T, env map[string]string, logs io.Writer) *fwServer {
+func (b *fwBench) serve(t testing.TB, env map[string]string, logs io.Writer) *fwServer {
 	t.Helper()
 	vars := map[string]string{
 		"DATABASE_URL": b.dbURL, "FLOW_LISTEN_ADDR": "127.0.0.1:0",
@@ -101,7 +101,7 @@ func (b *fwBench) serve(t *testing.T, env map[string]string, logs io.Writer) *fw
 // addRack stores demo rack i and seeds the simulators with its devices, on,
 // with BMC firmware 1.0. linked gives every component a Core ID (what
 // inventory sync would do), as decommission needs.
-func (b *fwBench) addRack(t *testing.T, i int, linked bool) inventory.Rack {
+func (b *fwBench) addRack(t testing.TB, i int, linked bool) inventory.Rack {
 	t.Helper()
 	ctx := context.Background()
 	r := inventory.DemoRack(i)

@@ -44,6 +44,17 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 			&river.PeriodicJobOpts{RunOnStart: true},
 		))
 	}
+	if w.runWake != nil {
+		river.AddWorker(rc.Workers, &runWakeWorker{wake: w.runWake})
+	}
+	if w.runSweep != nil {
+		river.AddWorker(rc.Workers, &runSweepWorker{sweep: w.runSweep})
+		rc.PeriodicJobs = append(rc.PeriodicJobs, river.NewPeriodicJob(
+			river.PeriodicInterval(runSweepInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return runSweepArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true},
+		))
+	}
 	if w.schedules != nil {
 		// Schedule firings have their own queue, so a backlog of engine
 		// steps does not delay them; the safety net re-arms firings whose
@@ -80,6 +91,10 @@ type engineWiring struct {
 	// promoteRack promotes and expires a rack's waiting tasks; it works the
 	// jobs scheduleQueueExpiry inserts.
 	promoteRack func(context.Context, uuid.UUID) error
+	// runWake advances one operation run (the jobs scheduleRunWake
+	// inserts); runSweep advances every active run (periodic safety net).
+	runWake  func(context.Context, uuid.UUID) error
+	runSweep func(context.Context) error
 	// system holds the leader-run system jobs (inventory sync…); nil or
 	// empty: none.
 	system *systemJobs
@@ -198,6 +213,62 @@ func (w *queueExpiryWorker) Work(ctx context.Context, job *river.Job[queueExpiry
 func scheduleQueueExpiry(client *river.Client[pgx.Tx]) operations.ExpiryScheduler {
 	return func(ctx context.Context, tx pgx.Tx, rackID uuid.UUID, at time.Time) error {
 		_, err := client.InsertTx(ctx, tx, queueExpiryArgs{RackID: rackID}, &river.InsertOpts{ScheduledAt: at})
+		return err
+	}
+}
+
+// runSweepInterval is how often the leader advances every active
+// operation run. Runs advance on events (child-task ends, controls,
+// scheduled wake-ups); the sweep only catches what an event missed.
+const runSweepInterval = 30 * time.Second
+
+// runSweepArgs is the periodic job of the operation-run sweep.
+type runSweepArgs struct{}
+
+// Kind returns the job kind.
+func (runSweepArgs) Kind() string { return "operations.operation_run_sweep" }
+
+// InsertOpts puts the sweep on the engine queue, once at a time.
+func (runSweepArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: engine.QueueName, UniqueOpts: river.UniqueOpts{ByPeriod: runSweepInterval}}
+}
+
+type runSweepWorker struct {
+	river.WorkerDefaults[runSweepArgs]
+	sweep func(context.Context) error
+}
+
+func (w *runSweepWorker) Work(ctx context.Context, _ *river.Job[runSweepArgs]) error {
+	return w.sweep(ctx)
+}
+
+// runWakeArgs is the job, scheduled at the end of a conflict backoff or a
+// retry timeout, that advances one operation run. It holds the run's ID
+// only.
+type runWakeArgs struct {
+	RunID uuid.UUID `json:"run_id"`
+}
+
+// Kind returns the job kind.
+func (runWakeArgs) Kind() string { return "operations.operation_run_wake" }
+
+// InsertOpts puts the job on the engine queue.
+func (runWakeArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: engine.QueueName} }
+
+type runWakeWorker struct {
+	river.WorkerDefaults[runWakeArgs]
+	wake func(context.Context, uuid.UUID) error
+}
+
+func (w *runWakeWorker) Work(ctx context.Context, job *river.Job[runWakeArgs]) error {
+	return w.wake(ctx, job.Args.RunID)
+}
+
+// scheduleRunWake returns the operations.RunWaker that inserts a
+// runWakeArgs job through the run's transaction.
+func scheduleRunWake(client *river.Client[pgx.Tx]) operations.RunWaker {
+	return func(ctx context.Context, tx pgx.Tx, runID uuid.UUID, at time.Time) error {
+		_, err := client.InsertTx(ctx, tx, runWakeArgs{RunID: runID}, &river.InsertOpts{ScheduledAt: at})
 		return err
 	}
 }

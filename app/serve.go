@@ -102,9 +102,17 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		return nil, err
 	}
 	var tasks *operations.Tasks
+	var runs *operations.Rollouts
 	scheduleWorker := &operations.ScheduleWorker{}
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
-		onRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error { return tasks.RunEnded(ctx, tx, run) },
+		// A task's end is also its operation run's event: the run advances
+		// in the same transaction.
+		onRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
+			if err := tasks.RunEnded(ctx, tx, run); err != nil {
+				return err
+			}
+			return runs.RunEnded(ctx, tx, run)
+		},
 		register: func(e *engine.Engine) {
 			operations.RegisterActions(e, operations.ActionDeps{
 				Pool: pool, Backends: s.backends.managers, Inv: inv, Keys: keys, Logger: logger, PollInterval: cfg.PollInterval,
@@ -112,6 +120,8 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		},
 		sweep:       func(ctx context.Context) error { return tasks.Sweep(ctx) },
 		promoteRack: func(ctx context.Context, rackID uuid.UUID) error { return tasks.PromoteRack(ctx, rackID) },
+		runWake:     func(ctx context.Context, id uuid.UUID) error { return runs.Wake(ctx, id) },
+		runSweep:    func(ctx context.Context) error { return runs.Sweep(ctx) },
 		schedules:   scheduleWorker,
 		rescueAfter: cfg.RescueAfter,
 		maxWorkers:  cfg.MaxWorkers,
@@ -123,6 +133,9 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	tasks = operations.NewTasks(operations.TasksConfig{
 		Pool: pool, Rules: rules, Inv: inv, Engine: s.engine, Backends: s.backends.managers, Keys: keys, Logger: logger,
 		Expiry: scheduleQueueExpiry(s.river),
+	})
+	runs = operations.NewRollouts(operations.RolloutsConfig{
+		Pool: pool, Tasks: tasks, Wake: scheduleRunWake(s.river), Logger: logger, MaxCandidates: cfg.RunMaxCandidates,
 	})
 	schedules := operations.NewSchedules(operations.SchedulesConfig{
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: operations.RiverFireScheduler(s.river),
@@ -141,6 +154,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		inventoryHandler:  inventory.NewHandler(inv, pool),
 		operationsHandler: operations.NewHandler(pool, rules),
 		taskHandler:       operations.NewTaskHandler(pool, tasks),
+		rolloutHandler:    operations.NewRolloutHandler(pool, runs),
 		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers).WithDrift(s.syncer), pool),
 		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
 	}

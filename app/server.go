@@ -33,6 +33,7 @@ type flowService struct {
 	*inventoryHandler
 	*operationsHandler // operation rules and rack-rule associations
 	*taskHandler       // rack operations and tasks
+	*rolloutHandler    // operation runs
 	*reconcileHandler  // ValidateComponents
 	*scheduleHandler   // task schedules
 }
@@ -43,6 +44,7 @@ type (
 	inventoryHandler  = inventory.Handler
 	operationsHandler = operations.Handler
 	taskHandler       = operations.TaskHandler
+	rolloutHandler    = operations.RolloutHandler
 	reconcileHandler  = reconcile.Handler
 	scheduleHandler   = operations.ScheduleHandler
 )

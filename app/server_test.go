@@ -179,9 +179,9 @@ func TestUnimplementedNamesTheMethod(t *testing.T) {
 	t.Parallel()
 	b := setup(t, false)
 	client := flowv1connect.NewFlowClient(h2cClient(), b.baseURL, connect.WithGRPC())
-	_, err := client.CreateOperationRun(context.Background(), &flowv1.CreateOperationRunRequest{})
+	_, err := client.CreateEventRule(context.Background(), &flowv1.CreateEventRuleRequest{})
 	require.Equal(t, connect.CodeUnimplemented, connect.CodeOf(err))
-	require.Contains(t, err.Error(), "v1.Flow.CreateOperationRun is not implemented")
+	require.Contains(t, err.Error(), "v1.Flow.CreateEventRule is not implemented")
 }
 
 func TestReflectionOnlyInDevMode(t *testing.T) {
@@ -258,7 +258,7 @@ func TestOneLogLinePerCall(t *testing.T) {
 	client := flowv1connect.NewFlowClient(h2cClient(), b.baseURL)
 	_, err := client.Version(context.Background(), &flowv1.VersionRequest{})
 	require.NoError(t, err)
-	_, err = client.CreateOperationRun(context.Background(), &flowv1.CreateOperationRunRequest{})
+	_, err = client.CreateEventRule(context.Background(), &flowv1.CreateEventRuleRequest{})
 	require.Error(t, err)
 
 	var lines []map[string]any
@@ -278,7 +278,7 @@ func TestOneLogLinePerCall(t *testing.T) {
 	parsed, err := time.ParseDuration(d)
 	require.NoError(t, err)
 	require.Positive(t, parsed)
-	require.Equal(t, "/v1.Flow/CreateOperationRun", lines[1]["method"])
+	require.Equal(t, "/v1.Flow/CreateEventRule", lines[1]["method"])
 	require.Equal(t, "unimplemented", lines[1]["code"])
 
 	// Health checks (and reflection) are not v1.Flow calls: they write no

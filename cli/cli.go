@@ -1,5 +1,6 @@
 // Package cli is flow's command-line client: the nouns rack, component,
-// nvl-domain, rule, power, firmware, bringup, ingest, decommission and task,
+// nvl-domain, rule, power, firmware, bringup, ingest, decommission, task and
+// rollout,
 // as cobra commands that talk to a running Flow server only through the
 // generated Connect client (proto/gen/v1/flowv1connect). The server
 // commands (serve, dev, db, ...) live in package app, which builds the root
@@ -79,6 +80,7 @@ var nouns = []noun{
 	powerNoun,
 	firmwareNoun, bringUpNoun, ingestNoun, decommissionNoun,
 	taskNoun,
+	rolloutNoun,
 	scheduleNoun,
 	syncNoun,
 }

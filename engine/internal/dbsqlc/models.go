@@ -128,6 +128,44 @@ type OperationRule struct {
 	UpdatedAt      pgtype.Timestamptz
 }
 
+type OperationRun struct {
+	ID                pgtype.UUID
+	Name              string
+	Description       string
+	Status            string
+	StatusReason      string
+	StatusMessage     string
+	Selector          []byte
+	Options           []byte
+	OperationTemplate []byte
+	OperationType     string
+	OperationCode     string
+	CurrentPhaseIndex int32
+	TotalPhases       int32
+	WakeAt            pgtype.Timestamptz
+	CreatedAt         pgtype.Timestamptz
+	UpdatedAt         pgtype.Timestamptz
+	StartedAt         pgtype.Timestamptz
+	FinishedAt        pgtype.Timestamptz
+}
+
+type OperationRunTarget struct {
+	ID               pgtype.UUID
+	OperationRunID   pgtype.UUID
+	RackID           pgtype.UUID
+	SequenceIndex    int32
+	PhaseIndex       int32
+	ComponentsByType []byte
+	TaskID           pgtype.UUID
+	Status           string
+	Message          string
+	RetryAfter       pgtype.Timestamptz
+	RetryState       []byte
+	Acknowledged     bool
+	CreatedAt        pgtype.Timestamptz
+	UpdatedAt        pgtype.Timestamptz
+}
+
 type Rack struct {
 	ID                 pgtype.UUID
 	Name               string

@@ -130,6 +130,44 @@ type OperationRule struct {
 	UpdatedAt      time.Time
 }
 
+type OperationRun struct {
+	ID                uuid.UUID
+	Name              string
+	Description       string
+	Status            string
+	StatusReason      string
+	StatusMessage     string
+	Selector          []byte
+	Options           []byte
+	OperationTemplate []byte
+	OperationType     string
+	OperationCode     string
+	CurrentPhaseIndex int32
+	TotalPhases       int32
+	WakeAt            *time.Time
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	StartedAt         *time.Time
+	FinishedAt        *time.Time
+}
+
+type OperationRunTarget struct {
+	ID               uuid.UUID
+	OperationRunID   uuid.UUID
+	RackID           uuid.UUID
+	SequenceIndex    int32
+	PhaseIndex       int32
+	ComponentsByType []byte
+	TaskID           *uuid.UUID
+	Status           string
+	Message          string
+	RetryAfter       *time.Time
+	RetryState       []byte
+	Acknowledged     bool
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+}
+
 type Rack struct {
 	ID                 uuid.UUID
 	Name               string
