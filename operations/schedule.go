@@ -26,20 +26,20 @@ import (
 // schedule_handler.go; invalid input is ErrInvalidRequest naming the field.
 var (
 	// ErrScheduleNotFound means no schedule (or scope entry) has the ID.
-	ErrScheduleNotFound = errors.New("operations: task schedule not found")
+	ErrScheduleNotFound = errors.New("task schedule not found")
 	// ErrScopeNotFound means no scope entry has the ID.
-	ErrScopeNotFound = errors.New("operations: task schedule scope not found")
+	ErrScopeNotFound = errors.New("task schedule scope not found")
 	// ErrScheduleExists means another schedule has the name.
-	ErrScheduleExists = errors.New("operations: a task schedule with this name already exists")
+	ErrScheduleExists = errors.New("a task schedule with this name already exists")
 	// ErrScheduleConsumed means a one-time schedule has fired already and
 	// cannot be paused, resumed, triggered or re-armed.
-	ErrScheduleConsumed = errors.New("operations: one-time schedule has already fired")
+	ErrScheduleConsumed = errors.New("one-time schedule has already fired")
 	// ErrLastScope means the scope entry is the schedule's last one; delete
 	// the schedule instead.
-	ErrLastScope = errors.New("operations: cannot remove the last scope entry of a schedule (delete the schedule instead)")
+	ErrLastScope = errors.New("cannot remove the last scope entry of a schedule (delete the schedule instead)")
 	// ErrScheduleFireFailed means a triggered firing submitted no task: every
 	// scope entry was refused.
-	ErrScheduleFireFailed = errors.New("operations: no scope entry of the schedule could be submitted")
+	ErrScheduleFireFailed = errors.New("no scope entry of the schedule could be submitted")
 )
 
 // SpecType says how a schedule's spec is read.

@@ -75,6 +75,7 @@ type EngineStep struct {
 	DeadlineAt    pgtype.Timestamptz
 	StartedAt     pgtype.Timestamptz
 	EndedAt       pgtype.Timestamptz
+	FailedTargets []byte
 }
 
 type FlowInstance struct {
@@ -153,6 +154,7 @@ type Task struct {
 	UpdatedAt      pgtype.Timestamptz
 	StartedAt      pgtype.Timestamptz
 	FinishedAt     pgtype.Timestamptz
+	NotTargeted    []byte
 }
 
 type TaskSchedule struct {

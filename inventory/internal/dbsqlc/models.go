@@ -77,6 +77,7 @@ type EngineStep struct {
 	DeadlineAt    *time.Time
 	StartedAt     *time.Time
 	EndedAt       *time.Time
+	FailedTargets []byte
 }
 
 type FlowInstance struct {
@@ -155,6 +156,7 @@ type Task struct {
 	UpdatedAt      time.Time
 	StartedAt      *time.Time
 	FinishedAt     *time.Time
+	NotTargeted    []byte
 }
 
 type TaskSchedule struct {

@@ -889,7 +889,7 @@ func (q *Queries) ScopeSetLastTask(ctx context.Context, db DBTX, arg ScopeSetLas
 }
 
 const taskActiveOnRack = `-- name: TaskActiveOnRack :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task
 WHERE rack_id = $1 AND status IN ('waiting', 'pending', 'running')
 ORDER BY created_at, id
 `
@@ -929,6 +929,7 @@ func (q *Queries) TaskActiveOnRack(ctx context.Context, db DBTX, rackID uuid.UUI
 			&i.UpdatedAt,
 			&i.StartedAt,
 			&i.FinishedAt,
+			&i.NotTargeted,
 		); err != nil {
 			return nil, err
 		}
@@ -987,7 +988,7 @@ func (q *Queries) TaskFinish(ctx context.Context, db DBTX, arg TaskFinishParams)
 }
 
 const taskGetByID = `-- name: TaskGetByID :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task WHERE id = $1
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task WHERE id = $1
 `
 
 func (q *Queries) TaskGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Task, error) {
@@ -1018,12 +1019,13 @@ func (q *Queries) TaskGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Task,
 		&i.UpdatedAt,
 		&i.StartedAt,
 		&i.FinishedAt,
+		&i.NotTargeted,
 	)
 	return i, err
 }
 
 const taskGetByIDForUpdate = `-- name: TaskGetByIDForUpdate :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task WHERE id = $1 FOR UPDATE
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) TaskGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (Task, error) {
@@ -1054,12 +1056,13 @@ func (q *Queries) TaskGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUI
 		&i.UpdatedAt,
 		&i.StartedAt,
 		&i.FinishedAt,
+		&i.NotTargeted,
 	)
 	return i, err
 }
 
 const taskGetByIDs = `-- name: TaskGetByIDs :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task WHERE id = ANY($1::uuid[]) ORDER BY created_at DESC, id DESC
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task WHERE id = ANY($1::uuid[]) ORDER BY created_at DESC, id DESC
 `
 
 func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Task, error) {
@@ -1096,6 +1099,7 @@ func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([
 			&i.UpdatedAt,
 			&i.StartedAt,
 			&i.FinishedAt,
+			&i.NotTargeted,
 		); err != nil {
 			return nil, err
 		}
@@ -1108,7 +1112,7 @@ func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([
 }
 
 const taskGetByIdempotencyKey = `-- name: TaskGetByIdempotencyKey :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task WHERE idempotency_key = $1
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task WHERE idempotency_key = $1
 `
 
 func (q *Queries) TaskGetByIdempotencyKey(ctx context.Context, db DBTX, idempotencyKey *string) (Task, error) {
@@ -1139,6 +1143,7 @@ func (q *Queries) TaskGetByIdempotencyKey(ctx context.Context, db DBTX, idempote
 		&i.UpdatedAt,
 		&i.StartedAt,
 		&i.FinishedAt,
+		&i.NotTargeted,
 	)
 	return i, err
 }
@@ -1147,12 +1152,13 @@ const taskInsert = `-- name: TaskInsert :one
 INSERT INTO task (
     id, operation_type, operation_code, information, description, rack_id,
     components, component_ids, targets, rule, rule_name, applied_rule_id,
-    status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id)
+    status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, not_targeted)
 VALUES (
     $1, $2, $3, $4, $5, $6,
     $7, $8, $9, $10, $11, $12,
-    $13, $14, $15, $16, $17, $18, $19)
-RETURNING id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at
+    $13, $14, $15, $16, $17, $18, $19,
+    $20)
+RETURNING id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted
 `
 
 type TaskInsertParams struct {
@@ -1175,6 +1181,7 @@ type TaskInsertParams struct {
 	IdempotencyKey *string
 	TriggerType    string
 	TriggerID      string
+	NotTargeted    []byte
 }
 
 func (q *Queries) TaskInsert(ctx context.Context, db DBTX, arg TaskInsertParams) (Task, error) {
@@ -1198,6 +1205,7 @@ func (q *Queries) TaskInsert(ctx context.Context, db DBTX, arg TaskInsertParams)
 		arg.IdempotencyKey,
 		arg.TriggerType,
 		arg.TriggerID,
+		arg.NotTargeted,
 	)
 	var i Task
 	err := row.Scan(
@@ -1225,6 +1233,7 @@ func (q *Queries) TaskInsert(ctx context.Context, db DBTX, arg TaskInsertParams)
 		&i.UpdatedAt,
 		&i.StartedAt,
 		&i.FinishedAt,
+		&i.NotTargeted,
 	)
 	return i, err
 }
@@ -1263,7 +1272,7 @@ func (q *Queries) TaskKeyUsage(ctx context.Context, db DBTX) ([]TaskKeyUsageRow,
 }
 
 const taskList = `-- name: TaskList :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task
 WHERE ($1::uuid IS NULL OR rack_id = $1::uuid)
   AND ($2::uuid IS NULL OR component_ids @> ARRAY[$2::uuid])
   AND (NOT $3::boolean OR status IN ('waiting', 'pending', 'running'))
@@ -1319,6 +1328,7 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 			&i.UpdatedAt,
 			&i.StartedAt,
 			&i.FinishedAt,
+			&i.NotTargeted,
 		); err != nil {
 			return nil, err
 		}
