@@ -70,6 +70,7 @@ func newRoot(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comman
 		benchCommand(stdout, stderr),
 		dbCommand(getenv, stdout),
 		keyCommand(stdout, stderr),
+		certCommand(stdout),
 		configCommand(getenv, stdout),
 		{
 			Use:   "version",

@@ -93,7 +93,7 @@ func TestDevFleetValidatesClean(t *testing.T) {
 // ValidateComponents names the variable to set.
 func TestServeValidateWithoutBackends(t *testing.T) {
 	t.Parallel()
-	cfg, err := LoadConfig(env(map[string]string{"DATABASE_URL": dbtest.NewDB(t), "FLOW_LISTEN_ADDR": "127.0.0.1:0"}))
+	cfg, err := LoadConfig(env(map[string]string{"DATABASE_URL": dbtest.NewDB(t), "FLOW_LISTEN_ADDR": "127.0.0.1:0", "ALLOW_INSECURE_GRPC": "true", "FLOW_ADMIN_LISTEN": "off"}))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := newServer(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), serveOptions{})

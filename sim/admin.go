@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 )
@@ -30,7 +31,27 @@ type Admin interface {
 //	GET    /admin/devices             simulated devices
 //	POST   /admin/devices             seed devices (JSON list)
 //	DELETE /admin/devices/{device}    remove a device by ID or MAC
+//
+// It answers loopback clients only (403 to others), whatever address the
+// simulator listens on: the surface rewrites the simulated fleet and
+// injects faults, with no authentication.
 func AdminHandler(a Admin) http.Handler {
+	return loopbackOnly(adminMux(a))
+}
+
+// loopbackOnly refuses requests whose peer is not a loopback address.
+func loopbackOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			writeError(w, http.StatusForbidden, errors.New("the simulator's admin surface answers loopback clients only"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func adminMux(a Admin) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/journal", func(w http.ResponseWriter, r *http.Request) {
 		var calls []Call

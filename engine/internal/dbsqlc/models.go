@@ -155,6 +155,7 @@ type Task struct {
 	StartedAt      pgtype.Timestamptz
 	FinishedAt     pgtype.Timestamptz
 	NotTargeted    []byte
+	SubmittedBy    string
 }
 
 type TaskSchedule struct {

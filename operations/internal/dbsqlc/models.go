@@ -157,6 +157,7 @@ type Task struct {
 	StartedAt      *time.Time
 	FinishedAt     *time.Time
 	NotTargeted    []byte
+	SubmittedBy    string
 }
 
 type TaskSchedule struct {
