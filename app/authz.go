@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nicoflow/flow/caller"
+	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
@@ -152,6 +153,11 @@ var methodRoles = map[string]Role{
 	flowv1connect.FlowResumeOperationRunProcedure:       roleOperator,
 	flowv1connect.FlowAdvanceOperationRunPhaseProcedure: roleOperator,
 	flowv1connect.FlowCancelOperationRunProcedure:       roleOperator,
+
+	// Flow's own admin service (flow.admin.v1): a sync cycle now changes
+	// inventory only as the periodic sync would, so an operator may run one.
+	adminv1connect.AdminServiceRunSyncProcedure:       roleOperator,
+	adminv1connect.AdminServiceGetSyncStatusProcedure: roleViewer,
 }
 
 // procedureRole returns the role procedure needs: methodRoles for v1.Flow,

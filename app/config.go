@@ -51,6 +51,9 @@ type Config struct {
 	// PollInterval, when positive, replaces the poll interval of the long
 	// hardware waits (FirmwareControl, WaitBringUp, WaitDecommissioned).
 	PollInterval time.Duration // FLOW_FIRMWARE_POLL_INTERVAL
+	// SystemJobs are the leader-run system jobs' settings, from the config
+	// file (FLOW_CONFIG_FILE) and FLOW_EXPECTED_INVENTORY_SYNC_ENABLED.
+	SystemJobs SystemJobsConfig
 }
 
 // ConfigVar documents one environment variable; ConfigVars is the table the
@@ -97,6 +100,8 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_ENGINE_RESCUE_AFTER", "30m", "how long a step call may run before it is presumed lost (its process died) and run again; must exceed every rule's step timeout, and is how long work in flight in a killed process waits before another process resumes it"},
 	{"FLOW_ENGINE_MAX_WORKERS", "1000", "engine jobs one process works at once"},
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
+	{"FLOW_CONFIG_FILE", DefaultFlowConfigFile, "upstream's scheduler config file (YAML keys inventory_run_frequency, disable_inventory, leak_detection_interval, disable_leak_detection; durations such as 1m); the default path may be absent, an explicitly named file must exist; a zero or unparseable duration refuses startup (docs/inventory-sync.md)"},
+	{"FLOW_EXPECTED_INVENTORY_SYNC_ENABLED", "true", "gate of the expected-inventory mirror of each inventory-sync cycle (the mirror itself is not built yet); an unparseable value refuses startup"},
 	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard, which can pause queues and retry or delete jobs) at /riverui/ on the admin listener outside dev mode; it has no authentication of its own"},
 }
 
@@ -218,6 +223,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.RiverUIEnabled = b
 	}
+	sj, sjErrs := loadSystemJobsConfig(getenv)
+	cfg.SystemJobs = sj
+	errs = append(errs, sjErrs...)
 	if len(errs) > 0 {
 		return cfg, usageError(fmt.Errorf("configuration: %s", strings.Join(errs, "; ")))
 	}
@@ -250,6 +258,12 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("riverui_enabled", c.RiverUIEnabled),
 		slog.Duration("engine_rescue_after", c.RescueAfter),
 		slog.Int("engine_max_workers", c.MaxWorkers),
+		slog.String("flow_config_file", or(c.SystemJobs.File, "(none)")),
+		slog.Duration("inventory_run_frequency", c.SystemJobs.InventoryInterval),
+		slog.Bool("disable_inventory", c.SystemJobs.InventoryDisabled),
+		slog.Bool("expected_inventory_sync", c.SystemJobs.ExpectedInventorySync),
+		slog.Duration("leak_detection_interval", c.SystemJobs.LeakDetectionInterval),
+		slog.Bool("disable_leak_detection", c.SystemJobs.LeakDetectionDisabled),
 	)
 }
 

@@ -57,6 +57,9 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 		// rules' 2m polls are made for.
 		cfg.PollInterval = 2 * time.Second
 	}
+	if !cfg.SystemJobs.inventoryIntervalSet {
+		cfg.SystemJobs.InventoryInterval = devInventoryInterval
+	}
 	logger := newLogger(stderr, cfg.LogFormat, cfg.logLevel())
 
 	dir, err := filepath.Abs(o.dataDir)

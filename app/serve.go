@@ -37,6 +37,8 @@ type server struct {
 	adminLn  net.Listener
 	engine   *engine.Engine
 	river    *river.Client[pgx.Tx]
+	syncer   *reconcile.Syncer
+	system   *systemJobs
 }
 
 // serveOptions are the parts of `flow serve` that are not Config.
@@ -91,6 +93,10 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}
 	s.backends.logStatus(ctx, logger)
 	inv := inventory.NewService()
+	s.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: s.backends.nico, Logger: logger})
+	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, logger); err != nil {
+		return nil, err
+	}
 	rules, err := operations.NewService(rackLookup{inv: inv})
 	if err != nil {
 		return nil, err
@@ -109,6 +115,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		schedules:   scheduleWorker,
 		rescueAfter: cfg.RescueAfter,
 		maxWorkers:  cfg.MaxWorkers,
+		system:      s.system,
 	})
 	if err != nil {
 		return nil, err
@@ -134,10 +141,11 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		inventoryHandler:  inventory.NewHandler(inv, pool),
 		operationsHandler: operations.NewHandler(pool, rules),
 		taskHandler:       operations.NewTaskHandler(pool, tasks),
-		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers), pool),
+		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers).WithDrift(s.syncer), pool),
 		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
 	}
-	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.policy})
+	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer)}
+	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.policy, admin: admin})
 	var tlsConfig *tls.Config
 	if s.tls != nil {
 		tlsConfig = s.tls.tlsConfig()

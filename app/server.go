@@ -16,6 +16,7 @@ import (
 	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/reconcile"
@@ -57,6 +58,8 @@ type muxOptions struct {
 	devMode bool    // server reflection
 	health  *health // grpc.health.v1; a fresh SERVING one when nil
 	policy  *policy // FLOW_AUTHZ_POLICY; nil: every identity is admin
+	// admin is Flow's admin service; a fresh all-Unimplemented one when nil.
+	admin adminv1connect.AdminServiceHandler
 }
 
 // compressMinBytes is the smallest answer sent compressed to a client that
@@ -65,9 +68,10 @@ const compressMinBytes = 4 << 10
 
 // reflectedServices are the services server reflection lists, sorted by
 // name as upstream's gRPC server lists them: its own reflection services
-// (v1 and v1alpha) beside v1.Flow, plus the health service Flow also
-// serves. The contract's file answers by upstream's name, flow.proto.
+// (v1 and v1alpha) beside v1.Flow, plus the health service and Flow's own
+// admin service (flow.admin.v1), which upstream does not have. The contract's file answers by upstream's name, flow.proto.
 var reflectedServices = []string{
+	adminv1connect.AdminServiceName,
 	healthv1connect.HealthName,
 	grpcreflect.ReflectV1ServiceName,
 	grpcreflect.ReflectV1AlphaServiceName,
@@ -93,6 +97,10 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 		}),
 	}
 	mux.Handle(flowv1connect.NewFlowHandler(svc, handlerOpts...))
+	if opts.admin == nil {
+		opts.admin = &adminService{}
+	}
+	mux.Handle(adminv1connect.NewAdminServiceHandler(opts.admin, handlerOpts...))
 	if opts.health == nil {
 		opts.health = newHealth()
 	}

@@ -200,6 +200,7 @@ func TestReflectionOnlyInDevMode(t *testing.T) {
 	names, err := list(dev.baseURL)
 	require.NoError(t, err)
 	require.Equal(t, []string{
+		"flow.admin.v1.AdminService",
 		"grpc.health.v1.Health",
 		"grpc.reflection.v1.ServerReflection",
 		"grpc.reflection.v1alpha.ServerReflection",

@@ -62,6 +62,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
@@ -79,6 +80,7 @@ var nouns = []noun{
 	firmwareNoun, bringUpNoun, ingestNoun, decommissionNoun,
 	taskNoun,
 	scheduleNoun,
+	syncNoun,
 }
 
 // GroupID is the help group of the client commands.
@@ -134,11 +136,18 @@ func (g *globals) env(cmd *cobra.Command) (*env, error) {
 	if !ok {
 		return nil, usageError{fmt.Errorf("-o must be one of %s, not %q", strings.Join(outputFormats, ", "), g.output)}
 	}
-	hc, base, err := HTTPClient(g.server, ClientTLSFiles(g.getenv, g.ca, g.cert, g.key), 60*time.Second)
+	files := ClientTLSFiles(g.getenv, g.ca, g.cert, g.key)
+	hc, base, err := HTTPClient(g.server, files, 60*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	return &env{client: flowv1connect.NewFlowClient(hc, base), server: g.server, out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(),
+	// A sync cycle over a large site can take minutes: the admin client
+	// waits longer than the API client.
+	ahc, _, err := HTTPClient(g.server, files, 10*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	return &env{client: flowv1connect.NewFlowClient(hc, base), admin: adminv1connect.NewAdminServiceClient(ahc, base), server: g.server, out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(),
 		format: g.output, stdin: g.stdin}, nil
 }
 
@@ -170,6 +179,7 @@ type runFunc = func(ctx context.Context, c *env, args []string) error
 // env is what a verb runs with.
 type env struct {
 	client flowv1connect.FlowClient
+	admin  adminv1connect.AdminServiceClient // Flow's own admin service
 	server string
 	out    io.Writer
 	errOut io.Writer
