@@ -24,7 +24,7 @@ import (
 // here, and so does a stale entry.
 func TestEveryFlowMethodHasARole(t *testing.T) {
 	t.Parallel()
-	methods := flowv1.File_v1_flow_proto.Services().ByName("Flow").Methods()
+	methods := flowv1.File_flow_proto.Services().ByName("Flow").Methods()
 	require.Equal(t, 74, methods.Len())
 	listed := map[string]bool{}
 	for i := 0; i < methods.Len(); i++ {

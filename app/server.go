@@ -33,6 +33,7 @@ type flowService struct {
 	*operationsHandler // operation rules and rack-rule associations
 	*taskHandler       // rack operations and tasks
 	*reconcileHandler  // ValidateComponents
+	*scheduleHandler   // task schedules
 }
 
 // Domain handlers are embedded through aliases: every domain calls its type
@@ -42,6 +43,7 @@ type (
 	operationsHandler = operations.Handler
 	taskHandler       = operations.TaskHandler
 	reconcileHandler  = reconcile.Handler
+	scheduleHandler   = operations.ScheduleHandler
 )
 
 type unimplemented struct {
@@ -61,11 +63,22 @@ type muxOptions struct {
 // accepts compression.
 const compressMinBytes = 4 << 10
 
+// reflectedServices are the services server reflection lists, sorted by
+// name as upstream's gRPC server lists them: its own reflection services
+// (v1 and v1alpha) beside v1.Flow, plus the health service Flow also
+// serves. The contract's file answers by upstream's name, flow.proto.
+var reflectedServices = []string{
+	healthv1connect.HealthName,
+	grpcreflect.ReflectV1ServiceName,
+	grpcreflect.ReflectV1AlphaServiceName,
+	flowv1connect.FlowName,
+}
+
 // newMux mounts v1.Flow (gRPC, gRPC-Web and Connect), gRPC health and, in
 // dev mode, server reflection, behind the caller middleware and the
 // interceptors: the rpc log line, the audit line, authorization (the policy
 // in opts) and the internal-error guard, outermost first. River UI and
-// pprof are never here: they live on the admin listener (admin.go).
+// pprof are never here: they live on the admin listener (adminlistener.go).
 func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions) http.Handler {
 	mux := http.NewServeMux()
 	handlerOpts := []connect.HandlerOption{
@@ -85,7 +98,7 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 	}
 	mux.Handle(healthv1connect.NewHealthHandler(opts.health))
 	if opts.devMode {
-		reflector := grpcreflect.NewStaticReflector(flowv1connect.FlowName, healthv1connect.HealthName)
+		reflector := grpcreflect.NewStaticReflector(reflectedServices...)
 		mux.Handle(grpcreflect.NewHandlerV1(reflector))
 		mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	}
