@@ -305,7 +305,7 @@ func TestAuditLineAndSubmitter(t *testing.T) {
 	// A schedule submits what it fires as the identity that created it,
 	// whoever triggers it (the trigger itself is audited under its caller).
 	sched, err := s.client(t, "admin").CreateTaskSchedule(ctx, &flowv1.CreateTaskScheduleRequest{
-		Schedule: &flowv1.ScheduleConfig{Name: "nightly-on", Spec: &flowv1.ScheduleSpec{Type: flowv1.ScheduleSpecType_SCHEDULE_SPEC_TYPE_INTERVAL, Spec: "24h"}},
+		Schedule:  &flowv1.ScheduleConfig{Name: "nightly-on", Spec: &flowv1.ScheduleSpec{Type: flowv1.ScheduleSpecType_SCHEDULE_SPEC_TYPE_INTERVAL, Spec: "24h"}},
 		Operation: &flowv1.ScheduledOperation{Operation: &flowv1.ScheduledOperation_PowerOn{PowerOn: &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)}}},
 	})
 	require.NoError(t, err)
