@@ -301,6 +301,20 @@ func TestAuditLineAndSubmitter(t *testing.T) {
 	var rep operations.Report
 	require.NoError(t, json.Unmarshal([]byte(task.GetReport()), &rep))
 	require.Equal(t, devSPIFFEID("operator"), rep.SubmittedBy)
+
+	// A schedule submits what it fires as the identity that created it,
+	// whoever triggers it (the trigger itself is audited under its caller).
+	sched, err := s.client(t, "admin").CreateTaskSchedule(ctx, &flowv1.CreateTaskScheduleRequest{
+		Schedule:  &flowv1.ScheduleConfig{Name: "nightly-on", Spec: &flowv1.ScheduleSpec{Type: flowv1.ScheduleSpecType_SCHEDULE_SPEC_TYPE_INTERVAL, Spec: "24h"}},
+		Operation: &flowv1.ScheduledOperation{Operation: &flowv1.ScheduledOperation_PowerOn{PowerOn: &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)}}},
+	})
+	require.NoError(t, err)
+	s.wait(t, res.GetTaskIds()[0])
+	fired, err := s.client(t, "operator").TriggerTaskSchedule(ctx, &flowv1.TriggerTaskScheduleRequest{Id: sched.GetId()})
+	require.NoError(t, err)
+	require.Len(t, fired.GetTaskIds(), 1)
+	require.NoError(t, s.srv.pool.QueryRow(ctx, `SELECT submitted_by FROM task WHERE id = $1`, fired.GetTaskIds()[0].GetId()).Scan(&by))
+	require.Equal(t, devSPIFFEID("admin"), by)
 }
 
 // TestNoPolicyMakesEveryCertificateAdmin: without FLOW_AUTHZ_POLICY every

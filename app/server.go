@@ -84,7 +84,7 @@ var reflectedServices = []string{
 // dev mode, server reflection, behind the caller middleware and the
 // interceptors: the rpc log line, the audit line, authorization (the policy
 // in opts) and the internal-error guard, outermost first. River UI and
-// pprof are never here: they live on the admin listener (admin.go).
+// pprof are never here: they live on the admin listener (adminlistener.go).
 func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions) http.Handler {
 	mux := http.NewServeMux()
 	handlerOpts := []connect.HandlerOption{

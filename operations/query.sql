@@ -156,8 +156,8 @@ GROUP BY 1;
 -- ---- task schedules (docs/schedules.md) ----------------------------------
 
 -- name: ScheduleInsert :one
-INSERT INTO task_schedule (name, spec_type, spec, timezone, operation_template, overlap_policy, next_run_at)
-VALUES (@name, @spec_type, @spec, @timezone, @operation_template, @overlap_policy, @next_run_at)
+INSERT INTO task_schedule (name, spec_type, spec, timezone, operation_template, overlap_policy, next_run_at, created_by)
+VALUES (@name, @spec_type, @spec, @timezone, @operation_template, @overlap_policy, @next_run_at, @created_by)
 RETURNING *;
 
 -- name: ScheduleGetByID :one

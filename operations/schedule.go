@@ -98,6 +98,10 @@ type Schedule struct {
 	LastRunAt *time.Time
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// CreatedBy is the identity that created the schedule; every task it
+	// fires is submitted by it (Request.SubmittedBy). "" before Flow
+	// recorded it.
+	CreatedBy string
 }
 
 // Consumed reports whether s is a one-time schedule that has fired.
@@ -139,6 +143,8 @@ type NewSchedule struct {
 	// anything is written.
 	Auth    firmware.AuthData
 	Targets inventory.TargetSpec
+	// CreatedBy is the creating caller's identity (caller.Identity).
+	CreatedBy string
 }
 
 // ScheduleChange is an update of a schedule's config; nil fields stay.
@@ -326,7 +332,7 @@ func scheduleFromRow(r dbsqlc.TaskSchedule) (Schedule, error) {
 	s := Schedule{
 		ID: r.ID, Name: r.Name, Spec: ScheduleSpec{Type: SpecType(r.SpecType), Spec: r.Spec, Timezone: r.Timezone},
 		Overlap: OverlapPolicy(r.OverlapPolicy), Enabled: r.Enabled, NextRunAt: r.NextRunAt, LastRunAt: r.LastRunAt,
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, CreatedBy: r.CreatedBy,
 	}
 	if err := json.Unmarshal(r.OperationTemplate, &s.Template); err != nil {
 		return Schedule{}, fmt.Errorf("decode schedule %s template: %w", r.ID, err)
@@ -442,7 +448,7 @@ func (s *Schedules) Create(ctx context.Context, tx pgx.Tx, ns NewSchedule) (Sche
 	next := p.first(s.now())
 	row, err := s.q.ScheduleInsert(ctx, tx, dbsqlc.ScheduleInsertParams{
 		Name: name, SpecType: string(p.spec.Type), Spec: p.spec.Spec, Timezone: p.spec.Timezone,
-		OperationTemplate: raw, OverlapPolicy: string(overlap), NextRunAt: &next,
+		OperationTemplate: raw, OverlapPolicy: string(overlap), NextRunAt: &next, CreatedBy: ns.CreatedBy,
 	})
 	if db.IsUniqueViolation(err, "task_schedule_name_key") {
 		return Schedule{}, fmt.Errorf("%w: %q", ErrScheduleExists, name)

@@ -320,6 +320,7 @@ func (s *Schedules) scopeRequest(sched Schedule, sc ScheduleScope, auth firmware
 		Type: t.Type, Code: t.Code, Description: desc, Payload: payload, Auth: auth,
 		Queue: sched.Overlap == OverlapQueue, QueueTimeout: time.Duration(t.QueueTimeoutSecs) * time.Second,
 		RequiredRackID: sc.RackID, TriggerType: TriggerTypeSchedule, TriggerID: sched.ID.String(),
+		SubmittedBy: sched.CreatedBy,
 	}
 	if t.RuleID != nil {
 		req.RuleID = *t.RuleID

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -316,7 +317,8 @@ func (h *ScheduleHandler) CreateTaskSchedule(ctx context.Context, req *flowv1.Cr
 	err = h.inTx(ctx, func(tx pgx.Tx) (err error) {
 		s, err = h.svc.Create(ctx, tx, NewSchedule{
 			Name: cfg.GetName(), Overlap: overlap, Template: op.tmpl, Auth: op.auth, Targets: op.targets,
-			Spec: ScheduleSpec{Type: specTypeFromProto(cfg.GetSpec().GetType()), Spec: cfg.GetSpec().GetSpec(), Timezone: cfg.GetSpec().GetTimezone()},
+			CreatedBy: caller.Identity(ctx),
+			Spec:      ScheduleSpec{Type: specTypeFromProto(cfg.GetSpec().GetType()), Spec: cfg.GetSpec().GetSpec(), Timezone: cfg.GetSpec().GetTimezone()},
 		})
 		return err
 	})

@@ -239,6 +239,7 @@ type TaskSchedule struct {
 	FireCount         int64
 	CreatedAt         pgtype.Timestamptz
 	UpdatedAt         pgtype.Timestamptz
+	CreatedBy         string
 }
 
 type TaskScheduleScope struct {

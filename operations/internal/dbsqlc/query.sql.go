@@ -474,7 +474,7 @@ func (q *Queries) ScheduleDue(ctx context.Context, db DBTX, arg ScheduleDueParam
 }
 
 const scheduleEnabledOnRacks = `-- name: ScheduleEnabledOnRacks :many
-SELECT s.id, s.name, s.spec_type, s.spec, s.timezone, s.operation_template, s.overlap_policy, s.enabled, s.next_run_at, s.last_run_at, s.fire_count, s.created_at, s.updated_at FROM task_schedule s
+SELECT s.id, s.name, s.spec_type, s.spec, s.timezone, s.operation_template, s.overlap_policy, s.enabled, s.next_run_at, s.last_run_at, s.fire_count, s.created_at, s.updated_at, s.created_by FROM task_schedule s
 WHERE s.enabled AND EXISTS (
     SELECT 1 FROM task_schedule_scope sc WHERE sc.schedule_id = s.id AND sc.rack_id = ANY($1::uuid[]))
 ORDER BY s.created_at, s.id
@@ -504,6 +504,7 @@ func (q *Queries) ScheduleEnabledOnRacks(ctx context.Context, db DBTX, rackIds [
 			&i.FireCount,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.CreatedBy,
 		); err != nil {
 			return nil, err
 		}
@@ -516,7 +517,7 @@ func (q *Queries) ScheduleEnabledOnRacks(ctx context.Context, db DBTX, rackIds [
 }
 
 const scheduleGetByID = `-- name: ScheduleGetByID :one
-SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at FROM task_schedule WHERE id = $1
+SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at, created_by FROM task_schedule WHERE id = $1
 `
 
 func (q *Queries) ScheduleGetByID(ctx context.Context, db DBTX, id uuid.UUID) (TaskSchedule, error) {
@@ -536,12 +537,13 @@ func (q *Queries) ScheduleGetByID(ctx context.Context, db DBTX, id uuid.UUID) (T
 		&i.FireCount,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.CreatedBy,
 	)
 	return i, err
 }
 
 const scheduleGetByIDForUpdate = `-- name: ScheduleGetByIDForUpdate :one
-SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at FROM task_schedule WHERE id = $1 FOR UPDATE
+SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at, created_by FROM task_schedule WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) ScheduleGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (TaskSchedule, error) {
@@ -561,12 +563,13 @@ func (q *Queries) ScheduleGetByIDForUpdate(ctx context.Context, db DBTX, id uuid
 		&i.FireCount,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.CreatedBy,
 	)
 	return i, err
 }
 
 const scheduleGetByName = `-- name: ScheduleGetByName :one
-SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at FROM task_schedule WHERE name = $1
+SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at, created_by FROM task_schedule WHERE name = $1
 `
 
 func (q *Queries) ScheduleGetByName(ctx context.Context, db DBTX, name string) (TaskSchedule, error) {
@@ -586,15 +589,16 @@ func (q *Queries) ScheduleGetByName(ctx context.Context, db DBTX, name string) (
 		&i.FireCount,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.CreatedBy,
 	)
 	return i, err
 }
 
 const scheduleInsert = `-- name: ScheduleInsert :one
 
-INSERT INTO task_schedule (name, spec_type, spec, timezone, operation_template, overlap_policy, next_run_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-RETURNING id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at
+INSERT INTO task_schedule (name, spec_type, spec, timezone, operation_template, overlap_policy, next_run_at, created_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+RETURNING id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at, created_by
 `
 
 type ScheduleInsertParams struct {
@@ -605,6 +609,7 @@ type ScheduleInsertParams struct {
 	OperationTemplate []byte
 	OverlapPolicy     string
 	NextRunAt         *time.Time
+	CreatedBy         string
 }
 
 // ---- task schedules (docs/schedules.md) ----------------------------------
@@ -617,6 +622,7 @@ func (q *Queries) ScheduleInsert(ctx context.Context, db DBTX, arg ScheduleInser
 		arg.OperationTemplate,
 		arg.OverlapPolicy,
 		arg.NextRunAt,
+		arg.CreatedBy,
 	)
 	var i TaskSchedule
 	err := row.Scan(
@@ -633,12 +639,13 @@ func (q *Queries) ScheduleInsert(ctx context.Context, db DBTX, arg ScheduleInser
 		&i.FireCount,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.CreatedBy,
 	)
 	return i, err
 }
 
 const scheduleList = `-- name: ScheduleList :many
-SELECT s.id, s.name, s.spec_type, s.spec, s.timezone, s.operation_template, s.overlap_policy, s.enabled, s.next_run_at, s.last_run_at, s.fire_count, s.created_at, s.updated_at FROM task_schedule s
+SELECT s.id, s.name, s.spec_type, s.spec, s.timezone, s.operation_template, s.overlap_policy, s.enabled, s.next_run_at, s.last_run_at, s.fire_count, s.created_at, s.updated_at, s.created_by FROM task_schedule s
 WHERE ($1::uuid IS NULL OR EXISTS (
         SELECT 1 FROM task_schedule_scope sc WHERE sc.schedule_id = s.id AND sc.rack_id = $1::uuid))
   AND (NOT $2::boolean OR s.enabled)
@@ -681,6 +688,7 @@ func (q *Queries) ScheduleList(ctx context.Context, db DBTX, arg ScheduleListPar
 			&i.FireCount,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.CreatedBy,
 		); err != nil {
 			return nil, err
 		}
@@ -705,7 +713,7 @@ UPDATE task_schedule SET
     fire_count     = fire_count + $9::int,
     updated_at     = now()
 WHERE id = $10
-RETURNING id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at
+RETURNING id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at, created_by
 `
 
 type ScheduleUpdateParams struct {
@@ -749,6 +757,7 @@ func (q *Queries) ScheduleUpdate(ctx context.Context, db DBTX, arg ScheduleUpdat
 		&i.FireCount,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.CreatedBy,
 	)
 	return i, err
 }

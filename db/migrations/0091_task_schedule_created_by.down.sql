@@ -1,0 +1,1 @@
+ALTER TABLE task_schedule DROP COLUMN created_by;
