@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/bench"
 	"github.com/nicoflow/flow/db/dbtest"
-	"github.com/nicoflow/flow/inventory"
 )
 
 // benchServerEnv makes this test binary, started by TestBench as the
@@ -40,22 +40,22 @@ func TestBenchServerProcess(t *testing.T) {
 func TestBench(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	o := benchOptions{
-		racks: 2, components: 6, powerDelay: time.Millisecond,
-		workload: benchWorkloads["power-on"], databaseURL: dbtest.NewDB(t),
-		concurrency: 4, timeout: 20 * time.Second, poll: 20 * time.Millisecond,
-		serverCommand: func() (*exec.Cmd, error) {
+	o := bench.Options{
+		Racks: 2, Components: 6, PowerDelay: time.Millisecond,
+		Workload: "power-on", DatabaseURL: dbtest.NewDB(t),
+		Concurrency: 4, Timeout: 20 * time.Second, Poll: 20 * time.Millisecond,
+		ServerCommand: func() (*exec.Cmd, error) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestBenchServerProcess$")
 			cmd.Env = append(os.Environ(), benchServerEnv+"=1")
 			return cmd, nil
 		},
 	}
-	b, err := startBench(ctx, o)
+	b, err := bench.Start(ctx, o)
 	if b != nil {
-		t.Cleanup(func() { require.NoError(t, b.close(context.WithoutCancel(ctx))) })
+		t.Cleanup(func() { require.NoError(t, b.Close(context.WithoutCancel(ctx))) })
 	}
 	require.NoError(t, err)
-	res, err := b.run(ctx)
+	res, err := b.Run(ctx)
 	require.NoError(t, err)
 
 	require.Equal(t, 2, res.Tasks)
@@ -77,40 +77,29 @@ func TestBench(t *testing.T) {
 	require.Positive(t, res.ServerPeakRSSBytes)
 }
 
-func TestBenchRack(t *testing.T) {
+func TestBenchFirmwareUpgrade(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		name string
-		m    int
-		want map[inventory.ComponentType]int
-	}{
-		{name: "One", m: 1, want: map[inventory.ComponentType]int{inventory.ComponentTypePowerShelf: 1}},
-		{name: "OneOfEach", m: 3, want: map[inventory.ComponentType]int{inventory.ComponentTypePowerShelf: 1, inventory.ComponentTypeCompute: 1, inventory.ComponentTypeNVSwitch: 1}},
-		{name: "Six", m: 6, want: map[inventory.ComponentType]int{inventory.ComponentTypePowerShelf: 4, inventory.ComponentTypeCompute: 1, inventory.ComponentTypeNVSwitch: 1}},
-		{name: "Full", m: 35, want: map[inventory.ComponentType]int{inventory.ComponentTypePowerShelf: 8, inventory.ComponentTypeCompute: 18, inventory.ComponentTypeNVSwitch: 9}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			r := benchRack(3, tt.m)
-			require.Len(t, r.Components, tt.m)
-			got := map[inventory.ComponentType]int{}
-			for _, c := range r.Components {
-				got[c.Type]++
-			}
-			require.Equal(t, tt.want, got)
-			require.Equal(t, inventory.DemoRack(3).Name, r.Name)
-		})
+	ctx := context.Background()
+	o := bench.Options{
+		Racks: 2, Components: 35, PowerDelay: time.Millisecond,
+		Workload: "firmware-upgrade", DatabaseURL: dbtest.NewDB(t),
+		Concurrency: 4, Timeout: 30 * time.Second, Poll: 20 * time.Millisecond,
+		ServerCommand: func() (*exec.Cmd, error) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestBenchServerProcess$")
+			cmd.Env = append(os.Environ(), benchServerEnv+"=1")
+			return cmd, nil
+		},
 	}
-}
-
-func TestPercentileMs(t *testing.T) {
-	t.Parallel()
-	ds := make([]time.Duration, 100)
-	for i := range ds {
-		ds[i] = time.Duration(100-i) * time.Millisecond // 100ms..1ms, unsorted
+	b, err := bench.Start(ctx, o)
+	if b != nil {
+		t.Cleanup(func() { require.NoError(t, b.Close(context.WithoutCancel(ctx))) })
 	}
-	require.Equal(t, 50.0, percentileMs(ds, 50))
-	require.Equal(t, 99.0, percentileMs(ds, 99))
-	require.Equal(t, 7.0, percentileMs([]time.Duration{7 * time.Millisecond}, 99))
-	require.Zero(t, percentileMs(nil, 50))
+	require.NoError(t, err)
+	res, err := b.Run(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Completed, res.Failures)
+	// The built-in rule: compute trays, then switches, one FirmwareControl each.
+	require.Equal(t, 2*2, res.EngineSteps)
+	require.Positive(t, res.Polls)
+	require.Positive(t, res.PollsPerSecond)
 }
