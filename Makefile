@@ -8,7 +8,7 @@ BIN     ?= bin/flow
 BUILDFLAGS ?= -buildvcs=true
 TESTFLAGS  ?= -count=1 -timeout 15m
 
-.PHONY: run build test generate verify bench clean
+.PHONY: run build test soak generate verify bench clean
 
 run: build ## Flow on the embedded default: private PostgreSQL in .flow/dev, simulators, dev mode
 	./$(BIN) dev $(ARGS)
@@ -18,6 +18,13 @@ build:
 
 test: ## the whole suite, on a private PostgreSQL the tests start (or TEST_DATABASE_URL)
 	$(GO) test $(TESTFLAGS) ./...
+
+# SOAK_COUNT rounds of every kill/crash/restart test (a different random kill
+# point each round); longer than `make test`, run by CI after it.
+SOAK_COUNT ?= 3
+SOAK_RUN   ?= Crash|Kill|TwoEngines|PostgresRestart
+soak: ## kill, crash and restart tests, SOAK_COUNT rounds each
+	$(GO) test -count=$(SOAK_COUNT) -timeout 40m -run '$(SOAK_RUN)' ./...
 
 generate: ## buf and sqlc, with the versions pinned in go.mod's tool block
 	$(GO) tool buf generate

@@ -20,7 +20,7 @@ var allowedImports = map[string][]string{
 	"db/dbtest":    {"db", "db/pglocal"},
 	"engine":       {"db"},
 	"inventory":    {"db"},
-	"firmware":     {},
+	"firmware":     {"db", "engine", "inventory", "backend", "nico", "psm"},
 	"sim":          {},
 	"sim/simrun":   {"sim", "nico/nicosim", "psm/psmsim"},
 	"nico":         {},

@@ -34,7 +34,6 @@ type actions struct {
 	q        *dbsqlc.Queries
 	backends Backends
 	inv      *inventory.Service
-	keys     *firmware.Keyring
 	logger   *slog.Logger
 	poll     time.Duration
 }
@@ -57,15 +56,16 @@ type ActionDeps struct {
 // before the engine's River client starts.
 func RegisterActions(e *engine.Engine, d ActionDeps) {
 	a := &actions{
-		pool: d.Pool, q: dbsqlc.New(), backends: d.Backends, inv: d.Inv, keys: d.Keys,
+		pool: d.Pool, q: dbsqlc.New(), backends: d.Backends, inv: d.Inv,
 		logger: d.Logger, poll: d.PollInterval,
 	}
 	engine.Register(e, kindPowerControl, a.powerControl)
 	engine.Register(e, kindVerifyPowerStatus, a.verifyPowerStatus)
 	engine.Register(e, kindGetPowerStatus, a.getPowerStatus)
 	engine.Register(e, kindSleep, a.sleep)
-	engine.Register(e, kindFirmwareControl, a.firmwareControl)
-	engine.Register(e, kindVerifyFirmwareConsistency, a.verifyFirmwareConsistency)
+	fw := firmware.NewSteps(firmwareHost{a}, d.Keys, d.Logger)
+	engine.Register(e, kindFirmwareControl, fw.Control)
+	engine.Register(e, kindVerifyFirmwareConsistency, fw.VerifyConsistency)
 	engine.Register(e, kindBringUpControl, a.bringUpControl)
 	engine.Register(e, kindWaitBringUp, a.waitBringUp)
 	engine.Register(e, kindInjectExpectation, a.injectExpectation)

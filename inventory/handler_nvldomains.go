@@ -1,0 +1,130 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+)
+
+// CreateNVLDomain implements v1.Flow.
+func (h *Handler) CreateNVLDomain(ctx context.Context, req *flowv1.CreateNVLDomainRequest) (*flowv1.CreateNVLDomainResponse, error) {
+	ident := req.GetNvlDomain().GetIdentifier()
+	d := NVLDomain{Name: ident.GetName()}
+	if ident.GetId() != nil {
+		id, err := parseUUID(ident.GetId(), "nvl_domain.identifier.id")
+		if err != nil {
+			return nil, connectError(err)
+		}
+		d.ID = id
+	}
+	var id uuid.UUID
+	err := h.inTx(ctx, func(tx pgx.Tx) (err error) {
+		id, err = h.svc.CreateNVLDomain(ctx, tx, d)
+		return err
+	})
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return &flowv1.CreateNVLDomainResponse{Id: uuidProto(id)}, nil
+}
+
+// AttachRacksToNVLDomain implements v1.Flow.
+func (h *Handler) AttachRacksToNVLDomain(ctx context.Context, req *flowv1.AttachRacksToNVLDomainRequest) (*emptypb.Empty, error) {
+	domain, err := domainRefFromProto(req.GetNvlDomainIdentifier(), "nvl_domain_identifier")
+	if err != nil {
+		return nil, connectError(err)
+	}
+	racks, err := rackRefsFromProto(req.GetRackIdentifiers())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	if err := h.inTx(ctx, func(tx pgx.Tx) error { return h.svc.AttachRacks(ctx, tx, domain, racks) }); err != nil {
+		return nil, connectError(err)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// DetachRacksFromNVLDomain implements v1.Flow.
+func (h *Handler) DetachRacksFromNVLDomain(ctx context.Context, req *flowv1.DetachRacksFromNVLDomainRequest) (*emptypb.Empty, error) {
+	racks, err := rackRefsFromProto(req.GetRackIdentifiers())
+	if err != nil {
+		return nil, connectError(err)
+	}
+	if err := h.inTx(ctx, func(tx pgx.Tx) error { return h.svc.DetachRacks(ctx, tx, racks) }); err != nil {
+		return nil, connectError(err)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// GetListOfNVLDomains implements v1.Flow.
+func (h *Handler) GetListOfNVLDomains(ctx context.Context, req *flowv1.GetListOfNVLDomainsRequest) (*flowv1.GetListOfNVLDomainsResponse, error) {
+	var q *StringQuery
+	if req.GetInfo() != nil {
+		q = stringQueryFromProto(req.GetInfo())
+	}
+	domains, total, err := h.svc.ListNVLDomains(ctx, h.pool, q, pageFromProto(req.GetPagination()))
+	if err != nil {
+		return nil, connectError(err)
+	}
+	out := &flowv1.GetListOfNVLDomainsResponse{NvlDomains: make([]*flowv1.NVLDomain, len(domains)), Total: total}
+	for i, d := range domains {
+		out.NvlDomains[i] = &flowv1.NVLDomain{Identifier: &flowv1.Identifier{Id: uuidProto(d.ID), Name: d.Name}}
+	}
+	return out, nil
+}
+
+// GetRacksForNVLDomain implements v1.Flow.
+func (h *Handler) GetRacksForNVLDomain(ctx context.Context, req *flowv1.GetRacksForNVLDomainRequest) (*flowv1.GetRacksForNVLDomainResponse, error) {
+	ref, err := domainRefFromProto(req.GetNvlDomainIdentifier(), "nvl_domain_identifier")
+	if err != nil {
+		return nil, connectError(err)
+	}
+	racks, err := h.svc.RacksForNVLDomain(ctx, h.pool, ref, false)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	out := &flowv1.GetRacksForNVLDomainResponse{Racks: make([]*flowv1.Rack, len(racks))}
+	for i, r := range racks {
+		out.Racks[i] = rackToProto(r)
+	}
+	return out, nil
+}
+
+func rackRefsFromProto(ids []*flowv1.Identifier) ([]RackRef, error) {
+	out := make([]RackRef, len(ids))
+	for i, ident := range ids {
+		f := fmt.Sprintf("rack_identifiers[%d]", i)
+		if ident.GetId() != nil {
+			id, err := parseUUID(ident.GetId(), f+".id")
+			if err != nil {
+				return nil, err
+			}
+			out[i] = RackRef{ID: id}
+			continue
+		}
+		if ident.GetName() == "" {
+			return nil, invalid(f, "give id or name")
+		}
+		out[i] = RackRef{Name: ident.GetName()}
+	}
+	return out, nil
+}
+
+func domainRefFromProto(ident *flowv1.Identifier, field string) (NVLDomainRef, error) {
+	if ident.GetId() != nil {
+		id, err := parseUUID(ident.GetId(), field+".id")
+		if err != nil {
+			return NVLDomainRef{}, err
+		}
+		return NVLDomainRef{ID: id}, nil
+	}
+	if ident.GetName() == "" {
+		return NVLDomainRef{}, invalid(field, "give id or name")
+	}
+	return NVLDomainRef{Name: ident.GetName()}, nil
+}
