@@ -97,8 +97,8 @@ func TestTaskViewRedraw(t *testing.T) {
 	// Up over the lines drawn, clear, redraw; a finished frame has no footer.
 	require.True(t, strings.HasPrefix(buf.String()[len(first):], "\x1b[7A\x1b[J"), "%q", buf.String())
 	require.Equal(t, "g10  power_on  completed  task t1: Succeeded\n"+
-		"  STAGE  STEPS    STATUS   DONE  ACTION\n"+
-		"  1      Compute  running  1/2   -\n", buf.String()[len(first)+len("\x1b[7A\x1b[J"):])
+		"  STAGE  STEPS    STATUS   DONE\n"+
+		"  1      Compute  running  1/2\n", buf.String()[len(first)+len("\x1b[7A\x1b[J"):])
 
 	buf.Reset()
 	v = newTaskView(&buf, true, false)
