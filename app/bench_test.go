@@ -37,13 +37,15 @@ func TestBenchServerProcess(t *testing.T) {
 	os.Exit(0)
 }
 
-func TestBench(t *testing.T) {
-	t.Parallel()
+// runBench runs flow bench on two racks of m components, its server child
+// being this test binary (TestBenchServerProcess).
+func runBench(t *testing.T, workload string, m int, timeout time.Duration) *bench.Result {
+	t.Helper()
 	ctx := context.Background()
 	o := bench.Options{
-		Racks: 2, Components: 6, PowerDelay: time.Millisecond,
-		Workload: "power-on", DatabaseURL: dbtest.NewDB(t),
-		Concurrency: 4, Timeout: 20 * time.Second, Poll: 20 * time.Millisecond,
+		Racks: 2, Components: m, PowerDelay: time.Millisecond,
+		Workload: workload, DatabaseURL: dbtest.NewDB(t),
+		Concurrency: 4, Timeout: timeout, Poll: 20 * time.Millisecond,
 		ServerCommand: func() (*exec.Cmd, error) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestBenchServerProcess$")
 			cmd.Env = append(os.Environ(), benchServerEnv+"=1")
@@ -57,6 +59,12 @@ func TestBench(t *testing.T) {
 	require.NoError(t, err)
 	res, err := b.Run(ctx)
 	require.NoError(t, err)
+	return res
+}
+
+func TestBench(t *testing.T) {
+	t.Parallel()
+	res := runBench(t, "power-on", 6, 20*time.Second)
 
 	require.Equal(t, 2, res.Tasks)
 	require.Equal(t, 2, res.Completed, res.Failures)
@@ -79,24 +87,7 @@ func TestBench(t *testing.T) {
 
 func TestBenchFirmwareUpgrade(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	o := bench.Options{
-		Racks: 2, Components: 35, PowerDelay: time.Millisecond,
-		Workload: "firmware-upgrade", DatabaseURL: dbtest.NewDB(t),
-		Concurrency: 4, Timeout: 30 * time.Second, Poll: 20 * time.Millisecond,
-		ServerCommand: func() (*exec.Cmd, error) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBenchServerProcess$")
-			cmd.Env = append(os.Environ(), benchServerEnv+"=1")
-			return cmd, nil
-		},
-	}
-	b, err := bench.Start(ctx, o)
-	if b != nil {
-		t.Cleanup(func() { require.NoError(t, b.Close(context.WithoutCancel(ctx))) })
-	}
-	require.NoError(t, err)
-	res, err := b.Run(ctx)
-	require.NoError(t, err)
+	res := runBench(t, "firmware-upgrade", 35, 30*time.Second)
 	require.Equal(t, 2, res.Completed, res.Failures)
 	// The built-in rule: compute trays, then switches, one FirmwareControl each.
 	require.Equal(t, 2*2, res.EngineSteps)
