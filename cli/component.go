@@ -94,7 +94,7 @@ var componentNoun = noun{
 						c.printComponents(ctx, w, []*flowv1.Component{res.GetComponent()})
 						if res.GetRack() != nil {
 							fmt.Fprintln(w)
-							printRacks(w, []*flowv1.Rack{res.GetRack()}, c.wide())
+							c.printRacks(ctx, w, []*flowv1.Rack{res.GetRack()})
 						}
 					})
 				}

@@ -72,6 +72,8 @@ func TestCLIInventory(t *testing.T) {
 		out, _, err := b.flow("nvl-domain", "racks", "dom")
 		require.NoError(t, err)
 		require.Contains(t, out, "nvl72-example")
+		require.Regexp(t, `nvl72-example\s.*\sdom\n`, out, "the domain by name")
+		require.Regexp(t, `\sdom\s+[0-9a-f-]{36}\s`, b.mustFlow(t, "rack", "get", "nvl72-example", "-o", "wide"), "-o wide: and by UUID")
 		out, _, err = b.flow("nvl-domain", "list", "-o", "json")
 		require.NoError(t, err)
 		require.Contains(t, out, `"name": "dom"`)
