@@ -195,7 +195,7 @@ func TestCLITaskWatchQueueCancel(t *testing.T) {
 		}, dedupe(stageLines), out)
 		require.Regexp(t, `\n  stage 3 Compute running \d+/18\n`, out)
 		require.Equal(t, "task "+id+" completed: Succeeded", lines[len(lines)-1])
-		require.Contains(t, b.mustFlow(t, "task", "get", id), "RULE           "+rule)
+		require.Contains(t, b.mustFlow(t, "task", "get", id), "RULE           slow 300ms ("+rule+")")
 	})
 
 	t.Run("QueueAndCancel", func(t *testing.T) {
