@@ -281,7 +281,7 @@ func rackNames(ctx context.Context, c *env, tasks []*flowv1.Task) map[string]str
 }
 
 // printTasks prints a task table; progress adds the report's summary, wide
-// the rack UUID, the rule and the start and end times.
+// the rack UUID, the rule (by name) and the start and end times.
 func printTasks(w io.Writer, tasks []*flowv1.Task, names map[string]string, progress, wide bool) {
 	headers := []string{"TASK", "OPERATION", "RACK", "STATUS", "MESSAGE", "CREATED"}
 	if wide {
@@ -297,7 +297,7 @@ func printTasks(w io.Writer, tasks []*flowv1.Task, names map[string]string, prog
 		if wide {
 			rule := "built-in"
 			if t.AppliedRuleId != nil {
-				rule = t.GetAppliedRuleId().GetId()
+				rule = rackLabel(names, t.GetAppliedRuleId().GetId())
 			}
 			rows[i] = append(rows[i], fmtTime(t.GetStartedAt().AsTime()), fmtTime(t.GetFinishedAt().AsTime()), t.GetRackId().GetId(), rule)
 		}
