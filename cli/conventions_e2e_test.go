@@ -32,6 +32,20 @@ func TestCLIConventions(t *testing.T) {
 			nb.mustFlow(t, "rack", "get", rack.Name, "--server", other, "-o", "json"))
 	})
 
+	t.Run("Completion", func(t *testing.T) {
+		t.Parallel()
+		// Names come from the server; flags that name objects complete too.
+		require.Contains(t, b.mustFlow(t, "__complete", "rack", "get", ""), rack.Name+"\n")
+		require.Contains(t, b.mustFlow(t, "__complete", "power", "on", "demo-000"), rack.Name+"\n")
+		require.Contains(t, b.mustFlow(t, "__complete", "task", "list", "--rack", ""), rack.Name+"\n")
+		require.Contains(t, b.mustFlow(t, "__complete", "component", "get", rack.Name+"-ct-0"), rack.Name+"-ct-00\n")
+		require.Contains(t, b.mustFlow(t, "__complete", "task", "list", "--status", ""), "running\n")
+		// No server: no names, and no error.
+		out, _, err := nb.flow("__complete", "--server", "127.0.0.1:1", "rack", "get", "")
+		require.NoError(t, err)
+		require.Equal(t, ":4\n", strings.SplitAfter(out, "\n")[0], "directive only: no file completion")
+	})
+
 	t.Run("Outputs", func(t *testing.T) {
 		t.Parallel()
 		var j struct {

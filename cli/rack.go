@@ -84,7 +84,7 @@ var rackNoun = noun{
 					})
 				}
 			}},
-		{name: "get", args: "RACK | --manufacturer M --serial S  [--components]", summary: "show one rack",
+		{name: "get", complete: rackNameList, args: "RACK | --manufacturer M --serial S  [--components]", summary: "show one rack",
 			flags: func(fs *pflag.FlagSet) runFunc {
 				manu := fs.String("manufacturer", "", "manufacturer (with --serial; case-insensitive)")
 				serial := fs.String("serial", "", "serial number")
@@ -116,7 +116,7 @@ var rackNoun = noun{
 					})
 				}
 			}},
-		{name: "patch", args: "RACK [--name N] [--model M] [--description D] [--region R] [--datacenter D] [--room R] [--position P] [--external-id E] | -f FILE", summary: "change a rack (-f: PatchRack JSON, the rack message)",
+		{name: "patch", complete: rackNameList, args: "RACK [--name N] [--model M] [--description D] [--region R] [--datacenter D] [--room R] [--position P] [--external-id E] | -f FILE", summary: "change a rack (-f: PatchRack JSON, the rack message)",
 			flags: func(fs *pflag.FlagSet) runFunc {
 				file := fs.StringP("file", "f", "", "PatchRack JSON file: the Rack to patch (- for stdin)")
 				name := fs.String("name", "", "new name")

@@ -27,7 +27,7 @@ const defaultPollInterval = time.Second
 
 // pollTimeout bounds one poll, so that a server that hangs is noticed and
 // reported as quickly as one that refuses the connection.
-const pollTimeout = 5 * time.Second
+var pollTimeout = 5 * time.Second
 
 // maxFailedPolls is how many polls in a row may fail (server unavailable or
 // not answering within pollTimeout) before watch and --wait give up.
