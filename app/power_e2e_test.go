@@ -35,20 +35,23 @@ type e2e struct {
 
 // startE2E starts simulators (power changes take effect after powerDelay;
 // 0 means the simulator's default of 5s) and a Flow server pointed at them.
-func startE2E(t *testing.T, powerDelay time.Duration) *e2e {
+// edits change the server's environment first.
+func startE2E(t *testing.T, powerDelay time.Duration, edits ...func(env map[string]string)) *e2e {
 	t.Helper()
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: powerDelay, firmwarePhase: time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { sims.Close(context.Background()) })
 
 	dbURL := dbtest.NewDB(t)
-	cfg, err := LoadConfig(func(k string) string {
-		return map[string]string{
-			"DATABASE_URL": dbURL, "FLOW_LISTEN_ADDR": "127.0.0.1:0",
-			"NICO_CORE_API_URL": sims.nicoSrv.URL(), "PSM_API_URL": sims.psmSrv.URL(),
-			"FLOW_SHUTDOWN_TIMEOUT": "5s",
-		}[k]
-	})
+	env := map[string]string{
+		"DATABASE_URL": dbURL, "FLOW_LISTEN_ADDR": "127.0.0.1:0",
+		"NICO_CORE_API_URL": sims.nicoSrv.URL(), "PSM_API_URL": sims.psmSrv.URL(),
+		"FLOW_SHUTDOWN_TIMEOUT": "5s",
+	}
+	for _, edit := range edits {
+		edit(env)
+	}
+	cfg, err := LoadConfig(func(k string) string { return env[k] })
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := newServer(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), serveOptions{})
@@ -67,17 +70,26 @@ func startE2E(t *testing.T, powerDelay time.Duration) *e2e {
 // with its devices (powered off when off).
 func (e *e2e) addRack(t *testing.T, i int, off bool) inventory.Rack {
 	t.Helper()
+	return e.storeRack(t, inventory.DemoRack(i), off)
+}
+
+// storeRack stores r in Flow's inventory and seeds the simulators with its
+// components that have a BMC (powered off when off).
+func (e *e2e) storeRack(t *testing.T, r inventory.Rack, off bool) inventory.Rack {
+	t.Helper()
 	ctx := context.Background()
 	pool, err := db.Open(ctx, e.dbURL, db.PoolConfig{MaxConns: 2})
 	require.NoError(t, err)
 	defer pool.Close()
-	r := inventory.DemoRack(i)
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
 		r.ID, err = e.inv.CreateRack(ctx, tx, r)
 		return err
 	}))
 	var devs []nicosim.Device
 	for _, c := range r.Components {
+		if len(c.BMCs) == 0 {
+			continue
+		}
 		devs = append(devs, nicosim.Device{
 			Kind: strings.ToLower(string(c.Type)), Name: c.Name, Serial: c.SerialNumber,
 			BMCMAC: c.BMCs[0].MAC.String(), RackID: r.ID.String(), PoweredOff: off,
@@ -139,6 +151,8 @@ func TestPowerOperationsEndToEnd(t *testing.T) {
 		off       bool // devices start powered off
 		submit    func(c flowv1connect.FlowClient, spec *flowv1.OperationTargetSpec) (*connect.Response[flowv1.SubmitTaskResponse], error)
 		wantOrder []string
+		// notTargeted counts the rack's components the rule has no step for.
+		notTargeted int
 	}{
 		{
 			name: "PowerOn", off: true,
@@ -171,6 +185,9 @@ func TestPowerOperationsEndToEnd(t *testing.T) {
 				return connect.NewResponse(res), err
 			},
 			wantOrder: []string{"Compute"},
+			// The rule has no step for switches and shelves: the task
+			// leaves them out and names them.
+			notTargeted: 17,
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -184,17 +201,23 @@ func TestPowerOperationsEndToEnd(t *testing.T) {
 			require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, task.GetStatus(), task.GetMessage())
 			require.Equal(t, "Succeeded", task.GetMessage())
 			require.Equal(t, rack.ID.String(), task.GetRackId().GetId())
-			require.Len(t, task.GetComponentUuids(), 35)
+			require.Len(t, task.GetComponentUuids(), 35-tt.notTargeted)
 			require.NotNil(t, task.GetStartedAt())
 			require.NotNil(t, task.GetFinishedAt())
 			require.Equal(t, tt.wantOrder, e.kindOrder(t, rack), "stage order of the rule")
 			var rep operations.Report
 			require.NoError(t, json.Unmarshal([]byte(task.GetReport()), &rep))
 			require.Len(t, rep.Stages, len(tt.wantOrder))
+			require.Equal(t, 35-tt.notTargeted, rep.ComponentsTargeted, "each component counted once")
+			require.Len(t, rep.NotTargeted, tt.notTargeted)
 			for _, st := range rep.Stages {
 				require.Equal(t, "completed", st.Status)
+				require.Equal(t, st.Targets, st.Completed)
+				require.Zero(t, st.Failed)
+				require.Zero(t, st.Running)
 				for _, step := range st.Steps {
 					require.Equal(t, step.TotalComponents, step.CompletedComponents)
+					require.Nil(t, step.CurrentAction)
 				}
 			}
 		})

@@ -85,6 +85,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		return nil, err
 	}
 	var tasks *operations.Tasks
+	scheduleWorker := &operations.ScheduleWorker{}
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
 		onRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error { return tasks.RunEnded(ctx, tx, run) },
 		register: func(e *engine.Engine) {
@@ -94,6 +95,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		},
 		sweep:       func(ctx context.Context) error { return tasks.Sweep(ctx) },
 		promoteRack: func(ctx context.Context, rackID uuid.UUID) error { return tasks.PromoteRack(ctx, rackID) },
+		schedules:   scheduleWorker,
 		rescueAfter: cfg.RescueAfter,
 		maxWorkers:  cfg.MaxWorkers,
 	})
@@ -104,6 +106,10 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Pool: pool, Rules: rules, Inv: inv, Engine: s.engine, Backends: s.backends.managers, Keys: keys, Logger: logger,
 		Expiry: scheduleQueueExpiry(s.river),
 	})
+	schedules := operations.NewSchedules(operations.SchedulesConfig{
+		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: operations.RiverFireScheduler(s.river),
+	})
+	scheduleWorker.Schedules = schedules
 	inv.SetTaskStats(tasks.TaskStats)
 	logKeyUsage(ctx, logger, keys, tasks)
 	var riverUI http.Handler
@@ -118,6 +124,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		operationsHandler: operations.NewHandler(pool, rules),
 		taskHandler:       operations.NewTaskHandler(pool, tasks),
 		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers), pool),
+		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
 	}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, riverUI: riverUI})
 	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)

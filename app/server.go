@@ -31,6 +31,7 @@ type flowService struct {
 	*operationsHandler // operation rules and rack-rule associations
 	*taskHandler       // rack operations and tasks
 	*reconcileHandler  // ValidateComponents
+	*scheduleHandler   // task schedules
 }
 
 // Domain handlers are embedded through aliases: every domain calls its type
@@ -40,6 +41,7 @@ type (
 	operationsHandler = operations.Handler
 	taskHandler       = operations.TaskHandler
 	reconcileHandler  = reconcile.Handler
+	scheduleHandler   = operations.ScheduleHandler
 )
 
 type unimplemented struct {
@@ -58,6 +60,17 @@ type muxOptions struct {
 // compressMinBytes is the smallest answer sent compressed to a client that
 // accepts compression.
 const compressMinBytes = 4 << 10
+
+// reflectedServices are the services server reflection lists, sorted by
+// name as upstream's gRPC server lists them: its own reflection services
+// (v1 and v1alpha) beside v1.Flow, plus the health service Flow also
+// serves. The contract's file answers by upstream's name, flow.proto.
+var reflectedServices = []string{
+	healthv1connect.HealthName,
+	grpcreflect.ReflectV1ServiceName,
+	grpcreflect.ReflectV1AlphaServiceName,
+	flowv1connect.FlowName,
+}
 
 // newMux mounts v1.Flow (gRPC, gRPC-Web and Connect), gRPC health, River UI
 // when given and, in dev mode, server reflection.
@@ -80,7 +93,7 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 	}
 	mux.Handle(healthv1connect.NewHealthHandler(opts.health))
 	if opts.devMode {
-		reflector := grpcreflect.NewStaticReflector(flowv1connect.FlowName, healthv1connect.HealthName)
+		reflector := grpcreflect.NewStaticReflector(reflectedServices...)
 		mux.Handle(grpcreflect.NewHandlerV1(reflector))
 		mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	}

@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	healthv1 "github.com/nicoflow/flow/proto/gen/grpc/health/v1"
 	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
@@ -198,7 +199,29 @@ func TestReflectionOnlyInDevMode(t *testing.T) {
 	dev := setup(t, true)
 	names, err := list(dev.baseURL)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"v1.Flow", "grpc.health.v1.Health"}, names)
+	require.Equal(t, []string{
+		"grpc.health.v1.Health",
+		"grpc.reflection.v1.ServerReflection",
+		"grpc.reflection.v1alpha.ServerReflection",
+		"v1.Flow",
+	}, names)
+
+	// The contract answers by upstream's file name, and every listed
+	// service resolves to its file.
+	stream := grpcreflect.NewClient(h2cClient(), dev.baseURL).NewStream(context.Background())
+	defer stream.Close() //nolint:errcheck
+	files, err := stream.FileByFilename("flow.proto")
+	require.NoError(t, err)
+	require.Equal(t, "flow.proto", files[0].GetName())
+	require.Equal(t, "v1", files[0].GetPackage())
+	require.Equal(t, "Flow", files[0].GetService()[0].GetName())
+	_, err = stream.FileByFilename("v1/flow.proto")
+	require.Equal(t, connect.CodeNotFound, connect.CodeOf(err))
+	for _, n := range names {
+		files, err := stream.FileContainingSymbol(protoreflect.FullName(n))
+		require.NoError(t, err, n)
+		require.NotEmpty(t, files, n)
+	}
 
 	prod := setup(t, false)
 	_, err = list(prod.baseURL)
@@ -248,9 +271,33 @@ func TestOneLogLinePerCall(t *testing.T) {
 	require.Len(t, lines, 2)
 	require.Equal(t, "/v1.Flow/Version", lines[0]["method"])
 	require.Equal(t, "ok", lines[0]["code"])
-	require.Contains(t, lines[0], "duration")
+	// The duration is readable ("412µs"), not integer nanoseconds.
+	d, ok := lines[0]["duration"].(string)
+	require.True(t, ok, "duration %v is not a string", lines[0]["duration"])
+	parsed, err := time.ParseDuration(d)
+	require.NoError(t, err)
+	require.Positive(t, parsed)
 	require.Equal(t, "/v1.Flow/CreateOperationRun", lines[1]["method"])
 	require.Equal(t, "unimplemented", lines[1]["code"])
+
+	// Health checks (and reflection) are not v1.Flow calls: they write no
+	// line, so a load balancer's probes do not flood the log.
+	before := strings.Count(b.logs.String(), "\n")
+	_, err = healthv1connect.NewHealthClient(h2cClient(), b.baseURL, connect.WithGRPC()).Check(context.Background(), &healthv1.HealthCheckRequest{})
+	require.NoError(t, err)
+	require.Equal(t, before, strings.Count(b.logs.String(), "\n"))
+}
+
+func TestReadableDurations(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	logger := newLogger(&buf, "json", slog.LevelInfo)
+	logger.Info("x", "a", 412*time.Microsecond+123*time.Nanosecond, "b", 1500*time.Millisecond, "c", 90*time.Minute+time.Nanosecond)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &m))
+	require.Equal(t, "412µs", m["a"])
+	require.Equal(t, "1.5s", m["b"])
+	require.Equal(t, "1h30m0s", m["c"])
 }
 
 func TestShutdownFinishesInFlightCalls(t *testing.T) {

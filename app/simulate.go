@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/psm/psmsim"
 	"github.com/nicoflow/flow/sim"
@@ -48,24 +49,17 @@ func startSimulators(o simOptions) (*simulators, error) {
 	return &simulators{Simulators: s, nico: s.NICo, psm: s.PSM, nicoSrv: s.NICoServer, psmSrv: s.PSMServer}, nil
 }
 
-// demoFleet is one GB200-like rack: 18 compute trays, 9 NVLink switches and
-// 4 power shelves, with stable serials and MACs.
+// demoFleet is the devices of demo rack 0 (inventory.DemoRack): the rack
+// `flow dev --seed 1` creates and examples/rack-demo-0000.json describes,
+// with 18 compute trays, 9 NVLink switches and 8 power shelves, the same
+// serials, BMC MACs, firmware versions and positions. Core IDs are left to
+// the simulator (machine-0001, …): Flow, knowing none, addresses the
+// devices by BMC MAC.
 func demoFleet() []nicosim.Device {
-	var devs []nicosim.Device
-	add := func(kind, prefix string, n, macByte int, fw map[string]string) {
-		for i := 1; i <= n; i++ {
-			devs = append(devs, nicosim.Device{
-				Kind: kind, RackID: "demo-rack-1", Name: fmt.Sprintf("%s-%02d", prefix, i),
-				Serial:   fmt.Sprintf("SIM-%s-%03d", strings.ToUpper(prefix), i),
-				BMCMAC:   fmt.Sprintf("02:00:00:00:%02x:%02x", macByte, i),
-				BMCIP:    fmt.Sprintf("10.0.%d.%d", macByte, i),
-				Firmware: fw, SlotID: i, TrayIndex: i - 1, HostID: i,
-			})
-		}
+	devs := simDevices(inventory.DemoRack(0).Components)
+	for i := range devs {
+		devs[i].ID, devs[i].RackID = "", ""
 	}
-	add(nicosim.KindCompute, "compute", 18, 1, map[string]string{"bmc": "24.10.1", "bios": "1.4.0"})
-	add(nicosim.KindNVSwitch, "nvswitch", 9, 2, map[string]string{"bmc": "88.0.2", "cpld": "0.12", "bios": "0.7", "nvos": "25.02.1"})
-	add(nicosim.KindPowerShelf, "powershelf", 4, 3, map[string]string{"pmc": "1.0.0"})
 	return devs
 }
 
@@ -77,7 +71,7 @@ func simulateCommand(stdout, stderr io.Writer) *cobra.Command {
 		fs.StringVar(&o.nicoAddr, "nico-listen", "127.0.0.1:50061", "NICo Core simulator address")
 		fs.StringVar(&o.psmAddr, "psm-listen", "127.0.0.1:50062", "PSM simulator address")
 		fs.StringVar(&o.seedFile, "seed", "", "JSON list of devices to seed (see docs/simulators.md)")
-		fs.BoolVar(&o.demo, "demo", false, "seed a demo rack (18 compute trays, 9 switches, 4 shelves)")
+		fs.BoolVar(&o.demo, "demo", false, "seed the devices of demo rack demo-0000 (examples/rack-demo-0000.json: 18 compute trays, 9 switches, 8 shelves)")
 		fs.DurationVar(&o.powerDelay, "power-delay", 5*time.Second, "time a power change takes")
 		fs.DurationVar(&o.phase, "firmware-phase", 10*time.Second, "time per firmware job, ingestion and decommission step")
 		return func(ctx context.Context) error { return runSimulate(ctx, o, stdout) }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/nico"
 	"github.com/nicoflow/flow/sim"
 )
@@ -58,7 +59,7 @@ func TestSeededFleetValidatesClean(t *testing.T) {
 	sims := startTestSimulators(t)
 	fleet := demoFleet()
 	require.NoError(t, sims.Seed(fleet))
-	require.Len(t, sims.psm.States(), 4, "shelves go to PSM too")
+	require.Len(t, sims.psm.States(), 8, "shelves go to PSM too")
 
 	cfg, err := LoadConfig(env(map[string]string{"NICO_CORE_API_URL": sims.nicoSrv.URL(), "PSM_API_URL": sims.psmSrv.Addr()}))
 	require.NoError(t, err)
@@ -154,7 +155,7 @@ func TestSimulateStandalone(t *testing.T) {
 	// A done context: the simulators start, seed, print and shut down.
 	err := run(canceledCtx(), []string{"flow", "simulate", "--demo", "--nico-listen", "127.0.0.1:0", "--psm-listen", "127.0.0.1:0"}, env(nil), &out, &out)
 	require.NoError(t, err)
-	require.Contains(t, out.String(), "31 devices seeded")
+	require.Contains(t, out.String(), "35 devices seeded")
 	require.True(t, strings.Contains(out.String(), "grpcurl -plaintext 127.0.0.1:"))
 }
 
@@ -175,4 +176,37 @@ func TestDevSimulators(t *testing.T) {
 	none, err := devSimulators(&both)
 	require.NoError(t, err)
 	require.Nil(t, none)
+}
+
+// TestSimulateServeCreatePowerOn is docs/simulators.md's walk-through: the
+// simulators seeded as `flow simulate --demo` seeds them, `flow serve`
+// pointed at them, `flow rack create -f examples/rack-demo-0000.json`; the
+// rack validates clean and powers off and on end to end.
+func TestSimulateServeCreatePowerOn(t *testing.T) {
+	t.Parallel()
+	e := startE2E(t, 10*time.Millisecond)
+	require.NoError(t, e.sims.Seed(demoFleet()))
+	ctx := context.Background()
+	flow := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		err := run(ctx, append(append([]string{"flow"}, args...), "--server", e.url), env(nil), &stdout, &stderr)
+		require.NoError(t, err, "flow %s: %s%s", strings.Join(args, " "), stdout.String(), stderr.String())
+		return stdout.String()
+	}
+
+	flow("rack", "create", "-f", "../examples/rack-demo-0000.json")
+	require.Contains(t, flow("component", "validate"), "(0 of 0 diffs: 0 missing, 0 unexpected, 0 mismatch; 35 match)")
+
+	rack := inventory.DemoRack(0)
+	flow("power", "off", rack.Name, "--wait")
+	for _, c := range rack.Components {
+		if c.Type != inventory.ComponentTypePowerShelf {
+			require.Equal(t, "off", e.power(t, string(c.BMCs[0].MAC)), c.Name)
+		}
+	}
+	flow("power", "on", rack.Name, "--wait")
+	for _, c := range rack.Components {
+		require.Equal(t, "on", e.power(t, string(c.BMCs[0].MAC)), c.Name)
+	}
 }

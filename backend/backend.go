@@ -66,17 +66,17 @@ var Operations = []Operation{
 var (
 	// ErrNotConfigured: the backend's URL variable is unset, or no manager
 	// is configured for the component type. Map to FailedPrecondition.
-	ErrNotConfigured = errors.New("backend: not configured")
+	ErrNotConfigured = errors.New("not configured")
 	// ErrUnreachable: the backend could not be reached or failed; retryable.
-	ErrUnreachable = errors.New("backend: unreachable")
+	ErrUnreachable = errors.New("unreachable")
 	// ErrNotFound: the backend does not know a device.
-	ErrNotFound = errors.New("backend: device not found")
+	ErrNotFound = errors.New("device not found")
 	// ErrRejected: the backend refused the request.
-	ErrRejected = errors.New("backend: request rejected")
+	ErrRejected = errors.New("request rejected")
 	// ErrUnsupported: the configured manager cannot do this operation for
 	// this component type (see Supports). Map to InvalidArgument or
 	// FailedPrecondition.
-	ErrUnsupported = errors.New("backend: operation not supported")
+	ErrUnsupported = errors.New("operation not supported")
 )
 
 // classified tags a client error with a backend class while keeping the

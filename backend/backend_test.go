@@ -285,6 +285,18 @@ func TestNotConfigured(t *testing.T) {
 	_, err = ms.For(backend.NVSwitch).PowerStatus(ctx, backend.Target{IDs: []string{"s1"}})
 	require.ErrorIs(t, err, backend.ErrNotConfigured)
 	require.False(t, ms.Supports(backend.NVSwitch, backend.OpPowerStatus))
+
+	// Ready tells the same before any call, naming the variable.
+	err = ms.Ready(backend.Compute)
+	require.ErrorIs(t, err, backend.ErrNotConfigured)
+	require.ErrorIs(t, err, nico.ErrNotConfigured)
+	require.ErrorContains(t, err, "NICO_CORE_API_URL")
+	err = ms.Ready(backend.PowerShelf)
+	require.ErrorIs(t, err, psm.ErrNotConfigured)
+	require.ErrorContains(t, err, "PSM_API_URL")
+	require.NoError(t, ms.Ready(backend.NVSwitch), "no manager: Supports says so")
+	nc, _ = nico.NewClient("http://127.0.0.1:1")
+	require.NoError(t, backend.New(cfg, nc, pc).Ready(backend.Compute))
 }
 
 func TestParseDecommission(t *testing.T) {

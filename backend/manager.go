@@ -35,6 +35,29 @@ func (m *Managers) Supports(t ComponentType, op Operation) bool {
 	return ok && Supports(t, impl, op)
 }
 
+// Ready reports, as an error, why operations on components of type t cannot
+// reach their backend: the manager configured for t calls a backend whose
+// URL variable is unset (the error, matching ErrNotConfigured and the
+// client's own sentinel, names the variable). A type with no manager is
+// ready here; Supports tells it can do nothing.
+func (m *Managers) Ready(t ComponentType) error {
+	var missing error
+	switch m.cfg.Managers[t] {
+	case ImplNICo:
+		if m.nico == nil || !m.nico.Configured() {
+			missing = nico.ErrNotConfigured
+		}
+	case ImplPSM:
+		if m.psm == nil || !m.psm.Configured() {
+			missing = psm.ErrNotConfigured
+		}
+	}
+	if missing == nil {
+		return nil
+	}
+	return &classified{class: ErrNotConfigured, err: fmt.Errorf("%s components are managed through the %s manager: %w", t, m.cfg.Managers[t], missing)}
+}
+
 // SupportsPower reports whether the manager configured for t can apply p.
 func (m *Managers) SupportsPower(t ComponentType, p PowerOp) bool {
 	impl, ok := m.cfg.Managers[t]
@@ -366,6 +389,16 @@ func (m *Manager) FirmwareStatus(ctx context.Context, t Target, components []str
 	return out, nil
 }
 
+// appendNew appends s to list unless list holds it already, so that the
+// same reason reported by several of a device's firmware components is told
+// once.
+func appendNew(list []string, s string) []string {
+	if slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
+}
+
 func aggregate(key string, sts []nico.FirmwareStatus) FirmwareStatus {
 	if len(sts) == 0 {
 		return FirmwareStatus{Key: key, State: FirmwareUnknown}
@@ -375,16 +408,16 @@ func aggregate(key string, sts []nico.FirmwareStatus) FirmwareStatus {
 	for _, s := range sts {
 		switch {
 		case s.Err != nil:
-			failed = append(failed, s.Err.Error())
+			failed = appendNew(failed, s.Err.Error())
 		case s.State == nico.FirmwareFailed || s.State == nico.FirmwareCancelled:
-			failed = append(failed, cmpOr(s.Error, string(s.State)))
+			failed = appendNew(failed, cmpOr(s.Error, string(s.State)))
 		case s.State == nico.FirmwareCompleted:
 			completed++
 		}
 	}
 	switch {
 	case len(failed) > 0:
-		return FirmwareStatus{Key: key, State: FirmwareFailed, Message: "firmware update failed for components: " + strings.Join(failed, "; ")}
+		return FirmwareStatus{Key: key, State: FirmwareFailed, Message: strings.Join(failed, "; ")}
 	case completed == len(sts):
 		return FirmwareStatus{Key: key, State: FirmwareCompleted}
 	}

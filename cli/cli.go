@@ -78,6 +78,7 @@ var nouns = []noun{
 	powerNoun,
 	firmwareNoun, bringUpNoun, ingestNoun, decommissionNoun,
 	taskNoun,
+	scheduleNoun,
 }
 
 // GroupID is the help group of the client commands.

@@ -123,7 +123,7 @@ func TestCLIInventory(t *testing.T) {
 		contains string
 		usage    bool
 	}{
-		{name: "NotFound", args: []string{"rack", "get", "00000000-0000-0000-0000-000000000001"}, contains: "not_found: inventory: rack not found"},
+		{name: "NotFound", args: []string{"rack", "get", "00000000-0000-0000-0000-000000000001"}, contains: "not_found: rack not found"},
 		{name: "AlreadyExists", args: []string{"rack", "create", "-f", "../examples/rack-g10.json"}, contains: "already_exists: "},
 		{name: "InvalidArgument", args: []string{"component", "get", "--manufacturer", "x", "--serial", ""}, contains: "want COMPONENT or", usage: true},
 		{name: "NoSuchName", args: []string{"rack", "delete", "nope"}, contains: `not_found: no rack is named "nope"`},

@@ -109,7 +109,7 @@ func TestCLIRule(t *testing.T) {
 
 	t.Run("Errors", func(t *testing.T) {
 		t.Parallel()
-		requireFlowError(t, b, "not_found: operations: operation rule not found", "rule", "get", "00000000-0000-0000-0000-000000000001")
+		requireFlowError(t, b, "not_found: operation rule not found", "rule", "get", "00000000-0000-0000-0000-000000000001")
 		requireFlowError(t, b, `not_found: no rule is named "x"`, "rule", "get", "x")
 		requireFlowError(t, b, "not_found: no rack is named \"nope\"", "rule", "associate", "nope", id)
 		requireFlowError(t, b, "--type must be power_control or firmware_control", "rule", "list", "--type", "bring_up")
@@ -176,7 +176,7 @@ func TestCLIRule(t *testing.T) {
 		require.Contains(t, out, "flag wins")
 		require.Equal(t, rid, b.mustFlow(t, "rule", "associations", rackID, "--type", "power_control", "--code", "power_off"))
 		require.Contains(t, b.mustFlow(t, "rule", "associations", "g10", "-o", "json"), `"operationCode": "power_off"`)
-		requireFlowError(t, b, "failed_precondition: operations: operation rule is associated with racks", "rule", "delete", rid)
+		requireFlowError(t, b, "failed_precondition: operation rule is associated with racks", "rule", "delete", rid)
 		b.mustFlow(t, "rule", "disassociate", "g10", "--type", "power_control", "--code", "power_off")
 		require.Contains(t, b.mustFlow(t, "rule", "associations", "g10", "--type", "power_control", "--code", "power_off"), "has no rule for power_control.power_off")
 		requireFlowError(t, b, "want --type T and --code C", "rule", "disassociate", "g10")

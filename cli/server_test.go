@@ -124,6 +124,11 @@ type cliBundle struct {
 	env map[string]string
 }
 
+// client returns a Connect client of s.
+func (s *server) client() flowv1connect.FlowClient {
+	return flowv1connect.NewFlowClient(http.DefaultClient, s.url)
+}
+
 // bundle returns a CLI bundle pointed at s.
 func (s *server) bundle() *cliBundle {
 	return &cliBundle{env: map[string]string{"FLOW_SERVER": s.url}}

@@ -32,29 +32,47 @@ type Result struct {
 	// Sleep, when positive, marks the batch done and waits this long (durably)
 	// before the next batch or the step's end.
 	Sleep time.Duration
+	// Failed names the targets of the batch the call failed for good, with
+	// why (a batch call that failed for some devices only): the batch is done
+	// for the others. The failed targets are recorded with the step, later
+	// steps of its chain skip them, and the step fails once its chain has
+	// ended (at once when every target of the step has failed). It is read
+	// when the batch ends (PollAfter zero). A failure worth retrying is an
+	// error instead; an action that knows it is on its last attempt
+	// (Call.Attempt == Call.MaxAttempts) answers Failed.
+	Failed map[string]string
 }
 
 // Progress is what an action reports while it works; the engine stores the
-// latest one with the step so reports show it live.
+// latest one with the step so reports show it live, and clears it when the
+// batch ends.
 type Progress struct {
-	Completed int    `json:"completed"`
-	Failed    int    `json:"failed"`
-	Message   string `json:"message,omitempty"`
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+	// Message says what the call is doing ("verifying power on, poll 3 of
+	// 31"); Until, when set, is when that wait ends.
+	Message string    `json:"message,omitempty"`
+	Until   time.Time `json:"until,omitzero"`
+	// Done lists the targets of the current batch the action has finished
+	// for good (a verification that has seen them in the expected state).
+	// Run counts them completed while the batch still runs.
+	Done []string `json:"done,omitempty"`
 }
 
 // Call is one call of an action: its typed params, the batch of targets and
 // the handles to save a checkpoint and progress.
 type Call[P any] struct {
-	RunID   RunID
-	StepID  StepID
-	Owner   string // the run's Plan.Owner
-	Stage   int    // 0-based stage index
-	Step    string // step name
-	Params  P
-	Targets []string // this batch
-	Batch   int      // 0-based batch index
-	Batches int
-	Attempt int // 1-based attempt at this batch
+	RunID       RunID
+	StepID      StepID
+	Owner       string // the run's Plan.Owner
+	Stage       int    // 0-based stage index
+	Step        string // step name
+	Params      P
+	Targets     []string // this batch
+	Batch       int      // 0-based batch index
+	Batches     int
+	Attempt     int // 1-based attempt at this batch
+	MaxAttempts int // the step's retry policy: the last attempt is MaxAttempts
 	// Deadline is the earliest of the step deadline and the run timeout.
 	Deadline time.Time
 
@@ -68,7 +86,7 @@ type Call[P any] struct {
 func (c Call[P]) SaveCheckpoint(ctx context.Context, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("engine: marshal checkpoint: %w", err)
+		return fmt.Errorf("marshal checkpoint: %w", err)
 	}
 	if err := c.st.saveCheckpoint(ctx, b); err != nil {
 		return err
@@ -84,7 +102,7 @@ func (c Call[P]) Checkpoint(v any) (bool, error) {
 		return false, nil
 	}
 	if err := json.Unmarshal(c.st.checkpoint, v); err != nil {
-		return false, fmt.Errorf("engine: decode checkpoint: %w", err)
+		return false, fmt.Errorf("decode checkpoint: %w", err)
 	}
 	return true, nil
 }
@@ -104,17 +122,18 @@ type callState struct {
 
 // callInfo is a Call without its typed params.
 type callInfo struct {
-	RunID    RunID
-	StepID   StepID
-	Owner    string
-	Stage    int
-	Step     string
-	Targets  []string
-	Batch    int
-	Batches  int
-	Attempt  int
-	Deadline time.Time
-	st       *callState
+	RunID       RunID
+	StepID      StepID
+	Owner       string
+	Stage       int
+	Step        string
+	Targets     []string
+	Batch       int
+	Batches     int
+	Attempt     int
+	MaxAttempts int
+	Deadline    time.Time
+	st          *callState
 }
 
 // action is a registered action with its params type erased.
@@ -133,10 +152,10 @@ type action struct {
 //	})
 func Register[P any](e *Engine, kind string, fn ActionFunc[P]) {
 	if kind == "" {
-		panic("engine: Register with empty kind")
+		panic("Register with empty kind")
 	}
 	if _, dup := e.actions[kind]; dup {
-		panic("engine: action kind registered twice: " + kind)
+		panic("action kind registered twice: " + kind)
 	}
 	e.actions[kind] = &action{
 		check: func(params any) (json.RawMessage, error) {
@@ -181,7 +200,7 @@ func Register[P any](e *Engine, kind string, fn ActionFunc[P]) {
 			return fn(ctx, Call[P]{
 				RunID: info.RunID, StepID: info.StepID, Owner: info.Owner, Stage: info.Stage, Step: info.Step,
 				Params: v, Targets: info.Targets, Batch: info.Batch, Batches: info.Batches,
-				Attempt: info.Attempt, Deadline: info.Deadline, st: info.st,
+				Attempt: info.Attempt, MaxAttempts: info.MaxAttempts, Deadline: info.Deadline, st: info.st,
 			})
 		},
 	}

@@ -46,7 +46,9 @@ type checkpointReq struct {
 	state State
 	msg   string
 	calls *int32
-	done  chan error
+	// failed are the targets the step's last call failed (JSON object).
+	failed []byte
+	done   chan error
 }
 
 // finishStep is a step's checkpoint: it records the outcome with what comes
@@ -57,8 +59,11 @@ type checkpointReq struct {
 //
 // calls is how many calls the current batch took, when the step ends on a
 // batch that is not yet counted (nil after a sleep or without a call).
-func (e *Engine) finishStep(ctx context.Context, job *river.Job[RunStepArgs], row stepRow, spec *stepSpec, state State, msg string, calls *int32) error {
-	req := &checkpointReq{ctx: ctx, job: job, row: row, spec: spec, state: state, msg: msg, calls: calls, done: make(chan error, 1)}
+//
+// failed are the targets the last call failed (Result.Failed), recorded
+// with the step.
+func (e *Engine) finishStep(ctx context.Context, job *river.Job[RunStepArgs], row stepRow, spec *stepSpec, state State, msg string, calls *int32, failed map[string]string) error {
+	req := &checkpointReq{ctx: ctx, job: job, row: row, spec: spec, state: state, msg: msg, calls: calls, failed: failuresJSON(failed), done: make(chan error, 1)}
 	e.checkpoints.add(row.RunID, req)
 	return <-req.done
 }
@@ -109,7 +114,7 @@ func (e *Engine) counted(err error, steps int) {
 func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("engine: checkpoint panicked: %v", v)
+			err = fmt.Errorf("checkpoint panicked: %v", v)
 			e.logger.ErrorContext(ctx, "checkpoint panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 		}
 	}()
@@ -130,13 +135,14 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 	p := dbsqlc.StepEndManyParams{
 		IDs: make([]int64, n), RunIDs: make([]int64, n), StageIndexes: make([]int32, n),
 		States: make([]string, n), Errors: make([]string, n), Failures: make([]string, n), Calls: make([]int32, n),
-		Ords: make([]int32, n),
+		Ords: make([]int32, n), FailedTargets: make([][]byte, n),
 	}
 	waitAll := make(map[stageRef]bool, n)
 	for i, r := range reqs {
 		jobIDs[i] = r.job.ID
 		p.IDs[i], p.RunIDs[i], p.StageIndexes[i] = r.row.ID, r.row.RunID, r.row.StageIndex
 		p.States[i], p.Errors[i], p.Calls[i], p.Ords[i] = string(r.state), r.msg, -1, int32(i)
+		p.FailedTargets[i] = r.failed
 		if r.state == StateFailed {
 			p.Failures[i] = stageError(int(r.row.StageIndex), r.spec.StageName, r.spec.Name, r.msg)
 		}
@@ -147,11 +153,11 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 	}
 	return pgx.BeginTxFunc(ctx, e.pool, checkpointTxOptions, func(tx pgx.Tx) error {
 		if err := e.q.RunLockMany(ctx, tx, p.RunIDs); err != nil {
-			return fmt.Errorf("engine: lock runs: %w", err)
+			return fmt.Errorf("lock runs: %w", err)
 		}
 		runs, err := e.q.StepEndMany(ctx, tx, p)
 		if err != nil {
-			return fmt.Errorf("engine: end steps: %w", err)
+			return fmt.Errorf("end steps: %w", err)
 		}
 		slices.SortFunc(runs, func(a, b dbsqlc.StepEndManyRow) int { return cmp.Compare(a.ID, b.ID) })
 		var ends []runEnding
@@ -211,7 +217,7 @@ func completeJobs(ctx context.Context, tx pgx.Tx, ids []int64) error {
 		p.State[i] = rivertype.JobStateCompleted
 	}
 	if _, err := riverpgxv5.New(nil).UnwrapExecutor(tx).JobSetStateIfRunningMany(ctx, p); err != nil {
-		return fmt.Errorf("engine: complete jobs: %w", err)
+		return fmt.Errorf("complete jobs: %w", err)
 	}
 	return nil
 }

@@ -67,18 +67,21 @@ const (
 	StateFailed     State = "failed"
 	StateCancelled  State = "cancelled"
 	StateTerminated State = "terminated"
+	// StateSkipped is a target's outcome in a step that did not call it: an
+	// earlier step of its chain failed it.
+	StateSkipped State = "skipped"
 )
 
 // Errors of the engine's API.
 var (
-	ErrRunNotFound = errors.New("engine: run not found")
-	ErrNoClient    = errors.New("engine: no River client (call SetClient)")
+	ErrRunNotFound = errors.New("run not found")
+	ErrNoClient    = errors.New("no River client (call SetClient)")
 	// ErrStepEnded is returned by Call.SaveCheckpoint and Call.ReportProgress
 	// when the step has ended (cancelled, say) or moved on meanwhile.
-	ErrStepEnded = errors.New("engine: step has ended")
+	ErrStepEnded = errors.New("step has ended")
 	// ErrRunEnded is the cause of a call context cancelled because its run
 	// ended (cancelled or failed elsewhere).
-	ErrRunEnded = errors.New("engine: run has ended")
+	ErrRunEnded = errors.New("run has ended")
 )
 
 // RunSummary is what the end-of-run hook receives.

@@ -559,3 +559,79 @@ func testGroupedCheckpoints(t *testing.T, badEvery int) {
 		require.GreaterOrEqual(t, split, int64(1), "no group of several checkpoints failed")
 	}
 }
+
+func TestTargetFailuresSkipLaterStepsOfTheChain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	targets := []string{"a", "b", "c", "d", "e"}
+	power := step("power", testParams{FailTargets: []string{"b", "d"}}, targets...)
+	power.MaxParallel, power.Chain = 2, "rack/switches"
+	other := step("other", testParams{}, "x")
+	verify := step("verify", testParams{}, targets...)
+	verify.MaxParallel, verify.Chain = 2, "rack/switches"
+	after := step("after", testParams{}, "y")
+	id := b.start(t, engine.Plan{Stages: []engine.Stage{
+		{Steps: []engine.Step{power, other}}, {Steps: []engine.Step{verify}}, {Steps: []engine.Step{after}},
+	}})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateFailed, rep.State)
+	require.Contains(t, rep.Error, "step verify failed: 2 target(s) failed in step power: b: no answer, d: no answer")
+
+	var verified [][]string
+	for _, c := range b.calls(t, id) {
+		require.NotEqual(t, "after", c.Step, "nothing runs after the failed stage")
+		if c.Step == "verify" {
+			verified = append(verified, c.Targets)
+		}
+	}
+	require.Equal(t, [][]string{{"a"}, {"c"}, {"e"}}, verified, "the chain goes on without the failed targets")
+
+	p := rep.Stages[0].Steps[0]
+	require.Equal(t, engine.StateCompleted, p.State, "not the chain's end: the step completes")
+	require.Equal(t, map[string]string{"b": "no answer", "d": "no answer"}, p.FailedTargets)
+	v := rep.Stages[1].Steps[0]
+	require.Equal(t, engine.StateFailed, v.State)
+	outcome := func(s engine.StepReport) map[string]engine.State {
+		m := map[string]engine.State{}
+		for _, o := range s.Targets {
+			m[o.Target] = o.State
+		}
+		return m
+	}
+	require.Equal(t, map[string]engine.State{"a": "completed", "b": "failed", "c": "completed", "d": "failed", "e": "completed"}, outcome(p))
+	require.Equal(t, map[string]engine.State{"a": "completed", "b": "skipped", "c": "completed", "d": "skipped", "e": "completed"}, outcome(v))
+	require.Equal(t, engine.Progress{Completed: 3 + 1 + 3, Failed: 2}, rep.Progress)
+}
+
+func TestTargetFailures(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	for _, tt := range []struct {
+		name    string
+		chain   string
+		fail    []string
+		wantErr string
+	}{
+		// Every target failed: nothing is left for the chain, the step fails at once.
+		{name: "AllFailed", chain: "c", fail: []string{"a", "b"}, wantErr: "step first failed: 2 of 2 target(s) failed: a: no answer, b: no answer"},
+		// Without a chain the step is its own chain's end.
+		{name: "NoChain", fail: []string{"b"}, wantErr: "step first failed: 1 of 2 target(s) failed: b: no answer"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			first := step("first", testParams{FailTargets: tt.fail}, "a", "b")
+			first.MaxParallel, first.Chain = 1, tt.chain
+			second := step("second", testParams{}, "a", "b")
+			second.Chain = tt.chain
+			id := b.start(t, engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{first}}, {Steps: []engine.Step{second}}}})
+			rep := b.wait(t, id)
+			require.Equal(t, engine.StateFailed, rep.State)
+			require.Contains(t, rep.Error, tt.wantErr)
+			calls := b.calls(t, id)
+			require.Len(t, calls, 2, "both batches of the first step are called")
+			for _, c := range calls {
+				require.Equal(t, "first", c.Step)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +31,8 @@ type testParams struct {
 	PollAfter time.Duration `json:"poll_after,omitempty"`
 	Sleep     time.Duration `json:"sleep,omitempty"`   // answer Sleep
 	Barrier   int           `json:"barrier,omitempty"` // wait until this many calls of the run have arrived
+	// FailTargets are failed for good (Result.Failed) when a call names them.
+	FailTargets []string `json:"fail_targets,omitempty"`
 }
 
 // pollState is the test action's checkpoint.
@@ -167,7 +170,16 @@ func testAction(ctx context.Context, call engine.Call[testParams]) (engine.Resul
 			return engine.Result{PollAfter: p.PollAfter}, nil
 		}
 	}
-	return engine.Result{Sleep: p.Sleep}, nil
+	res := engine.Result{Sleep: p.Sleep}
+	for _, t := range call.Targets {
+		if slices.Contains(p.FailTargets, t) {
+			if res.Failed == nil {
+				res.Failed = map[string]string{}
+			}
+			res.Failed[t] = "no answer"
+		}
+	}
+	return res, nil
 }
 
 // testBundle is one test's database, engine and running River client.

@@ -75,6 +75,13 @@ type Step struct {
 	// It is computed once and stored. Zero computes it as spec §8.3 does:
 	// (timeout·attempts + max interval·(attempts−1))·batches + 2 min.
 	Deadline time.Duration
+	// Chain, when set, links this step to the steps of later stages with
+	// the same Chain (the actions of one caller-level step, say): each runs
+	// only over the targets no earlier step of the chain has failed
+	// (Result.Failed), and a step with failed targets, its own or its
+	// chain's, fails when it is the chain's last step or has no target
+	// left; otherwise it completes and the chain goes on without them.
+	Chain string
 }
 
 // RetryPolicy says how often and how soon a failed call is retried. A call
@@ -115,14 +122,14 @@ func (p RetryPolicy) backoff(failed int) time.Duration {
 // Errors returned by Start for a bad plan, wrapped in a *PlanError that says
 // where. Nothing is written when Start fails.
 var (
-	ErrEmptyPlan          = errors.New("engine: plan has no stages")
-	ErrEmptyStage         = errors.New("engine: stage has no steps")
-	ErrUnknownAction      = errors.New("engine: unknown action kind")
-	ErrInvalidParams      = errors.New("engine: invalid action params")
-	ErrInvalidMaxParallel = errors.New("engine: max_parallel must be ≥ 0")
-	ErrInvalidTimeout     = errors.New("engine: invalid timeout")
-	ErrInvalidRetry       = errors.New("engine: invalid retry policy")
-	ErrInvalidMetadata    = errors.New("engine: metadata is not a JSON object")
+	ErrEmptyPlan          = errors.New("plan has no stages")
+	ErrEmptyStage         = errors.New("stage has no steps")
+	ErrUnknownAction      = errors.New("unknown action kind")
+	ErrInvalidParams      = errors.New("invalid action params")
+	ErrInvalidMaxParallel = errors.New("max_parallel must be ≥ 0")
+	ErrInvalidTimeout     = errors.New("invalid timeout")
+	ErrInvalidRetry       = errors.New("invalid retry policy")
+	ErrInvalidMetadata    = errors.New("metadata is not a JSON object")
 )
 
 // PlanError says which stage and step of a plan is bad. Stage and Step are
@@ -162,6 +169,8 @@ type stepSpec struct {
 	InitialMS   int64           `json:"initial_interval_ms"`
 	Coefficient float64         `json:"backoff_coefficient"`
 	MaxMS       int64           `json:"max_interval_ms"`
+	Chain       string          `json:"chain,omitempty"`
+	ChainEnd    bool            `json:"chain_end,omitempty"`
 }
 
 func (s *stepSpec) timeout() time.Duration { return time.Duration(s.TimeoutMS) * time.Millisecond }
@@ -243,6 +252,7 @@ func (e *Engine) compileStep(stage Stage, st Step) (stepSpec, time.Duration, err
 		InitialMS:   r.InitialInterval.Milliseconds(),
 		Coefficient: r.BackoffCoefficient,
 		MaxMS:       r.MaxInterval.Milliseconds(),
+		Chain:       st.Chain,
 	}
 	budget := st.Deadline
 	if budget == 0 {

@@ -29,8 +29,17 @@ WHERE engine_run.id = ANY(@run_ids::bigint[]);
 
 -- name: StepGetForWorkMany :many
 SELECT s.id, s.run_id, s.stage_index, s.step_index, s.spec, s.state, s.batch_index, s.attempt,
-    s.checkpoint, s.wake_at, s.deadline_at,
-    r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now
+    s.checkpoint, s.wake_at, s.deadline_at, s.failed_targets,
+    r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now,
+    -- The targets earlier steps of the step's chain failed, which it skips
+    -- (a probe of the mostly empty partial index of steps with failed
+    -- targets; not even that for a step without a chain or an earlier stage).
+    (CASE WHEN s.stage_index > 0 AND s.spec ? 'chain' THEN (
+        SELECT jsonb_agg(jsonb_build_object('step', p.spec->>'name', 'failed', p.failed_targets) ORDER BY p.stage_index)
+        FROM engine_step p
+        WHERE p.run_id = s.run_id AND p.failed_targets <> '{}' AND p.stage_index < s.stage_index
+            AND p.spec->>'chain' = s.spec->>'chain')
+    END)::jsonb AS chain_failures
 FROM engine_step s
 -- OFFSET 0 keeps this a probe of the run's key per step: joined plainly,
 -- the planner may hash the whole run table for a handful of steps.
@@ -40,7 +49,8 @@ WHERE s.id = ANY(@ids::bigint[]);
 -- name: StepAdvanceBatch :execrows
 UPDATE engine_step
 SET batch_index = batch_index + 1, batch_attempts = array_append(batch_attempts, attempt + 1),
-    attempt = 0, last_error = '', checkpoint = NULL, wake_at = sqlc.narg(wake_at)
+    attempt = 0, last_error = '', checkpoint = NULL, progress = NULL, wake_at = sqlc.narg(wake_at),
+    failed_targets = failed_targets || @failed_targets::jsonb
 WHERE id = @id AND state = 'running' AND batch_index = @batch_index;
 
 -- name: StepRecordFailure :execrows
@@ -87,10 +97,13 @@ WITH input AS (
     SELECT unnest(@ids::bigint[]) AS id, unnest(@run_ids::bigint[]) AS run_id,
         unnest(@stage_indexes::integer[]) AS stage_index, unnest(@states::text[]) AS state,
         unnest(@errors::text[]) AS error, unnest(@failures::text[]) AS failure,
-        unnest(@calls::integer[]) AS calls, unnest(@ords::integer[]) AS ord
+        unnest(@calls::integer[]) AS calls, unnest(@ords::integer[]) AS ord,
+        unnest(@failed_targets::jsonb[]) AS failed_targets
 ), s AS (
     UPDATE engine_step
     SET state = i.state, error = i.error, ended_at = now(), checkpoint = NULL, wake_at = NULL,
+        failed_targets = CASE WHEN i.failed_targets = '{}' THEN engine_step.failed_targets
+            ELSE engine_step.failed_targets || i.failed_targets END,
         batch_attempts = CASE WHEN i.calls < 0 THEN engine_step.batch_attempts
             ELSE array_append(engine_step.batch_attempts, i.calls) END
     FROM input i
@@ -150,7 +163,7 @@ WHERE id = @id;
 
 -- name: StepListByRun :many
 SELECT id, stage_index, step_index, spec, state, error, batch_index, attempt, batch_attempts, polls,
-    last_error, progress, job_id, wake_at, deadline_at, started_at, ended_at
+    last_error, progress, failed_targets, job_id, wake_at, deadline_at, started_at, ended_at
 FROM engine_step
 WHERE run_id = @run_id
 ORDER BY stage_index, step_index;

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -79,6 +80,8 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 		}
 	}
 	var p dbsqlc.StepInsertManyParams
+	var specs []stepSpec
+	chainEnd := map[string]int{} // chain → index in specs of its last step
 	for i, stage := range plan.Stages {
 		if len(stage.Steps) == 0 {
 			return 0, &PlanError{Stage: i, Step: -1, Err: ErrEmptyStage}
@@ -88,15 +91,24 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 			if err != nil {
 				return 0, &PlanError{Stage: i, Step: j, Err: err}
 			}
-			b, err := json.Marshal(spec)
-			if err != nil {
-				return 0, fmt.Errorf("engine: marshal step: %w", err)
+			if spec.Chain != "" {
+				chainEnd[spec.Chain] = len(specs)
 			}
+			specs = append(specs, spec)
 			p.StageIndexes = append(p.StageIndexes, int32(i))
 			p.StepIndexes = append(p.StepIndexes, int32(j))
-			p.Specs = append(p.Specs, b)
 			p.BudgetsMs = append(p.BudgetsMs, budget.Milliseconds())
 		}
+	}
+	for _, k := range chainEnd {
+		specs[k].ChainEnd = true
+	}
+	for _, spec := range specs {
+		b, err := json.Marshal(spec)
+		if err != nil {
+			return 0, fmt.Errorf("marshal step: %w", err)
+		}
+		p.Specs = append(p.Specs, b)
 	}
 
 	var timeoutMS *int64
@@ -111,13 +123,13 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 		OpenSteps:  int32(len(plan.Stages[0].Steps)),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("engine: insert run: %w", err)
+		return 0, fmt.Errorf("insert run: %w", err)
 	}
 	id := run.ID
 	p.RunID = id
 	steps, err := e.q.StepInsertMany(ctx, tx, p)
 	if err != nil {
-		return 0, fmt.Errorf("engine: insert steps: %w", err)
+		return 0, fmt.Errorf("insert steps: %w", err)
 	}
 	first := stageStart{stageRef: stageRef{run: RunID(id)}}
 	for _, st := range steps {
@@ -174,14 +186,14 @@ func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageStart
 	}
 	res, err := e.client.InsertManyTx(ctx, tx, params)
 	if err != nil {
-		return fmt.Errorf("engine: enqueue steps: %w", err)
+		return fmt.Errorf("enqueue steps: %w", err)
 	}
 	p.JobIDs = make([]int64, len(p.IDs))
 	for i := range p.IDs {
 		p.JobIDs[i] = res[i].Job.ID
 	}
 	if err := e.q.StageStartMany(ctx, tx, p); err != nil {
-		return fmt.Errorf("engine: start stages: %w", err)
+		return fmt.Errorf("start stages: %w", err)
 	}
 	return nil
 }
@@ -199,7 +211,7 @@ func (e *Engine) Cancel(ctx context.Context, tx pgx.Tx, runID RunID) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrRunNotFound
 	} else if err != nil {
-		return fmt.Errorf("engine: lock run %d: %w", runID, err)
+		return fmt.Errorf("lock run %d: %w", runID, err)
 	}
 	if run.State != string(StateRunning) {
 		return nil
@@ -240,19 +252,19 @@ func (e *Engine) endRuns(ctx context.Context, tx pgx.Tx, ends []runEnding, ownJo
 	}
 	rows, err := e.q.RunEndMany(ctx, tx, p)
 	if err != nil {
-		return fmt.Errorf("engine: end runs: %w", err)
+		return fmt.Errorf("end runs: %w", err)
 	}
 	if len(cancel.RunIDs) > 0 {
 		jobs, err := e.q.StepCancelOpen(ctx, tx, cancel)
 		if err != nil {
-			return fmt.Errorf("engine: cancel open steps: %w", err)
+			return fmt.Errorf("cancel open steps: %w", err)
 		}
 		for _, id := range jobs {
 			if id == nil || slices.Contains(ownJobs, *id) {
 				continue
 			}
 			if _, err := e.client.JobCancelTx(ctx, tx, *id); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-				return fmt.Errorf("engine: cancel job %d: %w", *id, err)
+				return fmt.Errorf("cancel job %d: %w", *id, err)
 			}
 		}
 	}
@@ -278,7 +290,7 @@ func (e *Engine) endRuns(ctx context.Context, tx pgx.Tx, ends []runEnding, ownJo
 			EndedAt:   row.EndedAt.Time,
 		}
 		if err := e.cfg.OnRunEnd(ctx, tx, sum); err != nil {
-			return fmt.Errorf("engine: end-of-run hook for run %d: %w", end.run, err)
+			return fmt.Errorf("end-of-run hook for run %d: %w", end.run, err)
 		}
 	}
 	return nil
@@ -324,18 +336,27 @@ type StepReport struct {
 	Batch       int    // current batch (0-based); = Batches once all are done
 	Batches     int
 	Attempt     int // failed calls of the current batch
+	MaxAttempts int // calls per batch the retry policy allows
 	Polls       int // PollAfter answers so far
 	MaxParallel int
-	Progress    *Progress // as last reported by the action
-	Targets     []TargetOutcome
-	StartedAt   *time.Time
-	EndedAt     *time.Time
-	DeadlineAt  *time.Time
-	WakeAt      *time.Time // end of a Sleep in progress
+	Progress    *Progress // as last reported by the action in this batch
+	// FailedTargets are the targets the step's calls failed for good while
+	// the rest of their batch went on (Result.Failed), with why.
+	FailedTargets map[string]string
+	// Chain is the step's Step.Chain.
+	Chain      string
+	Targets    []TargetOutcome
+	StartedAt  *time.Time
+	EndedAt    *time.Time
+	DeadlineAt *time.Time
+	WakeAt     *time.Time // end of a Sleep in progress
 }
 
-// TargetOutcome is the outcome of one target of a step: the state of its
-// batch, the calls that batch took, and the error if it failed.
+// TargetOutcome is the outcome of one target of a step: completed, failed
+// (its own failure, or its batch's), skipped (an earlier step of the chain
+// failed it), running (its batch is being called and the action has not
+// reported it done) or pending; the calls its batch took, and the error if
+// it failed.
 type TargetOutcome struct {
 	Target   string
 	Batch    int
@@ -351,11 +372,11 @@ func (e *Engine) Run(ctx context.Context, dbtx db.DBTX, runID RunID) (RunReport,
 	if errors.Is(err, pgx.ErrNoRows) {
 		return RunReport{}, ErrRunNotFound
 	} else if err != nil {
-		return RunReport{}, fmt.Errorf("engine: get run %d: %w", runID, err)
+		return RunReport{}, fmt.Errorf("get run %d: %w", runID, err)
 	}
 	steps, err := e.q.StepListByRun(ctx, dbtx, int64(runID))
 	if err != nil {
-		return RunReport{}, fmt.Errorf("engine: list steps of run %d: %w", runID, err)
+		return RunReport{}, fmt.Errorf("list steps of run %d: %w", runID, err)
 	}
 	rep := RunReport{
 		ID:        runID,
@@ -368,10 +389,40 @@ func (e *Engine) Run(ctx context.Context, dbtx db.DBTX, runID RunID) (RunReport,
 		EndedAt:   timePtr(r.EndedAt),
 		TimeoutAt: timePtr(r.TimeoutAt),
 	}
+	chainFailed := map[string]map[string]bool{} // chain → targets failed by steps of earlier stages
+	var stageFailed map[string]map[string]bool  // the same, from steps of the current stage
+	stageIndex := int32(-1)
 	for _, s := range steps {
 		var spec stepSpec
 		if err := json.Unmarshal(s.Spec, &spec); err != nil {
-			return RunReport{}, fmt.Errorf("engine: decode step %d: %w", s.ID, err)
+			return RunReport{}, fmt.Errorf("decode step %d: %w", s.ID, err)
+		}
+		if s.StageIndex != stageIndex {
+			for c, ts := range stageFailed {
+				if chainFailed[c] == nil {
+					chainFailed[c] = map[string]bool{}
+				}
+				maps.Copy(chainFailed[c], ts)
+			}
+			stageFailed, stageIndex = map[string]map[string]bool{}, s.StageIndex
+		}
+		var failedTargets map[string]string
+		if !emptyJSON(s.FailedTargets) {
+			if err := json.Unmarshal(s.FailedTargets, &failedTargets); err != nil {
+				return RunReport{}, fmt.Errorf("decode failed targets of step %d: %w", s.ID, err)
+			}
+			if spec.Chain != "" {
+				if stageFailed[spec.Chain] == nil {
+					stageFailed[spec.Chain] = map[string]bool{}
+				}
+				for t := range failedTargets {
+					stageFailed[spec.Chain][t] = true
+				}
+			}
+		}
+		skipped := chainFailed[spec.Chain]
+		if spec.Chain == "" {
+			skipped = nil
 		}
 		for len(rep.Stages) <= int(s.StageIndex) {
 			rep.Stages = append(rep.Stages, StageReport{Index: len(rep.Stages)})
@@ -388,17 +439,26 @@ func (e *Engine) Run(ctx context.Context, dbtx db.DBTX, runID RunID) (RunReport,
 			Batch:       int(s.BatchIndex),
 			Batches:     spec.batches(),
 			Attempt:     int(s.Attempt),
+			MaxAttempts: spec.MaxAttempts,
 			Polls:       int(s.Polls),
 			MaxParallel: spec.MaxParallel,
 			StartedAt:   timePtr(s.StartedAt),
 			EndedAt:     timePtr(s.EndedAt),
 			DeadlineAt:  timePtr(s.DeadlineAt),
 			WakeAt:      timePtr(s.WakeAt),
+			Chain:       spec.Chain,
+
+			FailedTargets: failedTargets,
 		}
+		var done map[string]bool
 		if len(s.Progress) > 0 {
 			var p Progress
 			if err := json.Unmarshal(s.Progress, &p); err == nil {
 				sr.Progress = &p
+				done = make(map[string]bool, len(p.Done))
+				for _, t := range p.Done {
+					done[t] = true
+				}
 			}
 		}
 		for b := range sr.Batches {
@@ -420,7 +480,18 @@ func (e *Engine) Run(ctx context.Context, dbtx db.DBTX, runID RunID) (RunReport,
 				to.Attempts = int(s.Attempt)
 			}
 			for _, t := range spec.batch(b) {
+				to := to
 				to.Target = t
+				switch msg, failed := failedTargets[t]; {
+				case failed:
+					to.State, to.Error = StateFailed, msg
+				case skipped[t]:
+					to.State = StateSkipped
+				case b == int(s.BatchIndex) && done[t]:
+					// Reported done: it stays done whatever happens to the
+					// rest of its batch.
+					to.State, to.Error = StateCompleted, ""
+				}
 				sr.Targets = append(sr.Targets, to)
 				switch to.State {
 				case StateCompleted:

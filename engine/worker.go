@@ -62,14 +62,14 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // the run was deleted; nothing to do
 		} else if err != nil {
-			return fmt.Errorf("engine: load step %d: %w", job.Args.StepID, err)
+			return fmt.Errorf("load step %d: %w", job.Args.StepID, err)
 		}
 		if row.RunState != string(StateRunning) || row.State != string(StateRunning) {
 			return nil // ended elsewhere (cancelled, a sibling failed, a duplicate run)
 		}
 		var spec stepSpec
 		if err := json.Unmarshal(row.Spec, &spec); err != nil {
-			return e.finishStep(ctx, job, row, &spec, StateFailed, fmt.Sprintf("decode step: %v", err), nil)
+			return e.finishStep(ctx, job, row, &spec, StateFailed, fmt.Sprintf("decode step: %v", err), nil, nil)
 		}
 		now := row.Now.Time
 		if row.TimeoutAt.Valid && !now.Before(row.TimeoutAt.Time) {
@@ -78,39 +78,51 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 		if row.WakeAt.Valid && now.Before(row.WakeAt.Time) {
 			return river.JobSnooze(row.WakeAt.Time.Sub(now)) // re-run during a sleep
 		}
+		fails, err := decodeFailures(row)
+		if err != nil {
+			return e.finishStep(ctx, job, row, &spec, StateFailed, err.Error(), nil, nil)
+		}
 		batches := spec.batches()
 		batch := int(row.BatchIndex)
 		if batch >= batches {
-			return e.finishStep(ctx, job, row, &spec, StateCompleted, "", nil)
+			return e.endStep(ctx, job, row, &spec, fails, nil, nil)
 		}
 		if !now.Before(row.DeadlineAt.Time) {
-			return e.finishStep(ctx, job, row, &spec, StateFailed, fmt.Sprintf("step deadline exceeded (batch %d of %d)", batch+1, batches), &row.Attempt)
+			return e.finishStep(ctx, job, row, &spec, StateFailed, fmt.Sprintf("step deadline exceeded (batch %d of %d)", batch+1, batches), &row.Attempt, nil)
 		}
 
-		res, callErr, stop := e.call(ctx, job, row, &spec, batch)
-		if stop != nil {
-			return stop
-		}
-		if callErr != nil {
-			return e.callFailed(ctx, job, row, &spec, batch, callErr)
+		var res Result
+		targets := fails.callable(spec.batch(batch))
+		// A batch whose every target an earlier step of the chain failed
+		// has nothing to call.
+		if len(targets) > 0 || len(spec.Targets) == 0 {
+			var callErr, stop error
+			res, callErr, stop = e.call(ctx, job, row, &spec, batch, targets)
+			if stop != nil {
+				return stop
+			}
+			if callErr != nil {
+				return e.callFailed(ctx, job, row, &spec, batch, callErr)
+			}
 		}
 		if res.PollAfter > 0 {
 			if err := e.q.StepRecordPoll(ctx, e.pool, row.ID); err != nil {
-				return fmt.Errorf("engine: record poll: %w", err)
+				return fmt.Errorf("record poll: %w", err)
 			}
 			return river.JobSnooze(res.PollAfter)
 		}
+		failed := batchFailures(res.Failed, targets)
 		if batch+1 == batches && res.Sleep <= 0 {
 			calls := row.Attempt + 1
-			return e.finishStep(ctx, job, row, &spec, StateCompleted, "", &calls)
+			return e.endStep(ctx, job, row, &spec, fails, failed, &calls)
 		}
 		var wake pgtype.Timestamptz
 		if res.Sleep > 0 {
 			wake = pgtype.Timestamptz{Time: time.Now().Add(res.Sleep), Valid: true}
 		}
-		n, err := e.q.StepAdvanceBatch(ctx, e.pool, dbsqlc.StepAdvanceBatchParams{ID: row.ID, BatchIndex: row.BatchIndex, WakeAt: wake})
+		n, err := e.q.StepAdvanceBatch(ctx, e.pool, dbsqlc.StepAdvanceBatchParams{ID: row.ID, BatchIndex: row.BatchIndex, WakeAt: wake, FailedTargets: failuresJSON(failed)})
 		if err != nil {
-			return fmt.Errorf("engine: advance batch: %w", err)
+			return fmt.Errorf("advance batch: %w", err)
 		} else if n == 0 {
 			return nil // ended or advanced elsewhere
 		}
@@ -127,12 +139,12 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 
 // call runs the action on one batch. stop is non-nil when the job must
 // return it as is (the run ended, the process is stopping).
-func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row stepRow, spec *stepSpec, batch int) (res Result, callErr, stop error) {
+func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row stepRow, spec *stepSpec, batch int, targets []string) (res Result, callErr, stop error) {
 	a, ok := e.actions[spec.Action]
 	if !ok {
 		// Registered when started, unknown to this process: a deploy without
 		// the action. Leave the job to a process that knows it.
-		return Result{}, nil, fmt.Errorf("engine: action %q is not registered in this process", spec.Action)
+		return Result{}, nil, fmt.Errorf("action %q is not registered in this process", spec.Action)
 	}
 	deadline := row.DeadlineAt.Time
 	if row.TimeoutAt.Valid && row.TimeoutAt.Time.Before(deadline) {
@@ -154,7 +166,7 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 		saveCheckpoint: func(ctx context.Context, b []byte) error {
 			n, err := e.q.StepSaveCheckpoint(ctx, e.pool, dbsqlc.StepSaveCheckpointParams{ID: row.ID, BatchIndex: row.BatchIndex, Checkpoint: b})
 			if err != nil {
-				return fmt.Errorf("engine: save checkpoint: %w", err)
+				return fmt.Errorf("save checkpoint: %w", err)
 			} else if n == 0 {
 				return ErrStepEnded
 			}
@@ -164,7 +176,7 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 			b, _ := json.Marshal(p)
 			n, err := e.q.StepSaveProgress(ctx, e.pool, dbsqlc.StepSaveProgressParams{ID: row.ID, Progress: b})
 			if err != nil {
-				return fmt.Errorf("engine: save progress: %w", err)
+				return fmt.Errorf("save progress: %w", err)
 			} else if n == 0 {
 				return ErrStepEnded
 			}
@@ -173,8 +185,8 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 	}
 	info := callInfo{
 		RunID: RunID(row.RunID), StepID: StepID(row.ID), Owner: row.Owner, Stage: int(row.StageIndex), Step: spec.Name,
-		Targets: spec.batch(batch), Batch: batch, Batches: spec.batches(), Attempt: int(row.Attempt) + 1,
-		Deadline: localDeadline, st: st,
+		Targets: targets, Batch: batch, Batches: spec.batches(), Attempt: int(row.Attempt) + 1,
+		MaxAttempts: spec.MaxAttempts, Deadline: localDeadline, st: st,
 	}
 	res, err := a.run(callCtx, spec.Params, info)
 	if errors.Is(context.Cause(callCtx), ErrRunEnded) || errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
@@ -192,7 +204,7 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 				return Result{}, nil, e.failRunTimeout(ctx, job, RunID(row.RunID))
 			}
 			return Result{}, nil, e.finishStep(ctx, job, row, spec, StateFailed,
-				fmt.Sprintf("step deadline exceeded (batch %d of %d): %v", batch+1, spec.batches(), err), ptr(row.Attempt+1))
+				fmt.Sprintf("step deadline exceeded (batch %d of %d): %v", batch+1, spec.batches(), err), ptr(row.Attempt+1), nil)
 		}
 		err = fmt.Errorf("call timed out after %s: %w", spec.timeout(), err)
 	}
@@ -206,11 +218,11 @@ func (e *Engine) callFailed(ctx context.Context, job *river.Job[RunStepArgs], ro
 	policy := spec.retry()
 	if isPermanent(callErr) || failed >= policy.MaxAttempts {
 		return e.finishStep(ctx, job, row, spec, StateFailed,
-			fmt.Sprintf("batch %d of %d failed after %d attempt(s): %v", batch+1, spec.batches(), failed, callErr), ptr(int32(failed)))
+			fmt.Sprintf("batch %d of %d failed after %d attempt(s): %v", batch+1, spec.batches(), failed, callErr), ptr(int32(failed)), nil)
 	}
 	n, err := e.q.StepRecordFailure(ctx, e.pool, dbsqlc.StepRecordFailureParams{ID: row.ID, BatchIndex: row.BatchIndex, LastError: callErr.Error()})
 	if err != nil {
-		return fmt.Errorf("engine: record failure: %w", err)
+		return fmt.Errorf("record failure: %w", err)
 	} else if n == 0 {
 		return nil
 	}
@@ -223,7 +235,7 @@ func (e *Engine) failRunTimeout(ctx context.Context, job *river.Job[RunStepArgs]
 	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		run, err := e.q.RunLock(ctx, tx, int64(runID))
 		if err != nil {
-			return fmt.Errorf("engine: lock run %d: %w", runID, err)
+			return fmt.Errorf("lock run %d: %w", runID, err)
 		}
 		return e.endTimedOut(ctx, tx, runID, run.State == string(StateRunning), job.ID)
 	})

@@ -27,13 +27,13 @@ import (
 var (
 	// ErrNoKey means no data-encryption key is configured, so authentication
 	// data can be neither sealed nor opened.
-	ErrNoKey = errors.New("firmware: data encryption cipher is not configured (set FLOW_DATA_ENCRYPTION_KEY_PATH)")
+	ErrNoKey = errors.New("data encryption cipher is not configured (set FLOW_DATA_ENCRYPTION_KEY_PATH)")
 	// ErrKeyMismatch means the envelope was sealed with a key this server
 	// does not hold.
-	ErrKeyMismatch = errors.New("firmware: authentication data was encrypted with a key this server does not have")
+	ErrKeyMismatch = errors.New("authentication data was encrypted with a key this server does not have")
 	// ErrBadEnvelope means the envelope is malformed, of an unknown version,
 	// or fails authentication (tampered, or the wrong key under a right ID).
-	ErrBadEnvelope = errors.New("firmware: invalid encrypted authentication data")
+	ErrBadEnvelope = errors.New("invalid encrypted authentication data")
 )
 
 // EnvelopeVersion is the only envelope format Flow writes and reads.
@@ -87,7 +87,7 @@ func (d AuthData) For(componentType string) (string, error) {
 	case "PowerShelf":
 		v = d.PowerShelf
 	default:
-		return "", fmt.Errorf("firmware: no authentication data for component type %s", componentType)
+		return "", fmt.Errorf("no authentication data for component type %s", componentType)
 	}
 	if v == nil {
 		return "", nil
@@ -216,7 +216,7 @@ func NewKeyring(current []byte, retired ...[]byte) (*Keyring, error) {
 	kr := &Keyring{byID: map[string]*key{}}
 	for i, raw := range append([][]byte{current}, retired...) {
 		if len(raw) != 32 {
-			return nil, fmt.Errorf("firmware: key %d: must be 32 bytes", i)
+			return nil, fmt.Errorf("key %d: must be 32 bytes", i)
 		}
 		block, err := aes.NewCipher(raw)
 		if err != nil {
@@ -318,7 +318,7 @@ func (kr *Keyring) Seal(d AuthData) (*Envelope, error) {
 	k := kr.current
 	nonce := make([]byte, k.aead.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {
-		return nil, fmt.Errorf("firmware: nonce: %w", err)
+		return nil, fmt.Errorf("nonce: %w", err)
 	}
 	sealed := k.aead.Seal(nonce, nonce, d.marshal(), aad(EnvelopeVersion, k.id))
 	return &Envelope{Version: EnvelopeVersion, KeyID: k.id, Ciphertext: base64.StdEncoding.EncodeToString(sealed)}, nil

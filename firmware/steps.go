@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/engine"
+	"github.com/nicoflow/flow/inventory"
 )
 
 // This file holds the firmware steps (spec §8.6): FirmwareControl starts an
@@ -103,30 +105,41 @@ type checkpoint struct {
 }
 
 // VersionFor extracts component type t's target version from the request's
-// (spec §11.1): a JSON object keyed by compute / nvswitch / powershelf
-// gives this type's value (strings unquoted, anything else as raw JSON), or
-// "" when the object names other types but not this one; any other value
-// passes unchanged.
+// (spec §11.1): a JSON object keyed by compute / nvswitch / powershelf (any
+// spelling inventory.ParseComponentType takes) gives this type's value
+// (strings unquoted, anything else as raw JSON), or "" when the object names
+// other types but not this one; any other value passes unchanged.
 func VersionFor(version, t string) string {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(version), &obj); err != nil {
 		return version
 	}
-	key := strings.ToLower(t)
-	if v, ok := obj[key]; ok {
+	want, _ := inventory.ParseComponentType(t)
+	typed := false
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		v := obj[k]
+		kt, ok := inventory.ParseComponentType(k)
+		if !ok || !slices.Contains(versionedTypes, kt) {
+			continue
+		}
+		typed = true
+		if kt != want {
+			continue
+		}
 		var s string
 		if err := json.Unmarshal(v, &s); err == nil {
 			return s
 		}
 		return string(v)
 	}
-	for _, k := range []string{"compute", "nvswitch", "powershelf"} {
-		if _, ok := obj[k]; ok {
-			return ""
-		}
+	if typed {
+		return ""
 	}
 	return version
 }
+
+// versionedTypes are the types a per-type target version may name.
+var versionedTypes = []inventory.ComponentType{inventory.ComponentTypeCompute, inventory.ComponentTypeNVSwitch, inventory.ComponentTypePowerShelf}
 
 // startRequest builds the start request of the job's component type,
 // opening its sealed credentials. Key errors are permanent: no retry can
@@ -268,29 +281,29 @@ func (s *Steps[P]) poll(ctx context.Context, call engine.Call[P], j Job, p Polli
 	}
 	if err == nil {
 		completed := 0
-		var failed, reasons []string
+		var failed, finished []string
 		for _, fs := range sts {
 			switch fs.State {
 			case backend.FirmwareCompleted:
 				completed++
+				finished = append(finished, fs.Key)
 			case backend.FirmwareFailed:
-				failed = append(failed, fs.Key)
-				if fs.Message != "" {
-					reasons = append(reasons, fs.Key+": "+fs.Message)
-				}
+				// Each failed component once, with its reason when the
+				// backend gave one.
+				failed = append(failed, strings.TrimSuffix(fs.Key+": "+fs.Message, ": "))
 			}
 		}
 		done := call.Batch * j.BatchSize
-		if perr := call.ReportProgress(ctx, engine.Progress{Completed: done + completed, Failed: len(failed)}); errors.Is(perr, engine.ErrStepEnded) {
+		progress := engine.Progress{
+			Completed: done + completed, Failed: len(failed), Done: finished, Until: deadline,
+			Message: fmt.Sprintf("updating firmware, %d of %d completed", completed, len(sts)),
+		}
+		if perr := call.ReportProgress(ctx, progress); errors.Is(perr, engine.ErrStepEnded) {
 			return engine.Result{}, perr
 		}
 		if len(failed) > 0 {
 			slices.Sort(failed)
-			msg := fmt.Sprintf("firmware update failed for components: [%s]", strings.Join(failed, " "))
-			if len(reasons) > 0 {
-				msg += " (" + strings.Join(reasons, "; ") + ")"
-			}
-			return engine.Result{}, engine.Permanent(errors.New(msg))
+			return engine.Result{}, engine.Permanent(errors.New("firmware update failed for components: " + strings.Join(failed, "; ")))
 		}
 		if completed == len(sts) {
 			return engine.Result{}, nil

@@ -21,6 +21,9 @@ func TestTargetVersionFor(t *testing.T) {
 		{"ObjectValue", `{"compute":{"bmc":"1"}}`, "Compute", `{"bmc":"1"}`},
 		{"OtherTypeOnly", `{"compute":"2.0"}`, "PowerShelf", ""},
 		{"UnrelatedObject", `{"bmc":"1"}`, "Compute", `{"bmc":"1"}`},
+		{"UpstreamKeyCase", `{"Compute":"2.0","NVSwitch":"3.0"}`, "NVSwitch", "3.0"},
+		{"EnumKey", `{"COMPONENT_TYPE_POWERSHELF":"4.0"}`, "PowerShelf", "4.0"},
+		{"EnumKeyOtherType", `{"COMPONENT_TYPE_POWERSHELF":"4.0"}`, "Compute", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -143,20 +143,34 @@ func typesMatching(q *StringQuery, field string) ([]ComponentType, error) {
 	if q == nil {
 		return nil, nil
 	}
+	// A pattern matches a type by upstream's name or by the enum's name,
+	// case-insensitively.
 	matches := func(pattern string, t ComponentType) (bool, error) {
-		name := componentTypeToProto(t).String()
 		if !q.Wildcard {
-			return strings.EqualFold(pattern, name), nil
+			got, ok := ParseComponentType(pattern)
+			return ok && got == t, nil
 		}
 		p := strings.NewReplacer("%", "*", "_", "?").Replace(strings.ToUpper(pattern))
 		if !strings.ContainsAny(p, "*?") {
 			p = "*" + p + "*"
 		}
-		ok, err := path.Match(p, name)
-		if err != nil {
-			return false, invalid(field, "bad pattern %q", pattern)
+		for _, name := range []string{strings.ToUpper(string(t)), t.EnumName()} {
+			ok, err := path.Match(p, name)
+			if err != nil {
+				return false, invalid(field, "bad pattern %q", pattern)
+			}
+			if ok {
+				return true, nil
+			}
 		}
-		return ok, nil
+		return false, nil
+	}
+	if !q.Wildcard {
+		for i, p := range q.Patterns {
+			if _, ok := ParseComponentType(p); !ok {
+				return nil, invalid(fmt.Sprintf("%s[%d]", field, i), "unknown component type %q (want %s)", p, ComponentTypeNames)
+			}
+		}
 	}
 	out := []ComponentType{}
 	for _, t := range ComponentTypes {
@@ -172,14 +186,6 @@ func typesMatching(q *StringQuery, field string) ([]ComponentType, error) {
 		}
 		if (q.AnyOf && hits > 0) || (!q.AnyOf && hits == len(q.Patterns)) {
 			out = append(out, t)
-		}
-	}
-	if !q.Wildcard {
-		for i, p := range q.Patterns {
-			v, ok := flowv1.ComponentType_value[strings.ToUpper(p)]
-			if !ok || v == 0 {
-				return nil, invalid(fmt.Sprintf("%s[%d]", field, i), "unknown component type %q", p)
-			}
 		}
 	}
 	return out, nil

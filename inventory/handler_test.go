@@ -593,6 +593,13 @@ func TestGetComponents(t *testing.T) {
 		{name: "TypeExact", req: &flowv1.GetComponentsRequest{Filters: []*flowv1.Filter{typeFilter(false, false, "COMPONENT_TYPE_NVSWITCH")}}, want: []string{"ra-c1", "ra-c3", "rb-c1"}, total: 3},
 		{name: "TypeWildcard", req: &flowv1.GetComponentsRequest{Filters: []*flowv1.Filter{typeFilter(true, false, "*compute")}}, want: []string{"ra-c0", "ra-c2", "rb-c0"}, total: 3},
 		{name: "TypeOr", req: &flowv1.GetComponentsRequest{Filters: []*flowv1.Filter{typeFilter(false, true, "COMPONENT_TYPE_POWERSHELF", "COMPONENT_TYPE_COMPUTE")}}, want: []string{"ra-c0", "ra-c2", "rb-c0"}, total: 3},
+		// Upstream's client sends its own type names ("Compute", "NVSwitch");
+		// any case of those or of the enum names is taken.
+		{name: "TypeUpstreamName", req: &flowv1.GetComponentsRequest{Filters: []*flowv1.Filter{typeFilter(false, false, "NVSwitch")}}, want: []string{"ra-c1", "ra-c3", "rb-c1"}, total: 3},
+		{name: "TypeUpstreamNameAnyCase", req: &flowv1.GetComponentsRequest{Filters: []*flowv1.Filter{typeFilter(false, true, "compute", "POWERSHELF", "torswitch", "Ums", "cdu")}}, want: []string{"ra-c0", "ra-c2", "rb-c0"}, total: 3},
+		{name: "TypeEnumNameLowerCase", req: &flowv1.GetComponentsRequest{Filters: []*flowv1.Filter{typeFilter(false, false, "component_type_compute")}}, want: []string{"ra-c0", "ra-c2", "rb-c0"}, total: 3},
+		{name: "TypeUpstreamWildcard", req: &flowv1.GetComponentsRequest{Filters: []*flowv1.Filter{typeFilter(true, false, "NV*")}}, want: []string{"ra-c1", "ra-c3", "rb-c1"}, total: 3},
+		{name: "TypeUnknownUpstreamName", req: &flowv1.GetComponentsRequest{Filters: []*flowv1.Filter{typeFilter(false, false, "Unknown")}}, code: connect.CodeInvalidArgument, contains: `filters[0].query_info.patterns[0]: unknown component type "Unknown" (want Compute, NVSwitch`},
 		{name: "TypeUnknownName", req: &flowv1.GetComponentsRequest{Filters: []*flowv1.Filter{typeFilter(false, false, "COMPUTER")}}, code: connect.CodeInvalidArgument, contains: "filters[0].query_info.patterns[0]"},
 		{name: "RackTarget", req: &flowv1.GetComponentsRequest{TargetSpec: racks(&flowv1.RackTarget{Identifier: &flowv1.RackTarget_Name{Name: "rb"}})}, want: []string{"rb-c0", "rb-c1"}, total: 2},
 		{name: "RackTargetTyped", req: &flowv1.GetComponentsRequest{TargetSpec: racks(

@@ -23,31 +23,31 @@ import (
 // so test with errors.Is; the handler maps them to Connect codes.
 var (
 	// ErrInvalidArgument marks bad input; *FieldError wraps it.
-	ErrInvalidArgument = errors.New("inventory: invalid argument")
+	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrRackNotFound: no live rack has the given identifier.
-	ErrRackNotFound = errors.New("inventory: rack not found")
+	ErrRackNotFound = errors.New("rack not found")
 	// ErrComponentNotFound: no live component has the given identifier.
-	ErrComponentNotFound = errors.New("inventory: component not found")
+	ErrComponentNotFound = errors.New("component not found")
 	// ErrNVLDomainNotFound: no NVLink domain has the given identifier.
-	ErrNVLDomainNotFound = errors.New("inventory: nvl domain not found")
+	ErrNVLDomainNotFound = errors.New("nvl domain not found")
 	// ErrRackExists: a rack with the same manufacturer and serial number (or
 	// external ID) exists, soft-deleted ones included.
-	ErrRackExists = errors.New("inventory: rack already exists")
+	ErrRackExists = errors.New("rack already exists")
 	// ErrComponentExists: a component with the same manufacturer and serial
 	// number exists, soft-deleted ones included.
-	ErrComponentExists = errors.New("inventory: component already exists")
+	ErrComponentExists = errors.New("component already exists")
 	// ErrBMCExists: the BMC MAC address already belongs to another component.
-	ErrBMCExists = errors.New("inventory: bmc mac address already in use")
+	ErrBMCExists = errors.New("bmc mac address already in use")
 	// ErrRackInOtherDomain: attaching a rack that belongs to another NVLink
 	// domain.
-	ErrRackInOtherDomain = errors.New("inventory: rack already attached to another nvl domain")
+	ErrRackInOtherDomain = errors.New("rack already attached to another nvl domain")
 	// ErrNotDeleted: purging a rack or component that is not soft-deleted.
-	ErrNotDeleted = errors.New("inventory: not soft-deleted; delete it first")
+	ErrNotDeleted = errors.New("not soft-deleted; delete it first")
 	// ErrAmbiguous: an identifier matches more than one rack or component.
-	ErrAmbiguous = errors.New("inventory: identifier is ambiguous")
+	ErrAmbiguous = errors.New("identifier is ambiguous")
 	// ErrNoRack: a targeted component belongs to no rack, so no per-rack
 	// task can be made for it.
-	ErrNoRack = errors.New("inventory: component has no rack")
+	ErrNoRack = errors.New("component has no rack")
 )
 
 // FieldError is bad input in one request field. It matches
@@ -96,6 +96,30 @@ func (t ComponentType) Valid() bool {
 	}
 	return false
 }
+
+// enumPrefix starts the wire enum's names of component types
+// (COMPONENT_TYPE_COMPUTE, …).
+const enumPrefix = "COMPONENT_TYPE_"
+
+// EnumName returns t's name in the wire enum (COMPONENT_TYPE_COMPUTE, …).
+func (t ComponentType) EnumName() string { return enumPrefix + strings.ToUpper(string(t)) }
+
+// ParseComponentType returns the component type s names and whether it
+// names one, compared case-insensitively with upstream's type names (what
+// upstream's clients send: "Compute", "NVSwitch", "PowerShelf", "ToRSwitch",
+// "UMS", "CDU") and with the wire enum's names (COMPONENT_TYPE_COMPUTE, …).
+// Neither "Unknown" nor COMPONENT_TYPE_UNKNOWN names a type.
+func ParseComponentType(s string) (ComponentType, bool) {
+	for _, t := range ComponentTypes {
+		if strings.EqualFold(s, string(t)) || strings.EqualFold(s, t.EnumName()) {
+			return t, true
+		}
+	}
+	return "", false
+}
+
+// ComponentTypeNames is what an error about an unknown type name lists.
+const ComponentTypeNames = "Compute, NVSwitch, PowerShelf, ToRSwitch, UMS or CDU, in any case, or their COMPONENT_TYPE_ enum names"
 
 // BMCType says which processor a BMC serves.
 type BMCType string

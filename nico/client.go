@@ -71,7 +71,7 @@ func NewClient(url string, opts ...Option) (*Client, error) {
 	}
 	base, std, err := HTTPClient(url, o.tls)
 	if err != nil {
-		return nil, fmt.Errorf("nico: %w", err)
+		return nil, fmt.Errorf("NICo Core URL %q: %w", url, err)
 	}
 	var hc connect.HTTPClient = std
 	if o.http != nil {

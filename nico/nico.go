@@ -17,20 +17,20 @@ import (
 var (
 	// ErrNotConfigured means NICO_CORE_API_URL is unset: Flow runs, but
 	// nothing that needs Core can. Handlers map it to FailedPrecondition.
-	ErrNotConfigured = errors.New("nico: NICo Core not configured: set NICO_CORE_API_URL")
+	ErrNotConfigured = errors.New("NICo Core not configured: set NICO_CORE_API_URL")
 	// ErrUnreachable means Core could not be reached or failed internally
 	// (Unavailable, DeadlineExceeded, Internal, Unknown, Aborted,
 	// ResourceExhausted; per-item INTERNAL_ERROR or UNAVAILABLE). Retrying
 	// later may help.
-	ErrUnreachable = errors.New("nico: backend unreachable")
+	ErrUnreachable = errors.New("backend unreachable")
 	// ErrNotFound means Core does not know a device (gRPC NotFound, item
 	// NOT_FOUND, or an ID missing from a ByIds reply).
-	ErrNotFound = errors.New("nico: device not found")
+	ErrNotFound = errors.New("device not found")
 	// ErrRejected means Core refused the request as invalid for its state
 	// (InvalidArgument, FailedPrecondition, AlreadyExists, permission and
 	// unimplemented codes; item INVALID_ARGUMENT or ALREADY_EXISTS).
 	// Retrying the same request will not help.
-	ErrRejected = errors.New("nico: request rejected")
+	ErrRejected = errors.New("request rejected")
 )
 
 // Error is a classified failure of one call, or of one device inside a call.

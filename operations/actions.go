@@ -1,11 +1,13 @@
 package operations
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +26,9 @@ type Backends interface {
 	For(t backend.ComponentType) *backend.Manager
 	SupportsPower(t backend.ComponentType, p backend.PowerOp) bool
 	Supports(t backend.ComponentType, op backend.Operation) bool
+	// Ready tells why type t's backend cannot be reached (its URL variable
+	// unset), or nil.
+	Ready(t backend.ComponentType) error
 }
 
 // actions are the engine actions of rule steps: each does its backend call
@@ -119,7 +124,7 @@ func (a *actions) begin(ctx context.Context, call engine.Call[ActionParams]) (*b
 
 // permanentIf marks errors that no retry can cure.
 func permanentIf(err error) error {
-	if errors.Is(err, backend.ErrNotConfigured) || errors.Is(err, backend.ErrUnsupported) {
+	if isPermanent(err) {
 		return engine.Permanent(err)
 	}
 	return err
@@ -146,10 +151,46 @@ func (a *actions) powerControl(ctx context.Context, call engine.Call[ActionParam
 	if wait, err := a.readinessGate(ctx, call, OperationTypePowerControl); err != nil || wait > 0 {
 		return engine.Result{PollAfter: wait}, err
 	}
-	if _, err := m.PowerControl(ctx, target, op, call.Params.Override); err != nil {
-		return engine.Result{}, permanentIf(fmt.Errorf("%s %s: %w", call.Params.ComponentType, op, err))
+	results, err := m.PowerControl(ctx, target, op, call.Params.Override)
+	if err == nil {
+		return engine.Result{}, nil
 	}
-	return engine.Result{}, nil
+	err = permanentIf(fmt.Errorf("%s %s: %w", call.Params.ComponentType, op, err))
+	// The call failed for some devices only: once no retry is left, those
+	// fail and the others go on through the rest of the rule step.
+	if failed := itemFailures(call.Targets, results); failed != nil && (call.Attempt >= call.MaxAttempts || isPermanent(err)) {
+		return engine.Result{Failed: failed}, nil
+	}
+	return engine.Result{}, err
+}
+
+// itemFailures returns the targets a batch call failed with why, when it
+// succeeded for at least one other target (nil otherwise: the call failed
+// whole). A target the results do not mention failed.
+func itemFailures(targets []string, results []backend.Result) map[string]string {
+	byKey := make(map[string]error, len(results))
+	for _, r := range results {
+		byKey[strings.ToLower(r.Key)] = r.Err
+	}
+	failed := map[string]string{}
+	for _, t := range targets {
+		err, ok := byKey[strings.ToLower(t)]
+		switch {
+		case !ok:
+			failed[t] = "no result for this component"
+		case err != nil:
+			failed[t] = err.Error()
+		}
+	}
+	if len(failed) == 0 || len(failed) == len(targets) {
+		return nil
+	}
+	return failed
+}
+
+// isPermanent reports whether no retry can cure err.
+func isPermanent(err error) bool {
+	return errors.Is(err, backend.ErrNotConfigured) || errors.Is(err, backend.ErrUnsupported)
 }
 
 func (a *actions) getPowerStatus(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
@@ -164,16 +205,22 @@ func (a *actions) getPowerStatus(ctx context.Context, call engine.Call[ActionPar
 }
 
 // pollState is the checkpoint of a polling action: its deadline, computed
-// once when the action starts and honoured after restarts, and the polls so
-// far.
+// once when the action starts and honoured after restarts, the polls so
+// far, and the targets seen in the expected state.
 type pollState struct {
 	Deadline time.Time `json:"deadline"`
 	Polls    int       `json:"polls"`
+	Verified []string  `json:"verified,omitempty"`
 }
 
-// verifyPowerStatus polls until every target reports the expected power
-// state (spec §8.6): the first probe is immediate, call errors are
-// tolerated, and the deadline is start + the action's timeout.
+// verifyPowerStatus polls until every target has reported the expected
+// power state (spec §8.6): the first probe is immediate, call errors are
+// tolerated, and the deadline is start + the action's timeout. A target
+// counts verified from the first poll that shows it in the state (upstream
+// asks for all in one poll; a target's verification is what the report
+// counts, so it must not be taken back). At the deadline, the targets not
+// verified fail and the verified ones go on; with none verified the call
+// fails whole.
 func (a *actions) verifyPowerStatus(ctx context.Context, call engine.Call[ActionParams]) (engine.Result, error) {
 	m, target, err := a.begin(ctx, call)
 	if err != nil {
@@ -195,20 +242,40 @@ func (a *actions) verifyPowerStatus(ctx context.Context, call engine.Call[Action
 	if errors.Is(err, backend.ErrNotConfigured) {
 		return engine.Result{}, engine.Permanent(err)
 	}
-	done := err == nil
-	for _, id := range call.Targets {
-		if !done {
-			break
+	if err == nil {
+		for _, id := range call.Targets {
+			if !slices.Contains(st.Verified, id) && strings.EqualFold(string(status[id]), want) {
+				st.Verified = append(st.Verified, id)
+			}
 		}
-		done = strings.EqualFold(string(status[id]), want)
 	}
-	if done {
+	if len(st.Verified) == len(call.Targets) {
 		return engine.Result{}, nil
 	}
 	if !time.Now().Before(st.Deadline) {
-		return engine.Result{}, engine.Permanent(fmt.Errorf("timeout after %s waiting for power status %s (attempts: %d)", p.Timeout, p.Expected, st.Polls))
+		if len(st.Verified) == 0 {
+			return engine.Result{}, engine.Permanent(fmt.Errorf("timeout after %s waiting for power status %s (attempts: %d)", p.Timeout, p.Expected, st.Polls))
+		}
+		failed := map[string]string{}
+		for _, id := range call.Targets {
+			if !slices.Contains(st.Verified, id) {
+				failed[id] = fmt.Sprintf("timeout after %s waiting for power status %s (attempts: %d, last seen: %s)", p.Timeout, p.Expected, st.Polls, cmp.Or(string(status[id]), "no answer"))
+			}
+		}
+		return engine.Result{Failed: failed}, nil
 	}
 	if err := call.SaveCheckpoint(ctx, st); err != nil {
+		return engine.Result{}, err
+	}
+	polls := 1
+	if p.PollInterval > 0 {
+		polls += int(p.Timeout / p.PollInterval)
+	}
+	progress := engine.Progress{
+		Completed: call.Batch*call.Params.BatchSize + len(st.Verified), Done: st.Verified, Until: st.Deadline,
+		Message: fmt.Sprintf("verifying power %s, poll %d of %d, %d of %d verified", want, st.Polls, polls, len(st.Verified), len(call.Targets)),
+	}
+	if err := call.ReportProgress(ctx, progress); err != nil {
 		return engine.Result{}, err
 	}
 	return engine.Result{PollAfter: min(p.PollInterval, time.Until(st.Deadline)+time.Millisecond)}, nil
@@ -243,12 +310,19 @@ func (a *actions) readinessGate(ctx context.Context, call engine.Call[ActionPara
 	}
 	rackScoped := call.Params.ComponentType != ComponentTypeCompute
 	blocking, err := a.inv.Blocking(ctx, a.pool, ids, string(op), rackScoped)
-	if err != nil || len(blocking) == 0 {
+	if err != nil {
 		return 0, err
 	}
 	var st gateState
 	if _, err := call.Checkpoint(&st); err != nil {
 		return 0, err
+	}
+	if len(blocking) == 0 {
+		if !st.GateUntil.IsZero() {
+			// The wait is over: the report stops naming it.
+			_ = call.ReportProgress(ctx, engine.Progress{})
+		}
+		return 0, nil
 	}
 	if st.GateUntil.IsZero() {
 		st.GateUntil = time.Now().Add(GateTimeout)
@@ -258,6 +332,10 @@ func (a *actions) readinessGate(ctx context.Context, call engine.Call[ActionPara
 	}
 	if !time.Now().Before(st.GateUntil) {
 		return 0, engine.Permanent(fmt.Errorf("timed out after %s waiting for components to become ready for %s: %v", GateTimeout, op, blocking))
+	}
+	msg := fmt.Sprintf("waiting for %d component(s) to become ready for %s, until %s", len(blocking), op, st.GateUntil.UTC().Format(time.TimeOnly))
+	if err := call.ReportProgress(ctx, engine.Progress{Message: msg, Until: st.GateUntil}); err != nil {
+		return 0, err
 	}
 	return min(gatePoll, time.Until(st.GateUntil)+time.Millisecond), nil
 }

@@ -38,30 +38,30 @@ func parseBuiltinRules(data []byte) (map[builtinKey]Rule, error) {
 	dec.DisallowUnknownFields()
 	var entries []builtinRuleEntry
 	if err := dec.Decode(&entries); err != nil {
-		return nil, fmt.Errorf("operations: built-in rules: %w", err)
+		return nil, fmt.Errorf("built-in rules: %w", err)
 	}
 	out := map[builtinKey]Rule{}
 	for _, e := range entries {
 		if e.Name == "" {
-			return nil, fmt.Errorf("operations: built-in rule without a name")
+			return nil, fmt.Errorf("built-in rule without a name")
 		}
 		def, err := ParseRuleDefinition(e.RuleDefinition)
 		if err != nil {
-			return nil, fmt.Errorf("operations: built-in rule %q: %w", e.Name, err)
+			return nil, fmt.Errorf("built-in rule %q: %w", e.Name, err)
 		}
 		if err := def.validate(true); err != nil {
-			return nil, fmt.Errorf("operations: built-in rule %q: %w", e.Name, err)
+			return nil, fmt.Errorf("built-in rule %q: %w", e.Name, err)
 		}
 		if len(e.OperationCodes) == 0 {
-			return nil, fmt.Errorf("operations: built-in rule %q has no operation codes", e.Name)
+			return nil, fmt.Errorf("built-in rule %q has no operation codes", e.Name)
 		}
 		for _, code := range e.OperationCodes {
 			if !e.OperationType.HasCode(code) {
-				return nil, fmt.Errorf("operations: built-in rule %q: invalid operation code '%s' for operation type '%s'", e.Name, code, e.OperationType)
+				return nil, fmt.Errorf("built-in rule %q: invalid operation code '%s' for operation type '%s'", e.Name, code, e.OperationType)
 			}
 			k := builtinKey{e.OperationType, code}
 			if _, dup := out[k]; dup {
-				return nil, fmt.Errorf("operations: built-in rules: two rules for %s.%s", e.OperationType, code)
+				return nil, fmt.Errorf("built-in rules: two rules for %s.%s", e.OperationType, code)
 			}
 			out[k] = Rule{Name: e.Name, Description: e.Description, Type: e.OperationType, Code: code, Definition: def}
 		}

@@ -108,7 +108,10 @@ func (a *actions) waitBringUp(ctx context.Context, call engine.Call[ActionParams
 				done++
 			}
 		}
-		_ = call.ReportProgress(ctx, engine.Progress{Completed: call.Batch*call.Params.BatchSize + done})
+		_ = call.ReportProgress(ctx, engine.Progress{
+			Completed: call.Batch*call.Params.BatchSize + done, Until: st.Deadline,
+			Message: fmt.Sprintf("waiting for bring-up, %d of %d ingested", done, len(targetKeys(target))),
+		})
 		if done == len(targetKeys(target)) {
 			return engine.Result{}, nil
 		}
@@ -300,7 +303,10 @@ func (a *actions) waitDecommissioned(ctx context.Context, call engine.Call[Actio
 				done++
 			}
 		}
-		_ = call.ReportProgress(ctx, engine.Progress{Completed: call.Batch*call.Params.BatchSize + done})
+		_ = call.ReportProgress(ctx, engine.Progress{
+			Completed: call.Batch*call.Params.BatchSize + done, Until: st.Deadline,
+			Message: fmt.Sprintf("waiting for decommission, %d of %d done", done, len(targetKeys(target))),
+		})
 		if done == len(targetKeys(target)) {
 			return engine.Result{}, nil
 		}

@@ -10,31 +10,32 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
+
+	"github.com/nicoflow/flow/inventory"
 )
 
 // Sentinel errors. Service methods wrap them with %w; handler.go maps them to
 // Connect codes.
 var (
 	// ErrRuleNotFound means no operation rule has the given ID.
-	ErrRuleNotFound = errors.New("operations: operation rule not found")
+	ErrRuleNotFound = errors.New("operation rule not found")
 	// ErrDefaultRuleExists means a default rule already exists for the
 	// rule's (operation type, operation code).
-	ErrDefaultRuleExists = errors.New("operations: a default rule already exists for this operation type")
+	ErrDefaultRuleExists = errors.New("a default rule already exists for this operation type")
 	// ErrRackNotFound means the rack named in a rule association does not
 	// exist in inventory.
-	ErrRackNotFound = errors.New("operations: rack not found")
+	ErrRackNotFound = errors.New("rack not found")
 	// ErrAssociationNotFound means the rack has no rule association for the
 	// given (operation type, operation code).
-	ErrAssociationNotFound = errors.New("operations: rack rule association not found")
+	ErrAssociationNotFound = errors.New("rack rule association not found")
 	// ErrRuleInUse means the rule is still associated with racks and cannot
 	// be deleted; the wrapping error names the racks.
-	ErrRuleInUse = errors.New("operations: operation rule is associated with racks")
+	ErrRuleInUse = errors.New("operation rule is associated with racks")
 	// ErrRuleMismatch means an explicitly requested rule is for a different
 	// operation type or code than the task it was requested for.
-	ErrRuleMismatch = errors.New("operations: rule does not match the operation")
+	ErrRuleMismatch = errors.New("rule does not match the operation")
 	// ErrInvalidRule is matched (errors.Is) by every *ValidationError.
-	ErrInvalidRule = errors.New("operations: invalid operation rule")
+	ErrInvalidRule = errors.New("invalid operation rule")
 )
 
 // ValidationError is a rejected rule or rule field. Field names the request
@@ -153,14 +154,14 @@ var componentTypes = []ComponentType{
 	ComponentTypeToRSwitch, ComponentTypeUMS, ComponentTypeCDU,
 }
 
-// ParseComponentType returns the canonical component type for s, compared
-// case-insensitively, and whether s names a known type. "Unknown" is not a
-// known type.
+// ParseComponentType returns the canonical component type for s and whether
+// s names a known type, compared case-insensitively with upstream's names
+// ("Compute", "NVSwitch", …) and the wire enum's (COMPONENT_TYPE_COMPUTE,
+// …), as inventory.ParseComponentType. "Unknown" is not a known type; an
+// unknown s is returned as written, for the error to name.
 func ParseComponentType(s string) (ComponentType, bool) {
-	for _, ct := range componentTypes {
-		if strings.EqualFold(s, string(ct)) {
-			return ct, true
-		}
+	if t, ok := inventory.ParseComponentType(s); ok {
+		return ComponentType(t), true
 	}
 	return ComponentType(s), false
 }

@@ -84,6 +84,9 @@ func stepName(stage int, t ComponentType, pos int, a ActionName) string {
 	return fmt.Sprintf("%d/%s/%d/%s", stage, t, pos, a)
 }
 
+// stepChain is the engine chain of the actions of one rule step.
+func stepChain(stage int, t ComponentType) string { return fmt.Sprintf("%d/%s", stage, t) }
+
 func parseStepName(name string) (stage int, t ComponentType, ok bool) {
 	parts := strings.Split(name, "/")
 	if len(parts) != 4 {
@@ -134,11 +137,7 @@ func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule RuleD
 		for k := range depth {
 			es := engine.Stage{Name: fmt.Sprintf("stage %d", st.Number), WaitAll: waitAll}
 			for _, s := range steps {
-				acts := s.Actions()
-				if s.DelayAfter > 0 {
-					d := s.DelayAfter
-					acts = append(acts, Action{Name: ActionSleep, Parameters: Parameters{Duration: &d}})
-				}
+				acts := engineActions(s)
 				if k >= len(acts) {
 					continue
 				}
@@ -155,6 +154,17 @@ func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule RuleD
 	return plan, nil
 }
 
+// engineActions are the actions of rule step s as its engine steps run
+// them: pre, main, post, then the legacy delay_after as a Sleep.
+func engineActions(s Step) []Action {
+	acts := s.Actions()
+	if s.DelayAfter > 0 {
+		d := s.DelayAfter
+		acts = append(acts, Action{Name: ActionSleep, Parameters: Parameters{Duration: &d}})
+	}
+	return acts
+}
+
 func boolInt(b bool) int {
 	if b {
 		return 1
@@ -169,8 +179,12 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int
 	}
 	rp := s.RetryPolicy()
 	step := engine.Step{
-		Name:        stepName(stage, s.ComponentType, pos, a.Name),
-		Action:      kind,
+		Name:   stepName(stage, s.ComponentType, pos, a.Name),
+		Action: kind,
+		// The actions of one rule step form a chain: a component one of
+		// them fails is left out of the next, and the rule step fails
+		// once the others have been through all of them.
+		Chain:       stepChain(stage, s.ComponentType),
 		MaxParallel: s.MaxParallel,
 		Timeout:     s.CallTimeout(),
 		Retry: engine.RetryPolicy{

@@ -33,7 +33,7 @@ type Service struct {
 // validates the built-in rules and fails if any is broken.
 func NewService(racks RackLookup) (*Service, error) {
 	if racks == nil {
-		return nil, errors.New("operations: NewService needs a RackLookup")
+		return nil, errors.New("NewService needs a RackLookup")
 	}
 	if err := LoadBuiltinRules(); err != nil {
 		return nil, err

@@ -58,23 +58,23 @@ const (
 // handler.go.
 var (
 	// ErrInvalidRequest wraps a bad request; the message names the field.
-	ErrInvalidRequest = errors.New("operations: invalid request")
+	ErrInvalidRequest = errors.New("invalid request")
 	// ErrTaskNotFound means no task has the given ID.
-	ErrTaskNotFound = errors.New("operations: task not found")
+	ErrTaskNotFound = errors.New("task not found")
 	// ErrConflict means a rack already has a conflicting active task and the
 	// request asked to reject rather than queue.
-	ErrConflict = errors.New("operations: rack already has a conflicting task")
+	ErrConflict = errors.New("rack already has a conflicting task")
 	// ErrQueueFull means a rack's waiting queue is full.
-	ErrQueueFull = errors.New("operations: rack waiting queue is full")
+	ErrQueueFull = errors.New("rack waiting queue is full")
 	// ErrNotApplicable means the request cannot run on what it targets: no
 	// components, components unknown to the backends, a rule with no step
 	// for the targeted types, or a backend lacking a capability.
-	ErrNotApplicable = errors.New("operations: operation not applicable to its targets")
+	ErrNotApplicable = errors.New("operation not applicable to its targets")
 	// ErrNotCancellable means the task already completed or failed.
-	ErrNotCancellable = errors.New("operations: task cannot be cancelled")
+	ErrNotCancellable = errors.New("task cannot be cancelled")
 	// ErrNoEncryptionKey means a request carries firmware credentials but no
 	// data-encryption key is configured.
-	ErrNoEncryptionKey = errors.New("operations: data encryption cipher is not configured (set FLOW_DATA_ENCRYPTION_KEY_PATH)")
+	ErrNoEncryptionKey = errors.New("data encryption cipher is not configured (set FLOW_DATA_ENCRYPTION_KEY_PATH)")
 )
 
 func invalidRequest(field, format string, args ...any) error {

@@ -78,6 +78,9 @@ type rackPlan struct {
 	targets    map[ComponentType]typeTargets
 	rule       ResolvedRule
 	scope      TaskScope
+	// notTargeted are the rack's selected components of types the rule
+	// drives no step for, left out of the task.
+	notTargeted []NotTargeted
 }
 
 // Submit validates req as a whole, then writes one task per targeted rack,
@@ -187,9 +190,36 @@ func (t *Tasks) planRack(ctx context.Context, tx pgx.Tx, req Request, sel invent
 	if len(sel.Components) == 0 {
 		return p, fmt.Errorf("%w: racks have no selected components: %s", ErrNotApplicable, rackLabel(rack))
 	}
+	rule, err := t.rules.ResolveRule(ctx, tx, ResolveRequest{RackID: rack.ID, Type: req.Type, Code: req.Code, RuleID: req.RuleID})
+	if err != nil {
+		return p, err
+	}
+	p.rule = rule
+	def := rule.Rule.Definition
+	var selected []ComponentType
+	for _, c := range sel.Components {
+		if ct := ComponentType(c.Type); !slices.Contains(selected, ct) {
+			selected = append(selected, ct)
+		}
+	}
+	slices.Sort(selected)
+	if !def.HasStepFor(selected) {
+		return p, fmt.Errorf("%w: operation rule %q (%s) has no step applicable to targeted component types %v", ErrNotApplicable, rule.Rule.Name, ruleIDLabel(rule.Rule.ID), selected)
+	}
+	// Components of types the rule drives no step for (ToR switches, UMS,
+	// CDU under the built-in rules) are left out and named in the report;
+	// only the others must be known to the backends.
+	driven := drivenTypes(def)
 	byType := map[ComponentType][]inventory.Component{}
 	for _, c := range sel.Components {
 		ct := ComponentType(c.Type)
+		if !driven[ct] {
+			p.notTargeted = append(p.notTargeted, NotTargeted{
+				Name: c.Name, Type: ct, ComponentID: c.ID,
+				Reason: fmt.Sprintf("operation rule %q has no step for %s", rule.Rule.Name, ct),
+			})
+			continue
+		}
 		byType[ct] = append(byType[ct], c)
 		p.components[ct] = append(p.components[ct], c.ID)
 		p.ids = append(p.ids, c.ID)
@@ -218,19 +248,11 @@ func (t *Tasks) planRack(ctx context.Context, tx pgx.Tx, req Request, sel invent
 		sort.Strings(unlinked)
 		return p, fmt.Errorf("%w: selected components not linked to actual inventory (%d): %s", ErrNotApplicable, len(unlinked), strings.Join(unlinked, ", "))
 	}
-	rule, err := t.rules.ResolveRule(ctx, tx, ResolveRequest{RackID: rack.ID, Type: req.Type, Code: req.Code, RuleID: req.RuleID})
-	if err != nil {
-		return p, err
-	}
-	p.rule = rule
 	types := make([]ComponentType, 0, len(byType))
 	for ct := range byType {
 		types = append(types, ct)
 	}
 	slices.Sort(types)
-	if !rule.Rule.Definition.HasStepFor(types) {
-		return p, fmt.Errorf("%w: operation rule %q (%s) has no step applicable to targeted component types %v", ErrNotApplicable, rule.Rule.Name, ruleIDLabel(rule.Rule.ID), types)
-	}
 	reqs, err := rule.Rule.Definition.Requirements(types)
 	if err != nil {
 		return p, fmt.Errorf("%w: %v", ErrNotApplicable, err)
@@ -243,6 +265,11 @@ func (t *Tasks) planRack(ctx context.Context, tx pgx.Tx, req Request, sel invent
 	for _, s := range rule.Rule.Definition.Steps {
 		if len(p.targets[s.ComponentType].IDs) == 0 {
 			continue
+		}
+		// Refuse now, not at run time, when the backend the step calls is
+		// not configured (spec: fail early, naming the variable to set).
+		if err := t.backends.Ready(backendType(s.ComponentType)); err != nil {
+			return p, err
 		}
 		for _, a := range s.Actions() {
 			if _, ok := actionKinds[a.Name]; !ok {
@@ -261,6 +288,23 @@ func (t *Tasks) planRack(ctx context.Context, tx pgx.Tx, req Request, sel invent
 	}
 	p.scope = TaskScope{OperationType: req.Type, Components: p.components}
 	return p, nil
+}
+
+// drivenTypes are the component types rule d acts on: those it has a step
+// for, and those a VerifyReachability action probes.
+func drivenTypes(d RuleDefinition) map[ComponentType]bool {
+	out := map[ComponentType]bool{}
+	for _, s := range d.Steps {
+		out[s.ComponentType] = true
+		for _, a := range s.Actions() {
+			if a.Name == ActionVerifyReachability {
+				for _, ct := range a.Parameters.ComponentTypes {
+					out[ct] = true
+				}
+			}
+		}
+	}
+	return out
 }
 
 // capabilityOps maps a rule capability to the component-manager operation
@@ -341,10 +385,15 @@ func (t *Tasks) admit(ctx context.Context, tx pgx.Tx, req Request, p rackPlan, i
 	components, _ := json.Marshal(p.components)
 	targets, _ := json.Marshal(p.targets)
 	rule, _ := json.Marshal(p.rule.Rule.Definition)
+	if p.notTargeted == nil {
+		p.notTargeted = []NotTargeted{}
+	}
+	notTargeted, _ := json.Marshal(p.notTargeted)
 	params := dbsqlc.TaskInsertParams{
 		ID: id, OperationType: string(req.Type), OperationCode: string(req.Code), Information: info,
 		Description: req.Description, RackID: p.rack.ID, Components: components, ComponentIDs: p.ids,
 		Targets: targets, Rule: rule, RuleName: p.rule.Rule.Name, TriggerType: req.TriggerType, TriggerID: req.TriggerID,
+		NotTargeted: notTargeted,
 	}
 	if p.rule.Rule.ID != uuid.Nil {
 		ruleID := p.rule.Rule.ID

@@ -47,9 +47,11 @@ func setupTasks(t *testing.T, keys *firmware.Keyring) *taskBundle {
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	e := engine.New(pool, engine.Config{Logger: logger})
-	nc, err := nico.NewClient("")
+	// Configured (submit refuses a type whose backend is not), never
+	// called: the River client is not started here.
+	nc, err := nico.NewClient("http://127.0.0.1:1")
 	require.NoError(t, err)
-	pc, err := psm.NewClient("")
+	pc, err := psm.NewClient("http://127.0.0.1:1")
 	require.NoError(t, err)
 	managers := backend.New(backend.DefaultConfig(), nc, pc)
 	operations.RegisterActions(e, operations.ActionDeps{Pool: pool, Backends: managers, Inv: inv, Logger: logger})

@@ -61,7 +61,7 @@ func NewClient(url string, opts ...Option) (*Client, error) {
 	}
 	base, std, err := httpClient(url, o.tls)
 	if err != nil {
-		return nil, fmt.Errorf("psm: %w", err)
+		return nil, fmt.Errorf("PSM URL %q: %w", url, err)
 	}
 	var hc connect.HTTPClient = std
 	if o.http != nil {

@@ -17,16 +17,16 @@ import (
 var (
 	// ErrNotConfigured means PSM_API_URL is unset. Handlers map it to
 	// FailedPrecondition.
-	ErrNotConfigured = errors.New("psm: Powershelf Manager not configured: set PSM_API_URL")
+	ErrNotConfigured = errors.New("Powershelf Manager not configured: set PSM_API_URL")
 	// ErrUnreachable means PSM could not be reached or failed internally
 	// (Unavailable, DeadlineExceeded, Internal…; item INTERNAL_ERROR).
-	ErrUnreachable = errors.New("psm: backend unreachable")
+	ErrUnreachable = errors.New("backend unreachable")
 	// ErrNotFound means PSM does not know a shelf (gRPC NotFound, or an item
 	// INVALID_ARGUMENT whose message says the shelf or job is unknown).
-	ErrNotFound = errors.New("psm: device not found")
+	ErrNotFound = errors.New("device not found")
 	// ErrRejected means PSM refused the request (InvalidArgument and other
 	// caller-side codes; item INVALID_ARGUMENT).
-	ErrRejected = errors.New("psm: request rejected")
+	ErrRejected = errors.New("request rejected")
 )
 
 // Error is a classified failure of one call or of one shelf in a call.

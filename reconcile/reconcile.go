@@ -19,7 +19,7 @@ import (
 
 // ErrNotConfigured: Flow has no component managers at all. Backend errors
 // keep their own classes (backend.ErrNotConfigured, backend.ErrUnreachable…).
-var ErrNotConfigured = errors.New("reconcile: no component managers configured")
+var ErrNotConfigured = errors.New("no component managers configured")
 
 // DeviceSource lists the devices the component managers know; satisfied by
 // *backend.Managers.

@@ -26,7 +26,7 @@ type specEnumValue struct {
 
 type specMethod struct{ name, request, response string }
 
-func file() protoreflect.FileDescriptor { return flowv1.File_v1_flow_proto }
+func file() protoreflect.FileDescriptor { return flowv1.File_flow_proto }
 
 func TestCounts(t *testing.T) {
 	t.Parallel()

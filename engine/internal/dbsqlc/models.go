@@ -75,6 +75,7 @@ type EngineStep struct {
 	DeadlineAt    pgtype.Timestamptz
 	StartedAt     pgtype.Timestamptz
 	EndedAt       pgtype.Timestamptz
+	FailedTargets []byte
 }
 
 type FlowInstance struct {
@@ -153,4 +154,30 @@ type Task struct {
 	UpdatedAt      pgtype.Timestamptz
 	StartedAt      pgtype.Timestamptz
 	FinishedAt     pgtype.Timestamptz
+	NotTargeted    []byte
+}
+
+type TaskSchedule struct {
+	ID                pgtype.UUID
+	Name              string
+	SpecType          string
+	Spec              string
+	Timezone          string
+	OperationTemplate []byte
+	OverlapPolicy     string
+	Enabled           bool
+	NextRunAt         pgtype.Timestamptz
+	LastRunAt         pgtype.Timestamptz
+	FireCount         int64
+	CreatedAt         pgtype.Timestamptz
+	UpdatedAt         pgtype.Timestamptz
+}
+
+type TaskScheduleScope struct {
+	ID              pgtype.UUID
+	ScheduleID      pgtype.UUID
+	RackID          pgtype.UUID
+	ComponentFilter []byte
+	LastTaskID      pgtype.UUID
+	CreatedAt       pgtype.Timestamptz
 }

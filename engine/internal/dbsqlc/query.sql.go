@@ -243,18 +243,25 @@ func (q *Queries) StageStartMany(ctx context.Context, db DBTX, arg StageStartMan
 const stepAdvanceBatch = `-- name: StepAdvanceBatch :execrows
 UPDATE engine_step
 SET batch_index = batch_index + 1, batch_attempts = array_append(batch_attempts, attempt + 1),
-    attempt = 0, last_error = '', checkpoint = NULL, wake_at = $1
-WHERE id = $2 AND state = 'running' AND batch_index = $3
+    attempt = 0, last_error = '', checkpoint = NULL, progress = NULL, wake_at = $1,
+    failed_targets = failed_targets || $2::jsonb
+WHERE id = $3 AND state = 'running' AND batch_index = $4
 `
 
 type StepAdvanceBatchParams struct {
-	WakeAt     pgtype.Timestamptz
-	ID         int64
-	BatchIndex int32
+	WakeAt        pgtype.Timestamptz
+	FailedTargets []byte
+	ID            int64
+	BatchIndex    int32
 }
 
 func (q *Queries) StepAdvanceBatch(ctx context.Context, db DBTX, arg StepAdvanceBatchParams) (int64, error) {
-	result, err := db.Exec(ctx, stepAdvanceBatch, arg.WakeAt, arg.ID, arg.BatchIndex)
+	result, err := db.Exec(ctx, stepAdvanceBatch,
+		arg.WakeAt,
+		arg.FailedTargets,
+		arg.ID,
+		arg.BatchIndex,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -301,10 +308,13 @@ WITH input AS (
     SELECT unnest($1::bigint[]) AS id, unnest($2::bigint[]) AS run_id,
         unnest($3::integer[]) AS stage_index, unnest($4::text[]) AS state,
         unnest($5::text[]) AS error, unnest($6::text[]) AS failure,
-        unnest($7::integer[]) AS calls, unnest($8::integer[]) AS ord
+        unnest($7::integer[]) AS calls, unnest($8::integer[]) AS ord,
+        unnest($9::jsonb[]) AS failed_targets
 ), s AS (
     UPDATE engine_step
     SET state = i.state, error = i.error, ended_at = now(), checkpoint = NULL, wake_at = NULL,
+        failed_targets = CASE WHEN i.failed_targets = '{}' THEN engine_step.failed_targets
+            ELSE engine_step.failed_targets || i.failed_targets END,
         batch_attempts = CASE WHEN i.calls < 0 THEN engine_step.batch_attempts
             ELSE array_append(engine_step.batch_attempts, i.calls) END
     FROM input i
@@ -336,14 +346,15 @@ RETURNING engine_run.id, engine_run.stage_index, engine_run.open_steps, engine_r
 `
 
 type StepEndManyParams struct {
-	IDs          []int64
-	RunIDs       []int64
-	StageIndexes []int32
-	States       []string
-	Errors       []string
-	Failures     []string
-	Calls        []int32
-	Ords         []int32
+	IDs           []int64
+	RunIDs        []int64
+	StageIndexes  []int32
+	States        []string
+	Errors        []string
+	Failures      []string
+	Calls         []int32
+	Ords          []int32
+	FailedTargets [][]byte
 }
 
 type StepEndManyRow struct {
@@ -374,6 +385,7 @@ func (q *Queries) StepEndMany(ctx context.Context, db DBTX, arg StepEndManyParam
 		arg.Failures,
 		arg.Calls,
 		arg.Ords,
+		arg.FailedTargets,
 	)
 	if err != nil {
 		return nil, err
@@ -403,29 +415,40 @@ func (q *Queries) StepEndMany(ctx context.Context, db DBTX, arg StepEndManyParam
 
 const stepGetForWorkMany = `-- name: StepGetForWorkMany :many
 SELECT s.id, s.run_id, s.stage_index, s.step_index, s.spec, s.state, s.batch_index, s.attempt,
-    s.checkpoint, s.wake_at, s.deadline_at,
-    r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now
+    s.checkpoint, s.wake_at, s.deadline_at, s.failed_targets,
+    r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now,
+    -- The targets earlier steps of the step's chain failed, which it skips
+    -- (a probe of the mostly empty partial index of steps with failed
+    -- targets; not even that for a step without a chain or an earlier stage).
+    (CASE WHEN s.stage_index > 0 AND s.spec ? 'chain' THEN (
+        SELECT jsonb_agg(jsonb_build_object('step', p.spec->>'name', 'failed', p.failed_targets) ORDER BY p.stage_index)
+        FROM engine_step p
+        WHERE p.run_id = s.run_id AND p.failed_targets <> '{}' AND p.stage_index < s.stage_index
+            AND p.spec->>'chain' = s.spec->>'chain')
+    END)::jsonb AS chain_failures
 FROM engine_step s
 CROSS JOIN LATERAL (SELECT state, owner, timeout_at FROM engine_run WHERE engine_run.id = s.run_id OFFSET 0) r
 WHERE s.id = ANY($1::bigint[])
 `
 
 type StepGetForWorkManyRow struct {
-	ID         int64
-	RunID      int64
-	StageIndex int32
-	StepIndex  int32
-	Spec       []byte
-	State      string
-	BatchIndex int32
-	Attempt    int32
-	Checkpoint []byte
-	WakeAt     pgtype.Timestamptz
-	DeadlineAt pgtype.Timestamptz
-	RunState   string
-	Owner      string
-	TimeoutAt  pgtype.Timestamptz
-	Now        pgtype.Timestamptz
+	ID            int64
+	RunID         int64
+	StageIndex    int32
+	StepIndex     int32
+	Spec          []byte
+	State         string
+	BatchIndex    int32
+	Attempt       int32
+	Checkpoint    []byte
+	WakeAt        pgtype.Timestamptz
+	DeadlineAt    pgtype.Timestamptz
+	FailedTargets []byte
+	RunState      string
+	Owner         string
+	TimeoutAt     pgtype.Timestamptz
+	Now           pgtype.Timestamptz
+	ChainFailures []byte
 }
 
 // OFFSET 0 keeps this a probe of the run's key per step: joined plainly,
@@ -451,10 +474,12 @@ func (q *Queries) StepGetForWorkMany(ctx context.Context, db DBTX, ids []int64) 
 			&i.Checkpoint,
 			&i.WakeAt,
 			&i.DeadlineAt,
+			&i.FailedTargets,
 			&i.RunState,
 			&i.Owner,
 			&i.TimeoutAt,
 			&i.Now,
+			&i.ChainFailures,
 		); err != nil {
 			return nil, err
 		}
@@ -515,7 +540,7 @@ func (q *Queries) StepInsertMany(ctx context.Context, db DBTX, arg StepInsertMan
 
 const stepListByRun = `-- name: StepListByRun :many
 SELECT id, stage_index, step_index, spec, state, error, batch_index, attempt, batch_attempts, polls,
-    last_error, progress, job_id, wake_at, deadline_at, started_at, ended_at
+    last_error, progress, failed_targets, job_id, wake_at, deadline_at, started_at, ended_at
 FROM engine_step
 WHERE run_id = $1
 ORDER BY stage_index, step_index
@@ -534,6 +559,7 @@ type StepListByRunRow struct {
 	Polls         int32
 	LastError     string
 	Progress      []byte
+	FailedTargets []byte
 	JobID         *int64
 	WakeAt        pgtype.Timestamptz
 	DeadlineAt    pgtype.Timestamptz
@@ -563,6 +589,7 @@ func (q *Queries) StepListByRun(ctx context.Context, db DBTX, runID int64) ([]St
 			&i.Polls,
 			&i.LastError,
 			&i.Progress,
+			&i.FailedTargets,
 			&i.JobID,
 			&i.WakeAt,
 			&i.DeadlineAt,

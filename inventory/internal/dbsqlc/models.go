@@ -77,6 +77,7 @@ type EngineStep struct {
 	DeadlineAt    *time.Time
 	StartedAt     *time.Time
 	EndedAt       *time.Time
+	FailedTargets []byte
 }
 
 type FlowInstance struct {
@@ -155,4 +156,30 @@ type Task struct {
 	UpdatedAt      time.Time
 	StartedAt      *time.Time
 	FinishedAt     *time.Time
+	NotTargeted    []byte
+}
+
+type TaskSchedule struct {
+	ID                uuid.UUID
+	Name              string
+	SpecType          string
+	Spec              string
+	Timezone          string
+	OperationTemplate []byte
+	OverlapPolicy     string
+	Enabled           bool
+	NextRunAt         *time.Time
+	LastRunAt         *time.Time
+	FireCount         int64
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+type TaskScheduleScope struct {
+	ID              uuid.UUID
+	ScheduleID      uuid.UUID
+	RackID          uuid.UUID
+	ComponentFilter []byte
+	LastTaskID      *uuid.UUID
+	CreatedAt       time.Time
 }

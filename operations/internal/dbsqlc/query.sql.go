@@ -403,8 +403,493 @@ func (q *Queries) RuleUpdate(ctx context.Context, db DBTX, arg RuleUpdateParams)
 	return i, err
 }
 
+const scheduleCount = `-- name: ScheduleCount :one
+SELECT count(*)::int FROM task_schedule s
+WHERE ($1::uuid IS NULL OR EXISTS (
+        SELECT 1 FROM task_schedule_scope sc WHERE sc.schedule_id = s.id AND sc.rack_id = $1::uuid))
+  AND (NOT $2::boolean OR s.enabled)
+`
+
+type ScheduleCountParams struct {
+	RackID      *uuid.UUID
+	EnabledOnly bool
+}
+
+func (q *Queries) ScheduleCount(ctx context.Context, db DBTX, arg ScheduleCountParams) (int32, error) {
+	row := db.QueryRow(ctx, scheduleCount, arg.RackID, arg.EnabledOnly)
+	var column_1 int32
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
+const scheduleDelete = `-- name: ScheduleDelete :execrows
+DELETE FROM task_schedule WHERE id = $1
+`
+
+func (q *Queries) ScheduleDelete(ctx context.Context, db DBTX, id uuid.UUID) (int64, error) {
+	result, err := db.Exec(ctx, scheduleDelete, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const scheduleDue = `-- name: ScheduleDue :many
+SELECT id, next_run_at FROM task_schedule
+WHERE enabled AND next_run_at IS NOT NULL AND next_run_at <= $1
+ORDER BY next_run_at
+LIMIT $2
+`
+
+type ScheduleDueParams struct {
+	Before   *time.Time
+	RowLimit int32
+}
+
+type ScheduleDueRow struct {
+	ID        uuid.UUID
+	NextRunAt *time.Time
+}
+
+// Enabled schedules whose firing is overdue by more than the grace: the
+// safety net re-inserts their firing jobs.
+func (q *Queries) ScheduleDue(ctx context.Context, db DBTX, arg ScheduleDueParams) ([]ScheduleDueRow, error) {
+	rows, err := db.Query(ctx, scheduleDue, arg.Before, arg.RowLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ScheduleDueRow{}
+	for rows.Next() {
+		var i ScheduleDueRow
+		if err := rows.Scan(&i.ID, &i.NextRunAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const scheduleEnabledOnRacks = `-- name: ScheduleEnabledOnRacks :many
+SELECT s.id, s.name, s.spec_type, s.spec, s.timezone, s.operation_template, s.overlap_policy, s.enabled, s.next_run_at, s.last_run_at, s.fire_count, s.created_at, s.updated_at FROM task_schedule s
+WHERE s.enabled AND EXISTS (
+    SELECT 1 FROM task_schedule_scope sc WHERE sc.schedule_id = s.id AND sc.rack_id = ANY($1::uuid[]))
+ORDER BY s.created_at, s.id
+`
+
+// Enabled schedules with a scope entry on any of the racks.
+func (q *Queries) ScheduleEnabledOnRacks(ctx context.Context, db DBTX, rackIds []uuid.UUID) ([]TaskSchedule, error) {
+	rows, err := db.Query(ctx, scheduleEnabledOnRacks, rackIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskSchedule{}
+	for rows.Next() {
+		var i TaskSchedule
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.SpecType,
+			&i.Spec,
+			&i.Timezone,
+			&i.OperationTemplate,
+			&i.OverlapPolicy,
+			&i.Enabled,
+			&i.NextRunAt,
+			&i.LastRunAt,
+			&i.FireCount,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const scheduleGetByID = `-- name: ScheduleGetByID :one
+SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at FROM task_schedule WHERE id = $1
+`
+
+func (q *Queries) ScheduleGetByID(ctx context.Context, db DBTX, id uuid.UUID) (TaskSchedule, error) {
+	row := db.QueryRow(ctx, scheduleGetByID, id)
+	var i TaskSchedule
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.SpecType,
+		&i.Spec,
+		&i.Timezone,
+		&i.OperationTemplate,
+		&i.OverlapPolicy,
+		&i.Enabled,
+		&i.NextRunAt,
+		&i.LastRunAt,
+		&i.FireCount,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const scheduleGetByIDForUpdate = `-- name: ScheduleGetByIDForUpdate :one
+SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at FROM task_schedule WHERE id = $1 FOR UPDATE
+`
+
+func (q *Queries) ScheduleGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (TaskSchedule, error) {
+	row := db.QueryRow(ctx, scheduleGetByIDForUpdate, id)
+	var i TaskSchedule
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.SpecType,
+		&i.Spec,
+		&i.Timezone,
+		&i.OperationTemplate,
+		&i.OverlapPolicy,
+		&i.Enabled,
+		&i.NextRunAt,
+		&i.LastRunAt,
+		&i.FireCount,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const scheduleGetByName = `-- name: ScheduleGetByName :one
+SELECT id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at FROM task_schedule WHERE name = $1
+`
+
+func (q *Queries) ScheduleGetByName(ctx context.Context, db DBTX, name string) (TaskSchedule, error) {
+	row := db.QueryRow(ctx, scheduleGetByName, name)
+	var i TaskSchedule
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.SpecType,
+		&i.Spec,
+		&i.Timezone,
+		&i.OperationTemplate,
+		&i.OverlapPolicy,
+		&i.Enabled,
+		&i.NextRunAt,
+		&i.LastRunAt,
+		&i.FireCount,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const scheduleInsert = `-- name: ScheduleInsert :one
+
+INSERT INTO task_schedule (name, spec_type, spec, timezone, operation_template, overlap_policy, next_run_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+RETURNING id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at
+`
+
+type ScheduleInsertParams struct {
+	Name              string
+	SpecType          string
+	Spec              string
+	Timezone          string
+	OperationTemplate []byte
+	OverlapPolicy     string
+	NextRunAt         *time.Time
+}
+
+// ---- task schedules (docs/schedules.md) ----------------------------------
+func (q *Queries) ScheduleInsert(ctx context.Context, db DBTX, arg ScheduleInsertParams) (TaskSchedule, error) {
+	row := db.QueryRow(ctx, scheduleInsert,
+		arg.Name,
+		arg.SpecType,
+		arg.Spec,
+		arg.Timezone,
+		arg.OperationTemplate,
+		arg.OverlapPolicy,
+		arg.NextRunAt,
+	)
+	var i TaskSchedule
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.SpecType,
+		&i.Spec,
+		&i.Timezone,
+		&i.OperationTemplate,
+		&i.OverlapPolicy,
+		&i.Enabled,
+		&i.NextRunAt,
+		&i.LastRunAt,
+		&i.FireCount,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const scheduleList = `-- name: ScheduleList :many
+SELECT s.id, s.name, s.spec_type, s.spec, s.timezone, s.operation_template, s.overlap_policy, s.enabled, s.next_run_at, s.last_run_at, s.fire_count, s.created_at, s.updated_at FROM task_schedule s
+WHERE ($1::uuid IS NULL OR EXISTS (
+        SELECT 1 FROM task_schedule_scope sc WHERE sc.schedule_id = s.id AND sc.rack_id = $1::uuid))
+  AND (NOT $2::boolean OR s.enabled)
+ORDER BY s.created_at, s.id
+OFFSET $3 LIMIT $4
+`
+
+type ScheduleListParams struct {
+	RackID      *uuid.UUID
+	EnabledOnly bool
+	RowOffset   int32
+	RowLimit    *int32
+}
+
+func (q *Queries) ScheduleList(ctx context.Context, db DBTX, arg ScheduleListParams) ([]TaskSchedule, error) {
+	rows, err := db.Query(ctx, scheduleList,
+		arg.RackID,
+		arg.EnabledOnly,
+		arg.RowOffset,
+		arg.RowLimit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskSchedule{}
+	for rows.Next() {
+		var i TaskSchedule
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.SpecType,
+			&i.Spec,
+			&i.Timezone,
+			&i.OperationTemplate,
+			&i.OverlapPolicy,
+			&i.Enabled,
+			&i.NextRunAt,
+			&i.LastRunAt,
+			&i.FireCount,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const scheduleUpdate = `-- name: ScheduleUpdate :one
+UPDATE task_schedule SET
+    name           = $1,
+    spec_type      = $2,
+    spec           = $3,
+    timezone       = $4,
+    overlap_policy = $5,
+    enabled        = $6,
+    next_run_at    = $7,
+    last_run_at    = $8,
+    fire_count     = fire_count + $9::int,
+    updated_at     = now()
+WHERE id = $10
+RETURNING id, name, spec_type, spec, timezone, operation_template, overlap_policy, enabled, next_run_at, last_run_at, fire_count, created_at, updated_at
+`
+
+type ScheduleUpdateParams struct {
+	Name          string
+	SpecType      string
+	Spec          string
+	Timezone      string
+	OverlapPolicy string
+	Enabled       bool
+	NextRunAt     *time.Time
+	LastRunAt     *time.Time
+	Fired         int32
+	ID            uuid.UUID
+}
+
+func (q *Queries) ScheduleUpdate(ctx context.Context, db DBTX, arg ScheduleUpdateParams) (TaskSchedule, error) {
+	row := db.QueryRow(ctx, scheduleUpdate,
+		arg.Name,
+		arg.SpecType,
+		arg.Spec,
+		arg.Timezone,
+		arg.OverlapPolicy,
+		arg.Enabled,
+		arg.NextRunAt,
+		arg.LastRunAt,
+		arg.Fired,
+		arg.ID,
+	)
+	var i TaskSchedule
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.SpecType,
+		&i.Spec,
+		&i.Timezone,
+		&i.OperationTemplate,
+		&i.OverlapPolicy,
+		&i.Enabled,
+		&i.NextRunAt,
+		&i.LastRunAt,
+		&i.FireCount,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const scopeCount = `-- name: ScopeCount :one
+SELECT count(*)::int FROM task_schedule_scope WHERE schedule_id = $1
+`
+
+func (q *Queries) ScopeCount(ctx context.Context, db DBTX, scheduleID uuid.UUID) (int32, error) {
+	row := db.QueryRow(ctx, scopeCount, scheduleID)
+	var column_1 int32
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
+const scopeDelete = `-- name: ScopeDelete :execrows
+DELETE FROM task_schedule_scope WHERE id = $1
+`
+
+func (q *Queries) ScopeDelete(ctx context.Context, db DBTX, id uuid.UUID) (int64, error) {
+	result, err := db.Exec(ctx, scopeDelete, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const scopeGetByID = `-- name: ScopeGetByID :one
+SELECT id, schedule_id, rack_id, component_filter, last_task_id, created_at FROM task_schedule_scope WHERE id = $1
+`
+
+func (q *Queries) ScopeGetByID(ctx context.Context, db DBTX, id uuid.UUID) (TaskScheduleScope, error) {
+	row := db.QueryRow(ctx, scopeGetByID, id)
+	var i TaskScheduleScope
+	err := row.Scan(
+		&i.ID,
+		&i.ScheduleID,
+		&i.RackID,
+		&i.ComponentFilter,
+		&i.LastTaskID,
+		&i.CreatedAt,
+	)
+	return i, err
+}
+
+const scopeInsert = `-- name: ScopeInsert :one
+INSERT INTO task_schedule_scope (schedule_id, rack_id, component_filter)
+VALUES ($1, $2, $3)
+RETURNING id, schedule_id, rack_id, component_filter, last_task_id, created_at
+`
+
+type ScopeInsertParams struct {
+	ScheduleID      uuid.UUID
+	RackID          uuid.UUID
+	ComponentFilter []byte
+}
+
+func (q *Queries) ScopeInsert(ctx context.Context, db DBTX, arg ScopeInsertParams) (TaskScheduleScope, error) {
+	row := db.QueryRow(ctx, scopeInsert, arg.ScheduleID, arg.RackID, arg.ComponentFilter)
+	var i TaskScheduleScope
+	err := row.Scan(
+		&i.ID,
+		&i.ScheduleID,
+		&i.RackID,
+		&i.ComponentFilter,
+		&i.LastTaskID,
+		&i.CreatedAt,
+	)
+	return i, err
+}
+
+const scopeListBySchedule = `-- name: ScopeListBySchedule :many
+SELECT id, schedule_id, rack_id, component_filter, last_task_id, created_at FROM task_schedule_scope WHERE schedule_id = $1 ORDER BY created_at, id
+`
+
+func (q *Queries) ScopeListBySchedule(ctx context.Context, db DBTX, scheduleID uuid.UUID) ([]TaskScheduleScope, error) {
+	rows, err := db.Query(ctx, scopeListBySchedule, scheduleID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskScheduleScope{}
+	for rows.Next() {
+		var i TaskScheduleScope
+		if err := rows.Scan(
+			&i.ID,
+			&i.ScheduleID,
+			&i.RackID,
+			&i.ComponentFilter,
+			&i.LastTaskID,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const scopeSetFilter = `-- name: ScopeSetFilter :one
+UPDATE task_schedule_scope SET component_filter = $1 WHERE id = $2 RETURNING id, schedule_id, rack_id, component_filter, last_task_id, created_at
+`
+
+type ScopeSetFilterParams struct {
+	ComponentFilter []byte
+	ID              uuid.UUID
+}
+
+func (q *Queries) ScopeSetFilter(ctx context.Context, db DBTX, arg ScopeSetFilterParams) (TaskScheduleScope, error) {
+	row := db.QueryRow(ctx, scopeSetFilter, arg.ComponentFilter, arg.ID)
+	var i TaskScheduleScope
+	err := row.Scan(
+		&i.ID,
+		&i.ScheduleID,
+		&i.RackID,
+		&i.ComponentFilter,
+		&i.LastTaskID,
+		&i.CreatedAt,
+	)
+	return i, err
+}
+
+const scopeSetLastTask = `-- name: ScopeSetLastTask :exec
+UPDATE task_schedule_scope SET last_task_id = $1 WHERE id = $2
+`
+
+type ScopeSetLastTaskParams struct {
+	LastTaskID *uuid.UUID
+	ID         uuid.UUID
+}
+
+func (q *Queries) ScopeSetLastTask(ctx context.Context, db DBTX, arg ScopeSetLastTaskParams) error {
+	_, err := db.Exec(ctx, scopeSetLastTask, arg.LastTaskID, arg.ID)
+	return err
+}
+
 const taskActiveOnRack = `-- name: TaskActiveOnRack :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task
 WHERE rack_id = $1 AND status IN ('waiting', 'pending', 'running')
 ORDER BY created_at, id
 `
@@ -444,6 +929,7 @@ func (q *Queries) TaskActiveOnRack(ctx context.Context, db DBTX, rackID uuid.UUI
 			&i.UpdatedAt,
 			&i.StartedAt,
 			&i.FinishedAt,
+			&i.NotTargeted,
 		); err != nil {
 			return nil, err
 		}
@@ -502,7 +988,7 @@ func (q *Queries) TaskFinish(ctx context.Context, db DBTX, arg TaskFinishParams)
 }
 
 const taskGetByID = `-- name: TaskGetByID :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task WHERE id = $1
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task WHERE id = $1
 `
 
 func (q *Queries) TaskGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Task, error) {
@@ -533,12 +1019,13 @@ func (q *Queries) TaskGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Task,
 		&i.UpdatedAt,
 		&i.StartedAt,
 		&i.FinishedAt,
+		&i.NotTargeted,
 	)
 	return i, err
 }
 
 const taskGetByIDForUpdate = `-- name: TaskGetByIDForUpdate :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task WHERE id = $1 FOR UPDATE
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) TaskGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (Task, error) {
@@ -569,12 +1056,13 @@ func (q *Queries) TaskGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUI
 		&i.UpdatedAt,
 		&i.StartedAt,
 		&i.FinishedAt,
+		&i.NotTargeted,
 	)
 	return i, err
 }
 
 const taskGetByIDs = `-- name: TaskGetByIDs :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task WHERE id = ANY($1::uuid[]) ORDER BY created_at DESC, id DESC
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task WHERE id = ANY($1::uuid[]) ORDER BY created_at DESC, id DESC
 `
 
 func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Task, error) {
@@ -611,6 +1099,7 @@ func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([
 			&i.UpdatedAt,
 			&i.StartedAt,
 			&i.FinishedAt,
+			&i.NotTargeted,
 		); err != nil {
 			return nil, err
 		}
@@ -623,7 +1112,7 @@ func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([
 }
 
 const taskGetByIdempotencyKey = `-- name: TaskGetByIdempotencyKey :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task WHERE idempotency_key = $1
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task WHERE idempotency_key = $1
 `
 
 func (q *Queries) TaskGetByIdempotencyKey(ctx context.Context, db DBTX, idempotencyKey *string) (Task, error) {
@@ -654,6 +1143,7 @@ func (q *Queries) TaskGetByIdempotencyKey(ctx context.Context, db DBTX, idempote
 		&i.UpdatedAt,
 		&i.StartedAt,
 		&i.FinishedAt,
+		&i.NotTargeted,
 	)
 	return i, err
 }
@@ -662,12 +1152,13 @@ const taskInsert = `-- name: TaskInsert :one
 INSERT INTO task (
     id, operation_type, operation_code, information, description, rack_id,
     components, component_ids, targets, rule, rule_name, applied_rule_id,
-    status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id)
+    status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, not_targeted)
 VALUES (
     $1, $2, $3, $4, $5, $6,
     $7, $8, $9, $10, $11, $12,
-    $13, $14, $15, $16, $17, $18, $19)
-RETURNING id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at
+    $13, $14, $15, $16, $17, $18, $19,
+    $20)
+RETURNING id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted
 `
 
 type TaskInsertParams struct {
@@ -690,6 +1181,7 @@ type TaskInsertParams struct {
 	IdempotencyKey *string
 	TriggerType    string
 	TriggerID      string
+	NotTargeted    []byte
 }
 
 func (q *Queries) TaskInsert(ctx context.Context, db DBTX, arg TaskInsertParams) (Task, error) {
@@ -713,6 +1205,7 @@ func (q *Queries) TaskInsert(ctx context.Context, db DBTX, arg TaskInsertParams)
 		arg.IdempotencyKey,
 		arg.TriggerType,
 		arg.TriggerID,
+		arg.NotTargeted,
 	)
 	var i Task
 	err := row.Scan(
@@ -740,6 +1233,7 @@ func (q *Queries) TaskInsert(ctx context.Context, db DBTX, arg TaskInsertParams)
 		&i.UpdatedAt,
 		&i.StartedAt,
 		&i.FinishedAt,
+		&i.NotTargeted,
 	)
 	return i, err
 }
@@ -778,7 +1272,7 @@ func (q *Queries) TaskKeyUsage(ctx context.Context, db DBTX) ([]TaskKeyUsageRow,
 }
 
 const taskList = `-- name: TaskList :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task
 WHERE ($1::uuid IS NULL OR rack_id = $1::uuid)
   AND ($2::uuid IS NULL OR component_ids @> ARRAY[$2::uuid])
   AND (NOT $3::boolean OR status IN ('waiting', 'pending', 'running'))
@@ -834,6 +1328,7 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 			&i.UpdatedAt,
 			&i.StartedAt,
 			&i.FinishedAt,
+			&i.NotTargeted,
 		); err != nil {
 			return nil, err
 		}
@@ -938,6 +1433,35 @@ func (q *Queries) TaskStatsFor(ctx context.Context, db DBTX, ids []uuid.UUID) ([
 	for rows.Next() {
 		var i TaskStatsForRow
 		if err := rows.Scan(&i.ID, &i.Status, &i.N); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskStatusesByIDs = `-- name: TaskStatusesByIDs :many
+SELECT id, status FROM task WHERE id = ANY($1::uuid[])
+`
+
+type TaskStatusesByIDsRow struct {
+	ID     uuid.UUID
+	Status string
+}
+
+func (q *Queries) TaskStatusesByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]TaskStatusesByIDsRow, error) {
+	rows, err := db.Query(ctx, taskStatusesByIDs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskStatusesByIDsRow{}
+	for rows.Next() {
+		var i TaskStatusesByIDsRow
+		if err := rows.Scan(&i.ID, &i.Status); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS task_schedule_scope;
+DROP TABLE IF EXISTS task_schedule;

@@ -1,0 +1,4 @@
+package operations
+
+// BuildReport exposes buildReport to the report tests.
+var BuildReport = buildReport

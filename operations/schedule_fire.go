@@ -1,0 +1,360 @@
+package operations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/nicoflow/flow/firmware"
+	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/operations/internal/dbsqlc"
+)
+
+// ScheduleQueue is the River queue schedule firings run on, apart from the
+// engine's so a backlog of steps does not delay them.
+const ScheduleQueue = "schedule"
+
+// TriggerTypeSchedule marks the tasks a schedule submits (task.trigger_type;
+// trigger_id is the schedule's ID).
+const TriggerTypeSchedule = "task_schedule"
+
+// ScheduleFireArgs is the job that fires a schedule at At. It holds IDs and
+// a time only; the job is unique per schedule, time and rescue number while
+// it waits or runs.
+type ScheduleFireArgs struct {
+	ScheduleID uuid.UUID `json:"schedule_id"`
+	At         time.Time `json:"at"`
+	// Rescue is 0 for the firing's own job; the safety net re-inserts an
+	// overdue firing with a rising number (its job may be stuck in a dead
+	// process until River rescues it).
+	Rescue int `json:"rescue,omitempty"`
+}
+
+// Kind returns the job kind.
+func (ScheduleFireArgs) Kind() string { return "operations.schedule_fire" }
+
+// InsertOpts puts the job on ScheduleQueue, unique while waiting or running
+// (a completed one does not block re-arming the same time after a resume).
+func (ScheduleFireArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: ScheduleQueue, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
+		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning, rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+	}}}
+}
+
+// ScheduleWorker works ScheduleFireArgs jobs. Set Schedules before the River
+// client starts.
+type ScheduleWorker struct {
+	river.WorkerDefaults[ScheduleFireArgs]
+	Schedules *Schedules
+}
+
+// Work fires the schedule if it is still due at the job's time, completing
+// the job in the firing's transaction.
+func (w *ScheduleWorker) Work(ctx context.Context, job *river.Job[ScheduleFireArgs]) error {
+	return w.Schedules.Fire(ctx, job.Args.ScheduleID, job.Args.At, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+}
+
+// RiverFireScheduler returns the FireScheduler that inserts ScheduleFireArgs
+// jobs through client, scheduled at the firing time.
+func RiverFireScheduler(client *river.Client[pgx.Tx]) FireScheduler {
+	return func(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time, rescue int) error {
+		_, err := client.InsertTx(ctx, tx, ScheduleFireArgs{ScheduleID: id, At: at.UTC(), Rescue: rescue}, &river.InsertOpts{ScheduledAt: at})
+		return err
+	}
+}
+
+// PromoteDueFirings makes the waiting firing jobs whose time has come
+// runnable now (at most limit of them), rather than at River's next
+// scheduler pass, which runs every few seconds: run every second on the
+// leader, it keeps firings within about a second of their time. A job
+// promoted twice, or one already running, is harmless.
+func PromoteDueFirings(ctx context.Context, client *river.Client[pgx.Tx], limit int) (int, error) {
+	params := river.NewJobListParams().Kinds(ScheduleFireArgs{}.Kind()).States(rivertype.JobStateScheduled).
+		Where("scheduled_at <= now()").OrderBy(river.JobListOrderByScheduledAt, river.SortOrderAsc).First(limit)
+	res, err := client.JobList(ctx, params)
+	if err != nil {
+		return 0, fmt.Errorf("list due firings: %w", err)
+	}
+	n := 0
+	for _, j := range res.Jobs {
+		if _, err := client.JobRetry(ctx, j.ID); err != nil {
+			return n, fmt.Errorf("promote firing job %d: %w", j.ID, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// RescueGrace is how overdue a firing must be before RescueOverdue
+// re-inserts its job.
+const RescueGrace = time.Minute
+
+// RescueOverdue re-inserts the firing job of every enabled schedule overdue
+// by more than RescueGrace (at most limit of them): the safety net for a
+// job stuck in a process that died, which River would only rescue after its
+// rescue window. A duplicate job is harmless: only the first to commit
+// finds the schedule still due. It returns how many it re-inserted.
+func (s *Schedules) RescueOverdue(ctx context.Context, limit int) (int, error) {
+	now := s.now()
+	n := 0
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		before := now.Add(-RescueGrace)
+		rows, err := s.q.ScheduleDue(ctx, tx, dbsqlc.ScheduleDueParams{Before: &before, RowLimit: int32(limit)})
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			rescue := int(now.Sub(*r.NextRunAt) / RescueGrace)
+			if err := s.fire(ctx, tx, r.ID, *r.NextRunAt, rescue); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// Fire fires schedule id's firing due at at, in one transaction: if the
+// schedule is still enabled and due at exactly at (otherwise it is a no-op:
+// the firing happened, or the schedule was paused, changed or deleted), it
+// submits each eligible scope entry's task, records last_task_id, advances
+// the schedule and arranges the next firing. complete, if set, runs in the
+// same transaction (the River job's completion). A scope entry whose
+// submission is refused is logged and left out; the others still fire.
+func (s *Schedules) Fire(ctx context.Context, id uuid.UUID, at time.Time, complete func(context.Context, pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		row, err := s.q.ScheduleGetByIDForUpdate(ctx, tx, id)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("lock schedule %s: %w", id, err)
+		case row.Enabled && row.NextRunAt != nil && row.NextRunAt.Equal(at):
+			if _, err := s.fireLocked(ctx, tx, row, at, false); err != nil {
+				return err
+			}
+		}
+		if complete != nil {
+			return complete(ctx, tx)
+		}
+		return nil
+	})
+}
+
+// Trigger fires schedule id now, whatever its enabled flag and next_run_at
+// say, submitting every scope entry (the overlap policy is ignored, though
+// child tasks still reject or queue by it), and applies the after-fire
+// update. It returns the submitted task IDs. Errors: ErrScheduleNotFound,
+// ErrScheduleConsumed, ErrScheduleFireFailed when every scope was refused
+// (then nothing changes, the schedule included).
+func (s *Schedules) Trigger(ctx context.Context, id uuid.UUID) ([]uuid.UUID, error) {
+	var ids []uuid.UUID
+	var refused []string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		row, err := s.lock(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if row.SpecType == string(SpecOneTime) && row.NextRunAt == nil {
+			return fmt.Errorf("%w: schedule %s", ErrScheduleConsumed, id)
+		}
+		res, err := s.fireLocked(ctx, tx, row, s.now(), true)
+		if err != nil {
+			return err
+		}
+		ids, refused = res.ids, res.refused
+		if len(ids) == 0 && len(refused) > 0 {
+			// Nothing was submitted: roll the advance back too, so the
+			// refused call changes nothing.
+			return fmt.Errorf("%w: %s", ErrScheduleFireFailed, strings.Join(refused, "; "))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+type fireResult struct {
+	ids     []uuid.UUID
+	refused []string
+}
+
+// fireLocked fires the locked schedule row for the firing time at.
+// manual (Trigger) submits every scope entry and advances from now.
+func (s *Schedules) fireLocked(ctx context.Context, tx pgx.Tx, row dbsqlc.TaskSchedule, at time.Time, manual bool) (fireResult, error) {
+	var res fireResult
+	sched, err := scheduleFromRow(row)
+	if err != nil {
+		return res, err
+	}
+	now := s.now()
+	rows, err := s.q.ScopeListBySchedule(ctx, tx, row.ID)
+	if err != nil {
+		return res, fmt.Errorf("list scopes: %w", err)
+	}
+	scopes, err := scopesFromRows(rows)
+	if err != nil {
+		return res, err
+	}
+	eligible := scopes
+	if !manual && sched.Overlap != OverlapQueue {
+		if eligible, err = s.notBusy(ctx, tx, scopes); err != nil {
+			return res, err
+		}
+	}
+	// A fixed rack order keeps two firings that share racks from taking
+	// the racks' locks in opposite orders.
+	slices.SortFunc(eligible, func(a, b ScheduleScope) int { return strings.Compare(a.RackID.String(), b.RackID.String()) })
+	var auth firmware.AuthData
+	if env := sched.Template.Information.AuthenticationData; env != nil {
+		if auth, err = s.keys.Open(env); err != nil {
+			// Nothing can be submitted; the firing is spent like one whose
+			// scopes were all refused.
+			s.logger.ErrorContext(ctx, "schedule credentials cannot be opened", "schedule_id", row.ID, "schedule", row.Name, "error", err.Error())
+			eligible = nil
+			res.refused = append(res.refused, "credentials cannot be opened: "+err.Error())
+		}
+	}
+	desc := fmt.Sprintf("%s — %s", sched.Name, at.UTC().Format(time.RFC3339))
+	for _, sc := range eligible {
+		req := s.scopeRequest(sched, sc, auth, desc)
+		if !manual {
+			req.IdempotencyKey = fmt.Sprintf("task-schedule:%s:%s:rack:%s", sched.ID, at.UTC().Format(time.RFC3339Nano), sc.RackID)
+		}
+		taskID, err := s.submitScope(ctx, tx, req)
+		if err != nil {
+			s.logger.WarnContext(ctx, "schedule scope not submitted", "schedule_id", sched.ID, "schedule", sched.Name, "rack_id", sc.RackID, "error", err.Error())
+			res.refused = append(res.refused, fmt.Sprintf("rack %s: %v", sc.RackID, err))
+			continue
+		}
+		if err := s.q.ScopeSetLastTask(ctx, tx, dbsqlc.ScopeSetLastTaskParams{ID: sc.ID, LastTaskID: &taskID}); err != nil {
+			return res, fmt.Errorf("record last task: %w", err)
+		}
+		res.ids = append(res.ids, taskID)
+	}
+	p := updateParams(row)
+	if len(eligible) > 0 || sched.Spec.Type == SpecOneTime {
+		p.LastRunAt = &now
+	}
+	parsed, err := parseSpec(sched.Spec, "schedule.spec")
+	if err != nil {
+		return res, fmt.Errorf("stored spec of schedule %s: %v", row.ID, err) //nolint:errorlint // internal
+	}
+	base := at
+	if manual {
+		base = now
+	}
+	if next, ok := parsed.after(base, now); ok {
+		p.NextRunAt = &next
+		if p.Enabled {
+			if err := s.arm(ctx, tx, row.ID, next); err != nil {
+				return res, err
+			}
+		}
+	} else {
+		p.NextRunAt, p.Enabled = nil, false
+	}
+	if len(res.ids) > 0 {
+		p.Fired = 1
+	}
+	if _, err := s.q.ScheduleUpdate(ctx, tx, p); err != nil {
+		return res, fmt.Errorf("advance schedule %s: %w", row.ID, err)
+	}
+	s.logger.InfoContext(ctx, "schedule fired", "schedule_id", sched.ID, "schedule", sched.Name, "fire_time", at.UTC(),
+		"manual", manual, "scopes", len(scopes), "submitted", len(res.ids), "refused", len(res.refused), "next_run_at", p.NextRunAt)
+	return res, nil
+}
+
+// notBusy leaves out scope entries whose last task is still waiting,
+// pending or running (overlap policy skip).
+func (s *Schedules) notBusy(ctx context.Context, tx pgx.Tx, scopes []ScheduleScope) ([]ScheduleScope, error) {
+	var last []uuid.UUID
+	for _, sc := range scopes {
+		if sc.LastTaskID != nil {
+			last = append(last, *sc.LastTaskID)
+		}
+	}
+	if len(last) == 0 {
+		return scopes, nil
+	}
+	rows, err := s.q.TaskStatusesByIDs(ctx, tx, last)
+	if err != nil {
+		return nil, fmt.Errorf("last tasks: %w", err)
+	}
+	busy := map[uuid.UUID]bool{}
+	for _, r := range rows {
+		if !TaskStatus(r.Status).Finished() {
+			busy[r.ID] = true
+		}
+	}
+	out := make([]ScheduleScope, 0, len(scopes))
+	for _, sc := range scopes {
+		if sc.LastTaskID != nil && busy[*sc.LastTaskID] {
+			continue
+		}
+		out = append(out, sc)
+	}
+	return out, nil
+}
+
+// scopeRequest is the task request of one scope entry's firing.
+func (s *Schedules) scopeRequest(sched Schedule, sc ScheduleScope, auth firmware.AuthData, desc string) Request {
+	t := sched.Template
+	payload := t.Information
+	payload.AuthenticationData = nil
+	req := Request{
+		Type: t.Type, Code: t.Code, Description: desc, Payload: payload, Auth: auth,
+		Queue: sched.Overlap == OverlapQueue, QueueTimeout: time.Duration(t.QueueTimeoutSecs) * time.Second,
+		RequiredRackID: sc.RackID, TriggerType: TriggerTypeSchedule, TriggerID: sched.ID.String(),
+	}
+	if t.RuleID != nil {
+		req.RuleID = *t.RuleID
+	}
+	switch {
+	case sc.Filter == nil:
+		req.Targets.Racks = []inventory.RackTarget{{Rack: inventory.RackRef{ID: sc.RackID}}}
+	case sc.Filter.Kind == filterTypes:
+		types := make([]inventory.ComponentType, len(sc.Filter.Types))
+		for i, ct := range sc.Filter.Types {
+			types[i] = inventory.ComponentType(ct)
+		}
+		req.Targets.Racks = []inventory.RackTarget{{Rack: inventory.RackRef{ID: sc.RackID}, Types: types}}
+	default:
+		for _, id := range sc.Filter.Components {
+			req.Targets.Components = append(req.Targets.Components, inventory.ComponentRef{ID: id})
+		}
+	}
+	return req
+}
+
+// submitScope submits one scope entry's task inside a savepoint, so a
+// refusal rolls back that entry alone.
+func (s *Schedules) submitScope(ctx context.Context, tx pgx.Tx, req Request) (uuid.UUID, error) {
+	var id uuid.UUID
+	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+		ids, err := s.tasks.Submit(ctx, sp, req)
+		if err != nil {
+			return err
+		}
+		if len(ids) != 1 {
+			return fmt.Errorf("submission wrote %d tasks, want 1", len(ids))
+		}
+		id = ids[0]
+		return nil
+	})
+	return id, err
+}
