@@ -26,6 +26,16 @@ type Config struct {
 	KeyPath         string        // FLOW_DATA_ENCRYPTION_KEY_PATH
 	RetiredKeyPaths []string      // FLOW_DATA_DECRYPTION_KEY_PATHS
 
+	// API security (docs/security.md): the server's certificate sources in
+	// upstream's order (TLS, then CertDir, then the SPIFFE mount), the
+	// explicit cleartext opt-out, the authorization policy and the admin
+	// listener for River UI and pprof.
+	TLS           TLSFiles // FLOW_TLS_CA, FLOW_TLS_CERT, FLOW_TLS_KEY
+	CertDir       string   // CERTDIR
+	AllowInsecure bool     // ALLOW_INSECURE_GRPC
+	AuthzPolicy   string   // FLOW_AUTHZ_POLICY: YAML file path
+	AdminAddr     string   // FLOW_ADMIN_LISTEN; "off" disables the admin listener
+
 	// Backends: the NICo Core and PSM endpoints (empty: not configured,
 	// operations needing them fail with FailedPrecondition), their TLS files
 	// and the component-manager configuration.
@@ -41,6 +51,9 @@ type Config struct {
 	// PollInterval, when positive, replaces the poll interval of the long
 	// hardware waits (FirmwareControl, WaitBringUp, WaitDecommissioned).
 	PollInterval time.Duration // FLOW_FIRMWARE_POLL_INTERVAL
+	// SystemJobs are the leader-run system jobs' settings, from the config
+	// file (FLOW_CONFIG_FILE) and FLOW_EXPECTED_INVENTORY_SYNC_ENABLED.
+	SystemJobs SystemJobsConfig
 }
 
 // ConfigVar documents one environment variable; ConfigVars is the table the
@@ -65,6 +78,13 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_SHUTDOWN_TIMEOUT", "30s", "how long a graceful shutdown waits for in-flight calls and jobs"},
 	{"FLOW_DATA_ENCRYPTION_KEY_PATH", "", "file holding the current data-encryption key (base64 of 32 random bytes) that seals firmware credentials; unset: requests with authentication_data are refused"},
 	{"FLOW_DATA_DECRYPTION_KEY_PATHS", "", "comma-separated files of retired keys, still used to open credentials sealed before a key rotation"},
+	{"FLOW_TLS_CA", "", "CA bundle (PEM) that client certificates must chain to (server), or that verifies the server (CLI); set with FLOW_TLS_CERT and FLOW_TLS_KEY"},
+	{"FLOW_TLS_CERT", "", "the API's server certificate (PEM), or the CLI's client certificate; reloaded when the file changes"},
+	{"FLOW_TLS_KEY", "", "private key (PEM) of FLOW_TLS_CERT"},
+	{"CERTDIR", "", "folder with ca.crt, tls.crt and tls.key, used when FLOW_TLS_* is unset (upstream's name); unset: the SPIFFE mount " + spiffeCertDir},
+	{"ALLOW_INSECURE_GRPC", "false", "true lets flow serve start without certificates: cleartext, no authentication, every caller is admin (upstream's name; local development only)"},
+	{"FLOW_AUTHZ_POLICY", "", "YAML file mapping client identities (SPIFFE ID or CN, exact or spiffe://domain/ns/* patterns) to roles viewer, operator, admin; unset: every client with a valid certificate is admin"},
+	{"FLOW_ADMIN_LISTEN", "127.0.0.1:50060", "admin listener for River UI (/riverui/) and pprof (/debug/pprof/), never on the API port; keep it on loopback or a private network; off disables it"},
 	{"FLOW_DEV_DATA_DIR", ".flow/dev", "flow dev state folder; --data-dir overrides"},
 	{"TEST_DATABASE_URL", "", "tests only: use this PostgreSQL server instead of starting a private one"},
 	{"NICO_CORE_API_URL", "", "NICo Core gRPC endpoint (host:port, http:// or https://); unset: Core not configured (flow dev: its simulator)"},
@@ -80,7 +100,9 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_ENGINE_RESCUE_AFTER", "30m", "how long a step call may run before it is presumed lost (its process died) and run again; must exceed every rule's step timeout, and is how long work in flight in a killed process waits before another process resumes it"},
 	{"FLOW_ENGINE_MAX_WORKERS", "1000", "engine jobs one process works at once"},
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
-	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard) at /riverui/ outside dev mode; it has no authentication of its own, so enable it only behind a trusted network or an authenticating proxy"},
+	{"FLOW_CONFIG_FILE", DefaultFlowConfigFile, "upstream's scheduler config file (YAML keys inventory_run_frequency, disable_inventory, leak_detection_interval, disable_leak_detection; durations such as 1m); the default path may be absent, an explicitly named file must exist; a zero or unparseable duration refuses startup (docs/inventory-sync.md)"},
+	{"FLOW_EXPECTED_INVENTORY_SYNC_ENABLED", "true", "gate of the expected-inventory mirror of each inventory-sync cycle (the mirror itself is not built yet); an unparseable value refuses startup"},
+	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard, which can pause queues and retry or delete jobs) at /riverui/ on the admin listener outside dev mode; it has no authentication of its own"},
 }
 
 // configDefault returns the variable name from getenv, or its documented
@@ -184,11 +206,26 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			cfg.PollInterval = d
 		}
 	}
+	cfg.TLS = TLSFiles{CA: getenv("FLOW_TLS_CA"), Cert: getenv("FLOW_TLS_CERT"), Key: getenv("FLOW_TLS_KEY")}
+	if cfg.TLS.Enabled() && (cfg.TLS.CA == "" || cfg.TLS.Cert == "" || cfg.TLS.Key == "") {
+		errs = append(errs, "FLOW_TLS_CA, FLOW_TLS_CERT and FLOW_TLS_KEY must be set together")
+	}
+	cfg.CertDir = getenv("CERTDIR")
+	if b, err := strconv.ParseBool(def("ALLOW_INSECURE_GRPC")); err != nil {
+		errs = append(errs, "ALLOW_INSECURE_GRPC must be true or false")
+	} else {
+		cfg.AllowInsecure = b
+	}
+	cfg.AuthzPolicy = getenv("FLOW_AUTHZ_POLICY")
+	cfg.AdminAddr = def("FLOW_ADMIN_LISTEN")
 	if b, err := strconv.ParseBool(def("FLOW_RIVERUI_ENABLED")); err != nil {
 		errs = append(errs, "FLOW_RIVERUI_ENABLED must be true or false")
 	} else {
 		cfg.RiverUIEnabled = b
 	}
+	sj, sjErrs := loadSystemJobsConfig(getenv)
+	cfg.SystemJobs = sj
+	errs = append(errs, sjErrs...)
 	if len(errs) > 0 {
 		return cfg, usageError(fmt.Errorf("configuration: %s", strings.Join(errs, "; ")))
 	}
@@ -213,9 +250,20 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("psm_tls", c.PSMTLS.Enabled()),
 		slog.String("component_manager_config", or(c.ComponentConfig, "(built-in)")),
 		slog.Any("component_managers", c.Components.Managers),
+		slog.String("tls_cert", c.TLS.Cert),
+		slog.String("certdir", c.CertDir),
+		slog.Bool("allow_insecure_grpc", c.AllowInsecure),
+		slog.String("authz_policy", or(c.AuthzPolicy, "(none: every authenticated client is admin)")),
+		slog.String("admin_listen", c.AdminAddr),
 		slog.Bool("riverui_enabled", c.RiverUIEnabled),
 		slog.Duration("engine_rescue_after", c.RescueAfter),
 		slog.Int("engine_max_workers", c.MaxWorkers),
+		slog.String("flow_config_file", or(c.SystemJobs.File, "(none)")),
+		slog.Duration("inventory_run_frequency", c.SystemJobs.InventoryInterval),
+		slog.Bool("disable_inventory", c.SystemJobs.InventoryDisabled),
+		slog.Bool("expected_inventory_sync", c.SystemJobs.ExpectedInventorySync),
+		slog.Duration("leak_detection_interval", c.SystemJobs.LeakDetectionInterval),
+		slog.Bool("disable_leak_detection", c.SystemJobs.LeakDetectionDisabled),
 	)
 }
 

@@ -34,7 +34,7 @@ type serverProcess struct {
 func startServerProcess(t *testing.T, env []string) *serverProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), append([]string{"FLOW_TEST_CHILD=serve"}, env...)...)
+	cmd.Env = append(os.Environ(), append([]string{"FLOW_TEST_CHILD=serve", insecureOptIn, "FLOW_ADMIN_LISTEN=off"}, env...)...)
 	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())
 	p := &serverProcess{cmd: cmd, env: env}

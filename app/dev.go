@@ -57,6 +57,9 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 		// rules' 2m polls are made for.
 		cfg.PollInterval = 2 * time.Second
 	}
+	if !cfg.SystemJobs.inventoryIntervalSet {
+		cfg.SystemJobs.InventoryInterval = devInventoryInterval
+	}
 	logger := newLogger(stderr, cfg.LogFormat, cfg.logLevel())
 
 	dir, err := filepath.Abs(o.dataDir)
@@ -112,7 +115,11 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 		logger.InfoContext(ctx, "simulators running", "nico_core_api_url", cfg.NICoURL, "psm_api_url", cfg.PSMURL)
 	}
 
-	srv, err := newServer(ctx, cfg, logger, serveOptions{migrate: true})
+	if !isLoopback(cfg.ListenAddr) {
+		logger.WarnContext(ctx, "flow dev serves cleartext without authentication, and --listen is not loopback: anyone who reaches the port is admin; use flow serve with certificates (docs/security.md) beyond this machine",
+			"addr", cfg.ListenAddr)
+	}
+	srv, err := newServer(ctx, cfg, logger, serveOptions{migrate: true, cleartext: true})
 	if err != nil {
 		return err
 	}
@@ -130,7 +137,7 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 		}
 		defer stop()
 	}
-	printBanner(stdout, srv.Addr().String(), cfg.DatabaseURL, dir)
+	printBanner(stdout, srv.Addr().String(), srv.AdminAddr(), cfg.DatabaseURL, dir)
 	return srv.run(ctx)
 }
 
@@ -178,18 +185,19 @@ func devPGDataDir(dir string) (string, error) {
 	return alt, nil
 }
 
-func printBanner(w io.Writer, addr, dbURL, dir string) {
-	host := addr
-	if strings.HasPrefix(host, ":") {
-		host = "127.0.0.1" + host
-	}
-	if strings.HasPrefix(host, "0.0.0.0:") || strings.HasPrefix(host, "[::]:") {
-		host = "127.0.0.1:" + host[strings.LastIndex(host, ":")+1:]
+func printBanner(w io.Writer, addr, adminAddr, dbURL, dir string) {
+	host := bannerHost(addr)
+	admin := "off (FLOW_ADMIN_LISTEN=off)"
+	if adminAddr != "" {
+		admin = "http://" + bannerHost(adminAddr) + "/riverui/   (River UI; pprof at /debug/pprof/)"
 	}
 	fmt.Fprintf(w, `
   Flow is running (dev mode)
 
   API        http://%[1]s   (gRPC, gRPC-Web and Connect JSON on one port)
+             cleartext, no authentication: every caller is admin (flow serve
+             needs certificates: docs/security.md)
+  Admin      %[4]s
   Database   %[2]s
   State      %[3]s
 
@@ -202,5 +210,17 @@ func printBanner(w io.Writer, addr, dbURL, dir string) {
 
   Ctrl-C stops Flow and its PostgreSQL; data stays in the state folder.
 
-`, host, dbURL, dir)
+`, host, dbURL, dir, admin)
+}
+
+// bannerHost turns a listen address into one to connect to.
+func bannerHost(addr string) string {
+	host := addr
+	if strings.HasPrefix(host, ":") {
+		host = "127.0.0.1" + host
+	}
+	if strings.HasPrefix(host, "0.0.0.0:") || strings.HasPrefix(host, "[::]:") {
+		host = "127.0.0.1:" + host[strings.LastIndex(host, ":")+1:]
+	}
+	return host
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,7 +30,7 @@ func startDev(t *testing.T, dir string) *devRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &devRun{cancel: cancel, done: make(chan error, 1), out: &syncBuffer{}}
-	env := map[string]string{"FLOW_LOG_LEVEL": "warn"}
+	env := map[string]string{"FLOW_LOG_LEVEL": "warn", "FLOW_ADMIN_LISTEN": "127.0.0.1:0"}
 	go func() {
 		r.done <- run(ctx, []string{"flow", "dev", "--data-dir", dir, "--listen", "127.0.0.1:0"}, func(k string) string { return env[k] }, r.out, r.out)
 	}()
@@ -81,6 +82,14 @@ func TestDevKeepsDataAcrossRestartsAndStopsPostgres(t *testing.T) {
 	banner := first.out.String()
 	require.Contains(t, banner, "curl -s -X POST -H 'Content-Type: application/json' -d '{}' http://"+addr+"/v1.Flow/Version")
 	require.Contains(t, banner, "grpcurl -plaintext "+addr+" list v1.Flow")
+	require.Contains(t, banner, "cleartext, no authentication")
+	// River UI is on the admin listener, not the API port.
+	admin := regexp.MustCompile(`Admin\s+(http://\S+/riverui/)`).FindStringSubmatch(banner)
+	require.NotNil(t, admin, banner)
+	res, err := http.Get(admin[1])
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
 
 	client := flowv1connect.NewFlowClient(h2cClient(), "http://"+addr)
 	_, err = client.Version(ctx, &flowv1.VersionRequest{})

@@ -68,6 +68,7 @@ func (b *fwBench) serve(t *testing.T, env map[string]string, logs io.Writer) *fw
 		"DATABASE_URL": b.dbURL, "FLOW_LISTEN_ADDR": "127.0.0.1:0",
 		"NICO_CORE_API_URL": b.sims.nicoSrv.URL(), "PSM_API_URL": b.sims.psmSrv.URL(),
 		"FLOW_SHUTDOWN_TIMEOUT": "5s", "FLOW_FIRMWARE_POLL_INTERVAL": "100ms",
+		"ALLOW_INSECURE_GRPC": "true", "FLOW_ADMIN_LISTEN": "off",
 	}
 	for k, v := range env {
 		vars[k] = v
@@ -389,7 +390,7 @@ func TestFirmwareSecretNeverStored(t *testing.T) {
 	url := "http://127.0.0.1:" + itoa(port)
 	logs := &syncBuffer{}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "FLOW_TEST_CHILD=serve",
+	cmd.Env = append(os.Environ(), "FLOW_TEST_CHILD=serve", insecureOptIn, "FLOW_ADMIN_LISTEN=off",
 		"DATABASE_URL="+b.dbURL, "FLOW_LISTEN_ADDR=127.0.0.1:"+itoa(port),
 		"NICO_CORE_API_URL="+tap.URL(), "PSM_API_URL="+b.sims.psmSrv.URL(),
 		"FLOW_DATA_ENCRYPTION_KEY_PATH="+newKeyFile(t), "FLOW_LOG_LEVEL=debug", "FLOW_FIRMWARE_POLL_INTERVAL=100ms")

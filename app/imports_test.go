@@ -16,6 +16,7 @@ import (
 // allowed everywhere it is used; it is checked separately below.
 var allowedImports = map[string][]string{
 	"db":           {},
+	"caller":       {},
 	"db/pglocal":   {},
 	"db/dbtest":    {"db", "db/pglocal"},
 	"engine":       {"db"},
@@ -29,7 +30,7 @@ var allowedImports = map[string][]string{
 	"psm/psmsim":   {"sim", "psm"},
 	"backend":      {"nico", "psm"},
 	"reconcile":    {"db", "inventory", "backend", "nico", "psm"},
-	"operations":   {"db", "engine", "inventory", "backend", "firmware", "nico", "psm"},
+	"operations":   {"db", "caller", "engine", "inventory", "backend", "firmware", "nico", "psm"},
 	"cmd/flow":     {"app"},
 	// cli talks to the server only through the generated Connect client;
 	// operations only for the rule file format (parsed client-side, so

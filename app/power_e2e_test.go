@@ -46,7 +46,7 @@ func startE2E(t *testing.T, powerDelay time.Duration, edits ...func(env map[stri
 	env := map[string]string{
 		"DATABASE_URL": dbURL, "FLOW_LISTEN_ADDR": "127.0.0.1:0",
 		"NICO_CORE_API_URL": sims.nicoSrv.URL(), "PSM_API_URL": sims.psmSrv.URL(),
-		"FLOW_SHUTDOWN_TIMEOUT": "5s",
+		"FLOW_SHUTDOWN_TIMEOUT": "5s", "ALLOW_INSECURE_GRPC": "true", "FLOW_ADMIN_LISTEN": "off",
 	}
 	for _, edit := range edits {
 		edit(env)

@@ -32,6 +32,7 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 		w.register(e)
 	}
 	rc := e.RiverConfig()
+	w.system.install(rc, logger)
 	if w.promoteRack != nil {
 		river.AddWorker(rc.Workers, &queueExpiryWorker{promote: w.promoteRack})
 	}
@@ -79,6 +80,9 @@ type engineWiring struct {
 	// promoteRack promotes and expires a rack's waiting tasks; it works the
 	// jobs scheduleQueueExpiry inserts.
 	promoteRack func(context.Context, uuid.UUID) error
+	// system holds the leader-run system jobs (inventory sync…); nil or
+	// empty: none.
+	system *systemJobs
 
 	// schedules works schedule firings; its Schedules is set once the
 	// task manager exists, before the client starts.

@@ -34,6 +34,7 @@ func TestServeRunsEngineAndMountsRiverUI(t *testing.T) {
 			cfg.ListenAddr = "127.0.0.1:0"
 			cfg.DevMode, cfg.RiverUIEnabled = tt.devMode, tt.flag
 			cfg.ShutdownTimeout = 5 * time.Second
+			cfg.AllowInsecure, cfg.AdminAddr = true, "127.0.0.1:0"
 			logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -57,14 +58,27 @@ func TestServeRunsEngineAndMountsRiverUI(t *testing.T) {
 				return rep.State == engine.StateCompleted
 			}, 30*time.Second, 20*time.Millisecond)
 
-			res, err := http.Get("http://" + srv.Addr().String() + "/riverui/")
-			require.NoError(t, err)
-			res.Body.Close()
-			if tt.wantUI {
-				require.Equal(t, http.StatusOK, res.StatusCode)
-			} else {
-				require.Equal(t, http.StatusNotFound, res.StatusCode)
+			status := func(method, url string) int {
+				req, err := http.NewRequest(method, url, nil)
+				require.NoError(t, err)
+				res, err := http.DefaultClient.Do(req)
+				require.NoError(t, err)
+				res.Body.Close()
+				return res.StatusCode
 			}
+			api, admin := "http://"+srv.Addr().String(), "http://"+srv.AdminAddr()
+			require.True(t, isLoopback(srv.AdminAddr()))
+			if tt.wantUI {
+				require.Equal(t, http.StatusOK, status("GET", admin+"/riverui/"))
+			} else {
+				require.Equal(t, http.StatusNotFound, status("GET", admin+"/riverui/"))
+			}
+			require.Equal(t, http.StatusOK, status("GET", admin+"/debug/pprof/"))
+			// Never on the API port: not River UI (whose API pauses the
+			// queues of every replica), not the profiler.
+			require.Equal(t, http.StatusNotFound, status("GET", api+"/riverui/"))
+			require.Equal(t, http.StatusNotFound, status("PUT", api+"/riverui/api/queues/engine/pause"))
+			require.Equal(t, http.StatusNotFound, status("GET", api+"/debug/pprof/"))
 
 			cancel()
 			require.NoError(t, <-done)

@@ -71,6 +71,7 @@ func newRoot(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comman
 		bench.Command(stdout, stderr),
 		dbCommand(getenv, stdout),
 		keyCommand(stdout, stderr),
+		certCommand(stdout),
 		configCommand(getenv, stdout),
 		{
 			Use:   "version",

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,13 +32,21 @@ type server struct {
 	keys     *firmware.Keyring // nil when no key is configured
 	backends *backends
 	ln       net.Listener
+	tls      *certReloader // nil: the API is cleartext
+	admin    *http.Server  // nil: FLOW_ADMIN_LISTEN=off
+	adminLn  net.Listener
 	engine   *engine.Engine
 	river    *river.Client[pgx.Tx]
+	syncer   *reconcile.Syncer
+	system   *systemJobs
 }
 
 // serveOptions are the parts of `flow serve` that are not Config.
 type serveOptions struct {
 	migrate bool // apply migrations at start instead of refusing an old schema
+	// cleartext serves the API without TLS whatever the certificate
+	// settings: flow dev, on loopback.
+	cleartext bool
 }
 
 // newServer connects to the database, checks the schema, builds the handler
@@ -51,6 +60,10 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		logger.WarnContext(ctx, "flow data encryption key is not configured; requests with firmware authentication data and existing encrypted operations will fail", "setting", "FLOW_DATA_ENCRYPTION_KEY_PATH")
 	} else {
 		logger.InfoContext(ctx, "data encryption keys loaded", "current_key_id", keys.CurrentKeyID(), "key_ids", keys.KeyIDs())
+	}
+	sec, err := setupSecurity(ctx, cfg, logger, opts.cleartext)
+	if err != nil {
+		return nil, err
 	}
 	if opts.migrate {
 		if _, err := db.Migrate(ctx, cfg.DatabaseURL); err != nil {
@@ -74,12 +87,16 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 			pool.Close()
 		}
 	}()
-	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth(), keys: keys}
+	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth(), keys: keys, tls: sec.reloader}
 	if s.backends, err = newBackends(cfg); err != nil {
 		return nil, err
 	}
 	s.backends.logStatus(ctx, logger)
 	inv := inventory.NewService()
+	s.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: s.backends.nico, Logger: logger})
+	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, logger); err != nil {
+		return nil, err
+	}
 	rules, err := operations.NewService(rackLookup{inv: inv})
 	if err != nil {
 		return nil, err
@@ -98,6 +115,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		schedules:   scheduleWorker,
 		rescueAfter: cfg.RescueAfter,
 		maxWorkers:  cfg.MaxWorkers,
+		system:      s.system,
 	})
 	if err != nil {
 		return nil, err
@@ -123,16 +141,43 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		inventoryHandler:  inventory.NewHandler(inv, pool),
 		operationsHandler: operations.NewHandler(pool, rules),
 		taskHandler:       operations.NewTaskHandler(pool, tasks),
-		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers), pool),
+		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers).WithDrift(s.syncer), pool),
 		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
 	}
-	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, riverUI: riverUI})
-	s.http = newHTTPServer(cfg.ListenAddr, mux, logger)
+	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer)}
+	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.policy, admin: admin})
+	var tlsConfig *tls.Config
+	if s.tls != nil {
+		tlsConfig = s.tls.tlsConfig()
+	}
+	s.http = newHTTPServer(cfg.ListenAddr, mux, tlsConfig, logger)
+	if cfg.AdminAddr != "off" {
+		if s.adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
+			return nil, fmt.Errorf("admin listener (FLOW_ADMIN_LISTEN) on %s: %w", cfg.AdminAddr, err)
+		}
+		s.admin = newAdminServer(newAdminMux(riverUI))
+		if !isLoopback(cfg.AdminAddr) {
+			logger.WarnContext(ctx, "the admin listener is not on loopback: River UI and pprof have no authentication, keep it on a private network", "admin_addr", cfg.AdminAddr)
+		}
+	} else if riverUI != nil {
+		logger.WarnContext(ctx, "River UI is enabled but FLOW_ADMIN_LISTEN=off: it is not served")
+	}
 	s.ln, err = net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
+		if s.adminLn != nil {
+			s.adminLn.Close()
+		}
 		return nil, fmt.Errorf("listen on %s: %w", cfg.ListenAddr, err)
 	}
 	return s, nil
+}
+
+// AdminAddr returns the address of the admin listener, or "" when it is off.
+func (s *server) AdminAddr() string {
+	if s.adminLn == nil {
+		return ""
+	}
+	return s.adminLn.Addr().String()
 }
 
 // Addr returns the address the server listens on.
@@ -146,12 +191,28 @@ func (s *server) run(ctx context.Context) error {
 	// River stops when run says so, after HTTP, not when ctx ends.
 	if err := s.river.Start(context.WithoutCancel(ctx)); err != nil {
 		s.ln.Close()
+		if s.adminLn != nil {
+			s.adminLn.Close()
+		}
 		s.pool.Close()
 		return fmt.Errorf("start river: %w", err)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- s.http.Serve(s.ln) }()
-	s.logger.InfoContext(ctx, "serving", "addr", s.ln.Addr().String(), "dev_mode", s.cfg.DevMode)
+	errc := make(chan error, 2)
+	go func() {
+		if s.tls != nil {
+			errc <- s.http.ServeTLS(s.ln, "", "")
+			return
+		}
+		errc <- s.http.Serve(s.ln)
+	}()
+	if s.admin != nil {
+		go func() {
+			if err := s.admin.Serve(s.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("admin listener: %w", err)
+			}
+		}()
+	}
+	s.logger.InfoContext(ctx, "serving", "addr", s.ln.Addr().String(), "tls", s.tls != nil, "admin_addr", s.AdminAddr(), "dev_mode", s.cfg.DevMode)
 
 	var serveErr error
 	select {
@@ -164,6 +225,9 @@ func (s *server) run(ctx context.Context) error {
 	defer cancel()
 	if err := s.http.Shutdown(shutdownCtx); err != nil {
 		s.logger.WarnContext(ctx, "http shutdown", "error", err.Error())
+	}
+	if s.admin != nil {
+		_ = s.admin.Close() // profiles and River UI polls need no draining
 	}
 	stopRiver(ctx, s.river, s.cfg.ShutdownTimeout, s.logger)
 	s.pool.Close()

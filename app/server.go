@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,8 +13,10 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 
+	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/reconcile"
@@ -52,9 +55,11 @@ var _ flowv1connect.FlowHandler = (*flowService)(nil)
 
 // muxOptions says what newMux mounts.
 type muxOptions struct {
-	devMode bool         // server reflection
-	health  *health      // grpc.health.v1; a fresh SERVING one when nil
-	riverUI http.Handler // mounted at /riverui/ when non-nil
+	devMode bool    // server reflection
+	health  *health // grpc.health.v1; a fresh SERVING one when nil
+	policy  *policy // FLOW_AUTHZ_POLICY; nil: every identity is admin
+	// admin is Flow's admin service; a fresh all-Unimplemented one when nil.
+	admin adminv1connect.AdminServiceHandler
 }
 
 // compressMinBytes is the smallest answer sent compressed to a client that
@@ -63,31 +68,39 @@ const compressMinBytes = 4 << 10
 
 // reflectedServices are the services server reflection lists, sorted by
 // name as upstream's gRPC server lists them: its own reflection services
-// (v1 and v1alpha) beside v1.Flow, plus the health service Flow also
-// serves. The contract's file answers by upstream's name, flow.proto.
+// (v1 and v1alpha) beside v1.Flow, plus the health service and Flow's own
+// admin service (flow.admin.v1), which upstream does not have. The contract's file answers by upstream's name, flow.proto.
 var reflectedServices = []string{
+	adminv1connect.AdminServiceName,
 	healthv1connect.HealthName,
 	grpcreflect.ReflectV1ServiceName,
 	grpcreflect.ReflectV1AlphaServiceName,
 	flowv1connect.FlowName,
 }
 
-// newMux mounts v1.Flow (gRPC, gRPC-Web and Connect), gRPC health, River UI
-// when given and, in dev mode, server reflection.
-func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions) *http.ServeMux {
+// newMux mounts v1.Flow (gRPC, gRPC-Web and Connect), gRPC health and, in
+// dev mode, server reflection, behind the caller middleware and the
+// interceptors: the rpc log line, the audit line, authorization (the policy
+// in opts) and the internal-error guard, outermost first. River UI and
+// pprof are never here: they live on the admin listener (admin.go).
+func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions) http.Handler {
 	mux := http.NewServeMux()
 	handlerOpts := []connect.HandlerOption{
 		// Compressing a small answer costs more CPU than the bytes it saves
 		// (a serial look-up spent ~0.1 ms gzipping ~1 KB); large pages still
 		// go compressed to clients that ask.
 		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithInterceptors(newLogInterceptor(logger), newErrorInterceptor(logger)),
+		connect.WithInterceptors(newLogInterceptor(logger), newAuditInterceptor(logger), authorizer{policy: opts.policy}, newErrorInterceptor(logger)),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
 			logger.ErrorContext(ctx, "handler panic", "method", spec.Procedure, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 		}),
 	}
 	mux.Handle(flowv1connect.NewFlowHandler(svc, handlerOpts...))
+	if opts.admin == nil {
+		opts.admin = &adminService{}
+	}
+	mux.Handle(adminv1connect.NewAdminServiceHandler(opts.admin, handlerOpts...))
 	if opts.health == nil {
 		opts.health = newHealth()
 	}
@@ -97,19 +110,22 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 		mux.Handle(grpcreflect.NewHandlerV1(reflector))
 		mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	}
-	if opts.riverUI != nil {
-		mux.Handle("/riverui/", opts.riverUI)
-	}
-	return mux
+	return withCaller(mux)
 }
 
-// newHTTPServer serves handler on addr over HTTP/1.1 and cleartext HTTP/2
-// (h2c), which gRPC clients need without TLS.
-func newHTTPServer(addr string, handler http.Handler, logger *slog.Logger) *http.Server {
+// newHTTPServer serves handler on addr over HTTP/1.1 and HTTP/2: over TLS
+// with tlsConfig (serve with ServeTLS(ln, "", "")), or cleartext HTTP/2
+// (h2c), which gRPC clients need without TLS, when tlsConfig is nil.
+func newHTTPServer(addr string, handler http.Handler, tlsConfig *tls.Config, logger *slog.Logger) *http.Server {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
+	if tlsConfig != nil {
+		protocols.SetHTTP2(true)
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
 	return &http.Server{
+		TLSConfig:         tlsConfig,
 		Addr:              addr,
 		Handler:           handler,
 		Protocols:         &protocols,
@@ -135,6 +151,8 @@ func newLogInterceptor(logger *slog.Logger) connect.UnaryInterceptorFunc {
 			}
 			attrs := []slog.Attr{
 				slog.String("method", req.Spec().Procedure),
+				slog.String("identity", caller.Identity(ctx)),
+				slog.String("request_id", caller.RequestID(ctx)),
 				slog.String("protocol", req.Peer().Protocol),
 				slog.String("code", code),
 				slog.Duration("duration", time.Since(start)),

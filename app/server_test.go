@@ -84,7 +84,7 @@ func setup(t *testing.T, devMode bool) *testBundle {
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := newHTTPServer(ln.Addr().String(), newMux(logger, svc, muxOptions{devMode: devMode}), logger)
+	srv := newHTTPServer(ln.Addr().String(), newMux(logger, svc, muxOptions{devMode: devMode}), nil, logger)
 	go srv.Serve(ln) //nolint:errcheck // ErrServerClosed at shutdown
 	stop := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -200,6 +200,7 @@ func TestReflectionOnlyInDevMode(t *testing.T) {
 	names, err := list(dev.baseURL)
 	require.NoError(t, err)
 	require.Equal(t, []string{
+		"flow.admin.v1.AdminService",
 		"grpc.health.v1.Health",
 		"grpc.reflection.v1.ServerReflection",
 		"grpc.reflection.v1alpha.ServerReflection",
@@ -339,7 +340,7 @@ func TestHealthTurnsNotServingAtShutdown(t *testing.T) {
 	logger := newLogger(io.Discard, "json", slog.LevelInfo)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := newHTTPServer(ln.Addr().String(), newMux(logger, &flowService{versionHandler: &versionHandler{}}, muxOptions{health: h}), logger)
+	srv := newHTTPServer(ln.Addr().String(), newMux(logger, &flowService{versionHandler: &versionHandler{}}, muxOptions{health: h}), nil, logger)
 	go srv.Serve(ln) //nolint:errcheck
 	t.Cleanup(func() { _ = srv.Close() })
 

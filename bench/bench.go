@@ -413,6 +413,10 @@ func (b *Bench) startServer(ctx context.Context) error {
 		"FLOW_LISTEN_ADDR="+b.serverAddr,
 		"FLOW_DEV_MODE=false",
 		"FLOW_SHUTDOWN_TIMEOUT=10s",
+		// The bench measures the engine on loopback, in cleartext, and
+		// leaves the admin listener's port to a flow dev on this machine.
+		"ALLOW_INSECURE_GRPC=true", "FLOW_TLS_CA=", "FLOW_TLS_CERT=", "FLOW_TLS_KEY=", "CERTDIR=", "FLOW_AUTHZ_POLICY=",
+		"FLOW_ADMIN_LISTEN=off",
 	)
 	if w, ok := b.o.workload.(benchEnvWorkload); ok {
 		cmd.Env = append(cmd.Env, w.serverEnv()...)

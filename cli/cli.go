@@ -9,7 +9,8 @@
 //
 //	flow [--server ADDR] [-o table|wide|json|yaml] NOUN VERB [ARGS] [FLAGS]
 //
-// Global flags (--server, FLOW_SERVER, default 127.0.0.1:50051; -o) go
+// Global flags (--server, FLOW_SERVER, default 127.0.0.1:50051; -o; the
+// TLS files --ca, --cert and --key, else FLOW_TLS_* or CERTDIR, tls.go) go
 // anywhere on the line. Help (--help at every level, `flow help NOUN`) goes
 // to stdout and exits 0. Bad usage exits 2 with a one-line error and a hint
 // (ExitCode). Racks, components, rules and tasks are named by UUID or by
@@ -54,7 +55,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -62,6 +62,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
@@ -79,6 +80,7 @@ var nouns = []noun{
 	firmwareNoun, bringUpNoun, ingestNoun, decommissionNoun,
 	taskNoun,
 	scheduleNoun,
+	syncNoun,
 }
 
 // GroupID is the help group of the client commands.
@@ -86,7 +88,7 @@ const GroupID = "client"
 
 // Options configure AddCommands.
 type Options struct {
-	// Getenv reads the environment (FLOW_SERVER).
+	// Getenv reads the environment (FLOW_SERVER, FLOW_TLS_*, CERTDIR).
 	Getenv func(string) string
 	// Stdin is read by -f - and --credentials-stdin; nil: os.Stdin.
 	Stdin io.Reader
@@ -95,13 +97,16 @@ type Options struct {
 // AddCommands adds the client nouns to root, and the global flags --server
 // and -o (--output) as root's persistent flags.
 func AddCommands(root *cobra.Command, o Options) {
-	g := &globals{stdin: o.Stdin}
+	g := &globals{stdin: o.Stdin, getenv: o.Getenv}
 	if g.stdin == nil {
 		g.stdin = os.Stdin
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.server, "server", or(o.Getenv("FLOW_SERVER"), DefaultServer), "Flow server address, host:port or URL (FLOW_SERVER)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table, wide, json or yaml")
+	pf.StringVar(&g.ca, "ca", "", "CA bundle (PEM) that verifies the server; turns TLS on (FLOW_TLS_CA, else CERTDIR/ca.crt)")
+	pf.StringVar(&g.cert, "cert", "", "client certificate (PEM) for mutual TLS (FLOW_TLS_CERT, else CERTDIR/tls.crt)")
+	pf.StringVar(&g.key, "key", "", "private key (PEM) of --cert (FLOW_TLS_KEY, else CERTDIR/tls.key)")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	if !root.ContainsGroup(GroupID) {
 		root.AddGroup(&cobra.Group{ID: GroupID, Title: "Client commands (talk to a running server, --server or FLOW_SERVER):"})
@@ -113,9 +118,11 @@ func AddCommands(root *cobra.Command, o Options) {
 
 // globals are the values of the global flags.
 type globals struct {
-	server string
-	output string
-	stdin  io.Reader
+	server        string
+	output        string
+	ca, cert, key string // TLS files; see ClientTLSFiles
+	stdin         io.Reader
+	getenv        func(string) string
 }
 
 var outputFormats = []string{"table", "wide", "json", "yaml"}
@@ -129,7 +136,18 @@ func (g *globals) env(cmd *cobra.Command) (*env, error) {
 	if !ok {
 		return nil, usageError{fmt.Errorf("-o must be one of %s, not %q", strings.Join(outputFormats, ", "), g.output)}
 	}
-	return &env{client: newClient(g.server), server: g.server, out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(),
+	files := ClientTLSFiles(g.getenv, g.ca, g.cert, g.key)
+	hc, base, err := HTTPClient(g.server, files, 60*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	// A sync cycle over a large site can take minutes: the admin client
+	// waits longer than the API client.
+	ahc, _, err := HTTPClient(g.server, files, 10*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	return &env{client: flowv1connect.NewFlowClient(hc, base), admin: adminv1connect.NewAdminServiceClient(ahc, base), server: g.server, out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(),
 		format: g.output, stdin: g.stdin}, nil
 }
 
@@ -161,6 +179,7 @@ type runFunc = func(ctx context.Context, c *env, args []string) error
 // env is what a verb runs with.
 type env struct {
 	client flowv1connect.FlowClient
+	admin  adminv1connect.AdminServiceClient // Flow's own admin service
 	server string
 	out    io.Writer
 	errOut io.Writer
@@ -238,20 +257,6 @@ func (v verb) command(g *globals) *cobra.Command {
 		_ = cmd.RegisterFlagCompletionFunc("status", cobra.FixedCompletions(taskStatuses, cobra.ShellCompDirectiveNoFileComp))
 	}
 	return cmd
-}
-
-// newClient returns a Connect (binary proto over HTTP/1.1) client of the
-// server at addr ("host:port" or a URL).
-func newClient(addr string) flowv1connect.FlowClient {
-	return flowv1connect.NewFlowClient(&http.Client{Timeout: 60 * time.Second}, baseURL(addr))
-}
-
-func baseURL(addr string) string {
-	base := addr
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	return strings.TrimRight(base, "/")
 }
 
 func or(s, def string) string {

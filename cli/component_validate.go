@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/pflag"
 
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -15,14 +16,15 @@ import (
 // Flow's inventory against what NICo Core / PSM report.
 var componentValidateVerb = verb{
 	name:    "validate",
-	args:    "[--rack ID|NAME,...] [--type T,...] [--order name|type] [--desc] [--offset N] [--limit N]",
-	summary: "compare the inventory with the component managers (NICo Core, PSM): missing, unexpected and mismatched components",
+	args:    "[--rack ID|NAME,...] [--type T,...] [--order name|type] [--desc] [--offset N] [--limit N] [--live]",
+	summary: "compare the inventory with NICo Core: missing, unexpected and mismatched components, as the last inventory sync found them (--live: ask the component managers now)",
 	flags: func(fs *pflag.FlagSet) runFunc {
 		racks := fs.String("rack", "", "only these racks (UUIDs or names, comma-separated)")
 		types := fs.String("type", "", "only these types: compute, nvswitch, powershelf")
 		order := fs.String("order", "name", "order the diffs by name or type")
 		desc := fs.Bool("desc", false, "descending order")
 		page := pageFlags(fs)
+		live := fs.Bool("live", false, "ask the component managers (NICo Core, PSM) now instead of reading the last sync's drift")
 		return func(ctx context.Context, c *env, args []string) error {
 			if err := wantArgs(args, 0, "no arguments"); err != nil {
 				return err
@@ -44,18 +46,33 @@ var componentValidateVerb = verb{
 				return usageError{fmt.Errorf("--order must be name or type")}
 			}
 			req.OrderBy = &flowv1.OrderBy{Field: &flowv1.OrderBy_ComponentField{ComponentField: field}, Direction: direction(*desc)}
+			ctx, call := connect.NewClientContext(ctx)
+			if *live {
+				call.RequestHeader().Set(validateModeHeader, "live")
+			}
 			res, err := c.client.ValidateComponents(ctx, req)
 			if err != nil {
 				return err
 			}
+			source := "checked live"
+			if at := call.ResponseHeader().Get(driftCheckedAtHeader); at != "" {
+				source = "as of the inventory sync at " + at
+			}
 			return c.emit(res, func(w io.Writer) {
 				printDiffs(w, res.GetDiffs())
-				fmt.Fprintf(w, "(%d of %d diffs: %d missing, %d unexpected, %d mismatch; %d match)\n",
-					len(res.GetDiffs()), res.GetTotalDiffs(), res.GetMissingCount(), res.GetUnexpectedCount(), res.GetMismatchCount(), res.GetMatchCount())
+				fmt.Fprintf(w, "(%d of %d diffs: %d missing, %d unexpected, %d mismatch; %d match; %s)\n",
+					len(res.GetDiffs()), res.GetTotalDiffs(), res.GetMissingCount(), res.GetUnexpectedCount(), res.GetMismatchCount(), res.GetMatchCount(), source)
 			})
 		}
 	},
 }
+
+// The headers of ValidateComponents beyond the v1 contract (the server's
+// reconcile.ValidateModeHeader and reconcile.DriftCheckedAtHeader).
+const (
+	validateModeHeader   = "Flow-Validate-Mode"
+	driftCheckedAtHeader = "Flow-Drift-Checked-At"
+)
 
 // printDiffs writes one row per diff; a mismatch lists its fields as
 // field: expected → actual.

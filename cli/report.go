@@ -17,9 +17,12 @@ import (
 // leave them out.
 
 type report struct {
-	Version int           `json:"version"`
-	Stages  []stageReport `json:"stages"`
-	Error   string        `json:"error,omitempty"`
+	Version int `json:"version"`
+	// SubmittedBy is the identity that submitted the task (a client
+	// certificate's SPIFFE ID or CN, "insecure" on a cleartext server).
+	SubmittedBy string        `json:"submitted_by,omitempty"`
+	Stages      []stageReport `json:"stages"`
+	Error       string        `json:"error,omitempty"`
 	// ComponentsTargeted counts the task's components once, whatever the
 	// number of stages that drive them.
 	ComponentsTargeted *int `json:"components_targeted,omitempty"`

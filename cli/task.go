@@ -333,6 +333,9 @@ func printTask(w io.Writer, t *flowv1.Task, names map[string]string, now time.Ti
 		{"COMPONENTS", strconv.Itoa(len(t.GetComponentUuids()))},
 		{"CREATED", fmtTime(t.GetCreatedAt().AsTime())},
 	}
+	if rep, ok := taskReport(t); ok && rep.SubmittedBy != "" {
+		fields = append(fields, [2]string{"SUBMITTED BY", rep.SubmittedBy})
+	}
 	if t.QueueExpiresAt != nil {
 		fields = append(fields, [2]string{"QUEUE EXPIRES", fmtTime(t.GetQueueExpiresAt().AsTime())})
 	}

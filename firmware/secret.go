@@ -34,6 +34,9 @@ var (
 	// ErrBadEnvelope means the envelope is malformed, of an unknown version,
 	// or fails authentication (tampered, or the wrong key under a right ID).
 	ErrBadEnvelope = errors.New("invalid encrypted authentication data")
+	// ErrKeyFileMode means a key file is readable or writable by its group
+	// or others; LoadKeyring refuses it, naming the file and its mode.
+	ErrKeyFileMode = errors.New("data encryption key file is accessible to group or others")
 )
 
 // EnvelopeVersion is the only envelope format Flow writes and reads.
@@ -249,6 +252,15 @@ func LoadKeyring(currentPath string, retiredPaths []string) (*Keyring, error) {
 		return nil, nil
 	}
 	read := func(path string) ([]byte, error) {
+		fi, err := os.Stat(path) // the file, through Kubernetes' symlinks
+		if err != nil {
+			return nil, fmt.Errorf("read data encryption key %s: %w", path, err)
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			// As ssh refuses a private key others can read: whoever reads
+			// it can open every stored firmware credential.
+			return nil, fmt.Errorf("%w: %s has mode %04o; chmod 600 it (Kubernetes: defaultMode: 0400 on the secret volume)", ErrKeyFileMode, path, perm)
+		}
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("read data encryption key %s: %w", path, err)

@@ -199,6 +199,22 @@ func TestLoadKeyring(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, kr, "unset: no keyring, Flow starts with a warning")
 
+	// A key file its group or others can read is refused, current or
+	// retired, naming the file and its mode.
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o660} {
+		open := write("open", base64.StdEncoding.EncodeToString(rawKey(5)))
+		require.NoError(t, os.Chmod(open, mode))
+		_, err = LoadKeyring(open, nil)
+		require.ErrorIs(t, err, ErrKeyFileMode)
+		require.ErrorContains(t, err, fmt.Sprintf("%s has mode %04o", open, mode))
+		_, err = LoadKeyring(good, []string{open})
+		require.ErrorIs(t, err, ErrKeyFileMode)
+	}
+	ro := write("ro", base64.StdEncoding.EncodeToString(rawKey(6)))
+	require.NoError(t, os.Chmod(ro, 0o400))
+	_, err = LoadKeyring(ro, nil)
+	require.NoError(t, err, "owner-only read is fine")
+
 	kr, err = LoadKeyring(good, []string{retired})
 	require.NoError(t, err)
 	require.Equal(t, KeyID(rawKey(3)), kr.CurrentKeyID())

@@ -52,6 +52,7 @@ func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []R
 			NVLDomainID:     r.NVLDomainID,
 			RackExternalID:  r.ExternalID,
 			Status:          OperationStatus{Phase: row.OperationPhase, Reason: row.OperationReason, Blocked: row.BlockedOperations},
+			PowerState:      row.PowerState,
 		}
 		sc.compIndex[row.ID] = i
 		sc.compRack = append(sc.compRack, ri)
@@ -399,6 +400,8 @@ func componentFromRow(c dbsqlc.Component, domain *uuid.UUID, rackExternalID *str
 		NVLDomainID:     domain,
 		RackExternalID:  deref(rackExternalID),
 		Status:          OperationStatus{Phase: c.OperationPhase, Reason: c.OperationReason, Blocked: c.BlockedOperations},
+		PowerState:      c.PowerState,
+		Health:          c.Health,
 		CreatedAt:       c.CreatedAt,
 		UpdatedAt:       c.UpdatedAt,
 		DeletedAt:       c.DeletedAt,

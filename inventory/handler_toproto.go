@@ -29,13 +29,10 @@ func componentTypeToProto(t ComponentType) flowv1.ComponentType {
 	return flowv1.ComponentType_COMPONENT_TYPE_UNKNOWN
 }
 
-// Resting values of fields that later work owns (spec/api.md §4.2): the
-// power state is not synced yet, operability and leak detection have not
-// looked at the component (UNKNOWN: fail closed), and no leak-handling task
-// targets it (NONE).
+// Resting values of fields that later work owns (spec/api.md §4.2): leak
+// detection has not looked at the component (UNKNOWN: fail closed), and no
+// leak-handling task targets it (NONE).
 const (
-	restingPowerState         = ""
-	restingPhase              = flowv1.Phase_PHASE_UNKNOWN
 	restingLeakStatus         = flowv1.LeakStatus_LEAK_STATUS_UNKNOWN
 	restingLeakHandlingStatus = flowv1.LeakHandlingStatus_LEAK_HANDLING_STATUS_NONE
 )
@@ -62,7 +59,7 @@ func rackToProto(r Rack) *flowv1.Rack {
 		},
 		TaskStats:       taskStatsToProto(r.TaskStats),
 		ExternalId:      r.ExternalID,
-		OperationStatus: restingPhase,
+		OperationStatus: phaseToProto(r.OperationPhase),
 	}
 	if r.NVLDomainID != nil {
 		out.NvlDomainIds = []*flowv1.UUID{uuidProto(*r.NVLDomainID)}
@@ -169,7 +166,7 @@ func fillComponent(out *flowv1.Component, info *flowv1.DeviceInfo, pos *flowv1.R
 	out.FirmwareVersion = c.FirmwareVersion
 	out.Position = pos
 	out.ComponentId = c.ExternalID
-	out.PowerState = restingPowerState
+	out.PowerState = c.PowerState
 	out.Status = status
 	out.LeakStatus = restingLeakStatus
 	out.TaskStats = stats

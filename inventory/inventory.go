@@ -204,9 +204,12 @@ type Rack struct {
 	// components carry no timestamps.
 	Components []Component
 	TaskStats  TaskStats
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-	DeletedAt  *time.Time
+	// OperationPhase aggregates its live components' phases (RackPhase);
+	// "unknown" without components.
+	OperationPhase string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	DeletedAt      *time.Time
 }
 
 // Component is a rack component as held in the inventory.
@@ -229,11 +232,15 @@ type Component struct {
 	RackExternalID string
 	// Status is Flow's operability view of the component: disruptive
 	// operations whose type it lists as blocked wait at the readiness gate.
-	Status    OperationStatus
-	TaskStats TaskStats
-	CreatedAt time.Time
-	UpdatedAt time.Time
-	DeletedAt *time.Time
+	Status OperationStatus
+	// PowerState is Core's power as last synced ("on", "off"…; "" never
+	// synced); Health is Core's last health report as JSON (nil: none).
+	PowerState string
+	Health     []byte
+	TaskStats  TaskStats
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	DeletedAt  *time.Time
 }
 
 // OperationStatus is a component's operability (ComponentOperationStatus):

@@ -277,7 +277,7 @@ SELECT * FROM component WHERE serial_number = ANY (@serial_numbers::text[]);
 -- (dbsqlc/component_page.go), which decodes the raw column values itself.
 SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
        c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id,
-       c.operation_phase, c.operation_reason, c.blocked_operations
+       c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state
 FROM component c
 WHERE c.rack_id = ANY (@rack_ids::uuid[]) AND c.deleted_at IS NULL;
 

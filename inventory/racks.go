@@ -124,8 +124,13 @@ func (s *Service) completeRacks(ctx context.Context, dbtx db.DBTX, rows []dbsqlc
 	if err != nil {
 		return nil, err
 	}
+	phases, err := s.RackPhases(ctx, dbtx, ids)
+	if err != nil {
+		return nil, err
+	}
 	for i := range racks {
 		racks[i].TaskStats = stats[racks[i].ID]
+		racks[i].OperationPhase = phases[racks[i].ID]
 	}
 	if !withComponents || len(rows) == 0 {
 		return racks, nil

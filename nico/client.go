@@ -77,7 +77,11 @@ func NewClient(url string, opts ...Option) (*Client, error) {
 	if o.http != nil {
 		hc = o.http
 	}
-	c.rpc = forgepbconnect.NewForgeClient(hc, base, connect.WithGRPC(), connect.WithReadMaxBytes(32<<20))
+	// No gzip: Core's replies travel uncompressed, as to upstream's Go
+	// client; compressing the large listings of an inventory sync cost
+	// more CPU on both ends than the bytes saved on a datacenter network.
+	c.rpc = forgepbconnect.NewForgeClient(hc, base, connect.WithGRPC(), connect.WithReadMaxBytes(64<<20),
+		connect.WithAcceptCompression("gzip", nil, nil))
 	return c, nil
 }
 
@@ -282,8 +286,9 @@ func checkIDs(method string, ids []string) error {
 	return nil
 }
 
-// byIDs runs fetch over ids in batches sharing one deadline, and fails with
-// ErrNotFound naming the IDs a reply left out.
+// byIDs runs fetch over ids in batches sharing one deadline, up to
+// parallelBatches at a time, and fails with ErrNotFound naming the IDs a
+// reply left out. The result keeps the batches' order.
 func byIDs[T any](ctx context.Context, c *Client, method string, ids []string, fetch func(context.Context, []string) ([]T, error), idOf func(T) string) ([]T, error) {
 	if err := c.ready(method); err != nil {
 		return nil, err
@@ -294,14 +299,16 @@ func byIDs[T any](ctx context.Context, c *Client, method string, ids []string, f
 	size := c.batchSize(ctx)
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	var out []T
-	for chunk := range slices.Chunk(ids, size) {
-		got, err := fetch(cctx, chunk)
+	chunks := slices.Collect(slices.Chunk(ids, size))
+	got := make([][]T, len(chunks))
+	err := eachBatch(cctx, len(chunks), func(ctx context.Context, i int) error {
+		chunk := chunks[i]
+		res, err := fetch(ctx, chunk)
 		if err != nil {
-			return nil, classify(ctx, method, err)
+			return classify(ctx, method, err)
 		}
-		present := make(map[string]bool, len(got))
-		for _, g := range got {
+		present := make(map[string]bool, len(res))
+		for _, g := range res {
 			present[idOf(g)] = true
 		}
 		var missing []string
@@ -310,12 +317,54 @@ func byIDs[T any](ctx context.Context, c *Client, method string, ids []string, f
 				missing = append(missing, id)
 			}
 		}
-		if len(missing) > 0 || len(got) != len(chunk) {
-			return nil, &Error{Method: method, Class: ErrNotFound, Device: strings.Join(missing, ","), Msg: "reply does not hold exactly the requested IDs"}
+		if len(missing) > 0 || len(res) != len(chunk) {
+			return &Error{Method: method, Class: ErrNotFound, Device: strings.Join(missing, ","), Msg: "reply does not hold exactly the requested IDs"}
 		}
-		out = append(out, got...)
+		got[i] = res
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []T
+	for _, g := range got {
+		out = append(out, g...)
 	}
 	return out, nil
+}
+
+// parallelBatches is how many batches of one read are in flight at once.
+const parallelBatches = 4
+
+// eachBatch runs f for batches 0..n-1, up to parallelBatches at a time, and
+// returns the first error (the others are cancelled).
+func eachBatch(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+		next  = make(chan int)
+	)
+	for range min(parallelBatches, n) {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
+				}
+			}
+		})
+	}
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
 }
 
 // MachineIDs lists machine IDs; with includeDPUs DPUs are listed too, and a
@@ -364,6 +413,7 @@ func (c *Client) Machines(ctx context.Context, ids []string) ([]Machine, error) 
 			BMCFirmware:    m.GetBmcInfo().GetFirmwareVersion(),
 			ChassisSerial:  m.GetStatus().GetDiscoveryInfo().GetDmiData().GetChassisSerial(),
 			UpdateComplete: m.GetStatus().GetUpdateComplete(),
+			Health:         healthOf(m.GetStatus().GetHealth()),
 		}
 		for _, d := range m.GetStatus().GetAssociatedDpuMachineIds() {
 			mm.DPUIDs = append(mm.DPUIDs, d.GetId())
@@ -406,6 +456,7 @@ func (c *Client) Switches(ctx context.Context, ids []string) ([]Switch, error) {
 		out = append(out, Switch{
 			ID: s.GetId().GetId(), ControllerState: s.GetControllerState(), BMCMAC: s.GetBmcInfo().GetMac(),
 			RackID: s.GetRackId().GetId(), NVOSIP: s.GetNvosInfo().GetIp(),
+			NVLinkDomain: s.GetNvlinkDomainUuid().GetValue(), Health: healthOf(s.GetStatus().GetHealth()),
 		})
 	}
 	return out, nil
@@ -441,7 +492,8 @@ func (c *Client) PowerShelves(ctx context.Context, ids []string) ([]PowerShelf, 
 	}
 	out := make([]PowerShelf, 0, len(ps))
 	for _, p := range ps {
-		out = append(out, PowerShelf{ID: p.GetId().GetId(), ControllerState: p.GetControllerState(), BMCMAC: p.GetBmcInfo().GetMac(), RackID: p.GetRackId().GetId()})
+		out = append(out, PowerShelf{ID: p.GetId().GetId(), ControllerState: p.GetControllerState(), BMCMAC: p.GetBmcInfo().GetMac(),
+			RackID: p.GetRackId().GetId(), Health: healthOf(p.GetStatus().GetHealth())})
 	}
 	return out, nil
 }

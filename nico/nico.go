@@ -297,6 +297,7 @@ type Machine struct {
 	ChassisSerial  string
 	UpdateComplete bool
 	DPUIDs         []string
+	Health         *Health // nil: Core sent no report
 }
 
 // Switch is Core's view of an NVLink switch.
@@ -306,6 +307,10 @@ type Switch struct {
 	BMCMAC          string
 	RackID          string
 	NVOSIP          string
+	// NVLinkDomain is the NMX-C cluster UUID Core observed the switch in
+	// ("" when none).
+	NVLinkDomain string
+	Health       *Health // nil: Core sent no report
 }
 
 // PowerShelf is Core's view of a power shelf.
@@ -314,6 +319,7 @@ type PowerShelf struct {
 	ControllerState string // JSON
 	BMCMAC          string // PMC MAC
 	RackID          string
+	Health          *Health // nil: Core sent no report
 }
 
 // BuildInfo is Core's version and runtime limits.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -350,6 +351,7 @@ func (h *TaskHandler) submit(ctx context.Context, req Request, o submitOptions) 
 	} else if s > 0 {
 		req.QueueTimeout = time.Duration(s) * time.Second
 	}
+	req.SubmittedBy = caller.Identity(ctx)
 	var ids []uuid.UUID
 	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) (err error) {
 		ids, err = h.tasks.Submit(ctx, tx, req)

@@ -73,12 +73,12 @@ SELECT DISTINCT rack_id FROM rack_rule_association WHERE rule_id = @rule_id ORDE
 INSERT INTO task (
     id, operation_type, operation_code, information, description, rack_id,
     components, component_ids, targets, rule, rule_name, applied_rule_id,
-    status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, not_targeted)
+    status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, not_targeted, submitted_by)
 VALUES (
     @id, @operation_type, @operation_code, @information, @description, @rack_id,
     @components, @component_ids, @targets, @rule, @rule_name, @applied_rule_id,
     @status, @message, sqlc.narg(run_id), sqlc.narg(queue_expires_at), sqlc.narg(idempotency_key), @trigger_type, @trigger_id,
-    @not_targeted)
+    @not_targeted, @submitted_by)
 RETURNING *;
 
 -- name: TaskGetByID :one

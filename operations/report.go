@@ -20,9 +20,11 @@ import (
 // Flow adds: per-stage counters, the components the task covers, the ones
 // it leaves out, and each running step's current action.
 type Report struct {
-	Version int           `json:"version"`
-	Stages  []StageReport `json:"stages"`
-	Error   string        `json:"error,omitempty"`
+	Version int `json:"version"`
+	// SubmittedBy is the identity that submitted the task (Task.SubmittedBy).
+	SubmittedBy string        `json:"submitted_by,omitempty"`
+	Stages      []StageReport `json:"stages"`
+	Error       string        `json:"error,omitempty"`
 	// ComponentsTargeted counts the task's components once each, however
 	// many stages act on them.
 	ComponentsTargeted int `json:"components_targeted"`
@@ -142,6 +144,7 @@ func reportOf(row dbsqlc.Task, run *engine.RunReport) (json.RawMessage, error) {
 	}
 	rep := buildReport(rule, components, run)
 	rep.NotTargeted = notTargeted
+	rep.SubmittedBy = row.SubmittedBy
 	if TaskStatus(row.Status) == TaskTerminated && rep.Error == "" {
 		rep.Error = row.Message
 	}

@@ -93,6 +93,7 @@ type Task struct {
 	Message        string
 	AppliedRuleID  *uuid.UUID
 	RuleName       string
+	SubmittedBy    string // Request.SubmittedBy; "" before it was recorded
 	RunID          *int64
 	QueueExpiresAt *time.Time
 	CreatedAt      time.Time
@@ -153,6 +154,12 @@ type Request struct {
 	IdempotencyKey string
 	TriggerType    string
 	TriggerID      string
+	// SubmittedBy is who the tasks are recorded as submitted by
+	// (docs/security.md): the handlers set caller.Identity(ctx); a
+	// schedule, an operation run or an event rule firing sets the identity
+	// that created it (stored when it was created), with TriggerType and
+	// TriggerID saying which one fired.
+	SubmittedBy string
 }
 
 // typeTargets is how the backends know one type's components of a task.

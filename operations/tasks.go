@@ -394,6 +394,7 @@ func (t *Tasks) admit(ctx context.Context, tx pgx.Tx, req Request, p rackPlan, i
 		Description: req.Description, RackID: p.rack.ID, Components: components, ComponentIDs: p.ids,
 		Targets: targets, Rule: rule, RuleName: p.rule.Rule.Name, TriggerType: req.TriggerType, TriggerID: req.TriggerID,
 		NotTargeted: notTargeted,
+		SubmittedBy: req.SubmittedBy,
 	}
 	if p.rule.Rule.ID != uuid.Nil {
 		ruleID := p.rule.Rule.ID
@@ -681,7 +682,7 @@ func (t *Tasks) fromRows(ctx context.Context, rows []dbsqlc.Task, withReport boo
 		task := Task{
 			ID: r.ID, OperationType: OperationType(r.OperationType), OperationCode: OperationCode(r.OperationCode),
 			RackID: r.RackID, ComponentIDs: r.ComponentIDs, Description: r.Description,
-			Status: TaskStatus(r.Status), Message: r.Message, AppliedRuleID: r.AppliedRuleID, RuleName: r.RuleName,
+			Status: TaskStatus(r.Status), Message: r.Message, AppliedRuleID: r.AppliedRuleID, RuleName: r.RuleName, SubmittedBy: r.SubmittedBy,
 			RunID: r.RunID, QueueExpiresAt: r.QueueExpiresAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 			StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 		}

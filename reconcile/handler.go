@@ -3,12 +3,17 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/inventory"
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
@@ -51,13 +56,36 @@ func invalid(field, reason string) error {
 	return connect.NewError(connect.CodeInvalidArgument, errors.New(field+": "+reason))
 }
 
-// ValidateComponents implements v1.Flow.
+// Headers of ValidateComponents beyond the v1 contract (which has no field
+// for them).
+const (
+	// ValidateModeHeader set to "live" asks the component managers now
+	// instead of reading the drift the last inventory sync persisted.
+	ValidateModeHeader = "Flow-Validate-Mode"
+	// DriftCheckedAtHeader, on the answer, is when the inventory sync the
+	// diffs come from started (RFC 3339); absent for a live check.
+	DriftCheckedAtHeader = "Flow-Drift-Checked-At"
+)
+
+// ValidateComponents implements v1.Flow. It answers from the drift the
+// last inventory sync persisted (saying when, in DriftCheckedAtHeader), or
+// live when no sync has run or the request's ValidateModeHeader is "live".
 func (h *Handler) ValidateComponents(ctx context.Context, req *flowv1.ValidateComponentsRequest) (*flowv1.ValidateComponentsResponse, error) {
 	sel, err := inventory.ComponentQueryFromProto(req.TargetSpec, req.GetFilters())
 	if err != nil {
 		return nil, connectError(err)
 	}
 	q := Query{Selection: sel}
+	call, hasCall := connect.CallInfoForHandlerContext(ctx)
+	if hasCall {
+		switch mode := call.RequestHeader().Get(ValidateModeHeader); mode {
+		case "", "stored":
+		case "live":
+			q.Live = true
+		default:
+			return nil, invalid(ValidateModeHeader+" header", fmt.Sprintf("must be live or stored, not %q", mode))
+		}
+	}
 	if p := req.Pagination; p != nil {
 		if p.GetOffset() < 0 {
 			return nil, invalid("pagination.offset", "must not be negative")
@@ -84,6 +112,9 @@ func (h *Handler) ValidateComponents(ctx context.Context, req *flowv1.ValidateCo
 	rep, err := h.svc.Validate(ctx, h.pool, q)
 	if err != nil {
 		return nil, connectError(err)
+	}
+	if hasCall && rep.CheckedAt != nil {
+		call.ResponseHeader().Set(DriftCheckedAtHeader, rep.CheckedAt.UTC().Format(time.RFC3339))
 	}
 	out := &flowv1.ValidateComponentsResponse{
 		Diffs:           make([]*flowv1.ComponentDiff, len(rep.Diffs)),
@@ -144,6 +175,45 @@ func actualToProto(a *backend.Actual) *flowv1.Component {
 	}
 	if a.Position != nil {
 		c.Position = &flowv1.RackPosition{SlotId: int32(a.Position.SlotID), TrayIdx: int32(a.Position.TrayIndex), HostId: int32(a.Position.HostID)}
+	}
+	return c
+}
+
+// SyncHandler serves the inventory-sync methods of Flow's admin service
+// (flow.admin.v1.AdminService); app embeds it in the admin handler.
+type SyncHandler struct {
+	syncer *Syncer
+}
+
+// NewSyncHandler returns a SyncHandler over syncer.
+func NewSyncHandler(syncer *Syncer) *SyncHandler { return &SyncHandler{syncer: syncer} }
+
+// RunSync implements AdminService: one cycle now.
+func (h *SyncHandler) RunSync(ctx context.Context, _ *adminv1.RunSyncRequest) (*adminv1.RunSyncResponse, error) {
+	run, err := h.syncer.Run(ctx, TriggerManual)
+	if err != nil {
+		return nil, err
+	}
+	return &adminv1.RunSyncResponse{Cycle: cycleToProto(run)}, nil
+}
+
+// GetSyncStatus implements AdminService: the last cycle.
+func (h *SyncHandler) GetSyncStatus(ctx context.Context, _ *adminv1.GetSyncStatusRequest) (*adminv1.GetSyncStatusResponse, error) {
+	run, err := h.syncer.Latest(ctx)
+	if errors.Is(err, ErrNoSyncYet) {
+		return nil, connect.NewError(connect.CodeNotFound, err)
+	} else if err != nil {
+		return nil, err
+	}
+	return &adminv1.GetSyncStatusResponse{Cycle: cycleToProto(run)}, nil
+}
+
+func cycleToProto(r SyncRun) *adminv1.SyncCycle {
+	c := &adminv1.SyncCycle{Id: r.ID, StartedAt: timestamppb.New(r.StartedAt), Duration: durationpb.New(r.Duration), Trigger: r.Trigger, RowsChanged: r.Changed()}
+	for _, p := range r.Parts {
+		c.Parts = append(c.Parts, &adminv1.SyncPart{
+			Name: p.Name, Ok: p.OK, Error: p.Error, RowsChanged: p.Changed, Drifts: int32(p.Drifts), DriftChanged: p.DriftChanged, Warnings: p.Warnings,
+		})
 	}
 	return c
 }

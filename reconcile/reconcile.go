@@ -12,6 +12,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/inventory"
@@ -39,6 +40,9 @@ type Query struct {
 	Descending  bool
 	// Offset and Limit page the diff list; Limit 0 means no limit.
 	Offset, Limit int
+	// Live asks the component managers now instead of reading the drift
+	// the last inventory sync persisted.
+	Live bool
 }
 
 // Diff is one discrepancy, with Flow's record of the component when Flow
@@ -52,4 +56,7 @@ type Diff struct {
 type Report struct {
 	Diffs                                       []Diff
 	Total, Missing, Unexpected, Mismatch, Match int
+	// CheckedAt is when the inventory sync the report comes from started;
+	// nil for a live check.
+	CheckedAt *time.Time
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/db"
@@ -14,6 +16,14 @@ import (
 type Service struct {
 	inv      *inventory.Service
 	managers DeviceSource
+	syncer   *Syncer // nil: every Validate is live
+}
+
+// WithDrift makes Validate answer from the drift the inventory sync
+// persisted (unless Query.Live), and returns s.
+func (s *Service) WithDrift(sy *Syncer) *Service {
+	s.syncer = sy
+	return s
 }
 
 // NewService returns a Service reading expectations through inv and devices
@@ -48,7 +58,18 @@ var managedTypes = map[inventory.ComponentType]backend.ComponentType{
 // (backend.ErrNotConfigured when a URL variable is unset,
 // backend.ErrUnreachable…).
 func (s *Service) Validate(ctx context.Context, dbtx db.DBTX, q Query) (Report, error) {
-	if s.managers == nil {
+	var checkedAt *time.Time
+	if !q.Live && s.syncer != nil {
+		run, err := s.syncer.Latest(ctx)
+		switch {
+		case err == nil:
+			t := run.StartedAt
+			checkedAt = &t
+		case !errors.Is(err, ErrNoSyncYet):
+			return Report{}, err
+		}
+	}
+	if checkedAt == nil && s.managers == nil {
 		return Report{}, ErrNotConfigured
 	}
 	all, err := s.listAll(ctx, dbtx, inventory.ComponentQuery{})
@@ -73,8 +94,12 @@ func (s *Service) Validate(ctx context.Context, dbtx db.DBTX, q Query) (Report, 
 		}
 	}
 
-	actual, err := s.managers.Inventory(ctx)
-	if err != nil {
+	var actual []backend.Actual
+	if checkedAt != nil {
+		if actual, err = s.storedActual(ctx, dbtx, all); err != nil {
+			return Report{}, err
+		}
+	} else if actual, err = s.managers.Inventory(ctx); err != nil {
 		return Report{}, err
 	}
 
@@ -95,7 +120,7 @@ func (s *Service) Validate(ctx context.Context, dbtx db.DBTX, q Query) (Report, 
 		opts.KeepUnexpected = keep
 	}
 	res := backend.Validate(expected, actual, opts)
-	rep := Report{Total: res.Total, Missing: res.Missing, Unexpected: res.Unexpected, Mismatch: res.Mismatch, Match: res.Match}
+	rep := Report{Total: res.Total, Missing: res.Missing, Unexpected: res.Unexpected, Mismatch: res.Mismatch, Match: res.Match, CheckedAt: checkedAt}
 	rep.Diffs = make([]Diff, len(res.Diffs))
 	for i, d := range res.Diffs {
 		rep.Diffs[i] = Diff{Diff: d, Component: byID[d.ID]}
@@ -184,4 +209,65 @@ func HostMAC(c inventory.Component) string {
 		return string(c.BMCs[0].MAC)
 	}
 	return ""
+}
+
+// storedActual is what Core reported at the last sync, rebuilt from the
+// persisted drift: every component of all that is not missing, as Flow
+// holds it with the drifting fields at Core's values, plus the devices
+// Flow does not know.
+func (s *Service) storedActual(ctx context.Context, dbtx db.DBTX, all []inventory.Component) ([]backend.Actual, error) {
+	drifts, err := s.syncer.Drifts(ctx, dbtx)
+	if err != nil {
+		return nil, err
+	}
+	missing := map[string]bool{}
+	fields := map[string][]backend.FieldDiff{}
+	var out []backend.Actual
+	for _, d := range drifts {
+		switch d.Kind {
+		case "missing_in_actual":
+			if d.ComponentID != nil {
+				missing[d.ComponentID.String()] = true
+			}
+		case "mismatch":
+			if d.ComponentID != nil {
+				fields[d.ComponentID.String()] = d.Fields
+			}
+		case "missing_in_expected":
+			t, ok := managedTypes[d.Type]
+			if !ok {
+				continue
+			}
+			out = append(out, backend.Actual{Type: t, ExternalID: d.ExternalID, BMCMAC: d.MAC, FirmwareVersion: d.Firmware, RackID: d.RackExternalID, Serial: d.SerialNumber})
+		}
+	}
+	for i := range all {
+		c := &all[i]
+		t, ok := managedTypes[c.Type]
+		if !ok || missing[c.ID.String()] {
+			continue
+		}
+		e := expectedOf(c, t)
+		a := backend.Actual{Type: t, ExternalID: e.ExternalID, Name: e.Name, BMCMAC: e.BMCMAC, Serial: e.Serial, FirmwareVersion: e.FirmwareVersion}
+		if e.Position != nil {
+			p := *e.Position
+			for _, f := range fields[c.ID.String()] {
+				v, err := strconv.Atoi(f.Actual)
+				if err != nil {
+					continue
+				}
+				switch f.Field {
+				case "position.slot_id":
+					p.SlotID = v
+				case "position.tray_idx":
+					p.TrayIndex = v
+				case "position.host_id":
+					p.HostID = v
+				}
+			}
+			a.Position = &p
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }

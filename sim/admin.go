@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 )
@@ -19,6 +20,23 @@ type Admin interface {
 	Remove(device string) bool
 }
 
+// DeviceUpdater is implemented by simulators whose devices can be changed
+// in place (controller state, health, firmware, position…); AdminHandler
+// then serves PATCH /admin/devices/{device}.
+type DeviceUpdater interface {
+	// UpdateJSON applies a JSON patch to the device with the given ID or
+	// MAC.
+	UpdateJSON(device string, patch []byte) error
+}
+
+// RackAdmin is implemented by simulators that model racks; AdminHandler
+// then serves /admin/racks.
+type RackAdmin interface {
+	RacksJSON() any
+	SeedRacksJSON(data []byte) error
+	RemoveRack(id string) bool
+}
+
 // AdminHandler serves a simulator's admin surface under /admin/:
 //
 //	GET    /admin/journal[?method=M]  calls received (JSON list of Call)
@@ -30,8 +48,74 @@ type Admin interface {
 //	GET    /admin/devices             simulated devices
 //	POST   /admin/devices             seed devices (JSON list)
 //	DELETE /admin/devices/{device}    remove a device by ID or MAC
+//	PATCH  /admin/devices/{device}    change a device (DeviceUpdater only)
+//	GET    /admin/racks               simulated racks (RackAdmin only)
+//	POST   /admin/racks               add or replace racks (JSON list)
+//	DELETE /admin/racks/{rack}        remove a rack
+//
+// It answers loopback clients only (403 to others), whatever address the
+// simulator listens on: the surface rewrites the simulated fleet and
+// injects faults, with no authentication.
 func AdminHandler(a Admin) http.Handler {
+	return loopbackOnly(adminMux(a))
+}
+
+// loopbackOnly refuses requests whose peer is not a loopback address.
+func loopbackOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			writeError(w, http.StatusForbidden, errors.New("the simulator's admin surface answers loopback clients only"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func adminMux(a Admin) *http.ServeMux {
 	mux := http.NewServeMux()
+	if u, ok := a.(DeviceUpdater); ok {
+		mux.HandleFunc("PATCH /admin/devices/{device}", func(w http.ResponseWriter, r *http.Request) {
+			var raw json.RawMessage
+			if err := json.NewDecoder(r.Body).Decode(&raw); err != nil {
+				writeError(w, http.StatusBadRequest, err)
+				return
+			}
+			if err := u.UpdateJSON(r.PathValue("device"), raw); err != nil {
+				status := http.StatusBadRequest
+				if errors.Is(err, ErrNoDevice) {
+					status = http.StatusNotFound
+				}
+				writeError(w, status, err)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		})
+	}
+	if ra, ok := a.(RackAdmin); ok {
+		mux.HandleFunc("GET /admin/racks", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, ra.RacksJSON())
+		})
+		mux.HandleFunc("POST /admin/racks", func(w http.ResponseWriter, r *http.Request) {
+			var raw json.RawMessage
+			if err := json.NewDecoder(r.Body).Decode(&raw); err != nil {
+				writeError(w, http.StatusBadRequest, err)
+				return
+			}
+			if err := ra.SeedRacksJSON(raw); err != nil {
+				writeError(w, http.StatusBadRequest, err)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		})
+		mux.HandleFunc("DELETE /admin/racks/{rack}", func(w http.ResponseWriter, r *http.Request) {
+			if !ra.RemoveRack(r.PathValue("rack")) {
+				writeError(w, http.StatusNotFound, errors.New("no such rack"))
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		})
+	}
 	mux.HandleFunc("GET /admin/journal", func(w http.ResponseWriter, r *http.Request) {
 		var calls []Call
 		if m := r.URL.Query().Get("method"); m != "" {
@@ -101,6 +185,10 @@ func AdminHandler(a Admin) http.Handler {
 	})
 	return mux
 }
+
+// ErrNoDevice is what a DeviceUpdater returns (wrapped or not) for an
+// unknown device.
+var ErrNoDevice = errors.New("sim: no such device")
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -166,9 +166,9 @@ func (h *handler) FindMachineIds(ctx context.Context, req *forgepb.MachineSearch
 }
 
 func (s *Sim) health(d *device, now time.Time) *forgepb.HealthReport {
-	hr := &forgepb.HealthReport{Source: "nicosim", ObservedAt: timestamppb.New(now)}
+	hr := &forgepb.HealthReport{Source: "nicosim", ObservedAt: timestamppb.New(d.healthAt)}
 	for _, a := range d.Alerts {
-		hr.Alerts = append(hr.Alerts, &forgepb.HealthProbeAlert{Id: a, Message: a})
+		hr.Alerts = append(hr.Alerts, &forgepb.HealthProbeAlert{Id: a, Message: a, InAlertSince: timestamppb.New(d.healthAt)})
 	}
 	return hr
 }
@@ -262,6 +262,9 @@ func (h *handler) FindSwitchesByIds(ctx context.Context, req *forgepb.SwitchesBy
 			ControllerState: d.lifecycle(h.s, now),
 			BmcInfo:         &forgepb.BmcInfo{Ip: optStr(d.BMCIP), Mac: optStr(d.BMCMAC)},
 			NvosInfo:        &forgepb.NvosInfo{Ip: d.BMCIP},
+		}
+		if d.NVLinkDomain != "" {
+			sw.NvlinkDomainUuid = &forgepb.UUID{Value: d.NVLinkDomain}
 		}
 		if d.RackID != "" {
 			sw.RackId = &forgepb.RackId{Id: d.RackID}

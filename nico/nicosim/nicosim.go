@@ -9,7 +9,6 @@ package nicosim
 import (
 	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -56,6 +55,8 @@ type Device struct {
 	SlotID    int `json:"slot_id,omitempty"`
 	TrayIndex int `json:"tray_index,omitempty"`
 	HostID    int `json:"host_id,omitempty"`
+	// NVLinkDomain is the NMX-C cluster UUID a switch is observed in.
+	NVLinkDomain string `json:"nvlink_domain,omitempty"`
 }
 
 // Options tunes a Sim. Zero values take the defaults shown.
@@ -80,6 +81,8 @@ type Sim struct {
 	mu       sync.Mutex
 	devices  []*device      // in seed order
 	macIndex map[string]int // normalized BMC MAC → index in devices
+	idIndex  map[string]int // Core ID → index in devices
+	racks    map[string]*rack
 	nextID   map[string]int
 	expected map[string]map[string]*expected // kind → lowercase MAC → entry
 }
@@ -116,6 +119,9 @@ type device struct {
 	decomStuck    bool
 	decomFail     bool
 	controllerRaw string // lifecycle state before decommission
+	// healthAt is when the device's health last changed: the report's
+	// observed_at, so an unchanged device reports an unchanged report.
+	healthAt time.Time
 }
 
 // New returns an empty simulator.
@@ -132,6 +138,8 @@ func New(opts Options) *Sim {
 		faults:   sim.NewFaults(opts.FaultSeed),
 		nextID:   map[string]int{},
 		macIndex: map[string]int{},
+		idIndex:  map[string]int{},
+		racks:    map[string]*rack{},
 		expected: map[string]map[string]*expected{KindCompute: {}, KindNVSwitch: {}, KindPowerShelf: {}},
 	}
 }
@@ -206,14 +214,17 @@ func (s *Sim) upsert(d Device) *device {
 			d.State = `{"state":"ready"}`
 		}
 	}
-	nd := &device{Device: d, on: !d.PoweredOff, gateOpen: !d.AwaitingIngestion}
-	// The index keeps seeding and MAC lookups linear in a fleet of tens of
+	nd := &device{Device: d, on: !d.PoweredOff, gateOpen: !d.AwaitingIngestion, healthAt: s.clock.Now().UTC().Truncate(time.Second)}
+	// The indexes keep seeding and lookups linear in a fleet of tens of
 	// thousands of devices (flow bench).
 	if i, ok := s.macIndex[normMAC(d.BMCMAC)]; ok {
+		delete(s.idIndex, s.devices[i].ID)
 		s.devices[i] = nd
+		s.idIndex[d.ID] = i
 		return nd
 	}
 	s.macIndex[normMAC(d.BMCMAC)] = len(s.devices)
+	s.idIndex[d.ID] = len(s.devices)
 	s.devices = append(s.devices, nd)
 	return nd
 }
@@ -226,14 +237,20 @@ func (s *Sim) Remove(key string) bool {
 	for i, d := range s.devices {
 		if d.ID == key || normMAC(d.BMCMAC) == normMAC(key) {
 			s.devices = slices.Delete(s.devices, i, i+1)
-			clear(s.macIndex)
-			for k, d := range s.devices {
-				s.macIndex[normMAC(d.BMCMAC)] = k
-			}
+			s.reindex()
 			return true
 		}
 	}
 	return false
+}
+
+func (s *Sim) reindex() {
+	clear(s.macIndex)
+	clear(s.idIndex)
+	for k, d := range s.devices {
+		s.macIndex[normMAC(d.BMCMAC)] = k
+		s.idIndex[d.ID] = k
+	}
 }
 
 func (s *Sim) byMAC(mac string) *device {
@@ -244,6 +261,10 @@ func (s *Sim) byMAC(mac string) *device {
 }
 
 func (s *Sim) byID(kind, id string) *device {
+	if i, ok := s.idIndex[id]; ok && (kind == "" || s.devices[i].Kind == kind) {
+		return s.devices[i]
+	}
+	// Seeded IDs may repeat across kinds; the index holds the last one.
 	for _, d := range s.devices {
 		if d.ID == id && (kind == "" || d.Kind == kind) {
 			return d
@@ -418,4 +439,4 @@ func (s *Sim) ingestion(d *device, now time.Time) string {
 }
 
 // errNoDevice is returned by lookups that name an unknown device.
-var errNoDevice = errors.New("nicosim: no such device")
+var errNoDevice = sim.ErrNoDevice

@@ -36,6 +36,23 @@ type Component struct {
 	OperationPhase    string
 	OperationReason   string
 	BlockedOperations []string
+	PowerState        string
+	Health            []byte
+}
+
+type ComponentDrift struct {
+	ID              int64
+	ComponentType   string
+	DriftType       string
+	ComponentID     pgtype.UUID
+	ExternalID      *string
+	MACAddress      string
+	Name            string
+	SerialNumber    string
+	FirmwareVersion string
+	RackExternalID  string
+	Diffs           []byte
+	CheckedAt       pgtype.Timestamptz
 }
 
 type EngineRun struct {
@@ -83,11 +100,20 @@ type FlowInstance struct {
 	CreatedAt pgtype.Timestamptz
 }
 
+type InventorySyncRun struct {
+	ID         int64
+	StartedAt  pgtype.Timestamptz
+	FinishedAt pgtype.Timestamptz
+	Trigger    string
+	Parts      []byte
+}
+
 type NvlDomain struct {
-	ID         pgtype.UUID
-	Name       *string
-	ExternalID *string
-	CreatedAt  pgtype.Timestamptz
+	ID            pgtype.UUID
+	Name          *string
+	ExternalID    *string
+	CreatedAt     pgtype.Timestamptz
+	NmxcClusterID pgtype.UUID
 }
 
 type OperationRule struct {
@@ -118,6 +144,9 @@ type Rack struct {
 	CreatedAt          pgtype.Timestamptz
 	UpdatedAt          pgtype.Timestamptz
 	DeletedAt          pgtype.Timestamptz
+	Health             []byte
+	RackGroupID        *string
+	RackProfileID      *string
 }
 
 type RackRuleAssociation struct {
@@ -155,6 +184,7 @@ type Task struct {
 	StartedAt      pgtype.Timestamptz
 	FinishedAt     pgtype.Timestamptz
 	NotTargeted    []byte
+	SubmittedBy    string
 }
 
 type TaskSchedule struct {

@@ -40,6 +40,7 @@ type ComponentPageRow struct {
 	OperationPhase    string
 	OperationReason   string
 	BlockedOperations []string
+	PowerState        string
 }
 
 // BMCPageRow is one row of BMCListForRackPage as ComponentRackPageFunc
@@ -68,7 +69,7 @@ func (q *Queries) ComponentRackPageFunc(ctx context.Context, db DBTX, rackIDs []
 	}
 	var d rawDecoder
 	var crow ComponentPageRow
-	err := d.each(ctx, db, componentListForRackPage, ids, 16, func() {
+	err := d.each(ctx, db, componentListForRackPage, ids, 17, func() {
 		crow = ComponentPageRow{
 			ID:                d.uuid(0),
 			RackID:            d.uuid(1),
@@ -86,6 +87,7 @@ func (q *Queries) ComponentRackPageFunc(ctx context.Context, db DBTX, rackIDs []
 			OperationPhase:    d.text(13),
 			OperationReason:   d.text(14),
 			BlockedOperations: d.textArray(15),
+			PowerState:        d.text(16),
 		}
 	}, func() error { return component(&crow) })
 	if err != nil {

@@ -245,7 +245,7 @@ func (q *Queries) ComponentCount(ctx context.Context, db DBTX, arg ComponentCoun
 }
 
 const componentGetByID = `-- name: ComponentGetByID :one
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
 FROM component c LEFT JOIN rack r ON r.id = c.rack_id
 WHERE c.id = $1 AND c.deleted_at IS NULL
 `
@@ -279,6 +279,8 @@ func (q *Queries) ComponentGetByID(ctx context.Context, db DBTX, id uuid.UUID) (
 		&i.Component.OperationPhase,
 		&i.Component.OperationReason,
 		&i.Component.BlockedOperations,
+		&i.Component.PowerState,
+		&i.Component.Health,
 		&i.RackNVLDomainID,
 		&i.RackExternalID,
 	)
@@ -286,7 +288,7 @@ func (q *Queries) ComponentGetByID(ctx context.Context, db DBTX, id uuid.UUID) (
 }
 
 const componentGetByIDWithDeleted = `-- name: ComponentGetByIDWithDeleted :one
-SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations FROM component WHERE id = $1
+SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations, power_state, health FROM component WHERE id = $1
 `
 
 func (q *Queries) ComponentGetByIDWithDeleted(ctx context.Context, db DBTX, id uuid.UUID) (Component, error) {
@@ -312,12 +314,14 @@ func (q *Queries) ComponentGetByIDWithDeleted(ctx context.Context, db DBTX, id u
 		&i.OperationPhase,
 		&i.OperationReason,
 		&i.BlockedOperations,
+		&i.PowerState,
+		&i.Health,
 	)
 	return i, err
 }
 
 const componentGetByIDWithRack = `-- name: ComponentGetByIDWithRack :many
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id,
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id,
        r.name AS rack_name, r.manufacturer AS rack_manufacturer, r.serial_number AS rack_serial_number,
        r.model AS rack_model, r.description AS rack_description,
        r.location_region AS rack_location_region, r.location_datacenter AS rack_location_datacenter,
@@ -382,6 +386,8 @@ func (q *Queries) ComponentGetByIDWithRack(ctx context.Context, db DBTX, id uuid
 			&i.Component.OperationPhase,
 			&i.Component.OperationReason,
 			&i.Component.BlockedOperations,
+			&i.Component.PowerState,
+			&i.Component.Health,
 			&i.RackNVLDomainID,
 			&i.RackExternalID,
 			&i.RackName,
@@ -411,7 +417,7 @@ func (q *Queries) ComponentGetByIDWithRack(ctx context.Context, db DBTX, id uuid
 }
 
 const componentGetBySerialWithRack = `-- name: ComponentGetBySerialWithRack :many
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id,
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id,
        r.name AS rack_name, r.manufacturer AS rack_manufacturer, r.serial_number AS rack_serial_number,
        r.model AS rack_model, r.description AS rack_description,
        r.location_region AS rack_location_region, r.location_datacenter AS rack_location_datacenter,
@@ -482,6 +488,8 @@ func (q *Queries) ComponentGetBySerialWithRack(ctx context.Context, db DBTX, arg
 			&i.Component.OperationPhase,
 			&i.Component.OperationReason,
 			&i.Component.BlockedOperations,
+			&i.Component.PowerState,
+			&i.Component.Health,
 			&i.RackNVLDomainID,
 			&i.RackExternalID,
 			&i.RackName,
@@ -527,7 +535,7 @@ type ComponentInsertParams struct {
 }
 
 const componentList = `-- name: ComponentList :many
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
 FROM component c LEFT JOIN rack r ON r.id = c.rack_id
 WHERE c.deleted_at IS NULL
   AND (NOT $1::bool
@@ -626,6 +634,8 @@ func (q *Queries) ComponentList(ctx context.Context, db DBTX, arg ComponentListP
 			&i.Component.OperationPhase,
 			&i.Component.OperationReason,
 			&i.Component.BlockedOperations,
+			&i.Component.PowerState,
+			&i.Component.Health,
 			&i.RackNVLDomainID,
 			&i.RackExternalID,
 		); err != nil {
@@ -640,7 +650,7 @@ func (q *Queries) ComponentList(ctx context.Context, db DBTX, arg ComponentListP
 }
 
 const componentListByExternalID = `-- name: ComponentListByExternalID :many
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
 FROM component c LEFT JOIN rack r ON r.id = c.rack_id
 WHERE c.deleted_at IS NULL
   AND ($1::text = '' OR c.type = $1::text)
@@ -691,6 +701,8 @@ func (q *Queries) ComponentListByExternalID(ctx context.Context, db DBTX, arg Co
 			&i.Component.OperationPhase,
 			&i.Component.OperationReason,
 			&i.Component.BlockedOperations,
+			&i.Component.PowerState,
+			&i.Component.Health,
 			&i.RackNVLDomainID,
 			&i.RackExternalID,
 		); err != nil {
@@ -705,7 +717,7 @@ func (q *Queries) ComponentListByExternalID(ctx context.Context, db DBTX, arg Co
 }
 
 const componentListByRacks = `-- name: ComponentListByRacks :many
-SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations FROM component WHERE rack_id = ANY ($1::uuid[]) AND deleted_at IS NULL
+SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations, power_state, health FROM component WHERE rack_id = ANY ($1::uuid[]) AND deleted_at IS NULL
 `
 
 // Unordered: callers group by rack and sort in Go, which is much cheaper
@@ -739,6 +751,8 @@ func (q *Queries) ComponentListByRacks(ctx context.Context, db DBTX, rackIds []u
 			&i.OperationPhase,
 			&i.OperationReason,
 			&i.BlockedOperations,
+			&i.PowerState,
+			&i.Health,
 		); err != nil {
 			return nil, err
 		}
@@ -751,7 +765,7 @@ func (q *Queries) ComponentListByRacks(ctx context.Context, db DBTX, rackIds []u
 }
 
 const componentListBySerials = `-- name: ComponentListBySerials :many
-SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations FROM component WHERE serial_number = ANY ($1::text[])
+SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations, power_state, health FROM component WHERE serial_number = ANY ($1::text[])
 `
 
 func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNumbers []string) ([]Component, error) {
@@ -783,6 +797,8 @@ func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNum
 			&i.OperationPhase,
 			&i.OperationReason,
 			&i.BlockedOperations,
+			&i.PowerState,
+			&i.Health,
 		); err != nil {
 			return nil, err
 		}
@@ -797,7 +813,7 @@ func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNum
 const componentListForRackPage = `-- name: ComponentListForRackPage :many
 SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
        c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id,
-       c.operation_phase, c.operation_reason, c.blocked_operations
+       c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state
 FROM component c
 WHERE c.rack_id = ANY ($1::uuid[]) AND c.deleted_at IS NULL
 `
@@ -819,6 +835,7 @@ type ComponentListForRackPageRow struct {
 	OperationPhase    string
 	OperationReason   string
 	BlockedOperations []string
+	PowerState        string
 }
 
 // The live components of racks, unordered: the rack listing's hot path,
@@ -851,6 +868,7 @@ func (q *Queries) ComponentListForRackPage(ctx context.Context, db DBTX, rackIds
 			&i.OperationPhase,
 			&i.OperationReason,
 			&i.BlockedOperations,
+			&i.PowerState,
 		); err != nil {
 			return nil, err
 		}
@@ -976,7 +994,7 @@ func (q *Queries) NVLDomainCount(ctx context.Context, db DBTX, arg NVLDomainCoun
 }
 
 const nVLDomainGetByID = `-- name: NVLDomainGetByID :one
-SELECT id, name, external_id, created_at FROM nvl_domain WHERE id = $1
+SELECT id, name, external_id, created_at, nmxc_cluster_id FROM nvl_domain WHERE id = $1
 `
 
 func (q *Queries) NVLDomainGetByID(ctx context.Context, db DBTX, id uuid.UUID) (NVLDomain, error) {
@@ -987,12 +1005,13 @@ func (q *Queries) NVLDomainGetByID(ctx context.Context, db DBTX, id uuid.UUID) (
 		&i.Name,
 		&i.ExternalID,
 		&i.CreatedAt,
+		&i.NmxcClusterID,
 	)
 	return i, err
 }
 
 const nVLDomainGetByName = `-- name: NVLDomainGetByName :one
-SELECT id, name, external_id, created_at FROM nvl_domain WHERE name = $1
+SELECT id, name, external_id, created_at, nmxc_cluster_id FROM nvl_domain WHERE name = $1
 `
 
 func (q *Queries) NVLDomainGetByName(ctx context.Context, db DBTX, name *string) (NVLDomain, error) {
@@ -1003,6 +1022,7 @@ func (q *Queries) NVLDomainGetByName(ctx context.Context, db DBTX, name *string)
 		&i.Name,
 		&i.ExternalID,
 		&i.CreatedAt,
+		&i.NmxcClusterID,
 	)
 	return i, err
 }
@@ -1034,7 +1054,7 @@ func (q *Queries) NVLDomainInsert(ctx context.Context, db DBTX, arg NVLDomainIns
 }
 
 const nVLDomainList = `-- name: NVLDomainList :many
-SELECT id, name, external_id, created_at FROM nvl_domain
+SELECT id, name, external_id, created_at, nmxc_cluster_id FROM nvl_domain
 WHERE $1::text[] IS NULL
    OR (CASE WHEN $2::bool THEN name LIKE ANY ($1::text[])
             ELSE name LIKE ALL ($1::text[]) END)
@@ -1068,6 +1088,7 @@ func (q *Queries) NVLDomainList(ctx context.Context, db DBTX, arg NVLDomainListP
 			&i.Name,
 			&i.ExternalID,
 			&i.CreatedAt,
+			&i.NmxcClusterID,
 		); err != nil {
 			return nil, err
 		}
@@ -1117,7 +1138,7 @@ func (q *Queries) RackCount(ctx context.Context, db DBTX, arg RackCountParams) (
 }
 
 const rackGetByExternalID = `-- name: RackGetByExternalID :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at FROM rack WHERE external_id = $1 AND deleted_at IS NULL
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack WHERE external_id = $1 AND deleted_at IS NULL
 `
 
 func (q *Queries) RackGetByExternalID(ctx context.Context, db DBTX, externalID *string) (Rack, error) {
@@ -1139,12 +1160,15 @@ func (q *Queries) RackGetByExternalID(ctx context.Context, db DBTX, externalID *
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.DeletedAt,
+		&i.Health,
+		&i.RackGroupID,
+		&i.RackProfileID,
 	)
 	return i, err
 }
 
 const rackGetByID = `-- name: RackGetByID :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at FROM rack WHERE id = $1 AND deleted_at IS NULL
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack WHERE id = $1 AND deleted_at IS NULL
 `
 
 func (q *Queries) RackGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Rack, error) {
@@ -1166,12 +1190,15 @@ func (q *Queries) RackGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Rack,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.DeletedAt,
+		&i.Health,
+		&i.RackGroupID,
+		&i.RackProfileID,
 	)
 	return i, err
 }
 
 const rackGetByIDForUpdate = `-- name: RackGetByIDForUpdate :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at FROM rack WHERE id = $1 AND deleted_at IS NULL FOR UPDATE
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack WHERE id = $1 AND deleted_at IS NULL FOR UPDATE
 `
 
 func (q *Queries) RackGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (Rack, error) {
@@ -1193,12 +1220,15 @@ func (q *Queries) RackGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUI
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.DeletedAt,
+		&i.Health,
+		&i.RackGroupID,
+		&i.RackProfileID,
 	)
 	return i, err
 }
 
 const rackGetByIDWithDeleted = `-- name: RackGetByIDWithDeleted :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at FROM rack WHERE id = $1
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack WHERE id = $1
 `
 
 func (q *Queries) RackGetByIDWithDeleted(ctx context.Context, db DBTX, id uuid.UUID) (Rack, error) {
@@ -1220,12 +1250,15 @@ func (q *Queries) RackGetByIDWithDeleted(ctx context.Context, db DBTX, id uuid.U
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.DeletedAt,
+		&i.Health,
+		&i.RackGroupID,
+		&i.RackProfileID,
 	)
 	return i, err
 }
 
 const rackGetBySerial = `-- name: RackGetBySerial :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at FROM rack
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack
 WHERE lower(manufacturer) = lower($1) AND serial_number = $2 AND deleted_at IS NULL
 `
 
@@ -1253,6 +1286,9 @@ func (q *Queries) RackGetBySerial(ctx context.Context, db DBTX, arg RackGetBySer
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.DeletedAt,
+		&i.Health,
+		&i.RackGroupID,
+		&i.RackProfileID,
 	)
 	return i, err
 }
@@ -1299,7 +1335,7 @@ func (q *Queries) RackInsert(ctx context.Context, db DBTX, arg RackInsertParams)
 }
 
 const rackList = `-- name: RackList :many
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at FROM rack
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack
 WHERE deleted_at IS NULL
   AND ($1::text[] IS NULL
        OR (CASE WHEN $2::bool THEN name LIKE ANY ($1::text[])
@@ -1370,6 +1406,9 @@ func (q *Queries) RackList(ctx context.Context, db DBTX, arg RackListParams) ([]
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.DeletedAt,
+			&i.Health,
+			&i.RackGroupID,
+			&i.RackProfileID,
 		); err != nil {
 			return nil, err
 		}
@@ -1382,7 +1421,7 @@ func (q *Queries) RackList(ctx context.Context, db DBTX, arg RackListParams) ([]
 }
 
 const rackListByNVLDomain = `-- name: RackListByNVLDomain :many
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at FROM rack WHERE nvl_domain_id = $1 AND deleted_at IS NULL ORDER BY name, id
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack WHERE nvl_domain_id = $1 AND deleted_at IS NULL ORDER BY name, id
 `
 
 func (q *Queries) RackListByNVLDomain(ctx context.Context, db DBTX, nvlDomainID *uuid.UUID) ([]Rack, error) {
@@ -1410,6 +1449,9 @@ func (q *Queries) RackListByNVLDomain(ctx context.Context, db DBTX, nvlDomainID 
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.DeletedAt,
+			&i.Health,
+			&i.RackGroupID,
+			&i.RackProfileID,
 		); err != nil {
 			return nil, err
 		}
@@ -1422,7 +1464,7 @@ func (q *Queries) RackListByNVLDomain(ctx context.Context, db DBTX, nvlDomainID 
 }
 
 const rackListByName = `-- name: RackListByName :many
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at FROM rack WHERE name = $1 AND deleted_at IS NULL ORDER BY id LIMIT 2
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack WHERE name = $1 AND deleted_at IS NULL ORDER BY id LIMIT 2
 `
 
 func (q *Queries) RackListByName(ctx context.Context, db DBTX, name string) ([]Rack, error) {
@@ -1450,6 +1492,9 @@ func (q *Queries) RackListByName(ctx context.Context, db DBTX, name string) ([]R
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.DeletedAt,
+			&i.Health,
+			&i.RackGroupID,
+			&i.RackProfileID,
 		); err != nil {
 			return nil, err
 		}

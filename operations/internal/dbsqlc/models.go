@@ -38,6 +38,23 @@ type Component struct {
 	OperationPhase    string
 	OperationReason   string
 	BlockedOperations []string
+	PowerState        string
+	Health            []byte
+}
+
+type ComponentDrift struct {
+	ID              int64
+	ComponentType   string
+	DriftType       string
+	ComponentID     *uuid.UUID
+	ExternalID      *string
+	MACAddress      string
+	Name            string
+	SerialNumber    string
+	FirmwareVersion string
+	RackExternalID  string
+	Diffs           []byte
+	CheckedAt       time.Time
 }
 
 type EngineRun struct {
@@ -85,11 +102,20 @@ type FlowInstance struct {
 	CreatedAt time.Time
 }
 
+type InventorySyncRun struct {
+	ID         int64
+	StartedAt  time.Time
+	FinishedAt time.Time
+	Trigger    string
+	Parts      []byte
+}
+
 type NVLDomain struct {
-	ID         uuid.UUID
-	Name       *string
-	ExternalID *string
-	CreatedAt  time.Time
+	ID            uuid.UUID
+	Name          *string
+	ExternalID    *string
+	CreatedAt     time.Time
+	NmxcClusterID *uuid.UUID
 }
 
 type OperationRule struct {
@@ -120,6 +146,9 @@ type Rack struct {
 	CreatedAt          time.Time
 	UpdatedAt          time.Time
 	DeletedAt          *time.Time
+	Health             []byte
+	RackGroupID        *string
+	RackProfileID      *string
 }
 
 type RackRuleAssociation struct {
@@ -157,6 +186,7 @@ type Task struct {
 	StartedAt      *time.Time
 	FinishedAt     *time.Time
 	NotTargeted    []byte
+	SubmittedBy    string
 }
 
 type TaskSchedule struct {

@@ -889,7 +889,7 @@ func (q *Queries) ScopeSetLastTask(ctx context.Context, db DBTX, arg ScopeSetLas
 }
 
 const taskActiveOnRack = `-- name: TaskActiveOnRack :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task
 WHERE rack_id = $1 AND status IN ('waiting', 'pending', 'running')
 ORDER BY created_at, id
 `
@@ -930,6 +930,7 @@ func (q *Queries) TaskActiveOnRack(ctx context.Context, db DBTX, rackID uuid.UUI
 			&i.StartedAt,
 			&i.FinishedAt,
 			&i.NotTargeted,
+			&i.SubmittedBy,
 		); err != nil {
 			return nil, err
 		}
@@ -988,7 +989,7 @@ func (q *Queries) TaskFinish(ctx context.Context, db DBTX, arg TaskFinishParams)
 }
 
 const taskGetByID = `-- name: TaskGetByID :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task WHERE id = $1
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task WHERE id = $1
 `
 
 func (q *Queries) TaskGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Task, error) {
@@ -1020,12 +1021,13 @@ func (q *Queries) TaskGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Task,
 		&i.StartedAt,
 		&i.FinishedAt,
 		&i.NotTargeted,
+		&i.SubmittedBy,
 	)
 	return i, err
 }
 
 const taskGetByIDForUpdate = `-- name: TaskGetByIDForUpdate :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task WHERE id = $1 FOR UPDATE
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) TaskGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (Task, error) {
@@ -1057,12 +1059,13 @@ func (q *Queries) TaskGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUI
 		&i.StartedAt,
 		&i.FinishedAt,
 		&i.NotTargeted,
+		&i.SubmittedBy,
 	)
 	return i, err
 }
 
 const taskGetByIDs = `-- name: TaskGetByIDs :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task WHERE id = ANY($1::uuid[]) ORDER BY created_at DESC, id DESC
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task WHERE id = ANY($1::uuid[]) ORDER BY created_at DESC, id DESC
 `
 
 func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Task, error) {
@@ -1100,6 +1103,7 @@ func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([
 			&i.StartedAt,
 			&i.FinishedAt,
 			&i.NotTargeted,
+			&i.SubmittedBy,
 		); err != nil {
 			return nil, err
 		}
@@ -1112,7 +1116,7 @@ func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([
 }
 
 const taskGetByIdempotencyKey = `-- name: TaskGetByIdempotencyKey :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task WHERE idempotency_key = $1
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task WHERE idempotency_key = $1
 `
 
 func (q *Queries) TaskGetByIdempotencyKey(ctx context.Context, db DBTX, idempotencyKey *string) (Task, error) {
@@ -1144,6 +1148,7 @@ func (q *Queries) TaskGetByIdempotencyKey(ctx context.Context, db DBTX, idempote
 		&i.StartedAt,
 		&i.FinishedAt,
 		&i.NotTargeted,
+		&i.SubmittedBy,
 	)
 	return i, err
 }
@@ -1152,13 +1157,13 @@ const taskInsert = `-- name: TaskInsert :one
 INSERT INTO task (
     id, operation_type, operation_code, information, description, rack_id,
     components, component_ids, targets, rule, rule_name, applied_rule_id,
-    status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, not_targeted)
+    status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, not_targeted, submitted_by)
 VALUES (
     $1, $2, $3, $4, $5, $6,
     $7, $8, $9, $10, $11, $12,
     $13, $14, $15, $16, $17, $18, $19,
-    $20)
-RETURNING id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted
+    $20, $21)
+RETURNING id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by
 `
 
 type TaskInsertParams struct {
@@ -1182,6 +1187,7 @@ type TaskInsertParams struct {
 	TriggerType    string
 	TriggerID      string
 	NotTargeted    []byte
+	SubmittedBy    string
 }
 
 func (q *Queries) TaskInsert(ctx context.Context, db DBTX, arg TaskInsertParams) (Task, error) {
@@ -1206,6 +1212,7 @@ func (q *Queries) TaskInsert(ctx context.Context, db DBTX, arg TaskInsertParams)
 		arg.TriggerType,
 		arg.TriggerID,
 		arg.NotTargeted,
+		arg.SubmittedBy,
 	)
 	var i Task
 	err := row.Scan(
@@ -1234,6 +1241,7 @@ func (q *Queries) TaskInsert(ctx context.Context, db DBTX, arg TaskInsertParams)
 		&i.StartedAt,
 		&i.FinishedAt,
 		&i.NotTargeted,
+		&i.SubmittedBy,
 	)
 	return i, err
 }
@@ -1272,7 +1280,7 @@ func (q *Queries) TaskKeyUsage(ctx context.Context, db DBTX) ([]TaskKeyUsageRow,
 }
 
 const taskList = `-- name: TaskList :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task
 WHERE ($1::uuid IS NULL OR rack_id = $1::uuid)
   AND ($2::uuid IS NULL OR component_ids @> ARRAY[$2::uuid])
   AND (NOT $3::boolean OR status IN ('waiting', 'pending', 'running'))
@@ -1329,6 +1337,7 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 			&i.StartedAt,
 			&i.FinishedAt,
 			&i.NotTargeted,
+			&i.SubmittedBy,
 		); err != nil {
 			return nil, err
 		}

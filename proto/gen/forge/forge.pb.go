@@ -558,6 +558,56 @@ func (ComputerSystemPowerState) EnumDescriptor() ([]byte, []int) {
 	return file_forge_forge_proto_rawDescGZIP(), []int{8}
 }
 
+// PowerState is Core's power option; On is the zero value.
+type PowerState int32
+
+const (
+	PowerState_POWER_STATE_ON                     PowerState = 0
+	PowerState_POWER_STATE_OFF                    PowerState = 1
+	PowerState_POWER_STATE_POWER_MANAGER_DISABLED PowerState = 2
+)
+
+// Enum value maps for PowerState.
+var (
+	PowerState_name = map[int32]string{
+		0: "POWER_STATE_ON",
+		1: "POWER_STATE_OFF",
+		2: "POWER_STATE_POWER_MANAGER_DISABLED",
+	}
+	PowerState_value = map[string]int32{
+		"POWER_STATE_ON":                     0,
+		"POWER_STATE_OFF":                    1,
+		"POWER_STATE_POWER_MANAGER_DISABLED": 2,
+	}
+)
+
+func (x PowerState) Enum() *PowerState {
+	p := new(PowerState)
+	*p = x
+	return p
+}
+
+func (x PowerState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PowerState) Descriptor() protoreflect.EnumDescriptor {
+	return file_forge_forge_proto_enumTypes[9].Descriptor()
+}
+
+func (PowerState) Type() protoreflect.EnumType {
+	return &file_forge_forge_proto_enumTypes[9]
+}
+
+func (x PowerState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PowerState.Descriptor instead.
+func (PowerState) EnumDescriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{9}
+}
+
 type MachineId struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2417,6 +2467,582 @@ func (x *PowerShelfStatus) GetHealth() *HealthReport {
 	return nil
 }
 
+type RackProfileId struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RackProfileId) Reset() {
+	*x = RackProfileId{}
+	mi := &file_forge_forge_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RackProfileId) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RackProfileId) ProtoMessage() {}
+
+func (x *RackProfileId) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RackProfileId.ProtoReflect.Descriptor instead.
+func (*RackProfileId) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RackProfileId) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RackGroupId struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RackGroupId) Reset() {
+	*x = RackGroupId{}
+	mi := &file_forge_forge_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RackGroupId) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RackGroupId) ProtoMessage() {}
+
+func (x *RackGroupId) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RackGroupId.ProtoReflect.Descriptor instead.
+func (*RackGroupId) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RackGroupId) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RacksByIdsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RackIds       []*RackId              `protobuf:"bytes,1,rep,name=rack_ids,json=rackIds,proto3" json:"rack_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RacksByIdsRequest) Reset() {
+	*x = RacksByIdsRequest{}
+	mi := &file_forge_forge_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RacksByIdsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RacksByIdsRequest) ProtoMessage() {}
+
+func (x *RacksByIdsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RacksByIdsRequest.ProtoReflect.Descriptor instead.
+func (*RacksByIdsRequest) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RacksByIdsRequest) GetRackIds() []*RackId {
+	if x != nil {
+		return x.RackIds
+	}
+	return nil
+}
+
+type RackList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Racks         []*Rack                `protobuf:"bytes,1,rep,name=racks,proto3" json:"racks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RackList) Reset() {
+	*x = RackList{}
+	mi := &file_forge_forge_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RackList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RackList) ProtoMessage() {}
+
+func (x *RackList) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RackList.ProtoReflect.Descriptor instead.
+func (*RackList) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RackList) GetRacks() []*Rack {
+	if x != nil {
+		return x.Racks
+	}
+	return nil
+}
+
+type Rack struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *RackId                `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Status        *RackStatus            `protobuf:"bytes,17,opt,name=status,proto3" json:"status,omitempty"`
+	RackGroupId   *RackGroupId           `protobuf:"bytes,18,opt,name=rack_group_id,json=rackGroupId,proto3" json:"rack_group_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rack) Reset() {
+	*x = Rack{}
+	mi := &file_forge_forge_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rack) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rack) ProtoMessage() {}
+
+func (x *Rack) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rack.ProtoReflect.Descriptor instead.
+func (*Rack) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *Rack) GetId() *RackId {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *Rack) GetStatus() *RackStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *Rack) GetRackGroupId() *RackGroupId {
+	if x != nil {
+		return x.RackGroupId
+	}
+	return nil
+}
+
+type RackStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Health        *HealthReport          `protobuf:"bytes,7,opt,name=health,proto3" json:"health,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RackStatus) Reset() {
+	*x = RackStatus{}
+	mi := &file_forge_forge_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RackStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RackStatus) ProtoMessage() {}
+
+func (x *RackStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RackStatus.ProtoReflect.Descriptor instead.
+func (*RackStatus) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *RackStatus) GetHealth() *HealthReport {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+type PowerOptionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MachineId     []*MachineId           `protobuf:"bytes,1,rep,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PowerOptionRequest) Reset() {
+	*x = PowerOptionRequest{}
+	mi := &file_forge_forge_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PowerOptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PowerOptionRequest) ProtoMessage() {}
+
+func (x *PowerOptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PowerOptionRequest.ProtoReflect.Descriptor instead.
+func (*PowerOptionRequest) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *PowerOptionRequest) GetMachineId() []*MachineId {
+	if x != nil {
+		return x.MachineId
+	}
+	return nil
+}
+
+type PowerOptionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Response      []*PowerOptions        `protobuf:"bytes,1,rep,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PowerOptionResponse) Reset() {
+	*x = PowerOptionResponse{}
+	mi := &file_forge_forge_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PowerOptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PowerOptionResponse) ProtoMessage() {}
+
+func (x *PowerOptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PowerOptionResponse.ProtoReflect.Descriptor instead.
+func (*PowerOptionResponse) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *PowerOptionResponse) GetResponse() []*PowerOptions {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+type PowerOptions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ActualState   PowerState             `protobuf:"varint,3,opt,name=actual_state,json=actualState,proto3,enum=forge.PowerState" json:"actual_state,omitempty"`
+	HostId        *MachineId             `protobuf:"bytes,5,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PowerOptions) Reset() {
+	*x = PowerOptions{}
+	mi := &file_forge_forge_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PowerOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PowerOptions) ProtoMessage() {}
+
+func (x *PowerOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PowerOptions.ProtoReflect.Descriptor instead.
+func (*PowerOptions) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *PowerOptions) GetActualState() PowerState {
+	if x != nil {
+		return x.ActualState
+	}
+	return PowerState_POWER_STATE_ON
+}
+
+func (x *PowerOptions) GetHostId() *MachineId {
+	if x != nil {
+		return x.HostId
+	}
+	return nil
+}
+
+type MachinePositionQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MachineIds    []*MachineId           `protobuf:"bytes,1,rep,name=machine_ids,json=machineIds,proto3" json:"machine_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MachinePositionQuery) Reset() {
+	*x = MachinePositionQuery{}
+	mi := &file_forge_forge_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MachinePositionQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MachinePositionQuery) ProtoMessage() {}
+
+func (x *MachinePositionQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MachinePositionQuery.ProtoReflect.Descriptor instead.
+func (*MachinePositionQuery) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *MachinePositionQuery) GetMachineIds() []*MachineId {
+	if x != nil {
+		return x.MachineIds
+	}
+	return nil
+}
+
+type MachinePositionInfoList struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	MachinePositionInfo []*MachinePositionInfo `protobuf:"bytes,1,rep,name=machine_position_info,json=machinePositionInfo,proto3" json:"machine_position_info,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *MachinePositionInfoList) Reset() {
+	*x = MachinePositionInfoList{}
+	mi := &file_forge_forge_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MachinePositionInfoList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MachinePositionInfoList) ProtoMessage() {}
+
+func (x *MachinePositionInfoList) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MachinePositionInfoList.ProtoReflect.Descriptor instead.
+func (*MachinePositionInfoList) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *MachinePositionInfoList) GetMachinePositionInfo() []*MachinePositionInfo {
+	if x != nil {
+		return x.MachinePositionInfo
+	}
+	return nil
+}
+
+type MachinePositionInfo struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	MachineId          *MachineId             `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	PhysicalSlotNumber *int32                 `protobuf:"varint,2,opt,name=physical_slot_number,json=physicalSlotNumber,proto3,oneof" json:"physical_slot_number,omitempty"`
+	ComputeTrayIndex   *int32                 `protobuf:"varint,3,opt,name=compute_tray_index,json=computeTrayIndex,proto3,oneof" json:"compute_tray_index,omitempty"`
+	TopologyId         *int32                 `protobuf:"varint,4,opt,name=topology_id,json=topologyId,proto3,oneof" json:"topology_id,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *MachinePositionInfo) Reset() {
+	*x = MachinePositionInfo{}
+	mi := &file_forge_forge_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MachinePositionInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MachinePositionInfo) ProtoMessage() {}
+
+func (x *MachinePositionInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MachinePositionInfo.ProtoReflect.Descriptor instead.
+func (*MachinePositionInfo) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *MachinePositionInfo) GetMachineId() *MachineId {
+	if x != nil {
+		return x.MachineId
+	}
+	return nil
+}
+
+func (x *MachinePositionInfo) GetPhysicalSlotNumber() int32 {
+	if x != nil && x.PhysicalSlotNumber != nil {
+		return *x.PhysicalSlotNumber
+	}
+	return 0
+}
+
+func (x *MachinePositionInfo) GetComputeTrayIndex() int32 {
+	if x != nil && x.ComputeTrayIndex != nil {
+		return *x.ComputeTrayIndex
+	}
+	return 0
+}
+
+func (x *MachinePositionInfo) GetTopologyId() int32 {
+	if x != nil && x.TopologyId != nil {
+		return *x.TopologyId
+	}
+	return 0
+}
+
 type Metadata struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2428,7 +3054,7 @@ type Metadata struct {
 
 func (x *Metadata) Reset() {
 	*x = Metadata{}
-	mi := &file_forge_forge_proto_msgTypes[36]
+	mi := &file_forge_forge_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +3066,7 @@ func (x *Metadata) String() string {
 func (*Metadata) ProtoMessage() {}
 
 func (x *Metadata) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[36]
+	mi := &file_forge_forge_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +3079,7 @@ func (x *Metadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metadata.ProtoReflect.Descriptor instead.
 func (*Metadata) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{36}
+	return file_forge_forge_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Metadata) GetName() string {
@@ -2487,7 +3113,7 @@ type Label struct {
 
 func (x *Label) Reset() {
 	*x = Label{}
-	mi := &file_forge_forge_proto_msgTypes[37]
+	mi := &file_forge_forge_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +3125,7 @@ func (x *Label) String() string {
 func (*Label) ProtoMessage() {}
 
 func (x *Label) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[37]
+	mi := &file_forge_forge_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +3138,7 @@ func (x *Label) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Label.ProtoReflect.Descriptor instead.
 func (*Label) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{37}
+	return file_forge_forge_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Label) GetKey() string {
@@ -2547,7 +3173,7 @@ type ExpectedMachine struct {
 
 func (x *ExpectedMachine) Reset() {
 	*x = ExpectedMachine{}
-	mi := &file_forge_forge_proto_msgTypes[38]
+	mi := &file_forge_forge_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +3185,7 @@ func (x *ExpectedMachine) String() string {
 func (*ExpectedMachine) ProtoMessage() {}
 
 func (x *ExpectedMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[38]
+	mi := &file_forge_forge_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +3198,7 @@ func (x *ExpectedMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectedMachine.ProtoReflect.Descriptor instead.
 func (*ExpectedMachine) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{38}
+	return file_forge_forge_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ExpectedMachine) GetBmcMacAddress() string {
@@ -2654,7 +3280,7 @@ type ExpectedMachineList struct {
 
 func (x *ExpectedMachineList) Reset() {
 	*x = ExpectedMachineList{}
-	mi := &file_forge_forge_proto_msgTypes[39]
+	mi := &file_forge_forge_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +3292,7 @@ func (x *ExpectedMachineList) String() string {
 func (*ExpectedMachineList) ProtoMessage() {}
 
 func (x *ExpectedMachineList) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[39]
+	mi := &file_forge_forge_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +3305,7 @@ func (x *ExpectedMachineList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectedMachineList.ProtoReflect.Descriptor instead.
 func (*ExpectedMachineList) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{39}
+	return file_forge_forge_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ExpectedMachineList) GetExpectedMachines() []*ExpectedMachine {
@@ -2707,7 +3333,7 @@ type ExpectedSwitch struct {
 
 func (x *ExpectedSwitch) Reset() {
 	*x = ExpectedSwitch{}
-	mi := &file_forge_forge_proto_msgTypes[40]
+	mi := &file_forge_forge_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2719,7 +3345,7 @@ func (x *ExpectedSwitch) String() string {
 func (*ExpectedSwitch) ProtoMessage() {}
 
 func (x *ExpectedSwitch) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[40]
+	mi := &file_forge_forge_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +3358,7 @@ func (x *ExpectedSwitch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectedSwitch.ProtoReflect.Descriptor instead.
 func (*ExpectedSwitch) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{40}
+	return file_forge_forge_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ExpectedSwitch) GetBmcMacAddress() string {
@@ -2814,7 +3440,7 @@ type ExpectedSwitchList struct {
 
 func (x *ExpectedSwitchList) Reset() {
 	*x = ExpectedSwitchList{}
-	mi := &file_forge_forge_proto_msgTypes[41]
+	mi := &file_forge_forge_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +3452,7 @@ func (x *ExpectedSwitchList) String() string {
 func (*ExpectedSwitchList) ProtoMessage() {}
 
 func (x *ExpectedSwitchList) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[41]
+	mi := &file_forge_forge_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +3465,7 @@ func (x *ExpectedSwitchList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectedSwitchList.ProtoReflect.Descriptor instead.
 func (*ExpectedSwitchList) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{41}
+	return file_forge_forge_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ExpectedSwitchList) GetExpectedSwitches() []*ExpectedSwitch {
@@ -2865,7 +3491,7 @@ type ExpectedPowerShelf struct {
 
 func (x *ExpectedPowerShelf) Reset() {
 	*x = ExpectedPowerShelf{}
-	mi := &file_forge_forge_proto_msgTypes[42]
+	mi := &file_forge_forge_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +3503,7 @@ func (x *ExpectedPowerShelf) String() string {
 func (*ExpectedPowerShelf) ProtoMessage() {}
 
 func (x *ExpectedPowerShelf) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[42]
+	mi := &file_forge_forge_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +3516,7 @@ func (x *ExpectedPowerShelf) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectedPowerShelf.ProtoReflect.Descriptor instead.
 func (*ExpectedPowerShelf) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{42}
+	return file_forge_forge_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ExpectedPowerShelf) GetBmcMacAddress() string {
@@ -2958,7 +3584,7 @@ type ExpectedPowerShelfList struct {
 
 func (x *ExpectedPowerShelfList) Reset() {
 	*x = ExpectedPowerShelfList{}
-	mi := &file_forge_forge_proto_msgTypes[43]
+	mi := &file_forge_forge_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2970,7 +3596,7 @@ func (x *ExpectedPowerShelfList) String() string {
 func (*ExpectedPowerShelfList) ProtoMessage() {}
 
 func (x *ExpectedPowerShelfList) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[43]
+	mi := &file_forge_forge_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2983,12 +3609,124 @@ func (x *ExpectedPowerShelfList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectedPowerShelfList.ProtoReflect.Descriptor instead.
 func (*ExpectedPowerShelfList) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{43}
+	return file_forge_forge_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ExpectedPowerShelfList) GetExpectedPowerShelves() []*ExpectedPowerShelf {
 	if x != nil {
 		return x.ExpectedPowerShelves
+	}
+	return nil
+}
+
+type ExpectedRack struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RackId        *RackId                `protobuf:"bytes,1,opt,name=rack_id,json=rackId,proto3" json:"rack_id,omitempty"`
+	RackProfileId *RackProfileId         `protobuf:"bytes,2,opt,name=rack_profile_id,json=rackProfileId,proto3" json:"rack_profile_id,omitempty"`
+	Metadata      *Metadata              `protobuf:"bytes,3,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	RackGroupId   *RackGroupId           `protobuf:"bytes,4,opt,name=rack_group_id,json=rackGroupId,proto3" json:"rack_group_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpectedRack) Reset() {
+	*x = ExpectedRack{}
+	mi := &file_forge_forge_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpectedRack) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpectedRack) ProtoMessage() {}
+
+func (x *ExpectedRack) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpectedRack.ProtoReflect.Descriptor instead.
+func (*ExpectedRack) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ExpectedRack) GetRackId() *RackId {
+	if x != nil {
+		return x.RackId
+	}
+	return nil
+}
+
+func (x *ExpectedRack) GetRackProfileId() *RackProfileId {
+	if x != nil {
+		return x.RackProfileId
+	}
+	return nil
+}
+
+func (x *ExpectedRack) GetMetadata() *Metadata {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *ExpectedRack) GetRackGroupId() *RackGroupId {
+	if x != nil {
+		return x.RackGroupId
+	}
+	return nil
+}
+
+type ExpectedRackList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ExpectedRacks []*ExpectedRack        `protobuf:"bytes,1,rep,name=expected_racks,json=expectedRacks,proto3" json:"expected_racks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpectedRackList) Reset() {
+	*x = ExpectedRackList{}
+	mi := &file_forge_forge_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpectedRackList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpectedRackList) ProtoMessage() {}
+
+func (x *ExpectedRackList) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpectedRackList.ProtoReflect.Descriptor instead.
+func (*ExpectedRackList) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ExpectedRackList) GetExpectedRacks() []*ExpectedRack {
+	if x != nil {
+		return x.ExpectedRacks
 	}
 	return nil
 }
@@ -3003,7 +3741,7 @@ type BmcEndpointRequest struct {
 
 func (x *BmcEndpointRequest) Reset() {
 	*x = BmcEndpointRequest{}
-	mi := &file_forge_forge_proto_msgTypes[44]
+	mi := &file_forge_forge_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3015,7 +3753,7 @@ func (x *BmcEndpointRequest) String() string {
 func (*BmcEndpointRequest) ProtoMessage() {}
 
 func (x *BmcEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[44]
+	mi := &file_forge_forge_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3028,7 +3766,7 @@ func (x *BmcEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcEndpointRequest.ProtoReflect.Descriptor instead.
 func (*BmcEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{44}
+	return file_forge_forge_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BmcEndpointRequest) GetIpAddress() string {
@@ -3054,7 +3792,7 @@ type MachineIngestionStateResponse struct {
 
 func (x *MachineIngestionStateResponse) Reset() {
 	*x = MachineIngestionStateResponse{}
-	mi := &file_forge_forge_proto_msgTypes[45]
+	mi := &file_forge_forge_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3066,7 +3804,7 @@ func (x *MachineIngestionStateResponse) String() string {
 func (*MachineIngestionStateResponse) ProtoMessage() {}
 
 func (x *MachineIngestionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[45]
+	mi := &file_forge_forge_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3079,7 +3817,7 @@ func (x *MachineIngestionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineIngestionStateResponse.ProtoReflect.Descriptor instead.
 func (*MachineIngestionStateResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{45}
+	return file_forge_forge_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *MachineIngestionStateResponse) GetMachineIngestionState() MachineIngestionState {
@@ -3098,7 +3836,7 @@ type DecommissionManagedHostRequest struct {
 
 func (x *DecommissionManagedHostRequest) Reset() {
 	*x = DecommissionManagedHostRequest{}
-	mi := &file_forge_forge_proto_msgTypes[46]
+	mi := &file_forge_forge_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3848,7 @@ func (x *DecommissionManagedHostRequest) String() string {
 func (*DecommissionManagedHostRequest) ProtoMessage() {}
 
 func (x *DecommissionManagedHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[46]
+	mi := &file_forge_forge_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3861,7 @@ func (x *DecommissionManagedHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionManagedHostRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionManagedHostRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{46}
+	return file_forge_forge_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DecommissionManagedHostRequest) GetMachineId() *MachineId {
@@ -3141,7 +3879,7 @@ type DecommissionManagedHostResponse struct {
 
 func (x *DecommissionManagedHostResponse) Reset() {
 	*x = DecommissionManagedHostResponse{}
-	mi := &file_forge_forge_proto_msgTypes[47]
+	mi := &file_forge_forge_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3891,7 @@ func (x *DecommissionManagedHostResponse) String() string {
 func (*DecommissionManagedHostResponse) ProtoMessage() {}
 
 func (x *DecommissionManagedHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[47]
+	mi := &file_forge_forge_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3904,7 @@ func (x *DecommissionManagedHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionManagedHostResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionManagedHostResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{47}
+	return file_forge_forge_proto_rawDescGZIP(), []int{61}
 }
 
 type DecommissionSwitchRequest struct {
@@ -3178,7 +3916,7 @@ type DecommissionSwitchRequest struct {
 
 func (x *DecommissionSwitchRequest) Reset() {
 	*x = DecommissionSwitchRequest{}
-	mi := &file_forge_forge_proto_msgTypes[48]
+	mi := &file_forge_forge_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3190,7 +3928,7 @@ func (x *DecommissionSwitchRequest) String() string {
 func (*DecommissionSwitchRequest) ProtoMessage() {}
 
 func (x *DecommissionSwitchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[48]
+	mi := &file_forge_forge_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3203,7 +3941,7 @@ func (x *DecommissionSwitchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionSwitchRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionSwitchRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{48}
+	return file_forge_forge_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DecommissionSwitchRequest) GetSwitchId() *SwitchId {
@@ -3221,7 +3959,7 @@ type DecommissionSwitchResponse struct {
 
 func (x *DecommissionSwitchResponse) Reset() {
 	*x = DecommissionSwitchResponse{}
-	mi := &file_forge_forge_proto_msgTypes[49]
+	mi := &file_forge_forge_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3971,7 @@ func (x *DecommissionSwitchResponse) String() string {
 func (*DecommissionSwitchResponse) ProtoMessage() {}
 
 func (x *DecommissionSwitchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[49]
+	mi := &file_forge_forge_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3984,7 @@ func (x *DecommissionSwitchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionSwitchResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionSwitchResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{49}
+	return file_forge_forge_proto_rawDescGZIP(), []int{63}
 }
 
 type DecommissionPowerShelfRequest struct {
@@ -3258,7 +3996,7 @@ type DecommissionPowerShelfRequest struct {
 
 func (x *DecommissionPowerShelfRequest) Reset() {
 	*x = DecommissionPowerShelfRequest{}
-	mi := &file_forge_forge_proto_msgTypes[50]
+	mi := &file_forge_forge_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3270,7 +4008,7 @@ func (x *DecommissionPowerShelfRequest) String() string {
 func (*DecommissionPowerShelfRequest) ProtoMessage() {}
 
 func (x *DecommissionPowerShelfRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[50]
+	mi := &file_forge_forge_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3283,7 +4021,7 @@ func (x *DecommissionPowerShelfRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionPowerShelfRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionPowerShelfRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{50}
+	return file_forge_forge_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DecommissionPowerShelfRequest) GetPowerShelfId() *PowerShelfId {
@@ -3301,7 +4039,7 @@ type DecommissionPowerShelfResponse struct {
 
 func (x *DecommissionPowerShelfResponse) Reset() {
 	*x = DecommissionPowerShelfResponse{}
-	mi := &file_forge_forge_proto_msgTypes[51]
+	mi := &file_forge_forge_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +4051,7 @@ func (x *DecommissionPowerShelfResponse) String() string {
 func (*DecommissionPowerShelfResponse) ProtoMessage() {}
 
 func (x *DecommissionPowerShelfResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[51]
+	mi := &file_forge_forge_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +4064,7 @@ func (x *DecommissionPowerShelfResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionPowerShelfResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionPowerShelfResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{51}
+	return file_forge_forge_proto_rawDescGZIP(), []int{65}
 }
 
 // ComponentResult is one target's outcome. component_id is absent for MAC
@@ -3343,7 +4081,7 @@ type ComponentResult struct {
 
 func (x *ComponentResult) Reset() {
 	*x = ComponentResult{}
-	mi := &file_forge_forge_proto_msgTypes[52]
+	mi := &file_forge_forge_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +4093,7 @@ func (x *ComponentResult) String() string {
 func (*ComponentResult) ProtoMessage() {}
 
 func (x *ComponentResult) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[52]
+	mi := &file_forge_forge_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +4106,7 @@ func (x *ComponentResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComponentResult.ProtoReflect.Descriptor instead.
 func (*ComponentResult) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{52}
+	return file_forge_forge_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ComponentResult) GetComponentId() string {
@@ -3418,7 +4156,7 @@ type ComponentPowerControlRequest struct {
 
 func (x *ComponentPowerControlRequest) Reset() {
 	*x = ComponentPowerControlRequest{}
-	mi := &file_forge_forge_proto_msgTypes[53]
+	mi := &file_forge_forge_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3430,7 +4168,7 @@ func (x *ComponentPowerControlRequest) String() string {
 func (*ComponentPowerControlRequest) ProtoMessage() {}
 
 func (x *ComponentPowerControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[53]
+	mi := &file_forge_forge_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3443,7 +4181,7 @@ func (x *ComponentPowerControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComponentPowerControlRequest.ProtoReflect.Descriptor instead.
 func (*ComponentPowerControlRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{53}
+	return file_forge_forge_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ComponentPowerControlRequest) GetTarget() isComponentPowerControlRequest_Target {
@@ -3570,7 +4308,7 @@ type ComponentPowerControlResponse struct {
 
 func (x *ComponentPowerControlResponse) Reset() {
 	*x = ComponentPowerControlResponse{}
-	mi := &file_forge_forge_proto_msgTypes[54]
+	mi := &file_forge_forge_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3582,7 +4320,7 @@ func (x *ComponentPowerControlResponse) String() string {
 func (*ComponentPowerControlResponse) ProtoMessage() {}
 
 func (x *ComponentPowerControlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[54]
+	mi := &file_forge_forge_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3595,7 +4333,7 @@ func (x *ComponentPowerControlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComponentPowerControlResponse.ProtoReflect.Descriptor instead.
 func (*ComponentPowerControlResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{54}
+	return file_forge_forge_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ComponentPowerControlResponse) GetResults() []*ComponentResult {
@@ -3622,7 +4360,7 @@ type GetComponentInventoryRequest struct {
 
 func (x *GetComponentInventoryRequest) Reset() {
 	*x = GetComponentInventoryRequest{}
-	mi := &file_forge_forge_proto_msgTypes[55]
+	mi := &file_forge_forge_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3634,7 +4372,7 @@ func (x *GetComponentInventoryRequest) String() string {
 func (*GetComponentInventoryRequest) ProtoMessage() {}
 
 func (x *GetComponentInventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[55]
+	mi := &file_forge_forge_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3647,7 +4385,7 @@ func (x *GetComponentInventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetComponentInventoryRequest.ProtoReflect.Descriptor instead.
 func (*GetComponentInventoryRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{55}
+	return file_forge_forge_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetComponentInventoryRequest) GetTarget() isGetComponentInventoryRequest_Target {
@@ -3760,7 +4498,7 @@ type GetComponentInventoryResponse struct {
 
 func (x *GetComponentInventoryResponse) Reset() {
 	*x = GetComponentInventoryResponse{}
-	mi := &file_forge_forge_proto_msgTypes[56]
+	mi := &file_forge_forge_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3772,7 +4510,7 @@ func (x *GetComponentInventoryResponse) String() string {
 func (*GetComponentInventoryResponse) ProtoMessage() {}
 
 func (x *GetComponentInventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[56]
+	mi := &file_forge_forge_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3785,7 +4523,7 @@ func (x *GetComponentInventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetComponentInventoryResponse.ProtoReflect.Descriptor instead.
 func (*GetComponentInventoryResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{56}
+	return file_forge_forge_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetComponentInventoryResponse) GetEntries() []*ComponentInventoryEntry {
@@ -3805,7 +4543,7 @@ type ComponentInventoryEntry struct {
 
 func (x *ComponentInventoryEntry) Reset() {
 	*x = ComponentInventoryEntry{}
-	mi := &file_forge_forge_proto_msgTypes[57]
+	mi := &file_forge_forge_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3817,7 +4555,7 @@ func (x *ComponentInventoryEntry) String() string {
 func (*ComponentInventoryEntry) ProtoMessage() {}
 
 func (x *ComponentInventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[57]
+	mi := &file_forge_forge_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3830,7 +4568,7 @@ func (x *ComponentInventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComponentInventoryEntry.ProtoReflect.Descriptor instead.
 func (*ComponentInventoryEntry) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{57}
+	return file_forge_forge_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ComponentInventoryEntry) GetResult() *ComponentResult {
@@ -3861,7 +4599,7 @@ type EndpointExplorationReport struct {
 
 func (x *EndpointExplorationReport) Reset() {
 	*x = EndpointExplorationReport{}
-	mi := &file_forge_forge_proto_msgTypes[58]
+	mi := &file_forge_forge_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +4611,7 @@ func (x *EndpointExplorationReport) String() string {
 func (*EndpointExplorationReport) ProtoMessage() {}
 
 func (x *EndpointExplorationReport) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[58]
+	mi := &file_forge_forge_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +4624,7 @@ func (x *EndpointExplorationReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointExplorationReport.ProtoReflect.Descriptor instead.
 func (*EndpointExplorationReport) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{58}
+	return file_forge_forge_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *EndpointExplorationReport) GetSystems() []*ComputerSystem {
@@ -3926,7 +4664,7 @@ type ComputerSystem struct {
 
 func (x *ComputerSystem) Reset() {
 	*x = ComputerSystem{}
-	mi := &file_forge_forge_proto_msgTypes[59]
+	mi := &file_forge_forge_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4676,7 @@ func (x *ComputerSystem) String() string {
 func (*ComputerSystem) ProtoMessage() {}
 
 func (x *ComputerSystem) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[59]
+	mi := &file_forge_forge_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4689,7 @@ func (x *ComputerSystem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComputerSystem.ProtoReflect.Descriptor instead.
 func (*ComputerSystem) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{59}
+	return file_forge_forge_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ComputerSystem) GetPowerState() ComputerSystemPowerState {
@@ -3970,7 +4708,7 @@ type ExploredChassis struct {
 
 func (x *ExploredChassis) Reset() {
 	*x = ExploredChassis{}
-	mi := &file_forge_forge_proto_msgTypes[60]
+	mi := &file_forge_forge_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3982,7 +4720,7 @@ func (x *ExploredChassis) String() string {
 func (*ExploredChassis) ProtoMessage() {}
 
 func (x *ExploredChassis) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[60]
+	mi := &file_forge_forge_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3995,7 +4733,7 @@ func (x *ExploredChassis) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExploredChassis.ProtoReflect.Descriptor instead.
 func (*ExploredChassis) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{60}
+	return file_forge_forge_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ExploredChassis) GetSerialNumber() string {
@@ -4014,7 +4752,7 @@ type ExploredService struct {
 
 func (x *ExploredService) Reset() {
 	*x = ExploredService{}
-	mi := &file_forge_forge_proto_msgTypes[61]
+	mi := &file_forge_forge_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4026,7 +4764,7 @@ func (x *ExploredService) String() string {
 func (*ExploredService) ProtoMessage() {}
 
 func (x *ExploredService) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[61]
+	mi := &file_forge_forge_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4039,7 +4777,7 @@ func (x *ExploredService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExploredService.ProtoReflect.Descriptor instead.
 func (*ExploredService) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{61}
+	return file_forge_forge_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ExploredService) GetInventories() []*Inventory {
@@ -4060,7 +4798,7 @@ type Inventory struct {
 
 func (x *Inventory) Reset() {
 	*x = Inventory{}
-	mi := &file_forge_forge_proto_msgTypes[62]
+	mi := &file_forge_forge_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4072,7 +4810,7 @@ func (x *Inventory) String() string {
 func (*Inventory) ProtoMessage() {}
 
 func (x *Inventory) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[62]
+	mi := &file_forge_forge_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4085,7 +4823,7 @@ func (x *Inventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inventory.ProtoReflect.Descriptor instead.
 func (*Inventory) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{62}
+	return file_forge_forge_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *Inventory) GetId() string {
@@ -4120,7 +4858,7 @@ type UpdateComputeTrayFirmwareTarget struct {
 
 func (x *UpdateComputeTrayFirmwareTarget) Reset() {
 	*x = UpdateComputeTrayFirmwareTarget{}
-	mi := &file_forge_forge_proto_msgTypes[63]
+	mi := &file_forge_forge_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4132,7 +4870,7 @@ func (x *UpdateComputeTrayFirmwareTarget) String() string {
 func (*UpdateComputeTrayFirmwareTarget) ProtoMessage() {}
 
 func (x *UpdateComputeTrayFirmwareTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[63]
+	mi := &file_forge_forge_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4145,7 +4883,7 @@ func (x *UpdateComputeTrayFirmwareTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateComputeTrayFirmwareTarget.ProtoReflect.Descriptor instead.
 func (*UpdateComputeTrayFirmwareTarget) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{63}
+	return file_forge_forge_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *UpdateComputeTrayFirmwareTarget) GetMachineIds() []*MachineId {
@@ -4180,7 +4918,7 @@ type UpdateSwitchFirmwareTarget struct {
 
 func (x *UpdateSwitchFirmwareTarget) Reset() {
 	*x = UpdateSwitchFirmwareTarget{}
-	mi := &file_forge_forge_proto_msgTypes[64]
+	mi := &file_forge_forge_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4192,7 +4930,7 @@ func (x *UpdateSwitchFirmwareTarget) String() string {
 func (*UpdateSwitchFirmwareTarget) ProtoMessage() {}
 
 func (x *UpdateSwitchFirmwareTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[64]
+	mi := &file_forge_forge_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4205,7 +4943,7 @@ func (x *UpdateSwitchFirmwareTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSwitchFirmwareTarget.ProtoReflect.Descriptor instead.
 func (*UpdateSwitchFirmwareTarget) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{64}
+	return file_forge_forge_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *UpdateSwitchFirmwareTarget) GetSwitchIds() []*SwitchId {
@@ -4240,7 +4978,7 @@ type UpdatePowerShelfFirmwareTarget struct {
 
 func (x *UpdatePowerShelfFirmwareTarget) Reset() {
 	*x = UpdatePowerShelfFirmwareTarget{}
-	mi := &file_forge_forge_proto_msgTypes[65]
+	mi := &file_forge_forge_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4252,7 +4990,7 @@ func (x *UpdatePowerShelfFirmwareTarget) String() string {
 func (*UpdatePowerShelfFirmwareTarget) ProtoMessage() {}
 
 func (x *UpdatePowerShelfFirmwareTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[65]
+	mi := &file_forge_forge_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4265,7 +5003,7 @@ func (x *UpdatePowerShelfFirmwareTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePowerShelfFirmwareTarget.ProtoReflect.Descriptor instead.
 func (*UpdatePowerShelfFirmwareTarget) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{65}
+	return file_forge_forge_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *UpdatePowerShelfFirmwareTarget) GetPowerShelfIds() []*PowerShelfId {
@@ -4298,7 +5036,7 @@ type UpdateRackFirmwareTarget struct {
 
 func (x *UpdateRackFirmwareTarget) Reset() {
 	*x = UpdateRackFirmwareTarget{}
-	mi := &file_forge_forge_proto_msgTypes[66]
+	mi := &file_forge_forge_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4310,7 +5048,7 @@ func (x *UpdateRackFirmwareTarget) String() string {
 func (*UpdateRackFirmwareTarget) ProtoMessage() {}
 
 func (x *UpdateRackFirmwareTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[66]
+	mi := &file_forge_forge_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4323,7 +5061,7 @@ func (x *UpdateRackFirmwareTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRackFirmwareTarget.ProtoReflect.Descriptor instead.
 func (*UpdateRackFirmwareTarget) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{66}
+	return file_forge_forge_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *UpdateRackFirmwareTarget) GetRackIds() []*RackId {
@@ -4352,7 +5090,7 @@ type UpdateComponentFirmwareRequest struct {
 
 func (x *UpdateComponentFirmwareRequest) Reset() {
 	*x = UpdateComponentFirmwareRequest{}
-	mi := &file_forge_forge_proto_msgTypes[67]
+	mi := &file_forge_forge_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4364,7 +5102,7 @@ func (x *UpdateComponentFirmwareRequest) String() string {
 func (*UpdateComponentFirmwareRequest) ProtoMessage() {}
 
 func (x *UpdateComponentFirmwareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[67]
+	mi := &file_forge_forge_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4377,7 +5115,7 @@ func (x *UpdateComponentFirmwareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateComponentFirmwareRequest.ProtoReflect.Descriptor instead.
 func (*UpdateComponentFirmwareRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{67}
+	return file_forge_forge_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *UpdateComponentFirmwareRequest) GetTarget() isUpdateComponentFirmwareRequest_Target {
@@ -4488,7 +5226,7 @@ type UpdateComponentFirmwareResponse struct {
 
 func (x *UpdateComponentFirmwareResponse) Reset() {
 	*x = UpdateComponentFirmwareResponse{}
-	mi := &file_forge_forge_proto_msgTypes[68]
+	mi := &file_forge_forge_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4500,7 +5238,7 @@ func (x *UpdateComponentFirmwareResponse) String() string {
 func (*UpdateComponentFirmwareResponse) ProtoMessage() {}
 
 func (x *UpdateComponentFirmwareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[68]
+	mi := &file_forge_forge_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4513,7 +5251,7 @@ func (x *UpdateComponentFirmwareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateComponentFirmwareResponse.ProtoReflect.Descriptor instead.
 func (*UpdateComponentFirmwareResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{68}
+	return file_forge_forge_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *UpdateComponentFirmwareResponse) GetResults() []*ComponentResult {
@@ -4541,7 +5279,7 @@ type GetComponentFirmwareStatusRequest struct {
 
 func (x *GetComponentFirmwareStatusRequest) Reset() {
 	*x = GetComponentFirmwareStatusRequest{}
-	mi := &file_forge_forge_proto_msgTypes[69]
+	mi := &file_forge_forge_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4553,7 +5291,7 @@ func (x *GetComponentFirmwareStatusRequest) String() string {
 func (*GetComponentFirmwareStatusRequest) ProtoMessage() {}
 
 func (x *GetComponentFirmwareStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[69]
+	mi := &file_forge_forge_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4566,7 +5304,7 @@ func (x *GetComponentFirmwareStatusRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use GetComponentFirmwareStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetComponentFirmwareStatusRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{69}
+	return file_forge_forge_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *GetComponentFirmwareStatusRequest) GetTarget() isGetComponentFirmwareStatusRequest_Target {
@@ -4698,7 +5436,7 @@ type GetComponentFirmwareStatusResponse struct {
 
 func (x *GetComponentFirmwareStatusResponse) Reset() {
 	*x = GetComponentFirmwareStatusResponse{}
-	mi := &file_forge_forge_proto_msgTypes[70]
+	mi := &file_forge_forge_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4710,7 +5448,7 @@ func (x *GetComponentFirmwareStatusResponse) String() string {
 func (*GetComponentFirmwareStatusResponse) ProtoMessage() {}
 
 func (x *GetComponentFirmwareStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[70]
+	mi := &file_forge_forge_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4723,7 +5461,7 @@ func (x *GetComponentFirmwareStatusResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use GetComponentFirmwareStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetComponentFirmwareStatusResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{70}
+	return file_forge_forge_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *GetComponentFirmwareStatusResponse) GetStatuses() []*FirmwareUpdateStatus {
@@ -4745,7 +5483,7 @@ type FirmwareUpdateStatus struct {
 
 func (x *FirmwareUpdateStatus) Reset() {
 	*x = FirmwareUpdateStatus{}
-	mi := &file_forge_forge_proto_msgTypes[71]
+	mi := &file_forge_forge_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4757,7 +5495,7 @@ func (x *FirmwareUpdateStatus) String() string {
 func (*FirmwareUpdateStatus) ProtoMessage() {}
 
 func (x *FirmwareUpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[71]
+	mi := &file_forge_forge_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4770,7 +5508,7 @@ func (x *FirmwareUpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirmwareUpdateStatus.ProtoReflect.Descriptor instead.
 func (*FirmwareUpdateStatus) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{71}
+	return file_forge_forge_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *FirmwareUpdateStatus) GetResult() *ComponentResult {
@@ -4818,7 +5556,7 @@ type ListComponentFirmwareVersionsRequest struct {
 
 func (x *ListComponentFirmwareVersionsRequest) Reset() {
 	*x = ListComponentFirmwareVersionsRequest{}
-	mi := &file_forge_forge_proto_msgTypes[72]
+	mi := &file_forge_forge_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4830,7 +5568,7 @@ func (x *ListComponentFirmwareVersionsRequest) String() string {
 func (*ListComponentFirmwareVersionsRequest) ProtoMessage() {}
 
 func (x *ListComponentFirmwareVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[72]
+	mi := &file_forge_forge_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4843,7 +5581,7 @@ func (x *ListComponentFirmwareVersionsRequest) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use ListComponentFirmwareVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListComponentFirmwareVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{72}
+	return file_forge_forge_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListComponentFirmwareVersionsRequest) GetTarget() isListComponentFirmwareVersionsRequest_Target {
@@ -4962,7 +5700,7 @@ type ListComponentFirmwareVersionsResponse struct {
 
 func (x *ListComponentFirmwareVersionsResponse) Reset() {
 	*x = ListComponentFirmwareVersionsResponse{}
-	mi := &file_forge_forge_proto_msgTypes[73]
+	mi := &file_forge_forge_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4974,7 +5712,7 @@ func (x *ListComponentFirmwareVersionsResponse) String() string {
 func (*ListComponentFirmwareVersionsResponse) ProtoMessage() {}
 
 func (x *ListComponentFirmwareVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[73]
+	mi := &file_forge_forge_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4987,7 +5725,7 @@ func (x *ListComponentFirmwareVersionsResponse) ProtoReflect() protoreflect.Mess
 
 // Deprecated: Use ListComponentFirmwareVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListComponentFirmwareVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{73}
+	return file_forge_forge_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListComponentFirmwareVersionsResponse) GetDevices() []*ComponentFirmwareVersions {
@@ -5007,7 +5745,7 @@ type ComponentFirmwareVersions struct {
 
 func (x *ComponentFirmwareVersions) Reset() {
 	*x = ComponentFirmwareVersions{}
-	mi := &file_forge_forge_proto_msgTypes[74]
+	mi := &file_forge_forge_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5019,7 +5757,7 @@ func (x *ComponentFirmwareVersions) String() string {
 func (*ComponentFirmwareVersions) ProtoMessage() {}
 
 func (x *ComponentFirmwareVersions) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[74]
+	mi := &file_forge_forge_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5032,7 +5770,7 @@ func (x *ComponentFirmwareVersions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComponentFirmwareVersions.ProtoReflect.Descriptor instead.
 func (*ComponentFirmwareVersions) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{74}
+	return file_forge_forge_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ComponentFirmwareVersions) GetResult() *ComponentResult {
@@ -5179,7 +5917,45 @@ const file_forge_forge_proto_rawDesc = "" +
 	"\arack_id\x18\n" +
 	" \x01(\v2\r.forge.RackIdR\x06rackId\"?\n" +
 	"\x10PowerShelfStatus\x12+\n" +
-	"\x06health\x18\a \x01(\v2\x13.forge.HealthReportR\x06health\"f\n" +
+	"\x06health\x18\a \x01(\v2\x13.forge.HealthReportR\x06health\"\x1f\n" +
+	"\rRackProfileId\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x1d\n" +
+	"\vRackGroupId\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"=\n" +
+	"\x11RacksByIdsRequest\x12(\n" +
+	"\brack_ids\x18\x01 \x03(\v2\r.forge.RackIdR\arackIds\"-\n" +
+	"\bRackList\x12!\n" +
+	"\x05racks\x18\x01 \x03(\v2\v.forge.RackR\x05racks\"\x88\x01\n" +
+	"\x04Rack\x12\x1d\n" +
+	"\x02id\x18\x01 \x01(\v2\r.forge.RackIdR\x02id\x12)\n" +
+	"\x06status\x18\x11 \x01(\v2\x11.forge.RackStatusR\x06status\x126\n" +
+	"\rrack_group_id\x18\x12 \x01(\v2\x12.forge.RackGroupIdR\vrackGroupId\"9\n" +
+	"\n" +
+	"RackStatus\x12+\n" +
+	"\x06health\x18\a \x01(\v2\x13.forge.HealthReportR\x06health\"E\n" +
+	"\x12PowerOptionRequest\x12/\n" +
+	"\n" +
+	"machine_id\x18\x01 \x03(\v2\x10.forge.MachineIdR\tmachineId\"F\n" +
+	"\x13PowerOptionResponse\x12/\n" +
+	"\bresponse\x18\x01 \x03(\v2\x13.forge.PowerOptionsR\bresponse\"o\n" +
+	"\fPowerOptions\x124\n" +
+	"\factual_state\x18\x03 \x01(\x0e2\x11.forge.PowerStateR\vactualState\x12)\n" +
+	"\ahost_id\x18\x05 \x01(\v2\x10.forge.MachineIdR\x06hostId\"I\n" +
+	"\x14MachinePositionQuery\x121\n" +
+	"\vmachine_ids\x18\x01 \x03(\v2\x10.forge.MachineIdR\n" +
+	"machineIds\"i\n" +
+	"\x17MachinePositionInfoList\x12N\n" +
+	"\x15machine_position_info\x18\x01 \x03(\v2\x1a.forge.MachinePositionInfoR\x13machinePositionInfo\"\x96\x02\n" +
+	"\x13MachinePositionInfo\x12/\n" +
+	"\n" +
+	"machine_id\x18\x01 \x01(\v2\x10.forge.MachineIdR\tmachineId\x125\n" +
+	"\x14physical_slot_number\x18\x02 \x01(\x05H\x00R\x12physicalSlotNumber\x88\x01\x01\x121\n" +
+	"\x12compute_tray_index\x18\x03 \x01(\x05H\x01R\x10computeTrayIndex\x88\x01\x01\x12$\n" +
+	"\vtopology_id\x18\x04 \x01(\x05H\x02R\n" +
+	"topologyId\x88\x01\x01B\x17\n" +
+	"\x15_physical_slot_numberB\x15\n" +
+	"\x13_compute_tray_indexB\x0e\n" +
+	"\f_topology_id\"f\n" +
 	"\bMetadata\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12$\n" +
@@ -5230,7 +6006,14 @@ const file_forge_forge_proto_rawDesc = "" +
 	"\arack_id\x18\a \x01(\v2\r.forge.RackIdR\x06rackId\x12B\n" +
 	"\x17expected_power_shelf_id\x18\b \x01(\v2\v.forge.UUIDR\x14expectedPowerShelfId\"i\n" +
 	"\x16ExpectedPowerShelfList\x12O\n" +
-	"\x16expected_power_shelves\x18\x01 \x03(\v2\x19.forge.ExpectedPowerShelfR\x14expectedPowerShelves\"i\n" +
+	"\x16expected_power_shelves\x18\x01 \x03(\v2\x19.forge.ExpectedPowerShelfR\x14expectedPowerShelves\"\xd9\x01\n" +
+	"\fExpectedRack\x12&\n" +
+	"\arack_id\x18\x01 \x01(\v2\r.forge.RackIdR\x06rackId\x12<\n" +
+	"\x0frack_profile_id\x18\x02 \x01(\v2\x14.forge.RackProfileIdR\rrackProfileId\x12+\n" +
+	"\bmetadata\x18\x03 \x01(\v2\x0f.forge.MetadataR\bmetadata\x126\n" +
+	"\rrack_group_id\x18\x04 \x01(\v2\x12.forge.RackGroupIdR\vrackGroupId\"N\n" +
+	"\x10ExpectedRackList\x12:\n" +
+	"\x0eexpected_racks\x18\x01 \x03(\v2\x13.forge.ExpectedRackR\rexpectedRacks\"i\n" +
 	"\x12BmcEndpointRequest\x12\x1d\n" +
 	"\n" +
 	"ip_address\x18\x01 \x01(\tR\tipAddress\x12$\n" +
@@ -5441,7 +6224,12 @@ const file_forge_forge_proto_rawDesc = "" +
 	"\x06Paused\x10\x04\x12\v\n" +
 	"\aUnknown\x10\x05\x12\x0f\n" +
 	"\vHibernating\x10\x06\x12\f\n" +
-	"\bSleeping\x10\a2\xae\x0f\n" +
+	"\bSleeping\x10\a*]\n" +
+	"\n" +
+	"PowerState\x12\x12\n" +
+	"\x0ePOWER_STATE_ON\x10\x00\x12\x13\n" +
+	"\x0fPOWER_STATE_OFF\x10\x01\x12&\n" +
+	"\"POWER_STATE_POWER_MANAGER_DISABLED\x10\x022\xd4\x11\n" +
 	"\x05Forge\x122\n" +
 	"\aVersion\x12\x15.forge.VersionRequest\x1a\x10.forge.BuildInfo\x12B\n" +
 	"\x0eFindMachineIds\x12\x1a.forge.MachineSearchConfig\x1a\x14.forge.MachineIdList\x12D\n" +
@@ -5449,13 +6237,17 @@ const file_forge_forge_proto_rawDesc = "" +
 	"\rFindSwitchIds\x12\x19.forge.SwitchSearchFilter\x1a\x13.forge.SwitchIdList\x12C\n" +
 	"\x11FindSwitchesByIds\x12\x1b.forge.SwitchesByIdsRequest\x1a\x11.forge.SwitchList\x12K\n" +
 	"\x11FindPowerShelfIds\x12\x1d.forge.PowerShelfSearchFilter\x1a\x17.forge.PowerShelfIdList\x12O\n" +
-	"\x15FindPowerShelvesByIds\x12\x1f.forge.PowerShelvesByIdsRequest\x1a\x15.forge.PowerShelfList\x12D\n" +
+	"\x15FindPowerShelvesByIds\x12\x1f.forge.PowerShelvesByIdsRequest\x1a\x15.forge.PowerShelfList\x12;\n" +
+	"\x0eFindRacksByIds\x12\x18.forge.RacksByIdsRequest\x1a\x0f.forge.RackList\x12H\n" +
+	"\x0fGetPowerOptions\x12\x19.forge.PowerOptionRequest\x1a\x1a.forge.PowerOptionResponse\x12U\n" +
+	"\x16GetMachinePositionInfo\x12\x1b.forge.MachinePositionQuery\x1a\x1e.forge.MachinePositionInfoList\x12D\n" +
 	"\x12AddExpectedMachine\x12\x16.forge.ExpectedMachine\x1a\x16.google.protobuf.Empty\x12B\n" +
 	"\x11AddExpectedSwitch\x12\x15.forge.ExpectedSwitch\x1a\x16.google.protobuf.Empty\x12J\n" +
 	"\x15AddExpectedPowerShelf\x12\x19.forge.ExpectedPowerShelf\x1a\x16.google.protobuf.Empty\x12L\n" +
 	"\x16GetAllExpectedMachines\x12\x16.google.protobuf.Empty\x1a\x1a.forge.ExpectedMachineList\x12K\n" +
 	"\x16GetAllExpectedSwitches\x12\x16.google.protobuf.Empty\x1a\x19.forge.ExpectedSwitchList\x12S\n" +
-	"\x1aGetAllExpectedPowerShelves\x12\x16.google.protobuf.Empty\x1a\x1d.forge.ExpectedPowerShelfList\x12M\n" +
+	"\x1aGetAllExpectedPowerShelves\x12\x16.google.protobuf.Empty\x1a\x1d.forge.ExpectedPowerShelfList\x12F\n" +
+	"\x13GetAllExpectedRacks\x12\x16.google.protobuf.Empty\x1a\x17.forge.ExpectedRackList\x12M\n" +
 	"\x18AllowIngestionAndPowerOn\x12\x19.forge.BmcEndpointRequest\x1a\x16.google.protobuf.Empty\x12a\n" +
 	"\x1eDetermineMachineIngestionState\x12\x19.forge.BmcEndpointRequest\x1a$.forge.MachineIngestionStateResponse\x12h\n" +
 	"\x17DecommissionManagedHost\x12%.forge.DecommissionManagedHostRequest\x1a&.forge.DecommissionManagedHostResponse\x12Y\n" +
@@ -5479,8 +6271,8 @@ func file_forge_forge_proto_rawDescGZIP() []byte {
 	return file_forge_forge_proto_rawDescData
 }
 
-var file_forge_forge_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_forge_forge_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_forge_forge_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
+var file_forge_forge_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
 var file_forge_forge_proto_goTypes = []any{
 	(SystemPowerControl)(0),                       // 0: forge.SystemPowerControl
 	(ComponentManagerStatusCode)(0),               // 1: forge.ComponentManagerStatusCode
@@ -5491,247 +6283,288 @@ var file_forge_forge_proto_goTypes = []any{
 	(MachineType)(0),                              // 6: forge.MachineType
 	(MachineIngestionState)(0),                    // 7: forge.MachineIngestionState
 	(ComputerSystemPowerState)(0),                 // 8: forge.ComputerSystemPowerState
-	(*MachineId)(nil),                             // 9: forge.MachineId
-	(*SwitchId)(nil),                              // 10: forge.SwitchId
-	(*PowerShelfId)(nil),                          // 11: forge.PowerShelfId
-	(*RackId)(nil),                                // 12: forge.RackId
-	(*UUID)(nil),                                  // 13: forge.UUID
-	(*MachineIdList)(nil),                         // 14: forge.MachineIdList
-	(*SwitchIdList)(nil),                          // 15: forge.SwitchIdList
-	(*PowerShelfIdList)(nil),                      // 16: forge.PowerShelfIdList
-	(*RackIdList)(nil),                            // 17: forge.RackIdList
-	(*MacAddressList)(nil),                        // 18: forge.MacAddressList
-	(*VersionRequest)(nil),                        // 19: forge.VersionRequest
-	(*BuildInfo)(nil),                             // 20: forge.BuildInfo
-	(*RuntimeConfig)(nil),                         // 21: forge.RuntimeConfig
-	(*HealthReport)(nil),                          // 22: forge.HealthReport
-	(*HealthProbeSuccess)(nil),                    // 23: forge.HealthProbeSuccess
-	(*HealthProbeAlert)(nil),                      // 24: forge.HealthProbeAlert
-	(*MachineSearchConfig)(nil),                   // 25: forge.MachineSearchConfig
-	(*MachinesByIdsRequest)(nil),                  // 26: forge.MachinesByIdsRequest
-	(*MachineList)(nil),                           // 27: forge.MachineList
-	(*BmcInfo)(nil),                               // 28: forge.BmcInfo
-	(*Machine)(nil),                               // 29: forge.Machine
-	(*MachineConfig)(nil),                         // 30: forge.MachineConfig
-	(*MachineStatus)(nil),                         // 31: forge.MachineStatus
-	(*DiscoveryInfo)(nil),                         // 32: forge.DiscoveryInfo
-	(*DmiData)(nil),                               // 33: forge.DmiData
-	(*SwitchSearchFilter)(nil),                    // 34: forge.SwitchSearchFilter
-	(*SwitchesByIdsRequest)(nil),                  // 35: forge.SwitchesByIdsRequest
-	(*SwitchList)(nil),                            // 36: forge.SwitchList
-	(*Switch)(nil),                                // 37: forge.Switch
-	(*SwitchStatus)(nil),                          // 38: forge.SwitchStatus
-	(*NvosInfo)(nil),                              // 39: forge.NvosInfo
-	(*PowerShelfSearchFilter)(nil),                // 40: forge.PowerShelfSearchFilter
-	(*PowerShelvesByIdsRequest)(nil),              // 41: forge.PowerShelvesByIdsRequest
-	(*PowerShelfList)(nil),                        // 42: forge.PowerShelfList
-	(*PowerShelf)(nil),                            // 43: forge.PowerShelf
-	(*PowerShelfStatus)(nil),                      // 44: forge.PowerShelfStatus
-	(*Metadata)(nil),                              // 45: forge.Metadata
-	(*Label)(nil),                                 // 46: forge.Label
-	(*ExpectedMachine)(nil),                       // 47: forge.ExpectedMachine
-	(*ExpectedMachineList)(nil),                   // 48: forge.ExpectedMachineList
-	(*ExpectedSwitch)(nil),                        // 49: forge.ExpectedSwitch
-	(*ExpectedSwitchList)(nil),                    // 50: forge.ExpectedSwitchList
-	(*ExpectedPowerShelf)(nil),                    // 51: forge.ExpectedPowerShelf
-	(*ExpectedPowerShelfList)(nil),                // 52: forge.ExpectedPowerShelfList
-	(*BmcEndpointRequest)(nil),                    // 53: forge.BmcEndpointRequest
-	(*MachineIngestionStateResponse)(nil),         // 54: forge.MachineIngestionStateResponse
-	(*DecommissionManagedHostRequest)(nil),        // 55: forge.DecommissionManagedHostRequest
-	(*DecommissionManagedHostResponse)(nil),       // 56: forge.DecommissionManagedHostResponse
-	(*DecommissionSwitchRequest)(nil),             // 57: forge.DecommissionSwitchRequest
-	(*DecommissionSwitchResponse)(nil),            // 58: forge.DecommissionSwitchResponse
-	(*DecommissionPowerShelfRequest)(nil),         // 59: forge.DecommissionPowerShelfRequest
-	(*DecommissionPowerShelfResponse)(nil),        // 60: forge.DecommissionPowerShelfResponse
-	(*ComponentResult)(nil),                       // 61: forge.ComponentResult
-	(*ComponentPowerControlRequest)(nil),          // 62: forge.ComponentPowerControlRequest
-	(*ComponentPowerControlResponse)(nil),         // 63: forge.ComponentPowerControlResponse
-	(*GetComponentInventoryRequest)(nil),          // 64: forge.GetComponentInventoryRequest
-	(*GetComponentInventoryResponse)(nil),         // 65: forge.GetComponentInventoryResponse
-	(*ComponentInventoryEntry)(nil),               // 66: forge.ComponentInventoryEntry
-	(*EndpointExplorationReport)(nil),             // 67: forge.EndpointExplorationReport
-	(*ComputerSystem)(nil),                        // 68: forge.ComputerSystem
-	(*ExploredChassis)(nil),                       // 69: forge.ExploredChassis
-	(*ExploredService)(nil),                       // 70: forge.ExploredService
-	(*Inventory)(nil),                             // 71: forge.Inventory
-	(*UpdateComputeTrayFirmwareTarget)(nil),       // 72: forge.UpdateComputeTrayFirmwareTarget
-	(*UpdateSwitchFirmwareTarget)(nil),            // 73: forge.UpdateSwitchFirmwareTarget
-	(*UpdatePowerShelfFirmwareTarget)(nil),        // 74: forge.UpdatePowerShelfFirmwareTarget
-	(*UpdateRackFirmwareTarget)(nil),              // 75: forge.UpdateRackFirmwareTarget
-	(*UpdateComponentFirmwareRequest)(nil),        // 76: forge.UpdateComponentFirmwareRequest
-	(*UpdateComponentFirmwareResponse)(nil),       // 77: forge.UpdateComponentFirmwareResponse
-	(*GetComponentFirmwareStatusRequest)(nil),     // 78: forge.GetComponentFirmwareStatusRequest
-	(*GetComponentFirmwareStatusResponse)(nil),    // 79: forge.GetComponentFirmwareStatusResponse
-	(*FirmwareUpdateStatus)(nil),                  // 80: forge.FirmwareUpdateStatus
-	(*ListComponentFirmwareVersionsRequest)(nil),  // 81: forge.ListComponentFirmwareVersionsRequest
-	(*ListComponentFirmwareVersionsResponse)(nil), // 82: forge.ListComponentFirmwareVersionsResponse
-	(*ComponentFirmwareVersions)(nil),             // 83: forge.ComponentFirmwareVersions
-	nil,                                           // 84: forge.EndpointExplorationReport.FirmwareVersionsEntry
-	(*timestamppb.Timestamp)(nil),                 // 85: google.protobuf.Timestamp
-	(*emptypb.Empty)(nil),                         // 86: google.protobuf.Empty
+	(PowerState)(0),                               // 9: forge.PowerState
+	(*MachineId)(nil),                             // 10: forge.MachineId
+	(*SwitchId)(nil),                              // 11: forge.SwitchId
+	(*PowerShelfId)(nil),                          // 12: forge.PowerShelfId
+	(*RackId)(nil),                                // 13: forge.RackId
+	(*UUID)(nil),                                  // 14: forge.UUID
+	(*MachineIdList)(nil),                         // 15: forge.MachineIdList
+	(*SwitchIdList)(nil),                          // 16: forge.SwitchIdList
+	(*PowerShelfIdList)(nil),                      // 17: forge.PowerShelfIdList
+	(*RackIdList)(nil),                            // 18: forge.RackIdList
+	(*MacAddressList)(nil),                        // 19: forge.MacAddressList
+	(*VersionRequest)(nil),                        // 20: forge.VersionRequest
+	(*BuildInfo)(nil),                             // 21: forge.BuildInfo
+	(*RuntimeConfig)(nil),                         // 22: forge.RuntimeConfig
+	(*HealthReport)(nil),                          // 23: forge.HealthReport
+	(*HealthProbeSuccess)(nil),                    // 24: forge.HealthProbeSuccess
+	(*HealthProbeAlert)(nil),                      // 25: forge.HealthProbeAlert
+	(*MachineSearchConfig)(nil),                   // 26: forge.MachineSearchConfig
+	(*MachinesByIdsRequest)(nil),                  // 27: forge.MachinesByIdsRequest
+	(*MachineList)(nil),                           // 28: forge.MachineList
+	(*BmcInfo)(nil),                               // 29: forge.BmcInfo
+	(*Machine)(nil),                               // 30: forge.Machine
+	(*MachineConfig)(nil),                         // 31: forge.MachineConfig
+	(*MachineStatus)(nil),                         // 32: forge.MachineStatus
+	(*DiscoveryInfo)(nil),                         // 33: forge.DiscoveryInfo
+	(*DmiData)(nil),                               // 34: forge.DmiData
+	(*SwitchSearchFilter)(nil),                    // 35: forge.SwitchSearchFilter
+	(*SwitchesByIdsRequest)(nil),                  // 36: forge.SwitchesByIdsRequest
+	(*SwitchList)(nil),                            // 37: forge.SwitchList
+	(*Switch)(nil),                                // 38: forge.Switch
+	(*SwitchStatus)(nil),                          // 39: forge.SwitchStatus
+	(*NvosInfo)(nil),                              // 40: forge.NvosInfo
+	(*PowerShelfSearchFilter)(nil),                // 41: forge.PowerShelfSearchFilter
+	(*PowerShelvesByIdsRequest)(nil),              // 42: forge.PowerShelvesByIdsRequest
+	(*PowerShelfList)(nil),                        // 43: forge.PowerShelfList
+	(*PowerShelf)(nil),                            // 44: forge.PowerShelf
+	(*PowerShelfStatus)(nil),                      // 45: forge.PowerShelfStatus
+	(*RackProfileId)(nil),                         // 46: forge.RackProfileId
+	(*RackGroupId)(nil),                           // 47: forge.RackGroupId
+	(*RacksByIdsRequest)(nil),                     // 48: forge.RacksByIdsRequest
+	(*RackList)(nil),                              // 49: forge.RackList
+	(*Rack)(nil),                                  // 50: forge.Rack
+	(*RackStatus)(nil),                            // 51: forge.RackStatus
+	(*PowerOptionRequest)(nil),                    // 52: forge.PowerOptionRequest
+	(*PowerOptionResponse)(nil),                   // 53: forge.PowerOptionResponse
+	(*PowerOptions)(nil),                          // 54: forge.PowerOptions
+	(*MachinePositionQuery)(nil),                  // 55: forge.MachinePositionQuery
+	(*MachinePositionInfoList)(nil),               // 56: forge.MachinePositionInfoList
+	(*MachinePositionInfo)(nil),                   // 57: forge.MachinePositionInfo
+	(*Metadata)(nil),                              // 58: forge.Metadata
+	(*Label)(nil),                                 // 59: forge.Label
+	(*ExpectedMachine)(nil),                       // 60: forge.ExpectedMachine
+	(*ExpectedMachineList)(nil),                   // 61: forge.ExpectedMachineList
+	(*ExpectedSwitch)(nil),                        // 62: forge.ExpectedSwitch
+	(*ExpectedSwitchList)(nil),                    // 63: forge.ExpectedSwitchList
+	(*ExpectedPowerShelf)(nil),                    // 64: forge.ExpectedPowerShelf
+	(*ExpectedPowerShelfList)(nil),                // 65: forge.ExpectedPowerShelfList
+	(*ExpectedRack)(nil),                          // 66: forge.ExpectedRack
+	(*ExpectedRackList)(nil),                      // 67: forge.ExpectedRackList
+	(*BmcEndpointRequest)(nil),                    // 68: forge.BmcEndpointRequest
+	(*MachineIngestionStateResponse)(nil),         // 69: forge.MachineIngestionStateResponse
+	(*DecommissionManagedHostRequest)(nil),        // 70: forge.DecommissionManagedHostRequest
+	(*DecommissionManagedHostResponse)(nil),       // 71: forge.DecommissionManagedHostResponse
+	(*DecommissionSwitchRequest)(nil),             // 72: forge.DecommissionSwitchRequest
+	(*DecommissionSwitchResponse)(nil),            // 73: forge.DecommissionSwitchResponse
+	(*DecommissionPowerShelfRequest)(nil),         // 74: forge.DecommissionPowerShelfRequest
+	(*DecommissionPowerShelfResponse)(nil),        // 75: forge.DecommissionPowerShelfResponse
+	(*ComponentResult)(nil),                       // 76: forge.ComponentResult
+	(*ComponentPowerControlRequest)(nil),          // 77: forge.ComponentPowerControlRequest
+	(*ComponentPowerControlResponse)(nil),         // 78: forge.ComponentPowerControlResponse
+	(*GetComponentInventoryRequest)(nil),          // 79: forge.GetComponentInventoryRequest
+	(*GetComponentInventoryResponse)(nil),         // 80: forge.GetComponentInventoryResponse
+	(*ComponentInventoryEntry)(nil),               // 81: forge.ComponentInventoryEntry
+	(*EndpointExplorationReport)(nil),             // 82: forge.EndpointExplorationReport
+	(*ComputerSystem)(nil),                        // 83: forge.ComputerSystem
+	(*ExploredChassis)(nil),                       // 84: forge.ExploredChassis
+	(*ExploredService)(nil),                       // 85: forge.ExploredService
+	(*Inventory)(nil),                             // 86: forge.Inventory
+	(*UpdateComputeTrayFirmwareTarget)(nil),       // 87: forge.UpdateComputeTrayFirmwareTarget
+	(*UpdateSwitchFirmwareTarget)(nil),            // 88: forge.UpdateSwitchFirmwareTarget
+	(*UpdatePowerShelfFirmwareTarget)(nil),        // 89: forge.UpdatePowerShelfFirmwareTarget
+	(*UpdateRackFirmwareTarget)(nil),              // 90: forge.UpdateRackFirmwareTarget
+	(*UpdateComponentFirmwareRequest)(nil),        // 91: forge.UpdateComponentFirmwareRequest
+	(*UpdateComponentFirmwareResponse)(nil),       // 92: forge.UpdateComponentFirmwareResponse
+	(*GetComponentFirmwareStatusRequest)(nil),     // 93: forge.GetComponentFirmwareStatusRequest
+	(*GetComponentFirmwareStatusResponse)(nil),    // 94: forge.GetComponentFirmwareStatusResponse
+	(*FirmwareUpdateStatus)(nil),                  // 95: forge.FirmwareUpdateStatus
+	(*ListComponentFirmwareVersionsRequest)(nil),  // 96: forge.ListComponentFirmwareVersionsRequest
+	(*ListComponentFirmwareVersionsResponse)(nil), // 97: forge.ListComponentFirmwareVersionsResponse
+	(*ComponentFirmwareVersions)(nil),             // 98: forge.ComponentFirmwareVersions
+	nil,                                           // 99: forge.EndpointExplorationReport.FirmwareVersionsEntry
+	(*timestamppb.Timestamp)(nil),                 // 100: google.protobuf.Timestamp
+	(*emptypb.Empty)(nil),                         // 101: google.protobuf.Empty
 }
 var file_forge_forge_proto_depIdxs = []int32{
-	9,   // 0: forge.MachineIdList.machine_ids:type_name -> forge.MachineId
-	10,  // 1: forge.SwitchIdList.ids:type_name -> forge.SwitchId
-	11,  // 2: forge.PowerShelfIdList.ids:type_name -> forge.PowerShelfId
-	12,  // 3: forge.RackIdList.rack_ids:type_name -> forge.RackId
-	21,  // 4: forge.BuildInfo.runtime_config:type_name -> forge.RuntimeConfig
-	85,  // 5: forge.HealthReport.observed_at:type_name -> google.protobuf.Timestamp
-	23,  // 6: forge.HealthReport.successes:type_name -> forge.HealthProbeSuccess
-	24,  // 7: forge.HealthReport.alerts:type_name -> forge.HealthProbeAlert
-	85,  // 8: forge.HealthProbeAlert.in_alert_since:type_name -> google.protobuf.Timestamp
-	12,  // 9: forge.MachineSearchConfig.rack_id:type_name -> forge.RackId
-	9,   // 10: forge.MachinesByIdsRequest.machine_ids:type_name -> forge.MachineId
-	29,  // 11: forge.MachineList.machines:type_name -> forge.Machine
-	9,   // 12: forge.Machine.id:type_name -> forge.MachineId
+	10,  // 0: forge.MachineIdList.machine_ids:type_name -> forge.MachineId
+	11,  // 1: forge.SwitchIdList.ids:type_name -> forge.SwitchId
+	12,  // 2: forge.PowerShelfIdList.ids:type_name -> forge.PowerShelfId
+	13,  // 3: forge.RackIdList.rack_ids:type_name -> forge.RackId
+	22,  // 4: forge.BuildInfo.runtime_config:type_name -> forge.RuntimeConfig
+	100, // 5: forge.HealthReport.observed_at:type_name -> google.protobuf.Timestamp
+	24,  // 6: forge.HealthReport.successes:type_name -> forge.HealthProbeSuccess
+	25,  // 7: forge.HealthReport.alerts:type_name -> forge.HealthProbeAlert
+	100, // 8: forge.HealthProbeAlert.in_alert_since:type_name -> google.protobuf.Timestamp
+	13,  // 9: forge.MachineSearchConfig.rack_id:type_name -> forge.RackId
+	10,  // 10: forge.MachinesByIdsRequest.machine_ids:type_name -> forge.MachineId
+	30,  // 11: forge.MachineList.machines:type_name -> forge.Machine
+	10,  // 12: forge.Machine.id:type_name -> forge.MachineId
 	6,   // 13: forge.Machine.machine_type:type_name -> forge.MachineType
-	28,  // 14: forge.Machine.bmc_info:type_name -> forge.BmcInfo
-	30,  // 15: forge.Machine.config:type_name -> forge.MachineConfig
-	31,  // 16: forge.Machine.status:type_name -> forge.MachineStatus
-	32,  // 17: forge.MachineStatus.discovery_info:type_name -> forge.DiscoveryInfo
-	85,  // 18: forge.MachineStatus.last_observation_time:type_name -> google.protobuf.Timestamp
-	9,   // 19: forge.MachineStatus.associated_dpu_machine_ids:type_name -> forge.MachineId
-	22,  // 20: forge.MachineStatus.health:type_name -> forge.HealthReport
-	33,  // 21: forge.DiscoveryInfo.dmi_data:type_name -> forge.DmiData
-	10,  // 22: forge.SwitchesByIdsRequest.switch_ids:type_name -> forge.SwitchId
-	37,  // 23: forge.SwitchList.switches:type_name -> forge.Switch
-	10,  // 24: forge.Switch.id:type_name -> forge.SwitchId
-	38,  // 25: forge.Switch.status:type_name -> forge.SwitchStatus
-	28,  // 26: forge.Switch.bmc_info:type_name -> forge.BmcInfo
-	12,  // 27: forge.Switch.rack_id:type_name -> forge.RackId
-	39,  // 28: forge.Switch.nvos_info:type_name -> forge.NvosInfo
-	13,  // 29: forge.Switch.nvlink_domain_uuid:type_name -> forge.UUID
-	22,  // 30: forge.SwitchStatus.health:type_name -> forge.HealthReport
-	11,  // 31: forge.PowerShelvesByIdsRequest.power_shelf_ids:type_name -> forge.PowerShelfId
-	43,  // 32: forge.PowerShelfList.power_shelves:type_name -> forge.PowerShelf
-	11,  // 33: forge.PowerShelf.id:type_name -> forge.PowerShelfId
-	44,  // 34: forge.PowerShelf.status:type_name -> forge.PowerShelfStatus
-	28,  // 35: forge.PowerShelf.bmc_info:type_name -> forge.BmcInfo
-	12,  // 36: forge.PowerShelf.rack_id:type_name -> forge.RackId
-	22,  // 37: forge.PowerShelfStatus.health:type_name -> forge.HealthReport
-	46,  // 38: forge.Metadata.labels:type_name -> forge.Label
-	45,  // 39: forge.ExpectedMachine.metadata:type_name -> forge.Metadata
-	13,  // 40: forge.ExpectedMachine.id:type_name -> forge.UUID
-	12,  // 41: forge.ExpectedMachine.rack_id:type_name -> forge.RackId
-	47,  // 42: forge.ExpectedMachineList.expected_machines:type_name -> forge.ExpectedMachine
-	45,  // 43: forge.ExpectedSwitch.metadata:type_name -> forge.Metadata
-	12,  // 44: forge.ExpectedSwitch.rack_id:type_name -> forge.RackId
-	13,  // 45: forge.ExpectedSwitch.expected_switch_id:type_name -> forge.UUID
-	49,  // 46: forge.ExpectedSwitchList.expected_switches:type_name -> forge.ExpectedSwitch
-	45,  // 47: forge.ExpectedPowerShelf.metadata:type_name -> forge.Metadata
-	12,  // 48: forge.ExpectedPowerShelf.rack_id:type_name -> forge.RackId
-	13,  // 49: forge.ExpectedPowerShelf.expected_power_shelf_id:type_name -> forge.UUID
-	51,  // 50: forge.ExpectedPowerShelfList.expected_power_shelves:type_name -> forge.ExpectedPowerShelf
-	7,   // 51: forge.MachineIngestionStateResponse.machine_ingestion_state:type_name -> forge.MachineIngestionState
-	9,   // 52: forge.DecommissionManagedHostRequest.machine_id:type_name -> forge.MachineId
-	10,  // 53: forge.DecommissionSwitchRequest.switch_id:type_name -> forge.SwitchId
-	11,  // 54: forge.DecommissionPowerShelfRequest.power_shelf_id:type_name -> forge.PowerShelfId
-	1,   // 55: forge.ComponentResult.status:type_name -> forge.ComponentManagerStatusCode
-	14,  // 56: forge.ComponentPowerControlRequest.machine_ids:type_name -> forge.MachineIdList
-	15,  // 57: forge.ComponentPowerControlRequest.switch_ids:type_name -> forge.SwitchIdList
-	16,  // 58: forge.ComponentPowerControlRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
-	18,  // 59: forge.ComponentPowerControlRequest.compute_bmc_macs:type_name -> forge.MacAddressList
-	18,  // 60: forge.ComponentPowerControlRequest.switch_bmc_macs:type_name -> forge.MacAddressList
-	18,  // 61: forge.ComponentPowerControlRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
-	0,   // 62: forge.ComponentPowerControlRequest.action:type_name -> forge.SystemPowerControl
-	61,  // 63: forge.ComponentPowerControlResponse.results:type_name -> forge.ComponentResult
-	14,  // 64: forge.GetComponentInventoryRequest.machine_ids:type_name -> forge.MachineIdList
-	15,  // 65: forge.GetComponentInventoryRequest.switch_ids:type_name -> forge.SwitchIdList
-	16,  // 66: forge.GetComponentInventoryRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
-	18,  // 67: forge.GetComponentInventoryRequest.compute_bmc_macs:type_name -> forge.MacAddressList
-	18,  // 68: forge.GetComponentInventoryRequest.switch_bmc_macs:type_name -> forge.MacAddressList
-	18,  // 69: forge.GetComponentInventoryRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
-	66,  // 70: forge.GetComponentInventoryResponse.entries:type_name -> forge.ComponentInventoryEntry
-	61,  // 71: forge.ComponentInventoryEntry.result:type_name -> forge.ComponentResult
-	67,  // 72: forge.ComponentInventoryEntry.report:type_name -> forge.EndpointExplorationReport
-	68,  // 73: forge.EndpointExplorationReport.systems:type_name -> forge.ComputerSystem
-	69,  // 74: forge.EndpointExplorationReport.chassis:type_name -> forge.ExploredChassis
-	70,  // 75: forge.EndpointExplorationReport.service:type_name -> forge.ExploredService
-	84,  // 76: forge.EndpointExplorationReport.firmware_versions:type_name -> forge.EndpointExplorationReport.FirmwareVersionsEntry
-	8,   // 77: forge.ComputerSystem.power_state:type_name -> forge.ComputerSystemPowerState
-	71,  // 78: forge.ExploredService.inventories:type_name -> forge.Inventory
-	9,   // 79: forge.UpdateComputeTrayFirmwareTarget.machine_ids:type_name -> forge.MachineId
-	5,   // 80: forge.UpdateComputeTrayFirmwareTarget.components:type_name -> forge.ComputeTrayComponent
-	10,  // 81: forge.UpdateSwitchFirmwareTarget.switch_ids:type_name -> forge.SwitchId
-	3,   // 82: forge.UpdateSwitchFirmwareTarget.components:type_name -> forge.NvSwitchComponent
-	11,  // 83: forge.UpdatePowerShelfFirmwareTarget.power_shelf_ids:type_name -> forge.PowerShelfId
-	4,   // 84: forge.UpdatePowerShelfFirmwareTarget.components:type_name -> forge.PowerShelfComponent
-	12,  // 85: forge.UpdateRackFirmwareTarget.rack_ids:type_name -> forge.RackId
-	72,  // 86: forge.UpdateComponentFirmwareRequest.compute_trays:type_name -> forge.UpdateComputeTrayFirmwareTarget
-	73,  // 87: forge.UpdateComponentFirmwareRequest.switches:type_name -> forge.UpdateSwitchFirmwareTarget
-	74,  // 88: forge.UpdateComponentFirmwareRequest.power_shelves:type_name -> forge.UpdatePowerShelfFirmwareTarget
-	75,  // 89: forge.UpdateComponentFirmwareRequest.racks:type_name -> forge.UpdateRackFirmwareTarget
-	61,  // 90: forge.UpdateComponentFirmwareResponse.results:type_name -> forge.ComponentResult
-	14,  // 91: forge.GetComponentFirmwareStatusRequest.machine_ids:type_name -> forge.MachineIdList
-	15,  // 92: forge.GetComponentFirmwareStatusRequest.switch_ids:type_name -> forge.SwitchIdList
-	16,  // 93: forge.GetComponentFirmwareStatusRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
-	17,  // 94: forge.GetComponentFirmwareStatusRequest.rack_ids:type_name -> forge.RackIdList
-	18,  // 95: forge.GetComponentFirmwareStatusRequest.compute_bmc_macs:type_name -> forge.MacAddressList
-	18,  // 96: forge.GetComponentFirmwareStatusRequest.switch_bmc_macs:type_name -> forge.MacAddressList
-	18,  // 97: forge.GetComponentFirmwareStatusRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
-	80,  // 98: forge.GetComponentFirmwareStatusResponse.statuses:type_name -> forge.FirmwareUpdateStatus
-	61,  // 99: forge.FirmwareUpdateStatus.result:type_name -> forge.ComponentResult
-	2,   // 100: forge.FirmwareUpdateStatus.state:type_name -> forge.FirmwareUpdateState
-	85,  // 101: forge.FirmwareUpdateStatus.updated_at:type_name -> google.protobuf.Timestamp
-	14,  // 102: forge.ListComponentFirmwareVersionsRequest.machine_ids:type_name -> forge.MachineIdList
-	15,  // 103: forge.ListComponentFirmwareVersionsRequest.switch_ids:type_name -> forge.SwitchIdList
-	16,  // 104: forge.ListComponentFirmwareVersionsRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
-	18,  // 105: forge.ListComponentFirmwareVersionsRequest.compute_bmc_macs:type_name -> forge.MacAddressList
-	18,  // 106: forge.ListComponentFirmwareVersionsRequest.switch_bmc_macs:type_name -> forge.MacAddressList
-	18,  // 107: forge.ListComponentFirmwareVersionsRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
-	83,  // 108: forge.ListComponentFirmwareVersionsResponse.devices:type_name -> forge.ComponentFirmwareVersions
-	61,  // 109: forge.ComponentFirmwareVersions.result:type_name -> forge.ComponentResult
-	19,  // 110: forge.Forge.Version:input_type -> forge.VersionRequest
-	25,  // 111: forge.Forge.FindMachineIds:input_type -> forge.MachineSearchConfig
-	26,  // 112: forge.Forge.FindMachinesByIds:input_type -> forge.MachinesByIdsRequest
-	34,  // 113: forge.Forge.FindSwitchIds:input_type -> forge.SwitchSearchFilter
-	35,  // 114: forge.Forge.FindSwitchesByIds:input_type -> forge.SwitchesByIdsRequest
-	40,  // 115: forge.Forge.FindPowerShelfIds:input_type -> forge.PowerShelfSearchFilter
-	41,  // 116: forge.Forge.FindPowerShelvesByIds:input_type -> forge.PowerShelvesByIdsRequest
-	47,  // 117: forge.Forge.AddExpectedMachine:input_type -> forge.ExpectedMachine
-	49,  // 118: forge.Forge.AddExpectedSwitch:input_type -> forge.ExpectedSwitch
-	51,  // 119: forge.Forge.AddExpectedPowerShelf:input_type -> forge.ExpectedPowerShelf
-	86,  // 120: forge.Forge.GetAllExpectedMachines:input_type -> google.protobuf.Empty
-	86,  // 121: forge.Forge.GetAllExpectedSwitches:input_type -> google.protobuf.Empty
-	86,  // 122: forge.Forge.GetAllExpectedPowerShelves:input_type -> google.protobuf.Empty
-	53,  // 123: forge.Forge.AllowIngestionAndPowerOn:input_type -> forge.BmcEndpointRequest
-	53,  // 124: forge.Forge.DetermineMachineIngestionState:input_type -> forge.BmcEndpointRequest
-	55,  // 125: forge.Forge.DecommissionManagedHost:input_type -> forge.DecommissionManagedHostRequest
-	57,  // 126: forge.Forge.DecommissionSwitch:input_type -> forge.DecommissionSwitchRequest
-	59,  // 127: forge.Forge.DecommissionPowerShelf:input_type -> forge.DecommissionPowerShelfRequest
-	62,  // 128: forge.Forge.ComponentPowerControl:input_type -> forge.ComponentPowerControlRequest
-	64,  // 129: forge.Forge.GetComponentInventory:input_type -> forge.GetComponentInventoryRequest
-	76,  // 130: forge.Forge.UpdateComponentFirmware:input_type -> forge.UpdateComponentFirmwareRequest
-	78,  // 131: forge.Forge.GetComponentFirmwareStatus:input_type -> forge.GetComponentFirmwareStatusRequest
-	81,  // 132: forge.Forge.ListComponentFirmwareVersions:input_type -> forge.ListComponentFirmwareVersionsRequest
-	20,  // 133: forge.Forge.Version:output_type -> forge.BuildInfo
-	14,  // 134: forge.Forge.FindMachineIds:output_type -> forge.MachineIdList
-	27,  // 135: forge.Forge.FindMachinesByIds:output_type -> forge.MachineList
-	15,  // 136: forge.Forge.FindSwitchIds:output_type -> forge.SwitchIdList
-	36,  // 137: forge.Forge.FindSwitchesByIds:output_type -> forge.SwitchList
-	16,  // 138: forge.Forge.FindPowerShelfIds:output_type -> forge.PowerShelfIdList
-	42,  // 139: forge.Forge.FindPowerShelvesByIds:output_type -> forge.PowerShelfList
-	86,  // 140: forge.Forge.AddExpectedMachine:output_type -> google.protobuf.Empty
-	86,  // 141: forge.Forge.AddExpectedSwitch:output_type -> google.protobuf.Empty
-	86,  // 142: forge.Forge.AddExpectedPowerShelf:output_type -> google.protobuf.Empty
-	48,  // 143: forge.Forge.GetAllExpectedMachines:output_type -> forge.ExpectedMachineList
-	50,  // 144: forge.Forge.GetAllExpectedSwitches:output_type -> forge.ExpectedSwitchList
-	52,  // 145: forge.Forge.GetAllExpectedPowerShelves:output_type -> forge.ExpectedPowerShelfList
-	86,  // 146: forge.Forge.AllowIngestionAndPowerOn:output_type -> google.protobuf.Empty
-	54,  // 147: forge.Forge.DetermineMachineIngestionState:output_type -> forge.MachineIngestionStateResponse
-	56,  // 148: forge.Forge.DecommissionManagedHost:output_type -> forge.DecommissionManagedHostResponse
-	58,  // 149: forge.Forge.DecommissionSwitch:output_type -> forge.DecommissionSwitchResponse
-	60,  // 150: forge.Forge.DecommissionPowerShelf:output_type -> forge.DecommissionPowerShelfResponse
-	63,  // 151: forge.Forge.ComponentPowerControl:output_type -> forge.ComponentPowerControlResponse
-	65,  // 152: forge.Forge.GetComponentInventory:output_type -> forge.GetComponentInventoryResponse
-	77,  // 153: forge.Forge.UpdateComponentFirmware:output_type -> forge.UpdateComponentFirmwareResponse
-	79,  // 154: forge.Forge.GetComponentFirmwareStatus:output_type -> forge.GetComponentFirmwareStatusResponse
-	82,  // 155: forge.Forge.ListComponentFirmwareVersions:output_type -> forge.ListComponentFirmwareVersionsResponse
-	133, // [133:156] is the sub-list for method output_type
-	110, // [110:133] is the sub-list for method input_type
-	110, // [110:110] is the sub-list for extension type_name
-	110, // [110:110] is the sub-list for extension extendee
-	0,   // [0:110] is the sub-list for field type_name
+	29,  // 14: forge.Machine.bmc_info:type_name -> forge.BmcInfo
+	31,  // 15: forge.Machine.config:type_name -> forge.MachineConfig
+	32,  // 16: forge.Machine.status:type_name -> forge.MachineStatus
+	33,  // 17: forge.MachineStatus.discovery_info:type_name -> forge.DiscoveryInfo
+	100, // 18: forge.MachineStatus.last_observation_time:type_name -> google.protobuf.Timestamp
+	10,  // 19: forge.MachineStatus.associated_dpu_machine_ids:type_name -> forge.MachineId
+	23,  // 20: forge.MachineStatus.health:type_name -> forge.HealthReport
+	34,  // 21: forge.DiscoveryInfo.dmi_data:type_name -> forge.DmiData
+	11,  // 22: forge.SwitchesByIdsRequest.switch_ids:type_name -> forge.SwitchId
+	38,  // 23: forge.SwitchList.switches:type_name -> forge.Switch
+	11,  // 24: forge.Switch.id:type_name -> forge.SwitchId
+	39,  // 25: forge.Switch.status:type_name -> forge.SwitchStatus
+	29,  // 26: forge.Switch.bmc_info:type_name -> forge.BmcInfo
+	13,  // 27: forge.Switch.rack_id:type_name -> forge.RackId
+	40,  // 28: forge.Switch.nvos_info:type_name -> forge.NvosInfo
+	14,  // 29: forge.Switch.nvlink_domain_uuid:type_name -> forge.UUID
+	23,  // 30: forge.SwitchStatus.health:type_name -> forge.HealthReport
+	12,  // 31: forge.PowerShelvesByIdsRequest.power_shelf_ids:type_name -> forge.PowerShelfId
+	44,  // 32: forge.PowerShelfList.power_shelves:type_name -> forge.PowerShelf
+	12,  // 33: forge.PowerShelf.id:type_name -> forge.PowerShelfId
+	45,  // 34: forge.PowerShelf.status:type_name -> forge.PowerShelfStatus
+	29,  // 35: forge.PowerShelf.bmc_info:type_name -> forge.BmcInfo
+	13,  // 36: forge.PowerShelf.rack_id:type_name -> forge.RackId
+	23,  // 37: forge.PowerShelfStatus.health:type_name -> forge.HealthReport
+	13,  // 38: forge.RacksByIdsRequest.rack_ids:type_name -> forge.RackId
+	50,  // 39: forge.RackList.racks:type_name -> forge.Rack
+	13,  // 40: forge.Rack.id:type_name -> forge.RackId
+	51,  // 41: forge.Rack.status:type_name -> forge.RackStatus
+	47,  // 42: forge.Rack.rack_group_id:type_name -> forge.RackGroupId
+	23,  // 43: forge.RackStatus.health:type_name -> forge.HealthReport
+	10,  // 44: forge.PowerOptionRequest.machine_id:type_name -> forge.MachineId
+	54,  // 45: forge.PowerOptionResponse.response:type_name -> forge.PowerOptions
+	9,   // 46: forge.PowerOptions.actual_state:type_name -> forge.PowerState
+	10,  // 47: forge.PowerOptions.host_id:type_name -> forge.MachineId
+	10,  // 48: forge.MachinePositionQuery.machine_ids:type_name -> forge.MachineId
+	57,  // 49: forge.MachinePositionInfoList.machine_position_info:type_name -> forge.MachinePositionInfo
+	10,  // 50: forge.MachinePositionInfo.machine_id:type_name -> forge.MachineId
+	59,  // 51: forge.Metadata.labels:type_name -> forge.Label
+	58,  // 52: forge.ExpectedMachine.metadata:type_name -> forge.Metadata
+	14,  // 53: forge.ExpectedMachine.id:type_name -> forge.UUID
+	13,  // 54: forge.ExpectedMachine.rack_id:type_name -> forge.RackId
+	60,  // 55: forge.ExpectedMachineList.expected_machines:type_name -> forge.ExpectedMachine
+	58,  // 56: forge.ExpectedSwitch.metadata:type_name -> forge.Metadata
+	13,  // 57: forge.ExpectedSwitch.rack_id:type_name -> forge.RackId
+	14,  // 58: forge.ExpectedSwitch.expected_switch_id:type_name -> forge.UUID
+	62,  // 59: forge.ExpectedSwitchList.expected_switches:type_name -> forge.ExpectedSwitch
+	58,  // 60: forge.ExpectedPowerShelf.metadata:type_name -> forge.Metadata
+	13,  // 61: forge.ExpectedPowerShelf.rack_id:type_name -> forge.RackId
+	14,  // 62: forge.ExpectedPowerShelf.expected_power_shelf_id:type_name -> forge.UUID
+	64,  // 63: forge.ExpectedPowerShelfList.expected_power_shelves:type_name -> forge.ExpectedPowerShelf
+	13,  // 64: forge.ExpectedRack.rack_id:type_name -> forge.RackId
+	46,  // 65: forge.ExpectedRack.rack_profile_id:type_name -> forge.RackProfileId
+	58,  // 66: forge.ExpectedRack.metadata:type_name -> forge.Metadata
+	47,  // 67: forge.ExpectedRack.rack_group_id:type_name -> forge.RackGroupId
+	66,  // 68: forge.ExpectedRackList.expected_racks:type_name -> forge.ExpectedRack
+	7,   // 69: forge.MachineIngestionStateResponse.machine_ingestion_state:type_name -> forge.MachineIngestionState
+	10,  // 70: forge.DecommissionManagedHostRequest.machine_id:type_name -> forge.MachineId
+	11,  // 71: forge.DecommissionSwitchRequest.switch_id:type_name -> forge.SwitchId
+	12,  // 72: forge.DecommissionPowerShelfRequest.power_shelf_id:type_name -> forge.PowerShelfId
+	1,   // 73: forge.ComponentResult.status:type_name -> forge.ComponentManagerStatusCode
+	15,  // 74: forge.ComponentPowerControlRequest.machine_ids:type_name -> forge.MachineIdList
+	16,  // 75: forge.ComponentPowerControlRequest.switch_ids:type_name -> forge.SwitchIdList
+	17,  // 76: forge.ComponentPowerControlRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
+	19,  // 77: forge.ComponentPowerControlRequest.compute_bmc_macs:type_name -> forge.MacAddressList
+	19,  // 78: forge.ComponentPowerControlRequest.switch_bmc_macs:type_name -> forge.MacAddressList
+	19,  // 79: forge.ComponentPowerControlRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
+	0,   // 80: forge.ComponentPowerControlRequest.action:type_name -> forge.SystemPowerControl
+	76,  // 81: forge.ComponentPowerControlResponse.results:type_name -> forge.ComponentResult
+	15,  // 82: forge.GetComponentInventoryRequest.machine_ids:type_name -> forge.MachineIdList
+	16,  // 83: forge.GetComponentInventoryRequest.switch_ids:type_name -> forge.SwitchIdList
+	17,  // 84: forge.GetComponentInventoryRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
+	19,  // 85: forge.GetComponentInventoryRequest.compute_bmc_macs:type_name -> forge.MacAddressList
+	19,  // 86: forge.GetComponentInventoryRequest.switch_bmc_macs:type_name -> forge.MacAddressList
+	19,  // 87: forge.GetComponentInventoryRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
+	81,  // 88: forge.GetComponentInventoryResponse.entries:type_name -> forge.ComponentInventoryEntry
+	76,  // 89: forge.ComponentInventoryEntry.result:type_name -> forge.ComponentResult
+	82,  // 90: forge.ComponentInventoryEntry.report:type_name -> forge.EndpointExplorationReport
+	83,  // 91: forge.EndpointExplorationReport.systems:type_name -> forge.ComputerSystem
+	84,  // 92: forge.EndpointExplorationReport.chassis:type_name -> forge.ExploredChassis
+	85,  // 93: forge.EndpointExplorationReport.service:type_name -> forge.ExploredService
+	99,  // 94: forge.EndpointExplorationReport.firmware_versions:type_name -> forge.EndpointExplorationReport.FirmwareVersionsEntry
+	8,   // 95: forge.ComputerSystem.power_state:type_name -> forge.ComputerSystemPowerState
+	86,  // 96: forge.ExploredService.inventories:type_name -> forge.Inventory
+	10,  // 97: forge.UpdateComputeTrayFirmwareTarget.machine_ids:type_name -> forge.MachineId
+	5,   // 98: forge.UpdateComputeTrayFirmwareTarget.components:type_name -> forge.ComputeTrayComponent
+	11,  // 99: forge.UpdateSwitchFirmwareTarget.switch_ids:type_name -> forge.SwitchId
+	3,   // 100: forge.UpdateSwitchFirmwareTarget.components:type_name -> forge.NvSwitchComponent
+	12,  // 101: forge.UpdatePowerShelfFirmwareTarget.power_shelf_ids:type_name -> forge.PowerShelfId
+	4,   // 102: forge.UpdatePowerShelfFirmwareTarget.components:type_name -> forge.PowerShelfComponent
+	13,  // 103: forge.UpdateRackFirmwareTarget.rack_ids:type_name -> forge.RackId
+	87,  // 104: forge.UpdateComponentFirmwareRequest.compute_trays:type_name -> forge.UpdateComputeTrayFirmwareTarget
+	88,  // 105: forge.UpdateComponentFirmwareRequest.switches:type_name -> forge.UpdateSwitchFirmwareTarget
+	89,  // 106: forge.UpdateComponentFirmwareRequest.power_shelves:type_name -> forge.UpdatePowerShelfFirmwareTarget
+	90,  // 107: forge.UpdateComponentFirmwareRequest.racks:type_name -> forge.UpdateRackFirmwareTarget
+	76,  // 108: forge.UpdateComponentFirmwareResponse.results:type_name -> forge.ComponentResult
+	15,  // 109: forge.GetComponentFirmwareStatusRequest.machine_ids:type_name -> forge.MachineIdList
+	16,  // 110: forge.GetComponentFirmwareStatusRequest.switch_ids:type_name -> forge.SwitchIdList
+	17,  // 111: forge.GetComponentFirmwareStatusRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
+	18,  // 112: forge.GetComponentFirmwareStatusRequest.rack_ids:type_name -> forge.RackIdList
+	19,  // 113: forge.GetComponentFirmwareStatusRequest.compute_bmc_macs:type_name -> forge.MacAddressList
+	19,  // 114: forge.GetComponentFirmwareStatusRequest.switch_bmc_macs:type_name -> forge.MacAddressList
+	19,  // 115: forge.GetComponentFirmwareStatusRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
+	95,  // 116: forge.GetComponentFirmwareStatusResponse.statuses:type_name -> forge.FirmwareUpdateStatus
+	76,  // 117: forge.FirmwareUpdateStatus.result:type_name -> forge.ComponentResult
+	2,   // 118: forge.FirmwareUpdateStatus.state:type_name -> forge.FirmwareUpdateState
+	100, // 119: forge.FirmwareUpdateStatus.updated_at:type_name -> google.protobuf.Timestamp
+	15,  // 120: forge.ListComponentFirmwareVersionsRequest.machine_ids:type_name -> forge.MachineIdList
+	16,  // 121: forge.ListComponentFirmwareVersionsRequest.switch_ids:type_name -> forge.SwitchIdList
+	17,  // 122: forge.ListComponentFirmwareVersionsRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
+	19,  // 123: forge.ListComponentFirmwareVersionsRequest.compute_bmc_macs:type_name -> forge.MacAddressList
+	19,  // 124: forge.ListComponentFirmwareVersionsRequest.switch_bmc_macs:type_name -> forge.MacAddressList
+	19,  // 125: forge.ListComponentFirmwareVersionsRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
+	98,  // 126: forge.ListComponentFirmwareVersionsResponse.devices:type_name -> forge.ComponentFirmwareVersions
+	76,  // 127: forge.ComponentFirmwareVersions.result:type_name -> forge.ComponentResult
+	20,  // 128: forge.Forge.Version:input_type -> forge.VersionRequest
+	26,  // 129: forge.Forge.FindMachineIds:input_type -> forge.MachineSearchConfig
+	27,  // 130: forge.Forge.FindMachinesByIds:input_type -> forge.MachinesByIdsRequest
+	35,  // 131: forge.Forge.FindSwitchIds:input_type -> forge.SwitchSearchFilter
+	36,  // 132: forge.Forge.FindSwitchesByIds:input_type -> forge.SwitchesByIdsRequest
+	41,  // 133: forge.Forge.FindPowerShelfIds:input_type -> forge.PowerShelfSearchFilter
+	42,  // 134: forge.Forge.FindPowerShelvesByIds:input_type -> forge.PowerShelvesByIdsRequest
+	48,  // 135: forge.Forge.FindRacksByIds:input_type -> forge.RacksByIdsRequest
+	52,  // 136: forge.Forge.GetPowerOptions:input_type -> forge.PowerOptionRequest
+	55,  // 137: forge.Forge.GetMachinePositionInfo:input_type -> forge.MachinePositionQuery
+	60,  // 138: forge.Forge.AddExpectedMachine:input_type -> forge.ExpectedMachine
+	62,  // 139: forge.Forge.AddExpectedSwitch:input_type -> forge.ExpectedSwitch
+	64,  // 140: forge.Forge.AddExpectedPowerShelf:input_type -> forge.ExpectedPowerShelf
+	101, // 141: forge.Forge.GetAllExpectedMachines:input_type -> google.protobuf.Empty
+	101, // 142: forge.Forge.GetAllExpectedSwitches:input_type -> google.protobuf.Empty
+	101, // 143: forge.Forge.GetAllExpectedPowerShelves:input_type -> google.protobuf.Empty
+	101, // 144: forge.Forge.GetAllExpectedRacks:input_type -> google.protobuf.Empty
+	68,  // 145: forge.Forge.AllowIngestionAndPowerOn:input_type -> forge.BmcEndpointRequest
+	68,  // 146: forge.Forge.DetermineMachineIngestionState:input_type -> forge.BmcEndpointRequest
+	70,  // 147: forge.Forge.DecommissionManagedHost:input_type -> forge.DecommissionManagedHostRequest
+	72,  // 148: forge.Forge.DecommissionSwitch:input_type -> forge.DecommissionSwitchRequest
+	74,  // 149: forge.Forge.DecommissionPowerShelf:input_type -> forge.DecommissionPowerShelfRequest
+	77,  // 150: forge.Forge.ComponentPowerControl:input_type -> forge.ComponentPowerControlRequest
+	79,  // 151: forge.Forge.GetComponentInventory:input_type -> forge.GetComponentInventoryRequest
+	91,  // 152: forge.Forge.UpdateComponentFirmware:input_type -> forge.UpdateComponentFirmwareRequest
+	93,  // 153: forge.Forge.GetComponentFirmwareStatus:input_type -> forge.GetComponentFirmwareStatusRequest
+	96,  // 154: forge.Forge.ListComponentFirmwareVersions:input_type -> forge.ListComponentFirmwareVersionsRequest
+	21,  // 155: forge.Forge.Version:output_type -> forge.BuildInfo
+	15,  // 156: forge.Forge.FindMachineIds:output_type -> forge.MachineIdList
+	28,  // 157: forge.Forge.FindMachinesByIds:output_type -> forge.MachineList
+	16,  // 158: forge.Forge.FindSwitchIds:output_type -> forge.SwitchIdList
+	37,  // 159: forge.Forge.FindSwitchesByIds:output_type -> forge.SwitchList
+	17,  // 160: forge.Forge.FindPowerShelfIds:output_type -> forge.PowerShelfIdList
+	43,  // 161: forge.Forge.FindPowerShelvesByIds:output_type -> forge.PowerShelfList
+	49,  // 162: forge.Forge.FindRacksByIds:output_type -> forge.RackList
+	53,  // 163: forge.Forge.GetPowerOptions:output_type -> forge.PowerOptionResponse
+	56,  // 164: forge.Forge.GetMachinePositionInfo:output_type -> forge.MachinePositionInfoList
+	101, // 165: forge.Forge.AddExpectedMachine:output_type -> google.protobuf.Empty
+	101, // 166: forge.Forge.AddExpectedSwitch:output_type -> google.protobuf.Empty
+	101, // 167: forge.Forge.AddExpectedPowerShelf:output_type -> google.protobuf.Empty
+	61,  // 168: forge.Forge.GetAllExpectedMachines:output_type -> forge.ExpectedMachineList
+	63,  // 169: forge.Forge.GetAllExpectedSwitches:output_type -> forge.ExpectedSwitchList
+	65,  // 170: forge.Forge.GetAllExpectedPowerShelves:output_type -> forge.ExpectedPowerShelfList
+	67,  // 171: forge.Forge.GetAllExpectedRacks:output_type -> forge.ExpectedRackList
+	101, // 172: forge.Forge.AllowIngestionAndPowerOn:output_type -> google.protobuf.Empty
+	69,  // 173: forge.Forge.DetermineMachineIngestionState:output_type -> forge.MachineIngestionStateResponse
+	71,  // 174: forge.Forge.DecommissionManagedHost:output_type -> forge.DecommissionManagedHostResponse
+	73,  // 175: forge.Forge.DecommissionSwitch:output_type -> forge.DecommissionSwitchResponse
+	75,  // 176: forge.Forge.DecommissionPowerShelf:output_type -> forge.DecommissionPowerShelfResponse
+	78,  // 177: forge.Forge.ComponentPowerControl:output_type -> forge.ComponentPowerControlResponse
+	80,  // 178: forge.Forge.GetComponentInventory:output_type -> forge.GetComponentInventoryResponse
+	92,  // 179: forge.Forge.UpdateComponentFirmware:output_type -> forge.UpdateComponentFirmwareResponse
+	94,  // 180: forge.Forge.GetComponentFirmwareStatus:output_type -> forge.GetComponentFirmwareStatusResponse
+	97,  // 181: forge.Forge.ListComponentFirmwareVersions:output_type -> forge.ListComponentFirmwareVersionsResponse
+	155, // [155:182] is the sub-list for method output_type
+	128, // [128:155] is the sub-list for method input_type
+	128, // [128:128] is the sub-list for extension type_name
+	128, // [128:128] is the sub-list for extension extendee
+	0,   // [0:128] is the sub-list for field type_name
 }
 
 func init() { file_forge_forge_proto_init() }
@@ -5743,12 +6576,13 @@ func file_forge_forge_proto_init() {
 	file_forge_forge_proto_msgTypes[19].OneofWrappers = []any{}
 	file_forge_forge_proto_msgTypes[21].OneofWrappers = []any{}
 	file_forge_forge_proto_msgTypes[25].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[37].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[38].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[40].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[44].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[47].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[49].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[50].OneofWrappers = []any{}
 	file_forge_forge_proto_msgTypes[52].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[53].OneofWrappers = []any{
+	file_forge_forge_proto_msgTypes[58].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[66].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[67].OneofWrappers = []any{
 		(*ComponentPowerControlRequest_MachineIds)(nil),
 		(*ComponentPowerControlRequest_SwitchIds)(nil),
 		(*ComponentPowerControlRequest_PowerShelfIds)(nil),
@@ -5756,7 +6590,7 @@ func file_forge_forge_proto_init() {
 		(*ComponentPowerControlRequest_SwitchBmcMacs)(nil),
 		(*ComponentPowerControlRequest_PowerShelfPmcMacs)(nil),
 	}
-	file_forge_forge_proto_msgTypes[55].OneofWrappers = []any{
+	file_forge_forge_proto_msgTypes[69].OneofWrappers = []any{
 		(*GetComponentInventoryRequest_MachineIds)(nil),
 		(*GetComponentInventoryRequest_SwitchIds)(nil),
 		(*GetComponentInventoryRequest_PowerShelfIds)(nil),
@@ -5764,14 +6598,14 @@ func file_forge_forge_proto_init() {
 		(*GetComponentInventoryRequest_SwitchBmcMacs)(nil),
 		(*GetComponentInventoryRequest_PowerShelfPmcMacs)(nil),
 	}
-	file_forge_forge_proto_msgTypes[57].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[67].OneofWrappers = []any{
+	file_forge_forge_proto_msgTypes[71].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[81].OneofWrappers = []any{
 		(*UpdateComponentFirmwareRequest_ComputeTrays)(nil),
 		(*UpdateComponentFirmwareRequest_Switches)(nil),
 		(*UpdateComponentFirmwareRequest_PowerShelves)(nil),
 		(*UpdateComponentFirmwareRequest_Racks)(nil),
 	}
-	file_forge_forge_proto_msgTypes[69].OneofWrappers = []any{
+	file_forge_forge_proto_msgTypes[83].OneofWrappers = []any{
 		(*GetComponentFirmwareStatusRequest_MachineIds)(nil),
 		(*GetComponentFirmwareStatusRequest_SwitchIds)(nil),
 		(*GetComponentFirmwareStatusRequest_PowerShelfIds)(nil),
@@ -5780,7 +6614,7 @@ func file_forge_forge_proto_init() {
 		(*GetComponentFirmwareStatusRequest_SwitchBmcMacs)(nil),
 		(*GetComponentFirmwareStatusRequest_PowerShelfPmcMacs)(nil),
 	}
-	file_forge_forge_proto_msgTypes[72].OneofWrappers = []any{
+	file_forge_forge_proto_msgTypes[86].OneofWrappers = []any{
 		(*ListComponentFirmwareVersionsRequest_MachineIds)(nil),
 		(*ListComponentFirmwareVersionsRequest_SwitchIds)(nil),
 		(*ListComponentFirmwareVersionsRequest_PowerShelfIds)(nil),
@@ -5793,8 +6627,8 @@ func file_forge_forge_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_forge_forge_proto_rawDesc), len(file_forge_forge_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   76,
+			NumEnums:      10,
+			NumMessages:   90,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

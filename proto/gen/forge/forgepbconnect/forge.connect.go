@@ -57,6 +57,13 @@ const (
 	// ForgeFindPowerShelvesByIdsProcedure is the fully-qualified name of the Forge's
 	// FindPowerShelvesByIds RPC.
 	ForgeFindPowerShelvesByIdsProcedure = "/forge.Forge/FindPowerShelvesByIds"
+	// ForgeFindRacksByIdsProcedure is the fully-qualified name of the Forge's FindRacksByIds RPC.
+	ForgeFindRacksByIdsProcedure = "/forge.Forge/FindRacksByIds"
+	// ForgeGetPowerOptionsProcedure is the fully-qualified name of the Forge's GetPowerOptions RPC.
+	ForgeGetPowerOptionsProcedure = "/forge.Forge/GetPowerOptions"
+	// ForgeGetMachinePositionInfoProcedure is the fully-qualified name of the Forge's
+	// GetMachinePositionInfo RPC.
+	ForgeGetMachinePositionInfoProcedure = "/forge.Forge/GetMachinePositionInfo"
 	// ForgeAddExpectedMachineProcedure is the fully-qualified name of the Forge's AddExpectedMachine
 	// RPC.
 	ForgeAddExpectedMachineProcedure = "/forge.Forge/AddExpectedMachine"
@@ -74,6 +81,9 @@ const (
 	// ForgeGetAllExpectedPowerShelvesProcedure is the fully-qualified name of the Forge's
 	// GetAllExpectedPowerShelves RPC.
 	ForgeGetAllExpectedPowerShelvesProcedure = "/forge.Forge/GetAllExpectedPowerShelves"
+	// ForgeGetAllExpectedRacksProcedure is the fully-qualified name of the Forge's GetAllExpectedRacks
+	// RPC.
+	ForgeGetAllExpectedRacksProcedure = "/forge.Forge/GetAllExpectedRacks"
 	// ForgeAllowIngestionAndPowerOnProcedure is the fully-qualified name of the Forge's
 	// AllowIngestionAndPowerOn RPC.
 	ForgeAllowIngestionAndPowerOnProcedure = "/forge.Forge/AllowIngestionAndPowerOn"
@@ -118,6 +128,10 @@ type ForgeClient interface {
 	FindSwitchesByIds(context.Context, *forge.SwitchesByIdsRequest) (*forge.SwitchList, error)
 	FindPowerShelfIds(context.Context, *forge.PowerShelfSearchFilter) (*forge.PowerShelfIdList, error)
 	FindPowerShelvesByIds(context.Context, *forge.PowerShelvesByIdsRequest) (*forge.PowerShelfList, error)
+	FindRacksByIds(context.Context, *forge.RacksByIdsRequest) (*forge.RackList, error)
+	// GetPowerOptions reports each machine's actual power (no IDs: all).
+	GetPowerOptions(context.Context, *forge.PowerOptionRequest) (*forge.PowerOptionResponse, error)
+	GetMachinePositionInfo(context.Context, *forge.MachinePositionQuery) (*forge.MachinePositionInfoList, error)
 	// Expected inventory: injection (idempotent by BMC MAC) and reads for sync.
 	AddExpectedMachine(context.Context, *forge.ExpectedMachine) (*emptypb.Empty, error)
 	AddExpectedSwitch(context.Context, *forge.ExpectedSwitch) (*emptypb.Empty, error)
@@ -125,6 +139,7 @@ type ForgeClient interface {
 	GetAllExpectedMachines(context.Context, *emptypb.Empty) (*forge.ExpectedMachineList, error)
 	GetAllExpectedSwitches(context.Context, *emptypb.Empty) (*forge.ExpectedSwitchList, error)
 	GetAllExpectedPowerShelves(context.Context, *emptypb.Empty) (*forge.ExpectedPowerShelfList, error)
+	GetAllExpectedRacks(context.Context, *emptypb.Empty) (*forge.ExpectedRackList, error)
 	// Bring-up: open the ingestion gate, then read the ingestion state.
 	AllowIngestionAndPowerOn(context.Context, *forge.BmcEndpointRequest) (*emptypb.Empty, error)
 	DetermineMachineIngestionState(context.Context, *forge.BmcEndpointRequest) (*forge.MachineIngestionStateResponse, error)
@@ -193,6 +208,24 @@ func NewForgeClient(httpClient connect.HTTPClient, baseURL string, opts ...conne
 			connect.WithSchema(forgeMethods.ByName("FindPowerShelvesByIds")),
 			connect.WithClientOptions(opts...),
 		),
+		findRacksByIds: connect.NewClient[forge.RacksByIdsRequest, forge.RackList](
+			httpClient,
+			baseURL+ForgeFindRacksByIdsProcedure,
+			connect.WithSchema(forgeMethods.ByName("FindRacksByIds")),
+			connect.WithClientOptions(opts...),
+		),
+		getPowerOptions: connect.NewClient[forge.PowerOptionRequest, forge.PowerOptionResponse](
+			httpClient,
+			baseURL+ForgeGetPowerOptionsProcedure,
+			connect.WithSchema(forgeMethods.ByName("GetPowerOptions")),
+			connect.WithClientOptions(opts...),
+		),
+		getMachinePositionInfo: connect.NewClient[forge.MachinePositionQuery, forge.MachinePositionInfoList](
+			httpClient,
+			baseURL+ForgeGetMachinePositionInfoProcedure,
+			connect.WithSchema(forgeMethods.ByName("GetMachinePositionInfo")),
+			connect.WithClientOptions(opts...),
+		),
 		addExpectedMachine: connect.NewClient[forge.ExpectedMachine, emptypb.Empty](
 			httpClient,
 			baseURL+ForgeAddExpectedMachineProcedure,
@@ -227,6 +260,12 @@ func NewForgeClient(httpClient connect.HTTPClient, baseURL string, opts ...conne
 			httpClient,
 			baseURL+ForgeGetAllExpectedPowerShelvesProcedure,
 			connect.WithSchema(forgeMethods.ByName("GetAllExpectedPowerShelves")),
+			connect.WithClientOptions(opts...),
+		),
+		getAllExpectedRacks: connect.NewClient[emptypb.Empty, forge.ExpectedRackList](
+			httpClient,
+			baseURL+ForgeGetAllExpectedRacksProcedure,
+			connect.WithSchema(forgeMethods.ByName("GetAllExpectedRacks")),
 			connect.WithClientOptions(opts...),
 		),
 		allowIngestionAndPowerOn: connect.NewClient[forge.BmcEndpointRequest, emptypb.Empty](
@@ -301,12 +340,16 @@ type forgeClient struct {
 	findSwitchesByIds              *connect.Client[forge.SwitchesByIdsRequest, forge.SwitchList]
 	findPowerShelfIds              *connect.Client[forge.PowerShelfSearchFilter, forge.PowerShelfIdList]
 	findPowerShelvesByIds          *connect.Client[forge.PowerShelvesByIdsRequest, forge.PowerShelfList]
+	findRacksByIds                 *connect.Client[forge.RacksByIdsRequest, forge.RackList]
+	getPowerOptions                *connect.Client[forge.PowerOptionRequest, forge.PowerOptionResponse]
+	getMachinePositionInfo         *connect.Client[forge.MachinePositionQuery, forge.MachinePositionInfoList]
 	addExpectedMachine             *connect.Client[forge.ExpectedMachine, emptypb.Empty]
 	addExpectedSwitch              *connect.Client[forge.ExpectedSwitch, emptypb.Empty]
 	addExpectedPowerShelf          *connect.Client[forge.ExpectedPowerShelf, emptypb.Empty]
 	getAllExpectedMachines         *connect.Client[emptypb.Empty, forge.ExpectedMachineList]
 	getAllExpectedSwitches         *connect.Client[emptypb.Empty, forge.ExpectedSwitchList]
 	getAllExpectedPowerShelves     *connect.Client[emptypb.Empty, forge.ExpectedPowerShelfList]
+	getAllExpectedRacks            *connect.Client[emptypb.Empty, forge.ExpectedRackList]
 	allowIngestionAndPowerOn       *connect.Client[forge.BmcEndpointRequest, emptypb.Empty]
 	determineMachineIngestionState *connect.Client[forge.BmcEndpointRequest, forge.MachineIngestionStateResponse]
 	decommissionManagedHost        *connect.Client[forge.DecommissionManagedHostRequest, forge.DecommissionManagedHostResponse]
@@ -382,6 +425,33 @@ func (c *forgeClient) FindPowerShelvesByIds(ctx context.Context, req *forge.Powe
 	return nil, err
 }
 
+// FindRacksByIds calls forge.Forge.FindRacksByIds.
+func (c *forgeClient) FindRacksByIds(ctx context.Context, req *forge.RacksByIdsRequest) (*forge.RackList, error) {
+	response, err := c.findRacksByIds.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// GetPowerOptions calls forge.Forge.GetPowerOptions.
+func (c *forgeClient) GetPowerOptions(ctx context.Context, req *forge.PowerOptionRequest) (*forge.PowerOptionResponse, error) {
+	response, err := c.getPowerOptions.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// GetMachinePositionInfo calls forge.Forge.GetMachinePositionInfo.
+func (c *forgeClient) GetMachinePositionInfo(ctx context.Context, req *forge.MachinePositionQuery) (*forge.MachinePositionInfoList, error) {
+	response, err := c.getMachinePositionInfo.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // AddExpectedMachine calls forge.Forge.AddExpectedMachine.
 func (c *forgeClient) AddExpectedMachine(ctx context.Context, req *forge.ExpectedMachine) (*emptypb.Empty, error) {
 	response, err := c.addExpectedMachine.CallUnary(ctx, connect.NewRequest(req))
@@ -430,6 +500,15 @@ func (c *forgeClient) GetAllExpectedSwitches(ctx context.Context, req *emptypb.E
 // GetAllExpectedPowerShelves calls forge.Forge.GetAllExpectedPowerShelves.
 func (c *forgeClient) GetAllExpectedPowerShelves(ctx context.Context, req *emptypb.Empty) (*forge.ExpectedPowerShelfList, error) {
 	response, err := c.getAllExpectedPowerShelves.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// GetAllExpectedRacks calls forge.Forge.GetAllExpectedRacks.
+func (c *forgeClient) GetAllExpectedRacks(ctx context.Context, req *emptypb.Empty) (*forge.ExpectedRackList, error) {
+	response, err := c.getAllExpectedRacks.CallUnary(ctx, connect.NewRequest(req))
 	if response != nil {
 		return response.Msg, err
 	}
@@ -538,6 +617,10 @@ type ForgeHandler interface {
 	FindSwitchesByIds(context.Context, *forge.SwitchesByIdsRequest) (*forge.SwitchList, error)
 	FindPowerShelfIds(context.Context, *forge.PowerShelfSearchFilter) (*forge.PowerShelfIdList, error)
 	FindPowerShelvesByIds(context.Context, *forge.PowerShelvesByIdsRequest) (*forge.PowerShelfList, error)
+	FindRacksByIds(context.Context, *forge.RacksByIdsRequest) (*forge.RackList, error)
+	// GetPowerOptions reports each machine's actual power (no IDs: all).
+	GetPowerOptions(context.Context, *forge.PowerOptionRequest) (*forge.PowerOptionResponse, error)
+	GetMachinePositionInfo(context.Context, *forge.MachinePositionQuery) (*forge.MachinePositionInfoList, error)
 	// Expected inventory: injection (idempotent by BMC MAC) and reads for sync.
 	AddExpectedMachine(context.Context, *forge.ExpectedMachine) (*emptypb.Empty, error)
 	AddExpectedSwitch(context.Context, *forge.ExpectedSwitch) (*emptypb.Empty, error)
@@ -545,6 +628,7 @@ type ForgeHandler interface {
 	GetAllExpectedMachines(context.Context, *emptypb.Empty) (*forge.ExpectedMachineList, error)
 	GetAllExpectedSwitches(context.Context, *emptypb.Empty) (*forge.ExpectedSwitchList, error)
 	GetAllExpectedPowerShelves(context.Context, *emptypb.Empty) (*forge.ExpectedPowerShelfList, error)
+	GetAllExpectedRacks(context.Context, *emptypb.Empty) (*forge.ExpectedRackList, error)
 	// Bring-up: open the ingestion gate, then read the ingestion state.
 	AllowIngestionAndPowerOn(context.Context, *forge.BmcEndpointRequest) (*emptypb.Empty, error)
 	DetermineMachineIngestionState(context.Context, *forge.BmcEndpointRequest) (*forge.MachineIngestionStateResponse, error)
@@ -609,6 +693,24 @@ func NewForgeHandler(svc ForgeHandler, opts ...connect.HandlerOption) (string, h
 		connect.WithSchema(forgeMethods.ByName("FindPowerShelvesByIds")),
 		connect.WithHandlerOptions(opts...),
 	)
+	forgeFindRacksByIdsHandler := connect.NewUnaryHandlerSimple(
+		ForgeFindRacksByIdsProcedure,
+		svc.FindRacksByIds,
+		connect.WithSchema(forgeMethods.ByName("FindRacksByIds")),
+		connect.WithHandlerOptions(opts...),
+	)
+	forgeGetPowerOptionsHandler := connect.NewUnaryHandlerSimple(
+		ForgeGetPowerOptionsProcedure,
+		svc.GetPowerOptions,
+		connect.WithSchema(forgeMethods.ByName("GetPowerOptions")),
+		connect.WithHandlerOptions(opts...),
+	)
+	forgeGetMachinePositionInfoHandler := connect.NewUnaryHandlerSimple(
+		ForgeGetMachinePositionInfoProcedure,
+		svc.GetMachinePositionInfo,
+		connect.WithSchema(forgeMethods.ByName("GetMachinePositionInfo")),
+		connect.WithHandlerOptions(opts...),
+	)
 	forgeAddExpectedMachineHandler := connect.NewUnaryHandlerSimple(
 		ForgeAddExpectedMachineProcedure,
 		svc.AddExpectedMachine,
@@ -643,6 +745,12 @@ func NewForgeHandler(svc ForgeHandler, opts ...connect.HandlerOption) (string, h
 		ForgeGetAllExpectedPowerShelvesProcedure,
 		svc.GetAllExpectedPowerShelves,
 		connect.WithSchema(forgeMethods.ByName("GetAllExpectedPowerShelves")),
+		connect.WithHandlerOptions(opts...),
+	)
+	forgeGetAllExpectedRacksHandler := connect.NewUnaryHandlerSimple(
+		ForgeGetAllExpectedRacksProcedure,
+		svc.GetAllExpectedRacks,
+		connect.WithSchema(forgeMethods.ByName("GetAllExpectedRacks")),
 		connect.WithHandlerOptions(opts...),
 	)
 	forgeAllowIngestionAndPowerOnHandler := connect.NewUnaryHandlerSimple(
@@ -721,6 +829,12 @@ func NewForgeHandler(svc ForgeHandler, opts ...connect.HandlerOption) (string, h
 			forgeFindPowerShelfIdsHandler.ServeHTTP(w, r)
 		case ForgeFindPowerShelvesByIdsProcedure:
 			forgeFindPowerShelvesByIdsHandler.ServeHTTP(w, r)
+		case ForgeFindRacksByIdsProcedure:
+			forgeFindRacksByIdsHandler.ServeHTTP(w, r)
+		case ForgeGetPowerOptionsProcedure:
+			forgeGetPowerOptionsHandler.ServeHTTP(w, r)
+		case ForgeGetMachinePositionInfoProcedure:
+			forgeGetMachinePositionInfoHandler.ServeHTTP(w, r)
 		case ForgeAddExpectedMachineProcedure:
 			forgeAddExpectedMachineHandler.ServeHTTP(w, r)
 		case ForgeAddExpectedSwitchProcedure:
@@ -733,6 +847,8 @@ func NewForgeHandler(svc ForgeHandler, opts ...connect.HandlerOption) (string, h
 			forgeGetAllExpectedSwitchesHandler.ServeHTTP(w, r)
 		case ForgeGetAllExpectedPowerShelvesProcedure:
 			forgeGetAllExpectedPowerShelvesHandler.ServeHTTP(w, r)
+		case ForgeGetAllExpectedRacksProcedure:
+			forgeGetAllExpectedRacksHandler.ServeHTTP(w, r)
 		case ForgeAllowIngestionAndPowerOnProcedure:
 			forgeAllowIngestionAndPowerOnHandler.ServeHTTP(w, r)
 		case ForgeDetermineMachineIngestionStateProcedure:
@@ -790,6 +906,18 @@ func (UnimplementedForgeHandler) FindPowerShelvesByIds(context.Context, *forge.P
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("forge.Forge.FindPowerShelvesByIds is not implemented"))
 }
 
+func (UnimplementedForgeHandler) FindRacksByIds(context.Context, *forge.RacksByIdsRequest) (*forge.RackList, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("forge.Forge.FindRacksByIds is not implemented"))
+}
+
+func (UnimplementedForgeHandler) GetPowerOptions(context.Context, *forge.PowerOptionRequest) (*forge.PowerOptionResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("forge.Forge.GetPowerOptions is not implemented"))
+}
+
+func (UnimplementedForgeHandler) GetMachinePositionInfo(context.Context, *forge.MachinePositionQuery) (*forge.MachinePositionInfoList, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("forge.Forge.GetMachinePositionInfo is not implemented"))
+}
+
 func (UnimplementedForgeHandler) AddExpectedMachine(context.Context, *forge.ExpectedMachine) (*emptypb.Empty, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("forge.Forge.AddExpectedMachine is not implemented"))
 }
@@ -812,6 +940,10 @@ func (UnimplementedForgeHandler) GetAllExpectedSwitches(context.Context, *emptyp
 
 func (UnimplementedForgeHandler) GetAllExpectedPowerShelves(context.Context, *emptypb.Empty) (*forge.ExpectedPowerShelfList, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("forge.Forge.GetAllExpectedPowerShelves is not implemented"))
+}
+
+func (UnimplementedForgeHandler) GetAllExpectedRacks(context.Context, *emptypb.Empty) (*forge.ExpectedRackList, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("forge.Forge.GetAllExpectedRacks is not implemented"))
 }
 
 func (UnimplementedForgeHandler) AllowIngestionAndPowerOn(context.Context, *forge.BmcEndpointRequest) (*emptypb.Empty, error) {

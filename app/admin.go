@@ -1,0 +1,25 @@
+package app
+
+import (
+	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
+	"github.com/nicoflow/flow/reconcile"
+)
+
+// adminService is Flow's own admin service (flow.admin.v1.AdminService,
+// proto/flow/admin/v1/admin.proto) for operator tools, beside v1.Flow on the
+// same port and behind the same interceptors. Like flowService, each
+// concern's handler implements its group of methods and is embedded here;
+// methods nobody implements answer CodeUnimplemented. Add a concern by
+// adding its methods to admin.proto and embedding its handler.
+type adminService struct {
+	adminUnimplemented
+	*syncHandler // RunSync, GetSyncStatus
+}
+
+type syncHandler = reconcile.SyncHandler
+
+type adminUnimplemented struct {
+	adminv1connect.UnimplementedAdminServiceHandler
+}
+
+var _ adminv1connect.AdminServiceHandler = (*adminService)(nil)

@@ -1,0 +1,195 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/nicoflow/flow/reconcile"
+)
+
+// SystemJob is one leader-run background job of Flow's own (inventory sync,
+// leak detection, a dispatcher…), as opposed to user tasks and schedules.
+//
+// Register it on a systemJobs with Add before the River client is built.
+// The job runs as a River periodic job: only the elected leader enqueues it,
+// so one cycle runs per interval however many `flow serve` processes share
+// the database, and a survivor takes over when the leader dies. It never
+// overlaps itself: while one cycle is queued or running, the next tick is
+// skipped (River unique job by name, states up to running), like upstream's
+// Skip policy. The first cycle runs one Interval after the leader is
+// elected, as upstream's interval trigger does; a failed cycle is logged and
+// not retried (the next tick is the retry).
+type SystemJob struct {
+	// Name is the job's stable name ("inventory-sync"); it is the job's
+	// identity in River (args of kind SystemJobKind) and in logs.
+	Name string
+	// Interval is the time between ticks; it must be positive.
+	Interval time.Duration
+	// Timeout bounds one cycle; zero means 10 minutes. A cycle still running
+	// at its timeout has its context cancelled.
+	Timeout time.Duration
+	// Run does one cycle. Its error is logged; it does not stop later ticks.
+	Run func(ctx context.Context) error
+}
+
+// SystemJobKind is the River job kind of every system job; the args carry
+// the job's Name.
+const SystemJobKind = "flow.system_job"
+
+// SystemQueue is the River queue system jobs run on, apart from the engine's
+// queue so a busy engine never delays them.
+const SystemQueue = "system"
+
+const defaultSystemJobTimeout = 10 * time.Minute
+
+// systemJobs is the registry of SystemJobs of one server. The zero value is
+// empty and ready.
+type systemJobs struct {
+	jobs   map[string]SystemJob
+	order  []string
+	logger *slog.Logger
+}
+
+// Add registers j. It fails on an empty or repeated name, a non-positive
+// interval or a nil Run.
+func (s *systemJobs) Add(j SystemJob) error {
+	switch {
+	case j.Name == "":
+		return fmt.Errorf("system job: empty name")
+	case j.Interval <= 0:
+		return fmt.Errorf("system job %s: interval must be positive, got %s", j.Name, j.Interval)
+	case j.Run == nil:
+		return fmt.Errorf("system job %s: no Run func", j.Name)
+	}
+	if _, dup := s.jobs[j.Name]; dup {
+		return fmt.Errorf("system job %s: registered twice", j.Name)
+	}
+	if s.jobs == nil {
+		s.jobs = map[string]SystemJob{}
+	}
+	if j.Timeout <= 0 {
+		j.Timeout = defaultSystemJobTimeout
+	}
+	s.jobs[j.Name] = j
+	s.order = append(s.order, j.Name)
+	return nil
+}
+
+// Names returns the registered job names in registration order.
+func (s *systemJobs) Names() []string { return append([]string(nil), s.order...) }
+
+// install adds the system-job worker, queue and one periodic job per
+// registered job to rc. With no job registered it changes nothing.
+func (s *systemJobs) install(rc *river.Config, logger *slog.Logger) {
+	if s == nil || len(s.jobs) == 0 {
+		return
+	}
+	s.logger = logger
+	river.AddWorker(rc.Workers, &systemJobWorker{jobs: s})
+	if rc.Queues == nil {
+		rc.Queues = map[string]river.QueueConfig{}
+	}
+	rc.Queues[SystemQueue] = river.QueueConfig{MaxWorkers: max(len(s.jobs), 2)}
+	for _, name := range s.order {
+		j := s.jobs[name]
+		rc.PeriodicJobs = append(rc.PeriodicJobs, river.NewPeriodicJob(
+			river.PeriodicInterval(j.Interval),
+			func() (river.JobArgs, *river.InsertOpts) { return systemJobArgs{Name: name}, nil },
+			&river.PeriodicJobOpts{ID: "system:" + name},
+		))
+	}
+}
+
+// systemJobArgs is the River job of one cycle of a SystemJob.
+type systemJobArgs struct {
+	Name string `json:"name"`
+}
+
+// Kind returns SystemJobKind.
+func (systemJobArgs) Kind() string { return SystemJobKind }
+
+// systemJobUniqueStates are the states in which a cycle of the same job
+// blocks a new one: queued or running. A completed, discarded or cancelled
+// cycle blocks nothing.
+var systemJobUniqueStates = []rivertype.JobState{
+	rivertype.JobStateAvailable,
+	rivertype.JobStatePending,
+	rivertype.JobStateRetryable,
+	rivertype.JobStateRunning,
+	rivertype.JobStateScheduled,
+}
+
+// InsertOpts puts the cycle on the system queue, unique by name while queued
+// or running (the Skip policy), with a single attempt.
+func (systemJobArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{
+		Queue:       SystemQueue,
+		MaxAttempts: 1,
+		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: systemJobUniqueStates},
+	}
+}
+
+type systemJobWorker struct {
+	river.WorkerDefaults[systemJobArgs]
+	jobs *systemJobs
+}
+
+func (w *systemJobWorker) Timeout(job *river.Job[systemJobArgs]) time.Duration {
+	if j, ok := w.jobs.jobs[job.Args.Name]; ok {
+		return j.Timeout
+	}
+	return time.Minute
+}
+
+func (w *systemJobWorker) Work(ctx context.Context, job *river.Job[systemJobArgs]) error {
+	j, ok := w.jobs.jobs[job.Args.Name]
+	if !ok {
+		// A job of a name this process does not run (another version, or
+		// disabled here): nothing to do, and nothing to retry.
+		w.jobs.logger.WarnContext(ctx, "unknown system job", "job", job.Args.Name)
+		return nil
+	}
+	start := time.Now()
+	if err := j.Run(ctx); err != nil {
+		w.jobs.logger.ErrorContext(ctx, "system job failed", "job", j.Name, "duration", time.Since(start), "error", err.Error())
+		// One attempt only: the job is discarded and the next tick is the
+		// retry.
+		return err
+	}
+	w.jobs.logger.DebugContext(ctx, "system job done", "job", j.Name, "duration", time.Since(start))
+	return nil
+}
+
+// InventorySyncJob and LeakDetectionJob are the system jobs' names.
+const (
+	InventorySyncJob = "inventory-sync"
+	LeakDetectionJob = "leak-detection"
+)
+
+// newSystemJobs registers the system jobs cfg enables: inventory-sync when
+// NICo Core is configured and disable_inventory is off. leak-detection has
+// its settings (leak_detection_interval, disable_leak_detection) but no job
+// yet: the event-rules work registers it here.
+func newSystemJobs(cfg Config, b *backends, syncer *reconcile.Syncer, logger *slog.Logger) (*systemJobs, error) {
+	jobs := &systemJobs{}
+	sj := cfg.SystemJobs
+	switch {
+	case sj.InventoryDisabled:
+		logger.Info("inventory sync disabled", "setting", "disable_inventory")
+	case !b.nico.Configured():
+		logger.Warn("inventory sync off: NICo Core is not configured", "setting", "NICO_CORE_API_URL")
+	default:
+		if err := jobs.Add(SystemJob{Name: InventorySyncJob, Interval: sj.InventoryInterval, Run: func(ctx context.Context) error {
+			_, err := syncer.Run(ctx, reconcile.TriggerSchedule)
+			return err
+		}}); err != nil {
+			return nil, err
+		}
+	}
+	return jobs, nil
+}

@@ -1,0 +1,264 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/nicoflow/flow/caller"
+)
+
+// spiffeCertDir is where Kubernetes (cert-manager's csi-driver-spiffe, or a
+// SPIRE helper) mounts a workload's SVID: ca.crt, tls.crt and tls.key.
+const spiffeCertDir = "/var/run/secrets/spiffe.io"
+
+// The file names inside CERTDIR and the SPIFFE mount.
+const (
+	certDirCA   = "ca.crt"
+	certDirCert = "tls.crt"
+	certDirKey  = "tls.key"
+)
+
+// errNoCertificates means no certificate source is configured or present.
+var errNoCertificates = errors.New("TLS certificates required but not found: set FLOW_TLS_CA, FLOW_TLS_CERT and FLOW_TLS_KEY, " +
+	"or CERTDIR (a folder with ca.crt, tls.crt and tls.key), or mount them at " + spiffeCertDir +
+	"; ALLOW_INSECURE_GRPC=true serves cleartext without authentication instead (local development only)")
+
+// certSource is where the API's certificates come from.
+type certSource struct {
+	name  string // for the log: "FLOW_TLS_*", "CERTDIR /path", "SPIFFE mount …"
+	files TLSFiles
+}
+
+// resolveCertSource finds the API's certificates in upstream Flow's order:
+// the explicit FLOW_TLS_* files, then CERTDIR, then the SPIFFE mount at
+// spiffeDir. An explicit source whose files are missing is an error (the
+// operator asked for it); an absent SPIFFE mount is errNoCertificates.
+func resolveCertSource(cfg Config, spiffeDir string) (certSource, error) {
+	if cfg.TLS.Enabled() {
+		f := cfg.TLS
+		if f.CA == "" || f.Cert == "" || f.Key == "" {
+			return certSource{}, usageError(errors.New("FLOW_TLS_CA, FLOW_TLS_CERT and FLOW_TLS_KEY must be set together"))
+		}
+		return certSource{name: "FLOW_TLS_*", files: f}, requireFiles(f)
+	}
+	inDir := func(dir string) TLSFiles {
+		return TLSFiles{CA: filepath.Join(dir, certDirCA), Cert: filepath.Join(dir, certDirCert), Key: filepath.Join(dir, certDirKey)}
+	}
+	if cfg.CertDir != "" {
+		f := inDir(cfg.CertDir)
+		return certSource{name: "CERTDIR " + cfg.CertDir, files: f}, requireFiles(f)
+	}
+	f := inDir(spiffeDir)
+	present := 0
+	for _, p := range []string{f.CA, f.Cert, f.Key} {
+		if _, err := os.Stat(p); err == nil {
+			present++
+		}
+	}
+	if present == 0 {
+		return certSource{}, errNoCertificates
+	}
+	return certSource{name: "SPIFFE mount " + spiffeDir, files: f}, requireFiles(f)
+}
+
+func requireFiles(f TLSFiles) error {
+	for _, p := range []string{f.CA, f.Cert, f.Key} {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+	}
+	return nil
+}
+
+// certReloader serves the API's TLS configuration from files that rotate
+// (cert-manager and SPIRE replace them about hourly): before each handshake
+// it checks the files and, when one changed, loads all three again. A load
+// that fails (a rotation caught half-written, a key that does not match its
+// certificate yet) keeps the previous configuration and is retried at the
+// next handshake. Established connections keep the certificate they
+// negotiated; nothing is cut.
+type certReloader struct {
+	files  TLSFiles
+	logger *slog.Logger
+
+	mu     sync.Mutex
+	stamps [3]os.FileInfo // of CA, Cert, Key when last loaded
+	cfg    *tls.Config
+	failed bool // the last reload attempt failed (logged once)
+}
+
+// newCertReloader loads files once; an error here stops the server.
+func newCertReloader(files TLSFiles, logger *slog.Logger) (*certReloader, error) {
+	r := &certReloader{files: files, logger: logger}
+	stamps, err := r.stat()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := serverTLSConfig(files)
+	if err != nil {
+		return nil, err
+	}
+	r.cfg, r.stamps = cfg, stamps
+	return r, nil
+}
+
+func (r *certReloader) stat() ([3]os.FileInfo, error) {
+	var out [3]os.FileInfo
+	for i, p := range []string{r.files.CA, r.files.Cert, r.files.Key} {
+		fi, err := os.Stat(p) // follows the symlinks Kubernetes swaps
+		if err != nil {
+			return out, fmt.Errorf("TLS: %w", err)
+		}
+		out[i] = fi
+	}
+	return out, nil
+}
+
+func sameStamp(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size()
+}
+
+// config returns the current configuration, reloading it first when a file
+// changed since the last load.
+func (r *certReloader) config() *tls.Config {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	stamps, err := r.stat()
+	if err == nil && sameStamp(stamps[0], r.stamps[0]) && sameStamp(stamps[1], r.stamps[1]) && sameStamp(stamps[2], r.stamps[2]) {
+		return r.cfg
+	}
+	var cfg *tls.Config
+	if err == nil {
+		cfg, err = serverTLSConfig(r.files)
+	}
+	if err != nil {
+		if !r.failed {
+			r.logger.Warn("TLS certificate files changed but cannot be loaded; serving the previous ones", "error", err.Error())
+			r.failed = true
+		}
+		return r.cfg
+	}
+	r.cfg, r.stamps, r.failed = cfg, stamps, false
+	r.logger.Info("TLS certificates reloaded", "cert", r.files.Cert, "not_after", cfg.Certificates[0].Leaf.NotAfter)
+	return cfg
+}
+
+// tlsConfig returns the server's tls.Config: every handshake gets the
+// reloader's current certificate and CA bundle.
+func (r *certReloader) tlsConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return r.config(), nil
+		},
+	}
+}
+
+// serverTLSConfig reads files into a mutual-TLS server configuration:
+// TLS 1.2 at least (1.3 is Go's preference), the server certificate, and
+// client certificates required and verified against the CA bundle.
+func serverTLSConfig(files TLSFiles) (*tls.Config, error) {
+	pool, err := readCAPool(files.CA)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.LoadX509KeyPair(files.Cert, files.Key)
+	if err != nil {
+		return nil, fmt.Errorf("TLS: load %s and %s: %w", files.Cert, files.Key, err)
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    pool,
+		NextProtos:   []string{"h2", "http/1.1"},
+	}, nil
+}
+
+func readCAPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("TLS: read CA bundle: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("TLS: CA bundle %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+// certIdentity is who a verified client certificate names: its SPIFFE ID
+// (the first spiffe:// URI SAN), else its subject common name, else "".
+func certIdentity(cert *x509.Certificate) string {
+	for _, u := range cert.URIs {
+		if u.Scheme == "spiffe" {
+			return u.String()
+		}
+	}
+	return cert.Subject.CommonName
+}
+
+// apiSecurity is how the API port is protected: its certificates (nil:
+// cleartext) and the authorization policy (nil: every identity is admin).
+type apiSecurity struct {
+	reloader *certReloader
+	policy   *policy
+}
+
+// setupSecurity resolves the API's certificates and policy and logs what
+// protects the port. Without certificates it fails naming every source,
+// unless cfg.AllowInsecure (ALLOW_INSECURE_GRPC=true) or cleartext (flow
+// dev) asks for cleartext; a policy cannot apply then (nobody is
+// identified), so a policy with cleartext is refused.
+func setupSecurity(ctx context.Context, cfg Config, logger *slog.Logger, cleartext bool) (apiSecurity, error) {
+	pol, err := loadPolicy(cfg.AuthzPolicy)
+	if err != nil {
+		return apiSecurity{}, err
+	}
+	insecure := func(why string) (apiSecurity, error) {
+		if pol != nil {
+			return apiSecurity{}, fmt.Errorf("FLOW_AUTHZ_POLICY is set but the API serves cleartext (%s): no caller can be identified; configure certificates or unset the policy", why)
+		}
+		return apiSecurity{}, nil
+	}
+	if cleartext {
+		return insecure("flow dev")
+	}
+	src, err := resolveCertSource(cfg, spiffeCertDir)
+	switch {
+	case errors.Is(err, errNoCertificates) && cfg.AllowInsecure:
+		sec, err := insecure("ALLOW_INSECURE_GRPC=true")
+		if err == nil {
+			logger.WarnContext(ctx, "serving the API in cleartext without authentication (ALLOW_INSECURE_GRPC=true): anyone who reaches the port is admin; for local development only",
+				"addr", cfg.ListenAddr, "identity", caller.Insecure)
+		}
+		return sec, err
+	case errors.Is(err, errNoCertificates):
+		return apiSecurity{}, err
+	case err != nil:
+		return apiSecurity{}, err
+	}
+	reloader, err := newCertReloader(src.files, logger)
+	if err != nil {
+		return apiSecurity{}, err
+	}
+	leaf := reloader.cfg.Certificates[0].Leaf
+	logger.InfoContext(ctx, "mutual TLS on the API: clients need a certificate from the CA bundle", "source", src.name,
+		"cert", src.files.Cert, "subject", leaf.Subject.String(), "not_after", leaf.NotAfter, "ca", src.files.CA)
+	if cfg.AllowInsecure {
+		logger.InfoContext(ctx, "ALLOW_INSECURE_GRPC=true is ignored: certificates are present")
+	}
+	if pol == nil {
+		logger.WarnContext(ctx, "no authorization policy (FLOW_AUTHZ_POLICY): every client with a valid certificate is admin")
+	} else {
+		logger.InfoContext(ctx, "authorization policy loaded", "path", cfg.AuthzPolicy, "entries", len(pol.exact)+len(pol.prefixes))
+	}
+	return apiSecurity{reloader: reloader, policy: pol}, nil
+}

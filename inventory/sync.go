@@ -1,0 +1,301 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/inventory/internal/dbsqlc"
+)
+
+// SyncComponent is a live component as the inventory sync with NICo Core
+// reads it: what it compares with Core and what it may write back.
+type SyncComponent struct {
+	ID              uuid.UUID
+	RackID          *uuid.UUID
+	RackExternalID  string
+	Name            string
+	SerialNumber    string
+	ExternalID      string
+	FirmwareVersion string
+	PowerState      string
+	Position        Position
+	Status          OperationStatus
+	Health          json.RawMessage // nil: none known
+	Description     *string
+	// HostMAC is the host BMC's MAC (the first BMC's when none is marked
+	// host); "" when the component has no BMC.
+	HostMAC MAC
+	// UpdatedAt is the row's version: ApplySync skips a row that changed
+	// since it was read.
+	UpdatedAt time.Time
+}
+
+// SyncComponents returns every live component of type t, ordered by ID.
+func (s *Service) SyncComponents(ctx context.Context, dbtx db.DBTX, t ComponentType) ([]SyncComponent, error) {
+	rows, err := s.q.SyncComponentList(ctx, dbtx, string(t))
+	if err != nil {
+		return nil, fmt.Errorf("list %s components for sync: %w", t, err)
+	}
+	out := make([]SyncComponent, len(rows))
+	for i, r := range rows {
+		out[i] = SyncComponent{
+			ID: r.ID, RackID: r.RackID, RackExternalID: r.RackExternalID, Name: r.Name, SerialNumber: r.SerialNumber,
+			ExternalID: deref(r.ExternalID), FirmwareVersion: r.FirmwareVersion, PowerState: r.PowerState,
+			Position: Position{SlotID: r.SlotID, TrayIdx: r.TrayIdx, HostID: r.HostID},
+			Status:   OperationStatus{Phase: r.OperationPhase, Reason: r.OperationReason, Blocked: r.BlockedOperations},
+			Health:   r.Health, Description: r.Description, HostMAC: MAC(r.HostMac), UpdatedAt: r.UpdatedAt,
+		}
+	}
+	return out, nil
+}
+
+// SyncUpdate is the synced state of one component: ApplySync writes every
+// field (it is the component's current values with the sync's changes).
+type SyncUpdate struct {
+	ID              uuid.UUID
+	UpdatedAt       time.Time // as read by SyncComponents
+	ExternalID      string
+	PowerState      string
+	FirmwareVersion string
+	Status          OperationStatus
+	Health          json.RawMessage // nil: none
+	Description     *string
+}
+
+type syncUpdateRow struct {
+	ID              uuid.UUID       `json:"id"`
+	UpdatedAt       time.Time       `json:"updated_at"`
+	ExternalID      string          `json:"external_id"`
+	PowerState      string          `json:"power_state"`
+	FirmwareVersion string          `json:"firmware_version"`
+	Phase           string          `json:"phase"`
+	Reason          string          `json:"reason"`
+	Blocked         []string        `json:"blocked"`
+	Health          json.RawMessage `json:"health"`
+	Description     *string         `json:"description"`
+}
+
+// ApplySync writes ups in one statement through tx and returns how many
+// rows it changed. A component deleted, or changed by anyone else since
+// SyncComponents read it, is left alone (the next cycle sees it afresh).
+func (s *Service) ApplySync(ctx context.Context, tx pgx.Tx, ups []SyncUpdate) (int64, error) {
+	if len(ups) == 0 {
+		return 0, nil
+	}
+	rows := make([]syncUpdateRow, len(ups))
+	for i, u := range ups {
+		blocked := u.Status.Blocked
+		if blocked == nil {
+			blocked = []string{}
+		}
+		health := u.Health
+		if len(health) == 0 {
+			health = json.RawMessage("null")
+		}
+		rows[i] = syncUpdateRow{
+			ID: u.ID, UpdatedAt: u.UpdatedAt, ExternalID: u.ExternalID, PowerState: u.PowerState, FirmwareVersion: u.FirmwareVersion,
+			Phase: cmpOr(u.Status.Phase, "unknown"), Reason: u.Status.Reason, Blocked: blocked, Health: health, Description: u.Description,
+		}
+	}
+	data, err := json.Marshal(rows)
+	if err != nil {
+		return 0, fmt.Errorf("encode sync updates: %w", err)
+	}
+	n, err := s.q.SyncComponentUpdate(ctx, tx, data)
+	if err != nil {
+		return 0, fmt.Errorf("apply sync updates: %w", err)
+	}
+	return n, nil
+}
+
+// SyncRack is a live rack as the sync reads it.
+type SyncRack struct {
+	ID          uuid.UUID
+	ExternalID  string
+	Health      json.RawMessage // nil: none known
+	GroupID     string
+	NVLDomainID *uuid.UUID
+}
+
+// SyncRacks returns every live rack, ordered by ID.
+func (s *Service) SyncRacks(ctx context.Context, dbtx db.DBTX) ([]SyncRack, error) {
+	rows, err := s.q.SyncRackList(ctx, dbtx)
+	if err != nil {
+		return nil, fmt.Errorf("list racks for sync: %w", err)
+	}
+	out := make([]SyncRack, len(rows))
+	for i, r := range rows {
+		out[i] = SyncRack{ID: r.ID, ExternalID: deref(r.ExternalID), Health: r.Health, GroupID: deref(r.RackGroupID), NVLDomainID: r.NVLDomainID}
+	}
+	return out, nil
+}
+
+// RackHealth is a rack's new health report (nil clears it).
+type RackHealth struct {
+	ID     uuid.UUID       `json:"id"`
+	Health json.RawMessage `json:"health"`
+}
+
+// SetRackHealth writes the health of the racks in hs through tx and returns
+// how many rows changed.
+func (s *Service) SetRackHealth(ctx context.Context, tx pgx.Tx, hs []RackHealth) (int64, error) {
+	if len(hs) == 0 {
+		return 0, nil
+	}
+	for i := range hs {
+		if len(hs[i].Health) == 0 {
+			hs[i].Health = json.RawMessage("null")
+		}
+	}
+	data, err := json.Marshal(hs)
+	if err != nil {
+		return 0, fmt.Errorf("encode rack health: %w", err)
+	}
+	n, err := s.q.SyncRackSetHealth(ctx, tx, data)
+	if err != nil {
+		return 0, fmt.Errorf("set rack health: %w", err)
+	}
+	return n, nil
+}
+
+// TopologyGroup is one Core rack group as observed: the Flow racks in it
+// and the NMX-C cluster its switches report. KeepCluster leaves the
+// domain's cluster as it is (the observation was invalid or conflicting).
+type TopologyGroup struct {
+	GroupID     string
+	Racks       []uuid.UUID
+	ClusterID   *uuid.UUID
+	KeepCluster bool
+}
+
+// ApplyTopology makes every group an NVLink domain (external ID = group
+// ID, created unnamed when missing), sets its NMX-C cluster, and assigns
+// each group's racks to it, through tx. Only rows that differ are written;
+// it returns how many. Manually created domains and racks in no group are
+// not touched.
+func (s *Service) ApplyTopology(ctx context.Context, tx pgx.Tx, groups []TopologyGroup) (int64, error) {
+	if len(groups) == 0 {
+		return 0, nil
+	}
+	doms, err := s.q.SyncDomainList(ctx, tx)
+	if err != nil {
+		return 0, fmt.Errorf("list domains for sync: %w", err)
+	}
+	type dom struct {
+		id      uuid.UUID
+		cluster *uuid.UUID
+	}
+	byExt := make(map[string]dom, len(doms))
+	for _, d := range doms {
+		byExt[deref(d.ExternalID)] = dom{id: d.ID, cluster: d.NmxcClusterID}
+	}
+	racks, err := s.SyncRacks(ctx, tx)
+	if err != nil {
+		return 0, err
+	}
+	rackByID := make(map[uuid.UUID]SyncRack, len(racks))
+	for _, r := range racks {
+		rackByID[r.ID] = r
+	}
+	var changed int64
+	type assign struct {
+		ID       uuid.UUID `json:"id"`
+		DomainID uuid.UUID `json:"domain_id"`
+		GroupID  string    `json:"group_id"`
+	}
+	var assigns []assign
+	for _, g := range groups {
+		d, ok := byExt[g.GroupID]
+		switch {
+		case !ok:
+			d = dom{id: uuid.New()}
+			if !g.KeepCluster {
+				d.cluster = g.ClusterID
+			}
+			if err := s.q.SyncDomainInsert(ctx, tx, dbsqlc.SyncDomainInsertParams{ID: d.id, ExternalID: &g.GroupID, NmxcClusterID: d.cluster}); err != nil {
+				return 0, fmt.Errorf("create domain for rack group %s: %w", g.GroupID, err)
+			}
+			changed++
+		case !g.KeepCluster && !equalUUIDPtr(d.cluster, g.ClusterID):
+			n, err := s.q.SyncDomainSetCluster(ctx, tx, dbsqlc.SyncDomainSetClusterParams{ID: d.id, NmxcClusterID: g.ClusterID})
+			if err != nil {
+				return 0, fmt.Errorf("set cluster of domain %s: %w", d.id, err)
+			}
+			changed += n
+		}
+		for _, id := range g.Racks {
+			r, ok := rackByID[id]
+			if !ok {
+				continue
+			}
+			if r.GroupID != g.GroupID || r.NVLDomainID == nil || *r.NVLDomainID != d.id {
+				assigns = append(assigns, assign{ID: id, DomainID: d.id, GroupID: g.GroupID})
+			}
+		}
+	}
+	if len(assigns) > 0 {
+		data, err := json.Marshal(assigns)
+		if err != nil {
+			return 0, fmt.Errorf("encode rack groups: %w", err)
+		}
+		n, err := s.q.SyncRackSetGroup(ctx, tx, data)
+		if err != nil {
+			return 0, fmt.Errorf("assign racks to domains: %w", err)
+		}
+		changed += n
+	}
+	return changed, nil
+}
+
+func equalUUIDPtr(a, b *uuid.UUID) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// RackPhase aggregates the operation phases of a rack's live components
+// into the rack's operation status: no components → "unknown"; otherwise
+// the first of error, deleting, initializing, unknown and in_use that any
+// component is in; "ready" when all are ready.
+func RackPhase(phases []string) string {
+	if len(phases) == 0 {
+		return "unknown"
+	}
+	has := map[string]bool{}
+	for _, p := range phases {
+		has[p] = true
+	}
+	for _, p := range []string{"error", "deleting", "initializing", "unknown", "in_use"} {
+		if has[p] {
+			return p
+		}
+	}
+	return "ready"
+}
+
+// RackPhases returns the aggregated operation phase (RackPhase) of each
+// rack in ids; racks without live components are "unknown".
+func (s *Service) RackPhases(ctx context.Context, dbtx db.DBTX, ids []uuid.UUID) (map[uuid.UUID]string, error) {
+	out := make(map[uuid.UUID]string, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.q.RackPhases(ctx, dbtx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("rack phases: %w", err)
+	}
+	for _, id := range ids {
+		out[id] = "unknown"
+	}
+	for _, r := range rows {
+		out[r.RackID] = RackPhase(r.Phases)
+	}
+	return out, nil
+}

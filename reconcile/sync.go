@@ -1,0 +1,752 @@
+package reconcile
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/nico"
+	"github.com/nicoflow/flow/reconcile/internal/dbsqlc"
+)
+
+// Core is what the inventory sync reads from NICo Core; *nico.Client
+// satisfies it.
+type Core interface {
+	Configured() bool
+	MachineIDs(ctx context.Context, includeDPUs bool, rackID string) ([]string, error)
+	Machines(ctx context.Context, ids []string) ([]nico.Machine, error)
+	PowerStates(ctx context.Context, ids []string) (map[string]nico.PowerState, error)
+	Positions(ctx context.Context, ids []string) (map[string]nico.Position, error)
+	Inventory(ctx context.Context, t nico.Target) ([]nico.Inventory, error)
+	SwitchIDs(ctx context.Context) ([]string, error)
+	Switches(ctx context.Context, ids []string) ([]nico.Switch, error)
+	PowerShelfIDs(ctx context.Context) ([]string, error)
+	PowerShelves(ctx context.Context, ids []string) ([]nico.PowerShelf, error)
+	Racks(ctx context.Context, ids []string) ([]nico.Rack, error)
+	ExpectedRacks(ctx context.Context) ([]nico.ExpectedRack, error)
+}
+
+// Parts of a sync cycle, in the order they run (SyncPart.Name).
+const (
+	PartCompute    = "compute"
+	PartNVSwitch   = "nvswitch"
+	PartTopology   = "nvlink_topology"
+	PartPowerShelf = "powershelf"
+	PartRackHealth = "rack_health"
+)
+
+// Triggers of a cycle.
+const (
+	TriggerSchedule = "schedule"
+	TriggerManual   = "manual"
+)
+
+// SyncPart is the outcome of one part of a cycle. A failed part changed
+// nothing and kept its previous drift rows.
+type SyncPart struct {
+	Name    string `json:"name"`
+	OK      bool   `json:"ok"`
+	Error   string `json:"error,omitempty"`
+	Changed int64  `json:"changed"` // inventory rows written
+	Drifts  int    `json:"drifts"`  // drift rows now held (component types)
+	// DriftChanged says the part replaced its drift rows.
+	DriftChanged bool `json:"drift_changed,omitempty"`
+	// Warnings are best-effort reads that failed (power, inventory…).
+	Warnings []string `json:"warnings,omitempty"`
+	// Duration is how long the part took.
+	Duration time.Duration `json:"duration"`
+}
+
+// SyncRun is one sync cycle.
+type SyncRun struct {
+	ID        int64
+	StartedAt time.Time
+	Duration  time.Duration
+	Trigger   string
+	Parts     []SyncPart
+}
+
+// Changed returns the inventory rows the cycle wrote over all parts.
+func (r SyncRun) Changed() int64 {
+	var n int64
+	for _, p := range r.Parts {
+		n += p.Changed
+	}
+	return n
+}
+
+// ErrNoSyncYet: no sync cycle has been recorded.
+var ErrNoSyncYet = errors.New("reconcile: no inventory sync has run yet")
+
+// SyncConfig configures a Syncer.
+type SyncConfig struct {
+	Pool   *pgxpool.Pool
+	Inv    *inventory.Service
+	Core   Core
+	Logger *slog.Logger
+	// Keep is how many cycles inventory_sync_run keeps (default 1000).
+	Keep int
+}
+
+// Syncer runs the inventory sync with NICo Core (docs/inventory-sync.md).
+type Syncer struct {
+	cfg SyncConfig
+	q   *dbsqlc.Queries
+}
+
+// NewSyncer returns a Syncer.
+func NewSyncer(cfg SyncConfig) *Syncer {
+	if cfg.Keep <= 0 {
+		cfg.Keep = 1000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Syncer{cfg: cfg, q: dbsqlc.New()}
+}
+
+// syncLockKey is the advisory lock that serialises cycles across processes
+// (a manual RunSync waits for a scheduled cycle and vice versa).
+const syncLockKey int64 = 0x466c6f7753796e63 // "FlowSync"
+
+// Run runs one cycle: compute, NVLink switches, observed NVLink topology,
+// power shelves, rack health. A failed Core call fails only its part (logged
+// and recorded); nothing aborts the cycle. Each part writes in its own
+// transaction. The cycle is recorded in inventory_sync_run. Run returns an
+// error only when the cycle could not run or be recorded at all (database
+// down, ctx cancelled).
+func (s *Syncer) Run(ctx context.Context, trigger string) (SyncRun, error) {
+	conn, err := s.cfg.Pool.Acquire(ctx)
+	if err != nil {
+		return SyncRun{}, fmt.Errorf("sync: acquire connection: %w", err)
+	}
+	defer conn.Release()
+	if err := s.q.SyncLock(ctx, conn, syncLockKey); err != nil {
+		return SyncRun{}, fmt.Errorf("sync: lock: %w", err)
+	}
+	defer func() { _ = s.q.SyncUnlock(context.WithoutCancel(ctx), conn, syncLockKey) }()
+
+	run := SyncRun{StartedAt: time.Now().UTC().Truncate(time.Microsecond), Trigger: trigger}
+	c := &cycle{s: s, now: run.StartedAt}
+	run.Parts = append(run.Parts, c.part(ctx, PartCompute, c.compute))
+	run.Parts = append(run.Parts, c.part(ctx, PartNVSwitch, c.nvswitches))
+	run.Parts = append(run.Parts, c.part(ctx, PartTopology, c.topology))
+	run.Parts = append(run.Parts, c.part(ctx, PartPowerShelf, c.shelves))
+	run.Parts = append(run.Parts, c.part(ctx, PartRackHealth, c.rackHealth))
+	run.Duration = time.Since(run.StartedAt)
+	if ctx.Err() != nil {
+		return run, ctx.Err()
+	}
+	parts, err := json.Marshal(run.Parts)
+	if err != nil {
+		return run, fmt.Errorf("sync: encode parts: %w", err)
+	}
+	run.ID, err = s.q.SyncRunInsert(ctx, s.cfg.Pool, dbsqlc.SyncRunInsertParams{
+		StartedAt: run.StartedAt, FinishedAt: run.StartedAt.Add(run.Duration), Trigger: trigger, Parts: parts,
+	})
+	if err != nil {
+		return run, fmt.Errorf("sync: record cycle: %w", err)
+	}
+	if _, err := s.q.SyncRunPrune(ctx, s.cfg.Pool, int32(s.cfg.Keep)); err != nil {
+		s.cfg.Logger.WarnContext(ctx, "prune sync runs", "error", err.Error())
+	}
+	s.cfg.Logger.InfoContext(ctx, "inventory sync", "trigger", trigger, "duration", run.Duration, "changed", run.Changed(), "failed_parts", failedParts(run.Parts))
+	return run, nil
+}
+
+func failedParts(ps []SyncPart) []string {
+	var out []string
+	for _, p := range ps {
+		if !p.OK {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+// Latest returns the newest recorded cycle. Errors: ErrNoSyncYet.
+func (s *Syncer) Latest(ctx context.Context) (SyncRun, error) {
+	r, err := s.q.SyncRunLatest(ctx, s.cfg.Pool)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return SyncRun{}, ErrNoSyncYet
+	} else if err != nil {
+		return SyncRun{}, fmt.Errorf("latest sync run: %w", err)
+	}
+	out := SyncRun{ID: r.ID, StartedAt: r.StartedAt, Duration: r.FinishedAt.Sub(r.StartedAt), Trigger: r.Trigger}
+	if err := json.Unmarshal(r.Parts, &out.Parts); err != nil {
+		return SyncRun{}, fmt.Errorf("decode sync run %d: %w", r.ID, err)
+	}
+	return out, nil
+}
+
+// cycle is the state one Run shares between its parts.
+type cycle struct {
+	s   *Syncer
+	now time.Time
+	// switches is the switch listing of this cycle (nil when it failed),
+	// which the topology part reads.
+	seenSwitches []nico.Switch
+	switchesOK   bool
+	// racks is Core's view of Flow's racks with an external ID (read once
+	// for topology and health; nil when it failed or was not read).
+	racks    map[string]nico.Rack
+	racksErr error
+	flowRack []inventory.SyncRack
+}
+
+func (c *cycle) part(ctx context.Context, name string, f func(context.Context, *SyncPart) error) (p SyncPart) {
+	p.Name = name
+	start := time.Now()
+	defer func() { p.Duration = time.Since(start) }()
+	if !c.s.cfg.Core.Configured() {
+		p.Error = nico.ErrNotConfigured.Error()
+		return p
+	}
+	if err := f(ctx, &p); err != nil {
+		p.OK, p.Error = false, err.Error()
+		p.Changed, p.DriftChanged = 0, false
+		c.s.cfg.Logger.WarnContext(ctx, "inventory sync part failed", "part", name, "error", err.Error())
+		return p
+	}
+	p.OK = true
+	for _, w := range p.Warnings {
+		c.s.cfg.Logger.WarnContext(ctx, "inventory sync read failed", "part", name, "error", w)
+	}
+	return p
+}
+
+// drift is one drift row to persist.
+type drift struct {
+	kind       string // missing_in_actual, missing_in_expected, mismatch
+	component  *uuid.UUID
+	externalID string
+	mac        string
+	name       string
+	serial     string
+	firmware   string
+	rackExt    string
+	diffs      []backend.FieldDiff
+}
+
+type fieldDiffJSON struct {
+	FieldName     string `json:"field_name"`
+	ExpectedValue string `json:"expected_value"`
+	ActualValue   string `json:"actual_value"`
+}
+
+func (d drift) key() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s|%v|%s|%s|%s|%s|%s|%s", d.kind, d.component, d.externalID, d.mac, d.name, d.serial, d.firmware, d.rackExt)
+	for _, f := range d.diffs {
+		fmt.Fprintf(&b, "|%s=%s/%s", f.Field, f.Expected, f.Actual)
+	}
+	return b.String()
+}
+
+func driftOfRow(r dbsqlc.ComponentDrift) drift {
+	d := drift{kind: r.DriftType, component: r.ComponentID, externalID: deref(r.ExternalID), mac: r.MACAddress, name: r.Name,
+		serial: r.SerialNumber, firmware: r.FirmwareVersion, rackExt: r.RackExternalID}
+	var fs []fieldDiffJSON
+	_ = json.Unmarshal(r.Diffs, &fs)
+	for _, f := range fs {
+		d.diffs = append(d.diffs, backend.FieldDiff{Field: f.FieldName, Expected: f.ExpectedValue, Actual: f.ActualValue})
+	}
+	return d
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// replaceDrift replaces t's drift rows with ds through tx when they differ
+// from the stored ones, and reports whether it did.
+func (c *cycle) replaceDrift(ctx context.Context, tx pgx.Tx, t inventory.ComponentType, ds []drift) (bool, error) {
+	old, err := c.s.q.DriftListByType(ctx, tx, string(t))
+	if err != nil {
+		return false, fmt.Errorf("read %s drift: %w", t, err)
+	}
+	oldKeys := make([]string, len(old))
+	for i, r := range old {
+		oldKeys[i] = driftOfRow(r).key()
+	}
+	newKeys := make([]string, len(ds))
+	for i, d := range ds {
+		newKeys[i] = d.key()
+	}
+	slices.Sort(oldKeys)
+	slices.Sort(newKeys)
+	if slices.Equal(oldKeys, newKeys) {
+		return false, nil
+	}
+	if _, err := c.s.q.DriftDeleteByType(ctx, tx, string(t)); err != nil {
+		return false, fmt.Errorf("delete %s drift: %w", t, err)
+	}
+	rows := make([]dbsqlc.DriftInsertParams, len(ds))
+	for i, d := range ds {
+		fs := make([]fieldDiffJSON, len(d.diffs))
+		for j, f := range d.diffs {
+			fs[j] = fieldDiffJSON{FieldName: f.Field, ExpectedValue: f.Expected, ActualValue: f.Actual}
+		}
+		diffs, _ := json.Marshal(fs)
+		rows[i] = dbsqlc.DriftInsertParams{
+			ComponentType: string(t), DriftType: d.kind, ComponentID: d.component, ExternalID: optString(d.externalID),
+			MACAddress: d.mac, Name: d.name, SerialNumber: d.serial, FirmwareVersion: d.firmware, RackExternalID: d.rackExt,
+			Diffs: diffs, CheckedAt: c.now,
+		}
+	}
+	if _, err := c.s.q.DriftInsert(ctx, tx, rows); err != nil {
+		return false, fmt.Errorf("insert %s drift: %w", t, err)
+	}
+	return true, nil
+}
+
+// device is one Core device of the type being synced, normalised.
+type device struct {
+	id, mac, state, rackID, nvosIP string
+	health                         *nico.Health
+	power                          string // "" unknown
+	firmware                       string // "" unknown
+	position                       *nico.Position
+}
+
+// syncType matches Core's devices of type t to Flow's components by host
+// BMC MAC (then by external ID), writes what changed and replaces the
+// type's drift, all in one transaction. mismatch says which matched pairs
+// drift (compute: position).
+func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.ComponentType, devs []device) error {
+	pool := c.s.cfg.Pool
+	comps, err := c.s.cfg.Inv.SyncComponents(ctx, pool, t)
+	if err != nil {
+		return err
+	}
+	byMAC := make(map[string]int, len(devs))
+	byID := make(map[string]int, len(devs))
+	for i, d := range devs {
+		if d.mac != "" {
+			byMAC[backend.NormalizeMAC(d.mac)] = i
+		}
+		byID[d.id] = i
+	}
+	matched := make([]bool, len(devs))
+	var ups []inventory.SyncUpdate
+	var ds []drift
+	for _, comp := range comps {
+		i, ok := -1, false
+		if comp.HostMAC != "" {
+			i, ok = byMAC[string(comp.HostMAC)]
+		}
+		if !ok && comp.ExternalID != "" {
+			i, ok = byID[comp.ExternalID]
+		}
+		if !ok || matched[i] {
+			id := comp.ID
+			ds = append(ds, drift{kind: "missing_in_actual", component: &id, externalID: comp.ExternalID, mac: string(comp.HostMAC),
+				name: comp.Name, serial: comp.SerialNumber, firmware: comp.FirmwareVersion, rackExt: comp.RackExternalID})
+			continue
+		}
+		matched[i] = true
+		d := devs[i]
+		if up, changed := c.update(t, comp, d); changed {
+			ups = append(ups, up)
+		}
+		if t == inventory.ComponentTypeCompute && d.position != nil {
+			if fs := positionDiffs(comp.Position, *d.position); len(fs) > 0 {
+				id := comp.ID
+				ds = append(ds, drift{kind: "mismatch", component: &id, externalID: d.id, mac: string(comp.HostMAC),
+					name: comp.Name, serial: comp.SerialNumber, rackExt: comp.RackExternalID, diffs: fs})
+			}
+		}
+	}
+	for i, d := range devs {
+		if !matched[i] {
+			ds = append(ds, drift{kind: "missing_in_expected", externalID: d.id, mac: backend.NormalizeMAC(d.mac), rackExt: d.rackID, firmware: d.firmware})
+		}
+	}
+	p.Drifts = len(ds)
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		n, err := c.s.cfg.Inv.ApplySync(ctx, tx, ups)
+		if err != nil {
+			return err
+		}
+		p.Changed = n
+		p.DriftChanged, err = c.replaceDrift(ctx, tx, t, ds)
+		return err
+	})
+}
+
+// update is comp with what Core reports of it, and whether anything
+// changed. Unknown values (power, firmware) keep Flow's.
+func (c *cycle) update(t inventory.ComponentType, comp inventory.SyncComponent, d device) (inventory.SyncUpdate, bool) {
+	up := inventory.SyncUpdate{
+		ID: comp.ID, UpdatedAt: comp.UpdatedAt, ExternalID: d.id, PowerState: comp.PowerState, FirmwareVersion: comp.FirmwareVersion,
+		Status: statusOf(t, d.state), Health: comp.Health, Description: comp.Description,
+	}
+	if d.power != "" {
+		up.PowerState = d.power
+	}
+	if d.firmware != "" {
+		up.FirmwareVersion = d.firmware
+	}
+	// An explicit empty report clears the snapshot; a present one replaces
+	// it when it differs (compared as JSON values).
+	if d.health == nil {
+		up.Health = nil
+	} else if data, err := json.Marshal(d.health); err == nil && !jsonEqual(data, comp.Health) {
+		up.Health = data
+	}
+	if d.nvosIP != "" {
+		up.Description = withNVOSIP(comp.Description, d.nvosIP)
+	}
+	changed := up.ExternalID != comp.ExternalID || up.PowerState != comp.PowerState || up.FirmwareVersion != comp.FirmwareVersion ||
+		up.Status.Phase != comp.Status.Phase || up.Status.Reason != comp.Status.Reason || !slices.Equal(up.Status.Blocked, comp.Status.Blocked) ||
+		!jsonEqual(up.Health, comp.Health) || deref(up.Description) != deref(comp.Description)
+	return up, changed
+}
+
+// jsonEqual reports whether a and b hold the same JSON value (empty and
+// null are equal). The stored health is the text the sync wrote, so equal
+// bytes settle nearly every comparison.
+func jsonEqual(a, b []byte) bool {
+	isNull := func(x []byte) bool { return len(x) == 0 || string(x) == "null" }
+	if isNull(a) || isNull(b) {
+		return isNull(a) == isNull(b)
+	}
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+// withNVOSIP sets nvos_ip in a JSON-object description; a description that
+// is not a JSON object is left as it is (it belongs to the operator).
+func withNVOSIP(desc *string, ip string) *string {
+	obj := map[string]any{}
+	if desc != nil && strings.TrimSpace(*desc) != "" {
+		if json.Unmarshal([]byte(*desc), &obj) != nil {
+			return desc
+		}
+	}
+	if cur, ok := obj["nvos_ip"].(string); ok && cur == ip {
+		return desc
+	}
+	obj["nvos_ip"] = ip
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return desc
+	}
+	s := string(data)
+	return &s
+}
+
+// positionDiffs compares Flow's position with Core's; -1 (Flow) and absent
+// (Core) are unknown and not compared.
+func positionDiffs(f inventory.Position, c nico.Position) []backend.FieldDiff {
+	var out []backend.FieldDiff
+	for _, x := range []struct {
+		name string
+		flow int32
+		core *int32
+	}{
+		{"position.slot_id", f.SlotID, c.SlotID},
+		{"position.tray_idx", f.TrayIdx, c.TrayIndex},
+		{"position.host_id", f.HostID, c.TopologyID},
+	} {
+		if x.flow >= 0 && x.core != nil && *x.core >= 0 && x.flow != *x.core {
+			out = append(out, backend.FieldDiff{Field: x.name, Expected: strconv.Itoa(int(x.flow)), Actual: strconv.Itoa(int(*x.core))})
+		}
+	}
+	return out
+}
+
+// inventoryOf reads the exploration reports of ids (best effort): firmware
+// version by the precedence rule, and power.
+func (c *cycle) inventoryOf(ctx context.Context, p *SyncPart, kind nico.Kind, ids []string) map[string]nico.Inventory {
+	out := map[string]nico.Inventory{}
+	if len(ids) == 0 {
+		return out
+	}
+	invs, err := c.s.cfg.Core.Inventory(ctx, nico.Target{Kind: kind, IDs: ids})
+	if err != nil {
+		p.Warnings = append(p.Warnings, err.Error())
+		return out
+	}
+	for _, inv := range invs {
+		if inv.Err == nil {
+			out[cmpOr(inv.ID, inv.Key)] = inv
+		}
+	}
+	return out
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// reportPower maps an exploration report's power: on and powering on are
+// on, off and powering off are off, anything else as Core names it.
+func reportPower(p nico.PowerState) string {
+	switch p {
+	case nico.PowerStateOn, nico.PowerStatePoweringOn:
+		return "on"
+	case nico.PowerStateOff, nico.PowerStatePoweringOff:
+		return "off"
+	case nico.PowerStateUnknown, "":
+		return ""
+	}
+	return string(p)
+}
+
+func (c *cycle) compute(ctx context.Context, p *SyncPart) error {
+	core := c.s.cfg.Core
+	ids, err := core.MachineIDs(ctx, false, "")
+	if err != nil {
+		return err
+	}
+	ms, err := core.Machines(ctx, ids)
+	if err != nil {
+		return err
+	}
+	var hosts []nico.Machine
+	var hostIDs []string
+	for _, m := range ms {
+		if m.Host {
+			hosts = append(hosts, m)
+			hostIDs = append(hostIDs, m.ID)
+		}
+	}
+	var positions map[string]nico.Position
+	if len(hostIDs) > 0 {
+		if positions, err = core.Positions(ctx, hostIDs); err != nil {
+			return err
+		}
+	}
+	var power map[string]nico.PowerState
+	if len(hostIDs) > 0 {
+		if power, err = core.PowerStates(ctx, hostIDs); err != nil {
+			p.Warnings = append(p.Warnings, err.Error())
+		}
+	}
+	invs := c.inventoryOf(ctx, p, nico.KindCompute, hostIDs)
+	devs := make([]device, len(hosts))
+	for i, m := range hosts {
+		d := device{id: m.ID, mac: m.BMCMAC, state: m.State, health: m.Health, firmware: invs[m.ID].BMCFirmware()}
+		if pw, ok := power[m.ID]; ok {
+			d.power = string(pw)
+		}
+		if pos, ok := positions[m.ID]; ok {
+			d.position = &pos
+		}
+		devs[i] = d
+	}
+	return c.syncType(ctx, p, inventory.ComponentTypeCompute, devs)
+}
+
+func (c *cycle) nvswitches(ctx context.Context, p *SyncPart) error {
+	core := c.s.cfg.Core
+	ids, err := core.SwitchIDs(ctx)
+	if err != nil {
+		return err
+	}
+	ss, err := core.Switches(ctx, ids)
+	if err != nil {
+		return err
+	}
+	invs := c.inventoryOf(ctx, p, nico.KindSwitch, ids)
+	devs := make([]device, len(ss))
+	for i, s := range ss {
+		inv := invs[s.ID]
+		devs[i] = device{id: s.ID, mac: s.BMCMAC, state: s.ControllerState, rackID: s.RackID, nvosIP: s.NVOSIP, health: s.Health,
+			firmware: inv.BMCFirmware(), power: reportPower(inv.Power)}
+	}
+	if err := c.syncType(ctx, p, inventory.ComponentTypeNVSwitch, devs); err != nil {
+		return err
+	}
+	c.seenSwitches, c.switchesOK = ss, true
+	return nil
+}
+
+func (c *cycle) shelves(ctx context.Context, p *SyncPart) error {
+	core := c.s.cfg.Core
+	ids, err := core.PowerShelfIDs(ctx)
+	if err != nil {
+		return err
+	}
+	ps, err := core.PowerShelves(ctx, ids)
+	if err != nil {
+		return err
+	}
+	invs := c.inventoryOf(ctx, p, nico.KindPowerShelf, ids)
+	devs := make([]device, len(ps))
+	for i, s := range ps {
+		inv := invs[s.ID]
+		fw := inv.FirmwareVersions["pmc"]
+		if fw == "" {
+			fw = inv.BMCFirmware()
+		}
+		devs[i] = device{id: s.ID, mac: s.BMCMAC, state: s.ControllerState, rackID: s.RackID, health: s.Health,
+			firmware: fw, power: reportPower(inv.Power)}
+	}
+	return c.syncType(ctx, p, inventory.ComponentTypePowerShelf, devs)
+}
+
+// coreRacks reads Core's view of Flow's racks with an external ID, once per
+// cycle.
+func (c *cycle) coreRacks(ctx context.Context) (map[string]nico.Rack, []inventory.SyncRack, error) {
+	if c.racks != nil || c.racksErr != nil {
+		return c.racks, c.flowRack, c.racksErr
+	}
+	racks, err := c.s.cfg.Inv.SyncRacks(ctx, c.s.cfg.Pool)
+	if err != nil {
+		c.racksErr = err
+		return nil, nil, err
+	}
+	var ext []string
+	for _, r := range racks {
+		if r.ExternalID != "" {
+			ext = append(ext, r.ExternalID)
+		}
+	}
+	got := map[string]nico.Rack{}
+	if len(ext) > 0 {
+		rs, err := c.s.cfg.Core.Racks(ctx, ext)
+		if err != nil {
+			c.racksErr = err
+			return nil, nil, err
+		}
+		for _, r := range rs {
+			got[r.ID] = r
+		}
+	}
+	c.racks, c.flowRack = got, racks
+	return got, racks, nil
+}
+
+// topology applies the observed NVLink topology (§7): every Core rack group
+// of Flow's racks becomes a domain holding those racks, with the NMX-C
+// cluster its switches report.
+func (c *cycle) topology(ctx context.Context, p *SyncPart) error {
+	if !c.switchesOK {
+		return errors.New("switch listing failed this cycle; topology kept")
+	}
+	core, flow, err := c.coreRacks(ctx)
+	if err != nil {
+		return err
+	}
+	clusters := map[string]map[string]bool{} // Core rack ID → observed cluster UUIDs
+	for _, s := range c.seenSwitches {
+		if s.RackID == "" {
+			continue
+		}
+		if clusters[s.RackID] == nil {
+			clusters[s.RackID] = map[string]bool{}
+		}
+		if s.NVLinkDomain != "" {
+			clusters[s.RackID][s.NVLinkDomain] = true
+		}
+	}
+	groups := map[string]*inventory.TopologyGroup{}
+	var order []string
+	seen := map[string]map[string]bool{}
+	for _, r := range flow {
+		cr, ok := core[r.ExternalID]
+		if r.ExternalID == "" || !ok || cr.GroupID == "" {
+			continue
+		}
+		g := groups[cr.GroupID]
+		if g == nil {
+			g = &inventory.TopologyGroup{GroupID: cr.GroupID}
+			groups[cr.GroupID] = g
+			order = append(order, cr.GroupID)
+			seen[cr.GroupID] = map[string]bool{}
+		}
+		g.Racks = append(g.Racks, r.ID)
+		for cl := range clusters[r.ExternalID] {
+			seen[cr.GroupID][cl] = true
+		}
+	}
+	var list []inventory.TopologyGroup
+	for _, id := range order {
+		g := groups[id]
+		switch cls := seen[id]; len(cls) {
+		case 0:
+			g.ClusterID = nil
+		case 1:
+			for cl := range cls {
+				if u, err := uuid.Parse(cl); err == nil {
+					g.ClusterID = &u
+				} else {
+					g.KeepCluster = true
+				}
+			}
+		default:
+			g.KeepCluster = true
+		}
+		list = append(list, *g)
+	}
+	return pgx.BeginFunc(ctx, c.s.cfg.Pool, func(tx pgx.Tx) error {
+		n, err := c.s.cfg.Inv.ApplyTopology(ctx, tx, list)
+		p.Changed = n
+		return err
+	})
+}
+
+// rackHealth refreshes the health of Flow's racks with an external ID: a
+// rack Core omits keeps its snapshot, an explicit empty report clears it.
+func (c *cycle) rackHealth(ctx context.Context, p *SyncPart) error {
+	core, flow, err := c.coreRacks(ctx)
+	if err != nil {
+		return err
+	}
+	var hs []inventory.RackHealth
+	for _, r := range flow {
+		cr, ok := core[r.ExternalID]
+		if r.ExternalID == "" || !ok {
+			continue
+		}
+		var data []byte
+		if cr.Health != nil {
+			if data, err = json.Marshal(cr.Health); err != nil {
+				return err
+			}
+		}
+		if !jsonEqual(data, r.Health) {
+			hs = append(hs, inventory.RackHealth{ID: r.ID, Health: data})
+		}
+	}
+	return pgx.BeginFunc(ctx, c.s.cfg.Pool, func(tx pgx.Tx) error {
+		n, err := c.s.cfg.Inv.SetRackHealth(ctx, tx, hs)
+		p.Changed = n
+		return err
+	})
+}
