@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/bench"
 	"github.com/nicoflow/flow/db/dbtest"
-	"github.com/nicoflow/flow/inventory"
 )
 
 // benchServerEnv makes this test binary, started by TestBench as the
@@ -37,26 +37,34 @@ func TestBenchServerProcess(t *testing.T) {
 	os.Exit(0)
 }
 
-func TestBench(t *testing.T) {
-	t.Parallel()
+// runBench runs flow bench on two racks of m components, its server child
+// being this test binary (TestBenchServerProcess).
+func runBench(t *testing.T, workload string, m int, timeout time.Duration) *bench.Result {
+	t.Helper()
 	ctx := context.Background()
-	o := benchOptions{
-		racks: 2, components: 6, powerDelay: time.Millisecond,
-		workload: benchWorkloads["power-on"], databaseURL: dbtest.NewDB(t),
-		concurrency: 4, timeout: 20 * time.Second, poll: 20 * time.Millisecond,
-		serverCommand: func() (*exec.Cmd, error) {
+	o := bench.Options{
+		Racks: 2, Components: m, PowerDelay: time.Millisecond,
+		Workload: workload, DatabaseURL: dbtest.NewDB(t),
+		Concurrency: 4, Timeout: timeout, Poll: 20 * time.Millisecond,
+		ServerCommand: func() (*exec.Cmd, error) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestBenchServerProcess$")
 			cmd.Env = append(os.Environ(), benchServerEnv+"=1")
 			return cmd, nil
 		},
 	}
-	b, err := startBench(ctx, o)
+	b, err := bench.Start(ctx, o)
 	if b != nil {
-		t.Cleanup(func() { require.NoError(t, b.close(context.WithoutCancel(ctx))) })
+		t.Cleanup(func() { require.NoError(t, b.Close(context.WithoutCancel(ctx))) })
 	}
 	require.NoError(t, err)
-	res, err := b.run(ctx)
+	res, err := b.Run(ctx)
 	require.NoError(t, err)
+	return res
+}
+
+func TestBench(t *testing.T) {
+	t.Parallel()
+	res := runBench(t, "power-on", 6, 20*time.Second)
 
 	require.Equal(t, 2, res.Tasks)
 	require.Equal(t, 2, res.Completed, res.Failures)
@@ -77,40 +85,12 @@ func TestBench(t *testing.T) {
 	require.Positive(t, res.ServerPeakRSSBytes)
 }
 
-func TestBenchRack(t *testing.T) {
+func TestBenchFirmwareUpgrade(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		name string
-		m    int
-		want map[inventory.ComponentType]int
-	}{
-		{name: "One", m: 1, want: map[inventory.ComponentType]int{inventory.ComponentTypePowerShelf: 1}},
-		{name: "OneOfEach", m: 3, want: map[inventory.ComponentType]int{inventory.ComponentTypePowerShelf: 1, inventory.ComponentTypeCompute: 1, inventory.ComponentTypeNVSwitch: 1}},
-		{name: "Six", m: 6, want: map[inventory.ComponentType]int{inventory.ComponentTypePowerShelf: 4, inventory.ComponentTypeCompute: 1, inventory.ComponentTypeNVSwitch: 1}},
-		{name: "Full", m: 35, want: map[inventory.ComponentType]int{inventory.ComponentTypePowerShelf: 8, inventory.ComponentTypeCompute: 18, inventory.ComponentTypeNVSwitch: 9}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			r := benchRack(3, tt.m)
-			require.Len(t, r.Components, tt.m)
-			got := map[inventory.ComponentType]int{}
-			for _, c := range r.Components {
-				got[c.Type]++
-			}
-			require.Equal(t, tt.want, got)
-			require.Equal(t, inventory.DemoRack(3).Name, r.Name)
-		})
-	}
-}
-
-func TestPercentileMs(t *testing.T) {
-	t.Parallel()
-	ds := make([]time.Duration, 100)
-	for i := range ds {
-		ds[i] = time.Duration(100-i) * time.Millisecond // 100ms..1ms, unsorted
-	}
-	require.Equal(t, 50.0, percentileMs(ds, 50))
-	require.Equal(t, 99.0, percentileMs(ds, 99))
-	require.Equal(t, 7.0, percentileMs([]time.Duration{7 * time.Millisecond}, 99))
-	require.Zero(t, percentileMs(nil, 50))
+	res := runBench(t, "firmware-upgrade", 35, 30*time.Second)
+	require.Equal(t, 2, res.Completed, res.Failures)
+	// The built-in rule: compute trays, then switches, one FirmwareControl each.
+	require.Equal(t, 2*2, res.EngineSteps)
+	require.Positive(t, res.Polls)
+	require.Positive(t, res.PollsPerSecond)
 }

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/pglocal"
 )
 
@@ -101,7 +101,7 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 			logger.Error("stop private postgres", "error", err.Error())
 		}
 	}()
-	if err := createDatabase(ctx, cluster.URL("postgres"), "flow"); err != nil {
+	if err := db.CreateDatabase(ctx, cluster.URL("postgres"), "flow"); err != nil {
 		return err
 	}
 	cfg.DatabaseURL = cluster.URL("flow")
@@ -183,23 +183,6 @@ func devPGDataDir(dir string) (string, error) {
 		return "", err
 	}
 	return alt, nil
-}
-
-func createDatabase(ctx context.Context, adminURL, name string) error {
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		return fmt.Errorf("connect to private postgres: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
-		return err
-	}
-	if exists {
-		return nil
-	}
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	return err
 }
 
 func printBanner(w io.Writer, addr, adminAddr, dbURL, dir string) {

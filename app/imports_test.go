@@ -23,6 +23,7 @@ var allowedImports = map[string][]string{
 	"inventory":    {"db"},
 	"firmware":     {"db", "engine", "inventory", "backend", "nico", "psm"},
 	"sim":          {},
+	"sim/simrun":   {"sim", "nico/nicosim", "psm/psmsim"},
 	"nico":         {},
 	"nico/nicosim": {"sim", "nico"},
 	"psm":          {},
@@ -34,7 +35,10 @@ var allowedImports = map[string][]string{
 	// cli talks to the server only through the generated Connect client;
 	// operations only for the rule file format (parsed client-side, so
 	// that rule load --dry-run checks a file exactly as the server would).
-	"cli":      {"operations"},
+	"cli": {"operations"},
+	// bench drives a server child through the API, with the simulators in
+	// its own process; it reads rules to count engine steps.
+	"bench":    {"cli", "db", "db/pglocal", "inventory", "operations", "nico/nicosim", "sim", "sim/simrun"},
 	"proto":    {},
 	"proto/v1": {},
 }

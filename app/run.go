@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/nicoflow/flow/bench"
 	"github.com/nicoflow/flow/cli"
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/firmware"
@@ -67,7 +68,7 @@ func newRoot(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comman
 		serveCommand(getenv, stderr),
 		devCommand(getenv, stdout, stderr),
 		simulateCommand(stdout, stderr),
-		benchCommand(stdout, stderr),
+		bench.Command(stdout, stderr),
 		dbCommand(getenv, stdout),
 		keyCommand(stdout, stderr),
 		certCommand(stdout),

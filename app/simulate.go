@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,10 +18,13 @@ import (
 	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/psm/psmsim"
 	"github.com/nicoflow/flow/sim"
+	"github.com/nicoflow/flow/sim/simrun"
 )
 
-// simulators are the NICo Core and PSM simulators served side by side.
+// simulators are the NICo Core and PSM simulators served side by side
+// (package simrun), with short names for app's code and tests.
 type simulators struct {
+	*simrun.Simulators
 	nico    *nicosim.Sim
 	psm     *psmsim.Sim
 	nicoSrv *sim.Server
@@ -40,40 +42,11 @@ type simOptions struct {
 // startSimulators serves both simulators on their addresses ("127.0.0.1:0"
 // picks free ports) until Close.
 func startSimulators(o simOptions) (*simulators, error) {
-	s := &simulators{
-		nico: nicosim.New(nicosim.Options{Clock: o.clock, PowerDelay: o.powerDelay, FirmwarePhase: o.firmwarePhase, IngestionStep: o.firmwarePhase, DecommissionStep: o.firmwarePhase}),
-		psm:  psmsim.New(psmsim.Options{Clock: o.clock, PowerDelay: o.powerDelay, JobStep: o.firmwarePhase}),
+	s, err := simrun.Start(simrun.Options{NICoAddr: o.nicoAddr, PSMAddr: o.psmAddr, Clock: o.clock, PowerDelay: o.powerDelay, FirmwarePhase: o.firmwarePhase})
+	if err != nil {
+		return nil, err
 	}
-	var err error
-	if s.nicoSrv, err = sim.Listen(o.nicoAddr, s.nico.Handler()); err != nil {
-		return nil, fmt.Errorf("NICo Core simulator: %w", err)
-	}
-	if s.psmSrv, err = sim.Listen(o.psmAddr, s.psm.Handler()); err != nil {
-		_ = s.nicoSrv.Close(context.Background())
-		return nil, fmt.Errorf("PSM simulator: %w", err)
-	}
-	return s, nil
-}
-
-// Seed puts devices into the Core simulator and their power shelves, keyed
-// by PMC MAC, into the PSM simulator, so both backends see one fleet. It is
-// the one call `flow dev` makes with Flow's own inventory.
-func (s *simulators) Seed(devs []nicosim.Device) error {
-	var shelves []psmsim.Shelf
-	for _, d := range devs {
-		if d.Kind == nicosim.KindPowerShelf {
-			shelves = append(shelves, psmsim.Shelf{MAC: d.BMCMAC, IP: d.BMCIP, ChassisSerial: d.Serial, Firmware: d.Firmware["pmc"], PoweredOff: d.PoweredOff})
-		}
-	}
-	if err := s.nico.Seed(devs); err != nil {
-		return err
-	}
-	return s.psm.Seed(shelves)
-}
-
-// Close stops both servers, waiting up to ctx for in-flight calls.
-func (s *simulators) Close(ctx context.Context) error {
-	return errors.Join(s.nicoSrv.Close(ctx), s.psmSrv.Close(ctx))
+	return &simulators{Simulators: s, nico: s.NICo, psm: s.PSM, nicoSrv: s.NICoServer, psmSrv: s.PSMServer}, nil
 }
 
 // demoFleet is the devices of demo rack 0 (inventory.DemoRack): the rack

@@ -250,6 +250,14 @@ func (v verb) command(g *globals) *cobra.Command {
 	} else {
 		cmd.ValidArgsFunction = cobra.NoFileCompletions
 	}
+	for name, f := range flagCompleters {
+		if cmd.Flags().Lookup(name) != nil {
+			_ = cmd.RegisterFlagCompletionFunc(name, f.cobra(g))
+		}
+	}
+	if cmd.Flags().Lookup("status") != nil && v.name == "list" {
+		_ = cmd.RegisterFlagCompletionFunc("status", cobra.FixedCompletions(taskStatuses, cobra.ShellCompDirectiveNoFileComp))
+	}
 	return cmd
 }
 

@@ -67,7 +67,7 @@ var componentNoun = noun{
 				}
 			}},
 		componentValidateVerb, // cli_validate.go
-		{name: "get", args: "COMPONENT | --manufacturer M --serial S  [--rack]", summary: "show one component (serial look-ups ignore the manufacturer's case)",
+		{name: "get", complete: componentNameList, args: "COMPONENT | --manufacturer M --serial S  [--rack]", summary: "show one component (serial look-ups ignore the manufacturer's case)",
 			flags: func(fs *pflag.FlagSet) runFunc {
 				manu := fs.String("manufacturer", "", "manufacturer (with --serial)")
 				serial := fs.String("serial", "", "serial number")
@@ -94,7 +94,7 @@ var componentNoun = noun{
 						c.printComponents(ctx, w, []*flowv1.Component{res.GetComponent()})
 						if res.GetRack() != nil {
 							fmt.Fprintln(w)
-							printRacks(w, []*flowv1.Rack{res.GetRack()}, c.wide())
+							c.printRacks(ctx, w, []*flowv1.Rack{res.GetRack()})
 						}
 					})
 				}
@@ -117,7 +117,7 @@ var componentNoun = noun{
 					return c.emit(res, func(w io.Writer) { c.printComponents(ctx, w, []*flowv1.Component{res.GetComponent()}) })
 				}
 			}},
-		{name: "patch", args: "COMPONENT [--firmware V] [--slot N] [--tray N] [--host N] [--description JSON] [--move-to RACK] | -f FILE", summary: "change a component; only the position coordinates given change (-f: PatchComponent JSON)",
+		{name: "patch", complete: componentNameList, args: "COMPONENT [--firmware V] [--slot N] [--tray N] [--host N] [--description JSON] [--move-to RACK] | -f FILE", summary: "change a component; only the position coordinates given change (-f: PatchComponent JSON)",
 			flags: func(fs *pflag.FlagSet) runFunc {
 				file := fs.StringP("file", "f", "", "PatchComponentRequest JSON file (- for stdin)")
 				fw := fs.String("firmware", "", "new firmware version")
@@ -189,10 +189,10 @@ var componentNoun = noun{
 					return c.emit(res, func(w io.Writer) { c.printComponents(ctx, w, []*flowv1.Component{res.GetComponent()}) })
 				}
 			}},
-		idVerb("delete", "COMPONENT", "soft-delete a component", "deleted component", resolveComponent, nil, func(ctx context.Context, c *env, id *flowv1.UUID) (proto.Message, error) {
+		idVerb("delete", "COMPONENT", "soft-delete a component", "deleted component", resolveComponent, componentNameList, func(ctx context.Context, c *env, id *flowv1.UUID) (proto.Message, error) {
 			return c.client.DeleteComponent(ctx, &flowv1.DeleteComponentRequest{Id: id})
 		}),
-		idVerb("purge", "COMPONENT", "permanently remove a soft-deleted component", "purged component", resolveComponent, nil, func(ctx context.Context, c *env, id *flowv1.UUID) (proto.Message, error) {
+		idVerb("purge", "COMPONENT", "permanently remove a soft-deleted component", "purged component", resolveComponent, componentNameList, func(ctx context.Context, c *env, id *flowv1.UUID) (proto.Message, error) {
 			return c.client.PurgeComponent(ctx, &flowv1.PurgeComponentRequest{Id: id})
 		}),
 	},

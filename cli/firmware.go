@@ -44,7 +44,7 @@ type rackOpSubmitFunc func(ctx context.Context, c *env, r rackOp) (*flowv1.Submi
 // rackOpVerb builds a rack-operation verb. extra declares the verb's own
 // flags and returns the submit call that reads them.
 func rackOpVerb(name, args, summary string, f rackOpFlags, extra func(fs *pflag.FlagSet) rackOpSubmitFunc) verb {
-	return verb{name: name, args: args, summary: summary,
+	return verb{name: name, args: args, summary: summary, complete: rackNameList,
 		flags: func(fs *pflag.FlagSet) runFunc {
 			var comps []string
 			if f.components {

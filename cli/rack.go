@@ -79,12 +79,12 @@ var rackNoun = noun{
 						return err
 					}
 					return c.emit(res, func(w io.Writer) {
-						printRacks(w, res.GetRacks(), c.wide())
+						c.printRacks(ctx, w, res.GetRacks())
 						fmt.Fprintf(w, "(%d of %d racks)\n", len(res.GetRacks()), res.GetTotal())
 					})
 				}
 			}},
-		{name: "get", args: "RACK | --manufacturer M --serial S  [--components]", summary: "show one rack",
+		{name: "get", complete: rackNameList, args: "RACK | --manufacturer M --serial S  [--components]", summary: "show one rack",
 			flags: func(fs *pflag.FlagSet) runFunc {
 				manu := fs.String("manufacturer", "", "manufacturer (with --serial; case-insensitive)")
 				serial := fs.String("serial", "", "serial number")
@@ -108,7 +108,7 @@ var rackNoun = noun{
 						return err
 					}
 					return c.emit(res, func(w io.Writer) {
-						printRacks(w, []*flowv1.Rack{res.GetRack()}, c.wide())
+						c.printRacks(ctx, w, []*flowv1.Rack{res.GetRack()})
 						if len(res.GetRack().GetComponents()) > 0 {
 							fmt.Fprintln(w)
 							c.printComponents(ctx, w, res.GetRack().GetComponents())
@@ -116,7 +116,7 @@ var rackNoun = noun{
 					})
 				}
 			}},
-		{name: "patch", args: "RACK [--name N] [--model M] [--description D] [--region R] [--datacenter D] [--room R] [--position P] [--external-id E] | -f FILE", summary: "change a rack (-f: PatchRack JSON, the rack message)",
+		{name: "patch", complete: rackNameList, args: "RACK [--name N] [--model M] [--description D] [--region R] [--datacenter D] [--room R] [--position P] [--external-id E] | -f FILE", summary: "change a rack (-f: PatchRack JSON, the rack message)",
 			flags: func(fs *pflag.FlagSet) runFunc {
 				file := fs.StringP("file", "f", "", "PatchRack JSON file: the Rack to patch (- for stdin)")
 				name := fs.String("name", "", "new name")
@@ -184,14 +184,18 @@ func rackListSpec(list string) *flowv1.OperationTargetSpec {
 	return &flowv1.OperationTargetSpec{Targets: &flowv1.OperationTargetSpec_Racks{Racks: &flowv1.RackTargets{Targets: ts}}}
 }
 
-// printRacks prints a rack table (wide: with external IDs and descriptions).
-func printRacks(w io.Writer, racks []*flowv1.Rack, wide bool) {
+// printRacks prints a rack table, NVLink domains by name (-o wide: also by
+// UUID, with external IDs and descriptions).
+func (c *env) printRacks(ctx context.Context, w io.Writer, racks []*flowv1.Rack) {
+	wide := c.wide()
+	domainNames := c.domainNames(ctx, racks)
 	rows := make([][]string, len(racks))
 	for i, r := range racks {
 		l := r.GetLocation()
-		var domains []string
+		var domains, domainIDs []string
 		for _, d := range r.GetNvlDomainIds() {
-			domains = append(domains, d.GetId())
+			domains = append(domains, or(domainNames[d.GetId()], d.GetId()))
+			domainIDs = append(domainIDs, d.GetId())
 		}
 		comps := "-"
 		if n := len(r.GetComponents()); n > 0 {
@@ -203,12 +207,31 @@ func printRacks(w io.Writer, racks []*flowv1.Rack, wide bool) {
 			comps, strings.Join(domains, ","),
 		}
 		if wide {
-			rows[i] = append(rows[i], r.GetExternalId(), r.GetInfo().GetDescription())
+			rows[i] = append(rows[i], strings.Join(domainIDs, ","), r.GetExternalId(), r.GetInfo().GetDescription())
 		}
 	}
 	headers := []string{"ID", "NAME", "MANUFACTURER", "SERIAL", "MODEL", "LOCATION", "COMPONENTS", "NVL DOMAIN"}
 	if wide {
-		headers = append(headers, "EXTERNAL ID", "DESCRIPTION")
+		headers = append(headers, "NVL DOMAIN ID", "EXTERNAL ID", "DESCRIPTION")
 	}
 	printTable(w, headers, rows)
+}
+
+// domainNames returns the names of the NVLink domains by UUID, when any of
+// racks is in one (one call; on failure the domains show by UUID).
+func (c *env) domainNames(ctx context.Context, racks []*flowv1.Rack) map[string]string {
+	names := map[string]string{}
+	for _, r := range racks {
+		if len(r.GetNvlDomainIds()) == 0 {
+			continue
+		}
+		res, err := c.client.GetListOfNVLDomains(ctx, &flowv1.GetListOfNVLDomainsRequest{Pagination: &flowv1.Pagination{Limit: pageLimit}})
+		if err == nil {
+			for _, d := range res.GetNvlDomains() {
+				names[d.GetIdentifier().GetId().GetId()] = d.GetIdentifier().GetName()
+			}
+		}
+		break
+	}
+	return names
 }

@@ -334,6 +334,31 @@ func rackNameList(ctx context.Context, c *env) ([]string, error) {
 	return names, nil
 }
 
+// componentNameList lists the names of the first components (completion of
+// COMPONENT; a fleet has more than a shell wants to offer).
+func componentNameList(ctx context.Context, c *env) ([]string, error) {
+	res, err := c.client.GetComponents(ctx, &flowv1.GetComponentsRequest{Pagination: &flowv1.Pagination{Limit: pageLimit}})
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(res.GetComponents()))
+	for _, comp := range res.GetComponents() {
+		if n := comp.GetInfo().GetName(); n != "" {
+			names = append(names, n)
+		}
+	}
+	return names, nil
+}
+
+// flagCompleters complete the flags that name objects, in every verb that
+// has them.
+var flagCompleters = map[string]completer{
+	"rack":      rackNameList,
+	"move-to":   rackNameList,
+	"rule":      ruleNameList,
+	"component": componentNameList,
+}
+
 // ruleNameList lists every rule's name (completion of RULE).
 func ruleNameList(ctx context.Context, c *env) ([]string, error) {
 	var names []string

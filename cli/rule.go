@@ -48,7 +48,7 @@ var ruleNoun = noun{
 					return c.emit(res, func(w io.Writer) { fmt.Fprintln(w, res.GetId().GetId()) })
 				}
 			}},
-		{name: "update", args: "RULE [-f FILE] [--name N] [--description D]", summary: "change a rule's name, description and/or definition (-f: a rule file of the same operation; flags win over the file)",
+		{name: "update", complete: ruleNameList, args: "RULE [-f FILE] [--name N] [--description D]", summary: "change a rule's name, description and/or definition (-f: a rule file of the same operation; flags win over the file)",
 			flags: func(fs *pflag.FlagSet) runFunc {
 				file := fs.StringP("file", "f", "", "rule file, YAML or JSON (- for stdin): its name, description and definition replace the rule's")
 				name := fs.String("name", "", "new name")
@@ -178,7 +178,7 @@ var ruleNoun = noun{
 					return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "rule %s is now the default for its operation\n", id.GetId()) })
 				}
 			}},
-		{name: "associate", args: "RACK RULE", summary: "make a rack use a rule (both by name or UUID) for the rule's operation, ahead of the default",
+		{name: "associate", complete: rackNameList, args: "RACK RULE", summary: "make a rack use a rule (both by name or UUID) for the rule's operation, ahead of the default",
 			flags: func(fs *pflag.FlagSet) runFunc {
 				return func(ctx context.Context, c *env, args []string) error {
 					if err := wantArgs(args, 2, "RACK RULE"); err != nil {
@@ -201,7 +201,7 @@ var ruleNoun = noun{
 					})
 				}
 			}},
-		{name: "disassociate", args: "RACK --type T --code C", summary: "remove a rack's rule for an operation (the default or built-in rule applies again)",
+		{name: "disassociate", complete: rackNameList, args: "RACK --type T --code C", summary: "remove a rack's rule for an operation (the default or built-in rule applies again)",
 			flags: func(fs *pflag.FlagSet) runFunc {
 				typ := fs.String("type", "", "operation type: power_control or firmware_control")
 				code := fs.String("code", "", "operation code, e.g. power_on")
@@ -229,7 +229,7 @@ var ruleNoun = noun{
 					})
 				}
 			}},
-		{name: "associations", args: "RACK [--type T --code C]", summary: "list a rack's (UUID or name) rule associations, or show the one for an operation",
+		{name: "associations", complete: rackNameList, args: "RACK [--type T --code C]", summary: "list a rack's (UUID or name) rule associations, or show the one for an operation",
 			flags: func(fs *pflag.FlagSet) runFunc {
 				typ := fs.String("type", "", "with --code: only this operation type")
 				code := fs.String("code", "", "with --type: only this operation code")

@@ -258,17 +258,30 @@ func statusName(s flowv1.TaskStatus) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "TASK_STATUS_"))
 }
 
-// rackNames returns the names of the tasks' racks by rack UUID.
+// rackNames returns the names of the tasks' racks and applied rules by
+// UUID (UUIDs do not collide, so one map holds both). A rule it cannot read
+// is left out, and shown by UUID.
 func rackNames(ctx context.Context, c *env, tasks []*flowv1.Task) map[string]string {
 	ids := make([]string, len(tasks))
 	for i, t := range tasks {
 		ids[i] = t.GetRackId().GetId()
 	}
-	return rackNamesByID(ctx, c, ids)
+	names := rackNamesByID(ctx, c, ids)
+	for _, t := range tasks {
+		id := t.GetAppliedRuleId().GetId()
+		if _, ok := names[id]; ok || id == "" {
+			continue
+		}
+		names[id] = ""
+		if r, err := c.client.GetOperationRule(ctx, &flowv1.GetOperationRuleRequest{RuleId: t.GetAppliedRuleId()}); err == nil {
+			names[id] = r.GetName()
+		}
+	}
+	return names
 }
 
 // printTasks prints a task table; progress adds the report's summary, wide
-// the rack UUID, the rule and the start and end times.
+// the rack UUID, the rule (by name) and the start and end times.
 func printTasks(w io.Writer, tasks []*flowv1.Task, names map[string]string, progress, wide bool) {
 	headers := []string{"TASK", "OPERATION", "RACK", "STATUS", "MESSAGE", "CREATED"}
 	if wide {
@@ -284,7 +297,7 @@ func printTasks(w io.Writer, tasks []*flowv1.Task, names map[string]string, prog
 		if wide {
 			rule := "built-in"
 			if t.AppliedRuleId != nil {
-				rule = t.GetAppliedRuleId().GetId()
+				rule = rackLabel(names, t.GetAppliedRuleId().GetId())
 			}
 			rows[i] = append(rows[i], fmtTime(t.GetStartedAt().AsTime()), fmtTime(t.GetFinishedAt().AsTime()), t.GetRackId().GetId(), rule)
 		}
@@ -305,6 +318,9 @@ func printTask(w io.Writer, t *flowv1.Task, names map[string]string, now time.Ti
 	rule := "built-in"
 	if t.AppliedRuleId != nil {
 		rule = t.GetAppliedRuleId().GetId()
+		if n := names[rule]; n != "" {
+			rule = n + " (" + rule + ")"
+		}
 	}
 	fields := [][2]string{
 		{"ID", t.GetId().GetId()},

@@ -97,8 +97,8 @@ func TestTaskViewRedraw(t *testing.T) {
 	// Up over the lines drawn, clear, redraw; a finished frame has no footer.
 	require.True(t, strings.HasPrefix(buf.String()[len(first):], "\x1b[7A\x1b[J"), "%q", buf.String())
 	require.Equal(t, "g10  power_on  completed  task t1: Succeeded\n"+
-		"  STAGE  STEPS    STATUS   DONE  ACTION\n"+
-		"  1      Compute  running  1/2   -\n", buf.String()[len(first)+len("\x1b[7A\x1b[J"):])
+		"  STAGE  STEPS    STATUS   DONE\n"+
+		"  1      Compute  running  1/2\n", buf.String()[len(first)+len("\x1b[7A\x1b[J"):])
 
 	buf.Reset()
 	v = newTaskView(&buf, true, false)
@@ -256,4 +256,74 @@ func TestMarshalYAML(t *testing.T) {
 	b, err := marshalYAML(&flowv1.Task{Id: &flowv1.UUID{Id: "t1"}, Operation: "power_on", Status: flowv1.TaskStatus_TASK_STATUS_RUNNING, Message: "123"})
 	require.NoError(t, err)
 	require.Equal(t, "id:\n  id: t1\noperation: power_on\nstatus: TASK_STATUS_RUNNING\nmessage: \"123\"\n", string(b))
+}
+
+// runningTasks answers GetTasksByIDs with a running task, after block
+// (when set) lets it: a server that hangs.
+type runningTasks struct {
+	flowv1connect.UnimplementedFlowHandler
+	block chan struct{}
+	polls atomic.Int32
+}
+
+func (h *runningTasks) GetTasksByIDs(ctx context.Context, req *flowv1.GetTasksByIDsRequest) (*flowv1.GetTasksByIDsResponse, error) {
+	h.polls.Add(1)
+	if h.block != nil {
+		select {
+		case <-h.block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return &flowv1.GetTasksByIDsResponse{Tasks: []*flowv1.Task{{Id: req.GetTaskIds()[0], Status: flowv1.TaskStatus_TASK_STATUS_RUNNING, Message: "Running"}}}, nil
+}
+
+func serveFlow(t *testing.T, h flowv1connect.FlowHandler) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(flowv1connect.NewFlowHandler(h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestWatchInterrupted(t *testing.T) {
+	t.Parallel()
+	h := &runningTasks{}
+	url := serveFlow(t, h)
+	root := &cobra.Command{Use: "flow"}
+	AddCommands(root, Options{Getenv: func(string) string { return "" }})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for h.polls.Load() < 3 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel() // Ctrl-C
+	}()
+	id := "00000000-0000-0000-0000-000000000007"
+	var out, errOut bytes.Buffer
+	err := Execute(ctx, root, []string{"--server", url, "task", "watch", id, "--interval", "5ms"}, &out, &errOut)
+	require.Equal(t, 130, ExitCode(err))
+	require.EqualError(t, err, "interrupted: stopped watching; the task keeps running on the server\n"+
+		"  watch it:  flow --server "+url+" task watch "+id+"\n"+
+		"  cancel it: flow --server "+url+" task cancel "+id)
+}
+
+// TestWatchReportsHungServer: a server that stops answering is reported
+// after one poll timeout, not after the HTTP client's minute.
+func TestWatchReportsHungServer(t *testing.T) {
+	old := pollTimeout
+	pollTimeout = 100 * time.Millisecond
+	t.Cleanup(func() { pollTimeout = old })
+	h := &runningTasks{block: make(chan struct{})}
+	url := serveFlow(t, h)
+	t.Cleanup(func() { close(h.block) })
+	id := "00000000-0000-0000-0000-000000000008"
+	start := time.Now()
+	_, errOut, err := flow(map[string]string{"FLOW_SERVER": url}, "task", "watch", id, "--interval", "10ms")
+	require.ErrorContains(t, err, "gave up after 30 failed polls")
+	require.ErrorContains(t, err, "deadline_exceeded")
+	require.Less(t, time.Since(start), 30*time.Second)
+	require.Contains(t, errOut, "not answering (deadline_exceeded); retrying every 10ms (1 of 30)")
+	require.Equal(t, 30, strings.Count(errOut, "not answering"))
 }

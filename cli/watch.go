@@ -27,7 +27,7 @@ const defaultPollInterval = time.Second
 
 // pollTimeout bounds one poll, so that a server that hangs is noticed and
 // reported as quickly as one that refuses the connection.
-const pollTimeout = 5 * time.Second
+var pollTimeout = 5 * time.Second
 
 // maxFailedPolls is how many polls in a row may fail (server unavailable or
 // not answering within pollTimeout) before watch and --wait give up.
@@ -379,6 +379,7 @@ func printTaskCompact(w io.Writer, t *flowv1.Task, names map[string]string, at t
 		return
 	}
 	rows := make([][]string, 0, len(rep.Stages))
+	withAction := false
 	for _, st := range rep.Stages {
 		targets, done, failed, running := st.counts()
 		types := make([]string, len(st.Steps))
@@ -396,10 +397,20 @@ func printTaskCompact(w io.Writer, t *flowv1.Task, names map[string]string, at t
 		if act == "" && st.Error != "" {
 			act = st.Error
 		}
-		rows = append(rows, []string{fmt.Sprintf("  %d", st.Number), strings.Join(types, ","), st.Status, counts, or(act, "")})
+		withAction = withAction || act != ""
+		rows = append(rows, []string{fmt.Sprintf("  %d", st.Number), strings.Join(types, ","), st.Status, counts, act})
+	}
+	headers := []string{"  STAGE", "STEPS", "STATUS", "DONE", "ACTION"}
+	if !withAction {
+		// A server without current actions in its reports (and a task
+		// between actions) has no column to show.
+		headers = headers[:4]
+		for i := range rows {
+			rows[i] = rows[i][:4]
+		}
 	}
 	var b strings.Builder
-	printTable(&b, []string{"  STAGE", "STEPS", "STATUS", "DONE", "ACTION"}, rows)
+	printTable(&b, headers, rows)
 	io.WriteString(w, b.String())
 }
 

@@ -1,60 +1,18 @@
-package app
+package cli_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http/httptest"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nicoflow/flow/db/dbtest"
-	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/cli"
 )
-
-// cliBundle runs CLI commands against a real server (the app's mux and
-// interceptors over the inventory handler) on a fresh database.
-type cliBundle struct {
-	env map[string]string
-}
-
-func setupCLI(t *testing.T) *cliBundle {
-	t.Helper()
-	pool := dbtest.NewPool(t)
-	svc := &flowService{
-		versionHandler:   &versionHandler{build: ReadBuild()},
-		inventoryHandler: inventory.NewHandler(inventory.NewService(), pool),
-	}
-	srv := httptest.NewServer(newMux(slog.New(slog.NewTextHandler(io.Discard, nil)), svc, muxOptions{}))
-	t.Cleanup(srv.Close)
-	return &cliBundle{env: map[string]string{"FLOW_SERVER": srv.URL}}
-}
-
-// flow runs `flow args...` and returns stdout, stderr and the error.
-func (b *cliBundle) flow(args ...string) (string, string, error) {
-	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), append([]string{"flow"}, args...), func(k string) string { return b.env[k] }, &stdout, &stderr)
-	return stdout.String(), stderr.String(), err
-}
-
-// stamps are the time stamps that start the lines of watch and --wait off a
-// terminal.
-var stamps = regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d `)
-
-// flowUnstamped is flow with the lines' time stamps removed from stdout.
-func (b *cliBundle) flowUnstamped(args ...string) (string, string, error) {
-	out, errOut, err := b.flow(args...)
-	return stamps.ReplaceAllString(out, ""), errOut, err
-}
 
 func TestCLIInventory(t *testing.T) {
 	t.Parallel()
-	b := setupCLI(t)
+	b := startServer(t, nil).bundle()
 
 	out, _, err := b.flow("rack", "create", "-f", "../examples/rack-g10.json")
 	require.NoError(t, err)
@@ -114,6 +72,8 @@ func TestCLIInventory(t *testing.T) {
 		out, _, err := b.flow("nvl-domain", "racks", "dom")
 		require.NoError(t, err)
 		require.Contains(t, out, "nvl72-example")
+		require.Regexp(t, `nvl72-example\s.*\sdom\n`, out, "the domain by name")
+		require.Regexp(t, `\sdom\s+[0-9a-f-]{36}\s`, b.mustFlow(t, "rack", "get", "nvl72-example", "-o", "wide"), "-o wide: and by UUID")
 		out, _, err = b.flow("nvl-domain", "list", "-o", "json")
 		require.NoError(t, err)
 		require.Contains(t, out, `"name": "dom"`)
@@ -126,7 +86,7 @@ func TestCLIInventory(t *testing.T) {
 
 	t.Run("PatchDeletePurge", func(t *testing.T) {
 		t.Parallel()
-		b := setupCLI(t)
+		b := startServer(t, nil).bundle()
 		out, _, err := b.flow("rack", "create", "-f", "../examples/rack-g10.json")
 		require.NoError(t, err)
 		id := strings.TrimSpace(out)
@@ -182,30 +142,7 @@ func TestCLIInventory(t *testing.T) {
 			if tt.usage {
 				want = 2
 			}
-			require.Equal(t, want, ExitCode(err))
+			require.Equal(t, want, cli.ExitCode(err))
 		})
-	}
-}
-
-func TestSeedDemoRacks(t *testing.T) {
-	t.Parallel()
-	pool := dbtest.NewPool(t)
-	ctx := context.Background()
-	added, err := seedDemoRacks(ctx, pool, 3)
-	require.NoError(t, err)
-	require.Equal(t, 3, added)
-	added, err = seedDemoRacks(ctx, pool, 4)
-	require.NoError(t, err)
-	require.Equal(t, 1, added, "idempotent: only the missing rack is added")
-	racks, total, err := inventory.NewService().ListRacks(ctx, pool, inventory.RackQuery{WithComponents: true})
-	require.NoError(t, err)
-	require.Equal(t, int32(4), total)
-	for _, r := range racks {
-		require.Len(t, r.Components, 35)
-		bmcs := 0
-		for _, c := range r.Components {
-			bmcs += len(c.BMCs)
-		}
-		require.Equal(t, 18*3+9+8, bmcs)
 	}
 }

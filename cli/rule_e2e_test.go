@@ -1,97 +1,67 @@
-package app
+package cli_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"io"
-	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
-	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/nicoflow/flow/db/dbtest"
-	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
-	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
-// setupRuleCLI is setupCLI with the operation-rule handler mounted too.
-// wrap, when given, wraps the Flow handler (fault injection).
-func setupRuleCLI(t *testing.T, wrap ...func(flowv1connect.FlowHandler) flowv1connect.FlowHandler) *cliBundle {
+// setupRuleCLI starts a Flow server and returns a CLI bundle pointed at
+// it, through a proxy that injects faults when given.
+func setupRuleCLI(t *testing.T, faults ...ruleFaults) *cliBundle {
 	t.Helper()
-	pool := dbtest.NewPool(t)
-	inv := inventory.NewService()
-	rules, err := operations.NewService(rackLookup{inv: inv})
-	require.NoError(t, err)
-	svc := &flowService{
-		versionHandler:    &versionHandler{build: ReadBuild()},
-		inventoryHandler:  inventory.NewHandler(inv, pool),
-		operationsHandler: operations.NewHandler(pool, rules),
+	s := startServer(t, nil)
+	if len(faults) == 0 {
+		return s.bundle()
 	}
-	var h flowv1connect.FlowHandler = svc
-	for _, w := range wrap {
-		h = w(h)
-	}
-	srv := httptest.NewServer(newMux(slog.New(slog.NewTextHandler(io.Discard, nil)), h, muxOptions{}))
-	t.Cleanup(srv.Close)
-	return &cliBundle{env: map[string]string{"FLOW_SERVER": srv.URL}}
+	return &cliBundle{env: map[string]string{"FLOW_SERVER": faults[0].proxy(t, s.url)}}
 }
 
-// faultyRules fails the Nth CreateOperationRule or SetRuleAsDefault call
-// (1-based; 0 never), to drive the batch loader's roll-back over a real
-// server.
-type faultyRules struct {
-	flowv1connect.FlowHandler
+// ruleFaults fail the Nth CreateOperationRule or SetRuleAsDefault call
+// (1-based; 0 never) with unavailable, to drive the batch loader's
+// roll-back over a real server.
+type ruleFaults struct {
 	failCreate, failSetDefault int32
-	creates, setDefaults       atomic.Int32
 }
 
-var errInjected = connect.NewError(connect.CodeUnavailable, errors.New("injected fault"))
-
-func (f *faultyRules) CreateOperationRule(ctx context.Context, req *flowv1.CreateOperationRuleRequest) (*flowv1.CreateOperationRuleResponse, error) {
-	if f.creates.Add(1) == f.failCreate {
-		return nil, errInjected
-	}
-	return f.FlowHandler.CreateOperationRule(ctx, req)
-}
-
-func (f *faultyRules) SetRuleAsDefault(ctx context.Context, req *flowv1.SetRuleAsDefaultRequest) (*emptypb.Empty, error) {
-	if f.setDefaults.Add(1) == f.failSetDefault {
-		return nil, errInjected
-	}
-	return f.FlowHandler.SetRuleAsDefault(ctx, req)
-}
-
-// mustFlow runs flow and returns its trimmed stdout (without the time
-// stamps of watch lines), failing on error.
-func (b *cliBundle) mustFlow(t *testing.T, args ...string) string {
+// proxy serves a reverse proxy of target that injects f and returns its URL.
+func (f ruleFaults) proxy(t *testing.T, target string) string {
 	t.Helper()
-	out, stderr, err := b.flowUnstamped(args...)
-	require.NoError(t, err, "flow %s: %s", strings.Join(args, " "), stderr)
-	return strings.TrimSpace(out)
-}
-
-func writeFile(t *testing.T, name, body string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
-	return path
-}
-
-func requireFlowError(t *testing.T, b *cliBundle, contains string, args ...string) {
-	t.Helper()
-	_, _, err := b.flow(args...)
-	require.Error(t, err, "flow %s", strings.Join(args, " "))
-	require.Contains(t, err.Error(), contains)
+	u, err := url.Parse(target)
+	require.NoError(t, err)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	var creates, setDefaults atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fail := false
+		switch r.URL.Path {
+		case flowv1connect.FlowCreateOperationRuleProcedure:
+			fail = creates.Add(1) == f.failCreate
+		case flowv1connect.FlowSetRuleAsDefaultProcedure:
+			fail = setDefaults.Add(1) == f.failSetDefault
+		}
+		if fail {
+			// A Connect unary error: the code and message as JSON.
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"code":"unavailable","message":"injected fault"}`)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 func TestCLIRule(t *testing.T) {
@@ -216,13 +186,6 @@ func TestCLIRule(t *testing.T) {
 	})
 }
 
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
-
 func TestCLIRuleLoad(t *testing.T) {
 	t.Parallel()
 
@@ -287,18 +250,14 @@ func TestCLIRuleLoad(t *testing.T) {
 
 	t.Run("RollbackOnCreateFailure", func(t *testing.T) {
 		t.Parallel()
-		b := setupRuleCLI(t, func(h flowv1connect.FlowHandler) flowv1connect.FlowHandler {
-			return &faultyRules{FlowHandler: h, failCreate: 2}
-		})
+		b := setupRuleCLI(t, ruleFaults{failCreate: 2})
 		requireFlowError(t, b, "create rule 1 (power_control.power_off): unavailable: injected fault", "rule", "load", "-f", "../examples/rules/power-defaults.yaml")
 		require.Contains(t, b.mustFlow(t, "rule", "list"), "(0 of 0 rules)", "the power_on default created first was rolled back")
 	})
 
 	t.Run("RollbackOnSetDefaultFailure", func(t *testing.T) {
 		t.Parallel()
-		b := setupRuleCLI(t, func(h flowv1connect.FlowHandler) flowv1connect.FlowHandler {
-			return &faultyRules{FlowHandler: h, failSetDefault: 2}
-		})
+		b := setupRuleCLI(t, ruleFaults{failSetDefault: 2})
 		before := b.mustFlow(t, "rule", "load", "-f", "../examples/rules/power-defaults.yaml")
 		// power_on is switched (call 1), power_off fails (call 2), power_on
 		// gets its old default back (call 3) and both new rules go.

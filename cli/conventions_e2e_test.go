@@ -1,16 +1,12 @@
-package app
+package cli_test
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
-
-	"github.com/nicoflow/flow/db/dbtest"
 )
 
 // TestCLIConventions checks the kubectl-style conventions against a real
@@ -19,21 +15,36 @@ import (
 func TestCLIConventions(t *testing.T) {
 	t.Parallel()
 	e, b := setupTaskCLI(t)
-	rack := e.addRack(t, 5, true)
+	rack := e.addRack(t, 5, rackOptions{off: true})
 	other := b.env["FLOW_SERVER"]
 	// A bundle without FLOW_SERVER: the address comes from --server.
 	nb := &cliBundle{env: map[string]string{}}
 
 	t.Run("GlobalFlagsAnywhere", func(t *testing.T) {
 		t.Parallel()
-		before := nb.mustFlow(t, "--server", other, "rack", "list")
-		after := nb.mustFlow(t, "rack", "list", "--server", other)
-		between := nb.mustFlow(t, "rack", "--server="+other, "list")
+		// One rack, not the list: the other subtests add racks meanwhile.
+		before := nb.mustFlow(t, "--server", other, "rack", "get", rack.Name)
+		after := nb.mustFlow(t, "rack", "get", rack.Name, "--server", other)
+		between := nb.mustFlow(t, "rack", "--server="+other, "get", rack.Name)
 		require.Contains(t, before, rack.Name)
 		require.Equal(t, before, after)
 		require.Equal(t, before, between)
 		require.Equal(t, nb.mustFlow(t, "-ojson", "--server", other, "rack", "get", rack.Name),
 			nb.mustFlow(t, "rack", "get", rack.Name, "--server", other, "-o", "json"))
+	})
+
+	t.Run("Completion", func(t *testing.T) {
+		t.Parallel()
+		// Names come from the server; flags that name objects complete too.
+		require.Contains(t, b.mustFlow(t, "__complete", "rack", "get", ""), rack.Name+"\n")
+		require.Contains(t, b.mustFlow(t, "__complete", "power", "on", "demo-000"), rack.Name+"\n")
+		require.Contains(t, b.mustFlow(t, "__complete", "task", "list", "--rack", ""), rack.Name+"\n")
+		require.Contains(t, b.mustFlow(t, "__complete", "component", "get", rack.Name+"-ct-0"), rack.Name+"-ct-00\n")
+		require.Contains(t, b.mustFlow(t, "__complete", "task", "list", "--status", ""), "running\n")
+		// No server: no names, and no error.
+		out, _, err := nb.flow("__complete", "--server", "127.0.0.1:1", "rack", "get", "")
+		require.NoError(t, err)
+		require.Equal(t, ":4\n", strings.SplitAfter(out, "\n")[0], "directive only: no file completion")
 	})
 
 	t.Run("Outputs", func(t *testing.T) {
@@ -64,7 +75,7 @@ func TestCLIConventions(t *testing.T) {
 
 	t.Run("NamesForEveryNoun", func(t *testing.T) {
 		t.Parallel()
-		r := e.addRack(t, 6, true)
+		r := e.addRack(t, 6, rackOptions{off: true})
 		comp := r.Components[0]
 		require.Contains(t, b.mustFlow(t, "rack", "get", r.Name), r.ID.String())
 		require.Contains(t, b.mustFlow(t, "component", "get", comp.Name), comp.SerialNumber)
@@ -82,7 +93,7 @@ func TestCLIConventions(t *testing.T) {
 		require.Contains(t, b.mustFlow(t, "nvl-domain", "attach", "names", r.Name), "attached 1 rack(s) to names")
 
 		// A name two racks share is an error naming both.
-		twin := e.addRack(t, 7, true)
+		twin := e.addRack(t, 7, rackOptions{off: true})
 		b.mustFlow(t, "rack", "patch", twin.ID.String(), "--name", r.Name)
 		_, _, err := b.flow("rack", "get", r.Name)
 		require.ErrorContains(t, err, `2 racks are named "`+r.Name+`"`)
@@ -92,7 +103,7 @@ func TestCLIConventions(t *testing.T) {
 
 	t.Run("TaskListFilters", func(t *testing.T) {
 		t.Parallel()
-		r := e.addRack(t, 8, true)
+		r := e.addRack(t, 8, rackOptions{off: true})
 		b.mustFlow(t, "power", "on", r.Name, "--wait", "--interval", "20ms")
 		out := b.mustFlow(t, "task", "list", "--rack", r.Name, "--status", "completed", "--operation", "power_on", "--since", "1h")
 		require.Contains(t, out, "(1 of 1 tasks)")
@@ -105,36 +116,4 @@ func TestCLIConventions(t *testing.T) {
 			require.Equal(t, "TASK_STATUS_COMPLETED", task.Status)
 		}
 	})
-}
-
-func TestDBStatusExitCode(t *testing.T) {
-	t.Parallel()
-	url := dbtest.NewDB(t)
-	b := &cliBundle{env: map[string]string{"DATABASE_URL": url}}
-	out := b.mustFlow(t, "db", "status")
-	require.Contains(t, out, "status    up to date")
-
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "UPDATE flow_schema_migrations SET version = version - 1")
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
-	stdout, _, err := b.flow("db", "status")
-	require.ErrorIs(t, err, errSchemaBehind)
-	require.Equal(t, 1, ExitCode(err))
-	require.Contains(t, stdout, "status    behind: run `flow db migrate`")
-}
-
-func TestConfigShowsValuesInEffect(t *testing.T) {
-	t.Parallel()
-	b := &cliBundle{env: map[string]string{"DATABASE_URL": "postgres://flow:s3cret@db:5432/flow", "DB_PASSWORD": "hunter2", "FLOW_LOG_LEVEL": "debug"}}
-	out := b.mustFlow(t, "config")
-	require.Regexp(t, `^VARIABLE\s+VALUE\s+DEFAULT\s+MEANING\n`, out)
-	require.Regexp(t, `\nFLOW_LOG_LEVEL\s+debug\s+info\s`, out)
-	require.Regexp(t, `\nFLOW_LOG_FORMAT\s+json \(default\)\s+json\s`, out)
-	require.Regexp(t, `\nDATABASE_URL\s+postgres://flow:xxxxx@db:5432/flow\s`, out)
-	require.Regexp(t, `\nDB_PASSWORD\s+xxxxx\s`, out)
-	require.NotContains(t, out, "s3cret")
-	require.NotContains(t, out, "hunter2")
 }

@@ -1,4 +1,7 @@
-package app
+// Package bench is flow bench: it runs an operation on many racks against
+// the simulators, through the API of a real server child, and reports
+// throughput, latencies and resource use (docs/bench.md).
+package bench
 
 import (
 	"cmp"
@@ -7,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,8 +23,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
+	"github.com/nicoflow/flow/cli"
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/inventory"
@@ -31,6 +33,7 @@ import (
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/sim"
+	"github.com/nicoflow/flow/sim/simrun"
 )
 
 // benchOptions are the settings of one flow bench run.
@@ -57,7 +60,7 @@ type benchOptions struct {
 type benchWorkload interface {
 	name() string
 	// tune adjusts the simulators' timings, e.g. the firmware phase.
-	tune(o *simOptions)
+	tune(o *simrun.Options)
 	// device sets how one of the rack's devices starts in the simulators.
 	device(d *nicosim.Device)
 	// submit submits the operation on one rack and returns the task IDs.
@@ -79,7 +82,7 @@ var benchWorkloads = map[string]benchWorkload{
 type powerOnWorkload struct{}
 
 func (powerOnWorkload) name() string             { return "power-on" }
-func (powerOnWorkload) tune(*simOptions)         {}
+func (powerOnWorkload) tune(*simrun.Options)     {}
 func (powerOnWorkload) device(d *nicosim.Device) { d.PoweredOff = true }
 
 func (powerOnWorkload) submit(ctx context.Context, c flowv1connect.FlowClient, rack string) ([]*flowv1.UUID, error) {
@@ -100,8 +103,8 @@ func benchRackSpec(name string) *flowv1.OperationTargetSpec {
 	}}}
 }
 
-// benchResult is what flow bench measured; -o json prints it as is.
-type benchResult struct {
+// Result is what flow bench measured; -o json prints it as is.
+type Result struct {
 	Workload   string `json:"workload"`
 	Racks      int    `json:"racks"`
 	Components int    `json:"components_per_rack"`
@@ -142,72 +145,121 @@ type benchResult struct {
 	Failures           []string `json:"failures,omitempty"` // up to 10 reasons
 }
 
-// benchCommand is flow bench (docs/bench.md).
-func benchCommand(stdout, stderr io.Writer) *cobra.Command {
-	cmd := command("bench", "benchmark an operation against the simulators (docs/bench.md)", func(fs *pflag.FlagSet) func(context.Context) error {
-		o := benchOptions{progress: stderr}
-		fs.IntVar(&o.racks, "racks", 10, "number of racks")
-		fs.IntVar(&o.components, "components", 35, "components per rack (1-35, from the GB200 demo rack)")
-		fs.DurationVar(&o.latency, "latency", 0, "latency added to every backend (simulator) call")
-		fs.DurationVar(&o.powerDelay, "power-delay", time.Millisecond, "time a simulated power change takes")
-		workload := fs.String("workload", "power-on", "what to run on every rack: "+strings.Join(benchWorkloadNames(), ", "))
-		fs.BoolVar(&o.keep, "keep", false, "after the summary keep server, simulators and PostgreSQL running until Ctrl-C, and keep the work folder")
-		fs.StringVar(&o.databaseURL, "database-url", "", "use this (empty) database instead of a private PostgreSQL")
-		fs.IntVar(&o.concurrency, "concurrency", 32, "API calls in flight while creating racks and submitting")
-		fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "how long to wait for the tasks to end")
-		output := fs.StringP("output", "o", "table", "output: table or json")
-		return func(ctx context.Context) error { return runBench(ctx, o, *workload, *output, stdout, stderr) }
-	})
+// Options are the settings of one flow bench run: its flags, and the
+// server command tests replace.
+type Options struct {
+	Racks       int
+	Components  int           // per rack, 1..35: the first of DemoRack(i), one of each type kept
+	Latency     time.Duration // added to every simulator call
+	PowerDelay  time.Duration // how long a simulated power change takes
+	Workload    string        // power-on, firmware-upgrade
+	Keep        bool          // keep everything running after the summary, until ctx ends
+	DatabaseURL string        // empty: a private PostgreSQL in the work folder
+	Concurrency int           // API calls in flight while creating racks and submitting
+	Timeout     time.Duration // for the tasks to end, from the first submit
+	Poll        time.Duration // how often the task listing is polled; 0: 100ms
+	// ServerCommand returns the command that runs `flow serve --migrate`;
+	// bench adds the environment, output and process group. nil: this
+	// executable's serve.
+	ServerCommand func() (*exec.Cmd, error)
+	Progress      io.Writer // one line every few seconds; nil: silent
+}
+
+// options checks o (bad values are usage errors) and fills the defaults.
+func (o Options) options() (benchOptions, error) {
+	w, ok := benchWorkloads[o.Workload]
+	switch {
+	case !ok:
+		return benchOptions{}, cli.UsageError(fmt.Errorf("--workload %q: want one of %s", o.Workload, strings.Join(benchWorkloadNames(), ", ")))
+	case o.Racks < 1:
+		return benchOptions{}, cli.UsageError(errors.New("--racks must be at least 1"))
+	case o.Components < 1 || o.Components > len(inventory.DemoRack(0).Components):
+		return benchOptions{}, cli.UsageError(fmt.Errorf("--components must be within 1..%d", len(inventory.DemoRack(0).Components)))
+	case o.Concurrency < 1:
+		return benchOptions{}, cli.UsageError(errors.New("--concurrency must be at least 1"))
+	}
+	bo := benchOptions{racks: o.Racks, components: o.Components, latency: o.Latency, powerDelay: o.PowerDelay, workload: w,
+		keep: o.Keep, databaseURL: o.DatabaseURL, concurrency: o.Concurrency, timeout: o.Timeout, poll: o.Poll,
+		serverCommand: o.ServerCommand, progress: o.Progress}
+	if bo.serverCommand == nil {
+		bo.serverCommand = func() (*exec.Cmd, error) {
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, err
+			}
+			return exec.Command(exe, "serve", "--migrate"), nil
+		}
+	}
+	return bo, nil
+}
+
+// Start brings up the cluster: PostgreSQL, the simulators and the server
+// child. On error the returned Bench, when not nil, still needs Close.
+func Start(ctx context.Context, o Options) (*Bench, error) {
+	bo, err := o.options()
+	if err != nil {
+		return nil, err
+	}
+	return startBench(ctx, bo)
+}
+
+// Run creates the racks, seeds the simulators, submits the workload on
+// every rack, waits for the tasks and measures.
+func (b *Bench) Run(ctx context.Context) (*Result, error) { return b.run(ctx) }
+
+// Close stops the server child, the simulators and PostgreSQL and removes
+// the work folder unless Keep.
+func (b *Bench) Close(ctx context.Context) error { return b.close(ctx) }
+
+// Command is flow bench (docs/bench.md).
+func Command(stdout, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{Use: "bench", Short: "benchmark an operation against the simulators (docs/bench.md)", Args: cobra.NoArgs}
 	cmd.Long = `Starts a private PostgreSQL (or uses --database-url), both simulators in this
 process and 'flow serve' as a child process, creates N racks of M components
 through the API, submits the workload's task on every rack and reports
 throughput, latencies and the server's peak memory. See docs/bench.md.`
+	o := Options{Progress: stderr}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.IntVar(&o.Racks, "racks", 10, "number of racks")
+	fs.IntVar(&o.Components, "components", 35, "components per rack (1-35, from the GB200 demo rack)")
+	fs.DurationVar(&o.Latency, "latency", 0, "latency added to every backend (simulator) call")
+	fs.DurationVar(&o.PowerDelay, "power-delay", time.Millisecond, "time a simulated power change takes")
+	fs.StringVar(&o.Workload, "workload", "power-on", "what to run on every rack: "+strings.Join(benchWorkloadNames(), ", "))
+	fs.BoolVar(&o.Keep, "keep", false, "after the summary keep server, simulators and PostgreSQL running until Ctrl-C, and keep the work folder")
+	fs.StringVar(&o.DatabaseURL, "database-url", "", "use this (empty) database instead of a private PostgreSQL")
+	fs.IntVar(&o.Concurrency, "concurrency", 32, "API calls in flight while creating racks and submitting")
+	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "how long to wait for the tasks to end")
+	output := fs.StringP("output", "o", "table", "output: table or json")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *output != "table" && *output != "json" {
+			return cli.UsageError(fmt.Errorf("-o %q: want table or json", *output))
+		}
+		return run(cmd.Context(), o, *output == "json", stdout, stderr)
+	}
 	return cmd
 }
 
-func runBench(ctx context.Context, o benchOptions, workload, output string, stdout, stderr io.Writer) error {
-	var ok bool
-	if o.workload, ok = benchWorkloads[workload]; !ok {
-		return usageError(fmt.Errorf("--workload %q: want one of %s", workload, strings.Join(benchWorkloadNames(), ", ")))
-	}
-	switch {
-	case o.racks < 1:
-		return usageError(errors.New("--racks must be at least 1"))
-	case o.components < 1 || o.components > len(inventory.DemoRack(0).Components):
-		return usageError(fmt.Errorf("--components must be within 1..%d", len(inventory.DemoRack(0).Components)))
-	case o.concurrency < 1:
-		return usageError(errors.New("--concurrency must be at least 1"))
-	case output != "table" && output != "json":
-		return usageError(fmt.Errorf("-o %q: want table or json", output))
-	}
-	o.serverCommand = func() (*exec.Cmd, error) {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		return exec.Command(exe, "serve", "--migrate"), nil
-	}
-	logger := newLogger(stderr, "text", slog.LevelInfo)
-
-	b, err := startBench(ctx, o)
+func run(ctx context.Context, o Options, asJSON bool, stdout, stderr io.Writer) error {
+	b, err := Start(ctx, o)
 	if b != nil {
 		defer func() {
-			if err := b.close(context.WithoutCancel(ctx)); err != nil {
-				logger.Error("bench cleanup", "error", err.Error())
+			if err := b.Close(context.WithoutCancel(ctx)); err != nil {
+				fmt.Fprintf(stderr, "bench: cleanup: %v\n", err)
 			}
 		}()
 	}
 	if err != nil {
 		return err
 	}
-	res, err := b.run(ctx)
+	res, err := b.Run(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("bench interrupted, cleaning up: %w", ctx.Err())
 		}
 		return err
 	}
-	if output == "json" {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(res); err != nil {
@@ -216,9 +268,9 @@ func runBench(ctx context.Context, o benchOptions, workload, output string, stdo
 	} else {
 		printBenchResult(stdout, res)
 	}
-	if o.keep {
+	if o.Keep {
 		fmt.Fprintf(stderr, "\nkept for inspection until Ctrl-C:\n  server     flow task list --server %s   (log %s)\n  database   %s\n  NICo Core  %s/admin/journal\n  PSM        %s/admin/journal\n  folder     %s (kept after exit)\n",
-			b.serverAddr, filepath.Join(b.dir, "server.log"), b.dbURL, b.sims.nicoSrv.URL(), b.sims.psmSrv.URL(), b.dir)
+			b.serverAddr, filepath.Join(b.dir, "server.log"), b.dbURL, b.sims.NICoServer.URL(), b.sims.PSMServer.URL(), b.dir)
 		<-ctx.Done()
 	}
 	if res.Failed > 0 || res.Unfinished > 0 {
@@ -236,14 +288,14 @@ func benchWorkloadNames() []string {
 	return names
 }
 
-// bench is a running bench cluster: work folder, PostgreSQL, simulators and
+// Bench is a running bench cluster: work folder, PostgreSQL, simulators and
 // the server child, torn down in reverse order by close.
-type bench struct {
+type Bench struct {
 	o          benchOptions
 	dir        string
 	dbURL      string
 	pgDataDir  string // private PostgreSQL's, for its CPU time
-	sims       *simulators
+	sims       *simrun.Simulators
 	server     *exec.Cmd
 	serverDone chan struct{} // closed when the child has exited
 	serverErr  error
@@ -255,8 +307,8 @@ type bench struct {
 
 // startBench brings up the cluster. On error the returned bench, when not
 // nil, still needs close.
-func startBench(ctx context.Context, o benchOptions) (_ *bench, err error) {
-	b := &bench{o: o, started: time.Now()}
+func startBench(ctx context.Context, o benchOptions) (_ *Bench, err error) {
+	b := &Bench{o: o, started: time.Now()}
 	if b.dir, err = os.MkdirTemp("", "flow-bench-"); err != nil {
 		return nil, err
 	}
@@ -286,7 +338,7 @@ func startBench(ctx context.Context, o benchOptions) (_ *bench, err error) {
 			return b, err
 		}
 		b.onClose(cluster.Stop)
-		if err := createDatabase(ctx, cluster.URL("postgres"), "flow"); err != nil {
+		if err := db.CreateDatabase(ctx, cluster.URL("postgres"), "flow"); err != nil {
 			return b, err
 		}
 		b.dbURL, b.pgDataDir = cluster.URL("flow"), cluster.DataDir
@@ -295,14 +347,14 @@ func startBench(ctx context.Context, o benchOptions) (_ *bench, err error) {
 		return b, err
 	}
 
-	so := simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: o.powerDelay, firmwarePhase: time.Millisecond}
+	so := simrun.Options{NICoAddr: "127.0.0.1:0", PSMAddr: "127.0.0.1:0", PowerDelay: o.powerDelay, FirmwarePhase: time.Millisecond}
 	o.workload.tune(&so)
-	if b.sims, err = startSimulators(so); err != nil {
+	if b.sims, err = simrun.Start(so); err != nil {
 		return b, err
 	}
 	b.onClose(b.sims.Close)
 	if o.latency > 0 {
-		for _, fs := range []*sim.Faults{b.sims.nico.Faults(), b.sims.psm.Faults()} {
+		for _, fs := range []*sim.Faults{b.sims.NICo.Faults(), b.sims.PSM.Faults()} {
 			if _, err := fs.Add(sim.Fault{Kind: sim.FaultLatency, Latency: sim.Duration(o.latency)}); err != nil {
 				return b, err
 			}
@@ -316,11 +368,11 @@ func startBench(ctx context.Context, o benchOptions) (_ *bench, err error) {
 }
 
 // onClose registers a cleanup; close runs them in reverse order.
-func (b *bench) onClose(f func(ctx context.Context) error) { b.cleanups = append(b.cleanups, f) }
+func (b *Bench) onClose(f func(ctx context.Context) error) { b.cleanups = append(b.cleanups, f) }
 
 // close stops the server child (SIGTERM, then SIGKILL after 30 s), the
 // simulators and PostgreSQL and removes the work folder unless --keep.
-func (b *bench) close(ctx context.Context) error {
+func (b *Bench) close(ctx context.Context) error {
 	var errs []error
 	for _, f := range slices.Backward(b.cleanups) {
 		errs = append(errs, f(ctx))
@@ -328,7 +380,7 @@ func (b *bench) close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (b *bench) progressf(format string, args ...any) {
+func (b *Bench) progressf(format string, args ...any) {
 	if b.o.progress != nil {
 		fmt.Fprintf(b.o.progress, "bench: "+format+"\n", args...)
 	}
@@ -337,7 +389,7 @@ func (b *bench) progressf(format string, args ...any) {
 // startServer runs `flow serve --migrate` as a child process in its own
 // process group (so a Ctrl-C reaches only us, and we stop it in order) and
 // waits until it answers.
-func (b *bench) startServer(ctx context.Context) error {
+func (b *Bench) startServer(ctx context.Context) error {
 	port, err := pglocal.FreePort()
 	if err != nil {
 		return err
@@ -356,8 +408,8 @@ func (b *bench) startServer(ctx context.Context) error {
 	}
 	cmd.Env = append(cmd.Env,
 		"DATABASE_URL="+b.dbURL,
-		"NICO_CORE_API_URL="+b.sims.nicoSrv.URL(),
-		"PSM_API_URL="+b.sims.psmSrv.URL(),
+		"NICO_CORE_API_URL="+b.sims.NICoServer.URL(),
+		"PSM_API_URL="+b.sims.PSMServer.URL(),
 		"FLOW_LISTEN_ADDR="+b.serverAddr,
 		"FLOW_DEV_MODE=false",
 		"FLOW_SHUTDOWN_TIMEOUT=10s",
@@ -404,7 +456,7 @@ func (b *bench) startServer(ctx context.Context) error {
 	}
 }
 
-func (b *bench) stopServer(ctx context.Context) error {
+func (b *Bench) stopServer(ctx context.Context) error {
 	select {
 	case <-b.serverDone:
 		return nil
@@ -431,9 +483,9 @@ type benchTask struct {
 
 // run creates the racks, seeds the simulators, submits the workload on
 // every rack, waits for the tasks and measures.
-func (b *bench) run(ctx context.Context) (*benchResult, error) {
+func (b *Bench) run(ctx context.Context) (*Result, error) {
 	o := b.o
-	res := &benchResult{Workload: o.workload.name(), Racks: o.racks, Components: o.components, Latency: o.latency.String()}
+	res := &Result{Workload: o.workload.name(), Racks: o.racks, Components: o.components, Latency: o.latency.String()}
 
 	racks, err := b.createRacks(ctx)
 	if err != nil {
@@ -456,8 +508,8 @@ func (b *bench) run(ctx context.Context) (*benchResult, error) {
 	if err := b.sims.Seed(devs); err != nil {
 		return nil, fmt.Errorf("seed simulators: %w", err)
 	}
-	b.sims.nico.Journal().Reset()
-	b.sims.psm.Journal().Reset()
+	b.sims.NICo.Journal().Reset()
+	b.sims.PSM.Journal().Reset()
 	res.SetupSeconds = time.Since(b.started).Seconds()
 
 	b.progressf("submitting %s on %d racks", o.workload.name(), len(racks))
@@ -519,7 +571,7 @@ func benchRack(i, m int) inventory.Rack {
 }
 
 // createRacks registers the racks through CreateExpectedRack.
-func (b *bench) createRacks(ctx context.Context) ([]inventory.Rack, error) {
+func (b *Bench) createRacks(ctx context.Context) ([]inventory.Rack, error) {
 	racks := make([]inventory.Rack, b.o.racks)
 	b.progressf("creating %d racks × %d components", b.o.racks, b.o.components)
 	err := parallel(ctx, b.o.concurrency, len(racks), func(ctx context.Context, i int) error {
@@ -539,7 +591,7 @@ func (b *bench) createRacks(ctx context.Context) ([]inventory.Rack, error) {
 
 // submit submits the workload on every rack, o.concurrency at a time. It
 // returns the tasks, the submit errors and when the last answer came.
-func (b *bench) submit(ctx context.Context, racks []inventory.Rack) ([]*benchTask, []string, time.Time) {
+func (b *Bench) submit(ctx context.Context, racks []inventory.Rack) ([]*benchTask, []string, time.Time) {
 	var (
 		mu       sync.Mutex
 		tasks    []*benchTask
@@ -566,7 +618,7 @@ func (b *bench) submit(ctx context.Context, racks []inventory.Rack) ([]*benchTas
 }
 
 // wait polls the active-task count until it is zero or the timeout passes.
-func (b *bench) wait(ctx context.Context, firstSubmit time.Time, n int) error {
+func (b *Bench) wait(ctx context.Context, firstSubmit time.Time, n int) error {
 	ctx, cancel := context.WithDeadline(ctx, firstSubmit.Add(b.o.timeout))
 	defer cancel()
 	poll := cmp.Or(b.o.poll, 100*time.Millisecond)
@@ -596,7 +648,7 @@ func (b *bench) wait(ctx context.Context, firstSubmit time.Time, n int) error {
 }
 
 // fetch reads every task, report included, 100 per GetTasksByIDs.
-func (b *bench) fetch(ctx context.Context, tasks []*benchTask) error {
+func (b *Bench) fetch(ctx context.Context, tasks []*benchTask) error {
 	byID := map[string]*benchTask{}
 	for _, t := range tasks {
 		byID[t.id] = t
@@ -620,7 +672,7 @@ func (b *bench) fetch(ctx context.Context, tasks []*benchTask) error {
 }
 
 // measure fills res from the fetched tasks and the simulators' journals.
-func (b *bench) measure(ctx context.Context, res *benchResult, tasks []*benchTask, macRack map[string]int, firstSubmit time.Time) {
+func (b *Bench) measure(ctx context.Context, res *Result, tasks []*benchTask, macRack map[string]int, firstSubmit time.Time) {
 	var (
 		done      []time.Duration
 		lastEnd   time.Time
@@ -654,7 +706,7 @@ func (b *bench) measure(ctx context.Context, res *benchResult, tasks []*benchTas
 	// latency: its start is the entry's time minus that latency.
 	var first []time.Duration
 	seen := map[string]bool{}
-	calls := append(b.sims.nico.Journal().Calls(), b.sims.psm.Journal().Calls()...)
+	calls := append(b.sims.NICo.Journal().Calls(), b.sims.PSM.Journal().Calls()...)
 	res.BackendCalls = len(calls)
 	if w, ok := b.o.workload.(benchPoller); ok {
 		for _, c := range calls {
@@ -702,7 +754,7 @@ type stepKey struct {
 // task's report ran: one per action of the rule step (plus a sleep for
 // delay_after). The rule is the applied one when the task names it, else
 // the workload's built-in rule; rules caches them by ID.
-func (b *bench) engineSteps(ctx context.Context, task *flowv1.Task, rules map[string]map[stepKey]int) int {
+func (b *Bench) engineSteps(ctx context.Context, task *flowv1.Task, rules map[string]map[stepKey]int) int {
 	ruleID := task.GetAppliedRuleId().GetId()
 	actions, ok := rules[ruleID]
 	if !ok {
@@ -775,7 +827,7 @@ func (c benchCPU) minus(d benchCPU) benchCPU {
 // cpu reads the CPU time of the server child, this process and the
 // private PostgreSQL: its postmaster, the children it has reaped and its
 // live children. Linux only; zeros elsewhere.
-func (b *bench) cpu() benchCPU {
+func (b *Bench) cpu() benchCPU {
 	c := benchCPU{server: procCPU(b.server.Process.Pid, false), bench: procCPU(os.Getpid(), false)}
 	if b.pgDataDir == "" {
 		return c
@@ -873,7 +925,7 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func printBenchResult(w io.Writer, r *benchResult) {
+func printBenchResult(w io.Writer, r *Result) {
 	ms := func(v float64) string {
 		return (time.Duration(v * float64(time.Millisecond))).Round(time.Millisecond).String()
 	}

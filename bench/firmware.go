@@ -1,4 +1,4 @@
-package app
+package bench
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+	"github.com/nicoflow/flow/sim/simrun"
 )
 
 // benchEnvWorkload is a workload that needs server settings.
@@ -28,8 +29,8 @@ type benchPoller interface {
 // polls every 200ms (FLOW_FIRMWARE_POLL_INTERVAL, unless set already).
 type firmwareUpgradeWorkload struct{}
 
-func (firmwareUpgradeWorkload) name() string       { return "firmware-upgrade" }
-func (firmwareUpgradeWorkload) tune(o *simOptions) { o.firmwarePhase = 50 * time.Millisecond }
+func (firmwareUpgradeWorkload) name() string           { return "firmware-upgrade" }
+func (firmwareUpgradeWorkload) tune(o *simrun.Options) { o.FirmwarePhase = 50 * time.Millisecond }
 func (firmwareUpgradeWorkload) pollMethods() []string {
 	return []string{"GetComponentFirmwareStatus", "GetFirmwareUpdateStatus"}
 }

@@ -1,11 +1,16 @@
-package app
+package cli_test
 
 import (
+	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
 // TestCLISchedule drives `flow schedule …` against a real server with the
@@ -13,7 +18,7 @@ import (
 func TestCLISchedule(t *testing.T) {
 	t.Parallel()
 	e, b := setupTaskCLI(t)
-	r1, r2 := e.addRack(t, 61, true), e.addRack(t, 62, true)
+	r1, r2 := e.addRack(t, 61, rackOptions{off: true}), e.addRack(t, 62, rackOptions{off: true})
 
 	out := b.mustFlow(t, "schedule", "create", "nightly", "--cron", "0 2 * * *", "--tz", "Europe/Berlin", r1.Name)
 	require.Regexp(t, `(?m)^NAME\s+WHEN\s+OPERATION\s+OVERLAP\s+STATE\s+NEXT RUN\s+LAST RUN$`, out)
@@ -56,7 +61,7 @@ func TestCLISchedule(t *testing.T) {
 	require.Contains(t, conflicts, "later")
 
 	// Trigger fires now and prints the task IDs; the tasks complete.
-	fastPowerOnRule(t, e.client)
+	fastPowerOnRule(t, e.client())
 	ids := strings.Fields(b.mustFlow(t, "schedule", "trigger", "nightly-utc"))
 	require.Len(t, ids, 2)
 	for _, id := range ids {
@@ -64,4 +69,20 @@ func TestCLISchedule(t *testing.T) {
 	}
 	require.Contains(t, b.mustFlow(t, "-o", "json", "schedule", "get", "nightly-utc"), `"lastRunAt"`)
 	require.Contains(t, b.mustFlow(t, "schedule", "delete", "later"), "deleted schedule")
+}
+
+// fastPowerOnRule makes a power_on rule that verifies every 200ms the
+// default, so that triggered tasks end quickly.
+func fastPowerOnRule(t *testing.T, client flowv1connect.FlowClient) {
+	t.Helper()
+	step := func(ct string, stage int) string {
+		return `{"component_type":"` + ct + `","stage":` + strconv.Itoa(stage) + `,"timeout":"5s","retry":{"max_attempts":3,"initial_interval":"100ms","backoff_coefficient":2},
+			"main_operation":{"name":"PowerControl"},
+			"post_operation":[{"name":"VerifyPowerStatus","timeout":"30s","poll_interval":"200ms","parameters":{"expected_status":"on"}}]}`
+	}
+	_, err := client.CreateOperationRule(context.Background(), &flowv1.CreateOperationRuleRequest{
+		Name: "fast power on", OperationType: flowv1.OperationType_OPERATION_TYPE_POWER_CONTROL, OperationCode: "power_on", IsDefault: true,
+		RuleDefinitionJson: `{"steps":[` + step("PowerShelf", 1) + `,` + step("NVSwitch", 2) + `,` + step("Compute", 3) + `]}`,
+	})
+	require.NoError(t, err)
 }

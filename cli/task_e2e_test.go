@@ -1,4 +1,4 @@
-package app
+package cli_test
 
 import (
 	"encoding/json"
@@ -7,14 +7,16 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/cli"
 )
 
-// setupTaskCLI starts a Flow server with both simulators (power changes
-// take 1ms) and returns a CLI bundle pointed at it.
-func setupTaskCLI(t *testing.T) (*e2e, *cliBundle) {
+// setupTaskCLI starts a Flow server and returns a CLI bundle pointed at
+// it.
+func setupTaskCLI(t *testing.T) (*server, *cliBundle) {
 	t.Helper()
-	e := startE2E(t, time.Millisecond)
-	return e, &cliBundle{env: map[string]string{"FLOW_SERVER": e.url}}
+	s := startServer(t, nil)
+	return s, s.bundle()
 }
 
 // slowRule is a power_on rule whose stages each sleep for sleep after
@@ -45,7 +47,7 @@ type jsonTask struct {
 func TestCLIPower(t *testing.T) {
 	t.Parallel()
 	e, b := setupTaskCLI(t)
-	rack := e.addRack(t, 7, true)
+	rack := e.addRack(t, 7, rackOptions{off: true})
 
 	out := b.mustFlow(t, "power", "on", rack.Name, "--wait", "--interval", "20ms", "--description", "cli test")
 	lines := strings.Split(out, "\n")
@@ -134,7 +136,7 @@ func TestCLIPower(t *testing.T) {
 
 	t.Run("TypeFilterForce", func(t *testing.T) {
 		t.Parallel()
-		other := e.addRack(t, 9, false)
+		other := e.addRack(t, 9, rackOptions{})
 		var res struct{ TaskIDs []struct{ ID string } }
 		require.NoError(t, json.Unmarshal([]byte(b.mustFlow(t, "power", "off", other.ID.String(), "--type", "compute,NVSwitch", "--force", "-o", "json")), &res))
 		require.Len(t, res.TaskIDs, 1)
@@ -163,7 +165,7 @@ func TestCLIPower(t *testing.T) {
 		requireFlowError(t, b, "--queue-timeout needs --queue", "power", "on", rack.Name, "--queue-timeout", "30m")
 		requireFlowError(t, b, "unknown flag: --force", "power", "on", rack.Name, "--force")
 		_, _, err := b.flow("power", "on")
-		require.Equal(t, 2, ExitCode(err), "usage errors exit 2")
+		require.Equal(t, 2, cli.ExitCode(err), "usage errors exit 2")
 	})
 }
 
@@ -173,7 +175,7 @@ func TestCLITaskWatchQueueCancel(t *testing.T) {
 
 	t.Run("Watch", func(t *testing.T) {
 		t.Parallel()
-		rack := e.addRack(t, 1, true)
+		rack := e.addRack(t, 1, rackOptions{off: true})
 		rule := slowRule(t, b, "300ms")
 		out := b.mustFlow(t, "power", "on", rack.Name, "--rule", rule)
 		id := strings.Fields(strings.Split(out, "\n")[1])[0]
@@ -194,12 +196,12 @@ func TestCLITaskWatchQueueCancel(t *testing.T) {
 		}, dedupe(stageLines), out)
 		require.Regexp(t, `\n  stage 3 Compute running \d+/18(: .+)?\n`, out)
 		require.Equal(t, "task "+id+" completed: Succeeded", lines[len(lines)-1])
-		require.Contains(t, b.mustFlow(t, "task", "get", id), "RULE           "+rule)
+		require.Contains(t, b.mustFlow(t, "task", "get", id), "RULE           slow 300ms ("+rule+")")
 	})
 
 	t.Run("QueueAndCancel", func(t *testing.T) {
 		t.Parallel()
-		rack := e.addRack(t, 2, true)
+		rack := e.addRack(t, 2, rackOptions{off: true})
 		rule := slowRule(t, b, "1m")
 		done := make(chan error, 1)
 		var waitOut string
@@ -235,7 +237,7 @@ func TestCLITaskWatchQueueCancel(t *testing.T) {
 		select {
 		case err := <-done:
 			require.EqualError(t, err, "1 of 1 tasks did not complete")
-			require.Equal(t, 1, ExitCode(err))
+			require.Equal(t, 1, cli.ExitCode(err))
 		case <-time.After(30 * time.Second):
 			t.Fatal("power on --wait did not return after the cancel")
 		}

@@ -1,0 +1,51 @@
+package bench
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/inventory"
+)
+
+// The runs of flow bench against a server child are tested in app
+// (app/bench_test.go), whose test binary can be that child.
+
+func TestBenchRack(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		m    int
+		want map[inventory.ComponentType]int
+	}{
+		{name: "One", m: 1, want: map[inventory.ComponentType]int{inventory.ComponentTypePowerShelf: 1}},
+		{name: "OneOfEach", m: 3, want: map[inventory.ComponentType]int{inventory.ComponentTypePowerShelf: 1, inventory.ComponentTypeCompute: 1, inventory.ComponentTypeNVSwitch: 1}},
+		{name: "Six", m: 6, want: map[inventory.ComponentType]int{inventory.ComponentTypePowerShelf: 4, inventory.ComponentTypeCompute: 1, inventory.ComponentTypeNVSwitch: 1}},
+		{name: "Full", m: 35, want: map[inventory.ComponentType]int{inventory.ComponentTypePowerShelf: 8, inventory.ComponentTypeCompute: 18, inventory.ComponentTypeNVSwitch: 9}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := benchRack(3, tt.m)
+			require.Len(t, r.Components, tt.m)
+			got := map[inventory.ComponentType]int{}
+			for _, c := range r.Components {
+				got[c.Type]++
+			}
+			require.Equal(t, tt.want, got)
+			require.Equal(t, inventory.DemoRack(3).Name, r.Name)
+		})
+	}
+}
+
+func TestPercentileMs(t *testing.T) {
+	t.Parallel()
+	ds := make([]time.Duration, 100)
+	for i := range ds {
+		ds[i] = time.Duration(100-i) * time.Millisecond // 100ms..1ms, unsorted
+	}
+	require.Equal(t, 50.0, percentileMs(ds, 50))
+	require.Equal(t, 99.0, percentileMs(ds, 99))
+	require.Equal(t, 7.0, percentileMs([]time.Duration{7 * time.Millisecond}, 99))
+	require.Zero(t, percentileMs(nil, 50))
+}
