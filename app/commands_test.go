@@ -3,6 +3,8 @@ package app
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -34,6 +36,15 @@ func (b *cliBundle) mustFlow(t *testing.T, args ...string) string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// writeFile writes body to a file named name in a fresh temporary folder
+// and returns its path.
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+	return path
+}
 
 func TestServerCommandsHelp(t *testing.T) {
 	t.Parallel()

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/bench"
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/db/pglocal"
@@ -148,5 +149,5 @@ func BenchmarkRollout1000Racks(b *testing.B) {
 	require.Equal(b, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_COMPLETED, run.GetSummary().GetState().GetStatus(), run.GetSummary().GetStatusMessage())
 	b.ReportMetric(created.Seconds(), "create_s")
 	b.ReportMetric(total.Seconds(), "total_s")
-	b.ReportMetric(float64(peakRSS(server.cmd.Process.Pid))/(1<<20), "peak_rss_MiB")
+	b.ReportMetric(float64(bench.PeakRSS(server.cmd.Process.Pid))/(1<<20), "peak_rss_MiB")
 }

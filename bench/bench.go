@@ -527,7 +527,7 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 	if err := b.wait(ctx, firstSubmit, len(tasks)); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return nil, err
 	}
-	res.ServerPeakRSSBytes = peakRSS(b.server.Process.Pid)
+	res.ServerPeakRSSBytes = PeakRSS(b.server.Process.Pid)
 	cpu := b.cpu().minus(cpu0)
 	res.ServerCPUSeconds, res.BenchCPUSeconds, res.PostgresCPUSeconds = cpu.server, cpu.bench, cpu.postgres
 	if err := b.fetch(ctx, tasks); err != nil {
@@ -798,9 +798,9 @@ func percentileMs(ds []time.Duration, p int) float64 {
 	return float64(s[max(k, 1)-1]) / float64(time.Millisecond)
 }
 
-// peakRSS returns the peak resident set size of process pid (VmHWM in
+// PeakRSS returns the peak resident set size of process pid (VmHWM in
 // /proc/<pid>/status) in bytes, 0 when it cannot be read (not Linux).
-func peakRSS(pid int) int64 {
+func PeakRSS(pid int) int64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0

@@ -241,6 +241,7 @@ type TaskSchedule struct {
 	FireCount         int64
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	CreatedBy         string
 }
 
 type TaskScheduleScope struct {
