@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +166,8 @@ func TestScheduleE2E(t *testing.T) {
 // no (schedule, firing time, rack) has two tasks, and each schedule's
 // fire_count (incremented in the firing's transaction) equals the number of
 // firing times its tasks carry, so no firing advanced without its tasks.
+// `make soak` sets FLOW_SOAK=1: 100 schedules and 10 kills; `make test`
+// runs 30 and 3.
 func TestScheduleKillLoop(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -176,7 +179,10 @@ func TestScheduleKillLoop(t *testing.T) {
 	require.NoError(t, err)
 	defer pool.Close()
 	inv := inventory.NewService()
-	const schedules = 100
+	schedules, kills := 30, 3
+	if os.Getenv("FLOW_SOAK") != "" {
+		schedules, kills = 100, 10
+	}
 	var names []string
 	var devs []nicosim.Device
 	for i := range schedules {
@@ -212,10 +218,6 @@ func TestScheduleKillLoop(t *testing.T) {
 	for i, name := range names {
 		_, err := client.CreateTaskSchedule(ctx, scheduleReq(fmt.Sprintf("kill-%03d", i), "interval", "2s", flowv1.OverlapPolicy_OVERLAP_POLICY_QUEUE, name))
 		require.NoError(t, err)
-	}
-	kills := 10
-	if testing.Short() {
-		kills = 3
 	}
 	for range kills {
 		time.Sleep(2500 * time.Millisecond)
