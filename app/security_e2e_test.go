@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/cli"
@@ -315,6 +317,22 @@ func TestAuditLineAndSubmitter(t *testing.T) {
 	require.Len(t, fired.GetTaskIds(), 1)
 	require.NoError(t, s.srv.pool.QueryRow(ctx, `SELECT submitted_by FROM task WHERE id = $1`, fired.GetTaskIds()[0].GetId()).Scan(&by))
 	require.Equal(t, devSPIFFEID("admin"), by)
+
+	// An operation run submits its child tasks as the identity that
+	// created it.
+	run, err := s.client(t, "operator").CreateOperationRun(ctx, rolloutRequest("audited rollout", rolloutOpts{concurrency: 1}))
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var children []string
+		rows, err := s.srv.pool.Query(ctx, `SELECT submitted_by FROM task WHERE trigger_id = $1`, run.GetId().GetId())
+		require.NoError(c, err)
+		children, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(c, err)
+		require.NotEmpty(c, children)
+		for _, by := range children {
+			require.Equal(c, devSPIFFEID("operator"), by)
+		}
+	}, time.Minute, 100*time.Millisecond)
 }
 
 // TestNoPolicyMakesEveryCertificateAdmin: without FLOW_AUTHZ_POLICY every

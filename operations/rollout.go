@@ -218,6 +218,10 @@ type Run struct {
 	StartedAt         *time.Time
 	FinishedAt        *time.Time
 	Stats             *RunStats // only when asked for
+	// CreatedBy is the identity that created the run; its child tasks are
+	// submitted as it (Request.SubmittedBy). "" for runs created before
+	// Flow recorded it.
+	CreatedBy string
 }
 
 // PhaseStats counts a set of phases' targets.

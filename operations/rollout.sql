@@ -2,8 +2,8 @@
 -- rollout queries merge cleanly with the task and schedule ones.
 
 -- name: OperationRunInsert :one
-INSERT INTO operation_run (name, description, selector, options, operation_template, operation_type, operation_code, total_phases)
-VALUES (@name, @description, @selector, @options, @operation_template, @operation_type, @operation_code, @total_phases)
+INSERT INTO operation_run (name, description, selector, options, operation_template, operation_type, operation_code, total_phases, created_by)
+VALUES (@name, @description, @selector, @options, @operation_template, @operation_type, @operation_code, @total_phases, @created_by)
 RETURNING *;
 
 -- name: OperationRunTargetInsert :copyfrom

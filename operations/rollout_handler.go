@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/inventory"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
@@ -38,6 +39,7 @@ func (h *RolloutHandler) CreateOperationRun(ctx context.Context, req *flowv1.Cre
 	if err != nil {
 		return nil, runError(err)
 	}
+	in.CreatedBy = caller.Identity(ctx)
 	var id uuid.UUID
 	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) (err error) {
 		id, err = h.runs.Create(ctx, tx, in)

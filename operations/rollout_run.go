@@ -387,6 +387,7 @@ func (r *Rollouts) submit(ctx context.Context, tx pgx.Tx, run Run, t *dbsqlc.Ope
 		Description:    tm.Description,
 		RequiredRackID: t.RackID, IdempotencyKey: "operation-run-target:" + t.ID.String(),
 		TriggerType: TriggerOperationRun, TriggerID: run.ID.String(),
+		SubmittedBy: run.CreatedBy,
 		Payload: Payload{
 			Operation: firmwareOperations[CodeUpgrade], SubTargets: tm.SubTargets, StartTime: tm.StartTime, EndTime: tm.EndTime,
 			OverrideReadinessCheck: tm.OverrideReadinessCheck, OverrideVersionCheck: tm.OverrideVersionCheck,

@@ -83,6 +83,9 @@ type CreateRunInput struct {
 	// an empty one), which is illegal beside Targets.
 	HasFilter bool
 	Auth      firmware.AuthData
+	// CreatedBy is the creating caller's identity (caller.Identity); every
+	// child task the run submits records it as its submitter.
+	CreatedBy string
 }
 
 // Field paths of the create request, for error messages.
@@ -256,6 +259,7 @@ func (r *Rollouts) Create(ctx context.Context, tx pgx.Tx, in CreateRunInput) (uu
 	row, err := r.q.OperationRunInsert(ctx, tx, dbsqlc.OperationRunInsertParams{
 		Name: in.Name, Description: in.Description, Selector: sel, Options: opts, OperationTemplate: tmpl,
 		OperationType: string(OperationTypeFirmwareControl), OperationCode: string(CodeUpgrade), TotalPhases: int32(phases),
+		CreatedBy: in.CreatedBy,
 	})
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("insert operation run: %w", err)
@@ -424,6 +428,7 @@ func runFromRow(row dbsqlc.OperationRun) (Run, error) {
 		Type: OperationType(row.OperationType), Code: OperationCode(row.OperationCode),
 		CurrentPhase: int(row.CurrentPhaseIndex), TotalPhases: int(row.TotalPhases),
 		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt, StartedAt: row.StartedAt, FinishedAt: row.FinishedAt,
+		CreatedBy: row.CreatedBy,
 	}
 	if err := errors.Join(json.Unmarshal(row.Selector, &run.Selector), json.Unmarshal(row.Options, &run.Options),
 		json.Unmarshal(row.OperationTemplate, &run.Template)); err != nil {

@@ -147,6 +147,7 @@ type OperationRun struct {
 	UpdatedAt         pgtype.Timestamptz
 	StartedAt         pgtype.Timestamptz
 	FinishedAt        pgtype.Timestamptz
+	CreatedBy         string
 }
 
 type OperationRunTarget struct {

@@ -123,7 +123,7 @@ func (q *Queries) OperationRunExist(ctx context.Context, db DBTX, ids []uuid.UUI
 }
 
 const operationRunGetByID = `-- name: OperationRunGetByID :one
-SELECT id, name, description, status, status_reason, status_message, selector, options, operation_template, operation_type, operation_code, current_phase_index, total_phases, wake_at, created_at, updated_at, started_at, finished_at FROM operation_run WHERE id = $1
+SELECT id, name, description, status, status_reason, status_message, selector, options, operation_template, operation_type, operation_code, current_phase_index, total_phases, wake_at, created_at, updated_at, started_at, finished_at, created_by FROM operation_run WHERE id = $1
 `
 
 func (q *Queries) OperationRunGetByID(ctx context.Context, db DBTX, id uuid.UUID) (OperationRun, error) {
@@ -148,15 +148,16 @@ func (q *Queries) OperationRunGetByID(ctx context.Context, db DBTX, id uuid.UUID
 		&i.UpdatedAt,
 		&i.StartedAt,
 		&i.FinishedAt,
+		&i.CreatedBy,
 	)
 	return i, err
 }
 
 const operationRunInsert = `-- name: OperationRunInsert :one
 
-INSERT INTO operation_run (name, description, selector, options, operation_template, operation_type, operation_code, total_phases)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-RETURNING id, name, description, status, status_reason, status_message, selector, options, operation_template, operation_type, operation_code, current_phase_index, total_phases, wake_at, created_at, updated_at, started_at, finished_at
+INSERT INTO operation_run (name, description, selector, options, operation_template, operation_type, operation_code, total_phases, created_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+RETURNING id, name, description, status, status_reason, status_message, selector, options, operation_template, operation_type, operation_code, current_phase_index, total_phases, wake_at, created_at, updated_at, started_at, finished_at, created_by
 `
 
 type OperationRunInsertParams struct {
@@ -168,6 +169,7 @@ type OperationRunInsertParams struct {
 	OperationType     string
 	OperationCode     string
 	TotalPhases       int32
+	CreatedBy         string
 }
 
 // Operation runs (docs/rollouts.md). Kept apart from query.sql so the
@@ -182,6 +184,7 @@ func (q *Queries) OperationRunInsert(ctx context.Context, db DBTX, arg Operation
 		arg.OperationType,
 		arg.OperationCode,
 		arg.TotalPhases,
+		arg.CreatedBy,
 	)
 	var i OperationRun
 	err := row.Scan(
@@ -203,12 +206,13 @@ func (q *Queries) OperationRunInsert(ctx context.Context, db DBTX, arg Operation
 		&i.UpdatedAt,
 		&i.StartedAt,
 		&i.FinishedAt,
+		&i.CreatedBy,
 	)
 	return i, err
 }
 
 const operationRunList = `-- name: OperationRunList :many
-SELECT id, name, description, status, status_reason, status_message, selector, options, operation_template, operation_type, operation_code, current_phase_index, total_phases, wake_at, created_at, updated_at, started_at, finished_at FROM operation_run
+SELECT id, name, description, status, status_reason, status_message, selector, options, operation_template, operation_type, operation_code, current_phase_index, total_phases, wake_at, created_at, updated_at, started_at, finished_at, created_by FROM operation_run
 WHERE (cardinality($1::text[]) = 0
        OR (CASE WHEN $2::bool THEN name LIKE ANY ($1::text[]) ELSE name LIKE ALL ($1::text[]) END))
   -- States and kinds are "status|reason" and "type|code" LIKE patterns
@@ -263,6 +267,7 @@ func (q *Queries) OperationRunList(ctx context.Context, db DBTX, arg OperationRu
 			&i.UpdatedAt,
 			&i.StartedAt,
 			&i.FinishedAt,
+			&i.CreatedBy,
 		); err != nil {
 			return nil, err
 		}
@@ -275,7 +280,7 @@ func (q *Queries) OperationRunList(ctx context.Context, db DBTX, arg OperationRu
 }
 
 const operationRunLock = `-- name: OperationRunLock :one
-SELECT id, name, description, status, status_reason, status_message, selector, options, operation_template, operation_type, operation_code, current_phase_index, total_phases, wake_at, created_at, updated_at, started_at, finished_at FROM operation_run WHERE id = $1 FOR UPDATE
+SELECT id, name, description, status, status_reason, status_message, selector, options, operation_template, operation_type, operation_code, current_phase_index, total_phases, wake_at, created_at, updated_at, started_at, finished_at, created_by FROM operation_run WHERE id = $1 FOR UPDATE
 `
 
 // Every transition of a run holds this row lock: replicas, child-task ends,
@@ -302,6 +307,7 @@ func (q *Queries) OperationRunLock(ctx context.Context, db DBTX, id uuid.UUID) (
 		&i.UpdatedAt,
 		&i.StartedAt,
 		&i.FinishedAt,
+		&i.CreatedBy,
 	)
 	return i, err
 }

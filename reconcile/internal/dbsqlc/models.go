@@ -149,6 +149,7 @@ type OperationRun struct {
 	UpdatedAt         time.Time
 	StartedAt         *time.Time
 	FinishedAt        *time.Time
+	CreatedBy         string
 }
 
 type OperationRunTarget struct {

@@ -1,0 +1,1 @@
+ALTER TABLE operation_run DROP COLUMN created_by;
