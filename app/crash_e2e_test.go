@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db"
@@ -24,6 +25,44 @@ import (
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/sim"
 )
+
+// How storeDemoRacks seeds the simulators' devices.
+type seedMode int
+
+const (
+	seedAsIs     seedMode = iota // the simulator's defaults
+	seedOff                      // powered off
+	seedFirmware                 // BMC firmware 1.0
+)
+
+// storeDemoRacks stores the demo racks first … first+n-1 in pool and seeds
+// their devices into sims, and returns the racks' names and the devices.
+func storeDemoRacks(t testing.TB, pool *pgxpool.Pool, inv *inventory.Service, sims *simulators, first, n int, mode seedMode) ([]string, []nicosim.Device) {
+	t.Helper()
+	ctx := context.Background()
+	var names []string
+	var devs []nicosim.Device
+	for i := range n {
+		r := inventory.DemoRack(first + i)
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+			r.ID, err = inv.CreateRack(ctx, tx, r)
+			return err
+		}))
+		names = append(names, r.Name)
+		for _, c := range r.Components {
+			d := nicosim.Device{Kind: strings.ToLower(string(c.Type)), Name: c.Name, Serial: c.SerialNumber, BMCMAC: c.BMCs[0].MAC.String(), RackID: r.ID.String()}
+			switch mode {
+			case seedOff:
+				d.PoweredOff = true
+			case seedFirmware:
+				d.Firmware = map[string]string{"bmc": "1.0"}
+			}
+			devs = append(devs, d)
+		}
+	}
+	require.NoError(t, sims.Seed(devs))
+	return names, devs
+}
 
 // serverProcess is `flow serve` running as a child process of the test.
 type serverProcess struct {
@@ -78,20 +117,7 @@ func TestKillDuringPowerOn(t *testing.T) {
 	defer pool.Close()
 	inv := inventory.NewService()
 	const racks = 50
-	var names []string
-	var devs []nicosim.Device
-	for i := range racks {
-		r := inventory.DemoRack(100 + i)
-		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-			r.ID, err = inv.CreateRack(ctx, tx, r)
-			return err
-		}))
-		names = append(names, r.Name)
-		for _, c := range r.Components {
-			devs = append(devs, nicosim.Device{Kind: strings.ToLower(string(c.Type)), Name: c.Name, Serial: c.SerialNumber, BMCMAC: c.BMCs[0].MAC.String(), RackID: r.ID.String(), PoweredOff: true})
-		}
-	}
-	require.NoError(t, sims.Seed(devs))
+	names, devs := storeDemoRacks(t, pool, inv, sims, 100, racks, seedOff)
 
 	port, err := pglocal.FreePort()
 	require.NoError(t, err)

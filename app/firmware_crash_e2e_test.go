@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db"
@@ -40,20 +39,7 @@ func TestKillDuringFirmwareUpgrades(t *testing.T) {
 	defer pool.Close()
 	inv := inventory.NewService()
 	const racks = 20
-	var names []string
-	var devs []nicosim.Device
-	for i := range racks {
-		r := inventory.DemoRack(200 + i)
-		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-			r.ID, err = inv.CreateRack(ctx, tx, r)
-			return err
-		}))
-		names = append(names, r.Name)
-		for _, c := range r.Components {
-			devs = append(devs, nicosim.Device{Kind: strings.ToLower(string(c.Type)), Name: c.Name, Serial: c.SerialNumber, BMCMAC: c.BMCs[0].MAC.String(), RackID: r.ID.String(), Firmware: map[string]string{"bmc": "1.0"}})
-		}
-	}
-	require.NoError(t, sims.Seed(devs))
+	names, devs := storeDemoRacks(t, pool, inv, sims, 200, racks, seedFirmware)
 
 	port, err := pglocal.FreePort()
 	require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/bench"
@@ -17,7 +16,6 @@ import (
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/nico/nicosim"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
@@ -117,18 +115,7 @@ func BenchmarkRollout1000Racks(b *testing.B) {
 	require.NoError(b, err)
 	defer pool.Close()
 	inv := inventory.NewService()
-	var devs []nicosim.Device
-	for i := range racks {
-		r := inventory.DemoRack(1000 + i)
-		require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-			r.ID, err = inv.CreateRack(ctx, tx, r)
-			return err
-		}))
-		for _, c := range r.Components {
-			devs = append(devs, nicosim.Device{Kind: strings.ToLower(string(c.Type)), Name: c.Name, Serial: c.SerialNumber, BMCMAC: c.BMCs[0].MAC.String(), RackID: r.ID.String(), Firmware: map[string]string{"bmc": "1.0"}})
-		}
-	}
-	require.NoError(b, sims.Seed(devs))
+	storeDemoRacks(b, pool, inv, sims, 1000, racks, seedFirmware)
 	port, err := pglocal.FreePort()
 	require.NoError(b, err)
 	url := "http://127.0.0.1:" + itoa(port)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db"
@@ -46,18 +45,7 @@ func TestKillDuringRollout(t *testing.T) {
 	require.NoError(t, err)
 	defer pool.Close()
 	inv := inventory.NewService()
-	var devs []nicosim.Device
-	for i := range racks {
-		r := inventory.DemoRack(400 + i)
-		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-			r.ID, err = inv.CreateRack(ctx, tx, r)
-			return err
-		}))
-		for _, c := range r.Components {
-			devs = append(devs, nicosim.Device{Kind: strings.ToLower(string(c.Type)), Name: c.Name, Serial: c.SerialNumber, BMCMAC: c.BMCs[0].MAC.String(), RackID: r.ID.String(), Firmware: map[string]string{"bmc": "1.0"}})
-		}
-	}
-	require.NoError(t, sims.Seed(devs))
+	_, devs := storeDemoRacks(t, pool, inv, sims, 400, racks, seedFirmware)
 
 	port, err := pglocal.FreePort()
 	require.NoError(t, err)

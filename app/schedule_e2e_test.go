@@ -17,7 +17,6 @@ import (
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/nico/nicosim"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/sim"
@@ -183,20 +182,7 @@ func TestScheduleKillLoop(t *testing.T) {
 	if os.Getenv("FLOW_SOAK") != "" {
 		schedules, kills = 100, 10
 	}
-	var names []string
-	var devs []nicosim.Device
-	for i := range schedules {
-		r := inventory.DemoRack(400 + i)
-		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-			r.ID, err = inv.CreateRack(ctx, tx, r)
-			return err
-		}))
-		names = append(names, r.Name)
-		for _, c := range r.Components {
-			devs = append(devs, nicosim.Device{Kind: strings.ToLower(string(c.Type)), Name: c.Name, Serial: c.SerialNumber, BMCMAC: c.BMCs[0].MAC.String(), RackID: r.ID.String(), PoweredOff: true})
-		}
-	}
-	require.NoError(t, sims.Seed(devs))
+	names, _ := storeDemoRacks(t, pool, inv, sims, 400, schedules, seedOff)
 	env := func(port int) []string {
 		return []string{
 			"DATABASE_URL=" + dbURL, "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port),

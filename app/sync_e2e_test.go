@@ -18,7 +18,6 @@ import (
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/nico/nicosim"
 )
 
 // TestSyncRunsOnLeaderAndSurvivesItsDeath runs two `flow serve` processes on
@@ -36,18 +35,7 @@ func TestSyncRunsOnLeaderAndSurvivesItsDeath(t *testing.T) {
 	require.NoError(t, err)
 	defer pool.Close()
 	inv := inventory.NewService()
-	var devs []nicosim.Device
-	for i := range 2 {
-		r := inventory.DemoRack(300 + i)
-		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-			r.ID, err = inv.CreateRack(ctx, tx, r)
-			return err
-		}))
-		for _, c := range r.Components {
-			devs = append(devs, nicosim.Device{Kind: strings.ToLower(string(c.Type)), Name: c.Name, Serial: c.SerialNumber, BMCMAC: c.BMCs[0].MAC.String(), RackID: r.ID.String()})
-		}
-	}
-	require.NoError(t, sims.Seed(devs))
+	storeDemoRacks(t, pool, inv, sims, 300, 2, seedAsIs)
 	cfgFile := filepath.Join(t.TempDir(), "flowconfig.yaml")
 	require.NoError(t, os.WriteFile(cfgFile, []byte("inventory_run_frequency: 1s\n"), 0o644))
 
