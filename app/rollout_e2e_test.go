@@ -285,7 +285,7 @@ func TestRolloutSafetyGate(t *testing.T) {
 		for _, tg := range allTargets(t, srv.client, id) {
 			if tg.GetRackId().GetId() == r.ID.String() {
 				require.Equal(t, flowv1.OperationRunTargetStatus_OPERATION_RUN_TARGET_STATUS_FAILED, tg.GetStatus())
-				require.Contains(t, tg.GetMessage(), "firmware update failed")
+				require.Contains(t, tg.GetMessage(), "flash write error") // the fault injected on that rack's tray
 			}
 		}
 	}
