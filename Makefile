@@ -19,11 +19,12 @@ build:
 test: ## the whole suite, on a private PostgreSQL the tests start (or TEST_DATABASE_URL)
 	$(GO) test $(TESTFLAGS) ./...
 
-# SOAK_COUNT rounds of every kill/crash/restart test (a different random kill
-# point each round); longer than `make test`, run by CI after it. FLOW_SOAK=1
-# scales up the tests that have a long form (TestKillDuringRollout: 50 racks,
-# 10 kills instead of 12 and 3).
-SOAK_COUNT ?= 3
+# make soak: the kill, crash and restart tests in their long form
+# (FLOW_SOAK=1: TestKillDuringRollout runs 50 racks and 10 kills instead of
+# 12 and 3, TestScheduleKillLoop 100 schedules and 10 kills instead of 30
+# and 3), SOAK_COUNT rounds, each with other random kill points. Longer than
+# `make test`; CI runs it after.
+SOAK_COUNT ?= 1
 SOAK_RUN   ?= Crash|Kill|TwoEngines|PostgresRestart
 soak: ## kill, crash and restart tests, SOAK_COUNT rounds each
 	FLOW_SOAK=1 $(GO) test -count=$(SOAK_COUNT) -timeout 40m -run '$(SOAK_RUN)' ./...

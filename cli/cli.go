@@ -160,6 +160,8 @@ type noun struct {
 	aliases []string
 	summary string
 	verbs   []verb
+	// subnouns are nouns nested under this one (`flow schedule scope add`).
+	subnouns []noun
 }
 
 // verb is one verb of a noun.
@@ -225,6 +227,11 @@ func (n noun) command(g *globals) *cobra.Command {
 	}
 	for _, v := range n.verbs {
 		cmd.AddCommand(v.command(g))
+	}
+	for _, sub := range n.subnouns {
+		sc := sub.command(g)
+		sc.GroupID = "" // groups are the root's
+		cmd.AddCommand(sc)
 	}
 	return cmd
 }

@@ -18,9 +18,10 @@ import (
 // named by name or UUID; times print in the operator's local time.
 
 var scheduleNoun = noun{
-	name:    "schedule",
-	aliases: []string{"schedules"},
-	summary: "task schedules: recurring and one-time operations on racks",
+	name:     "schedule",
+	aliases:  []string{"schedules"},
+	summary:  "task schedules: recurring and one-time operations on racks",
+	subnouns: []noun{scheduleScopeNoun},
 	verbs: []verb{
 		{name: "create", args: "NAME (--every D | --cron EXPR [--tz ZONE] | --at TIME) [--op OP] [--force] [--version V] [--queue] RACK... | --component C... [--type T,...]",
 			summary: "create a schedule; OP is power-on (default), power-off, power-reset, bring-up, ingest or firmware-upgrade",
@@ -186,63 +187,6 @@ var scheduleNoun = noun{
 							fmt.Fprintln(w, t.GetId())
 						}
 					})
-				}
-			}},
-		{name: "scopes", args: "SCHEDULE", summary: "list a schedule's scope: one entry per rack",
-			flags: func(fs *pflag.FlagSet) runFunc {
-				return func(ctx context.Context, c *env, args []string) error {
-					id, err := scheduleArg(ctx, c, args)
-					if err != nil {
-						return err
-					}
-					res, err := c.client.ListTaskScheduleScopes(ctx, &flowv1.ListTaskScheduleScopesRequest{ScheduleId: id})
-					if err != nil {
-						return err
-					}
-					return c.emit(res, func(w io.Writer) { printScopes(w, res.GetScopes(), rackNamesOfScopes(ctx, c, res.GetScopes())) })
-				}
-			}},
-		scopeVerb("scope-add", "add racks (or components) to a schedule's scope; racks already in scope get their filter merged",
-			func(ctx context.Context, c *env, id *flowv1.UUID, spec *flowv1.OperationTargetSpec) ([]*flowv1.TaskScheduleScope, error) {
-				res, err := c.client.AddTaskScheduleScope(ctx, &flowv1.AddTaskScheduleScopeRequest{ScheduleId: id, TargetSpec: spec})
-				return res.GetScopes(), err
-			}),
-		scopeVerb("scope-set", "make a schedule's scope exactly these racks (or components)",
-			func(ctx context.Context, c *env, id *flowv1.UUID, spec *flowv1.OperationTargetSpec) ([]*flowv1.TaskScheduleScope, error) {
-				res, err := c.client.UpdateTaskScheduleScope(ctx, &flowv1.UpdateTaskScheduleScopeRequest{ScheduleId: id, DesiredScope: spec})
-				if err == nil {
-					fmt.Fprintf(c.errOut, "added %d, removed %d, updated %d\n", res.GetAdded(), res.GetRemoved(), res.GetUpdated())
-				}
-				return res.GetScopes(), err
-			}),
-		{name: "scope-remove", args: "SCHEDULE RACK", summary: "remove one rack from a schedule's scope (not the last one)",
-			flags: func(fs *pflag.FlagSet) runFunc {
-				return func(ctx context.Context, c *env, args []string) error {
-					if err := wantArgs(args, 2, "SCHEDULE RACK"); err != nil {
-						return err
-					}
-					id, err := resolveSchedule(ctx, c, args[0])
-					if err != nil {
-						return err
-					}
-					rack, err := resolveRack(ctx, c, args[1])
-					if err != nil {
-						return err
-					}
-					scopes, err := c.client.ListTaskScheduleScopes(ctx, &flowv1.ListTaskScheduleScopesRequest{ScheduleId: id})
-					if err != nil {
-						return err
-					}
-					for _, sc := range scopes.GetScopes() {
-						if sc.GetRackId().GetId() == rack.GetId() {
-							res, err := c.client.RemoveTaskScheduleScope(ctx, &flowv1.RemoveTaskScheduleScopeRequest{ScopeId: sc.GetId()})
-							if err != nil {
-								return err
-							}
-							return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "removed scope %s (rack %s)\n", sc.GetId().GetId(), args[1]) })
-						}
-					}
-					return fmt.Errorf("rack %s is not in the scope of schedule %s", args[1], args[0])
 				}
 			}},
 		{name: "conflicts", args: "[--op OP] [--exclude SCHEDULE] RACK... | --component C...", summary: "list enabled schedules whose operation may conflict with OP on these racks (advisory)",
@@ -485,4 +429,71 @@ func printScopes(w io.Writer, scopes []*flowv1.TaskScheduleScope, names map[stri
 		rows[i] = []string{sc.GetId().GetId(), rackLabel(names, sc.GetRackId().GetId()), filter, last}
 	}
 	printTable(w, []string{"SCOPE", "RACK", "FILTER", "LAST TASK"}, rows)
+}
+
+// scheduleScopeNoun is `flow schedule scope add|update|remove|list`: the
+// racks (and component filters) a schedule fires on.
+var scheduleScopeNoun = noun{
+	name:    "scope",
+	aliases: []string{"scopes"},
+	summary: "a schedule's scope: the racks (or components) it fires on",
+	verbs: []verb{
+		{name: "list", args: "SCHEDULE", summary: "list a schedule's scope: one entry per rack",
+			flags: func(fs *pflag.FlagSet) runFunc {
+				return func(ctx context.Context, c *env, args []string) error {
+					id, err := scheduleArg(ctx, c, args)
+					if err != nil {
+						return err
+					}
+					res, err := c.client.ListTaskScheduleScopes(ctx, &flowv1.ListTaskScheduleScopesRequest{ScheduleId: id})
+					if err != nil {
+						return err
+					}
+					return c.emit(res, func(w io.Writer) { printScopes(w, res.GetScopes(), rackNamesOfScopes(ctx, c, res.GetScopes())) })
+				}
+			}},
+		scopeVerb("add", "add racks (or components) to a schedule's scope; racks already in scope get their filter merged",
+			func(ctx context.Context, c *env, id *flowv1.UUID, spec *flowv1.OperationTargetSpec) ([]*flowv1.TaskScheduleScope, error) {
+				res, err := c.client.AddTaskScheduleScope(ctx, &flowv1.AddTaskScheduleScopeRequest{ScheduleId: id, TargetSpec: spec})
+				return res.GetScopes(), err
+			}),
+		scopeVerb("update", "make a schedule's scope exactly these racks (or components): UpdateTaskScheduleScope",
+			func(ctx context.Context, c *env, id *flowv1.UUID, spec *flowv1.OperationTargetSpec) ([]*flowv1.TaskScheduleScope, error) {
+				res, err := c.client.UpdateTaskScheduleScope(ctx, &flowv1.UpdateTaskScheduleScopeRequest{ScheduleId: id, DesiredScope: spec})
+				if err == nil {
+					fmt.Fprintf(c.errOut, "added %d, removed %d, updated %d\n", res.GetAdded(), res.GetRemoved(), res.GetUpdated())
+				}
+				return res.GetScopes(), err
+			}),
+		{name: "remove", args: "SCHEDULE RACK", summary: "remove one rack from a schedule's scope (not the last one)",
+			flags: func(fs *pflag.FlagSet) runFunc {
+				return func(ctx context.Context, c *env, args []string) error {
+					if err := wantArgs(args, 2, "SCHEDULE RACK"); err != nil {
+						return err
+					}
+					id, err := resolveSchedule(ctx, c, args[0])
+					if err != nil {
+						return err
+					}
+					rack, err := resolveRack(ctx, c, args[1])
+					if err != nil {
+						return err
+					}
+					scopes, err := c.client.ListTaskScheduleScopes(ctx, &flowv1.ListTaskScheduleScopesRequest{ScheduleId: id})
+					if err != nil {
+						return err
+					}
+					for _, sc := range scopes.GetScopes() {
+						if sc.GetRackId().GetId() == rack.GetId() {
+							res, err := c.client.RemoveTaskScheduleScope(ctx, &flowv1.RemoveTaskScheduleScopeRequest{ScopeId: sc.GetId()})
+							if err != nil {
+								return err
+							}
+							return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "removed scope %s (rack %s)\n", sc.GetId().GetId(), args[1]) })
+						}
+					}
+					return fmt.Errorf("rack %s is not in the scope of schedule %s", args[1], args[0])
+				}
+			}},
+	},
 }

@@ -47,14 +47,14 @@ func TestCLISchedule(t *testing.T) {
 	requireFlowError(t, b, "want --every D, --cron EXPR or --at TIME", "schedule", "create", "x", r1.Name)
 
 	// Scopes, by rack name.
-	b.mustFlow(t, "schedule", "scope-add", "nightly-utc", r2.Name)
-	scopes := b.mustFlow(t, "schedule", "scopes", "nightly-utc")
+	b.mustFlow(t, "schedule", "scope", "add", "nightly-utc", r2.Name)
+	scopes := b.mustFlow(t, "schedule", "scope", "list", "nightly-utc")
 	require.Contains(t, scopes, r1.Name)
 	require.Contains(t, scopes, r2.Name)
-	b.mustFlow(t, "schedule", "scope-remove", "nightly-utc", r1.Name)
-	requireFlowError(t, b, "last scope", "schedule", "scope-remove", "nightly-utc", r2.Name)
-	b.mustFlow(t, "schedule", "scope-set", "nightly-utc", r1.Name, r2.Name)
-	require.Len(t, strings.Split(b.mustFlow(t, "schedule", "scopes", "nightly-utc"), "\n"), 3)
+	b.mustFlow(t, "schedule", "scope", "remove", "nightly-utc", r1.Name)
+	requireFlowError(t, b, "last scope", "schedule", "scope", "remove", "nightly-utc", r2.Name)
+	b.mustFlow(t, "schedule", "scope", "update", "nightly-utc", r1.Name, r2.Name)
+	require.Len(t, strings.Split(b.mustFlow(t, "schedule", "scope", "list", "nightly-utc"), "\n"), 3)
 
 	conflicts := b.mustFlow(t, "schedule", "conflicts", "--op", "firmware-upgrade", r2.Name)
 	require.Contains(t, conflicts, "six-hourly")

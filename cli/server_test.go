@@ -59,22 +59,31 @@ func startServer(t *testing.T, env map[string]string) *server {
 		"DATABASE_URL": s.dbURL, "FLOW_LISTEN_ADDR": addr,
 		"NICO_CORE_API_URL": sims.NICoServer.URL(), "PSM_API_URL": sims.PSMServer.URL(),
 		"FLOW_SHUTDOWN_TIMEOUT": "5s", "FLOW_FIRMWARE_POLL_INTERVAL": "100ms", "FLOW_LOG_LEVEL": "error",
+		// Cleartext on loopback, as flow dev serves (the TLS tests set
+		// certificates instead); no admin listener to collide on.
+		"ALLOW_INSECURE_GRPC": "true", "FLOW_ADMIN_LISTEN": "off",
 	}
 	for k, v := range env {
 		vars[k] = v
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx, []string{"flow", "serve"}, func(k string) string { return vars[k] }) }()
+	// exited is closed when flow serve returns, with its error in runErr.
+	exited := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(exited)
+		runErr = app.Run(ctx, []string{"flow", "serve"}, func(k string) string { return vars[k] })
+	}()
 	t.Cleanup(func() {
 		cancel()
-		require.NoError(t, <-done)
+		<-exited
+		require.NoError(t, runErr)
 	})
 	client := flowv1connect.NewFlowClient(http.DefaultClient, s.url)
 	require.Eventually(t, func() bool {
 		select {
-		case err := <-done:
-			t.Fatalf("flow serve ended: %v", err)
+		case <-exited:
+			t.Fatalf("flow serve ended: %v", runErr)
 		default:
 		}
 		_, err := client.Version(context.Background(), &flowv1.VersionRequest{})
