@@ -230,16 +230,33 @@ func printReport(w io.Writer, rep report) {
 		fmt.Fprintf(w, "steps: %d completed, %d failed, %d total; components: %d completed, %d failed, %d total\n",
 			stepsDone, stepsFailed, steps, compsDone, compsFailed, comps)
 	}
-	if len(rep.NotTargeted) > 0 {
-		parts := make([]string, len(rep.NotTargeted))
-		for i, n := range rep.NotTargeted {
-			parts[i] = fmt.Sprintf("%s (%s", n.Name, strings.ToLower(n.Type))
-			if n.Reason != "" {
-				parts[i] += ": " + n.Reason
+	// One line per type and reason, naming the components: a rack's eight
+	// shelves left out for one reason are one line, not eight.
+	type notTargetedGroup struct {
+		typ, reason string
+		names       []string
+	}
+	var groups []*notTargetedGroup
+	for _, n := range rep.NotTargeted {
+		typ := strings.ToLower(n.Type)
+		var g *notTargetedGroup
+		for _, h := range groups {
+			if h.typ == typ && h.reason == n.Reason {
+				g = h
 			}
-			parts[i] += ")"
 		}
-		fmt.Fprintf(w, "not targeted: %s\n", strings.Join(parts, ", "))
+		if g == nil {
+			g = &notTargetedGroup{typ: typ, reason: n.Reason}
+			groups = append(groups, g)
+		}
+		g.names = append(g.names, n.Name)
+	}
+	for _, g := range groups {
+		why := ""
+		if g.reason != "" {
+			why = " (" + g.reason + ")"
+		}
+		fmt.Fprintf(w, "not targeted: %d %s%s: %s\n", len(g.names), g.typ, why, strings.Join(g.names, ", "))
 	}
 	if rep.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", rep.Error)

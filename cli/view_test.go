@@ -107,7 +107,7 @@ func TestTaskViewRedraw(t *testing.T) {
 	require.Regexp(t, `STAGE\s+STEP\s+STATUS\s+COMPLETED\s+FAILED\s+RUNNING\s+TOTAL\s+STARTED\s+FINISHED\s+ACTION\s+ERROR\n`, buf.String())
 	require.Regexp(t, `2 running\s+NVSwitch\s+running\s+3\s+1\s+5\s+9\s+-\s+-\s+verifying power, poll 3 of 60\s+-\n`, buf.String())
 	require.Contains(t, buf.String(), "components targeted: 35\n")
-	require.Contains(t, buf.String(), "not targeted: tor-1 (torswitch: no step of the rule drives ToRSwitch)\n")
+	require.Contains(t, buf.String(), "not targeted: 1 torswitch (no step of the rule drives ToRSwitch): tor-1\n")
 	v.show(task(flowv1.TaskStatus_TASK_STATUS_RUNNING, "Running", oldReport), nil)
 	require.Contains(t, buf.String(), fmt.Sprintf("\x1b[%dA\x1b[J", n))
 	require.Regexp(t, `1 running\s+Compute\s+running\s+1\s+0\s+2\s+-\s+-\s+-\n`, buf.String()[n:])
