@@ -97,6 +97,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, logger); err != nil {
 		return nil, err
 	}
+	s.system.pool = pool
 	rules, err := operations.NewService(rackLookup{inv: inv})
 	if err != nil {
 		return nil, err

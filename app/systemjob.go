@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/nicoflow/flow/reconcile"
 )
@@ -19,8 +19,8 @@ import (
 // The job runs as a River periodic job: only the elected leader enqueues it,
 // so one cycle runs per interval however many `flow serve` processes share
 // the database, and a survivor takes over when the leader dies. It never
-// overlaps itself: while one cycle is queued or running, the next tick is
-// skipped (River unique job by name, states up to running), like upstream's
+// overlaps itself: while one cycle runs, the next tick finds its advisory
+// lock taken and skips (a killed process's lock frees at once), like upstream's
 // Skip policy. The first cycle runs one Interval after the leader is
 // elected, as upstream's interval trigger does; a failed cycle is logged and
 // not retried (the next tick is the retry).
@@ -53,6 +53,9 @@ type systemJobs struct {
 	jobs   map[string]SystemJob
 	order  []string
 	logger *slog.Logger
+	// pool holds each running cycle's advisory lock (systemJobWorker.Work);
+	// nil runs cycles without the cross-process guard (unit tests).
+	pool *pgxpool.Pool
 }
 
 // Add registers j. It fails on an empty or repeated name, a non-positive
@@ -113,25 +116,15 @@ type systemJobArgs struct {
 // Kind returns SystemJobKind.
 func (systemJobArgs) Kind() string { return SystemJobKind }
 
-// systemJobUniqueStates are the states in which a cycle of the same job
-// blocks a new one: queued or running. A completed, discarded or cancelled
-// cycle blocks nothing.
-var systemJobUniqueStates = []rivertype.JobState{
-	rivertype.JobStateAvailable,
-	rivertype.JobStatePending,
-	rivertype.JobStateRetryable,
-	rivertype.JobStateRunning,
-	rivertype.JobStateScheduled,
-}
-
-// InsertOpts puts the cycle on the system queue, unique by name while queued
-// or running (the Skip policy), with a single attempt.
+// InsertOpts puts the cycle on the system queue with a single attempt. It is
+// not a River unique job: River's uniqueness must include the running
+// state, and a cycle left "running" by a killed process would then block
+// every tick until River's rescue window (FLOW_ENGINE_RESCUE_AFTER, 30 m)
+// ran out. Cycles are kept from overlapping by a session advisory lock
+// instead (Work): a tick that finds it taken completes at once, and
+// PostgreSQL releases it the moment a dead process's connection goes.
 func (systemJobArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{
-		Queue:       SystemQueue,
-		MaxAttempts: 1,
-		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: systemJobUniqueStates},
-	}
+	return river.InsertOpts{Queue: SystemQueue, MaxAttempts: 1}
 }
 
 type systemJobWorker struct {
@@ -154,6 +147,17 @@ func (w *systemJobWorker) Work(ctx context.Context, job *river.Job[systemJobArgs
 		w.jobs.logger.WarnContext(ctx, "unknown system job", "job", job.Args.Name)
 		return nil
 	}
+	if w.jobs.pool != nil {
+		release, ok, err := systemJobLock(ctx, w.jobs.pool, j.Name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			w.jobs.logger.DebugContext(ctx, "system job skipped: its previous cycle still runs", "job", j.Name)
+			return nil
+		}
+		defer release()
+	}
 	start := time.Now()
 	if err := j.Run(ctx); err != nil {
 		w.jobs.logger.ErrorContext(ctx, "system job failed", "job", j.Name, "duration", time.Since(start), "error", err.Error())
@@ -163,6 +167,35 @@ func (w *systemJobWorker) Work(ctx context.Context, job *river.Job[systemJobArgs
 	}
 	w.jobs.logger.DebugContext(ctx, "system job done", "job", j.Name, "duration", time.Since(start))
 	return nil
+}
+
+// systemJobLock takes the session advisory lock of system job name on a
+// connection of its own, held until release. ok is false when another cycle
+// holds it. The lock dies with its connection, so a killed process frees it
+// at once.
+func systemJobLock(ctx context.Context, pool *pgxpool.Pool, name string) (release func(), ok bool, err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("system job %s: acquire lock connection: %w", name, err)
+	}
+	key := "flow.system_job:" + name
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, key).Scan(&ok); err != nil {
+		conn.Release()
+		return nil, false, fmt.Errorf("system job %s: lock: %w", name, err)
+	}
+	if !ok {
+		conn.Release()
+		return nil, false, nil
+	}
+	return func() {
+		ctx := context.WithoutCancel(ctx)
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, key); err != nil {
+			// A connection that cannot unlock must not go back to the
+			// pool holding the lock.
+			_ = conn.Conn().Close(ctx)
+		}
+		conn.Release()
+	}, true, nil
 }
 
 // InventorySyncJob and LeakDetectionJob are the system jobs' names.

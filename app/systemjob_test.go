@@ -29,6 +29,7 @@ func newSystemJobClient(t *testing.T, url string, jobs *systemJobs) *river.Clien
 	p, err := db.Open(context.Background(), url, db.PoolConfig{MaxConns: 8})
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
+	jobs.pool = p // the running cycle's advisory lock
 	c, err := river.NewClient(riverpgxv5.New(p), rc)
 	require.NoError(t, err)
 	return c
