@@ -56,6 +56,10 @@ type Config struct {
 	// SystemJobs are the leader-run system jobs' settings, from the config
 	// file (FLOW_CONFIG_FILE) and FLOW_EXPECTED_INVENTORY_SYNC_ENABLED.
 	SystemJobs SystemJobsConfig
+	// Limits bound what one request may cost (limits.go): FLOW_MAX_*,
+	// FLOW_READ_HEADER_TIMEOUT, FLOW_READ_TIMEOUT, FLOW_IDLE_TIMEOUT,
+	// FLOW_STRICT_JSON.
+	Limits Limits
 }
 
 // ConfigVar documents one environment variable; ConfigVars is the table the
@@ -107,6 +111,24 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_CONFIG_FILE", DefaultFlowConfigFile, "upstream's scheduler config file (YAML keys inventory_run_frequency, disable_inventory, leak_detection_interval, disable_leak_detection; durations such as 1m); the default path may be absent, an explicitly named file must exist; a zero or unparseable duration refuses startup (docs/inventory-sync.md)"},
 	{"FLOW_EXPECTED_INVENTORY_SYNC_ENABLED", "true", "gate of the expected-inventory mirror of each inventory-sync cycle (the mirror itself is not built yet); an unparseable value refuses startup"},
 	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard, which can pause queues and retry or delete jobs) at /riverui/ on the admin listener outside dev mode; it has no authentication of its own"},
+	// Request limits (limits.go, docs/limits.md).
+	{"FLOW_MAX_REQUEST_BYTES", "4194304", "largest request message in bytes, compressed and decompressed (Connect, gRPC and gRPC-Web); a larger body is refused with resource_exhausted before it is read whole (docs/limits.md)"},
+	{"FLOW_MAX_NAME_BYTES", "256", "longest name (rack, component, NVLink domain, rule, schedule and every *_name field), in bytes"},
+	{"FLOW_MAX_SERIAL_BYTES", "128", "longest serial_number, in bytes"},
+	{"FLOW_MAX_MANUFACTURER_BYTES", "128", "longest manufacturer or model, in bytes"},
+	{"FLOW_MAX_MAC_BYTES", "64", "longest mac_address, in bytes (before it is parsed)"},
+	{"FLOW_MAX_DESCRIPTION_BYTES", "16384", "longest description, in bytes"},
+	{"FLOW_MAX_DOCUMENT_BYTES", "1048576", "longest JSON document field (rule_definition_json), in bytes"},
+	{"FLOW_MAX_STRING_BYTES", "1024", "longest of every other string field (IDs, external IDs, versions, locations, patterns, credentials), in bytes"},
+	{"FLOW_MAX_TARGETS", "1000", "most targets, identifiers or IDs in one request list"},
+	{"FLOW_MAX_COMPONENTS_PER_RACK", "256", "most components of one rack in a request (CreateExpectedRack, PatchRack)"},
+	{"FLOW_MAX_FILTER_PATTERNS", "100", "most patterns in one filter"},
+	{"FLOW_MAX_LIST_ITEMS", "1000", "most items of any other repeated request field"},
+	{"FLOW_MAX_PAGE_SIZE", "1000", "largest pagination.limit a listing accepts"},
+	{"FLOW_READ_HEADER_TIMEOUT", "10s", "how long a client may take to send a request's headers"},
+	{"FLOW_READ_TIMEOUT", "30s", "how long a client may take to send a whole request, headers and body; a slower one is cut off"},
+	{"FLOW_IDLE_TIMEOUT", "2m", "how long a keep-alive connection may stay open with no request"},
+	{"FLOW_STRICT_JSON", "false", "true refuses unknown fields in Connect JSON requests for every client (invalid_argument naming the field); false refuses them only for clients sending the Flow-Strict: true header"},
 }
 
 // configDefault returns the variable name from getenv, or its documented
@@ -232,6 +254,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.RiverUIEnabled = b
 	}
+	lim, limErrs := loadLimits(getenv)
+	cfg.Limits = lim
+	errs = append(errs, limErrs...)
 	sj, sjErrs := loadSystemJobsConfig(getenv)
 	cfg.SystemJobs = sj
 	errs = append(errs, sjErrs...)
@@ -274,6 +299,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("expected_inventory_sync", c.SystemJobs.ExpectedInventorySync),
 		slog.Duration("leak_detection_interval", c.SystemJobs.LeakDetectionInterval),
 		slog.Bool("disable_leak_detection", c.SystemJobs.LeakDetectionDisabled),
+		slog.Any("limits", c.Limits),
 	)
 }
 

@@ -160,12 +160,13 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
 	}
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer)}
-	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.policy, admin: admin})
+	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.policy, admin: admin, limits: cfg.Limits})
 	var tlsConfig *tls.Config
 	if s.tls != nil {
 		tlsConfig = s.tls.tlsConfig()
 	}
 	s.http = newHTTPServer(cfg.ListenAddr, mux, tlsConfig, logger)
+	cfg.Limits.orDefault().applyTimeouts(s.http)
 	if cfg.AdminAddr != "off" {
 		if s.adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
 			return nil, fmt.Errorf("admin listener (FLOW_ADMIN_LISTEN) on %s: %w", cfg.AdminAddr, err)

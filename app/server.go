@@ -62,6 +62,8 @@ type muxOptions struct {
 	policy  *policy // FLOW_AUTHZ_POLICY; nil: every identity is admin
 	// admin is Flow's admin service; a fresh all-Unimplemented one when nil.
 	admin adminv1connect.AdminServiceHandler
+	// limits bound each request (limits.go); DefaultLimits when zero.
+	limits Limits
 }
 
 // compressMinBytes is the smallest answer sent compressed to a client that
@@ -87,6 +89,7 @@ var reflectedServices = []string{
 // pprof are never here: they live on the admin listener (adminlistener.go).
 func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions) http.Handler {
 	mux := http.NewServeMux()
+	lim := opts.limits.orDefault()
 	handlerOpts := []connect.HandlerOption{
 		// Compressing a small answer costs more CPU than the bytes it saves
 		// (a serial look-up spent ~0.1 ms gzipping ~1 KB); large pages still
@@ -98,6 +101,7 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 		}),
 	}
+	handlerOpts = append(handlerOpts, lim.handlerOptions()...)
 	mux.Handle(flowv1connect.NewFlowHandler(svc, handlerOpts...))
 	if opts.admin == nil {
 		opts.admin = &adminService{}
@@ -112,7 +116,7 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 		mux.Handle(grpcreflect.NewHandlerV1(reflector))
 		mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	}
-	return withCaller(mux)
+	return withCaller(lim.limitBody(mux))
 }
 
 // newHTTPServer serves handler on addr over HTTP/1.1 and HTTP/2: over TLS
@@ -160,7 +164,7 @@ func newLogInterceptor(logger *slog.Logger) connect.UnaryInterceptorFunc {
 				slog.Duration("duration", time.Since(start)),
 			}
 			if err != nil && level == slog.LevelInfo {
-				attrs = append(attrs, slog.String("error", err.Error()))
+				attrs = append(attrs, slog.String("error", truncate(err.Error(), maxLoggedError)))
 			}
 			logger.LogAttrs(ctx, level, "rpc", attrs...)
 			return res, err
@@ -181,13 +185,13 @@ func newErrorInterceptor(logger *slog.Logger) connect.UnaryInterceptorFunc {
 			var ce *connect.Error
 			switch {
 			case errors.As(err, &ce):
-				return nil, err
+				return nil, boundedError(ce)
 			case errors.Is(err, context.Canceled):
 				return nil, connect.NewError(connect.CodeCanceled, errors.New("request canceled"))
 			case errors.Is(err, context.DeadlineExceeded):
 				return nil, connect.NewError(connect.CodeDeadlineExceeded, errors.New("deadline exceeded"))
 			}
-			logger.ErrorContext(ctx, "internal error", "method", req.Spec().Procedure, "error", err.Error())
+			logger.ErrorContext(ctx, "internal error", "method", req.Spec().Procedure, "error", truncate(err.Error(), maxLoggedError))
 			return nil, connect.NewError(connect.CodeInternal, errors.New("internal error"))
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -54,6 +55,9 @@ func (h *Handler) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 func (h *Handler) CreateExpectedRack(ctx context.Context, req *flowv1.CreateExpectedRackRequest) (*flowv1.CreateExpectedRackResponse, error) {
 	if req.GetRack() == nil {
 		return nil, connectError(invalid("rack", "required"))
+	}
+	if req.GetRack().GetInfo() == nil {
+		return nil, connectError(invalid("rack.info", "required (serial_number and manufacturer identify the rack)"))
 	}
 	rack, err := rackFromProto(req.GetRack(), "rack")
 	if err != nil {
@@ -155,13 +159,17 @@ func (h *Handler) PatchRack(ctx context.Context, req *flowv1.PatchRackRequest) (
 	if pr == nil {
 		return nil, connectError(invalid("rack", "required"))
 	}
+	di, err := deviceInfoFromProto(pr.GetInfo(), "rack.info")
+	if err != nil {
+		return nil, connectError(err)
+	}
 	p := RackPatch{
-		Name:         pr.GetInfo().GetName(),
-		Manufacturer: pr.GetInfo().GetManufacturer(),
-		SerialNumber: pr.GetInfo().GetSerialNumber(),
-		Model:        pr.GetInfo().Model,
-		Description:  pr.GetInfo().Description,
-		ExternalID:   pr.GetExternalId(),
+		Name:         di.Name,
+		Manufacturer: di.Manufacturer,
+		SerialNumber: di.SerialNumber,
+		Model:        di.Model,
+		Description:  di.Description,
+		ExternalID:   strings.TrimSpace(pr.GetExternalId()),
 	}
 	if pr.GetInfo().GetId() != nil {
 		id, err := parseUUID(pr.GetInfo().GetId(), "rack.info.id")
@@ -181,7 +189,7 @@ func (h *Handler) PatchRack(ctx context.Context, req *flowv1.PatchRackRequest) (
 		p.Components = append(p.Components, c)
 	}
 	var report string
-	err := h.inTx(ctx, func(tx pgx.Tx) (err error) {
+	err = h.inTx(ctx, func(tx pgx.Tx) (err error) {
 		report, err = h.svc.PatchRack(ctx, tx, p)
 		return err
 	})

@@ -138,6 +138,9 @@ func (h *Handler) AddComponent(ctx context.Context, req *flowv1.AddComponentRequ
 	if req.GetComponent() == nil {
 		return nil, connectError(invalid("component", "required"))
 	}
+	if req.GetComponent().GetInfo() == nil {
+		return nil, connectError(invalid("component.info", "required (serial_number and manufacturer identify the component)"))
+	}
 	c, err := componentFromProto(req.GetComponent(), "component", false)
 	if err != nil {
 		return nil, connectError(err)
@@ -160,11 +163,16 @@ func (h *Handler) PatchComponent(ctx context.Context, req *flowv1.PatchComponent
 		return nil, connectError(err)
 	}
 	p := ComponentPatch{ID: id, FirmwareVersion: req.FirmwareVersion, Description: req.Description}
-	if p.Description != nil && *p.Description != "" && !jsonValid(*p.Description) {
-		return nil, connectError(invalid("description", "must be a JSON string"))
+	if p.Description != nil {
+		if err := checkDescription(*p.Description, "description"); err != nil {
+			return nil, connectError(err)
+		}
 	}
 	if req.Position != nil {
-		pos := positionFromProto(req.GetPosition())
+		pos, err := positionFromProto(req.GetPosition(), "position")
+		if err != nil {
+			return nil, connectError(err)
+		}
 		p.Position = &pos
 	}
 	if req.UpdateMask != nil {

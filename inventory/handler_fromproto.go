@@ -1,7 +1,6 @@
 package inventory
 
 import (
-	"encoding/json"
 	"fmt"
 	"path"
 	"strings"
@@ -108,12 +107,11 @@ func parseUUID(u *flowv1.UUID, field string) (uuid.UUID, error) {
 	}
 	id, err := uuid.Parse(u.GetId())
 	if err != nil {
-		return uuid.Nil, invalid(field, "malformed UUID %q", u.GetId())
+		return uuid.Nil, invalid(field, "malformed UUID %q", clip(u.GetId()))
 	}
 	return id, nil
 }
 
-func jsonValid(s string) bool { return json.Valid([]byte(s)) }
 
 func pageFromProto(p *flowv1.Pagination) Page {
 	return Page{Offset: p.GetOffset(), Limit: p.GetLimit()}
@@ -240,22 +238,26 @@ func bmcFromProto(b *flowv1.BMCInfo, field string) (BMC, error) {
 	if err != nil {
 		return BMC{}, invalid(field+".mac_address", "%v", err)
 	}
-	return BMC{Type: t, MAC: mac, IP: b.IpAddress}, nil
-}
-
-func positionFromProto(p *flowv1.RackPosition) Position {
-	return Position{SlotID: p.GetSlotId(), TrayIdx: p.GetTrayIdx(), HostID: p.GetHostId()}
+	ip, err := ipFromProto(b.IpAddress, field+".ip_address")
+	if err != nil {
+		return BMC{}, err
+	}
+	return BMC{Type: t, MAC: mac, IP: ip}, nil
 }
 
 func rackFromProto(r *flowv1.Rack, field string) (Rack, error) {
 	info := r.GetInfo()
+	di, err := deviceInfoFromProto(info, field+".info")
+	if err != nil {
+		return Rack{}, err
+	}
 	out := Rack{
-		Name:         info.GetName(),
-		Manufacturer: info.GetManufacturer(),
-		SerialNumber: info.GetSerialNumber(),
-		Model:        info.Model,
-		Description:  info.Description,
-		ExternalID:   r.GetExternalId(),
+		Name:         di.Name,
+		Manufacturer: di.Manufacturer,
+		SerialNumber: di.SerialNumber,
+		Model:        di.Model,
+		Description:  di.Description,
+		ExternalID:   strings.TrimSpace(r.GetExternalId()),
 	}
 	if info.GetId() != nil {
 		id, err := parseUUID(info.GetId(), field+".info.id")
@@ -282,15 +284,23 @@ func rackFromProto(r *flowv1.Rack, field string) (Rack, error) {
 // serial and only needs a type for new ones).
 func componentFromProto(c *flowv1.Component, field string, lenientType bool) (Component, error) {
 	info := c.GetInfo()
+	di, err := deviceInfoFromProto(info, field+".info")
+	if err != nil {
+		return Component{}, err
+	}
+	pos, err := positionFromProto(c.GetPosition(), field+".position")
+	if err != nil {
+		return Component{}, err
+	}
 	out := Component{
-		Name:            info.GetName(),
-		Manufacturer:    info.GetManufacturer(),
-		SerialNumber:    info.GetSerialNumber(),
-		Model:           info.Model,
-		Description:     info.Description,
-		FirmwareVersion: c.GetFirmwareVersion(),
-		Position:        positionFromProto(c.GetPosition()),
-		ExternalID:      c.GetComponentId(),
+		Name:            di.Name,
+		Manufacturer:    di.Manufacturer,
+		SerialNumber:    di.SerialNumber,
+		Model:           di.Model,
+		Description:     di.Description,
+		FirmwareVersion: strings.TrimSpace(c.GetFirmwareVersion()),
+		Position:        pos,
+		ExternalID:      strings.TrimSpace(c.GetComponentId()),
 	}
 	if c.GetType() != flowv1.ComponentType_COMPONENT_TYPE_UNKNOWN || !lenientType {
 		t, err := typeFromProto(c.GetType(), field+".type")

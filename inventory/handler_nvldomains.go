@@ -14,7 +14,11 @@ import (
 // CreateNVLDomain implements v1.Flow.
 func (h *Handler) CreateNVLDomain(ctx context.Context, req *flowv1.CreateNVLDomainRequest) (*flowv1.CreateNVLDomainResponse, error) {
 	ident := req.GetNvlDomain().GetIdentifier()
-	d := NVLDomain{Name: ident.GetName()}
+	name, err := trimmed(ident.GetName(), "nvl_domain.identifier.name")
+	if err != nil {
+		return nil, connectError(err)
+	}
+	d := NVLDomain{Name: name}
 	if ident.GetId() != nil {
 		id, err := parseUUID(ident.GetId(), "nvl_domain.identifier.id")
 		if err != nil {
@@ -23,7 +27,7 @@ func (h *Handler) CreateNVLDomain(ctx context.Context, req *flowv1.CreateNVLDoma
 		d.ID = id
 	}
 	var id uuid.UUID
-	err := h.inTx(ctx, func(tx pgx.Tx) (err error) {
+	err = h.inTx(ctx, func(tx pgx.Tx) (err error) {
 		id, err = h.svc.CreateNVLDomain(ctx, tx, d)
 		return err
 	})
