@@ -131,6 +131,9 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	if err != nil {
 		return nil, err
 	}
+	// A stored rule must be one the engine will run (timeouts inside the
+	// rescue window, budgets that fit).
+	rules.SetPlanCheck(s.engine.CheckPlan)
 	tasks = operations.NewTasks(operations.TasksConfig{
 		Pool: pool, Rules: rules, Inv: inv, Engine: s.engine, Backends: s.backends.managers, Keys: keys, Logger: logger,
 		Expiry: scheduleQueueExpiry(s.river),

@@ -256,8 +256,13 @@ func (e *Engine) compileStep(stage Stage, st Step) (stepSpec, time.Duration, err
 	}
 	budget := st.Deadline
 	if budget == 0 {
-		per := timeout*time.Duration(r.MaxAttempts) + r.MaxInterval*time.Duration(r.MaxAttempts-1)
-		budget = per*time.Duration(spec.batches()) + stepBudgetSlack
+		var ok bool
+		if budget, ok = stepBudget(timeout, r, spec.batches()); !ok {
+			return stepSpec{}, 0, fmt.Errorf("%w: step deadline of %s × %d attempts × %d batches is over the limit of %s", ErrInvalidTimeout, timeout, r.MaxAttempts, spec.batches(), MaxStepDeadline)
+		}
+	}
+	if budget > MaxStepDeadline {
+		return stepSpec{}, 0, fmt.Errorf("%w: step deadline %s is over the limit of %s", ErrInvalidTimeout, budget, MaxStepDeadline)
 	}
 	if budget < time.Millisecond {
 		return stepSpec{}, 0, fmt.Errorf("%w: step deadline %s is under 1ms", ErrInvalidTimeout, budget)

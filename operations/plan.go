@@ -133,7 +133,7 @@ func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule RuleD
 			depth = max(depth, len(s.Actions())+boolInt(s.DelayAfter > 0))
 			stageBudget = max(stageBudget, s.Budget(len(targets[s.ComponentType].IDs)))
 		}
-		budget += stageBudget
+		budget = min(budget+stageBudget, maxBudget)
 		for k := range depth {
 			es := engine.Stage{Name: fmt.Sprintf("stage %d", st.Number), WaitAll: waitAll}
 			for _, s := range steps {

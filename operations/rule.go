@@ -465,6 +465,15 @@ func (a Action) validate(allowInternal bool) error {
 	if a.PollInterval < 0 {
 		return fmt.Errorf("action %s: poll_interval must be non-negative", a.Name)
 	}
+	for _, d := range []struct {
+		key string
+		v   *Duration
+	}{{"timeout", &a.Timeout}, {"poll_interval", &a.PollInterval}, {"parameters.duration", a.Parameters.Duration},
+		{"parameters.poll_interval", a.Parameters.PollInterval}, {"parameters.poll_timeout", a.Parameters.PollTimeout}} {
+		if err := checkRuleDuration(d.v); err != nil {
+			return fmt.Errorf("action %s: %s %w", a.Name, d.key, err)
+		}
+	}
 	for _, key := range present {
 		if !slices.Contains(spec.required, key) && !slices.Contains(spec.optional, key) {
 			return fmt.Errorf("action %s does not accept parameter: %s", a.Name, key)
@@ -488,6 +497,37 @@ func (rp RetryPolicy) Validate() error {
 		return fmt.Errorf("backoff_coefficient must be >= 1.0, got %g", rp.BackoffCoefficient)
 	case rp.MaxInterval < 0:
 		return fmt.Errorf("max_interval must be non-negative, got %v", rp.MaxInterval.Std())
+	case rp.MaxAttempts > MaxRetryAttempts:
+		return fmt.Errorf("max_attempts must be at most %d, got %d", MaxRetryAttempts, rp.MaxAttempts)
+	case math.IsNaN(rp.BackoffCoefficient) || rp.BackoffCoefficient > MaxBackoffCoefficient:
+		return fmt.Errorf("backoff_coefficient must be at most %g, got %g", float64(MaxBackoffCoefficient), rp.BackoffCoefficient)
+	}
+	if err := checkRuleDuration(&rp.InitialInterval); err != nil {
+		return fmt.Errorf("initial_interval %w", err)
+	}
+	if err := checkRuleDuration(&rp.MaxInterval); err != nil {
+		return fmt.Errorf("max_interval %w", err)
+	}
+	return nil
+}
+
+// Bounds of rule values, so that the budgets computed from them (spec
+// §8.3's step deadline, the run timeout) stay finite numbers; whether the
+// engine accepts those budgets is checked when the rule is stored
+// (Service.SetPlanCheck).
+const (
+	// MaxRuleDuration is the longest timeout, interval or sleep a rule may
+	// state.
+	MaxRuleDuration = 7 * 24 * time.Hour
+	// MaxRetryAttempts is the most calls a retry policy may allow.
+	MaxRetryAttempts = 1000
+	// MaxBackoffCoefficient is the steepest retry backoff.
+	MaxBackoffCoefficient = 100
+)
+
+func checkRuleDuration(d *Duration) error {
+	if d != nil && d.Std() > MaxRuleDuration {
+		return fmt.Errorf("must be at most %s, got %s", MaxRuleDuration, d.Std())
 	}
 	return nil
 }
@@ -507,6 +547,12 @@ func (s Step) validate(allowInternal bool) error {
 	}
 	if s.Timeout < 0 {
 		return fmt.Errorf("timeout must be non-negative, got %v", s.Timeout.Std())
+	}
+	if err := checkRuleDuration(&s.Timeout); err != nil {
+		return fmt.Errorf("timeout %w", err)
+	}
+	if err := checkRuleDuration(&s.DelayAfter); err != nil {
+		return fmt.Errorf("delay_after %w", err)
 	}
 	if s.Retry != nil {
 		if err := s.Retry.Validate(); err != nil {
@@ -600,12 +646,22 @@ func (s Step) Budget(components int) time.Duration {
 			backoff = s.Retry.MaxInterval.Std()
 		}
 	}
-	total := (base*time.Duration(attempts) + backoff*time.Duration(attempts-1)) * time.Duration(s.Batches(s.MainOperation, components))
+	// In float64, capped: a budget past any real deadline must not wrap
+	// round to a negative one.
+	total := (float64(base)*float64(attempts) + float64(backoff)*float64(attempts-1)) * float64(s.Batches(s.MainOperation, components))
 	for _, a := range append(slices.Clone(s.PreOperation), s.PostOperation...) {
-		total += a.Timeout.Std() * time.Duration(s.Batches(a, components))
+		total += float64(a.Timeout.Std()) * float64(s.Batches(a, components))
 	}
-	return total + 2*time.Minute
+	total += float64(2 * time.Minute)
+	if math.IsNaN(total) || total > float64(maxBudget) {
+		return maxBudget
+	}
+	return time.Duration(total)
 }
+
+// maxBudget caps Step.Budget and a plan's summed budget: beyond any
+// deadline the engine accepts (engine.MaxStepDeadline), far below overflow.
+const maxBudget = 1000 * 24 * time.Hour
 
 // Validate checks d as a user rule (spec §7.2): every step valid, no component
 // type twice in one stage, and only the actions users may write. It returns a

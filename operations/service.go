@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/operations/internal/dbsqlc"
 )
 
@@ -25,8 +26,52 @@ type RackLookup interface {
 // Service holds the rules of operation rules and rack-rule associations.
 // Reads take a db.DBTX; writes take a pgx.Tx and the caller commits.
 type Service struct {
-	racks RackLookup
-	q     *dbsqlc.Queries
+	racks     RackLookup
+	q         *dbsqlc.Queries
+	planCheck func(engine.Plan) error
+}
+
+// SetPlanCheck makes CreateRule and UpdateRule refuse a definition whose
+// engine plans check refuses, so a stored rule always runs: app passes the
+// engine's CheckPlan (call timeouts inside the rescue window, step
+// deadlines that fit). The plans are built as a submit would build them,
+// for 1 and for RuleCheckComponents components of every type the rule
+// names. Without a check only the rule's own validation applies.
+func (s *Service) SetPlanCheck(check func(engine.Plan) error) { s.planCheck = check }
+
+// RuleCheckComponents is the component count per type for which a stored
+// rule is proven runnable (a rack has far fewer of one type; a submit over
+// more that the engine refuses fails with FailedPrecondition, never
+// internal).
+const RuleCheckComponents = 256
+
+// checkRunnable builds the plans of def as a submit would and asks the
+// plan check; its refusal is a *ValidationError for rule_definition_json.
+func (s *Service) checkRunnable(def RuleDefinition, t OperationType, code OperationCode) error {
+	if s.planCheck == nil {
+		return nil
+	}
+	for _, n := range []int{1, RuleCheckComponents} {
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("check-%d", i)
+		}
+		targets := map[ComponentType]typeTargets{}
+		for _, st := range def.Steps {
+			targets[st.ComponentType] = typeTargets{IDs: ids}
+		}
+		plan, err := buildPlan(uuid.Nil, t, code, def, targets, Payload{})
+		if err != nil {
+			return invalid("rule_definition_json", "rule cannot run: %v", err)
+		}
+		if len(plan.Stages) == 0 {
+			return nil // no steps: nothing to run, submit answers not applicable
+		}
+		if err := s.planCheck(plan); err != nil {
+			return invalid("rule_definition_json", "rule cannot run on %d component(s) per type: %v", n, err)
+		}
+	}
+	return nil
 }
 
 // NewService returns a Service that checks racks through racks. It loads and
@@ -114,8 +159,11 @@ func (s *Service) CreateRule(ctx context.Context, tx pgx.Tx, in RuleInput) (Rule
 	if err := ValidateRuleHeader(in.Name, in.Type, in.Code); err != nil {
 		return Rule{}, err
 	}
-	_, raw, err := parseUserDefinition(in.Definition)
+	def, raw, err := parseUserDefinition(in.Definition)
 	if err != nil {
+		return Rule{}, err
+	}
+	if err := s.checkRunnable(def, in.Type, in.Code); err != nil {
 		return Rule{}, err
 	}
 	if in.IsDefault {
@@ -146,10 +194,18 @@ func (s *Service) UpdateRule(ctx context.Context, tx pgx.Tx, id uuid.UUID, chang
 	}
 	var raw []byte
 	if change.Definition != nil {
-		var err error
-		if _, raw, err = parseUserDefinition(change.Definition); err != nil {
+		def, r, err := parseUserDefinition(change.Definition)
+		if err != nil {
 			return Rule{}, err
 		}
+		cur, err := s.Rule(ctx, tx, id)
+		if err != nil {
+			return Rule{}, err
+		}
+		if err := s.checkRunnable(def, cur.Type, cur.Code); err != nil {
+			return Rule{}, err
+		}
+		raw = r
 	}
 	row, err := s.q.RuleUpdate(ctx, tx, dbsqlc.RuleUpdateParams{
 		ID: id, Name: change.Name, Description: change.Description, RuleDefinition: raw,

@@ -455,7 +455,12 @@ func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, typ O
 		return 0, fmt.Errorf("%w: operation rule has no step for the targeted components", ErrNotApplicable)
 	}
 	runID, err := t.engine.Start(ctx, tx, plan)
-	if err != nil {
+	var pe *engine.PlanError
+	if errors.As(err, &pe) {
+		// A rule stored before its runnability was checked, or a rack with
+		// more components than it was checked for: the client's to fix.
+		return 0, fmt.Errorf("%w: the operation rule cannot run on these targets: %v", ErrNotApplicable, pe)
+	} else if err != nil {
 		return 0, fmt.Errorf("start run: %w", err)
 	}
 	return int64(runID), nil
