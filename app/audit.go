@@ -14,6 +14,10 @@ import (
 	"github.com/nicoflow/flow/caller"
 )
 
+// maxAuditValue bounds each value an audit line quotes (the request
+// limits are checked after the audit line is written).
+const maxAuditValue = 256
+
 // maxAuditTargets bounds the targets one audit line lists.
 const maxAuditTargets = 20
 
@@ -94,7 +98,7 @@ func auditTargets(m protoreflect.Message, result bool) []string {
 			case fd.Kind() == protoreflect.MessageKind:
 				visit(v.Message(), p, depth, result, &out, walk)
 			case !result && fd.Kind() == protoreflect.StringKind && !fd.IsList() && targetField(name):
-				out = append(out, p+"="+v.String())
+				out = append(out, p+"="+truncate(v.String(), maxAuditValue))
 			}
 			return true
 		})
@@ -110,7 +114,7 @@ func auditTargets(m protoreflect.Message, result bool) []string {
 func visit(m protoreflect.Message, path string, depth int, result bool, out *[]string, walk func(protoreflect.Message, string, int)) {
 	if m.Descriptor().FullName() == "v1.UUID" {
 		if id := m.Get(m.Descriptor().Fields().ByName("id")).String(); id != "" {
-			*out = append(*out, path+"="+id)
+			*out = append(*out, path+"="+truncate(id, maxAuditValue))
 		}
 		return
 	}

@@ -85,7 +85,8 @@ var jsonErrPos = regexp.MustCompile(`\(line (\d+):(\d+)\)`)
 func jsonErrorPath(data []byte, err error) string {
 	sm := jsonErrPos.FindStringSubmatch(err.Error())
 	if sm == nil {
-		return ""
+		// No position (unexpected EOF): the deepest path reached.
+		return jsonPathAt(data, len(data))
 	}
 	line, _ := strconv.Atoi(sm[1])
 	col, _ := strconv.Atoi(sm[2])
