@@ -44,7 +44,6 @@ type Limits struct {
 	StrictJSON bool // FLOW_STRICT_JSON: unknown JSON fields are refused for every client
 }
 
-
 // DefaultLimits returns the limits with every setting at its default.
 func DefaultLimits() Limits {
 	lim, errs := loadLimits(func(string) string { return "" })

@@ -112,7 +112,6 @@ func parseUUID(u *flowv1.UUID, field string) (uuid.UUID, error) {
 	return id, nil
 }
 
-
 func pageFromProto(p *flowv1.Pagination) Page {
 	return Page{Offset: p.GetOffset(), Limit: p.GetLimit()}
 }
