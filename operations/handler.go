@@ -614,7 +614,7 @@ func taskError(err error) error {
 	case errors.Is(err, ErrTaskNotFound), errors.Is(err, inventory.ErrRackNotFound),
 		errors.Is(err, inventory.ErrComponentNotFound), errors.Is(err, inventory.ErrNVLDomainNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, ErrConflict), errors.Is(err, ErrNotApplicable), errors.Is(err, ErrNotCancellable),
+	case errors.Is(err, ErrConflict), errors.Is(err, ErrNotApplicable), errors.Is(err, ErrNotCancellable), errors.Is(err, ErrRuleNotRunnable),
 		errors.Is(err, ErrNoEncryptionKey), errors.Is(err, inventory.ErrAmbiguous), errors.Is(err, inventory.ErrNoRack),
 		errors.Is(err, backend.ErrNotConfigured):
 		return connect.NewError(connect.CodeFailedPrecondition, err)

@@ -72,6 +72,10 @@ var (
 	ErrNotApplicable = errors.New("operation not applicable to its targets")
 	// ErrNotCancellable means the task already completed or failed.
 	ErrNotCancellable = errors.New("task cannot be cancelled")
+	// ErrRuleNotRunnable means the engine refuses the plan of the rule for
+	// these targets (a rule stored before rules were checked for it, or a
+	// rack with more components of a type than rules are checked for).
+	ErrRuleNotRunnable = errors.New("operation rule cannot run on these targets")
 	// ErrNoEncryptionKey means a request carries firmware credentials but no
 	// data-encryption key is configured.
 	ErrNoEncryptionKey = errors.New("data encryption cipher is not configured (set FLOW_DATA_ENCRYPTION_KEY_PATH)")

@@ -459,7 +459,7 @@ func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, typ O
 	if errors.As(err, &pe) {
 		// A rule stored before its runnability was checked, or a rack with
 		// more components than it was checked for: the client's to fix.
-		return 0, fmt.Errorf("%w: the operation rule cannot run on these targets: %v", ErrNotApplicable, pe)
+		return 0, fmt.Errorf("%w: %w", ErrRuleNotRunnable, pe)
 	} else if err != nil {
 		return 0, fmt.Errorf("start run: %w", err)
 	}
