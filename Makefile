@@ -8,7 +8,7 @@ BIN     ?= bin/flow
 BUILDFLAGS ?= -buildvcs=true
 TESTFLAGS  ?= -count=1 -timeout 15m
 
-.PHONY: run build test soak generate verify bench clean
+.PHONY: run build test soak fuzz generate verify bench clean
 
 run: build ## Flow on the embedded default: private PostgreSQL in .flow/dev, simulators, dev mode
 	./$(BIN) dev $(ARGS)
@@ -28,6 +28,19 @@ SOAK_COUNT ?= 1
 SOAK_RUN   ?= Crash|Kill|TwoEngines|PostgresRestart
 soak: ## kill, crash and restart tests, SOAK_COUNT rounds each
 	FLOW_SOAK=1 $(GO) test -count=$(SOAK_COUNT) -timeout 40m -run '$(SOAK_RUN)' ./...
+
+# make fuzz: each fuzz target (docs/limits.md) for FUZZTIME with FUZZPARALLEL
+# workers; new inputs land in Go's fuzz cache, failures in the package's
+# testdata/fuzz/<target>/ (commit them as regression seeds once fixed).
+FUZZTIME         ?= 30s
+FUZZPARALLEL     ?= 1
+FUZZMINIMIZETIME ?= 5s
+FUZZ_TARGETS     ?= FuzzHandlers:./app FuzzRuleDefinition:./operations FuzzEnvelope:./firmware
+fuzz: ## each fuzz target for FUZZTIME (default 30s)
+	@for t in $(FUZZ_TARGETS); do \
+		name=$${t%%:*}; pkg=$${t#*:}; echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) -parallel $(FUZZPARALLEL) $$pkg || exit 1; \
+	done
 
 generate: ## buf and sqlc, with the versions pinned in go.mod's tool block
 	$(GO) tool buf generate
