@@ -49,7 +49,7 @@ func (b repeatReader) Read(p []byte) (int, error) {
 }
 
 // procStatus returns a /proc/<pid>/status value in bytes (VmRSS, VmHWM).
-func procStatus(t *testing.T, pid int, key string) int64 {
+func procStatus(t testing.TB, pid int, key string) int64 {
 	t.Helper()
 	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
 	require.NoError(t, err)
