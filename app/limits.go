@@ -15,6 +15,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
 // Limits bound what one request may cost the server (docs/limits.md). Every
@@ -38,6 +40,9 @@ type Limits struct {
 	Patterns   int // FLOW_MAX_FILTER_PATTERNS: patterns of one filter
 	ListItems  int // FLOW_MAX_LIST_ITEMS: any other repeated field
 	PageSize   int // FLOW_MAX_PAGE_SIZE: pagination.limit
+	// RackComponentsPage is the largest (and the default) page of
+	// GetListOfRacks with components: FLOW_MAX_RACK_PAGE_WITH_COMPONENTS.
+	RackComponentsPage int
 
 	ReadHeaderTimeout time.Duration // FLOW_READ_HEADER_TIMEOUT
 	ReadTimeout       time.Duration // FLOW_READ_TIMEOUT: headers and body of one request
@@ -89,6 +94,7 @@ func loadLimits(getenv func(string) string) (Limits, []string) {
 	size("FLOW_MAX_FILTER_PATTERNS", &lim.Patterns)
 	size("FLOW_MAX_LIST_ITEMS", &lim.ListItems)
 	size("FLOW_MAX_PAGE_SIZE", &lim.PageSize)
+	size("FLOW_MAX_RACK_PAGE_WITH_COMPONENTS", &lim.RackComponentsPage)
 	dur("FLOW_READ_HEADER_TIMEOUT", &lim.ReadHeaderTimeout)
 	dur("FLOW_READ_TIMEOUT", &lim.ReadTimeout)
 	dur("FLOW_IDLE_TIMEOUT", &lim.IdleTimeout)
@@ -254,7 +260,11 @@ func (lim Limits) checkMessage(m protoreflect.Message, prefix string) error {
 func (lim Limits) checkValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, path string) error {
 	switch fd.Kind() {
 	case protoreflect.StringKind:
-		return lim.checkString(string(fd.Name()), v.String(), path)
+		name := string(fd.Name())
+		if strings.HasSuffix(string(fd.ContainingMessage().Name()), "FirmwareAuthenticationData") {
+			name = "credentials_json" // download tokens may be long: the document limit
+		}
+		return lim.checkString(name, v.String(), path)
 	case protoreflect.BytesKind:
 		if n := len(v.Bytes()); n > lim.DocumentBytes {
 			return limitError(path, fmt.Sprintf("%d bytes, over the limit of %d (FLOW_MAX_DOCUMENT_BYTES)", n, lim.DocumentBytes))
@@ -297,6 +307,11 @@ func newLimitInterceptor(lim Limits) connect.UnaryInterceptorFunc {
 			}
 			if err := lim.checkRequest(m); err != nil {
 				return nil, err
+			}
+			if r, ok := m.(*flowv1.GetListOfRacksRequest); ok && r.GetWithComponents() {
+				if err := lim.rackComponentsPage(r); err != nil {
+					return nil, err
+				}
 			}
 			return next(ctx, req)
 		}
@@ -394,4 +409,22 @@ func (b *boundedGzip) Close() error {
 		return nil
 	}
 	return b.gz.Close()
+}
+
+// rackComponentsPage bounds a page of racks with their components, the
+// heaviest answer Flow gives (~15 KB a rack): a larger limit is refused,
+// and no limit means this one, so concurrent listers hold pages of a few
+// hundred KB, not megabytes.
+func (lim Limits) rackComponentsPage(r *flowv1.GetListOfRacksRequest) error {
+	n := int(r.GetPagination().GetLimit())
+	if n > lim.RackComponentsPage {
+		return limitError("pagination.limit", fmt.Sprintf("%d racks with components is over the limit of %d (FLOW_MAX_RACK_PAGE_WITH_COMPONENTS); page with pagination.offset", n, lim.RackComponentsPage))
+	}
+	if n == 0 {
+		if r.Pagination == nil {
+			r.Pagination = &flowv1.Pagination{}
+		}
+		r.Pagination.Limit = int32(lim.RackComponentsPage)
+	}
+	return nil
 }
