@@ -252,6 +252,9 @@ func (h *handler) FindMachinesByIds(ctx context.Context, req *forgepb.MachinesBy
 		if !ok {
 			continue
 		}
+		if _, drop := h.take(sim.FaultDrop, "FindMachinesByIds", id, nil); drop {
+			continue
+		}
 		p := ref.host.DPUs[ref.i]
 		res.Machines = append(res.Machines, &forgepb.Machine{
 			Id: &forgepb.MachineId{Id: p.ID}, State: ref.host.State, MachineType: forgepb.MachineType_MACHINE_TYPE_DPU,
