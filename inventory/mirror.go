@@ -395,14 +395,15 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		setPos(&nw.TrayIdx, ec.TrayIdx)
 		setPos(&nw.HostID, ec.HostID)
 		p := pending{row: nw, mac: string(mac), ip: ec.IP, bmcNew: cur.HostMac == ""}
-		p.keyNew = naturalKey(nw.Manufacturer, nw.SerialNumber) != naturalKey(old.Manufacturer, old.SerialNumber)
 		p.ipSet = !p.bmcNew && ec.IP != "" && ec.IP != deref(cur.HostIp)
-		same := equalUUIDPtr(nw.RackID, old.RackID) && nw.Name == old.Name && nw.Manufacturer == old.Manufacturer &&
-			nw.SerialNumber == old.SerialNumber && equalStrPtr(nw.Model, old.Model) && equalStrPtr(nw.Description, old.Description) &&
+		samePair := nw.Manufacturer == old.Manufacturer && nw.SerialNumber == old.SerialNumber
+		same := samePair && equalUUIDPtr(nw.RackID, old.RackID) && nw.Name == old.Name &&
+			equalStrPtr(nw.Model, old.Model) && equalStrPtr(nw.Description, old.Description) &&
 			nw.SlotID == old.SlotID && nw.TrayIdx == old.TrayIdx && nw.HostID == old.HostID
 		if same && cur.DeletedAt == nil && cur.MirroredAt != nil && !p.bmcNew && !p.ipSet {
 			continue
 		}
+		p.keyNew = !samePair && naturalKey(nw.Manufacturer, nw.SerialNumber) != naturalKey(old.Manufacturer, old.SerialNumber)
 		deleted, adopted := cur.DeletedAt != nil, cur.MirroredAt == nil
 		p.stats = func() {
 			if deleted {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -398,11 +399,13 @@ func (h *handler) AddExpectedPowerShelf(ctx context.Context, req *forgepb.Expect
 func (h *handler) expectedOf(kind string) []*expected {
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
-	out := make([]*expected, 0, len(h.s.expected[kind]))
-	for _, e := range h.s.expected[kind] {
-		out = append(out, e)
+	// The map's keys are the normalised MACs: the order the list is served
+	// in.
+	byMAC := h.s.expected[kind]
+	out := make([]*expected, 0, len(byMAC))
+	for _, mac := range slices.Sorted(maps.Keys(byMAC)) {
+		out = append(out, byMAC[mac])
 	}
-	slices.SortFunc(out, func(a, b *expected) int { return strings.Compare(normMAC(a.mac), normMAC(b.mac)) })
 	return out
 }
 
