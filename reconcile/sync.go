@@ -138,8 +138,9 @@ const syncLockKey int64 = 0x466c6f7753796e63 // "FlowSync"
 
 // Run runs one cycle: the expected-inventory mirror when configured
 // (racks, compute, NVLink switches, power shelves), then compute, NVLink
-// switches, observed NVLink topology, power shelves, rack health. A failed Core call fails only its part (logged
-// and recorded); nothing aborts the cycle. Each part writes in its own
+// switches, observed NVLink topology, power shelves, rack health. A failed
+// Core call fails only its part (logged and recorded); nothing aborts the
+// cycle. Each part writes in its own
 // transaction. The cycle is recorded in inventory_sync_run. Run returns an
 // error only when the cycle could not run or be recorded at all (database
 // down, ctx cancelled).
