@@ -90,7 +90,7 @@ func BenchmarkSyncCycle(b *testing.B) {
 		require.True(b, p.OK, "%s: %s", p.Name, p.Error)
 	}
 
-	bench := func(b *testing.B, change float64) {
+	bench := func(b *testing.B, syncer *reconcile.Syncer, change float64) {
 		var statements, rows int64
 		var cpu time.Duration
 		round := 0
@@ -125,8 +125,13 @@ func BenchmarkSyncCycle(b *testing.B) {
 		// which a loaded machine does not inflate the way it does wall time.
 		b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "go-cpu-ms/op")
 	}
-	b.Run("NoChange", func(b *testing.B) { bench(b, 0) })
-	b.Run("TenPercent", func(b *testing.B) { bench(b, 0.1) })
+	// The same cycle with the expected-inventory mirror off
+	// (FLOW_EXPECTED_INVENTORY_SYNC_ENABLED=false) prices the mirror under
+	// the same load.
+	noMirror := reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: nc})
+	b.Run("NoChange", func(b *testing.B) { bench(b, syncer, 0) })
+	b.Run("NoChangeMirrorOff", func(b *testing.B) { bench(b, noMirror, 0) })
+	b.Run("TenPercent", func(b *testing.B) { bench(b, syncer, 0.1) })
 }
 
 // expectedSimRack is r as Core expects it: its rack ID, name, chassis and
