@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/nico"
 	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/reconcile"
 	"github.com/nicoflow/flow/sim"
@@ -324,4 +326,44 @@ func TestSyncTopologySoftDeletesEmptiedDomains(t *testing.T) {
 	b.run(t)
 	require.Equal(t, a, domainOf(0))
 	require.Equal(t, []uuid.UUID{a}, listed())
+}
+
+// TestMirrorAdoptsIngestedComponentsKeepingWhatCoreDoesNotSay: Flow's own
+// ingestion declares a tray to Core with its rack's Flow UUID, its serial
+// and no labels; the mirror adopts the tray without changing it. A label
+// Core does send is written; a malformed one keeps Flow's value and warns.
+func TestMirrorAdoptsIngestedComponentsKeepingWhatCoreDoesNotSay(t *testing.T) {
+	t.Parallel()
+	b := setupSync(t, 1)
+	b.run(t)
+	ct := b.component(t, "demo-0000-ct-05")
+	require.NoError(t, b.nc.AddExpectedMachine(b.ctx, nico.ExpectedMachine{
+		BMCMAC: reconcile.HostMAC(ct), ChassisSerial: ct.SerialNumber, RackID: b.racks[0].ID.String(),
+	}))
+	run := b.run(t)
+	requireAllOK(t, run)
+	p := part(t, run, reconcile.PartExpectedCompute)
+	require.Equal(t, 1, p.Adopted)
+	got := b.component(t, ct.Name)
+	require.Equal(t, ct.Position, got.Position)
+	require.Equal(t, ct.Manufacturer, got.Manufacturer)
+	require.Equal(t, ct.Model, got.Model)
+	require.Equal(t, b.racks[0].ID, *got.RackID)
+	require.Zero(t, b.run(t).Changed())
+
+	// Core now says slot 12 and a tray index it cannot parse.
+	require.NoError(t, b.nc.AddExpectedMachine(b.ctx, nico.ExpectedMachine{
+		BMCMAC: reconcile.HostMAC(ct), ChassisSerial: ct.SerialNumber, RackID: "core-rack-0",
+		Labels: map[string]string{"slot_id": "12", "tray_idx": "two", "model": "GB300"},
+	}))
+	run = b.run(t)
+	p = part(t, run, reconcile.PartExpectedCompute)
+	require.True(t, p.OK, p.Error)
+	require.EqualValues(t, 1, p.Changed)
+	require.Contains(t, strings.Join(p.Warnings, "\n"), `tray_idx="two" is not an integer`)
+	got = b.component(t, ct.Name)
+	require.EqualValues(t, 12, got.Position.SlotID)
+	require.Equal(t, ct.Position.TrayIdx, got.Position.TrayIdx)
+	require.Equal(t, "GB300", *got.Model)
+	require.Equal(t, b.racks[0].ID, *got.RackID, "core-rack-0 is the same rack")
 }

@@ -25,6 +25,7 @@ type syncBundle struct {
 	inv    *inventory.Service
 	racks  []inventory.Rack
 	sim    *nicosim.Sim
+	nc     *nico.Client
 	syncer *reconcile.Syncer
 }
 
@@ -70,6 +71,7 @@ func setupSync(t *testing.T, racks int) *syncBundle {
 	t.Cleanup(func() { _ = srv.Close(context.Background()) })
 	nc, err := nico.NewClient(srv.URL(), nico.WithTimeout(10*time.Second))
 	require.NoError(t, err)
+	b.nc = nc
 	b.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: b.pool, Inv: b.inv, Core: nc, Expected: true})
 	return b
 }
