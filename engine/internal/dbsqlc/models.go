@@ -38,6 +38,7 @@ type Component struct {
 	BlockedOperations []string
 	PowerState        string
 	Health            []byte
+	MirroredAt        pgtype.Timestamptz
 }
 
 type ComponentDrift struct {
@@ -114,6 +115,7 @@ type NvlDomain struct {
 	ExternalID    *string
 	CreatedAt     pgtype.Timestamptz
 	NmxcClusterID pgtype.UUID
+	DeletedAt     pgtype.Timestamptz
 }
 
 type OperationRule struct {
@@ -186,6 +188,7 @@ type Rack struct {
 	Health             []byte
 	RackGroupID        *string
 	RackProfileID      *string
+	MirroredAt         pgtype.Timestamptz
 }
 
 type RackRuleAssociation struct {
