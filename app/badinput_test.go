@@ -201,7 +201,7 @@ func badInputCases(t testing.TB, rack inventory.Rack) []badCase {
 		// Repeated fields.
 		{name: "TooManyComponents", method: "CreateExpectedRack", body: `{"rack":{"info":{"manufacturer":"m","serial_number":"s"},"components":[` + strings.Join(manyComponents, ",") + `]}}`, code: connect.CodeInvalidArgument, field: "rack.components", also: "FLOW_MAX_COMPONENTS_PER_RACK"},
 		{name: "TooManyPatterns", method: "GetListOfRacks", body: `{"filters":[{"rack_field":"RACK_FILTER_FIELD_NAME","query_info":{"patterns":[` + strings.Join(patterns, ",") + `]}}]}`, code: connect.CodeInvalidArgument, field: "filters[0].query_info.patterns", also: "FLOW_MAX_FILTER_PATTERNS"},
-		{name: "RackPageWithComponentsTooLarge", method: "GetListOfRacks", body: `{"with_components":true,"pagination":{"limit":100}}`, code: connect.CodeInvalidArgument, field: "pagination.limit", also: "FLOW_MAX_RACK_PAGE_WITH_COMPONENTS"},
+		{name: "RackPageWithComponentsTooLarge", method: "GetListOfRacks", body: `{"with_components":true,"pagination":{"limit":101}}`, code: connect.CodeInvalidArgument, field: "pagination.limit", also: "FLOW_MAX_RACK_PAGE_WITH_COMPONENTS"},
 		{name: "PageTooLarge", method: "GetListOfRacks", body: `{"pagination":{"limit":5000}}`, code: connect.CodeInvalidArgument, field: "pagination.limit", also: "FLOW_MAX_PAGE_SIZE"},
 		// JSON decode errors name the field.
 		{name: "WrongType", method: "CreateExpectedRack", body: `{"rack":{"components":[{"position":{"slot_id":"x"}}]}}`, code: connect.CodeInvalidArgument, field: "rack.components[0].position.slot_id"},

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
 // Limits bound what one request may cost the server (docs/limits.md). Every
@@ -40,9 +41,12 @@ type Limits struct {
 	Patterns   int // FLOW_MAX_FILTER_PATTERNS: patterns of one filter
 	ListItems  int // FLOW_MAX_LIST_ITEMS: any other repeated field
 	PageSize   int // FLOW_MAX_PAGE_SIZE: pagination.limit
-	// RackComponentsPage is the largest (and the default) page of
-	// GetListOfRacks with components: FLOW_MAX_RACK_PAGE_WITH_COMPONENTS.
+	// RackComponentsPage is the largest page of GetListOfRacks with
+	// components: FLOW_MAX_RACK_PAGE_WITH_COMPONENTS.
 	RackComponentsPage int
+	// Listings is how many rack and component listings are served at once
+	// (FLOW_MAX_CONCURRENT_LISTINGS); more wait their turn.
+	Listings int
 
 	ReadHeaderTimeout time.Duration // FLOW_READ_HEADER_TIMEOUT
 	ReadTimeout       time.Duration // FLOW_READ_TIMEOUT: headers and body of one request
@@ -95,6 +99,7 @@ func loadLimits(getenv func(string) string) (Limits, []string) {
 	size("FLOW_MAX_LIST_ITEMS", &lim.ListItems)
 	size("FLOW_MAX_PAGE_SIZE", &lim.PageSize)
 	size("FLOW_MAX_RACK_PAGE_WITH_COMPONENTS", &lim.RackComponentsPage)
+	size("FLOW_MAX_CONCURRENT_LISTINGS", &lim.Listings)
 	dur("FLOW_READ_HEADER_TIMEOUT", &lim.ReadHeaderTimeout)
 	dur("FLOW_READ_TIMEOUT", &lim.ReadTimeout)
 	dur("FLOW_IDLE_TIMEOUT", &lim.IdleTimeout)
@@ -412,19 +417,37 @@ func (b *boundedGzip) Close() error {
 }
 
 // rackComponentsPage bounds a page of racks with their components, the
-// heaviest answer Flow gives (~15 KB a rack): a larger limit is refused,
-// and no limit means this one, so concurrent listers hold pages of a few
-// hundred KB, not megabytes.
+// heaviest answer Flow gives (~15 KB a rack): a larger limit is refused.
 func (lim Limits) rackComponentsPage(r *flowv1.GetListOfRacksRequest) error {
-	n := int(r.GetPagination().GetLimit())
-	if n > lim.RackComponentsPage {
+	if n := int(r.GetPagination().GetLimit()); n > lim.RackComponentsPage {
 		return limitError("pagination.limit", fmt.Sprintf("%d racks with components is over the limit of %d (FLOW_MAX_RACK_PAGE_WITH_COMPONENTS); page with pagination.offset", n, lim.RackComponentsPage))
 	}
-	if n == 0 {
-		if r.Pagination == nil {
-			r.Pagination = &flowv1.Pagination{}
-		}
-		r.Pagination.Limit = int32(lim.RackComponentsPage)
-	}
 	return nil
+}
+
+// listingProcedures are the listings whose answers can be megabytes.
+var listingProcedures = map[string]bool{
+	flowv1connect.FlowGetListOfRacksProcedure: true,
+	flowv1connect.FlowGetComponentsProcedure:  true,
+}
+
+// limitListings serves at most lim.Listings rack and component listings at
+// once, decoding to writing the answer; the others wait (until their
+// deadline), so concurrent listers hold a few pages in memory, not one
+// each.
+func (lim Limits) limitListings(next http.Handler) http.Handler {
+	slots := make(chan struct{}, lim.Listings)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !listingProcedures[r.URL.Path] {
+			next.ServeHTTP(w, r)
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-r.Context().Done():
+			return
+		}
+		defer func() { <-slots }()
+		next.ServeHTTP(w, r)
+	})
 }

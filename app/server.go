@@ -116,7 +116,7 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 		mux.Handle(grpcreflect.NewHandlerV1(reflector))
 		mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	}
-	return withCaller(lim.limitBody(mux))
+	return withCaller(lim.limitBody(lim.limitListings(mux)))
 }
 
 // newHTTPServer serves handler on addr over HTTP/1.1 and HTTP/2: over TLS
