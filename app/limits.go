@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"errors"
@@ -442,6 +443,14 @@ func (lim Limits) limitListings(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// Read the (small, bounded) request first: waiting for a slot must
+		// not count against the client's FLOW_READ_TIMEOUT.
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			next.ServeHTTP(w, r) // the body errs again: Connect answers it
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		select {
 		case slots <- struct{}{}:
 		case <-r.Context().Done():
