@@ -51,7 +51,9 @@ type devOptions struct {
 
 func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Writer) error {
 	cfg.DevMode = true
-	cfg.LogFormat = "text"
+	if !cfg.logFormatSet {
+		cfg.LogFormat = "text"
+	}
 	if cfg.PollInterval == 0 {
 		// The simulators' firmware jobs take seconds, not the minutes the
 		// rules' 2m polls are made for.

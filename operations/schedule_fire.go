@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations/internal/dbsqlc"
@@ -346,8 +347,16 @@ func (s *Schedules) scopeRequest(sched Schedule, sc ScheduleScope, auth firmware
 // refusal rolls back that entry alone.
 func (s *Schedules) submitScope(ctx context.Context, tx pgx.Tx, req Request) (uuid.UUID, error) {
 	var id uuid.UUID
-	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
-		ids, err := s.tasks.Submit(ctx, sp, req)
+	// The savepoint's events reach the outer transaction's only if it is
+	// released.
+	spCtx, hooks := db.WithCommitHooks(ctx)
+	defer func() {
+		if id != uuid.Nil {
+			db.AfterCommit(ctx, hooks.Run)
+		}
+	}()
+	err := pgx.BeginFunc(spCtx, tx, func(sp pgx.Tx) error {
+		ids, err := s.tasks.Submit(spCtx, sp, req)
 		if err != nil {
 			return err
 		}
