@@ -47,6 +47,8 @@ type Metrics struct {
 
 	RPCs        *prometheus.CounterVec   // method, code
 	RPCDuration *prometheus.HistogramVec // method
+
+	names []string
 }
 
 // NewMetrics returns Flow's metrics registered in a new registry, with the
@@ -56,11 +58,13 @@ func NewMetrics() *Metrics {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := &Metrics{Registry: reg}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		m.names = append(m.names, name)
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 		reg.MustRegister(c)
 		return c
 	}
 	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		m.names = append(m.names, name)
 		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 		reg.MustRegister(h)
 		return h
@@ -84,6 +88,12 @@ func NewMetrics() *Metrics {
 	m.RPCs = counter("flow_rpc_requests_total", "RPCs served on the API port, by procedure and gRPC code.", "method", "code")
 	m.RPCDuration = histogram("flow_rpc_duration_seconds", "Duration of RPCs served, by procedure.", callBuckets, "method")
 	return m
+}
+
+// Names returns the names of Flow's own metrics in m (not the Go runtime's
+// or the process's).
+func (m *Metrics) Names() []string {
+	return append([]string(nil), m.names...)
 }
 
 // Register adds c (a collector that reads state at scrape time: the DB
