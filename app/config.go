@@ -11,6 +11,7 @@ import (
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/cli"
+	"github.com/nicoflow/flow/telemetry"
 )
 
 // Config is every setting of a Flow server, read from the environment by
@@ -42,6 +43,8 @@ type Config struct {
 	logFormatSet bool // FLOW_LOG_FORMAT was set (dev mode defaults to text otherwise)
 	Metrics      bool // FLOW_METRICS: record Prometheus metrics (served at /metrics)
 	Tracing      bool // OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set
+	// otelEnv reads the OTEL_* variables the OTLP exporter is set up from.
+	otelEnv func(string) string
 
 	// Backends: the NICo Core and PSM endpoints (empty: not configured,
 	// operations needing them fail with FailedPrecondition), their TLS files
@@ -86,7 +89,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_LOG_FORMAT", "json", "json or text (flow dev defaults to text)"},
 	{"FLOW_METRICS", "true", "record Prometheus metrics, served at /metrics on the admin listener (docs/observability.md)"},
 	{"FLOW_PPROF", "false", "serve Go's profiler at /debug/pprof/ on the admin listener"},
-	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "reserved for OTLP trace export, not wired yet (docs/observability.md): when set, the server warns that tracing is off"},
+	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "OpenTelemetry collector to export traces to over OTLP (http/protobuf, e.g. http://collector:4318; grpc with OTEL_EXPORTER_OTLP_PROTOCOL=grpc; the other standard OTEL_EXPORTER_OTLP_* and OTEL_TRACES_EXPORTER=none apply); unset (and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT unset): tracing off"},
 	{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "", "the same, for traces only"},
 	{"FLOW_SHUTDOWN_TIMEOUT", "30s", "how long a graceful shutdown waits for in-flight calls and jobs"},
 	{"FLOW_DATA_ENCRYPTION_KEY_PATH", "", "file holding the current data-encryption key (base64 of 32 random bytes) that seals firmware credentials; unset: requests with authentication_data are refused"},
@@ -250,7 +253,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		cfg.Metrics = b
 	}
 	cfg.LogLevelSet, cfg.logFormatSet = getenv("FLOW_LOG_LEVEL") != "", getenv("FLOW_LOG_FORMAT") != ""
-	cfg.Tracing = getenv("OTEL_TRACES_EXPORTER") != "none" && (getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "")
+	cfg.Tracing, cfg.otelEnv = telemetry.TracingEnabled(getenv), getenv
 	if b, err := strconv.ParseBool(def("FLOW_RIVERUI_ENABLED")); err != nil {
 		errs = append(errs, "FLOW_RIVERUI_ENABLED must be true or false")
 	} else {

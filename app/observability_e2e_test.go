@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nicoflow/flow/inventory"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -305,4 +309,51 @@ func TestTraceOfAPowerOn(t *testing.T) {
 		}
 	}
 	require.Equal(t, 3, calls)
+}
+
+// TestTracesExportOverOTLP points OTEL_EXPORTER_OTLP_ENDPOINT at an
+// OTLP/HTTP receiver: the spans of a PowerOnRack reach it, at the latest
+// when the server shuts down and flushes them.
+func TestTracesExportOverOTLP(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	names := map[string]bool{}
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if r.URL.Path != "/v1/traces" || err != nil {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		var req collectortrace.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		for _, rs := range req.GetResourceSpans() {
+			for _, ss := range rs.GetScopeSpans() {
+				for _, s := range ss.GetSpans() {
+					names[s.GetName()] = true
+				}
+			}
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		b, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+		_, _ = w.Write(b)
+	}))
+	// Registered first, so it runs after the server has stopped.
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		require.True(t, names["v1.Flow/PowerOnRack"], "spans received: %v", names)
+		require.True(t, names["operations.submit"], "spans received: %v", names)
+		require.True(t, names["river.work/engine.run_step"], "spans received: %v", names)
+		collector.Close()
+	})
+	e := startE2E(t, time.Millisecond, func(env map[string]string) { env["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.URL })
+	rack := e.addRack(t, 14, true)
+	res, err := e.client.PowerOnRack(context.Background(), &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)})
+	require.NoError(t, err)
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, e.wait(t, res.GetTaskIds()[0]).GetStatus())
 }

@@ -96,11 +96,8 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		}
 	}()
 	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth(), keys: keys, tls: sec.reloader}
-	if s.tel, err = newTelemetry(cfg, opts.tracer); err != nil {
+	if s.tel, err = newTelemetry(ctx, cfg, opts.tracer); err != nil {
 		return nil, err
-	}
-	if cfg.Tracing && opts.tracer == nil {
-		logger.WarnContext(ctx, "OTEL_EXPORTER_OTLP_ENDPOINT is set but this build cannot export traces over OTLP yet (docs/observability.md); tracing is off")
 	}
 	defer func() {
 		if err != nil {

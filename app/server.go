@@ -12,12 +12,12 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
-	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/reconcile"
 )
@@ -76,7 +76,7 @@ const compressMinBytes = 4 << 10
 // admin service (flow.admin.v1), which upstream does not have. The contract's file answers by upstream's name, flow.proto.
 var reflectedServices = []string{
 	adminv1connect.AdminServiceName,
-	healthv1connect.HealthName,
+	healthpb.Health_ServiceDesc.ServiceName,
 	grpcreflect.ReflectV1ServiceName,
 	grpcreflect.ReflectV1AlphaServiceName,
 	flowv1connect.FlowName,
@@ -112,7 +112,7 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 	// Health checks and reflection are logged at debug: a load balancer's
 	// probes would drown the rest.
 	quiet := connect.WithInterceptors(newLogInterceptor(logger, slog.LevelDebug))
-	mux.Handle(healthv1connect.NewHealthHandler(opts.health, quiet))
+	mux.Handle(newHealthHandler(opts.health, quiet))
 	if opts.devMode {
 		reflector := grpcreflect.NewStaticReflector(reflectedServices...)
 		mux.Handle(grpcreflect.NewHandlerV1(reflector, quiet))

@@ -25,13 +25,19 @@ type telemetrySetup struct {
 	tracer  *sdktrace.TracerProvider // nil: off
 }
 
-// newTelemetry builds the metrics (FLOW_METRICS) and takes the tracer
-// provider tp (nil: tracing off). OTLP export is not wired yet
-// (telemetry.NewTracerProvider says why).
-func newTelemetry(cfg Config, tp *sdktrace.TracerProvider) (*telemetrySetup, error) {
+// newTelemetry builds the metrics (FLOW_METRICS) and the tracer provider:
+// tp when given (tests), else OTLP when cfg.Tracing (the exporter reads the
+// standard OTEL_EXPORTER_OTLP_* variables from the environment).
+func newTelemetry(ctx context.Context, cfg Config, tp *sdktrace.TracerProvider) (*telemetrySetup, error) {
 	t := &telemetrySetup{tracer: tp}
 	if cfg.Metrics {
 		t.metrics = telemetry.NewMetrics()
+	}
+	if t.tracer == nil && cfg.Tracing {
+		var err error
+		if t.tracer, err = telemetry.NewOTLPTracerProvider(ctx, cfg.otelEnv, ReadBuild().Version); err != nil {
+			return nil, err
+		}
 	}
 	return t, nil
 }
