@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -117,8 +116,8 @@ func (o *observer) StepEnded(ctx context.Context, ev engine.StepEvent) {
 // one (a stage starts only once the one before it ended well).
 func (o *observer) StageStarted(ctx context.Context, ev engine.StageEvent) {
 	attrs := labelAttrs(ev.Labels)
-	o.logger.InfoContext(ctx, "stage ended", append(attrs, "stage", "stage "+strconv.Itoa(ev.Stage), "state", "completed", "run_id", int64(ev.RunID))...)
-	o.logger.InfoContext(ctx, "stage started", append(attrs, "stage", ev.StageName, "run_id", int64(ev.RunID))...)
+	o.logger.InfoContext(ctx, "stage ended", append(attrs, "stage", ev.Ended, "state", "completed", "run_id", int64(ev.RunID))...)
+	o.logger.InfoContext(ctx, "stage started", append(attrs, "stage", ev.StageName, "stage_index", ev.Stage, "run_id", int64(ev.RunID))...)
 }
 
 // RunEnded logs runs that are not a task's (a task's end is TaskEvent's).

@@ -153,6 +153,7 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 		Ords: make([]int32, n), FailedTargets: make([][]byte, n),
 	}
 	waitAll := make(map[stageRef]bool, n)
+	stageNames := make(map[stageRef]string, n)
 	failures := make([]string, n) // the failed steps' errors, for their jobs
 	attempts := make([]int, n)
 	labels := make(map[RunID]map[string]string, n)
@@ -168,6 +169,7 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 			p.Calls[i] = *r.calls
 		}
 		waitAll[stageRef{RunID(r.row.RunID), r.row.StageIndex}] = r.spec.WaitAll
+		stageNames[stageRef{RunID(r.row.RunID), r.row.StageIndex}] = r.spec.StageName
 		if r.state == StateFailed {
 			failures[i] = r.msg
 		}
@@ -192,13 +194,13 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 				ends = append(ends, runEnding{stage.run, StateFailed, run.FirstFailure})
 			case run.OpenSteps > 0:
 			case run.StageIndex+1 < run.StageCount:
-				next = append(next, stageStart{stageRef: stageRef{stage.run, run.StageIndex + 1}, steps: run.NextStepIDs, labels: labels[stage.run]})
+				next = append(next, stageStart{stageRef: stageRef{stage.run, run.StageIndex + 1}, steps: run.NextStepIDs, labels: labels[stage.run], ended: stageNames[stage]})
 			default:
 				ends = append(ends, runEnding{stage.run, StateCompleted, ""})
 			}
 		}
 		// Observed first: the steps' ends come before their runs' ends.
-		e.observeCheckpoint(ctx, reqs, next)
+		e.observeCheckpoint(ctx, reqs)
 		if err := e.endRuns(ctx, tx, ends, jobIDs); err != nil {
 			return err
 		}
@@ -210,8 +212,9 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 }
 
 // observeCheckpoint tells the observer, once the checkpoint of reqs
-// commits, of the steps that ended and the stages next that started.
-func (e *Engine) observeCheckpoint(ctx context.Context, reqs []*checkpointReq, next []stageStart) {
+// commits, of the steps that ended (startStages tells of the stages that
+// start).
+func (e *Engine) observeCheckpoint(ctx context.Context, reqs []*checkpointReq) {
 	now := time.Now()
 	for _, r := range reqs {
 		ev := StepEvent{StepInfo: stepInfo(r.job, r.row, r.spec), State: r.state, Error: r.msg}
@@ -220,10 +223,6 @@ func (e *Engine) observeCheckpoint(ctx context.Context, reqs []*checkpointReq, n
 		}
 		ev.Duration = now.Sub(r.job.CreatedAt) // the job is inserted as its stage starts
 		db.AfterCommit(ctx, func() { e.obs.StepEnded(ctx, ev) })
-	}
-	for _, st := range next {
-		ev := StageEvent{Labels: st.labels, RunID: st.run, Stage: int(st.stage), StageName: fmt.Sprintf("stage %d", st.stage+1)}
-		db.AfterCommit(ctx, func() { e.obs.StageStarted(ctx, ev) })
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -59,12 +60,13 @@ type StepEvent struct {
 }
 
 // StageEvent is a stage that started after the first (the first starts
-// with its run).
+// with its run), once the stage before it ended well.
 type StageEvent struct {
 	Labels    map[string]string
 	RunID     RunID
-	Stage     int
-	StageName string
+	Stage     int    // 0-based
+	StageName string // Stage.Name
+	Ended     string // the name of the stage that ended
 }
 
 // Keys of a job's River metadata besides the run's labels.
@@ -136,9 +138,11 @@ func jobLabels(metadata []byte) map[string]string {
 	}
 	labels := map[string]string{}
 	for k, v := range m {
-		switch k {
-		case metaRunID, metaStepID, metaStage, metaStep, metaAction, "traceparent", "tracestate":
-			continue // the engine's own, or trace context a River middleware added
+		switch {
+		case k == metaRunID, k == metaStepID, k == metaStage, k == metaStep, k == metaAction:
+			continue // the engine's own
+		case k == "traceparent", k == "tracestate", strings.Contains(k, ":"), strings.HasSuffix(k, "_at"):
+			continue // trace context a middleware added, River's own keys (cancel_attempted_at, river:log…)
 		}
 		if s, ok := v.(string); ok {
 			labels[k] = s

@@ -165,6 +165,7 @@ type stageStart struct {
 	steps  []int64
 	labels map[string]string
 	specs  map[int64]*stepSpec
+	ended  string // the name of the stage that ended, for the observer
 }
 
 // startStages makes stages their runs' current ones: one River job per step
@@ -184,6 +185,10 @@ func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageStart
 	for _, st := range stages {
 		p.RunIDs = append(p.RunIDs, int64(st.run))
 		p.StageIndexes = append(p.StageIndexes, st.stage)
+		if st.stage > 0 && len(st.steps) > 0 && specs[st.steps[0]] != nil {
+			ev := StageEvent{Labels: st.labels, RunID: st.run, Stage: int(st.stage), StageName: specs[st.steps[0]].StageName, Ended: st.ended}
+			db.AfterCommit(ctx, func() { e.obs.StageStarted(ctx, ev) })
+		}
 		for _, id := range st.steps {
 			p.IDs = append(p.IDs, id)
 			spec := specs[id]
