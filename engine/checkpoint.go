@@ -157,6 +157,7 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 	failures := make([]string, n) // the failed steps' errors, for their jobs
 	attempts := make([]int, n)
 	labels := make(map[RunID]map[string]string, n)
+	jl := make([]map[string]string, n) // each step's run's labels
 	for i, r := range reqs {
 		jobIDs[i] = r.job.ID
 		p.IDs[i], p.RunIDs[i], p.StageIndexes[i] = r.row.ID, r.row.RunID, r.row.StageIndex
@@ -174,7 +175,8 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 			failures[i] = r.msg
 		}
 		attempts[i] = r.job.Attempt
-		labels[RunID(r.row.RunID)] = jobLabels(r.job.Metadata)
+		jl[i] = jobLabels(r.job.Metadata)
+		labels[RunID(r.row.RunID)] = jl[i]
 	}
 	return pgx.BeginTxFunc(ctx, e.pool, checkpointTxOptions, func(tx pgx.Tx) error {
 		if err := e.q.RunLockMany(ctx, tx, p.RunIDs); err != nil {
@@ -200,7 +202,7 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 			}
 		}
 		// Observed first: the steps' ends come before their runs' ends.
-		e.observeCheckpoint(ctx, reqs)
+		e.observeCheckpoint(ctx, reqs, jl)
 		if err := e.endRuns(ctx, tx, ends, jobIDs); err != nil {
 			return err
 		}
@@ -214,10 +216,10 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 // observeCheckpoint tells the observer, once the checkpoint of reqs
 // commits, of the steps that ended (startStages tells of the stages that
 // start).
-func (e *Engine) observeCheckpoint(ctx context.Context, reqs []*checkpointReq) {
+func (e *Engine) observeCheckpoint(ctx context.Context, reqs []*checkpointReq, labels []map[string]string) {
 	now := time.Now()
-	for _, r := range reqs {
-		ev := StepEvent{StepInfo: stepInfo(r.job, r.row, r.spec), State: r.state, Error: r.msg}
+	for i, r := range reqs {
+		ev := StepEvent{StepInfo: stepInfo(labels[i], r.row, r.spec), State: r.state, Error: r.msg}
 		if r.calls != nil {
 			ev.Calls = int(*r.calls)
 		}

@@ -132,19 +132,22 @@ func sortedKeys(m map[string]string) []string {
 // jobLabels returns the run's labels from a step job's metadata: every
 // string the engine did not add itself.
 func jobLabels(metadata []byte) map[string]string {
-	var m map[string]any
+	var m map[string]json.RawMessage
 	if json.Unmarshal(metadata, &m) != nil {
 		return nil
 	}
-	labels := map[string]string{}
+	labels := make(map[string]string, len(m))
 	for k, v := range m {
 		switch {
 		case k == metaRunID, k == metaStepID, k == metaStage, k == metaStep, k == metaAction:
 			continue // the engine's own
 		case k == "traceparent", k == "tracestate", strings.Contains(k, ":"), strings.HasSuffix(k, "_at"):
 			continue // trace context a middleware added, River's own keys (cancel_attempted_at, river:log…)
+		case len(v) == 0 || v[0] != '"':
+			continue // not a string: River's own (snoozes…)
 		}
-		if s, ok := v.(string); ok {
+		var s string
+		if json.Unmarshal(v, &s) == nil {
 			labels[k] = s
 		}
 	}
@@ -160,10 +163,11 @@ func runLabels(metadata []byte) map[string]string {
 	return m.Labels
 }
 
-// stepInfo names row's step for events, with the labels of its job.
-func stepInfo(job *river.Job[RunStepArgs], row stepRow, spec *stepSpec) StepInfo {
+// stepInfo names row's step for events, with its run's labels (from its
+// job's metadata: jobLabels).
+func stepInfo(labels map[string]string, row stepRow, spec *stepSpec) StepInfo {
 	return StepInfo{
-		Labels: jobLabels(job.Metadata), RunID: RunID(row.RunID), StepID: StepID(row.ID),
+		Labels: labels, RunID: RunID(row.RunID), StepID: StepID(row.ID),
 		Stage: int(row.StageIndex), StageName: spec.StageName, Step: spec.Name, Action: spec.Action,
 	}
 }

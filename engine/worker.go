@@ -190,15 +190,16 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 			return nil
 		},
 	}
+	labels := jobLabels(job.Metadata)
 	info := callInfo{
-		RunID: RunID(row.RunID), StepID: StepID(row.ID), Owner: row.Owner, Labels: jobLabels(job.Metadata), Stage: int(row.StageIndex), Step: spec.Name,
+		RunID: RunID(row.RunID), StepID: StepID(row.ID), Owner: row.Owner, Labels: labels, Stage: int(row.StageIndex), Step: spec.Name,
 		Targets: targets, Batch: batch, Batches: spec.batches(), Attempt: int(row.Attempt) + 1,
 		MaxAttempts: spec.MaxAttempts, Deadline: localDeadline, st: st,
 	}
 	callStart := time.Now()
 	res, err := a.run(callCtx, spec.Params, info)
 	e.obs.CallEnded(ctx, CallEvent{
-		StepInfo: stepInfo(job, row, spec), Batch: batch, Batches: spec.batches(),
+		StepInfo: stepInfo(labels, row, spec), Batch: batch, Batches: spec.batches(),
 		Attempt: int(row.Attempt) + 1, MaxAttempts: spec.MaxAttempts, Duration: time.Since(callStart), Err: err,
 	})
 	if errors.Is(context.Cause(callCtx), ErrRunEnded) || errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
@@ -239,7 +240,7 @@ func (e *Engine) callFailed(ctx context.Context, job *river.Job[RunStepArgs], ro
 		return nil
 	}
 	wait := policy.backoff(failed)
-	e.logger.WarnContext(ctx, "retry scheduled", append(stepInfo(job, row, spec).LogAttrs(),
+	e.logger.WarnContext(ctx, "retry scheduled", append(stepInfo(jobLabels(job.Metadata), row, spec).LogAttrs(),
 		"attempt", failed, "max_attempts", policy.MaxAttempts, "retry_in", wait, "error", callErr.Error())...)
 	return river.JobSnooze(wait)
 }
