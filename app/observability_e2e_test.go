@@ -80,10 +80,15 @@ func TestMetricsCountAPowerOnWithABackendFault(t *testing.T) {
 	require.NoError(t, err)
 	task := e.wait(t, res.GetTaskIds()[0])
 	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, task.GetStatus(), task.GetMessage())
-	// Counters move after the commit that ended the task; the task is
-	// read after it too, so they have moved.
-	after := e.scrape(t)
+	// Counters move just after the commit that ended the task, which the
+	// task's status shows a moment earlier: wait for the end to be counted,
+	// then every counter must have moved by exactly what happened.
+	var after map[string]float64
 	delta := func(key string) float64 { return after[key] - before[key] }
+	require.Eventually(t, func() bool {
+		after = e.scrape(t)
+		return delta(`flow_tasks_ended_total{operation="power_on",status="completed"}`) > 0
+	}, 10*time.Second, 20*time.Millisecond)
 
 	require.Equal(t, 1.0, delta(`flow_tasks_submitted_total{operation="power_on"}`))
 	require.Equal(t, 1.0, delta(`flow_tasks_ended_total{operation="power_on",status="completed"}`))

@@ -3,6 +3,8 @@ package db
 import (
 	"context"
 	"sync"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // CommitHooks are functions to run once a transaction has committed:
@@ -54,4 +56,18 @@ func (h *CommitHooks) Run() {
 	for _, fn := range fns {
 		fn()
 	}
+}
+
+// BeginFunc runs fn in a transaction of db, as pgx.BeginFunc does, with a
+// commit-hooks scope on the ctx fn receives: the hooks run once the
+// transaction has committed, and are dropped if it rolls back.
+func BeginFunc(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	ctx, hooks := WithCommitHooks(ctx)
+	if err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return fn(ctx, tx) }); err != nil {
+		return err
+	}
+	hooks.Run()
+	return nil
 }

@@ -533,7 +533,7 @@ func (r *Rollouts) RunEnded(ctx context.Context, tx pgx.Tx, run engine.RunSummar
 // Wake advances run id in its own transaction: the job a RunWaker
 // schedules, and the sweep's per-run step.
 func (r *Rollouts) Wake(ctx context.Context, id uuid.UUID) error {
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+	err := db.BeginFunc(ctx, r.pool, func(ctx context.Context, tx pgx.Tx) error {
 		st, err := r.lock(ctx, tx, id)
 		if err != nil {
 			return err
@@ -570,7 +570,7 @@ func (r *Rollouts) Sweep(ctx context.Context) error {
 // control runs fn on run id under its lock in a new transaction, saves the
 // run and returns it as it now is.
 func (r *Rollouts) control(ctx context.Context, id uuid.UUID, fn func(tx pgx.Tx, st *runState) error) (Run, error) {
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+	err := db.BeginFunc(ctx, r.pool, func(ctx context.Context, tx pgx.Tx) error {
 		st, err := r.lock(ctx, tx, id)
 		if err != nil {
 			return err
