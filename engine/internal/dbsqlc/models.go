@@ -38,6 +38,7 @@ type Component struct {
 	BlockedOperations []string
 	PowerState        string
 	Health            []byte
+	MirroredAt        pgtype.Timestamptz
 }
 
 type ComponentDrift struct {
@@ -115,6 +116,7 @@ type NvlDomain struct {
 	ExternalID    *string
 	CreatedAt     pgtype.Timestamptz
 	NmxcClusterID pgtype.UUID
+	DeletedAt     pgtype.Timestamptz
 }
 
 type OperationRule struct {
@@ -187,6 +189,7 @@ type Rack struct {
 	Health             []byte
 	RackGroupID        *string
 	RackProfileID      *string
+	MirroredAt         pgtype.Timestamptz
 }
 
 type RackRuleAssociation struct {
