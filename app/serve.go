@@ -142,6 +142,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: operations.RiverFireScheduler(s.river),
 	})
 	scheduleWorker.Schedules = schedules
+	eventRules := operations.NewEventRules(operations.EventRulesConfig{Pool: pool, Inv: inv, Tasks: tasks, Logger: logger})
 	inv.SetTaskStats(tasks.TaskStats)
 	logKeyUsage(ctx, logger, keys, tasks)
 	var riverUI http.Handler
@@ -158,6 +159,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		rolloutHandler:    operations.NewRolloutHandler(pool, runs),
 		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers).WithDrift(s.syncer), pool),
 		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
+		eventRuleHandler:  operations.NewEventRuleHandler(pool, eventRules),
 	}
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer)}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.policy, admin: admin})
