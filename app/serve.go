@@ -94,7 +94,8 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	s.backends.logStatus(ctx, logger)
 	inv := inventory.NewService()
 	s.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: s.backends.nico, Logger: logger})
-	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, logger); err != nil {
+	var leak *operations.LeakDetector
+	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, func(ctx context.Context) error { return leak.Run(ctx) }, logger); err != nil {
 		return nil, err
 	}
 	s.system.pool = pool
@@ -105,6 +106,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	var tasks *operations.Tasks
 	var runs *operations.Rollouts
 	scheduleWorker := &operations.ScheduleWorker{}
+	eventWorker := &operations.EventExecutionWorker{}
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
 		// A task's end is also its operation run's event: the run advances
 		// in the same transaction.
@@ -119,14 +121,15 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 				Pool: pool, Backends: s.backends.managers, Inv: inv, Keys: keys, Logger: logger, PollInterval: cfg.PollInterval,
 			})
 		},
-		sweep:       func(ctx context.Context) error { return tasks.Sweep(ctx) },
-		promoteRack: func(ctx context.Context, rackID uuid.UUID) error { return tasks.PromoteRack(ctx, rackID) },
-		runWake:     func(ctx context.Context, id uuid.UUID) error { return runs.Wake(ctx, id) },
-		runSweep:    func(ctx context.Context) error { return runs.Sweep(ctx) },
-		schedules:   scheduleWorker,
-		rescueAfter: cfg.RescueAfter,
-		maxWorkers:  cfg.MaxWorkers,
-		system:      s.system,
+		sweep:           func(ctx context.Context) error { return tasks.Sweep(ctx) },
+		promoteRack:     func(ctx context.Context, rackID uuid.UUID) error { return tasks.PromoteRack(ctx, rackID) },
+		runWake:         func(ctx context.Context, id uuid.UUID) error { return runs.Wake(ctx, id) },
+		runSweep:        func(ctx context.Context) error { return runs.Sweep(ctx) },
+		schedules:       scheduleWorker,
+		eventExecutions: eventWorker,
+		rescueAfter:     cfg.RescueAfter,
+		maxWorkers:      cfg.MaxWorkers,
+		system:          s.system,
 	})
 	if err != nil {
 		return nil, err
@@ -142,7 +145,15 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: operations.RiverFireScheduler(s.river),
 	})
 	scheduleWorker.Schedules = schedules
-	eventRules := operations.NewEventRules(operations.EventRulesConfig{Pool: pool, Inv: inv, Tasks: tasks, Logger: logger})
+	eventRules := operations.NewEventRules(operations.EventRulesConfig{
+		Pool: pool, Inv: inv, Tasks: tasks, Enqueue: operations.RiverExecutionEnqueuer(s.river), Logger: logger,
+	})
+	eventWorker.Rules = eventRules
+	inv.SetLeakHandling(eventRules.LeakHandling)
+	leak = operations.NewLeakDetector(operations.LeakDetectorConfig{
+		Pool: pool, Inv: inv, Rules: eventRules, Tasks: tasks, Source: s.backends.nico,
+		EventRules: cfg.SystemJobs.LeakEventRules, Logger: logger,
+	})
 	inv.SetTaskStats(tasks.TaskStats)
 	logKeyUsage(ctx, logger, keys, tasks)
 	var riverUI http.Handler

@@ -86,8 +86,8 @@ ORDER BY created_at DESC, id DESC
 LIMIT @row_limit;
 
 -- name: ExecutionInsert :exec
-INSERT INTO event_action_execution (id, event_id, action_name, action_type, plan, status, reason)
-VALUES (@id, @event_id, @action_name, @action_type, @plan, @status, sqlc.narg(reason));
+INSERT INTO event_action_execution (id, event_id, action_name, action_type, plan, status, reason, status_message)
+VALUES (@id, @event_id, @action_name, @action_type, @plan, @status, sqlc.narg(reason), @status_message);
 
 -- name: ExecutionGetForUpdate :one
 SELECT * FROM event_action_execution WHERE id = @id FOR UPDATE;
@@ -123,10 +123,11 @@ SELECT * FROM leak_occurrence ORDER BY component_kind, external_id;
 -- (spec §5.2).
 -- name: LeakHandling :many
 SELECT DISTINCT ON (c.id) c.id::uuid AS component_id, t.status
-FROM unnest(@ids::uuid[]) AS c(id)
-JOIN task t ON t.component_ids @> ARRAY[c.id]
+FROM task t
+CROSS JOIN LATERAL unnest(t.component_ids) AS c(id)
 JOIN event_action_execution x ON x.id::text = t.trigger_id
 JOIN event e ON e.id = x.event_id
 WHERE t.trigger_type = 'event_rule_execution' AND t.operation_code = 'force_power_off'
+  AND t.component_ids && @ids::uuid[] AND c.id = ANY (@ids::uuid[])
   AND e.event_type = 'hardware.leak.detected'
 ORDER BY c.id, t.created_at DESC, t.id DESC;

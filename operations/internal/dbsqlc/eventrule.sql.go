@@ -566,18 +566,19 @@ func (q *Queries) ExecutionGetForUpdate(ctx context.Context, db DBTX, id uuid.UU
 }
 
 const executionInsert = `-- name: ExecutionInsert :exec
-INSERT INTO event_action_execution (id, event_id, action_name, action_type, plan, status, reason)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+INSERT INTO event_action_execution (id, event_id, action_name, action_type, plan, status, reason, status_message)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 `
 
 type ExecutionInsertParams struct {
-	ID         uuid.UUID
-	EventID    uuid.UUID
-	ActionName string
-	ActionType string
-	Plan       []byte
-	Status     string
-	Reason     *string
+	ID            uuid.UUID
+	EventID       uuid.UUID
+	ActionName    string
+	ActionType    string
+	Plan          []byte
+	Status        string
+	Reason        *string
+	StatusMessage string
 }
 
 func (q *Queries) ExecutionInsert(ctx context.Context, db DBTX, arg ExecutionInsertParams) error {
@@ -589,6 +590,7 @@ func (q *Queries) ExecutionInsert(ctx context.Context, db DBTX, arg ExecutionIns
 		arg.Plan,
 		arg.Status,
 		arg.Reason,
+		arg.StatusMessage,
 	)
 	return err
 }
@@ -663,11 +665,12 @@ func (q *Queries) ExecutionsOfEvent(ctx context.Context, db DBTX, eventID uuid.U
 
 const leakHandling = `-- name: LeakHandling :many
 SELECT DISTINCT ON (c.id) c.id::uuid AS component_id, t.status
-FROM unnest($1::uuid[]) AS c(id)
-JOIN task t ON t.component_ids @> ARRAY[c.id]
+FROM task t
+CROSS JOIN LATERAL unnest(t.component_ids) AS c(id)
 JOIN event_action_execution x ON x.id::text = t.trigger_id
 JOIN event e ON e.id = x.event_id
 WHERE t.trigger_type = 'event_rule_execution' AND t.operation_code = 'force_power_off'
+  AND t.component_ids && $1::uuid[] AND c.id = ANY ($1::uuid[])
   AND e.event_type = 'hardware.leak.detected'
 ORDER BY c.id, t.created_at DESC, t.id DESC
 `
