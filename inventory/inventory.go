@@ -243,8 +243,8 @@ type Component struct {
 	LeakStatus   LeakStatus
 	LeakHandling LeakHandling
 	CreatedAt    time.Time
-	UpdatedAt  time.Time
-	DeletedAt  *time.Time
+	UpdatedAt    time.Time
+	DeletedAt    *time.Time
 }
 
 // OperationStatus is a component's operability (ComponentOperationStatus):
