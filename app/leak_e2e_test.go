@@ -24,12 +24,12 @@ const leakInterval = time.Second
 
 // leakConfig writes a flowconfig.yaml with a 1s leak-detection interval and
 // an inventory sync that only runs when asked (runSync).
-func leakConfig(t *testing.T) string {
+func leakConfig(t testing.TB) string {
 	return writeFile(t, "flowconfig.yaml", "leak_detection_interval: 1s\ninventory_run_frequency: 1h\n")
 }
 
 // startLeakE2E is startE2E with event-rule leak detection every second.
-func startLeakE2E(t *testing.T) *e2e {
+func startLeakE2E(t testing.TB) *e2e {
 	t.Helper()
 	cfg := leakConfig(t)
 	return startE2E(t, 10*time.Millisecond, func(env map[string]string) {
