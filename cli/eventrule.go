@@ -258,7 +258,6 @@ var eventRuleNoun = noun{
 	},
 }
 
-
 // actionFlags declares the flags of one action (--noop, --power-off…) and
 // returns the function that builds it: nil when none is given, unless
 // required.
