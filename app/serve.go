@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -99,6 +100,15 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		return nil, err
 	}
 	s.system.pool = pool
+	var eventRules *operations.EventRules
+	// Executions whose job died with a killed process run again within
+	// seconds instead of after River's rescue window (docs/event-rules.md).
+	if err := s.system.Add(SystemJob{Name: EventRuleRescueJob, Interval: eventRuleRescueInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
+		_, err := eventRules.RescueStale(ctx, 500)
+		return err
+	}}); err != nil {
+		return nil, err
+	}
 	rules, err := operations.NewService(rackLookup{inv: inv})
 	if err != nil {
 		return nil, err
@@ -145,7 +155,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: operations.RiverFireScheduler(s.river),
 	})
 	scheduleWorker.Schedules = schedules
-	eventRules := operations.NewEventRules(operations.EventRulesConfig{
+	eventRules = operations.NewEventRules(operations.EventRulesConfig{
 		Pool: pool, Inv: inv, Tasks: tasks, Enqueue: operations.RiverExecutionEnqueuer(s.river), Logger: logger,
 	})
 	eventWorker.Rules = eventRules

@@ -198,11 +198,17 @@ func systemJobLock(ctx context.Context, pool *pgxpool.Pool, name string) (releas
 	}, true, nil
 }
 
-// InventorySyncJob and LeakDetectionJob are the system jobs' names.
+// InventorySyncJob, LeakDetectionJob and EventRuleRescueJob are the system
+// jobs' names.
 const (
-	InventorySyncJob = "inventory-sync"
-	LeakDetectionJob = "leak-detection"
+	InventorySyncJob   = "inventory-sync"
+	LeakDetectionJob   = "leak-detection"
+	EventRuleRescueJob = "event-rule-rescue"
 )
+
+// eventRuleRescueInterval is how often the leader looks for event-rule
+// executions whose job was lost (operations.EventRules.RescueStale).
+const eventRuleRescueInterval = 10 * time.Second
 
 // newSystemJobs registers the system jobs cfg enables: inventory-sync when
 // NICo Core is configured and disable_inventory is off; leak-detection

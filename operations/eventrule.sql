@@ -131,3 +131,19 @@ WHERE t.trigger_type = 'event_rule_execution' AND t.operation_code = 'force_powe
   AND t.component_ids && @ids::uuid[] AND c.id = ANY (@ids::uuid[])
   AND e.event_type = 'hardware.leak.detected'
 ORDER BY c.id, t.created_at DESC, t.id DESC;
+
+-- ExecutionStale returns executions whose job should have run by now:
+-- pending ones not touched for @age, deferred ones @age past their retry.
+-- name: ExecutionStale :many
+SELECT id FROM event_action_execution
+WHERE (status = 'pending' AND updated_at < now() - @age::interval)
+   OR (status = 'deferred' AND next_attempt_at < now() - @age::interval)
+ORDER BY updated_at
+LIMIT @row_limit
+FOR UPDATE SKIP LOCKED;
+
+-- ExecutionRequeue marks rescued executions pending again, with a fresh
+-- updated_at.
+-- name: ExecutionRequeue :exec
+UPDATE event_action_execution SET status = 'pending', reason = NULL, next_attempt_at = NULL, updated_at = now()
+WHERE id = ANY (@ids::uuid[]);

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -214,4 +215,43 @@ func (s *EventRules) execute(ctx context.Context, tx pgx.Tx, row dbsqlc.EventAct
 		ids = append(ids, got...)
 	}
 	return ids, fmt.Sprintf("%d task(s) submitted", len(ids)), nil
+}
+
+// StaleExecutionAge is how long past due an execution must be before
+// RescueStale runs it again: well above a healthy execution's milliseconds,
+// far below River's rescue window (FLOW_ENGINE_RESCUE_AFTER, 30 min), which
+// a leak's power-off must not wait for.
+const StaleExecutionAge = 30 * time.Second
+
+// RescueStale inserts a fresh job for each execution (at most limit) still
+// pending StaleExecutionAge after it was planned, or deferred that long
+// past its retry time: its job died with a killed process, and River would
+// rescue it only after its rescue window. A duplicate job is harmless: the
+// execution's row lock and status, and the tasks' idempotency keys, make a
+// second run a no-op. A rescued execution gets a fresh attempt budget. It
+// returns how many it rescued.
+func (s *EventRules) RescueStale(ctx context.Context, limit int) (int, error) {
+	var ids []uuid.UUID
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+		ids, err = s.q.ExecutionStale(ctx, tx, dbsqlc.ExecutionStaleParams{
+			Age: pgtype.Interval{Microseconds: StaleExecutionAge.Microseconds(), Valid: true}, RowLimit: int32(limit),
+		})
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		if s.enqueue == nil {
+			return errors.New("event rules: no execution enqueuer configured")
+		}
+		if err := s.enqueue(ctx, tx, ids); err != nil {
+			return err
+		}
+		return s.q.ExecutionRequeue(ctx, tx, ids)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("rescue executions: %w", err)
+	}
+	if len(ids) > 0 {
+		s.logger.WarnContext(ctx, "event rule executions rescued", "count", len(ids))
+	}
+	return len(ids), nil
 }

@@ -348,22 +348,10 @@ func TestExecutionRetriesAndFailures(t *testing.T) {
 	t.Parallel()
 	b := setupPipeline(t)
 	ctx := context.Background()
-	worker := &operations.EventExecutionWorker{}
-	workers := river.NewWorkers()
-	river.AddWorker(workers, worker)
-	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
-		Queues:  map[string]river.QueueConfig{operations.EventRuleQueue: {MaxWorkers: 2}},
-		Workers: workers, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		FetchPollInterval: 50 * time.Millisecond, FetchCooldown: 10 * time.Millisecond,
-	})
-	require.NoError(t, err)
-	rules := operations.NewEventRules(operations.EventRulesConfig{Pool: b.pool, Inv: inventory.NewService(), Tasks: b.tasks, Enqueue: operations.RiverExecutionEnqueuer(client)})
-	worker.Rules = rules
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+	rules, client := b.startExecutions(t)
 
 	// The rack is busy with a power-on; a REJECT rule's power-off conflicts.
-	_, err = b.submit(t, powerOn(b.rack))
+	_, err := b.submit(t, powerOn(b.rack))
 	require.NoError(t, err)
 	reject := operations.EventAction{Name: "off_or_fail", SubmitTask: &operations.SubmitTaskSpec{
 		Operation:      operations.TaskOperation{Type: operations.OperationTypePowerControl, Code: operations.CodeForcePowerOff},
@@ -427,6 +415,57 @@ func TestExecutionRetriesAndFailures(t *testing.T) {
 		require.NoError(t, b.pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, jobOf(t, b, exec)).Scan(&state))
 		return state == "cancelled"
 	}, 5*time.Second, 20*time.Millisecond, "a permanent failure cancels the job")
+}
+
+// startExecutions starts a River client working event-rule executions
+// (only) and returns an event-rule processor that enqueues on it.
+func (b *pipelineBundle) startExecutions(t *testing.T) (*operations.EventRules, *river.Client[pgx.Tx]) {
+	t.Helper()
+	worker := &operations.EventExecutionWorker{}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, worker)
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{operations.EventRuleQueue: {MaxWorkers: 2}},
+		Workers: workers, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		FetchPollInterval: 50 * time.Millisecond, FetchCooldown: 10 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	rules := operations.NewEventRules(operations.EventRulesConfig{Pool: b.pool, Inv: inventory.NewService(), Tasks: b.tasks, Enqueue: operations.RiverExecutionEnqueuer(client)})
+	worker.Rules = rules
+	require.NoError(t, client.Start(context.Background()))
+	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+	return rules, client
+}
+
+// TestExecutionRescue: an execution whose job was lost (its process was
+// killed mid-run, and River would rescue the job only after its 30 min
+// window) is run again by RescueStale once it is StaleExecutionAge overdue;
+// a fresh one is left alone.
+func TestExecutionRescue(t *testing.T) {
+	t.Parallel()
+	b := setupPipeline(t)
+	ctx := context.Background()
+	// Planned with the recorder: the execution has no job at all.
+	lost := b.ingest(t, leakOn("lost", b.at(t, inventory.ComponentTypeCompute, 10).ID)).Executions[0]
+	fresh := b.ingest(t, leakOn("fresh", b.at(t, inventory.ComponentTypeCompute, 24).ID)).Executions[0]
+	_, err := b.pool.Exec(ctx, `UPDATE event_action_execution SET updated_at = now() - interval '1 minute' WHERE id = $1`, lost)
+	require.NoError(t, err)
+	rules, _ := b.startExecutions(t)
+	n, err := rules.RescueStale(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	var status string
+	var tasks []uuid.UUID
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT status, task_ids FROM event_action_execution WHERE id = $1`, lost).Scan(&status, &tasks))
+		return status == "completed"
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Len(t, tasks, 1, "the rescued execution submitted its task")
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT status FROM event_action_execution WHERE id = $1`, fresh).Scan(&status))
+	require.Equal(t, "pending", status, "not overdue yet: left to its own job")
+	n, err = rules.RescueStale(ctx, 10)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing else is overdue")
 }
 
 func jobOf(t *testing.T, b *pipelineBundle, exec uuid.UUID) int64 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const eventGetByID = `-- name: EventGetByID :one
@@ -593,6 +594,54 @@ func (q *Queries) ExecutionInsert(ctx context.Context, db DBTX, arg ExecutionIns
 		arg.StatusMessage,
 	)
 	return err
+}
+
+const executionRequeue = `-- name: ExecutionRequeue :exec
+UPDATE event_action_execution SET status = 'pending', reason = NULL, next_attempt_at = NULL, updated_at = now()
+WHERE id = ANY ($1::uuid[])
+`
+
+// ExecutionRequeue marks rescued executions pending again, with a fresh
+// updated_at.
+func (q *Queries) ExecutionRequeue(ctx context.Context, db DBTX, ids []uuid.UUID) error {
+	_, err := db.Exec(ctx, executionRequeue, ids)
+	return err
+}
+
+const executionStale = `-- name: ExecutionStale :many
+SELECT id FROM event_action_execution
+WHERE (status = 'pending' AND updated_at < now() - $1::interval)
+   OR (status = 'deferred' AND next_attempt_at < now() - $1::interval)
+ORDER BY updated_at
+LIMIT $2
+FOR UPDATE SKIP LOCKED
+`
+
+type ExecutionStaleParams struct {
+	Age      pgtype.Interval
+	RowLimit int32
+}
+
+// ExecutionStale returns executions whose job should have run by now:
+// pending ones not touched for @age, deferred ones @age past their retry.
+func (q *Queries) ExecutionStale(ctx context.Context, db DBTX, arg ExecutionStaleParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, executionStale, arg.Age, arg.RowLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const executionUpdate = `-- name: ExecutionUpdate :exec
