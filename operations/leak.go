@@ -109,7 +109,7 @@ func (d *LeakDetector) respond(ctx context.Context, k leakKind, ids []string) er
 	if !d.events {
 		return d.legacy(ctx, k, ids)
 	}
-	keys, err := d.occurrences(ctx, k, ids)
+	keys, fresh, err := d.occurrences(ctx, k, ids)
 	if err != nil {
 		return err
 	}
@@ -122,6 +122,17 @@ func (d *LeakDetector) respond(ctx context.Context, k leakKind, ids []string) er
 			Summary:  fmt.Sprintf("NICo Core reports a coolant leak on %s %s", k.name, id),
 		}
 		res, err := d.rules.Ingest(ctx, LeakEventSource, env)
+		if errors.Is(err, ErrEventUnresolvable) {
+			// A device Flow cannot place (not in the inventory, not linked
+			// yet, no rack): said once per occurrence, not every cycle,
+			// and no failure of the cycle.
+			level := slog.LevelDebug
+			if fresh[i] {
+				level = slog.LevelWarn
+			}
+			d.logger.Log(ctx, level, "leak on a device flow cannot answer for", "component_kind", k.name, "external_id", id, "error", err.Error())
+			continue
+		}
 		if err != nil {
 			// The next cycle re-delivers the same key: a transient failure
 			// is retried then, a terminal one is logged again.
@@ -135,28 +146,28 @@ func (d *LeakDetector) respond(ctx context.Context, k leakKind, ids []string) er
 	return errors.Join(errs...)
 }
 
-// occurrences returns the source key of each leaking id's occurrence,
-// starting new ones and ending those of components no longer leaking, in
-// one transaction. The keys are stored, so a restart or another replica
-// keeps them: one occurrence, one event, one response.
-func (d *LeakDetector) occurrences(ctx context.Context, k leakKind, ids []string) ([]string, error) {
-	keys := make([]string, len(ids))
+// occurrences returns the source key of each leaking id's occurrence and
+// whether it just started, starting new ones and ending those of
+// components no longer leaking, in one transaction. The keys are stored,
+// so a restart or another replica keeps them: one occurrence, one event,
+// one response.
+func (d *LeakDetector) occurrences(ctx context.Context, k leakKind, ids []string) ([]string, []bool, error) {
+	keys, fresh := make([]string, len(ids)), make([]bool, len(ids))
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		if _, err := d.q.LeakOccurrenceEnd(ctx, tx, dbsqlc.LeakOccurrenceEndParams{ComponentKind: k.name, Leaking: append([]string{}, ids...)}); err != nil {
 			return fmt.Errorf("end leak occurrences: %w", err)
 		}
 		for i, id := range ids {
-			key, err := d.q.LeakOccurrenceSee(ctx, tx, dbsqlc.LeakOccurrenceSeeParams{
-				ComponentKind: k.name, ExternalID: id, NewKey: k.name + "/" + url.PathEscape(id) + "/" + uuid.NewString(),
-			})
+			newKey := k.name + "/" + url.PathEscape(id) + "/" + uuid.NewString()
+			key, err := d.q.LeakOccurrenceSee(ctx, tx, dbsqlc.LeakOccurrenceSeeParams{ComponentKind: k.name, ExternalID: id, NewKey: newKey})
 			if err != nil {
 				return fmt.Errorf("leak occurrence: %w", err)
 			}
-			keys[i] = key
+			keys[i], fresh[i] = key, key == newKey
 		}
 		return nil
 	})
-	return keys, err
+	return keys, fresh, err
 }
 
 // legacy submits a forced power-off of each leaking component, conflict

@@ -170,3 +170,17 @@ func TestLeakLegacyPath(t *testing.T) {
 	require.Equal(t, []uuid.UUID{tray.ID}, ids, "the leaking device only")
 	require.Equal(t, inventory.LeakDetected, b.leakStatus(t, tray.ID))
 }
+
+// TestLeakOnUnknownDevice: a leaking ID Flow cannot place (a DPU, a device
+// not in the inventory) fails no cycle and stores nothing; the others are
+// still answered.
+func TestLeakOnUnknownDevice(t *testing.T) {
+	t.Parallel()
+	b := setupPipeline(t)
+	b.linked(t)
+	src := &leakSource{machines: []string{"dpu-77", "machine-10"}}
+	d := b.detector(src, true)
+	require.NoError(t, d.Run(context.Background()))
+	require.NoError(t, d.Run(context.Background()))
+	require.Equal(t, 1, b.eventCount(t), "machine-10 only")
+}
