@@ -38,6 +38,7 @@ type Component struct {
 	BlockedOperations []string
 	PowerState        string
 	Health            []byte
+	MirroredAt        pgtype.Timestamptz
 }
 
 type ComponentDrift struct {
@@ -185,6 +186,7 @@ type NvlDomain struct {
 	ExternalID    *string
 	CreatedAt     pgtype.Timestamptz
 	NmxcClusterID pgtype.UUID
+	DeletedAt     pgtype.Timestamptz
 }
 
 type OperationRule struct {
@@ -257,6 +259,7 @@ type Rack struct {
 	Health             []byte
 	RackGroupID        *string
 	RackProfileID      *string
+	MirroredAt         pgtype.Timestamptz
 }
 
 type RackRuleAssociation struct {
