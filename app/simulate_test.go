@@ -246,7 +246,10 @@ func TestSimulateLeakCLI(t *testing.T) {
 	require.NoError(t, leak(sw.BMCMAC), "by MAC")
 	machines, err := c.LeakingMachineIDs(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []string{tray.ID}, machines)
+	require.Equal(t, tray.ID, machines[0])
+	for _, id := range machines[1:] {
+		require.True(t, strings.HasPrefix(id, "dpu-"), "upstream asks with include_dpus: the tray's DPUs come along (%s)", id)
+	}
 	switches, err := c.LeakingSwitchIDs(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{sw.ID}, switches)
