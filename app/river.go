@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"riverqueue.com/riverui"
 
 	"github.com/nicoflow/flow/engine"
@@ -26,12 +27,16 @@ import (
 // as they arrive (explicitly, never in init).
 func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine.Engine, *river.Client[pgx.Tx], error) {
 	var clientRef *river.Client[pgx.Tx] // for jobs that need the client, set below
-	e := engine.New(pool, engine.Config{Logger: logger, OnRunEnd: w.onRunEnd, RescueStuckJobsAfter: w.rescueAfter, MaxWorkers: w.maxWorkers})
+	e := engine.New(pool, engine.Config{Logger: logger, OnRunEnd: w.onRunEnd, Observer: w.observer, RescueStuckJobsAfter: w.rescueAfter, MaxWorkers: w.maxWorkers})
 	engine.RegisterSleep(e)
 	if w.register != nil {
 		w.register(e)
 	}
 	rc := e.RiverConfig()
+	if w.riverLogger != nil {
+		rc.Logger = w.riverLogger
+	}
+	rc.Middleware = append(rc.Middleware, w.middleware...)
 	if w.system == nil {
 		w.system = &systemJobs{}
 	}
@@ -125,6 +130,14 @@ type engineWiring struct {
 
 	rescueAfter time.Duration
 	maxWorkers  int
+
+	// observer hears of the engine's calls, steps and runs (metrics and
+	// logs); riverLogger is River's own logger (WARN and above unless
+	// FLOW_LOG_LEVEL=debug); middleware wraps River's inserts and work
+	// (tracing).
+	observer    engine.Observer
+	riverLogger *slog.Logger
+	middleware  []rivertype.Middleware
 }
 
 // scheduleWorkers is how many schedule firings a process runs at once.

@@ -189,7 +189,7 @@ func TestLeakDetectionJobRegistration(t *testing.T) {
 			}
 			cfg, err := LoadConfig(func(k string) string { return env[k] })
 			require.NoError(t, err)
-			b, err := newBackends(cfg)
+			b, err := newBackends(cfg, nil)
 			require.NoError(t, err)
 			jobs, err := newSystemJobs(cfg, b, nil, noop, slog.New(slog.DiscardHandler))
 			require.NoError(t, err)

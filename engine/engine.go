@@ -89,7 +89,8 @@ type RunSummary struct {
 	ID        RunID
 	Owner     string
 	Metadata  json.RawMessage
-	State     State // completed, failed or terminated
+	Labels    map[string]string // Plan.Labels
+	State     State             // completed, failed or terminated
 	Error     string
 	CreatedAt time.Time
 	EndedAt   time.Time
@@ -106,6 +107,9 @@ type Config struct {
 	Logger *slog.Logger
 	// OnRunEnd, if set, is called when a run ends (see RunEndFunc).
 	OnRunEnd RunEndFunc
+	// Observer, if set, is told of calls, step ends, stage starts, run ends
+	// and checkpoints (see Observer).
+	Observer Observer
 	// RescueStuckJobsAfter is River's rescue window: a job running this long
 	// is assumed lost (its process died) and runs again. Start rejects steps
 	// whose call timeout is not shorter.
@@ -134,6 +138,7 @@ type Engine struct {
 	loads       *grouper[*loadReq]
 	stats       checkpointStats
 	watches     runWatcher
+	obs         Observer
 }
 
 // New returns an Engine working on pool. pool is used by workers for
@@ -141,6 +146,9 @@ type Engine struct {
 func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
 	}
 	if cfg.RescueStuckJobsAfter <= 0 {
 		cfg.RescueStuckJobsAfter = DefaultRescueStuckJobsAfter
@@ -160,6 +168,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	e := &Engine{
 		pool:    pool,
 		cfg:     cfg,
+		obs:     cfg.Observer,
 		logger:  cfg.Logger,
 		q:       dbsqlc.New(),
 		actions: map[string]*action{},

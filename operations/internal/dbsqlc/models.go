@@ -78,6 +78,7 @@ type EngineRun struct {
 	TimeoutAt    *time.Time
 	CreatedAt    time.Time
 	EndedAt      *time.Time
+	TimeoutJobID *int64
 }
 
 type EngineStep struct {
