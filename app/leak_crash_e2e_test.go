@@ -76,7 +76,7 @@ func (p *leakProcesses) leak(t *testing.T, url string, client flowv1connect.Flow
 	tray := p.rack.component(t, inventory.ComponentTypeCompute, 10)
 	waitPolled(t, client, tray.ID)
 	require.NoError(t, p.sims.nico.SetLeak(tray.ExternalID, true))
-	require.Eventually(t, func() bool { return len(leakTasks(t, client, p.rack.ID)) == 1 }, 5*leakInterval, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(leakTasks(t, client, p.rack.ID)) == 1 }, 15*time.Second, 20*time.Millisecond)
 }
 
 // TestLeakKillAndRestart: kill -9 of the server while a leak goes on, then

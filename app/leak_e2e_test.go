@@ -171,7 +171,7 @@ func TestLeakEndToEnd(t *testing.T) {
 		}
 		task = tasks[0]
 		return true
-	}, 2*leakInterval, 20*time.Millisecond, "a task within one detection interval (plus processing)")
+	}, 15*time.Second, 20*time.Millisecond, "a task (within one interval when the machine is not loaded: BenchmarkLeakResponse measures it)")
 	t.Logf("leak set → task submitted in %s", time.Since(set).Round(time.Millisecond))
 	require.Equal(t, "force_power_off", task.GetOperation())
 	require.Equal(t, affected, taskComponentIDs(task), "the leaking tray and everything below it")
@@ -222,11 +222,11 @@ func TestLeakEndToEnd(t *testing.T) {
 	require.NoError(t, e.sims.nico.SetLeak(tray.ExternalID, false))
 	require.Eventually(t, func() bool {
 		return componentInfo(t, e.client, tray.ID).GetLeakStatus() == flowv1.LeakStatus_LEAK_STATUS_NOT_DETECTED
-	}, 5*leakInterval, 50*time.Millisecond)
+	}, 15*time.Second, 50*time.Millisecond)
 	time.Sleep(2 * leakInterval)
 	require.Len(t, leakTasks(t, e.client, rack.ID), 1, "clearing a leak submits nothing")
 	require.NoError(t, e.sims.nico.SetLeak(tray.ExternalID, true))
-	require.Eventually(t, func() bool { return len(leakTasks(t, e.client, rack.ID)) == 2 }, 3*leakInterval, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(leakTasks(t, e.client, rack.ID)) == 2 }, 15*time.Second, 20*time.Millisecond)
 	time.Sleep(3 * leakInterval)
 	require.Len(t, leakTasks(t, e.client, rack.ID), 2, "exactly one new response")
 	events, executions := countEvents(t, pool)
@@ -260,12 +260,12 @@ func TestLeakRackBoundRule(t *testing.T) {
 	waitPolled(t, e.client, quietTray.ID)
 	require.NoError(t, e.sims.nico.SetLeak(quietTray.ExternalID, true))
 	require.NoError(t, e.sims.nico.SetLeak(loudTray.ExternalID, true))
-	require.Eventually(t, func() bool { return len(leakTasks(t, e.client, loud.ID)) == 1 }, 3*leakInterval, 20*time.Millisecond, "the built-in answers the other rack")
+	require.Eventually(t, func() bool { return len(leakTasks(t, e.client, loud.ID)) == 1 }, 15*time.Second, 20*time.Millisecond, "the built-in answers the other rack")
 	require.Eventually(t, func() bool {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM event WHERE rack_id = $1`, quiet.ID).Scan(&n))
 		return n == 1
-	}, 3*leakInterval, 20*time.Millisecond)
+	}, 15*time.Second, 20*time.Millisecond)
 	time.Sleep(2 * leakInterval)
 	require.Empty(t, leakTasks(t, e.client, quiet.ID), "the bound noop rule submits nothing")
 	var applied, action, status string
