@@ -39,7 +39,7 @@ func ptr[T any](v T) *T { return &v }
 
 // writeFile writes body to a file named name in a fresh temporary folder
 // and returns its path.
-func writeFile(t *testing.T, name, body string) string {
+func writeFile(t testing.TB, name, body string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
 	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))

@@ -124,6 +124,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
 	{"FLOW_OPERATION_RUN_MAX_CANDIDATES", "100", "most candidate targets (racks; components for component target specs) an operation run may plan over; more fails CreateOperationRun. Upstream's fixed limit is 100; raise it to roll a large site out in one run"},
 	{"FLOW_CONFIG_FILE", DefaultFlowConfigFile, "upstream's scheduler config file (YAML keys inventory_run_frequency, disable_inventory, leak_detection_interval, disable_leak_detection; durations such as 1m); the default path may be absent, an explicitly named file must exist; a zero or unparseable duration refuses startup (docs/inventory-sync.md)"},
+	{"FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED", "false", "answer coolant leaks through event rules (the built-in leakage rule, or a bound rule: docs/event-rules.md) instead of upstream's legacy path, which submits a force-power-off task per leaking device every cycle; flow dev: true; an unparseable value refuses startup; disable_leak_detection wins"},
 	{"FLOW_EXPECTED_INVENTORY_SYNC_ENABLED", "true", "gate of the expected-inventory mirror of each inventory-sync cycle (the mirror itself is not built yet); an unparseable value refuses startup"},
 	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard, which can pause queues and retry or delete jobs) at /riverui/ on the admin listener outside dev mode; it has no authentication of its own"},
 	// Request limits (limits.go, docs/limits.md).
@@ -332,6 +333,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("leak_detection_interval", c.SystemJobs.LeakDetectionInterval),
 		slog.Bool("disable_leak_detection", c.SystemJobs.LeakDetectionDisabled),
 		slog.Any("limits", c.Limits),
+		slog.Bool("event_rule_leak_detection", c.SystemJobs.LeakEventRules),
 	)
 }
 

@@ -62,6 +62,14 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 	if !cfg.SystemJobs.inventoryIntervalSet {
 		cfg.SystemJobs.InventoryInterval = devInventoryInterval
 	}
+	// flow dev answers leaks through event rules (docs/event-rules.md)
+	// unless told otherwise, and looks every few seconds.
+	if !cfg.SystemJobs.leakEventRulesSet {
+		cfg.SystemJobs.LeakEventRules = true
+	}
+	if !cfg.SystemJobs.leakIntervalSet {
+		cfg.SystemJobs.LeakDetectionInterval = devLeakDetectionInterval
+	}
 	logger := newLogger(stderr, cfg.LogFormat, cfg.logLevel())
 
 	dir, err := filepath.Abs(o.dataDir)

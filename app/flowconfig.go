@@ -23,6 +23,9 @@ const (
 	// devInventoryInterval is flow dev's sync interval, so the README
 	// sequence sees the hardware's new state within seconds.
 	devInventoryInterval = 10 * time.Second
+	// devLeakDetectionInterval is flow dev's leak-detection interval, so a
+	// leak set on the simulator is answered within seconds.
+	devLeakDetectionInterval = 5 * time.Second
 )
 
 // SystemJobsConfig is the system-job part of Config: upstream's config-file
@@ -38,9 +41,14 @@ type SystemJobsConfig struct {
 	// ExpectedInventorySync turns the expected-inventory mirror (Core →
 	// Flow) of each sync cycle on (FLOW_EXPECTED_INVENTORY_SYNC_ENABLED).
 	ExpectedInventorySync bool
+	// LeakEventRules answers leaks through event rules instead of the
+	// legacy direct power-off (FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED).
+	LeakEventRules bool
 	// inventoryIntervalSet says the file set inventory_run_frequency, which
-	// flow dev then keeps instead of its own 10s.
-	inventoryIntervalSet bool
+	// flow dev then keeps instead of its own 10s; leakIntervalSet and
+	// leakEventRulesSet likewise for leak_detection_interval and
+	// FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED.
+	inventoryIntervalSet, leakIntervalSet, leakEventRulesSet bool
 }
 
 // flowConfigFile is the shape of flowconfig.yaml. Durations are Go
@@ -67,6 +75,13 @@ func loadSystemJobsConfig(getenv func(string) string) (SystemJobsConfig, []strin
 		errs = append(errs, "FLOW_EXPECTED_INVENTORY_SYNC_ENABLED must be true or false")
 	} else {
 		c.ExpectedInventorySync = b
+	}
+	if v := strings.TrimSpace(getenv("FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED")); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, "FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED must be true or false")
+		}
+		c.LeakEventRules, c.leakEventRulesSet = b, true
 	}
 	path, explicit := getenv("FLOW_CONFIG_FILE"), true
 	if path == "" {
@@ -97,7 +112,7 @@ func loadSystemJobsConfig(getenv func(string) string) (SystemJobsConfig, []strin
 		return true
 	}
 	c.inventoryIntervalSet = dur("inventory_run_frequency", f.InventoryRunFrequency, &c.InventoryInterval)
-	dur("leak_detection_interval", f.LeakDetectionInterval, &c.LeakDetectionInterval)
+	c.leakIntervalSet = dur("leak_detection_interval", f.LeakDetectionInterval, &c.LeakDetectionInterval)
 	if f.DisableInventory != nil {
 		c.InventoryDisabled = *f.DisableInventory
 	}

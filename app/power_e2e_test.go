@@ -37,13 +37,13 @@ type e2e struct {
 // startE2E starts simulators (power changes take effect after powerDelay;
 // 0 means the simulator's default of 5s) and a Flow server pointed at them.
 // edits change the server's environment first.
-func startE2E(t *testing.T, powerDelay time.Duration, edits ...func(env map[string]string)) *e2e {
+func startE2E(t testing.TB, powerDelay time.Duration, edits ...func(env map[string]string)) *e2e {
 	t.Helper()
 	return startE2EWith(t, powerDelay, serveOptions{}, edits...)
 }
 
 // startE2EWith is startE2E with the server's options.
-func startE2EWith(t *testing.T, powerDelay time.Duration, opts serveOptions, edits ...func(env map[string]string)) *e2e {
+func startE2EWith(t testing.TB, powerDelay time.Duration, opts serveOptions, edits ...func(env map[string]string)) *e2e {
 	t.Helper()
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: powerDelay, firmwarePhase: time.Millisecond})
 	require.NoError(t, err)
@@ -84,14 +84,14 @@ func startE2EWith(t *testing.T, powerDelay time.Duration, opts serveOptions, edi
 
 // addRack stores demo rack i in Flow's inventory and seeds the simulators
 // with its devices (powered off when off).
-func (e *e2e) addRack(t *testing.T, i int, off bool) inventory.Rack {
+func (e *e2e) addRack(t testing.TB, i int, off bool) inventory.Rack {
 	t.Helper()
 	return e.storeRack(t, inventory.DemoRack(i), off)
 }
 
 // storeRack stores r in Flow's inventory and seeds the simulators with its
 // components that have a BMC (powered off when off).
-func (e *e2e) storeRack(t *testing.T, r inventory.Rack, off bool) inventory.Rack {
+func (e *e2e) storeRack(t testing.TB, r inventory.Rack, off bool) inventory.Rack {
 	t.Helper()
 	ctx := context.Background()
 	pool, err := db.Open(ctx, e.dbURL, db.PoolConfig{MaxConns: 2})

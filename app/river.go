@@ -88,6 +88,12 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 			&river.PeriodicJobOpts{RunOnStart: true},
 		))
 	}
+	if w.eventExecutions != nil {
+		// Event-rule executions have their own queue: a leak's power-off
+		// submission never waits behind engine steps (docs/event-rules.md).
+		rc.Queues[operations.EventRuleQueue] = river.QueueConfig{MaxWorkers: eventRuleWorkers}
+		river.AddWorker(rc.Workers, w.eventExecutions)
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("river client: %w", err)
@@ -118,6 +124,9 @@ type engineWiring struct {
 	// schedules works schedule firings; its Schedules is set once the
 	// task manager exists, before the client starts.
 	schedules *operations.ScheduleWorker
+	// eventExecutions works event-rule executions; its Rules is set once
+	// the event-rule processor exists, before the client starts.
+	eventExecutions *operations.EventExecutionWorker
 
 	rescueAfter time.Duration
 	maxWorkers  int
@@ -133,6 +142,10 @@ type engineWiring struct {
 
 // scheduleWorkers is how many schedule firings a process runs at once.
 const scheduleWorkers = 20
+
+// eventRuleWorkers is how many event-rule executions a process runs at
+// once.
+const eventRuleWorkers = 10
 
 // scheduleRescueInterval is how often the leader re-arms overdue firings
 // (operations.Schedules.RescueOverdue): system job ScheduleRescueJob.

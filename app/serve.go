@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -111,10 +112,20 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	s.backends.logStatus(ctx, logger)
 	inv := inventory.NewService()
 	s.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: s.backends.nico, Logger: logger, Expected: cfg.SystemJobs.ExpectedInventorySync})
-	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, logger); err != nil {
+	var leak *operations.LeakDetector
+	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, func(ctx context.Context) error { return leak.Run(ctx) }, logger); err != nil {
 		return nil, err
 	}
 	s.system.pool = pool
+	var eventRules *operations.EventRules
+	// Executions whose job died with a killed process run again within
+	// seconds instead of after River's rescue window (docs/event-rules.md).
+	if err := s.system.Add(SystemJob{Name: EventRuleRescueJob, Interval: eventRuleRescueInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
+		_, err := eventRules.RescueStale(ctx, 500)
+		return err
+	}}); err != nil {
+		return nil, err
+	}
 	rules, err := operations.NewService(rackLookup{inv: inv})
 	if err != nil {
 		return nil, err
@@ -122,6 +133,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	var tasks *operations.Tasks
 	var runs *operations.Rollouts
 	scheduleWorker := &operations.ScheduleWorker{}
+	eventWorker := &operations.EventExecutionWorker{}
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
 		// A task's end is also its operation run's event: the run advances
 		// in the same transaction.
@@ -136,17 +148,18 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 				Pool: pool, Backends: s.backends.managers, Inv: inv, Keys: keys, Logger: logger, PollInterval: cfg.PollInterval, Observer: obs,
 			})
 		},
-		sweep:       func(ctx context.Context) error { return tasks.Sweep(ctx) },
-		promoteRack: func(ctx context.Context, rackID uuid.UUID) error { return tasks.PromoteRack(ctx, rackID) },
-		runWake:     func(ctx context.Context, id uuid.UUID) error { return runs.Wake(ctx, id) },
-		runSweep:    func(ctx context.Context) error { return runs.Sweep(ctx) },
-		schedules:   scheduleWorker,
-		rescueAfter: cfg.RescueAfter,
-		maxWorkers:  cfg.MaxWorkers,
-		system:      s.system,
-		observer:    obs,
-		riverLogger: s.tel.riverLogger(logger, cfg),
-		middleware:  s.tel.riverMiddleware(),
+		sweep:           func(ctx context.Context) error { return tasks.Sweep(ctx) },
+		promoteRack:     func(ctx context.Context, rackID uuid.UUID) error { return tasks.PromoteRack(ctx, rackID) },
+		runWake:         func(ctx context.Context, id uuid.UUID) error { return runs.Wake(ctx, id) },
+		runSweep:        func(ctx context.Context) error { return runs.Sweep(ctx) },
+		schedules:       scheduleWorker,
+		eventExecutions: eventWorker,
+		rescueAfter:     cfg.RescueAfter,
+		maxWorkers:      cfg.MaxWorkers,
+		system:          s.system,
+		observer:        obs,
+		riverLogger:     s.tel.riverLogger(logger, cfg),
+		middleware:      s.tel.riverMiddleware(),
 	})
 	if err != nil {
 		return nil, err
@@ -167,6 +180,15 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: operations.RiverFireScheduler(s.river),
 	})
 	scheduleWorker.Schedules = schedules
+	eventRules = operations.NewEventRules(operations.EventRulesConfig{
+		Pool: pool, Inv: inv, Tasks: tasks, Enqueue: operations.RiverExecutionEnqueuer(s.river), Logger: logger,
+	})
+	eventWorker.Rules = eventRules
+	inv.SetLeakHandling(eventRules.LeakHandling)
+	leak = operations.NewLeakDetector(operations.LeakDetectorConfig{
+		Pool: pool, Inv: inv, Rules: eventRules, Tasks: tasks, Source: s.backends.nico,
+		EventRules: cfg.SystemJobs.LeakEventRules, Logger: logger,
+	})
 	inv.SetTaskStats(tasks.TaskStats)
 	logKeyUsage(ctx, logger, keys, tasks)
 	var riverUI http.Handler
@@ -183,6 +205,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		rolloutHandler:    operations.NewRolloutHandler(pool, runs),
 		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers).WithDrift(s.syncer), pool),
 		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
+		eventRuleHandler:  operations.NewEventRuleHandler(pool, eventRules),
 	}
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer)}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})

@@ -36,6 +36,7 @@ type flowService struct {
 	*rolloutHandler    // operation runs
 	*reconcileHandler  // ValidateComponents
 	*scheduleHandler   // task schedules
+	*eventRuleHandler  // event rules and bindings
 }
 
 // Domain handlers are embedded through aliases: every domain calls its type
@@ -47,6 +48,7 @@ type (
 	rolloutHandler    = operations.RolloutHandler
 	reconcileHandler  = reconcile.Handler
 	scheduleHandler   = operations.ScheduleHandler
+	eventRuleHandler  = operations.EventRuleHandler
 )
 
 type unimplemented struct {

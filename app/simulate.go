@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -66,7 +67,7 @@ func demoFleet() []nicosim.Device {
 // simulateCommand is `flow simulate`: the simulators standalone, or (its
 // subcommands) a client of their admin surface.
 func simulateCommand(stdout, stderr io.Writer) *cobra.Command {
-	cmd := command("simulate", "run the NICo Core and PSM simulators until Ctrl-C; fault, journal, remove, seed: drive a running one", func(fs *pflag.FlagSet) func(context.Context) error {
+	cmd := command("simulate", "run the NICo Core and PSM simulators until Ctrl-C; fault, journal, leak, remove, seed: drive a running one", func(fs *pflag.FlagSet) func(context.Context) error {
 		var o simulateOptions
 		fs.StringVar(&o.nicoAddr, "nico-listen", "127.0.0.1:50061", "NICo Core simulator address")
 		fs.StringVar(&o.psmAddr, "psm-listen", "127.0.0.1:50062", "PSM simulator address")
@@ -77,7 +78,7 @@ func simulateCommand(stdout, stderr io.Writer) *cobra.Command {
 		return func(ctx context.Context) error { return runSimulate(ctx, o, stdout) }
 	})
 	cmd.Long = `Run the NICo Core and PSM simulators until Ctrl-C, or drive a running one
-through its admin surface (fault, journal, remove, seed).
+through its admin surface (fault, journal, leak, remove, seed).
 
 --admin is a simulator's base URL, e.g. http://127.0.0.1:50061 (NICo Core) or
 http://127.0.0.1:50062 (PSM). See docs/simulators.md.`
@@ -86,13 +87,17 @@ http://127.0.0.1:50062 (PSM). See docs/simulators.md.`
 		{"journal", "print the calls the simulator received"},
 		{"remove DEVICE", "remove a device"},
 		{"seed FILE", "add the devices of a JSON file"},
+		{"leak [DEVICE]", "raise a compute tray's or switch's coolant-leak alert (--clear: clear it; --list: the leaking devices)"},
 	} {
 		name, _, _ := strings.Cut(sub.use, " ")
-		nargs := 0
-		if name == "remove" || name == "seed" {
-			nargs = 1
+		args := cobra.NoArgs
+		switch name {
+		case "remove", "seed":
+			args = cobra.ExactArgs(1)
+		case "leak":
+			args = cobra.RangeArgs(0, 1)
 		}
-		c := &cobra.Command{Use: sub.use, Short: sub.short, Args: cobra.ExactArgs(nargs)}
+		c := &cobra.Command{Use: sub.use, Short: sub.short, Args: args}
 		run := simulateAdminFlags(name, c.Flags())
 		c.Flags().SortFlags = false
 		c.RunE = func(cmd *cobra.Command, args []string) error { return run(cmd.Context(), args, stdout) }
@@ -172,6 +177,10 @@ func simulateAdminFlags(cmd string, fs *pflag.FlagSet) func(ctx context.Context,
 		fs.BoolVar(&clear, "clear", false, "remove every fault")
 		fs.BoolVar(&list, "list", false, "list active faults")
 	}
+	if cmd == "leak" {
+		fs.BoolVar(&clear, "clear", false, "clear the device's leak alert instead of raising it")
+		fs.BoolVar(&list, "list", false, "list the leaking devices")
+	}
 	return func(ctx context.Context, args []string, stdout io.Writer) error {
 		return simulateAdmin(ctx, cmd, args, *admin, *method, *f, latency, clear, list, stdout)
 	}
@@ -197,6 +206,15 @@ func simulateAdmin(ctx context.Context, cmd string, args []string, admin, method
 			return err
 		}
 		verb, url, body = http.MethodPost, base+"/devices", data
+	case cmd == "leak" && list && len(args) == 0:
+		verb, url = http.MethodGet, base+"/leaks"
+	case cmd == "leak" && len(args) == 1 && !list:
+		verb, url = http.MethodPut, base+"/leaks/"+args[0]
+		if clear {
+			verb = http.MethodDelete
+		}
+	case cmd == "leak":
+		return usageError(errors.New("simulate leak: name a DEVICE (ID or BMC MAC), or give --list alone"))
 	case cmd == "fault" && clear:
 		verb, url = http.MethodDelete, base+"/faults"
 	case cmd == "fault" && list:

@@ -16,6 +16,7 @@ import (
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/nico"
+	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/sim"
 )
 
@@ -209,4 +210,61 @@ func TestSimulateServeCreatePowerOn(t *testing.T) {
 	for _, c := range rack.Components {
 		require.Equal(t, "on", e.power(t, string(c.BMCs[0].MAC)), c.Name)
 	}
+}
+
+// TestSimulateLeakCLI: flow simulate leak raises and clears a device's leak
+// alert, which NICo Core's leak queries then report.
+func TestSimulateLeakCLI(t *testing.T) {
+	t.Parallel()
+	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0"})
+	require.NoError(t, err)
+	t.Cleanup(func() { sims.Close(context.Background()) })
+	fleet := demoFleet()
+	require.NoError(t, sims.Seed(fleet))
+	ctx := context.Background()
+	admin := sims.nicoSrv.URL()
+	c, err := nico.NewClient(admin)
+	require.NoError(t, err)
+	var tray, sw, shelf nicosim.DeviceState
+	for _, d := range sims.nico.States() {
+		switch {
+		case d.Kind == nicosim.KindCompute && tray.ID == "":
+			tray = d
+		case d.Kind == nicosim.KindNVSwitch && sw.ID == "":
+			sw = d
+		case d.Kind == nicosim.KindPowerShelf && shelf.ID == "":
+			shelf = d
+		}
+	}
+	var out, errOut bytes.Buffer
+	leak := func(args ...string) error {
+		out.Reset()
+		return run(ctx, append([]string{"flow", "simulate", "leak", "--admin", admin}, args...), os.Getenv, &out, &errOut)
+	}
+	require.NoError(t, leak(tray.ID))
+	require.Equal(t, "ok\n", out.String())
+	require.NoError(t, leak(sw.BMCMAC), "by MAC")
+	machines, err := c.LeakingMachineIDs(ctx)
+	require.NoError(t, err)
+	require.Equal(t, tray.ID, machines[0])
+	for _, id := range machines[1:] {
+		require.True(t, strings.HasPrefix(id, "dpu-"), "upstream asks with include_dpus: the tray's DPUs come along (%s)", id)
+	}
+	switches, err := c.LeakingSwitchIDs(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{sw.ID}, switches)
+	require.NoError(t, leak("--list"))
+	require.Contains(t, out.String(), `"id": "`+tray.ID+`"`)
+	require.Contains(t, out.String(), `"id": "`+sw.ID+`"`)
+
+	require.NoError(t, leak(tray.ID, "--clear"))
+	machines, err = c.LeakingMachineIDs(ctx)
+	require.NoError(t, err)
+	require.Empty(t, machines)
+
+	require.ErrorContains(t, leak(shelf.ID), "power shelf")
+	require.ErrorContains(t, leak("nope"), "404")
+	err = leak()
+	require.ErrorContains(t, err, "name a DEVICE")
+	require.Equal(t, 2, ExitCode(err))
 }

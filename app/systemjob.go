@@ -210,13 +210,20 @@ const (
 	// both when the server runs schedules).
 	ScheduleTickJob   = "schedule-tick"
 	ScheduleRescueJob = "schedule-rescue"
+	// EventRuleRescueJob re-enqueues event-rule executions whose job was
+	// lost (app/serve.go adds it).
+	EventRuleRescueJob = "event-rule-rescue"
 )
 
+// eventRuleRescueInterval is how often the leader looks for event-rule
+// executions whose job was lost (operations.EventRules.RescueStale).
+const eventRuleRescueInterval = 10 * time.Second
+
 // newSystemJobs registers the system jobs cfg enables: inventory-sync when
-// NICo Core is configured and disable_inventory is off. leak-detection has
-// its settings (leak_detection_interval, disable_leak_detection) but no job
-// yet: the event-rules work registers it here.
-func newSystemJobs(cfg Config, b *backends, syncer *reconcile.Syncer, logger *slog.Logger) (*systemJobs, error) {
+// NICo Core is configured and disable_inventory is off; leak-detection
+// (leak, one cycle of operations.LeakDetector) when NICo Core is configured
+// and disable_leak_detection is off.
+func newSystemJobs(cfg Config, b *backends, syncer *reconcile.Syncer, leak func(context.Context) error, logger *slog.Logger) (*systemJobs, error) {
 	jobs := &systemJobs{}
 	sj := cfg.SystemJobs
 	switch {
@@ -229,6 +236,23 @@ func newSystemJobs(cfg Config, b *backends, syncer *reconcile.Syncer, logger *sl
 			_, err := syncer.Run(ctx, reconcile.TriggerSchedule)
 			return err
 		}}); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case sj.LeakDetectionDisabled:
+		logger.Info("leak detection disabled", "setting", "disable_leak_detection")
+	case !b.nico.Configured():
+		logger.Warn("leak detection off: NICo Core is not configured", "setting", "NICO_CORE_API_URL")
+	default:
+		path := "legacy direct force-power-off"
+		if sj.LeakEventRules {
+			path = "event rules"
+		}
+		logger.Info("leak detection on", "interval", sj.LeakDetectionInterval, "path", path, "setting", "FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED")
+		// A cycle is a few Core calls and short transactions; bounding it
+		// by a minute keeps a hung call from skipping many ticks.
+		if err := jobs.Add(SystemJob{Name: LeakDetectionJob, Interval: sj.LeakDetectionInterval, Timeout: time.Minute, Run: leak}); err != nil {
 			return nil, err
 		}
 	}

@@ -122,6 +122,16 @@ func TestSystemJobsConfig(t *testing.T) {
 			require.Equal(t, time.Minute, c.LeakDetectionInterval)
 			require.False(t, c.InventoryDisabled)
 			require.True(t, c.ExpectedInventorySync)
+			require.False(t, c.LeakEventRules, "upstream's default: the legacy leak path")
+			require.False(t, c.leakEventRulesSet)
+		}},
+		{name: "EventRuleLeakPath", env: map[string]string{"FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED": " true "}, check: func(t *testing.T, c SystemJobsConfig) {
+			require.True(t, c.LeakEventRules)
+			require.True(t, c.leakEventRulesSet)
+		}},
+		{name: "LegacyLeakPathExplicit", env: map[string]string{"FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED": "0"}, check: func(t *testing.T, c SystemJobsConfig) {
+			require.False(t, c.LeakEventRules)
+			require.True(t, c.leakEventRulesSet, "flow dev keeps an explicit false")
 		}},
 		{name: "File", env: map[string]string{"FLOW_CONFIG_FILE": good, "FLOW_EXPECTED_INVENTORY_SYNC_ENABLED": "false"}, check: func(t *testing.T, c SystemJobsConfig) {
 			require.Equal(t, good, c.File)
@@ -135,6 +145,7 @@ func TestSystemJobsConfig(t *testing.T) {
 		{name: "BadDuration", env: map[string]string{"FLOW_CONFIG_FILE": write("bad.yaml", "leak_detection_interval: soon\n")}, wantErr: "leak_detection_interval must be a positive duration"},
 		{name: "BadBool", env: map[string]string{"FLOW_CONFIG_FILE": write("bool.yaml", "disable_inventory: perhaps\n")}, wantErr: "bool.yaml"},
 		{name: "MissingFile", env: map[string]string{"FLOW_CONFIG_FILE": filepath.Join(dir, "nope.yaml")}, wantErr: "FLOW_CONFIG_FILE"},
+		{name: "BadLeakFlag", env: map[string]string{"FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED": "yes please"}, wantErr: "FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED must be true or false"},
 		{name: "BadExpectedFlag", env: map[string]string{"FLOW_EXPECTED_INVENTORY_SYNC_ENABLED": "on-ish"}, wantErr: "FLOW_EXPECTED_INVENTORY_SYNC_ENABLED"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,6 +158,42 @@ func TestSystemJobsConfig(t *testing.T) {
 			}
 			require.NoError(t, err)
 			tt.check(t, cfg.SystemJobs)
+		})
+	}
+}
+
+// TestLeakDetectionJobRegistration: leak-detection is registered when NICo
+// Core is configured and disable_leak_detection is off, on either path.
+func TestLeakDetectionJobRegistration(t *testing.T) {
+	t.Parallel()
+	noop := func(context.Context) error { return nil }
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		file string
+		want []string
+	}{
+		{"Legacy", map[string]string{"NICO_CORE_API_URL": "http://127.0.0.1:1"}, "", []string{InventorySyncJob, LeakDetectionJob}},
+		{"EventRules", map[string]string{"NICO_CORE_API_URL": "http://127.0.0.1:1", "FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED": "true"}, "", []string{InventorySyncJob, LeakDetectionJob}},
+		{"Disabled", map[string]string{"NICO_CORE_API_URL": "http://127.0.0.1:1", "FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED": "true"}, "disable_leak_detection: true\n", []string{InventorySyncJob}},
+		{"NoCore", map[string]string{}, "", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{"DATABASE_URL": "postgres://localhost/x"}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			if tt.file != "" {
+				env["FLOW_CONFIG_FILE"] = writeFile(t, "flowconfig.yaml", tt.file)
+			}
+			cfg, err := LoadConfig(func(k string) string { return env[k] })
+			require.NoError(t, err)
+			b, err := newBackends(cfg, nil)
+			require.NoError(t, err)
+			jobs, err := newSystemJobs(cfg, b, nil, noop, slog.New(slog.DiscardHandler))
+			require.NoError(t, err)
+			require.Equal(t, tt.want, jobs.Names())
 		})
 	}
 }

@@ -82,6 +82,7 @@ var nouns = []noun{
 	taskNoun,
 	rolloutNoun,
 	scheduleNoun,
+	eventRuleNoun, leakNoun,
 	syncNoun,
 }
 

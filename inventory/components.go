@@ -277,6 +277,9 @@ func (s *Service) componentWithRack(ctx context.Context, dbtx db.DBTX, rows []db
 		return Component{}, nil, err
 	}
 	comps[0].TaskStats = stats[c.ID]
+	if err := s.addLeak(ctx, dbtx, comps); err != nil {
+		return Component{}, nil, err
+	}
 	if rack != nil {
 		rack.TaskStats = stats[rack.ID]
 	}

@@ -29,12 +29,22 @@ func componentTypeToProto(t ComponentType) flowv1.ComponentType {
 	return flowv1.ComponentType_COMPONENT_TYPE_UNKNOWN
 }
 
-// Resting values of fields that later work owns (spec/api.md §4.2): leak
-// detection has not looked at the component (UNKNOWN: fail closed), and no
-// leak-handling task targets it (NONE).
-const (
-	restingLeakStatus         = flowv1.LeakStatus_LEAK_STATUS_UNKNOWN
-	restingLeakHandlingStatus = flowv1.LeakHandlingStatus_LEAK_HANDLING_STATUS_NONE
+// Leak status and handling on the wire (spec/api.md §4.2): a component
+// leak detection has not looked at is UNKNOWN (fail closed); one no
+// leak-handling task covers is NONE.
+var (
+	leakStatusToProto = map[LeakStatus]flowv1.LeakStatus{
+		LeakUnknown:     flowv1.LeakStatus_LEAK_STATUS_UNKNOWN,
+		LeakDetected:    flowv1.LeakStatus_LEAK_STATUS_DETECTED,
+		LeakNotDetected: flowv1.LeakStatus_LEAK_STATUS_NOT_DETECTED,
+	}
+	leakHandlingToProto = map[LeakHandling]flowv1.LeakHandlingStatus{
+		LeakHandlingNone:         flowv1.LeakHandlingStatus_LEAK_HANDLING_STATUS_NONE,
+		LeakHandlingShuttingDown: flowv1.LeakHandlingStatus_LEAK_HANDLING_STATUS_SHUTTING_DOWN,
+		LeakHandlingDown:         flowv1.LeakHandlingStatus_LEAK_HANDLING_STATUS_DOWN,
+		LeakHandlingFailed:       flowv1.LeakHandlingStatus_LEAK_HANDLING_STATUS_FAILED,
+		LeakHandlingUnknown:      flowv1.LeakHandlingStatus_LEAK_HANDLING_STATUS_UNKNOWN,
+	}
 )
 
 func taskStatsToProto(t TaskStats) *flowv1.TaskStats {
@@ -168,10 +178,10 @@ func fillComponent(out *flowv1.Component, info *flowv1.DeviceInfo, pos *flowv1.R
 	out.ComponentId = c.ExternalID
 	out.PowerState = c.PowerState
 	out.Status = status
-	out.LeakStatus = restingLeakStatus
+	out.LeakStatus = leakStatusToProto[c.LeakStatus]
 	out.TaskStats = stats
 	out.RackExternalId = c.RackExternalID
-	out.LeakHandlingStatus = restingLeakHandlingStatus
+	out.LeakHandlingStatus = leakHandlingToProto[c.LeakHandling]
 }
 
 // uuidText writes UUIDs' canonical text into one growing buffer and returns

@@ -238,9 +238,13 @@ type Component struct {
 	PowerState string
 	Health     []byte
 	TaskStats  TaskStats
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-	DeletedAt  *time.Time
+	// LeakStatus is what leak detection last saw; LeakHandling how far
+	// the reaction to a leak on the component has got.
+	LeakStatus   LeakStatus
+	LeakHandling LeakHandling
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	DeletedAt    *time.Time
 }
 
 // OperationStatus is a component's operability (ComponentOperationStatus):

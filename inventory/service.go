@@ -18,8 +18,9 @@ import (
 // every method runs on the db.DBTX or pgx.Tx it is given, and methods that
 // write take a pgx.Tx and leave the commit to the caller.
 type Service struct {
-	q         *dbsqlc.Queries
-	taskStats TaskStatsFunc
+	q            *dbsqlc.Queries
+	taskStats    TaskStatsFunc
+	leakHandling LeakHandlingFunc
 }
 
 // NewService returns a Service.
@@ -48,7 +49,8 @@ func (s *Service) TaskStats(ctx context.Context, dbtx db.DBTX, ids []uuid.UUID) 
 	return s.taskStats(ctx, dbtx, ids)
 }
 
-// addTaskStats sets the task stats of comps in place.
+// addTaskStats sets the task stats, leak status and leak handling of comps
+// in place.
 func (s *Service) addTaskStats(ctx context.Context, dbtx db.DBTX, comps []Component) error {
 	ids := make([]uuid.UUID, len(comps))
 	for i := range comps {
@@ -61,7 +63,7 @@ func (s *Service) addTaskStats(ctx context.Context, dbtx db.DBTX, comps []Compon
 	for i := range comps {
 		comps[i].TaskStats = stats[comps[i].ID]
 	}
-	return nil
+	return s.addLeak(ctx, dbtx, comps)
 }
 
 func pageLimit(p Page, def int32) (int32, error) {

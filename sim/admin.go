@@ -37,6 +37,16 @@ type RackAdmin interface {
 	RemoveRack(id string) bool
 }
 
+// LeakAdmin is implemented by simulators that model coolant-leak sensors;
+// AdminHandler then serves /admin/leaks.
+type LeakAdmin interface {
+	// SetLeak raises (leaking) or clears the leak alert of the device with
+	// the given ID or MAC.
+	SetLeak(device string, leaking bool) error
+	// LeaksJSON returns the leaking devices, JSON-encodable.
+	LeaksJSON() any
+}
+
 // AdminHandler serves a simulator's admin surface under /admin/:
 //
 //	GET    /admin/journal[?method=M]  calls received (JSON list of Call)
@@ -52,6 +62,9 @@ type RackAdmin interface {
 //	GET    /admin/racks               simulated racks (RackAdmin only)
 //	POST   /admin/racks               add or replace racks (JSON list)
 //	DELETE /admin/racks/{rack}        remove a rack
+//	GET    /admin/leaks               leaking devices (LeakAdmin only)
+//	PUT    /admin/leaks/{device}      raise a device's leak alert
+//	DELETE /admin/leaks/{device}      clear it
 //
 // It answers loopback clients only (403 to others), whatever address the
 // simulator listens on: the surface rewrites the simulated fleet and
@@ -115,6 +128,24 @@ func adminMux(a Admin) *http.ServeMux {
 			}
 			w.WriteHeader(http.StatusNoContent)
 		})
+	}
+	if la, ok := a.(LeakAdmin); ok {
+		mux.HandleFunc("GET /admin/leaks", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, la.LeaksJSON())
+		})
+		for method, leaking := range map[string]bool{"PUT": true, "DELETE": false} {
+			mux.HandleFunc(method+" /admin/leaks/{device}", func(w http.ResponseWriter, r *http.Request) {
+				if err := la.SetLeak(r.PathValue("device"), leaking); err != nil {
+					status := http.StatusBadRequest
+					if errors.Is(err, ErrNoDevice) {
+						status = http.StatusNotFound
+					}
+					writeError(w, status, err)
+					return
+				}
+				w.WriteHeader(http.StatusNoContent)
+			})
+		}
 	}
 	mux.HandleFunc("GET /admin/journal", func(w http.ResponseWriter, r *http.Request) {
 		var calls []Call

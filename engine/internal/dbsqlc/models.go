@@ -56,6 +56,12 @@ type ComponentDrift struct {
 	CheckedAt       pgtype.Timestamptz
 }
 
+type ComponentLeak struct {
+	ComponentID pgtype.UUID
+	Status      string
+	UpdatedAt   pgtype.Timestamptz
+}
+
 type EngineRun struct {
 	ID           int64
 	Owner        string
@@ -97,6 +103,63 @@ type EngineStep struct {
 	FailedTargets []byte
 }
 
+type Event struct {
+	ID              pgtype.UUID
+	SourceName      string
+	SourceKey       string
+	EventType       string
+	Severity        string
+	ResourceKind    string
+	ResourceID      pgtype.UUID
+	RackID          pgtype.UUID
+	ComponentType   *string
+	AppliedRuleID   pgtype.UUID
+	EffectivePolicy []byte
+	Summary         string
+	Observations    int32
+	ObservedAt      pgtype.Timestamptz
+	CreatedAt       pgtype.Timestamptz
+	LastObservedAt  pgtype.Timestamptz
+}
+
+type EventActionExecution struct {
+	ID            pgtype.UUID
+	EventID       pgtype.UUID
+	ActionName    string
+	ActionType    string
+	Plan          []byte
+	Status        string
+	Reason        *string
+	Attempts      int32
+	StatusMessage string
+	NextAttemptAt pgtype.Timestamptz
+	TaskIds       []pgtype.UUID
+	CreatedAt     pgtype.Timestamptz
+	UpdatedAt     pgtype.Timestamptz
+}
+
+type EventRule struct {
+	ID          pgtype.UUID
+	Name        string
+	Description string
+	Enabled     bool
+	EventType   string
+	Policy      []byte
+	CreatedBy   string
+	CreatedAt   pgtype.Timestamptz
+	UpdatedAt   pgtype.Timestamptz
+}
+
+type EventRuleBinding struct {
+	ID        pgtype.UUID
+	RuleID    pgtype.UUID
+	EventType string
+	ScopeType string
+	ScopeID   pgtype.UUID
+	CreatedAt pgtype.Timestamptz
+	UpdatedAt pgtype.Timestamptz
+}
+
 type FlowInstance struct {
 	ID        bool
 	CreatedAt pgtype.Timestamptz
@@ -108,6 +171,14 @@ type InventorySyncRun struct {
 	FinishedAt pgtype.Timestamptz
 	Trigger    string
 	Parts      []byte
+}
+
+type LeakOccurrence struct {
+	ComponentKind string
+	ExternalID    string
+	SourceKey     string
+	StartedAt     pgtype.Timestamptz
+	LastSeenAt    pgtype.Timestamptz
 }
 
 type NvlDomain struct {

@@ -58,6 +58,12 @@ type ComponentDrift struct {
 	CheckedAt       time.Time
 }
 
+type ComponentLeak struct {
+	ComponentID uuid.UUID
+	Status      string
+	UpdatedAt   time.Time
+}
+
 type EngineRun struct {
 	ID           int64
 	Owner        string
@@ -99,6 +105,63 @@ type EngineStep struct {
 	FailedTargets []byte
 }
 
+type Event struct {
+	ID              uuid.UUID
+	SourceName      string
+	SourceKey       string
+	EventType       string
+	Severity        string
+	ResourceKind    string
+	ResourceID      uuid.UUID
+	RackID          uuid.UUID
+	ComponentType   *string
+	AppliedRuleID   uuid.UUID
+	EffectivePolicy []byte
+	Summary         string
+	Observations    int32
+	ObservedAt      time.Time
+	CreatedAt       time.Time
+	LastObservedAt  time.Time
+}
+
+type EventActionExecution struct {
+	ID            uuid.UUID
+	EventID       uuid.UUID
+	ActionName    string
+	ActionType    string
+	Plan          []byte
+	Status        string
+	Reason        *string
+	Attempts      int32
+	StatusMessage string
+	NextAttemptAt *time.Time
+	TaskIds       []uuid.UUID
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+}
+
+type EventRule struct {
+	ID          uuid.UUID
+	Name        string
+	Description string
+	Enabled     bool
+	EventType   string
+	Policy      []byte
+	CreatedBy   string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+type EventRuleBinding struct {
+	ID        uuid.UUID
+	RuleID    uuid.UUID
+	EventType string
+	ScopeType string
+	ScopeID   *uuid.UUID
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
 type FlowInstance struct {
 	ID        bool
 	CreatedAt time.Time
@@ -110,6 +173,14 @@ type InventorySyncRun struct {
 	FinishedAt time.Time
 	Trigger    string
 	Parts      []byte
+}
+
+type LeakOccurrence struct {
+	ComponentKind string
+	ExternalID    string
+	SourceKey     string
+	StartedAt     time.Time
+	LastSeenAt    time.Time
 }
 
 type NVLDomain struct {

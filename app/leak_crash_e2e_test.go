@@ -1,0 +1,116 @@
+package app
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/db/dbtest"
+	"github.com/nicoflow/flow/db/pglocal"
+	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+)
+
+// leakProcesses is a database with one demo rack, the simulators, and the
+// environment of `flow serve` processes answering leaks through event rules
+// every second.
+type leakProcesses struct {
+	sims *simulators
+	pool *pgxpool.Pool
+	rack leakRack
+	env  func(port int) []string
+}
+
+func setupLeakProcesses(t *testing.T) *leakProcesses {
+	t.Helper()
+	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: 10 * time.Millisecond, firmwarePhase: time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { sims.Close(context.Background()) })
+	dbURL := dbtest.NewDB(t)
+	pool := openPool(t, dbURL)
+	storeDemoRacks(t, pool, inventory.NewService(), sims, 20, 1, seedAsIs)
+	cfg := leakConfig(t)
+	p := &leakProcesses{sims: sims, pool: pool, env: func(port int) []string {
+		return []string{
+			"DATABASE_URL=" + dbURL, "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port),
+			"NICO_CORE_API_URL=" + sims.nicoSrv.URL(), "PSM_API_URL=" + sims.psmSrv.URL(),
+			"FLOW_CONFIG_FILE=" + cfg, "FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED=true", "FLOW_LOG_LEVEL=warn",
+		}
+	}}
+	return p
+}
+
+// start starts a `flow serve` process and waits until it serves.
+func (p *leakProcesses) start(t *testing.T) (*serverProcess, string, flowv1connect.FlowClient) {
+	t.Helper()
+	port, err := pglocal.FreePort()
+	require.NoError(t, err)
+	url := "http://127.0.0.1:" + itoa(port)
+	proc := startServerProcess(t, p.env(port))
+	waitHealthy(t, url)
+	return proc, url, flowv1connect.NewFlowClient(http.DefaultClient, url)
+}
+
+// observations returns how often the one leak event was observed (0: no
+// event yet).
+func (p *leakProcesses) observations(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, p.pool.QueryRow(context.Background(), `SELECT coalesce(max(observations), 0) FROM event`).Scan(&n))
+	return n
+}
+
+// leak links the rack to Core through url's server, waits for a first
+// poll and sets a leak on the compute tray in slot 10.
+func (p *leakProcesses) leak(t *testing.T, url string, client flowv1connect.FlowClient) {
+	t.Helper()
+	runSync(t, url)
+	rows, _, err := inventory.NewService().ListRacks(context.Background(), p.pool, inventory.RackQuery{})
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	p.rack = readRack(t, p.pool, rows[0].ID)
+	tray := p.rack.component(t, inventory.ComponentTypeCompute, 10)
+	waitPolled(t, client, tray.ID)
+	require.NoError(t, p.sims.nico.SetLeak(tray.ExternalID, true))
+	require.Eventually(t, func() bool { return len(leakTasks(t, client, p.rack.ID)) == 1 }, 15*time.Second, 20*time.Millisecond)
+}
+
+// TestLeakKillAndRestart: kill -9 of the server while a leak goes on, then
+// a restart: the leak's occurrence key is in the database, so the new
+// process keeps observing the same event and submits nothing more.
+func TestLeakKillAndRestart(t *testing.T) {
+	t.Parallel()
+	p := setupLeakProcesses(t)
+	proc, url, client := p.start(t)
+	p.leak(t, url, client)
+	proc.kill(t)
+	before := p.observations(t)
+
+	_, _, client = p.start(t)
+	require.Eventually(t, func() bool { return p.observations(t) >= before+3 }, 30*time.Second, 50*time.Millisecond,
+		"the restarted server polls the ongoing leak")
+	require.Len(t, leakTasks(t, client, p.rack.ID), 1, "no second response")
+	events, executions := countEvents(t, p.pool)
+	require.Equal(t, 1, events)
+	require.Equal(t, 1, executions)
+}
+
+// TestLeakTwoReplicas: two servers share the database; one leak gets one
+// response.
+func TestLeakTwoReplicas(t *testing.T) {
+	t.Parallel()
+	p := setupLeakProcesses(t)
+	_, url, client := p.start(t)
+	_, _, other := p.start(t)
+	p.leak(t, url, client)
+	require.Eventually(t, func() bool { return p.observations(t) >= 5 }, 30*time.Second, 50*time.Millisecond)
+	require.Len(t, leakTasks(t, client, p.rack.ID), 1)
+	require.Len(t, leakTasks(t, other, p.rack.ID), 1, "the other replica sees the same one task")
+	events, executions := countEvents(t, p.pool)
+	require.Equal(t, 1, events)
+	require.Equal(t, 1, executions)
+}

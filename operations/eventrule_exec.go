@@ -1,0 +1,257 @@
+package operations
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/operations/internal/dbsqlc"
+)
+
+// Executions (spec/orchestration.md §4.6) run as River jobs, one per
+// execution: the job's attempt, lock and rescue are the claim upstream
+// keeps in claim_token/owner/expiry. A submit_task execution submits its
+// tasks, records its outcome and completes its job in one transaction, so
+// it never ends half done.
+
+// EventRuleQueue is the River queue executions run on.
+const EventRuleQueue = "event_rule"
+
+// TriggerEventRuleExecution is the trigger type of the tasks an execution
+// submits (task.trigger_type; trigger_id is the execution's ID).
+const TriggerEventRuleExecution = "event_rule_execution"
+
+// Execution retry policy (§4.6): 4 attempts; 10 s backoff doubling to at
+// most 1 min between them.
+const (
+	ExecutionMaxAttempts = 4
+	executionBackoff     = 10 * time.Second
+	executionMaxBackoff  = time.Minute
+	// interruptedRetry is how soon an execution cut short by a shutdown is
+	// picked up again (by whichever process runs then).
+	interruptedRetry = time.Second
+)
+
+// ExecutionBackoff is the wait after failed attempt n (1-based): 10 s,
+// 20 s, 40 s, then 1 min.
+func ExecutionBackoff(n int) time.Duration {
+	d := executionBackoff << max(n-1, 0)
+	if d <= 0 || d > executionMaxBackoff {
+		return executionMaxBackoff
+	}
+	return d
+}
+
+// EventExecutionArgs is the job of one execution. It holds the ID only.
+type EventExecutionArgs struct {
+	ExecutionID uuid.UUID `json:"execution_id"`
+}
+
+// Kind returns the job kind.
+func (EventExecutionArgs) Kind() string { return "operations.event_rule_execution" }
+
+// InsertOpts puts the job on EventRuleQueue with ExecutionMaxAttempts.
+func (EventExecutionArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: EventRuleQueue, MaxAttempts: ExecutionMaxAttempts}
+}
+
+// RiverExecutionEnqueuer returns the ExecutionEnqueuer that inserts
+// EventExecutionArgs jobs with client through the caller's transaction.
+func RiverExecutionEnqueuer(client *river.Client[pgx.Tx]) ExecutionEnqueuer {
+	return func(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) error {
+		params := make([]river.InsertManyParams, len(ids))
+		for i, id := range ids {
+			params[i] = river.InsertManyParams{Args: EventExecutionArgs{ExecutionID: id}}
+		}
+		_, err := client.InsertManyTx(ctx, tx, params)
+		return err
+	}
+}
+
+// EventExecutionWorker works EventExecutionArgs jobs. Set Rules before the
+// River client starts.
+type EventExecutionWorker struct {
+	river.WorkerDefaults[EventExecutionArgs]
+	Rules *EventRules
+}
+
+// NextRetry applies the execution backoff.
+func (w *EventExecutionWorker) NextRetry(job *river.Job[EventExecutionArgs]) time.Time {
+	return time.Now().Add(ExecutionBackoff(job.Attempt))
+}
+
+// errPermanent marks an execution failure no retry can fix.
+var errPermanent = errors.New("permanent")
+
+// Work runs the execution once. A submission error is retried (deferred,
+// attempt_failed) until the attempts are spent (failed); a broken plan
+// fails at once; a shutdown mid-attempt defers it (attempt_interrupted)
+// and refunds the attempt.
+func (w *EventExecutionWorker) Work(ctx context.Context, job *river.Job[EventExecutionArgs]) error {
+	s := w.Rules
+	id := job.Args.ExecutionID
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		row, err := s.q.ExecutionGetForUpdate(ctx, tx, id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Its event was purged with its rack: nothing left to do.
+			_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+			return err
+		} else if err != nil {
+			return err
+		}
+		switch row.Status {
+		case execCompleted, execFailed, execSkipped:
+			_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+			return err
+		}
+		taskIDs, msg, err := s.execute(ctx, tx, row)
+		if err != nil {
+			return err
+		}
+		if err := s.q.ExecutionUpdate(ctx, tx, dbsqlc.ExecutionUpdateParams{
+			ID: id, Status: execCompleted, Attempts: int32(job.Attempt), StatusMessage: msg, TaskIds: taskIDs,
+		}); err != nil {
+			return err
+		}
+		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+	if err == nil {
+		return nil
+	}
+	// Record the outcome even when ctx is ending, within a short bound.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	upd := dbsqlc.ExecutionUpdateParams{ID: id, Attempts: int32(job.Attempt), StatusMessage: firstLine(err.Error()), TaskIds: []uuid.UUID{}}
+	var ret error
+	switch {
+	case ctx.Err() != nil:
+		next := time.Now().Add(interruptedRetry)
+		upd.Status, upd.Reason, upd.NextAttemptAt = execDeferred, strPtr(reasonAttemptInterrupted), &next
+		upd.Attempts = int32(job.Attempt - 1)
+		ret = river.JobSnooze(interruptedRetry)
+	case errors.Is(err, errPermanent):
+		upd.Status = execFailed
+		ret = river.JobCancel(err)
+	case job.Attempt >= job.MaxAttempts:
+		upd.Status = execFailed
+		ret = river.JobCancel(err)
+	default:
+		next := time.Now().Add(ExecutionBackoff(job.Attempt))
+		upd.Status, upd.Reason, upd.NextAttemptAt = execDeferred, strPtr(reasonAttemptFailed), &next
+		ret = err
+	}
+	if uerr := s.q.ExecutionUpdate(rctx, s.pool, upd); uerr != nil {
+		s.logger.ErrorContext(ctx, "record event rule execution", "execution_id", id, "error", uerr.Error())
+	}
+	s.logger.WarnContext(ctx, "event rule execution attempt failed", "execution_id", id, "attempt", job.Attempt, "status", upd.Status, "error", err.Error())
+	return ret
+}
+
+func strPtr(s string) *string { return &s }
+
+// execute does the execution's work in tx and returns the tasks it
+// submitted and a status message.
+func (s *EventRules) execute(ctx context.Context, tx pgx.Tx, row dbsqlc.EventActionExecution) ([]uuid.UUID, string, error) {
+	var p executionPlan
+	if err := json.Unmarshal(row.Plan, &p); err != nil {
+		return nil, "", fmt.Errorf("%w: decode plan: %v", errPermanent, err)
+	}
+	if p.Version != executionPlanVersion {
+		return nil, "", fmt.Errorf("%w: plan version %d is not %d", errPermanent, p.Version, executionPlanVersion)
+	}
+	switch ActionType(row.ActionType) {
+	case ActionNoop:
+		return []uuid.UUID{}, "", nil
+	case ActionSendAlert:
+		return nil, "", fmt.Errorf("%w: no alert sender is configured", errPermanent)
+	case ActionSubmitTask:
+	default:
+		return nil, "", fmt.Errorf("%w: unknown action type %q", errPermanent, row.ActionType)
+	}
+	if p.Operation == nil || s.tasks == nil {
+		return nil, "", fmt.Errorf("%w: no operation or no task manager", errPermanent)
+	}
+	op := *p.Operation
+	ids := []uuid.UUID{}
+	for _, r := range p.Racks {
+		req := Request{
+			Type: op.Type, Code: op.Code, Description: p.Description,
+			Queue:          p.ConflictStrategy == EventConflictQueue,
+			RequiredRackID: r.RackID,
+			IdempotencyKey: fmt.Sprintf("event-rule-execution:%s:rack:%s", row.ID, r.RackID),
+			TriggerType:    TriggerEventRuleExecution, TriggerID: row.ID.String(),
+			SubmittedBy: p.SubmittedBy,
+			Payload:     Payload{OverrideReadinessCheck: op.OverrideReadinessCheck},
+		}
+		for _, c := range r.ComponentIDs {
+			req.Targets.Components = append(req.Targets.Components, inventory.ComponentRef{ID: c})
+		}
+		switch op.Type {
+		case OperationTypePowerControl:
+			req.Payload.Operation = powerOperations[op.Code]
+			req.Payload.Forced = op.Code == CodeForcePowerOff || op.Code == CodeForcePowerOn || op.Code == CodeForceRestart
+		case OperationTypeFirmwareControl:
+			req.Payload.Operation = firmwareOperations[op.Code]
+			req.Payload.SubTargets, req.Payload.StartTime, req.Payload.EndTime = op.SubTargets, op.StartTime, op.EndTime
+			req.Payload.OverrideVersionCheck = op.OverrideVersionCheck
+			if op.TargetVersion != nil {
+				req.Payload.TargetVersion = *op.TargetVersion
+			}
+		}
+		got, err := s.tasks.Submit(ctx, tx, req)
+		if err != nil {
+			return nil, "", fmt.Errorf("submit task on rack %s: %w", r.RackID, err)
+		}
+		ids = append(ids, got...)
+	}
+	return ids, fmt.Sprintf("%d task(s) submitted", len(ids)), nil
+}
+
+// StaleExecutionAge is how long past due an execution must be before
+// RescueStale runs it again: well above a healthy execution's milliseconds,
+// far below River's rescue window (FLOW_ENGINE_RESCUE_AFTER, 30 min), which
+// a leak's power-off must not wait for.
+const StaleExecutionAge = 30 * time.Second
+
+// RescueStale inserts a fresh job for each execution (at most limit) still
+// pending StaleExecutionAge after it was planned, or deferred that long
+// past its retry time: its job died with a killed process, and River would
+// rescue it only after its rescue window. A duplicate job is harmless: the
+// execution's row lock and status, and the tasks' idempotency keys, make a
+// second run a no-op. A rescued execution gets a fresh attempt budget. It
+// returns how many it rescued.
+func (s *EventRules) RescueStale(ctx context.Context, limit int) (int, error) {
+	var ids []uuid.UUID
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+		ids, err = s.q.ExecutionStale(ctx, tx, dbsqlc.ExecutionStaleParams{
+			Age: pgtype.Interval{Microseconds: StaleExecutionAge.Microseconds(), Valid: true}, RowLimit: int32(limit),
+		})
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		if s.enqueue == nil {
+			return errors.New("event rules: no execution enqueuer configured")
+		}
+		if err := s.enqueue(ctx, tx, ids); err != nil {
+			return err
+		}
+		return s.q.ExecutionRequeue(ctx, tx, ids)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("rescue executions: %w", err)
+	}
+	if len(ids) > 0 {
+		s.logger.WarnContext(ctx, "event rule executions rescued", "count", len(ids))
+	}
+	return len(ids), nil
+}
