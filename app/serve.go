@@ -124,8 +124,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		runWake:     func(ctx context.Context, id uuid.UUID) error { return runs.Wake(ctx, id) },
 		runSweep:    func(ctx context.Context) error { return runs.Sweep(ctx) },
 		schedules:   scheduleWorker,
-		rescueAfter: cfg.RescueAfter,
-		maxWorkers:  cfg.MaxWorkers,
+		engine:      cfg.engineConfig(),
 		system:      s.system,
 	})
 	if err != nil {
@@ -203,7 +202,16 @@ func (s *server) Addr() net.Addr { return s.ln.Addr() }
 // ShutdownTimeout), stops River (running jobs get up to ShutdownTimeout, then
 // are cancelled) and closes the pool.
 func (s *server) run(ctx context.Context) error {
-	// River stops when run says so, after HTTP, not when ctx ends.
+	// The engine's lease first: River's workers claim steps under it.
+	if err := s.engine.StartLease(ctx); err != nil {
+		s.ln.Close()
+		if s.adminLn != nil {
+			s.adminLn.Close()
+		}
+		s.pool.Close()
+		return err
+	}
+	// River stops when run says so, not when ctx ends.
 	if err := s.river.Start(context.WithoutCancel(ctx)); err != nil {
 		s.ln.Close()
 		if s.adminLn != nil {
@@ -236,6 +244,13 @@ func (s *server) run(ctx context.Context) error {
 	}
 	s.logger.InfoContext(ctx, "shutting down")
 	s.health.setServing(false)
+	// The engine stops fetching at once and hands back what cannot finish
+	// in the budget, while HTTP drains its in-flight calls.
+	riverDone := make(chan struct{})
+	go func() {
+		defer close(riverDone)
+		stopRiver(ctx, s.engine, s.river, s.cfg.ShutdownTimeout, s.logger)
+	}()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := s.http.Shutdown(shutdownCtx); err != nil {
@@ -244,7 +259,7 @@ func (s *server) run(ctx context.Context) error {
 	if s.admin != nil {
 		_ = s.admin.Close() // profiles and River UI polls need no draining
 	}
-	stopRiver(ctx, s.river, s.cfg.ShutdownTimeout, s.logger)
+	<-riverDone
 	s.pool.Close()
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr

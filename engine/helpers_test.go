@@ -219,11 +219,13 @@ func startEngine(t testing.TB, pool *pgxpool.Pool, cfg engine.Config) (*engine.E
 	t.Helper()
 	e := newEngine(pool, cfg)
 	client := newClient(t, pool, e)
+	require.NoError(t, e.StartLease(context.Background()))
 	require.NoError(t, client.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = client.StopAndCancel(ctx)
+		_ = e.Stop(ctx)
 	})
 	return e, client
 }

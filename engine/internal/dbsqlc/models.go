@@ -55,6 +55,14 @@ type ComponentDrift struct {
 	CheckedAt       pgtype.Timestamptz
 }
 
+type EngineProcess struct {
+	ID          int64
+	Name        string
+	StartedAt   pgtype.Timestamptz
+	HeartbeatAt pgtype.Timestamptz
+	ExpiresAt   pgtype.Timestamptz
+}
+
 type EngineRun struct {
 	ID           int64
 	Owner        string
@@ -93,6 +101,9 @@ type EngineStep struct {
 	StartedAt     pgtype.Timestamptz
 	EndedAt       pgtype.Timestamptz
 	FailedTargets []byte
+	ProcessID     *int64
+	ExecToken     int64
+	ClaimedAt     pgtype.Timestamptz
 }
 
 type FlowInstance struct {

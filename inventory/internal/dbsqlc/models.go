@@ -57,6 +57,14 @@ type ComponentDrift struct {
 	CheckedAt       time.Time
 }
 
+type EngineProcess struct {
+	ID          int64
+	Name        string
+	StartedAt   time.Time
+	HeartbeatAt time.Time
+	ExpiresAt   time.Time
+}
+
 type EngineRun struct {
 	ID           int64
 	Owner        string
@@ -95,6 +103,9 @@ type EngineStep struct {
 	StartedAt     *time.Time
 	EndedAt       *time.Time
 	FailedTargets []byte
+	ProcessID     *int64
+	ExecToken     int64
+	ClaimedAt     *time.Time
 }
 
 type FlowInstance struct {
