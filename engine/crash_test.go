@@ -1,12 +1,14 @@
 package engine_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -23,6 +25,11 @@ import (
 // engine process that works until it is killed (see TestCrashRecovery).
 const crashChildEnv = "FLOW_ENGINE_CRASH_CHILD_URL"
 
+// crashChildWorkersEnv sets a crash child's MaxWorkers (default 20).
+const crashChildWorkersEnv = "FLOW_ENGINE_CRASH_CHILD_WORKERS"
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
 func TestMain(m *testing.M) {
 	if url := os.Getenv(crashChildEnv); url != "" {
 		runCrashChild(url)
@@ -38,7 +45,7 @@ func runCrashChild(url string) {
 		fmt.Fprintln(os.Stderr, "crash child:", err)
 		os.Exit(2)
 	}
-	e := newEngine(pool, engine.Config{MaxWorkers: 20})
+	e := newEngine(pool, engine.Config{MaxWorkers: cmp.Or(atoi(os.Getenv(crashChildWorkersEnv)), 20)})
 	client := newClient(nil, pool, e)
 	if err := e.StartLease(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "crash child:", err)
