@@ -125,15 +125,14 @@ func TestKillDuringPowerOn(t *testing.T) {
 	env := []string{
 		"DATABASE_URL=" + dbURL, "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port),
 		"NICO_CORE_API_URL=" + sims.nicoSrv.URL(), "PSM_API_URL=" + sims.psmSrv.URL(),
-		// Work in flight in the killed process is presumed lost after 8s.
-		"FLOW_ENGINE_RESCUE_AFTER=8s", "FLOW_LOG_LEVEL=warn",
+		"FLOW_LOG_LEVEL=warn",
 	}
 	server := startServerProcess(t, env)
 	waitHealthy(t, url)
 	client := flowv1connect.NewFlowClient(http.DefaultClient, url)
 
-	// Step timeouts must be shorter than the rescue window: a default
-	// power-on rule with short ones (the built-ins allow 15-20 minutes).
+	// Default settings: the killed process's steps move on once its lease
+	// expires. A default power-on rule that polls quickly keeps it short.
 	step := func(ct string, stage int) string {
 		return `{"component_type":"` + ct + `","stage":` + itoa(stage) + `,"timeout":"5s","retry":{"max_attempts":3,"initial_interval":"100ms","backoff_coefficient":2},
 			"main_operation":{"name":"PowerControl"},
