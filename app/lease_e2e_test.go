@@ -139,7 +139,9 @@ func (r *replicaSetup) powerCalls(since time.Time) map[string][]sim.Call {
 func (r *replicaSetup) checkOnce(t *testing.T, since, moment time.Time, latency time.Duration) (again []time.Duration) {
 	t.Helper()
 	per := r.powerCalls(since)
-	near := func(c sim.Call) bool { return c.Time.After(moment.Add(-time.Second)) && c.Time.Before(moment.Add(3*time.Second)) }
+	near := func(c sim.Call) bool {
+		return c.Time.After(moment.Add(-time.Second)) && c.Time.Before(moment.Add(3*time.Second))
+	}
 	for _, d := range r.devs {
 		var ok []sim.Call
 		cut := false

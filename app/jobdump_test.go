@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// dumpJobsOnFailure logs the unfinished River jobs (with their steps) and
+// the engine leases of the database at url when the test fails.
 func dumpJobsOnFailure(t *testing.T, url string) {
 	t.Cleanup(func() {
 		if !t.Failed() {
