@@ -78,7 +78,7 @@ func groupContext(first context.Context) (context.Context, context.CancelFunc) {
 // execution token) and reading it with its run's state; jobs fetched
 // together claim their steps in one statement.
 const (
-	loaderShards = 1
+	loaderShards = 2
 	maxLoadBatch = 200
 )
 
