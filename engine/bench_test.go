@@ -2,8 +2,8 @@ package engine_test
 
 import (
 	"context"
-	"math/rand/v2"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"sort"
 	"sync"
