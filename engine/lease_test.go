@@ -111,13 +111,14 @@ func TestKillOneOfTwoEngines(t *testing.T) {
 						}
 					}
 					require.NotEmpty(t, mine, "step %d was called", s.ID)
-					// In flight in the victim at the kill: it never
-					// recorded its end.
+					// In flight in the victim at the kill: its call had
+					// started and the step's checkpoint had not committed
+					// (the step ended after the kill).
 					caught := slices.IndexFunc(mine, func(c call) bool {
-						return c.Process == victimName && c.StartedAt.Before(after) && (c.EndedAt == nil || c.EndedAt.After(before))
+						return c.Process == victimName && c.StartedAt.Before(after) && s.EndedAt.After(before)
 					})
 					if caught < 0 {
-						require.Len(t, mine, 1, "step %d called twice though no kill caught it: %+v", s.ID, mine)
+						require.Len(t, mine, 1, "step %d called twice though no kill caught it (victim %s killed %s–%s, step ended %s): %+v", s.ID, victimName, before, after, s.EndedAt, mine)
 						continue
 					}
 					require.LessOrEqual(t, len(mine), 2, "step %d: %+v", s.ID, mine)
