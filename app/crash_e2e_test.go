@@ -51,6 +51,11 @@ func storeDemoRacks(t testing.TB, pool *pgxpool.Pool, inv *inventory.Service, si
 		names = append(names, r.Name)
 		for _, c := range r.Components {
 			d := nicosim.Device{Kind: strings.ToLower(string(c.Type)), Name: c.Name, Serial: c.SerialNumber, BMCMAC: c.BMCs[0].MAC.String(), RackID: r.ID.String()}
+			for _, b := range c.BMCs[1:] {
+				if b.Type == inventory.BMCTypeDPU {
+					d.DPUs = append(d.DPUs, nicosim.DPU{ID: "dpu-" + strings.ReplaceAll(b.MAC.String(), ":", ""), BMCMAC: b.MAC.String()})
+				}
+			}
 			switch mode {
 			case seedOff:
 				d.PoweredOff = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -157,6 +158,7 @@ func (d *devSeeder) run(ctx context.Context, interval time.Duration) {
 //     has one, otherwise the component's Flow UUID, so IDs are stable
 //     across restarts of flow dev.
 //   - Core rack ID: the rack's external ID, otherwise the rack's Flow UUID.
+//   - DPUs: one per DPU BMC of a compute tray, Core ID dpu-<MAC hex>.
 //   - Serial, name and position as in the inventory; the firmware version
 //     as the BMC version ("bmc"; "pmc" for shelves), which is where
 //     inventory sync reads a component's firmware version from.
@@ -175,6 +177,13 @@ func simDevices(comps []inventory.Component) []nicosim.Device {
 		for _, b := range c.BMCs {
 			if string(b.MAC) == mac && b.IP != nil {
 				dev.BMCIP = *b.IP
+			}
+			if b.Type == inventory.BMCTypeDPU && c.Type == inventory.ComponentTypeCompute {
+				dpu := nicosim.DPU{ID: "dpu-" + strings.ReplaceAll(string(b.MAC), ":", ""), BMCMAC: string(b.MAC)}
+				if b.IP != nil {
+					dpu.BMCIP = *b.IP
+				}
+				dev.DPUs = append(dev.DPUs, dpu)
 			}
 		}
 		if c.RackID != nil {

@@ -25,7 +25,7 @@ import (
 // handed to the engine after both exist. Domains register their actions here
 // as they arrive (explicitly, never in init).
 func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine.Engine, *river.Client[pgx.Tx], error) {
-	var clientRef *river.Client[pgx.Tx] // for workers that need the client, set below
+	var clientRef *river.Client[pgx.Tx] // for jobs that need the client, set below
 	ecfg := w.engine
 	ecfg.Logger, ecfg.OnRunEnd = logger, w.onRunEnd
 	e := engine.New(pool, ecfg)
@@ -34,6 +34,34 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 		w.register(e)
 	}
 	rc := e.RiverConfig()
+	if w.system == nil {
+		w.system = &systemJobs{}
+	}
+	if w.system.pool == nil {
+		w.system.pool = pool
+	}
+	if w.schedules != nil {
+		// Schedule firings have their own queue, so a backlog of engine
+		// steps does not delay them. The leader's schedule tick makes due
+		// firings runnable and its rescue re-arms firings whose job is
+		// stuck in a dead process (docs/schedules.md); both are system
+		// jobs.
+		rc.Queues[operations.ScheduleQueue] = river.QueueConfig{MaxWorkers: scheduleWorkers}
+		river.AddWorker(rc.Workers, w.schedules)
+		if err := w.system.Add(SystemJob{Name: ScheduleTickJob, Interval: scheduleTickInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
+			_, err := operations.PromoteDueFirings(ctx, clientRef, 500)
+			return err
+		}}); err != nil {
+			return nil, nil, err
+		}
+		schedules := w.schedules
+		if err := w.system.Add(SystemJob{Name: ScheduleRescueJob, Interval: scheduleRescueInterval, Timeout: time.Minute, RunOnStart: true, Run: func(ctx context.Context) error {
+			_, err := schedules.Schedules.RescueOverdue(ctx, 1000)
+			return err
+		}}); err != nil {
+			return nil, nil, err
+		}
+	}
 	w.system.install(rc, logger)
 	if w.promoteRack != nil {
 		river.AddWorker(rc.Workers, &queueExpiryWorker{promote: w.promoteRack})
@@ -55,24 +83,6 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 			river.PeriodicInterval(runSweepInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return runSweepArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true},
-		))
-	}
-	if w.schedules != nil {
-		// Schedule firings have their own queue, so a backlog of engine
-		// steps does not delay them; the safety net re-arms firings whose
-		// job is stuck in a dead process (docs/schedules.md).
-		rc.Queues[operations.ScheduleQueue] = river.QueueConfig{MaxWorkers: scheduleWorkers}
-		river.AddWorker(rc.Workers, w.schedules)
-		river.AddWorker(rc.Workers, &scheduleRescueWorker{worker: w.schedules})
-		river.AddWorker(rc.Workers, &scheduleTickWorker{client: &clientRef})
-		rc.PeriodicJobs = append(rc.PeriodicJobs, river.NewPeriodicJob(
-			river.PeriodicInterval(scheduleRescueInterval),
-			func() (river.JobArgs, *river.InsertOpts) { return scheduleRescueArgs{}, nil },
-			&river.PeriodicJobOpts{RunOnStart: true},
-		), river.NewPeriodicJob(
-			river.PeriodicInterval(scheduleTickInterval),
-			func() (river.JobArgs, *river.InsertOpts) { return scheduleTickArgs{}, nil },
-			nil,
 		))
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), rc)
@@ -97,8 +107,9 @@ type engineWiring struct {
 	// inserts); runSweep advances every active run (periodic safety net).
 	runWake  func(context.Context, uuid.UUID) error
 	runSweep func(context.Context) error
-	// system holds the leader-run system jobs (inventory sync…); nil or
-	// empty: none.
+	// system holds the leader-run system jobs (inventory sync…); newEngine
+	// adds the schedule tick and rescue when schedules is set. nil: none
+	// but those.
 	system *systemJobs
 
 	// schedules works schedule firings; its Schedules is set once the
@@ -114,55 +125,12 @@ type engineWiring struct {
 const scheduleWorkers = 20
 
 // scheduleRescueInterval is how often the leader re-arms overdue firings
-// (operations.Schedules.RescueOverdue). For the lead: a system job, to fold
-// into the system-jobs registry.
+// (operations.Schedules.RescueOverdue): system job ScheduleRescueJob.
 const scheduleRescueInterval = 30 * time.Second
 
-// scheduleRescueArgs is the periodic job of the schedule safety net.
-type scheduleRescueArgs struct{}
-
-// Kind returns the job kind.
-func (scheduleRescueArgs) Kind() string { return "operations.schedule_rescue" }
-
-// InsertOpts puts the job on the schedule queue, once at a time.
-func (scheduleRescueArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: operations.ScheduleQueue, UniqueOpts: river.UniqueOpts{ByPeriod: scheduleRescueInterval}}
-}
-
-type scheduleRescueWorker struct {
-	river.WorkerDefaults[scheduleRescueArgs]
-	worker *operations.ScheduleWorker
-}
-
 // scheduleTickInterval is how often the leader makes due firing jobs
-// runnable (operations.PromoteDueFirings). A system job too.
+// runnable (operations.PromoteDueFirings): system job ScheduleTickJob.
 const scheduleTickInterval = time.Second
-
-// scheduleTickArgs is the periodic job that promotes due firings.
-type scheduleTickArgs struct{}
-
-// Kind returns the job kind.
-func (scheduleTickArgs) Kind() string { return "operations.schedule_tick" }
-
-// InsertOpts puts the job on the schedule queue, once per interval.
-func (scheduleTickArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: operations.ScheduleQueue, MaxAttempts: 1, UniqueOpts: river.UniqueOpts{ByPeriod: scheduleTickInterval}}
-}
-
-type scheduleTickWorker struct {
-	river.WorkerDefaults[scheduleTickArgs]
-	client **river.Client[pgx.Tx]
-}
-
-func (w *scheduleTickWorker) Work(ctx context.Context, _ *river.Job[scheduleTickArgs]) error {
-	_, err := operations.PromoteDueFirings(ctx, *w.client, 500)
-	return err
-}
-
-func (w *scheduleRescueWorker) Work(ctx context.Context, _ *river.Job[scheduleRescueArgs]) error {
-	_, err := w.worker.Schedules.RescueOverdue(ctx, 1000)
-	return err
-}
 
 // sweepInterval is how often the leader promotes and expires waiting tasks
 // that no task end has handled (a safety net: promotion normally happens in

@@ -93,7 +93,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}
 	s.backends.logStatus(ctx, logger)
 	inv := inventory.NewService()
-	s.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: s.backends.nico, Logger: logger})
+	s.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: s.backends.nico, Logger: logger, Expected: cfg.SystemJobs.ExpectedInventorySync})
 	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, logger); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/nico/nicosim"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
 // TestSyncRunsOnLeaderAndSurvivesItsDeath runs two `flow serve` processes on
@@ -107,7 +109,8 @@ func TestAdminSyncWithoutCore(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := newServer(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), serveOptions{})
 	require.NoError(t, err)
-	require.Empty(t, srv.system.Names(), "no sync job without Core")
+	require.NotContains(t, srv.system.Names(), InventorySyncJob, "no sync job without Core")
+	require.Contains(t, srv.system.Names(), ScheduleTickJob, "the schedule tick is a system job")
 	done := make(chan error, 1)
 	go func() { done <- srv.run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
@@ -131,4 +134,49 @@ func TestAdminSyncWithoutCore(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, `"name":"compute"`)
 	require.NotContains(t, body, `"ok":true`)
+}
+
+// TestSyncFailedStateHoldsOperationsAtTheGate: Core reports a compute tray
+// Failed; within a sync interval Flow's status for it is Error, a power-on
+// of its rack waits at the readiness gate without touching the hardware,
+// and it runs once Core says Ready again.
+func TestSyncFailedStateHoldsOperationsAtTheGate(t *testing.T) {
+	t.Parallel()
+	cfgFile := filepath.Join(t.TempDir(), "flowconfig.yaml")
+	require.NoError(t, os.WriteFile(cfgFile, []byte("inventory_run_frequency: 1s\n"), 0o644))
+	e := startE2E(t, time.Millisecond, func(env map[string]string) { env["FLOW_CONFIG_FILE"] = cfgFile })
+	rack := e.addRack(t, 14, true)
+	ctx := context.Background()
+	var tray inventory.Component
+	for _, c := range rack.Components {
+		if c.Type == inventory.ComponentTypeCompute {
+			tray = c
+			break
+		}
+	}
+	status := func() *flowv1.ComponentOperationStatus {
+		res, err := e.client.GetComponentInfoByID(ctx, &flowv1.GetComponentInfoByIDRequest{Id: &flowv1.UUID{Id: tray.ID.String()}})
+		require.NoError(t, err)
+		return res.GetComponent().GetStatus()
+	}
+	require.Eventually(t, func() bool { return status().GetPhase() == flowv1.Phase_PHASE_READY }, 30*time.Second, 100*time.Millisecond)
+
+	failed, ready := "Failed/HostFailure", "Ready"
+	require.NoError(t, e.sims.nico.Update(tray.BMCs[0].MAC.String(), nicosim.DevicePatch{State: &failed}))
+	require.Eventually(t, func() bool { return status().GetPhase() == flowv1.Phase_PHASE_ERROR }, 30*time.Second, 100*time.Millisecond)
+	require.Contains(t, status().GetBlockedOperations(), flowv1.OperationType_OPERATION_TYPE_POWER_CONTROL)
+
+	e.sims.nico.Journal().Reset()
+	res, err := e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)})
+	require.NoError(t, err)
+	time.Sleep(2 * time.Second)
+	got, err := e.client.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: res.GetTaskIds()})
+	require.NoError(t, err)
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_RUNNING, got.GetTasks()[0].GetStatus())
+	require.Empty(t, e.sims.nico.Journal().Calls("ComponentPowerControl"), "no power call while Core says Failed")
+
+	require.NoError(t, e.sims.nico.Update(tray.BMCs[0].MAC.String(), nicosim.DevicePatch{State: &ready}))
+	task := e.wait(t, res.GetTaskIds()[0])
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, task.GetStatus(), task.GetMessage())
+	require.NotEmpty(t, e.sims.nico.Journal().Calls("ComponentPowerControl"))
 }

@@ -22,8 +22,8 @@ import (
 // overlaps itself: while one cycle runs, the next tick finds its advisory
 // lock taken and skips (a killed process's lock frees at once), like upstream's
 // Skip policy. The first cycle runs one Interval after the leader is
-// elected, as upstream's interval trigger does; a failed cycle is logged and
-// not retried (the next tick is the retry).
+// elected, as upstream's interval trigger does (RunOnStart: at once); a
+// failed cycle is logged and not retried (the next tick is the retry).
 type SystemJob struct {
 	// Name is the job's stable name ("inventory-sync"); it is the job's
 	// identity in River (args of kind SystemJobKind) and in logs.
@@ -35,6 +35,9 @@ type SystemJob struct {
 	Timeout time.Duration
 	// Run does one cycle. Its error is logged; it does not stop later ticks.
 	Run func(ctx context.Context) error
+	// RunOnStart runs the first cycle as soon as a leader is elected
+	// instead of one Interval later.
+	RunOnStart bool
 }
 
 // SystemJobKind is the River job kind of every system job; the args carry
@@ -103,7 +106,7 @@ func (s *systemJobs) install(rc *river.Config, logger *slog.Logger) {
 		rc.PeriodicJobs = append(rc.PeriodicJobs, river.NewPeriodicJob(
 			river.PeriodicInterval(j.Interval),
 			func() (river.JobArgs, *river.InsertOpts) { return systemJobArgs{Name: name}, nil },
-			&river.PeriodicJobOpts{ID: "system:" + name},
+			&river.PeriodicJobOpts{ID: "system:" + name, RunOnStart: j.RunOnStart},
 		))
 	}
 }
@@ -198,10 +201,15 @@ func systemJobLock(ctx context.Context, pool *pgxpool.Pool, name string) (releas
 	}, true, nil
 }
 
-// InventorySyncJob and LeakDetectionJob are the system jobs' names.
+// The system jobs' names.
 const (
 	InventorySyncJob = "inventory-sync"
 	LeakDetectionJob = "leak-detection"
+	// ScheduleTickJob makes due schedule firings runnable every second;
+	// ScheduleRescueJob re-arms overdue ones every 30 s (app/river.go adds
+	// both when the server runs schedules).
+	ScheduleTickJob   = "schedule-tick"
+	ScheduleRescueJob = "schedule-rescue"
 )
 
 // newSystemJobs registers the system jobs cfg enables: inventory-sync when

@@ -135,7 +135,8 @@ func TestSimDevices(t *testing.T) {
 	got := simDevices(comps)
 	require.Equal(t, []nicosim.Device{
 		{Kind: nicosim.KindCompute, ID: "fm100ht-core-id", RackID: rack.String(), Name: "c1", Serial: "S1", BMCMAC: "aa:00:00:00:00:01", BMCIP: ip,
-			Firmware: map[string]string{"bmc": "1.0"}, SlotID: 5, TrayIndex: 1, HostID: 2},
+			Firmware: map[string]string{"bmc": "1.0"}, SlotID: 5, TrayIndex: 1, HostID: 2,
+			DPUs: []nicosim.DPU{{ID: "dpu-aa0000000002", BMCMAC: "aa:00:00:00:00:02"}}},
 		{Kind: nicosim.KindPowerShelf, ID: comps[1].ID.String(), RackID: "core-rack-7", Name: "p1", Serial: "P1", BMCMAC: "aa:00:00:00:00:03",
 			Firmware: map[string]string{"pmc": "PS 3.1"}},
 	}, got)

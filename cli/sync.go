@@ -68,7 +68,20 @@ func printCycle(w io.Writer, c *adminv1.SyncCycle) {
 		if note == "" {
 			note = strings.Join(p.GetWarnings(), "; ")
 		}
-		rows[i] = []string{p.GetName(), status, fmt.Sprint(p.GetRowsChanged()), drift, note}
+		changed := fmt.Sprint(p.GetRowsChanged())
+		var parts []string
+		for _, x := range []struct {
+			n    int64
+			what string
+		}{{p.GetInserted(), "new"}, {int64(p.GetAdopted()), "adopted"}, {int64(p.GetResurrected()), "resurrected"}, {p.GetSoftDeleted(), "soft-deleted"}} {
+			if x.n > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", x.n, x.what))
+			}
+		}
+		if len(parts) > 0 {
+			changed += " (" + strings.Join(parts, ", ") + ")"
+		}
+		rows[i] = []string{p.GetName(), status, changed, drift, note}
 	}
 	printTable(w, []string{"PART", "STATUS", "CHANGED", "DRIFTS", "ERROR"}, rows)
 }

@@ -14,24 +14,24 @@
 INSERT INTO nvl_domain (id, name) VALUES (@id, @name);
 
 -- name: NVLDomainGetByID :one
-SELECT * FROM nvl_domain WHERE id = @id;
+SELECT * FROM nvl_domain WHERE id = @id AND deleted_at IS NULL;
 
 -- name: NVLDomainGetByName :one
-SELECT * FROM nvl_domain WHERE name = @name;
+SELECT * FROM nvl_domain WHERE name = @name AND deleted_at IS NULL;
 
 -- name: NVLDomainList :many
 SELECT * FROM nvl_domain
-WHERE sqlc.narg(name_patterns)::text[] IS NULL
+WHERE deleted_at IS NULL AND (sqlc.narg(name_patterns)::text[] IS NULL
    OR (CASE WHEN @name_any::bool THEN name LIKE ANY (sqlc.narg(name_patterns)::text[])
-            ELSE name LIKE ALL (sqlc.narg(name_patterns)::text[]) END)
+            ELSE name LIKE ALL (sqlc.narg(name_patterns)::text[]) END))
 ORDER BY name ASC NULLS LAST, id ASC
 LIMIT @row_limit OFFSET @row_offset;
 
 -- name: NVLDomainCount :one
 SELECT count(*) FROM nvl_domain
-WHERE sqlc.narg(name_patterns)::text[] IS NULL
+WHERE deleted_at IS NULL AND (sqlc.narg(name_patterns)::text[] IS NULL
    OR (CASE WHEN @name_any::bool THEN name LIKE ANY (sqlc.narg(name_patterns)::text[])
-            ELSE name LIKE ALL (sqlc.narg(name_patterns)::text[]) END);
+            ELSE name LIKE ALL (sqlc.narg(name_patterns)::text[]) END));
 
 -- name: RackInsert :exec
 INSERT INTO rack (

@@ -31,6 +31,8 @@ type SyncComponent struct {
 	// HostMAC is the host BMC's MAC (the first BMC's when none is marked
 	// host); "" when the component has no BMC.
 	HostMAC MAC
+	// DPUs are the component's DPU BMCs, ordered by MAC.
+	DPUs []DPUBMC
 	// UpdatedAt is the row's version: ApplySync skips a row that changed
 	// since it was read.
 	UpdatedAt time.Time
@@ -50,6 +52,9 @@ func (s *Service) SyncComponents(ctx context.Context, dbtx db.DBTX, t ComponentT
 			Position: Position{SlotID: r.SlotID, TrayIdx: r.TrayIdx, HostID: r.HostID},
 			Status:   OperationStatus{Phase: r.OperationPhase, Reason: r.OperationReason, Blocked: r.BlockedOperations},
 			Health:   r.Health, Description: r.Description, HostMAC: MAC(r.HostMac), UpdatedAt: r.UpdatedAt,
+		}
+		for k, mac := range r.DpuMacs {
+			out[i].DPUs = append(out[i].DPUs, DPUBMC{MAC: MAC(mac), IP: r.DpuIps[k]})
 		}
 	}
 	return out, nil
@@ -175,14 +180,13 @@ type TopologyGroup struct {
 }
 
 // ApplyTopology makes every group an NVLink domain (external ID = group
-// ID, created unnamed when missing), sets its NMX-C cluster, and assigns
-// each group's racks to it, through tx. Only rows that differ are written;
+// ID, created unnamed when missing, resurrected when soft-deleted), sets
+// its NMX-C cluster, and assigns each group's racks to it, through tx. A
+// discovered domain (one with an external ID) outside groups that no live
+// rack is in any more is soft-deleted. Only rows that differ are written;
 // it returns how many. Manually created domains and racks in no group are
 // not touched.
 func (s *Service) ApplyTopology(ctx context.Context, tx pgx.Tx, groups []TopologyGroup) (int64, error) {
-	if len(groups) == 0 {
-		return 0, nil
-	}
 	doms, err := s.q.SyncDomainList(ctx, tx)
 	if err != nil {
 		return 0, fmt.Errorf("list domains for sync: %w", err)
@@ -190,10 +194,18 @@ func (s *Service) ApplyTopology(ctx context.Context, tx pgx.Tx, groups []Topolog
 	type dom struct {
 		id      uuid.UUID
 		cluster *uuid.UUID
+		deleted bool
 	}
 	byExt := make(map[string]dom, len(doms))
+	live := 0
 	for _, d := range doms {
-		byExt[deref(d.ExternalID)] = dom{id: d.ID, cluster: d.NmxcClusterID}
+		byExt[deref(d.ExternalID)] = dom{id: d.ID, cluster: d.NmxcClusterID, deleted: d.DeletedAt != nil}
+		if d.DeletedAt == nil {
+			live++
+		}
+	}
+	if len(groups) == 0 && live == 0 {
+		return 0, nil
 	}
 	racks, err := s.SyncRacks(ctx, tx)
 	if err != nil {
@@ -210,8 +222,16 @@ func (s *Service) ApplyTopology(ctx context.Context, tx pgx.Tx, groups []Topolog
 		GroupID  string    `json:"group_id"`
 	}
 	var assigns []assign
+	keep := make([]uuid.UUID, 0, len(groups))
 	for _, g := range groups {
 		d, ok := byExt[g.GroupID]
+		if ok && d.deleted {
+			n, err := s.q.SyncDomainResurrect(ctx, tx, d.id)
+			if err != nil {
+				return 0, fmt.Errorf("resurrect domain %s: %w", d.id, err)
+			}
+			changed += n
+		}
 		switch {
 		case !ok:
 			d = dom{id: uuid.New()}
@@ -229,6 +249,7 @@ func (s *Service) ApplyTopology(ctx context.Context, tx pgx.Tx, groups []Topolog
 			}
 			changed += n
 		}
+		keep = append(keep, d.id)
 		for _, id := range g.Racks {
 			r, ok := rackByID[id]
 			if !ok {
@@ -250,7 +271,13 @@ func (s *Service) ApplyTopology(ctx context.Context, tx pgx.Tx, groups []Topolog
 		}
 		changed += n
 	}
-	return changed, nil
+	// After the assignments: a discovered domain no group names and no
+	// live rack is in was left empty by a regrouping.
+	n, err := s.q.SyncDomainSoftDeleteEmpty(ctx, tx, keep)
+	if err != nil {
+		return 0, fmt.Errorf("soft-delete empty domains: %w", err)
+	}
+	return changed + n, nil
 }
 
 func equalUUIDPtr(a, b *uuid.UUID) bool {

@@ -7,7 +7,11 @@ SELECT c.id, c.rack_id, COALESCE(r.external_id, '')::text AS rack_external_id,
        c.slot_id, c.tray_idx, c.host_id, c.operation_phase, c.operation_reason,
        c.blocked_operations, c.health, c.description, c.updated_at,
        COALESCE((SELECT b.mac_address FROM bmc b WHERE b.component_id = c.id
-                 ORDER BY (b.type = 'Host') DESC, b.mac_address LIMIT 1), '')::text AS host_mac
+                 ORDER BY (b.type = 'Host') DESC, b.mac_address LIMIT 1), '')::text AS host_mac,
+       ARRAY(SELECT b.mac_address FROM bmc b WHERE b.component_id = c.id AND b.type = 'DPU'
+             ORDER BY b.mac_address)::text[] AS dpu_macs,
+       ARRAY(SELECT COALESCE(b.ip_address, '') FROM bmc b WHERE b.component_id = c.id AND b.type = 'DPU'
+             ORDER BY b.mac_address)::text[] AS dpu_ips
 FROM component c
 LEFT JOIN rack r ON r.id = c.rack_id
 WHERE c.type = @type AND c.deleted_at IS NULL
@@ -46,7 +50,20 @@ FROM json_array_elements(@rows::json) AS e
 WHERE r.id = (e->>'id')::uuid AND r.deleted_at IS NULL;
 
 -- name: SyncDomainList :many
-SELECT d.id, d.external_id, d.nmxc_cluster_id FROM nvl_domain d WHERE d.external_id IS NOT NULL;
+-- Every domain discovered from a Core rack group, soft-deleted ones
+-- included (a group that comes back resurrects its domain).
+SELECT d.id, d.external_id, d.nmxc_cluster_id, d.deleted_at FROM nvl_domain d WHERE d.external_id IS NOT NULL;
+
+-- name: SyncDomainResurrect :execrows
+UPDATE nvl_domain SET deleted_at = NULL WHERE id = @id AND deleted_at IS NOT NULL;
+
+-- name: SyncDomainSoftDeleteEmpty :execrows
+-- Soft-deletes the live discovered domains outside @keep that no live rack
+-- is in (a regrouping left them empty).
+UPDATE nvl_domain d SET deleted_at = now()
+WHERE d.external_id IS NOT NULL AND d.deleted_at IS NULL
+  AND d.id <> ALL(@keep::uuid[])
+  AND NOT EXISTS (SELECT 1 FROM rack r WHERE r.nvl_domain_id = d.id AND r.deleted_at IS NULL);
 
 -- name: SyncDomainInsert :exec
 INSERT INTO nvl_domain (id, external_id, nmxc_cluster_id) VALUES (@id, @external_id, @nmxc_cluster_id);
@@ -67,3 +84,105 @@ SELECT c.rack_id::uuid AS rack_id, array_agg(DISTINCT c.operation_phase)::text[]
 FROM component c
 WHERE c.rack_id = ANY(@rack_ids::uuid[]) AND c.deleted_at IS NULL
 GROUP BY c.rack_id;
+
+-- name: SyncDPUDelete :execrows
+-- Removes the DPU BMCs in @macs (DPUs Core no longer reports on their host).
+DELETE FROM bmc WHERE type = 'DPU' AND mac_address = ANY(@macs::text[]);
+
+-- name: SyncDPUUpsert :execrows
+-- Records the DPU BMCs in @rows ({mac, component_id, ip}) on their host
+-- component; a MAC held by a host BMC is left alone.
+INSERT INTO bmc (mac_address, component_id, type, ip_address)
+SELECT e->>'mac', (e->>'component_id')::uuid, 'DPU', NULLIF(e->>'ip', '')
+FROM jsonb_array_elements(@rows::jsonb) AS e
+ON CONFLICT (mac_address) DO UPDATE SET component_id = EXCLUDED.component_id, ip_address = EXCLUDED.ip_address
+WHERE bmc.type = 'DPU';
+
+-- name: MirrorRackList :many
+-- Every rack, soft-deleted ones included, with what the expected-inventory
+-- mirror compares.
+SELECT r.id, r.name, r.manufacturer, r.serial_number, r.model, r.description,
+       r.location_region, r.location_datacenter, r.location_room, r.location_position,
+       r.external_id, r.rack_profile_id, r.deleted_at, r.mirrored_at
+FROM rack r
+ORDER BY r.id;
+
+-- name: MirrorRackInsert :execrows
+-- Creates the racks in @rows (JSON objects with the columns' names).
+INSERT INTO rack (id, name, manufacturer, serial_number, model, description,
+                  location_region, location_datacenter, location_room, location_position,
+                  external_id, rack_profile_id, mirrored_at)
+SELECT (e->>'id')::uuid, e->>'name', e->>'manufacturer', e->>'serial_number', e->>'model', e->>'description',
+       e->>'location_region', e->>'location_datacenter', e->>'location_room', e->>'location_position',
+       e->>'external_id', e->>'rack_profile_id', now()
+FROM jsonb_array_elements(@rows::jsonb) AS e;
+
+-- name: MirrorRackUpdate :execrows
+-- Writes the mirror-managed columns of the racks in @rows, resurrects them
+-- and marks them mirrored.
+UPDATE rack r SET
+    name = e->>'name', manufacturer = e->>'manufacturer', serial_number = e->>'serial_number',
+    model = e->>'model', description = e->>'description',
+    location_region = e->>'location_region', location_datacenter = e->>'location_datacenter',
+    location_room = e->>'location_room', location_position = e->>'location_position',
+    external_id = e->>'external_id', rack_profile_id = e->>'rack_profile_id',
+    deleted_at = NULL, mirrored_at = COALESCE(r.mirrored_at, now()), updated_at = now()
+FROM jsonb_array_elements(@rows::jsonb) AS e
+WHERE r.id = (e->>'id')::uuid;
+
+-- name: MirrorRackSoftDelete :execrows
+UPDATE rack SET deleted_at = now(), updated_at = now() WHERE id = ANY(@ids::uuid[]) AND deleted_at IS NULL;
+
+-- name: MirrorComponentList :many
+-- Every component of one type, soft-deleted ones included, with what the
+-- mirror compares and its host BMC (the first BMC when none is marked
+-- host).
+SELECT c.id, c.rack_id, c.name, c.manufacturer, c.serial_number, c.model, c.description,
+       c.slot_id, c.tray_idx, c.host_id, c.deleted_at, c.mirrored_at,
+       COALESCE(hb.mac_address, '')::text AS host_mac, hb.ip_address AS host_ip
+FROM component c
+LEFT JOIN LATERAL (SELECT b.mac_address, b.ip_address FROM bmc b WHERE b.component_id = c.id
+                   ORDER BY (b.type = 'Host') DESC, b.mac_address LIMIT 1) hb ON true
+WHERE c.type = @type
+ORDER BY c.id;
+
+-- name: MirrorComponentKeyOwners :many
+-- The components, of any type and soft-deleted ones included, holding one
+-- of @serials (the natural key's unique index spans them all).
+SELECT c.id, c.serial_number, lower(c.manufacturer)::text AS manufacturer
+FROM component c WHERE c.serial_number = ANY(@serials::text[]);
+
+-- name: MirrorBMCOwners :many
+SELECT b.mac_address, b.component_id FROM bmc b WHERE b.mac_address = ANY(@macs::text[]);
+
+-- name: MirrorComponentInsert :execrows
+INSERT INTO component (id, rack_id, type, name, manufacturer, serial_number, model, description,
+                       slot_id, tray_idx, host_id, mirrored_at)
+SELECT (e->>'id')::uuid, (e->>'rack_id')::uuid, @type, e->>'name', e->>'manufacturer', e->>'serial_number',
+       e->>'model', e->>'description', (e->>'slot_id')::int, (e->>'tray_idx')::int, (e->>'host_id')::int, now()
+FROM jsonb_array_elements(@rows::jsonb) AS e;
+
+-- name: MirrorComponentUpdate :execrows
+-- Writes the mirror-managed columns of the components in @rows, resurrects
+-- them and marks them mirrored.
+UPDATE component c SET
+    rack_id = (e->>'rack_id')::uuid, name = e->>'name', manufacturer = e->>'manufacturer',
+    serial_number = e->>'serial_number', model = e->>'model', description = e->>'description',
+    slot_id = (e->>'slot_id')::int, tray_idx = (e->>'tray_idx')::int, host_id = (e->>'host_id')::int,
+    deleted_at = NULL, mirrored_at = COALESCE(c.mirrored_at, now()), updated_at = now()
+FROM jsonb_array_elements(@rows::jsonb) AS e
+WHERE c.id = (e->>'id')::uuid;
+
+-- name: MirrorComponentSoftDelete :execrows
+UPDATE component SET deleted_at = now(), updated_at = now() WHERE id = ANY(@ids::uuid[]) AND deleted_at IS NULL;
+
+-- name: MirrorHostBMCInsert :execrows
+-- Gives the components in @rows ({mac, component_id, ip}) their host BMC.
+INSERT INTO bmc (mac_address, component_id, type, ip_address)
+SELECT e->>'mac', (e->>'component_id')::uuid, 'Host', NULLIF(e->>'ip', '')
+FROM jsonb_array_elements(@rows::jsonb) AS e;
+
+-- name: MirrorBMCSetIP :execrows
+UPDATE bmc b SET ip_address = NULLIF(e->>'ip', '')
+FROM jsonb_array_elements(@rows::jsonb) AS e
+WHERE b.mac_address = e->>'mac';

@@ -608,7 +608,7 @@ func (c *Client) ExpectedMachines(ctx context.Context) ([]ExpectedMachine, error
 	}
 	var out []ExpectedMachine
 	for _, m := range res.GetExpectedMachines() {
-		out = append(out, ExpectedMachine{BMCMAC: m.GetBmcMacAddress(), ChassisSerial: m.GetChassisSerialNumber(), RackID: m.GetRackId().GetId(), BMCIP: m.GetBmcIpAddress(), Labels: labels(m.GetMetadata())})
+		out = append(out, ExpectedMachine{BMCMAC: m.GetBmcMacAddress(), ChassisSerial: m.GetChassisSerialNumber(), RackID: m.GetRackId().GetId(), BMCIP: m.GetBmcIpAddress(), Labels: labels(m.GetMetadata()), Name: m.GetMetadata().GetName(), Description: m.GetMetadata().GetDescription()})
 	}
 	return out, nil
 }
@@ -627,7 +627,7 @@ func (c *Client) ExpectedSwitches(ctx context.Context) ([]ExpectedSwitch, error)
 	}
 	var out []ExpectedSwitch
 	for _, s := range res.GetExpectedSwitches() {
-		out = append(out, ExpectedSwitch{BMCMAC: s.GetBmcMacAddress(), Serial: s.GetSwitchSerialNumber(), RackID: s.GetRackId().GetId(), BMCIP: s.GetBmcIpAddress(), Labels: labels(s.GetMetadata())})
+		out = append(out, ExpectedSwitch{BMCMAC: s.GetBmcMacAddress(), Serial: s.GetSwitchSerialNumber(), RackID: s.GetRackId().GetId(), BMCIP: s.GetBmcIpAddress(), Labels: labels(s.GetMetadata()), Name: s.GetMetadata().GetName(), Description: s.GetMetadata().GetDescription()})
 	}
 	return out, nil
 }
@@ -646,7 +646,7 @@ func (c *Client) ExpectedPowerShelves(ctx context.Context) ([]ExpectedPowerShelf
 	}
 	var out []ExpectedPowerShelf
 	for _, p := range res.GetExpectedPowerShelves() {
-		out = append(out, ExpectedPowerShelf{BMCMAC: p.GetBmcMacAddress(), Serial: p.GetShelfSerialNumber(), RackID: p.GetRackId().GetId(), BMCIP: p.GetBmcIpAddress(), Labels: labels(p.GetMetadata())})
+		out = append(out, ExpectedPowerShelf{BMCMAC: p.GetBmcMacAddress(), Serial: p.GetShelfSerialNumber(), RackID: p.GetRackId().GetId(), BMCIP: p.GetBmcIpAddress(), Labels: labels(p.GetMetadata()), Name: p.GetMetadata().GetName(), Description: p.GetMetadata().GetDescription()})
 	}
 	return out, nil
 }

@@ -251,6 +251,8 @@ type ExpectedMachine struct {
 	BMCIP                            string
 	PauseIngestion                   *bool
 	Labels                           map[string]string
+	// Name and Description are the metadata's (read back only).
+	Name, Description string
 }
 
 // LogValue redacts the password.
@@ -266,6 +268,8 @@ type ExpectedSwitch struct {
 	BMCIP                            string
 	NVOSUsername, NVOSPassword       string
 	Labels                           map[string]string
+	// Name and Description are the metadata's (read back only).
+	Name, Description string
 }
 
 // LogValue redacts the passwords.
@@ -280,6 +284,8 @@ type ExpectedPowerShelf struct {
 	RackID                           string
 	BMCIP                            string
 	Labels                           map[string]string
+	// Name and Description are the metadata's (read back only).
+	Name, Description string
 }
 
 // LogValue redacts the password.

@@ -213,6 +213,7 @@ func cycleToProto(r SyncRun) *adminv1.SyncCycle {
 	for _, p := range r.Parts {
 		c.Parts = append(c.Parts, &adminv1.SyncPart{
 			Name: p.Name, Ok: p.OK, Error: p.Error, RowsChanged: p.Changed, Drifts: int32(p.Drifts), DriftChanged: p.DriftChanged, Warnings: p.Warnings,
+			Inserted: p.Inserted, SoftDeleted: p.SoftDeleted, Adopted: int32(p.Adopted), Resurrected: int32(p.Resurrected),
 		})
 	}
 	return c

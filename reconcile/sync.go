@@ -38,6 +38,9 @@ type Core interface {
 	PowerShelves(ctx context.Context, ids []string) ([]nico.PowerShelf, error)
 	Racks(ctx context.Context, ids []string) ([]nico.Rack, error)
 	ExpectedRacks(ctx context.Context) ([]nico.ExpectedRack, error)
+	ExpectedMachines(ctx context.Context) ([]nico.ExpectedMachine, error)
+	ExpectedSwitches(ctx context.Context) ([]nico.ExpectedSwitch, error)
+	ExpectedPowerShelves(ctx context.Context) ([]nico.ExpectedPowerShelf, error)
 }
 
 // Parts of a sync cycle, in the order they run (SyncPart.Name).
@@ -62,7 +65,14 @@ type SyncPart struct {
 	OK      bool   `json:"ok"`
 	Error   string `json:"error,omitempty"`
 	Changed int64  `json:"changed"` // inventory rows written
-	Drifts  int    `json:"drifts"`  // drift rows now held (component types)
+	// Inserted, SoftDeleted, Adopted and Resurrected break down an
+	// expected-inventory mirror part's Changed (adopted and resurrected
+	// rows are updates).
+	Inserted    int64 `json:"inserted,omitempty"`
+	SoftDeleted int64 `json:"soft_deleted,omitempty"`
+	Adopted     int   `json:"adopted,omitempty"`
+	Resurrected int   `json:"resurrected,omitempty"`
+	Drifts      int   `json:"drifts"` // drift rows now held (component types)
 	// DriftChanged says the part replaced its drift rows.
 	DriftChanged bool `json:"drift_changed,omitempty"`
 	// Warnings are best-effort reads that failed (power, inventory…).
@@ -98,6 +108,9 @@ type SyncConfig struct {
 	Inv    *inventory.Service
 	Core   Core
 	Logger *slog.Logger
+	// Expected turns the expected-inventory mirror on
+	// (FLOW_EXPECTED_INVENTORY_SYNC_ENABLED).
+	Expected bool
 	// Keep is how many cycles inventory_sync_run keeps (default 1000).
 	Keep int
 }
@@ -123,9 +136,11 @@ func NewSyncer(cfg SyncConfig) *Syncer {
 // (a manual RunSync waits for a scheduled cycle and vice versa).
 const syncLockKey int64 = 0x466c6f7753796e63 // "FlowSync"
 
-// Run runs one cycle: compute, NVLink switches, observed NVLink topology,
-// power shelves, rack health. A failed Core call fails only its part (logged
-// and recorded); nothing aborts the cycle. Each part writes in its own
+// Run runs one cycle: the expected-inventory mirror when configured
+// (racks, compute, NVLink switches, power shelves), then compute, NVLink
+// switches, observed NVLink topology, power shelves, rack health. A failed
+// Core call fails only its part (logged and recorded); nothing aborts the
+// cycle. Each part writes in its own
 // transaction. The cycle is recorded in inventory_sync_run. Run returns an
 // error only when the cycle could not run or be recorded at all (database
 // down, ctx cancelled).
@@ -142,6 +157,12 @@ func (s *Syncer) Run(ctx context.Context, trigger string) (SyncRun, error) {
 
 	run := SyncRun{StartedAt: time.Now().UTC().Truncate(time.Microsecond), Trigger: trigger}
 	c := &cycle{s: s, now: run.StartedAt}
+	if s.cfg.Expected {
+		run.Parts = append(run.Parts, c.part(ctx, PartExpectedRacks, c.expectedRacks))
+		run.Parts = append(run.Parts, c.part(ctx, PartExpectedCompute, c.expectedCompute))
+		run.Parts = append(run.Parts, c.part(ctx, PartExpectedNVSwitch, c.expectedSwitches))
+		run.Parts = append(run.Parts, c.part(ctx, PartExpectedPowerShelf, c.expectedShelves))
+	}
 	run.Parts = append(run.Parts, c.part(ctx, PartCompute, c.compute))
 	run.Parts = append(run.Parts, c.part(ctx, PartNVSwitch, c.nvswitches))
 	run.Parts = append(run.Parts, c.part(ctx, PartTopology, c.topology))
@@ -219,6 +240,7 @@ func (c *cycle) part(ctx context.Context, name string, f func(context.Context, *
 	if err := f(ctx, &p); err != nil {
 		p.OK, p.Error = false, err.Error()
 		p.Changed, p.DriftChanged = 0, false
+		p.Inserted, p.SoftDeleted, p.Adopted, p.Resurrected = 0, 0, 0, 0
 		c.s.cfg.Logger.WarnContext(ctx, "inventory sync part failed", "part", name, "error", err.Error())
 		return p
 	}
@@ -331,6 +353,8 @@ type device struct {
 	power                          string // "" unknown
 	firmware                       string // "" unknown
 	position                       *nico.Position
+	// dpus are a compute host's DPU BMCs (compute only).
+	dpus []inventory.DPUBMC
 }
 
 // syncType matches Core's devices of type t to Flow's components by host
@@ -353,6 +377,7 @@ func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.Component
 	}
 	matched := make([]bool, len(devs))
 	var ups []inventory.SyncUpdate
+	dpus, dpusNow := map[uuid.UUID][]inventory.DPUBMC{}, map[uuid.UUID][]inventory.DPUBMC{}
 	var ds []drift
 	for _, comp := range comps {
 		i, ok := -1, false
@@ -372,6 +397,9 @@ func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.Component
 		d := devs[i]
 		if up, changed := c.update(t, comp, d); changed {
 			ups = append(ups, up)
+		}
+		if t == inventory.ComponentTypeCompute && !slices.Equal(sortedDPUs(d.dpus), comp.DPUs) {
+			dpus[comp.ID], dpusNow[comp.ID] = d.dpus, comp.DPUs
 		}
 		if t == inventory.ComponentTypeCompute && d.position != nil {
 			if fs := positionDiffs(comp.Position, *d.position); len(fs) > 0 {
@@ -393,9 +421,21 @@ func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.Component
 			return err
 		}
 		p.Changed = n
+		if n, err = c.s.cfg.Inv.ApplyDPUs(ctx, tx, dpus, dpusNow); err != nil {
+			return err
+		}
+		p.Changed += n
 		p.DriftChanged, err = c.replaceDrift(ctx, tx, t, ds)
 		return err
 	})
+}
+
+// sortedDPUs returns ds ordered by MAC, as SyncComponents orders a
+// component's DPUs.
+func sortedDPUs(ds []inventory.DPUBMC) []inventory.DPUBMC {
+	out := slices.Clone(ds)
+	slices.SortFunc(out, func(a, b inventory.DPUBMC) int { return strings.Compare(string(a.MAC), string(b.MAC)) })
+	return out
 }
 
 // update is comp with what Core reports of it, and whether anything
@@ -557,10 +597,14 @@ func (c *cycle) compute(ctx context.Context, p *SyncPart) error {
 			p.Warnings = append(p.Warnings, err.Error())
 		}
 	}
+	dpus, err := c.dpusOf(ctx, p, hosts)
+	if err != nil {
+		return err
+	}
 	invs := c.inventoryOf(ctx, p, nico.KindCompute, hostIDs)
 	devs := make([]device, len(hosts))
 	for i, m := range hosts {
-		d := device{id: m.ID, mac: m.BMCMAC, state: m.State, health: m.Health, firmware: invs[m.ID].BMCFirmware()}
+		d := device{id: m.ID, mac: m.BMCMAC, state: m.State, health: m.Health, firmware: invs[m.ID].BMCFirmware(), dpus: dpus[m.ID]}
 		if pw, ok := power[m.ID]; ok {
 			d.power = string(pw)
 		}

@@ -25,6 +25,7 @@ type syncBundle struct {
 	inv    *inventory.Service
 	racks  []inventory.Rack
 	sim    *nicosim.Sim
+	nc     *nico.Client
 	syncer *reconcile.Syncer
 }
 
@@ -51,7 +52,7 @@ func setupSync(t *testing.T, racks int) *syncBundle {
 		for k, c := range got.Components {
 			d := nicosim.Device{ID: fmt.Sprintf("core-%d-%02d", i, k), RackID: r.ExternalID, Name: c.Name, Serial: c.SerialNumber,
 				BMCMAC: reconcile.HostMAC(c), Firmware: map[string]string{"bmc": c.FirmwareVersion},
-				SlotID: int(c.Position.SlotID), TrayIndex: int(c.Position.TrayIdx), HostID: int(c.Position.HostID)}
+				SlotID: int(c.Position.SlotID), TrayIndex: int(c.Position.TrayIdx), HostID: int(c.Position.HostID), DPUs: simDPUs(c)}
 			switch c.Type {
 			case inventory.ComponentTypeCompute:
 				d.Kind = nicosim.KindCompute
@@ -70,8 +71,21 @@ func setupSync(t *testing.T, racks int) *syncBundle {
 	t.Cleanup(func() { _ = srv.Close(context.Background()) })
 	nc, err := nico.NewClient(srv.URL(), nico.WithTimeout(10*time.Second))
 	require.NoError(t, err)
-	b.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: b.pool, Inv: b.inv, Core: nc})
+	b.nc = nc
+	b.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: b.pool, Inv: b.inv, Core: nc, Expected: true})
 	return b
+}
+
+// simDPUs is the simulated DPUs of c: one per DPU BMC, with ID
+// <component name>-dpu-<n>.
+func simDPUs(c inventory.Component) []nicosim.DPU {
+	var out []nicosim.DPU
+	for _, b := range c.BMCs {
+		if b.Type == inventory.BMCTypeDPU {
+			out = append(out, nicosim.DPU{ID: fmt.Sprintf("%s-dpu-%d", c.Name, len(out)), BMCMAC: b.MAC.String()})
+		}
+	}
+	return out
 }
 
 func (b *syncBundle) run(t *testing.T) reconcile.SyncRun {
@@ -125,6 +139,12 @@ func TestSyncFirstCycleLinksAndSecondWritesNothing(t *testing.T) {
 	require.EqualValues(t, 18, part(t, run, reconcile.PartCompute).Changed)
 	require.EqualValues(t, 9, part(t, run, reconcile.PartNVSwitch).Changed)
 	require.EqualValues(t, 8, part(t, run, reconcile.PartPowerShelf).Changed)
+	// The rack Core lists under its external ID is adopted (nothing else
+	// about it differs); Core expects no component, and the components are
+	// Flow's own, so the component mirror leaves them alone.
+	require.EqualValues(t, 1, part(t, run, reconcile.PartExpectedRacks).Changed)
+	require.Equal(t, 1, part(t, run, reconcile.PartExpectedRacks).Adopted)
+	require.Zero(t, part(t, run, reconcile.PartExpectedCompute).Changed)
 	require.Empty(t, b.drifts(t))
 
 	ct := b.component(t, "demo-0000-ct-00")
@@ -146,7 +166,7 @@ func TestSyncFirstCycleLinksAndSecondWritesNothing(t *testing.T) {
 	latest, err := b.syncer.Latest(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, again.ID, latest.ID)
-	require.Len(t, latest.Parts, 5)
+	require.Len(t, latest.Parts, 9)
 }
 
 func TestSyncFirmwarePowerPositionHealthAndState(t *testing.T) {

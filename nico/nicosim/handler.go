@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -162,6 +163,17 @@ func (h *handler) FindMachineIds(ctx context.Context, req *forgepb.MachineSearch
 	for _, id := range ids {
 		res.MachineIds = append(res.MachineIds, &forgepb.MachineId{Id: id})
 	}
+	if req.GetIncludeDpus() {
+		h.s.mu.Lock()
+		for _, id := range ids {
+			if d := h.s.byID(KindCompute, id); d != nil {
+				for _, p := range d.DPUs {
+					res.MachineIds = append(res.MachineIds, &forgepb.MachineId{Id: p.ID})
+				}
+			}
+		}
+		h.s.mu.Unlock()
+	}
 	return res, nil
 }
 
@@ -215,7 +227,7 @@ func (h *handler) FindMachinesByIds(ctx context.Context, req *forgepb.MachinesBy
 		for _, j := range d.jobs {
 			complete = j.applied
 		}
-		res.Machines = append(res.Machines, &forgepb.Machine{
+		m := &forgepb.Machine{
 			Id:          &forgepb.MachineId{Id: d.ID},
 			State:       d.lifecycle(h.s, now),
 			MachineType: forgepb.MachineType_MACHINE_TYPE_HOST,
@@ -225,11 +237,32 @@ func (h *handler) FindMachinesByIds(ctx context.Context, req *forgepb.MachinesBy
 				Health:         h.s.health(d, now),
 				UpdateComplete: complete,
 			},
-		})
+		}
+		for _, p := range d.DPUs {
+			m.Status.AssociatedDpuMachineIds = append(m.Status.AssociatedDpuMachineIds, &forgepb.MachineId{Id: p.ID})
+		}
+		res.Machines = append(res.Machines, m)
 	})
 	if err != nil {
 		return nil, err
 	}
+	// DPU machines, asked for by the IDs their hosts report.
+	h.s.mu.Lock()
+	for _, id := range ids {
+		ref, ok := h.s.dpuIndex[id]
+		if !ok {
+			continue
+		}
+		if _, drop := h.take(sim.FaultDrop, "FindMachinesByIds", id, nil); drop {
+			continue
+		}
+		p := ref.host.DPUs[ref.i]
+		res.Machines = append(res.Machines, &forgepb.Machine{
+			Id: &forgepb.MachineId{Id: p.ID}, State: ref.host.State, MachineType: forgepb.MachineType_MACHINE_TYPE_DPU,
+			BmcInfo: &forgepb.BmcInfo{Ip: optStr(p.BMCIP), Mac: optStr(p.BMCMAC)},
+		})
+	}
+	h.s.mu.Unlock()
 	return res, nil
 }
 
@@ -329,7 +362,7 @@ func (h *handler) addExpected(kind, mac, serial, rackID, ip string, md *forgepb.
 	}
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
-	h.s.expected[kind][normMAC(mac)] = &expected{mac: mac, serial: serial, rackID: rackID, ip: ip, labels: labels}
+	h.s.expected[kind][normMAC(mac)] = &expected{mac: mac, serial: serial, rackID: rackID, ip: ip, labels: labels, name: md.GetName()}
 	if h.s.byMAC(mac) == nil {
 		h.s.upsert(Device{Kind: kind, BMCMAC: mac, BMCIP: ip, Serial: serial, RackID: rackID, AwaitingIngestion: true})
 	}
@@ -366,16 +399,22 @@ func (h *handler) AddExpectedPowerShelf(ctx context.Context, req *forgepb.Expect
 func (h *handler) expectedOf(kind string) []*expected {
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
-	out := make([]*expected, 0, len(h.s.expected[kind]))
-	for _, e := range h.s.expected[kind] {
-		out = append(out, e)
+	// The map's keys are the normalised MACs: the order the list is served
+	// in.
+	byMAC := h.s.expected[kind]
+	out := make([]*expected, 0, len(byMAC))
+	for _, mac := range slices.Sorted(maps.Keys(byMAC)) {
+		out = append(out, byMAC[mac])
 	}
-	slices.SortFunc(out, func(a, b *expected) int { return strings.Compare(normMAC(a.mac), normMAC(b.mac)) })
 	return out
 }
 
 func metadataOf(labels map[string]string) *forgepb.Metadata {
-	md := &forgepb.Metadata{}
+	return namedMetadata("", labels)
+}
+
+func namedMetadata(name string, labels map[string]string) *forgepb.Metadata {
+	md := &forgepb.Metadata{Name: name}
 	for k, v := range labels {
 		md.Labels = append(md.Labels, &forgepb.Label{Key: k, Value: &v})
 	}
@@ -397,7 +436,7 @@ func (h *handler) GetAllExpectedMachines(ctx context.Context, _ *emptypb.Empty) 
 	}
 	res = &forgepb.ExpectedMachineList{}
 	for _, e := range h.expectedOf(KindCompute) {
-		res.ExpectedMachines = append(res.ExpectedMachines, &forgepb.ExpectedMachine{BmcMacAddress: e.mac, ChassisSerialNumber: e.serial, RackId: rackOf(e.rackID), BmcIpAddress: optStr(e.ip), Metadata: metadataOf(e.labels)})
+		res.ExpectedMachines = append(res.ExpectedMachines, &forgepb.ExpectedMachine{BmcMacAddress: e.mac, ChassisSerialNumber: e.serial, RackId: rackOf(e.rackID), BmcIpAddress: optStr(e.ip), Metadata: namedMetadata(e.name, e.labels)})
 	}
 	return res, nil
 }
@@ -409,7 +448,7 @@ func (h *handler) GetAllExpectedSwitches(ctx context.Context, _ *emptypb.Empty) 
 	}
 	res = &forgepb.ExpectedSwitchList{}
 	for _, e := range h.expectedOf(KindNVSwitch) {
-		res.ExpectedSwitches = append(res.ExpectedSwitches, &forgepb.ExpectedSwitch{BmcMacAddress: e.mac, SwitchSerialNumber: e.serial, RackId: rackOf(e.rackID), BmcIpAddress: optStr(e.ip), Metadata: metadataOf(e.labels)})
+		res.ExpectedSwitches = append(res.ExpectedSwitches, &forgepb.ExpectedSwitch{BmcMacAddress: e.mac, SwitchSerialNumber: e.serial, RackId: rackOf(e.rackID), BmcIpAddress: optStr(e.ip), Metadata: namedMetadata(e.name, e.labels)})
 	}
 	return res, nil
 }
@@ -421,7 +460,7 @@ func (h *handler) GetAllExpectedPowerShelves(ctx context.Context, _ *emptypb.Emp
 	}
 	res = &forgepb.ExpectedPowerShelfList{}
 	for _, e := range h.expectedOf(KindPowerShelf) {
-		res.ExpectedPowerShelves = append(res.ExpectedPowerShelves, &forgepb.ExpectedPowerShelf{BmcMacAddress: e.mac, ShelfSerialNumber: e.serial, RackId: rackOf(e.rackID), BmcIpAddress: e.ip, Metadata: metadataOf(e.labels)})
+		res.ExpectedPowerShelves = append(res.ExpectedPowerShelves, &forgepb.ExpectedPowerShelf{BmcMacAddress: e.mac, ShelfSerialNumber: e.serial, RackId: rackOf(e.rackID), BmcIpAddress: e.ip, Metadata: namedMetadata(e.name, e.labels)})
 	}
 	return res, nil
 }

@@ -57,6 +57,23 @@ type Device struct {
 	HostID    int `json:"host_id,omitempty"`
 	// NVLinkDomain is the NMX-C cluster UUID a switch is observed in.
 	NVLinkDomain string `json:"nvlink_domain,omitempty"`
+	// DPUs are a compute tray's DPUs: FindMachinesByIds reports their IDs
+	// on the host and serves them as DPU machines.
+	DPUs []DPU `json:"dpus,omitempty"`
+	// Expected also lists the device in GetAllExpectedMachines (…Switches,
+	// …PowerShelves), as if it had been declared to Core, with Name,
+	// Serial, RackID, BMCIP and the labels manufacturer, model, slot_id,
+	// tray_idx and host_id (positions below zero are left out).
+	Expected     bool   `json:"expected,omitempty"`
+	Manufacturer string `json:"manufacturer,omitempty"`
+	Model        string `json:"model,omitempty"`
+}
+
+// DPU is one DPU of a simulated compute tray.
+type DPU struct {
+	ID     string `json:"id"`
+	BMCMAC string `json:"bmc_mac"`
+	BMCIP  string `json:"bmc_ip,omitempty"`
 }
 
 // Options tunes a Sim. Zero values take the defaults shown.
@@ -85,11 +102,35 @@ type Sim struct {
 	racks    map[string]*rack
 	nextID   map[string]int
 	expected map[string]map[string]*expected // kind → lowercase MAC → entry
+	dpuIndex map[string]dpuRef               // DPU machine ID → its host and place
+}
+
+type dpuRef struct {
+	host *device
+	i    int
 }
 
 type expected struct {
-	mac, serial, rackID, ip string
-	labels                  map[string]string
+	mac, serial, rackID, ip, name string
+	labels                        map[string]string
+}
+
+// expectedOfDevice is the expected entry a device declared with Expected
+// stands for.
+func expectedOfDevice(d Device) *expected {
+	labels := map[string]string{}
+	if d.Manufacturer != "" {
+		labels["manufacturer"] = d.Manufacturer
+	}
+	if d.Model != "" {
+		labels["model"] = d.Model
+	}
+	for k, v := range map[string]int{"slot_id": d.SlotID, "tray_idx": d.TrayIndex, "host_id": d.HostID} {
+		if v >= 0 {
+			labels[k] = fmt.Sprint(v)
+		}
+	}
+	return &expected{mac: d.BMCMAC, serial: d.Serial, rackID: d.RackID, ip: d.BMCIP, name: d.Name, labels: labels}
 }
 
 type powerStep struct {
@@ -140,6 +181,7 @@ func New(opts Options) *Sim {
 		macIndex: map[string]int{},
 		idIndex:  map[string]int{},
 		racks:    map[string]*rack{},
+		dpuIndex: map[string]dpuRef{},
 		expected: map[string]map[string]*expected{KindCompute: {}, KindNVSwitch: {}, KindPowerShelf: {}},
 	}
 }
@@ -196,6 +238,10 @@ func (s *Sim) SeedJSON(data []byte) error {
 
 func (s *Sim) upsert(d Device) *device {
 	d.Firmware = maps.Clone(d.Firmware)
+	d.DPUs = slices.Clone(d.DPUs)
+	if d.Expected {
+		s.expected[d.Kind][normMAC(d.BMCMAC)] = expectedOfDevice(d)
+	}
 	if d.Firmware == nil {
 		d.Firmware = map[string]string{}
 	}
@@ -219,37 +265,57 @@ func (s *Sim) upsert(d Device) *device {
 	// thousands of devices (flow bench).
 	if i, ok := s.macIndex[normMAC(d.BMCMAC)]; ok {
 		delete(s.idIndex, s.devices[i].ID)
+		for _, p := range s.devices[i].DPUs {
+			delete(s.dpuIndex, p.ID)
+		}
 		s.devices[i] = nd
 		s.idIndex[d.ID] = i
-		return nd
+	} else {
+		s.macIndex[normMAC(d.BMCMAC)] = len(s.devices)
+		s.idIndex[d.ID] = len(s.devices)
+		s.devices = append(s.devices, nd)
 	}
-	s.macIndex[normMAC(d.BMCMAC)] = len(s.devices)
-	s.idIndex[d.ID] = len(s.devices)
-	s.devices = append(s.devices, nd)
+	for k, p := range nd.DPUs {
+		s.dpuIndex[p.ID] = dpuRef{host: nd, i: k}
+	}
 	return nd
 }
 
 // Remove deletes the device with the given ID or MAC, as if it vanished from
-// Core, and reports whether it existed.
+// Core, with its expected entry (GetAllExpected… no longer lists it), and
+// reports whether either existed. Rather than SeedRacks, RemoveRack takes
+// racks away.
 func (s *Sim) Remove(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	mac, found := normMAC(key), false
 	for i, d := range s.devices {
-		if d.ID == key || normMAC(d.BMCMAC) == normMAC(key) {
+		if d.ID == key || normMAC(d.BMCMAC) == mac {
+			mac, found = normMAC(d.BMCMAC), true
 			s.devices = slices.Delete(s.devices, i, i+1)
 			s.reindex()
-			return true
+			break
 		}
 	}
-	return false
+	for _, byMAC := range s.expected {
+		if _, ok := byMAC[mac]; ok {
+			delete(byMAC, mac)
+			found = true
+		}
+	}
+	return found
 }
 
 func (s *Sim) reindex() {
 	clear(s.macIndex)
 	clear(s.idIndex)
+	clear(s.dpuIndex)
 	for k, d := range s.devices {
 		s.macIndex[normMAC(d.BMCMAC)] = k
 		s.idIndex[d.ID] = k
+		for i, p := range d.DPUs {
+			s.dpuIndex[p.ID] = dpuRef{host: d, i: i}
+		}
 	}
 }
 
@@ -261,7 +327,11 @@ func (s *Sim) byMAC(mac string) *device {
 }
 
 func (s *Sim) byID(kind, id string) *device {
-	if i, ok := s.idIndex[id]; ok && (kind == "" || s.devices[i].Kind == kind) {
+	i, ok := s.idIndex[id]
+	if !ok {
+		return nil
+	}
+	if kind == "" || s.devices[i].Kind == kind {
 		return s.devices[i]
 	}
 	// Seeded IDs may repeat across kinds; the index holds the last one.

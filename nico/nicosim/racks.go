@@ -96,6 +96,8 @@ type DevicePatch struct {
 	RackID       *string           `json:"rack_id,omitempty"`
 	NVLinkDomain *string           `json:"nvlink_domain,omitempty"`
 	PoweredOff   *bool             `json:"powered_off,omitempty"`
+	// DPUs replaces a compute tray's DPUs.
+	DPUs *[]DPU `json:"dpus,omitempty"`
 }
 
 // Update applies p to the device with the given ID or MAC. It fails when no
@@ -138,6 +140,15 @@ func (s *Sim) Update(key string, p DevicePatch) error {
 	if p.PoweredOff != nil {
 		d.steps = nil
 		d.on = !*p.PoweredOff
+	}
+	if p.DPUs != nil {
+		for _, x := range d.DPUs {
+			delete(s.dpuIndex, x.ID)
+		}
+		d.DPUs = slices.Clone(*p.DPUs)
+		for k, x := range d.DPUs {
+			s.dpuIndex[x.ID] = dpuRef{host: d, i: k}
+		}
 	}
 	return nil
 }

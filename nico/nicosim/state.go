@@ -61,6 +61,7 @@ type expectedState struct {
 	Serial string            `json:"serial,omitempty"`
 	RackID string            `json:"rack_id,omitempty"`
 	IP     string            `json:"ip,omitempty"`
+	Name   string            `json:"name,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
@@ -91,7 +92,7 @@ func (s *Sim) MarshalState() ([]byte, error) {
 		for kind, byMAC := range s.expected {
 			f.Expected[kind] = map[string]expectedState{}
 			for mac, e := range byMAC {
-				f.Expected[kind][mac] = expectedState{MAC: e.mac, Serial: e.serial, RackID: e.rackID, IP: e.ip, Labels: e.labels}
+				f.Expected[kind][mac] = expectedState{MAC: e.mac, Serial: e.serial, RackID: e.rackID, IP: e.ip, Name: e.name, Labels: e.labels}
 			}
 		}
 	}
@@ -145,7 +146,7 @@ func (s *Sim) RestoreState(data []byte) error {
 			s.expected[kind] = map[string]*expected{}
 		}
 		for mac, e := range byMAC {
-			s.expected[kind][mac] = &expected{mac: e.MAC, serial: e.Serial, rackID: e.RackID, ip: e.IP, labels: e.Labels}
+			s.expected[kind][mac] = &expected{mac: e.MAC, serial: e.Serial, rackID: e.RackID, ip: e.IP, name: e.Name, labels: e.Labels}
 		}
 	}
 	return nil

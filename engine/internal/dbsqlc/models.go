@@ -38,6 +38,7 @@ type Component struct {
 	BlockedOperations []string
 	PowerState        string
 	Health            []byte
+	MirroredAt        pgtype.Timestamptz
 }
 
 type ComponentDrift struct {
@@ -125,6 +126,7 @@ type NvlDomain struct {
 	ExternalID    *string
 	CreatedAt     pgtype.Timestamptz
 	NmxcClusterID pgtype.UUID
+	DeletedAt     pgtype.Timestamptz
 }
 
 type OperationRule struct {
@@ -197,6 +199,7 @@ type Rack struct {
 	Health             []byte
 	RackGroupID        *string
 	RackProfileID      *string
+	MirroredAt         pgtype.Timestamptz
 }
 
 type RackRuleAssociation struct {

@@ -245,7 +245,7 @@ func (q *Queries) ComponentCount(ctx context.Context, db DBTX, arg ComponentCoun
 }
 
 const componentGetByID = `-- name: ComponentGetByID :one
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, c.mirrored_at, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
 FROM component c LEFT JOIN rack r ON r.id = c.rack_id
 WHERE c.id = $1 AND c.deleted_at IS NULL
 `
@@ -281,6 +281,7 @@ func (q *Queries) ComponentGetByID(ctx context.Context, db DBTX, id uuid.UUID) (
 		&i.Component.BlockedOperations,
 		&i.Component.PowerState,
 		&i.Component.Health,
+		&i.Component.MirroredAt,
 		&i.RackNVLDomainID,
 		&i.RackExternalID,
 	)
@@ -288,7 +289,7 @@ func (q *Queries) ComponentGetByID(ctx context.Context, db DBTX, id uuid.UUID) (
 }
 
 const componentGetByIDWithDeleted = `-- name: ComponentGetByIDWithDeleted :one
-SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations, power_state, health FROM component WHERE id = $1
+SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations, power_state, health, mirrored_at FROM component WHERE id = $1
 `
 
 func (q *Queries) ComponentGetByIDWithDeleted(ctx context.Context, db DBTX, id uuid.UUID) (Component, error) {
@@ -316,12 +317,13 @@ func (q *Queries) ComponentGetByIDWithDeleted(ctx context.Context, db DBTX, id u
 		&i.BlockedOperations,
 		&i.PowerState,
 		&i.Health,
+		&i.MirroredAt,
 	)
 	return i, err
 }
 
 const componentGetByIDWithRack = `-- name: ComponentGetByIDWithRack :many
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id,
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, c.mirrored_at, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id,
        r.name AS rack_name, r.manufacturer AS rack_manufacturer, r.serial_number AS rack_serial_number,
        r.model AS rack_model, r.description AS rack_description,
        r.location_region AS rack_location_region, r.location_datacenter AS rack_location_datacenter,
@@ -388,6 +390,7 @@ func (q *Queries) ComponentGetByIDWithRack(ctx context.Context, db DBTX, id uuid
 			&i.Component.BlockedOperations,
 			&i.Component.PowerState,
 			&i.Component.Health,
+			&i.Component.MirroredAt,
 			&i.RackNVLDomainID,
 			&i.RackExternalID,
 			&i.RackName,
@@ -417,7 +420,7 @@ func (q *Queries) ComponentGetByIDWithRack(ctx context.Context, db DBTX, id uuid
 }
 
 const componentGetBySerialWithRack = `-- name: ComponentGetBySerialWithRack :many
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id,
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, c.mirrored_at, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id,
        r.name AS rack_name, r.manufacturer AS rack_manufacturer, r.serial_number AS rack_serial_number,
        r.model AS rack_model, r.description AS rack_description,
        r.location_region AS rack_location_region, r.location_datacenter AS rack_location_datacenter,
@@ -490,6 +493,7 @@ func (q *Queries) ComponentGetBySerialWithRack(ctx context.Context, db DBTX, arg
 			&i.Component.BlockedOperations,
 			&i.Component.PowerState,
 			&i.Component.Health,
+			&i.Component.MirroredAt,
 			&i.RackNVLDomainID,
 			&i.RackExternalID,
 			&i.RackName,
@@ -535,7 +539,7 @@ type ComponentInsertParams struct {
 }
 
 const componentList = `-- name: ComponentList :many
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, c.mirrored_at, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
 FROM component c LEFT JOIN rack r ON r.id = c.rack_id
 WHERE c.deleted_at IS NULL
   AND (NOT $1::bool
@@ -636,6 +640,7 @@ func (q *Queries) ComponentList(ctx context.Context, db DBTX, arg ComponentListP
 			&i.Component.BlockedOperations,
 			&i.Component.PowerState,
 			&i.Component.Health,
+			&i.Component.MirroredAt,
 			&i.RackNVLDomainID,
 			&i.RackExternalID,
 		); err != nil {
@@ -650,7 +655,7 @@ func (q *Queries) ComponentList(ctx context.Context, db DBTX, arg ComponentListP
 }
 
 const componentListByExternalID = `-- name: ComponentListByExternalID :many
-SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, c.mirrored_at, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
 FROM component c LEFT JOIN rack r ON r.id = c.rack_id
 WHERE c.deleted_at IS NULL
   AND ($1::text = '' OR c.type = $1::text)
@@ -703,6 +708,7 @@ func (q *Queries) ComponentListByExternalID(ctx context.Context, db DBTX, arg Co
 			&i.Component.BlockedOperations,
 			&i.Component.PowerState,
 			&i.Component.Health,
+			&i.Component.MirroredAt,
 			&i.RackNVLDomainID,
 			&i.RackExternalID,
 		); err != nil {
@@ -717,7 +723,7 @@ func (q *Queries) ComponentListByExternalID(ctx context.Context, db DBTX, arg Co
 }
 
 const componentListByRacks = `-- name: ComponentListByRacks :many
-SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations, power_state, health FROM component WHERE rack_id = ANY ($1::uuid[]) AND deleted_at IS NULL
+SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations, power_state, health, mirrored_at FROM component WHERE rack_id = ANY ($1::uuid[]) AND deleted_at IS NULL
 `
 
 // Unordered: callers group by rack and sort in Go, which is much cheaper
@@ -753,6 +759,7 @@ func (q *Queries) ComponentListByRacks(ctx context.Context, db DBTX, rackIds []u
 			&i.BlockedOperations,
 			&i.PowerState,
 			&i.Health,
+			&i.MirroredAt,
 		); err != nil {
 			return nil, err
 		}
@@ -765,7 +772,7 @@ func (q *Queries) ComponentListByRacks(ctx context.Context, db DBTX, rackIds []u
 }
 
 const componentListBySerials = `-- name: ComponentListBySerials :many
-SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations, power_state, health FROM component WHERE serial_number = ANY ($1::text[])
+SELECT id, rack_id, type, name, manufacturer, serial_number, model, description, firmware_version, slot_id, tray_idx, host_id, external_id, created_at, updated_at, deleted_at, operation_phase, operation_reason, blocked_operations, power_state, health, mirrored_at FROM component WHERE serial_number = ANY ($1::text[])
 `
 
 func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNumbers []string) ([]Component, error) {
@@ -799,6 +806,7 @@ func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNum
 			&i.BlockedOperations,
 			&i.PowerState,
 			&i.Health,
+			&i.MirroredAt,
 		); err != nil {
 			return nil, err
 		}
@@ -976,9 +984,9 @@ func (q *Queries) ComponentUpdate(ctx context.Context, db DBTX, arg ComponentUpd
 
 const nVLDomainCount = `-- name: NVLDomainCount :one
 SELECT count(*) FROM nvl_domain
-WHERE $1::text[] IS NULL
+WHERE deleted_at IS NULL AND ($1::text[] IS NULL
    OR (CASE WHEN $2::bool THEN name LIKE ANY ($1::text[])
-            ELSE name LIKE ALL ($1::text[]) END)
+            ELSE name LIKE ALL ($1::text[]) END))
 `
 
 type NVLDomainCountParams struct {
@@ -994,7 +1002,7 @@ func (q *Queries) NVLDomainCount(ctx context.Context, db DBTX, arg NVLDomainCoun
 }
 
 const nVLDomainGetByID = `-- name: NVLDomainGetByID :one
-SELECT id, name, external_id, created_at, nmxc_cluster_id FROM nvl_domain WHERE id = $1
+SELECT id, name, external_id, created_at, nmxc_cluster_id, deleted_at FROM nvl_domain WHERE id = $1 AND deleted_at IS NULL
 `
 
 func (q *Queries) NVLDomainGetByID(ctx context.Context, db DBTX, id uuid.UUID) (NVLDomain, error) {
@@ -1006,12 +1014,13 @@ func (q *Queries) NVLDomainGetByID(ctx context.Context, db DBTX, id uuid.UUID) (
 		&i.ExternalID,
 		&i.CreatedAt,
 		&i.NmxcClusterID,
+		&i.DeletedAt,
 	)
 	return i, err
 }
 
 const nVLDomainGetByName = `-- name: NVLDomainGetByName :one
-SELECT id, name, external_id, created_at, nmxc_cluster_id FROM nvl_domain WHERE name = $1
+SELECT id, name, external_id, created_at, nmxc_cluster_id, deleted_at FROM nvl_domain WHERE name = $1 AND deleted_at IS NULL
 `
 
 func (q *Queries) NVLDomainGetByName(ctx context.Context, db DBTX, name *string) (NVLDomain, error) {
@@ -1023,6 +1032,7 @@ func (q *Queries) NVLDomainGetByName(ctx context.Context, db DBTX, name *string)
 		&i.ExternalID,
 		&i.CreatedAt,
 		&i.NmxcClusterID,
+		&i.DeletedAt,
 	)
 	return i, err
 }
@@ -1054,10 +1064,10 @@ func (q *Queries) NVLDomainInsert(ctx context.Context, db DBTX, arg NVLDomainIns
 }
 
 const nVLDomainList = `-- name: NVLDomainList :many
-SELECT id, name, external_id, created_at, nmxc_cluster_id FROM nvl_domain
-WHERE $1::text[] IS NULL
+SELECT id, name, external_id, created_at, nmxc_cluster_id, deleted_at FROM nvl_domain
+WHERE deleted_at IS NULL AND ($1::text[] IS NULL
    OR (CASE WHEN $2::bool THEN name LIKE ANY ($1::text[])
-            ELSE name LIKE ALL ($1::text[]) END)
+            ELSE name LIKE ALL ($1::text[]) END))
 ORDER BY name ASC NULLS LAST, id ASC
 LIMIT $4 OFFSET $3
 `
@@ -1089,6 +1099,7 @@ func (q *Queries) NVLDomainList(ctx context.Context, db DBTX, arg NVLDomainListP
 			&i.ExternalID,
 			&i.CreatedAt,
 			&i.NmxcClusterID,
+			&i.DeletedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -1138,7 +1149,7 @@ func (q *Queries) RackCount(ctx context.Context, db DBTX, arg RackCountParams) (
 }
 
 const rackGetByExternalID = `-- name: RackGetByExternalID :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack WHERE external_id = $1 AND deleted_at IS NULL
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE external_id = $1 AND deleted_at IS NULL
 `
 
 func (q *Queries) RackGetByExternalID(ctx context.Context, db DBTX, externalID *string) (Rack, error) {
@@ -1163,12 +1174,13 @@ func (q *Queries) RackGetByExternalID(ctx context.Context, db DBTX, externalID *
 		&i.Health,
 		&i.RackGroupID,
 		&i.RackProfileID,
+		&i.MirroredAt,
 	)
 	return i, err
 }
 
 const rackGetByID = `-- name: RackGetByID :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack WHERE id = $1 AND deleted_at IS NULL
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE id = $1 AND deleted_at IS NULL
 `
 
 func (q *Queries) RackGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Rack, error) {
@@ -1193,12 +1205,13 @@ func (q *Queries) RackGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Rack,
 		&i.Health,
 		&i.RackGroupID,
 		&i.RackProfileID,
+		&i.MirroredAt,
 	)
 	return i, err
 }
 
 const rackGetByIDForUpdate = `-- name: RackGetByIDForUpdate :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack WHERE id = $1 AND deleted_at IS NULL FOR UPDATE
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE id = $1 AND deleted_at IS NULL FOR UPDATE
 `
 
 func (q *Queries) RackGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (Rack, error) {
@@ -1223,12 +1236,13 @@ func (q *Queries) RackGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUI
 		&i.Health,
 		&i.RackGroupID,
 		&i.RackProfileID,
+		&i.MirroredAt,
 	)
 	return i, err
 }
 
 const rackGetByIDWithDeleted = `-- name: RackGetByIDWithDeleted :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack WHERE id = $1
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE id = $1
 `
 
 func (q *Queries) RackGetByIDWithDeleted(ctx context.Context, db DBTX, id uuid.UUID) (Rack, error) {
@@ -1253,12 +1267,13 @@ func (q *Queries) RackGetByIDWithDeleted(ctx context.Context, db DBTX, id uuid.U
 		&i.Health,
 		&i.RackGroupID,
 		&i.RackProfileID,
+		&i.MirroredAt,
 	)
 	return i, err
 }
 
 const rackGetBySerial = `-- name: RackGetBySerial :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack
 WHERE lower(manufacturer) = lower($1) AND serial_number = $2 AND deleted_at IS NULL
 `
 
@@ -1289,6 +1304,7 @@ func (q *Queries) RackGetBySerial(ctx context.Context, db DBTX, arg RackGetBySer
 		&i.Health,
 		&i.RackGroupID,
 		&i.RackProfileID,
+		&i.MirroredAt,
 	)
 	return i, err
 }
@@ -1335,7 +1351,7 @@ func (q *Queries) RackInsert(ctx context.Context, db DBTX, arg RackInsertParams)
 }
 
 const rackList = `-- name: RackList :many
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack
 WHERE deleted_at IS NULL
   AND ($1::text[] IS NULL
        OR (CASE WHEN $2::bool THEN name LIKE ANY ($1::text[])
@@ -1409,6 +1425,7 @@ func (q *Queries) RackList(ctx context.Context, db DBTX, arg RackListParams) ([]
 			&i.Health,
 			&i.RackGroupID,
 			&i.RackProfileID,
+			&i.MirroredAt,
 		); err != nil {
 			return nil, err
 		}
@@ -1421,7 +1438,7 @@ func (q *Queries) RackList(ctx context.Context, db DBTX, arg RackListParams) ([]
 }
 
 const rackListByNVLDomain = `-- name: RackListByNVLDomain :many
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack WHERE nvl_domain_id = $1 AND deleted_at IS NULL ORDER BY name, id
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE nvl_domain_id = $1 AND deleted_at IS NULL ORDER BY name, id
 `
 
 func (q *Queries) RackListByNVLDomain(ctx context.Context, db DBTX, nvlDomainID *uuid.UUID) ([]Rack, error) {
@@ -1452,6 +1469,7 @@ func (q *Queries) RackListByNVLDomain(ctx context.Context, db DBTX, nvlDomainID 
 			&i.Health,
 			&i.RackGroupID,
 			&i.RackProfileID,
+			&i.MirroredAt,
 		); err != nil {
 			return nil, err
 		}
@@ -1464,7 +1482,7 @@ func (q *Queries) RackListByNVLDomain(ctx context.Context, db DBTX, nvlDomainID 
 }
 
 const rackListByName = `-- name: RackListByName :many
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id FROM rack WHERE name = $1 AND deleted_at IS NULL ORDER BY id LIMIT 2
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE name = $1 AND deleted_at IS NULL ORDER BY id LIMIT 2
 `
 
 func (q *Queries) RackListByName(ctx context.Context, db DBTX, name string) ([]Rack, error) {
@@ -1495,6 +1513,7 @@ func (q *Queries) RackListByName(ctx context.Context, db DBTX, name string) ([]R
 			&i.Health,
 			&i.RackGroupID,
 			&i.RackProfileID,
+			&i.MirroredAt,
 		); err != nil {
 			return nil, err
 		}

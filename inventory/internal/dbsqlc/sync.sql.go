@@ -12,6 +12,331 @@ import (
 	"github.com/google/uuid"
 )
 
+const mirrorBMCOwners = `-- name: MirrorBMCOwners :many
+SELECT b.mac_address, b.component_id FROM bmc b WHERE b.mac_address = ANY($1::text[])
+`
+
+type MirrorBMCOwnersRow struct {
+	MACAddress  string
+	ComponentID uuid.UUID
+}
+
+func (q *Queries) MirrorBMCOwners(ctx context.Context, db DBTX, macs []string) ([]MirrorBMCOwnersRow, error) {
+	rows, err := db.Query(ctx, mirrorBMCOwners, macs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []MirrorBMCOwnersRow{}
+	for rows.Next() {
+		var i MirrorBMCOwnersRow
+		if err := rows.Scan(&i.MACAddress, &i.ComponentID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const mirrorBMCSetIP = `-- name: MirrorBMCSetIP :execrows
+UPDATE bmc b SET ip_address = NULLIF(e->>'ip', '')
+FROM jsonb_array_elements($1::jsonb) AS e
+WHERE b.mac_address = e->>'mac'
+`
+
+func (q *Queries) MirrorBMCSetIP(ctx context.Context, db DBTX, rows []byte) (int64, error) {
+	result, err := db.Exec(ctx, mirrorBMCSetIP, rows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const mirrorComponentInsert = `-- name: MirrorComponentInsert :execrows
+INSERT INTO component (id, rack_id, type, name, manufacturer, serial_number, model, description,
+                       slot_id, tray_idx, host_id, mirrored_at)
+SELECT (e->>'id')::uuid, (e->>'rack_id')::uuid, $1, e->>'name', e->>'manufacturer', e->>'serial_number',
+       e->>'model', e->>'description', (e->>'slot_id')::int, (e->>'tray_idx')::int, (e->>'host_id')::int, now()
+FROM jsonb_array_elements($2::jsonb) AS e
+`
+
+type MirrorComponentInsertParams struct {
+	Type string
+	Rows []byte
+}
+
+func (q *Queries) MirrorComponentInsert(ctx context.Context, db DBTX, arg MirrorComponentInsertParams) (int64, error) {
+	result, err := db.Exec(ctx, mirrorComponentInsert, arg.Type, arg.Rows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const mirrorComponentKeyOwners = `-- name: MirrorComponentKeyOwners :many
+SELECT c.id, c.serial_number, lower(c.manufacturer)::text AS manufacturer
+FROM component c WHERE c.serial_number = ANY($1::text[])
+`
+
+type MirrorComponentKeyOwnersRow struct {
+	ID           uuid.UUID
+	SerialNumber string
+	Manufacturer string
+}
+
+// The components, of any type and soft-deleted ones included, holding one
+// of @serials (the natural key's unique index spans them all).
+func (q *Queries) MirrorComponentKeyOwners(ctx context.Context, db DBTX, serials []string) ([]MirrorComponentKeyOwnersRow, error) {
+	rows, err := db.Query(ctx, mirrorComponentKeyOwners, serials)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []MirrorComponentKeyOwnersRow{}
+	for rows.Next() {
+		var i MirrorComponentKeyOwnersRow
+		if err := rows.Scan(&i.ID, &i.SerialNumber, &i.Manufacturer); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const mirrorComponentList = `-- name: MirrorComponentList :many
+SELECT c.id, c.rack_id, c.name, c.manufacturer, c.serial_number, c.model, c.description,
+       c.slot_id, c.tray_idx, c.host_id, c.deleted_at, c.mirrored_at,
+       COALESCE(hb.mac_address, '')::text AS host_mac, hb.ip_address AS host_ip
+FROM component c
+LEFT JOIN LATERAL (SELECT b.mac_address, b.ip_address FROM bmc b WHERE b.component_id = c.id
+                   ORDER BY (b.type = 'Host') DESC, b.mac_address LIMIT 1) hb ON true
+WHERE c.type = $1
+ORDER BY c.id
+`
+
+type MirrorComponentListRow struct {
+	ID           uuid.UUID
+	RackID       *uuid.UUID
+	Name         string
+	Manufacturer string
+	SerialNumber string
+	Model        *string
+	Description  *string
+	SlotID       int32
+	TrayIdx      int32
+	HostID       int32
+	DeletedAt    *time.Time
+	MirroredAt   *time.Time
+	HostMac      string
+	HostIp       *string
+}
+
+// Every component of one type, soft-deleted ones included, with what the
+// mirror compares and its host BMC (the first BMC when none is marked
+// host).
+func (q *Queries) MirrorComponentList(ctx context.Context, db DBTX, type_ string) ([]MirrorComponentListRow, error) {
+	rows, err := db.Query(ctx, mirrorComponentList, type_)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []MirrorComponentListRow{}
+	for rows.Next() {
+		var i MirrorComponentListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.RackID,
+			&i.Name,
+			&i.Manufacturer,
+			&i.SerialNumber,
+			&i.Model,
+			&i.Description,
+			&i.SlotID,
+			&i.TrayIdx,
+			&i.HostID,
+			&i.DeletedAt,
+			&i.MirroredAt,
+			&i.HostMac,
+			&i.HostIp,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const mirrorComponentSoftDelete = `-- name: MirrorComponentSoftDelete :execrows
+UPDATE component SET deleted_at = now(), updated_at = now() WHERE id = ANY($1::uuid[]) AND deleted_at IS NULL
+`
+
+func (q *Queries) MirrorComponentSoftDelete(ctx context.Context, db DBTX, ids []uuid.UUID) (int64, error) {
+	result, err := db.Exec(ctx, mirrorComponentSoftDelete, ids)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const mirrorComponentUpdate = `-- name: MirrorComponentUpdate :execrows
+UPDATE component c SET
+    rack_id = (e->>'rack_id')::uuid, name = e->>'name', manufacturer = e->>'manufacturer',
+    serial_number = e->>'serial_number', model = e->>'model', description = e->>'description',
+    slot_id = (e->>'slot_id')::int, tray_idx = (e->>'tray_idx')::int, host_id = (e->>'host_id')::int,
+    deleted_at = NULL, mirrored_at = COALESCE(c.mirrored_at, now()), updated_at = now()
+FROM jsonb_array_elements($1::jsonb) AS e
+WHERE c.id = (e->>'id')::uuid
+`
+
+// Writes the mirror-managed columns of the components in @rows, resurrects
+// them and marks them mirrored.
+func (q *Queries) MirrorComponentUpdate(ctx context.Context, db DBTX, rows []byte) (int64, error) {
+	result, err := db.Exec(ctx, mirrorComponentUpdate, rows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const mirrorHostBMCInsert = `-- name: MirrorHostBMCInsert :execrows
+INSERT INTO bmc (mac_address, component_id, type, ip_address)
+SELECT e->>'mac', (e->>'component_id')::uuid, 'Host', NULLIF(e->>'ip', '')
+FROM jsonb_array_elements($1::jsonb) AS e
+`
+
+// Gives the components in @rows ({mac, component_id, ip}) their host BMC.
+func (q *Queries) MirrorHostBMCInsert(ctx context.Context, db DBTX, rows []byte) (int64, error) {
+	result, err := db.Exec(ctx, mirrorHostBMCInsert, rows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const mirrorRackInsert = `-- name: MirrorRackInsert :execrows
+INSERT INTO rack (id, name, manufacturer, serial_number, model, description,
+                  location_region, location_datacenter, location_room, location_position,
+                  external_id, rack_profile_id, mirrored_at)
+SELECT (e->>'id')::uuid, e->>'name', e->>'manufacturer', e->>'serial_number', e->>'model', e->>'description',
+       e->>'location_region', e->>'location_datacenter', e->>'location_room', e->>'location_position',
+       e->>'external_id', e->>'rack_profile_id', now()
+FROM jsonb_array_elements($1::jsonb) AS e
+`
+
+// Creates the racks in @rows (JSON objects with the columns' names).
+func (q *Queries) MirrorRackInsert(ctx context.Context, db DBTX, rows []byte) (int64, error) {
+	result, err := db.Exec(ctx, mirrorRackInsert, rows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const mirrorRackList = `-- name: MirrorRackList :many
+SELECT r.id, r.name, r.manufacturer, r.serial_number, r.model, r.description,
+       r.location_region, r.location_datacenter, r.location_room, r.location_position,
+       r.external_id, r.rack_profile_id, r.deleted_at, r.mirrored_at
+FROM rack r
+ORDER BY r.id
+`
+
+type MirrorRackListRow struct {
+	ID                 uuid.UUID
+	Name               string
+	Manufacturer       string
+	SerialNumber       string
+	Model              *string
+	Description        *string
+	LocationRegion     string
+	LocationDatacenter string
+	LocationRoom       string
+	LocationPosition   string
+	ExternalID         *string
+	RackProfileID      *string
+	DeletedAt          *time.Time
+	MirroredAt         *time.Time
+}
+
+// Every rack, soft-deleted ones included, with what the expected-inventory
+// mirror compares.
+func (q *Queries) MirrorRackList(ctx context.Context, db DBTX) ([]MirrorRackListRow, error) {
+	rows, err := db.Query(ctx, mirrorRackList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []MirrorRackListRow{}
+	for rows.Next() {
+		var i MirrorRackListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.Manufacturer,
+			&i.SerialNumber,
+			&i.Model,
+			&i.Description,
+			&i.LocationRegion,
+			&i.LocationDatacenter,
+			&i.LocationRoom,
+			&i.LocationPosition,
+			&i.ExternalID,
+			&i.RackProfileID,
+			&i.DeletedAt,
+			&i.MirroredAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const mirrorRackSoftDelete = `-- name: MirrorRackSoftDelete :execrows
+UPDATE rack SET deleted_at = now(), updated_at = now() WHERE id = ANY($1::uuid[]) AND deleted_at IS NULL
+`
+
+func (q *Queries) MirrorRackSoftDelete(ctx context.Context, db DBTX, ids []uuid.UUID) (int64, error) {
+	result, err := db.Exec(ctx, mirrorRackSoftDelete, ids)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const mirrorRackUpdate = `-- name: MirrorRackUpdate :execrows
+UPDATE rack r SET
+    name = e->>'name', manufacturer = e->>'manufacturer', serial_number = e->>'serial_number',
+    model = e->>'model', description = e->>'description',
+    location_region = e->>'location_region', location_datacenter = e->>'location_datacenter',
+    location_room = e->>'location_room', location_position = e->>'location_position',
+    external_id = e->>'external_id', rack_profile_id = e->>'rack_profile_id',
+    deleted_at = NULL, mirrored_at = COALESCE(r.mirrored_at, now()), updated_at = now()
+FROM jsonb_array_elements($1::jsonb) AS e
+WHERE r.id = (e->>'id')::uuid
+`
+
+// Writes the mirror-managed columns of the racks in @rows, resurrects them
+// and marks them mirrored.
+func (q *Queries) MirrorRackUpdate(ctx context.Context, db DBTX, rows []byte) (int64, error) {
+	result, err := db.Exec(ctx, mirrorRackUpdate, rows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const rackPhases = `-- name: RackPhases :many
 SELECT c.rack_id::uuid AS rack_id, array_agg(DISTINCT c.operation_phase)::text[] AS phases
 FROM component c
@@ -51,7 +376,11 @@ SELECT c.id, c.rack_id, COALESCE(r.external_id, '')::text AS rack_external_id,
        c.slot_id, c.tray_idx, c.host_id, c.operation_phase, c.operation_reason,
        c.blocked_operations, c.health, c.description, c.updated_at,
        COALESCE((SELECT b.mac_address FROM bmc b WHERE b.component_id = c.id
-                 ORDER BY (b.type = 'Host') DESC, b.mac_address LIMIT 1), '')::text AS host_mac
+                 ORDER BY (b.type = 'Host') DESC, b.mac_address LIMIT 1), '')::text AS host_mac,
+       ARRAY(SELECT b.mac_address FROM bmc b WHERE b.component_id = c.id AND b.type = 'DPU'
+             ORDER BY b.mac_address)::text[] AS dpu_macs,
+       ARRAY(SELECT COALESCE(b.ip_address, '') FROM bmc b WHERE b.component_id = c.id AND b.type = 'DPU'
+             ORDER BY b.mac_address)::text[] AS dpu_ips
 FROM component c
 LEFT JOIN rack r ON r.id = c.rack_id
 WHERE c.type = $1 AND c.deleted_at IS NULL
@@ -77,6 +406,8 @@ type SyncComponentListRow struct {
 	Description       *string
 	UpdatedAt         time.Time
 	HostMac           string
+	DpuMacs           []string
+	DpuIps            []string
 }
 
 // Every live component of one type with what the sync compares and writes,
@@ -110,6 +441,8 @@ func (q *Queries) SyncComponentList(ctx context.Context, db DBTX, type_ string) 
 			&i.Description,
 			&i.UpdatedAt,
 			&i.HostMac,
+			&i.DpuMacs,
+			&i.DpuIps,
 		); err != nil {
 			return nil, err
 		}
@@ -150,6 +483,37 @@ func (q *Queries) SyncComponentUpdate(ctx context.Context, db DBTX, rows []byte)
 	return result.RowsAffected(), nil
 }
 
+const syncDPUDelete = `-- name: SyncDPUDelete :execrows
+DELETE FROM bmc WHERE type = 'DPU' AND mac_address = ANY($1::text[])
+`
+
+// Removes the DPU BMCs in @macs (DPUs Core no longer reports on their host).
+func (q *Queries) SyncDPUDelete(ctx context.Context, db DBTX, macs []string) (int64, error) {
+	result, err := db.Exec(ctx, syncDPUDelete, macs)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const syncDPUUpsert = `-- name: SyncDPUUpsert :execrows
+INSERT INTO bmc (mac_address, component_id, type, ip_address)
+SELECT e->>'mac', (e->>'component_id')::uuid, 'DPU', NULLIF(e->>'ip', '')
+FROM jsonb_array_elements($1::jsonb) AS e
+ON CONFLICT (mac_address) DO UPDATE SET component_id = EXCLUDED.component_id, ip_address = EXCLUDED.ip_address
+WHERE bmc.type = 'DPU'
+`
+
+// Records the DPU BMCs in @rows ({mac, component_id, ip}) on their host
+// component; a MAC held by a host BMC is left alone.
+func (q *Queries) SyncDPUUpsert(ctx context.Context, db DBTX, rows []byte) (int64, error) {
+	result, err := db.Exec(ctx, syncDPUUpsert, rows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const syncDomainInsert = `-- name: SyncDomainInsert :exec
 INSERT INTO nvl_domain (id, external_id, nmxc_cluster_id) VALUES ($1, $2, $3)
 `
@@ -166,15 +530,18 @@ func (q *Queries) SyncDomainInsert(ctx context.Context, db DBTX, arg SyncDomainI
 }
 
 const syncDomainList = `-- name: SyncDomainList :many
-SELECT d.id, d.external_id, d.nmxc_cluster_id FROM nvl_domain d WHERE d.external_id IS NOT NULL
+SELECT d.id, d.external_id, d.nmxc_cluster_id, d.deleted_at FROM nvl_domain d WHERE d.external_id IS NOT NULL
 `
 
 type SyncDomainListRow struct {
 	ID            uuid.UUID
 	ExternalID    *string
 	NmxcClusterID *uuid.UUID
+	DeletedAt     *time.Time
 }
 
+// Every domain discovered from a Core rack group, soft-deleted ones
+// included (a group that comes back resurrects its domain).
 func (q *Queries) SyncDomainList(ctx context.Context, db DBTX) ([]SyncDomainListRow, error) {
 	rows, err := db.Query(ctx, syncDomainList)
 	if err != nil {
@@ -184,7 +551,12 @@ func (q *Queries) SyncDomainList(ctx context.Context, db DBTX) ([]SyncDomainList
 	items := []SyncDomainListRow{}
 	for rows.Next() {
 		var i SyncDomainListRow
-		if err := rows.Scan(&i.ID, &i.ExternalID, &i.NmxcClusterID); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.ExternalID,
+			&i.NmxcClusterID,
+			&i.DeletedAt,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -193,6 +565,18 @@ func (q *Queries) SyncDomainList(ctx context.Context, db DBTX) ([]SyncDomainList
 		return nil, err
 	}
 	return items, nil
+}
+
+const syncDomainResurrect = `-- name: SyncDomainResurrect :execrows
+UPDATE nvl_domain SET deleted_at = NULL WHERE id = $1 AND deleted_at IS NOT NULL
+`
+
+func (q *Queries) SyncDomainResurrect(ctx context.Context, db DBTX, id uuid.UUID) (int64, error) {
+	result, err := db.Exec(ctx, syncDomainResurrect, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const syncDomainSetCluster = `-- name: SyncDomainSetCluster :execrows
@@ -206,6 +590,23 @@ type SyncDomainSetClusterParams struct {
 
 func (q *Queries) SyncDomainSetCluster(ctx context.Context, db DBTX, arg SyncDomainSetClusterParams) (int64, error) {
 	result, err := db.Exec(ctx, syncDomainSetCluster, arg.NmxcClusterID, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const syncDomainSoftDeleteEmpty = `-- name: SyncDomainSoftDeleteEmpty :execrows
+UPDATE nvl_domain d SET deleted_at = now()
+WHERE d.external_id IS NOT NULL AND d.deleted_at IS NULL
+  AND d.id <> ALL($1::uuid[])
+  AND NOT EXISTS (SELECT 1 FROM rack r WHERE r.nvl_domain_id = d.id AND r.deleted_at IS NULL)
+`
+
+// Soft-deletes the live discovered domains outside @keep that no live rack
+// is in (a regrouping left them empty).
+func (q *Queries) SyncDomainSoftDeleteEmpty(ctx context.Context, db DBTX, keep []uuid.UUID) (int64, error) {
+	result, err := db.Exec(ctx, syncDomainSoftDeleteEmpty, keep)
 	if err != nil {
 		return 0, err
 	}

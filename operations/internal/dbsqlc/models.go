@@ -40,6 +40,7 @@ type Component struct {
 	BlockedOperations []string
 	PowerState        string
 	Health            []byte
+	MirroredAt        *time.Time
 }
 
 type ComponentDrift struct {
@@ -127,6 +128,7 @@ type NVLDomain struct {
 	ExternalID    *string
 	CreatedAt     time.Time
 	NmxcClusterID *uuid.UUID
+	DeletedAt     *time.Time
 }
 
 type OperationRule struct {
@@ -199,6 +201,7 @@ type Rack struct {
 	Health             []byte
 	RackGroupID        *string
 	RackProfileID      *string
+	MirroredAt         *time.Time
 }
 
 type RackRuleAssociation struct {

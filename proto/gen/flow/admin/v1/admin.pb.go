@@ -135,8 +135,16 @@ type SyncPart struct {
 	// drift_changed says the part replaced its type's drift rows.
 	DriftChanged bool `protobuf:"varint,6,opt,name=drift_changed,json=driftChanged,proto3" json:"drift_changed,omitempty"`
 	// warnings are best-effort reads that failed (power, firmware
-	// inventory); the part still succeeded.
-	Warnings      []string `protobuf:"bytes,7,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// inventory), or Core rows the expected mirror could not mirror; the
+	// part still succeeded.
+	Warnings []string `protobuf:"bytes,7,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// inserted, soft_deleted, adopted and resurrected break down an
+	// expected-inventory mirror part's rows_changed (adopted and resurrected
+	// rows are among its updates).
+	Inserted      int64 `protobuf:"varint,8,opt,name=inserted,proto3" json:"inserted,omitempty"`
+	SoftDeleted   int64 `protobuf:"varint,9,opt,name=soft_deleted,json=softDeleted,proto3" json:"soft_deleted,omitempty"`
+	Adopted       int32 `protobuf:"varint,10,opt,name=adopted,proto3" json:"adopted,omitempty"`
+	Resurrected   int32 `protobuf:"varint,11,opt,name=resurrected,proto3" json:"resurrected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -218,6 +226,34 @@ func (x *SyncPart) GetWarnings() []string {
 		return x.Warnings
 	}
 	return nil
+}
+
+func (x *SyncPart) GetInserted() int64 {
+	if x != nil {
+		return x.Inserted
+	}
+	return 0
+}
+
+func (x *SyncPart) GetSoftDeleted() int64 {
+	if x != nil {
+		return x.SoftDeleted
+	}
+	return 0
+}
+
+func (x *SyncPart) GetAdopted() int32 {
+	if x != nil {
+		return x.Adopted
+	}
+	return 0
+}
+
+func (x *SyncPart) GetResurrected() int32 {
+	if x != nil {
+		return x.Resurrected
+	}
+	return 0
 }
 
 type RunSyncRequest struct {
@@ -392,7 +428,7 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\bduration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x18\n" +
 	"\atrigger\x18\x04 \x01(\tR\atrigger\x12-\n" +
 	"\x05parts\x18\x05 \x03(\v2\x17.flow.admin.v1.SyncPartR\x05parts\x12!\n" +
-	"\frows_changed\x18\x06 \x01(\x03R\vrowsChanged\"\xc0\x01\n" +
+	"\frows_changed\x18\x06 \x01(\x03R\vrowsChanged\"\xbb\x02\n" +
 	"\bSyncPart\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12\x14\n" +
@@ -400,7 +436,12 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\frows_changed\x18\x04 \x01(\x03R\vrowsChanged\x12\x16\n" +
 	"\x06drifts\x18\x05 \x01(\x05R\x06drifts\x12#\n" +
 	"\rdrift_changed\x18\x06 \x01(\bR\fdriftChanged\x12\x1a\n" +
-	"\bwarnings\x18\a \x03(\tR\bwarnings\"\x10\n" +
+	"\bwarnings\x18\a \x03(\tR\bwarnings\x12\x1a\n" +
+	"\binserted\x18\b \x01(\x03R\binserted\x12!\n" +
+	"\fsoft_deleted\x18\t \x01(\x03R\vsoftDeleted\x12\x18\n" +
+	"\aadopted\x18\n" +
+	" \x01(\x05R\aadopted\x12 \n" +
+	"\vresurrected\x18\v \x01(\x05R\vresurrected\"\x10\n" +
 	"\x0eRunSyncRequest\"A\n" +
 	"\x0fRunSyncResponse\x12.\n" +
 	"\x05cycle\x18\x01 \x01(\v2\x18.flow.admin.v1.SyncCycleR\x05cycle\"\x16\n" +
