@@ -202,8 +202,12 @@ func (s *server) Addr() net.Addr { return s.ln.Addr() }
 // ShutdownTimeout), stops River (running jobs get up to ShutdownTimeout, then
 // are cancelled) and closes the pool.
 func (s *server) run(ctx context.Context) error {
-	// The engine's lease first: River's workers claim steps under it.
-	if err := s.engine.StartLease(ctx); err != nil {
+	// The engine's lease first: River's workers claim steps under it. Like
+	// River, it starts even if ctx is already done (then shuts down at once).
+	leaseCtx, cancelLease := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	err := s.engine.StartLease(leaseCtx)
+	cancelLease()
+	if err != nil {
 		s.ln.Close()
 		if s.adminLn != nil {
 			s.adminLn.Close()
