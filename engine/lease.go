@@ -317,9 +317,6 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 				if err := e.q.StepSetJobs(ctx, tx, set); err != nil {
 					return fmt.Errorf("record rescheduled jobs: %w", err)
 				}
-				if err := notifyInsert(ctx, tx); err != nil {
-					return err
-				}
 				why := "engine process lease expired: step rescheduled"
 				if mode == sweepHandOff {
 					why = "engine process stopping: step handed back"

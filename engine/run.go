@@ -12,8 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/nicoflow/flow/db"
@@ -147,26 +145,7 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 	if err := e.startStages(ctx, tx, []stageStart{first}, timeoutAt); err != nil {
 		return 0, err
 	}
-	if err := notifyInsert(ctx, tx); err != nil {
-		return 0, err
-	}
 	return RunID(id), nil
-}
-
-// notifyInsert tells every process's River producer, when tx commits, that
-// engine jobs are available. River's own insert notification goes through
-// a limiter evaluated at insert time (one per queue per FetchCooldown), so
-// in a burst of submits most transactions send none; those that commit
-// after the last notified one then waited for the fetch poll. A
-// notification per submit costs one statement and fetches them at once.
-func notifyInsert(ctx context.Context, tx pgx.Tx) error {
-	err := riverpgxv5.New(nil).UnwrapExecutor(tx).NotifyMany(ctx, &riverdriver.NotifyManyParams{
-		Topic: "river_insert", Payload: []string{`{"queue": "` + QueueName + `"}`},
-	})
-	if err != nil {
-		return fmt.Errorf("notify engine queue: %w", err)
-	}
-	return nil
 }
 
 // stageRef names a stage of a run.
