@@ -72,15 +72,16 @@ func (w *runWatcher) poll() {
 		}
 		w.mu.Unlock()
 
+		// Each query has its own budget, and either answer is used without
+		// the other (a slow database must not hold back run cancels).
 		ctx, cancel := context.WithTimeout(context.Background(), w.e.cfg.CancelPollInterval)
-		ended, err := w.e.q.RunEndedAmong(ctx, w.e.pool, ids)
-		var superseded []int64
-		if err == nil {
-			superseded, err = w.e.q.StepSupersededAmong(ctx, w.e.pool, sp)
-		}
+		ended, _ := w.e.q.RunEndedAmong(ctx, w.e.pool, ids)
 		cancel()
-		if err != nil || len(ended)+len(superseded) == 0 {
-			continue // the database is unreachable: try again next tick
+		ctx, cancel = context.WithTimeout(context.Background(), w.e.cfg.CancelPollInterval)
+		superseded, _ := w.e.q.StepSupersededAmong(ctx, w.e.pool, sp)
+		cancel()
+		if len(ended)+len(superseded) == 0 {
+			continue // nothing ended, or the database is unreachable: try again next tick
 		}
 		gone := make(map[RunID]bool, len(ended))
 		for _, id := range ended {
