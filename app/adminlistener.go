@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -8,27 +9,58 @@ import (
 	"time"
 )
 
+// adminOptions are what the admin listener serves.
+type adminOptions struct {
+	riverUI http.Handler                // nil: not mounted
+	metrics http.Handler                // nil: FLOW_METRICS=false
+	ready   func(context.Context) error // /readyz's check
+	pprof   bool                        // FLOW_PPROF
+}
+
 // newAdminMux is the admin listener's handler: the operator endpoints that
-// must never share the API port's access, River UI (when given; it can
+// must never share the API port's access. /metrics (Prometheus), /healthz
+// (the process answers), /readyz (ready to work: database reachable,
+// migrations current, River client started), River UI when given (it can
 // pause queues and retry or delete jobs, with no authentication of its own)
-// at /riverui/ and Go's profiler at /debug/pprof/. Metrics join it when
-// they exist.
-func newAdminMux(riverUI http.Handler) *http.ServeMux {
+// at /riverui/, and Go's profiler at /debug/pprof/ with FLOW_PPROF=true.
+func newAdminMux(o adminOptions) *http.ServeMux {
 	mux := http.NewServeMux()
-	if riverUI != nil {
-		mux.Handle("/riverui/", riverUI)
+	body := "Flow admin listener\n  /healthz       liveness\n  /readyz        readiness (database, migrations, River)\n"
+	if o.metrics != nil {
+		mux.Handle("GET /metrics", o.metrics)
+		body += "  /metrics       Prometheus metrics\n"
 	}
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if o.ready != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+			defer cancel()
+			if err := o.ready(ctx); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte("not ready: " + err.Error() + "\n"))
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	if o.riverUI != nil {
+		mux.Handle("/riverui/", o.riverUI)
+		body += "  /riverui/      River UI (job queue)\n"
+	}
+	if o.pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		body += "  /debug/pprof/  Go profiler\n"
+	}
 	mux.HandleFunc("/{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		body := "Flow admin listener\n  /debug/pprof/  Go profiler\n"
-		if riverUI != nil {
-			body += "  /riverui/      River UI (job queue)\n"
-		}
 		_, _ = w.Write([]byte(body))
 	})
 	return mux

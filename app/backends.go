@@ -1,6 +1,7 @@
 package app
 
 import (
+	"connectrpc.com/connect"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -67,7 +68,7 @@ type backends struct {
 }
 
 // newBackends builds the clients and managers cfg describes.
-func newBackends(cfg Config) (*backends, error) {
+func newBackends(cfg Config, interceptors func(backend string) []connect.Interceptor) (*backends, error) {
 	nicoTLS, err := cfg.NICoTLS.Config()
 	if err != nil {
 		return nil, fmt.Errorf("NICo Core TLS: %w", err)
@@ -76,7 +77,10 @@ func newBackends(cfg Config) (*backends, error) {
 	if err != nil {
 		return nil, fmt.Errorf("PSM TLS: %w", err)
 	}
-	nopts := []nico.Option{nico.WithTimeout(cfg.Components.NICoTimeout)}
+	if interceptors == nil {
+		interceptors = func(string) []connect.Interceptor { return nil }
+	}
+	nopts := []nico.Option{nico.WithTimeout(cfg.Components.NICoTimeout), nico.WithInterceptors(interceptors("nico")...)}
 	if nicoTLS != nil {
 		nopts = append(nopts, nico.WithTLS(nicoTLS))
 	}
@@ -84,7 +88,7 @@ func newBackends(cfg Config) (*backends, error) {
 	if err != nil {
 		return nil, fmt.Errorf("NICO_CORE_API_URL: %w", err)
 	}
-	popts := []psm.Option{psm.WithTimeout(cfg.Components.PSMTimeout)}
+	popts := []psm.Option{psm.WithTimeout(cfg.Components.PSMTimeout), psm.WithInterceptors(interceptors("psm")...)}
 	if psmTLS != nil {
 		popts = append(popts, psm.WithTLS(psmTLS))
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/cli"
 	"github.com/nicoflow/flow/engine"
+	"github.com/nicoflow/flow/telemetry"
 )
 
 // Config is every setting of a Flow server, read from the environment by
@@ -35,7 +36,16 @@ type Config struct {
 	CertDir       string   // CERTDIR
 	AllowInsecure bool     // ALLOW_INSECURE_GRPC
 	AuthzPolicy   string   // FLOW_AUTHZ_POLICY: YAML file path
-	AdminAddr     string   // FLOW_ADMIN_LISTEN; "off" disables the admin listener
+	AdminAddr     string   // FLOW_ADMIN_LISTEN_ADDR (alias FLOW_ADMIN_LISTEN); "off" disables the admin listener
+	PProf         bool     // FLOW_PPROF: serve /debug/pprof/ on the admin listener
+
+	// Observability (docs/observability.md).
+	LogLevelSet  bool // FLOW_LOG_LEVEL was set (dev mode defaults to debug otherwise)
+	logFormatSet bool // FLOW_LOG_FORMAT was set (dev mode defaults to text otherwise)
+	Metrics      bool // FLOW_METRICS: record Prometheus metrics (served at /metrics)
+	Tracing      bool // OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set
+	// otelEnv reads the OTEL_* variables the OTLP exporter is set up from.
+	otelEnv func(string) string
 
 	// Backends: the NICo Core and PSM endpoints (empty: not configured,
 	// operations needing them fail with FailedPrecondition), their TLS files
@@ -78,8 +88,12 @@ var ConfigVars = []ConfigVar{
 	{"DB_NAME", "flow", "PostgreSQL database"},
 	{"FLOW_DB_MAX_CONNS", "40", "size of the connection pool"},
 	{"FLOW_DEV_MODE", "false", "same as --dev-mode: server reflection and debug logs"},
-	{"FLOW_LOG_LEVEL", "info", "debug, info, warn or error (dev mode forces debug)"},
-	{"FLOW_LOG_FORMAT", "json", "json or text"},
+	{"FLOW_LOG_LEVEL", "info", "debug, info, warn or error; flow dev defaults to debug for Flow's own lines; River's own lines are WARN and above unless this is debug"},
+	{"FLOW_LOG_FORMAT", "json", "json or text (flow dev defaults to text)"},
+	{"FLOW_METRICS", "true", "record Prometheus metrics, served at /metrics on the admin listener (docs/observability.md)"},
+	{"FLOW_PPROF", "false", "serve Go's profiler at /debug/pprof/ on the admin listener"},
+	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "OpenTelemetry collector to export traces to over OTLP (http/protobuf, e.g. http://collector:4318; grpc with OTEL_EXPORTER_OTLP_PROTOCOL=grpc; the other standard OTEL_EXPORTER_OTLP_* and OTEL_TRACES_EXPORTER=none apply); unset (and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT unset): tracing off"},
+	{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "", "the same, for traces only"},
 	{"FLOW_SHUTDOWN_TIMEOUT", "30s", "how long a graceful shutdown waits for in-flight calls and jobs"},
 	{"FLOW_DATA_ENCRYPTION_KEY_PATH", "", "file holding the current data-encryption key (base64 of 32 random bytes) that seals firmware credentials; unset: requests with authentication_data are refused"},
 	{"FLOW_DATA_DECRYPTION_KEY_PATHS", "", "comma-separated files of retired keys, still used to open credentials sealed before a key rotation"},
@@ -89,7 +103,8 @@ var ConfigVars = []ConfigVar{
 	{"CERTDIR", "", "folder with ca.crt, tls.crt and tls.key, used when FLOW_TLS_* is unset (upstream's name); unset: the SPIFFE mount " + spiffeCertDir},
 	{"ALLOW_INSECURE_GRPC", "false", "true lets flow serve start without certificates: cleartext, no authentication, every caller is admin (upstream's name; local development only)"},
 	{"FLOW_AUTHZ_POLICY", "", "YAML file mapping client identities (SPIFFE ID or CN, exact or spiffe://domain/ns/* patterns) to roles viewer, operator, admin; unset: every client with a valid certificate is admin"},
-	{"FLOW_ADMIN_LISTEN", "127.0.0.1:50060", "admin listener for River UI (/riverui/) and pprof (/debug/pprof/), never on the API port; keep it on loopback or a private network; off disables it"},
+	{"FLOW_ADMIN_LISTEN_ADDR", "127.0.0.1:50060", "admin listener for /metrics, /healthz, /readyz, River UI (/riverui/) and pprof (/debug/pprof/, with FLOW_PPROF), never on the API port; keep it on loopback or a private network; off disables it"},
+	{"FLOW_ADMIN_LISTEN", "", "older name of FLOW_ADMIN_LISTEN_ADDR, read when that is unset"},
 	{"FLOW_DEV_DATA_DIR", ".flow/dev", "flow dev state folder; --data-dir overrides"},
 	{"TEST_DATABASE_URL", "", "tests only: use this PostgreSQL server instead of starting a private one"},
 	{"FLOW_SOAK", "", "tests only: set by `make soak`; the kill tests with a long form run it (more racks, more kills)"},
@@ -246,7 +261,19 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		cfg.AllowInsecure = b
 	}
 	cfg.AuthzPolicy = getenv("FLOW_AUTHZ_POLICY")
-	cfg.AdminAddr = def("FLOW_ADMIN_LISTEN")
+	cfg.AdminAddr = cmp.Or(getenv("FLOW_ADMIN_LISTEN_ADDR"), getenv("FLOW_ADMIN_LISTEN"), def("FLOW_ADMIN_LISTEN_ADDR"))
+	if b, err := strconv.ParseBool(def("FLOW_PPROF")); err != nil {
+		errs = append(errs, "FLOW_PPROF must be true or false")
+	} else {
+		cfg.PProf = b
+	}
+	if b, err := strconv.ParseBool(def("FLOW_METRICS")); err != nil {
+		errs = append(errs, "FLOW_METRICS must be true or false")
+	} else {
+		cfg.Metrics = b
+	}
+	cfg.LogLevelSet, cfg.logFormatSet = getenv("FLOW_LOG_LEVEL") != "", getenv("FLOW_LOG_FORMAT") != ""
+	cfg.Tracing, cfg.otelEnv = telemetry.TracingEnabled(getenv), getenv
 	if b, err := strconv.ParseBool(def("FLOW_RIVERUI_ENABLED")); err != nil {
 		errs = append(errs, "FLOW_RIVERUI_ENABLED must be true or false")
 	} else {
@@ -291,7 +318,10 @@ func (c Config) LogValue() slog.Value {
 		slog.String("certdir", c.CertDir),
 		slog.Bool("allow_insecure_grpc", c.AllowInsecure),
 		slog.String("authz_policy", or(c.AuthzPolicy, "(none: every authenticated client is admin)")),
-		slog.String("admin_listen", c.AdminAddr),
+		slog.String("admin_listen_addr", c.AdminAddr),
+		slog.Bool("pprof", c.PProf),
+		slog.Bool("metrics", c.Metrics),
+		slog.Bool("tracing", c.Tracing),
 		slog.Bool("riverui_enabled", c.RiverUIEnabled),
 		slog.Duration("engine_rescue_after", c.RescueAfter),
 		slog.Duration("engine_lease_heartbeat", c.LeaseHeartbeat),
@@ -316,10 +346,20 @@ func RedactURL(u string) string {
 	return parsed.Redacted()
 }
 
-// logLevel is the effective level: dev mode always logs debug.
+// logLevel is the effective level of Flow's own lines: FLOW_LOG_LEVEL,
+// or debug in dev mode when it is unset.
 func (c Config) logLevel() slog.Level {
-	if c.DevMode {
+	if c.DevMode && !c.LogLevelSet {
 		return slog.LevelDebug
 	}
 	return c.LogLevel
+}
+
+// riverLogLevel is the level of River's own lines (its client and River
+// UI): WARN and above, unless FLOW_LOG_LEVEL=debug asks for everything.
+func (c Config) riverLogLevel() slog.Level {
+	if c.LogLevelSet && c.LogLevel <= slog.LevelDebug {
+		return slog.LevelDebug
+	}
+	return max(c.LogLevel, slog.LevelWarn)
 }

@@ -110,3 +110,38 @@ func TestServerRefusesABadKeyFile(t *testing.T) {
 	})
 	require.ErrorContains(t, err, "FLOW_DATA_ENCRYPTION_KEY_PATH is set but empty")
 }
+
+// TestLogLevels: Flow's own level is FLOW_LOG_LEVEL, or debug in dev mode
+// when it is unset; River's own lines are WARN and above unless
+// FLOW_LOG_LEVEL=debug; FLOW_ADMIN_LISTEN is the older name of
+// FLOW_ADMIN_LISTEN_ADDR.
+func TestLogLevels(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		env       map[string]string
+		dev       bool
+		flow, rvr slog.Level
+		adminAddr string
+	}{
+		{name: "Defaults", env: map[string]string{}, flow: slog.LevelInfo, rvr: slog.LevelWarn, adminAddr: "127.0.0.1:50060"},
+		{name: "DevDefaults", env: map[string]string{}, dev: true, flow: slog.LevelDebug, rvr: slog.LevelWarn, adminAddr: "127.0.0.1:50060"},
+		{name: "DevHonoursLevel", env: map[string]string{"FLOW_LOG_LEVEL": "warn"}, dev: true, flow: slog.LevelWarn, rvr: slog.LevelWarn, adminAddr: "127.0.0.1:50060"},
+		{name: "DebugIncludesRiver", env: map[string]string{"FLOW_LOG_LEVEL": "debug"}, flow: slog.LevelDebug, rvr: slog.LevelDebug, adminAddr: "127.0.0.1:50060"},
+		{name: "ErrorQuietsRiver", env: map[string]string{"FLOW_LOG_LEVEL": "error"}, flow: slog.LevelError, rvr: slog.LevelError, adminAddr: "127.0.0.1:50060"},
+		{name: "OldAdminName", env: map[string]string{"FLOW_ADMIN_LISTEN": "off"}, flow: slog.LevelInfo, rvr: slog.LevelWarn, adminAddr: "off"},
+		{name: "NewAdminNameWins", env: map[string]string{"FLOW_ADMIN_LISTEN": "off", "FLOW_ADMIN_LISTEN_ADDR": "127.0.0.1:9"}, flow: slog.LevelInfo, rvr: slog.LevelWarn, adminAddr: "127.0.0.1:9"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := LoadConfig(func(k string) string { return tt.env[k] })
+			require.NoError(t, err)
+			cfg.DevMode = tt.dev
+			require.Equal(t, tt.flow, cfg.logLevel())
+			require.Equal(t, tt.rvr, cfg.riverLogLevel())
+			require.Equal(t, tt.adminAddr, cfg.AdminAddr)
+		})
+	}
+	_, err := LoadConfig(func(k string) string { return map[string]string{"FLOW_PPROF": "maybe"}[k] })
+	require.ErrorContains(t, err, "FLOW_PPROF must be true or false")
+}

@@ -51,7 +51,9 @@ type devOptions struct {
 
 func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Writer) error {
 	cfg.DevMode = true
-	cfg.LogFormat = "text"
+	if !cfg.logFormatSet {
+		cfg.LogFormat = "text"
+	}
 	if cfg.PollInterval == 0 {
 		// The simulators' firmware jobs take seconds, not the minutes the
 		// rules' 2m polls are made for.
@@ -141,7 +143,11 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 		}
 		defer stop()
 	}
-	printBanner(stdout, srv.Addr().String(), srv.AdminAddr(), cfg.DatabaseURL, dir)
+	var simAdmin []string
+	if sims != nil {
+		simAdmin = []string{sims.nicoSrv.URL() + "/admin/", sims.psmSrv.URL() + "/admin/"}
+	}
+	printBanner(stdout, srv.Addr().String(), srv.AdminAddr(), cfg.DatabaseURL, dir, simAdmin)
 	return srv.run(ctx)
 }
 
@@ -190,11 +196,20 @@ func devPGDataDir(dir string) (string, error) {
 	return alt, nil
 }
 
-func printBanner(w io.Writer, addr, adminAddr, dbURL, dir string) {
+// printBanner prints flow dev's banner: the API, the admin listener's
+// endpoints, the simulators' admin URLs (simAdmin: NICo Core's, PSM's; nil
+// when both backends are real), the database and the state folder.
+func printBanner(w io.Writer, addr, adminAddr, dbURL, dir string, simAdmin []string) {
 	host := bannerHost(addr)
-	admin := "off (FLOW_ADMIN_LISTEN=off)"
+	admin := "off (FLOW_ADMIN_LISTEN_ADDR=off)"
 	if adminAddr != "" {
-		admin = "http://" + bannerHost(adminAddr) + "/riverui/   (River UI; pprof at /debug/pprof/)"
+		a := "http://" + bannerHost(adminAddr)
+		admin = a + "/riverui/   (River UI)\n" +
+			"             " + a + "/metrics    (Prometheus; also /healthz, /readyz; /debug/pprof/ with FLOW_PPROF=true)"
+	}
+	if len(simAdmin) == 2 {
+		admin += "\n  Simulators " + simAdmin[0] + "   (NICo Core: devices, faults, journal)\n" +
+			"             " + simAdmin[1] + "   (PSM)"
 	}
 	fmt.Fprintf(w, `
   Flow is running (dev mode)

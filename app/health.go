@@ -7,9 +7,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	healthv1 "github.com/nicoflow/flow/proto/gen/grpc/health/v1"
-	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // health serves grpc.health.v1.Health for the server ("") and v1.Flow. It
@@ -73,4 +72,4 @@ func (h *health) Watch(ctx context.Context, req *healthv1.HealthCheckRequest, st
 	}
 }
 
-var _ healthv1connect.HealthHandler = (*health)(nil)
+var _ healthHandler = (*health)(nil)

@@ -23,6 +23,7 @@ var allowedImports = map[string][]string{
 	"inventory":    {"db"},
 	"firmware":     {"db", "engine", "inventory", "backend", "nico", "psm"},
 	"sim":          {},
+	"telemetry":    {},
 	"sim/simrun":   {"sim", "nico/nicosim", "psm/psmsim"},
 	"nico":         {},
 	"nico/nicosim": {"sim", "nico"},

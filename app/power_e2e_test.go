@@ -30,12 +30,20 @@ type e2e struct {
 	url    string
 	inv    *inventory.Service
 	dbURL  string
+	admin  string      // the admin listener's address, "" when off
+	logs   *syncBuffer // the server's log
 }
 
 // startE2E starts simulators (power changes take effect after powerDelay;
 // 0 means the simulator's default of 5s) and a Flow server pointed at them.
 // edits change the server's environment first.
 func startE2E(t *testing.T, powerDelay time.Duration, edits ...func(env map[string]string)) *e2e {
+	t.Helper()
+	return startE2EWith(t, powerDelay, serveOptions{}, edits...)
+}
+
+// startE2EWith is startE2E with the server's options.
+func startE2EWith(t *testing.T, powerDelay time.Duration, opts serveOptions, edits ...func(env map[string]string)) *e2e {
 	t.Helper()
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: powerDelay, firmwarePhase: time.Millisecond})
 	require.NoError(t, err)
@@ -61,7 +69,7 @@ func startE2E(t *testing.T, powerDelay time.Duration, edits ...func(env map[stri
 			t.Logf("server log:\n%s", logs.String())
 		}
 	})
-	srv, err := newServer(ctx, cfg, slog.New(slog.NewTextHandler(logs, nil)), serveOptions{})
+	srv, err := newServer(ctx, cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: cfg.logLevel()})), opts)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- srv.run(ctx) }()
@@ -70,7 +78,8 @@ func startE2E(t *testing.T, powerDelay time.Duration, edits ...func(env map[stri
 		require.NoError(t, <-done)
 	})
 	url := "http://" + srv.Addr().String()
-	return &e2e{client: flowv1connect.NewFlowClient(http.DefaultClient, url), sims: sims, url: url, inv: inventory.NewService(), dbURL: dbURL}
+	return &e2e{client: flowv1connect.NewFlowClient(http.DefaultClient, url), sims: sims, url: url, inv: inventory.NewService(), dbURL: dbURL,
+		admin: srv.AdminAddr(), logs: logs}
 }
 
 // addRack stores demo rack i in Flow's inventory and seeds the simulators

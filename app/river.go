@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"riverqueue.com/riverui"
 
 	"github.com/nicoflow/flow/engine"
@@ -27,13 +28,17 @@ import (
 func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine.Engine, *river.Client[pgx.Tx], error) {
 	var clientRef *river.Client[pgx.Tx] // for jobs that need the client, set below
 	ecfg := w.engine
-	ecfg.Logger, ecfg.OnRunEnd = logger, w.onRunEnd
+	ecfg.Logger, ecfg.OnRunEnd, ecfg.Observer = logger, w.onRunEnd, w.observer
 	e := engine.New(pool, ecfg)
 	engine.RegisterSleep(e)
 	if w.register != nil {
 		w.register(e)
 	}
 	rc := e.RiverConfig()
+	if w.riverLogger != nil {
+		rc.Logger = w.riverLogger
+	}
+	rc.Middleware = append(rc.Middleware, w.middleware...)
 	if w.system == nil {
 		w.system = &systemJobs{}
 	}
@@ -119,6 +124,14 @@ type engineWiring struct {
 	// engine holds the engine's settings (the logger and hook are set
 	// by newEngine).
 	engine engine.Config
+
+	// observer hears of the engine's calls, steps and runs (metrics and
+	// logs); riverLogger is River's own logger (WARN and above unless
+	// FLOW_LOG_LEVEL=debug); middleware wraps River's inserts and work
+	// (tracing).
+	observer    engine.Observer
+	riverLogger *slog.Logger
+	middleware  []rivertype.Middleware
 }
 
 // scheduleWorkers is how many schedule firings a process runs at once.

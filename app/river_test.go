@@ -20,10 +20,11 @@ func TestServeRunsEngineAndMountsRiverUI(t *testing.T) {
 	for _, tt := range []struct {
 		name          string
 		devMode, flag bool
+		pprof         bool
 		wantUI        bool
 	}{
 		{name: "DevMode", devMode: true, wantUI: true},
-		{name: "Enabled", flag: true, wantUI: true},
+		{name: "Enabled", flag: true, wantUI: true, pprof: true},
 		{name: "Off", wantUI: false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -34,7 +35,7 @@ func TestServeRunsEngineAndMountsRiverUI(t *testing.T) {
 			cfg.ListenAddr = "127.0.0.1:0"
 			cfg.DevMode, cfg.RiverUIEnabled = tt.devMode, tt.flag
 			cfg.ShutdownTimeout = 5 * time.Second
-			cfg.AllowInsecure, cfg.AdminAddr = true, "127.0.0.1:0"
+			cfg.AllowInsecure, cfg.AdminAddr, cfg.PProf = true, "127.0.0.1:0", tt.pprof
 			logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -73,7 +74,17 @@ func TestServeRunsEngineAndMountsRiverUI(t *testing.T) {
 			} else {
 				require.Equal(t, http.StatusNotFound, status("GET", admin+"/riverui/"))
 			}
-			require.Equal(t, http.StatusOK, status("GET", admin+"/debug/pprof/"))
+			// The profiler only with FLOW_PPROF=true; the operator
+			// endpoints always.
+			if tt.pprof {
+				require.Equal(t, http.StatusOK, status("GET", admin+"/debug/pprof/"))
+			} else {
+				require.Equal(t, http.StatusNotFound, status("GET", admin+"/debug/pprof/"))
+			}
+			require.Equal(t, http.StatusOK, status("GET", admin+"/healthz"))
+			require.Equal(t, http.StatusOK, status("GET", admin+"/readyz"))
+			require.Equal(t, http.StatusOK, status("GET", admin+"/metrics"))
+			require.Equal(t, http.StatusNotFound, status("GET", api+"/metrics"))
 			// Never on the API port: not River UI (whose API pauses the
 			// queues of every replica), not the profiler.
 			require.Equal(t, http.StatusNotFound, status("GET", api+"/riverui/"))

@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/engine"
@@ -39,6 +41,9 @@ type server struct {
 	river    *river.Client[pgx.Tx]
 	syncer   *reconcile.Syncer
 	system   *systemJobs
+	tel      *telemetrySetup
+	// riverStarted is set once the River client has started (/readyz).
+	riverStarted atomic.Bool
 }
 
 // serveOptions are the parts of `flow serve` that are not Config.
@@ -47,6 +52,9 @@ type serveOptions struct {
 	// cleartext serves the API without TLS whatever the certificate
 	// settings: flow dev, on loopback.
 	cleartext bool
+	// tracer, if set, replaces the OTLP tracer provider (tests: an
+	// in-memory exporter).
+	tracer *sdktrace.TracerProvider
 }
 
 // newServer connects to the database, checks the schema, builds the handler
@@ -88,7 +96,16 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		}
 	}()
 	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth(), keys: keys, tls: sec.reloader}
-	if s.backends, err = newBackends(cfg); err != nil {
+	if s.tel, err = newTelemetry(ctx, cfg, opts.tracer); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.tel.shutdown(context.WithoutCancel(ctx))
+		}
+	}()
+	obs := &observer{m: s.tel.metrics, logger: logger, tracing: s.tel.tracer != nil}
+	if s.backends, err = newBackends(cfg, s.tel.backendInterceptors); err != nil {
 		return nil, err
 	}
 	s.backends.logStatus(ctx, logger)
@@ -116,7 +133,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		},
 		register: func(e *engine.Engine) {
 			operations.RegisterActions(e, operations.ActionDeps{
-				Pool: pool, Backends: s.backends.managers, Inv: inv, Keys: keys, Logger: logger, PollInterval: cfg.PollInterval,
+				Pool: pool, Backends: s.backends.managers, Inv: inv, Keys: keys, Logger: logger, PollInterval: cfg.PollInterval, Observer: obs,
 			})
 		},
 		sweep:       func(ctx context.Context) error { return tasks.Sweep(ctx) },
@@ -126,14 +143,19 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		schedules:   scheduleWorker,
 		engine:      cfg.engineConfig(),
 		system:      s.system,
+		observer:    obs,
+		riverLogger: s.tel.riverLogger(logger, cfg),
+		middleware:  s.tel.riverMiddleware(),
 	})
 	if err != nil {
 		return nil, err
 	}
 	tasks = operations.NewTasks(operations.TasksConfig{
 		Pool: pool, Rules: rules, Inv: inv, Engine: s.engine, Backends: s.backends.managers, Keys: keys, Logger: logger,
-		Expiry: scheduleQueueExpiry(s.river),
+		Expiry: scheduleQueueExpiry(s.river), Observer: obs, Tracer: s.tel.tracerFor("github.com/nicoflow/flow/operations"),
 	})
+	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, operations.ScheduleQueue}))
+	watchRiverJobs(context.WithoutCancel(ctx), s.river, s.tel.metrics)
 	runs = operations.NewRollouts(operations.RolloutsConfig{
 		Pool: pool, Tasks: tasks, Wake: scheduleRunWake(s.river), Logger: logger, MaxCandidates: cfg.RunMaxCandidates,
 	})
@@ -145,7 +167,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	logKeyUsage(ctx, logger, keys, tasks)
 	var riverUI http.Handler
 	if cfg.DevMode || cfg.RiverUIEnabled {
-		if riverUI, err = newRiverUI(context.WithoutCancel(ctx), s.river, logger); err != nil {
+		if riverUI, err = newRiverUI(context.WithoutCancel(ctx), s.river, s.tel.riverLogger(logger, cfg)); err != nil {
 			return nil, err
 		}
 	}
@@ -159,7 +181,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
 	}
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer)}
-	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.policy, admin: admin})
+	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.policy, admin: admin, interceptors: s.tel.rpcInterceptors()})
 	var tlsConfig *tls.Config
 	if s.tls != nil {
 		tlsConfig = s.tls.tlsConfig()
@@ -167,14 +189,14 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	s.http = newHTTPServer(cfg.ListenAddr, mux, tlsConfig, logger)
 	if cfg.AdminAddr != "off" {
 		if s.adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
-			return nil, fmt.Errorf("admin listener (FLOW_ADMIN_LISTEN) on %s: %w", cfg.AdminAddr, err)
+			return nil, fmt.Errorf("admin listener (FLOW_ADMIN_LISTEN_ADDR) on %s: %w", cfg.AdminAddr, err)
 		}
-		s.admin = newAdminServer(newAdminMux(riverUI))
+		s.admin = newAdminServer(newAdminMux(adminOptions{riverUI: riverUI, metrics: s.tel.metricsHandler(), ready: s.ready, pprof: cfg.PProf}))
 		if !isLoopback(cfg.AdminAddr) {
-			logger.WarnContext(ctx, "the admin listener is not on loopback: River UI and pprof have no authentication, keep it on a private network", "admin_addr", cfg.AdminAddr)
+			logger.WarnContext(ctx, "the admin listener is not on loopback: its endpoints (metrics, River UI, pprof) have no authentication, keep it on a private network", "admin_addr", cfg.AdminAddr)
 		}
 	} else if riverUI != nil {
-		logger.WarnContext(ctx, "River UI is enabled but FLOW_ADMIN_LISTEN=off: it is not served")
+		logger.WarnContext(ctx, "River UI is enabled but FLOW_ADMIN_LISTEN_ADDR=off: it is not served")
 	}
 	s.ln, err = net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
@@ -184,6 +206,25 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		return nil, fmt.Errorf("listen on %s: %w", cfg.ListenAddr, err)
 	}
 	return s, nil
+}
+
+// ready reports why the server cannot work yet (nil: ready): the
+// database must answer, its schema be current and River be started.
+func (s *server) ready(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database unreachable: %w", err)
+	}
+	st, err := db.ReadStatus(ctx, s.cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("read migration status: %w", err)
+	}
+	if !st.UpToDate() {
+		return fmt.Errorf("database schema is not current (flow %d of %d, river %d of %d)", st.FlowVersion, st.FlowLatest, st.RiverVersion, st.RiverLatest)
+	}
+	if !s.riverStarted.Load() {
+		return errors.New("river client not started")
+	}
+	return nil
 }
 
 // AdminAddr returns the address of the admin listener, or "" when it is off.
@@ -222,8 +263,10 @@ func (s *server) run(ctx context.Context) error {
 			s.adminLn.Close()
 		}
 		s.pool.Close()
+		s.tel.shutdown(context.WithoutCancel(ctx))
 		return fmt.Errorf("start river: %w", err)
 	}
+	s.riverStarted.Store(true)
 	errc := make(chan error, 2)
 	go func() {
 		if s.tls != nil {
@@ -264,7 +307,9 @@ func (s *server) run(ctx context.Context) error {
 		_ = s.admin.Close() // profiles and River UI polls need no draining
 	}
 	<-riverDone
+	s.riverStarted.Store(false)
 	s.pool.Close()
+	s.tel.shutdown(shutdownCtx)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}

@@ -12,12 +12,12 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
-	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/reconcile"
 )
@@ -62,6 +62,8 @@ type muxOptions struct {
 	policy  *policy // FLOW_AUTHZ_POLICY; nil: every identity is admin
 	// admin is Flow's admin service; a fresh all-Unimplemented one when nil.
 	admin adminv1connect.AdminServiceHandler
+	// interceptors run outermost on every call (tracing, metrics).
+	interceptors []connect.Interceptor
 }
 
 // compressMinBytes is the smallest answer sent compressed to a client that
@@ -74,7 +76,7 @@ const compressMinBytes = 4 << 10
 // admin service (flow.admin.v1), which upstream does not have. The contract's file answers by upstream's name, flow.proto.
 var reflectedServices = []string{
 	adminv1connect.AdminServiceName,
-	healthv1connect.HealthName,
+	healthpb.Health_ServiceDesc.ServiceName,
 	grpcreflect.ReflectV1ServiceName,
 	grpcreflect.ReflectV1AlphaServiceName,
 	flowv1connect.FlowName,
@@ -92,7 +94,8 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 		// (a serial look-up spent ~0.1 ms gzipping ~1 KB); large pages still
 		// go compressed to clients that ask.
 		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithInterceptors(newLogInterceptor(logger), newAuditInterceptor(logger), authorizer{policy: opts.policy}, newErrorInterceptor(logger)),
+		connect.WithInterceptors(opts.interceptors...),
+		connect.WithInterceptors(newLogInterceptor(logger, slog.LevelInfo), newAuditInterceptor(logger), authorizer{policy: opts.policy}, newErrorInterceptor(logger)),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
 			logger.ErrorContext(ctx, "handler panic", "method", spec.Procedure, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
@@ -106,11 +109,14 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 	if opts.health == nil {
 		opts.health = newHealth()
 	}
-	mux.Handle(healthv1connect.NewHealthHandler(opts.health))
+	// Health checks and reflection are logged at debug: a load balancer's
+	// probes would drown the rest.
+	quiet := connect.WithInterceptors(newLogInterceptor(logger, slog.LevelDebug))
+	mux.Handle(newHealthHandler(opts.health, quiet))
 	if opts.devMode {
 		reflector := grpcreflect.NewStaticReflector(reflectedServices...)
-		mux.Handle(grpcreflect.NewHandlerV1(reflector))
-		mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+		mux.Handle(grpcreflect.NewHandlerV1(reflector, quiet))
+		mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, quiet))
 	}
 	return withCaller(mux)
 }
@@ -137,14 +143,15 @@ func newHTTPServer(addr string, handler http.Handler, tlsConfig *tls.Config, log
 	}
 }
 
-// newLogInterceptor writes one log line per call: method, code and duration.
-func newLogInterceptor(logger *slog.Logger) connect.UnaryInterceptorFunc {
+// newLogInterceptor writes one log line per call at level (errors higher):
+// method, identity, request ID, code and duration.
+func newLogInterceptor(logger *slog.Logger, okLevel slog.Level) connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			start := time.Now()
 			res, err := next(ctx, req)
 			code := "ok"
-			level := slog.LevelInfo
+			level := okLevel
 			if err != nil {
 				code = connect.CodeOf(err).String()
 				if connect.CodeOf(err) == connect.CodeInternal || connect.CodeOf(err) == connect.CodeUnknown {
@@ -159,7 +166,7 @@ func newLogInterceptor(logger *slog.Logger) connect.UnaryInterceptorFunc {
 				slog.String("code", code),
 				slog.Duration("duration", time.Since(start)),
 			}
-			if err != nil && level == slog.LevelInfo {
+			if err != nil && level < slog.LevelError {
 				attrs = append(attrs, slog.String("error", err.Error()))
 			}
 			logger.LogAttrs(ctx, level, "rpc", attrs...)

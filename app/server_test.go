@@ -20,10 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	healthv1 "github.com/nicoflow/flow/proto/gen/grpc/health/v1"
-	"github.com/nicoflow/flow/proto/gen/grpc/health/v1/healthv1connect"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // syncBuffer is a log sink safe for concurrent writes.
@@ -261,14 +260,7 @@ func TestOneLogLinePerCall(t *testing.T) {
 	_, err = client.CreateEventRule(context.Background(), &flowv1.CreateEventRuleRequest{})
 	require.Error(t, err)
 
-	var lines []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.logs.String()), "\n") {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &m))
-		if m["msg"] == "rpc" {
-			lines = append(lines, m)
-		}
-	}
+	lines := rpcLines(t, b.logs.String())
 	require.Len(t, lines, 2)
 	require.Equal(t, "/v1.Flow/Version", lines[0]["method"])
 	require.Equal(t, "ok", lines[0]["code"])
@@ -281,12 +273,30 @@ func TestOneLogLinePerCall(t *testing.T) {
 	require.Equal(t, "/v1.Flow/CreateEventRule", lines[1]["method"])
 	require.Equal(t, "unimplemented", lines[1]["code"])
 
-	// Health checks (and reflection) are not v1.Flow calls: they write no
-	// line, so a load balancer's probes do not flood the log.
-	before := strings.Count(b.logs.String(), "\n")
-	_, err = healthv1connect.NewHealthClient(h2cClient(), b.baseURL, connect.WithGRPC()).Check(context.Background(), &healthv1.HealthCheckRequest{})
+	// Health checks (and reflection) are logged like every call, but at
+	// debug, so a load balancer's probes do not flood an info log.
+	before := len(lines)
+	_, err = newHealthClient(h2cClient(), b.baseURL, connect.WithGRPC()).Check(context.Background(), &healthv1.HealthCheckRequest{})
 	require.NoError(t, err)
-	require.Equal(t, before, strings.Count(b.logs.String(), "\n"))
+	lines = rpcLines(t, b.logs.String())
+	require.Len(t, lines, before+1)
+	require.Equal(t, "/grpc.health.v1.Health/Check", lines[before]["method"])
+	require.Equal(t, "DEBUG", lines[before]["level"])
+	require.NotEmpty(t, lines[before]["request_id"])
+}
+
+// rpcLines returns the JSON log's rpc lines.
+func rpcLines(t *testing.T, log string) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(log), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m))
+		if m["msg"] == "rpc" {
+			lines = append(lines, m)
+		}
+	}
+	return lines
 }
 
 func TestReadableDurations(t *testing.T) {
@@ -344,7 +354,7 @@ func TestHealthTurnsNotServingAtShutdown(t *testing.T) {
 	go srv.Serve(ln) //nolint:errcheck
 	t.Cleanup(func() { _ = srv.Close() })
 
-	client := healthv1connect.NewHealthClient(h2cClient(), "http://"+ln.Addr().String(), connect.WithGRPC())
+	client := newHealthClient(h2cClient(), "http://"+ln.Addr().String(), connect.WithGRPC())
 	stream, err := client.Watch(context.Background(), &healthv1.HealthCheckRequest{Service: "v1.Flow"})
 	require.NoError(t, err)
 	defer stream.Close()

@@ -63,7 +63,7 @@ func TestSeededFleetValidatesClean(t *testing.T) {
 
 	cfg, err := LoadConfig(env(map[string]string{"NICO_CORE_API_URL": sims.nicoSrv.URL(), "PSM_API_URL": sims.psmSrv.Addr()}))
 	require.NoError(t, err)
-	b, err := newBackends(cfg)
+	b, err := newBackends(cfg, nil)
 	require.NoError(t, err)
 	var expected []backend.Expected
 	for _, d := range fleet {
@@ -89,7 +89,7 @@ func TestBackendsNotConfigured(t *testing.T) {
 	t.Parallel()
 	cfg, err := LoadConfig(env(nil))
 	require.NoError(t, err, "Flow starts without backends")
-	b, err := newBackends(cfg)
+	b, err := newBackends(cfg, nil)
 	require.NoError(t, err)
 	_, err = b.managers.For(backend.Compute).PowerStatus(context.Background(), backend.Target{IDs: []string{"m1"}})
 	require.ErrorIs(t, err, backend.ErrNotConfigured)
@@ -113,7 +113,7 @@ func TestBackendConfig(t *testing.T) {
 
 	cfg, err = LoadConfig(env(map[string]string{"NICO_CORE_API_URL": "core:1079", "FLOW_NICO_TLS_CA": filepath.Join(dir, "none.pem")}))
 	require.NoError(t, err)
-	_, err = newBackends(cfg)
+	_, err = newBackends(cfg, nil)
 	require.ErrorContains(t, err, "CA bundle")
 }
 

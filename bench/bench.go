@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,6 +55,7 @@ type benchOptions struct {
 	// it, because their executable is not flow.
 	serverCommand func() (*exec.Cmd, error)
 	progress      io.Writer // one line every few seconds; nil: silent
+	serverEnv     []string  // added last to the server's environment
 }
 
 // benchWorkload is what flow bench drives on every rack. A new workload
@@ -163,6 +166,12 @@ type Options struct {
 	// executable's serve.
 	ServerCommand func() (*exec.Cmd, error)
 	Progress      io.Writer // one line every few seconds; nil: silent
+	// ServerEnv is added last to the server child's environment.
+	ServerEnv []string
+	// CompareTelemetry runs the bench twice, on fresh clusters: with the
+	// server's metrics and tracing off, then on (spans exported over
+	// OTLP/HTTP to a sink in the bench process), and reports both.
+	CompareTelemetry bool
 }
 
 // options checks o (bad values are usage errors) and fills the defaults.
@@ -180,7 +189,7 @@ func (o Options) options() (benchOptions, error) {
 	}
 	bo := benchOptions{racks: o.Racks, components: o.Components, latency: o.Latency, powerDelay: o.PowerDelay, workload: w,
 		keep: o.Keep, databaseURL: o.DatabaseURL, concurrency: o.Concurrency, timeout: o.Timeout, poll: o.Poll,
-		serverCommand: o.ServerCommand, progress: o.Progress}
+		serverCommand: o.ServerCommand, progress: o.Progress, serverEnv: o.ServerEnv}
 	if bo.serverCommand == nil {
 		bo.serverCommand = func() (*exec.Cmd, error) {
 			exe, err := os.Executable()
@@ -230,6 +239,7 @@ throughput, latencies and the server's peak memory. See docs/bench.md.`
 	fs.StringVar(&o.DatabaseURL, "database-url", "", "use this (empty) database instead of a private PostgreSQL")
 	fs.IntVar(&o.Concurrency, "concurrency", 32, "API calls in flight while creating racks and submitting")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "how long to wait for the tasks to end")
+	fs.BoolVar(&o.CompareTelemetry, "compare-telemetry", false, "run twice, server metrics and tracing off then on, and compare")
 	output := fs.StringP("output", "o", "table", "output: table or json")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *output != "table" && *output != "json" {
@@ -241,6 +251,9 @@ throughput, latencies and the server's peak memory. See docs/bench.md.`
 }
 
 func run(ctx context.Context, o Options, asJSON bool, stdout, stderr io.Writer) error {
+	if o.CompareTelemetry {
+		return compareTelemetry(ctx, o, asJSON, stdout, stderr)
+	}
 	b, err := Start(ctx, o)
 	if b != nil {
 		defer func() {
@@ -416,11 +429,12 @@ func (b *Bench) startServer(ctx context.Context) error {
 		// The bench measures the engine on loopback, in cleartext, and
 		// leaves the admin listener's port to a flow dev on this machine.
 		"ALLOW_INSECURE_GRPC=true", "FLOW_TLS_CA=", "FLOW_TLS_CERT=", "FLOW_TLS_KEY=", "CERTDIR=", "FLOW_AUTHZ_POLICY=",
-		"FLOW_ADMIN_LISTEN=off",
+		"FLOW_ADMIN_LISTEN_ADDR=off", "FLOW_ADMIN_LISTEN=off",
 	)
 	if w, ok := b.o.workload.(benchEnvWorkload); ok {
 		cmd.Env = append(cmd.Env, w.serverEnv()...)
 	}
+	cmd.Env = append(cmd.Env, b.o.serverEnv...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -955,4 +969,80 @@ flow bench: %s on %d racks × %d components, backend latency %s
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "  failure            %s\n", f)
 	}
+}
+
+// TelemetryComparison is --compare-telemetry's result: the same bench with
+// the server's metrics and tracing off, then on.
+type TelemetryComparison struct {
+	Off *Result `json:"telemetry_off"`
+	On  *Result `json:"telemetry_on"`
+	// TasksPerSecondRatio is On's tasks/s over Off's.
+	TasksPerSecondRatio float64 `json:"tasks_per_second_ratio"`
+}
+
+// compareTelemetry runs the bench with FLOW_METRICS=false and no OTLP
+// endpoint, then with FLOW_METRICS=true and every span exported over
+// OTLP/HTTP to a sink in this process (which reads and drops them).
+func compareTelemetry(ctx context.Context, o Options, asJSON bool, stdout, stderr io.Writer) error {
+	if o.Keep {
+		return cli.UsageError(errors.New("--compare-telemetry and --keep do not go together"))
+	}
+	var spans atomic.Int64
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		if n > 0 {
+			spans.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer sink.Close()
+	once := func(env ...string) (*Result, error) {
+		o := o
+		o.ServerEnv = append(append([]string(nil), o.ServerEnv...), env...)
+		b, err := Start(ctx, o)
+		if b != nil {
+			defer func() {
+				if err := b.Close(context.WithoutCancel(ctx)); err != nil {
+					fmt.Fprintf(stderr, "bench: cleanup: %v\n", err)
+				}
+			}()
+		}
+		if err != nil {
+			return nil, err
+		}
+		return b.Run(ctx)
+	}
+	var cmp TelemetryComparison
+	var err error
+	if cmp.Off, err = once("FLOW_METRICS=false", "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="); err != nil {
+		return err
+	}
+	if cmp.On, err = once("FLOW_METRICS=true", "OTEL_EXPORTER_OTLP_ENDPOINT="+sink.URL, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=", "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"); err != nil {
+		return err
+	}
+	if cmp.Off.TasksPerSecond > 0 {
+		cmp.TasksPerSecondRatio = cmp.On.TasksPerSecond / cmp.Off.TasksPerSecond
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(cmp); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(stdout, "\n== metrics and tracing OFF ==")
+		printBenchResult(stdout, cmp.Off)
+		fmt.Fprintln(stdout, "\n== metrics and tracing ON (spans exported over OTLP/HTTP) ==")
+		printBenchResult(stdout, cmp.On)
+		fmt.Fprintf(stdout, "\n  tasks/s on ÷ off   %.3f   (%d OTLP export requests received)\n", cmp.TasksPerSecondRatio, spans.Load())
+	}
+	for _, r := range []*Result{cmp.Off, cmp.On} {
+		if r.Failed > 0 || r.Unfinished > 0 {
+			return fmt.Errorf("bench: %d of %d tasks failed, %d unfinished", r.Failed, r.Tasks, r.Unfinished)
+		}
+	}
+	if spans.Load() == 0 {
+		return errors.New("bench: tracing was on but no span reached the OTLP sink")
+	}
+	return nil
 }

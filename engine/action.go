@@ -64,9 +64,10 @@ type Progress struct {
 type Call[P any] struct {
 	RunID       RunID
 	StepID      StepID
-	Owner       string // the run's Plan.Owner
-	Stage       int    // 0-based stage index
-	Step        string // step name
+	Owner       string            // the run's Plan.Owner
+	Labels      map[string]string // the run's Plan.Labels
+	Stage       int               // 0-based stage index
+	Step        string            // step name
 	Params      P
 	Targets     []string // this batch
 	Batch       int      // 0-based batch index
@@ -125,6 +126,7 @@ type callInfo struct {
 	RunID       RunID
 	StepID      StepID
 	Owner       string
+	Labels      map[string]string
 	Stage       int
 	Step        string
 	Targets     []string
@@ -198,7 +200,7 @@ func Register[P any](e *Engine, kind string, fn ActionFunc[P]) {
 				return Result{}, Permanent(fmt.Errorf("decode params: %w", err))
 			}
 			return fn(ctx, Call[P]{
-				RunID: info.RunID, StepID: info.StepID, Owner: info.Owner, Stage: info.Stage, Step: info.Step,
+				RunID: info.RunID, StepID: info.StepID, Owner: info.Owner, Labels: info.Labels, Stage: info.Stage, Step: info.Step,
 				Params: v, Targets: info.Targets, Batch: info.Batch, Batches: info.Batches,
 				Attempt: info.Attempt, MaxAttempts: info.MaxAttempts, Deadline: info.Deadline, st: info.st,
 			})

@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"runtime/debug"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/engine/internal/dbsqlc"
 )
 
@@ -74,7 +76,7 @@ func (e *Engine) finishStep(ctx context.Context, job *river.Job[RunStepArgs], ro
 func (e *Engine) commitBatch(reqs []*checkpointReq) {
 	ctx, cancel := groupContext(reqs[0].ctx)
 	defer cancel()
-	err := e.checkpointTx(ctx, reqs)
+	err := e.checkpointObserved(ctx, reqs)
 	if err == nil || len(reqs) == 1 {
 		e.counted(err, len(reqs))
 		for _, r := range reqs {
@@ -85,10 +87,23 @@ func (e *Engine) commitBatch(reqs []*checkpointReq) {
 	e.stats.split.Add(1)
 	e.logger.DebugContext(ctx, "checkpoint group failed, committing its steps one by one", "steps", len(reqs), "error", err.Error())
 	for _, r := range reqs {
-		err := e.checkpointTx(ctx, []*checkpointReq{r})
+		err := e.checkpointObserved(ctx, []*checkpointReq{r})
 		e.counted(err, 1)
 		r.done <- err
 	}
+}
+
+// checkpointObserved commits reqs' checkpoint, then tells the observer:
+// the transaction's size and time, and what it recorded once it committed.
+func (e *Engine) checkpointObserved(ctx context.Context, reqs []*checkpointReq) error {
+	hctx, hooks := db.WithCommitHooks(ctx)
+	began := time.Now()
+	err := e.checkpointTx(hctx, reqs)
+	e.obs.CheckpointCommitted(len(reqs), time.Since(began), err)
+	if err == nil {
+		hooks.Run()
+	}
+	return err
 }
 
 // checkpointStats count committed checkpoints, for tests.
@@ -138,6 +153,11 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 		Ords: make([]int32, n), FailedTargets: make([][]byte, n), Tokens: make([]int64, n),
 	}
 	waitAll := make(map[stageRef]bool, n)
+	stageNames := make(map[stageRef]string, n)
+	failures := make([]string, n) // the failed steps' errors, for their jobs
+	attempts := make([]int, n)
+	labels := make(map[RunID]map[string]string, n)
+	jl := make([]map[string]string, n) // each step's run's labels
 	for i, r := range reqs {
 		jobIDs[i] = r.job.ID
 		p.IDs[i], p.RunIDs[i], p.StageIndexes[i] = r.row.ID, r.row.RunID, r.row.StageIndex
@@ -151,6 +171,13 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 			p.Calls[i] = *r.calls
 		}
 		waitAll[stageRef{RunID(r.row.RunID), r.row.StageIndex}] = r.spec.WaitAll
+		stageNames[stageRef{RunID(r.row.RunID), r.row.StageIndex}] = r.spec.StageName
+		if r.state == StateFailed {
+			failures[i] = r.msg
+		}
+		attempts[i] = r.job.Attempt
+		jl[i] = jobLabels(r.job.Metadata)
+		labels[RunID(r.row.RunID)] = jl[i]
 	}
 	return pgx.BeginTxFunc(ctx, e.pool, checkpointTxOptions, func(tx pgx.Tx) error {
 		if err := e.q.RunLockMany(ctx, tx, p.RunIDs); err != nil {
@@ -170,19 +197,36 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 				ends = append(ends, runEnding{stage.run, StateFailed, run.FirstFailure})
 			case run.OpenSteps > 0:
 			case run.StageIndex+1 < run.StageCount:
-				next = append(next, stageStart{stageRef{stage.run, run.StageIndex + 1}, run.NextStepIDs})
+				next = append(next, stageStart{stageRef: stageRef{stage.run, run.StageIndex + 1}, steps: run.NextStepIDs, labels: labels[stage.run], ended: stageNames[stage]})
 			default:
 				ends = append(ends, runEnding{stage.run, StateCompleted, ""})
 			}
 		}
+		// Observed first: the steps' ends come before their runs' ends.
+		e.observeCheckpoint(ctx, reqs, jl)
 		if err := e.endRuns(ctx, tx, ends, jobIDs); err != nil {
 			return err
 		}
 		if err := e.startStages(ctx, tx, next, nil); err != nil {
 			return err
 		}
-		return completeJobs(ctx, tx, jobIDs)
+		return endJobs(ctx, tx, jobIDs, failures, attempts)
 	})
+}
+
+// observeCheckpoint tells the observer, once the checkpoint of reqs
+// commits, of the steps that ended (startStages tells of the stages that
+// start).
+func (e *Engine) observeCheckpoint(ctx context.Context, reqs []*checkpointReq, labels []map[string]string) {
+	now := time.Now()
+	for i, r := range reqs {
+		ev := StepEvent{StepInfo: stepInfo(labels[i], r.row, r.spec), State: r.state, Error: r.msg}
+		if r.calls != nil {
+			ev.Calls = int(*r.calls)
+		}
+		ev.Duration = now.Sub(r.job.CreatedAt) // the job is inserted as its stage starts
+		db.AfterCommit(ctx, func() { e.obs.StepEnded(ctx, ev) })
+	}
 }
 
 // checkpointTxOptions begin a checkpoint transaction. Every statement in it
@@ -195,12 +239,20 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 var checkpointTxOptions = pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; " +
 	"SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off"}
 
-// completeJobs completes running jobs in tx with River's completion
-// statement, the one JobCompleteTx runs for a single job. River has no
-// public call that completes several jobs in a caller's transaction, so this
-// goes through its driver's executor as JobCompleteTx does (a River upgrade
-// that changes that interface fails to compile here, it cannot drift).
+// completeJobs completes running jobs in tx (see endJobs).
 func completeJobs(ctx context.Context, tx pgx.Tx, ids []int64) error {
+	return endJobs(ctx, tx, ids, nil, nil)
+}
+
+// endJobs finalizes running jobs in tx with River's completion statement,
+// the one JobCompleteTx runs for a single job: completed, or, where
+// failures holds an error, discarded with that error recorded as the
+// attempt's (so River UI shows a failed step's job as failed, with why).
+// River has no public call that finalizes several jobs in a caller's
+// transaction, so this goes through its driver's executor as JobCompleteTx
+// does (a River upgrade that changes that interface fails to compile here,
+// it cannot drift).
+func endJobs(ctx context.Context, tx pgx.Tx, ids []int64, failures []string, attempts []int) error {
 	n := len(ids)
 	now := time.Now()
 	p := &riverdriver.JobSetStateIfRunningManyParams{
@@ -216,6 +268,10 @@ func completeJobs(ctx context.Context, tx pgx.Tx, ids []int64) error {
 	for i := range ids {
 		p.FinalizedAt[i] = &now
 		p.State[i] = rivertype.JobStateCompleted
+		if i < len(failures) && failures[i] != "" {
+			p.State[i] = rivertype.JobStateDiscarded
+			p.ErrData[i], _ = json.Marshal(rivertype.AttemptError{At: now, Attempt: max(attempts[i], 1), Error: failures[i]})
+		}
 	}
 	if _, err := riverpgxv5.New(nil).UnwrapExecutor(tx).JobSetStateIfRunningMany(ctx, p); err != nil {
 		return fmt.Errorf("complete jobs: %w", err)

@@ -91,7 +91,8 @@ type RunSummary struct {
 	ID        RunID
 	Owner     string
 	Metadata  json.RawMessage
-	State     State // completed, failed or terminated
+	Labels    map[string]string // Plan.Labels
+	State     State             // completed, failed or terminated
 	Error     string
 	CreatedAt time.Time
 	EndedAt   time.Time
@@ -108,6 +109,9 @@ type Config struct {
 	Logger *slog.Logger
 	// OnRunEnd, if set, is called when a run ends (see RunEndFunc).
 	OnRunEnd RunEndFunc
+	// Observer, if set, is told of calls, step ends, stage starts, run ends
+	// and checkpoints (see Observer).
+	Observer Observer
 	// RescueStuckJobsAfter is the last resort for a process that renews its
 	// lease but hangs: a step call still going this long after its own
 	// timeout is presumed hung and its step rescheduled. It is also River's
@@ -147,6 +151,7 @@ type Engine struct {
 	stats       checkpointStats
 	watches     runWatcher
 	lease       lease
+	obs         Observer
 }
 
 // New returns an Engine working on pool. pool is used by workers for
@@ -154,6 +159,9 @@ type Engine struct {
 func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
 	}
 	if cfg.RescueStuckJobsAfter <= 0 {
 		cfg.RescueStuckJobsAfter = DefaultRescueStuckJobsAfter
@@ -179,6 +187,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	e := &Engine{
 		pool:    pool,
 		cfg:     cfg,
+		obs:     cfg.Observer,
 		logger:  cfg.Logger,
 		q:       dbsqlc.New(),
 		actions: map[string]*action{},

@@ -30,6 +30,12 @@ type Plan struct {
 	// Metadata is optional caller JSON stored with the run and handed to the
 	// end-of-run hook. It must not hold secrets. Nil stores {}.
 	Metadata json.RawMessage
+	// Labels name the run for people (task_id, rack, operation, say): they
+	// are stored in the run's metadata under "labels", copied into the
+	// River metadata and tags of each of its jobs, and handed to the
+	// Observer and the end-of-run hook. They must not hold secrets; keys
+	// must not end in "_at" or contain ':' (River's own metadata keys).
+	Labels map[string]string
 	// Timeout bounds the whole run, measured from Start. The deadline is
 	// computed once and stored; a run still going at the deadline fails.
 	// Zero means no run timeout.

@@ -160,7 +160,7 @@ SET state = (@states::text[])[array_position(@ids::bigint[], engine_run.id)],
     error = (@errors::text[])[array_position(@ids::bigint[], engine_run.id)],
     ended_at = now()
 WHERE engine_run.id = ANY(@ids::bigint[]) AND engine_run.state = 'running'
-RETURNING id, owner, metadata, state, error, created_at, ended_at;
+RETURNING id, owner, metadata, state, error, created_at, ended_at, timeout_job_id;
 
 -- name: StepCancelOpen :many
 -- StepCancelOpen cancels the pending and running steps of runs (run_ids,
@@ -238,3 +238,11 @@ WHERE s.exec_token <> i.token OR s.state <> 'running';
 -- StepExecState says why a guarded write of an execution changed nothing:
 -- the step ended, or its token moved on.
 SELECT state, exec_token FROM engine_step WHERE id = @id;
+
+-- name: RunSetTimeoutJob :exec
+-- RunSetTimeoutJob records the River job that times run id out.
+UPDATE engine_run SET timeout_job_id = @job_id WHERE id = @id;
+
+-- name: StepSpecMany :many
+-- StepSpecMany returns the specs of steps ids (for their jobs' labels).
+SELECT id, spec FROM engine_step WHERE id = ANY(@ids::bigint[]);

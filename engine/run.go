@@ -73,11 +73,14 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 	meta := []byte(plan.Metadata)
 	if len(meta) == 0 {
 		meta = []byte("{}")
-	} else {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(meta, &obj); err != nil || obj == nil {
-			return 0, &PlanError{Stage: -1, Step: -1, Err: ErrInvalidMetadata}
-		}
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(meta, &obj); err != nil || obj == nil {
+		return 0, &PlanError{Stage: -1, Step: -1, Err: ErrInvalidMetadata}
+	}
+	if len(plan.Labels) > 0 {
+		obj[metaLabels], _ = json.Marshal(plan.Labels)
+		meta, _ = json.Marshal(obj)
 	}
 	var p dbsqlc.StepInsertManyParams
 	var specs []stepSpec
@@ -131,10 +134,11 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 	if err != nil {
 		return 0, fmt.Errorf("insert steps: %w", err)
 	}
-	first := stageStart{stageRef: stageRef{run: RunID(id)}}
-	for _, st := range steps {
+	first := stageStart{stageRef: stageRef{run: RunID(id)}, labels: plan.Labels, specs: map[int64]*stepSpec{}}
+	for i, st := range steps {
 		if st.StageIndex == 0 {
 			first.steps = append(first.steps, st.ID)
+			first.specs[st.ID] = &specs[i]
 		}
 	}
 	slices.Sort(first.steps)
@@ -154,10 +158,14 @@ type stageRef struct {
 	stage int32
 }
 
-// stageStart is a stage to start, with its steps.
+// stageStart is a stage to start, with its steps, its run's labels and,
+// when the caller has them, the steps' specs (else they are read).
 type stageStart struct {
 	stageRef
-	steps []int64
+	steps  []int64
+	labels map[string]string
+	specs  map[int64]*stepSpec
+	ended  string // the name of the stage that ended, for the observer
 }
 
 // startStages makes stages their runs' current ones: one River job per step
@@ -168,25 +176,44 @@ func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageStart
 	if len(stages) == 0 {
 		return nil
 	}
+	specs, err := e.stageSpecs(ctx, tx, stages)
+	if err != nil {
+		return err
+	}
 	var p dbsqlc.StageStartManyParams
 	var params []river.InsertManyParams
 	for _, st := range stages {
 		p.RunIDs = append(p.RunIDs, int64(st.run))
 		p.StageIndexes = append(p.StageIndexes, st.stage)
+		if st.stage > 0 && len(st.steps) > 0 && specs[st.steps[0]] != nil {
+			ev := StageEvent{Labels: st.labels, RunID: st.run, Stage: int(st.stage), StageName: specs[st.steps[0]].StageName, Ended: st.ended}
+			db.AfterCommit(ctx, func() { e.obs.StageStarted(ctx, ev) })
+		}
 		for _, id := range st.steps {
 			p.IDs = append(p.IDs, id)
-			params = append(params, river.InsertManyParams{Args: RunStepArgs{StepID: StepID(id)}})
+			spec := specs[id]
+			if spec == nil {
+				spec = &stepSpec{}
+			}
+			params = append(params, river.InsertManyParams{
+				Args:       RunStepArgs{StepID: StepID(id)},
+				InsertOpts: jobOpts(st.labels, st.run, StepID(id), spec.StageName, spec.Name, spec.Action),
+			})
 		}
 	}
 	if timeoutAt != nil {
-		params = append(params, river.InsertManyParams{
-			Args:       RunTimeoutArgs{RunID: stages[0].run},
-			InsertOpts: &river.InsertOpts{ScheduledAt: *timeoutAt},
-		})
+		opts := jobOpts(stages[0].labels, stages[0].run, 0, "", "", "run timeout")
+		opts.ScheduledAt = *timeoutAt
+		params = append(params, river.InsertManyParams{Args: RunTimeoutArgs{RunID: stages[0].run}, InsertOpts: opts})
 	}
 	res, err := e.client.InsertManyTx(ctx, tx, params)
 	if err != nil {
 		return fmt.Errorf("enqueue steps: %w", err)
+	}
+	if timeoutAt != nil {
+		if err := e.q.RunSetTimeoutJob(ctx, tx, dbsqlc.RunSetTimeoutJobParams{ID: int64(stages[0].run), JobID: &res[len(res)-1].Job.ID}); err != nil {
+			return fmt.Errorf("record timeout job: %w", err)
+		}
 	}
 	p.JobIDs = make([]int64, len(p.IDs))
 	for i := range p.IDs {
@@ -196,6 +223,36 @@ func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageStart
 		return fmt.Errorf("start stages: %w", err)
 	}
 	return nil
+}
+
+// stageSpecs returns the specs of the stages' steps: those the callers
+// gave, and the others read through tx in one query.
+func (e *Engine) stageSpecs(ctx context.Context, tx pgx.Tx, stages []stageStart) (map[int64]*stepSpec, error) {
+	specs := map[int64]*stepSpec{}
+	var missing []int64
+	for _, st := range stages {
+		for _, id := range st.steps {
+			if s := st.specs[id]; s != nil {
+				specs[id] = s
+			} else {
+				missing = append(missing, id)
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return specs, nil
+	}
+	rows, err := e.q.StepSpecMany(ctx, tx, missing)
+	if err != nil {
+		return nil, fmt.Errorf("read step specs: %w", err)
+	}
+	for _, r := range rows {
+		var s stepSpec
+		if err := json.Unmarshal(r.Spec, &s); err == nil {
+			specs[r.ID] = &s
+		}
+	}
+	return specs, nil
 }
 
 // Cancel terminates a running run through tx: its open steps become
@@ -268,6 +325,15 @@ func (e *Engine) endRuns(ctx context.Context, tx pgx.Tx, ends []runEnding, ownJo
 	if err != nil {
 		return fmt.Errorf("end runs: %w", err)
 	}
+	for _, row := range rows {
+		// The run's pending timeout job goes with it, unless it is the
+		// job ending the run.
+		if id := row.TimeoutJobID; id != nil && !slices.Contains(ownJobs, *id) {
+			if _, err := e.client.JobCancelTx(ctx, tx, *id); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+				return fmt.Errorf("cancel timeout job %d: %w", *id, err)
+			}
+		}
+	}
 	if len(cancel.RunIDs) > 0 {
 		jobs, err := e.q.StepCancelOpen(ctx, tx, cancel)
 		if err != nil {
@@ -282,9 +348,6 @@ func (e *Engine) endRuns(ctx context.Context, tx pgx.Tx, ends []runEnding, ownJo
 			}
 		}
 	}
-	if e.cfg.OnRunEnd == nil {
-		return nil
-	}
 	byID := make(map[int64]dbsqlc.RunEndManyRow, len(rows))
 	for _, row := range rows {
 		byID[row.ID] = row
@@ -298,10 +361,15 @@ func (e *Engine) endRuns(ctx context.Context, tx pgx.Tx, ends []runEnding, ownJo
 			ID:        end.run,
 			Owner:     row.Owner,
 			Metadata:  row.Metadata,
+			Labels:    runLabels(row.Metadata),
 			State:     State(row.State),
 			Error:     row.Error,
 			CreatedAt: row.CreatedAt.Time,
 			EndedAt:   row.EndedAt.Time,
+		}
+		db.AfterCommit(ctx, func() { e.obs.RunEnded(ctx, sum) })
+		if e.cfg.OnRunEnd == nil {
+			continue
 		}
 		if err := e.cfg.OnRunEnd(ctx, tx, sum); err != nil {
 			return fmt.Errorf("end-of-run hook for run %d: %w", end.run, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/engine/internal/dbsqlc"
 )
 
@@ -38,6 +39,8 @@ type timeoutWorker struct {
 
 func (w *timeoutWorker) Work(ctx context.Context, job *river.Job[RunTimeoutArgs]) error {
 	var snooze time.Duration
+	ctx, hooks := db.WithCommitHooks(ctx)
+	defer func() { hooks.Run() }()
 	err := pgx.BeginFunc(ctx, w.e.pool, func(tx pgx.Tx) error {
 		run, err := w.e.q.RunLock(ctx, tx, int64(job.Args.RunID))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -52,10 +55,14 @@ func (w *timeoutWorker) Work(ctx context.Context, job *river.Job[RunTimeoutArgs]
 		}
 		return w.e.endTimedOut(ctx, tx, job.Args.RunID, running, job.ID)
 	})
-	if err == nil && snooze > 0 {
+	if err != nil {
+		hooks = nil // rolled back: nothing to tell
+		return err
+	}
+	if snooze > 0 {
 		return river.JobSnooze(snooze)
 	}
-	return err
+	return nil
 }
 
 // workStep runs the step of job from its cursor, as one execution (one
@@ -202,12 +209,18 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 			return nil
 		},
 	}
+	labels := jobLabels(job.Metadata)
 	info := callInfo{
-		RunID: RunID(row.RunID), StepID: StepID(row.ID), Owner: row.Owner, Stage: int(row.StageIndex), Step: spec.Name,
+		RunID: RunID(row.RunID), StepID: StepID(row.ID), Owner: row.Owner, Labels: labels, Stage: int(row.StageIndex), Step: spec.Name,
 		Targets: targets, Batch: batch, Batches: spec.batches(), Attempt: int(row.Attempt) + 1,
 		MaxAttempts: spec.MaxAttempts, Deadline: localDeadline, st: st,
 	}
+	callStart := time.Now()
 	res, err := a.run(callCtx, spec.Params, info)
+	e.obs.CallEnded(ctx, CallEvent{
+		StepInfo: stepInfo(labels, row, spec), Batch: batch, Batches: spec.batches(),
+		Attempt: int(row.Attempt) + 1, MaxAttempts: spec.MaxAttempts, Duration: time.Since(callStart), Err: err,
+	})
 	switch cause := context.Cause(callCtx); {
 	case errors.Is(cause, ErrRunEnded) || errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely):
 		return Result{}, nil, river.JobCancel(ErrRunEnded)
@@ -264,19 +277,26 @@ func (e *Engine) callFailed(ctx context.Context, job *river.Job[RunStepArgs], ro
 	} else if n == 0 {
 		return nil
 	}
-	e.logger.WarnContext(ctx, "call failed, retrying", "run_id", row.RunID, "step", spec.Name, "attempt", failed, "error", callErr.Error())
-	return river.JobSnooze(policy.backoff(failed))
+	wait := policy.backoff(failed)
+	e.logger.WarnContext(ctx, "retry scheduled", append(stepInfo(jobLabels(job.Metadata), row, spec).LogAttrs(),
+		"attempt", failed, "max_attempts", policy.MaxAttempts, "retry_in", wait, "error", callErr.Error())...)
+	return river.JobSnooze(wait)
 }
 
 // failRunTimeout fails the run for its timeout, in the checkpoint tx.
 func (e *Engine) failRunTimeout(ctx context.Context, job *river.Job[RunStepArgs], runID RunID) error {
-	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+	ctx, hooks := db.WithCommitHooks(ctx)
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		run, err := e.q.RunLock(ctx, tx, int64(runID))
 		if err != nil {
 			return fmt.Errorf("lock run %d: %w", runID, err)
 		}
 		return e.endTimedOut(ctx, tx, runID, run.State == string(StateRunning), job.ID)
 	})
+	if err == nil {
+		hooks.Run()
+	}
+	return err
 }
 
 // endTimedOut fails runID for its timeout when it is still running, and

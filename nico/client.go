@@ -44,6 +44,8 @@ type options struct {
 	timeout time.Duration
 	tls     *tls.Config
 	http    connect.HTTPClient
+	// interceptors wrap every call (metrics, tracing).
+	interceptors []connect.Interceptor
 }
 
 // WithTimeout sets the deadline of every call (default DefaultTimeout).
@@ -53,6 +55,12 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 // certificate). Without it the client speaks plaintext HTTP/2 unless the URL
 // is https.
 func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
+
+// WithInterceptors wraps every call of the client in interceptors, the
+// first outermost (metrics and tracing of backend calls).
+func WithInterceptors(interceptors ...connect.Interceptor) Option {
+	return func(o *options) { o.interceptors = append(o.interceptors, interceptors...) }
+}
 
 // WithHTTPClient replaces the HTTP client (tests).
 func WithHTTPClient(c connect.HTTPClient) Option { return func(o *options) { o.http = c } }
@@ -80,7 +88,7 @@ func NewClient(url string, opts ...Option) (*Client, error) {
 	// No gzip: Core's replies travel uncompressed, as to upstream's Go
 	// client; compressing the large listings of an inventory sync cost
 	// more CPU on both ends than the bytes saved on a datacenter network.
-	c.rpc = forgepbconnect.NewForgeClient(hc, base, connect.WithGRPC(), connect.WithReadMaxBytes(64<<20),
+	c.rpc = forgepbconnect.NewForgeClient(hc, base, connect.WithGRPC(), connect.WithReadMaxBytes(64<<20), connect.WithInterceptors(o.interceptors...),
 		connect.WithAcceptCompression("gzip", nil, nil))
 	return c, nil
 }

@@ -41,6 +41,7 @@ type actions struct {
 	inv      *inventory.Service
 	logger   *slog.Logger
 	poll     time.Duration
+	obs      TaskObserver
 }
 
 // ActionDeps is what the rule actions use. Keys may be nil (no
@@ -55,6 +56,8 @@ type ActionDeps struct {
 	Keys         *firmware.Keyring
 	Logger       *slog.Logger
 	PollInterval time.Duration
+	// Observer, if set, hears of each task's start (its first call).
+	Observer TaskObserver
 }
 
 // RegisterActions registers the rule actions with e. Call it once, in app,
@@ -62,7 +65,7 @@ type ActionDeps struct {
 func RegisterActions(e *engine.Engine, d ActionDeps) {
 	a := &actions{
 		pool: d.Pool, q: dbsqlc.New(), backends: d.Backends, inv: d.Inv,
-		logger: d.Logger, poll: d.PollInterval,
+		logger: d.Logger, poll: d.PollInterval, obs: d.Observer,
 	}
 	engine.Register(e, kindPowerControl, a.powerControl)
 	engine.Register(e, kindVerifyPowerStatus, a.verifyPowerStatus)
@@ -99,8 +102,14 @@ func (a *actions) markRunning(ctx context.Context, call engine.Call[ActionParams
 	if call.Stage != 0 || call.Batch != 0 || call.Attempt != 1 {
 		return nil
 	}
-	if _, err := a.q.TaskMarkRunning(ctx, a.pool, call.Params.TaskID); err != nil {
+	rows, err := a.q.TaskMarkRunning(ctx, a.pool, call.Params.TaskID)
+	if err != nil {
 		return fmt.Errorf("mark task running: %w", err)
+	}
+	if a.obs != nil && len(rows) == 1 {
+		a.obs.TaskEvent(ctx, TaskEvent{Kind: TaskStarted, TaskID: call.Params.TaskID, Rack: call.Labels["rack"],
+			Operation: OperationCode(rows[0].OperationCode), Type: OperationType(rows[0].OperationType),
+			Status: TaskRunning, Message: "Running", SubmittedAt: rows[0].CreatedAt, At: time.Now()})
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/caller"
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -353,13 +354,15 @@ func (h *TaskHandler) submit(ctx context.Context, req Request, o submitOptions) 
 	}
 	req.SubmittedBy = caller.Identity(ctx)
 	var ids []uuid.UUID
-	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) (err error) {
-		ids, err = h.tasks.Submit(ctx, tx, req)
+	sctx, hooks := db.WithCommitHooks(ctx)
+	err = pgx.BeginFunc(sctx, h.pool, func(tx pgx.Tx) (err error) {
+		ids, err = h.tasks.Submit(sctx, tx, req)
 		return err
 	})
 	if err != nil {
 		return nil, taskError(err)
 	}
+	hooks.Run()
 	res := &flowv1.SubmitTaskResponse{TaskIds: make([]*flowv1.UUID, len(ids))}
 	for i, id := range ids {
 		res.TaskIds[i] = &flowv1.UUID{Id: id.String()}

@@ -121,9 +121,12 @@ SELECT DISTINCT rack_id FROM task WHERE status = 'waiting';
 -- of the transaction.
 SELECT pg_advisory_xact_lock(hashtextextended(@rack_key::text, 7254711));
 
--- name: TaskMarkRunning :execrows
+-- name: TaskMarkRunning :many
+-- TaskMarkRunning moves a pending task to running and returns when it was
+-- submitted (no row: it was not pending).
 UPDATE task SET status = 'running', message = 'Running', started_at = now(), updated_at = now()
-WHERE id = @id AND status = 'pending';
+WHERE id = @id AND status = 'pending'
+RETURNING created_at, operation_code, operation_type;
 
 -- name: TaskPromote :exec
 UPDATE task SET status = 'pending', message = @message, run_id = @run_id, queue_expires_at = NULL, updated_at = now()
@@ -241,3 +244,9 @@ SELECT count(*)::int FROM task_schedule_scope WHERE schedule_id = @schedule_id;
 
 -- name: TaskStatusesByIDs :many
 SELECT id, status FROM task WHERE id = ANY(@ids::uuid[]);
+
+-- name: TaskCountActive :many
+-- TaskCountActive counts the unfinished tasks by status (for metrics).
+SELECT status, count(*)::bigint AS n FROM task
+WHERE status IN ('waiting', 'pending', 'running')
+GROUP BY status;

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations/internal/dbsqlc"
@@ -416,7 +417,8 @@ func (r *Rollouts) submit(ctx context.Context, tx pgx.Tx, run Run, t *dbsqlc.Ope
 	if err != nil {
 		return uuid.Nil, err
 	}
-	ids, err := r.tasks.Submit(ctx, sp, req)
+	spCtx, hooks := db.WithCommitHooks(ctx)
+	ids, err := r.tasks.Submit(spCtx, sp, req)
 	if err == nil && len(ids) != 1 {
 		err = fmt.Errorf("%w: submission returned %d tasks, want 1", ErrInvalidRequest, len(ids))
 	}
@@ -429,6 +431,7 @@ func (r *Rollouts) submit(ctx context.Context, tx pgx.Tx, run Run, t *dbsqlc.Ope
 	if err := sp.Commit(ctx); err != nil {
 		return uuid.Nil, err
 	}
+	db.AfterCommit(ctx, hooks.Run) // released: its events go with the outer transaction
 	return ids[0], nil
 }
 
@@ -530,7 +533,7 @@ func (r *Rollouts) RunEnded(ctx context.Context, tx pgx.Tx, run engine.RunSummar
 // Wake advances run id in its own transaction: the job a RunWaker
 // schedules, and the sweep's per-run step.
 func (r *Rollouts) Wake(ctx context.Context, id uuid.UUID) error {
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+	err := db.BeginFunc(ctx, r.pool, func(ctx context.Context, tx pgx.Tx) error {
 		st, err := r.lock(ctx, tx, id)
 		if err != nil {
 			return err
@@ -567,7 +570,7 @@ func (r *Rollouts) Sweep(ctx context.Context) error {
 // control runs fn on run id under its lock in a new transaction, saves the
 // run and returns it as it now is.
 func (r *Rollouts) control(ctx context.Context, id uuid.UUID, fn func(tx pgx.Tx, st *runState) error) (Run, error) {
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+	err := db.BeginFunc(ctx, r.pool, func(ctx context.Context, tx pgx.Tx) error {
 		st, err := r.lock(ctx, tx, id)
 		if err != nil {
 			return err

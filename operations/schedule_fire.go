@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations/internal/dbsqlc"
@@ -109,7 +110,7 @@ const RescueGrace = time.Minute
 func (s *Schedules) RescueOverdue(ctx context.Context, limit int) (int, error) {
 	now := s.now()
 	n := 0
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := db.BeginFunc(ctx, s.pool, func(ctx context.Context, tx pgx.Tx) error {
 		before := now.Add(-RescueGrace)
 		rows, err := s.q.ScheduleDue(ctx, tx, dbsqlc.ScheduleDueParams{Before: &before, RowLimit: int32(limit)})
 		if err != nil {
@@ -135,7 +136,7 @@ func (s *Schedules) RescueOverdue(ctx context.Context, limit int) (int, error) {
 // same transaction (the River job's completion). A scope entry whose
 // submission is refused is logged and left out; the others still fire.
 func (s *Schedules) Fire(ctx context.Context, id uuid.UUID, at time.Time, complete func(context.Context, pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	return db.BeginFunc(ctx, s.pool, func(ctx context.Context, tx pgx.Tx) error {
 		row, err := s.q.ScheduleGetByIDForUpdate(ctx, tx, id)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -162,7 +163,7 @@ func (s *Schedules) Fire(ctx context.Context, id uuid.UUID, at time.Time, comple
 func (s *Schedules) Trigger(ctx context.Context, id uuid.UUID) ([]uuid.UUID, error) {
 	var ids []uuid.UUID
 	var refused []string
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := db.BeginFunc(ctx, s.pool, func(ctx context.Context, tx pgx.Tx) error {
 		row, err := s.lock(ctx, tx, id)
 		if err != nil {
 			return err
@@ -346,8 +347,16 @@ func (s *Schedules) scopeRequest(sched Schedule, sc ScheduleScope, auth firmware
 // refusal rolls back that entry alone.
 func (s *Schedules) submitScope(ctx context.Context, tx pgx.Tx, req Request) (uuid.UUID, error) {
 	var id uuid.UUID
-	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
-		ids, err := s.tasks.Submit(ctx, sp, req)
+	// The savepoint's events reach the outer transaction's only if it is
+	// released.
+	spCtx, hooks := db.WithCommitHooks(ctx)
+	defer func() {
+		if id != uuid.Nil {
+			db.AfterCommit(ctx, hooks.Run)
+		}
+	}()
+	err := pgx.BeginFunc(spCtx, tx, func(sp pgx.Tx) error {
+		ids, err := s.tasks.Submit(spCtx, sp, req)
 		if err != nil {
 			return err
 		}

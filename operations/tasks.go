@@ -15,6 +15,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/db"
@@ -39,6 +43,8 @@ type Tasks struct {
 	keys     *firmware.Keyring
 	logger   *slog.Logger
 	expiry   ExpiryScheduler
+	obs      TaskObserver
+	tracer   trace.Tracer
 }
 
 // ExpiryScheduler arranges, through tx, for PromoteRack(rackID) to run at
@@ -59,14 +65,23 @@ type TasksConfig struct {
 	// Expiry, if set, schedules the expiry of each waiting task; without
 	// it waiting tasks expire at promotions and sweeps only.
 	Expiry ExpiryScheduler
+	// Observer, if set, hears of task submissions, starts and ends.
+	Observer TaskObserver
+	// Tracer, if set, traces each submission (a span whose context the
+	// tasks' River jobs carry).
+	Tracer trace.Tracer
 }
 
 // NewTasks returns the task manager. Wire its RunEnded as the engine's
 // end-of-run hook.
 func NewTasks(cfg TasksConfig) *Tasks {
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider().Tracer("")
+	}
 	return &Tasks{
-		pool: cfg.Pool, q: dbsqlc.New(), rules: cfg.Rules, inv: cfg.Inv, engine: cfg.Engine,
-		backends: cfg.Backends, keys: cfg.Keys, logger: cfg.Logger, expiry: cfg.Expiry,
+		tracer: cfg.Tracer,
+		pool:   cfg.Pool, q: dbsqlc.New(), rules: cfg.Rules, inv: cfg.Inv, engine: cfg.Engine,
+		backends: cfg.Backends, keys: cfg.Keys, logger: cfg.Logger, expiry: cfg.Expiry, obs: cfg.Observer,
 	}
 }
 
@@ -89,7 +104,15 @@ type rackPlan struct {
 // any rack fails: a conflict with REJECT is ErrConflict naming the rack and
 // the blocking task, a full queue ErrQueueFull. It returns the task IDs in
 // rack-ID order.
-func (t *Tasks) Submit(ctx context.Context, tx pgx.Tx, req Request) ([]uuid.UUID, error) {
+func (t *Tasks) Submit(ctx context.Context, tx pgx.Tx, req Request) (_ []uuid.UUID, err error) {
+	ctx, span := t.tracer.Start(ctx, "operations.submit", trace.WithAttributes(
+		attribute.String("flow.operation", string(req.Code)), attribute.String("flow.operation_type", string(req.Type))))
+	defer func() {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	if err := validateRequest(req); err != nil {
 		return nil, err
 	}
@@ -121,12 +144,18 @@ func (t *Tasks) Submit(ctx context.Context, tx pgx.Tx, req Request) ([]uuid.UUID
 		return nil, err
 	}
 	ids := make([]uuid.UUID, 0, len(plans))
+	taskIDs, racks := make([]string, 0, len(plans)), make([]string, 0, len(plans))
 	for _, p := range plans {
 		id, err := t.admit(ctx, tx, req, p, info)
 		if err != nil {
 			return nil, err
 		}
 		ids = append(ids, id)
+		taskIDs, racks = append(taskIDs, id.String()), append(racks, rackLabel(p.rack))
+	}
+	span.SetAttributes(attribute.StringSlice("flow.task_ids", taskIDs), attribute.StringSlice("flow.racks", racks))
+	if len(ids) == 1 {
+		span.SetAttributes(attribute.String("flow.task_id", taskIDs[0]), attribute.String("flow.rack", racks[0]))
 	}
 	return ids, nil
 }
@@ -421,6 +450,7 @@ func (t *Tasks) admit(ctx context.Context, tx pgx.Tx, req Request, p rackPlan, i
 		if _, err := t.q.TaskInsert(ctx, tx, params); err != nil {
 			return uuid.Nil, t.insertError(err)
 		}
+		t.observe(ctx, TaskEvent{Kind: TaskSubmitted, TaskID: id, Rack: rackLabel(p.rack), Operation: req.Code, Type: req.Type, Status: TaskWaiting, Message: msgQueued, SubmittedAt: time.Now()})
 		if t.expiry != nil {
 			if err := t.expiry(ctx, tx, p.rack.ID, expires); err != nil {
 				return uuid.Nil, fmt.Errorf("schedule queue expiry: %w", err)
@@ -428,7 +458,7 @@ func (t *Tasks) admit(ctx context.Context, tx pgx.Tx, req Request, p rackPlan, i
 		}
 		return id, nil
 	}
-	runID, err := t.startRun(ctx, tx, id, req.Type, req.Code, p.rule.Rule.Definition, p.targets, req.Payload)
+	runID, err := t.startRun(ctx, tx, id, rackLabel(p.rack), req.Type, req.Code, p.rule.Rule.Definition, p.targets, req.Payload)
 	if err != nil {
 		return uuid.Nil, err
 	}
@@ -436,6 +466,7 @@ func (t *Tasks) admit(ctx context.Context, tx pgx.Tx, req Request, p rackPlan, i
 	if _, err := t.q.TaskInsert(ctx, tx, params); err != nil {
 		return uuid.Nil, t.insertError(err)
 	}
+	t.observe(ctx, TaskEvent{Kind: TaskSubmitted, TaskID: id, Rack: rackLabel(p.rack), Operation: req.Code, Type: req.Type, Status: TaskPending, Message: msgPending, SubmittedAt: time.Now()})
 	return id, nil
 }
 
@@ -446,11 +477,12 @@ func (t *Tasks) insertError(err error) error {
 	return fmt.Errorf("insert task: %w", err)
 }
 
-func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, typ OperationType, code OperationCode, rule RuleDefinition, targets map[ComponentType]typeTargets, payload Payload) (int64, error) {
+func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, rack string, typ OperationType, code OperationCode, rule RuleDefinition, targets map[ComponentType]typeTargets, payload Payload) (int64, error) {
 	plan, err := buildPlan(taskID, typ, code, rule, targets, payload)
 	if err != nil {
 		return 0, err
 	}
+	plan.Labels = runLabels(taskID, rack, code)
 	if len(plan.Stages) == 0 {
 		return 0, fmt.Errorf("%w: operation rule has no step for the targeted components", ErrNotApplicable)
 	}
@@ -501,6 +533,8 @@ func (t *Tasks) RunEnded(ctx context.Context, tx pgx.Tx, run engine.RunSummary) 
 		if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(status), Message: msg, Report: report}); err != nil {
 			return fmt.Errorf("finish task: %w", err)
 		}
+		t.observe(ctx, TaskEvent{Kind: TaskEnded, TaskID: row.ID, Rack: cmp.Or(run.Labels["rack"], row.RackID.String()),
+			Operation: OperationCode(row.OperationCode), Type: OperationType(row.OperationType), Status: status, Message: msg, SubmittedAt: row.CreatedAt})
 	}
 	return t.promote(ctx, tx, row.RackID)
 }
@@ -531,6 +565,7 @@ func (t *Tasks) promote(ctx context.Context, tx pgx.Tx, rackID uuid.UUID) error 
 			if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(TaskTerminated), Message: msgExpired}); err != nil {
 				return err
 			}
+			t.observe(ctx, t.endEvent(ctx, tx, row, TaskTerminated, msgExpired))
 			continue
 		}
 		scope := scopeOfRow(row)
@@ -543,12 +578,13 @@ func (t *Tasks) promote(ctx context.Context, tx pgx.Tx, rackID uuid.UUID) error 
 		if err := errors.Join(json.Unmarshal(row.Rule, &rule), json.Unmarshal(row.Targets, &targets), json.Unmarshal(row.Information, &payload)); err != nil {
 			return fmt.Errorf("decode task %s: %w", row.ID, err)
 		}
-		runID, err := t.startRun(ctx, tx, row.ID, OperationType(row.OperationType), OperationCode(row.OperationCode), rule, targets, payload)
+		runID, err := t.startRun(ctx, tx, row.ID, t.rackName(ctx, tx, row.RackID), OperationType(row.OperationType), OperationCode(row.OperationCode), rule, targets, payload)
 		if err != nil {
 			// The task can never run: end it rather than block the queue.
 			if _, ferr := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(TaskFailed), Message: firstLine(err.Error())}); ferr != nil {
 				return ferr
 			}
+			t.observe(ctx, t.endEvent(ctx, tx, row, TaskFailed, firstLine(err.Error())))
 			continue
 		}
 		if err := t.q.TaskPromote(ctx, tx, dbsqlc.TaskPromoteParams{ID: row.ID, Message: msgPromoted, RunID: &runID}); err != nil {
@@ -577,7 +613,30 @@ func (t *Tasks) Sweep(ctx context.Context) error {
 // PromoteRack starts the rack's waiting tasks that no longer conflict and
 // expires those whose queue timeout has passed, in its own transaction.
 func (t *Tasks) PromoteRack(ctx context.Context, rackID uuid.UUID) error {
-	return pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error { return t.promote(ctx, tx, rackID) })
+	ctx, hooks := db.WithCommitHooks(ctx)
+	if err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error { return t.promote(ctx, tx, rackID) }); err != nil {
+		return err
+	}
+	hooks.Run()
+	return nil
+}
+
+// rackName returns the name of rack id, else its ID.
+func (t *Tasks) rackName(ctx context.Context, dbtx db.DBTX, id uuid.UUID) string {
+	if r, err := t.inv.Rack(ctx, dbtx, id, true); err == nil {
+		return rackLabel(r)
+	}
+	return id.String()
+}
+
+// endEvent is the end of task row with status and msg, for the observer.
+func (t *Tasks) endEvent(ctx context.Context, dbtx db.DBTX, row dbsqlc.Task, status TaskStatus, msg string) TaskEvent {
+	ev := TaskEvent{Kind: TaskEnded, TaskID: row.ID, Operation: OperationCode(row.OperationCode), Type: OperationType(row.OperationType),
+		Status: status, Message: msg, SubmittedAt: row.CreatedAt}
+	if t.obs != nil {
+		ev.Rack = t.rackName(ctx, dbtx, row.RackID)
+	}
+	return ev
 }
 
 // Cancel stops a task (spec §5 CancelTask): a waiting task ends at once; a
@@ -586,6 +645,7 @@ func (t *Tasks) PromoteRack(ctx context.Context, rackID uuid.UUID) error {
 // is a no-op; a completed or failed one is ErrNotCancellable. It returns the
 // task as it now is.
 func (t *Tasks) Cancel(ctx context.Context, id uuid.UUID) (Task, error) {
+	ctx, hooks := db.WithCommitHooks(ctx)
 	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
 		row, err := t.q.TaskGetByID(ctx, tx, id)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -614,6 +674,7 @@ func (t *Tasks) Cancel(ctx context.Context, id uuid.UUID) (Task, error) {
 			if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: id, Status: string(TaskTerminated), Message: msgCancelled}); err != nil {
 				return err
 			}
+			t.observe(ctx, t.endEvent(ctx, tx, row, TaskTerminated, msgCancelled))
 			return t.promote(ctx, tx, row.RackID)
 		}
 		// The engine ends the run and calls RunEnded in this transaction,
@@ -623,6 +684,7 @@ func (t *Tasks) Cancel(ctx context.Context, id uuid.UUID) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
+	hooks.Run()
 	tasks, err := t.Get(ctx, []uuid.UUID{id})
 	if err != nil {
 		return Task{}, err

@@ -35,6 +35,8 @@ type options struct {
 	timeout time.Duration
 	tls     *tls.Config
 	http    connect.HTTPClient
+	// interceptors wrap every call (metrics, tracing).
+	interceptors []connect.Interceptor
 }
 
 // WithTimeout sets the deadline of every call (default DefaultTimeout).
@@ -43,6 +45,12 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 // WithTLS makes the client use TLS (mTLS when cfg carries a client
 // certificate).
 func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
+
+// WithInterceptors wraps every call of the client in interceptors, the
+// first outermost (metrics and tracing of backend calls).
+func WithInterceptors(interceptors ...connect.Interceptor) Option {
+	return func(o *options) { o.interceptors = append(o.interceptors, interceptors...) }
+}
 
 // WithHTTPClient replaces the HTTP client (tests).
 func WithHTTPClient(c connect.HTTPClient) Option { return func(o *options) { o.http = c } }
@@ -67,7 +75,7 @@ func NewClient(url string, opts ...Option) (*Client, error) {
 	if o.http != nil {
 		hc = o.http
 	}
-	c.rpc = psmv1connect.NewPowershelfManagerClient(hc, base, connect.WithGRPC())
+	c.rpc = psmv1connect.NewPowershelfManagerClient(hc, base, connect.WithGRPC(), connect.WithInterceptors(o.interceptors...))
 	return c, nil
 }
 

@@ -185,7 +185,11 @@ func (s *Syncer) Run(ctx context.Context, trigger string) (SyncRun, error) {
 	if _, err := s.q.SyncRunPrune(ctx, s.cfg.Pool, int32(s.cfg.Keep)); err != nil {
 		s.cfg.Logger.WarnContext(ctx, "prune sync runs", "error", err.Error())
 	}
-	s.cfg.Logger.InfoContext(ctx, "inventory sync", "trigger", trigger, "duration", run.Duration, "changed", run.Changed(), "failed_parts", failedParts(run.Parts))
+	// A scheduled cycle that found nothing to do is not logged (it is
+	// recorded, and an idle server stays quiet: docs/observability.md).
+	if failed := failedParts(run.Parts); trigger != "schedule" || run.Changed() > 0 || len(failed) > 0 {
+		s.cfg.Logger.InfoContext(ctx, "inventory sync", "trigger", trigger, "duration", run.Duration, "changed", run.Changed(), "failed_parts", failed)
+	}
 	return run, nil
 }
 

@@ -78,6 +78,7 @@ type EngineRun struct {
 	TimeoutAt    pgtype.Timestamptz
 	CreatedAt    pgtype.Timestamptz
 	EndedAt      pgtype.Timestamptz
+	TimeoutJobID *int64
 }
 
 type EngineStep struct {

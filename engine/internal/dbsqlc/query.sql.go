@@ -108,7 +108,7 @@ SET state = ($1::text[])[array_position($2::bigint[], engine_run.id)],
     error = ($3::text[])[array_position($2::bigint[], engine_run.id)],
     ended_at = now()
 WHERE engine_run.id = ANY($2::bigint[]) AND engine_run.state = 'running'
-RETURNING id, owner, metadata, state, error, created_at, ended_at
+RETURNING id, owner, metadata, state, error, created_at, ended_at, timeout_job_id
 `
 
 type RunEndManyParams struct {
@@ -118,13 +118,14 @@ type RunEndManyParams struct {
 }
 
 type RunEndManyRow struct {
-	ID        int64
-	Owner     string
-	Metadata  []byte
-	State     string
-	Error     string
-	CreatedAt pgtype.Timestamptz
-	EndedAt   pgtype.Timestamptz
+	ID           int64
+	Owner        string
+	Metadata     []byte
+	State        string
+	Error        string
+	CreatedAt    pgtype.Timestamptz
+	EndedAt      pgtype.Timestamptz
+	TimeoutJobID *int64
 }
 
 // RunEndMany ends running runs (ids) with their states and errors.
@@ -145,6 +146,7 @@ func (q *Queries) RunEndMany(ctx context.Context, db DBTX, arg RunEndManyParams)
 			&i.Error,
 			&i.CreatedAt,
 			&i.EndedAt,
+			&i.TimeoutJobID,
 		); err != nil {
 			return nil, err
 		}
@@ -310,6 +312,21 @@ FOR UPDATE
 // writing: two checkpoints sharing runs queue instead of deadlocking.
 func (q *Queries) RunLockMany(ctx context.Context, db DBTX, ids []int64) error {
 	_, err := db.Exec(ctx, runLockMany, ids)
+	return err
+}
+
+const runSetTimeoutJob = `-- name: RunSetTimeoutJob :exec
+UPDATE engine_run SET timeout_job_id = $1 WHERE id = $2
+`
+
+type RunSetTimeoutJobParams struct {
+	JobID *int64
+	ID    int64
+}
+
+// RunSetTimeoutJob records the River job that times run id out.
+func (q *Queries) RunSetTimeoutJob(ctx context.Context, db DBTX, arg RunSetTimeoutJobParams) error {
+	_, err := db.Exec(ctx, runSetTimeoutJob, arg.JobID, arg.ID)
 	return err
 }
 
@@ -876,6 +893,36 @@ type StepSetJobsParams struct {
 func (q *Queries) StepSetJobs(ctx context.Context, db DBTX, arg StepSetJobsParams) error {
 	_, err := db.Exec(ctx, stepSetJobs, arg.JobIDs, arg.IDs)
 	return err
+}
+
+const stepSpecMany = `-- name: StepSpecMany :many
+SELECT id, spec FROM engine_step WHERE id = ANY($1::bigint[])
+`
+
+type StepSpecManyRow struct {
+	ID   int64
+	Spec []byte
+}
+
+// StepSpecMany returns the specs of steps ids (for their jobs' labels).
+func (q *Queries) StepSpecMany(ctx context.Context, db DBTX, ids []int64) ([]StepSpecManyRow, error) {
+	rows, err := db.Query(ctx, stepSpecMany, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []StepSpecManyRow
+	for rows.Next() {
+		var i StepSpecManyRow
+		if err := rows.Scan(&i.ID, &i.Spec); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const stepSupersededAmong = `-- name: StepSupersededAmong :many

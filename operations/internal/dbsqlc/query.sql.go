@@ -971,6 +971,38 @@ func (q *Queries) TaskCount(ctx context.Context, db DBTX, arg TaskCountParams) (
 	return column_1, err
 }
 
+const taskCountActive = `-- name: TaskCountActive :many
+SELECT status, count(*)::bigint AS n FROM task
+WHERE status IN ('waiting', 'pending', 'running')
+GROUP BY status
+`
+
+type TaskCountActiveRow struct {
+	Status string
+	N      int64
+}
+
+// TaskCountActive counts the unfinished tasks by status (for metrics).
+func (q *Queries) TaskCountActive(ctx context.Context, db DBTX) ([]TaskCountActiveRow, error) {
+	rows, err := db.Query(ctx, taskCountActive)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskCountActiveRow{}
+	for rows.Next() {
+		var i TaskCountActiveRow
+		if err := rows.Scan(&i.Status, &i.N); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskFinish = `-- name: TaskFinish :execrows
 UPDATE task SET status = $1, message = $2, report = coalesce($3, report),
     queue_expires_at = NULL, finished_at = now(), updated_at = now()
@@ -1369,17 +1401,38 @@ func (q *Queries) TaskLockRack(ctx context.Context, db DBTX, rackKey string) err
 	return err
 }
 
-const taskMarkRunning = `-- name: TaskMarkRunning :execrows
+const taskMarkRunning = `-- name: TaskMarkRunning :many
 UPDATE task SET status = 'running', message = 'Running', started_at = now(), updated_at = now()
 WHERE id = $1 AND status = 'pending'
+RETURNING created_at, operation_code, operation_type
 `
 
-func (q *Queries) TaskMarkRunning(ctx context.Context, db DBTX, id uuid.UUID) (int64, error) {
-	result, err := db.Exec(ctx, taskMarkRunning, id)
+type TaskMarkRunningRow struct {
+	CreatedAt     time.Time
+	OperationCode string
+	OperationType string
+}
+
+// TaskMarkRunning moves a pending task to running and returns when it was
+// submitted (no row: it was not pending).
+func (q *Queries) TaskMarkRunning(ctx context.Context, db DBTX, id uuid.UUID) ([]TaskMarkRunningRow, error) {
+	rows, err := db.Query(ctx, taskMarkRunning, id)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected(), nil
+	defer rows.Close()
+	items := []TaskMarkRunningRow{}
+	for rows.Next() {
+		var i TaskMarkRunningRow
+		if err := rows.Scan(&i.CreatedAt, &i.OperationCode, &i.OperationType); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const taskPromote = `-- name: TaskPromote :exec

@@ -80,6 +80,7 @@ type EngineRun struct {
 	TimeoutAt    *time.Time
 	CreatedAt    time.Time
 	EndedAt      *time.Time
+	TimeoutJobID *int64
 }
 
 type EngineStep struct {

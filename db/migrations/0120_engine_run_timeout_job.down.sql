@@ -1,0 +1,1 @@
+ALTER TABLE engine_run DROP COLUMN timeout_job_id;
