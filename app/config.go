@@ -11,6 +11,7 @@ import (
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/cli"
+	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/telemetry"
 )
 
@@ -57,6 +58,8 @@ type Config struct {
 	Components      backend.Config // parsed from ComponentConfig, or the default
 	RiverUIEnabled  bool           // FLOW_RIVERUI_ENABLED (dev mode mounts it regardless)
 	RescueAfter     time.Duration  // FLOW_ENGINE_RESCUE_AFTER
+	LeaseHeartbeat  time.Duration  // FLOW_ENGINE_LEASE_HEARTBEAT
+	LeaseExpiry     time.Duration  // FLOW_ENGINE_LEASE_EXPIRY
 	MaxWorkers      int            // FLOW_ENGINE_MAX_WORKERS
 	// PollInterval, when positive, replaces the poll interval of the long
 	// hardware waits (FirmwareControl, WaitBringUp, WaitDecommissioned).
@@ -119,7 +122,9 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_PSM_TLS_CERT", "", "client certificate (PEM) for mTLS to PSM"},
 	{"FLOW_PSM_TLS_KEY", "", "client key (PEM) for mTLS to PSM"},
 	{"FLOW_SERVER", cli.DefaultServer, "server the CLI (flow rack, flow component, ...) talks to; same as --server"},
-	{"FLOW_ENGINE_RESCUE_AFTER", "30m", "how long a step call may run before it is presumed lost (its process died) and run again; must exceed every rule's step timeout, and is how long work in flight in a killed process waits before another process resumes it"},
+	{"FLOW_ENGINE_RESCUE_AFTER", "30m", "last resort for a process that renews its lease but hangs: a step call still going this long past its own timeout is presumed hung and its step runs elsewhere; also River's rescue window for system jobs and schedule firings. It does not bound rule timeouts (a dead process's steps move on through its lease)"},
+	{"FLOW_ENGINE_LEASE_HEARTBEAT", "2s", "how often each server renews its engine lease and sweeps the steps of servers whose lease expired"},
+	{"FLOW_ENGINE_LEASE_EXPIRY", "10s", "how long an engine lease lasts after its last renewal: a killed server's running steps are rescheduled this long after its last heartbeat (plus at most one heartbeat); a server that cannot renew cancels its own calls a heartbeat before; at least twice FLOW_ENGINE_LEASE_HEARTBEAT"},
 	{"FLOW_ENGINE_MAX_WORKERS", "1000", "engine jobs one process works at once"},
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
 	{"FLOW_OPERATION_RUN_MAX_CANDIDATES", "100", "most candidate targets (racks; components for component target specs) an operation run may plan over; more fails CreateOperationRun. Upstream's fixed limit is 100; raise it to roll a large site out in one run"},
@@ -238,6 +243,21 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.RescueAfter = d
 	}
+	if d, err := time.ParseDuration(def("FLOW_ENGINE_LEASE_HEARTBEAT")); err != nil || d <= 0 {
+		errs = append(errs, "FLOW_ENGINE_LEASE_HEARTBEAT must be a positive duration such as 2s")
+	} else {
+		cfg.LeaseHeartbeat = d
+	}
+	if d, err := time.ParseDuration(def("FLOW_ENGINE_LEASE_EXPIRY")); err != nil || d <= 0 {
+		errs = append(errs, "FLOW_ENGINE_LEASE_EXPIRY must be a positive duration such as 10s")
+	} else {
+		cfg.LeaseExpiry = d
+	}
+	if cfg.LeaseHeartbeat > 0 && cfg.LeaseExpiry > 0 {
+		if err := cfg.engineConfig().Check(); err != nil {
+			errs = append(errs, "FLOW_ENGINE_LEASE_EXPIRY and FLOW_ENGINE_LEASE_HEARTBEAT: "+strings.TrimPrefix(err.Error(), "engine: "))
+		}
+	}
 	if n, err := strconv.Atoi(def("FLOW_ENGINE_MAX_WORKERS")); err != nil || n < 1 {
 		errs = append(errs, "FLOW_ENGINE_MAX_WORKERS must be a positive integer")
 	} else {
@@ -296,6 +316,14 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	return cfg, nil
 }
 
+// engineConfig is the engine's part of c (without the logger and hook).
+func (c Config) engineConfig() engine.Config {
+	return engine.Config{
+		RescueStuckJobsAfter: c.RescueAfter, MaxWorkers: c.MaxWorkers,
+		LeaseHeartbeat: c.LeaseHeartbeat, LeaseExpiry: c.LeaseExpiry,
+	}
+}
+
 // LogValue prints the config with the database password masked.
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
@@ -324,6 +352,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("tracing", c.Tracing),
 		slog.Bool("riverui_enabled", c.RiverUIEnabled),
 		slog.Duration("engine_rescue_after", c.RescueAfter),
+		slog.Duration("engine_lease_heartbeat", c.LeaseHeartbeat),
+		slog.Duration("engine_lease_expiry", c.LeaseExpiry),
 		slog.Int("engine_max_workers", c.MaxWorkers),
 		slog.Int("operation_run_max_candidates", c.RunMaxCandidates),
 		slog.String("flow_config_file", or(c.SystemJobs.File, "(none)")),

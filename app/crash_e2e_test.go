@@ -130,15 +130,14 @@ func TestKillDuringPowerOn(t *testing.T) {
 	env := []string{
 		"DATABASE_URL=" + dbURL, "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port),
 		"NICO_CORE_API_URL=" + sims.nicoSrv.URL(), "PSM_API_URL=" + sims.psmSrv.URL(),
-		// Work in flight in the killed process is presumed lost after 8s.
-		"FLOW_ENGINE_RESCUE_AFTER=8s", "FLOW_LOG_LEVEL=warn",
+		"FLOW_LOG_LEVEL=warn",
 	}
 	server := startServerProcess(t, env)
 	waitHealthy(t, url)
 	client := flowv1connect.NewFlowClient(http.DefaultClient, url)
 
-	// Step timeouts must be shorter than the rescue window: a default
-	// power-on rule with short ones (the built-ins allow 15-20 minutes).
+	// Default settings: the killed process's steps move on once its lease
+	// expires. A default power-on rule that polls quickly keeps it short.
 	step := func(ct string, stage int) string {
 		return `{"component_type":"` + ct + `","stage":` + itoa(stage) + `,"timeout":"5s","retry":{"max_attempts":3,"initial_interval":"100ms","backoff_coefficient":2},
 			"main_operation":{"name":"PowerControl"},
@@ -170,6 +169,7 @@ func TestKillDuringPowerOn(t *testing.T) {
 	before := len(sims.nico.Journal().Calls("ComponentPowerControl"))
 	require.Less(t, before, 3*racks, "the kill landed while tasks ran")
 
+	restarted := time.Now()
 	startServerProcess(t, env)
 	waitHealthy(t, url)
 	require.Eventually(t, func() bool {
@@ -187,11 +187,18 @@ func TestKillDuringPowerOn(t *testing.T) {
 	// Every device is on; each power call was sent once, or twice at most
 	// when the kill caught it in flight.
 	perDevice := map[string]int{}
+	var resumed time.Duration // restart → the latest start of a call sent again
 	for _, c := range sims.nico.Journal().Calls("ComponentPowerControl") {
 		for _, d := range c.Devices {
 			perDevice[strings.ToLower(d)]++
+			if perDevice[strings.ToLower(d)] == 2 {
+				resumed = max(resumed, c.Time.Add(-300*time.Millisecond).Sub(restarted))
+			}
 		}
 	}
+	// The calls the kill caught run again once the killed process's lease
+	// expires: within 15 s of the restart (which came right after the kill).
+	require.LessOrEqual(t, resumed, 15*time.Second, "a call caught by the kill was sent again %s after the restart", resumed)
 	resent := 0
 	for _, d := range devs {
 		n := perDevice[strings.ToLower(d.BMCMAC)]
@@ -204,7 +211,7 @@ func TestKillDuringPowerOn(t *testing.T) {
 		require.True(t, ok)
 		require.Equal(t, "on", st.Power, d.Name)
 	}
-	t.Logf("%d power calls before the kill; %d of %d devices got their call again after the restart", before, resent, len(devs))
+	t.Logf("%d power calls before the kill; %d of %d devices got their call again after the restart, the last %s after it", before, resent, len(devs), resumed.Round(time.Millisecond))
 	list, err := client.ListTasks(ctx, &flowv1.ListTasksRequest{})
 	require.NoError(t, err)
 	require.EqualValues(t, racks, list.GetTotal(), "one task per rack, none duplicated")

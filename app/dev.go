@@ -122,7 +122,11 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 	}
 	if sims != nil {
 		defer func() { _ = sims.Close(context.WithoutCancel(ctx)) }()
-		logger.InfoContext(ctx, "simulators running", "nico_core_api_url", cfg.NICoURL, "psm_api_url", cfg.PSMURL)
+		restored, err := loadSimState(dir, sims)
+		if err != nil {
+			return fmt.Errorf("restore the simulators' state (delete %s to start them afresh): %w", filepath.Join(dir, devSimStateFile), err)
+		}
+		logger.InfoContext(ctx, "simulators running", "nico_core_api_url", cfg.NICoURL, "psm_api_url", cfg.PSMURL, "state_restored", restored)
 	}
 
 	if !isLoopback(cfg.ListenAddr) {
@@ -141,7 +145,7 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 		logger.InfoContext(ctx, "demo racks seeded", "wanted", o.seed, "added", added)
 	}
 	if sims != nil {
-		stop, err := followInventory(ctx, sims, srv, logger) // devseed.go
+		stop, err := followInventory(ctx, sims, srv, logger, dir) // devseed.go
 		if err != nil {
 			return err
 		}
@@ -158,8 +162,9 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 // devSimulators starts the NICo Core and PSM simulators on loopback and
 // points cfg at them, unless NICO_CORE_API_URL and PSM_API_URL are both set
 // (then it returns nil). A variable the user set is left alone. The
-// simulators start empty; runDev then seeds them from Flow's inventory and
-// keeps them in step with it (devSeeder).
+// simulators start empty; runDev restores their saved state from the state
+// folder (devsimstate.go), then seeds them from Flow's inventory and keeps
+// them in step with it (devSeeder).
 func devSimulators(cfg *Config) (*simulators, error) {
 	if cfg.NICoURL != "" && cfg.PSMURL != "" {
 		return nil, nil

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db/pglocal"
+	"github.com/nicoflow/flow/nico"
+	"github.com/nicoflow/flow/nico/nicosim"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
@@ -114,6 +116,8 @@ func TestDevKeepsDataAcrossRestartsAndStopsPostgres(t *testing.T) {
 	require.NoError(t, conn.Close(ctx))
 
 	first.stop(t)
+	_, err = os.Stat(filepath.Join(dir, devSimStateFile))
+	require.NoError(t, err, "the simulators' state is saved in the state folder")
 	cluster, err := pglocal.New(pgDataOf(t, dir), 0)
 	require.NoError(t, err)
 	require.False(t, cluster.Running(ctx), "postgres stopped with flow dev")
@@ -137,6 +141,49 @@ func pgDataOf(t *testing.T, dir string) string {
 		return strings.TrimSpace(string(b))
 	}
 	return filepath.Join(dir, "pg")
+}
+
+// TestDevSimulatorState: the simulators' state saved in the state folder
+// comes back in a new pair of simulators (flow dev restarted), firmware job
+// in progress included; a broken file is refused, naming it.
+func TestDevSimulatorState(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start := func() *simulators {
+		sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", firmwarePhase: time.Hour})
+		require.NoError(t, err)
+		t.Cleanup(func() { sims.Close(context.Background()) })
+		return sims
+	}
+	first := start()
+	ok, err := loadSimState(dir, first)
+	require.NoError(t, err)
+	require.False(t, ok, "nothing saved yet")
+	devs := []nicosim.Device{
+		{Kind: nicosim.KindCompute, Name: "tray", BMCMAC: "aa:bb:00:00:00:01", PoweredOff: true, Firmware: map[string]string{"bmc": "1.0"}},
+		{Kind: nicosim.KindPowerShelf, Name: "shelf", BMCMAC: "aa:bb:00:00:00:02"},
+	}
+	require.NoError(t, first.Seed(devs))
+	c, err := nico.NewClient(first.nicoSrv.URL())
+	require.NoError(t, err)
+	_, err = c.UpdateFirmware(context.Background(), nico.Target{Kind: nico.KindCompute, MACs: []string{devs[0].BMCMAC}}, nico.FirmwareRequest{Components: []string{"bmc"}, TargetVersion: "2.0"})
+	require.NoError(t, err)
+	require.NoError(t, saveSimState(dir, first))
+
+	second := start()
+	ok, err = loadSimState(dir, second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	st, found := second.nico.State(devs[0].BMCMAC)
+	require.True(t, found)
+	require.Equal(t, "off", st.Power)
+	require.Len(t, st.Jobs, 1, "the firmware job in progress is kept")
+	_, found = second.psm.State(devs[1].BMCMAC)
+	require.True(t, found)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, devSimStateFile), []byte("{"), 0o600))
+	_, err = loadSimState(dir, start())
+	require.ErrorContains(t, err, filepath.Join(dir, devSimStateFile))
 }
 
 // TestIdleDevIsQuietAndJSONOnRequest runs `flow dev` with its default

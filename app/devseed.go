@@ -36,6 +36,9 @@ type devSeeder struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 
+	// stateDir, when set, is where the simulators' state is saved.
+	stateDir string
+
 	mu     sync.Mutex
 	seeded map[string]bool // BMC MACs seeded from the inventory
 }
@@ -89,10 +92,16 @@ func (d *devSeeder) sync(ctx context.Context) (added, removed int, err error) {
 }
 
 // followInventory seeds sims from srv's inventory now and then every
-// devSeedInterval in the background; stop ends the background work and
-// waits for it.
-func followInventory(ctx context.Context, sims *simulators, srv *server, logger *slog.Logger) (stop func(), err error) {
+// devSeedInterval in the background, saving the simulators' state into
+// stateDir after each pass (when stateDir is set); stop ends the background
+// work, saves a last time and waits. Devices the simulators already hold
+// (restored from stateDir) count as seeded: their state is kept.
+func followInventory(ctx context.Context, sims *simulators, srv *server, logger *slog.Logger, stateDir string) (stop func(), err error) {
 	seeder := newDevSeeder(sims, srv.pool, logger)
+	seeder.stateDir = stateDir
+	for _, d := range sims.nico.States() {
+		seeder.seeded[d.BMCMAC] = true
+	}
 	added, _, err := seeder.sync(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("seed simulators from inventory: %w", err)
@@ -101,7 +110,21 @@ func followInventory(ctx context.Context, sims *simulators, srv *server, logger 
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { seeder.run(ctx, devSeedInterval) })
-	return func() { cancel(); wg.Wait() }, nil
+	return func() {
+		cancel()
+		wg.Wait()
+		seeder.save()
+	}, nil
+}
+
+// save writes the simulators' state into the state folder, if any.
+func (d *devSeeder) save() {
+	if d.stateDir == "" {
+		return
+	}
+	if err := saveSimState(d.stateDir, d.sims); err != nil {
+		d.logger.Warn("save simulator state", "error", err.Error())
+	}
 }
 
 // run calls sync every interval until ctx is done.
@@ -121,6 +144,7 @@ func (d *devSeeder) run(ctx context.Context, interval time.Duration) {
 		case added > 0 || removed > 0:
 			d.logger.InfoContext(ctx, "simulators follow inventory", "added", added, "removed", removed)
 		}
+		d.save()
 	}
 }
 

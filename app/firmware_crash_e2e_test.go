@@ -34,6 +34,7 @@ func TestKillDuringFirmwareUpgrades(t *testing.T) {
 	require.NoError(t, err)
 
 	dbURL := dbtest.NewDB(t)
+	dumpJobsOnFailure(t, dbURL)
 	pool, err := db.Open(ctx, dbURL, db.PoolConfig{MaxConns: 4})
 	require.NoError(t, err)
 	defer pool.Close()
@@ -47,13 +48,13 @@ func TestKillDuringFirmwareUpgrades(t *testing.T) {
 	env := []string{
 		"DATABASE_URL=" + dbURL, "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port),
 		"NICO_CORE_API_URL=" + sims.nicoSrv.URL(), "PSM_API_URL=" + sims.psmSrv.URL(),
-		"FLOW_ENGINE_RESCUE_AFTER=8s", "FLOW_LOG_LEVEL=warn", "FLOW_FIRMWARE_POLL_INTERVAL=200ms",
+		"FLOW_LOG_LEVEL=warn", "FLOW_FIRMWARE_POLL_INTERVAL=200ms",
 	}
 	server := startServerProcess(t, env)
 	waitHealthy(t, url)
 	client := flowv1connect.NewFlowClient(http.DefaultClient, url)
-	// Step timeouts must be shorter than the rescue window (the built-in
-	// rule's are 45 minutes).
+	// Default engine settings; a rule with short timeouts keeps retries
+	// (if any) quick.
 	step := func(ct string, stage int) string {
 		return `{"component_type":"` + ct + `","stage":` + itoa(stage) + `,"timeout":"5s","retry":{"max_attempts":3,"initial_interval":"100ms","backoff_coefficient":2},
 			"main_operation":{"name":"FirmwareControl","parameters":{"poll_interval":"2m","poll_timeout":"90s"}}}`

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -332,6 +333,41 @@ func TestFirmwareFailureOnOneTray(t *testing.T) {
 	}
 	require.Equal(t, "pending", rep.Stages[1].Status, "nothing after the failed stage runs")
 	require.Empty(t, b.sims.nico.Journal().Calls("ComponentPowerControl"))
+}
+
+// TestFirmwareJobLostByTheBackend: a tray's started update vanishes from
+// the backend (a simulator restarted without its jobs): the step fails with
+// that reason at the next polls instead of polling until its deadline.
+func TestFirmwareJobLostByTheBackend(t *testing.T) {
+	t.Parallel()
+	b := newFWBench(t, 50*time.Millisecond)
+	srv := b.serve(t, nil, nil)
+	ctx := context.Background()
+	r := b.addRack(t, 23, false)
+	bad := macs(r, inventory.ComponentTypeCompute)[2]
+	dev, ok := b.sims.nico.State(bad)
+	require.True(t, ok)
+	_, err := b.sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultStuck, Method: "UpdateComponentFirmware", Device: bad, Phase: "in_progress"})
+	require.NoError(t, err)
+	rule := createRule(t, srv.client, "compute", fwStep("Compute", 1))
+	res, err := srv.client.UpgradeFirmware(ctx, &flowv1.UpgradeFirmwareRequest{TargetSpec: rackSpec(r.Name), RuleId: rule})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for _, c := range b.sims.nico.Journal().Calls("UpdateComponentFirmware") {
+			if c.Code == "ok" && slices.ContainsFunc(c.Devices, func(d string) bool { return strings.EqualFold(d, bad) }) {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 10*time.Millisecond)
+	// The backend forgets the tray's job: the device comes back without it.
+	require.True(t, b.sims.nico.Remove(bad))
+	require.NoError(t, b.sims.nico.Seed([]nicosim.Device{dev.Device}))
+	started := time.Now()
+	task := waitTask(t, srv.client, res.GetTaskIds()[0], 30*time.Second)
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_FAILED, task.GetStatus())
+	require.Contains(t, task.GetMessage(), bad+": the backend reports no firmware update job for this component", task.GetMessage())
+	require.Less(t, time.Since(started), 20*time.Second, "failed at the next polls, not at the 60 s poll timeout")
 }
 
 // TestFirmwareCancelStopsPolling: cancelling an upgrade whose jobs never end

@@ -27,7 +27,9 @@ import (
 // as they arrive (explicitly, never in init).
 func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine.Engine, *river.Client[pgx.Tx], error) {
 	var clientRef *river.Client[pgx.Tx] // for jobs that need the client, set below
-	e := engine.New(pool, engine.Config{Logger: logger, OnRunEnd: w.onRunEnd, Observer: w.observer, RescueStuckJobsAfter: w.rescueAfter, MaxWorkers: w.maxWorkers})
+	ecfg := w.engine
+	ecfg.Logger, ecfg.OnRunEnd, ecfg.Observer = logger, w.onRunEnd, w.observer
+	e := engine.New(pool, ecfg)
 	engine.RegisterSleep(e)
 	if w.register != nil {
 		w.register(e)
@@ -128,8 +130,9 @@ type engineWiring struct {
 	// the event-rule processor exists, before the client starts.
 	eventExecutions *operations.EventExecutionWorker
 
-	rescueAfter time.Duration
-	maxWorkers  int
+	// engine holds the engine's settings (the logger and hook are set
+	// by newEngine).
+	engine engine.Config
 
 	// observer hears of the engine's calls, steps and runs (metrics and
 	// logs); riverLogger is River's own logger (WARN and above unless
@@ -285,21 +288,30 @@ func newRiverUI(ctx context.Context, client *river.Client[pgx.Tx], logger *slog.
 	return h, nil
 }
 
-// stopRiver stops the River client: running jobs get up to timeout to
-// finish, then their contexts are cancelled (a cancelled call is retried by
-// whichever process picks the job up next; nothing is lost).
-func stopRiver(ctx context.Context, client *river.Client[pgx.Tx], timeout time.Duration, logger *slog.Logger) {
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+// stopRiver stops the engine and its River client: fetching stops at once,
+// running jobs get up to timeout to finish, then the engine hands the steps
+// still running back (rescheduled for another process in one transaction,
+// its lease released: a rolling restart waits for no lease to expire) and
+// the remaining jobs' contexts are cancelled.
+func stopRiver(ctx context.Context, e *engine.Engine, client *river.Client[pgx.Tx], timeout time.Duration, logger *slog.Logger) {
+	ctx = context.WithoutCancel(ctx)
+	e.BeginStop()
+	stopCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err := client.Stop(stopCtx)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		logger.WarnContext(ctx, "river stop", "error", err.Error())
+	}
+	handCtx, cancelHand := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelHand()
+	if err := e.Stop(handCtx); err != nil {
+		logger.WarnContext(ctx, "engine stop: steps left to the lease sweep of the other servers", "error", err.Error())
+	}
 	if err == nil {
 		return
 	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		logger.WarnContext(ctx, "river stop", "error", err.Error())
-	}
-	logger.WarnContext(ctx, "river jobs still running at shutdown timeout, cancelling them")
-	hardCtx, cancelHard := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	logger.WarnContext(ctx, "river jobs still running at shutdown timeout: steps handed back, cancelling their calls")
+	hardCtx, cancelHard := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelHard()
 	if err := client.StopAndCancel(hardCtx); err != nil {
 		logger.WarnContext(ctx, "river stop and cancel", "error", err.Error())

@@ -53,12 +53,13 @@ func TestKillDuringRollout(t *testing.T) {
 	env := []string{
 		"DATABASE_URL=" + dbURL, "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port),
 		"NICO_CORE_API_URL=" + sims.nicoSrv.URL(), "PSM_API_URL=" + sims.psmSrv.URL(),
-		"FLOW_ENGINE_RESCUE_AFTER=6s", "FLOW_LOG_LEVEL=warn", "FLOW_FIRMWARE_POLL_INTERVAL=200ms",
+		"FLOW_LOG_LEVEL=warn", "FLOW_FIRMWARE_POLL_INTERVAL=200ms",
 	}
 	server := startServerProcess(t, env)
 	waitHealthy(t, url)
 	client := flowv1connect.NewFlowClient(http.DefaultClient, url)
-	// Step timeouts must be shorter than the rescue window.
+	// Default engine settings; a rule with short timeouts keeps retries
+	// (if any) quick.
 	step := func(ct string, stage int) string {
 		return `{"component_type":"` + ct + `","stage":` + itoa(stage) + `,"timeout":"4s","retry":{"max_attempts":3,"initial_interval":"100ms","backoff_coefficient":2},
 			"main_operation":{"name":"FirmwareControl","parameters":{"poll_interval":"2m","poll_timeout":"90s"}}}`

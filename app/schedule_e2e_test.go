@@ -22,8 +22,8 @@ import (
 	"github.com/nicoflow/flow/sim"
 )
 
-// fastPowerOnRule makes a default power-on rule whose steps time out well
-// inside a short rescue window and poll quickly.
+// fastPowerOnRule makes a default power-on rule whose steps time out and
+// poll quickly.
 func fastPowerOnRule(t *testing.T, client flowv1connect.FlowClient) {
 	t.Helper()
 	step := func(ct string, stage int) string {
@@ -187,7 +187,7 @@ func TestScheduleKillLoop(t *testing.T) {
 		return []string{
 			"DATABASE_URL=" + dbURL, "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port),
 			"NICO_CORE_API_URL=" + sims.nicoSrv.URL(), "PSM_API_URL=" + sims.psmSrv.URL(),
-			"FLOW_ENGINE_RESCUE_AFTER=8s", "FLOW_LOG_LEVEL=error",
+			"FLOW_LOG_LEVEL=error",
 		}
 	}
 	portA, err := pglocal.FreePort()

@@ -154,8 +154,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		runSweep:        func(ctx context.Context) error { return runs.Sweep(ctx) },
 		schedules:       scheduleWorker,
 		eventExecutions: eventWorker,
-		rescueAfter:     cfg.RescueAfter,
-		maxWorkers:      cfg.MaxWorkers,
+		engine:          cfg.engineConfig(),
 		system:          s.system,
 		observer:        obs,
 		riverLogger:     s.tel.riverLogger(logger, cfg),
@@ -164,14 +163,14 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	if err != nil {
 		return nil, err
 	}
-	// A stored rule must be one the engine will run (timeouts inside the
-	// rescue window, budgets that fit).
+	// A stored rule must be one the engine will run (known actions, timeouts
+	// and retry budgets that fit).
 	rules.SetPlanCheck(s.engine.CheckPlan)
 	tasks = operations.NewTasks(operations.TasksConfig{
 		Pool: pool, Rules: rules, Inv: inv, Engine: s.engine, Backends: s.backends.managers, Keys: keys, Logger: logger,
 		Expiry: scheduleQueueExpiry(s.river), Observer: obs, Tracer: s.tel.tracerFor("github.com/nicoflow/flow/operations"),
 	})
-	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, operations.ScheduleQueue}))
+	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, operations.ScheduleQueue, operations.EventRuleQueue}))
 	watchRiverJobs(context.WithoutCancel(ctx), s.river, s.tel.metrics)
 	runs = operations.NewRollouts(operations.RolloutsConfig{
 		Pool: pool, Tasks: tasks, Wake: scheduleRunWake(s.river), Logger: logger, MaxCandidates: cfg.RunMaxCandidates,
@@ -271,7 +270,20 @@ func (s *server) Addr() net.Addr { return s.ln.Addr() }
 // ShutdownTimeout), stops River (running jobs get up to ShutdownTimeout, then
 // are cancelled) and closes the pool.
 func (s *server) run(ctx context.Context) error {
-	// River stops when run says so, after HTTP, not when ctx ends.
+	// The engine's lease first: River's workers claim steps under it. Like
+	// River, it starts even if ctx is already done (then shuts down at once).
+	leaseCtx, cancelLease := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	err := s.engine.StartLease(leaseCtx)
+	cancelLease()
+	if err != nil {
+		s.ln.Close()
+		if s.adminLn != nil {
+			s.adminLn.Close()
+		}
+		s.pool.Close()
+		return err
+	}
+	// River stops when run says so, not when ctx ends.
 	if err := s.river.Start(context.WithoutCancel(ctx)); err != nil {
 		s.ln.Close()
 		if s.adminLn != nil {
@@ -306,6 +318,13 @@ func (s *server) run(ctx context.Context) error {
 	}
 	s.logger.InfoContext(ctx, "shutting down")
 	s.health.setServing(false)
+	// The engine stops fetching at once and hands back what cannot finish
+	// in the budget, while HTTP drains its in-flight calls.
+	riverDone := make(chan struct{})
+	go func() {
+		defer close(riverDone)
+		stopRiver(ctx, s.engine, s.river, s.cfg.ShutdownTimeout, s.logger)
+	}()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := s.http.Shutdown(shutdownCtx); err != nil {
@@ -314,7 +333,7 @@ func (s *server) run(ctx context.Context) error {
 	if s.admin != nil {
 		_ = s.admin.Close() // profiles and River UI polls need no draining
 	}
-	stopRiver(ctx, s.river, s.cfg.ShutdownTimeout, s.logger)
+	<-riverDone
 	s.riverStarted.Store(false)
 	s.pool.Close()
 	s.tel.shutdown(shutdownCtx)

@@ -24,6 +24,7 @@ func TestDevReadmeSequenceValidatesClean(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &devRun{cancel: cancel, done: make(chan error, 1), out: &syncBuffer{}}
+	// A free admin port: another flow dev (or test) may hold the default.
 	env := map[string]string{"FLOW_LOG_LEVEL": "warn", "FLOW_ADMIN_LISTEN_ADDR": "127.0.0.1:0"}
 	go func() {
 		r.done <- run(ctx, []string{"flow", "dev", "--data-dir", dir, "--listen", "127.0.0.1:0", "--seed", "1"}, func(k string) string { return env[k] }, r.out, r.out)

@@ -2,19 +2,19 @@ package engine
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
 
-// MaxStepDeadline is the longest deadline a step may have: a computed
-// budget (timeout × attempts × batches) above it, or one that would not fit
-// a time.Duration at all, makes the plan invalid instead of wrapping round
-// to a negative deadline.
+// MaxStepDeadline is the longest deadline or call timeout a step may have:
+// far beyond any real operation, well inside what a time.Duration and
+// PostgreSQL's timestamps hold. A computed budget (timeout × attempts ×
+// batches) above it makes the plan invalid instead of wrapping round to a
+// negative deadline.
 const MaxStepDeadline = 366 * 24 * time.Hour
 
 // CheckPlan reports whether Start would accept plan: the same checks of
-// stages, steps, registered actions and their params, call timeouts
-// (shorter than the rescue window), retry policies and step deadlines, with
+// stages, steps, registered actions and their params, call timeouts,
+// retry policies and step deadlines, with
 // nothing written. It returns the *PlanError Start would return. Callers
 // that store rules for later runs (operation rules) call it at store time,
 // so a stored rule always runs.
@@ -36,17 +36,4 @@ func (e *Engine) CheckPlan(plan Plan) error {
 		}
 	}
 	return nil
-}
-
-// stepBudget is spec §8.3's step deadline, (timeout·attempts + max
-// interval·(attempts−1))·batches + slack, computed without overflow; ok is
-// false when it exceeds MaxStepDeadline.
-func stepBudget(timeout time.Duration, r RetryPolicy, batches int) (time.Duration, bool) {
-	attempts := float64(r.MaxAttempts)
-	per := float64(timeout)*attempts + float64(r.MaxInterval)*(attempts-1)
-	total := per*float64(batches) + float64(stepBudgetSlack)
-	if math.IsNaN(total) || total > float64(MaxStepDeadline) {
-		return 0, false
-	}
-	return time.Duration(total), true
 }

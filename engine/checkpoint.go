@@ -150,7 +150,7 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 	p := dbsqlc.StepEndManyParams{
 		IDs: make([]int64, n), RunIDs: make([]int64, n), StageIndexes: make([]int32, n),
 		States: make([]string, n), Errors: make([]string, n), Failures: make([]string, n), Calls: make([]int32, n),
-		Ords: make([]int32, n), FailedTargets: make([][]byte, n),
+		Ords: make([]int32, n), FailedTargets: make([][]byte, n), Tokens: make([]int64, n),
 	}
 	waitAll := make(map[stageRef]bool, n)
 	stageNames := make(map[stageRef]string, n)
@@ -163,6 +163,7 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 		p.IDs[i], p.RunIDs[i], p.StageIndexes[i] = r.row.ID, r.row.RunID, r.row.StageIndex
 		p.States[i], p.Errors[i], p.Calls[i], p.Ords[i] = string(r.state), r.msg, -1, int32(i)
 		p.FailedTargets[i] = r.failed
+		p.Tokens[i] = r.row.ExecToken
 		if r.state == StateFailed {
 			p.Failures[i] = stageError(int(r.row.StageIndex), r.spec.StageName, r.spec.Name, r.msg)
 		}

@@ -1,12 +1,14 @@
 package engine_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -23,9 +25,10 @@ import (
 // engine process that works until it is killed (see TestCrashRecovery).
 const crashChildEnv = "FLOW_ENGINE_CRASH_CHILD_URL"
 
-// crashRescueAfter is the rescue window of the crash and restart tests: short,
-// so jobs lost with a killed process or a restarted database run again soon.
-const crashRescueAfter = 5 * time.Second
+// crashChildWorkersEnv sets a crash child's MaxWorkers (default 20).
+const crashChildWorkersEnv = "FLOW_ENGINE_CRASH_CHILD_WORKERS"
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
 
 func TestMain(m *testing.M) {
 	if url := os.Getenv(crashChildEnv); url != "" {
@@ -42,8 +45,12 @@ func runCrashChild(url string) {
 		fmt.Fprintln(os.Stderr, "crash child:", err)
 		os.Exit(2)
 	}
-	e := newEngine(pool, engine.Config{RescueStuckJobsAfter: crashRescueAfter, MaxWorkers: 20})
+	e := newEngine(pool, engine.Config{MaxWorkers: cmp.Or(atoi(os.Getenv(crashChildWorkersEnv)), 20)})
 	client := newClient(nil, pool, e)
+	if err := e.StartLease(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "crash child:", err)
+		os.Exit(2)
+	}
 	if err := client.Start(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "crash child:", err)
 		os.Exit(2)
@@ -52,8 +59,8 @@ func runCrashChild(url string) {
 }
 
 // crashPlan is 3 stages of 2 steps; runs with fail set fail in stage 2. The
-// call timeout is generous (a loaded machine must not turn a call into a
-// retry, which would run it twice) but inside the crash tests' rescue window.
+// call timeout is generous: a loaded machine must not turn a call into a
+// retry, which would run it twice.
 func crashPlan(fail bool) engine.Plan {
 	p := testParams{Block: 300 * time.Millisecond}
 	var stages []engine.Stage
@@ -81,7 +88,7 @@ func TestCrashRecovery(t *testing.T) {
 	_, err := pool.Exec(ctx, callTableSQL)
 	require.NoError(t, err)
 	// An engine that only inserts: the child processes do the work.
-	e := newEngine(pool, engine.Config{RescueStuckJobsAfter: crashRescueAfter})
+	e := newEngine(pool, engine.Config{})
 	newClient(t, pool, e)
 
 	runs := make([]engine.RunID, 50)
@@ -117,9 +124,8 @@ func TestCrashRecovery(t *testing.T) {
 		k.after = clock()
 		kills = append(kills, k)
 	}
-	// Jobs lost with the last child become rescuable after the window; a
-	// child started after it rescues them all at its first pass.
-	time.Sleep(crashRescueAfter)
+	// The last child's steps are rescheduled once its lease expires (10 s
+	// by default), by the child started now.
 	child := startChild()
 	t.Cleanup(func() {
 		_ = child.Process.Kill()
@@ -164,11 +170,13 @@ func TestCrashRecovery(t *testing.T) {
 			}
 		}
 	}
-	var hooks, calls, rescued int
+	var hooks, calls, rescued, rescheduled int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM test_run_end), (SELECT count(*) FROM test_call),
-		(SELECT count(*) FROM river_job WHERE errors::text LIKE '%Stuck job rescued%')`).Scan(&hooks, &calls, &rescued))
+		(SELECT count(*) FROM river_job WHERE errors::text LIKE '%Stuck job rescued%'),
+		(SELECT count(*) FROM river_job WHERE errors::text LIKE '%lease expired%')`).Scan(&hooks, &calls, &rescued, &rescheduled))
 	require.Equal(t, len(runs), hooks)
-	t.Logf("%d kills, %d calls for %d runs, %d jobs rescued", len(kills), calls, len(runs), rescued)
+	require.Zero(t, rescued, "River's rescuer never had to step in")
+	t.Logf("%d kills, %d calls for %d runs, %d jobs rescheduled through leases", len(kills), calls, len(runs), rescheduled)
 }
 
 func TestTwoEnginesShareADatabase(t *testing.T) {
@@ -228,7 +236,7 @@ func TestPostgresRestartMidRun(t *testing.T) {
 	pool := openPool(t, url, 30)
 	_, err = pool.Exec(ctx, callTableSQL)
 	require.NoError(t, err)
-	e, _ := startEngine(t, pool, engine.Config{RescueStuckJobsAfter: crashRescueAfter})
+	e, _ := startEngine(t, pool, engine.Config{})
 
 	var runs []engine.RunID
 	for range 10 {

@@ -18,9 +18,11 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -40,7 +42,7 @@ const (
 	DefaultRescueStuckJobsAfter = 30 * time.Minute
 	DefaultMaxWorkers           = 1000
 	DefaultFetchCooldown        = 5 * time.Millisecond
-	DefaultFetchPollInterval    = 250 * time.Millisecond
+	DefaultFetchPollInterval    = 50 * time.Millisecond
 	DefaultCancelPollInterval   = time.Second
 )
 
@@ -110,10 +112,20 @@ type Config struct {
 	// Observer, if set, is told of calls, step ends, stage starts, run ends
 	// and checkpoints (see Observer).
 	Observer Observer
-	// RescueStuckJobsAfter is River's rescue window: a job running this long
-	// is assumed lost (its process died) and runs again. Start rejects steps
-	// whose call timeout is not shorter.
+	// RescueStuckJobsAfter is the last resort for a process that renews its
+	// lease but hangs: a step call still going this long after its own
+	// timeout is presumed hung and its step rescheduled. It is also River's
+	// rescue window for the other jobs of the client (engine step jobs are
+	// never rescued by River: leases cover them). It does not bound step
+	// timeouts.
 	RescueStuckJobsAfter time.Duration
+	// LeaseHeartbeat is how often the process renews its lease and sweeps
+	// the steps of dead processes; LeaseExpiry is how long a lease lasts
+	// after its last renewal. A process that cannot renew cancels its calls
+	// LeaseExpiry − LeaseHeartbeat after its last renewal began. LeaseExpiry
+	// must be at least twice LeaseHeartbeat (Check).
+	LeaseHeartbeat time.Duration
+	LeaseExpiry    time.Duration
 	// MaxWorkers is how many engine jobs a process works at once.
 	MaxWorkers int
 	// FetchCooldown and FetchPollInterval tune River's fetch loop.
@@ -138,6 +150,7 @@ type Engine struct {
 	loads       *grouper[*loadReq]
 	stats       checkpointStats
 	watches     runWatcher
+	lease       lease
 	obs         Observer
 }
 
@@ -165,6 +178,12 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	if cfg.CancelPollInterval <= 0 {
 		cfg.CancelPollInterval = DefaultCancelPollInterval
 	}
+	if cfg.LeaseHeartbeat <= 0 {
+		cfg.LeaseHeartbeat = DefaultLeaseHeartbeat
+	}
+	if cfg.LeaseExpiry <= 0 {
+		cfg.LeaseExpiry = max(DefaultLeaseExpiry, 2*cfg.LeaseHeartbeat)
+	}
 	e := &Engine{
 		pool:    pool,
 		cfg:     cfg,
@@ -176,7 +195,26 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	e.checkpoints = newGrouper(committerShards, maxCheckpointBatch, e.commitBatch)
 	e.loads = newGrouper(loaderShards, maxLoadBatch, e.loadSteps)
 	e.watches.e = e
+	e.lease.name = processName()
 	return e
+}
+
+// Check reports a configuration the engine cannot work with, naming the
+// setting: zero fields are defaults and always valid.
+func (c Config) Check() error {
+	hb, exp := cmp.Or(c.LeaseHeartbeat, DefaultLeaseHeartbeat), c.LeaseExpiry
+	if exp == 0 {
+		exp = max(DefaultLeaseExpiry, 2*hb)
+	}
+	switch {
+	case c.LeaseHeartbeat < 0 || c.LeaseExpiry < 0 || c.RescueStuckJobsAfter < 0:
+		return errors.New("engine: lease heartbeat, lease expiry and rescue window must be positive")
+	case hb < 10*time.Millisecond:
+		return fmt.Errorf("engine: lease heartbeat %s is under 10ms", hb)
+	case exp < 2*hb:
+		return fmt.Errorf("engine: lease expiry %s must be at least twice the lease heartbeat %s (a process must miss two renewals before it is declared dead)", exp, hb)
+	}
+	return nil
 }
 
 // AddWorkers registers the engine's River workers (kinds engine.run_step and
@@ -194,14 +232,17 @@ func (e *Engine) RiverConfig() *river.Config {
 	workers := river.NewWorkers()
 	e.AddWorkers(workers)
 	return &river.Config{
+		// The lease names the River client: a step job's attempted_by says
+		// which process's lease covers it.
+		ID:                   e.lease.name,
 		Logger:               e.logger,
 		Queues:               map[string]river.QueueConfig{QueueName: {MaxWorkers: e.cfg.MaxWorkers}},
 		FetchCooldown:        e.cfg.FetchCooldown,
 		FetchPollInterval:    e.cfg.FetchPollInterval,
 		RescueStuckJobsAfter: e.cfg.RescueStuckJobsAfter,
-		// A job may run as long as the rescue window, never longer: the
-		// engine bounds each call itself, well inside it (the rescuer
-		// ignores jobs whose timeout is negative, so it must be positive).
+		// Other jobs of the client may run as long as the rescue window;
+		// step jobs have no River timeout (stepWorker.Timeout): the engine
+		// bounds each call itself and leases rescue them.
 		JobTimeout:  e.cfg.RescueStuckJobsAfter,
 		RetryPolicy: retryPolicy{},
 		Workers:     workers,

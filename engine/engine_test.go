@@ -30,7 +30,7 @@ func TestStartRejectsBadPlans(t *testing.T) {
 		{"BadParamsJSON", engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{{Name: "x", Action: "test.record", Params: json.RawMessage(`{"block":`)}}}}}, engine.ErrInvalidParams},
 		{"UnknownParamField", engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{{Name: "x", Action: "test.record", Params: json.RawMessage(`{"nope":1}`)}}}}}, engine.ErrInvalidParams},
 		{"ParamsOfWrongType", engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{{Name: "x", Action: "test.record", Params: map[string]string{"block": "soon"}}}}}}, engine.ErrInvalidParams},
-		{"TimeoutOverRescueWindow", engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{{Name: "x", Action: "test.record", Timeout: 2 * time.Hour}}}}}, engine.ErrInvalidTimeout},
+		{"RetryBudgetOverflows", engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{{Name: "x", Action: "test.record", Timeout: 1000 * time.Hour, Retry: engine.RetryPolicy{MaxAttempts: 1 << 40}}}}}}, engine.ErrInvalidTimeout},
 		{"NegativeRunTimeout", engine.Plan{Timeout: -time.Second, Stages: []engine.Stage{{Steps: []engine.Step{ok}}}}, engine.ErrInvalidTimeout},
 		{"BadRetry", engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{{Name: "x", Action: "test.record", Retry: engine.RetryPolicy{BackoffCoefficient: 0.5}}}}}}, engine.ErrInvalidRetry},
 		{"MetadataNotObject", engine.Plan{Metadata: json.RawMessage(`[1]`), Stages: []engine.Stage{{Steps: []engine.Step{ok}}}}, engine.ErrInvalidMetadata},
@@ -634,4 +634,25 @@ func TestTargetFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTimeoutsLongerThanTheRescueWindow: the rescue window no longer bounds
+// call timeouts (leases rescue a dead process's steps), so a step whose
+// call may take longer than the window starts and runs.
+func TestTimeoutsLongerThanTheRescueWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{RescueStuckJobsAfter: time.Minute})
+	st := step("long", testParams{Block: 10 * time.Millisecond})
+	st.Timeout = 2 * time.Hour
+	require.NoError(t, engine.CheckStep(st))
+	rep := b.wait(t, b.start(t, engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{st}}}}))
+	require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
+
+	// What can never run is refused by CheckStep as by Start.
+	bad := st
+	bad.Retry = engine.RetryPolicy{MaxAttempts: 1 << 40}
+	require.ErrorIs(t, engine.CheckStep(bad), engine.ErrInvalidTimeout)
+	bad = st
+	bad.Retry = engine.RetryPolicy{BackoffCoefficient: 0.5}
+	require.ErrorIs(t, engine.CheckStep(bad), engine.ErrInvalidRetry)
 }

@@ -74,27 +74,33 @@ func groupContext(first context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(first), groupTimeout)
 }
 
-// Grouping of step loads: every job starts by reading its step with its
-// run's state; jobs fetched together read their steps in one query.
+// Grouping of step loads: every job starts by claiming its step (process,
+// execution token) and reading it with its run's state; jobs fetched
+// together claim their steps in one statement.
 const (
-	loaderShards = 1
+	loaderShards = 2
 	maxLoadBatch = 200
 )
 
 // stepRow is a step as a worker reads it, with its run's state.
-type stepRow = dbsqlc.StepGetForWorkManyRow
+type stepRow = dbsqlc.StepClaimManyRow
 
 type loadReq struct {
-	ctx  context.Context
-	id   int64
-	row  stepRow
-	err  error
-	done chan struct{}
+	ctx   context.Context
+	id    int64
+	job   int64
+	token int64 // 0: a new execution
+	row   stepRow
+	err   error
+	done  chan struct{}
 }
 
-// loadStep reads step id for its job; pgx.ErrNoRows if it does not exist.
-func (e *Engine) loadStep(ctx context.Context, id StepID) (stepRow, error) {
-	req := &loadReq{ctx: ctx, id: int64(id), done: make(chan struct{})}
+// loadStep claims step id for job and reads it: a new execution when token
+// is 0, else the execution of token, if no one superseded it. It returns
+// pgx.ErrNoRows if the step does not exist, is not running, belongs to
+// another job, or its token moved on.
+func (e *Engine) loadStep(ctx context.Context, id StepID, job, token int64) (stepRow, error) {
+	req := &loadReq{ctx: ctx, id: int64(id), job: job, token: token, done: make(chan struct{})}
 	e.loads.add(req.id, req)
 	select {
 	case <-req.done:
@@ -107,17 +113,20 @@ func (e *Engine) loadStep(ctx context.Context, id StepID) (stepRow, error) {
 func (e *Engine) loadSteps(reqs []*loadReq) {
 	ctx, cancel := groupContext(reqs[0].ctx)
 	defer cancel()
-	ids := make([]int64, len(reqs))
+	p := dbsqlc.StepClaimManyParams{IDs: make([]int64, len(reqs)), JobIDs: make([]int64, len(reqs)), Tokens: make([]int64, len(reqs)), ProcessID: e.lease.id.Load()}
 	for i, r := range reqs {
-		ids[i] = r.id
+		p.IDs[i], p.JobIDs[i], p.Tokens[i] = r.id, r.job, r.token
 	}
-	rows, err := e.q.StepGetForWorkMany(ctx, e.pool, ids)
-	byID := make(map[int64]stepRow, len(rows))
+	rows, err := e.q.StepClaimMany(ctx, e.pool, p)
+	type key struct{ step, job int64 }
+	byID := make(map[key]stepRow, len(rows))
 	for _, row := range rows {
-		byID[row.ID] = row
+		if row.JobID != nil {
+			byID[key{row.ID, *row.JobID}] = row
+		}
 	}
 	for _, r := range reqs {
-		switch row, ok := byID[r.id]; {
+		switch row, ok := byID[key{r.id, r.job}]; {
 		case err != nil:
 			r.err = err
 		case ok:

@@ -52,7 +52,9 @@ CREATE TABLE test_call (
     targets    text[] NOT NULL,
     started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     ended_at   timestamptz,
-    outcome    text NOT NULL DEFAULT 'running'
+    outcome    text NOT NULL DEFAULT 'running',
+    -- the engine process (lease name) that made the call
+    process    text NOT NULL DEFAULT ''
 );
 CREATE TABLE test_run_end (
     run_id bigint PRIMARY KEY,
@@ -84,6 +86,12 @@ func arrive(key string, n int) <-chan struct{} {
 // newEngine builds an engine on pool with the test actions registered:
 // "test.record" records every call in test_call and behaves as its params say.
 func newEngine(pool *pgxpool.Pool, cfg engine.Config) *engine.Engine {
+	return newEngineRec(pool, pool, cfg)
+}
+
+// newEngineRec is newEngine with the calls recorded through rec (a pool
+// that stays connected when the engine's is cut off).
+func newEngineRec(pool, rec *pgxpool.Pool, cfg engine.Config) *engine.Engine {
 	if cfg.CancelPollInterval == 0 {
 		cfg.CancelPollInterval = 100 * time.Millisecond
 	}
@@ -100,9 +108,9 @@ func newEngine(pool *pgxpool.Pool, cfg engine.Config) *engine.Engine {
 	e := engine.New(pool, cfg)
 	engine.Register(e, "test.record", func(ctx context.Context, call engine.Call[testParams]) (engine.Result, error) {
 		var id int64
-		if err := pool.QueryRow(ctx, `INSERT INTO test_call (run_id, step_id, step, stage, batch, attempt, targets)
-			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
-			call.RunID, call.StepID, call.Step, call.Stage, call.Batch, call.Attempt, call.Targets).Scan(&id); err != nil {
+		if err := rec.QueryRow(ctx, `INSERT INTO test_call (run_id, step_id, step, stage, batch, attempt, targets, process)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
+			call.RunID, call.StepID, call.Step, call.Stage, call.Batch, call.Attempt, call.Targets, e.ProcessName()).Scan(&id); err != nil {
 			return engine.Result{}, err
 		}
 		res, err := testAction(ctx, call)
@@ -117,7 +125,7 @@ func newEngine(pool *pgxpool.Pool, cfg engine.Config) *engine.Engine {
 		case res.Sleep > 0:
 			outcome = "sleep"
 		}
-		_, _ = pool.Exec(context.WithoutCancel(ctx), `UPDATE test_call SET ended_at = clock_timestamp(), outcome = $2 WHERE id = $1`, id, outcome)
+		_, _ = rec.Exec(context.WithoutCancel(ctx), `UPDATE test_call SET ended_at = clock_timestamp(), outcome = $2 WHERE id = $1`, id, outcome)
 		return res, err
 	})
 	engine.Register(e, "test.noop", func(ctx context.Context, call engine.Call[struct{}]) (engine.Result, error) {
@@ -219,11 +227,13 @@ func startEngine(t testing.TB, pool *pgxpool.Pool, cfg engine.Config) (*engine.E
 	t.Helper()
 	e := newEngine(pool, cfg)
 	client := newClient(t, pool, e)
+	require.NoError(t, e.StartLease(context.Background()))
 	require.NoError(t, client.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = client.StopAndCancel(ctx)
+		_ = e.Stop(ctx)
 	})
 	return e, client
 }
@@ -284,6 +294,7 @@ func waitRun(t testing.TB, pool *pgxpool.Pool, e *engine.Engine, id engine.RunID
 
 // call is one row of test_call.
 type call struct {
+	Process   string
 	StepID    int64
 	Step      string
 	Stage     int
@@ -302,11 +313,11 @@ func (b *testBundle) calls(t testing.TB, id engine.RunID) []call {
 
 func listCalls(t testing.TB, pool *pgxpool.Pool, id engine.RunID) []call {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT step_id, step, stage, batch, attempt, targets, started_at, ended_at, outcome
+	rows, err := pool.Query(context.Background(), `SELECT step_id, step, stage, batch, attempt, targets, started_at, ended_at, outcome, process
 		FROM test_call WHERE run_id = $1 ORDER BY id`, id)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (c call, err error) {
-		err = r.Scan(&c.StepID, &c.Step, &c.Stage, &c.Batch, &c.Attempt, &c.Targets, &c.StartedAt, &c.EndedAt, &c.Outcome)
+		err = r.Scan(&c.StepID, &c.Step, &c.Stage, &c.Batch, &c.Attempt, &c.Targets, &c.StartedAt, &c.EndedAt, &c.Outcome, &c.Process)
 		return c, err
 	})
 	require.NoError(t, err)

@@ -73,7 +73,6 @@ type Step struct {
 	// MaxParallel is the batch size: 0 or ≥ len(Targets) means one batch.
 	MaxParallel int
 	// Timeout bounds each call of the action. Zero means DefaultCallTimeout.
-	// It must be shorter than the engine's rescue window (Config).
 	Timeout time.Duration
 	// Retry is the retry policy of each call; zero fields take defaults.
 	Retry RetryPolicy
@@ -208,6 +207,70 @@ func (s *stepSpec) batch(i int) []string {
 	return s.Targets[lo:min(lo+s.MaxParallel, len(s.Targets))]
 }
 
+// CheckStep reports whether st's timing and retry settings can ever run,
+// without the registry (the action and its params are Start's to check):
+// max_parallel, the call timeout, the step deadline (given or computed),
+// and the retry policy. Start calls it for every step; callers that store
+// step settings for later (rules) call it when the settings are created, so
+// a step that could never run is refused then, never at submit. Leases
+// rescue a dead process's steps, so no process setting bounds timeouts.
+// The error wraps ErrInvalidMaxParallel, ErrInvalidTimeout or
+// ErrInvalidRetry.
+func CheckStep(st Step) error {
+	_, _, err := stepTiming(st)
+	return err
+}
+
+// maxStepBudget bounds a step's deadline (MaxStepDeadline).
+const maxStepBudget = MaxStepDeadline
+
+// stepTiming checks st's timing and returns its call timeout and deadline
+// budget.
+func stepTiming(st Step) (timeout, budget time.Duration, err error) {
+	if st.MaxParallel < 0 {
+		return 0, 0, ErrInvalidMaxParallel
+	}
+	if st.Timeout < 0 || st.Deadline < 0 {
+		return 0, 0, fmt.Errorf("%w: negative", ErrInvalidTimeout)
+	}
+	timeout = st.Timeout
+	if timeout == 0 {
+		timeout = DefaultCallTimeout
+	}
+	if timeout < time.Millisecond {
+		return 0, 0, fmt.Errorf("%w: call timeout %s is under 1ms", ErrInvalidTimeout, timeout)
+	}
+	if timeout > maxStepBudget {
+		return 0, 0, fmt.Errorf("%w: call timeout %s is over %s", ErrInvalidTimeout, timeout, maxStepBudget)
+	}
+	r := st.Retry
+	if r.MaxAttempts < 0 || r.InitialInterval < 0 || r.BackoffCoefficient < 0 || r.MaxInterval < 0 ||
+		(r.BackoffCoefficient != 0 && r.BackoffCoefficient < 1) {
+		return 0, 0, ErrInvalidRetry
+	}
+	r = r.withDefaults()
+	budget = st.Deadline
+	if budget == 0 {
+		// (timeout·attempts + max interval·(attempts−1))·batches + slack,
+		// in float64 so that a huge policy is refused, not wrapped around.
+		spec := stepSpec{Targets: st.Targets, MaxParallel: st.MaxParallel}
+		per := float64(timeout)*float64(r.MaxAttempts) + float64(r.MaxInterval)*float64(r.MaxAttempts-1)
+		b := per*float64(spec.batches()) + float64(stepBudgetSlack)
+		if b > float64(maxStepBudget) {
+			return 0, 0, fmt.Errorf("%w: step deadline (call timeout %s × %d attempts + retry waits, × %d batches) is over %s",
+				ErrInvalidTimeout, timeout, r.MaxAttempts, spec.batches(), maxStepBudget)
+		}
+		budget = time.Duration(b)
+	}
+	if budget < time.Millisecond {
+		return 0, 0, fmt.Errorf("%w: step deadline %s is under 1ms", ErrInvalidTimeout, budget)
+	}
+	if budget > maxStepBudget {
+		return 0, 0, fmt.Errorf("%w: step deadline %s is over %s", ErrInvalidTimeout, budget, maxStepBudget)
+	}
+	return timeout, budget, nil
+}
+
 // compileStep validates st against the registry and returns its frozen spec
 // and deadline budget.
 func (e *Engine) compileStep(stage Stage, st Step) (stepSpec, time.Duration, error) {
@@ -215,28 +278,11 @@ func (e *Engine) compileStep(stage Stage, st Step) (stepSpec, time.Duration, err
 	if !ok {
 		return stepSpec{}, 0, fmt.Errorf("%w %q", ErrUnknownAction, st.Action)
 	}
-	if st.MaxParallel < 0 {
-		return stepSpec{}, 0, ErrInvalidMaxParallel
+	timeout, budget, err := stepTiming(st)
+	if err != nil {
+		return stepSpec{}, 0, err
 	}
-	if st.Timeout < 0 || st.Deadline < 0 {
-		return stepSpec{}, 0, fmt.Errorf("%w: negative", ErrInvalidTimeout)
-	}
-	timeout := st.Timeout
-	if timeout == 0 {
-		timeout = DefaultCallTimeout
-	}
-	if timeout < time.Millisecond {
-		return stepSpec{}, 0, fmt.Errorf("%w: call timeout %s is under 1ms", ErrInvalidTimeout, timeout)
-	}
-	if timeout >= e.cfg.RescueStuckJobsAfter {
-		return stepSpec{}, 0, fmt.Errorf("%w: call timeout %s must be shorter than the rescue window %s", ErrInvalidTimeout, timeout, e.cfg.RescueStuckJobsAfter)
-	}
-	r := st.Retry
-	if r.MaxAttempts < 0 || r.InitialInterval < 0 || r.BackoffCoefficient < 0 || r.MaxInterval < 0 ||
-		(r.BackoffCoefficient != 0 && r.BackoffCoefficient < 1) {
-		return stepSpec{}, 0, ErrInvalidRetry
-	}
-	r = r.withDefaults()
+	r := st.Retry.withDefaults()
 	params, err := a.check(st.Params)
 	if err != nil {
 		return stepSpec{}, 0, err
@@ -259,19 +305,6 @@ func (e *Engine) compileStep(stage Stage, st Step) (stepSpec, time.Duration, err
 		Coefficient: r.BackoffCoefficient,
 		MaxMS:       r.MaxInterval.Milliseconds(),
 		Chain:       st.Chain,
-	}
-	budget := st.Deadline
-	if budget == 0 {
-		var ok bool
-		if budget, ok = stepBudget(timeout, r, spec.batches()); !ok {
-			return stepSpec{}, 0, fmt.Errorf("%w: step deadline of %s × %d attempts × %d batches is over the limit of %s", ErrInvalidTimeout, timeout, r.MaxAttempts, spec.batches(), MaxStepDeadline)
-		}
-	}
-	if budget > MaxStepDeadline {
-		return stepSpec{}, 0, fmt.Errorf("%w: step deadline %s is over the limit of %s", ErrInvalidTimeout, budget, MaxStepDeadline)
-	}
-	if budget < time.Millisecond {
-		return stepSpec{}, 0, fmt.Errorf("%w: step deadline %s is under 1ms", ErrInvalidTimeout, budget)
 	}
 	return spec, budget, nil
 }

@@ -27,9 +27,29 @@ SET stage_index = (@stage_indexes::integer[])[array_position(@run_ids::bigint[],
     failed_steps = 0, first_failure = ''
 WHERE engine_run.id = ANY(@run_ids::bigint[]);
 
--- name: StepGetForWorkMany :many
+-- name: StepClaimMany :many
+-- StepClaimMany is how a job starts (or goes on with) its step: each step
+-- (ids, with the job working it and the execution's token) is claimed for
+-- process_id and returned with its run's state. A token of 0 starts a new
+-- execution (the token grows, superseding any other); a token of an earlier
+-- claim goes on with it only if no one superseded it. A step that is not
+-- running, whose job is no longer job_ids' (rescheduled elsewhere), or
+-- whose token moved on is not returned.
+WITH input AS (
+    SELECT unnest(@ids::bigint[]) AS id, unnest(@job_ids::bigint[]) AS job_id, unnest(@tokens::bigint[]) AS token
+), c AS (
+    UPDATE engine_step
+    SET process_id = NULLIF(@process_id::bigint, 0), claimed_at = now(),
+        exec_token = CASE WHEN i.token = 0 THEN engine_step.exec_token + 1 ELSE engine_step.exec_token END
+    FROM input i
+    WHERE engine_step.id = i.id AND engine_step.state = 'running' AND engine_step.job_id = i.job_id
+        AND (i.token = 0 OR engine_step.exec_token = i.token)
+    RETURNING engine_step.id, engine_step.run_id, engine_step.stage_index, engine_step.step_index, engine_step.spec,
+        engine_step.state, engine_step.batch_index, engine_step.attempt, engine_step.checkpoint, engine_step.wake_at,
+        engine_step.deadline_at, engine_step.failed_targets, engine_step.exec_token, engine_step.job_id
+)
 SELECT s.id, s.run_id, s.stage_index, s.step_index, s.spec, s.state, s.batch_index, s.attempt,
-    s.checkpoint, s.wake_at, s.deadline_at, s.failed_targets,
+    s.checkpoint, s.wake_at, s.deadline_at, s.failed_targets, s.exec_token, s.job_id,
     r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now,
     -- The targets earlier steps of the step's chain failed, which it skips
     -- (a probe of the mostly empty partial index of steps with failed
@@ -40,35 +60,34 @@ SELECT s.id, s.run_id, s.stage_index, s.step_index, s.spec, s.state, s.batch_ind
         WHERE p.run_id = s.run_id AND p.failed_targets <> '{}' AND p.stage_index < s.stage_index
             AND p.spec->>'chain' = s.spec->>'chain')
     END)::jsonb AS chain_failures
-FROM engine_step s
+FROM c s
 -- OFFSET 0 keeps this a probe of the run's key per step: joined plainly,
 -- the planner may hash the whole run table for a handful of steps.
-CROSS JOIN LATERAL (SELECT state, owner, timeout_at FROM engine_run WHERE engine_run.id = s.run_id OFFSET 0) r
-WHERE s.id = ANY(@ids::bigint[]);
+CROSS JOIN LATERAL (SELECT state, owner, timeout_at FROM engine_run WHERE engine_run.id = s.run_id OFFSET 0) r;
 
 -- name: StepAdvanceBatch :execrows
 UPDATE engine_step
 SET batch_index = batch_index + 1, batch_attempts = array_append(batch_attempts, attempt + 1),
     attempt = 0, last_error = '', checkpoint = NULL, progress = NULL, wake_at = sqlc.narg(wake_at),
     failed_targets = failed_targets || @failed_targets::jsonb
-WHERE id = @id AND state = 'running' AND batch_index = @batch_index;
+WHERE id = @id AND state = 'running' AND batch_index = @batch_index AND exec_token = @exec_token;
 
 -- name: StepRecordFailure :execrows
 UPDATE engine_step
 SET attempt = attempt + 1, last_error = @last_error
-WHERE id = @id AND state = 'running' AND batch_index = @batch_index;
+WHERE id = @id AND state = 'running' AND batch_index = @batch_index AND exec_token = @exec_token;
 
--- name: StepRecordPoll :exec
+-- name: StepRecordPoll :execrows
 UPDATE engine_step SET polls = polls + 1
-WHERE id = @id AND state = 'running';
+WHERE id = @id AND state = 'running' AND exec_token = @exec_token;
 
 -- name: StepSaveCheckpoint :execrows
 UPDATE engine_step SET checkpoint = @checkpoint
-WHERE id = @id AND state = 'running' AND batch_index = @batch_index;
+WHERE id = @id AND state = 'running' AND batch_index = @batch_index AND exec_token = @exec_token;
 
 -- name: StepSaveProgress :execrows
 UPDATE engine_step SET progress = @progress
-WHERE id = @id AND state = 'running';
+WHERE id = @id AND state = 'running' AND exec_token = @exec_token;
 
 -- name: RunLock :one
 SELECT id, state, stage_index, stage_count, timeout_at, now()::timestamptz AS now
@@ -91,14 +110,15 @@ FOR UPDATE;
 -- their run rows (open steps, failed steps, the first failure in input
 -- order). It returns one row per run with steps ended here, with the run's
 -- counters after the update; steps that had already ended (a duplicate
--- execution, a cancel that won the race) change nothing. calls < 0: the
+-- execution, a cancel that won the race) change nothing, and neither do
+-- steps whose execution token (tokens) was superseded. calls < 0: the
 -- step's last batch is already counted.
 WITH input AS (
     SELECT unnest(@ids::bigint[]) AS id, unnest(@run_ids::bigint[]) AS run_id,
         unnest(@stage_indexes::integer[]) AS stage_index, unnest(@states::text[]) AS state,
         unnest(@errors::text[]) AS error, unnest(@failures::text[]) AS failure,
         unnest(@calls::integer[]) AS calls, unnest(@ords::integer[]) AS ord,
-        unnest(@failed_targets::jsonb[]) AS failed_targets
+        unnest(@failed_targets::jsonb[]) AS failed_targets, unnest(@tokens::bigint[]) AS token
 ), s AS (
     UPDATE engine_step
     SET state = i.state, error = i.error, ended_at = now(), checkpoint = NULL, wake_at = NULL,
@@ -108,7 +128,7 @@ WITH input AS (
             ELSE array_append(engine_step.batch_attempts, i.calls) END
     FROM input i
     JOIN engine_run r ON r.id = i.run_id AND r.state = 'running' AND r.stage_index = i.stage_index
-    WHERE engine_step.id = i.id AND engine_step.state = 'running'
+    WHERE engine_step.id = i.id AND engine_step.state = 'running' AND engine_step.exec_token = i.token
     RETURNING i.run_id, i.state, i.failure, i.ord
 ), ended AS (
     SELECT s.run_id, count(*) AS n,
@@ -167,6 +187,57 @@ SELECT id, stage_index, step_index, spec, state, error, batch_index, attempt, ba
 FROM engine_step
 WHERE run_id = @run_id
 ORDER BY stage_index, step_index;
+
+-- name: ProcessInsert :one
+-- ProcessInsert takes a lease for a new engine process.
+INSERT INTO engine_process (name, expires_at)
+VALUES (@process_name::text, now() + sqlc.arg(expiry_ms)::bigint * interval '1 millisecond')
+RETURNING id;
+
+-- name: ProcessRenew :execrows
+-- ProcessRenew renews a lease that has not expired; 0 rows: it expired (or
+-- was swept or released), and the process must stop its calls.
+UPDATE engine_process
+SET heartbeat_at = now(), expires_at = now() + sqlc.arg(expiry_ms)::bigint * interval '1 millisecond'
+WHERE id = @id AND expires_at > now();
+
+-- name: ProcessDelete :exec
+DELETE FROM engine_process WHERE id = ANY(@ids::bigint[]);
+
+-- name: ProcessLockExpired :many
+-- ProcessLockExpired locks expired leases for the sweep; another process
+-- sweeping at the same time skips them.
+SELECT id, name, heartbeat_at, now()::timestamptz AS now FROM engine_process
+WHERE expires_at < now()
+ORDER BY id
+LIMIT 20
+FOR UPDATE SKIP LOCKED;
+
+-- name: StepSetJobs :exec
+-- StepSetJobs records the fresh River jobs of rescheduled steps.
+UPDATE engine_step
+SET job_id = (@job_ids::bigint[])[array_position(@ids::bigint[], engine_step.id)]
+WHERE engine_step.id = ANY(@ids::bigint[]);
+
+-- name: RunExtendTimeout :exec
+-- RunExtendTimeout pushes back the timeouts of runs (ids) by the time their
+-- steps were stranded in a dead process (ms, per run).
+UPDATE engine_run
+SET timeout_at = timeout_at + (sqlc.arg(ms)::bigint[])[array_position(sqlc.arg(ids)::bigint[], engine_run.id)] * interval '1 millisecond'
+WHERE engine_run.id = ANY(sqlc.arg(ids)::bigint[]) AND timeout_at IS NOT NULL AND state = 'running';
+
+-- name: StepSupersededAmong :many
+-- StepSupersededAmong returns which of the executions (step ids with their
+-- tokens) were superseded or whose step is no longer running.
+WITH i AS (SELECT unnest(@ids::bigint[]) AS id, unnest(@tokens::bigint[]) AS token)
+SELECT s.id FROM engine_step s
+JOIN i ON s.id = i.id
+WHERE s.exec_token <> i.token OR s.state <> 'running';
+
+-- name: StepExecState :one
+-- StepExecState says why a guarded write of an execution changed nothing:
+-- the step ended, or its token moved on.
+SELECT state, exec_token FROM engine_step WHERE id = @id;
 
 -- name: RunSetTimeoutJob :exec
 -- RunSetTimeoutJob records the River job that times run id out.

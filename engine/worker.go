@@ -26,6 +26,11 @@ func (w *stepWorker) Work(ctx context.Context, job *river.Job[RunStepArgs]) erro
 	return w.e.workStep(ctx, job)
 }
 
+// Timeout is negative: River never times out nor rescues a step job. The
+// engine bounds every call itself, and a dead process's steps are
+// rescheduled through its lease (a hung one's after the rescue window).
+func (w *stepWorker) Timeout(*river.Job[RunStepArgs]) time.Duration { return -1 }
+
 // timeoutWorker fails a run still going at its timeout.
 type timeoutWorker struct {
 	river.WorkerDefaults[RunTimeoutArgs]
@@ -60,17 +65,24 @@ func (w *timeoutWorker) Work(ctx context.Context, job *river.Job[RunTimeoutArgs]
 	return nil
 }
 
-// workStep runs the step of job from its cursor. It loops over batches while
-// the job is young enough that River will not rescue it meanwhile.
+// workStep runs the step of job from its cursor, as one execution (one
+// token) over its batches until it snoozes, ends, or the process stops.
 func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) error {
-	began := time.Now()
+	if e.lease.started.Load() && !e.lease.ok.Load() {
+		// Fenced: this process's lease is not current, its claims would
+		// be swept. River retries the job (here or elsewhere).
+		return ErrLeaseLost
+	}
+	var token int64
 	for {
-		row, err := e.loadStep(ctx, job.Args.StepID)
+		row, err := e.loadStep(ctx, job.Args.StepID, job.ID, token)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // the run was deleted; nothing to do
+			// Deleted, ended, rescheduled as another job, or superseded.
+			return nil
 		} else if err != nil {
 			return fmt.Errorf("load step %d: %w", job.Args.StepID, err)
 		}
+		token = row.ExecToken
 		if row.RunState != string(StateRunning) || row.State != string(StateRunning) {
 			return nil // ended elsewhere (cancelled, a sibling failed, a duplicate run)
 		}
@@ -98,6 +110,9 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 			return e.finishStep(ctx, job, row, &spec, StateFailed, fmt.Sprintf("step deadline exceeded (batch %d of %d)", batch+1, batches), &row.Attempt, nil)
 		}
 
+		if e.lease.stopping.Load() {
+			return river.JobSnooze(0) // fetched as the process stops: leave it to another
+		}
 		var res Result
 		targets := fails.callable(spec.batch(batch))
 		// A batch whose every target an earlier step of the chain failed
@@ -105,7 +120,9 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 		if len(targets) > 0 || len(spec.Targets) == 0 {
 			var callErr, stop error
 			res, callErr, stop = e.call(ctx, job, row, &spec, batch, targets)
-			if stop != nil {
+			if errors.Is(stop, ErrSuperseded) {
+				return nil // rescheduled elsewhere; its orphaned job was ended
+			} else if stop != nil {
 				return stop
 			}
 			if callErr != nil {
@@ -113,8 +130,10 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 			}
 		}
 		if res.PollAfter > 0 {
-			if err := e.q.StepRecordPoll(ctx, e.pool, row.ID); err != nil {
+			if n, err := e.q.StepRecordPoll(ctx, e.pool, dbsqlc.StepRecordPollParams{ID: row.ID, ExecToken: row.ExecToken}); err != nil {
 				return fmt.Errorf("record poll: %w", err)
+			} else if n == 0 {
+				return nil // ended or superseded meanwhile
 			}
 			return river.JobSnooze(res.PollAfter)
 		}
@@ -127,7 +146,7 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 		if res.Sleep > 0 {
 			wake = pgtype.Timestamptz{Time: time.Now().Add(res.Sleep), Valid: true}
 		}
-		n, err := e.q.StepAdvanceBatch(ctx, e.pool, dbsqlc.StepAdvanceBatchParams{ID: row.ID, BatchIndex: row.BatchIndex, WakeAt: wake, FailedTargets: failuresJSON(failed)})
+		n, err := e.q.StepAdvanceBatch(ctx, e.pool, dbsqlc.StepAdvanceBatchParams{ID: row.ID, BatchIndex: row.BatchIndex, WakeAt: wake, FailedTargets: failuresJSON(failed), ExecToken: row.ExecToken})
 		if err != nil {
 			return fmt.Errorf("advance batch: %w", err)
 		} else if n == 0 {
@@ -136,9 +155,9 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 		if res.Sleep > 0 {
 			return river.JobSnooze(res.Sleep)
 		}
-		// Another call in this execution must end well inside River's rescue
-		// window; otherwise hand the job back to River.
-		if time.Since(began)+2*spec.timeout() >= e.cfg.RescueStuckJobsAfter {
+		if e.lease.stopping.Load() {
+			// Stopping: the next batch goes back to the queue, for
+			// another process.
 			return river.JobSnooze(0)
 		}
 	}
@@ -166,26 +185,26 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 	callCtx, cancelTimeout := context.WithTimeout(callCtx, callDeadline)
 	defer cancelTimeout()
 
-	defer e.watches.watch(RunID(row.RunID), cancel)()
+	defer e.watches.watch(RunID(row.RunID), row.ID, row.ExecToken, cancel)()
 
 	st := &callState{
 		checkpoint: row.Checkpoint,
 		saveCheckpoint: func(ctx context.Context, b []byte) error {
-			n, err := e.q.StepSaveCheckpoint(ctx, e.pool, dbsqlc.StepSaveCheckpointParams{ID: row.ID, BatchIndex: row.BatchIndex, Checkpoint: b})
+			n, err := e.q.StepSaveCheckpoint(ctx, e.pool, dbsqlc.StepSaveCheckpointParams{ID: row.ID, BatchIndex: row.BatchIndex, Checkpoint: b, ExecToken: row.ExecToken})
 			if err != nil {
 				return fmt.Errorf("save checkpoint: %w", err)
 			} else if n == 0 {
-				return ErrStepEnded
+				return e.refused(ctx, row, cancel)
 			}
 			return nil
 		},
 		saveProgress: func(ctx context.Context, p Progress) error {
 			b, _ := json.Marshal(p)
-			n, err := e.q.StepSaveProgress(ctx, e.pool, dbsqlc.StepSaveProgressParams{ID: row.ID, Progress: b})
+			n, err := e.q.StepSaveProgress(ctx, e.pool, dbsqlc.StepSaveProgressParams{ID: row.ID, Progress: b, ExecToken: row.ExecToken})
 			if err != nil {
 				return fmt.Errorf("save progress: %w", err)
 			} else if n == 0 {
-				return ErrStepEnded
+				return e.refused(ctx, row, cancel)
 			}
 			return nil
 		},
@@ -202,8 +221,15 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 		StepInfo: stepInfo(labels, row, spec), Batch: batch, Batches: spec.batches(),
 		Attempt: int(row.Attempt) + 1, MaxAttempts: spec.MaxAttempts, Duration: time.Since(callStart), Err: err,
 	})
-	if errors.Is(context.Cause(callCtx), ErrRunEnded) || errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
+	switch cause := context.Cause(callCtx); {
+	case errors.Is(cause, ErrRunEnded) || errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely):
 		return Result{}, nil, river.JobCancel(ErrRunEnded)
+	case errors.Is(cause, ErrSuperseded):
+		return Result{}, nil, ErrSuperseded
+	case errors.Is(cause, ErrLeaseLost) || errors.Is(cause, ErrHandedOff):
+		// Stopped by this process's lease; the step is (or will be)
+		// rescheduled, and River retries this job if it still can.
+		return Result{}, nil, cause
 	}
 	if ctx.Err() != nil {
 		return Result{}, nil, ctx.Err() // the process is stopping; River retries the job
@@ -224,6 +250,18 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 	return res, err, nil
 }
 
+// refused says why a guarded write of the execution of row changed
+// nothing: ErrSuperseded (and the call is cancelled) when another execution
+// took the step over, else ErrStepEnded.
+func (e *Engine) refused(ctx context.Context, row stepRow, cancel context.CancelCauseFunc) error {
+	st, err := e.q.StepExecState(context.WithoutCancel(ctx), e.pool, row.ID)
+	if err == nil && st.State == string(StateRunning) && st.ExecToken != row.ExecToken {
+		cancel(ErrSuperseded)
+		return ErrSuperseded
+	}
+	return ErrStepEnded
+}
+
 // callFailed records a failed call and schedules the retry, or fails the
 // step when the attempts are spent or the error is permanent.
 func (e *Engine) callFailed(ctx context.Context, job *river.Job[RunStepArgs], row stepRow, spec *stepSpec, batch int, callErr error) error {
@@ -233,7 +271,7 @@ func (e *Engine) callFailed(ctx context.Context, job *river.Job[RunStepArgs], ro
 		return e.finishStep(ctx, job, row, spec, StateFailed,
 			fmt.Sprintf("batch %d of %d failed after %d attempt(s): %v", batch+1, spec.batches(), failed, callErr), ptr(int32(failed)), nil)
 	}
-	n, err := e.q.StepRecordFailure(ctx, e.pool, dbsqlc.StepRecordFailureParams{ID: row.ID, BatchIndex: row.BatchIndex, LastError: callErr.Error()})
+	n, err := e.q.StepRecordFailure(ctx, e.pool, dbsqlc.StepRecordFailureParams{ID: row.ID, BatchIndex: row.BatchIndex, LastError: callErr.Error(), ExecToken: row.ExecToken})
 	if err != nil {
 		return fmt.Errorf("record failure: %w", err)
 	} else if n == 0 {

@@ -275,14 +275,35 @@ func (s *Steps[P]) Control(ctx context.Context, call engine.Call[P]) (engine.Res
 	return s.poll(ctx, call, j, p, m, target, components, st.Deadline)
 }
 
+// unknownJobGrace is how long after its start a component may go without
+// a firmware job at the backend (it may take a moment to show one) before
+// its update counts as lost.
+func unknownJobGrace(p Polling) time.Duration { return max(3*p.Interval, time.Second) }
+
+// errJobUnknown is the reason of a component whose started update the
+// backend no longer knows (a backend restarted without its jobs).
+const errJobUnknown = "the backend reports no firmware update job for this component (the started job is unknown to it, lost in a backend restart?)"
+
 // poll is one status poll of a started update. Read errors are tolerated
-// until the deadline.
+// until the deadline. A component the backend (NICo Core) reports no job
+// for, well after the start, has lost its update: it fails with that
+// reason instead of being polled until the deadline.
 func (s *Steps[P]) poll(ctx context.Context, call engine.Call[P], j Job, p Polling, m *backend.Manager, target backend.Target, components []string, deadline time.Time) (engine.Result, error) {
 	sts, err := m.FirmwareStatus(ctx, target, components)
 	if errors.Is(err, backend.ErrNotConfigured) || errors.Is(err, backend.ErrUnsupported) {
 		return engine.Result{}, engine.Permanent(err)
 	}
 	if err == nil {
+		if m.Impl != backend.ImplPSM && time.Since(deadline.Add(-p.Timeout)) >= unknownJobGrace(p) {
+			// Core answers for every requested component: unknown is "no
+			// job" (PSM only answers for what it has, so an empty reply
+			// there means nothing pending).
+			for i, fs := range sts {
+				if fs.State == backend.FirmwareUnknown {
+					sts[i].State, sts[i].Message = backend.FirmwareFailed, cmp.Or(fs.Message, errJobUnknown)
+				}
+			}
+		}
 		completed := 0
 		var failed, finished []string
 		for _, fs := range sts {

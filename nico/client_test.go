@@ -171,6 +171,45 @@ func TestFirmwareLifecycle(t *testing.T) {
 	require.ErrorIs(t, err, nico.ErrRejected)
 }
 
+// TestStateSurvivesARestart: a simulator restored from another's state
+// (flow dev restarted) knows its devices and follows the firmware job
+// started before, to its end.
+func TestStateSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	target := nico.Target{Kind: nico.KindCompute, IDs: []string{"m1"}}
+	_, err := b.client.UpdateFirmware(ctx, target, nico.FirmwareRequest{Components: []string{"bmc"}, TargetVersion: "2.0"})
+	require.NoError(t, err)
+	_, err = b.client.PowerControl(ctx, nico.Target{Kind: nico.KindCompute, IDs: []string{"m2"}}, nico.PowerForceOff, false)
+	require.NoError(t, err)
+	b.clock.Advance(time.Minute) // in progress
+	state, err := b.sim.MarshalState()
+	require.NoError(t, err)
+
+	restarted := nicosim.New(nicosim.Options{Clock: b.clock, PowerDelay: time.Second, FirmwarePhase: time.Minute})
+	require.NoError(t, restarted.RestoreState(state))
+	require.Equal(t, b.sim.States(), restarted.States())
+	srv, err := sim.Listen("127.0.0.1:0", restarted.Handler())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close(canceled()) })
+	c, err := nico.NewClient(srv.URL(), nico.WithTimeout(5*time.Second))
+	require.NoError(t, err)
+	sts, err := c.FirmwareStatus(ctx, target)
+	require.NoError(t, err)
+	require.Len(t, sts, 1)
+	require.Equal(t, nico.FirmwareInProgress, sts[0].State)
+	b.clock.Advance(2 * time.Minute)
+	sts, err = c.FirmwareStatus(ctx, target)
+	require.NoError(t, err)
+	require.Equal(t, nico.FirmwareCompleted, sts[0].State)
+	st, _ := restarted.State("m1")
+	require.Equal(t, "2.0", st.Firmware["bmc"])
+	st, _ = restarted.State("m2")
+	require.Equal(t, "off", st.Power)
+	require.ErrorContains(t, restarted.RestoreState([]byte(`{"version":7}`)), "unknown version")
+}
+
 func TestFirmwareFaults(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {

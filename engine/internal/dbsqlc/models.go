@@ -62,6 +62,14 @@ type ComponentLeak struct {
 	UpdatedAt   pgtype.Timestamptz
 }
 
+type EngineProcess struct {
+	ID          int64
+	Name        string
+	StartedAt   pgtype.Timestamptz
+	HeartbeatAt pgtype.Timestamptz
+	ExpiresAt   pgtype.Timestamptz
+}
+
 type EngineRun struct {
 	ID           int64
 	Owner        string
@@ -101,6 +109,9 @@ type EngineStep struct {
 	StartedAt     pgtype.Timestamptz
 	EndedAt       pgtype.Timestamptz
 	FailedTargets []byte
+	ProcessID     *int64
+	ExecToken     int64
+	ClaimedAt     pgtype.Timestamptz
 }
 
 type Event struct {

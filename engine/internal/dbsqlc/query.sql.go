@@ -11,6 +11,97 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const processDelete = `-- name: ProcessDelete :exec
+DELETE FROM engine_process WHERE id = ANY($1::bigint[])
+`
+
+func (q *Queries) ProcessDelete(ctx context.Context, db DBTX, ids []int64) error {
+	_, err := db.Exec(ctx, processDelete, ids)
+	return err
+}
+
+const processInsert = `-- name: ProcessInsert :one
+INSERT INTO engine_process (name, expires_at)
+VALUES ($1::text, now() + $2::bigint * interval '1 millisecond')
+RETURNING id
+`
+
+type ProcessInsertParams struct {
+	ProcessName string
+	ExpiryMs    int64
+}
+
+// ProcessInsert takes a lease for a new engine process.
+func (q *Queries) ProcessInsert(ctx context.Context, db DBTX, arg ProcessInsertParams) (int64, error) {
+	row := db.QueryRow(ctx, processInsert, arg.ProcessName, arg.ExpiryMs)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
+const processLockExpired = `-- name: ProcessLockExpired :many
+SELECT id, name, heartbeat_at, now()::timestamptz AS now FROM engine_process
+WHERE expires_at < now()
+ORDER BY id
+LIMIT 20
+FOR UPDATE SKIP LOCKED
+`
+
+type ProcessLockExpiredRow struct {
+	ID          int64
+	Name        string
+	HeartbeatAt pgtype.Timestamptz
+	Now         pgtype.Timestamptz
+}
+
+// ProcessLockExpired locks expired leases for the sweep; another process
+// sweeping at the same time skips them.
+func (q *Queries) ProcessLockExpired(ctx context.Context, db DBTX) ([]ProcessLockExpiredRow, error) {
+	rows, err := db.Query(ctx, processLockExpired)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProcessLockExpiredRow
+	for rows.Next() {
+		var i ProcessLockExpiredRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.HeartbeatAt,
+			&i.Now,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const processRenew = `-- name: ProcessRenew :execrows
+UPDATE engine_process
+SET heartbeat_at = now(), expires_at = now() + $1::bigint * interval '1 millisecond'
+WHERE id = $2 AND expires_at > now()
+`
+
+type ProcessRenewParams struct {
+	ExpiryMs int64
+	ID       int64
+}
+
+// ProcessRenew renews a lease that has not expired; 0 rows: it expired (or
+// was swept or released), and the process must stop its calls.
+func (q *Queries) ProcessRenew(ctx context.Context, db DBTX, arg ProcessRenewParams) (int64, error) {
+	result, err := db.Exec(ctx, processRenew, arg.ExpiryMs, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const runEndMany = `-- name: RunEndMany :many
 UPDATE engine_run
 SET state = ($1::text[])[array_position($2::bigint[], engine_run.id)],
@@ -91,6 +182,24 @@ func (q *Queries) RunEndedAmong(ctx context.Context, db DBTX, ids []int64) ([]in
 		return nil, err
 	}
 	return items, nil
+}
+
+const runExtendTimeout = `-- name: RunExtendTimeout :exec
+UPDATE engine_run
+SET timeout_at = timeout_at + ($1::bigint[])[array_position($2::bigint[], engine_run.id)] * interval '1 millisecond'
+WHERE engine_run.id = ANY($2::bigint[]) AND timeout_at IS NOT NULL AND state = 'running'
+`
+
+type RunExtendTimeoutParams struct {
+	Ms  []int64
+	IDs []int64
+}
+
+// RunExtendTimeout pushes back the timeouts of runs (ids) by the time their
+// steps were stranded in a dead process (ms, per run).
+func (q *Queries) RunExtendTimeout(ctx context.Context, db DBTX, arg RunExtendTimeoutParams) error {
+	_, err := db.Exec(ctx, runExtendTimeout, arg.Ms, arg.IDs)
+	return err
 }
 
 const runGetByID = `-- name: RunGetByID :one
@@ -262,7 +371,7 @@ UPDATE engine_step
 SET batch_index = batch_index + 1, batch_attempts = array_append(batch_attempts, attempt + 1),
     attempt = 0, last_error = '', checkpoint = NULL, progress = NULL, wake_at = $1,
     failed_targets = failed_targets || $2::jsonb
-WHERE id = $3 AND state = 'running' AND batch_index = $4
+WHERE id = $3 AND state = 'running' AND batch_index = $4 AND exec_token = $5
 `
 
 type StepAdvanceBatchParams struct {
@@ -270,6 +379,7 @@ type StepAdvanceBatchParams struct {
 	FailedTargets []byte
 	ID            int64
 	BatchIndex    int32
+	ExecToken     int64
 }
 
 func (q *Queries) StepAdvanceBatch(ctx context.Context, db DBTX, arg StepAdvanceBatchParams) (int64, error) {
@@ -278,6 +388,7 @@ func (q *Queries) StepAdvanceBatch(ctx context.Context, db DBTX, arg StepAdvance
 		arg.FailedTargets,
 		arg.ID,
 		arg.BatchIndex,
+		arg.ExecToken,
 	)
 	if err != nil {
 		return 0, err
@@ -320,13 +431,126 @@ func (q *Queries) StepCancelOpen(ctx context.Context, db DBTX, arg StepCancelOpe
 	return items, nil
 }
 
+const stepClaimMany = `-- name: StepClaimMany :many
+WITH input AS (
+    SELECT unnest($1::bigint[]) AS id, unnest($2::bigint[]) AS job_id, unnest($3::bigint[]) AS token
+), c AS (
+    UPDATE engine_step
+    SET process_id = NULLIF($4::bigint, 0), claimed_at = now(),
+        exec_token = CASE WHEN i.token = 0 THEN engine_step.exec_token + 1 ELSE engine_step.exec_token END
+    FROM input i
+    WHERE engine_step.id = i.id AND engine_step.state = 'running' AND engine_step.job_id = i.job_id
+        AND (i.token = 0 OR engine_step.exec_token = i.token)
+    RETURNING engine_step.id, engine_step.run_id, engine_step.stage_index, engine_step.step_index, engine_step.spec,
+        engine_step.state, engine_step.batch_index, engine_step.attempt, engine_step.checkpoint, engine_step.wake_at,
+        engine_step.deadline_at, engine_step.failed_targets, engine_step.exec_token, engine_step.job_id
+)
+SELECT s.id, s.run_id, s.stage_index, s.step_index, s.spec, s.state, s.batch_index, s.attempt,
+    s.checkpoint, s.wake_at, s.deadline_at, s.failed_targets, s.exec_token, s.job_id,
+    r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now,
+    -- The targets earlier steps of the step's chain failed, which it skips
+    -- (a probe of the mostly empty partial index of steps with failed
+    -- targets; not even that for a step without a chain or an earlier stage).
+    (CASE WHEN s.stage_index > 0 AND s.spec ? 'chain' THEN (
+        SELECT jsonb_agg(jsonb_build_object('step', p.spec->>'name', 'failed', p.failed_targets) ORDER BY p.stage_index)
+        FROM engine_step p
+        WHERE p.run_id = s.run_id AND p.failed_targets <> '{}' AND p.stage_index < s.stage_index
+            AND p.spec->>'chain' = s.spec->>'chain')
+    END)::jsonb AS chain_failures
+FROM c s
+CROSS JOIN LATERAL (SELECT state, owner, timeout_at FROM engine_run WHERE engine_run.id = s.run_id OFFSET 0) r
+`
+
+type StepClaimManyParams struct {
+	IDs       []int64
+	JobIDs    []int64
+	Tokens    []int64
+	ProcessID int64
+}
+
+type StepClaimManyRow struct {
+	ID            int64
+	RunID         int64
+	StageIndex    int32
+	StepIndex     int32
+	Spec          []byte
+	State         string
+	BatchIndex    int32
+	Attempt       int32
+	Checkpoint    []byte
+	WakeAt        pgtype.Timestamptz
+	DeadlineAt    pgtype.Timestamptz
+	FailedTargets []byte
+	ExecToken     int64
+	JobID         *int64
+	RunState      string
+	Owner         string
+	TimeoutAt     pgtype.Timestamptz
+	Now           pgtype.Timestamptz
+	ChainFailures []byte
+}
+
+// StepClaimMany is how a job starts (or goes on with) its step: each step
+// (ids, with the job working it and the execution's token) is claimed for
+// process_id and returned with its run's state. A token of 0 starts a new
+// execution (the token grows, superseding any other); a token of an earlier
+// claim goes on with it only if no one superseded it. A step that is not
+// running, whose job is no longer job_ids' (rescheduled elsewhere), or
+// whose token moved on is not returned.
+// OFFSET 0 keeps this a probe of the run's key per step: joined plainly,
+// the planner may hash the whole run table for a handful of steps.
+func (q *Queries) StepClaimMany(ctx context.Context, db DBTX, arg StepClaimManyParams) ([]StepClaimManyRow, error) {
+	rows, err := db.Query(ctx, stepClaimMany,
+		arg.IDs,
+		arg.JobIDs,
+		arg.Tokens,
+		arg.ProcessID,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []StepClaimManyRow
+	for rows.Next() {
+		var i StepClaimManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.RunID,
+			&i.StageIndex,
+			&i.StepIndex,
+			&i.Spec,
+			&i.State,
+			&i.BatchIndex,
+			&i.Attempt,
+			&i.Checkpoint,
+			&i.WakeAt,
+			&i.DeadlineAt,
+			&i.FailedTargets,
+			&i.ExecToken,
+			&i.JobID,
+			&i.RunState,
+			&i.Owner,
+			&i.TimeoutAt,
+			&i.Now,
+			&i.ChainFailures,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const stepEndMany = `-- name: StepEndMany :many
 WITH input AS (
     SELECT unnest($1::bigint[]) AS id, unnest($2::bigint[]) AS run_id,
         unnest($3::integer[]) AS stage_index, unnest($4::text[]) AS state,
         unnest($5::text[]) AS error, unnest($6::text[]) AS failure,
         unnest($7::integer[]) AS calls, unnest($8::integer[]) AS ord,
-        unnest($9::jsonb[]) AS failed_targets
+        unnest($9::jsonb[]) AS failed_targets, unnest($10::bigint[]) AS token
 ), s AS (
     UPDATE engine_step
     SET state = i.state, error = i.error, ended_at = now(), checkpoint = NULL, wake_at = NULL,
@@ -336,7 +560,7 @@ WITH input AS (
             ELSE array_append(engine_step.batch_attempts, i.calls) END
     FROM input i
     JOIN engine_run r ON r.id = i.run_id AND r.state = 'running' AND r.stage_index = i.stage_index
-    WHERE engine_step.id = i.id AND engine_step.state = 'running'
+    WHERE engine_step.id = i.id AND engine_step.state = 'running' AND engine_step.exec_token = i.token
     RETURNING i.run_id, i.state, i.failure, i.ord
 ), ended AS (
     SELECT s.run_id, count(*) AS n,
@@ -372,6 +596,7 @@ type StepEndManyParams struct {
 	Calls         []int32
 	Ords          []int32
 	FailedTargets [][]byte
+	Tokens        []int64
 }
 
 type StepEndManyRow struct {
@@ -390,7 +615,8 @@ type StepEndManyRow struct {
 // their run rows (open steps, failed steps, the first failure in input
 // order). It returns one row per run with steps ended here, with the run's
 // counters after the update; steps that had already ended (a duplicate
-// execution, a cancel that won the race) change nothing. calls < 0: the
+// execution, a cancel that won the race) change nothing, and neither do
+// steps whose execution token (tokens) was superseded. calls < 0: the
 // step's last batch is already counted.
 func (q *Queries) StepEndMany(ctx context.Context, db DBTX, arg StepEndManyParams) ([]StepEndManyRow, error) {
 	rows, err := db.Query(ctx, stepEndMany,
@@ -403,6 +629,7 @@ func (q *Queries) StepEndMany(ctx context.Context, db DBTX, arg StepEndManyParam
 		arg.Calls,
 		arg.Ords,
 		arg.FailedTargets,
+		arg.Tokens,
 	)
 	if err != nil {
 		return nil, err
@@ -430,82 +657,22 @@ func (q *Queries) StepEndMany(ctx context.Context, db DBTX, arg StepEndManyParam
 	return items, nil
 }
 
-const stepGetForWorkMany = `-- name: StepGetForWorkMany :many
-SELECT s.id, s.run_id, s.stage_index, s.step_index, s.spec, s.state, s.batch_index, s.attempt,
-    s.checkpoint, s.wake_at, s.deadline_at, s.failed_targets,
-    r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now,
-    -- The targets earlier steps of the step's chain failed, which it skips
-    -- (a probe of the mostly empty partial index of steps with failed
-    -- targets; not even that for a step without a chain or an earlier stage).
-    (CASE WHEN s.stage_index > 0 AND s.spec ? 'chain' THEN (
-        SELECT jsonb_agg(jsonb_build_object('step', p.spec->>'name', 'failed', p.failed_targets) ORDER BY p.stage_index)
-        FROM engine_step p
-        WHERE p.run_id = s.run_id AND p.failed_targets <> '{}' AND p.stage_index < s.stage_index
-            AND p.spec->>'chain' = s.spec->>'chain')
-    END)::jsonb AS chain_failures
-FROM engine_step s
-CROSS JOIN LATERAL (SELECT state, owner, timeout_at FROM engine_run WHERE engine_run.id = s.run_id OFFSET 0) r
-WHERE s.id = ANY($1::bigint[])
+const stepExecState = `-- name: StepExecState :one
+SELECT state, exec_token FROM engine_step WHERE id = $1
 `
 
-type StepGetForWorkManyRow struct {
-	ID            int64
-	RunID         int64
-	StageIndex    int32
-	StepIndex     int32
-	Spec          []byte
-	State         string
-	BatchIndex    int32
-	Attempt       int32
-	Checkpoint    []byte
-	WakeAt        pgtype.Timestamptz
-	DeadlineAt    pgtype.Timestamptz
-	FailedTargets []byte
-	RunState      string
-	Owner         string
-	TimeoutAt     pgtype.Timestamptz
-	Now           pgtype.Timestamptz
-	ChainFailures []byte
+type StepExecStateRow struct {
+	State     string
+	ExecToken int64
 }
 
-// OFFSET 0 keeps this a probe of the run's key per step: joined plainly,
-// the planner may hash the whole run table for a handful of steps.
-func (q *Queries) StepGetForWorkMany(ctx context.Context, db DBTX, ids []int64) ([]StepGetForWorkManyRow, error) {
-	rows, err := db.Query(ctx, stepGetForWorkMany, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []StepGetForWorkManyRow
-	for rows.Next() {
-		var i StepGetForWorkManyRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.RunID,
-			&i.StageIndex,
-			&i.StepIndex,
-			&i.Spec,
-			&i.State,
-			&i.BatchIndex,
-			&i.Attempt,
-			&i.Checkpoint,
-			&i.WakeAt,
-			&i.DeadlineAt,
-			&i.FailedTargets,
-			&i.RunState,
-			&i.Owner,
-			&i.TimeoutAt,
-			&i.Now,
-			&i.ChainFailures,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+// StepExecState says why a guarded write of an execution changed nothing:
+// the step ended, or its token moved on.
+func (q *Queries) StepExecState(ctx context.Context, db DBTX, id int64) (StepExecStateRow, error) {
+	row := db.QueryRow(ctx, stepExecState, id)
+	var i StepExecStateRow
+	err := row.Scan(&i.State, &i.ExecToken)
+	return i, err
 }
 
 const stepInsertMany = `-- name: StepInsertMany :many
@@ -626,46 +793,66 @@ func (q *Queries) StepListByRun(ctx context.Context, db DBTX, runID int64) ([]St
 const stepRecordFailure = `-- name: StepRecordFailure :execrows
 UPDATE engine_step
 SET attempt = attempt + 1, last_error = $1
-WHERE id = $2 AND state = 'running' AND batch_index = $3
+WHERE id = $2 AND state = 'running' AND batch_index = $3 AND exec_token = $4
 `
 
 type StepRecordFailureParams struct {
 	LastError  string
 	ID         int64
 	BatchIndex int32
+	ExecToken  int64
 }
 
 func (q *Queries) StepRecordFailure(ctx context.Context, db DBTX, arg StepRecordFailureParams) (int64, error) {
-	result, err := db.Exec(ctx, stepRecordFailure, arg.LastError, arg.ID, arg.BatchIndex)
+	result, err := db.Exec(ctx, stepRecordFailure,
+		arg.LastError,
+		arg.ID,
+		arg.BatchIndex,
+		arg.ExecToken,
+	)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
 }
 
-const stepRecordPoll = `-- name: StepRecordPoll :exec
+const stepRecordPoll = `-- name: StepRecordPoll :execrows
 UPDATE engine_step SET polls = polls + 1
-WHERE id = $1 AND state = 'running'
+WHERE id = $1 AND state = 'running' AND exec_token = $2
 `
 
-func (q *Queries) StepRecordPoll(ctx context.Context, db DBTX, id int64) error {
-	_, err := db.Exec(ctx, stepRecordPoll, id)
-	return err
+type StepRecordPollParams struct {
+	ID        int64
+	ExecToken int64
+}
+
+func (q *Queries) StepRecordPoll(ctx context.Context, db DBTX, arg StepRecordPollParams) (int64, error) {
+	result, err := db.Exec(ctx, stepRecordPoll, arg.ID, arg.ExecToken)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const stepSaveCheckpoint = `-- name: StepSaveCheckpoint :execrows
 UPDATE engine_step SET checkpoint = $1
-WHERE id = $2 AND state = 'running' AND batch_index = $3
+WHERE id = $2 AND state = 'running' AND batch_index = $3 AND exec_token = $4
 `
 
 type StepSaveCheckpointParams struct {
 	Checkpoint []byte
 	ID         int64
 	BatchIndex int32
+	ExecToken  int64
 }
 
 func (q *Queries) StepSaveCheckpoint(ctx context.Context, db DBTX, arg StepSaveCheckpointParams) (int64, error) {
-	result, err := db.Exec(ctx, stepSaveCheckpoint, arg.Checkpoint, arg.ID, arg.BatchIndex)
+	result, err := db.Exec(ctx, stepSaveCheckpoint,
+		arg.Checkpoint,
+		arg.ID,
+		arg.BatchIndex,
+		arg.ExecToken,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -674,20 +861,38 @@ func (q *Queries) StepSaveCheckpoint(ctx context.Context, db DBTX, arg StepSaveC
 
 const stepSaveProgress = `-- name: StepSaveProgress :execrows
 UPDATE engine_step SET progress = $1
-WHERE id = $2 AND state = 'running'
+WHERE id = $2 AND state = 'running' AND exec_token = $3
 `
 
 type StepSaveProgressParams struct {
-	Progress []byte
-	ID       int64
+	Progress  []byte
+	ID        int64
+	ExecToken int64
 }
 
 func (q *Queries) StepSaveProgress(ctx context.Context, db DBTX, arg StepSaveProgressParams) (int64, error) {
-	result, err := db.Exec(ctx, stepSaveProgress, arg.Progress, arg.ID)
+	result, err := db.Exec(ctx, stepSaveProgress, arg.Progress, arg.ID, arg.ExecToken)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const stepSetJobs = `-- name: StepSetJobs :exec
+UPDATE engine_step
+SET job_id = ($1::bigint[])[array_position($2::bigint[], engine_step.id)]
+WHERE engine_step.id = ANY($2::bigint[])
+`
+
+type StepSetJobsParams struct {
+	JobIDs []int64
+	IDs    []int64
+}
+
+// StepSetJobs records the fresh River jobs of rescheduled steps.
+func (q *Queries) StepSetJobs(ctx context.Context, db DBTX, arg StepSetJobsParams) error {
+	_, err := db.Exec(ctx, stepSetJobs, arg.JobIDs, arg.IDs)
+	return err
 }
 
 const stepSpecMany = `-- name: StepSpecMany :many
@@ -713,6 +918,40 @@ func (q *Queries) StepSpecMany(ctx context.Context, db DBTX, ids []int64) ([]Ste
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const stepSupersededAmong = `-- name: StepSupersededAmong :many
+WITH i AS (SELECT unnest($1::bigint[]) AS id, unnest($2::bigint[]) AS token)
+SELECT s.id FROM engine_step s
+JOIN i ON s.id = i.id
+WHERE s.exec_token <> i.token OR s.state <> 'running'
+`
+
+type StepSupersededAmongParams struct {
+	IDs    []int64
+	Tokens []int64
+}
+
+// StepSupersededAmong returns which of the executions (step ids with their
+// tokens) were superseded or whose step is no longer running.
+func (q *Queries) StepSupersededAmong(ctx context.Context, db DBTX, arg StepSupersededAmongParams) ([]int64, error) {
+	rows, err := db.Query(ctx, stepSupersededAmong, arg.IDs, arg.Tokens)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -64,6 +64,14 @@ type ComponentLeak struct {
 	UpdatedAt   time.Time
 }
 
+type EngineProcess struct {
+	ID          int64
+	Name        string
+	StartedAt   time.Time
+	HeartbeatAt time.Time
+	ExpiresAt   time.Time
+}
+
 type EngineRun struct {
 	ID           int64
 	Owner        string
@@ -103,6 +111,9 @@ type EngineStep struct {
 	StartedAt     *time.Time
 	EndedAt       *time.Time
 	FailedTargets []byte
+	ProcessID     *int64
+	ExecToken     int64
+	ClaimedAt     *time.Time
 }
 
 type Event struct {

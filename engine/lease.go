@@ -1,0 +1,424 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/nicoflow/flow/engine/internal/dbsqlc"
+)
+
+// Process leases and fencing (docs/engine.md, "Leases and fencing").
+//
+// Every engine process holds a lease: a row of engine_process, named after
+// its River client, that it renews every LeaseHeartbeat and that expires
+// LeaseExpiry after the last renewal. River hands a step's job to a client
+// (river_job.attempted_by); the step's execution records the lease it runs
+// under (process_id) and a token (exec_token) that every write of the
+// execution must match. Every process sweeps, every heartbeat, the running
+// step jobs whose client holds no live lease: in one transaction per sweep
+// their steps get a new token (fencing the dead execution), their deadlines
+// the time they were stranded, a fresh River job each, and the orphaned
+// jobs are ended. A process that cannot renew its lease cancels its own
+// calls before it expires, so a partitioned process stops calling the
+// backends before anyone else starts.
+
+// Defaults of the lease settings (Config).
+const (
+	DefaultLeaseHeartbeat = 2 * time.Second
+	DefaultLeaseExpiry    = 10 * time.Second
+)
+
+// Errors of fenced executions: the cause of a call context cancelled
+// because this process lost its lease, handed its steps back while
+// stopping, or learnt its execution was superseded.
+var (
+	ErrLeaseLost = errors.New("engine process lease lost (database unreachable): call stopped; the step is rescheduled elsewhere")
+	ErrHandedOff = errors.New("engine process stopping: step handed back to another process")
+	// ErrSuperseded is returned by Call.SaveCheckpoint and Call.ReportProgress
+	// (and is the cause of the call's context) when the step's execution was
+	// superseded: its process was declared dead and the step rescheduled.
+	ErrSuperseded = errors.New("step execution superseded: the step was rescheduled elsewhere")
+)
+
+// lease is this process's lease.
+type lease struct {
+	name     string       // the River client ID, engine_process.name
+	id       atomic.Int64 // engine_process.id of the current lease; 0: none
+	ok       atomic.Bool  // renewed recently enough to call backends
+	stopping atomic.Bool  // Stop was called: no new calls
+	started  atomic.Bool
+	stop     chan struct{}
+	done     chan struct{}
+	mu       sync.Mutex
+	fence    *time.Timer // cancels the calls when the lease is about to expire
+}
+
+// processName is a River client ID unique to this process: host, pid and a
+// random suffix (River allows 100 characters).
+func processName() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "host"
+	}
+	host = strings.NewReplacer(".", "_", " ", "_").Replace(host)
+	if len(host) > 50 {
+		host = host[:50]
+	}
+	return fmt.Sprintf("%s_%d_%x", host, os.Getpid(), time.Now().UnixNano()&0xffffffffff)
+}
+
+// ProcessName is the name of this engine process: its River client's ID
+// and its lease's name in engine_process.
+func (e *Engine) ProcessName() string { return e.lease.name }
+
+// StartLease takes this process's lease and starts renewing it and
+// sweeping the steps of dead processes, until Stop. Call it before the
+// River client starts: a process without a lease works steps nobody else
+// can rescue before the rescue window.
+func (e *Engine) StartLease(ctx context.Context) error {
+	if !e.lease.started.CompareAndSwap(false, true) {
+		return nil
+	}
+	if err := e.register(ctx); err != nil {
+		e.lease.started.Store(false)
+		return err
+	}
+	e.lease.stop = make(chan struct{})
+	e.lease.done = make(chan struct{})
+	go e.leaseLoop()
+	return nil
+}
+
+// register inserts a new lease for this process and arms the fence.
+func (e *Engine) register(ctx context.Context) error {
+	start := time.Now()
+	id, err := e.q.ProcessInsert(ctx, e.pool, dbsqlc.ProcessInsertParams{ProcessName: e.lease.name, ExpiryMs: e.cfg.LeaseExpiry.Milliseconds()})
+	if err != nil {
+		return fmt.Errorf("engine: take process lease: %w", err)
+	}
+	e.lease.id.Store(id)
+	e.renewed(start)
+	e.logger.InfoContext(ctx, "engine process lease taken", "process", e.lease.name, "lease_id", id)
+	return nil
+}
+
+// renewed records a renewal that began at start: the calls may go on
+// until start + expiry − heartbeat, a heartbeat before any other process
+// may see the lease expired (the database stamps the expiry after start).
+func (e *Engine) renewed(start time.Time) {
+	left := e.cfg.LeaseExpiry - e.cfg.LeaseHeartbeat - time.Since(start)
+	e.lease.mu.Lock()
+	defer e.lease.mu.Unlock()
+	if e.lease.fence == nil {
+		e.lease.fence = time.AfterFunc(left, e.fenced)
+	} else {
+		e.lease.fence.Reset(left)
+	}
+	e.lease.ok.Store(true)
+}
+
+// fenced runs when the lease could not be renewed in time: every call of
+// this process is cancelled, and no new one starts until a renewal.
+func (e *Engine) fenced() {
+	if !e.lease.ok.Swap(false) {
+		return
+	}
+	e.logger.Warn("engine process lease not renewed in time: cancelling this process's calls", "process", e.lease.name, "lease_id", e.lease.id.Load())
+	e.watches.cancelAll(ErrLeaseLost)
+}
+
+func (e *Engine) leaseLoop() {
+	defer close(e.lease.done)
+	t := time.NewTicker(e.cfg.LeaseHeartbeat)
+	defer t.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-e.lease.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.LeaseHeartbeat)
+		e.heartbeat(ctx)
+		cancel()
+		ctx, cancel = context.WithTimeout(context.Background(), groupTimeout)
+		if _, err := e.Sweep(ctx); err != nil && ctx.Err() == nil {
+			e.logger.Warn("engine lease sweep failed", "error", err.Error())
+		}
+		cancel()
+	}
+}
+
+// heartbeat renews the lease, or takes a new one when it was lost.
+func (e *Engine) heartbeat(ctx context.Context) {
+	start := time.Now()
+	n, err := e.q.ProcessRenew(ctx, e.pool, dbsqlc.ProcessRenewParams{ID: e.lease.id.Load(), ExpiryMs: e.cfg.LeaseExpiry.Milliseconds()})
+	switch {
+	case err != nil:
+		e.logger.Warn("engine process lease not renewed", "process", e.lease.name, "error", err.Error())
+	case n == 1:
+		e.renewed(start)
+	default:
+		// Expired (and maybe swept): its executions are superseded. Stop
+		// them and start afresh under a new lease.
+		e.fenced()
+		if err := e.register(ctx); err != nil {
+			e.logger.Warn("engine process lease lost and not retaken", "process", e.lease.name, "error", err.Error())
+		}
+	}
+}
+
+// sweep modes.
+const (
+	sweepDead    = "dead"    // steps of clients without a live lease, and hung calls
+	sweepHandOff = "handoff" // this process's own running steps
+)
+
+// sweepCandidatesSQL finds the running step jobs to reschedule: for
+// sweepDead, those whose client ($3 ignored) holds no live lease, or whose
+// call began longer ago than its timeout plus the rescue window ($4 ms) in a
+// live one (a hung process, the last resort); for sweepHandOff, those of
+// client $3. Each with the time it was stranded: since its process's last
+// heartbeat (0 when handed off or hung). It reaches the steps through
+// River's running jobs (few, indexed by state and queue).
+const sweepCandidatesSQL = `
+SELECT s.id, s.run_id, j.id AS job_id, j.attempt,
+    CASE WHEN $2::text = 'dead' AND NOT coalesce(l.live, false)
+        THEN (extract(epoch FROM greatest(now() - coalesce(l.heartbeat_at, s.claimed_at, j.attempted_at, now()), interval '0')) * 1000)::bigint
+        ELSE 0 END AS stranded_ms
+FROM river_job j
+JOIN engine_step s ON s.id = (j.args->>'step_id')::bigint AND s.job_id = j.id AND s.state = 'running'
+LEFT JOIN LATERAL (
+    SELECT max(p.heartbeat_at) AS heartbeat_at, bool_or(p.expires_at > now()) AS live
+    FROM engine_process p WHERE p.name = j.attempted_by[array_upper(j.attempted_by, 1)]
+) l ON true
+WHERE j.state = 'running' AND j.queue = $1 AND j.kind = 'engine.run_step'
+    AND CASE WHEN $2::text = 'handoff' THEN j.attempted_by[array_upper(j.attempted_by, 1)] = $3
+        ELSE NOT coalesce(l.live, false)
+            OR greatest(s.claimed_at, j.attempted_at) + ((s.spec->>'timeout_ms')::bigint + $4::bigint) * interval '1 millisecond' < now()
+        END
+ORDER BY s.run_id, s.id
+LIMIT 500`
+
+// stepReleaseSQL fences the executions of steps ($1, with their jobs $2
+// and stranded times $3): a new token, no process, the deadline pushed back
+// by the stranded time. Steps that moved on meanwhile are left alone.
+const stepReleaseSQL = `
+UPDATE engine_step s
+SET exec_token = s.exec_token + 1, process_id = NULL, claimed_at = NULL,
+    deadline_at = s.deadline_at + i.stranded_ms * interval '1 millisecond'
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS i(id, job_id, stranded_ms)
+WHERE s.id = i.id AND s.job_id = i.job_id AND s.state = 'running'
+RETURNING s.id, s.run_id, s.job_id`
+
+// SweepResult counts what a sweep did.
+type SweepResult struct {
+	Steps  int // steps rescheduled
+	Leases int // expired leases removed
+}
+
+// Sweep reschedules the running steps of processes without a live lease
+// (and calls hung past their timeout plus the rescue window), and removes
+// expired leases. Every process runs it every heartbeat; concurrent sweeps
+// skip each other's leases and never reschedule a step twice.
+func (e *Engine) Sweep(ctx context.Context) (SweepResult, error) {
+	return e.sweep(ctx, sweepDead)
+}
+
+func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
+	var res SweepResult
+	if e.client == nil {
+		return res, ErrNoClient
+	}
+	err := pgx.BeginTxFunc(ctx, e.pool, checkpointTxOptions, func(tx pgx.Tx) error {
+		res = SweepResult{}
+		var expired []int64
+		if mode == sweepDead {
+			rows, err := e.q.ProcessLockExpired(ctx, tx)
+			if err != nil {
+				return fmt.Errorf("lock expired leases: %w", err)
+			}
+			for _, r := range rows {
+				expired = append(expired, r.ID)
+			}
+		}
+		type cand struct {
+			step, run, job int64
+			attempt        int
+			stranded       int64
+		}
+		rows, err := tx.Query(ctx, sweepCandidatesSQL, QueueName, mode, e.lease.name, e.cfg.RescueStuckJobsAfter.Milliseconds())
+		if err != nil {
+			return fmt.Errorf("find steps to reschedule: %w", err)
+		}
+		cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (c cand, err error) {
+			err = r.Scan(&c.step, &c.run, &c.job, &c.attempt, &c.stranded)
+			return c, err
+		})
+		if err != nil {
+			return fmt.Errorf("find steps to reschedule: %w", err)
+		}
+		if len(cands) > 0 {
+			runIDs := make([]int64, 0, len(cands))
+			var steps, jobs, stranded []int64
+			attempts := map[int64]int{}
+			for _, c := range cands {
+				runIDs = append(runIDs, c.run)
+				steps, jobs, stranded = append(steps, c.step), append(jobs, c.job), append(stranded, c.stranded)
+				attempts[c.job] = c.attempt
+			}
+			// Run rows first, as checkpoints and Cancel lock them.
+			slices.Sort(runIDs)
+			runIDs = slices.Compact(runIDs)
+			if err := e.q.RunLockMany(ctx, tx, runIDs); err != nil {
+				return fmt.Errorf("lock runs: %w", err)
+			}
+			released, err := tx.Query(ctx, stepReleaseSQL, steps, jobs, stranded)
+			if err != nil {
+				return fmt.Errorf("release steps: %w", err)
+			}
+			type rel struct{ step, run, job int64 }
+			rels, err := pgx.CollectRows(released, func(r pgx.CollectableRow) (x rel, err error) {
+				err = r.Scan(&x.step, &x.run, &x.job)
+				return x, err
+			})
+			if err != nil {
+				return fmt.Errorf("release steps: %w", err)
+			}
+			if len(rels) > 0 {
+				params := make([]river.InsertManyParams, len(rels))
+				var set dbsqlc.StepSetJobsParams
+				old := make([]int64, len(rels))
+				for i, r := range rels {
+					params[i] = river.InsertManyParams{Args: RunStepArgs{StepID: StepID(r.step)}}
+					set.IDs = append(set.IDs, r.step)
+					old[i] = r.job
+				}
+				inserted, err := e.client.InsertManyTx(ctx, tx, params)
+				if err != nil {
+					return fmt.Errorf("enqueue rescheduled steps: %w", err)
+				}
+				for _, r := range inserted {
+					set.JobIDs = append(set.JobIDs, r.Job.ID)
+				}
+				if err := e.q.StepSetJobs(ctx, tx, set); err != nil {
+					return fmt.Errorf("record rescheduled jobs: %w", err)
+				}
+				why := "engine process lease expired: step rescheduled"
+				if mode == sweepHandOff {
+					why = "engine process stopping: step handed back"
+				}
+				if err := endOrphanJobs(ctx, tx, old, attempts, why); err != nil {
+					return err
+				}
+				// A run's timeout moves with its most stranded step.
+				byRun := map[int64]int64{}
+				for i, c := range cands {
+					byRun[c.run] = max(byRun[c.run], stranded[i])
+				}
+				var ext dbsqlc.RunExtendTimeoutParams
+				for run, ms := range byRun {
+					if ms > 0 {
+						ext.IDs, ext.Ms = append(ext.IDs, run), append(ext.Ms, ms)
+					}
+				}
+				if len(ext.IDs) > 0 {
+					if err := e.q.RunExtendTimeout(ctx, tx, ext); err != nil {
+						return fmt.Errorf("extend run timeouts: %w", err)
+					}
+				}
+				res.Steps = len(rels)
+			}
+		}
+		if mode == sweepHandOff {
+			expired = append(expired, e.lease.id.Load())
+		}
+		if len(expired) > 0 {
+			if err := e.q.ProcessDelete(ctx, tx, expired); err != nil {
+				return fmt.Errorf("remove expired leases: %w", err)
+			}
+			res.Leases = len(expired)
+		}
+		return nil
+	})
+	if err == nil && res.Steps > 0 {
+		e.logger.InfoContext(ctx, "engine steps rescheduled", "reason", mode, "steps", res.Steps, "expired_leases", res.Leases)
+	}
+	return res, err
+}
+
+// endOrphanJobs ends the running River jobs of rescheduled steps as
+// cancelled, with why in their errors (River UI shows it).
+func endOrphanJobs(ctx context.Context, tx pgx.Tx, ids []int64, attempts map[int64]int, why string) error {
+	n := len(ids)
+	now := time.Now()
+	p := &riverdriver.JobSetStateIfRunningManyParams{
+		ID:              ids,
+		Attempt:         make([]*int, n),
+		ErrData:         make([][]byte, n),
+		FinalizedAt:     make([]*time.Time, n),
+		MetadataDoMerge: make([]bool, n),
+		MetadataUpdates: make([][]byte, n),
+		ScheduledAt:     make([]*time.Time, n),
+		State:           make([]rivertype.JobState, n),
+	}
+	for i, id := range ids {
+		b, err := json.Marshal(rivertype.AttemptError{At: now, Attempt: attempts[id], Error: why})
+		if err != nil {
+			return err
+		}
+		p.ErrData[i] = b
+		p.FinalizedAt[i] = &now
+		p.State[i] = rivertype.JobStateCancelled
+	}
+	if _, err := riverpgxv5.New(nil).UnwrapExecutor(tx).JobSetStateIfRunningMany(ctx, p); err != nil {
+		return fmt.Errorf("end orphaned jobs: %w", err)
+	}
+	return nil
+}
+
+// Stop hands this process's work back and releases its lease: no new call
+// starts (a step between batches goes back to the queue), calls still
+// running are cancelled and their steps rescheduled for another process in
+// one transaction, and the lease is removed so no one waits for it to
+// expire. Call it once River has stopped fetching and the calls that could
+// finish have finished (client.Stop with the shutdown budget), then stop
+// River with StopAndCancel.
+func (e *Engine) Stop(ctx context.Context) error {
+	e.lease.stopping.Store(true)
+	if !e.lease.started.Load() {
+		return nil
+	}
+	close(e.lease.stop)
+	<-e.lease.done
+	e.lease.mu.Lock()
+	if e.lease.fence != nil {
+		e.lease.fence.Stop()
+	}
+	e.lease.mu.Unlock()
+	res, err := e.sweep(ctx, sweepHandOff)
+	e.lease.ok.Store(false)
+	e.watches.cancelAll(ErrHandedOff)
+	if err != nil {
+		return fmt.Errorf("engine: hand steps back: %w", err)
+	}
+	e.logger.InfoContext(ctx, "engine process stopped", "process", e.lease.name, "steps_handed_back", res.Steps)
+	return nil
+}
+
+// BeginStop makes this process start no new call: a step between batches
+// goes back to the queue for another process. Stop implies it.
+func (e *Engine) BeginStop() { e.lease.stopping.Store(true) }
