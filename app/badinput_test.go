@@ -181,8 +181,9 @@ func badInputCases(t testing.TB, rack inventory.Rack) []badCase {
 		// Bodies over FLOW_MAX_REQUEST_BYTES, plain and compressed.
 		{name: "BodyOverLimit", method: "GetRackInfoBySerial", body: `{"serial_info":{"serial_number":"` + longString(5<<20) + `"}}`, code: connect.CodeResourceExhausted, field: "", also: "4194304"},
 		{name: "GzipBomb", method: "GetRackInfoBySerial", raw: gzipped(t, []byte(`{"serial_info":{"serial_number":"`+longString(16<<20)+`"}}`)), header: http.Header{"Content-Encoding": {"gzip"}}, code: connect.CodeResourceExhausted, also: "4194304"},
-		// Rules that could never run.
-		{name: "RuleTimeoutOverRescue", method: "CreateOperationRule", body: rule(`{"component_type":"Compute","stage":1,"timeout":"1h","main_operation":{"name":"PowerControl"}}`), code: connect.CodeInvalidArgument, field: "rule_definition_json", also: "rescue window"},
+		// Rules that could never run. (A 1h step timeout, over the old
+		// rescue window, is runnable since process leases: docs/engine.md.)
+		{name: "RuleTimeoutOverLimit", method: "CreateOperationRule", body: rule(`{"component_type":"Compute","stage":1,"timeout":"200h","main_operation":{"name":"PowerControl"}}`), code: connect.CodeInvalidArgument, field: "rule_definition_json", also: "timeout"},
 		{name: "RuleRetryOverflow", method: "CreateOperationRule", body: rule(`{"component_type":"Compute","stage":1,"retry":{"max_attempts":100000000,"initial_interval":"1s","backoff_coefficient":2},"main_operation":{"name":"PowerControl"}}`), code: connect.CodeInvalidArgument, field: "rule_definition_json", also: "max_attempts"},
 		{name: "RuleBudgetOverLimit", method: "CreateOperationRule", body: rule(`{"component_type":"Compute","stage":1,"timeout":"20m","max_parallel":1,"retry":{"max_attempts":1000,"initial_interval":"1s","backoff_coefficient":2,"max_interval":"24h"},"main_operation":{"name":"PowerControl"}}`), code: connect.CodeInvalidArgument, field: "rule_definition_json", also: "step deadline"},
 		// Lax validation.

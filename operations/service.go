@@ -33,8 +33,7 @@ type Service struct {
 
 // SetPlanCheck makes CreateRule and UpdateRule refuse a definition whose
 // engine plans check refuses, so a stored rule always runs: app passes the
-// engine's CheckPlan (call timeouts inside the rescue window, step
-// deadlines that fit). The plans are built as a submit would build them,
+// engine's CheckPlan (known actions, step deadlines that fit). The plans are built as a submit would build them,
 // for 1 and for RuleCheckComponents components of every type the rule
 // names. Without a check only the rule's own validation applies.
 func (s *Service) SetPlanCheck(check func(engine.Plan) error) { s.planCheck = check }
