@@ -142,7 +142,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_MAX_DOCUMENT_BYTES", "1048576", "longest JSON document field (rule_definition_json) or firmware authentication_data value, in bytes"},
 	{"FLOW_MAX_STRING_BYTES", "1024", "longest of every other string field (IDs, external IDs, versions, locations, patterns), in bytes"},
 	{"FLOW_MAX_TARGETS", "1000", "most targets, identifiers or IDs in one request list"},
-	{"FLOW_MAX_COMPONENTS_PER_RACK", "256", "most components of one rack in a request (CreateExpectedRack, PatchRack)"},
+	{"FLOW_MAX_COMPONENTS_PER_RACK", "256", "most components of one rack: in a request (CreateExpectedRack, PatchRack), and live in a rack when AddComponent or PatchComponent adds or moves one in"},
 	{"FLOW_MAX_FILTER_PATTERNS", "100", "most patterns in one filter"},
 	{"FLOW_MAX_LIST_ITEMS", "1000", "most items of any other repeated request field"},
 	{"FLOW_MAX_PAGE_SIZE", "1000", "largest pagination.limit a listing accepts"},

@@ -111,6 +111,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}
 	s.backends.logStatus(ctx, logger)
 	inv := inventory.NewService()
+	inv.SetMaxComponentsPerRack(cfg.Limits.Components)
 	s.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: s.backends.nico, Logger: logger, Expected: cfg.SystemJobs.ExpectedInventorySync})
 	var leak *operations.LeakDetector
 	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, func(ctx context.Context) error { return leak.Run(ctx) }, logger); err != nil {

@@ -116,6 +116,9 @@ func (s *Service) AddComponent(ctx context.Context, tx pgx.Tx, c Component) (Com
 		} else if err != nil {
 			return Component{}, fmt.Errorf("get rack: %w", err)
 		}
+		if err := s.checkRoom(ctx, tx, *c.RackID, "component.rack_id"); err != nil {
+			return Component{}, err
+		}
 	}
 	if err := s.insertComponents(ctx, tx, []Component{c}, "component"); err != nil {
 		return Component{}, err
@@ -194,6 +197,9 @@ func (s *Service) patchComponent(ctx context.Context, tx pgx.Tx, p ComponentPatc
 			return Component{}, nil, fmt.Errorf("%w: rack_id %s", ErrRackNotFound, *p.RackID)
 		} else if err != nil {
 			return Component{}, nil, fmt.Errorf("get rack: %w", err)
+		}
+		if err := s.checkRoom(ctx, tx, *p.RackID, "rack_id"); err != nil {
+			return Component{}, nil, err
 		}
 		next.RackID = p.RackID
 		changed = append(changed, "rack_id")

@@ -43,6 +43,8 @@ func connectError(err error) error {
 		return connect.NewError(connect.CodeAlreadyExists, err)
 	case errors.Is(err, ErrNotDeleted), errors.Is(err, ErrAmbiguous), errors.Is(err, ErrNoRack):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, ErrRackFull):
+		return connect.NewError(connect.CodeResourceExhausted, err)
 	}
 	return err
 }

@@ -978,3 +978,48 @@ func TestNVLDomains(t *testing.T) {
 		require.Empty(t, racks.GetRacks())
 	})
 }
+
+// TestRackComponentLimit: with FLOW_MAX_COMPONENTS_PER_RACK's bound set, a
+// component added to or moved into a full rack is refused with
+// resource_exhausted naming the limit, and nothing changes; a soft-deleted
+// component frees its place.
+func TestRackComponentLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.svc.SetMaxComponentsPerRack(3)
+	full := b.create(t, smallRack("full", 1, 3))
+	other := b.create(t, smallRack("spare", 2, 1))
+	extra := func(serial string) *flowv1.Component {
+		return &flowv1.Component{
+			Type:   flowv1.ComponentType_COMPONENT_TYPE_COMPUTE,
+			Info:   &flowv1.DeviceInfo{Name: serial, Manufacturer: "Acme", SerialNumber: serial},
+			RackId: id(full),
+		}
+	}
+	count := func(rack string) int {
+		t.Helper()
+		res, err := b.client.GetRackInfoByID(b.ctx, &flowv1.GetRackInfoByIDRequest{Id: id(rack), WithComponents: true})
+		require.NoError(t, err)
+		return len(res.GetRack().GetComponents())
+	}
+
+	_, err := b.client.AddComponent(b.ctx, &flowv1.AddComponentRequest{Component: extra("X-1")})
+	requireCode(t, err, connect.CodeResourceExhausted, "FLOW_MAX_COMPONENTS_PER_RACK")
+	require.Equal(t, 3, count(full))
+
+	spare, err := b.client.GetRackInfoByID(b.ctx, &flowv1.GetRackInfoByIDRequest{Id: id(other), WithComponents: true})
+	require.NoError(t, err)
+	moved := spare.GetRack().GetComponents()[0].GetInfo().GetId()
+	_, err = b.client.PatchComponent(b.ctx, &flowv1.PatchComponentRequest{Id: moved, RackId: id(full)})
+	requireCode(t, err, connect.CodeResourceExhausted, "limit")
+	require.Equal(t, 3, count(full))
+	require.Equal(t, 1, count(other))
+
+	res, err := b.client.GetRackInfoByID(b.ctx, &flowv1.GetRackInfoByIDRequest{Id: id(full), WithComponents: true})
+	require.NoError(t, err)
+	_, err = b.client.DeleteComponent(b.ctx, &flowv1.DeleteComponentRequest{Id: res.GetRack().GetComponents()[0].GetInfo().GetId()})
+	require.NoError(t, err)
+	_, err = b.client.AddComponent(b.ctx, &flowv1.AddComponentRequest{Component: extra("X-2")})
+	require.NoError(t, err)
+	require.Equal(t, 3, count(full))
+}

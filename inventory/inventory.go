@@ -48,6 +48,9 @@ var (
 	// ErrNoRack: a targeted component belongs to no rack, so no per-rack
 	// task can be made for it.
 	ErrNoRack = errors.New("component has no rack")
+	// ErrRackFull: a component added to (or moved into) a rack would take
+	// it over the limit of Service.SetMaxComponentsPerRack.
+	ErrRackFull = errors.New("rack is full")
 )
 
 // FieldError is bad input in one request field. It matches

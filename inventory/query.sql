@@ -306,3 +306,6 @@ WHERE cardinality(c.blocked_operations) > 0 AND c.deleted_at IS NULL
        OR (@rack_scoped::boolean AND c.type = 'Compute'
            AND c.rack_id IN (SELECT rack_id FROM component WHERE id = ANY (@ids::uuid[]))))
 ORDER BY c.id;
+
+-- name: ComponentCountLiveByRack :one
+SELECT count(*) FROM component WHERE rack_id = @rack_id AND deleted_at IS NULL;

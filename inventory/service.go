@@ -2,9 +2,11 @@ package inventory
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory/internal/dbsqlc"
@@ -21,6 +23,31 @@ type Service struct {
 	q            *dbsqlc.Queries
 	taskStats    TaskStatsFunc
 	leakHandling LeakHandlingFunc
+	// maxComponents bounds a rack's live components when one is added or
+	// moved in (0: no bound).
+	maxComponents int
+}
+
+// SetMaxComponentsPerRack makes AddComponent and PatchComponent refuse,
+// with ErrRackFull, a component that would give its rack more than n live
+// components (FLOW_MAX_COMPONENTS_PER_RACK). Requests that carry a whole
+// rack are bounded per request at the edge. Call it once at startup.
+func (s *Service) SetMaxComponentsPerRack(n int) { s.maxComponents = n }
+
+// checkRoom returns ErrRackFull when rack, locked by the caller, already
+// has the most live components it may.
+func (s *Service) checkRoom(ctx context.Context, tx pgx.Tx, rack uuid.UUID, field string) error {
+	if s.maxComponents <= 0 {
+		return nil
+	}
+	n, err := s.q.ComponentCountLiveByRack(ctx, tx, &rack)
+	if err != nil {
+		return fmt.Errorf("count components: %w", err)
+	}
+	if n >= int64(s.maxComponents) {
+		return fmt.Errorf("%w: %s %s already has %d components, the limit (FLOW_MAX_COMPONENTS_PER_RACK) is %d", ErrRackFull, field, rack, n, s.maxComponents)
+	}
+	return nil
 }
 
 // NewService returns a Service.

@@ -244,6 +244,17 @@ func (q *Queries) ComponentCount(ctx context.Context, db DBTX, arg ComponentCoun
 	return count, err
 }
 
+const componentCountLiveByRack = `-- name: ComponentCountLiveByRack :one
+SELECT count(*) FROM component WHERE rack_id = $1 AND deleted_at IS NULL
+`
+
+func (q *Queries) ComponentCountLiveByRack(ctx context.Context, db DBTX, rackID *uuid.UUID) (int64, error) {
+	row := db.QueryRow(ctx, componentCountLiveByRack, rackID)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const componentGetByID = `-- name: ComponentGetByID :one
 SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, c.mirrored_at, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
 FROM component c LEFT JOIN rack r ON r.id = c.rack_id
