@@ -93,6 +93,7 @@ func BenchmarkSyncCycle(b *testing.B) {
 	bench := func(b *testing.B, syncer *reconcile.Syncer, change float64) {
 		var statements, rows int64
 		var cpu time.Duration
+		partTime := map[string]time.Duration{}
 		round := 0
 		for b.Loop() {
 			b.StopTimer()
@@ -114,6 +115,7 @@ func BenchmarkSyncCycle(b *testing.B) {
 			for _, p := range run.Parts {
 				require.True(b, p.OK, "%s: %s", p.Name, p.Error)
 				require.False(b, p.DriftChanged, p.Name)
+				partTime[p.Name] += p.Duration
 			}
 			statements += counter.n.Load() - before
 			rows += run.Changed()
@@ -124,6 +126,10 @@ func BenchmarkSyncCycle(b *testing.B) {
 		// The Go side's CPU (Flow's sync and the simulator, one process),
 		// which a loaded machine does not inflate the way it does wall time.
 		b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "go-cpu-ms/op")
+		// Where a cycle's wall time goes, part by part.
+		for name, d := range partTime {
+			b.ReportMetric(float64(d.Milliseconds())/float64(b.N), name+"-ms/op")
+		}
 	}
 	// The same cycle with the expected-inventory mirror off
 	// (FLOW_EXPECTED_INVENTORY_SYNC_ENABLED=false) prices the mirror under
