@@ -303,9 +303,15 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 				var set dbsqlc.StepSetJobsParams
 				old := make([]int64, len(rels))
 				for i, r := range rels {
-					params[i] = river.InsertManyParams{Args: RunStepArgs{StepID: StepID(r.step)}}
-					set.IDs = append(set.IDs, r.step)
 					old[i] = r.job
+				}
+				meta, err := jobMetadata(ctx, tx, old)
+				if err != nil {
+					return err
+				}
+				for i, r := range rels {
+					params[i] = river.InsertManyParams{Args: RunStepArgs{StepID: StepID(r.step)}, InsertOpts: carriedOpts(meta[r.job], r.run, r.step)}
+					set.IDs = append(set.IDs, r.step)
 				}
 				inserted, err := e.client.InsertManyTx(ctx, tx, params)
 				if err != nil {
@@ -422,3 +428,36 @@ func (e *Engine) Stop(ctx context.Context) error {
 // BeginStop makes this process start no new call: a step between batches
 // goes back to the queue for another process. Stop implies it.
 func (e *Engine) BeginStop() { e.lease.stopping.Store(true) }
+
+// jobMetadata returns the metadata of River jobs by ID.
+func jobMetadata(ctx context.Context, tx pgx.Tx, ids []int64) (map[int64][]byte, error) {
+	rows, err := tx.Query(ctx, `SELECT id, metadata FROM river_job WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read orphaned jobs: %w", err)
+	}
+	meta := make(map[int64][]byte, len(ids))
+	var id int64
+	var md []byte
+	_, err = pgx.ForEachRow(rows, []any{&id, &md}, func() error {
+		meta[id] = slices.Clone(md)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read orphaned jobs: %w", err)
+	}
+	return meta, nil
+}
+
+// carriedOpts are the insert options of a rescheduled step's fresh job: the
+// run's labels, stage, step and action carried over from the orphaned job's
+// metadata, so River UI shows the new job as it showed the old one.
+func carriedOpts(metadata []byte, run, step int64) *river.InsertOpts {
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(metadata, &m)
+	str := func(k string) string {
+		var v string
+		_ = json.Unmarshal(m[k], &v)
+		return v
+	}
+	return jobOpts(jobLabels(metadata), RunID(run), StepID(step), str(metaStage), str(metaStep), str(metaAction))
+}

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -358,7 +359,7 @@ func TestRollingRestartHandsStepsBack(t *testing.T) {
 	for range 50 {
 		st := step("long", testParams{Block: stepTime}, "t")
 		st.Timeout = time.Minute
-		runs = append(runs, b.start(t, engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{st}}}}))
+		runs = append(runs, b.start(t, engine.Plan{Labels: map[string]string{"task_id": fmt.Sprintf("task-%d", len(runs))}, Stages: []engine.Stage{{Steps: []engine.Step{st}}}}))
 	}
 	require.Eventually(t, func() bool {
 		var n int
@@ -398,5 +399,12 @@ func TestRollingRestartHandsStepsBack(t *testing.T) {
 	}
 	// Within the budget plus a fetch, well before a lease would expire.
 	require.Less(t, worst, engine.DefaultLeaseExpiry)
+	// The fresh jobs of handed-back steps carry the run's labels, stage,
+	// step and action as the first jobs did (what River UI shows).
+	var jobs, labelled int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE metadata->>'task_id' LIKE 'task-%' AND metadata->>'action' <> '' AND metadata ? 'step')
+		FROM river_job WHERE kind = $1`, engine.RunStepArgs{}.Kind()).Scan(&jobs, &labelled))
+	require.Equal(t, 50+held, jobs, "one job per step and one more per handed-back step")
+	require.Equal(t, jobs, labelled, "every step job names its task, step and action")
 	t.Logf("%d steps handed back; SIGTERM → re-run on the other replica at most %s", held, worst.Round(time.Millisecond))
 }
