@@ -253,6 +253,18 @@ func completeJobs(ctx context.Context, tx pgx.Tx, ids []int64) error {
 // does (a River upgrade that changes that interface fails to compile here,
 // it cannot drift).
 func endJobs(ctx context.Context, tx pgx.Tx, ids []int64, failures []string, attempts []int) error {
+	return finalizeJobs(ctx, tx, ids, func(i int) (rivertype.JobState, string, int) {
+		if i < len(failures) && failures[i] != "" {
+			return rivertype.JobStateDiscarded, failures[i], max(attempts[i], 1)
+		}
+		return rivertype.JobStateCompleted, "", 0
+	})
+}
+
+// finalizeJobs ends running jobs in tx in one statement: job i in the state
+// end(i) gives, with its message, when not empty, recorded as that
+// attempt's error (River UI shows it).
+func finalizeJobs(ctx context.Context, tx pgx.Tx, ids []int64, end func(i int) (state rivertype.JobState, msg string, attempt int)) error {
 	n := len(ids)
 	now := time.Now()
 	p := &riverdriver.JobSetStateIfRunningManyParams{
@@ -266,15 +278,19 @@ func endJobs(ctx context.Context, tx pgx.Tx, ids []int64, failures []string, att
 		State:           make([]rivertype.JobState, n),
 	}
 	for i := range ids {
+		state, msg, attempt := end(i)
 		p.FinalizedAt[i] = &now
-		p.State[i] = rivertype.JobStateCompleted
-		if i < len(failures) && failures[i] != "" {
-			p.State[i] = rivertype.JobStateDiscarded
-			p.ErrData[i], _ = json.Marshal(rivertype.AttemptError{At: now, Attempt: max(attempts[i], 1), Error: failures[i]})
+		p.State[i] = state
+		if msg != "" {
+			b, err := json.Marshal(rivertype.AttemptError{At: now, Attempt: attempt, Error: msg})
+			if err != nil {
+				return err
+			}
+			p.ErrData[i] = b
 		}
 	}
 	if _, err := riverpgxv5.New(nil).UnwrapExecutor(tx).JobSetStateIfRunningMany(ctx, p); err != nil {
-		return fmt.Errorf("complete jobs: %w", err)
+		return fmt.Errorf("finalize jobs: %w", err)
 	}
 	return nil
 }

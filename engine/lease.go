@@ -14,8 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/nicoflow/flow/engine/internal/dbsqlc"
@@ -369,31 +367,9 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 // endOrphanJobs ends the running River jobs of rescheduled steps as
 // cancelled, with why in their errors (River UI shows it).
 func endOrphanJobs(ctx context.Context, tx pgx.Tx, ids []int64, attempts map[int64]int, why string) error {
-	n := len(ids)
-	now := time.Now()
-	p := &riverdriver.JobSetStateIfRunningManyParams{
-		ID:              ids,
-		Attempt:         make([]*int, n),
-		ErrData:         make([][]byte, n),
-		FinalizedAt:     make([]*time.Time, n),
-		MetadataDoMerge: make([]bool, n),
-		MetadataUpdates: make([][]byte, n),
-		ScheduledAt:     make([]*time.Time, n),
-		State:           make([]rivertype.JobState, n),
-	}
-	for i, id := range ids {
-		b, err := json.Marshal(rivertype.AttemptError{At: now, Attempt: attempts[id], Error: why})
-		if err != nil {
-			return err
-		}
-		p.ErrData[i] = b
-		p.FinalizedAt[i] = &now
-		p.State[i] = rivertype.JobStateCancelled
-	}
-	if _, err := riverpgxv5.New(nil).UnwrapExecutor(tx).JobSetStateIfRunningMany(ctx, p); err != nil {
-		return fmt.Errorf("end orphaned jobs: %w", err)
-	}
-	return nil
+	return finalizeJobs(ctx, tx, ids, func(i int) (rivertype.JobState, string, int) {
+		return rivertype.JobStateCancelled, why, attempts[ids[i]]
+	})
 }
 
 // Stop hands this process's work back and releases its lease: no new call
