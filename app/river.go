@@ -67,28 +67,24 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 			return nil, nil, err
 		}
 	}
+	// The task-queue and operation-run sweeps are safety nets the leader
+	// runs every 30 s and at election, as system jobs.
+	if w.sweep != nil {
+		if err := w.system.Add(SystemJob{Name: TaskQueueSweepJob, Interval: sweepInterval, RunOnStart: true, Run: w.sweep}); err != nil {
+			return nil, nil, err
+		}
+	}
+	if w.runSweep != nil {
+		if err := w.system.Add(SystemJob{Name: OperationRunSweepJob, Interval: runSweepInterval, RunOnStart: true, Run: w.runSweep}); err != nil {
+			return nil, nil, err
+		}
+	}
 	w.system.install(rc, logger)
 	if w.promoteRack != nil {
 		river.AddWorker(rc.Workers, &queueExpiryWorker{promote: w.promoteRack})
 	}
-	if w.sweep != nil {
-		river.AddWorker(rc.Workers, &sweepWorker{sweep: w.sweep})
-		rc.PeriodicJobs = append(rc.PeriodicJobs, river.NewPeriodicJob(
-			river.PeriodicInterval(sweepInterval),
-			func() (river.JobArgs, *river.InsertOpts) { return sweepArgs{}, nil },
-			&river.PeriodicJobOpts{RunOnStart: true},
-		))
-	}
 	if w.runWake != nil {
 		river.AddWorker(rc.Workers, &runWakeWorker{wake: w.runWake})
-	}
-	if w.runSweep != nil {
-		river.AddWorker(rc.Workers, &runSweepWorker{sweep: w.runSweep})
-		rc.PeriodicJobs = append(rc.PeriodicJobs, river.NewPeriodicJob(
-			river.PeriodicInterval(runSweepInterval),
-			func() (river.JobArgs, *river.InsertOpts) { return runSweepArgs{}, nil },
-			&river.PeriodicJobOpts{RunOnStart: true},
-		))
 	}
 	if w.eventExecutions != nil {
 		// Event-rule executions have their own queue: a leak's power-off
@@ -163,24 +159,6 @@ const scheduleTickInterval = time.Second
 // the transaction that ends the blocking task).
 const sweepInterval = 30 * time.Second
 
-// sweepArgs is the periodic job of the task-queue sweep.
-type sweepArgs struct{}
-
-// Kind returns the job kind.
-func (sweepArgs) Kind() string { return "operations.sweep_queue" }
-
-// InsertOpts puts the sweep on the engine queue, once at a time.
-func (sweepArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: engine.QueueName, UniqueOpts: river.UniqueOpts{ByPeriod: sweepInterval}}
-}
-
-type sweepWorker struct {
-	river.WorkerDefaults[sweepArgs]
-	sweep func(context.Context) error
-}
-
-func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[sweepArgs]) error { return w.sweep(ctx) }
-
 // queueExpiryArgs is the job, scheduled at a waiting task's queue deadline,
 // that promotes and expires the waiting tasks of its rack. It holds the
 // rack's ID only.
@@ -218,26 +196,6 @@ func scheduleQueueExpiry(client *river.Client[pgx.Tx]) operations.ExpirySchedule
 // operation run. Runs advance on events (child-task ends, controls,
 // scheduled wake-ups); the sweep only catches what an event missed.
 const runSweepInterval = 30 * time.Second
-
-// runSweepArgs is the periodic job of the operation-run sweep.
-type runSweepArgs struct{}
-
-// Kind returns the job kind.
-func (runSweepArgs) Kind() string { return "operations.operation_run_sweep" }
-
-// InsertOpts puts the sweep on the engine queue, once at a time.
-func (runSweepArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: engine.QueueName, UniqueOpts: river.UniqueOpts{ByPeriod: runSweepInterval}}
-}
-
-type runSweepWorker struct {
-	river.WorkerDefaults[runSweepArgs]
-	sweep func(context.Context) error
-}
-
-func (w *runSweepWorker) Work(ctx context.Context, _ *river.Job[runSweepArgs]) error {
-	return w.sweep(ctx)
-}
 
 // runWakeArgs is the job, scheduled at the end of a conflict backoff or a
 // retry timeout, that advances one operation run. It holds the run's ID

@@ -213,6 +213,11 @@ const (
 	// EventRuleRescueJob re-enqueues event-rule executions whose job was
 	// lost (app/serve.go adds it).
 	EventRuleRescueJob = "event-rule-rescue"
+	// TaskQueueSweepJob promotes and expires waiting tasks no task end
+	// handled; OperationRunSweepJob passes every active operation run
+	// (both every 30 s and at election; app/river.go adds them).
+	TaskQueueSweepJob    = "task-queue-sweep"
+	OperationRunSweepJob = "operation-run-sweep"
 )
 
 // eventRuleRescueInterval is how often the leader looks for event-rule
