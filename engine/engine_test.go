@@ -387,9 +387,12 @@ func TestEndedRunCancelsCallsWithoutNotification(t *testing.T) {
 func TestStageStopsAtFirstFailedStep(t *testing.T) {
 	t.Parallel()
 	b := setup(t, engine.Config{})
-	fail := step("fail", testParams{FailTimes: 1, Permanent: true}, "t1")
+	// The failing step waits for the slow one's call (a barrier of two), so
+	// the slow step is always running when the stage fails: otherwise the
+	// stage may fail first and cancel the slow step before it calls at all.
+	fail := step("fail", testParams{Barrier: 2, FailTimes: 1, Permanent: true}, "t1")
 	id := b.start(t, engine.Plan{Stages: []engine.Stage{
-		{Name: "power", Steps: []engine.Step{fail, step("slow", testParams{Hang: true}, "t2")}},
+		{Name: "power", Steps: []engine.Step{fail, step("slow", testParams{Barrier: 2, Hang: true}, "t2")}},
 		{Steps: []engine.Step{step("never", testParams{})}},
 	}})
 	rep := b.wait(t, id)
