@@ -63,7 +63,7 @@ CREATE TABLE test_run_end (
     error  text NOT NULL
 );`
 
-var barriers sync.Map // "runID" → *barrier
+var barriers sync.Map // "database/runID" → *barrier
 
 type barrier struct {
 	mu      sync.Mutex
@@ -113,7 +113,9 @@ func newEngineRec(pool, rec *pgxpool.Pool, cfg engine.Config) *engine.Engine {
 			call.RunID, call.StepID, call.Step, call.Stage, call.Batch, call.Attempt, call.Targets, e.ProcessName()).Scan(&id); err != nil {
 			return engine.Result{}, err
 		}
-		res, err := testAction(ctx, call)
+		// Run IDs repeat across the tests' databases: the barrier key names
+		// the database too.
+		res, err := testAction(ctx, rec.Config().ConnConfig.Database+"/"+fmt.Sprint(call.RunID), call)
 		outcome := "ok"
 		switch {
 		case ctx.Err() != nil:
@@ -136,11 +138,11 @@ func newEngineRec(pool, rec *pgxpool.Pool, cfg engine.Config) *engine.Engine {
 
 var errTest = errors.New("test failure")
 
-func testAction(ctx context.Context, call engine.Call[testParams]) (engine.Result, error) {
+func testAction(ctx context.Context, barrierKey string, call engine.Call[testParams]) (engine.Result, error) {
 	p := call.Params
 	if p.Barrier > 0 {
 		select {
-		case <-arrive(fmt.Sprint(call.RunID), p.Barrier):
+		case <-arrive(barrierKey, p.Barrier):
 		case <-ctx.Done():
 			return engine.Result{}, ctx.Err()
 		}
