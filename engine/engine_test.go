@@ -409,6 +409,30 @@ func TestStageStopsAtFirstFailedStep(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 }
 
+// TestActionPanicIsAFailedCall: a panicking action is a failed call,
+// retried under the step's policy with its attempt counted; the engine,
+// not River, schedules the retry.
+func TestActionPanicIsAFailedCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	s := step("panics", testParams{PanicOnce: true}, "t1")
+	s.Retry = engine.RetryPolicy{MaxAttempts: 2, InitialInterval: 10 * time.Millisecond}
+	id := b.start(t, engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{s}}}})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
+	calls := b.calls(t, id)
+	require.Len(t, calls, 2)
+	require.Equal(t, []int{1, 2}, []int{calls[0].Attempt, calls[1].Attempt})
+	require.Equal(t, 1, rep.Stages[0].Steps[0].Attempt, "the panic counted as a failed call")
+
+	// Out of attempts, the panic fails the step with its message.
+	s.Retry.MaxAttempts = 1
+	id = b.start(t, engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{s}}}})
+	rep = b.wait(t, id)
+	require.Equal(t, engine.StateFailed, rep.State)
+	require.Contains(t, rep.Error, "action test.record panicked: test panic")
+}
+
 func TestStageWaitsForAllSteps(t *testing.T) {
 	t.Parallel()
 	b := setup(t, engine.Config{})

@@ -26,6 +26,7 @@ type testParams struct {
 	Block     time.Duration `json:"block,omitempty"`      // work this long (honouring ctx)
 	Hang      bool          `json:"hang,omitempty"`       // work until ctx is done
 	FailTimes int           `json:"fail_times,omitempty"` // fail the first N attempts of each batch
+	PanicOnce bool          `json:"panic_once,omitempty"` // panic on the first attempt
 	Permanent bool          `json:"permanent,omitempty"`  // failures are permanent
 	PollTimes int           `json:"poll_times,omitempty"` // answer PollAfter N times per batch (counted in the checkpoint)
 	PollAfter time.Duration `json:"poll_after,omitempty"`
@@ -157,6 +158,9 @@ func testAction(ctx context.Context, barrierKey string, call engine.Call[testPar
 		case <-ctx.Done():
 			return engine.Result{}, ctx.Err()
 		}
+	}
+	if p.PanicOnce && call.Attempt == 1 {
+		panic("test panic")
 	}
 	if call.Attempt <= p.FailTimes {
 		if p.Permanent {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -216,7 +217,7 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 		MaxAttempts: spec.MaxAttempts, Deadline: localDeadline, st: st,
 	}
 	callStart := time.Now()
-	res, err := a.run(callCtx, spec.Params, info)
+	res, err := e.runAction(callCtx, a, row, spec, info)
 	e.obs.CallEnded(ctx, CallEvent{
 		StepInfo: stepInfo(labels, row, spec), Batch: batch, Batches: spec.batches(),
 		Attempt: int(row.Attempt) + 1, MaxAttempts: spec.MaxAttempts, Duration: time.Since(callStart), Err: err,
@@ -248,6 +249,21 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 		err = fmt.Errorf("call timed out after %s: %w", spec.timeout(), err)
 	}
 	return res, err, nil
+}
+
+// runAction runs a on one batch. A panic in the action is a failed call
+// (retried under the step's policy, its attempt counted), not a River
+// error: River would retry the job on its own schedule, without the
+// engine's attempt count, until it discarded it with the step still
+// running.
+func (e *Engine) runAction(ctx context.Context, a *action, row stepRow, spec *stepSpec, info callInfo) (res Result, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			e.logger.ErrorContext(ctx, "action panicked", append(stepInfo(info.Labels, row, spec).LogAttrs(), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))...)
+			res, err = Result{}, fmt.Errorf("action %s panicked: %v", spec.Action, v)
+		}
+	}()
+	return a.run(ctx, spec.Params, info)
 }
 
 // refused says why a guarded write of the execution of row changed
