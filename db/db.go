@@ -36,6 +36,7 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
 	}
+	Tune(pc)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("db: open pool: %w", err)
@@ -47,6 +48,20 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 		return nil, fmt.Errorf("db: connect to %s:%d/%s: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, err)
 	}
 	return pool, nil
+}
+
+// Tune sets the session settings Flow's connections run with, unless the
+// database URL sets them: jit=off, because Flow's statements are short
+// OLTP reads and writes, and PostgreSQL's JIT compiles any statement whose
+// estimated cost is high (a sync's full listing of one component type)
+// for tens of milliseconds it never earns back.
+func Tune(pc *pgxpool.Config) {
+	if pc.ConnConfig.RuntimeParams == nil {
+		pc.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	if _, ok := pc.ConnConfig.RuntimeParams["jit"]; !ok {
+		pc.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 }
 
 // PostgreSQL error codes Flow reacts to.

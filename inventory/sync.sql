@@ -1,19 +1,23 @@
 -- name: SyncComponentList :many
 -- Every live component of one type with what the sync compares and writes,
 -- its host BMC MAC (the first BMC when none is marked host) and its DPU
--- BMC MACs.
+-- BMC MACs. One aggregate of the component's BMCs (one index probe per
+-- component, not one per column).
 SELECT c.id, c.rack_id, COALESCE(r.external_id, '')::text AS rack_external_id,
        c.name, c.serial_number, c.external_id, c.firmware_version, c.power_state,
        c.slot_id, c.tray_idx, c.host_id, c.operation_phase, c.operation_reason,
        c.blocked_operations, c.health, c.description, c.updated_at,
-       COALESCE((SELECT b.mac_address FROM bmc b WHERE b.component_id = c.id
-                 ORDER BY (b.type = 'Host') DESC, b.mac_address LIMIT 1), '')::text AS host_mac,
-       ARRAY(SELECT b.mac_address FROM bmc b WHERE b.component_id = c.id AND b.type = 'DPU'
-             ORDER BY b.mac_address)::text[] AS dpu_macs,
-       ARRAY(SELECT COALESCE(b.ip_address, '') FROM bmc b WHERE b.component_id = c.id AND b.type = 'DPU'
-             ORDER BY b.mac_address)::text[] AS dpu_ips
+       COALESCE(b.host_mac, '')::text AS host_mac,
+       COALESCE(b.dpu_macs, '{}')::text[] AS dpu_macs,
+       COALESCE(b.dpu_ips, '{}')::text[] AS dpu_ips
 FROM component c
 LEFT JOIN rack r ON r.id = c.rack_id
+LEFT JOIN LATERAL (
+    SELECT (array_agg(b.mac_address ORDER BY (b.type = 'Host') DESC, b.mac_address))[1] AS host_mac,
+           array_agg(b.mac_address ORDER BY b.mac_address) FILTER (WHERE b.type = 'DPU') AS dpu_macs,
+           array_agg(COALESCE(b.ip_address, '') ORDER BY b.mac_address) FILTER (WHERE b.type = 'DPU') AS dpu_ips
+    FROM bmc b WHERE b.component_id = c.id
+) b ON true
 WHERE c.type = @type AND c.deleted_at IS NULL
 ORDER BY c.id;
 

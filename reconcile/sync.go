@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -157,16 +158,24 @@ func (s *Syncer) Run(ctx context.Context, trigger string) (SyncRun, error) {
 
 	run := SyncRun{StartedAt: time.Now().UTC().Truncate(time.Microsecond), Trigger: trigger}
 	c := &cycle{s: s, now: run.StartedAt}
+	// The parts of one type touch only that type's component and drift
+	// rows, so the three types' parts run side by side: the expected
+	// mirror's after its racks (their components need them), the actual
+	// sync's after the mirror (it matches what the mirror wrote), then the
+	// topology (it assigns compute trays and reads the switch listing) and
+	// the rack health, which read every type.
 	if s.cfg.Expected {
 		run.Parts = append(run.Parts, c.part(ctx, PartExpectedRacks, c.expectedRacks))
-		run.Parts = append(run.Parts, c.part(ctx, PartExpectedCompute, c.expectedCompute))
-		run.Parts = append(run.Parts, c.part(ctx, PartExpectedNVSwitch, c.expectedSwitches))
-		run.Parts = append(run.Parts, c.part(ctx, PartExpectedPowerShelf, c.expectedShelves))
+		run.Parts = append(run.Parts, c.parallel(ctx,
+			namedPart{PartExpectedCompute, c.expectedCompute},
+			namedPart{PartExpectedNVSwitch, c.expectedSwitches},
+			namedPart{PartExpectedPowerShelf, c.expectedShelves})...)
 	}
-	run.Parts = append(run.Parts, c.part(ctx, PartCompute, c.compute))
-	run.Parts = append(run.Parts, c.part(ctx, PartNVSwitch, c.nvswitches))
+	run.Parts = append(run.Parts, c.parallel(ctx,
+		namedPart{PartCompute, c.compute},
+		namedPart{PartNVSwitch, c.nvswitches},
+		namedPart{PartPowerShelf, c.shelves})...)
 	run.Parts = append(run.Parts, c.part(ctx, PartTopology, c.topology))
-	run.Parts = append(run.Parts, c.part(ctx, PartPowerShelf, c.shelves))
 	run.Parts = append(run.Parts, c.part(ctx, PartRackHealth, c.rackHealth))
 	run.Duration = time.Since(run.StartedAt)
 	if ctx.Err() != nil {
@@ -231,6 +240,25 @@ type cycle struct {
 	racks    map[string]nico.Rack
 	racksErr error
 	flowRack []inventory.SyncRack
+}
+
+// namedPart is a part of the cycle: its name and what it does.
+type namedPart struct {
+	name string
+	f    func(context.Context, *SyncPart) error
+}
+
+// parallel runs ps side by side and returns their results in ps's order.
+// The parts must not share state of the cycle (each touches its own
+// component type).
+func (c *cycle) parallel(ctx context.Context, ps ...namedPart) []SyncPart {
+	out := make([]SyncPart, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { out[i] = c.part(ctx, p.name, p.f) })
+	}
+	wg.Wait()
+	return out
 }
 
 func (c *cycle) part(ctx context.Context, name string, f func(context.Context, *SyncPart) error) (p SyncPart) {

@@ -3,6 +3,9 @@ package reconcile_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/nico"
@@ -53,6 +57,7 @@ func BenchmarkSyncCycle(b *testing.B) {
 	require.NoError(b, err)
 	counter := &statementCounter{}
 	pc.ConnConfig.Tracer = counter
+	db.Tune(pc)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	require.NoError(b, err)
 	b.Cleanup(pool.Close)
@@ -92,7 +97,7 @@ func BenchmarkSyncCycle(b *testing.B) {
 
 	bench := func(b *testing.B, syncer *reconcile.Syncer, change float64) {
 		var statements, rows int64
-		var cpu time.Duration
+		var cpu, pgCPU time.Duration
 		partTime := map[string]time.Duration{}
 		round := 0
 		for b.Loop() {
@@ -106,11 +111,12 @@ func BenchmarkSyncCycle(b *testing.B) {
 				}
 			}
 			before := counter.n.Load()
-			cpuBefore := processCPU()
+			cpuBefore, pgBefore := processCPU(), postgresCPU()
 			b.StartTimer()
 			run, err := syncer.Run(ctx, reconcile.TriggerManual)
 			b.StopTimer()
 			cpu += processCPU() - cpuBefore
+			pgCPU += postgresCPU() - pgBefore
 			require.NoError(b, err)
 			for _, p := range run.Parts {
 				require.True(b, p.OK, "%s: %s", p.Name, p.Error)
@@ -126,6 +132,7 @@ func BenchmarkSyncCycle(b *testing.B) {
 		// The Go side's CPU (Flow's sync and the simulator, one process),
 		// which a loaded machine does not inflate the way it does wall time.
 		b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "go-cpu-ms/op")
+		b.ReportMetric(float64(pgCPU.Milliseconds())/float64(b.N), "pg-cpu-ms/op")
 		// Where a cycle's wall time goes, part by part.
 		for name, d := range partTime {
 			b.ReportMetric(float64(d.Milliseconds())/float64(b.N), name+"-ms/op")
@@ -173,4 +180,35 @@ func expectedSimDevice(c inventory.Component, rackExt string) nicosim.Device {
 		d.Kind, d.Firmware = nicosim.KindPowerShelf, map[string]string{"pmc": c.FirmwareVersion}
 	}
 	return d
+}
+
+// postgresCPU is the user and system CPU time the machine's postgres
+// processes have used (from /proc; zero where /proc is not readable), so
+// a cycle's database work is priced beside the Go side's.
+func postgresCPU() time.Duration {
+	entries, _ := os.ReadDir("/proc")
+	var ticks int64
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open || s[open+1:end] != "postgres" {
+			continue
+		}
+		// Fields after the command: state is 3rd overall, utime 14th, stime 15th.
+		f := strings.Fields(s[end+2:])
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + st
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
