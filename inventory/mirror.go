@@ -58,6 +58,11 @@ type MirrorResult struct {
 	// duplicate identity); Warnings say why.
 	Skipped  int
 	Warnings []string
+	// Live, when the pass wrote nothing, is the type's live components as
+	// SyncComponents returns them, read in the pass's transaction: the
+	// actual sync of the type can use it instead of reading them again.
+	// Nil when the pass wrote anything.
+	Live []SyncComponent
 }
 
 // Changed returns the rows the pass wrote.
@@ -300,7 +305,7 @@ type mirrorBMCRow struct {
 //     listed are left alone.
 func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentType, cs []ExpectedComponent) (MirrorResult, error) {
 	var res MirrorResult
-	rows, err := s.q.MirrorComponentList(ctx, tx, string(t))
+	rows, err := s.q.ComponentSyncList(ctx, tx, string(t))
 	if err != nil {
 		return res, fmt.Errorf("list %s components for mirror: %w", t, err)
 	}
@@ -395,7 +400,7 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		setPos(&nw.TrayIdx, ec.TrayIdx)
 		setPos(&nw.HostID, ec.HostID)
 		p := pending{row: nw, mac: string(mac), ip: ec.IP, bmcNew: cur.HostMac == ""}
-		p.ipSet = !p.bmcNew && ec.IP != "" && ec.IP != deref(cur.HostIp)
+		p.ipSet = !p.bmcNew && ec.IP != "" && ec.IP != cur.HostIp
 		samePair := nw.Manufacturer == old.Manufacturer && nw.SerialNumber == old.SerialNumber
 		same := samePair && equalUUIDPtr(nw.RackID, old.RackID) && nw.Name == old.Name &&
 			equalStrPtr(nw.Model, old.Model) && equalStrPtr(nw.Description, old.Description) &&
@@ -528,10 +533,13 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 			return res, fmt.Errorf("soft-delete %s components Core no longer lists: %w", t, err)
 		}
 	}
+	if len(updates)+len(inserts)+len(bmcs)+len(ips)+len(gone) == 0 {
+		res.Live = liveSyncComponents(rows)
+	}
 	return res, nil
 }
 
-func byIndex(rows []dbsqlc.MirrorComponentListRow, id uuid.UUID) int {
+func byIndex(rows []dbsqlc.ComponentSyncListRow, id uuid.UUID) int {
 	for i, r := range rows {
 		if r.ID == id {
 			return i

@@ -40,13 +40,22 @@ type SyncComponent struct {
 
 // SyncComponents returns every live component of type t, ordered by ID.
 func (s *Service) SyncComponents(ctx context.Context, dbtx db.DBTX, t ComponentType) ([]SyncComponent, error) {
-	rows, err := s.q.SyncComponentList(ctx, dbtx, string(t))
+	rows, err := s.q.ComponentSyncList(ctx, dbtx, string(t))
 	if err != nil {
 		return nil, fmt.Errorf("list %s components for sync: %w", t, err)
 	}
-	out := make([]SyncComponent, len(rows))
-	for i, r := range rows {
-		out[i] = SyncComponent{
+	return liveSyncComponents(rows), nil
+}
+
+// liveSyncComponents returns the live rows of a ComponentSyncList as the
+// sync reads them.
+func liveSyncComponents(rows []dbsqlc.ComponentSyncListRow) []SyncComponent {
+	out := make([]SyncComponent, 0, len(rows))
+	for _, r := range rows {
+		if r.DeletedAt != nil {
+			continue
+		}
+		c := SyncComponent{
 			ID: r.ID, RackID: r.RackID, RackExternalID: r.RackExternalID, Name: r.Name, SerialNumber: r.SerialNumber,
 			ExternalID: deref(r.ExternalID), FirmwareVersion: r.FirmwareVersion, PowerState: r.PowerState,
 			Position: Position{SlotID: r.SlotID, TrayIdx: r.TrayIdx, HostID: r.HostID},
@@ -54,10 +63,11 @@ func (s *Service) SyncComponents(ctx context.Context, dbtx db.DBTX, t ComponentT
 			Health:   r.Health, Description: r.Description, HostMAC: MAC(r.HostMac), UpdatedAt: r.UpdatedAt,
 		}
 		for k, mac := range r.DpuMacs {
-			out[i].DPUs = append(out[i].DPUs, DPUBMC{MAC: MAC(mac), IP: r.DpuIps[k]})
+			c.DPUs = append(c.DPUs, DPUBMC{MAC: MAC(mac), IP: r.DpuIps[k]})
 		}
+		out = append(out, c)
 	}
-	return out, nil
+	return out
 }
 
 // SyncUpdate is the synced state of one component: ApplySync writes every

@@ -1,26 +1,3 @@
--- name: SyncComponentList :many
--- Every live component of one type with what the sync compares and writes,
--- its host BMC MAC (the first BMC when none is marked host) and its DPU
--- BMC MACs. One aggregate of the component's BMCs (one index probe per
--- component, not one per column).
-SELECT c.id, c.rack_id, COALESCE(r.external_id, '')::text AS rack_external_id,
-       c.name, c.serial_number, c.external_id, c.firmware_version, c.power_state,
-       c.slot_id, c.tray_idx, c.host_id, c.operation_phase, c.operation_reason,
-       c.blocked_operations, c.health, c.description, c.updated_at,
-       COALESCE(b.host_mac, '')::text AS host_mac,
-       COALESCE(b.dpu_macs, '{}')::text[] AS dpu_macs,
-       COALESCE(b.dpu_ips, '{}')::text[] AS dpu_ips
-FROM component c
-LEFT JOIN rack r ON r.id = c.rack_id
-LEFT JOIN LATERAL (
-    SELECT (array_agg(b.mac_address ORDER BY (b.type = 'Host') DESC, b.mac_address))[1] AS host_mac,
-           array_agg(b.mac_address ORDER BY b.mac_address) FILTER (WHERE b.type = 'DPU') AS dpu_macs,
-           array_agg(COALESCE(b.ip_address, '') ORDER BY b.mac_address) FILTER (WHERE b.type = 'DPU') AS dpu_ips
-    FROM bmc b WHERE b.component_id = c.id
-) b ON true
-WHERE c.type = @type AND c.deleted_at IS NULL
-ORDER BY c.id;
-
 -- name: SyncComponentUpdate :execrows
 -- Writes the synced fields of the components in @rows (a JSON list of
 -- {id, updated_at, external_id, power_state, firmware_version, phase,
@@ -137,16 +114,30 @@ WHERE r.id = (e->>'id')::uuid;
 -- name: MirrorRackSoftDelete :execrows
 UPDATE rack SET deleted_at = now(), updated_at = now() WHERE id = ANY(@ids::uuid[]) AND deleted_at IS NULL;
 
--- name: MirrorComponentList :many
+-- name: ComponentSyncList :many
 -- Every component of one type, soft-deleted ones included, with what the
--- mirror compares and its host BMC (the first BMC when none is marked
--- host).
+-- expected mirror and the actual sync compare and write: its host BMC (the
+-- first BMC when none is marked host) and its DPU BMCs, from one aggregate
+-- of the component's BMCs (one index probe per component). A mirror pass
+-- that writes nothing hands its listing on to the type's actual sync
+-- instead of the sync reading it again.
 SELECT c.id, c.rack_id, c.name, c.manufacturer, c.serial_number, c.model, c.description,
        c.slot_id, c.tray_idx, c.host_id, c.deleted_at, c.mirrored_at,
-       COALESCE(hb.mac_address, '')::text AS host_mac, hb.ip_address AS host_ip
+       COALESCE(b.host_mac, '')::text AS host_mac, COALESCE(b.host_ip, '')::text AS host_ip,
+       COALESCE(r.external_id, '')::text AS rack_external_id,
+       c.external_id, c.firmware_version, c.power_state, c.operation_phase, c.operation_reason,
+       c.blocked_operations, c.health, c.updated_at,
+       COALESCE(b.dpu_macs, '{}')::text[] AS dpu_macs,
+       COALESCE(b.dpu_ips, '{}')::text[] AS dpu_ips
 FROM component c
-LEFT JOIN LATERAL (SELECT b.mac_address, b.ip_address FROM bmc b WHERE b.component_id = c.id
-                   ORDER BY (b.type = 'Host') DESC, b.mac_address LIMIT 1) hb ON true
+LEFT JOIN rack r ON r.id = c.rack_id
+LEFT JOIN LATERAL (
+    SELECT (array_agg(b.mac_address ORDER BY (b.type = 'Host') DESC, b.mac_address))[1] AS host_mac,
+           ((array_agg(b.ip_address ORDER BY (b.type = 'Host') DESC, b.mac_address))[1])::text AS host_ip,
+           array_agg(b.mac_address ORDER BY b.mac_address) FILTER (WHERE b.type = 'DPU') AS dpu_macs,
+           array_agg(COALESCE(b.ip_address, '') ORDER BY b.mac_address) FILTER (WHERE b.type = 'DPU') AS dpu_ips
+    FROM bmc b WHERE b.component_id = c.id
+) b ON true
 WHERE c.type = @type
 ORDER BY c.id;
 

@@ -95,14 +95,20 @@ func coreExpected(p *SyncPart, mac, ip, serial, rackID, name, desc string, label
 }
 
 func (c *cycle) mirrorComponents(ctx context.Context, p *SyncPart, t inventory.ComponentType, in []inventory.ExpectedComponent) error {
-	return pgx.BeginFunc(ctx, c.s.cfg.Pool, func(tx pgx.Tx) error {
+	var live []inventory.SyncComponent
+	err := pgx.BeginFunc(ctx, c.s.cfg.Pool, func(tx pgx.Tx) error {
 		res, err := c.s.cfg.Inv.MirrorComponents(ctx, tx, t, in)
 		if err != nil {
 			return err
 		}
 		mirrorResult(p, res)
+		live = res.Live
 		return nil
 	})
+	if err == nil && live != nil {
+		c.setListed(t, live)
+	}
+	return err
 }
 
 func (c *cycle) expectedCompute(ctx context.Context, p *SyncPart) error {

@@ -240,6 +240,33 @@ type cycle struct {
 	racks    map[string]nico.Rack
 	racksErr error
 	flowRack []inventory.SyncRack
+	// listed are the live components of the types whose mirror pass wrote
+	// nothing this cycle, as that pass read them: the type's actual sync
+	// uses them instead of listing the type again.
+	listedMu sync.Mutex
+	listed   map[inventory.ComponentType][]inventory.SyncComponent
+}
+
+// setListed records the live components of t that the mirror read.
+func (c *cycle) setListed(t inventory.ComponentType, comps []inventory.SyncComponent) {
+	c.listedMu.Lock()
+	defer c.listedMu.Unlock()
+	if c.listed == nil {
+		c.listed = map[inventory.ComponentType][]inventory.SyncComponent{}
+	}
+	c.listed[t] = comps
+}
+
+// components returns the live components of t: the mirror's listing of
+// this cycle when it wrote nothing, else a fresh read.
+func (c *cycle) components(ctx context.Context, t inventory.ComponentType) ([]inventory.SyncComponent, error) {
+	c.listedMu.Lock()
+	comps, ok := c.listed[t]
+	c.listedMu.Unlock()
+	if ok {
+		return comps, nil
+	}
+	return c.s.cfg.Inv.SyncComponents(ctx, c.s.cfg.Pool, t)
 }
 
 // namedPart is a part of the cycle: its name and what it does.
@@ -395,7 +422,7 @@ type device struct {
 // drift (compute: position).
 func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.ComponentType, devs []device) error {
 	pool := c.s.cfg.Pool
-	comps, err := c.s.cfg.Inv.SyncComponents(ctx, pool, t)
+	comps, err := c.components(ctx, t)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,108 @@ import (
 	"github.com/google/uuid"
 )
 
+const componentSyncList = `-- name: ComponentSyncList :many
+SELECT c.id, c.rack_id, c.name, c.manufacturer, c.serial_number, c.model, c.description,
+       c.slot_id, c.tray_idx, c.host_id, c.deleted_at, c.mirrored_at,
+       COALESCE(b.host_mac, '')::text AS host_mac, COALESCE(b.host_ip, '')::text AS host_ip,
+       COALESCE(r.external_id, '')::text AS rack_external_id,
+       c.external_id, c.firmware_version, c.power_state, c.operation_phase, c.operation_reason,
+       c.blocked_operations, c.health, c.updated_at,
+       COALESCE(b.dpu_macs, '{}')::text[] AS dpu_macs,
+       COALESCE(b.dpu_ips, '{}')::text[] AS dpu_ips
+FROM component c
+LEFT JOIN rack r ON r.id = c.rack_id
+LEFT JOIN LATERAL (
+    SELECT (array_agg(b.mac_address ORDER BY (b.type = 'Host') DESC, b.mac_address))[1] AS host_mac,
+           ((array_agg(b.ip_address ORDER BY (b.type = 'Host') DESC, b.mac_address))[1])::text AS host_ip,
+           array_agg(b.mac_address ORDER BY b.mac_address) FILTER (WHERE b.type = 'DPU') AS dpu_macs,
+           array_agg(COALESCE(b.ip_address, '') ORDER BY b.mac_address) FILTER (WHERE b.type = 'DPU') AS dpu_ips
+    FROM bmc b WHERE b.component_id = c.id
+) b ON true
+WHERE c.type = $1
+ORDER BY c.id
+`
+
+type ComponentSyncListRow struct {
+	ID                uuid.UUID
+	RackID            *uuid.UUID
+	Name              string
+	Manufacturer      string
+	SerialNumber      string
+	Model             *string
+	Description       *string
+	SlotID            int32
+	TrayIdx           int32
+	HostID            int32
+	DeletedAt         *time.Time
+	MirroredAt        *time.Time
+	HostMac           string
+	HostIp            string
+	RackExternalID    string
+	ExternalID        *string
+	FirmwareVersion   string
+	PowerState        string
+	OperationPhase    string
+	OperationReason   string
+	BlockedOperations []string
+	Health            []byte
+	UpdatedAt         time.Time
+	DpuMacs           []string
+	DpuIps            []string
+}
+
+// Every component of one type, soft-deleted ones included, with what the
+// expected mirror and the actual sync compare and write: its host BMC (the
+// first BMC when none is marked host) and its DPU BMCs, from one aggregate
+// of the component's BMCs (one index probe per component). A mirror pass
+// that writes nothing hands its listing on to the type's actual sync
+// instead of the sync reading it again.
+func (q *Queries) ComponentSyncList(ctx context.Context, db DBTX, type_ string) ([]ComponentSyncListRow, error) {
+	rows, err := db.Query(ctx, componentSyncList, type_)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ComponentSyncListRow{}
+	for rows.Next() {
+		var i ComponentSyncListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.RackID,
+			&i.Name,
+			&i.Manufacturer,
+			&i.SerialNumber,
+			&i.Model,
+			&i.Description,
+			&i.SlotID,
+			&i.TrayIdx,
+			&i.HostID,
+			&i.DeletedAt,
+			&i.MirroredAt,
+			&i.HostMac,
+			&i.HostIp,
+			&i.RackExternalID,
+			&i.ExternalID,
+			&i.FirmwareVersion,
+			&i.PowerState,
+			&i.OperationPhase,
+			&i.OperationReason,
+			&i.BlockedOperations,
+			&i.Health,
+			&i.UpdatedAt,
+			&i.DpuMacs,
+			&i.DpuIps,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const mirrorBMCOwners = `-- name: MirrorBMCOwners :many
 SELECT b.mac_address, b.component_id FROM bmc b WHERE b.mac_address = ANY($1::text[])
 `
@@ -99,72 +201,6 @@ func (q *Queries) MirrorComponentKeyOwners(ctx context.Context, db DBTX, serials
 	for rows.Next() {
 		var i MirrorComponentKeyOwnersRow
 		if err := rows.Scan(&i.ID, &i.SerialNumber, &i.Manufacturer); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const mirrorComponentList = `-- name: MirrorComponentList :many
-SELECT c.id, c.rack_id, c.name, c.manufacturer, c.serial_number, c.model, c.description,
-       c.slot_id, c.tray_idx, c.host_id, c.deleted_at, c.mirrored_at,
-       COALESCE(hb.mac_address, '')::text AS host_mac, hb.ip_address AS host_ip
-FROM component c
-LEFT JOIN LATERAL (SELECT b.mac_address, b.ip_address FROM bmc b WHERE b.component_id = c.id
-                   ORDER BY (b.type = 'Host') DESC, b.mac_address LIMIT 1) hb ON true
-WHERE c.type = $1
-ORDER BY c.id
-`
-
-type MirrorComponentListRow struct {
-	ID           uuid.UUID
-	RackID       *uuid.UUID
-	Name         string
-	Manufacturer string
-	SerialNumber string
-	Model        *string
-	Description  *string
-	SlotID       int32
-	TrayIdx      int32
-	HostID       int32
-	DeletedAt    *time.Time
-	MirroredAt   *time.Time
-	HostMac      string
-	HostIp       *string
-}
-
-// Every component of one type, soft-deleted ones included, with what the
-// mirror compares and its host BMC (the first BMC when none is marked
-// host).
-func (q *Queries) MirrorComponentList(ctx context.Context, db DBTX, type_ string) ([]MirrorComponentListRow, error) {
-	rows, err := db.Query(ctx, mirrorComponentList, type_)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []MirrorComponentListRow{}
-	for rows.Next() {
-		var i MirrorComponentListRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.RackID,
-			&i.Name,
-			&i.Manufacturer,
-			&i.SerialNumber,
-			&i.Model,
-			&i.Description,
-			&i.SlotID,
-			&i.TrayIdx,
-			&i.HostID,
-			&i.DeletedAt,
-			&i.MirroredAt,
-			&i.HostMac,
-			&i.HostIp,
-		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -360,94 +396,6 @@ func (q *Queries) RackPhases(ctx context.Context, db DBTX, rackIds []uuid.UUID) 
 	for rows.Next() {
 		var i RackPhasesRow
 		if err := rows.Scan(&i.RackID, &i.Phases); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const syncComponentList = `-- name: SyncComponentList :many
-SELECT c.id, c.rack_id, COALESCE(r.external_id, '')::text AS rack_external_id,
-       c.name, c.serial_number, c.external_id, c.firmware_version, c.power_state,
-       c.slot_id, c.tray_idx, c.host_id, c.operation_phase, c.operation_reason,
-       c.blocked_operations, c.health, c.description, c.updated_at,
-       COALESCE(b.host_mac, '')::text AS host_mac,
-       COALESCE(b.dpu_macs, '{}')::text[] AS dpu_macs,
-       COALESCE(b.dpu_ips, '{}')::text[] AS dpu_ips
-FROM component c
-LEFT JOIN rack r ON r.id = c.rack_id
-LEFT JOIN LATERAL (
-    SELECT (array_agg(b.mac_address ORDER BY (b.type = 'Host') DESC, b.mac_address))[1] AS host_mac,
-           array_agg(b.mac_address ORDER BY b.mac_address) FILTER (WHERE b.type = 'DPU') AS dpu_macs,
-           array_agg(COALESCE(b.ip_address, '') ORDER BY b.mac_address) FILTER (WHERE b.type = 'DPU') AS dpu_ips
-    FROM bmc b WHERE b.component_id = c.id
-) b ON true
-WHERE c.type = $1 AND c.deleted_at IS NULL
-ORDER BY c.id
-`
-
-type SyncComponentListRow struct {
-	ID                uuid.UUID
-	RackID            *uuid.UUID
-	RackExternalID    string
-	Name              string
-	SerialNumber      string
-	ExternalID        *string
-	FirmwareVersion   string
-	PowerState        string
-	SlotID            int32
-	TrayIdx           int32
-	HostID            int32
-	OperationPhase    string
-	OperationReason   string
-	BlockedOperations []string
-	Health            []byte
-	Description       *string
-	UpdatedAt         time.Time
-	HostMac           string
-	DpuMacs           []string
-	DpuIps            []string
-}
-
-// Every live component of one type with what the sync compares and writes,
-// its host BMC MAC (the first BMC when none is marked host) and its DPU
-// BMC MACs. One aggregate of the component's BMCs (one index probe per
-// component, not one per column).
-func (q *Queries) SyncComponentList(ctx context.Context, db DBTX, type_ string) ([]SyncComponentListRow, error) {
-	rows, err := db.Query(ctx, syncComponentList, type_)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []SyncComponentListRow{}
-	for rows.Next() {
-		var i SyncComponentListRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.RackID,
-			&i.RackExternalID,
-			&i.Name,
-			&i.SerialNumber,
-			&i.ExternalID,
-			&i.FirmwareVersion,
-			&i.PowerState,
-			&i.SlotID,
-			&i.TrayIdx,
-			&i.HostID,
-			&i.OperationPhase,
-			&i.OperationReason,
-			&i.BlockedOperations,
-			&i.Health,
-			&i.Description,
-			&i.UpdatedAt,
-			&i.HostMac,
-			&i.DpuMacs,
-			&i.DpuIps,
-		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
