@@ -44,12 +44,13 @@ type Core interface {
 	ExpectedPowerShelves(ctx context.Context) ([]nico.ExpectedPowerShelf, error)
 }
 
-// Parts of a sync cycle, in the order they run (SyncPart.Name).
+// Parts of a sync cycle, in the order a SyncRun lists them (SyncPart.Name);
+// the first three run side by side (Run).
 const (
 	PartCompute    = "compute"
 	PartNVSwitch   = "nvswitch"
-	PartTopology   = "nvlink_topology"
 	PartPowerShelf = "powershelf"
+	PartTopology   = "nvlink_topology"
 	PartRackHealth = "rack_health"
 )
 
