@@ -139,8 +139,9 @@ func NewSyncer(cfg SyncConfig) *Syncer {
 const syncLockKey int64 = 0x466c6f7753796e63 // "FlowSync"
 
 // Run runs one cycle: the expected-inventory mirror when configured
-// (racks, compute, NVLink switches, power shelves), then compute, NVLink
-// switches, observed NVLink topology, power shelves, rack health. A failed
+// (racks, then compute, NVLink switches and power shelves side by side),
+// then compute, NVLink switches and power shelves side by side, then the
+// observed NVLink topology and rack health. A failed
 // Core call fails only its part (logged and recorded); nothing aborts the
 // cycle. Each part writes in its own
 // transaction. The cycle is recorded in inventory_sync_run. Run returns an
