@@ -437,6 +437,7 @@ func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.Component
 		byID[d.id] = i
 	}
 	matched := make([]bool, len(devs))
+	var he healthEncoder
 	var ups []inventory.SyncUpdate
 	dpus, dpusNow := map[uuid.UUID][]inventory.DPUBMC{}, map[uuid.UUID][]inventory.DPUBMC{}
 	var ds []drift
@@ -456,7 +457,7 @@ func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.Component
 		}
 		matched[i] = true
 		d := devs[i]
-		if up, changed := c.update(t, comp, d); changed {
+		if up, changed := c.update(t, comp, d, &he); changed {
 			ups = append(ups, up)
 		}
 		if t == inventory.ComponentTypeCompute && !slices.Equal(sortedDPUs(d.dpus), comp.DPUs) {
@@ -501,7 +502,7 @@ func sortedDPUs(ds []inventory.DPUBMC) []inventory.DPUBMC {
 
 // update is comp with what Core reports of it, and whether anything
 // changed. Unknown values (power, firmware) keep Flow's.
-func (c *cycle) update(t inventory.ComponentType, comp inventory.SyncComponent, d device) (inventory.SyncUpdate, bool) {
+func (c *cycle) update(t inventory.ComponentType, comp inventory.SyncComponent, d device, he *healthEncoder) (inventory.SyncUpdate, bool) {
 	up := inventory.SyncUpdate{
 		ID: comp.ID, UpdatedAt: comp.UpdatedAt, ExternalID: d.id, PowerState: comp.PowerState, FirmwareVersion: comp.FirmwareVersion,
 		Status: statusOf(t, d.state), Health: comp.Health, Description: comp.Description,
@@ -516,8 +517,8 @@ func (c *cycle) update(t inventory.ComponentType, comp inventory.SyncComponent, 
 	// it when it differs (compared as JSON values).
 	if d.health == nil {
 		up.Health = nil
-	} else if data, err := json.Marshal(d.health); err == nil && !jsonEqual(data, comp.Health) {
-		up.Health = data
+	} else if data, err := he.encode(d.health); err == nil && !jsonEqual(data, comp.Health) {
+		up.Health = bytes.Clone(data)
 	}
 	if d.nvosIP != "" {
 		up.Description = withNVOSIP(comp.Description, d.nvosIP)
@@ -526,6 +527,26 @@ func (c *cycle) update(t inventory.ComponentType, comp inventory.SyncComponent, 
 		up.Status.Phase != comp.Status.Phase || up.Status.Reason != comp.Status.Reason || !slices.Equal(up.Status.Blocked, comp.Status.Blocked) ||
 		!jsonEqual(up.Health, comp.Health) || deref(up.Description) != deref(comp.Description)
 	return up, changed
+}
+
+// healthEncoder encodes health reports into one reused buffer: nearly
+// every report equals the stored one, and its bytes are then dropped.
+type healthEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+// encode returns h as json.Marshal would, in bytes valid until the next
+// call.
+func (e *healthEncoder) encode(h *nico.Health) ([]byte, error) {
+	if e.enc == nil {
+		e.enc = json.NewEncoder(&e.buf)
+	}
+	e.buf.Reset()
+	if err := e.enc.Encode(h); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(e.buf.Bytes(), []byte("\n")), nil
 }
 
 // jsonEqual reports whether a and b hold the same JSON value (empty and

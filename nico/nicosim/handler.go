@@ -40,16 +40,13 @@ func (h *handler) end(method string, devices []string, err *error) {
 // take finds a fault of kind for method that names d (by key, ID or MAC) or
 // no device.
 func (h *handler) take(kind sim.FaultKind, method, key string, d *device) (sim.Fault, bool) {
-	names := []string{key}
-	if d != nil {
-		names = append(names, d.ID, d.BMCMAC)
+	if f, ok := h.s.faults.Take(kind, method, key); ok || d == nil {
+		return f, ok
 	}
-	for _, n := range names {
-		if f, ok := h.s.faults.Take(kind, method, n); ok {
-			return f, true
-		}
+	if f, ok := h.s.faults.Take(kind, method, d.ID); ok {
+		return f, true
 	}
-	return sim.Fault{}, false
+	return h.s.faults.Take(kind, method, d.BMCMAC)
 }
 
 var itemStatus = map[string]forgepb.ComponentManagerStatusCode{
@@ -414,7 +411,7 @@ func metadataOf(labels map[string]string) *forgepb.Metadata {
 }
 
 func namedMetadata(name string, labels map[string]string) *forgepb.Metadata {
-	md := &forgepb.Metadata{Name: name}
+	md := &forgepb.Metadata{Name: name, Labels: make([]*forgepb.Label, 0, len(labels))}
 	for k, v := range labels {
 		md.Labels = append(md.Labels, &forgepb.Label{Key: k, Value: &v})
 	}
@@ -671,6 +668,26 @@ var powerEnum = map[string]forgepb.ComputerSystemPowerState{
 // do, so clients exercise their version-precedence rules.
 var inventoryIDs = map[string]string{"bmc": "FW_BMC_0", "bios": "FW_BIOS_0", "cpld": "FW_CPLD_0", "nvos": "FW_NVOS_0", "pmc": "FW_PMC_0", "psu": "FW_PSU_0"}
 
+// inventoryName is a firmware component's inventory ID and description.
+type inventoryName struct{ id, description string }
+
+// knownInventoryNames are inventoryNames of inventoryIDs' components,
+// built once (a sync reads tens of thousands of reports).
+var knownInventoryNames = func() map[string]inventoryName {
+	out := make(map[string]inventoryName, len(inventoryIDs))
+	for c, id := range inventoryIDs {
+		out[c] = inventoryName{id: id, description: strings.ToUpper(c) + " image"}
+	}
+	return out
+}()
+
+func inventoryNames(c string) inventoryName {
+	if n, ok := knownInventoryNames[c]; ok {
+		return n
+	}
+	return inventoryName{id: "FW_" + strings.ToUpper(c) + "_0", description: strings.ToUpper(c) + " image"}
+}
+
 func (h *handler) GetComponentInventory(ctx context.Context, req *forgepb.GetComponentInventoryRequest) (res *forgepb.GetComponentInventoryResponse, err error) {
 	const method = "GetComponentInventory"
 	t, ok := inventoryTarget(req)
@@ -703,11 +720,11 @@ func (h *handler) GetComponentInventory(ctx context.Context, req *forgepb.GetCom
 				Chassis:          []*forgepb.ExploredChassis{{SerialNumber: d.Serial}},
 				FirmwareVersions: map[string]string{},
 			}
-			svc := &forgepb.ExploredService{}
+			svc := &forgepb.ExploredService{Inventories: make([]*forgepb.Inventory, 0, len(d.Firmware))}
 			for _, c := range slices.Sorted(mapsKeys(d.Firmware)) {
 				rep.FirmwareVersions[c] = d.Firmware[c]
-				id := cmp.Or(inventoryIDs[c], "FW_"+strings.ToUpper(c)+"_0")
-				svc.Inventories = append(svc.Inventories, &forgepb.Inventory{Id: id, Description: strings.ToUpper(c) + " image", Version: d.Firmware[c]})
+				n := inventoryNames(c)
+				svc.Inventories = append(svc.Inventories, &forgepb.Inventory{Id: n.id, Description: n.description, Version: d.Firmware[c]})
 			}
 			rep.Service = []*forgepb.ExploredService{svc}
 			e.Report = rep
