@@ -3,61 +3,21 @@ package operations_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nicoflow/flow/backend"
-	"github.com/nicoflow/flow/db/dbtest"
-	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/nico"
 	"github.com/nicoflow/flow/operations"
-	"github.com/nicoflow/flow/psm"
 )
 
-// ruleFuzzBundle is the rules service as a server wires it (the engine's
-// plan check at create and update) and a task manager whose engine starts
-// runs on a real database, over one demo rack.
-type ruleFuzzBundle struct {
-	pool  *pgxpool.Pool
-	rules *operations.Service
-	tasks *operations.Tasks
-	rack  inventory.Rack
-}
-
-func setupRuleFuzz(t testing.TB) *ruleFuzzBundle {
-	ctx := context.Background()
-	pool := dbtest.NewPool(t)
-	inv := inventory.NewService()
-	rack := inventory.DemoRack(1)
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-		rack.ID, err = inv.CreateRack(ctx, tx, rack)
-		return err
-	}))
-	rules, err := operations.NewService(inventoryRacks{inv: inv})
-	require.NoError(t, err)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e := engine.New(pool, engine.Config{Logger: logger})
-	rules.SetPlanCheck(e.CheckPlan)
-	nc, err := nico.NewClient("http://127.0.0.1:1")
-	require.NoError(t, err)
-	pc, err := psm.NewClient("http://127.0.0.1:1")
-	require.NoError(t, err)
-	managers := backend.New(backend.DefaultConfig(), nc, pc)
-	operations.RegisterActions(e, operations.ActionDeps{Pool: pool, Backends: managers, Inv: inv, Logger: logger})
-	client, err := river.NewClient(riverpgxv5.New(pool), e.RiverConfig())
-	require.NoError(t, err)
-	e.SetClient(client)
-	tasks := operations.NewTasks(operations.TasksConfig{Pool: pool, Rules: rules, Inv: inv, Engine: e, Backends: managers, Logger: logger})
-	return &ruleFuzzBundle{pool: pool, rules: rules, tasks: tasks, rack: rack}
+// setupRuleFuzz is setupTasks with the rules service as a server wires
+// it: the engine's plan check at create and update.
+func setupRuleFuzz(t testing.TB) *taskBundle {
+	b := setupTasks(t, nil)
+	b.rules.SetPlanCheck(b.engine.CheckPlan)
+	return b
 }
 
 // FuzzRuleDefinition: a rule definition is accepted ⇔ it runs. Whatever

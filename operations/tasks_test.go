@@ -27,13 +27,15 @@ import (
 // runs (its River client inserts jobs) but works none: these tests look at
 // what submission writes.
 type taskBundle struct {
-	pool  *pgxpool.Pool
-	tasks *operations.Tasks
-	rack  inventory.Rack
-	count func() int
+	pool   *pgxpool.Pool
+	rules  *operations.Service
+	engine *engine.Engine
+	tasks  *operations.Tasks
+	rack   inventory.Rack
+	count  func() int
 }
 
-func setupTasks(t *testing.T, keys *firmware.Keyring) *taskBundle {
+func setupTasks(t testing.TB, keys *firmware.Keyring) *taskBundle {
 	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
@@ -59,7 +61,7 @@ func setupTasks(t *testing.T, keys *firmware.Keyring) *taskBundle {
 	require.NoError(t, err)
 	e.SetClient(client)
 	tasks := operations.NewTasks(operations.TasksConfig{Pool: pool, Rules: rules, Inv: inv, Engine: e, Backends: managers, Keys: keys, Logger: logger})
-	return &taskBundle{pool: pool, tasks: tasks, rack: rack, count: func() int {
+	return &taskBundle{pool: pool, rules: rules, engine: e, tasks: tasks, rack: rack, count: func() int {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM task`).Scan(&n))
 		return n
