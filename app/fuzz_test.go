@@ -1,10 +1,7 @@
 package app
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
-	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -18,7 +15,6 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
-	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
 // implementedMethods returns the v1.Flow methods the server implements
@@ -40,24 +36,11 @@ func implementedMethods(t testing.TB, b *badBundle) []protoreflect.MethodDescrip
 // returns the answer's code ("" for success).
 func (b *badBundle) call(t testing.TB, method string, binary bool, body []byte) connectAnswer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, b.url+"/"+flowv1connect.FlowName+"/"+method, bytes.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
+	var header http.Header
 	if binary {
-		req.Header.Set("Content-Type", "application/proto")
+		header = http.Header{"Content-Type": {"application/proto"}}
 	}
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	a := connectAnswer{status: res.StatusCode, size: len(raw)}
-	if res.StatusCode != http.StatusOK {
-		var e struct{ Code, Message string }
-		require.NoError(t, json.Unmarshal(raw, &e), "%d %s", res.StatusCode, raw)
-		a.code, a.message = e.Code, e.Message
-	}
-	return a
+	return b.post(t, method, body, header)
 }
 
 // guard checks one answer: never internal or unknown, and an error leaves
