@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -89,7 +90,7 @@ var tagUnsafe = regexp.MustCompile(`[^\w\-]+`)
 func jobOpts(labels map[string]string, run RunID, step StepID, stageName, stepName, action string) *river.InsertOpts {
 	meta := make(map[string]string, len(labels)+5)
 	var tags []string
-	for _, k := range sortedKeys(labels) {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		meta[k] = labels[k]
 		tags = appendTag(tags, labels[k])
 	}
@@ -118,15 +119,6 @@ func appendTag(tags []string, v string) []string {
 		return tags
 	}
 	return append(tags, t)
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // jobLabels returns the run's labels from a step job's metadata: every
@@ -177,7 +169,7 @@ func stepInfo(labels map[string]string, row stepRow, spec *stepSpec) StepInfo {
 // and the engine's run and step IDs.
 func (s StepInfo) LogAttrs() []any {
 	attrs := make([]any, 0, 2*len(s.Labels)+12)
-	for _, k := range sortedKeys(s.Labels) {
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
 		attrs = append(attrs, k, s.Labels[k])
 	}
 	return append(attrs, "stage", s.StageName, "step", s.Step, "action", s.Action, "run_id", int64(s.RunID), "step_id", int64(s.StepID))

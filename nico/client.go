@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -511,7 +512,7 @@ func metadata(labels map[string]string) *forgepb.Metadata {
 		return nil
 	}
 	md := &forgepb.Metadata{}
-	for _, k := range sortedKeys(labels) {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		v := labels[k]
 		md.Labels = append(md.Labels, &forgepb.Label{Key: k, Value: &v})
 	}
@@ -527,15 +528,6 @@ func labels(md *forgepb.Metadata) map[string]string {
 		out[l.GetKey()] = l.GetValue()
 	}
 	return out
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 func rackID(id string) *forgepb.RackId {
