@@ -405,6 +405,14 @@ func TestExecutionRetriesAndFailures(t *testing.T) {
 	exec = res.Executions[0]
 	require.Eventually(t, func() bool { read(); return status == "failed" || status == "deferred" }, 10*time.Second, 20*time.Millisecond)
 	if status == "deferred" {
+		// The row says deferred before River has ended the attempt; a
+		// retry asked for while the job still runs is a no-op, and the
+		// real retry would come only after the 10 s backoff.
+		require.Eventually(t, func() bool {
+			var st string
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, jobOf(t, b, exec)).Scan(&st))
+			return st == "retryable"
+		}, 5*time.Second, 20*time.Millisecond)
 		_, err = client.JobRetry(ctx, jobOf(t, b, exec))
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { read(); return status == "failed" }, 10*time.Second, 20*time.Millisecond)
