@@ -240,8 +240,14 @@ throughput, latencies and the server's peak memory. See docs/bench.md.`
 	fs.IntVar(&o.Concurrency, "concurrency", 32, "API calls in flight while creating racks and submitting")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "how long to wait for the tasks to end")
 	fs.BoolVar(&o.CompareTelemetry, "compare-telemetry", false, "run twice, server metrics and tracing off then on, and compare")
+	fs.StringArrayVar(&o.ServerEnv, "server-env", nil, "KEY=VALUE added to the server's environment, last (repeatable; e.g. FLOW_DB_MAX_CONNS=8)")
 	output := fs.StringP("output", "o", "table", "output: table or json")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		for _, kv := range o.ServerEnv {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+				return cli.UsageError(fmt.Errorf("--server-env %q: want KEY=VALUE", kv))
+			}
+		}
 		if *output != "table" && *output != "json" {
 			return cli.UsageError(fmt.Errorf("-o %q: want table or json", *output))
 		}

@@ -288,8 +288,10 @@ type mirrorBMCRow struct {
 
 // MirrorComponents makes Flow's components of type t follow Core's
 // expected components of that type, through tx (one transaction per type;
-// the caller commits). The caller passes a successful answer only: an empty
-// cs is authoritative.
+// the caller commits). fetch reads Core's answer; it runs while Flow's rows
+// are read through tx, so the two reads overlap, and it must not use tx. A
+// fetch error is returned as it is, with nothing written; a successful
+// answer is authoritative, an empty one included.
 //
 //   - Identity is the host BMC MAC (PMC MAC for shelves); a component with
 //     no BMC yet is adopted by manufacturer + serial number and given that
@@ -303,9 +305,20 @@ type mirrorBMCRow struct {
 //   - A live component the mirror created or adopted earlier that Core no
 //     longer lists is soft-deleted; components of Flow's own that Core never
 //     listed are left alone.
-func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentType, cs []ExpectedComponent) (MirrorResult, error) {
+func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentType, fetch func(context.Context) ([]ExpectedComponent, error)) (MirrorResult, error) {
 	var res MirrorResult
-	rows, err := s.q.ComponentSyncList(ctx, tx, string(t))
+	type answer struct {
+		cs  []ExpectedComponent
+		err error
+	}
+	fetched := make(chan answer, 1) // buffered: an early return leaves no goroutine blocked
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		cs, err := fetch(fctx)
+		fetched <- answer{cs, err}
+	}()
+	rows, err := s.syncList(ctx, tx, t)
 	if err != nil {
 		return res, fmt.Errorf("list %s components for mirror: %w", t, err)
 	}
@@ -313,6 +326,11 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 	if err != nil {
 		return res, fmt.Errorf("list racks for mirror: %w", err)
 	}
+	a := <-fetched
+	if a.err != nil {
+		return res, a.err
+	}
+	cs := a.cs
 	rackOf := make(map[string]uuid.UUID, 2*len(racks))
 	for _, r := range racks {
 		rackOf[r.ID.String()] = r.ID

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,9 @@ type Service struct {
 	// maxComponents bounds a rack's live components when one is added or
 	// moved in (0: no bound).
 	maxComponents int
+	// listed remembers each type's last sync listing length (type → int),
+	// to size the next one.
+	listed sync.Map
 }
 
 // SetMaxComponentsPerRack makes AddComponent and PatchComponent refuse,

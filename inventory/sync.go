@@ -40,11 +40,26 @@ type SyncComponent struct {
 
 // SyncComponents returns every live component of type t, ordered by ID.
 func (s *Service) SyncComponents(ctx context.Context, dbtx db.DBTX, t ComponentType) ([]SyncComponent, error) {
-	rows, err := s.q.ComponentSyncList(ctx, dbtx, string(t))
+	rows, err := s.syncList(ctx, dbtx, t)
 	if err != nil {
 		return nil, fmt.Errorf("list %s components for sync: %w", t, err)
 	}
 	return liveSyncComponents(rows), nil
+}
+
+// syncList reads ComponentSyncList for t into a slice sized by the last
+// listing of t, plus room to grow: the listing is the sync's largest read,
+// and a slice grown by doubling was most of its garbage.
+func (s *Service) syncList(ctx context.Context, dbtx db.DBTX, t ComponentType) ([]dbsqlc.ComponentSyncListRow, error) {
+	n := 0
+	if v, ok := s.listed.Load(t); ok {
+		n = v.(int)
+	}
+	rows, err := s.q.ComponentSyncListSized(ctx, dbtx, string(t), n+n/16)
+	if err == nil {
+		s.listed.Store(t, len(rows))
+	}
+	return rows, err
 }
 
 // liveSyncComponents returns the live rows of a ComponentSyncList as the

@@ -606,7 +606,7 @@ func (c *Client) ExpectedMachines(ctx context.Context) ([]ExpectedMachine, error
 	if err != nil {
 		return nil, classify(ctx, method, err)
 	}
-	var out []ExpectedMachine
+	out := make([]ExpectedMachine, 0, len(res.GetExpectedMachines()))
 	for _, m := range res.GetExpectedMachines() {
 		out = append(out, ExpectedMachine{BMCMAC: m.GetBmcMacAddress(), ChassisSerial: m.GetChassisSerialNumber(), RackID: m.GetRackId().GetId(), BMCIP: m.GetBmcIpAddress(), Labels: labels(m.GetMetadata()), Name: m.GetMetadata().GetName(), Description: m.GetMetadata().GetDescription()})
 	}
@@ -625,7 +625,7 @@ func (c *Client) ExpectedSwitches(ctx context.Context) ([]ExpectedSwitch, error)
 	if err != nil {
 		return nil, classify(ctx, method, err)
 	}
-	var out []ExpectedSwitch
+	out := make([]ExpectedSwitch, 0, len(res.GetExpectedSwitches()))
 	for _, s := range res.GetExpectedSwitches() {
 		out = append(out, ExpectedSwitch{BMCMAC: s.GetBmcMacAddress(), Serial: s.GetSwitchSerialNumber(), RackID: s.GetRackId().GetId(), BMCIP: s.GetBmcIpAddress(), Labels: labels(s.GetMetadata()), Name: s.GetMetadata().GetName(), Description: s.GetMetadata().GetDescription()})
 	}
@@ -644,7 +644,7 @@ func (c *Client) ExpectedPowerShelves(ctx context.Context) ([]ExpectedPowerShelf
 	if err != nil {
 		return nil, classify(ctx, method, err)
 	}
-	var out []ExpectedPowerShelf
+	out := make([]ExpectedPowerShelf, 0, len(res.GetExpectedPowerShelves()))
 	for _, p := range res.GetExpectedPowerShelves() {
 		out = append(out, ExpectedPowerShelf{BMCMAC: p.GetBmcMacAddress(), Serial: p.GetShelfSerialNumber(), RackID: p.GetRackId().GetId(), BMCIP: p.GetBmcIpAddress(), Labels: labels(p.GetMetadata()), Name: p.GetMetadata().GetName(), Description: p.GetMetadata().GetDescription()})
 	}

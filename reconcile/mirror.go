@@ -94,10 +94,10 @@ func coreExpected(p *SyncPart, mac, ip, serial, rackID, name, desc string, label
 	}
 }
 
-func (c *cycle) mirrorComponents(ctx context.Context, p *SyncPart, t inventory.ComponentType, in []inventory.ExpectedComponent) error {
+func (c *cycle) mirrorComponents(ctx context.Context, p *SyncPart, t inventory.ComponentType, fetch func(context.Context) ([]inventory.ExpectedComponent, error)) error {
 	var live []inventory.SyncComponent
 	err := pgx.BeginFunc(ctx, c.s.cfg.Pool, func(tx pgx.Tx) error {
-		res, err := c.s.cfg.Inv.MirrorComponents(ctx, tx, t, in)
+		res, err := c.s.cfg.Inv.MirrorComponents(ctx, tx, t, fetch)
 		if err != nil {
 			return err
 		}
@@ -111,47 +111,61 @@ func (c *cycle) mirrorComponents(ctx context.Context, p *SyncPart, t inventory.C
 	return err
 }
 
+// The expected-list reads below run while the mirror reads Flow's rows
+// (inventory.Service.MirrorComponents): they write p only before handing
+// their answer over, and the mirror writes it only after.
+
 func (c *cycle) expectedCompute(ctx context.Context, p *SyncPart) error {
-	ms, err := c.s.cfg.Core.ExpectedMachines(ctx)
-	if err != nil {
-		return err
-	}
-	in := make([]inventory.ExpectedComponent, len(ms))
-	for i, m := range ms {
-		in[i] = coreExpected(p, m.BMCMAC, m.BMCIP, m.ChassisSerial, m.RackID, m.Name, m.Description, m.Labels)
-	}
-	return c.mirrorComponents(ctx, p, inventory.ComponentTypeCompute, in)
+	return c.mirrorComponents(ctx, p, inventory.ComponentTypeCompute, func(ctx context.Context) ([]inventory.ExpectedComponent, error) {
+		ms, err := c.s.cfg.Core.ExpectedMachines(ctx)
+		if err != nil {
+			return nil, err
+		}
+		in := make([]inventory.ExpectedComponent, len(ms))
+		for i, m := range ms {
+			in[i] = coreExpected(p, m.BMCMAC, m.BMCIP, m.ChassisSerial, m.RackID, m.Name, m.Description, m.Labels)
+		}
+		return in, nil
+	})
 }
 
 func (c *cycle) expectedSwitches(ctx context.Context, p *SyncPart) error {
-	ss, err := c.s.cfg.Core.ExpectedSwitches(ctx)
-	if err != nil {
-		return err
-	}
-	in := make([]inventory.ExpectedComponent, len(ss))
-	for i, s := range ss {
-		in[i] = coreExpected(p, s.BMCMAC, s.BMCIP, s.Serial, s.RackID, s.Name, s.Description, s.Labels)
-	}
-	return c.mirrorComponents(ctx, p, inventory.ComponentTypeNVSwitch, in)
+	return c.mirrorComponents(ctx, p, inventory.ComponentTypeNVSwitch, func(ctx context.Context) ([]inventory.ExpectedComponent, error) {
+		ss, err := c.s.cfg.Core.ExpectedSwitches(ctx)
+		if err != nil {
+			return nil, err
+		}
+		in := make([]inventory.ExpectedComponent, len(ss))
+		for i, s := range ss {
+			in[i] = coreExpected(p, s.BMCMAC, s.BMCIP, s.Serial, s.RackID, s.Name, s.Description, s.Labels)
+		}
+		return in, nil
+	})
 }
 
 func (c *cycle) expectedShelves(ctx context.Context, p *SyncPart) error {
-	ps, err := c.s.cfg.Core.ExpectedPowerShelves(ctx)
-	if err != nil {
-		return err
-	}
-	in := make([]inventory.ExpectedComponent, len(ps))
-	for i, s := range ps {
-		in[i] = coreExpected(p, s.BMCMAC, s.BMCIP, s.Serial, s.RackID, s.Name, s.Description, s.Labels)
-	}
-	return c.mirrorComponents(ctx, p, inventory.ComponentTypePowerShelf, in)
+	return c.mirrorComponents(ctx, p, inventory.ComponentTypePowerShelf, func(ctx context.Context) ([]inventory.ExpectedComponent, error) {
+		ps, err := c.s.cfg.Core.ExpectedPowerShelves(ctx)
+		if err != nil {
+			return nil, err
+		}
+		in := make([]inventory.ExpectedComponent, len(ps))
+		for i, s := range ps {
+			in[i] = coreExpected(p, s.BMCMAC, s.BMCIP, s.Serial, s.RackID, s.Name, s.Description, s.Labels)
+		}
+		return in, nil
+	})
 }
 
 // dpusOf reads the DPU machines the hosts report and returns each host's
 // DPU BMCs. A failed read fails the compute part (its DPU reconciliation
 // cannot be done); a DPU without a valid BMC MAC is a warning.
 func (c *cycle) dpusOf(ctx context.Context, p *SyncPart, hosts []nico.Machine) (map[string][]inventory.DPUBMC, error) {
-	var ids []string
+	n := 0
+	for _, h := range hosts {
+		n += len(h.DPUIDs)
+	}
+	ids := make([]string, 0, n)
 	for _, h := range hosts {
 		ids = append(ids, h.DPUIDs...)
 	}

@@ -611,15 +611,15 @@ func positionDiffs(f inventory.Position, c nico.Position) []backend.FieldDiff {
 // inventoryOf reads the exploration reports of ids (best effort): firmware
 // version by the precedence rule, and power.
 func (c *cycle) inventoryOf(ctx context.Context, p *SyncPart, kind nico.Kind, ids []string) map[string]nico.Inventory {
-	out := map[string]nico.Inventory{}
 	if len(ids) == 0 {
-		return out
+		return map[string]nico.Inventory{}
 	}
 	invs, err := c.s.cfg.Core.Inventory(ctx, nico.Target{Kind: kind, IDs: ids})
 	if err != nil {
 		p.Warnings = append(p.Warnings, err.Error())
-		return out
+		return map[string]nico.Inventory{}
 	}
+	out := make(map[string]nico.Inventory, len(invs))
 	for _, inv := range invs {
 		if inv.Err == nil {
 			out[cmpOr(inv.ID, inv.Key)] = inv
@@ -659,31 +659,42 @@ func (c *cycle) compute(ctx context.Context, p *SyncPart) error {
 	if err != nil {
 		return err
 	}
-	var hosts []nico.Machine
-	var hostIDs []string
+	hosts, hostIDs := make([]nico.Machine, 0, len(ms)), make([]string, 0, len(ms))
 	for _, m := range ms {
 		if m.Host {
 			hosts = append(hosts, m)
 			hostIDs = append(hostIDs, m.ID)
 		}
 	}
-	var positions map[string]nico.Position
+	// The four reads of the hosts need only their IDs: they run side by
+	// side, each with its own warnings, merged below in a fixed order.
+	var (
+		positions        map[string]nico.Position
+		power            map[string]nico.PowerState
+		dpus             map[string][]inventory.DPUBMC
+		invs             map[string]nico.Inventory
+		posErr, powErr   error
+		dpuErr           error
+		dpuPart, invPart SyncPart
+		wg               sync.WaitGroup
+	)
 	if len(hostIDs) > 0 {
-		if positions, err = core.Positions(ctx, hostIDs); err != nil {
-			return err
-		}
+		wg.Go(func() { positions, posErr = core.Positions(ctx, hostIDs) })
+		wg.Go(func() { power, powErr = core.PowerStates(ctx, hostIDs) })
 	}
-	var power map[string]nico.PowerState
-	if len(hostIDs) > 0 {
-		if power, err = core.PowerStates(ctx, hostIDs); err != nil {
-			p.Warnings = append(p.Warnings, err.Error())
-		}
+	wg.Go(func() { dpus, dpuErr = c.dpusOf(ctx, &dpuPart, hosts) })
+	wg.Go(func() { invs = c.inventoryOf(ctx, &invPart, nico.KindCompute, hostIDs) })
+	wg.Wait()
+	if posErr != nil {
+		return posErr
 	}
-	dpus, err := c.dpusOf(ctx, p, hosts)
-	if err != nil {
-		return err
+	if powErr != nil {
+		p.Warnings = append(p.Warnings, powErr.Error())
 	}
-	invs := c.inventoryOf(ctx, p, nico.KindCompute, hostIDs)
+	if dpuErr != nil {
+		return dpuErr
+	}
+	p.Warnings = append(append(p.Warnings, dpuPart.Warnings...), invPart.Warnings...)
 	devs := make([]device, len(hosts))
 	for i, m := range hosts {
 		d := device{id: m.ID, mac: m.BMCMAC, state: m.State, health: m.Health, firmware: invs[m.ID].BMCFirmware(), dpus: dpus[m.ID]}
@@ -698,17 +709,39 @@ func (c *cycle) compute(ctx context.Context, p *SyncPart) error {
 	return c.syncType(ctx, p, inventory.ComponentTypeCompute, devs)
 }
 
+// readWithInventory runs read beside the exploration-report read of ids
+// (both need only the IDs) and returns the reports, with their warnings
+// added to p after read's result is known.
+func (c *cycle) readWithInventory(ctx context.Context, p *SyncPart, kind nico.Kind, ids []string, read func() error) (map[string]nico.Inventory, error) {
+	var (
+		invs    map[string]nico.Inventory
+		invPart SyncPart
+		wg      sync.WaitGroup
+	)
+	wg.Go(func() { invs = c.inventoryOf(ctx, &invPart, kind, ids) })
+	err := read()
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	p.Warnings = append(p.Warnings, invPart.Warnings...)
+	return invs, nil
+}
+
 func (c *cycle) nvswitches(ctx context.Context, p *SyncPart) error {
 	core := c.s.cfg.Core
 	ids, err := core.SwitchIDs(ctx)
 	if err != nil {
 		return err
 	}
-	ss, err := core.Switches(ctx, ids)
+	var ss []nico.Switch
+	invs, err := c.readWithInventory(ctx, p, nico.KindSwitch, ids, func() (err error) {
+		ss, err = core.Switches(ctx, ids)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	invs := c.inventoryOf(ctx, p, nico.KindSwitch, ids)
 	devs := make([]device, len(ss))
 	for i, s := range ss {
 		inv := invs[s.ID]
@@ -728,11 +761,14 @@ func (c *cycle) shelves(ctx context.Context, p *SyncPart) error {
 	if err != nil {
 		return err
 	}
-	ps, err := core.PowerShelves(ctx, ids)
+	var ps []nico.PowerShelf
+	invs, err := c.readWithInventory(ctx, p, nico.KindPowerShelf, ids, func() (err error) {
+		ps, err = core.PowerShelves(ctx, ids)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	invs := c.inventoryOf(ctx, p, nico.KindPowerShelf, ids)
 	devs := make([]device, len(ps))
 	for i, s := range ps {
 		inv := invs[s.ID]
