@@ -148,6 +148,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_MAX_PAGE_SIZE", "1000", "largest pagination.limit a listing accepts"},
 	{"FLOW_MAX_RACK_PAGE_WITH_COMPONENTS", "100", "largest page of GetListOfRacks with with_components (racks with their components are ~15 KB each; upstream's client asks 100); larger is refused"},
 	{"FLOW_MAX_CONCURRENT_LISTINGS", "4", "rack and component listings (GetListOfRacks, GetComponents) served at once, decoding to writing the answer; more wait their turn, so concurrent listers hold a few pages in memory"},
+	{"FLOW_MAX_CONCURRENT_SUBMITS", "0", "task submissions (the transaction that checks and writes them) run at once; more wait their turn in arrival order, so a burst starts its first tasks in milliseconds instead of sharing the CPUs until every submit ends together; 0 is one per CPU (GOMAXPROCS), at least 2"},
 	{"FLOW_READ_HEADER_TIMEOUT", "10s", "how long a client may take to send a request's headers"},
 	{"FLOW_READ_TIMEOUT", "30s", "how long a client may take to send a whole request, headers and body; a slower one is cut off"},
 	{"FLOW_IDLE_TIMEOUT", "2m", "how long a keep-alive connection may stay open with no request"},

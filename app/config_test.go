@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -44,6 +45,21 @@ func TestLoadConfig(t *testing.T) {
 				require.Equal(t, "postgres://a@b/c", cfg.DatabaseURL)
 			},
 		},
+		{
+			name: "SubmitsPerCPUByDefault",
+			env:  map[string]string{},
+			check: func(t *testing.T, cfg Config) {
+				require.Equal(t, max(runtime.GOMAXPROCS(0), 2), cfg.Limits.Submits)
+			},
+		},
+		{
+			name: "SubmitsSet",
+			env:  map[string]string{"FLOW_MAX_CONCURRENT_SUBMITS": "7"},
+			check: func(t *testing.T, cfg Config) {
+				require.Equal(t, 7, cfg.Limits.Submits)
+			},
+		},
+		{name: "BadSubmits", env: map[string]string{"FLOW_MAX_CONCURRENT_SUBMITS": "-1"}, wantErr: "FLOW_MAX_CONCURRENT_SUBMITS must be a non-negative integer"},
 		{name: "BadLevel", env: map[string]string{"FLOW_LOG_LEVEL": "loud"}, wantErr: "FLOW_LOG_LEVEL"},
 		{name: "BadFormat", env: map[string]string{"FLOW_LOG_FORMAT": "xml"}, wantErr: "FLOW_LOG_FORMAT"},
 		{name: "BadConns", env: map[string]string{"FLOW_DB_MAX_CONNS": "two"}, wantErr: "FLOW_DB_MAX_CONNS"},

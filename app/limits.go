@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +49,10 @@ type Limits struct {
 	// Listings is how many rack and component listings are served at once
 	// (FLOW_MAX_CONCURRENT_LISTINGS); more wait their turn.
 	Listings int
+	// Submits is how many task submissions run at once
+	// (FLOW_MAX_CONCURRENT_SUBMITS, 0 there being one per CPU, at least 2);
+	// more wait their turn.
+	Submits int
 
 	ReadHeaderTimeout time.Duration // FLOW_READ_HEADER_TIMEOUT
 	ReadTimeout       time.Duration // FLOW_READ_TIMEOUT: headers and body of one request
@@ -101,6 +106,13 @@ func loadLimits(getenv func(string) string) (Limits, []string) {
 	size("FLOW_MAX_PAGE_SIZE", &lim.PageSize)
 	size("FLOW_MAX_RACK_PAGE_WITH_COMPONENTS", &lim.RackComponentsPage)
 	size("FLOW_MAX_CONCURRENT_LISTINGS", &lim.Listings)
+	if n, err := strconv.Atoi(def("FLOW_MAX_CONCURRENT_SUBMITS")); err != nil || n < 0 {
+		errs = append(errs, "FLOW_MAX_CONCURRENT_SUBMITS must be a non-negative integer (0: one per CPU)")
+	} else if n == 0 {
+		lim.Submits = max(runtime.GOMAXPROCS(0), 2)
+	} else {
+		lim.Submits = n
+	}
 	dur("FLOW_READ_HEADER_TIMEOUT", &lim.ReadHeaderTimeout)
 	dur("FLOW_READ_TIMEOUT", &lim.ReadTimeout)
 	dur("FLOW_IDLE_TIMEOUT", &lim.IdleTimeout)

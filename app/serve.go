@@ -207,6 +207,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
 		eventRuleHandler:  operations.NewEventRuleHandler(pool, eventRules),
 	}
+	svc.taskHandler.LimitSubmits(cfg.Limits.orDefault().Submits)
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer)}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	var tlsConfig *tls.Config

@@ -311,6 +311,20 @@ func connectError(err error) error {
 type TaskHandler struct {
 	pool  *pgxpool.Pool
 	tasks *Tasks
+	slots chan struct{} // nil: submissions are not limited
+}
+
+// LimitSubmits lets at most n submissions run their transaction at once;
+// the others wait, in arrival order, until their deadline. In a burst every
+// submission shares the CPUs with every other, so all of them, and their
+// tasks' first calls, end at about the same late moment; in turn, the first
+// tasks start at once and the burst as a whole ends no later. n ≤ 0 removes
+// the limit. Call it before serving.
+func (h *TaskHandler) LimitSubmits(n int) {
+	h.slots = nil
+	if n > 0 {
+		h.slots = make(chan struct{}, n)
+	}
 }
 
 // NewTaskHandler returns a TaskHandler serving tasks over pool.
@@ -353,6 +367,18 @@ func (h *TaskHandler) submit(ctx context.Context, req Request, o submitOptions) 
 		req.QueueTimeout = time.Duration(s) * time.Second
 	}
 	req.SubmittedBy = caller.Identity(ctx)
+	if h.slots != nil {
+		select {
+		case h.slots <- struct{}{}:
+			defer func() { <-h.slots }()
+		case <-ctx.Done():
+			code := connect.CodeCanceled
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				code = connect.CodeDeadlineExceeded
+			}
+			return nil, connect.NewError(code, fmt.Errorf("waiting for a submission slot (FLOW_MAX_CONCURRENT_SUBMITS): %w", ctx.Err()))
+		}
+	}
 	var ids []uuid.UUID
 	sctx, hooks := db.WithCommitHooks(ctx)
 	err = pgx.BeginFunc(sctx, h.pool, func(tx pgx.Tx) (err error) {
