@@ -82,7 +82,7 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 		obj[metaLabels], _ = json.Marshal(plan.Labels)
 		meta, _ = json.Marshal(obj)
 	}
-	var p dbsqlc.StepInsertManyParams
+	var p dbsqlc.RunInsertWithStepsParams
 	var specs []stepSpec
 	chainEnd := map[string]int{} // chain → index in specs of its last step
 	for i, stage := range plan.Stages {
@@ -114,26 +114,21 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 		p.Specs = append(p.Specs, b)
 	}
 
-	var timeoutMS *int64
 	if plan.Timeout > 0 {
-		timeoutMS = ptr(plan.Timeout.Milliseconds())
+		p.TimeoutMs = ptr(plan.Timeout.Milliseconds())
 	}
-	run, err := e.q.RunInsert(ctx, tx, dbsqlc.RunInsertParams{
-		Owner:      plan.Owner,
-		Metadata:   meta,
-		StageCount: int32(len(plan.Stages)),
-		TimeoutMs:  timeoutMS,
-		OpenSteps:  int32(len(plan.Stages[0].Steps)),
-	})
+	p.Owner, p.Metadata = plan.Owner, meta
+	p.StageCount, p.OpenSteps = int32(len(plan.Stages)), int32(len(plan.Stages[0].Steps))
+	// Steps come back in ID order, which is insertion order: specs[i] is
+	// steps[i]'s.
+	steps, err := e.q.RunInsertWithSteps(ctx, tx, p)
 	if err != nil {
 		return 0, fmt.Errorf("insert run: %w", err)
 	}
-	id := run.ID
-	p.RunID = id
-	steps, err := e.q.StepInsertMany(ctx, tx, p)
-	if err != nil {
-		return 0, fmt.Errorf("insert steps: %w", err)
+	if len(steps) != len(specs) {
+		return 0, fmt.Errorf("insert run: %d steps written for %d planned", len(steps), len(specs))
 	}
+	id := steps[0].RunID
 	first := stageStart{stageRef: stageRef{run: RunID(id)}, labels: plan.Labels, specs: map[int64]*stepSpec{}}
 	for i, st := range steps {
 		if st.StageIndex == 0 {
@@ -143,8 +138,8 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 	}
 	slices.Sort(first.steps)
 	var timeoutAt *time.Time
-	if run.TimeoutAt.Valid {
-		timeoutAt = &run.TimeoutAt.Time
+	if steps[0].TimeoutAt.Valid {
+		timeoutAt = &steps[0].TimeoutAt.Time
 	}
 	if err := e.startStages(ctx, tx, []stageStart{first}, timeoutAt); err != nil {
 		return 0, err
@@ -211,9 +206,7 @@ func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageStart
 		return fmt.Errorf("enqueue steps: %w", err)
 	}
 	if timeoutAt != nil {
-		if err := e.q.RunSetTimeoutJob(ctx, tx, dbsqlc.RunSetTimeoutJobParams{ID: int64(stages[0].run), JobID: &res[len(res)-1].Job.ID}); err != nil {
-			return fmt.Errorf("record timeout job: %w", err)
-		}
+		p.TimeoutRunID, p.TimeoutJobID = ptr(int64(stages[0].run)), &res[len(res)-1].Job.ID
 	}
 	p.JobIDs = make([]int64, len(p.IDs))
 	for i := range p.IDs {

@@ -54,6 +54,20 @@ VALUES (@rack_id, @operation_type, @operation_code, @rule_id)
 ON CONFLICT (rack_id, operation_type, operation_code)
 DO UPDATE SET rule_id = excluded.rule_id, updated_at = now();
 
+-- name: RuleForRack :many
+-- The rule rack_id is associated with for the operation, then the
+-- operation's default rule: those of the two that exist, the associated one
+-- first, each found through its index (a submission resolves its rule in
+-- one round trip).
+SELECT sqlc.embed(r), true AS associated
+FROM rack_rule_association a JOIN operation_rule r ON r.id = a.rule_id
+WHERE a.rack_id = @rack_id AND a.operation_type = @operation_type AND a.operation_code = @operation_code
+UNION ALL
+SELECT sqlc.embed(d), false
+FROM operation_rule d
+WHERE d.operation_type = @operation_type AND d.operation_code = @operation_code AND d.is_default
+ORDER BY associated DESC;
+
 -- name: AssociationGet :one
 SELECT * FROM rack_rule_association
 WHERE rack_id = @rack_id AND operation_type = @operation_type AND operation_code = @operation_code;

@@ -491,33 +491,37 @@ func (s *Service) ResolveRule(ctx context.Context, dbtx db.DBTX, req ResolveRequ
 		}
 		return ResolvedRule{Rule: r, Source: RuleSourceExplicit}, nil
 	}
+	// The rack's association, else the default rule: for a rack both are
+	// read in one query, the association's row first.
+	var stored []dbsqlc.RuleForRackRow
 	if req.RackID != uuid.Nil {
-		row, err := s.q.AssociationGet(ctx, dbtx, dbsqlc.AssociationGetParams{
+		rows, err := s.q.RuleForRack(ctx, dbtx, dbsqlc.RuleForRackParams{
 			RackID: req.RackID, OperationType: string(req.Type), OperationCode: string(req.Code),
+		})
+		if err != nil {
+			return ResolvedRule{}, fmt.Errorf("get rule of rack %s: %w", req.RackID, err)
+		}
+		stored = rows
+	} else {
+		row, err := s.q.RuleGetDefault(ctx, dbtx, dbsqlc.RuleGetDefaultParams{
+			OperationType: string(req.Type), OperationCode: string(req.Code),
 		})
 		switch {
 		case err == nil:
-			r, err := s.Rule(ctx, dbtx, row.RuleID)
-			if err != nil {
-				return ResolvedRule{}, fmt.Errorf("associated rule %s: %w", row.RuleID, err)
-			}
-			return ResolvedRule{Rule: r, Source: RuleSourceRackAssociation}, nil
+			stored = []dbsqlc.RuleForRackRow{{OperationRule: row}}
 		case !errors.Is(err, pgx.ErrNoRows):
-			return ResolvedRule{}, fmt.Errorf("get association of rack %s: %w", req.RackID, err)
+			return ResolvedRule{}, fmt.Errorf("get default rule: %w", err)
 		}
 	}
-	row, err := s.q.RuleGetDefault(ctx, dbtx, dbsqlc.RuleGetDefaultParams{
-		OperationType: string(req.Type), OperationCode: string(req.Code),
-	})
-	switch {
-	case err == nil:
-		r, err := ruleFromRow(row)
+	if len(stored) > 0 {
+		r, err := ruleFromRow(stored[0].OperationRule)
 		if err != nil {
 			return ResolvedRule{}, err
 		}
+		if stored[0].Associated {
+			return ResolvedRule{Rule: r, Source: RuleSourceRackAssociation}, nil
+		}
 		return ResolvedRule{Rule: r, Source: RuleSourceDefault}, nil
-	case !errors.Is(err, pgx.ErrNoRows):
-		return ResolvedRule{}, fmt.Errorf("get default rule: %w", err)
 	}
 	if r, ok := BuiltinRule(req.Type, req.Code); ok {
 		return ResolvedRule{Rule: r, Source: RuleSourceBuiltin}, nil

@@ -58,3 +58,33 @@ func TestSubmitsWaitForASlot(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, b.count())
 }
+
+// TestConcurrentSubmitsOnOneRack: submissions racing for one rack are
+// serialized by the rack lock: exactly one writes its task, every other is
+// refused as a conflict with it (REJECT), whatever the interleaving.
+func TestConcurrentSubmitsOnOneRack(t *testing.T) {
+	b := setupTasks(t, nil)
+	ctx := context.Background()
+	h := operations.NewTaskHandler(b.pool, b.tasks) // no slot limit: all race
+	const n = 8
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for range n {
+		go func() {
+			<-start
+			_, err := h.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(b.rack)})
+			errs <- err
+		}()
+	}
+	close(start)
+	ok := 0
+	for range n {
+		if err := <-errs; err == nil {
+			ok++
+		} else {
+			require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err), "%v", err)
+		}
+	}
+	require.Equal(t, 1, ok)
+	require.Equal(t, 1, b.count())
+}

@@ -391,12 +391,9 @@ func ruleIDLabel(id uuid.UUID) string {
 // admit writes one rack's task under the rack lock: PENDING with its run,
 // WAITING behind a conflict, or an error.
 func (t *Tasks) admit(ctx context.Context, tx pgx.Tx, req Request, p rackPlan, info []byte) (uuid.UUID, error) {
-	if err := t.q.TaskLockRack(ctx, tx, p.rack.ID.String()); err != nil {
-		return uuid.Nil, fmt.Errorf("lock rack: %w", err)
-	}
-	active, err := t.q.TaskActiveOnRack(ctx, tx, p.rack.ID)
+	active, err := t.q.TaskLockRackThenActive(ctx, tx, p.rack.ID.String(), p.rack.ID)
 	if err != nil {
-		return uuid.Nil, fmt.Errorf("active tasks: %w", err)
+		return uuid.Nil, fmt.Errorf("lock rack and read its active tasks: %w", err)
 	}
 	var blocking *dbsqlc.Task
 	waiting := 0

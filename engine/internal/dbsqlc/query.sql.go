@@ -239,36 +239,80 @@ func (q *Queries) RunGetByID(ctx context.Context, db DBTX, id int64) (RunGetByID
 	return i, err
 }
 
-const runInsert = `-- name: RunInsert :one
-INSERT INTO engine_run (owner, metadata, stage_count, open_steps, timeout_at)
-VALUES ($1, $2, $3, $4, now() + $5::bigint * interval '1 millisecond')
-RETURNING id, timeout_at
+const runInsertWithSteps = `-- name: RunInsertWithSteps :many
+WITH r AS (
+    INSERT INTO engine_run (owner, metadata, stage_count, open_steps, timeout_at)
+    VALUES ($1, $2, $3, $4, now() + $5::bigint * interval '1 millisecond')
+    RETURNING id, timeout_at
+), s AS (
+    INSERT INTO engine_step (run_id, stage_index, step_index, spec, budget_ms)
+    SELECT r.id, unnest($6::integer[]), unnest($7::integer[]),
+        unnest($8::jsonb[]), unnest($9::bigint[])
+    FROM r
+    RETURNING id, run_id, stage_index, step_index
+)
+SELECT s.id, s.run_id, s.stage_index, s.step_index, r.timeout_at
+FROM s CROSS JOIN r
+ORDER BY s.id
 `
 
-type RunInsertParams struct {
-	Owner      string
-	Metadata   []byte
-	StageCount int32
-	OpenSteps  int32
-	TimeoutMs  *int64
+type RunInsertWithStepsParams struct {
+	Owner        string
+	Metadata     []byte
+	StageCount   int32
+	OpenSteps    int32
+	TimeoutMs    *int64
+	StageIndexes []int32
+	StepIndexes  []int32
+	Specs        [][]byte
+	BudgetsMs    []int64
 }
 
-type RunInsertRow struct {
-	ID        int64
-	TimeoutAt pgtype.Timestamptz
+type RunInsertWithStepsRow struct {
+	ID         int64
+	RunID      int64
+	StageIndex int32
+	StepIndex  int32
+	TimeoutAt  pgtype.Timestamptz
 }
 
-func (q *Queries) RunInsert(ctx context.Context, db DBTX, arg RunInsertParams) (RunInsertRow, error) {
-	row := db.QueryRow(ctx, runInsert,
+// RunInsertWithSteps inserts a run and its steps in one statement and
+// returns the steps, each with the run's ID and timeout (a submission's
+// start is one round trip fewer).
+func (q *Queries) RunInsertWithSteps(ctx context.Context, db DBTX, arg RunInsertWithStepsParams) ([]RunInsertWithStepsRow, error) {
+	rows, err := db.Query(ctx, runInsertWithSteps,
 		arg.Owner,
 		arg.Metadata,
 		arg.StageCount,
 		arg.OpenSteps,
 		arg.TimeoutMs,
+		arg.StageIndexes,
+		arg.StepIndexes,
+		arg.Specs,
+		arg.BudgetsMs,
 	)
-	var i RunInsertRow
-	err := row.Scan(&i.ID, &i.TimeoutAt)
-	return i, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RunInsertWithStepsRow
+	for rows.Next() {
+		var i RunInsertWithStepsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.RunID,
+			&i.StageIndex,
+			&i.StepIndex,
+			&i.TimeoutAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const runLock = `-- name: RunLock :one
@@ -315,51 +359,42 @@ func (q *Queries) RunLockMany(ctx context.Context, db DBTX, ids []int64) error {
 	return err
 }
 
-const runSetTimeoutJob = `-- name: RunSetTimeoutJob :exec
-UPDATE engine_run SET timeout_job_id = $1 WHERE id = $2
-`
-
-type RunSetTimeoutJobParams struct {
-	JobID *int64
-	ID    int64
-}
-
-// RunSetTimeoutJob records the River job that times run id out.
-func (q *Queries) RunSetTimeoutJob(ctx context.Context, db DBTX, arg RunSetTimeoutJobParams) error {
-	_, err := db.Exec(ctx, runSetTimeoutJob, arg.JobID, arg.ID)
-	return err
-}
-
 const stageStartMany = `-- name: StageStartMany :exec
 WITH s AS (
     UPDATE engine_step
     SET state = 'running', started_at = now(), deadline_at = now() + budget_ms * interval '1 millisecond',
-        job_id = ($3::bigint[])[array_position($4::bigint[], engine_step.id)]
-    WHERE engine_step.id = ANY($4::bigint[]) AND engine_step.state = 'pending'
+        job_id = ($5::bigint[])[array_position($6::bigint[], engine_step.id)]
+    WHERE engine_step.id = ANY($6::bigint[]) AND engine_step.state = 'pending'
     RETURNING engine_step.run_id
 )
 UPDATE engine_run
 SET stage_index = ($1::integer[])[array_position($2::bigint[], engine_run.id)],
     open_steps = (SELECT count(*) FROM s WHERE s.run_id = engine_run.id),
-    failed_steps = 0, first_failure = ''
+    failed_steps = 0, first_failure = '',
+    timeout_job_id = CASE WHEN engine_run.id = $3::bigint THEN $4::bigint ELSE engine_run.timeout_job_id END
 WHERE engine_run.id = ANY($2::bigint[])
 `
 
 type StageStartManyParams struct {
 	StageIndexes []int32
 	RunIDs       []int64
+	TimeoutRunID *int64
+	TimeoutJobID *int64
 	JobIDs       []int64
 	IDs          []int64
 }
 
 // StageStartMany makes stages their runs' current ones: their steps (ids,
 // pending) become running with their deadlines fixed and their River jobs
-// recorded, and each run's join counters are reset. Every row is reached
+// recorded, and each run's join counters are reset; a run's first stage
+// also records its timeout job (timeout_run_id, timeout_job_id). Every row is reached
 // through its key, whatever the planner guesses of the lists' lengths.
 func (q *Queries) StageStartMany(ctx context.Context, db DBTX, arg StageStartManyParams) error {
 	_, err := db.Exec(ctx, stageStartMany,
 		arg.StageIndexes,
 		arg.RunIDs,
+		arg.TimeoutRunID,
+		arg.TimeoutJobID,
 		arg.JobIDs,
 		arg.IDs,
 	)
@@ -673,53 +708,6 @@ func (q *Queries) StepExecState(ctx context.Context, db DBTX, id int64) (StepExe
 	var i StepExecStateRow
 	err := row.Scan(&i.State, &i.ExecToken)
 	return i, err
-}
-
-const stepInsertMany = `-- name: StepInsertMany :many
-INSERT INTO engine_step (run_id, stage_index, step_index, spec, budget_ms)
-SELECT $1::bigint, unnest($2::integer[]), unnest($3::integer[]),
-    unnest($4::jsonb[]), unnest($5::bigint[])
-RETURNING id, stage_index, step_index
-`
-
-type StepInsertManyParams struct {
-	RunID        int64
-	StageIndexes []int32
-	StepIndexes  []int32
-	Specs        [][]byte
-	BudgetsMs    []int64
-}
-
-type StepInsertManyRow struct {
-	ID         int64
-	StageIndex int32
-	StepIndex  int32
-}
-
-func (q *Queries) StepInsertMany(ctx context.Context, db DBTX, arg StepInsertManyParams) ([]StepInsertManyRow, error) {
-	rows, err := db.Query(ctx, stepInsertMany,
-		arg.RunID,
-		arg.StageIndexes,
-		arg.StepIndexes,
-		arg.Specs,
-		arg.BudgetsMs,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []StepInsertManyRow
-	for rows.Next() {
-		var i StepInsertManyRow
-		if err := rows.Scan(&i.ID, &i.StageIndex, &i.StepIndex); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const stepListByRun = `-- name: StepListByRun :many

@@ -197,6 +197,63 @@ func (q *Queries) RuleDelete(ctx context.Context, db DBTX, id uuid.UUID) (int64,
 	return result.RowsAffected(), nil
 }
 
+const ruleForRack = `-- name: RuleForRack :many
+SELECT r.id, r.name, r.description, r.operation_type, r.operation_code, r.rule_definition, r.is_default, r.created_at, r.updated_at, true AS associated
+FROM rack_rule_association a JOIN operation_rule r ON r.id = a.rule_id
+WHERE a.rack_id = $1 AND a.operation_type = $2 AND a.operation_code = $3
+UNION ALL
+SELECT d.id, d.name, d.description, d.operation_type, d.operation_code, d.rule_definition, d.is_default, d.created_at, d.updated_at, false
+FROM operation_rule d
+WHERE d.operation_type = $2 AND d.operation_code = $3 AND d.is_default
+ORDER BY associated DESC
+`
+
+type RuleForRackParams struct {
+	RackID        uuid.UUID
+	OperationType string
+	OperationCode string
+}
+
+type RuleForRackRow struct {
+	OperationRule OperationRule
+	Associated    bool
+}
+
+// The rule rack_id is associated with for the operation, then the
+// operation's default rule: those of the two that exist, the associated one
+// first, each found through its index (a submission resolves its rule in
+// one round trip).
+func (q *Queries) RuleForRack(ctx context.Context, db DBTX, arg RuleForRackParams) ([]RuleForRackRow, error) {
+	rows, err := db.Query(ctx, ruleForRack, arg.RackID, arg.OperationType, arg.OperationCode)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RuleForRackRow{}
+	for rows.Next() {
+		var i RuleForRackRow
+		if err := rows.Scan(
+			&i.OperationRule.ID,
+			&i.OperationRule.Name,
+			&i.OperationRule.Description,
+			&i.OperationRule.OperationType,
+			&i.OperationRule.OperationCode,
+			&i.OperationRule.RuleDefinition,
+			&i.OperationRule.IsDefault,
+			&i.OperationRule.CreatedAt,
+			&i.OperationRule.UpdatedAt,
+			&i.Associated,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const ruleGetByID = `-- name: RuleGetByID :one
 SELECT id, name, description, operation_type, operation_code, rule_definition, is_default, created_at, updated_at FROM operation_rule WHERE id = $1
 `

@@ -1,0 +1,50 @@
+package dbsqlc
+
+// Written by hand, not by sqlc: generated queries sent together in one
+// round trip (a pgx pipeline) instead of one after the other.
+
+import (
+	"context"
+	"errors"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// TaskLockRackThenActive is TaskLockRack then TaskActiveOnRack, sent in one
+// round trip. PostgreSQL runs a pipeline's statements in order, each with
+// its own snapshot, so the read still sees every task committed before the
+// lock was granted, as when the two are sent one after the other.
+func (q *Queries) TaskLockRackThenActive(ctx context.Context, tx pgx.Tx, rackKey string, rackID uuid.UUID) (_ []Task, err error) {
+	b := &pgx.Batch{}
+	b.Queue(taskLockRack, rackKey)
+	b.Queue(taskActiveOnRack, rackID)
+	br := tx.SendBatch(ctx, b)
+	defer func() { err = errors.Join(err, br.Close()) }()
+	res := batchResults{br}
+	if err := q.TaskLockRack(ctx, res, rackKey); err != nil {
+		return nil, err
+	}
+	return q.TaskActiveOnRack(ctx, res, rackID)
+}
+
+// batchResults hands a generated query the next result of a sent batch:
+// the query's own SQL and arguments were queued with the batch, in order.
+type batchResults struct{ br pgx.BatchResults }
+
+func (b batchResults) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return b.br.Exec()
+}
+
+func (b batchResults) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return b.br.Query()
+}
+
+func (b batchResults) QueryRow(context.Context, string, ...any) pgx.Row {
+	return b.br.QueryRow()
+}
+
+func (b batchResults) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error) {
+	return 0, errors.New("dbsqlc: COPY cannot be part of a batch")
+}
