@@ -21,7 +21,13 @@ func (q *Queries) TaskLockRackThenActive(ctx context.Context, tx pgx.Tx, rackKey
 	b.Queue(taskLockRack, rackKey)
 	b.Queue(taskActiveOnRack, rackID)
 	br := tx.SendBatch(ctx, b)
-	defer func() { err = errors.Join(err, br.Close()) }()
+	defer func() {
+		// Close reports the batch's first error again: keep the one the
+		// failing query returned, else Close's own.
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
 	res := batchResults{br}
 	if err := q.TaskLockRack(ctx, res, rackKey); err != nil {
 		return nil, err
