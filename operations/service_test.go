@@ -81,6 +81,16 @@ func TestResolveRule(t *testing.T) {
 	require.Equal(t, operations.RuleSourceBuiltin, got.Source)
 	require.Equal(t, "Hardcoded Default Power Off", got.Rule.Name)
 
+	// An association needs no default rule beside it.
+	offAssoc := create("rack specific off", operations.CodePowerOff, false)
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := b.svc.AssociateRule(ctx, tx, rack, offAssoc)
+		return err
+	}))
+	got = resolve(operations.ResolveRequest{RackID: rack, Type: power, Code: operations.CodePowerOff})
+	require.Equal(t, operations.RuleSourceRackAssociation, got.Source)
+	require.Equal(t, offAssoc, got.Rule.ID)
+
 	// An explicit rule beats everything.
 	explicit := create("explicit", operations.CodePowerOn, false)
 	req := onReq
