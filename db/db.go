@@ -54,7 +54,8 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 // database URL sets them: jit=off, because Flow's statements are short
 // OLTP reads and writes, and PostgreSQL's JIT compiles any statement whose
 // estimated cost is high (a sync's full listing of one component type)
-// for tens of milliseconds it never earns back.
+// for tens of milliseconds it never earns back. Every connection also
+// gets a binary codec for github.com/google/uuid.UUID (registerUUID).
 func Tune(pc *pgxpool.Config) {
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
@@ -62,6 +63,7 @@ func Tune(pc *pgxpool.Config) {
 	if _, ok := pc.ConnConfig.RuntimeParams["jit"]; !ok {
 		pc.ConnConfig.RuntimeParams["jit"] = "off"
 	}
+	pc.AfterConnect = afterConnect(pc.AfterConnect)
 }
 
 // PostgreSQL error codes Flow reacts to.
