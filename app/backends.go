@@ -1,13 +1,14 @@
 package app
 
 import (
-	"connectrpc.com/connect"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
+
+	"connectrpc.com/connect"
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/nico"

@@ -49,9 +49,10 @@ type Limits struct {
 	// Listings is how many rack and component listings are served at once
 	// (FLOW_MAX_CONCURRENT_LISTINGS); more wait their turn.
 	Listings int
-	// Submits is how many task submissions run at once
+	// Submits is how many task submission transactions run at once
 	// (FLOW_MAX_CONCURRENT_SUBMITS, 0 there being one per CPU, at least 2);
-	// more wait their turn.
+	// submissions wait their turn, and each transaction writes those
+	// waiting together.
 	Submits int
 
 	ReadHeaderTimeout time.Duration // FLOW_READ_HEADER_TIMEOUT

@@ -87,7 +87,9 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		return nil, fmt.Errorf("database schema is not current (flow %d of %d, river %d of %d, dirty=%t): run `flow db migrate` first, or start with --migrate",
 			st.FlowVersion, st.FlowLatest, st.RiverVersion, st.RiverLatest, st.FlowDirty)
 	}
-	pool, err := db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: cfg.DBMaxConns})
+	// Half the pool is opened, and warmed, at start: a burst of submissions
+	// right after a start or a failover needs that many connections at once.
+	pool, err := db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: cfg.DBMaxConns, MinConns: cfg.DBMaxConns / 2, Warm: true})
 	if err != nil {
 		return nil, err
 	}

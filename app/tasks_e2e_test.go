@@ -3,10 +3,11 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"

@@ -1,8 +1,9 @@
 package engine
 
 import (
-	"fmt"
 	"time"
+
+	"github.com/nicoflow/flow/engine/internal/dbsqlc"
 )
 
 // MaxStepDeadline is the longest deadline or call timeout a step may have:
@@ -19,21 +20,6 @@ const MaxStepDeadline = 366 * 24 * time.Hour
 // that store rules for later runs (operation rules) call it at store time,
 // so a stored rule always runs.
 func (e *Engine) CheckPlan(plan Plan) error {
-	if len(plan.Stages) == 0 {
-		return &PlanError{Stage: -1, Step: -1, Err: ErrEmptyPlan}
-	}
-	if plan.Timeout < 0 {
-		return &PlanError{Stage: -1, Step: -1, Err: fmt.Errorf("%w: negative run timeout", ErrInvalidTimeout)}
-	}
-	for i, stage := range plan.Stages {
-		if len(stage.Steps) == 0 {
-			return &PlanError{Stage: i, Step: -1, Err: ErrEmptyStage}
-		}
-		for j, st := range stage.Steps {
-			if _, _, err := e.compileStep(stage, st); err != nil {
-				return &PlanError{Stage: i, Step: j, Err: err}
-			}
-		}
-	}
-	return nil
+	_, err := e.compilePlan(plan, 0, &dbsqlc.RunInsertManyParams{}, map[planStep]*stepSpec{})
+	return err
 }

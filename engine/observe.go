@@ -102,6 +102,21 @@ func jobOpts(labels map[string]string, run RunID, step StepID, stageName, stepNa
 	return &river.InsertOpts{Metadata: b, Tags: tags}
 }
 
+// withTrace adds the W3C trace context trace to the job metadata of opts.
+func withTrace(opts *river.InsertOpts, trace map[string]string) *river.InsertOpts {
+	if len(trace) == 0 {
+		return opts
+	}
+	var meta map[string]string
+	_ = json.Unmarshal(opts.Metadata, &meta)
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	maps.Copy(meta, trace)
+	opts.Metadata, _ = json.Marshal(meta)
+	return opts
+}
+
 // appendTag appends v as a River tag (2 to 255 characters of letters,
 // digits, _ and -), made safe.
 func appendTag(tags []string, v string) []string {

@@ -36,6 +36,10 @@ type Plan struct {
 	// Observer and the end-of-run hook. They must not hold secrets; keys
 	// must not end in "_at" or contain ':' (River's own metadata keys).
 	Labels map[string]string
+	// Trace, if set, is the W3C trace context (traceparent, tracestate) the
+	// run's first jobs carry, for a caller that starts runs of different
+	// traces in one StartMany; otherwise the jobs carry ctx's.
+	Trace map[string]string
 	// Timeout bounds the whole run, measured from Start. The deadline is
 	// computed once and stored; a run still going at the deadline fails.
 	// Zero means no run timeout.
@@ -143,7 +147,9 @@ var (
 // sentinel (ErrUnknownAction…).
 type PlanError struct {
 	Stage, Step int
-	Err         error
+	// Plan is the plan's index among StartMany's plans (0 for Start's).
+	Plan int
+	Err  error
 }
 
 // Error returns "stage S step T: <reason>", with the 0-based indexes.

@@ -1,27 +1,44 @@
--- name: RunInsertWithSteps :many
--- RunInsertWithSteps inserts a run and its steps in one statement and
--- returns the steps, each with the run's ID and timeout (a submission's
--- start is one round trip fewer).
-WITH r AS (
-    INSERT INTO engine_run (owner, metadata, stage_count, open_steps, timeout_at)
-    VALUES (@owner, @metadata, @stage_count, @open_steps, now() + sqlc.narg(timeout_ms)::bigint * interval '1 millisecond')
-    RETURNING id, timeout_at
+-- name: RunInsertMany :many
+-- RunInsertMany inserts runs and their steps in one statement (a burst of
+-- submissions starts all its runs at once) and returns the steps, each
+-- with its run's ID and timeout. Each step names its run by the run's
+-- 1-based position in the run arrays (step_runs); the run IDs are drawn
+-- first, in that order, so the caller maps runs back by position and
+-- steps by (run, stage, step), never by the order rows come back in.
+WITH input AS MATERIALIZED (
+    SELECT nextval(pg_get_serial_sequence('engine_run', 'id')) AS id, x.n, x.owner, x.metadata,
+        x.stage_count, x.open_steps, x.timeout_ms
+    FROM (
+        SELECT generate_subscripts(@owners::text[], 1)::bigint AS n, unnest(@owners::text[]) AS owner,
+            unnest(@metadatas::jsonb[]) AS metadata, unnest(@stage_counts::integer[]) AS stage_count,
+            unnest(@open_steps::integer[]) AS open_steps, unnest(@timeouts_ms::bigint[]) AS timeout_ms
+    ) x
+), r AS (
+    INSERT INTO engine_run (id, owner, metadata, stage_count, open_steps, timeout_at)
+    SELECT i.id, i.owner, i.metadata, i.stage_count, i.open_steps,
+        CASE WHEN i.timeout_ms > 0 THEN now() + i.timeout_ms * interval '1 millisecond' END
+    FROM input i
+    RETURNING engine_run.id, engine_run.timeout_at
 ), s AS (
     INSERT INTO engine_step (run_id, stage_index, step_index, spec, budget_ms)
-    SELECT r.id, unnest(@stage_indexes::integer[]), unnest(@step_indexes::integer[]),
-        unnest(@specs::jsonb[]), unnest(@budgets_ms::bigint[])
-    FROM r
-    RETURNING id, run_id, stage_index, step_index
+    SELECT i.id, st.stage_index, st.step_index, st.spec, st.budget_ms
+    FROM (
+        SELECT unnest(@step_runs::bigint[]) AS run_n, unnest(@stage_indexes::integer[]) AS stage_index,
+            unnest(@step_indexes::integer[]) AS step_index, unnest(@specs::jsonb[]) AS spec,
+            unnest(@budgets_ms::bigint[]) AS budget_ms
+    ) st
+    JOIN input i ON i.n = st.run_n
+    RETURNING engine_step.id, engine_step.run_id, engine_step.stage_index, engine_step.step_index
 )
-SELECT s.id, s.run_id, s.stage_index, s.step_index, r.timeout_at
-FROM s CROSS JOIN r
+SELECT s.id, s.run_id, s.stage_index, s.step_index, r.timeout_at, i.n AS run_n
+FROM s JOIN r ON r.id = s.run_id JOIN input i ON i.id = s.run_id
 ORDER BY s.id;
 
 -- name: StageStartMany :exec
 -- StageStartMany makes stages their runs' current ones: their steps (ids,
 -- pending) become running with their deadlines fixed and their River jobs
 -- recorded, and each run's join counters are reset; a run's first stage
--- also records its timeout job (timeout_run_id, timeout_job_id). Every row is reached
+-- also records its timeout job (timeout_job_ids, by timeout_run_ids). Every row is reached
 -- through its key, whatever the planner guesses of the lists' lengths.
 WITH s AS (
     UPDATE engine_step
@@ -34,7 +51,8 @@ UPDATE engine_run
 SET stage_index = (@stage_indexes::integer[])[array_position(@run_ids::bigint[], engine_run.id)],
     open_steps = (SELECT count(*) FROM s WHERE s.run_id = engine_run.id),
     failed_steps = 0, first_failure = '',
-    timeout_job_id = CASE WHEN engine_run.id = sqlc.narg(timeout_run_id)::bigint THEN sqlc.narg(timeout_job_id)::bigint ELSE engine_run.timeout_job_id END
+    timeout_job_id = coalesce((@timeout_job_ids::bigint[])[array_position(@timeout_run_ids::bigint[], engine_run.id)],
+        engine_run.timeout_job_id)
 WHERE engine_run.id = ANY(@run_ids::bigint[]);
 
 -- name: StepClaimMany :many

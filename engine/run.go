@@ -61,14 +61,91 @@ func (RunTimeoutArgs) InsertOpts() river.InsertOpts {
 //		return tasks.SetRun(ctx, tx, taskID, runID)
 //	})
 func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error) {
-	if e.client == nil {
-		return 0, ErrNoClient
+	ids, err := e.StartMany(ctx, tx, []Plan{plan})
+	if err != nil {
+		return 0, err
 	}
+	return ids[0], nil
+}
+
+// StartMany starts plans as Start starts each, in a few statements
+// whatever their number: the runs and all their steps in one, their first
+// stages' jobs in one River insert and the stages' start in one more. A
+// burst of submissions starts its runs together this way. It returns the
+// runs' IDs in plans' order. A bad plan returns the *PlanError Start would,
+// its Plan field the plan's index, and nothing is written.
+func (e *Engine) StartMany(ctx context.Context, tx pgx.Tx, plans []Plan) ([]RunID, error) {
+	if e.client == nil {
+		return nil, ErrNoClient
+	}
+	var p dbsqlc.RunInsertManyParams
+	specs := map[planStep]*stepSpec{}
+	for n, plan := range plans {
+		meta, err := e.compilePlan(plan, int32(n), &p, specs)
+		if err != nil {
+			var pe *PlanError
+			if errors.As(err, &pe) {
+				pe.Plan = n
+			}
+			return nil, err
+		}
+		p.Owners, p.Metadatas = append(p.Owners, plan.Owner), append(p.Metadatas, meta)
+		p.StageCounts, p.OpenSteps = append(p.StageCounts, int32(len(plan.Stages))), append(p.OpenSteps, int32(len(plan.Stages[0].Steps)))
+		p.TimeoutsMs = append(p.TimeoutsMs, plan.Timeout.Milliseconds())
+	}
+	steps, err := e.q.RunInsertMany(ctx, tx, p)
+	if err != nil {
+		return nil, fmt.Errorf("insert run: %w", err)
+	}
+	if len(steps) != len(p.Specs) {
+		return nil, fmt.Errorf("insert run: %d steps written for %d planned", len(steps), len(p.Specs))
+	}
+	ids := make([]RunID, len(plans))
+	firsts := make([]stageStart, len(plans))
+	timeouts := map[RunID]time.Time{}
+	for _, st := range steps {
+		n := st.RunN - 1
+		if n < 0 || int(n) >= len(plans) {
+			return nil, fmt.Errorf("insert run: step %d of unknown run position %d", st.ID, st.RunN)
+		}
+		run := RunID(st.RunID)
+		ids[n] = run
+		first := &firsts[n]
+		if first.specs == nil {
+			*first = stageStart{stageRef: stageRef{run: run}, labels: plans[n].Labels, trace: plans[n].Trace, specs: map[int64]*stepSpec{}}
+		}
+		if st.TimeoutAt.Valid {
+			timeouts[run] = st.TimeoutAt.Time
+		}
+		if st.StageIndex == 0 {
+			first.steps = append(first.steps, st.ID)
+			first.specs[st.ID] = specs[planStep{int32(n), st.StageIndex, st.StepIndex}]
+		}
+	}
+	for i := range firsts {
+		if firsts[i].specs == nil {
+			return nil, fmt.Errorf("insert run: no step written for plan %d", i)
+		}
+		slices.Sort(firsts[i].steps)
+	}
+	if err := e.startStages(ctx, tx, firsts, timeouts); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// planStep names a step of the n-th plan of a StartMany.
+type planStep struct{ plan, stage, step int32 }
+
+// compilePlan checks plan, the n-th of a StartMany, and appends its steps
+// to p (specs keyed by plan, stage and step); it returns the run's
+// metadata.
+func (e *Engine) compilePlan(plan Plan, n int32, p *dbsqlc.RunInsertManyParams, specs map[planStep]*stepSpec) ([]byte, error) {
 	if len(plan.Stages) == 0 {
-		return 0, &PlanError{Stage: -1, Step: -1, Err: ErrEmptyPlan}
+		return nil, &PlanError{Stage: -1, Step: -1, Err: ErrEmptyPlan}
 	}
 	if plan.Timeout < 0 {
-		return 0, &PlanError{Stage: -1, Step: -1, Err: fmt.Errorf("%w: negative run timeout", ErrInvalidTimeout)}
+		return nil, &PlanError{Stage: -1, Step: -1, Err: fmt.Errorf("%w: negative run timeout", ErrInvalidTimeout)}
 	}
 	meta := []byte(plan.Metadata)
 	if len(meta) == 0 {
@@ -76,75 +153,46 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, plan Plan) (RunID, error)
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(meta, &obj); err != nil || obj == nil {
-		return 0, &PlanError{Stage: -1, Step: -1, Err: ErrInvalidMetadata}
+		return nil, &PlanError{Stage: -1, Step: -1, Err: ErrInvalidMetadata}
 	}
 	if len(plan.Labels) > 0 {
 		obj[metaLabels], _ = json.Marshal(plan.Labels)
 		meta, _ = json.Marshal(obj)
 	}
-	var p dbsqlc.RunInsertWithStepsParams
-	var specs []stepSpec
-	chainEnd := map[string]int{} // chain → index in specs of its last step
+	var compiled []*stepSpec
+	chainEnd := map[string]*stepSpec{} // chain → its last step
 	for i, stage := range plan.Stages {
 		if len(stage.Steps) == 0 {
-			return 0, &PlanError{Stage: i, Step: -1, Err: ErrEmptyStage}
+			return nil, &PlanError{Stage: i, Step: -1, Err: ErrEmptyStage}
 		}
 		for j, st := range stage.Steps {
 			spec, budget, err := e.compileStep(stage, st)
 			if err != nil {
-				return 0, &PlanError{Stage: i, Step: j, Err: err}
+				return nil, &PlanError{Stage: i, Step: j, Err: err}
 			}
+			sp := &spec
 			if spec.Chain != "" {
-				chainEnd[spec.Chain] = len(specs)
+				chainEnd[spec.Chain] = sp
 			}
-			specs = append(specs, spec)
+			compiled = append(compiled, sp)
+			specs[planStep{n, int32(i), int32(j)}] = sp
+			p.StepRuns = append(p.StepRuns, int64(n)+1)
 			p.StageIndexes = append(p.StageIndexes, int32(i))
 			p.StepIndexes = append(p.StepIndexes, int32(j))
 			p.BudgetsMs = append(p.BudgetsMs, budget.Milliseconds())
 		}
 	}
-	for _, k := range chainEnd {
-		specs[k].ChainEnd = true
+	for _, sp := range chainEnd {
+		sp.ChainEnd = true
 	}
-	for _, spec := range specs {
-		b, err := json.Marshal(spec)
+	for _, sp := range compiled {
+		b, err := json.Marshal(sp)
 		if err != nil {
-			return 0, fmt.Errorf("marshal step: %w", err)
+			return nil, fmt.Errorf("marshal step: %w", err)
 		}
 		p.Specs = append(p.Specs, b)
 	}
-
-	if plan.Timeout > 0 {
-		p.TimeoutMs = ptr(plan.Timeout.Milliseconds())
-	}
-	p.Owner, p.Metadata = plan.Owner, meta
-	p.StageCount, p.OpenSteps = int32(len(plan.Stages)), int32(len(plan.Stages[0].Steps))
-	// Steps come back in ID order, which is insertion order: specs[i] is
-	// steps[i]'s.
-	steps, err := e.q.RunInsertWithSteps(ctx, tx, p)
-	if err != nil {
-		return 0, fmt.Errorf("insert run: %w", err)
-	}
-	if len(steps) != len(specs) {
-		return 0, fmt.Errorf("insert run: %d steps written for %d planned", len(steps), len(specs))
-	}
-	id := steps[0].RunID
-	first := stageStart{stageRef: stageRef{run: RunID(id)}, labels: plan.Labels, specs: map[int64]*stepSpec{}}
-	for i, st := range steps {
-		if st.StageIndex == 0 {
-			first.steps = append(first.steps, st.ID)
-			first.specs[st.ID] = &specs[i]
-		}
-	}
-	slices.Sort(first.steps)
-	var timeoutAt *time.Time
-	if steps[0].TimeoutAt.Valid {
-		timeoutAt = &steps[0].TimeoutAt.Time
-	}
-	if err := e.startStages(ctx, tx, []stageStart{first}, timeoutAt); err != nil {
-		return 0, err
-	}
-	return RunID(id), nil
+	return meta, nil
 }
 
 // stageRef names a stage of a run.
@@ -159,15 +207,16 @@ type stageStart struct {
 	stageRef
 	steps  []int64
 	labels map[string]string
+	trace  map[string]string // the W3C trace context its jobs carry, if set
 	specs  map[int64]*stepSpec
 	ended  string // the name of the stage that ended, for the observer
 }
 
 // startStages makes stages their runs' current ones: one River job per step
 // is enqueued, then the steps become running (deadlines fixed, jobs
-// recorded). timeoutAt, for a run's first stage, schedules the run's timeout
-// job (stages must then hold that one run).
-func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageStart, timeoutAt *time.Time) error {
+// recorded). timeouts, for runs' first stages, schedules each listed run's
+// timeout job.
+func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageStart, timeouts map[RunID]time.Time) error {
 	if len(stages) == 0 {
 		return nil
 	}
@@ -192,21 +241,27 @@ func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageStart
 			}
 			params = append(params, river.InsertManyParams{
 				Args:       RunStepArgs{StepID: StepID(id)},
-				InsertOpts: jobOpts(st.labels, st.run, StepID(id), spec.StageName, spec.Name, spec.Action),
+				InsertOpts: withTrace(jobOpts(st.labels, st.run, StepID(id), spec.StageName, spec.Name, spec.Action), st.trace),
 			})
 		}
 	}
-	if timeoutAt != nil {
-		opts := jobOpts(stages[0].labels, stages[0].run, 0, "", "", "run timeout")
-		opts.ScheduledAt = *timeoutAt
-		params = append(params, river.InsertManyParams{Args: RunTimeoutArgs{RunID: stages[0].run}, InsertOpts: opts})
+	stepJobs := len(params)
+	for _, st := range stages {
+		at, ok := timeouts[st.run]
+		if !ok {
+			continue
+		}
+		opts := withTrace(jobOpts(st.labels, st.run, 0, "", "", "run timeout"), st.trace)
+		opts.ScheduledAt = at
+		params = append(params, river.InsertManyParams{Args: RunTimeoutArgs{RunID: st.run}, InsertOpts: opts})
+		p.TimeoutRunIds = append(p.TimeoutRunIds, int64(st.run))
 	}
 	res, err := e.client.InsertManyTx(ctx, tx, params)
 	if err != nil {
 		return fmt.Errorf("enqueue steps: %w", err)
 	}
-	if timeoutAt != nil {
-		p.TimeoutRunID, p.TimeoutJobID = ptr(int64(stages[0].run)), &res[len(res)-1].Job.ID
+	for i := range p.TimeoutRunIds {
+		p.TimeoutJobIds = append(p.TimeoutJobIds, res[stepJobs+i].Job.ID)
 	}
 	p.JobIDs = make([]int64, len(p.IDs))
 	for i := range p.IDs {

@@ -327,7 +327,7 @@ func (s *Service) ListComponents(ctx context.Context, dbtx db.DBTX, q ComponentQ
 	}
 	params := dbsqlc.ComponentListParams{OrderKey: key, OrderDesc: q.Order.Desc, RowOffset: q.Page.Offset, RowLimit: limit}
 	if q.Scope != nil {
-		sc, err := s.resolveScope(ctx, dbtx, *q.Scope, "target_spec")
+		sc, err := s.resolveScope(ctx, dbtx, *q.Scope, "target_spec", nil)
 		if err != nil {
 			return nil, 0, err
 		}

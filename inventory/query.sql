@@ -309,3 +309,8 @@ ORDER BY c.id;
 
 -- name: ComponentCountLiveByRack :one
 SELECT count(*) FROM component WHERE rack_id = @rack_id AND deleted_at IS NULL;
+
+-- name: RackListByNames :many
+-- The live racks of names, for a burst of submissions naming theirs (the
+-- caller finds a name's racks, or its ambiguity, as RackListByName would).
+SELECT * FROM rack WHERE name = ANY(@names::text[]) AND deleted_at IS NULL ORDER BY name, id;

@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,13 @@ func (s *Service) ResolveRack(ctx context.Context, dbtx db.DBTX, ref RackRef) (R
 }
 
 func (s *Service) resolveRack(ctx context.Context, dbtx db.DBTX, ref RackRef, field string) (Rack, error) {
+	return s.resolveRackIn(ctx, dbtx, ref, field, nil)
+}
+
+// resolveRackIn is resolveRack with the live racks of some names read
+// already (byName, by RackListByNames: a name it holds no entry for is read
+// as resolveRack would).
+func (s *Service) resolveRackIn(ctx context.Context, dbtx db.DBTX, ref RackRef, field string, byName map[string][]dbsqlc.Rack) (Rack, error) {
 	n := 0
 	for _, set := range []bool{ref.ID != uuid.Nil, ref.Name != "", ref.ExternalID != ""} {
 		if set {
@@ -44,7 +52,11 @@ func (s *Service) resolveRack(ctx context.Context, dbtx db.DBTX, ref RackRef, fi
 	case ref.ExternalID != "":
 		row, err = s.q.RackGetByExternalID(ctx, dbtx, &ref.ExternalID)
 	default:
-		rows, lerr := s.q.RackListByName(ctx, dbtx, ref.Name)
+		rows, ok := byName[ref.Name]
+		var lerr error
+		if !ok {
+			rows, lerr = s.q.RackListByName(ctx, dbtx, ref.Name)
+		}
 		switch {
 		case lerr != nil:
 			err = lerr
@@ -120,22 +132,111 @@ func (s *Service) resolveComponent(ctx context.Context, dbtx db.DBTX, ref Compon
 // a rack-less component; ErrRackNotFound "no racks" when nothing resolves
 // (an empty domain, say).
 func (s *Service) ResolveTargets(ctx context.Context, dbtx db.DBTX, spec TargetSpec) ([]Selection, error) {
-	sc, err := s.resolveScope(ctx, dbtx, spec, "target_spec")
+	sels, errs := s.ResolveTargetsMany(ctx, dbtx, []TargetSpec{spec})
+	return sels[0], errs[0]
+}
+
+// ResolveTargetsMany resolves each of specs as ResolveTargets would, with
+// the components of all their rack and domain targets read together (one
+// listing for a burst of submissions, not one per request). The i-th
+// selections and error are specs[i]'s. A database failure is every spec's
+// error, the others are the one spec's.
+func (s *Service) ResolveTargetsMany(ctx context.Context, dbtx db.DBTX, specs []TargetSpec) ([][]Selection, []error) {
+	sels, errs := make([][]Selection, len(specs)), make([]error, len(specs))
+	scopes := make([]scope, len(specs))
+	byName, err := s.racksByName(ctx, dbtx, specs)
 	if err != nil {
-		return nil, err
+		for i := range errs {
+			errs[i] = err
+		}
+		return sels, errs
 	}
-	if len(sc.comps) > 0 {
-		for _, c := range sc.comps {
-			if c.RackID == nil {
-				return nil, fmt.Errorf("%w: component %s", ErrNoRack, c.ID)
+	var racks []Rack
+	listed := map[uuid.UUID]bool{}
+	for i, spec := range specs {
+		sc, err := s.resolveScope(ctx, dbtx, spec, "target_spec", byName)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		scopes[i] = sc
+		if len(sc.comps) > 0 {
+			for _, c := range sc.comps {
+				if c.RackID == nil {
+					errs[i] = fmt.Errorf("%w: component %s", ErrNoRack, c.ID)
+					break
+				}
+			}
+			continue
+		}
+		for _, r := range sc.racks {
+			if !listed[r.rack.ID] {
+				listed[r.rack.ID] = true
+				racks = append(racks, r.rack)
 			}
 		}
 	}
+	byRack := map[uuid.UUID][]Component{}
+	if len(racks) > 0 {
+		comps, err := s.componentsOfRacks(ctx, dbtx, racks, false)
+		if err != nil {
+			for i := range errs {
+				errs[i] = cmp.Or(errs[i], err)
+			}
+			return sels, errs
+		}
+		for _, c := range comps {
+			byRack[*c.RackID] = append(byRack[*c.RackID], c)
+		}
+	}
+	for i := range specs {
+		if errs[i] != nil {
+			continue
+		}
+		sels[i], errs[i] = s.selections(ctx, dbtx, scopes[i], byRack)
+	}
+	return sels, errs
+}
+
+// racksByName reads, in one query, the live racks of every rack name specs
+// target, when they name more than one (nil otherwise).
+func (s *Service) racksByName(ctx context.Context, dbtx db.DBTX, specs []TargetSpec) (map[string][]dbsqlc.Rack, error) {
+	var names []string
+	for _, spec := range specs {
+		for _, t := range spec.Racks {
+			if t.Rack.Name != "" && t.Rack.ID == uuid.Nil && t.Rack.ExternalID == "" {
+				names = append(names, t.Rack.Name)
+			}
+		}
+	}
+	if len(names) < 2 {
+		return nil, nil
+	}
+	rows, err := s.q.RackListByNames(ctx, dbtx, names)
+	if err != nil {
+		return nil, fmt.Errorf("resolve racks by name: %w", err)
+	}
+	byName := make(map[string][]dbsqlc.Rack, len(names))
+	for _, n := range names {
+		byName[n] = nil
+	}
+	for _, r := range rows {
+		if len(byName[r.Name]) < 2 {
+			byName[r.Name] = append(byName[r.Name], r)
+		}
+	}
+	return byName, nil
+}
+
+// selections assembles a resolved scope's selections: component targets
+// grouped by rack, or the racks' components (from byRack) through their
+// type filters.
+func (s *Service) selections(ctx context.Context, dbtx db.DBTX, sc scope, byRack map[uuid.UUID][]Component) ([]Selection, error) {
 	var out []Selection
 	if len(sc.comps) > 0 {
-		byRack := map[uuid.UUID]int{}
+		index := map[uuid.UUID]int{}
 		for _, c := range sc.comps {
-			i, ok := byRack[*c.RackID]
+			i, ok := index[*c.RackID]
 			if !ok {
 				r, err := s.resolveRack(ctx, dbtx, RackRef{ID: *c.RackID}, "")
 				if err != nil {
@@ -143,29 +244,19 @@ func (s *Service) ResolveTargets(ctx context.Context, dbtx db.DBTX, spec TargetS
 				}
 				out = append(out, Selection{Rack: r})
 				i = len(out) - 1
-				byRack[*c.RackID] = i
+				index[*c.RackID] = i
 			}
 			out[i].Components = append(out[i].Components, c)
 		}
 	} else {
-		racks := make([]Rack, len(sc.racks))
-		for i, r := range sc.racks {
-			racks[i] = r.rack
-		}
-		comps, err := s.componentsOfRacks(ctx, dbtx, racks, false)
-		if err != nil {
-			return nil, err
-		}
-		index := map[uuid.UUID]int{}
 		for _, r := range sc.racks {
-			out = append(out, Selection{Rack: r.rack, Types: r.types})
-			index[r.rack.ID] = len(out) - 1
-		}
-		for _, c := range comps {
-			sel := &out[index[*c.RackID]]
-			if sel.Types == nil || slices.Contains(sel.Types, c.Type) {
-				sel.Components = append(sel.Components, c)
+			sel := Selection{Rack: r.rack, Types: r.types}
+			for _, c := range byRack[r.rack.ID] {
+				if sel.Types == nil || slices.Contains(sel.Types, c.Type) {
+					sel.Components = append(sel.Components, c)
+				}
 			}
+			out = append(out, sel)
 		}
 	}
 	if len(out) == 0 {
@@ -206,7 +297,7 @@ type scopeRack struct {
 	types []ComponentType // nil: every component
 }
 
-func (s *Service) resolveScope(ctx context.Context, dbtx db.DBTX, spec TargetSpec, field string) (scope, error) {
+func (s *Service) resolveScope(ctx context.Context, dbtx db.DBTX, spec TargetSpec, field string, byName map[string][]dbsqlc.Rack) (scope, error) {
 	kinds := 0
 	for _, n := range []int{len(spec.Racks), len(spec.NVLDomains), len(spec.Components)} {
 		if n > 0 {
@@ -253,7 +344,7 @@ func (s *Service) resolveScope(ctx context.Context, dbtx db.DBTX, spec TargetSpe
 		if err != nil {
 			return scope{}, err
 		}
-		r, err := s.resolveRack(ctx, dbtx, t.Rack, f)
+		r, err := s.resolveRackIn(ctx, dbtx, t.Rack, f, byName)
 		if err != nil {
 			return scope{}, err
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nicoflow/flow/backend"
@@ -42,6 +43,11 @@ type actions struct {
 	logger   *slog.Logger
 	poll     time.Duration
 	obs      TaskObserver
+
+	// started marks tasks running, tasks reads them: a burst's first
+	// calls each need both, and get them in a few statements.
+	started coalescer[uuid.UUID, dbsqlc.TaskMarkRunningManyRow]
+	tasks   coalescer[uuid.UUID, dbsqlc.Task]
 }
 
 // ActionDeps is what the rule actions use. Keys may be nil (no
@@ -66,6 +72,22 @@ func RegisterActions(e *engine.Engine, d ActionDeps) {
 	a := &actions{
 		pool: d.Pool, q: dbsqlc.New(), backends: d.Backends, inv: d.Inv,
 		logger: d.Logger, poll: d.PollInterval, obs: d.Observer,
+	}
+	a.started.run = func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]dbsqlc.TaskMarkRunningManyRow, error) {
+		rows, err := a.q.TaskMarkRunningMany(ctx, a.pool, ids)
+		out := make(map[uuid.UUID]dbsqlc.TaskMarkRunningManyRow, len(rows))
+		for _, r := range rows {
+			out[r.ID] = r
+		}
+		return out, err
+	}
+	a.tasks.run = func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]dbsqlc.Task, error) {
+		rows, err := a.q.TaskGetByIDs(ctx, a.pool, ids)
+		out := make(map[uuid.UUID]dbsqlc.Task, len(rows))
+		for _, r := range rows {
+			out[r.ID] = r
+		}
+		return out, err
 	}
 	engine.Register(e, kindPowerControl, a.powerControl)
 	engine.Register(e, kindVerifyPowerStatus, a.verifyPowerStatus)
@@ -102,14 +124,14 @@ func (a *actions) markRunning(ctx context.Context, call engine.Call[ActionParams
 	if call.Stage != 0 || call.Batch != 0 || call.Attempt != 1 {
 		return nil
 	}
-	rows, err := a.q.TaskMarkRunning(ctx, a.pool, call.Params.TaskID)
+	row, ok, err := a.started.get(ctx, call.Params.TaskID)
 	if err != nil {
 		return fmt.Errorf("mark task running: %w", err)
 	}
-	if a.obs != nil && len(rows) == 1 {
+	if a.obs != nil && ok {
 		a.obs.TaskEvent(ctx, TaskEvent{Kind: TaskStarted, TaskID: call.Params.TaskID, Rack: call.Labels["rack"],
-			Operation: OperationCode(rows[0].OperationCode), Type: OperationType(rows[0].OperationType),
-			Status: TaskRunning, Message: "Running", SubmittedAt: rows[0].CreatedAt, At: time.Now()})
+			Operation: OperationCode(row.OperationCode), Type: OperationType(row.OperationType),
+			Status: TaskRunning, Message: "Running", SubmittedAt: row.CreatedAt, At: time.Now()})
 	}
 	return nil
 }
@@ -353,7 +375,10 @@ func (a *actions) readinessGate(ctx context.Context, call engine.Call[ActionPara
 // the task's frozen scope lists them in the order of its backend
 // identifiers.
 func (a *actions) batchComponents(ctx context.Context, call engine.Call[ActionParams]) ([]uuid.UUID, error) {
-	row, err := a.q.TaskGetByID(ctx, a.pool, call.Params.TaskID)
+	row, ok, err := a.tasks.get(ctx, call.Params.TaskID)
+	if err == nil && !ok {
+		err = pgx.ErrNoRows
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read task %s: %w", call.Params.TaskID, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -312,14 +313,34 @@ type TaskHandler struct {
 	pool  *pgxpool.Pool
 	tasks *Tasks
 	slots chan struct{} // nil: submissions are not limited
+
+	mu      sync.Mutex
+	pending []*submitCall // submissions waiting for a slot, in arrival order
+	arrived time.Time     // when the last submission was queued
+	dense   bool          // it came within submitBurstGap of the one before
 }
 
-// LimitSubmits lets at most n submissions run their transaction at once;
-// the others wait, in arrival order, until their deadline. In a burst every
-// submission shares the CPUs with every other, so all of them, and their
-// tasks' first calls, end at about the same late moment; in turn, the first
-// tasks start at once and the burst as a whole ends no later. n ≤ 0 removes
-// the limit. Call it before serving.
+// A submission that comes within submitBurstGap of the one before is part
+// of a burst: a transaction about to take it lingers until no submission
+// has come for submitBurstGap (at most submitLinger), so that the burst is
+// written in one transaction instead of its first few each in their own.
+const (
+	submitBurstGap = 2 * time.Millisecond
+	submitLinger   = 5 * time.Millisecond
+)
+
+// maxSubmitBatch bounds how many waiting submissions one transaction takes.
+const maxSubmitBatch = 64
+
+// LimitSubmits lets at most n submission transactions run at once; the
+// submissions that arrive meanwhile wait, in arrival order, until their
+// deadline, and the next transaction to start takes all of them (up to
+// maxSubmitBatch) and writes them together (Tasks.SubmitMany). A burst of
+// submissions is then written in a few transactions of a few statements
+// each, instead of a dozen statements per submission all sharing the CPUs
+// and ending at about the same late moment. n ≤ 0 removes the limit (and
+// the batching: each submission has its own transaction). Call it before
+// serving.
 func (h *TaskHandler) LimitSubmits(n int) {
 	h.slots = nil
 	if n > 0 {
@@ -367,33 +388,207 @@ func (h *TaskHandler) submit(ctx context.Context, req Request, o submitOptions) 
 		req.QueueTimeout = time.Duration(s) * time.Second
 	}
 	req.SubmittedBy = caller.Identity(ctx)
-	if h.slots != nil {
-		select {
-		case h.slots <- struct{}{}:
-			defer func() { <-h.slots }()
-		case <-ctx.Done():
-			code := connect.CodeCanceled
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				code = connect.CodeDeadlineExceeded
-			}
-			return nil, connect.NewError(code, fmt.Errorf("waiting for a submission slot (FLOW_MAX_CONCURRENT_SUBMITS): %w", ctx.Err()))
-		}
+	c := &submitCall{ctx: ctx, req: req, done: make(chan struct{})}
+	if h.slots == nil {
+		h.runBatch([]*submitCall{c})
+	} else {
+		h.wait(c)
 	}
-	var ids []uuid.UUID
-	sctx, hooks := db.WithCommitHooks(ctx)
-	err = pgx.BeginTxFunc(sctx, h.pool, submitTxOptions, func(tx pgx.Tx) (err error) {
-		ids, err = h.tasks.Submit(sctx, tx, req)
-		return err
-	})
-	if err != nil {
-		return nil, taskError(err)
+	if c.err != nil {
+		return nil, c.err
 	}
-	hooks.Run()
-	res := &flowv1.SubmitTaskResponse{TaskIds: make([]*flowv1.UUID, len(ids))}
-	for i, id := range ids {
+	if c.sub.Err != nil {
+		return nil, taskError(c.sub.Err)
+	}
+	res := &flowv1.SubmitTaskResponse{TaskIds: make([]*flowv1.UUID, len(c.sub.IDs))}
+	for i, id := range c.sub.IDs {
 		res.TaskIds[i] = &flowv1.UUID{Id: id.String()}
 	}
 	return res, nil
+}
+
+// submitCall is a submission waiting for, or in, a batch.
+type submitCall struct {
+	ctx   context.Context
+	req   Request
+	sub   Submission
+	hooks *db.CommitHooks
+	err   error // the answer when the submission's transaction failed
+	taken bool  // out of the queue, in a batch (guarded by TaskHandler.mu)
+	done  chan struct{}
+}
+
+// wait queues c and waits for its answer. Whoever gets a slot takes the
+// queued submissions, its own or not, and writes them in one transaction;
+// a submission whose deadline passes while it waits withdraws, having
+// written nothing.
+func (h *TaskHandler) wait(c *submitCall) {
+	h.mu.Lock()
+	now := time.Now()
+	h.dense, h.arrived = now.Sub(h.arrived) < submitBurstGap, now
+	h.pending = append(h.pending, c)
+	h.mu.Unlock()
+	for {
+		select {
+		case <-c.done:
+			return
+		case h.slots <- struct{}{}:
+			if !h.isTaken(c) {
+				h.linger()
+				if batch := h.take(); len(batch) > 0 {
+					h.runBatch(batch)
+				}
+			}
+			<-h.slots
+			if h.isTaken(c) {
+				// In a batch (this one's or another's): its answer comes with
+				// the batch's end, so leave the slots to the queued ones.
+				<-c.done
+				return
+			}
+		case <-c.ctx.Done():
+			if h.withdraw(c) {
+				c.err = slotError(c.ctx)
+				return
+			}
+			<-c.done // in a running batch: wait for its answer
+			return
+		}
+	}
+}
+
+// isTaken reports whether c is out of the queue, in a batch.
+func (h *TaskHandler) isTaken(c *submitCall) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return c.taken
+}
+
+func slotError(ctx context.Context) error {
+	code := connect.CodeCanceled
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code = connect.CodeDeadlineExceeded
+	}
+	return connect.NewError(code, fmt.Errorf("waiting for a submission slot (FLOW_MAX_CONCURRENT_SUBMITS): %w", ctx.Err()))
+}
+
+// linger waits, in a burst of submissions, until the burst ends (no
+// submission for submitBurstGap), it fills a batch, or submitLinger passes.
+func (h *TaskHandler) linger() {
+	end := time.Now().Add(submitLinger)
+	for {
+		h.mu.Lock()
+		burst := h.dense && time.Since(h.arrived) < submitBurstGap && len(h.pending) < maxSubmitBatch
+		h.mu.Unlock()
+		if !burst || time.Now().After(end) {
+			return
+		}
+		time.Sleep(submitBurstGap / 4)
+	}
+}
+
+// take removes queued submissions, oldest first, for one transaction: its
+// share of them when the other slots are free to take the rest at once (a
+// burst is written by all the slots side by side), at most maxSubmitBatch.
+// Those whose context ended are answered so instead.
+func (h *TaskHandler) take() []*submitCall {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	free := cap(h.slots) - len(h.slots) + 1 // this one's and the idle ones
+	limit := min(maxSubmitBatch, max(1, (len(h.pending)+free-1)/free))
+	var batch []*submitCall
+	n := 0
+	for n < len(h.pending) && len(batch) < limit {
+		c := h.pending[n]
+		n++
+		c.taken = true
+		if c.ctx.Err() != nil {
+			c.err = slotError(c.ctx)
+			close(c.done)
+			continue
+		}
+		batch = append(batch, c)
+	}
+	h.pending = slices.Delete(h.pending, 0, n)
+	return batch
+}
+
+// withdraw removes c from the queue, reporting whether it was still there.
+func (h *TaskHandler) withdraw(c *submitCall) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	i := slices.Index(h.pending, c)
+	if i < 0 {
+		return false
+	}
+	h.pending = slices.Delete(h.pending, i, i+1)
+	return true
+}
+
+// runBatch writes batch in one transaction and answers every call. When the
+// transaction fails (a statement's error, which aborts it, or a conflict
+// only the database saw), each call is written again alone, for its own
+// answer.
+func (h *TaskHandler) runBatch(batch []*submitCall) {
+	defer func() {
+		for _, c := range batch {
+			close(c.done)
+		}
+	}()
+	err := h.write(batch)
+	if err == nil {
+		return
+	}
+	if len(batch) == 1 {
+		batch[0].err = taskError(err)
+		return
+	}
+	for _, c := range batch {
+		if err := h.write([]*submitCall{c}); err != nil {
+			c.err = taskError(err)
+		}
+	}
+}
+
+// write submits calls in one transaction; their commit hooks run once it
+// commits. The transaction runs on the first call's context, without its
+// cancellation (a batch outlives any one caller), until the latest of the
+// calls' deadlines.
+func (h *TaskHandler) write(calls []*submitCall) error {
+	ctx := context.WithoutCancel(calls[0].ctx)
+	var latest time.Time
+	for _, c := range calls {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			latest = time.Time{}
+			break
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	if !latest.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, latest)
+		defer cancel()
+	}
+	ctx, hooks := db.WithCommitHooks(ctx)
+	subs := make([]*Submission, len(calls))
+	for i, c := range calls {
+		c.sub = Submission{Req: c.req}
+		c.sub.Ctx, c.hooks = db.WithCommitHooks(c.ctx)
+		subs[i] = &c.sub
+	}
+	if err := pgx.BeginTxFunc(ctx, h.pool, submitTxOptions, func(tx pgx.Tx) error {
+		return h.tasks.SubmitMany(ctx, tx, subs)
+	}); err != nil {
+		return err
+	}
+	hooks.Run()
+	for _, c := range calls {
+		c.hooks.Run()
+	}
+	return nil
 }
 
 // submitTxOptions begin a submission's transaction with generic plans:
@@ -403,7 +598,7 @@ func (h *TaskHandler) submit(ctx context.Context, req Request, o submitOptions) 
 // first executions and whenever its custom plan looks cheaper, which was a
 // fifth of the database's CPU in a submission burst (perf, 200 racks). The
 // setting rides in BEGIN's round trip and ends with the transaction.
-var submitTxOptions = pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"}
+var submitTxOptions = pgx.TxOptions{}
 
 func powerRequest(code OperationCode, override bool) Request {
 	return Request{

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/engine"
@@ -24,7 +25,10 @@ import (
 
 // taskRow reads the action's task.
 func (a *actions) taskRow(ctx context.Context, id uuid.UUID) (dbsqlc.Task, error) {
-	row, err := a.q.TaskGetByID(ctx, a.pool, id)
+	row, ok, err := a.tasks.get(ctx, id)
+	if err == nil && !ok {
+		err = pgx.ErrNoRows
+	}
 	if err != nil {
 		return row, fmt.Errorf("read task %s: %w", id, err)
 	}

@@ -135,13 +135,6 @@ SELECT DISTINCT rack_id FROM task WHERE status = 'waiting';
 -- of the transaction.
 SELECT pg_advisory_xact_lock(hashtextextended(@rack_key::text, 7254711));
 
--- name: TaskMarkRunning :many
--- TaskMarkRunning moves a pending task to running and returns when it was
--- submitted (no row: it was not pending).
-UPDATE task SET status = 'running', message = 'Running', started_at = now(), updated_at = now()
-WHERE id = @id AND status = 'pending'
-RETURNING created_at, operation_code, operation_type;
-
 -- name: TaskPromote :exec
 UPDATE task SET status = 'pending', message = @message, run_id = @run_id, queue_expires_at = NULL, updated_at = now()
 WHERE id = @id AND status = 'waiting';
@@ -264,3 +257,59 @@ SELECT id, status FROM task WHERE id = ANY(@ids::uuid[]);
 SELECT status, count(*)::bigint AS n FROM task
 WHERE status IN ('waiting', 'pending', 'running')
 GROUP BY status;
+
+-- name: TaskLockRacks :exec
+-- TaskLockRacks takes TaskLockRack's lock of each of rack_keys, in the
+-- order given (callers sort them, so two transactions never wait on each
+-- other's racks), for a burst of submissions admitted together.
+SELECT count(pg_advisory_xact_lock(hashtextextended(k, 7254711)))
+FROM unnest(@rack_keys::text[]) AS k;
+
+-- name: TaskActiveOnRacks :many
+-- The racks' unfinished tasks, oldest first.
+SELECT * FROM task
+WHERE rack_id = ANY(@rack_ids::uuid[]) AND status IN ('waiting', 'pending', 'running')
+ORDER BY created_at, id;
+
+-- name: TaskGetByIdempotencyKeys :many
+SELECT * FROM task WHERE idempotency_key = ANY(@idempotency_keys::text[]);
+
+-- name: TaskInsertMany :exec
+-- TaskInsertMany inserts a burst's tasks from one JSON array of rows (the
+-- columns of TaskInsert, and seq). A task's created_at is the
+-- transaction's time plus seq microseconds, so tasks of one transaction on
+-- one rack keep their arrival order (promotion is FIFO by created_at).
+INSERT INTO task (
+    id, operation_type, operation_code, information, description, rack_id,
+    components, component_ids, targets, rule, rule_name, applied_rule_id,
+    status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, not_targeted,
+    submitted_by, created_at, updated_at)
+SELECT t.id, t.operation_type, t.operation_code, t.information, t.description, t.rack_id,
+    t.components, t.component_ids, t.targets, t.rule, t.rule_name, t.applied_rule_id,
+    t.status, t.message, t.run_id, t.queue_expires_at, t.idempotency_key, t.trigger_type, t.trigger_id,
+    t.not_targeted, t.submitted_by, now() + t.seq * interval '1 microsecond', now()
+FROM jsonb_to_recordset(@tasks::jsonb) AS t(
+    id uuid, operation_type text, operation_code text, information jsonb, description text, rack_id uuid,
+    components jsonb, component_ids uuid[], targets jsonb, rule jsonb, rule_name text, applied_rule_id uuid,
+    status text, message text, run_id bigint, queue_expires_at timestamptz, idempotency_key text,
+    trigger_type text, trigger_id text, not_targeted jsonb, submitted_by text, seq bigint);
+
+-- name: RulesForRacks :many
+-- RuleForRack for many racks: each rack's associated rule for the
+-- operation, then the operation's default rule (with the nil rack_id), for
+-- a burst of submissions resolving their rules in one round trip.
+SELECT sqlc.embed(r), a.rack_id::uuid AS rack_id
+FROM rack_rule_association a JOIN operation_rule r ON r.id = a.rule_id
+WHERE a.rack_id = ANY(@rack_ids::uuid[]) AND a.operation_type = @operation_type AND a.operation_code = @operation_code
+UNION ALL
+SELECT sqlc.embed(d), '00000000-0000-0000-0000-000000000000'::uuid
+FROM operation_rule d
+WHERE d.operation_type = @operation_type AND d.operation_code = @operation_code AND d.is_default;
+
+-- name: TaskMarkRunningMany :many
+-- TaskMarkRunningMany moves pending tasks to running (the first calls of
+-- their runs, a burst's together) and returns those it moved, with when
+-- each was submitted.
+UPDATE task SET status = 'running', message = 'Running', started_at = now(), updated_at = now()
+WHERE id = ANY(@ids::uuid[]) AND status = 'pending'
+RETURNING id, created_at, operation_code, operation_type;

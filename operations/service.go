@@ -514,11 +514,20 @@ func (s *Service) ResolveRule(ctx context.Context, dbtx db.DBTX, req ResolveRequ
 		}
 	}
 	if len(stored) > 0 {
-		r, err := ruleFromRow(stored[0].OperationRule)
+		return resolvedRule(req, &stored[0].OperationRule, stored[0].Associated)
+	}
+	return resolvedRule(req, nil, false)
+}
+
+// resolvedRule is req's rule from a stored one (associated with the rack
+// or the default one), else the built-in or the minimal rule.
+func resolvedRule(req ResolveRequest, stored *dbsqlc.OperationRule, associated bool) (ResolvedRule, error) {
+	if stored != nil {
+		r, err := ruleFromRow(*stored)
 		if err != nil {
 			return ResolvedRule{}, err
 		}
-		if stored[0].Associated {
+		if associated {
 			return ResolvedRule{Rule: r, Source: RuleSourceRackAssociation}, nil
 		}
 		return ResolvedRule{Rule: r, Source: RuleSourceDefault}, nil
@@ -527,6 +536,41 @@ func (s *Service) ResolveRule(ctx context.Context, dbtx db.DBTX, req ResolveRequ
 		return ResolvedRule{Rule: r, Source: RuleSourceBuiltin}, nil
 	}
 	return ResolvedRule{Rule: MinimalRule(req.Type, req.Code), Source: RuleSourceMinimal}, nil
+}
+
+// ResolveRules resolves, as ResolveRule would without an explicit rule,
+// the rule of an operation on each of racks, in one query for all.
+func (s *Service) ResolveRules(ctx context.Context, dbtx db.DBTX, typ OperationType, code OperationCode, racks []uuid.UUID) (map[uuid.UUID]ResolvedRule, error) {
+	if err := validateTypeCode(typ, code); err != nil {
+		return nil, err
+	}
+	rows, err := s.q.RulesForRacks(ctx, dbtx, dbsqlc.RulesForRacksParams{RackIDs: racks, OperationType: string(typ), OperationCode: string(code)})
+	if err != nil {
+		return nil, fmt.Errorf("get rules of racks: %w", err)
+	}
+	var def *dbsqlc.OperationRule
+	assoc := map[uuid.UUID]*dbsqlc.OperationRule{}
+	for i := range rows {
+		if rows[i].RackID == uuid.Nil {
+			def = &rows[i].OperationRule
+		} else {
+			assoc[rows[i].RackID] = &rows[i].OperationRule
+		}
+	}
+	out := make(map[uuid.UUID]ResolvedRule, len(racks))
+	for _, id := range racks {
+		req := ResolveRequest{RackID: id, Type: typ, Code: code}
+		var err error
+		if r := assoc[id]; r != nil {
+			out[id], err = resolvedRule(req, r, true)
+		} else {
+			out[id], err = resolvedRule(req, def, false)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 func ruleFromRow(row dbsqlc.OperationRule) (Rule, error) {

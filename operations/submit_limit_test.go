@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
@@ -87,4 +89,83 @@ func TestConcurrentSubmitsOnOneRack(t *testing.T) {
 	}
 	require.Equal(t, 1, ok)
 	require.Equal(t, 1, b.count())
+}
+
+// TestQueuedSubmitsAreWrittenTogether: the submissions that queue while the
+// slot is busy are written by the next transaction, all in it; each gets
+// its own answer (a conflict, an unknown rack), and the others' tasks are
+// written.
+func TestQueuedSubmitsAreWrittenTogether(t *testing.T) {
+	b := setupTasks(t, nil)
+	ctx := context.Background()
+	inv := inventory.NewService()
+	var racks []inventory.Rack
+	for i := 2; i <= 5; i++ {
+		r := inventory.DemoRack(i)
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
+			r.ID, err = inv.CreateRack(ctx, tx, r)
+			return err
+		}))
+		racks = append(racks, r)
+	}
+	h := operations.NewTaskHandler(b.pool, b.tasks)
+	h.LimitSubmits(1)
+
+	// The first submission holds the slot, waiting on the rack row.
+	hold, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer hold.Rollback(ctx)
+	_, err = hold.Exec(ctx, `SELECT 1 FROM rack WHERE id = $1 FOR UPDATE`, b.rack.ID)
+	require.NoError(t, err)
+	first := make(chan error, 1)
+	go func() {
+		_, err := h.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(b.rack)})
+		first <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%TaskInsert%')`).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 10*time.Millisecond, "the first submission never reached its task insert")
+
+	type answer struct {
+		rack string
+		ids  int
+		err  error
+	}
+	answers := make(chan answer, len(racks)+2)
+	submit := func(name string, spec *flowv1.OperationTargetSpec) {
+		go func() {
+			res, err := h.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: spec})
+			answers <- answer{name, len(res.GetTaskIds()), err}
+		}()
+	}
+	for _, r := range racks {
+		submit(r.Name, rackSpec(r))
+	}
+	submit("busy", rackSpec(b.rack))
+	missing := rackSpec(b.rack)
+	missing.GetRacks().GetTargets()[0].Identifier = &flowv1.RackTarget_Name{Name: "no-such-rack"}
+	submit("missing", missing)
+	require.Eventually(t, func() bool { return operations.QueuedSubmits(h) == len(racks)+2 }, 10*time.Second, time.Millisecond)
+
+	require.NoError(t, hold.Commit(ctx))
+	require.NoError(t, <-first)
+	for range len(racks) + 2 {
+		a := <-answers
+		switch a.rack {
+		case "busy":
+			require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(a.err), "%v", a.err)
+		case "missing":
+			require.Equal(t, connect.CodeNotFound, connect.CodeOf(a.err), "%v", a.err)
+		default:
+			require.NoError(t, a.err, a.rack)
+			require.Equal(t, 1, a.ids, a.rack)
+		}
+	}
+	var tasks, txs int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT xmin::text) FROM task WHERE rack_id <> $1`, b.rack.ID).Scan(&tasks, &txs))
+	require.Equal(t, len(racks), tasks)
+	require.Equal(t, 1, txs, "the queued submissions were written in one transaction")
+	require.Equal(t, len(racks)+1, b.count())
 }

@@ -15,8 +15,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -98,68 +96,6 @@ type rackPlan struct {
 	notTargeted []NotTargeted
 }
 
-// Submit validates req as a whole, then writes one task per targeted rack,
-// in one transaction through tx: PENDING tasks with their engine runs, or
-// WAITING tasks when req.Queue and the rack is busy. Nothing is written when
-// any rack fails: a conflict with REJECT is ErrConflict naming the rack and
-// the blocking task, a full queue ErrQueueFull. It returns the task IDs in
-// rack-ID order.
-func (t *Tasks) Submit(ctx context.Context, tx pgx.Tx, req Request) (_ []uuid.UUID, err error) {
-	ctx, span := t.tracer.Start(ctx, "operations.submit", trace.WithAttributes(
-		attribute.String("flow.operation", string(req.Code)), attribute.String("flow.operation_type", string(req.Type))))
-	defer func() {
-		if err != nil {
-			span.SetStatus(codes.Error, err.Error())
-		}
-		span.End()
-	}()
-	if err := validateRequest(req); err != nil {
-		return nil, err
-	}
-	if req.IdempotencyKey != "" {
-		existing, err := t.q.TaskGetByIdempotencyKey(ctx, tx, &req.IdempotencyKey)
-		if err == nil {
-			if existing.RackID != req.RequiredRackID {
-				return nil, invalidRequest("idempotency_key", "key %q belongs to a task on another rack", req.IdempotencyKey)
-			}
-			return []uuid.UUID{existing.ID}, nil
-		} else if !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("idempotency lookup: %w", err)
-		}
-	}
-	envelope, err := t.seal(req)
-	if err != nil {
-		return nil, err
-	}
-	req.Payload.AuthenticationData = envelope
-	if req.RuleID != uuid.Nil {
-		req.Payload.RuleID = req.RuleID.String()
-	}
-	plans, err := t.plan(ctx, tx, req)
-	if err != nil {
-		return nil, err
-	}
-	info, err := json.Marshal(req.Payload)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]uuid.UUID, 0, len(plans))
-	taskIDs, racks := make([]string, 0, len(plans)), make([]string, 0, len(plans))
-	for _, p := range plans {
-		id, err := t.admit(ctx, tx, req, p, info)
-		if err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-		taskIDs, racks = append(taskIDs, id.String()), append(racks, rackLabel(p.rack))
-	}
-	span.SetAttributes(attribute.StringSlice("flow.task_ids", taskIDs), attribute.StringSlice("flow.racks", racks))
-	if len(ids) == 1 {
-		span.SetAttributes(attribute.String("flow.task_id", taskIDs[0]), attribute.String("flow.rack", racks[0]))
-	}
-	return ids, nil
-}
-
 func validateRequest(req Request) error {
 	if !req.Type.Valid() {
 		return invalidRequest("operation", "unknown operation type %q", req.Type)
@@ -188,40 +124,20 @@ func (t *Tasks) seal(req Request) (*firmware.Envelope, error) {
 	return t.keys.Seal(req.Auth)
 }
 
-// plan resolves the request's targets and rules and validates every rack
-// (spec §4 step 5), writing nothing.
-func (t *Tasks) plan(ctx context.Context, tx pgx.Tx, req Request) ([]rackPlan, error) {
-	sels, err := t.inv.ResolveTargets(ctx, tx, req.Targets)
-	if err != nil {
-		return nil, err
-	}
-	if len(sels) == 0 {
-		return nil, fmt.Errorf("%w: no valid racks found for request", ErrNotApplicable)
-	}
-	if req.RequiredRackID != uuid.Nil && (len(sels) != 1 || sels[0].Rack.ID != req.RequiredRackID) {
-		return nil, invalidRequest("target_spec", "targets must resolve to exactly rack %s", req.RequiredRackID)
-	}
-	sort.Slice(sels, func(i, j int) bool { return sels[i].Rack.ID.String() < sels[j].Rack.ID.String() })
-	plans := make([]rackPlan, 0, len(sels))
-	for _, sel := range sels {
-		p, err := t.planRack(ctx, tx, req, sel)
-		if err != nil {
-			return nil, err
-		}
-		plans = append(plans, p)
-	}
-	return plans, nil
-}
-
-func (t *Tasks) planRack(ctx context.Context, tx pgx.Tx, req Request, sel inventory.Selection) (rackPlan, error) {
+// planRack plans and validates one rack of req; rules, if it holds the
+// rack, is its rule already resolved.
+func (t *Tasks) planRack(ctx context.Context, tx pgx.Tx, req Request, sel inventory.Selection, rules map[uuid.UUID]ResolvedRule) (rackPlan, error) {
 	rack := sel.Rack
 	p := rackPlan{rack: rack, components: map[ComponentType][]uuid.UUID{}, targets: map[ComponentType]typeTargets{}}
 	if len(sel.Components) == 0 {
 		return p, fmt.Errorf("%w: racks have no selected components: %s", ErrNotApplicable, rackLabel(rack))
 	}
-	rule, err := t.rules.ResolveRule(ctx, tx, ResolveRequest{RackID: rack.ID, Type: req.Type, Code: req.Code, RuleID: req.RuleID})
-	if err != nil {
-		return p, err
+	rule, ok := rules[rack.ID]
+	if !ok {
+		var err error
+		if rule, err = t.rules.ResolveRule(ctx, tx, ResolveRequest{RackID: rack.ID, Type: req.Type, Code: req.Code, RuleID: req.RuleID}); err != nil {
+			return p, err
+		}
 	}
 	p.rule = rule
 	def := rule.Rule.Definition
@@ -386,85 +302,6 @@ func ruleIDLabel(id uuid.UUID) string {
 		return "built-in"
 	}
 	return id.String()
-}
-
-// admit writes one rack's task under the rack lock: PENDING with its run,
-// WAITING behind a conflict, or an error.
-func (t *Tasks) admit(ctx context.Context, tx pgx.Tx, req Request, p rackPlan, info []byte) (uuid.UUID, error) {
-	active, err := t.q.TaskLockRackThenActive(ctx, tx, p.rack.ID.String(), p.rack.ID)
-	if err != nil {
-		return uuid.Nil, fmt.Errorf("lock rack and read its active tasks: %w", err)
-	}
-	var blocking *dbsqlc.Task
-	waiting := 0
-	for i := range active {
-		a := &active[i]
-		if a.Status == string(TaskWaiting) {
-			waiting++
-			continue
-		}
-		if blocking == nil && Conflicts(p.scope, scopeOfRow(*a)) {
-			blocking = a
-		}
-	}
-	id := uuid.New()
-	components, _ := json.Marshal(p.components)
-	targets, _ := json.Marshal(p.targets)
-	rule, _ := json.Marshal(p.rule.Rule.Definition)
-	if p.notTargeted == nil {
-		p.notTargeted = []NotTargeted{}
-	}
-	notTargeted, _ := json.Marshal(p.notTargeted)
-	params := dbsqlc.TaskInsertParams{
-		ID: id, OperationType: string(req.Type), OperationCode: string(req.Code), Information: info,
-		Description: req.Description, RackID: p.rack.ID, Components: components, ComponentIDs: p.ids,
-		Targets: targets, Rule: rule, RuleName: p.rule.Rule.Name, TriggerType: req.TriggerType, TriggerID: req.TriggerID,
-		NotTargeted: notTargeted,
-		SubmittedBy: req.SubmittedBy,
-	}
-	if p.rule.Rule.ID != uuid.Nil {
-		ruleID := p.rule.Rule.ID
-		params.AppliedRuleID = &ruleID
-	}
-	if req.IdempotencyKey != "" {
-		params.IdempotencyKey = &req.IdempotencyKey
-	}
-	// A queued request also waits behind tasks already waiting: promotion is
-	// strict FIFO, so overtaking them would break the order.
-	if blocking != nil || (req.Queue && waiting > 0) {
-		if !req.Queue {
-			return uuid.Nil, fmt.Errorf("%w: rack %s: task %s (%s %s, %s)", ErrConflict, rackLabel(p.rack), blocking.ID, blocking.OperationType, blocking.OperationCode, blocking.Status)
-		}
-		if waiting >= MaxWaitingPerRack {
-			return uuid.Nil, fmt.Errorf("%w: rack %s waiting queue is full (%d/%d tasks)", ErrQueueFull, rackLabel(p.rack), waiting, MaxWaitingPerRack)
-		}
-		timeout := req.QueueTimeout
-		if timeout <= 0 {
-			timeout = DefaultQueueTimeout
-		}
-		expires := time.Now().Add(timeout)
-		params.Status, params.Message, params.QueueExpiresAt = string(TaskWaiting), msgQueued, &expires
-		if _, err := t.q.TaskInsert(ctx, tx, params); err != nil {
-			return uuid.Nil, t.insertError(err)
-		}
-		t.observe(ctx, TaskEvent{Kind: TaskSubmitted, TaskID: id, Rack: rackLabel(p.rack), Operation: req.Code, Type: req.Type, Status: TaskWaiting, Message: msgQueued, SubmittedAt: time.Now()})
-		if t.expiry != nil {
-			if err := t.expiry(ctx, tx, p.rack.ID, expires); err != nil {
-				return uuid.Nil, fmt.Errorf("schedule queue expiry: %w", err)
-			}
-		}
-		return id, nil
-	}
-	runID, err := t.startRun(ctx, tx, id, rackLabel(p.rack), req.Type, req.Code, p.rule.Rule.Definition, p.targets, req.Payload)
-	if err != nil {
-		return uuid.Nil, err
-	}
-	params.Status, params.Message, params.RunID = string(TaskPending), msgPending, &runID
-	if _, err := t.q.TaskInsert(ctx, tx, params); err != nil {
-		return uuid.Nil, t.insertError(err)
-	}
-	t.observe(ctx, TaskEvent{Kind: TaskSubmitted, TaskID: id, Rack: rackLabel(p.rack), Operation: req.Code, Type: req.Type, Status: TaskPending, Message: msgPending, SubmittedAt: time.Now()})
-	return id, nil
 }
 
 func (t *Tasks) insertError(err error) error {

@@ -239,53 +239,73 @@ func (q *Queries) RunGetByID(ctx context.Context, db DBTX, id int64) (RunGetByID
 	return i, err
 }
 
-const runInsertWithSteps = `-- name: RunInsertWithSteps :many
-WITH r AS (
-    INSERT INTO engine_run (owner, metadata, stage_count, open_steps, timeout_at)
-    VALUES ($1, $2, $3, $4, now() + $5::bigint * interval '1 millisecond')
-    RETURNING id, timeout_at
+const runInsertMany = `-- name: RunInsertMany :many
+WITH input AS MATERIALIZED (
+    SELECT nextval(pg_get_serial_sequence('engine_run', 'id')) AS id, x.n, x.owner, x.metadata,
+        x.stage_count, x.open_steps, x.timeout_ms
+    FROM (
+        SELECT generate_subscripts($1::text[], 1)::bigint AS n, unnest($1::text[]) AS owner,
+            unnest($2::jsonb[]) AS metadata, unnest($3::integer[]) AS stage_count,
+            unnest($4::integer[]) AS open_steps, unnest($5::bigint[]) AS timeout_ms
+    ) x
+), r AS (
+    INSERT INTO engine_run (id, owner, metadata, stage_count, open_steps, timeout_at)
+    SELECT i.id, i.owner, i.metadata, i.stage_count, i.open_steps,
+        CASE WHEN i.timeout_ms > 0 THEN now() + i.timeout_ms * interval '1 millisecond' END
+    FROM input i
+    RETURNING engine_run.id, engine_run.timeout_at
 ), s AS (
     INSERT INTO engine_step (run_id, stage_index, step_index, spec, budget_ms)
-    SELECT r.id, unnest($6::integer[]), unnest($7::integer[]),
-        unnest($8::jsonb[]), unnest($9::bigint[])
-    FROM r
-    RETURNING id, run_id, stage_index, step_index
+    SELECT i.id, st.stage_index, st.step_index, st.spec, st.budget_ms
+    FROM (
+        SELECT unnest($6::bigint[]) AS run_n, unnest($7::integer[]) AS stage_index,
+            unnest($8::integer[]) AS step_index, unnest($9::jsonb[]) AS spec,
+            unnest($10::bigint[]) AS budget_ms
+    ) st
+    JOIN input i ON i.n = st.run_n
+    RETURNING engine_step.id, engine_step.run_id, engine_step.stage_index, engine_step.step_index
 )
-SELECT s.id, s.run_id, s.stage_index, s.step_index, r.timeout_at
-FROM s CROSS JOIN r
+SELECT s.id, s.run_id, s.stage_index, s.step_index, r.timeout_at, i.n AS run_n
+FROM s JOIN r ON r.id = s.run_id JOIN input i ON i.id = s.run_id
 ORDER BY s.id
 `
 
-type RunInsertWithStepsParams struct {
-	Owner        string
-	Metadata     []byte
-	StageCount   int32
-	OpenSteps    int32
-	TimeoutMs    *int64
+type RunInsertManyParams struct {
+	Owners       []string
+	Metadatas    [][]byte
+	StageCounts  []int32
+	OpenSteps    []int32
+	TimeoutsMs   []int64
+	StepRuns     []int64
 	StageIndexes []int32
 	StepIndexes  []int32
 	Specs        [][]byte
 	BudgetsMs    []int64
 }
 
-type RunInsertWithStepsRow struct {
+type RunInsertManyRow struct {
 	ID         int64
 	RunID      int64
 	StageIndex int32
 	StepIndex  int32
 	TimeoutAt  pgtype.Timestamptz
+	RunN       int64
 }
 
-// RunInsertWithSteps inserts a run and its steps in one statement and
-// returns the steps, each with the run's ID and timeout (a submission's
-// start is one round trip fewer).
-func (q *Queries) RunInsertWithSteps(ctx context.Context, db DBTX, arg RunInsertWithStepsParams) ([]RunInsertWithStepsRow, error) {
-	rows, err := db.Query(ctx, runInsertWithSteps,
-		arg.Owner,
-		arg.Metadata,
-		arg.StageCount,
+// RunInsertMany inserts runs and their steps in one statement (a burst of
+// submissions starts all its runs at once) and returns the steps, each
+// with its run's ID and timeout. Each step names its run by the run's
+// 1-based position in the run arrays (step_runs); the run IDs are drawn
+// first, in that order, so the caller maps runs back by position and
+// steps by (run, stage, step), never by the order rows come back in.
+func (q *Queries) RunInsertMany(ctx context.Context, db DBTX, arg RunInsertManyParams) ([]RunInsertManyRow, error) {
+	rows, err := db.Query(ctx, runInsertMany,
+		arg.Owners,
+		arg.Metadatas,
+		arg.StageCounts,
 		arg.OpenSteps,
-		arg.TimeoutMs,
+		arg.TimeoutsMs,
+		arg.StepRuns,
 		arg.StageIndexes,
 		arg.StepIndexes,
 		arg.Specs,
@@ -295,15 +315,16 @@ func (q *Queries) RunInsertWithSteps(ctx context.Context, db DBTX, arg RunInsert
 		return nil, err
 	}
 	defer rows.Close()
-	var items []RunInsertWithStepsRow
+	var items []RunInsertManyRow
 	for rows.Next() {
-		var i RunInsertWithStepsRow
+		var i RunInsertManyRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.RunID,
 			&i.StageIndex,
 			&i.StepIndex,
 			&i.TimeoutAt,
+			&i.RunN,
 		); err != nil {
 			return nil, err
 		}
@@ -371,30 +392,31 @@ UPDATE engine_run
 SET stage_index = ($1::integer[])[array_position($2::bigint[], engine_run.id)],
     open_steps = (SELECT count(*) FROM s WHERE s.run_id = engine_run.id),
     failed_steps = 0, first_failure = '',
-    timeout_job_id = CASE WHEN engine_run.id = $3::bigint THEN $4::bigint ELSE engine_run.timeout_job_id END
+    timeout_job_id = coalesce(($3::bigint[])[array_position($4::bigint[], engine_run.id)],
+        engine_run.timeout_job_id)
 WHERE engine_run.id = ANY($2::bigint[])
 `
 
 type StageStartManyParams struct {
-	StageIndexes []int32
-	RunIDs       []int64
-	TimeoutRunID *int64
-	TimeoutJobID *int64
-	JobIDs       []int64
-	IDs          []int64
+	StageIndexes  []int32
+	RunIDs        []int64
+	TimeoutJobIds []int64
+	TimeoutRunIds []int64
+	JobIDs        []int64
+	IDs           []int64
 }
 
 // StageStartMany makes stages their runs' current ones: their steps (ids,
 // pending) become running with their deadlines fixed and their River jobs
 // recorded, and each run's join counters are reset; a run's first stage
-// also records its timeout job (timeout_run_id, timeout_job_id). Every row is reached
+// also records its timeout job (timeout_job_ids, by timeout_run_ids). Every row is reached
 // through its key, whatever the planner guesses of the lists' lengths.
 func (q *Queries) StageStartMany(ctx context.Context, db DBTX, arg StageStartManyParams) error {
 	_, err := db.Exec(ctx, stageStartMany,
 		arg.StageIndexes,
 		arg.RunIDs,
-		arg.TimeoutRunID,
-		arg.TimeoutJobID,
+		arg.TimeoutJobIds,
+		arg.TimeoutRunIds,
 		arg.JobIDs,
 		arg.IDs,
 	)

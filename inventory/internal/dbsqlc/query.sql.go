@@ -1536,6 +1536,52 @@ func (q *Queries) RackListByName(ctx context.Context, db DBTX, name string) ([]R
 	return items, nil
 }
 
+const rackListByNames = `-- name: RackListByNames :many
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE name = ANY($1::text[]) AND deleted_at IS NULL ORDER BY name, id
+`
+
+// The live racks of names, for a burst of submissions naming theirs (the
+// caller finds a name's racks, or its ambiguity, as RackListByName would).
+func (q *Queries) RackListByNames(ctx context.Context, db DBTX, names []string) ([]Rack, error) {
+	rows, err := db.Query(ctx, rackListByNames, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Rack{}
+	for rows.Next() {
+		var i Rack
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.Manufacturer,
+			&i.SerialNumber,
+			&i.Model,
+			&i.Description,
+			&i.LocationRegion,
+			&i.LocationDatacenter,
+			&i.LocationRoom,
+			&i.LocationPosition,
+			&i.ExternalID,
+			&i.NVLDomainID,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.DeletedAt,
+			&i.Health,
+			&i.RackGroupID,
+			&i.RackProfileID,
+			&i.MirroredAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const rackPurge = `-- name: RackPurge :execrows
 DELETE FROM rack WHERE id = $1 AND deleted_at IS NOT NULL
 `

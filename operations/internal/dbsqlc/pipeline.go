@@ -35,6 +35,25 @@ func (q *Queries) TaskLockRackThenActive(ctx context.Context, tx pgx.Tx, rackKey
 	return q.TaskActiveOnRack(ctx, res, rackID)
 }
 
+// TaskLockRacksThenActive is TaskLockRacks then TaskActiveOnRacks, sent
+// in one round trip, as TaskLockRackThenActive is for one rack.
+func (q *Queries) TaskLockRacksThenActive(ctx context.Context, tx pgx.Tx, rackKeys []string, rackIDs []uuid.UUID) (_ []Task, err error) {
+	b := &pgx.Batch{}
+	b.Queue(taskLockRacks, rackKeys)
+	b.Queue(taskActiveOnRacks, rackIDs)
+	br := tx.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	res := batchResults{br}
+	if err := q.TaskLockRacks(ctx, res, rackKeys); err != nil {
+		return nil, err
+	}
+	return q.TaskActiveOnRacks(ctx, res, rackIDs)
+}
+
 // batchResults hands a generated query the next result of a sent batch:
 // the query's own SQL and arguments were queued with the batch, in order.
 type batchResults struct{ br pgx.BatchResults }

@@ -460,6 +460,61 @@ func (q *Queries) RuleUpdate(ctx context.Context, db DBTX, arg RuleUpdateParams)
 	return i, err
 }
 
+const rulesForRacks = `-- name: RulesForRacks :many
+SELECT r.id, r.name, r.description, r.operation_type, r.operation_code, r.rule_definition, r.is_default, r.created_at, r.updated_at, a.rack_id::uuid AS rack_id
+FROM rack_rule_association a JOIN operation_rule r ON r.id = a.rule_id
+WHERE a.rack_id = ANY($1::uuid[]) AND a.operation_type = $2 AND a.operation_code = $3
+UNION ALL
+SELECT d.id, d.name, d.description, d.operation_type, d.operation_code, d.rule_definition, d.is_default, d.created_at, d.updated_at, '00000000-0000-0000-0000-000000000000'::uuid
+FROM operation_rule d
+WHERE d.operation_type = $2 AND d.operation_code = $3 AND d.is_default
+`
+
+type RulesForRacksParams struct {
+	RackIDs       []uuid.UUID
+	OperationType string
+	OperationCode string
+}
+
+type RulesForRacksRow struct {
+	OperationRule OperationRule
+	RackID        uuid.UUID
+}
+
+// RuleForRack for many racks: each rack's associated rule for the
+// operation, then the operation's default rule (with the nil rack_id), for
+// a burst of submissions resolving their rules in one round trip.
+func (q *Queries) RulesForRacks(ctx context.Context, db DBTX, arg RulesForRacksParams) ([]RulesForRacksRow, error) {
+	rows, err := db.Query(ctx, rulesForRacks, arg.RackIDs, arg.OperationType, arg.OperationCode)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RulesForRacksRow{}
+	for rows.Next() {
+		var i RulesForRacksRow
+		if err := rows.Scan(
+			&i.OperationRule.ID,
+			&i.OperationRule.Name,
+			&i.OperationRule.Description,
+			&i.OperationRule.OperationType,
+			&i.OperationRule.OperationCode,
+			&i.OperationRule.RuleDefinition,
+			&i.OperationRule.IsDefault,
+			&i.OperationRule.CreatedAt,
+			&i.OperationRule.UpdatedAt,
+			&i.RackID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const scheduleCount = `-- name: ScheduleCount :one
 SELECT count(*)::int FROM task_schedule s
 WHERE ($1::uuid IS NULL OR EXISTS (
@@ -1008,6 +1063,60 @@ func (q *Queries) TaskActiveOnRack(ctx context.Context, db DBTX, rackID uuid.UUI
 	return items, nil
 }
 
+const taskActiveOnRacks = `-- name: TaskActiveOnRacks :many
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task
+WHERE rack_id = ANY($1::uuid[]) AND status IN ('waiting', 'pending', 'running')
+ORDER BY created_at, id
+`
+
+// The racks' unfinished tasks, oldest first.
+func (q *Queries) TaskActiveOnRacks(ctx context.Context, db DBTX, rackIds []uuid.UUID) ([]Task, error) {
+	rows, err := db.Query(ctx, taskActiveOnRacks, rackIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Task{}
+	for rows.Next() {
+		var i Task
+		if err := rows.Scan(
+			&i.ID,
+			&i.OperationType,
+			&i.OperationCode,
+			&i.Information,
+			&i.Description,
+			&i.RackID,
+			&i.Components,
+			&i.ComponentIDs,
+			&i.Targets,
+			&i.Rule,
+			&i.RuleName,
+			&i.AppliedRuleID,
+			&i.Status,
+			&i.Message,
+			&i.Report,
+			&i.RunID,
+			&i.QueueExpiresAt,
+			&i.IdempotencyKey,
+			&i.TriggerType,
+			&i.TriggerID,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.NotTargeted,
+			&i.SubmittedBy,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskCount = `-- name: TaskCount :one
 SELECT count(*)::int FROM task
 WHERE ($1::uuid IS NULL OR rack_id = $1::uuid)
@@ -1251,6 +1360,57 @@ func (q *Queries) TaskGetByIdempotencyKey(ctx context.Context, db DBTX, idempote
 	return i, err
 }
 
+const taskGetByIdempotencyKeys = `-- name: TaskGetByIdempotencyKeys :many
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task WHERE idempotency_key = ANY($1::text[])
+`
+
+func (q *Queries) TaskGetByIdempotencyKeys(ctx context.Context, db DBTX, idempotencyKeys []string) ([]Task, error) {
+	rows, err := db.Query(ctx, taskGetByIdempotencyKeys, idempotencyKeys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Task{}
+	for rows.Next() {
+		var i Task
+		if err := rows.Scan(
+			&i.ID,
+			&i.OperationType,
+			&i.OperationCode,
+			&i.Information,
+			&i.Description,
+			&i.RackID,
+			&i.Components,
+			&i.ComponentIDs,
+			&i.Targets,
+			&i.Rule,
+			&i.RuleName,
+			&i.AppliedRuleID,
+			&i.Status,
+			&i.Message,
+			&i.Report,
+			&i.RunID,
+			&i.QueueExpiresAt,
+			&i.IdempotencyKey,
+			&i.TriggerType,
+			&i.TriggerID,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.NotTargeted,
+			&i.SubmittedBy,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskInsert = `-- name: TaskInsert :one
 INSERT INTO task (
     id, operation_type, operation_code, information, description, rack_id,
@@ -1342,6 +1502,32 @@ func (q *Queries) TaskInsert(ctx context.Context, db DBTX, arg TaskInsertParams)
 		&i.SubmittedBy,
 	)
 	return i, err
+}
+
+const taskInsertMany = `-- name: TaskInsertMany :exec
+INSERT INTO task (
+    id, operation_type, operation_code, information, description, rack_id,
+    components, component_ids, targets, rule, rule_name, applied_rule_id,
+    status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, not_targeted,
+    submitted_by, created_at, updated_at)
+SELECT t.id, t.operation_type, t.operation_code, t.information, t.description, t.rack_id,
+    t.components, t.component_ids, t.targets, t.rule, t.rule_name, t.applied_rule_id,
+    t.status, t.message, t.run_id, t.queue_expires_at, t.idempotency_key, t.trigger_type, t.trigger_id,
+    t.not_targeted, t.submitted_by, now() + t.seq * interval '1 microsecond', now()
+FROM jsonb_to_recordset($1::jsonb) AS t(
+    id uuid, operation_type text, operation_code text, information jsonb, description text, rack_id uuid,
+    components jsonb, component_ids uuid[], targets jsonb, rule jsonb, rule_name text, applied_rule_id uuid,
+    status text, message text, run_id bigint, queue_expires_at timestamptz, idempotency_key text,
+    trigger_type text, trigger_id text, not_targeted jsonb, submitted_by text, seq bigint)
+`
+
+// TaskInsertMany inserts a burst's tasks from one JSON array of rows (the
+// columns of TaskInsert, and seq). A task's created_at is the
+// transaction's time plus seq microseconds, so tasks of one transaction on
+// one rack keep their arrival order (promotion is FIFO by created_at).
+func (q *Queries) TaskInsertMany(ctx context.Context, db DBTX, tasks []byte) error {
+	_, err := db.Exec(ctx, taskInsertMany, tasks)
+	return err
 }
 
 const taskKeyUsage = `-- name: TaskKeyUsage :many
@@ -1458,30 +1644,50 @@ func (q *Queries) TaskLockRack(ctx context.Context, db DBTX, rackKey string) err
 	return err
 }
 
-const taskMarkRunning = `-- name: TaskMarkRunning :many
-UPDATE task SET status = 'running', message = 'Running', started_at = now(), updated_at = now()
-WHERE id = $1 AND status = 'pending'
-RETURNING created_at, operation_code, operation_type
+const taskLockRacks = `-- name: TaskLockRacks :exec
+SELECT count(pg_advisory_xact_lock(hashtextextended(k, 7254711)))
+FROM unnest($1::text[]) AS k
 `
 
-type TaskMarkRunningRow struct {
+// TaskLockRacks takes TaskLockRack's lock of each of rack_keys, in the
+// order given (callers sort them, so two transactions never wait on each
+// other's racks), for a burst of submissions admitted together.
+func (q *Queries) TaskLockRacks(ctx context.Context, db DBTX, rackKeys []string) error {
+	_, err := db.Exec(ctx, taskLockRacks, rackKeys)
+	return err
+}
+
+const taskMarkRunningMany = `-- name: TaskMarkRunningMany :many
+UPDATE task SET status = 'running', message = 'Running', started_at = now(), updated_at = now()
+WHERE id = ANY($1::uuid[]) AND status = 'pending'
+RETURNING id, created_at, operation_code, operation_type
+`
+
+type TaskMarkRunningManyRow struct {
+	ID            uuid.UUID
 	CreatedAt     time.Time
 	OperationCode string
 	OperationType string
 }
 
-// TaskMarkRunning moves a pending task to running and returns when it was
-// submitted (no row: it was not pending).
-func (q *Queries) TaskMarkRunning(ctx context.Context, db DBTX, id uuid.UUID) ([]TaskMarkRunningRow, error) {
-	rows, err := db.Query(ctx, taskMarkRunning, id)
+// TaskMarkRunningMany moves pending tasks to running (the first calls of
+// their runs, a burst's together) and returns those it moved, with when
+// each was submitted.
+func (q *Queries) TaskMarkRunningMany(ctx context.Context, db DBTX, ids []uuid.UUID) ([]TaskMarkRunningManyRow, error) {
+	rows, err := db.Query(ctx, taskMarkRunningMany, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TaskMarkRunningRow{}
+	items := []TaskMarkRunningManyRow{}
 	for rows.Next() {
-		var i TaskMarkRunningRow
-		if err := rows.Scan(&i.CreatedAt, &i.OperationCode, &i.OperationType); err != nil {
+		var i TaskMarkRunningManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.CreatedAt,
+			&i.OperationCode,
+			&i.OperationType,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -1,0 +1,83 @@
+package operations_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/operations"
+)
+
+// TestSubmitMany: requests submitted together are admitted one after the
+// other, each seeing those before it: on one rack the second is refused
+// (REJECT) or waits (QUEUE) behind the first, racks named by name are
+// found, a repeated idempotency key answers with the first task, and a bad
+// request fails alone, having written nothing.
+func TestSubmitMany(t *testing.T) {
+	t.Parallel()
+	b := setupTasks(t, nil)
+	ctx := context.Background()
+	inv := inventory.NewService()
+	other := inventory.DemoRack(2)
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
+		other.ID, err = inv.CreateRack(ctx, tx, other)
+		return err
+	}))
+	byName := func(r inventory.Rack) operations.Request {
+		req := powerOn(r)
+		req.Targets = inventory.TargetSpec{Racks: []inventory.RackTarget{{Rack: inventory.RackRef{Name: r.Name}}}}
+		return req
+	}
+	keyed := powerOn(other)
+	keyed.IdempotencyKey, keyed.RequiredRackID = "fire-1", other.ID
+	queued := powerOn(b.rack)
+	queued.Queue = true
+	missing := powerOn(b.rack)
+	missing.Targets = inventory.TargetSpec{Racks: []inventory.RackTarget{{Rack: inventory.RackRef{Name: "no-such-rack"}}}}
+
+	subs := []*operations.Submission{
+		{Req: byName(b.rack)}, // 0: admitted
+		{Req: byName(b.rack)}, // 1: conflicts with 0
+		{Req: queued},         // 2: waits behind 0
+		{Req: keyed},          // 3: admitted
+		{Req: keyed},          // 4: the task of 3
+		{Req: missing},        // 5: not found
+		{Req: operations.Request{Type: "nope"}},
+	}
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		return b.tasks.SubmitMany(ctx, tx, subs)
+	}))
+	require.NoError(t, subs[0].Err)
+	require.Len(t, subs[0].IDs, 1)
+	require.ErrorIs(t, subs[1].Err, operations.ErrConflict)
+	require.ErrorContains(t, subs[1].Err, subs[0].IDs[0].String(), "the conflict names the task submitted before it")
+	require.Empty(t, subs[1].IDs)
+	require.NoError(t, subs[2].Err)
+	require.NoError(t, subs[3].Err)
+	require.NoError(t, subs[4].Err)
+	require.Equal(t, subs[3].IDs, subs[4].IDs)
+	require.ErrorIs(t, subs[5].Err, inventory.ErrRackNotFound)
+	require.ErrorIs(t, subs[6].Err, operations.ErrInvalidRequest)
+	require.Equal(t, 3, b.count())
+
+	got, err := b.tasks.Get(ctx, append(append(subs[0].IDs, subs[2].IDs...), subs[3].IDs...))
+	require.NoError(t, err)
+	status := map[string]operations.TaskStatus{}
+	for _, task := range got {
+		status[task.ID.String()] = task.Status
+	}
+	require.Equal(t, operations.TaskPending, status[subs[0].IDs[0].String()])
+	require.Equal(t, operations.TaskWaiting, status[subs[2].IDs[0].String()])
+	require.Equal(t, operations.TaskPending, status[subs[3].IDs[0].String()])
+
+	// A later submission sees them all: the key still answers with its
+	// task, and the rack is still busy.
+	again, err := b.submit(t, keyed)
+	require.NoError(t, err)
+	require.Equal(t, subs[3].IDs, again)
+	_, err = b.submit(t, powerOn(b.rack))
+	require.ErrorIs(t, err, operations.ErrConflict)
+}
