@@ -24,29 +24,12 @@ func TestSubmitsWaitForASlot(t *testing.T) {
 	h := operations.NewTaskHandler(b.pool, b.tasks)
 	h.LimitSubmits(1)
 
-	// Hold the rack row: the first submission's task insert (its foreign
-	// key check) waits for it, inside its transaction, holding the slot.
-	hold, err := b.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer hold.Rollback(ctx)
-	_, err = hold.Exec(ctx, `SELECT 1 FROM rack WHERE id = $1 FOR UPDATE`, b.rack.ID)
-	require.NoError(t, err)
-
-	first := make(chan error, 1)
-	go func() {
-		_, err := h.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(b.rack)})
-		first <- err
-	}()
-	require.Eventually(t, func() bool {
-		var waiting bool
-		require.NoError(t, b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%TaskInsert%')`).Scan(&waiting))
-		return waiting
-	}, 10*time.Second, 10*time.Millisecond, "the first submission never reached its task insert")
+	hold, first := holdSlot(t, b, h)
 
 	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = h.PowerOffRack(sctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(b.rack)})
+	_, err := h.PowerOffRack(sctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(b.rack)})
 	require.Equal(t, connect.CodeDeadlineExceeded, connect.CodeOf(err), "%v", err)
 	require.Contains(t, err.Error(), "FLOW_MAX_CONCURRENT_SUBMITS")
 	require.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond, "the second submission did not wait for the slot")
@@ -59,6 +42,30 @@ func TestSubmitsWaitForASlot(t *testing.T) {
 	_, err = h.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(b.rack), QueueOptions: &flowv1.QueueOptions{ConflictStrategy: flowv1.ConflictStrategy_CONFLICT_STRATEGY_QUEUE}})
 	require.NoError(t, err)
 	require.Equal(t, 2, b.count())
+}
+
+// holdSlot has a power-on of b.rack hold h's one slot: its task insert (the
+// foreign key check) waits, inside its transaction, for the rack row that
+// hold locks. Committing hold lets it finish, with first its answer.
+func holdSlot(t *testing.T, b *taskBundle, h *operations.TaskHandler) (hold pgx.Tx, first chan error) {
+	t.Helper()
+	ctx := context.Background()
+	hold, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hold.Rollback(ctx) })
+	_, err = hold.Exec(ctx, `SELECT 1 FROM rack WHERE id = $1 FOR UPDATE`, b.rack.ID)
+	require.NoError(t, err)
+	first = make(chan error, 1)
+	go func() {
+		_, err := h.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(b.rack)})
+		first <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%TaskInsert%')`).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 10*time.Millisecond, "the first submission never reached its task insert")
+	return hold, first
 }
 
 // TestConcurrentSubmitsOnOneRack: submissions racing for one rack are
@@ -111,22 +118,7 @@ func TestQueuedSubmitsAreWrittenTogether(t *testing.T) {
 	h := operations.NewTaskHandler(b.pool, b.tasks)
 	h.LimitSubmits(1)
 
-	// The first submission holds the slot, waiting on the rack row.
-	hold, err := b.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer hold.Rollback(ctx)
-	_, err = hold.Exec(ctx, `SELECT 1 FROM rack WHERE id = $1 FOR UPDATE`, b.rack.ID)
-	require.NoError(t, err)
-	first := make(chan error, 1)
-	go func() {
-		_, err := h.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(b.rack)})
-		first <- err
-	}()
-	require.Eventually(t, func() bool {
-		var waiting bool
-		require.NoError(t, b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%TaskInsert%')`).Scan(&waiting))
-		return waiting
-	}, 10*time.Second, 10*time.Millisecond, "the first submission never reached its task insert")
+	hold, first := holdSlot(t, b, h)
 
 	type answer struct {
 		rack string

@@ -2,6 +2,7 @@ package operations_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +25,20 @@ func TestSubmitMany(t *testing.T) {
 	other := inventory.DemoRack(2)
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
 		other.ID, err = inv.CreateRack(ctx, tx, other)
+		return err
+	}))
+	// other runs its associated rule, b.rack the built-in one (no default
+	// rule): the batch resolves both in one query.
+	builtin, ok := operations.BuiltinRule(operations.OperationTypePowerControl, operations.CodePowerOn)
+	require.True(t, ok)
+	def, err := json.Marshal(builtin.Definition)
+	require.NoError(t, err)
+	var custom operations.Rule
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
+		if custom, err = b.rules.CreateRule(ctx, tx, operations.RuleInput{Name: "custom-on", Type: operations.OperationTypePowerControl, Code: operations.CodePowerOn, Definition: def}); err != nil {
+			return err
+		}
+		_, err = b.rules.AssociateRule(ctx, tx, other.ID, custom.ID)
 		return err
 	}))
 	byName := func(r inventory.Rack) operations.Request {
@@ -66,9 +81,13 @@ func TestSubmitMany(t *testing.T) {
 	got, err := b.tasks.Get(ctx, append(append(subs[0].IDs, subs[2].IDs...), subs[3].IDs...))
 	require.NoError(t, err)
 	status := map[string]operations.TaskStatus{}
+	rules := map[string]string{}
 	for _, task := range got {
 		status[task.ID.String()] = task.Status
+		rules[task.ID.String()] = task.RuleName
 	}
+	require.Equal(t, "custom-on", rules[subs[3].IDs[0].String()], "the rack's associated rule")
+	require.Equal(t, builtin.Name, rules[subs[0].IDs[0].String()], "no association, no default: the built-in rule")
 	require.Equal(t, operations.TaskPending, status[subs[0].IDs[0].String()])
 	require.Equal(t, operations.TaskWaiting, status[subs[2].IDs[0].String()])
 	require.Equal(t, operations.TaskPending, status[subs[3].IDs[0].String()])
