@@ -434,8 +434,7 @@ func (h *TaskHandler) wait(c *submitCall) {
 			return
 		case h.slots <- struct{}{}:
 			if !h.isTaken(c) {
-				h.linger()
-				if batch := h.take(); len(batch) > 0 {
+				if batch := h.take(h.linger()); len(batch) > 0 {
 					h.runBatch(batch)
 				}
 			}
@@ -474,28 +473,35 @@ func slotError(ctx context.Context) error {
 
 // linger waits, in a burst of submissions, until the burst ends (no
 // submission for submitBurstGap), it fills a batch, or submitLinger passes.
-func (h *TaskHandler) linger() {
+// It reports whether it waited for a burst.
+func (h *TaskHandler) linger() (burst bool) {
 	end := time.Now().Add(submitLinger)
 	for {
 		h.mu.Lock()
-		burst := h.dense && time.Since(h.arrived) < submitBurstGap && len(h.pending) < maxSubmitBatch
+		coming := h.dense && time.Since(h.arrived) < submitBurstGap && len(h.pending) < maxSubmitBatch
 		h.mu.Unlock()
-		if !burst || time.Now().After(end) {
-			return
+		if !coming || time.Now().After(end) {
+			return burst
 		}
+		burst = true
 		time.Sleep(submitBurstGap / 4)
 	}
 }
 
-// take removes queued submissions, oldest first, for one transaction: its
-// share of them when the other slots are free to take the rest at once (a
-// burst is written by all the slots side by side), at most maxSubmitBatch.
-// Those whose context ended are answered so instead.
-func (h *TaskHandler) take() []*submitCall {
+// take removes queued submissions, oldest first, for one transaction, at
+// most maxSubmitBatch. After a burst (split) it takes one slot's share of
+// them, the other slots taking the rest side by side, now or as soon as
+// they are done (a slot is busy for a transaction's time, so waiting for
+// one beats a transaction twice as long); otherwise all. Those whose
+// context ended are answered so instead.
+func (h *TaskHandler) take(split bool) []*submitCall {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	free := cap(h.slots) - len(h.slots) + 1 // this one's and the idle ones
-	limit := min(maxSubmitBatch, max(1, (len(h.pending)+free-1)/free))
+	limit := min(maxSubmitBatch, len(h.pending))
+	if split {
+		limit = min(maxSubmitBatch, (len(h.pending)+cap(h.slots)-1)/cap(h.slots))
+	}
+	limit = max(1, limit)
 	var batch []*submitCall
 	n := 0
 	for n < len(h.pending) && len(batch) < limit {

@@ -2,6 +2,7 @@ package operations_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -69,33 +70,39 @@ func holdSlot(t *testing.T, b *taskBundle, h *operations.TaskHandler) (hold pgx.
 }
 
 // TestConcurrentSubmitsOnOneRack: submissions racing for one rack are
-// serialized by the rack lock: exactly one writes its task, every other is
-// refused as a conflict with it (REJECT), whatever the interleaving.
+// serialized by the rack lock across transactions, and by admission in
+// arrival order within a batch: exactly one writes its task, every other
+// is refused as a conflict with it (REJECT), whatever the interleaving.
 func TestConcurrentSubmitsOnOneRack(t *testing.T) {
-	b := setupTasks(t, nil)
-	ctx := context.Background()
-	h := operations.NewTaskHandler(b.pool, b.tasks) // no slot limit: all race
-	const n = 8
-	errs := make(chan error, n)
-	start := make(chan struct{})
-	for range n {
-		go func() {
-			<-start
-			_, err := h.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(b.rack)})
-			errs <- err
-		}()
+	for _, limit := range []int{0, 2} { // all race; batched, two at a time
+		t.Run(fmt.Sprintf("Limit%d", limit), func(t *testing.T) {
+			b := setupTasks(t, nil)
+			ctx := context.Background()
+			h := operations.NewTaskHandler(b.pool, b.tasks)
+			h.LimitSubmits(limit)
+			const n = 8
+			errs := make(chan error, n)
+			start := make(chan struct{})
+			for range n {
+				go func() {
+					<-start
+					_, err := h.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(b.rack)})
+					errs <- err
+				}()
+			}
+			close(start)
+			ok := 0
+			for range n {
+				if err := <-errs; err == nil {
+					ok++
+				} else {
+					require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err), "%v", err)
+				}
+			}
+			require.Equal(t, 1, ok)
+			require.Equal(t, 1, b.count())
+		})
 	}
-	close(start)
-	ok := 0
-	for range n {
-		if err := <-errs; err == nil {
-			ok++
-		} else {
-			require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err), "%v", err)
-		}
-	}
-	require.Equal(t, 1, ok)
-	require.Equal(t, 1, b.count())
 }
 
 // TestQueuedSubmitsAreWrittenTogether: the submissions that queue while the
