@@ -440,3 +440,20 @@ func (s *Service) SetOperationStatus(ctx context.Context, tx pgx.Tx, id uuid.UUI
 func (s *Service) Blocking(ctx context.Context, dbtx db.DBTX, ids []uuid.UUID, op string, rackScoped bool) ([]uuid.UUID, error) {
 	return s.q.ComponentBlocking(ctx, dbtx, dbsqlc.ComponentBlockingParams{Op: op, IDs: ids, RackScoped: rackScoped})
 }
+
+// BlockingQuery is one question of BlockingMany: Blocking's arguments.
+type BlockingQuery struct {
+	IDs        []uuid.UUID
+	Op         string
+	RackScoped bool
+}
+
+// BlockingMany answers each of qs as Blocking would, all in one round trip
+// (the readiness checks of a burst's first calls).
+func (s *Service) BlockingMany(ctx context.Context, sender db.BatchSender, qs []BlockingQuery) ([][]uuid.UUID, error) {
+	params := make([]dbsqlc.ComponentBlockingParams, len(qs))
+	for i, q := range qs {
+		params[i] = dbsqlc.ComponentBlockingParams{Op: q.Op, IDs: q.IDs, RackScoped: q.RackScoped}
+	}
+	return s.q.ComponentBlockingBatch(ctx, sender, params)
+}

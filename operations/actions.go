@@ -46,8 +46,18 @@ type actions struct {
 
 	// started marks tasks running, tasks reads them: a burst's first
 	// calls each need both, and get them in a few statements.
-	started coalescer[uuid.UUID, dbsqlc.TaskMarkRunningManyRow]
-	tasks   coalescer[uuid.UUID, dbsqlc.Task]
+	started  coalescer[uuid.UUID, dbsqlc.TaskMarkRunningManyRow]
+	tasks    coalescer[uuid.UUID, dbsqlc.Task]
+	blocking coalescer[blockingKey, []uuid.UUID]
+}
+
+// blockingKey is one readiness question: the components (their IDs
+// joined), the operation type and whether the whole rack's compute trays
+// count.
+type blockingKey struct {
+	ids        string
+	op         string
+	rackScoped bool
 }
 
 // ActionDeps is what the rule actions use. Keys may be nil (no
@@ -80,6 +90,21 @@ func RegisterActions(e *engine.Engine, d ActionDeps) {
 			out[r.ID] = r
 		}
 		return out, err
+	}
+	a.blocking.run = func(ctx context.Context, keys []blockingKey) (map[blockingKey][]uuid.UUID, error) {
+		qs := make([]inventory.BlockingQuery, len(keys))
+		for i, k := range keys {
+			qs[i] = inventory.BlockingQuery{IDs: splitIDs(k.ids), Op: k.op, RackScoped: k.rackScoped}
+		}
+		answers, err := a.inv.BlockingMany(ctx, a.pool, qs)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[blockingKey][]uuid.UUID, len(keys))
+		for i, k := range keys {
+			out[k] = answers[i]
+		}
+		return out, nil
 	}
 	a.tasks.run = func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]dbsqlc.Task, error) {
 		rows, err := a.q.TaskGetByIDs(ctx, a.pool, ids)
@@ -340,7 +365,7 @@ func (a *actions) readinessGate(ctx context.Context, call engine.Call[ActionPara
 		return 0, err
 	}
 	rackScoped := call.Params.ComponentType != ComponentTypeCompute
-	blocking, err := a.inv.Blocking(ctx, a.pool, ids, string(op), rackScoped)
+	blocking, _, err := a.blocking.get(ctx, blockingKey{ids: joinIDs(ids), op: string(op), rackScoped: rackScoped})
 	if err != nil {
 		return 0, err
 	}
@@ -403,3 +428,20 @@ func (a *actions) batchComponents(ctx context.Context, call engine.Call[ActionPa
 
 // taskIDOf returns the task of a run's owner string.
 func taskIDOf(owner string) (uuid.UUID, error) { return uuid.Parse(owner) }
+
+// joinIDs and splitIDs turn component IDs into a comparable key and back.
+func joinIDs(ids []uuid.UUID) string {
+	b := make([]byte, 0, len(ids)*16)
+	for _, id := range ids {
+		b = append(b, id[:]...)
+	}
+	return string(b)
+}
+
+func splitIDs(s string) []uuid.UUID {
+	ids := make([]uuid.UUID, len(s)/16)
+	for i := range ids {
+		copy(ids[i][:], s[i*16:])
+	}
+	return ids
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
 
@@ -68,4 +69,12 @@ func TestCoalescer(t *testing.T) {
 	_, _, err := c.get(ctx, 7)
 	require.ErrorIs(t, err, boom)
 	require.False(t, c.running, "the leader hands over when nothing waits")
+}
+
+// TestBlockingKeyIDs: a readiness question's component IDs survive the
+// trip through its comparable key.
+func TestBlockingKeyIDs(t *testing.T) {
+	ids := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
+	require.Equal(t, ids, splitIDs(joinIDs(ids)))
+	require.Empty(t, splitIDs(joinIDs(nil)))
 }

@@ -5,11 +5,11 @@ package dbsqlc
 
 import (
 	"context"
-	"errors"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/nicoflow/flow/db"
 )
 
 // TaskLockRackThenActive is TaskLockRack then TaskActiveOnRack, sent in one
@@ -28,7 +28,7 @@ func (q *Queries) TaskLockRackThenActive(ctx context.Context, tx pgx.Tx, rackKey
 			err = cerr
 		}
 	}()
-	res := batchResults{br}
+	res := db.BatchResults{BatchResults: br}
 	if err := q.TaskLockRack(ctx, res, rackKey); err != nil {
 		return nil, err
 	}
@@ -47,29 +47,9 @@ func (q *Queries) TaskLockRacksThenActive(ctx context.Context, tx pgx.Tx, rackKe
 			err = cerr
 		}
 	}()
-	res := batchResults{br}
+	res := db.BatchResults{BatchResults: br}
 	if err := q.TaskLockRacks(ctx, res, rackKeys); err != nil {
 		return nil, err
 	}
 	return q.TaskActiveOnRacks(ctx, res, rackIDs)
-}
-
-// batchResults hands a generated query the next result of a sent batch:
-// the query's own SQL and arguments were queued with the batch, in order.
-type batchResults struct{ br pgx.BatchResults }
-
-func (b batchResults) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
-	return b.br.Exec()
-}
-
-func (b batchResults) Query(context.Context, string, ...any) (pgx.Rows, error) {
-	return b.br.Query()
-}
-
-func (b batchResults) QueryRow(context.Context, string, ...any) pgx.Row {
-	return b.br.QueryRow()
-}
-
-func (b batchResults) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error) {
-	return 0, errors.New("dbsqlc: COPY cannot be part of a batch")
 }
