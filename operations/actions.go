@@ -85,11 +85,7 @@ func RegisterActions(e *engine.Engine, d ActionDeps) {
 	}
 	a.started.run = func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]dbsqlc.TaskMarkRunningManyRow, error) {
 		rows, err := a.q.TaskMarkRunningMany(ctx, a.pool, ids)
-		out := make(map[uuid.UUID]dbsqlc.TaskMarkRunningManyRow, len(rows))
-		for _, r := range rows {
-			out[r.ID] = r
-		}
-		return out, err
+		return keyed(rows, func(r dbsqlc.TaskMarkRunningManyRow) uuid.UUID { return r.ID }), err
 	}
 	a.blocking.run = func(ctx context.Context, keys []blockingKey) (map[blockingKey][]uuid.UUID, error) {
 		qs := make([]inventory.BlockingQuery, len(keys))
@@ -108,11 +104,7 @@ func RegisterActions(e *engine.Engine, d ActionDeps) {
 	}
 	a.tasks.run = func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]dbsqlc.Task, error) {
 		rows, err := a.q.TaskGetByIDs(ctx, a.pool, ids)
-		out := make(map[uuid.UUID]dbsqlc.Task, len(rows))
-		for _, r := range rows {
-			out[r.ID] = r
-		}
-		return out, err
+		return keyed(rows, func(r dbsqlc.Task) uuid.UUID { return r.ID }), err
 	}
 	engine.Register(e, kindPowerControl, a.powerControl)
 	engine.Register(e, kindVerifyPowerStatus, a.verifyPowerStatus)

@@ -80,3 +80,12 @@ func (c *coalescer[K, V]) lead(ctx context.Context) {
 		}
 	}
 }
+
+// keyed maps rows by their key, for a coalescer's run.
+func keyed[K comparable, T any](rows []T, key func(T) K) map[K]T {
+	out := make(map[K]T, len(rows))
+	for _, r := range rows {
+		out[key(r)] = r
+	}
+	return out
+}
