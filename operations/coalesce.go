@@ -10,8 +10,8 @@ import (
 // the first caller runs its key alone, the callers that come while it runs
 // wait, and it runs all their keys together next, until none is left. A
 // burst of runs starting at once (each first call marks its task running,
-// reads its task) costs a few statements instead of one per run, and a
-// lone caller waits for nobody.
+// reads its task and asks the readiness gate) costs a few statements
+// instead of three per run, and a lone caller waits for nobody.
 type coalescer[K comparable, V any] struct {
 	run func(ctx context.Context, keys []K) (map[K]V, error)
 

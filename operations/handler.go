@@ -334,8 +334,9 @@ const maxSubmitBatch = 64
 
 // LimitSubmits lets at most n submission transactions run at once; the
 // submissions that arrive meanwhile wait, in arrival order, until their
-// deadline, and the next transaction to start takes all of them (up to
-// maxSubmitBatch) and writes them together (Tasks.SubmitMany). A burst of
+// deadline, and the next transaction to start takes them (all, or after a
+// burst one slot's share: see take) and writes them together
+// (Tasks.SubmitMany). A burst of
 // submissions is then written in a few transactions of a few statements
 // each, instead of a dozen statements per submission all sharing the CPUs
 // and ending at about the same late moment. n ≤ 0 removes the limit (and
@@ -585,7 +586,11 @@ func (h *TaskHandler) write(calls []*submitCall) error {
 		c.sub.Ctx, c.hooks = db.WithCommitHooks(c.ctx)
 		subs[i] = &c.sub
 	}
-	if err := pgx.BeginTxFunc(ctx, h.pool, submitTxOptions, func(tx pgx.Tx) error {
+	// Plain BEGIN: the batch plans each statement once for all its
+	// submissions, so the generic plans one submit per transaction wanted
+	// (planning was a fifth of PostgreSQL's CPU then) no longer pay, and the
+	// generic plan of the component listing scanned every component.
+	if err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
 		return h.tasks.SubmitMany(ctx, tx, subs)
 	}); err != nil {
 		return err
@@ -596,15 +601,6 @@ func (h *TaskHandler) write(calls []*submitCall) error {
 	}
 	return nil
 }
-
-// submitTxOptions begin a submission's transaction with generic plans:
-// every statement in it reaches a few rows by key (the racks and their
-// components and BMCs by rack, the rule, the rack's active tasks, the
-// inserts), and PostgreSQL otherwise plans each afresh for a connection's
-// first executions and whenever its custom plan looks cheaper, which was a
-// fifth of the database's CPU in a submission burst (perf, 200 racks). The
-// setting rides in BEGIN's round trip and ends with the transaction.
-var submitTxOptions = pgx.TxOptions{}
 
 func powerRequest(code OperationCode, override bool) Request {
 	return Request{

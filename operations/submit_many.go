@@ -110,9 +110,7 @@ func (t *Tasks) prepare(subs []*Submission) {
 		if s.Req.RuleID != uuid.Nil {
 			s.Req.Payload.RuleID = s.Req.RuleID.String()
 		}
-		if s.info, s.Err = json.Marshal(s.Req.Payload); s.Err != nil {
-			continue
-		}
+		s.info, s.Err = json.Marshal(s.Req.Payload)
 	}
 }
 
@@ -266,6 +264,7 @@ type activeTask struct {
 type admittedTask struct {
 	sub     *Submission
 	rack    inventory.Rack
+	scope   TaskScope // what it holds the rack with
 	row     taskRow
 	plan    *engine.Plan // nil: waiting
 	expires time.Time
@@ -353,7 +352,7 @@ func (t *Tasks) admitMany(ctx context.Context, tx pgx.Tx, subs []*Submission) er
 		}
 		for _, a := range tasks {
 			active[a.rack.ID] = append(active[a.rack.ID], activeTask{
-				id: a.row.ID, status: TaskStatus(a.row.Status), scope: scopeOfPlan(a), opType: a.row.OperationType, code: a.row.OperationCode,
+				id: a.row.ID, status: TaskStatus(a.row.Status), scope: a.scope, opType: a.row.OperationType, code: a.row.OperationCode,
 			})
 			s.IDs, s.racks = append(s.IDs, a.row.ID), append(s.racks, rackLabel(a.rack))
 		}
@@ -381,13 +380,6 @@ func (t *Tasks) admitMany(ctx context.Context, tx pgx.Tx, subs []*Submission) er
 	return nil
 }
 
-// scopeOfPlan is the scope an admitted task holds its rack with.
-func scopeOfPlan(a admittedTask) TaskScope {
-	var comps map[ComponentType][]uuid.UUID
-	_ = json.Unmarshal(a.row.Components, &comps)
-	return TaskScope{OperationType: OperationType(a.row.OperationType), Components: comps}
-}
-
 // decide admits each rack of s against the racks' unfinished tasks: every
 // rack's task, or the first rack's error.
 func (t *Tasks) decide(s *Submission, active map[uuid.UUID][]activeTask) ([]admittedTask, error) {
@@ -406,7 +398,7 @@ func (t *Tasks) decide(s *Submission, active map[uuid.UUID][]activeTask) ([]admi
 				blocking = a
 			}
 		}
-		a := admittedTask{sub: s, rack: p.rack, row: t.taskRow(req, p, s.info)}
+		a := admittedTask{sub: s, rack: p.rack, scope: p.scope, row: t.taskRow(req, p, s.info)}
 		// A queued request also waits behind tasks already waiting: promotion
 		// is strict FIFO, so overtaking them would break the order.
 		if blocking != nil || (req.Queue && waiting > 0) {
