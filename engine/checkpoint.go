@@ -231,13 +231,11 @@ func (e *Engine) observeCheckpoint(ctx context.Context, reqs []*checkpointReq, l
 
 // checkpointTxOptions begin a checkpoint transaction. Every statement in it
 // reaches a few rows by key from a short list (River's completion included),
-// so: generic plans, because planning each afresh cost as much as running it
-// (StepEndMany: 0.6 ms of planning per group; River's completion: 0.76 ms per
-// job before groups; pg_stat_statements); and no hash or merge joins, which
-// the planner picks when it guesses a list longer than it is, scanning a
-// whole table to join a few rows. The settings ride in BEGIN's round trip.
-var checkpointTxOptions = pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; " +
-	"SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off"}
+// so it runs with db.GenericPlanSettings: planning each afresh cost as much
+// as running it (StepEndMany: 0.6 ms of planning per group; River's
+// completion: 0.76 ms per job before groups; pg_stat_statements). The
+// settings ride in BEGIN's round trip.
+var checkpointTxOptions = pgx.TxOptions{BeginQuery: "BEGIN; " + db.GenericPlanSettings}
 
 // completeJobs completes running jobs in tx (see endJobs).
 func completeJobs(ctx context.Context, tx pgx.Tx, ids []int64) error {

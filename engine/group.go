@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/engine/internal/dbsqlc"
 )
 
@@ -117,7 +118,7 @@ func (e *Engine) loadSteps(reqs []*loadReq) {
 	for i, r := range reqs {
 		p.IDs[i], p.JobIDs[i], p.Tokens[i] = r.id, r.job, r.token
 	}
-	rows, err := e.q.StepClaimMany(ctx, e.pool, p)
+	rows, err := e.q.StepClaimMany(ctx, db.GenericPlans{Pool: e.pool}, p)
 	type key struct{ step, job int64 }
 	byID := make(map[key]stepRow, len(rows))
 	for _, row := range rows {

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
@@ -92,7 +93,7 @@ func RegisterActions(e *engine.Engine, d ActionDeps) {
 		for i, k := range keys {
 			qs[i] = inventory.BlockingQuery{IDs: splitIDs(k.ids), Op: k.op, RackScoped: k.rackScoped}
 		}
-		answers, err := a.inv.BlockingMany(ctx, a.pool, qs)
+		answers, err := a.inv.BlockingMany(ctx, db.GenericPlans{Pool: a.pool}, qs)
 		if err != nil {
 			return nil, err
 		}
@@ -103,7 +104,7 @@ func RegisterActions(e *engine.Engine, d ActionDeps) {
 		return out, nil
 	}
 	a.tasks.run = func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]dbsqlc.Task, error) {
-		rows, err := a.q.TaskGetByIDs(ctx, a.pool, ids)
+		rows, err := a.q.TaskGetByIDs(ctx, db.GenericPlans{Pool: a.pool}, ids)
 		return keyed(rows, func(r dbsqlc.Task) uuid.UUID { return r.ID }), err
 	}
 	engine.Register(e, kindPowerControl, a.powerControl)
