@@ -3,7 +3,6 @@ package operations
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,6 +49,14 @@ type actions struct {
 	started  coalescer[uuid.UUID, dbsqlc.TaskMarkRunningManyRow]
 	tasks    coalescer[uuid.UUID, dbsqlc.Task]
 	blocking coalescer[blockingKey, []uuid.UUID]
+	scope    coalescer[uuid.UUID, scopeRead]
+	scopes   scopeCache
+}
+
+// scopeRead is a task's scope as read, or why it could not be decoded.
+type scopeRead struct {
+	s   *taskScope
+	err error
 }
 
 // blockingKey is one readiness question: the components (their IDs
@@ -86,7 +93,25 @@ func RegisterActions(e *engine.Engine, d ActionDeps) {
 	}
 	a.started.run = func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]dbsqlc.TaskMarkRunningManyRow, error) {
 		rows, err := a.q.TaskMarkRunningMany(ctx, a.pool, ids)
+		for _, r := range rows {
+			// The run's first call checks readiness next: its scope is here.
+			if sc, err := decodeScope(r.ID, r.Components, r.Targets); err == nil {
+				a.scopes.put(r.ID, sc)
+			}
+		}
 		return keyed(rows, func(r dbsqlc.TaskMarkRunningManyRow) uuid.UUID { return r.ID }), err
+	}
+	a.scope.run = func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]scopeRead, error) {
+		rows, err := a.q.TaskScopeByIDs(ctx, db.GenericPlans{Pool: a.pool}, ids)
+		out := make(map[uuid.UUID]scopeRead, len(rows))
+		for _, r := range rows {
+			sc, err := decodeScope(r.ID, r.Components, r.Targets)
+			if err == nil {
+				a.scopes.put(r.ID, sc)
+			}
+			out[r.ID] = scopeRead{sc, err}
+		}
+		return out, err
 	}
 	a.blocking.run = func(ctx context.Context, keys []blockingKey) (map[blockingKey][]uuid.UUID, error) {
 		qs := make([]inventory.BlockingQuery, len(keys))
@@ -391,32 +416,24 @@ func (a *actions) readinessGate(ctx context.Context, call engine.Call[ActionPara
 
 // batchComponents returns the UUIDs of the components in the call's batch:
 // the task's frozen scope lists them in the order of its backend
-// identifiers.
+// identifiers. The scope is read once per task and process (scopeCache).
 func (a *actions) batchComponents(ctx context.Context, call engine.Call[ActionParams]) ([]uuid.UUID, error) {
-	row, ok, err := a.tasks.get(ctx, call.Params.TaskID)
-	if err == nil && !ok {
-		err = pgx.ErrNoRows
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read task %s: %w", call.Params.TaskID, err)
-	}
-	var comps map[ComponentType][]uuid.UUID
-	var targets map[ComponentType]typeTargets
-	if err := errors.Join(json.Unmarshal(row.Components, &comps), json.Unmarshal(row.Targets, &targets)); err != nil {
-		return nil, fmt.Errorf("decode task %s: %w", row.ID, err)
-	}
-	ct := call.Params.ComponentType
-	index := make(map[string]int, len(targets[ct].IDs))
-	for i, id := range targets[ct].IDs {
-		index[id] = i
-	}
-	out := make([]uuid.UUID, 0, len(call.Targets))
-	for _, t := range call.Targets {
-		if i, ok := index[t]; ok && i < len(comps[ct]) {
-			out = append(out, comps[ct][i])
+	id := call.Params.TaskID
+	sc, ok := a.scopes.get(id)
+	if !ok {
+		r, found, err := a.scope.get(ctx, id)
+		if err == nil && !found {
+			err = pgx.ErrNoRows
 		}
+		if err != nil {
+			return nil, fmt.Errorf("read task %s: %w", id, err)
+		}
+		if r.err != nil {
+			return nil, r.err
+		}
+		sc = r.s
 	}
-	return out, nil
+	return sc.batch(call.Params.ComponentType, call.Targets), nil
 }
 
 // taskIDOf returns the task of a run's owner string.

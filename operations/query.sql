@@ -309,7 +309,12 @@ WHERE d.operation_type = @operation_type AND d.operation_code = @operation_code 
 -- name: TaskMarkRunningMany :many
 -- TaskMarkRunningMany moves pending tasks to running (the first calls of
 -- their runs, a burst's together) and returns those it moved, with when
--- each was submitted.
+-- each was submitted and their frozen scope (the readiness gate's input).
 UPDATE task SET status = 'running', message = 'Running', started_at = now(), updated_at = now()
 WHERE id = ANY(@ids::uuid[]) AND status = 'pending'
-RETURNING id, created_at, operation_code, operation_type;
+RETURNING id, created_at, operation_code, operation_type, components, targets;
+
+-- name: TaskScopeByIDs :many
+-- TaskScopeByIDs reads the frozen scope of tasks (their components and
+-- targets, never changed after the submit), for the readiness gate.
+SELECT id, components, targets FROM task WHERE id = ANY(@ids::uuid[]);

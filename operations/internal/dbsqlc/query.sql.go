@@ -1660,7 +1660,7 @@ func (q *Queries) TaskLockRacks(ctx context.Context, db DBTX, rackKeys []string)
 const taskMarkRunningMany = `-- name: TaskMarkRunningMany :many
 UPDATE task SET status = 'running', message = 'Running', started_at = now(), updated_at = now()
 WHERE id = ANY($1::uuid[]) AND status = 'pending'
-RETURNING id, created_at, operation_code, operation_type
+RETURNING id, created_at, operation_code, operation_type, components, targets
 `
 
 type TaskMarkRunningManyRow struct {
@@ -1668,11 +1668,13 @@ type TaskMarkRunningManyRow struct {
 	CreatedAt     time.Time
 	OperationCode string
 	OperationType string
+	Components    []byte
+	Targets       []byte
 }
 
 // TaskMarkRunningMany moves pending tasks to running (the first calls of
 // their runs, a burst's together) and returns those it moved, with when
-// each was submitted.
+// each was submitted and their frozen scope (the readiness gate's input).
 func (q *Queries) TaskMarkRunningMany(ctx context.Context, db DBTX, ids []uuid.UUID) ([]TaskMarkRunningManyRow, error) {
 	rows, err := db.Query(ctx, taskMarkRunningMany, ids)
 	if err != nil {
@@ -1687,6 +1689,8 @@ func (q *Queries) TaskMarkRunningMany(ctx context.Context, db DBTX, ids []uuid.U
 			&i.CreatedAt,
 			&i.OperationCode,
 			&i.OperationType,
+			&i.Components,
+			&i.Targets,
 		); err != nil {
 			return nil, err
 		}
@@ -1731,6 +1735,38 @@ func (q *Queries) TaskRacksWithWaiting(ctx context.Context, db DBTX) ([]uuid.UUI
 			return nil, err
 		}
 		items = append(items, rack_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskScopeByIDs = `-- name: TaskScopeByIDs :many
+SELECT id, components, targets FROM task WHERE id = ANY($1::uuid[])
+`
+
+type TaskScopeByIDsRow struct {
+	ID         uuid.UUID
+	Components []byte
+	Targets    []byte
+}
+
+// TaskScopeByIDs reads the frozen scope of tasks (their components and
+// targets, never changed after the submit), for the readiness gate.
+func (q *Queries) TaskScopeByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]TaskScopeByIDsRow, error) {
+	rows, err := db.Query(ctx, taskScopeByIDs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskScopeByIDsRow{}
+	for rows.Next() {
+		var i TaskScopeByIDsRow
+		if err := rows.Scan(&i.ID, &i.Components, &i.Targets); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
