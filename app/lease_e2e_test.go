@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db"
@@ -25,13 +26,16 @@ import (
 // replicaSetup is two flow serve processes on one database and one pair
 // of simulators, with a power-on rule whose calls take latency.
 type replicaSetup struct {
-	sims    *simulators
-	names   []string
-	devs    []nicosim.Device
-	env     [2][]string
-	urls    [2]string
-	servers [2]*serverProcess
-	clients [2]flowv1connect.FlowClient
+	dbURL    string
+	poolOnce sync.Once
+	db       *pgxpool.Pool
+	sims     *simulators
+	names    []string
+	devs     []nicosim.Device
+	env      [2][]string
+	urls     [2]string
+	servers  [2]*serverProcess
+	clients  [2]flowv1connect.FlowClient
 }
 
 func newReplicas(t *testing.T, racks int, latency, stepTimeout time.Duration, extraEnv ...string) *replicaSetup {
@@ -47,7 +51,7 @@ func newReplicas(t *testing.T, racks int, latency, stepTimeout time.Duration, ex
 	pool, err := db.Open(ctx, dbURL, db.PoolConfig{MaxConns: 4})
 	require.NoError(t, err)
 	defer pool.Close()
-	r := &replicaSetup{sims: sims}
+	r := &replicaSetup{sims: sims, dbURL: dbURL}
 	r.names, r.devs = storeDemoRacks(t, pool, inventory.NewService(), sims, 100, racks, seedOff)
 	for i := range 2 {
 		port, err := pglocal.FreePort()
@@ -132,6 +136,33 @@ func (r *replicaSetup) powerCalls(since time.Time) map[string][]sim.Call {
 	return per
 }
 
+// callsOut returns how many power calls server i has out: its running
+// PowerControl steps claimed over 200 ms ago (a claimed step calls at
+// once; the calls take a second).
+func (r *replicaSetup) callsOut(t *testing.T, i int) int {
+	t.Helper()
+	pool := r.pool(t)
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM engine_step s
+		JOIN engine_process p ON p.id = s.process_id
+		WHERE s.state = 'running' AND s.spec->>'action' = 'flow.power_control'
+			AND s.claimed_at < now() - interval '200 milliseconds'
+			AND p.name LIKE '%\_' || $1::text || '\_%'`, itoa(r.servers[i].cmd.Process.Pid)).Scan(&n))
+	return n
+}
+
+// pool returns a small pool on the replicas' database, closed with t.
+func (r *replicaSetup) pool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	r.poolOnce.Do(func() {
+		var err error
+		r.db, err = db.Open(context.Background(), r.dbURL, db.PoolConfig{MaxConns: 2})
+		require.NoError(t, err)
+		t.Cleanup(r.db.Close)
+	})
+	return r.db
+}
+
 // checkOnce checks that every device is on, was changed once (twice only
 // by a call that ended around moment, in flight then), and returns, for
 // the devices whose call was cut short around moment, the time from moment
@@ -186,14 +217,16 @@ func TestKillOneOfTwoServers(t *testing.T) {
 		victim, survivor := round%2, 1-round%2
 		since := time.Now()
 		ids := r.powerOnAll(t, r.clients[survivor])
-		// Kill once some calls are out: at another moment each round.
+		// Kill once some calls have ended (at another moment each round)
+		// and the victim has a call out: the stages run in step, so the
+		// moment the calls of one end may find none out on either server.
 		want := 5 + (round*37)%100
 		require.Eventually(t, func() bool {
 			n := 0
 			for _, calls := range r.powerCalls(since) {
 				n += len(calls)
 			}
-			return n >= want
+			return n >= want && r.callsOut(t, victim) > 0
 		}, 60*time.Second, 5*time.Millisecond)
 		killed := time.Now()
 		r.servers[victim].kill(t)
