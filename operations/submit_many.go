@@ -417,7 +417,7 @@ func (t *Tasks) decide(s *Submission, active map[uuid.UUID][]activeTask) ([]admi
 			out = append(out, a)
 			continue
 		}
-		plan, err := t.runPlan(a.row.ID, rackLabel(p.rack), req, p)
+		plan, err := runPlan(a.row.ID, rackLabel(p.rack), req.Type, req.Code, p.rule.Rule.Definition, p.targets, req.Payload)
 		if err != nil {
 			return nil, err
 		}
@@ -461,19 +461,6 @@ func (t *Tasks) taskRow(req Request, p rackPlan, info []byte) taskRow {
 	return row
 }
 
-// runPlan is the engine plan of a pending task's run.
-func (t *Tasks) runPlan(taskID uuid.UUID, rack string, req Request, p rackPlan) (engine.Plan, error) {
-	plan, err := buildPlan(taskID, req.Type, req.Code, p.rule.Rule.Definition, p.targets, req.Payload)
-	if err != nil {
-		return plan, err
-	}
-	plan.Labels = runLabels(taskID, rack, req.Code)
-	if len(plan.Stages) == 0 {
-		return plan, fmt.Errorf("%w: operation rule has no step for the targeted components", ErrNotApplicable)
-	}
-	return plan, nil
-}
-
 // insertMany starts the admitted pending tasks' runs, all in one
 // StartMany, then inserts every admitted task in one statement and
 // schedules the waiting ones' expiry.
@@ -504,13 +491,8 @@ func (t *Tasks) insertMany(ctx context.Context, tx pgx.Tx, admitted []admittedTa
 			sctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(context.Background()))
 		}
 		runIDs, err := t.engine.StartMany(sctx, tx, plans)
-		var pe *engine.PlanError
-		if errors.As(err, &pe) {
-			// A rule stored before its runnability was checked, or a rack with
-			// more components than it was checked for: the client's to fix.
-			return fmt.Errorf("%w: %w", ErrRuleNotRunnable, pe)
-		} else if err != nil {
-			return fmt.Errorf("start run: %w", err)
+		if err != nil {
+			return startError(err)
 		}
 		n := 0
 		for i := range admitted {

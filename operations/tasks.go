@@ -311,25 +311,41 @@ func (t *Tasks) insertError(err error) error {
 	return fmt.Errorf("insert task: %w", err)
 }
 
+// startRun starts the run of a task (a queued one promoted).
 func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, rack string, typ OperationType, code OperationCode, rule RuleDefinition, targets map[ComponentType]typeTargets, payload Payload) (int64, error) {
-	plan, err := buildPlan(taskID, typ, code, rule, targets, payload)
+	plan, err := runPlan(taskID, rack, typ, code, rule, targets, payload)
 	if err != nil {
 		return 0, err
 	}
+	runID, err := t.engine.Start(ctx, tx, plan)
+	if err != nil {
+		return 0, startError(err)
+	}
+	return int64(runID), nil
+}
+
+// runPlan is the engine plan of a task's run.
+func runPlan(taskID uuid.UUID, rack string, typ OperationType, code OperationCode, rule RuleDefinition, targets map[ComponentType]typeTargets, payload Payload) (engine.Plan, error) {
+	plan, err := buildPlan(taskID, typ, code, rule, targets, payload)
+	if err != nil {
+		return plan, err
+	}
 	plan.Labels = runLabels(taskID, rack, code)
 	if len(plan.Stages) == 0 {
-		return 0, fmt.Errorf("%w: operation rule has no step for the targeted components", ErrNotApplicable)
+		return plan, fmt.Errorf("%w: operation rule has no step for the targeted components", ErrNotApplicable)
 	}
-	runID, err := t.engine.Start(ctx, tx, plan)
+	return plan, nil
+}
+
+// startError is the error of starting runs (engine.Start, StartMany).
+func startError(err error) error {
 	var pe *engine.PlanError
 	if errors.As(err, &pe) {
 		// A rule stored before its runnability was checked, or a rack with
 		// more components than it was checked for: the client's to fix.
-		return 0, fmt.Errorf("%w: %w", ErrRuleNotRunnable, pe)
-	} else if err != nil {
-		return 0, fmt.Errorf("start run: %w", err)
+		return fmt.Errorf("%w: %w", ErrRuleNotRunnable, pe)
 	}
-	return int64(runID), nil
+	return fmt.Errorf("start run: %w", err)
 }
 
 func scopeOfRow(row dbsqlc.Task) TaskScope {
