@@ -94,10 +94,9 @@ func RegisterActions(e *engine.Engine, d ActionDeps) {
 	a.started.run = func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]dbsqlc.TaskMarkRunningManyRow, error) {
 		rows, err := a.q.TaskMarkRunningMany(ctx, a.pool, ids)
 		for _, r := range rows {
-			// The run's first call checks readiness next: its scope is here.
-			if sc, err := decodeScope(r.ID, r.Components, r.Targets); err == nil {
-				a.scopes.put(r.ID, sc)
-			}
+			// The run's first call checks readiness next: its scope is here
+			// (one that cannot be decoded is read again, and fails, there).
+			_, _ = a.scopes.load(r.ID, r.Components, r.Targets)
 		}
 		return keyed(rows, func(r dbsqlc.TaskMarkRunningManyRow) uuid.UUID { return r.ID }), err
 	}
@@ -105,10 +104,7 @@ func RegisterActions(e *engine.Engine, d ActionDeps) {
 		rows, err := a.q.TaskScopeByIDs(ctx, db.GenericPlans{Pool: a.pool}, ids)
 		out := make(map[uuid.UUID]scopeRead, len(rows))
 		for _, r := range rows {
-			sc, err := decodeScope(r.ID, r.Components, r.Targets)
-			if err == nil {
-				a.scopes.put(r.ID, sc)
-			}
+			sc, err := a.scopes.load(r.ID, r.Components, r.Targets)
 			out[r.ID] = scopeRead{sc, err}
 		}
 		return out, err

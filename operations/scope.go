@@ -65,6 +65,15 @@ func (c *scopeCache) get(id uuid.UUID) (*taskScope, bool) {
 	return s, ok
 }
 
+// load decodes a task's scope as read from its row and keeps it.
+func (c *scopeCache) load(id uuid.UUID, components, targets []byte) (*taskScope, error) {
+	s, err := decodeScope(id, components, targets)
+	if err == nil {
+		c.put(id, s)
+	}
+	return s, err
+}
+
 func (c *scopeCache) put(id uuid.UUID, s *taskScope) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
