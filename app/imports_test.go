@@ -32,7 +32,10 @@ var allowedImports = map[string][]string{
 	"backend":      {"nico", "psm"},
 	"reconcile":    {"db", "inventory", "backend", "nico", "psm"},
 	"operations":   {"db", "caller", "engine", "inventory", "backend", "firmware", "nico", "psm"},
-	"cmd/flow":     {"app"},
+	// edge is the request edge (limits, strict JSON, identity, roles,
+	// audit, TLS, health): no domain, only the caller's identity.
+	"edge":     {"caller"},
+	"cmd/flow": {"app"},
 	// cli talks to the server only through the generated Connect client;
 	// operations only for the rule file format (parsed client-side, so
 	// that rule load --dry-run checks a file exactly as the server would).
