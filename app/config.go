@@ -70,7 +70,7 @@ type Config struct {
 	// SystemJobs are the leader-run system jobs' settings, from the config
 	// file (FLOW_CONFIG_FILE) and FLOW_EXPECTED_INVENTORY_SYNC_ENABLED.
 	SystemJobs SystemJobsConfig
-	// Limits bound what one request may cost (limits.go): FLOW_MAX_*,
+	// Limits bound what one request may cost (edge.Limits, read in limits.go): FLOW_MAX_*,
 	// FLOW_READ_HEADER_TIMEOUT, FLOW_READ_TIMEOUT, FLOW_IDLE_TIMEOUT,
 	// FLOW_STRICT_JSON.
 	Limits edge.Limits
