@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db/dbtest"
+	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/inventory"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
@@ -159,7 +160,7 @@ func badInputCases(t testing.TB, rack inventory.Rack) []badCase {
 	for i := range patterns {
 		patterns[i] = fmt.Sprintf(`"p%d"`, i)
 	}
-	strict := http.Header{StrictHeader: {"true"}}
+	strict := http.Header{edge.StrictHeader: {"true"}}
 	return []badCase{
 		// Missing sub-messages (panics before).
 		{name: "CreateRackNoInfo", method: "CreateExpectedRack", body: `{"rack":{}}`, code: connect.CodeInvalidArgument, field: "rack.info"},
@@ -231,14 +232,14 @@ func TestBadInput(t *testing.T) {
 			require.Equal(t, tt.code.String(), a.code, "%d %s", a.status, a.message)
 			require.Contains(t, a.message, tt.field)
 			require.Contains(t, a.message, tt.also)
-			require.Less(t, a.size, 2*maxErrorMessage, "the answer echoes the input")
+			require.Less(t, a.size, 2*edge.MaxErrorMessage, "the answer echoes the input")
 			after := b.digest(t)
 			require.Equal(t, before, after, "a refused request changed the database")
 		})
 	}
 	// No log line carries the input either.
 	for _, line := range strings.Split(b.logs.String(), "\n") {
-		require.Less(t, len(line), 2*maxLoggedError, "log line of %d bytes: %s", len(line), truncate(line, 600))
+		require.Less(t, len(line), 2*edge.MaxLoggedError, "log line of %d bytes: %s", len(line), edge.Truncate(line, 600))
 	}
 }
 
@@ -250,7 +251,7 @@ func TestUnknownFieldsAcceptedByDefault(t *testing.T) {
 	b := setupBadInput(t, nil)
 	a := b.post(t, "GetListOfRacks", []byte(`{"with_componentz":true}`), nil)
 	require.Equal(t, http.StatusOK, a.status, a.message)
-	a = b.post(t, "GetListOfRacks", []byte(`{"with_componentz":true}`), http.Header{StrictHeader: {"false"}})
+	a = b.post(t, "GetListOfRacks", []byte(`{"with_componentz":true}`), http.Header{edge.StrictHeader: {"false"}})
 	require.Equal(t, http.StatusOK, a.status, a.message)
 
 	strict := setupBadInput(t, map[string]string{"FLOW_STRICT_JSON": "true"})

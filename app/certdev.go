@@ -1,160 +1,14 @@
 package app
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
-	"net/url"
-	"os"
 	"path/filepath"
-	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/nicoflow/flow/edge"
 )
-
-// devTrustDomain is the SPIFFE trust domain of `flow cert dev`'s client
-// certificates.
-const devTrustDomain = "flow.dev"
-
-// devRoles are the client certificates `flow cert dev` writes, one per role.
-var devRoles = []string{"admin", "operator", "viewer"}
-
-// devSPIFFEID is the SPIFFE ID of the dev client certificate for role.
-func devSPIFFEID(role string) string {
-	return "spiffe://" + devTrustDomain + "/ns/flow/sa/" + role
-}
-
-// devCertValidity is how long `flow cert dev`'s certificates are valid.
-const devCertValidity = 90 * 24 * time.Hour
-
-// writeDevCerts writes a throwaway certificate set into dir for trying
-// mutual TLS and roles on one machine: ca.crt and ca.key (a new CA),
-// tls.crt and tls.key (the server, valid for localhost, 127.0.0.1, ::1 and
-// hosts), so CERTDIR=dir serves with them, and for each role R R.crt and
-// R.key (a client whose SPIFFE ID is spiffe://flow.dev/ns/flow/sa/R and CN
-// R), plus policy.yaml granting each its role. Keys are written 0600. It
-// refuses to overwrite an existing ca.crt.
-func writeDevCerts(dir string, hosts []string) error {
-	if _, err := os.Stat(filepath.Join(dir, certDirCA)); err == nil {
-		return fmt.Errorf("%s already holds a CA (%s): remove it or pick another folder", dir, certDirCA)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	now := time.Now().Add(-5 * time.Minute) // tolerate clock skew
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "Flow dev CA (throwaway)", Organization: []string{"flow cert dev"}},
-		NotBefore:             now,
-		NotAfter:              now.Add(devCertValidity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return err
-	}
-	if err := writePair(dir, "ca", caDER, caKey); err != nil {
-		return err
-	}
-
-	server := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: "flow-server"},
-		NotBefore:    now,
-		NotAfter:     now.Add(devCertValidity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			server.IPAddresses = append(server.IPAddresses, ip)
-		} else if h != "" {
-			server.DNSNames = append(server.DNSNames, h)
-		}
-	}
-	if err := issue(dir, "tls", server, ca, caKey); err != nil {
-		return err
-	}
-	var policy strings.Builder
-	policy.WriteString("# Flow authorization policy (FLOW_AUTHZ_POLICY): identity → role.\n" +
-		"# Identities are SPIFFE IDs (URI SAN) or, without one, the subject CN;\n" +
-		"# a pattern may end in /* (spiffe://domain/ns/*). Roles: viewer, operator, admin.\n" +
-		"identities:\n")
-	for _, role := range devRoles {
-		u, err := url.Parse(devSPIFFEID(role))
-		if err != nil {
-			return err
-		}
-		client := &x509.Certificate{
-			SerialNumber: serial(),
-			Subject:      pkix.Name{CommonName: role},
-			NotBefore:    now,
-			NotAfter:     now.Add(devCertValidity),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-			URIs:         []*url.URL{u},
-		}
-		if err := issue(dir, role, client, ca, caKey); err != nil {
-			return err
-		}
-		fmt.Fprintf(&policy, "  %s: %s\n", devSPIFFEID(role), role)
-	}
-	return os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(policy.String()), 0o644)
-}
-
-func serial() *big.Int {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		panic(err) // crypto/rand does not fail
-	}
-	return n
-}
-
-// issue signs tmpl with the CA and writes name.crt and name.key.
-func issue(dir, name string, tmpl, ca *x509.Certificate, caKey *ecdsa.PrivateKey) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	return writePair(dir, name, der, key)
-}
-
-func writePair(dir, name string, der []byte, key *ecdsa.PrivateKey) error {
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return err
-	}
-	crt := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if err := os.WriteFile(filepath.Join(dir, name+".crt"), crt, 0o644); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600)
-}
 
 // certCommand is `flow cert dev DIR`.
 func certCommand(stdout io.Writer) *cobra.Command {
@@ -170,7 +24,7 @@ TLS and roles on one machine (docs/security.md). Not for production: the CA
 key sits beside the certificates.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			if err := writeDevCerts(args[0], hosts); err != nil {
+			if err := edge.WriteDevCerts(args[0], hosts); err != nil {
 				return err
 			}
 			abs, err := filepath.Abs(args[0])
@@ -187,10 +41,10 @@ key sits beside the certificates.`,
 }
 
 func printDevCerts(w io.Writer, dir string) {
-	fmt.Fprintf(w, "wrote a throwaway CA, a server certificate and client certificates to %s (valid %d days; not for production)\n\n", dir, int(devCertValidity.Hours()/24))
+	fmt.Fprintf(w, "wrote a throwaway CA, a server certificate and client certificates to %s (valid %d days; not for production)\n\n", dir, int(edge.DevCertValidity.Hours()/24))
 	fmt.Fprintf(w, "  server   CERTDIR=%[1]s FLOW_AUTHZ_POLICY=%[1]s/policy.yaml flow serve\n", dir)
-	for _, r := range devRoles {
-		fmt.Fprintf(w, "  %-8s --ca %[2]s/ca.crt --cert %[2]s/%[1]s.crt --key %[2]s/%[1]s.key   (%[3]s)\n", r, dir, devSPIFFEID(r))
+	for _, r := range edge.DevRoles {
+		fmt.Fprintf(w, "  %-8s --ca %[2]s/ca.crt --cert %[2]s/%[1]s.crt --key %[2]s/%[1]s.key   (%[3]s)\n", r, dir, edge.DevSPIFFEID(r))
 	}
 	fmt.Fprintf(w, "\n  flow --ca %[1]s/ca.crt --cert %[1]s/operator.crt --key %[1]s/operator.key rack list --server localhost:50051\n", dir)
 	fmt.Fprintf(w, "  curl --cacert %[1]s/ca.crt --cert %[1]s/viewer.crt --key %[1]s/viewer.key -H 'Content-Type: application/json' -d '{}' https://localhost:50051/v1.Flow/Version\n", dir)

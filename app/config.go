@@ -11,6 +11,7 @@ import (
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/cli"
+	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/telemetry"
 )
@@ -69,10 +70,10 @@ type Config struct {
 	// SystemJobs are the leader-run system jobs' settings, from the config
 	// file (FLOW_CONFIG_FILE) and FLOW_EXPECTED_INVENTORY_SYNC_ENABLED.
 	SystemJobs SystemJobsConfig
-	// Limits bound what one request may cost (limits.go): FLOW_MAX_*,
+	// Limits bound what one request may cost (edge.Limits, read in limits.go): FLOW_MAX_*,
 	// FLOW_READ_HEADER_TIMEOUT, FLOW_READ_TIMEOUT, FLOW_IDLE_TIMEOUT,
 	// FLOW_STRICT_JSON.
-	Limits Limits
+	Limits edge.Limits
 }
 
 // ConfigVar documents one environment variable; ConfigVars is the table the
@@ -104,7 +105,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_TLS_CA", "", "CA bundle (PEM) that client certificates must chain to (server), or that verifies the server (CLI); set with FLOW_TLS_CERT and FLOW_TLS_KEY"},
 	{"FLOW_TLS_CERT", "", "the API's server certificate (PEM), or the CLI's client certificate; reloaded when the file changes"},
 	{"FLOW_TLS_KEY", "", "private key (PEM) of FLOW_TLS_CERT"},
-	{"CERTDIR", "", "folder with ca.crt, tls.crt and tls.key, used when FLOW_TLS_* is unset (upstream's name); unset: the SPIFFE mount " + spiffeCertDir},
+	{"CERTDIR", "", "folder with ca.crt, tls.crt and tls.key, used when FLOW_TLS_* is unset (upstream's name); unset: the SPIFFE mount " + edge.SPIFFECertDir},
 	{"ALLOW_INSECURE_GRPC", "false", "true lets flow serve start without certificates: cleartext, no authentication, every caller is admin (upstream's name; local development only)"},
 	{"FLOW_AUTHZ_POLICY", "", "YAML file mapping client identities (SPIFFE ID or CN, exact or spiffe://domain/ns/* patterns) to roles viewer, operator, admin; unset: every client with a valid certificate is admin"},
 	{"FLOW_ADMIN_LISTEN_ADDR", "127.0.0.1:50060", "admin listener for /metrics, /healthz, /readyz, River UI (/riverui/) and pprof (/debug/pprof/, with FLOW_PPROF), never on the API port; keep it on loopback or a private network; off disables it"},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/pglocal"
+	"github.com/nicoflow/flow/edge"
 )
 
 // devCommand is `flow dev`, the embedded default: a private PostgreSQL in a
@@ -129,7 +130,7 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 		logger.InfoContext(ctx, "simulators running", "nico_core_api_url", cfg.NICoURL, "psm_api_url", cfg.PSMURL, "state_restored", restored)
 	}
 
-	if !isLoopback(cfg.ListenAddr) {
+	if !edge.IsLoopback(cfg.ListenAddr) {
 		logger.WarnContext(ctx, "flow dev serves cleartext without authentication, and --listen is not loopback: anyone who reaches the port is admin; use flow serve with certificates (docs/security.md) beyond this machine",
 			"addr", cfg.ListenAddr)
 	}

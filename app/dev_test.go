@@ -17,9 +17,9 @@ import (
 
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/nico"
-	"github.com/nicoflow/flow/nico/nicosim"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 // devRun is one `flow dev` running in-process.

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/reconcile"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 // devSeedInterval is how often `flow dev` mirrors inventory changes into its

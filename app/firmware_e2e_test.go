@@ -30,11 +30,11 @@ import (
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/sim"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 // fwBench is a database and simulators on which Flow servers can be

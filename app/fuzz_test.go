@@ -15,6 +15,8 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+
+	"github.com/nicoflow/flow/edge"
 )
 
 // implementedMethods returns the v1.Flow methods the server implements
@@ -49,12 +51,12 @@ func (b *badBundle) call(t testing.TB, method string, binary bool, body []byte) 
 func (b *badBundle) guard(t testing.TB, before, method string, binary bool, body []byte) string {
 	t.Helper()
 	a := b.call(t, method, binary, body)
-	require.NotContains(t, []string{"internal", "unknown", "unimplemented"}, a.code, "%s (binary=%t) %q: %s", method, binary, truncate(string(body), 2000), a.message)
+	require.NotContains(t, []string{"internal", "unknown", "unimplemented"}, a.code, "%s (binary=%t) %q: %s", method, binary, edge.Truncate(string(body), 2000), a.message)
 	if a.code == "" {
 		return b.digest(t)
 	}
 	after := b.digest(t)
-	require.Equal(t, before, after, "%s (binary=%t) answered %s and changed the database: %q", method, binary, a.code, truncate(string(body), 2000))
+	require.Equal(t, before, after, "%s (binary=%t) answered %s and changed the database: %q", method, binary, a.code, edge.Truncate(string(body), 2000))
 	return before
 }
 
@@ -118,7 +120,7 @@ func TestRandomMutations(t *testing.T) {
 			}
 			if raw, err := protojson.Marshal(m); err == nil {
 				a := b.call(t, string(md.Name()), false, raw)
-				require.NotContains(t, []string{"internal", "unknown", "unimplemented"}, a.code, "%s %s: %s", md.Name(), truncate(string(raw), 2000), a.message)
+				require.NotContains(t, []string{"internal", "unknown", "unimplemented"}, a.code, "%s %s: %s", md.Name(), edge.Truncate(string(raw), 2000), a.message)
 				codes[or(a.code, "ok")]++
 				if a.code != "" {
 					failed++

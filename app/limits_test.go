@@ -34,30 +34,6 @@ func TestLimitSettings(t *testing.T) {
 	}
 }
 
-func TestJSONPathAt(t *testing.T) {
-	t.Parallel()
-	doc := `{"rack":{"info":{"name":"x"},"components":[{"position":{"slot_id":1}},{"position":{"slot_id":"bad"}}]},"n":[1,[2,3]]}`
-	for _, tt := range []struct{ token, want string }{
-		{`"rack"`, "rack"},
-		{`"name"`, "rack.info.name"},
-		{`"x"`, "rack.info.name"},
-		{`"bad"`, "rack.components[1].position.slot_id"},
-		{`3]`, "n[1][1]"},
-	} {
-		off := strings.Index(doc, tt.token)
-		require.GreaterOrEqual(t, off, 0, tt.token)
-		require.Equal(t, tt.want, jsonPathAt([]byte(doc), off), tt.token)
-	}
-}
-
-func TestTruncate(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, "abc", truncate("abc", 3))
-	require.Equal(t, "ab…(4 bytes)", truncate("abcd", 2))
-	// Never cuts a rune in half.
-	require.Equal(t, "a…(5 bytes)", truncate("aéé", 2))
-}
-
 // TestSlowClientsAreCutOff: a client that sends no headers, or a body
 // slower than FLOW_READ_TIMEOUT, loses its connection instead of holding
 // it open.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db/dbtest"
+	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/engine"
 )
 
@@ -68,7 +69,7 @@ func TestServeRunsEngineAndMountsRiverUI(t *testing.T) {
 				return res.StatusCode
 			}
 			api, admin := "http://"+srv.Addr().String(), "http://"+srv.AdminAddr()
-			require.True(t, isLoopback(srv.AdminAddr()))
+			require.True(t, edge.IsLoopback(srv.AdminAddr()))
 			if tt.wantUI {
 				require.Equal(t, http.StatusOK, status("GET", admin+"/riverui/"))
 			} else {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nicoflow/flow/cli"
 	"github.com/nicoflow/flow/db/dbtest"
+	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -43,7 +44,7 @@ type secureE2E struct {
 func startSecureE2E(t *testing.T, withPolicy bool) *secureE2E {
 	t.Helper()
 	certs := t.TempDir()
-	require.NoError(t, writeDevCerts(certs, nil))
+	require.NoError(t, edge.WriteDevCerts(certs, nil))
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: time.Millisecond, firmwarePhase: time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { sims.Close(context.Background()) })
@@ -141,7 +142,7 @@ func TestMTLSRefusesClientsWithoutAValidCertificate(t *testing.T) {
 
 	// A certificate from another CA: refused at the handshake as well.
 	other := t.TempDir()
-	require.NoError(t, writeDevCerts(other, nil))
+	require.NoError(t, edge.WriteDevCerts(other, nil))
 	cfg, err := cli.TLSConfig(cli.TLSFiles{CA: filepath.Join(s.certs, "ca.crt"), Cert: filepath.Join(other, "admin.crt"), Key: filepath.Join(other, "admin.key")})
 	require.NoError(t, err)
 	_, err = flowv1connect.NewFlowClient(tlsHTTPClient(cfg), s.url).Version(ctx, &flowv1.VersionRequest{})
@@ -196,7 +197,7 @@ func TestRolesOverGRPCAndConnect(t *testing.T) {
 		_, err = viewer.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)})
 		require.Equal(t, connect.CodePermissionDenied, connect.CodeOf(err), proto.name)
 		require.Contains(t, err.Error(), "/v1.Flow/PowerOnRack needs role operator")
-		require.Contains(t, err.Error(), `"`+devSPIFFEID("viewer")+`" has role viewer`)
+		require.Contains(t, err.Error(), `"`+edge.DevSPIFFEID("viewer")+`" has role viewer`)
 		require.Equal(t, tasks, s.taskCount(t), "a denied call writes nothing")
 
 		// operator: powers on, cannot create a rack.
@@ -266,7 +267,7 @@ func TestAuditLineAndSubmitter(t *testing.T) {
 	}
 	require.Len(t, audits, 1, s.logs.String())
 	a := audits[0]
-	require.Equal(t, devSPIFFEID("operator"), a["identity"])
+	require.Equal(t, edge.DevSPIFFEID("operator"), a["identity"])
 	require.Equal(t, "/v1.Flow/PowerOnRack", a["method"])
 	require.Equal(t, "ok", a["outcome"])
 	require.Equal(t, []any{"target_spec.racks.targets.name=" + rack.Name, "result.task_ids=" + taskID}, a["targets"])
@@ -287,7 +288,7 @@ func TestAuditLineAndSubmitter(t *testing.T) {
 		case "/v1.Flow/PowerOffRack":
 			denied++
 			require.Equal(t, "permission_denied", m["outcome"])
-			require.Equal(t, devSPIFFEID("viewer"), m["identity"])
+			require.Equal(t, edge.DevSPIFFEID("viewer"), m["identity"])
 		case "/v1.Flow/GetListOfRacks":
 			reads++
 		}
@@ -298,11 +299,11 @@ func TestAuditLineAndSubmitter(t *testing.T) {
 	// The task records who submitted it, in the database and its report.
 	var by string
 	require.NoError(t, s.srv.pool.QueryRow(ctx, `SELECT submitted_by FROM task WHERE id = $1`, taskID).Scan(&by))
-	require.Equal(t, devSPIFFEID("operator"), by)
+	require.Equal(t, edge.DevSPIFFEID("operator"), by)
 	task := s.wait(t, res.GetTaskIds()[0])
 	var rep operations.Report
 	require.NoError(t, json.Unmarshal([]byte(task.GetReport()), &rep))
-	require.Equal(t, devSPIFFEID("operator"), rep.SubmittedBy)
+	require.Equal(t, edge.DevSPIFFEID("operator"), rep.SubmittedBy)
 
 	// A schedule submits what it fires as the identity that created it,
 	// whoever triggers it (the trigger itself is audited under its caller).
@@ -316,7 +317,7 @@ func TestAuditLineAndSubmitter(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, fired.GetTaskIds(), 1)
 	require.NoError(t, s.srv.pool.QueryRow(ctx, `SELECT submitted_by FROM task WHERE id = $1`, fired.GetTaskIds()[0].GetId()).Scan(&by))
-	require.Equal(t, devSPIFFEID("admin"), by)
+	require.Equal(t, edge.DevSPIFFEID("admin"), by)
 
 	// An operation run submits its child tasks as the identity that
 	// created it.
@@ -330,7 +331,7 @@ func TestAuditLineAndSubmitter(t *testing.T) {
 		require.NoError(c, err)
 		require.NotEmpty(c, children)
 		for _, by := range children {
-			require.Equal(c, devSPIFFEID("operator"), by)
+			require.Equal(c, edge.DevSPIFFEID("operator"), by)
 		}
 	}, time.Minute, 100*time.Millisecond)
 }
@@ -404,7 +405,7 @@ func TestCertificateRotationKeepsConnections(t *testing.T) {
 	// Rotate: a new CA and certificates written over the old files, as a
 	// cert-manager renewal would (a new CA too: the hardest case).
 	fresh := t.TempDir()
-	require.NoError(t, writeDevCerts(fresh, nil))
+	require.NoError(t, edge.WriteDevCerts(fresh, nil))
 	for _, name := range []string{"ca.crt", "tls.crt", "tls.key", "viewer.crt", "viewer.key"} {
 		b, err := os.ReadFile(filepath.Join(fresh, name))
 		require.NoError(t, err)
@@ -460,7 +461,7 @@ func TestCLIOverMTLS(t *testing.T) {
 	id := strings.Fields(strings.Split(out, "\n")[1])[0]
 	out, err = cliRun(operator, "task", "get", id)
 	require.NoError(t, err, out)
-	require.Regexp(t, `SUBMITTED BY\s+`+devSPIFFEID("operator"), out)
+	require.Regexp(t, `SUBMITTED BY\s+`+edge.DevSPIFFEID("operator"), out)
 
 	out, err = cliRun(nil, "--ca", f("ca.crt"), "--cert", f("viewer.crt"), "--key", f("viewer.key"), "--server", addr, "power", "off", rack.Name)
 	require.Error(t, err)

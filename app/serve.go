@@ -18,6 +18,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
@@ -31,12 +32,12 @@ type server struct {
 	logger   *slog.Logger
 	pool     *pgxpool.Pool
 	http     *http.Server
-	health   *health
+	health   *edge.Health
 	keys     *firmware.Keyring // nil when no key is configured
 	backends *backends
 	ln       net.Listener
-	tls      *certReloader // nil: the API is cleartext
-	admin    *http.Server  // nil: FLOW_ADMIN_LISTEN=off
+	tls      *edge.CertReloader // nil: the API is cleartext
+	admin    *http.Server       // nil: FLOW_ADMIN_LISTEN=off
 	adminLn  net.Listener
 	engine   *engine.Engine
 	river    *river.Client[pgx.Tx]
@@ -98,7 +99,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 			pool.Close()
 		}
 	}()
-	s := &server{cfg: cfg, logger: logger, pool: pool, health: newHealth(), keys: keys, tls: sec.reloader}
+	s := &server{cfg: cfg, logger: logger, pool: pool, health: edge.NewHealth(), keys: keys, tls: sec.Certs}
 	if s.tel, err = newTelemetry(ctx, cfg, opts.tracer); err != nil {
 		return nil, err
 	}
@@ -209,21 +210,21 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
 		eventRuleHandler:  operations.NewEventRuleHandler(pool, eventRules),
 	}
-	svc.taskHandler.LimitSubmits(cfg.Limits.orDefault().Submits)
+	svc.taskHandler.LimitSubmits(limitsOrDefault(cfg.Limits).Submits)
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer)}
-	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
+	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	var tlsConfig *tls.Config
 	if s.tls != nil {
-		tlsConfig = s.tls.tlsConfig()
+		tlsConfig = s.tls.TLSConfig()
 	}
-	s.http = newHTTPServer(cfg.ListenAddr, mux, tlsConfig, logger)
-	cfg.Limits.orDefault().applyTimeouts(s.http)
+	s.http = edge.NewHTTPServer(cfg.ListenAddr, mux, tlsConfig, logger)
+	limitsOrDefault(cfg.Limits).ApplyTimeouts(s.http)
 	if cfg.AdminAddr != "off" {
 		if s.adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
 			return nil, fmt.Errorf("admin listener (FLOW_ADMIN_LISTEN_ADDR) on %s: %w", cfg.AdminAddr, err)
 		}
-		s.admin = newAdminServer(newAdminMux(adminOptions{riverUI: riverUI, metrics: s.tel.metricsHandler(), ready: s.ready, pprof: cfg.PProf}))
-		if !isLoopback(cfg.AdminAddr) {
+		s.admin = edge.NewAdminServer(edge.NewAdminMux(edge.AdminOptions{RiverUI: riverUI, Metrics: s.tel.metricsHandler(), Ready: s.ready, PProf: cfg.PProf}))
+		if !edge.IsLoopback(cfg.AdminAddr) {
 			logger.WarnContext(ctx, "the admin listener is not on loopback: its endpoints (metrics, River UI, pprof) have no authentication, keep it on a private network", "admin_addr", cfg.AdminAddr)
 		}
 	} else if riverUI != nil {
@@ -321,7 +322,7 @@ func (s *server) run(ctx context.Context) error {
 	case serveErr = <-errc:
 	}
 	s.logger.InfoContext(ctx, "shutting down")
-	s.health.setServing(false)
+	s.health.SetServing(false)
 	// The engine stops fetching at once and hands back what cannot finish
 	// in the budget, while HTTP drains its in-flight calls.
 	riverDone := make(chan struct{})

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/nicoflow/flow/edge"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
@@ -84,7 +85,7 @@ func setup(t *testing.T, devMode bool) *testBundle {
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := newHTTPServer(ln.Addr().String(), newMux(logger, svc, muxOptions{devMode: devMode}), nil, logger)
+	srv := edge.NewHTTPServer(ln.Addr().String(), newMux(logger, svc, muxOptions{devMode: devMode}), nil, logger)
 	go srv.Serve(ln) //nolint:errcheck // ErrServerClosed at shutdown
 	stop := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -283,7 +284,7 @@ func TestOneLogLinePerCall(t *testing.T) {
 	// Health checks (and reflection) are logged like every call, but at
 	// debug, so a load balancer's probes do not flood an info log.
 	before := len(lines)
-	_, err = newHealthClient(h2cClient(), b.baseURL, connect.WithGRPC()).Check(context.Background(), &healthv1.HealthCheckRequest{})
+	_, err = edge.NewHealthClient(h2cClient(), b.baseURL, connect.WithGRPC()).Check(context.Background(), &healthv1.HealthCheckRequest{})
 	require.NoError(t, err)
 	lines = rpcLines(t, b.logs.String())
 	require.Len(t, lines, before+1)
@@ -349,7 +350,7 @@ func TestShutdownFinishesInFlightCalls(t *testing.T) {
 
 func TestHealthTurnsNotServingAtShutdown(t *testing.T) {
 	t.Parallel()
-	h := newHealth()
+	h := edge.NewHealth()
 	res, err := h.Check(context.Background(), &healthv1.HealthCheckRequest{})
 	require.NoError(t, err)
 	require.Equal(t, healthv1.HealthCheckResponse_SERVING, res.GetStatus())
@@ -357,17 +358,17 @@ func TestHealthTurnsNotServingAtShutdown(t *testing.T) {
 	logger := newLogger(io.Discard, "json", slog.LevelInfo)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := newHTTPServer(ln.Addr().String(), newMux(logger, &flowService{versionHandler: &versionHandler{}}, muxOptions{health: h}), nil, logger)
+	srv := edge.NewHTTPServer(ln.Addr().String(), newMux(logger, &flowService{versionHandler: &versionHandler{}}, muxOptions{health: h}), nil, logger)
 	go srv.Serve(ln) //nolint:errcheck
 	t.Cleanup(func() { _ = srv.Close() })
 
-	client := newHealthClient(h2cClient(), "http://"+ln.Addr().String(), connect.WithGRPC())
+	client := edge.NewHealthClient(h2cClient(), "http://"+ln.Addr().String(), connect.WithGRPC())
 	stream, err := client.Watch(context.Background(), &healthv1.HealthCheckRequest{Service: "v1.Flow"})
 	require.NoError(t, err)
 	defer stream.Close()
 	require.True(t, stream.Receive())
 	require.Equal(t, healthv1.HealthCheckResponse_SERVING, stream.Msg().GetStatus())
-	h.setServing(false)
+	h.SetServing(false)
 	require.True(t, stream.Receive())
 	require.Equal(t, healthv1.HealthCheckResponse_NOT_SERVING, stream.Msg().GetStatus())
 }

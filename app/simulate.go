@@ -16,9 +16,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/nico/nicosim"
-	"github.com/nicoflow/flow/psm/psmsim"
 	"github.com/nicoflow/flow/sim"
+	"github.com/nicoflow/flow/sim/nicosim"
+	"github.com/nicoflow/flow/sim/psmsim"
 	"github.com/nicoflow/flow/sim/simrun"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/nico"
-	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/sim"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 func canceledCtx() context.Context {

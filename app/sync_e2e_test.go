@@ -18,8 +18,8 @@ import (
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/nico/nicosim"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 // TestSyncRunsOnLeaderAndSurvivesItsDeath runs two `flow serve` processes on

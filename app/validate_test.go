@@ -17,10 +17,10 @@ import (
 
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/nico/nicosim"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/reconcile"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 // TestDevFleetValidatesClean runs `flow dev --seed 1` in-process: the

@@ -11,10 +11,10 @@ import (
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/nico"
-	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/psm"
-	"github.com/nicoflow/flow/psm/psmsim"
 	"github.com/nicoflow/flow/sim"
+	"github.com/nicoflow/flow/sim/nicosim"
+	"github.com/nicoflow/flow/sim/psmsim"
 )
 
 func TestCapabilities(t *testing.T) {

@@ -5,10 +5,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+	"github.com/nicoflow/flow/sim/nicosim"
 	"github.com/nicoflow/flow/sim/simrun"
 )
 

@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/nico"
-	"github.com/nicoflow/flow/nico/nicosim"
 	forgepb "github.com/nicoflow/flow/proto/gen/forge"
 	"github.com/nicoflow/flow/proto/gen/forge/forgepbconnect"
 	"github.com/nicoflow/flow/sim"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 type testBundle struct {

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/nico"
-	"github.com/nicoflow/flow/nico/nicosim"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 func TestSyncReads(t *testing.T) {

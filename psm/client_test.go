@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/psm"
-	"github.com/nicoflow/flow/psm/psmsim"
 	"github.com/nicoflow/flow/sim"
+	"github.com/nicoflow/flow/sim/psmsim"
 )
 
 type testBundle struct {

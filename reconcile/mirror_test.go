@@ -11,9 +11,9 @@ import (
 
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/nico"
-	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/reconcile"
 	"github.com/nicoflow/flow/sim"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 // coreRack declares in the simulator a rack Flow has never seen, as an

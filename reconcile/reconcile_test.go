@@ -16,13 +16,13 @@ import (
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/nico"
-	"github.com/nicoflow/flow/nico/nicosim"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/psm"
-	"github.com/nicoflow/flow/psm/psmsim"
 	"github.com/nicoflow/flow/reconcile"
 	"github.com/nicoflow/flow/sim"
+	"github.com/nicoflow/flow/sim/nicosim"
+	"github.com/nicoflow/flow/sim/psmsim"
 )
 
 // flowServer serves the reconcile handler as v1.Flow; other methods answer

@@ -14,9 +14,9 @@ import (
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/nico"
-	"github.com/nicoflow/flow/nico/nicosim"
 	"github.com/nicoflow/flow/reconcile"
 	"github.com/nicoflow/flow/sim"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 type syncBundle struct {

@@ -1,7 +1,7 @@
 // Package sim holds what the NICo Core and PSM simulators share: an
 // injectable clock, a journal of received calls, fault injection, the admin
 // HTTP/JSON surface and plaintext HTTP/2 serving. The simulators themselves
-// live in nico/nicosim and psm/psmsim.
+// live under it, in sim/nicosim and sim/psmsim, and sim/simrun runs both.
 package sim
 
 import (

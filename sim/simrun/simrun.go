@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nicoflow/flow/nico/nicosim"
-	"github.com/nicoflow/flow/psm/psmsim"
 	"github.com/nicoflow/flow/sim"
+	"github.com/nicoflow/flow/sim/nicosim"
+	"github.com/nicoflow/flow/sim/psmsim"
 )
 
 // Simulators are the NICo Core and PSM simulators and their servers.

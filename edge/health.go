@@ -1,4 +1,4 @@
-package app
+package edge
 
 import (
 	"context"
@@ -11,21 +11,22 @@ import (
 	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// health serves grpc.health.v1.Health for the server ("") and v1.Flow. It
+// Health serves grpc.health.v1.Health for the server ("") and v1.Flow. It
 // answers SERVING until shutdown begins, then NOT_SERVING, so load balancers
 // drain the instance before it stops.
-type health struct {
+type Health struct {
 	mu      sync.Mutex
 	serving bool
 	changed chan struct{} // closed and replaced on every change
 }
 
-func newHealth() *health {
-	return &health{serving: true, changed: make(chan struct{})}
+// NewHealth returns a Health that answers SERVING.
+func NewHealth() *Health {
+	return &Health{serving: true, changed: make(chan struct{})}
 }
 
-// setServing records the server's status and wakes every Watch.
-func (h *health) setServing(serving bool) {
+// SetServing records the server's status and wakes every Watch.
+func (h *Health) SetServing(serving bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.serving == serving {
@@ -36,7 +37,7 @@ func (h *health) setServing(serving bool) {
 	h.changed = make(chan struct{})
 }
 
-func (h *health) status(service string) (healthv1.HealthCheckResponse_ServingStatus, <-chan struct{}, bool) {
+func (h *Health) status(service string) (healthv1.HealthCheckResponse_ServingStatus, <-chan struct{}, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if service != "" && service != flowv1connect.FlowName {
@@ -49,7 +50,7 @@ func (h *health) status(service string) (healthv1.HealthCheckResponse_ServingSta
 }
 
 // Check implements grpc.health.v1.Health/Check.
-func (h *health) Check(_ context.Context, req *healthv1.HealthCheckRequest) (*healthv1.HealthCheckResponse, error) {
+func (h *Health) Check(_ context.Context, req *healthv1.HealthCheckRequest) (*healthv1.HealthCheckResponse, error) {
 	st, _, known := h.status(req.GetService())
 	if !known {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", req.GetService()))
@@ -58,7 +59,7 @@ func (h *health) Check(_ context.Context, req *healthv1.HealthCheckRequest) (*he
 }
 
 // Watch implements grpc.health.v1.Health/Watch.
-func (h *health) Watch(ctx context.Context, req *healthv1.HealthCheckRequest, stream *connect.ServerStream[healthv1.HealthCheckResponse]) error {
+func (h *Health) Watch(ctx context.Context, req *healthv1.HealthCheckRequest, stream *connect.ServerStream[healthv1.HealthCheckResponse]) error {
 	for {
 		st, changed, _ := h.status(req.GetService())
 		if err := stream.Send(&healthv1.HealthCheckResponse{Status: st}); err != nil {
@@ -72,4 +73,4 @@ func (h *health) Watch(ctx context.Context, req *healthv1.HealthCheckRequest, st
 	}
 }
 
-var _ healthHandler = (*health)(nil)
+var _ healthHandler = (*Health)(nil)

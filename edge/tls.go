@@ -1,6 +1,7 @@
-package app
+package edge
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,9 +15,19 @@ import (
 	"github.com/nicoflow/flow/caller"
 )
 
-// spiffeCertDir is where Kubernetes (cert-manager's csi-driver-spiffe, or a
+// SPIFFECertDir is where Kubernetes (cert-manager's csi-driver-spiffe, or a
 // SPIRE helper) mounts a workload's SVID: ca.crt, tls.crt and tls.key.
-const spiffeCertDir = "/var/run/secrets/spiffe.io"
+const SPIFFECertDir = "/var/run/secrets/spiffe.io"
+
+// CertFiles names the PEM files of the API's certificates: the CA bundle
+// that verifies clients, and the server's certificate and key.
+type CertFiles struct {
+	CA, Cert, Key string
+}
+
+// ErrTLSFilesIncomplete means some but not all of FLOW_TLS_CA,
+// FLOW_TLS_CERT and FLOW_TLS_KEY are set.
+var ErrTLSFilesIncomplete = errors.New("FLOW_TLS_CA, FLOW_TLS_CERT and FLOW_TLS_KEY must be set together")
 
 // The file names inside CERTDIR and the SPIFFE mount.
 const (
@@ -25,35 +36,36 @@ const (
 	certDirKey  = "tls.key"
 )
 
-// errNoCertificates means no certificate source is configured or present.
-var errNoCertificates = errors.New("TLS certificates required but not found: set FLOW_TLS_CA, FLOW_TLS_CERT and FLOW_TLS_KEY, " +
-	"or CERTDIR (a folder with ca.crt, tls.crt and tls.key), or mount them at " + spiffeCertDir +
+// ErrNoCertificates means no certificate source is configured or present.
+var ErrNoCertificates = errors.New("TLS certificates required but not found: set FLOW_TLS_CA, FLOW_TLS_CERT and FLOW_TLS_KEY, " +
+	"or CERTDIR (a folder with ca.crt, tls.crt and tls.key), or mount them at " + SPIFFECertDir +
 	"; ALLOW_INSECURE_GRPC=true serves cleartext without authentication instead (local development only)")
 
 // certSource is where the API's certificates come from.
 type certSource struct {
 	name  string // for the log: "FLOW_TLS_*", "CERTDIR /path", "SPIFFE mount …"
-	files TLSFiles
+	files CertFiles
 }
 
 // resolveCertSource finds the API's certificates in upstream Flow's order:
 // the explicit FLOW_TLS_* files, then CERTDIR, then the SPIFFE mount at
 // spiffeDir. An explicit source whose files are missing is an error (the
-// operator asked for it); an absent SPIFFE mount is errNoCertificates.
-func resolveCertSource(cfg Config, spiffeDir string) (certSource, error) {
-	if cfg.TLS.Enabled() {
-		f := cfg.TLS
+// operator asked for it), some but not all FLOW_TLS_* files
+// ErrTLSFilesIncomplete; an absent SPIFFE mount is ErrNoCertificates.
+func resolveCertSource(explicit CertFiles, certDir, spiffeDir string) (certSource, error) {
+	if explicit.CA != "" || explicit.Cert != "" || explicit.Key != "" {
+		f := explicit
 		if f.CA == "" || f.Cert == "" || f.Key == "" {
-			return certSource{}, usageError(errors.New("FLOW_TLS_CA, FLOW_TLS_CERT and FLOW_TLS_KEY must be set together"))
+			return certSource{}, ErrTLSFilesIncomplete
 		}
 		return certSource{name: "FLOW_TLS_*", files: f}, requireFiles(f)
 	}
-	inDir := func(dir string) TLSFiles {
-		return TLSFiles{CA: filepath.Join(dir, certDirCA), Cert: filepath.Join(dir, certDirCert), Key: filepath.Join(dir, certDirKey)}
+	inDir := func(dir string) CertFiles {
+		return CertFiles{CA: filepath.Join(dir, certDirCA), Cert: filepath.Join(dir, certDirCert), Key: filepath.Join(dir, certDirKey)}
 	}
-	if cfg.CertDir != "" {
-		f := inDir(cfg.CertDir)
-		return certSource{name: "CERTDIR " + cfg.CertDir, files: f}, requireFiles(f)
+	if certDir != "" {
+		f := inDir(certDir)
+		return certSource{name: "CERTDIR " + certDir, files: f}, requireFiles(f)
 	}
 	f := inDir(spiffeDir)
 	present := 0
@@ -63,12 +75,12 @@ func resolveCertSource(cfg Config, spiffeDir string) (certSource, error) {
 		}
 	}
 	if present == 0 {
-		return certSource{}, errNoCertificates
+		return certSource{}, ErrNoCertificates
 	}
 	return certSource{name: "SPIFFE mount " + spiffeDir, files: f}, requireFiles(f)
 }
 
-func requireFiles(f TLSFiles) error {
+func requireFiles(f CertFiles) error {
 	for _, p := range []string{f.CA, f.Cert, f.Key} {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("TLS: %w", err)
@@ -77,15 +89,15 @@ func requireFiles(f TLSFiles) error {
 	return nil
 }
 
-// certReloader serves the API's TLS configuration from files that rotate
+// CertReloader serves the API's TLS configuration from files that rotate
 // (cert-manager and SPIRE replace them about hourly): before each handshake
 // it checks the files and, when one changed, loads all three again. A load
 // that fails (a rotation caught half-written, a key that does not match its
 // certificate yet) keeps the previous configuration and is retried at the
 // next handshake. Established connections keep the certificate they
 // negotiated; nothing is cut.
-type certReloader struct {
-	files  TLSFiles
+type CertReloader struct {
+	files  CertFiles
 	logger *slog.Logger
 
 	mu     sync.Mutex
@@ -94,9 +106,9 @@ type certReloader struct {
 	failed bool // the last reload attempt failed (logged once)
 }
 
-// newCertReloader loads files once; an error here stops the server.
-func newCertReloader(files TLSFiles, logger *slog.Logger) (*certReloader, error) {
-	r := &certReloader{files: files, logger: logger}
+// NewCertReloader loads files once; an error here stops the server.
+func NewCertReloader(files CertFiles, logger *slog.Logger) (*CertReloader, error) {
+	r := &CertReloader{files: files, logger: logger}
 	stamps, err := r.stat()
 	if err != nil {
 		return nil, err
@@ -109,7 +121,7 @@ func newCertReloader(files TLSFiles, logger *slog.Logger) (*certReloader, error)
 	return r, nil
 }
 
-func (r *certReloader) stat() ([3]os.FileInfo, error) {
+func (r *CertReloader) stat() ([3]os.FileInfo, error) {
 	var out [3]os.FileInfo
 	for i, p := range []string{r.files.CA, r.files.Cert, r.files.Key} {
 		fi, err := os.Stat(p) // follows the symlinks Kubernetes swaps
@@ -127,7 +139,7 @@ func sameStamp(a, b os.FileInfo) bool {
 
 // config returns the current configuration, reloading it first when a file
 // changed since the last load.
-func (r *certReloader) config() *tls.Config {
+func (r *CertReloader) config() *tls.Config {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	stamps, err := r.stat()
@@ -150,9 +162,9 @@ func (r *certReloader) config() *tls.Config {
 	return cfg
 }
 
-// tlsConfig returns the server's tls.Config: every handshake gets the
+// TLSConfig returns the server's tls.Config: every handshake gets the
 // reloader's current certificate and CA bundle.
-func (r *certReloader) tlsConfig() *tls.Config {
+func (r *CertReloader) TLSConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -164,7 +176,7 @@ func (r *certReloader) tlsConfig() *tls.Config {
 // serverTLSConfig reads files into a mutual-TLS server configuration:
 // TLS 1.2 at least (1.3 is Go's preference), the server certificate, and
 // client certificates required and verified against the CA bundle.
-func serverTLSConfig(files TLSFiles) (*tls.Config, error) {
+func serverTLSConfig(files CertFiles) (*tls.Config, error) {
 	pool, err := readCAPool(files.CA)
 	if err != nil {
 		return nil, err
@@ -205,49 +217,65 @@ func certIdentity(cert *x509.Certificate) string {
 	return cert.Subject.CommonName
 }
 
-// apiSecurity is how the API port is protected: its certificates (nil:
+// Security is how the API port is protected: its certificates (nil:
 // cleartext) and the authorization policy (nil: every identity is admin).
-type apiSecurity struct {
-	reloader *certReloader
-	policy   *policy
+type Security struct {
+	Certs  *CertReloader
+	Policy *Policy
 }
 
-// setupSecurity resolves the API's certificates and policy and logs what
-// protects the port. Without certificates it fails naming every source,
-// unless cfg.AllowInsecure (ALLOW_INSECURE_GRPC=true) or cleartext (flow
-// dev) asks for cleartext; a policy cannot apply then (nobody is
-// identified), so a policy with cleartext is refused.
-func setupSecurity(ctx context.Context, cfg Config, logger *slog.Logger, cleartext bool) (apiSecurity, error) {
-	pol, err := loadPolicy(cfg.AuthzPolicy)
+// SecurityConfig is what SetupSecurity reads: the settings that protect
+// the API port.
+type SecurityConfig struct {
+	Files         CertFiles // FLOW_TLS_CA, FLOW_TLS_CERT, FLOW_TLS_KEY
+	CertDir       string    // CERTDIR
+	SPIFFEDir     string    // the SPIFFE mount; "" is SPIFFECertDir
+	AllowInsecure bool      // ALLOW_INSECURE_GRPC
+	PolicyPath    string    // FLOW_AUTHZ_POLICY
+	ListenAddr    string    // the API's address, for the log
+	// Cleartext serves without certificates whatever is configured (flow
+	// dev).
+	Cleartext bool
+}
+
+// SetupSecurity resolves the API's certificates and policy and logs what
+// protects the port. Without certificates it fails with ErrNoCertificates
+// (naming every source), unless cfg.AllowInsecure
+// (ALLOW_INSECURE_GRPC=true) or cfg.Cleartext (flow dev) asks for
+// cleartext; a policy cannot apply then (nobody is identified), so a policy
+// with cleartext is refused. Some but not all FLOW_TLS_* files is
+// ErrTLSFilesIncomplete.
+func SetupSecurity(ctx context.Context, logger *slog.Logger, cfg SecurityConfig) (Security, error) {
+	pol, err := LoadPolicy(cfg.PolicyPath)
 	if err != nil {
-		return apiSecurity{}, err
+		return Security{}, err
 	}
-	insecure := func(why string) (apiSecurity, error) {
+	insecure := func(why string) (Security, error) {
 		if pol != nil {
-			return apiSecurity{}, fmt.Errorf("FLOW_AUTHZ_POLICY is set but the API serves cleartext (%s): no caller can be identified; configure certificates or unset the policy", why)
+			return Security{}, fmt.Errorf("FLOW_AUTHZ_POLICY is set but the API serves cleartext (%s): no caller can be identified; configure certificates or unset the policy", why)
 		}
-		return apiSecurity{}, nil
+		return Security{}, nil
 	}
-	if cleartext {
+	if cfg.Cleartext {
 		return insecure("flow dev")
 	}
-	src, err := resolveCertSource(cfg, spiffeCertDir)
+	src, err := resolveCertSource(cfg.Files, cfg.CertDir, cmp.Or(cfg.SPIFFEDir, SPIFFECertDir))
 	switch {
-	case errors.Is(err, errNoCertificates) && cfg.AllowInsecure:
+	case errors.Is(err, ErrNoCertificates) && cfg.AllowInsecure:
 		sec, err := insecure("ALLOW_INSECURE_GRPC=true")
 		if err == nil {
 			logger.WarnContext(ctx, "serving the API in cleartext without authentication (ALLOW_INSECURE_GRPC=true): anyone who reaches the port is admin; for local development only",
 				"addr", cfg.ListenAddr, "identity", caller.Insecure)
 		}
 		return sec, err
-	case errors.Is(err, errNoCertificates):
-		return apiSecurity{}, err
+	case errors.Is(err, ErrNoCertificates):
+		return Security{}, err
 	case err != nil:
-		return apiSecurity{}, err
+		return Security{}, err
 	}
-	reloader, err := newCertReloader(src.files, logger)
+	reloader, err := NewCertReloader(src.files, logger)
 	if err != nil {
-		return apiSecurity{}, err
+		return Security{}, err
 	}
 	leaf := reloader.cfg.Certificates[0].Leaf
 	logger.InfoContext(ctx, "mutual TLS on the API: clients need a certificate from the CA bundle", "source", src.name,
@@ -258,7 +286,7 @@ func setupSecurity(ctx context.Context, cfg Config, logger *slog.Logger, clearte
 	if pol == nil {
 		logger.WarnContext(ctx, "no authorization policy (FLOW_AUTHZ_POLICY): every client with a valid certificate is admin")
 	} else {
-		logger.InfoContext(ctx, "authorization policy loaded", "path", cfg.AuthzPolicy, "entries", len(pol.exact)+len(pol.prefixes))
+		logger.InfoContext(ctx, "authorization policy loaded", "path", cfg.PolicyPath, "entries", len(pol.exact)+len(pol.prefixes))
 	}
-	return apiSecurity{reloader: reloader, policy: pol}, nil
+	return Security{Certs: reloader, Policy: pol}, nil
 }

@@ -1,4 +1,4 @@
-package app
+package edge
 
 import (
 	"context"
@@ -50,17 +50,17 @@ func newHealthHandler(svc healthHandler, opts ...connect.HandlerOption) (string,
 	})
 }
 
-// healthClient calls grpc.health.v1.Health over Connect (tests, probes).
-type healthClient struct {
+// HealthClient calls grpc.health.v1.Health over Connect (tests, probes).
+type HealthClient struct {
 	check *connect.Client[healthpb.HealthCheckRequest, healthpb.HealthCheckResponse]
 	watch *connect.Client[healthpb.HealthCheckRequest, healthpb.HealthCheckResponse]
 }
 
-// newHealthClient returns a client of the health service at baseURL.
-func newHealthClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) *healthClient {
+// NewHealthClient returns a client of the health service at baseURL.
+func NewHealthClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) *HealthClient {
 	baseURL = strings.TrimRight(baseURL, "/")
 	methods := healthpb.File_grpc_health_v1_health_proto.Services().ByName("Health").Methods()
-	return &healthClient{
+	return &HealthClient{
 		check: connect.NewClient[healthpb.HealthCheckRequest, healthpb.HealthCheckResponse](httpClient, baseURL+healthCheckProcedure,
 			connect.WithSchema(methods.ByName("Check")), connect.WithClientOptions(opts...)),
 		watch: connect.NewClient[healthpb.HealthCheckRequest, healthpb.HealthCheckResponse](httpClient, baseURL+healthWatchProcedure,
@@ -69,7 +69,7 @@ func newHealthClient(httpClient connect.HTTPClient, baseURL string, opts ...conn
 }
 
 // Check calls grpc.health.v1.Health/Check.
-func (c *healthClient) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+func (c *HealthClient) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	res, err := c.check.CallUnary(ctx, connect.NewRequest(req))
 	if res != nil {
 		return res.Msg, err
@@ -78,6 +78,6 @@ func (c *healthClient) Check(ctx context.Context, req *healthpb.HealthCheckReque
 }
 
 // Watch calls grpc.health.v1.Health/Watch.
-func (c *healthClient) Watch(ctx context.Context, req *healthpb.HealthCheckRequest) (*connect.ServerStreamForClient[healthpb.HealthCheckResponse], error) {
+func (c *HealthClient) Watch(ctx context.Context, req *healthpb.HealthCheckRequest) (*connect.ServerStreamForClient[healthpb.HealthCheckResponse], error) {
 	return c.watch.CallServerStream(ctx, connect.NewRequest(req))
 }

@@ -1,4 +1,4 @@
-package app
+package edge
 
 import (
 	"bytes"
@@ -106,7 +106,7 @@ func describeJSONError(data []byte, err error) error {
 	if path == "" {
 		path = "request body"
 	}
-	return fmt.Errorf("%s: %s%s", truncate(path, 256), truncate(strings.TrimSpace(msg), 256), pos)
+	return fmt.Errorf("%s: %s%s", Truncate(path, 256), Truncate(strings.TrimSpace(msg), 256), pos)
 }
 
 // byteOffset converts protojson's 1-based line and rune column to a byte

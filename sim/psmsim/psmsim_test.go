@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nicoflow/flow/psm/psmsim"
 	"github.com/nicoflow/flow/sim"
+	"github.com/nicoflow/flow/sim/psmsim"
 )
 
 func TestSeed(t *testing.T) {

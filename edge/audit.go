@@ -1,4 +1,4 @@
-package app
+package edge
 
 import (
 	"context"
@@ -98,7 +98,7 @@ func auditTargets(m protoreflect.Message, result bool) []string {
 			case fd.Kind() == protoreflect.MessageKind:
 				visit(v.Message(), p, depth, result, &out, walk)
 			case !result && fd.Kind() == protoreflect.StringKind && !fd.IsList() && targetField(name):
-				out = append(out, p+"="+truncate(v.String(), maxAuditValue))
+				out = append(out, p+"="+Truncate(v.String(), maxAuditValue))
 			}
 			return true
 		})
@@ -114,7 +114,7 @@ func auditTargets(m protoreflect.Message, result bool) []string {
 func visit(m protoreflect.Message, path string, depth int, result bool, out *[]string, walk func(protoreflect.Message, string, int)) {
 	if m.Descriptor().FullName() == "v1.UUID" {
 		if id := m.Get(m.Descriptor().Fields().ByName("id")).String(); id != "" {
-			*out = append(*out, path+"="+truncate(id, maxAuditValue))
+			*out = append(*out, path+"="+Truncate(id, maxAuditValue))
 		}
 		return
 	}

@@ -1,4 +1,4 @@
-package app
+package edge
 
 import (
 	"context"
@@ -9,25 +9,25 @@ import (
 	"time"
 )
 
-// adminOptions are what the admin listener serves.
-type adminOptions struct {
-	riverUI http.Handler                // nil: not mounted
-	metrics http.Handler                // nil: FLOW_METRICS=false
-	ready   func(context.Context) error // /readyz's check
-	pprof   bool                        // FLOW_PPROF
+// AdminOptions are what the admin listener serves.
+type AdminOptions struct {
+	RiverUI http.Handler                // nil: not mounted
+	Metrics http.Handler                // nil: FLOW_METRICS=false
+	Ready   func(context.Context) error // /readyz's check
+	PProf   bool                        // FLOW_PPROF
 }
 
-// newAdminMux is the admin listener's handler: the operator endpoints that
+// NewAdminMux is the admin listener's handler: the operator endpoints that
 // must never share the API port's access. /metrics (Prometheus), /healthz
 // (the process answers), /readyz (ready to work: database reachable,
 // migrations current, River client started), River UI when given (it can
 // pause queues and retry or delete jobs, with no authentication of its own)
 // at /riverui/, and Go's profiler at /debug/pprof/ with FLOW_PPROF=true.
-func newAdminMux(o adminOptions) *http.ServeMux {
+func NewAdminMux(o AdminOptions) *http.ServeMux {
 	mux := http.NewServeMux()
 	body := "Flow admin listener\n  /healthz       liveness\n  /readyz        readiness (database, migrations, River)\n"
-	if o.metrics != nil {
-		mux.Handle("GET /metrics", o.metrics)
+	if o.Metrics != nil {
+		mux.Handle("GET /metrics", o.Metrics)
 		body += "  /metrics       Prometheus metrics\n"
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -36,10 +36,10 @@ func newAdminMux(o adminOptions) *http.ServeMux {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if o.ready != nil {
+		if o.Ready != nil {
 			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 			defer cancel()
-			if err := o.ready(ctx); err != nil {
+			if err := o.Ready(ctx); err != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
 				_, _ = w.Write([]byte("not ready: " + err.Error() + "\n"))
 				return
@@ -47,11 +47,11 @@ func newAdminMux(o adminOptions) *http.ServeMux {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	if o.riverUI != nil {
-		mux.Handle("/riverui/", o.riverUI)
+	if o.RiverUI != nil {
+		mux.Handle("/riverui/", o.RiverUI)
 		body += "  /riverui/      River UI (job queue)\n"
 	}
-	if o.pprof {
+	if o.PProf {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -66,16 +66,16 @@ func newAdminMux(o adminOptions) *http.ServeMux {
 	return mux
 }
 
-// newAdminServer serves the admin mux over HTTP/1.1. A profile may take its
+// NewAdminServer serves the admin mux over HTTP/1.1. A profile may take its
 // seconds parameter (30 by default) to answer, so there is no write timeout.
-func newAdminServer(handler http.Handler) *http.Server {
+func NewAdminServer(handler http.Handler) *http.Server {
 	return &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
 }
 
-// isLoopback reports whether addr (host:port, as for net.Listen) listens on
+// IsLoopback reports whether addr (host:port, as for net.Listen) listens on
 // loopback only: 127.0.0.0/8, ::1 or localhost. An empty host listens on
 // every interface.
-func isLoopback(addr string) bool {
+func IsLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false

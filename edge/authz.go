@@ -1,4 +1,4 @@
-package app
+package edge
 
 import (
 	"bytes"
@@ -178,9 +178,9 @@ func procedureRole(procedure string) Role {
 	return roleAdmin
 }
 
-// policy maps identities to roles (FLOW_AUTHZ_POLICY). A nil policy makes
+// Policy maps identities to roles (FLOW_AUTHZ_POLICY). A nil Policy makes
 // every identity admin.
-type policy struct {
+type Policy struct {
 	exact    map[string]Role
 	prefixes []policyPrefix // longest first
 }
@@ -200,9 +200,9 @@ type policyFile struct {
 	Identities map[string]string `yaml:"identities"`
 }
 
-// loadPolicy reads the policy at path; "" is no policy (nil). Errors name
+// LoadPolicy reads the policy at path; "" is no policy (nil). Errors name
 // the file and the bad entry.
-func loadPolicy(path string) (*policy, error) {
+func LoadPolicy(path string) (*Policy, error) {
 	if path == "" {
 		return nil, nil
 	}
@@ -217,7 +217,7 @@ func loadPolicy(path string) (*policy, error) {
 	return p, nil
 }
 
-func parsePolicy(data []byte) (*policy, error) {
+func parsePolicy(data []byte) (*Policy, error) {
 	var f policyFile
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -227,7 +227,7 @@ func parsePolicy(data []byte) (*policy, error) {
 	if len(f.Identities) == 0 {
 		return nil, errors.New("identities: no identity listed (an empty policy would deny every call; unset FLOW_AUTHZ_POLICY to make every client admin)")
 	}
-	p := &policy{exact: map[string]Role{}}
+	p := &Policy{exact: map[string]Role{}}
 	for id, name := range f.Identities {
 		role, ok := parseRole(name)
 		if !ok {
@@ -252,7 +252,7 @@ func parsePolicy(data []byte) (*policy, error) {
 
 // roleOf returns identity's role: an exact entry, else the longest matching
 // pattern, else roleNone.
-func (p *policy) roleOf(identity string) Role {
+func (p *Policy) roleOf(identity string) Role {
 	if p == nil {
 		return roleAdmin
 	}
@@ -271,7 +271,7 @@ func (p *policy) roleOf(identity string) Role {
 // whose identity lacks the procedure's role ends PermissionDenied before
 // its handler runs, so nothing is written.
 type authorizer struct {
-	policy *policy
+	policy *Policy
 }
 
 func (a authorizer) check(ctx context.Context, procedure string) error {
