@@ -17,6 +17,7 @@ import (
 	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/reconcile"
@@ -45,7 +46,7 @@ type (
 	inventoryHandler  = inventory.Handler
 	operationsHandler = operations.Handler
 	taskHandler       = operations.TaskHandler
-	rolloutHandler    = operations.RolloutHandler
+	rolloutHandler    = rollout.Handler
 	reconcileHandler  = reconcile.Handler
 	scheduleHandler   = operations.ScheduleHandler
 	eventRuleHandler  = operations.EventRuleHandler
