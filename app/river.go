@@ -18,6 +18,7 @@ import (
 
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/rollout"
 )
 
 // newEngine builds the engine, registers its actions and builds the River
@@ -83,8 +84,8 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 	if w.promoteRack != nil {
 		river.AddWorker(rc.Workers, &queueExpiryWorker{promote: w.promoteRack})
 	}
-	if w.runWake != nil {
-		river.AddWorker(rc.Workers, &runWakeWorker{wake: w.runWake})
+	if w.runWakes != nil {
+		river.AddWorker(rc.Workers, w.runWakes)
 	}
 	if w.eventExecutions != nil {
 		// Event-rule executions have their own queue: a leak's power-off
@@ -110,9 +111,11 @@ type engineWiring struct {
 	// promoteRack promotes and expires a rack's waiting tasks; it works the
 	// jobs scheduleQueueExpiry inserts.
 	promoteRack func(context.Context, uuid.UUID) error
-	// runWake advances one operation run (the jobs scheduleRunWake
-	// inserts); runSweep advances every active run (periodic safety net).
-	runWake  func(context.Context, uuid.UUID) error
+	// runWakes works the wake-up jobs of operation runs (the jobs
+	// rollout.RiverWaker inserts); its Service is set once the rollout
+	// service exists, before the client starts. runSweep advances every
+	// active run (periodic safety net).
+	runWakes *rollout.WakeWorker
 	runSweep func(context.Context) error
 	// system holds the leader-run system jobs (inventory sync…); newEngine
 	// adds the schedule tick and rescue when schedules is set. nil: none
@@ -196,37 +199,6 @@ func scheduleQueueExpiry(client *river.Client[pgx.Tx]) operations.ExpirySchedule
 // operation run. Runs advance on events (child-task ends, controls,
 // scheduled wake-ups); the sweep only catches what an event missed.
 const runSweepInterval = 30 * time.Second
-
-// runWakeArgs is the job, scheduled at the end of a conflict backoff or a
-// retry timeout, that advances one operation run. It holds the run's ID
-// only.
-type runWakeArgs struct {
-	RunID uuid.UUID `json:"run_id"`
-}
-
-// Kind returns the job kind.
-func (runWakeArgs) Kind() string { return "operations.operation_run_wake" }
-
-// InsertOpts puts the job on the engine queue.
-func (runWakeArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: engine.QueueName} }
-
-type runWakeWorker struct {
-	river.WorkerDefaults[runWakeArgs]
-	wake func(context.Context, uuid.UUID) error
-}
-
-func (w *runWakeWorker) Work(ctx context.Context, job *river.Job[runWakeArgs]) error {
-	return w.wake(ctx, job.Args.RunID)
-}
-
-// scheduleRunWake returns the operations.RunWaker that inserts a
-// runWakeArgs job through the run's transaction.
-func scheduleRunWake(client *river.Client[pgx.Tx]) operations.RunWaker {
-	return func(ctx context.Context, tx pgx.Tx, runID uuid.UUID, at time.Time) error {
-		_, err := client.InsertTx(ctx, tx, runWakeArgs{RunID: runID}, &river.InsertOpts{ScheduledAt: at})
-		return err
-	}
-}
 
 // newRiverUI returns River UI mounted at /riverui/, started with ctx. River
 // UI has no authentication of its own: it is mounted only in dev mode or

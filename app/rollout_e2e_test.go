@@ -12,7 +12,7 @@ import (
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/rollout"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/sim"
@@ -229,14 +229,14 @@ func tasksOf(t testing.TB, c flowv1connect.FlowClient, id *flowv1.UUID) []string
 // planOrder is the order the run will take the bench's racks in (all
 // selected, random ordering with seed).
 func planOrder(racks []inventory.Rack, seed string) []inventory.Rack {
-	cands := make([]operations.Candidate, len(racks))
+	cands := make([]rollout.Candidate, len(racks))
 	byID := map[uuid.UUID]inventory.Rack{}
 	for i, r := range racks {
-		cands[i] = operations.Candidate{RackID: r.ID}
+		cands[i] = rollout.Candidate{RackID: r.ID}
 		byID[r.ID] = r
 	}
 	var out []inventory.Rack
-	for _, c := range operations.OrderTargets(cands, operations.Ordering{Kind: operations.OrderingRandom, Seed: seed}) {
+	for _, c := range rollout.OrderTargets(cands, rollout.Ordering{Kind: rollout.OrderingRandom, Seed: seed}) {
 		out = append(out, byID[c.RackID])
 	}
 	return out

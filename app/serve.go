@@ -23,6 +23,7 @@ import (
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/reconcile"
 )
 
@@ -135,17 +136,13 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		return nil, err
 	}
 	var tasks *operations.Tasks
-	var runs *operations.Rollouts
+	var runs *rollout.Service
+	runWakes := &rollout.WakeWorker{}
 	scheduleWorker := &operations.ScheduleWorker{}
 	eventWorker := &operations.EventExecutionWorker{}
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
-		// A task's end is also its operation run's event: the run advances
-		// in the same transaction.
 		onRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
-			if err := tasks.RunEnded(ctx, tx, run); err != nil {
-				return err
-			}
-			return runs.RunEnded(ctx, tx, run)
+			return tasks.RunEnded(ctx, tx, run)
 		},
 		register: func(e *engine.Engine) {
 			operations.RegisterActions(e, operations.ActionDeps{
@@ -154,7 +151,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		},
 		sweep:           func(ctx context.Context) error { return tasks.Sweep(ctx) },
 		promoteRack:     func(ctx context.Context, rackID uuid.UUID) error { return tasks.PromoteRack(ctx, rackID) },
-		runWake:         func(ctx context.Context, id uuid.UUID) error { return runs.Wake(ctx, id) },
+		runWakes:        runWakes,
 		runSweep:        func(ctx context.Context) error { return runs.Sweep(ctx) },
 		schedules:       scheduleWorker,
 		eventExecutions: eventWorker,
@@ -176,9 +173,13 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	})
 	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, operations.ScheduleQueue, operations.EventRuleQueue}))
 	watchRiverJobs(context.WithoutCancel(ctx), s.river, s.tel.metrics)
-	runs = operations.NewRollouts(operations.RolloutsConfig{
-		Pool: pool, Tasks: tasks, Wake: scheduleRunWake(s.river), Logger: logger, MaxCandidates: cfg.RunMaxCandidates,
+	runs = rollout.NewService(rollout.Config{
+		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Wake: rollout.RiverWaker(s.river), Logger: logger, MaxCandidates: cfg.RunMaxCandidates,
 	})
+	runWakes.Service = runs
+	// A task's end is also its operation run's event: the run advances in
+	// the same transaction.
+	tasks.OnTaskEnd(runs.TaskEnded)
 	schedules := operations.NewSchedules(operations.SchedulesConfig{
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: operations.RiverFireScheduler(s.river),
 	})
@@ -205,7 +206,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		inventoryHandler:  inventory.NewHandler(inv, pool),
 		operationsHandler: operations.NewHandler(pool, rules),
 		taskHandler:       operations.NewTaskHandler(pool, tasks),
-		rolloutHandler:    operations.NewRolloutHandler(pool, runs),
+		rolloutHandler:    rollout.NewHandler(pool, runs),
 		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers).WithDrift(s.syncer), pool),
 		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
 		eventRuleHandler:  operations.NewEventRuleHandler(pool, eventRules),

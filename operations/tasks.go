@@ -43,6 +43,8 @@ type Tasks struct {
 	expiry   ExpiryScheduler
 	obs      TaskObserver
 	tracer   trace.Tracer
+	// endHooks are called at the end of RunEnded (OnTaskEnd).
+	endHooks []TaskEndFunc
 }
 
 // ExpiryScheduler arranges, through tx, for PromoteRack(rackID) to run at
@@ -356,12 +358,27 @@ func scopeOfRow(row dbsqlc.Task) TaskScope {
 
 // RunEnded is the engine's end-of-run hook: inside the run's last
 // checkpoint transaction it records the task's final status, message and
-// report, then promotes waiting tasks on the rack.
+// report, promotes waiting tasks on the rack, then calls the end-of-task
+// hooks registered with OnTaskEnd, in order, in the same transaction.
 func (t *Tasks) RunEnded(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
 	taskID, err := taskIDOf(run.Owner)
 	if err != nil {
 		return nil // not a task's run
 	}
+	if err := t.taskEnded(ctx, tx, taskID, run); err != nil {
+		return err
+	}
+	for _, fn := range t.endHooks {
+		if err := fn(ctx, tx, taskID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// taskEnded records the end of task taskID's run and promotes the rack's
+// waiting tasks.
+func (t *Tasks) taskEnded(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, run engine.RunSummary) error {
 	row, err := t.q.TaskGetByIDForUpdate(ctx, tx, taskID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // the rack and its tasks were purged

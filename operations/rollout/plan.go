@@ -1,4 +1,4 @@
-package operations
+package rollout
 
 import (
 	"cmp"
@@ -8,13 +8,15 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+
+	"github.com/nicoflow/flow/operations"
 )
 
 // Candidate is one rack an operation run may target: the components it
 // would run on, and where the rack stands (for physical-location ordering).
 type Candidate struct {
 	RackID     uuid.UUID
-	Components map[ComponentType][]uuid.UUID
+	Components map[operations.ComponentType][]uuid.UUID
 	Row        string // location region/datacenter/room: racks sharing it form a row
 	Position   string // location position inside the row
 }
@@ -204,7 +206,7 @@ func PlanTargets(cands []Candidate, sel Selector, opts RunOptions) ([]PlannedTar
 
 // excludeComponents removes, component by component, what earlier runs
 // already targeted; racks left empty disappear.
-func excludeComponents(cands []Candidate, taken map[uuid.UUID]map[ComponentType][]uuid.UUID) []Candidate {
+func excludeComponents(cands []Candidate, taken map[uuid.UUID]map[operations.ComponentType][]uuid.UUID) []Candidate {
 	out := cands[:0:0]
 	for _, c := range cands {
 		prev, ok := taken[c.RackID]
@@ -212,7 +214,7 @@ func excludeComponents(cands []Candidate, taken map[uuid.UUID]map[ComponentType]
 			out = append(out, c)
 			continue
 		}
-		left := map[ComponentType][]uuid.UUID{}
+		left := map[operations.ComponentType][]uuid.UUID{}
 		for ct, ids := range c.Components {
 			for _, id := range ids {
 				if !slices.Contains(prev[ct], id) {

@@ -1,5 +1,4 @@
--- Operation runs (docs/rollouts.md). Kept apart from query.sql so the
--- rollout queries merge cleanly with the task and schedule ones.
+-- Operation runs (docs/rollouts.md): the queries of operations/rollout.
 
 -- name: OperationRunInsert :one
 INSERT INTO operation_run (name, description, selector, options, operation_template, operation_type, operation_code, total_phases, created_by)

@@ -1,4 +1,4 @@
-package operations
+package rollout
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/nicoflow/flow/firmware"
+	"github.com/nicoflow/flow/operations"
 )
 
 // Errors of operation runs. handler code maps them: ErrRunInvalid →
@@ -209,8 +210,8 @@ type Run struct {
 	Selector          Selector
 	Options           RunOptions
 	Template          RunTemplate
-	Type              OperationType
-	Code              OperationCode
+	Type              operations.OperationType
+	Code              operations.OperationCode
 	CurrentPhase      int
 	TotalPhases       int
 	CreatedAt         time.Time
@@ -219,7 +220,7 @@ type Run struct {
 	FinishedAt        *time.Time
 	Stats             *RunStats // only when asked for
 	// CreatedBy is the identity that created the run; its child tasks are
-	// submitted as it (Request.SubmittedBy). "" for runs created before
+	// submitted as it (operations.Request.SubmittedBy). "" for runs created before
 	// Flow recorded it.
 	CreatedBy string
 }
@@ -248,7 +249,7 @@ type Target struct {
 	TaskID         *uuid.UUID
 	Status         TargetStatus
 	Message        string
-	Components     map[ComponentType][]uuid.UUID
+	Components     map[operations.ComponentType][]uuid.UUID
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 }

@@ -1,4 +1,4 @@
-package operations
+package rollout
 
 import (
 	"cmp"
@@ -18,27 +18,28 @@ import (
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/operations/internal/dbsqlc"
+	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/rollout/internal/dbsqlc"
 )
 
 // DefaultMaxCandidates is the candidate-scope cap of a run when none is
 // configured (upstream's DefaultMaxCandidateScopeTargets).
 const DefaultMaxCandidates = 100
 
-// RunWaker arranges, through tx, for Rollouts.Wake(runID) to run at at:
+// RunWaker arranges, through tx, for Service.Wake(runID) to run at at:
 // the end of a conflict backoff or of the retry timeout.
 type RunWaker func(ctx context.Context, tx pgx.Tx, runID uuid.UUID, at time.Time) error
 
-// Rollouts runs operation runs (spec/orchestration.md §2, docs/rollouts.md):
+// Service runs operation runs (spec/orchestration.md §2, docs/rollouts.md):
 // planning at create, then a state machine advanced by events — the end of
-// a child task (RunEnded, inside the task's last checkpoint transaction),
+// a child task (TaskEnded, inside the task's last checkpoint transaction),
 // an operator control, or a wake-up job for a backoff — always under the
 // run's row lock, with child tasks written in the transaction that claims
 // their targets.
-type Rollouts struct {
+type Service struct {
 	pool          *pgxpool.Pool
 	q             *dbsqlc.Queries
-	tasks         *Tasks
+	tasks         *operations.Tasks
 	inv           *inventory.Service
 	keys          *firmware.Keyring
 	wake          RunWaker
@@ -46,25 +47,29 @@ type Rollouts struct {
 	maxCandidates int
 }
 
-// RolloutsConfig holds what Rollouts needs. MaxCandidates ≤ 0 means
+// Config holds what Service needs. MaxCandidates ≤ 0 means
 // DefaultMaxCandidates; Wake nil means backoffs end at the next sweep.
-type RolloutsConfig struct {
-	Pool          *pgxpool.Pool
-	Tasks         *Tasks
+type Config struct {
+	Pool  *pgxpool.Pool
+	Tasks *operations.Tasks
+	// Inv and Keys are the task manager's inventory and keyring (Keys nil:
+	// no encryption key configured, runs with credentials are refused).
+	Inv           *inventory.Service
+	Keys          *firmware.Keyring
 	Wake          RunWaker
 	Logger        *slog.Logger
 	MaxCandidates int
 }
 
-// NewRollouts returns the operation-run service. Wire its RunEnded after
-// Tasks.RunEnded in the engine's end-of-run hook.
-func NewRollouts(cfg RolloutsConfig) *Rollouts {
+// NewService returns the operation-run service. Register its TaskEnded
+// with cfg.Tasks.OnTaskEnd.
+func NewService(cfg Config) *Service {
 	maxC := cfg.MaxCandidates
 	if maxC <= 0 {
 		maxC = DefaultMaxCandidates
 	}
-	return &Rollouts{
-		pool: cfg.Pool, q: dbsqlc.New(), tasks: cfg.Tasks, inv: cfg.Tasks.inv, keys: cfg.Tasks.keys,
+	return &Service{
+		pool: cfg.Pool, q: dbsqlc.New(), tasks: cfg.Tasks, inv: cfg.Inv, keys: cfg.Keys,
 		wake: cfg.Wake, logger: cfg.Logger, maxCandidates: maxC,
 	}
 }
@@ -220,15 +225,15 @@ func normalize(in *CreateRunInput) error {
 // through tx, and makes the first pass (claiming the first targets and
 // writing their child tasks) in the same transaction; the caller commits.
 // Nothing is written on error: a *RunError (ErrRunInvalid), ErrRunNotFound
-// for an unknown excluded run, ErrNoEncryptionKey, or an inventory error of
+// for an unknown excluded run, operations.ErrNoEncryptionKey, or an inventory error of
 // resolving the scope.
-func (r *Rollouts) Create(ctx context.Context, tx pgx.Tx, in CreateRunInput) (uuid.UUID, error) {
+func (r *Service) Create(ctx context.Context, tx pgx.Tx, in CreateRunInput) (uuid.UUID, error) {
 	if err := normalize(&in); err != nil {
 		return uuid.Nil, err
 	}
 	if !in.Auth.Empty() {
 		if r.keys == nil {
-			return uuid.Nil, ErrNoEncryptionKey
+			return uuid.Nil, operations.ErrNoEncryptionKey
 		}
 		env, err := r.keys.Seal(in.Auth)
 		if err != nil {
@@ -258,7 +263,7 @@ func (r *Rollouts) Create(ctx context.Context, tx pgx.Tx, in CreateRunInput) (uu
 	tmpl, _ := json.Marshal(in.Template)
 	row, err := r.q.OperationRunInsert(ctx, tx, dbsqlc.OperationRunInsertParams{
 		Name: in.Name, Description: in.Description, Selector: sel, Options: opts, OperationTemplate: tmpl,
-		OperationType: string(OperationTypeFirmwareControl), OperationCode: string(CodeUpgrade), TotalPhases: int32(phases),
+		OperationType: string(operations.OperationTypeFirmwareControl), OperationCode: string(operations.CodeUpgrade), TotalPhases: int32(phases),
 		CreatedBy: in.CreatedBy,
 	})
 	if err != nil {
@@ -281,8 +286,8 @@ func (r *Rollouts) Create(ctx context.Context, tx pgx.Tx, in CreateRunInput) (uu
 }
 
 // excluded returns, per rack, the components earlier runs targeted.
-func (r *Rollouts) excluded(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]map[ComponentType][]uuid.UUID, error) {
-	taken := map[uuid.UUID]map[ComponentType][]uuid.UUID{}
+func (r *Service) excluded(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]map[operations.ComponentType][]uuid.UUID, error) {
+	taken := map[uuid.UUID]map[operations.ComponentType][]uuid.UUID{}
 	if len(ids) == 0 {
 		return taken, nil
 	}
@@ -300,13 +305,13 @@ func (r *Rollouts) excluded(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (ma
 		return nil, fmt.Errorf("read excluded targets: %w", err)
 	}
 	for _, row := range rows {
-		var comps map[ComponentType][]uuid.UUID
+		var comps map[operations.ComponentType][]uuid.UUID
 		if err := json.Unmarshal(row.ComponentsByType, &comps); err != nil {
 			return nil, fmt.Errorf("decode excluded target: %w", err)
 		}
 		m := taken[row.RackID]
 		if m == nil {
-			m = map[ComponentType][]uuid.UUID{}
+			m = map[operations.ComponentType][]uuid.UUID{}
 			taken[row.RackID] = m
 		}
 		for ct, cs := range comps {
@@ -317,7 +322,7 @@ func (r *Rollouts) excluded(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (ma
 }
 
 // candidates resolves the base scope (§2.3 step 1) and applies the cap.
-func (r *Rollouts) candidates(ctx context.Context, tx pgx.Tx, in CreateRunInput) ([]Candidate, error) {
+func (r *Service) candidates(ctx context.Context, tx pgx.Tx, in CreateRunInput) ([]Candidate, error) {
 	var spec inventory.TargetSpec
 	perComponent := false
 	switch {
@@ -355,12 +360,12 @@ func (r *Rollouts) candidates(ctx context.Context, tx pgx.Tx, in CreateRunInput)
 			continue
 		}
 		c := Candidate{
-			RackID: sel.Rack.ID, Components: map[ComponentType][]uuid.UUID{},
+			RackID: sel.Rack.ID, Components: map[operations.ComponentType][]uuid.UUID{},
 			Row:      sel.Rack.Location.Region + "/" + sel.Rack.Location.Datacenter + "/" + sel.Rack.Location.Room,
 			Position: sel.Rack.Location.Position,
 		}
 		for _, comp := range sel.Components {
-			c.Components[ComponentType(comp.Type)] = append(c.Components[ComponentType(comp.Type)], comp.ID)
+			c.Components[operations.ComponentType(comp.Type)] = append(c.Components[operations.ComponentType(comp.Type)], comp.ID)
 		}
 		out = append(out, c)
 		if perComponent {
@@ -376,7 +381,7 @@ func (r *Rollouts) candidates(ctx context.Context, tx pgx.Tx, in CreateRunInput)
 }
 
 // Run returns run id, with stats when withStats, or ErrRunNotFound.
-func (r *Rollouts) Run(ctx context.Context, dbtx db.DBTX, id uuid.UUID, withStats bool) (Run, error) {
+func (r *Service) Run(ctx context.Context, dbtx db.DBTX, id uuid.UUID, withStats bool) (Run, error) {
 	row, err := r.q.OperationRunGetByID(ctx, dbtx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, fmt.Errorf("%w: %s", ErrRunNotFound, id)
@@ -425,7 +430,7 @@ func runFromRow(row dbsqlc.OperationRun) (Run, error) {
 	run := Run{
 		ID: row.ID, Name: row.Name, Description: row.Description,
 		Status: RunStatus(row.Status), Reason: RunReason(row.StatusReason), Message: row.StatusMessage,
-		Type: OperationType(row.OperationType), Code: OperationCode(row.OperationCode),
+		Type: operations.OperationType(row.OperationType), Code: operations.OperationCode(row.OperationCode),
 		CurrentPhase: int(row.CurrentPhaseIndex), TotalPhases: int(row.TotalPhases),
 		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt, StartedAt: row.StartedAt, FinishedAt: row.FinishedAt,
 		CreatedBy: row.CreatedBy,
@@ -446,16 +451,16 @@ type RunFilter struct {
 		Reason RunReason
 	}
 	Kinds []struct {
-		Type OperationType
-		Code OperationCode
+		Type operations.OperationType
+		Code operations.OperationCode
 	}
 	Offset, Limit int
 }
 
 // ListRuns returns one page of runs, newest first, and the total matching.
-func (r *Rollouts) ListRuns(ctx context.Context, dbtx db.DBTX, f RunFilter) ([]Run, int, error) {
+func (r *Service) ListRuns(ctx context.Context, dbtx db.DBTX, f RunFilter) ([]Run, int, error) {
 	if f.Limit <= 0 {
-		f.Limit = DefaultListLimit
+		f.Limit = operations.DefaultListLimit
 	}
 	states, kinds := []string{}, []string{}
 	names, nameAny := likePatterns(f.Name)
@@ -505,13 +510,13 @@ type TargetFilter struct {
 // is the run's current phase index while the run is not terminal; a
 // terminal run has none, and all its phases count as completed. Future
 // phases are never listed.
-func (r *Rollouts) ListTargets(ctx context.Context, dbtx db.DBTX, runID uuid.UUID, f TargetFilter) ([]Target, int, error) {
+func (r *Service) ListTargets(ctx context.Context, dbtx db.DBTX, runID uuid.UUID, f TargetFilter) ([]Target, int, error) {
 	run, err := r.Run(ctx, dbtx, runID, false)
 	if err != nil {
 		return nil, 0, err
 	}
 	if f.Limit <= 0 {
-		f.Limit = DefaultListLimit
+		f.Limit = operations.DefaultListLimit
 	}
 	cur, last := run.CurrentPhase, run.CurrentPhase
 	if run.Status.Terminal() {
@@ -584,4 +589,11 @@ func likePatterns(q *inventory.StringQuery) ([]string, bool) {
 		out[i] = p
 	}
 	return out, q.AnyOf
+}
+
+// uniq returns ids sorted and without duplicates.
+func uniq(ids []uuid.UUID) []uuid.UUID {
+	out := slices.Clone(ids)
+	slices.SortFunc(out, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
+	return slices.Compact(out)
 }

@@ -1,4 +1,4 @@
-package operations
+package rollout
 
 import (
 	"context"
@@ -15,7 +15,8 @@ import (
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/operations/internal/dbsqlc"
+	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/rollout/internal/dbsqlc"
 )
 
 // TriggerOperationRun is the trigger type of a run's child tasks; their
@@ -44,7 +45,7 @@ func (s *runState) set(status RunStatus, reason RunReason, msg string) {
 func (s *runState) status() RunStatus { return RunStatus(s.row.Status) }
 
 // lock reads run id under its row lock.
-func (r *Rollouts) lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*runState, error) {
+func (r *Service) lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*runState, error) {
 	row, err := r.q.OperationRunLock(ctx, tx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", ErrRunNotFound, id)
@@ -60,7 +61,7 @@ func (r *Rollouts) lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*runState
 	return st, nil
 }
 
-func (r *Rollouts) save(ctx context.Context, tx pgx.Tx, st *runState) error {
+func (r *Service) save(ctx context.Context, tx pgx.Tx, st *runState) error {
 	return r.q.OperationRunUpdate(ctx, tx, dbsqlc.OperationRunUpdateParams{
 		ID: st.row.ID, Status: st.row.Status, StatusReason: st.row.StatusReason, StatusMessage: st.row.StatusMessage,
 		CurrentPhaseIndex: st.row.CurrentPhaseIndex, WakeAt: st.row.WakeAt, StartedAt: st.row.StartedAt, FinishedAt: st.row.FinishedAt,
@@ -72,7 +73,7 @@ func (r *Rollouts) save(ctx context.Context, tx pgx.Tx, st *runState) error {
 // finishes the run, pauses it at a gate or the conflict timeout, opens the
 // next phase, or claims targets up to the concurrency limit, writing their
 // child tasks through tx. The caller commits.
-func (r *Rollouts) tick(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+func (r *Service) tick(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	st, err := r.lock(ctx, tx, id)
 	if err != nil {
 		return err
@@ -83,7 +84,7 @@ func (r *Rollouts) tick(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	return r.save(ctx, tx, st)
 }
 
-func (r *Rollouts) pass(ctx context.Context, tx pgx.Tx, st *runState) error {
+func (r *Service) pass(ctx context.Context, tx pgx.Tx, st *runState) error {
 	for range int(st.row.TotalPhases) + 3 {
 		phase := st.row.CurrentPhaseIndex
 		targets, err := r.q.OperationRunTargetsOfPhaseForUpdate(ctx, tx, dbsqlc.OperationRunTargetsOfPhaseForUpdateParams{OperationRunID: st.row.ID, PhaseIndex: phase})
@@ -195,7 +196,7 @@ func gateTripped(gates []Gate, counts []dbsqlc.OperationRunTargetPhaseCountsRow,
 	return "", false
 }
 
-func (r *Rollouts) conflictTimeout(run Run, targets []dbsqlc.OperationRunTargetsOfPhaseForUpdateRow) (string, bool) {
+func (r *Service) conflictTimeout(run Run, targets []dbsqlc.OperationRunTargetsOfPhaseForUpdateRow) (string, bool) {
 	for _, t := range targets {
 		if TargetStatus(t.OperationRunTarget.Status) != TargetBlocked {
 			continue
@@ -211,7 +212,7 @@ func (r *Rollouts) conflictTimeout(run Run, targets []dbsqlc.OperationRunTargets
 }
 
 // reconcile mirrors finished child tasks into their targets (§2.5).
-func (r *Rollouts) reconcile(ctx context.Context, tx pgx.Tx, targets []dbsqlc.OperationRunTargetsOfPhaseForUpdateRow) error {
+func (r *Service) reconcile(ctx context.Context, tx pgx.Tx, targets []dbsqlc.OperationRunTargetsOfPhaseForUpdateRow) error {
 	for i := range targets {
 		t := &targets[i].OperationRunTarget
 		if TargetStatus(t.Status) != TargetSubmitted {
@@ -221,7 +222,7 @@ func (r *Rollouts) reconcile(ctx context.Context, tx pgx.Tx, targets []dbsqlc.Op
 		switch {
 		case t.TaskID == nil:
 			next, msg = TargetFailed, "child task was deleted"
-		case TaskStatus(targets[i].TaskStatus).Finished():
+		case operations.TaskStatus(targets[i].TaskStatus).Finished():
 			next, msg = TargetStatus(targets[i].TaskStatus), targets[i].TaskMessage
 		default:
 			continue
@@ -239,7 +240,7 @@ func (r *Rollouts) reconcile(ctx context.Context, tx pgx.Tx, targets []dbsqlc.Op
 // claim submits child tasks for claimable targets of the current phase, in
 // sequence order, until max_concurrent_targets are active (§2.6). It
 // reports whether a submission failed a target.
-func (r *Rollouts) claim(ctx context.Context, tx pgx.Tx, st *runState, targets []dbsqlc.OperationRunTargetsOfPhaseForUpdateRow) (bool, error) {
+func (r *Service) claim(ctx context.Context, tx pgx.Tx, st *runState, targets []dbsqlc.OperationRunTargetsOfPhaseForUpdateRow) (bool, error) {
 	now := time.Now()
 	active := 0
 	for _, t := range targets {
@@ -280,7 +281,7 @@ func (r *Rollouts) claim(ctx context.Context, tx pgx.Tx, st *runState, targets [
 		case err == nil:
 			p.Status, p.Message, p.TaskID = string(TargetSubmitted), "child task submitted", &taskID
 			submitted++
-		case errors.Is(err, ErrConflict):
+		case errors.Is(err, operations.ErrConflict):
 			if rs.BlockedSince == nil {
 				rs.BlockedSince = &now
 			}
@@ -361,7 +362,7 @@ func earliest(a, b *time.Time) *time.Time {
 // isRequestError reports whether a submission error is the target's own
 // (it can never run as planned) rather than a fault of the pass.
 func isRequestError(err error) bool {
-	for _, e := range []error{ErrInvalidRequest, ErrNotApplicable, ErrQueueFull, ErrNoEncryptionKey, ErrRuleNotFound, ErrRuleMismatch, ErrInvalidRule,
+	for _, e := range []error{operations.ErrInvalidRequest, operations.ErrNotApplicable, operations.ErrQueueFull, operations.ErrNoEncryptionKey, operations.ErrRuleNotFound, operations.ErrRuleMismatch, operations.ErrInvalidRule,
 		inventory.ErrInvalidArgument, inventory.ErrRackNotFound, inventory.ErrComponentNotFound, inventory.ErrNoRack, inventory.ErrAmbiguous} {
 		if errors.Is(err, e) {
 			return true
@@ -373,24 +374,24 @@ func isRequestError(err error) bool {
 
 // submit writes target t's child task inside a savepoint of tx, so a
 // rejected submission leaves the pass's other writes intact.
-func (r *Rollouts) submit(ctx context.Context, tx pgx.Tx, run Run, t *dbsqlc.OperationRunTarget) (uuid.UUID, error) {
-	var comps map[ComponentType][]uuid.UUID
+func (r *Service) submit(ctx context.Context, tx pgx.Tx, run Run, t *dbsqlc.OperationRunTarget) (uuid.UUID, error) {
+	var comps map[operations.ComponentType][]uuid.UUID
 	if err := json.Unmarshal(t.ComponentsByType, &comps); err != nil {
-		return uuid.Nil, fmt.Errorf("%w: target components: %v", ErrInvalidRequest, err)
+		return uuid.Nil, fmt.Errorf("%w: target components: %v", operations.ErrInvalidRequest, err)
 	}
 	spec, err := r.childTargets(ctx, tx, t.RackID, comps)
 	if err != nil {
 		return uuid.Nil, err
 	}
 	tm := run.Template
-	req := Request{
-		Type: OperationTypeFirmwareControl, Code: CodeUpgrade, Targets: spec,
+	req := operations.Request{
+		Type: operations.OperationTypeFirmwareControl, Code: operations.CodeUpgrade, Targets: spec,
 		Description:    tm.Description,
 		RequiredRackID: t.RackID, IdempotencyKey: "operation-run-target:" + t.ID.String(),
 		TriggerType: TriggerOperationRun, TriggerID: run.ID.String(),
 		SubmittedBy: run.CreatedBy,
-		Payload: Payload{
-			Operation: firmwareOperations[CodeUpgrade], SubTargets: tm.SubTargets, StartTime: tm.StartTime, EndTime: tm.EndTime,
+		Payload: operations.Payload{
+			Operation: operations.FirmwareOperation(operations.CodeUpgrade), SubTargets: tm.SubTargets, StartTime: tm.StartTime, EndTime: tm.EndTime,
 			OverrideReadinessCheck: tm.OverrideReadinessCheck, OverrideVersionCheck: tm.OverrideVersionCheck,
 		},
 	}
@@ -405,11 +406,11 @@ func (r *Rollouts) submit(ctx context.Context, tx pgx.Tx, run Run, t *dbsqlc.Ope
 	}
 	if tm.Auth != nil {
 		if r.keys == nil {
-			return uuid.Nil, ErrNoEncryptionKey
+			return uuid.Nil, operations.ErrNoEncryptionKey
 		}
 		auth, err := r.keys.Open(tm.Auth)
 		if err != nil {
-			return uuid.Nil, fmt.Errorf("%w: open firmware credentials: %v", ErrInvalidRequest, err)
+			return uuid.Nil, fmt.Errorf("%w: open firmware credentials: %v", operations.ErrInvalidRequest, err)
 		}
 		req.Auth = auth
 	}
@@ -420,7 +421,7 @@ func (r *Rollouts) submit(ctx context.Context, tx pgx.Tx, run Run, t *dbsqlc.Ope
 	spCtx, hooks := db.WithCommitHooks(ctx)
 	ids, err := r.tasks.Submit(spCtx, sp, req)
 	if err == nil && len(ids) != 1 {
-		err = fmt.Errorf("%w: submission returned %d tasks, want 1", ErrInvalidRequest, len(ids))
+		err = fmt.Errorf("%w: submission returned %d tasks, want 1", operations.ErrInvalidRequest, len(ids))
 	}
 	if err != nil {
 		if rerr := sp.Rollback(context.WithoutCancel(ctx)); rerr != nil {
@@ -439,7 +440,7 @@ func (r *Rollouts) submit(ctx context.Context, tx pgx.Tx, run Run, t *dbsqlc.Ope
 // components. When they are still all of the rack's components of their
 // types (the usual case), the spec names the rack with those types, which
 // resolves in a few queries; otherwise it names each component.
-func (r *Rollouts) childTargets(ctx context.Context, tx pgx.Tx, rackID uuid.UUID, comps map[ComponentType][]uuid.UUID) (inventory.TargetSpec, error) {
+func (r *Service) childTargets(ctx context.Context, tx pgx.Tx, rackID uuid.UUID, comps map[operations.ComponentType][]uuid.UUID) (inventory.TargetSpec, error) {
 	types := slices.Sorted(mapKeys(comps))
 	var want []uuid.UUID
 	byRack := inventory.TargetSpec{Racks: []inventory.RackTarget{{Rack: inventory.RackRef{ID: rackID}}}}
@@ -485,16 +486,13 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 	}
 }
 
-// RunEnded is the end-of-run hook of operation runs; wire it after
-// Tasks.RunEnded, in the same transaction. When the ended task is a run's
-// child, the run advances now (the freed slot is refilled before the
-// checkpoint commits); when the task's rack had blocked targets, they retry
-// now instead of at the end of their backoff.
-func (r *Rollouts) RunEnded(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
-	taskID, err := taskIDOf(run.Owner)
-	if err != nil {
-		return nil
-	}
+// TaskEnded is the end-of-task hook of operation runs (register it with
+// operations.Tasks.OnTaskEnd): it runs in the ended task's last checkpoint
+// transaction. When the task is a run's child, the run advances now (the
+// freed slot is refilled before the checkpoint commits); when the task's
+// rack had blocked targets, they retry now instead of at the end of their
+// backoff.
+func (r *Service) TaskEnded(ctx context.Context, tx pgx.Tx, taskID uuid.UUID) error {
 	runs, err := r.q.OperationRunTargetRunByTask(ctx, tx, &taskID)
 	if err != nil {
 		return fmt.Errorf("find run of task %s: %w", taskID, err)
@@ -532,7 +530,7 @@ func (r *Rollouts) RunEnded(ctx context.Context, tx pgx.Tx, run engine.RunSummar
 
 // Wake advances run id in its own transaction: the job a RunWaker
 // schedules, and the sweep's per-run step.
-func (r *Rollouts) Wake(ctx context.Context, id uuid.UUID) error {
+func (r *Service) Wake(ctx context.Context, id uuid.UUID) error {
 	err := db.BeginFunc(ctx, r.pool, func(ctx context.Context, tx pgx.Tx) error {
 		st, err := r.lock(ctx, tx, id)
 		if err != nil {
@@ -554,7 +552,7 @@ func (r *Rollouts) Wake(ctx context.Context, id uuid.UUID) error {
 
 // Sweep advances every pending or running run: the safety net behind
 // event-driven advancement (run at startup and periodically by the leader).
-func (r *Rollouts) Sweep(ctx context.Context) error {
+func (r *Service) Sweep(ctx context.Context) error {
 	ids, err := r.q.OperationRunActiveIDs(ctx, r.pool, 1000)
 	if err != nil {
 		return err
@@ -569,7 +567,7 @@ func (r *Rollouts) Sweep(ctx context.Context) error {
 
 // control runs fn on run id under its lock in a new transaction, saves the
 // run and returns it as it now is.
-func (r *Rollouts) control(ctx context.Context, id uuid.UUID, fn func(tx pgx.Tx, st *runState) error) (Run, error) {
+func (r *Service) control(ctx context.Context, id uuid.UUID, fn func(tx pgx.Tx, st *runState) error) (Run, error) {
 	err := db.BeginFunc(ctx, r.pool, func(ctx context.Context, tx pgx.Tx) error {
 		st, err := r.lock(ctx, tx, id)
 		if err != nil {
@@ -593,7 +591,7 @@ func terminalError(st *runState, verb string) error {
 // Pause pauses a pending or running run (operator_paused); a paused run is
 // returned unchanged, keeping its reason. Children keep running. A terminal
 // run is ErrRunState.
-func (r *Rollouts) Pause(ctx context.Context, id uuid.UUID) (Run, error) {
+func (r *Service) Pause(ctx context.Context, id uuid.UUID) (Run, error) {
 	return r.control(ctx, id, func(_ pgx.Tx, st *runState) error {
 		switch s := st.status(); {
 		case s.Terminal():
@@ -612,7 +610,7 @@ func (r *Rollouts) Pause(ctx context.Context, id uuid.UUID) (Run, error) {
 // restarts the retry-timeout clock of blocked targets, so the run does not
 // pause again at once for what the operator has just seen. The run then
 // advances in the same transaction.
-func (r *Rollouts) Resume(ctx context.Context, id uuid.UUID) (Run, error) {
+func (r *Service) Resume(ctx context.Context, id uuid.UUID) (Run, error) {
 	return r.control(ctx, id, func(tx pgx.Tx, st *runState) error {
 		switch s := st.status(); {
 		case s.Terminal():
@@ -637,7 +635,7 @@ func (r *Rollouts) Resume(ctx context.Context, id uuid.UUID) (Run, error) {
 // when set, must be the index of that next phase. It is ErrRunState when
 // the run is not at a phase gate or has no next phase, and a *RunError for
 // a wrong expected index.
-func (r *Rollouts) Advance(ctx context.Context, id uuid.UUID, expected *int) (Run, error) {
+func (r *Service) Advance(ctx context.Context, id uuid.UUID, expected *int) (Run, error) {
 	return r.control(ctx, id, func(tx pgx.Tx, st *runState) error {
 		if s := st.status(); s.Terminal() {
 			return terminalError(st, "advance")
@@ -663,7 +661,7 @@ func (r *Rollouts) Advance(ctx context.Context, id uuid.UUID, expected *int) (Ru
 // cancelled in its own transaction (its target becomes terminated as it
 // ends). Cancelling a cancelled run returns it unchanged, cancelling any
 // child still running; a completed or failed run is ErrRunState.
-func (r *Rollouts) Cancel(ctx context.Context, id uuid.UUID, reason string) (Run, error) {
+func (r *Service) Cancel(ctx context.Context, id uuid.UUID, reason string) (Run, error) {
 	var children []uuid.UUID
 	run, err := r.control(ctx, id, func(tx pgx.Tx, st *runState) error {
 		switch s := st.status(); {
@@ -698,9 +696,9 @@ func (r *Rollouts) Cancel(ctx context.Context, id uuid.UUID, reason string) (Run
 		return Run{}, err
 	}
 	// Not under the run's lock: a child's end takes its task's locks, then
-	// the run's (RunEnded), and the cancel here takes them the other way.
+	// the run's (TaskEnded), and the cancel here takes them the other way.
 	for _, child := range children {
-		if _, err := r.tasks.Cancel(ctx, child); err != nil && !errors.Is(err, ErrNotCancellable) && !errors.Is(err, ErrTaskNotFound) {
+		if _, err := r.tasks.Cancel(ctx, child); err != nil && !errors.Is(err, operations.ErrNotCancellable) && !errors.Is(err, operations.ErrTaskNotFound) {
 			r.logger.WarnContext(ctx, "cannot cancel operation run child task; cancel the run again", "operation_run_id", id, "task_id", child, "error", err.Error())
 		}
 	}
@@ -708,4 +706,18 @@ func (r *Rollouts) Cancel(ctx context.Context, id uuid.UUID, reason string) (Run
 		return run, nil
 	}
 	return r.Run(ctx, r.pool, id, false)
+}
+
+// maxMessage is the longest target message, as operations caps a task's.
+const maxMessage = 512
+
+// firstLine returns the first line of s, at most maxMessage bytes.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > maxMessage {
+		s = s[:maxMessage]
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package operations
+package rollout
 
 import (
 	"context"
@@ -16,25 +16,26 @@ import (
 
 	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
-// RolloutHandler implements the eight operation-run methods of v1.Flow.
+// Handler implements the eight operation-run methods of v1.Flow.
 // app embeds it in the one Flow handler. (It lives beside handler.go, not
 // in it, so parallel work on the other groups merges cleanly.)
-type RolloutHandler struct {
+type Handler struct {
 	pool *pgxpool.Pool
-	runs *Rollouts
+	runs *Service
 }
 
-// NewRolloutHandler returns a RolloutHandler serving runs over pool.
-func NewRolloutHandler(pool *pgxpool.Pool, runs *Rollouts) *RolloutHandler {
-	return &RolloutHandler{pool: pool, runs: runs}
+// NewHandler returns a Handler serving runs over pool.
+func NewHandler(pool *pgxpool.Pool, runs *Service) *Handler {
+	return &Handler{pool: pool, runs: runs}
 }
 
 // CreateOperationRun plans a run and writes it with all its targets (and
 // its first child tasks) in one transaction.
-func (h *RolloutHandler) CreateOperationRun(ctx context.Context, req *flowv1.CreateOperationRunRequest) (*flowv1.CreateOperationRunResponse, error) {
+func (h *Handler) CreateOperationRun(ctx context.Context, req *flowv1.CreateOperationRunRequest) (*flowv1.CreateOperationRunResponse, error) {
 	in, err := createInputFromProto(req)
 	if err != nil {
 		return nil, runError(err)
@@ -53,7 +54,7 @@ func (h *RolloutHandler) CreateOperationRun(ctx context.Context, req *flowv1.Cre
 
 // GetOperationRun returns a run with its configuration, and stats when
 // asked.
-func (h *RolloutHandler) GetOperationRun(ctx context.Context, req *flowv1.GetOperationRunRequest) (*flowv1.GetOperationRunResponse, error) {
+func (h *Handler) GetOperationRun(ctx context.Context, req *flowv1.GetOperationRunRequest) (*flowv1.GetOperationRunResponse, error) {
 	id, err := parseUUID("id", req.GetId())
 	if err != nil {
 		return nil, err
@@ -102,7 +103,7 @@ var (
 )
 
 // ListOperationRuns lists run summaries, newest first.
-func (h *RolloutHandler) ListOperationRuns(ctx context.Context, req *flowv1.ListOperationRunsRequest) (*flowv1.ListOperationRunsResponse, error) {
+func (h *Handler) ListOperationRuns(ctx context.Context, req *flowv1.ListOperationRunsRequest) (*flowv1.ListOperationRunsResponse, error) {
 	var f RunFilter
 	if q := req.GetFilter().GetName(); q != nil && len(q.GetPatterns()) > 0 {
 		f.Name = &inventory.StringQuery{Patterns: q.GetPatterns(), Wildcard: q.GetIsWildcard(), AnyOf: q.GetUseOr()}
@@ -134,9 +135,9 @@ func (h *RolloutHandler) ListOperationRuns(ctx context.Context, req *flowv1.List
 			return nil, err
 		}
 		f.Kinds = append(f.Kinds, struct {
-			Type OperationType
-			Code OperationCode
-		}{t, OperationCode(k.GetCode())})
+			Type operations.OperationType
+			Code operations.OperationCode
+		}{t, operations.OperationCode(k.GetCode())})
 	}
 	var err error
 	if f.Offset, f.Limit, err = pageFromProto(req.Pagination); err != nil {
@@ -160,14 +161,14 @@ func pageFromProto(p *flowv1.Pagination) (int, int, error) {
 	if p.GetOffset() < 0 {
 		return 0, 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("pagination.offset: must not be negative, got %d", p.GetOffset()))
 	}
-	if p.GetLimit() < 0 || p.GetLimit() > MaxListLimit {
-		return 0, 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("pagination.limit: must be between 0 and %d, got %d", MaxListLimit, p.GetLimit()))
+	if p.GetLimit() < 0 || p.GetLimit() > operations.MaxListLimit {
+		return 0, 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("pagination.limit: must be between 0 and %d, got %d", operations.MaxListLimit, p.GetLimit()))
 	}
 	return int(p.GetOffset()), int(p.GetLimit()), nil
 }
 
 // ListOperationRunTargets lists a run's targets in a phase scope.
-func (h *RolloutHandler) ListOperationRunTargets(ctx context.Context, req *flowv1.ListOperationRunTargetsRequest) (*flowv1.ListOperationRunTargetsResponse, error) {
+func (h *Handler) ListOperationRunTargets(ctx context.Context, req *flowv1.ListOperationRunTargetsRequest) (*flowv1.ListOperationRunTargetsResponse, error) {
 	id, err := parseUUID("operation_run_id", req.GetOperationRunId())
 	if err != nil {
 		return nil, err
@@ -205,18 +206,18 @@ func (h *RolloutHandler) ListOperationRunTargets(ctx context.Context, req *flowv
 }
 
 // PauseOperationRun pauses a run (operator pause) and returns it.
-func (h *RolloutHandler) PauseOperationRun(ctx context.Context, req *flowv1.PauseOperationRunRequest) (*flowv1.OperationRun, error) {
+func (h *Handler) PauseOperationRun(ctx context.Context, req *flowv1.PauseOperationRunRequest) (*flowv1.OperationRun, error) {
 	return h.control(req.GetId(), func(id uuid.UUID) (Run, error) { return h.runs.Pause(ctx, id) })
 }
 
 // ResumeOperationRun resumes a paused run and returns it.
-func (h *RolloutHandler) ResumeOperationRun(ctx context.Context, req *flowv1.ResumeOperationRunRequest) (*flowv1.OperationRun, error) {
+func (h *Handler) ResumeOperationRun(ctx context.Context, req *flowv1.ResumeOperationRunRequest) (*flowv1.OperationRun, error) {
 	return h.control(req.GetId(), func(id uuid.UUID) (Run, error) { return h.runs.Resume(ctx, id) })
 }
 
 // AdvanceOperationRunPhase opens the next phase of a run paused at a phase
 // gate and returns it.
-func (h *RolloutHandler) AdvanceOperationRunPhase(ctx context.Context, req *flowv1.AdvanceOperationRunPhaseRequest) (*flowv1.OperationRun, error) {
+func (h *Handler) AdvanceOperationRunPhase(ctx context.Context, req *flowv1.AdvanceOperationRunPhaseRequest) (*flowv1.OperationRun, error) {
 	var expected *int
 	if req.ExpectedPhaseIndex != nil {
 		v := int(req.GetExpectedPhaseIndex())
@@ -226,11 +227,11 @@ func (h *RolloutHandler) AdvanceOperationRunPhase(ctx context.Context, req *flow
 }
 
 // CancelOperationRun cancels a run and returns it.
-func (h *RolloutHandler) CancelOperationRun(ctx context.Context, req *flowv1.CancelOperationRunRequest) (*flowv1.OperationRun, error) {
+func (h *Handler) CancelOperationRun(ctx context.Context, req *flowv1.CancelOperationRunRequest) (*flowv1.OperationRun, error) {
 	return h.control(req.GetId(), func(id uuid.UUID) (Run, error) { return h.runs.Cancel(ctx, id, req.GetReason()) })
 }
 
-func (h *RolloutHandler) control(pid *flowv1.UUID, fn func(uuid.UUID) (Run, error)) (*flowv1.OperationRun, error) {
+func (h *Handler) control(pid *flowv1.UUID, fn func(uuid.UUID) (Run, error)) (*flowv1.OperationRun, error) {
 	id, err := parseUUID("id", pid)
 	if err != nil {
 		return nil, err
@@ -253,13 +254,13 @@ func runError(err error) error {
 	case errors.Is(err, ErrRunState):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
-	return taskError(err)
+	return operations.ConnectError(err)
 }
 
-var componentTypeFromProto = map[flowv1.ComponentType]ComponentType{
-	flowv1.ComponentType_COMPONENT_TYPE_COMPUTE: ComponentTypeCompute, flowv1.ComponentType_COMPONENT_TYPE_NVSWITCH: ComponentTypeNVSwitch,
-	flowv1.ComponentType_COMPONENT_TYPE_POWERSHELF: ComponentTypePowerShelf, flowv1.ComponentType_COMPONENT_TYPE_TORSWITCH: ComponentTypeToRSwitch,
-	flowv1.ComponentType_COMPONENT_TYPE_UMS: ComponentTypeUMS, flowv1.ComponentType_COMPONENT_TYPE_CDU: ComponentTypeCDU,
+var componentTypeFromProto = map[flowv1.ComponentType]operations.ComponentType{
+	flowv1.ComponentType_COMPONENT_TYPE_COMPUTE: operations.ComponentTypeCompute, flowv1.ComponentType_COMPONENT_TYPE_NVSWITCH: operations.ComponentTypeNVSwitch,
+	flowv1.ComponentType_COMPONENT_TYPE_POWERSHELF: operations.ComponentTypePowerShelf, flowv1.ComponentType_COMPONENT_TYPE_TORSWITCH: operations.ComponentTypeToRSwitch,
+	flowv1.ComponentType_COMPONENT_TYPE_UMS: operations.ComponentTypeUMS, flowv1.ComponentType_COMPONENT_TYPE_CDU: operations.ComponentTypeCDU,
 }
 
 var componentTypeToProtoMap = reverse(componentTypeFromProto)
@@ -416,7 +417,7 @@ func createInputFromProto(req *flowv1.CreateOperationRunRequest) (CreateRunInput
 		}
 		in.Template.ExcludeRunIDs = append(in.Template.ExcludeRunIDs, id)
 	}
-	auth, err := authFromProto(fw.GetAuthenticationData(), fw.GetSubTargets())
+	auth, err := operations.AuthFromProto(fw.GetAuthenticationData(), fw.GetSubTargets())
 	if err != nil {
 		return in, err
 	}
@@ -585,4 +586,55 @@ func targetToProto(t Target) *flowv1.OperationRunTarget {
 		out.ComponentsByType.Groups = append(out.ComponentsByType.Groups, g)
 	}
 	return out
+}
+
+// componentTypes are the component types in the order targets list them.
+var componentTypes = []operations.ComponentType{
+	operations.ComponentTypeCompute, operations.ComponentTypeNVSwitch, operations.ComponentTypePowerShelf,
+	operations.ComponentTypeToRSwitch, operations.ComponentTypeUMS, operations.ComponentTypeCDU,
+}
+
+// parseUUID reads a required UUID field, answering InvalidArgument that names
+// the field.
+func parseUUID(field string, u *flowv1.UUID) (uuid.UUID, error) {
+	if u.GetId() == "" {
+		return uuid.Nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is required", field))
+	}
+	id, err := uuid.Parse(u.GetId())
+	if err != nil {
+		return uuid.Nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: invalid UUID %q", field, u.GetId()))
+	}
+	return id, nil
+}
+
+// operationTypeFromProto maps the wire enum, which has only the two types
+// users may write rules for.
+func operationTypeFromProto(field string, t flowv1.OperationType) (operations.OperationType, error) {
+	switch t {
+	case flowv1.OperationType_OPERATION_TYPE_POWER_CONTROL:
+		return operations.OperationTypePowerControl, nil
+	case flowv1.OperationType_OPERATION_TYPE_FIRMWARE_CONTROL:
+		return operations.OperationTypeFirmwareControl, nil
+	}
+	return "", connect.NewError(connect.CodeInvalidArgument,
+		fmt.Errorf("%s: must be OPERATION_TYPE_POWER_CONTROL or OPERATION_TYPE_FIRMWARE_CONTROL, got %v", field, t))
+}
+
+// operationTypeToProto maps a type to the wire enum; types the enum lacks
+// (bring_up, decommission, inject_expectation) become UNKNOWN.
+func operationTypeToProto(t operations.OperationType) flowv1.OperationType {
+	switch t {
+	case operations.OperationTypePowerControl:
+		return flowv1.OperationType_OPERATION_TYPE_POWER_CONTROL
+	case operations.OperationTypeFirmwareControl:
+		return flowv1.OperationType_OPERATION_TYPE_FIRMWARE_CONTROL
+	}
+	return flowv1.OperationType_OPERATION_TYPE_UNKNOWN
+}
+
+func ts(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
 }
