@@ -22,6 +22,7 @@ import (
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/reconcile"
 )
 
@@ -115,12 +116,12 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	inv := inventory.NewService()
 	inv.SetMaxComponentsPerRack(cfg.Limits.Components)
 	s.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: s.backends.nico, Logger: logger, Expected: cfg.SystemJobs.ExpectedInventorySync})
-	var leak *operations.LeakDetector
+	var leak *eventrule.LeakDetector
 	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, func(ctx context.Context) error { return leak.Run(ctx) }, logger); err != nil {
 		return nil, err
 	}
 	s.system.pool = pool
-	var eventRules *operations.EventRules
+	var eventRules *eventrule.Service
 	// Executions whose job died with a killed process run again within
 	// seconds instead of after River's rescue window (docs/event-rules.md).
 	if err := s.system.Add(SystemJob{Name: EventRuleRescueJob, Interval: eventRuleRescueInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
@@ -136,7 +137,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	var tasks *operations.Tasks
 	var runs *operations.Rollouts
 	scheduleWorker := &operations.ScheduleWorker{}
-	eventWorker := &operations.EventExecutionWorker{}
+	eventWorker := &eventrule.ExecutionWorker{}
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
 		// A task's end is also its operation run's event: the run advances
 		// in the same transaction.
@@ -173,7 +174,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Pool: pool, Rules: rules, Inv: inv, Engine: s.engine, Backends: s.backends.managers, Keys: keys, Logger: logger,
 		Expiry: scheduleQueueExpiry(s.river), Observer: obs, Tracer: s.tel.tracerFor("github.com/nicoflow/flow/operations"),
 	})
-	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, operations.ScheduleQueue, operations.EventRuleQueue}))
+	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, operations.ScheduleQueue, eventrule.Queue}))
 	watchRiverJobs(context.WithoutCancel(ctx), s.river, s.tel.metrics)
 	runs = operations.NewRollouts(operations.RolloutsConfig{
 		Pool: pool, Tasks: tasks, Wake: scheduleRunWake(s.river), Logger: logger, MaxCandidates: cfg.RunMaxCandidates,
@@ -182,12 +183,12 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: operations.RiverFireScheduler(s.river),
 	})
 	scheduleWorker.Schedules = schedules
-	eventRules = operations.NewEventRules(operations.EventRulesConfig{
-		Pool: pool, Inv: inv, Tasks: tasks, Enqueue: operations.RiverExecutionEnqueuer(s.river), Logger: logger,
+	eventRules = eventrule.NewService(eventrule.Config{
+		Pool: pool, Inv: inv, Tasks: tasks, Enqueue: eventrule.RiverExecutionEnqueuer(s.river), Logger: logger,
 	})
 	eventWorker.Rules = eventRules
 	inv.SetLeakHandling(eventRules.LeakHandling)
-	leak = operations.NewLeakDetector(operations.LeakDetectorConfig{
+	leak = eventrule.NewLeakDetector(eventrule.LeakDetectorConfig{
 		Pool: pool, Inv: inv, Rules: eventRules, Tasks: tasks, Source: s.backends.nico,
 		EventRules: cfg.SystemJobs.LeakEventRules, Logger: logger,
 	})
@@ -207,7 +208,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		rolloutHandler:    operations.NewRolloutHandler(pool, runs),
 		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers).WithDrift(s.syncer), pool),
 		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
-		eventRuleHandler:  operations.NewEventRuleHandler(pool, eventRules),
+		eventRuleHandler:  eventrule.NewHandler(pool, eventRules),
 	}
 	svc.taskHandler.LimitSubmits(cfg.Limits.orDefault().Submits)
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer)}

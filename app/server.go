@@ -17,6 +17,7 @@ import (
 	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/reconcile"
@@ -48,7 +49,7 @@ type (
 	rolloutHandler    = operations.RolloutHandler
 	reconcileHandler  = reconcile.Handler
 	scheduleHandler   = operations.ScheduleHandler
-	eventRuleHandler  = operations.EventRuleHandler
+	eventRuleHandler  = eventrule.Handler
 )
 
 type unimplemented struct {

@@ -1,4 +1,4 @@
-package operations_test
+package eventrule_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule"
 )
 
 // leakSource is a scripted NICo Core leak view.
@@ -48,8 +48,8 @@ func (b *pipelineBundle) linked(t *testing.T) inventory.Component {
 	return b.at(t, inventory.ComponentTypeCompute, 10)
 }
 
-func (b *pipelineBundle) detector(src operations.LeakSource, events bool) *operations.LeakDetector {
-	return operations.NewLeakDetector(operations.LeakDetectorConfig{
+func (b *pipelineBundle) detector(src eventrule.LeakSource, events bool) *eventrule.LeakDetector {
+	return eventrule.NewLeakDetector(eventrule.LeakDetectorConfig{
 		Pool: b.pool, Inv: inventory.NewService(), Rules: b.rules, Tasks: b.tasks, Source: src, EventRules: events,
 	})
 }
@@ -136,7 +136,7 @@ func TestLeakDetectorsConcurrently(t *testing.T) {
 	one, two := b.detector(src, true), b.detector(src, true)
 	var wg sync.WaitGroup
 	for range 5 {
-		for _, d := range []*operations.LeakDetector{one, two} {
+		for _, d := range []*eventrule.LeakDetector{one, two} {
 			wg.Go(func() { require.NoError(t, d.Run(context.Background())) })
 		}
 	}
@@ -166,7 +166,7 @@ func TestLeakLegacyPath(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT operation_code, trigger_type, submitted_by, component_ids FROM task ORDER BY created_at LIMIT 1`).Scan(&code, &trigger, &by, &ids))
 	require.Equal(t, "force_power_off", code)
 	require.Empty(t, trigger)
-	require.Equal(t, operations.LeakDetectionCreator, by)
+	require.Equal(t, eventrule.LeakDetectionCreator, by)
 	require.Equal(t, []uuid.UUID{tray.ID}, ids, "the leaking device only")
 	require.Equal(t, inventory.LeakDetected, b.leakStatus(t, tray.ID))
 }
