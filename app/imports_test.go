@@ -38,8 +38,11 @@ var allowedImports = map[string][]string{
 	"operations":  {"db", "caller", "engine", "inventory", "backend", "firmware", "nico", "psm"},
 	// edge is the request edge (limits, strict JSON, identity, roles,
 	// audit, TLS, health): no domain, only the caller's identity.
-	"edge":     {"caller"},
-	"cmd/flow": {"app"},
+	"edge": {"caller"},
+	// event rules and leak detection reach the task manager only through
+	// its exported API; operations imports none of them.
+	"operations/eventrule": {"db", "caller", "inventory", "operations"},
+	"cmd/flow":             {"app"},
 	// cli talks to the server only through the generated Connect client;
 	// operations only for the rule file format (parsed client-side, so
 	// that rule load --dry-run checks a file exactly as the server would).

@@ -14,7 +14,7 @@ import (
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
@@ -209,9 +209,9 @@ func TestLeakEndToEnd(t *testing.T) {
 	var triggerType, triggerID, key, submittedBy string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT trigger_type, trigger_id, idempotency_key, submitted_by FROM task WHERE id = $1`, task.GetId().GetId()).
 		Scan(&triggerType, &triggerID, &key, &submittedBy))
-	require.Equal(t, operations.TriggerEventRuleExecution, triggerType)
+	require.Equal(t, eventrule.TriggerExecution, triggerType)
 	require.Equal(t, "event-rule-execution:"+triggerID+":rack:"+rack.ID.String(), key)
-	require.Equal(t, operations.BuiltInEventRuleCreator, submittedBy)
+	require.Equal(t, eventrule.BuiltInRuleCreator, submittedBy)
 	var status string
 	var attempts int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT status, attempts FROM event_action_execution WHERE id = $1`, triggerID).Scan(&status, &attempts))
@@ -245,7 +245,7 @@ func TestLeakRackBoundRule(t *testing.T) {
 	runSync(t, e.url)
 
 	rule, err := e.client.CreateEventRule(ctx, &flowv1.CreateEventRuleRequest{
-		Name: "log only", EventType: operations.EventTypeLeakDetected,
+		Name: "log only", EventType: eventrule.EventTypeLeakDetected,
 		Actions: []*flowv1.EventRuleAction{{Name: "log_only", Spec: &flowv1.EventRuleAction_Noop{Noop: &flowv1.EventRuleNoopAction{Reason: "drill"}}}},
 	})
 	require.NoError(t, err)
@@ -275,7 +275,7 @@ func TestLeakRackBoundRule(t *testing.T) {
 	require.Equal(t, "log_only", action)
 	require.Equal(t, "completed", status)
 	require.NoError(t, pool.QueryRow(ctx, `SELECT applied_rule_id FROM event WHERE rack_id = $1`, loud.ID).Scan(&applied))
-	require.Equal(t, operations.BuiltInLeakRuleID.String(), applied)
+	require.Equal(t, eventrule.BuiltInLeakRuleID.String(), applied)
 	require.Equal(t, flowv1.LeakStatus_LEAK_STATUS_DETECTED, componentInfo(t, e.client, quietTray.ID).GetLeakStatus())
 	require.Equal(t, flowv1.LeakHandlingStatus_LEAK_HANDLING_STATUS_NONE, componentInfo(t, e.client, quietTray.ID).GetLeakHandlingStatus())
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
 )
 
@@ -90,7 +91,7 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 	if w.eventExecutions != nil {
 		// Event-rule executions have their own queue: a leak's power-off
 		// submission never waits behind engine steps (docs/event-rules.md).
-		rc.Queues[operations.EventRuleQueue] = river.QueueConfig{MaxWorkers: eventRuleWorkers}
+		rc.Queues[eventrule.Queue] = river.QueueConfig{MaxWorkers: eventRuleWorkers}
 		river.AddWorker(rc.Workers, w.eventExecutions)
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), rc)
@@ -127,7 +128,7 @@ type engineWiring struct {
 	schedules *operations.ScheduleWorker
 	// eventExecutions works event-rule executions; its Rules is set once
 	// the event-rule processor exists, before the client starts.
-	eventExecutions *operations.EventExecutionWorker
+	eventExecutions *eventrule.ExecutionWorker
 
 	// engine holds the engine's settings (the logger and hook are set
 	// by newEngine).

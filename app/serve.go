@@ -23,6 +23,7 @@ import (
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/reconcile"
 )
@@ -117,12 +118,12 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	inv := inventory.NewService()
 	inv.SetMaxComponentsPerRack(cfg.Limits.Components)
 	s.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: s.backends.nico, Logger: logger, Expected: cfg.SystemJobs.ExpectedInventorySync})
-	var leak *operations.LeakDetector
+	var leak *eventrule.LeakDetector
 	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, func(ctx context.Context) error { return leak.Run(ctx) }, logger); err != nil {
 		return nil, err
 	}
 	s.system.pool = pool
-	var eventRules *operations.EventRules
+	var eventRules *eventrule.Service
 	// Executions whose job died with a killed process run again within
 	// seconds instead of after River's rescue window (docs/event-rules.md).
 	if err := s.system.Add(SystemJob{Name: EventRuleRescueJob, Interval: eventRuleRescueInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
@@ -139,7 +140,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	var runs *rollout.Service
 	runWakes := &rollout.WakeWorker{}
 	scheduleWorker := &operations.ScheduleWorker{}
-	eventWorker := &operations.EventExecutionWorker{}
+	eventWorker := &eventrule.ExecutionWorker{}
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
 		onRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
 			return tasks.RunEnded(ctx, tx, run)
@@ -171,7 +172,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Pool: pool, Rules: rules, Inv: inv, Engine: s.engine, Backends: s.backends.managers, Keys: keys, Logger: logger,
 		Expiry: scheduleQueueExpiry(s.river), Observer: obs, Tracer: s.tel.tracerFor("github.com/nicoflow/flow/operations"),
 	})
-	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, operations.ScheduleQueue, operations.EventRuleQueue}))
+	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, operations.ScheduleQueue, eventrule.Queue}))
 	watchRiverJobs(context.WithoutCancel(ctx), s.river, s.tel.metrics)
 	runs = rollout.NewService(rollout.Config{
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Wake: rollout.RiverWaker(s.river), Logger: logger, MaxCandidates: cfg.RunMaxCandidates,
@@ -184,12 +185,12 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: operations.RiverFireScheduler(s.river),
 	})
 	scheduleWorker.Schedules = schedules
-	eventRules = operations.NewEventRules(operations.EventRulesConfig{
-		Pool: pool, Inv: inv, Tasks: tasks, Enqueue: operations.RiverExecutionEnqueuer(s.river), Logger: logger,
+	eventRules = eventrule.NewService(eventrule.Config{
+		Pool: pool, Inv: inv, Tasks: tasks, Enqueue: eventrule.RiverExecutionEnqueuer(s.river), Logger: logger,
 	})
 	eventWorker.Rules = eventRules
 	inv.SetLeakHandling(eventRules.LeakHandling)
-	leak = operations.NewLeakDetector(operations.LeakDetectorConfig{
+	leak = eventrule.NewLeakDetector(eventrule.LeakDetectorConfig{
 		Pool: pool, Inv: inv, Rules: eventRules, Tasks: tasks, Source: s.backends.nico,
 		EventRules: cfg.SystemJobs.LeakEventRules, Logger: logger,
 	})
@@ -209,7 +210,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		rolloutHandler:    rollout.NewHandler(pool, runs),
 		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers).WithDrift(s.syncer), pool),
 		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
-		eventRuleHandler:  operations.NewEventRuleHandler(pool, eventRules),
+		eventRuleHandler:  eventrule.NewHandler(pool, eventRules),
 	}
 	svc.taskHandler.LimitSubmits(limitsOrDefault(cfg.Limits).Submits)
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer)}

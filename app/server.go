@@ -9,6 +9,7 @@ import (
 	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/reconcile"
@@ -40,7 +41,7 @@ type (
 	rolloutHandler    = rollout.Handler
 	reconcileHandler  = reconcile.Handler
 	scheduleHandler   = operations.ScheduleHandler
-	eventRuleHandler  = operations.EventRuleHandler
+	eventRuleHandler  = eventrule.Handler
 )
 
 type unimplemented struct {

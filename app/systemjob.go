@@ -221,12 +221,12 @@ const (
 )
 
 // eventRuleRescueInterval is how often the leader looks for event-rule
-// executions whose job was lost (operations.EventRules.RescueStale).
+// executions whose job was lost (eventrule.Service.RescueStale).
 const eventRuleRescueInterval = 10 * time.Second
 
 // newSystemJobs registers the system jobs cfg enables: inventory-sync when
 // NICo Core is configured and disable_inventory is off; leak-detection
-// (leak, one cycle of operations.LeakDetector) when NICo Core is configured
+// (leak, one cycle of eventrule.LeakDetector) when NICo Core is configured
 // and disable_leak_detection is off.
 func newSystemJobs(cfg Config, b *backends, syncer *reconcile.Syncer, leak func(context.Context) error, logger *slog.Logger) (*systemJobs, error) {
 	jobs := &systemJobs{}

@@ -318,3 +318,14 @@ RETURNING id, created_at, operation_code, operation_type, components, targets;
 -- TaskScopeByIDs reads the frozen scope of tasks (their components and
 -- targets, never changed after the submit), for the readiness gate.
 SELECT id, components, targets FROM task WHERE id = ANY(@ids::uuid[]);
+
+-- name: TaskTriggeredCovering :many
+-- TaskTriggeredCovering lists, per component of @ids, the tasks of
+-- @trigger_type and @operation_code whose scope covers it, newest first
+-- (for a trigger's own status read: event rules' leak handling).
+SELECT c.id::uuid AS component_id, t.trigger_id, t.status
+FROM task t
+CROSS JOIN LATERAL unnest(t.component_ids) AS c(id)
+WHERE t.trigger_type = @trigger_type AND t.operation_code = @operation_code
+  AND t.component_ids && @ids::uuid[] AND c.id = ANY (@ids::uuid[])
+ORDER BY c.id, t.created_at DESC, t.id DESC;

@@ -1841,3 +1841,47 @@ func (q *Queries) TaskStatusesByIDs(ctx context.Context, db DBTX, ids []uuid.UUI
 	}
 	return items, nil
 }
+
+const taskTriggeredCovering = `-- name: TaskTriggeredCovering :many
+SELECT c.id::uuid AS component_id, t.trigger_id, t.status
+FROM task t
+CROSS JOIN LATERAL unnest(t.component_ids) AS c(id)
+WHERE t.trigger_type = $1 AND t.operation_code = $2
+  AND t.component_ids && $3::uuid[] AND c.id = ANY ($3::uuid[])
+ORDER BY c.id, t.created_at DESC, t.id DESC
+`
+
+type TaskTriggeredCoveringParams struct {
+	TriggerType   string
+	OperationCode string
+	IDs           []uuid.UUID
+}
+
+type TaskTriggeredCoveringRow struct {
+	ComponentID uuid.UUID
+	TriggerID   string
+	Status      string
+}
+
+// TaskTriggeredCovering lists, per component of @ids, the tasks of
+// @trigger_type and @operation_code whose scope covers it, newest first
+// (for a trigger's own status read: event rules' leak handling).
+func (q *Queries) TaskTriggeredCovering(ctx context.Context, db DBTX, arg TaskTriggeredCoveringParams) ([]TaskTriggeredCoveringRow, error) {
+	rows, err := db.Query(ctx, taskTriggeredCovering, arg.TriggerType, arg.OperationCode, arg.IDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskTriggeredCoveringRow{}
+	for rows.Next() {
+		var i TaskTriggeredCoveringRow
+		if err := rows.Scan(&i.ComponentID, &i.TriggerID, &i.Status); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -1,4 +1,4 @@
-package operations_test
+package eventrule_test
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
@@ -28,13 +29,13 @@ import (
 // unimplemented.
 type eventHandler struct {
 	unimplemented
-	*operations.EventRuleHandler
+	*eventrule.Handler
 }
 
 type eventBundle struct {
 	pool   *pgxpool.Pool
 	inv    *inventory.Service
-	rules  *operations.EventRules
+	rules  *eventrule.Service
 	url    string
 	client flowv1connect.FlowClient // Connect protocol
 	grpc   flowv1connect.FlowClient // gRPC over h2c
@@ -44,9 +45,9 @@ func setupEventRules(t *testing.T) *eventBundle {
 	t.Helper()
 	pool := dbtest.NewPool(t)
 	inv := inventory.NewService()
-	rules := operations.NewEventRules(operations.EventRulesConfig{Pool: pool, Inv: inv})
+	rules := eventrule.NewService(eventrule.Config{Pool: pool, Inv: inv})
 	mux := http.NewServeMux()
-	mux.Handle(flowv1connect.NewFlowHandler(eventHandler{EventRuleHandler: operations.NewEventRuleHandler(pool, rules)}))
+	mux.Handle(flowv1connect.NewFlowHandler(eventHandler{Handler: eventrule.NewHandler(pool, rules)}))
 	srv := httptest.NewUnstartedServer(mux)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
@@ -103,7 +104,7 @@ func forceOffAction(name string) *flowv1.EventRuleAction {
 }
 
 func leakRule(name string, actions ...*flowv1.EventRuleAction) *flowv1.CreateEventRuleRequest {
-	return &flowv1.CreateEventRuleRequest{Name: name, EventType: operations.EventTypeLeakDetected, Actions: actions}
+	return &flowv1.CreateEventRuleRequest{Name: name, EventType: eventrule.EventTypeLeakDetected, Actions: actions}
 }
 
 func (b *eventBundle) create(t *testing.T, req *flowv1.CreateEventRuleRequest) *flowv1.EventRule {
@@ -148,7 +149,7 @@ func TestEventRuleCreateAndGet(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []flowv1connect.FlowClient{b.client, b.grpc} {
 		created, err := c.CreateEventRule(ctx, &flowv1.CreateEventRuleRequest{
-			Name: "  quiet leak  ", Description: "d", EventType: operations.EventTypeLeakDetected,
+			Name: "  quiet leak  ", Description: "d", EventType: eventrule.EventTypeLeakDetected,
 			Actions: []*flowv1.EventRuleAction{noopAction("log_only"), forceOffAction("power_off")},
 		})
 		require.NoError(t, err)
@@ -165,7 +166,7 @@ func TestEventRuleCreateAndGet(t *testing.T) {
 		require.Equal(t, flowv1.EventRuleTargetStrategy_EVENT_RULE_TARGET_STRATEGY_AFFECTED_COMPONENTS, st.GetTargetStrategy())
 	}
 
-	builtIn, err := b.client.GetEventRule(ctx, &flowv1.GetEventRuleRequest{RuleId: pbID(operations.BuiltInLeakRuleID)})
+	builtIn, err := b.client.GetEventRule(ctx, &flowv1.GetEventRuleRequest{RuleId: pbID(eventrule.BuiltInLeakRuleID)})
 	require.NoError(t, err)
 	require.Equal(t, "f34b87f7-cb1b-4b08-aa51-30c0b3b58680", builtIn.GetId().GetId())
 	require.True(t, builtIn.GetReadOnly())
@@ -281,9 +282,9 @@ func TestEventRuleList(t *testing.T) {
 	}
 	slices.Sort(ids)
 	b.enable(t, &flowv1.EventRule{Id: &flowv1.UUID{Id: ids[1]}})
-	builtIn := operations.BuiltInLeakRuleID.String()
+	builtIn := eventrule.BuiltInLeakRuleID.String()
 	ptr := func(v bool) *bool { return &v }
-	leak := operations.EventTypeLeakDetected
+	leak := eventrule.EventTypeLeakDetected
 	for _, tt := range []struct {
 		name      string
 		req       *flowv1.ListEventRulesRequest
@@ -354,7 +355,7 @@ func TestEventRuleUpdateEnableDisableDelete(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, got.GetEnabled())
 
-	builtIn := pbID(operations.BuiltInLeakRuleID)
+	builtIn := pbID(eventrule.BuiltInLeakRuleID)
 	missing := pbID(uuid.New())
 	meta := &flowv1.UpdateEventRuleRequest_Metadata{Metadata: &flowv1.EventRuleMetadataUpdate{Name: "n"}}
 	for _, tt := range []struct {
@@ -427,7 +428,7 @@ func TestEventRuleUpdateEnableDisableDelete(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.client.GetEventRule(ctx, &flowv1.GetEventRuleRequest{RuleId: r.GetId()})
 	requireEventCode(t, err, connect.CodeNotFound, "event rule not found")
-	_, err = b.client.GetEventRuleBinding(ctx, &flowv1.GetEventRuleBindingRequest{EventType: operations.EventTypeLeakDetected, Scope: rackScope(rack.ID)})
+	_, err = b.client.GetEventRuleBinding(ctx, &flowv1.GetEventRuleBindingRequest{EventType: eventrule.EventTypeLeakDetected, Scope: rackScope(rack.ID)})
 	requireEventCode(t, err, connect.CodeNotFound, "event rule binding not found")
 	require.Equal(t, "|", b.snapshot(t), "no rule or binding left")
 }
@@ -438,11 +439,11 @@ func TestEventRuleEnableRevalidates(t *testing.T) {
 	ctx := context.Background()
 	// A server with an alert sender stored a send_alert rule; this one has
 	// none, so enabling the stored rule fails and it stays disabled.
-	withAlerts := operations.NewEventRules(operations.EventRulesConfig{Pool: b.pool, Inv: b.inv, AlertSender: true})
-	var r operations.EventRule
+	withAlerts := eventrule.NewService(eventrule.Config{Pool: b.pool, Inv: b.inv, AlertSender: true})
+	var r eventrule.Rule
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
-		r, err = withAlerts.Create(ctx, tx, operations.EventRuleInput{Name: "page", EventType: operations.EventTypeLeakDetected,
-			Actions: []operations.EventAction{{Name: "page", SendAlert: &operations.SendAlertSpec{Severity: operations.SeverityCritical}}}})
+		r, err = withAlerts.Create(ctx, tx, eventrule.RuleInput{Name: "page", EventType: eventrule.EventTypeLeakDetected,
+			Actions: []eventrule.Action{{Name: "page", SendAlert: &eventrule.SendAlertSpec{Severity: eventrule.SeverityCritical}}}})
 		return err
 	}))
 	_, err := b.client.EnableEventRule(ctx, &flowv1.EnableEventRuleRequest{RuleId: pbID(r.ID)})
@@ -463,19 +464,19 @@ func TestEventRuleBindings(t *testing.T) {
 
 	sb := b.bind(t, site, siteScope())
 	require.Equal(t, site.GetId().GetId(), sb.GetRuleId().GetId())
-	require.Equal(t, operations.EventTypeLeakDetected, sb.GetEventType(), "the event type comes from the rule")
+	require.Equal(t, eventrule.EventTypeLeakDetected, sb.GetEventType(), "the event type comes from the rule")
 	require.Equal(t, flowv1.EventRuleScopeType_EVENT_RULE_SCOPE_TYPE_SITE, sb.GetScope().GetType())
 	rb := b.bind(t, perRack, rackScope(rack1.ID))
 	b.bind(t, perRack, rackScope(rack2.ID))
 
-	got, err := b.grpc.GetEventRuleBinding(ctx, &flowv1.GetEventRuleBindingRequest{EventType: operations.EventTypeLeakDetected, Scope: rackScope(rack1.ID)})
+	got, err := b.grpc.GetEventRuleBinding(ctx, &flowv1.GetEventRuleBindingRequest{EventType: eventrule.EventTypeLeakDetected, Scope: rackScope(rack1.ID)})
 	require.NoError(t, err)
 	require.Equal(t, rb.String(), got.String())
-	got, err = b.client.GetEventRuleBinding(ctx, &flowv1.GetEventRuleBindingRequest{EventType: operations.EventTypeLeakDetected, Scope: siteScope()})
+	got, err = b.client.GetEventRuleBinding(ctx, &flowv1.GetEventRuleBindingRequest{EventType: eventrule.EventTypeLeakDetected, Scope: siteScope()})
 	require.NoError(t, err)
 	require.Equal(t, sb.GetId().GetId(), got.GetId().GetId())
 
-	leak := operations.EventTypeLeakDetected
+	leak := eventrule.EventTypeLeakDetected
 	for _, tt := range []struct {
 		name string
 		call func() error
@@ -483,7 +484,7 @@ func TestEventRuleBindings(t *testing.T) {
 		want string
 	}{
 		{"BindBuiltIn", func() error {
-			_, err := b.client.CreateEventRuleBinding(ctx, &flowv1.CreateEventRuleBindingRequest{RuleId: pbID(operations.BuiltInLeakRuleID), Scope: siteScope()})
+			_, err := b.client.CreateEventRuleBinding(ctx, &flowv1.CreateEventRuleBindingRequest{RuleId: pbID(eventrule.BuiltInLeakRuleID), Scope: siteScope()})
 			return err
 		}, connect.CodeFailedPrecondition, "built-in event rules are read-only"},
 		{"BindMissingRule", func() error {
@@ -582,7 +583,7 @@ func TestEffectiveEventRule(t *testing.T) {
 	b := setupEventRules(t)
 	ctx := context.Background()
 	rack1, rack2 := b.rack(t, 1), b.rack(t, 2)
-	builtIn := operations.BuiltInLeakRuleID.String()
+	builtIn := eventrule.BuiltInLeakRuleID.String()
 	site := b.create(t, leakRule("site", noopAction("x")))
 	perRack := b.create(t, leakRule("rack", noopAction("x")))
 	effective := func(t *testing.T, req *flowv1.GetEffectiveEventRuleRequest) string {
@@ -592,10 +593,10 @@ func TestEffectiveEventRule(t *testing.T) {
 		return r.GetId().GetId()
 	}
 	atRack := func(id uuid.UUID) *flowv1.GetEffectiveEventRuleRequest {
-		return &flowv1.GetEffectiveEventRuleRequest{EventType: operations.EventTypeLeakDetected, Target: &flowv1.GetEffectiveEventRuleRequest_RackId{RackId: pbID(id)}}
+		return &flowv1.GetEffectiveEventRuleRequest{EventType: eventrule.EventTypeLeakDetected, Target: &flowv1.GetEffectiveEventRuleRequest_RackId{RackId: pbID(id)}}
 	}
 	atComponent := func(id uuid.UUID) *flowv1.GetEffectiveEventRuleRequest {
-		return &flowv1.GetEffectiveEventRuleRequest{EventType: operations.EventTypeLeakDetected, Target: &flowv1.GetEffectiveEventRuleRequest_ComponentId{ComponentId: pbID(id)}}
+		return &flowv1.GetEffectiveEventRuleRequest{EventType: eventrule.EventTypeLeakDetected, Target: &flowv1.GetEffectiveEventRuleRequest_ComponentId{ComponentId: pbID(id)}}
 	}
 	comp1 := rack1.Components[0].ID
 
@@ -616,7 +617,7 @@ func TestEffectiveEventRule(t *testing.T) {
 			require.NoError(t, err)
 		}, perRack.GetId().GetId(), builtIn},
 		{"RackUnbound", func(t *testing.T) {
-			_, err := b.client.DeleteEventRuleBinding(ctx, &flowv1.DeleteEventRuleBindingRequest{EventType: operations.EventTypeLeakDetected, Scope: rackScope(rack1.ID)})
+			_, err := b.client.DeleteEventRuleBinding(ctx, &flowv1.DeleteEventRuleBindingRequest{EventType: eventrule.EventTypeLeakDetected, Scope: rackScope(rack1.ID)})
 			require.NoError(t, err)
 		}, builtIn, builtIn},
 	} {
@@ -636,8 +637,8 @@ func TestEffectiveEventRule(t *testing.T) {
 	}{
 		{"UnknownRack", atRack(uuid.New()), connect.CodeNotFound, "rack_id: rack"},
 		{"UnknownComponent", atComponent(uuid.New()), connect.CodeNotFound, "component_id: component"},
-		{"NoTarget", &flowv1.GetEffectiveEventRuleRequest{EventType: operations.EventTypeLeakDetected}, connect.CodeInvalidArgument, "target: exactly one of rack_id and component_id"},
-		{"BadRackID", &flowv1.GetEffectiveEventRuleRequest{EventType: operations.EventTypeLeakDetected, Target: &flowv1.GetEffectiveEventRuleRequest_RackId{RackId: &flowv1.UUID{Id: "x"}}}, connect.CodeInvalidArgument, "rack_id: invalid UUID"},
+		{"NoTarget", &flowv1.GetEffectiveEventRuleRequest{EventType: eventrule.EventTypeLeakDetected}, connect.CodeInvalidArgument, "target: exactly one of rack_id and component_id"},
+		{"BadRackID", &flowv1.GetEffectiveEventRuleRequest{EventType: eventrule.EventTypeLeakDetected, Target: &flowv1.GetEffectiveEventRuleRequest_RackId{RackId: &flowv1.UUID{Id: "x"}}}, connect.CodeInvalidArgument, "rack_id: invalid UUID"},
 		{"NoEventType", &flowv1.GetEffectiveEventRuleRequest{Target: atRack(rack1.ID).Target}, connect.CodeInvalidArgument, "event_type: is required"},
 		{"UnsupportedEventType", &flowv1.GetEffectiveEventRuleRequest{EventType: "hardware.fan.failed", Target: atRack(rack1.ID).Target}, connect.CodeInvalidArgument, "unsupported event type"},
 	} {
@@ -650,24 +651,24 @@ func TestEffectiveEventRule(t *testing.T) {
 
 func TestEventConditionApplies(t *testing.T) {
 	t.Parallel()
-	crit, warn := operations.SeverityCritical, operations.SeverityWarning
+	crit, warn := eventrule.SeverityCritical, eventrule.SeverityWarning
 	compute, sw := operations.ComponentTypeCompute, operations.ComponentTypeNVSwitch
 	for _, tt := range []struct {
 		name string
-		cond operations.EventCondition
-		sev  operations.Severity
+		cond eventrule.Condition
+		sev  eventrule.Severity
 		ct   operations.ComponentType
 		want bool
 	}{
-		{"EmptyMatchesAll", operations.EventCondition{}, crit, compute, true},
-		{"EmptyMatchesRackEvent", operations.EventCondition{}, crit, "", true},
-		{"SeverityListed", operations.EventCondition{Severities: []operations.Severity{warn, crit}}, crit, compute, true},
-		{"SeverityNotListed", operations.EventCondition{Severities: []operations.Severity{warn}}, crit, compute, false},
-		{"TypeListed", operations.EventCondition{ComponentTypes: []operations.ComponentType{sw, compute}}, crit, compute, true},
-		{"TypeNotListed", operations.EventCondition{ComponentTypes: []operations.ComponentType{sw}}, crit, compute, false},
-		{"TypeNeverMatchesRackEvent", operations.EventCondition{ComponentTypes: []operations.ComponentType{compute}}, crit, "", false},
-		{"BothMustMatch", operations.EventCondition{Severities: []operations.Severity{crit}, ComponentTypes: []operations.ComponentType{sw}}, crit, compute, false},
-		{"BothMatch", operations.EventCondition{Severities: []operations.Severity{crit}, ComponentTypes: []operations.ComponentType{compute}}, crit, compute, true},
+		{"EmptyMatchesAll", eventrule.Condition{}, crit, compute, true},
+		{"EmptyMatchesRackEvent", eventrule.Condition{}, crit, "", true},
+		{"SeverityListed", eventrule.Condition{Severities: []eventrule.Severity{warn, crit}}, crit, compute, true},
+		{"SeverityNotListed", eventrule.Condition{Severities: []eventrule.Severity{warn}}, crit, compute, false},
+		{"TypeListed", eventrule.Condition{ComponentTypes: []operations.ComponentType{sw, compute}}, crit, compute, true},
+		{"TypeNotListed", eventrule.Condition{ComponentTypes: []operations.ComponentType{sw}}, crit, compute, false},
+		{"TypeNeverMatchesRackEvent", eventrule.Condition{ComponentTypes: []operations.ComponentType{compute}}, crit, "", false},
+		{"BothMustMatch", eventrule.Condition{Severities: []eventrule.Severity{crit}, ComponentTypes: []operations.ComponentType{sw}}, crit, compute, false},
+		{"BothMatch", eventrule.Condition{Severities: []eventrule.Severity{crit}, ComponentTypes: []operations.ComponentType{compute}}, crit, compute, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

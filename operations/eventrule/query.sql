@@ -118,19 +118,11 @@ WHERE component_kind = @component_kind AND NOT (external_id = ANY (@leaking::tex
 -- name: LeakOccurrenceList :many
 SELECT * FROM leak_occurrence ORDER BY component_kind, external_id;
 
--- LeakHandling is, per component, the status of the latest force-power-off
--- task an execution of a hardware.leak.detected event submitted for it
--- (spec §5.2).
--- name: LeakHandling :many
-SELECT DISTINCT ON (c.id) c.id::uuid AS component_id, t.status
-FROM task t
-CROSS JOIN LATERAL unnest(t.component_ids) AS c(id)
-JOIN event_action_execution x ON x.id::text = t.trigger_id
-JOIN event e ON e.id = x.event_id
-WHERE t.trigger_type = 'event_rule_execution' AND t.operation_code = 'force_power_off'
-  AND t.component_ids && @ids::uuid[] AND c.id = ANY (@ids::uuid[])
-  AND e.event_type = 'hardware.leak.detected'
-ORDER BY c.id, t.created_at DESC, t.id DESC;
+-- ExecutionsOfEventType returns which of @ids are executions of an event
+-- of @event_type.
+-- name: ExecutionsOfEventType :many
+SELECT x.id FROM event_action_execution x JOIN event e ON e.id = x.event_id
+WHERE x.id = ANY (@ids::uuid[]) AND e.event_type = @event_type;
 
 -- ExecutionStale returns executions whose job should have run by now:
 -- pending ones not touched for @age, deferred ones @age past their retry.

@@ -1,4 +1,4 @@
-package operations_test
+package eventrule_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule"
 )
 
 // recorder is an ExecutionEnqueuer that only records what it was asked to
@@ -39,17 +40,17 @@ func (r *recorder) enqueue(_ context.Context, _ pgx.Tx, ids []uuid.UUID) error {
 // and demo rack, with a recording enqueuer.
 type pipelineBundle struct {
 	*taskBundle
-	rules *operations.EventRules
+	rules *eventrule.Service
 	jobs  *recorder
 	comps []inventory.Component // the rack's components, with IDs
 }
 
 func setupPipeline(t *testing.T) *pipelineBundle {
 	t.Helper()
-	tb := setupTasks(t, nil)
+	tb := setupTasks(t)
 	inv := inventory.NewService()
 	jobs := &recorder{}
-	rules := operations.NewEventRules(operations.EventRulesConfig{Pool: tb.pool, Inv: inv, Tasks: tb.tasks, Enqueue: jobs.enqueue})
+	rules := eventrule.NewService(eventrule.Config{Pool: tb.pool, Inv: inv, Tasks: tb.tasks, Enqueue: jobs.enqueue})
 	rack, err := inv.Rack(context.Background(), tb.pool, tb.rack.ID, true)
 	require.NoError(t, err)
 	return &pipelineBundle{taskBundle: tb, rules: rules, jobs: jobs, comps: rack.Components}
@@ -83,10 +84,10 @@ func sortIDs(ids []uuid.UUID) []uuid.UUID {
 	return ids
 }
 
-func leakOn(key string, id uuid.UUID) operations.Envelope {
-	return operations.Envelope{
-		Key: key, Type: operations.EventTypeLeakDetected, Severity: operations.SeverityCritical,
-		Resource: operations.EventResource{Kind: operations.ResourceComponent, ID: id},
+func leakOn(key string, id uuid.UUID) eventrule.Envelope {
+	return eventrule.Envelope{
+		Key: key, Type: eventrule.EventTypeLeakDetected, Severity: eventrule.SeverityCritical,
+		Resource: eventrule.Resource{Kind: eventrule.ResourceComponent, ID: id},
 	}
 }
 
@@ -120,9 +121,9 @@ func (b *pipelineBundle) executions(t *testing.T, event uuid.UUID) []execution {
 	return out
 }
 
-func (b *pipelineBundle) ingest(t *testing.T, env operations.Envelope) operations.IngestResult {
+func (b *pipelineBundle) ingest(t *testing.T, env eventrule.Envelope) eventrule.IngestResult {
 	t.Helper()
-	res, err := b.rules.Ingest(context.Background(), operations.LeakEventSource, env)
+	res, err := b.rules.Ingest(context.Background(), eventrule.LeakEventSource, env)
 	require.NoError(t, err)
 	return res
 }
@@ -144,7 +145,7 @@ func TestLeakageResolver(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name    string
-		env     operations.Envelope
+		env     eventrule.Envelope
 		want    []uuid.UUID // nil: skipped
 		message string
 	}{
@@ -153,8 +154,8 @@ func TestLeakageResolver(t *testing.T) {
 		{"BottomShelf", leakOn("c", b.at(t, inventory.ComponentTypePowerShelf, 1).ID), b.slotsUpTo(1), ""},
 		{"Switch", leakOn("d", b.at(t, inventory.ComponentTypeNVSwitch, 15).ID), b.slotsUpTo(15), ""},
 		{"TopCompute", leakOn("e", b.at(t, inventory.ComponentTypeCompute, 30).ID), b.slotsUpTo(30), ""},
-		{"RackEvent", operations.Envelope{Key: "f", Type: operations.EventTypeLeakDetected, Severity: operations.SeverityCritical,
-			Resource: operations.EventResource{Kind: operations.ResourceRack, ID: b.rack.ID}}, sortIDs(all), ""},
+		{"RackEvent", eventrule.Envelope{Key: "f", Type: eventrule.EventTypeLeakDetected, Severity: eventrule.SeverityCritical,
+			Resource: eventrule.Resource{Kind: eventrule.ResourceRack, ID: b.rack.ID}}, sortIDs(all), ""},
 		{"NoValidSlot", leakOn("g", noSlot.ID), nil, "has no valid slot"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -165,7 +166,7 @@ func TestLeakageResolver(t *testing.T) {
 			x := xs[0]
 			require.Equal(t, "power_off_affected_components", x.Action)
 			require.Equal(t, "submit_task", x.Type)
-			require.Equal(t, operations.BuiltInEventRuleCreator, x.Plan.SubmittedBy)
+			require.Equal(t, eventrule.BuiltInRuleCreator, x.Plan.SubmittedBy)
 			if tt.want == nil {
 				require.Equal(t, "skipped", x.Status)
 				require.Equal(t, "no_targets", x.Reason)
@@ -216,7 +217,7 @@ func TestIngestConcurrently(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			_, err := b.rules.Ingest(context.Background(), operations.LeakEventSource, leakOn("same", tray.ID))
+			_, err := b.rules.Ingest(context.Background(), eventrule.LeakEventSource, leakOn("same", tray.ID))
 			require.NoError(t, err)
 		})
 	}
@@ -240,25 +241,25 @@ func TestIngestUnresolvable(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		source string
-		env    operations.Envelope
+		env    eventrule.Envelope
 		want   string
 	}{
-		{"UnknownComponent", operations.LeakEventSource, leakOn("a", uuid.New()), "component not found"},
-		{"UnknownExternalID", operations.LeakEventSource, operations.Envelope{Key: "b", Type: operations.EventTypeLeakDetected, Severity: operations.SeverityCritical,
-			Resource: operations.EventResource{Kind: operations.ResourceComponent, ExternalID: "machine-9999", ComponentType: operations.ComponentTypeCompute}}, "machine-9999"},
-		{"RacklessComponent", operations.LeakEventSource, leakOn("c", rackless.ID), "has no rack"},
-		{"UnknownRack", operations.LeakEventSource, operations.Envelope{Key: "d", Type: operations.EventTypeLeakDetected, Severity: operations.SeverityCritical,
-			Resource: operations.EventResource{Kind: operations.ResourceRack, ID: uuid.New()}}, "rack not found"},
+		{"UnknownComponent", eventrule.LeakEventSource, leakOn("a", uuid.New()), "component not found"},
+		{"UnknownExternalID", eventrule.LeakEventSource, eventrule.Envelope{Key: "b", Type: eventrule.EventTypeLeakDetected, Severity: eventrule.SeverityCritical,
+			Resource: eventrule.Resource{Kind: eventrule.ResourceComponent, ExternalID: "machine-9999", ComponentType: operations.ComponentTypeCompute}}, "machine-9999"},
+		{"RacklessComponent", eventrule.LeakEventSource, leakOn("c", rackless.ID), "has no rack"},
+		{"UnknownRack", eventrule.LeakEventSource, eventrule.Envelope{Key: "d", Type: eventrule.EventTypeLeakDetected, Severity: eventrule.SeverityCritical,
+			Resource: eventrule.Resource{Kind: eventrule.ResourceRack, ID: uuid.New()}}, "rack not found"},
 		{"BadSource", "Nico-Core", leakOn("e", tray.ID), "source name"},
-		{"NoKey", operations.LeakEventSource, leakOn("", tray.ID), "key is empty"},
-		{"BadSeverity", operations.LeakEventSource, operations.Envelope{Key: "f", Type: operations.EventTypeLeakDetected, Severity: "loud",
-			Resource: operations.EventResource{Kind: operations.ResourceComponent, ID: tray.ID}}, "severity"},
-		{"UnsupportedType", operations.LeakEventSource, operations.Envelope{Key: "g", Type: "hardware.fan.failed", Severity: operations.SeverityCritical,
-			Resource: operations.EventResource{Kind: operations.ResourceComponent, ID: tray.ID}}, "unsupported event type"},
+		{"NoKey", eventrule.LeakEventSource, leakOn("", tray.ID), "key is empty"},
+		{"BadSeverity", eventrule.LeakEventSource, eventrule.Envelope{Key: "f", Type: eventrule.EventTypeLeakDetected, Severity: "loud",
+			Resource: eventrule.Resource{Kind: eventrule.ResourceComponent, ID: tray.ID}}, "severity"},
+		{"UnsupportedType", eventrule.LeakEventSource, eventrule.Envelope{Key: "g", Type: "hardware.fan.failed", Severity: eventrule.SeverityCritical,
+			Resource: eventrule.Resource{Kind: eventrule.ResourceComponent, ID: tray.ID}}, "unsupported event type"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := b.rules.Ingest(ctx, tt.source, tt.env)
-			require.ErrorIs(t, err, operations.ErrEventUnresolvable)
+			require.ErrorIs(t, err, eventrule.ErrUnresolvable)
 			require.Contains(t, err.Error(), tt.want)
 		})
 	}
@@ -275,25 +276,25 @@ func TestIngestWithBoundRule(t *testing.T) {
 	t.Parallel()
 	b := setupPipeline(t)
 	ctx := context.Background()
-	offWith := func(name string, strategy operations.TargetStrategy, cond operations.EventCondition) operations.EventAction {
-		return operations.EventAction{Name: name, Condition: cond, SubmitTask: &operations.SubmitTaskSpec{
-			Operation:      operations.TaskOperation{Type: operations.OperationTypePowerControl, Code: operations.CodeForcePowerOff},
-			TargetStrategy: strategy, ConflictStrategy: operations.EventConflictQueue,
+	offWith := func(name string, strategy eventrule.TargetStrategy, cond eventrule.Condition) eventrule.Action {
+		return eventrule.Action{Name: name, Condition: cond, SubmitTask: &eventrule.SubmitTaskSpec{
+			Operation:      eventrule.TaskOperation{Type: operations.OperationTypePowerControl, Code: operations.CodeForcePowerOff},
+			TargetStrategy: strategy, ConflictStrategy: eventrule.ConflictQueue,
 		}}
 	}
-	actions := []operations.EventAction{
-		{Name: "note", Noop: &operations.NoopSpec{Reason: "seen"}},
-		offWith("just_it", operations.TargetComponent, operations.EventCondition{}),
-		offWith("whole_rack", operations.TargetRack, operations.EventCondition{Severities: []operations.Severity{operations.SeverityCritical}}),
-		offWith("switches_only", operations.TargetComponent, operations.EventCondition{ComponentTypes: []operations.ComponentType{operations.ComponentTypeNVSwitch}}),
-		offWith("warnings_only", operations.TargetRack, operations.EventCondition{Severities: []operations.Severity{operations.SeverityWarning}}),
+	actions := []eventrule.Action{
+		{Name: "note", Noop: &eventrule.NoopSpec{Reason: "seen"}},
+		offWith("just_it", eventrule.TargetComponent, eventrule.Condition{}),
+		offWith("whole_rack", eventrule.TargetRack, eventrule.Condition{Severities: []eventrule.Severity{eventrule.SeverityCritical}}),
+		offWith("switches_only", eventrule.TargetComponent, eventrule.Condition{ComponentTypes: []operations.ComponentType{operations.ComponentTypeNVSwitch}}),
+		offWith("warnings_only", eventrule.TargetRack, eventrule.Condition{Severities: []eventrule.Severity{eventrule.SeverityWarning}}),
 	}
-	var rule operations.EventRule
+	var rule eventrule.Rule
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
-		if rule, err = b.rules.Create(ctx, tx, operations.EventRuleInput{Name: "site", EventType: operations.EventTypeLeakDetected, Actions: actions, CreatedBy: "alice"}); err != nil {
+		if rule, err = b.rules.Create(ctx, tx, eventrule.RuleInput{Name: "site", EventType: eventrule.EventTypeLeakDetected, Actions: actions, CreatedBy: "alice"}); err != nil {
 			return err
 		}
-		if _, err = b.rules.Bind(ctx, tx, rule.ID, operations.Scope{Type: operations.ScopeSite}); err != nil {
+		if _, err = b.rules.Bind(ctx, tx, rule.ID, eventrule.Scope{Type: eventrule.ScopeSite}); err != nil {
 			return err
 		}
 		_, err = b.rules.SetEnabled(ctx, tx, rule.ID, true)
@@ -322,8 +323,8 @@ func TestIngestWithBoundRule(t *testing.T) {
 	require.NotContains(t, string(policy), "warnings_only")
 
 	// A rack event: COMPONENT cannot resolve it (skipped); RACK can.
-	rackRes := b.ingest(t, operations.Envelope{Key: "r", Type: operations.EventTypeLeakDetected, Severity: operations.SeverityCritical,
-		Resource: operations.EventResource{Kind: operations.ResourceRack, ID: b.rack.ID}})
+	rackRes := b.ingest(t, eventrule.Envelope{Key: "r", Type: eventrule.EventTypeLeakDetected, Severity: eventrule.SeverityCritical,
+		Resource: eventrule.Resource{Kind: eventrule.ResourceRack, ID: b.rack.ID}})
 	xs = b.executions(t, rackRes.EventID)
 	require.Len(t, xs, 3, "switches_only never matches a rack event")
 	require.Equal(t, "just_it", xs[0].Action)
@@ -332,7 +333,7 @@ func TestIngestWithBoundRule(t *testing.T) {
 
 	// Editing the rule afterwards does not touch stored events.
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := b.rules.ReplaceActions(ctx, tx, rule.ID, []operations.EventAction{{Name: "other", Noop: &operations.NoopSpec{}}})
+		_, err := b.rules.ReplaceActions(ctx, tx, rule.ID, []eventrule.Action{{Name: "other", Noop: &eventrule.NoopSpec{}}})
 		return err
 	}))
 	var after []byte
@@ -353,22 +354,22 @@ func TestExecutionRetriesAndFailures(t *testing.T) {
 	// The rack is busy with a power-on; a REJECT rule's power-off conflicts.
 	_, err := b.submit(t, powerOn(b.rack))
 	require.NoError(t, err)
-	reject := operations.EventAction{Name: "off_or_fail", SubmitTask: &operations.SubmitTaskSpec{
-		Operation:      operations.TaskOperation{Type: operations.OperationTypePowerControl, Code: operations.CodeForcePowerOff},
-		TargetStrategy: operations.TargetComponent, ConflictStrategy: operations.EventConflictReject,
+	reject := eventrule.Action{Name: "off_or_fail", SubmitTask: &eventrule.SubmitTaskSpec{
+		Operation:      eventrule.TaskOperation{Type: operations.OperationTypePowerControl, Code: operations.CodeForcePowerOff},
+		TargetStrategy: eventrule.TargetComponent, ConflictStrategy: eventrule.ConflictReject,
 	}}
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		r, err := rules.Create(ctx, tx, operations.EventRuleInput{Name: "reject", EventType: operations.EventTypeLeakDetected, Actions: []operations.EventAction{reject}})
+		r, err := rules.Create(ctx, tx, eventrule.RuleInput{Name: "reject", EventType: eventrule.EventTypeLeakDetected, Actions: []eventrule.Action{reject}})
 		if err != nil {
 			return err
 		}
-		if _, err := rules.Bind(ctx, tx, r.ID, operations.Scope{Type: operations.ScopeRack, RackID: b.rack.ID}); err != nil {
+		if _, err := rules.Bind(ctx, tx, r.ID, eventrule.Scope{Type: eventrule.ScopeRack, RackID: b.rack.ID}); err != nil {
 			return err
 		}
 		_, err = rules.SetEnabled(ctx, tx, r.ID, true)
 		return err
 	}))
-	res, err := rules.Ingest(ctx, operations.LeakEventSource, leakOn("busy", b.at(t, inventory.ComponentTypeCompute, 10).ID))
+	res, err := rules.Ingest(ctx, eventrule.LeakEventSource, leakOn("busy", b.at(t, inventory.ComponentTypeCompute, 10).ID))
 	require.NoError(t, err)
 	exec := res.Executions[0]
 	var status, reason, message string
@@ -396,7 +397,7 @@ func TestExecutionRetriesAndFailures(t *testing.T) {
 	require.Equal(t, 1, jobAttempts)
 
 	// A plan that cannot be read fails at once and is not retried.
-	res, err = rules.Ingest(ctx, operations.LeakEventSource, leakOn("broken", b.at(t, inventory.ComponentTypeCompute, 5).ID))
+	res, err = rules.Ingest(ctx, eventrule.LeakEventSource, leakOn("broken", b.at(t, inventory.ComponentTypeCompute, 5).ID))
 	require.NoError(t, err)
 	_, err = b.pool.Exec(ctx, `UPDATE event_action_execution SET plan = '{"version": 99}' WHERE id = $1`, res.Executions[0])
 	require.NoError(t, err)
@@ -427,18 +428,18 @@ func TestExecutionRetriesAndFailures(t *testing.T) {
 
 // startExecutions starts a River client working event-rule executions
 // (only) and returns an event-rule processor that enqueues on it.
-func (b *pipelineBundle) startExecutions(t *testing.T) (*operations.EventRules, *river.Client[pgx.Tx]) {
+func (b *pipelineBundle) startExecutions(t *testing.T) (*eventrule.Service, *river.Client[pgx.Tx]) {
 	t.Helper()
-	worker := &operations.EventExecutionWorker{}
+	worker := &eventrule.ExecutionWorker{}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
 	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
-		Queues:  map[string]river.QueueConfig{operations.EventRuleQueue: {MaxWorkers: 2}},
+		Queues:  map[string]river.QueueConfig{eventrule.Queue: {MaxWorkers: 2}},
 		Workers: workers, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		FetchPollInterval: 50 * time.Millisecond, FetchCooldown: 10 * time.Millisecond,
 	})
 	require.NoError(t, err)
-	rules := operations.NewEventRules(operations.EventRulesConfig{Pool: b.pool, Inv: inventory.NewService(), Tasks: b.tasks, Enqueue: operations.RiverExecutionEnqueuer(client)})
+	rules := eventrule.NewService(eventrule.Config{Pool: b.pool, Inv: inventory.NewService(), Tasks: b.tasks, Enqueue: eventrule.RiverExecutionEnqueuer(client)})
 	worker.Rules = rules
 	require.NoError(t, client.Start(context.Background()))
 	t.Cleanup(func() { _ = client.Stop(context.Background()) })
@@ -486,7 +487,7 @@ func jobOf(t *testing.T, b *pipelineBundle, exec uuid.UUID) int64 {
 func TestExecutionBackoff(t *testing.T) {
 	t.Parallel()
 	for n, want := range map[int]time.Duration{1: 10 * time.Second, 2: 20 * time.Second, 3: 40 * time.Second, 4: time.Minute, 10: time.Minute, 100: time.Minute} {
-		require.Equal(t, want, operations.ExecutionBackoff(n), "after attempt %d", n)
+		require.Equal(t, want, eventrule.ExecutionBackoff(n), "after attempt %d", n)
 	}
-	require.Equal(t, 4, operations.ExecutionMaxAttempts)
+	require.Equal(t, 4, eventrule.ExecutionMaxAttempts)
 }

@@ -1,4 +1,4 @@
-package operations
+package eventrule
 
 import (
 	"cmp"
@@ -14,7 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/operations/internal/dbsqlc"
+	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule/internal/dbsqlc"
 )
 
 // The processing pipeline (spec/orchestration.md §4.5): an event envelope
@@ -22,10 +23,10 @@ import (
 // executions, all written in one transaction together with the River jobs
 // that run them.
 
-// ErrEventUnresolvable is a terminal ingestion failure: the envelope is
+// ErrUnresolvable is a terminal ingestion failure: the envelope is
 // malformed, or its resource is unknown, ambiguous or has no rack.
 // Re-delivering the same envelope cannot succeed.
-var ErrEventUnresolvable = errors.New("event cannot be processed")
+var ErrUnresolvable = errors.New("event cannot be processed")
 
 // ResourceKind is what an event is about.
 type ResourceKind string
@@ -36,13 +37,13 @@ const (
 	ResourceComponent ResourceKind = "component"
 )
 
-// EventResource names an event's resource: by Flow ID, or (components) by
+// Resource names an event's resource: by Flow ID, or (components) by
 // the external ID the source knows it by, with an optional type hint.
-type EventResource struct {
+type Resource struct {
 	Kind          ResourceKind
 	ID            uuid.UUID
 	ExternalID    string
-	ComponentType ComponentType
+	ComponentType operations.ComponentType
 }
 
 // Envelope is one event occurrence as a collector reports it. Key
@@ -52,7 +53,7 @@ type Envelope struct {
 	Key        string
 	Type       string
 	Severity   Severity
-	Resource   EventResource
+	Resource   Resource
 	Summary    string
 	ObservedAt time.Time
 }
@@ -74,9 +75,9 @@ const maxEventSummary = 1024
 // observation; otherwise the resource is resolved, the effective rule of
 // its rack chosen, the applicable actions planned, and the event with all
 // its executions committed in one transaction with their jobs.
-// Terminal failures match ErrEventUnresolvable; others are worth
+// Terminal failures match ErrUnresolvable; others are worth
 // re-delivering.
-func (s *EventRules) Ingest(ctx context.Context, source string, env Envelope) (IngestResult, error) {
+func (s *Service) Ingest(ctx context.Context, source string, env Envelope) (IngestResult, error) {
 	if err := validateEnvelope(source, env); err != nil {
 		return IngestResult{}, err
 	}
@@ -98,16 +99,16 @@ func (s *EventRules) Ingest(ctx context.Context, source string, env Envelope) (I
 func validateEnvelope(source string, env Envelope) error {
 	switch {
 	case !identifierPattern.MatchString(source):
-		return fmt.Errorf("%w: source name %q must be a lower-snake identifier", ErrEventUnresolvable, source)
+		return fmt.Errorf("%w: source name %q must be a lower-snake identifier", ErrUnresolvable, source)
 	case env.Key == "":
-		return fmt.Errorf("%w: envelope key is empty", ErrEventUnresolvable)
+		return fmt.Errorf("%w: envelope key is empty", ErrUnresolvable)
 	case !env.Severity.valid():
-		return fmt.Errorf("%w: severity %q", ErrEventUnresolvable, env.Severity)
+		return fmt.Errorf("%w: severity %q", ErrUnresolvable, env.Severity)
 	case env.Resource.Kind != ResourceRack && env.Resource.Kind != ResourceComponent:
-		return fmt.Errorf("%w: resource kind %q", ErrEventUnresolvable, env.Resource.Kind)
+		return fmt.Errorf("%w: resource kind %q", ErrUnresolvable, env.Resource.Kind)
 	}
 	if err := ValidateEventType("type", env.Type); err != nil {
-		return fmt.Errorf("%w: %v", ErrEventUnresolvable, err)
+		return fmt.Errorf("%w: %v", ErrUnresolvable, err)
 	}
 	return nil
 }
@@ -120,11 +121,11 @@ type eventSubject struct {
 	component *inventory.Component
 }
 
-func (s *EventRules) resolve(ctx context.Context, tx pgx.Tx, r EventResource) (eventSubject, error) {
+func (s *Service) resolve(ctx context.Context, tx pgx.Tx, r Resource) (eventSubject, error) {
 	if r.Kind == ResourceRack {
 		rack, err := s.inv.Rack(ctx, tx, r.ID, true)
 		if errors.Is(err, inventory.ErrRackNotFound) {
-			return eventSubject{}, fmt.Errorf("%w: %v", ErrEventUnresolvable, err)
+			return eventSubject{}, fmt.Errorf("%w: %v", ErrUnresolvable, err)
 		} else if err != nil {
 			return eventSubject{}, err
 		}
@@ -137,15 +138,15 @@ func (s *EventRules) resolve(ctx context.Context, tx pgx.Tx, r EventResource) (e
 	c, err := s.inv.ResolveComponent(ctx, tx, ref)
 	switch {
 	case errors.Is(err, inventory.ErrComponentNotFound), errors.Is(err, inventory.ErrAmbiguous), errors.Is(err, inventory.ErrInvalidArgument):
-		return eventSubject{}, fmt.Errorf("%w: %v", ErrEventUnresolvable, err)
+		return eventSubject{}, fmt.Errorf("%w: %v", ErrUnresolvable, err)
 	case err != nil:
 		return eventSubject{}, err
 	case c.RackID == nil:
-		return eventSubject{}, fmt.Errorf("%w: component %s has no rack", ErrEventUnresolvable, c.ID)
+		return eventSubject{}, fmt.Errorf("%w: component %s has no rack", ErrUnresolvable, c.ID)
 	}
 	rack, err := s.inv.Rack(ctx, tx, *c.RackID, true)
 	if errors.Is(err, inventory.ErrRackNotFound) {
-		return eventSubject{}, fmt.Errorf("%w: the rack of component %s: %v", ErrEventUnresolvable, c.ID, err)
+		return eventSubject{}, fmt.Errorf("%w: the rack of component %s: %v", ErrUnresolvable, c.ID, err)
 	} else if err != nil {
 		return eventSubject{}, err
 	}
@@ -154,14 +155,14 @@ func (s *EventRules) resolve(ctx context.Context, tx pgx.Tx, r EventResource) (e
 			return eventSubject{kind: ResourceComponent, id: c.ID, rack: rack, component: &rack.Components[i]}, nil
 		}
 	}
-	return eventSubject{}, fmt.Errorf("%w: component %s is not among its rack's live components", ErrEventUnresolvable, c.ID)
+	return eventSubject{}, fmt.Errorf("%w: component %s is not among its rack's live components", ErrUnresolvable, c.ID)
 }
 
-func (sub eventSubject) componentType() ComponentType {
+func (sub eventSubject) componentType() operations.ComponentType {
 	if sub.component == nil {
 		return ""
 	}
-	return ComponentType(sub.component.Type)
+	return operations.ComponentType(sub.component.Type)
 }
 
 // executionPlanVersion is the version of event_action_execution.plan.
@@ -171,11 +172,11 @@ const executionPlanVersion = 1
 type executionPlan struct {
 	Version int `json:"version"`
 	// submit_task
-	Operation        *TaskOperation        `json:"operation,omitempty"`
-	ConflictStrategy EventConflictStrategy `json:"conflict_strategy,omitempty"`
-	Description      string                `json:"description,omitempty"`
-	SubmittedBy      string                `json:"submitted_by,omitempty"`
-	Racks            []rackTargets         `json:"racks,omitempty"`
+	Operation        *TaskOperation   `json:"operation,omitempty"`
+	ConflictStrategy ConflictStrategy `json:"conflict_strategy,omitempty"`
+	Description      string           `json:"description,omitempty"`
+	SubmittedBy      string           `json:"submitted_by,omitempty"`
+	Racks            []rackTargets    `json:"racks,omitempty"`
 	// send_alert
 	Alert *SendAlertSpec `json:"alert,omitempty"`
 	// noop
@@ -202,18 +203,18 @@ const (
 )
 
 // plan runs pipeline steps 3–7 in tx.
-func (s *EventRules) plan(ctx context.Context, tx pgx.Tx, source string, env Envelope) (IngestResult, error) {
+func (s *Service) plan(ctx context.Context, tx pgx.Tx, source string, env Envelope) (IngestResult, error) {
 	sub, err := s.resolve(ctx, tx, env.Resource)
 	if err != nil {
 		return IngestResult{}, err
 	}
 	rule, err := s.Effective(ctx, tx, env.Type, sub.rack.ID)
-	if errors.Is(err, ErrEventRuleNotFound) {
+	if errors.Is(err, ErrRuleNotFound) {
 		return IngestResult{}, nil // no rule: accepted, nothing stored
 	} else if err != nil {
 		return IngestResult{}, err
 	}
-	var applicable []EventAction
+	var applicable []Action
 	for _, a := range rule.Actions {
 		if a.Condition.Applies(env.Severity, sub.componentType()) {
 			applicable = append(applicable, a)
@@ -230,7 +231,7 @@ func (s *EventRules) plan(ctx context.Context, tx pgx.Tx, source string, env Env
 		summary = string(r[:maxEventSummary])
 	}
 	if applicable == nil {
-		applicable = []EventAction{}
+		applicable = []Action{}
 	}
 	policy, _ := json.Marshal(eventPolicy{Version: eventPolicyVersion, Actions: applicable})
 	_, err = s.q.EventInsert(ctx, tx, dbsqlc.EventInsertParams{

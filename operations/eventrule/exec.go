@@ -1,10 +1,11 @@
-package operations
+package eventrule
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,7 +15,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/operations/internal/dbsqlc"
+	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule/internal/dbsqlc"
 )
 
 // Executions (spec/orchestration.md §4.6) run as River jobs, one per
@@ -23,12 +25,12 @@ import (
 // tasks, records its outcome and completes its job in one transaction, so
 // it never ends half done.
 
-// EventRuleQueue is the River queue executions run on.
-const EventRuleQueue = "event_rule"
+// Queue is the River queue executions run on.
+const Queue = "event_rule"
 
-// TriggerEventRuleExecution is the trigger type of the tasks an execution
+// TriggerExecution is the trigger type of the tasks an execution
 // submits (task.trigger_type; trigger_id is the execution's ID).
-const TriggerEventRuleExecution = "event_rule_execution"
+const TriggerExecution = "event_rule_execution"
 
 // Execution retry policy (§4.6): 4 attempts; 10 s backoff doubling to at
 // most 1 min between them.
@@ -51,41 +53,42 @@ func ExecutionBackoff(n int) time.Duration {
 	return d
 }
 
-// EventExecutionArgs is the job of one execution. It holds the ID only.
-type EventExecutionArgs struct {
+// ExecutionArgs is the job of one execution. It holds the ID only.
+type ExecutionArgs struct {
 	ExecutionID uuid.UUID `json:"execution_id"`
 }
 
-// Kind returns the job kind.
-func (EventExecutionArgs) Kind() string { return "operations.event_rule_execution" }
+// Kind returns the job kind. It keeps the name it had when executions
+// lived in operations, so jobs already queued still run.
+func (ExecutionArgs) Kind() string { return "operations.event_rule_execution" }
 
-// InsertOpts puts the job on EventRuleQueue with ExecutionMaxAttempts.
-func (EventExecutionArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: EventRuleQueue, MaxAttempts: ExecutionMaxAttempts}
+// InsertOpts puts the job on Queue with ExecutionMaxAttempts.
+func (ExecutionArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: Queue, MaxAttempts: ExecutionMaxAttempts}
 }
 
 // RiverExecutionEnqueuer returns the ExecutionEnqueuer that inserts
-// EventExecutionArgs jobs with client through the caller's transaction.
+// ExecutionArgs jobs with client through the caller's transaction.
 func RiverExecutionEnqueuer(client *river.Client[pgx.Tx]) ExecutionEnqueuer {
 	return func(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) error {
 		params := make([]river.InsertManyParams, len(ids))
 		for i, id := range ids {
-			params[i] = river.InsertManyParams{Args: EventExecutionArgs{ExecutionID: id}}
+			params[i] = river.InsertManyParams{Args: ExecutionArgs{ExecutionID: id}}
 		}
 		_, err := client.InsertManyTx(ctx, tx, params)
 		return err
 	}
 }
 
-// EventExecutionWorker works EventExecutionArgs jobs. Set Rules before the
+// ExecutionWorker works ExecutionArgs jobs. Set Rules before the
 // River client starts.
-type EventExecutionWorker struct {
-	river.WorkerDefaults[EventExecutionArgs]
-	Rules *EventRules
+type ExecutionWorker struct {
+	river.WorkerDefaults[ExecutionArgs]
+	Rules *Service
 }
 
 // NextRetry applies the execution backoff.
-func (w *EventExecutionWorker) NextRetry(job *river.Job[EventExecutionArgs]) time.Time {
+func (w *ExecutionWorker) NextRetry(job *river.Job[ExecutionArgs]) time.Time {
 	return time.Now().Add(ExecutionBackoff(job.Attempt))
 }
 
@@ -96,7 +99,7 @@ var errPermanent = errors.New("permanent")
 // attempt_failed) until the attempts are spent (failed); a broken plan
 // fails at once; a shutdown mid-attempt defers it (attempt_interrupted)
 // and refunds the attempt.
-func (w *EventExecutionWorker) Work(ctx context.Context, job *river.Job[EventExecutionArgs]) error {
+func (w *ExecutionWorker) Work(ctx context.Context, job *river.Job[ExecutionArgs]) error {
 	s := w.Rules
 	id := job.Args.ExecutionID
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -157,11 +160,25 @@ func (w *EventExecutionWorker) Work(ctx context.Context, job *river.Job[EventExe
 	return ret
 }
 
+// maxMessage bounds an execution's status message (as a task's).
+const maxMessage = 512
+
+// firstLine returns the first line of s, at most maxMessage bytes.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > maxMessage {
+		s = s[:maxMessage]
+	}
+	return s
+}
+
 func strPtr(s string) *string { return &s }
 
 // execute does the execution's work in tx and returns the tasks it
 // submitted and a status message.
-func (s *EventRules) execute(ctx context.Context, tx pgx.Tx, row dbsqlc.EventActionExecution) ([]uuid.UUID, string, error) {
+func (s *Service) execute(ctx context.Context, tx pgx.Tx, row dbsqlc.EventActionExecution) ([]uuid.UUID, string, error) {
 	var p executionPlan
 	if err := json.Unmarshal(row.Plan, &p); err != nil {
 		return nil, "", fmt.Errorf("%w: decode plan: %v", errPermanent, err)
@@ -184,24 +201,24 @@ func (s *EventRules) execute(ctx context.Context, tx pgx.Tx, row dbsqlc.EventAct
 	op := *p.Operation
 	ids := []uuid.UUID{}
 	for _, r := range p.Racks {
-		req := Request{
+		req := operations.Request{
 			Type: op.Type, Code: op.Code, Description: p.Description,
-			Queue:          p.ConflictStrategy == EventConflictQueue,
+			Queue:          p.ConflictStrategy == ConflictQueue,
 			RequiredRackID: r.RackID,
 			IdempotencyKey: fmt.Sprintf("event-rule-execution:%s:rack:%s", row.ID, r.RackID),
-			TriggerType:    TriggerEventRuleExecution, TriggerID: row.ID.String(),
+			TriggerType:    TriggerExecution, TriggerID: row.ID.String(),
 			SubmittedBy: p.SubmittedBy,
-			Payload:     Payload{OverrideReadinessCheck: op.OverrideReadinessCheck},
+			Payload:     operations.Payload{OverrideReadinessCheck: op.OverrideReadinessCheck},
 		}
 		for _, c := range r.ComponentIDs {
 			req.Targets.Components = append(req.Targets.Components, inventory.ComponentRef{ID: c})
 		}
 		switch op.Type {
-		case OperationTypePowerControl:
-			req.Payload.Operation = powerOperations[op.Code]
-			req.Payload.Forced = op.Code == CodeForcePowerOff || op.Code == CodeForcePowerOn || op.Code == CodeForceRestart
-		case OperationTypeFirmwareControl:
-			req.Payload.Operation = firmwareOperations[op.Code]
+		case operations.OperationTypePowerControl:
+			req.Payload.Operation = operations.PayloadOperation(op.Type, op.Code)
+			req.Payload.Forced = op.Code == operations.CodeForcePowerOff || op.Code == operations.CodeForcePowerOn || op.Code == operations.CodeForceRestart
+		case operations.OperationTypeFirmwareControl:
+			req.Payload.Operation = operations.PayloadOperation(op.Type, op.Code)
 			req.Payload.SubTargets, req.Payload.StartTime, req.Payload.EndTime = op.SubTargets, op.StartTime, op.EndTime
 			req.Payload.OverrideVersionCheck = op.OverrideVersionCheck
 			if op.TargetVersion != nil {
@@ -230,7 +247,7 @@ const StaleExecutionAge = 30 * time.Second
 // execution's row lock and status, and the tasks' idempotency keys, make a
 // second run a no-op. A rescued execution gets a fresh attempt budget. It
 // returns how many it rescued.
-func (s *EventRules) RescueStale(ctx context.Context, limit int) (int, error) {
+func (s *Service) RescueStale(ctx context.Context, limit int) (int, error) {
 	var ids []uuid.UUID
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
 		ids, err = s.q.ExecutionStale(ctx, tx, dbsqlc.ExecutionStaleParams{

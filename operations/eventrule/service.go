@@ -1,4 +1,4 @@
-package operations
+package eventrule
 
 import (
 	"context"
@@ -13,32 +13,34 @@ import (
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/operations/internal/dbsqlc"
+	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule/internal/dbsqlc"
 )
 
 // ExecutionEnqueuer inserts, through tx, the job that runs each of the
 // event-rule executions ids (River's InsertManyTx in app).
 type ExecutionEnqueuer func(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) error
 
-// EventRules stores event rules and bindings, resolves the effective rule
+// Service stores event rules and bindings, resolves the effective rule
 // of a rack (spec §4.4), processes events into executions (§4.5) and runs
 // the executions (§4.6).
-type EventRules struct {
+type Service struct {
 	pool    *pgxpool.Pool
 	q       *dbsqlc.Queries
 	inv     *inventory.Service
-	tasks   *Tasks
+	tasks   *operations.Tasks
 	enqueue ExecutionEnqueuer
 	alerts  bool
 	logger  *slog.Logger
 }
 
-// EventRulesConfig holds what EventRules needs. Tasks and Enqueue may be
-// nil for a store that processes no events (tests of the rule methods).
-type EventRulesConfig struct {
+// Config holds what Service needs. Tasks and Enqueue may be nil for a
+// store that processes no events and answers no leak handling (tests of
+// the rule methods).
+type Config struct {
 	Pool    *pgxpool.Pool
 	Inv     *inventory.Service
-	Tasks   *Tasks
+	Tasks   *operations.Tasks
 	Enqueue ExecutionEnqueuer
 	// AlertSender says an alert sender is configured; without one,
 	// send_alert actions are refused at rule creation (as upstream's
@@ -47,94 +49,94 @@ type EventRulesConfig struct {
 	Logger      *slog.Logger
 }
 
-// NewEventRules returns the event-rule store and processor.
-func NewEventRules(cfg EventRulesConfig) *EventRules {
+// NewService returns the event-rule store and processor.
+func NewService(cfg Config) *Service {
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &EventRules{
+	return &Service{
 		pool: cfg.Pool, q: dbsqlc.New(), inv: cfg.Inv, tasks: cfg.Tasks, enqueue: cfg.Enqueue,
 		alerts: cfg.AlertSender, logger: logger,
 	}
 }
 
 // SetEnqueue installs the execution enqueuer once the River client exists.
-func (s *EventRules) SetEnqueue(e ExecutionEnqueuer) { s.enqueue = e }
+func (s *Service) SetEnqueue(e ExecutionEnqueuer) { s.enqueue = e }
 
-func eventRuleFromRow(row dbsqlc.EventRule) (EventRule, error) {
+func eventRuleFromRow(row dbsqlc.EventRule) (Rule, error) {
 	var p eventPolicy
 	if err := json.Unmarshal(row.Policy, &p); err != nil {
-		return EventRule{}, fmt.Errorf("decode event rule %s policy: %w", row.ID, err)
+		return Rule{}, fmt.Errorf("decode event rule %s policy: %w", row.ID, err)
 	}
-	return EventRule{
+	return Rule{
 		ID: row.ID, Name: row.Name, Description: row.Description, Enabled: row.Enabled, EventType: row.EventType,
 		Actions: p.Actions, CreatedBy: row.CreatedBy, CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt,
 	}, nil
 }
 
-func encodePolicy(actions []EventAction) []byte {
+func encodePolicy(actions []Action) []byte {
 	b, _ := json.Marshal(eventPolicy{Version: eventPolicyVersion, Actions: actions})
 	return b
 }
 
 // Create validates in and stores it as a disabled rule.
-func (s *EventRules) Create(ctx context.Context, tx pgx.Tx, in EventRuleInput) (EventRule, error) {
+func (s *Service) Create(ctx context.Context, tx pgx.Tx, in RuleInput) (Rule, error) {
 	in.Name = trimName(in.Name)
 	if err := validateRuleName("name", in.Name); err != nil {
-		return EventRule{}, err
+		return Rule{}, err
 	}
 	if err := validateText("description", in.Description); err != nil {
-		return EventRule{}, err
+		return Rule{}, err
 	}
 	if err := ValidateEventType("event_type", in.EventType); err != nil {
-		return EventRule{}, err
+		return Rule{}, err
 	}
-	if err := ValidateEventActions("actions", in.Actions, s.alerts); err != nil {
-		return EventRule{}, err
+	if err := ValidateActions("actions", in.Actions, s.alerts); err != nil {
+		return Rule{}, err
 	}
 	row, err := s.q.EventRuleInsert(ctx, tx, dbsqlc.EventRuleInsertParams{
 		ID: uuid.New(), Name: in.Name, Description: in.Description, EventType: in.EventType,
 		Policy: encodePolicy(in.Actions), CreatedBy: in.CreatedBy,
 	})
 	if err != nil {
-		return EventRule{}, fmt.Errorf("insert event rule: %w", err)
+		return Rule{}, fmt.Errorf("insert event rule: %w", err)
 	}
 	return eventRuleFromRow(row)
 }
 
 // Get returns the persisted rule with id, else the built-in one, else
-// ErrEventRuleNotFound.
-func (s *EventRules) Get(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (EventRule, error) {
+// ErrRuleNotFound.
+func (s *Service) Get(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (Rule, error) {
 	row, err := s.q.EventRuleGetByID(ctx, dbtx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if b := builtInByID(id); b != nil {
 			return *b, nil
 		}
-		return EventRule{}, fmt.Errorf("%w: %s", ErrEventRuleNotFound, id)
+		return Rule{}, fmt.Errorf("%w: %s", ErrRuleNotFound, id)
 	} else if err != nil {
-		return EventRule{}, fmt.Errorf("get event rule: %w", err)
+		return Rule{}, fmt.Errorf("get event rule: %w", err)
 	}
 	return eventRuleFromRow(row)
 }
 
 // persisted locks and returns the persisted rule id for a change: a
-// built-in's ID is ErrBuiltInEventRule, an unknown one ErrEventRuleNotFound.
-func (s *EventRules) persisted(ctx context.Context, tx pgx.Tx, id uuid.UUID) (EventRule, error) {
+// built-in's ID is ErrBuiltInRule, an unknown one ErrRuleNotFound.
+func (s *Service) persisted(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Rule, error) {
 	if builtInByID(id) != nil {
-		return EventRule{}, fmt.Errorf("%w: rule %s is built in", ErrBuiltInEventRule, id)
+		return Rule{}, fmt.Errorf("%w: rule %s is built in", ErrBuiltInRule, id)
 	}
 	row, err := s.q.EventRuleGetByIDForUpdate(ctx, tx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return EventRule{}, fmt.Errorf("%w: %s", ErrEventRuleNotFound, id)
+		return Rule{}, fmt.Errorf("%w: %s", ErrRuleNotFound, id)
 	} else if err != nil {
-		return EventRule{}, fmt.Errorf("get event rule: %w", err)
+		return Rule{}, fmt.Errorf("get event rule: %w", err)
 	}
 	return eventRuleFromRow(row)
 }
 
-// EventRuleFilter selects rules for List. Limit 0 means 100.
-type EventRuleFilter struct {
+// RuleFilter selects rules for List. Limit 0 means 100.
+type RuleFilter struct {
 	EventType *string
 	Enabled   *bool
 	Offset    int
@@ -144,7 +146,7 @@ type EventRuleFilter struct {
 // List returns one page of rules, persisted ones first then built-ins,
 // each by ascending ID, with the filters applied before paging, and the
 // total number of matching rules.
-func (s *EventRules) List(ctx context.Context, dbtx db.DBTX, f EventRuleFilter) ([]EventRule, int64, error) {
+func (s *Service) List(ctx context.Context, dbtx db.DBTX, f RuleFilter) ([]Rule, int64, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
@@ -157,14 +159,14 @@ func (s *EventRules) List(ctx context.Context, dbtx db.DBTX, f EventRuleFilter) 
 	if err != nil {
 		return nil, 0, fmt.Errorf("count event rules: %w", err)
 	}
-	var builtIns []EventRule
-	for _, b := range BuiltInEventRules() {
+	var builtIns []Rule
+	for _, b := range BuiltInRules() {
 		if (f.EventType == nil || *f.EventType == b.EventType) && (f.Enabled == nil || *f.Enabled == b.Enabled) {
 			builtIns = append(builtIns, b)
 		}
 	}
 	total := persisted + int64(len(builtIns))
-	var out []EventRule
+	var out []Rule
 	if int64(f.Offset) < persisted {
 		rows, err := s.q.EventRuleList(ctx, dbtx, dbsqlc.EventRuleListParams{
 			EventType: f.EventType, Enabled: f.Enabled, RowOffset: int32(f.Offset), RowLimit: int32(f.Limit),
@@ -190,36 +192,36 @@ func (s *EventRules) List(ctx context.Context, dbtx db.DBTX, f EventRuleFilter) 
 }
 
 // UpdateMetadata replaces a persisted rule's name and description.
-func (s *EventRules) UpdateMetadata(ctx context.Context, tx pgx.Tx, id uuid.UUID, name, description string) (EventRule, error) {
+func (s *Service) UpdateMetadata(ctx context.Context, tx pgx.Tx, id uuid.UUID, name, description string) (Rule, error) {
 	name = trimName(name)
 	if err := validateRuleName("metadata.name", name); err != nil {
-		return EventRule{}, err
+		return Rule{}, err
 	}
 	if err := validateText("metadata.description", description); err != nil {
-		return EventRule{}, err
+		return Rule{}, err
 	}
 	if _, err := s.persisted(ctx, tx, id); err != nil {
-		return EventRule{}, err
+		return Rule{}, err
 	}
 	row, err := s.q.EventRuleUpdateMetadata(ctx, tx, dbsqlc.EventRuleUpdateMetadataParams{ID: id, Name: name, Description: description})
 	if err != nil {
-		return EventRule{}, fmt.Errorf("update event rule: %w", err)
+		return Rule{}, fmt.Errorf("update event rule: %w", err)
 	}
 	return eventRuleFromRow(row)
 }
 
 // ReplaceActions replaces a persisted rule's action list. Events planned
 // before keep the actions they were planned with.
-func (s *EventRules) ReplaceActions(ctx context.Context, tx pgx.Tx, id uuid.UUID, actions []EventAction) (EventRule, error) {
-	if err := ValidateEventActions("actions.actions", actions, s.alerts); err != nil {
-		return EventRule{}, err
+func (s *Service) ReplaceActions(ctx context.Context, tx pgx.Tx, id uuid.UUID, actions []Action) (Rule, error) {
+	if err := ValidateActions("actions.actions", actions, s.alerts); err != nil {
+		return Rule{}, err
 	}
 	if _, err := s.persisted(ctx, tx, id); err != nil {
-		return EventRule{}, err
+		return Rule{}, err
 	}
 	row, err := s.q.EventRuleUpdatePolicy(ctx, tx, dbsqlc.EventRuleUpdatePolicyParams{ID: id, Policy: encodePolicy(actions)})
 	if err != nil {
-		return EventRule{}, fmt.Errorf("update event rule: %w", err)
+		return Rule{}, fmt.Errorf("update event rule: %w", err)
 	}
 	return eventRuleFromRow(row)
 }
@@ -227,29 +229,29 @@ func (s *EventRules) ReplaceActions(ctx context.Context, tx pgx.Tx, id uuid.UUID
 // SetEnabled enables or disables a persisted rule. Enabling re-validates
 // the stored definition (an alert sender removed since, a type no longer
 // supported): an invalid one stays disabled.
-func (s *EventRules) SetEnabled(ctx context.Context, tx pgx.Tx, id uuid.UUID, enabled bool) (EventRule, error) {
+func (s *Service) SetEnabled(ctx context.Context, tx pgx.Tx, id uuid.UUID, enabled bool) (Rule, error) {
 	r, err := s.persisted(ctx, tx, id)
 	if err != nil {
-		return EventRule{}, err
+		return Rule{}, err
 	}
 	if enabled {
 		if err := ValidateEventType("event_type", r.EventType); err != nil {
-			return EventRule{}, fmt.Errorf("stored rule cannot be enabled: %w", err)
+			return Rule{}, fmt.Errorf("stored rule cannot be enabled: %w", err)
 		}
-		if err := ValidateEventActions("actions", r.Actions, s.alerts); err != nil {
-			return EventRule{}, fmt.Errorf("stored rule cannot be enabled: %w", err)
+		if err := ValidateActions("actions", r.Actions, s.alerts); err != nil {
+			return Rule{}, fmt.Errorf("stored rule cannot be enabled: %w", err)
 		}
 	}
 	row, err := s.q.EventRuleSetEnabled(ctx, tx, dbsqlc.EventRuleSetEnabledParams{ID: id, Enabled: enabled})
 	if err != nil {
-		return EventRule{}, fmt.Errorf("set event rule enabled: %w", err)
+		return Rule{}, fmt.Errorf("set event rule enabled: %w", err)
 	}
 	return eventRuleFromRow(row)
 }
 
 // Delete deletes a persisted rule and its bindings (one statement: the
 // bindings cascade). Stored events and executions are left as they are.
-func (s *EventRules) Delete(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+func (s *Service) Delete(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	if _, err := s.persisted(ctx, tx, id); err != nil {
 		return err
 	}
@@ -259,8 +261,8 @@ func (s *EventRules) Delete(ctx context.Context, tx pgx.Tx, id uuid.UUID) error 
 	return nil
 }
 
-func bindingFromRow(row dbsqlc.EventRuleBinding) EventRuleBinding {
-	b := EventRuleBinding{ID: row.ID, RuleID: row.RuleID, EventType: row.EventType, Scope: Scope{Type: ScopeType(row.ScopeType)}, CreatedAt: row.CreatedAt}
+func bindingFromRow(row dbsqlc.EventRuleBinding) Binding {
+	b := Binding{ID: row.ID, RuleID: row.RuleID, EventType: row.EventType, Scope: Scope{Type: ScopeType(row.ScopeType)}, CreatedAt: row.CreatedAt}
 	if row.ScopeID != nil {
 		b.Scope.RackID = *row.ScopeID
 	}
@@ -276,63 +278,63 @@ func scopeID(s Scope) *uuid.UUID {
 }
 
 // Bind places persisted rule ruleID in the slot (its event type, scope).
-// The rack of a rack scope must exist (ErrEventTargetNotFound); a taken
+// The rack of a rack scope must exist (ErrTargetNotFound); a taken
 // slot, or a rule whose bindings are of the other scope type, is
-// ErrEventRuleBindingConflict.
-func (s *EventRules) Bind(ctx context.Context, tx pgx.Tx, ruleID uuid.UUID, scope Scope) (EventRuleBinding, error) {
+// ErrBindingConflict.
+func (s *Service) Bind(ctx context.Context, tx pgx.Tx, ruleID uuid.UUID, scope Scope) (Binding, error) {
 	rule, err := s.persisted(ctx, tx, ruleID)
 	if err != nil {
-		return EventRuleBinding{}, err
+		return Binding{}, err
 	}
 	if scope.Type == ScopeRack {
 		if _, err := s.inv.Rack(ctx, tx, scope.RackID, false); errors.Is(err, inventory.ErrRackNotFound) {
-			return EventRuleBinding{}, fmt.Errorf("%w: scope.id: rack %s", ErrEventTargetNotFound, scope.RackID)
+			return Binding{}, fmt.Errorf("%w: scope.id: rack %s", ErrTargetNotFound, scope.RackID)
 		} else if err != nil {
-			return EventRuleBinding{}, err
+			return Binding{}, err
 		}
 	}
 	existing, err := s.q.EventRuleBindingsOfRule(ctx, tx, ruleID)
 	if err != nil {
-		return EventRuleBinding{}, fmt.Errorf("bindings of rule: %w", err)
+		return Binding{}, fmt.Errorf("bindings of rule: %w", err)
 	}
 	for _, b := range existing {
 		if ScopeType(b.ScopeType) != scope.Type {
-			return EventRuleBinding{}, fmt.Errorf("%w: rule %s is already bound at %s scope; a rule's bindings are all site or all rack", ErrEventRuleBindingConflict, ruleID, b.ScopeType)
+			return Binding{}, fmt.Errorf("%w: rule %s is already bound at %s scope; a rule's bindings are all site or all rack", ErrBindingConflict, ruleID, b.ScopeType)
 		}
 	}
 	taken, err := s.q.EventRuleBindingGetSlot(ctx, tx, dbsqlc.EventRuleBindingGetSlotParams{EventType: rule.EventType, ScopeType: string(scope.Type), ScopeID: scopeID(scope)})
 	if err == nil {
-		return EventRuleBinding{}, fmt.Errorf("%w: the %s slot of %s is taken by rule %s", ErrEventRuleBindingConflict, scope, rule.EventType, taken.RuleID)
+		return Binding{}, fmt.Errorf("%w: the %s slot of %s is taken by rule %s", ErrBindingConflict, scope, rule.EventType, taken.RuleID)
 	} else if !errors.Is(err, pgx.ErrNoRows) {
-		return EventRuleBinding{}, fmt.Errorf("get binding: %w", err)
+		return Binding{}, fmt.Errorf("get binding: %w", err)
 	}
 	row, err := s.q.EventRuleBindingInsert(ctx, tx, dbsqlc.EventRuleBindingInsertParams{RuleID: ruleID, EventType: rule.EventType, ScopeType: string(scope.Type), ScopeID: scopeID(scope)})
 	if db.IsUniqueViolation(err, "") {
-		return EventRuleBinding{}, fmt.Errorf("%w: the %s slot of %s was taken concurrently", ErrEventRuleBindingConflict, scope, rule.EventType)
+		return Binding{}, fmt.Errorf("%w: the %s slot of %s was taken concurrently", ErrBindingConflict, scope, rule.EventType)
 	} else if err != nil {
-		return EventRuleBinding{}, fmt.Errorf("insert binding: %w", err)
+		return Binding{}, fmt.Errorf("insert binding: %w", err)
 	}
 	return bindingFromRow(row), nil
 }
 
 // Binding returns the binding in the slot (eventType, scope), or
-// ErrEventRuleBindingNotFound.
-func (s *EventRules) Binding(ctx context.Context, dbtx db.DBTX, eventType string, scope Scope) (EventRuleBinding, error) {
+// ErrBindingNotFound.
+func (s *Service) Binding(ctx context.Context, dbtx db.DBTX, eventType string, scope Scope) (Binding, error) {
 	if err := ValidateEventType("event_type", eventType); err != nil {
-		return EventRuleBinding{}, err
+		return Binding{}, err
 	}
 	row, err := s.q.EventRuleBindingGetSlot(ctx, dbtx, dbsqlc.EventRuleBindingGetSlotParams{EventType: eventType, ScopeType: string(scope.Type), ScopeID: scopeID(scope)})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return EventRuleBinding{}, fmt.Errorf("%w: %s at %s", ErrEventRuleBindingNotFound, eventType, scope)
+		return Binding{}, fmt.Errorf("%w: %s at %s", ErrBindingNotFound, eventType, scope)
 	} else if err != nil {
-		return EventRuleBinding{}, fmt.Errorf("get binding: %w", err)
+		return Binding{}, fmt.Errorf("get binding: %w", err)
 	}
 	return bindingFromRow(row), nil
 }
 
-// Unbind clears the slot (eventType, scope): ErrEventRuleBindingNotFound
+// Unbind clears the slot (eventType, scope): ErrBindingNotFound
 // when it is empty.
-func (s *EventRules) Unbind(ctx context.Context, tx pgx.Tx, eventType string, scope Scope) error {
+func (s *Service) Unbind(ctx context.Context, tx pgx.Tx, eventType string, scope Scope) error {
 	if err := ValidateEventType("event_type", eventType); err != nil {
 		return err
 	}
@@ -341,7 +343,7 @@ func (s *EventRules) Unbind(ctx context.Context, tx pgx.Tx, eventType string, sc
 		return fmt.Errorf("delete binding: %w", err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: %s at %s", ErrEventRuleBindingNotFound, eventType, scope)
+		return fmt.Errorf("%w: %s at %s", ErrBindingNotFound, eventType, scope)
 	}
 	return nil
 }
@@ -349,41 +351,41 @@ func (s *EventRules) Unbind(ctx context.Context, tx pgx.Tx, eventType string, sc
 // Effective returns the rule in effect for eventType at rackID (uuid.Nil:
 // a component with no rack): the enabled rule bound to the rack, else the
 // enabled rule bound to the site, else the built-in (§4.4).
-func (s *EventRules) Effective(ctx context.Context, dbtx db.DBTX, eventType string, rackID uuid.UUID) (EventRule, error) {
+func (s *Service) Effective(ctx context.Context, dbtx db.DBTX, eventType string, rackID uuid.UUID) (Rule, error) {
 	row, err := s.q.EventRuleEffective(ctx, dbtx, dbsqlc.EventRuleEffectiveParams{EventType: eventType, RackID: rackID})
 	if err == nil {
 		return eventRuleFromRow(row)
 	} else if !errors.Is(err, pgx.ErrNoRows) {
-		return EventRule{}, fmt.Errorf("effective event rule: %w", err)
+		return Rule{}, fmt.Errorf("effective event rule: %w", err)
 	}
 	if b := builtInFor(eventType); b != nil {
 		return *b, nil
 	}
-	return EventRule{}, fmt.Errorf("%w: no rule for event type %s", ErrEventRuleNotFound, eventType)
+	return Rule{}, fmt.Errorf("%w: no rule for event type %s", ErrRuleNotFound, eventType)
 }
 
 // EffectiveAt is Effective for a rack or a component (exactly one of the
 // IDs set): a component counts as its rack. An unknown rack or component
-// is ErrEventTargetNotFound.
-func (s *EventRules) EffectiveAt(ctx context.Context, dbtx db.DBTX, eventType string, rackID, componentID uuid.UUID) (EventRule, error) {
+// is ErrTargetNotFound.
+func (s *Service) EffectiveAt(ctx context.Context, dbtx db.DBTX, eventType string, rackID, componentID uuid.UUID) (Rule, error) {
 	if err := ValidateEventType("event_type", eventType); err != nil {
-		return EventRule{}, err
+		return Rule{}, err
 	}
 	if componentID != uuid.Nil {
 		c, err := s.inv.Component(ctx, dbtx, componentID)
 		if errors.Is(err, inventory.ErrComponentNotFound) {
-			return EventRule{}, fmt.Errorf("%w: component_id: component %s", ErrEventTargetNotFound, componentID)
+			return Rule{}, fmt.Errorf("%w: component_id: component %s", ErrTargetNotFound, componentID)
 		} else if err != nil {
-			return EventRule{}, err
+			return Rule{}, err
 		}
 		rackID = uuid.Nil
 		if c.RackID != nil {
 			rackID = *c.RackID
 		}
 	} else if _, err := s.inv.Rack(ctx, dbtx, rackID, false); errors.Is(err, inventory.ErrRackNotFound) {
-		return EventRule{}, fmt.Errorf("%w: rack_id: rack %s", ErrEventTargetNotFound, rackID)
+		return Rule{}, fmt.Errorf("%w: rack_id: rack %s", ErrTargetNotFound, rackID)
 	} else if err != nil {
-		return EventRule{}, err
+		return Rule{}, err
 	}
 	return s.Effective(ctx, dbtx, eventType, rackID)
 }

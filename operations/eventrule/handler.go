@@ -1,4 +1,4 @@
-package operations
+package eventrule
 
 import (
 	"context"
@@ -16,31 +16,32 @@ import (
 
 	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
-// EventRuleHandler implements the event-rule and binding methods of
+// Handler implements the event-rule and binding methods of
 // v1.Flow (spec/orchestration.md §4.7). app embeds it in the one Flow
 // handler.
-type EventRuleHandler struct {
+type Handler struct {
 	pool  *pgxpool.Pool
-	rules *EventRules
+	rules *Service
 }
 
-// NewEventRuleHandler returns an EventRuleHandler serving rules over pool.
-func NewEventRuleHandler(pool *pgxpool.Pool, rules *EventRules) *EventRuleHandler {
-	return &EventRuleHandler{pool: pool, rules: rules}
+// NewHandler returns an Handler serving rules over pool.
+func NewHandler(pool *pgxpool.Pool, rules *Service) *Handler {
+	return &Handler{pool: pool, rules: rules}
 }
 
 // CreateEventRule creates a persisted rule; it always starts disabled.
-func (h *EventRuleHandler) CreateEventRule(ctx context.Context, req *flowv1.CreateEventRuleRequest) (*flowv1.EventRule, error) {
+func (h *Handler) CreateEventRule(ctx context.Context, req *flowv1.CreateEventRuleRequest) (*flowv1.EventRule, error) {
 	actions, err := eventActionsFromProto("actions", req.GetActions())
 	if err != nil {
 		return nil, err
 	}
-	var r EventRule
+	var r Rule
 	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) (err error) {
-		r, err = h.rules.Create(ctx, tx, EventRuleInput{
+		r, err = h.rules.Create(ctx, tx, RuleInput{
 			Name: req.GetName(), Description: req.GetDescription(), EventType: req.GetEventType(),
 			Actions: actions, CreatedBy: caller.Identity(ctx),
 		})
@@ -53,7 +54,7 @@ func (h *EventRuleHandler) CreateEventRule(ctx context.Context, req *flowv1.Crea
 }
 
 // GetEventRule returns a persisted or built-in rule.
-func (h *EventRuleHandler) GetEventRule(ctx context.Context, req *flowv1.GetEventRuleRequest) (*flowv1.EventRule, error) {
+func (h *Handler) GetEventRule(ctx context.Context, req *flowv1.GetEventRuleRequest) (*flowv1.EventRule, error) {
 	id, err := parseUUID("rule_id", req.GetRuleId())
 	if err != nil {
 		return nil, err
@@ -67,7 +68,7 @@ func (h *EventRuleHandler) GetEventRule(ctx context.Context, req *flowv1.GetEven
 
 // GetEffectiveEventRule returns the rule in effect for an event type at a
 // rack or a component.
-func (h *EventRuleHandler) GetEffectiveEventRule(ctx context.Context, req *flowv1.GetEffectiveEventRuleRequest) (*flowv1.EventRule, error) {
+func (h *Handler) GetEffectiveEventRule(ctx context.Context, req *flowv1.GetEffectiveEventRuleRequest) (*flowv1.EventRule, error) {
 	if err := ValidateEventType("event_type", req.GetEventType()); err != nil {
 		return nil, eventRuleError(err)
 	}
@@ -93,8 +94,8 @@ func (h *EventRuleHandler) GetEffectiveEventRule(ctx context.Context, req *flowv
 
 // ListEventRules lists persisted rules, then built-ins, each by ascending
 // ID; filters apply before paging (default offset 0, limit 100).
-func (h *EventRuleHandler) ListEventRules(ctx context.Context, req *flowv1.ListEventRulesRequest) (*flowv1.ListEventRulesResponse, error) {
-	f := EventRuleFilter{EventType: req.EventType, Enabled: req.Enabled}
+func (h *Handler) ListEventRules(ctx context.Context, req *flowv1.ListEventRulesRequest) (*flowv1.ListEventRulesResponse, error) {
+	f := RuleFilter{EventType: req.EventType, Enabled: req.Enabled}
 	if p := req.Pagination; p != nil {
 		if p.GetOffset() < 0 {
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("pagination.offset: must not be negative, got %d", p.GetOffset()))
@@ -117,18 +118,18 @@ func (h *EventRuleHandler) ListEventRules(ctx context.Context, req *flowv1.ListE
 
 // UpdateEventRule replaces either the metadata or the action list of a
 // persisted rule.
-func (h *EventRuleHandler) UpdateEventRule(ctx context.Context, req *flowv1.UpdateEventRuleRequest) (*flowv1.EventRule, error) {
+func (h *Handler) UpdateEventRule(ctx context.Context, req *flowv1.UpdateEventRuleRequest) (*flowv1.EventRule, error) {
 	id, err := parseUUID("rule_id", req.GetRuleId())
 	if err != nil {
 		return nil, err
 	}
-	var update func(tx pgx.Tx) (EventRule, error)
+	var update func(tx pgx.Tx) (Rule, error)
 	switch u := req.GetUpdate().(type) {
 	case *flowv1.UpdateEventRuleRequest_Metadata:
 		if u.Metadata == nil {
 			return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("metadata: is required"))
 		}
-		update = func(tx pgx.Tx) (EventRule, error) {
+		update = func(tx pgx.Tx) (Rule, error) {
 			return h.rules.UpdateMetadata(ctx, tx, id, u.Metadata.GetName(), u.Metadata.GetDescription())
 		}
 	case *flowv1.UpdateEventRuleRequest_Actions:
@@ -139,11 +140,11 @@ func (h *EventRuleHandler) UpdateEventRule(ctx context.Context, req *flowv1.Upda
 		if err != nil {
 			return nil, err
 		}
-		update = func(tx pgx.Tx) (EventRule, error) { return h.rules.ReplaceActions(ctx, tx, id, actions) }
+		update = func(tx pgx.Tx) (Rule, error) { return h.rules.ReplaceActions(ctx, tx, id, actions) }
 	default:
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("update: exactly one of metadata and actions is required"))
 	}
-	var r EventRule
+	var r Rule
 	if err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) (err error) { r, err = update(tx); return err }); err != nil {
 		return nil, eventRuleError(err)
 	}
@@ -151,21 +152,21 @@ func (h *EventRuleHandler) UpdateEventRule(ctx context.Context, req *flowv1.Upda
 }
 
 // EnableEventRule enables a persisted rule after re-validating it.
-func (h *EventRuleHandler) EnableEventRule(ctx context.Context, req *flowv1.EnableEventRuleRequest) (*flowv1.EventRule, error) {
+func (h *Handler) EnableEventRule(ctx context.Context, req *flowv1.EnableEventRuleRequest) (*flowv1.EventRule, error) {
 	return h.setEnabled(ctx, req.GetRuleId(), true)
 }
 
 // DisableEventRule disables a persisted rule.
-func (h *EventRuleHandler) DisableEventRule(ctx context.Context, req *flowv1.DisableEventRuleRequest) (*flowv1.EventRule, error) {
+func (h *Handler) DisableEventRule(ctx context.Context, req *flowv1.DisableEventRuleRequest) (*flowv1.EventRule, error) {
 	return h.setEnabled(ctx, req.GetRuleId(), false)
 }
 
-func (h *EventRuleHandler) setEnabled(ctx context.Context, ruleID *flowv1.UUID, enabled bool) (*flowv1.EventRule, error) {
+func (h *Handler) setEnabled(ctx context.Context, ruleID *flowv1.UUID, enabled bool) (*flowv1.EventRule, error) {
 	id, err := parseUUID("rule_id", ruleID)
 	if err != nil {
 		return nil, err
 	}
-	var r EventRule
+	var r Rule
 	if err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) (err error) { r, err = h.rules.SetEnabled(ctx, tx, id, enabled); return err }); err != nil {
 		return nil, eventRuleError(err)
 	}
@@ -173,7 +174,7 @@ func (h *EventRuleHandler) setEnabled(ctx context.Context, ruleID *flowv1.UUID, 
 }
 
 // DeleteEventRule deletes a persisted rule with its bindings.
-func (h *EventRuleHandler) DeleteEventRule(ctx context.Context, req *flowv1.DeleteEventRuleRequest) (*emptypb.Empty, error) {
+func (h *Handler) DeleteEventRule(ctx context.Context, req *flowv1.DeleteEventRuleRequest) (*emptypb.Empty, error) {
 	id, err := parseUUID("rule_id", req.GetRuleId())
 	if err != nil {
 		return nil, err
@@ -185,7 +186,7 @@ func (h *EventRuleHandler) DeleteEventRule(ctx context.Context, req *flowv1.Dele
 }
 
 // CreateEventRuleBinding binds a persisted rule at the site or a rack.
-func (h *EventRuleHandler) CreateEventRuleBinding(ctx context.Context, req *flowv1.CreateEventRuleBindingRequest) (*flowv1.EventRuleBinding, error) {
+func (h *Handler) CreateEventRuleBinding(ctx context.Context, req *flowv1.CreateEventRuleBindingRequest) (*flowv1.EventRuleBinding, error) {
 	id, err := parseUUID("rule_id", req.GetRuleId())
 	if err != nil {
 		return nil, err
@@ -194,7 +195,7 @@ func (h *EventRuleHandler) CreateEventRuleBinding(ctx context.Context, req *flow
 	if err != nil {
 		return nil, err
 	}
-	var b EventRuleBinding
+	var b Binding
 	if err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) (err error) { b, err = h.rules.Bind(ctx, tx, id, scope); return err }); err != nil {
 		return nil, eventRuleError(err)
 	}
@@ -202,7 +203,7 @@ func (h *EventRuleHandler) CreateEventRuleBinding(ctx context.Context, req *flow
 }
 
 // GetEventRuleBinding returns the binding in an (event type, scope) slot.
-func (h *EventRuleHandler) GetEventRuleBinding(ctx context.Context, req *flowv1.GetEventRuleBindingRequest) (*flowv1.EventRuleBinding, error) {
+func (h *Handler) GetEventRuleBinding(ctx context.Context, req *flowv1.GetEventRuleBindingRequest) (*flowv1.EventRuleBinding, error) {
 	if err := ValidateEventType("event_type", req.GetEventType()); err != nil {
 		return nil, eventRuleError(err)
 	}
@@ -218,7 +219,7 @@ func (h *EventRuleHandler) GetEventRuleBinding(ctx context.Context, req *flowv1.
 }
 
 // DeleteEventRuleBinding clears an (event type, scope) slot.
-func (h *EventRuleHandler) DeleteEventRuleBinding(ctx context.Context, req *flowv1.DeleteEventRuleBindingRequest) (*emptypb.Empty, error) {
+func (h *Handler) DeleteEventRuleBinding(ctx context.Context, req *flowv1.DeleteEventRuleBindingRequest) (*emptypb.Empty, error) {
 	if err := ValidateEventType("event_type", req.GetEventType()); err != nil {
 		return nil, eventRuleError(err)
 	}
@@ -238,14 +239,27 @@ func eventRuleError(err error) error {
 	switch {
 	case errors.As(err, &ce):
 		return err
-	case errors.Is(err, ErrInvalidEventRule):
+	case errors.Is(err, ErrInvalidRule):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, ErrEventRuleNotFound), errors.Is(err, ErrEventRuleBindingNotFound), errors.Is(err, ErrEventTargetNotFound):
+	case errors.Is(err, ErrRuleNotFound), errors.Is(err, ErrBindingNotFound), errors.Is(err, ErrTargetNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, ErrBuiltInEventRule), errors.Is(err, ErrEventRuleBindingConflict):
+	case errors.Is(err, ErrBuiltInRule), errors.Is(err, ErrBindingConflict):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
 	return err
+}
+
+// parseUUID reads a required UUID field, answering InvalidArgument that
+// names the field (as the task manager's handler does).
+func parseUUID(field string, u *flowv1.UUID) (uuid.UUID, error) {
+	if u.GetId() == "" {
+		return uuid.Nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is required", field))
+	}
+	id, err := uuid.Parse(u.GetId())
+	if err != nil {
+		return uuid.Nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: invalid UUID %q", field, u.GetId()))
+	}
+	return id, nil
 }
 
 func eventArg(field, format string, args ...any) error {
@@ -279,7 +293,7 @@ func eventScopeToProto(s Scope) *flowv1.EventRuleScope {
 	return &flowv1.EventRuleScope{Type: flowv1.EventRuleScopeType_EVENT_RULE_SCOPE_TYPE_SITE}
 }
 
-func bindingToProto(b EventRuleBinding) *flowv1.EventRuleBinding {
+func bindingToProto(b Binding) *flowv1.EventRuleBinding {
 	return &flowv1.EventRuleBinding{
 		Id: &flowv1.UUID{Id: b.ID.String()}, RuleId: &flowv1.UUID{Id: b.RuleID.String()},
 		EventType: b.EventType, Scope: eventScopeToProto(b.Scope),
@@ -307,22 +321,22 @@ var targetStrategyFromProto = map[flowv1.EventRuleTargetStrategy]TargetStrategy{
 	flowv1.EventRuleTargetStrategy_EVENT_RULE_TARGET_STRATEGY_AFFECTED_COMPONENTS: TargetAffectedComponents,
 }
 
-var conflictStrategyFromProto = map[flowv1.EventRuleConflictStrategy]EventConflictStrategy{
-	flowv1.EventRuleConflictStrategy_EVENT_RULE_CONFLICT_STRATEGY_QUEUE:  EventConflictQueue,
-	flowv1.EventRuleConflictStrategy_EVENT_RULE_CONFLICT_STRATEGY_REJECT: EventConflictReject,
+var conflictStrategyFromProto = map[flowv1.EventRuleConflictStrategy]ConflictStrategy{
+	flowv1.EventRuleConflictStrategy_EVENT_RULE_CONFLICT_STRATEGY_QUEUE:  ConflictQueue,
+	flowv1.EventRuleConflictStrategy_EVENT_RULE_CONFLICT_STRATEGY_REJECT: ConflictReject,
 }
 
 // eventActionsFromProto converts wire actions. Enum values are checked
 // here (the wire form has no other spelling); the rule contract is checked
-// by ValidateEventActions.
-func eventActionsFromProto(field string, in []*flowv1.EventRuleAction) ([]EventAction, error) {
-	out := make([]EventAction, 0, len(in))
+// by ValidateActions.
+func eventActionsFromProto(field string, in []*flowv1.EventRuleAction) ([]Action, error) {
+	out := make([]Action, 0, len(in))
 	for i, a := range in {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		if a == nil {
 			return nil, eventArg(f, "is required")
 		}
-		act := EventAction{Name: a.GetName()}
+		act := Action{Name: a.GetName()}
 		for k, s := range a.GetCondition().GetSeverities() {
 			sev, ok := severityFromProto[s]
 			if !ok {
@@ -335,7 +349,7 @@ func eventActionsFromProto(field string, in []*flowv1.EventRuleAction) ([]EventA
 			if !ok {
 				return nil, eventArg(fmt.Sprintf("%s.condition.component_types[%d]", f, k), "unknown component type %s", t)
 			}
-			act.Condition.ComponentTypes = append(act.Condition.ComponentTypes, ComponentType(ct))
+			act.Condition.ComponentTypes = append(act.Condition.ComponentTypes, operations.ComponentType(ct))
 		}
 		switch s := a.GetSpec().(type) {
 		case *flowv1.EventRuleAction_SubmitTask:
@@ -393,7 +407,7 @@ func submitTaskFromProto(field string, s *flowv1.EventRuleSubmitTaskAction) (*Su
 		if !ok || code == "UNSPECIFIED" {
 			return nil, eventArg(field+".operation.power_control.operation", "must be a power operation such as FORCE_POWER_OFF, got %s", op.PowerControl.GetOperation())
 		}
-		out.Operation = TaskOperation{Type: OperationTypePowerControl, Code: OperationCode(strings.ToLower(code)), OverrideReadinessCheck: op.PowerControl.GetOverrideReadinessCheck()}
+		out.Operation = TaskOperation{Type: operations.OperationTypePowerControl, Code: operations.OperationCode(strings.ToLower(code)), OverrideReadinessCheck: op.PowerControl.GetOverrideReadinessCheck()}
 	case *flowv1.TaskOperation_FirmwareControl:
 		fc := op.FirmwareControl
 		code, ok := strings.CutPrefix(fc.GetOperation().String(), "FIRMWARE_CONTROL_OPERATION_")
@@ -401,7 +415,7 @@ func submitTaskFromProto(field string, s *flowv1.EventRuleSubmitTaskAction) (*Su
 			return nil, eventArg(field+".operation.firmware_control.operation", "must be UPGRADE, DOWNGRADE or ROLLBACK, got %s", fc.GetOperation())
 		}
 		out.Operation = TaskOperation{
-			Type: OperationTypeFirmwareControl, Code: OperationCode(strings.ToLower(code)), TargetVersion: fc.TargetVersion,
+			Type: operations.OperationTypeFirmwareControl, Code: operations.OperationCode(strings.ToLower(code)), TargetVersion: fc.TargetVersion,
 			SubTargets: fc.GetSubTargets(), OverrideReadinessCheck: fc.GetOverrideReadinessCheck(), OverrideVersionCheck: fc.GetOverrideVersionCheck(),
 		}
 		if fc.StartTime != nil {
@@ -420,7 +434,7 @@ func submitTaskFromProto(field string, s *flowv1.EventRuleSubmitTaskAction) (*Su
 	return out, nil
 }
 
-func eventRuleToProto(r EventRule) *flowv1.EventRule {
+func eventRuleToProto(r Rule) *flowv1.EventRule {
 	out := &flowv1.EventRule{
 		Id: &flowv1.UUID{Id: r.ID.String()}, ReadOnly: r.ReadOnly, Name: r.Name, Description: r.Description,
 		Enabled: r.Enabled, EventType: r.EventType,
@@ -466,12 +480,12 @@ func submitTaskToProto(s SubmitTaskSpec) *flowv1.EventRuleSubmitTaskAction {
 	}
 	op := s.Operation
 	switch op.Type {
-	case OperationTypePowerControl:
+	case operations.OperationTypePowerControl:
 		out.Operation.Operation = &flowv1.TaskOperation_PowerControl{PowerControl: &flowv1.PowerControlTaskOperation{
 			Operation:              flowv1.PowerControlOperation(flowv1.PowerControlOperation_value["POWER_CONTROL_OPERATION_"+strings.ToUpper(string(op.Code))]),
 			OverrideReadinessCheck: op.OverrideReadinessCheck,
 		}}
-	case OperationTypeFirmwareControl:
+	case operations.OperationTypeFirmwareControl:
 		fc := &flowv1.FirmwareControlTaskOperation{
 			Operation:     flowv1.FirmwareControlOperation(flowv1.FirmwareControlOperation_value["FIRMWARE_CONTROL_OPERATION_"+strings.ToUpper(string(op.Code))]),
 			TargetVersion: op.TargetVersion, SubTargets: op.SubTargets,

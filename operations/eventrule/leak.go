@@ -1,4 +1,4 @@
-package operations
+package eventrule
 
 import (
 	"context"
@@ -14,7 +14,8 @@ import (
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/operations/internal/dbsqlc"
+	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule/internal/dbsqlc"
 )
 
 // Leak detection (spec/orchestration.md §5.2, docs/event-rules.md): each
@@ -46,8 +47,8 @@ type LeakDetector struct {
 	pool   *pgxpool.Pool
 	q      *dbsqlc.Queries
 	inv    *inventory.Service
-	rules  *EventRules
-	tasks  *Tasks
+	rules  *Service
+	tasks  *operations.Tasks
 	kinds  []leakKind
 	events bool
 	logger *slog.Logger
@@ -57,8 +58,8 @@ type LeakDetector struct {
 type LeakDetectorConfig struct {
 	Pool   *pgxpool.Pool
 	Inv    *inventory.Service
-	Rules  *EventRules
-	Tasks  *Tasks
+	Rules  *Service
+	Tasks  *operations.Tasks
 	Source LeakSource
 	// EventRules picks the event-rule path
 	// (FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED); otherwise the legacy path
@@ -118,11 +119,11 @@ func (d *LeakDetector) respond(ctx context.Context, k leakKind, ids []string) er
 	for i, id := range ids {
 		env := Envelope{
 			Key: keys[i], Type: EventTypeLeakDetected, Severity: SeverityCritical, ObservedAt: now,
-			Resource: EventResource{Kind: ResourceComponent, ExternalID: id, ComponentType: ComponentType(k.ctype)},
+			Resource: Resource{Kind: ResourceComponent, ExternalID: id, ComponentType: operations.ComponentType(k.ctype)},
 			Summary:  fmt.Sprintf("NICo Core reports a coolant leak on %s %s", k.name, id),
 		}
 		res, err := d.rules.Ingest(ctx, LeakEventSource, env)
-		if errors.Is(err, ErrEventUnresolvable) {
+		if errors.Is(err, ErrUnresolvable) {
 			// A device Flow cannot place (not in the inventory, not linked
 			// yet, no rack): said once per occurrence, not every cycle,
 			// and no failure of the cycle.
@@ -177,11 +178,11 @@ func (d *LeakDetector) occurrences(ctx context.Context, k leakKind, ids []string
 func (d *LeakDetector) legacy(ctx context.Context, k leakKind, ids []string) error {
 	var errs []error
 	for _, id := range ids {
-		req := Request{
-			Type: OperationTypePowerControl, Code: CodeForcePowerOff, Queue: true,
+		req := operations.Request{
+			Type: operations.OperationTypePowerControl, Code: operations.CodeForcePowerOff, Queue: true,
 			Description: fmt.Sprintf("Leak detected on %s %s", k.name, id),
 			Targets:     inventory.TargetSpec{Components: []inventory.ComponentRef{{ExternalType: k.ctype, ExternalID: id}}},
-			Payload:     Payload{Operation: powerOperations[CodeForcePowerOff], Forced: true},
+			Payload:     operations.Payload{Operation: operations.PayloadOperation(operations.OperationTypePowerControl, operations.CodeForcePowerOff), Forced: true},
 			SubmittedBy: LeakDetectionCreator,
 		}
 		err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
@@ -198,26 +199,53 @@ func (d *LeakDetector) legacy(ctx context.Context, k leakKind, ids []string) err
 // LeakHandling is the inventory's leak-handling source
 // (inventory.LeakHandlingFunc): per component, the status of the latest
 // force-power-off task a hardware.leak.detected execution submitted that
-// covers it.
-func (s *EventRules) LeakHandling(ctx context.Context, dbtx db.DBTX, ids []uuid.UUID) (map[uuid.UUID]inventory.LeakHandling, error) {
+// covers it. The tasks are the task manager's (Tasks.TriggeredTasks); which
+// of their executions answered a leak event is this package's.
+func (s *Service) LeakHandling(ctx context.Context, dbtx db.DBTX, ids []uuid.UUID) (map[uuid.UUID]inventory.LeakHandling, error) {
 	out := map[uuid.UUID]inventory.LeakHandling{}
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.q.LeakHandling(ctx, dbtx, ids)
+	if s.tasks == nil {
+		return nil, errors.New("event rules: no task manager configured")
+	}
+	tasks, err := s.tasks.TriggeredTasks(ctx, dbtx, TriggerExecution, operations.CodeForcePowerOff, ids)
+	if err != nil || len(tasks) == 0 {
+		return out, err
+	}
+	// A trigger ID is an execution's ID as written at submit (its
+	// canonical text); anything else names no execution.
+	var execs []uuid.UUID
+	seen := map[uuid.UUID]bool{}
+	for _, t := range tasks {
+		if id, err := uuid.Parse(t.TriggerID); err == nil && id.String() == t.TriggerID && !seen[id] {
+			seen[id] = true
+			execs = append(execs, id)
+		}
+	}
+	leaks, err := s.q.ExecutionsOfEventType(ctx, dbtx, dbsqlc.ExecutionsOfEventTypeParams{IDs: execs, EventType: EventTypeLeakDetected})
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range rows {
-		switch TaskStatus(r.Status) {
-		case TaskWaiting, TaskPending, TaskRunning:
-			out[r.ComponentID] = inventory.LeakHandlingShuttingDown
-		case TaskCompleted:
-			out[r.ComponentID] = inventory.LeakHandlingDown
-		case TaskFailed, TaskTerminated:
-			out[r.ComponentID] = inventory.LeakHandlingFailed
+	ofLeak := make(map[string]bool, len(leaks))
+	for _, id := range leaks {
+		ofLeak[id.String()] = true
+	}
+	// Newest first per component: the first of a leak execution is the
+	// latest.
+	for _, t := range tasks {
+		if _, done := out[t.ComponentID]; done || !ofLeak[t.TriggerID] {
+			continue
+		}
+		switch t.Status {
+		case operations.TaskWaiting, operations.TaskPending, operations.TaskRunning:
+			out[t.ComponentID] = inventory.LeakHandlingShuttingDown
+		case operations.TaskCompleted:
+			out[t.ComponentID] = inventory.LeakHandlingDown
+		case operations.TaskFailed, operations.TaskTerminated:
+			out[t.ComponentID] = inventory.LeakHandlingFailed
 		default:
-			out[r.ComponentID] = inventory.LeakHandlingUnknown
+			out[t.ComponentID] = inventory.LeakHandlingUnknown
 		}
 	}
 	return out, nil

@@ -1,4 +1,4 @@
-package operations
+package eventrule
 
 import (
 	"errors"
@@ -9,60 +9,62 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/nicoflow/flow/operations"
 )
 
 // Event rules (spec/orchestration.md §4, docs/event-rules.md) say how Flow
 // answers an event, such as a coolant leak: a rule for one event type holds
 // named actions, each with a condition and exactly one spec (submit a task,
 // send an alert, do nothing). This file holds the vocabulary and the rule
-// contract (§4.3); eventrule_service.go the store and effective-rule
-// selection (§4.4), eventrule_pipeline.go the processing pipeline (§4.5),
-// eventrule_exec.go the executions (§4.6).
+// contract (§4.3); service.go the store and effective-rule selection
+// (§4.4), pipeline.go the processing pipeline (§4.5), exec.go the
+// executions (§4.6).
 
-// Errors of event rules and bindings. handler mapping: ErrInvalidEventRule
-// InvalidArgument; ErrEventRuleNotFound, ErrEventRuleBindingNotFound and
-// ErrEventTargetNotFound NotFound; ErrBuiltInEventRule and
-// ErrEventRuleBindingConflict FailedPrecondition.
+// Errors of event rules and bindings. handler mapping: ErrInvalidRule
+// InvalidArgument; ErrRuleNotFound, ErrBindingNotFound and
+// ErrTargetNotFound NotFound; ErrBuiltInRule and
+// ErrBindingConflict FailedPrecondition.
 var (
-	// ErrInvalidEventRule is matched by every *EventRuleFieldError.
-	ErrInvalidEventRule = errors.New("invalid event rule")
-	// ErrEventRuleNotFound means no persisted or built-in rule has the ID.
-	ErrEventRuleNotFound = errors.New("event rule not found")
-	// ErrEventRuleBindingNotFound means the (event type, scope) slot is
+	// ErrInvalidRule is matched by every *FieldError.
+	ErrInvalidRule = errors.New("invalid event rule")
+	// ErrRuleNotFound means no persisted or built-in rule has the ID.
+	ErrRuleNotFound = errors.New("event rule not found")
+	// ErrBindingNotFound means the (event type, scope) slot is
 	// empty.
-	ErrEventRuleBindingNotFound = errors.New("event rule binding not found")
-	// ErrEventTargetNotFound means the rack or component an effective-rule
+	ErrBindingNotFound = errors.New("event rule binding not found")
+	// ErrTargetNotFound means the rack or component an effective-rule
 	// look-up or a binding names does not exist.
-	ErrEventTargetNotFound = errors.New("event rule target not found")
-	// ErrBuiltInEventRule means a change to a built-in rule, which is
+	ErrTargetNotFound = errors.New("event rule target not found")
+	// ErrBuiltInRule means a change to a built-in rule, which is
 	// immutable and never bound.
-	ErrBuiltInEventRule = errors.New("built-in event rules are read-only")
-	// ErrEventRuleBindingConflict means the slot is taken, or the rule's
+	ErrBuiltInRule = errors.New("built-in event rules are read-only")
+	// ErrBindingConflict means the slot is taken, or the rule's
 	// other bindings are of the other scope type.
-	ErrEventRuleBindingConflict = errors.New("event rule binding conflict")
+	ErrBindingConflict = errors.New("event rule binding conflict")
 )
 
-// EventRuleFieldError is a rejected event-rule field: Field is the request
+// FieldError is a rejected event-rule field: Field is the request
 // field path ("actions[1].submit_task.operation"), Msg what is wrong. It
-// matches ErrInvalidEventRule.
-type EventRuleFieldError struct {
+// matches ErrInvalidRule.
+type FieldError struct {
 	Field string
 	Msg   string
 }
 
 // Error returns "field: message".
-func (e *EventRuleFieldError) Error() string {
+func (e *FieldError) Error() string {
 	if e.Field == "" {
 		return e.Msg
 	}
 	return e.Field + ": " + e.Msg
 }
 
-// Is reports whether target is ErrInvalidEventRule.
-func (e *EventRuleFieldError) Is(target error) bool { return target == ErrInvalidEventRule }
+// Is reports whether target is ErrInvalidRule.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalidRule }
 
 func invalidEvent(field, format string, args ...any) error {
-	return &EventRuleFieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
 // EventTypeLeakDetected is the coolant-leak event type, the only supported
@@ -113,13 +115,13 @@ const (
 	TargetAffectedComponents TargetStrategy = "affected_components"
 )
 
-// EventConflictStrategy is what a submitted task does on a busy rack.
-type EventConflictStrategy string
+// ConflictStrategy is what a submitted task does on a busy rack.
+type ConflictStrategy string
 
 // Conflict strategies of event-rule tasks.
 const (
-	EventConflictQueue  EventConflictStrategy = "queue"
-	EventConflictReject EventConflictStrategy = "reject"
+	ConflictQueue  ConflictStrategy = "queue"
+	ConflictReject ConflictStrategy = "reject"
 )
 
 // ActionType names an action's spec.
@@ -132,18 +134,18 @@ const (
 	ActionNoop       ActionType = "noop"
 )
 
-// EventAction is one named action of a rule: a condition and exactly one
+// Action is one named action of a rule: a condition and exactly one
 // of SubmitTask, SendAlert and Noop.
-type EventAction struct {
+type Action struct {
 	Name       string          `json:"name"`
-	Condition  EventCondition  `json:"condition"`
+	Condition  Condition       `json:"condition"`
 	SubmitTask *SubmitTaskSpec `json:"submit_task,omitempty"`
 	SendAlert  *SendAlertSpec  `json:"send_alert,omitempty"`
 	Noop       *NoopSpec       `json:"noop,omitempty"`
 }
 
 // Type returns the action's spec type ("" when it has none).
-func (a EventAction) Type() ActionType {
+func (a Action) Type() ActionType {
 	switch {
 	case a.SubmitTask != nil:
 		return ActionSubmitTask
@@ -155,17 +157,17 @@ func (a EventAction) Type() ActionType {
 	return ""
 }
 
-// EventCondition says when an action applies: any listed severity AND any
+// Condition says when an action applies: any listed severity AND any
 // listed component type; an empty list imposes nothing, and a
 // component-type list never matches a rack event.
-type EventCondition struct {
-	Severities     []Severity      `json:"severities,omitempty"`
-	ComponentTypes []ComponentType `json:"component_types,omitempty"`
+type Condition struct {
+	Severities     []Severity                 `json:"severities,omitempty"`
+	ComponentTypes []operations.ComponentType `json:"component_types,omitempty"`
 }
 
 // Applies reports whether the condition accepts an event of severity sev
 // about a component of type ct ("" for a rack event).
-func (c EventCondition) Applies(sev Severity, ct ComponentType) bool {
+func (c Condition) Applies(sev Severity, ct operations.ComponentType) bool {
 	if len(c.Severities) > 0 && !slices.Contains(c.Severities, sev) {
 		return false
 	}
@@ -177,18 +179,18 @@ func (c EventCondition) Applies(sev Severity, ct ComponentType) bool {
 
 // SubmitTaskSpec submits one task per affected rack.
 type SubmitTaskSpec struct {
-	Operation        TaskOperation         `json:"operation"`
-	TargetStrategy   TargetStrategy        `json:"target_strategy"`
-	ConflictStrategy EventConflictStrategy `json:"conflict_strategy"`
-	Description      string                `json:"description,omitempty"`
+	Operation        TaskOperation    `json:"operation"`
+	TargetStrategy   TargetStrategy   `json:"target_strategy"`
+	ConflictStrategy ConflictStrategy `json:"conflict_strategy"`
+	Description      string           `json:"description,omitempty"`
 }
 
 // TaskOperation is a target-free operation (wire TaskOperation): a power
 // or firmware operation with its options.
 type TaskOperation struct {
-	Type                   OperationType `json:"type"`
-	Code                   OperationCode `json:"code"`
-	OverrideReadinessCheck bool          `json:"override_readiness_check,omitempty"`
+	Type                   operations.OperationType `json:"type"`
+	Code                   operations.OperationCode `json:"code"`
+	OverrideReadinessCheck bool                     `json:"override_readiness_check,omitempty"`
 	// Firmware only.
 	TargetVersion        *string  `json:"target_version,omitempty"`
 	StartTime            int64    `json:"start_time,omitempty"`
@@ -208,14 +210,14 @@ type NoopSpec struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// EventRule is a persisted or built-in rule.
-type EventRule struct {
+// Rule is a persisted or built-in rule.
+type Rule struct {
 	ID          uuid.UUID
 	Name        string
 	Description string
 	Enabled     bool
 	EventType   string
-	Actions     []EventAction
+	Actions     []Action
 	// ReadOnly marks a built-in rule.
 	ReadOnly  bool
 	CreatedBy string
@@ -229,8 +231,8 @@ const eventPolicyVersion = 1
 // eventPolicy is a rule's stored action list (event_rule.policy,
 // event.effective_policy).
 type eventPolicy struct {
-	Version int           `json:"version"`
-	Actions []EventAction `json:"actions"`
+	Version int      `json:"version"`
+	Actions []Action `json:"actions"`
 }
 
 // Limits of rule fields.
@@ -258,11 +260,11 @@ func validateText(field, s string) error {
 	return nil
 }
 
-// ValidateEventActions checks a rule's action list against the rule
+// ValidateActions checks a rule's action list against the rule
 // contract (§4.3): 1 to 64 actions, unique lower-snake names, a valid
 // condition and exactly one valid spec each; send_alert only when alerts
 // is true (an alert sender is configured). field prefixes the paths.
-func ValidateEventActions(field string, actions []EventAction, alerts bool) error {
+func ValidateActions(field string, actions []Action, alerts bool) error {
 	if len(actions) == 0 {
 		return invalidEvent(field, "at least one action is required")
 	}
@@ -327,14 +329,14 @@ func ValidateEventActions(field string, actions []EventAction, alerts bool) erro
 func validateSubmitTask(field string, s SubmitTaskSpec) error {
 	op := s.Operation
 	switch op.Type {
-	case OperationTypePowerControl:
+	case operations.OperationTypePowerControl:
 		if !op.Type.HasCode(op.Code) {
 			return invalidEvent(field+".operation.power_control.operation", "is required")
 		}
 		if op.TargetVersion != nil || op.StartTime != 0 || op.EndTime != 0 || len(op.SubTargets) > 0 || op.OverrideVersionCheck {
 			return invalidEvent(field+".operation", "a power operation takes no firmware options")
 		}
-	case OperationTypeFirmwareControl:
+	case operations.OperationTypeFirmwareControl:
 		if !op.Type.HasCode(op.Code) {
 			return invalidEvent(field+".operation.firmware_control.operation", "is required")
 		}
@@ -352,7 +354,7 @@ func validateSubmitTask(field string, s SubmitTaskSpec) error {
 		return invalidEvent(field+".target_strategy", "must be COMPONENT, RACK or AFFECTED_COMPONENTS")
 	}
 	switch s.ConflictStrategy {
-	case EventConflictQueue, EventConflictReject:
+	case ConflictQueue, ConflictReject:
 	default:
 		return invalidEvent(field+".conflict_strategy", "must be QUEUE or REJECT")
 	}
@@ -365,64 +367,64 @@ func validateSubmitTask(field string, s SubmitTaskSpec) error {
 // BuiltInLeakRuleID is the fixed ID of the built-in leakage rule.
 var BuiltInLeakRuleID = uuid.MustParse("f34b87f7-cb1b-4b08-aa51-30c0b3b58680")
 
-// BuiltInEventRuleCreator is who the tasks of built-in rules are submitted
+// BuiltInRuleCreator is who the tasks of built-in rules are submitted
 // by (Task.SubmittedBy).
-const BuiltInEventRuleCreator = "flow:built-in-event-rule"
+const BuiltInRuleCreator = "flow:built-in-event-rule"
 
-// builtInEventRules lists the built-in rules by ascending ID.
-var builtInEventRules = []EventRule{{
+// builtInRules lists the built-in rules by ascending ID.
+var builtInRules = []Rule{{
 	ID:          BuiltInLeakRuleID,
 	Name:        "Leakage response",
 	Description: "Leakage response",
 	Enabled:     true,
 	EventType:   EventTypeLeakDetected,
 	ReadOnly:    true,
-	CreatedBy:   BuiltInEventRuleCreator,
-	Actions: []EventAction{{
+	CreatedBy:   BuiltInRuleCreator,
+	Actions: []Action{{
 		Name: "power_off_affected_components",
 		SubmitTask: &SubmitTaskSpec{
-			Operation:        TaskOperation{Type: OperationTypePowerControl, Code: CodeForcePowerOff},
+			Operation:        TaskOperation{Type: operations.OperationTypePowerControl, Code: operations.CodeForcePowerOff},
 			TargetStrategy:   TargetAffectedComponents,
-			ConflictStrategy: EventConflictQueue,
+			ConflictStrategy: ConflictQueue,
 			Description:      "Leakage response",
 		},
 	}},
 }}
 
-// BuiltInEventRules returns the built-in rules by ascending ID.
-func BuiltInEventRules() []EventRule {
-	out := make([]EventRule, len(builtInEventRules))
-	for i, r := range builtInEventRules {
+// BuiltInRules returns the built-in rules by ascending ID.
+func BuiltInRules() []Rule {
+	out := make([]Rule, len(builtInRules))
+	for i, r := range builtInRules {
 		r.Actions = slices.Clone(r.Actions)
 		out[i] = r
 	}
 	return out
 }
 
-func builtInByID(id uuid.UUID) *EventRule {
-	for i := range builtInEventRules {
-		if builtInEventRules[i].ID == id {
-			r := builtInEventRules[i]
+func builtInByID(id uuid.UUID) *Rule {
+	for i := range builtInRules {
+		if builtInRules[i].ID == id {
+			r := builtInRules[i]
 			return &r
 		}
 	}
 	return nil
 }
 
-func builtInFor(eventType string) *EventRule {
-	for i := range builtInEventRules {
-		if builtInEventRules[i].EventType == eventType {
-			r := builtInEventRules[i]
+func builtInFor(eventType string) *Rule {
+	for i := range builtInRules {
+		if builtInRules[i].EventType == eventType {
+			r := builtInRules[i]
 			return &r
 		}
 	}
 	return nil
 }
 
-// EventRuleInput is a rule to create.
-type EventRuleInput struct {
+// RuleInput is a rule to create.
+type RuleInput struct {
 	Name, Description, EventType string
-	Actions                      []EventAction
+	Actions                      []Action
 	CreatedBy                    string
 }
 
@@ -449,8 +451,8 @@ func (s Scope) String() string {
 	return string(s.Type)
 }
 
-// EventRuleBinding places a persisted rule in one (event type, scope) slot.
-type EventRuleBinding struct {
+// Binding places a persisted rule in one (event type, scope) slot.
+type Binding struct {
 	ID        uuid.UUID
 	RuleID    uuid.UUID
 	EventType string

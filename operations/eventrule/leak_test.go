@@ -1,16 +1,18 @@
-package operations_test
+package eventrule_test
 
 import (
 	"context"
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule"
 )
 
 // leakSource is a scripted NICo Core leak view.
@@ -48,8 +50,8 @@ func (b *pipelineBundle) linked(t *testing.T) inventory.Component {
 	return b.at(t, inventory.ComponentTypeCompute, 10)
 }
 
-func (b *pipelineBundle) detector(src operations.LeakSource, events bool) *operations.LeakDetector {
-	return operations.NewLeakDetector(operations.LeakDetectorConfig{
+func (b *pipelineBundle) detector(src eventrule.LeakSource, events bool) *eventrule.LeakDetector {
+	return eventrule.NewLeakDetector(eventrule.LeakDetectorConfig{
 		Pool: b.pool, Inv: inventory.NewService(), Rules: b.rules, Tasks: b.tasks, Source: src, EventRules: events,
 	})
 }
@@ -136,7 +138,7 @@ func TestLeakDetectorsConcurrently(t *testing.T) {
 	one, two := b.detector(src, true), b.detector(src, true)
 	var wg sync.WaitGroup
 	for range 5 {
-		for _, d := range []*operations.LeakDetector{one, two} {
+		for _, d := range []*eventrule.LeakDetector{one, two} {
 			wg.Go(func() { require.NoError(t, d.Run(context.Background())) })
 		}
 	}
@@ -166,7 +168,7 @@ func TestLeakLegacyPath(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT operation_code, trigger_type, submitted_by, component_ids FROM task ORDER BY created_at LIMIT 1`).Scan(&code, &trigger, &by, &ids))
 	require.Equal(t, "force_power_off", code)
 	require.Empty(t, trigger)
-	require.Equal(t, operations.LeakDetectionCreator, by)
+	require.Equal(t, eventrule.LeakDetectionCreator, by)
 	require.Equal(t, []uuid.UUID{tray.ID}, ids, "the leaking device only")
 	require.Equal(t, inventory.LeakDetected, b.leakStatus(t, tray.ID))
 }
@@ -183,4 +185,55 @@ func TestLeakOnUnknownDevice(t *testing.T) {
 	require.NoError(t, d.Run(context.Background()))
 	require.NoError(t, d.Run(context.Background()))
 	require.Equal(t, 1, b.eventCount(t), "machine-10 only")
+}
+
+// TestLeakHandling: a component's leak handling follows the latest
+// force-power-off task a leak execution submitted that covers it; tasks
+// of the legacy path (no trigger) and components no such task covers are
+// not reported.
+func TestLeakHandling(t *testing.T) {
+	t.Parallel()
+	b := setupPipeline(t)
+	ctx := context.Background()
+	tray, below, above := b.at(t, inventory.ComponentTypeCompute, 10), b.at(t, inventory.ComponentTypeCompute, 5), b.at(t, inventory.ComponentTypeCompute, 24)
+	rules, _ := b.startExecutions(t)
+	res, err := rules.Ingest(ctx, eventrule.LeakEventSource, leakOn("leak", tray.ID))
+	require.NoError(t, err)
+	exec := res.Executions[0]
+	var task uuid.UUID
+	require.Eventually(t, func() bool {
+		var tasks []uuid.UUID
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT task_ids FROM event_action_execution WHERE id = $1`, exec).Scan(&tasks))
+		if len(tasks) == 1 {
+			task = tasks[0]
+		}
+		return task != uuid.Nil
+	}, 10*time.Second, 20*time.Millisecond)
+	// A legacy power-off of the component above: not a leak execution's.
+	_, err = b.submit(t, operations.Request{
+		Type: operations.OperationTypePowerControl, Code: operations.CodeForcePowerOff, Queue: true,
+		Targets: inventory.TargetSpec{Components: []inventory.ComponentRef{{ID: above.ID}}},
+	})
+	require.NoError(t, err)
+
+	ids := []uuid.UUID{tray.ID, below.ID, above.ID}
+	for _, tt := range []struct {
+		status operations.TaskStatus
+		want   inventory.LeakHandling
+	}{
+		{operations.TaskPending, inventory.LeakHandlingShuttingDown},
+		{operations.TaskRunning, inventory.LeakHandlingShuttingDown},
+		{operations.TaskCompleted, inventory.LeakHandlingDown},
+		{operations.TaskFailed, inventory.LeakHandlingFailed},
+		{operations.TaskTerminated, inventory.LeakHandlingFailed},
+	} {
+		_, err := b.pool.Exec(ctx, `UPDATE task SET status = $2 WHERE id = $1`, task, string(tt.status))
+		require.NoError(t, err)
+		got, err := rules.LeakHandling(ctx, b.pool, ids)
+		require.NoError(t, err)
+		require.Equal(t, map[uuid.UUID]inventory.LeakHandling{tray.ID: tt.want, below.ID: tt.want}, got, "task %s", tt.status)
+	}
+	got, err := rules.LeakHandling(ctx, b.pool, nil)
+	require.NoError(t, err)
+	require.Empty(t, got)
 }
