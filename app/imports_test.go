@@ -33,6 +33,9 @@ var allowedImports = map[string][]string{
 	"reconcile":    {"db", "inventory", "backend", "nico", "psm"},
 	"operations":   {"db", "caller", "engine", "inventory", "backend", "firmware", "nico", "psm"},
 	"cmd/flow":     {"app"},
+	// The feature packages under operations reach the task manager only
+	// through its exported API; operations imports none of them.
+	"operations/schedule": {"db", "caller", "inventory", "firmware", "operations"},
 	// cli talks to the server only through the generated Connect client;
 	// operations only for the rule file format (parsed client-side, so
 	// that rule load --dry-run checks a file exactly as the server would).

@@ -22,6 +22,7 @@ import (
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/schedule"
 	"github.com/nicoflow/flow/reconcile"
 )
 
@@ -135,7 +136,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}
 	var tasks *operations.Tasks
 	var runs *operations.Rollouts
-	scheduleWorker := &operations.ScheduleWorker{}
+	scheduleWorker := &schedule.Worker{}
 	eventWorker := &operations.EventExecutionWorker{}
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
 		// A task's end is also its operation run's event: the run advances
@@ -173,15 +174,15 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Pool: pool, Rules: rules, Inv: inv, Engine: s.engine, Backends: s.backends.managers, Keys: keys, Logger: logger,
 		Expiry: scheduleQueueExpiry(s.river), Observer: obs, Tracer: s.tel.tracerFor("github.com/nicoflow/flow/operations"),
 	})
-	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, operations.ScheduleQueue, operations.EventRuleQueue}))
+	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, schedule.Queue, operations.EventRuleQueue}))
 	watchRiverJobs(context.WithoutCancel(ctx), s.river, s.tel.metrics)
 	runs = operations.NewRollouts(operations.RolloutsConfig{
 		Pool: pool, Tasks: tasks, Wake: scheduleRunWake(s.river), Logger: logger, MaxCandidates: cfg.RunMaxCandidates,
 	})
-	schedules := operations.NewSchedules(operations.SchedulesConfig{
-		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: operations.RiverFireScheduler(s.river),
+	schedules := schedule.NewService(schedule.Config{
+		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: schedule.RiverFireScheduler(s.river),
 	})
-	scheduleWorker.Schedules = schedules
+	scheduleWorker.Service = schedules
 	eventRules = operations.NewEventRules(operations.EventRulesConfig{
 		Pool: pool, Inv: inv, Tasks: tasks, Enqueue: operations.RiverExecutionEnqueuer(s.river), Logger: logger,
 	})
@@ -206,7 +207,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		taskHandler:       operations.NewTaskHandler(pool, tasks),
 		rolloutHandler:    operations.NewRolloutHandler(pool, runs),
 		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers).WithDrift(s.syncer), pool),
-		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
+		scheduleHandler:   schedule.NewHandler(pool, schedules),
 		eventRuleHandler:  operations.NewEventRuleHandler(pool, eventRules),
 	}
 	svc.taskHandler.LimitSubmits(cfg.Limits.orDefault().Submits)

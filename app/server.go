@@ -17,6 +17,7 @@ import (
 	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/schedule"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/reconcile"
@@ -47,7 +48,7 @@ type (
 	taskHandler       = operations.TaskHandler
 	rolloutHandler    = operations.RolloutHandler
 	reconcileHandler  = reconcile.Handler
-	scheduleHandler   = operations.ScheduleHandler
+	scheduleHandler   = schedule.Handler
 	eventRuleHandler  = operations.EventRuleHandler
 )
 
