@@ -150,7 +150,7 @@ type Change struct {
 	Timezone *string
 }
 
-// Filter selects schedules for ListSchedules. Limit 0 means all.
+// Filter selects schedules for Service.List. Limit 0 means all.
 type Filter struct {
 	RackID      *uuid.UUID
 	EnabledOnly bool

@@ -80,10 +80,11 @@ type parsedSpec struct {
 	at       time.Time
 }
 
-// ParseSpec validates spec and returns it normalised: the timezone
-// is the resolved IANA name for cron ("UTC" when empty) and "UTC" for the
-// other types, a one-time time is in UTC. Errors are operations.ErrInvalidRequest
-// naming the field under prefix (e.g. "schedule.spec").
+// ParseSpec validates spec and returns it normalised: the timezone is the
+// resolved IANA name for cron ("UTC" when empty) and "UTC" for the other
+// types, a one-time time is in UTC. Errors are
+// operations.ErrInvalidRequest naming the field under prefix (e.g.
+// "schedule.spec").
 func ParseSpec(spec Spec, prefix string) (Spec, error) {
 	p, err := parseSpec(spec, prefix)
 	return p.spec, err
@@ -264,8 +265,9 @@ func validOverlap(p OverlapPolicy) (OverlapPolicy, error) {
 // rack), seals its credentials and writes the schedule, its scopes and its
 // first firing through tx; the caller commits. Creation never fires at once
 // (a one-time time in the past is due at once, though). Errors:
-// operations.ErrInvalidRequest naming the field, ErrExists, operations.ErrNoEncryptionKey,
-// the inventory's not-found errors for targets.
+// operations.ErrInvalidRequest naming the field, ErrExists,
+// operations.ErrNoEncryptionKey, the inventory's not-found errors for
+// targets.
 func (s *Service) Create(ctx context.Context, tx pgx.Tx, ns Input) (Schedule, error) {
 	name, err := validName(ns.Name)
 	if err != nil {
