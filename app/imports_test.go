@@ -42,6 +42,7 @@ var allowedImports = map[string][]string{
 	// event rules and leak detection reach the task manager only through
 	// its exported API; operations imports none of them.
 	"operations/eventrule": {"db", "caller", "inventory", "operations"},
+	"operations/schedule":  {"db", "caller", "inventory", "firmware", "operations"},
 	"cmd/flow":             {"app"},
 	// cli talks to the server only through the generated Connect client;
 	// operations only for the rule file format (parsed client-side, so

@@ -20,6 +20,7 @@ import (
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
+	"github.com/nicoflow/flow/operations/schedule"
 )
 
 // newEngine builds the engine, registers its actions and builds the River
@@ -53,17 +54,17 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 		// firings runnable and its rescue re-arms firings whose job is
 		// stuck in a dead process (docs/schedules.md); both are system
 		// jobs.
-		rc.Queues[operations.ScheduleQueue] = river.QueueConfig{MaxWorkers: scheduleWorkers}
+		rc.Queues[schedule.Queue] = river.QueueConfig{MaxWorkers: scheduleWorkers}
 		river.AddWorker(rc.Workers, w.schedules)
 		if err := w.system.Add(SystemJob{Name: ScheduleTickJob, Interval: scheduleTickInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
-			_, err := operations.PromoteDueFirings(ctx, clientRef, 500)
+			_, err := schedule.PromoteDueFirings(ctx, clientRef, 500)
 			return err
 		}}); err != nil {
 			return nil, nil, err
 		}
 		schedules := w.schedules
 		if err := w.system.Add(SystemJob{Name: ScheduleRescueJob, Interval: scheduleRescueInterval, Timeout: time.Minute, RunOnStart: true, Run: func(ctx context.Context) error {
-			_, err := schedules.Schedules.RescueOverdue(ctx, 1000)
+			_, err := schedules.Service.RescueOverdue(ctx, 1000)
 			return err
 		}}); err != nil {
 			return nil, nil, err
@@ -123,9 +124,9 @@ type engineWiring struct {
 	// but those.
 	system *systemJobs
 
-	// schedules works schedule firings; its Schedules is set once the
+	// schedules works schedule firings; its Service is set once the
 	// task manager exists, before the client starts.
-	schedules *operations.ScheduleWorker
+	schedules *schedule.Worker
 	// eventExecutions works event-rule executions; its Rules is set once
 	// the event-rule processor exists, before the client starts.
 	eventExecutions *eventrule.ExecutionWorker
@@ -151,11 +152,11 @@ const scheduleWorkers = 20
 const eventRuleWorkers = 10
 
 // scheduleRescueInterval is how often the leader re-arms overdue firings
-// (operations.Schedules.RescueOverdue): system job ScheduleRescueJob.
+// (schedule.Service.RescueOverdue): system job ScheduleRescueJob.
 const scheduleRescueInterval = 30 * time.Second
 
 // scheduleTickInterval is how often the leader makes due firing jobs
-// runnable (operations.PromoteDueFirings): system job ScheduleTickJob.
+// runnable (schedule.PromoteDueFirings): system job ScheduleTickJob.
 const scheduleTickInterval = time.Second
 
 // sweepInterval is how often the leader promotes and expires waiting tasks

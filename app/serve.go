@@ -25,6 +25,7 @@ import (
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
+	"github.com/nicoflow/flow/operations/schedule"
 	"github.com/nicoflow/flow/reconcile"
 )
 
@@ -139,7 +140,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	var tasks *operations.Tasks
 	var runs *rollout.Service
 	runWakes := &rollout.WakeWorker{}
-	scheduleWorker := &operations.ScheduleWorker{}
+	scheduleWorker := &schedule.Worker{}
 	eventWorker := &eventrule.ExecutionWorker{}
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
 		onRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
@@ -172,7 +173,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Pool: pool, Rules: rules, Inv: inv, Engine: s.engine, Backends: s.backends.managers, Keys: keys, Logger: logger,
 		Expiry: scheduleQueueExpiry(s.river), Observer: obs, Tracer: s.tel.tracerFor("github.com/nicoflow/flow/operations"),
 	})
-	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, operations.ScheduleQueue, eventrule.Queue}))
+	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, schedule.Queue, eventrule.Queue}))
 	watchRiverJobs(context.WithoutCancel(ctx), s.river, s.tel.metrics)
 	runs = rollout.NewService(rollout.Config{
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Wake: rollout.RiverWaker(s.river), Logger: logger, MaxCandidates: cfg.RunMaxCandidates,
@@ -181,10 +182,10 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	// A task's end is also its operation run's event: the run advances in
 	// the same transaction.
 	tasks.OnTaskEnd(runs.TaskEnded)
-	schedules := operations.NewSchedules(operations.SchedulesConfig{
-		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: operations.RiverFireScheduler(s.river),
+	schedules := schedule.NewService(schedule.Config{
+		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: schedule.RiverFireScheduler(s.river),
 	})
-	scheduleWorker.Schedules = schedules
+	scheduleWorker.Service = schedules
 	eventRules = eventrule.NewService(eventrule.Config{
 		Pool: pool, Inv: inv, Tasks: tasks, Enqueue: eventrule.RiverExecutionEnqueuer(s.river), Logger: logger,
 	})
@@ -209,7 +210,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		taskHandler:       operations.NewTaskHandler(pool, tasks),
 		rolloutHandler:    rollout.NewHandler(pool, runs),
 		reconcileHandler:  reconcile.NewHandler(reconcile.NewService(inv, s.backends.managers).WithDrift(s.syncer), pool),
-		scheduleHandler:   operations.NewScheduleHandler(pool, schedules),
+		scheduleHandler:   schedule.NewHandler(pool, schedules),
 		eventRuleHandler:  eventrule.NewHandler(pool, eventRules),
 	}
 	svc.taskHandler.LimitSubmits(limitsOrDefault(cfg.Limits).Submits)

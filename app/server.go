@@ -11,6 +11,7 @@ import (
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
+	"github.com/nicoflow/flow/operations/schedule"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/reconcile"
 )
@@ -40,7 +41,7 @@ type (
 	taskHandler       = operations.TaskHandler
 	rolloutHandler    = rollout.Handler
 	reconcileHandler  = reconcile.Handler
-	scheduleHandler   = operations.ScheduleHandler
+	scheduleHandler   = schedule.Handler
 	eventRuleHandler  = eventrule.Handler
 )
 

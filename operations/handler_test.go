@@ -118,6 +118,14 @@ func (b *testBundle) createRule(t *testing.T, req *flowv1.CreateOperationRuleReq
 
 func pbID(id uuid.UUID) *flowv1.UUID { return &flowv1.UUID{Id: id.String()} }
 
+func rackSpec(racks ...inventory.Rack) *flowv1.OperationTargetSpec {
+	var ts []*flowv1.RackTarget
+	for _, r := range racks {
+		ts = append(ts, &flowv1.RackTarget{Identifier: &flowv1.RackTarget_Id{Id: pbID(r.ID)}})
+	}
+	return &flowv1.OperationTargetSpec{Targets: &flowv1.OperationTargetSpec_Racks{Racks: &flowv1.RackTargets{Targets: ts}}}
+}
+
 const powerOnDef = `{"steps":[
 	{"component_type":"powershelf","stage":1,"max_parallel":0,"timeout":"10m",
 	 "retry":{"max_attempts":2,"initial_interval":"5s","backoff_coefficient":2},

@@ -254,7 +254,7 @@ func runError(err error) error {
 	case errors.Is(err, ErrRunState):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
-	return operations.ConnectError(err)
+	return operations.TaskError(err)
 }
 
 var componentTypeFromProto = map[flowv1.ComponentType]operations.ComponentType{

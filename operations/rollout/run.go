@@ -391,7 +391,7 @@ func (r *Service) submit(ctx context.Context, tx pgx.Tx, run Run, t *dbsqlc.Oper
 		TriggerType: TriggerOperationRun, TriggerID: run.ID.String(),
 		SubmittedBy: run.CreatedBy,
 		Payload: operations.Payload{
-			Operation: operations.FirmwareOperation(operations.CodeUpgrade), SubTargets: tm.SubTargets, StartTime: tm.StartTime, EndTime: tm.EndTime,
+			Operation: operations.PayloadOperation(operations.OperationTypeFirmwareControl, operations.CodeUpgrade), SubTargets: tm.SubTargets, StartTime: tm.StartTime, EndTime: tm.EndTime,
 			OverrideReadinessCheck: tm.OverrideReadinessCheck, OverrideVersionCheck: tm.OverrideVersionCheck,
 		},
 	}

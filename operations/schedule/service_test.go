@@ -1,8 +1,9 @@
-package operations_test
+package schedule_test
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,12 +24,14 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/nico"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/schedule"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/psm"
@@ -56,9 +59,37 @@ func (c *clock) Set(t time.Time) {
 	c.t = t
 }
 
+// inventoryRacks answers RackExists from the real inventory, as app wires it.
+type inventoryRacks struct{ inv *inventory.Service }
+
+func (l inventoryRacks) RackExists(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (bool, error) {
+	_, err := l.inv.Rack(ctx, dbtx, id, false)
+	if errors.Is(err, inventory.ErrRackNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+type unimplemented struct {
+	flowv1connect.UnimplementedFlowHandler
+}
+
+func pbID(id uuid.UUID) *flowv1.UUID { return &flowv1.UUID{Id: id.String()} }
+
+func requireCode(t *testing.T, err error, code connect.Code, msg string) {
+	t.Helper()
+	require.Error(t, err)
+	require.Equal(t, code, connect.CodeOf(err), "%v", err)
+	var ce *connect.Error
+	require.True(t, errors.As(err, &ce))
+	require.Contains(t, ce.Message(), msg)
+}
+
+// scheduleFlow serves the schedule methods; everything else is
+// unimplemented (embedded one level deeper, as in app).
 type scheduleFlow struct {
 	unimplemented
-	*operations.ScheduleHandler
+	*schedule.Handler
 }
 
 // schedBundle is the schedule service on a fresh database with three demo
@@ -68,7 +99,7 @@ type schedBundle struct {
 	pool   *pgxpool.Pool
 	inv    *inventory.Service
 	tasks  *operations.Tasks
-	svc    *operations.Schedules
+	svc    *schedule.Service
 	clock  *clock
 	client flowv1connect.FlowClient
 	url    string
@@ -129,21 +160,21 @@ func setupSchedules(t testing.TB, keys *firmware.Keyring) *schedBundle {
 	managers := backend.New(backend.DefaultConfig(), nc, pc)
 	operations.RegisterActions(e, operations.ActionDeps{Pool: pool, Backends: managers, Inv: inv, Logger: logger})
 	rc := e.RiverConfig()
-	worker := &operations.ScheduleWorker{}
-	rc.Queues[operations.ScheduleQueue] = river.QueueConfig{MaxWorkers: 5}
+	worker := &schedule.Worker{}
+	rc.Queues[schedule.Queue] = river.QueueConfig{MaxWorkers: 5}
 	river.AddWorker(rc.Workers, worker)
 	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	require.NoError(t, err)
 	e.SetClient(client)
 	b.river, b.engine = client, e
 	b.tasks = operations.NewTasks(operations.TasksConfig{Pool: pool, Rules: rules, Inv: inv, Engine: e, Backends: managers, Keys: keys, Logger: logger})
-	b.svc = operations.NewSchedules(operations.SchedulesConfig{
-		Pool: pool, Tasks: b.tasks, Inv: inv, Keys: keys, Logger: logger, Now: b.clock.Now, Fire: operations.RiverFireScheduler(client),
+	b.svc = schedule.NewService(schedule.Config{
+		Pool: pool, Tasks: b.tasks, Inv: inv, Keys: keys, Logger: logger, Now: b.clock.Now, Fire: schedule.RiverFireScheduler(client),
 	})
-	worker.Schedules = b.svc
+	worker.Service = b.svc
 
 	mux := http.NewServeMux()
-	mux.Handle(flowv1connect.NewFlowHandler(scheduleFlow{ScheduleHandler: operations.NewScheduleHandler(pool, b.svc)}))
+	mux.Handle(flowv1connect.NewFlowHandler(scheduleFlow{Handler: schedule.NewHandler(pool, b.svc)}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	b.client, b.url = flowv1connect.NewFlowClient(srv.Client(), srv.URL), srv.URL

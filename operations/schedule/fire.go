@@ -1,4 +1,4 @@
-package operations
+package schedule
 
 import (
 	"context"
@@ -17,21 +17,22 @@ import (
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/operations/internal/dbsqlc"
+	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/schedule/internal/dbsqlc"
 )
 
-// ScheduleQueue is the River queue schedule firings run on, apart from the
+// Queue is the River queue schedule firings run on, apart from the
 // engine's so a backlog of steps does not delay them.
-const ScheduleQueue = "schedule"
+const Queue = "schedule"
 
-// TriggerTypeSchedule marks the tasks a schedule submits (task.trigger_type;
+// TriggerType marks the tasks a schedule submits (task.trigger_type;
 // trigger_id is the schedule's ID).
-const TriggerTypeSchedule = "task_schedule"
+const TriggerType = "task_schedule"
 
-// ScheduleFireArgs is the job that fires a schedule at At. It holds IDs and
+// FireArgs is the job that fires a schedule at At. It holds IDs and
 // a time only; the job is unique per schedule, time and rescue number while
 // it waits or runs.
-type ScheduleFireArgs struct {
+type FireArgs struct {
 	ScheduleID uuid.UUID `json:"schedule_id"`
 	At         time.Time `json:"at"`
 	// Rescue is 0 for the firing's own job; the safety net re-inserts an
@@ -41,37 +42,37 @@ type ScheduleFireArgs struct {
 }
 
 // Kind returns the job kind.
-func (ScheduleFireArgs) Kind() string { return "operations.schedule_fire" }
+func (FireArgs) Kind() string { return "operations.schedule_fire" }
 
-// InsertOpts puts the job on ScheduleQueue, unique while waiting or running
+// InsertOpts puts the job on Queue, unique while waiting or running
 // (a completed one does not block re-arming the same time after a resume).
-func (ScheduleFireArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: ScheduleQueue, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
+func (FireArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: Queue, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
 		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning, rivertype.JobStateRetryable, rivertype.JobStateScheduled,
 	}}}
 }
 
-// ScheduleWorker works ScheduleFireArgs jobs. Set Schedules before the River
+// Worker works FireArgs jobs. Set Service before the River
 // client starts.
-type ScheduleWorker struct {
-	river.WorkerDefaults[ScheduleFireArgs]
-	Schedules *Schedules
+type Worker struct {
+	river.WorkerDefaults[FireArgs]
+	Service *Service
 }
 
 // Work fires the schedule if it is still due at the job's time, completing
 // the job in the firing's transaction.
-func (w *ScheduleWorker) Work(ctx context.Context, job *river.Job[ScheduleFireArgs]) error {
-	return w.Schedules.Fire(ctx, job.Args.ScheduleID, job.Args.At, func(ctx context.Context, tx pgx.Tx) error {
+func (w *Worker) Work(ctx context.Context, job *river.Job[FireArgs]) error {
+	return w.Service.Fire(ctx, job.Args.ScheduleID, job.Args.At, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 		return err
 	})
 }
 
-// RiverFireScheduler returns the FireScheduler that inserts ScheduleFireArgs
+// RiverFireScheduler returns the FireScheduler that inserts FireArgs
 // jobs through client, scheduled at the firing time.
 func RiverFireScheduler(client *river.Client[pgx.Tx]) FireScheduler {
 	return func(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time, rescue int) error {
-		_, err := client.InsertTx(ctx, tx, ScheduleFireArgs{ScheduleID: id, At: at.UTC(), Rescue: rescue}, &river.InsertOpts{ScheduledAt: at})
+		_, err := client.InsertTx(ctx, tx, FireArgs{ScheduleID: id, At: at.UTC(), Rescue: rescue}, &river.InsertOpts{ScheduledAt: at})
 		return err
 	}
 }
@@ -82,7 +83,7 @@ func RiverFireScheduler(client *river.Client[pgx.Tx]) FireScheduler {
 // leader, it keeps firings within about a second of their time. A job
 // promoted twice, or one already running, is harmless.
 func PromoteDueFirings(ctx context.Context, client *river.Client[pgx.Tx], limit int) (int, error) {
-	params := river.NewJobListParams().Kinds(ScheduleFireArgs{}.Kind()).States(rivertype.JobStateScheduled).
+	params := river.NewJobListParams().Kinds(FireArgs{}.Kind()).States(rivertype.JobStateScheduled).
 		Where("scheduled_at <= now()").OrderBy(river.JobListOrderByScheduledAt, river.SortOrderAsc).First(limit)
 	res, err := client.JobList(ctx, params)
 	if err != nil {
@@ -107,7 +108,7 @@ const RescueGrace = time.Minute
 // job stuck in a process that died, which River would only rescue after its
 // rescue window. A duplicate job is harmless: only the first to commit
 // finds the schedule still due. It returns how many it re-inserted.
-func (s *Schedules) RescueOverdue(ctx context.Context, limit int) (int, error) {
+func (s *Service) RescueOverdue(ctx context.Context, limit int) (int, error) {
 	now := s.now()
 	n := 0
 	err := db.BeginFunc(ctx, s.pool, func(ctx context.Context, tx pgx.Tx) error {
@@ -135,7 +136,7 @@ func (s *Schedules) RescueOverdue(ctx context.Context, limit int) (int, error) {
 // the schedule and arranges the next firing. complete, if set, runs in the
 // same transaction (the River job's completion). A scope entry whose
 // submission is refused is logged and left out; the others still fire.
-func (s *Schedules) Fire(ctx context.Context, id uuid.UUID, at time.Time, complete func(context.Context, pgx.Tx) error) error {
+func (s *Service) Fire(ctx context.Context, id uuid.UUID, at time.Time, complete func(context.Context, pgx.Tx) error) error {
 	return db.BeginFunc(ctx, s.pool, func(ctx context.Context, tx pgx.Tx) error {
 		row, err := s.q.ScheduleGetByIDForUpdate(ctx, tx, id)
 		switch {
@@ -157,10 +158,10 @@ func (s *Schedules) Fire(ctx context.Context, id uuid.UUID, at time.Time, comple
 // Trigger fires schedule id now, whatever its enabled flag and next_run_at
 // say, submitting every scope entry (the overlap policy is ignored, though
 // child tasks still reject or queue by it), and applies the after-fire
-// update. It returns the submitted task IDs. Errors: ErrScheduleNotFound,
-// ErrScheduleConsumed, ErrScheduleFireFailed when every scope was refused
+// update. It returns the submitted task IDs. Errors: ErrNotFound,
+// ErrConsumed, ErrFireFailed when every scope was refused
 // (then nothing changes, the schedule included).
-func (s *Schedules) Trigger(ctx context.Context, id uuid.UUID) ([]uuid.UUID, error) {
+func (s *Service) Trigger(ctx context.Context, id uuid.UUID) ([]uuid.UUID, error) {
 	var ids []uuid.UUID
 	var refused []string
 	err := db.BeginFunc(ctx, s.pool, func(ctx context.Context, tx pgx.Tx) error {
@@ -169,7 +170,7 @@ func (s *Schedules) Trigger(ctx context.Context, id uuid.UUID) ([]uuid.UUID, err
 			return err
 		}
 		if row.SpecType == string(SpecOneTime) && row.NextRunAt == nil {
-			return fmt.Errorf("%w: schedule %s", ErrScheduleConsumed, id)
+			return fmt.Errorf("%w: schedule %s", ErrConsumed, id)
 		}
 		res, err := s.fireLocked(ctx, tx, row, s.now(), true)
 		if err != nil {
@@ -179,7 +180,7 @@ func (s *Schedules) Trigger(ctx context.Context, id uuid.UUID) ([]uuid.UUID, err
 		if len(ids) == 0 && len(refused) > 0 {
 			// Nothing was submitted: roll the advance back too, so the
 			// refused call changes nothing.
-			return fmt.Errorf("%w: %s", ErrScheduleFireFailed, strings.Join(refused, "; "))
+			return fmt.Errorf("%w: %s", ErrFireFailed, strings.Join(refused, "; "))
 		}
 		return nil
 	})
@@ -196,7 +197,7 @@ type fireResult struct {
 
 // fireLocked fires the locked schedule row for the firing time at.
 // manual (Trigger) submits every scope entry and advances from now.
-func (s *Schedules) fireLocked(ctx context.Context, tx pgx.Tx, row dbsqlc.TaskSchedule, at time.Time, manual bool) (fireResult, error) {
+func (s *Service) fireLocked(ctx context.Context, tx pgx.Tx, row dbsqlc.TaskSchedule, at time.Time, manual bool) (fireResult, error) {
 	var res fireResult
 	sched, err := scheduleFromRow(row)
 	if err != nil {
@@ -219,7 +220,7 @@ func (s *Schedules) fireLocked(ctx context.Context, tx pgx.Tx, row dbsqlc.TaskSc
 	}
 	// A fixed rack order keeps two firings that share racks from taking
 	// the racks' locks in opposite orders.
-	slices.SortFunc(eligible, func(a, b ScheduleScope) int { return strings.Compare(a.RackID.String(), b.RackID.String()) })
+	slices.SortFunc(eligible, func(a, b Scope) int { return strings.Compare(a.RackID.String(), b.RackID.String()) })
 	var auth firmware.AuthData
 	if env := sched.Template.Information.AuthenticationData; env != nil {
 		if auth, err = s.keys.Open(env); err != nil {
@@ -282,7 +283,7 @@ func (s *Schedules) fireLocked(ctx context.Context, tx pgx.Tx, row dbsqlc.TaskSc
 
 // notBusy leaves out scope entries whose last task is still waiting,
 // pending or running (overlap policy skip).
-func (s *Schedules) notBusy(ctx context.Context, tx pgx.Tx, scopes []ScheduleScope) ([]ScheduleScope, error) {
+func (s *Service) notBusy(ctx context.Context, tx pgx.Tx, scopes []Scope) ([]Scope, error) {
 	var last []uuid.UUID
 	for _, sc := range scopes {
 		if sc.LastTaskID != nil {
@@ -292,17 +293,17 @@ func (s *Schedules) notBusy(ctx context.Context, tx pgx.Tx, scopes []ScheduleSco
 	if len(last) == 0 {
 		return scopes, nil
 	}
-	rows, err := s.q.TaskStatusesByIDs(ctx, tx, last)
+	statuses, err := s.tasks.Statuses(ctx, tx, last)
 	if err != nil {
 		return nil, fmt.Errorf("last tasks: %w", err)
 	}
 	busy := map[uuid.UUID]bool{}
-	for _, r := range rows {
-		if !TaskStatus(r.Status).Finished() {
-			busy[r.ID] = true
+	for id, st := range statuses {
+		if !st.Finished() {
+			busy[id] = true
 		}
 	}
-	out := make([]ScheduleScope, 0, len(scopes))
+	out := make([]Scope, 0, len(scopes))
 	for _, sc := range scopes {
 		if sc.LastTaskID != nil && busy[*sc.LastTaskID] {
 			continue
@@ -313,14 +314,14 @@ func (s *Schedules) notBusy(ctx context.Context, tx pgx.Tx, scopes []ScheduleSco
 }
 
 // scopeRequest is the task request of one scope entry's firing.
-func (s *Schedules) scopeRequest(sched Schedule, sc ScheduleScope, auth firmware.AuthData, desc string) Request {
+func (s *Service) scopeRequest(sched Schedule, sc Scope, auth firmware.AuthData, desc string) operations.Request {
 	t := sched.Template
 	payload := t.Information
 	payload.AuthenticationData = nil
-	req := Request{
+	req := operations.Request{
 		Type: t.Type, Code: t.Code, Description: desc, Payload: payload, Auth: auth,
 		Queue: sched.Overlap == OverlapQueue, QueueTimeout: time.Duration(t.QueueTimeoutSecs) * time.Second,
-		RequiredRackID: sc.RackID, TriggerType: TriggerTypeSchedule, TriggerID: sched.ID.String(),
+		RequiredRackID: sc.RackID, TriggerType: TriggerType, TriggerID: sched.ID.String(),
 		SubmittedBy: sched.CreatedBy,
 	}
 	if t.RuleID != nil {
@@ -345,7 +346,7 @@ func (s *Schedules) scopeRequest(sched Schedule, sc ScheduleScope, auth firmware
 
 // submitScope submits one scope entry's task inside a savepoint, so a
 // refusal rolls back that entry alone.
-func (s *Schedules) submitScope(ctx context.Context, tx pgx.Tx, req Request) (uuid.UUID, error) {
+func (s *Service) submitScope(ctx context.Context, tx pgx.Tx, req operations.Request) (uuid.UUID, error) {
 	var id uuid.UUID
 	// The savepoint's events reach the outer transaction's only if it is
 	// released.

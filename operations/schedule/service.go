@@ -1,4 +1,4 @@
-package operations
+package schedule
 
 import (
 	"context"
@@ -19,170 +19,20 @@ import (
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/operations/internal/dbsqlc"
+	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/schedule/internal/dbsqlc"
 )
 
-// Errors of task schedules. Each maps to one gRPC code in
-// schedule_handler.go; invalid input is ErrInvalidRequest naming the field.
-var (
-	// ErrScheduleNotFound means no schedule (or scope entry) has the ID.
-	ErrScheduleNotFound = errors.New("task schedule not found")
-	// ErrScopeNotFound means no scope entry has the ID.
-	ErrScopeNotFound = errors.New("task schedule scope not found")
-	// ErrScheduleExists means another schedule has the name.
-	ErrScheduleExists = errors.New("a task schedule with this name already exists")
-	// ErrScheduleConsumed means a one-time schedule has fired already and
-	// cannot be paused, resumed, triggered or re-armed.
-	ErrScheduleConsumed = errors.New("one-time schedule has already fired")
-	// ErrLastScope means the scope entry is the schedule's last one; delete
-	// the schedule instead.
-	ErrLastScope = errors.New("cannot remove the last scope entry of a schedule (delete the schedule instead)")
-	// ErrScheduleFireFailed means a triggered firing submitted no task: every
-	// scope entry was refused.
-	ErrScheduleFireFailed = errors.New("no scope entry of the schedule could be submitted")
-)
-
-// SpecType says how a schedule's spec is read.
-type SpecType string
-
-// Spec types, as stored.
-const (
-	SpecInterval SpecType = "interval"
-	SpecCron     SpecType = "cron"
-	SpecOneTime  SpecType = "one-time"
-)
-
-// OverlapPolicy says what a firing does for a scope entry whose previous
-// task is still active.
-type OverlapPolicy string
-
-// Overlap policies, as stored.
-const (
-	// OverlapSkip leaves such scope entries out of the firing; child tasks
-	// reject conflicts.
-	OverlapSkip OverlapPolicy = "skip"
-	// OverlapQueue submits them anyway with conflict strategy QUEUE.
-	OverlapQueue OverlapPolicy = "queue"
-)
-
-// ScheduleSpec is when a schedule fires.
-type ScheduleSpec struct {
-	Type SpecType
-	// Spec is a Go duration, a 5-field cron line (or descriptor such as
-	// @daily) or an RFC 3339 time with an offset, according to Type.
-	Spec string
-	// Timezone is the IANA zone a cron spec is read in ("UTC" otherwise).
-	Timezone string
-}
-
-// ScheduleTemplate is the operation a schedule submits at every firing,
-// without its targets (they come from the scope entries). Firmware
-// credentials are only ever held sealed (Information.AuthenticationData).
-type ScheduleTemplate struct {
-	Type             OperationType `json:"type"`
-	Code             OperationCode `json:"code"`
-	Information      Payload       `json:"information"`
-	QueueTimeoutSecs int32         `json:"queue_timeout_secs,omitempty"`
-	RuleID           *uuid.UUID    `json:"rule_id,omitempty"`
-}
-
-// Schedule is a task schedule.
-type Schedule struct {
-	ID        uuid.UUID
-	Name      string
-	Spec      ScheduleSpec
-	Overlap   OverlapPolicy
-	Template  ScheduleTemplate
-	Enabled   bool
-	NextRunAt *time.Time
-	LastRunAt *time.Time
-	CreatedAt time.Time
-	UpdatedAt time.Time
-	// CreatedBy is the identity that created the schedule; every task it
-	// fires is submitted by it (Request.SubmittedBy). "" before Flow
-	// recorded it.
-	CreatedBy string
-}
-
-// Consumed reports whether s is a one-time schedule that has fired.
-func (s Schedule) Consumed() bool { return s.Spec.Type == SpecOneTime && s.NextRunAt == nil }
-
-// ComponentFilter narrows a scope entry to some component types or to
-// specific components; the zero value (both empty) means the whole rack.
-type ComponentFilter struct {
-	Kind       string          `json:"kind"` // "types" or "components"
-	Types      []ComponentType `json:"types,omitempty"`
-	Components []uuid.UUID     `json:"components,omitempty"`
-}
-
-// Filter kinds.
-const (
-	filterTypes      = "types"
-	filterComponents = "components"
-)
-
-// ScheduleScope is one rack of a schedule: every firing submits one task
-// for it. Filter nil means every component of the rack.
-type ScheduleScope struct {
-	ID         uuid.UUID
-	ScheduleID uuid.UUID
-	RackID     uuid.UUID
-	Filter     *ComponentFilter
-	LastTaskID *uuid.UUID
-	CreatedAt  time.Time
-}
-
-// NewSchedule is a schedule to create: its config, the operation and the
-// targets that become its initial scope.
-type NewSchedule struct {
-	Name     string
-	Spec     ScheduleSpec
-	Overlap  OverlapPolicy // empty: skip
-	Template ScheduleTemplate
-	// Auth is firmware credentials, sealed into the template before
-	// anything is written.
-	Auth    firmware.AuthData
-	Targets inventory.TargetSpec
-	// CreatedBy is the creating caller's identity (caller.Identity).
-	CreatedBy string
-}
-
-// ScheduleChange is an update of a schedule's config; nil fields stay.
-// Spec sets type and spec string; Timezone sets the zone (stored for cron
-// schedules only).
-type ScheduleChange struct {
-	Name     *string
-	Overlap  *OverlapPolicy
-	Spec     *ScheduleSpec
-	Timezone *string
-}
-
-// ScheduleFilter selects schedules for ListSchedules. Limit 0 means all.
-type ScheduleFilter struct {
-	RackID      *uuid.UUID
-	EnabledOnly bool
-	Offset      int
-	Limit       int
-}
-
-// ScopeChanges counts what ReconcileScopes did.
-type ScopeChanges struct{ Added, Removed, Updated int }
-
-// FireScheduler arranges, through tx, for the schedule's firing at at: a
-// job that calls Schedules.Fire(scheduleID, at) at that time. rescue
-// distinguishes the safety net's re-insertions from the regular one (0).
-type FireScheduler func(ctx context.Context, tx pgx.Tx, scheduleID uuid.UUID, at time.Time, rescue int) error
-
-// Schedules keeps task schedules and fires them (spec/orchestration.md §1,
+// Service keeps task schedules and fires them (spec/orchestration.md §1,
 // docs/schedules.md). A firing runs in one transaction that checks the
 // schedule is still due at exactly that time, submits each eligible scope
 // entry's task through the task manager (a savepoint each), records
 // last_task_id, advances next_run_at and arranges the next firing: a crash
 // anywhere loses no firing and repeats none.
-type Schedules struct {
+type Service struct {
 	pool   *pgxpool.Pool
 	q      *dbsqlc.Queries
-	tasks  *Tasks
+	tasks  Tasks
 	inv    *inventory.Service
 	keys   *firmware.Keyring
 	logger *slog.Logger
@@ -190,11 +40,11 @@ type Schedules struct {
 	fire   FireScheduler
 }
 
-// SchedulesConfig holds what Schedules needs. Now defaults to time.Now;
+// Config holds what Service needs. Now defaults to time.Now;
 // Fire is required for schedules to fire on their own.
-type SchedulesConfig struct {
+type Config struct {
 	Pool   *pgxpool.Pool
-	Tasks  *Tasks
+	Tasks  Tasks
 	Inv    *inventory.Service
 	Keys   *firmware.Keyring
 	Logger *slog.Logger
@@ -202,38 +52,45 @@ type SchedulesConfig struct {
 	Fire   FireScheduler
 }
 
-// NewSchedules returns the schedule service.
-func NewSchedules(cfg SchedulesConfig) *Schedules {
+// NewService returns the schedule service.
+func NewService(cfg Config) *Service {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Schedules{pool: cfg.Pool, q: dbsqlc.New(), tasks: cfg.Tasks, inv: cfg.Inv, keys: cfg.Keys, logger: cfg.Logger, now: cfg.Now, fire: cfg.Fire}
+	return &Service{pool: cfg.Pool, q: dbsqlc.New(), tasks: cfg.Tasks, inv: cfg.Inv, keys: cfg.Keys, logger: cfg.Logger, now: cfg.Now, fire: cfg.Fire}
+}
+
+// invalidRequest is operations.ErrInvalidRequest naming the field, as the
+// task manager words its own.
+func invalidRequest(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", operations.ErrInvalidRequest, field, fmt.Sprintf(format, args...))
 }
 
 // ---- timing ---------------------------------------------------------------
 
 // parsedSpec is a validated spec, ready to compute firing times.
 type parsedSpec struct {
-	spec     ScheduleSpec
+	spec     Spec
 	interval time.Duration
 	cron     cron.Schedule
 	loc      *time.Location
 	at       time.Time
 }
 
-// ParseScheduleSpec validates spec and returns it normalised: the timezone
-// is the resolved IANA name for cron ("UTC" when empty) and "UTC" for the
-// other types, a one-time time is in UTC. Errors are ErrInvalidRequest
-// naming the field under prefix (e.g. "schedule.spec").
-func ParseScheduleSpec(spec ScheduleSpec, prefix string) (ScheduleSpec, error) {
+// ParseSpec validates spec and returns it normalised: the timezone is the
+// resolved IANA name for cron ("UTC" when empty) and "UTC" for the other
+// types, a one-time time is in UTC. Errors are
+// operations.ErrInvalidRequest naming the field under prefix (e.g.
+// "schedule.spec").
+func ParseSpec(spec Spec, prefix string) (Spec, error) {
 	p, err := parseSpec(spec, prefix)
 	return p.spec, err
 }
 
-func parseSpec(spec ScheduleSpec, prefix string) (parsedSpec, error) {
+func parseSpec(spec Spec, prefix string) (parsedSpec, error) {
 	p := parsedSpec{spec: spec, loc: time.UTC}
 	s := strings.TrimSpace(spec.Spec)
 	p.spec.Spec = s
@@ -330,7 +187,7 @@ func ceilSecond(t time.Time) time.Time {
 
 func scheduleFromRow(r dbsqlc.TaskSchedule) (Schedule, error) {
 	s := Schedule{
-		ID: r.ID, Name: r.Name, Spec: ScheduleSpec{Type: SpecType(r.SpecType), Spec: r.Spec, Timezone: r.Timezone},
+		ID: r.ID, Name: r.Name, Spec: Spec{Type: SpecType(r.SpecType), Spec: r.Spec, Timezone: r.Timezone},
 		Overlap: OverlapPolicy(r.OverlapPolicy), Enabled: r.Enabled, NextRunAt: r.NextRunAt, LastRunAt: r.LastRunAt,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, CreatedBy: r.CreatedBy,
 	}
@@ -349,8 +206,8 @@ func utcPtr(t *time.Time) *time.Time {
 	return &u
 }
 
-func scopeFromRow(r dbsqlc.TaskScheduleScope) (ScheduleScope, error) {
-	sc := ScheduleScope{ID: r.ID, ScheduleID: r.ScheduleID, RackID: r.RackID, LastTaskID: r.LastTaskID, CreatedAt: r.CreatedAt}
+func scopeFromRow(r dbsqlc.TaskScheduleScope) (Scope, error) {
+	sc := Scope{ID: r.ID, ScheduleID: r.ScheduleID, RackID: r.RackID, LastTaskID: r.LastTaskID, CreatedAt: r.CreatedAt}
 	if len(r.ComponentFilter) > 0 && string(r.ComponentFilter) != "null" {
 		var f ComponentFilter
 		if err := json.Unmarshal(r.ComponentFilter, &f); err != nil {
@@ -369,8 +226,8 @@ func filterJSON(f *ComponentFilter) []byte {
 	return b
 }
 
-func scopesFromRows(rows []dbsqlc.TaskScheduleScope) ([]ScheduleScope, error) {
-	out := make([]ScheduleScope, 0, len(rows))
+func scopesFromRows(rows []dbsqlc.TaskScheduleScope) ([]Scope, error) {
+	out := make([]Scope, 0, len(rows))
 	for _, r := range rows {
 		sc, err := scopeFromRow(r)
 		if err != nil {
@@ -408,9 +265,10 @@ func validOverlap(p OverlapPolicy) (OverlapPolicy, error) {
 // rack), seals its credentials and writes the schedule, its scopes and its
 // first firing through tx; the caller commits. Creation never fires at once
 // (a one-time time in the past is due at once, though). Errors:
-// ErrInvalidRequest naming the field, ErrScheduleExists, ErrNoEncryptionKey,
-// the inventory's not-found errors for targets.
-func (s *Schedules) Create(ctx context.Context, tx pgx.Tx, ns NewSchedule) (Schedule, error) {
+// operations.ErrInvalidRequest naming the field, ErrExists,
+// operations.ErrNoEncryptionKey, the inventory's not-found errors for
+// targets.
+func (s *Service) Create(ctx context.Context, tx pgx.Tx, ns Input) (Schedule, error) {
 	name, err := validName(ns.Name)
 	if err != nil {
 		return Schedule{}, err
@@ -423,13 +281,13 @@ func (s *Schedules) Create(ctx context.Context, tx pgx.Tx, ns NewSchedule) (Sche
 	if err != nil {
 		return Schedule{}, err
 	}
-	if err := validateRequest(Request{Type: ns.Template.Type, Code: ns.Template.Code}); err != nil {
+	if err := operations.ValidateRequest(operations.Request{Type: ns.Template.Type, Code: ns.Template.Code}); err != nil {
 		return Schedule{}, err
 	}
 	tmpl := ns.Template
 	if !ns.Auth.Empty() {
 		if s.keys == nil {
-			return Schedule{}, ErrNoEncryptionKey
+			return Schedule{}, operations.ErrNoEncryptionKey
 		}
 		env, err := s.keys.Seal(ns.Auth)
 		if err != nil {
@@ -451,7 +309,7 @@ func (s *Schedules) Create(ctx context.Context, tx pgx.Tx, ns NewSchedule) (Sche
 		OperationTemplate: raw, OverlapPolicy: string(overlap), NextRunAt: &next, CreatedBy: ns.CreatedBy,
 	})
 	if db.IsUniqueViolation(err, "task_schedule_name_key") {
-		return Schedule{}, fmt.Errorf("%w: %q", ErrScheduleExists, name)
+		return Schedule{}, fmt.Errorf("%w: %q", ErrExists, name)
 	} else if err != nil {
 		return Schedule{}, fmt.Errorf("insert schedule: %w", err)
 	}
@@ -467,7 +325,7 @@ func (s *Schedules) Create(ctx context.Context, tx pgx.Tx, ns NewSchedule) (Sche
 }
 
 // arm arranges the schedule's firing at at.
-func (s *Schedules) arm(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time) error {
+func (s *Service) arm(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time) error {
 	if s.fire == nil {
 		return nil
 	}
@@ -480,14 +338,14 @@ func (s *Schedules) arm(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Ti
 // resolveScopes turns targets into one scope entry per rack: rack and
 // NVLink-domain targets keep their type filter (none: the whole rack),
 // component targets become a components filter on their rack.
-func (s *Schedules) resolveScopes(ctx context.Context, dbtx db.DBTX, targets inventory.TargetSpec) ([]ScheduleScope, error) {
+func (s *Service) resolveScopes(ctx context.Context, dbtx db.DBTX, targets inventory.TargetSpec) ([]Scope, error) {
 	sels, err := s.inv.ResolveTargets(ctx, dbtx, targets)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ScheduleScope, 0, len(sels))
+	out := make([]Scope, 0, len(sels))
 	for _, sel := range sels {
-		sc := ScheduleScope{RackID: sel.Rack.ID}
+		sc := Scope{RackID: sel.Rack.ID}
 		switch {
 		case len(targets.Components) > 0:
 			f := &ComponentFilter{Kind: filterComponents}
@@ -499,7 +357,7 @@ func (s *Schedules) resolveScopes(ctx context.Context, dbtx db.DBTX, targets inv
 		case len(sel.Types) > 0:
 			f := &ComponentFilter{Kind: filterTypes}
 			for _, t := range sel.Types {
-				f.Types = append(f.Types, ComponentType(t))
+				f.Types = append(f.Types, operations.ComponentType(t))
 			}
 			slices.Sort(f.Types)
 			f.Types = slices.Compact(f.Types)
@@ -517,21 +375,21 @@ func sortIDs(ids []uuid.UUID) {
 	slices.SortFunc(ids, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
 }
 
-// Get returns schedule id, or ErrScheduleNotFound.
-func (s *Schedules) Get(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (Schedule, error) {
+// Get returns schedule id, or ErrNotFound.
+func (s *Service) Get(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (Schedule, error) {
 	row, err := s.q.ScheduleGetByID(ctx, dbtx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Schedule{}, fmt.Errorf("%w: %s", ErrScheduleNotFound, id)
+		return Schedule{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	} else if err != nil {
 		return Schedule{}, fmt.Errorf("get schedule %s: %w", id, err)
 	}
 	return scheduleFromRow(row)
 }
 
-func (s *Schedules) lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (dbsqlc.TaskSchedule, error) {
+func (s *Service) lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (dbsqlc.TaskSchedule, error) {
 	row, err := s.q.ScheduleGetByIDForUpdate(ctx, tx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return row, fmt.Errorf("%w: %s", ErrScheduleNotFound, id)
+		return row, fmt.Errorf("%w: %s", ErrNotFound, id)
 	} else if err != nil {
 		return row, fmt.Errorf("lock schedule %s: %w", id, err)
 	}
@@ -540,7 +398,7 @@ func (s *Schedules) lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (dbsqlc.T
 
 // List returns one page of schedules ordered by creation time then ID, and
 // the matching count before paging.
-func (s *Schedules) List(ctx context.Context, dbtx db.DBTX, f ScheduleFilter) ([]Schedule, int, error) {
+func (s *Service) List(ctx context.Context, dbtx db.DBTX, f Filter) ([]Schedule, int, error) {
 	var limit *int32
 	if f.Limit > 0 {
 		l := int32(f.Limit)
@@ -572,10 +430,10 @@ func updateParams(r dbsqlc.TaskSchedule) dbsqlc.ScheduleUpdateParams {
 	}
 }
 
-func (s *Schedules) write(ctx context.Context, tx pgx.Tx, p dbsqlc.ScheduleUpdateParams) (Schedule, error) {
+func (s *Service) write(ctx context.Context, tx pgx.Tx, p dbsqlc.ScheduleUpdateParams) (Schedule, error) {
 	row, err := s.q.ScheduleUpdate(ctx, tx, p)
 	if db.IsUniqueViolation(err, "task_schedule_name_key") {
-		return Schedule{}, fmt.Errorf("%w: %q", ErrScheduleExists, p.Name)
+		return Schedule{}, fmt.Errorf("%w: %q", ErrExists, p.Name)
 	} else if err != nil {
 		return Schedule{}, fmt.Errorf("update schedule %s: %w", p.ID, err)
 	}
@@ -585,10 +443,10 @@ func (s *Schedules) write(ctx context.Context, tx pgx.Tx, p dbsqlc.ScheduleUpdat
 // Update applies ch to schedule id under its row lock: a new spec (or a cron
 // schedule's new timezone) recomputes next_run_at from now and, when the
 // schedule is enabled, arranges that firing. The operation and scope never
-// change here. Errors: ErrScheduleNotFound, ErrInvalidRequest naming the
-// field, ErrScheduleExists, ErrScheduleConsumed for a new spec of a fired
+// change here. Errors: ErrNotFound, operations.ErrInvalidRequest naming the
+// field, ErrExists, ErrConsumed for a new spec of a fired
 // one-time schedule.
-func (s *Schedules) Update(ctx context.Context, tx pgx.Tx, id uuid.UUID, ch ScheduleChange) (Schedule, error) {
+func (s *Service) Update(ctx context.Context, tx pgx.Tx, id uuid.UUID, ch Change) (Schedule, error) {
 	row, err := s.lock(ctx, tx, id)
 	if err != nil {
 		return Schedule{}, err
@@ -617,7 +475,7 @@ func (s *Schedules) Update(ctx context.Context, tx pgx.Tx, id uuid.UUID, ch Sche
 		spec := cur.Spec
 		if ch.Spec != nil {
 			if cur.Consumed() {
-				return Schedule{}, fmt.Errorf("%w: schedule %s; its spec cannot change", ErrScheduleConsumed, id)
+				return Schedule{}, fmt.Errorf("%w: schedule %s; its spec cannot change", ErrConsumed, id)
 			}
 			spec.Type, spec.Spec = ch.Spec.Type, ch.Spec.Spec
 		}
@@ -646,14 +504,14 @@ func (s *Schedules) Update(ctx context.Context, tx pgx.Tx, id uuid.UUID, ch Sche
 }
 
 // Pause disables schedule id; pausing a paused schedule changes nothing.
-// Errors: ErrScheduleNotFound, ErrScheduleConsumed.
-func (s *Schedules) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Schedule, error) {
+// Errors: ErrNotFound, ErrConsumed.
+func (s *Service) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Schedule, error) {
 	row, err := s.lock(ctx, tx, id)
 	if err != nil {
 		return Schedule{}, err
 	}
 	if row.SpecType == string(SpecOneTime) && row.NextRunAt == nil {
-		return Schedule{}, fmt.Errorf("%w: schedule %s", ErrScheduleConsumed, id)
+		return Schedule{}, fmt.Errorf("%w: schedule %s", ErrConsumed, id)
 	}
 	if !row.Enabled {
 		return scheduleFromRow(row)
@@ -666,20 +524,20 @@ func (s *Schedules) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Schedul
 // Resume re-enables schedule id: interval and cron schedules get a fresh
 // next_run_at counted from now (no instant firing; occurrences missed
 // while paused never fire), an unfired one-time schedule keeps its time.
-// Resuming an enabled schedule changes nothing. Errors: ErrScheduleNotFound,
-// ErrScheduleConsumed.
-func (s *Schedules) Resume(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Schedule, error) {
+// Resuming an enabled schedule changes nothing. Errors: ErrNotFound,
+// ErrConsumed.
+func (s *Service) Resume(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Schedule, error) {
 	row, err := s.lock(ctx, tx, id)
 	if err != nil {
 		return Schedule{}, err
 	}
 	if row.SpecType == string(SpecOneTime) && row.NextRunAt == nil {
-		return Schedule{}, fmt.Errorf("%w: schedule %s", ErrScheduleConsumed, id)
+		return Schedule{}, fmt.Errorf("%w: schedule %s", ErrConsumed, id)
 	}
 	if row.Enabled {
 		return scheduleFromRow(row)
 	}
-	parsed, err := parseSpec(ScheduleSpec{Type: SpecType(row.SpecType), Spec: row.Spec, Timezone: row.Timezone}, "schedule.spec")
+	parsed, err := parseSpec(Spec{Type: SpecType(row.SpecType), Spec: row.Spec, Timezone: row.Timezone}, "schedule.spec")
 	if err != nil {
 		return Schedule{}, fmt.Errorf("stored spec of schedule %s: %v", id, err) //nolint:errorlint // internal, not the caller's argument
 	}
@@ -696,14 +554,14 @@ func (s *Schedules) Resume(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Schedu
 }
 
 // Delete removes schedule id and its scope entries; tasks already submitted
-// keep running. Errors: ErrScheduleNotFound.
-func (s *Schedules) Delete(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+// keep running. Errors: ErrNotFound.
+func (s *Service) Delete(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	n, err := s.q.ScheduleDelete(ctx, tx, id)
 	if err != nil {
 		return fmt.Errorf("delete schedule %s: %w", id, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: %s", ErrScheduleNotFound, id)
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	return nil
 }
@@ -711,8 +569,8 @@ func (s *Schedules) Delete(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 // ---- scopes ---------------------------------------------------------------
 
 // Scopes returns schedule id's scope entries in creation order, or
-// ErrScheduleNotFound.
-func (s *Schedules) Scopes(ctx context.Context, dbtx db.DBTX, id uuid.UUID) ([]ScheduleScope, error) {
+// ErrNotFound.
+func (s *Service) Scopes(ctx context.Context, dbtx db.DBTX, id uuid.UUID) ([]Scope, error) {
 	if _, err := s.Get(ctx, dbtx, id); err != nil {
 		return nil, err
 	}
@@ -757,9 +615,9 @@ func sameFilter(a, b *ComponentFilter) bool {
 // AddScopes merges targets into schedule id's scope under its row lock: new
 // racks get entries, racks already in scope get their filter merged, and a
 // merge that is not allowed aborts the whole request. It returns the
-// entries created or changed. Errors: ErrScheduleNotFound,
-// ErrInvalidRequest, the inventory's not-found errors.
-func (s *Schedules) AddScopes(ctx context.Context, tx pgx.Tx, id uuid.UUID, targets inventory.TargetSpec) ([]ScheduleScope, error) {
+// entries created or changed. Errors: ErrNotFound,
+// operations.ErrInvalidRequest, the inventory's not-found errors.
+func (s *Service) AddScopes(ctx context.Context, tx pgx.Tx, id uuid.UUID, targets inventory.TargetSpec) ([]Scope, error) {
 	if _, err := s.lock(ctx, tx, id); err != nil {
 		return nil, err
 	}
@@ -775,12 +633,12 @@ func (s *Schedules) AddScopes(ctx context.Context, tx pgx.Tx, id uuid.UUID, targ
 	if err != nil {
 		return nil, err
 	}
-	byRack := map[uuid.UUID]ScheduleScope{}
+	byRack := map[uuid.UUID]Scope{}
 	for _, sc := range have {
 		byRack[sc.RackID] = sc
 	}
 	type change struct {
-		scope  ScheduleScope
+		scope  Scope
 		filter *ComponentFilter
 		insert bool
 	}
@@ -799,7 +657,7 @@ func (s *Schedules) AddScopes(ctx context.Context, tx pgx.Tx, id uuid.UUID, targ
 			changes = append(changes, change{scope: cur, filter: merged})
 		}
 	}
-	out := make([]ScheduleScope, 0, len(changes))
+	out := make([]Scope, 0, len(changes))
 	for _, c := range changes {
 		var row dbsqlc.TaskScheduleScope
 		if c.insert {
@@ -822,7 +680,7 @@ func (s *Schedules) AddScopes(ctx context.Context, tx pgx.Tx, id uuid.UUID, targ
 // ReconcileScopes makes schedule id's scope exactly desired under its row
 // lock: missing racks are added, racks no longer wanted removed, changed
 // filters replaced. It returns the resulting scope and the counts.
-func (s *Schedules) ReconcileScopes(ctx context.Context, tx pgx.Tx, id uuid.UUID, desired inventory.TargetSpec) ([]ScheduleScope, ScopeChanges, error) {
+func (s *Service) ReconcileScopes(ctx context.Context, tx pgx.Tx, id uuid.UUID, desired inventory.TargetSpec) ([]Scope, ScopeChanges, error) {
 	var ch ScopeChanges
 	if _, err := s.lock(ctx, tx, id); err != nil {
 		return nil, ch, err
@@ -839,7 +697,7 @@ func (s *Schedules) ReconcileScopes(ctx context.Context, tx pgx.Tx, id uuid.UUID
 	if err != nil {
 		return nil, ch, err
 	}
-	wanted := map[uuid.UUID]ScheduleScope{}
+	wanted := map[uuid.UUID]Scope{}
 	for _, w := range want {
 		wanted[w.RackID] = w
 	}
@@ -879,7 +737,7 @@ func (s *Schedules) ReconcileScopes(ctx context.Context, tx pgx.Tx, id uuid.UUID
 // RemoveScope deletes one scope entry under its schedule's row lock; the
 // last entry of a schedule is not removed (ErrLastScope). Errors:
 // ErrScopeNotFound.
-func (s *Schedules) RemoveScope(ctx context.Context, tx pgx.Tx, scopeID uuid.UUID) error {
+func (s *Service) RemoveScope(ctx context.Context, tx pgx.Tx, scopeID uuid.UUID) error {
 	row, err := s.q.ScopeGetByID(ctx, tx, scopeID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: %s", ErrScopeNotFound, scopeID)
@@ -909,17 +767,17 @@ func (s *Schedules) RemoveScope(ctx context.Context, tx pgx.Tx, scopeID uuid.UUI
 // conflictClass is an operation's coarse class for the advisory check
 // (spec §1.8): hardware control (power, firmware), ingest, or everything
 // (bring-up, decommission).
-func conflictClass(t OperationType, c OperationCode) string {
+func conflictClass(t operations.OperationType, c operations.OperationCode) string {
 	switch {
-	case t == OperationTypeBringUp && c == CodeIngest:
+	case t == operations.OperationTypeBringUp && c == operations.CodeIngest:
 		return "ingest"
-	case t == OperationTypeBringUp, t == OperationTypeDecommission:
+	case t == operations.OperationTypeBringUp, t == operations.OperationTypeDecommission:
 		return "all"
 	}
 	return "hw"
 }
 
-func coarseConflict(at OperationType, ac OperationCode, bt OperationType, bc OperationCode) bool {
+func coarseConflict(at operations.OperationType, ac operations.OperationCode, bt operations.OperationType, bc operations.OperationCode) bool {
 	a, b := conflictClass(at, ac), conflictClass(bt, bc)
 	return a == "all" || b == "all" || (a == "hw" && b == "hw")
 }
@@ -928,7 +786,7 @@ func coarseConflict(at OperationType, ac OperationCode, bt OperationType, bc Ope
 // scope entry on a rack targets resolves to and whose operation may
 // conflict with (typ, code) at execution time, by operation alone
 // (component filters are not compared: false positives are expected).
-func (s *Schedules) Conflicts(ctx context.Context, dbtx db.DBTX, typ OperationType, code OperationCode, targets inventory.TargetSpec, exclude uuid.UUID) ([]Schedule, error) {
+func (s *Service) Conflicts(ctx context.Context, dbtx db.DBTX, typ operations.OperationType, code operations.OperationCode, targets inventory.TargetSpec, exclude uuid.UUID) ([]Schedule, error) {
 	scopes, err := s.resolveScopes(ctx, dbtx, targets)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package operations_test
+package schedule_test
 
 import (
 	"context"
@@ -17,11 +17,12 @@ import (
 
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/schedule"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
 // state reads a schedule as the service sees it.
-func (b *schedBundle) state(t *testing.T, id uuid.UUID) operations.Schedule {
+func (b *schedBundle) state(t *testing.T, id uuid.UUID) schedule.Schedule {
 	t.Helper()
 	s, err := b.svc.Get(context.Background(), b.pool, id)
 	require.NoError(t, err)
@@ -313,8 +314,8 @@ func TestScheduleFiresOnRiver(t *testing.T) {
 	b.clock.Set(time.Time{}) // real time: River schedules the jobs
 	process := func() *river.Client[pgx.Tx] {
 		rc := b.engine.RiverConfig()
-		rc.Queues[operations.ScheduleQueue] = river.QueueConfig{MaxWorkers: 5}
-		river.AddWorker(rc.Workers, &operations.ScheduleWorker{Schedules: b.svc})
+		rc.Queues[schedule.Queue] = river.QueueConfig{MaxWorkers: 5}
+		river.AddWorker(rc.Workers, &schedule.Worker{Service: b.svc})
 		rc.FetchPollInterval, rc.FetchCooldown = 50*time.Millisecond, 10*time.Millisecond
 		c, err := river.NewClient(riverpgxv5.New(b.pool), rc)
 		require.NoError(t, err)
@@ -366,13 +367,13 @@ func TestScheduleRescueAndPromote(t *testing.T) {
 	at := t0.Add(time.Hour)
 
 	// Not yet overdue by the grace: nothing re-armed.
-	b.clock.Set(at.Add(operations.RescueGrace / 2))
+	b.clock.Set(at.Add(schedule.RescueGrace / 2))
 	n, err := b.svc.RescueOverdue(ctx, 100)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	// Overdue (its job stuck in a dead process, say): a second job for the
 	// same firing time; firing it twice still fires once.
-	b.clock.Set(at.Add(2*operations.RescueGrace + time.Second))
+	b.clock.Set(at.Add(2*schedule.RescueGrace + time.Second))
 	n, err = b.svc.RescueOverdue(ctx, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
@@ -395,7 +396,7 @@ func TestScheduleRescueAndPromote(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT state FROM river_job WHERE args->>'schedule_id' = $1`, soon.String()).Scan(&state))
 	require.Equal(t, "scheduled", state)
 	require.Eventually(t, func() bool {
-		n, err := operations.PromoteDueFirings(ctx, b.river, 100)
+		n, err := schedule.PromoteDueFirings(ctx, b.river, 100)
 		require.NoError(t, err)
 		return n == 1
 	}, 10*time.Second, 100*time.Millisecond)

@@ -1,4 +1,4 @@
-package operations_test
+package schedule_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/schedule"
 )
 
 // BenchmarkScheduleBurst fires 10,000 schedules due at the same instant over
@@ -20,7 +20,7 @@ import (
 // their power-on tasks do not conflict) on River's schedule queue, and
 // reports the time from due to all 10,000 child tasks written and the
 // firings per second. Run it alone: go test -run '^$' -bench ScheduleBurst
-// -benchtime 1x ./operations/
+// -benchtime 1x ./operations/schedule/
 func BenchmarkScheduleBurst(b *testing.B) {
 	const racks, perRack = 1000, 10
 	ctx := context.Background()
@@ -57,8 +57,8 @@ func BenchmarkScheduleBurst(b *testing.B) {
 	// A process that works only the schedule queue: the engine's step jobs
 	// stay queued, so the figure is the firing path alone.
 	rc := bundle.engine.RiverConfig()
-	rc.Queues = map[string]river.QueueConfig{operations.ScheduleQueue: {MaxWorkers: 20}}
-	river.AddWorker(rc.Workers, &operations.ScheduleWorker{Schedules: bundle.svc})
+	rc.Queues = map[string]river.QueueConfig{schedule.Queue: {MaxWorkers: 20}}
+	river.AddWorker(rc.Workers, &schedule.Worker{Service: bundle.svc})
 	rc.FetchPollInterval, rc.FetchCooldown = 20*time.Millisecond, 5*time.Millisecond
 	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	require.NoError(b, err)
@@ -84,7 +84,7 @@ func BenchmarkScheduleBurst(b *testing.B) {
 			}
 			params := make([]river.InsertManyParams, len(ids))
 			for j, id := range ids {
-				params[j] = river.InsertManyParams{Args: operations.ScheduleFireArgs{ScheduleID: id, At: due}}
+				params[j] = river.InsertManyParams{Args: schedule.FireArgs{ScheduleID: id, At: due}}
 			}
 			_, err = client.InsertManyFastTx(ctx, tx, params)
 			return err

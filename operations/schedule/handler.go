@@ -1,10 +1,11 @@
-package operations
+package schedule
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -16,25 +17,26 @@ import (
 	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
-// ScheduleHandler implements the 13 task-schedule methods of v1.Flow. app
+// Handler implements the 13 task-schedule methods of v1.Flow. app
 // embeds it in the one Flow handler.
-type ScheduleHandler struct {
+type Handler struct {
 	pool *pgxpool.Pool
-	svc  *Schedules
+	svc  *Service
 }
 
-// NewScheduleHandler returns a ScheduleHandler serving svc over pool.
-func NewScheduleHandler(pool *pgxpool.Pool, svc *Schedules) *ScheduleHandler {
-	return &ScheduleHandler{pool: pool, svc: svc}
+// NewHandler returns a Handler serving svc over pool.
+func NewHandler(pool *pgxpool.Pool, svc *Service) *Handler {
+	return &Handler{pool: pool, svc: svc}
 }
 
 // scheduledOp is a wire ScheduledOperation converted: the template, its
 // credentials (plaintext, sealed by the service) and its targets.
 type scheduledOp struct {
-	tmpl    ScheduleTemplate
+	tmpl    Template
 	auth    firmware.AuthData
 	targets inventory.TargetSpec
 }
@@ -56,43 +58,43 @@ func scheduledOpFromProto(op *flowv1.ScheduledOperation, field string) (schedule
 	case *flowv1.ScheduledOperation_PowerOn:
 		r := o.PowerOn
 		branch, spec, queue, ruleID = "power_on", r.GetTargetSpec(), r.GetQueueOptions(), r.RuleId
-		out.tmpl = templateOf(powerRequest(CodePowerOn, r.GetOverrideReadinessCheck()))
+		out.tmpl = powerTemplate(operations.CodePowerOn, r.GetOverrideReadinessCheck())
 	case *flowv1.ScheduledOperation_PowerOff:
 		r := o.PowerOff
 		branch, spec, queue, ruleID = "power_off", r.GetTargetSpec(), r.GetQueueOptions(), r.RuleId
-		code := CodePowerOff
+		code := operations.CodePowerOff
 		if r.GetForced() {
-			code = CodeForcePowerOff
+			code = operations.CodeForcePowerOff
 		}
-		out.tmpl = templateOf(powerRequest(code, r.GetOverrideReadinessCheck()))
+		out.tmpl = powerTemplate(code, r.GetOverrideReadinessCheck())
 		out.tmpl.Information.Forced = r.GetForced()
 	case *flowv1.ScheduledOperation_PowerReset:
 		r := o.PowerReset
 		branch, spec, queue, ruleID = "power_reset", r.GetTargetSpec(), r.GetQueueOptions(), r.RuleId
-		code := CodeRestart
+		code := operations.CodeRestart
 		if r.GetForced() {
-			code = CodeForceRestart
+			code = operations.CodeForceRestart
 		}
-		out.tmpl = templateOf(powerRequest(code, r.GetOverrideReadinessCheck()))
+		out.tmpl = powerTemplate(code, r.GetOverrideReadinessCheck())
 		out.tmpl.Information.Forced = r.GetForced()
 	case *flowv1.ScheduledOperation_BringUp:
 		r := o.BringUp
 		branch, spec, ruleID = "bring_up", r.GetTargetSpec(), r.RuleId
-		out.tmpl = ScheduleTemplate{Type: OperationTypeBringUp, Code: CodeBringUp, Information: Payload{OverrideReadinessCheck: r.GetOverrideReadinessCheck()}}
+		out.tmpl = Template{Type: operations.OperationTypeBringUp, Code: operations.CodeBringUp, Information: operations.Payload{OverrideReadinessCheck: r.GetOverrideReadinessCheck()}}
 	case *flowv1.ScheduledOperation_Ingest:
 		r := o.Ingest
 		branch, spec, ruleID = "ingest", r.GetTargetSpec(), r.RuleId
-		out.tmpl = ScheduleTemplate{Type: OperationTypeBringUp, Code: CodeIngest}
+		out.tmpl = Template{Type: operations.OperationTypeBringUp, Code: operations.CodeIngest}
 	case *flowv1.ScheduledOperation_UpgradeFirmware:
 		r := o.UpgradeFirmware
 		branch, spec, queue, ruleID = "upgrade_firmware", r.GetTargetSpec(), r.GetQueueOptions(), r.RuleId
-		auth, err := authFromProto(r.GetAuthenticationData(), r.GetSubTargets())
+		auth, err := operations.AuthFromProto(r.GetAuthenticationData(), r.GetSubTargets())
 		if err != nil {
 			return out, err
 		}
 		out.auth = auth
-		out.tmpl = ScheduleTemplate{Type: OperationTypeFirmwareControl, Code: CodeUpgrade, Information: Payload{
-			Operation: firmwareOperations[CodeUpgrade], TargetVersion: r.GetTargetVersion(), SubTargets: r.GetSubTargets(),
+		out.tmpl = Template{Type: operations.OperationTypeFirmwareControl, Code: operations.CodeUpgrade, Information: operations.Payload{
+			Operation: operations.PayloadOperation(operations.OperationTypeFirmwareControl, operations.CodeUpgrade), TargetVersion: r.GetTargetVersion(), SubTargets: r.GetSubTargets(),
 			OverrideReadinessCheck: r.GetOverrideReadinessCheck(), OverrideVersionCheck: r.GetOverrideVersionCheck(),
 		}}
 		if r.StartTime != nil {
@@ -131,8 +133,32 @@ func scheduledOpFromProto(op *flowv1.ScheduledOperation, field string) (schedule
 	return out, nil
 }
 
-func templateOf(r Request) ScheduleTemplate {
-	return ScheduleTemplate{Type: r.Type, Code: r.Code, Information: r.Payload}
+// powerTemplate is the template of a power operation, its payload as the
+// task manager's power methods write it.
+func powerTemplate(code operations.OperationCode, override bool) Template {
+	return Template{Type: operations.OperationTypePowerControl, Code: code, Information: operations.Payload{
+		Operation: operations.PayloadOperation(operations.OperationTypePowerControl, code), OverrideReadinessCheck: override,
+	}}
+}
+
+// parseUUID reads a required UUID field, answering InvalidArgument that names
+// the field (as the task manager's handlers do).
+func parseUUID(field string, u *flowv1.UUID) (uuid.UUID, error) {
+	if u.GetId() == "" {
+		return uuid.Nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is required", field))
+	}
+	id, err := uuid.Parse(u.GetId())
+	if err != nil {
+		return uuid.Nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: invalid UUID %q", field, u.GetId()))
+	}
+	return id, nil
+}
+
+func ts(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
 }
 
 func specTypeFromProto(t flowv1.ScheduleSpecType) SpecType {
@@ -144,7 +170,7 @@ func specTypeFromProto(t flowv1.ScheduleSpecType) SpecType {
 	case flowv1.ScheduleSpecType_SCHEDULE_SPEC_TYPE_ONE_TIME:
 		return SpecOneTime
 	}
-	return "" // rejected by ParseScheduleSpec, naming the field
+	return "" // rejected by ParseSpec, naming the field
 }
 
 func specTypeToProto(t SpecType) flowv1.ScheduleSpecType {
@@ -181,23 +207,23 @@ func overlapToProto(p OverlapPolicy) flowv1.OverlapPolicy {
 // OperationTypeName is the wire operation_type of a schedule's template:
 // POWER_ON, POWER_OFF, POWER_RESET, BRING_UP, INGEST, UPGRADE_FIRMWARE,
 // DOWNGRADE_FIRMWARE or ROLLBACK_FIRMWARE.
-func (t ScheduleTemplate) OperationTypeName() string {
+func (t Template) OperationTypeName() string {
 	switch t.Code {
-	case CodePowerOn, CodeForcePowerOn:
+	case operations.CodePowerOn, operations.CodeForcePowerOn:
 		return "POWER_ON"
-	case CodePowerOff, CodeForcePowerOff:
+	case operations.CodePowerOff, operations.CodeForcePowerOff:
 		return "POWER_OFF"
-	case CodeRestart, CodeForceRestart, CodeWarmReset, CodeColdReset:
+	case operations.CodeRestart, operations.CodeForceRestart, operations.CodeWarmReset, operations.CodeColdReset:
 		return "POWER_RESET"
-	case CodeBringUp:
+	case operations.CodeBringUp:
 		return "BRING_UP"
-	case CodeIngest:
+	case operations.CodeIngest:
 		return "INGEST"
-	case CodeUpgrade:
+	case operations.CodeUpgrade:
 		return "UPGRADE_FIRMWARE"
-	case CodeDowngrade:
+	case operations.CodeDowngrade:
 		return "DOWNGRADE_FIRMWARE"
-	case CodeRollback:
+	case operations.CodeRollback:
 		return "ROLLBACK_FIRMWARE"
 	}
 	return strings.ToUpper(string(t.Code))
@@ -205,13 +231,13 @@ func (t ScheduleTemplate) OperationTypeName() string {
 
 // Summary is a human description of the template, e.g. "Power Reset
 // (forced)" or "Upgrade Firmware to v2.3.1".
-func (t ScheduleTemplate) Summary() string {
+func (t Template) Summary() string {
 	words := strings.Fields(strings.ReplaceAll(strings.ToLower(t.OperationTypeName()), "_", " "))
 	for i, w := range words {
 		words[i] = strings.ToUpper(w[:1]) + w[1:]
 	}
 	s := strings.Join(words, " ")
-	if t.Information.Forced || t.Code == CodeForcePowerOn {
+	if t.Information.Forced || t.Code == operations.CodeForcePowerOn {
 		s += " (forced)"
 	}
 	if v := t.Information.TargetVersion; v != "" {
@@ -234,13 +260,13 @@ func scheduleToProto(s Schedule) *flowv1.TaskSchedule {
 	return out
 }
 
-var componentTypesToProto = map[ComponentType]flowv1.ComponentType{
-	ComponentTypeCompute: flowv1.ComponentType_COMPONENT_TYPE_COMPUTE, ComponentTypeNVSwitch: flowv1.ComponentType_COMPONENT_TYPE_NVSWITCH,
-	ComponentTypePowerShelf: flowv1.ComponentType_COMPONENT_TYPE_POWERSHELF, ComponentTypeToRSwitch: flowv1.ComponentType_COMPONENT_TYPE_TORSWITCH,
-	ComponentTypeUMS: flowv1.ComponentType_COMPONENT_TYPE_UMS, ComponentTypeCDU: flowv1.ComponentType_COMPONENT_TYPE_CDU,
+var componentTypesToProto = map[operations.ComponentType]flowv1.ComponentType{
+	operations.ComponentTypeCompute: flowv1.ComponentType_COMPONENT_TYPE_COMPUTE, operations.ComponentTypeNVSwitch: flowv1.ComponentType_COMPONENT_TYPE_NVSWITCH,
+	operations.ComponentTypePowerShelf: flowv1.ComponentType_COMPONENT_TYPE_POWERSHELF, operations.ComponentTypeToRSwitch: flowv1.ComponentType_COMPONENT_TYPE_TORSWITCH,
+	operations.ComponentTypeUMS: flowv1.ComponentType_COMPONENT_TYPE_UMS, operations.ComponentTypeCDU: flowv1.ComponentType_COMPONENT_TYPE_CDU,
 }
 
-func scopeToProto(sc ScheduleScope) *flowv1.TaskScheduleScope {
+func scopeToProto(sc Scope) *flowv1.TaskScheduleScope {
 	out := &flowv1.TaskScheduleScope{
 		Id: &flowv1.UUID{Id: sc.ID.String()}, ScheduleId: &flowv1.UUID{Id: sc.ScheduleID.String()},
 		RackId: &flowv1.UUID{Id: sc.RackID.String()}, CreatedAt: timestamppb.New(sc.CreatedAt),
@@ -266,7 +292,7 @@ func scopeToProto(sc ScheduleScope) *flowv1.TaskScheduleScope {
 	return out
 }
 
-func scopesToProto(scopes []ScheduleScope) []*flowv1.TaskScheduleScope {
+func scopesToProto(scopes []Scope) []*flowv1.TaskScheduleScope {
 	out := make([]*flowv1.TaskScheduleScope, len(scopes))
 	for i, sc := range scopes {
 		out[i] = scopeToProto(sc)
@@ -277,24 +303,24 @@ func scopesToProto(scopes []ScheduleScope) []*flowv1.TaskScheduleScope {
 // scheduleError maps schedule, task and inventory errors to gRPC codes.
 func scheduleError(err error) error {
 	switch {
-	case errors.Is(err, ErrScheduleNotFound), errors.Is(err, ErrScopeNotFound):
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrScopeNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, ErrScheduleExists):
+	case errors.Is(err, ErrExists):
 		return connect.NewError(connect.CodeAlreadyExists, err)
-	case errors.Is(err, ErrScheduleConsumed), errors.Is(err, ErrLastScope), errors.Is(err, ErrScheduleFireFailed):
+	case errors.Is(err, ErrConsumed), errors.Is(err, ErrLastScope), errors.Is(err, ErrFireFailed):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
-	return taskError(err)
+	return operations.TaskError(err)
 }
 
 // inTx runs fn in a transaction on the handler's pool.
-func (h *ScheduleHandler) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+func (h *Handler) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, h.pool, fn)
 }
 
 // CreateTaskSchedule creates a schedule whose initial scope is the
 // operation's target_spec.
-func (h *ScheduleHandler) CreateTaskSchedule(ctx context.Context, req *flowv1.CreateTaskScheduleRequest) (*flowv1.TaskSchedule, error) {
+func (h *Handler) CreateTaskSchedule(ctx context.Context, req *flowv1.CreateTaskScheduleRequest) (*flowv1.TaskSchedule, error) {
 	cfg := req.GetSchedule()
 	if cfg == nil {
 		return nil, invalidArg("schedule is required")
@@ -315,10 +341,10 @@ func (h *ScheduleHandler) CreateTaskSchedule(ctx context.Context, req *flowv1.Cr
 	}
 	var s Schedule
 	err = h.inTx(ctx, func(tx pgx.Tx) (err error) {
-		s, err = h.svc.Create(ctx, tx, NewSchedule{
+		s, err = h.svc.Create(ctx, tx, Input{
 			Name: cfg.GetName(), Overlap: overlap, Template: op.tmpl, Auth: op.auth, Targets: op.targets,
 			CreatedBy: caller.Identity(ctx),
-			Spec:      ScheduleSpec{Type: specTypeFromProto(cfg.GetSpec().GetType()), Spec: cfg.GetSpec().GetSpec(), Timezone: cfg.GetSpec().GetTimezone()},
+			Spec:      Spec{Type: specTypeFromProto(cfg.GetSpec().GetType()), Spec: cfg.GetSpec().GetSpec(), Timezone: cfg.GetSpec().GetTimezone()},
 		})
 		return err
 	})
@@ -329,7 +355,7 @@ func (h *ScheduleHandler) CreateTaskSchedule(ctx context.Context, req *flowv1.Cr
 }
 
 // GetTaskSchedule returns one schedule.
-func (h *ScheduleHandler) GetTaskSchedule(ctx context.Context, req *flowv1.GetTaskScheduleRequest) (*flowv1.TaskSchedule, error) {
+func (h *Handler) GetTaskSchedule(ctx context.Context, req *flowv1.GetTaskScheduleRequest) (*flowv1.TaskSchedule, error) {
 	id, err := parseUUID("id", req.GetId())
 	if err != nil {
 		return nil, err
@@ -343,8 +369,8 @@ func (h *ScheduleHandler) GetTaskSchedule(ctx context.Context, req *flowv1.GetTa
 
 // ListTaskSchedules lists schedules oldest first, optionally only those on a
 // rack and/or enabled ones; without pagination every schedule.
-func (h *ScheduleHandler) ListTaskSchedules(ctx context.Context, req *flowv1.ListTaskSchedulesRequest) (*flowv1.ListTaskSchedulesResponse, error) {
-	f := ScheduleFilter{EnabledOnly: req.GetEnabledOnly()}
+func (h *Handler) ListTaskSchedules(ctx context.Context, req *flowv1.ListTaskSchedulesRequest) (*flowv1.ListTaskSchedulesResponse, error) {
+	f := Filter{EnabledOnly: req.GetEnabledOnly()}
 	if req.RackId != nil {
 		id, err := parseUUID("rack_id", req.RackId)
 		if err != nil {
@@ -382,7 +408,7 @@ const (
 
 // UpdateTaskSchedule changes the config fields named by the mandatory
 // update mask.
-func (h *ScheduleHandler) UpdateTaskSchedule(ctx context.Context, req *flowv1.UpdateTaskScheduleRequest) (*flowv1.TaskSchedule, error) {
+func (h *Handler) UpdateTaskSchedule(ctx context.Context, req *flowv1.UpdateTaskScheduleRequest) (*flowv1.TaskSchedule, error) {
 	id, err := parseUUID("id", req.GetId())
 	if err != nil {
 		return nil, err
@@ -395,7 +421,7 @@ func (h *ScheduleHandler) UpdateTaskSchedule(ctx context.Context, req *flowv1.Up
 	if cfg == nil {
 		return nil, invalidArg("schedule is required")
 	}
-	var ch ScheduleChange
+	var ch Change
 	for i, p := range paths {
 		switch p {
 		case pathName:
@@ -414,7 +440,7 @@ func (h *ScheduleHandler) UpdateTaskSchedule(ctx context.Context, req *flowv1.Up
 			if cfg.GetSpec() == nil {
 				return nil, invalidArg("schedule.spec is required by update_mask path %s", pathSpec)
 			}
-			ch.Spec = &ScheduleSpec{Type: specTypeFromProto(cfg.GetSpec().GetType()), Spec: cfg.GetSpec().GetSpec()}
+			ch.Spec = &Spec{Type: specTypeFromProto(cfg.GetSpec().GetType()), Spec: cfg.GetSpec().GetSpec()}
 		case pathTimezone:
 			tz := cfg.GetSpec().GetTimezone()
 			ch.Timezone = &tz
@@ -433,7 +459,7 @@ func (h *ScheduleHandler) UpdateTaskSchedule(ctx context.Context, req *flowv1.Up
 	return scheduleToProto(s), nil
 }
 
-func (h *ScheduleHandler) change(ctx context.Context, u *flowv1.UUID, fn func(context.Context, pgx.Tx, uuid.UUID) (Schedule, error)) (*flowv1.TaskSchedule, error) {
+func (h *Handler) change(ctx context.Context, u *flowv1.UUID, fn func(context.Context, pgx.Tx, uuid.UUID) (Schedule, error)) (*flowv1.TaskSchedule, error) {
 	id, err := parseUUID("id", u)
 	if err != nil {
 		return nil, err
@@ -450,17 +476,17 @@ func (h *ScheduleHandler) change(ctx context.Context, u *flowv1.UUID, fn func(co
 }
 
 // PauseTaskSchedule disables a schedule.
-func (h *ScheduleHandler) PauseTaskSchedule(ctx context.Context, req *flowv1.PauseTaskScheduleRequest) (*flowv1.TaskSchedule, error) {
+func (h *Handler) PauseTaskSchedule(ctx context.Context, req *flowv1.PauseTaskScheduleRequest) (*flowv1.TaskSchedule, error) {
 	return h.change(ctx, req.GetId(), h.svc.Pause)
 }
 
 // ResumeTaskSchedule re-enables a schedule without an instant firing.
-func (h *ScheduleHandler) ResumeTaskSchedule(ctx context.Context, req *flowv1.ResumeTaskScheduleRequest) (*flowv1.TaskSchedule, error) {
+func (h *Handler) ResumeTaskSchedule(ctx context.Context, req *flowv1.ResumeTaskScheduleRequest) (*flowv1.TaskSchedule, error) {
 	return h.change(ctx, req.GetId(), h.svc.Resume)
 }
 
 // DeleteTaskSchedule removes a schedule and its scope.
-func (h *ScheduleHandler) DeleteTaskSchedule(ctx context.Context, req *flowv1.DeleteTaskScheduleRequest) (*emptypb.Empty, error) {
+func (h *Handler) DeleteTaskSchedule(ctx context.Context, req *flowv1.DeleteTaskScheduleRequest) (*emptypb.Empty, error) {
 	id, err := parseUUID("id", req.GetId())
 	if err != nil {
 		return nil, err
@@ -472,7 +498,7 @@ func (h *ScheduleHandler) DeleteTaskSchedule(ctx context.Context, req *flowv1.De
 }
 
 // TriggerTaskSchedule fires a schedule now, every scope entry included.
-func (h *ScheduleHandler) TriggerTaskSchedule(ctx context.Context, req *flowv1.TriggerTaskScheduleRequest) (*flowv1.SubmitTaskResponse, error) {
+func (h *Handler) TriggerTaskSchedule(ctx context.Context, req *flowv1.TriggerTaskScheduleRequest) (*flowv1.SubmitTaskResponse, error) {
 	id, err := parseUUID("id", req.GetId())
 	if err != nil {
 		return nil, err
@@ -500,7 +526,7 @@ func targetsFromProto(spec *flowv1.OperationTargetSpec, field string) (inventory
 }
 
 // AddTaskScheduleScope merges racks into a schedule's scope.
-func (h *ScheduleHandler) AddTaskScheduleScope(ctx context.Context, req *flowv1.AddTaskScheduleScopeRequest) (*flowv1.AddTaskScheduleScopeResponse, error) {
+func (h *Handler) AddTaskScheduleScope(ctx context.Context, req *flowv1.AddTaskScheduleScopeRequest) (*flowv1.AddTaskScheduleScopeResponse, error) {
 	id, err := parseUUID("schedule_id", req.GetScheduleId())
 	if err != nil {
 		return nil, err
@@ -509,7 +535,7 @@ func (h *ScheduleHandler) AddTaskScheduleScope(ctx context.Context, req *flowv1.
 	if err != nil {
 		return nil, err
 	}
-	var scopes []ScheduleScope
+	var scopes []Scope
 	err = h.inTx(ctx, func(tx pgx.Tx) (err error) {
 		scopes, err = h.svc.AddScopes(ctx, tx, id, targets)
 		return err
@@ -521,7 +547,7 @@ func (h *ScheduleHandler) AddTaskScheduleScope(ctx context.Context, req *flowv1.
 }
 
 // RemoveTaskScheduleScope removes one scope entry (not the last).
-func (h *ScheduleHandler) RemoveTaskScheduleScope(ctx context.Context, req *flowv1.RemoveTaskScheduleScopeRequest) (*emptypb.Empty, error) {
+func (h *Handler) RemoveTaskScheduleScope(ctx context.Context, req *flowv1.RemoveTaskScheduleScopeRequest) (*emptypb.Empty, error) {
 	id, err := parseUUID("scope_id", req.GetScopeId())
 	if err != nil {
 		return nil, err
@@ -533,7 +559,7 @@ func (h *ScheduleHandler) RemoveTaskScheduleScope(ctx context.Context, req *flow
 }
 
 // UpdateTaskScheduleScope reconciles a schedule's scope to the desired one.
-func (h *ScheduleHandler) UpdateTaskScheduleScope(ctx context.Context, req *flowv1.UpdateTaskScheduleScopeRequest) (*flowv1.UpdateTaskScheduleScopeResponse, error) {
+func (h *Handler) UpdateTaskScheduleScope(ctx context.Context, req *flowv1.UpdateTaskScheduleScopeRequest) (*flowv1.UpdateTaskScheduleScopeResponse, error) {
 	id, err := parseUUID("schedule_id", req.GetScheduleId())
 	if err != nil {
 		return nil, err
@@ -542,7 +568,7 @@ func (h *ScheduleHandler) UpdateTaskScheduleScope(ctx context.Context, req *flow
 	if err != nil {
 		return nil, err
 	}
-	var scopes []ScheduleScope
+	var scopes []Scope
 	var ch ScopeChanges
 	err = h.inTx(ctx, func(tx pgx.Tx) (err error) {
 		scopes, ch, err = h.svc.ReconcileScopes(ctx, tx, id, targets)
@@ -557,7 +583,7 @@ func (h *ScheduleHandler) UpdateTaskScheduleScope(ctx context.Context, req *flow
 }
 
 // ListTaskScheduleScopes returns every scope entry of a schedule.
-func (h *ScheduleHandler) ListTaskScheduleScopes(ctx context.Context, req *flowv1.ListTaskScheduleScopesRequest) (*flowv1.ListTaskScheduleScopesResponse, error) {
+func (h *Handler) ListTaskScheduleScopes(ctx context.Context, req *flowv1.ListTaskScheduleScopesRequest) (*flowv1.ListTaskScheduleScopesResponse, error) {
 	id, err := parseUUID("schedule_id", req.GetScheduleId())
 	if err != nil {
 		return nil, err
@@ -571,7 +597,7 @@ func (h *ScheduleHandler) ListTaskScheduleScopes(ctx context.Context, req *flowv
 
 // CheckScheduleConflicts returns enabled schedules that may conflict with a
 // proposed scheduled operation (advisory).
-func (h *ScheduleHandler) CheckScheduleConflicts(ctx context.Context, req *flowv1.CheckScheduleConflictsRequest) (*flowv1.CheckScheduleConflictsResponse, error) {
+func (h *Handler) CheckScheduleConflicts(ctx context.Context, req *flowv1.CheckScheduleConflictsRequest) (*flowv1.CheckScheduleConflictsResponse, error) {
 	if req.GetOperation() == nil {
 		return nil, invalidArg("operation is required")
 	}
