@@ -113,6 +113,8 @@ var methodRoles = map[string]Role{
 	flowv1connect.FlowDetachRacksFromNVLDomainProcedure: roleAdmin,
 	flowv1connect.FlowGetListOfNVLDomainsProcedure:      roleViewer,
 	flowv1connect.FlowGetRacksForNVLDomainProcedure:     roleViewer,
+	flowv1connect.FlowGetNVLinkDomainProcedure:          roleViewer,
+	flowv1connect.FlowGetListOfNVLinkDomainsProcedure:   roleViewer,
 
 	// Tasks: cancel is operator.
 	flowv1connect.FlowListTasksProcedure:     roleViewer,

@@ -42,7 +42,7 @@ func (b *syncBuffer) String() string {
 func TestEveryFlowMethodHasARole(t *testing.T) {
 	t.Parallel()
 	methods := flowv1.File_flow_proto.Services().ByName("Flow").Methods()
-	require.Equal(t, 74, methods.Len())
+	require.Equal(t, 76, methods.Len())
 	listed := map[string]bool{}
 	for i := 0; i < methods.Len(); i++ {
 		procedure := "/v1.Flow/" + string(methods.Get(i).Name())

@@ -38,21 +38,23 @@ func (s *Service) componentsOfRacks(ctx context.Context, dbtx db.DBTX, racks []R
 		ri := rackIndex[row.RackID]
 		r := &racks[ri]
 		*sc.component(i) = Component{
-			ID:              row.ID,
-			RackID:          &r.ID,
-			Type:            ComponentType(row.Type),
-			Name:            row.Name,
-			Manufacturer:    row.Manufacturer,
-			SerialNumber:    row.SerialNumber,
-			Model:           row.Model,
-			Description:     row.Description,
-			FirmwareVersion: row.FirmwareVersion,
-			Position:        Position{SlotID: row.SlotID, TrayIdx: row.TrayIdx, HostID: row.HostID},
-			ExternalID:      row.ExternalID,
-			NVLDomainID:     r.NVLDomainID,
-			RackExternalID:  r.ExternalID,
-			Status:          OperationStatus{Phase: row.OperationPhase, Reason: row.OperationReason, Blocked: row.BlockedOperations},
-			PowerState:      row.PowerState,
+			ID:                  row.ID,
+			RackID:              &r.ID,
+			Type:                ComponentType(row.Type),
+			Name:                row.Name,
+			Manufacturer:        row.Manufacturer,
+			SerialNumber:        row.SerialNumber,
+			Model:               row.Model,
+			Description:         row.Description,
+			FirmwareVersion:     row.FirmwareVersion,
+			Position:            Position{SlotID: row.SlotID, TrayIdx: row.TrayIdx, HostID: row.HostID},
+			ExternalID:          row.ExternalID,
+			NVLDomainID:         r.NVLDomainID,
+			RackExternalID:      r.ExternalID,
+			NVLDomainExternalID: r.NVLDomainExternalID,
+			Status:              OperationStatus{Phase: row.OperationPhase, Reason: row.OperationReason, Blocked: row.BlockedOperations},
+			PowerState:          row.PowerState,
+			Health:              jsonOrNil(row.Health),
 		}
 		sc.compIndex[row.ID] = i
 		sc.compRack = append(sc.compRack, ri)
@@ -176,6 +178,15 @@ func (s *Service) completeComponents(ctx context.Context, dbtx db.DBTX, comps []
 	bmcs, err := s.q.BMCListByComponents(ctx, dbtx, ids)
 	if err != nil {
 		return fmt.Errorf("list bmcs: %w", err)
+	}
+	ext, err := s.domainExternalIDs(ctx, dbtx, len(comps), func(i int) *uuid.UUID { return comps[i].NVLDomainID })
+	if err != nil {
+		return err
+	}
+	for i := range comps {
+		if comps[i].NVLDomainID != nil {
+			comps[i].NVLDomainExternalID = ext[*comps[i].NVLDomainID]
+		}
 	}
 	return s.attachBMCsAndStats(ctx, dbtx, comps, bmcs)
 }
@@ -404,7 +415,7 @@ func componentFromRow(c dbsqlc.Component, domain *uuid.UUID, rackExternalID *str
 		RackExternalID:  deref(rackExternalID),
 		Status:          OperationStatus{Phase: c.OperationPhase, Reason: c.OperationReason, Blocked: c.BlockedOperations},
 		PowerState:      c.PowerState,
-		Health:          c.Health,
+		Health:          jsonOrNil(c.Health),
 		CreatedAt:       c.CreatedAt,
 		UpdatedAt:       c.UpdatedAt,
 		DeletedAt:       c.DeletedAt,

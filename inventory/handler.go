@@ -39,7 +39,8 @@ func connectError(err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, ErrRackNotFound), errors.Is(err, ErrComponentNotFound), errors.Is(err, ErrNVLDomainNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, ErrRackExists), errors.Is(err, ErrComponentExists), errors.Is(err, ErrBMCExists), errors.Is(err, ErrRackInOtherDomain):
+	case errors.Is(err, ErrRackExists), errors.Is(err, ErrComponentExists), errors.Is(err, ErrBMCExists), errors.Is(err, ErrRackInOtherDomain),
+		errors.Is(err, ErrNVLDomainExists):
 		return connect.NewError(connect.CodeAlreadyExists, err)
 	case errors.Is(err, ErrNotDeleted), errors.Is(err, ErrAmbiguous), errors.Is(err, ErrNoRack):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
@@ -101,7 +102,7 @@ func (h *Handler) GetRackInfoBySerial(ctx context.Context, req *flowv1.GetRackIn
 
 // GetListOfRacks implements v1.Flow.
 func (h *Handler) GetListOfRacks(ctx context.Context, req *flowv1.GetListOfRacksRequest) (*flowv1.GetListOfRacksResponse, error) {
-	q := RackQuery{WithComponents: req.GetWithComponents(), Page: pageFromProto(req.GetPagination())}
+	q := RackQuery{WithComponents: req.GetWithComponents(), Page: pageFromProto(req.GetPagination()), WithExternalIDOnly: req.GetWithExternalIdOnly()}
 	for i, f := range req.GetFilters() {
 		field := fmt.Sprintf("filters[%d]", i)
 		rf, ok := f.GetField().(*flowv1.Filter_RackField)

@@ -55,9 +55,14 @@ func TargetSpecFromProto(spec *flowv1.OperationTargetSpec, field string) (Target
 				ref.ID = u
 			case *flowv1.NVLDomainTarget_Name:
 				ref.Name = id.Name
+			case *flowv1.NVLDomainTarget_ExternalId:
+				if strings.TrimSpace(id.ExternalId) == "" {
+					return TargetSpec{}, invalid(f+".external_id", "must not be blank")
+				}
+				ref.ExternalID = id.ExternalId
 			}
 			if ref == (NVLDomainRef{}) {
-				return TargetSpec{}, invalid(f, "give id or name")
+				return TargetSpec{}, invalid(f, "give id, name or external_id")
 			}
 			types, err := typesFromProto(dt.GetComponentTypes(), f+".component_types")
 			if err != nil {

@@ -2,9 +2,12 @@ package inventory
 
 import (
 	"encoding/hex"
+	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
@@ -74,6 +77,13 @@ func rackToProto(r Rack) *flowv1.Rack {
 	if r.NVLDomainID != nil {
 		out.NvlDomainIds = []*flowv1.UUID{uuidProto(*r.NVLDomainID)}
 	}
+	if r.NVLDomainExternalID != "" {
+		out.NvlDomainExternalIds = []string{r.NVLDomainExternalID}
+	}
+	if r.ProfileID != "" {
+		out.RackProfileId = &r.ProfileID
+	}
+	out.Health = healthToProto(r.Health)
 	if len(r.Components) > 0 {
 		out.Components = componentsToProto(r.Components)
 	}
@@ -182,6 +192,61 @@ func fillComponent(out *flowv1.Component, info *flowv1.DeviceInfo, pos *flowv1.R
 	out.TaskStats = stats
 	out.RackExternalId = c.RackExternalID
 	out.LeakHandlingStatus = leakHandlingToProto[c.LeakHandling]
+	out.Health = healthToProto(c.Health)
+	out.NvlDomainExternalId = nil
+	if c.NVLDomainExternalID != "" {
+		out.NvlDomainExternalId = &c.NVLDomainExternalID
+	}
+}
+
+// health is a stored health report as the inventory sync writes it (JSON
+// of Core's aggregate report).
+type health struct {
+	Source      string     `json:"source"`
+	TriggeredBy *string    `json:"triggered_by"`
+	ObservedAt  *time.Time `json:"observed_at"`
+	Successes   []struct {
+		ID     string  `json:"id"`
+		Target *string `json:"target"`
+	} `json:"successes"`
+	Alerts []struct {
+		ID              string     `json:"id"`
+		Target          *string    `json:"target"`
+		InAlertSince    *time.Time `json:"in_alert_since"`
+		Message         string     `json:"message"`
+		TenantMessage   *string    `json:"tenant_message"`
+		Classifications []string   `json:"classifications"`
+	} `json:"alerts"`
+}
+
+// healthToProto converts a stored report; nil (none stored, or one that
+// does not decode) gives nil, so the field is absent.
+func healthToProto(raw []byte) *flowv1.HealthReport {
+	if len(raw) == 0 {
+		return nil
+	}
+	var h health
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return nil
+	}
+	out := &flowv1.HealthReport{Source: h.Source, TriggeredBy: h.TriggeredBy, ObservedAt: timestampOrNil(h.ObservedAt)}
+	for _, s := range h.Successes {
+		out.Successes = append(out.Successes, &flowv1.HealthProbeSuccess{Id: s.ID, Target: s.Target})
+	}
+	for _, a := range h.Alerts {
+		out.Alerts = append(out.Alerts, &flowv1.HealthProbeAlert{
+			Id: a.ID, Target: a.Target, InAlertSince: timestampOrNil(a.InAlertSince), Message: a.Message,
+			TenantMessage: a.TenantMessage, Classifications: a.Classifications,
+		})
+	}
+	return out
+}
+
+func timestampOrNil(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
 }
 
 // uuidText writes UUIDs' canonical text into one growing buffer and returns

@@ -30,6 +30,8 @@ var (
 	ErrComponentNotFound = errors.New("component not found")
 	// ErrNVLDomainNotFound: no NVLink domain has the given identifier.
 	ErrNVLDomainNotFound = errors.New("nvl domain not found")
+	// ErrNVLDomainExists: another NVLink domain holds the external ID.
+	ErrNVLDomainExists = errors.New("nvl domain external id already in use")
 	// ErrRackExists: a rack with the same manufacturer and serial number (or
 	// external ID) exists, soft-deleted ones included.
 	ErrRackExists = errors.New("rack already exists")
@@ -210,9 +212,16 @@ type Rack struct {
 	// OperationPhase aggregates its live components' phases (RackPhase);
 	// "unknown" without components.
 	OperationPhase string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	DeletedAt      *time.Time
+	// Health is Core's last health report for the rack as JSON (nil: none);
+	// ProfileID is Core's rack profile ("" unknown); NVLDomainExternalID is
+	// the external ID (Core rack group) of the rack's domain ("" none). The
+	// three are written by the inventory sync only.
+	Health              []byte
+	ProfileID           string
+	NVLDomainExternalID string
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	DeletedAt           *time.Time
 }
 
 // Component is a rack component as held in the inventory.
@@ -233,6 +242,8 @@ type Component struct {
 	ExternalID     string
 	NVLDomainID    *uuid.UUID // the rack's domain
 	RackExternalID string
+	// NVLDomainExternalID is the external ID of the rack's domain ("" none).
+	NVLDomainExternalID string
 	// Status is Flow's operability view of the component: disruptive
 	// operations whose type it lists as blocked wait at the readiness gate.
 	Status OperationStatus
@@ -264,6 +275,54 @@ type OperationStatus struct {
 type NVLDomain struct {
 	ID   uuid.UUID
 	Name string // empty for unnamed domains discovered from Core
+	// ExternalID is Core's rack-group ID ("" none); NMXCClusterID the
+	// NMX-C cluster the group's switches report (nil none).
+	ExternalID    string
+	NMXCClusterID *uuid.UUID
+}
+
+// NVLinkDomain is the read model of a domain with an external ID
+// (GetNVLinkDomain): the domain and its live member racks, ordered by UUID,
+// with their components when asked for.
+type NVLinkDomain struct {
+	NVLDomain
+	Racks []Rack
+}
+
+// Topology reports the topology the member racks' profiles share: each
+// profile loses a trailing "_NO_POWERSHELF", then one vendor suffix
+// ("_WIWYNN", "_LENOVO", "_SMC" or "_NVIDIA", checked in that order); the
+// result is set only when every member yields the same non-empty value.
+func (d NVLinkDomain) Topology() (string, bool) {
+	topology := ""
+	for i, r := range d.Racks {
+		t := rackTopology(r.ProfileID)
+		if t == "" || (i > 0 && t != topology) {
+			return "", false
+		}
+		topology = t
+	}
+	return topology, topology != ""
+}
+
+func rackTopology(profile string) string {
+	p := strings.TrimSuffix(profile, "_NO_POWERSHELF")
+	for _, vendor := range []string{"_WIWYNN", "_LENOVO", "_SMC", "_NVIDIA"} {
+		if t, ok := strings.CutSuffix(p, vendor); ok {
+			return t
+		}
+	}
+	return ""
+}
+
+// Phase aggregates the member racks' phases as a rack's phase aggregates
+// its components' (RackPhase); "unknown" without members.
+func (d NVLinkDomain) Phase() string {
+	phases := make([]string, len(d.Racks))
+	for i, r := range d.Racks {
+		phases[i] = r.OperationPhase
+	}
+	return RackPhase(phases)
 }
 
 // StringQuery is a set of string patterns (wire StringQueryInfo). Exact
@@ -333,14 +392,18 @@ func (r ComponentRef) String() string {
 
 // NVLDomainRef identifies an NVLink domain by UUID or name (UUID wins).
 type NVLDomainRef struct {
-	ID   uuid.UUID
-	Name string
+	ID         uuid.UUID
+	Name       string
+	ExternalID string // Core's rack-group ID, when given instead
 }
 
 // String names the identifier for messages, e.g. `nvl domain name "d1"`.
 func (r NVLDomainRef) String() string {
 	if r.ID != uuid.Nil {
 		return "nvl domain " + r.ID.String()
+	}
+	if r.ExternalID != "" {
+		return fmt.Sprintf("nvl domain external id %q", r.ExternalID)
 	}
 	return fmt.Sprintf("nvl domain name %q", r.Name)
 }

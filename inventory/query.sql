@@ -11,7 +11,45 @@
 -- '<rack uuid>/<type>' in scope_rack_types.
 
 -- name: NVLDomainInsert :exec
-INSERT INTO nvl_domain (id, name) VALUES (@id, @name);
+INSERT INTO nvl_domain (id, name, external_id, nmxc_cluster_id)
+VALUES (@id, @name, sqlc.narg(external_id), sqlc.narg(nmxc_cluster_id));
+
+-- name: NVLDomainGetByExternalID :one
+SELECT * FROM nvl_domain WHERE external_id = @external_id AND deleted_at IS NULL;
+
+-- name: NVLDomainExternalIDs :many
+-- The external IDs of the domains with these UUIDs (those that have one),
+-- for the racks and components that point at them.
+SELECT id, external_id::text AS external_id FROM nvl_domain
+WHERE id = ANY (@ids::uuid[]) AND external_id IS NOT NULL;
+
+-- name: NVLinkDomainList :many
+-- Domains with an external ID (GetListOfNVLinkDomains): an optional name
+-- query, name ascending or descending (unnamed domains last when ascending,
+-- first when descending, as PostgreSQL places NULLs), then UUID ascending.
+SELECT * FROM nvl_domain
+WHERE deleted_at IS NULL AND coalesce(external_id, '') <> ''
+  AND (sqlc.narg(name_patterns)::text[] IS NULL
+   OR (CASE WHEN @name_any::bool THEN name LIKE ANY (sqlc.narg(name_patterns)::text[])
+            ELSE name LIKE ALL (sqlc.narg(name_patterns)::text[]) END))
+ORDER BY
+    CASE WHEN NOT @order_desc::bool THEN name END ASC NULLS LAST,
+    CASE WHEN @order_desc::bool THEN name END DESC NULLS FIRST,
+    id ASC
+LIMIT @row_limit OFFSET @row_offset;
+
+-- name: NVLinkDomainCount :one
+SELECT count(*) FROM nvl_domain
+WHERE deleted_at IS NULL AND coalesce(external_id, '') <> ''
+  AND (sqlc.narg(name_patterns)::text[] IS NULL
+   OR (CASE WHEN @name_any::bool THEN name LIKE ANY (sqlc.narg(name_patterns)::text[])
+            ELSE name LIKE ALL (sqlc.narg(name_patterns)::text[]) END));
+
+-- name: RackListByNVLDomains :many
+-- The live racks of several domains, by domain then rack UUID.
+SELECT * FROM rack
+WHERE nvl_domain_id = ANY (@nvl_domain_ids::uuid[]) AND deleted_at IS NULL
+ORDER BY nvl_domain_id, id;
 
 -- name: NVLDomainGetByID :one
 SELECT * FROM nvl_domain WHERE id = @id AND deleted_at IS NULL;
@@ -73,6 +111,7 @@ WHERE deleted_at IS NULL
   AND (sqlc.narg(manufacturer_patterns)::text[] IS NULL
        OR (CASE WHEN @manufacturer_any::bool THEN manufacturer ILIKE ANY (sqlc.narg(manufacturer_patterns)::text[])
                 ELSE manufacturer ILIKE ALL (sqlc.narg(manufacturer_patterns)::text[]) END))
+  AND (NOT @external_id_only::bool OR coalesce(external_id, '') <> '')
   AND (sqlc.narg(model_patterns)::text[] IS NULL
        OR (CASE WHEN @model_any::bool THEN coalesce(model, '') LIKE ANY (sqlc.narg(model_patterns)::text[])
                 ELSE coalesce(model, '') LIKE ALL (sqlc.narg(model_patterns)::text[]) END))
@@ -95,6 +134,7 @@ WHERE deleted_at IS NULL
   AND (sqlc.narg(manufacturer_patterns)::text[] IS NULL
        OR (CASE WHEN @manufacturer_any::bool THEN manufacturer ILIKE ANY (sqlc.narg(manufacturer_patterns)::text[])
                 ELSE manufacturer ILIKE ALL (sqlc.narg(manufacturer_patterns)::text[]) END))
+  AND (NOT @external_id_only::bool OR coalesce(external_id, '') <> '')
   AND (sqlc.narg(model_patterns)::text[] IS NULL
        OR (CASE WHEN @model_any::bool THEN coalesce(model, '') LIKE ANY (sqlc.narg(model_patterns)::text[])
                 ELSE coalesce(model, '') LIKE ALL (sqlc.narg(model_patterns)::text[]) END));
@@ -277,7 +317,7 @@ SELECT * FROM component WHERE serial_number = ANY (@serial_numbers::text[]);
 -- (dbsqlc/component_page.go), which decodes the raw column values itself.
 SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
        c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id,
-       c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state
+       c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health
 FROM component c
 WHERE c.rack_id = ANY (@rack_ids::uuid[]) AND c.deleted_at IS NULL;
 

@@ -132,6 +132,9 @@ func (s *Service) completeRacks(ctx context.Context, dbtx db.DBTX, rows []dbsqlc
 		racks[i].TaskStats = stats[racks[i].ID]
 		racks[i].OperationPhase = phases[racks[i].ID]
 	}
+	if err := s.fillRackDomainExternalIDs(ctx, dbtx, racks); err != nil {
+		return nil, err
+	}
 	if !withComponents || len(rows) == 0 {
 		return racks, nil
 	}
@@ -163,6 +166,9 @@ type RackQuery struct {
 	Order                     RackOrder
 	Page                      Page
 	WithComponents            bool
+	// WithExternalIDOnly keeps only racks with a non-empty external ID
+	// (counted in the total too).
+	WithExternalIDOnly bool
 }
 
 // ListRacks returns one page of live racks matching q and the number of
@@ -183,7 +189,8 @@ func (s *Service) ListRacks(ctx context.Context, dbtx db.DBTX, q RackQuery) ([]R
 		NamePatterns: name, NameAny: nameAny,
 		ManufacturerPatterns: manu, ManufacturerAny: manuAny,
 		ModelPatterns: model, ModelAny: modelAny,
-		OrderKey: key, OrderDesc: q.Order.Desc,
+		ExternalIDOnly: q.WithExternalIDOnly,
+		OrderKey:       key, OrderDesc: q.Order.Desc,
 		RowOffset: q.Page.Offset, RowLimit: limit,
 	})
 	if err != nil {
@@ -193,6 +200,7 @@ func (s *Service) ListRacks(ctx context.Context, dbtx db.DBTX, q RackQuery) ([]R
 		NamePatterns: name, NameAny: nameAny,
 		ManufacturerPatterns: manu, ManufacturerAny: manuAny,
 		ModelPatterns: model, ModelAny: modelAny,
+		ExternalIDOnly: q.WithExternalIDOnly,
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("count racks: %w", err)
@@ -431,8 +439,60 @@ func rackFromRow(r dbsqlc.Rack) Rack {
 		},
 		ExternalID:  deref(r.ExternalID),
 		NVLDomainID: r.NVLDomainID,
+		Health:      jsonOrNil(r.Health),
+		ProfileID:   deref(r.RackProfileID),
 		CreatedAt:   r.CreatedAt,
 		UpdatedAt:   r.UpdatedAt,
 		DeletedAt:   r.DeletedAt,
 	}
+}
+
+// jsonOrNil returns a json column's value, nil for SQL NULL and for JSON
+// null (how the sync clears a report).
+func jsonOrNil(b []byte) []byte {
+	if len(b) == 0 || string(b) == "null" {
+		return nil
+	}
+	return b
+}
+
+// fillRackDomainExternalIDs sets the external ID of each rack's domain (one
+// query for all of them).
+func (s *Service) fillRackDomainExternalIDs(ctx context.Context, dbtx db.DBTX, racks []Rack) error {
+	ext, err := s.domainExternalIDs(ctx, dbtx, len(racks), func(i int) *uuid.UUID { return racks[i].NVLDomainID })
+	if err != nil {
+		return err
+	}
+	for i := range racks {
+		if racks[i].NVLDomainID != nil {
+			racks[i].NVLDomainExternalID = ext[*racks[i].NVLDomainID]
+		}
+	}
+	return nil
+}
+
+// domainExternalIDs maps the distinct non-nil domain IDs among id(0) …
+// id(n-1) to their external IDs (domains without one are absent); no query
+// when there are none.
+func (s *Service) domainExternalIDs(ctx context.Context, dbtx db.DBTX, n int, id func(int) *uuid.UUID) (map[uuid.UUID]string, error) {
+	var want []uuid.UUID
+	seen := map[uuid.UUID]bool{}
+	for i := range n {
+		if id := id(i); id != nil && !seen[*id] {
+			seen[*id] = true
+			want = append(want, *id)
+		}
+	}
+	out := make(map[uuid.UUID]string, len(want))
+	if len(want) == 0 {
+		return out, nil
+	}
+	rows, err := s.q.NVLDomainExternalIDs(ctx, dbtx, want)
+	if err != nil {
+		return nil, fmt.Errorf("nvl domain external ids: %w", err)
+	}
+	for _, r := range rows {
+		out[r.ID] = r.ExternalID
+	}
+	return out, nil
 }

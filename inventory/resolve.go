@@ -356,8 +356,8 @@ func (s *Service) resolveScope(ctx context.Context, dbtx db.DBTX, spec TargetSpe
 		if err != nil {
 			return scope{}, err
 		}
-		if t.Domain.ID == uuid.Nil && t.Domain.Name == "" {
-			return scope{}, invalid(f, "give id or name")
+		if t.Domain == (NVLDomainRef{}) {
+			return scope{}, invalid(f, "give id, name or external_id")
 		}
 		racks, err := s.RacksForNVLDomain(ctx, dbtx, t.Domain, false)
 		if err != nil {

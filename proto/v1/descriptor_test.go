@@ -1,5 +1,6 @@
 // Package v1_test checks the compiled v1.Flow descriptor against the wire
-// contract of spec/api.md: counts, every field's number, label and type,
+// contract of spec/api.md with the newest upstream's additions
+// (spec/upstream-delta.md §2): counts, every field's number, label and type,
 // every enum value and every method's signature.
 package v1_test
 
@@ -34,8 +35,8 @@ func TestCounts(t *testing.T) {
 	require.Equal(t, protoreflect.FullName("v1"), fd.Package())
 	require.Equal(t, 1, fd.Services().Len())
 	require.Equal(t, protoreflect.FullName("v1.Flow"), fd.Services().Get(0).FullName())
-	require.Equal(t, 74, fd.Services().Get(0).Methods().Len())
-	require.Equal(t, 195, fd.Messages().Len())
+	require.Equal(t, 76, fd.Services().Get(0).Methods().Len())
+	require.Equal(t, 203, fd.Messages().Len())
 
 	enums, values, fields := fd.Enums().Len(), 0, 0
 	for i := range fd.Enums().Len() {
@@ -52,10 +53,10 @@ func TestCounts(t *testing.T) {
 	}
 	require.Equal(t, 29, enums)
 	require.Equal(t, 137, values)
-	require.Equal(t, 519, fields)
-	require.Len(t, specFields, 519)
+	require.Equal(t, 557, fields)
+	require.Len(t, specFields, 557)
 	require.Len(t, specEnumValues, 137)
-	require.Len(t, specMethods, 74)
+	require.Len(t, specMethods, 76)
 }
 
 func TestFields(t *testing.T) {

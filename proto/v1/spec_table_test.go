@@ -1,4 +1,5 @@
-// Tables transcribed from spec/api.md (§2 RPCs, §3 enums, §4 messages):
+// Tables transcribed from spec/api.md (§2 RPCs, §3 enums, §4 messages) and
+// the newest upstream's additions (spec/upstream-delta.md §2, marked "delta"):
 // the contract the compiled descriptor is checked against.
 
 package v1_test
@@ -44,6 +45,9 @@ var specFields = []specField{
 	{"Rack", "task_stats", 5, "singular", "TaskStats"},
 	{"Rack", "external_id", 6, "singular", "string"},
 	{"Rack", "operation_status", 7, "singular", "Phase"},
+	{"Rack", "health", 8, "singular", "HealthReport"},                  // delta
+	{"Rack", "rack_profile_id", 9, "optional", "string"},               // delta
+	{"Rack", "nvl_domain_external_ids", 10, "repeated", "string"},      // delta
 	{"Component", "type", 1, "singular", "ComponentType"},
 	{"Component", "info", 2, "singular", "DeviceInfo"},
 	{"Component", "firmware_version", 3, "singular", "string"},
@@ -58,6 +62,8 @@ var specFields = []specField{
 	{"Component", "task_stats", 12, "singular", "TaskStats"},
 	{"Component", "rack_external_id", 13, "singular", "string"},
 	{"Component", "leak_handling_status", 14, "singular", "LeakHandlingStatus"},
+	{"Component", "health", 15, "singular", "HealthReport"},                // delta
+	{"Component", "nvl_domain_external_id", 16, "optional", "string"},      // delta
 	{"ComponentOperationStatus", "phase", 1, "singular", "Phase"},
 	{"ComponentOperationStatus", "reason", 2, "singular", "string"},
 	{"ComponentOperationStatus", "blocked_operations", 3, "repeated", "OperationType"},
@@ -65,6 +71,8 @@ var specFields = []specField{
 	{"TaskStats", "pending_task_count", 2, "singular", "uint32"},
 	{"TaskStats", "running_task_count", 3, "singular", "uint32"},
 	{"NVLDomain", "identifier", 1, "singular", "Identifier"},
+	{"NVLDomain", "external_id", 2, "optional", "string"},     // delta
+	{"NVLDomain", "nmxc_cluster_id", 3, "optional", "string"}, // delta
 	{"OperationTargetSpec", "racks", 1, "oneof", "RackTargets"},
 	{"OperationTargetSpec", "components", 2, "oneof", "ComponentTargets"},
 	{"OperationTargetSpec", "nvl_domains", 3, "oneof", "NVLDomainTargets"},
@@ -81,6 +89,7 @@ var specFields = []specField{
 	{"NVLDomainTargets", "targets", 1, "repeated", "NVLDomainTarget"},
 	{"NVLDomainTarget", "id", 1, "oneof", "UUID"},
 	{"NVLDomainTarget", "name", 2, "oneof", "string"},
+	{"NVLDomainTarget", "external_id", 4, "oneof", "string"}, // delta
 	{"NVLDomainTarget", "component_types", 3, "repeated", "ComponentType"},
 	{"ComponentTypes", "types", 1, "repeated", "ComponentType"},
 	{"ComponentFilter", "types", 1, "oneof", "ComponentTypes"},
@@ -102,6 +111,7 @@ var specFields = []specField{
 	{"GetListOfRacksRequest", "with_components", 2, "singular", "bool"},
 	{"GetListOfRacksRequest", "pagination", 3, "optional", "Pagination"},
 	{"GetListOfRacksRequest", "order_by", 4, "optional", "OrderBy"},
+	{"GetListOfRacksRequest", "with_external_id_only", 5, "singular", "bool"}, // delta
 	{"GetListOfRacksResponse", "racks", 1, "repeated", "Rack"},
 	{"GetListOfRacksResponse", "total", 2, "singular", "int32"},
 	{"PatchRackRequest", "rack", 1, "singular", "Rack"},
@@ -163,6 +173,37 @@ var specFields = []specField{
 	{"GetListOfNVLDomainsResponse", "total", 2, "singular", "int32"},
 	{"GetRacksForNVLDomainRequest", "nvl_domain_identifier", 1, "singular", "Identifier"},
 	{"GetRacksForNVLDomainResponse", "racks", 1, "repeated", "Rack"},
+	// delta: the NVLink-domain read model (upstream-delta.md §2.4)
+	{"GetNVLinkDomainRequest", "id", 1, "singular", "string"},
+	{"GetNVLinkDomainRequest", "with_components", 2, "singular", "bool"},
+	{"NVLinkDomain", "id", 1, "singular", "string"},
+	{"NVLinkDomain", "name", 2, "singular", "string"},
+	{"NVLinkDomain", "topology", 3, "optional", "string"},
+	{"NVLinkDomain", "operation_status", 4, "singular", "Phase"},
+	{"NVLinkDomain", "components", 5, "repeated", "Component"},
+	{"NVLinkDomain", "nmxc_cluster_id", 6, "optional", "string"},
+	{"NVLinkDomain", "rack_group_id", 7, "singular", "string"},
+	{"GetNVLinkDomainResponse", "domain", 1, "singular", "NVLinkDomain"},
+	{"GetListOfNVLinkDomainsRequest", "info", 1, "singular", "StringQueryInfo"},
+	{"GetListOfNVLinkDomainsRequest", "with_components", 2, "singular", "bool"},
+	{"GetListOfNVLinkDomainsRequest", "pagination", 3, "optional", "Pagination"},
+	{"GetListOfNVLinkDomainsRequest", "order_by", 4, "singular", "string"},
+	{"GetListOfNVLinkDomainsResponse", "domains", 1, "repeated", "NVLinkDomain"},
+	{"GetListOfNVLinkDomainsResponse", "total", 2, "singular", "int32"},
+	// delta: health reports (upstream-delta.md §2.4)
+	{"HealthReport", "source", 1, "singular", "string"},
+	{"HealthReport", "triggered_by", 2, "optional", "string"},
+	{"HealthReport", "observed_at", 3, "optional", "google.protobuf.Timestamp"},
+	{"HealthReport", "successes", 4, "repeated", "HealthProbeSuccess"},
+	{"HealthReport", "alerts", 5, "repeated", "HealthProbeAlert"},
+	{"HealthProbeSuccess", "id", 1, "singular", "string"},
+	{"HealthProbeSuccess", "target", 2, "optional", "string"},
+	{"HealthProbeAlert", "id", 1, "singular", "string"},
+	{"HealthProbeAlert", "target", 2, "optional", "string"},
+	{"HealthProbeAlert", "in_alert_since", 3, "optional", "google.protobuf.Timestamp"},
+	{"HealthProbeAlert", "message", 4, "singular", "string"},
+	{"HealthProbeAlert", "tenant_message", 5, "optional", "string"},
+	{"HealthProbeAlert", "classifications", 6, "repeated", "string"},
 	{"SubmitTaskResponse", "task_ids", 1, "repeated", "UUID"},
 	{"QueueOptions", "conflict_strategy", 1, "singular", "ConflictStrategy"},
 	{"QueueOptions", "queue_timeout_seconds", 2, "singular", "int32"},
@@ -711,6 +752,8 @@ var specMethods = []specMethod{
 	{"DetachRacksFromNVLDomain", "DetachRacksFromNVLDomainRequest", "google.protobuf.Empty"},
 	{"GetListOfNVLDomains", "GetListOfNVLDomainsRequest", "GetListOfNVLDomainsResponse"},
 	{"GetRacksForNVLDomain", "GetRacksForNVLDomainRequest", "GetRacksForNVLDomainResponse"},
+	{"GetNVLinkDomain", "GetNVLinkDomainRequest", "GetNVLinkDomainResponse"},                      // delta
+	{"GetListOfNVLinkDomains", "GetListOfNVLinkDomainsRequest", "GetListOfNVLinkDomainsResponse"}, // delta
 	{"ListTasks", "ListTasksRequest", "ListTasksResponse"},
 	{"GetTasksByIDs", "GetTasksByIDsRequest", "GetTasksByIDsResponse"},
 	{"CancelTask", "CancelTaskRequest", "CancelTaskResponse"},

@@ -41,6 +41,7 @@ type ComponentPageRow struct {
 	OperationReason   string
 	BlockedOperations []string
 	PowerState        string
+	Health            []byte // json; nil when NULL
 }
 
 // BMCPageRow is one row of BMCListForRackPage as ComponentRackPageFunc
@@ -69,7 +70,7 @@ func (q *Queries) ComponentRackPageFunc(ctx context.Context, db DBTX, rackIDs []
 	}
 	var d rawDecoder
 	var crow ComponentPageRow
-	err := d.each(ctx, db, componentListForRackPage, ids, 17, func() {
+	err := d.each(ctx, db, componentListForRackPage, ids, 18, func() {
 		crow = ComponentPageRow{
 			ID:                d.uuid(0),
 			RackID:            d.uuid(1),
@@ -88,6 +89,7 @@ func (q *Queries) ComponentRackPageFunc(ctx context.Context, db DBTX, rackIDs []
 			OperationReason:   d.text(14),
 			BlockedOperations: d.textArray(15),
 			PowerState:        d.text(16),
+			Health:            d.bytes(17),
 		}
 	}, func() error { return component(&crow) })
 	if err != nil {
@@ -160,6 +162,15 @@ func (d *rawDecoder) text(i int) string {
 	// The builder never changes bytes it has written, so earlier strings
 	// stay valid as it grows.
 	return d.strs.String()[n:]
+}
+
+// bytes copies a json column's value (its text in either format); nil for
+// NULL.
+func (d *rawDecoder) bytes(i int) []byte {
+	if d.values[i] == nil {
+		return nil
+	}
+	return append([]byte(nil), d.values[i]...)
 }
 
 func (d *rawDecoder) textPtr(i int) *string {

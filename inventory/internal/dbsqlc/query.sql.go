@@ -832,7 +832,7 @@ func (q *Queries) ComponentListBySerials(ctx context.Context, db DBTX, serialNum
 const componentListForRackPage = `-- name: ComponentListForRackPage :many
 SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description,
        c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id,
-       c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state
+       c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health
 FROM component c
 WHERE c.rack_id = ANY ($1::uuid[]) AND c.deleted_at IS NULL
 `
@@ -855,6 +855,7 @@ type ComponentListForRackPageRow struct {
 	OperationReason   string
 	BlockedOperations []string
 	PowerState        string
+	Health            []byte
 }
 
 // The live components of racks, unordered: the rack listing's hot path,
@@ -888,6 +889,7 @@ func (q *Queries) ComponentListForRackPage(ctx context.Context, db DBTX, rackIds
 			&i.OperationReason,
 			&i.BlockedOperations,
 			&i.PowerState,
+			&i.Health,
 		); err != nil {
 			return nil, err
 		}
@@ -1012,6 +1014,56 @@ func (q *Queries) NVLDomainCount(ctx context.Context, db DBTX, arg NVLDomainCoun
 	return count, err
 }
 
+const nVLDomainExternalIDs = `-- name: NVLDomainExternalIDs :many
+SELECT id, external_id::text AS external_id FROM nvl_domain
+WHERE id = ANY ($1::uuid[]) AND external_id IS NOT NULL
+`
+
+type NVLDomainExternalIDsRow struct {
+	ID         uuid.UUID
+	ExternalID string
+}
+
+// The external IDs of the domains with these UUIDs (those that have one),
+// for the racks and components that point at them.
+func (q *Queries) NVLDomainExternalIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]NVLDomainExternalIDsRow, error) {
+	rows, err := db.Query(ctx, nVLDomainExternalIDs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []NVLDomainExternalIDsRow{}
+	for rows.Next() {
+		var i NVLDomainExternalIDsRow
+		if err := rows.Scan(&i.ID, &i.ExternalID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const nVLDomainGetByExternalID = `-- name: NVLDomainGetByExternalID :one
+SELECT id, name, external_id, created_at, nmxc_cluster_id, deleted_at FROM nvl_domain WHERE external_id = $1 AND deleted_at IS NULL
+`
+
+func (q *Queries) NVLDomainGetByExternalID(ctx context.Context, db DBTX, externalID *string) (NVLDomain, error) {
+	row := db.QueryRow(ctx, nVLDomainGetByExternalID, externalID)
+	var i NVLDomain
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.ExternalID,
+		&i.CreatedAt,
+		&i.NmxcClusterID,
+		&i.DeletedAt,
+	)
+	return i, err
+}
+
 const nVLDomainGetByID = `-- name: NVLDomainGetByID :one
 SELECT id, name, external_id, created_at, nmxc_cluster_id, deleted_at FROM nvl_domain WHERE id = $1 AND deleted_at IS NULL
 `
@@ -1050,12 +1102,15 @@ func (q *Queries) NVLDomainGetByName(ctx context.Context, db DBTX, name *string)
 
 const nVLDomainInsert = `-- name: NVLDomainInsert :exec
 
-INSERT INTO nvl_domain (id, name) VALUES ($1, $2)
+INSERT INTO nvl_domain (id, name, external_id, nmxc_cluster_id)
+VALUES ($1, $2, $3, $4)
 `
 
 type NVLDomainInsertParams struct {
-	ID   uuid.UUID
-	Name *string
+	ID            uuid.UUID
+	Name          *string
+	ExternalID    *string
+	NmxcClusterID *uuid.UUID
 }
 
 // Inventory queries. Names are noun then verb. Live rows have deleted_at NULL;
@@ -1070,7 +1125,12 @@ type NVLDomainInsertParams struct {
 // whole racks (scope_rack_ids) and racks narrowed to types, written
 // '<rack uuid>/<type>' in scope_rack_types.
 func (q *Queries) NVLDomainInsert(ctx context.Context, db DBTX, arg NVLDomainInsertParams) error {
-	_, err := db.Exec(ctx, nVLDomainInsert, arg.ID, arg.Name)
+	_, err := db.Exec(ctx, nVLDomainInsert,
+		arg.ID,
+		arg.Name,
+		arg.ExternalID,
+		arg.NmxcClusterID,
+	)
 	return err
 }
 
@@ -1122,6 +1182,83 @@ func (q *Queries) NVLDomainList(ctx context.Context, db DBTX, arg NVLDomainListP
 	return items, nil
 }
 
+const nVLinkDomainCount = `-- name: NVLinkDomainCount :one
+SELECT count(*) FROM nvl_domain
+WHERE deleted_at IS NULL AND coalesce(external_id, '') <> ''
+  AND ($1::text[] IS NULL
+   OR (CASE WHEN $2::bool THEN name LIKE ANY ($1::text[])
+            ELSE name LIKE ALL ($1::text[]) END))
+`
+
+type NVLinkDomainCountParams struct {
+	NamePatterns []string
+	NameAny      bool
+}
+
+func (q *Queries) NVLinkDomainCount(ctx context.Context, db DBTX, arg NVLinkDomainCountParams) (int64, error) {
+	row := db.QueryRow(ctx, nVLinkDomainCount, arg.NamePatterns, arg.NameAny)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const nVLinkDomainList = `-- name: NVLinkDomainList :many
+SELECT id, name, external_id, created_at, nmxc_cluster_id, deleted_at FROM nvl_domain
+WHERE deleted_at IS NULL AND coalesce(external_id, '') <> ''
+  AND ($1::text[] IS NULL
+   OR (CASE WHEN $2::bool THEN name LIKE ANY ($1::text[])
+            ELSE name LIKE ALL ($1::text[]) END))
+ORDER BY
+    CASE WHEN NOT $3::bool THEN name END ASC NULLS LAST,
+    CASE WHEN $3::bool THEN name END DESC NULLS FIRST,
+    id ASC
+LIMIT $5 OFFSET $4
+`
+
+type NVLinkDomainListParams struct {
+	NamePatterns []string
+	NameAny      bool
+	OrderDesc    bool
+	RowOffset    int32
+	RowLimit     int32
+}
+
+// Domains with an external ID (GetListOfNVLinkDomains): an optional name
+// query, name ascending or descending (unnamed domains last when ascending,
+// first when descending, as PostgreSQL places NULLs), then UUID ascending.
+func (q *Queries) NVLinkDomainList(ctx context.Context, db DBTX, arg NVLinkDomainListParams) ([]NVLDomain, error) {
+	rows, err := db.Query(ctx, nVLinkDomainList,
+		arg.NamePatterns,
+		arg.NameAny,
+		arg.OrderDesc,
+		arg.RowOffset,
+		arg.RowLimit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []NVLDomain{}
+	for rows.Next() {
+		var i NVLDomain
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.ExternalID,
+			&i.CreatedAt,
+			&i.NmxcClusterID,
+			&i.DeletedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const rackCount = `-- name: RackCount :one
 SELECT count(*) FROM rack
 WHERE deleted_at IS NULL
@@ -1131,9 +1268,10 @@ WHERE deleted_at IS NULL
   AND ($3::text[] IS NULL
        OR (CASE WHEN $4::bool THEN manufacturer ILIKE ANY ($3::text[])
                 ELSE manufacturer ILIKE ALL ($3::text[]) END))
-  AND ($5::text[] IS NULL
-       OR (CASE WHEN $6::bool THEN coalesce(model, '') LIKE ANY ($5::text[])
-                ELSE coalesce(model, '') LIKE ALL ($5::text[]) END))
+  AND (NOT $5::bool OR coalesce(external_id, '') <> '')
+  AND ($6::text[] IS NULL
+       OR (CASE WHEN $7::bool THEN coalesce(model, '') LIKE ANY ($6::text[])
+                ELSE coalesce(model, '') LIKE ALL ($6::text[]) END))
 `
 
 type RackCountParams struct {
@@ -1141,6 +1279,7 @@ type RackCountParams struct {
 	NameAny              bool
 	ManufacturerPatterns []string
 	ManufacturerAny      bool
+	ExternalIDOnly       bool
 	ModelPatterns        []string
 	ModelAny             bool
 }
@@ -1151,6 +1290,7 @@ func (q *Queries) RackCount(ctx context.Context, db DBTX, arg RackCountParams) (
 		arg.NameAny,
 		arg.ManufacturerPatterns,
 		arg.ManufacturerAny,
+		arg.ExternalIDOnly,
 		arg.ModelPatterns,
 		arg.ModelAny,
 	)
@@ -1370,18 +1510,19 @@ WHERE deleted_at IS NULL
   AND ($3::text[] IS NULL
        OR (CASE WHEN $4::bool THEN manufacturer ILIKE ANY ($3::text[])
                 ELSE manufacturer ILIKE ALL ($3::text[]) END))
-  AND ($5::text[] IS NULL
-       OR (CASE WHEN $6::bool THEN coalesce(model, '') LIKE ANY ($5::text[])
-                ELSE coalesce(model, '') LIKE ALL ($5::text[]) END))
+  AND (NOT $5::bool OR coalesce(external_id, '') <> '')
+  AND ($6::text[] IS NULL
+       OR (CASE WHEN $7::bool THEN coalesce(model, '') LIKE ANY ($6::text[])
+                ELSE coalesce(model, '') LIKE ALL ($6::text[]) END))
 ORDER BY
-    CASE WHEN $7::text = 'name' AND NOT $8::bool THEN name END ASC,
-    CASE WHEN $7::text = 'name' AND $8::bool THEN name END DESC,
-    CASE WHEN $7::text = 'manufacturer' AND NOT $8::bool THEN manufacturer END ASC,
-    CASE WHEN $7::text = 'manufacturer' AND $8::bool THEN manufacturer END DESC,
-    CASE WHEN $7::text = 'model' AND NOT $8::bool THEN model END ASC NULLS FIRST,
-    CASE WHEN $7::text = 'model' AND $8::bool THEN model END DESC NULLS LAST,
+    CASE WHEN $8::text = 'name' AND NOT $9::bool THEN name END ASC,
+    CASE WHEN $8::text = 'name' AND $9::bool THEN name END DESC,
+    CASE WHEN $8::text = 'manufacturer' AND NOT $9::bool THEN manufacturer END ASC,
+    CASE WHEN $8::text = 'manufacturer' AND $9::bool THEN manufacturer END DESC,
+    CASE WHEN $8::text = 'model' AND NOT $9::bool THEN model END ASC NULLS FIRST,
+    CASE WHEN $8::text = 'model' AND $9::bool THEN model END DESC NULLS LAST,
     id ASC
-LIMIT $10 OFFSET $9
+LIMIT $11 OFFSET $10
 `
 
 type RackListParams struct {
@@ -1389,6 +1530,7 @@ type RackListParams struct {
 	NameAny              bool
 	ManufacturerPatterns []string
 	ManufacturerAny      bool
+	ExternalIDOnly       bool
 	ModelPatterns        []string
 	ModelAny             bool
 	OrderKey             string
@@ -1403,6 +1545,7 @@ func (q *Queries) RackList(ctx context.Context, db DBTX, arg RackListParams) ([]
 		arg.NameAny,
 		arg.ManufacturerPatterns,
 		arg.ManufacturerAny,
+		arg.ExternalIDOnly,
 		arg.ModelPatterns,
 		arg.ModelAny,
 		arg.OrderKey,
@@ -1454,6 +1597,53 @@ SELECT id, name, manufacturer, serial_number, model, description, location_regio
 
 func (q *Queries) RackListByNVLDomain(ctx context.Context, db DBTX, nvlDomainID *uuid.UUID) ([]Rack, error) {
 	rows, err := db.Query(ctx, rackListByNVLDomain, nvlDomainID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Rack{}
+	for rows.Next() {
+		var i Rack
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.Manufacturer,
+			&i.SerialNumber,
+			&i.Model,
+			&i.Description,
+			&i.LocationRegion,
+			&i.LocationDatacenter,
+			&i.LocationRoom,
+			&i.LocationPosition,
+			&i.ExternalID,
+			&i.NVLDomainID,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.DeletedAt,
+			&i.Health,
+			&i.RackGroupID,
+			&i.RackProfileID,
+			&i.MirroredAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const rackListByNVLDomains = `-- name: RackListByNVLDomains :many
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack
+WHERE nvl_domain_id = ANY ($1::uuid[]) AND deleted_at IS NULL
+ORDER BY nvl_domain_id, id
+`
+
+// The live racks of several domains, by domain then rack UUID.
+func (q *Queries) RackListByNVLDomains(ctx context.Context, db DBTX, nvlDomainIds []uuid.UUID) ([]Rack, error) {
+	rows, err := db.Query(ctx, rackListByNVLDomains, nvlDomainIds)
 	if err != nil {
 		return nil, err
 	}

@@ -1705,7 +1705,7 @@ func (x OperationRunPhysicalLocationOrdering_Strategy) Number() protoreflect.Enu
 
 // Deprecated: Use OperationRunPhysicalLocationOrdering_Strategy.Descriptor instead.
 func (OperationRunPhysicalLocationOrdering_Strategy) EnumDescriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{175, 0}
+	return file_flow_proto_rawDescGZIP(), []int{180, 0}
 }
 
 // Wrapper for every identifier in the API; the value is carried as a string.
@@ -2460,8 +2460,15 @@ type Rack struct {
 	ExternalId string     `protobuf:"bytes,6,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
 	// phase aggregated from the rack's component phases
 	OperationStatus Phase `protobuf:"varint,7,opt,name=operation_status,json=operationStatus,proto3,enum=v1.Phase" json:"operation_status,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// latest aggregate health report Core holds for the rack; absent when none
+	// is stored
+	Health *HealthReport `protobuf:"bytes,8,opt,name=health,proto3" json:"health,omitempty"`
+	// Core's rack profile (e.g. GB200_NVL72R1_C2G4_NVIDIA); output only
+	RackProfileId *string `protobuf:"bytes,9,opt,name=rack_profile_id,json=rackProfileId,proto3,oneof" json:"rack_profile_id,omitempty"`
+	// external IDs of the rack's NVLink domains (0 or 1 entries); output only
+	NvlDomainExternalIds []string `protobuf:"bytes,10,rep,name=nvl_domain_external_ids,json=nvlDomainExternalIds,proto3" json:"nvl_domain_external_ids,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Rack) Reset() {
@@ -2543,6 +2550,27 @@ func (x *Rack) GetOperationStatus() Phase {
 	return Phase_PHASE_UNKNOWN
 }
 
+func (x *Rack) GetHealth() *HealthReport {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+func (x *Rack) GetRackProfileId() string {
+	if x != nil && x.RackProfileId != nil {
+		return *x.RackProfileId
+	}
+	return ""
+}
+
+func (x *Rack) GetNvlDomainExternalIds() []string {
+	if x != nil {
+		return x.NvlDomainExternalIds
+	}
+	return nil
+}
+
 // A rack component (compute tray, switch tray, power shelf, ...) as held in
 // Flow's inventory.
 type Component struct {
@@ -2570,8 +2598,13 @@ type Component struct {
 	RackExternalId string     `protobuf:"bytes,13,opt,name=rack_external_id,json=rackExternalId,proto3" json:"rack_external_id,omitempty"`
 	// Flow's leak-handling progress for this component
 	LeakHandlingStatus LeakHandlingStatus `protobuf:"varint,14,opt,name=leak_handling_status,json=leakHandlingStatus,proto3,enum=v1.LeakHandlingStatus" json:"leak_handling_status,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// latest aggregate health report Core holds for the component; absent
+	// when none is stored
+	Health *HealthReport `protobuf:"bytes,15,opt,name=health,proto3" json:"health,omitempty"`
+	// external ID (Core rack-group ID) of the rack's NVLink domain; output only
+	NvlDomainExternalId *string `protobuf:"bytes,16,opt,name=nvl_domain_external_id,json=nvlDomainExternalId,proto3,oneof" json:"nvl_domain_external_id,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Component) Reset() {
@@ -2702,6 +2735,20 @@ func (x *Component) GetLeakHandlingStatus() LeakHandlingStatus {
 	return LeakHandlingStatus_LEAK_HANDLING_STATUS_UNKNOWN
 }
 
+func (x *Component) GetHealth() *HealthReport {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+func (x *Component) GetNvlDomainExternalId() string {
+	if x != nil && x.NvlDomainExternalId != nil {
+		return *x.NvlDomainExternalId
+	}
+	return ""
+}
+
 // Flow's view of whether a component can currently be operated on.
 type ComponentOperationStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2829,8 +2876,12 @@ func (x *TaskStats) GetRunningTaskCount() uint32 {
 
 // An NVLink domain (a grouping of racks).
 type NVLDomain struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Identifier    *Identifier            `protobuf:"bytes,1,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Identifier *Identifier            `protobuf:"bytes,1,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	// Core's rack-group ID of the domain
+	ExternalId *string `protobuf:"bytes,2,opt,name=external_id,json=externalId,proto3,oneof" json:"external_id,omitempty"`
+	// NMX-C cluster UUID, as text
+	NmxcClusterId *string `protobuf:"bytes,3,opt,name=nmxc_cluster_id,json=nmxcClusterId,proto3,oneof" json:"nmxc_cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2870,6 +2921,20 @@ func (x *NVLDomain) GetIdentifier() *Identifier {
 		return x.Identifier
 	}
 	return nil
+}
+
+func (x *NVLDomain) GetExternalId() string {
+	if x != nil && x.ExternalId != nil {
+		return *x.ExternalId
+	}
+	return ""
+}
+
+func (x *NVLDomain) GetNmxcClusterId() string {
+	if x != nil && x.NmxcClusterId != nil {
+		return *x.NmxcClusterId
+	}
+	return ""
 }
 
 // Target selection for an operation. Exactly one target kind may be used per
@@ -3372,6 +3437,7 @@ type NVLDomainTarget struct {
 	//
 	//	*NVLDomainTarget_Id
 	//	*NVLDomainTarget_Name
+	//	*NVLDomainTarget_ExternalId
 	Identifier isNVLDomainTarget_Identifier `protobuf_oneof:"identifier"`
 	// optional type filter; omitted/empty = all component types in the domain
 	ComponentTypes []ComponentType `protobuf:"varint,3,rep,packed,name=component_types,json=componentTypes,proto3,enum=v1.ComponentType" json:"component_types,omitempty"`
@@ -3434,6 +3500,15 @@ func (x *NVLDomainTarget) GetName() string {
 	return ""
 }
 
+func (x *NVLDomainTarget) GetExternalId() string {
+	if x != nil {
+		if x, ok := x.Identifier.(*NVLDomainTarget_ExternalId); ok {
+			return x.ExternalId
+		}
+	}
+	return ""
+}
+
 func (x *NVLDomainTarget) GetComponentTypes() []ComponentType {
 	if x != nil {
 		return x.ComponentTypes
@@ -3455,9 +3530,16 @@ type NVLDomainTarget_Name struct {
 	Name string `protobuf:"bytes,2,opt,name=name,proto3,oneof"`
 }
 
+type NVLDomainTarget_ExternalId struct {
+	// NVLink domain external ID (Core rack-group ID)
+	ExternalId string `protobuf:"bytes,4,opt,name=external_id,json=externalId,proto3,oneof"`
+}
+
 func (*NVLDomainTarget_Id) isNVLDomainTarget_Identifier() {}
 
 func (*NVLDomainTarget_Name) isNVLDomainTarget_Identifier() {}
+
+func (*NVLDomainTarget_ExternalId) isNVLDomainTarget_Identifier() {}
 
 // List wrapper for component types (used as a type filter).
 type ComponentTypes struct {
@@ -4033,9 +4115,11 @@ type GetListOfRacksRequest struct {
 	WithComponents bool        `protobuf:"varint,2,opt,name=with_components,json=withComponents,proto3" json:"with_components,omitempty"`
 	Pagination     *Pagination `protobuf:"bytes,3,opt,name=pagination,proto3,oneof" json:"pagination,omitempty"`
 	// default: name ascending; ties broken by rack UUID ascending
-	OrderBy       *OrderBy `protobuf:"bytes,4,opt,name=order_by,json=orderBy,proto3,oneof" json:"order_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OrderBy *OrderBy `protobuf:"bytes,4,opt,name=order_by,json=orderBy,proto3,oneof" json:"order_by,omitempty"`
+	// keep only racks whose external_id is set and non-empty
+	WithExternalIdOnly bool `protobuf:"varint,5,opt,name=with_external_id_only,json=withExternalIdOnly,proto3" json:"with_external_id_only,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *GetListOfRacksRequest) Reset() {
@@ -4094,6 +4178,13 @@ func (x *GetListOfRacksRequest) GetOrderBy() *OrderBy {
 		return x.OrderBy
 	}
 	return nil
+}
+
+func (x *GetListOfRacksRequest) GetWithExternalIdOnly() bool {
+	if x != nil {
+		return x.WithExternalIdOnly
+	}
+	return false
 }
 
 type GetListOfRacksResponse struct {
@@ -5714,6 +5805,327 @@ func (x *GetListOfNVLDomainsResponse) GetTotal() int32 {
 	return 0
 }
 
+type GetNVLinkDomainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// the domain's external ID (Core rack-group ID), not Flow's UUID
+	Id             string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	WithComponents bool   `protobuf:"varint,2,opt,name=with_components,json=withComponents,proto3" json:"with_components,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *GetNVLinkDomainRequest) Reset() {
+	*x = GetNVLinkDomainRequest{}
+	mi := &file_flow_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNVLinkDomainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNVLinkDomainRequest) ProtoMessage() {}
+
+func (x *GetNVLinkDomainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNVLinkDomainRequest.ProtoReflect.Descriptor instead.
+func (*GetNVLinkDomainRequest) Descriptor() ([]byte, []int) {
+	return file_flow_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *GetNVLinkDomainRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *GetNVLinkDomainRequest) GetWithComponents() bool {
+	if x != nil {
+		return x.WithComponents
+	}
+	return false
+}
+
+// An NVLink domain identified by its external (rack-group) ID, aggregated
+// over its member racks.
+type NVLinkDomain struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// the domain's external ID
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Flow's domain name; empty for domains the inventory sync created
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// set when every member rack's profile yields the same topology
+	Topology *string `protobuf:"bytes,3,opt,name=topology,proto3,oneof" json:"topology,omitempty"`
+	// aggregate of the member racks' operation_status
+	OperationStatus Phase `protobuf:"varint,4,opt,name=operation_status,json=operationStatus,proto3,enum=v1.Phase" json:"operation_status,omitempty"`
+	// all components of all member racks; only with with_components
+	Components []*Component `protobuf:"bytes,5,rep,name=components,proto3" json:"components,omitempty"`
+	// NMX-C cluster UUID, as text
+	NmxcClusterId *string `protobuf:"bytes,6,opt,name=nmxc_cluster_id,json=nmxcClusterId,proto3,oneof" json:"nmxc_cluster_id,omitempty"`
+	// always the same value as id
+	RackGroupId   string `protobuf:"bytes,7,opt,name=rack_group_id,json=rackGroupId,proto3" json:"rack_group_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NVLinkDomain) Reset() {
+	*x = NVLinkDomain{}
+	mi := &file_flow_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NVLinkDomain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NVLinkDomain) ProtoMessage() {}
+
+func (x *NVLinkDomain) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NVLinkDomain.ProtoReflect.Descriptor instead.
+func (*NVLinkDomain) Descriptor() ([]byte, []int) {
+	return file_flow_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *NVLinkDomain) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *NVLinkDomain) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NVLinkDomain) GetTopology() string {
+	if x != nil && x.Topology != nil {
+		return *x.Topology
+	}
+	return ""
+}
+
+func (x *NVLinkDomain) GetOperationStatus() Phase {
+	if x != nil {
+		return x.OperationStatus
+	}
+	return Phase_PHASE_UNKNOWN
+}
+
+func (x *NVLinkDomain) GetComponents() []*Component {
+	if x != nil {
+		return x.Components
+	}
+	return nil
+}
+
+func (x *NVLinkDomain) GetNmxcClusterId() string {
+	if x != nil && x.NmxcClusterId != nil {
+		return *x.NmxcClusterId
+	}
+	return ""
+}
+
+func (x *NVLinkDomain) GetRackGroupId() string {
+	if x != nil {
+		return x.RackGroupId
+	}
+	return ""
+}
+
+type GetNVLinkDomainResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domain        *NVLinkDomain          `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNVLinkDomainResponse) Reset() {
+	*x = GetNVLinkDomainResponse{}
+	mi := &file_flow_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNVLinkDomainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNVLinkDomainResponse) ProtoMessage() {}
+
+func (x *GetNVLinkDomainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNVLinkDomainResponse.ProtoReflect.Descriptor instead.
+func (*GetNVLinkDomainResponse) Descriptor() ([]byte, []int) {
+	return file_flow_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *GetNVLinkDomainResponse) GetDomain() *NVLinkDomain {
+	if x != nil {
+		return x.Domain
+	}
+	return nil
+}
+
+type GetListOfNVLinkDomainsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name query; absent means no name filter
+	Info           *StringQueryInfo `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	WithComponents bool             `protobuf:"varint,2,opt,name=with_components,json=withComponents,proto3" json:"with_components,omitempty"`
+	Pagination     *Pagination      `protobuf:"bytes,3,opt,name=pagination,proto3,oneof" json:"pagination,omitempty"`
+	// "" or NAME_ASC (default), or NAME_DESC
+	OrderBy       string `protobuf:"bytes,4,opt,name=order_by,json=orderBy,proto3" json:"order_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetListOfNVLinkDomainsRequest) Reset() {
+	*x = GetListOfNVLinkDomainsRequest{}
+	mi := &file_flow_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetListOfNVLinkDomainsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetListOfNVLinkDomainsRequest) ProtoMessage() {}
+
+func (x *GetListOfNVLinkDomainsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetListOfNVLinkDomainsRequest.ProtoReflect.Descriptor instead.
+func (*GetListOfNVLinkDomainsRequest) Descriptor() ([]byte, []int) {
+	return file_flow_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *GetListOfNVLinkDomainsRequest) GetInfo() *StringQueryInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+func (x *GetListOfNVLinkDomainsRequest) GetWithComponents() bool {
+	if x != nil {
+		return x.WithComponents
+	}
+	return false
+}
+
+func (x *GetListOfNVLinkDomainsRequest) GetPagination() *Pagination {
+	if x != nil {
+		return x.Pagination
+	}
+	return nil
+}
+
+func (x *GetListOfNVLinkDomainsRequest) GetOrderBy() string {
+	if x != nil {
+		return x.OrderBy
+	}
+	return ""
+}
+
+type GetListOfNVLinkDomainsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Domains []*NVLinkDomain        `protobuf:"bytes,1,rep,name=domains,proto3" json:"domains,omitempty"`
+	// number of matching domains before paging
+	Total         int32 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetListOfNVLinkDomainsResponse) Reset() {
+	*x = GetListOfNVLinkDomainsResponse{}
+	mi := &file_flow_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetListOfNVLinkDomainsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetListOfNVLinkDomainsResponse) ProtoMessage() {}
+
+func (x *GetListOfNVLinkDomainsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetListOfNVLinkDomainsResponse.ProtoReflect.Descriptor instead.
+func (*GetListOfNVLinkDomainsResponse) Descriptor() ([]byte, []int) {
+	return file_flow_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *GetListOfNVLinkDomainsResponse) GetDomains() []*NVLinkDomain {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+func (x *GetListOfNVLinkDomainsResponse) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
 type GetRacksForNVLDomainRequest struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	NvlDomainIdentifier *Identifier            `protobuf:"bytes,1,opt,name=nvl_domain_identifier,json=nvlDomainIdentifier,proto3" json:"nvl_domain_identifier,omitempty"`
@@ -5723,7 +6135,7 @@ type GetRacksForNVLDomainRequest struct {
 
 func (x *GetRacksForNVLDomainRequest) Reset() {
 	*x = GetRacksForNVLDomainRequest{}
-	mi := &file_flow_proto_msgTypes[66]
+	mi := &file_flow_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5735,7 +6147,7 @@ func (x *GetRacksForNVLDomainRequest) String() string {
 func (*GetRacksForNVLDomainRequest) ProtoMessage() {}
 
 func (x *GetRacksForNVLDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[66]
+	mi := &file_flow_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5748,7 +6160,7 @@ func (x *GetRacksForNVLDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRacksForNVLDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetRacksForNVLDomainRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{66}
+	return file_flow_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetRacksForNVLDomainRequest) GetNvlDomainIdentifier() *Identifier {
@@ -5767,7 +6179,7 @@ type GetRacksForNVLDomainResponse struct {
 
 func (x *GetRacksForNVLDomainResponse) Reset() {
 	*x = GetRacksForNVLDomainResponse{}
-	mi := &file_flow_proto_msgTypes[67]
+	mi := &file_flow_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5779,7 +6191,7 @@ func (x *GetRacksForNVLDomainResponse) String() string {
 func (*GetRacksForNVLDomainResponse) ProtoMessage() {}
 
 func (x *GetRacksForNVLDomainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[67]
+	mi := &file_flow_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5792,7 +6204,7 @@ func (x *GetRacksForNVLDomainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRacksForNVLDomainResponse.ProtoReflect.Descriptor instead.
 func (*GetRacksForNVLDomainResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{67}
+	return file_flow_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetRacksForNVLDomainResponse) GetRacks() []*Rack {
@@ -5814,7 +6226,7 @@ type SubmitTaskResponse struct {
 
 func (x *SubmitTaskResponse) Reset() {
 	*x = SubmitTaskResponse{}
-	mi := &file_flow_proto_msgTypes[68]
+	mi := &file_flow_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5826,7 +6238,7 @@ func (x *SubmitTaskResponse) String() string {
 func (*SubmitTaskResponse) ProtoMessage() {}
 
 func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[68]
+	mi := &file_flow_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5839,7 +6251,7 @@ func (x *SubmitTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitTaskResponse.ProtoReflect.Descriptor instead.
 func (*SubmitTaskResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{68}
+	return file_flow_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SubmitTaskResponse) GetTaskIds() []*UUID {
@@ -5863,7 +6275,7 @@ type QueueOptions struct {
 
 func (x *QueueOptions) Reset() {
 	*x = QueueOptions{}
-	mi := &file_flow_proto_msgTypes[69]
+	mi := &file_flow_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5875,7 +6287,7 @@ func (x *QueueOptions) String() string {
 func (*QueueOptions) ProtoMessage() {}
 
 func (x *QueueOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[69]
+	mi := &file_flow_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5888,7 +6300,7 @@ func (x *QueueOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueOptions.ProtoReflect.Descriptor instead.
 func (*QueueOptions) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{69}
+	return file_flow_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *QueueOptions) GetConflictStrategy() ConflictStrategy {
@@ -5946,7 +6358,7 @@ type UpgradeFirmwareRequest struct {
 
 func (x *UpgradeFirmwareRequest) Reset() {
 	*x = UpgradeFirmwareRequest{}
-	mi := &file_flow_proto_msgTypes[70]
+	mi := &file_flow_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5958,7 +6370,7 @@ func (x *UpgradeFirmwareRequest) String() string {
 func (*UpgradeFirmwareRequest) ProtoMessage() {}
 
 func (x *UpgradeFirmwareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[70]
+	mi := &file_flow_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5971,7 +6383,7 @@ func (x *UpgradeFirmwareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpgradeFirmwareRequest.ProtoReflect.Descriptor instead.
 func (*UpgradeFirmwareRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{70}
+	return file_flow_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *UpgradeFirmwareRequest) GetTargetSpec() *OperationTargetSpec {
@@ -6066,7 +6478,7 @@ type FirmwareAuthenticationData struct {
 
 func (x *FirmwareAuthenticationData) Reset() {
 	*x = FirmwareAuthenticationData{}
-	mi := &file_flow_proto_msgTypes[71]
+	mi := &file_flow_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6078,7 +6490,7 @@ func (x *FirmwareAuthenticationData) String() string {
 func (*FirmwareAuthenticationData) ProtoMessage() {}
 
 func (x *FirmwareAuthenticationData) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[71]
+	mi := &file_flow_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6091,7 +6503,7 @@ func (x *FirmwareAuthenticationData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirmwareAuthenticationData.ProtoReflect.Descriptor instead.
 func (*FirmwareAuthenticationData) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{71}
+	return file_flow_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *FirmwareAuthenticationData) GetValue() isFirmwareAuthenticationData_Value {
@@ -6153,7 +6565,7 @@ type PerComponentFirmwareAuthenticationData struct {
 
 func (x *PerComponentFirmwareAuthenticationData) Reset() {
 	*x = PerComponentFirmwareAuthenticationData{}
-	mi := &file_flow_proto_msgTypes[72]
+	mi := &file_flow_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6165,7 +6577,7 @@ func (x *PerComponentFirmwareAuthenticationData) String() string {
 func (*PerComponentFirmwareAuthenticationData) ProtoMessage() {}
 
 func (x *PerComponentFirmwareAuthenticationData) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[72]
+	mi := &file_flow_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6178,7 +6590,7 @@ func (x *PerComponentFirmwareAuthenticationData) ProtoReflect() protoreflect.Mes
 
 // Deprecated: Use PerComponentFirmwareAuthenticationData.ProtoReflect.Descriptor instead.
 func (*PerComponentFirmwareAuthenticationData) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{72}
+	return file_flow_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *PerComponentFirmwareAuthenticationData) GetCompute() string {
@@ -6220,7 +6632,7 @@ type BringUpRackRequest struct {
 
 func (x *BringUpRackRequest) Reset() {
 	*x = BringUpRackRequest{}
-	mi := &file_flow_proto_msgTypes[73]
+	mi := &file_flow_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6232,7 +6644,7 @@ func (x *BringUpRackRequest) String() string {
 func (*BringUpRackRequest) ProtoMessage() {}
 
 func (x *BringUpRackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[73]
+	mi := &file_flow_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6245,7 +6657,7 @@ func (x *BringUpRackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BringUpRackRequest.ProtoReflect.Descriptor instead.
 func (*BringUpRackRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{73}
+	return file_flow_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *BringUpRackRequest) GetTargetSpec() *OperationTargetSpec {
@@ -6294,7 +6706,7 @@ type IngestRackRequest struct {
 
 func (x *IngestRackRequest) Reset() {
 	*x = IngestRackRequest{}
-	mi := &file_flow_proto_msgTypes[74]
+	mi := &file_flow_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6306,7 +6718,7 @@ func (x *IngestRackRequest) String() string {
 func (*IngestRackRequest) ProtoMessage() {}
 
 func (x *IngestRackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[74]
+	mi := &file_flow_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6319,7 +6731,7 @@ func (x *IngestRackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestRackRequest.ProtoReflect.Descriptor instead.
 func (*IngestRackRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{74}
+	return file_flow_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *IngestRackRequest) GetTargetSpec() *OperationTargetSpec {
@@ -6367,7 +6779,7 @@ type DecommissionRackRequest struct {
 
 func (x *DecommissionRackRequest) Reset() {
 	*x = DecommissionRackRequest{}
-	mi := &file_flow_proto_msgTypes[75]
+	mi := &file_flow_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6379,7 +6791,7 @@ func (x *DecommissionRackRequest) String() string {
 func (*DecommissionRackRequest) ProtoMessage() {}
 
 func (x *DecommissionRackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[75]
+	mi := &file_flow_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6392,7 +6804,7 @@ func (x *DecommissionRackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionRackRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionRackRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{75}
+	return file_flow_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DecommissionRackRequest) GetTargetSpec() *OperationTargetSpec {
@@ -6441,7 +6853,7 @@ type PowerOnRackRequest struct {
 
 func (x *PowerOnRackRequest) Reset() {
 	*x = PowerOnRackRequest{}
-	mi := &file_flow_proto_msgTypes[76]
+	mi := &file_flow_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6453,7 +6865,7 @@ func (x *PowerOnRackRequest) String() string {
 func (*PowerOnRackRequest) ProtoMessage() {}
 
 func (x *PowerOnRackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[76]
+	mi := &file_flow_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6466,7 +6878,7 @@ func (x *PowerOnRackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerOnRackRequest.ProtoReflect.Descriptor instead.
 func (*PowerOnRackRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{76}
+	return file_flow_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *PowerOnRackRequest) GetTargetSpec() *OperationTargetSpec {
@@ -6524,7 +6936,7 @@ type PowerOffRackRequest struct {
 
 func (x *PowerOffRackRequest) Reset() {
 	*x = PowerOffRackRequest{}
-	mi := &file_flow_proto_msgTypes[77]
+	mi := &file_flow_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6536,7 +6948,7 @@ func (x *PowerOffRackRequest) String() string {
 func (*PowerOffRackRequest) ProtoMessage() {}
 
 func (x *PowerOffRackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[77]
+	mi := &file_flow_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6549,7 +6961,7 @@ func (x *PowerOffRackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerOffRackRequest.ProtoReflect.Descriptor instead.
 func (*PowerOffRackRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{77}
+	return file_flow_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *PowerOffRackRequest) GetTargetSpec() *OperationTargetSpec {
@@ -6614,7 +7026,7 @@ type PowerResetRackRequest struct {
 
 func (x *PowerResetRackRequest) Reset() {
 	*x = PowerResetRackRequest{}
-	mi := &file_flow_proto_msgTypes[78]
+	mi := &file_flow_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6626,7 +7038,7 @@ func (x *PowerResetRackRequest) String() string {
 func (*PowerResetRackRequest) ProtoMessage() {}
 
 func (x *PowerResetRackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[78]
+	mi := &file_flow_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6639,7 +7051,7 @@ func (x *PowerResetRackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerResetRackRequest.ProtoReflect.Descriptor instead.
 func (*PowerResetRackRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{78}
+	return file_flow_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *PowerResetRackRequest) GetTargetSpec() *OperationTargetSpec {
@@ -6703,7 +7115,7 @@ type ACPowerCycleRackRequest struct {
 
 func (x *ACPowerCycleRackRequest) Reset() {
 	*x = ACPowerCycleRackRequest{}
-	mi := &file_flow_proto_msgTypes[79]
+	mi := &file_flow_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6715,7 +7127,7 @@ func (x *ACPowerCycleRackRequest) String() string {
 func (*ACPowerCycleRackRequest) ProtoMessage() {}
 
 func (x *ACPowerCycleRackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[79]
+	mi := &file_flow_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6728,7 +7140,7 @@ func (x *ACPowerCycleRackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACPowerCycleRackRequest.ProtoReflect.Descriptor instead.
 func (*ACPowerCycleRackRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{79}
+	return file_flow_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ACPowerCycleRackRequest) GetTargetSpec() *OperationTargetSpec {
@@ -6802,7 +7214,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_flow_proto_msgTypes[80]
+	mi := &file_flow_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6814,7 +7226,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[80]
+	mi := &file_flow_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6827,7 +7239,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{80}
+	return file_flow_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *Task) GetId() *UUID {
@@ -6964,7 +7376,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_flow_proto_msgTypes[81]
+	mi := &file_flow_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6976,7 +7388,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[81]
+	mi := &file_flow_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6989,7 +7401,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{81}
+	return file_flow_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListTasksRequest) GetRackId() *UUID {
@@ -7037,7 +7449,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_flow_proto_msgTypes[82]
+	mi := &file_flow_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7049,7 +7461,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[82]
+	mi := &file_flow_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7062,7 +7474,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{82}
+	return file_flow_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -7088,7 +7500,7 @@ type GetTasksByIDsRequest struct {
 
 func (x *GetTasksByIDsRequest) Reset() {
 	*x = GetTasksByIDsRequest{}
-	mi := &file_flow_proto_msgTypes[83]
+	mi := &file_flow_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7100,7 +7512,7 @@ func (x *GetTasksByIDsRequest) String() string {
 func (*GetTasksByIDsRequest) ProtoMessage() {}
 
 func (x *GetTasksByIDsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[83]
+	mi := &file_flow_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7113,7 +7525,7 @@ func (x *GetTasksByIDsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTasksByIDsRequest.ProtoReflect.Descriptor instead.
 func (*GetTasksByIDsRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{83}
+	return file_flow_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *GetTasksByIDsRequest) GetTaskIds() []*UUID {
@@ -7133,7 +7545,7 @@ type GetTasksByIDsResponse struct {
 
 func (x *GetTasksByIDsResponse) Reset() {
 	*x = GetTasksByIDsResponse{}
-	mi := &file_flow_proto_msgTypes[84]
+	mi := &file_flow_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7145,7 +7557,7 @@ func (x *GetTasksByIDsResponse) String() string {
 func (*GetTasksByIDsResponse) ProtoMessage() {}
 
 func (x *GetTasksByIDsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[84]
+	mi := &file_flow_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7158,7 +7570,7 @@ func (x *GetTasksByIDsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTasksByIDsResponse.ProtoReflect.Descriptor instead.
 func (*GetTasksByIDsResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{84}
+	return file_flow_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *GetTasksByIDsResponse) GetTasks() []*Task {
@@ -7177,7 +7589,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_flow_proto_msgTypes[85]
+	mi := &file_flow_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7189,7 +7601,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[85]
+	mi := &file_flow_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7202,7 +7614,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{85}
+	return file_flow_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *CancelTaskRequest) GetTaskId() *UUID {
@@ -7222,7 +7634,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_flow_proto_msgTypes[86]
+	mi := &file_flow_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7234,7 +7646,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[86]
+	mi := &file_flow_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7247,7 +7659,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{86}
+	return file_flow_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -7273,7 +7685,7 @@ type TaskOperation struct {
 
 func (x *TaskOperation) Reset() {
 	*x = TaskOperation{}
-	mi := &file_flow_proto_msgTypes[87]
+	mi := &file_flow_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7285,7 +7697,7 @@ func (x *TaskOperation) String() string {
 func (*TaskOperation) ProtoMessage() {}
 
 func (x *TaskOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[87]
+	mi := &file_flow_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7298,7 +7710,7 @@ func (x *TaskOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskOperation.ProtoReflect.Descriptor instead.
 func (*TaskOperation) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{87}
+	return file_flow_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *TaskOperation) GetOperation() isTaskOperation_Operation {
@@ -7356,7 +7768,7 @@ type PowerControlTaskOperation struct {
 
 func (x *PowerControlTaskOperation) Reset() {
 	*x = PowerControlTaskOperation{}
-	mi := &file_flow_proto_msgTypes[88]
+	mi := &file_flow_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7368,7 +7780,7 @@ func (x *PowerControlTaskOperation) String() string {
 func (*PowerControlTaskOperation) ProtoMessage() {}
 
 func (x *PowerControlTaskOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[88]
+	mi := &file_flow_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7381,7 +7793,7 @@ func (x *PowerControlTaskOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerControlTaskOperation.ProtoReflect.Descriptor instead.
 func (*PowerControlTaskOperation) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{88}
+	return file_flow_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *PowerControlTaskOperation) GetOperation() PowerControlOperation {
@@ -7422,7 +7834,7 @@ type FirmwareControlTaskOperation struct {
 
 func (x *FirmwareControlTaskOperation) Reset() {
 	*x = FirmwareControlTaskOperation{}
-	mi := &file_flow_proto_msgTypes[89]
+	mi := &file_flow_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7434,7 +7846,7 @@ func (x *FirmwareControlTaskOperation) String() string {
 func (*FirmwareControlTaskOperation) ProtoMessage() {}
 
 func (x *FirmwareControlTaskOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[89]
+	mi := &file_flow_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7447,7 +7859,7 @@ func (x *FirmwareControlTaskOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirmwareControlTaskOperation.ProtoReflect.Descriptor instead.
 func (*FirmwareControlTaskOperation) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{89}
+	return file_flow_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *FirmwareControlTaskOperation) GetOperation() FirmwareControlOperation {
@@ -7520,7 +7932,7 @@ type OperationRule struct {
 
 func (x *OperationRule) Reset() {
 	*x = OperationRule{}
-	mi := &file_flow_proto_msgTypes[90]
+	mi := &file_flow_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7532,7 +7944,7 @@ func (x *OperationRule) String() string {
 func (*OperationRule) ProtoMessage() {}
 
 func (x *OperationRule) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[90]
+	mi := &file_flow_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7545,7 +7957,7 @@ func (x *OperationRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRule.ProtoReflect.Descriptor instead.
 func (*OperationRule) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{90}
+	return file_flow_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *OperationRule) GetId() *UUID {
@@ -7627,7 +8039,7 @@ type CreateOperationRuleRequest struct {
 
 func (x *CreateOperationRuleRequest) Reset() {
 	*x = CreateOperationRuleRequest{}
-	mi := &file_flow_proto_msgTypes[91]
+	mi := &file_flow_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7639,7 +8051,7 @@ func (x *CreateOperationRuleRequest) String() string {
 func (*CreateOperationRuleRequest) ProtoMessage() {}
 
 func (x *CreateOperationRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[91]
+	mi := &file_flow_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7652,7 +8064,7 @@ func (x *CreateOperationRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOperationRuleRequest.ProtoReflect.Descriptor instead.
 func (*CreateOperationRuleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{91}
+	return file_flow_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *CreateOperationRuleRequest) GetName() string {
@@ -7706,7 +8118,7 @@ type CreateOperationRuleResponse struct {
 
 func (x *CreateOperationRuleResponse) Reset() {
 	*x = CreateOperationRuleResponse{}
-	mi := &file_flow_proto_msgTypes[92]
+	mi := &file_flow_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7718,7 +8130,7 @@ func (x *CreateOperationRuleResponse) String() string {
 func (*CreateOperationRuleResponse) ProtoMessage() {}
 
 func (x *CreateOperationRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[92]
+	mi := &file_flow_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7731,7 +8143,7 @@ func (x *CreateOperationRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOperationRuleResponse.ProtoReflect.Descriptor instead.
 func (*CreateOperationRuleResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{92}
+	return file_flow_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *CreateOperationRuleResponse) GetId() *UUID {
@@ -7755,7 +8167,7 @@ type UpdateOperationRuleRequest struct {
 
 func (x *UpdateOperationRuleRequest) Reset() {
 	*x = UpdateOperationRuleRequest{}
-	mi := &file_flow_proto_msgTypes[93]
+	mi := &file_flow_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7767,7 +8179,7 @@ func (x *UpdateOperationRuleRequest) String() string {
 func (*UpdateOperationRuleRequest) ProtoMessage() {}
 
 func (x *UpdateOperationRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[93]
+	mi := &file_flow_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7780,7 +8192,7 @@ func (x *UpdateOperationRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateOperationRuleRequest.ProtoReflect.Descriptor instead.
 func (*UpdateOperationRuleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{93}
+	return file_flow_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *UpdateOperationRuleRequest) GetRuleId() *UUID {
@@ -7820,7 +8232,7 @@ type DeleteOperationRuleRequest struct {
 
 func (x *DeleteOperationRuleRequest) Reset() {
 	*x = DeleteOperationRuleRequest{}
-	mi := &file_flow_proto_msgTypes[94]
+	mi := &file_flow_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7832,7 +8244,7 @@ func (x *DeleteOperationRuleRequest) String() string {
 func (*DeleteOperationRuleRequest) ProtoMessage() {}
 
 func (x *DeleteOperationRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[94]
+	mi := &file_flow_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7845,7 +8257,7 @@ func (x *DeleteOperationRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOperationRuleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOperationRuleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{94}
+	return file_flow_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *DeleteOperationRuleRequest) GetRuleId() *UUID {
@@ -7864,7 +8276,7 @@ type SetRuleAsDefaultRequest struct {
 
 func (x *SetRuleAsDefaultRequest) Reset() {
 	*x = SetRuleAsDefaultRequest{}
-	mi := &file_flow_proto_msgTypes[95]
+	mi := &file_flow_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7876,7 +8288,7 @@ func (x *SetRuleAsDefaultRequest) String() string {
 func (*SetRuleAsDefaultRequest) ProtoMessage() {}
 
 func (x *SetRuleAsDefaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[95]
+	mi := &file_flow_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7889,7 +8301,7 @@ func (x *SetRuleAsDefaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRuleAsDefaultRequest.ProtoReflect.Descriptor instead.
 func (*SetRuleAsDefaultRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{95}
+	return file_flow_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *SetRuleAsDefaultRequest) GetRuleId() *UUID {
@@ -7908,7 +8320,7 @@ type GetOperationRuleRequest struct {
 
 func (x *GetOperationRuleRequest) Reset() {
 	*x = GetOperationRuleRequest{}
-	mi := &file_flow_proto_msgTypes[96]
+	mi := &file_flow_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7920,7 +8332,7 @@ func (x *GetOperationRuleRequest) String() string {
 func (*GetOperationRuleRequest) ProtoMessage() {}
 
 func (x *GetOperationRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[96]
+	mi := &file_flow_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7933,7 +8345,7 @@ func (x *GetOperationRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRuleRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRuleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{96}
+	return file_flow_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *GetOperationRuleRequest) GetRuleId() *UUID {
@@ -7959,7 +8371,7 @@ type ListOperationRulesRequest struct {
 
 func (x *ListOperationRulesRequest) Reset() {
 	*x = ListOperationRulesRequest{}
-	mi := &file_flow_proto_msgTypes[97]
+	mi := &file_flow_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7971,7 +8383,7 @@ func (x *ListOperationRulesRequest) String() string {
 func (*ListOperationRulesRequest) ProtoMessage() {}
 
 func (x *ListOperationRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[97]
+	mi := &file_flow_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7984,7 +8396,7 @@ func (x *ListOperationRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationRulesRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationRulesRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{97}
+	return file_flow_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *ListOperationRulesRequest) GetOperationType() OperationType {
@@ -8026,7 +8438,7 @@ type ListOperationRulesResponse struct {
 
 func (x *ListOperationRulesResponse) Reset() {
 	*x = ListOperationRulesResponse{}
-	mi := &file_flow_proto_msgTypes[98]
+	mi := &file_flow_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8038,7 +8450,7 @@ func (x *ListOperationRulesResponse) String() string {
 func (*ListOperationRulesResponse) ProtoMessage() {}
 
 func (x *ListOperationRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[98]
+	mi := &file_flow_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8051,7 +8463,7 @@ func (x *ListOperationRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationRulesResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationRulesResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{98}
+	return file_flow_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ListOperationRulesResponse) GetRules() []*OperationRule {
@@ -8092,7 +8504,7 @@ type EventRule struct {
 
 func (x *EventRule) Reset() {
 	*x = EventRule{}
-	mi := &file_flow_proto_msgTypes[99]
+	mi := &file_flow_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8104,7 +8516,7 @@ func (x *EventRule) String() string {
 func (*EventRule) ProtoMessage() {}
 
 func (x *EventRule) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[99]
+	mi := &file_flow_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8117,7 +8529,7 @@ func (x *EventRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRule.ProtoReflect.Descriptor instead.
 func (*EventRule) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{99}
+	return file_flow_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *EventRule) GetId() *UUID {
@@ -8201,7 +8613,7 @@ type EventRuleAction struct {
 
 func (x *EventRuleAction) Reset() {
 	*x = EventRuleAction{}
-	mi := &file_flow_proto_msgTypes[100]
+	mi := &file_flow_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8213,7 +8625,7 @@ func (x *EventRuleAction) String() string {
 func (*EventRuleAction) ProtoMessage() {}
 
 func (x *EventRuleAction) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[100]
+	mi := &file_flow_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8226,7 +8638,7 @@ func (x *EventRuleAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRuleAction.ProtoReflect.Descriptor instead.
 func (*EventRuleAction) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{100}
+	return file_flow_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *EventRuleAction) GetName() string {
@@ -8313,7 +8725,7 @@ type EventRuleActionCondition struct {
 
 func (x *EventRuleActionCondition) Reset() {
 	*x = EventRuleActionCondition{}
-	mi := &file_flow_proto_msgTypes[101]
+	mi := &file_flow_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8325,7 +8737,7 @@ func (x *EventRuleActionCondition) String() string {
 func (*EventRuleActionCondition) ProtoMessage() {}
 
 func (x *EventRuleActionCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[101]
+	mi := &file_flow_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8338,7 +8750,7 @@ func (x *EventRuleActionCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRuleActionCondition.ProtoReflect.Descriptor instead.
 func (*EventRuleActionCondition) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{101}
+	return file_flow_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *EventRuleActionCondition) GetSeverities() []EventRuleSeverity {
@@ -8372,7 +8784,7 @@ type EventRuleSubmitTaskAction struct {
 
 func (x *EventRuleSubmitTaskAction) Reset() {
 	*x = EventRuleSubmitTaskAction{}
-	mi := &file_flow_proto_msgTypes[102]
+	mi := &file_flow_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8384,7 +8796,7 @@ func (x *EventRuleSubmitTaskAction) String() string {
 func (*EventRuleSubmitTaskAction) ProtoMessage() {}
 
 func (x *EventRuleSubmitTaskAction) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[102]
+	mi := &file_flow_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8397,7 +8809,7 @@ func (x *EventRuleSubmitTaskAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRuleSubmitTaskAction.ProtoReflect.Descriptor instead.
 func (*EventRuleSubmitTaskAction) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{102}
+	return file_flow_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *EventRuleSubmitTaskAction) GetTargetStrategy() EventRuleTargetStrategy {
@@ -8439,7 +8851,7 @@ type EventRuleSendAlertAction struct {
 
 func (x *EventRuleSendAlertAction) Reset() {
 	*x = EventRuleSendAlertAction{}
-	mi := &file_flow_proto_msgTypes[103]
+	mi := &file_flow_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8451,7 +8863,7 @@ func (x *EventRuleSendAlertAction) String() string {
 func (*EventRuleSendAlertAction) ProtoMessage() {}
 
 func (x *EventRuleSendAlertAction) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[103]
+	mi := &file_flow_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8464,7 +8876,7 @@ func (x *EventRuleSendAlertAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRuleSendAlertAction.ProtoReflect.Descriptor instead.
 func (*EventRuleSendAlertAction) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{103}
+	return file_flow_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *EventRuleSendAlertAction) GetSeverity() EventRuleSeverity {
@@ -8491,7 +8903,7 @@ type EventRuleNoopAction struct {
 
 func (x *EventRuleNoopAction) Reset() {
 	*x = EventRuleNoopAction{}
-	mi := &file_flow_proto_msgTypes[104]
+	mi := &file_flow_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8503,7 +8915,7 @@ func (x *EventRuleNoopAction) String() string {
 func (*EventRuleNoopAction) ProtoMessage() {}
 
 func (x *EventRuleNoopAction) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[104]
+	mi := &file_flow_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8516,7 +8928,7 @@ func (x *EventRuleNoopAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRuleNoopAction.ProtoReflect.Descriptor instead.
 func (*EventRuleNoopAction) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{104}
+	return file_flow_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *EventRuleNoopAction) GetReason() string {
@@ -8541,7 +8953,7 @@ type CreateEventRuleRequest struct {
 
 func (x *CreateEventRuleRequest) Reset() {
 	*x = CreateEventRuleRequest{}
-	mi := &file_flow_proto_msgTypes[105]
+	mi := &file_flow_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8553,7 +8965,7 @@ func (x *CreateEventRuleRequest) String() string {
 func (*CreateEventRuleRequest) ProtoMessage() {}
 
 func (x *CreateEventRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[105]
+	mi := &file_flow_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8566,7 +8978,7 @@ func (x *CreateEventRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEventRuleRequest.ProtoReflect.Descriptor instead.
 func (*CreateEventRuleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{105}
+	return file_flow_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *CreateEventRuleRequest) GetName() string {
@@ -8606,7 +9018,7 @@ type GetEventRuleRequest struct {
 
 func (x *GetEventRuleRequest) Reset() {
 	*x = GetEventRuleRequest{}
-	mi := &file_flow_proto_msgTypes[106]
+	mi := &file_flow_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8618,7 +9030,7 @@ func (x *GetEventRuleRequest) String() string {
 func (*GetEventRuleRequest) ProtoMessage() {}
 
 func (x *GetEventRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[106]
+	mi := &file_flow_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8631,7 +9043,7 @@ func (x *GetEventRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEventRuleRequest.ProtoReflect.Descriptor instead.
 func (*GetEventRuleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{106}
+	return file_flow_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *GetEventRuleRequest) GetRuleId() *UUID {
@@ -8657,7 +9069,7 @@ type GetEffectiveEventRuleRequest struct {
 
 func (x *GetEffectiveEventRuleRequest) Reset() {
 	*x = GetEffectiveEventRuleRequest{}
-	mi := &file_flow_proto_msgTypes[107]
+	mi := &file_flow_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8669,7 +9081,7 @@ func (x *GetEffectiveEventRuleRequest) String() string {
 func (*GetEffectiveEventRuleRequest) ProtoMessage() {}
 
 func (x *GetEffectiveEventRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[107]
+	mi := &file_flow_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8682,7 +9094,7 @@ func (x *GetEffectiveEventRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEffectiveEventRuleRequest.ProtoReflect.Descriptor instead.
 func (*GetEffectiveEventRuleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{107}
+	return file_flow_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *GetEffectiveEventRuleRequest) GetEventType() string {
@@ -8751,7 +9163,7 @@ type ListEventRulesRequest struct {
 
 func (x *ListEventRulesRequest) Reset() {
 	*x = ListEventRulesRequest{}
-	mi := &file_flow_proto_msgTypes[108]
+	mi := &file_flow_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8763,7 +9175,7 @@ func (x *ListEventRulesRequest) String() string {
 func (*ListEventRulesRequest) ProtoMessage() {}
 
 func (x *ListEventRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[108]
+	mi := &file_flow_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8776,7 +9188,7 @@ func (x *ListEventRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventRulesRequest.ProtoReflect.Descriptor instead.
 func (*ListEventRulesRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{108}
+	return file_flow_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ListEventRulesRequest) GetEventType() string {
@@ -8811,7 +9223,7 @@ type ListEventRulesResponse struct {
 
 func (x *ListEventRulesResponse) Reset() {
 	*x = ListEventRulesResponse{}
-	mi := &file_flow_proto_msgTypes[109]
+	mi := &file_flow_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8823,7 +9235,7 @@ func (x *ListEventRulesResponse) String() string {
 func (*ListEventRulesResponse) ProtoMessage() {}
 
 func (x *ListEventRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[109]
+	mi := &file_flow_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8836,7 +9248,7 @@ func (x *ListEventRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventRulesResponse.ProtoReflect.Descriptor instead.
 func (*ListEventRulesResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{109}
+	return file_flow_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *ListEventRulesResponse) GetRules() []*EventRule {
@@ -8868,7 +9280,7 @@ type UpdateEventRuleRequest struct {
 
 func (x *UpdateEventRuleRequest) Reset() {
 	*x = UpdateEventRuleRequest{}
-	mi := &file_flow_proto_msgTypes[110]
+	mi := &file_flow_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8880,7 +9292,7 @@ func (x *UpdateEventRuleRequest) String() string {
 func (*UpdateEventRuleRequest) ProtoMessage() {}
 
 func (x *UpdateEventRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[110]
+	mi := &file_flow_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8893,7 +9305,7 @@ func (x *UpdateEventRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEventRuleRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEventRuleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{110}
+	return file_flow_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *UpdateEventRuleRequest) GetRuleId() *UUID {
@@ -8955,7 +9367,7 @@ type EventRuleMetadataUpdate struct {
 
 func (x *EventRuleMetadataUpdate) Reset() {
 	*x = EventRuleMetadataUpdate{}
-	mi := &file_flow_proto_msgTypes[111]
+	mi := &file_flow_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8967,7 +9379,7 @@ func (x *EventRuleMetadataUpdate) String() string {
 func (*EventRuleMetadataUpdate) ProtoMessage() {}
 
 func (x *EventRuleMetadataUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[111]
+	mi := &file_flow_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8980,7 +9392,7 @@ func (x *EventRuleMetadataUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRuleMetadataUpdate.ProtoReflect.Descriptor instead.
 func (*EventRuleMetadataUpdate) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{111}
+	return file_flow_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *EventRuleMetadataUpdate) GetName() string {
@@ -9007,7 +9419,7 @@ type EventRuleActionsUpdate struct {
 
 func (x *EventRuleActionsUpdate) Reset() {
 	*x = EventRuleActionsUpdate{}
-	mi := &file_flow_proto_msgTypes[112]
+	mi := &file_flow_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9019,7 +9431,7 @@ func (x *EventRuleActionsUpdate) String() string {
 func (*EventRuleActionsUpdate) ProtoMessage() {}
 
 func (x *EventRuleActionsUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[112]
+	mi := &file_flow_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9032,7 +9444,7 @@ func (x *EventRuleActionsUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRuleActionsUpdate.ProtoReflect.Descriptor instead.
 func (*EventRuleActionsUpdate) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{112}
+	return file_flow_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *EventRuleActionsUpdate) GetActions() []*EventRuleAction {
@@ -9051,7 +9463,7 @@ type EnableEventRuleRequest struct {
 
 func (x *EnableEventRuleRequest) Reset() {
 	*x = EnableEventRuleRequest{}
-	mi := &file_flow_proto_msgTypes[113]
+	mi := &file_flow_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9063,7 +9475,7 @@ func (x *EnableEventRuleRequest) String() string {
 func (*EnableEventRuleRequest) ProtoMessage() {}
 
 func (x *EnableEventRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[113]
+	mi := &file_flow_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9076,7 +9488,7 @@ func (x *EnableEventRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnableEventRuleRequest.ProtoReflect.Descriptor instead.
 func (*EnableEventRuleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{113}
+	return file_flow_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *EnableEventRuleRequest) GetRuleId() *UUID {
@@ -9095,7 +9507,7 @@ type DisableEventRuleRequest struct {
 
 func (x *DisableEventRuleRequest) Reset() {
 	*x = DisableEventRuleRequest{}
-	mi := &file_flow_proto_msgTypes[114]
+	mi := &file_flow_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9107,7 +9519,7 @@ func (x *DisableEventRuleRequest) String() string {
 func (*DisableEventRuleRequest) ProtoMessage() {}
 
 func (x *DisableEventRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[114]
+	mi := &file_flow_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9120,7 +9532,7 @@ func (x *DisableEventRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableEventRuleRequest.ProtoReflect.Descriptor instead.
 func (*DisableEventRuleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{114}
+	return file_flow_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *DisableEventRuleRequest) GetRuleId() *UUID {
@@ -9139,7 +9551,7 @@ type DeleteEventRuleRequest struct {
 
 func (x *DeleteEventRuleRequest) Reset() {
 	*x = DeleteEventRuleRequest{}
-	mi := &file_flow_proto_msgTypes[115]
+	mi := &file_flow_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9151,7 +9563,7 @@ func (x *DeleteEventRuleRequest) String() string {
 func (*DeleteEventRuleRequest) ProtoMessage() {}
 
 func (x *DeleteEventRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[115]
+	mi := &file_flow_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9164,7 +9576,7 @@ func (x *DeleteEventRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEventRuleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEventRuleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{115}
+	return file_flow_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *DeleteEventRuleRequest) GetRuleId() *UUID {
@@ -9186,7 +9598,7 @@ type EventRuleScope struct {
 
 func (x *EventRuleScope) Reset() {
 	*x = EventRuleScope{}
-	mi := &file_flow_proto_msgTypes[116]
+	mi := &file_flow_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9198,7 +9610,7 @@ func (x *EventRuleScope) String() string {
 func (*EventRuleScope) ProtoMessage() {}
 
 func (x *EventRuleScope) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[116]
+	mi := &file_flow_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9211,7 +9623,7 @@ func (x *EventRuleScope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRuleScope.ProtoReflect.Descriptor instead.
 func (*EventRuleScope) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{116}
+	return file_flow_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *EventRuleScope) GetType() EventRuleScopeType {
@@ -9241,7 +9653,7 @@ type EventRuleBinding struct {
 
 func (x *EventRuleBinding) Reset() {
 	*x = EventRuleBinding{}
-	mi := &file_flow_proto_msgTypes[117]
+	mi := &file_flow_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9253,7 +9665,7 @@ func (x *EventRuleBinding) String() string {
 func (*EventRuleBinding) ProtoMessage() {}
 
 func (x *EventRuleBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[117]
+	mi := &file_flow_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9266,7 +9678,7 @@ func (x *EventRuleBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRuleBinding.ProtoReflect.Descriptor instead.
 func (*EventRuleBinding) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{117}
+	return file_flow_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *EventRuleBinding) GetId() *UUID {
@@ -9310,7 +9722,7 @@ type CreateEventRuleBindingRequest struct {
 
 func (x *CreateEventRuleBindingRequest) Reset() {
 	*x = CreateEventRuleBindingRequest{}
-	mi := &file_flow_proto_msgTypes[118]
+	mi := &file_flow_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9322,7 +9734,7 @@ func (x *CreateEventRuleBindingRequest) String() string {
 func (*CreateEventRuleBindingRequest) ProtoMessage() {}
 
 func (x *CreateEventRuleBindingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[118]
+	mi := &file_flow_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9335,7 +9747,7 @@ func (x *CreateEventRuleBindingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEventRuleBindingRequest.ProtoReflect.Descriptor instead.
 func (*CreateEventRuleBindingRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{118}
+	return file_flow_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *CreateEventRuleBindingRequest) GetRuleId() *UUID {
@@ -9363,7 +9775,7 @@ type GetEventRuleBindingRequest struct {
 
 func (x *GetEventRuleBindingRequest) Reset() {
 	*x = GetEventRuleBindingRequest{}
-	mi := &file_flow_proto_msgTypes[119]
+	mi := &file_flow_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9375,7 +9787,7 @@ func (x *GetEventRuleBindingRequest) String() string {
 func (*GetEventRuleBindingRequest) ProtoMessage() {}
 
 func (x *GetEventRuleBindingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[119]
+	mi := &file_flow_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9388,7 +9800,7 @@ func (x *GetEventRuleBindingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEventRuleBindingRequest.ProtoReflect.Descriptor instead.
 func (*GetEventRuleBindingRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{119}
+	return file_flow_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *GetEventRuleBindingRequest) GetEventType() string {
@@ -9418,7 +9830,7 @@ type DeleteEventRuleBindingRequest struct {
 
 func (x *DeleteEventRuleBindingRequest) Reset() {
 	*x = DeleteEventRuleBindingRequest{}
-	mi := &file_flow_proto_msgTypes[120]
+	mi := &file_flow_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9430,7 +9842,7 @@ func (x *DeleteEventRuleBindingRequest) String() string {
 func (*DeleteEventRuleBindingRequest) ProtoMessage() {}
 
 func (x *DeleteEventRuleBindingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[120]
+	mi := &file_flow_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9443,7 +9855,7 @@ func (x *DeleteEventRuleBindingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEventRuleBindingRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEventRuleBindingRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{120}
+	return file_flow_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *DeleteEventRuleBindingRequest) GetEventType() string {
@@ -9476,7 +9888,7 @@ type RackRuleAssociation struct {
 
 func (x *RackRuleAssociation) Reset() {
 	*x = RackRuleAssociation{}
-	mi := &file_flow_proto_msgTypes[121]
+	mi := &file_flow_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9488,7 +9900,7 @@ func (x *RackRuleAssociation) String() string {
 func (*RackRuleAssociation) ProtoMessage() {}
 
 func (x *RackRuleAssociation) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[121]
+	mi := &file_flow_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9501,7 +9913,7 @@ func (x *RackRuleAssociation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RackRuleAssociation.ProtoReflect.Descriptor instead.
 func (*RackRuleAssociation) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{121}
+	return file_flow_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *RackRuleAssociation) GetRackId() *UUID {
@@ -9556,7 +9968,7 @@ type AssociateRuleWithRackRequest struct {
 
 func (x *AssociateRuleWithRackRequest) Reset() {
 	*x = AssociateRuleWithRackRequest{}
-	mi := &file_flow_proto_msgTypes[122]
+	mi := &file_flow_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9568,7 +9980,7 @@ func (x *AssociateRuleWithRackRequest) String() string {
 func (*AssociateRuleWithRackRequest) ProtoMessage() {}
 
 func (x *AssociateRuleWithRackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[122]
+	mi := &file_flow_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9581,7 +9993,7 @@ func (x *AssociateRuleWithRackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssociateRuleWithRackRequest.ProtoReflect.Descriptor instead.
 func (*AssociateRuleWithRackRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{122}
+	return file_flow_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *AssociateRuleWithRackRequest) GetRackId() *UUID {
@@ -9610,7 +10022,7 @@ type DisassociateRuleFromRackRequest struct {
 
 func (x *DisassociateRuleFromRackRequest) Reset() {
 	*x = DisassociateRuleFromRackRequest{}
-	mi := &file_flow_proto_msgTypes[123]
+	mi := &file_flow_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9622,7 +10034,7 @@ func (x *DisassociateRuleFromRackRequest) String() string {
 func (*DisassociateRuleFromRackRequest) ProtoMessage() {}
 
 func (x *DisassociateRuleFromRackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[123]
+	mi := &file_flow_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9635,7 +10047,7 @@ func (x *DisassociateRuleFromRackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisassociateRuleFromRackRequest.ProtoReflect.Descriptor instead.
 func (*DisassociateRuleFromRackRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{123}
+	return file_flow_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *DisassociateRuleFromRackRequest) GetRackId() *UUID {
@@ -9671,7 +10083,7 @@ type GetRackRuleAssociationRequest struct {
 
 func (x *GetRackRuleAssociationRequest) Reset() {
 	*x = GetRackRuleAssociationRequest{}
-	mi := &file_flow_proto_msgTypes[124]
+	mi := &file_flow_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9683,7 +10095,7 @@ func (x *GetRackRuleAssociationRequest) String() string {
 func (*GetRackRuleAssociationRequest) ProtoMessage() {}
 
 func (x *GetRackRuleAssociationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[124]
+	mi := &file_flow_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9696,7 +10108,7 @@ func (x *GetRackRuleAssociationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRackRuleAssociationRequest.ProtoReflect.Descriptor instead.
 func (*GetRackRuleAssociationRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{124}
+	return file_flow_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *GetRackRuleAssociationRequest) GetRackId() *UUID {
@@ -9730,7 +10142,7 @@ type GetRackRuleAssociationResponse struct {
 
 func (x *GetRackRuleAssociationResponse) Reset() {
 	*x = GetRackRuleAssociationResponse{}
-	mi := &file_flow_proto_msgTypes[125]
+	mi := &file_flow_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9742,7 +10154,7 @@ func (x *GetRackRuleAssociationResponse) String() string {
 func (*GetRackRuleAssociationResponse) ProtoMessage() {}
 
 func (x *GetRackRuleAssociationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[125]
+	mi := &file_flow_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9755,7 +10167,7 @@ func (x *GetRackRuleAssociationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRackRuleAssociationResponse.ProtoReflect.Descriptor instead.
 func (*GetRackRuleAssociationResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{125}
+	return file_flow_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *GetRackRuleAssociationResponse) GetRuleId() *UUID {
@@ -9774,7 +10186,7 @@ type ListRackRuleAssociationsRequest struct {
 
 func (x *ListRackRuleAssociationsRequest) Reset() {
 	*x = ListRackRuleAssociationsRequest{}
-	mi := &file_flow_proto_msgTypes[126]
+	mi := &file_flow_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9786,7 +10198,7 @@ func (x *ListRackRuleAssociationsRequest) String() string {
 func (*ListRackRuleAssociationsRequest) ProtoMessage() {}
 
 func (x *ListRackRuleAssociationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[126]
+	mi := &file_flow_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9799,7 +10211,7 @@ func (x *ListRackRuleAssociationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRackRuleAssociationsRequest.ProtoReflect.Descriptor instead.
 func (*ListRackRuleAssociationsRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{126}
+	return file_flow_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *ListRackRuleAssociationsRequest) GetRackId() *UUID {
@@ -9818,7 +10230,7 @@ type ListRackRuleAssociationsResponse struct {
 
 func (x *ListRackRuleAssociationsResponse) Reset() {
 	*x = ListRackRuleAssociationsResponse{}
-	mi := &file_flow_proto_msgTypes[127]
+	mi := &file_flow_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9830,7 +10242,7 @@ func (x *ListRackRuleAssociationsResponse) String() string {
 func (*ListRackRuleAssociationsResponse) ProtoMessage() {}
 
 func (x *ListRackRuleAssociationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[127]
+	mi := &file_flow_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9843,7 +10255,7 @@ func (x *ListRackRuleAssociationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRackRuleAssociationsResponse.ProtoReflect.Descriptor instead.
 func (*ListRackRuleAssociationsResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{127}
+	return file_flow_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *ListRackRuleAssociationsResponse) GetAssociations() []*RackRuleAssociation {
@@ -9869,7 +10281,7 @@ type ScheduleSpec struct {
 
 func (x *ScheduleSpec) Reset() {
 	*x = ScheduleSpec{}
-	mi := &file_flow_proto_msgTypes[128]
+	mi := &file_flow_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9881,7 +10293,7 @@ func (x *ScheduleSpec) String() string {
 func (*ScheduleSpec) ProtoMessage() {}
 
 func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[128]
+	mi := &file_flow_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9894,7 +10306,7 @@ func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleSpec.ProtoReflect.Descriptor instead.
 func (*ScheduleSpec) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{128}
+	return file_flow_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *ScheduleSpec) GetType() ScheduleSpecType {
@@ -9930,7 +10342,7 @@ type ScheduleConfig struct {
 
 func (x *ScheduleConfig) Reset() {
 	*x = ScheduleConfig{}
-	mi := &file_flow_proto_msgTypes[129]
+	mi := &file_flow_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9942,7 +10354,7 @@ func (x *ScheduleConfig) String() string {
 func (*ScheduleConfig) ProtoMessage() {}
 
 func (x *ScheduleConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[129]
+	mi := &file_flow_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9955,7 +10367,7 @@ func (x *ScheduleConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleConfig.ProtoReflect.Descriptor instead.
 func (*ScheduleConfig) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{129}
+	return file_flow_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *ScheduleConfig) GetName() string {
@@ -10010,7 +10422,7 @@ type TaskSchedule struct {
 
 func (x *TaskSchedule) Reset() {
 	*x = TaskSchedule{}
-	mi := &file_flow_proto_msgTypes[130]
+	mi := &file_flow_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10022,7 +10434,7 @@ func (x *TaskSchedule) String() string {
 func (*TaskSchedule) ProtoMessage() {}
 
 func (x *TaskSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[130]
+	mi := &file_flow_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10035,7 +10447,7 @@ func (x *TaskSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSchedule.ProtoReflect.Descriptor instead.
 func (*TaskSchedule) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{130}
+	return file_flow_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *TaskSchedule) GetId() *UUID {
@@ -10136,7 +10548,7 @@ type ScheduledOperation struct {
 
 func (x *ScheduledOperation) Reset() {
 	*x = ScheduledOperation{}
-	mi := &file_flow_proto_msgTypes[131]
+	mi := &file_flow_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10148,7 +10560,7 @@ func (x *ScheduledOperation) String() string {
 func (*ScheduledOperation) ProtoMessage() {}
 
 func (x *ScheduledOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[131]
+	mi := &file_flow_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10161,7 +10573,7 @@ func (x *ScheduledOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduledOperation.ProtoReflect.Descriptor instead.
 func (*ScheduledOperation) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{131}
+	return file_flow_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *ScheduledOperation) GetOperation() isScheduledOperation_Operation {
@@ -10287,7 +10699,7 @@ type TaskScheduleScope struct {
 
 func (x *TaskScheduleScope) Reset() {
 	*x = TaskScheduleScope{}
-	mi := &file_flow_proto_msgTypes[132]
+	mi := &file_flow_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10299,7 +10711,7 @@ func (x *TaskScheduleScope) String() string {
 func (*TaskScheduleScope) ProtoMessage() {}
 
 func (x *TaskScheduleScope) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[132]
+	mi := &file_flow_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10312,7 +10724,7 @@ func (x *TaskScheduleScope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskScheduleScope.ProtoReflect.Descriptor instead.
 func (*TaskScheduleScope) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{132}
+	return file_flow_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *TaskScheduleScope) GetId() *UUID {
@@ -10405,7 +10817,7 @@ type CreateTaskScheduleRequest struct {
 
 func (x *CreateTaskScheduleRequest) Reset() {
 	*x = CreateTaskScheduleRequest{}
-	mi := &file_flow_proto_msgTypes[133]
+	mi := &file_flow_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10417,7 +10829,7 @@ func (x *CreateTaskScheduleRequest) String() string {
 func (*CreateTaskScheduleRequest) ProtoMessage() {}
 
 func (x *CreateTaskScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[133]
+	mi := &file_flow_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10430,7 +10842,7 @@ func (x *CreateTaskScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskScheduleRequest.ProtoReflect.Descriptor instead.
 func (*CreateTaskScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{133}
+	return file_flow_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *CreateTaskScheduleRequest) GetSchedule() *ScheduleConfig {
@@ -10456,7 +10868,7 @@ type GetTaskScheduleRequest struct {
 
 func (x *GetTaskScheduleRequest) Reset() {
 	*x = GetTaskScheduleRequest{}
-	mi := &file_flow_proto_msgTypes[134]
+	mi := &file_flow_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10468,7 +10880,7 @@ func (x *GetTaskScheduleRequest) String() string {
 func (*GetTaskScheduleRequest) ProtoMessage() {}
 
 func (x *GetTaskScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[134]
+	mi := &file_flow_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10481,7 +10893,7 @@ func (x *GetTaskScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskScheduleRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{134}
+	return file_flow_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *GetTaskScheduleRequest) GetId() *UUID {
@@ -10505,7 +10917,7 @@ type ListTaskSchedulesRequest struct {
 
 func (x *ListTaskSchedulesRequest) Reset() {
 	*x = ListTaskSchedulesRequest{}
-	mi := &file_flow_proto_msgTypes[135]
+	mi := &file_flow_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10517,7 +10929,7 @@ func (x *ListTaskSchedulesRequest) String() string {
 func (*ListTaskSchedulesRequest) ProtoMessage() {}
 
 func (x *ListTaskSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[135]
+	mi := &file_flow_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10530,7 +10942,7 @@ func (x *ListTaskSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListTaskSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{135}
+	return file_flow_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *ListTaskSchedulesRequest) GetRackId() *UUID {
@@ -10565,7 +10977,7 @@ type ListTaskSchedulesResponse struct {
 
 func (x *ListTaskSchedulesResponse) Reset() {
 	*x = ListTaskSchedulesResponse{}
-	mi := &file_flow_proto_msgTypes[136]
+	mi := &file_flow_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10577,7 +10989,7 @@ func (x *ListTaskSchedulesResponse) String() string {
 func (*ListTaskSchedulesResponse) ProtoMessage() {}
 
 func (x *ListTaskSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[136]
+	mi := &file_flow_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10590,7 +11002,7 @@ func (x *ListTaskSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListTaskSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{136}
+	return file_flow_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *ListTaskSchedulesResponse) GetTaskSchedules() []*TaskSchedule {
@@ -10622,7 +11034,7 @@ type UpdateTaskScheduleRequest struct {
 
 func (x *UpdateTaskScheduleRequest) Reset() {
 	*x = UpdateTaskScheduleRequest{}
-	mi := &file_flow_proto_msgTypes[137]
+	mi := &file_flow_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10634,7 +11046,7 @@ func (x *UpdateTaskScheduleRequest) String() string {
 func (*UpdateTaskScheduleRequest) ProtoMessage() {}
 
 func (x *UpdateTaskScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[137]
+	mi := &file_flow_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10647,7 +11059,7 @@ func (x *UpdateTaskScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTaskScheduleRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTaskScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{137}
+	return file_flow_proto_rawDescGZIP(), []int{142}
 }
 
 func (x *UpdateTaskScheduleRequest) GetId() *UUID {
@@ -10680,7 +11092,7 @@ type PauseTaskScheduleRequest struct {
 
 func (x *PauseTaskScheduleRequest) Reset() {
 	*x = PauseTaskScheduleRequest{}
-	mi := &file_flow_proto_msgTypes[138]
+	mi := &file_flow_proto_msgTypes[143]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10692,7 +11104,7 @@ func (x *PauseTaskScheduleRequest) String() string {
 func (*PauseTaskScheduleRequest) ProtoMessage() {}
 
 func (x *PauseTaskScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[138]
+	mi := &file_flow_proto_msgTypes[143]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10705,7 +11117,7 @@ func (x *PauseTaskScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseTaskScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PauseTaskScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{138}
+	return file_flow_proto_rawDescGZIP(), []int{143}
 }
 
 func (x *PauseTaskScheduleRequest) GetId() *UUID {
@@ -10724,7 +11136,7 @@ type ResumeTaskScheduleRequest struct {
 
 func (x *ResumeTaskScheduleRequest) Reset() {
 	*x = ResumeTaskScheduleRequest{}
-	mi := &file_flow_proto_msgTypes[139]
+	mi := &file_flow_proto_msgTypes[144]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10736,7 +11148,7 @@ func (x *ResumeTaskScheduleRequest) String() string {
 func (*ResumeTaskScheduleRequest) ProtoMessage() {}
 
 func (x *ResumeTaskScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[139]
+	mi := &file_flow_proto_msgTypes[144]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10749,7 +11161,7 @@ func (x *ResumeTaskScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeTaskScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ResumeTaskScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{139}
+	return file_flow_proto_rawDescGZIP(), []int{144}
 }
 
 func (x *ResumeTaskScheduleRequest) GetId() *UUID {
@@ -10768,7 +11180,7 @@ type DeleteTaskScheduleRequest struct {
 
 func (x *DeleteTaskScheduleRequest) Reset() {
 	*x = DeleteTaskScheduleRequest{}
-	mi := &file_flow_proto_msgTypes[140]
+	mi := &file_flow_proto_msgTypes[145]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10780,7 +11192,7 @@ func (x *DeleteTaskScheduleRequest) String() string {
 func (*DeleteTaskScheduleRequest) ProtoMessage() {}
 
 func (x *DeleteTaskScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[140]
+	mi := &file_flow_proto_msgTypes[145]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10793,7 +11205,7 @@ func (x *DeleteTaskScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTaskScheduleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTaskScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{140}
+	return file_flow_proto_rawDescGZIP(), []int{145}
 }
 
 func (x *DeleteTaskScheduleRequest) GetId() *UUID {
@@ -10812,7 +11224,7 @@ type TriggerTaskScheduleRequest struct {
 
 func (x *TriggerTaskScheduleRequest) Reset() {
 	*x = TriggerTaskScheduleRequest{}
-	mi := &file_flow_proto_msgTypes[141]
+	mi := &file_flow_proto_msgTypes[146]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10824,7 +11236,7 @@ func (x *TriggerTaskScheduleRequest) String() string {
 func (*TriggerTaskScheduleRequest) ProtoMessage() {}
 
 func (x *TriggerTaskScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[141]
+	mi := &file_flow_proto_msgTypes[146]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10837,7 +11249,7 @@ func (x *TriggerTaskScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerTaskScheduleRequest.ProtoReflect.Descriptor instead.
 func (*TriggerTaskScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{141}
+	return file_flow_proto_rawDescGZIP(), []int{146}
 }
 
 func (x *TriggerTaskScheduleRequest) GetId() *UUID {
@@ -10858,7 +11270,7 @@ type AddTaskScheduleScopeRequest struct {
 
 func (x *AddTaskScheduleScopeRequest) Reset() {
 	*x = AddTaskScheduleScopeRequest{}
-	mi := &file_flow_proto_msgTypes[142]
+	mi := &file_flow_proto_msgTypes[147]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10870,7 +11282,7 @@ func (x *AddTaskScheduleScopeRequest) String() string {
 func (*AddTaskScheduleScopeRequest) ProtoMessage() {}
 
 func (x *AddTaskScheduleScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[142]
+	mi := &file_flow_proto_msgTypes[147]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10883,7 +11295,7 @@ func (x *AddTaskScheduleScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTaskScheduleScopeRequest.ProtoReflect.Descriptor instead.
 func (*AddTaskScheduleScopeRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{142}
+	return file_flow_proto_rawDescGZIP(), []int{147}
 }
 
 func (x *AddTaskScheduleScopeRequest) GetScheduleId() *UUID {
@@ -10910,7 +11322,7 @@ type AddTaskScheduleScopeResponse struct {
 
 func (x *AddTaskScheduleScopeResponse) Reset() {
 	*x = AddTaskScheduleScopeResponse{}
-	mi := &file_flow_proto_msgTypes[143]
+	mi := &file_flow_proto_msgTypes[148]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10922,7 +11334,7 @@ func (x *AddTaskScheduleScopeResponse) String() string {
 func (*AddTaskScheduleScopeResponse) ProtoMessage() {}
 
 func (x *AddTaskScheduleScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[143]
+	mi := &file_flow_proto_msgTypes[148]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10935,7 +11347,7 @@ func (x *AddTaskScheduleScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddTaskScheduleScopeResponse.ProtoReflect.Descriptor instead.
 func (*AddTaskScheduleScopeResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{143}
+	return file_flow_proto_rawDescGZIP(), []int{148}
 }
 
 func (x *AddTaskScheduleScopeResponse) GetScopes() []*TaskScheduleScope {
@@ -10955,7 +11367,7 @@ type RemoveTaskScheduleScopeRequest struct {
 
 func (x *RemoveTaskScheduleScopeRequest) Reset() {
 	*x = RemoveTaskScheduleScopeRequest{}
-	mi := &file_flow_proto_msgTypes[144]
+	mi := &file_flow_proto_msgTypes[149]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10967,7 +11379,7 @@ func (x *RemoveTaskScheduleScopeRequest) String() string {
 func (*RemoveTaskScheduleScopeRequest) ProtoMessage() {}
 
 func (x *RemoveTaskScheduleScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[144]
+	mi := &file_flow_proto_msgTypes[149]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10980,7 +11392,7 @@ func (x *RemoveTaskScheduleScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveTaskScheduleScopeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveTaskScheduleScopeRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{144}
+	return file_flow_proto_rawDescGZIP(), []int{149}
 }
 
 func (x *RemoveTaskScheduleScopeRequest) GetScopeId() *UUID {
@@ -11001,7 +11413,7 @@ type UpdateTaskScheduleScopeRequest struct {
 
 func (x *UpdateTaskScheduleScopeRequest) Reset() {
 	*x = UpdateTaskScheduleScopeRequest{}
-	mi := &file_flow_proto_msgTypes[145]
+	mi := &file_flow_proto_msgTypes[150]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11013,7 +11425,7 @@ func (x *UpdateTaskScheduleScopeRequest) String() string {
 func (*UpdateTaskScheduleScopeRequest) ProtoMessage() {}
 
 func (x *UpdateTaskScheduleScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[145]
+	mi := &file_flow_proto_msgTypes[150]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11026,7 +11438,7 @@ func (x *UpdateTaskScheduleScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTaskScheduleScopeRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTaskScheduleScopeRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{145}
+	return file_flow_proto_rawDescGZIP(), []int{150}
 }
 
 func (x *UpdateTaskScheduleScopeRequest) GetScheduleId() *UUID {
@@ -11059,7 +11471,7 @@ type UpdateTaskScheduleScopeResponse struct {
 
 func (x *UpdateTaskScheduleScopeResponse) Reset() {
 	*x = UpdateTaskScheduleScopeResponse{}
-	mi := &file_flow_proto_msgTypes[146]
+	mi := &file_flow_proto_msgTypes[151]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11071,7 +11483,7 @@ func (x *UpdateTaskScheduleScopeResponse) String() string {
 func (*UpdateTaskScheduleScopeResponse) ProtoMessage() {}
 
 func (x *UpdateTaskScheduleScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[146]
+	mi := &file_flow_proto_msgTypes[151]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11084,7 +11496,7 @@ func (x *UpdateTaskScheduleScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTaskScheduleScopeResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTaskScheduleScopeResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{146}
+	return file_flow_proto_rawDescGZIP(), []int{151}
 }
 
 func (x *UpdateTaskScheduleScopeResponse) GetScopes() []*TaskScheduleScope {
@@ -11124,7 +11536,7 @@ type ListTaskScheduleScopesRequest struct {
 
 func (x *ListTaskScheduleScopesRequest) Reset() {
 	*x = ListTaskScheduleScopesRequest{}
-	mi := &file_flow_proto_msgTypes[147]
+	mi := &file_flow_proto_msgTypes[152]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11136,7 +11548,7 @@ func (x *ListTaskScheduleScopesRequest) String() string {
 func (*ListTaskScheduleScopesRequest) ProtoMessage() {}
 
 func (x *ListTaskScheduleScopesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[147]
+	mi := &file_flow_proto_msgTypes[152]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11149,7 +11561,7 @@ func (x *ListTaskScheduleScopesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskScheduleScopesRequest.ProtoReflect.Descriptor instead.
 func (*ListTaskScheduleScopesRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{147}
+	return file_flow_proto_rawDescGZIP(), []int{152}
 }
 
 func (x *ListTaskScheduleScopesRequest) GetScheduleId() *UUID {
@@ -11168,7 +11580,7 @@ type ListTaskScheduleScopesResponse struct {
 
 func (x *ListTaskScheduleScopesResponse) Reset() {
 	*x = ListTaskScheduleScopesResponse{}
-	mi := &file_flow_proto_msgTypes[148]
+	mi := &file_flow_proto_msgTypes[153]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11180,7 +11592,7 @@ func (x *ListTaskScheduleScopesResponse) String() string {
 func (*ListTaskScheduleScopesResponse) ProtoMessage() {}
 
 func (x *ListTaskScheduleScopesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[148]
+	mi := &file_flow_proto_msgTypes[153]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11193,7 +11605,7 @@ func (x *ListTaskScheduleScopesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTaskScheduleScopesResponse.ProtoReflect.Descriptor instead.
 func (*ListTaskScheduleScopesResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{148}
+	return file_flow_proto_rawDescGZIP(), []int{153}
 }
 
 func (x *ListTaskScheduleScopesResponse) GetScopes() []*TaskScheduleScope {
@@ -11215,7 +11627,7 @@ type CheckScheduleConflictsRequest struct {
 
 func (x *CheckScheduleConflictsRequest) Reset() {
 	*x = CheckScheduleConflictsRequest{}
-	mi := &file_flow_proto_msgTypes[149]
+	mi := &file_flow_proto_msgTypes[154]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11227,7 +11639,7 @@ func (x *CheckScheduleConflictsRequest) String() string {
 func (*CheckScheduleConflictsRequest) ProtoMessage() {}
 
 func (x *CheckScheduleConflictsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[149]
+	mi := &file_flow_proto_msgTypes[154]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11240,7 +11652,7 @@ func (x *CheckScheduleConflictsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckScheduleConflictsRequest.ProtoReflect.Descriptor instead.
 func (*CheckScheduleConflictsRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{149}
+	return file_flow_proto_rawDescGZIP(), []int{154}
 }
 
 func (x *CheckScheduleConflictsRequest) GetOperation() *ScheduledOperation {
@@ -11268,7 +11680,7 @@ type CheckScheduleConflictsResponse struct {
 
 func (x *CheckScheduleConflictsResponse) Reset() {
 	*x = CheckScheduleConflictsResponse{}
-	mi := &file_flow_proto_msgTypes[150]
+	mi := &file_flow_proto_msgTypes[155]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11280,7 +11692,7 @@ func (x *CheckScheduleConflictsResponse) String() string {
 func (*CheckScheduleConflictsResponse) ProtoMessage() {}
 
 func (x *CheckScheduleConflictsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[150]
+	mi := &file_flow_proto_msgTypes[155]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11293,7 +11705,7 @@ func (x *CheckScheduleConflictsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckScheduleConflictsResponse.ProtoReflect.Descriptor instead.
 func (*CheckScheduleConflictsResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{150}
+	return file_flow_proto_rawDescGZIP(), []int{155}
 }
 
 func (x *CheckScheduleConflictsResponse) GetConflicts() []*TaskSchedule {
@@ -11320,7 +11732,7 @@ type CreateOperationRunRequest struct {
 
 func (x *CreateOperationRunRequest) Reset() {
 	*x = CreateOperationRunRequest{}
-	mi := &file_flow_proto_msgTypes[151]
+	mi := &file_flow_proto_msgTypes[156]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11332,7 +11744,7 @@ func (x *CreateOperationRunRequest) String() string {
 func (*CreateOperationRunRequest) ProtoMessage() {}
 
 func (x *CreateOperationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[151]
+	mi := &file_flow_proto_msgTypes[156]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11345,7 +11757,7 @@ func (x *CreateOperationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOperationRunRequest.ProtoReflect.Descriptor instead.
 func (*CreateOperationRunRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{151}
+	return file_flow_proto_rawDescGZIP(), []int{156}
 }
 
 func (x *CreateOperationRunRequest) GetName() string {
@@ -11378,7 +11790,7 @@ type CreateOperationRunResponse struct {
 
 func (x *CreateOperationRunResponse) Reset() {
 	*x = CreateOperationRunResponse{}
-	mi := &file_flow_proto_msgTypes[152]
+	mi := &file_flow_proto_msgTypes[157]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11390,7 +11802,7 @@ func (x *CreateOperationRunResponse) String() string {
 func (*CreateOperationRunResponse) ProtoMessage() {}
 
 func (x *CreateOperationRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[152]
+	mi := &file_flow_proto_msgTypes[157]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11403,7 +11815,7 @@ func (x *CreateOperationRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOperationRunResponse.ProtoReflect.Descriptor instead.
 func (*CreateOperationRunResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{152}
+	return file_flow_proto_rawDescGZIP(), []int{157}
 }
 
 func (x *CreateOperationRunResponse) GetId() *UUID {
@@ -11425,7 +11837,7 @@ type GetOperationRunRequest struct {
 
 func (x *GetOperationRunRequest) Reset() {
 	*x = GetOperationRunRequest{}
-	mi := &file_flow_proto_msgTypes[153]
+	mi := &file_flow_proto_msgTypes[158]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11437,7 +11849,7 @@ func (x *GetOperationRunRequest) String() string {
 func (*GetOperationRunRequest) ProtoMessage() {}
 
 func (x *GetOperationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[153]
+	mi := &file_flow_proto_msgTypes[158]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11450,7 +11862,7 @@ func (x *GetOperationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRunRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRunRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{153}
+	return file_flow_proto_rawDescGZIP(), []int{158}
 }
 
 func (x *GetOperationRunRequest) GetId() *UUID {
@@ -11476,7 +11888,7 @@ type GetOperationRunResponse struct {
 
 func (x *GetOperationRunResponse) Reset() {
 	*x = GetOperationRunResponse{}
-	mi := &file_flow_proto_msgTypes[154]
+	mi := &file_flow_proto_msgTypes[159]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11488,7 +11900,7 @@ func (x *GetOperationRunResponse) String() string {
 func (*GetOperationRunResponse) ProtoMessage() {}
 
 func (x *GetOperationRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[154]
+	mi := &file_flow_proto_msgTypes[159]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11501,7 +11913,7 @@ func (x *GetOperationRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRunResponse.ProtoReflect.Descriptor instead.
 func (*GetOperationRunResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{154}
+	return file_flow_proto_rawDescGZIP(), []int{159}
 }
 
 func (x *GetOperationRunResponse) GetOperationRun() *OperationRun {
@@ -11522,7 +11934,7 @@ type ListOperationRunsRequest struct {
 
 func (x *ListOperationRunsRequest) Reset() {
 	*x = ListOperationRunsRequest{}
-	mi := &file_flow_proto_msgTypes[155]
+	mi := &file_flow_proto_msgTypes[160]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11534,7 +11946,7 @@ func (x *ListOperationRunsRequest) String() string {
 func (*ListOperationRunsRequest) ProtoMessage() {}
 
 func (x *ListOperationRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[155]
+	mi := &file_flow_proto_msgTypes[160]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11547,7 +11959,7 @@ func (x *ListOperationRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationRunsRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{155}
+	return file_flow_proto_rawDescGZIP(), []int{160}
 }
 
 func (x *ListOperationRunsRequest) GetFilter() *OperationRunFilter {
@@ -11574,7 +11986,7 @@ type ListOperationRunsResponse struct {
 
 func (x *ListOperationRunsResponse) Reset() {
 	*x = ListOperationRunsResponse{}
-	mi := &file_flow_proto_msgTypes[156]
+	mi := &file_flow_proto_msgTypes[161]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11586,7 +11998,7 @@ func (x *ListOperationRunsResponse) String() string {
 func (*ListOperationRunsResponse) ProtoMessage() {}
 
 func (x *ListOperationRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[156]
+	mi := &file_flow_proto_msgTypes[161]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11599,7 +12011,7 @@ func (x *ListOperationRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationRunsResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{156}
+	return file_flow_proto_rawDescGZIP(), []int{161}
 }
 
 func (x *ListOperationRunsResponse) GetOperationRuns() []*OperationRunSummary {
@@ -11630,7 +12042,7 @@ type OperationRunFilter struct {
 
 func (x *OperationRunFilter) Reset() {
 	*x = OperationRunFilter{}
-	mi := &file_flow_proto_msgTypes[157]
+	mi := &file_flow_proto_msgTypes[162]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11642,7 +12054,7 @@ func (x *OperationRunFilter) String() string {
 func (*OperationRunFilter) ProtoMessage() {}
 
 func (x *OperationRunFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[157]
+	mi := &file_flow_proto_msgTypes[162]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11655,7 +12067,7 @@ func (x *OperationRunFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunFilter.ProtoReflect.Descriptor instead.
 func (*OperationRunFilter) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{157}
+	return file_flow_proto_rawDescGZIP(), []int{162}
 }
 
 func (x *OperationRunFilter) GetName() *StringQueryInfo {
@@ -11690,7 +12102,7 @@ type OperationRunStateFilter struct {
 
 func (x *OperationRunStateFilter) Reset() {
 	*x = OperationRunStateFilter{}
-	mi := &file_flow_proto_msgTypes[158]
+	mi := &file_flow_proto_msgTypes[163]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11702,7 +12114,7 @@ func (x *OperationRunStateFilter) String() string {
 func (*OperationRunStateFilter) ProtoMessage() {}
 
 func (x *OperationRunStateFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[158]
+	mi := &file_flow_proto_msgTypes[163]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11715,7 +12127,7 @@ func (x *OperationRunStateFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunStateFilter.ProtoReflect.Descriptor instead.
 func (*OperationRunStateFilter) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{158}
+	return file_flow_proto_rawDescGZIP(), []int{163}
 }
 
 func (x *OperationRunStateFilter) GetStatus() OperationRunStatus {
@@ -11747,7 +12159,7 @@ type ListOperationRunTargetsRequest struct {
 
 func (x *ListOperationRunTargetsRequest) Reset() {
 	*x = ListOperationRunTargetsRequest{}
-	mi := &file_flow_proto_msgTypes[159]
+	mi := &file_flow_proto_msgTypes[164]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11759,7 +12171,7 @@ func (x *ListOperationRunTargetsRequest) String() string {
 func (*ListOperationRunTargetsRequest) ProtoMessage() {}
 
 func (x *ListOperationRunTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[159]
+	mi := &file_flow_proto_msgTypes[164]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11772,7 +12184,7 @@ func (x *ListOperationRunTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationRunTargetsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationRunTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{159}
+	return file_flow_proto_rawDescGZIP(), []int{164}
 }
 
 func (x *ListOperationRunTargetsRequest) GetOperationRunId() *UUID {
@@ -11813,7 +12225,7 @@ type ListOperationRunTargetsResponse struct {
 
 func (x *ListOperationRunTargetsResponse) Reset() {
 	*x = ListOperationRunTargetsResponse{}
-	mi := &file_flow_proto_msgTypes[160]
+	mi := &file_flow_proto_msgTypes[165]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11825,7 +12237,7 @@ func (x *ListOperationRunTargetsResponse) String() string {
 func (*ListOperationRunTargetsResponse) ProtoMessage() {}
 
 func (x *ListOperationRunTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[160]
+	mi := &file_flow_proto_msgTypes[165]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11838,7 +12250,7 @@ func (x *ListOperationRunTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationRunTargetsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationRunTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{160}
+	return file_flow_proto_rawDescGZIP(), []int{165}
 }
 
 func (x *ListOperationRunTargetsResponse) GetTargets() []*OperationRunTarget {
@@ -11864,7 +12276,7 @@ type PauseOperationRunRequest struct {
 
 func (x *PauseOperationRunRequest) Reset() {
 	*x = PauseOperationRunRequest{}
-	mi := &file_flow_proto_msgTypes[161]
+	mi := &file_flow_proto_msgTypes[166]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11876,7 +12288,7 @@ func (x *PauseOperationRunRequest) String() string {
 func (*PauseOperationRunRequest) ProtoMessage() {}
 
 func (x *PauseOperationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[161]
+	mi := &file_flow_proto_msgTypes[166]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11889,7 +12301,7 @@ func (x *PauseOperationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationRunRequest.ProtoReflect.Descriptor instead.
 func (*PauseOperationRunRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{161}
+	return file_flow_proto_rawDescGZIP(), []int{166}
 }
 
 func (x *PauseOperationRunRequest) GetId() *UUID {
@@ -11908,7 +12320,7 @@ type ResumeOperationRunRequest struct {
 
 func (x *ResumeOperationRunRequest) Reset() {
 	*x = ResumeOperationRunRequest{}
-	mi := &file_flow_proto_msgTypes[162]
+	mi := &file_flow_proto_msgTypes[167]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11920,7 +12332,7 @@ func (x *ResumeOperationRunRequest) String() string {
 func (*ResumeOperationRunRequest) ProtoMessage() {}
 
 func (x *ResumeOperationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[162]
+	mi := &file_flow_proto_msgTypes[167]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11933,7 +12345,7 @@ func (x *ResumeOperationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationRunRequest.ProtoReflect.Descriptor instead.
 func (*ResumeOperationRunRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{162}
+	return file_flow_proto_rawDescGZIP(), []int{167}
 }
 
 func (x *ResumeOperationRunRequest) GetId() *UUID {
@@ -11954,7 +12366,7 @@ type AdvanceOperationRunPhaseRequest struct {
 
 func (x *AdvanceOperationRunPhaseRequest) Reset() {
 	*x = AdvanceOperationRunPhaseRequest{}
-	mi := &file_flow_proto_msgTypes[163]
+	mi := &file_flow_proto_msgTypes[168]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11966,7 +12378,7 @@ func (x *AdvanceOperationRunPhaseRequest) String() string {
 func (*AdvanceOperationRunPhaseRequest) ProtoMessage() {}
 
 func (x *AdvanceOperationRunPhaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[163]
+	mi := &file_flow_proto_msgTypes[168]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11979,7 +12391,7 @@ func (x *AdvanceOperationRunPhaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceOperationRunPhaseRequest.ProtoReflect.Descriptor instead.
 func (*AdvanceOperationRunPhaseRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{163}
+	return file_flow_proto_rawDescGZIP(), []int{168}
 }
 
 func (x *AdvanceOperationRunPhaseRequest) GetId() *UUID {
@@ -12007,7 +12419,7 @@ type CancelOperationRunRequest struct {
 
 func (x *CancelOperationRunRequest) Reset() {
 	*x = CancelOperationRunRequest{}
-	mi := &file_flow_proto_msgTypes[164]
+	mi := &file_flow_proto_msgTypes[169]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12019,7 +12431,7 @@ func (x *CancelOperationRunRequest) String() string {
 func (*CancelOperationRunRequest) ProtoMessage() {}
 
 func (x *CancelOperationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[164]
+	mi := &file_flow_proto_msgTypes[169]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12032,7 +12444,7 @@ func (x *CancelOperationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelOperationRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelOperationRunRequest) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{164}
+	return file_flow_proto_rawDescGZIP(), []int{169}
 }
 
 func (x *CancelOperationRunRequest) GetId() *UUID {
@@ -12062,7 +12474,7 @@ type OperationRunConfiguration struct {
 
 func (x *OperationRunConfiguration) Reset() {
 	*x = OperationRunConfiguration{}
-	mi := &file_flow_proto_msgTypes[165]
+	mi := &file_flow_proto_msgTypes[170]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12074,7 +12486,7 @@ func (x *OperationRunConfiguration) String() string {
 func (*OperationRunConfiguration) ProtoMessage() {}
 
 func (x *OperationRunConfiguration) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[165]
+	mi := &file_flow_proto_msgTypes[170]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12087,7 +12499,7 @@ func (x *OperationRunConfiguration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunConfiguration.ProtoReflect.Descriptor instead.
 func (*OperationRunConfiguration) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{165}
+	return file_flow_proto_rawDescGZIP(), []int{170}
 }
 
 func (x *OperationRunConfiguration) GetSelector() *OperationRunSelector {
@@ -12125,7 +12537,7 @@ type OperationRunSelector struct {
 
 func (x *OperationRunSelector) Reset() {
 	*x = OperationRunSelector{}
-	mi := &file_flow_proto_msgTypes[166]
+	mi := &file_flow_proto_msgTypes[171]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12137,7 +12549,7 @@ func (x *OperationRunSelector) String() string {
 func (*OperationRunSelector) ProtoMessage() {}
 
 func (x *OperationRunSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[166]
+	mi := &file_flow_proto_msgTypes[171]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12150,7 +12562,7 @@ func (x *OperationRunSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunSelector.ProtoReflect.Descriptor instead.
 func (*OperationRunSelector) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{166}
+	return file_flow_proto_rawDescGZIP(), []int{171}
 }
 
 func (x *OperationRunSelector) GetSelector() isOperationRunSelector_Selector {
@@ -12192,7 +12604,7 @@ type PercentageSelector struct {
 
 func (x *PercentageSelector) Reset() {
 	*x = PercentageSelector{}
-	mi := &file_flow_proto_msgTypes[167]
+	mi := &file_flow_proto_msgTypes[172]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12204,7 +12616,7 @@ func (x *PercentageSelector) String() string {
 func (*PercentageSelector) ProtoMessage() {}
 
 func (x *PercentageSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[167]
+	mi := &file_flow_proto_msgTypes[172]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12217,7 +12629,7 @@ func (x *PercentageSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PercentageSelector.ProtoReflect.Descriptor instead.
 func (*PercentageSelector) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{167}
+	return file_flow_proto_rawDescGZIP(), []int{172}
 }
 
 func (x *PercentageSelector) GetPercentage() int32 {
@@ -12254,7 +12666,7 @@ type OperationRunOptions struct {
 
 func (x *OperationRunOptions) Reset() {
 	*x = OperationRunOptions{}
-	mi := &file_flow_proto_msgTypes[168]
+	mi := &file_flow_proto_msgTypes[173]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12266,7 +12678,7 @@ func (x *OperationRunOptions) String() string {
 func (*OperationRunOptions) ProtoMessage() {}
 
 func (x *OperationRunOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[168]
+	mi := &file_flow_proto_msgTypes[173]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12279,7 +12691,7 @@ func (x *OperationRunOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunOptions.ProtoReflect.Descriptor instead.
 func (*OperationRunOptions) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{168}
+	return file_flow_proto_rawDescGZIP(), []int{173}
 }
 
 func (x *OperationRunOptions) GetMaxConcurrentTargets() int32 {
@@ -12328,7 +12740,7 @@ type OperationRunSafetyPolicy struct {
 
 func (x *OperationRunSafetyPolicy) Reset() {
 	*x = OperationRunSafetyPolicy{}
-	mi := &file_flow_proto_msgTypes[169]
+	mi := &file_flow_proto_msgTypes[174]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12340,7 +12752,7 @@ func (x *OperationRunSafetyPolicy) String() string {
 func (*OperationRunSafetyPolicy) ProtoMessage() {}
 
 func (x *OperationRunSafetyPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[169]
+	mi := &file_flow_proto_msgTypes[174]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12353,7 +12765,7 @@ func (x *OperationRunSafetyPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunSafetyPolicy.ProtoReflect.Descriptor instead.
 func (*OperationRunSafetyPolicy) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{169}
+	return file_flow_proto_rawDescGZIP(), []int{174}
 }
 
 func (x *OperationRunSafetyPolicy) GetGates() []*OperationRunSafetyGate {
@@ -12376,7 +12788,7 @@ type OperationRunSafetyGate struct {
 
 func (x *OperationRunSafetyGate) Reset() {
 	*x = OperationRunSafetyGate{}
-	mi := &file_flow_proto_msgTypes[170]
+	mi := &file_flow_proto_msgTypes[175]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12388,7 +12800,7 @@ func (x *OperationRunSafetyGate) String() string {
 func (*OperationRunSafetyGate) ProtoMessage() {}
 
 func (x *OperationRunSafetyGate) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[170]
+	mi := &file_flow_proto_msgTypes[175]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12401,7 +12813,7 @@ func (x *OperationRunSafetyGate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunSafetyGate.ProtoReflect.Descriptor instead.
 func (*OperationRunSafetyGate) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{170}
+	return file_flow_proto_rawDescGZIP(), []int{175}
 }
 
 func (x *OperationRunSafetyGate) GetGate() isOperationRunSafetyGate_Gate {
@@ -12458,7 +12870,7 @@ type OperationRunFailureRateGate struct {
 
 func (x *OperationRunFailureRateGate) Reset() {
 	*x = OperationRunFailureRateGate{}
-	mi := &file_flow_proto_msgTypes[171]
+	mi := &file_flow_proto_msgTypes[176]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12470,7 +12882,7 @@ func (x *OperationRunFailureRateGate) String() string {
 func (*OperationRunFailureRateGate) ProtoMessage() {}
 
 func (x *OperationRunFailureRateGate) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[171]
+	mi := &file_flow_proto_msgTypes[176]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12483,7 +12895,7 @@ func (x *OperationRunFailureRateGate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunFailureRateGate.ProtoReflect.Descriptor instead.
 func (*OperationRunFailureRateGate) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{171}
+	return file_flow_proto_rawDescGZIP(), []int{176}
 }
 
 func (x *OperationRunFailureRateGate) GetScope() OperationRunSafetyGateScope {
@@ -12512,7 +12924,7 @@ type OperationRunFailureCountGate struct {
 
 func (x *OperationRunFailureCountGate) Reset() {
 	*x = OperationRunFailureCountGate{}
-	mi := &file_flow_proto_msgTypes[172]
+	mi := &file_flow_proto_msgTypes[177]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12524,7 +12936,7 @@ func (x *OperationRunFailureCountGate) String() string {
 func (*OperationRunFailureCountGate) ProtoMessage() {}
 
 func (x *OperationRunFailureCountGate) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[172]
+	mi := &file_flow_proto_msgTypes[177]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12537,7 +12949,7 @@ func (x *OperationRunFailureCountGate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunFailureCountGate.ProtoReflect.Descriptor instead.
 func (*OperationRunFailureCountGate) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{172}
+	return file_flow_proto_rawDescGZIP(), []int{177}
 }
 
 func (x *OperationRunFailureCountGate) GetScope() OperationRunSafetyGateScope {
@@ -12568,7 +12980,7 @@ type OperationRunOrderingPolicy struct {
 
 func (x *OperationRunOrderingPolicy) Reset() {
 	*x = OperationRunOrderingPolicy{}
-	mi := &file_flow_proto_msgTypes[173]
+	mi := &file_flow_proto_msgTypes[178]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12580,7 +12992,7 @@ func (x *OperationRunOrderingPolicy) String() string {
 func (*OperationRunOrderingPolicy) ProtoMessage() {}
 
 func (x *OperationRunOrderingPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[173]
+	mi := &file_flow_proto_msgTypes[178]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12593,7 +13005,7 @@ func (x *OperationRunOrderingPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunOrderingPolicy.ProtoReflect.Descriptor instead.
 func (*OperationRunOrderingPolicy) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{173}
+	return file_flow_proto_rawDescGZIP(), []int{178}
 }
 
 func (x *OperationRunOrderingPolicy) GetOrdering() isOperationRunOrderingPolicy_Ordering {
@@ -12648,7 +13060,7 @@ type OperationRunRandomOrdering struct {
 
 func (x *OperationRunRandomOrdering) Reset() {
 	*x = OperationRunRandomOrdering{}
-	mi := &file_flow_proto_msgTypes[174]
+	mi := &file_flow_proto_msgTypes[179]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12660,7 +13072,7 @@ func (x *OperationRunRandomOrdering) String() string {
 func (*OperationRunRandomOrdering) ProtoMessage() {}
 
 func (x *OperationRunRandomOrdering) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[174]
+	mi := &file_flow_proto_msgTypes[179]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12673,7 +13085,7 @@ func (x *OperationRunRandomOrdering) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunRandomOrdering.ProtoReflect.Descriptor instead.
 func (*OperationRunRandomOrdering) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{174}
+	return file_flow_proto_rawDescGZIP(), []int{179}
 }
 
 func (x *OperationRunRandomOrdering) GetSeed() string {
@@ -12694,7 +13106,7 @@ type OperationRunPhysicalLocationOrdering struct {
 
 func (x *OperationRunPhysicalLocationOrdering) Reset() {
 	*x = OperationRunPhysicalLocationOrdering{}
-	mi := &file_flow_proto_msgTypes[175]
+	mi := &file_flow_proto_msgTypes[180]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12706,7 +13118,7 @@ func (x *OperationRunPhysicalLocationOrdering) String() string {
 func (*OperationRunPhysicalLocationOrdering) ProtoMessage() {}
 
 func (x *OperationRunPhysicalLocationOrdering) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[175]
+	mi := &file_flow_proto_msgTypes[180]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12719,7 +13131,7 @@ func (x *OperationRunPhysicalLocationOrdering) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use OperationRunPhysicalLocationOrdering.ProtoReflect.Descriptor instead.
 func (*OperationRunPhysicalLocationOrdering) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{175}
+	return file_flow_proto_rawDescGZIP(), []int{180}
 }
 
 func (x *OperationRunPhysicalLocationOrdering) GetStrategy() OperationRunPhysicalLocationOrdering_Strategy {
@@ -12746,7 +13158,7 @@ type OperationRunPhasePolicy struct {
 
 func (x *OperationRunPhasePolicy) Reset() {
 	*x = OperationRunPhasePolicy{}
-	mi := &file_flow_proto_msgTypes[176]
+	mi := &file_flow_proto_msgTypes[181]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12758,7 +13170,7 @@ func (x *OperationRunPhasePolicy) String() string {
 func (*OperationRunPhasePolicy) ProtoMessage() {}
 
 func (x *OperationRunPhasePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[176]
+	mi := &file_flow_proto_msgTypes[181]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12771,7 +13183,7 @@ func (x *OperationRunPhasePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunPhasePolicy.ProtoReflect.Descriptor instead.
 func (*OperationRunPhasePolicy) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{176}
+	return file_flow_proto_rawDescGZIP(), []int{181}
 }
 
 func (x *OperationRunPhasePolicy) GetPlan() isOperationRunPhasePolicy_Plan {
@@ -12847,7 +13259,7 @@ type EqualOperationRunPhases struct {
 
 func (x *EqualOperationRunPhases) Reset() {
 	*x = EqualOperationRunPhases{}
-	mi := &file_flow_proto_msgTypes[177]
+	mi := &file_flow_proto_msgTypes[182]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12859,7 +13271,7 @@ func (x *EqualOperationRunPhases) String() string {
 func (*EqualOperationRunPhases) ProtoMessage() {}
 
 func (x *EqualOperationRunPhases) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[177]
+	mi := &file_flow_proto_msgTypes[182]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12872,7 +13284,7 @@ func (x *EqualOperationRunPhases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EqualOperationRunPhases.ProtoReflect.Descriptor instead.
 func (*EqualOperationRunPhases) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{177}
+	return file_flow_proto_rawDescGZIP(), []int{182}
 }
 
 func (x *EqualOperationRunPhases) GetPhaseCount() int32 {
@@ -12891,7 +13303,7 @@ type PercentageOperationRunPhases struct {
 
 func (x *PercentageOperationRunPhases) Reset() {
 	*x = PercentageOperationRunPhases{}
-	mi := &file_flow_proto_msgTypes[178]
+	mi := &file_flow_proto_msgTypes[183]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12903,7 +13315,7 @@ func (x *PercentageOperationRunPhases) String() string {
 func (*PercentageOperationRunPhases) ProtoMessage() {}
 
 func (x *PercentageOperationRunPhases) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[178]
+	mi := &file_flow_proto_msgTypes[183]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12916,7 +13328,7 @@ func (x *PercentageOperationRunPhases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PercentageOperationRunPhases.ProtoReflect.Descriptor instead.
 func (*PercentageOperationRunPhases) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{178}
+	return file_flow_proto_rawDescGZIP(), []int{183}
 }
 
 func (x *PercentageOperationRunPhases) GetPhases() []*OperationRunPercentagePhase {
@@ -12936,7 +13348,7 @@ type OperationRunPercentagePhase struct {
 
 func (x *OperationRunPercentagePhase) Reset() {
 	*x = OperationRunPercentagePhase{}
-	mi := &file_flow_proto_msgTypes[179]
+	mi := &file_flow_proto_msgTypes[184]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12948,7 +13360,7 @@ func (x *OperationRunPercentagePhase) String() string {
 func (*OperationRunPercentagePhase) ProtoMessage() {}
 
 func (x *OperationRunPercentagePhase) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[179]
+	mi := &file_flow_proto_msgTypes[184]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12961,7 +13373,7 @@ func (x *OperationRunPercentagePhase) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunPercentagePhase.ProtoReflect.Descriptor instead.
 func (*OperationRunPercentagePhase) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{179}
+	return file_flow_proto_rawDescGZIP(), []int{184}
 }
 
 func (x *OperationRunPercentagePhase) GetPercentage() int32 {
@@ -12983,7 +13395,7 @@ type CountOperationRunPhases struct {
 
 func (x *CountOperationRunPhases) Reset() {
 	*x = CountOperationRunPhases{}
-	mi := &file_flow_proto_msgTypes[180]
+	mi := &file_flow_proto_msgTypes[185]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12995,7 +13407,7 @@ func (x *CountOperationRunPhases) String() string {
 func (*CountOperationRunPhases) ProtoMessage() {}
 
 func (x *CountOperationRunPhases) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[180]
+	mi := &file_flow_proto_msgTypes[185]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13008,7 +13420,7 @@ func (x *CountOperationRunPhases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountOperationRunPhases.ProtoReflect.Descriptor instead.
 func (*CountOperationRunPhases) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{180}
+	return file_flow_proto_rawDescGZIP(), []int{185}
 }
 
 func (x *CountOperationRunPhases) GetPhases() []*OperationRunCountPhase {
@@ -13028,7 +13440,7 @@ type OperationRunCountPhase struct {
 
 func (x *OperationRunCountPhase) Reset() {
 	*x = OperationRunCountPhase{}
-	mi := &file_flow_proto_msgTypes[181]
+	mi := &file_flow_proto_msgTypes[186]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13040,7 +13452,7 @@ func (x *OperationRunCountPhase) String() string {
 func (*OperationRunCountPhase) ProtoMessage() {}
 
 func (x *OperationRunCountPhase) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[181]
+	mi := &file_flow_proto_msgTypes[186]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13053,7 +13465,7 @@ func (x *OperationRunCountPhase) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunCountPhase.ProtoReflect.Descriptor instead.
 func (*OperationRunCountPhase) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{181}
+	return file_flow_proto_rawDescGZIP(), []int{186}
 }
 
 func (x *OperationRunCountPhase) GetCount() int32 {
@@ -13075,7 +13487,7 @@ type OperationRunPhaseAdvancePolicy struct {
 
 func (x *OperationRunPhaseAdvancePolicy) Reset() {
 	*x = OperationRunPhaseAdvancePolicy{}
-	mi := &file_flow_proto_msgTypes[182]
+	mi := &file_flow_proto_msgTypes[187]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13087,7 +13499,7 @@ func (x *OperationRunPhaseAdvancePolicy) String() string {
 func (*OperationRunPhaseAdvancePolicy) ProtoMessage() {}
 
 func (x *OperationRunPhaseAdvancePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[182]
+	mi := &file_flow_proto_msgTypes[187]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13100,7 +13512,7 @@ func (x *OperationRunPhaseAdvancePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunPhaseAdvancePolicy.ProtoReflect.Descriptor instead.
 func (*OperationRunPhaseAdvancePolicy) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{182}
+	return file_flow_proto_rawDescGZIP(), []int{187}
 }
 
 func (x *OperationRunPhaseAdvancePolicy) GetAutoAdvance() bool {
@@ -13123,7 +13535,7 @@ type OperationRunConflictPolicy struct {
 
 func (x *OperationRunConflictPolicy) Reset() {
 	*x = OperationRunConflictPolicy{}
-	mi := &file_flow_proto_msgTypes[183]
+	mi := &file_flow_proto_msgTypes[188]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13135,7 +13547,7 @@ func (x *OperationRunConflictPolicy) String() string {
 func (*OperationRunConflictPolicy) ProtoMessage() {}
 
 func (x *OperationRunConflictPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[183]
+	mi := &file_flow_proto_msgTypes[188]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13148,7 +13560,7 @@ func (x *OperationRunConflictPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunConflictPolicy.ProtoReflect.Descriptor instead.
 func (*OperationRunConflictPolicy) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{183}
+	return file_flow_proto_rawDescGZIP(), []int{188}
 }
 
 func (x *OperationRunConflictPolicy) GetStrategy() isOperationRunConflictPolicy_Strategy {
@@ -13192,7 +13604,7 @@ type OperationRunConflictRetryPolicy struct {
 
 func (x *OperationRunConflictRetryPolicy) Reset() {
 	*x = OperationRunConflictRetryPolicy{}
-	mi := &file_flow_proto_msgTypes[184]
+	mi := &file_flow_proto_msgTypes[189]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13204,7 +13616,7 @@ func (x *OperationRunConflictRetryPolicy) String() string {
 func (*OperationRunConflictRetryPolicy) ProtoMessage() {}
 
 func (x *OperationRunConflictRetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[184]
+	mi := &file_flow_proto_msgTypes[189]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13217,7 +13629,7 @@ func (x *OperationRunConflictRetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunConflictRetryPolicy.ProtoReflect.Descriptor instead.
 func (*OperationRunConflictRetryPolicy) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{184}
+	return file_flow_proto_rawDescGZIP(), []int{189}
 }
 
 func (x *OperationRunConflictRetryPolicy) GetRetryTimeout() *durationpb.Duration {
@@ -13256,7 +13668,7 @@ type OperationRunOperation struct {
 
 func (x *OperationRunOperation) Reset() {
 	*x = OperationRunOperation{}
-	mi := &file_flow_proto_msgTypes[185]
+	mi := &file_flow_proto_msgTypes[190]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13268,7 +13680,7 @@ func (x *OperationRunOperation) String() string {
 func (*OperationRunOperation) ProtoMessage() {}
 
 func (x *OperationRunOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[185]
+	mi := &file_flow_proto_msgTypes[190]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13281,7 +13693,7 @@ func (x *OperationRunOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunOperation.ProtoReflect.Descriptor instead.
 func (*OperationRunOperation) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{185}
+	return file_flow_proto_rawDescGZIP(), []int{190}
 }
 
 func (x *OperationRunOperation) GetOperation() isOperationRunOperation_Operation {
@@ -13335,7 +13747,7 @@ type OperationRunTargetScope struct {
 
 func (x *OperationRunTargetScope) Reset() {
 	*x = OperationRunTargetScope{}
-	mi := &file_flow_proto_msgTypes[186]
+	mi := &file_flow_proto_msgTypes[191]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13347,7 +13759,7 @@ func (x *OperationRunTargetScope) String() string {
 func (*OperationRunTargetScope) ProtoMessage() {}
 
 func (x *OperationRunTargetScope) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[186]
+	mi := &file_flow_proto_msgTypes[191]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13360,7 +13772,7 @@ func (x *OperationRunTargetScope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunTargetScope.ProtoReflect.Descriptor instead.
 func (*OperationRunTargetScope) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{186}
+	return file_flow_proto_rawDescGZIP(), []int{191}
 }
 
 func (x *OperationRunTargetScope) GetExcludeOperationRunIds() []*UUID {
@@ -13390,7 +13802,7 @@ type OperationRun struct {
 
 func (x *OperationRun) Reset() {
 	*x = OperationRun{}
-	mi := &file_flow_proto_msgTypes[187]
+	mi := &file_flow_proto_msgTypes[192]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13402,7 +13814,7 @@ func (x *OperationRun) String() string {
 func (*OperationRun) ProtoMessage() {}
 
 func (x *OperationRun) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[187]
+	mi := &file_flow_proto_msgTypes[192]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13415,7 +13827,7 @@ func (x *OperationRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRun.ProtoReflect.Descriptor instead.
 func (*OperationRun) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{187}
+	return file_flow_proto_rawDescGZIP(), []int{192}
 }
 
 func (x *OperationRun) GetSummary() *OperationRunSummary {
@@ -13461,7 +13873,7 @@ type OperationRunSummary struct {
 
 func (x *OperationRunSummary) Reset() {
 	*x = OperationRunSummary{}
-	mi := &file_flow_proto_msgTypes[188]
+	mi := &file_flow_proto_msgTypes[193]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13473,7 +13885,7 @@ func (x *OperationRunSummary) String() string {
 func (*OperationRunSummary) ProtoMessage() {}
 
 func (x *OperationRunSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[188]
+	mi := &file_flow_proto_msgTypes[193]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13486,7 +13898,7 @@ func (x *OperationRunSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunSummary.ProtoReflect.Descriptor instead.
 func (*OperationRunSummary) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{188}
+	return file_flow_proto_rawDescGZIP(), []int{193}
 }
 
 func (x *OperationRunSummary) GetId() *UUID {
@@ -13576,7 +13988,7 @@ type OperationRunState struct {
 
 func (x *OperationRunState) Reset() {
 	*x = OperationRunState{}
-	mi := &file_flow_proto_msgTypes[189]
+	mi := &file_flow_proto_msgTypes[194]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13588,7 +14000,7 @@ func (x *OperationRunState) String() string {
 func (*OperationRunState) ProtoMessage() {}
 
 func (x *OperationRunState) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[189]
+	mi := &file_flow_proto_msgTypes[194]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13601,7 +14013,7 @@ func (x *OperationRunState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunState.ProtoReflect.Descriptor instead.
 func (*OperationRunState) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{189}
+	return file_flow_proto_rawDescGZIP(), []int{194}
 }
 
 func (x *OperationRunState) GetStatus() OperationRunStatus {
@@ -13630,7 +14042,7 @@ type OperationKind struct {
 
 func (x *OperationKind) Reset() {
 	*x = OperationKind{}
-	mi := &file_flow_proto_msgTypes[190]
+	mi := &file_flow_proto_msgTypes[195]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13642,7 +14054,7 @@ func (x *OperationKind) String() string {
 func (*OperationKind) ProtoMessage() {}
 
 func (x *OperationKind) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[190]
+	mi := &file_flow_proto_msgTypes[195]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13655,7 +14067,7 @@ func (x *OperationKind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationKind.ProtoReflect.Descriptor instead.
 func (*OperationKind) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{190}
+	return file_flow_proto_rawDescGZIP(), []int{195}
 }
 
 func (x *OperationKind) GetType() OperationType {
@@ -13682,7 +14094,7 @@ type OperationRunStats struct {
 
 func (x *OperationRunStats) Reset() {
 	*x = OperationRunStats{}
-	mi := &file_flow_proto_msgTypes[191]
+	mi := &file_flow_proto_msgTypes[196]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13694,7 +14106,7 @@ func (x *OperationRunStats) String() string {
 func (*OperationRunStats) ProtoMessage() {}
 
 func (x *OperationRunStats) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[191]
+	mi := &file_flow_proto_msgTypes[196]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13707,7 +14119,7 @@ func (x *OperationRunStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunStats.ProtoReflect.Descriptor instead.
 func (*OperationRunStats) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{191}
+	return file_flow_proto_rawDescGZIP(), []int{196}
 }
 
 func (x *OperationRunStats) GetCurrentPhaseStats() *OperationRunPhaseStats {
@@ -13737,7 +14149,7 @@ type OperationRunPhaseStats struct {
 
 func (x *OperationRunPhaseStats) Reset() {
 	*x = OperationRunPhaseStats{}
-	mi := &file_flow_proto_msgTypes[192]
+	mi := &file_flow_proto_msgTypes[197]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13749,7 +14161,7 @@ func (x *OperationRunPhaseStats) String() string {
 func (*OperationRunPhaseStats) ProtoMessage() {}
 
 func (x *OperationRunPhaseStats) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[192]
+	mi := &file_flow_proto_msgTypes[197]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13762,7 +14174,7 @@ func (x *OperationRunPhaseStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunPhaseStats.ProtoReflect.Descriptor instead.
 func (*OperationRunPhaseStats) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{192}
+	return file_flow_proto_rawDescGZIP(), []int{197}
 }
 
 func (x *OperationRunPhaseStats) GetPhaseIndex() int32 {
@@ -13798,7 +14210,7 @@ type OperationRunTargetOutcomeCounts struct {
 
 func (x *OperationRunTargetOutcomeCounts) Reset() {
 	*x = OperationRunTargetOutcomeCounts{}
-	mi := &file_flow_proto_msgTypes[193]
+	mi := &file_flow_proto_msgTypes[198]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13810,7 +14222,7 @@ func (x *OperationRunTargetOutcomeCounts) String() string {
 func (*OperationRunTargetOutcomeCounts) ProtoMessage() {}
 
 func (x *OperationRunTargetOutcomeCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[193]
+	mi := &file_flow_proto_msgTypes[198]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13823,7 +14235,7 @@ func (x *OperationRunTargetOutcomeCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunTargetOutcomeCounts.ProtoReflect.Descriptor instead.
 func (*OperationRunTargetOutcomeCounts) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{193}
+	return file_flow_proto_rawDescGZIP(), []int{198}
 }
 
 func (x *OperationRunTargetOutcomeCounts) GetCompleted() int32 {
@@ -13878,7 +14290,7 @@ type OperationRunTarget struct {
 
 func (x *OperationRunTarget) Reset() {
 	*x = OperationRunTarget{}
-	mi := &file_flow_proto_msgTypes[194]
+	mi := &file_flow_proto_msgTypes[199]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13890,7 +14302,7 @@ func (x *OperationRunTarget) String() string {
 func (*OperationRunTarget) ProtoMessage() {}
 
 func (x *OperationRunTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_proto_msgTypes[194]
+	mi := &file_flow_proto_msgTypes[199]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13903,7 +14315,7 @@ func (x *OperationRunTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRunTarget.ProtoReflect.Descriptor instead.
 func (*OperationRunTarget) Descriptor() ([]byte, []int) {
-	return file_flow_proto_rawDescGZIP(), []int{194}
+	return file_flow_proto_rawDescGZIP(), []int{199}
 }
 
 func (x *OperationRunTarget) GetId() *UUID {
@@ -13990,6 +14402,222 @@ func (x *OperationRunTarget) GetRackExternalId() string {
 	return ""
 }
 
+// Flow's copy of the latest aggregate health report NICo Core holds for a
+// rack or a component.
+type HealthReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	TriggeredBy   *string                `protobuf:"bytes,2,opt,name=triggered_by,json=triggeredBy,proto3,oneof" json:"triggered_by,omitempty"`
+	ObservedAt    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=observed_at,json=observedAt,proto3,oneof" json:"observed_at,omitempty"`
+	Successes     []*HealthProbeSuccess  `protobuf:"bytes,4,rep,name=successes,proto3" json:"successes,omitempty"`
+	Alerts        []*HealthProbeAlert    `protobuf:"bytes,5,rep,name=alerts,proto3" json:"alerts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthReport) Reset() {
+	*x = HealthReport{}
+	mi := &file_flow_proto_msgTypes[200]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthReport) ProtoMessage() {}
+
+func (x *HealthReport) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_proto_msgTypes[200]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthReport.ProtoReflect.Descriptor instead.
+func (*HealthReport) Descriptor() ([]byte, []int) {
+	return file_flow_proto_rawDescGZIP(), []int{200}
+}
+
+func (x *HealthReport) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *HealthReport) GetTriggeredBy() string {
+	if x != nil && x.TriggeredBy != nil {
+		return *x.TriggeredBy
+	}
+	return ""
+}
+
+func (x *HealthReport) GetObservedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ObservedAt
+	}
+	return nil
+}
+
+func (x *HealthReport) GetSuccesses() []*HealthProbeSuccess {
+	if x != nil {
+		return x.Successes
+	}
+	return nil
+}
+
+func (x *HealthReport) GetAlerts() []*HealthProbeAlert {
+	if x != nil {
+		return x.Alerts
+	}
+	return nil
+}
+
+type HealthProbeSuccess struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Target        *string                `protobuf:"bytes,2,opt,name=target,proto3,oneof" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthProbeSuccess) Reset() {
+	*x = HealthProbeSuccess{}
+	mi := &file_flow_proto_msgTypes[201]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthProbeSuccess) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthProbeSuccess) ProtoMessage() {}
+
+func (x *HealthProbeSuccess) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_proto_msgTypes[201]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthProbeSuccess.ProtoReflect.Descriptor instead.
+func (*HealthProbeSuccess) Descriptor() ([]byte, []int) {
+	return file_flow_proto_rawDescGZIP(), []int{201}
+}
+
+func (x *HealthProbeSuccess) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *HealthProbeSuccess) GetTarget() string {
+	if x != nil && x.Target != nil {
+		return *x.Target
+	}
+	return ""
+}
+
+type HealthProbeAlert struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// probe ID (e.g. Maintenance, HostUpdateInProgress)
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Target        *string                `protobuf:"bytes,2,opt,name=target,proto3,oneof" json:"target,omitempty"`
+	InAlertSince  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=in_alert_since,json=inAlertSince,proto3,oneof" json:"in_alert_since,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	TenantMessage *string                `protobuf:"bytes,5,opt,name=tenant_message,json=tenantMessage,proto3,oneof" json:"tenant_message,omitempty"`
+	// Core classification names (e.g. PreventAllocations)
+	Classifications []string `protobuf:"bytes,6,rep,name=classifications,proto3" json:"classifications,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *HealthProbeAlert) Reset() {
+	*x = HealthProbeAlert{}
+	mi := &file_flow_proto_msgTypes[202]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthProbeAlert) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthProbeAlert) ProtoMessage() {}
+
+func (x *HealthProbeAlert) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_proto_msgTypes[202]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthProbeAlert.ProtoReflect.Descriptor instead.
+func (*HealthProbeAlert) Descriptor() ([]byte, []int) {
+	return file_flow_proto_rawDescGZIP(), []int{202}
+}
+
+func (x *HealthProbeAlert) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *HealthProbeAlert) GetTarget() string {
+	if x != nil && x.Target != nil {
+		return *x.Target
+	}
+	return ""
+}
+
+func (x *HealthProbeAlert) GetInAlertSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.InAlertSince
+	}
+	return nil
+}
+
+func (x *HealthProbeAlert) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *HealthProbeAlert) GetTenantMessage() string {
+	if x != nil && x.TenantMessage != nil {
+		return *x.TenantMessage
+	}
+	return ""
+}
+
+func (x *HealthProbeAlert) GetClassifications() []string {
+	if x != nil {
+		return x.Classifications
+	}
+	return nil
+}
+
 var File_flow_proto protoreflect.FileDescriptor
 
 const file_flow_proto_rawDesc = "" +
@@ -14054,7 +14682,7 @@ const file_flow_proto_rawDesc = "" +
 	"rack_field\x18\x01 \x01(\x0e2\x14.v1.RackOrderByFieldH\x00R\trackField\x12D\n" +
 	"\x0fcomponent_field\x18\x02 \x01(\x0e2\x19.v1.ComponentOrderByFieldH\x00R\x0ecomponentField\x12\x1c\n" +
 	"\tdirection\x18\x03 \x01(\tR\tdirectionB\a\n" +
-	"\x05field\"\xb8\x02\n" +
+	"\x05field\"\xda\x03\n" +
 	"\x04Rack\x12\"\n" +
 	"\x04info\x18\x01 \x01(\v2\x0e.v1.DeviceInfoR\x04info\x12(\n" +
 	"\blocation\x18\x02 \x01(\v2\f.v1.LocationR\blocation\x12-\n" +
@@ -14066,7 +14694,12 @@ const file_flow_proto_rawDesc = "" +
 	"task_stats\x18\x05 \x01(\v2\r.v1.TaskStatsR\ttaskStats\x12\x1f\n" +
 	"\vexternal_id\x18\x06 \x01(\tR\n" +
 	"externalId\x124\n" +
-	"\x10operation_status\x18\a \x01(\x0e2\t.v1.PhaseR\x0foperationStatus\"\xee\x04\n" +
+	"\x10operation_status\x18\a \x01(\x0e2\t.v1.PhaseR\x0foperationStatus\x12(\n" +
+	"\x06health\x18\b \x01(\v2\x10.v1.HealthReportR\x06health\x12+\n" +
+	"\x0frack_profile_id\x18\t \x01(\tH\x00R\rrackProfileId\x88\x01\x01\x125\n" +
+	"\x17nvl_domain_external_ids\x18\n" +
+	" \x03(\tR\x14nvlDomainExternalIdsB\x12\n" +
+	"\x10_rack_profile_id\"\xed\x05\n" +
 	"\tComponent\x12%\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x11.v1.ComponentTypeR\x04type\x12\"\n" +
 	"\x04info\x18\x02 \x01(\v2\x0e.v1.DeviceInfoR\x04info\x12)\n" +
@@ -14085,7 +14718,10 @@ const file_flow_proto_rawDesc = "" +
 	"\n" +
 	"task_stats\x18\f \x01(\v2\r.v1.TaskStatsR\ttaskStats\x12(\n" +
 	"\x10rack_external_id\x18\r \x01(\tR\x0erackExternalId\x12H\n" +
-	"\x14leak_handling_status\x18\x0e \x01(\x0e2\x16.v1.LeakHandlingStatusR\x12leakHandlingStatus\"\x95\x01\n" +
+	"\x14leak_handling_status\x18\x0e \x01(\x0e2\x16.v1.LeakHandlingStatusR\x12leakHandlingStatus\x12(\n" +
+	"\x06health\x18\x0f \x01(\v2\x10.v1.HealthReportR\x06health\x128\n" +
+	"\x16nvl_domain_external_id\x18\x10 \x01(\tH\x00R\x13nvlDomainExternalId\x88\x01\x01B\x19\n" +
+	"\x17_nvl_domain_external_id\"\x95\x01\n" +
 	"\x18ComponentOperationStatus\x12\x1f\n" +
 	"\x05phase\x18\x01 \x01(\x0e2\t.v1.PhaseR\x05phase\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12@\n" +
@@ -14093,11 +14729,16 @@ const file_flow_proto_rawDesc = "" +
 	"\tTaskStats\x12,\n" +
 	"\x12waiting_task_count\x18\x01 \x01(\rR\x10waitingTaskCount\x12,\n" +
 	"\x12pending_task_count\x18\x02 \x01(\rR\x10pendingTaskCount\x12,\n" +
-	"\x12running_task_count\x18\x03 \x01(\rR\x10runningTaskCount\";\n" +
+	"\x12running_task_count\x18\x03 \x01(\rR\x10runningTaskCount\"\xb2\x01\n" +
 	"\tNVLDomain\x12.\n" +
 	"\n" +
 	"identifier\x18\x01 \x01(\v2\x0e.v1.IdentifierR\n" +
-	"identifier\"\xba\x01\n" +
+	"identifier\x12$\n" +
+	"\vexternal_id\x18\x02 \x01(\tH\x00R\n" +
+	"externalId\x88\x01\x01\x12+\n" +
+	"\x0fnmxc_cluster_id\x18\x03 \x01(\tH\x01R\rnmxcClusterId\x88\x01\x01B\x0e\n" +
+	"\f_external_idB\x12\n" +
+	"\x10_nmxc_cluster_id\"\xba\x01\n" +
 	"\x13OperationTargetSpec\x12'\n" +
 	"\x05racks\x18\x01 \x01(\v2\x0f.v1.RackTargetsH\x00R\x05racks\x126\n" +
 	"\n" +
@@ -14128,10 +14769,12 @@ const file_flow_proto_rawDesc = "" +
 	"\x04type\x18\x01 \x01(\x0e2\x11.v1.ComponentTypeR\x04type\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\"A\n" +
 	"\x10NVLDomainTargets\x12-\n" +
-	"\atargets\x18\x01 \x03(\v2\x13.v1.NVLDomainTargetR\atargets\"\x8d\x01\n" +
+	"\atargets\x18\x01 \x03(\v2\x13.v1.NVLDomainTargetR\atargets\"\xb0\x01\n" +
 	"\x0fNVLDomainTarget\x12\x1a\n" +
 	"\x02id\x18\x01 \x01(\v2\b.v1.UUIDH\x00R\x02id\x12\x14\n" +
-	"\x04name\x18\x02 \x01(\tH\x00R\x04name\x12:\n" +
+	"\x04name\x18\x02 \x01(\tH\x00R\x04name\x12!\n" +
+	"\vexternal_id\x18\x04 \x01(\tH\x00R\n" +
+	"externalId\x12:\n" +
 	"\x0fcomponent_types\x18\x03 \x03(\x0e2\x11.v1.ComponentTypeR\x0ecomponentTypesB\f\n" +
 	"\n" +
 	"identifier\"9\n" +
@@ -14167,7 +14810,7 @@ const file_flow_proto_rawDesc = "" +
 	"serialInfo\x12'\n" +
 	"\x0fwith_components\x18\x02 \x01(\bR\x0ewithComponents\"3\n" +
 	"\x13GetRackInfoResponse\x12\x1c\n" +
-	"\x04rack\x18\x01 \x01(\v2\b.v1.RackR\x04rack\"\xe4\x01\n" +
+	"\x04rack\x18\x01 \x01(\v2\b.v1.RackR\x04rack\"\x97\x02\n" +
 	"\x15GetListOfRacksRequest\x12$\n" +
 	"\afilters\x18\x01 \x03(\v2\n" +
 	".v1.FilterR\afilters\x12'\n" +
@@ -14175,7 +14818,8 @@ const file_flow_proto_rawDesc = "" +
 	"\n" +
 	"pagination\x18\x03 \x01(\v2\x0e.v1.PaginationH\x00R\n" +
 	"pagination\x88\x01\x01\x12+\n" +
-	"\border_by\x18\x04 \x01(\v2\v.v1.OrderByH\x01R\aorderBy\x88\x01\x01B\r\n" +
+	"\border_by\x18\x04 \x01(\v2\v.v1.OrderByH\x01R\aorderBy\x88\x01\x01\x121\n" +
+	"\x15with_external_id_only\x18\x05 \x01(\bR\x12withExternalIdOnlyB\r\n" +
 	"\v_paginationB\v\n" +
 	"\t_order_by\"N\n" +
 	"\x16GetListOfRacksResponse\x12\x1e\n" +
@@ -14298,6 +14942,34 @@ const file_flow_proto_rawDesc = "" +
 	"\x1bGetListOfNVLDomainsResponse\x12.\n" +
 	"\vnvl_domains\x18\x01 \x03(\v2\r.v1.NVLDomainR\n" +
 	"nvlDomains\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x05R\x05total\"Q\n" +
+	"\x16GetNVLinkDomainRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
+	"\x0fwith_components\x18\x02 \x01(\bR\x0ewithComponents\"\xaa\x02\n" +
+	"\fNVLinkDomain\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1f\n" +
+	"\btopology\x18\x03 \x01(\tH\x00R\btopology\x88\x01\x01\x124\n" +
+	"\x10operation_status\x18\x04 \x01(\x0e2\t.v1.PhaseR\x0foperationStatus\x12-\n" +
+	"\n" +
+	"components\x18\x05 \x03(\v2\r.v1.ComponentR\n" +
+	"components\x12+\n" +
+	"\x0fnmxc_cluster_id\x18\x06 \x01(\tH\x01R\rnmxcClusterId\x88\x01\x01\x12\"\n" +
+	"\rrack_group_id\x18\a \x01(\tR\vrackGroupIdB\v\n" +
+	"\t_topologyB\x12\n" +
+	"\x10_nmxc_cluster_id\"C\n" +
+	"\x17GetNVLinkDomainResponse\x12(\n" +
+	"\x06domain\x18\x01 \x01(\v2\x10.v1.NVLinkDomainR\x06domain\"\xd0\x01\n" +
+	"\x1dGetListOfNVLinkDomainsRequest\x12'\n" +
+	"\x04info\x18\x01 \x01(\v2\x13.v1.StringQueryInfoR\x04info\x12'\n" +
+	"\x0fwith_components\x18\x02 \x01(\bR\x0ewithComponents\x123\n" +
+	"\n" +
+	"pagination\x18\x03 \x01(\v2\x0e.v1.PaginationH\x00R\n" +
+	"pagination\x88\x01\x01\x12\x19\n" +
+	"\border_by\x18\x04 \x01(\tR\aorderByB\r\n" +
+	"\v_pagination\"b\n" +
+	"\x1eGetListOfNVLinkDomainsResponse\x12*\n" +
+	"\adomains\x18\x01 \x03(\v2\x10.v1.NVLinkDomainR\adomains\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x05R\x05total\"a\n" +
 	"\x1bGetRacksForNVLDomainRequest\x12B\n" +
 	"\x15nvl_domain_identifier\x18\x01 \x01(\v2\x0e.v1.IdentifierR\x13nvlDomainIdentifier\">\n" +
@@ -14966,7 +15638,30 @@ const file_flow_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12(\n" +
-	"\x10rack_external_id\x18\f \x01(\tR\x0erackExternalId*\xd1\x01\n" +
+	"\x10rack_external_id\x18\f \x01(\tR\x0erackExternalId\"\x95\x02\n" +
+	"\fHealthReport\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12&\n" +
+	"\ftriggered_by\x18\x02 \x01(\tH\x00R\vtriggeredBy\x88\x01\x01\x12@\n" +
+	"\vobserved_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampH\x01R\n" +
+	"observedAt\x88\x01\x01\x124\n" +
+	"\tsuccesses\x18\x04 \x03(\v2\x16.v1.HealthProbeSuccessR\tsuccesses\x12,\n" +
+	"\x06alerts\x18\x05 \x03(\v2\x14.v1.HealthProbeAlertR\x06alertsB\x0f\n" +
+	"\r_triggered_byB\x0e\n" +
+	"\f_observed_at\"L\n" +
+	"\x12HealthProbeSuccess\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\x06target\x18\x02 \x01(\tH\x00R\x06target\x88\x01\x01B\t\n" +
+	"\a_target\"\xa7\x02\n" +
+	"\x10HealthProbeAlert\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\x06target\x18\x02 \x01(\tH\x00R\x06target\x88\x01\x01\x12E\n" +
+	"\x0ein_alert_since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampH\x01R\finAlertSince\x88\x01\x01\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12*\n" +
+	"\x0etenant_message\x18\x05 \x01(\tH\x02R\rtenantMessage\x88\x01\x01\x12(\n" +
+	"\x0fclassifications\x18\x06 \x03(\tR\x0fclassificationsB\t\n" +
+	"\a_targetB\x11\n" +
+	"\x0f_in_alert_sinceB\x11\n" +
+	"\x0f_tenant_message*\xd1\x01\n" +
 	"\rComponentType\x12\x1a\n" +
 	"\x16COMPONENT_TYPE_UNKNOWN\x10\x00\x12\x1a\n" +
 	"\x16COMPONENT_TYPE_COMPUTE\x10\x01\x12\x1b\n" +
@@ -15130,7 +15825,7 @@ const file_flow_proto_rawDesc = "" +
 	"\x1bOperationRunSafetyGateScope\x12+\n" +
 	"'OPERATION_RUN_SAFETY_GATE_SCOPE_UNKNOWN\x10\x00\x121\n" +
 	"-OPERATION_RUN_SAFETY_GATE_SCOPE_CURRENT_PHASE\x10\x01\x122\n" +
-	".OPERATION_RUN_SAFETY_GATE_SCOPE_CUMULATIVE_RUN\x10\x022\xfc+\n" +
+	".OPERATION_RUN_SAFETY_GATE_SCOPE_CUMULATIVE_RUN\x10\x022\xa9-\n" +
 	"\x04Flow\x12,\n" +
 	"\aVersion\x12\x12.v1.VersionRequest\x1a\r.v1.BuildInfo\x12E\n" +
 	"\x12CreateTaskSchedule\x12\x1d.v1.CreateTaskScheduleRequest\x1a\x10.v1.TaskSchedule\x12?\n" +
@@ -15175,7 +15870,9 @@ const file_flow_proto_rawDesc = "" +
 	"\x16AttachRacksToNVLDomain\x12!.v1.AttachRacksToNVLDomainRequest\x1a\x16.google.protobuf.Empty\x12W\n" +
 	"\x18DetachRacksFromNVLDomain\x12#.v1.DetachRacksFromNVLDomainRequest\x1a\x16.google.protobuf.Empty\x12V\n" +
 	"\x13GetListOfNVLDomains\x12\x1e.v1.GetListOfNVLDomainsRequest\x1a\x1f.v1.GetListOfNVLDomainsResponse\x12Y\n" +
-	"\x14GetRacksForNVLDomain\x12\x1f.v1.GetRacksForNVLDomainRequest\x1a .v1.GetRacksForNVLDomainResponse\x128\n" +
+	"\x14GetRacksForNVLDomain\x12\x1f.v1.GetRacksForNVLDomainRequest\x1a .v1.GetRacksForNVLDomainResponse\x12J\n" +
+	"\x0fGetNVLinkDomain\x12\x1a.v1.GetNVLinkDomainRequest\x1a\x1b.v1.GetNVLinkDomainResponse\x12_\n" +
+	"\x16GetListOfNVLinkDomains\x12!.v1.GetListOfNVLinkDomainsRequest\x1a\".v1.GetListOfNVLinkDomainsResponse\x128\n" +
 	"\tListTasks\x12\x14.v1.ListTasksRequest\x1a\x15.v1.ListTasksResponse\x12D\n" +
 	"\rGetTasksByIDs\x12\x18.v1.GetTasksByIDsRequest\x1a\x19.v1.GetTasksByIDsResponse\x12;\n" +
 	"\n" +
@@ -15223,7 +15920,7 @@ func file_flow_proto_rawDescGZIP() []byte {
 }
 
 var file_flow_proto_enumTypes = make([]protoimpl.EnumInfo, 29)
-var file_flow_proto_msgTypes = make([]protoimpl.MessageInfo, 195)
+var file_flow_proto_msgTypes = make([]protoimpl.MessageInfo, 203)
 var file_flow_proto_goTypes = []any{
 	(ComponentType)(0),                                 // 0: v1.ComponentType
 	(BMCType)(0),                                       // 1: v1.BMCType
@@ -15320,139 +16017,147 @@ var file_flow_proto_goTypes = []any{
 	(*DetachRacksFromNVLDomainRequest)(nil),            // 92: v1.DetachRacksFromNVLDomainRequest
 	(*GetListOfNVLDomainsRequest)(nil),                 // 93: v1.GetListOfNVLDomainsRequest
 	(*GetListOfNVLDomainsResponse)(nil),                // 94: v1.GetListOfNVLDomainsResponse
-	(*GetRacksForNVLDomainRequest)(nil),                // 95: v1.GetRacksForNVLDomainRequest
-	(*GetRacksForNVLDomainResponse)(nil),               // 96: v1.GetRacksForNVLDomainResponse
-	(*SubmitTaskResponse)(nil),                         // 97: v1.SubmitTaskResponse
-	(*QueueOptions)(nil),                               // 98: v1.QueueOptions
-	(*UpgradeFirmwareRequest)(nil),                     // 99: v1.UpgradeFirmwareRequest
-	(*FirmwareAuthenticationData)(nil),                 // 100: v1.FirmwareAuthenticationData
-	(*PerComponentFirmwareAuthenticationData)(nil),     // 101: v1.PerComponentFirmwareAuthenticationData
-	(*BringUpRackRequest)(nil),                         // 102: v1.BringUpRackRequest
-	(*IngestRackRequest)(nil),                          // 103: v1.IngestRackRequest
-	(*DecommissionRackRequest)(nil),                    // 104: v1.DecommissionRackRequest
-	(*PowerOnRackRequest)(nil),                         // 105: v1.PowerOnRackRequest
-	(*PowerOffRackRequest)(nil),                        // 106: v1.PowerOffRackRequest
-	(*PowerResetRackRequest)(nil),                      // 107: v1.PowerResetRackRequest
-	(*ACPowerCycleRackRequest)(nil),                    // 108: v1.ACPowerCycleRackRequest
-	(*Task)(nil),                                       // 109: v1.Task
-	(*ListTasksRequest)(nil),                           // 110: v1.ListTasksRequest
-	(*ListTasksResponse)(nil),                          // 111: v1.ListTasksResponse
-	(*GetTasksByIDsRequest)(nil),                       // 112: v1.GetTasksByIDsRequest
-	(*GetTasksByIDsResponse)(nil),                      // 113: v1.GetTasksByIDsResponse
-	(*CancelTaskRequest)(nil),                          // 114: v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),                         // 115: v1.CancelTaskResponse
-	(*TaskOperation)(nil),                              // 116: v1.TaskOperation
-	(*PowerControlTaskOperation)(nil),                  // 117: v1.PowerControlTaskOperation
-	(*FirmwareControlTaskOperation)(nil),               // 118: v1.FirmwareControlTaskOperation
-	(*OperationRule)(nil),                              // 119: v1.OperationRule
-	(*CreateOperationRuleRequest)(nil),                 // 120: v1.CreateOperationRuleRequest
-	(*CreateOperationRuleResponse)(nil),                // 121: v1.CreateOperationRuleResponse
-	(*UpdateOperationRuleRequest)(nil),                 // 122: v1.UpdateOperationRuleRequest
-	(*DeleteOperationRuleRequest)(nil),                 // 123: v1.DeleteOperationRuleRequest
-	(*SetRuleAsDefaultRequest)(nil),                    // 124: v1.SetRuleAsDefaultRequest
-	(*GetOperationRuleRequest)(nil),                    // 125: v1.GetOperationRuleRequest
-	(*ListOperationRulesRequest)(nil),                  // 126: v1.ListOperationRulesRequest
-	(*ListOperationRulesResponse)(nil),                 // 127: v1.ListOperationRulesResponse
-	(*EventRule)(nil),                                  // 128: v1.EventRule
-	(*EventRuleAction)(nil),                            // 129: v1.EventRuleAction
-	(*EventRuleActionCondition)(nil),                   // 130: v1.EventRuleActionCondition
-	(*EventRuleSubmitTaskAction)(nil),                  // 131: v1.EventRuleSubmitTaskAction
-	(*EventRuleSendAlertAction)(nil),                   // 132: v1.EventRuleSendAlertAction
-	(*EventRuleNoopAction)(nil),                        // 133: v1.EventRuleNoopAction
-	(*CreateEventRuleRequest)(nil),                     // 134: v1.CreateEventRuleRequest
-	(*GetEventRuleRequest)(nil),                        // 135: v1.GetEventRuleRequest
-	(*GetEffectiveEventRuleRequest)(nil),               // 136: v1.GetEffectiveEventRuleRequest
-	(*ListEventRulesRequest)(nil),                      // 137: v1.ListEventRulesRequest
-	(*ListEventRulesResponse)(nil),                     // 138: v1.ListEventRulesResponse
-	(*UpdateEventRuleRequest)(nil),                     // 139: v1.UpdateEventRuleRequest
-	(*EventRuleMetadataUpdate)(nil),                    // 140: v1.EventRuleMetadataUpdate
-	(*EventRuleActionsUpdate)(nil),                     // 141: v1.EventRuleActionsUpdate
-	(*EnableEventRuleRequest)(nil),                     // 142: v1.EnableEventRuleRequest
-	(*DisableEventRuleRequest)(nil),                    // 143: v1.DisableEventRuleRequest
-	(*DeleteEventRuleRequest)(nil),                     // 144: v1.DeleteEventRuleRequest
-	(*EventRuleScope)(nil),                             // 145: v1.EventRuleScope
-	(*EventRuleBinding)(nil),                           // 146: v1.EventRuleBinding
-	(*CreateEventRuleBindingRequest)(nil),              // 147: v1.CreateEventRuleBindingRequest
-	(*GetEventRuleBindingRequest)(nil),                 // 148: v1.GetEventRuleBindingRequest
-	(*DeleteEventRuleBindingRequest)(nil),              // 149: v1.DeleteEventRuleBindingRequest
-	(*RackRuleAssociation)(nil),                        // 150: v1.RackRuleAssociation
-	(*AssociateRuleWithRackRequest)(nil),               // 151: v1.AssociateRuleWithRackRequest
-	(*DisassociateRuleFromRackRequest)(nil),            // 152: v1.DisassociateRuleFromRackRequest
-	(*GetRackRuleAssociationRequest)(nil),              // 153: v1.GetRackRuleAssociationRequest
-	(*GetRackRuleAssociationResponse)(nil),             // 154: v1.GetRackRuleAssociationResponse
-	(*ListRackRuleAssociationsRequest)(nil),            // 155: v1.ListRackRuleAssociationsRequest
-	(*ListRackRuleAssociationsResponse)(nil),           // 156: v1.ListRackRuleAssociationsResponse
-	(*ScheduleSpec)(nil),                               // 157: v1.ScheduleSpec
-	(*ScheduleConfig)(nil),                             // 158: v1.ScheduleConfig
-	(*TaskSchedule)(nil),                               // 159: v1.TaskSchedule
-	(*ScheduledOperation)(nil),                         // 160: v1.ScheduledOperation
-	(*TaskScheduleScope)(nil),                          // 161: v1.TaskScheduleScope
-	(*CreateTaskScheduleRequest)(nil),                  // 162: v1.CreateTaskScheduleRequest
-	(*GetTaskScheduleRequest)(nil),                     // 163: v1.GetTaskScheduleRequest
-	(*ListTaskSchedulesRequest)(nil),                   // 164: v1.ListTaskSchedulesRequest
-	(*ListTaskSchedulesResponse)(nil),                  // 165: v1.ListTaskSchedulesResponse
-	(*UpdateTaskScheduleRequest)(nil),                  // 166: v1.UpdateTaskScheduleRequest
-	(*PauseTaskScheduleRequest)(nil),                   // 167: v1.PauseTaskScheduleRequest
-	(*ResumeTaskScheduleRequest)(nil),                  // 168: v1.ResumeTaskScheduleRequest
-	(*DeleteTaskScheduleRequest)(nil),                  // 169: v1.DeleteTaskScheduleRequest
-	(*TriggerTaskScheduleRequest)(nil),                 // 170: v1.TriggerTaskScheduleRequest
-	(*AddTaskScheduleScopeRequest)(nil),                // 171: v1.AddTaskScheduleScopeRequest
-	(*AddTaskScheduleScopeResponse)(nil),               // 172: v1.AddTaskScheduleScopeResponse
-	(*RemoveTaskScheduleScopeRequest)(nil),             // 173: v1.RemoveTaskScheduleScopeRequest
-	(*UpdateTaskScheduleScopeRequest)(nil),             // 174: v1.UpdateTaskScheduleScopeRequest
-	(*UpdateTaskScheduleScopeResponse)(nil),            // 175: v1.UpdateTaskScheduleScopeResponse
-	(*ListTaskScheduleScopesRequest)(nil),              // 176: v1.ListTaskScheduleScopesRequest
-	(*ListTaskScheduleScopesResponse)(nil),             // 177: v1.ListTaskScheduleScopesResponse
-	(*CheckScheduleConflictsRequest)(nil),              // 178: v1.CheckScheduleConflictsRequest
-	(*CheckScheduleConflictsResponse)(nil),             // 179: v1.CheckScheduleConflictsResponse
-	(*CreateOperationRunRequest)(nil),                  // 180: v1.CreateOperationRunRequest
-	(*CreateOperationRunResponse)(nil),                 // 181: v1.CreateOperationRunResponse
-	(*GetOperationRunRequest)(nil),                     // 182: v1.GetOperationRunRequest
-	(*GetOperationRunResponse)(nil),                    // 183: v1.GetOperationRunResponse
-	(*ListOperationRunsRequest)(nil),                   // 184: v1.ListOperationRunsRequest
-	(*ListOperationRunsResponse)(nil),                  // 185: v1.ListOperationRunsResponse
-	(*OperationRunFilter)(nil),                         // 186: v1.OperationRunFilter
-	(*OperationRunStateFilter)(nil),                    // 187: v1.OperationRunStateFilter
-	(*ListOperationRunTargetsRequest)(nil),             // 188: v1.ListOperationRunTargetsRequest
-	(*ListOperationRunTargetsResponse)(nil),            // 189: v1.ListOperationRunTargetsResponse
-	(*PauseOperationRunRequest)(nil),                   // 190: v1.PauseOperationRunRequest
-	(*ResumeOperationRunRequest)(nil),                  // 191: v1.ResumeOperationRunRequest
-	(*AdvanceOperationRunPhaseRequest)(nil),            // 192: v1.AdvanceOperationRunPhaseRequest
-	(*CancelOperationRunRequest)(nil),                  // 193: v1.CancelOperationRunRequest
-	(*OperationRunConfiguration)(nil),                  // 194: v1.OperationRunConfiguration
-	(*OperationRunSelector)(nil),                       // 195: v1.OperationRunSelector
-	(*PercentageSelector)(nil),                         // 196: v1.PercentageSelector
-	(*OperationRunOptions)(nil),                        // 197: v1.OperationRunOptions
-	(*OperationRunSafetyPolicy)(nil),                   // 198: v1.OperationRunSafetyPolicy
-	(*OperationRunSafetyGate)(nil),                     // 199: v1.OperationRunSafetyGate
-	(*OperationRunFailureRateGate)(nil),                // 200: v1.OperationRunFailureRateGate
-	(*OperationRunFailureCountGate)(nil),               // 201: v1.OperationRunFailureCountGate
-	(*OperationRunOrderingPolicy)(nil),                 // 202: v1.OperationRunOrderingPolicy
-	(*OperationRunRandomOrdering)(nil),                 // 203: v1.OperationRunRandomOrdering
-	(*OperationRunPhysicalLocationOrdering)(nil),       // 204: v1.OperationRunPhysicalLocationOrdering
-	(*OperationRunPhasePolicy)(nil),                    // 205: v1.OperationRunPhasePolicy
-	(*EqualOperationRunPhases)(nil),                    // 206: v1.EqualOperationRunPhases
-	(*PercentageOperationRunPhases)(nil),               // 207: v1.PercentageOperationRunPhases
-	(*OperationRunPercentagePhase)(nil),                // 208: v1.OperationRunPercentagePhase
-	(*CountOperationRunPhases)(nil),                    // 209: v1.CountOperationRunPhases
-	(*OperationRunCountPhase)(nil),                     // 210: v1.OperationRunCountPhase
-	(*OperationRunPhaseAdvancePolicy)(nil),             // 211: v1.OperationRunPhaseAdvancePolicy
-	(*OperationRunConflictPolicy)(nil),                 // 212: v1.OperationRunConflictPolicy
-	(*OperationRunConflictRetryPolicy)(nil),            // 213: v1.OperationRunConflictRetryPolicy
-	(*OperationRunOperation)(nil),                      // 214: v1.OperationRunOperation
-	(*OperationRunTargetScope)(nil),                    // 215: v1.OperationRunTargetScope
-	(*OperationRun)(nil),                               // 216: v1.OperationRun
-	(*OperationRunSummary)(nil),                        // 217: v1.OperationRunSummary
-	(*OperationRunState)(nil),                          // 218: v1.OperationRunState
-	(*OperationKind)(nil),                              // 219: v1.OperationKind
-	(*OperationRunStats)(nil),                          // 220: v1.OperationRunStats
-	(*OperationRunPhaseStats)(nil),                     // 221: v1.OperationRunPhaseStats
-	(*OperationRunTargetOutcomeCounts)(nil),            // 222: v1.OperationRunTargetOutcomeCounts
-	(*OperationRunTarget)(nil),                         // 223: v1.OperationRunTarget
-	(*fieldmaskpb.FieldMask)(nil),                      // 224: google.protobuf.FieldMask
-	(*timestamppb.Timestamp)(nil),                      // 225: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),                        // 226: google.protobuf.Duration
-	(*emptypb.Empty)(nil),                              // 227: google.protobuf.Empty
+	(*GetNVLinkDomainRequest)(nil),                     // 95: v1.GetNVLinkDomainRequest
+	(*NVLinkDomain)(nil),                               // 96: v1.NVLinkDomain
+	(*GetNVLinkDomainResponse)(nil),                    // 97: v1.GetNVLinkDomainResponse
+	(*GetListOfNVLinkDomainsRequest)(nil),              // 98: v1.GetListOfNVLinkDomainsRequest
+	(*GetListOfNVLinkDomainsResponse)(nil),             // 99: v1.GetListOfNVLinkDomainsResponse
+	(*GetRacksForNVLDomainRequest)(nil),                // 100: v1.GetRacksForNVLDomainRequest
+	(*GetRacksForNVLDomainResponse)(nil),               // 101: v1.GetRacksForNVLDomainResponse
+	(*SubmitTaskResponse)(nil),                         // 102: v1.SubmitTaskResponse
+	(*QueueOptions)(nil),                               // 103: v1.QueueOptions
+	(*UpgradeFirmwareRequest)(nil),                     // 104: v1.UpgradeFirmwareRequest
+	(*FirmwareAuthenticationData)(nil),                 // 105: v1.FirmwareAuthenticationData
+	(*PerComponentFirmwareAuthenticationData)(nil),     // 106: v1.PerComponentFirmwareAuthenticationData
+	(*BringUpRackRequest)(nil),                         // 107: v1.BringUpRackRequest
+	(*IngestRackRequest)(nil),                          // 108: v1.IngestRackRequest
+	(*DecommissionRackRequest)(nil),                    // 109: v1.DecommissionRackRequest
+	(*PowerOnRackRequest)(nil),                         // 110: v1.PowerOnRackRequest
+	(*PowerOffRackRequest)(nil),                        // 111: v1.PowerOffRackRequest
+	(*PowerResetRackRequest)(nil),                      // 112: v1.PowerResetRackRequest
+	(*ACPowerCycleRackRequest)(nil),                    // 113: v1.ACPowerCycleRackRequest
+	(*Task)(nil),                                       // 114: v1.Task
+	(*ListTasksRequest)(nil),                           // 115: v1.ListTasksRequest
+	(*ListTasksResponse)(nil),                          // 116: v1.ListTasksResponse
+	(*GetTasksByIDsRequest)(nil),                       // 117: v1.GetTasksByIDsRequest
+	(*GetTasksByIDsResponse)(nil),                      // 118: v1.GetTasksByIDsResponse
+	(*CancelTaskRequest)(nil),                          // 119: v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),                         // 120: v1.CancelTaskResponse
+	(*TaskOperation)(nil),                              // 121: v1.TaskOperation
+	(*PowerControlTaskOperation)(nil),                  // 122: v1.PowerControlTaskOperation
+	(*FirmwareControlTaskOperation)(nil),               // 123: v1.FirmwareControlTaskOperation
+	(*OperationRule)(nil),                              // 124: v1.OperationRule
+	(*CreateOperationRuleRequest)(nil),                 // 125: v1.CreateOperationRuleRequest
+	(*CreateOperationRuleResponse)(nil),                // 126: v1.CreateOperationRuleResponse
+	(*UpdateOperationRuleRequest)(nil),                 // 127: v1.UpdateOperationRuleRequest
+	(*DeleteOperationRuleRequest)(nil),                 // 128: v1.DeleteOperationRuleRequest
+	(*SetRuleAsDefaultRequest)(nil),                    // 129: v1.SetRuleAsDefaultRequest
+	(*GetOperationRuleRequest)(nil),                    // 130: v1.GetOperationRuleRequest
+	(*ListOperationRulesRequest)(nil),                  // 131: v1.ListOperationRulesRequest
+	(*ListOperationRulesResponse)(nil),                 // 132: v1.ListOperationRulesResponse
+	(*EventRule)(nil),                                  // 133: v1.EventRule
+	(*EventRuleAction)(nil),                            // 134: v1.EventRuleAction
+	(*EventRuleActionCondition)(nil),                   // 135: v1.EventRuleActionCondition
+	(*EventRuleSubmitTaskAction)(nil),                  // 136: v1.EventRuleSubmitTaskAction
+	(*EventRuleSendAlertAction)(nil),                   // 137: v1.EventRuleSendAlertAction
+	(*EventRuleNoopAction)(nil),                        // 138: v1.EventRuleNoopAction
+	(*CreateEventRuleRequest)(nil),                     // 139: v1.CreateEventRuleRequest
+	(*GetEventRuleRequest)(nil),                        // 140: v1.GetEventRuleRequest
+	(*GetEffectiveEventRuleRequest)(nil),               // 141: v1.GetEffectiveEventRuleRequest
+	(*ListEventRulesRequest)(nil),                      // 142: v1.ListEventRulesRequest
+	(*ListEventRulesResponse)(nil),                     // 143: v1.ListEventRulesResponse
+	(*UpdateEventRuleRequest)(nil),                     // 144: v1.UpdateEventRuleRequest
+	(*EventRuleMetadataUpdate)(nil),                    // 145: v1.EventRuleMetadataUpdate
+	(*EventRuleActionsUpdate)(nil),                     // 146: v1.EventRuleActionsUpdate
+	(*EnableEventRuleRequest)(nil),                     // 147: v1.EnableEventRuleRequest
+	(*DisableEventRuleRequest)(nil),                    // 148: v1.DisableEventRuleRequest
+	(*DeleteEventRuleRequest)(nil),                     // 149: v1.DeleteEventRuleRequest
+	(*EventRuleScope)(nil),                             // 150: v1.EventRuleScope
+	(*EventRuleBinding)(nil),                           // 151: v1.EventRuleBinding
+	(*CreateEventRuleBindingRequest)(nil),              // 152: v1.CreateEventRuleBindingRequest
+	(*GetEventRuleBindingRequest)(nil),                 // 153: v1.GetEventRuleBindingRequest
+	(*DeleteEventRuleBindingRequest)(nil),              // 154: v1.DeleteEventRuleBindingRequest
+	(*RackRuleAssociation)(nil),                        // 155: v1.RackRuleAssociation
+	(*AssociateRuleWithRackRequest)(nil),               // 156: v1.AssociateRuleWithRackRequest
+	(*DisassociateRuleFromRackRequest)(nil),            // 157: v1.DisassociateRuleFromRackRequest
+	(*GetRackRuleAssociationRequest)(nil),              // 158: v1.GetRackRuleAssociationRequest
+	(*GetRackRuleAssociationResponse)(nil),             // 159: v1.GetRackRuleAssociationResponse
+	(*ListRackRuleAssociationsRequest)(nil),            // 160: v1.ListRackRuleAssociationsRequest
+	(*ListRackRuleAssociationsResponse)(nil),           // 161: v1.ListRackRuleAssociationsResponse
+	(*ScheduleSpec)(nil),                               // 162: v1.ScheduleSpec
+	(*ScheduleConfig)(nil),                             // 163: v1.ScheduleConfig
+	(*TaskSchedule)(nil),                               // 164: v1.TaskSchedule
+	(*ScheduledOperation)(nil),                         // 165: v1.ScheduledOperation
+	(*TaskScheduleScope)(nil),                          // 166: v1.TaskScheduleScope
+	(*CreateTaskScheduleRequest)(nil),                  // 167: v1.CreateTaskScheduleRequest
+	(*GetTaskScheduleRequest)(nil),                     // 168: v1.GetTaskScheduleRequest
+	(*ListTaskSchedulesRequest)(nil),                   // 169: v1.ListTaskSchedulesRequest
+	(*ListTaskSchedulesResponse)(nil),                  // 170: v1.ListTaskSchedulesResponse
+	(*UpdateTaskScheduleRequest)(nil),                  // 171: v1.UpdateTaskScheduleRequest
+	(*PauseTaskScheduleRequest)(nil),                   // 172: v1.PauseTaskScheduleRequest
+	(*ResumeTaskScheduleRequest)(nil),                  // 173: v1.ResumeTaskScheduleRequest
+	(*DeleteTaskScheduleRequest)(nil),                  // 174: v1.DeleteTaskScheduleRequest
+	(*TriggerTaskScheduleRequest)(nil),                 // 175: v1.TriggerTaskScheduleRequest
+	(*AddTaskScheduleScopeRequest)(nil),                // 176: v1.AddTaskScheduleScopeRequest
+	(*AddTaskScheduleScopeResponse)(nil),               // 177: v1.AddTaskScheduleScopeResponse
+	(*RemoveTaskScheduleScopeRequest)(nil),             // 178: v1.RemoveTaskScheduleScopeRequest
+	(*UpdateTaskScheduleScopeRequest)(nil),             // 179: v1.UpdateTaskScheduleScopeRequest
+	(*UpdateTaskScheduleScopeResponse)(nil),            // 180: v1.UpdateTaskScheduleScopeResponse
+	(*ListTaskScheduleScopesRequest)(nil),              // 181: v1.ListTaskScheduleScopesRequest
+	(*ListTaskScheduleScopesResponse)(nil),             // 182: v1.ListTaskScheduleScopesResponse
+	(*CheckScheduleConflictsRequest)(nil),              // 183: v1.CheckScheduleConflictsRequest
+	(*CheckScheduleConflictsResponse)(nil),             // 184: v1.CheckScheduleConflictsResponse
+	(*CreateOperationRunRequest)(nil),                  // 185: v1.CreateOperationRunRequest
+	(*CreateOperationRunResponse)(nil),                 // 186: v1.CreateOperationRunResponse
+	(*GetOperationRunRequest)(nil),                     // 187: v1.GetOperationRunRequest
+	(*GetOperationRunResponse)(nil),                    // 188: v1.GetOperationRunResponse
+	(*ListOperationRunsRequest)(nil),                   // 189: v1.ListOperationRunsRequest
+	(*ListOperationRunsResponse)(nil),                  // 190: v1.ListOperationRunsResponse
+	(*OperationRunFilter)(nil),                         // 191: v1.OperationRunFilter
+	(*OperationRunStateFilter)(nil),                    // 192: v1.OperationRunStateFilter
+	(*ListOperationRunTargetsRequest)(nil),             // 193: v1.ListOperationRunTargetsRequest
+	(*ListOperationRunTargetsResponse)(nil),            // 194: v1.ListOperationRunTargetsResponse
+	(*PauseOperationRunRequest)(nil),                   // 195: v1.PauseOperationRunRequest
+	(*ResumeOperationRunRequest)(nil),                  // 196: v1.ResumeOperationRunRequest
+	(*AdvanceOperationRunPhaseRequest)(nil),            // 197: v1.AdvanceOperationRunPhaseRequest
+	(*CancelOperationRunRequest)(nil),                  // 198: v1.CancelOperationRunRequest
+	(*OperationRunConfiguration)(nil),                  // 199: v1.OperationRunConfiguration
+	(*OperationRunSelector)(nil),                       // 200: v1.OperationRunSelector
+	(*PercentageSelector)(nil),                         // 201: v1.PercentageSelector
+	(*OperationRunOptions)(nil),                        // 202: v1.OperationRunOptions
+	(*OperationRunSafetyPolicy)(nil),                   // 203: v1.OperationRunSafetyPolicy
+	(*OperationRunSafetyGate)(nil),                     // 204: v1.OperationRunSafetyGate
+	(*OperationRunFailureRateGate)(nil),                // 205: v1.OperationRunFailureRateGate
+	(*OperationRunFailureCountGate)(nil),               // 206: v1.OperationRunFailureCountGate
+	(*OperationRunOrderingPolicy)(nil),                 // 207: v1.OperationRunOrderingPolicy
+	(*OperationRunRandomOrdering)(nil),                 // 208: v1.OperationRunRandomOrdering
+	(*OperationRunPhysicalLocationOrdering)(nil),       // 209: v1.OperationRunPhysicalLocationOrdering
+	(*OperationRunPhasePolicy)(nil),                    // 210: v1.OperationRunPhasePolicy
+	(*EqualOperationRunPhases)(nil),                    // 211: v1.EqualOperationRunPhases
+	(*PercentageOperationRunPhases)(nil),               // 212: v1.PercentageOperationRunPhases
+	(*OperationRunPercentagePhase)(nil),                // 213: v1.OperationRunPercentagePhase
+	(*CountOperationRunPhases)(nil),                    // 214: v1.CountOperationRunPhases
+	(*OperationRunCountPhase)(nil),                     // 215: v1.OperationRunCountPhase
+	(*OperationRunPhaseAdvancePolicy)(nil),             // 216: v1.OperationRunPhaseAdvancePolicy
+	(*OperationRunConflictPolicy)(nil),                 // 217: v1.OperationRunConflictPolicy
+	(*OperationRunConflictRetryPolicy)(nil),            // 218: v1.OperationRunConflictRetryPolicy
+	(*OperationRunOperation)(nil),                      // 219: v1.OperationRunOperation
+	(*OperationRunTargetScope)(nil),                    // 220: v1.OperationRunTargetScope
+	(*OperationRun)(nil),                               // 221: v1.OperationRun
+	(*OperationRunSummary)(nil),                        // 222: v1.OperationRunSummary
+	(*OperationRunState)(nil),                          // 223: v1.OperationRunState
+	(*OperationKind)(nil),                              // 224: v1.OperationKind
+	(*OperationRunStats)(nil),                          // 225: v1.OperationRunStats
+	(*OperationRunPhaseStats)(nil),                     // 226: v1.OperationRunPhaseStats
+	(*OperationRunTargetOutcomeCounts)(nil),            // 227: v1.OperationRunTargetOutcomeCounts
+	(*OperationRunTarget)(nil),                         // 228: v1.OperationRunTarget
+	(*HealthReport)(nil),                               // 229: v1.HealthReport
+	(*HealthProbeSuccess)(nil),                         // 230: v1.HealthProbeSuccess
+	(*HealthProbeAlert)(nil),                           // 231: v1.HealthProbeAlert
+	(*fieldmaskpb.FieldMask)(nil),                      // 232: google.protobuf.FieldMask
+	(*timestamppb.Timestamp)(nil),                      // 233: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),                        // 234: google.protobuf.Duration
+	(*emptypb.Empty)(nil),                              // 235: google.protobuf.Empty
 }
 var file_flow_proto_depIdxs = []int32{
 	29,  // 0: v1.Identifier.id:type_name -> v1.UUID
@@ -15469,481 +16174,497 @@ var file_flow_proto_depIdxs = []int32{
 	29,  // 11: v1.Rack.nvl_domain_ids:type_name -> v1.UUID
 	43,  // 12: v1.Rack.task_stats:type_name -> v1.TaskStats
 	2,   // 13: v1.Rack.operation_status:type_name -> v1.Phase
-	0,   // 14: v1.Component.type:type_name -> v1.ComponentType
-	31,  // 15: v1.Component.info:type_name -> v1.DeviceInfo
-	35,  // 16: v1.Component.position:type_name -> v1.RackPosition
-	34,  // 17: v1.Component.bmcs:type_name -> v1.BMCInfo
-	29,  // 18: v1.Component.rack_id:type_name -> v1.UUID
-	42,  // 19: v1.Component.status:type_name -> v1.ComponentOperationStatus
-	3,   // 20: v1.Component.leak_status:type_name -> v1.LeakStatus
-	29,  // 21: v1.Component.nvl_domain_id:type_name -> v1.UUID
-	43,  // 22: v1.Component.task_stats:type_name -> v1.TaskStats
-	4,   // 23: v1.Component.leak_handling_status:type_name -> v1.LeakHandlingStatus
-	2,   // 24: v1.ComponentOperationStatus.phase:type_name -> v1.Phase
-	14,  // 25: v1.ComponentOperationStatus.blocked_operations:type_name -> v1.OperationType
-	30,  // 26: v1.NVLDomain.identifier:type_name -> v1.Identifier
-	46,  // 27: v1.OperationTargetSpec.racks:type_name -> v1.RackTargets
-	48,  // 28: v1.OperationTargetSpec.components:type_name -> v1.ComponentTargets
-	51,  // 29: v1.OperationTargetSpec.nvl_domains:type_name -> v1.NVLDomainTargets
-	47,  // 30: v1.RackTargets.targets:type_name -> v1.RackTarget
-	29,  // 31: v1.RackTarget.id:type_name -> v1.UUID
-	0,   // 32: v1.RackTarget.component_types:type_name -> v1.ComponentType
-	49,  // 33: v1.ComponentTargets.targets:type_name -> v1.ComponentTarget
-	29,  // 34: v1.ComponentTarget.id:type_name -> v1.UUID
-	50,  // 35: v1.ComponentTarget.external:type_name -> v1.ExternalRef
-	0,   // 36: v1.ExternalRef.type:type_name -> v1.ComponentType
-	52,  // 37: v1.NVLDomainTargets.targets:type_name -> v1.NVLDomainTarget
-	29,  // 38: v1.NVLDomainTarget.id:type_name -> v1.UUID
-	0,   // 39: v1.NVLDomainTarget.component_types:type_name -> v1.ComponentType
-	0,   // 40: v1.ComponentTypes.types:type_name -> v1.ComponentType
-	53,  // 41: v1.ComponentFilter.types:type_name -> v1.ComponentTypes
-	48,  // 42: v1.ComponentFilter.components:type_name -> v1.ComponentTargets
-	56,  // 43: v1.ComponentsByType.groups:type_name -> v1.ComponentsForType
-	0,   // 44: v1.ComponentsForType.type:type_name -> v1.ComponentType
-	29,  // 45: v1.ComponentsForType.component_ids:type_name -> v1.UUID
-	40,  // 46: v1.CreateExpectedRackRequest.rack:type_name -> v1.Rack
-	29,  // 47: v1.CreateExpectedRackResponse.id:type_name -> v1.UUID
-	29,  // 48: v1.GetRackInfoByIDRequest.id:type_name -> v1.UUID
-	32,  // 49: v1.GetRackInfoBySerialRequest.serial_info:type_name -> v1.DeviceSerialInfo
-	40,  // 50: v1.GetRackInfoResponse.rack:type_name -> v1.Rack
-	38,  // 51: v1.GetListOfRacksRequest.filters:type_name -> v1.Filter
-	36,  // 52: v1.GetListOfRacksRequest.pagination:type_name -> v1.Pagination
-	39,  // 53: v1.GetListOfRacksRequest.order_by:type_name -> v1.OrderBy
-	40,  // 54: v1.GetListOfRacksResponse.racks:type_name -> v1.Rack
-	40,  // 55: v1.PatchRackRequest.rack:type_name -> v1.Rack
-	29,  // 56: v1.DeleteRackRequest.id:type_name -> v1.UUID
-	29,  // 57: v1.PurgeRackRequest.id:type_name -> v1.UUID
-	29,  // 58: v1.GetComponentInfoByIDRequest.id:type_name -> v1.UUID
-	32,  // 59: v1.GetComponentInfoBySerialRequest.serial_info:type_name -> v1.DeviceSerialInfo
-	41,  // 60: v1.GetComponentInfoResponse.component:type_name -> v1.Component
-	40,  // 61: v1.GetComponentInfoResponse.rack:type_name -> v1.Rack
-	45,  // 62: v1.GetComponentsRequest.target_spec:type_name -> v1.OperationTargetSpec
-	38,  // 63: v1.GetComponentsRequest.filters:type_name -> v1.Filter
-	36,  // 64: v1.GetComponentsRequest.pagination:type_name -> v1.Pagination
-	39,  // 65: v1.GetComponentsRequest.order_by:type_name -> v1.OrderBy
-	41,  // 66: v1.GetComponentsResponse.components:type_name -> v1.Component
-	45,  // 67: v1.ValidateComponentsRequest.target_spec:type_name -> v1.OperationTargetSpec
-	38,  // 68: v1.ValidateComponentsRequest.filters:type_name -> v1.Filter
-	36,  // 69: v1.ValidateComponentsRequest.pagination:type_name -> v1.Pagination
-	39,  // 70: v1.ValidateComponentsRequest.order_by:type_name -> v1.OrderBy
-	79,  // 71: v1.ValidateComponentsResponse.diffs:type_name -> v1.ComponentDiff
-	9,   // 72: v1.ComponentDiff.type:type_name -> v1.DiffType
-	41,  // 73: v1.ComponentDiff.expected:type_name -> v1.Component
-	41,  // 74: v1.ComponentDiff.actual:type_name -> v1.Component
-	80,  // 75: v1.ComponentDiff.field_diffs:type_name -> v1.FieldDiff
-	29,  // 76: v1.ComponentDiff.id:type_name -> v1.UUID
-	41,  // 77: v1.AddComponentRequest.component:type_name -> v1.Component
-	41,  // 78: v1.AddComponentResponse.component:type_name -> v1.Component
-	29,  // 79: v1.PatchComponentRequest.id:type_name -> v1.UUID
-	35,  // 80: v1.PatchComponentRequest.position:type_name -> v1.RackPosition
-	29,  // 81: v1.PatchComponentRequest.rack_id:type_name -> v1.UUID
-	34,  // 82: v1.PatchComponentRequest.bmcs:type_name -> v1.BMCInfo
-	224, // 83: v1.PatchComponentRequest.update_mask:type_name -> google.protobuf.FieldMask
-	41,  // 84: v1.PatchComponentResponse.component:type_name -> v1.Component
-	29,  // 85: v1.DeleteComponentRequest.id:type_name -> v1.UUID
-	29,  // 86: v1.PurgeComponentRequest.id:type_name -> v1.UUID
-	44,  // 87: v1.CreateNVLDomainRequest.nvl_domain:type_name -> v1.NVLDomain
-	29,  // 88: v1.CreateNVLDomainResponse.id:type_name -> v1.UUID
-	30,  // 89: v1.AttachRacksToNVLDomainRequest.nvl_domain_identifier:type_name -> v1.Identifier
-	30,  // 90: v1.AttachRacksToNVLDomainRequest.rack_identifiers:type_name -> v1.Identifier
-	30,  // 91: v1.DetachRacksFromNVLDomainRequest.rack_identifiers:type_name -> v1.Identifier
-	37,  // 92: v1.GetListOfNVLDomainsRequest.info:type_name -> v1.StringQueryInfo
-	36,  // 93: v1.GetListOfNVLDomainsRequest.pagination:type_name -> v1.Pagination
-	44,  // 94: v1.GetListOfNVLDomainsResponse.nvl_domains:type_name -> v1.NVLDomain
-	30,  // 95: v1.GetRacksForNVLDomainRequest.nvl_domain_identifier:type_name -> v1.Identifier
-	40,  // 96: v1.GetRacksForNVLDomainResponse.racks:type_name -> v1.Rack
-	29,  // 97: v1.SubmitTaskResponse.task_ids:type_name -> v1.UUID
-	12,  // 98: v1.QueueOptions.conflict_strategy:type_name -> v1.ConflictStrategy
-	45,  // 99: v1.UpgradeFirmwareRequest.target_spec:type_name -> v1.OperationTargetSpec
-	225, // 100: v1.UpgradeFirmwareRequest.start_time:type_name -> google.protobuf.Timestamp
-	225, // 101: v1.UpgradeFirmwareRequest.end_time:type_name -> google.protobuf.Timestamp
-	98,  // 102: v1.UpgradeFirmwareRequest.queue_options:type_name -> v1.QueueOptions
-	29,  // 103: v1.UpgradeFirmwareRequest.rule_id:type_name -> v1.UUID
-	100, // 104: v1.UpgradeFirmwareRequest.authentication_data:type_name -> v1.FirmwareAuthenticationData
-	101, // 105: v1.FirmwareAuthenticationData.per_component:type_name -> v1.PerComponentFirmwareAuthenticationData
-	45,  // 106: v1.BringUpRackRequest.target_spec:type_name -> v1.OperationTargetSpec
-	29,  // 107: v1.BringUpRackRequest.rule_id:type_name -> v1.UUID
-	45,  // 108: v1.IngestRackRequest.target_spec:type_name -> v1.OperationTargetSpec
-	38,  // 109: v1.IngestRackRequest.filters:type_name -> v1.Filter
-	29,  // 110: v1.IngestRackRequest.rule_id:type_name -> v1.UUID
-	45,  // 111: v1.DecommissionRackRequest.target_spec:type_name -> v1.OperationTargetSpec
-	98,  // 112: v1.DecommissionRackRequest.queue_options:type_name -> v1.QueueOptions
-	29,  // 113: v1.DecommissionRackRequest.rule_id:type_name -> v1.UUID
-	45,  // 114: v1.PowerOnRackRequest.target_spec:type_name -> v1.OperationTargetSpec
-	98,  // 115: v1.PowerOnRackRequest.queue_options:type_name -> v1.QueueOptions
-	29,  // 116: v1.PowerOnRackRequest.rule_id:type_name -> v1.UUID
-	45,  // 117: v1.PowerOffRackRequest.target_spec:type_name -> v1.OperationTargetSpec
-	98,  // 118: v1.PowerOffRackRequest.queue_options:type_name -> v1.QueueOptions
-	29,  // 119: v1.PowerOffRackRequest.rule_id:type_name -> v1.UUID
-	45,  // 120: v1.PowerResetRackRequest.target_spec:type_name -> v1.OperationTargetSpec
-	98,  // 121: v1.PowerResetRackRequest.queue_options:type_name -> v1.QueueOptions
-	29,  // 122: v1.PowerResetRackRequest.rule_id:type_name -> v1.UUID
-	45,  // 123: v1.ACPowerCycleRackRequest.target_spec:type_name -> v1.OperationTargetSpec
-	98,  // 124: v1.ACPowerCycleRackRequest.queue_options:type_name -> v1.QueueOptions
-	29,  // 125: v1.ACPowerCycleRackRequest.rule_id:type_name -> v1.UUID
-	29,  // 126: v1.Task.id:type_name -> v1.UUID
-	29,  // 127: v1.Task.rack_id:type_name -> v1.UUID
-	29,  // 128: v1.Task.component_uuids:type_name -> v1.UUID
-	11,  // 129: v1.Task.executor_type:type_name -> v1.TaskExecutorType
-	10,  // 130: v1.Task.status:type_name -> v1.TaskStatus
-	225, // 131: v1.Task.queue_expires_at:type_name -> google.protobuf.Timestamp
-	225, // 132: v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	225, // 133: v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	29,  // 134: v1.Task.applied_rule_id:type_name -> v1.UUID
-	225, // 135: v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	225, // 136: v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	29,  // 137: v1.ListTasksRequest.rack_id:type_name -> v1.UUID
-	36,  // 138: v1.ListTasksRequest.pagination:type_name -> v1.Pagination
-	29,  // 139: v1.ListTasksRequest.component_id:type_name -> v1.UUID
-	109, // 140: v1.ListTasksResponse.tasks:type_name -> v1.Task
-	29,  // 141: v1.GetTasksByIDsRequest.task_ids:type_name -> v1.UUID
-	109, // 142: v1.GetTasksByIDsResponse.tasks:type_name -> v1.Task
-	29,  // 143: v1.CancelTaskRequest.task_id:type_name -> v1.UUID
-	109, // 144: v1.CancelTaskResponse.task:type_name -> v1.Task
-	117, // 145: v1.TaskOperation.power_control:type_name -> v1.PowerControlTaskOperation
-	118, // 146: v1.TaskOperation.firmware_control:type_name -> v1.FirmwareControlTaskOperation
-	15,  // 147: v1.PowerControlTaskOperation.operation:type_name -> v1.PowerControlOperation
-	16,  // 148: v1.FirmwareControlTaskOperation.operation:type_name -> v1.FirmwareControlOperation
-	225, // 149: v1.FirmwareControlTaskOperation.start_time:type_name -> google.protobuf.Timestamp
-	225, // 150: v1.FirmwareControlTaskOperation.end_time:type_name -> google.protobuf.Timestamp
-	29,  // 151: v1.OperationRule.id:type_name -> v1.UUID
-	14,  // 152: v1.OperationRule.operation_type:type_name -> v1.OperationType
-	225, // 153: v1.OperationRule.created_at:type_name -> google.protobuf.Timestamp
-	225, // 154: v1.OperationRule.updated_at:type_name -> google.protobuf.Timestamp
-	14,  // 155: v1.CreateOperationRuleRequest.operation_type:type_name -> v1.OperationType
-	29,  // 156: v1.CreateOperationRuleResponse.id:type_name -> v1.UUID
-	29,  // 157: v1.UpdateOperationRuleRequest.rule_id:type_name -> v1.UUID
-	29,  // 158: v1.DeleteOperationRuleRequest.rule_id:type_name -> v1.UUID
-	29,  // 159: v1.SetRuleAsDefaultRequest.rule_id:type_name -> v1.UUID
-	29,  // 160: v1.GetOperationRuleRequest.rule_id:type_name -> v1.UUID
-	14,  // 161: v1.ListOperationRulesRequest.operation_type:type_name -> v1.OperationType
-	119, // 162: v1.ListOperationRulesResponse.rules:type_name -> v1.OperationRule
-	29,  // 163: v1.EventRule.id:type_name -> v1.UUID
-	129, // 164: v1.EventRule.actions:type_name -> v1.EventRuleAction
-	225, // 165: v1.EventRule.created_at:type_name -> google.protobuf.Timestamp
-	225, // 166: v1.EventRule.updated_at:type_name -> google.protobuf.Timestamp
-	130, // 167: v1.EventRuleAction.condition:type_name -> v1.EventRuleActionCondition
-	131, // 168: v1.EventRuleAction.submit_task:type_name -> v1.EventRuleSubmitTaskAction
-	132, // 169: v1.EventRuleAction.send_alert:type_name -> v1.EventRuleSendAlertAction
-	133, // 170: v1.EventRuleAction.noop:type_name -> v1.EventRuleNoopAction
-	17,  // 171: v1.EventRuleActionCondition.severities:type_name -> v1.EventRuleSeverity
-	0,   // 172: v1.EventRuleActionCondition.component_types:type_name -> v1.ComponentType
-	18,  // 173: v1.EventRuleSubmitTaskAction.target_strategy:type_name -> v1.EventRuleTargetStrategy
-	19,  // 174: v1.EventRuleSubmitTaskAction.conflict_strategy:type_name -> v1.EventRuleConflictStrategy
-	116, // 175: v1.EventRuleSubmitTaskAction.operation:type_name -> v1.TaskOperation
-	17,  // 176: v1.EventRuleSendAlertAction.severity:type_name -> v1.EventRuleSeverity
-	129, // 177: v1.CreateEventRuleRequest.actions:type_name -> v1.EventRuleAction
-	29,  // 178: v1.GetEventRuleRequest.rule_id:type_name -> v1.UUID
-	29,  // 179: v1.GetEffectiveEventRuleRequest.rack_id:type_name -> v1.UUID
-	29,  // 180: v1.GetEffectiveEventRuleRequest.component_id:type_name -> v1.UUID
-	36,  // 181: v1.ListEventRulesRequest.pagination:type_name -> v1.Pagination
-	128, // 182: v1.ListEventRulesResponse.rules:type_name -> v1.EventRule
-	29,  // 183: v1.UpdateEventRuleRequest.rule_id:type_name -> v1.UUID
-	140, // 184: v1.UpdateEventRuleRequest.metadata:type_name -> v1.EventRuleMetadataUpdate
-	141, // 185: v1.UpdateEventRuleRequest.actions:type_name -> v1.EventRuleActionsUpdate
-	129, // 186: v1.EventRuleActionsUpdate.actions:type_name -> v1.EventRuleAction
-	29,  // 187: v1.EnableEventRuleRequest.rule_id:type_name -> v1.UUID
-	29,  // 188: v1.DisableEventRuleRequest.rule_id:type_name -> v1.UUID
-	29,  // 189: v1.DeleteEventRuleRequest.rule_id:type_name -> v1.UUID
-	20,  // 190: v1.EventRuleScope.type:type_name -> v1.EventRuleScopeType
-	29,  // 191: v1.EventRuleScope.id:type_name -> v1.UUID
-	29,  // 192: v1.EventRuleBinding.id:type_name -> v1.UUID
-	29,  // 193: v1.EventRuleBinding.rule_id:type_name -> v1.UUID
-	145, // 194: v1.EventRuleBinding.scope:type_name -> v1.EventRuleScope
-	29,  // 195: v1.CreateEventRuleBindingRequest.rule_id:type_name -> v1.UUID
-	145, // 196: v1.CreateEventRuleBindingRequest.scope:type_name -> v1.EventRuleScope
-	145, // 197: v1.GetEventRuleBindingRequest.scope:type_name -> v1.EventRuleScope
-	145, // 198: v1.DeleteEventRuleBindingRequest.scope:type_name -> v1.EventRuleScope
-	29,  // 199: v1.RackRuleAssociation.rack_id:type_name -> v1.UUID
-	14,  // 200: v1.RackRuleAssociation.operation_type:type_name -> v1.OperationType
-	29,  // 201: v1.RackRuleAssociation.rule_id:type_name -> v1.UUID
-	225, // 202: v1.RackRuleAssociation.created_at:type_name -> google.protobuf.Timestamp
-	225, // 203: v1.RackRuleAssociation.updated_at:type_name -> google.protobuf.Timestamp
-	29,  // 204: v1.AssociateRuleWithRackRequest.rack_id:type_name -> v1.UUID
-	29,  // 205: v1.AssociateRuleWithRackRequest.rule_id:type_name -> v1.UUID
-	29,  // 206: v1.DisassociateRuleFromRackRequest.rack_id:type_name -> v1.UUID
-	14,  // 207: v1.DisassociateRuleFromRackRequest.operation_type:type_name -> v1.OperationType
-	29,  // 208: v1.GetRackRuleAssociationRequest.rack_id:type_name -> v1.UUID
-	14,  // 209: v1.GetRackRuleAssociationRequest.operation_type:type_name -> v1.OperationType
-	29,  // 210: v1.GetRackRuleAssociationResponse.rule_id:type_name -> v1.UUID
-	29,  // 211: v1.ListRackRuleAssociationsRequest.rack_id:type_name -> v1.UUID
-	150, // 212: v1.ListRackRuleAssociationsResponse.associations:type_name -> v1.RackRuleAssociation
-	21,  // 213: v1.ScheduleSpec.type:type_name -> v1.ScheduleSpecType
-	157, // 214: v1.ScheduleConfig.spec:type_name -> v1.ScheduleSpec
-	22,  // 215: v1.ScheduleConfig.overlap_policy:type_name -> v1.OverlapPolicy
-	29,  // 216: v1.TaskSchedule.id:type_name -> v1.UUID
-	157, // 217: v1.TaskSchedule.spec:type_name -> v1.ScheduleSpec
-	22,  // 218: v1.TaskSchedule.overlap_policy:type_name -> v1.OverlapPolicy
-	225, // 219: v1.TaskSchedule.next_run_at:type_name -> google.protobuf.Timestamp
-	225, // 220: v1.TaskSchedule.last_run_at:type_name -> google.protobuf.Timestamp
-	225, // 221: v1.TaskSchedule.created_at:type_name -> google.protobuf.Timestamp
-	225, // 222: v1.TaskSchedule.updated_at:type_name -> google.protobuf.Timestamp
-	105, // 223: v1.ScheduledOperation.power_on:type_name -> v1.PowerOnRackRequest
-	106, // 224: v1.ScheduledOperation.power_off:type_name -> v1.PowerOffRackRequest
-	107, // 225: v1.ScheduledOperation.power_reset:type_name -> v1.PowerResetRackRequest
-	102, // 226: v1.ScheduledOperation.bring_up:type_name -> v1.BringUpRackRequest
-	99,  // 227: v1.ScheduledOperation.upgrade_firmware:type_name -> v1.UpgradeFirmwareRequest
-	103, // 228: v1.ScheduledOperation.ingest:type_name -> v1.IngestRackRequest
-	29,  // 229: v1.TaskScheduleScope.id:type_name -> v1.UUID
-	29,  // 230: v1.TaskScheduleScope.schedule_id:type_name -> v1.UUID
-	29,  // 231: v1.TaskScheduleScope.rack_id:type_name -> v1.UUID
-	53,  // 232: v1.TaskScheduleScope.types:type_name -> v1.ComponentTypes
-	48,  // 233: v1.TaskScheduleScope.components:type_name -> v1.ComponentTargets
-	29,  // 234: v1.TaskScheduleScope.last_task_id:type_name -> v1.UUID
-	225, // 235: v1.TaskScheduleScope.created_at:type_name -> google.protobuf.Timestamp
-	158, // 236: v1.CreateTaskScheduleRequest.schedule:type_name -> v1.ScheduleConfig
-	160, // 237: v1.CreateTaskScheduleRequest.operation:type_name -> v1.ScheduledOperation
-	29,  // 238: v1.GetTaskScheduleRequest.id:type_name -> v1.UUID
-	29,  // 239: v1.ListTaskSchedulesRequest.rack_id:type_name -> v1.UUID
-	36,  // 240: v1.ListTaskSchedulesRequest.pagination:type_name -> v1.Pagination
-	159, // 241: v1.ListTaskSchedulesResponse.task_schedules:type_name -> v1.TaskSchedule
-	29,  // 242: v1.UpdateTaskScheduleRequest.id:type_name -> v1.UUID
-	158, // 243: v1.UpdateTaskScheduleRequest.schedule:type_name -> v1.ScheduleConfig
-	224, // 244: v1.UpdateTaskScheduleRequest.update_mask:type_name -> google.protobuf.FieldMask
-	29,  // 245: v1.PauseTaskScheduleRequest.id:type_name -> v1.UUID
-	29,  // 246: v1.ResumeTaskScheduleRequest.id:type_name -> v1.UUID
-	29,  // 247: v1.DeleteTaskScheduleRequest.id:type_name -> v1.UUID
-	29,  // 248: v1.TriggerTaskScheduleRequest.id:type_name -> v1.UUID
-	29,  // 249: v1.AddTaskScheduleScopeRequest.schedule_id:type_name -> v1.UUID
-	45,  // 250: v1.AddTaskScheduleScopeRequest.target_spec:type_name -> v1.OperationTargetSpec
-	161, // 251: v1.AddTaskScheduleScopeResponse.scopes:type_name -> v1.TaskScheduleScope
-	29,  // 252: v1.RemoveTaskScheduleScopeRequest.scope_id:type_name -> v1.UUID
-	29,  // 253: v1.UpdateTaskScheduleScopeRequest.schedule_id:type_name -> v1.UUID
-	45,  // 254: v1.UpdateTaskScheduleScopeRequest.desired_scope:type_name -> v1.OperationTargetSpec
-	161, // 255: v1.UpdateTaskScheduleScopeResponse.scopes:type_name -> v1.TaskScheduleScope
-	29,  // 256: v1.ListTaskScheduleScopesRequest.schedule_id:type_name -> v1.UUID
-	161, // 257: v1.ListTaskScheduleScopesResponse.scopes:type_name -> v1.TaskScheduleScope
-	160, // 258: v1.CheckScheduleConflictsRequest.operation:type_name -> v1.ScheduledOperation
-	29,  // 259: v1.CheckScheduleConflictsRequest.exclude_schedule_id:type_name -> v1.UUID
-	159, // 260: v1.CheckScheduleConflictsResponse.conflicts:type_name -> v1.TaskSchedule
-	194, // 261: v1.CreateOperationRunRequest.configuration:type_name -> v1.OperationRunConfiguration
-	29,  // 262: v1.CreateOperationRunResponse.id:type_name -> v1.UUID
-	29,  // 263: v1.GetOperationRunRequest.id:type_name -> v1.UUID
-	216, // 264: v1.GetOperationRunResponse.operation_run:type_name -> v1.OperationRun
-	186, // 265: v1.ListOperationRunsRequest.filter:type_name -> v1.OperationRunFilter
-	36,  // 266: v1.ListOperationRunsRequest.pagination:type_name -> v1.Pagination
-	217, // 267: v1.ListOperationRunsResponse.operation_runs:type_name -> v1.OperationRunSummary
-	37,  // 268: v1.OperationRunFilter.name:type_name -> v1.StringQueryInfo
-	187, // 269: v1.OperationRunFilter.states:type_name -> v1.OperationRunStateFilter
-	219, // 270: v1.OperationRunFilter.operation_kinds:type_name -> v1.OperationKind
-	23,  // 271: v1.OperationRunStateFilter.status:type_name -> v1.OperationRunStatus
-	24,  // 272: v1.OperationRunStateFilter.reason:type_name -> v1.OperationRunStatusReason
-	29,  // 273: v1.ListOperationRunTargetsRequest.operation_run_id:type_name -> v1.UUID
-	25,  // 274: v1.ListOperationRunTargetsRequest.status:type_name -> v1.OperationRunTargetStatus
-	36,  // 275: v1.ListOperationRunTargetsRequest.pagination:type_name -> v1.Pagination
-	26,  // 276: v1.ListOperationRunTargetsRequest.phase_scope:type_name -> v1.OperationRunTargetPhaseScope
-	223, // 277: v1.ListOperationRunTargetsResponse.targets:type_name -> v1.OperationRunTarget
-	29,  // 278: v1.PauseOperationRunRequest.id:type_name -> v1.UUID
-	29,  // 279: v1.ResumeOperationRunRequest.id:type_name -> v1.UUID
-	29,  // 280: v1.AdvanceOperationRunPhaseRequest.id:type_name -> v1.UUID
-	29,  // 281: v1.CancelOperationRunRequest.id:type_name -> v1.UUID
-	195, // 282: v1.OperationRunConfiguration.selector:type_name -> v1.OperationRunSelector
-	197, // 283: v1.OperationRunConfiguration.options:type_name -> v1.OperationRunOptions
-	214, // 284: v1.OperationRunConfiguration.operation:type_name -> v1.OperationRunOperation
-	196, // 285: v1.OperationRunSelector.percentage:type_name -> v1.PercentageSelector
-	198, // 286: v1.OperationRunOptions.safety_policy:type_name -> v1.OperationRunSafetyPolicy
-	212, // 287: v1.OperationRunOptions.conflict_policy:type_name -> v1.OperationRunConflictPolicy
-	202, // 288: v1.OperationRunOptions.ordering_policy:type_name -> v1.OperationRunOrderingPolicy
-	205, // 289: v1.OperationRunOptions.phase_policy:type_name -> v1.OperationRunPhasePolicy
-	199, // 290: v1.OperationRunSafetyPolicy.gates:type_name -> v1.OperationRunSafetyGate
-	200, // 291: v1.OperationRunSafetyGate.failure_rate:type_name -> v1.OperationRunFailureRateGate
-	201, // 292: v1.OperationRunSafetyGate.failure_count:type_name -> v1.OperationRunFailureCountGate
-	27,  // 293: v1.OperationRunFailureRateGate.scope:type_name -> v1.OperationRunSafetyGateScope
-	27,  // 294: v1.OperationRunFailureCountGate.scope:type_name -> v1.OperationRunSafetyGateScope
-	203, // 295: v1.OperationRunOrderingPolicy.random:type_name -> v1.OperationRunRandomOrdering
-	204, // 296: v1.OperationRunOrderingPolicy.physical_location:type_name -> v1.OperationRunPhysicalLocationOrdering
-	28,  // 297: v1.OperationRunPhysicalLocationOrdering.strategy:type_name -> v1.OperationRunPhysicalLocationOrdering.Strategy
-	206, // 298: v1.OperationRunPhasePolicy.equal:type_name -> v1.EqualOperationRunPhases
-	207, // 299: v1.OperationRunPhasePolicy.percentage:type_name -> v1.PercentageOperationRunPhases
-	209, // 300: v1.OperationRunPhasePolicy.count:type_name -> v1.CountOperationRunPhases
-	211, // 301: v1.OperationRunPhasePolicy.advance_policy:type_name -> v1.OperationRunPhaseAdvancePolicy
-	208, // 302: v1.PercentageOperationRunPhases.phases:type_name -> v1.OperationRunPercentagePhase
-	210, // 303: v1.CountOperationRunPhases.phases:type_name -> v1.OperationRunCountPhase
-	213, // 304: v1.OperationRunConflictPolicy.retry:type_name -> v1.OperationRunConflictRetryPolicy
-	226, // 305: v1.OperationRunConflictRetryPolicy.retry_timeout:type_name -> google.protobuf.Duration
-	226, // 306: v1.OperationRunConflictRetryPolicy.initial_retry_delay:type_name -> google.protobuf.Duration
-	226, // 307: v1.OperationRunConflictRetryPolicy.max_retry_delay:type_name -> google.protobuf.Duration
-	99,  // 308: v1.OperationRunOperation.upgrade_firmware:type_name -> v1.UpgradeFirmwareRequest
-	215, // 309: v1.OperationRunOperation.target_scope:type_name -> v1.OperationRunTargetScope
-	29,  // 310: v1.OperationRunTargetScope.exclude_operation_run_ids:type_name -> v1.UUID
-	54,  // 311: v1.OperationRunTargetScope.default_scope_component_filter:type_name -> v1.ComponentFilter
-	217, // 312: v1.OperationRun.summary:type_name -> v1.OperationRunSummary
-	194, // 313: v1.OperationRun.configuration:type_name -> v1.OperationRunConfiguration
-	220, // 314: v1.OperationRun.stats:type_name -> v1.OperationRunStats
-	29,  // 315: v1.OperationRunSummary.id:type_name -> v1.UUID
-	219, // 316: v1.OperationRunSummary.operation_kind:type_name -> v1.OperationKind
-	218, // 317: v1.OperationRunSummary.state:type_name -> v1.OperationRunState
-	225, // 318: v1.OperationRunSummary.created_at:type_name -> google.protobuf.Timestamp
-	225, // 319: v1.OperationRunSummary.updated_at:type_name -> google.protobuf.Timestamp
-	225, // 320: v1.OperationRunSummary.started_at:type_name -> google.protobuf.Timestamp
-	225, // 321: v1.OperationRunSummary.finished_at:type_name -> google.protobuf.Timestamp
-	23,  // 322: v1.OperationRunState.status:type_name -> v1.OperationRunStatus
-	24,  // 323: v1.OperationRunState.reason:type_name -> v1.OperationRunStatusReason
-	14,  // 324: v1.OperationKind.type:type_name -> v1.OperationType
-	221, // 325: v1.OperationRunStats.current_phase_stats:type_name -> v1.OperationRunPhaseStats
-	221, // 326: v1.OperationRunStats.cumulative_phase_stats:type_name -> v1.OperationRunPhaseStats
-	222, // 327: v1.OperationRunPhaseStats.outcome_counts:type_name -> v1.OperationRunTargetOutcomeCounts
-	29,  // 328: v1.OperationRunTarget.id:type_name -> v1.UUID
-	29,  // 329: v1.OperationRunTarget.operation_run_id:type_name -> v1.UUID
-	29,  // 330: v1.OperationRunTarget.rack_id:type_name -> v1.UUID
-	29,  // 331: v1.OperationRunTarget.task_id:type_name -> v1.UUID
-	25,  // 332: v1.OperationRunTarget.status:type_name -> v1.OperationRunTargetStatus
-	55,  // 333: v1.OperationRunTarget.components_by_type:type_name -> v1.ComponentsByType
-	225, // 334: v1.OperationRunTarget.created_at:type_name -> google.protobuf.Timestamp
-	225, // 335: v1.OperationRunTarget.updated_at:type_name -> google.protobuf.Timestamp
-	57,  // 336: v1.Flow.Version:input_type -> v1.VersionRequest
-	162, // 337: v1.Flow.CreateTaskSchedule:input_type -> v1.CreateTaskScheduleRequest
-	163, // 338: v1.Flow.GetTaskSchedule:input_type -> v1.GetTaskScheduleRequest
-	164, // 339: v1.Flow.ListTaskSchedules:input_type -> v1.ListTaskSchedulesRequest
-	166, // 340: v1.Flow.UpdateTaskSchedule:input_type -> v1.UpdateTaskScheduleRequest
-	167, // 341: v1.Flow.PauseTaskSchedule:input_type -> v1.PauseTaskScheduleRequest
-	168, // 342: v1.Flow.ResumeTaskSchedule:input_type -> v1.ResumeTaskScheduleRequest
-	169, // 343: v1.Flow.DeleteTaskSchedule:input_type -> v1.DeleteTaskScheduleRequest
-	170, // 344: v1.Flow.TriggerTaskSchedule:input_type -> v1.TriggerTaskScheduleRequest
-	171, // 345: v1.Flow.AddTaskScheduleScope:input_type -> v1.AddTaskScheduleScopeRequest
-	173, // 346: v1.Flow.RemoveTaskScheduleScope:input_type -> v1.RemoveTaskScheduleScopeRequest
-	174, // 347: v1.Flow.UpdateTaskScheduleScope:input_type -> v1.UpdateTaskScheduleScopeRequest
-	176, // 348: v1.Flow.ListTaskScheduleScopes:input_type -> v1.ListTaskScheduleScopesRequest
-	178, // 349: v1.Flow.CheckScheduleConflicts:input_type -> v1.CheckScheduleConflictsRequest
-	59,  // 350: v1.Flow.CreateExpectedRack:input_type -> v1.CreateExpectedRackRequest
-	61,  // 351: v1.Flow.GetRackInfoByID:input_type -> v1.GetRackInfoByIDRequest
-	62,  // 352: v1.Flow.GetRackInfoBySerial:input_type -> v1.GetRackInfoBySerialRequest
-	64,  // 353: v1.Flow.GetListOfRacks:input_type -> v1.GetListOfRacksRequest
-	66,  // 354: v1.Flow.PatchRack:input_type -> v1.PatchRackRequest
-	68,  // 355: v1.Flow.DeleteRack:input_type -> v1.DeleteRackRequest
-	70,  // 356: v1.Flow.PurgeRack:input_type -> v1.PurgeRackRequest
-	99,  // 357: v1.Flow.UpgradeFirmware:input_type -> v1.UpgradeFirmwareRequest
-	102, // 358: v1.Flow.BringUpRack:input_type -> v1.BringUpRackRequest
-	103, // 359: v1.Flow.IngestRack:input_type -> v1.IngestRackRequest
-	104, // 360: v1.Flow.DecommissionRack:input_type -> v1.DecommissionRackRequest
-	105, // 361: v1.Flow.PowerOnRack:input_type -> v1.PowerOnRackRequest
-	106, // 362: v1.Flow.PowerOffRack:input_type -> v1.PowerOffRackRequest
-	107, // 363: v1.Flow.PowerResetRack:input_type -> v1.PowerResetRackRequest
-	108, // 364: v1.Flow.ACPowerCycleRack:input_type -> v1.ACPowerCycleRackRequest
-	72,  // 365: v1.Flow.GetComponentInfoByID:input_type -> v1.GetComponentInfoByIDRequest
-	73,  // 366: v1.Flow.GetComponentInfoBySerial:input_type -> v1.GetComponentInfoBySerialRequest
-	75,  // 367: v1.Flow.GetComponents:input_type -> v1.GetComponentsRequest
-	77,  // 368: v1.Flow.ValidateComponents:input_type -> v1.ValidateComponentsRequest
-	81,  // 369: v1.Flow.AddComponent:input_type -> v1.AddComponentRequest
-	83,  // 370: v1.Flow.PatchComponent:input_type -> v1.PatchComponentRequest
-	85,  // 371: v1.Flow.DeleteComponent:input_type -> v1.DeleteComponentRequest
-	87,  // 372: v1.Flow.PurgeComponent:input_type -> v1.PurgeComponentRequest
-	89,  // 373: v1.Flow.CreateNVLDomain:input_type -> v1.CreateNVLDomainRequest
-	91,  // 374: v1.Flow.AttachRacksToNVLDomain:input_type -> v1.AttachRacksToNVLDomainRequest
-	92,  // 375: v1.Flow.DetachRacksFromNVLDomain:input_type -> v1.DetachRacksFromNVLDomainRequest
-	93,  // 376: v1.Flow.GetListOfNVLDomains:input_type -> v1.GetListOfNVLDomainsRequest
-	95,  // 377: v1.Flow.GetRacksForNVLDomain:input_type -> v1.GetRacksForNVLDomainRequest
-	110, // 378: v1.Flow.ListTasks:input_type -> v1.ListTasksRequest
-	112, // 379: v1.Flow.GetTasksByIDs:input_type -> v1.GetTasksByIDsRequest
-	114, // 380: v1.Flow.CancelTask:input_type -> v1.CancelTaskRequest
-	120, // 381: v1.Flow.CreateOperationRule:input_type -> v1.CreateOperationRuleRequest
-	122, // 382: v1.Flow.UpdateOperationRule:input_type -> v1.UpdateOperationRuleRequest
-	123, // 383: v1.Flow.DeleteOperationRule:input_type -> v1.DeleteOperationRuleRequest
-	125, // 384: v1.Flow.GetOperationRule:input_type -> v1.GetOperationRuleRequest
-	126, // 385: v1.Flow.ListOperationRules:input_type -> v1.ListOperationRulesRequest
-	124, // 386: v1.Flow.SetRuleAsDefault:input_type -> v1.SetRuleAsDefaultRequest
-	134, // 387: v1.Flow.CreateEventRule:input_type -> v1.CreateEventRuleRequest
-	135, // 388: v1.Flow.GetEventRule:input_type -> v1.GetEventRuleRequest
-	136, // 389: v1.Flow.GetEffectiveEventRule:input_type -> v1.GetEffectiveEventRuleRequest
-	137, // 390: v1.Flow.ListEventRules:input_type -> v1.ListEventRulesRequest
-	139, // 391: v1.Flow.UpdateEventRule:input_type -> v1.UpdateEventRuleRequest
-	142, // 392: v1.Flow.EnableEventRule:input_type -> v1.EnableEventRuleRequest
-	143, // 393: v1.Flow.DisableEventRule:input_type -> v1.DisableEventRuleRequest
-	144, // 394: v1.Flow.DeleteEventRule:input_type -> v1.DeleteEventRuleRequest
-	147, // 395: v1.Flow.CreateEventRuleBinding:input_type -> v1.CreateEventRuleBindingRequest
-	148, // 396: v1.Flow.GetEventRuleBinding:input_type -> v1.GetEventRuleBindingRequest
-	149, // 397: v1.Flow.DeleteEventRuleBinding:input_type -> v1.DeleteEventRuleBindingRequest
-	151, // 398: v1.Flow.AssociateRuleWithRack:input_type -> v1.AssociateRuleWithRackRequest
-	152, // 399: v1.Flow.DisassociateRuleFromRack:input_type -> v1.DisassociateRuleFromRackRequest
-	153, // 400: v1.Flow.GetRackRuleAssociation:input_type -> v1.GetRackRuleAssociationRequest
-	155, // 401: v1.Flow.ListRackRuleAssociations:input_type -> v1.ListRackRuleAssociationsRequest
-	180, // 402: v1.Flow.CreateOperationRun:input_type -> v1.CreateOperationRunRequest
-	182, // 403: v1.Flow.GetOperationRun:input_type -> v1.GetOperationRunRequest
-	184, // 404: v1.Flow.ListOperationRuns:input_type -> v1.ListOperationRunsRequest
-	188, // 405: v1.Flow.ListOperationRunTargets:input_type -> v1.ListOperationRunTargetsRequest
-	190, // 406: v1.Flow.PauseOperationRun:input_type -> v1.PauseOperationRunRequest
-	191, // 407: v1.Flow.ResumeOperationRun:input_type -> v1.ResumeOperationRunRequest
-	192, // 408: v1.Flow.AdvanceOperationRunPhase:input_type -> v1.AdvanceOperationRunPhaseRequest
-	193, // 409: v1.Flow.CancelOperationRun:input_type -> v1.CancelOperationRunRequest
-	58,  // 410: v1.Flow.Version:output_type -> v1.BuildInfo
-	159, // 411: v1.Flow.CreateTaskSchedule:output_type -> v1.TaskSchedule
-	159, // 412: v1.Flow.GetTaskSchedule:output_type -> v1.TaskSchedule
-	165, // 413: v1.Flow.ListTaskSchedules:output_type -> v1.ListTaskSchedulesResponse
-	159, // 414: v1.Flow.UpdateTaskSchedule:output_type -> v1.TaskSchedule
-	159, // 415: v1.Flow.PauseTaskSchedule:output_type -> v1.TaskSchedule
-	159, // 416: v1.Flow.ResumeTaskSchedule:output_type -> v1.TaskSchedule
-	227, // 417: v1.Flow.DeleteTaskSchedule:output_type -> google.protobuf.Empty
-	97,  // 418: v1.Flow.TriggerTaskSchedule:output_type -> v1.SubmitTaskResponse
-	172, // 419: v1.Flow.AddTaskScheduleScope:output_type -> v1.AddTaskScheduleScopeResponse
-	227, // 420: v1.Flow.RemoveTaskScheduleScope:output_type -> google.protobuf.Empty
-	175, // 421: v1.Flow.UpdateTaskScheduleScope:output_type -> v1.UpdateTaskScheduleScopeResponse
-	177, // 422: v1.Flow.ListTaskScheduleScopes:output_type -> v1.ListTaskScheduleScopesResponse
-	179, // 423: v1.Flow.CheckScheduleConflicts:output_type -> v1.CheckScheduleConflictsResponse
-	60,  // 424: v1.Flow.CreateExpectedRack:output_type -> v1.CreateExpectedRackResponse
-	63,  // 425: v1.Flow.GetRackInfoByID:output_type -> v1.GetRackInfoResponse
-	63,  // 426: v1.Flow.GetRackInfoBySerial:output_type -> v1.GetRackInfoResponse
-	65,  // 427: v1.Flow.GetListOfRacks:output_type -> v1.GetListOfRacksResponse
-	67,  // 428: v1.Flow.PatchRack:output_type -> v1.PatchRackResponse
-	69,  // 429: v1.Flow.DeleteRack:output_type -> v1.DeleteRackResponse
-	71,  // 430: v1.Flow.PurgeRack:output_type -> v1.PurgeRackResponse
-	97,  // 431: v1.Flow.UpgradeFirmware:output_type -> v1.SubmitTaskResponse
-	97,  // 432: v1.Flow.BringUpRack:output_type -> v1.SubmitTaskResponse
-	97,  // 433: v1.Flow.IngestRack:output_type -> v1.SubmitTaskResponse
-	97,  // 434: v1.Flow.DecommissionRack:output_type -> v1.SubmitTaskResponse
-	97,  // 435: v1.Flow.PowerOnRack:output_type -> v1.SubmitTaskResponse
-	97,  // 436: v1.Flow.PowerOffRack:output_type -> v1.SubmitTaskResponse
-	97,  // 437: v1.Flow.PowerResetRack:output_type -> v1.SubmitTaskResponse
-	97,  // 438: v1.Flow.ACPowerCycleRack:output_type -> v1.SubmitTaskResponse
-	74,  // 439: v1.Flow.GetComponentInfoByID:output_type -> v1.GetComponentInfoResponse
-	74,  // 440: v1.Flow.GetComponentInfoBySerial:output_type -> v1.GetComponentInfoResponse
-	76,  // 441: v1.Flow.GetComponents:output_type -> v1.GetComponentsResponse
-	78,  // 442: v1.Flow.ValidateComponents:output_type -> v1.ValidateComponentsResponse
-	82,  // 443: v1.Flow.AddComponent:output_type -> v1.AddComponentResponse
-	84,  // 444: v1.Flow.PatchComponent:output_type -> v1.PatchComponentResponse
-	86,  // 445: v1.Flow.DeleteComponent:output_type -> v1.DeleteComponentResponse
-	88,  // 446: v1.Flow.PurgeComponent:output_type -> v1.PurgeComponentResponse
-	90,  // 447: v1.Flow.CreateNVLDomain:output_type -> v1.CreateNVLDomainResponse
-	227, // 448: v1.Flow.AttachRacksToNVLDomain:output_type -> google.protobuf.Empty
-	227, // 449: v1.Flow.DetachRacksFromNVLDomain:output_type -> google.protobuf.Empty
-	94,  // 450: v1.Flow.GetListOfNVLDomains:output_type -> v1.GetListOfNVLDomainsResponse
-	96,  // 451: v1.Flow.GetRacksForNVLDomain:output_type -> v1.GetRacksForNVLDomainResponse
-	111, // 452: v1.Flow.ListTasks:output_type -> v1.ListTasksResponse
-	113, // 453: v1.Flow.GetTasksByIDs:output_type -> v1.GetTasksByIDsResponse
-	115, // 454: v1.Flow.CancelTask:output_type -> v1.CancelTaskResponse
-	121, // 455: v1.Flow.CreateOperationRule:output_type -> v1.CreateOperationRuleResponse
-	227, // 456: v1.Flow.UpdateOperationRule:output_type -> google.protobuf.Empty
-	227, // 457: v1.Flow.DeleteOperationRule:output_type -> google.protobuf.Empty
-	119, // 458: v1.Flow.GetOperationRule:output_type -> v1.OperationRule
-	127, // 459: v1.Flow.ListOperationRules:output_type -> v1.ListOperationRulesResponse
-	227, // 460: v1.Flow.SetRuleAsDefault:output_type -> google.protobuf.Empty
-	128, // 461: v1.Flow.CreateEventRule:output_type -> v1.EventRule
-	128, // 462: v1.Flow.GetEventRule:output_type -> v1.EventRule
-	128, // 463: v1.Flow.GetEffectiveEventRule:output_type -> v1.EventRule
-	138, // 464: v1.Flow.ListEventRules:output_type -> v1.ListEventRulesResponse
-	128, // 465: v1.Flow.UpdateEventRule:output_type -> v1.EventRule
-	128, // 466: v1.Flow.EnableEventRule:output_type -> v1.EventRule
-	128, // 467: v1.Flow.DisableEventRule:output_type -> v1.EventRule
-	227, // 468: v1.Flow.DeleteEventRule:output_type -> google.protobuf.Empty
-	146, // 469: v1.Flow.CreateEventRuleBinding:output_type -> v1.EventRuleBinding
-	146, // 470: v1.Flow.GetEventRuleBinding:output_type -> v1.EventRuleBinding
-	227, // 471: v1.Flow.DeleteEventRuleBinding:output_type -> google.protobuf.Empty
-	227, // 472: v1.Flow.AssociateRuleWithRack:output_type -> google.protobuf.Empty
-	227, // 473: v1.Flow.DisassociateRuleFromRack:output_type -> google.protobuf.Empty
-	154, // 474: v1.Flow.GetRackRuleAssociation:output_type -> v1.GetRackRuleAssociationResponse
-	156, // 475: v1.Flow.ListRackRuleAssociations:output_type -> v1.ListRackRuleAssociationsResponse
-	181, // 476: v1.Flow.CreateOperationRun:output_type -> v1.CreateOperationRunResponse
-	183, // 477: v1.Flow.GetOperationRun:output_type -> v1.GetOperationRunResponse
-	185, // 478: v1.Flow.ListOperationRuns:output_type -> v1.ListOperationRunsResponse
-	189, // 479: v1.Flow.ListOperationRunTargets:output_type -> v1.ListOperationRunTargetsResponse
-	216, // 480: v1.Flow.PauseOperationRun:output_type -> v1.OperationRun
-	216, // 481: v1.Flow.ResumeOperationRun:output_type -> v1.OperationRun
-	216, // 482: v1.Flow.AdvanceOperationRunPhase:output_type -> v1.OperationRun
-	216, // 483: v1.Flow.CancelOperationRun:output_type -> v1.OperationRun
-	410, // [410:484] is the sub-list for method output_type
-	336, // [336:410] is the sub-list for method input_type
-	336, // [336:336] is the sub-list for extension type_name
-	336, // [336:336] is the sub-list for extension extendee
-	0,   // [0:336] is the sub-list for field type_name
+	229, // 14: v1.Rack.health:type_name -> v1.HealthReport
+	0,   // 15: v1.Component.type:type_name -> v1.ComponentType
+	31,  // 16: v1.Component.info:type_name -> v1.DeviceInfo
+	35,  // 17: v1.Component.position:type_name -> v1.RackPosition
+	34,  // 18: v1.Component.bmcs:type_name -> v1.BMCInfo
+	29,  // 19: v1.Component.rack_id:type_name -> v1.UUID
+	42,  // 20: v1.Component.status:type_name -> v1.ComponentOperationStatus
+	3,   // 21: v1.Component.leak_status:type_name -> v1.LeakStatus
+	29,  // 22: v1.Component.nvl_domain_id:type_name -> v1.UUID
+	43,  // 23: v1.Component.task_stats:type_name -> v1.TaskStats
+	4,   // 24: v1.Component.leak_handling_status:type_name -> v1.LeakHandlingStatus
+	229, // 25: v1.Component.health:type_name -> v1.HealthReport
+	2,   // 26: v1.ComponentOperationStatus.phase:type_name -> v1.Phase
+	14,  // 27: v1.ComponentOperationStatus.blocked_operations:type_name -> v1.OperationType
+	30,  // 28: v1.NVLDomain.identifier:type_name -> v1.Identifier
+	46,  // 29: v1.OperationTargetSpec.racks:type_name -> v1.RackTargets
+	48,  // 30: v1.OperationTargetSpec.components:type_name -> v1.ComponentTargets
+	51,  // 31: v1.OperationTargetSpec.nvl_domains:type_name -> v1.NVLDomainTargets
+	47,  // 32: v1.RackTargets.targets:type_name -> v1.RackTarget
+	29,  // 33: v1.RackTarget.id:type_name -> v1.UUID
+	0,   // 34: v1.RackTarget.component_types:type_name -> v1.ComponentType
+	49,  // 35: v1.ComponentTargets.targets:type_name -> v1.ComponentTarget
+	29,  // 36: v1.ComponentTarget.id:type_name -> v1.UUID
+	50,  // 37: v1.ComponentTarget.external:type_name -> v1.ExternalRef
+	0,   // 38: v1.ExternalRef.type:type_name -> v1.ComponentType
+	52,  // 39: v1.NVLDomainTargets.targets:type_name -> v1.NVLDomainTarget
+	29,  // 40: v1.NVLDomainTarget.id:type_name -> v1.UUID
+	0,   // 41: v1.NVLDomainTarget.component_types:type_name -> v1.ComponentType
+	0,   // 42: v1.ComponentTypes.types:type_name -> v1.ComponentType
+	53,  // 43: v1.ComponentFilter.types:type_name -> v1.ComponentTypes
+	48,  // 44: v1.ComponentFilter.components:type_name -> v1.ComponentTargets
+	56,  // 45: v1.ComponentsByType.groups:type_name -> v1.ComponentsForType
+	0,   // 46: v1.ComponentsForType.type:type_name -> v1.ComponentType
+	29,  // 47: v1.ComponentsForType.component_ids:type_name -> v1.UUID
+	40,  // 48: v1.CreateExpectedRackRequest.rack:type_name -> v1.Rack
+	29,  // 49: v1.CreateExpectedRackResponse.id:type_name -> v1.UUID
+	29,  // 50: v1.GetRackInfoByIDRequest.id:type_name -> v1.UUID
+	32,  // 51: v1.GetRackInfoBySerialRequest.serial_info:type_name -> v1.DeviceSerialInfo
+	40,  // 52: v1.GetRackInfoResponse.rack:type_name -> v1.Rack
+	38,  // 53: v1.GetListOfRacksRequest.filters:type_name -> v1.Filter
+	36,  // 54: v1.GetListOfRacksRequest.pagination:type_name -> v1.Pagination
+	39,  // 55: v1.GetListOfRacksRequest.order_by:type_name -> v1.OrderBy
+	40,  // 56: v1.GetListOfRacksResponse.racks:type_name -> v1.Rack
+	40,  // 57: v1.PatchRackRequest.rack:type_name -> v1.Rack
+	29,  // 58: v1.DeleteRackRequest.id:type_name -> v1.UUID
+	29,  // 59: v1.PurgeRackRequest.id:type_name -> v1.UUID
+	29,  // 60: v1.GetComponentInfoByIDRequest.id:type_name -> v1.UUID
+	32,  // 61: v1.GetComponentInfoBySerialRequest.serial_info:type_name -> v1.DeviceSerialInfo
+	41,  // 62: v1.GetComponentInfoResponse.component:type_name -> v1.Component
+	40,  // 63: v1.GetComponentInfoResponse.rack:type_name -> v1.Rack
+	45,  // 64: v1.GetComponentsRequest.target_spec:type_name -> v1.OperationTargetSpec
+	38,  // 65: v1.GetComponentsRequest.filters:type_name -> v1.Filter
+	36,  // 66: v1.GetComponentsRequest.pagination:type_name -> v1.Pagination
+	39,  // 67: v1.GetComponentsRequest.order_by:type_name -> v1.OrderBy
+	41,  // 68: v1.GetComponentsResponse.components:type_name -> v1.Component
+	45,  // 69: v1.ValidateComponentsRequest.target_spec:type_name -> v1.OperationTargetSpec
+	38,  // 70: v1.ValidateComponentsRequest.filters:type_name -> v1.Filter
+	36,  // 71: v1.ValidateComponentsRequest.pagination:type_name -> v1.Pagination
+	39,  // 72: v1.ValidateComponentsRequest.order_by:type_name -> v1.OrderBy
+	79,  // 73: v1.ValidateComponentsResponse.diffs:type_name -> v1.ComponentDiff
+	9,   // 74: v1.ComponentDiff.type:type_name -> v1.DiffType
+	41,  // 75: v1.ComponentDiff.expected:type_name -> v1.Component
+	41,  // 76: v1.ComponentDiff.actual:type_name -> v1.Component
+	80,  // 77: v1.ComponentDiff.field_diffs:type_name -> v1.FieldDiff
+	29,  // 78: v1.ComponentDiff.id:type_name -> v1.UUID
+	41,  // 79: v1.AddComponentRequest.component:type_name -> v1.Component
+	41,  // 80: v1.AddComponentResponse.component:type_name -> v1.Component
+	29,  // 81: v1.PatchComponentRequest.id:type_name -> v1.UUID
+	35,  // 82: v1.PatchComponentRequest.position:type_name -> v1.RackPosition
+	29,  // 83: v1.PatchComponentRequest.rack_id:type_name -> v1.UUID
+	34,  // 84: v1.PatchComponentRequest.bmcs:type_name -> v1.BMCInfo
+	232, // 85: v1.PatchComponentRequest.update_mask:type_name -> google.protobuf.FieldMask
+	41,  // 86: v1.PatchComponentResponse.component:type_name -> v1.Component
+	29,  // 87: v1.DeleteComponentRequest.id:type_name -> v1.UUID
+	29,  // 88: v1.PurgeComponentRequest.id:type_name -> v1.UUID
+	44,  // 89: v1.CreateNVLDomainRequest.nvl_domain:type_name -> v1.NVLDomain
+	29,  // 90: v1.CreateNVLDomainResponse.id:type_name -> v1.UUID
+	30,  // 91: v1.AttachRacksToNVLDomainRequest.nvl_domain_identifier:type_name -> v1.Identifier
+	30,  // 92: v1.AttachRacksToNVLDomainRequest.rack_identifiers:type_name -> v1.Identifier
+	30,  // 93: v1.DetachRacksFromNVLDomainRequest.rack_identifiers:type_name -> v1.Identifier
+	37,  // 94: v1.GetListOfNVLDomainsRequest.info:type_name -> v1.StringQueryInfo
+	36,  // 95: v1.GetListOfNVLDomainsRequest.pagination:type_name -> v1.Pagination
+	44,  // 96: v1.GetListOfNVLDomainsResponse.nvl_domains:type_name -> v1.NVLDomain
+	2,   // 97: v1.NVLinkDomain.operation_status:type_name -> v1.Phase
+	41,  // 98: v1.NVLinkDomain.components:type_name -> v1.Component
+	96,  // 99: v1.GetNVLinkDomainResponse.domain:type_name -> v1.NVLinkDomain
+	37,  // 100: v1.GetListOfNVLinkDomainsRequest.info:type_name -> v1.StringQueryInfo
+	36,  // 101: v1.GetListOfNVLinkDomainsRequest.pagination:type_name -> v1.Pagination
+	96,  // 102: v1.GetListOfNVLinkDomainsResponse.domains:type_name -> v1.NVLinkDomain
+	30,  // 103: v1.GetRacksForNVLDomainRequest.nvl_domain_identifier:type_name -> v1.Identifier
+	40,  // 104: v1.GetRacksForNVLDomainResponse.racks:type_name -> v1.Rack
+	29,  // 105: v1.SubmitTaskResponse.task_ids:type_name -> v1.UUID
+	12,  // 106: v1.QueueOptions.conflict_strategy:type_name -> v1.ConflictStrategy
+	45,  // 107: v1.UpgradeFirmwareRequest.target_spec:type_name -> v1.OperationTargetSpec
+	233, // 108: v1.UpgradeFirmwareRequest.start_time:type_name -> google.protobuf.Timestamp
+	233, // 109: v1.UpgradeFirmwareRequest.end_time:type_name -> google.protobuf.Timestamp
+	103, // 110: v1.UpgradeFirmwareRequest.queue_options:type_name -> v1.QueueOptions
+	29,  // 111: v1.UpgradeFirmwareRequest.rule_id:type_name -> v1.UUID
+	105, // 112: v1.UpgradeFirmwareRequest.authentication_data:type_name -> v1.FirmwareAuthenticationData
+	106, // 113: v1.FirmwareAuthenticationData.per_component:type_name -> v1.PerComponentFirmwareAuthenticationData
+	45,  // 114: v1.BringUpRackRequest.target_spec:type_name -> v1.OperationTargetSpec
+	29,  // 115: v1.BringUpRackRequest.rule_id:type_name -> v1.UUID
+	45,  // 116: v1.IngestRackRequest.target_spec:type_name -> v1.OperationTargetSpec
+	38,  // 117: v1.IngestRackRequest.filters:type_name -> v1.Filter
+	29,  // 118: v1.IngestRackRequest.rule_id:type_name -> v1.UUID
+	45,  // 119: v1.DecommissionRackRequest.target_spec:type_name -> v1.OperationTargetSpec
+	103, // 120: v1.DecommissionRackRequest.queue_options:type_name -> v1.QueueOptions
+	29,  // 121: v1.DecommissionRackRequest.rule_id:type_name -> v1.UUID
+	45,  // 122: v1.PowerOnRackRequest.target_spec:type_name -> v1.OperationTargetSpec
+	103, // 123: v1.PowerOnRackRequest.queue_options:type_name -> v1.QueueOptions
+	29,  // 124: v1.PowerOnRackRequest.rule_id:type_name -> v1.UUID
+	45,  // 125: v1.PowerOffRackRequest.target_spec:type_name -> v1.OperationTargetSpec
+	103, // 126: v1.PowerOffRackRequest.queue_options:type_name -> v1.QueueOptions
+	29,  // 127: v1.PowerOffRackRequest.rule_id:type_name -> v1.UUID
+	45,  // 128: v1.PowerResetRackRequest.target_spec:type_name -> v1.OperationTargetSpec
+	103, // 129: v1.PowerResetRackRequest.queue_options:type_name -> v1.QueueOptions
+	29,  // 130: v1.PowerResetRackRequest.rule_id:type_name -> v1.UUID
+	45,  // 131: v1.ACPowerCycleRackRequest.target_spec:type_name -> v1.OperationTargetSpec
+	103, // 132: v1.ACPowerCycleRackRequest.queue_options:type_name -> v1.QueueOptions
+	29,  // 133: v1.ACPowerCycleRackRequest.rule_id:type_name -> v1.UUID
+	29,  // 134: v1.Task.id:type_name -> v1.UUID
+	29,  // 135: v1.Task.rack_id:type_name -> v1.UUID
+	29,  // 136: v1.Task.component_uuids:type_name -> v1.UUID
+	11,  // 137: v1.Task.executor_type:type_name -> v1.TaskExecutorType
+	10,  // 138: v1.Task.status:type_name -> v1.TaskStatus
+	233, // 139: v1.Task.queue_expires_at:type_name -> google.protobuf.Timestamp
+	233, // 140: v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	233, // 141: v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	29,  // 142: v1.Task.applied_rule_id:type_name -> v1.UUID
+	233, // 143: v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	233, // 144: v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	29,  // 145: v1.ListTasksRequest.rack_id:type_name -> v1.UUID
+	36,  // 146: v1.ListTasksRequest.pagination:type_name -> v1.Pagination
+	29,  // 147: v1.ListTasksRequest.component_id:type_name -> v1.UUID
+	114, // 148: v1.ListTasksResponse.tasks:type_name -> v1.Task
+	29,  // 149: v1.GetTasksByIDsRequest.task_ids:type_name -> v1.UUID
+	114, // 150: v1.GetTasksByIDsResponse.tasks:type_name -> v1.Task
+	29,  // 151: v1.CancelTaskRequest.task_id:type_name -> v1.UUID
+	114, // 152: v1.CancelTaskResponse.task:type_name -> v1.Task
+	122, // 153: v1.TaskOperation.power_control:type_name -> v1.PowerControlTaskOperation
+	123, // 154: v1.TaskOperation.firmware_control:type_name -> v1.FirmwareControlTaskOperation
+	15,  // 155: v1.PowerControlTaskOperation.operation:type_name -> v1.PowerControlOperation
+	16,  // 156: v1.FirmwareControlTaskOperation.operation:type_name -> v1.FirmwareControlOperation
+	233, // 157: v1.FirmwareControlTaskOperation.start_time:type_name -> google.protobuf.Timestamp
+	233, // 158: v1.FirmwareControlTaskOperation.end_time:type_name -> google.protobuf.Timestamp
+	29,  // 159: v1.OperationRule.id:type_name -> v1.UUID
+	14,  // 160: v1.OperationRule.operation_type:type_name -> v1.OperationType
+	233, // 161: v1.OperationRule.created_at:type_name -> google.protobuf.Timestamp
+	233, // 162: v1.OperationRule.updated_at:type_name -> google.protobuf.Timestamp
+	14,  // 163: v1.CreateOperationRuleRequest.operation_type:type_name -> v1.OperationType
+	29,  // 164: v1.CreateOperationRuleResponse.id:type_name -> v1.UUID
+	29,  // 165: v1.UpdateOperationRuleRequest.rule_id:type_name -> v1.UUID
+	29,  // 166: v1.DeleteOperationRuleRequest.rule_id:type_name -> v1.UUID
+	29,  // 167: v1.SetRuleAsDefaultRequest.rule_id:type_name -> v1.UUID
+	29,  // 168: v1.GetOperationRuleRequest.rule_id:type_name -> v1.UUID
+	14,  // 169: v1.ListOperationRulesRequest.operation_type:type_name -> v1.OperationType
+	124, // 170: v1.ListOperationRulesResponse.rules:type_name -> v1.OperationRule
+	29,  // 171: v1.EventRule.id:type_name -> v1.UUID
+	134, // 172: v1.EventRule.actions:type_name -> v1.EventRuleAction
+	233, // 173: v1.EventRule.created_at:type_name -> google.protobuf.Timestamp
+	233, // 174: v1.EventRule.updated_at:type_name -> google.protobuf.Timestamp
+	135, // 175: v1.EventRuleAction.condition:type_name -> v1.EventRuleActionCondition
+	136, // 176: v1.EventRuleAction.submit_task:type_name -> v1.EventRuleSubmitTaskAction
+	137, // 177: v1.EventRuleAction.send_alert:type_name -> v1.EventRuleSendAlertAction
+	138, // 178: v1.EventRuleAction.noop:type_name -> v1.EventRuleNoopAction
+	17,  // 179: v1.EventRuleActionCondition.severities:type_name -> v1.EventRuleSeverity
+	0,   // 180: v1.EventRuleActionCondition.component_types:type_name -> v1.ComponentType
+	18,  // 181: v1.EventRuleSubmitTaskAction.target_strategy:type_name -> v1.EventRuleTargetStrategy
+	19,  // 182: v1.EventRuleSubmitTaskAction.conflict_strategy:type_name -> v1.EventRuleConflictStrategy
+	121, // 183: v1.EventRuleSubmitTaskAction.operation:type_name -> v1.TaskOperation
+	17,  // 184: v1.EventRuleSendAlertAction.severity:type_name -> v1.EventRuleSeverity
+	134, // 185: v1.CreateEventRuleRequest.actions:type_name -> v1.EventRuleAction
+	29,  // 186: v1.GetEventRuleRequest.rule_id:type_name -> v1.UUID
+	29,  // 187: v1.GetEffectiveEventRuleRequest.rack_id:type_name -> v1.UUID
+	29,  // 188: v1.GetEffectiveEventRuleRequest.component_id:type_name -> v1.UUID
+	36,  // 189: v1.ListEventRulesRequest.pagination:type_name -> v1.Pagination
+	133, // 190: v1.ListEventRulesResponse.rules:type_name -> v1.EventRule
+	29,  // 191: v1.UpdateEventRuleRequest.rule_id:type_name -> v1.UUID
+	145, // 192: v1.UpdateEventRuleRequest.metadata:type_name -> v1.EventRuleMetadataUpdate
+	146, // 193: v1.UpdateEventRuleRequest.actions:type_name -> v1.EventRuleActionsUpdate
+	134, // 194: v1.EventRuleActionsUpdate.actions:type_name -> v1.EventRuleAction
+	29,  // 195: v1.EnableEventRuleRequest.rule_id:type_name -> v1.UUID
+	29,  // 196: v1.DisableEventRuleRequest.rule_id:type_name -> v1.UUID
+	29,  // 197: v1.DeleteEventRuleRequest.rule_id:type_name -> v1.UUID
+	20,  // 198: v1.EventRuleScope.type:type_name -> v1.EventRuleScopeType
+	29,  // 199: v1.EventRuleScope.id:type_name -> v1.UUID
+	29,  // 200: v1.EventRuleBinding.id:type_name -> v1.UUID
+	29,  // 201: v1.EventRuleBinding.rule_id:type_name -> v1.UUID
+	150, // 202: v1.EventRuleBinding.scope:type_name -> v1.EventRuleScope
+	29,  // 203: v1.CreateEventRuleBindingRequest.rule_id:type_name -> v1.UUID
+	150, // 204: v1.CreateEventRuleBindingRequest.scope:type_name -> v1.EventRuleScope
+	150, // 205: v1.GetEventRuleBindingRequest.scope:type_name -> v1.EventRuleScope
+	150, // 206: v1.DeleteEventRuleBindingRequest.scope:type_name -> v1.EventRuleScope
+	29,  // 207: v1.RackRuleAssociation.rack_id:type_name -> v1.UUID
+	14,  // 208: v1.RackRuleAssociation.operation_type:type_name -> v1.OperationType
+	29,  // 209: v1.RackRuleAssociation.rule_id:type_name -> v1.UUID
+	233, // 210: v1.RackRuleAssociation.created_at:type_name -> google.protobuf.Timestamp
+	233, // 211: v1.RackRuleAssociation.updated_at:type_name -> google.protobuf.Timestamp
+	29,  // 212: v1.AssociateRuleWithRackRequest.rack_id:type_name -> v1.UUID
+	29,  // 213: v1.AssociateRuleWithRackRequest.rule_id:type_name -> v1.UUID
+	29,  // 214: v1.DisassociateRuleFromRackRequest.rack_id:type_name -> v1.UUID
+	14,  // 215: v1.DisassociateRuleFromRackRequest.operation_type:type_name -> v1.OperationType
+	29,  // 216: v1.GetRackRuleAssociationRequest.rack_id:type_name -> v1.UUID
+	14,  // 217: v1.GetRackRuleAssociationRequest.operation_type:type_name -> v1.OperationType
+	29,  // 218: v1.GetRackRuleAssociationResponse.rule_id:type_name -> v1.UUID
+	29,  // 219: v1.ListRackRuleAssociationsRequest.rack_id:type_name -> v1.UUID
+	155, // 220: v1.ListRackRuleAssociationsResponse.associations:type_name -> v1.RackRuleAssociation
+	21,  // 221: v1.ScheduleSpec.type:type_name -> v1.ScheduleSpecType
+	162, // 222: v1.ScheduleConfig.spec:type_name -> v1.ScheduleSpec
+	22,  // 223: v1.ScheduleConfig.overlap_policy:type_name -> v1.OverlapPolicy
+	29,  // 224: v1.TaskSchedule.id:type_name -> v1.UUID
+	162, // 225: v1.TaskSchedule.spec:type_name -> v1.ScheduleSpec
+	22,  // 226: v1.TaskSchedule.overlap_policy:type_name -> v1.OverlapPolicy
+	233, // 227: v1.TaskSchedule.next_run_at:type_name -> google.protobuf.Timestamp
+	233, // 228: v1.TaskSchedule.last_run_at:type_name -> google.protobuf.Timestamp
+	233, // 229: v1.TaskSchedule.created_at:type_name -> google.protobuf.Timestamp
+	233, // 230: v1.TaskSchedule.updated_at:type_name -> google.protobuf.Timestamp
+	110, // 231: v1.ScheduledOperation.power_on:type_name -> v1.PowerOnRackRequest
+	111, // 232: v1.ScheduledOperation.power_off:type_name -> v1.PowerOffRackRequest
+	112, // 233: v1.ScheduledOperation.power_reset:type_name -> v1.PowerResetRackRequest
+	107, // 234: v1.ScheduledOperation.bring_up:type_name -> v1.BringUpRackRequest
+	104, // 235: v1.ScheduledOperation.upgrade_firmware:type_name -> v1.UpgradeFirmwareRequest
+	108, // 236: v1.ScheduledOperation.ingest:type_name -> v1.IngestRackRequest
+	29,  // 237: v1.TaskScheduleScope.id:type_name -> v1.UUID
+	29,  // 238: v1.TaskScheduleScope.schedule_id:type_name -> v1.UUID
+	29,  // 239: v1.TaskScheduleScope.rack_id:type_name -> v1.UUID
+	53,  // 240: v1.TaskScheduleScope.types:type_name -> v1.ComponentTypes
+	48,  // 241: v1.TaskScheduleScope.components:type_name -> v1.ComponentTargets
+	29,  // 242: v1.TaskScheduleScope.last_task_id:type_name -> v1.UUID
+	233, // 243: v1.TaskScheduleScope.created_at:type_name -> google.protobuf.Timestamp
+	163, // 244: v1.CreateTaskScheduleRequest.schedule:type_name -> v1.ScheduleConfig
+	165, // 245: v1.CreateTaskScheduleRequest.operation:type_name -> v1.ScheduledOperation
+	29,  // 246: v1.GetTaskScheduleRequest.id:type_name -> v1.UUID
+	29,  // 247: v1.ListTaskSchedulesRequest.rack_id:type_name -> v1.UUID
+	36,  // 248: v1.ListTaskSchedulesRequest.pagination:type_name -> v1.Pagination
+	164, // 249: v1.ListTaskSchedulesResponse.task_schedules:type_name -> v1.TaskSchedule
+	29,  // 250: v1.UpdateTaskScheduleRequest.id:type_name -> v1.UUID
+	163, // 251: v1.UpdateTaskScheduleRequest.schedule:type_name -> v1.ScheduleConfig
+	232, // 252: v1.UpdateTaskScheduleRequest.update_mask:type_name -> google.protobuf.FieldMask
+	29,  // 253: v1.PauseTaskScheduleRequest.id:type_name -> v1.UUID
+	29,  // 254: v1.ResumeTaskScheduleRequest.id:type_name -> v1.UUID
+	29,  // 255: v1.DeleteTaskScheduleRequest.id:type_name -> v1.UUID
+	29,  // 256: v1.TriggerTaskScheduleRequest.id:type_name -> v1.UUID
+	29,  // 257: v1.AddTaskScheduleScopeRequest.schedule_id:type_name -> v1.UUID
+	45,  // 258: v1.AddTaskScheduleScopeRequest.target_spec:type_name -> v1.OperationTargetSpec
+	166, // 259: v1.AddTaskScheduleScopeResponse.scopes:type_name -> v1.TaskScheduleScope
+	29,  // 260: v1.RemoveTaskScheduleScopeRequest.scope_id:type_name -> v1.UUID
+	29,  // 261: v1.UpdateTaskScheduleScopeRequest.schedule_id:type_name -> v1.UUID
+	45,  // 262: v1.UpdateTaskScheduleScopeRequest.desired_scope:type_name -> v1.OperationTargetSpec
+	166, // 263: v1.UpdateTaskScheduleScopeResponse.scopes:type_name -> v1.TaskScheduleScope
+	29,  // 264: v1.ListTaskScheduleScopesRequest.schedule_id:type_name -> v1.UUID
+	166, // 265: v1.ListTaskScheduleScopesResponse.scopes:type_name -> v1.TaskScheduleScope
+	165, // 266: v1.CheckScheduleConflictsRequest.operation:type_name -> v1.ScheduledOperation
+	29,  // 267: v1.CheckScheduleConflictsRequest.exclude_schedule_id:type_name -> v1.UUID
+	164, // 268: v1.CheckScheduleConflictsResponse.conflicts:type_name -> v1.TaskSchedule
+	199, // 269: v1.CreateOperationRunRequest.configuration:type_name -> v1.OperationRunConfiguration
+	29,  // 270: v1.CreateOperationRunResponse.id:type_name -> v1.UUID
+	29,  // 271: v1.GetOperationRunRequest.id:type_name -> v1.UUID
+	221, // 272: v1.GetOperationRunResponse.operation_run:type_name -> v1.OperationRun
+	191, // 273: v1.ListOperationRunsRequest.filter:type_name -> v1.OperationRunFilter
+	36,  // 274: v1.ListOperationRunsRequest.pagination:type_name -> v1.Pagination
+	222, // 275: v1.ListOperationRunsResponse.operation_runs:type_name -> v1.OperationRunSummary
+	37,  // 276: v1.OperationRunFilter.name:type_name -> v1.StringQueryInfo
+	192, // 277: v1.OperationRunFilter.states:type_name -> v1.OperationRunStateFilter
+	224, // 278: v1.OperationRunFilter.operation_kinds:type_name -> v1.OperationKind
+	23,  // 279: v1.OperationRunStateFilter.status:type_name -> v1.OperationRunStatus
+	24,  // 280: v1.OperationRunStateFilter.reason:type_name -> v1.OperationRunStatusReason
+	29,  // 281: v1.ListOperationRunTargetsRequest.operation_run_id:type_name -> v1.UUID
+	25,  // 282: v1.ListOperationRunTargetsRequest.status:type_name -> v1.OperationRunTargetStatus
+	36,  // 283: v1.ListOperationRunTargetsRequest.pagination:type_name -> v1.Pagination
+	26,  // 284: v1.ListOperationRunTargetsRequest.phase_scope:type_name -> v1.OperationRunTargetPhaseScope
+	228, // 285: v1.ListOperationRunTargetsResponse.targets:type_name -> v1.OperationRunTarget
+	29,  // 286: v1.PauseOperationRunRequest.id:type_name -> v1.UUID
+	29,  // 287: v1.ResumeOperationRunRequest.id:type_name -> v1.UUID
+	29,  // 288: v1.AdvanceOperationRunPhaseRequest.id:type_name -> v1.UUID
+	29,  // 289: v1.CancelOperationRunRequest.id:type_name -> v1.UUID
+	200, // 290: v1.OperationRunConfiguration.selector:type_name -> v1.OperationRunSelector
+	202, // 291: v1.OperationRunConfiguration.options:type_name -> v1.OperationRunOptions
+	219, // 292: v1.OperationRunConfiguration.operation:type_name -> v1.OperationRunOperation
+	201, // 293: v1.OperationRunSelector.percentage:type_name -> v1.PercentageSelector
+	203, // 294: v1.OperationRunOptions.safety_policy:type_name -> v1.OperationRunSafetyPolicy
+	217, // 295: v1.OperationRunOptions.conflict_policy:type_name -> v1.OperationRunConflictPolicy
+	207, // 296: v1.OperationRunOptions.ordering_policy:type_name -> v1.OperationRunOrderingPolicy
+	210, // 297: v1.OperationRunOptions.phase_policy:type_name -> v1.OperationRunPhasePolicy
+	204, // 298: v1.OperationRunSafetyPolicy.gates:type_name -> v1.OperationRunSafetyGate
+	205, // 299: v1.OperationRunSafetyGate.failure_rate:type_name -> v1.OperationRunFailureRateGate
+	206, // 300: v1.OperationRunSafetyGate.failure_count:type_name -> v1.OperationRunFailureCountGate
+	27,  // 301: v1.OperationRunFailureRateGate.scope:type_name -> v1.OperationRunSafetyGateScope
+	27,  // 302: v1.OperationRunFailureCountGate.scope:type_name -> v1.OperationRunSafetyGateScope
+	208, // 303: v1.OperationRunOrderingPolicy.random:type_name -> v1.OperationRunRandomOrdering
+	209, // 304: v1.OperationRunOrderingPolicy.physical_location:type_name -> v1.OperationRunPhysicalLocationOrdering
+	28,  // 305: v1.OperationRunPhysicalLocationOrdering.strategy:type_name -> v1.OperationRunPhysicalLocationOrdering.Strategy
+	211, // 306: v1.OperationRunPhasePolicy.equal:type_name -> v1.EqualOperationRunPhases
+	212, // 307: v1.OperationRunPhasePolicy.percentage:type_name -> v1.PercentageOperationRunPhases
+	214, // 308: v1.OperationRunPhasePolicy.count:type_name -> v1.CountOperationRunPhases
+	216, // 309: v1.OperationRunPhasePolicy.advance_policy:type_name -> v1.OperationRunPhaseAdvancePolicy
+	213, // 310: v1.PercentageOperationRunPhases.phases:type_name -> v1.OperationRunPercentagePhase
+	215, // 311: v1.CountOperationRunPhases.phases:type_name -> v1.OperationRunCountPhase
+	218, // 312: v1.OperationRunConflictPolicy.retry:type_name -> v1.OperationRunConflictRetryPolicy
+	234, // 313: v1.OperationRunConflictRetryPolicy.retry_timeout:type_name -> google.protobuf.Duration
+	234, // 314: v1.OperationRunConflictRetryPolicy.initial_retry_delay:type_name -> google.protobuf.Duration
+	234, // 315: v1.OperationRunConflictRetryPolicy.max_retry_delay:type_name -> google.protobuf.Duration
+	104, // 316: v1.OperationRunOperation.upgrade_firmware:type_name -> v1.UpgradeFirmwareRequest
+	220, // 317: v1.OperationRunOperation.target_scope:type_name -> v1.OperationRunTargetScope
+	29,  // 318: v1.OperationRunTargetScope.exclude_operation_run_ids:type_name -> v1.UUID
+	54,  // 319: v1.OperationRunTargetScope.default_scope_component_filter:type_name -> v1.ComponentFilter
+	222, // 320: v1.OperationRun.summary:type_name -> v1.OperationRunSummary
+	199, // 321: v1.OperationRun.configuration:type_name -> v1.OperationRunConfiguration
+	225, // 322: v1.OperationRun.stats:type_name -> v1.OperationRunStats
+	29,  // 323: v1.OperationRunSummary.id:type_name -> v1.UUID
+	224, // 324: v1.OperationRunSummary.operation_kind:type_name -> v1.OperationKind
+	223, // 325: v1.OperationRunSummary.state:type_name -> v1.OperationRunState
+	233, // 326: v1.OperationRunSummary.created_at:type_name -> google.protobuf.Timestamp
+	233, // 327: v1.OperationRunSummary.updated_at:type_name -> google.protobuf.Timestamp
+	233, // 328: v1.OperationRunSummary.started_at:type_name -> google.protobuf.Timestamp
+	233, // 329: v1.OperationRunSummary.finished_at:type_name -> google.protobuf.Timestamp
+	23,  // 330: v1.OperationRunState.status:type_name -> v1.OperationRunStatus
+	24,  // 331: v1.OperationRunState.reason:type_name -> v1.OperationRunStatusReason
+	14,  // 332: v1.OperationKind.type:type_name -> v1.OperationType
+	226, // 333: v1.OperationRunStats.current_phase_stats:type_name -> v1.OperationRunPhaseStats
+	226, // 334: v1.OperationRunStats.cumulative_phase_stats:type_name -> v1.OperationRunPhaseStats
+	227, // 335: v1.OperationRunPhaseStats.outcome_counts:type_name -> v1.OperationRunTargetOutcomeCounts
+	29,  // 336: v1.OperationRunTarget.id:type_name -> v1.UUID
+	29,  // 337: v1.OperationRunTarget.operation_run_id:type_name -> v1.UUID
+	29,  // 338: v1.OperationRunTarget.rack_id:type_name -> v1.UUID
+	29,  // 339: v1.OperationRunTarget.task_id:type_name -> v1.UUID
+	25,  // 340: v1.OperationRunTarget.status:type_name -> v1.OperationRunTargetStatus
+	55,  // 341: v1.OperationRunTarget.components_by_type:type_name -> v1.ComponentsByType
+	233, // 342: v1.OperationRunTarget.created_at:type_name -> google.protobuf.Timestamp
+	233, // 343: v1.OperationRunTarget.updated_at:type_name -> google.protobuf.Timestamp
+	233, // 344: v1.HealthReport.observed_at:type_name -> google.protobuf.Timestamp
+	230, // 345: v1.HealthReport.successes:type_name -> v1.HealthProbeSuccess
+	231, // 346: v1.HealthReport.alerts:type_name -> v1.HealthProbeAlert
+	233, // 347: v1.HealthProbeAlert.in_alert_since:type_name -> google.protobuf.Timestamp
+	57,  // 348: v1.Flow.Version:input_type -> v1.VersionRequest
+	167, // 349: v1.Flow.CreateTaskSchedule:input_type -> v1.CreateTaskScheduleRequest
+	168, // 350: v1.Flow.GetTaskSchedule:input_type -> v1.GetTaskScheduleRequest
+	169, // 351: v1.Flow.ListTaskSchedules:input_type -> v1.ListTaskSchedulesRequest
+	171, // 352: v1.Flow.UpdateTaskSchedule:input_type -> v1.UpdateTaskScheduleRequest
+	172, // 353: v1.Flow.PauseTaskSchedule:input_type -> v1.PauseTaskScheduleRequest
+	173, // 354: v1.Flow.ResumeTaskSchedule:input_type -> v1.ResumeTaskScheduleRequest
+	174, // 355: v1.Flow.DeleteTaskSchedule:input_type -> v1.DeleteTaskScheduleRequest
+	175, // 356: v1.Flow.TriggerTaskSchedule:input_type -> v1.TriggerTaskScheduleRequest
+	176, // 357: v1.Flow.AddTaskScheduleScope:input_type -> v1.AddTaskScheduleScopeRequest
+	178, // 358: v1.Flow.RemoveTaskScheduleScope:input_type -> v1.RemoveTaskScheduleScopeRequest
+	179, // 359: v1.Flow.UpdateTaskScheduleScope:input_type -> v1.UpdateTaskScheduleScopeRequest
+	181, // 360: v1.Flow.ListTaskScheduleScopes:input_type -> v1.ListTaskScheduleScopesRequest
+	183, // 361: v1.Flow.CheckScheduleConflicts:input_type -> v1.CheckScheduleConflictsRequest
+	59,  // 362: v1.Flow.CreateExpectedRack:input_type -> v1.CreateExpectedRackRequest
+	61,  // 363: v1.Flow.GetRackInfoByID:input_type -> v1.GetRackInfoByIDRequest
+	62,  // 364: v1.Flow.GetRackInfoBySerial:input_type -> v1.GetRackInfoBySerialRequest
+	64,  // 365: v1.Flow.GetListOfRacks:input_type -> v1.GetListOfRacksRequest
+	66,  // 366: v1.Flow.PatchRack:input_type -> v1.PatchRackRequest
+	68,  // 367: v1.Flow.DeleteRack:input_type -> v1.DeleteRackRequest
+	70,  // 368: v1.Flow.PurgeRack:input_type -> v1.PurgeRackRequest
+	104, // 369: v1.Flow.UpgradeFirmware:input_type -> v1.UpgradeFirmwareRequest
+	107, // 370: v1.Flow.BringUpRack:input_type -> v1.BringUpRackRequest
+	108, // 371: v1.Flow.IngestRack:input_type -> v1.IngestRackRequest
+	109, // 372: v1.Flow.DecommissionRack:input_type -> v1.DecommissionRackRequest
+	110, // 373: v1.Flow.PowerOnRack:input_type -> v1.PowerOnRackRequest
+	111, // 374: v1.Flow.PowerOffRack:input_type -> v1.PowerOffRackRequest
+	112, // 375: v1.Flow.PowerResetRack:input_type -> v1.PowerResetRackRequest
+	113, // 376: v1.Flow.ACPowerCycleRack:input_type -> v1.ACPowerCycleRackRequest
+	72,  // 377: v1.Flow.GetComponentInfoByID:input_type -> v1.GetComponentInfoByIDRequest
+	73,  // 378: v1.Flow.GetComponentInfoBySerial:input_type -> v1.GetComponentInfoBySerialRequest
+	75,  // 379: v1.Flow.GetComponents:input_type -> v1.GetComponentsRequest
+	77,  // 380: v1.Flow.ValidateComponents:input_type -> v1.ValidateComponentsRequest
+	81,  // 381: v1.Flow.AddComponent:input_type -> v1.AddComponentRequest
+	83,  // 382: v1.Flow.PatchComponent:input_type -> v1.PatchComponentRequest
+	85,  // 383: v1.Flow.DeleteComponent:input_type -> v1.DeleteComponentRequest
+	87,  // 384: v1.Flow.PurgeComponent:input_type -> v1.PurgeComponentRequest
+	89,  // 385: v1.Flow.CreateNVLDomain:input_type -> v1.CreateNVLDomainRequest
+	91,  // 386: v1.Flow.AttachRacksToNVLDomain:input_type -> v1.AttachRacksToNVLDomainRequest
+	92,  // 387: v1.Flow.DetachRacksFromNVLDomain:input_type -> v1.DetachRacksFromNVLDomainRequest
+	93,  // 388: v1.Flow.GetListOfNVLDomains:input_type -> v1.GetListOfNVLDomainsRequest
+	100, // 389: v1.Flow.GetRacksForNVLDomain:input_type -> v1.GetRacksForNVLDomainRequest
+	95,  // 390: v1.Flow.GetNVLinkDomain:input_type -> v1.GetNVLinkDomainRequest
+	98,  // 391: v1.Flow.GetListOfNVLinkDomains:input_type -> v1.GetListOfNVLinkDomainsRequest
+	115, // 392: v1.Flow.ListTasks:input_type -> v1.ListTasksRequest
+	117, // 393: v1.Flow.GetTasksByIDs:input_type -> v1.GetTasksByIDsRequest
+	119, // 394: v1.Flow.CancelTask:input_type -> v1.CancelTaskRequest
+	125, // 395: v1.Flow.CreateOperationRule:input_type -> v1.CreateOperationRuleRequest
+	127, // 396: v1.Flow.UpdateOperationRule:input_type -> v1.UpdateOperationRuleRequest
+	128, // 397: v1.Flow.DeleteOperationRule:input_type -> v1.DeleteOperationRuleRequest
+	130, // 398: v1.Flow.GetOperationRule:input_type -> v1.GetOperationRuleRequest
+	131, // 399: v1.Flow.ListOperationRules:input_type -> v1.ListOperationRulesRequest
+	129, // 400: v1.Flow.SetRuleAsDefault:input_type -> v1.SetRuleAsDefaultRequest
+	139, // 401: v1.Flow.CreateEventRule:input_type -> v1.CreateEventRuleRequest
+	140, // 402: v1.Flow.GetEventRule:input_type -> v1.GetEventRuleRequest
+	141, // 403: v1.Flow.GetEffectiveEventRule:input_type -> v1.GetEffectiveEventRuleRequest
+	142, // 404: v1.Flow.ListEventRules:input_type -> v1.ListEventRulesRequest
+	144, // 405: v1.Flow.UpdateEventRule:input_type -> v1.UpdateEventRuleRequest
+	147, // 406: v1.Flow.EnableEventRule:input_type -> v1.EnableEventRuleRequest
+	148, // 407: v1.Flow.DisableEventRule:input_type -> v1.DisableEventRuleRequest
+	149, // 408: v1.Flow.DeleteEventRule:input_type -> v1.DeleteEventRuleRequest
+	152, // 409: v1.Flow.CreateEventRuleBinding:input_type -> v1.CreateEventRuleBindingRequest
+	153, // 410: v1.Flow.GetEventRuleBinding:input_type -> v1.GetEventRuleBindingRequest
+	154, // 411: v1.Flow.DeleteEventRuleBinding:input_type -> v1.DeleteEventRuleBindingRequest
+	156, // 412: v1.Flow.AssociateRuleWithRack:input_type -> v1.AssociateRuleWithRackRequest
+	157, // 413: v1.Flow.DisassociateRuleFromRack:input_type -> v1.DisassociateRuleFromRackRequest
+	158, // 414: v1.Flow.GetRackRuleAssociation:input_type -> v1.GetRackRuleAssociationRequest
+	160, // 415: v1.Flow.ListRackRuleAssociations:input_type -> v1.ListRackRuleAssociationsRequest
+	185, // 416: v1.Flow.CreateOperationRun:input_type -> v1.CreateOperationRunRequest
+	187, // 417: v1.Flow.GetOperationRun:input_type -> v1.GetOperationRunRequest
+	189, // 418: v1.Flow.ListOperationRuns:input_type -> v1.ListOperationRunsRequest
+	193, // 419: v1.Flow.ListOperationRunTargets:input_type -> v1.ListOperationRunTargetsRequest
+	195, // 420: v1.Flow.PauseOperationRun:input_type -> v1.PauseOperationRunRequest
+	196, // 421: v1.Flow.ResumeOperationRun:input_type -> v1.ResumeOperationRunRequest
+	197, // 422: v1.Flow.AdvanceOperationRunPhase:input_type -> v1.AdvanceOperationRunPhaseRequest
+	198, // 423: v1.Flow.CancelOperationRun:input_type -> v1.CancelOperationRunRequest
+	58,  // 424: v1.Flow.Version:output_type -> v1.BuildInfo
+	164, // 425: v1.Flow.CreateTaskSchedule:output_type -> v1.TaskSchedule
+	164, // 426: v1.Flow.GetTaskSchedule:output_type -> v1.TaskSchedule
+	170, // 427: v1.Flow.ListTaskSchedules:output_type -> v1.ListTaskSchedulesResponse
+	164, // 428: v1.Flow.UpdateTaskSchedule:output_type -> v1.TaskSchedule
+	164, // 429: v1.Flow.PauseTaskSchedule:output_type -> v1.TaskSchedule
+	164, // 430: v1.Flow.ResumeTaskSchedule:output_type -> v1.TaskSchedule
+	235, // 431: v1.Flow.DeleteTaskSchedule:output_type -> google.protobuf.Empty
+	102, // 432: v1.Flow.TriggerTaskSchedule:output_type -> v1.SubmitTaskResponse
+	177, // 433: v1.Flow.AddTaskScheduleScope:output_type -> v1.AddTaskScheduleScopeResponse
+	235, // 434: v1.Flow.RemoveTaskScheduleScope:output_type -> google.protobuf.Empty
+	180, // 435: v1.Flow.UpdateTaskScheduleScope:output_type -> v1.UpdateTaskScheduleScopeResponse
+	182, // 436: v1.Flow.ListTaskScheduleScopes:output_type -> v1.ListTaskScheduleScopesResponse
+	184, // 437: v1.Flow.CheckScheduleConflicts:output_type -> v1.CheckScheduleConflictsResponse
+	60,  // 438: v1.Flow.CreateExpectedRack:output_type -> v1.CreateExpectedRackResponse
+	63,  // 439: v1.Flow.GetRackInfoByID:output_type -> v1.GetRackInfoResponse
+	63,  // 440: v1.Flow.GetRackInfoBySerial:output_type -> v1.GetRackInfoResponse
+	65,  // 441: v1.Flow.GetListOfRacks:output_type -> v1.GetListOfRacksResponse
+	67,  // 442: v1.Flow.PatchRack:output_type -> v1.PatchRackResponse
+	69,  // 443: v1.Flow.DeleteRack:output_type -> v1.DeleteRackResponse
+	71,  // 444: v1.Flow.PurgeRack:output_type -> v1.PurgeRackResponse
+	102, // 445: v1.Flow.UpgradeFirmware:output_type -> v1.SubmitTaskResponse
+	102, // 446: v1.Flow.BringUpRack:output_type -> v1.SubmitTaskResponse
+	102, // 447: v1.Flow.IngestRack:output_type -> v1.SubmitTaskResponse
+	102, // 448: v1.Flow.DecommissionRack:output_type -> v1.SubmitTaskResponse
+	102, // 449: v1.Flow.PowerOnRack:output_type -> v1.SubmitTaskResponse
+	102, // 450: v1.Flow.PowerOffRack:output_type -> v1.SubmitTaskResponse
+	102, // 451: v1.Flow.PowerResetRack:output_type -> v1.SubmitTaskResponse
+	102, // 452: v1.Flow.ACPowerCycleRack:output_type -> v1.SubmitTaskResponse
+	74,  // 453: v1.Flow.GetComponentInfoByID:output_type -> v1.GetComponentInfoResponse
+	74,  // 454: v1.Flow.GetComponentInfoBySerial:output_type -> v1.GetComponentInfoResponse
+	76,  // 455: v1.Flow.GetComponents:output_type -> v1.GetComponentsResponse
+	78,  // 456: v1.Flow.ValidateComponents:output_type -> v1.ValidateComponentsResponse
+	82,  // 457: v1.Flow.AddComponent:output_type -> v1.AddComponentResponse
+	84,  // 458: v1.Flow.PatchComponent:output_type -> v1.PatchComponentResponse
+	86,  // 459: v1.Flow.DeleteComponent:output_type -> v1.DeleteComponentResponse
+	88,  // 460: v1.Flow.PurgeComponent:output_type -> v1.PurgeComponentResponse
+	90,  // 461: v1.Flow.CreateNVLDomain:output_type -> v1.CreateNVLDomainResponse
+	235, // 462: v1.Flow.AttachRacksToNVLDomain:output_type -> google.protobuf.Empty
+	235, // 463: v1.Flow.DetachRacksFromNVLDomain:output_type -> google.protobuf.Empty
+	94,  // 464: v1.Flow.GetListOfNVLDomains:output_type -> v1.GetListOfNVLDomainsResponse
+	101, // 465: v1.Flow.GetRacksForNVLDomain:output_type -> v1.GetRacksForNVLDomainResponse
+	97,  // 466: v1.Flow.GetNVLinkDomain:output_type -> v1.GetNVLinkDomainResponse
+	99,  // 467: v1.Flow.GetListOfNVLinkDomains:output_type -> v1.GetListOfNVLinkDomainsResponse
+	116, // 468: v1.Flow.ListTasks:output_type -> v1.ListTasksResponse
+	118, // 469: v1.Flow.GetTasksByIDs:output_type -> v1.GetTasksByIDsResponse
+	120, // 470: v1.Flow.CancelTask:output_type -> v1.CancelTaskResponse
+	126, // 471: v1.Flow.CreateOperationRule:output_type -> v1.CreateOperationRuleResponse
+	235, // 472: v1.Flow.UpdateOperationRule:output_type -> google.protobuf.Empty
+	235, // 473: v1.Flow.DeleteOperationRule:output_type -> google.protobuf.Empty
+	124, // 474: v1.Flow.GetOperationRule:output_type -> v1.OperationRule
+	132, // 475: v1.Flow.ListOperationRules:output_type -> v1.ListOperationRulesResponse
+	235, // 476: v1.Flow.SetRuleAsDefault:output_type -> google.protobuf.Empty
+	133, // 477: v1.Flow.CreateEventRule:output_type -> v1.EventRule
+	133, // 478: v1.Flow.GetEventRule:output_type -> v1.EventRule
+	133, // 479: v1.Flow.GetEffectiveEventRule:output_type -> v1.EventRule
+	143, // 480: v1.Flow.ListEventRules:output_type -> v1.ListEventRulesResponse
+	133, // 481: v1.Flow.UpdateEventRule:output_type -> v1.EventRule
+	133, // 482: v1.Flow.EnableEventRule:output_type -> v1.EventRule
+	133, // 483: v1.Flow.DisableEventRule:output_type -> v1.EventRule
+	235, // 484: v1.Flow.DeleteEventRule:output_type -> google.protobuf.Empty
+	151, // 485: v1.Flow.CreateEventRuleBinding:output_type -> v1.EventRuleBinding
+	151, // 486: v1.Flow.GetEventRuleBinding:output_type -> v1.EventRuleBinding
+	235, // 487: v1.Flow.DeleteEventRuleBinding:output_type -> google.protobuf.Empty
+	235, // 488: v1.Flow.AssociateRuleWithRack:output_type -> google.protobuf.Empty
+	235, // 489: v1.Flow.DisassociateRuleFromRack:output_type -> google.protobuf.Empty
+	159, // 490: v1.Flow.GetRackRuleAssociation:output_type -> v1.GetRackRuleAssociationResponse
+	161, // 491: v1.Flow.ListRackRuleAssociations:output_type -> v1.ListRackRuleAssociationsResponse
+	186, // 492: v1.Flow.CreateOperationRun:output_type -> v1.CreateOperationRunResponse
+	188, // 493: v1.Flow.GetOperationRun:output_type -> v1.GetOperationRunResponse
+	190, // 494: v1.Flow.ListOperationRuns:output_type -> v1.ListOperationRunsResponse
+	194, // 495: v1.Flow.ListOperationRunTargets:output_type -> v1.ListOperationRunTargetsResponse
+	221, // 496: v1.Flow.PauseOperationRun:output_type -> v1.OperationRun
+	221, // 497: v1.Flow.ResumeOperationRun:output_type -> v1.OperationRun
+	221, // 498: v1.Flow.AdvanceOperationRunPhase:output_type -> v1.OperationRun
+	221, // 499: v1.Flow.CancelOperationRun:output_type -> v1.OperationRun
+	424, // [424:500] is the sub-list for method output_type
+	348, // [348:424] is the sub-list for method input_type
+	348, // [348:348] is the sub-list for extension type_name
+	348, // [348:348] is the sub-list for extension extendee
+	0,   // [0:348] is the sub-list for field type_name
 }
 
 func init() { file_flow_proto_init() }
@@ -15961,6 +16682,9 @@ func file_flow_proto_init() {
 		(*OrderBy_RackField)(nil),
 		(*OrderBy_ComponentField)(nil),
 	}
+	file_flow_proto_msgTypes[11].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[12].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[15].OneofWrappers = []any{}
 	file_flow_proto_msgTypes[16].OneofWrappers = []any{
 		(*OperationTargetSpec_Racks)(nil),
 		(*OperationTargetSpec_Components)(nil),
@@ -15978,6 +16702,7 @@ func file_flow_proto_init() {
 	file_flow_proto_msgTypes[23].OneofWrappers = []any{
 		(*NVLDomainTarget_Id)(nil),
 		(*NVLDomainTarget_Name)(nil),
+		(*NVLDomainTarget_ExternalId)(nil),
 	}
 	file_flow_proto_msgTypes[25].OneofWrappers = []any{
 		(*ComponentFilter_Types)(nil),
@@ -15988,44 +16713,46 @@ func file_flow_proto_init() {
 	file_flow_proto_msgTypes[48].OneofWrappers = []any{}
 	file_flow_proto_msgTypes[54].OneofWrappers = []any{}
 	file_flow_proto_msgTypes[64].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[70].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[71].OneofWrappers = []any{
+	file_flow_proto_msgTypes[67].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[69].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[75].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[76].OneofWrappers = []any{
 		(*FirmwareAuthenticationData_Shared)(nil),
 		(*FirmwareAuthenticationData_PerComponent)(nil),
 	}
-	file_flow_proto_msgTypes[72].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[73].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[74].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[75].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[76].OneofWrappers = []any{}
 	file_flow_proto_msgTypes[77].OneofWrappers = []any{}
 	file_flow_proto_msgTypes[78].OneofWrappers = []any{}
 	file_flow_proto_msgTypes[79].OneofWrappers = []any{}
 	file_flow_proto_msgTypes[80].OneofWrappers = []any{}
 	file_flow_proto_msgTypes[81].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[87].OneofWrappers = []any{
+	file_flow_proto_msgTypes[82].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[83].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[84].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[85].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[86].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[92].OneofWrappers = []any{
 		(*TaskOperation_PowerControl)(nil),
 		(*TaskOperation_FirmwareControl)(nil),
 	}
-	file_flow_proto_msgTypes[89].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[93].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[97].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[100].OneofWrappers = []any{
+	file_flow_proto_msgTypes[94].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[98].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[102].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[105].OneofWrappers = []any{
 		(*EventRuleAction_SubmitTask)(nil),
 		(*EventRuleAction_SendAlert)(nil),
 		(*EventRuleAction_Noop)(nil),
 	}
-	file_flow_proto_msgTypes[107].OneofWrappers = []any{
+	file_flow_proto_msgTypes[112].OneofWrappers = []any{
 		(*GetEffectiveEventRuleRequest_RackId)(nil),
 		(*GetEffectiveEventRuleRequest_ComponentId)(nil),
 	}
-	file_flow_proto_msgTypes[108].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[110].OneofWrappers = []any{
+	file_flow_proto_msgTypes[113].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[115].OneofWrappers = []any{
 		(*UpdateEventRuleRequest_Metadata)(nil),
 		(*UpdateEventRuleRequest_Actions)(nil),
 	}
-	file_flow_proto_msgTypes[130].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[131].OneofWrappers = []any{
+	file_flow_proto_msgTypes[135].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[136].OneofWrappers = []any{
 		(*ScheduledOperation_PowerOn)(nil),
 		(*ScheduledOperation_PowerOff)(nil),
 		(*ScheduledOperation_PowerReset)(nil),
@@ -16033,47 +16760,50 @@ func file_flow_proto_init() {
 		(*ScheduledOperation_UpgradeFirmware)(nil),
 		(*ScheduledOperation_Ingest)(nil),
 	}
-	file_flow_proto_msgTypes[132].OneofWrappers = []any{
+	file_flow_proto_msgTypes[137].OneofWrappers = []any{
 		(*TaskScheduleScope_Types)(nil),
 		(*TaskScheduleScope_Components)(nil),
 	}
-	file_flow_proto_msgTypes[135].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[149].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[155].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[158].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[159].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[140].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[154].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[160].OneofWrappers = []any{}
 	file_flow_proto_msgTypes[163].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[166].OneofWrappers = []any{
+	file_flow_proto_msgTypes[164].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[168].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[171].OneofWrappers = []any{
 		(*OperationRunSelector_Percentage)(nil),
 	}
-	file_flow_proto_msgTypes[170].OneofWrappers = []any{
+	file_flow_proto_msgTypes[175].OneofWrappers = []any{
 		(*OperationRunSafetyGate_FailureRate)(nil),
 		(*OperationRunSafetyGate_FailureCount)(nil),
 	}
-	file_flow_proto_msgTypes[173].OneofWrappers = []any{
+	file_flow_proto_msgTypes[178].OneofWrappers = []any{
 		(*OperationRunOrderingPolicy_Random)(nil),
 		(*OperationRunOrderingPolicy_PhysicalLocation)(nil),
 	}
-	file_flow_proto_msgTypes[176].OneofWrappers = []any{
+	file_flow_proto_msgTypes[181].OneofWrappers = []any{
 		(*OperationRunPhasePolicy_Equal)(nil),
 		(*OperationRunPhasePolicy_Percentage)(nil),
 		(*OperationRunPhasePolicy_Count)(nil),
 	}
-	file_flow_proto_msgTypes[183].OneofWrappers = []any{
+	file_flow_proto_msgTypes[188].OneofWrappers = []any{
 		(*OperationRunConflictPolicy_Retry)(nil),
 	}
-	file_flow_proto_msgTypes[185].OneofWrappers = []any{
+	file_flow_proto_msgTypes[190].OneofWrappers = []any{
 		(*OperationRunOperation_UpgradeFirmware)(nil),
 	}
-	file_flow_proto_msgTypes[188].OneofWrappers = []any{}
-	file_flow_proto_msgTypes[190].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[193].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[195].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[200].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[201].OneofWrappers = []any{}
+	file_flow_proto_msgTypes[202].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flow_proto_rawDesc), len(file_flow_proto_rawDesc)),
 			NumEnums:      29,
-			NumMessages:   195,
+			NumMessages:   203,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

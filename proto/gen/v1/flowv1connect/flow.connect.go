@@ -135,6 +135,11 @@ const (
 	// FlowGetRacksForNVLDomainProcedure is the fully-qualified name of the Flow's GetRacksForNVLDomain
 	// RPC.
 	FlowGetRacksForNVLDomainProcedure = "/v1.Flow/GetRacksForNVLDomain"
+	// FlowGetNVLinkDomainProcedure is the fully-qualified name of the Flow's GetNVLinkDomain RPC.
+	FlowGetNVLinkDomainProcedure = "/v1.Flow/GetNVLinkDomain"
+	// FlowGetListOfNVLinkDomainsProcedure is the fully-qualified name of the Flow's
+	// GetListOfNVLinkDomains RPC.
+	FlowGetListOfNVLinkDomainsProcedure = "/v1.Flow/GetListOfNVLinkDomains"
 	// FlowListTasksProcedure is the fully-qualified name of the Flow's ListTasks RPC.
 	FlowListTasksProcedure = "/v1.Flow/ListTasks"
 	// FlowGetTasksByIDsProcedure is the fully-qualified name of the Flow's GetTasksByIDs RPC.
@@ -347,6 +352,12 @@ type FlowClient interface {
 	GetListOfNVLDomains(context.Context, *v1.GetListOfNVLDomainsRequest) (*v1.GetListOfNVLDomainsResponse, error)
 	// Returns the racks that belong to the identified NVLink domain.
 	GetRacksForNVLDomain(context.Context, *v1.GetRacksForNVLDomainRequest) (*v1.GetRacksForNVLDomainResponse, error)
+	// Returns the NVLink domain with the given external ID (Core's rack-group
+	// ID), aggregated over its member racks, with their components when asked.
+	GetNVLinkDomain(context.Context, *v1.GetNVLinkDomainRequest) (*v1.GetNVLinkDomainResponse, error)
+	// Lists NVLink domains that have an external ID, filtered by an optional
+	// name query, ordered by name (order_by) then UUID, with pagination.
+	GetListOfNVLinkDomains(context.Context, *v1.GetListOfNVLinkDomainsRequest) (*v1.GetListOfNVLinkDomainsResponse, error)
 	// Lists tasks with AND-combined optional filters (rack, component, active
 	// only); ordered by creation time descending then UUID descending; the report
 	// body is only filled when with_report is set.
@@ -697,6 +708,18 @@ func NewFlowClient(httpClient connect.HTTPClient, baseURL string, opts ...connec
 			connect.WithSchema(flowMethods.ByName("GetRacksForNVLDomain")),
 			connect.WithClientOptions(opts...),
 		),
+		getNVLinkDomain: connect.NewClient[v1.GetNVLinkDomainRequest, v1.GetNVLinkDomainResponse](
+			httpClient,
+			baseURL+FlowGetNVLinkDomainProcedure,
+			connect.WithSchema(flowMethods.ByName("GetNVLinkDomain")),
+			connect.WithClientOptions(opts...),
+		),
+		getListOfNVLinkDomains: connect.NewClient[v1.GetListOfNVLinkDomainsRequest, v1.GetListOfNVLinkDomainsResponse](
+			httpClient,
+			baseURL+FlowGetListOfNVLinkDomainsProcedure,
+			connect.WithSchema(flowMethods.ByName("GetListOfNVLinkDomains")),
+			connect.WithClientOptions(opts...),
+		),
 		listTasks: connect.NewClient[v1.ListTasksRequest, v1.ListTasksResponse](
 			httpClient,
 			baseURL+FlowListTasksProcedure,
@@ -936,6 +959,8 @@ type flowClient struct {
 	detachRacksFromNVLDomain *connect.Client[v1.DetachRacksFromNVLDomainRequest, emptypb.Empty]
 	getListOfNVLDomains      *connect.Client[v1.GetListOfNVLDomainsRequest, v1.GetListOfNVLDomainsResponse]
 	getRacksForNVLDomain     *connect.Client[v1.GetRacksForNVLDomainRequest, v1.GetRacksForNVLDomainResponse]
+	getNVLinkDomain          *connect.Client[v1.GetNVLinkDomainRequest, v1.GetNVLinkDomainResponse]
+	getListOfNVLinkDomains   *connect.Client[v1.GetListOfNVLinkDomainsRequest, v1.GetListOfNVLinkDomainsResponse]
 	listTasks                *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
 	getTasksByIDs            *connect.Client[v1.GetTasksByIDsRequest, v1.GetTasksByIDsResponse]
 	cancelTask               *connect.Client[v1.CancelTaskRequest, v1.CancelTaskResponse]
@@ -1342,6 +1367,24 @@ func (c *flowClient) GetListOfNVLDomains(ctx context.Context, req *v1.GetListOfN
 // GetRacksForNVLDomain calls v1.Flow.GetRacksForNVLDomain.
 func (c *flowClient) GetRacksForNVLDomain(ctx context.Context, req *v1.GetRacksForNVLDomainRequest) (*v1.GetRacksForNVLDomainResponse, error) {
 	response, err := c.getRacksForNVLDomain.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// GetNVLinkDomain calls v1.Flow.GetNVLinkDomain.
+func (c *flowClient) GetNVLinkDomain(ctx context.Context, req *v1.GetNVLinkDomainRequest) (*v1.GetNVLinkDomainResponse, error) {
+	response, err := c.getNVLinkDomain.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// GetListOfNVLinkDomains calls v1.Flow.GetListOfNVLinkDomains.
+func (c *flowClient) GetListOfNVLinkDomains(ctx context.Context, req *v1.GetListOfNVLinkDomainsRequest) (*v1.GetListOfNVLinkDomainsResponse, error) {
+	response, err := c.getListOfNVLinkDomains.CallUnary(ctx, connect.NewRequest(req))
 	if response != nil {
 		return response.Msg, err
 	}
@@ -1769,6 +1812,12 @@ type FlowHandler interface {
 	GetListOfNVLDomains(context.Context, *v1.GetListOfNVLDomainsRequest) (*v1.GetListOfNVLDomainsResponse, error)
 	// Returns the racks that belong to the identified NVLink domain.
 	GetRacksForNVLDomain(context.Context, *v1.GetRacksForNVLDomainRequest) (*v1.GetRacksForNVLDomainResponse, error)
+	// Returns the NVLink domain with the given external ID (Core's rack-group
+	// ID), aggregated over its member racks, with their components when asked.
+	GetNVLinkDomain(context.Context, *v1.GetNVLinkDomainRequest) (*v1.GetNVLinkDomainResponse, error)
+	// Lists NVLink domains that have an external ID, filtered by an optional
+	// name query, ordered by name (order_by) then UUID, with pagination.
+	GetListOfNVLinkDomains(context.Context, *v1.GetListOfNVLinkDomainsRequest) (*v1.GetListOfNVLinkDomainsResponse, error)
 	// Lists tasks with AND-combined optional filters (rack, component, active
 	// only); ordered by creation time descending then UUID descending; the report
 	// body is only filled when with_report is set.
@@ -2115,6 +2164,18 @@ func NewFlowHandler(svc FlowHandler, opts ...connect.HandlerOption) (string, htt
 		connect.WithSchema(flowMethods.ByName("GetRacksForNVLDomain")),
 		connect.WithHandlerOptions(opts...),
 	)
+	flowGetNVLinkDomainHandler := connect.NewUnaryHandlerSimple(
+		FlowGetNVLinkDomainProcedure,
+		svc.GetNVLinkDomain,
+		connect.WithSchema(flowMethods.ByName("GetNVLinkDomain")),
+		connect.WithHandlerOptions(opts...),
+	)
+	flowGetListOfNVLinkDomainsHandler := connect.NewUnaryHandlerSimple(
+		FlowGetListOfNVLinkDomainsProcedure,
+		svc.GetListOfNVLinkDomains,
+		connect.WithSchema(flowMethods.ByName("GetListOfNVLinkDomains")),
+		connect.WithHandlerOptions(opts...),
+	)
 	flowListTasksHandler := connect.NewUnaryHandlerSimple(
 		FlowListTasksProcedure,
 		svc.ListTasks,
@@ -2393,6 +2454,10 @@ func NewFlowHandler(svc FlowHandler, opts ...connect.HandlerOption) (string, htt
 			flowGetListOfNVLDomainsHandler.ServeHTTP(w, r)
 		case FlowGetRacksForNVLDomainProcedure:
 			flowGetRacksForNVLDomainHandler.ServeHTTP(w, r)
+		case FlowGetNVLinkDomainProcedure:
+			flowGetNVLinkDomainHandler.ServeHTTP(w, r)
+		case FlowGetListOfNVLinkDomainsProcedure:
+			flowGetListOfNVLinkDomainsHandler.ServeHTTP(w, r)
 		case FlowListTasksProcedure:
 			flowListTasksHandler.ServeHTTP(w, r)
 		case FlowGetTasksByIDsProcedure:
@@ -2632,6 +2697,14 @@ func (UnimplementedFlowHandler) GetListOfNVLDomains(context.Context, *v1.GetList
 
 func (UnimplementedFlowHandler) GetRacksForNVLDomain(context.Context, *v1.GetRacksForNVLDomainRequest) (*v1.GetRacksForNVLDomainResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("v1.Flow.GetRacksForNVLDomain is not implemented"))
+}
+
+func (UnimplementedFlowHandler) GetNVLinkDomain(context.Context, *v1.GetNVLinkDomainRequest) (*v1.GetNVLinkDomainResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("v1.Flow.GetNVLinkDomain is not implemented"))
+}
+
+func (UnimplementedFlowHandler) GetListOfNVLinkDomains(context.Context, *v1.GetListOfNVLinkDomainsRequest) (*v1.GetListOfNVLinkDomainsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("v1.Flow.GetListOfNVLinkDomains is not implemented"))
 }
 
 func (UnimplementedFlowHandler) ListTasks(context.Context, *v1.ListTasksRequest) (*v1.ListTasksResponse, error) {
