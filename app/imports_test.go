@@ -42,6 +42,8 @@ var allowedImports = map[string][]string{
 	"bench":    {"cli", "db", "db/pglocal", "inventory", "operations", "nico/nicosim", "sim", "sim/simrun"},
 	"proto":    {},
 	"proto/v1": {},
+	// doctest runs the documents' examples against a flow dev it builds.
+	"doctest": {},
 }
 
 type listedPackage struct {
