@@ -249,8 +249,8 @@ func startDev(t *testing.T, bin string, seed int) (*dev, error) {
 	}
 	d := &dev{bin: bin, addr: addr, log: &syncBuffer{}}
 	d.env = append(cleanEnv(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	devEnv := append(d.env[:len(d.env):len(d.env)], "FLOW_ADMIN_LISTEN_ADDR="+admin)
-	cmd := exec.Command(filepath.Join(bin, "flow"), "dev", "--data-dir", state, "--listen", d.addr, "--seed", fmt.Sprint(seed))
+	devEnv := append(d.env[:len(d.env):len(d.env)], "FLOW_ADMIN_LISTEN_ADDR="+admin, "FLOW_FIRMWARE_POLL_INTERVAL=1s")
+	cmd := exec.Command(filepath.Join(bin, "flow"), "dev", "--data-dir", state, "--listen", d.addr, "--seed", fmt.Sprint(seed), "--sim-phase", "1s")
 	cmd.Env = devEnv
 	cmd.Stdout, cmd.Stderr = d.log, d.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
