@@ -2,14 +2,17 @@ package doctest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -125,12 +128,18 @@ func TestDocs(t *testing.T) {
 		mu    sync.Mutex
 		errs  = map[string]error{}
 	)
-	for file, blocks := range byFile {
+	// The longest documents first, so that they do not start last.
+	order := slices.Sorted(maps.Keys(byFile))
+	slices.SortStableFunc(order, func(a, b string) int {
+		return cmp.Compare(longRank(a), longRank(b))
+	})
+	for _, file := range order {
+		blocks := byFile[file]
 		if len(only) > 0 && !only[file] {
 			continue
 		}
+		slots <- struct{}{}
 		wg.Go(func() {
-			slots <- struct{}{}
 			defer func() { <-slots }()
 			dir := filepath.Join(work, strings.NewReplacer("/", "_", ".", "_").Replace(file))
 			err := runFile(t, bin, root, dir, blocks)
@@ -145,6 +154,18 @@ func TestDocs(t *testing.T) {
 			t.Errorf("%s: %v", file, err)
 		}
 	}
+}
+
+// longRank orders the documents whose blocks take longest (the README's
+// tour: power, firmware, bring-up, decommission) first.
+func longRank(file string) int {
+	switch file {
+	case "README.md":
+		return 0
+	case "docs/tasks.md":
+		return 1
+	}
+	return 2
 }
 
 // maxDevs is how many documents (flow devs) run at once.
