@@ -30,6 +30,7 @@ func devCommand(getenv func(string) string, stdout, stderr io.Writer) *cobra.Com
 		fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "state folder, created on first run and reused after (FLOW_DEV_DATA_DIR)")
 		listen := fs.String("listen", "", "address to listen on (FLOW_LISTEN_ADDR; default 127.0.0.1:50051)")
 		fs.IntVar(&o.seed, "seed", 0, "make sure demo racks 0..N-1 (GB200 NVL72 shape) exist; idempotent")
+		fs.DurationVar(&o.simPhase, "sim-phase", 0, "time the simulators spend in each firmware-job phase, ingestion step and decommission step (default 10s; 1s makes demos and doc tests quick)")
 		if err != nil {
 			return failing(err)
 		}
@@ -46,8 +47,9 @@ func devCommand(getenv func(string) string, stdout, stderr io.Writer) *cobra.Com
 
 // devOptions are flow dev's flags.
 type devOptions struct {
-	dataDir string
-	seed    int
+	dataDir  string
+	seed     int
+	simPhase time.Duration // the simulators' FirmwarePhase; 0: their default
 }
 
 func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Writer) error {
@@ -117,7 +119,7 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 	}
 	cfg.DatabaseURL = cluster.URL("flow")
 
-	sims, err := devSimulators(&cfg)
+	sims, err := devSimulators(&cfg, o.simPhase)
 	if err != nil {
 		return err
 	}
@@ -166,11 +168,11 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 // simulators start empty; runDev restores their saved state from the state
 // folder (devsimstate.go), then seeds them from Flow's inventory and keeps
 // them in step with it (devSeeder).
-func devSimulators(cfg *Config) (*simulators, error) {
+func devSimulators(cfg *Config, phase time.Duration) (*simulators, error) {
 	if cfg.NICoURL != "" && cfg.PSMURL != "" {
 		return nil, nil
 	}
-	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0"})
+	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", firmwarePhase: phase})
 	if err != nil {
 		return nil, err
 	}

@@ -53,6 +53,8 @@ var allowedImports = map[string][]string{
 	"bench":    {"cli", "db", "db/pglocal", "inventory", "operations", "sim", "sim/nicosim", "sim/simrun"},
 	"proto":    {},
 	"proto/v1": {},
+	// doctest runs the documents' examples against a flow dev it builds.
+	"doctest": {},
 
 	// The task manager's features reach it only through its exported API.
 	"operations/rollout": {"db", "caller", "engine", "inventory", "firmware", "operations"},
