@@ -220,6 +220,9 @@ var ruleNoun = noun{
 					if err != nil {
 						return err
 					}
+					if err := ruleCodeArg(*typ, *code); err != nil {
+						return err
+					}
 					rackID, err := resolveRack(ctx, c, args[0])
 					if err != nil {
 						return err
@@ -247,6 +250,14 @@ var ruleNoun = noun{
 					}
 					if (*typ == "") != (*code == "") {
 						return usageError{errors.New("give both --type and --code, or neither")}
+					}
+					if *typ != "" {
+						if _, err := ruleTypeArg(*typ); err != nil {
+							return err
+						}
+						if err := ruleCodeArg(*typ, *code); err != nil {
+							return err
+						}
 					}
 					rackID, err := resolveRack(ctx, c, args[0])
 					if err != nil {
@@ -494,6 +505,21 @@ func ruleArg(ctx context.Context, c *env, args []string) (*flowv1.UUID, error) {
 }
 
 // ruleTypeArg parses a --type value.
+// ruleCodeArg refuses a --code that is not one of --type's operation
+// codes, listing them (an unknown code would match no association and
+// answer as if the rack had none).
+func ruleCodeArg(typ, code string) error {
+	t := operations.OperationType(typ)
+	if t.HasCode(operations.OperationCode(code)) {
+		return nil
+	}
+	var codes []string
+	for _, c := range t.Codes() {
+		codes = append(codes, string(c))
+	}
+	return usageError{fmt.Errorf("--code: %q is not an operation code of %s (want %s)", code, typ, strings.Join(codes, ", "))}
+}
+
 func ruleTypeArg(s string) (flowv1.OperationType, error) {
 	t := ruleTypeToProto(operations.OperationType(s))
 	if t == flowv1.OperationType_OPERATION_TYPE_UNKNOWN {
