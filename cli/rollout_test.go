@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/pem"
 	"net"
 	"net/http"
@@ -226,6 +227,10 @@ func TestReachErrors(t *testing.T) {
 	t.Cleanup(admin.Close)
 	tlsSrv := httptest.NewTLSServer(http.NotFoundHandler())
 	t.Cleanup(tlsSrv.Close)
+	mtls := httptest.NewUnstartedServer(http.NotFoundHandler())
+	mtls.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert}
+	mtls.StartTLS()
+	t.Cleanup(mtls.Close)
 	ca := filepath.Join(t.TempDir(), "ca.crt")
 	require.NoError(t, os.WriteFile(ca, pemCert(tlsSrv.Certificate().Raw), 0o600))
 	for _, tt := range []struct {
@@ -239,6 +244,7 @@ func TestReachErrors(t *testing.T) {
 		{"NotFound", web.URL, false, []string{web.URL + " is not a Flow API: POST /v1.Flow/GetListOfRacks answers 404 Not Found (the Flow admin listener, a NICo Core or PSM simulator", "FLOW_LISTEN_ADDR"}},
 		{"AdminListener", admin.URL, false, []string{"it is Flow's admin listener"}},
 		{"WantsTLS", strings.TrimPrefix(tlsSrv.URL, "https://"), false, []string{"wants TLS, but the CLI spoke cleartext: give --ca FILE", "--cert and --key"}},
+		{"WantsClientCert", strings.TrimPrefix(mtls.URL, "https://"), true, []string{"refused the TLS handshake (", "give --cert and --key"}},
 		{"SpeaksCleartext", strings.TrimPrefix(web.URL, "http://"), true, []string{"answers in cleartext, but the CLI speaks TLS", "use http://"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
