@@ -26,12 +26,11 @@ import (
 // rolloutSpec is a rollout to create, from flags or a YAML file (same
 // names, with underscores).
 type rolloutSpec struct {
-	Name        string   `yaml:"name"`
-	Description string   `yaml:"description"`
-	Racks       []string `yaml:"racks"`
-	All         bool     `yaml:"all"`        // the whole site
-	Percentage  *int     `yaml:"percentage"` // nil: not given
-
+	Name             string   `yaml:"name"`
+	Description      string   `yaml:"description"`
+	Racks            []string `yaml:"racks"`
+	All              bool     `yaml:"all"`        // the whole site
+	Percentage       *int     `yaml:"percentage"` // nil: not given
 	Seed             string   `yaml:"seed"`
 	Phases           int      `yaml:"phases"`
 	PhasePercentages []int    `yaml:"phase_percentages"`
@@ -704,7 +703,7 @@ func rolloutStop(run *flowv1.OperationRun, c *env, name string) error {
 	arg := shellQuote(name)
 	switch s.GetState().GetStatus() {
 	case flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PENDING, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_RUNNING,
-		flowv1.OperationRunStatus_OPERATION_RUN_STATUS_COMPLETED:
+		flowv1.OperationRunStatus_OPERATION_RUN_STATUS_COMPLETED, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_UNKNOWN:
 		return nil
 	case flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PAUSED:
 		if s.GetState().GetReason() == flowv1.OperationRunStatusReason_OPERATION_RUN_STATUS_REASON_PHASE_GATE {
