@@ -130,7 +130,7 @@ func (t *apiTransport) answerCause(req *http.Request, res *http.Response) *reach
 		}
 		return &reachError{fmt.Sprintf("%s is not a Flow API: it answered %s to %s %s (%s)", t.base, res.Status, req.Method, req.URL.Path, firstLine(body)), nil}
 	}
-	what := "the Flow admin listener, a NICo Core or PSM simulator, another web server?"
+	what := "the Flow admin listener, a NICo Core or PSM simulator, another web server, or a Flow server too old for this call?"
 	if t.isAdminListener(req) {
 		what = "it is Flow's admin listener (metrics, health; FLOW_ADMIN_LISTEN_ADDR)"
 	}
