@@ -66,7 +66,7 @@ const defaultHint = "the address comes from --server, else FLOW_SERVER, else " +
 func (t *apiTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	res, err := t.next.RoundTrip(req)
 	if err != nil {
-		if req.Context().Err() != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return nil, err
 		}
 		if re := t.transportCause(err); re != nil {
@@ -105,7 +105,7 @@ func (t *apiTransport) transportCause(err error) *reachError {
 		return &reachError{fmt.Sprintf("%s refused the TLS handshake (%v): it wants a client certificate it trusts: give --cert and --key (FLOW_TLS_CERT/FLOW_TLS_KEY, CERTDIR/tls.crt and tls.key), signed by a CA the server accepts", t.base, err), err}
 	case strings.Contains(msg, "malformed HTTP") && (strings.Contains(msg, `\x15\x03`) || strings.Contains(msg, `\x16\x03`)):
 		return &reachError{fmt.Sprintf("%s wants TLS (it answered with a TLS record): give --ca FILE (the CA of its certificate) and, for mutual TLS, --cert and --key (FLOW_TLS_*, CERTDIR)", t.base), err}
-	case strings.Contains(msg, "malformed HTTP"), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
+	case strings.Contains(msg, "malformed HTTP"), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return &reachError{fmt.Sprintf("%s is not a Flow API: it did not answer HTTP (%v). A PostgreSQL port, or another service? Flow's API listens on FLOW_LISTEN_ADDR (default %s)", t.base, err, DefaultServer), err}
 	}
 	return nil

@@ -214,7 +214,14 @@ func TestReachErrors(t *testing.T) {
 		buf := make([]byte, 64)
 		_, _ = c.Read(buf) // PostgreSQL reads a startup packet, then hangs up
 	})
-	garbage := rawServer(t, func(c net.Conn) { _, _ = c.Write([]byte("E\x00\x00\x00\x10SFATAL\x00\x00\n\n")) })
+	garbage := rawServer(t, func(c net.Conn) {
+		buf := make([]byte, 64)
+		_, _ = c.Read(buf)
+		_, _ = c.Write([]byte("E\x00\x00\x00\x10SFATAL\x00\x00\n\n"))
+	})
+	// A server that answers before reading, and hangs up: the client's
+	// write may fail first.
+	early := rawServer(t, func(c net.Conn) { _, _ = c.Write([]byte("E\x00\x00\x00\x10SFATAL\x00\x00\n\n")) })
 	web := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(web.Close)
 	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -241,6 +248,7 @@ func TestReachErrors(t *testing.T) {
 		{"Refused", refused, false, []string{"cannot reach Flow at http://" + refused + ": connection refused", "Is `flow dev` (or `flow serve`) running?", "FLOW_SERVER"}},
 		{"NotHTTP", notHTTP, false, []string{"http://" + notHTTP + " is not a Flow API: it did not answer HTTP", "PostgreSQL"}},
 		{"Garbage", garbage, false, []string{"is not a Flow API: it did not answer HTTP"}},
+		{"AnswersEarly", early, false, []string{"is not a Flow API: it did not answer HTTP"}},
 		{"NotFound", web.URL, false, []string{web.URL + " is not a Flow API: POST /v1.Flow/GetListOfRacks answers 404 Not Found (the Flow admin listener, a NICo Core or PSM simulator", "FLOW_LISTEN_ADDR"}},
 		{"AdminListener", admin.URL, false, []string{"it is Flow's admin listener"}},
 		{"WantsTLS", strings.TrimPrefix(tlsSrv.URL, "https://"), false, []string{"wants TLS, but the CLI spoke cleartext: give --ca FILE", "--cert and --key"}},
