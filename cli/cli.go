@@ -251,7 +251,7 @@ func (v verb) command(g *globals) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return run(cmd.Context(), c, args)
+		return explain(run(cmd.Context(), c, args))
 	}
 	if v.complete != nil {
 		cmd.ValidArgsFunction = v.complete.cobra(g)

@@ -40,7 +40,11 @@ var componentNoun = noun{
 						req.TargetSpec = rackListSpec(*racks)
 					}
 					if *types != "" {
-						req.Filters = append(req.Filters, componentTypeFilter(*types))
+						f, err := componentTypeFilter(*types)
+						if err != nil {
+							return err
+						}
+						req.Filters = append(req.Filters, f)
 					}
 					for field, v := range map[flowv1.ComponentFilterField]string{
 						flowv1.ComponentFilterField_COMPONENT_FILTER_FIELD_NAME:         *name,
@@ -198,8 +202,6 @@ var componentNoun = noun{
 	},
 }
 
-// componentTypeFilter matches any type of a --type list: comma-separated
-// lowercase type names (compute, nvswitch, ...).
 // parseComponentType parses a component type as the CLI takes it: the
 // lowercase name (nvswitch), the enum name (COMPONENT_TYPE_NVSWITCH), any
 // case.
@@ -215,12 +217,31 @@ func componentTypeName(t flowv1.ComponentType) string {
 	return strings.ToLower(strings.TrimPrefix(t.String(), "COMPONENT_TYPE_"))
 }
 
-func componentTypeFilter(list string) *flowv1.Filter {
+// componentTypeFilter matches any type of a --type list: comma-separated
+// type names (compute, nvswitch, ...). An unknown name is a usage error
+// listing the valid ones, not a filter that silently matches nothing.
+func componentTypeFilter(list string) (*flowv1.Filter, error) {
 	var names []string
-	for _, t := range strings.Split(list, ",") {
-		names = append(names, "COMPONENT_TYPE_"+strings.ToUpper(t))
+	for _, t := range splitList(list) {
+		ct, ok := parseComponentType(t)
+		if !ok {
+			return nil, usageError{fmt.Errorf("--type: unknown component type %q (want %s)", t, strings.Join(componentTypeNames(), ", "))}
+		}
+		names = append(names, ct.String())
 	}
-	return &flowv1.Filter{Field: &flowv1.Filter_ComponentField{ComponentField: flowv1.ComponentFilterField_COMPONENT_FILTER_FIELD_TYPE}, QueryInfo: &flowv1.StringQueryInfo{Patterns: names, UseOr: true}}
+	return &flowv1.Filter{Field: &flowv1.Filter_ComponentField{ComponentField: flowv1.ComponentFilterField_COMPONENT_FILTER_FIELD_TYPE}, QueryInfo: &flowv1.StringQueryInfo{Patterns: names, UseOr: true}}, nil
+}
+
+// componentTypeNames are the component types the CLI takes, lowercase,
+// in the wire enum's order.
+func componentTypeNames() []string {
+	var out []string
+	for v := range int32(len(flowv1.ComponentType_name)) {
+		if v != 0 {
+			out = append(out, componentTypeName(flowv1.ComponentType(v)))
+		}
+	}
+	return out
 }
 
 func direction(desc bool) string {

@@ -34,7 +34,11 @@ var componentValidateVerb = verb{
 				req.TargetSpec = rackListSpec(*racks)
 			}
 			if *types != "" {
-				req.Filters = append(req.Filters, componentTypeFilter(*types))
+				f, err := componentTypeFilter(*types)
+				if err != nil {
+					return err
+				}
+				req.Filters = append(req.Filters, f)
 			}
 			var field flowv1.ComponentOrderByField
 			switch *order {

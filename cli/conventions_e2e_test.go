@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/nicoflow/flow/cli"
 )
 
 // TestCLIConventions checks the kubectl-style conventions against a real
@@ -82,7 +84,7 @@ func TestCLIConventions(t *testing.T) {
 		rule := slowRule(t, b, "1ms")
 		ruleName := "slow 1ms"
 		require.Contains(t, b.mustFlow(t, "rule", "get", ruleName), rule)
-		require.Contains(t, b.mustFlow(t, "rule", "associate", r.Name, ruleName), "rack "+r.ID.String()+" now uses rule "+rule)
+		require.Contains(t, b.mustFlow(t, "rule", "associate", r.Name, ruleName), "rack "+r.Name+" ("+r.ID.String()+") now uses rule \"slow 1ms\" ("+rule+")")
 		out := b.mustFlow(t, "power", "on", r.Name, "--rule", ruleName, "--wait", "--interval", "20ms")
 		id := strings.Fields(strings.Split(out, "\n")[1])[0]
 		require.Contains(t, b.mustFlow(t, "task", "get", id[:8]), "ID             "+id, "a task by a UUID prefix")
@@ -109,6 +111,12 @@ func TestCLIConventions(t *testing.T) {
 		require.Contains(t, out, "(1 of 1 tasks)")
 		require.Contains(t, b.mustFlow(t, "task", "list", "--rack", r.Name, "--status", "failed,running"), "(0 of 0 tasks)")
 		require.Contains(t, b.mustFlow(t, "task", "list", "--rack", r.Name, "--operation", "power_off"), "(0 of 0 tasks)")
+		// An unknown operation is refused with the valid ones, not an
+		// empty list.
+		_, _, err := b.flow("task", "list", "--rack", r.Name, "--operation", "firmware_upgrade")
+		require.ErrorContains(t, err, `--operation: unknown operation "firmware_upgrade" (want inject_expectation, power_on,`)
+		require.ErrorContains(t, err, "upgrade, downgrade, rollback")
+		require.Equal(t, 2, cli.ExitCode(err))
 		require.Contains(t, b.mustFlow(t, "task", "list", "--rack", r.Name, "--since", "2099-01-01T00:00:00Z"), "(0 of 0 tasks)")
 		var res struct{ Tasks []jsonTask }
 		require.NoError(t, json.Unmarshal([]byte(b.mustFlow(t, "task", "list", "--status", "completed", "-o", "json")), &res))

@@ -214,7 +214,11 @@ var eventRuleNoun = noun{
 					if err != nil {
 						return err
 					}
-					return c.emit(b, func(w io.Writer) { printBinding(w, b) })
+					if c.structured() {
+						return c.emit(b, nil)
+					}
+					names := bindingNames(ctx, c, b)
+					return c.emit(b, func(w io.Writer) { printBinding(w, b, names, c.wide()) })
 				}
 			}},
 		{name: "unbind", args: "(--site | --rack R) [--event-type T]", summary: "clear the site's or a rack's slot",
@@ -233,7 +237,8 @@ var eventRuleNoun = noun{
 					if err != nil {
 						return err
 					}
-					return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "unbound %s at %s\n", *eventType, scopeLabel(sc)) })
+					names := rackNamesByID(ctx, c, []string{sc.GetId().GetId()})
+					return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "unbound %s at %s\n", *eventType, scopeLabel(sc, names)) })
 				}
 			}},
 		{name: "binding", args: "(--site | --rack R) [--event-type T]", summary: "show the binding in the site's or a rack's slot",
@@ -252,7 +257,11 @@ var eventRuleNoun = noun{
 					if err != nil {
 						return err
 					}
-					return c.emit(b, func(w io.Writer) { printBinding(w, b) })
+					if c.structured() {
+						return c.emit(b, nil)
+					}
+					names := bindingNames(ctx, c, b)
+					return c.emit(b, func(w io.Writer) { printBinding(w, b, names, c.wide()) })
 				}
 			}},
 	},
@@ -492,15 +501,34 @@ func fmtCondition(c *flowv1.EventRuleActionCondition) string {
 	return " when " + strings.Join(parts, ", ")
 }
 
-func scopeLabel(s *flowv1.EventRuleScope) string {
+// scopeLabel is "site" or "rack NAME" (the UUID when names lacks it).
+func scopeLabel(s *flowv1.EventRuleScope, names map[string]string) string {
 	if s.GetType() == flowv1.EventRuleScopeType_EVENT_RULE_SCOPE_TYPE_RACK {
-		return "rack " + s.GetId().GetId()
+		return "rack " + rackLabel(names, s.GetId().GetId())
 	}
 	return "site"
 }
 
-func printBinding(w io.Writer, b *flowv1.EventRuleBinding) {
-	printTable(w, []string{"ID", "RULE", "EVENT TYPE", "SCOPE"}, [][]string{{b.GetId().GetId(), b.GetRuleId().GetId(), b.GetEventType(), scopeLabel(b.GetScope())}})
+// bindingNames returns the names of a binding's rule and rack by UUID; one
+// it cannot read is left out, and shown by UUID.
+func bindingNames(ctx context.Context, c *env, b *flowv1.EventRuleBinding) map[string]string {
+	names := rackNamesByID(ctx, c, []string{b.GetScope().GetId().GetId()})
+	if r, err := c.client.GetEventRule(ctx, &flowv1.GetEventRuleRequest{RuleId: b.GetRuleId()}); err == nil {
+		names[b.GetRuleId().GetId()] = r.GetName()
+	}
+	return names
+}
+
+// printBinding prints a binding with its rule and rack by name; wide adds
+// their UUIDs.
+func printBinding(w io.Writer, b *flowv1.EventRuleBinding, names map[string]string, wide bool) {
+	headers := []string{"ID", "RULE", "EVENT TYPE", "SCOPE"}
+	row := []string{b.GetId().GetId(), rackLabel(names, b.GetRuleId().GetId()), b.GetEventType(), scopeLabel(b.GetScope(), names)}
+	if wide {
+		headers = append(headers, "RULE ID", "RACK ID")
+		row = append(row, b.GetRuleId().GetId(), or(b.GetScope().GetId().GetId(), "-"))
+	}
+	printTable(w, headers, [][]string{row})
 }
 
 var leakNoun = noun{

@@ -57,8 +57,11 @@ actions:
 
 	require.Contains(t, b.mustFlow(t, "event-rule", "enable", "drill-2"), "enabled event rule")
 	bound := b.mustFlow(t, "event-rule", "bind", "drill-2", "--rack", quiet.Name)
-	require.Regexp(t, `hardware.leak.detected\s+rack `+quiet.ID.String(), bound)
-	require.Contains(t, b.mustFlow(t, "event-rule", "binding", "--rack", quiet.Name), quiet.ID.String())
+	require.Regexp(t, `(?m)^ID\s+RULE\s+EVENT TYPE\s+SCOPE\n[0-9a-f-]{36}\s+drill-2\s+hardware.leak.detected\s+rack `+quiet.Name+`$`, bound, "names, not UUIDs")
+	binding := b.mustFlow(t, "event-rule", "binding", "--rack", quiet.Name)
+	require.Regexp(t, `drill-2\s+hardware.leak.detected\s+rack `+quiet.Name+`$`, binding)
+	require.NotContains(t, binding, quiet.ID.String())
+	require.Contains(t, b.mustFlow(t, "event-rule", "binding", "--rack", quiet.Name, "-o", "wide"), quiet.ID.String(), "-o wide adds the UUIDs")
 	requireFlowError(t, b, "is taken by rule", "event-rule", "bind", "two actions", "--rack", quiet.Name)
 	requireFlowError(t, b, "read-only", "event-rule", "bind", "built-in", "--site")
 	requireFlowError(t, b, "want --site or --rack R", "event-rule", "binding")
@@ -100,7 +103,7 @@ actions:
 	require.NoError(t, json.Unmarshal([]byte(b.mustFlow(t, "leak", "list", "-o", "json")), &asJSON))
 	require.NotEmpty(t, asJSON.Components)
 
-	require.Contains(t, b.mustFlow(t, "event-rule", "unbind", "--rack", quiet.Name), "unbound hardware.leak.detected at rack")
+	require.Equal(t, "unbound hardware.leak.detected at rack "+quiet.Name, b.mustFlow(t, "event-rule", "unbind", "--rack", quiet.Name))
 	requireFlowError(t, b, "event rule binding not found", "event-rule", "binding", "--rack", quiet.Name)
 	require.Contains(t, b.mustFlow(t, "event-rule", "delete", "drill-2"), "deleted event rule")
 	requireFlowError(t, b, `no event rule is named "drill-2"`, "event-rule", "get", "drill-2")

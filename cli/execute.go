@@ -33,10 +33,13 @@ type interruptedError struct{ msg string }
 func (e interruptedError) Error() string { return e.msg }
 
 // ExitCode returns the process exit status for an error returned by
-// Execute: 2 for bad usage, 130 for an interrupted watch, 1 otherwise.
+// Execute: 2 for bad usage, 130 for an interrupted watch, 3, 4 or 5 when
+// rollout watch saw the run end without completing, pause at a phase gate,
+// or pause otherwise; 1 otherwise.
 func ExitCode(err error) int {
 	var ue usageError
 	var ie interruptedError
+	var re rolloutStopError
 	switch {
 	case err == nil:
 		return 0
@@ -44,6 +47,8 @@ func ExitCode(err error) int {
 		return 2
 	case errors.As(err, &ie):
 		return 130
+	case errors.As(err, &re):
+		return re.code
 	}
 	return 1
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/proto"
@@ -26,8 +28,9 @@ import (
 type rolloutSpec struct {
 	Name             string   `yaml:"name"`
 	Description      string   `yaml:"description"`
-	Racks            []string `yaml:"racks"` // empty: the whole site
-	Percentage       int      `yaml:"percentage"`
+	Racks            []string `yaml:"racks"`
+	All              bool     `yaml:"all"`        // the whole site
+	Percentage       *int     `yaml:"percentage"` // nil: not given
 	Seed             string   `yaml:"seed"`
 	Phases           int      `yaml:"phases"`
 	PhasePercentages []int    `yaml:"phase_percentages"`
@@ -37,7 +40,8 @@ type rolloutSpec struct {
 	GateRate         int      `yaml:"gate_rate"`
 	GateCount        int      `yaml:"gate_count"`
 	GateScope        string   `yaml:"gate_scope"`
-	TargetVersion    string   `yaml:"target_version"`
+	Version          string   `yaml:"version"`
+	TargetVersion    string   `yaml:"target_version"` // the older name of version
 	Rule             string   `yaml:"rule"`
 	Exclude          []string `yaml:"exclude"`
 	Ordering         string   `yaml:"ordering"`
@@ -46,6 +50,8 @@ type rolloutSpec struct {
 	InitialDelay     string   `yaml:"initial_retry_delay"`
 	MaxDelay         string   `yaml:"max_retry_delay"`
 }
+
+const targetStatuses = "pending, blocked, submitted, completed, failed, terminated, skipped"
 
 var rolloutStatuses = []string{"pending", "running", "paused", "completed", "completed_with_failures", "cancelled", "failed"}
 
@@ -60,8 +66,9 @@ var rolloutNoun = noun{
 				var s rolloutSpec
 				fs.StringVar(&s.Name, "name", "", "run name (required)")
 				fs.StringVar(&s.Description, "description", "", "description")
-				fs.StringSliceVar(&s.Racks, "racks", nil, "racks (names or UUIDs, comma-separated); default: the whole site")
-				fs.IntVar(&s.Percentage, "percentage", 0, "share of the candidate racks to upgrade, 1-100 (default 100)")
+				fs.StringSliceVar(&s.Racks, "racks", nil, "the candidate racks (names or UUIDs, comma-separated)")
+				fs.BoolVar(&s.All, "all", false, "every rack of the site")
+				pct := fs.Int("percentage", 0, "share of the candidates (--racks, else the whole site) to upgrade, 1-100")
 				fs.StringVar(&s.Seed, "seed", "", "selection seed (default: generated, shown by get)")
 				fs.IntVar(&s.Phases, "phases", 0, "number of equal phases (default 1)")
 				fs.IntSliceVar(&s.PhasePercentages, "phase-percentages", nil, "phase sizes in percent, adding up to 100 (e.g. 10,30,60)")
@@ -71,7 +78,9 @@ var rolloutNoun = noun{
 				fs.IntVar(&s.GateRate, "gate-rate", 0, "pause when this percent of the planned targets failed")
 				fs.IntVar(&s.GateCount, "gate-count", 0, "pause when this many targets failed")
 				fs.StringVar(&s.GateScope, "gate-scope", "", "phase (default) or run: what the gates count over")
-				fs.StringVar(&s.TargetVersion, "target-version", "", "firmware version to install")
+				fs.StringVar(&s.Version, "version", "", "firmware version to install (required)")
+				fs.StringVar(&s.Version, "target-version", "", "the older name of --version")
+				_ = fs.MarkHidden("target-version")
 				fs.StringVar(&s.Rule, "rule", "", "operation rule (name or UUID) instead of the resolved one")
 				fs.StringSliceVar(&s.Exclude, "exclude", nil, "earlier rollouts (names or UUIDs) whose racks to leave out")
 				fs.StringVar(&s.Ordering, "ordering", "", "random (default), row-by-row or round-robin (one rack per row in turn)")
@@ -95,7 +104,11 @@ var rolloutNoun = noun{
 							return usageError{fmt.Errorf("%s: %w", *file, err)}
 						}
 					}
+					s.Percentage = pct
 					mergeSpec(&spec, s, fs)
+					if err := checkSelection(spec); err != nil {
+						return err
+					}
 					req, err := rolloutRequest(ctx, c, spec)
 					if err != nil {
 						return err
@@ -122,7 +135,7 @@ var rolloutNoun = noun{
 					}
 					for _, s := range splitList(*status) {
 						v, ok := flowv1.OperationRunStatus_value["OPERATION_RUN_STATUS_"+strings.ToUpper(s)]
-						if !ok {
+						if !ok || v == 0 {
 							return usageError{fmt.Errorf("--status: unknown status %q (%s)", s, strings.Join(rolloutStatuses, ", "))}
 						}
 						req.Filter.States = append(req.Filter.States, &flowv1.OperationRunStateFilter{Status: flowv1.OperationRunStatus(v).Enum()})
@@ -169,7 +182,7 @@ var rolloutNoun = noun{
 		{name: "targets", args: "ROLLOUT [--phases current|completed|all] [--status S]", summary: "list a rollout's targets (default: the current phase)", complete: rolloutNameList,
 			flags: func(fs *pflag.FlagSet) runFunc {
 				phases := fs.String("phases", "current", "current, completed or all (current and completed; future phases are never listed)")
-				status := fs.String("status", "", "only targets in this status: pending, blocked, submitted, completed, failed, terminated, skipped")
+				status := fs.String("status", "", "only targets in this status: "+targetStatuses)
 				page := pageFlags(fs)
 				return func(ctx context.Context, c *env, args []string) error {
 					if err := wantArgs(args, 1, "ROLLOUT"); err != nil {
@@ -192,8 +205,8 @@ var rolloutNoun = noun{
 					}
 					if *status != "" {
 						v, ok := flowv1.OperationRunTargetStatus_value["OPERATION_RUN_TARGET_STATUS_"+strings.ToUpper(*status)]
-						if !ok {
-							return usageError{fmt.Errorf("--status: unknown target status %q", *status)}
+						if !ok || v == 0 {
+							return usageError{fmt.Errorf("--status: unknown target status %q (want %s)", *status, targetStatuses)}
 						}
 						req.Status = flowv1.OperationRunTargetStatus(v)
 					}
@@ -257,7 +270,7 @@ var rolloutNoun = noun{
 					return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "cancelled rollout %s\n", id.GetId()) })
 				}
 			}},
-		{name: "watch", args: "ROLLOUT [--interval D]", summary: "follow a rollout live: phases, per-phase counts, targets in flight; ends with the rollout", complete: rolloutNameList,
+		{name: "watch", args: "ROLLOUT [--interval D]", summary: "follow a rollout live (phases, per-phase counts, targets in flight) until it ends or pauses; exit 0 completed, 3 ended otherwise, 4 paused at a phase gate, 5 paused otherwise, 130 Ctrl-C", complete: rolloutNameList,
 			flags: func(fs *pflag.FlagSet) runFunc {
 				interval := fs.Duration("interval", time.Second, "refresh interval")
 				return func(ctx context.Context, c *env, args []string) error {
@@ -268,7 +281,10 @@ var rolloutNoun = noun{
 					if err != nil {
 						return err
 					}
-					return watchRollout(ctx, c, id, *interval)
+					if *interval <= 0 {
+						return usageError{errors.New("--interval must be positive")}
+					}
+					return watchRollout(ctx, c, id, args[0], *interval)
 				}
 			}},
 	},
@@ -284,6 +300,7 @@ func mergeSpec(s *rolloutSpec, flags rolloutSpec, fs *pflag.FlagSet) {
 	set("name", func() { s.Name = flags.Name })
 	set("description", func() { s.Description = flags.Description })
 	set("racks", func() { s.Racks = flags.Racks })
+	set("all", func() { s.All = flags.All })
 	set("percentage", func() { s.Percentage = flags.Percentage })
 	set("seed", func() { s.Seed = flags.Seed })
 	set("phases", func() { s.Phases = flags.Phases })
@@ -294,7 +311,8 @@ func mergeSpec(s *rolloutSpec, flags rolloutSpec, fs *pflag.FlagSet) {
 	set("gate-rate", func() { s.GateRate = flags.GateRate })
 	set("gate-count", func() { s.GateCount = flags.GateCount })
 	set("gate-scope", func() { s.GateScope = flags.GateScope })
-	set("target-version", func() { s.TargetVersion = flags.TargetVersion })
+	set("version", func() { s.Version, s.TargetVersion = flags.Version, "" })
+	set("target-version", func() { s.Version, s.TargetVersion = flags.Version, "" })
 	set("rule", func() { s.Rule = flags.Rule })
 	set("exclude", func() { s.Exclude = flags.Exclude })
 	set("ordering", func() { s.Ordering = flags.Ordering })
@@ -304,12 +322,38 @@ func mergeSpec(s *rolloutSpec, flags rolloutSpec, fs *pflag.FlagSet) {
 	set("max-retry-delay", func() { s.MaxDelay = flags.MaxDelay })
 }
 
-// rolloutRequest builds the create request; the server validates the
-// values (and names the field at fault), the CLI only their shape.
-func rolloutRequest(ctx context.Context, c *env, s rolloutSpec) (*flowv1.CreateOperationRunRequest, error) {
-	if s.Percentage == 0 {
-		s.Percentage = 100
+// checkSelection refuses a rollout whose targets are not chosen
+// explicitly (--all, --racks or --percentage), a percentage outside 1-100
+// (the API's range: 0 is not "the default"), and a firmware rollout
+// without a version. It normalises s.Version (version, else the older
+// target_version) and leaves a nil percentage at 100.
+func checkSelection(s rolloutSpec) error {
+	switch {
+	case s.All && len(s.Racks) > 0:
+		return usageError{errors.New("--all and --racks exclude each other: --all is every rack of the site, --racks only those")}
+	case s.All && s.Percentage != nil:
+		return usageError{errors.New("--all and --percentage exclude each other: --all is every rack of the site; for a share of the site give --percentage alone")}
+	case !s.All && len(s.Racks) == 0 && s.Percentage == nil:
+		return usageError{errors.New("choose the targets: --all (every rack of the site), --racks R,... (those racks) or --percentage N (N % of the site, or of --racks); nothing was created")}
+	case s.Percentage != nil && (*s.Percentage < 1 || *s.Percentage > 100):
+		return usageError{fmt.Errorf("--percentage must be 1-100, not %d (0 is not \"all\": give --all); nothing was created", *s.Percentage)}
+	case s.Version == "" && s.TargetVersion == "":
+		return usageError{errors.New("want --version V: the firmware version the rollout installs; nothing was created")}
+	case s.Version != "" && s.TargetVersion != "" && s.Version != s.TargetVersion:
+		return usageError{fmt.Errorf("version %q and target_version %q differ: give one", s.Version, s.TargetVersion)}
 	}
+	return nil
+}
+
+// rolloutRequest builds the create request from a spec checkSelection
+// accepted; the server validates the values (and names the field at
+// fault), the CLI only their shape.
+func rolloutRequest(ctx context.Context, c *env, s rolloutSpec) (*flowv1.CreateOperationRunRequest, error) {
+	pct := 100
+	if s.Percentage != nil {
+		pct = *s.Percentage
+	}
+	version := cmp.Or(s.Version, s.TargetVersion)
 	opts := &flowv1.OperationRunOptions{MaxConcurrentTargets: int32(s.MaxConcurrent), SafetyPolicy: &flowv1.OperationRunSafetyPolicy{}}
 	scope := flowv1.OperationRunSafetyGateScope_OPERATION_RUN_SAFETY_GATE_SCOPE_CURRENT_PHASE
 	switch s.GateScope {
@@ -383,8 +427,8 @@ func rolloutRequest(ctx context.Context, c *env, s rolloutSpec) (*flowv1.CreateO
 		opts.ConflictPolicy = &flowv1.OperationRunConflictPolicy{Strategy: &flowv1.OperationRunConflictPolicy_Retry{Retry: retry}}
 	}
 	fw := &flowv1.UpgradeFirmwareRequest{}
-	if s.TargetVersion != "" {
-		fw.TargetVersion = ptr(s.TargetVersion)
+	if version != "" {
+		fw.TargetVersion = ptr(version)
 	}
 	if s.Rule != "" {
 		id, err := resolveRule(ctx, c, s.Rule)
@@ -418,7 +462,7 @@ func rolloutRequest(ctx context.Context, c *env, s rolloutSpec) (*flowv1.CreateO
 	return &flowv1.CreateOperationRunRequest{
 		Name: s.Name, Description: s.Description,
 		Configuration: &flowv1.OperationRunConfiguration{
-			Selector:  &flowv1.OperationRunSelector{Selector: &flowv1.OperationRunSelector_Percentage{Percentage: &flowv1.PercentageSelector{Percentage: int32(s.Percentage), Seed: s.Seed}}},
+			Selector:  &flowv1.OperationRunSelector{Selector: &flowv1.OperationRunSelector_Percentage{Percentage: &flowv1.PercentageSelector{Percentage: int32(pct), Seed: s.Seed}}},
 			Options:   opts,
 			Operation: op,
 		},
@@ -486,7 +530,7 @@ func printRollout(w io.Writer, r *flowv1.OperationRun) {
 	}
 	fmt.Fprintf(w, "State:       %s\nMessage:     %s\n", runState(s.GetState()), s.GetStatusMessage())
 	cur := r.GetStats().GetCurrentPhaseStats()
-	fmt.Fprintf(w, "Phase:       %d of %d (auto-advance: %t)\n", cur.GetPhaseIndex()+1, s.GetTotalPhases(), o.GetPhasePolicy().GetAdvancePolicy().GetAutoAdvance())
+	fmt.Fprintf(w, "Phase:       %s (auto-advance: %t)\n", phaseLabel(cur.GetPhaseIndex(), s.GetTotalPhases()), o.GetPhasePolicy().GetAdvancePolicy().GetAutoAdvance())
 	sel := r.GetConfiguration().GetSelector().GetPercentage()
 	fmt.Fprintf(w, "Selection:   %d%% (seed %s)\nConcurrency: %d\n", sel.GetPercentage(), sel.GetSeed(), o.GetMaxConcurrentTargets())
 	for i, g := range o.GetSafetyPolicy().GetGates() {
@@ -542,52 +586,179 @@ func printRolloutTargets(w io.Writer, targets []*flowv1.OperationRunTarget, name
 	printTable(w, headers, rows)
 }
 
+// Exit statuses of rollout watch besides 0 (completed), 1 (a call
+// failed), 2 (bad usage) and 130 (Ctrl-C): the run ended without completing
+// every target, paused at a phase gate, or paused for another reason.
+const (
+	exitRolloutEndedBadly = 3
+	exitRolloutPhaseGate  = 4
+	exitRolloutPaused     = 5
+)
+
+// rolloutStopError is how watch reports a run that stopped other than by
+// completing: the message says what happened and what to do, code is the
+// exit status.
+type rolloutStopError struct {
+	msg  string
+	code int
+}
+
+func (e rolloutStopError) Error() string { return e.msg }
+
 // watchRollout redraws the rollout's state every interval until it ends
-// (or ctx does): phases so far with their counts, and the targets in
-// flight or waiting on a busy rack.
-func watchRollout(ctx context.Context, c *env, id *flowv1.UUID, interval time.Duration) error {
+// or pauses (or ctx does: Ctrl-C): phases so far with their counts, and
+// the targets in flight or waiting on a busy rack. It returns nil when the
+// run completed, a rolloutStopError when it ended otherwise or paused, an
+// interruptedError on Ctrl-C. -o json/yaml prints only the final run.
+func watchRollout(ctx context.Context, c *env, id *flowv1.UUID, name string, interval time.Duration) error {
 	tty := isTerminal(c.out)
 	last := ""
 	names := map[string]string{}
-	for {
-		res, err := c.client.GetOperationRun(ctx, &flowv1.GetOperationRunRequest{Id: id, IncludeStats: true})
-		if err != nil {
-			return err
+	failed := 0
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return rolloutInterrupted(c, name)
+			case <-time.After(interval):
+			}
 		}
-		run := res.GetOperationRun()
-		targets, err := c.client.ListOperationRunTargets(ctx, &flowv1.ListOperationRunTargetsRequest{OperationRunId: id,
-			PhaseScope: flowv1.OperationRunTargetPhaseScope_OPERATION_RUN_TARGET_PHASE_SCOPE_CURRENT_AND_COMPLETED_PHASES,
-			Pagination: &flowv1.Pagination{Limit: pageLimit}})
-		if err != nil {
-			return err
+		run, targets, err := pollRollout(ctx, c, id)
+		if ctx.Err() != nil {
+			return rolloutInterrupted(c, name)
 		}
-		for _, t := range targets.GetTargets() {
-			if _, ok := names[t.GetRackId().GetId()]; !ok && isActiveTarget(t.GetStatus()) {
-				for k, v := range rackNamesByID(ctx, c, []string{t.GetRackId().GetId()}) {
-					names[k] = v
+		if err != nil {
+			code := connect.CodeOf(err)
+			if code != connect.CodeUnavailable && code != connect.CodeDeadlineExceeded {
+				return err
+			}
+			failed++
+			if failed > maxFailedPolls {
+				return fmt.Errorf("gave up after %d failed polls of %s: %w\nthe rollout keeps running on the server; %s", maxFailedPolls, c.server, err, rolloutHint(c, name))
+			}
+			fmt.Fprintf(c.errOut, "%s flow: server %s not answering (%s); retrying every %s (%d of %d)\n",
+				now().UTC().Format("15:04:05"), c.server, code, interval, failed, maxFailedPolls)
+			continue
+		}
+		failed = 0
+		stop := rolloutStop(run.GetOperationRun(), c, name)
+		if !c.structured() {
+			for _, t := range targets.GetTargets() {
+				if _, ok := names[t.GetRackId().GetId()]; !ok && isActiveTarget(t.GetStatus()) {
+					for k, v := range rackNamesByID(ctx, c, []string{t.GetRackId().GetId()}) {
+						names[k] = v
+					}
 				}
 			}
-		}
-		frame := rolloutFrame(run, targets.GetTargets(), names)
-		if frame != last {
-			if tty {
-				fmt.Fprint(c.out, "\033[H\033[2J")
+			frame := rolloutFrame(run.GetOperationRun(), targets.GetTargets(), names)
+			if frame != last {
+				if tty {
+					fmt.Fprint(c.out, "\033[H\033[2J")
+				}
+				fmt.Fprint(c.out, frame)
+				if !tty {
+					fmt.Fprintln(c.out)
+				}
+				last = frame
 			}
-			fmt.Fprint(c.out, frame)
-			if !tty {
-				fmt.Fprintln(c.out)
-			}
-			last = frame
 		}
-		if run.GetSummary().GetFinishedAt() != nil {
+		if stop != nil || run.GetOperationRun().GetSummary().GetFinishedAt() != nil {
+			if c.structured() {
+				if err := c.emit(run, nil); err != nil {
+					return err
+				}
+			}
+			if stop != nil {
+				return stop
+			}
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(interval):
-		}
 	}
+}
+
+// pollRollout reads the run with its stats and its targets up to the
+// current phase, each call bounded by pollTimeout.
+func pollRollout(ctx context.Context, c *env, id *flowv1.UUID) (*flowv1.GetOperationRunResponse, *flowv1.ListOperationRunTargetsResponse, error) {
+	pctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	run, err := c.client.GetOperationRun(pctx, &flowv1.GetOperationRunRequest{Id: id, IncludeStats: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.structured() {
+		return run, &flowv1.ListOperationRunTargetsResponse{}, nil
+	}
+	targets, err := c.client.ListOperationRunTargets(pctx, &flowv1.ListOperationRunTargetsRequest{OperationRunId: id,
+		PhaseScope: flowv1.OperationRunTargetPhaseScope_OPERATION_RUN_TARGET_PHASE_SCOPE_CURRENT_AND_COMPLETED_PHASES,
+		Pagination: &flowv1.Pagination{Limit: pageLimit}})
+	return run, targets, err
+}
+
+// rolloutStop returns the error watch ends with for run's state: nil while
+// it is pending or running, and when it completed.
+func rolloutStop(run *flowv1.OperationRun, c *env, name string) error {
+	s := run.GetSummary()
+	state := runState(s.GetState())
+	ref := "flow" + serverFlag(c) + " rollout"
+	arg := shellQuote(name)
+	switch s.GetState().GetStatus() {
+	case flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PENDING, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_RUNNING,
+		flowv1.OperationRunStatus_OPERATION_RUN_STATUS_COMPLETED, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_UNKNOWN:
+		return nil
+	case flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PAUSED:
+		if s.GetState().GetReason() == flowv1.OperationRunStatusReason_OPERATION_RUN_STATUS_REASON_PHASE_GATE {
+			next := run.GetStats().GetCurrentPhaseStats().GetPhaseIndex() + 1
+			return rolloutStopError{code: exitRolloutPhaseGate, msg: fmt.Sprintf("rollout %s paused at the phase gate (%s): %s\n  open phase %d: %s advance %s --expect %d",
+				name, state, s.GetStatusMessage(), next, ref, arg, next)}
+		}
+		return rolloutStopError{code: exitRolloutPaused, msg: fmt.Sprintf("rollout %s paused (%s): %s\n  look:   %s get %s; %s targets %s --status failed\n  go on:  %s resume %s\n  stop:   %s cancel %s",
+			name, state, s.GetStatusMessage(), ref, arg, ref, arg, ref, arg, ref, arg)}
+	}
+	return rolloutStopError{code: exitRolloutEndedBadly, msg: fmt.Sprintf("rollout %s ended %s: %s", name, state, s.GetStatusMessage())}
+}
+
+// rolloutInterrupted is the error of a rollout watch stopped by Ctrl-C.
+func rolloutInterrupted(c *env, name string) error {
+	return interruptedError{"interrupted: stopped watching; the rollout keeps running on the server\n" + rolloutHint(c, name)}
+}
+
+// rolloutHint says how to watch, pause or cancel the rollout.
+func rolloutHint(c *env, name string) string {
+	ref, arg := "flow"+serverFlag(c)+" rollout", shellQuote(name)
+	return fmt.Sprintf("  watch it:  %s watch %s\n  pause it:  %s pause %s\n  cancel it: %s cancel %s", ref, arg, ref, arg, ref, arg)
+}
+
+// serverFlag is " --server ADDR" when the CLI talks to another server than
+// the default, for the commands a hint prints.
+func serverFlag(c *env) string {
+	if c.server == DefaultServer {
+		return ""
+	}
+	return " --server " + c.server
+}
+
+// shellQuote quotes s for a shell when it holds anything but plain
+// characters.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// phaseLabel is how the CLI names the current phase: its index as the API
+// numbers phases (from 0, as in expected_phase_index, the targets' PHASE
+// column and the server's messages), with the range of the run's phases.
+func phaseLabel(index, total int32) string {
+	switch {
+	case total <= 0:
+		return fmt.Sprint(index)
+	case total == 1:
+		return fmt.Sprintf("%d (the only phase)", index)
+	}
+	return fmt.Sprintf("%d of phases 0-%d", index, total-1)
 }
 
 func isActiveTarget(s flowv1.OperationRunTargetStatus) bool {
@@ -598,8 +769,8 @@ func isActiveTarget(s flowv1.OperationRunTargetStatus) bool {
 func rolloutFrame(run *flowv1.OperationRun, targets []*flowv1.OperationRunTarget, names map[string]string) string {
 	var b strings.Builder
 	s := run.GetSummary()
-	fmt.Fprintf(&b, "%s  %s  phase %d/%d\n%s\n\n", s.GetName(), runState(s.GetState()),
-		run.GetStats().GetCurrentPhaseStats().GetPhaseIndex()+1, s.GetTotalPhases(), s.GetStatusMessage())
+	fmt.Fprintf(&b, "%s  %s  phase %s\n%s\n\n", s.GetName(), runState(s.GetState()),
+		phaseLabel(run.GetStats().GetCurrentPhaseStats().GetPhaseIndex(), s.GetTotalPhases()), s.GetStatusMessage())
 	type counts struct{ total, pending, inFlight, blocked, completed, failed, terminated, skipped int }
 	per := map[int32]*counts{}
 	var maxPhase int32 = -1
@@ -637,7 +808,7 @@ func rolloutFrame(run *flowv1.OperationRun, targets []*flowv1.OperationRunTarget
 		if p == nil {
 			continue
 		}
-		rows = append(rows, []string{strconv.Itoa(int(ph + 1)), strconv.Itoa(p.total), strconv.Itoa(p.pending), strconv.Itoa(p.inFlight),
+		rows = append(rows, []string{strconv.Itoa(int(ph)), strconv.Itoa(p.total), strconv.Itoa(p.pending), strconv.Itoa(p.inFlight),
 			strconv.Itoa(p.blocked), strconv.Itoa(p.completed), strconv.Itoa(p.failed), strconv.Itoa(p.terminated), strconv.Itoa(p.skipped)})
 	}
 	printTable(&b, []string{"PHASE", "TARGETS", "PENDING", "RUNNING", "BLOCKED", "COMPLETED", "FAILED", "TERMINATED", "SKIPPED"}, rows)

@@ -196,8 +196,12 @@ var ruleNoun = noun{
 					if err != nil {
 						return err
 					}
+					if c.structured() {
+						return c.emit(res, nil)
+					}
+					rack, rule := nameOf(rackNamesByID(ctx, c, []string{rackID.GetId()}), rackID), ruleName(ctx, c, ruleID)
 					return c.emit(res, func(w io.Writer) {
-						fmt.Fprintf(w, "rack %s now uses rule %s\n", rackID.GetId(), ruleID.GetId())
+						fmt.Fprintf(w, "rack %s now uses rule %s\n", rack, rule)
 					})
 				}
 			}},
@@ -216,6 +220,9 @@ var ruleNoun = noun{
 					if err != nil {
 						return err
 					}
+					if err := ruleCodeArg(*typ, *code); err != nil {
+						return err
+					}
 					rackID, err := resolveRack(ctx, c, args[0])
 					if err != nil {
 						return err
@@ -224,8 +231,12 @@ var ruleNoun = noun{
 					if err != nil {
 						return err
 					}
+					if c.structured() {
+						return c.emit(res, nil)
+					}
+					rack := nameOf(rackNamesByID(ctx, c, []string{rackID.GetId()}), rackID)
 					return c.emit(res, func(w io.Writer) {
-						fmt.Fprintf(w, "rack %s no longer has a rule for %s.%s\n", rackID.GetId(), *typ, *code)
+						fmt.Fprintf(w, "rack %s no longer has a rule for %s.%s\n", rack, *typ, *code)
 					})
 				}
 			}},
@@ -239,6 +250,14 @@ var ruleNoun = noun{
 					}
 					if (*typ == "") != (*code == "") {
 						return usageError{errors.New("give both --type and --code, or neither")}
+					}
+					if *typ != "" {
+						if _, err := ruleTypeArg(*typ); err != nil {
+							return err
+						}
+						if err := ruleCodeArg(*typ, *code); err != nil {
+							return err
+						}
 					}
 					rackID, err := resolveRack(ctx, c, args[0])
 					if err != nil {
@@ -255,9 +274,11 @@ var ruleNoun = noun{
 						}
 						return c.emit(res, func(w io.Writer) {
 							if res.GetRuleId().GetId() == "" {
-								fmt.Fprintf(w, "rack %s has no rule for %s.%s (the default or built-in rule applies)\n", rackID.GetId(), *typ, *code)
+								rack := nameOf(rackNamesByID(ctx, c, []string{rackID.GetId()}), rackID)
+								fmt.Fprintf(w, "rack %s has no rule for %s.%s (the default or built-in rule applies)\n", rack, *typ, *code)
 								return
 							}
+							// The bare UUID, for scripts.
 							fmt.Fprintln(w, res.GetRuleId().GetId())
 						})
 					}
@@ -484,6 +505,21 @@ func ruleArg(ctx context.Context, c *env, args []string) (*flowv1.UUID, error) {
 }
 
 // ruleTypeArg parses a --type value.
+// ruleCodeArg refuses a --code that is not one of --type's operation
+// codes, listing them (an unknown code would match no association and
+// answer as if the rack had none).
+func ruleCodeArg(typ, code string) error {
+	t := operations.OperationType(typ)
+	if t.HasCode(operations.OperationCode(code)) {
+		return nil
+	}
+	var codes []string
+	for _, c := range t.Codes() {
+		codes = append(codes, string(c))
+	}
+	return usageError{fmt.Errorf("--code: %q is not an operation code of %s (want %s)", code, typ, strings.Join(codes, ", "))}
+}
+
 func ruleTypeArg(s string) (flowv1.OperationType, error) {
 	t := ruleTypeToProto(operations.OperationType(s))
 	if t == flowv1.OperationType_OPERATION_TYPE_UNKNOWN {
@@ -513,6 +549,24 @@ func ruleKey(r *flowv1.OperationRule) string {
 }
 
 // flagsSet returns the names of the flags given on the command line.
+// ruleName is "NAME (UUID)" for an operation rule, the UUID alone when it
+// cannot be read.
+func ruleName(ctx context.Context, c *env, id *flowv1.UUID) string {
+	r, err := c.client.GetOperationRule(ctx, &flowv1.GetOperationRuleRequest{RuleId: id})
+	if err != nil || r.GetName() == "" {
+		return id.GetId()
+	}
+	return fmt.Sprintf("%q (%s)", r.GetName(), id.GetId())
+}
+
+// nameOf is "NAME (UUID)" when names has id's name, else the UUID.
+func nameOf(names map[string]string, id *flowv1.UUID) string {
+	if n := names[id.GetId()]; n != "" {
+		return n + " (" + id.GetId() + ")"
+	}
+	return id.GetId()
+}
+
 func flagsSet(fs *pflag.FlagSet) map[string]bool {
 	set := map[string]bool{}
 	fs.Visit(func(f *pflag.Flag) { set[f.Name] = true })

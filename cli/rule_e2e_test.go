@@ -169,7 +169,7 @@ func TestCLIRule(t *testing.T) {
 		require.Contains(t, b.mustFlow(t, "rule", "list", "--default=false"), "(1 of 1 rules)")
 
 		// Associations, by rack name and by UUID.
-		b.mustFlow(t, "rule", "associate", "g10", rid)
+		require.Equal(t, "rack g10 ("+rackID+") now uses rule \"flag wins\" ("+rid+")", b.mustFlow(t, "rule", "associate", "g10", rid))
 		out = b.mustFlow(t, "rule", "associations", "g10")
 		require.Contains(t, out, "power_control.power_off")
 		require.Contains(t, out, rid)
@@ -177,7 +177,8 @@ func TestCLIRule(t *testing.T) {
 		require.Equal(t, rid, b.mustFlow(t, "rule", "associations", rackID, "--type", "power_control", "--code", "power_off"))
 		require.Contains(t, b.mustFlow(t, "rule", "associations", "g10", "-o", "json"), `"operationCode": "power_off"`)
 		requireFlowError(t, b, "failed_precondition: operation rule is associated with racks", "rule", "delete", rid)
-		b.mustFlow(t, "rule", "disassociate", "g10", "--type", "power_control", "--code", "power_off")
+		require.Equal(t, "rack g10 ("+rackID+") no longer has a rule for power_control.power_off",
+			b.mustFlow(t, "rule", "disassociate", "g10", "--type", "power_control", "--code", "power_off"))
 		require.Contains(t, b.mustFlow(t, "rule", "associations", "g10", "--type", "power_control", "--code", "power_off"), "has no rule for power_control.power_off")
 		requireFlowError(t, b, "want --type T and --code C", "rule", "disassociate", "g10")
 

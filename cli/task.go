@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/nicoflow/flow/operations"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
@@ -31,7 +32,7 @@ var taskNoun = noun{
 				rack := fs.String("rack", "", "only tasks on this rack (name or UUID)")
 				comp := fs.String("component", "", "only tasks targeting this component (name or UUID)")
 				status := fs.String("status", "", "only tasks in these statuses, comma-separated: "+strings.Join(taskStatuses, ", "))
-				operation := fs.String("operation", "", "only these operations, comma-separated (power_on, firmware_upgrade, ...)")
+				operation := fs.String("operation", "", "only these operations, comma-separated: "+strings.Join(taskOperations(), ", "))
 				since := fs.String("since", "", "only tasks created since: a duration back from now (1h, 30m) or an RFC 3339 time")
 				active := fs.Bool("active", false, "only tasks not yet finished (waiting, pending, running)")
 				report := fs.Bool("report", false, "include reports (-o json) and a progress column")
@@ -182,6 +183,20 @@ func (f taskFilter) match(t *flowv1.Task) bool {
 		(len(f.operations) == 0 || slices.Contains(f.operations, t.GetOperation()))
 }
 
+// taskOperations are the values of a task's operation: every operation
+// code, in the operation types' order.
+func taskOperations() []string {
+	var out []string
+	for _, t := range operations.OperationTypes() {
+		for _, c := range t.Codes() {
+			if !slices.Contains(out, string(c)) {
+				out = append(out, string(c))
+			}
+		}
+	}
+	return out
+}
+
 // parseTaskFilter reads --status, --operation and --since (relative to now).
 func parseTaskFilter(status, operation, since string, now time.Time) (taskFilter, error) {
 	var f taskFilter
@@ -192,7 +207,12 @@ func parseTaskFilter(status, operation, since string, now time.Time) (taskFilter
 		}
 		f.statuses = append(f.statuses, flowv1.TaskStatus(v))
 	}
-	f.operations = splitList(operation)
+	for _, o := range splitList(operation) {
+		if !slices.Contains(taskOperations(), o) {
+			return f, usageError{fmt.Errorf("--operation: unknown operation %q (want %s)", o, strings.Join(taskOperations(), ", "))}
+		}
+		f.operations = append(f.operations, o)
+	}
 	if since != "" {
 		if d, err := time.ParseDuration(since); err == nil {
 			if d <= 0 {

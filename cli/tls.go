@@ -92,7 +92,9 @@ func TLSConfig(files TLSFiles) (*tls.Config, error) {
 // reach addr ("host:port" or a URL) with files: over TLS, https:// (the
 // scheme a bare host:port gets when certificates are given) and HTTP/2;
 // without files, http://. An http:// address with certificates is a usage
-// error rather than a silent cleartext call.
+// error rather than a silent cleartext call. A call through the client
+// that gets no Flow answer (connection refused, not a Flow API, TLS wanted
+// or refused) fails with an error naming the cause and the fix.
 func HTTPClient(addr string, files TLSFiles, timeout time.Duration) (*http.Client, string, error) {
 	cfg, err := TLSConfig(files)
 	if err != nil {
@@ -107,12 +109,15 @@ func HTTPClient(addr string, files TLSFiles, timeout time.Duration) (*http.Clien
 	case strings.HasPrefix(base, "http://") && cfg != nil:
 		return nil, "", usageError{fmt.Errorf("server %s is http:// but TLS certificates are given (--ca/--cert/--key, FLOW_TLS_*, CERTDIR): use https:// or a bare host:port", addr)}
 	}
-	client := &http.Client{Timeout: timeout}
+	base = strings.TrimRight(base, "/")
+	var next http.RoundTripper = http.DefaultTransport
 	if cfg != nil {
 		var p http.Protocols
 		p.SetHTTP1(true)
 		p.SetHTTP2(true)
-		client.Transport = &http.Transport{TLSClientConfig: cfg, Protocols: &p, ForceAttemptHTTP2: true}
+		next = &http.Transport{TLSClientConfig: cfg, Protocols: &p, ForceAttemptHTTP2: true}
 	}
-	return client, strings.TrimRight(base, "/"), nil
+	// apiTransport names the cause of a call that got no Flow answer
+	// (reach.go).
+	return &http.Client{Timeout: timeout, Transport: &apiTransport{next: next, base: base}}, base, nil
 }

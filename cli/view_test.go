@@ -228,6 +228,12 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"rack", "list", "-o", "xml"}, "-o must be one of table, wide, json, yaml, not \"xml\"\nRun 'flow rack list --help' for usage."},
 		{[]string{"task", "list", "--status", "done"}, "--status: unknown status \"done\""},
 		{[]string{"task", "list", "--since", "yesterday"}, "--since: want a duration such as 1h or an RFC 3339 time"},
+		{[]string{"task", "list", "--operation", "power_on,firmware_upgrade"}, "--operation: unknown operation \"firmware_upgrade\" (want inject_expectation, power_on, force_power_on,"},
+		{[]string{"component", "list", "--type", "compute,gpu"}, "--type: unknown component type \"gpu\" (want compute, nvswitch, powershelf, torswitch, ums, cdu)"},
+		{[]string{"component", "validate", "--type", "computer"}, "--type: unknown component type \"computer\""},
+		{[]string{"rollout", "list", "--status", "unknown"}, "--status: unknown status \"unknown\""},
+		{[]string{"rule", "disassociate", "g1", "--type", "power_control", "--code", "upgrade"}, "--code: \"upgrade\" is not an operation code of power_control (want power_on,"},
+		{[]string{"rule", "associations", "g1", "--type", "firmware_control", "--code", "firmware_upgrade"}, "--code: \"firmware_upgrade\" is not an operation code of firmware_control (want upgrade, downgrade, rollback)"},
 		{[]string{"task", "get", "x"}, "task \"x\": want a task UUID or a prefix"},
 	} {
 		_, _, err := flow(nil, tt.args...)

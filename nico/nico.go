@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+
+	"connectrpc.com/connect"
 )
 
 // Error classes. Every error a Client returns matches exactly one of them
@@ -46,7 +48,7 @@ type Error struct {
 // Error formats the failure.
 func (e *Error) Error() string {
 	var b strings.Builder
-	b.WriteString(e.Class.Error())
+	b.WriteString(e.label())
 	if e.Method != "" {
 		fmt.Fprintf(&b, ": %s", e.Method)
 	}
@@ -57,6 +59,28 @@ func (e *Error) Error() string {
 		fmt.Fprintf(&b, ": %s", e.Msg)
 	}
 	return b.String()
+}
+
+// label begins the message: the class, except that a backend that
+// answered with a failure of its own (Internal, Unknown, DataLoss, Aborted,
+// ResourceExhausted, or a failed item) is "backend failed (CODE)", not
+// "unreachable": it was reached, and the operator should look at it, not
+// at the network. The class stays ErrUnreachable (retry later).
+func (e *Error) label() string {
+	if e.Class != ErrUnreachable {
+		return e.Class.Error()
+	}
+	if e.Err == nil {
+		return "backend failed"
+	}
+	var ce *connect.Error
+	if errors.As(e.Err, &ce) {
+		switch ce.Code() {
+		case connect.CodeInternal, connect.CodeUnknown, connect.CodeDataLoss, connect.CodeAborted, connect.CodeResourceExhausted:
+			return "backend failed (" + ce.Code().String() + ")"
+		}
+	}
+	return e.Class.Error()
 }
 
 // Is reports whether target is e's class.

@@ -357,19 +357,22 @@ func TestValidateComponentsErrors(t *testing.T) {
 		require.NoError(t, err)
 		return b.serve(t, backend.New(backend.DefaultConfig(), nc, pc))
 	}
-	failing := func(t *testing.T) flowv1connect.FlowClient {
-		ns := nicosim.New(nicosim.Options{})
-		_, err := ns.Faults().Add(sim.Fault{Kind: sim.FaultError, Method: "FindSwitchIds", Code: "unavailable"})
-		require.NoError(t, err)
-		srv, err := sim.Listen("127.0.0.1:0", ns.Handler())
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = srv.Close(context.Background()) })
-		nc, err := nico.NewClient(srv.URL())
-		require.NoError(t, err)
-		pc, err := psm.NewClient("")
-		require.NoError(t, err)
-		return b.serve(t, backend.New(backend.DefaultConfig(), nc, pc))
+	failingWith := func(code string) func(t *testing.T) flowv1connect.FlowClient {
+		return func(t *testing.T) flowv1connect.FlowClient {
+			ns := nicosim.New(nicosim.Options{})
+			_, err := ns.Faults().Add(sim.Fault{Kind: sim.FaultError, Method: "FindSwitchIds", Code: code})
+			require.NoError(t, err)
+			srv, err := sim.Listen("127.0.0.1:0", ns.Handler())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = srv.Close(context.Background()) })
+			nc, err := nico.NewClient(srv.URL())
+			require.NoError(t, err)
+			pc, err := psm.NewClient("")
+			require.NoError(t, err)
+			return b.serve(t, backend.New(backend.DefaultConfig(), nc, pc))
+		}
 	}
+	failing := failingWith("unavailable")
 	noManagers := func(t *testing.T) flowv1connect.FlowClient { return b.serve(t, nil) }
 	seeded := func(*testing.T) flowv1connect.FlowClient { return b.client }
 	for _, tt := range []struct {
@@ -384,6 +387,8 @@ func TestValidateComponentsErrors(t *testing.T) {
 		{name: "NoManagers", client: noManagers, code: connect.CodeFailedPrecondition, msg: "no component managers"},
 		{name: "Unreachable", client: unreachable, code: connect.CodeUnavailable, msg: "unreachable"},
 		{name: "BackendFails", client: failing, code: connect.CodeUnavailable, msg: "FindSwitchIds"},
+		// A backend that answered Internal was reached: it failed.
+		{name: "BackendInternal", client: failingWith("internal"), code: connect.CodeUnavailable, msg: "backend failed (internal): FindSwitchIds"},
 		{name: "NegativeOffset", client: seeded, req: &flowv1.ValidateComponentsRequest{Pagination: &flowv1.Pagination{Offset: -1}}, code: connect.CodeInvalidArgument, msg: "pagination.offset"},
 		{name: "NegativeLimit", client: seeded, req: &flowv1.ValidateComponentsRequest{Pagination: &flowv1.Pagination{Limit: -1}}, code: connect.CodeInvalidArgument, msg: "pagination.limit"},
 		{name: "RackFilter", client: seeded, req: &flowv1.ValidateComponentsRequest{Filters: []*flowv1.Filter{{Field: &flowv1.Filter_RackField{RackField: flowv1.RackFilterField_RACK_FILTER_FIELD_NAME}}}}, code: connect.CodeInvalidArgument, msg: "filters[0].component_field"},
