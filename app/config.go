@@ -84,7 +84,7 @@ type ConfigVar struct {
 
 // ConfigVars lists every environment variable Flow reads.
 var ConfigVars = []ConfigVar{
-	{"FLOW_LISTEN_ADDR", ":50051", "address the API listens on: gRPC, gRPC-Web and Connect on one port, over TLS (HTTP/2 and HTTP/1.1), or cleartext HTTP/2 and HTTP/1.1 with ALLOW_INSECURE_GRPC or under flow dev"},
+	{"FLOW_LISTEN_ADDR", ":50051", "address the API listens on: gRPC, gRPC-Web and Connect on one port, over mutual TLS (HTTP/2 and HTTP/1.1), or cleartext (HTTP/2 and HTTP/1.1) with ALLOW_INSECURE_GRPC=true and under flow dev"},
 	{"DATABASE_URL", "", "PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...); overrides the DB_* set"},
 	{"DB_HOST", "localhost", "PostgreSQL host (upstream Flow's name)"},
 	{"DB_PORT", "5432", "PostgreSQL port"},
