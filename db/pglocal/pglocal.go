@@ -306,7 +306,7 @@ func (c *Cluster) startAttached(ctx context.Context, opts []string, logFile stri
 		return err
 	}
 	if err := c.waitReady(ctx, ch); err != nil {
-		_ = ch.stop(context.WithoutCancel(ctx), 0)
+		_ = ch.stop(context.WithoutCancel(ctx), 10*time.Second)
 		return err
 	}
 	c.server = ch
