@@ -86,6 +86,24 @@ func TestDBStatusExitCode(t *testing.T) {
 	require.Contains(t, stdout, "status    behind: run `flow db migrate`")
 }
 
+// TestDBStatusSampleInOperationsDoc keeps docs/operations.md's sample of
+// flow db status in step with what it prints on a current schema (all but
+// the database line, which names the doc's own server).
+func TestDBStatusSampleInOperationsDoc(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/operations.md")
+	require.NoError(t, err)
+	b := &cliBundle{env: map[string]string{"DATABASE_URL": dbtest.NewDB(t)}}
+	out := b.mustFlow(t, "db", "status")
+	lines := strings.Split(out, "\n")
+	require.Len(t, lines, 4, out)
+	require.True(t, strings.HasPrefix(lines[0], "database  postgres://"), out)
+	require.Contains(t, string(doc), "   database  postgres://flow:xxxxx@db:5432/flow?sslmode=prefer\n")
+	for _, line := range lines[1:] {
+		require.Contains(t, string(doc), "   "+line+"\n", "docs/operations.md's flow db status sample")
+	}
+}
+
 func TestConfigShowsValuesInEffect(t *testing.T) {
 	t.Parallel()
 	b := &cliBundle{env: map[string]string{"DATABASE_URL": "postgres://flow:s3cret@db:5432/flow", "DB_PASSWORD": "hunter2", "FLOW_LOG_LEVEL": "debug"}}

@@ -38,6 +38,7 @@ type Config struct {
 	AllowInsecure bool     // ALLOW_INSECURE_GRPC
 	AuthzPolicy   string   // FLOW_AUTHZ_POLICY: YAML file path
 	AdminAddr     string   // FLOW_ADMIN_LISTEN_ADDR (alias FLOW_ADMIN_LISTEN); "off" disables the admin listener
+	adminAddrSet  bool     // either variable was set (flow dev picks a free port otherwise)
 	PProf         bool     // FLOW_PPROF: serve /debug/pprof/ on the admin listener
 
 	// Observability (docs/observability.md).
@@ -84,7 +85,7 @@ type ConfigVar struct {
 
 // ConfigVars lists every environment variable Flow reads.
 var ConfigVars = []ConfigVar{
-	{"FLOW_LISTEN_ADDR", ":50051", "address the server listens on (gRPC, gRPC-Web and Connect on one h2c port)"},
+	{"FLOW_LISTEN_ADDR", ":50051", "address the API listens on: gRPC, gRPC-Web and Connect on one port, over mutual TLS (HTTP/2 and HTTP/1.1), or cleartext (HTTP/2 and HTTP/1.1) with ALLOW_INSECURE_GRPC=true and under flow dev"},
 	{"DATABASE_URL", "", "PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...); overrides the DB_* set"},
 	{"DB_HOST", "localhost", "PostgreSQL host (upstream Flow's name)"},
 	{"DB_PORT", "5432", "PostgreSQL port"},
@@ -108,7 +109,7 @@ var ConfigVars = []ConfigVar{
 	{"CERTDIR", "", "folder with ca.crt, tls.crt and tls.key, used when FLOW_TLS_* is unset (upstream's name); unset: the SPIFFE mount " + edge.SPIFFECertDir},
 	{"ALLOW_INSECURE_GRPC", "false", "true lets flow serve start without certificates: cleartext, no authentication, every caller is admin (upstream's name; local development only)"},
 	{"FLOW_AUTHZ_POLICY", "", "YAML file mapping client identities (SPIFFE ID or CN, exact or spiffe://domain/ns/* patterns) to roles viewer, operator, admin; unset: every client with a valid certificate is admin"},
-	{"FLOW_ADMIN_LISTEN_ADDR", "127.0.0.1:50060", "admin listener for /metrics, /healthz, /readyz, River UI (/riverui/) and pprof (/debug/pprof/, with FLOW_PPROF), never on the API port; keep it on loopback or a private network; off disables it"},
+	{"FLOW_ADMIN_LISTEN_ADDR", "127.0.0.1:50060", "admin listener for /metrics, /healthz, /readyz, River UI (/riverui/) and pprof (/debug/pprof/, with FLOW_PPROF), never on the API port; keep it on loopback or a private network; off disables it; flow dev, when this and FLOW_ADMIN_LISTEN are unset, takes a free loopback port and prints it in its banner"},
 	{"FLOW_ADMIN_LISTEN", "", "older name of FLOW_ADMIN_LISTEN_ADDR, read when that is unset"},
 	{"FLOW_DEV_DATA_DIR", ".flow/dev", "flow dev state folder; --data-dir overrides"},
 	{"TEST_DATABASE_URL", "", "tests only: use this PostgreSQL server instead of starting a private one"},
@@ -289,6 +290,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}
 	cfg.AuthzPolicy = getenv("FLOW_AUTHZ_POLICY")
 	cfg.AdminAddr = cmp.Or(getenv("FLOW_ADMIN_LISTEN_ADDR"), getenv("FLOW_ADMIN_LISTEN"), def("FLOW_ADMIN_LISTEN_ADDR"))
+	cfg.adminAddrSet = getenv("FLOW_ADMIN_LISTEN_ADDR") != "" || getenv("FLOW_ADMIN_LISTEN") != ""
 	if b, err := strconv.ParseBool(def("FLOW_PPROF")); err != nil {
 		errs = append(errs, "FLOW_PPROF must be true or false")
 	} else {

@@ -22,7 +22,9 @@ import (
 
 // devCommand is `flow dev`, the embedded default: a private PostgreSQL in a
 // state folder, migrated, and Flow serving on it in dev mode. Data survives
-// restarts; PostgreSQL stops when flow dev exits, Ctrl-C included.
+// restarts; PostgreSQL stops when flow dev exits, Ctrl-C and SIGKILL
+// included (pglocal.Cluster.Attached). The admin listener, the simulators
+// and PostgreSQL take free ports unless told otherwise.
 func devCommand(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
 	return command("dev", "run Flow on a private PostgreSQL (the embedded default), in dev mode, with the simulators", func(fs *pflag.FlagSet) func(context.Context) error {
 		cfg, err := LoadConfig(getenv)
@@ -73,6 +75,12 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 	if !cfg.SystemJobs.leakIntervalSet {
 		cfg.SystemJobs.LeakDetectionInterval = devLeakDetectionInterval
 	}
+	// Every port flow dev picks itself is a free one (the banner says
+	// which), so that several can run on one machine; only the API's
+	// address is the user's to choose.
+	if !cfg.adminAddrSet {
+		cfg.AdminAddr = "127.0.0.1:0"
+	}
 	logger := newLogger(stderr, cfg.LogFormat, cfg.logLevel())
 
 	dir, err := filepath.Abs(o.dataDir)
@@ -99,6 +107,8 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
+	// PostgreSQL stops with flow dev however it ends, kill -9 included.
+	cluster.Attached = true
 	if !cluster.Initialized() {
 		logger.InfoContext(ctx, "creating private postgres cluster", "data_dir", pgData, "bin_dir", cluster.BinDir)
 	}

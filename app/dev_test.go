@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +37,7 @@ func startDev(t *testing.T, dir string) *devRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &devRun{cancel: cancel, done: make(chan error, 1), out: &syncBuffer{}}
-	env := map[string]string{"FLOW_LOG_LEVEL": "warn", "FLOW_ADMIN_LISTEN": "127.0.0.1:0"}
+	env := map[string]string{"FLOW_LOG_LEVEL": "warn"}
 	go func() {
 		r.done <- run(ctx, []string{"flow", "dev", "--data-dir", dir, "--listen", "127.0.0.1:0"}, func(k string) string { return env[k] }, r.out, r.out)
 	}()
@@ -93,6 +97,18 @@ func TestDevKeepsDataAcrossRestartsAndStopsPostgres(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)
+	// So are the simulators' pages the banner names.
+	sims := regexp.MustCompile(`(http://\S+/admin/) +\((NICo Core|PSM)`).FindAllStringSubmatch(banner, -1)
+	require.Len(t, sims, 2, banner)
+	for _, m := range sims {
+		res, err := http.Get(m[1])
+		require.NoError(t, err)
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode, m[1])
+		require.Contains(t, string(body), "GET    /admin/devices", m[1])
+	}
 
 	client := flowv1connect.NewFlowClient(h2cClient(), "http://"+addr)
 	_, err = client.Version(ctx, &flowv1.VersionRequest{})
@@ -221,4 +237,173 @@ func TestIdleDevIsQuietAndJSONOnRequest(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(line), &v), "not a JSON line: %s", line)
 		require.Contains(t, v, "msg")
 	}
+}
+
+// devProcess is `flow dev` running as a child process of the test, with
+// no admin address set (FLOW_ADMIN_LISTEN_ADDR, FLOW_ADMIN_LISTEN).
+type devProcess struct {
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	exited chan struct{} // closed once the process is reaped
+}
+
+func startDevProcess(t *testing.T, dir string) *devProcess {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "--data-dir", dir, "--listen", "127.0.0.1:0")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLOW_ADMIN_LISTEN") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "FLOW_TEST_CHILD=dev", "FLOW_LOG_LEVEL=warn")
+	p := &devProcess{cmd: cmd, out: &syncBuffer{}, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	require.NoError(t, cmd.Start())
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-p.exited:
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return p
+}
+
+// banner waits for flow dev's banner and returns it.
+func (p *devProcess) banner(t *testing.T) string {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		select {
+		case <-p.exited:
+			t.Fatalf("flow dev exited early: %v\n%s", p.cmd.ProcessState, p.out.String())
+		default:
+		}
+		return bannerAddr.MatchString(p.out.String())
+	}, 90*time.Second, 20*time.Millisecond)
+	return p.out.String()
+}
+
+func devDir(t *testing.T) string {
+	t.Helper()
+	// Not t.TempDir: the postgres user must reach it (we may be root).
+	dir, err := os.MkdirTemp("", "flow-dev-test-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// TestDevSideBySide: two flow dev processes, each with its own --listen and
+// state folder and no admin address set, both start and serve: every other
+// port is one each picks free (the admin listener's too).
+func TestDevSideBySide(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	procs := []*devProcess{startDevProcess(t, devDir(t)), startDevProcess(t, devDir(t))}
+	var admins []string
+	for _, p := range procs {
+		banner := p.banner(t)
+		addr := bannerAddr.FindStringSubmatch(banner)[1]
+		_, err := flowv1connect.NewFlowClient(h2cClient(), "http://"+addr).Version(ctx, &flowv1.VersionRequest{})
+		require.NoError(t, err, banner)
+		admin := regexp.MustCompile(`Admin\s+http://(\S+)/riverui/`).FindStringSubmatch(banner)
+		require.NotNil(t, admin, banner)
+		require.NotEqual(t, "127.0.0.1:50060", admin[1], "the admin listener's default is for flow serve")
+		res, err := http.Get("http://" + admin[1] + "/readyz")
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		admins = append(admins, admin[1])
+	}
+	require.NotEqual(t, admins[0], admins[1])
+}
+
+// TestDevKilledStopsItsPostgres: flow dev killed with SIGKILL leaves no
+// PostgreSQL behind (the postmaster of its postmaster.pid is gone within
+// seconds), and a new flow dev on the same state folder starts and finds
+// the data.
+func TestDevKilledStopsItsPostgres(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := devDir(t)
+	p := startDevProcess(t, dir)
+	banner := p.banner(t)
+	conn, err := pgx.Connect(ctx, regexp.MustCompile(`Database\s+(\S+)`).FindStringSubmatch(banner)[1])
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `CREATE TABLE dev_marker (v text); INSERT INTO dev_marker VALUES ('kept')`)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+	cluster, err := pglocal.New(pgDataOf(t, dir), 0)
+	require.NoError(t, err)
+	pid := cluster.PID()
+	require.NotZero(t, pid, "postmaster.pid names the server")
+	require.True(t, processAlive(pid))
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	<-p.exited
+	require.Eventually(t, func() bool { return !processAlive(pid) }, 10*time.Second, 50*time.Millisecond,
+		"postgres (pid %d) outlived the flow dev killed with SIGKILL", pid)
+
+	second := startDev(t, dir)
+	second.addr(t)
+	conn, err = pgx.Connect(ctx, regexp.MustCompile(`Database\s+(\S+)`).FindStringSubmatch(second.out.String())[1])
+	require.NoError(t, err)
+	var v string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT v FROM dev_marker`).Scan(&v))
+	require.Equal(t, "kept", v)
+	require.NoError(t, conn.Close(ctx))
+	second.stop(t)
+	require.False(t, cluster.Running(ctx))
+}
+
+// processAlive reports whether process pid exists and is not a zombie (an
+// orphan is reaped by init, maybe not at once).
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// TestDevHelpShowsItsOwnFlags: flow dev --help (and every server command's)
+// lists the command's own flags, not the client's global ones, which the
+// server commands refuse; the client commands keep them.
+func TestDevHelpShowsItsOwnFlags(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	help := func(args ...string) string {
+		var out bytes.Buffer
+		require.NoError(t, run(ctx, append(append([]string{"flow"}, args...), "--help"), func(string) string { return "" }, &out, &out))
+		return out.String()
+	}
+	dev := help("dev")
+	for _, f := range []string{"--data-dir", "--listen", "--seed", "--help"} {
+		require.Contains(t, dev, f)
+	}
+	for _, cmd := range [][]string{{"dev"}, {"serve"}, {"db", "status"}, {"simulate"}, {"version"}} {
+		out := help(cmd...)
+		for _, f := range []string{"Global Flags", "--server", "--output", "--ca ", "--cert ", "--key "} {
+			require.NotContains(t, out, f, "flow %s --help", strings.Join(cmd, " "))
+		}
+	}
+	var out bytes.Buffer
+	err := run(ctx, []string{"flow", "dev", "--server", "127.0.0.1:1"}, func(string) string { return "" }, &out, &out)
+	require.ErrorContains(t, err, "--server is a flag of the client commands; flow dev does not take it")
+	require.Equal(t, 2, ExitCode(err))
+	err = run(ctx, []string{"flow", "db", "status", "-o", "json"}, func(string) string { return "" }, &out, &out)
+	require.ErrorContains(t, err, "--output is a flag of the client commands")
+
+	rack := help("rack", "list")
+	require.Contains(t, rack, "Global Flags")
+	require.Contains(t, rack, "--server")
 }

@@ -10,11 +10,16 @@ import (
 )
 
 // TestMain lets a test re-run this binary as `flow serve` (FLOW_TEST_CHILD=
-// serve), so crash tests can kill -9 a real server process.
+// serve), so crash tests can kill -9 a real server process, or as `flow
+// dev ARGS` (FLOW_TEST_CHILD=dev, the binary's arguments).
 func TestMain(m *testing.M) {
-	if os.Getenv("FLOW_TEST_CHILD") == "serve" {
+	if child := os.Getenv("FLOW_TEST_CHILD"); child == "serve" || child == "dev" {
+		args := []string{"flow", "serve"}
+		if child == "dev" {
+			args = append([]string{"flow", "dev"}, os.Args[1:]...)
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := Run(ctx, []string{"flow", "serve"}, os.Getenv)
+		err := Run(ctx, args, os.Getenv)
 		stop()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "flow:", err)

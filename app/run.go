@@ -84,10 +84,39 @@ func newRoot(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comman
 		},
 	} {
 		c.GroupID = serverGroup
+		c.SetUsageTemplate(serverUsage)
 		root.AddCommand(c)
 	}
 	cli.AddCommands(root, cli.Options{Getenv: getenv})
+	root.PersistentPreRunE = refuseClientFlags
 	return root
+}
+
+// serverUsage is cobra's usage template without its "Global Flags"
+// section: the client's global flags (--server, -o, --ca, --cert, --key)
+// mean nothing to a server command, so its help shows its own flags only.
+var serverUsage = strings.Replace((&cobra.Command{}).UsageTemplate(), `{{if .HasAvailableInheritedFlags}}
+
+Global Flags:
+{{.InheritedFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}`, "", 1)
+
+// refuseClientFlags refuses the client's global flags on a server command
+// (flow dev --server X would otherwise be silently ignored).
+func refuseClientFlags(cmd *cobra.Command, _ []string) error {
+	top := cmd
+	for top.HasParent() && top.Parent().HasParent() {
+		top = top.Parent()
+	}
+	if top.GroupID != serverGroup {
+		return nil
+	}
+	var err error
+	cmd.InheritedFlags().VisitAll(func(f *pflag.Flag) {
+		if f.Changed && err == nil {
+			err = usageError(fmt.Errorf("--%s is a flag of the client commands; %s does not take it", f.Name, cmd.CommandPath()))
+		}
+	})
+	return err
 }
 
 func versionText(b Build) string {

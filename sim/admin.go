@@ -3,9 +3,11 @@ package sim
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // Admin is what a simulator exposes to its admin HTTP/JSON surface.
@@ -65,6 +67,7 @@ type LeakAdmin interface {
 //	GET    /admin/leaks               leaking devices (LeakAdmin only)
 //	PUT    /admin/leaks/{device}      raise a device's leak alert
 //	DELETE /admin/leaks/{device}      clear it
+//	GET    /admin/                    this list (the routes this simulator serves), as text
 //
 // It answers loopback clients only (403 to others), whatever address the
 // simulator listens on: the surface rewrites the simulated fleet and
@@ -85,8 +88,49 @@ func loopbackOnly(next http.Handler) http.Handler {
 	})
 }
 
+// adminRoutes are the admin surface's routes as GET /admin/ lists them.
+var adminRoutes = []struct{ route, what, needs string }{
+	{"GET    /admin/journal[?method=M]", "calls received (JSON list)", ""},
+	{"DELETE /admin/journal", "forget them", ""},
+	{"GET    /admin/faults", "active faults", ""},
+	{"POST   /admin/faults", "add one (JSON fault) -> {\"id\": N}", ""},
+	{"DELETE /admin/faults", "clear all", ""},
+	{"DELETE /admin/faults/{id}", "remove one", ""},
+	{"GET    /admin/devices", "simulated devices", ""},
+	{"POST   /admin/devices", "seed devices (JSON list)", ""},
+	{"DELETE /admin/devices/{device}", "remove a device by ID or MAC", ""},
+	{"PATCH  /admin/devices/{device}", "change a device in place", "devices"},
+	{"GET    /admin/racks", "simulated racks", "racks"},
+	{"POST   /admin/racks", "add or replace racks (JSON list)", "racks"},
+	{"DELETE /admin/racks/{rack}", "remove a rack", "racks"},
+	{"GET    /admin/leaks", "leaking devices", "leaks"},
+	{"PUT    /admin/leaks/{device}", "raise a device's leak alert", "leaks"},
+	{"DELETE /admin/leaks/{device}", "clear it", "leaks"},
+}
+
+// adminIndex is GET /admin/'s text: the routes a serves.
+func adminIndex(a Admin) string {
+	_, devices := a.(DeviceUpdater)
+	_, racks := a.(RackAdmin)
+	_, leaks := a.(LeakAdmin)
+	has := map[string]bool{"": true, "devices": devices, "racks": racks, "leaks": leaks}
+	var b strings.Builder
+	b.WriteString("Simulator admin surface (loopback clients only; JSON bodies; docs/simulators.md)\n")
+	for _, r := range adminRoutes {
+		if has[r.needs] {
+			fmt.Fprintf(&b, "  %-34s %s\n", r.route, r.what)
+		}
+	}
+	return b.String()
+}
+
 func adminMux(a Admin) *http.ServeMux {
 	mux := http.NewServeMux()
+	index := adminIndex(a)
+	mux.HandleFunc("GET /admin/{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte(index))
+	})
 	if u, ok := a.(DeviceUpdater); ok {
 		mux.HandleFunc("PATCH /admin/devices/{device}", func(w http.ResponseWriter, r *http.Request) {
 			var raw json.RawMessage

@@ -5,17 +5,24 @@
 // PostgreSQL refuses to run as root. When the current process is root, every
 // server command (initdb, pg_ctl, postgres) runs as the "postgres" system user
 // and the data folder is handed to that user.
+//
+// A cluster is either daemonised by pg_ctl, outliving the process that
+// started it until Stop (dbtest shares one between test processes), or
+// Attached: postgres runs in the foreground as a child of this process and
+// stops with it, however it ends (flow dev).
 package pglocal
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,7 +82,23 @@ type Cluster struct {
 	// Settings are extra `-c name=value` server settings.
 	Settings map[string]string
 
-	cred *syscall.Credential // non-nil when server commands run as another user
+	// Attached makes Start run postgres in the foreground as a child of
+	// this process instead of daemonising it with pg_ctl, so that the
+	// server stops when this process ends, however it ends: on Linux the
+	// kernel sends the server SIGINT (fast shutdown) when its parent dies,
+	// SIGKILL included (PR_SET_PDEATHSIG). Elsewhere a killed parent leaves
+	// the server running, and the next Start on DataDir stops it first.
+	Attached bool
+
+	cred   *syscall.Credential // non-nil when server commands run as another user
+	server *child              // the attached server while it runs
+}
+
+// child is an attached server: the postgres process this process started.
+type child struct {
+	proc *os.Process
+	done chan struct{} // closed once the process is reaped
+	err  error         // its exit, valid after done
 }
 
 // New returns a Cluster for dataDir using the binaries found by FindBinDir.
@@ -174,20 +197,42 @@ func ServerUserCanReach(dir string) bool {
 }
 
 // Start starts the server and waits until it accepts connections. A server
-// left running in DataDir by a process that died is stopped first.
+// left running in DataDir by a process that died is stopped first. When
+// Port is 0, Start picks a free port, and picks again should another
+// process take it before the server binds it.
 func (c *Cluster) Start(ctx context.Context) error {
 	if c.Running(ctx) {
 		if err := c.Stop(ctx); err != nil {
 			return err
 		}
 	}
-	if c.Port == 0 {
-		p, err := FreePort()
-		if err != nil {
+	pick := c.Port == 0
+	for attempt := 1; ; attempt++ {
+		if pick {
+			p, err := freePort()
+			if err != nil {
+				return err
+			}
+			c.Port = p
+		}
+		err := c.start(ctx)
+		if err == nil {
+			return nil
+		}
+		if !pick || attempt == 3 || !errors.Is(err, errPortTaken) {
+			if pick {
+				c.Port = 0
+			}
 			return err
 		}
-		c.Port = p
 	}
+}
+
+// errPortTaken is start's error when another process holds Port.
+var errPortTaken = errors.New("pglocal: port in use")
+
+// start starts the server once on Port.
+func (c *Cluster) start(ctx context.Context) error {
 	opts := []string{"-c", "listen_addresses=127.0.0.1", "-p", strconv.Itoa(c.Port), "-c", "unix_socket_directories="}
 	keys := make([]string, 0, len(c.Settings))
 	for k := range c.Settings {
@@ -198,12 +243,148 @@ func (c *Cluster) Start(ctx context.Context) error {
 		opts = append(opts, "-c", k+"="+c.Settings[k])
 	}
 	logFile := filepath.Join(c.DataDir, "postgres.log")
-	cmd := c.command(ctx, "pg_ctl", "start", "-w", "-t", "60", "-D", c.DataDir, "-l", logFile, "-o", strings.Join(opts, " "))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		log, _ := os.ReadFile(logFile)
-		return fmt.Errorf("pglocal: start server: %w: %s %s", err, lastLines(out, 3), lastLines(log, 5))
+	var logFrom int64 // where this start's lines begin in the log
+	if st, err := os.Stat(logFile); err == nil {
+		logFrom = st.Size()
 	}
+	var err error
+	if c.Attached {
+		err = c.startAttached(ctx, opts, logFile)
+	} else {
+		cmd := c.command(ctx, "pg_ctl", "start", "-w", "-t", "60", "-D", c.DataDir, "-l", logFile, "-o", strings.Join(opts, " "))
+		if out, cerr := cmd.CombinedOutput(); cerr != nil {
+			err = fmt.Errorf("%w: %s", cerr, lastLines(out, 3))
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	log := readFrom(logFile, logFrom)
+	if strings.Contains(string(log), "Address already in use") {
+		err = fmt.Errorf("%w (%d): %w", errPortTaken, c.Port, err)
+	}
+	return fmt.Errorf("pglocal: start server: %w: %s", err, lastLines(log, 5))
+}
+
+// startAttached runs postgres in the foreground as this process's child
+// (see Attached) and waits until it is ready, or has exited.
+func (c *Cluster) startAttached(ctx context.Context, opts []string, logFile string) error {
+	log, err := os.OpenFile(logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open server log: %w", err)
+	}
+	defer log.Close() // the child has its own copy
+	if c.cred != nil {
+		// pg_ctl -l, run as the server user, may append to it later.
+		_ = log.Chown(int(c.cred.Uid), int(c.cred.Gid))
+	}
+	cmd := exec.Command(filepath.Join(c.BinDir, "postgres"), append([]string{"-D", c.DataDir}, opts...)...)
+	cmd.SysProcAttr = c.sysProcAttr()
+	dieWithParent(cmd.SysProcAttr)
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.Stdout, cmd.Stderr = log, log
+
+	ch := &child{done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		// The kernel sends the parent-death signal when the thread that
+		// started the child ends, not the process: this goroutine keeps
+		// its thread until the child is reaped.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		ch.proc = cmd.Process
+		started <- nil
+		ch.err = cmd.Wait()
+		close(ch.done)
+	}()
+	if err := <-started; err != nil {
+		return err
+	}
+	if err := c.waitReady(ctx, ch); err != nil {
+		_ = ch.stop(context.WithoutCancel(ctx), 10*time.Second)
+		return err
+	}
+	c.server = ch
 	return nil
+}
+
+// waitReady waits until the attached server says it is ready in
+// postmaster.pid (as pg_ctl -w does), for 60 seconds at most.
+func (c *Cluster) waitReady(ctx context.Context, ch *child) error {
+	deadline := time.After(60 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if pid, status, ok := c.postmasterStatus(); ok && pid == ch.proc.Pid && status == "ready" {
+			return nil
+		}
+		select {
+		case <-ch.done:
+			return fmt.Errorf("server exited: %v", ch.err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline:
+			return errors.New("server not ready after 60s")
+		case <-tick.C:
+		}
+	}
+}
+
+// postmasterStatus reads postmaster.pid: the postmaster's PID and its
+// status line (starting, ready, stopping, standby).
+func (c *Cluster) postmasterStatus() (pid int, status string, ok bool) {
+	b, err := os.ReadFile(filepath.Join(c.DataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, "", false
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 8 {
+		return 0, "", false
+	}
+	pid, err = strconv.Atoi(strings.TrimSpace(lines[0]))
+	return pid, strings.TrimSpace(lines[7]), err == nil
+}
+
+// PID returns the PID of the server running in DataDir, from its
+// postmaster.pid, or 0 when none is recorded.
+func (c *Cluster) PID() int {
+	b, err := os.ReadFile(filepath.Join(c.DataDir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(first))
+	return pid
+}
+
+// stop shuts the attached server down: SIGINT (fast shutdown); if it is
+// still running after grace or once ctx is done, SIGQUIT (immediate
+// shutdown; the next start recovers), and at last SIGKILL. It returns once
+// the server is reaped.
+func (ch *child) stop(ctx context.Context, grace time.Duration) error {
+	_ = ch.proc.Signal(syscall.SIGINT)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-ch.done:
+		return nil
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	_ = ch.proc.Signal(syscall.SIGQUIT)
+	select {
+	case <-ch.done:
+		return errors.New("server did not stop on SIGINT; stopped it with SIGQUIT")
+	case <-time.After(5 * time.Second):
+	}
+	_ = ch.proc.Kill()
+	<-ch.done
+	return errors.New("server did not stop on SIGINT or SIGQUIT; killed it")
 }
 
 // Running reports whether a server is running in DataDir.
@@ -216,6 +397,13 @@ func (c *Cluster) Running(ctx context.Context) bool {
 
 // Stop shuts the server down (fast mode: disconnect clients, clean shutdown).
 func (c *Cluster) Stop(ctx context.Context) error {
+	if ch := c.server; ch != nil {
+		c.server = nil
+		if err := ch.stop(ctx, 60*time.Second); err != nil {
+			return fmt.Errorf("pglocal: stop server: %w", err)
+		}
+		return nil
+	}
 	out, err := c.command(ctx, "pg_ctl", "stop", "-w", "-t", "60", "-m", "fast", "-D", c.DataDir).CombinedOutput()
 	if err != nil && c.Running(ctx) {
 		return fmt.Errorf("pglocal: stop server: %w: %s", err, lastLines(out, 3))
@@ -225,13 +413,35 @@ func (c *Cluster) Stop(ctx context.Context) error {
 
 func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, name), args...)
-	// Own process group: a Ctrl-C in the terminal reaches Flow, which then
-	// stops the server in order, rather than killing it mid-flight.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
+	cmd.SysProcAttr = c.sysProcAttr()
 	cmd.Dir = "/"
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	return cmd
 }
+
+// sysProcAttr runs a server command as the server user, in its own process
+// group: a Ctrl-C in the terminal reaches Flow, which then stops the server
+// in order, rather than killing it mid-flight.
+func (c *Cluster) sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
+}
+
+// readFrom returns the file's bytes from offset on (nil when unreadable).
+func readFrom(path string, offset int64) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil
+	}
+	b, _ := io.ReadAll(f)
+	return b
+}
+
+// freePort is FreePort; tests replace it.
+var freePort = FreePort
 
 // FreePort returns a TCP port on 127.0.0.1 that is free right now.
 func FreePort() (int, error) {

@@ -2,9 +2,15 @@ package pglocal
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -42,7 +48,9 @@ func TestFindBinDirPrefersNewestDistroVersion(t *testing.T) {
 }
 
 func TestLockExclusiveNamesTheHolder(t *testing.T) {
-	t.Parallel()
+	// Not parallel: a process forked meanwhile by another test (pg_ctl,
+	// postgres) shares the lock's descriptor until it execs, which may
+	// keep the lock held for an instant after Unlock.
 	path := filepath.Join(t.TempDir(), "x.lock")
 	l, err := LockExclusive(path)
 	require.NoError(t, err)
@@ -109,4 +117,141 @@ func TestUnreachableDataDirIsExplained(t *testing.T) {
 	err = c.Init(context.Background())
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "cannot enter")
+}
+
+// TestMain lets TestAttachedServerStopsWithAKilledParent re-run this binary
+// as a process that starts an attached cluster and waits to be killed.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("PGLOCAL_TEST_ATTACHED"); dir != "" {
+		c, err := New(dir, 0)
+		if err == nil {
+			c.Attached = true
+			if err = c.Init(context.Background()); err == nil {
+				err = c.Start(context.Background())
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Printf("port %d\n", c.Port)
+		select {}
+	}
+	os.Exit(m.Run())
+}
+
+// TestAttachedServerStopsWithAKilledParent: an attached server stops when
+// the process that started it is killed with SIGKILL, and the next Start
+// on the same folder finds the data again.
+func TestAttachedServerStopsWithAKilledParent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	base, err := os.MkdirTemp("", "pglocal-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(base, 0o755))
+	t.Cleanup(func() { os.RemoveAll(base) })
+	dir := filepath.Join(base, "data")
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "PGLOCAL_TEST_ATTACHED="+dir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var port int
+	_, err = fmt.Fscanf(out, "port %d\n", &port)
+	require.NoError(t, err, "the child did not start its server")
+
+	c, err := New(dir, port)
+	require.NoError(t, err)
+	pid := c.PID()
+	require.NotZero(t, pid)
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `CREATE TABLE marker (v int); INSERT INTO marker VALUES (7)`)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 50*time.Millisecond,
+		"the postmaster (pid %d) outlived the process that started it", pid)
+	require.False(t, c.Running(ctx))
+
+	c, err = New(dir, 0)
+	require.NoError(t, err)
+	c.Attached = true
+	require.NoError(t, c.Init(ctx))
+	require.NoError(t, c.Start(ctx))
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	conn, err = pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var v int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT v FROM marker`).Scan(&v))
+	require.Equal(t, 7, v)
+
+	// Stop shuts it down cleanly and reaps it.
+	pid = c.PID()
+	require.NoError(t, c.Stop(ctx))
+	require.False(t, alive(pid))
+	require.False(t, c.Running(ctx))
+}
+
+// alive reports whether process pid exists and is not a zombie (one whose
+// parent died is reaped by init, maybe not at once).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// TestStartPicksAnotherPortWhenItsChoiceIsTaken: a port Start chose itself
+// that another process takes before the server binds it is not an error;
+// Start picks another.
+func TestStartPicksAnotherPortWhenItsChoiceIsTaken(t *testing.T) {
+	// Not parallel: it replaces the package's freePort.
+	ctx := context.Background()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	takenPort := taken.Addr().(*net.TCPAddr).Port
+	calls := 0
+	freePort = func() (int, error) {
+		calls++
+		if calls == 1 {
+			return takenPort, nil
+		}
+		return FreePort()
+	}
+	t.Cleanup(func() { freePort = FreePort })
+
+	base, err := os.MkdirTemp("", "pglocal-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(base, 0o755))
+	t.Cleanup(func() { os.RemoveAll(base) })
+	for _, attached := range []bool{true, false} {
+		calls = 0
+		c, err := New(filepath.Join(base, fmt.Sprint("data-", attached)), 0)
+		require.NoError(t, err)
+		c.Attached = attached
+		require.NoError(t, c.Init(ctx))
+		require.NoError(t, c.Start(ctx))
+		require.Equal(t, 2, calls)
+		require.NotEqual(t, takenPort, c.Port)
+		require.NoError(t, c.Stop(ctx))
+
+		// A port the caller chose is the caller's: taken, Start fails,
+		// saying so.
+		c.Port = takenPort
+		err = c.Start(ctx)
+		require.ErrorIs(t, err, errPortTaken)
+		require.ErrorContains(t, err, "Address already in use")
+	}
 }
