@@ -2,9 +2,11 @@ package operations
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/firmware"
@@ -43,6 +45,17 @@ func PayloadOperation(t OperationType, code OperationCode) int {
 func AuthFromProto(d *flowv1.FirmwareAuthenticationData, subTargets []string) (firmware.AuthData, error) {
 	return authFromProto(d, subTargets)
 }
+
+// ParseUUID reads a required UUID field of a request, answering a Connect
+// InvalidArgument error that names the field when it is empty or malformed.
+func ParseUUID(field string, u *flowv1.UUID) (uuid.UUID, error) { return parseUUID(field, u) }
+
+// Timestamp converts an optional time to its wire form (nil stays nil).
+func Timestamp(t *time.Time) *timestamppb.Timestamp { return ts(t) }
+
+// FirstLine returns the first line of s, at most 512 bytes: how task,
+// run and execution messages are kept.
+func FirstLine(s string) string { return firstLine(s) }
 
 // TaskError maps the task manager's errors (task, rule, inventory and
 // backend errors) to connect errors, as the task methods answer them; an

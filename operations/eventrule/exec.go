@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -134,7 +133,7 @@ func (w *ExecutionWorker) Work(ctx context.Context, job *river.Job[ExecutionArgs
 	// Record the outcome even when ctx is ending, within a short bound.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	upd := dbsqlc.ExecutionUpdateParams{ID: id, Attempts: int32(job.Attempt), StatusMessage: firstLine(err.Error()), TaskIds: []uuid.UUID{}}
+	upd := dbsqlc.ExecutionUpdateParams{ID: id, Attempts: int32(job.Attempt), StatusMessage: operations.FirstLine(err.Error()), TaskIds: []uuid.UUID{}}
 	var ret error
 	switch {
 	case ctx.Err() != nil:
@@ -158,20 +157,6 @@ func (w *ExecutionWorker) Work(ctx context.Context, job *river.Job[ExecutionArgs
 	}
 	s.logger.WarnContext(ctx, "event rule execution attempt failed", "execution_id", id, "attempt", job.Attempt, "status", upd.Status, "error", err.Error())
 	return ret
-}
-
-// maxMessage bounds an execution's status message (as a task's).
-const maxMessage = 512
-
-// firstLine returns the first line of s, at most maxMessage bytes.
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
-	}
-	if len(s) > maxMessage {
-		s = s[:maxMessage]
-	}
-	return s
 }
 
 func strPtr(s string) *string { return &s }

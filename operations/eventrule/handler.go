@@ -55,7 +55,7 @@ func (h *Handler) CreateEventRule(ctx context.Context, req *flowv1.CreateEventRu
 
 // GetEventRule returns a persisted or built-in rule.
 func (h *Handler) GetEventRule(ctx context.Context, req *flowv1.GetEventRuleRequest) (*flowv1.EventRule, error) {
-	id, err := parseUUID("rule_id", req.GetRuleId())
+	id, err := operations.ParseUUID("rule_id", req.GetRuleId())
 	if err != nil {
 		return nil, err
 	}
@@ -76,9 +76,9 @@ func (h *Handler) GetEffectiveEventRule(ctx context.Context, req *flowv1.GetEffe
 	var err error
 	switch t := req.GetTarget().(type) {
 	case *flowv1.GetEffectiveEventRuleRequest_RackId:
-		rackID, err = parseUUID("rack_id", t.RackId)
+		rackID, err = operations.ParseUUID("rack_id", t.RackId)
 	case *flowv1.GetEffectiveEventRuleRequest_ComponentId:
-		componentID, err = parseUUID("component_id", t.ComponentId)
+		componentID, err = operations.ParseUUID("component_id", t.ComponentId)
 	default:
 		err = connect.NewError(connect.CodeInvalidArgument, errors.New("target: exactly one of rack_id and component_id is required"))
 	}
@@ -119,7 +119,7 @@ func (h *Handler) ListEventRules(ctx context.Context, req *flowv1.ListEventRules
 // UpdateEventRule replaces either the metadata or the action list of a
 // persisted rule.
 func (h *Handler) UpdateEventRule(ctx context.Context, req *flowv1.UpdateEventRuleRequest) (*flowv1.EventRule, error) {
-	id, err := parseUUID("rule_id", req.GetRuleId())
+	id, err := operations.ParseUUID("rule_id", req.GetRuleId())
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +162,7 @@ func (h *Handler) DisableEventRule(ctx context.Context, req *flowv1.DisableEvent
 }
 
 func (h *Handler) setEnabled(ctx context.Context, ruleID *flowv1.UUID, enabled bool) (*flowv1.EventRule, error) {
-	id, err := parseUUID("rule_id", ruleID)
+	id, err := operations.ParseUUID("rule_id", ruleID)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func (h *Handler) setEnabled(ctx context.Context, ruleID *flowv1.UUID, enabled b
 
 // DeleteEventRule deletes a persisted rule with its bindings.
 func (h *Handler) DeleteEventRule(ctx context.Context, req *flowv1.DeleteEventRuleRequest) (*emptypb.Empty, error) {
-	id, err := parseUUID("rule_id", req.GetRuleId())
+	id, err := operations.ParseUUID("rule_id", req.GetRuleId())
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,7 @@ func (h *Handler) DeleteEventRule(ctx context.Context, req *flowv1.DeleteEventRu
 
 // CreateEventRuleBinding binds a persisted rule at the site or a rack.
 func (h *Handler) CreateEventRuleBinding(ctx context.Context, req *flowv1.CreateEventRuleBindingRequest) (*flowv1.EventRuleBinding, error) {
-	id, err := parseUUID("rule_id", req.GetRuleId())
+	id, err := operations.ParseUUID("rule_id", req.GetRuleId())
 	if err != nil {
 		return nil, err
 	}
@@ -249,19 +249,6 @@ func eventRuleError(err error) error {
 	return err
 }
 
-// parseUUID reads a required UUID field, answering InvalidArgument that
-// names the field (as the task manager's handler does).
-func parseUUID(field string, u *flowv1.UUID) (uuid.UUID, error) {
-	if u.GetId() == "" {
-		return uuid.Nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is required", field))
-	}
-	id, err := uuid.Parse(u.GetId())
-	if err != nil {
-		return uuid.Nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: invalid UUID %q", field, u.GetId()))
-	}
-	return id, nil
-}
-
 func eventArg(field, format string, args ...any) error {
 	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 }
@@ -277,7 +264,7 @@ func eventScopeFromProto(s *flowv1.EventRuleScope) (Scope, error) {
 		}
 		return Scope{Type: ScopeSite}, nil
 	case flowv1.EventRuleScopeType_EVENT_RULE_SCOPE_TYPE_RACK:
-		id, err := parseUUID("scope.id", s.GetId())
+		id, err := operations.ParseUUID("scope.id", s.GetId())
 		if err != nil {
 			return Scope{}, err
 		}

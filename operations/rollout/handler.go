@@ -55,7 +55,7 @@ func (h *Handler) CreateOperationRun(ctx context.Context, req *flowv1.CreateOper
 // GetOperationRun returns a run with its configuration, and stats when
 // asked.
 func (h *Handler) GetOperationRun(ctx context.Context, req *flowv1.GetOperationRunRequest) (*flowv1.GetOperationRunResponse, error) {
-	id, err := parseUUID("id", req.GetId())
+	id, err := operations.ParseUUID("id", req.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +169,7 @@ func pageFromProto(p *flowv1.Pagination) (int, int, error) {
 
 // ListOperationRunTargets lists a run's targets in a phase scope.
 func (h *Handler) ListOperationRunTargets(ctx context.Context, req *flowv1.ListOperationRunTargetsRequest) (*flowv1.ListOperationRunTargetsResponse, error) {
-	id, err := parseUUID("operation_run_id", req.GetOperationRunId())
+	id, err := operations.ParseUUID("operation_run_id", req.GetOperationRunId())
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ func (h *Handler) CancelOperationRun(ctx context.Context, req *flowv1.CancelOper
 }
 
 func (h *Handler) control(pid *flowv1.UUID, fn func(uuid.UUID) (Run, error)) (*flowv1.OperationRun, error) {
-	id, err := parseUUID("id", pid)
+	id, err := operations.ParseUUID("id", pid)
 	if err != nil {
 		return nil, err
 	}
@@ -543,7 +543,7 @@ func summaryToProto(r Run) *flowv1.OperationRunSummary {
 		State:         &flowv1.OperationRunState{Status: runStatusToProto[r.Status], Reason: runReasonToProto[r.Reason]},
 		StatusMessage: r.Message, TotalPhases: int32(r.TotalPhases),
 		CreatedAt: timestamppb.New(r.CreatedAt), UpdatedAt: timestamppb.New(r.UpdatedAt),
-		StartedAt: ts(r.StartedAt), FinishedAt: ts(r.FinishedAt),
+		StartedAt: operations.Timestamp(r.StartedAt), FinishedAt: operations.Timestamp(r.FinishedAt),
 	}
 }
 
@@ -594,19 +594,6 @@ var componentTypes = []operations.ComponentType{
 	operations.ComponentTypeToRSwitch, operations.ComponentTypeUMS, operations.ComponentTypeCDU,
 }
 
-// parseUUID reads a required UUID field, answering InvalidArgument that names
-// the field.
-func parseUUID(field string, u *flowv1.UUID) (uuid.UUID, error) {
-	if u.GetId() == "" {
-		return uuid.Nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is required", field))
-	}
-	id, err := uuid.Parse(u.GetId())
-	if err != nil {
-		return uuid.Nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: invalid UUID %q", field, u.GetId()))
-	}
-	return id, nil
-}
-
 // operationTypeFromProto maps the wire enum, which has only the two types
 // users may write rules for.
 func operationTypeFromProto(field string, t flowv1.OperationType) (operations.OperationType, error) {
@@ -630,11 +617,4 @@ func operationTypeToProto(t operations.OperationType) flowv1.OperationType {
 		return flowv1.OperationType_OPERATION_TYPE_FIRMWARE_CONTROL
 	}
 	return flowv1.OperationType_OPERATION_TYPE_UNKNOWN
-}
-
-func ts(t *time.Time) *timestamppb.Timestamp {
-	if t == nil {
-		return nil
-	}
-	return timestamppb.New(*t)
 }

@@ -56,7 +56,7 @@ func (r *Service) lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*runState,
 	st.run, err = runFromRow(row)
 	if err != nil {
 		// A configuration that no longer decodes can never run.
-		st.set(RunFailed, ReasonNone, "invalid operation run configuration: "+firstLine(err.Error()))
+		st.set(RunFailed, ReasonNone, "invalid operation run configuration: "+operations.FirstLine(err.Error()))
 	}
 	return st, nil
 }
@@ -293,7 +293,7 @@ func (r *Service) claim(ctx context.Context, tx pgx.Tx, st *runState, targets []
 			}
 			rs.LastDelay = delay.Seconds()
 			at := now.Add(delay)
-			p.Status, p.Message, p.RetryAfter = string(TargetBlocked), firstLine(err.Error()), &at
+			p.Status, p.Message, p.RetryAfter = string(TargetBlocked), operations.FirstLine(err.Error()), &at
 			p.RetryState, _ = json.Marshal(rs)
 			blocked++
 		case ctx.Err() != nil:
@@ -302,7 +302,7 @@ func (r *Service) claim(ctx context.Context, tx pgx.Tx, st *runState, targets []
 			if !isRequestError(err) {
 				return false, err
 			}
-			p.Status, p.Message = string(TargetFailed), firstLine(err.Error())
+			p.Status, p.Message = string(TargetFailed), operations.FirstLine(err.Error())
 			failedNow = true
 		}
 		if TargetStatus(p.Status) != TargetBlocked {
@@ -706,18 +706,4 @@ func (r *Service) Cancel(ctx context.Context, id uuid.UUID, reason string) (Run,
 		return run, nil
 	}
 	return r.Run(ctx, r.pool, id, false)
-}
-
-// maxMessage is the longest target message, as operations caps a task's.
-const maxMessage = 512
-
-// firstLine returns the first line of s, at most maxMessage bytes.
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
-	}
-	if len(s) > maxMessage {
-		s = s[:maxMessage]
-	}
-	return s
 }

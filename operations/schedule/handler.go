@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -124,7 +123,7 @@ func scheduledOpFromProto(op *flowv1.ScheduledOperation, field string) (schedule
 		out.tmpl.QueueTimeoutSecs = s
 	}
 	if ruleID != nil {
-		id, err := parseUUID(prefix+".rule_id", ruleID)
+		id, err := operations.ParseUUID(prefix+".rule_id", ruleID)
 		if err != nil {
 			return out, err
 		}
@@ -139,26 +138,6 @@ func powerTemplate(code operations.OperationCode, override bool) Template {
 	return Template{Type: operations.OperationTypePowerControl, Code: code, Information: operations.Payload{
 		Operation: operations.PayloadOperation(operations.OperationTypePowerControl, code), OverrideReadinessCheck: override,
 	}}
-}
-
-// parseUUID reads a required UUID field, answering InvalidArgument that names
-// the field (as the task manager's handlers do).
-func parseUUID(field string, u *flowv1.UUID) (uuid.UUID, error) {
-	if u.GetId() == "" {
-		return uuid.Nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is required", field))
-	}
-	id, err := uuid.Parse(u.GetId())
-	if err != nil {
-		return uuid.Nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: invalid UUID %q", field, u.GetId()))
-	}
-	return id, nil
-}
-
-func ts(t *time.Time) *timestamppb.Timestamp {
-	if t == nil {
-		return nil
-	}
-	return timestamppb.New(*t)
 }
 
 func specTypeFromProto(t flowv1.ScheduleSpecType) SpecType {
@@ -251,11 +230,11 @@ func scheduleToProto(s Schedule) *flowv1.TaskSchedule {
 		Id: &flowv1.UUID{Id: s.ID.String()}, Name: s.Name,
 		Spec:          &flowv1.ScheduleSpec{Type: specTypeToProto(s.Spec.Type), Spec: s.Spec.Spec, Timezone: s.Spec.Timezone},
 		OverlapPolicy: overlapToProto(s.Overlap), Enabled: s.Enabled,
-		LastRunAt: ts(s.LastRunAt), CreatedAt: timestamppb.New(s.CreatedAt), UpdatedAt: timestamppb.New(s.UpdatedAt),
+		LastRunAt: operations.Timestamp(s.LastRunAt), CreatedAt: timestamppb.New(s.CreatedAt), UpdatedAt: timestamppb.New(s.UpdatedAt),
 		OperationType: s.Template.OperationTypeName(), Description: s.Template.Summary(),
 	}
 	if s.Enabled {
-		out.NextRunAt = ts(s.NextRunAt)
+		out.NextRunAt = operations.Timestamp(s.NextRunAt)
 	}
 	return out
 }
@@ -356,7 +335,7 @@ func (h *Handler) CreateTaskSchedule(ctx context.Context, req *flowv1.CreateTask
 
 // GetTaskSchedule returns one schedule.
 func (h *Handler) GetTaskSchedule(ctx context.Context, req *flowv1.GetTaskScheduleRequest) (*flowv1.TaskSchedule, error) {
-	id, err := parseUUID("id", req.GetId())
+	id, err := operations.ParseUUID("id", req.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +351,7 @@ func (h *Handler) GetTaskSchedule(ctx context.Context, req *flowv1.GetTaskSchedu
 func (h *Handler) ListTaskSchedules(ctx context.Context, req *flowv1.ListTaskSchedulesRequest) (*flowv1.ListTaskSchedulesResponse, error) {
 	f := Filter{EnabledOnly: req.GetEnabledOnly()}
 	if req.RackId != nil {
-		id, err := parseUUID("rack_id", req.RackId)
+		id, err := operations.ParseUUID("rack_id", req.RackId)
 		if err != nil {
 			return nil, err
 		}
@@ -409,7 +388,7 @@ const (
 // UpdateTaskSchedule changes the config fields named by the mandatory
 // update mask.
 func (h *Handler) UpdateTaskSchedule(ctx context.Context, req *flowv1.UpdateTaskScheduleRequest) (*flowv1.TaskSchedule, error) {
-	id, err := parseUUID("id", req.GetId())
+	id, err := operations.ParseUUID("id", req.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -460,7 +439,7 @@ func (h *Handler) UpdateTaskSchedule(ctx context.Context, req *flowv1.UpdateTask
 }
 
 func (h *Handler) change(ctx context.Context, u *flowv1.UUID, fn func(context.Context, pgx.Tx, uuid.UUID) (Schedule, error)) (*flowv1.TaskSchedule, error) {
-	id, err := parseUUID("id", u)
+	id, err := operations.ParseUUID("id", u)
 	if err != nil {
 		return nil, err
 	}
@@ -487,7 +466,7 @@ func (h *Handler) ResumeTaskSchedule(ctx context.Context, req *flowv1.ResumeTask
 
 // DeleteTaskSchedule removes a schedule and its scope.
 func (h *Handler) DeleteTaskSchedule(ctx context.Context, req *flowv1.DeleteTaskScheduleRequest) (*emptypb.Empty, error) {
-	id, err := parseUUID("id", req.GetId())
+	id, err := operations.ParseUUID("id", req.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -499,7 +478,7 @@ func (h *Handler) DeleteTaskSchedule(ctx context.Context, req *flowv1.DeleteTask
 
 // TriggerTaskSchedule fires a schedule now, every scope entry included.
 func (h *Handler) TriggerTaskSchedule(ctx context.Context, req *flowv1.TriggerTaskScheduleRequest) (*flowv1.SubmitTaskResponse, error) {
-	id, err := parseUUID("id", req.GetId())
+	id, err := operations.ParseUUID("id", req.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -527,7 +506,7 @@ func targetsFromProto(spec *flowv1.OperationTargetSpec, field string) (inventory
 
 // AddTaskScheduleScope merges racks into a schedule's scope.
 func (h *Handler) AddTaskScheduleScope(ctx context.Context, req *flowv1.AddTaskScheduleScopeRequest) (*flowv1.AddTaskScheduleScopeResponse, error) {
-	id, err := parseUUID("schedule_id", req.GetScheduleId())
+	id, err := operations.ParseUUID("schedule_id", req.GetScheduleId())
 	if err != nil {
 		return nil, err
 	}
@@ -548,7 +527,7 @@ func (h *Handler) AddTaskScheduleScope(ctx context.Context, req *flowv1.AddTaskS
 
 // RemoveTaskScheduleScope removes one scope entry (not the last).
 func (h *Handler) RemoveTaskScheduleScope(ctx context.Context, req *flowv1.RemoveTaskScheduleScopeRequest) (*emptypb.Empty, error) {
-	id, err := parseUUID("scope_id", req.GetScopeId())
+	id, err := operations.ParseUUID("scope_id", req.GetScopeId())
 	if err != nil {
 		return nil, err
 	}
@@ -560,7 +539,7 @@ func (h *Handler) RemoveTaskScheduleScope(ctx context.Context, req *flowv1.Remov
 
 // UpdateTaskScheduleScope reconciles a schedule's scope to the desired one.
 func (h *Handler) UpdateTaskScheduleScope(ctx context.Context, req *flowv1.UpdateTaskScheduleScopeRequest) (*flowv1.UpdateTaskScheduleScopeResponse, error) {
-	id, err := parseUUID("schedule_id", req.GetScheduleId())
+	id, err := operations.ParseUUID("schedule_id", req.GetScheduleId())
 	if err != nil {
 		return nil, err
 	}
@@ -584,7 +563,7 @@ func (h *Handler) UpdateTaskScheduleScope(ctx context.Context, req *flowv1.Updat
 
 // ListTaskScheduleScopes returns every scope entry of a schedule.
 func (h *Handler) ListTaskScheduleScopes(ctx context.Context, req *flowv1.ListTaskScheduleScopesRequest) (*flowv1.ListTaskScheduleScopesResponse, error) {
-	id, err := parseUUID("schedule_id", req.GetScheduleId())
+	id, err := operations.ParseUUID("schedule_id", req.GetScheduleId())
 	if err != nil {
 		return nil, err
 	}
@@ -607,7 +586,7 @@ func (h *Handler) CheckScheduleConflicts(ctx context.Context, req *flowv1.CheckS
 	}
 	var exclude uuid.UUID
 	if req.ExcludeScheduleId != nil {
-		if exclude, err = parseUUID("exclude_schedule_id", req.ExcludeScheduleId); err != nil {
+		if exclude, err = operations.ParseUUID("exclude_schedule_id", req.ExcludeScheduleId); err != nil {
 			return nil, err
 		}
 	}
