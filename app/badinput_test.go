@@ -198,8 +198,6 @@ func badInputCases(t testing.TB, rack inventory.Rack) []badCase {
 		{name: "BlankName", method: "CreateExpectedRack", body: rackOf(`{"name":"   ","manufacturer":"m","serial_number":"s"}`), code: connect.CodeInvalidArgument, field: "rack.info.name", also: "blank"},
 		{name: "BlankManufacturer", method: "CreateExpectedRack", body: rackOf(`{"manufacturer":" \t ","serial_number":"s"}`), code: connect.CodeInvalidArgument, field: "rack.info.manufacturer", also: "blank"},
 		{name: "BlankNVLDomainName", method: "CreateNVLDomain", body: `{"nvl_domain":{"identifier":{"name":"  "}}}`, code: connect.CodeInvalidArgument, field: "nvl_domain.identifier.name", also: "blank"},
-		{name: "DescriptionNotJSON", method: "AddComponent", body: `{"component":{"type":"COMPONENT_TYPE_COMPUTE","info":{"manufacturer":"m","serial_number":"n","description":"{oops"}}}`, code: connect.CodeInvalidArgument, field: "component.info.description", also: "JSON"},
-		{name: "RackDescriptionNotJSON", method: "CreateExpectedRack", body: rackOf(`{"manufacturer":"m","serial_number":"s","description":"plain"}`), code: connect.CodeInvalidArgument, field: "rack.info.description", also: "JSON"},
 		// Repeated fields.
 		{name: "TooManyComponents", method: "CreateExpectedRack", body: `{"rack":{"info":{"manufacturer":"m","serial_number":"s"},"components":[` + strings.Join(manyComponents, ",") + `]}}`, code: connect.CodeInvalidArgument, field: "rack.components", also: "FLOW_MAX_COMPONENTS_PER_RACK"},
 		{name: "TooManyPatterns", method: "GetListOfRacks", body: `{"filters":[{"rack_field":"RACK_FILTER_FIELD_NAME","query_info":{"patterns":[` + strings.Join(patterns, ",") + `]}}]}`, code: connect.CodeInvalidArgument, field: "filters[0].query_info.patterns", also: "FLOW_MAX_FILTER_PATTERNS"},

@@ -125,7 +125,7 @@ var componentNoun = noun{
 			flags: func(fs *pflag.FlagSet) runFunc {
 				file := fs.StringP("file", "f", "", "PatchComponentRequest JSON file (- for stdin)")
 				fw := fs.String("firmware", "", "new firmware version")
-				descr := fs.String("description", "", "new description (a JSON string)")
+				descr := fs.String("description", "", "new description (plain text or a JSON document)")
 				moveTo := fs.String("move-to", "", "the rack (name or UUID) to move the component to")
 				var coords = map[string]*string{"slot": new(string), "tray": new(string), "host": new(string)}
 				for _, k := range sortedKeys(coords) {

@@ -163,11 +163,6 @@ func (h *Handler) PatchComponent(ctx context.Context, req *flowv1.PatchComponent
 		return nil, connectError(err)
 	}
 	p := ComponentPatch{ID: id, FirmwareVersion: req.FirmwareVersion, Description: req.Description}
-	if p.Description != nil {
-		if err := checkDescription(*p.Description, "description"); err != nil {
-			return nil, connectError(err)
-		}
-	}
 	if req.Position != nil {
 		pos, err := positionFromProto(req.GetPosition(), "position")
 		if err != nil {

@@ -728,7 +728,6 @@ func TestPatchComponent(t *testing.T) {
 		{name: "UnknownID", req: &flowv1.PatchComponentRequest{Id: id(uuid.NewString())}, code: connect.CodeNotFound, contains: "component not found"},
 		{name: "UnknownMaskPath", req: &flowv1.PatchComponentRequest{Id: id(cid), Position: &flowv1.RackPosition{}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"firmware_version"}}}, code: connect.CodeInvalidArgument, contains: `update_mask: unknown path "firmware_version"`},
 		{name: "MaskWithoutPosition", req: &flowv1.PatchComponentRequest{Id: id(cid), UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"position.slot_id"}}}, code: connect.CodeInvalidArgument, contains: "position: required"},
-		{name: "DescriptionNotJSON", req: &flowv1.PatchComponentRequest{Id: id(cid), Description: str("{oops")}, code: connect.CodeInvalidArgument, contains: "description"},
 		{name: "BadRackID", req: &flowv1.PatchComponentRequest{Id: id(cid), RackId: id("q")}, code: connect.CodeInvalidArgument, contains: "rack_id"},
 		{name: "UnknownRack", req: &flowv1.PatchComponentRequest{Id: id(cid), RackId: id(uuid.NewString()), FirmwareVersion: str("should-not-stick")}, code: connect.CodeNotFound, contains: "rack not found"},
 		{name: "BadBMC", req: &flowv1.PatchComponentRequest{Id: id(cid), Bmcs: []*flowv1.BMCInfo{{Type: 1, MacAddress: "nope"}}}, code: connect.CodeInvalidArgument, contains: "bmcs[0].mac_address"},

@@ -209,3 +209,35 @@ func domainIDs(ds []*flowv1.NVLinkDomain) []string {
 	}
 	return out
 }
+
+// Descriptions are taken as upstream takes them: plain text or a JSON
+// document, on create and on patch, and returned as given.
+func TestPlainTextDescriptions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res, err := b.client.CreateExpectedRack(b.ctx, &flowv1.CreateExpectedRackRequest{Rack: &flowv1.Rack{
+		Info: &flowv1.DeviceInfo{Name: "ex", Manufacturer: "NVIDIA", SerialNumber: "EX-1", Description: str("Example GB200 NVL72 rack")},
+		Components: []*flowv1.Component{{
+			Type: flowv1.ComponentType_COMPONENT_TYPE_COMPUTE,
+			Info: &flowv1.DeviceInfo{Manufacturer: "NVIDIA", SerialNumber: "EX-T1", Description: str("{not json")},
+		}},
+	}})
+	require.NoError(t, err)
+	rackID := res.GetId().GetId()
+	got, err := b.client.GetRackInfoByID(b.ctx, &flowv1.GetRackInfoByIDRequest{Id: id(rackID), WithComponents: true})
+	require.NoError(t, err)
+	require.Equal(t, "Example GB200 NVL72 rack", got.GetRack().GetInfo().GetDescription())
+	require.Equal(t, "{not json", got.GetRack().GetComponents()[0].GetInfo().GetDescription())
+	cid := got.GetRack().GetComponents()[0].GetInfo().GetId().GetId()
+
+	_, err = b.client.PatchRack(b.ctx, &flowv1.PatchRackRequest{Rack: &flowv1.Rack{
+		Info: &flowv1.DeviceInfo{Id: id(rackID), Description: str("rack in row G, second from the left")},
+	}})
+	require.NoError(t, err)
+	_, err = b.client.PatchComponent(b.ctx, &flowv1.PatchComponentRequest{Id: id(cid), Description: str(`{"note":"json still works"}`)})
+	require.NoError(t, err)
+	got, err = b.client.GetRackInfoByID(b.ctx, &flowv1.GetRackInfoByIDRequest{Id: id(rackID), WithComponents: true})
+	require.NoError(t, err)
+	require.Equal(t, "rack in row G, second from the left", got.GetRack().GetInfo().GetDescription())
+	require.Equal(t, `{"note":"json still works"}`, got.GetRack().GetComponents()[0].GetInfo().GetDescription())
+}

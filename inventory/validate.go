@@ -1,7 +1,6 @@
 package inventory
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -29,8 +28,9 @@ type deviceInfo struct {
 
 // deviceInfoFromProto checks info (nil reads as empty): a name,
 // manufacturer, model or serial that is set must not be blank (only
-// whitespace), and a set description must be a JSON document. Values are
-// trimmed of surrounding whitespace.
+// whitespace). Values are trimmed of surrounding whitespace; a description
+// is kept as given (plain text or a JSON document, as upstream takes it;
+// its size is bounded at the edge).
 func deviceInfoFromProto(info *flowv1.DeviceInfo, field string) (deviceInfo, error) {
 	var out deviceInfo
 	var err error
@@ -51,9 +51,6 @@ func deviceInfoFromProto(info *flowv1.DeviceInfo, field string) (deviceInfo, err
 		out.Model = &m
 	}
 	if info != nil && info.Description != nil {
-		if err := checkDescription(*info.Description, field+".description"); err != nil {
-			return out, err
-		}
 		d := *info.Description
 		out.Description = &d
 	}
@@ -68,16 +65,6 @@ func trimmed(s, field string) (string, error) {
 		return "", invalid(field, "must not be blank (only whitespace)")
 	}
 	return t, nil
-}
-
-// checkDescription requires a non-empty description to be a JSON document
-// (upstream keeps descriptions as JSON; PatchComponent has always required
-// it).
-func checkDescription(s, field string) error {
-	if s == "" || json.Valid([]byte(s)) {
-		return nil
-	}
-	return invalid(field, "must be a JSON document (e.g. {\"note\":\"...\"}), got %d bytes of other text", len(s))
 }
 
 // positionFromProto checks that every coordinate is within 0…MaxPosition.
