@@ -45,9 +45,9 @@ var specFields = []specField{
 	{"Rack", "task_stats", 5, "singular", "TaskStats"},
 	{"Rack", "external_id", 6, "singular", "string"},
 	{"Rack", "operation_status", 7, "singular", "Phase"},
-	{"Rack", "health", 8, "singular", "HealthReport"},                  // delta
-	{"Rack", "rack_profile_id", 9, "optional", "string"},               // delta
-	{"Rack", "nvl_domain_external_ids", 10, "repeated", "string"},      // delta
+	{"Rack", "health", 8, "singular", "HealthReport"},             // delta
+	{"Rack", "rack_profile_id", 9, "optional", "string"},          // delta
+	{"Rack", "nvl_domain_external_ids", 10, "repeated", "string"}, // delta
 	{"Component", "type", 1, "singular", "ComponentType"},
 	{"Component", "info", 2, "singular", "DeviceInfo"},
 	{"Component", "firmware_version", 3, "singular", "string"},
@@ -62,8 +62,8 @@ var specFields = []specField{
 	{"Component", "task_stats", 12, "singular", "TaskStats"},
 	{"Component", "rack_external_id", 13, "singular", "string"},
 	{"Component", "leak_handling_status", 14, "singular", "LeakHandlingStatus"},
-	{"Component", "health", 15, "singular", "HealthReport"},                // delta
-	{"Component", "nvl_domain_external_id", 16, "optional", "string"},      // delta
+	{"Component", "health", 15, "singular", "HealthReport"},           // delta
+	{"Component", "nvl_domain_external_id", 16, "optional", "string"}, // delta
 	{"ComponentOperationStatus", "phase", 1, "singular", "Phase"},
 	{"ComponentOperationStatus", "reason", 2, "singular", "string"},
 	{"ComponentOperationStatus", "blocked_operations", 3, "repeated", "OperationType"},
