@@ -197,6 +197,10 @@ func TestSyncFirmwarePowerPositionHealthAndState(t *testing.T) {
 	wire := inventory.ComponentsToProto([]inventory.Component{got})[0]
 	require.Equal(t, "off", wire.GetPowerState())
 	require.Equal(t, "PHASE_ERROR", wire.GetStatus().GetPhase().String())
+	require.Equal(t, "nicosim", wire.GetHealth().GetSource())
+	require.Len(t, wire.GetHealth().GetAlerts(), 1)
+	require.Equal(t, "overheat", wire.GetHealth().GetAlerts()[0].GetId())
+	require.NotNil(t, wire.GetHealth().GetAlerts()[0].GetInAlertSince())
 	rack, err := b.inv.Rack(b.ctx, b.pool, b.racks[0].ID, false)
 	require.NoError(t, err)
 	require.Equal(t, "error", rack.OperationPhase)
@@ -223,6 +227,7 @@ func TestSyncFirmwarePowerPositionHealthAndState(t *testing.T) {
 	got = b.component(t, "demo-0000-ct-01")
 	require.Equal(t, "ready", got.Status.Phase)
 	require.NotContains(t, string(got.Health), "overheat")
+	require.Empty(t, inventory.ComponentsToProto([]inventory.Component{got})[0].GetHealth().GetAlerts())
 	blocking, err = b.inv.Blocking(b.ctx, b.pool, []uuid.UUID{got.ID}, "power_control", false)
 	require.NoError(t, err)
 	require.Empty(t, blocking)
@@ -316,6 +321,17 @@ func TestSyncTopologyAndRackHealth(t *testing.T) {
 	require.NotNil(t, r0.NVLDomainID)
 	require.Equal(t, r0.NVLDomainID, r1.NVLDomainID)
 	require.Nil(t, r2.NVLDomainID, "an ungrouped rack is left alone")
+	// The wire reads carry what the sync wrote: the rack's health, its
+	// domain's external ID, and the NVLink-domain read model.
+	w0 := inventory.RackToProto(r0)
+	require.Equal(t, "rack-leak", w0.GetHealth().GetAlerts()[0].GetId())
+	require.Equal(t, []string{"group-a"}, w0.GetNvlDomainExternalIds())
+	require.Empty(t, inventory.RackToProto(r2).GetNvlDomainExternalIds())
+	dom, err := b.inv.NVLinkDomain(b.ctx, b.pool, "group-a", true)
+	require.NoError(t, err)
+	require.Len(t, dom.Racks, 2)
+	require.Equal(t, cluster, *dom.NMXCClusterID)
+	require.Empty(t, dom.Name, "a domain the sync made has no name")
 	racks, err := b.inv.SyncRacks(b.ctx, b.pool)
 	require.NoError(t, err)
 	for _, r := range racks {
