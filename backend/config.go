@@ -50,7 +50,7 @@ func LoadConfig(path string) (Config, error) {
 }
 
 type fileConfig struct {
-	ComponentManagers map[string]string `yaml:"component_managers"`
+	ComponentManagers map[string]string                    `yaml:"component_managers"`
 	ManagerConfigs    map[string]map[string]map[string]any `yaml:"manager_configs"`
 	Providers         map[string]struct {
 		Timeout           string `yaml:"timeout"`
