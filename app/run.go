@@ -132,10 +132,24 @@ func serveCommand(getenv func(string) string, stderr io.Writer) *cobra.Command {
 		fs.StringVar(&sf.tlsKey, "tls-key", "", "server certificate's key (FLOW_TLS_KEY)")
 		migrate := fs.Bool("migrate", false, "apply database migrations before serving (always when FLOW_ENV is set, as upstream's serve)")
 		sf.changed = fs.Changed
-		if err != nil {
-			return failing(err)
-		}
 		return func(ctx context.Context) error {
+			if err != nil && sf.changed("component-config") {
+				// -c replaces COMPONENT_MANAGER_CONFIG: a bad file there
+				// does not count.
+				again, againErr := LoadConfig(func(k string) string {
+					if k == "COMPONENT_MANAGER_CONFIG" {
+						return ""
+					}
+					return getenv(k)
+				})
+				if againErr == nil {
+					again.ListenAddr, again.DevMode = cfg.ListenAddr, cfg.DevMode
+					cfg, err = again, nil
+				}
+			}
+			if err != nil {
+				return err
+			}
 			if err := sf.finish(&cfg, getenv); err != nil {
 				return err
 			}

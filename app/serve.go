@@ -47,11 +47,11 @@ type server struct {
 	// metrics serves /metrics on upstream's --metrics-port (nil: not given).
 	metrics   *http.Server
 	metricsLn net.Listener
-	engine   *engine.Engine
-	river    *river.Client[pgx.Tx]
-	syncer   *reconcile.Syncer
-	system   *systemJobs
-	tel      *telemetrySetup
+	engine    *engine.Engine
+	river     *river.Client[pgx.Tx]
+	syncer    *reconcile.Syncer
+	system    *systemJobs
+	tel       *telemetrySetup
 	// riverStarted is set once the River client has started (/readyz).
 	riverStarted atomic.Bool
 }
