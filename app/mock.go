@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/nicoflow/flow/nico"
 	"github.com/nicoflow/flow/sim"
@@ -24,7 +25,10 @@ type mockBackend struct {
 // startMock starts the simulator that answers the types cfg manages with
 // mock.
 func startMock(ctx context.Context, cfg Config, logger *slog.Logger) (*mockBackend, error) {
-	m := &mockBackend{sim: nicosim.New(nicosim.Options{})}
+	// Mock hardware answers at once: power changes, firmware phases and
+	// lifecycle steps take a tenth of a second.
+	const step = 100 * time.Millisecond
+	m := &mockBackend{sim: nicosim.New(nicosim.Options{PowerDelay: step, FirmwarePhase: step, IngestionStep: step, DecommissionStep: step})}
 	var err error
 	if m.srv, err = sim.Listen("127.0.0.1:0", m.sim.Handler()); err != nil {
 		return nil, fmt.Errorf("mock component manager: %w", err)

@@ -7,11 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/edge"
+	"github.com/nicoflow/flow/inventory"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 // TestLoadConfigUpstream covers each variable of upstream's deployment
@@ -238,3 +242,30 @@ func copyFile(t *testing.T, from, to string) {
 }
 
 func escape(p string) string { return url.QueryEscape(p) }
+
+// TestMockComponentManager: a type configured as upstream's mock is
+// answered by Flow's in-process Core simulator; the others still reach
+// their backends.
+func TestMockComponentManager(t *testing.T) {
+	t.Parallel()
+	e := startE2E(t, time.Millisecond, func(env map[string]string) { env["COMPONENT_MANAGER_COMPUTE"] = "mock" })
+	require.NotNil(t, e.srv.mock)
+	rack := e.addRack(t, 8, true) // seeds the backends' simulators, powered off
+	var computes []nicosim.Device
+	for _, c := range rack.Components {
+		if c.Type == inventory.ComponentTypeCompute {
+			computes = append(computes, nicosim.Device{Kind: nicosim.KindCompute, Name: c.Name, Serial: c.SerialNumber, BMCMAC: c.BMCs[0].MAC.String(), RackID: rack.ID.String(), PoweredOff: true})
+		}
+	}
+	require.NoError(t, e.srv.mock.sim.Seed(computes))
+	res, err := e.client.PowerOnRack(context.Background(), &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)})
+	require.NoError(t, err)
+	task := e.wait(t, res.GetTaskIds()[0])
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, task.GetStatus(), task.GetMessage())
+	compute := macOf(rack, inventory.ComponentTypeCompute, 0)
+	st, ok := e.srv.mock.sim.State(compute)
+	require.True(t, ok)
+	require.Equal(t, "on", st.Power, "the mock powered the compute tray on")
+	require.Equal(t, "off", e.power(t, compute), "Core was not asked about compute")
+	require.Equal(t, "on", e.power(t, macOf(rack, inventory.ComponentTypeNVSwitch, 0)), "switches still go to Core")
+}
