@@ -275,7 +275,7 @@ var upstreamSettings = []upstreamSetting{
 	{"FLOW_ENV", "FLOW_ENV (staging, production: certificates required, no --dev-mode; set: serve migrates at start)"},
 	{"DB_HOST, DB_PORT, DB_USER, DB_PASSWORD, DB_NAME", "same names (DATABASE_URL overrides them)"},
 	{"DB_CERT_PATH", "DB_CERT_PATH: TLS to PostgreSQL, sslmode=verify-full, client certificate beside the CA"},
-	{"NICO_CORE_API_URL", "same name"},
+	{"NICO_CORE_API_URL", "same name; a bare host:port is called over mutual TLS with the API's certificates, as upstream"},
 	{"CERTDIR", "same name"},
 	{"ALLOW_INSECURE_GRPC", "same name (refused with FLOW_ENV=staging or production)"},
 	{"FLOW_AUTHORIZATION_MODE", "same name: audit (default) or enforce; FLOW_AUTHZ_POLICY is the richer option"},

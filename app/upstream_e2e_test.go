@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +28,7 @@ import (
 	"github.com/nicoflow/flow/edge"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 // tlsPostgres is a private PostgreSQL cluster that accepts TLS connections
@@ -113,9 +117,24 @@ func TestServeAsUpstreamsChartDeploysIt(t *testing.T) {
 	_, err = pgx.Connect(ctx, fmt.Sprintf("postgres://flow:chart-secret@127.0.0.1:%d/flow?sslmode=disable", pg.cluster.Port))
 	require.Error(t, err)
 
-	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: time.Millisecond, firmwarePhase: time.Millisecond})
+	// NICo Core over mutual TLS, as upstream's chart reaches it: a bare
+	// host:port is called with the SPIFFE mount's certificates.
+	core := nicosim.New(nicosim.Options{})
+	var coreClients atomic.Int32
+	coreSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TLS.PeerCertificates) > 0 && r.TLS.PeerCertificates[0].Subject.CommonName == "flow-server" {
+			coreClients.Add(1)
+		}
+		core.Handler().ServeHTTP(w, r)
+	}))
+	coreTLS, err := cli.TLSConfig(cli.TLSFiles{CA: filepath.Join(spiffe, "ca.crt"), Cert: filepath.Join(spiffe, "tls.crt"), Key: filepath.Join(spiffe, "tls.key")})
 	require.NoError(t, err)
-	t.Cleanup(func() { sims.Close(context.Background()) })
+	corePair, err := tls.LoadX509KeyPair(filepath.Join(spiffe, "tls.crt"), filepath.Join(spiffe, "tls.key"))
+	require.NoError(t, err)
+	coreSrv.TLS = &tls.Config{Certificates: []tls.Certificate{corePair}, ClientCAs: coreTLS.RootCAs, ClientAuth: tls.RequireAndVerifyClientCert}
+	coreSrv.EnableHTTP2 = true
+	coreSrv.StartTLS()
+	t.Cleanup(coreSrv.Close)
 	secrets := t.TempDir()
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
@@ -134,7 +153,7 @@ func TestServeAsUpstreamsChartDeploysIt(t *testing.T) {
 		"DB_HOST":                       "127.0.0.1",
 		"DB_PORT":                       strconv.Itoa(pg.cluster.Port),
 		"DB_CERT_PATH":                  filepath.Join(spiffe, "ca.crt"),
-		"NICO_CORE_API_URL":             strings.TrimPrefix(sims.nicoSrv.URL(), "http://"),
+		"NICO_CORE_API_URL":             strings.TrimPrefix(coreSrv.URL, "https://"),
 		"TEMPORAL_NAMESPACE":            "flow",
 		"TEMPORAL_HOST":                 "temporal-frontend-headless.temporal.svc.cluster.local",
 		"TEMPORAL_PORT":                 "7233",
@@ -216,6 +235,10 @@ func TestServeAsUpstreamsChartDeploysIt(t *testing.T) {
 	require.EqualValues(t, 1, racks.GetTotal())
 	_, err = other.GetListOfRacks(ctx, &flowv1.GetListOfRacksRequest{})
 	require.Equal(t, connect.CodePermissionDenied, connect.CodeOf(err), "an identity not on the allowlist is refused")
+
+	_, err = allowed.ValidateComponents(ctx, &flowv1.ValidateComponentsRequest{})
+	require.NoError(t, err)
+	require.Positive(t, coreClients.Load(), "Core was called over mutual TLS with the SPIFFE certificate")
 
 	// Flow's tables live in the database reached over TLS as DB_USER.
 	var owner string

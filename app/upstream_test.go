@@ -269,3 +269,35 @@ func TestMockComponentManager(t *testing.T) {
 	require.Equal(t, "off", e.power(t, compute), "Core was not asked about compute")
 	require.Equal(t, "on", e.power(t, macOf(rack, inventory.ComponentTypeNVSwitch, 0)), "switches still go to Core")
 }
+
+// TestUpstreamCoreTLS: a bare host:port NICO_CORE_API_URL is called over
+// mutual TLS with the API's certificates, as upstream does.
+func TestUpstreamCoreTLS(t *testing.T) {
+	t.Parallel()
+	certs := t.TempDir()
+	require.NoError(t, edge.WriteDevCerts(certs, nil))
+	inDir := TLSFiles{CA: filepath.Join(certs, "ca.crt"), Cert: filepath.Join(certs, "tls.crt"), Key: filepath.Join(certs, "tls.key")}
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want TLSFiles
+	}{
+		{"HostPortWithCertDir", map[string]string{"NICO_CORE_API_URL": "nico-api:1079", "CERTDIR": certs}, inDir},
+		{"HostPortWithTLSFiles", map[string]string{"NICO_CORE_API_URL": "nico-api:1079", "FLOW_TLS_CA": "a", "FLOW_TLS_CERT": "b", "FLOW_TLS_KEY": "c"}, TLSFiles{CA: "a", Cert: "b", Key: "c"}},
+		{"HTTPURLKeepsFlowsMeaning", map[string]string{"NICO_CORE_API_URL": "http://nico-api:1079", "CERTDIR": certs}, TLSFiles{}},
+		{"NICoTLSWins", map[string]string{"NICO_CORE_API_URL": "nico-api:1079", "CERTDIR": certs, "FLOW_NICO_TLS_CA": "x"}, TLSFiles{}},
+		{"NoCertificates", map[string]string{"NICO_CORE_API_URL": "nico-api:1079", "CERTDIR": t.TempDir()}, TLSFiles{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := LoadConfig(env(tt.env))
+			require.NoError(t, err)
+			require.Equal(t, tt.want, upstreamCoreTLS(cfg))
+		})
+	}
+	cfg, err := reloadingClientTLS(inDir)
+	require.NoError(t, err)
+	pair, err := cfg.GetClientCertificate(nil)
+	require.NoError(t, err)
+	require.NotEmpty(t, pair.Certificate)
+}
