@@ -1,12 +1,16 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 
 	"connectrpc.com/connect"
 
@@ -59,6 +63,62 @@ func (f TLSFiles) Config() (*tls.Config, error) {
 	return cfg, nil
 }
 
+// upstreamCoreTLS is upstream's TLS to NICo Core: without FLOW_NICO_TLS_*,
+// a NICO_CORE_API_URL without a scheme (upstream's host:port) is called
+// over mutual TLS with the API's own certificates (FLOW_TLS_*, else
+// CERTDIR, else the SPIFFE mount) when all three files are present. An
+// http:// or https:// URL keeps Flow's own meaning.
+func upstreamCoreTLS(cfg Config) TLSFiles {
+	if cfg.NICoTLS.Enabled() || cfg.NICoURL == "" || strings.Contains(cfg.NICoURL, "://") {
+		return TLSFiles{}
+	}
+	if cfg.TLS.Enabled() {
+		return cfg.TLS
+	}
+	dir := cmp.Or(cfg.CertDir, spiffeDir)
+	f := TLSFiles{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key")}
+	for _, p := range []string{f.CA, f.Cert, f.Key} {
+		if _, err := os.Stat(p); err != nil {
+			return TLSFiles{}
+		}
+	}
+	return f
+}
+
+// reloadingClientTLS is f's client configuration whose certificate is read
+// again when its files change (SPIFFE certificates rotate); a rotation
+// caught half-written keeps the previous pair.
+func reloadingClientTLS(f TLSFiles) (*tls.Config, error) {
+	cfg, err := f.Config()
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	cur := cfg.Certificates[0]
+	stamp := func() string {
+		var b strings.Builder
+		for _, p := range []string{f.Cert, f.Key} {
+			if st, err := os.Stat(p); err == nil {
+				fmt.Fprintf(&b, "%d/%d;", st.ModTime().UnixNano(), st.Size())
+			}
+		}
+		return b.String()
+	}
+	last := stamp()
+	cfg.Certificates = nil
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if now := stamp(); now != last {
+			if pair, err := tls.LoadX509KeyPair(f.Cert, f.Key); err == nil {
+				cur, last = pair, now
+			}
+		}
+		return &cur, nil
+	}
+	return cfg, nil
+}
+
 // backends are Flow's southbound clients and the component managers over
 // them. An unset URL leaves that client unconfigured: Flow starts, and
 // operations needing it fail with ErrNotConfigured (FailedPrecondition).
@@ -73,6 +133,11 @@ func newBackends(cfg Config, interceptors func(backend string) []connect.Interce
 	nicoTLS, err := cfg.NICoTLS.Config()
 	if err != nil {
 		return nil, fmt.Errorf("NICo Core TLS: %w", err)
+	}
+	if files := upstreamCoreTLS(cfg); nicoTLS == nil && files.Enabled() {
+		if nicoTLS, err = reloadingClientTLS(files); err != nil {
+			return nil, fmt.Errorf("NICo Core TLS (the API's certificates, as upstream): %w", err)
+		}
 	}
 	psmTLS, err := cfg.PSMTLS.Config()
 	if err != nil {

@@ -41,6 +41,19 @@ type Config struct {
 	adminAddrSet  bool     // either variable was set (flow dev picks a free port otherwise)
 	PProf         bool     // FLOW_PPROF: serve /debug/pprof/ on the admin listener
 
+	// Upstream's deployment surface (upstream.go, docs/operations.md):
+	// FLOW_ENV (development when unset; EnvSet says it was set, and then
+	// serve migrates at start as upstream's does), the metrics listener of
+	// --metrics-port, upstream's authorization mode and allowlist, and the
+	// upstream variables that were set but Flow does not need.
+	Env               string   // FLOW_ENV
+	EnvSet            bool     // FLOW_ENV was set
+	MetricsAddr       string   // --metrics-port; "": none
+	AuthzMode         string   // FLOW_AUTHORIZATION_MODE: audit or enforce
+	AllowedIdentities []string // FLOW_AUTHORIZATION_ALLOWED_SERVICE_IDENTITIES_FILE or --allowed-service-identity
+	allowlistSource   string   // where AllowedIdentities came from
+	Unneeded          []string // TEMPORAL_* and the like that were set
+
 	// Observability (docs/observability.md).
 	LogLevelSet  bool // FLOW_LOG_LEVEL was set (dev mode defaults to debug otherwise)
 	logFormatSet bool // FLOW_LOG_FORMAT was set (dev mode defaults to text otherwise)
@@ -92,6 +105,8 @@ var ConfigVars = []ConfigVar{
 	{"DB_USER", "postgres", "PostgreSQL user"},
 	{"DB_PASSWORD", "", "PostgreSQL password (logged masked)"},
 	{"DB_NAME", "flow", "PostgreSQL database"},
+	{"DB_CERT_PATH", "", "TLS to PostgreSQL (upstream's name), sslmode=verify-full: the CA file (upstream's meaning; the chart uses /var/run/secrets/spiffe.io/ca.crt), with tls.crt and tls.key beside it used as client certificate when present, or a folder holding ca.crt, tls.crt and tls.key; a missing file refuses startup"},
+	{"FLOW_ENV", "development", "upstream's deployment environment: development, staging or production; staging and production require TLS certificates (ALLOW_INSECURE_GRPC is refused) and refuse --dev-mode; when set, flow serve applies migrations at start as upstream's does"},
 	{"FLOW_DB_MAX_CONNS", "40", "size of the connection pool; half of it is opened, and warmed, at start"},
 	{"FLOW_DEV_MODE", "false", "same as --dev-mode: server reflection and debug logs"},
 	{"FLOW_LOG_LEVEL", "info", "debug, info, warn or error; flow dev defaults to debug for Flow's own lines; River's own lines are WARN and above unless this is debug"},
@@ -108,6 +123,8 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_TLS_KEY", "", "private key (PEM) of FLOW_TLS_CERT"},
 	{"CERTDIR", "", "folder with ca.crt, tls.crt and tls.key, used when FLOW_TLS_* is unset (upstream's name); unset: the SPIFFE mount " + edge.SPIFFECertDir},
 	{"ALLOW_INSECURE_GRPC", "false", "true lets flow serve start without certificates: cleartext, no authentication, every caller is admin (upstream's name; local development only)"},
+	{"FLOW_AUTHORIZATION_MODE", "audit", "upstream's authorization mode: audit (callers missing from the allowlist are let through as admin, a warning logged per call) or enforce (they are refused)"},
+	{"FLOW_AUTHORIZATION_ALLOWED_SERVICE_IDENTITIES_FILE", "", "upstream's allowlist: a file of SPIFFE IDs, one per line (blank lines skipped, no comments); a listed identity is admin; an unreadable file or a bad line refuses startup naming the file and line; not with FLOW_AUTHZ_POLICY or --allowed-service-identity"},
 	{"FLOW_AUTHZ_POLICY", "", "YAML file mapping client identities (SPIFFE ID or CN, exact or spiffe://domain/ns/* patterns) to roles viewer, operator, admin; unset: every client with a valid certificate is admin"},
 	{"FLOW_ADMIN_LISTEN_ADDR", "127.0.0.1:50060", "admin listener for /metrics, /healthz, /readyz, River UI (/riverui/) and pprof (/debug/pprof/, with FLOW_PPROF), never on the API port; keep it on loopback or a private network; off disables it; flow dev, when this and FLOW_ADMIN_LISTEN are unset, takes a free loopback port and prints it in its banner"},
 	{"FLOW_ADMIN_LISTEN", "", "older name of FLOW_ADMIN_LISTEN_ADDR, read when that is unset"},
@@ -116,7 +133,18 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_SOAK", "", "tests only: set by `make soak`; the kill tests with a long form run it (more racks, more kills)"},
 	{"NICO_CORE_API_URL", "", "NICo Core gRPC endpoint (host:port, http:// or https://); unset: Core not configured (flow dev: its simulator)"},
 	{"PSM_API_URL", "", "Powershelf Manager gRPC endpoint, conventionally localhost:50052; unset: PSM not configured (flow dev: its simulator)"},
-	{"COMPONENT_MANAGER_CONFIG", "", "component-manager YAML file (upstream keys: component_managers, providers); unset: nico for every type"},
+	{"COMPONENT_MANAGER_CONFIG", "", "component-manager YAML file (upstream keys: component_managers, providers, manager_configs); flow serve -c overrides it; unset: nico for every type"},
+	{"COMPONENT_MANAGER_COMPUTE", "", "overrides the compute implementation after the file (upstream's name): nico or mock (Flow's in-process Core simulator); blank: no override"},
+	{"COMPONENT_MANAGER_NVSWITCH", "", "the same for NVLink switches: nico or mock"},
+	{"COMPONENT_MANAGER_POWERSHELF", "", "the same for power shelves: nico, psm or mock"},
+	{"TEMPORAL_HOST", "", "upstream's Temporal settings (TEMPORAL_HOST, TEMPORAL_PORT, TEMPORAL_NAMESPACE, TEMPORAL_ENABLE_TLS, TEMPORAL_CERT_PATH, TEMPORAL_SERVER_NAME): accepted and not needed, Flow has no Temporal; one info line at startup names those set"},
+	{"TEMPORAL_PORT", "", "accepted, not needed (see TEMPORAL_HOST)"},
+	{"TEMPORAL_NAMESPACE", "", "accepted, not needed (see TEMPORAL_HOST)"},
+	{"TEMPORAL_ENABLE_TLS", "", "accepted, not needed (see TEMPORAL_HOST)"},
+	{"TEMPORAL_CERT_PATH", "", "accepted, not needed (see TEMPORAL_HOST)"},
+	{"TEMPORAL_SERVER_NAME", "", "accepted, not needed (see TEMPORAL_HOST)"},
+	{"FLOW_DB_MIGRATION_IGNORE_SIGNATURE_CHANGES", "", "upstream's migration escape hatch: accepted, not needed (Flow's migrations carry no signatures)"},
+	{"REPORT_NICO_API_VERSION", "", "upstream's Core version probe: accepted, not needed"},
 	{"FLOW_NICO_TLS_CA", "", "CA bundle (PEM) to verify NICo Core; setting any FLOW_NICO_TLS_* turns TLS on"},
 	{"FLOW_NICO_TLS_CERT", "", "client certificate (PEM) for mTLS to NICo Core"},
 	{"FLOW_NICO_TLS_KEY", "", "client key (PEM) for mTLS to NICo Core"},
@@ -176,22 +204,15 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		ListenAddr: def("FLOW_LISTEN_ADDR"),
 		LogFormat:  def("FLOW_LOG_FORMAT"),
 	}
+	var errs []string
 	cfg.DatabaseURL = getenv("DATABASE_URL")
 	if cfg.DatabaseURL == "" {
-		u := url.URL{
-			Scheme:   "postgres",
-			Host:     def("DB_HOST") + ":" + def("DB_PORT"),
-			Path:     "/" + def("DB_NAME"),
-			RawQuery: "sslmode=prefer",
-		}
-		if pw := getenv("DB_PASSWORD"); pw != "" {
-			u.User = url.UserPassword(def("DB_USER"), pw)
-		} else {
-			u.User = url.User(def("DB_USER"))
-		}
-		cfg.DatabaseURL = u.String()
+		var dbErrs []string
+		cfg.DatabaseURL, dbErrs = databaseURL(getenv)
+		errs = append(errs, dbErrs...)
+	} else if getenv("DB_CERT_PATH") != "" {
+		errs = append(errs, "DB_CERT_PATH is set with DATABASE_URL, which overrides the DB_* set: put sslmode, sslrootcert, sslcert and sslkey in DATABASE_URL instead")
 	}
-	var errs []string
 	// getenv cannot tell unset from "", so "" means unset; a value of only
 	// whitespace is a broken secret mount and fails startup.
 	if v := getenv("FLOW_DATA_ENCRYPTION_KEY_PATH"); v != "" {
@@ -236,7 +257,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		errs = append(errs, err.Error())
 	}
 	cfg.ComponentConfig = getenv("COMPONENT_MANAGER_CONFIG")
-	if comps, err := backend.LoadConfig(cfg.ComponentConfig); err != nil {
+	if comps, err := loadComponents(cfg.ComponentConfig, getenv); err != nil {
 		errs = append(errs, err.Error())
 	} else {
 		cfg.Components = comps
@@ -311,6 +332,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	lim, limErrs := loadLimits(getenv)
 	cfg.Limits = lim
 	errs = append(errs, limErrs...)
+	errs = append(errs, loadUpstream(getenv, &cfg)...)
 	sj, sjErrs := loadSystemJobsConfig(getenv)
 	cfg.SystemJobs = sj
 	errs = append(errs, sjErrs...)
@@ -332,6 +354,10 @@ func (c Config) engineConfig() engine.Config {
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("listen_addr", c.ListenAddr),
+		slog.String("flow_env", c.Env),
+		slog.String("metrics_addr", or(c.MetricsAddr, "(none: /metrics on the admin listener)")),
+		slog.String("authorization_mode", c.AuthzMode),
+		slog.Int("allowed_service_identities", len(c.AllowedIdentities)),
 		slog.String("database_url", RedactURL(c.DatabaseURL)),
 		slog.Int("db_max_conns", int(c.DBMaxConns)),
 		slog.Bool("dev_mode", c.DevMode),

@@ -32,6 +32,7 @@ type e2e struct {
 	dbURL  string
 	admin  string      // the admin listener's address, "" when off
 	logs   *syncBuffer // the server's log
+	srv    *server
 }
 
 // startE2E starts simulators (power changes take effect after powerDelay;
@@ -79,7 +80,7 @@ func startE2EWith(t testing.TB, powerDelay time.Duration, opts serveOptions, edi
 	})
 	url := "http://" + srv.Addr().String()
 	return &e2e{client: flowv1connect.NewFlowClient(http.DefaultClient, url), sims: sims, url: url, inv: inventory.NewService(), dbURL: dbURL,
-		admin: srv.AdminAddr(), logs: logs}
+		admin: srv.AdminAddr(), logs: logs, srv: srv}
 }
 
 // addRack stores demo rack i in Flow's inventory and seeds the simulators

@@ -147,24 +147,54 @@ func failing(err error) func(context.Context) error {
 }
 
 func serveCommand(getenv func(string) string, stderr io.Writer) *cobra.Command {
-	return command("serve", "run the server", func(fs *pflag.FlagSet) func(context.Context) error {
+	var sf serveFlags
+	cmd := command("serve", "run the server", func(fs *pflag.FlagSet) func(context.Context) error {
 		cfg, err := LoadConfig(getenv)
 		fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "address to listen on (FLOW_LISTEN_ADDR)")
-		fs.BoolVar(&cfg.DevMode, "dev-mode", cfg.DevMode, "enable server reflection and debug logging (FLOW_DEV_MODE)")
-		migrate := fs.Bool("migrate", false, "apply database migrations before serving")
-		if err != nil {
-			return failing(err)
-		}
+		fs.IntVarP(&sf.listenPort, "listen-port", "p", 50051, "port to listen on, on every interface (upstream's flag; same as --listen :PORT)")
+		fs.IntVar(&sf.metricsPort, "metrics-port", DefaultMetricsPort, "serve /metrics, /healthz and /readyz on this port, on every interface (upstream's flag); not given: /metrics is on the admin listener only")
+		fs.StringVarP(&sf.componentConfig, "component-config", "c", "", "component-manager YAML file (overrides COMPONENT_MANAGER_CONFIG)")
+		fs.BoolVar(&cfg.DevMode, "dev-mode", cfg.DevMode, "enable server reflection and debug logging (FLOW_DEV_MODE); needs FLOW_ENV=development")
+		fs.StringArrayVar(&sf.identities, "allowed-service-identity", nil, "SPIFFE ID allowed to call Flow, as admin (repeatable; upstream's flag; not with FLOW_AUTHORIZATION_ALLOWED_SERVICE_IDENTITIES_FILE)")
+		fs.StringVar(&sf.caCert, "ca-cert", "", "CA bundle that client certificates must chain to (FLOW_TLS_CA; with --tls-cert and --tls-key)")
+		fs.StringVar(&sf.tlsCert, "tls-cert", "", "server certificate (FLOW_TLS_CERT)")
+		fs.StringVar(&sf.tlsKey, "tls-key", "", "server certificate's key (FLOW_TLS_KEY)")
+		migrate := fs.Bool("migrate", false, "apply database migrations before serving (always when FLOW_ENV is set, as upstream's serve)")
+		sf.changed = fs.Changed
 		return func(ctx context.Context) error {
+			if err != nil && sf.changed("component-config") {
+				// -c replaces COMPONENT_MANAGER_CONFIG: a bad file there
+				// does not count.
+				again, againErr := LoadConfig(func(k string) string {
+					if k == "COMPONENT_MANAGER_CONFIG" {
+						return ""
+					}
+					return getenv(k)
+				})
+				if againErr == nil {
+					again.ListenAddr, again.DevMode = cfg.ListenAddr, cfg.DevMode
+					cfg, err = again, nil
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if err := sf.finish(&cfg, getenv); err != nil {
+				return err
+			}
 			logger := newLogger(stderr, cfg.LogFormat, cfg.logLevel())
 			logger.InfoContext(ctx, "starting flow", "build", ReadBuild().Version, "config", cfg)
-			srv, err := newServer(ctx, cfg, logger, serveOptions{migrate: *migrate})
+			if len(cfg.Unneeded) > 0 {
+				logger.InfoContext(ctx, "upstream settings accepted and not needed: Flow runs on PostgreSQL alone, without Temporal", "variables", cfg.Unneeded)
+			}
+			srv, err := newServer(ctx, cfg, logger, serveOptions{migrate: *migrate || cfg.EnvSet})
 			if err != nil {
 				return err
 			}
 			return srv.run(ctx)
 		}
 	})
+	return cmd
 }
 
 // errSchemaBehind is returned by flow db status when migrations are
@@ -255,6 +285,8 @@ func configCommand(getenv func(string) string, stdout io.Writer) *cobra.Command 
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			printConfig(stdout, getenv)
+			fmt.Fprintln(stdout)
+			printUpstream(stdout, getenv)
 			return nil
 		},
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/engine"
@@ -38,15 +39,19 @@ type server struct {
 	health   *edge.Health
 	keys     *firmware.Keyring // nil when no key is configured
 	backends *backends
+	mock     *mockBackend // nil: no type is managed by mock
 	ln       net.Listener
 	tls      *edge.CertReloader // nil: the API is cleartext
 	admin    *http.Server       // nil: FLOW_ADMIN_LISTEN=off
 	adminLn  net.Listener
-	engine   *engine.Engine
-	river    *river.Client[pgx.Tx]
-	syncer   *reconcile.Syncer
-	system   *systemJobs
-	tel      *telemetrySetup
+	// metrics serves /metrics on upstream's --metrics-port (nil: not given).
+	metrics   *http.Server
+	metricsLn net.Listener
+	engine    *engine.Engine
+	river     *river.Client[pgx.Tx]
+	syncer    *reconcile.Syncer
+	system    *systemJobs
+	tel       *telemetrySetup
 	// riverStarted is set once the River client has started (/readyz).
 	riverStarted atomic.Bool
 }
@@ -114,6 +119,17 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	obs := &observer{m: s.tel.metrics, logger: logger, tracing: s.tel.tracer != nil}
 	if s.backends, err = newBackends(cfg, s.tel.backendInterceptors); err != nil {
 		return nil, err
+	}
+	if cfg.Components.Uses(backend.ImplMock) {
+		if s.mock, err = startMock(ctx, cfg, logger); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				s.closeMock(ctx)
+			}
+		}()
+		s.backends.managers.WithMock(s.mock.client)
 	}
 	s.backends.logStatus(ctx, logger)
 	inv := inventory.NewService()
@@ -233,14 +249,40 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	} else if riverUI != nil {
 		logger.WarnContext(ctx, "River UI is enabled but FLOW_ADMIN_LISTEN_ADDR=off: it is not served")
 	}
+	if cfg.MetricsAddr != "" {
+		if s.metricsLn, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			if s.adminLn != nil {
+				s.adminLn.Close()
+			}
+			return nil, fmt.Errorf("metrics listener (--metrics-port) on %s: %w", cfg.MetricsAddr, err)
+		}
+		s.metrics = edge.NewAdminServer(edge.NewAdminMux(edge.AdminOptions{Metrics: s.tel.metricsHandler(), Ready: s.ready}))
+	}
 	s.ln, err = net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
-		if s.adminLn != nil {
-			s.adminLn.Close()
-		}
+		s.closeSideListeners()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.ListenAddr, err)
 	}
 	return s, nil
+}
+
+// closeSideListeners closes the admin and metrics listeners (a start that
+// failed).
+func (s *server) closeSideListeners() {
+	if s.adminLn != nil {
+		s.adminLn.Close()
+	}
+	if s.metricsLn != nil {
+		s.metricsLn.Close()
+	}
+}
+
+// MetricsAddr returns the address of the --metrics-port listener, or "".
+func (s *server) MetricsAddr() string {
+	if s.metricsLn == nil {
+		return ""
+	}
+	return s.metricsLn.Addr().String()
 }
 
 // ready reports why the server cannot work yet (nil: ready): the
@@ -285,24 +327,22 @@ func (s *server) run(ctx context.Context) error {
 	cancelLease()
 	if err != nil {
 		s.ln.Close()
-		if s.adminLn != nil {
-			s.adminLn.Close()
-		}
+		s.closeSideListeners()
+		s.closeMock(ctx)
 		s.pool.Close()
 		return err
 	}
 	// River stops when run says so, not when ctx ends.
 	if err := s.river.Start(context.WithoutCancel(ctx)); err != nil {
 		s.ln.Close()
-		if s.adminLn != nil {
-			s.adminLn.Close()
-		}
+		s.closeSideListeners()
+		s.closeMock(ctx)
 		s.pool.Close()
 		s.tel.shutdown(context.WithoutCancel(ctx))
 		return fmt.Errorf("start river: %w", err)
 	}
 	s.riverStarted.Store(true)
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() {
 		if s.tls != nil {
 			errc <- s.http.ServeTLS(s.ln, "", "")
@@ -317,7 +357,14 @@ func (s *server) run(ctx context.Context) error {
 			}
 		}()
 	}
-	s.logger.InfoContext(ctx, "serving", "addr", s.ln.Addr().String(), "tls", s.tls != nil, "admin_addr", s.AdminAddr(), "dev_mode", s.cfg.DevMode)
+	if s.metrics != nil {
+		go func() {
+			if err := s.metrics.Serve(s.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("metrics listener: %w", err)
+			}
+		}()
+	}
+	s.logger.InfoContext(ctx, "serving", "metrics_addr", s.MetricsAddr(), "addr", s.ln.Addr().String(), "tls", s.tls != nil, "admin_addr", s.AdminAddr(), "dev_mode", s.cfg.DevMode)
 
 	var serveErr error
 	select {
@@ -341,7 +388,11 @@ func (s *server) run(ctx context.Context) error {
 	if s.admin != nil {
 		_ = s.admin.Close() // profiles and River UI polls need no draining
 	}
+	if s.metrics != nil {
+		_ = s.metrics.Close()
+	}
 	<-riverDone
+	s.closeMock(shutdownCtx)
 	s.riverStarted.Store(false)
 	s.pool.Close()
 	s.tel.shutdown(shutdownCtx)

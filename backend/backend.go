@@ -31,10 +31,13 @@ var ComponentTypes = []ComponentType{Compute, NVSwitch, PowerShelf}
 // Implementation names a component-manager implementation.
 type Implementation string
 
-// The implementations Flow has.
+// The implementations Flow has. ImplMock is upstream's mock component
+// manager: Flow answers it with its NICo Core simulator, run in process
+// (Managers.WithMock), so it behaves as ImplNICo against simulated hardware.
 const (
 	ImplNICo Implementation = "nico"
 	ImplPSM  Implementation = "psm"
+	ImplMock Implementation = "mock"
 )
 
 // Operation is something an engine action asks a component manager to do.
@@ -136,7 +139,7 @@ var PowerOps = []PowerOp{PowerOn, ForcePowerOn, PowerOff, ForcePowerOff, Restart
 // against it before a task is written.
 func Supports(t ComponentType, impl Implementation, op Operation) bool {
 	switch impl {
-	case ImplNICo:
+	case ImplNICo, ImplMock:
 		switch op {
 		case OpBringUp, OpBringUpStatus:
 			return t == Compute
@@ -164,7 +167,7 @@ func SupportsPower(t ComponentType, impl Implementation, p PowerOp) bool {
 	switch impl {
 	case ImplPSM:
 		return p == PowerOn || p == ForcePowerOn || p == PowerOff || p == ForcePowerOff
-	case ImplNICo:
+	case ImplNICo, ImplMock:
 		return p != ColdReset || t == Compute
 	}
 	return false

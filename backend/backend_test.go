@@ -90,6 +90,9 @@ func TestParseConfig(t *testing.T) {
 			want: map[backend.ComponentType]backend.Implementation{backend.NVSwitch: "nico"}, nicoTO: time.Minute, psmTO: 30 * time.Second},
 		{name: "TypeNamesAnyCase", yaml: "component_managers:\n  Compute: nico\n  COMPONENT_TYPE_NVSWITCH: nico\n  PowerShelf: psm\n",
 			want: map[backend.ComponentType]backend.Implementation{backend.Compute: "nico", backend.NVSwitch: "nico", backend.PowerShelf: "psm"}, nicoTO: time.Minute, psmTO: 30 * time.Second},
+		{name: "Mock", yaml: "component_managers:\n  compute: mock\n  nvswitch: nico\n  powershelf: mock\nmanager_configs:\n  compute:\n    mock: {}\n",
+			want: map[backend.ComponentType]backend.Implementation{backend.Compute: "mock", backend.NVSwitch: "nico", backend.PowerShelf: "mock"}, nicoTO: time.Minute, psmTO: 30 * time.Second},
+		{name: "ManagerConfigsOfAnotherImplementation", yaml: "component_managers:\n  compute: nico\nmanager_configs:\n  compute:\n    nicolegacy:\n      compute_power_delay: 2s\n", err: `manager_configs.compute.nicolegacy: compute is managed by "nico", not "nicolegacy"`},
 		{name: "SameTypeTwice", yaml: "component_managers:\n  compute: nico\n  Compute: nico\n", err: "another key names too"},
 		{name: "Empty", yaml: "providers: {}\n", err: "at least one"},
 		{name: "Legacy", yaml: "component_managers:\n  compute: nicolegacy\n", err: "not available"},
@@ -115,6 +118,19 @@ func TestParseConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, backend.DefaultConfig(), cfg)
 	require.False(t, cfg.Uses(backend.ImplPSM))
+}
+
+func TestConfigOverride(t *testing.T) {
+	t.Parallel()
+	cfg := backend.DefaultConfig()
+	require.NoError(t, cfg.Override(backend.Compute, " mock "))
+	require.NoError(t, cfg.Override(backend.NVSwitch, "  "))
+	require.Equal(t, map[backend.ComponentType]backend.Implementation{backend.Compute: "mock", backend.NVSwitch: "nico", backend.PowerShelf: "nico"}, cfg.Managers)
+	require.Equal(t, backend.ImplNICo, backend.DefaultConfig().Managers[backend.Compute], "the default is not shared")
+	require.ErrorContains(t, cfg.Override(backend.Compute, "nicolegacy"), `"nicolegacy" is not available`)
+	require.ErrorContains(t, cfg.Override(backend.Compute, "psm"), "not available")
+	require.True(t, backend.Supports(backend.Compute, backend.ImplMock, backend.OpBringUp))
+	require.True(t, backend.SupportsPower(backend.Compute, backend.ImplMock, backend.ColdReset))
 }
 
 type testBundle struct {
@@ -300,6 +316,13 @@ func TestNotConfigured(t *testing.T) {
 	require.NoError(t, ms.Ready(backend.NVSwitch), "no manager: Supports says so")
 	nc, _ = nico.NewClient("http://127.0.0.1:1")
 	require.NoError(t, backend.New(cfg, nc, pc).Ready(backend.Compute))
+
+	// mock is answered by the in-process simulator's client (WithMock).
+	mockCfg := backend.DefaultConfig()
+	require.NoError(t, mockCfg.Override(backend.Compute, "mock"))
+	ms = backend.New(mockCfg, nc, pc)
+	require.ErrorIs(t, ms.Ready(backend.Compute), backend.ErrNotConfigured, "mock without its simulator")
+	require.NoError(t, ms.WithMock(nc).Ready(backend.Compute))
 }
 
 func TestParseDecommission(t *testing.T) {

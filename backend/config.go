@@ -50,8 +50,8 @@ func LoadConfig(path string) (Config, error) {
 }
 
 type fileConfig struct {
-	ComponentManagers map[string]string `yaml:"component_managers"`
-	ManagerConfigs    map[string]any    `yaml:"manager_configs"`
+	ComponentManagers map[string]string                    `yaml:"component_managers"`
+	ManagerConfigs    map[string]map[string]map[string]any `yaml:"manager_configs"`
 	Providers         map[string]struct {
 		Timeout           string `yaml:"timeout"`
 		ComputePowerDelay string `yaml:"compute_power_delay"`
@@ -70,8 +70,11 @@ type fileConfig struct {
 //
 // As upstream, a file is authoritative: it must map at least one type, and
 // a type it leaves out has no manager (its operations fail with
-// ErrNotConfigured). Implementations Flow lacks (nicolegacy, mock,
-// nvswitchmanager) are refused. manager_configs is accepted and ignored.
+// ErrNotConfigured). mock is answered by Flow's in-process Core simulator
+// (ImplMock); implementations Flow lacks (nicolegacy, nvswitchmanager) are
+// refused. manager_configs (manager_configs.<type>.<implementation>.<key>)
+// must name the implementation selected for its type; its one upstream key,
+// compute_power_delay (nicolegacy), is a duration that Flow has no use for.
 func ParseConfig(data []byte) (Config, error) {
 	var fc fileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -83,6 +86,7 @@ func ParseConfig(data []byte) (Config, error) {
 		return Config{}, errors.New("component_managers must map at least one component type")
 	}
 	cfg := Config{Managers: map[ComponentType]Implementation{}, NICoTimeout: nico.DefaultTimeout, PSMTimeout: psm.DefaultTimeout}
+	selected := map[ComponentType]string{} // the implementation names as written
 	for k, v := range fc.ComponentManagers {
 		// Any case, and the wire enum's names, as everywhere a type is a
 		// string.
@@ -96,14 +100,28 @@ func ParseConfig(data []byte) (Config, error) {
 		if _, dup := cfg.Managers[t]; dup {
 			return Config{}, fmt.Errorf("component_managers: %q names %s, which another key names too", k, t)
 		}
-		impl := Implementation(v)
-		if v == "carbide" {
-			impl = ImplNICo // NICo Core's former name
-		}
-		if impl != ImplNICo && (impl != ImplPSM || t != PowerShelf) {
-			return Config{}, fmt.Errorf("component_managers.%s: implementation %q is not available in Flow (use nico%s)", k, v, map[bool]string{true: " or psm", false: ""}[t == PowerShelf])
+		impl, err := parseImplementation(t, v)
+		if err != nil {
+			return Config{}, fmt.Errorf("component_managers.%s: %w", k, err)
 		}
 		cfg.Managers[t] = impl
+		selected[t] = v
+	}
+	for k, impls := range fc.ManagerConfigs {
+		t := ComponentType(strings.TrimPrefix(strings.ToLower(k), "component_type_"))
+		for name, settings := range impls {
+			if name != selected[t] {
+				return Config{}, fmt.Errorf("manager_configs.%s.%s: %s is managed by %q, not %q", k, name, k, or(selected[t], "no implementation"), name)
+			}
+			for key, val := range settings {
+				if key != "compute_power_delay" {
+					continue
+				}
+				if d, err := time.ParseDuration(fmt.Sprint(val)); err != nil || d < 0 {
+					return Config{}, fmt.Errorf("manager_configs.%s.%s.%s: %v is not a duration", k, name, key, val)
+				}
+			}
+		}
 	}
 	for name, p := range fc.Providers {
 		if p.Timeout == "" {
@@ -124,6 +142,48 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	cfg.NICoTimeout = cmp.Or(cfg.NICoTimeout, nico.DefaultTimeout)
 	return cfg, nil
+}
+
+// parseImplementation returns the implementation v names for type t:
+// nico (carbide, NICo Core's former name), psm for power shelves, or mock.
+func parseImplementation(t ComponentType, v string) (Implementation, error) {
+	impl := Implementation(v)
+	if v == "carbide" {
+		impl = ImplNICo
+	}
+	if impl != ImplNICo && impl != ImplMock && (impl != ImplPSM || t != PowerShelf) {
+		return "", fmt.Errorf("implementation %q is not available in Flow (use nico%s or mock)", v, map[bool]string{true: ", psm", false: ""}[t == PowerShelf])
+	}
+	return impl, nil
+}
+
+// Override sets the implementation of type t to v (upstream's
+// COMPONENT_MANAGER_COMPUTE, and Flow's COMPONENT_MANAGER_NVSWITCH and
+// COMPONENT_MANAGER_POWERSHELF), after the file is loaded. v is trimmed;
+// blank leaves the configuration as it is.
+func (c *Config) Override(t ComponentType, v string) error {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return nil
+	}
+	impl, err := parseImplementation(t, v)
+	if err != nil {
+		return err
+	}
+	managers := make(map[ComponentType]Implementation, len(c.Managers)+1)
+	for k, x := range c.Managers {
+		managers[k] = x
+	}
+	managers[t] = impl
+	c.Managers = managers
+	return nil
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // Uses reports whether any component type is managed by impl; Flow only

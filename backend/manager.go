@@ -19,6 +19,7 @@ type Managers struct {
 	cfg  Config
 	nico *nico.Client
 	psm  *psm.Client
+	mock *nico.Client // the in-process Core simulator behind ImplMock
 }
 
 // New returns the managers cfg describes, calling Core through nc and PSM
@@ -26,6 +27,14 @@ type Managers struct {
 // with ErrNotConfigured).
 func New(cfg Config, nc *nico.Client, pc *psm.Client) *Managers {
 	return &Managers{cfg: cfg, nico: nc, psm: pc}
+}
+
+// WithMock sets the client of the in-process Core simulator that answers the
+// types configured as ImplMock, and returns m. Without it those types fail
+// with ErrNotConfigured.
+func (m *Managers) WithMock(nc *nico.Client) *Managers {
+	m.mock = nc
+	return m
 }
 
 // Supports reports whether the manager configured for t can perform op; a
@@ -51,6 +60,10 @@ func (m *Managers) Ready(t ComponentType) error {
 		if m.psm == nil || !m.psm.Configured() {
 			missing = psm.ErrNotConfigured
 		}
+	case ImplMock:
+		if m.mock == nil || !m.mock.Configured() {
+			missing = nico.ErrNotConfigured
+		}
 	}
 	if missing == nil {
 		return nil
@@ -66,7 +79,11 @@ func (m *Managers) SupportsPower(t ComponentType, p PowerOp) bool {
 
 // For returns the manager of t. Its methods fail with ErrNotConfigured when
 // no implementation is configured for t.
+// A type configured as ImplMock gets a NICo Core manager on the simulator.
 func (m *Managers) For(t ComponentType) *Manager {
+	if m.cfg.Managers[t] == ImplMock {
+		return &Manager{Type: t, Impl: ImplNICo, nico: m.mock, psm: m.psm}
+	}
 	return &Manager{Type: t, Impl: m.cfg.Managers[t], nico: m.nico, psm: m.psm}
 }
 

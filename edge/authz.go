@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"sort"
@@ -185,6 +186,9 @@ func procedureRole(procedure string) Role {
 type Policy struct {
 	exact    map[string]Role
 	prefixes []policyPrefix // longest first
+	// audit lets a call the policy would refuse through, logging it
+	// (upstream's audit mode, AllowlistPolicy).
+	audit bool
 }
 
 type policyPrefix struct {
@@ -274,6 +278,7 @@ func (p *Policy) roleOf(identity string) Role {
 // its handler runs, so nothing is written.
 type authorizer struct {
 	policy *Policy
+	logger *slog.Logger // audit-mode warnings
 }
 
 func (a authorizer) check(ctx context.Context, procedure string) error {
@@ -286,6 +291,11 @@ func (a authorizer) check(ctx context.Context, procedure string) error {
 		return nil
 	}
 	if have := a.policy.roleOf(identity); have < need {
+		if a.policy.audit {
+			a.logger.WarnContext(ctx, "authorization audit: the caller is not on the allowlist; FLOW_AUTHORIZATION_MODE=enforce would refuse this call",
+				"procedure", procedure, "identity", identity)
+			return nil
+		}
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s needs role %s; identity %q has role %s", procedure, need, identity, have))
 	}
 	return nil

@@ -80,9 +80,11 @@ func WriteDevCerts(dir string, hosts []string) error {
 		NotBefore:    now,
 		NotAfter:     now.Add(DevCertValidity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		// Client auth too, as SPIFFE SVIDs: the server's certificate is also its
+		// client certificate towards PostgreSQL (DB_CERT_PATH) and backends.
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:    []string{"localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {

@@ -62,7 +62,7 @@ func NewHandler(logger *slog.Logger, svc flowv1connect.FlowHandler, admin adminv
 		// go compressed to clients that ask.
 		connect.WithCompressMinBytes(compressMinBytes),
 		connect.WithInterceptors(opts.Interceptors...),
-		connect.WithInterceptors(newLogInterceptor(logger, slog.LevelInfo), newAuditInterceptor(logger), authorizer{policy: opts.Policy}, newErrorInterceptor(logger)),
+		connect.WithInterceptors(newLogInterceptor(logger, slog.LevelInfo), newAuditInterceptor(logger), authorizer{policy: opts.Policy, logger: logger}, newErrorInterceptor(logger)),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
 			logger.ErrorContext(ctx, "handler panic", "method", spec.Procedure, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			return connect.NewError(connect.CodeInternal, errors.New("internal error"))

@@ -232,7 +232,18 @@ type SecurityConfig struct {
 	SPIFFEDir     string    // the SPIFFE mount; "" is SPIFFECertDir
 	AllowInsecure bool      // ALLOW_INSECURE_GRPC
 	PolicyPath    string    // FLOW_AUTHZ_POLICY
-	ListenAddr    string    // the API's address, for the log
+	// AuthzMode is upstream's FLOW_AUTHORIZATION_MODE (ParseAuthzMode):
+	// AuthzModeAudit ("" too) or AuthzModeEnforce.
+	AuthzMode string
+	// AllowedIdentities is upstream's allowlist of SPIFFE IDs, from
+	// AllowlistSource (the identities file or --allowed-service-identity);
+	// see AllowlistPolicy. It cannot be combined with PolicyPath.
+	AllowedIdentities []string
+	AllowlistSource   string
+	// RequireTLS, when not "", names why cleartext is refused even with
+	// AllowInsecure (upstream: FLOW_ENV=staging or production).
+	RequireTLS string
+	ListenAddr string // the API's address, for the log
 	// Cleartext serves without certificates whatever is configured (flow
 	// dev).
 	Cleartext bool
@@ -241,18 +252,38 @@ type SecurityConfig struct {
 // SetupSecurity resolves the API's certificates and policy and logs what
 // protects the port. Without certificates it fails with ErrNoCertificates
 // (naming every source), unless cfg.AllowInsecure
-// (ALLOW_INSECURE_GRPC=true) or cfg.Cleartext (flow dev) asks for
-// cleartext; a policy cannot apply then (nobody is identified), so a policy
-// with cleartext is refused. Some but not all FLOW_TLS_* files is
-// ErrTLSFilesIncomplete.
+// (ALLOW_INSECURE_GRPC=true, refused when cfg.RequireTLS says why) or
+// cfg.Cleartext (flow dev) asks for cleartext; a policy cannot apply then
+// (nobody is identified), so a policy, an allowlist or enforce mode with
+// cleartext is refused. Some but not all FLOW_TLS_* files is
+// ErrTLSFilesIncomplete. The policy is FLOW_AUTHZ_POLICY's, or upstream's
+// allowlist and mode mapped on roles (AllowlistPolicy); both at once is an
+// error, and so is enforce mode with neither.
 func SetupSecurity(ctx context.Context, logger *slog.Logger, cfg SecurityConfig) (Security, error) {
 	pol, err := LoadPolicy(cfg.PolicyPath)
 	if err != nil {
 		return Security{}, err
 	}
+	mode, err := ParseAuthzMode(cfg.AuthzMode)
+	if err != nil {
+		return Security{}, err
+	}
+	switch {
+	case len(cfg.AllowedIdentities) > 0 && pol != nil:
+		return Security{}, fmt.Errorf("FLOW_AUTHZ_POLICY and upstream's allowlist (%s) are both set: use one (a policy can give the listed identities the admin role)", cfg.AllowlistSource)
+	case len(cfg.AllowedIdentities) > 0:
+		pol = AllowlistPolicy(cfg.AllowedIdentities, mode)
+	case mode == AuthzModeEnforce && pol == nil:
+		return Security{}, errors.New("FLOW_AUTHORIZATION_MODE=enforce needs an allowlist (FLOW_AUTHORIZATION_ALLOWED_SERVICE_IDENTITIES_FILE or --allowed-service-identity) or FLOW_AUTHZ_POLICY: it would refuse every caller")
+	}
 	insecure := func(why string) (Security, error) {
-		if pol != nil {
+		switch {
+		case cfg.PolicyPath != "":
 			return Security{}, fmt.Errorf("FLOW_AUTHZ_POLICY is set but the API serves cleartext (%s): no caller can be identified; configure certificates or unset the policy", why)
+		case len(cfg.AllowedIdentities) > 0:
+			return Security{}, fmt.Errorf("an allowlist (%s) is set but the API serves cleartext (%s): no caller can be identified; configure certificates or unset it", cfg.AllowlistSource, why)
+		case mode == AuthzModeEnforce:
+			return Security{}, fmt.Errorf("FLOW_AUTHORIZATION_MODE=enforce but the API serves cleartext (%s): no caller can be identified", why)
 		}
 		return Security{}, nil
 	}
@@ -261,6 +292,8 @@ func SetupSecurity(ctx context.Context, logger *slog.Logger, cfg SecurityConfig)
 	}
 	src, err := resolveCertSource(cfg.Files, cfg.CertDir, cmp.Or(cfg.SPIFFEDir, SPIFFECertDir))
 	switch {
+	case errors.Is(err, ErrNoCertificates) && cfg.AllowInsecure && cfg.RequireTLS != "":
+		return Security{}, fmt.Errorf("%s requires TLS certificates, so ALLOW_INSECURE_GRPC=true is refused: %w", cfg.RequireTLS, err)
 	case errors.Is(err, ErrNoCertificates) && cfg.AllowInsecure:
 		sec, err := insecure("ALLOW_INSECURE_GRPC=true")
 		if err == nil {
@@ -283,9 +316,13 @@ func SetupSecurity(ctx context.Context, logger *slog.Logger, cfg SecurityConfig)
 	if cfg.AllowInsecure {
 		logger.InfoContext(ctx, "ALLOW_INSECURE_GRPC=true is ignored: certificates are present")
 	}
-	if pol == nil {
+	switch {
+	case len(cfg.AllowedIdentities) > 0:
+		logger.InfoContext(ctx, "upstream authorization allowlist loaded: listed identities are admin, others "+map[bool]string{true: "are refused (enforce)", false: "are let through as admin with a warning per call (audit)"}[mode == AuthzModeEnforce],
+			"source", cfg.AllowlistSource, "mode", mode, "entries", len(cfg.AllowedIdentities))
+	case pol == nil:
 		logger.WarnContext(ctx, "no authorization policy (FLOW_AUTHZ_POLICY): every client with a valid certificate is admin")
-	} else {
+	default:
 		logger.InfoContext(ctx, "authorization policy loaded", "path", cfg.PolicyPath, "entries", len(pol.exact)+len(pol.prefixes))
 	}
 	return Security{Certs: reloader, Policy: pol}, nil
