@@ -135,7 +135,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard, which can pause queues and retry or delete jobs) at /riverui/ on the admin listener outside dev mode; it has no authentication of its own"},
 	// Request limits (limits.go, docs/limits.md).
 	{"FLOW_MAX_REQUEST_BYTES", "4194304", "largest request message in bytes, compressed and decompressed (Connect, gRPC and gRPC-Web); a larger body is refused with resource_exhausted before it is read whole (docs/limits.md)"},
-	{"FLOW_MAX_REQUEST_BYTES_IN_FLIGHT", "67108864", "request body bytes all calls together may hold at once (64 MiB); a call that would go over waits up to 2s for others to finish, then is refused with resource_exhausted, so many concurrent large bodies keep the server's memory bounded (docs/limits.md)"},
+	{"FLOW_MAX_REQUEST_BYTES_IN_FLIGHT", "33554432", "request body bytes all calls together may hold at once (32 MiB: eight bodies of FLOW_MAX_REQUEST_BYTES, thousands of ordinary ones); a call that would go over waits up to 2s for others to finish, then is refused with resource_exhausted, so many concurrent large bodies keep the server's memory bounded (docs/limits.md)"},
 	{"FLOW_MAX_NAME_BYTES", "256", "longest name (rack, component, NVLink domain, rule, schedule and every *_name field), in bytes"},
 	{"FLOW_MAX_SERIAL_BYTES", "128", "longest serial_number, in bytes"},
 	{"FLOW_MAX_MANUFACTURER_BYTES", "128", "longest manufacturer or model, in bytes"},
