@@ -39,6 +39,10 @@ type Config struct {
 	AuthzPolicy   string   // FLOW_AUTHZ_POLICY: YAML file path
 	AdminAddr     string   // FLOW_ADMIN_LISTEN_ADDR (alias FLOW_ADMIN_LISTEN); "off" disables the admin listener
 	PProf         bool     // FLOW_PPROF: serve /debug/pprof/ on the admin listener
+	// AllowedHosts are Host names the admin listener and a cleartext API
+	// answer besides loopback, IP literals and their listen addresses
+	// (edge.Hosts, against DNS rebinding).
+	AllowedHosts []string // FLOW_ALLOWED_HOSTS
 
 	// Observability (docs/observability.md).
 	LogLevelSet  bool // FLOW_LOG_LEVEL was set (dev mode defaults to debug otherwise)
@@ -109,6 +113,7 @@ var ConfigVars = []ConfigVar{
 	{"ALLOW_INSECURE_GRPC", "false", "true lets flow serve start without certificates: cleartext, no authentication, every caller is admin (upstream's name; local development only)"},
 	{"FLOW_AUTHZ_POLICY", "", "YAML file mapping client identities (SPIFFE ID or CN, exact or spiffe://domain/ns/* patterns) to roles viewer, operator, admin; unset: every client with a valid certificate is admin"},
 	{"FLOW_ADMIN_LISTEN_ADDR", "127.0.0.1:50060", "admin listener for /metrics, /healthz, /readyz, River UI (/riverui/) and pprof (/debug/pprof/, with FLOW_PPROF), never on the API port; keep it on loopback or a private network; off disables it"},
+	{"FLOW_ALLOWED_HOSTS", "", "comma-separated Host names the admin listener and a cleartext API (no TLS) answer besides localhost, IP literals, the machine's host name and the listen addresses' hosts (a guard against DNS rebinding); other Hosts get 421; * turns the check off; the TLS API does not check Host"},
 	{"FLOW_ADMIN_LISTEN", "", "older name of FLOW_ADMIN_LISTEN_ADDR, read when that is unset"},
 	{"FLOW_DEV_DATA_DIR", ".flow/dev", "flow dev state folder; --data-dir overrides"},
 	{"TEST_DATABASE_URL", "", "tests only: use this PostgreSQL server instead of starting a private one"},
@@ -290,6 +295,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}
 	cfg.AuthzPolicy = getenv("FLOW_AUTHZ_POLICY")
 	cfg.AdminAddr = cmp.Or(getenv("FLOW_ADMIN_LISTEN_ADDR"), getenv("FLOW_ADMIN_LISTEN"), def("FLOW_ADMIN_LISTEN_ADDR"))
+	for _, h := range strings.Split(def("FLOW_ALLOWED_HOSTS"), ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			cfg.AllowedHosts = append(cfg.AllowedHosts, h)
+		}
+	}
 	if b, err := strconv.ParseBool(def("FLOW_PPROF")); err != nil {
 		errs = append(errs, "FLOW_PPROF must be true or false")
 	} else {
