@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 )
@@ -14,9 +15,10 @@ import (
 const RepeatInterval = 10 * time.Second
 
 // LimitRepeats returns a handler that writes to next, but collapses
-// repeated errors: a WARN or ERROR record whose message and error
-// attribute ("error" or "err") were already written less than interval ago
-// is counted instead of written, and when that interval ends one summary
+// repeated errors: a WARN or ERROR record with an error attribute ("error"
+// or "err") whose message and string attributes (the error's text among
+// them), through the same logger, were already written less than interval
+// ago is counted instead of written, and when that interval ends one summary
 // line follows, the first record's message and attributes with
 // repeated=<count> and repeat_interval. Other records (no error attribute,
 // or below WARN) pass unchanged. Handlers derived with WithAttrs and
@@ -31,8 +33,9 @@ type repeatLimiter struct {
 }
 
 type repeatKey struct {
+	handler    *repeatLimiter // a logger.With has its own attributes
 	level      slog.Level
-	msg, error string
+	msg, attrs string
 }
 
 type repeatState struct {
@@ -65,34 +68,47 @@ func (h *repeatLimiter) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level < slog.LevelWarn {
 		return h.next.Handle(ctx, r)
 	}
-	errText, ok := "", false
+	// The key: the message, the error and every string attribute (the IDs
+	// a line is about: task_id, rack, method), so only the same error
+	// about the same things collapses, never one task's story into
+	// another's. Numbers and durations (attempt counts, backoffs) vary
+	// between repeats and are left out.
+	var key strings.Builder
+	hasError := false
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "error" || a.Key == "err" {
-			errText, ok = a.Value.String(), true
-			return false
+		switch {
+		case a.Key == "error" || a.Key == "err":
+			hasError = true
+		case a.Value.Kind() != slog.KindString:
+			return true
 		}
+		v := a.Value.String()
+		if len(v) > 512 {
+			v = v[:512]
+		}
+		key.WriteString(a.Key)
+		key.WriteByte('=')
+		key.WriteString(v)
+		key.WriteByte(0)
 		return true
 	})
-	if !ok {
+	if !hasError {
 		return h.next.Handle(ctx, r)
 	}
-	if len(errText) > 512 {
-		errText = errText[:512]
-	}
-	key := repeatKey{level: r.Level, msg: r.Message, error: errText}
+	k := repeatKey{handler: h, level: r.Level, msg: r.Message, attrs: key.String()}
 	s := h.state
 	s.mu.Lock()
-	if e := s.seen[key]; e != nil {
+	if e := s.seen[k]; e != nil {
 		e.suppressed++
 		s.mu.Unlock()
 		return nil
 	}
-	s.seen[key] = &repeatEntry{first: r.Clone(), handler: h.next}
+	s.seen[k] = &repeatEntry{first: r.Clone(), handler: h.next}
 	s.mu.Unlock()
 	// The summary goes out under the first record's context (its trace),
 	// whether or not that call has ended.
 	sumCtx := context.WithoutCancel(ctx)
-	time.AfterFunc(s.interval, func() { s.flush(sumCtx, key) })
+	time.AfterFunc(s.interval, func() { s.flush(sumCtx, k) })
 	return h.next.Handle(ctx, r)
 }
 

@@ -55,20 +55,22 @@ func TestLimitRepeats(t *testing.T) {
 	down := errors.New("failed to connect to host=127.0.0.1: connection refused")
 	for i := range 500 {
 		logger.ErrorContext(ctx, "lease renew", "error", down.Error())
-		river.ErrorContext(ctx, "producer: error fetching jobs", "err", down)
+		river.ErrorContext(ctx, "producer: error fetching jobs", "err", down, "num_errors", i) // numbers vary
 		river.WarnContext(ctx, "producer: error fetching jobs", "err", down) // another level, another key
 		logger.InfoContext(ctx, "rpc", "code", "unavailable", "n", i)        // below WARN: every one
 		if i < 3 {
-			logger.ErrorContext(ctx, "lease renew", "error", "another error "+string(rune('a'+i)))
+			logger.ErrorContext(ctx, "lease renew", "error", "another error "+string(rune('a'+i)), "attempt", i)
 			logger.WarnContext(ctx, "no error attribute")
+			// One task's story is never folded into another's.
+			logger.WarnContext(ctx, "step failed", "task_id", string(rune('a'+i)), "error", down.Error())
 		}
 	}
 	lines := buf.lines(t)
-	require.Len(t, lines, 3+500+3+3)
-	require.Eventually(t, func() bool { return len(buf.lines(t)) == 3+500+3+3+3 }, 10*time.Second, 20*time.Millisecond)
+	require.Len(t, lines, 3+500+3+3+3)
+	require.Eventually(t, func() bool { return len(buf.lines(t)) == 3+500+3+3+3+3 }, 10*time.Second, 20*time.Millisecond)
 	time.Sleep(2 * interval)
 	lines = buf.lines(t)
-	require.Len(t, lines, 3+500+3+3+3, "one summary each, nothing more")
+	require.Len(t, lines, 3+500+3+3+3+3, "one summary each, nothing more")
 	sums := map[string]float64{}
 	for _, l := range lines[len(lines)-3:] {
 		require.Equal(t, interval.String(), time.Duration(l["repeat_interval"].(float64)).String())
@@ -85,5 +87,5 @@ func TestLimitRepeats(t *testing.T) {
 
 	// After the interval the next repeat is written in full again.
 	logger.ErrorContext(ctx, "lease renew", "error", down.Error())
-	require.Len(t, buf.lines(t), 3+500+3+3+3+1)
+	require.Len(t, buf.lines(t), 3+500+3+3+3+3+1)
 }
