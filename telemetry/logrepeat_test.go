@@ -56,8 +56,8 @@ func TestLimitRepeats(t *testing.T) {
 	for i := range 500 {
 		logger.ErrorContext(ctx, "lease renew", "error", down.Error())
 		river.ErrorContext(ctx, "producer: error fetching jobs", "err", down, "num_errors", i) // numbers vary
-		river.WarnContext(ctx, "producer: error fetching jobs", "err", down) // another level, another key
-		logger.InfoContext(ctx, "rpc", "code", "unavailable", "n", i)        // below WARN: every one
+		river.WarnContext(ctx, "producer: error fetching jobs", "err", down)                   // another level, another key
+		logger.InfoContext(ctx, "rpc", "code", "unavailable", "n", i)                          // below WARN: every one
 		if i < 3 {
 			logger.ErrorContext(ctx, "lease renew", "error", "another error "+string(rune('a'+i)), "attempt", i)
 			logger.WarnContext(ctx, "no error attribute")
