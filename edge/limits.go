@@ -452,6 +452,10 @@ func (lim Limits) limitListings(next http.Handler) http.Handler {
 // FLOW_MAX_REQUEST_BYTES_IN_FLIGHT before it is refused.
 const inFlightWait = 2 * time.Second
 
+// inFlightPiece is the most a body of unknown length takes from the budget
+// for one read.
+const inFlightPiece = 32 << 10
+
 // byteBudget counts the request body bytes held by calls in progress.
 type byteBudget struct {
 	max int64
@@ -530,7 +534,9 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 		}
 		return b.ReadCloser.Read(p)
 	}
-	want := min(int64(len(p)), room)
+	// A piece at a time: a reader's buffer may be far larger than what
+	// is left of the body.
+	want := min(int64(len(p)), room, inFlightPiece)
 	if want <= 0 {
 		return b.ReadCloser.Read(p)
 	}

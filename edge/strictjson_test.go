@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
@@ -406,4 +407,73 @@ func BenchmarkNestedJSON(b *testing.B) {
 		cpu += c
 	}
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
+// TestRequestBytesInFlight: bodies take their bytes from the shared budget
+// while their handler runs; a call that would go over waits for others to
+// give back, and past inFlightWait is refused with resource_exhausted
+// before its body is read. A call alone may take more than the budget.
+func TestRequestBytesInFlight(t *testing.T) {
+	t.Parallel()
+	lim := testLimits()
+	lim.RequestBytesInFlight = 1 << 20
+	hold := make(chan struct{})
+	type result struct {
+		n    int
+		err  error
+		took time.Duration
+	}
+	results := make(chan result, 8)
+	h := lim.limitInFlight(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		b, err := io.ReadAll(r.Body)
+		results <- result{n: len(b), err: err, took: time.Since(start)}
+		if r.Header.Get("Hold") != "" {
+			<-hold
+		}
+	}))
+	serve := func(size int, length bool, header string) {
+		req := httptest.NewRequest(http.MethodPost, "/x", bytes.NewReader(make([]byte, size)))
+		if !length {
+			req.ContentLength = -1
+			req.Body = io.NopCloser(bytes.NewReader(make([]byte, size)))
+		}
+		if header != "" {
+			req.Header.Set("Hold", header)
+		}
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+
+	// Alone, a body over the whole budget is served.
+	serve(2<<20, true, "")
+	r := <-results
+	require.NoError(t, r.err)
+	require.Equal(t, 2<<20, r.n)
+
+	// A holds 600 KB; B (600 KB) waits until A's handler returns.
+	go serve(600<<10, true, "yes")
+	require.NoError(t, (<-results).err)
+	go serve(600<<10, false, "")
+	time.Sleep(300 * time.Millisecond)
+	close(hold)
+	r = <-results
+	require.NoError(t, r.err)
+	require.Equal(t, 600<<10, r.n)
+	require.GreaterOrEqual(t, r.took, 250*time.Millisecond, "B did not wait for A")
+
+	// C holds 900 KB for good; D waits inFlightWait and is refused
+	// unread, with resource_exhausted naming the setting.
+	hold = make(chan struct{})
+	defer close(hold)
+	go serve(900<<10, false, "yes")
+	require.NoError(t, (<-results).err)
+	serve(600<<10, true, "")
+	r = <-results
+	require.Zero(t, r.n)
+	require.Equal(t, connect.CodeResourceExhausted, connect.CodeOf(r.err), r.err)
+	require.ErrorContains(t, r.err, "FLOW_MAX_REQUEST_BYTES_IN_FLIGHT")
+	require.GreaterOrEqual(t, r.took, inFlightWait)
+	// Small bodies still fit beside C.
+	serve(100<<10, false, "")
+	require.NoError(t, (<-results).err)
 }
