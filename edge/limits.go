@@ -465,16 +465,17 @@ type byteBudget struct {
 	freed chan struct{} // closed, and replaced, whenever bytes are released
 }
 
-// acquire takes n bytes of the budget, waiting up to inFlightWait (or until
-// ctx ends) for other calls to release them; it reports whether it got
-// them. A call alone may take more than the whole budget (one body is
-// bounded by FLOW_MAX_REQUEST_BYTES), so a budget below the message limit
-// serialises large bodies instead of refusing them all.
-func (b *byteBudget) acquire(ctx context.Context, n int64) bool {
+// acquire takes n more bytes of the budget for a call that holds mine,
+// waiting up to inFlightWait (or until ctx ends) for other calls to release
+// theirs; it reports whether it got them. A call alone may take more than
+// the whole budget (one body is bounded by FLOW_MAX_REQUEST_BYTES), so a
+// budget below the message limit serialises large bodies instead of
+// refusing them all.
+func (b *byteBudget) acquire(ctx context.Context, n, mine int64) bool {
 	var timer *time.Timer
 	for {
 		b.mu.Lock()
-		if b.used == 0 || b.used+n <= b.max {
+		if b.used == mine || b.used+n <= b.max {
 			b.used += n
 			b.mu.Unlock()
 			return true
@@ -506,9 +507,11 @@ func (b *byteBudget) release(n int64) {
 	b.mu.Unlock()
 }
 
-// budgetBody is a request body that takes from the budget what it reads,
-// before reading it, and gives it back when the call ends (close). A body
-// with a Content-Length takes all of it at its first read.
+// budgetBody is a request body that takes from the budget what it reads
+// and gives it back when the call ends. A body with a Content-Length takes
+// all of it at its first read, so concurrent large bodies are admitted
+// whole or wait, never each half read and starving the others; a body of
+// unknown length (chunked, gRPC) takes a piece before each read.
 type budgetBody struct {
 	io.ReadCloser
 	ctx    context.Context
@@ -527,15 +530,13 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 	// it just past the limit.
 	room := b.limit + 1 - b.held
 	if b.length >= 0 {
-		if b.held == 0 && b.length > 0 {
-			if !b.take(min(b.length, room)) {
-				return 0, b.err
-			}
+		if b.held == 0 && b.length > 0 && !b.take(min(b.length, room)) {
+			return 0, b.err
 		}
 		return b.ReadCloser.Read(p)
 	}
-	// A piece at a time: a reader's buffer may be far larger than what
-	// is left of the body.
+	// A piece at a time: a reader's buffer may be far larger than what is
+	// left of the body.
 	want := min(int64(len(p)), room, inFlightPiece)
 	if want <= 0 {
 		return b.ReadCloser.Read(p)
@@ -553,7 +554,7 @@ func (b *budgetBody) Read(p []byte) (int, error) {
 }
 
 func (b *budgetBody) take(n int64) bool {
-	if !b.budget.acquire(b.ctx, n) {
+	if !b.budget.acquire(b.ctx, n, b.held) {
 		b.err = connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
 			"the server is holding its limit of %d bytes of requests at once (FLOW_MAX_REQUEST_BYTES_IN_FLIGHT); retry shortly", b.budget.max))
 		return false
