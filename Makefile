@@ -40,7 +40,7 @@ soak: ## kill, crash and restart tests, SOAK_COUNT rounds each
 FUZZTIME         ?=
 FUZZPARALLEL     ?= 1
 FUZZMINIMIZETIME ?= 5s
-FUZZ_TARGETS     ?= FuzzHandlers:./app:1000x FuzzRuleDefinition:./operations:10000x FuzzEnvelope:./firmware:60000x
+FUZZ_TARGETS     ?= FuzzHandlers:./app:1000x FuzzStrictJSON:./edge:20000x FuzzRuleDefinition:./operations:10000x FuzzEnvelope:./firmware:60000x
 fuzz: ## each fuzz target for its execution count (about 30 s each), or FUZZTIME
 	@for t in $(FUZZ_TARGETS); do \
 		name=$${t%%:*}; rest=$${t#*:}; pkg=$${rest%%:*}; budget=$${rest#*:}; \

@@ -40,6 +40,10 @@ type Config struct {
 	AdminAddr     string   // FLOW_ADMIN_LISTEN_ADDR (alias FLOW_ADMIN_LISTEN); "off" disables the admin listener
 	adminAddrSet  bool     // either variable was set (flow dev picks a free port otherwise)
 	PProf         bool     // FLOW_PPROF: serve /debug/pprof/ on the admin listener
+	// AllowedHosts are Host names the admin listener and a cleartext API
+	// answer besides loopback, IP literals and their listen addresses
+	// (edge.Hosts, against DNS rebinding).
+	AllowedHosts []string // FLOW_ALLOWED_HOSTS
 
 	// Upstream's deployment surface (upstream.go, docs/operations.md):
 	// FLOW_ENV (development when unset; EnvSet says it was set, and then
@@ -127,6 +131,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_AUTHORIZATION_ALLOWED_SERVICE_IDENTITIES_FILE", "", "upstream's allowlist: a file of SPIFFE IDs, one per line (blank lines skipped, no comments); a listed identity is admin; an unreadable file or a bad line refuses startup naming the file and line; not with FLOW_AUTHZ_POLICY or --allowed-service-identity"},
 	{"FLOW_AUTHZ_POLICY", "", "YAML file mapping client identities (SPIFFE ID or CN, exact or spiffe://domain/ns/* patterns) to roles viewer, operator, admin; unset: every client with a valid certificate is admin"},
 	{"FLOW_ADMIN_LISTEN_ADDR", "127.0.0.1:50060", "admin listener for /metrics, /healthz, /readyz, River UI (/riverui/) and pprof (/debug/pprof/, with FLOW_PPROF), never on the API port; keep it on loopback or a private network; off disables it; flow dev, when this and FLOW_ADMIN_LISTEN are unset, takes a free loopback port and prints it in its banner"},
+	{"FLOW_ALLOWED_HOSTS", "", "comma-separated Host names the admin listener and a cleartext API (no TLS) answer besides localhost, IP literals, the machine's host name and the listen addresses' hosts (a guard against DNS rebinding); other Hosts get 421; * turns the check off; the TLS API does not check Host"},
 	{"FLOW_ADMIN_LISTEN", "", "older name of FLOW_ADMIN_LISTEN_ADDR, read when that is unset"},
 	{"FLOW_DEV_DATA_DIR", ".flow/dev", "flow dev state folder; --data-dir overrides"},
 	{"TEST_DATABASE_URL", "", "tests only: use this PostgreSQL server instead of starting a private one"},
@@ -164,6 +169,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard, which can pause queues and retry or delete jobs) at /riverui/ on the admin listener outside dev mode; it has no authentication of its own"},
 	// Request limits (limits.go, docs/limits.md).
 	{"FLOW_MAX_REQUEST_BYTES", "4194304", "largest request message in bytes, compressed and decompressed (Connect, gRPC and gRPC-Web); a larger body is refused with resource_exhausted before it is read whole (docs/limits.md)"},
+	{"FLOW_MAX_REQUEST_BYTES_IN_FLIGHT", "33554432", "request body bytes all calls together may hold at once (32 MiB: eight bodies of FLOW_MAX_REQUEST_BYTES, thousands of ordinary ones); a call that would go over waits up to 2s for others to finish, then is refused with resource_exhausted, so many concurrent large bodies keep the server's memory bounded (docs/limits.md)"},
 	{"FLOW_MAX_NAME_BYTES", "256", "longest name (rack, component, NVLink domain, rule, schedule and every *_name field), in bytes"},
 	{"FLOW_MAX_SERIAL_BYTES", "128", "longest serial_number, in bytes"},
 	{"FLOW_MAX_MANUFACTURER_BYTES", "128", "longest manufacturer or model, in bytes"},
@@ -312,6 +318,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	cfg.AuthzPolicy = getenv("FLOW_AUTHZ_POLICY")
 	cfg.AdminAddr = cmp.Or(getenv("FLOW_ADMIN_LISTEN_ADDR"), getenv("FLOW_ADMIN_LISTEN"), def("FLOW_ADMIN_LISTEN_ADDR"))
 	cfg.adminAddrSet = getenv("FLOW_ADMIN_LISTEN_ADDR") != "" || getenv("FLOW_ADMIN_LISTEN") != ""
+	for _, h := range strings.Split(def("FLOW_ALLOWED_HOSTS"), ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			cfg.AllowedHosts = append(cfg.AllowedHosts, h)
+		}
+	}
 	if b, err := strconv.ParseBool(def("FLOW_PPROF")); err != nil {
 		errs = append(errs, "FLOW_PPROF must be true or false")
 	} else {

@@ -44,6 +44,7 @@ func loadLimits(getenv func(string) string) (edge.Limits, []string) {
 		*dst = d
 	}
 	size("FLOW_MAX_REQUEST_BYTES", &lim.RequestBytes)
+	size("FLOW_MAX_REQUEST_BYTES_IN_FLIGHT", &lim.RequestBytesInFlight)
 	size("FLOW_MAX_NAME_BYTES", &lim.NameBytes)
 	size("FLOW_MAX_SERIAL_BYTES", &lim.SerialBytes)
 	size("FLOW_MAX_MANUFACTURER_BYTES", &lim.ManufacturerBytes)

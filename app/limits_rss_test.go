@@ -6,11 +6,13 @@ import (
 	"compress/gzip"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -156,4 +158,73 @@ func TestOversizedBodiesCostNoMemory(t *testing.T) {
 	t.Logf("server RSS %d → %d MB, peak %d → %d MB", baseRSS>>20, rss>>20, basePeak>>20, peak>>20)
 	require.Less(t, peak-baseRSS, int64(64<<20), "peak RSS grew by %d MB", (peak-baseRSS)>>20)
 	_ = limit
+}
+
+// TestConcurrentBodiesKeepRSSBounded is issue 28's O1: 256 concurrent
+// 3.9 MB bodies took a server to 420 MB RSS. Under
+// FLOW_MAX_REQUEST_BYTES_IN_FLIGHT (32 MiB by default) the calls over the
+// budget wait, then are refused with resource_exhausted; every call is
+// answered (the oversized serial number with invalid_argument) and the
+// server's peak RSS grows by less than the bound docs/limits.md gives.
+func TestConcurrentBodiesKeepRSSBounded(t *testing.T) {
+	t.Parallel()
+	port, err := pglocal.FreePort()
+	require.NoError(t, err)
+	url := "http://127.0.0.1:" + itoa(port)
+	p := startServerProcess(t, []string{"DATABASE_URL=" + dbtest.NewDB(t), "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port), "FLOW_LOG_LEVEL=warn"})
+	waitHealthy(t, url)
+	pid := p.cmd.Process.Pid
+	method := url + flowv1connect.FlowGetRackInfoBySerialProcedure
+	for range 5 {
+		res, err := http.Post(method, "application/json", strings.NewReader(`{"serial_info":{"manufacturer":"m","serial_number":"s"}}`))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	body := []byte(`{"serial_info":{"manufacturer":"m","serial_number":"` + strings.Repeat("x", 3_900_000) + `"}}`)
+	baseRSS := procStatus(t, pid, "VmRSS")
+
+	const calls = 256
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: calls, MaxIdleConnsPerHost: calls}}
+	codes := make(chan string, calls)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Go(func() {
+			<-start
+			res, err := client.Post(method, "application/json", bytes.NewReader(body))
+			if err != nil {
+				// Refused before its body was read, the call's connection
+				// is closed under the client's write.
+				if strings.Contains(err.Error(), "broken pipe") || strings.Contains(err.Error(), "connection reset") {
+					codes <- "closed"
+					return
+				}
+				codes <- "transport: " + err.Error()
+				return
+			}
+			raw, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			var e struct{ Code, Message string }
+			if err := json.Unmarshal(raw, &e); err != nil {
+				codes <- fmt.Sprintf("%d %.200s", res.StatusCode, raw)
+				return
+			}
+			codes <- e.Code
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(codes)
+	count := map[string]int{}
+	for c := range codes {
+		count[c]++
+	}
+	t.Logf("answers: %v", count)
+	require.Equal(t, calls, count["invalid_argument"]+count["resource_exhausted"]+count["closed"], "%v", count)
+	require.Positive(t, count["invalid_argument"], "no call got through the budget")
+
+	rss, peak := procStatus(t, pid, "VmRSS"), procStatus(t, pid, "VmHWM")
+	t.Logf("server RSS %d → %d MB, peak %d MB", baseRSS>>20, rss>>20, peak>>20)
+	require.Less(t, peak-baseRSS, int64(256<<20), "peak RSS grew by %d MB", (peak-baseRSS)>>20)
 }

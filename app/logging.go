@@ -4,17 +4,23 @@ import (
 	"io"
 	"log/slog"
 	"time"
+
+	"github.com/nicoflow/flow/telemetry"
 )
 
 // newLogger returns the process logger: JSON or text on w at level. Every
 // duration attribute is written readably ("412µs", "1.5s"), never as JSON's
-// integer nanoseconds.
+// integer nanoseconds. A warning or error that repeats (the same message
+// and error, as in a database outage) is written once per
+// telemetry.RepeatInterval, then summarised with its count; River's logger
+// derives from this one and collapses alike.
 func newLogger(w io.Writer, format string, level slog.Level) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
 	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		h = slog.NewTextHandler(w, opts)
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(telemetry.LimitRepeats(h, telemetry.RepeatInterval))
 }
 
 // readableDurations writes a duration attribute as its Go string, rounded

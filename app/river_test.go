@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/engine"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
 func TestServeRunsEngineAndMountsRiverUI(t *testing.T) {
@@ -115,4 +117,66 @@ func TestConfigRiverUIEnabled(t *testing.T) {
 		return ""
 	})
 	require.ErrorContains(t, err, "FLOW_RIVERUI_ENABLED")
+}
+
+// TestHostAllowListRefusesRebinding: a DNS-rebinding page reaches the
+// loopback listeners with Host: evil.example. The admin listener and the
+// cleartext API answer it 421, River UI's pause through that host
+// included, and a cross-origin pause with the right Host gets 403; the
+// same pause from a script (no Origin) works.
+func TestHostAllowListRefusesRebinding(t *testing.T) {
+	t.Parallel()
+	cfg, err := LoadConfig(func(string) string { return "" })
+	require.NoError(t, err)
+	cfg.DatabaseURL = dbtest.NewDB(t)
+	cfg.ListenAddr = "127.0.0.1:0"
+	cfg.RiverUIEnabled, cfg.AllowInsecure, cfg.AdminAddr = true, true, "127.0.0.1:0"
+	cfg.ShutdownTimeout = 5 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := newServer(ctx, cfg, slog.New(slog.DiscardHandler), serveOptions{})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- srv.run(ctx) }()
+	api, admin := "http://"+srv.Addr().String(), "http://"+srv.AdminAddr()
+
+	status := func(method, url, host string, header http.Header) int {
+		req, err := http.NewRequest(method, url, strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Host = host
+		req.Header = header
+		if req.Header == nil {
+			req.Header = http.Header{}
+		}
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	pause := admin + "/riverui/api/queues/" + engine.QueueName + "/pause"
+	require.Eventually(t, func() bool { return status("GET", admin+"/readyz", "", nil) == http.StatusOK }, 30*time.Second, 50*time.Millisecond)
+
+	require.Equal(t, http.StatusMisdirectedRequest, status("GET", admin+"/riverui/", "evil.example", nil))
+	require.Equal(t, http.StatusMisdirectedRequest, status("GET", admin+"/metrics", "evil.example:80", nil))
+	require.Equal(t, http.StatusMisdirectedRequest, status("PUT", pause, "evil.example", http.Header{"Origin": {"http://evil.example"}}))
+	require.Equal(t, http.StatusMisdirectedRequest, status("POST", api+flowv1connect.FlowGetListOfRacksProcedure, "evil.example", nil))
+	require.Equal(t, http.StatusForbidden, status("PUT", pause, "", http.Header{"Origin": {"http://evil.example"}}))
+	require.Equal(t, http.StatusForbidden, status("PUT", pause, "", http.Header{"Sec-Fetch-Site": {"cross-site"}}))
+	paused := func() bool {
+		var at *time.Time
+		require.NoError(t, srv.pool.QueryRow(ctx, `SELECT paused_at FROM river_queue WHERE name = $1`, engine.QueueName).Scan(&at))
+		return at != nil
+	}
+	require.False(t, paused(), "a refused pause paused the queue")
+
+	// The right Host, by name or address, is served.
+	require.Equal(t, http.StatusOK, status("POST", api+flowv1connect.FlowGetListOfRacksProcedure, "localhost", nil))
+	require.Equal(t, http.StatusOK, status("GET", admin+"/riverui/", "localhost", nil))
+	require.Less(t, status("PUT", pause, "", nil), 300)
+	require.True(t, paused())
+
+	cancel()
+	require.NoError(t, <-done)
 }

@@ -236,13 +236,19 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	if s.tls != nil {
 		tlsConfig = s.tls.TLSConfig()
 	}
+	// Cleartext listeners answer only their own Host names (DNS
+	// rebinding); the TLS API authenticates its clients by certificate.
+	hosts := edge.NewHosts([]string{cfg.ListenAddr, cfg.AdminAddr}, cfg.AllowedHosts)
+	if tlsConfig == nil {
+		mux = hosts.Wrap(mux)
+	}
 	s.http = edge.NewHTTPServer(cfg.ListenAddr, mux, tlsConfig, logger)
 	limitsOrDefault(cfg.Limits).ApplyTimeouts(s.http)
 	if cfg.AdminAddr != "off" {
 		if s.adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
 			return nil, fmt.Errorf("admin listener (FLOW_ADMIN_LISTEN_ADDR) on %s: %w", cfg.AdminAddr, err)
 		}
-		s.admin = edge.NewAdminServer(edge.NewAdminMux(edge.AdminOptions{RiverUI: riverUI, Metrics: s.tel.metricsHandler(), Ready: s.ready, PProf: cfg.PProf}))
+		s.admin = edge.NewAdminServer(hosts.Wrap(edge.NewAdminMux(edge.AdminOptions{RiverUI: riverUI, Metrics: s.tel.metricsHandler(), Ready: s.ready, PProf: cfg.PProf})))
 		if !edge.IsLoopback(cfg.AdminAddr) {
 			logger.WarnContext(ctx, "the admin listener is not on loopback: its endpoints (metrics, River UI, pprof) have no authentication, keep it on a private network", "admin_addr", cfg.AdminAddr)
 		}

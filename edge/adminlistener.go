@@ -22,7 +22,8 @@ type AdminOptions struct {
 // (the process answers), /readyz (ready to work: database reachable,
 // migrations current, River client started), River UI when given (it can
 // pause queues and retry or delete jobs, with no authentication of its own)
-// at /riverui/, and Go's profiler at /debug/pprof/ with FLOW_PPROF=true.
+// at /riverui/ (whose state-changing calls must come from its own origin),
+// and Go's profiler at /debug/pprof/ with FLOW_PPROF=true.
 func NewAdminMux(o AdminOptions) *http.ServeMux {
 	mux := http.NewServeMux()
 	body := "Flow admin listener\n  /healthz       liveness\n  /readyz        readiness (database, migrations, River)\n"
@@ -48,7 +49,9 @@ func NewAdminMux(o AdminOptions) *http.ServeMux {
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	if o.RiverUI != nil {
-		mux.Handle("/riverui/", o.RiverUI)
+		// Its state-changing calls only from its own pages: a page on
+		// another site cannot pause queues through the operator's browser.
+		mux.Handle("/riverui/", sameOrigin(o.RiverUI))
 		body += "  /riverui/      River UI (job queue)\n"
 	}
 	if o.PProf {

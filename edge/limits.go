@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -47,6 +48,11 @@ type Limits struct {
 	// Listings is how many rack and component listings are served at once
 	// (FLOW_MAX_CONCURRENT_LISTINGS); more wait their turn.
 	Listings int
+	// RequestBytesInFlight bounds the request body bytes the server reads
+	// and holds at once, over all calls (FLOW_MAX_REQUEST_BYTES_IN_FLIGHT):
+	// a call whose body would go over it waits briefly for others to
+	// finish, then is refused with resource_exhausted (limitInFlight).
+	RequestBytesInFlight int
 	// Submits is how many task submission transactions run at once
 	// (FLOW_MAX_CONCURRENT_SUBMITS, 0 there being one per CPU, at least 2);
 	// submissions wait their turn, and each transaction writes those
@@ -371,6 +377,32 @@ var listingProcedures = map[string]bool{
 	flowv1connect.FlowGetComponentsProcedure:  true,
 }
 
+var errTooDeep = errors.New("too deep")
+
+// readListing reads a listing's body whole, following its JSON depth when
+// depth is not nil: a body nested too deep fails (errTooDeep) as soon as
+// the level too deep arrives.
+func readListing(body io.Reader, depth *jsonDepth) ([]byte, error) {
+	if depth == nil {
+		return io.ReadAll(body)
+	}
+	var buf bytes.Buffer
+	chunk := make([]byte, 32<<10)
+	for {
+		n, err := body.Read(chunk)
+		if derr := depth.scan(chunk[:n]); derr != nil {
+			return nil, fmt.Errorf("%w: %w", errTooDeep, derr)
+		}
+		buf.Write(chunk[:n])
+		if err == io.EOF {
+			return buf.Bytes(), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
 // limitListings serves at most lim.Listings rack and component listings at
 // once, decoding to writing the answer; the others wait (until their
 // deadline), so concurrent listers hold a few pages in memory, not one
@@ -383,8 +415,19 @@ func (lim Limits) limitListings(next http.Handler) http.Handler {
 			return
 		}
 		// Read the (small, bounded) request first: waiting for a slot must
-		// not count against the client's FLOW_READ_TIMEOUT.
-		body, err := io.ReadAll(r.Body)
+		// not count against the client's FLOW_READ_TIMEOUT. A JSON body
+		// nested too deep is refused as it arrives, before it waits for or
+		// holds a slot (issue 28: four such bodies once held every slot
+		// for 44 s).
+		var depth *jsonDepth
+		if isConnectUnary(r) && strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") && r.Header.Get("Content-Encoding") == "" {
+			depth = &jsonDepth{}
+		}
+		body, err := readListing(r.Body, depth)
+		if errors.Is(err, errTooDeep) {
+			writeConnectError(w, connect.CodeInvalidArgument, strings.TrimPrefix(err.Error(), errTooDeep.Error()+": "))
+			return
+		}
 		if err != nil {
 			next.ServeHTTP(w, r) // the body errs again: Connect answers it
 			return
@@ -396,6 +439,145 @@ func (lim Limits) limitListings(next http.Handler) http.Handler {
 			return
 		}
 		defer func() { <-slots }()
+		// A client that left while waiting gets no work done for it,
+		// whichever way the select above went.
+		if r.Context().Err() != nil {
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// inFlightWait is how long a call waits for room in
+// FLOW_MAX_REQUEST_BYTES_IN_FLIGHT before it is refused.
+const inFlightWait = 2 * time.Second
+
+// inFlightPiece is the most a body of unknown length takes from the budget
+// for one read.
+const inFlightPiece = 32 << 10
+
+// byteBudget counts the request body bytes held by calls in progress.
+type byteBudget struct {
+	max int64
+
+	mu    sync.Mutex
+	used  int64
+	freed chan struct{} // closed, and replaced, whenever bytes are released
+}
+
+// acquire takes n more bytes of the budget for a call that holds mine,
+// waiting up to inFlightWait (or until ctx ends) for other calls to release
+// theirs; it reports whether it got them. A call alone may take more than
+// the whole budget (one body is bounded by FLOW_MAX_REQUEST_BYTES), so a
+// budget below the message limit serialises large bodies instead of
+// refusing them all.
+func (b *byteBudget) acquire(ctx context.Context, n, mine int64) bool {
+	var timer *time.Timer
+	for {
+		b.mu.Lock()
+		if b.used == mine || b.used+n <= b.max {
+			b.used += n
+			b.mu.Unlock()
+			return true
+		}
+		freed := b.freed
+		b.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(inFlightWait)
+			defer timer.Stop()
+		}
+		select {
+		case <-freed:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (b *byteBudget) release(n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used -= n
+	close(b.freed)
+	b.freed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// budgetBody is a request body that takes from the budget what it reads
+// and gives it back when the call ends. A body with a Content-Length takes
+// all of it at its first read, so concurrent large bodies are admitted
+// whole or wait, never each half read and starving the others; a body of
+// unknown length (chunked, gRPC) takes a piece before each read.
+type budgetBody struct {
+	io.ReadCloser
+	ctx    context.Context
+	budget *byteBudget
+	length int64 // Content-Length, or -1
+	limit  int64 // most bytes one body may read (the message limit plus framing)
+	held   int64
+	err    error
+}
+
+func (b *budgetBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	// Never hold more than one body can read: MaxBytesReader below stops
+	// it just past the limit.
+	room := b.limit + 1 - b.held
+	if b.length >= 0 {
+		if b.held == 0 && b.length > 0 && !b.take(min(b.length, room)) {
+			return 0, b.err
+		}
+		return b.ReadCloser.Read(p)
+	}
+	// A piece at a time: a reader's buffer may be far larger than what is
+	// left of the body.
+	want := min(int64(len(p)), room, inFlightPiece)
+	if want <= 0 {
+		return b.ReadCloser.Read(p)
+	}
+	if !b.take(want) {
+		return 0, b.err
+	}
+	n, err := b.ReadCloser.Read(p[:want])
+	// Give back what was taken but not read.
+	if unread := want - int64(n); unread > 0 {
+		b.budget.release(unread)
+		b.held -= unread
+	}
+	return n, err
+}
+
+func (b *budgetBody) take(n int64) bool {
+	if !b.budget.acquire(b.ctx, n, b.held) {
+		b.err = connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"the server is holding its limit of %d bytes of requests at once (FLOW_MAX_REQUEST_BYTES_IN_FLIGHT); retry shortly", b.budget.max))
+		return false
+	}
+	b.held += n
+	return true
+}
+
+// limitInFlight bounds the request body bytes held by all calls at once to
+// lim.RequestBytesInFlight (budgetBody): each call's bytes count from when
+// they are read to when its handler returns, since the decoded request
+// lives that long.
+func (lim Limits) limitInFlight(next http.Handler) http.Handler {
+	budget := &byteBudget{max: int64(lim.RequestBytesInFlight), freed: make(chan struct{})}
+	limit := int64(lim.RequestBytes) + envelopeOverhead
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body := &budgetBody{ReadCloser: r.Body, ctx: r.Context(), budget: budget, length: r.ContentLength, limit: limit}
+		r.Body = body
+		defer func() { budget.release(body.held) }()
 		next.ServeHTTP(w, r)
 	})
 }

@@ -83,7 +83,7 @@ func NewHandler(logger *slog.Logger, svc flowv1connect.FlowHandler, admin adminv
 		mux.Handle(grpcreflect.NewHandlerV1(reflector, quiet))
 		mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, quiet))
 	}
-	return withCaller(lim.limitBody(lim.limitListings(mux)))
+	return withCaller(lim.limitBody(lim.limitInFlight(lim.limitListings(mux))))
 }
 
 // NewHTTPServer serves handler on addr over HTTP/1.1 and HTTP/2: over TLS

@@ -61,6 +61,9 @@ func (jsonCodec) Unmarshal(data []byte, message any) error {
 	if len(data) == 0 {
 		return errors.New("request body: zero-length payload is not a valid JSON object")
 	}
+	if err := checkJSONDepth(data); err != nil {
+		return err
+	}
 	err := protojson.UnmarshalOptions{}.Unmarshal(data, m)
 	if err == nil {
 		return nil
@@ -75,6 +78,61 @@ func (jsonCodec) Unmarshal(data []byte, message any) error {
 		return nil
 	}
 	return describeJSONError(data, err)
+}
+
+// MaxJSONDepth is the deepest nesting of JSON objects and arrays a request
+// may have. The deepest v1.Flow request nests about 8 levels (a rack's
+// component's BMC in a patch); a deeper document is refused with
+// invalid_argument before anything else looks at it, so no decoder, path
+// search or protojson recursion ever works through thousands of levels
+// (issue 28: a 60 KB body of nested arrays once cost 45 CPU-seconds).
+const MaxJSONDepth = 100
+
+// checkJSONDepth returns an error when data nests objects and arrays
+// deeper than MaxJSONDepth. It is one pass over the bytes that stops at the
+// first level too deep; brackets inside strings do not count.
+func checkJSONDepth(data []byte) error {
+	var d jsonDepth
+	return d.scan(data)
+}
+
+// jsonDepth follows the nesting of a JSON document given in pieces.
+type jsonDepth struct {
+	depth    int
+	off      int  // bytes scanned
+	inString bool // inside a string
+	escaped  bool // after a backslash inside a string
+}
+
+// scan takes the next piece of the document and returns an error once the
+// nesting goes deeper than MaxJSONDepth.
+func (d *jsonDepth) scan(p []byte) error {
+	for i, c := range p {
+		if d.inString {
+			switch {
+			case d.escaped:
+				d.escaped = false
+			case c == '\\':
+				d.escaped = true
+			case c == '"':
+				d.inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			d.inString = true
+		case '{', '[':
+			d.depth++
+			if d.depth > MaxJSONDepth {
+				return fmt.Errorf("request body: JSON nested deeper than %d levels (at byte %d)", MaxJSONDepth, d.off+i)
+			}
+		case '}', ']':
+			d.depth--
+		}
+	}
+	d.off += len(p)
+	return nil
 }
 
 var jsonErrPos = regexp.MustCompile(`\(line (\d+):(\d+)\)`)
@@ -131,46 +189,58 @@ func byteOffset(data []byte, line, col int) int {
 // byte off: an object key names itself, a value the key or index it sits
 // at. It returns the deepest path reached when the document is broken
 // before off.
+//
+// It is one linear pass: the rendered path is kept in one buffer, each
+// open object or array owning the segment from its start, so a token
+// rewrites only the innermost segment (a path re-rendered at every token
+// cost time quadratic in the nesting depth: issue 28). Callers bound the
+// depth first (checkJSONDepth).
 func jsonPathAt(data []byte, off int) string {
 	type frame struct {
 		obj     bool
 		keyNext bool
-		key     string
 		idx     int
+		start   int // where the frame's segment starts in buf
 	}
-	var stack []*frame
-	render := func() string {
-		var b strings.Builder
-		for _, f := range stack {
-			switch {
-			case f.obj && f.key != "":
-				if b.Len() > 0 {
-					b.WriteByte('.')
-				}
-				b.WriteString(f.key)
-			case !f.obj && f.idx >= 0:
-				fmt.Fprintf(&b, "[%d]", f.idx)
+	var stack []frame
+	var buf []byte
+	// lastLen is the length of buf when the last path was taken; only
+	// closing delimiters, which truncate buf without writing, follow it,
+	// so buf[:lastLen] still holds that path.
+	lastLen := 0
+	setSegment := func(f *frame, key string, isKey bool) {
+		buf = buf[:f.start]
+		if isKey {
+			if key == "" {
+				return // an empty key names nothing
 			}
+			if f.start > 0 {
+				buf = append(buf, '.')
+			}
+			buf = append(buf, key...)
+			return
 		}
-		return b.String()
+		buf = append(buf, '[')
+		buf = strconv.AppendInt(buf, int64(f.idx), 10)
+		buf = append(buf, ']')
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	last := ""
 	for {
 		tok, err := dec.Token()
 		if err != nil {
-			return last
+			return string(buf[:lastLen])
 		}
 		end := int(dec.InputOffset())
 		var top *frame
 		if len(stack) > 0 {
-			top = stack[len(stack)-1]
+			top = &stack[len(stack)-1]
 		}
 		isKey := false
 		switch t := tok.(type) {
 		case json.Delim:
 			if t == '}' || t == ']' {
+				buf = buf[:stack[len(stack)-1].start]
 				stack = stack[:len(stack)-1]
 				if len(stack) > 0 && stack[len(stack)-1].obj {
 					stack[len(stack)-1].keyNext = true
@@ -179,18 +249,20 @@ func jsonPathAt(data []byte, off int) string {
 			}
 		case string:
 			if top != nil && top.obj && top.keyNext {
-				top.key, top.keyNext, isKey = t, false, true
+				top.keyNext, isKey = false, true
+				setSegment(top, t, true)
 			}
 		}
 		if !isKey && top != nil && !top.obj {
 			top.idx++
+			setSegment(top, "", false)
 		}
-		last = render()
+		lastLen = len(buf)
 		if end > off {
-			return last
+			return string(buf)
 		}
 		if d, ok := tok.(json.Delim); ok {
-			stack = append(stack, &frame{obj: d == '{', keyNext: d == '{', idx: -1})
+			stack = append(stack, frame{obj: d == '{', keyNext: d == '{', idx: -1, start: len(buf)})
 			continue
 		}
 		if !isKey && top != nil && top.obj {

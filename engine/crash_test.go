@@ -1,24 +1,30 @@
 package engine_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/engine"
+	"github.com/nicoflow/flow/telemetry"
 )
 
 // crashChildEnv, when set to a database URL, turns the test binary into an
@@ -236,7 +242,25 @@ func TestPostgresRestartMidRun(t *testing.T) {
 	pool := openPool(t, url, 30)
 	_, err = pool.Exec(ctx, callTableSQL)
 	require.NoError(t, err)
-	e, _ := startEngine(t, pool, engine.Config{})
+	// The engine and River log as in flow serve: WARN and above, through
+	// the repeat limiter (issue 28: ~70 ERROR lines a second per replica
+	// during an outage before it).
+	logs := &lineCounter{}
+	logger := slog.New(telemetry.LimitRepeats(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}), telemetry.RepeatInterval))
+	e := newEngine(pool, engine.Config{Logger: logger})
+	rc := e.RiverConfig() // its Logger is the engine's
+	rc.TestOnly = true
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
+	require.NoError(t, err)
+	e.SetClient(client)
+	require.NoError(t, e.StartLease(ctx))
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.StopAndCancel(ctx)
+		_ = e.Stop(ctx)
+	})
 
 	var runs []engine.RunID
 	for range 10 {
@@ -261,4 +285,33 @@ func TestPostgresRestartMidRun(t *testing.T) {
 		rep := waitRun(t, pool, e, id, 2*time.Minute)
 		require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
 	}
+	// The outage wrote a few lines, not a flood: ~11 (each distinct
+	// error once), where the same second of outage wrote ~40 without the
+	// limiter and a 15 s one about 70 a second.
+	n, sample := logs.count()
+	t.Logf("log lines over the restart: %d, e.g. %.300s", n, sample)
+	require.LessOrEqual(t, n, 20)
+}
+
+// lineCounter counts the lines written to it, keeping the first.
+type lineCounter struct {
+	mu    sync.Mutex
+	n     int
+	first string
+}
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += bytes.Count(p, []byte("\n"))
+	if c.first == "" {
+		c.first = string(p)
+	}
+	return len(p), nil
+}
+
+func (c *lineCounter) count() (int, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n, c.first
 }
