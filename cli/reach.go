@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -101,14 +102,26 @@ func (t *apiTransport) transportCause(err error) *reachError {
 		return &reachError{fmt.Sprintf("%s is not a Flow API over TLS: it did not answer the TLS handshake (%v)", t.base, err), err}
 	case errors.As(err, &unknownCA), errors.As(err, &hostname), errors.As(err, &invalid):
 		return &reachError{fmt.Sprintf("%s: the server's TLS certificate is not trusted (%v): give --ca FILE, the CA bundle that signed it (FLOW_TLS_CA, CERTDIR/ca.crt)", t.base, err), err}
-	case strings.Contains(msg, "remote error: tls:"):
+	case strings.Contains(msg, "remote error: tls:"), strings.HasPrefix(t.base, "https://") && hungUp(err):
+		// Under TLS 1.3 the server checks the client's certificate after
+		// the client's side of the handshake is done, so its refusal may
+		// reach the client as an alert, or only as the connection it
+		// closed under the request being written.
 		return &reachError{fmt.Sprintf("%s refused the TLS handshake (%v): it wants a client certificate it trusts: give --cert and --key (FLOW_TLS_CERT/FLOW_TLS_KEY, CERTDIR/tls.crt and tls.key), signed by a CA the server accepts", t.base, err), err}
 	case strings.Contains(msg, "malformed HTTP") && (strings.Contains(msg, `\x15\x03`) || strings.Contains(msg, `\x16\x03`)):
 		return &reachError{fmt.Sprintf("%s wants TLS (it answered with a TLS record): give --ca FILE (the CA of its certificate) and, for mutual TLS, --cert and --key (FLOW_TLS_*, CERTDIR)", t.base), err}
-	case strings.Contains(msg, "malformed HTTP"), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+	case strings.Contains(msg, "malformed HTTP"), hungUp(err):
 		return &reachError{fmt.Sprintf("%s is not a Flow API: it did not answer HTTP (%v). A PostgreSQL port, or another service? Flow's API listens on FLOW_LISTEN_ADDR (default %s)", t.base, err, DefaultServer), err}
 	}
 	return nil
+}
+
+// hungUp reports whether err says the server closed the connection
+// instead of answering: an early end of stream, a reset, a broken pipe,
+// or the transport's own use of the connection it had to close.
+func hungUp(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
 }
 
 // answerCause names why an HTTP answer is not Flow's, nil when it may be:
