@@ -23,8 +23,10 @@ var allowedImports = map[string][]string{
 	"inventory":  {"db"},
 	"firmware":   {"db", "engine", "inventory", "backend", "nico", "psm"},
 	"telemetry":  {},
-	"nico":       {},
-	"psm":        {},
+	// logtest is a log sink for tests; only tests import it.
+	"logtest": {},
+	"nico":    {},
+	"psm":     {},
 	// sim is the simulators' floor (clock, journal, faults, admin, serving);
 	// each simulator sits under it and may also use its backend client's
 	// names (the alert a leak raises); simrun runs both. Nothing under sim

@@ -23,6 +23,7 @@ import (
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/logtest"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/opstest"
 	"github.com/nicoflow/flow/operations/schedule"
@@ -82,22 +83,8 @@ type schedBundle struct {
 	engine *engine.Engine
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is the schedule service's log.
+type syncBuffer = logtest.Buffer
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
