@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/nico"
+	"github.com/nicoflow/flow/proctest"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/sim/nicosim"
@@ -343,11 +343,11 @@ func TestDevKilledStopsItsPostgres(t *testing.T) {
 	require.NoError(t, err)
 	pid := cluster.PID()
 	require.NotZero(t, pid, "postmaster.pid names the server")
-	require.True(t, processAlive(pid))
+	require.True(t, proctest.Alive(pid))
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
 	<-p.exited
-	require.Eventually(t, func() bool { return !processAlive(pid) }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return !proctest.Alive(pid) }, 10*time.Second, 50*time.Millisecond,
 		"postgres (pid %d) outlived the flow dev killed with SIGKILL", pid)
 
 	second := startDev(t, dir)
@@ -360,19 +360,6 @@ func TestDevKilledStopsItsPostgres(t *testing.T) {
 	require.NoError(t, conn.Close(ctx))
 	second.stop(t)
 	require.False(t, cluster.Running(ctx))
-}
-
-// processAlive reports whether process pid exists and is not a zombie (an
-// orphan is reaped by init, maybe not at once).
-func processAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command name, which is in parentheses.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 // TestDevHelpShowsItsOwnFlags: flow dev --help (and every server command's)

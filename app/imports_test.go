@@ -23,10 +23,12 @@ var allowedImports = map[string][]string{
 	"inventory":  {"db"},
 	"firmware":   {"db", "engine", "inventory", "backend", "nico", "psm"},
 	"telemetry":  {},
-	// logtest is a log sink for tests; only tests import it.
-	"logtest": {},
-	"nico":    {},
-	"psm":     {},
+	// logtest is a log sink for tests, proctest a process check for
+	// tests; only tests import them.
+	"logtest":  {},
+	"proctest": {},
+	"nico":     {},
+	"psm":      {},
 	// sim is the simulators' floor (clock, journal, faults, admin, serving);
 	// each simulator sits under it and may also use its backend client's
 	// names (the alert a leak raises); simrun runs both. Nothing under sim

@@ -7,13 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/proctest"
 )
 
 func TestFindBinDirWithoutPostgres(t *testing.T) {
@@ -175,7 +176,7 @@ func TestAttachedServerStopsWithAKilledParent(t *testing.T) {
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
-	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return !proctest.Alive(pid) }, 10*time.Second, 50*time.Millisecond,
 		"the postmaster (pid %d) outlived the process that started it", pid)
 	require.False(t, c.Running(ctx))
 
@@ -195,21 +196,8 @@ func TestAttachedServerStopsWithAKilledParent(t *testing.T) {
 	// Stop shuts it down cleanly and reaps it.
 	pid = c.PID()
 	require.NoError(t, c.Stop(ctx))
-	require.False(t, alive(pid))
+	require.False(t, proctest.Alive(pid))
 	require.False(t, c.Running(ctx))
-}
-
-// alive reports whether process pid exists and is not a zombie (one whose
-// parent died is reaped by init, maybe not at once).
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command name, which is in parentheses.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 // TestStartPicksAnotherPortWhenItsChoiceIsTaken: a port Start chose itself
