@@ -64,13 +64,21 @@ func TestLockExclusiveNamesTheHolder(t *testing.T) {
 	require.NoError(t, l2.Unlock())
 }
 
-func TestClusterLifecycle(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// tempBase returns a new folder that the postgres user can enter (a
+// cluster's folder goes under it), removed when the test ends.
+func tempBase(t *testing.T) string {
+	t.Helper()
 	base, err := os.MkdirTemp("", "pglocal-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(base, 0o755))
 	t.Cleanup(func() { os.RemoveAll(base) })
+	return base
+}
+
+func TestClusterLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	base := tempBase(t)
 
 	c, err := New(filepath.Join(base, "data"), 0)
 	require.NoError(t, err)
@@ -147,10 +155,7 @@ func TestMain(m *testing.M) {
 func TestAttachedServerStopsWithAKilledParent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	base, err := os.MkdirTemp("", "pglocal-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(base, 0o755))
-	t.Cleanup(func() { os.RemoveAll(base) })
+	base := tempBase(t)
 	dir := filepath.Join(base, "data")
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -220,10 +225,7 @@ func TestStartPicksAnotherPortWhenItsChoiceIsTaken(t *testing.T) {
 	}
 	t.Cleanup(func() { freePort = FreePort })
 
-	base, err := os.MkdirTemp("", "pglocal-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(base, 0o755))
-	t.Cleanup(func() { os.RemoveAll(base) })
+	base := tempBase(t)
 	for _, attached := range []bool{true, false} {
 		calls = 0
 		c, err := New(filepath.Join(base, fmt.Sprint("data-", attached)), 0)
