@@ -69,15 +69,23 @@ func TestLoadConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cfg, err := LoadConfig(func(k string) string { return tt.env[k] })
-			if tt.wantErr != "" {
-				require.ErrorContains(t, err, tt.wantErr)
-				require.Equal(t, 2, ExitCode(err))
-				return
-			}
-			require.NoError(t, err)
-			tt.check(t, cfg)
+			requireConfig(t, cfg, err, tt.wantErr, tt.check)
 		})
 	}
+}
+
+// requireConfig checks what a configuration test case got: with wantErr,
+// an error naming it that exits 2 (a usage error); otherwise no error and
+// a config that passes check.
+func requireConfig(t *testing.T, cfg Config, err error, wantErr string, check func(*testing.T, Config)) {
+	t.Helper()
+	if wantErr != "" {
+		require.ErrorContains(t, err, wantErr)
+		require.Equal(t, 2, ExitCode(err))
+		return
+	}
+	require.NoError(t, err)
+	check(t, cfg)
 }
 
 func TestConfigLogValueMasksPassword(t *testing.T) {

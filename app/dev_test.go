@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/nico"
+	"github.com/nicoflow/flow/proctest"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/sim/nicosim"
@@ -124,12 +124,7 @@ func TestDevKeepsDataAcrossRestartsAndStopsPostgres(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "another flow dev is already running on "+dir)
 
-	dbURL := regexp.MustCompile(`Database\s+(\S+)`).FindStringSubmatch(banner)[1]
-	conn, err := pgx.Connect(ctx, dbURL)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `CREATE TABLE dev_marker (v text); INSERT INTO dev_marker VALUES ('kept')`)
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
+	writeDevMarker(t, banner)
 
 	first.stop(t)
 	_, err = os.Stat(filepath.Join(dir, devSimStateFile))
@@ -140,13 +135,7 @@ func TestDevKeepsDataAcrossRestartsAndStopsPostgres(t *testing.T) {
 
 	second := startDev(t, dir)
 	second.addr(t)
-	dbURL = regexp.MustCompile(`Database\s+(\S+)`).FindStringSubmatch(second.out.String())[1]
-	conn, err = pgx.Connect(ctx, dbURL)
-	require.NoError(t, err)
-	var v string
-	require.NoError(t, conn.QueryRow(ctx, `SELECT v FROM dev_marker`).Scan(&v))
-	require.Equal(t, "kept", v)
-	require.NoError(t, conn.Close(ctx))
+	requireDevMarker(t, second.out.String())
 	second.stop(t)
 	require.False(t, cluster.Running(ctx))
 }
@@ -324,6 +313,31 @@ func TestDevSideBySide(t *testing.T) {
 	require.NotEqual(t, admins[0], admins[1])
 }
 
+// writeDevMarker stores a marker row in the database that the flow dev
+// banner names.
+func writeDevMarker(t *testing.T, banner string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, regexp.MustCompile(`Database\s+(\S+)`).FindStringSubmatch(banner)[1])
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `CREATE TABLE dev_marker (v text); INSERT INTO dev_marker VALUES ('kept')`)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+}
+
+// requireDevMarker checks that the database the flow dev banner names holds
+// writeDevMarker's row.
+func requireDevMarker(t *testing.T, banner string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, regexp.MustCompile(`Database\s+(\S+)`).FindStringSubmatch(banner)[1])
+	require.NoError(t, err)
+	var v string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT v FROM dev_marker`).Scan(&v))
+	require.Equal(t, "kept", v)
+	require.NoError(t, conn.Close(ctx))
+}
+
 // TestDevKilledStopsItsPostgres: flow dev killed with SIGKILL leaves no
 // PostgreSQL behind (the postmaster of its postmaster.pid is gone within
 // seconds), and a new flow dev on the same state folder starts and finds
@@ -334,45 +348,23 @@ func TestDevKilledStopsItsPostgres(t *testing.T) {
 	dir := devDir(t)
 	p := startDevProcess(t, dir)
 	banner := p.banner(t)
-	conn, err := pgx.Connect(ctx, regexp.MustCompile(`Database\s+(\S+)`).FindStringSubmatch(banner)[1])
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `CREATE TABLE dev_marker (v text); INSERT INTO dev_marker VALUES ('kept')`)
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
+	writeDevMarker(t, banner)
 	cluster, err := pglocal.New(pgDataOf(t, dir), 0)
 	require.NoError(t, err)
 	pid := cluster.PID()
 	require.NotZero(t, pid, "postmaster.pid names the server")
-	require.True(t, processAlive(pid))
+	require.True(t, proctest.Alive(pid))
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
 	<-p.exited
-	require.Eventually(t, func() bool { return !processAlive(pid) }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return !proctest.Alive(pid) }, 10*time.Second, 50*time.Millisecond,
 		"postgres (pid %d) outlived the flow dev killed with SIGKILL", pid)
 
 	second := startDev(t, dir)
 	second.addr(t)
-	conn, err = pgx.Connect(ctx, regexp.MustCompile(`Database\s+(\S+)`).FindStringSubmatch(second.out.String())[1])
-	require.NoError(t, err)
-	var v string
-	require.NoError(t, conn.QueryRow(ctx, `SELECT v FROM dev_marker`).Scan(&v))
-	require.Equal(t, "kept", v)
-	require.NoError(t, conn.Close(ctx))
+	requireDevMarker(t, second.out.String())
 	second.stop(t)
 	require.False(t, cluster.Running(ctx))
-}
-
-// processAlive reports whether process pid exists and is not a zombie (an
-// orphan is reaped by init, maybe not at once).
-func processAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command name, which is in parentheses.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 // TestDevHelpShowsItsOwnFlags: flow dev --help (and every server command's)

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,28 +21,14 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/nicoflow/flow/edge"
+	"github.com/nicoflow/flow/logtest"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = logtest.Buffer
 
 // faultyService answers two methods with a raw (non-connect) error and a
 // panic, standing in for a domain bug.

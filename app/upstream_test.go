@@ -116,13 +116,7 @@ func TestLoadConfigUpstream(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cfg, err := LoadConfig(env(tt.env))
-			if tt.wantErr != "" {
-				require.ErrorContains(t, err, tt.wantErr)
-				require.Equal(t, 2, ExitCode(err))
-				return
-			}
-			require.NoError(t, err)
-			tt.check(t, cfg)
+			requireConfig(t, cfg, err, tt.wantErr, tt.check)
 		})
 	}
 }
@@ -189,13 +183,7 @@ func TestServeFlagsUpstream(t *testing.T) {
 				return false
 			}
 			err = f.finish(&cfg, env(tt.env))
-			if tt.wantErr != "" {
-				require.ErrorContains(t, err, tt.wantErr)
-				require.Equal(t, 2, ExitCode(err))
-				return
-			}
-			require.NoError(t, err)
-			tt.check(t, cfg)
+			requireConfig(t, cfg, err, tt.wantErr, tt.check)
 		})
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
@@ -128,13 +127,7 @@ func TestRolloutWatchInterrupted(t *testing.T) {
 	url := serveFlow(t, h)
 	root := &cobra.Command{Use: "flow"}
 	AddCommands(root, Options{Getenv: func(string) string { return "" }})
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		for h.polls.Load() < 3 {
-			time.Sleep(time.Millisecond)
-		}
-		cancel() // Ctrl-C
-	}()
+	ctx := interruptAfter(&h.polls, 3)
 	var out, errOut bytes.Buffer
 	err := Execute(ctx, root, []string{"--server", url, "rollout", "watch", runID, "--interval", "5ms"}, &out, &errOut)
 	require.Equal(t, 130, ExitCode(err))

@@ -293,19 +293,26 @@ func serveFlow(t *testing.T, h flowv1connect.FlowHandler) string {
 	return srv.URL
 }
 
+// interruptAfter returns a context canceled, as by the user's Ctrl-C, once
+// polls reaches n.
+func interruptAfter(polls *atomic.Int32, n int32) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for polls.Load() < n {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	return ctx
+}
+
 func TestWatchInterrupted(t *testing.T) {
 	t.Parallel()
 	h := &runningTasks{}
 	url := serveFlow(t, h)
 	root := &cobra.Command{Use: "flow"}
 	AddCommands(root, Options{Getenv: func(string) string { return "" }})
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		for h.polls.Load() < 3 {
-			time.Sleep(time.Millisecond)
-		}
-		cancel() // Ctrl-C
-	}()
+	ctx := interruptAfter(&h.polls, 3)
 	id := "00000000-0000-0000-0000-000000000007"
 	var out, errOut bytes.Buffer
 	err := Execute(ctx, root, []string{"--server", url, "task", "watch", id, "--interval", "5ms"}, &out, &errOut)

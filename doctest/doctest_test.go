@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/logtest"
 )
 
 func TestParse(t *testing.T) {
@@ -368,31 +370,17 @@ func runBlock(t *testing.T, d *dev, dir string, b Block) error {
 	}
 	if len(fails) > 0 {
 		return fmt.Errorf("%s: %s\n--- block (as run):\n%s--- output:\n%s--- flow dev log (last 4 KiB):\n%s",
-			b.Where(), strings.Join(fails, "; "), script, out.String(), d.log.tail(4096))
+			b.Where(), strings.Join(fails, "; "), script, out.String(), tail(d.log, 4096))
 	}
 	t.Logf("%s: ok in %s", b.Where(), took)
 	return nil
 }
 
 // syncBuffer is a bytes.Buffer safe for a child's writes and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+type syncBuffer = logtest.Buffer
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) tail(n int) string {
+// tail returns the last n bytes of s.
+func tail(s *syncBuffer, n int) string {
 	str := s.String()
 	if len(str) > n {
 		return str[len(str)-n:]

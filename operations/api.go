@@ -50,6 +50,17 @@ func AuthFromProto(d *flowv1.FirmwareAuthenticationData, subTargets []string) (f
 // InvalidArgument error that names the field when it is empty or malformed.
 func ParseUUID(field string, u *flowv1.UUID) (uuid.UUID, error) { return parseUUID(field, u) }
 
+// OperationTypeFromProto reads a wire operation type as the rule methods
+// do: power or firmware control, otherwise a Connect InvalidArgument error
+// that names field.
+func OperationTypeFromProto(field string, t flowv1.OperationType) (OperationType, error) {
+	return operationTypeFromProto(field, t)
+}
+
+// OperationTypeToProto maps a type to the wire enum; types the enum lacks
+// (bring_up, decommission, inject_expectation) become UNKNOWN.
+func OperationTypeToProto(t OperationType) flowv1.OperationType { return operationTypeToProto(t) }
+
 // Timestamp converts an optional time to its wire form (nil stays nil).
 func Timestamp(t *time.Time) *timestamppb.Timestamp { return ts(t) }
 

@@ -2,10 +2,8 @@ package operations_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -17,24 +15,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/opstest"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
-
-// inventoryRacks answers RackExists from the real inventory, as app wires it.
-type inventoryRacks struct{ inv *inventory.Service }
-
-func (l inventoryRacks) RackExists(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (bool, error) {
-	_, err := l.inv.Rack(ctx, dbtx, id, false)
-	if errors.Is(err, inventory.ErrRackNotFound) {
-		return false, nil
-	}
-	return err == nil, err
-}
 
 // flowHandler serves the rule methods; everything else is unimplemented
 // (embedded one level deeper so the rule methods win, as in app).
@@ -58,29 +45,10 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	pool := dbtest.NewPool(t)
-	svc, err := operations.NewService(inventoryRacks{inv: inventory.NewService()})
+	svc, err := operations.NewService(opstest.Racks{Inv: inventory.NewService()})
 	require.NoError(t, err)
-
-	mux := http.NewServeMux()
-	mux.Handle(flowv1connect.NewFlowHandler(flowHandler{Handler: operations.NewHandler(pool, svc)}))
-	srv := httptest.NewUnstartedServer(mux)
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &protocols
-	srv.Start()
-	t.Cleanup(srv.Close)
-
-	var h2c http.Protocols
-	h2c.SetUnencryptedHTTP2(true)
-	h2cClient := &http.Client{Transport: &http.Transport{Protocols: &h2c}}
-	return &testBundle{
-		pool:   pool,
-		svc:    svc,
-		url:    srv.URL,
-		client: flowv1connect.NewFlowClient(srv.Client(), srv.URL),
-		grpc:   flowv1connect.NewFlowClient(h2cClient, srv.URL, connect.WithGRPC()),
-	}
+	srv := opstest.Serve(t, flowHandler{Handler: operations.NewHandler(pool, svc)})
+	return &testBundle{pool: pool, svc: svc, url: srv.URL, client: srv.Client, grpc: srv.GRPC}
 }
 
 func (b *testBundle) newRack(t *testing.T) uuid.UUID {
@@ -142,16 +110,6 @@ func powerOnReq(name string, isDefault bool) *flowv1.CreateOperationRuleRequest 
 		RuleDefinitionJson: powerOnDef,
 		IsDefault:          isDefault,
 	}
-}
-
-// requireCode checks err's code and that its message contains msg.
-func requireCode(t *testing.T, err error, code connect.Code, msg string) {
-	t.Helper()
-	require.Error(t, err)
-	require.Equal(t, code, connect.CodeOf(err), "%v", err)
-	var ce *connect.Error
-	require.True(t, errors.As(err, &ce))
-	require.Contains(t, ce.Message(), msg)
 }
 
 func TestCreateAndGetRule(t *testing.T) {
@@ -240,7 +198,7 @@ func TestCreateRuleErrors(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := b.client.CreateOperationRule(ctx, tt.req)
-			requireCode(t, err, tt.code, tt.msg)
+			opstest.RequireCode(t, err, tt.code, tt.msg)
 			require.Equal(t, before, b.snapshot(t), "a failed call changes nothing")
 		})
 	}
@@ -305,7 +263,7 @@ func TestUpdateRule(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := b.client.UpdateOperationRule(ctx, tt.req)
-			requireCode(t, err, tt.code, tt.msg)
+			opstest.RequireCode(t, err, tt.code, tt.msg)
 			require.Equal(t, before, b.snapshot(t))
 		})
 	}
@@ -324,7 +282,7 @@ func TestDeleteRule(t *testing.T) {
 
 	before := b.snapshot(t)
 	_, err := b.client.DeleteOperationRule(ctx, &flowv1.DeleteOperationRuleRequest{RuleId: pbID(id)})
-	requireCode(t, err, connect.CodeFailedPrecondition, "operation rule is associated with racks")
+	opstest.RequireCode(t, err, connect.CodeFailedPrecondition, "operation rule is associated with racks")
 	require.Contains(t, err.Error(), rack1.String())
 	require.Contains(t, err.Error(), rack2.String())
 	require.Equal(t, before, b.snapshot(t))
@@ -337,21 +295,21 @@ func TestDeleteRule(t *testing.T) {
 	_, err = b.client.DeleteOperationRule(ctx, &flowv1.DeleteOperationRuleRequest{RuleId: pbID(id)})
 	require.NoError(t, err)
 	_, err = b.client.GetOperationRule(ctx, &flowv1.GetOperationRuleRequest{RuleId: pbID(id)})
-	requireCode(t, err, connect.CodeNotFound, "operation rule not found")
+	opstest.RequireCode(t, err, connect.CodeNotFound, "operation rule not found")
 
 	_, err = b.client.DeleteOperationRule(ctx, &flowv1.DeleteOperationRuleRequest{RuleId: pbID(id)})
-	requireCode(t, err, connect.CodeNotFound, "operation rule not found")
+	opstest.RequireCode(t, err, connect.CodeNotFound, "operation rule not found")
 	_, err = b.client.DeleteOperationRule(ctx, &flowv1.DeleteOperationRuleRequest{RuleId: &flowv1.UUID{Id: "12"}})
-	requireCode(t, err, connect.CodeInvalidArgument, "rule_id: invalid UUID")
+	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "rule_id: invalid UUID")
 }
 
 func TestGetRuleErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, err := b.client.GetOperationRule(context.Background(), &flowv1.GetOperationRuleRequest{})
-	requireCode(t, err, connect.CodeInvalidArgument, "rule_id is required")
+	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "rule_id is required")
 	_, err = b.grpc.GetOperationRule(context.Background(), &flowv1.GetOperationRuleRequest{RuleId: pbID(uuid.New())})
-	requireCode(t, err, connect.CodeNotFound, "operation rule not found")
+	opstest.RequireCode(t, err, connect.CodeNotFound, "operation rule not found")
 }
 
 func TestListRules(t *testing.T) {
@@ -427,11 +385,11 @@ func TestListRules(t *testing.T) {
 	require.Equal(t, want, ids(res))
 
 	_, err = b.client.ListOperationRules(ctx, &flowv1.ListOperationRulesRequest{Offset: ip(-1)})
-	requireCode(t, err, connect.CodeInvalidArgument, "offset: offset must be >= 0, got -1")
+	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "offset: offset must be >= 0, got -1")
 	_, err = b.client.ListOperationRules(ctx, &flowv1.ListOperationRulesRequest{Limit: ip(-5)})
-	requireCode(t, err, connect.CodeInvalidArgument, "limit: must be >= 0, got -5")
+	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "limit: must be >= 0, got -5")
 	_, err = b.client.ListOperationRules(ctx, &flowv1.ListOperationRulesRequest{OperationType: pt(flowv1.OperationType_OPERATION_TYPE_UNKNOWN)})
-	requireCode(t, err, connect.CodeInvalidArgument, "operation_type: must be")
+	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "operation_type: must be")
 }
 
 func TestSetRuleAsDefault(t *testing.T) {
@@ -462,9 +420,9 @@ func TestSetRuleAsDefault(t *testing.T) {
 	require.Equal(t, before, b.snapshot(t))
 
 	_, err = b.client.SetRuleAsDefault(ctx, &flowv1.SetRuleAsDefaultRequest{RuleId: pbID(uuid.New())})
-	requireCode(t, err, connect.CodeNotFound, "operation rule not found")
+	opstest.RequireCode(t, err, connect.CodeNotFound, "operation rule not found")
 	_, err = b.client.SetRuleAsDefault(ctx, &flowv1.SetRuleAsDefaultRequest{})
-	requireCode(t, err, connect.CodeInvalidArgument, "rule_id is required")
+	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "rule_id is required")
 	require.Equal(t, before, b.snapshot(t))
 }
 
@@ -602,7 +560,7 @@ func TestRackRuleAssociations(t *testing.T) {
 		}, connect.CodeInvalidArgument, "rack_id is required"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			requireCode(t, tt.call(), tt.code, tt.msg)
+			opstest.RequireCode(t, tt.call(), tt.code, tt.msg)
 			require.Equal(t, before, b.snapshot(t))
 		})
 	}
@@ -636,7 +594,7 @@ func TestCreateDefaultConcurrent(t *testing.T) {
 			ok++
 			continue
 		}
-		requireCode(t, err, connect.CodeAlreadyExists, "a default rule already exists for this operation type")
+		opstest.RequireCode(t, err, connect.CodeAlreadyExists, "a default rule already exists for this operation type")
 	}
 	require.Equal(t, 1, ok)
 	res, err := b.client.ListOperationRules(ctx, &flowv1.ListOperationRulesRequest{})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/opstest"
 )
 
 // TestSubmitMany: requests submitted together are admitted one after the
@@ -42,15 +43,15 @@ func TestSubmitMany(t *testing.T) {
 		return err
 	}))
 	byName := func(r inventory.Rack) operations.Request {
-		req := powerOn(r)
+		req := opstest.PowerOn(r)
 		req.Targets = inventory.TargetSpec{Racks: []inventory.RackTarget{{Rack: inventory.RackRef{Name: r.Name}}}}
 		return req
 	}
-	keyed := powerOn(other)
+	keyed := opstest.PowerOn(other)
 	keyed.IdempotencyKey, keyed.RequiredRackID = "fire-1", other.ID
-	queued := powerOn(b.rack)
+	queued := opstest.PowerOn(b.rack)
 	queued.Queue = true
-	missing := powerOn(b.rack)
+	missing := opstest.PowerOn(b.rack)
 	missing.Targets = inventory.TargetSpec{Racks: []inventory.RackTarget{{Rack: inventory.RackRef{Name: "no-such-rack"}}}}
 
 	subs := []*operations.Submission{
@@ -97,6 +98,6 @@ func TestSubmitMany(t *testing.T) {
 	again, err := b.submit(t, keyed)
 	require.NoError(t, err)
 	require.Equal(t, subs[3].IDs, again)
-	_, err = b.submit(t, powerOn(b.rack))
+	_, err = b.submit(t, opstest.PowerOn(b.rack))
 	require.ErrorIs(t, err, operations.ErrConflict)
 }

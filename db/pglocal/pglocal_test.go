@@ -7,13 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/proctest"
 )
 
 func TestFindBinDirWithoutPostgres(t *testing.T) {
@@ -63,13 +64,21 @@ func TestLockExclusiveNamesTheHolder(t *testing.T) {
 	require.NoError(t, l2.Unlock())
 }
 
-func TestClusterLifecycle(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// tempBase returns a new folder that the postgres user can enter (a
+// cluster's folder goes under it), removed when the test ends.
+func tempBase(t *testing.T) string {
+	t.Helper()
 	base, err := os.MkdirTemp("", "pglocal-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(base, 0o755))
 	t.Cleanup(func() { os.RemoveAll(base) })
+	return base
+}
+
+func TestClusterLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	base := tempBase(t)
 
 	c, err := New(filepath.Join(base, "data"), 0)
 	require.NoError(t, err)
@@ -146,10 +155,7 @@ func TestMain(m *testing.M) {
 func TestAttachedServerStopsWithAKilledParent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	base, err := os.MkdirTemp("", "pglocal-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(base, 0o755))
-	t.Cleanup(func() { os.RemoveAll(base) })
+	base := tempBase(t)
 	dir := filepath.Join(base, "data")
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -175,7 +181,7 @@ func TestAttachedServerStopsWithAKilledParent(t *testing.T) {
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
-	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return !proctest.Alive(pid) }, 10*time.Second, 50*time.Millisecond,
 		"the postmaster (pid %d) outlived the process that started it", pid)
 	require.False(t, c.Running(ctx))
 
@@ -195,21 +201,8 @@ func TestAttachedServerStopsWithAKilledParent(t *testing.T) {
 	// Stop shuts it down cleanly and reaps it.
 	pid = c.PID()
 	require.NoError(t, c.Stop(ctx))
-	require.False(t, alive(pid))
+	require.False(t, proctest.Alive(pid))
 	require.False(t, c.Running(ctx))
-}
-
-// alive reports whether process pid exists and is not a zombie (one whose
-// parent died is reaped by init, maybe not at once).
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command name, which is in parentheses.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 // TestStartPicksAnotherPortWhenItsChoiceIsTaken: a port Start chose itself
@@ -232,10 +225,7 @@ func TestStartPicksAnotherPortWhenItsChoiceIsTaken(t *testing.T) {
 	}
 	t.Cleanup(func() { freePort = FreePort })
 
-	base, err := os.MkdirTemp("", "pglocal-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(base, 0o755))
-	t.Cleanup(func() { os.RemoveAll(base) })
+	base := tempBase(t)
 	for _, attached := range []bool{true, false} {
 		calls = 0
 		c, err := New(filepath.Join(base, fmt.Sprint("data-", attached)), 0)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/eventrule"
+	"github.com/nicoflow/flow/operations/opstest"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
@@ -46,34 +46,14 @@ func setupEventRules(t *testing.T) *eventBundle {
 	pool := dbtest.NewPool(t)
 	inv := inventory.NewService()
 	rules := eventrule.NewService(eventrule.Config{Pool: pool, Inv: inv})
-	mux := http.NewServeMux()
-	mux.Handle(flowv1connect.NewFlowHandler(eventHandler{Handler: eventrule.NewHandler(pool, rules)}))
-	srv := httptest.NewUnstartedServer(mux)
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &protocols
-	srv.Start()
-	t.Cleanup(srv.Close)
-	var h2c http.Protocols
-	h2c.SetUnencryptedHTTP2(true)
-	return &eventBundle{
-		pool: pool, inv: inv, rules: rules, url: srv.URL,
-		client: flowv1connect.NewFlowClient(srv.Client(), srv.URL),
-		grpc:   flowv1connect.NewFlowClient(&http.Client{Transport: &http.Transport{Protocols: &h2c}}, srv.URL, connect.WithGRPC()),
-	}
+	srv := opstest.Serve(t, eventHandler{Handler: eventrule.NewHandler(pool, rules)})
+	return &eventBundle{pool: pool, inv: inv, rules: rules, url: srv.URL, client: srv.Client, grpc: srv.GRPC}
 }
 
 // rack stores demo rack i and returns it with its components.
 func (b *eventBundle) rack(t *testing.T, i int) inventory.Rack {
 	t.Helper()
-	ctx := context.Background()
-	r := inventory.DemoRack(i)
-	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
-		r.ID, err = b.inv.CreateRack(ctx, tx, r)
-		return err
-	}))
-	r, err := b.inv.Rack(ctx, b.pool, r.ID, true)
+	r, err := b.inv.Rack(context.Background(), b.pool, opstest.AddRack(t, b.pool, b.inv, i).ID, true)
 	require.NoError(t, err)
 	return r
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/eventrule"
+	"github.com/nicoflow/flow/operations/opstest"
 )
 
 // recorder is an ExecutionEnqueuer that only records what it was asked to
@@ -352,7 +353,7 @@ func TestExecutionRetriesAndFailures(t *testing.T) {
 	rules, client := b.startExecutions(t)
 
 	// The rack is busy with a power-on; a REJECT rule's power-off conflicts.
-	_, err := b.submit(t, powerOn(b.rack))
+	_, err := b.submit(t, opstest.PowerOn(b.rack))
 	require.NoError(t, err)
 	reject := eventrule.Action{Name: "off_or_fail", SubmitTask: &eventrule.SubmitTaskSpec{
 		Operation:      eventrule.TaskOperation{Type: operations.OperationTypePowerControl, Code: operations.CodeForcePowerOff},

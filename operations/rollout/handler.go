@@ -130,7 +130,7 @@ func (h *Handler) ListOperationRuns(ctx context.Context, req *flowv1.ListOperati
 		f.States = append(f.States, e)
 	}
 	for i, k := range req.GetFilter().GetOperationKinds() {
-		t, err := operationTypeFromProto(fmt.Sprintf("filter.operation_kinds[%d].type", i), k.GetType())
+		t, err := operations.OperationTypeFromProto(fmt.Sprintf("filter.operation_kinds[%d].type", i), k.GetType())
 		if err != nil {
 			return nil, err
 		}
@@ -539,7 +539,7 @@ func summaryToProto(r Run) *flowv1.OperationRunSummary {
 	code := string(r.Code)
 	return &flowv1.OperationRunSummary{
 		Id: &flowv1.UUID{Id: r.ID.String()}, Name: r.Name, Description: r.Description,
-		OperationKind: &flowv1.OperationKind{Type: operationTypeToProto(r.Type), Code: &code},
+		OperationKind: &flowv1.OperationKind{Type: operations.OperationTypeToProto(r.Type), Code: &code},
 		State:         &flowv1.OperationRunState{Status: runStatusToProto[r.Status], Reason: runReasonToProto[r.Reason]},
 		StatusMessage: r.Message, TotalPhases: int32(r.TotalPhases),
 		CreatedAt: timestamppb.New(r.CreatedAt), UpdatedAt: timestamppb.New(r.UpdatedAt),
@@ -592,29 +592,4 @@ func targetToProto(t Target) *flowv1.OperationRunTarget {
 var componentTypes = []operations.ComponentType{
 	operations.ComponentTypeCompute, operations.ComponentTypeNVSwitch, operations.ComponentTypePowerShelf,
 	operations.ComponentTypeToRSwitch, operations.ComponentTypeUMS, operations.ComponentTypeCDU,
-}
-
-// operationTypeFromProto maps the wire enum, which has only the two types
-// users may write rules for.
-func operationTypeFromProto(field string, t flowv1.OperationType) (operations.OperationType, error) {
-	switch t {
-	case flowv1.OperationType_OPERATION_TYPE_POWER_CONTROL:
-		return operations.OperationTypePowerControl, nil
-	case flowv1.OperationType_OPERATION_TYPE_FIRMWARE_CONTROL:
-		return operations.OperationTypeFirmwareControl, nil
-	}
-	return "", connect.NewError(connect.CodeInvalidArgument,
-		fmt.Errorf("%s: must be OPERATION_TYPE_POWER_CONTROL or OPERATION_TYPE_FIRMWARE_CONTROL, got %v", field, t))
-}
-
-// operationTypeToProto maps a type to the wire enum; types the enum lacks
-// (bring_up, decommission, inject_expectation) become UNKNOWN.
-func operationTypeToProto(t operations.OperationType) flowv1.OperationType {
-	switch t {
-	case operations.OperationTypePowerControl:
-		return flowv1.OperationType_OPERATION_TYPE_POWER_CONTROL
-	case operations.OperationTypeFirmwareControl:
-		return flowv1.OperationType_OPERATION_TYPE_FIRMWARE_CONTROL
-	}
-	return flowv1.OperationType_OPERATION_TYPE_UNKNOWN
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/opstest"
 	"github.com/nicoflow/flow/operations/schedule"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
@@ -216,7 +217,7 @@ func TestScheduleTrigger(t *testing.T) {
 	require.NoError(t, err)
 	before := b.snapshot(t)
 	_, err = b.client.TriggerTaskSchedule(ctx, &flowv1.TriggerTaskScheduleRequest{Id: s.GetId()})
-	requireCode(t, err, connect.CodeFailedPrecondition, "no scope entry")
+	opstest.RequireCode(t, err, connect.CodeFailedPrecondition, "no scope entry")
 	require.Equal(t, before, b.snapshot(t), "a trigger that submits nothing changes nothing")
 	b.finishAll(t)
 	res, err = b.client.TriggerTaskSchedule(ctx, &flowv1.TriggerTaskScheduleRequest{Id: s.GetId()})
@@ -225,7 +226,7 @@ func TestScheduleTrigger(t *testing.T) {
 	require.False(t, b.state(t, sid(s)).Enabled)
 
 	_, err = b.client.TriggerTaskSchedule(ctx, &flowv1.TriggerTaskScheduleRequest{Id: pbID(uuid.New())})
-	requireCode(t, err, connect.CodeNotFound, "schedule")
+	opstest.RequireCode(t, err, connect.CodeNotFound, "schedule")
 
 	// A one-time schedule triggered is consumed; again is refused.
 	b.finishAll(t)
@@ -240,7 +241,7 @@ func TestScheduleTrigger(t *testing.T) {
 	require.False(t, got.GetEnabled())
 	require.Nil(t, got.GetNextRunAt())
 	_, err = b.client.TriggerTaskSchedule(ctx, &flowv1.TriggerTaskScheduleRequest{Id: ot.GetId()})
-	requireCode(t, err, connect.CodeFailedPrecondition, "already fired")
+	opstest.RequireCode(t, err, connect.CodeFailedPrecondition, "already fired")
 	// Its original job finds it consumed.
 	require.NoError(t, b.svc.Fire(ctx, sid(ot), time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), nil))
 	require.Len(t, b.childTasks(t, sid(ot)), 1)

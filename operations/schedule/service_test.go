@@ -3,12 +3,10 @@ package schedule_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -19,22 +17,18 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
-	"github.com/nicoflow/flow/backend"
-	"github.com/nicoflow/flow/db"
-	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/nico"
+	"github.com/nicoflow/flow/logtest"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/opstest"
 	"github.com/nicoflow/flow/operations/schedule"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
-	"github.com/nicoflow/flow/psm"
 )
 
 // clock is a test clock the schedule service reads.
@@ -59,31 +53,11 @@ func (c *clock) Set(t time.Time) {
 	c.t = t
 }
 
-// inventoryRacks answers RackExists from the real inventory, as app wires it.
-type inventoryRacks struct{ inv *inventory.Service }
-
-func (l inventoryRacks) RackExists(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (bool, error) {
-	_, err := l.inv.Rack(ctx, dbtx, id, false)
-	if errors.Is(err, inventory.ErrRackNotFound) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
 type unimplemented struct {
 	flowv1connect.UnimplementedFlowHandler
 }
 
 func pbID(id uuid.UUID) *flowv1.UUID { return &flowv1.UUID{Id: id.String()} }
-
-func requireCode(t *testing.T, err error, code connect.Code, msg string) {
-	t.Helper()
-	require.Error(t, err)
-	require.Equal(t, code, connect.CodeOf(err), "%v", err)
-	var ce *connect.Error
-	require.True(t, errors.As(err, &ce))
-	require.Contains(t, ce.Message(), msg)
-}
 
 // scheduleFlow serves the schedule methods; everything else is
 // unimplemented (embedded one level deeper, as in app).
@@ -109,75 +83,33 @@ type schedBundle struct {
 	engine *engine.Engine
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is the schedule service's log.
+type syncBuffer = logtest.Buffer
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
 func setupSchedules(t testing.TB, keys *firmware.Keyring) *schedBundle {
 	t.Helper()
 	ctx := context.Background()
-	pool := dbtest.NewPool(t)
-	inv := inventory.NewService()
-	b := &schedBundle{pool: pool, inv: inv, clock: &clock{t: t0}, logs: &syncBuffer{}}
+	b := &schedBundle{clock: &clock{t: t0}, logs: &syncBuffer{}}
+	logger := slog.New(slog.NewTextHandler(b.logs, nil))
+	worker := &schedule.Worker{}
+	m := opstest.NewTasks(t, opstest.Config{Keys: keys, Logger: logger, RunEnded: true, River: func(rc *river.Config) {
+		rc.Queues[schedule.Queue] = river.QueueConfig{MaxWorkers: 5}
+		river.AddWorker(rc.Workers, worker)
+	}})
+	b.pool, b.inv, b.tasks, b.river, b.engine = m.Pool, m.Inv, m.Tasks, m.River, m.Engine
 	for i := 1; i <= 3; i++ {
-		r := inventory.DemoRack(i)
-		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-			r.ID, err = inv.CreateRack(ctx, tx, r)
-			return err
-		}))
-		full, err := inv.Rack(ctx, pool, r.ID, true)
+		full, err := b.inv.Rack(ctx, b.pool, m.AddRack(t, i).ID, true)
 		require.NoError(t, err)
 		b.racks = append(b.racks, full)
 	}
-	rules, err := operations.NewService(inventoryRacks{inv: inv})
-	require.NoError(t, err)
-	logger := slog.New(slog.NewTextHandler(b.logs, nil))
-	e := engine.New(pool, engine.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
-			return b.tasks.RunEnded(ctx, tx, run)
-		}})
-	// Configured (submit refuses a type whose backend is not), unreachable:
-	// steps that run fail, which the tests do not mind.
-	nc, err := nico.NewClient("http://127.0.0.1:1")
-	require.NoError(t, err)
-	pc, err := psm.NewClient("http://127.0.0.1:1")
-	require.NoError(t, err)
-	managers := backend.New(backend.DefaultConfig(), nc, pc)
-	operations.RegisterActions(e, operations.ActionDeps{Pool: pool, Backends: managers, Inv: inv, Logger: logger})
-	rc := e.RiverConfig()
-	worker := &schedule.Worker{}
-	rc.Queues[schedule.Queue] = river.QueueConfig{MaxWorkers: 5}
-	river.AddWorker(rc.Workers, worker)
-	client, err := river.NewClient(riverpgxv5.New(pool), rc)
-	require.NoError(t, err)
-	e.SetClient(client)
-	b.river, b.engine = client, e
-	b.tasks = operations.NewTasks(operations.TasksConfig{Pool: pool, Rules: rules, Inv: inv, Engine: e, Backends: managers, Keys: keys, Logger: logger})
 	b.svc = schedule.NewService(schedule.Config{
-		Pool: pool, Tasks: b.tasks, Inv: inv, Keys: keys, Logger: logger, Now: b.clock.Now, Fire: schedule.RiverFireScheduler(client),
+		Pool: b.pool, Tasks: b.tasks, Inv: b.inv, Keys: keys, Logger: logger, Now: b.clock.Now, Fire: schedule.RiverFireScheduler(b.river),
 	})
 	worker.Service = b.svc
-
-	mux := http.NewServeMux()
-	mux.Handle(flowv1connect.NewFlowHandler(scheduleFlow{Handler: schedule.NewHandler(pool, b.svc)}))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	b.client, b.url = flowv1connect.NewFlowClient(srv.Client(), srv.URL), srv.URL
+	srv := opstest.Serve(t, scheduleFlow{Handler: schedule.NewHandler(b.pool, b.svc)})
+	b.client, b.url = srv.Client, srv.URL
 	return b
 }
 
@@ -383,7 +315,7 @@ func TestScheduleCreateErrors(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := b.client.CreateTaskSchedule(ctx, tt.req)
-			requireCode(t, err, tt.code, tt.msg)
+			opstest.RequireCode(t, err, tt.code, tt.msg)
 		})
 	}
 	require.Equal(t, before, b.snapshot(t), "refused requests change nothing")
@@ -461,9 +393,9 @@ func TestScheduleList(t *testing.T) {
 	require.EqualValues(t, 5, page.GetTotal(), "total is counted before paging")
 
 	_, err = b.client.ListTaskSchedules(ctx, &flowv1.ListTaskSchedulesRequest{Pagination: &flowv1.Pagination{Offset: -1}})
-	requireCode(t, err, connect.CodeInvalidArgument, "pagination.offset")
+	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "pagination.offset")
 	_, err = b.client.ListTaskSchedules(ctx, &flowv1.ListTaskSchedulesRequest{RackId: &flowv1.UUID{Id: "x"}})
-	requireCode(t, err, connect.CodeInvalidArgument, "rack_id")
+	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "rack_id")
 }
 
 func mask(paths ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: paths} }
@@ -496,7 +428,7 @@ func TestScheduleUpdate(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := b.client.UpdateTaskSchedule(ctx, tt.req)
-			requireCode(t, err, tt.code, tt.msg)
+			opstest.RequireCode(t, err, tt.code, tt.msg)
 		})
 	}
 	require.Equal(t, before, b.snapshot(t))
@@ -531,7 +463,7 @@ func TestScheduleUpdate(t *testing.T) {
 	b.clock.Set(t0.Add(30 * time.Minute))
 	require.NoError(t, b.svc.Fire(ctx, sid(ot), time.Date(2026, 12, 1, 10, 30, 0, 0, time.UTC), nil))
 	_, err = b.client.UpdateTaskSchedule(ctx, &flowv1.UpdateTaskScheduleRequest{Id: ot.GetId(), Schedule: &flowv1.ScheduleConfig{Spec: &flowv1.ScheduleSpec{Type: 1, Spec: "1h"}}, UpdateMask: mask("schedule.spec")})
-	requireCode(t, err, connect.CodeFailedPrecondition, "already fired")
+	opstest.RequireCode(t, err, connect.CodeFailedPrecondition, "already fired")
 }
 
 func TestSchedulePauseResumeDelete(t *testing.T) {
@@ -583,13 +515,13 @@ func TestSchedulePauseResumeDelete(t *testing.T) {
 		},
 		func() error { _, err := b.client.GetTaskSchedule(ctx, &flowv1.GetTaskScheduleRequest{}); return err },
 	} {
-		requireCode(t, call(), connect.CodeInvalidArgument, "id is required")
+		opstest.RequireCode(t, call(), connect.CodeInvalidArgument, "id is required")
 	}
 	unknown := pbID(uuid.New())
 	_, err = b.client.PauseTaskSchedule(ctx, &flowv1.PauseTaskScheduleRequest{Id: unknown})
-	requireCode(t, err, connect.CodeNotFound, "schedule")
+	opstest.RequireCode(t, err, connect.CodeNotFound, "schedule")
 	_, err = b.client.ResumeTaskSchedule(ctx, &flowv1.ResumeTaskScheduleRequest{Id: unknown})
-	requireCode(t, err, connect.CodeNotFound, "schedule")
+	opstest.RequireCode(t, err, connect.CodeNotFound, "schedule")
 
 	// Paused one-time: resume keeps its time; consumed: pause/resume refused.
 	ot := b.create(t, &flowv1.CreateTaskScheduleRequest{
@@ -604,16 +536,16 @@ func TestSchedulePauseResumeDelete(t *testing.T) {
 	b.clock.Set(time.Date(2026, 12, 1, 20, 0, 1, 0, time.UTC))
 	require.NoError(t, b.svc.Fire(ctx, sid(ot), time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC), nil))
 	_, err = b.client.PauseTaskSchedule(ctx, &flowv1.PauseTaskScheduleRequest{Id: ot.GetId()})
-	requireCode(t, err, connect.CodeFailedPrecondition, "already fired")
+	opstest.RequireCode(t, err, connect.CodeFailedPrecondition, "already fired")
 	_, err = b.client.ResumeTaskSchedule(ctx, &flowv1.ResumeTaskScheduleRequest{Id: ot.GetId()})
-	requireCode(t, err, connect.CodeFailedPrecondition, "already fired")
+	opstest.RequireCode(t, err, connect.CodeFailedPrecondition, "already fired")
 
 	_, err = b.client.DeleteTaskSchedule(ctx, &flowv1.DeleteTaskScheduleRequest{Id: s.GetId()})
 	require.NoError(t, err)
 	_, err = b.client.GetTaskSchedule(ctx, &flowv1.GetTaskScheduleRequest{Id: s.GetId()})
-	requireCode(t, err, connect.CodeNotFound, "schedule")
+	opstest.RequireCode(t, err, connect.CodeNotFound, "schedule")
 	_, err = b.client.DeleteTaskSchedule(ctx, &flowv1.DeleteTaskScheduleRequest{Id: s.GetId()})
-	requireCode(t, err, connect.CodeNotFound, "schedule")
+	opstest.RequireCode(t, err, connect.CodeNotFound, "schedule")
 	var scopes int
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM task_schedule_scope WHERE schedule_id = $1`, sid(s)).Scan(&scopes))
 	require.Zero(t, scopes, "scopes cascade")
@@ -659,7 +591,7 @@ func TestScheduleScopes(t *testing.T) {
 		{Identifier: &flowv1.RackTarget_Id{Id: pbID(r1.ID)}, ComponentTypes: []flowv1.ComponentType{compute}},
 	}}}}
 	_, err = b.client.AddTaskScheduleScope(ctx, &flowv1.AddTaskScheduleScopeRequest{ScheduleId: id, TargetSpec: mixed})
-	requireCode(t, err, connect.CodeInvalidArgument, "target_spec")
+	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "target_spec")
 	require.Equal(t, before, b.snapshot(t))
 
 	// null absorbs.
@@ -684,7 +616,7 @@ func TestScheduleScopes(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := b.client.AddTaskScheduleScope(ctx, tt.req)
-			requireCode(t, err, tt.code, tt.msg)
+			opstest.RequireCode(t, err, tt.code, tt.msg)
 		})
 	}
 
@@ -696,21 +628,21 @@ func TestScheduleScopes(t *testing.T) {
 	require.EqualValues(t, 1, up.GetUpdated())
 	require.Len(t, up.GetScopes(), 2)
 	_, err = b.client.UpdateTaskScheduleScope(ctx, &flowv1.UpdateTaskScheduleScopeRequest{ScheduleId: id})
-	requireCode(t, err, connect.CodeInvalidArgument, "desired_scope is required")
+	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "desired_scope is required")
 
 	// Remove one; the last one stays.
 	scopes := list()
 	_, err = b.client.RemoveTaskScheduleScope(ctx, &flowv1.RemoveTaskScheduleScopeRequest{ScopeId: scopes[0].GetId()})
 	require.NoError(t, err)
 	_, err = b.client.RemoveTaskScheduleScope(ctx, &flowv1.RemoveTaskScheduleScopeRequest{ScopeId: scopes[0].GetId()})
-	requireCode(t, err, connect.CodeNotFound, "scope")
+	opstest.RequireCode(t, err, connect.CodeNotFound, "scope")
 	_, err = b.client.RemoveTaskScheduleScope(ctx, &flowv1.RemoveTaskScheduleScopeRequest{ScopeId: scopes[1].GetId()})
-	requireCode(t, err, connect.CodeFailedPrecondition, "last scope")
+	opstest.RequireCode(t, err, connect.CodeFailedPrecondition, "last scope")
 	require.Len(t, list(), 1)
 	_, err = b.client.RemoveTaskScheduleScope(ctx, &flowv1.RemoveTaskScheduleScopeRequest{})
-	requireCode(t, err, connect.CodeInvalidArgument, "scope_id is required")
+	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "scope_id is required")
 	_, err = b.client.ListTaskScheduleScopes(ctx, &flowv1.ListTaskScheduleScopesRequest{ScheduleId: pbID(uuid.New())})
-	requireCode(t, err, connect.CodeNotFound, "schedule")
+	opstest.RequireCode(t, err, connect.CodeNotFound, "schedule")
 }
 
 func TestCheckScheduleConflicts(t *testing.T) {
@@ -741,7 +673,7 @@ func TestCheckScheduleConflicts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{ingest.GetName()}, names(res), "bring-up conflicts with everything; the excluded schedule is left out")
 	_, err = b.client.CheckScheduleConflicts(ctx, &flowv1.CheckScheduleConflictsRequest{})
-	requireCode(t, err, connect.CodeInvalidArgument, "operation is required")
+	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "operation is required")
 	_, err = b.client.CheckScheduleConflicts(ctx, &flowv1.CheckScheduleConflictsRequest{Operation: fw, ExcludeScheduleId: &flowv1.UUID{Id: "bad"}})
-	requireCode(t, err, connect.CodeInvalidArgument, "exclude_schedule_id")
+	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "exclude_schedule_id")
 }
