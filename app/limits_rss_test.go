@@ -77,21 +77,9 @@ func procStatus(t testing.TB, pid int, key string) int64 {
 // 64 MB over all of them.
 func TestOversizedBodiesCostNoMemory(t *testing.T) {
 	t.Parallel()
-	port, err := pglocal.FreePort()
-	require.NoError(t, err)
-	url := "http://127.0.0.1:" + itoa(port)
-	p := startServerProcess(t, []string{"DATABASE_URL=" + dbtest.NewDB(t), "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port), "FLOW_LOG_LEVEL=warn"})
-	waitHealthy(t, url)
-	pid := p.cmd.Process.Pid
+	url, pid := startWarmServer(t)
 	method := url + flowv1connect.FlowGetRackInfoBySerialProcedure
 
-	// Warm up: a few ordinary calls of the same method, both protocols.
-	for range 5 {
-		res, err := http.Post(method, "application/json", strings.NewReader(`{"serial_info":{"manufacturer":"m","serial_number":"s"}}`))
-		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-	}
 	// The bomb is built before measuring (it is the client's memory).
 	var bomb bytes.Buffer
 	zw, err := gzip.NewWriterLevel(&bomb, gzip.BestCompression)
@@ -168,19 +156,8 @@ func TestOversizedBodiesCostNoMemory(t *testing.T) {
 // server's peak RSS grows by less than the bound docs/limits.md gives.
 func TestConcurrentBodiesKeepRSSBounded(t *testing.T) {
 	t.Parallel()
-	port, err := pglocal.FreePort()
-	require.NoError(t, err)
-	url := "http://127.0.0.1:" + itoa(port)
-	p := startServerProcess(t, []string{"DATABASE_URL=" + dbtest.NewDB(t), "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port), "FLOW_LOG_LEVEL=warn"})
-	waitHealthy(t, url)
-	pid := p.cmd.Process.Pid
+	url, pid := startWarmServer(t)
 	method := url + flowv1connect.FlowGetRackInfoBySerialProcedure
-	for range 5 {
-		res, err := http.Post(method, "application/json", strings.NewReader(`{"serial_info":{"manufacturer":"m","serial_number":"s"}}`))
-		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-	}
 	body := []byte(`{"serial_info":{"manufacturer":"m","serial_number":"` + strings.Repeat("x", 3_900_000) + `"}}`)
 	baseRSS := procStatus(t, pid, "VmRSS")
 
@@ -227,4 +204,23 @@ func TestConcurrentBodiesKeepRSSBounded(t *testing.T) {
 	rss, peak := procStatus(t, pid, "VmRSS"), procStatus(t, pid, "VmHWM")
 	t.Logf("server RSS %d → %d MB, peak %d MB", baseRSS>>20, rss>>20, peak>>20)
 	require.Less(t, peak-baseRSS, int64(256<<20), "peak RSS grew by %d MB", (peak-baseRSS)>>20)
+}
+
+// startWarmServer starts a `flow serve` child on a fresh database and warms
+// it up with a few ordinary GetRackInfoBySerial calls; it returns the API's
+// URL and the child's PID.
+func startWarmServer(t *testing.T) (string, int) {
+	t.Helper()
+	port, err := pglocal.FreePort()
+	require.NoError(t, err)
+	url := "http://127.0.0.1:" + itoa(port)
+	p := startServerProcess(t, []string{"DATABASE_URL=" + dbtest.NewDB(t), "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port), "FLOW_LOG_LEVEL=warn"})
+	waitHealthy(t, url)
+	for range 5 {
+		res, err := http.Post(url+flowv1connect.FlowGetRackInfoBySerialProcedure, "application/json", strings.NewReader(`{"serial_info":{"manufacturer":"m","serial_number":"s"}}`))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	return url, p.cmd.Process.Pid
 }
