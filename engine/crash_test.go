@@ -285,12 +285,14 @@ func TestPostgresRestartMidRun(t *testing.T) {
 		rep := waitRun(t, pool, e, id, 2*time.Minute)
 		require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
 	}
-	// The outage wrote a few lines, not a flood: ~11 (each distinct
-	// error once), where the same second of outage wrote ~40 without the
-	// limiter and a 15 s one about 70 a second.
+	// The outage wrote a few lines, not a flood: ~11 on a quiet machine
+	// (each distinct error once per 10 s interval, with a count), 27 on
+	// one loaded enough to stretch the recovery over two intervals; an
+	// outage wrote about 70 a second without the limiter. A few dozen is
+	// the bound (issue 28's D4).
 	n, sample := logs.count()
 	t.Logf("log lines over the restart: %d, e.g. %.300s", n, sample)
-	require.LessOrEqual(t, n, 20)
+	require.LessOrEqual(t, n, 40)
 }
 
 // lineCounter counts the lines written to it, keeping the first.
