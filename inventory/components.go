@@ -179,14 +179,9 @@ func (s *Service) completeComponents(ctx context.Context, dbtx db.DBTX, comps []
 	if err != nil {
 		return fmt.Errorf("list bmcs: %w", err)
 	}
-	ext, err := s.domainExternalIDs(ctx, dbtx, len(comps), func(i int) *uuid.UUID { return comps[i].NVLDomainID })
-	if err != nil {
+	if err := s.fillDomainExternalIDs(ctx, dbtx, len(comps), func(i int) *uuid.UUID { return comps[i].NVLDomainID },
+		func(i int, ext string) { comps[i].NVLDomainExternalID = ext }); err != nil {
 		return err
-	}
-	for i := range comps {
-		if comps[i].NVLDomainID != nil {
-			comps[i].NVLDomainExternalID = ext[*comps[i].NVLDomainID]
-		}
 	}
 	return s.attachBMCsAndStats(ctx, dbtx, comps, bmcs)
 }

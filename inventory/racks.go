@@ -132,7 +132,8 @@ func (s *Service) completeRacks(ctx context.Context, dbtx db.DBTX, rows []dbsqlc
 		racks[i].TaskStats = stats[racks[i].ID]
 		racks[i].OperationPhase = phases[racks[i].ID]
 	}
-	if err := s.fillRackDomainExternalIDs(ctx, dbtx, racks); err != nil {
+	if err := s.fillDomainExternalIDs(ctx, dbtx, len(racks), func(i int) *uuid.UUID { return racks[i].NVLDomainID },
+		func(i int, ext string) { racks[i].NVLDomainExternalID = ext }); err != nil {
 		return nil, err
 	}
 	if !withComponents || len(rows) == 0 {
@@ -456,43 +457,34 @@ func jsonOrNil(b []byte) []byte {
 	return b
 }
 
-// fillRackDomainExternalIDs sets the external ID of each rack's domain (one
-// query for all of them).
-func (s *Service) fillRackDomainExternalIDs(ctx context.Context, dbtx db.DBTX, racks []Rack) error {
-	ext, err := s.domainExternalIDs(ctx, dbtx, len(racks), func(i int) *uuid.UUID { return racks[i].NVLDomainID })
-	if err != nil {
-		return err
-	}
-	for i := range racks {
-		if racks[i].NVLDomainID != nil {
-			racks[i].NVLDomainExternalID = ext[*racks[i].NVLDomainID]
-		}
-	}
-	return nil
-}
-
-// domainExternalIDs maps the distinct non-nil domain IDs among id(0) …
-// id(n-1) to their external IDs (domains without one are absent); no query
-// when there are none.
-func (s *Service) domainExternalIDs(ctx context.Context, dbtx db.DBTX, n int, id func(int) *uuid.UUID) (map[uuid.UUID]string, error) {
+// fillDomainExternalIDs sets the external ID of the domain of each of n
+// items (domain(i) is item i's domain, nil for none; set stores the ID), in
+// one query for all of them, none when no item has a domain. Domains
+// without an external ID leave their items alone.
+func (s *Service) fillDomainExternalIDs(ctx context.Context, dbtx db.DBTX, n int, domain func(int) *uuid.UUID, set func(int, string)) error {
 	var want []uuid.UUID
 	seen := map[uuid.UUID]bool{}
 	for i := range n {
-		if id := id(i); id != nil && !seen[*id] {
+		if id := domain(i); id != nil && !seen[*id] {
 			seen[*id] = true
 			want = append(want, *id)
 		}
 	}
-	out := make(map[uuid.UUID]string, len(want))
 	if len(want) == 0 {
-		return out, nil
+		return nil
 	}
 	rows, err := s.q.NVLDomainExternalIDs(ctx, dbtx, want)
 	if err != nil {
-		return nil, fmt.Errorf("nvl domain external ids: %w", err)
+		return fmt.Errorf("nvl domain external ids: %w", err)
 	}
+	ext := make(map[uuid.UUID]string, len(rows))
 	for _, r := range rows {
-		out[r.ID] = r.ExternalID
+		ext[r.ID] = r.ExternalID
 	}
-	return out, nil
+	for i := range n {
+		if id := domain(i); id != nil && ext[*id] != "" {
+			set(i, ext[*id])
+		}
+	}
+	return nil
 }
