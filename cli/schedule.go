@@ -393,7 +393,11 @@ func printSchedules(w io.Writer, list []*flowv1.TaskSchedule, wide bool) {
 			state = "paused"
 		}
 		overlap := strings.ToLower(strings.TrimPrefix(s.GetOverlapPolicy().String(), "OVERLAP_POLICY_"))
-		rows[i] = []string{s.GetName(), specLabel(s.GetSpec()), s.GetDescription(), overlap, state, localTime(s.GetNextRunAt()), localTime(s.GetLastRunAt())}
+		next := s.GetNextRunAt()
+		if state != "active" {
+			next = nil // a paused schedule keeps its stale next_run_at; resuming recomputes it
+		}
+		rows[i] = []string{s.GetName(), specLabel(s.GetSpec()), s.GetDescription(), overlap, state, localTime(next), localTime(s.GetLastRunAt())}
 		if wide {
 			rows[i] = append(rows[i], s.GetId().GetId())
 		}

@@ -233,9 +233,9 @@ func scheduleToProto(s Schedule) *flowv1.TaskSchedule {
 		LastRunAt: operations.Timestamp(s.LastRunAt), CreatedAt: timestamppb.New(s.CreatedAt), UpdatedAt: timestamppb.New(s.UpdatedAt),
 		OperationType: s.Template.OperationTypeName(), Description: s.Template.Summary(),
 	}
-	if s.Enabled {
-		out.NextRunAt = operations.Timestamp(s.NextRunAt)
-	}
+	// A paused schedule keeps (and shows) its next_run_at, as upstream's
+	// does; resuming recomputes it.
+	out.NextRunAt = operations.Timestamp(s.NextRunAt)
 	return out
 }
 
@@ -590,7 +590,7 @@ func (h *Handler) CheckScheduleConflicts(ctx context.Context, req *flowv1.CheckS
 			return nil, err
 		}
 	}
-	list, err := h.svc.Conflicts(ctx, h.pool, op.tmpl.Type, op.tmpl.Code, op.targets, exclude)
+	list, err := h.svc.Conflicts(ctx, h.pool, op.tmpl.Type, op.targets, exclude)
 	if err != nil {
 		return nil, scheduleError(err)
 	}

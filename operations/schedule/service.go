@@ -80,11 +80,13 @@ type parsedSpec struct {
 	at       time.Time
 }
 
-// ParseSpec validates spec and returns it normalised: the timezone is the
-// resolved IANA name for cron ("UTC" when empty) and "UTC" for the other
-// types, a one-time time is in UTC. Errors are
-// operations.ErrInvalidRequest naming the field under prefix (e.g.
-// "schedule.spec").
+// ParseSpec validates spec and returns it as stored and echoed, which is as
+// upstream stores and echoes it: the spec string as given (a one-time time
+// keeps the offset it was written with), a cron schedule's timezone the
+// IANA name given ("UTC" when empty), an interval or one-time schedule's
+// timezone as given (it means nothing to them; upstream keeps it too, ""
+// when none). Errors are operations.ErrInvalidRequest naming the field
+// under prefix (e.g. "schedule.spec").
 func ParseSpec(spec Spec, prefix string) (Spec, error) {
 	p, err := parseSpec(spec, prefix)
 	return p.spec, err
@@ -97,6 +99,9 @@ func parseSpec(spec Spec, prefix string) (parsedSpec, error) {
 	if s == "" {
 		return p, invalidRequest(prefix+".spec", "is required")
 	}
+	if len(spec.Timezone) > maxTimezone {
+		return p, invalidRequest(prefix+".timezone", "must be at most %d characters", maxTimezone)
+	}
 	switch spec.Type {
 	case SpecInterval:
 		d, err := time.ParseDuration(s)
@@ -106,7 +111,7 @@ func parseSpec(spec Spec, prefix string) (parsedSpec, error) {
 		if d <= 0 {
 			return p, invalidRequest(prefix+".spec", "interval must be greater than zero, got %s", s)
 		}
-		p.interval, p.spec.Timezone = d, "UTC"
+		p.interval = d
 	case SpecCron:
 		if strings.HasPrefix(s, "TZ=") || strings.HasPrefix(s, "CRON_TZ=") {
 			return p, invalidRequest(prefix+".spec", "give the timezone in %s.timezone, not in the cron line", prefix)
@@ -130,12 +135,14 @@ func parseSpec(spec Spec, prefix string) (parsedSpec, error) {
 			return p, invalidRequest(prefix+".spec", "invalid one-time spec %q: want an RFC 3339 time with an offset, such as 2026-12-24T02:00:00+01:00", s)
 		}
 		p.at = t.UTC().Truncate(time.Microsecond)
-		p.spec.Spec, p.spec.Timezone = p.at.Format(time.RFC3339Nano), "UTC"
 	default:
 		return p, invalidRequest(prefix+".type", "must be INTERVAL, CRON or ONE_TIME")
 	}
 	return p, nil
 }
+
+// maxTimezone is the length of task_schedule.timezone (varchar(64)).
+const maxTimezone = 64
 
 // first is the first firing time of a new or resumed schedule: never now.
 func (p parsedSpec) first(now time.Time) time.Time {
@@ -491,7 +498,12 @@ func (s *Service) Update(ctx context.Context, tx pgx.Tx, id uuid.UUID, ch Change
 		if err != nil {
 			return Schedule{}, err
 		}
-		p.SpecType, p.Spec, p.Timezone = string(parsed.spec.Type), parsed.spec.Spec, parsed.spec.Timezone
+		p.SpecType, p.Spec = string(parsed.spec.Type), parsed.spec.Spec
+		// As upstream: the stored timezone changes only when one is given
+		// for a schedule that is (now) cron; a new spec alone keeps it.
+		if ch.Timezone != nil && parsed.spec.Type == SpecCron {
+			p.Timezone = parsed.spec.Timezone
+		}
 		next := parsed.first(s.now())
 		p.NextRunAt = &next
 		if p.Enabled {
@@ -764,29 +776,27 @@ func (s *Service) RemoveScope(ctx context.Context, tx pgx.Tx, scopeID uuid.UUID)
 
 // ---- conflicts ------------------------------------------------------------
 
-// conflictClass is an operation's coarse class for the advisory check
-// (spec §1.8): hardware control (power, firmware), ingest, or everything
-// (bring-up, decommission).
-func conflictClass(t operations.OperationType, c operations.OperationCode) string {
-	switch {
-	case t == operations.OperationTypeBringUp && c == operations.CodeIngest:
-		return "ingest"
-	case t == operations.OperationTypeBringUp, t == operations.OperationTypeDecommission:
-		return "all"
+// coarseConflict is the advisory check's pairing (spec §1.8), by operation
+// type alone, as the task manager's conflict table pairs them when
+// component filters are left out: bring-up (ingestion included: it is a
+// bring_up task, code ingest) and decommission conflict with everything,
+// and any two power or firmware operations conflict. Upstream pairs them
+// the same way.
+func coarseConflict(a, b operations.OperationType) bool {
+	everything := func(t operations.OperationType) bool {
+		return t == operations.OperationTypeBringUp || t == operations.OperationTypeDecommission
 	}
-	return "hw"
-}
-
-func coarseConflict(at operations.OperationType, ac operations.OperationCode, bt operations.OperationType, bc operations.OperationCode) bool {
-	a, b := conflictClass(at, ac), conflictClass(bt, bc)
-	return a == "all" || b == "all" || (a == "hw" && b == "hw")
+	hardware := func(t operations.OperationType) bool {
+		return t == operations.OperationTypePowerControl || t == operations.OperationTypeFirmwareControl
+	}
+	return everything(a) || everything(b) || (hardware(a) && hardware(b))
 }
 
 // Conflicts returns the enabled schedules, other than exclude, that have a
 // scope entry on a rack targets resolves to and whose operation may
 // conflict with (typ, code) at execution time, by operation alone
 // (component filters are not compared: false positives are expected).
-func (s *Service) Conflicts(ctx context.Context, dbtx db.DBTX, typ operations.OperationType, code operations.OperationCode, targets inventory.TargetSpec, exclude uuid.UUID) ([]Schedule, error) {
+func (s *Service) Conflicts(ctx context.Context, dbtx db.DBTX, typ operations.OperationType, targets inventory.TargetSpec, exclude uuid.UUID) ([]Schedule, error) {
 	scopes, err := s.resolveScopes(ctx, dbtx, targets)
 	if err != nil {
 		return nil, err
@@ -808,7 +818,7 @@ func (s *Service) Conflicts(ctx context.Context, dbtx db.DBTX, typ operations.Op
 		if err != nil {
 			return nil, err
 		}
-		if coarseConflict(typ, code, sc.Template.Type, sc.Template.Code) {
+		if coarseConflict(typ, sc.Template.Type) {
 			out = append(out, sc)
 		}
 	}

@@ -214,7 +214,7 @@ func TestScheduleCreateAndGet(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, s.GetName(), got.GetName())
 	require.Equal(t, "6h", got.GetSpec().GetSpec())
-	require.Equal(t, "UTC", got.GetSpec().GetTimezone())
+	require.Empty(t, got.GetSpec().GetTimezone(), "an interval schedule given no timezone has none, as upstream")
 
 	scopes, err := b.client.ListTaskScheduleScopes(ctx, &flowv1.ListTaskScheduleScopesRequest{ScheduleId: s.GetId()})
 	require.NoError(t, err)
@@ -248,6 +248,9 @@ func TestScheduleCreateAndGet(t *testing.T) {
 	})
 	require.Equal(t, "Upgrade Firmware to v2.3.1", ot.GetDescription())
 	require.Equal(t, time.Date(2026, 12, 24, 1, 0, 0, 0, time.UTC), ot.GetNextRunAt().AsTime())
+	require.Equal(t, "2026-12-24T02:00:00+01:00", ot.GetSpec().GetSpec(), "a one-time time is echoed as written, as upstream")
+	require.Empty(t, ot.GetSpec().GetTimezone())
+	require.Equal(t, "Europe/Berlin", c.GetSpec().GetTimezone())
 
 	// Connect JSON, as curl sends it.
 	res, err := http.Post(b.url+"/v1.Flow/GetTaskSchedule", "application/json", strings.NewReader(fmt.Sprintf(`{"id":{"id":%q}}`, s.GetId().GetId())))
@@ -381,7 +384,7 @@ func TestScheduleList(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"s0", "s1", "s2", "s3", "s4"}, names(all), "oldest first")
 	require.EqualValues(t, 5, all.GetTotal())
-	require.Nil(t, all.GetTaskSchedules()[1].GetNextRunAt(), "a paused schedule shows no next run")
+	require.NotNil(t, all.GetTaskSchedules()[1].GetNextRunAt(), "a paused schedule keeps its next_run_at, as upstream")
 
 	enabled := true
 	onRack, err := b.client.ListTaskSchedules(ctx, &flowv1.ListTaskSchedulesRequest{RackId: pbID(b.racks[1].ID), EnabledOnly: &enabled})
@@ -474,7 +477,7 @@ func TestSchedulePauseResumeDelete(t *testing.T) {
 	p, err := b.client.PauseTaskSchedule(ctx, &flowv1.PauseTaskScheduleRequest{Id: s.GetId()})
 	require.NoError(t, err)
 	require.False(t, p.GetEnabled())
-	require.Nil(t, p.GetNextRunAt())
+	require.Equal(t, s.GetNextRunAt().AsTime(), p.GetNextRunAt().AsTime(), "a paused schedule keeps its next_run_at, as upstream")
 	again, err := b.client.PauseTaskSchedule(ctx, &flowv1.PauseTaskScheduleRequest{Id: s.GetId()})
 	require.NoError(t, err)
 	require.Equal(t, p.GetUpdatedAt().AsTime(), again.GetUpdatedAt().AsTime(), "pausing a paused schedule is a no-op")
@@ -667,7 +670,11 @@ func TestCheckScheduleConflicts(t *testing.T) {
 	fw := &flowv1.ScheduledOperation{Operation: &flowv1.ScheduledOperation_UpgradeFirmware{UpgradeFirmware: &flowv1.UpgradeFirmwareRequest{TargetSpec: rackSpec(r0)}}}
 	res, err := b.client.CheckScheduleConflicts(ctx, &flowv1.CheckScheduleConflictsRequest{Operation: fw})
 	require.NoError(t, err)
-	require.Equal(t, []string{"power"}, names(res), "firmware vs power conflicts; ingest does not; paused and other racks are left out")
+	require.Equal(t, []string{"power", "ingest"}, names(res), "firmware conflicts with power, and with ingestion (a bring-up task, as upstream); paused and other racks are left out")
+	ingestOp := &flowv1.ScheduledOperation{Operation: &flowv1.ScheduledOperation_Ingest{Ingest: &flowv1.IngestRackRequest{TargetSpec: rackSpec(r0)}}}
+	res, err = b.client.CheckScheduleConflicts(ctx, &flowv1.CheckScheduleConflictsRequest{Operation: ingestOp})
+	require.NoError(t, err)
+	require.Equal(t, []string{"power", "ingest"}, names(res), "ingestion conflicts with everything, as upstream and as the task manager decides at run time")
 	bring := &flowv1.ScheduledOperation{Operation: &flowv1.ScheduledOperation_BringUp{BringUp: &flowv1.BringUpRackRequest{TargetSpec: rackSpec(r0)}}}
 	res, err = b.client.CheckScheduleConflicts(ctx, &flowv1.CheckScheduleConflictsRequest{Operation: bring, ExcludeScheduleId: power.GetId()})
 	require.NoError(t, err)
@@ -676,4 +683,71 @@ func TestCheckScheduleConflicts(t *testing.T) {
 	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "operation is required")
 	_, err = b.client.CheckScheduleConflicts(ctx, &flowv1.CheckScheduleConflictsRequest{Operation: fw, ExcludeScheduleId: &flowv1.UUID{Id: "bad"}})
 	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "exclude_schedule_id")
+}
+
+// TestScheduleTimezoneAsUpstream pins the timezone and spec a schedule
+// reports, as upstream stores them: a cron schedule's zone ("UTC" when
+// none), an interval or one-time schedule's as given; a new spec keeps the
+// stored zone, a zone alone changes only a cron schedule's.
+func TestScheduleTimezoneAsUpstream(t *testing.T) {
+	t.Parallel()
+	b := setupSchedules(t, nil)
+	ctx := context.Background()
+	req := intervalReq("berlin interval", "1h", powerOnOp(rackSpec(b.racks[0])))
+	req.Schedule.Spec.Timezone = "Europe/Berlin"
+	s := b.create(t, req)
+	require.Equal(t, "Europe/Berlin", s.GetSpec().GetTimezone(), "kept, though an interval ignores it")
+	require.Equal(t, t0.Add(time.Hour), s.GetNextRunAt().AsTime())
+
+	got, err := b.client.UpdateTaskSchedule(ctx, &flowv1.UpdateTaskScheduleRequest{Id: s.GetId(), Schedule: &flowv1.ScheduleConfig{Spec: &flowv1.ScheduleSpec{Timezone: "Asia/Tokyo"}}, UpdateMask: mask("schedule.spec.timezone")})
+	require.NoError(t, err)
+	require.Equal(t, "Europe/Berlin", got.GetSpec().GetTimezone(), "a zone alone does not change an interval schedule")
+	require.Equal(t, t0.Add(time.Hour), got.GetNextRunAt().AsTime())
+
+	got, err = b.client.UpdateTaskSchedule(ctx, &flowv1.UpdateTaskScheduleRequest{Id: s.GetId(), Schedule: &flowv1.ScheduleConfig{Spec: &flowv1.ScheduleSpec{Type: flowv1.ScheduleSpecType_SCHEDULE_SPEC_TYPE_CRON, Spec: "0 2 * * *"}}, UpdateMask: mask("schedule.spec")})
+	require.NoError(t, err)
+	require.Equal(t, "Europe/Berlin", got.GetSpec().GetTimezone(), "a new spec keeps the stored zone")
+	require.Equal(t, time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC), got.GetNextRunAt().AsTime(), "and is read in it: 02:00 CET")
+
+	got, err = b.client.UpdateTaskSchedule(ctx, &flowv1.UpdateTaskScheduleRequest{Id: s.GetId(), Schedule: &flowv1.ScheduleConfig{Spec: &flowv1.ScheduleSpec{Type: flowv1.ScheduleSpecType_SCHEDULE_SPEC_TYPE_INTERVAL, Spec: "2h", Timezone: "Asia/Tokyo"}}, UpdateMask: mask("schedule.spec", "schedule.spec.timezone")})
+	require.NoError(t, err)
+	require.Equal(t, "Europe/Berlin", got.GetSpec().GetTimezone(), "a zone given with a non-cron spec is not stored")
+	require.Equal(t, t0.Add(2*time.Hour), got.GetNextRunAt().AsTime())
+
+	// No zone: an interval turned cron is read in UTC and still shows none.
+	plain := b.create(t, intervalReq("plain", "1h", powerOnOp(rackSpec(b.racks[1]))))
+	got, err = b.client.UpdateTaskSchedule(ctx, &flowv1.UpdateTaskScheduleRequest{Id: plain.GetId(), Schedule: &flowv1.ScheduleConfig{Spec: &flowv1.ScheduleSpec{Type: flowv1.ScheduleSpecType_SCHEDULE_SPEC_TYPE_CRON, Spec: "0 2 * * *"}}, UpdateMask: mask("schedule.spec")})
+	require.NoError(t, err)
+	require.Empty(t, got.GetSpec().GetTimezone())
+	require.Equal(t, time.Date(2026, 12, 2, 2, 0, 0, 0, time.UTC), got.GetNextRunAt().AsTime())
+
+	// A cron schedule given no zone reports UTC.
+	c := b.create(t, &flowv1.CreateTaskScheduleRequest{
+		Schedule:  &flowv1.ScheduleConfig{Name: "utc cron", Spec: &flowv1.ScheduleSpec{Type: flowv1.ScheduleSpecType_SCHEDULE_SPEC_TYPE_CRON, Spec: "0 3 * * *"}},
+		Operation: powerOnOp(rackSpec(b.racks[2])),
+	})
+	require.Equal(t, "UTC", c.GetSpec().GetTimezone())
+
+	// One-time: echoed as written, fires at the instant it names.
+	ot := b.create(t, &flowv1.CreateTaskScheduleRequest{
+		Schedule:  &flowv1.ScheduleConfig{Name: "tokyo once", Spec: &flowv1.ScheduleSpec{Type: flowv1.ScheduleSpecType_SCHEDULE_SPEC_TYPE_ONE_TIME, Spec: "2026-12-02T09:00:00+09:00", Timezone: "Asia/Tokyo"}},
+		Operation: powerOnOp(rackSpec(b.racks[0])),
+	})
+	require.Equal(t, "2026-12-02T09:00:00+09:00", ot.GetSpec().GetSpec())
+	require.Equal(t, "Asia/Tokyo", ot.GetSpec().GetTimezone())
+	require.Equal(t, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), ot.GetNextRunAt().AsTime())
+	p, err := b.client.PauseTaskSchedule(ctx, &flowv1.PauseTaskScheduleRequest{Id: ot.GetId()})
+	require.NoError(t, err)
+	require.Equal(t, ot.GetNextRunAt().AsTime(), p.GetNextRunAt().AsTime())
+	r, err := b.client.ResumeTaskSchedule(ctx, &flowv1.ResumeTaskScheduleRequest{Id: ot.GetId()})
+	require.NoError(t, err)
+	require.Equal(t, ot.GetNextRunAt().AsTime(), r.GetNextRunAt().AsTime(), "an unfired one-time schedule keeps its time")
+	require.Equal(t, "2026-12-02T09:00:00+09:00", r.GetSpec().GetSpec())
+
+	before := b.snapshot(t)
+	long := intervalReq("long zone", "1h", powerOnOp(rackSpec(b.racks[0])))
+	long.Schedule.Spec.Timezone = strings.Repeat("x", 65)
+	_, err = b.client.CreateTaskSchedule(ctx, long)
+	opstest.RequireCode(t, err, connect.CodeInvalidArgument, "schedule.spec.timezone: must be at most 64 characters")
+	require.Equal(t, before, b.snapshot(t))
 }
