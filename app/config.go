@@ -85,6 +85,9 @@ type Config struct {
 	PollInterval time.Duration // FLOW_FIRMWARE_POLL_INTERVAL
 	// RunMaxCandidates caps an operation run's candidate scope.
 	RunMaxCandidates int // FLOW_OPERATION_RUN_MAX_CANDIDATES
+	// IngestFirmwareUpgrade makes ingest tasks upgrade the compute trays'
+	// and NVLink switches' firmware after ingestion.
+	IngestFirmwareUpgrade bool // FLOW_INGEST_FIRMWARE_UPGRADE
 	// SystemJobs are the leader-run system jobs' settings, from the config
 	// file (FLOW_CONFIG_FILE) and FLOW_EXPECTED_INVENTORY_SYNC_ENABLED.
 	SystemJobs SystemJobsConfig
@@ -163,6 +166,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_ENGINE_MAX_WORKERS", "1000", "engine jobs one process works at once"},
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
 	{"FLOW_OPERATION_RUN_MAX_CANDIDATES", "100", "most candidate targets (racks; components for component target specs) an operation run may plan over; more fails CreateOperationRun. Upstream's fixed limit is 100; raise it to roll a large site out in one run"},
+	{"FLOW_INGEST_FIRMWARE_UPGRADE", "false", "ingestion (IngestRack, scheduled ingest) also upgrades the firmware of the compute trays, then of the NVLink switches, to the version their component manager holds as desired, after injecting their expectations (upstream issue 2976); applies where the built-in ingest rule would; an unparseable value refuses startup (docs/operation-rules.md)"},
 	{"FLOW_CONFIG_FILE", DefaultFlowConfigFile, "upstream's scheduler config file (YAML keys inventory_run_frequency, disable_inventory, leak_detection_interval, disable_leak_detection; durations such as 1m); the default path may be absent, an explicitly named file must exist; a zero or unparseable duration refuses startup (docs/inventory-sync.md)"},
 	{"FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED", "false", "answer coolant leaks through event rules (the built-in leakage rule, or a bound rule: docs/event-rules.md) instead of upstream's legacy path, which submits a force-power-off task per leaking device every cycle; flow dev: true; an unparseable value refuses startup; disable_leak_detection wins"},
 	{"FLOW_EXPECTED_INVENTORY_SYNC_ENABLED", "true", "gate of the expected-inventory mirror of each inventory-sync cycle (the mirror itself is not built yet); an unparseable value refuses startup"},
@@ -298,6 +302,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.RunMaxCandidates = n
 	}
+	if b, err := strconv.ParseBool(def("FLOW_INGEST_FIRMWARE_UPGRADE")); err != nil {
+		errs = append(errs, "FLOW_INGEST_FIRMWARE_UPGRADE must be true or false")
+	} else {
+		cfg.IngestFirmwareUpgrade = b
+	}
 	if v := getenv("FLOW_FIRMWARE_POLL_INTERVAL"); v != "" {
 		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
 			errs = append(errs, "FLOW_FIRMWARE_POLL_INTERVAL must be a positive duration such as 1s")
@@ -397,6 +406,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("engine_lease_expiry", c.LeaseExpiry),
 		slog.Int("engine_max_workers", c.MaxWorkers),
 		slog.Int("operation_run_max_candidates", c.RunMaxCandidates),
+		slog.Bool("ingest_firmware_upgrade", c.IngestFirmwareUpgrade),
 		slog.String("flow_config_file", or(c.SystemJobs.File, "(none)")),
 		slog.Duration("inventory_run_frequency", c.SystemJobs.InventoryInterval),
 		slog.Bool("disable_inventory", c.SystemJobs.InventoryDisabled),

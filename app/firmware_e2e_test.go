@@ -592,3 +592,73 @@ func TestFirmwareStartResponseLost(t *testing.T) {
 		require.Equal(t, 1, b.sims.nico.Journal().CountFor("UpdateComponentFirmware", mac), mac)
 	}
 }
+
+// TestIngestWithFirmwareUpgrade: with FLOW_INGEST_FIRMWARE_UPGRADE an
+// ingest task injects the expectations, then upgrades the compute trays'
+// and NVLink switches' firmware (to the component manager's desired
+// version: the simulator's "latest"); without it ingestion touches no
+// firmware.
+func TestIngestWithFirmwareUpgrade(t *testing.T) {
+	t.Parallel()
+	b := newFWBench(t, time.Millisecond)
+	ctx := context.Background()
+	ingest := func(srv *fwServer, r inventory.Rack) operations.Report {
+		res, err := srv.client.IngestRack(ctx, &flowv1.IngestRackRequest{TargetSpec: rackSpec(r.Name)})
+		require.NoError(t, err)
+		return requireCompleted(t, waitTask(t, srv.client, res.GetTaskIds()[0], 60*time.Second))
+	}
+
+	plain := b.serve(t, nil, nil)
+	r := b.addRack(t, 21, false)
+	rep := ingest(plain, r)
+	require.Len(t, rep.Stages, 1, "the plain built-in rule: inject expectations only")
+	for _, c := range r.Components {
+		require.Zero(t, b.sims.nico.Journal().CountFor("UpdateComponentFirmware", c.BMCs[0].MAC.String()), c.Name)
+	}
+	plain.stop()
+
+	srv := b.serve(t, map[string]string{"FLOW_INGEST_FIRMWARE_UPGRADE": "true"}, nil)
+	r = b.addRack(t, 22, false)
+	rep = ingest(srv, r)
+	require.Len(t, rep.Stages, 3, "inject expectations, compute firmware, switch firmware")
+	for _, ct := range []inventory.ComponentType{inventory.ComponentTypeCompute, inventory.ComponentTypeNVSwitch} {
+		for _, mac := range macs(r, ct) {
+			require.Equal(t, 1, b.sims.nico.Journal().CountFor("UpdateComponentFirmware", mac), mac)
+			st, _ := b.sims.nico.State(mac)
+			require.Contains(t, st.Firmware, "bmc")
+		}
+	}
+	for _, mac := range macs(r, inventory.ComponentTypeCompute) {
+		st, _ := b.sims.nico.State(mac)
+		require.Equal(t, "latest", st.Firmware["bmc"], "the component manager's desired version")
+	}
+	for _, mac := range macs(r, inventory.ComponentTypePowerShelf) {
+		require.Zero(t, b.sims.nico.Journal().CountFor("UpdateComponentFirmware", mac), "power shelves are not ingested")
+	}
+	// The injections came first: every expectation was added before any
+	// firmware call.
+	ours := map[string]bool{}
+	for _, c := range r.Components {
+		ours[c.BMCs[0].MAC.String()] = true
+	}
+	calls := b.sims.nico.Journal().Calls()
+	lastAdd, firstFW := -1, len(calls)
+	for i, c := range calls {
+		if !slices.ContainsFunc(c.Devices, func(d string) bool { return ours[d] }) {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(c.Method, "AddExpected"):
+			lastAdd = i
+		case c.Method == "UpdateComponentFirmware" && firstFW == len(calls):
+			firstFW = i
+		}
+	}
+	require.GreaterOrEqual(t, lastAdd, 0, "the expectations were injected")
+	require.Less(t, lastAdd, firstFW)
+
+	_, err := LoadConfig(func(k string) string {
+		return map[string]string{"DATABASE_URL": b.dbURL, "FLOW_INGEST_FIRMWARE_UPGRADE": "sometimes"}[k]
+	})
+	require.ErrorContains(t, err, "FLOW_INGEST_FIRMWARE_UPGRADE must be true or false")
+}

@@ -153,6 +153,9 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	if err != nil {
 		return nil, err
 	}
+	if err := rules.SetIngestFirmwareUpgrade(cfg.IngestFirmwareUpgrade); err != nil {
+		return nil, err
+	}
 	var tasks *operations.Tasks
 	var runs *rollout.Service
 	runWakes := &rollout.WakeWorker{}

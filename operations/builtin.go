@@ -4,6 +4,7 @@ import (
 	"bytes"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -161,4 +162,40 @@ func clonePtr[T any](p *T) *T {
 	}
 	v := *p
 	return &v
+}
+
+// ingestFirmwareSteps are the steps IngestFirmwareRule adds after the
+// built-in ingest rule's: the compute trays' firmware, then the NVLink
+// switches', each upgraded to the version the component manager holds as
+// desired (an ingest task names none), with the upgrade rule's budgets.
+const ingestFirmwareSteps = `{"version": "v1", "steps": [
+ {"component_type": "Compute", "stage": 2, "timeout": "45m",
+  "retry": {"max_attempts": 2, "initial_interval": "30s", "backoff_coefficient": 1.5},
+  "main_operation": {"name": "FirmwareControl", "parameters": {"operation": "upgrade", "poll_interval": "2m", "poll_timeout": "45m"}}},
+ {"component_type": "NVSwitch", "stage": 3, "timeout": "45m",
+  "retry": {"max_attempts": 2, "initial_interval": "30s", "backoff_coefficient": 1.5},
+  "main_operation": {"name": "FirmwareControl", "parameters": {"operation": "upgrade", "poll_interval": "2m", "poll_timeout": "45m"}}}
+]}`
+
+// IngestFirmwareRule is the built-in ingest rule with a firmware upgrade of
+// the compute trays and NVLink switches after their expectations are
+// injected (upstream issue 2976: "Perform Firmware Update in Rack Ingestion
+// Path"). Ingest tasks run it instead of the plain built-in when the
+// service's SetIngestFirmwareUpgrade is on (FLOW_INGEST_FIRMWARE_UPGRADE).
+func IngestFirmwareRule() (Rule, error) {
+	r, ok := BuiltinRule(OperationTypeBringUp, CodeIngest)
+	if !ok {
+		return Rule{}, errors.New("no built-in ingest rule")
+	}
+	extra, err := ParseRuleDefinition([]byte(ingestFirmwareSteps))
+	if err != nil {
+		return Rule{}, fmt.Errorf("ingest firmware steps: %w", err)
+	}
+	r.Name = "Hardcoded Default Ingest with Firmware Upgrade"
+	r.Description = "Ingest: inject expectations for compute trays and NVLink switches, then upgrade their firmware to the component manager's desired version; power shelves excluded"
+	r.Definition.Steps = append(r.Definition.Steps, extra.Steps...)
+	if err := r.Definition.validate(true); err != nil {
+		return Rule{}, fmt.Errorf("built-in rule %q: %w", r.Name, err)
+	}
+	return r, nil
 }

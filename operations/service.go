@@ -29,6 +29,26 @@ type Service struct {
 	racks     RackLookup
 	q         *dbsqlc.Queries
 	planCheck func(engine.Plan) error
+	// ingestFirmware, when set, is the rule ingest tasks run where the
+	// built-in would apply (SetIngestFirmwareUpgrade).
+	ingestFirmware *Rule
+}
+
+// SetIngestFirmwareUpgrade makes ingest tasks that would run the built-in
+// ingest rule run IngestFirmwareRule instead: their compute trays' and
+// NVLink switches' firmware is upgraded after ingestion
+// (FLOW_INGEST_FIRMWARE_UPGRADE). Call it before serving.
+func (s *Service) SetIngestFirmwareUpgrade(on bool) error {
+	if !on {
+		s.ingestFirmware = nil
+		return nil
+	}
+	r, err := IngestFirmwareRule()
+	if err != nil {
+		return err
+	}
+	s.ingestFirmware = &r
+	return nil
 }
 
 // SetPlanCheck makes CreateRule and UpdateRule refuse a definition whose
@@ -514,14 +534,14 @@ func (s *Service) ResolveRule(ctx context.Context, dbtx db.DBTX, req ResolveRequ
 		}
 	}
 	if len(stored) > 0 {
-		return resolvedRule(req, &stored[0].OperationRule, stored[0].Associated)
+		return s.resolvedRule(req, &stored[0].OperationRule, stored[0].Associated)
 	}
-	return resolvedRule(req, nil, false)
+	return s.resolvedRule(req, nil, false)
 }
 
 // resolvedRule is req's rule from a stored one (associated with the rack
 // or the default one), else the built-in or the minimal rule.
-func resolvedRule(req ResolveRequest, stored *dbsqlc.OperationRule, associated bool) (ResolvedRule, error) {
+func (s *Service) resolvedRule(req ResolveRequest, stored *dbsqlc.OperationRule, associated bool) (ResolvedRule, error) {
 	if stored != nil {
 		r, err := ruleFromRow(*stored)
 		if err != nil {
@@ -531,6 +551,11 @@ func resolvedRule(req ResolveRequest, stored *dbsqlc.OperationRule, associated b
 			return ResolvedRule{Rule: r, Source: RuleSourceRackAssociation}, nil
 		}
 		return ResolvedRule{Rule: r, Source: RuleSourceDefault}, nil
+	}
+	if s.ingestFirmware != nil && req.Type == OperationTypeBringUp && req.Code == CodeIngest {
+		r := *s.ingestFirmware
+		r.Definition = r.Definition.clone()
+		return ResolvedRule{Rule: r, Source: RuleSourceBuiltin}, nil
 	}
 	if r, ok := BuiltinRule(req.Type, req.Code); ok {
 		return ResolvedRule{Rule: r, Source: RuleSourceBuiltin}, nil
@@ -562,9 +587,9 @@ func (s *Service) ResolveRules(ctx context.Context, dbtx db.DBTX, typ OperationT
 		req := ResolveRequest{RackID: id, Type: typ, Code: code}
 		var err error
 		if r := assoc[id]; r != nil {
-			out[id], err = resolvedRule(req, r, true)
+			out[id], err = s.resolvedRule(req, r, true)
 		} else {
-			out[id], err = resolvedRule(req, def, false)
+			out[id], err = s.resolvedRule(req, def, false)
 		}
 		if err != nil {
 			return nil, err

@@ -2,6 +2,7 @@ package operations_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/google/uuid"
@@ -116,6 +117,24 @@ func TestResolveRule(t *testing.T) {
 	require.Equal(t, "Hardcoded Default Ingest", got.Rule.Name)
 	got = resolve(operations.ResolveRequest{Type: operations.OperationTypeDecommission, Code: operations.CodeDecommission})
 	require.Equal(t, operations.RuleSourceBuiltin, got.Source)
+
+	// FLOW_INGEST_FIRMWARE_UPGRADE: ingest tasks run the built-in with the
+	// firmware steps; other operations are unchanged.
+	require.NoError(t, b.svc.SetIngestFirmwareUpgrade(true))
+	got = resolve(operations.ResolveRequest{RackID: rack, Type: operations.OperationTypeBringUp, Code: operations.CodeIngest})
+	require.Equal(t, operations.RuleSourceBuiltin, got.Source)
+	require.Equal(t, "Hardcoded Default Ingest with Firmware Upgrade", got.Rule.Name)
+	var stages []string
+	for _, st := range got.Rule.Definition.Steps {
+		stages = append(stages, fmt.Sprintf("%d %s %s", st.Stage, st.ComponentType, st.MainOperation.Name))
+	}
+	require.Equal(t, []string{"1 Compute InjectExpectation", "1 NVSwitch InjectExpectation", "2 Compute FirmwareControl", "3 NVSwitch FirmwareControl"}, stages)
+	got.Rule.Definition.Steps[0].Stage = 9
+	again := resolve(operations.ResolveRequest{RackID: rack, Type: operations.OperationTypeBringUp, Code: operations.CodeIngest})
+	require.Equal(t, 1, again.Rule.Definition.Steps[0].Stage, "each resolution gets its own copy")
+	require.Equal(t, "Hardcoded Default Bring Up", resolve(operations.ResolveRequest{RackID: rack, Type: operations.OperationTypeBringUp, Code: operations.CodeBringUp}).Rule.Name)
+	require.NoError(t, b.svc.SetIngestFirmwareUpgrade(false))
+	require.Equal(t, "Hardcoded Default Ingest", resolve(operations.ResolveRequest{RackID: rack, Type: operations.OperationTypeBringUp, Code: operations.CodeIngest}).Rule.Name)
 
 	// An invalid (type, code) is a validation error.
 	_, err = b.svc.ResolveRule(ctx, b.pool, operations.ResolveRequest{Type: power, Code: operations.CodeUpgrade})
