@@ -2,6 +2,8 @@ package cli_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -145,4 +147,79 @@ func TestCLIInventory(t *testing.T) {
 			require.Equal(t, want, cli.ExitCode(err))
 		})
 	}
+}
+
+// TestCLIRackCreateUpstreamFile: `flow rack create -f` loads a rack file in
+// upstream's CLI format (examples/rack-upstream-format.json, ours, in
+// their format): plain-text description, lowercase types, tray_index, BMC
+// mac/ip; a malformed one is refused naming the field, and nothing is
+// written.
+func TestCLIRackCreateUpstreamFile(t *testing.T) {
+	t.Parallel()
+	b := startServer(t, nil).bundle()
+	out, _, err := b.flow("rack", "create", "-f", "../examples/rack-upstream-format.json")
+	require.NoError(t, err)
+	id := strings.TrimSpace(out)
+	require.Len(t, id, 36)
+
+	out, _, err = b.flow("rack", "get", id, "--components", "-o", "json")
+	require.NoError(t, err)
+	var res struct {
+		Rack struct {
+			Info       struct{ Name, Model, Description string }
+			Location   struct{ Position string }
+			Components []struct {
+				Type            string
+				FirmwareVersion string
+				Info            struct{ Name, Description string }
+				Position        struct{ SlotID, TrayIdx, HostID int32 }
+				Bmcs            []struct{ Type, MacAddress, IPAddress string }
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	r := res.Rack
+	require.Equal(t, "nvl72-upstream-format", r.Info.Name)
+	require.Equal(t, "Example GB200 NVL72 rack", r.Info.Description, "plain text, as upstream takes it")
+	require.Equal(t, "row-01-pos-07", r.Location.Position)
+	require.Len(t, r.Components, 4)
+	byName := map[string]int{}
+	for i, c := range r.Components {
+		byName[c.Info.Name] = i
+	}
+	ct := r.Components[byName["nvl72-upstream-format-ct-01"]]
+	require.Equal(t, "COMPONENT_TYPE_COMPUTE", ct.Type)
+	require.Equal(t, int32(1), ct.Position.TrayIdx, "tray_index")
+	require.Equal(t, int32(2), ct.Position.HostID)
+	require.Len(t, ct.Bmcs, 2)
+	require.Equal(t, "BMC_TYPE_HOST", ct.Bmcs[0].Type)
+	require.Equal(t, "06:00:00:07:01:00", ct.Bmcs[0].MacAddress)
+	require.Equal(t, "10.7.0.11", ct.Bmcs[0].IPAddress)
+	require.Equal(t, "BMC_TYPE_DPU", ct.Bmcs[1].Type)
+	require.Equal(t, "compute tray in slot 5", r.Components[byName["nvl72-upstream-format-ct-00"]].Info.Description)
+	require.Equal(t, "COMPONENT_TYPE_NVSWITCH", r.Components[byName["nvl72-upstream-format-sw-00"]].Type)
+	ps := r.Components[byName["nvl72-upstream-format-ps-00"]]
+	require.Equal(t, "COMPONENT_TYPE_POWERSHELF", ps.Type)
+	require.Equal(t, "BMC_TYPE_HOST", ps.Bmcs[0].Type, "a BMC without a type is the host's, as upstream")
+
+	before, _, err := b.flow("rack", "list", "-o", "json")
+	require.NoError(t, err)
+	for _, tt := range []struct{ edit, want string }{
+		{`"type": "nvswitch"`, `components[2].type: invalid component type "gpu"`},
+		{`"mac": "06:00:00:07:10:00"`, `components[2].bmcs[0].mac: invalid MAC address "nope"`},
+		{`"ip": "10.7.0.10"`, `components[0].bmcs[0].ip: invalid IP address "nope"`},
+	} {
+		raw, err := os.ReadFile("../examples/rack-upstream-format.json")
+		require.NoError(t, err)
+		bad := strings.Replace(string(raw), tt.edit, strings.Split(tt.edit, ":")[0]+`: "`+map[bool]string{true: "gpu", false: "nope"}[strings.HasPrefix(tt.edit, `"type"`)]+`"`, 1)
+		require.NotEqual(t, string(raw), bad)
+		path := filepath.Join(t.TempDir(), "bad.json")
+		require.NoError(t, os.WriteFile(path, []byte(bad), 0o600))
+		_, _, err = b.flow("rack", "create", "-f", path)
+		require.ErrorContains(t, err, tt.want)
+		require.Equal(t, 1, cli.ExitCode(err))
+	}
+	after, _, err := b.flow("rack", "list", "-o", "json")
+	require.NoError(t, err)
+	require.Equal(t, before, after, "a refused file writes nothing")
 }

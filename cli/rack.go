@@ -20,23 +20,20 @@ var rackNoun = noun{
 	name:    "rack",
 	summary: "racks of the inventory",
 	verbs: []verb{
-		{name: "create", args: "-f FILE", summary: "register an expected rack from CreateExpectedRack JSON ({\"rack\": {...}} or the rack itself; - for stdin)",
+		{name: "create", args: "-f FILE", summary: "register an expected rack from CreateExpectedRack JSON ({\"rack\": {...}} or the rack itself), or from a rack file of upstream's CLI (snake_case, \"type\": \"compute\"); - for stdin",
 			flags: func(fs *pflag.FlagSet) runFunc {
 				file := fs.StringP("file", "f", "", "JSON file (- for stdin)")
 				return func(ctx context.Context, c *env, args []string) error {
 					if *file == "" || len(args) > 0 {
 						return usageError{fmt.Errorf("want -f FILE")}
 					}
-					req := &flowv1.CreateExpectedRackRequest{}
-					if err := c.readProtoJSON(*file, req); err != nil || req.Rack == nil {
-						rack := &flowv1.Rack{}
-						if err2 := c.readProtoJSON(*file, rack); err2 != nil {
-							if err != nil {
-								return err
-							}
-							return err2
-						}
-						req.Rack = rack
+					data, err := c.readFileArg(*file)
+					if err != nil {
+						return err
+					}
+					req, err := rackCreateRequest(data)
+					if err != nil {
+						return fmt.Errorf("%s: %w", *file, err)
 					}
 					res, err := c.client.CreateExpectedRack(ctx, req)
 					if err != nil {
