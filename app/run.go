@@ -13,8 +13,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -204,15 +206,92 @@ var errSchemaBehind = errors.New("the schema is behind: run `flow db migrate`")
 func dbCommand(getenv func(string) string, stdout io.Writer) *cobra.Command {
 	db := &cobra.Command{Use: "db", Short: "schema management: migrate, status", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
-	for _, sub := range []struct{ name, short string }{
-		{"migrate", "apply Flow's and River's migrations"},
-		{"status", "print the schema versions; exits 1 when migrations are pending"},
-	} {
-		db.AddCommand(command(sub.name, sub.short, func(*pflag.FlagSet) func(context.Context) error {
-			return func(ctx context.Context) error { return runDB(ctx, sub.name, getenv, stdout) }
-		}))
-	}
+	db.AddCommand(command("migrate", "apply Flow's and River's migrations; --rollback takes Flow's schema back", func(fs *pflag.FlagSet) func(context.Context) error {
+		rollback := fs.StringP("rollback", "r", "", "roll Flow's schema back instead: 'last' undoes the newest applied migration, a version (flow db status shows them, e.g. 120) undoes every newer one; refused while tasks are active")
+		force := fs.Bool("force", false, "with --rollback: roll back even while tasks are waiting, pending or running")
+		fs.Bool("ignore-signature-changes", false, "upstream's escape hatch: accepted, not needed (Flow's migrations carry no signatures)")
+		_ = fs.MarkHidden("ignore-signature-changes")
+		return func(ctx context.Context) error {
+			if fs.Changed("rollback") {
+				return runRollback(ctx, *rollback, *force, getenv, stdout)
+			}
+			if *force {
+				return usageError(errors.New("--force goes with --rollback"))
+			}
+			return runDB(ctx, "migrate", getenv, stdout)
+		}
+	}))
+	db.AddCommand(command("status", "print the schema versions; exits 1 when migrations are pending", func(*pflag.FlagSet) func(context.Context) error {
+		return func(ctx context.Context) error { return runDB(ctx, "status", getenv, stdout) }
+	}))
 	return db
+}
+
+// upstreamRollbackTime is the layout of upstream's --rollback value: its
+// migrations are named by timestamp, Flow's by number.
+const upstreamRollbackTime = "2006-01-02T15:04:05"
+
+// runRollback is flow db migrate --rollback TARGET: TARGET is "last" or a
+// migration version. It refuses while tasks are active, unless forced:
+// their engine runs checkpoint into the tables a down migration may drop.
+func runRollback(ctx context.Context, target string, force bool, getenv func(string) string, stdout io.Writer) error {
+	var to *uint
+	switch t := strings.TrimSpace(target); {
+	case t == "last":
+	case t == "":
+		return usageError(errors.New("--rollback needs a target: last, or a migration version such as 120 (flow db status shows the current one)"))
+	default:
+		if _, err := time.Parse(upstreamRollbackTime, t); err == nil {
+			return usageError(fmt.Errorf("--rollback %s: upstream's migrations are named by time, Flow's by number: give last, or a version such as 120 (flow db status shows the current one)", t))
+		}
+		v, err := strconv.ParseUint(t, 10, 32)
+		if err != nil {
+			return usageError(fmt.Errorf("--rollback %q: want last, or a migration version such as 120", t))
+		}
+		u := uint(v)
+		to = &u
+	}
+	cfg, err := LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	if !force {
+		n, err := activeTasks(ctx, cfg.DatabaseURL)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return fmt.Errorf("%w: %d task(s) are waiting, pending or running; let them finish or cancel them, stop the servers, or pass --force", db.ErrRollback, n)
+		}
+	}
+	from, now, err := db.Rollback(cfg.DatabaseURL, to)
+	if err != nil {
+		return err
+	}
+	st, err := db.ReadStatus(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "database  %s\nflow      %d (rolled back from %d; latest %d)\nriver     %d (latest %d, unchanged)\nstatus    rolled back: serve with the binary that matches migration %d, or run `flow db migrate` to go forward again\n",
+		RedactURL(cfg.DatabaseURL), now, from, st.FlowLatest, st.RiverVersion, st.RiverLatest, now)
+	return nil
+}
+
+// activeTasks counts the tasks that are waiting, pending or running (0
+// before the task table exists).
+func activeTasks(ctx context.Context, databaseURL string) (int, error) {
+	pool, err := db.Open(ctx, databaseURL, db.PoolConfig{MaxConns: 1})
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('task') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	var n int
+	err = pool.QueryRow(ctx, `SELECT count(*) FROM task WHERE status IN ('waiting', 'pending', 'running')`).Scan(&n)
+	return n, err
 }
 
 // runDB is flow db migrate and flow db status.

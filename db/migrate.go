@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 
@@ -200,4 +201,95 @@ func SchemaHash() (string, error) {
 		h.Write([]byte(m.SQLUp))
 	}
 	return strings.ToLower(hex.EncodeToString(h.Sum(nil))[:12]), nil
+}
+
+// FlowVersions returns the versions of Flow's migrations in this binary,
+// oldest first.
+func FlowVersions() ([]uint, error) {
+	seen := map[uint]bool{}
+	err := fs.WalkDir(Migrations, "migrations", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		var v uint
+		if _, err := fmt.Sscanf(d.Name(), "%d_", &v); err == nil {
+			seen[v] = true
+		}
+		return nil
+	})
+	out := make([]uint, 0, len(seen))
+	for v := range seen {
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, err
+}
+
+// ErrRollback is wrapped by every refusal of Rollback: nothing was changed.
+var ErrRollback = errors.New("db: rollback refused")
+
+// Rollback runs Flow's down migrations, newest first: down to version to
+// (which stays applied), or, when to is nil, only the newest applied one.
+// River's schema is left as it is. It returns the version before and
+// after. It refuses (ErrRollback, nothing changed) a database without
+// Flow's schema or with a dirty one, a target that is not one of this
+// binary's migrations or not older than the applied version, and undoing
+// the first migration (that would drop everything: drop the database
+// instead).
+func Rollback(databaseURL string, to *uint) (from, now uint, err error) {
+	versions, err := FlowVersions()
+	if err != nil {
+		return 0, 0, err
+	}
+	m, err := newMigrator(databaseURL)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		srcErr, dbErr := m.Close()
+		if cerr := errors.Join(srcErr, dbErr); cerr != nil && err == nil {
+			err = fmt.Errorf("db: close migrator: %w", cerr)
+		}
+	}()
+	from, dirty, err := m.Version()
+	switch {
+	case errors.Is(err, migrate.ErrNilVersion):
+		return 0, 0, fmt.Errorf("%w: the database has no Flow schema", ErrRollback)
+	case err != nil:
+		return 0, 0, fmt.Errorf("db: flow migration version: %w", err)
+	case dirty:
+		return from, from, fmt.Errorf("%w: migration %d failed half-way (dirty): repair the schema first", ErrRollback, from)
+	}
+	i := slices.Index(versions, from)
+	if i < 0 {
+		return from, from, fmt.Errorf("%w: the database is at migration %d, which this binary does not have: roll back with the binary that applied it", ErrRollback, from)
+	}
+	target := uint(0)
+	if i > 0 {
+		target = versions[i-1]
+	}
+	if to != nil {
+		target = *to
+		if !slices.Contains(versions, target) {
+			return from, from, fmt.Errorf("%w: %d is not a migration of this binary (%s)", ErrRollback, target, versionList(versions))
+		}
+		if target >= from {
+			return from, from, fmt.Errorf("%w: the database is at migration %d; a rollback target must be older", ErrRollback, from)
+		}
+	}
+	if target == 0 {
+		return from, from, fmt.Errorf("%w: %d is Flow's first migration; undoing it would drop every table (drop the database instead)", ErrRollback, from)
+	}
+	if err := m.Migrate(target); err != nil {
+		return from, from, fmt.Errorf("db: roll back from %d to %d: %w", from, target, err)
+	}
+	return from, target, nil
+}
+
+func versionList(vs []uint) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = fmt.Sprintf("%04d", v)
+	}
+	return strings.Join(s, ", ")
 }
