@@ -412,7 +412,7 @@ func (h *Handler) UpdateTaskSchedule(ctx context.Context, req *flowv1.UpdateTask
 				return nil, err
 			}
 			if o == "" {
-				return nil, invalidArg("schedule.overlap_policy: must be OVERLAP_POLICY_SKIP or OVERLAP_POLICY_QUEUE")
+				o = OverlapSkip // unspecified means skip, here as at creation (and as upstream)
 			}
 			ch.Overlap = &o
 		case pathSpec:
@@ -421,6 +421,9 @@ func (h *Handler) UpdateTaskSchedule(ctx context.Context, req *flowv1.UpdateTask
 			}
 			ch.Spec = &Spec{Type: specTypeFromProto(cfg.GetSpec().GetType()), Spec: cfg.GetSpec().GetSpec()}
 		case pathTimezone:
+			if cfg.GetSpec() == nil {
+				return nil, invalidArg("schedule.spec is required by update_mask path %s", pathTimezone)
+			}
 			tz := cfg.GetSpec().GetTimezone()
 			ch.Timezone = &tz
 		default:

@@ -95,7 +95,6 @@ func ParseSpec(spec Spec, prefix string) (Spec, error) {
 func parseSpec(spec Spec, prefix string) (parsedSpec, error) {
 	p := parsedSpec{spec: spec, loc: time.UTC}
 	s := strings.TrimSpace(spec.Spec)
-	p.spec.Spec = s
 	if s == "" {
 		return p, invalidRequest(prefix+".spec", "is required")
 	}
@@ -247,15 +246,16 @@ func scopesFromRows(rows []dbsqlc.TaskScheduleScope) ([]Scope, error) {
 
 // ---- config RPCs ----------------------------------------------------------
 
+// validName checks a schedule name, which is kept as given (as upstream
+// keeps it): required and not blank, at most 255 characters.
 func validName(name string) (string, error) {
-	n := strings.TrimSpace(name)
-	if n == "" {
+	if strings.TrimSpace(name) == "" {
 		return "", invalidRequest("schedule.name", "is required")
 	}
-	if len(n) > 255 {
+	if len(name) > 255 {
 		return "", invalidRequest("schedule.name", "must be at most 255 characters")
 	}
-	return n, nil
+	return name, nil
 }
 
 func validOverlap(p OverlapPolicy) (OverlapPolicy, error) {

@@ -424,7 +424,8 @@ func TestScheduleUpdate(t *testing.T) {
 		{"NoSchedule", &flowv1.UpdateTaskScheduleRequest{Id: s.GetId(), UpdateMask: mask("schedule.name")}, connect.CodeInvalidArgument, "schedule is required"},
 		{"EmptyName", &flowv1.UpdateTaskScheduleRequest{Id: s.GetId(), Schedule: &flowv1.ScheduleConfig{}, UpdateMask: mask("schedule.name")}, connect.CodeInvalidArgument, "schedule.name"},
 		{"DuplicateName", &flowv1.UpdateTaskScheduleRequest{Id: s.GetId(), Schedule: &flowv1.ScheduleConfig{Name: "b"}, UpdateMask: mask("schedule.name")}, connect.CodeAlreadyExists, `"b"`},
-		{"UnspecifiedOverlap", &flowv1.UpdateTaskScheduleRequest{Id: s.GetId(), Schedule: &flowv1.ScheduleConfig{}, UpdateMask: mask("schedule.overlap_policy")}, connect.CodeInvalidArgument, "schedule.overlap_policy"},
+		{"UnknownOverlap", &flowv1.UpdateTaskScheduleRequest{Id: s.GetId(), Schedule: &flowv1.ScheduleConfig{OverlapPolicy: 7}, UpdateMask: mask("schedule.overlap_policy")}, connect.CodeInvalidArgument, "schedule.overlap_policy"},
+		{"TimezoneWithoutSpec", &flowv1.UpdateTaskScheduleRequest{Id: s.GetId(), Schedule: &flowv1.ScheduleConfig{}, UpdateMask: mask("schedule.spec.timezone")}, connect.CodeInvalidArgument, "schedule.spec is required by update_mask path schedule.spec.timezone"},
 		{"BadSpec", &flowv1.UpdateTaskScheduleRequest{Id: s.GetId(), Schedule: &flowv1.ScheduleConfig{Spec: &flowv1.ScheduleSpec{Type: 1, Spec: "0s"}}, UpdateMask: mask("schedule.spec")}, connect.CodeInvalidArgument, "schedule.spec.spec"},
 		{"BadTimezone", &flowv1.UpdateTaskScheduleRequest{Id: s.GetId(), Schedule: &flowv1.ScheduleConfig{Spec: &flowv1.ScheduleSpec{Type: 2, Spec: "0 1 * * *", Timezone: "Nowhere/Land"}}, UpdateMask: mask("schedule.spec", "schedule.spec.timezone")}, connect.CodeInvalidArgument, "schedule.spec.timezone"},
 		{"UnknownSchedule", &flowv1.UpdateTaskScheduleRequest{Id: pbID(uuid.New()), Schedule: cfg, UpdateMask: mask("schedule.name")}, connect.CodeNotFound, "schedule"},
@@ -457,6 +458,15 @@ func TestScheduleUpdate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "Asia/Tokyo", got.GetSpec().GetTimezone())
 	require.Equal(t, time.Date(2026, 12, 1, 19, 30, 0, 0, time.UTC), got.GetNextRunAt().AsTime(), "04:30 JST is 19:30 UTC")
+
+	// Unspecified overlap means skip, here as at creation (as upstream).
+	got, err = b.client.UpdateTaskSchedule(ctx, &flowv1.UpdateTaskScheduleRequest{Id: s.GetId(), Schedule: &flowv1.ScheduleConfig{}, UpdateMask: mask("schedule.overlap_policy")})
+	require.NoError(t, err)
+	require.Equal(t, flowv1.OverlapPolicy_OVERLAP_POLICY_SKIP, got.GetOverlapPolicy())
+	// A name is kept as given.
+	got, err = b.client.UpdateTaskSchedule(ctx, &flowv1.UpdateTaskScheduleRequest{Id: s.GetId(), Schedule: &flowv1.ScheduleConfig{Name: " spaced "}, UpdateMask: mask("schedule.name")})
+	require.NoError(t, err)
+	require.Equal(t, " spaced ", got.GetName())
 
 	// A consumed one-time schedule cannot be re-armed.
 	ot := b.create(t, &flowv1.CreateTaskScheduleRequest{
