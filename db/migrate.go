@@ -16,6 +16,7 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers the pgx5:// scheme
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -36,8 +37,32 @@ type Status struct {
 	RiverLatest  int  // newest River migration in this binary
 }
 
-// Migrate applies Flow's migrations, then River's. It is idempotent.
+// migrateLockKey names the session advisory lock Migrate holds: callers on
+// one database take turns (hashtextextended of this text).
+const migrateLockKey = "flow db migrate"
+
+// Migrate applies Flow's migrations, then River's. It is idempotent, and
+// safe to call from several processes at once (two replicas starting
+// together): they take turns under a session advisory lock, because
+// golang-migrate locks only its own half and River's migrator not at all
+// (two River migrations at once fail on a duplicate type).
 func Migrate(ctx context.Context, databaseURL string) (Status, error) {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return Status{}, fmt.Errorf("db: connect to migrate: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, migrateLockKey); err != nil {
+		return Status{}, fmt.Errorf("db: take the migration lock: %w", err)
+	}
+	// Closing the connection releases the lock too; unlocking first lets
+	// the next caller in without waiting for the session to end.
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, migrateLockKey) //nolint:errcheck
+	return migrateLocked(ctx, databaseURL)
+}
+
+// migrateLocked is Migrate under the migration lock.
+func migrateLocked(ctx context.Context, databaseURL string) (Status, error) {
 	m, err := newMigrator(databaseURL)
 	if err != nil {
 		return Status{}, err

@@ -3,6 +3,7 @@ package db_test
 import (
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db"
@@ -48,4 +49,37 @@ func TestIsUniqueViolation(t *testing.T) {
 	require.True(t, db.IsUniqueViolation(err, "u_pkey"))
 	require.False(t, db.IsUniqueViolation(err, "other"))
 	require.False(t, db.IsForeignKeyViolation(err, ""))
+}
+
+// TestMigrateConcurrently runs flow db migrate from three processes'
+// worth of callers at once on an empty database, as the chart's migrate
+// init containers do when two replicas start together: every one succeeds
+// and the schema ends current.
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := dbtest.Context(t)
+	url := dbtest.NewDB(t)
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public`)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+	st, err := db.ReadStatus(ctx, url)
+	require.NoError(t, err)
+	require.Zero(t, st.FlowVersion, "the schema was emptied")
+
+	const callers = 3
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			_, err := db.Migrate(ctx, url)
+			errs <- err
+		}()
+	}
+	for range callers {
+		require.NoError(t, <-errs)
+	}
+	st, err = db.ReadStatus(ctx, url)
+	require.NoError(t, err)
+	require.True(t, st.UpToDate(), "%+v", st)
 }
