@@ -96,10 +96,12 @@ func (d *LeakDetector) Run(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("list leaking %s: %w", k.name, err))
 			continue
 		}
-		if err := d.respond(ctx, k, ids); err != nil {
+		// The status first: from then on nothing energises a leaking
+		// component, before the response is even planned.
+		if _, err := d.inv.SetLeakStatus(ctx, d.pool, k.ctype, ids); err != nil {
 			errs = append(errs, err)
 		}
-		if _, err := d.inv.SetLeakStatus(ctx, d.pool, k.ctype, ids); err != nil {
+		if err := d.respond(ctx, k, ids); err != nil {
 			errs = append(errs, err)
 		}
 	}
