@@ -210,6 +210,12 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	leak = eventrule.NewLeakDetector(eventrule.LeakDetectorConfig{
 		Pool: pool, Inv: inv, Rules: eventRules, Tasks: tasks, Source: s.backends.nico,
 		EventRules: cfg.SystemJobs.LeakEventRules, Logger: logger,
+		PowerOff: unknownLeakPowerOff(s.backends.nico),
+		OnUnknown: func(kind, outcome string) {
+			if m := s.tel.metrics; m != nil {
+				m.Leak.UnknownDevices.WithLabelValues(kind, outcome).Inc()
+			}
+		},
 	})
 	inv.SetTaskStats(tasks.TaskStats)
 	logKeyUsage(ctx, logger, keys, tasks)

@@ -414,8 +414,13 @@ func (t *Tasks) taskEnded(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, run 
 		if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(status), Message: msg, Report: report}); err != nil {
 			return fmt.Errorf("finish task: %w", err)
 		}
-		t.observe(ctx, TaskEvent{Kind: TaskEnded, TaskID: row.ID, Rack: cmp.Or(run.Labels["rack"], row.RackID.String()),
-			Operation: OperationCode(row.OperationCode), Type: OperationType(row.OperationType), Status: status, Message: msg, SubmittedAt: row.CreatedAt})
+		ev := TaskEvent{Kind: TaskEnded, TaskID: row.ID, Rack: cmp.Or(run.Labels["rack"], row.RackID.String()),
+			Operation: OperationCode(row.OperationCode), Type: OperationType(row.OperationType), Status: status, Message: msg, SubmittedAt: row.CreatedAt}
+		var p Payload
+		if json.Unmarshal(row.Information, &p) == nil && p.Leak != nil {
+			ev.LeakObservedAt = unixNano(p.Leak.ObservedAt)
+		}
+		t.observe(ctx, ev)
 	}
 	return t.promote(ctx, tx, row.RackID)
 }

@@ -185,10 +185,13 @@ func (s *Service) execute(ctx context.Context, tx pgx.Tx, row dbsqlc.EventAction
 	}
 	op := *p.Operation
 	// A leak's power-off is a leak response: it pre-empts the work on what
-	// it covers, waits behind nothing and skips the readiness gate.
+	// it covers, waits behind nothing and skips the readiness gate. A rule
+	// whose author chose REJECT (fail and retry while the rack is busy)
+	// keeps that quieter behaviour.
 	var leak *operations.LeakTrigger
 	var reason string
-	if op.Type == operations.OperationTypePowerControl && (op.Code == operations.CodeForcePowerOff || op.Code == operations.CodePowerOff) {
+	if op.Type == operations.OperationTypePowerControl && (op.Code == operations.CodeForcePowerOff || op.Code == operations.CodePowerOff) &&
+		p.ConflictStrategy != ConflictReject {
 		ev, err := s.q.EventGetByID(ctx, tx, row.EventID)
 		if err != nil {
 			return nil, "", fmt.Errorf("read event %s: %w", row.EventID, err)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/logtest"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/opstest"
 )
 
@@ -155,4 +160,54 @@ func TestLeakingTrayStaysOff(t *testing.T) {
 	require.NoError(t, d.Run(ctx))
 	_, err = b.submit(t, accept)
 	require.NoError(t, err, "accepted once Core stops reporting the leak")
+}
+
+// TestLeakOnUnknownDeviceAnswered: a leak Core reports on a device Flow does not
+// hold is recorded as an occurrence with its Core ID, logged, counted and
+// answered with a forced power-off through Core by that ID, once per
+// occurrence however many cycles see it; a new occurrence is answered
+// again.
+func TestLeakOnUnknownDeviceAnswered(t *testing.T) {
+	t.Parallel()
+	b := setupPipeline(t)
+	ctx := context.Background()
+	var logs logtest.Buffer
+	var mu sync.Mutex
+	var calls, outcomes []string
+	src := &leakSource{}
+	d := eventrule.NewLeakDetector(eventrule.LeakDetectorConfig{
+		Pool: b.pool, Inv: inventory.NewService(), Rules: b.rules, Tasks: b.tasks, Source: src, EventRules: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		PowerOff: func(_ context.Context, kind, id string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, kind+"/"+id)
+			return nil
+		},
+		OnUnknown: func(kind, outcome string) {
+			mu.Lock()
+			defer mu.Unlock()
+			outcomes = append(outcomes, kind+":"+outcome)
+		},
+	})
+	src.set("ghost-dpu-1")
+	for range 3 {
+		require.NoError(t, d.Run(ctx))
+	}
+	require.Equal(t, []string{"compute/ghost-dpu-1"}, calls)
+	require.Equal(t, []string{"compute:power_off_sent"}, outcomes)
+	require.Equal(t, 1, strings.Count(logs.String(), "leak on a device flow does not hold"), "logged once per occurrence")
+	require.Zero(t, b.eventCount(t), "nothing to plan for a device flow does not hold")
+	occ, err := d.Occurrences(ctx, b.pool)
+	require.NoError(t, err)
+	require.Len(t, occ, 1)
+	require.Equal(t, "ghost-dpu-1", occ[0].ExternalID)
+	require.Equal(t, "power_off_sent", occ[0].UnknownOutcome)
+
+	// Cleared and raised again: a new occurrence, answered again.
+	src.set()
+	require.NoError(t, d.Run(ctx))
+	src.set("ghost-dpu-1")
+	require.NoError(t, d.Run(ctx))
+	require.Len(t, calls, 2)
 }
