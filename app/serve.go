@@ -236,7 +236,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		eventRuleHandler:  eventrule.NewHandler(pool, eventRules),
 	}
 	svc.taskHandler.LimitSubmits(limitsOrDefault(cfg.Limits).Submits)
-	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer)}
+	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer), leakAdminHandler: eventrule.NewLeakAdminHandler(pool, inv, leak)}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	var tlsConfig *tls.Config
 	if s.tls != nil {
