@@ -1,6 +1,7 @@
 package app
 
 import (
+	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	"github.com/nicoflow/flow/reconcile"
 )
@@ -13,10 +14,13 @@ import (
 // adding its methods to admin.proto and embedding its handler.
 type adminService struct {
 	adminUnimplemented
-	*syncHandler // RunSync, GetSyncStatus
+	*syncHandler      // RunSync, GetSyncStatus
+	*leakAdminHandler // OverrideLeak, ListLeakOccurrences
 }
 
 type syncHandler = reconcile.SyncHandler
+
+type leakAdminHandler = eventrule.LeakAdminHandler
 
 type adminUnimplemented struct {
 	adminv1connect.UnimplementedAdminServiceHandler

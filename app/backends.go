@@ -16,6 +16,7 @@ import (
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/nico"
+	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/psm"
 )
 
@@ -178,5 +179,22 @@ func (b *backends) logStatus(ctx context.Context, logger *slog.Logger) {
 		if !x.ok {
 			logger.WarnContext(ctx, "backend is not configured; operations that need it will fail", "backend", x.name, "setting", x.setting)
 		}
+	}
+}
+
+// unknownLeakPowerOff forces a leaking device Flow does not hold off
+// through Core, by its Core ID (docs/event-rules.md): nil when Core is not
+// configured.
+func unknownLeakPowerOff(c *nico.Client) eventrule.UnknownPowerOff {
+	if c == nil || !c.Configured() {
+		return nil
+	}
+	return func(ctx context.Context, kind, id string) error {
+		k := nico.KindCompute
+		if kind == "nvswitch" {
+			k = nico.KindSwitch
+		}
+		_, err := c.PowerControl(ctx, nico.Target{Kind: k, IDs: []string{id}}, nico.PowerForceOff, true)
+		return err
 	}
 }

@@ -16,16 +16,20 @@ import (
 // (FLOW_CONFIG_FILE overrides it).
 const DefaultFlowConfigFile = "/etc/flow/flowconfig.yaml"
 
-// Defaults of the system-job settings (upstream's).
+// Defaults of the system-job settings: upstream's, but for leak detection.
 const (
-	defaultInventoryInterval     = time.Minute
-	defaultLeakDetectionInterval = time.Minute
+	defaultInventoryInterval = time.Minute
+	// defaultLeakDetectionInterval is a few seconds, not upstream's minute:
+	// a leak must shed power within seconds, and a poll costs Core two
+	// queries (FindMachineIds and FindSwitchIds filtered on the leak
+	// alert) whatever the site's size (docs/event-rules.md).
+	defaultLeakDetectionInterval = 3 * time.Second
 	// devInventoryInterval is flow dev's sync interval, so the README
 	// sequence sees the hardware's new state within seconds.
 	devInventoryInterval = 10 * time.Second
-	// devLeakDetectionInterval is flow dev's leak-detection interval, so a
-	// leak set on the simulator is answered within seconds.
-	devLeakDetectionInterval = 5 * time.Second
+	// devLeakDetectionInterval is flow dev's leak-detection interval: the
+	// default.
+	devLeakDetectionInterval = defaultLeakDetectionInterval
 )
 
 // SystemJobsConfig is the system-job part of Config: upstream's config-file

@@ -52,6 +52,9 @@ func (o *observer) TaskEvent(ctx context.Context, ev operations.TaskEvent) {
 		o.logger.InfoContext(ctx, "task started", append(taskAttrs(ev), "since_submit", waited)...)
 		if o.m != nil {
 			o.m.TaskStartLatency.WithLabelValues(op).Observe(waited.Seconds())
+			if !ev.LeakObservedAt.IsZero() {
+				o.m.Leak.Response.WithLabelValues("first_power_off", "called").Observe(ev.At.Sub(ev.LeakObservedAt).Seconds())
+			}
 		}
 	case operations.TaskEnded:
 		took := ev.At.Sub(ev.SubmittedAt)
@@ -63,6 +66,9 @@ func (o *observer) TaskEvent(ctx context.Context, ev operations.TaskEvent) {
 		if o.m != nil {
 			o.m.TasksEnded.WithLabelValues(op, string(ev.Status)).Inc()
 			o.m.TaskDuration.WithLabelValues(op, string(ev.Status)).Observe(took.Seconds())
+			if !ev.LeakObservedAt.IsZero() {
+				o.m.Leak.Response.WithLabelValues("completed", string(ev.Status)).Observe(ev.At.Sub(ev.LeakObservedAt).Seconds())
+			}
 		}
 	}
 }

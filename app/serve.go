@@ -213,6 +213,12 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	leak = eventrule.NewLeakDetector(eventrule.LeakDetectorConfig{
 		Pool: pool, Inv: inv, Rules: eventRules, Tasks: tasks, Source: s.backends.nico,
 		EventRules: cfg.SystemJobs.LeakEventRules, Logger: logger,
+		PowerOff: unknownLeakPowerOff(s.backends.nico),
+		OnUnknown: func(kind, outcome string) {
+			if m := s.tel.metrics; m != nil {
+				m.Leak.UnknownDevices.WithLabelValues(kind, outcome).Inc()
+			}
+		},
 	})
 	inv.SetTaskStats(tasks.TaskStats)
 	logKeyUsage(ctx, logger, keys, tasks)
@@ -233,7 +239,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		eventRuleHandler:  eventrule.NewHandler(pool, eventRules),
 	}
 	svc.taskHandler.LimitSubmits(limitsOrDefault(cfg.Limits).Submits)
-	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer)}
+	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer), leakAdminHandler: eventrule.NewLeakAdminHandler(pool, inv, leak)}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	var tlsConfig *tls.Config
 	if s.tls != nil {

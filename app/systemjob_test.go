@@ -119,7 +119,7 @@ func TestSystemJobsConfig(t *testing.T) {
 	}{
 		{name: "Defaults", env: map[string]string{"FLOW_CONFIG_FILE": ""}, check: func(t *testing.T, c SystemJobsConfig) {
 			require.Equal(t, time.Minute, c.InventoryInterval)
-			require.Equal(t, time.Minute, c.LeakDetectionInterval)
+			require.Equal(t, 3*time.Second, c.LeakDetectionInterval, "a few seconds, not upstream's minute")
 			require.False(t, c.InventoryDisabled)
 			require.True(t, c.ExpectedInventorySync)
 			require.False(t, c.LeakEventRules, "upstream's default: the legacy leak path")

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
@@ -563,10 +565,68 @@ var leakNoun = noun{
 						}
 					}
 					res.Total = int32(len(res.Components))
-					return c.emit(res, func(w io.Writer) { printLeaks(ctx, c, w, res.GetComponents()) })
+					// Leaks on devices Flow does not hold have no component:
+					// the occurrences name them by Core ID.
+					occ, err := c.admin.ListLeakOccurrences(ctx, &adminv1.ListLeakOccurrencesRequest{})
+					if err != nil {
+						return err
+					}
+					var unknown []*adminv1.LeakOccurrence
+					for _, o := range occ.GetOccurrences() {
+						if o.GetComponentId() == "" {
+							unknown = append(unknown, o)
+						}
+					}
+					return c.emit(res, func(w io.Writer) {
+						if len(res.GetComponents()) > 0 || len(unknown) == 0 {
+							printLeaks(ctx, c, w, res.GetComponents())
+						}
+						printUnknownLeaks(w, unknown)
+					})
+				}
+			}},
+		{name: "override", args: "COMPONENT --reason TEXT", summary: "let operations that power COMPONENT on through again while its current leak is open (admin, audited; the next leak needs a new override)",
+			flags: func(fs *pflag.FlagSet) runFunc {
+				reason := fs.String("reason", "", "why powering the component on is safe (required; recorded and audited)")
+				return func(ctx context.Context, c *env, args []string) error {
+					if err := wantArgs(args, 1, "COMPONENT (a name, UUID or Core ID)"); err != nil {
+						return err
+					}
+					if strings.TrimSpace(*reason) == "" {
+						return errors.New("--reason is required: say why powering the component on is safe")
+					}
+					id := args[0]
+					if !isUUID(id) {
+						// A name, else a Core ID the server resolves.
+						if u, err := resolveComponent(ctx, c, id); err == nil {
+							id = u.GetId()
+						}
+					}
+					res, err := c.admin.OverrideLeak(ctx, &adminv1.OverrideLeakRequest{ComponentId: id, Reason: *reason})
+					if err != nil {
+						return err
+					}
+					return c.emit(res, func(w io.Writer) {
+						fmt.Fprintf(w, "leak of component %s (detected %s) overridden by %s at %s: %s\n", res.GetComponentId(),
+							res.GetDetectedAt().AsTime().Local().Format(time.RFC3339), res.GetOverriddenBy(),
+							res.GetOverriddenAt().AsTime().Local().Format(time.RFC3339), res.GetReason())
+					})
 				}
 			}},
 	},
+}
+
+// printUnknownLeaks lists the leaks on devices Flow does not hold.
+func printUnknownLeaks(w io.Writer, occ []*adminv1.LeakOccurrence) {
+	if len(occ) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nleaks on devices flow does not hold:")
+	rows := make([][]string, len(occ))
+	for i, o := range occ {
+		rows[i] = []string{o.GetExternalId(), o.GetKind(), o.GetStartedAt().AsTime().Local().Format(time.RFC3339), or(o.GetUnknownOutcome(), "-")}
+	}
+	printTable(w, []string{"CORE ID", "KIND", "SINCE", "ANSWER"}, rows)
 }
 
 func printLeaks(ctx context.Context, c *env, w io.Writer, comps []*flowv1.Component) {

@@ -162,6 +162,10 @@ var methodRoles = map[string]Role{
 	// viewer.
 	adminv1connect.AdminServiceRunSyncProcedure:       roleOperator,
 	adminv1connect.AdminServiceGetSyncStatusProcedure: roleViewer,
+	// Leaks: overriding a leaking component's energise guard is admin
+	// (audited); the occurrences are viewer.
+	adminv1connect.AdminServiceOverrideLeakProcedure:        roleAdmin,
+	adminv1connect.AdminServiceListLeakOccurrencesProcedure: roleViewer,
 }
 
 // procedureRole returns the role procedure needs: methodRoles for v1.Flow,

@@ -309,6 +309,13 @@ func (e *Engine) stageSpecs(ctx context.Context, tx pgx.Tx, stages []stageStart)
 // end-of-run hook runs in tx. Nothing is rolled back. Cancelling a run that
 // has already ended is a no-op; an unknown run returns ErrRunNotFound.
 func (e *Engine) Cancel(ctx context.Context, tx pgx.Tx, runID RunID) error {
+	return e.CancelWithReason(ctx, tx, runID, "cancelled")
+}
+
+// CancelWithReason is Cancel with the run's error (RunSummary.Error) set to
+// reason instead of "cancelled": a run pre-empted by other work says by
+// what.
+func (e *Engine) CancelWithReason(ctx context.Context, tx pgx.Tx, runID RunID, reason string) error {
 	if e.client == nil {
 		return ErrNoClient
 	}
@@ -321,7 +328,7 @@ func (e *Engine) Cancel(ctx context.Context, tx pgx.Tx, runID RunID) error {
 	if run.State != string(StateRunning) {
 		return nil
 	}
-	return e.endRuns(ctx, tx, []runEnding{{runID, StateTerminated, "cancelled"}}, nil)
+	return e.endRuns(ctx, tx, []runEnding{{runID, StateTerminated, reason}}, nil)
 }
 
 // Lock locks run runID through tx until tx ends, as Cancel and every

@@ -177,10 +177,19 @@ type Location struct {
 	Region, Datacenter, Room, Position string
 }
 
-// Position is where a component sits inside its rack.
+// Position is where a component sits inside its rack. A coordinate of
+// NoSlot (any negative value) is missing: the inventory sync writes it for a
+// component Core gives no position. 0 is a position like any other.
 type Position struct {
 	SlotID, TrayIdx, HostID int32
 }
+
+// NoSlot is the slot_id of a component whose slot is missing.
+const NoSlot int32 = -1
+
+// HasSlot reports whether the slot is known (slot_id ≥ 0; slot 0 is a
+// slot).
+func (p Position) HasSlot() bool { return p.SlotID >= 0 }
 
 // BMC is one baseboard management controller of a component.
 type BMC struct {

@@ -2,9 +2,12 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory/internal/dbsqlc"
@@ -88,4 +91,78 @@ func (s *Service) addLeak(ctx context.Context, dbtx db.DBTX, comps []Component) 
 		comps[i].LeakHandling = handling[comps[i].ID]
 	}
 	return nil
+}
+
+// OpenLeak is a component's open leak: Core reports it, since DetectedAt.
+// An admin may have overridden the energise guard for it.
+type OpenLeak struct {
+	ComponentID    uuid.UUID
+	Name           string
+	ExternalID     string
+	DetectedAt     time.Time
+	OverrideReason string
+	OverrideBy     string
+	OverrideAt     *time.Time
+}
+
+// Overridden reports whether an admin overrode the energise guard for
+// this leak.
+func (l OpenLeak) Overridden() bool { return l.OverrideAt != nil }
+
+// String names the component and its leak, for refusals.
+func (l OpenLeak) String() string {
+	name := l.Name
+	if name == "" {
+		name = l.ComponentID.String()
+	}
+	s := fmt.Sprintf("component %s (%s", name, l.ComponentID)
+	if l.ExternalID != "" {
+		s += ", Core ID " + l.ExternalID
+	}
+	s += ") has an open coolant leak"
+	if !l.DetectedAt.IsZero() {
+		s += " detected at " + l.DetectedAt.UTC().Format(time.RFC3339)
+	}
+	return s
+}
+
+// ErrNoOpenLeak means the component has no open leak to override.
+var ErrNoOpenLeak = errors.New("component has no open leak")
+
+// OpenLeaks returns the open leaks among components ids, in no order.
+func (s *Service) OpenLeaks(ctx context.Context, dbtx db.DBTX, ids []uuid.UUID) ([]OpenLeak, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.q.ComponentLeakOpen(ctx, dbtx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("open leaks: %w", err)
+	}
+	out := make([]OpenLeak, len(rows))
+	for i, r := range rows {
+		out[i] = OpenLeak{ComponentID: r.ComponentID, Name: r.Name, ExternalID: deref(r.ExternalID),
+			OverrideReason: deref(r.OverrideReason), OverrideBy: deref(r.OverrideBy), OverrideAt: r.OverrideAt}
+		if r.DetectedAt != nil {
+			out[i].DetectedAt = *r.DetectedAt
+		}
+	}
+	return out, nil
+}
+
+// OverrideLeak records an admin's override of the energise guard for
+// component id's current leak, by who, for reason: operations that would
+// power it on are accepted again until the leak ends (a new leak needs a
+// new override). ErrNoOpenLeak when it has none.
+func (s *Service) OverrideLeak(ctx context.Context, dbtx db.DBTX, id uuid.UUID, who, reason string) (OpenLeak, error) {
+	row, err := s.q.ComponentLeakOverride(ctx, dbtx, dbsqlc.ComponentLeakOverrideParams{ComponentID: id, Reason: &reason, OverrideBy: &who})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return OpenLeak{}, fmt.Errorf("%w: %s", ErrNoOpenLeak, id)
+	} else if err != nil {
+		return OpenLeak{}, fmt.Errorf("override leak: %w", err)
+	}
+	out := OpenLeak{ComponentID: id, OverrideReason: reason, OverrideBy: who, OverrideAt: row.OverrideAt}
+	if row.DetectedAt != nil {
+		out.DetectedAt = *row.DetectedAt
+	}
+	return out, nil
 }

@@ -170,7 +170,7 @@ func (a *actions) markRunning(ctx context.Context, call engine.Call[ActionParams
 	if a.obs != nil && ok {
 		a.obs.TaskEvent(ctx, TaskEvent{Kind: TaskStarted, TaskID: call.Params.TaskID, Rack: call.Labels["rack"],
 			Operation: OperationCode(row.OperationCode), Type: OperationType(row.OperationType),
-			Status: TaskRunning, Message: "Running", SubmittedAt: row.CreatedAt, At: time.Now()})
+			Status: TaskRunning, Message: "Running", SubmittedAt: row.CreatedAt, At: time.Now(), LeakObservedAt: unixNano(call.Params.LeakObservedAt)})
 	}
 	return nil
 }
@@ -450,4 +450,12 @@ func splitIDs(s string) []uuid.UUID {
 		copy(ids[i][:], s[i*16:])
 	}
 	return ids
+}
+
+// unixNano is n Unix nanoseconds, or the zero time for 0.
+func unixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }

@@ -851,7 +851,7 @@ func taskError(err error) error {
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, ErrConflict), errors.Is(err, ErrNotApplicable), errors.Is(err, ErrNotCancellable), errors.Is(err, ErrRuleNotRunnable),
 		errors.Is(err, ErrNoEncryptionKey), errors.Is(err, inventory.ErrAmbiguous), errors.Is(err, inventory.ErrNoRack),
-		errors.Is(err, backend.ErrNotConfigured):
+		errors.Is(err, backend.ErrNotConfigured), errors.Is(err, ErrLeakOpen):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, ErrQueueFull):
 		return connect.NewError(connect.CodeResourceExhausted, err)

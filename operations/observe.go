@@ -32,6 +32,10 @@ type TaskEvent struct {
 	Message   string
 	// SubmittedAt is when the task was written; At when the event happened.
 	SubmittedAt, At time.Time
+	// LeakObservedAt is, for a leak response, when its leak was first
+	// observed (zero otherwise): at TaskStarted (its first power-off call)
+	// and TaskEnded.
+	LeakObservedAt time.Time
 }
 
 // TaskObserver hears of task lifecycle points, for metrics and logs. It

@@ -75,6 +75,9 @@ type ActionParams struct {
 	// BatchSize is the step's max_parallel (0: one batch), so a batch's
 	// progress can count the batches before it.
 	BatchSize int `json:"batch_size,omitempty"`
+	// LeakObservedAt is, for a leak response, when the leak was first
+	// observed (Unix nanoseconds): the leak-response metrics time from it.
+	LeakObservedAt int64 `json:"leak_observed_at,omitempty"`
 }
 
 // stepName is how an engine step records its rule origin: the rule stage
@@ -202,6 +205,9 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int
 	params := ActionParams{
 		TaskID: taskID, ComponentType: s.ComponentType, ByMAC: tt.ByMAC, Action: a,
 		Override: payload.OverrideReadinessCheck, BatchSize: s.MaxParallel,
+	}
+	if payload.Leak != nil {
+		params.LeakObservedAt = payload.Leak.ObservedAt
 	}
 	if a.Name == ActionPowerControl {
 		p, err := a.PowerControlParams()

@@ -401,7 +401,8 @@ func (t *Tasks) decide(s *Submission, active map[uuid.UUID][]activeTask) ([]admi
 		a := admittedTask{sub: s, rack: p.rack, scope: p.scope, row: t.taskRow(req, p, s.info)}
 		// A queued request also waits behind tasks already waiting: promotion
 		// is strict FIFO, so overtaking them would break the order.
-		if blocking != nil || (req.Queue && waiting > 0) {
+		// A leak response waits behind nothing (Preempt).
+		if !req.Preempt && (blocking != nil || (req.Queue && waiting > 0)) {
 			if !req.Queue {
 				return nil, fmt.Errorf("%w: rack %s: task %s (%s %s, %s)", ErrConflict, rackLabel(p.rack), blocking.id, blocking.opType, blocking.code, blocking.status)
 			}

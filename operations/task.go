@@ -123,6 +123,8 @@ type Payload struct {
 	SubTargets             []string           `json:"sub_targets,omitempty"`
 	OpCode                 string             `json:"op_code,omitempty"`
 	AuthenticationData     *firmware.Envelope `json:"authentication_data,omitempty"`
+	// Leak marks a leak response (operations/leak.go).
+	Leak *LeakTrigger `json:"leak,omitempty"`
 }
 
 // powerOperations numbers the power codes as the payload's integer enum.
@@ -164,6 +166,10 @@ type Request struct {
 	// that created it (stored when it was created), with TriggerType and
 	// TriggerID saying which one fired.
 	SubmittedBy string
+	// Preempt admits the request as a leak response: it never waits behind
+	// another task (call Tasks.Preempt first to stop the work on what it
+	// covers). It requires Payload.Leak.
+	Preempt bool
 }
 
 // typeTargets is how the backends know one type's components of a task.

@@ -111,6 +111,9 @@ func validateRequest(req Request) error {
 	if req.QueueTimeout < 0 {
 		return invalidRequest("queue_options.queue_timeout_seconds", "must not be negative")
 	}
+	if req.Preempt && req.Payload.Leak == nil {
+		return invalidRequest("preempt", "only a leak response pre-empts")
+	}
 	return nil
 }
 
@@ -234,6 +237,9 @@ func (t *Tasks) planRack(ctx context.Context, tx pgx.Tx, req Request, sel invent
 		}
 	}
 	p.scope = TaskScope{OperationType: req.Type, Components: p.components}
+	if err := t.checkLeaks(ctx, tx, req, p); err != nil {
+		return p, err
+	}
 	return p, nil
 }
 
@@ -396,6 +402,9 @@ func (t *Tasks) taskEnded(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, run 
 			status, msg = TaskFailed, firstLine(cmp.Or(failureMessage(rep), run.Error))
 		case engine.StateTerminated:
 			status, msg = TaskTerminated, msgCancelled
+			if run.Error != "" && run.Error != "cancelled" {
+				msg = firstLine(run.Error) // pre-empted (Preempt): by what
+			}
 		}
 		row.Status, row.Message = string(status), msg
 		report, err := reportOf(row, &rep)
@@ -405,8 +414,13 @@ func (t *Tasks) taskEnded(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, run 
 		if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(status), Message: msg, Report: report}); err != nil {
 			return fmt.Errorf("finish task: %w", err)
 		}
-		t.observe(ctx, TaskEvent{Kind: TaskEnded, TaskID: row.ID, Rack: cmp.Or(run.Labels["rack"], row.RackID.String()),
-			Operation: OperationCode(row.OperationCode), Type: OperationType(row.OperationType), Status: status, Message: msg, SubmittedAt: row.CreatedAt})
+		ev := TaskEvent{Kind: TaskEnded, TaskID: row.ID, Rack: cmp.Or(run.Labels["rack"], row.RackID.String()),
+			Operation: OperationCode(row.OperationCode), Type: OperationType(row.OperationType), Status: status, Message: msg, SubmittedAt: row.CreatedAt}
+		var p Payload
+		if json.Unmarshal(row.Information, &p) == nil && p.Leak != nil {
+			ev.LeakObservedAt = unixNano(p.Leak.ObservedAt)
+		}
+		t.observe(ctx, ev)
 	}
 	return t.promote(ctx, tx, row.RackID)
 }
@@ -438,6 +452,16 @@ func (t *Tasks) promote(ctx context.Context, tx pgx.Tx, rackID uuid.UUID) error 
 				return err
 			}
 			t.observe(ctx, t.endEvent(ctx, tx, row, TaskTerminated, msgExpired))
+			continue
+		}
+		// Nothing queued starts on a component whose leak is open.
+		if hold, err := t.leakHold(ctx, tx, row); err != nil {
+			return err
+		} else if hold != "" {
+			if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(TaskTerminated), Message: hold}); err != nil {
+				return err
+			}
+			t.observe(ctx, t.endEvent(ctx, tx, row, TaskTerminated, hold))
 			continue
 		}
 		scope := scopeOfRow(row)

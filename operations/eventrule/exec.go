@@ -184,6 +184,23 @@ func (s *Service) execute(ctx context.Context, tx pgx.Tx, row dbsqlc.EventAction
 		return nil, "", fmt.Errorf("%w: no operation or no task manager", errPermanent)
 	}
 	op := *p.Operation
+	// A leak's power-off is a leak response: it pre-empts the work on what
+	// it covers, waits behind nothing and skips the readiness gate. A rule
+	// whose author chose REJECT (fail and retry while the rack is busy)
+	// keeps that quieter behaviour.
+	var leak *operations.LeakTrigger
+	var reason string
+	if op.Type == operations.OperationTypePowerControl && (op.Code == operations.CodeForcePowerOff || op.Code == operations.CodePowerOff) &&
+		p.ConflictStrategy != ConflictReject {
+		ev, err := s.q.EventGetByID(ctx, tx, row.EventID)
+		if err != nil {
+			return nil, "", fmt.Errorf("read event %s: %w", row.EventID, err)
+		}
+		if ev.EventType == EventTypeLeakDetected {
+			leak = &operations.LeakTrigger{EventID: ev.ID.String(), ObservedAt: ev.ObservedAt.UnixNano()}
+			reason = fmt.Sprintf("Terminated: pre-empted by the leak response to event %s (%s)", ev.ID, ev.Summary)
+		}
+	}
 	ids := []uuid.UUID{}
 	for _, r := range p.Racks {
 		req := operations.Request{
@@ -208,6 +225,12 @@ func (s *Service) execute(ctx context.Context, tx pgx.Tx, row dbsqlc.EventAction
 			req.Payload.OverrideVersionCheck = op.OverrideVersionCheck
 			if op.TargetVersion != nil {
 				req.Payload.TargetVersion = *op.TargetVersion
+			}
+		}
+		if leak != nil {
+			req.Preempt, req.Payload.Leak, req.Payload.OverrideReadinessCheck = true, leak, true
+			if _, err := s.tasks.Preempt(ctx, tx, r.RackID, r.ComponentIDs, reason); err != nil {
+				return nil, "", fmt.Errorf("pre-empt the work on rack %s: %w", r.RackID, err)
 			}
 		}
 		got, err := s.tasks.Submit(ctx, tx, req)

@@ -17,6 +17,7 @@ import (
 	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
@@ -487,4 +488,95 @@ func submitTaskToProto(s SubmitTaskSpec) *flowv1.EventRuleSubmitTaskAction {
 		out.Operation.Operation = &flowv1.TaskOperation_FirmwareControl{FirmwareControl: fc}
 	}
 	return out
+}
+
+// LeakAdminHandler implements the leak methods of Flow's own admin service
+// (flow.admin.v1.AdminService, "Leaks"); app embeds it in the admin
+// handler.
+type LeakAdminHandler struct {
+	pool *pgxpool.Pool
+	inv  *inventory.Service
+	leak *LeakDetector
+}
+
+// NewLeakAdminHandler returns the leak admin handler.
+func NewLeakAdminHandler(pool *pgxpool.Pool, inv *inventory.Service, leak *LeakDetector) *LeakAdminHandler {
+	return &LeakAdminHandler{pool: pool, inv: inv, leak: leak}
+}
+
+// maxOverrideReason bounds an override's reason (bytes).
+const maxOverrideReason = 1024
+
+// OverrideLeak overrides the energise guard of one component's open leak,
+// as the caller, with a reason; the audit interceptor records the call.
+func (h *LeakAdminHandler) OverrideLeak(ctx context.Context, req *adminv1.OverrideLeakRequest) (*adminv1.OverrideLeakResponse, error) {
+	reason := strings.TrimSpace(req.GetReason())
+	switch {
+	case reason == "":
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("reason: required: say why powering the component on is safe"))
+	case len(reason) > maxOverrideReason:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("reason: at most %d bytes", maxOverrideReason))
+	}
+	ref, err := componentRefOf(req.GetComponentId())
+	if err != nil {
+		return nil, err
+	}
+	var out inventory.OpenLeak
+	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+		c, err := h.inv.ResolveComponent(ctx, tx, ref)
+		if err != nil {
+			return err
+		}
+		out, err = h.inv.OverrideLeak(ctx, tx, c.ID, caller.Identity(ctx), reason)
+		return err
+	})
+	switch {
+	case errors.Is(err, inventory.ErrComponentNotFound):
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("component_id: %w", err))
+	case errors.Is(err, inventory.ErrAmbiguous), errors.Is(err, inventory.ErrInvalidArgument):
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("component_id: %w", err))
+	case errors.Is(err, inventory.ErrNoOpenLeak):
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	case err != nil:
+		return nil, err
+	}
+	return &adminv1.OverrideLeakResponse{
+		ComponentId: out.ComponentID.String(), DetectedAt: timestamppb.New(out.DetectedAt),
+		OverriddenAt: timestamppb.New(*out.OverrideAt), OverriddenBy: out.OverrideBy, Reason: out.OverrideReason,
+	}, nil
+}
+
+// componentRefOf reads a component given by UUID or Core ID.
+func componentRefOf(s string) (inventory.ComponentRef, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return inventory.ComponentRef{}, connect.NewError(connect.CodeInvalidArgument, errors.New("component_id: required (a component UUID or Core ID)"))
+	}
+	if id, err := uuid.Parse(s); err == nil {
+		return inventory.ComponentRef{ID: id}, nil
+	}
+	return inventory.ComponentRef{ExternalID: s}, nil
+}
+
+// ListLeakOccurrences lists the ongoing leak occurrences, with the Flow
+// component of each ("" for a device Flow does not hold).
+func (h *LeakAdminHandler) ListLeakOccurrences(ctx context.Context, _ *adminv1.ListLeakOccurrencesRequest) (*adminv1.ListLeakOccurrencesResponse, error) {
+	occ, err := h.leak.Occurrences(ctx, h.pool)
+	if err != nil {
+		return nil, err
+	}
+	out := &adminv1.ListLeakOccurrencesResponse{Occurrences: make([]*adminv1.LeakOccurrence, 0, len(occ))}
+	for _, o := range occ {
+		lo := &adminv1.LeakOccurrence{Kind: o.Kind, ExternalId: o.ExternalID, StartedAt: timestamppb.New(o.StartedAt),
+			LastSeenAt: timestamppb.New(o.LastSeenAt), UnknownOutcome: o.UnknownOutcome}
+		ct := inventory.ComponentTypeCompute
+		if o.Kind == "nvswitch" {
+			ct = inventory.ComponentTypeNVSwitch
+		}
+		if c, err := h.inv.ResolveComponent(ctx, h.pool, inventory.ComponentRef{ExternalID: o.ExternalID, ExternalType: ct}); err == nil {
+			lo.ComponentId = c.ID.String()
+		}
+		out.Occurrences = append(out.Occurrences, lo)
+	}
+	return out, nil
 }

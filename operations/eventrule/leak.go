@@ -44,15 +44,22 @@ type leakKind struct {
 
 // LeakDetector is the leak-detection job. Run does one cycle.
 type LeakDetector struct {
-	pool   *pgxpool.Pool
-	q      *dbsqlc.Queries
-	inv    *inventory.Service
-	rules  *Service
-	tasks  *operations.Tasks
-	kinds  []leakKind
-	events bool
-	logger *slog.Logger
+	pool      *pgxpool.Pool
+	q         *dbsqlc.Queries
+	inv       *inventory.Service
+	rules     *Service
+	tasks     *operations.Tasks
+	kinds     []leakKind
+	events    bool
+	logger    *slog.Logger
+	off       UnknownPowerOff
+	onUnknown func(kind, outcome string)
 }
+
+// UnknownPowerOff forces a device Flow does not hold off through NICo
+// Core, by its Core ID; kind is "compute" or "nvswitch" (app wires it to
+// nico.Client.PowerControl).
+type UnknownPowerOff func(ctx context.Context, kind, coreID string) error
 
 // LeakDetectorConfig holds what a LeakDetector needs.
 type LeakDetectorConfig struct {
@@ -66,6 +73,12 @@ type LeakDetectorConfig struct {
 	// submits a force-power-off task per leaking device every cycle.
 	EventRules bool
 	Logger     *slog.Logger
+	// PowerOff, if set, answers a leak on a device Flow does not hold:
+	// once per occurrence, a forced power-off through Core by its ID.
+	PowerOff UnknownPowerOff
+	// OnUnknown, if set, hears of each such occurrence once, with what was
+	// done (power_off_sent, power_off_failed, recorded): the metric.
+	OnUnknown func(kind, outcome string)
 }
 
 // NewLeakDetector returns the leak-detection job.
@@ -76,6 +89,7 @@ func NewLeakDetector(cfg LeakDetectorConfig) *LeakDetector {
 	}
 	return &LeakDetector{
 		pool: cfg.Pool, q: dbsqlc.New(), inv: cfg.Inv, rules: cfg.Rules, tasks: cfg.Tasks, events: cfg.EventRules, logger: logger,
+		off: cfg.PowerOff, onUnknown: cfg.OnUnknown,
 		kinds: []leakKind{
 			{name: "compute", ctype: inventory.ComponentTypeCompute, list: cfg.Source.LeakingMachineIDs},
 			{name: "nvswitch", ctype: inventory.ComponentTypeNVSwitch, list: cfg.Source.LeakingSwitchIDs},
@@ -96,10 +110,12 @@ func (d *LeakDetector) Run(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("list leaking %s: %w", k.name, err))
 			continue
 		}
-		if err := d.respond(ctx, k, ids); err != nil {
+		// The status first: from then on nothing energises a leaking
+		// component, before the response is even planned.
+		if _, err := d.inv.SetLeakStatus(ctx, d.pool, k.ctype, ids); err != nil {
 			errs = append(errs, err)
 		}
-		if _, err := d.inv.SetLeakStatus(ctx, d.pool, k.ctype, ids); err != nil {
+		if err := d.respond(ctx, k, ids); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -110,7 +126,7 @@ func (d *LeakDetector) respond(ctx context.Context, k leakKind, ids []string) er
 	if !d.events {
 		return d.legacy(ctx, k, ids)
 	}
-	keys, fresh, err := d.occurrences(ctx, k, ids)
+	keys, _, err := d.occurrences(ctx, k, ids)
 	if err != nil {
 		return err
 	}
@@ -125,13 +141,11 @@ func (d *LeakDetector) respond(ctx context.Context, k leakKind, ids []string) er
 		res, err := d.rules.Ingest(ctx, LeakEventSource, env)
 		if errors.Is(err, ErrUnresolvable) {
 			// A device Flow cannot place (not in the inventory, not linked
-			// yet, no rack): said once per occurrence, not every cycle,
-			// and no failure of the cycle.
-			level := slog.LevelDebug
-			if fresh[i] {
-				level = slog.LevelWarn
+			// yet, no rack): answered, logged and counted once per
+			// occurrence, not every cycle, and no failure of the cycle.
+			if err := d.unknown(ctx, k, id, keys[i], err); err != nil {
+				errs = append(errs, err)
 			}
-			d.logger.Log(ctx, level, "leak on a device flow cannot answer for", "component_kind", k.name, "external_id", id, "error", err.Error())
 			continue
 		}
 		if err != nil {
@@ -255,6 +269,9 @@ func (s *Service) LeakHandling(ctx context.Context, dbtx db.DBTX, ids []uuid.UUI
 type Occurrence struct {
 	Kind, ExternalID, SourceKey string
 	StartedAt, LastSeenAt       time.Time
+	// UnknownOutcome is, for a device Flow does not hold, what was done
+	// ("" for a device Flow holds, or not looked at yet).
+	UnknownOutcome string
 }
 
 // Occurrences lists the ongoing leak occurrences.
@@ -265,7 +282,53 @@ func (d *LeakDetector) Occurrences(ctx context.Context, dbtx db.DBTX) ([]Occurre
 	}
 	out := make([]Occurrence, len(rows))
 	for i, r := range rows {
-		out[i] = Occurrence{Kind: r.ComponentKind, ExternalID: r.ExternalID, SourceKey: r.SourceKey, StartedAt: r.StartedAt, LastSeenAt: r.LastSeenAt}
+		out[i] = Occurrence{Kind: r.ComponentKind, ExternalID: r.ExternalID, SourceKey: r.SourceKey, StartedAt: r.StartedAt, LastSeenAt: r.LastSeenAt,
+			UnknownOutcome: r.UnknownOutcome}
 	}
 	return out, nil
+}
+
+// Outcomes of a leak on a device Flow does not hold
+// (leak_occurrence.unknown_outcome).
+const (
+	unknownPending  = "pending"
+	unknownSent     = "power_off_sent"
+	unknownFailed   = "power_off_failed"
+	unknownRecorded = "recorded"
+)
+
+// unknown answers the occurrence key of a leak on device id, which Flow
+// does not hold (why), once: the first cycle that sees it marks the
+// occurrence, logs it, forces the device off through Core by its ID (when
+// a PowerOff is configured) and records the outcome; later cycles do
+// nothing. A process killed between the mark and the call leaves the
+// occurrence "pending": the leak is still listed, not answered again.
+func (d *LeakDetector) unknown(ctx context.Context, k leakKind, id, key string, why error) error {
+	_, err := d.q.LeakOccurrenceUnknown(ctx, d.pool, dbsqlc.LeakOccurrenceUnknownParams{SourceKey: key, Outcome: unknownPending})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // answered before
+	} else if err != nil {
+		return fmt.Errorf("leak on unknown %s %s: %w", k.name, id, err)
+	}
+	outcome, detail := unknownRecorded, ""
+	if d.off != nil {
+		if perr := d.off(ctx, k.name, id); perr != nil {
+			outcome, detail = unknownFailed, operations.FirstLine(perr.Error())
+		} else {
+			outcome = unknownSent
+		}
+	}
+	d.logger.WarnContext(ctx, "leak on a device flow does not hold", "component_kind", k.name, "external_id", id,
+		"source_key", key, "outcome", outcome, "detail", detail, "why", why.Error())
+	if d.onUnknown != nil {
+		d.onUnknown(k.name, outcome)
+	}
+	stored := outcome
+	if detail != "" {
+		stored += ": " + detail
+	}
+	if err := d.q.LeakOccurrenceUnknownOutcome(ctx, d.pool, dbsqlc.LeakOccurrenceUnknownOutcomeParams{SourceKey: key, Outcome: stored}); err != nil {
+		return fmt.Errorf("record the answer to the leak on %s %s: %w", k.name, id, err)
+	}
+	return nil
 }

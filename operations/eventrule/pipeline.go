@@ -354,21 +354,23 @@ func defaultAffected(sub eventSubject) ([]uuid.UUID, string) {
 }
 
 // leakAffected is the leakage resolver: coolant runs down, so a leak
-// affects the leaking component and every component of its rack in a
-// valid slot strictly below it (lower slot number); a rack event affects
-// the whole rack. A leaking component without a valid slot (> 0) cannot be
-// placed, so nothing is resolved.
+// affects the leaking component and every component of its rack in a slot
+// strictly below it (lower slot number, slot 0 included); a rack event
+// affects the whole rack. Slot 0 is a slot like any other: only a missing
+// position (a negative slot_id, which the inventory sync writes when Core
+// gives none; inventory.NoSlot) means the component cannot be placed, and a
+// leaking component without one resolves nothing.
 func leakAffected(sub eventSubject) ([]uuid.UUID, string) {
 	if sub.component == nil {
 		return componentIDs(sub.rack.Components), ""
 	}
 	slot := sub.component.Position.SlotID
-	if slot <= 0 {
-		return nil, fmt.Sprintf("leaking component %s has no valid slot, so the components below it are unknown", sub.component.ID)
+	if !sub.component.Position.HasSlot() {
+		return nil, fmt.Sprintf("leaking component %s has no slot (its position is missing), so the components below it are unknown", sub.component.ID)
 	}
 	out := []uuid.UUID{sub.component.ID}
 	for _, c := range sub.rack.Components {
-		if c.ID != sub.component.ID && c.Position.SlotID > 0 && c.Position.SlotID < slot {
+		if c.ID != sub.component.ID && c.Position.HasSlot() && c.Position.SlotID < slot {
 			out = append(out, c.ID)
 		}
 	}

@@ -130,16 +130,26 @@ func (b *pipelineBundle) ingest(t *testing.T, env eventrule.Envelope) eventrule.
 }
 
 // TestLeakageResolver: the built-in answers a leak by powering off the
-// leaking component and every component of its rack in a lower valid slot;
-// a rack event takes the whole rack; a component without a valid slot
-// resolves nothing (skipped, no_targets).
+// leaking component and every component of its rack in a lower slot, slot
+// 0 included; a rack event takes the whole rack; only a component whose
+// slot is missing (negative, as the sync writes it) resolves nothing
+// (skipped, no_targets).
 func TestLeakageResolver(t *testing.T) {
 	t.Parallel()
 	b := setupPipeline(t)
 	ctx := context.Background()
+	// Slot 31's tray has no slot; slot 29's is moved to slot 0.
 	noSlot := b.at(t, inventory.ComponentTypeCompute, 31)
-	_, err := b.pool.Exec(ctx, `UPDATE component SET slot_id = 0 WHERE id = $1`, noSlot.ID)
+	_, err := b.pool.Exec(ctx, `UPDATE component SET slot_id = $2 WHERE id = $1`, noSlot.ID, inventory.NoSlot)
 	require.NoError(t, err)
+	slot0 := b.at(t, inventory.ComponentTypeCompute, 29)
+	_, err = b.pool.Exec(ctx, `UPDATE component SET slot_id = 0 WHERE id = $1`, slot0.ID)
+	require.NoError(t, err)
+	// b.comps holds the positions as seeded: slot0's tray is in slot 29
+	// there.
+	withSlot0 := func(ids []uuid.UUID) []uuid.UUID {
+		return sortIDs(append(slices.DeleteFunc(ids, func(id uuid.UUID) bool { return id == slot0.ID }), slot0.ID))
+	}
 	all := make([]uuid.UUID, 0, len(b.comps))
 	for _, c := range b.comps {
 		all = append(all, c.ID)
@@ -150,14 +160,16 @@ func TestLeakageResolver(t *testing.T) {
 		want    []uuid.UUID // nil: skipped
 		message string
 	}{
-		{"ComputeSlot10", leakOn("a", b.at(t, inventory.ComponentTypeCompute, 10).ID), b.slotsUpTo(10), ""},
-		{"LowestCompute", leakOn("b", b.at(t, inventory.ComponentTypeCompute, 5).ID), b.slotsUpTo(5), ""},
-		{"BottomShelf", leakOn("c", b.at(t, inventory.ComponentTypePowerShelf, 1).ID), b.slotsUpTo(1), ""},
-		{"Switch", leakOn("d", b.at(t, inventory.ComponentTypeNVSwitch, 15).ID), b.slotsUpTo(15), ""},
-		{"TopCompute", leakOn("e", b.at(t, inventory.ComponentTypeCompute, 30).ID), b.slotsUpTo(30), ""},
+		{"ComputeSlot10", leakOn("a", b.at(t, inventory.ComponentTypeCompute, 10).ID), withSlot0(b.slotsUpTo(10)), ""},
+		{"LowestCompute", leakOn("b", b.at(t, inventory.ComponentTypeCompute, 5).ID), withSlot0(b.slotsUpTo(5)), ""},
+		{"BottomShelf", leakOn("c", b.at(t, inventory.ComponentTypePowerShelf, 1).ID), withSlot0(b.slotsUpTo(1)), ""},
+		{"Switch", leakOn("d", b.at(t, inventory.ComponentTypeNVSwitch, 15).ID), withSlot0(b.slotsUpTo(15)), ""},
+		{"TopCompute", leakOn("e", b.at(t, inventory.ComponentTypeCompute, 30).ID), withSlot0(b.slotsUpTo(30)), ""},
 		{"RackEvent", eventrule.Envelope{Key: "f", Type: eventrule.EventTypeLeakDetected, Severity: eventrule.SeverityCritical,
 			Resource: eventrule.Resource{Kind: eventrule.ResourceRack, ID: b.rack.ID}}, sortIDs(all), ""},
-		{"NoValidSlot", leakOn("g", noSlot.ID), nil, "has no valid slot"},
+		// Slot 0 is a slot: its leak powers it off (nothing is below it).
+		{"Slot0", leakOn("h", slot0.ID), []uuid.UUID{slot0.ID}, ""},
+		{"MissingSlot", leakOn("g", noSlot.ID), nil, "has no slot"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			res := b.ingest(t, tt.env)

@@ -139,3 +139,20 @@ FOR UPDATE SKIP LOCKED;
 -- name: ExecutionRequeue :exec
 UPDATE event_action_execution SET status = 'pending', reason = NULL, next_attempt_at = NULL, updated_at = now()
 WHERE id = ANY (@ids::uuid[]);
+
+-- LeakOccurrenceUnknown records what was done for an occurrence on a device
+-- Flow does not hold: the first call returns true (the occurrence was not
+-- marked yet), so it is logged and answered once.
+-- name: LeakOccurrenceUnknown :one
+UPDATE leak_occurrence SET unknown_outcome = @outcome
+WHERE source_key = @source_key AND unknown_outcome = ''
+RETURNING true;
+
+-- LeakOccurrenceUnknownOutcome overwrites the outcome of an unknown
+-- device's occurrence (after the power-off call).
+-- name: LeakOccurrenceUnknownOutcome :exec
+UPDATE leak_occurrence SET unknown_outcome = @outcome WHERE source_key = @source_key;
+
+-- LeakOccurrenceKnown marks an occurrence as one on a device Flow holds.
+-- name: LeakOccurrenceKnown :exec
+UPDATE leak_occurrence SET component_id = @component_id WHERE source_key = @source_key AND component_id IS NULL;

@@ -362,7 +362,7 @@ func earliest(a, b *time.Time) *time.Time {
 // isRequestError reports whether a submission error is the target's own
 // (it can never run as planned) rather than a fault of the pass.
 func isRequestError(err error) bool {
-	for _, e := range []error{operations.ErrInvalidRequest, operations.ErrNotApplicable, operations.ErrQueueFull, operations.ErrNoEncryptionKey, operations.ErrRuleNotFound, operations.ErrRuleMismatch, operations.ErrInvalidRule,
+	for _, e := range []error{operations.ErrInvalidRequest, operations.ErrNotApplicable, operations.ErrLeakOpen, operations.ErrQueueFull, operations.ErrNoEncryptionKey, operations.ErrRuleNotFound, operations.ErrRuleMismatch, operations.ErrInvalidRule,
 		inventory.ErrInvalidArgument, inventory.ErrRackNotFound, inventory.ErrComponentNotFound, inventory.ErrNoRack, inventory.ErrAmbiguous} {
 		if errors.Is(err, e) {
 			return true

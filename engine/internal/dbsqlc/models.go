@@ -57,9 +57,13 @@ type ComponentDrift struct {
 }
 
 type ComponentLeak struct {
-	ComponentID pgtype.UUID
-	Status      string
-	UpdatedAt   pgtype.Timestamptz
+	ComponentID    pgtype.UUID
+	Status         string
+	UpdatedAt      pgtype.Timestamptz
+	DetectedAt     pgtype.Timestamptz
+	OverrideReason *string
+	OverrideBy     *string
+	OverrideAt     pgtype.Timestamptz
 }
 
 type EngineProcess struct {
@@ -185,11 +189,13 @@ type InventorySyncRun struct {
 }
 
 type LeakOccurrence struct {
-	ComponentKind string
-	ExternalID    string
-	SourceKey     string
-	StartedAt     pgtype.Timestamptz
-	LastSeenAt    pgtype.Timestamptz
+	ComponentKind  string
+	ExternalID     string
+	SourceKey      string
+	StartedAt      pgtype.Timestamptz
+	LastSeenAt     pgtype.Timestamptz
+	ComponentID    pgtype.UUID
+	UnknownOutcome string
 }
 
 type NvlDomain struct {

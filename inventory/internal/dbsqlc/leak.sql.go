@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -40,12 +41,88 @@ func (q *Queries) ComponentLeakGet(ctx context.Context, db DBTX, ids []uuid.UUID
 	return items, nil
 }
 
+const componentLeakOpen = `-- name: ComponentLeakOpen :many
+SELECT l.component_id, c.name, c.external_id, l.detected_at, l.override_reason, l.override_by, l.override_at
+FROM component_leak l JOIN component c ON c.id = l.component_id
+WHERE l.component_id = ANY ($1::uuid[]) AND l.status = 'detected'
+`
+
+type ComponentLeakOpenRow struct {
+	ComponentID    uuid.UUID
+	Name           string
+	ExternalID     *string
+	DetectedAt     *time.Time
+	OverrideReason *string
+	OverrideBy     *string
+	OverrideAt     *time.Time
+}
+
+// ComponentLeakOpen returns which of the components have an open leak:
+// detected, with or without an admin override.
+func (q *Queries) ComponentLeakOpen(ctx context.Context, db DBTX, ids []uuid.UUID) ([]ComponentLeakOpenRow, error) {
+	rows, err := db.Query(ctx, componentLeakOpen, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ComponentLeakOpenRow{}
+	for rows.Next() {
+		var i ComponentLeakOpenRow
+		if err := rows.Scan(
+			&i.ComponentID,
+			&i.Name,
+			&i.ExternalID,
+			&i.DetectedAt,
+			&i.OverrideReason,
+			&i.OverrideBy,
+			&i.OverrideAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const componentLeakOverride = `-- name: ComponentLeakOverride :one
+UPDATE component_leak SET override_reason = $1, override_by = $2, override_at = now()
+WHERE component_id = $3 AND status = 'detected'
+RETURNING component_id, detected_at, override_at
+`
+
+type ComponentLeakOverrideParams struct {
+	Reason      *string
+	OverrideBy  *string
+	ComponentID uuid.UUID
+}
+
+type ComponentLeakOverrideRow struct {
+	ComponentID uuid.UUID
+	DetectedAt  *time.Time
+	OverrideAt  *time.Time
+}
+
+// ComponentLeakOverride records an admin's override of the energise guard
+// for the component's current leak; no row: no open leak.
+func (q *Queries) ComponentLeakOverride(ctx context.Context, db DBTX, arg ComponentLeakOverrideParams) (ComponentLeakOverrideRow, error) {
+	row := db.QueryRow(ctx, componentLeakOverride, arg.Reason, arg.OverrideBy, arg.ComponentID)
+	var i ComponentLeakOverrideRow
+	err := row.Scan(&i.ComponentID, &i.DetectedAt, &i.OverrideAt)
+	return i, err
+}
+
 const componentLeakSet = `-- name: ComponentLeakSet :execrows
-INSERT INTO component_leak (component_id, status)
-SELECT c.id, CASE WHEN c.external_id = ANY ($1::text[]) THEN 'detected' ELSE 'not_detected' END
+INSERT INTO component_leak (component_id, status, detected_at)
+SELECT c.id, CASE WHEN c.external_id = ANY ($1::text[]) THEN 'detected' ELSE 'not_detected' END,
+       CASE WHEN c.external_id = ANY ($1::text[]) THEN now() END
 FROM component c
 WHERE c.type = $2 AND c.external_id IS NOT NULL AND c.deleted_at IS NULL
-ON CONFLICT (component_id) DO UPDATE SET status = EXCLUDED.status, updated_at = now()
+ON CONFLICT (component_id) DO UPDATE SET status = EXCLUDED.status, updated_at = now(),
+    detected_at = EXCLUDED.detected_at,
+    override_reason = NULL, override_by = NULL, override_at = NULL
 WHERE component_leak.status <> EXCLUDED.status
 `
 

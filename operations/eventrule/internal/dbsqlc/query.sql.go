@@ -764,8 +764,23 @@ func (q *Queries) LeakOccurrenceEnd(ctx context.Context, db DBTX, arg LeakOccurr
 	return result.RowsAffected(), nil
 }
 
+const leakOccurrenceKnown = `-- name: LeakOccurrenceKnown :exec
+UPDATE leak_occurrence SET component_id = $1 WHERE source_key = $2 AND component_id IS NULL
+`
+
+type LeakOccurrenceKnownParams struct {
+	ComponentID *uuid.UUID
+	SourceKey   string
+}
+
+// LeakOccurrenceKnown marks an occurrence as one on a device Flow holds.
+func (q *Queries) LeakOccurrenceKnown(ctx context.Context, db DBTX, arg LeakOccurrenceKnownParams) error {
+	_, err := db.Exec(ctx, leakOccurrenceKnown, arg.ComponentID, arg.SourceKey)
+	return err
+}
+
 const leakOccurrenceList = `-- name: LeakOccurrenceList :many
-SELECT component_kind, external_id, source_key, started_at, last_seen_at FROM leak_occurrence ORDER BY component_kind, external_id
+SELECT component_kind, external_id, source_key, started_at, last_seen_at, component_id, unknown_outcome FROM leak_occurrence ORDER BY component_kind, external_id
 `
 
 func (q *Queries) LeakOccurrenceList(ctx context.Context, db DBTX) ([]LeakOccurrence, error) {
@@ -783,6 +798,8 @@ func (q *Queries) LeakOccurrenceList(ctx context.Context, db DBTX) ([]LeakOccurr
 			&i.SourceKey,
 			&i.StartedAt,
 			&i.LastSeenAt,
+			&i.ComponentID,
+			&i.UnknownOutcome,
 		); err != nil {
 			return nil, err
 		}
@@ -814,4 +831,41 @@ func (q *Queries) LeakOccurrenceSee(ctx context.Context, db DBTX, arg LeakOccurr
 	var source_key string
 	err := row.Scan(&source_key)
 	return source_key, err
+}
+
+const leakOccurrenceUnknown = `-- name: LeakOccurrenceUnknown :one
+UPDATE leak_occurrence SET unknown_outcome = $1
+WHERE source_key = $2 AND unknown_outcome = ''
+RETURNING true
+`
+
+type LeakOccurrenceUnknownParams struct {
+	Outcome   string
+	SourceKey string
+}
+
+// LeakOccurrenceUnknown records what was done for an occurrence on a device
+// Flow does not hold: the first call returns true (the occurrence was not
+// marked yet), so it is logged and answered once.
+func (q *Queries) LeakOccurrenceUnknown(ctx context.Context, db DBTX, arg LeakOccurrenceUnknownParams) (bool, error) {
+	row := db.QueryRow(ctx, leakOccurrenceUnknown, arg.Outcome, arg.SourceKey)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
+const leakOccurrenceUnknownOutcome = `-- name: LeakOccurrenceUnknownOutcome :exec
+UPDATE leak_occurrence SET unknown_outcome = $1 WHERE source_key = $2
+`
+
+type LeakOccurrenceUnknownOutcomeParams struct {
+	Outcome   string
+	SourceKey string
+}
+
+// LeakOccurrenceUnknownOutcome overwrites the outcome of an unknown
+// device's occurrence (after the power-off call).
+func (q *Queries) LeakOccurrenceUnknownOutcome(ctx context.Context, db DBTX, arg LeakOccurrenceUnknownOutcomeParams) error {
+	_, err := db.Exec(ctx, leakOccurrenceUnknownOutcome, arg.Outcome, arg.SourceKey)
+	return err
 }

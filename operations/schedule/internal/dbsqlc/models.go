@@ -59,9 +59,13 @@ type ComponentDrift struct {
 }
 
 type ComponentLeak struct {
-	ComponentID uuid.UUID
-	Status      string
-	UpdatedAt   time.Time
+	ComponentID    uuid.UUID
+	Status         string
+	UpdatedAt      time.Time
+	DetectedAt     *time.Time
+	OverrideReason *string
+	OverrideBy     *string
+	OverrideAt     *time.Time
 }
 
 type EngineProcess struct {
@@ -187,11 +191,13 @@ type InventorySyncRun struct {
 }
 
 type LeakOccurrence struct {
-	ComponentKind string
-	ExternalID    string
-	SourceKey     string
-	StartedAt     time.Time
-	LastSeenAt    time.Time
+	ComponentKind  string
+	ExternalID     string
+	SourceKey      string
+	StartedAt      time.Time
+	LastSeenAt     time.Time
+	ComponentID    *uuid.UUID
+	UnknownOutcome string
 }
 
 type NVLDomain struct {

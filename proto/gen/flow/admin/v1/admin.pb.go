@@ -416,6 +416,307 @@ func (x *GetSyncStatusResponse) GetCycle() *SyncCycle {
 	return nil
 }
 
+type OverrideLeakRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// component_id is the component: its Flow UUID, name, or Core ID.
+	ComponentId string `protobuf:"bytes,1,opt,name=component_id,json=componentId,proto3" json:"component_id,omitempty"`
+	// reason is why powering it on is safe (required; recorded and audited).
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverrideLeakRequest) Reset() {
+	*x = OverrideLeakRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverrideLeakRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverrideLeakRequest) ProtoMessage() {}
+
+func (x *OverrideLeakRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverrideLeakRequest.ProtoReflect.Descriptor instead.
+func (*OverrideLeakRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *OverrideLeakRequest) GetComponentId() string {
+	if x != nil {
+		return x.ComponentId
+	}
+	return ""
+}
+
+func (x *OverrideLeakRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type OverrideLeakResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ComponentId   string                 `protobuf:"bytes,1,opt,name=component_id,json=componentId,proto3" json:"component_id,omitempty"`
+	DetectedAt    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=detected_at,json=detectedAt,proto3" json:"detected_at,omitempty"`
+	OverriddenAt  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=overridden_at,json=overriddenAt,proto3" json:"overridden_at,omitempty"`
+	OverriddenBy  string                 `protobuf:"bytes,4,opt,name=overridden_by,json=overriddenBy,proto3" json:"overridden_by,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverrideLeakResponse) Reset() {
+	*x = OverrideLeakResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverrideLeakResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverrideLeakResponse) ProtoMessage() {}
+
+func (x *OverrideLeakResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverrideLeakResponse.ProtoReflect.Descriptor instead.
+func (*OverrideLeakResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *OverrideLeakResponse) GetComponentId() string {
+	if x != nil {
+		return x.ComponentId
+	}
+	return ""
+}
+
+func (x *OverrideLeakResponse) GetDetectedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DetectedAt
+	}
+	return nil
+}
+
+func (x *OverrideLeakResponse) GetOverriddenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OverriddenAt
+	}
+	return nil
+}
+
+func (x *OverrideLeakResponse) GetOverriddenBy() string {
+	if x != nil {
+		return x.OverriddenBy
+	}
+	return ""
+}
+
+func (x *OverrideLeakResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ListLeakOccurrencesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLeakOccurrencesRequest) Reset() {
+	*x = ListLeakOccurrencesRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLeakOccurrencesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLeakOccurrencesRequest) ProtoMessage() {}
+
+func (x *ListLeakOccurrencesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLeakOccurrencesRequest.ProtoReflect.Descriptor instead.
+func (*ListLeakOccurrencesRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+// LeakOccurrence is one ongoing leak Core reports on a device.
+type LeakOccurrence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is "compute" or "nvswitch" (the Core listing it came from).
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// external_id is the device's Core ID.
+	ExternalId string                 `protobuf:"bytes,2,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	StartedAt  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	LastSeenAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_seen_at,json=lastSeenAt,proto3" json:"last_seen_at,omitempty"`
+	// component_id is the Flow component leaking ("" when Flow does not hold
+	// the device).
+	ComponentId string `protobuf:"bytes,5,opt,name=component_id,json=componentId,proto3" json:"component_id,omitempty"`
+	// unknown_outcome, for a device Flow does not hold, is what Flow did:
+	// "power_off_sent", "power_off_failed: ...", or "" not yet.
+	UnknownOutcome string `protobuf:"bytes,6,opt,name=unknown_outcome,json=unknownOutcome,proto3" json:"unknown_outcome,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *LeakOccurrence) Reset() {
+	*x = LeakOccurrence{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeakOccurrence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeakOccurrence) ProtoMessage() {}
+
+func (x *LeakOccurrence) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeakOccurrence.ProtoReflect.Descriptor instead.
+func (*LeakOccurrence) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LeakOccurrence) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *LeakOccurrence) GetExternalId() string {
+	if x != nil {
+		return x.ExternalId
+	}
+	return ""
+}
+
+func (x *LeakOccurrence) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *LeakOccurrence) GetLastSeenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeenAt
+	}
+	return nil
+}
+
+func (x *LeakOccurrence) GetComponentId() string {
+	if x != nil {
+		return x.ComponentId
+	}
+	return ""
+}
+
+func (x *LeakOccurrence) GetUnknownOutcome() string {
+	if x != nil {
+		return x.UnknownOutcome
+	}
+	return ""
+}
+
+type ListLeakOccurrencesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Occurrences   []*LeakOccurrence      `protobuf:"bytes,1,rep,name=occurrences,proto3" json:"occurrences,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLeakOccurrencesResponse) Reset() {
+	*x = ListLeakOccurrencesResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLeakOccurrencesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLeakOccurrencesResponse) ProtoMessage() {}
+
+func (x *ListLeakOccurrencesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLeakOccurrencesResponse.ProtoReflect.Descriptor instead.
+func (*ListLeakOccurrencesResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListLeakOccurrencesResponse) GetOccurrences() []*LeakOccurrence {
+	if x != nil {
+		return x.Occurrences
+	}
+	return nil
+}
+
 var File_flow_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_flow_admin_v1_admin_proto_rawDesc = "" +
@@ -447,10 +748,35 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\x05cycle\x18\x01 \x01(\v2\x18.flow.admin.v1.SyncCycleR\x05cycle\"\x16\n" +
 	"\x14GetSyncStatusRequest\"G\n" +
 	"\x15GetSyncStatusResponse\x12.\n" +
-	"\x05cycle\x18\x01 \x01(\v2\x18.flow.admin.v1.SyncCycleR\x05cycle2\xb4\x01\n" +
+	"\x05cycle\x18\x01 \x01(\v2\x18.flow.admin.v1.SyncCycleR\x05cycle\"P\n" +
+	"\x13OverrideLeakRequest\x12!\n" +
+	"\fcomponent_id\x18\x01 \x01(\tR\vcomponentId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xf4\x01\n" +
+	"\x14OverrideLeakResponse\x12!\n" +
+	"\fcomponent_id\x18\x01 \x01(\tR\vcomponentId\x12;\n" +
+	"\vdetected_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"detectedAt\x12?\n" +
+	"\roverridden_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\foverriddenAt\x12#\n" +
+	"\roverridden_by\x18\x04 \x01(\tR\foverriddenBy\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\x1c\n" +
+	"\x1aListLeakOccurrencesRequest\"\x8a\x02\n" +
+	"\x0eLeakOccurrence\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1f\n" +
+	"\vexternal_id\x18\x02 \x01(\tR\n" +
+	"externalId\x129\n" +
+	"\n" +
+	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12<\n" +
+	"\flast_seen_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"lastSeenAt\x12!\n" +
+	"\fcomponent_id\x18\x05 \x01(\tR\vcomponentId\x12'\n" +
+	"\x0funknown_outcome\x18\x06 \x01(\tR\x0eunknownOutcome\"^\n" +
+	"\x1bListLeakOccurrencesResponse\x12?\n" +
+	"\voccurrences\x18\x01 \x03(\v2\x1d.flow.admin.v1.LeakOccurrenceR\voccurrences2\xfb\x02\n" +
 	"\fAdminService\x12H\n" +
 	"\aRunSync\x12\x1d.flow.admin.v1.RunSyncRequest\x1a\x1e.flow.admin.v1.RunSyncResponse\x12Z\n" +
-	"\rGetSyncStatus\x12#.flow.admin.v1.GetSyncStatusRequest\x1a$.flow.admin.v1.GetSyncStatusResponseB:Z8github.com/nicoflow/flow/proto/gen/flow/admin/v1;adminv1b\x06proto3"
+	"\rGetSyncStatus\x12#.flow.admin.v1.GetSyncStatusRequest\x1a$.flow.admin.v1.GetSyncStatusResponse\x12W\n" +
+	"\fOverrideLeak\x12\".flow.admin.v1.OverrideLeakRequest\x1a#.flow.admin.v1.OverrideLeakResponse\x12l\n" +
+	"\x13ListLeakOccurrences\x12).flow.admin.v1.ListLeakOccurrencesRequest\x1a*.flow.admin.v1.ListLeakOccurrencesResponseB:Z8github.com/nicoflow/flow/proto/gen/flow/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_flow_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -464,32 +790,46 @@ func file_flow_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_flow_admin_v1_admin_proto_rawDescData
 }
 
-var file_flow_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_flow_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_flow_admin_v1_admin_proto_goTypes = []any{
-	(*SyncCycle)(nil),             // 0: flow.admin.v1.SyncCycle
-	(*SyncPart)(nil),              // 1: flow.admin.v1.SyncPart
-	(*RunSyncRequest)(nil),        // 2: flow.admin.v1.RunSyncRequest
-	(*RunSyncResponse)(nil),       // 3: flow.admin.v1.RunSyncResponse
-	(*GetSyncStatusRequest)(nil),  // 4: flow.admin.v1.GetSyncStatusRequest
-	(*GetSyncStatusResponse)(nil), // 5: flow.admin.v1.GetSyncStatusResponse
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
+	(*SyncCycle)(nil),                   // 0: flow.admin.v1.SyncCycle
+	(*SyncPart)(nil),                    // 1: flow.admin.v1.SyncPart
+	(*RunSyncRequest)(nil),              // 2: flow.admin.v1.RunSyncRequest
+	(*RunSyncResponse)(nil),             // 3: flow.admin.v1.RunSyncResponse
+	(*GetSyncStatusRequest)(nil),        // 4: flow.admin.v1.GetSyncStatusRequest
+	(*GetSyncStatusResponse)(nil),       // 5: flow.admin.v1.GetSyncStatusResponse
+	(*OverrideLeakRequest)(nil),         // 6: flow.admin.v1.OverrideLeakRequest
+	(*OverrideLeakResponse)(nil),        // 7: flow.admin.v1.OverrideLeakResponse
+	(*ListLeakOccurrencesRequest)(nil),  // 8: flow.admin.v1.ListLeakOccurrencesRequest
+	(*LeakOccurrence)(nil),              // 9: flow.admin.v1.LeakOccurrence
+	(*ListLeakOccurrencesResponse)(nil), // 10: flow.admin.v1.ListLeakOccurrencesResponse
+	(*timestamppb.Timestamp)(nil),       // 11: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 12: google.protobuf.Duration
 }
 var file_flow_admin_v1_admin_proto_depIdxs = []int32{
-	6, // 0: flow.admin.v1.SyncCycle.started_at:type_name -> google.protobuf.Timestamp
-	7, // 1: flow.admin.v1.SyncCycle.duration:type_name -> google.protobuf.Duration
-	1, // 2: flow.admin.v1.SyncCycle.parts:type_name -> flow.admin.v1.SyncPart
-	0, // 3: flow.admin.v1.RunSyncResponse.cycle:type_name -> flow.admin.v1.SyncCycle
-	0, // 4: flow.admin.v1.GetSyncStatusResponse.cycle:type_name -> flow.admin.v1.SyncCycle
-	2, // 5: flow.admin.v1.AdminService.RunSync:input_type -> flow.admin.v1.RunSyncRequest
-	4, // 6: flow.admin.v1.AdminService.GetSyncStatus:input_type -> flow.admin.v1.GetSyncStatusRequest
-	3, // 7: flow.admin.v1.AdminService.RunSync:output_type -> flow.admin.v1.RunSyncResponse
-	5, // 8: flow.admin.v1.AdminService.GetSyncStatus:output_type -> flow.admin.v1.GetSyncStatusResponse
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	11, // 0: flow.admin.v1.SyncCycle.started_at:type_name -> google.protobuf.Timestamp
+	12, // 1: flow.admin.v1.SyncCycle.duration:type_name -> google.protobuf.Duration
+	1,  // 2: flow.admin.v1.SyncCycle.parts:type_name -> flow.admin.v1.SyncPart
+	0,  // 3: flow.admin.v1.RunSyncResponse.cycle:type_name -> flow.admin.v1.SyncCycle
+	0,  // 4: flow.admin.v1.GetSyncStatusResponse.cycle:type_name -> flow.admin.v1.SyncCycle
+	11, // 5: flow.admin.v1.OverrideLeakResponse.detected_at:type_name -> google.protobuf.Timestamp
+	11, // 6: flow.admin.v1.OverrideLeakResponse.overridden_at:type_name -> google.protobuf.Timestamp
+	11, // 7: flow.admin.v1.LeakOccurrence.started_at:type_name -> google.protobuf.Timestamp
+	11, // 8: flow.admin.v1.LeakOccurrence.last_seen_at:type_name -> google.protobuf.Timestamp
+	9,  // 9: flow.admin.v1.ListLeakOccurrencesResponse.occurrences:type_name -> flow.admin.v1.LeakOccurrence
+	2,  // 10: flow.admin.v1.AdminService.RunSync:input_type -> flow.admin.v1.RunSyncRequest
+	4,  // 11: flow.admin.v1.AdminService.GetSyncStatus:input_type -> flow.admin.v1.GetSyncStatusRequest
+	6,  // 12: flow.admin.v1.AdminService.OverrideLeak:input_type -> flow.admin.v1.OverrideLeakRequest
+	8,  // 13: flow.admin.v1.AdminService.ListLeakOccurrences:input_type -> flow.admin.v1.ListLeakOccurrencesRequest
+	3,  // 14: flow.admin.v1.AdminService.RunSync:output_type -> flow.admin.v1.RunSyncResponse
+	5,  // 15: flow.admin.v1.AdminService.GetSyncStatus:output_type -> flow.admin.v1.GetSyncStatusResponse
+	7,  // 16: flow.admin.v1.AdminService.OverrideLeak:output_type -> flow.admin.v1.OverrideLeakResponse
+	10, // 17: flow.admin.v1.AdminService.ListLeakOccurrences:output_type -> flow.admin.v1.ListLeakOccurrencesResponse
+	14, // [14:18] is the sub-list for method output_type
+	10, // [10:14] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_flow_admin_v1_admin_proto_init() }
@@ -503,7 +843,7 @@ func file_flow_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flow_admin_v1_admin_proto_rawDesc), len(file_flow_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

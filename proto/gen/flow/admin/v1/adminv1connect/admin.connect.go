@@ -45,6 +45,12 @@ const (
 	// AdminServiceGetSyncStatusProcedure is the fully-qualified name of the AdminService's
 	// GetSyncStatus RPC.
 	AdminServiceGetSyncStatusProcedure = "/flow.admin.v1.AdminService/GetSyncStatus"
+	// AdminServiceOverrideLeakProcedure is the fully-qualified name of the AdminService's OverrideLeak
+	// RPC.
+	AdminServiceOverrideLeakProcedure = "/flow.admin.v1.AdminService/OverrideLeak"
+	// AdminServiceListLeakOccurrencesProcedure is the fully-qualified name of the AdminService's
+	// ListLeakOccurrences RPC.
+	AdminServiceListLeakOccurrencesProcedure = "/flow.admin.v1.AdminService/ListLeakOccurrences"
 )
 
 // AdminServiceClient is a client for the flow.admin.v1.AdminService service.
@@ -55,6 +61,14 @@ type AdminServiceClient interface {
 	// GetSyncStatus returns the last recorded cycle; NotFound when none has
 	// run yet.
 	GetSyncStatus(context.Context, *v1.GetSyncStatusRequest) (*v1.GetSyncStatusResponse, error)
+	// OverrideLeak lets operations that would energise one component with an
+	// open coolant leak through again, for that leak only (a new leak needs a
+	// new override): an explicit, audited admin call with a reason.
+	// FailedPrecondition when the component has no open leak.
+	OverrideLeak(context.Context, *v1.OverrideLeakRequest) (*v1.OverrideLeakResponse, error)
+	// ListLeakOccurrences lists the ongoing leak occurrences Core reports,
+	// those on devices Flow does not hold included.
+	ListLeakOccurrences(context.Context, *v1.ListLeakOccurrencesRequest) (*v1.ListLeakOccurrencesResponse, error)
 }
 
 // NewAdminServiceClient constructs a client for the flow.admin.v1.AdminService service. By default,
@@ -80,13 +94,27 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("GetSyncStatus")),
 			connect.WithClientOptions(opts...),
 		),
+		overrideLeak: connect.NewClient[v1.OverrideLeakRequest, v1.OverrideLeakResponse](
+			httpClient,
+			baseURL+AdminServiceOverrideLeakProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("OverrideLeak")),
+			connect.WithClientOptions(opts...),
+		),
+		listLeakOccurrences: connect.NewClient[v1.ListLeakOccurrencesRequest, v1.ListLeakOccurrencesResponse](
+			httpClient,
+			baseURL+AdminServiceListLeakOccurrencesProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListLeakOccurrences")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // adminServiceClient implements AdminServiceClient.
 type adminServiceClient struct {
-	runSync       *connect.Client[v1.RunSyncRequest, v1.RunSyncResponse]
-	getSyncStatus *connect.Client[v1.GetSyncStatusRequest, v1.GetSyncStatusResponse]
+	runSync             *connect.Client[v1.RunSyncRequest, v1.RunSyncResponse]
+	getSyncStatus       *connect.Client[v1.GetSyncStatusRequest, v1.GetSyncStatusResponse]
+	overrideLeak        *connect.Client[v1.OverrideLeakRequest, v1.OverrideLeakResponse]
+	listLeakOccurrences *connect.Client[v1.ListLeakOccurrencesRequest, v1.ListLeakOccurrencesResponse]
 }
 
 // RunSync calls flow.admin.v1.AdminService.RunSync.
@@ -107,6 +135,24 @@ func (c *adminServiceClient) GetSyncStatus(ctx context.Context, req *v1.GetSyncS
 	return nil, err
 }
 
+// OverrideLeak calls flow.admin.v1.AdminService.OverrideLeak.
+func (c *adminServiceClient) OverrideLeak(ctx context.Context, req *v1.OverrideLeakRequest) (*v1.OverrideLeakResponse, error) {
+	response, err := c.overrideLeak.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ListLeakOccurrences calls flow.admin.v1.AdminService.ListLeakOccurrences.
+func (c *adminServiceClient) ListLeakOccurrences(ctx context.Context, req *v1.ListLeakOccurrencesRequest) (*v1.ListLeakOccurrencesResponse, error) {
+	response, err := c.listLeakOccurrences.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // AdminServiceHandler is an implementation of the flow.admin.v1.AdminService service.
 type AdminServiceHandler interface {
 	// RunSync runs one inventory-sync cycle now (waiting for a cycle in
@@ -115,6 +161,14 @@ type AdminServiceHandler interface {
 	// GetSyncStatus returns the last recorded cycle; NotFound when none has
 	// run yet.
 	GetSyncStatus(context.Context, *v1.GetSyncStatusRequest) (*v1.GetSyncStatusResponse, error)
+	// OverrideLeak lets operations that would energise one component with an
+	// open coolant leak through again, for that leak only (a new leak needs a
+	// new override): an explicit, audited admin call with a reason.
+	// FailedPrecondition when the component has no open leak.
+	OverrideLeak(context.Context, *v1.OverrideLeakRequest) (*v1.OverrideLeakResponse, error)
+	// ListLeakOccurrences lists the ongoing leak occurrences Core reports,
+	// those on devices Flow does not hold included.
+	ListLeakOccurrences(context.Context, *v1.ListLeakOccurrencesRequest) (*v1.ListLeakOccurrencesResponse, error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -136,12 +190,28 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("GetSyncStatus")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceOverrideLeakHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceOverrideLeakProcedure,
+		svc.OverrideLeak,
+		connect.WithSchema(adminServiceMethods.ByName("OverrideLeak")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListLeakOccurrencesHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceListLeakOccurrencesProcedure,
+		svc.ListLeakOccurrences,
+		connect.WithSchema(adminServiceMethods.ByName("ListLeakOccurrences")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/flow.admin.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceRunSyncProcedure:
 			adminServiceRunSyncHandler.ServeHTTP(w, r)
 		case AdminServiceGetSyncStatusProcedure:
 			adminServiceGetSyncStatusHandler.ServeHTTP(w, r)
+		case AdminServiceOverrideLeakProcedure:
+			adminServiceOverrideLeakHandler.ServeHTTP(w, r)
+		case AdminServiceListLeakOccurrencesProcedure:
+			adminServiceListLeakOccurrencesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -157,4 +227,12 @@ func (UnimplementedAdminServiceHandler) RunSync(context.Context, *v1.RunSyncRequ
 
 func (UnimplementedAdminServiceHandler) GetSyncStatus(context.Context, *v1.GetSyncStatusRequest) (*v1.GetSyncStatusResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.GetSyncStatus is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) OverrideLeak(context.Context, *v1.OverrideLeakRequest) (*v1.OverrideLeakResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.OverrideLeak is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListLeakOccurrences(context.Context, *v1.ListLeakOccurrencesRequest) (*v1.ListLeakOccurrencesResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ListLeakOccurrences is not implemented"))
 }

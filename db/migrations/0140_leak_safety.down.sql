@@ -1,0 +1,8 @@
+ALTER TABLE leak_occurrence
+    DROP COLUMN IF EXISTS unknown_outcome,
+    DROP COLUMN IF EXISTS component_id;
+ALTER TABLE component_leak
+    DROP COLUMN IF EXISTS override_at,
+    DROP COLUMN IF EXISTS override_by,
+    DROP COLUMN IF EXISTS override_reason,
+    DROP COLUMN IF EXISTS detected_at;
