@@ -25,7 +25,7 @@ test: ## the whole suite, on a private PostgreSQL the tests start (or TEST_DATAB
 # and 3), SOAK_COUNT rounds, each with other random kill points. Longer than
 # `make test`; CI runs it after.
 SOAK_COUNT ?= 1
-SOAK_RUN   ?= Crash|Kill|TwoEngines|PostgresRestart
+SOAK_RUN   ?= Crash|Kill|TwoEngines|PostgresRestart|PostgresFailover
 soak: ## kill, crash and restart tests, SOAK_COUNT rounds each
 	FLOW_SOAK=1 $(GO) test -count=$(SOAK_COUNT) -timeout 40m -run '$(SOAK_RUN)' ./...
 

@@ -106,8 +106,8 @@ type ConfigVar struct {
 // ConfigVars lists every environment variable Flow reads.
 var ConfigVars = []ConfigVar{
 	{"FLOW_LISTEN_ADDR", ":50051", "address the API listens on: gRPC, gRPC-Web and Connect on one port, over mutual TLS (HTTP/2 and HTTP/1.1), or cleartext (HTTP/2 and HTTP/1.1) with ALLOW_INSECURE_GRPC=true and under flow dev"},
-	{"DATABASE_URL", "", "PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...); overrides the DB_* set"},
-	{"DB_HOST", "localhost", "PostgreSQL host (upstream Flow's name)"},
+	{"DATABASE_URL", "", "PostgreSQL URL (postgres://user:pass@host:port/db?sslmode=...); several hosts with target_session_attrs=read-write for a highly available cluster (postgres://user:pass@pg-a:5432,pg-b:5432/db?target_session_attrs=read-write); overrides the DB_* set"},
+	{"DB_HOST", "localhost", "PostgreSQL host (upstream Flow's name); a comma-separated list for a highly available cluster, connecting to the one that takes writes"},
 	{"DB_PORT", "5432", "PostgreSQL port"},
 	{"DB_USER", "postgres", "PostgreSQL user"},
 	{"DB_PASSWORD", "", "PostgreSQL password (logged masked)"},

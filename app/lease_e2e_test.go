@@ -40,14 +40,20 @@ type replicaSetup struct {
 
 func newReplicas(t *testing.T, racks int, latency, stepTimeout time.Duration, extraEnv ...string) *replicaSetup {
 	t.Helper()
+	dbURL := dbtest.NewDB(t)
+	dumpJobsOnFailure(t, dbURL)
+	return newReplicasOn(t, dbURL, racks, latency, stepTimeout, extraEnv...)
+}
+
+// newReplicasOn is newReplicas on the migrated database of dbURL.
+func newReplicasOn(t *testing.T, dbURL string, racks int, latency, stepTimeout time.Duration, extraEnv ...string) *replicaSetup {
+	t.Helper()
 	ctx := context.Background()
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: time.Millisecond, firmwarePhase: time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { sims.Close(context.Background()) })
 	_, err = sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultLatency, Method: "ComponentPowerControl", Latency: sim.Duration(latency)})
 	require.NoError(t, err)
-	dbURL := dbtest.NewDB(t)
-	dumpJobsOnFailure(t, dbURL)
 	pool, err := db.Open(ctx, dbURL, db.PoolConfig{MaxConns: 4})
 	require.NoError(t, err)
 	defer pool.Close()

@@ -102,7 +102,8 @@ func loadComponents(path string, getenv func(string) string) (backend.Config, er
 }
 
 // databaseURL builds the PostgreSQL URL from upstream's DB_* set: DB_HOST
-// (a bracketed IPv6 address too), DB_PORT (an integer), DB_USER,
+// (a bracketed IPv6 address too, or a comma-separated list of hosts, which
+// adds target_session_attrs=read-write), DB_PORT (an integer), DB_USER,
 // DB_PASSWORD, DB_NAME, and DB_CERT_PATH for TLS (dbTLS).
 func databaseURL(getenv func(string) string) (string, []string) {
 	def := func(name string) string { return configDefault(getenv, name) }
@@ -111,8 +112,29 @@ func databaseURL(getenv func(string) string) (string, []string) {
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		errs = append(errs, fmt.Sprintf("DB_PORT must be a port number, got %q", port))
 	}
-	host := strings.TrimSuffix(strings.TrimPrefix(def("DB_HOST"), "["), "]")
-	u := url.URL{Scheme: "postgres", Host: net.JoinHostPort(host, port), Path: "/" + def("DB_NAME"), RawQuery: "sslmode=prefer"}
+	// DB_HOST may list several hosts (a primary and its standbys, as
+	// Patroni or CloudNativePG run them): every connection goes to the one
+	// that takes writes (target_session_attrs=read-write), so a failover
+	// needs no change of setting (docs/operations.md).
+	var hosts []string
+	for _, h := range strings.Split(def("DB_HOST"), ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	var joined []string
+	for _, h := range hosts {
+		bare := strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+		if len(hosts) > 1 && strings.Contains(bare, ":") {
+			errs = append(errs, fmt.Sprintf("DB_HOST: an IPv6 address (%s) cannot be one of several hosts; give host names, or DATABASE_URL", h))
+		}
+		joined = append(joined, net.JoinHostPort(bare, port))
+	}
+	if len(joined) == 0 {
+		errs = append(errs, "DB_HOST is empty")
+		joined = []string{net.JoinHostPort("localhost", port)}
+	}
+	u := url.URL{Scheme: "postgres", Host: strings.Join(joined, ","), Path: "/" + def("DB_NAME"), RawQuery: "sslmode=prefer"}
 	if pw := getenv("DB_PASSWORD"); pw != "" {
 		u.User = url.UserPassword(def("DB_USER"), pw)
 	} else {
@@ -123,6 +145,11 @@ func databaseURL(getenv func(string) string) (string, []string) {
 		if err != nil {
 			errs = append(errs, err.Error())
 		}
+		u.RawQuery = q.Encode()
+	}
+	if len(joined) > 1 {
+		q := u.Query()
+		q.Set("target_session_attrs", "read-write")
 		u.RawQuery = q.Encode()
 	}
 	return u.String(), errs

@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -89,6 +90,20 @@ func TestLoadConfigUpstream(t *testing.T) {
 		{name: "DBHostIPv6", env: map[string]string{"DB_HOST": "fd00::1"}, check: func(t *testing.T, cfg Config) {
 			require.Equal(t, "postgres://postgres@[fd00::1]:5432/flow?sslmode=prefer", cfg.DatabaseURL)
 		}},
+		{name: "DBHostList", env: map[string]string{"DB_HOST": "pg-a.example, pg-b.example", "DB_PASSWORD": "pw"}, check: func(t *testing.T, cfg Config) {
+			require.Equal(t, "postgres://postgres:pw@pg-a.example:5432,pg-b.example:5432/flow?sslmode=prefer&target_session_attrs=read-write", cfg.DatabaseURL)
+			require.Equal(t, "postgres://postgres:xxxxx@pg-a.example:5432,pg-b.example:5432/flow?sslmode=prefer&target_session_attrs=read-write", RedactURL(cfg.DatabaseURL))
+			pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+			require.NoError(t, err)
+			require.Equal(t, "pg-a.example", pc.ConnConfig.Host)
+			var hosts []string
+			for _, f := range pc.ConnConfig.Fallbacks {
+				hosts = append(hosts, f.Host)
+			}
+			require.Contains(t, hosts, "pg-b.example", "the second host is tried when the first does not take writes")
+			require.NotNil(t, pc.ConnConfig.ValidateConnect, "read-write sessions only")
+		}},
+		{name: "DBHostListIPv6", env: map[string]string{"DB_HOST": "pg-a,[fd00::1]"}, wantErr: "DB_HOST: an IPv6 address ([fd00::1]) cannot be one of several hosts"},
 		{name: "AuthorizationModeDefault", env: map[string]string{}, check: func(t *testing.T, cfg Config) {
 			require.Equal(t, "audit", cfg.AuthzMode)
 			require.Empty(t, cfg.AllowedIdentities)

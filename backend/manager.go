@@ -243,6 +243,9 @@ const (
 	PowerStateOn      PowerState = "on"
 	PowerStateOff     PowerState = "off"
 	PowerStateUnknown PowerState = "unknown"
+	// PowerStateTransitioning: powering on or off, as a device does
+	// during a restart or AC power cycle (Core only).
+	PowerStateTransitioning PowerState = "transitioning"
 )
 
 // PowerStatus reads the power of the components of t, keyed by identifier
@@ -276,6 +279,8 @@ func (m *Manager) PowerStatus(ctx context.Context, t Target) (map[string]PowerSt
 			out[inv.Key] = PowerStateOn
 		case nico.PowerStateOff:
 			out[inv.Key] = PowerStateOff
+		case nico.PowerStatePoweringOn, nico.PowerStatePoweringOff:
+			out[inv.Key] = PowerStateTransitioning
 		default:
 			out[inv.Key] = PowerStateUnknown
 		}

@@ -76,6 +76,13 @@ type Call[P any] struct {
 	MaxAttempts int // the step's retry policy: the last attempt is MaxAttempts
 	// Deadline is the earliest of the step deadline and the run timeout.
 	Deadline time.Time
+	// OutcomeUnknown is set when an earlier call of this batch may have
+	// reached the backend but its outcome was never recorded: its process
+	// died or lost its lease during the call or before recording its
+	// answer (the step's report lists each case). An action that is not
+	// idempotent (a reset, an AC power cycle) checks the devices' state
+	// before repeating it, where the backend can tell.
+	OutcomeUnknown bool
 
 	st *callState
 }
@@ -135,7 +142,9 @@ type callInfo struct {
 	Attempt     int
 	MaxAttempts int
 	Deadline    time.Time
-	st          *callState
+	// OutcomeUnknown: see Call.OutcomeUnknown.
+	OutcomeUnknown bool
+	st             *callState
 }
 
 // action is a registered action with its params type erased.
@@ -202,7 +211,7 @@ func Register[P any](e *Engine, kind string, fn ActionFunc[P]) {
 			return fn(ctx, Call[P]{
 				RunID: info.RunID, StepID: info.StepID, Owner: info.Owner, Labels: info.Labels, Stage: info.Stage, Step: info.Step,
 				Params: v, Targets: info.Targets, Batch: info.Batch, Batches: info.Batches,
-				Attempt: info.Attempt, MaxAttempts: info.MaxAttempts, Deadline: info.Deadline, st: info.st,
+				Attempt: info.Attempt, MaxAttempts: info.MaxAttempts, Deadline: info.Deadline, OutcomeUnknown: info.OutcomeUnknown, st: info.st,
 			})
 		},
 	}

@@ -57,7 +57,9 @@ type checkpointReq struct {
 // next and completes the job, in a transaction it may share with other
 // steps' checkpoints. It waits for the commit even when ctx is cancelled: the
 // outcome is decided, and a job that returned early would run again while
-// its checkpoint commits.
+// its checkpoint commits. While the database is unavailable it keeps the
+// outcome and commits it again (keepOutcome): a retry of a checkpoint that
+// had committed changes nothing (its step has ended, its job completed).
 //
 // calls is how many calls the current batch took, when the step ends on a
 // batch that is not yet counted (nil after a sleep or without a call).
@@ -65,9 +67,12 @@ type checkpointReq struct {
 // failed are the targets the last call failed (Result.Failed), recorded
 // with the step.
 func (e *Engine) finishStep(ctx context.Context, job *river.Job[RunStepArgs], row stepRow, spec *stepSpec, state State, msg string, calls *int32, failed map[string]string) error {
-	req := &checkpointReq{ctx: ctx, job: job, row: row, spec: spec, state: state, msg: msg, calls: calls, failed: failuresJSON(failed), done: make(chan error, 1)}
-	e.checkpoints.add(row.RunID, req)
-	return <-req.done
+	_, err := e.keepOutcome(ctx, row, "checkpoint", func(ctx context.Context) error {
+		req := &checkpointReq{ctx: ctx, job: job, row: row, spec: spec, state: state, msg: msg, calls: calls, failed: failuresJSON(failed), done: make(chan error, 1)}
+		e.checkpoints.add(row.RunID, req)
+		return <-req.done
+	})
+	return err
 }
 
 // commitBatch commits reqs in one transaction and answers each. If the group
@@ -111,6 +116,9 @@ type checkpointStats struct {
 	steps   atomic.Int64 // steps committed
 	grouped atomic.Int64 // steps committed with others
 	split   atomic.Int64 // failed groups retried step by step
+	// kept counts outcomes whose first write failed with the database
+	// unavailable (keepOutcome), keptCommitted those it then recorded.
+	kept, keptCommitted atomic.Int64
 }
 
 func (e *Engine) counted(err error, steps int) {

@@ -5,3 +5,10 @@ package engine
 func CheckpointStats(e *Engine) (steps, grouped, split int64) {
 	return e.stats.steps.Load(), e.stats.grouped.Load(), e.stats.split.Load()
 }
+
+// KeptOutcomes returns how many outcomes the engine kept because their
+// first write failed with the database unavailable, and how many of those
+// it then recorded.
+func KeptOutcomes(e *Engine) (kept, committed int64) {
+	return e.stats.kept.Load(), e.stats.keptCommitted.Load()
+}

@@ -217,7 +217,14 @@ LIMIT 500`
 const stepReleaseSQL = `
 UPDATE engine_step s
 SET exec_token = s.exec_token + 1, process_id = NULL, claimed_at = NULL,
-    deadline_at = s.deadline_at + i.stranded_ms * interval '1 millisecond'
+    deadline_at = s.deadline_at + i.stranded_ms * interval '1 millisecond',
+    -- A claim still open: the call was in flight (or its outcome not yet
+    -- recorded) when its process died or handed it back.
+    unknown_outcomes = CASE WHEN s.claimed_at IS NOT NULL
+        THEN s.unknown_outcomes || jsonb_build_array(jsonb_build_object(
+            'batch', s.batch_index, 'attempt', s.attempt + 1, 'began_at', s.claimed_at,
+            'process_id', s.process_id, 'found_at', now(), 'why', $4::text))
+        ELSE s.unknown_outcomes END
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS i(id, job_id, stranded_ms)
 WHERE s.id = i.id AND s.job_id = i.job_id AND s.state = 'running'
 RETURNING s.id, s.run_id, s.job_id`
@@ -284,7 +291,11 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 			if err := e.q.RunLockMany(ctx, tx, runIDs); err != nil {
 				return fmt.Errorf("lock runs: %w", err)
 			}
-			released, err := tx.Query(ctx, stepReleaseSQL, steps, jobs, stranded)
+			why := "its process's lease expired during the call"
+			if mode == sweepHandOff {
+				why = "its process stopped during the call"
+			}
+			released, err := tx.Query(ctx, stepReleaseSQL, steps, jobs, stranded, why)
 			if err != nil {
 				return fmt.Errorf("release steps: %w", err)
 			}

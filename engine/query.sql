@@ -68,16 +68,27 @@ WITH input AS (
 ), c AS (
     UPDATE engine_step
     SET process_id = NULLIF(@process_id::bigint, 0), claimed_at = now(),
-        exec_token = CASE WHEN i.token = 0 THEN engine_step.exec_token + 1 ELSE engine_step.exec_token END
+        exec_token = CASE WHEN i.token = 0 THEN engine_step.exec_token + 1 ELSE engine_step.exec_token END,
+        -- A new execution that finds the last one's claim still open (it
+        -- never recorded its call's outcome: it died, lost its lease, or
+        -- its job was retried) records that call's outcome as unknown.
+        unknown_outcomes = CASE WHEN i.token = 0 AND engine_step.claimed_at IS NOT NULL
+            THEN engine_step.unknown_outcomes || jsonb_build_array(jsonb_build_object(
+                'batch', engine_step.batch_index, 'attempt', engine_step.attempt + 1,
+                'began_at', engine_step.claimed_at, 'process_id', engine_step.process_id,
+                'found_at', now(), 'why', 'the execution that made the call ended without recording its outcome'))
+            ELSE engine_step.unknown_outcomes END
     FROM input i
     WHERE engine_step.id = i.id AND engine_step.state = 'running' AND engine_step.job_id = i.job_id
         AND (i.token = 0 OR engine_step.exec_token = i.token)
     RETURNING engine_step.id, engine_step.run_id, engine_step.stage_index, engine_step.step_index, engine_step.spec,
         engine_step.state, engine_step.batch_index, engine_step.attempt, engine_step.checkpoint, engine_step.wake_at,
-        engine_step.deadline_at, engine_step.failed_targets, engine_step.exec_token, engine_step.job_id
+        engine_step.deadline_at, engine_step.failed_targets, engine_step.exec_token, engine_step.job_id,
+        (engine_step.unknown_outcomes <> '[]' AND engine_step.unknown_outcomes @> jsonb_build_array(
+            jsonb_build_object('batch', engine_step.batch_index)))::boolean AS outcome_unknown
 )
 SELECT s.id, s.run_id, s.stage_index, s.step_index, s.spec, s.state, s.batch_index, s.attempt,
-    s.checkpoint, s.wake_at, s.deadline_at, s.failed_targets, s.exec_token, s.job_id,
+    s.checkpoint, s.wake_at, s.deadline_at, s.failed_targets, s.exec_token, s.job_id, s.outcome_unknown,
     r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now,
     -- The targets earlier steps of the step's chain failed, which it skips
     -- (a probe of the mostly empty partial index of steps with failed
@@ -93,20 +104,30 @@ FROM c s
 -- the planner may hash the whole run table for a handful of steps.
 CROSS JOIN LATERAL (SELECT state, owner, timeout_at FROM engine_run WHERE engine_run.id = s.run_id OFFSET 0) r;
 
+-- claimed_at is cleared by every write that records a call's outcome (a
+-- batch advance, a failure, a poll) and by StepUnclaim: a claim still set
+-- when a new execution begins means the last call's outcome is unknown.
+
 -- name: StepAdvanceBatch :execrows
 UPDATE engine_step
-SET batch_index = batch_index + 1, batch_attempts = array_append(batch_attempts, attempt + 1),
+SET batch_index = batch_index + 1, batch_attempts = array_append(batch_attempts, attempt + 1), claimed_at = NULL,
     attempt = 0, last_error = '', checkpoint = NULL, progress = NULL, wake_at = sqlc.narg(wake_at),
     failed_targets = failed_targets || @failed_targets::jsonb
 WHERE id = @id AND state = 'running' AND batch_index = @batch_index AND exec_token = @exec_token;
 
 -- name: StepRecordFailure :execrows
 UPDATE engine_step
-SET attempt = attempt + 1, last_error = @last_error
+SET attempt = attempt + 1, last_error = @last_error, claimed_at = NULL
 WHERE id = @id AND state = 'running' AND batch_index = @batch_index AND exec_token = @exec_token;
 
 -- name: StepRecordPoll :execrows
-UPDATE engine_step SET polls = polls + 1
+UPDATE engine_step SET polls = polls + 1, claimed_at = NULL
+WHERE id = @id AND state = 'running' AND exec_token = @exec_token;
+
+-- name: StepUnclaim :exec
+-- StepUnclaim closes the claim of an execution that made no call (it
+-- found its step asleep, or its process stopping).
+UPDATE engine_step SET claimed_at = NULL
 WHERE id = @id AND state = 'running' AND exec_token = @exec_token;
 
 -- name: StepSaveCheckpoint :execrows
@@ -211,7 +232,7 @@ WHERE id = @id;
 
 -- name: StepListByRun :many
 SELECT id, stage_index, step_index, spec, state, error, batch_index, attempt, batch_attempts, polls,
-    last_error, progress, failed_targets, job_id, wake_at, deadline_at, started_at, ended_at
+    last_error, progress, failed_targets, job_id, wake_at, deadline_at, started_at, ended_at, unknown_outcomes
 FROM engine_step
 WHERE run_id = @run_id
 ORDER BY stage_index, step_index;

@@ -487,6 +487,24 @@ type StepReport struct {
 	EndedAt    *time.Time
 	DeadlineAt *time.Time
 	WakeAt     *time.Time // end of a Sleep in progress
+	// UnknownOutcomes are the calls of the step whose outcome was never
+	// recorded: the call may or may not have reached the backend, and its
+	// batch was called again (Call.OutcomeUnknown). Empty in the normal
+	// case, a database blip included (the outcome is kept and recorded once
+	// the database is back).
+	UnknownOutcomes []UnknownOutcome
+}
+
+// UnknownOutcome is a call whose outcome was never recorded, found by the
+// execution or sweep that took its step over.
+type UnknownOutcome struct {
+	Batch     int       `json:"batch"`   // 0-based batch of the call
+	Attempt   int       `json:"attempt"` // its 1-based attempt
+	Targets   []string  `json:"-"`       // the batch's targets
+	BeganAt   time.Time `json:"began_at"`
+	ProcessID int64     `json:"process_id,omitempty"` // the engine_process lease it ran under
+	FoundAt   time.Time `json:"found_at"`
+	Why       string    `json:"why"`
 }
 
 // TargetOutcome is the outcome of one target of a step: completed, failed
@@ -586,6 +604,15 @@ func (e *Engine) Run(ctx context.Context, dbtx db.DBTX, runID RunID) (RunReport,
 			Chain:       spec.Chain,
 
 			FailedTargets: failedTargets,
+		}
+		if len(s.UnknownOutcomes) > 0 && string(s.UnknownOutcomes) != "[]" {
+			if err := json.Unmarshal(s.UnknownOutcomes, &sr.UnknownOutcomes); err != nil {
+				return RunReport{}, fmt.Errorf("decode unknown outcomes of step %d: %w", s.ID, err)
+			}
+			for i := range sr.UnknownOutcomes {
+				u := &sr.UnknownOutcomes[i]
+				u.Targets = spec.batch(u.Batch)
+			}
 		}
 		var done map[string]bool
 		if len(s.Progress) > 0 {

@@ -96,6 +96,7 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 			return e.failRunTimeout(ctx, job, RunID(row.RunID))
 		}
 		if row.WakeAt.Valid && now.Before(row.WakeAt.Time) {
+			e.unclaim(ctx, row)
 			return river.JobSnooze(row.WakeAt.Time.Sub(now)) // re-run during a sleep
 		}
 		fails, err := decodeFailures(row)
@@ -112,6 +113,7 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 		}
 
 		if e.lease.stopping.Load() {
+			e.unclaim(ctx, row)
 			return river.JobSnooze(0) // fetched as the process stops: leave it to another
 		}
 		var res Result
@@ -131,7 +133,11 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 			}
 		}
 		if res.PollAfter > 0 {
-			if n, err := e.q.StepRecordPoll(ctx, e.pool, dbsqlc.StepRecordPollParams{ID: row.ID, ExecToken: row.ExecToken}); err != nil {
+			var n int64
+			if _, err := e.keepOutcome(ctx, row, "poll", func(ctx context.Context) (err error) {
+				n, err = e.q.StepRecordPoll(ctx, e.pool, dbsqlc.StepRecordPollParams{ID: row.ID, ExecToken: row.ExecToken})
+				return err
+			}); err != nil {
 				return fmt.Errorf("record poll: %w", err)
 			} else if n == 0 {
 				return nil // ended or superseded meanwhile
@@ -147,9 +153,18 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 		if res.Sleep > 0 {
 			wake = pgtype.Timestamptz{Time: time.Now().Add(res.Sleep), Valid: true}
 		}
-		n, err := e.q.StepAdvanceBatch(ctx, e.pool, dbsqlc.StepAdvanceBatchParams{ID: row.ID, BatchIndex: row.BatchIndex, WakeAt: wake, FailedTargets: failuresJSON(failed), ExecToken: row.ExecToken})
+		var n int64
+		retried, err := e.keepOutcome(ctx, row, "batch advance", func(ctx context.Context) (err error) {
+			n, err = e.q.StepAdvanceBatch(ctx, e.pool, dbsqlc.StepAdvanceBatchParams{ID: row.ID, BatchIndex: row.BatchIndex, WakeAt: wake, FailedTargets: failuresJSON(failed), ExecToken: row.ExecToken})
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("advance batch: %w", err)
+		} else if n == 0 && retried {
+			// An earlier attempt may have committed before its answer was
+			// lost: go on from the step as stored, if this execution
+			// still holds it (loadStep answers no rows otherwise).
+			continue
 		} else if n == 0 {
 			return nil // ended or advanced elsewhere
 		}
@@ -171,6 +186,7 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 	if !ok {
 		// Registered when started, unknown to this process: a deploy without
 		// the action. Leave the job to a process that knows it.
+		e.unclaim(ctx, row)
 		return Result{}, nil, fmt.Errorf("action %q is not registered in this process", spec.Action)
 	}
 	deadline := row.DeadlineAt.Time
@@ -214,7 +230,7 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 	info := callInfo{
 		RunID: RunID(row.RunID), StepID: StepID(row.ID), Owner: row.Owner, Labels: labels, Stage: int(row.StageIndex), Step: spec.Name,
 		Targets: targets, Batch: batch, Batches: spec.batches(), Attempt: int(row.Attempt) + 1,
-		MaxAttempts: spec.MaxAttempts, Deadline: localDeadline, st: st,
+		MaxAttempts: spec.MaxAttempts, Deadline: localDeadline, OutcomeUnknown: row.OutcomeUnknown, st: st,
 	}
 	callStart := time.Now()
 	res, err := e.runAction(callCtx, a, row, spec, info)
@@ -287,7 +303,11 @@ func (e *Engine) callFailed(ctx context.Context, job *river.Job[RunStepArgs], ro
 		return e.finishStep(ctx, job, row, spec, StateFailed,
 			fmt.Sprintf("batch %d of %d failed after %d attempt(s): %v", batch+1, spec.batches(), failed, callErr), ptr(int32(failed)), nil)
 	}
-	n, err := e.q.StepRecordFailure(ctx, e.pool, dbsqlc.StepRecordFailureParams{ID: row.ID, BatchIndex: row.BatchIndex, LastError: callErr.Error(), ExecToken: row.ExecToken})
+	var n int64
+	_, err := e.keepOutcome(ctx, row, "failed call", func(ctx context.Context) (err error) {
+		n, err = e.q.StepRecordFailure(ctx, e.pool, dbsqlc.StepRecordFailureParams{ID: row.ID, BatchIndex: row.BatchIndex, LastError: callErr.Error(), ExecToken: row.ExecToken})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("record failure: %w", err)
 	} else if n == 0 {
@@ -335,3 +355,11 @@ func stageError(stage int, stageName, step, msg string) string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// unclaim closes the claim of row's execution when it returns without a
+// call, so the next execution does not take a call for in flight. Best
+// effort: a claim left open only makes the next execution's record
+// cautious.
+func (e *Engine) unclaim(ctx context.Context, row stepRow) {
+	_ = e.q.StepUnclaim(ctx, e.pool, dbsqlc.StepUnclaimParams{ID: row.ID, ExecToken: row.ExecToken})
+}

@@ -221,6 +221,15 @@ func (a *actions) powerControl(ctx context.Context, call engine.Call[ActionParam
 	if wait, err := a.readinessGate(ctx, call, OperationTypePowerControl); err != nil || wait > 0 {
 		return engine.Result{PollAfter: wait}, err
 	}
+	if call.OutcomeUnknown && isReset(op) {
+		// An earlier reset of this batch may have reached the devices
+		// (its server died or lost its database lease before recording
+		// the answer): do not reboot again the devices still going
+		// through it.
+		if target = a.notMidReset(ctx, m, call, target); len(targetKeys(target)) == 0 {
+			return engine.Result{}, nil
+		}
+	}
 	results, err := m.PowerControl(ctx, target, op, call.Params.Override)
 	if err == nil {
 		return engine.Result{}, nil
@@ -232,6 +241,56 @@ func (a *actions) powerControl(ctx context.Context, call engine.Call[ActionParam
 		return engine.Result{Failed: failed}, nil
 	}
 	return engine.Result{}, err
+}
+
+// isReset reports whether op reboots a device: repeating it reboots it
+// again, unlike a power on or off.
+func isReset(op backend.PowerOp) bool {
+	switch op {
+	case backend.Restart, backend.WarmReset, backend.ForceRestart, backend.ColdReset:
+		return true
+	}
+	return false
+}
+
+// notMidReset returns the components of t not powering on or off right
+// now (backend.PowerStateTransitioning), for a reset whose earlier call's
+// outcome is unknown: a device in transition got that call. Core's
+// inventory tells no more (no last-reboot time), so a device that has
+// already come back up is reset again; PSM has no reset. When the status
+// cannot be read, every component is reset again (at least once).
+func (a *actions) notMidReset(ctx context.Context, m *backend.Manager, call engine.Call[ActionParams], t backend.Target) backend.Target {
+	status, err := m.PowerStatus(ctx, t)
+	if err != nil {
+		a.logger.WarnContext(ctx, "reset with an unknown earlier outcome: power state unreadable, resetting again",
+			"task_id", call.Params.TaskID, "step", call.Step, "error", err.Error())
+		return t
+	}
+	moving := map[string]bool{}
+	for k, st := range status {
+		moving[strings.ToLower(k)] = st == backend.PowerStateTransitioning
+	}
+	keep := func(keys []string) (left, skipped []string) {
+		for _, k := range keys {
+			if moving[strings.ToLower(k)] {
+				skipped = append(skipped, k)
+			} else {
+				left = append(left, k)
+			}
+		}
+		return left, skipped
+	}
+	var skipped []string
+	if len(t.MACs) > 0 {
+		t.MACs, skipped = keep(t.MACs)
+	} else {
+		t.IDs, skipped = keep(t.IDs)
+	}
+	if len(skipped) > 0 {
+		a.logger.WarnContext(ctx, "reset with an unknown earlier outcome: not resetting again the devices still going through it",
+			"task_id", call.Params.TaskID, "step", call.Step, "components", skipped)
+	}
+	return t
 }
 
 // itemFailures returns the targets a batch call failed with why, when it

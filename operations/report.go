@@ -72,7 +72,22 @@ type StepReport struct {
 	FinishedAt          string         `json:"finished_at,omitempty"`
 	Error               string         `json:"error,omitempty"`
 	CurrentAction       *CurrentAction `json:"current_action,omitempty"`
-	running             int
+	// OutcomeUnknown lists the calls of the step whose outcome Flow never
+	// recorded (its server died, or lost its database lease, during the
+	// call or before saving the answer): the call may have reached the
+	// device, and the step called again. Absent in the normal case, a
+	// database restart or failover included (docs/engine.md).
+	OutcomeUnknown []UnknownCall `json:"outcome_unknown,omitempty"`
+	running        int
+}
+
+// UnknownCall is a call whose outcome was never recorded.
+type UnknownCall struct {
+	Action     string   `json:"action"`
+	Components []string `json:"components"` // the call's targets (IDs or BMC MACs)
+	Attempt    int      `json:"attempt"`
+	StartedAt  string   `json:"started_at"`
+	Reason     string   `json:"reason"`
 }
 
 // CurrentAction is what a running step is doing: the rule action, a line
@@ -251,6 +266,12 @@ func fillStep(step *StepReport, s Step, es []engine.StepReport, run *engine.RunR
 				failed[o.Target] = true
 			}
 		}
+		for _, u := range e.UnknownOutcomes {
+			step.OutcomeUnknown = append(step.OutcomeUnknown, UnknownCall{
+				Action: actionName(acts, e), Components: u.Targets, Attempt: u.Attempt,
+				StartedAt: u.BeganAt.UTC().Format(time.RFC3339Nano), Reason: u.Why,
+			})
+		}
 	}
 	completed, nFailed := countComponents(es, failed, step.TotalComponents)
 	if started != nil {
@@ -352,6 +373,18 @@ func countComponents(es []engine.StepReport, failed map[string]bool, total int) 
 
 // currentAction names what a running rule step is doing: the action of its
 // running engine step, with a line of detail and, for waits, their end.
+// actionName is the rule action e runs (its engine action kind when its
+// name does not say).
+func actionName(acts []Action, e engine.StepReport) string {
+	parts := strings.Split(e.Name, "/")
+	if len(parts) >= 2 {
+		if pos, err := strconv.Atoi(parts[len(parts)-2]); err == nil && pos >= 0 && pos < len(acts) {
+			return string(acts[pos].Name)
+		}
+	}
+	return e.Action
+}
+
 func currentAction(acts []Action, es []engine.StepReport) *CurrentAction {
 	for _, e := range es {
 		if e.State != engine.StateRunning {

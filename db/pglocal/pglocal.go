@@ -412,11 +412,30 @@ func (c *Cluster) Stop(ctx context.Context) error {
 }
 
 func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, name), args...)
+	cmd := exec.CommandContext(ctx, c.binary(name), args...)
 	cmd.SysProcAttr = c.sysProcAttr()
 	cmd.Dir = "/"
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	return cmd
+}
+
+// binary returns the path of the server program name: in BinDir, or, when
+// BinDir holds links to a few programs only (/usr/local/bin linking to a
+// distribution's pg_ctl, initdb and postgres), beside the program pg_ctl
+// links to (pg_basebackup, say).
+func (c *Cluster) binary(name string) string {
+	p := filepath.Join(c.BinDir, name)
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	if real, err := filepath.EvalSymlinks(filepath.Join(c.BinDir, "pg_ctl")); err == nil {
+		if alt := filepath.Join(filepath.Dir(real), name); alt != p {
+			if _, err := os.Stat(alt); err == nil {
+				return alt
+			}
+		}
+	}
+	return p
 }
 
 // sysProcAttr runs a server command as the server user, in its own process

@@ -424,8 +424,9 @@ func (q *Queries) StageStartMany(ctx context.Context, db DBTX, arg StageStartMan
 }
 
 const stepAdvanceBatch = `-- name: StepAdvanceBatch :execrows
+
 UPDATE engine_step
-SET batch_index = batch_index + 1, batch_attempts = array_append(batch_attempts, attempt + 1),
+SET batch_index = batch_index + 1, batch_attempts = array_append(batch_attempts, attempt + 1), claimed_at = NULL,
     attempt = 0, last_error = '', checkpoint = NULL, progress = NULL, wake_at = $1,
     failed_targets = failed_targets || $2::jsonb
 WHERE id = $3 AND state = 'running' AND batch_index = $4 AND exec_token = $5
@@ -439,6 +440,9 @@ type StepAdvanceBatchParams struct {
 	ExecToken     int64
 }
 
+// claimed_at is cleared by every write that records a call's outcome (a
+// batch advance, a failure, a poll) and by StepUnclaim: a claim still set
+// when a new execution begins means the last call's outcome is unknown.
 func (q *Queries) StepAdvanceBatch(ctx context.Context, db DBTX, arg StepAdvanceBatchParams) (int64, error) {
 	result, err := db.Exec(ctx, stepAdvanceBatch,
 		arg.WakeAt,
@@ -494,16 +498,27 @@ WITH input AS (
 ), c AS (
     UPDATE engine_step
     SET process_id = NULLIF($4::bigint, 0), claimed_at = now(),
-        exec_token = CASE WHEN i.token = 0 THEN engine_step.exec_token + 1 ELSE engine_step.exec_token END
+        exec_token = CASE WHEN i.token = 0 THEN engine_step.exec_token + 1 ELSE engine_step.exec_token END,
+        -- A new execution that finds the last one's claim still open (it
+        -- never recorded its call's outcome: it died, lost its lease, or
+        -- its job was retried) records that call's outcome as unknown.
+        unknown_outcomes = CASE WHEN i.token = 0 AND engine_step.claimed_at IS NOT NULL
+            THEN engine_step.unknown_outcomes || jsonb_build_array(jsonb_build_object(
+                'batch', engine_step.batch_index, 'attempt', engine_step.attempt + 1,
+                'began_at', engine_step.claimed_at, 'process_id', engine_step.process_id,
+                'found_at', now(), 'why', 'the execution that made the call ended without recording its outcome'))
+            ELSE engine_step.unknown_outcomes END
     FROM input i
     WHERE engine_step.id = i.id AND engine_step.state = 'running' AND engine_step.job_id = i.job_id
         AND (i.token = 0 OR engine_step.exec_token = i.token)
     RETURNING engine_step.id, engine_step.run_id, engine_step.stage_index, engine_step.step_index, engine_step.spec,
         engine_step.state, engine_step.batch_index, engine_step.attempt, engine_step.checkpoint, engine_step.wake_at,
-        engine_step.deadline_at, engine_step.failed_targets, engine_step.exec_token, engine_step.job_id
+        engine_step.deadline_at, engine_step.failed_targets, engine_step.exec_token, engine_step.job_id,
+        (engine_step.unknown_outcomes <> '[]' AND engine_step.unknown_outcomes @> jsonb_build_array(
+            jsonb_build_object('batch', engine_step.batch_index)))::boolean AS outcome_unknown
 )
 SELECT s.id, s.run_id, s.stage_index, s.step_index, s.spec, s.state, s.batch_index, s.attempt,
-    s.checkpoint, s.wake_at, s.deadline_at, s.failed_targets, s.exec_token, s.job_id,
+    s.checkpoint, s.wake_at, s.deadline_at, s.failed_targets, s.exec_token, s.job_id, s.outcome_unknown,
     r.state AS run_state, r.owner, r.timeout_at, now()::timestamptz AS now,
     -- The targets earlier steps of the step's chain failed, which it skips
     -- (a probe of the mostly empty partial index of steps with failed
@@ -526,25 +541,26 @@ type StepClaimManyParams struct {
 }
 
 type StepClaimManyRow struct {
-	ID            int64
-	RunID         int64
-	StageIndex    int32
-	StepIndex     int32
-	Spec          []byte
-	State         string
-	BatchIndex    int32
-	Attempt       int32
-	Checkpoint    []byte
-	WakeAt        pgtype.Timestamptz
-	DeadlineAt    pgtype.Timestamptz
-	FailedTargets []byte
-	ExecToken     int64
-	JobID         *int64
-	RunState      string
-	Owner         string
-	TimeoutAt     pgtype.Timestamptz
-	Now           pgtype.Timestamptz
-	ChainFailures []byte
+	ID             int64
+	RunID          int64
+	StageIndex     int32
+	StepIndex      int32
+	Spec           []byte
+	State          string
+	BatchIndex     int32
+	Attempt        int32
+	Checkpoint     []byte
+	WakeAt         pgtype.Timestamptz
+	DeadlineAt     pgtype.Timestamptz
+	FailedTargets  []byte
+	ExecToken      int64
+	JobID          *int64
+	OutcomeUnknown bool
+	RunState       string
+	Owner          string
+	TimeoutAt      pgtype.Timestamptz
+	Now            pgtype.Timestamptz
+	ChainFailures  []byte
 }
 
 // StepClaimMany is how a job starts (or goes on with) its step: each step
@@ -585,6 +601,7 @@ func (q *Queries) StepClaimMany(ctx context.Context, db DBTX, arg StepClaimManyP
 			&i.FailedTargets,
 			&i.ExecToken,
 			&i.JobID,
+			&i.OutcomeUnknown,
 			&i.RunState,
 			&i.Owner,
 			&i.TimeoutAt,
@@ -734,31 +751,32 @@ func (q *Queries) StepExecState(ctx context.Context, db DBTX, id int64) (StepExe
 
 const stepListByRun = `-- name: StepListByRun :many
 SELECT id, stage_index, step_index, spec, state, error, batch_index, attempt, batch_attempts, polls,
-    last_error, progress, failed_targets, job_id, wake_at, deadline_at, started_at, ended_at
+    last_error, progress, failed_targets, job_id, wake_at, deadline_at, started_at, ended_at, unknown_outcomes
 FROM engine_step
 WHERE run_id = $1
 ORDER BY stage_index, step_index
 `
 
 type StepListByRunRow struct {
-	ID            int64
-	StageIndex    int32
-	StepIndex     int32
-	Spec          []byte
-	State         string
-	Error         string
-	BatchIndex    int32
-	Attempt       int32
-	BatchAttempts []int32
-	Polls         int32
-	LastError     string
-	Progress      []byte
-	FailedTargets []byte
-	JobID         *int64
-	WakeAt        pgtype.Timestamptz
-	DeadlineAt    pgtype.Timestamptz
-	StartedAt     pgtype.Timestamptz
-	EndedAt       pgtype.Timestamptz
+	ID              int64
+	StageIndex      int32
+	StepIndex       int32
+	Spec            []byte
+	State           string
+	Error           string
+	BatchIndex      int32
+	Attempt         int32
+	BatchAttempts   []int32
+	Polls           int32
+	LastError       string
+	Progress        []byte
+	FailedTargets   []byte
+	JobID           *int64
+	WakeAt          pgtype.Timestamptz
+	DeadlineAt      pgtype.Timestamptz
+	StartedAt       pgtype.Timestamptz
+	EndedAt         pgtype.Timestamptz
+	UnknownOutcomes []byte
 }
 
 func (q *Queries) StepListByRun(ctx context.Context, db DBTX, runID int64) ([]StepListByRunRow, error) {
@@ -789,6 +807,7 @@ func (q *Queries) StepListByRun(ctx context.Context, db DBTX, runID int64) ([]St
 			&i.DeadlineAt,
 			&i.StartedAt,
 			&i.EndedAt,
+			&i.UnknownOutcomes,
 		); err != nil {
 			return nil, err
 		}
@@ -802,7 +821,7 @@ func (q *Queries) StepListByRun(ctx context.Context, db DBTX, runID int64) ([]St
 
 const stepRecordFailure = `-- name: StepRecordFailure :execrows
 UPDATE engine_step
-SET attempt = attempt + 1, last_error = $1
+SET attempt = attempt + 1, last_error = $1, claimed_at = NULL
 WHERE id = $2 AND state = 'running' AND batch_index = $3 AND exec_token = $4
 `
 
@@ -827,7 +846,7 @@ func (q *Queries) StepRecordFailure(ctx context.Context, db DBTX, arg StepRecord
 }
 
 const stepRecordPoll = `-- name: StepRecordPoll :execrows
-UPDATE engine_step SET polls = polls + 1
+UPDATE engine_step SET polls = polls + 1, claimed_at = NULL
 WHERE id = $1 AND state = 'running' AND exec_token = $2
 `
 
@@ -967,4 +986,21 @@ func (q *Queries) StepSupersededAmong(ctx context.Context, db DBTX, arg StepSupe
 		return nil, err
 	}
 	return items, nil
+}
+
+const stepUnclaim = `-- name: StepUnclaim :exec
+UPDATE engine_step SET claimed_at = NULL
+WHERE id = $1 AND state = 'running' AND exec_token = $2
+`
+
+type StepUnclaimParams struct {
+	ID        int64
+	ExecToken int64
+}
+
+// StepUnclaim closes the claim of an execution that made no call (it
+// found its step asleep, or its process stopping).
+func (q *Queries) StepUnclaim(ctx context.Context, db DBTX, arg StepUnclaimParams) error {
+	_, err := db.Exec(ctx, stepUnclaim, arg.ID, arg.ExecToken)
+	return err
 }

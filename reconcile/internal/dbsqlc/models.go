@@ -94,30 +94,31 @@ type EngineRun struct {
 }
 
 type EngineStep struct {
-	ID            int64
-	RunID         int64
-	StageIndex    int32
-	StepIndex     int32
-	Spec          []byte
-	BudgetMs      int64
-	State         string
-	Error         string
-	BatchIndex    int32
-	Attempt       int32
-	BatchAttempts []int32
-	Polls         int32
-	LastError     string
-	Checkpoint    []byte
-	Progress      []byte
-	JobID         *int64
-	WakeAt        *time.Time
-	DeadlineAt    *time.Time
-	StartedAt     *time.Time
-	EndedAt       *time.Time
-	FailedTargets []byte
-	ProcessID     *int64
-	ExecToken     int64
-	ClaimedAt     *time.Time
+	ID              int64
+	RunID           int64
+	StageIndex      int32
+	StepIndex       int32
+	Spec            []byte
+	BudgetMs        int64
+	State           string
+	Error           string
+	BatchIndex      int32
+	Attempt         int32
+	BatchAttempts   []int32
+	Polls           int32
+	LastError       string
+	Checkpoint      []byte
+	Progress        []byte
+	JobID           *int64
+	WakeAt          *time.Time
+	DeadlineAt      *time.Time
+	StartedAt       *time.Time
+	EndedAt         *time.Time
+	FailedTargets   []byte
+	ProcessID       *int64
+	ExecToken       int64
+	ClaimedAt       *time.Time
+	UnknownOutcomes []byte
 }
 
 type Event struct {

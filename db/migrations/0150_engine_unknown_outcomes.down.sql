@@ -1,0 +1,1 @@
+ALTER TABLE engine_step DROP COLUMN unknown_outcomes;
