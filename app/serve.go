@@ -348,6 +348,7 @@ func (s *server) run(ctx context.Context) error {
 		return fmt.Errorf("start river: %w", err)
 	}
 	s.riverStarted.Store(true)
+	stopSystem := s.system.start(ctx, s.logger)
 	errc := make(chan error, 3)
 	go func() {
 		if s.tls != nil {
@@ -384,6 +385,8 @@ func (s *server) run(ctx context.Context) error {
 	riverDone := make(chan struct{})
 	go func() {
 		defer close(riverDone)
+		// System cycles end first: they may insert jobs.
+		stopSystem()
 		stopRiver(ctx, s.engine, s.river, s.cfg.ShutdownTimeout, s.logger)
 	}()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)

@@ -85,3 +85,8 @@ DELETE FROM task_schedule_scope WHERE id = @id;
 
 -- name: ScopeCount :one
 SELECT count(*)::int FROM task_schedule_scope WHERE schedule_id = @schedule_id;
+
+-- name: FiringWake :exec
+-- Wakes the leader's firing dispatcher when the transaction commits
+-- (WakeChannel).
+SELECT pg_notify('flow_schedule_wake', @at::text);

@@ -12,6 +12,17 @@ import (
 	"github.com/google/uuid"
 )
 
+const firingWake = `-- name: FiringWake :exec
+SELECT pg_notify('flow_schedule_wake', $1::text)
+`
+
+// Wakes the leader's firing dispatcher when the transaction commits
+// (WakeChannel).
+func (q *Queries) FiringWake(ctx context.Context, db DBTX, at string) error {
+	_, err := db.Exec(ctx, firingWake, at)
+	return err
+}
+
 const scheduleCount = `-- name: ScheduleCount :one
 SELECT count(*)::int FROM task_schedule s
 WHERE ($1::uuid IS NULL OR EXISTS (
