@@ -42,6 +42,13 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 		rc.Logger = w.riverLogger
 	}
 	rc.Middleware = append(rc.Middleware, w.middleware...)
+	if w.riverRetention > 0 {
+		// River's cleaner deletes finished jobs past this; discarded ones
+		// (a failed step's job) keep River's week unless this is longer.
+		rc.CompletedJobRetentionPeriod = w.riverRetention
+		rc.CancelledJobRetentionPeriod = w.riverRetention
+		rc.DiscardedJobRetentionPeriod = max(w.riverRetention, 7*24*time.Hour)
+	}
 	if w.system == nil {
 		w.system = &systemJobs{}
 	}
@@ -132,6 +139,10 @@ type engineWiring struct {
 	// eventExecutions works event-rule executions; its Rules is set once
 	// the event-rule processor exists, before the client starts.
 	eventExecutions *eventrule.ExecutionWorker
+
+	// riverRetention is how long River keeps finished jobs
+	// (FLOW_RIVER_JOB_RETENTION; 0: River's defaults).
+	riverRetention time.Duration
 
 	// engine holds the engine's settings (the logger and hook are set
 	// by newEngine).

@@ -174,6 +174,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		schedules:       scheduleWorker,
 		eventExecutions: eventWorker,
 		engine:          cfg.engineConfig(),
+		riverRetention:  cfg.Retention.RiverJobs,
 		system:          s.system,
 		observer:        obs,
 		riverLogger:     s.tel.riverLogger(logger, cfg),
@@ -212,6 +213,16 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		EventRules: cfg.SystemJobs.LeakEventRules, Logger: logger,
 	})
 	inv.SetTaskStats(tasks.TaskStats)
+	// Retention: the leader prunes finished history past its settings
+	// (docs/operations.md#sizing-and-retention).
+	pr := &pruner{cfg: cfg.Retention, pool: pool, tasks: tasks, runs: runs, events: eventRules,
+		pins:    []func(context.Context) ([]uuid.UUID, error){schedules.PinnedTasks, runs.PinnedTasks, eventRules.PinnedTasks},
+		metrics: s.tel.metrics, logger: logger, now: time.Now}
+	if err := s.system.Add(SystemJob{Name: PruneJob, Interval: cfg.Retention.Interval, Timeout: 30 * time.Minute, Run: pr.Run}); err != nil {
+		return nil, err
+	}
+	s.system.observe = s.tel.metrics.SystemJobEnded
+	s.system.onLead = s.tel.metrics.SetSystemJobLeader
 	logKeyUsage(ctx, logger, keys, tasks)
 	var riverUI http.Handler
 	if cfg.DevMode || cfg.RiverUIEnabled {

@@ -95,6 +95,8 @@ type systemJobs struct {
 	electRetry, heartbeat time.Duration
 	// observe, when set, hears of each cycle's end (metrics).
 	observe func(name string, d time.Duration, err error)
+	// onLead, when set, hears when this process starts and stops leading.
+	onLead func(leading bool)
 	// leading reports whether this process is the leader now.
 	leading atomic.Bool
 }
@@ -204,6 +206,9 @@ func (s *systemJobs) elect(ctx context.Context) (*pgxpool.Conn, error) {
 // connection, which also ends the LISTENs).
 func (s *systemJobs) lead(ctx context.Context, conn *pgxpool.Conn) {
 	s.leading.Store(true)
+	if s.onLead != nil {
+		s.onLead(true)
+	}
 	s.logger.InfoContext(ctx, "system jobs: this process leads", "jobs", s.order)
 	jobCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -254,6 +259,9 @@ func (s *systemJobs) lead(ctx context.Context, conn *pgxpool.Conn) {
 	cancel()
 	wg.Wait()
 	s.leading.Store(false)
+	if s.onLead != nil {
+		s.onLead(false)
+	}
 	_ = conn.Conn().Close(context.WithoutCancel(ctx))
 	conn.Release()
 }

@@ -48,6 +48,8 @@ type Metrics struct {
 	RPCs        *prometheus.CounterVec   // method, code
 	RPCDuration *prometheus.HistogramVec // method
 
+	jobMetrics
+
 	names []string
 }
 
@@ -87,6 +89,7 @@ func NewMetrics() *Metrics {
 	m.BackendDuration = histogram("flow_backend_call_duration_seconds", "Duration of backend calls, by backend and method.", callBuckets, "backend", "method")
 	m.RPCs = counter("flow_rpc_requests_total", "RPCs served on the API port, by procedure and gRPC code.", "method", "code")
 	m.RPCDuration = histogram("flow_rpc_duration_seconds", "Duration of RPCs served, by procedure.", callBuckets, "method")
+	m.addJobMetrics()
 	return m
 }
 

@@ -322,6 +322,32 @@ func (q *Queries) ScheduleList(ctx context.Context, db DBTX, arg ScheduleListPar
 	return items, nil
 }
 
+const schedulePinnedTasks = `-- name: SchedulePinnedTasks :many
+SELECT DISTINCT last_task_id::uuid AS task_id FROM task_schedule_scope WHERE last_task_id IS NOT NULL
+`
+
+// The last task of every scope entry (the overlap policy reads it):
+// pruning keeps them.
+func (q *Queries) SchedulePinnedTasks(ctx context.Context, db DBTX) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, schedulePinnedTasks)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var task_id uuid.UUID
+		if err := rows.Scan(&task_id); err != nil {
+			return nil, err
+		}
+		items = append(items, task_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const scheduleUpdate = `-- name: ScheduleUpdate :one
 UPDATE task_schedule SET
     name           = $1,
