@@ -14,8 +14,8 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
