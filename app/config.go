@@ -91,6 +91,11 @@ type Config struct {
 	// SystemJobs are the leader-run system jobs' settings, from the config
 	// file (FLOW_CONFIG_FILE) and FLOW_EXPECTED_INVENTORY_SYNC_ENABLED.
 	SystemJobs SystemJobsConfig
+	// Retention is how long finished history is kept (app/prune.go,
+	// docs/operations.md#sizing-and-retention): FLOW_TASK_RETENTION,
+	// FLOW_OPERATION_RUN_RETENTION, FLOW_EVENT_RETENTION,
+	// FLOW_RIVER_JOB_RETENTION, FLOW_PRUNE_INTERVAL.
+	Retention RetentionConfig
 	// Limits bound what one request may cost (edge.Limits, read in limits.go): FLOW_MAX_*,
 	// FLOW_READ_HEADER_TIMEOUT, FLOW_READ_TIMEOUT, FLOW_IDLE_TIMEOUT,
 	// FLOW_STRICT_JSON.
@@ -136,6 +141,11 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_ADMIN_LISTEN_ADDR", "127.0.0.1:50060", "admin listener for /metrics, /healthz, /readyz, River UI (/riverui/) and pprof (/debug/pprof/, with FLOW_PPROF), never on the API port; keep it on loopback or a private network; off disables it; flow dev, when this and FLOW_ADMIN_LISTEN are unset, takes a free loopback port and prints it in its banner"},
 	{"FLOW_ALLOWED_HOSTS", "", "comma-separated Host names the admin listener and a cleartext API (no TLS) answer besides localhost, IP literals, the machine's host name and the listen addresses' hosts (a guard against DNS rebinding); other Hosts get 421; * turns the check off; the TLS API does not check Host"},
 	{"FLOW_ADMIN_LISTEN", "", "older name of FLOW_ADMIN_LISTEN_ADDR, read when that is unset"},
+	{"FLOW_TASK_RETENTION", "90d", "how long a finished task (completed, failed, terminated) is kept after it ended, with its engine run, steps and report; then the leader's prune job deletes it, unless a schedule, active operation run or open event execution still points to it; a duration (90d, 2160h); 0 keeps tasks forever"},
+	{"FLOW_OPERATION_RUN_RETENTION", "90d", "how long a finished operation run is kept after it finished, with its targets; 0 keeps them forever"},
+	{"FLOW_EVENT_RETENTION", "90d", "how long an event whose executions have all ended is kept after its source last reported it, with its executions; 0 keeps them forever"},
+	{"FLOW_RIVER_JOB_RETENTION", "24h", "how long River keeps finished jobs (completed, cancelled, discarded: schedule firings, step jobs); River's own cleaner deletes them"},
+	{"FLOW_PRUNE_INTERVAL", "10m", "how often the leader's prune job runs"},
 	{"FLOW_DEV_DATA_DIR", ".flow/dev", "flow dev state folder; --data-dir overrides"},
 	{"TEST_DATABASE_URL", "", "tests only: use this PostgreSQL server instead of starting a private one"},
 	{"FLOW_SOAK", "", "tests only: set by `make soak`; the kill tests with a long form run it (more racks, more kills)"},
@@ -292,6 +302,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			errs = append(errs, "FLOW_ENGINE_LEASE_EXPIRY and FLOW_ENGINE_LEASE_HEARTBEAT: "+strings.TrimPrefix(err.Error(), "engine: "))
 		}
 	}
+	var rerrs []string
+	cfg.Retention, rerrs = loadRetention(def)
+	errs = append(errs, rerrs...)
 	if n, err := strconv.Atoi(def("FLOW_ENGINE_MAX_WORKERS")); err != nil || n < 1 {
 		errs = append(errs, "FLOW_ENGINE_MAX_WORKERS must be a positive integer")
 	} else {

@@ -42,6 +42,13 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 		rc.Logger = w.riverLogger
 	}
 	rc.Middleware = append(rc.Middleware, w.middleware...)
+	if w.riverRetention > 0 {
+		// River's cleaner deletes finished jobs past this; discarded ones
+		// (a failed step's job) keep River's week unless this is longer.
+		rc.CompletedJobRetentionPeriod = w.riverRetention
+		rc.CancelledJobRetentionPeriod = w.riverRetention
+		rc.DiscardedJobRetentionPeriod = max(w.riverRetention, 7*24*time.Hour)
+	}
 	if w.system == nil {
 		w.system = &systemJobs{}
 	}
@@ -50,16 +57,19 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 	}
 	if w.schedules != nil {
 		// Schedule firings have their own queue, so a backlog of engine
-		// steps does not delay them. The leader's schedule tick makes due
-		// firings runnable and its rescue re-arms firings whose job is
-		// stuck in a dead process (docs/schedules.md); both are system
-		// jobs.
+		// steps does not delay them. The leader's schedule dispatcher makes
+		// due firings runnable at their time (it sleeps until the next one
+		// and is woken when a schedule arms a sooner one) and its rescue
+		// re-arms firings whose job is stuck in a dead process
+		// (docs/schedules.md); both are system jobs.
 		rc.Queues[schedule.Queue] = river.QueueConfig{MaxWorkers: scheduleWorkers}
 		river.AddWorker(rc.Workers, w.schedules)
-		if err := w.system.Add(SystemJob{Name: ScheduleTickJob, Interval: scheduleTickInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
-			_, err := schedule.PromoteDueFirings(ctx, clientRef, 500)
-			return err
-		}}); err != nil {
+		if err := w.system.Add(SystemJob{Name: ScheduleTickJob, Interval: scheduleTickInterval, Timeout: time.Minute, WakeOn: schedule.WakeChannel, RunOnStart: true,
+			Next: func(ctx context.Context) (time.Time, bool, error) { return schedule.NextFiring(ctx, clientRef) },
+			Run: func(ctx context.Context) error {
+				_, err := schedule.PromoteDueFirings(ctx, clientRef, 500)
+				return err
+			}}); err != nil {
 			return nil, nil, err
 		}
 		schedules := w.schedules
@@ -82,7 +92,6 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 			return nil, nil, err
 		}
 	}
-	w.system.install(rc, logger)
 	if w.promoteRack != nil {
 		river.AddWorker(rc.Workers, &queueExpiryWorker{promote: w.promoteRack})
 	}
@@ -131,6 +140,10 @@ type engineWiring struct {
 	// the event-rule processor exists, before the client starts.
 	eventExecutions *eventrule.ExecutionWorker
 
+	// riverRetention is how long River keeps finished jobs
+	// (FLOW_RIVER_JOB_RETENTION; 0: River's defaults).
+	riverRetention time.Duration
+
 	// engine holds the engine's settings (the logger and hook are set
 	// by newEngine).
 	engine engine.Config
@@ -155,9 +168,10 @@ const eventRuleWorkers = 10
 // (schedule.Service.RescueOverdue): system job ScheduleRescueJob.
 const scheduleRescueInterval = 30 * time.Second
 
-// scheduleTickInterval is how often the leader makes due firing jobs
-// runnable (schedule.PromoteDueFirings): system job ScheduleTickJob.
-const scheduleTickInterval = time.Second
+// scheduleTickInterval is the longest the leader's firing dispatcher
+// (schedule.PromoteDueFirings, system job ScheduleTickJob) sleeps: it wakes
+// at the next due firing, or when a schedule arms one, or after this.
+const scheduleTickInterval = time.Minute
 
 // sweepInterval is how often the leader promotes and expires waiting tasks
 // that no task end has handled (a safety net: promotion normally happens in

@@ -315,6 +315,38 @@ func runDB(ctx context.Context, sub string, getenv func(string) string, stdout i
 		return errSchemaBehind
 	}
 	fmt.Fprintln(stdout, "status    up to date")
+	if sub == "status" {
+		return printPruneStats(ctx, cfg, stdout)
+	}
+	return nil
+}
+
+// printPruneStats prints what each retention rule has pruned and the
+// oldest row it kept (docs/operations.md#sizing-and-retention).
+func printPruneStats(ctx context.Context, cfg Config, stdout io.Writer) error {
+	pool, err := db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: 1})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	stats, err := db.ReadPruneStats(ctx, pool)
+	if err != nil {
+		return err
+	}
+	r := cfg.Retention
+	fmt.Fprintf(stdout, "retention tasks %s, operation runs %s, events %s, river jobs %s (pruned every %s)\n",
+		retentionText(r.Tasks), retentionText(r.OperationRuns), retentionText(r.Events), retentionText(r.RiverJobs), r.Interval)
+	if len(stats) == 0 {
+		fmt.Fprintln(stdout, "pruned    nothing yet")
+		return nil
+	}
+	for _, s := range stats {
+		oldest := "none left"
+		if s.OldestKept != nil {
+			oldest = s.OldestKept.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(stdout, "pruned    %-20s %d rows (last cycle %s; oldest kept %s)\n", s.Name, s.RowsPruned, s.LastRunAt.UTC().Format(time.RFC3339), oldest)
+	}
 	return nil
 }
 

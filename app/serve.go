@@ -177,6 +177,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		schedules:       scheduleWorker,
 		eventExecutions: eventWorker,
 		engine:          cfg.engineConfig(),
+		riverRetention:  cfg.Retention.RiverJobs,
 		system:          s.system,
 		observer:        obs,
 		riverLogger:     s.tel.riverLogger(logger, cfg),
@@ -221,6 +222,16 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		},
 	})
 	inv.SetTaskStats(tasks.TaskStats)
+	// Retention: the leader prunes finished history past its settings
+	// (docs/operations.md#sizing-and-retention).
+	pr := &pruner{cfg: cfg.Retention, pool: pool, tasks: tasks, runs: runs, events: eventRules,
+		pins:    []func(context.Context) ([]uuid.UUID, error){schedules.PinnedTasks, runs.PinnedTasks, eventRules.PinnedTasks},
+		metrics: s.tel.metrics, logger: logger, now: time.Now}
+	if err := s.system.Add(SystemJob{Name: PruneJob, Interval: cfg.Retention.Interval, Timeout: 30 * time.Minute, Run: pr.Run}); err != nil {
+		return nil, err
+	}
+	s.system.observe = s.tel.metrics.SystemJobEnded
+	s.system.onLead = s.tel.metrics.SetSystemJobLeader
 	logKeyUsage(ctx, logger, keys, tasks)
 	var riverUI http.Handler
 	if cfg.DevMode || cfg.RiverUIEnabled {
@@ -357,6 +368,7 @@ func (s *server) run(ctx context.Context) error {
 		return fmt.Errorf("start river: %w", err)
 	}
 	s.riverStarted.Store(true)
+	stopSystem := s.system.start(ctx, s.logger)
 	errc := make(chan error, 3)
 	go func() {
 		if s.tls != nil {
@@ -393,6 +405,8 @@ func (s *server) run(ctx context.Context) error {
 	riverDone := make(chan struct{})
 	go func() {
 		defer close(riverDone)
+		// System cycles end first: they may insert jobs.
+		stopSystem()
 		stopRiver(ctx, s.engine, s.river, s.cfg.ShutdownTimeout, s.logger)
 	}()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)

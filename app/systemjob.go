@@ -1,54 +1,85 @@
 package app
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"github.com/nicoflow/flow/reconcile"
 )
 
 // SystemJob is one leader-run background job of Flow's own (inventory sync,
-// leak detection, a dispatcher…), as opposed to user tasks and schedules.
+// leak detection, the schedule dispatcher…), as opposed to user tasks and
+// schedules.
 //
-// Register it on a systemJobs with Add before the River client is built.
-// The job runs as a River periodic job: only the elected leader enqueues it,
-// so one cycle runs per interval however many `flow serve` processes share
-// the database, and a survivor takes over when the leader dies. It never
-// overlaps itself: while one cycle runs, the next tick finds its advisory
-// lock taken and skips (a killed process's lock frees at once), like upstream's
-// Skip policy. The first cycle runs one Interval after the leader is
-// elected, as upstream's interval trigger does (RunOnStart: at once); a
-// failed cycle is logged and not retried (the next tick is the retry).
+// Register it on a systemJobs with Add before the server starts. Every
+// `flow serve` process runs the same set, but only the elected leader runs
+// their cycles: the process holding the session advisory lock
+// systemLeaderLock (systemJobs.run), so one cycle runs per interval however
+// many processes share the database, and a survivor takes over within
+// systemElectRetry when the leader dies (its connection, and with it the
+// lock, goes at once). Cycles run in the leader's process, not as River
+// jobs: an idle server writes no job row for its own housekeeping, and River
+// UI shows tasks only. A cycle never overlaps itself: besides the leader
+// lock, each cycle holds the job's own advisory lock, so a leader that lost
+// its connection and a new one never run the same job at once. The first
+// cycle runs one Interval after the leader is elected, as upstream's
+// interval trigger does (RunOnStart: at once); a failed cycle is logged and
+// not retried early (the next cycle is the retry).
 type SystemJob struct {
-	// Name is the job's stable name ("inventory-sync"); it is the job's
-	// identity in River (args of kind SystemJobKind) and in logs.
+	// Name is the job's stable name ("inventory-sync"), in logs and metrics.
 	Name string
-	// Interval is the time between ticks; it must be positive.
+	// Interval is the time between the end of one cycle and the start of
+	// the next; it must be positive.
 	Interval time.Duration
 	// Timeout bounds one cycle; zero means 10 minutes. A cycle still running
 	// at its timeout has its context cancelled.
 	Timeout time.Duration
-	// Run does one cycle. Its error is logged; it does not stop later ticks.
+	// Run does one cycle. Its error is logged; it does not stop later cycles.
 	Run func(ctx context.Context) error
 	// RunOnStart runs the first cycle as soon as a leader is elected
 	// instead of one Interval later.
 	RunOnStart bool
+	// Next, when set, says when the job next has work (ok false: none
+	// known): the next cycle runs then if that is sooner than Interval
+	// (the schedule dispatcher sleeps until the next due firing).
+	Next func(ctx context.Context) (at time.Time, ok bool, err error)
+	// WakeOn, when set, is a PostgreSQL NOTIFY channel: a notification on
+	// it makes the job look at Next again at once (a schedule armed a
+	// firing sooner than the one it sleeps until).
+	WakeOn string
 }
 
-// SystemJobKind is the River job kind of every system job; the args carry
-// the job's Name.
-const SystemJobKind = "flow.system_job"
-
-// SystemQueue is the River queue system jobs run on, apart from the engine's
-// queue so a busy engine never delays them.
-const SystemQueue = "system"
-
 const defaultSystemJobTimeout = 10 * time.Minute
+
+// systemLeaderLock is the key of the session advisory lock the system-job
+// leader holds.
+const systemLeaderLock = "flow.system_jobs.leader"
+
+// systemElectRetry is how often a process that is not the leader tries to
+// become it; systemHeartbeat is how often the leader checks that its lock
+// connection still answers (a leader that lost it stops its jobs).
+const (
+	systemElectRetry = 5 * time.Second
+	systemHeartbeat  = 5 * time.Second
+)
+
+// systemNextFloor is the least wait between two cycles of a job whose Next
+// says work is due now (a cycle that promoted nothing must not spin);
+// after a failed cycle the wait is at least systemErrorFloor.
+const (
+	systemNextFloor  = 100 * time.Millisecond
+	systemErrorFloor = 5 * time.Second
+)
 
 // systemJobs is the registry of SystemJobs of one server. The zero value is
 // empty and ready.
@@ -56,9 +87,18 @@ type systemJobs struct {
 	jobs   map[string]SystemJob
 	order  []string
 	logger *slog.Logger
-	// pool holds each running cycle's advisory lock (systemJobWorker.Work);
-	// nil runs cycles without the cross-process guard (unit tests).
+	// pool holds the leader lock, each running cycle's advisory lock and
+	// the Next queries.
 	pool *pgxpool.Pool
+	// electRetry and heartbeat override systemElectRetry and
+	// systemHeartbeat (tests).
+	electRetry, heartbeat time.Duration
+	// observe, when set, hears of each cycle's end (metrics).
+	observe func(name string, d time.Duration, err error)
+	// onLead, when set, hears when this process starts and stops leading.
+	onLead func(leading bool)
+	// leading reports whether this process is the leader now.
+	leading atomic.Bool
 }
 
 // Add registers j. It fails on an empty or repeated name, a non-positive
@@ -89,83 +129,216 @@ func (s *systemJobs) Add(j SystemJob) error {
 // Names returns the registered job names in registration order.
 func (s *systemJobs) Names() []string { return append([]string(nil), s.order...) }
 
-// install adds the system-job worker, queue and one periodic job per
-// registered job to rc. With no job registered it changes nothing.
-func (s *systemJobs) install(rc *river.Config, logger *slog.Logger) {
+// Leading reports whether this process is the system-job leader now.
+func (s *systemJobs) Leading() bool { return s != nil && s.leading.Load() }
+
+// start runs the election and, while this process leads, the jobs, until
+// the returned stop is called (it waits for running cycles to end). With no
+// job registered it starts nothing.
+func (s *systemJobs) start(ctx context.Context, logger *slog.Logger) (stop func()) {
 	if s == nil || len(s.jobs) == 0 {
-		return
+		return func() {}
 	}
 	s.logger = logger
-	river.AddWorker(rc.Workers, &systemJobWorker{jobs: s})
-	if rc.Queues == nil {
-		rc.Queues = map[string]river.QueueConfig{}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
-	rc.Queues[SystemQueue] = river.QueueConfig{MaxWorkers: max(len(s.jobs), 2)}
+}
+
+// run tries to become the leader every electRetry and leads while it can,
+// until ctx ends.
+func (s *systemJobs) run(ctx context.Context) {
+	retry := cmp.Or(s.electRetry, systemElectRetry)
+	for {
+		conn, err := s.elect(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.logger.WarnContext(ctx, "system jobs: leader election", "error", err.Error())
+		}
+		if conn != nil {
+			s.lead(ctx, conn)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
+	}
+}
+
+// elect returns the connection holding the leader lock (listening on the
+// jobs' wake channels), or nil when another process leads.
+func (s *systemJobs) elect(ctx context.Context) (*pgxpool.Conn, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, systemLeaderLock).Scan(&ok); err != nil {
+		conn.Release()
+		return nil, err
+	}
+	if !ok {
+		conn.Release()
+		return nil, nil
+	}
+	for _, name := range s.order {
+		if ch := s.jobs[name].WakeOn; ch != "" {
+			if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+				// Closing the connection frees the lock.
+				_ = conn.Conn().Close(context.WithoutCancel(ctx))
+				conn.Release()
+				return nil, fmt.Errorf("listen %s: %w", ch, err)
+			}
+		}
+	}
+	return conn, nil
+}
+
+// lead runs every job on this process until ctx ends or the lock
+// connection fails, then stops them and gives the lock up (by closing its
+// connection, which also ends the LISTENs).
+func (s *systemJobs) lead(ctx context.Context, conn *pgxpool.Conn) {
+	s.leading.Store(true)
+	if s.onLead != nil {
+		s.onLead(true)
+	}
+	s.logger.InfoContext(ctx, "system jobs: this process leads", "jobs", s.order)
+	jobCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wakes := map[string][]chan struct{}{}
 	for _, name := range s.order {
 		j := s.jobs[name]
-		rc.PeriodicJobs = append(rc.PeriodicJobs, river.NewPeriodicJob(
-			river.PeriodicInterval(j.Interval),
-			func() (river.JobArgs, *river.InsertOpts) { return systemJobArgs{Name: name}, nil },
-			&river.PeriodicJobOpts{ID: "system:" + name, RunOnStart: j.RunOnStart},
-		))
+		wake := make(chan struct{}, 1)
+		if j.WakeOn != "" {
+			wakes[j.WakeOn] = append(wakes[j.WakeOn], wake)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.loop(jobCtx, j, wake)
+		}()
 	}
-}
-
-// systemJobArgs is the River job of one cycle of a SystemJob.
-type systemJobArgs struct {
-	Name string `json:"name"`
-}
-
-// Kind returns SystemJobKind.
-func (systemJobArgs) Kind() string { return SystemJobKind }
-
-// InsertOpts puts the cycle on the system queue with a single attempt. It is
-// not a River unique job: River's uniqueness must include the running
-// state, and a cycle left "running" by a killed process would then block
-// every tick until River's rescue window (FLOW_ENGINE_RESCUE_AFTER, 30 m)
-// ran out. Cycles are kept from overlapping by a session advisory lock
-// instead (Work): a tick that finds it taken completes at once, and
-// PostgreSQL releases it the moment a dead process's connection goes.
-func (systemJobArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: SystemQueue, MaxAttempts: 1}
-}
-
-type systemJobWorker struct {
-	river.WorkerDefaults[systemJobArgs]
-	jobs *systemJobs
-}
-
-func (w *systemJobWorker) Timeout(job *river.Job[systemJobArgs]) time.Duration {
-	if j, ok := w.jobs.jobs[job.Args.Name]; ok {
-		return j.Timeout
-	}
-	return time.Minute
-}
-
-func (w *systemJobWorker) Work(ctx context.Context, job *river.Job[systemJobArgs]) error {
-	j, ok := w.jobs.jobs[job.Args.Name]
-	if !ok {
-		// A job of a name this process does not run (another version, or
-		// disabled here): nothing to do, and nothing to retry.
-		w.jobs.logger.WarnContext(ctx, "unknown system job", "job", job.Args.Name)
-		return nil
-	}
-	if w.jobs.pool != nil {
-		release, ok, err := systemJobLock(ctx, w.jobs.pool, j.Name)
+	heartbeat := cmp.Or(s.heartbeat, systemHeartbeat)
+	for ctx.Err() == nil {
+		wctx, wcancel := context.WithTimeout(ctx, heartbeat)
+		n, err := conn.Conn().WaitForNotification(wctx)
+		wcancel()
+		if err == nil {
+			for _, w := range wakes[n.Channel] {
+				select {
+				case w <- struct{}{}:
+				default:
+				}
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err) {
+			s.logger.WarnContext(ctx, "system jobs: lost the leader connection; stepping down", "error", err.Error())
+			break
+		}
+		pctx, pcancel := context.WithTimeout(ctx, heartbeat)
+		_, err = conn.Exec(pctx, `SELECT 1`)
+		pcancel()
 		if err != nil {
+			if ctx.Err() == nil {
+				s.logger.WarnContext(ctx, "system jobs: the leader connection stopped answering; stepping down", "error", err.Error())
+			}
+			break
+		}
+	}
+	cancel()
+	wg.Wait()
+	s.leading.Store(false)
+	if s.onLead != nil {
+		s.onLead(false)
+	}
+	_ = conn.Conn().Close(context.WithoutCancel(ctx))
+	conn.Release()
+}
+
+// loop runs j's cycles while ctx lasts: the first at once (RunOnStart) or
+// one Interval on, each next one Interval after the last ended, or sooner
+// when Next says work is due earlier.
+func (s *systemJobs) loop(ctx context.Context, j SystemJob, wake <-chan struct{}) {
+	next := time.Now().Add(j.Interval)
+	if j.RunOnStart {
+		next = time.Now()
+	}
+	floor := time.Time{}
+	for {
+		at := next
+		if j.Next != nil {
+			if due, ok, err := j.Next(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.logger.WarnContext(ctx, "system job: next due time", "job", j.Name, "error", err.Error())
+			} else if ok && due.Before(at) {
+				at = due
+			}
+		}
+		if at.Before(floor) {
+			at = floor
+		}
+		timer := time.NewTimer(time.Until(at))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-wake:
+			timer.Stop()
+			if time.Now().Before(at) {
+				continue // look at Next again
+			}
+		case <-timer.C:
+		}
+		err := s.cycle(ctx, j)
+		if ctx.Err() != nil {
+			return
+		}
+		now := time.Now()
+		next = now.Add(j.Interval)
+		floor = now.Add(systemNextFloor)
+		if err != nil {
+			floor = now.Add(min(j.Interval, systemErrorFloor))
+		}
+	}
+}
+
+// cycle runs one cycle of j under its advisory lock and timeout; a cycle
+// whose lock another process holds is skipped.
+func (s *systemJobs) cycle(ctx context.Context, j SystemJob) error {
+	ctx, cancel := context.WithTimeout(ctx, j.Timeout)
+	defer cancel()
+	if s.pool != nil {
+		release, ok, err := systemJobLock(ctx, s.pool, j.Name)
+		if err != nil {
+			s.logger.WarnContext(ctx, "system job lock", "job", j.Name, "error", err.Error())
 			return err
 		}
 		if !ok {
-			w.jobs.logger.DebugContext(ctx, "system job skipped: its previous cycle still runs", "job", j.Name)
+			s.logger.DebugContext(ctx, "system job skipped: its previous cycle still runs", "job", j.Name)
 			return nil
 		}
 		defer release()
 	}
 	start := time.Now()
-	if err := j.Run(ctx); err != nil {
-		w.jobs.logger.ErrorContext(ctx, "system job failed", "job", j.Name, "duration", time.Since(start), "error", err.Error())
-		// One attempt only: the job is discarded and the next tick is the
-		// retry.
+	err := j.Run(ctx)
+	if s.observe != nil {
+		s.observe(j.Name, time.Since(start), err)
+	}
+	if err != nil {
+		s.logger.ErrorContext(ctx, "system job failed", "job", j.Name, "duration", time.Since(start), "error", err.Error())
 		return err
 	}
 	// Success is the job's own to log: an idle server stays quiet.
@@ -205,7 +378,8 @@ func systemJobLock(ctx context.Context, pool *pgxpool.Pool, name string) (releas
 const (
 	InventorySyncJob = "inventory-sync"
 	LeakDetectionJob = "leak-detection"
-	// ScheduleTickJob makes due schedule firings runnable every second;
+	// ScheduleTickJob makes due schedule firings runnable at their time
+	// (it sleeps until the next one, woken when a schedule arms a firing);
 	// ScheduleRescueJob re-arms overdue ones every 30 s (app/river.go adds
 	// both when the server runs schedules).
 	ScheduleTickJob   = "schedule-tick"

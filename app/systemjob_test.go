@@ -11,28 +11,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/dbtest"
 )
 
-// newSystemJobClient is a River client that runs only the given system jobs,
+// newSystemJobProcess is one process's system jobs on the database at url,
 // electing its leader quickly.
-func newSystemJobClient(t *testing.T, url string, jobs *systemJobs) *river.Client[pgx.Tx] {
+func newSystemJobProcess(t *testing.T, url string, jobs *systemJobs) *systemJobs {
 	t.Helper()
-	rc := &river.Config{Workers: river.NewWorkers(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	jobs.install(rc, rc.Logger)
 	p, err := db.Open(context.Background(), url, db.PoolConfig{MaxConns: 8})
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
-	jobs.pool = p // the running cycle's advisory lock
-	c, err := river.NewClient(riverpgxv5.New(p), rc)
-	require.NoError(t, err)
-	return c
+	jobs.pool = p
+	jobs.electRetry = 100 * time.Millisecond
+	jobs.heartbeat = 200 * time.Millisecond
+	return jobs
 }
 
 func TestSystemJobAddRejectsBadJobs(t *testing.T) {
@@ -47,19 +42,20 @@ func TestSystemJobAddRejectsBadJobs(t *testing.T) {
 	require.Equal(t, []string{"a"}, s.Names())
 }
 
-// TestSystemJobRunsOnLeaderWithoutOverlap runs two River clients on one
-// database, each registering the same slow job with a short interval: the
-// job never runs twice at once (across both processes), and it keeps
-// running after the leader stops.
+// TestSystemJobRunsOnLeaderWithoutOverlap runs two processes' system jobs on
+// one database, each registering the same slow job with a short interval:
+// the job never runs twice at once (across both processes), it writes no
+// River job row, and it keeps running after the leader stops.
 func TestSystemJobRunsOnLeaderWithoutOverlap(t *testing.T) {
 	t.Parallel()
 	url := dbtest.NewDB(t)
 	var running, maxRunning, runs atomic.Int32
 	var mu sync.Mutex
 	ranOn := map[string]int{}
-	mk := func(name string) *river.Client[pgx.Tx] {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	mk := func(name string) *systemJobs {
 		var s systemJobs
-		require.NoError(t, s.Add(SystemJob{Name: "slow", Interval: 50 * time.Millisecond, Run: func(ctx context.Context) error {
+		require.NoError(t, s.Add(SystemJob{Name: "slow", Interval: 50 * time.Millisecond, RunOnStart: true, Run: func(ctx context.Context) error {
 			n := running.Add(1)
 			defer running.Add(-1)
 			for {
@@ -72,34 +68,81 @@ func TestSystemJobRunsOnLeaderWithoutOverlap(t *testing.T) {
 			ranOn[name]++
 			mu.Unlock()
 			runs.Add(1)
-			time.Sleep(300 * time.Millisecond) // longer than the interval: ticks must be skipped
+			time.Sleep(300 * time.Millisecond) // longer than the interval
 			return nil
 		}}))
-		return newSystemJobClient(t, url, &s)
+		return newSystemJobProcess(t, url, &s)
 	}
 	ctx := context.Background()
 	a, b := mk("a"), mk("b")
-	require.NoError(t, a.Start(ctx))
-	require.NoError(t, b.Start(ctx))
+	stopA := a.start(ctx, logger)
+	stopB := b.start(ctx, logger)
 	require.Eventually(t, func() bool { return runs.Load() >= 3 }, 60*time.Second, 20*time.Millisecond)
 	require.EqualValues(t, 1, maxRunning.Load(), "a system job overlapped itself")
-
-	// Stop whichever ran it; the other takes over once it is elected.
+	require.NotEqual(t, a.Leading(), b.Leading(), "exactly one process leads")
 	mu.Lock()
-	first := "a"
-	if ranOn["b"] > ranOn["a"] {
-		first = "b"
-	}
+	require.Len(t, ranOn, 1, "only the leader runs cycles")
 	mu.Unlock()
-	leader, survivor := a, b
-	if first == "b" {
-		leader, survivor = b, a
+
+	// Stop the leader; the other takes over.
+	stopLeader, survivor, stopSurvivor := stopA, b, stopB
+	if b.Leading() {
+		stopLeader, survivor, stopSurvivor = stopB, a, stopA
 	}
-	require.NoError(t, leader.Stop(ctx))
+	stopLeader()
 	before := runs.Load()
 	require.Eventually(t, func() bool { return runs.Load() >= before+2 }, 90*time.Second, 50*time.Millisecond)
-	require.NoError(t, survivor.Stop(ctx))
+	require.True(t, survivor.Leading())
+	stopSurvivor()
 	require.EqualValues(t, 1, maxRunning.Load())
+
+	p, err := db.Open(ctx, url, db.PoolConfig{MaxConns: 2})
+	require.NoError(t, err)
+	defer p.Close()
+	var jobs int
+	require.NoError(t, p.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&jobs))
+	require.Zero(t, jobs, "system cycles write no River job")
+}
+
+// TestSystemJobSleepsUntilNext: a job with Next runs at the time Next
+// gives, not one Interval later, and a notification on its WakeOn channel
+// makes it look at Next again.
+func TestSystemJobSleepsUntilNext(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewDB(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var due time.Time // zero: nothing due
+	var runs atomic.Int32
+	var s systemJobs
+	require.NoError(t, s.Add(SystemJob{Name: "dispatch", Interval: time.Hour, WakeOn: "flow_test_wake",
+		Next: func(context.Context) (time.Time, bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return due, !due.IsZero(), nil
+		},
+		Run: func(context.Context) error {
+			mu.Lock()
+			due = time.Time{}
+			mu.Unlock()
+			runs.Add(1)
+			return nil
+		}}))
+	newSystemJobProcess(t, url, &s)
+	stop := s.start(ctx, slog.New(slog.DiscardHandler))
+	defer stop()
+	require.Eventually(t, s.Leading, 60*time.Second, 20*time.Millisecond)
+	require.Never(t, func() bool { return runs.Load() > 0 }, time.Second, 50*time.Millisecond, "nothing due: it sleeps")
+
+	// Something becomes due in 300 ms; the notification wakes the loop,
+	// which then sleeps until that time.
+	mu.Lock()
+	due = time.Now().Add(300 * time.Millisecond)
+	mu.Unlock()
+	_, err := s.pool.Exec(ctx, `SELECT pg_notify('flow_test_wake', '')`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return runs.Load() == 1 }, 60*time.Second, 20*time.Millisecond)
+	require.Never(t, func() bool { return runs.Load() > 1 }, time.Second, 50*time.Millisecond, "nothing due again")
 }
 
 func TestSystemJobsConfig(t *testing.T) {

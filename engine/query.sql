@@ -291,3 +291,15 @@ SELECT state, exec_token FROM engine_step WHERE id = @id;
 -- name: StepSpecMany :many
 -- StepSpecMany returns the specs of steps ids (for their jobs' labels).
 SELECT id, spec FROM engine_step WHERE id = ANY(@ids::bigint[]);
+
+-- name: RunDeleteEnded :one
+-- Deletes the runs of ids that have ended (their steps go with them) and
+-- says how many runs and steps went.
+WITH runs AS (
+    SELECT id FROM engine_run WHERE id = ANY(@ids::bigint[]) AND state <> 'running'
+), steps AS (
+    SELECT count(*) AS n FROM engine_step WHERE run_id IN (SELECT id FROM runs)
+), gone AS (
+    DELETE FROM engine_run WHERE id IN (SELECT id FROM runs) RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone)::bigint AS runs, (SELECT n FROM steps)::bigint AS steps;

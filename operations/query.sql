@@ -243,3 +243,21 @@ CROSS JOIN LATERAL unnest(t.component_ids) AS c(id)
 WHERE t.trigger_type = @trigger_type AND t.operation_code = @operation_code
   AND t.component_ids && @ids::uuid[] AND c.id = ANY (@ids::uuid[])
 ORDER BY c.id, t.created_at DESC, t.id DESC;
+
+-- name: TaskPruneBatch :many
+-- Deletes up to row_limit finished tasks that ended before @before, oldest
+-- first, but those in keep (the tasks a live schedule, operation run or
+-- event execution points to); returns their run IDs.
+WITH doomed AS (
+    SELECT t.id FROM task t
+    WHERE t.status IN ('completed', 'failed', 'terminated') AND t.finished_at < @before
+      AND NOT (t.id = ANY(@keep::uuid[]))
+    ORDER BY t.finished_at
+    LIMIT @row_limit
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM task WHERE id IN (SELECT id FROM doomed)
+RETURNING run_id;
+
+-- name: TaskOldestCreated :one
+SELECT created_at FROM task ORDER BY created_at LIMIT 1;

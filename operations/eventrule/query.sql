@@ -156,3 +156,30 @@ UPDATE leak_occurrence SET unknown_outcome = @outcome WHERE source_key = @source
 -- LeakOccurrenceKnown marks an occurrence as one on a device Flow holds.
 -- name: LeakOccurrenceKnown :exec
 UPDATE leak_occurrence SET component_id = @component_id WHERE source_key = @source_key AND component_id IS NULL;
+
+-- name: EventPruneBatch :one
+-- Deletes up to row_limit events last reported before @before whose every
+-- execution has ended (skipped, completed or failed), oldest first, with
+-- their executions; says how many events and executions went.
+WITH doomed AS (
+    SELECT e.id FROM event e
+    WHERE e.last_observed_at < @before
+      AND NOT EXISTS (SELECT 1 FROM event_action_execution x
+                      WHERE x.event_id = e.id AND x.status IN ('pending', 'running', 'deferred'))
+    ORDER BY e.last_observed_at
+    LIMIT @row_limit
+    FOR UPDATE SKIP LOCKED
+), execs AS (
+    SELECT count(*) AS n FROM event_action_execution WHERE event_id IN (SELECT id FROM doomed)
+), gone AS (
+    DELETE FROM event WHERE id IN (SELECT id FROM doomed) RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone)::bigint AS events, (SELECT n FROM execs)::bigint AS executions;
+
+-- name: ExecutionPinnedTasks :many
+-- The tasks of executions not ended: pruning keeps them.
+SELECT DISTINCT unnest(task_ids)::uuid AS task_id FROM event_action_execution
+WHERE status IN ('pending', 'running', 'deferred');
+
+-- name: EventOldestObserved :one
+SELECT last_observed_at FROM event ORDER BY last_observed_at LIMIT 1;

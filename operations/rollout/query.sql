@@ -120,3 +120,28 @@ SELECT count(*)::int FROM operation_run_target t
 WHERE t.operation_run_id = @operation_run_id
   AND t.phase_index BETWEEN @min_phase::int AND @max_phase::int
   AND (@status::text = '' OR t.status = @status::text);
+
+-- name: OperationRunPruneBatch :one
+-- Deletes up to row_limit finished runs that ended before @before, oldest
+-- first, with their targets; says how many runs and targets went.
+WITH doomed AS (
+    SELECT r.id FROM operation_run r
+    WHERE r.status IN ('completed', 'completed_with_failures', 'cancelled', 'failed') AND r.finished_at < @before::timestamptz
+    ORDER BY r.finished_at
+    LIMIT @row_limit
+    FOR UPDATE SKIP LOCKED
+), targets AS (
+    SELECT count(*) AS n FROM operation_run_target WHERE operation_run_id IN (SELECT id FROM doomed)
+), gone AS (
+    DELETE FROM operation_run WHERE id IN (SELECT id FROM doomed) RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone)::bigint AS runs, (SELECT n FROM targets)::bigint AS targets;
+
+-- name: OperationRunPinnedTasks :many
+-- The tasks of the targets of runs not finished: pruning keeps them.
+SELECT DISTINCT t.task_id::uuid AS task_id FROM operation_run_target t
+JOIN operation_run r ON r.id = t.operation_run_id
+WHERE r.status IN ('pending', 'running', 'paused') AND t.task_id IS NOT NULL;
+
+-- name: OperationRunOldestCreated :one
+SELECT created_at FROM operation_run ORDER BY created_at LIMIT 1;

@@ -68,20 +68,30 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[FireArgs]) error {
 	})
 }
 
+// WakeChannel is the PostgreSQL NOTIFY channel RiverFireScheduler signals
+// on, in the transaction that arms a firing: the leader's dispatcher
+// (PromoteDueFirings), asleep until the next due firing it knows of, looks
+// again when the arming commits.
+const WakeChannel = "flow_schedule_wake"
+
 // RiverFireScheduler returns the FireScheduler that inserts FireArgs
-// jobs through client, scheduled at the firing time.
+// jobs through client, scheduled at the firing time, and wakes the
+// dispatcher (WakeChannel) when the transaction commits.
 func RiverFireScheduler(client *river.Client[pgx.Tx]) FireScheduler {
 	return func(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time, rescue int) error {
-		_, err := client.InsertTx(ctx, tx, FireArgs{ScheduleID: id, At: at.UTC(), Rescue: rescue}, &river.InsertOpts{ScheduledAt: at})
-		return err
+		if _, err := client.InsertTx(ctx, tx, FireArgs{ScheduleID: id, At: at.UTC(), Rescue: rescue}, &river.InsertOpts{ScheduledAt: at}); err != nil {
+			return err
+		}
+		return dbsqlc.New().FiringWake(ctx, tx, at.UTC().Format(time.RFC3339Nano))
 	}
 }
 
 // PromoteDueFirings makes the waiting firing jobs whose time has come
 // runnable now (at most limit of them), rather than at River's next
-// scheduler pass, which runs every few seconds: run every second on the
-// leader, it keeps firings within about a second of their time. A job
-// promoted twice, or one already running, is harmless.
+// scheduler pass, which runs every few seconds. The leader runs it at the
+// time NextFiring gives, so firings start within moments of their time
+// without a job row or a query every second. A job promoted twice, or one
+// already running, is harmless.
 func PromoteDueFirings(ctx context.Context, client *river.Client[pgx.Tx], limit int) (int, error) {
 	params := river.NewJobListParams().Kinds(FireArgs{}.Kind()).States(rivertype.JobStateScheduled).
 		Where("scheduled_at <= now()").OrderBy(river.JobListOrderByScheduledAt, river.SortOrderAsc).First(limit)
@@ -97,6 +107,21 @@ func PromoteDueFirings(ctx context.Context, client *river.Client[pgx.Tx], limit 
 		n++
 	}
 	return n, nil
+}
+
+// NextFiring returns the time of the earliest firing job still waiting for
+// its time (ok false: none waits).
+func NextFiring(ctx context.Context, client *river.Client[pgx.Tx]) (at time.Time, ok bool, err error) {
+	params := river.NewJobListParams().Kinds(FireArgs{}.Kind()).States(rivertype.JobStateScheduled).
+		OrderBy(river.JobListOrderByScheduledAt, river.SortOrderAsc).First(1)
+	res, err := client.JobList(ctx, params)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next firing: %w", err)
+	}
+	if len(res.Jobs) == 0 {
+		return time.Time{}, false, nil
+	}
+	return res.Jobs[0].ScheduledAt, true, nil
 }
 
 // RescueGrace is how overdue a firing must be before RescueOverdue

@@ -85,3 +85,13 @@ DELETE FROM task_schedule_scope WHERE id = @id;
 
 -- name: ScopeCount :one
 SELECT count(*)::int FROM task_schedule_scope WHERE schedule_id = @schedule_id;
+
+-- name: FiringWake :exec
+-- Wakes the leader's firing dispatcher when the transaction commits
+-- (WakeChannel).
+SELECT pg_notify('flow_schedule_wake', @at::text);
+
+-- name: SchedulePinnedTasks :many
+-- The last task of every scope entry (the overlap policy reads it):
+-- pruning keeps them.
+SELECT DISTINCT last_task_id::uuid AS task_id FROM task_schedule_scope WHERE last_task_id IS NOT NULL;

@@ -259,6 +259,13 @@ type OperationRunTarget struct {
 	UpdatedAt        pgtype.Timestamptz
 }
 
+type PruneStat struct {
+	Name       string
+	RowsPruned int64
+	LastRunAt  pgtype.Timestamptz
+	OldestKept pgtype.Timestamptz
+}
+
 type Rack struct {
 	ID                 pgtype.UUID
 	Name               string

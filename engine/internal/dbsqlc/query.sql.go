@@ -102,6 +102,31 @@ func (q *Queries) ProcessRenew(ctx context.Context, db DBTX, arg ProcessRenewPar
 	return result.RowsAffected(), nil
 }
 
+const runDeleteEnded = `-- name: RunDeleteEnded :one
+WITH runs AS (
+    SELECT id FROM engine_run WHERE id = ANY($1::bigint[]) AND state <> 'running'
+), steps AS (
+    SELECT count(*) AS n FROM engine_step WHERE run_id IN (SELECT id FROM runs)
+), gone AS (
+    DELETE FROM engine_run WHERE id IN (SELECT id FROM runs) RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone)::bigint AS runs, (SELECT n FROM steps)::bigint AS steps
+`
+
+type RunDeleteEndedRow struct {
+	Runs  int64
+	Steps int64
+}
+
+// Deletes the runs of ids that have ended (their steps go with them) and
+// says how many runs and steps went.
+func (q *Queries) RunDeleteEnded(ctx context.Context, db DBTX, ids []int64) (RunDeleteEndedRow, error) {
+	row := db.QueryRow(ctx, runDeleteEnded, ids)
+	var i RunDeleteEndedRow
+	err := row.Scan(&i.Runs, &i.Steps)
+	return i, err
+}
+
 const runEndMany = `-- name: RunEndMany :many
 UPDATE engine_run
 SET state = ($1::text[])[array_position($2::bigint[], engine_run.id)],

@@ -1208,6 +1208,17 @@ func (q *Queries) TaskMarkRunningMany(ctx context.Context, db DBTX, ids []uuid.U
 	return items, nil
 }
 
+const taskOldestCreated = `-- name: TaskOldestCreated :one
+SELECT created_at FROM task ORDER BY created_at LIMIT 1
+`
+
+func (q *Queries) TaskOldestCreated(ctx context.Context, db DBTX) (time.Time, error) {
+	row := db.QueryRow(ctx, taskOldestCreated)
+	var created_at time.Time
+	err := row.Scan(&created_at)
+	return created_at, err
+}
+
 const taskPromote = `-- name: TaskPromote :exec
 UPDATE task SET status = 'pending', message = $1, run_id = $2, queue_expires_at = NULL, updated_at = now()
 WHERE id = $3 AND status = 'waiting'
@@ -1222,6 +1233,48 @@ type TaskPromoteParams struct {
 func (q *Queries) TaskPromote(ctx context.Context, db DBTX, arg TaskPromoteParams) error {
 	_, err := db.Exec(ctx, taskPromote, arg.Message, arg.RunID, arg.ID)
 	return err
+}
+
+const taskPruneBatch = `-- name: TaskPruneBatch :many
+WITH doomed AS (
+    SELECT t.id FROM task t
+    WHERE t.status IN ('completed', 'failed', 'terminated') AND t.finished_at < $1
+      AND NOT (t.id = ANY($2::uuid[]))
+    ORDER BY t.finished_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM task WHERE id IN (SELECT id FROM doomed)
+RETURNING run_id
+`
+
+type TaskPruneBatchParams struct {
+	Before   *time.Time
+	Keep     []uuid.UUID
+	RowLimit int32
+}
+
+// Deletes up to row_limit finished tasks that ended before @before, oldest
+// first, but those in keep (the tasks a live schedule, operation run or
+// event execution points to); returns their run IDs.
+func (q *Queries) TaskPruneBatch(ctx context.Context, db DBTX, arg TaskPruneBatchParams) ([]*int64, error) {
+	rows, err := db.Query(ctx, taskPruneBatch, arg.Before, arg.Keep, arg.RowLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []*int64{}
+	for rows.Next() {
+		var run_id *int64
+		if err := rows.Scan(&run_id); err != nil {
+			return nil, err
+		}
+		items = append(items, run_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const taskRacksWithWaiting = `-- name: TaskRacksWithWaiting :many

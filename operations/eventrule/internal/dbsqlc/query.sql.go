@@ -154,6 +154,54 @@ func (q *Queries) EventObserve(ctx context.Context, db DBTX, arg EventObservePar
 	return id, err
 }
 
+const eventOldestObserved = `-- name: EventOldestObserved :one
+SELECT last_observed_at FROM event ORDER BY last_observed_at LIMIT 1
+`
+
+func (q *Queries) EventOldestObserved(ctx context.Context, db DBTX) (time.Time, error) {
+	row := db.QueryRow(ctx, eventOldestObserved)
+	var last_observed_at time.Time
+	err := row.Scan(&last_observed_at)
+	return last_observed_at, err
+}
+
+const eventPruneBatch = `-- name: EventPruneBatch :one
+WITH doomed AS (
+    SELECT e.id FROM event e
+    WHERE e.last_observed_at < $1
+      AND NOT EXISTS (SELECT 1 FROM event_action_execution x
+                      WHERE x.event_id = e.id AND x.status IN ('pending', 'running', 'deferred'))
+    ORDER BY e.last_observed_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), execs AS (
+    SELECT count(*) AS n FROM event_action_execution WHERE event_id IN (SELECT id FROM doomed)
+), gone AS (
+    DELETE FROM event WHERE id IN (SELECT id FROM doomed) RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone)::bigint AS events, (SELECT n FROM execs)::bigint AS executions
+`
+
+type EventPruneBatchParams struct {
+	Before   time.Time
+	RowLimit int32
+}
+
+type EventPruneBatchRow struct {
+	Events     int64
+	Executions int64
+}
+
+// Deletes up to row_limit events last reported before @before whose every
+// execution has ended (skipped, completed or failed), oldest first, with
+// their executions; says how many events and executions went.
+func (q *Queries) EventPruneBatch(ctx context.Context, db DBTX, arg EventPruneBatchParams) (EventPruneBatchRow, error) {
+	row := db.QueryRow(ctx, eventPruneBatch, arg.Before, arg.RowLimit)
+	var i EventPruneBatchRow
+	err := row.Scan(&i.Events, &i.Executions)
+	return i, err
+}
+
 const eventRuleBindingDeleteSlot = `-- name: EventRuleBindingDeleteSlot :execrows
 DELETE FROM event_rule_binding
 WHERE event_type = $1 AND scope_type = $2
@@ -594,6 +642,32 @@ func (q *Queries) ExecutionInsert(ctx context.Context, db DBTX, arg ExecutionIns
 		arg.StatusMessage,
 	)
 	return err
+}
+
+const executionPinnedTasks = `-- name: ExecutionPinnedTasks :many
+SELECT DISTINCT unnest(task_ids)::uuid AS task_id FROM event_action_execution
+WHERE status IN ('pending', 'running', 'deferred')
+`
+
+// The tasks of executions not ended: pruning keeps them.
+func (q *Queries) ExecutionPinnedTasks(ctx context.Context, db DBTX) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, executionPinnedTasks)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var task_id uuid.UUID
+		if err := rows.Scan(&task_id); err != nil {
+			return nil, err
+		}
+		items = append(items, task_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const executionRequeue = `-- name: ExecutionRequeue :exec

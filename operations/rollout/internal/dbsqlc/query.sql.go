@@ -311,6 +311,78 @@ func (q *Queries) OperationRunLock(ctx context.Context, db DBTX, id uuid.UUID) (
 	return i, err
 }
 
+const operationRunOldestCreated = `-- name: OperationRunOldestCreated :one
+SELECT created_at FROM operation_run ORDER BY created_at LIMIT 1
+`
+
+func (q *Queries) OperationRunOldestCreated(ctx context.Context, db DBTX) (time.Time, error) {
+	row := db.QueryRow(ctx, operationRunOldestCreated)
+	var created_at time.Time
+	err := row.Scan(&created_at)
+	return created_at, err
+}
+
+const operationRunPinnedTasks = `-- name: OperationRunPinnedTasks :many
+SELECT DISTINCT t.task_id::uuid AS task_id FROM operation_run_target t
+JOIN operation_run r ON r.id = t.operation_run_id
+WHERE r.status IN ('pending', 'running', 'paused') AND t.task_id IS NOT NULL
+`
+
+// The tasks of the targets of runs not finished: pruning keeps them.
+func (q *Queries) OperationRunPinnedTasks(ctx context.Context, db DBTX) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, operationRunPinnedTasks)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var task_id uuid.UUID
+		if err := rows.Scan(&task_id); err != nil {
+			return nil, err
+		}
+		items = append(items, task_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const operationRunPruneBatch = `-- name: OperationRunPruneBatch :one
+WITH doomed AS (
+    SELECT r.id FROM operation_run r
+    WHERE r.status IN ('completed', 'completed_with_failures', 'cancelled', 'failed') AND r.finished_at < $1::timestamptz
+    ORDER BY r.finished_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), targets AS (
+    SELECT count(*) AS n FROM operation_run_target WHERE operation_run_id IN (SELECT id FROM doomed)
+), gone AS (
+    DELETE FROM operation_run WHERE id IN (SELECT id FROM doomed) RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone)::bigint AS runs, (SELECT n FROM targets)::bigint AS targets
+`
+
+type OperationRunPruneBatchParams struct {
+	Before   time.Time
+	RowLimit int32
+}
+
+type OperationRunPruneBatchRow struct {
+	Runs    int64
+	Targets int64
+}
+
+// Deletes up to row_limit finished runs that ended before @before, oldest
+// first, with their targets; says how many runs and targets went.
+func (q *Queries) OperationRunPruneBatch(ctx context.Context, db DBTX, arg OperationRunPruneBatchParams) (OperationRunPruneBatchRow, error) {
+	row := db.QueryRow(ctx, operationRunPruneBatch, arg.Before, arg.RowLimit)
+	var i OperationRunPruneBatchRow
+	err := row.Scan(&i.Runs, &i.Targets)
+	return i, err
+}
+
 const operationRunTargetAcknowledge = `-- name: OperationRunTargetAcknowledge :execrows
 UPDATE operation_run_target SET acknowledged = true, updated_at = now()
 WHERE operation_run_id = $1 AND status = 'failed' AND NOT acknowledged

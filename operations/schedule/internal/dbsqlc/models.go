@@ -261,6 +261,13 @@ type OperationRunTarget struct {
 	UpdatedAt        time.Time
 }
 
+type PruneStat struct {
+	Name       string
+	RowsPruned int64
+	LastRunAt  time.Time
+	OldestKept *time.Time
+}
+
 type Rack struct {
 	ID                 uuid.UUID
 	Name               string

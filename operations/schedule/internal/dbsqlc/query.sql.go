@@ -12,6 +12,17 @@ import (
 	"github.com/google/uuid"
 )
 
+const firingWake = `-- name: FiringWake :exec
+SELECT pg_notify('flow_schedule_wake', $1::text)
+`
+
+// Wakes the leader's firing dispatcher when the transaction commits
+// (WakeChannel).
+func (q *Queries) FiringWake(ctx context.Context, db DBTX, at string) error {
+	_, err := db.Exec(ctx, firingWake, at)
+	return err
+}
+
 const scheduleCount = `-- name: ScheduleCount :one
 SELECT count(*)::int FROM task_schedule s
 WHERE ($1::uuid IS NULL OR EXISTS (
@@ -304,6 +315,32 @@ func (q *Queries) ScheduleList(ctx context.Context, db DBTX, arg ScheduleListPar
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const schedulePinnedTasks = `-- name: SchedulePinnedTasks :many
+SELECT DISTINCT last_task_id::uuid AS task_id FROM task_schedule_scope WHERE last_task_id IS NOT NULL
+`
+
+// The last task of every scope entry (the overlap policy reads it):
+// pruning keeps them.
+func (q *Queries) SchedulePinnedTasks(ctx context.Context, db DBTX) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, schedulePinnedTasks)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var task_id uuid.UUID
+		if err := rows.Scan(&task_id); err != nil {
+			return nil, err
+		}
+		items = append(items, task_id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

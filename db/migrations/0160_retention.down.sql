@@ -1,0 +1,4 @@
+DROP TABLE prune_stat;
+DROP INDEX event_last_observed;
+DROP INDEX operation_run_finished_at;
+DROP INDEX task_finished_at;

@@ -1,0 +1,48 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nicoflow/flow/operations/rollout/internal/dbsqlc"
+)
+
+// PruneFinished deletes up to batch operation runs that finished
+// (completed, with failures, cancelled or failed) before before, oldest
+// first, with their targets; a pending, running or paused run is never
+// touched. It returns how many runs and targets went.
+func (s *Service) PruneFinished(ctx context.Context, before time.Time, batch int) (runs, targets int64, err error) {
+	row, err := s.q.OperationRunPruneBatch(ctx, s.pool, dbsqlc.OperationRunPruneBatchParams{Before: before, RowLimit: int32(batch)})
+	if err != nil {
+		return 0, 0, fmt.Errorf("prune operation runs: %w", err)
+	}
+	return row.Runs, row.Targets, nil
+}
+
+// PinnedTasks returns the tasks of the targets of runs not finished: task
+// pruning keeps them.
+func (s *Service) PinnedTasks(ctx context.Context) ([]uuid.UUID, error) {
+	ids, err := s.q.OperationRunPinnedTasks(ctx, s.pool)
+	if err != nil {
+		return nil, fmt.Errorf("tasks of active operation runs: %w", err)
+	}
+	return ids, nil
+}
+
+// OldestRun returns the creation time of the oldest operation run kept
+// (ok false: none).
+func (s *Service) OldestRun(ctx context.Context) (time.Time, bool, error) {
+	at, err := s.q.OperationRunOldestCreated(ctx, s.pool)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("oldest operation run: %w", err)
+	}
+	return at, true, nil
+}
