@@ -147,6 +147,7 @@ type Console struct {
 	mux    *http.ServeMux
 	logger *slog.Logger
 	cop    *http.CrossOriginProtection
+	rc     racksCache
 }
 
 // New returns the console. Close stops its change feed.

@@ -14,10 +14,11 @@ import (
 
 // Topics are what a page can watch; each is one cheap column of the
 // feed's query.
-var Topics = []string{"tasks", "racks", "leaks", "runs", "schedules", "rules", "sync"}
+var Topics = []string{"tasks", "steps", "racks", "leaks", "runs", "schedules", "rules", "sync"}
 
-// feedQuery reads one fingerprint per topic: a value that changes when
-// anything a page shows for that topic changes. Each part reads an index
+// feedQuery reads one fingerprint per topic (in Topics' order): a value
+// that changes when anything a page shows for that topic changes ("tasks"
+// their rows, "steps" the progress of running ones). Each part reads an index
 // or a small table: new tasks by the created_at index, the active tasks
 // and their engine steps by the partial active index (a task that ends
 // leaves the set), active runs' targets by run, the leak occurrences,
@@ -27,9 +28,9 @@ SELECT
   concat_ws('|',
     (SELECT max(created_at)::text FROM task),
     (SELECT count(*)::text || ':' || coalesce(sum(hashtext(id::text || status || updated_at::text)), 0)::text
-       FROM task WHERE status IN ('waiting', 'pending', 'running')),
-    (SELECT coalesce(sum(hashtext(s.id::text || s.state || s.batch_index::text || ':' || s.polls::text || coalesce(s.progress::text, ''))), 0)::text
-       FROM engine_step s WHERE s.run_id IN (SELECT id FROM engine_run WHERE state = 'running'))),
+       FROM task WHERE status IN ('waiting', 'pending', 'running'))),
+  (SELECT coalesce(sum(hashtext(s.id::text || s.state || s.batch_index::text || ':' || s.polls::text || coalesce(s.progress::text, ''))), 0)::text
+     FROM engine_step s WHERE s.run_id IN (SELECT id FROM engine_run WHERE state = 'running')),
   concat_ws('|', (SELECT max(updated_at)::text FROM rack), (SELECT max(id)::text FROM inventory_sync_run)),
   (SELECT count(*)::text || ':' || coalesce(max(started_at)::text, '') || ':' || coalesce(sum(hashtext(external_id)), 0)::text FROM leak_occurrence),
   concat_ws('|',
@@ -52,6 +53,10 @@ type Feed struct {
 	mu     sync.Mutex
 	subs   map[*Subscription]struct{}
 	closed bool
+	// gens counts each topic's changes seen; live says the poller has a
+	// baseline (pages are open), so that gens follow the database.
+	gens []uint64
+	live bool
 	wake   chan struct{}
 	stop   chan struct{}
 	done   chan struct{}
@@ -78,7 +83,7 @@ func (s *Subscription) Take() []string {
 
 // NewFeed starts the feed's poller.
 func NewFeed(pool *pgxpool.Pool, interval time.Duration, logger *slog.Logger) *Feed {
-	f := &Feed{pool: pool, interval: interval, logger: logger, subs: map[*Subscription]struct{}{},
+	f := &Feed{pool: pool, interval: interval, logger: logger, subs: map[*Subscription]struct{}{}, gens: make([]uint64, len(Topics)),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go f.run()
 	return f
@@ -152,6 +157,7 @@ func (f *Feed) run() {
 	for {
 		if f.Subscribers() == 0 {
 			last = nil // start afresh when a page opens
+			f.setLive(false)
 			select {
 			case <-f.stop:
 				return
@@ -180,6 +186,7 @@ func (f *Feed) run() {
 			}
 		}
 		last = cur
+		f.setLive(true)
 	}
 }
 
@@ -204,9 +211,35 @@ func (f *Feed) read() ([]string, error) {
 	return out, nil
 }
 
+func (f *Feed) setLive(live bool) {
+	f.mu.Lock()
+	f.live = live
+	f.mu.Unlock()
+}
+
+// Generation returns a number that changes whenever one of topics
+// changes, and whether it is live: the poller is following the database
+// (some page is open). A value read while not live says nothing.
+func (f *Feed) Generation(topics ...string) (uint64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var g uint64
+	for i, t := range Topics {
+		if slices.Contains(topics, t) {
+			g += f.gens[i]
+		}
+	}
+	return g, f.live
+}
+
 func (f *Feed) publish(changed []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for i, t := range Topics {
+		if slices.Contains(changed, t) {
+			f.gens[i]++
+		}
+	}
 	for s := range f.subs {
 		var hit []string
 		for _, t := range changed {

@@ -83,6 +83,9 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, u User, status in
 	if errors.As(err, &ce) {
 		msg = ce.Message()
 	}
+	if errors.Is(err, context.Canceled) {
+		return // the browser went away
+	}
 	if status >= 500 {
 		c.logger.Error("console", "path", r.URL.Path, "error", msg)
 	}
@@ -158,7 +161,7 @@ func (c *Console) overview(r *http.Request) (view, error) {
 	if _, d.DriftCount, err = c.drift(ctx, "", 0); err != nil {
 		return view{}, err
 	}
-	return view{"overview", "Site overview", "overview", Topics, d}, nil
+	return view{"overview", "Site overview", "overview", []string{"tasks", "racks", "leaks", "runs", "sync"}, d}, nil
 }
 
 func (c *Console) activeRuns(r *http.Request) ([]*flowv1.OperationRunSummary, error) {
@@ -479,7 +482,7 @@ func (c *Console) task(r *http.Request) (view, error) {
 	if err := rows.Err(); err != nil {
 		return view{}, err
 	}
-	return view{"task", "Task " + shortID(id), "tasks", []string{"tasks"}, d}, nil
+	return view{"task", "Task " + shortID(id), "tasks", []string{"tasks", "steps"}, d}, nil
 }
 
 // ---- Rollouts ----
@@ -549,7 +552,7 @@ func (c *Console) rollout(r *http.Request) (view, error) {
 	}
 	sort.Slice(d.Phases, func(i, j int) bool { return d.Phases[i].Index < d.Phases[j].Index })
 	d.Config = pretty(d.Run.GetConfiguration())
-	return view{"rollout", "Rollout " + d.Run.GetSummary().GetName(), "rollouts", []string{"runs", "tasks"}, d}, nil
+	return view{"rollout", "Rollout " + d.Run.GetSummary().GetName(), "rollouts", []string{"runs", "tasks", "steps"}, d}, nil
 }
 
 // ---- Schedules, event rules and leaks, sync ----

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -84,8 +85,39 @@ SELECT r.id::text, r.name, r.location_room, r.location_position,
 FROM rack r LEFT JOIN comp ON comp.rack_id = r.id LEFT JOIN act ON act.rack_id = r.id
 WHERE r.deleted_at IS NULL`
 
-// racks reads every live rack's cell, in floor order.
+// racksTopics are the changes that change a rack's cell.
+var racksTopics = []string{"racks", "leaks", "tasks", "sync"}
+
+// racksCache holds the last read of every rack's cell while the change
+// feed is live: the overview and floor-map pages open at once (and all of
+// them fetching again after a change) share one read until the next
+// change. Reads are serialized, so a burst of fetches makes one query.
+type racksCache struct {
+	mu    sync.Mutex
+	gen   uint64
+	at    time.Time
+	racks []RackCell
+}
+
+// racks returns every live rack's cell, in floor order; callers must not
+// change the slice.
 func (c *Console) racks(ctx context.Context) ([]RackCell, error) {
+	gen, live := c.feed.Generation(racksTopics...)
+	c.rc.mu.Lock()
+	defer c.rc.mu.Unlock()
+	if live && c.rc.racks != nil && c.rc.gen == gen && time.Since(c.rc.at) < 30*time.Second {
+		return c.rc.racks, nil
+	}
+	out, err := c.readRacks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.rc.gen, c.rc.at, c.rc.racks = gen, time.Now(), out
+	return out, nil
+}
+
+// readRacks reads every live rack's cell, in floor order.
+func (c *Console) readRacks(ctx context.Context) ([]RackCell, error) {
 	rows, err := c.pool.Query(ctx, racksQuery)
 	if err != nil {
 		return nil, fmt.Errorf("read racks: %w", err)
@@ -219,7 +251,7 @@ func (c *Console) drift(ctx context.Context, rackID string, limit int) ([]Drift,
 	return out, total, rows.Err()
 }
 
-// componentLeaks reads the leak status of rack's components by ID.
+// taskCounts counts the site's running and queued tasks.
 func (c *Console) taskCounts(ctx context.Context) (running, queued int, err error) {
 	err = c.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status IN ('pending', 'waiting'))
 		FROM task WHERE status IN ('waiting', 'pending', 'running')`).Scan(&running, &queued)
