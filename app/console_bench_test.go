@@ -32,17 +32,20 @@ var consoleBenchRacks = flag.Int("console.racks", 3000, "racks BenchmarkConsole 
 //
 //   - overview-ms, floor-ms: the server's time per page (the median of
 //     20 fetches, whole page);
+//
 //   - overview-fcp-ms, floor-fcp-ms: first contentful paint in headless
 //     Chromium (median of 5 loads);
+//
 //   - change-to-page-ms: from a task's state change (its row's
 //     updated_at, when it ends) to the open task page showing it (the
 //     page's own clock when it swapped the new state in), worst of three
 //     tasks watched in three tabs;
+//
 //   - rss-50-pages-MB: the server's RSS with 50 live pages open (50 event
 //     streams, each fetching its page again on every change, as the
 //     pages' script does) while those tasks run; base-rss-MB before.
 //
-//	go test ./app -run '^$' -bench Console -benchtime 1x
+//     go test ./app -run '^$' -bench Console -benchtime 1x
 func BenchmarkConsole(b *testing.B) {
 	ctx := context.Background()
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: time.Second, firmwarePhase: time.Second})

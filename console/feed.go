@@ -57,9 +57,9 @@ type Feed struct {
 	// baseline (pages are open), so that gens follow the database.
 	gens []uint64
 	live bool
-	wake   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
 
 	polls atomic.Int64
 }
