@@ -28,24 +28,19 @@ var consoleBenchRacks = flag.Int("console.racks", 3000, "racks BenchmarkConsole 
 
 // BenchmarkConsole measures the console at site scale: a `flow serve`
 // child holding -console.racks demo racks (3,000 by default), its
-// simulators holding the first three. It reports
+// simulators holding the first three:
 //
-//   - overview-ms, floor-ms: the server's time per page (the median of
-//     20 fetches, whole page);
+//	go test ./app -run '^$' -bench Console -benchtime 1x
 //
-//   - overview-fcp-ms, floor-fcp-ms: first contentful paint in headless
-//     Chromium (median of 5 loads);
-//
-//   - change-to-page-ms: from a task's state change (its row's
-//     updated_at, when it ends) to the open task page showing it (the
-//     page's own clock when it swapped the new state in), worst of three
-//     tasks watched in three tabs;
-//
-//   - rss-50-pages-MB: the server's RSS with 50 live pages open (50 event
-//     streams, each fetching its page again on every change, as the
-//     pages' script does) while those tasks run; base-rss-MB before.
-//
-//     go test ./app -run '^$' -bench Console -benchtime 1x
+// It reports overview-ms and floor-ms, the server's time per page (the
+// median of 20 whole-page fetches); overview-fcp-ms and floor-fcp-ms,
+// first contentful paint in headless Chromium (median of 5 loads);
+// change-to-page-ms, from a task's state change (its row's updated_at
+// when it ends) to its open task page showing it (the page's own clock
+// when it swapped the new state in), worst of three tasks watched in
+// three tabs; rss-50-pages-MB, the server's RSS with 50 live pages open
+// (50 event streams, each fetching its page again on every change, as
+// the pages' script does) while those tasks run, and base-rss-MB before.
 func BenchmarkConsole(b *testing.B) {
 	ctx := context.Background()
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: time.Second, firmwarePhase: time.Second})

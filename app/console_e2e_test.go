@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -233,6 +234,10 @@ func TestConsoleInABrowser(t *testing.T) {
 		require.Equal(t, []string{"demo-0000", "demo-0001", "demo-0002"}, names)
 		c.waitJS(t, 15*time.Second, `Array.from(document.querySelectorAll("a.rack")).every(a => a.classList.contains("c-off"))`, "after the sync, the floor shows the racks powered off")
 		c.screenshot(t, "floor")
+		// The keyboard reaches every rack: Tab to one, arrows along the row.
+		require.NoError(t, chromedp.Do(c.browser, chromedp.Focus(chromedp.CSS(`a.rack[data-rack="demo-0000"]`)), chromedp.KeyEvent(kb.ArrowRight)))
+		require.Equal(t, "demo-0001", evalIn[string](c.browser, `document.activeElement.dataset.rack`))
+		require.Contains(t, evalIn[string](c.browser, `document.activeElement.getAttribute("aria-label")`), "demo-0001, row-00-pos-01: power off")
 		c.open(t, c.opURL+"/ui/")
 		c.screenshot(t, "overview")
 

@@ -236,7 +236,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	// The console (/ui/) calls the API's handler in process, as its user.
 	if s.console, err = console.New(console.Options{
-		API: mux, Pool: pool, Policy: sec.Policy, AuthProxy: cfg.ConsoleAuthProxy, Logger: logger, DevMode: cfg.DevMode,
+		API: mux, Pool: pool, Policy: sec.Policy, AuthProxy: cfg.ConsoleAuthProxy, Logger: logger, Open: sec.Certs == nil,
 	}); err != nil {
 		return nil, err
 	}

@@ -131,9 +131,9 @@ type Options struct {
 	// PollInterval is how often the change feed looks for changes while
 	// a page is open; 300 ms when 0.
 	PollInterval time.Duration
-	// DevMode says the API is cleartext and open (flow dev): the pages
-	// say so.
-	DevMode bool
+	// Open says the API is cleartext and open (flow dev,
+	// ALLOW_INSECURE_GRPC): every caller is "insecure"; the pages say so.
+	Open bool
 }
 
 // Console is the console's HTTP handler.

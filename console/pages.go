@@ -36,7 +36,7 @@ type pageData struct {
 	User       User
 	CSRF       string
 	Topics     string
-	DevMode    bool
+	Open       bool
 	Notice     string
 	Data       any
 	Now        time.Time
@@ -52,7 +52,7 @@ func (c *Console) page(fn func(*http.Request) (view, error)) http.HandlerFunc {
 			c.fail(w, r, u, statusOf(err), err)
 			return
 		}
-		d := pageData{Title: v.title, Nav: v.nav, User: u, CSRF: csrfToken(w, r), Topics: joinTopics(v.topics), DevMode: c.opts.DevMode,
+		d := pageData{Title: v.title, Nav: v.nav, User: u, CSRF: csrfToken(w, r), Topics: joinTopics(v.topics), Open: c.opts.Open,
 			Notice: r.URL.Query().Get("notice"), Data: v.data, Now: time.Now()}
 		c.render(w, r, http.StatusOK, v.name, d)
 	}
@@ -89,7 +89,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, u User, status in
 	if status >= 500 {
 		c.logger.Error("console", "path", r.URL.Path, "error", msg)
 	}
-	c.render(w, r, status, "error", pageData{Title: http.StatusText(status), User: u, DevMode: c.opts.DevMode,
+	c.render(w, r, status, "error", pageData{Title: http.StatusText(status), User: u, Open: c.opts.Open,
 		Data: map[string]any{"Status": status, "Message": msg}, Now: time.Now()})
 }
 

@@ -45,13 +45,34 @@
   }
   wire(document);
 
+  // Floor map: arrow keys move between racks (left and right along a row,
+  // up and down to the neighbouring row); Enter opens the rack.
+  document.addEventListener("keydown", function (e) {
+    var a = document.activeElement;
+    if (!a || !a.classList || !a.classList.contains("rack")) { return; }
+    var row = a.parentElement;
+    var racks = Array.prototype.slice.call(row.querySelectorAll("a.rack"));
+    var i = racks.indexOf(a), next = null;
+    if (e.key === "ArrowRight") { next = racks[i + 1]; }
+    else if (e.key === "ArrowLeft") { next = racks[i - 1]; }
+    else if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+      var rows = Array.prototype.slice.call(document.querySelectorAll(".row"));
+      var other = rows[rows.indexOf(row) + (e.key === "ArrowDown" ? 1 : -1)];
+      if (other) {
+        var rr = other.querySelectorAll("a.rack");
+        next = rr[Math.min(i, rr.length - 1)];
+      }
+    }
+    if (next) { next.focus(); e.preventDefault(); }
+  });
+
   if (topics && window.EventSource) {
-    var first = true;
     var es = new EventSource("/ui/live?topics=" + encodeURIComponent(topics));
     es.addEventListener("open", function () {
       if (state) { state.textContent = "live"; }
-      // Whatever changed between rendering and subscribing shows now.
-      if (first) { first = false; refresh(); }
+      // Whatever changed between rendering (or losing the stream: a
+      // server restart) and subscribing shows now.
+      refresh();
     });
     es.addEventListener("error", function () { if (state) { state.textContent = "reconnecting"; } });
     es.addEventListener("change", refresh);
