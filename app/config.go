@@ -11,6 +11,7 @@ import (
 
 	"github.com/nicoflow/flow/backend"
 	"github.com/nicoflow/flow/cli"
+	"github.com/nicoflow/flow/console"
 	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/telemetry"
@@ -44,6 +45,9 @@ type Config struct {
 	// answer besides loopback, IP literals and their listen addresses
 	// (edge.Hosts, against DNS rebinding).
 	AllowedHosts []string // FLOW_ALLOWED_HOSTS
+	// ConsoleAuthProxy is the authenticating proxy the console trusts
+	// (docs/console.md).
+	ConsoleAuthProxy console.AuthProxy // FLOW_CONSOLE_AUTH_PROXY_HEADER, FLOW_CONSOLE_AUTH_PROXY_ADDRESSES
 
 	// Upstream's deployment surface (upstream.go, docs/operations.md):
 	// FLOW_ENV (development when unset; EnvSet says it was set, and then
@@ -140,6 +144,8 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_AUTHZ_POLICY", "", "YAML file mapping client identities (SPIFFE ID or CN, exact or spiffe://domain/ns/* patterns) to roles viewer, operator, admin; unset: every client with a valid certificate is admin"},
 	{"FLOW_ADMIN_LISTEN_ADDR", "127.0.0.1:50060", "admin listener for /metrics, /healthz, /readyz, River UI (/riverui/) and pprof (/debug/pprof/, with FLOW_PPROF), never on the API port; keep it on loopback or a private network; off disables it; flow dev, when this and FLOW_ADMIN_LISTEN are unset, takes a free loopback port and prints it in its banner"},
 	{"FLOW_ALLOWED_HOSTS", "", "comma-separated Host names the admin listener and a cleartext API (no TLS) answer besides localhost, IP literals, the machine's host name and the listen addresses' hosts (a guard against DNS rebinding); other Hosts get 421; * turns the check off; the TLS API does not check Host"},
+	{"FLOW_CONSOLE_AUTH_PROXY_HEADER", "", "the console (/ui/ on the API port) behind an authenticating reverse proxy: the request header that names the user (X-Forwarded-User, say), trusted only from FLOW_CONSOLE_AUTH_PROXY_ADDRESSES; the user is then the identity FLOW_AUTHZ_POLICY gives a role (docs/console.md); unset: the console's user is the client certificate's identity"},
+	{"FLOW_CONSOLE_AUTH_PROXY_ADDRESSES", "", "comma-separated IP addresses or CIDR prefixes of the console's authenticating proxy; the header from anywhere else is ignored"},
 	{"FLOW_ADMIN_LISTEN", "", "older name of FLOW_ADMIN_LISTEN_ADDR, read when that is unset"},
 	{"FLOW_TASK_RETENTION", "90d", "how long a finished task (completed, failed, terminated) is kept after it ended, with its engine run, steps and report; then the leader's prune job deletes it, unless a schedule, active operation run or open event execution still points to it; a duration (90d, 2160h); 0 keeps tasks forever"},
 	{"FLOW_OPERATION_RUN_RETENTION", "90d", "how long a finished operation run is kept after it finished, with its targets; 0 keeps them forever"},
@@ -338,6 +344,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		cfg.AllowInsecure = b
 	}
 	cfg.AuthzPolicy = getenv("FLOW_AUTHZ_POLICY")
+	if p, err := console.ParseAuthProxy(getenv("FLOW_CONSOLE_AUTH_PROXY_HEADER"), getenv("FLOW_CONSOLE_AUTH_PROXY_ADDRESSES")); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		cfg.ConsoleAuthProxy = p
+	}
 	cfg.AdminAddr = cmp.Or(getenv("FLOW_ADMIN_LISTEN_ADDR"), getenv("FLOW_ADMIN_LISTEN"), def("FLOW_ADMIN_LISTEN_ADDR"))
 	cfg.adminAddrSet = getenv("FLOW_ADMIN_LISTEN_ADDR") != "" || getenv("FLOW_ADMIN_LISTEN") != ""
 	for _, h := range strings.Split(def("FLOW_ALLOWED_HOSTS"), ",") {

@@ -63,6 +63,11 @@ var allowedImports = map[string][]string{
 	// Helm's and Kubernetes' packages, compiled nowhere else).
 	"deploy/helm": {},
 
+	// The console is a client of the API in the same process (edge's
+	// handler, under the user's identity); it reads the site-wide
+	// aggregates with SQL.
+	"console": {"edge"},
+
 	// The task manager's features reach it only through its exported API.
 	"operations/rollout": {"db", "caller", "engine", "inventory", "firmware", "operations"},
 	// opstest sets up the task manager for the tests of operations and

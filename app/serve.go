@@ -18,6 +18,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/console"
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/engine"
@@ -35,6 +36,7 @@ type server struct {
 	cfg      Config
 	logger   *slog.Logger
 	pool     *pgxpool.Pool
+	console  *console.Console // /ui/ on the API port
 	http     *http.Server
 	health   *edge.Health
 	keys     *firmware.Keyring // nil when no key is configured
@@ -252,6 +254,13 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	svc.taskHandler.LimitSubmits(limitsOrDefault(cfg.Limits).Submits)
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer), leakAdminHandler: eventrule.NewLeakAdminHandler(pool, inv, leak)}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
+	// The console (/ui/) calls the API's handler in process, as its user.
+	if s.console, err = console.New(console.Options{
+		API: mux, Pool: pool, Policy: sec.Policy, AuthProxy: cfg.ConsoleAuthProxy, Logger: logger, Open: sec.Certs == nil,
+	}); err != nil {
+		return nil, err
+	}
+	mux = withConsole(mux, s.console)
 	var tlsConfig *tls.Config
 	if s.tls != nil {
 		tlsConfig = s.tls.TLSConfig()
@@ -263,6 +272,9 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		mux = hosts.Wrap(mux)
 	}
 	s.http = edge.NewHTTPServer(cfg.ListenAddr, mux, tlsConfig, logger)
+	// The console's live streams end when the server shuts down, so that
+	// it need not wait for them.
+	s.http.RegisterOnShutdown(s.console.Close)
 	limitsOrDefault(cfg.Limits).ApplyTimeouts(s.http)
 	if cfg.AdminAddr != "off" {
 		if s.adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {

@@ -3,9 +3,11 @@ package app
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"connectrpc.com/connect"
 
+	"github.com/nicoflow/flow/console"
 	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
@@ -76,5 +78,16 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 		Policy:       opts.policy,
 		Interceptors: opts.interceptors,
 		Limits:       limitsOrDefault(opts.limits),
+	})
+}
+
+// withConsole serves the console at /ui/ beside the API on one port.
+func withConsole(api http.Handler, c http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, console.Prefix) {
+			c.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
 	})
 }

@@ -334,12 +334,9 @@ func (a authorizer) WrapStreamingHandler(next connect.StreamingHandlerFunc) conn
 // the response's X-Request-Id.
 func withCaller(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		identity := caller.Insecure
-		if r.TLS != nil {
-			identity = ""
-			if len(r.TLS.PeerCertificates) > 0 {
-				identity = certIdentity(r.TLS.PeerCertificates[0])
-			}
+		identity, ok := r.Context().Value(inProcessKey{}).(string)
+		if !ok {
+			identity = RequestIdentity(r)
 		}
 		id := r.Header.Get("X-Request-Id")
 		if !validRequestID(id) {
@@ -363,4 +360,43 @@ func validRequestID(id string) bool {
 		}
 	}
 	return true
+}
+
+// RequestIdentity is the identity of r's client as the API sees it: the
+// verified client certificate's SPIFFE ID or CN under TLS ("" for a
+// certificate that names nobody, or none), caller.Insecure on a cleartext
+// server.
+func RequestIdentity(r *http.Request) string {
+	if r.TLS == nil {
+		return caller.Insecure
+	}
+	if len(r.TLS.PeerCertificates) > 0 {
+		return certIdentity(r.TLS.PeerCertificates[0])
+	}
+	return ""
+}
+
+type inProcessKey struct{}
+
+// WithInProcessCaller returns ctx marked so that a request made with it to
+// NewHandler's handler, in process (the console calling the API for its
+// user), is the call of identity: authorized, logged and audited as that
+// identity's. Only code in the server can set it; nothing a client sends
+// can.
+func WithInProcessCaller(ctx context.Context, identity string) context.Context {
+	return context.WithValue(ctx, inProcessKey{}, identity)
+}
+
+// RoleName is the role identity has under p, as the API enforces it:
+// "viewer", "operator", "admin", or "none". In audit mode (upstream's
+// allowlist, FLOW_AUTHORIZATION_MODE=audit) every call is let through, so
+// every identity is effectively admin.
+func (p *Policy) RoleName(identity string) string {
+	if identity == "" {
+		return roleNone.String()
+	}
+	if p != nil && p.audit {
+		return roleAdmin.String()
+	}
+	return p.roleOf(identity).String()
 }

@@ -1,0 +1,387 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/cli"
+	"github.com/nicoflow/flow/db/dbtest"
+	"github.com/nicoflow/flow/edge"
+	"github.com/nicoflow/flow/inventory"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+)
+
+// consoleE2E is a Flow server as a site runs it (mutual TLS, a policy
+// with an operator and a viewer) with the console behind an
+// authenticating proxy (one per user, as the proxy would name them), the
+// simulators and three demo racks, and one headless Chromium.
+type consoleE2E struct {
+	*e2e
+	pool    *pgxpool.Pool
+	admin   flowv1connect.FlowClient // admin's certificate, straight to the API
+	opURL   string                   // the console through the proxy, as olivia (operator)
+	viewURL string                   // as victor (viewer)
+	racks   []inventory.Rack
+	browser context.Context
+	logs    *syncBuffer
+}
+
+// chromiumPath finds Chromium; its absence fails the test (the console's
+// tests need a real browser: .ci/run installs it).
+func chromiumPath(t testing.TB) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no Chromium on PATH: the console's browser tests need it; install it with `apt-get install chromium` (Debian; chromium-browser on Ubuntu) — .ci/run does")
+	return ""
+}
+
+// newBrowser starts one headless Chromium for the whole test, at 1280×900.
+func newBrowser(t testing.TB) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 900), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate("about:blank")), "start Chromium")
+	return bctx
+}
+
+func startConsoleE2E(t *testing.T) *consoleE2E {
+	t.Helper()
+	certs := t.TempDir()
+	require.NoError(t, edge.WriteDevCerts(certs, nil))
+	policy, err := os.ReadFile(filepath.Join(certs, "policy.yaml"))
+	require.NoError(t, err)
+	policyPath := filepath.Join(certs, "console-policy.yaml")
+	require.NoError(t, os.WriteFile(policyPath, append(policy, "  olivia: operator\n  victor: viewer\n"...), 0o600))
+
+	// Power changes take a second, firmware phases two: long enough to
+	// watch a task's steps turn complete and to pause a rollout.
+	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: time.Second, firmwarePhase: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { sims.Close(context.Background()) })
+	dbURL := dbtest.NewDB(t)
+	vars := map[string]string{
+		"DATABASE_URL": dbURL, "FLOW_LISTEN_ADDR": "127.0.0.1:0", "FLOW_ADMIN_LISTEN": "off",
+		"NICO_CORE_API_URL": sims.nicoSrv.URL(), "PSM_API_URL": sims.psmSrv.URL(),
+		"FLOW_SHUTDOWN_TIMEOUT": "5s", "CERTDIR": certs, "FLOW_AUTHZ_POLICY": policyPath,
+		"FLOW_CONSOLE_AUTH_PROXY_HEADER": "X-Forwarded-User", "FLOW_CONSOLE_AUTH_PROXY_ADDRESSES": "127.0.0.1, ::1",
+		"FLOW_CONFIG_FILE":                       writeFile(t, "flowconfig.yaml", "leak_detection_interval: 1s\ninventory_run_frequency: 2s\n"),
+		"FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED": "true", "FLOW_FIRMWARE_POLL_INTERVAL": "200ms",
+	}
+	cfg, err := LoadConfig(env(vars))
+	require.NoError(t, err)
+	logs := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := newServer(ctx, cfg, newLogger(logs, "json", slogInfo), serveOptions{})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- srv.run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	api := "https://" + srv.Addr().String()
+	tlsFor := func(role string) *tls.Config {
+		c, err := cli.TLSConfig(cli.TLSFiles{CA: filepath.Join(certs, "ca.crt"), Cert: filepath.Join(certs, role+".crt"), Key: filepath.Join(certs, role+".key")})
+		require.NoError(t, err)
+		return c
+	}
+	c := &consoleE2E{
+		e2e:   &e2e{sims: sims, url: api, inv: inventory.NewService(), dbURL: dbURL, srv: srv, logs: logs},
+		pool:  openPool(t, dbURL),
+		admin: flowv1connect.NewFlowClient(tlsHTTPClient(tlsFor("admin")), api),
+		logs:  logs,
+	}
+	// The proxy authenticates its users its own way and reaches Flow with
+	// its own certificate; Flow trusts its header because it comes from
+	// 127.0.0.1.
+	proxyTLS := tlsFor("viewer")
+	c.opURL = authProxy(t, api, proxyTLS, "olivia")
+	c.viewURL = authProxy(t, api, proxyTLS, "victor")
+	for i := range 3 {
+		c.racks = append(c.racks, c.addRack(t, i, true))
+	}
+	_, err = flowAdminRunSync(c, tlsFor("admin"))
+	require.NoError(t, err)
+	c.browser = newBrowser(t)
+	return c
+}
+
+const slogInfo = 0
+
+// flowAdminRunSync runs one inventory-sync cycle (links components to
+// their Core IDs and reads power).
+func flowAdminRunSync(c *consoleE2E, cfg *tls.Config) (int, error) {
+	res, err := tlsHTTPClient(cfg).Post(c.url+"/flow.admin.v1.AdminService/RunSync", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	_, _ = io.Copy(io.Discard, res.Body)
+	if res.StatusCode != http.StatusOK {
+		return res.StatusCode, fmt.Errorf("RunSync: %s", res.Status)
+	}
+	return res.StatusCode, nil
+}
+
+// authProxy is an authenticating reverse proxy that has authenticated
+// user: it passes every request to the API port with X-Forwarded-User.
+func authProxy(t *testing.T, api string, cfg *tls.Config, user string) string {
+	t.Helper()
+	target, err := url.Parse(api)
+	require.NoError(t, err)
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = r.In.Host
+			r.Out.Header.Set("X-Forwarded-User", user)
+		},
+		Transport:     tlsHTTPClient(cfg).Transport,
+		FlushInterval: -1,
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// eval runs js in the page; an error (the page navigating) is the zero value.
+func evalIn[T any](ctx context.Context, js string) T {
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
+	if err != nil {
+		var zero T
+		return zero
+	}
+	return v
+}
+
+func (c *consoleE2E) open(t *testing.T, u string) {
+	t.Helper()
+	require.NoError(t, chromedp.Do(c.browser, chromedp.Navigate(u)))
+}
+
+// waitJS polls js in the page until it is true.
+func (c *consoleE2E) waitJS(t *testing.T, within time.Duration, js, msg string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return evalIn[bool](c.browser, js) }, within, 50*time.Millisecond, msg)
+}
+
+// screenshot saves the page as docs/console/name.png (docs/console.md).
+func (c *consoleE2E) screenshot(t *testing.T, name string) {
+	t.Helper()
+	png, err := chromedp.Run(c.browser, chromedp.CaptureScreenshot())
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll("../docs/console", 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join("../docs/console", name+".png"), png, 0o644))
+}
+
+func (c *consoleE2E) taskCount(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, c.pool.QueryRow(context.Background(), `SELECT count(*) FROM task`).Scan(&n))
+	return n
+}
+
+// TestConsoleInABrowser drives the console in headless Chromium: the
+// overview and the floor map show the racks; a power-on started from the
+// console as an operator shows on its task page, whose steps turn
+// complete without a reload; a rollout is paused and resumed from its
+// page; a raised leak shows on the open floor map within seconds; a
+// viewer sees no controls, and a viewer's forged action is refused with
+// nothing written; a cross-site POST is refused. It takes the screenshots
+// of docs/console.md.
+func TestConsoleInABrowser(t *testing.T) {
+	t.Parallel()
+	c := startConsoleE2E(t)
+	ctx := context.Background()
+
+	t.Run("OverviewAndFloorMapShowTheRacks", func(t *testing.T) {
+		c.open(t, c.opURL+"/ui/")
+		c.waitJS(t, 10*time.Second, `document.getElementById("rack-count").textContent === "3"`, "the overview counts 3 racks")
+		require.Equal(t, "olivia", evalIn[string](c.browser, `document.querySelector(".who .id").textContent`))
+		require.Equal(t, "operator", evalIn[string](c.browser, `document.querySelector(".who .role").textContent`))
+		c.open(t, c.opURL+"/ui/floor")
+		names := evalIn[[]string](c.browser, `Array.from(document.querySelectorAll("a.rack")).map(a => a.dataset.rack)`)
+		require.Equal(t, []string{"demo-0000", "demo-0001", "demo-0002"}, names)
+		c.waitJS(t, 15*time.Second, `Array.from(document.querySelectorAll("a.rack")).every(a => a.classList.contains("c-off"))`, "after the sync, the floor shows the racks powered off")
+		c.screenshot(t, "floor")
+		// The keyboard reaches every rack: Tab to one, arrows along the row.
+		require.NoError(t, chromedp.Do(c.browser, chromedp.Focus(chromedp.CSS(`a.rack[data-rack="demo-0000"]`)), chromedp.KeyEvent(kb.ArrowRight)))
+		require.Equal(t, "demo-0001", evalIn[string](c.browser, `document.activeElement.dataset.rack`))
+		require.Contains(t, evalIn[string](c.browser, `document.activeElement.getAttribute("aria-label")`), "demo-0001, row-00-pos-01: power off")
+		c.open(t, c.opURL+"/ui/")
+		c.screenshot(t, "overview")
+
+		res, err := http.Get(c.opURL + "/ui/")
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Contains(t, res.Header.Get("Content-Security-Policy"), "script-src 'self'")
+		require.Contains(t, res.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
+	})
+
+	var taskPath string
+	t.Run("PowerOnFromTheConsoleRunsLive", func(t *testing.T) {
+		rack := c.racks[0]
+		c.open(t, c.opURL+"/ui/racks/"+rack.ID.String())
+		c.waitJS(t, 10*time.Second, `!!document.getElementById("power-on")`, "an operator sees the power-on button")
+		c.screenshot(t, "rack")
+		before := c.taskCount(t)
+		require.NoError(t, chromedp.Do(c.browser, chromedp.Click(chromedp.CSS("#power-on"))))
+		c.waitJS(t, 15*time.Second, `location.pathname.startsWith("/ui/tasks/") && !!document.getElementById("task-status")`, "the console goes to the new task's page")
+		taskPath = evalIn[string](c.browser, `location.pathname`)
+		require.Equal(t, before+1, c.taskCount(t))
+		// The page stays: from here on it changes only by the live feed.
+		require.True(t, evalIn[bool](c.browser, `window.__stayed = true`))
+		first := evalIn[string](c.browser, `document.getElementById("task-status").textContent`)
+		require.NotEqual(t, "completed", first, "the task has only just started")
+		require.Equal(t, "olivia", evalIn[string](c.browser, `document.getElementById("submitted-by").textContent`))
+		c.screenshot(t, "task-running")
+		var sawRunningStep bool
+		require.Eventually(t, func() bool {
+			if evalIn[bool](c.browser, `!!document.querySelector('.step[data-status="running"]')`) {
+				sawRunningStep = true
+			}
+			return evalIn[bool](c.browser, `window.__stayed === true && document.getElementById("task-status").textContent === "completed" &&
+				Array.from(document.querySelectorAll(".step")).every(s => s.dataset.status === "completed")`)
+		}, 90*time.Second, 50*time.Millisecond, "the task page shows every step complete, without a reload")
+		require.True(t, sawRunningStep, "the page showed a step running before it completed")
+		c.screenshot(t, "task")
+		require.Contains(t, c.logs.String(), `"msg":"audit","identity":"olivia","method":"/v1.Flow/PowerOnRack"`, "the action is the API call, audited as the user")
+	})
+
+	t.Run("RolloutPausedAndResumed", func(t *testing.T) {
+		req := rolloutRequest("console-fw", rolloutOpts{concurrency: 1, phases: equalPhases(3, false)})
+		id := createRun(t, c.admin, req)
+		c.open(t, c.opURL+"/ui/rollouts/"+id.GetId())
+		c.waitJS(t, 10*time.Second, `!!document.getElementById("run-pause")`, "a running rollout offers pause")
+		require.NoError(t, chromedp.Do(c.browser, chromedp.Click(chromedp.CSS("#run-pause"))))
+		c.waitJS(t, 15*time.Second, `document.getElementById("run-state") && document.getElementById("run-state").textContent === "paused" && !!document.getElementById("run-resume")`, "the page shows the rollout paused")
+		require.Equal(t, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PAUSED, getRun(t, c.admin, id).GetSummary().GetState().GetStatus())
+		c.screenshot(t, "rollout-paused")
+		require.NoError(t, chromedp.Do(c.browser, chromedp.Click(chromedp.CSS("#run-resume"))))
+		c.waitJS(t, 15*time.Second, `document.getElementById("run-state") && document.getElementById("run-state").textContent !== "paused"`, "the page shows the rollout resumed")
+		require.NotEqual(t, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PAUSED, getRun(t, c.admin, id).GetSummary().GetState().GetStatus())
+		require.Contains(t, c.logs.String(), `"identity":"olivia","method":"/v1.Flow/ResumeOperationRun"`)
+		c.screenshot(t, "rollout")
+		c.open(t, c.opURL+"/ui/rollouts")
+		c.screenshot(t, "rollouts")
+	})
+
+	t.Run("RaisedLeakShowsOnTheFloorMap", func(t *testing.T) {
+		rack := readRack(t, c.pool, c.racks[1].ID)
+		tray := rack.component(t, inventory.ComponentTypeCompute, 10)
+		require.NotEmpty(t, tray.ExternalID)
+		c.open(t, c.opURL+"/ui/floor?by=leak")
+		require.True(t, evalIn[bool](c.browser, `window.__stayed = true`))
+		set := time.Now()
+		require.NoError(t, c.sims.nico.SetLeak(tray.ExternalID, true))
+		c.waitJS(t, 20*time.Second, `window.__stayed === true && document.querySelector('a.rack[data-rack="demo-0001"]').classList.contains("c-leak")`,
+			"the floor map shows the leak without a reload")
+		t.Logf("leak raised → on the open floor map in %s", time.Since(set).Round(time.Millisecond))
+		require.False(t, evalIn[bool](c.browser, `document.querySelector('a.rack[data-rack="demo-0002"]').classList.contains("c-leak")`))
+		c.screenshot(t, "floor-leak")
+		c.open(t, c.opURL+"/ui/events-rules")
+		c.waitJS(t, 10*time.Second, `document.querySelector("#leaks tbody").textContent.includes("`+tray.Name+`")`, "the leak is listed")
+		c.screenshot(t, "events")
+	})
+
+	t.Run("ViewerSeesNoControlsAndCannotAct", func(t *testing.T) {
+		rack := c.racks[2]
+		c.open(t, c.viewURL+"/ui/racks/"+rack.ID.String())
+		c.waitJS(t, 10*time.Second, `document.querySelector(".who .role").textContent === "viewer"`, "the viewer is a viewer")
+		require.False(t, evalIn[bool](c.browser, `!!document.querySelector("main form[method=post], main button")`), "a viewer sees no controls")
+		c.open(t, c.viewURL+taskPath)
+		c.waitJS(t, 10*time.Second, `!!document.getElementById("task-status")`, "")
+		require.False(t, evalIn[bool](c.browser, `!!document.querySelector("main form[method=post]")`))
+
+		// A forged request: a viewer's own session, a valid token, same
+		// origin. The console makes the call as the viewer; the API refuses
+		// it before its handler runs.
+		jar, err := cookiejar.New(nil)
+		require.NoError(t, err)
+		hc := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		res, err := hc.Get(c.viewURL + "/ui/racks/" + rack.ID.String())
+		require.NoError(t, err)
+		res.Body.Close()
+		u, _ := url.Parse(c.viewURL + "/ui/")
+		var token string
+		for _, ck := range jar.Cookies(u) {
+			if ck.Name == "flow_console_csrf" {
+				token = ck.Value
+			}
+		}
+		require.NotEmpty(t, token)
+		before := c.taskCount(t)
+		req, err := http.NewRequest(http.MethodPost, c.viewURL+"/ui/racks/"+rack.ID.String()+"/power/on", strings.NewReader(url.Values{"csrf": {token}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		res, err = hc.Do(req)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.Equal(t, http.StatusForbidden, res.StatusCode, string(body))
+		require.Contains(t, string(body), "needs role operator")
+		require.Equal(t, before, c.taskCount(t), "nothing written")
+		require.Contains(t, c.logs.String(), `"method":"/v1.Flow/PowerOnRack","identity":"victor"`, "the refusal is the API's")
+		c.open(t, c.viewURL+"/ui/rollouts")
+		c.screenshot(t, "viewer")
+	})
+
+	t.Run("CrossSitePostIsRefused", func(t *testing.T) {
+		rack := c.racks[2]
+		// Another site's page that posts a power-on to the console at once.
+		evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, `<!doctype html><form id="f" method="post" action="%s/ui/racks/%s/power/on"><input name="csrf" value="guess"></form><script>document.getElementById("f").submit()</script>`, c.opURL, rack.ID)
+		}))
+		defer evil.Close()
+		before := c.taskCount(t)
+		c.open(t, strings.Replace(evil.URL, "127.0.0.1", "localhost", 1))
+		c.waitJS(t, 15*time.Second, `location.pathname.endsWith("/power/on") && !!document.getElementById("error")`, "the console answers the cross-site post")
+		require.Contains(t, evalIn[string](c.browser, `document.getElementById("error").textContent`), "cross-site request refused")
+		require.Equal(t, before, c.taskCount(t), "nothing written")
+	})
+
+	t.Run("OtherPages", func(t *testing.T) {
+		_, err := c.admin.CreateTaskSchedule(ctx, scheduleReq("nightly power check", "cron", "0 2 * * *", 0, c.racks[0].Name))
+		require.NoError(t, err)
+		for _, p := range []struct{ path, name, want string }{
+			{"/ui/schedules", "schedules", "nightly power check"},
+			{"/ui/tasks", "tasks", "power_on"},
+			{"/ui/sync", "sync", "Cycle #"},
+		} {
+			c.open(t, c.opURL+p.path)
+			c.waitJS(t, 10*time.Second, `document.getElementById("main").textContent.includes(`+fmt.Sprintf("%q", p.want)+`)`, p.path)
+			c.screenshot(t, p.name)
+		}
+	})
+}

@@ -1,0 +1,711 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+)
+
+// view is what a page handler returns: the template, the title, the nav
+// entry it lights, the topics that refresh it, and its data.
+type view struct {
+	name, title, nav string
+	topics           []string
+	data             any
+}
+
+// pageData is every template's dot.
+type pageData struct {
+	Title, Nav string
+	User       User
+	CSRF       string
+	Topics     string
+	Open       bool
+	Notice     string
+	Data       any
+	Now        time.Time
+}
+
+// page serves fn's view: the whole page, or only its main part when the
+// console's script asks for it (X-Console-Partial) to refresh a live view.
+func (c *Console) page(fn func(*http.Request) (view, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		u := userFrom(r.Context())
+		v, err := fn(r)
+		if err != nil {
+			c.fail(w, r, u, statusOf(err), err)
+			return
+		}
+		d := pageData{Title: v.title, Nav: v.nav, User: u, CSRF: csrfToken(w, r), Topics: joinTopics(v.topics), Open: c.opts.Open,
+			Notice: r.URL.Query().Get("notice"), Data: v.data, Now: time.Now()}
+		c.render(w, r, http.StatusOK, v.name, d)
+	}
+}
+
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, d pageData) {
+	t := c.tmpl[name]
+	what := "layout"
+	if r.Header.Get("X-Console-Partial") == "1" {
+		what = "main"
+	}
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, what, d); err != nil {
+		c.logger.Error("console template", "template", name, "error", err.Error())
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// fail answers with an error page.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, u User, status int, err error) {
+	msg := err.Error()
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		msg = ce.Message()
+	}
+	if errors.Is(err, context.Canceled) {
+		return // the browser went away
+	}
+	if status >= 500 {
+		c.logger.Error("console", "path", r.URL.Path, "error", msg)
+	}
+	c.render(w, r, status, "error", pageData{Title: http.StatusText(status), User: u, Open: c.opts.Open,
+		Data: map[string]any{"Status": status, "Message": msg}, Now: time.Now()})
+}
+
+// ---- Overview ----
+
+type overviewData struct {
+	Racks           int
+	States          []count
+	Power           []count
+	Running, Queued int
+	ActiveTasks     []*flowv1.Task
+	Runs            []*flowv1.OperationRunSummary
+	Leaks           []Leak
+	Sync            *adminv1.SyncCycle
+	SyncErr         string
+	DriftCount      int
+	RackNames       map[string]string
+}
+
+type count struct {
+	Name string
+	N    int
+}
+
+func counted(m map[string]int, order []string) []count {
+	var out []count
+	for _, k := range order {
+		if m[k] > 0 {
+			out = append(out, count{k, m[k]})
+		}
+	}
+	return out
+}
+
+func (c *Console) overview(r *http.Request) (view, error) {
+	ctx := r.Context()
+	racks, err := c.racks(ctx)
+	if err != nil {
+		return view{}, err
+	}
+	d := overviewData{Racks: len(racks), RackNames: map[string]string{}}
+	states, power := map[string]int{}, map[string]int{}
+	for _, rc := range racks {
+		states[rc.State()]++
+		power[rc.Power()]++
+		d.RackNames[rc.ID] = rc.Name
+	}
+	d.States = counted(states, []string{"leak", "busy", "queued", "alert", "power-on", "power-off", "power-mixed", "power-unknown"})
+	d.Power = counted(power, []string{"on", "off", "mixed", "unknown"})
+	if d.Running, d.Queued, err = c.taskCounts(ctx); err != nil {
+		return view{}, err
+	}
+	tasks, err := c.flow.ListTasks(apiCtx(r), (&flowv1.ListTasksRequest{ActiveOnly: true, Pagination: &flowv1.Pagination{Limit: 10}}))
+	if err != nil {
+		return view{}, err
+	}
+	d.ActiveTasks = tasks.GetTasks()
+	if d.Runs, err = c.activeRuns(r); err != nil {
+		return view{}, err
+	}
+	if d.Leaks, err = c.leaks(ctx); err != nil {
+		return view{}, err
+	}
+	if st, err := c.admin.GetSyncStatus(apiCtx(r), (&adminv1.GetSyncStatusRequest{})); err == nil {
+		d.Sync = st.GetCycle()
+	} else {
+		d.SyncErr = connectMessage(err)
+	}
+	if _, d.DriftCount, err = c.drift(ctx, "", 0); err != nil {
+		return view{}, err
+	}
+	return view{"overview", "Site overview", "overview", []string{"tasks", "racks", "leaks", "runs", "sync"}, d}, nil
+}
+
+func (c *Console) activeRuns(r *http.Request) ([]*flowv1.OperationRunSummary, error) {
+	st := func(s flowv1.OperationRunStatus) *flowv1.OperationRunStateFilter {
+		return &flowv1.OperationRunStateFilter{Status: &s}
+	}
+	res, err := c.flow.ListOperationRuns(apiCtx(r), (&flowv1.ListOperationRunsRequest{
+		Filter: &flowv1.OperationRunFilter{States: []*flowv1.OperationRunStateFilter{
+			st(flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PENDING), st(flowv1.OperationRunStatus_OPERATION_RUN_STATUS_RUNNING), st(flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PAUSED),
+		}},
+		Pagination: &flowv1.Pagination{Limit: 20},
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return res.GetOperationRuns(), nil
+}
+
+// ---- Floor map ----
+
+type floorData struct {
+	By     string
+	Modes  []string
+	Rooms  []room
+	Legend []legendItem
+	Total  int
+}
+
+type room struct {
+	Name string
+	Rows []floorRow
+}
+
+type floorRow struct {
+	Name  string
+	Cells []floorCell
+}
+
+type floorCell struct {
+	RackCell
+	Class, Label string
+}
+
+type legendItem struct{ Class, Label string }
+
+var floorModes = []string{"status", "power", "leak", "task", "firmware", "health"}
+
+func (c *Console) floor(r *http.Request) (view, error) {
+	by := r.URL.Query().Get("by")
+	if !slices.Contains(floorModes, by) {
+		by = "status"
+	}
+	racks, err := c.racks(r.Context())
+	if err != nil {
+		return view{}, err
+	}
+	d := floorData{By: by, Modes: floorModes, Total: len(racks)}
+	fw := map[string]int{}
+	if by == "firmware" {
+		var vs []string
+		for _, rc := range racks {
+			if _, ok := fw[rc.Firmware]; !ok && rc.Firmware != "mixed" && rc.Firmware != "" {
+				fw[rc.Firmware] = 0
+				vs = append(vs, rc.Firmware)
+			}
+		}
+		sort.Strings(vs)
+		for i, v := range vs {
+			fw[v] = i % 8
+			d.Legend = append(d.Legend, legendItem{fmt.Sprintf("fw-%d", i%8), v})
+		}
+		d.Legend = append(d.Legend, legendItem{"fw-mixed", "mixed"}, legendItem{"c-unknown", "unknown"})
+	} else {
+		d.Legend = legends[by]
+	}
+	for _, rc := range racks {
+		cell := floorCell{RackCell: rc}
+		cell.Class, cell.Label = cellClass(by, rc, fw)
+		if len(d.Rooms) == 0 || d.Rooms[len(d.Rooms)-1].Name != rc.Room {
+			d.Rooms = append(d.Rooms, room{Name: rc.Room})
+		}
+		rm := &d.Rooms[len(d.Rooms)-1]
+		if len(rm.Rows) == 0 || rm.Rows[len(rm.Rows)-1].Name != rc.Row {
+			rm.Rows = append(rm.Rows, floorRow{Name: rc.Row})
+		}
+		row := &rm.Rows[len(rm.Rows)-1]
+		row.Cells = append(row.Cells, cell)
+	}
+	return view{"floor", "Floor map", "floor", []string{"racks", "leaks", "tasks", "sync"}, d}, nil
+}
+
+var legends = map[string][]legendItem{
+	"status": {{"c-leak", "leak"}, {"c-busy", "task running"}, {"c-queued", "task queued"}, {"c-alert", "health alert"}, {"c-on", "powered on"}, {"c-off", "powered off"}, {"c-mixed", "power mixed"}, {"c-unknown", "power unknown"}},
+	"power":  {{"c-on", "on"}, {"c-off", "off"}, {"c-mixed", "mixed"}, {"c-unknown", "unknown"}},
+	"leak":   {{"c-leak", "leak"}, {"c-ok", "no leak"}},
+	"task":   {{"c-busy", "running"}, {"c-queued", "queued"}, {"c-idle", "idle"}},
+	"health": {{"c-alert", "alert"}, {"c-ok", "ok"}},
+}
+
+// cellClass is a rack's colour class and the words that say the same (the
+// colour is never the only sign).
+func cellClass(by string, rc RackCell, fw map[string]int) (string, string) {
+	switch by {
+	case "power":
+		return "c-" + rc.Power(), "power " + rc.Power()
+	case "leak":
+		if rc.Leaks > 0 {
+			return "c-leak", fmt.Sprintf("%d leaking", rc.Leaks)
+		}
+		return "c-ok", "no leak"
+	case "task":
+		switch {
+		case rc.Running > 0:
+			return "c-busy", "task running"
+		case rc.Queued > 0:
+			return "c-queued", "task queued"
+		}
+		return "c-idle", "idle"
+	case "firmware":
+		switch rc.Firmware {
+		case "mixed":
+			return "fw-mixed", "firmware mixed"
+		case "":
+			return "c-unknown", "firmware unknown"
+		}
+		return fmt.Sprintf("fw-%d", fw[rc.Firmware]), "firmware " + rc.Firmware
+	case "health":
+		if rc.Health() == "alert" {
+			return "c-alert", "health alert"
+		}
+		return "c-ok", "healthy"
+	}
+	switch s := rc.State(); s {
+	case "leak":
+		return "c-leak", fmt.Sprintf("%d leaking", rc.Leaks)
+	case "busy":
+		return "c-busy", "task running"
+	case "queued":
+		return "c-queued", "task queued"
+	case "alert":
+		return "c-alert", "health alert"
+	default:
+		return "c-" + rc.Power(), "power " + rc.Power()
+	}
+}
+
+// ---- Rack ----
+
+type rackData struct {
+	Rack  *flowv1.Rack
+	ID    string
+	Comps []*flowv1.Component
+	Tasks []*flowv1.Task
+	Drift []Drift
+	Leaks int
+}
+
+func (c *Console) rack(r *http.Request) (view, error) {
+	id := r.PathValue("id")
+	res, err := c.flow.GetRackInfoByID(apiCtx(r), (&flowv1.GetRackInfoByIDRequest{Id: &flowv1.UUID{Id: id}, WithComponents: true}))
+	if err != nil {
+		return view{}, err
+	}
+	d := rackData{Rack: res.GetRack(), ID: id, Comps: res.GetRack().GetComponents()}
+	sort.SliceStable(d.Comps, func(i, j int) bool {
+		return d.Comps[i].GetPosition().GetSlotId() < d.Comps[j].GetPosition().GetSlotId()
+	})
+	for _, cm := range d.Comps {
+		if cm.GetLeakStatus() == flowv1.LeakStatus_LEAK_STATUS_DETECTED {
+			d.Leaks++
+		}
+	}
+	tasks, err := c.flow.ListTasks(apiCtx(r), (&flowv1.ListTasksRequest{RackId: &flowv1.UUID{Id: id}, Pagination: &flowv1.Pagination{Limit: 15}}))
+	if err != nil {
+		return view{}, err
+	}
+	d.Tasks = tasks.GetTasks()
+	if d.Drift, _, err = c.drift(r.Context(), id, 100); err != nil {
+		return view{}, err
+	}
+	return view{"rack", "Rack " + d.Rack.GetInfo().GetName(), "floor", []string{"racks", "leaks", "tasks", "sync"}, d}, nil
+}
+
+// ---- Tasks ----
+
+func (c *Console) tasks(r *http.Request) (view, error) {
+	active := r.URL.Query().Get("active") == "1"
+	res, err := c.flow.ListTasks(apiCtx(r), (&flowv1.ListTasksRequest{ActiveOnly: active, Pagination: &flowv1.Pagination{Limit: 100}}))
+	if err != nil {
+		return view{}, err
+	}
+	names, err := c.rackNames(r.Context())
+	if err != nil {
+		return view{}, err
+	}
+	return view{"tasks", "Tasks", "tasks", []string{"tasks"}, map[string]any{"Tasks": res.GetTasks(), "Active": active, "RackNames": names}}, nil
+}
+
+func (c *Console) rackNames(ctx context.Context) (map[string]string, error) {
+	rows, err := c.pool.Query(ctx, `SELECT id::text, name FROM rack`)
+	if err != nil {
+		return nil, fmt.Errorf("read rack names: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, name string
+		if err := rows.Scan(&id, &name); err != nil {
+			return nil, err
+		}
+		out[id] = name
+	}
+	return out, rows.Err()
+}
+
+// taskReport is the part of Task.report the task page draws.
+type taskReport struct {
+	SubmittedBy        string `json:"submitted_by"`
+	Error              string `json:"error"`
+	ComponentsTargeted int    `json:"components_targeted"`
+	NotTargeted        []struct {
+		Name, Type, Reason string
+	} `json:"not_targeted"`
+	Stages []struct {
+		Number                              int
+		Status                              string
+		Targets, Completed, Failed, Running int
+		StartedAt                           string `json:"started_at"`
+		FinishedAt                          string `json:"finished_at"`
+		Error                               string
+		Steps                               []struct {
+			ComponentType       string `json:"component_type"`
+			Status              string
+			TotalComponents     int    `json:"total_components"`
+			CompletedComponents int    `json:"completed_components"`
+			FailedComponents    int    `json:"failed_components"`
+			StartedAt           string `json:"started_at"`
+			FinishedAt          string `json:"finished_at"`
+			Error               string
+			CurrentAction       *struct{ Action, Detail, Until string } `json:"current_action"`
+		}
+	}
+}
+
+type taskComponent struct {
+	Name, Type, Power, Outcome, Error string
+}
+
+type taskData struct {
+	Task       *flowv1.Task
+	Report     taskReport
+	RackName   string
+	Components []taskComponent
+	Active     bool
+}
+
+func (c *Console) task(r *http.Request) (view, error) {
+	id := r.PathValue("id")
+	res, err := c.flow.GetTasksByIDs(apiCtx(r), (&flowv1.GetTasksByIDsRequest{TaskIds: []*flowv1.UUID{{Id: id}}}))
+	if err != nil {
+		return view{}, err
+	}
+	if len(res.GetTasks()) == 0 {
+		return view{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("task %s not found", id))
+	}
+	t := res.GetTasks()[0]
+	d := taskData{Task: t}
+	if t.GetReport() != "" {
+		if err := json.Unmarshal([]byte(t.GetReport()), &d.Report); err != nil {
+			return view{}, fmt.Errorf("task %s: report: %w", id, err)
+		}
+	}
+	switch t.GetStatus() {
+	case flowv1.TaskStatus_TASK_STATUS_PENDING, flowv1.TaskStatus_TASK_STATUS_RUNNING, flowv1.TaskStatus_TASK_STATUS_WAITING:
+		d.Active = true
+	}
+	// Per component: its step's outcome (the worst of its type's steps),
+	// and its own error where a step failed it alone.
+	typeStatus := map[string]string{}
+	rank := map[string]int{"": 0, "skipped": 1, "pending": 2, "completed": 3, "running": 4, "failed": 5}
+	for _, st := range d.Report.Stages {
+		for _, sp := range st.Steps {
+			cur, ok := typeStatus[sp.ComponentType]
+			switch {
+			case !ok:
+				typeStatus[sp.ComponentType] = sp.Status
+			case sp.Status == "pending" && cur == "completed":
+				typeStatus[sp.ComponentType] = "running" // a later step still to do
+			case rank[sp.Status] > rank[cur] && !(sp.Status == "pending" && cur == "running"):
+				typeStatus[sp.ComponentType] = sp.Status
+			}
+		}
+	}
+	rows, err := c.pool.Query(r.Context(), `
+		SELECT coalesce(rk.name, ''), c.name, c.type, c.power_state,
+		  coalesce((SELECT string_agg(f.value, '; ') FROM engine_step s, jsonb_each_text(s.failed_targets) f
+		            WHERE s.run_id = t.run_id AND s.failed_targets <> '{}' AND (f.key = c.id::text OR f.key = c.external_id OR f.key = c.serial_number)), '')
+		FROM task t JOIN component c ON c.id = ANY (t.component_ids) LEFT JOIN rack rk ON rk.id = t.rack_id
+		WHERE t.id::text = $1 ORDER BY c.type, c.slot_id, c.name`, id)
+	if err != nil {
+		return view{}, fmt.Errorf("task %s: components: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tc taskComponent
+		if err := rows.Scan(&d.RackName, &tc.Name, &tc.Type, &tc.Power, &tc.Error); err != nil {
+			return view{}, err
+		}
+		tc.Outcome = typeStatus[tc.Type]
+		if tc.Outcome == "" {
+			tc.Outcome = "not in plan"
+		}
+		if tc.Error != "" {
+			tc.Outcome = "failed"
+		}
+		d.Components = append(d.Components, tc)
+	}
+	if err := rows.Err(); err != nil {
+		return view{}, err
+	}
+	return view{"task", "Task " + shortID(id), "tasks", []string{"tasks", "steps"}, d}, nil
+}
+
+// ---- Rollouts ----
+
+func (c *Console) rollouts(r *http.Request) (view, error) {
+	res, err := c.flow.ListOperationRuns(apiCtx(r), (&flowv1.ListOperationRunsRequest{Pagination: &flowv1.Pagination{Limit: 100}}))
+	if err != nil {
+		return view{}, err
+	}
+	return view{"rollouts", "Rollouts", "rollouts", []string{"runs"}, res.GetOperationRuns()}, nil
+}
+
+type rolloutData struct {
+	Run       *flowv1.OperationRun
+	Targets   []*flowv1.OperationRunTarget
+	Total     int32
+	Phases    []phaseRow
+	Config    string
+	RackNames map[string]string
+	State     string
+}
+
+type phaseRow struct {
+	Index                                                 int32
+	Targets, Pending, Submitted, Completed, Failed, Other int
+}
+
+func (c *Console) rollout(r *http.Request) (view, error) {
+	id := r.PathValue("id")
+	res, err := c.flow.GetOperationRun(apiCtx(r), (&flowv1.GetOperationRunRequest{Id: &flowv1.UUID{Id: id}, IncludeStats: true}))
+	if err != nil {
+		return view{}, err
+	}
+	tg, err := c.flow.ListOperationRunTargets(apiCtx(r), (&flowv1.ListOperationRunTargetsRequest{OperationRunId: &flowv1.UUID{Id: id}, Pagination: &flowv1.Pagination{Limit: 1000}}))
+	if err != nil {
+		return view{}, err
+	}
+	names, err := c.rackNames(r.Context())
+	if err != nil {
+		return view{}, err
+	}
+	d := rolloutData{Run: res.GetOperationRun(), Targets: tg.GetTargets(), Total: tg.GetTotal(), RackNames: names}
+	d.State = strings.ToLower(strings.TrimPrefix(d.Run.GetSummary().GetState().GetStatus().String(), "OPERATION_RUN_STATUS_"))
+	phases := map[int32]*phaseRow{}
+	for _, t := range d.Targets {
+		p := phases[t.GetPhaseIndex()]
+		if p == nil {
+			p = &phaseRow{Index: t.GetPhaseIndex()}
+			phases[t.GetPhaseIndex()] = p
+		}
+		p.Targets++
+		switch t.GetStatus() {
+		case flowv1.OperationRunTargetStatus_OPERATION_RUN_TARGET_STATUS_PENDING, flowv1.OperationRunTargetStatus_OPERATION_RUN_TARGET_STATUS_BLOCKED:
+			p.Pending++
+		case flowv1.OperationRunTargetStatus_OPERATION_RUN_TARGET_STATUS_SUBMITTED, flowv1.OperationRunTargetStatus_OPERATION_RUN_TARGET_STATUS_CLAIMED:
+			p.Submitted++
+		case flowv1.OperationRunTargetStatus_OPERATION_RUN_TARGET_STATUS_COMPLETED:
+			p.Completed++
+		case flowv1.OperationRunTargetStatus_OPERATION_RUN_TARGET_STATUS_FAILED:
+			p.Failed++
+		default:
+			p.Other++
+		}
+	}
+	for _, p := range phases {
+		d.Phases = append(d.Phases, *p)
+	}
+	sort.Slice(d.Phases, func(i, j int) bool { return d.Phases[i].Index < d.Phases[j].Index })
+	d.Config = pretty(d.Run.GetConfiguration())
+	return view{"rollout", "Rollout " + d.Run.GetSummary().GetName(), "rollouts", []string{"runs", "tasks", "steps"}, d}, nil
+}
+
+// ---- Schedules, event rules and leaks, sync ----
+
+func (c *Console) schedules(r *http.Request) (view, error) {
+	res, err := c.flow.ListTaskSchedules(apiCtx(r), (&flowv1.ListTaskSchedulesRequest{Pagination: &flowv1.Pagination{Limit: 200}}))
+	if err != nil {
+		return view{}, err
+	}
+	return view{"schedules", "Schedules", "schedules", []string{"schedules"}, res.GetTaskSchedules()}, nil
+}
+
+func (c *Console) eventRules(r *http.Request) (view, error) {
+	res, err := c.flow.ListEventRules(apiCtx(r), (&flowv1.ListEventRulesRequest{Pagination: &flowv1.Pagination{Limit: 200}}))
+	if err != nil {
+		return view{}, err
+	}
+	leaks, err := c.leaks(r.Context())
+	if err != nil {
+		return view{}, err
+	}
+	return view{"eventrules", "Event rules and leaks", "events", []string{"rules", "leaks"}, map[string]any{"Rules": res.GetRules(), "Leaks": leaks}}, nil
+}
+
+func (c *Console) sync(r *http.Request) (view, error) {
+	st, err := c.admin.GetSyncStatus(apiCtx(r), (&adminv1.GetSyncStatusRequest{}))
+	d := map[string]any{}
+	if err != nil {
+		if connect.CodeOf(err) == connect.CodePermissionDenied {
+			return view{}, err
+		}
+		d["Err"] = connectMessage(err)
+	} else {
+		d["Cycle"] = st.GetCycle()
+	}
+	drift, total, err := c.drift(r.Context(), "", 200)
+	if err != nil {
+		return view{}, err
+	}
+	d["Drift"], d["DriftTotal"] = drift, total
+	return view{"sync", "Inventory sync", "sync", []string{"sync"}, d}, nil
+}
+
+// ---- helpers for templates ----
+
+func connectMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
+
+func pretty(m proto.Message) string {
+	if m == nil {
+		return ""
+	}
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+func enumWord(s fmt.Stringer, prefix string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.String(), prefix)), "_", " ")
+}
+
+func ago(now time.Time, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := now.Sub(t)
+	future := d < 0
+	if future {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < time.Minute:
+		s = fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		s = fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		s = fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		s = fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+	if future {
+		return "in " + s
+	}
+	return s + " ago"
+}
+
+func parseTemplates() (map[string]*template.Template, error) {
+	funcs := template.FuncMap{
+		"ts": func(t *timestamppb.Timestamp) time.Time {
+			if t == nil {
+				return time.Time{}
+			}
+			return t.AsTime()
+		},
+		"ago": ago,
+		"utc": func(t time.Time) string {
+			if t.IsZero() {
+				return ""
+			}
+			return t.UTC().Format("2006-01-02 15:04:05Z")
+		},
+		"short":      shortID,
+		"taskStatus": func(s flowv1.TaskStatus) string { return enumWord(s, "TASK_STATUS_") },
+		"runStatus":  func(s flowv1.OperationRunStatus) string { return enumWord(s, "OPERATION_RUN_STATUS_") },
+		"runReason":  func(s flowv1.OperationRunStatusReason) string { return enumWord(s, "OPERATION_RUN_STATUS_REASON_") },
+		"targetStatus": func(s flowv1.OperationRunTargetStatus) string {
+			return enumWord(s, "OPERATION_RUN_TARGET_STATUS_")
+		},
+		"compType": func(s flowv1.ComponentType) string { return enumWord(s, "COMPONENT_TYPE_") },
+		"leak":     func(s flowv1.LeakStatus) string { return enumWord(s, "LEAK_STATUS_") },
+		"leakHandling": func(s flowv1.LeakHandlingStatus) string {
+			return enumWord(s, "LEAK_HANDLING_STATUS_")
+		},
+		"phase":  func(s flowv1.Phase) string { return enumWord(s, "PHASE_") },
+		"opType": func(s flowv1.OperationType) string { return enumWord(s, "OPERATION_TYPE_") },
+		"alerts": func(h *flowv1.HealthReport) int { return len(h.GetAlerts()) },
+		"pct": func(a, b int) int {
+			if b == 0 {
+				return 0
+			}
+			return a * 100 / b
+		},
+		"isOperator": func(u User) bool { return u.Operator() },
+		"stateClass": func(s string) string { return strings.TrimPrefix(s, "power-") },
+		"spec": func(s *flowv1.ScheduleSpec) string {
+			return enumWord(s.GetType(), "SCHEDULE_SPEC_TYPE_") + " " + s.GetSpec()
+		},
+		"durSecs": func(d interface{ AsDuration() time.Duration }) string {
+			return d.AsDuration().Round(time.Millisecond).String()
+		},
+	}
+	out := map[string]*template.Template{}
+	for _, name := range []string{"overview", "floor", "rack", "tasks", "task", "rollouts", "rollout", "schedules", "eventrules", "sync", "error"} {
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console template %s: %w", name, err)
+		}
+		out[name] = t
+	}
+	return out, nil
+}

@@ -1,0 +1,262 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// RackCell is one rack as the overview and the floor map see it.
+type RackCell struct {
+	ID, Name, Room, Position string
+	Row, Slot                string // parsed from Position
+	Components, On, Off      int
+	Leaks, Unhealthy         int
+	Running, Queued          int
+	Firmware                 string // the compute trays' firmware; "mixed" when they differ
+	RackAlert                bool   // the rack's own health report has alerts
+	Phase                    string // the rack's operation status (health of its components' phases)
+}
+
+// Power is the rack's power in one word: on, off, mixed or unknown.
+func (r RackCell) Power() string {
+	switch {
+	case r.Components == 0 || r.On+r.Off == 0:
+		return "unknown"
+	case r.Off == 0 && r.On == r.Components:
+		return "on"
+	case r.On == 0 && r.Off == r.Components:
+		return "off"
+	}
+	return "mixed"
+}
+
+// Health is the rack's health in one word.
+func (r RackCell) Health() string {
+	if r.Unhealthy > 0 || r.RackAlert {
+		return "alert"
+	}
+	return "ok"
+}
+
+// State is what matters most now, for the overview's counts: leak, then
+// running task, then health alert, then power.
+func (r RackCell) State() string {
+	switch {
+	case r.Leaks > 0:
+		return "leak"
+	case r.Running > 0:
+		return "busy"
+	case r.Queued > 0:
+		return "queued"
+	case r.Health() == "alert":
+		return "alert"
+	}
+	return "power-" + r.Power()
+}
+
+const racksQuery = `
+WITH comp AS (
+  SELECT c.rack_id,
+    count(*) AS n,
+    count(*) FILTER (WHERE c.power_state = 'on') AS on_n,
+    count(*) FILTER (WHERE c.power_state = 'off') AS off_n,
+    count(*) FILTER (WHERE cl.status = 'detected') AS leaks,
+    count(*) FILTER (WHERE c.health IS NOT NULL AND json_typeof(c.health->'alerts') = 'array' AND json_array_length(c.health->'alerts') > 0) AS unhealthy,
+    min(c.firmware_version) FILTER (WHERE c.type = 'Compute') AS fw_min,
+    max(c.firmware_version) FILTER (WHERE c.type = 'Compute') AS fw_max
+  FROM component c LEFT JOIN component_leak cl ON cl.component_id = c.id
+  WHERE c.deleted_at IS NULL AND c.rack_id IS NOT NULL
+  GROUP BY c.rack_id
+), act AS (
+  SELECT rack_id, count(*) FILTER (WHERE status = 'running') AS running,
+         count(*) FILTER (WHERE status IN ('pending', 'waiting')) AS queued
+  FROM task WHERE status IN ('waiting', 'pending', 'running') GROUP BY rack_id
+)
+SELECT r.id::text, r.name, r.location_room, r.location_position,
+  coalesce(comp.n, 0), coalesce(comp.on_n, 0), coalesce(comp.off_n, 0), coalesce(comp.leaks, 0), coalesce(comp.unhealthy, 0),
+  coalesce(act.running, 0), coalesce(act.queued, 0),
+  CASE WHEN comp.fw_min IS DISTINCT FROM comp.fw_max THEN 'mixed' ELSE coalesce(comp.fw_min, '') END,
+  r.health IS NOT NULL AND json_typeof(r.health->'alerts') = 'array' AND json_array_length(r.health->'alerts') > 0
+FROM rack r LEFT JOIN comp ON comp.rack_id = r.id LEFT JOIN act ON act.rack_id = r.id
+WHERE r.deleted_at IS NULL`
+
+// racksTopics are the changes that change a rack's cell.
+var racksTopics = []string{"racks", "leaks", "tasks", "sync"}
+
+// racksCache holds the last read of every rack's cell while the change
+// feed is live: the overview and floor-map pages open at once (and all of
+// them fetching again after a change) share one read until the next
+// change. Reads are serialized, so a burst of fetches makes one query.
+type racksCache struct {
+	mu    sync.Mutex
+	gen   uint64
+	at    time.Time
+	racks []RackCell
+}
+
+// racks returns every live rack's cell, in floor order; callers must not
+// change the slice.
+func (c *Console) racks(ctx context.Context) ([]RackCell, error) {
+	gen, live := c.feed.Generation(racksTopics...)
+	c.rc.mu.Lock()
+	defer c.rc.mu.Unlock()
+	if live && c.rc.racks != nil && c.rc.gen == gen && time.Since(c.rc.at) < 30*time.Second {
+		return c.rc.racks, nil
+	}
+	out, err := c.readRacks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.rc.gen, c.rc.at, c.rc.racks = gen, time.Now(), out
+	return out, nil
+}
+
+// readRacks reads every live rack's cell, in floor order.
+func (c *Console) readRacks(ctx context.Context) ([]RackCell, error) {
+	rows, err := c.pool.Query(ctx, racksQuery)
+	if err != nil {
+		return nil, fmt.Errorf("read racks: %w", err)
+	}
+	defer rows.Close()
+	var out []RackCell
+	for rows.Next() {
+		var r RackCell
+		var n, on, off, leaks, unh, run, q int64
+		if err := rows.Scan(&r.ID, &r.Name, &r.Room, &r.Position, &n, &on, &off, &leaks, &unh, &run, &q, &r.Firmware, &r.RackAlert); err != nil {
+			return nil, fmt.Errorf("read racks: %w", err)
+		}
+		r.Components, r.On, r.Off, r.Leaks, r.Unhealthy, r.Running, r.Queued = int(n), int(on), int(off), int(leaks), int(unh), int(run), int(q)
+		r.Row, r.Slot = parsePosition(r.Position)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read racks: %w", err)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Room != b.Room {
+			return natLess(a.Room, b.Room)
+		}
+		if a.Row != b.Row {
+			return natLess(a.Row, b.Row)
+		}
+		if a.Slot != b.Slot {
+			return natLess(a.Slot, b.Slot)
+		}
+		return natLess(a.Name, b.Name)
+	})
+	return out, nil
+}
+
+var (
+	rowPos  = regexp.MustCompile(`(?i)^\s*(?:row)?[-_ ]?([a-z]*\d+|[a-z]+)\s*[-_/ ,.]+\s*(?:pos(?:ition)?|slot|rack|p)?[-_ ]?(\d+)\s*$`)
+	numTail = regexp.MustCompile(`\d+$`)
+)
+
+// parsePosition splits a rack position into its row and place in the row:
+// "row-02-pos-03", "R2-3", "B/12" and the like; a position it cannot split
+// is all place, in an unnamed row.
+func parsePosition(p string) (row, slot string) {
+	if m := rowPos.FindStringSubmatch(p); m != nil {
+		return m[1], m[2]
+	}
+	return "", p
+}
+
+// natLess orders strings with their trailing numbers compared as numbers
+// (row-9 before row-10).
+func natLess(a, b string) bool {
+	ta, tb := numTail.FindString(a), numTail.FindString(b)
+	pa, pb := a[:len(a)-len(ta)], b[:len(b)-len(tb)]
+	if pa == pb && ta != "" && tb != "" {
+		na, _ := strconv.Atoi(ta)
+		nb, _ := strconv.Atoi(tb)
+		if na != nb {
+			return na < nb
+		}
+	}
+	return a < b
+}
+
+// Leak is one open leak: a component whose coolant-leak alert is raised.
+type Leak struct {
+	Component, Type, RackID, RackName, Room, Position string
+	Since                                             time.Time
+	Handling                                          string
+}
+
+const leaksQuery = `
+SELECT c.name, c.type, coalesce(r.id::text, ''), coalesce(r.name, ''), coalesce(r.location_room, ''), coalesce(r.location_position, ''),
+  coalesce(lo.started_at, cl.updated_at)
+FROM component_leak cl
+JOIN component c ON c.id = cl.component_id
+LEFT JOIN rack r ON r.id = c.rack_id
+LEFT JOIN leak_occurrence lo ON lo.external_id = c.external_id AND lo.component_kind = lower(c.type)
+WHERE cl.status = 'detected' AND c.deleted_at IS NULL
+ORDER BY 7 DESC, 1`
+
+// leaks reads the open leaks, newest first.
+func (c *Console) leaks(ctx context.Context) ([]Leak, error) {
+	rows, err := c.pool.Query(ctx, leaksQuery)
+	if err != nil {
+		return nil, fmt.Errorf("read leaks: %w", err)
+	}
+	defer rows.Close()
+	var out []Leak
+	for rows.Next() {
+		var l Leak
+		if err := rows.Scan(&l.Component, &l.Type, &l.RackID, &l.RackName, &l.Room, &l.Position, &l.Since); err != nil {
+			return nil, fmt.Errorf("read leaks: %w", err)
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// Drift is one difference the last inventory sync found.
+type Drift struct {
+	Type, Kind, Name, Serial, Diffs string
+	CheckedAt                       time.Time
+}
+
+// drift reads the drift of rack's components (rackID "" for the whole
+// site, at most limit rows) and the site's drift count.
+func (c *Console) drift(ctx context.Context, rackID string, limit int) ([]Drift, int, error) {
+	var total int
+	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM component_drift`).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("read drift: %w", err)
+	}
+	q := `SELECT d.component_type, d.drift_type, d.name, d.serial_number, d.diffs::text, d.checked_at
+	      FROM component_drift d LEFT JOIN component c ON c.id = d.component_id
+	      WHERE ($1 = '' OR c.rack_id::text = $1 OR (c.id IS NULL AND d.rack_external_id IN (SELECT external_id FROM rack WHERE id::text = $1)))
+	      ORDER BY d.component_type, d.name LIMIT $2`
+	rows, err := c.pool.Query(ctx, q, rackID, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read drift: %w", err)
+	}
+	defer rows.Close()
+	var out []Drift
+	for rows.Next() {
+		var d Drift
+		if err := rows.Scan(&d.Type, &d.Kind, &d.Name, &d.Serial, &d.Diffs, &d.CheckedAt); err != nil {
+			return nil, 0, fmt.Errorf("read drift: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, total, rows.Err()
+}
+
+// taskCounts counts the site's running and queued tasks.
+func (c *Console) taskCounts(ctx context.Context) (running, queued int, err error) {
+	err = c.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status IN ('pending', 'waiting'))
+		FROM task WHERE status IN ('waiting', 'pending', 'running')`).Scan(&running, &queued)
+	if err != nil {
+		err = fmt.Errorf("count tasks: %w", err)
+	}
+	return running, queued, err
+}
