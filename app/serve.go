@@ -304,9 +304,12 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	return s, nil
 }
 
-// closeSideListeners closes the admin and metrics listeners (a start that
-// failed).
+// closeSideListeners closes the admin and metrics listeners and stops the
+// console's change feed (a start that failed).
 func (s *server) closeSideListeners() {
+	if s.console != nil {
+		s.console.Close()
+	}
 	if s.adminLn != nil {
 		s.adminLn.Close()
 	}

@@ -148,6 +148,7 @@ type Console struct {
 	logger *slog.Logger
 	cop    *http.CrossOriginProtection
 	rc     racksCache
+	parts  partCache
 }
 
 // New returns the console. Close stops its change feed.
@@ -186,15 +187,15 @@ func (c *Console) routes() {
 	m := http.NewServeMux()
 	static, _ := fs.Sub(staticFS, "static")
 	m.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", cacheStatic(http.FileServerFS(static))))
-	m.HandleFunc("GET /ui/{$}", c.page(c.overview))
-	m.HandleFunc("GET /ui/floor", c.page(c.floor))
+	m.HandleFunc("GET /ui/{$}", c.sharedPage(overviewTopics, c.overview))
+	m.HandleFunc("GET /ui/floor", c.sharedPage(floorTopics, c.floor))
 	m.HandleFunc("GET /ui/racks/{id}", c.page(c.rack))
-	m.HandleFunc("GET /ui/tasks", c.page(c.tasks))
+	m.HandleFunc("GET /ui/tasks", c.sharedPage(tasksTopics, c.tasks))
 	m.HandleFunc("GET /ui/tasks/{id}", c.page(c.task))
-	m.HandleFunc("GET /ui/rollouts", c.page(c.rollouts))
+	m.HandleFunc("GET /ui/rollouts", c.sharedPage(rolloutsTopics, c.rollouts))
 	m.HandleFunc("GET /ui/rollouts/{id}", c.page(c.rollout))
 	m.HandleFunc("GET /ui/schedules", c.page(c.schedules))
-	m.HandleFunc("GET /ui/events-rules", c.page(c.eventRules))
+	m.HandleFunc("GET /ui/events-rules", c.sharedPage(eventRulesTopics, c.eventRules))
 	m.HandleFunc("GET /ui/sync", c.page(c.sync))
 	m.HandleFunc("GET /ui/live", c.live)
 	m.HandleFunc("POST /ui/racks/{id}/power/{op}", c.action(c.rackPower))

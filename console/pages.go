@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -45,35 +46,117 @@ type pageData struct {
 // page serves fn's view: the whole page, or only its main part when the
 // console's script asks for it (X-Console-Partial) to refresh a live view.
 func (c *Console) page(fn func(*http.Request) (view, error)) http.HandlerFunc {
+	return c.pageOf(fn, nil)
+}
+
+// sharedPage is page for a view whose main part is the same for every
+// user (no controls, no form token): while the change feed is live, its
+// main part is rendered once per change of topics and the same bytes go
+// to every open page that fetches it again, so many open pages cost one
+// render, not one each.
+func (c *Console) sharedPage(topics []string, fn func(*http.Request) (view, error)) http.HandlerFunc {
+	return c.pageOf(fn, topics)
+}
+
+func (c *Console) pageOf(fn func(*http.Request) (view, error), shared []string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		u := userFrom(r.Context())
+		partial := r.Header.Get("X-Console-Partial") == "1"
+		var key string
+		var gen uint64
+		var live bool
+		if partial && shared != nil {
+			key = r.URL.RequestURI()
+			gen, live = c.feed.Generation(shared...)
+			if b, ok := c.parts.get(key, gen, live); ok {
+				writeHTML(w, http.StatusOK, b)
+				return
+			}
+		}
 		v, err := fn(r)
 		if err != nil {
 			c.fail(w, r, u, statusOf(err), err)
 			return
 		}
-		d := pageData{Title: v.title, Nav: v.nav, User: u, CSRF: csrfToken(w, r), Topics: joinTopics(v.topics), Open: c.opts.Open,
+		d := pageData{Title: v.title, Nav: v.nav, User: u, Topics: joinTopics(v.topics), Open: c.opts.Open,
 			Notice: r.URL.Query().Get("notice"), Data: v.data, Now: time.Now()}
-		c.render(w, r, http.StatusOK, v.name, d)
+		if shared == nil {
+			d.CSRF = csrfToken(w, r)
+		}
+		b, ok := c.execute(w, v.name, partial, d)
+		if !ok {
+			return
+		}
+		if key != "" && live {
+			c.parts.put(key, gen, b)
+		}
+		writeHTML(w, http.StatusOK, b)
 	}
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, d pageData) {
-	t := c.tmpl[name]
+	if b, ok := c.execute(w, name, r.Header.Get("X-Console-Partial") == "1", d); ok {
+		writeHTML(w, status, b)
+	}
+}
+
+// execute renders template name: the whole page, or its main part.
+func (c *Console) execute(w http.ResponseWriter, name string, partial bool, d pageData) ([]byte, bool) {
 	what := "layout"
-	if r.Header.Get("X-Console-Partial") == "1" {
+	if partial {
 		what = "main"
 	}
 	var buf bytes.Buffer
-	if err := t.ExecuteTemplate(&buf, what, d); err != nil {
+	if err := c.tmpl[name].ExecuteTemplate(&buf, what, d); err != nil {
 		c.logger.Error("console template", "template", name, "error", err.Error())
 		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
+		return nil, false
 	}
+	return buf.Bytes(), true
+}
+
+func writeHTML(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(b)
+}
+
+// partCache holds shared pages' rendered main parts, each valid while its
+// topics' generation stands (and at most partTTL: "3m ago" must move on).
+type partCache struct {
+	mu      sync.Mutex
+	entries map[string]partEntry
+}
+
+type partEntry struct {
+	gen uint64
+	at  time.Time
+	b   []byte
+}
+
+const partTTL = 5 * time.Second
+
+func (p *partCache) get(key string, gen uint64, live bool) ([]byte, bool) {
+	if !live {
+		return nil, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.entries[key]
+	if !ok || e.gen != gen || time.Since(e.at) > partTTL {
+		return nil, false
+	}
+	return e.b, true
+}
+
+func (p *partCache) put(key string, gen uint64, b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.entries == nil || len(p.entries) > 256 {
+		p.entries = map[string]partEntry{}
+	}
+	p.entries[key] = partEntry{gen: gen, at: time.Now(), b: b}
 }
 
 // fail answers with an error page.
@@ -92,6 +175,16 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, u User, status in
 	c.render(w, r, status, "error", pageData{Title: http.StatusText(status), User: u, Open: c.opts.Open,
 		Data: map[string]any{"Status": status, "Message": msg}, Now: time.Now()})
 }
+
+// The topics of the shared pages (their main parts are the same for
+// every user).
+var (
+	overviewTopics   = []string{"tasks", "racks", "leaks", "runs", "sync"}
+	floorTopics      = []string{"racks", "leaks", "tasks", "sync"}
+	tasksTopics      = []string{"tasks"}
+	rolloutsTopics   = []string{"runs"}
+	eventRulesTopics = []string{"rules", "leaks"}
+)
 
 // ---- Overview ----
 
@@ -161,7 +254,7 @@ func (c *Console) overview(r *http.Request) (view, error) {
 	if _, d.DriftCount, err = c.drift(ctx, "", 0); err != nil {
 		return view{}, err
 	}
-	return view{"overview", "Site overview", "overview", []string{"tasks", "racks", "leaks", "runs", "sync"}, d}, nil
+	return view{"overview", "Site overview", "overview", overviewTopics, d}, nil
 }
 
 func (c *Console) activeRuns(r *http.Request) ([]*flowv1.OperationRunSummary, error) {
@@ -250,7 +343,7 @@ func (c *Console) floor(r *http.Request) (view, error) {
 		row := &rm.Rows[len(rm.Rows)-1]
 		row.Cells = append(row.Cells, cell)
 	}
-	return view{"floor", "Floor map", "floor", []string{"racks", "leaks", "tasks", "sync"}, d}, nil
+	return view{"floor", "Floor map", "floor", floorTopics, d}, nil
 }
 
 var legends = map[string][]legendItem{
@@ -357,7 +450,7 @@ func (c *Console) tasks(r *http.Request) (view, error) {
 	if err != nil {
 		return view{}, err
 	}
-	return view{"tasks", "Tasks", "tasks", []string{"tasks"}, map[string]any{"Tasks": res.GetTasks(), "Active": active, "RackNames": names}}, nil
+	return view{"tasks", "Tasks", "tasks", tasksTopics, map[string]any{"Tasks": res.GetTasks(), "Active": active, "RackNames": names}}, nil
 }
 
 func (c *Console) rackNames(ctx context.Context) (map[string]string, error) {
@@ -492,7 +585,7 @@ func (c *Console) rollouts(r *http.Request) (view, error) {
 	if err != nil {
 		return view{}, err
 	}
-	return view{"rollouts", "Rollouts", "rollouts", []string{"runs"}, res.GetOperationRuns()}, nil
+	return view{"rollouts", "Rollouts", "rollouts", rolloutsTopics, res.GetOperationRuns()}, nil
 }
 
 type rolloutData struct {
@@ -574,7 +667,7 @@ func (c *Console) eventRules(r *http.Request) (view, error) {
 	if err != nil {
 		return view{}, err
 	}
-	return view{"eventrules", "Event rules and leaks", "events", []string{"rules", "leaks"}, map[string]any{"Rules": res.GetRules(), "Leaks": leaks}}, nil
+	return view{"eventrules", "Event rules and leaks", "events", eventRulesTopics, map[string]any{"Rules": res.GetRules(), "Leaks": leaks}}, nil
 }
 
 func (c *Console) sync(r *http.Request) (view, error) {

@@ -17,11 +17,11 @@
       .then(function (html) {
         if (html === null) { return; }
         var main = document.getElementById("main");
-        var focusedId = document.activeElement && document.activeElement.id;
+        var focused = focusKey(document.activeElement);
         main.innerHTML = html;
         wire(main);
-        if (focusedId) {
-          var el = document.getElementById(focusedId);
+        if (focused) {
+          var el = main.querySelector(focused);
           if (el) { el.focus({ preventScroll: true }); }
         }
         document.body.setAttribute("data-refreshed", String(Date.now()));
@@ -31,6 +31,17 @@
         busy = false;
         if (again) { again = false; refresh(); }
       });
+  }
+
+  // focusKey names the focused control so that it can be found again in
+  // the fresh content: by id, by rack, or as its form's button.
+  function focusKey(el) {
+    if (!el || el === document.body) { return null; }
+    if (el.id) { return "#" + CSS.escape(el.id); }
+    if (el.dataset && el.dataset.rack) { return 'a.rack[data-rack="' + CSS.escape(el.dataset.rack) + '"]'; }
+    if (el.form && el.form.getAttribute("action")) { return 'form[action="' + CSS.escape(el.form.getAttribute("action")) + '"] button'; }
+    if (el.getAttribute && el.getAttribute("href")) { return 'a[href="' + CSS.escape(el.getAttribute("href")) + '"]'; }
+    return null;
   }
 
   function wire(root) {
