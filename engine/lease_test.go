@@ -128,6 +128,13 @@ func TestKillOneOfTwoEngines(t *testing.T) {
 					require.LessOrEqual(t, len(mine), 2, "step %d: %+v", s.ID, mine)
 					if len(mine) == 2 {
 						resent++
+						// The sweep that rescheduled it recorded the
+						// call's outcome as unknown.
+						require.Len(t, s.UnknownOutcomes, 1, "step %d was called again: its first call's outcome is recorded as unknown", s.ID)
+						require.Contains(t, s.UnknownOutcomes[0].Why, "lease expired")
+						require.Equal(t, []string{"t1", "t2", "t3", "t4"}, s.UnknownOutcomes[0].Targets)
+					} else {
+						require.Empty(t, s.UnknownOutcomes, "step %d ran once", s.ID)
 					}
 					if mine[caught].EndedAt != nil {
 						continue // it finished before the kill; its checkpoint may or may not have committed
