@@ -8,7 +8,7 @@ BIN     ?= bin/flow
 BUILDFLAGS ?= -buildvcs=true
 TESTFLAGS  ?= -count=1 -timeout 15m
 
-.PHONY: run build test soak fuzz generate verify bench clean
+.PHONY: run build test soak fuzz generate verify bench clean image image-test
 
 run: build ## Flow on the embedded default: private PostgreSQL in .flow/dev, simulators, dev mode
 	./$(BIN) dev $(ARGS)
@@ -63,6 +63,47 @@ verify: ## generated code is current, go vet, gofmt
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# make image: Flow's container image (Containerfile, docs/deploy.md) with
+# podman, from the empty base, so no registry is needed: the static binary
+# built here (CGO_ENABLED=0) and the system CA roots, nothing else; labels
+# carry the version and commit, which are also linked into the binary (Go
+# stamps them itself only from a clone whose .git is a folder). It then
+# runs `flow version` in the image and checks there is no shell and that
+# the image, compressed as a registry stores it and a node pulls it, is
+# under IMAGE_MAX_MB. Podman runs with runc, cgroupfs and
+# deploy/podman/containers.conf (no default ulimits): this machine kind
+# lacks CAP_SYS_RESOURCE, and crun fails.
+VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+REVISION     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+COMMIT_TIME  ?= $(shell TZ=UTC git show -s --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ HEAD 2>/dev/null)
+DIRTY        ?= $(shell test -z "$$(git status --porcelain 2>/dev/null)" || echo +dirty)
+IMAGE        ?= localhost/flow:$(VERSION)
+IMAGE_MAX_MB ?= 40
+PODMAN       ?= CONTAINERS_CONF=$(CURDIR)/deploy/podman/containers.conf podman --runtime runc --cgroup-manager cgroupfs
+IMAGE_LDFLAGS = -s -w -X github.com/nicoflow/flow/app.linkVersion=$(VERSION) \
+	-X github.com/nicoflow/flow/app.linkRevision=$(REVISION)$(DIRTY) -X github.com/nicoflow/flow/app.linkTime=$(COMMIT_TIME)
+image: ## the container image $(IMAGE), with podman; runs flow version in it
+	rm -rf bin/image && mkdir -p bin/image/context
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -trimpath -ldflags='$(IMAGE_LDFLAGS)' -o bin/image/context/flow ./cmd/flow
+	cp /etc/ssl/certs/ca-certificates.crt bin/image/context/
+	$(PODMAN) build --quiet -f Containerfile -t $(IMAGE) \
+		--build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+		--build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) bin/image/context
+	$(PODMAN) run --rm $(IMAGE) version
+	@if $(PODMAN) run --rm --entrypoint /bin/sh $(IMAGE) -c true >/dev/null 2>&1; then echo "image: $(IMAGE) has a shell"; exit 1; fi
+	$(PODMAN) save --quiet --compress --format docker-dir -o bin/image/saved $(IMAGE)
+	@size=$$($(PODMAN) image inspect --format '{{.Size}}' $(IMAGE)); packed=$$(du -sb bin/image/saved | cut -f1); \
+		echo "image: $(IMAGE): $$packed bytes compressed (pulled), $$size bytes unpacked, no shell"; \
+		test $$packed -lt $$(($(IMAGE_MAX_MB) * 1000 * 1000)) || (echo "image: over $(IMAGE_MAX_MB) MB compressed"; exit 1)
+
+# make image-test: builds the image, then runs it as the Helm chart does
+# (deploy/helm/image_test.go): migrations from two containers at once, then
+# flow serve against a PostgreSQL that takes only TLS with a client
+# certificate, the certificates mounted where the chart mounts them; waits
+# for /readyz, makes an mTLS call, stops it with SIGTERM (exit 0).
+image-test: image ## run the image as the chart does: readiness, an mTLS call, SIGTERM
+	FLOW_IMAGE=$(IMAGE) $(GO) test -count=1 -timeout 15m -tags imagetest -run 'TestImage' -v ./deploy/helm/
 
 clean:
 	rm -rf bin

@@ -18,8 +18,32 @@ type Build struct {
 	GoVersion string // Go toolchain that built the binary
 }
 
+// Build information set at link time (-X) by `make image`, for builds
+// that Go cannot stamp from the VCS itself (a git worktree, whose .git is a
+// file; a source tarball). Used only where debug.ReadBuildInfo has none.
+var (
+	linkVersion  string // the image's version label (git describe)
+	linkRevision string // the commit
+	linkTime     string // the commit time, RFC 3339
+)
+
 // ReadBuild returns the binary's build information.
 func ReadBuild() Build {
+	b := readBuildInfo()
+	if b.Version == "devel" && linkVersion != "" {
+		b.Version = linkVersion
+	}
+	if b.Revision == "" {
+		b.Revision = linkRevision
+	}
+	if b.Time == "" {
+		b.Time = linkTime
+	}
+	return b
+}
+
+// readBuildInfo returns what debug.ReadBuildInfo knows of the build.
+func readBuildInfo() Build {
 	b := Build{Version: "devel", GoVersion: runtime.Version()}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {

@@ -19,6 +19,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"syscall"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -256,10 +257,10 @@ func LoadKeyring(currentPath string, retiredPaths []string) (*Keyring, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read data encryption key %s: %w", path, err)
 		}
-		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if perm := fi.Mode().Perm(); !keyFileModeOK(fi) {
 			// As ssh refuses a private key others can read: whoever reads
 			// it can open every stored firmware credential.
-			return nil, fmt.Errorf("%w: %s has mode %04o; chmod 600 it (Kubernetes: defaultMode: 0400 on the secret volume)", ErrKeyFileMode, path, perm)
+			return nil, fmt.Errorf("%w: %s has mode %04o; chmod 600 it (Kubernetes: defaultMode: 0400 on the secret volume, with the pod's fsGroup)", ErrKeyFileMode, path, perm)
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -370,3 +371,38 @@ func (kr *Keyring) Open(e *Envelope) (AuthData, error) {
 
 // MarshalEnvelope returns the envelope's JSON form, as stored.
 func MarshalEnvelope(e *Envelope) (json.RawMessage, error) { return json.Marshal(e) }
+
+// keyFileModeOK reports whether a key file's mode keeps it to this process:
+// no access for others, and none for the group, but for one shape, the one
+// Kubernetes gives a Secret a non-root pod reads: owned by root, read-only
+// for a group other than root's that this process is in (the pod's
+// fsGroup, which the kubelet adds as g+r), mode 0440 or 0640.
+func keyFileModeOK(fi os.FileInfo) bool {
+	perm := fi.Mode().Perm()
+	if perm&0o077 == 0 {
+		return true
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false
+	}
+	groups, err := os.Getgroups()
+	if err != nil {
+		return false
+	}
+	return groupReadOK(perm, st.Uid, st.Gid, append(groups, os.Getegid()))
+}
+
+// groupReadOK is keyFileModeOK's rule for a file of mode perm owned by
+// uid:gid, for a process in groups.
+func groupReadOK(perm os.FileMode, uid, gid uint32, groups []int) bool {
+	if perm&0o037 != 0 || perm&0o040 == 0 || uid != 0 || gid == 0 {
+		return false
+	}
+	for _, g := range groups {
+		if g >= 0 && uint32(g) == gid {
+			return true
+		}
+	}
+	return false
+}

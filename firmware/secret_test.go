@@ -247,3 +247,30 @@ func TestAuthDataNeverPrints(t *testing.T) {
 	require.NotContains(t, buf.String(), "hunter2")
 	require.NotContains(t, fmt.Sprintf("%v %+v %#v %s", d, d, d, d), "hunter2")
 }
+
+// TestGroupReadOK: a key file its group may read is accepted only in the
+// shape Kubernetes gives a non-root pod's Secret (root-owned, g+r only,
+// the group one of the process's), so that a pod with an fsGroup can run.
+func TestGroupReadOK(t *testing.T) {
+	t.Parallel()
+	mine := []int{0, 65532}
+	for _, tc := range []struct {
+		name     string
+		perm     os.FileMode
+		uid, gid uint32
+		want     bool
+	}{
+		{"KubernetesSecretWithFSGroup", 0o440, 0, 65532, true},
+		{"OwnerReadWriteGroupRead", 0o640, 0, 65532, true},
+		{"GroupNotMine", 0o440, 0, 1000, false},
+		{"NotRootOwned", 0o440, 1000, 65532, false},
+		{"GroupWritable", 0o460, 0, 65532, false},
+		{"OthersRead", 0o444, 0, 65532, false},
+		{"GroupExecutable", 0o450, 0, 65532, false},
+		{"RootGroup", 0o440, 0, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, groupReadOK(tc.perm, tc.uid, tc.gid, mine))
+		})
+	}
+}

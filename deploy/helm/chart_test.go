@@ -347,13 +347,12 @@ func checkNetworkPolicy(t *testing.T, m manifests) {
 // podFS writes the files the pod would see into root: each mounted
 // volume's files, from the Secrets and ConfigMaps the chart rendered or,
 // for those it references, from what the operator provides (the SPIFFE
-// certificate cert-manager issues, the database credentials). It returns
-// the container's environment, with secretKeyRef values resolved and the
-// paths among them under root.
-func podFS(t *testing.T, m manifests, c corev1.Container, root string) map[string]string {
+// certificate cert-manager issues, from spiffe's ca.crt, tls.crt and
+// tls.key; the database credentials, user flow and password dbPassword).
+// It returns the container's environment, with secretKeyRef values
+// resolved and the paths among them under root.
+func podFS(t *testing.T, m manifests, c corev1.Container, root, spiffe string) map[string]string {
 	t.Helper()
-	spiffe := t.TempDir()
-	require.NoError(t, edge.WriteDevCerts(spiffe, nil))
 	external := map[string]map[string][]byte{} // Secrets the chart references and does not render
 	readDir := func(dir string, names ...string) map[string][]byte {
 		out := map[string][]byte{}
@@ -364,7 +363,7 @@ func podFS(t *testing.T, m manifests, c corev1.Container, root string) map[strin
 		}
 		return out
 	}
-	credentials := map[string][]byte{"username": []byte("flow"), "password": []byte("s3cret")}
+	credentials := map[string][]byte{"username": []byte("flow"), "password": []byte(dbPassword)}
 	secretData := func(name string) map[string][]byte {
 		if s, ok := m.secrets[name]; ok {
 			return s.Data
@@ -388,17 +387,33 @@ func podFS(t *testing.T, m manifests, c corev1.Container, root string) map[strin
 	for _, v := range m.deployment.Spec.Template.Spec.Volumes {
 		vols[v.Name] = v
 	}
-	write := func(dir string, data map[string][]byte, items []corev1.KeyToPath) {
+	// Files as the kubelet writes them: the volume's defaultMode (0644
+	// unset), with the pod's fsGroup owning them and g+r added; owned by
+	// root (when the test runs as root).
+	fsGroup := m.deployment.Spec.Template.Spec.SecurityContext.FSGroup
+	write := func(dir string, data map[string][]byte, items []corev1.KeyToPath, defaultMode *int32) {
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 		if items == nil {
 			for k := range data {
 				items = append(items, corev1.KeyToPath{Key: k, Path: k})
 			}
 		}
+		mode := os.FileMode(0o644)
+		if defaultMode != nil {
+			mode = os.FileMode(*defaultMode)
+		}
+		if fsGroup != nil {
+			mode |= 0o440
+		}
 		for _, it := range items {
 			b, ok := data[it.Key]
 			require.True(t, ok, "item %s is not in the volume's source", it.Key)
-			require.NoError(t, os.WriteFile(filepath.Join(dir, it.Path), b, 0o644))
+			p := filepath.Join(dir, it.Path)
+			require.NoError(t, os.WriteFile(p, b, mode))
+			require.NoError(t, os.Chmod(p, mode))
+			if fsGroup != nil && os.Geteuid() == 0 {
+				require.NoError(t, os.Chown(p, 0, int(*fsGroup)))
+			}
 		}
 	}
 	for _, vm := range c.VolumeMounts {
@@ -406,7 +421,7 @@ func podFS(t *testing.T, m manifests, c corev1.Container, root string) map[strin
 		dir := filepath.Join(root, vm.MountPath)
 		switch {
 		case v.Secret != nil:
-			write(dir, secretData(v.Secret.SecretName), v.Secret.Items)
+			write(dir, secretData(v.Secret.SecretName), v.Secret.Items, v.Secret.DefaultMode)
 		case v.ConfigMap != nil:
 			cm, ok := m.configMaps[v.ConfigMap.Name]
 			require.True(t, ok, "ConfigMap %s is rendered", v.ConfigMap.Name)
@@ -414,7 +429,7 @@ func podFS(t *testing.T, m manifests, c corev1.Container, root string) map[strin
 			for k, s := range cm.Data {
 				data[k] = []byte(s)
 			}
-			write(dir, data, v.ConfigMap.Items)
+			write(dir, data, v.ConfigMap.Items, v.ConfigMap.DefaultMode)
 		case v.EmptyDir != nil:
 			require.NoError(t, os.MkdirAll(dir, 0o755))
 		default:
@@ -440,6 +455,19 @@ func podFS(t *testing.T, m manifests, c corev1.Container, root string) map[strin
 	return out
 }
 
+// dbPassword is the database password in the credentials Secret podFS
+// provides.
+const dbPassword = "chart-s3cret"
+
+// devCerts writes a throwaway CA, server pair (valid for 127.0.0.1 and
+// localhost) and client pairs (edge.WriteDevCerts) and returns the folder.
+func devCerts(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "certs")
+	require.NoError(t, edge.WriteDevCerts(dir, nil))
+	return dir
+}
+
 // checkStartsFlow loads Flow's configuration (app.LoadConfig, what
 // flow serve and flow db migrate do first) from the container's
 // environment, over the files its mounts hold: every path the chart gives
@@ -449,7 +477,7 @@ func checkStartsFlow(t *testing.T, m manifests) (app.Config, string) {
 	t.Helper()
 	flow := m.container(t, "flow")
 	root := t.TempDir()
-	vars := podFS(t, m, flow, root)
+	vars := podFS(t, m, flow, root, devCerts(t))
 	vars["FLOW_CONFIG_FILE"] = filepath.Join(root, app.DefaultFlowConfigFile) // Flow's default path, under root
 	// Flow's certificates: the SPIFFE mount, its default when neither
 	// CERTDIR nor FLOW_TLS_* is set.
@@ -729,7 +757,7 @@ func TestChartStartsFlowAsUpstreams(t *testing.T) {
 	// Flow reads both environments into the same configuration.
 	cfg, ourRoot := checkStartsFlow(t, m)
 	root := t.TempDir()
-	upstreamVars := podFS(t, m, flow, root)
+	upstreamVars := podFS(t, m, flow, root, devCerts(t))
 	for _, e := range want {
 		if e.ValueFrom == nil {
 			upstreamVars[e.Name] = e.Value
