@@ -49,9 +49,10 @@ fuzz: ## each fuzz target for its execution count (about 30 s each), or FUZZTIME
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $$budget -fuzzminimizetime $(FUZZMINIMIZETIME) -parallel $(FUZZPARALLEL) $$pkg || exit 1; \
 	done
 
-generate: ## buf and sqlc, with the versions pinned in go.mod's tool block
+generate: ## buf and sqlc, with the versions pinned in go.mod's tool block; the chart's copies of the alerts and dashboard
 	$(GO) tool buf generate
 	@if [ -f sqlc.yaml ]; then $(GO) tool sqlc generate; fi
+	cp deploy/prometheus/alerts.yaml deploy/grafana/flow.json deploy/helm/flow/files/
 
 verify: ## generated code is current, go vet, gofmt
 	$(GO) tool buf generate

@@ -536,7 +536,7 @@ func TestChartGeneratesDataKey(t *testing.T) {
 // the alert rules and the dashboard are copies; they must stay the same
 // as the sources (deploy/prometheus, deploy/grafana) the telemetry tests
 // check. Fix a failure with
-// cp deploy/prometheus/alerts.yaml deploy/grafana/flow.json deploy/helm/flow/files/
+// make generate (which copies them).
 func TestChartFilesMatchSources(t *testing.T) {
 	t.Parallel()
 	for copy, src := range map[string]string{
