@@ -49,6 +49,7 @@ type Metrics struct {
 	RPCDuration *prometheus.HistogramVec // method
 
 	jobMetrics
+	autoMetrics
 
 	names []string
 }
@@ -90,6 +91,7 @@ func NewMetrics() *Metrics {
 	m.RPCs = counter("flow_rpc_requests_total", "RPCs served on the API port, by procedure and gRPC code.", "method", "code")
 	m.RPCDuration = histogram("flow_rpc_duration_seconds", "Duration of RPCs served, by procedure.", callBuckets, "method")
 	m.addJobMetrics()
+	m.addAutoMetrics()
 	return m
 }
 
