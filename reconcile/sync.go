@@ -117,7 +117,7 @@ type SyncConfig struct {
 	// Observe, when set, hears of every cycle Run ends (metrics): err is
 	// Run's error.
 	Observe func(run SyncRun, err error)
-	Keep int
+	Keep    int
 }
 
 // Syncer runs the inventory sync with NICo Core (docs/inventory-sync.md).
