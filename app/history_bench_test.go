@@ -140,7 +140,7 @@ func BenchmarkYearOfHistory(b *testing.B) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-func mib(n int64) float64       { return float64(n) / (1 << 20) }
+func mib(n int64) float64        { return float64(n) / (1 << 20) }
 
 // waitTaskDone polls task id until it has ended.
 func waitTaskDone(tb testing.TB, e *e2e, id *flowv1.UUID) {
