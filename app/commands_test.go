@@ -100,7 +100,7 @@ func TestDBStatusSampleInOperationsDoc(t *testing.T) {
 	b := &cliBundle{env: map[string]string{"DATABASE_URL": dbtest.NewDB(t)}}
 	out := b.mustFlow(t, "db", "status")
 	lines := strings.Split(out, "\n")
-	require.Len(t, lines, 4, out)
+	require.Len(t, lines, 6, out)
 	require.True(t, strings.HasPrefix(lines[0], "database  postgres://"), out)
 	require.Contains(t, string(doc), "   database  postgres://flow:xxxxx@db:5432/flow?sslmode=prefer\n")
 	for _, line := range lines[1:] {

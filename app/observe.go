@@ -16,6 +16,8 @@ import (
 
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/rollout"
+	"github.com/nicoflow/flow/reconcile"
 	"github.com/nicoflow/flow/telemetry"
 )
 
@@ -244,4 +246,62 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.scrapeErr, prometheus.GaugeValue, taskErr, "tasks")
 	ch <- prometheus.MustNewConstMetric(c.scrapeErr, prometheus.GaugeValue, queueErr, "queues")
+}
+
+// syncObserver records inventory-sync cycles in m.
+func syncObserver(m *telemetry.Metrics) func(reconcile.SyncRun, error) {
+	if m == nil {
+		return nil
+	}
+	return func(run reconcile.SyncRun, err error) {
+		parts := make([]telemetry.SyncPartResult, 0, len(run.Parts))
+		for _, p := range run.Parts {
+			parts = append(parts, telemetry.SyncPartResult{Name: p.Name, OK: p.OK, Changed: p.Changed, Drifts: p.Drifts})
+		}
+		m.SyncEnded(run.Trigger, run.Duration, parts, err, run.StartedAt.Add(run.Duration))
+	}
+}
+
+// runCollector reads, at each scrape, the operation runs by status, the
+// targets of unfinished runs by status, and each unfinished run's phase.
+type runCollector struct {
+	runs                       *rollout.Service
+	runsNow, targetsNow, phase *prometheus.Desc
+	scrapeErr                  *prometheus.Desc
+}
+
+func newRunCollector(runs *rollout.Service) *runCollector {
+	return &runCollector{
+		runs:       runs,
+		runsNow:    prometheus.NewDesc("flow_operation_runs", "Operation runs kept, by status.", []string{"status"}, nil),
+		targetsNow: prometheus.NewDesc("flow_operation_run_targets", "Targets of unfinished operation runs (pending, running, paused), by status.", []string{"status"}, nil),
+		phase:      prometheus.NewDesc("flow_operation_run_phase", "The current phase (0-based) of each unfinished operation run, by run ID and name.", []string{"run_id", "name"}, nil),
+		scrapeErr:  prometheus.NewDesc("flow_operation_run_scrape_errors", "1 when reading the operation-run counts failed during this scrape.", nil, nil),
+	}
+}
+
+func (c *runCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.runsNow, c.targetsNow, c.phase, c.scrapeErr} {
+		ch <- d
+	}
+}
+
+func (c *runCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.runs.Counts(ctx)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(c.scrapeErr, prometheus.GaugeValue, 1)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.scrapeErr, prometheus.GaugeValue, 0)
+	for status, n := range st.Runs {
+		ch <- prometheus.MustNewConstMetric(c.runsNow, prometheus.GaugeValue, float64(n), status)
+	}
+	for status, n := range st.Targets {
+		ch <- prometheus.MustNewConstMetric(c.targetsNow, prometheus.GaugeValue, float64(n), status)
+	}
+	for _, p := range st.Phases {
+		ch <- prometheus.MustNewConstMetric(c.phase, prometheus.GaugeValue, float64(p.Phase), p.ID.String(), p.Name)
+	}
 }

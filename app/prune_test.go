@@ -155,6 +155,31 @@ func TestPruneDeletesOnlyWhatRetentionLets(t *testing.T) {
 	require.NoError(t, m.PruneDeleted.WithLabelValues("task").(prometheus.Metric).Write(&mm))
 	require.Equal(t, 2.0, mm.GetCounter().GetValue())
 
+	// The sync and operation-run metrics: a cycle is counted, and the run
+	// collector reports the runs kept by status.
+	_, err = e.srv.syncer.Run(ctx, "manual")
+	require.NoError(t, err)
+	fams, err := m.Registry.Gather()
+	require.NoError(t, err)
+	seen := map[string]float64{}
+	for _, f := range fams {
+		for _, mt := range f.GetMetric() {
+			v := mt.GetGauge().GetValue() + mt.GetCounter().GetValue() + float64(mt.GetHistogram().GetSampleCount())
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "status" && f.GetName() == "flow_operation_runs" {
+					seen[f.GetName()+"/"+l.GetValue()] = v
+				}
+			}
+			seen[f.GetName()] += v
+		}
+	}
+	require.Equal(t, 1.0, seen["flow_sync_cycles_total"], "one manual cycle")
+	require.Positive(t, seen["flow_sync_last_success_timestamp_seconds"])
+	require.Equal(t, 1.0, seen["flow_operation_runs/running"])
+	require.Equal(t, 1.0, seen["flow_operation_runs/completed"], "the recent run; the old one was pruned")
+	require.Equal(t, 1.0, seen["flow_operation_run_phase"]+1, "the running run is at phase 0")
+	require.Equal(t, 1.0, seen["flow_operation_run_targets"])
+
 	out := &syncBuffer{}
 	require.NoError(t, runDB(ctx, "status", func(k string) string { return map[string]string{"DATABASE_URL": e.dbURL}[k] }, out))
 	require.Contains(t, out.String(), "retention tasks 90d")

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/operations/schedule"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/sim"
@@ -86,6 +89,14 @@ func TestScheduleE2E(t *testing.T) {
 		return n
 	}
 	require.Eventually(t, func() bool { return completed("pair") >= 6 }, 60*time.Second, 100*time.Millisecond, "three firings over two racks complete")
+	// Each firing is counted, with its lag behind its due time.
+	if m := e.srv.tel.metrics; m != nil {
+		var mm dto.Metric
+		require.NoError(t, m.ScheduleFirings.WithLabelValues(schedule.FireSubmitted).(prometheus.Metric).Write(&mm))
+		require.GreaterOrEqual(t, mm.GetCounter().GetValue(), 3.0)
+		require.NoError(t, m.ScheduleFiringLag.WithLabelValues().(prometheus.Metric).Write(&mm))
+		require.GreaterOrEqual(t, mm.GetHistogram().GetSampleCount(), uint64(3))
+	}
 
 	// Pause: nothing more fires.
 	_, err = e.client.PauseTaskSchedule(ctx, &flowv1.PauseTaskScheduleRequest{Id: s.GetId()})

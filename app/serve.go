@@ -136,7 +136,8 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	s.backends.logStatus(ctx, logger)
 	inv := inventory.NewService()
 	inv.SetMaxComponentsPerRack(cfg.Limits.Components)
-	s.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: s.backends.nico, Logger: logger, Expected: cfg.SystemJobs.ExpectedInventorySync})
+	s.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: s.backends.nico, Logger: logger, Expected: cfg.SystemJobs.ExpectedInventorySync,
+		Observe: syncObserver(s.tel.metrics)})
 	var leak *eventrule.LeakDetector
 	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, func(ctx context.Context) error { return leak.Run(ctx) }, logger); err != nil {
 		return nil, err
@@ -201,11 +202,13 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Wake: rollout.RiverWaker(s.river), Logger: logger, MaxCandidates: cfg.RunMaxCandidates,
 	})
 	runWakes.Service = runs
+	s.tel.metrics.Register(newRunCollector(runs))
 	// A task's end is also its operation run's event: the run advances in
 	// the same transaction.
 	tasks.OnTaskEnd(runs.TaskEnded)
 	schedules := schedule.NewService(schedule.Config{
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: schedule.RiverFireScheduler(s.river),
+		Observe: s.tel.metrics.ScheduleFired,
 	})
 	scheduleWorker.Service = schedules
 	eventRules = eventrule.NewService(eventrule.Config{

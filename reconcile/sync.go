@@ -114,7 +114,10 @@ type SyncConfig struct {
 	// (FLOW_EXPECTED_INVENTORY_SYNC_ENABLED).
 	Expected bool
 	// Keep is how many cycles inventory_sync_run keeps (default 1000).
-	Keep int
+	// Observe, when set, hears of every cycle Run ends (metrics): err is
+	// Run's error.
+	Observe func(run SyncRun, err error)
+	Keep    int
 }
 
 // Syncer runs the inventory sync with NICo Core (docs/inventory-sync.md).
@@ -147,7 +150,23 @@ const syncLockKey int64 = 0x466c6f7753796e63 // "FlowSync"
 // transaction. The cycle is recorded in inventory_sync_run. Run returns an
 // error only when the cycle could not run or be recorded at all (database
 // down, ctx cancelled).
-func (s *Syncer) Run(ctx context.Context, trigger string) (SyncRun, error) {
+func (s *Syncer) Run(ctx context.Context, trigger string) (run SyncRun, err error) {
+	if s.cfg.Observe != nil {
+		start := time.Now()
+		defer func() {
+			if run.Duration == 0 {
+				run.Duration = time.Since(start)
+			}
+			if run.Trigger == "" {
+				run.Trigger = trigger
+			}
+			s.cfg.Observe(run, err)
+		}()
+	}
+	return s.run(ctx, trigger)
+}
+
+func (s *Syncer) run(ctx context.Context, trigger string) (SyncRun, error) {
 	conn, err := s.cfg.Pool.Acquire(ctx)
 	if err != nil {
 		return SyncRun{}, fmt.Errorf("sync: acquire connection: %w", err)

@@ -101,3 +101,73 @@ func (m *Metrics) SetPruneSuccess(at time.Time) {
 	}
 	m.PruneLastSuccess.Set(float64(at.Unix()))
 }
+
+// autoMetrics are the metrics of schedules and the inventory sync (the
+// operation runs' are read at scrape time by app's state collector).
+type autoMetrics struct {
+	ScheduleFirings   *prometheus.CounterVec   // outcome
+	ScheduleFiringLag *prometheus.HistogramVec // (none)
+
+	SyncCycles      *prometheus.CounterVec   // trigger, outcome
+	SyncDuration    *prometheus.HistogramVec // trigger
+	SyncRowsChanged *prometheus.CounterVec   // part
+	SyncDrift       *prometheus.GaugeVec     // part
+	SyncLastSuccess prometheus.Gauge
+}
+
+// lagBuckets fit a firing's lag behind its due time: 10 ms to 10 min.
+var lagBuckets = []float64{.01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 120, 300, 600}
+
+func (m *Metrics) addAutoMetrics() {
+	m.ScheduleFirings = m.counter("flow_schedule_firings_total", "Schedule firings, by outcome: submitted (at least one task), none_eligible (every scope entry busy under the overlap policy), refused (every submission refused), not_due (paused, changed, deleted or already fired), error.", "outcome")
+	m.ScheduleFiringLag = m.histogram("flow_schedule_firing_lag_seconds", "Time from a firing's due time to its transaction (due firings only).", lagBuckets)
+	m.SyncCycles = m.counter("flow_sync_cycles_total", "Inventory-sync cycles, by trigger (schedule, manual) and outcome (ok: every part ok; partial; error).", "trigger", "outcome")
+	m.SyncDuration = m.histogram("flow_sync_cycle_duration_seconds", "Duration of one inventory-sync cycle, by trigger.", taskBuckets, "trigger")
+	m.SyncRowsChanged = m.counter("flow_sync_rows_changed_total", "Inventory rows the sync wrote, by part.", "part")
+	m.SyncDrift = m.gauge("flow_sync_drift_rows", "Drift rows held after the last cycle, by part.", "part")
+	m.SyncLastSuccess = m.gauge("flow_sync_last_success_timestamp_seconds", "When the last inventory-sync cycle whose every part succeeded ended.").WithLabelValues()
+}
+
+// ScheduleFired records one firing's outcome and, for a due firing, its
+// lag behind its due time (lag < 0: not due, not observed).
+func (m *Metrics) ScheduleFired(outcome string, lag time.Duration) {
+	if m == nil {
+		return
+	}
+	m.ScheduleFirings.WithLabelValues(outcome).Inc()
+	if lag >= 0 {
+		m.ScheduleFiringLag.WithLabelValues().Observe(lag.Seconds())
+	}
+}
+
+// SyncPartResult is one part of a sync cycle, as the metrics see it.
+type SyncPartResult struct {
+	Name    string
+	OK      bool
+	Changed int64
+	Drifts  int
+}
+
+// SyncEnded records one inventory-sync cycle (err: it did not run).
+func (m *Metrics) SyncEnded(trigger string, d time.Duration, parts []SyncPartResult, err error, end time.Time) {
+	if m == nil {
+		return
+	}
+	outcome := "ok"
+	for _, p := range parts {
+		m.SyncRowsChanged.WithLabelValues(p.Name).Add(float64(p.Changed))
+		if p.OK {
+			m.SyncDrift.WithLabelValues(p.Name).Set(float64(p.Drifts))
+		} else {
+			outcome = "partial"
+		}
+	}
+	if err != nil {
+		outcome = "error"
+	}
+	m.SyncCycles.WithLabelValues(trigger, outcome).Inc()
+	m.SyncDuration.WithLabelValues(trigger).Observe(d.Seconds())
+	if outcome == "ok" {
+		m.SyncLastSuccess.Set(float64(end.Unix()))
+	}
+}

@@ -50,6 +50,7 @@ type Metrics struct {
 
 	Leak *LeakMetrics // telemetry/leak.go
 	jobMetrics
+	autoMetrics
 
 	names []string
 }
@@ -92,6 +93,7 @@ func NewMetrics() *Metrics {
 	m.RPCDuration = histogram("flow_rpc_duration_seconds", "Duration of RPCs served, by procedure.", callBuckets, "method")
 	m.Leak = newLeakMetrics(counter, histogram)
 	m.addJobMetrics()
+	m.addAutoMetrics()
 	return m
 }
 

@@ -46,3 +46,45 @@ func (s *Service) OldestRun(ctx context.Context) (time.Time, bool, error) {
 	}
 	return at, true, nil
 }
+
+// RunCounts is what the metrics read of operation runs at a scrape.
+type RunCounts struct {
+	Runs    map[string]int64 // every run kept, by status
+	Targets map[string]int64 // targets of unfinished runs, by status
+	Phases  []RunPhase       // unfinished runs (at most 100, oldest first)
+}
+
+// RunPhase is an unfinished run's current phase.
+type RunPhase struct {
+	ID    uuid.UUID
+	Name  string
+	Phase int
+}
+
+// Counts returns the runs by status, the targets of unfinished runs by
+// status and the unfinished runs' phases.
+func (s *Service) Counts(ctx context.Context) (RunCounts, error) {
+	st := RunCounts{Runs: map[string]int64{}, Targets: map[string]int64{}}
+	runs, err := s.q.OperationRunCountByStatus(ctx, s.pool)
+	if err != nil {
+		return st, fmt.Errorf("count operation runs: %w", err)
+	}
+	for _, r := range runs {
+		st.Runs[r.Status] = r.N
+	}
+	targets, err := s.q.OperationRunActiveTargetCountByStatus(ctx, s.pool)
+	if err != nil {
+		return st, fmt.Errorf("count operation run targets: %w", err)
+	}
+	for _, r := range targets {
+		st.Targets[r.Status] = r.N
+	}
+	phases, err := s.q.OperationRunActivePhases(ctx, s.pool)
+	if err != nil {
+		return st, fmt.Errorf("operation run phases: %w", err)
+	}
+	for _, p := range phases {
+		st.Phases = append(st.Phases, RunPhase{ID: p.ID, Name: p.Name, Phase: int(p.CurrentPhaseIndex)})
+	}
+	return st, nil
+}

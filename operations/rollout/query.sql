@@ -145,3 +145,16 @@ WHERE r.status IN ('pending', 'running', 'paused') AND t.task_id IS NOT NULL;
 
 -- name: OperationRunOldestCreated :one
 SELECT created_at FROM operation_run ORDER BY created_at LIMIT 1;
+
+-- name: OperationRunCountByStatus :many
+SELECT status, count(*)::bigint AS n FROM operation_run GROUP BY status;
+
+-- name: OperationRunActiveTargetCountByStatus :many
+SELECT t.status, count(*)::bigint AS n FROM operation_run_target t
+JOIN operation_run r ON r.id = t.operation_run_id
+WHERE r.status IN ('pending', 'running', 'paused')
+GROUP BY t.status;
+
+-- name: OperationRunActivePhases :many
+SELECT id, name, current_phase_index FROM operation_run
+WHERE status IN ('pending', 'running', 'paused') ORDER BY created_at LIMIT 100;

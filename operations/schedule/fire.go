@@ -162,15 +162,26 @@ func (s *Service) RescueOverdue(ctx context.Context, limit int) (int, error) {
 // same transaction (the River job's completion). A scope entry whose
 // submission is refused is logged and left out; the others still fire.
 func (s *Service) Fire(ctx context.Context, id uuid.UUID, at time.Time, complete func(context.Context, pgx.Tx) error) error {
-	return db.BeginFunc(ctx, s.pool, func(ctx context.Context, tx pgx.Tx) error {
+	outcome, lag := FireNotDue, time.Duration(-1)
+	err := db.BeginFunc(ctx, s.pool, func(ctx context.Context, tx pgx.Tx) error {
 		row, err := s.q.ScheduleGetByIDForUpdate(ctx, tx, id)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			return fmt.Errorf("lock schedule %s: %w", id, err)
 		case row.Enabled && row.NextRunAt != nil && row.NextRunAt.Equal(at):
-			if _, err := s.fireLocked(ctx, tx, row, at, false); err != nil {
+			lag = max(s.now().Sub(at), 0)
+			res, err := s.fireLocked(ctx, tx, row, at, false)
+			if err != nil {
 				return err
+			}
+			switch {
+			case len(res.ids) > 0:
+				outcome = FireSubmitted
+			case len(res.refused) > 0:
+				outcome = FireRefused
+			default:
+				outcome = FireNoneEligible
 			}
 		}
 		if complete != nil {
@@ -178,7 +189,26 @@ func (s *Service) Fire(ctx context.Context, id uuid.UUID, at time.Time, complete
 		}
 		return nil
 	})
+	if err != nil {
+		outcome = FireError
+	}
+	if s.observe != nil {
+		s.observe(outcome, lag)
+	}
+	return err
 }
+
+// The outcomes of a firing (Config.Observe): at least one task submitted;
+// every scope entry busy under the overlap policy; every submission
+// refused; not due (paused, changed, deleted or already fired); an error
+// (the job retries).
+const (
+	FireSubmitted    = "submitted"
+	FireNoneEligible = "none_eligible"
+	FireRefused      = "refused"
+	FireNotDue       = "not_due"
+	FireError        = "error"
+)
 
 // Trigger fires schedule id now, whatever its enabled flag and next_run_at
 // say, submitting every scope entry (the overlap policy is ignored, though

@@ -38,6 +38,8 @@ type Service struct {
 	logger *slog.Logger
 	now    func() time.Time
 	fire   FireScheduler
+	// observe hears of each firing Fire handles (metrics); nil: none.
+	observe func(outcome string, lag time.Duration)
 }
 
 // Config holds what Service needs. Now defaults to time.Now;
@@ -50,6 +52,9 @@ type Config struct {
 	Logger *slog.Logger
 	Now    func() time.Time
 	Fire   FireScheduler
+	// Observe, when set, hears of each firing's outcome (Fire*) and, for
+	// a due firing, its lag behind its due time (else -1).
+	Observe func(outcome string, lag time.Duration)
 }
 
 // NewService returns the schedule service.
@@ -60,7 +65,7 @@ func NewService(cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{pool: cfg.Pool, q: dbsqlc.New(), tasks: cfg.Tasks, inv: cfg.Inv, keys: cfg.Keys, logger: cfg.Logger, now: cfg.Now, fire: cfg.Fire}
+	return &Service{pool: cfg.Pool, q: dbsqlc.New(), tasks: cfg.Tasks, inv: cfg.Inv, keys: cfg.Keys, logger: cfg.Logger, now: cfg.Now, fire: cfg.Fire, observe: cfg.Observe}
 }
 
 // invalidRequest is operations.ErrInvalidRequest naming the field, as the

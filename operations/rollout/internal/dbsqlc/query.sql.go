@@ -37,6 +37,69 @@ func (q *Queries) OperationRunActiveIDs(ctx context.Context, db DBTX, rowLimit i
 	return items, nil
 }
 
+const operationRunActivePhases = `-- name: OperationRunActivePhases :many
+SELECT id, name, current_phase_index FROM operation_run
+WHERE status IN ('pending', 'running', 'paused') ORDER BY created_at LIMIT 100
+`
+
+type OperationRunActivePhasesRow struct {
+	ID                uuid.UUID
+	Name              string
+	CurrentPhaseIndex int32
+}
+
+func (q *Queries) OperationRunActivePhases(ctx context.Context, db DBTX) ([]OperationRunActivePhasesRow, error) {
+	rows, err := db.Query(ctx, operationRunActivePhases)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OperationRunActivePhasesRow{}
+	for rows.Next() {
+		var i OperationRunActivePhasesRow
+		if err := rows.Scan(&i.ID, &i.Name, &i.CurrentPhaseIndex); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const operationRunActiveTargetCountByStatus = `-- name: OperationRunActiveTargetCountByStatus :many
+SELECT t.status, count(*)::bigint AS n FROM operation_run_target t
+JOIN operation_run r ON r.id = t.operation_run_id
+WHERE r.status IN ('pending', 'running', 'paused')
+GROUP BY t.status
+`
+
+type OperationRunActiveTargetCountByStatusRow struct {
+	Status string
+	N      int64
+}
+
+func (q *Queries) OperationRunActiveTargetCountByStatus(ctx context.Context, db DBTX) ([]OperationRunActiveTargetCountByStatusRow, error) {
+	rows, err := db.Query(ctx, operationRunActiveTargetCountByStatus)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OperationRunActiveTargetCountByStatusRow{}
+	for rows.Next() {
+		var i OperationRunActiveTargetCountByStatusRow
+		if err := rows.Scan(&i.Status, &i.N); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const operationRunBlockedOnTaskRack = `-- name: OperationRunBlockedOnTaskRack :many
 SELECT k.rack_id, t.operation_run_id
 FROM task k JOIN operation_run_target t ON t.rack_id = k.rack_id AND t.status = 'blocked'
@@ -96,6 +159,35 @@ func (q *Queries) OperationRunCount(ctx context.Context, db DBTX, arg OperationR
 	var column_1 int32
 	err := row.Scan(&column_1)
 	return column_1, err
+}
+
+const operationRunCountByStatus = `-- name: OperationRunCountByStatus :many
+SELECT status, count(*)::bigint AS n FROM operation_run GROUP BY status
+`
+
+type OperationRunCountByStatusRow struct {
+	Status string
+	N      int64
+}
+
+func (q *Queries) OperationRunCountByStatus(ctx context.Context, db DBTX) ([]OperationRunCountByStatusRow, error) {
+	rows, err := db.Query(ctx, operationRunCountByStatus)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OperationRunCountByStatusRow{}
+	for rows.Next() {
+		var i OperationRunCountByStatusRow
+		if err := rows.Scan(&i.Status, &i.N); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const operationRunExist = `-- name: OperationRunExist :many
