@@ -152,7 +152,3 @@ RETURNING true;
 -- device's occurrence (after the power-off call).
 -- name: LeakOccurrenceUnknownOutcome :exec
 UPDATE leak_occurrence SET unknown_outcome = @outcome WHERE source_key = @source_key;
-
--- LeakOccurrenceKnown marks an occurrence as one on a device Flow holds.
--- name: LeakOccurrenceKnown :exec
-UPDATE leak_occurrence SET component_id = @component_id WHERE source_key = @source_key AND component_id IS NULL;
