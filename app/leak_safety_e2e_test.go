@@ -206,7 +206,7 @@ func TestLeakGuardsEverywhere(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, offCalls, "one forced power-off through Core")
-	require.Equal(t, "off", e.power(t, "02:ee:00:00:00:01"))
+	require.Eventually(t, func() bool { return e.power(t, "02:ee:00:00:00:01") == "off" }, 30*time.Second, 20*time.Millisecond)
 
 	// Cleared: the schedule fires.
 	require.NoError(t, e.sims.nico.SetLeak(tray.ExternalID, false))
