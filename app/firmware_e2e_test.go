@@ -45,7 +45,7 @@ type fwBench struct {
 	inv   *inventory.Service
 }
 
-func newFWBench(t *testing.T, phase time.Duration) *fwBench {
+func newFWBench(t testing.TB, phase time.Duration) *fwBench {
 	t.Helper()
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: time.Millisecond, firmwarePhase: phase})
 	require.NoError(t, err)

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -12,7 +13,9 @@ import (
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/inventory"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+	"github.com/nicoflow/flow/sim"
 )
 
 // leakProcesses is a database with one demo rack, the simulators, and the
@@ -113,4 +116,59 @@ func TestLeakTwoReplicas(t *testing.T) {
 	events, executions := countEvents(t, p.pool)
 	require.Equal(t, 1, events)
 	require.Equal(t, 1, executions)
+}
+
+// TestLeakKillDuringResponse kills -9 the server during leak responses,
+// again and again: each round raises a leak, kills the server once the
+// leak's event is stored (the power-off calls take a second in the
+// simulator, so the kill lands before, during or after them), restarts it,
+// and waits for the response to complete, then clears the leak. Every
+// occurrence gets exactly one execution and one task, and every task
+// completes. `make soak` sets FLOW_SOAK=1: 6 rounds; `make test` runs 2.
+func TestLeakKillDuringResponse(t *testing.T) {
+	t.Parallel()
+	rounds := 2
+	if os.Getenv("FLOW_SOAK") != "" {
+		rounds = 6
+	}
+	ctx := context.Background()
+	p := setupLeakProcesses(t)
+	_, err := p.sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultLatency, Method: "ComponentPowerControl", Latency: sim.Duration(time.Second)})
+	require.NoError(t, err)
+	proc, url, client := p.start(t)
+	runSync(t, url)
+	rows, _, err := inventory.NewService().ListRacks(ctx, p.pool, inventory.RackQuery{})
+	require.NoError(t, err)
+	p.rack = readRack(t, p.pool, rows[0].ID)
+	tray := p.rack.component(t, inventory.ComponentTypeCompute, 10)
+	waitPolled(t, client, tray.ID)
+	for round := range rounds {
+		require.NoError(t, p.sims.nico.SetLeak(tray.ExternalID, true))
+		require.Eventually(t, func() bool { events, _ := countEvents(t, p.pool); return events == round+1 }, 30*time.Second, 20*time.Millisecond)
+		time.Sleep(time.Duration(round%3) * 700 * time.Millisecond)
+		proc.kill(t)
+		proc, url, client = p.start(t)
+		// The response completes: the execution (rescued if its job died)
+		// submitted its one task, which (its steps rescued through the
+		// dead server's lease if need be) completes.
+		require.Eventually(t, func() bool {
+			var n int
+			require.NoError(t, p.pool.QueryRow(ctx, `SELECT count(*) FROM task t JOIN event_action_execution x ON x.id::text = t.trigger_id
+				WHERE t.status = 'completed' AND t.operation_code = 'force_power_off'`).Scan(&n))
+			return n == round+1
+		}, 3*time.Minute, 100*time.Millisecond, "round %d: the response completes", round)
+		require.NoError(t, p.sims.nico.SetLeak(tray.ExternalID, false))
+		require.Eventually(t, func() bool {
+			return componentInfo(t, client, tray.ID).GetLeakStatus() == flowv1.LeakStatus_LEAK_STATUS_NOT_DETECTED
+		}, 30*time.Second, 50*time.Millisecond)
+	}
+	_ = url
+	events, executions := countEvents(t, p.pool)
+	require.Equal(t, rounds, events, "one event per occurrence")
+	require.Equal(t, rounds, executions)
+	var tasks, perExecution int
+	require.NoError(t, p.pool.QueryRow(ctx, `SELECT count(*), coalesce(max(n), 0) FROM (SELECT trigger_id, count(*) AS n FROM task
+		WHERE trigger_type = 'event_rule_execution' GROUP BY trigger_id) s`).Scan(&tasks, &perExecution))
+	require.Equal(t, rounds, tasks, "one task per execution")
+	require.Equal(t, 1, perExecution, "every response once")
 }

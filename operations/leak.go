@@ -186,11 +186,16 @@ func isLeakResponse(row dbsqlc.Task) bool {
 	return json.Unmarshal(row.Information, &p) == nil && p.Leak != nil
 }
 
-// leakHold returns why waiting task row may not start: a component it
-// covers has an open leak (overridden or not, unless the task is itself a
-// leak response); "" when it may.
+// leakHold returns why waiting task row may not start: it would energise
+// a component it covers whose leak is open (and not overridden); "" when
+// it may. A power-off (the legacy path's leak answer, say) may.
 func (t *Tasks) leakHold(ctx context.Context, tx pgx.Tx, row dbsqlc.Task) (string, error) {
 	if isLeakResponse(row) || len(row.ComponentIDs) == 0 {
+		return "", nil
+	}
+	var def RuleDefinition
+	_ = json.Unmarshal(row.Rule, &def)
+	if !Energises(OperationType(row.OperationType), OperationCode(row.OperationCode), def) {
 		return "", nil
 	}
 	leaks, err := t.inv.OpenLeaks(ctx, tx, row.ComponentIDs)

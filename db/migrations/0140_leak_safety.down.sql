@@ -1,6 +1,5 @@
 ALTER TABLE leak_occurrence
-    DROP COLUMN IF EXISTS unknown_outcome,
-    DROP COLUMN IF EXISTS component_id;
+    DROP COLUMN IF EXISTS unknown_outcome;
 ALTER TABLE component_leak
     DROP COLUMN IF EXISTS override_at,
     DROP COLUMN IF EXISTS override_by,

@@ -13,9 +13,8 @@ ALTER TABLE component_leak
 
 UPDATE component_leak SET detected_at = updated_at WHERE status = 'detected';
 
--- What leak detection did for an occurrence on a device Flow does not hold
--- (component_id NULL): the outcome of the forced power-off through Core by
--- the device's Core ID ('' not tried yet).
+-- What leak detection did for an occurrence on a device Flow does not
+-- hold: 'pending', then the outcome of the forced power-off through Core by
+-- the device's Core ID; '' for a device Flow holds (or not looked at yet).
 ALTER TABLE leak_occurrence
-    ADD COLUMN component_id    uuid,
     ADD COLUMN unknown_outcome text NOT NULL DEFAULT '';

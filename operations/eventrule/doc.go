@@ -17,8 +17,9 @@
 // through inventory.Service.SetLeakStatus.
 //
 // It may import db, caller, inventory and operations. It reaches the task
-// manager only through operations' exported API: Tasks.Submit for the tasks
-// an execution or the legacy leak path submits, Tasks.TriggeredTasks for
+// manager only through operations' exported API: Tasks.Preempt and
+// Tasks.Submit (Request.Preempt, Payload.Leak) for a leak response,
+// Tasks.Submit for the tasks an execution or the legacy leak path submits, Tasks.TriggeredTasks for
 // the tasks behind a component's leak-handling status, and the operation
 // vocabulary (OperationType, OperationCode, PayloadOperation). operations
 // imports nothing of this package; app wires the two together.

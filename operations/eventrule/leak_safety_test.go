@@ -111,6 +111,11 @@ func TestLeakingTrayStaysOff(t *testing.T) {
 	queued.Queue = true
 	waiting, err := b.submit(t, queued)
 	require.NoError(t, err)
+	// And a queued power-off of the tray, as the legacy leak path submits.
+	queuedOff := operations.Request{Type: operations.OperationTypePowerControl, Code: operations.CodeForcePowerOff, Queue: true,
+		Targets: inventory.TargetSpec{Components: []inventory.ComponentRef{{ID: tray.ID}}}}
+	waitingOff, err := b.submit(t, queuedOff)
+	require.NoError(t, err)
 
 	// Core reports the leak (the legacy path is off here: only the status).
 	src.set("machine-10")
@@ -134,9 +139,13 @@ func TestLeakingTrayStaysOff(t *testing.T) {
 	st, msg, _ := b.task(t, waiting[0])
 	require.Equal(t, "terminated", st)
 	require.Contains(t, msg, "open coolant leak")
+	st, _, _ = b.task(t, waitingOff[0])
+	require.Equal(t, "pending", st, "a queued power-off still starts")
 
 	// Powering off is fine.
-	_, err = b.submit(t, off)
+	queuedRackOff := off
+	queuedRackOff.Queue = true
+	_, err = b.submit(t, queuedRackOff)
 	require.NoError(t, err)
 
 	// An override for this leak lets a power-on through.

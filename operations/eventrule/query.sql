@@ -153,10 +153,6 @@ RETURNING true;
 -- name: LeakOccurrenceUnknownOutcome :exec
 UPDATE leak_occurrence SET unknown_outcome = @outcome WHERE source_key = @source_key;
 
--- LeakOccurrenceKnown marks an occurrence as one on a device Flow holds.
--- name: LeakOccurrenceKnown :exec
-UPDATE leak_occurrence SET component_id = @component_id WHERE source_key = @source_key AND component_id IS NULL;
-
 -- name: EventPruneBatch :one
 -- Deletes up to row_limit events last reported before @before whose every
 -- execution has ended (skipped, completed or failed), oldest first, with

@@ -195,7 +195,6 @@ type LeakOccurrence struct {
 	SourceKey      string
 	StartedAt      pgtype.Timestamptz
 	LastSeenAt     pgtype.Timestamptz
-	ComponentID    pgtype.UUID
 	UnknownOutcome string
 }
 

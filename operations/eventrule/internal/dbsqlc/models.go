@@ -197,7 +197,6 @@ type LeakOccurrence struct {
 	SourceKey      string
 	StartedAt      time.Time
 	LastSeenAt     time.Time
-	ComponentID    *uuid.UUID
 	UnknownOutcome string
 }
 

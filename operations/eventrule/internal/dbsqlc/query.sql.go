@@ -838,23 +838,8 @@ func (q *Queries) LeakOccurrenceEnd(ctx context.Context, db DBTX, arg LeakOccurr
 	return result.RowsAffected(), nil
 }
 
-const leakOccurrenceKnown = `-- name: LeakOccurrenceKnown :exec
-UPDATE leak_occurrence SET component_id = $1 WHERE source_key = $2 AND component_id IS NULL
-`
-
-type LeakOccurrenceKnownParams struct {
-	ComponentID *uuid.UUID
-	SourceKey   string
-}
-
-// LeakOccurrenceKnown marks an occurrence as one on a device Flow holds.
-func (q *Queries) LeakOccurrenceKnown(ctx context.Context, db DBTX, arg LeakOccurrenceKnownParams) error {
-	_, err := db.Exec(ctx, leakOccurrenceKnown, arg.ComponentID, arg.SourceKey)
-	return err
-}
-
 const leakOccurrenceList = `-- name: LeakOccurrenceList :many
-SELECT component_kind, external_id, source_key, started_at, last_seen_at, component_id, unknown_outcome FROM leak_occurrence ORDER BY component_kind, external_id
+SELECT component_kind, external_id, source_key, started_at, last_seen_at, unknown_outcome FROM leak_occurrence ORDER BY component_kind, external_id
 `
 
 func (q *Queries) LeakOccurrenceList(ctx context.Context, db DBTX) ([]LeakOccurrence, error) {
@@ -872,7 +857,6 @@ func (q *Queries) LeakOccurrenceList(ctx context.Context, db DBTX) ([]LeakOccurr
 			&i.SourceKey,
 			&i.StartedAt,
 			&i.LastSeenAt,
-			&i.ComponentID,
 			&i.UnknownOutcome,
 		); err != nil {
 			return nil, err
