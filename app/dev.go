@@ -67,12 +67,9 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 	if !cfg.SystemJobs.inventoryIntervalSet {
 		cfg.SystemJobs.InventoryInterval = devInventoryInterval
 	}
-	// flow dev answers leaks through event rules (docs/event-rules.md)
-	// unless told otherwise, and looks every few seconds.
-	if !cfg.SystemJobs.leakEventRulesSet {
-		cfg.SystemJobs.LeakEventRules = true
-	}
-	if !cfg.SystemJobs.leakIntervalSet {
+	// flow dev looks for leaks every few seconds, as flow serve does on
+	// the event-rule path (docs/event-rules.md).
+	if !cfg.SystemJobs.leakIntervalSet && cfg.SystemJobs.LeakEventRules {
 		cfg.SystemJobs.LeakDetectionInterval = devLeakDetectionInterval
 	}
 	// Every port flow dev picks itself is a free one (the banner says

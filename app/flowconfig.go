@@ -30,6 +30,12 @@ const (
 	// devLeakDetectionInterval is flow dev's leak-detection interval: the
 	// default.
 	devLeakDetectionInterval = defaultLeakDetectionInterval
+	// legacyLeakDetectionInterval is upstream's minute, kept for the legacy
+	// path (FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED=false): it submits a
+	// forced power-off per leaking device every poll, without
+	// deduplication, so a poll every few seconds would fill the rack's
+	// queue in seconds.
+	legacyLeakDetectionInterval = time.Minute
 )
 
 // SystemJobsConfig is the system-job part of Config: upstream's config-file
@@ -69,7 +75,20 @@ type flowConfigFile struct {
 // the default path, which may be absent) and the environment. Every problem
 // is returned, each naming its key.
 func loadSystemJobsConfig(getenv func(string) string) (SystemJobsConfig, []string) {
-	c := SystemJobsConfig{InventoryInterval: defaultInventoryInterval, LeakDetectionInterval: defaultLeakDetectionInterval}
+	c, errs := readSystemJobsConfig(getenv)
+	if !c.LeakEventRules && !c.leakIntervalSet {
+		c.LeakDetectionInterval = legacyLeakDetectionInterval
+	}
+	return c, errs
+}
+
+// readSystemJobsConfig is loadSystemJobsConfig before the legacy leak
+// path's interval applies. Leaks are answered through event rules unless
+// FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED says false: upstream's default is
+// its legacy path, which neither pre-empts the work on the rack nor
+// deduplicates (docs/event-rules.md).
+func readSystemJobsConfig(getenv func(string) string) (SystemJobsConfig, []string) {
+	c := SystemJobsConfig{InventoryInterval: defaultInventoryInterval, LeakDetectionInterval: defaultLeakDetectionInterval, LeakEventRules: true}
 	var errs []string
 	if v := getenv("FLOW_EXPECTED_INVENTORY_SYNC_ENABLED"); v == "" {
 		c.ExpectedInventorySync = true

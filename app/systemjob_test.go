@@ -165,7 +165,7 @@ func TestSystemJobsConfig(t *testing.T) {
 			require.Equal(t, 3*time.Second, c.LeakDetectionInterval, "a few seconds, not upstream's minute")
 			require.False(t, c.InventoryDisabled)
 			require.True(t, c.ExpectedInventorySync)
-			require.False(t, c.LeakEventRules, "upstream's default: the legacy leak path")
+			require.True(t, c.LeakEventRules, "event rules, which pre-empt, not upstream's legacy path")
 			require.False(t, c.leakEventRulesSet)
 		}},
 		{name: "EventRuleLeakPath", env: map[string]string{"FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED": " true "}, check: func(t *testing.T, c SystemJobsConfig) {
@@ -175,6 +175,7 @@ func TestSystemJobsConfig(t *testing.T) {
 		{name: "LegacyLeakPathExplicit", env: map[string]string{"FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED": "0"}, check: func(t *testing.T, c SystemJobsConfig) {
 			require.False(t, c.LeakEventRules)
 			require.True(t, c.leakEventRulesSet, "flow dev keeps an explicit false")
+			require.Equal(t, time.Minute, c.LeakDetectionInterval, "the legacy path polls as upstream does unless told")
 		}},
 		{name: "File", env: map[string]string{"FLOW_CONFIG_FILE": good, "FLOW_EXPECTED_INVENTORY_SYNC_ENABLED": "false"}, check: func(t *testing.T, c SystemJobsConfig) {
 			require.Equal(t, good, c.File)
@@ -216,7 +217,7 @@ func TestLeakDetectionJobRegistration(t *testing.T) {
 		file string
 		want []string
 	}{
-		{"Legacy", map[string]string{"NICO_CORE_API_URL": "http://127.0.0.1:1"}, "", []string{InventorySyncJob, LeakDetectionJob}},
+		{"Legacy", map[string]string{"NICO_CORE_API_URL": "http://127.0.0.1:1", "FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED": "false"}, "", []string{InventorySyncJob, LeakDetectionJob}},
 		{"EventRules", map[string]string{"NICO_CORE_API_URL": "http://127.0.0.1:1", "FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED": "true"}, "", []string{InventorySyncJob, LeakDetectionJob}},
 		{"Disabled", map[string]string{"NICO_CORE_API_URL": "http://127.0.0.1:1", "FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED": "true"}, "disable_leak_detection: true\n", []string{InventorySyncJob}},
 		{"NoCore", map[string]string{}, "", nil},
