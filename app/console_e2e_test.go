@@ -189,6 +189,22 @@ func (c *consoleE2E) open(t *testing.T, u string) {
 	require.NoError(t, chromedp.Do(c.browser, chromedp.Navigate(u)))
 }
 
+// click clicks the element sel names. A live update may swap the
+// element for its fresh copy between the query and the click (the
+// browser then reports that it cannot find the node): the click is tried
+// again on the new element, a few times.
+func (c *consoleE2E) click(t *testing.T, sel string) {
+	t.Helper()
+	var err error
+	for range 5 {
+		if err = chromedp.Do(c.browser, chromedp.Click(chromedp.CSS(sel))); err == nil || !strings.Contains(err.Error(), "Could not find node") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.NoError(t, err, "click %s", sel)
+}
+
 // waitJS polls js in the page until it is true.
 func (c *consoleE2E) waitJS(t *testing.T, within time.Duration, js, msg string) {
 	t.Helper()
@@ -256,7 +272,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		c.waitJS(t, 10*time.Second, `!!document.getElementById("power-on")`, "an operator sees the power-on button")
 		c.screenshot(t, "rack")
 		before := c.taskCount(t)
-		require.NoError(t, chromedp.Do(c.browser, chromedp.Click(chromedp.CSS("#power-on"))))
+		c.click(t, "#power-on")
 		c.waitJS(t, 15*time.Second, `location.pathname.startsWith("/ui/tasks/") && !!document.getElementById("task-status")`, "the console goes to the new task's page")
 		taskPath = evalIn[string](c.browser, `location.pathname`)
 		require.Equal(t, before+1, c.taskCount(t))
@@ -284,11 +300,11 @@ func TestConsoleInABrowser(t *testing.T) {
 		id := createRun(t, c.admin, req)
 		c.open(t, c.opURL+"/ui/rollouts/"+id.GetId())
 		c.waitJS(t, 10*time.Second, `!!document.getElementById("run-pause")`, "a running rollout offers pause")
-		require.NoError(t, chromedp.Do(c.browser, chromedp.Click(chromedp.CSS("#run-pause"))))
+		c.click(t, "#run-pause")
 		c.waitJS(t, 15*time.Second, `document.getElementById("run-state") && document.getElementById("run-state").textContent === "paused" && !!document.getElementById("run-resume")`, "the page shows the rollout paused")
 		require.Equal(t, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PAUSED, getRun(t, c.admin, id).GetSummary().GetState().GetStatus())
 		c.screenshot(t, "rollout-paused")
-		require.NoError(t, chromedp.Do(c.browser, chromedp.Click(chromedp.CSS("#run-resume"))))
+		c.click(t, "#run-resume")
 		c.waitJS(t, 15*time.Second, `document.getElementById("run-state") && document.getElementById("run-state").textContent !== "paused"`, "the page shows the rollout resumed")
 		require.NotEqual(t, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PAUSED, getRun(t, c.admin, id).GetSummary().GetState().GetStatus())
 		require.Contains(t, c.logs.String(), `"identity":"olivia","method":"/v1.Flow/ResumeOperationRun"`)

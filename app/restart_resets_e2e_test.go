@@ -172,7 +172,8 @@ func waitCompletedThroughOutage(t *testing.T, client interface {
 }
 
 // TestPostgresOutageLongerThanTheLeaseDoesNotRepeatAResetMidWay: 10 racks'
-// forced resets (calls of 1 s; the simulated trays take 20 s to go off and
+// forced resets (calls of 5 s, so that all ten are in flight together even
+// on a loaded machine; the simulated trays take 20 s to go off and
 // 20 s more to come back) while PostgreSQL is down for 11 s, longer than
 // the engine lease lets a process go on without renewing it. The server
 // gives the kept outcomes up when its lease is lost, so once the database
@@ -200,7 +201,7 @@ func TestPostgresOutageLongerThanTheLeaseDoesNotRepeatAResetMidWay(t *testing.T)
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: 20 * time.Second, firmwarePhase: time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { sims.Close(context.Background()) })
-	_, err = sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultLatency, Method: "ComponentPowerControl", Latency: sim.Duration(time.Second)})
+	_, err = sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultLatency, Method: "ComponentPowerControl", Latency: sim.Duration(5 * time.Second)})
 	require.NoError(t, err)
 	pool, err := db.Open(ctx, url, db.PoolConfig{MaxConns: 4})
 	require.NoError(t, err)
