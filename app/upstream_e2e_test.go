@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/cli"
+	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/edge"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -43,47 +43,16 @@ type tlsPostgres struct {
 // 127.0.0.1) and trusting certs' ca.crt for client certificates.
 func startTLSPostgres(t *testing.T, certs string) *tlsPostgres {
 	t.Helper()
-	ctx := context.Background()
-	base, err := os.MkdirTemp("", "flow-tlspg-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(base, 0o755)) // the postgres user must reach the data folder
-	t.Cleanup(func() { os.RemoveAll(base) })
-	c, err := pglocal.New(filepath.Join(base, "data"), 0)
-	require.NoError(t, err)
-	require.NoError(t, c.Init(ctx))
-	owner := func(p string) {
-		u, err := user.Lookup("postgres")
-		if err != nil || os.Geteuid() != 0 {
-			return // not root: the server runs as us
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		require.NoError(t, os.Chown(p, uid, gid))
-	}
-	for src, dst := range map[string]string{"tls.crt": "server.crt", "tls.key": "server.key", "ca.crt": "root.crt"} {
-		b, err := os.ReadFile(filepath.Join(certs, src))
-		require.NoError(t, err)
-		p := filepath.Join(c.DataDir, dst)
-		require.NoError(t, os.WriteFile(p, b, 0o600))
-		owner(p)
-	}
-	hba := filepath.Join(c.DataDir, "pg_hba.conf")
-	require.NoError(t, os.WriteFile(hba, []byte(
-		"hostssl all postgres 127.0.0.1/32 trust clientcert=verify-ca\n"+
-			"hostssl all all 127.0.0.1/32 scram-sha-256 clientcert=verify-ca\n"), 0o600))
-	owner(hba)
-	c.Settings = map[string]string{"ssl": "on", "ssl_cert_file": "server.crt", "ssl_key_file": "server.key", "ssl_ca_file": "root.crt"}
-	require.NoError(t, c.Start(ctx))
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	c := dbtest.InitCluster(t)
+	dbtest.ServeTLS(t, c, certs)
+	require.NoError(t, c.Start(context.Background()))
 	return &tlsPostgres{cluster: c, certs: certs}
 }
 
 // adminConn connects as the superuser, over TLS with the client pair.
 func (p *tlsPostgres) adminConn(t *testing.T, database string) *pgx.Conn {
 	t.Helper()
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=verify-full&sslrootcert=%s&sslcert=%s&sslkey=%s", p.cluster.Port, database,
-		filepath.Join(p.certs, "ca.crt"), filepath.Join(p.certs, "tls.crt"), filepath.Join(p.certs, "tls.key"))
-	conn, err := pgx.Connect(context.Background(), url)
+	conn, err := pgx.Connect(context.Background(), dbtest.SuperuserTLSURL(p.cluster, p.certs, database))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/dbtest"
-	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/telemetry"
 )
@@ -226,21 +224,9 @@ func TestTwoEnginesShareADatabase(t *testing.T) {
 func TestPostgresRestartMidRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("/var/tmp", "flow-engine-pgrestart-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	cluster, err := pglocal.New(filepath.Join(dir, "pgdata"), 0)
-	require.NoError(t, err)
-	require.NoError(t, cluster.Init(ctx))
-	cluster.Settings = map[string]string{"fsync": "off", "max_connections": "100", "log_min_messages": "fatal"}
-	require.NoError(t, cluster.Start(ctx))
-	t.Cleanup(func() { _ = cluster.Stop(context.Background()) })
-	url := cluster.URL("postgres")
-	_, err = db.Migrate(ctx, url)
-	require.NoError(t, err)
+	cluster, url := dbtest.StartCluster(t, dbtest.RestartableSettings(100))
 	pool := openPool(t, url, 30)
-	_, err = pool.Exec(ctx, callTableSQL)
+	_, err := pool.Exec(ctx, callTableSQL)
 	require.NoError(t, err)
 	// The engine and River log as in flow serve: WARN and above, through
 	// the repeat limiter (issue 28: ~70 ERROR lines a second per replica

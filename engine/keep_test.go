@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +14,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/engine"
 )
@@ -25,21 +23,7 @@ import (
 // stop and start), migrated, and returns it with its database URL.
 func privateCluster(t *testing.T) (*pglocal.Cluster, string) {
 	t.Helper()
-	ctx := context.Background()
-	dir, err := os.MkdirTemp("/var/tmp", "flow-engine-pg-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	cluster, err := pglocal.New(filepath.Join(dir, "pgdata"), 0)
-	require.NoError(t, err)
-	require.NoError(t, cluster.Init(ctx))
-	cluster.Settings = map[string]string{"fsync": "off", "max_connections": "100", "log_min_messages": "fatal"}
-	require.NoError(t, cluster.Start(ctx))
-	t.Cleanup(func() { _ = cluster.Stop(context.Background()) })
-	url := cluster.URL("postgres")
-	_, err = db.Migrate(ctx, url)
-	require.NoError(t, err)
-	return cluster, url
+	return dbtest.StartCluster(t, dbtest.RestartableSettings(100))
 }
 
 // resetLog records, in memory (the database restarts under it), every

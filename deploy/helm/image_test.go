@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nicoflow/flow/cli"
+	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/db/pglocal"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
@@ -63,40 +63,10 @@ func podmanOut(t *testing.T, args ...string) string {
 func startTLSPostgres(t *testing.T, certs string) *pglocal.Cluster {
 	t.Helper()
 	ctx := context.Background()
-	base, err := os.MkdirTemp("", "flow-imagetest-pg-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(base, 0o755)) // the postgres user must reach the data folder
-	t.Cleanup(func() { os.RemoveAll(base) })
-	c, err := pglocal.New(filepath.Join(base, "data"), 0)
-	require.NoError(t, err)
-	require.NoError(t, c.Init(ctx))
-	owner := func(p string) {
-		u, err := user.Lookup("postgres")
-		if err != nil || os.Geteuid() != 0 {
-			return // not root: the server runs as us
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		require.NoError(t, os.Chown(p, uid, gid))
-	}
-	for src, dst := range map[string]string{"tls.crt": "server.crt", "tls.key": "server.key", "ca.crt": "root.crt"} {
-		b, err := os.ReadFile(filepath.Join(certs, src))
-		require.NoError(t, err)
-		p := filepath.Join(c.DataDir, dst)
-		require.NoError(t, os.WriteFile(p, b, 0o600))
-		owner(p)
-	}
-	hba := filepath.Join(c.DataDir, "pg_hba.conf")
-	require.NoError(t, os.WriteFile(hba, []byte(
-		"hostssl all postgres 127.0.0.1/32 trust clientcert=verify-ca\n"+
-			"hostssl all all 127.0.0.1/32 scram-sha-256 clientcert=verify-ca\n"), 0o600))
-	owner(hba)
-	c.Settings = map[string]string{"ssl": "on", "ssl_cert_file": "server.crt", "ssl_key_file": "server.key", "ssl_ca_file": "root.crt"}
+	c := dbtest.InitCluster(t)
+	dbtest.ServeTLS(t, c, certs)
 	require.NoError(t, c.Start(ctx))
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
-
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=verify-full&sslrootcert=%s&sslcert=%s&sslkey=%s", c.Port,
-		filepath.Join(certs, "ca.crt"), filepath.Join(certs, "tls.crt"), filepath.Join(certs, "tls.key"))
+	url := dbtest.SuperuserTLSURL(c, certs, "postgres")
 	conn, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
