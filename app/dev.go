@@ -235,6 +235,7 @@ func printBanner(w io.Writer, addr, adminAddr, dbURL, dir string, simAdmin []str
   API        http://%[1]s   (gRPC, gRPC-Web and Connect JSON on one port)
              cleartext, no authentication: every caller is admin (flow serve
              needs certificates: docs/security.md)
+  Console    http://%[1]s/ui/   (the site, racks, tasks, rollouts, leaks: docs/console.md)
   Admin      %[4]s
   Database   %[2]s
   State      %[3]s

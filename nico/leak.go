@@ -10,8 +10,14 @@ import (
 // fired (spec/southbound.md §2.2, FindMachineIds only_with_health_alert).
 const LeakAlert = "hardware-health.tray-leak-detection"
 
-// LeakingMachineIDs lists the machines (DPUs included, as upstream asks)
-// that carry the leak alert.
+// LeakingMachineIDs lists the machines that carry the leak alert. Core is
+// asked with include_dpus, as upstream asks, so that a leak Core reports
+// on a DPU alone is seen; but a tray's leak also lists the DPUs inside it,
+// which are not devices of their own to answer (Flow holds the tray, not
+// its DPUs): while anything leaks, one more call (FindMachinesByIds on the
+// leaking IDs) learns each leaking host's DPUs and leaves them out. When
+// that read fails, the whole list is returned: reporting a DPU too many is
+// better than missing a leak.
 func (c *Client) LeakingMachineIDs(ctx context.Context) ([]string, error) {
 	const method = "FindMachineIds"
 	if err := c.ready(method); err != nil {
@@ -28,7 +34,28 @@ func (c *Client) LeakingMachineIDs(ctx context.Context) ([]string, error) {
 	for _, id := range res.GetMachineIds() {
 		out = append(out, id.GetId())
 	}
-	return out, nil
+	if len(out) < 2 {
+		return out, nil // a lone ID cannot be a host together with its DPU
+	}
+	ms, err := c.Machines(ctx, out)
+	if err != nil {
+		return out, nil
+	}
+	inside := map[string]bool{}
+	for _, m := range ms {
+		if m.Host {
+			for _, d := range m.DPUIDs {
+				inside[d] = true
+			}
+		}
+	}
+	kept := out[:0]
+	for _, id := range out {
+		if !inside[id] {
+			kept = append(kept, id)
+		}
+	}
+	return kept, nil
 }
 
 // LeakingSwitchIDs lists the switches that carry the leak alert.
