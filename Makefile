@@ -6,7 +6,7 @@ BIN     ?= bin/flow
 # -buildvcs=true stamps the commit and time into the binary (Version RPC),
 # overriding a GOFLAGS that turns it off.
 BUILDFLAGS ?= -buildvcs=true
-TESTFLAGS  ?= -count=1 -timeout 15m
+TESTFLAGS  ?= -count=1 -timeout 25m
 
 .PHONY: run build test soak fuzz generate verify bench clean image image-test
 
