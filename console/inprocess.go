@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"strings"
 )
 
 // inProcess is an http.RoundTripper that serves each request with the
@@ -70,7 +71,7 @@ func (r *recorder) Flush() {}
 func (r *recorder) trailer() http.Header {
 	t := http.Header{}
 	for k, vs := range r.header {
-		if after, ok := cutPrefix(k, http.TrailerPrefix); ok {
+		if after, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
 			t[http.CanonicalHeaderKey(after)] = vs
 		}
 	}
@@ -88,11 +89,4 @@ func (r *recorder) trailer() http.Header {
 		}
 	}
 	return t
-}
-
-func cutPrefix(s, p string) (string, bool) {
-	if len(s) >= len(p) && s[:len(p)] == p {
-		return s[len(p):], true
-	}
-	return s, false
 }
