@@ -75,10 +75,21 @@ bench:
 # under IMAGE_MAX_MB. Podman runs with runc, cgroupfs and
 # deploy/podman/containers.conf (no default ulimits): this machine kind
 # lacks CAP_SYS_RESOURCE, and crun fails.
-VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-REVISION     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-COMMIT_TIME  ?= $(shell TZ=UTC git show -s --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ HEAD 2>/dev/null)
-DIRTY        ?= $(shell test -z "$$(git status --porcelain 2>/dev/null)" || echo +dirty)
+# Each is computed once per make run (a plain ?= would run git again at
+# every use): `make image-test` then tests the image `make image` just
+# built even when the tree changes in between, which turns the tag -dirty.
+ifeq ($(origin VERSION),undefined)
+VERSION      := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+endif
+ifeq ($(origin REVISION),undefined)
+REVISION     := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+endif
+ifeq ($(origin COMMIT_TIME),undefined)
+COMMIT_TIME  := $(shell TZ=UTC git show -s --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ HEAD 2>/dev/null)
+endif
+ifeq ($(origin DIRTY),undefined)
+DIRTY        := $(shell test -z "$$(git status --porcelain 2>/dev/null)" || echo +dirty)
+endif
 IMAGE        ?= localhost/flow:$(VERSION)
 IMAGE_MAX_MB ?= 40
 PODMAN       ?= CONTAINERS_CONF=$(CURDIR)/deploy/podman/containers.conf podman --runtime runc --cgroup-manager cgroupfs
