@@ -47,8 +47,9 @@ type ListingOptions struct {
 	CacheBytes int64
 }
 
-// SetListings applies o. Call it once, before serving.
+// SetListings applies o. Call it before serving.
 func (h *Handler) SetListings(o ListingOptions) {
+	h.builds, h.cache = nil, nil
 	if o.Builds > 0 {
 		h.builds = make(chan struct{}, o.Builds)
 	}
