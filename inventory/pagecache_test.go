@@ -112,3 +112,4 @@ func TestListingCache(t *testing.T) {
 	list()
 	expect(5, 5)
 }
+
