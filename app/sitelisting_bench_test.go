@@ -35,7 +35,7 @@ var (
 	siteClients  = flag.Int("sitelist.clients", 100, "concurrent clients of BenchmarkSiteListings")
 	siteDuration = flag.Duration("sitelist.duration", 10*time.Second, "how long BenchmarkSiteListings' clients call, per iteration")
 	siteGzip     = flag.Bool("sitelist.gzip", false, "BenchmarkSiteListings' clients accept gzip answers (as connect-go clients do; gRPC clients do not by default)")
-	siteEnv      = flag.String("sitelist.env", "", "extra server setting for BenchmarkSiteListings, NAME=value")
+	siteEnv      = flag.String("sitelist.env", "", "extra server settings for BenchmarkSiteListings, NAME=value[,NAME=value…] (the figures before the cache: FLOW_LISTING_CACHE_BYTES=0,FLOW_MAX_CONCURRENT_LISTINGS=4)")
 )
 
 // BenchmarkSiteListings is issue 29's listing at site scale: a `flow serve`
@@ -71,7 +71,7 @@ func BenchmarkSiteListings(b *testing.B) {
 	url := "http://127.0.0.1:" + itoa(port)
 	env := []string{"DATABASE_URL=" + dbURL, "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port), "FLOW_LOG_LEVEL=warn"}
 	if *siteEnv != "" {
-		env = append(env, *siteEnv)
+		env = append(env, strings.Split(*siteEnv, ",")...)
 	}
 	p := startServerProcess(b, env)
 	waitHealthy(b, url)
