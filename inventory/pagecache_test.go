@@ -112,4 +112,3 @@ func TestListingCache(t *testing.T) {
 	list()
 	expect(5, 5)
 }
-
