@@ -59,6 +59,12 @@ func loadLimits(getenv func(string) string) (edge.Limits, []string) {
 	size("FLOW_MAX_PAGE_SIZE", &lim.PageSize)
 	size("FLOW_MAX_RACK_PAGE_WITH_COMPONENTS", &lim.RackComponentsPage)
 	size("FLOW_MAX_CONCURRENT_LISTINGS", &lim.Listings)
+	size("FLOW_MAX_CONCURRENT_LISTING_BUILDS", &lim.ListingBuilds)
+	if n, err := strconv.ParseInt(def("FLOW_LISTING_CACHE_BYTES"), 10, 64); err != nil || n < 0 {
+		errs = append(errs, "FLOW_LISTING_CACHE_BYTES must be a non-negative integer (0: no cache)")
+	} else {
+		lim.ListingCacheBytes = n
+	}
 	if n, err := strconv.Atoi(def("FLOW_MAX_CONCURRENT_SUBMITS")); err != nil || n < 0 {
 		errs = append(errs, "FLOW_MAX_CONCURRENT_SUBMITS must be a non-negative integer (0: one per CPU)")
 	} else if n == 0 {

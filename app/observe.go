@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/nicoflow/flow/engine"
+	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/reconcile"
@@ -268,6 +269,32 @@ type runCollector struct {
 	runs                       *rollout.Service
 	runsNow, targetsNow, phase *prometheus.Desc
 	scrapeErr                  *prometheus.Desc
+}
+
+// listingCollector reports the listing cache's hits and builds
+// (inventory.Handler.ListingCacheStats) at scrape.
+type listingCollector struct {
+	h            *inventory.Handler
+	hits, misses *prometheus.Desc
+}
+
+func newListingCollector(h *inventory.Handler) *listingCollector {
+	return &listingCollector{
+		h:      h,
+		hits:   prometheus.NewDesc("flow_listing_cache_hits_total", "GetListOfRacks pages answered from the listing cache.", nil, nil),
+		misses: prometheus.NewDesc("flow_listing_cache_builds_total", "GetListOfRacks pages built for the listing cache (not found, or no longer valid).", nil, nil),
+	}
+}
+
+func (c *listingCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.hits
+	ch <- c.misses
+}
+
+func (c *listingCollector) Collect(ch chan<- prometheus.Metric) {
+	hits, misses := c.h.ListingCacheStats()
+	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(hits))
+	ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(misses))
 }
 
 func newRunCollector(runs *rollout.Service) *runCollector {

@@ -20,7 +20,8 @@ import (
 
 // BenchmarkHeavyReadLoad is issue 19's heavy read: 200 clients calling
 // GetListOfRacks with components (the default page: 100 racks of 35
-// components, ~1.5 MB; FLOW_MAX_CONCURRENT_LISTINGS serves 4 at once)
+// components, ~1.5 MB; FLOW_MAX_CONCURRENT_LISTINGS serves 32 at once,
+// FLOW_MAX_CONCURRENT_LISTING_BUILDS builds 4, the listing cache keeps them)
 // against a `flow serve` child holding 100 demo racks
 // (the dev fleet's shape), as fast as they can for -readload.duration
 // (default 10s; each b.N iteration is one such run). It reports calls/s,

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"flag"
 	"net/http"
 	"slices"
 	"strings"
@@ -103,9 +104,20 @@ func successorLatencies(tb testing.TB, b *rolloutBench, id *flowv1.UUID) []time.
 
 // BenchmarkRollout1000Racks: one rollout over 1,000 racks (cap raised,
 // simulators without latency, 5 phases, 50 at once) on a `flow serve`
-// child process; reports the total time and the server's peak RSS.
+// child process; reports the time to create it (planning, every target
+// and the first 50 children: the CreateOperationRun call), the total time
+// and the server's peak RSS. -rollout.racks changes the number of racks
+// (the cap follows), -rollout.create-only stops after the creation (issue
+// 29's planning time over 3,000 racks):
+//
+//	go test ./app -run '^$' -bench Rollout1000Racks -benchtime 1x -rollout.racks 3000 -rollout.create-only
+var (
+	rolloutRacks      = flag.Int("rollout.racks", 1000, "racks BenchmarkRollout1000Racks rolls out over")
+	rolloutCreateOnly = flag.Bool("rollout.create-only", false, "BenchmarkRollout1000Racks stops once the run is created")
+)
+
 func BenchmarkRollout1000Racks(b *testing.B) {
-	const racks = 1000
+	racks := *rolloutRacks
 	ctx := context.Background()
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: 0, firmwarePhase: time.Millisecond})
 	require.NoError(b, err)
@@ -122,7 +134,7 @@ func BenchmarkRollout1000Racks(b *testing.B) {
 	server := startServerProcess(b, []string{
 		"DATABASE_URL=" + dbURL, "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port),
 		"NICO_CORE_API_URL=" + sims.nicoSrv.URL(), "PSM_API_URL=" + sims.psmSrv.URL(),
-		"FLOW_LOG_LEVEL=warn", "FLOW_FIRMWARE_POLL_INTERVAL=100ms", "FLOW_OPERATION_RUN_MAX_CANDIDATES=1000",
+		"FLOW_LOG_LEVEL=warn", "FLOW_FIRMWARE_POLL_INTERVAL=100ms", "FLOW_OPERATION_RUN_MAX_CANDIDATES=" + itoa(max(racks, 1000)),
 	})
 	waitHealthy(b, url)
 	client := flowv1connect.NewFlowClient(http.DefaultClient, url)
@@ -130,6 +142,15 @@ func BenchmarkRollout1000Racks(b *testing.B) {
 	start := time.Now()
 	id := createRun(b, client, rolloutRequest("site", rolloutOpts{concurrency: 50, phases: equalPhases(5, true)}))
 	created := time.Since(start)
+	if *rolloutCreateOnly {
+		b.StopTimer()
+		run := getRun(b, client, id)
+		// Phase 0 of the 5 equal phases holds a fifth of the targets.
+		require.Equal(b, int32(racks/5), run.GetStats().GetCumulativePhaseStats().GetSelectedTargets(), "targets planned in phase 0")
+		b.ReportMetric(created.Seconds(), "create_s")
+		b.ReportMetric(float64(bench.PeakRSS(server.cmd.Process.Pid))/(1<<20), "peak_rss_MiB")
+		return
+	}
 	run := waitRun(b, client, id, 30*time.Minute, func(r *flowv1.OperationRun) bool { return r.GetSummary().GetFinishedAt() != nil })
 	total := time.Since(start)
 	b.StopTimer()

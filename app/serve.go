@@ -255,6 +255,10 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		eventRuleHandler:  eventrule.NewHandler(pool, eventRules),
 	}
 	svc.taskHandler.LimitSubmits(limitsOrDefault(cfg.Limits).Submits)
+	svc.inventoryHandler.SetListings(inventory.ListingOptions{
+		Builds: limitsOrDefault(cfg.Limits).ListingBuilds, CacheBytes: limitsOrDefault(cfg.Limits).ListingCacheBytes,
+	})
+	s.tel.metrics.Register(newListingCollector(svc.inventoryHandler))
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer), leakAdminHandler: eventrule.NewLeakAdminHandler(pool, inv, leak)}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	// The console (/ui/) calls the API's handler in process, as its user.

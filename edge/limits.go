@@ -48,6 +48,13 @@ type Limits struct {
 	// Listings is how many rack and component listings are served at once
 	// (FLOW_MAX_CONCURRENT_LISTINGS); more wait their turn.
 	Listings int
+	// ListingBuilds is how many of those pages are built from the
+	// database at once (FLOW_MAX_CONCURRENT_LISTING_BUILDS), and
+	// ListingCacheBytes bounds the built rack pages kept for reuse
+	// (FLOW_LISTING_CACHE_BYTES, 0: none). The inventory handler applies
+	// both (inventory.ListingOptions).
+	ListingBuilds     int
+	ListingCacheBytes int64
 	// RequestBytesInFlight bounds the request body bytes the server reads
 	// and holds at once, over all calls (FLOW_MAX_REQUEST_BYTES_IN_FLIGHT):
 	// a call whose body would go over it waits briefly for others to

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nicoflow/flow/inventory"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
@@ -126,6 +127,23 @@ func BenchmarkGetListOfRacks(b *testing.B) {
 			require.NoError(b, err)
 			_, err = proto.Marshal(res)
 			require.NoError(b, err)
+			page++
+		}
+	})
+	// cached: pages answered from the listing cache (pagecache.go), over
+	// HTTP without compression: what a page costs once built.
+	b.Run("cached", func(b *testing.B) {
+		tb.h.SetListings(inventory.ListingOptions{Builds: 4, CacheBytes: 64 << 20})
+		defer tb.h.SetListings(inventory.ListingOptions{})
+		client := flowv1connect.NewFlowClient(http.DefaultClient, tb.url, connect.WithAcceptCompression("gzip", nil, nil))
+		page := 0
+		for b.Loop() {
+			res, err := client.GetListOfRacks(tb.ctx, &flowv1.GetListOfRacksRequest{
+				WithComponents: true,
+				Pagination:     &flowv1.Pagination{Offset: int32(page%10) * 100, Limit: 100},
+			})
+			require.NoError(b, err)
+			require.Len(b, res.GetRacks(), 100)
 			page++
 		}
 	})

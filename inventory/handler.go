@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
@@ -24,6 +28,13 @@ import (
 type Handler struct {
 	svc  *Service
 	pool *pgxpool.Pool
+	// builds bounds the listing pages built at once (nil: no bound), and
+	// cache keeps built rack pages (nil: off); see SetListings.
+	builds chan struct{}
+	cache  *pageCache
+	// hits and misses count the rack pages answered from the cache and
+	// built for it.
+	hits, misses atomic.Int64
 }
 
 // NewHandler returns a Handler running svc on pool.
@@ -145,15 +156,79 @@ func (h *Handler) GetListOfRacks(ctx context.Context, req *flowv1.GetListOfRacks
 			return nil, connectError(invalid("order_by.rack_field", "unknown value %d", ob.GetRackField()))
 		}
 	}
-	racks, total, err := h.svc.ListRacks(ctx, h.pool, q)
-	if err != nil {
-		return nil, connectError(err)
+	if h.cache == nil || !binaryCall(ctx) {
+		release, err := h.acquireBuild(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		racks, total, err := h.svc.ListRacks(ctx, h.pool, q)
+		if err != nil {
+			return nil, connectError(err)
+		}
+		return racksResponse(racks, total), nil
 	}
+	return h.cachedRackPage(ctx, req, q)
+}
+
+func racksResponse(racks []Rack, total int32) *flowv1.GetListOfRacksResponse {
 	out := &flowv1.GetListOfRacksResponse{Racks: make([]*flowv1.Rack, len(racks)), Total: total}
 	for i, r := range racks {
 		out.Racks[i] = rackToProto(r)
 	}
-	return out, nil
+	return out
+}
+
+// cachedRackPage answers a valid rack listing from the page cache when the
+// page still holds (pagecache.go), and otherwise builds it, under a build
+// slot, and keeps it. The answer carries the marshaled page as the unknown
+// fields of an empty message, which protobuf marshals as they are: the
+// client receives exactly the page's bytes.
+func (h *Handler) cachedRackPage(ctx context.Context, req *flowv1.GetListOfRacksRequest, q RackQuery) (*flowv1.GetListOfRacksResponse, error) {
+	k, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	key := string(k)
+	// The generation is read before anything of the page: see pagecache.go.
+	gen, err := h.svc.q.InventoryGeneration(ctx, h.pool)
+	if err != nil {
+		return nil, fmt.Errorf("inventory generation: %w", err)
+	}
+	if p := h.cache.get(key, gen); p != nil {
+		dyn, err := h.svc.currentFingerprint(ctx, h.pool, p.ids, p.racks)
+		if err != nil {
+			return nil, err
+		}
+		if dyn == p.dyn {
+			h.hits.Add(1)
+			return rawRacksResponse(p.bytes), nil
+		}
+	}
+	release, err := h.acquireBuild(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	racks, total, err := h.svc.ListRacks(ctx, h.pool, q)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	b, err := proto.Marshal(racksResponse(racks, total))
+	if err != nil {
+		return nil, err
+	}
+	h.misses.Add(1)
+	ids, dyn := pageFingerprint(racks)
+	h.cache.put(&cachedPage{key: key, gen: gen, ids: ids, racks: len(racks), dyn: dyn, bytes: b})
+	return rawRacksResponse(b), nil
+}
+
+// rawRacksResponse is a GetListOfRacksResponse that marshals to b.
+func rawRacksResponse(b []byte) *flowv1.GetListOfRacksResponse {
+	out := &flowv1.GetListOfRacksResponse{}
+	out.ProtoReflect().SetUnknown(protoreflect.RawFields(b))
+	return out
 }
 
 // PatchRack implements v1.Flow.

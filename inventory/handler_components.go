@@ -54,6 +54,11 @@ func (h *Handler) GetComponents(ctx context.Context, req *flowv1.GetComponentsRe
 			return nil, connectError(err)
 		}
 	}
+	release, err := h.acquireBuild(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	comps, total, err := h.svc.ListComponents(ctx, h.pool, q)
 	if err != nil {
 		return nil, connectError(err)

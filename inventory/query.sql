@@ -354,3 +354,8 @@ SELECT count(*) FROM component WHERE rack_id = @rack_id AND deleted_at IS NULL;
 -- The live racks of names, for a burst of submissions naming theirs (the
 -- caller finds a name's racks, or its ambiguity, as RackListByName would).
 SELECT * FROM rack WHERE name = ANY(@names::text[]) AND deleted_at IS NULL ORDER BY name, id;
+
+-- name: InventoryGeneration :one
+-- The inventory generation: it grows with every committed inventory write
+-- (migration 0180), so an equal value means an unchanged inventory.
+SELECT coalesce(sum(n), 0)::bigint AS generation FROM inventory_generation;

@@ -181,6 +181,11 @@ type FlowInstance struct {
 	CreatedAt pgtype.Timestamptz
 }
 
+type InventoryGeneration struct {
+	Shard int16
+	N     int64
+}
+
 type InventorySyncRun struct {
 	ID         int64
 	StartedAt  pgtype.Timestamptz

@@ -995,6 +995,19 @@ func (q *Queries) ComponentUpdate(ctx context.Context, db DBTX, arg ComponentUpd
 	return err
 }
 
+const inventoryGeneration = `-- name: InventoryGeneration :one
+SELECT coalesce(sum(n), 0)::bigint AS generation FROM inventory_generation
+`
+
+// The inventory generation: it grows with every committed inventory write
+// (migration 0180), so an equal value means an unchanged inventory.
+func (q *Queries) InventoryGeneration(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, inventoryGeneration)
+	var generation int64
+	err := row.Scan(&generation)
+	return generation, err
+}
+
 const nVLDomainCount = `-- name: NVLDomainCount :one
 SELECT count(*) FROM nvl_domain
 WHERE deleted_at IS NULL AND ($1::text[] IS NULL

@@ -183,6 +183,11 @@ type FlowInstance struct {
 	CreatedAt time.Time
 }
 
+type InventoryGeneration struct {
+	Shard int16
+	N     int64
+}
+
 type InventorySyncRun struct {
 	ID         int64
 	StartedAt  time.Time

@@ -1,0 +1,12 @@
+DROP TRIGGER component_leak_generation_truncate ON component_leak;
+DROP TRIGGER nvl_domain_generation_truncate ON nvl_domain;
+DROP TRIGGER bmc_generation_truncate ON bmc;
+DROP TRIGGER component_generation_truncate ON component;
+DROP TRIGGER rack_generation_truncate ON rack;
+DROP TRIGGER component_leak_generation ON component_leak;
+DROP TRIGGER nvl_domain_generation ON nvl_domain;
+DROP TRIGGER bmc_generation ON bmc;
+DROP TRIGGER component_generation ON component;
+DROP TRIGGER rack_generation ON rack;
+DROP FUNCTION inventory_generation_bump();
+DROP TABLE inventory_generation;

@@ -1,0 +1,238 @@
+package inventory
+
+import (
+	"container/list"
+	"context"
+	"encoding/binary"
+	"hash/fnv"
+	"strings"
+	"sync"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+
+	"github.com/nicoflow/flow/db"
+)
+
+// Listings at site scale (docs/inventory.md, "Listings at site scale").
+//
+// A page of GetListOfRacks is built from the database at most
+// ListingOptions.Builds at a time, and kept, marshaled, in a cache bounded
+// by bytes. A later call for the same page is answered from the cache when
+// both of these hold, checked per call:
+//
+//   - the inventory generation (migration 0180: it grows with every
+//     committed write to racks, components, BMCs, NVLink domains or leak
+//     status, on any replica) is the one the page was built under;
+//   - the page's task-derived fields, which live outside the inventory
+//     tables (task stats of its racks and components, leak handling of its
+//     components), are what they were when it was built: the same queries
+//     the build runs are run again over the page's IDs (two index look-ups
+//     over the few unfinished tasks) and compared by a fingerprint.
+//
+// The generation is read before the page's first query, so a page always
+// holds at least what was committed when its generation was read, and any
+// later commit makes that generation stale: a reader never gets a page
+// older than its own snapshot, and a client that changed the inventory and
+// then lists sees its change.
+
+// ListingOptions bound the listings' work and memory.
+type ListingOptions struct {
+	// Builds is how many GetListOfRacks and GetComponents pages are built
+	// from the database at once (FLOW_MAX_CONCURRENT_LISTING_BUILDS); more
+	// wait their turn. 0 means no bound.
+	Builds int
+	// CacheBytes bounds the marshaled GetListOfRacks pages kept
+	// (FLOW_LISTING_CACHE_BYTES); 0 turns the cache off.
+	CacheBytes int64
+}
+
+// SetListings applies o. Call it before serving.
+func (h *Handler) SetListings(o ListingOptions) {
+	h.builds, h.cache = nil, nil
+	if o.Builds > 0 {
+		h.builds = make(chan struct{}, o.Builds)
+	}
+	if o.CacheBytes > 0 {
+		h.cache = newPageCache(o.CacheBytes)
+	}
+}
+
+// ListingCacheStats returns how many GetListOfRacks pages were answered
+// from the page cache and how many were built for it, since start.
+func (h *Handler) ListingCacheStats() (hits, misses int64) {
+	return h.hits.Load(), h.misses.Load()
+}
+
+// acquireBuild waits for a build slot (until ctx ends) and returns its
+// release.
+func (h *Handler) acquireBuild(ctx context.Context) (func(), error) {
+	if h.builds == nil {
+		return func() {}, nil
+	}
+	select {
+	case h.builds <- struct{}{}:
+		return func() { <-h.builds }, nil
+	case <-ctx.Done():
+		return nil, connect.NewError(connect.CodeDeadlineExceeded, context.Cause(ctx))
+	}
+}
+
+// binaryCall reports whether the call is answered in binary protobuf
+// (Connect, gRPC or gRPC-Web), where a cached page can be sent as it was
+// marshaled.
+func binaryCall(ctx context.Context) bool {
+	ci, ok := connect.CallInfoForHandlerContext(ctx)
+	if !ok {
+		return false
+	}
+	ct := ci.RequestHeader().Get("Content-Type")
+	ct, _, _ = strings.Cut(ct, ";")
+	switch strings.TrimSpace(ct) {
+	case "application/proto", "application/grpc", "application/grpc+proto", "application/grpc-web", "application/grpc-web+proto":
+		return true
+	}
+	return false
+}
+
+// pageCache holds marshaled pages by request, least recently used first
+// out, at most max bytes of them.
+type pageCache struct {
+	max int64
+
+	mu      sync.Mutex
+	used    int64
+	entries map[string]*list.Element // of *cachedPage
+	lru     list.List                // front: most recent
+}
+
+// cachedPage is one marshaled page and what decides whether it still holds.
+type cachedPage struct {
+	key   string
+	gen   int64       // inventory generation it was built under
+	ids   []uuid.UUID // its racks', then its components' IDs
+	racks int         // how many of ids are racks
+	dyn   uint64      // fingerprint of its task-derived fields
+	bytes []byte
+}
+
+func (p *cachedPage) size() int64 { return int64(len(p.bytes)+len(p.key)+16*len(p.ids)) + 128 }
+
+func newPageCache(max int64) *pageCache {
+	return &pageCache{max: max, entries: map[string]*list.Element{}}
+}
+
+// get returns the page of key built under gen, or nil.
+func (c *pageCache) get(key string, gen int64) *cachedPage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	if !ok {
+		return nil
+	}
+	p := e.Value.(*cachedPage)
+	if p.gen != gen {
+		return nil
+	}
+	c.lru.MoveToFront(e)
+	return p
+}
+
+// put keeps p (replacing any page of its key) unless it alone is over the
+// bound, dropping the least recently used pages to stay under it.
+func (c *pageCache) put(p *cachedPage) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[p.key]; ok {
+		old := e.Value.(*cachedPage)
+		if old.gen > p.gen {
+			return // a newer build got there first
+		}
+		c.used -= old.size()
+		c.lru.Remove(e)
+		delete(c.entries, p.key)
+	}
+	if p.size() > c.max {
+		return
+	}
+	for c.used+p.size() > c.max {
+		e := c.lru.Back()
+		old := e.Value.(*cachedPage)
+		c.used -= old.size()
+		c.lru.Remove(e)
+		delete(c.entries, old.key)
+	}
+	c.entries[p.key] = c.lru.PushFront(p)
+	c.used += p.size()
+}
+
+// dynFingerprint hashes the task-derived fields of a page's racks and
+// components (ids: racks first, then components), given as functions of
+// the index in ids; entries at their zero value are left out, so the
+// fingerprint of a page without unfinished tasks or leak handling is that
+// of the empty set.
+func dynFingerprint(ids []uuid.UUID, racks int, stats func(i int) TaskStats, handling func(i int) LeakHandling) uint64 {
+	h := fnv.New64a()
+	var buf [12]byte
+	for i, id := range ids {
+		st := stats(i)
+		var lh LeakHandling
+		if i >= racks {
+			lh = handling(i)
+		}
+		if st == (TaskStats{}) && lh == LeakHandlingNone {
+			continue
+		}
+		h.Write(id[:])
+		binary.LittleEndian.PutUint32(buf[0:], st.Waiting)
+		binary.LittleEndian.PutUint32(buf[4:], st.Pending)
+		binary.LittleEndian.PutUint32(buf[8:], st.Running)
+		h.Write(buf[:])
+		h.Write([]byte(lh))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
+}
+
+// pageFingerprint is dynFingerprint of built racks (with their
+// components), and the IDs it covers.
+func pageFingerprint(racks []Rack) ([]uuid.UUID, uint64) {
+	ids := make([]uuid.UUID, 0, len(racks)*36)
+	var comps []*Component
+	for i := range racks {
+		ids = append(ids, racks[i].ID)
+	}
+	for i := range racks {
+		for j := range racks[i].Components {
+			ids = append(ids, racks[i].Components[j].ID)
+			comps = append(comps, &racks[i].Components[j])
+		}
+	}
+	n := len(racks)
+	return ids, dynFingerprint(ids, n,
+		func(i int) TaskStats {
+			if i < n {
+				return racks[i].TaskStats
+			}
+			return comps[i-n].TaskStats
+		},
+		func(i int) LeakHandling { return comps[i-n].LeakHandling })
+}
+
+// currentFingerprint reads the task-derived fields of the page's IDs as a
+// build reads them, and returns their fingerprint.
+func (s *Service) currentFingerprint(ctx context.Context, dbtx db.DBTX, ids []uuid.UUID, racks int) (uint64, error) {
+	stats, err := s.TaskStats(ctx, dbtx, ids)
+	if err != nil {
+		return 0, err
+	}
+	handling := map[uuid.UUID]LeakHandling{}
+	if s.leakHandling != nil && racks < len(ids) {
+		if handling, err = s.leakHandling(ctx, dbtx, ids[racks:]); err != nil {
+			return 0, err
+		}
+	}
+	return dynFingerprint(ids, racks,
+		func(i int) TaskStats { return stats[ids[i]] },
+		func(i int) LeakHandling { return handling[ids[i]] }), nil
+}
