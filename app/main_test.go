@@ -2,9 +2,12 @@ package app
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
 )
@@ -27,5 +30,26 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	flag.Parse()
+	setDefaultParallel()
 	os.Exit(m.Run())
 }
+
+// setDefaultParallel raises how many of this package's parallel tests run
+// at once, unless -test.parallel (go test -parallel) says otherwise. Go's
+// default is GOMAXPROCS, two on a two-core CI machine, yet these tests
+// spend most of their time waiting, not computing: on simulated power and
+// firmware phases, engine leases after a kill -9, PostgreSQL restarts,
+// polls of child servers (a run of the package used about a third of one
+// core). Two at a time, the package took 14 minutes on two cores; most of
+// that was two tests sleeping side by side.
+func setDefaultParallel() {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(parallelTests, runtime.GOMAXPROCS(0))))
+	}
+}
+
+// parallelTests is the package's default -test.parallel.
+const parallelTests = 8
