@@ -44,6 +44,20 @@ func startDev(t *testing.T, dir string) *devRun {
 	return r
 }
 
+// devSlots bounds the tests running flow dev at once. Each flow dev
+// initialises and starts a PostgreSQL cluster of its own and migrates it,
+// the heaviest start in the package: with the package's parallel tests
+// (TestMain), four of them starting together on two loaded cores took over
+// the 90 s their banner is given.
+var devSlots = make(chan struct{}, 2)
+
+// devSlot takes one of devSlots for the rest of the test.
+func devSlot(t *testing.T) {
+	t.Helper()
+	devSlots <- struct{}{}
+	t.Cleanup(func() { <-devSlots })
+}
+
 var bannerAddr = regexp.MustCompile(`API\s+http://(\S+)`)
 
 // addr waits for the banner and returns the API address.
@@ -78,6 +92,7 @@ func (r *devRun) stop(t *testing.T) {
 
 func TestDevKeepsDataAcrossRestartsAndStopsPostgres(t *testing.T) {
 	t.Parallel()
+	devSlot(t)
 	dir, err := os.MkdirTemp("", "flow-dev-test-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
@@ -197,6 +212,7 @@ func TestDevSimulatorState(t *testing.T) {
 // lines, and every line it ever wrote to stderr is a JSON object.
 func TestIdleDevIsQuietAndJSONOnRequest(t *testing.T) {
 	t.Parallel()
+	devSlot(t)
 	dir, err := os.MkdirTemp("", "flow-dev-idle-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
@@ -293,6 +309,7 @@ func devDir(t *testing.T) string {
 // port is one each picks free (the admin listener's too).
 func TestDevSideBySide(t *testing.T) {
 	t.Parallel()
+	devSlot(t)
 	ctx := context.Background()
 	procs := []*devProcess{startDevProcess(t, devDir(t)), startDevProcess(t, devDir(t))}
 	var admins []string
@@ -344,6 +361,7 @@ func requireDevMarker(t *testing.T, banner string) {
 // the data.
 func TestDevKilledStopsItsPostgres(t *testing.T) {
 	t.Parallel()
+	devSlot(t)
 	ctx := context.Background()
 	dir := devDir(t)
 	p := startDevProcess(t, dir)

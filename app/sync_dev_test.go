@@ -18,6 +18,7 @@ import (
 // versions and power states from Core.
 func TestDevReadmeSequenceValidatesClean(t *testing.T) {
 	t.Parallel()
+	devSlot(t)
 	dir, err := os.MkdirTemp("", "flow-dev-readme-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
