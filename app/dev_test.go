@@ -58,6 +58,11 @@ func devSlot(t *testing.T) {
 	t.Cleanup(func() { <-devSlots })
 }
 
+// devStartTimeout is how long flow dev may take to print its banner: it
+// initialises, starts and migrates a PostgreSQL cluster of its own, which
+// took over 90 s on two cores at a load average of 40.
+const devStartTimeout = 3 * time.Minute
+
 var bannerAddr = regexp.MustCompile(`API\s+http://(\S+)`)
 
 // addr waits for the banner and returns the API address.
@@ -75,7 +80,7 @@ func (r *devRun) addr(t *testing.T) string {
 			addr = m[1]
 		}
 		return m != nil
-	}, 90*time.Second, 20*time.Millisecond)
+	}, devStartTimeout, 20*time.Millisecond)
 	return addr
 }
 
@@ -290,7 +295,7 @@ func (p *devProcess) banner(t *testing.T) string {
 		default:
 		}
 		return bannerAddr.MatchString(p.out.String())
-	}, 90*time.Second, 20*time.Millisecond)
+	}, devStartTimeout, 20*time.Millisecond)
 	return p.out.String()
 }
 
