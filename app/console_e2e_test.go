@@ -195,14 +195,22 @@ func (c *consoleE2E) open(t *testing.T, u string) {
 // again on the new element, a few times.
 func (c *consoleE2E) click(t *testing.T, sel string) {
 	t.Helper()
+	c.onFresh(t, "click "+sel, chromedp.Click(chromedp.CSS(sel)))
+}
+
+// onFresh runs actions that query an element, again (a few times) while
+// the browser says it cannot find the node: a live update swapped the
+// element for its fresh copy between the query and the action.
+func (c *consoleE2E) onFresh(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
 	var err error
 	for range 5 {
-		if err = chromedp.Do(c.browser, chromedp.Click(chromedp.CSS(sel))); err == nil || !strings.Contains(err.Error(), "Could not find node") {
+		if err = chromedp.Do(c.browser, actions...); err == nil || !strings.Contains(err.Error(), "Could not find node") {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	require.NoError(t, err, "click %s", sel)
+	require.NoError(t, err, what)
 }
 
 // waitJS polls js in the page until it is true.
@@ -251,7 +259,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		c.waitJS(t, 15*time.Second, `Array.from(document.querySelectorAll("a.rack")).every(a => a.classList.contains("c-off"))`, "after the sync, the floor shows the racks powered off")
 		c.screenshot(t, "floor")
 		// The keyboard reaches every rack: Tab to one, arrows along the row.
-		require.NoError(t, chromedp.Do(c.browser, chromedp.Focus(chromedp.CSS(`a.rack[data-rack="demo-0000"]`)), chromedp.KeyEvent(kb.ArrowRight)))
+		c.onFresh(t, "focus demo-0000, arrow right", chromedp.Focus(chromedp.CSS(`a.rack[data-rack="demo-0000"]`)), chromedp.KeyEvent(kb.ArrowRight))
 		require.Equal(t, "demo-0001, row-00-pos-01: power off", evalIn[string](c.browser, `document.activeElement.getAttribute("aria-label")`))
 		require.NoError(t, chromedp.Do(c.browser, chromedp.KeyEvent(kb.ArrowLeft)))
 		require.Equal(t, "demo-0000", evalIn[string](c.browser, `document.activeElement.dataset.rack`), "focus stays on the racks, live updates or not")

@@ -44,6 +44,25 @@ func startDev(t *testing.T, dir string) *devRun {
 	return r
 }
 
+// devSlots bounds the tests running flow dev at once. Each flow dev
+// initialises and starts a PostgreSQL cluster of its own and migrates it,
+// the heaviest start in the package: with the package's parallel tests
+// (TestMain), four of them starting together on two loaded cores took over
+// the 90 s their banner is given.
+var devSlots = make(chan struct{}, 2)
+
+// devSlot takes one of devSlots for the rest of the test.
+func devSlot(t *testing.T) {
+	t.Helper()
+	devSlots <- struct{}{}
+	t.Cleanup(func() { <-devSlots })
+}
+
+// devStartTimeout is how long flow dev may take to print its banner: it
+// initialises, starts and migrates a PostgreSQL cluster of its own, which
+// took over 90 s on two cores at a load average of 40.
+const devStartTimeout = 3 * time.Minute
+
 var bannerAddr = regexp.MustCompile(`API\s+http://(\S+)`)
 
 // addr waits for the banner and returns the API address.
@@ -61,7 +80,7 @@ func (r *devRun) addr(t *testing.T) string {
 			addr = m[1]
 		}
 		return m != nil
-	}, 90*time.Second, 20*time.Millisecond)
+	}, devStartTimeout, 20*time.Millisecond)
 	return addr
 }
 
@@ -78,6 +97,7 @@ func (r *devRun) stop(t *testing.T) {
 
 func TestDevKeepsDataAcrossRestartsAndStopsPostgres(t *testing.T) {
 	t.Parallel()
+	devSlot(t)
 	dir, err := os.MkdirTemp("", "flow-dev-test-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
@@ -197,6 +217,7 @@ func TestDevSimulatorState(t *testing.T) {
 // lines, and every line it ever wrote to stderr is a JSON object.
 func TestIdleDevIsQuietAndJSONOnRequest(t *testing.T) {
 	t.Parallel()
+	devSlot(t)
 	dir, err := os.MkdirTemp("", "flow-dev-idle-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
@@ -274,7 +295,7 @@ func (p *devProcess) banner(t *testing.T) string {
 		default:
 		}
 		return bannerAddr.MatchString(p.out.String())
-	}, 90*time.Second, 20*time.Millisecond)
+	}, devStartTimeout, 20*time.Millisecond)
 	return p.out.String()
 }
 
@@ -293,6 +314,7 @@ func devDir(t *testing.T) string {
 // port is one each picks free (the admin listener's too).
 func TestDevSideBySide(t *testing.T) {
 	t.Parallel()
+	devSlot(t)
 	ctx := context.Background()
 	procs := []*devProcess{startDevProcess(t, devDir(t)), startDevProcess(t, devDir(t))}
 	var admins []string
@@ -344,6 +366,7 @@ func requireDevMarker(t *testing.T, banner string) {
 // the data.
 func TestDevKilledStopsItsPostgres(t *testing.T) {
 	t.Parallel()
+	devSlot(t)
 	ctx := context.Background()
 	dir := devDir(t)
 	p := startDevProcess(t, dir)

@@ -24,6 +24,7 @@ const idleJobWindow = 60 * time.Second
 // system cycle was a River job, 60 of them the 1-second schedule tick).
 func TestIdleDevWritesFewJobs(t *testing.T) {
 	t.Parallel()
+	devSlot(t)
 	dir, err := os.MkdirTemp("", "flow-dev-idle-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))

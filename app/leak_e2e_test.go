@@ -151,14 +151,20 @@ func TestLeakEndToEnd(t *testing.T) {
 	e := startLeakE2E(t)
 	pool := openPool(t, e.dbURL)
 	stored := e.addRack(t, 11, false)
+	// Before the sync links the tray to its Core ID no leak poll can
+	// cover it (after it, on a loaded machine, the 1 s poll may come
+	// before this read).
+	unlinked := readRack(t, pool, stored.ID).component(t, inventory.ComponentTypeCompute, 10)
+	require.Empty(t, unlinked.ExternalID, "not linked before the sync")
+	require.Equal(t, flowv1.LeakStatus_LEAK_STATUS_UNKNOWN, componentInfo(t, e.client, unlinked.ID).GetLeakStatus(), "before any poll")
 	runSync(t, e.url)
 	rack := readRack(t, pool, stored.ID)
 	tray := rack.component(t, inventory.ComponentTypeCompute, 10)
+	require.Equal(t, unlinked.ID, tray.ID)
 	require.NotEmpty(t, tray.ExternalID, "the sync linked the tray to its Core ID")
 	affected := rack.below(10)
 	require.Len(t, affected, 10, "slots 1-10: four power shelves and six compute trays")
 
-	require.Equal(t, flowv1.LeakStatus_LEAK_STATUS_UNKNOWN, componentInfo(t, e.client, tray.ID).GetLeakStatus(), "before any poll")
 	waitPolled(t, e.client, tray.ID)
 
 	set := time.Now()

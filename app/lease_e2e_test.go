@@ -227,7 +227,16 @@ func TestKillOneOfTwoServers(t *testing.T) {
 	}
 	var worst time.Duration
 	var resentTotal int
-	for round := range rounds {
+	// A round whose kill caught no call (on a loaded machine a step
+	// claimed 200-700 ms ago may not have sent its call yet, or may have
+	// had its answer) proves nothing: up to two more rounds are run for one
+	// that does.
+	ran := 0
+	for round := 0; round < rounds || (resentTotal == 0 && round < rounds+2); round++ {
+		ran++
+		if round >= rounds {
+			t.Logf("round %d: no call was in flight at the earlier kills; another round", round+1)
+		}
 		victim, survivor := round%2, 1-round%2
 		since := time.Now()
 		ids := r.powerOnAll(t, r.clients[survivor])
@@ -255,7 +264,7 @@ func TestKillOneOfTwoServers(t *testing.T) {
 		waitHealthy(t, r.urls[victim])
 	}
 	require.NotZero(t, resentTotal, "the kills caught calls in flight")
-	t.Logf("%d round(s): %d devices' calls caught in flight and sent again, kill → call again at most %s", rounds, resentTotal, worst.Round(time.Millisecond))
+	t.Logf("%d round(s): %d devices' calls caught in flight and sent again, kill → call again at most %s", ran, resentTotal, worst.Round(time.Millisecond))
 }
 
 // TestRollingRestartOfTwoServers: SIGTERM of one of two replicas while 50

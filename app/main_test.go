@@ -2,9 +2,12 @@ package app
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
 )
@@ -27,5 +30,32 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	flag.Parse()
+	setDefaultParallel()
 	os.Exit(m.Run())
 }
+
+// setDefaultParallel raises how many of this package's parallel tests run
+// at once to parallelTests, unless -test.parallel (go test -parallel) says
+// otherwise. Go's default is GOMAXPROCS, two on a two-core CI machine, yet
+// these tests spend most of their time waiting, not computing: on simulated
+// power and firmware phases, engine leases after a kill -9, PostgreSQL
+// restarts, idle minutes (the test process and its children, PostgreSQL
+// aside, used about a third of a core over a 15-minute run, two tests at a
+// time). Eight at once overloaded two shared cores (flow dev starts and
+// PostgreSQL connections timed out); the tests starting flow dev take a
+// devSlot besides. Under make soak (FLOW_SOAK) Go's default stays: the long
+// forms of the kill tests are heavier and the soak has no time target.
+func setDefaultParallel() {
+	if os.Getenv("FLOW_SOAK") != "" {
+		return
+	}
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(parallelTests, runtime.GOMAXPROCS(0))))
+	}
+}
+
+// parallelTests is the package's default -test.parallel.
+const parallelTests = 4

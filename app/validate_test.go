@@ -30,6 +30,7 @@ import (
 // removed from the Core simulator shows up missing.
 func TestDevFleetValidatesClean(t *testing.T) {
 	t.Parallel()
+	devSlot(t)
 	dir, err := os.MkdirTemp("", "flow-dev-validate-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
