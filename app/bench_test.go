@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func TestBenchServerProcess(t *testing.T) {
 
 // runBench runs flow bench on two racks of m components, its server child
 // being this test binary (TestBenchServerProcess).
-func runBench(t *testing.T, workload string, m int, timeout time.Duration) *bench.Result {
+func runBench(t *testing.T, workload string, m int, timeout time.Duration, opts ...func(*bench.Options)) *bench.Result {
 	t.Helper()
 	ctx := context.Background()
 	o := bench.Options{
@@ -51,6 +52,9 @@ func runBench(t *testing.T, workload string, m int, timeout time.Duration) *benc
 			cmd.Env = append(os.Environ(), benchServerEnv+"=1")
 			return cmd, nil
 		},
+	}
+	for _, f := range opts {
+		f(&o)
 	}
 	b, err := bench.Start(ctx, o)
 	if b != nil {
@@ -86,6 +90,33 @@ func TestBench(t *testing.T) {
 	require.LessOrEqual(t, res.CompletedP50Ms, res.CompletedP99Ms)
 	require.LessOrEqual(t, res.CompletedP99Ms, res.WallSeconds*1000+1)
 	require.Positive(t, res.ServerPeakRSSBytes)
+}
+
+// TestBenchPGStats: --pg-stats loads pg_stat_statements into the private
+// PostgreSQL and reports the run's statements, the engine's among them.
+func TestBenchPGStats(t *testing.T) {
+	t.Parallel()
+	res := runBench(t, "power-on", 3, 30*time.Second, func(o *bench.Options) {
+		o.DatabaseURL = ""
+		o.PGStats = 200
+		o.PGSettings = []string{"track_io_timing=on"}
+	})
+	require.Equal(t, 2, res.Completed, res.Failures)
+	require.NotEmpty(t, res.Statements)
+	require.LessOrEqual(t, len(res.Statements), 200)
+	var claims int64
+	for i, s := range res.Statements {
+		require.NotEmpty(t, s.Query)
+		if i > 0 {
+			require.LessOrEqual(t, s.TotalMs, res.Statements[i-1].TotalMs, "ordered by total time")
+		}
+		if strings.Contains(s.Query, "name: StepClaimMany") {
+			claims += s.Rows
+		}
+	}
+	// Every engine step is claimed once at least: the statements are the
+	// run's, not the setup's alone.
+	require.GreaterOrEqual(t, claims, int64(res.EngineSteps))
 }
 
 func TestBenchFirmwareUpgrade(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
@@ -32,6 +33,8 @@ import (
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
+	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/sim"
@@ -57,6 +60,8 @@ type benchOptions struct {
 	serverCommand func() (*exec.Cmd, error)
 	progress      io.Writer // one line every few seconds; nil: silent
 	serverEnv     []string  // added last to the server's environment
+	pgStats       int       // top statements to report from pg_stat_statements; 0: off
+	pgSettings    []string  // name=value settings of the private PostgreSQL
 }
 
 // benchWorkload is what flow bench drives on every rack. A new workload
@@ -147,6 +152,22 @@ type Result struct {
 	BenchCPUSeconds    float64  `json:"bench_cpu_seconds"`
 	PostgresCPUSeconds float64  `json:"postgres_cpu_seconds"`
 	Failures           []string `json:"failures,omitempty"` // up to 10 reasons
+	// Statements are the top statements of the run by total execution
+	// time (--pg-stats), from pg_stat_statements.
+	Statements []Statement `json:"statements,omitempty"`
+}
+
+// Statement is one pg_stat_statements entry of the run.
+type Statement struct {
+	Query        string  `json:"query"`
+	Calls        int64   `json:"calls"`
+	Rows         int64   `json:"rows"`
+	TotalMs      float64 `json:"total_ms"`
+	MeanMs       float64 `json:"mean_ms"`
+	SharedHit    int64   `json:"shared_blks_hit"`
+	SharedDirty  int64   `json:"shared_blks_dirtied"`
+	WALBytes     int64   `json:"wal_bytes"`
+	TotalPercent float64 `json:"total_percent"` // of all statements' total time
 }
 
 // Options are the settings of one flow bench run: its flags, and the
@@ -173,6 +194,13 @@ type Options struct {
 	// server's metrics and tracing off, then on (spans exported over
 	// OTLP/HTTP to a sink in the bench process), and reports both.
 	CompareTelemetry bool
+	// PGStats loads pg_stat_statements into the private PostgreSQL and
+	// reports this many statements, by total execution time, run between
+	// the first submit and the end of the wait. 0: off.
+	PGStats int
+	// PGSettings are name=value settings of the private PostgreSQL
+	// (`-c name=value`), e.g. auto_explain.log_min_duration=100ms.
+	PGSettings []string
 }
 
 // options checks o (bad values are usage errors) and fills the defaults.
@@ -187,10 +215,21 @@ func (o Options) options() (benchOptions, error) {
 		return benchOptions{}, cli.UsageError(fmt.Errorf("--components must be within 1..%d", len(inventory.DemoRack(0).Components)))
 	case o.Concurrency < 1:
 		return benchOptions{}, cli.UsageError(errors.New("--concurrency must be at least 1"))
+	case o.PGStats < 0:
+		return benchOptions{}, cli.UsageError(errors.New("--pg-stats must not be negative"))
+	case o.PGStats > 0 && o.DatabaseURL != "":
+		return benchOptions{}, cli.UsageError(errors.New("--pg-stats needs the private PostgreSQL (no --database-url)"))
+	case len(o.PGSettings) > 0 && o.DatabaseURL != "":
+		return benchOptions{}, cli.UsageError(errors.New("--pg-setting needs the private PostgreSQL (no --database-url)"))
+	}
+	for _, kv := range o.PGSettings {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return benchOptions{}, cli.UsageError(fmt.Errorf("--pg-setting %q: want name=value", kv))
+		}
 	}
 	bo := benchOptions{racks: o.Racks, components: o.Components, latency: o.Latency, powerDelay: o.PowerDelay, workload: w,
 		keep: o.Keep, databaseURL: o.DatabaseURL, concurrency: o.Concurrency, timeout: o.Timeout, poll: o.Poll,
-		serverCommand: o.ServerCommand, progress: o.Progress, serverEnv: o.ServerEnv}
+		serverCommand: o.ServerCommand, progress: o.Progress, serverEnv: o.ServerEnv, pgStats: o.PGStats, pgSettings: o.PGSettings}
 	if bo.serverCommand == nil {
 		bo.serverCommand = func() (*exec.Cmd, error) {
 			exe, err := os.Executable()
@@ -241,6 +280,8 @@ throughput, latencies and the server's peak memory. See docs/bench.md.`
 	fs.IntVar(&o.Concurrency, "concurrency", 32, "API calls in flight while creating racks and submitting")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "how long to wait for the tasks to end")
 	fs.BoolVar(&o.CompareTelemetry, "compare-telemetry", false, "run twice, server metrics and tracing off then on, and compare")
+	fs.IntVar(&o.PGStats, "pg-stats", 0, "load pg_stat_statements into the private PostgreSQL and report the top N statements of the run by total time")
+	fs.StringArrayVar(&o.PGSettings, "pg-setting", nil, "name=value setting of the private PostgreSQL (repeatable; e.g. shared_buffers=256MB)")
 	fs.StringArrayVar(&o.ServerEnv, "server-env", nil, "KEY=VALUE added to the server's environment, last (repeatable; e.g. FLOW_DB_MAX_CONNS=8)")
 	output := fs.StringP("output", "o", "table", "output: table or json")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -321,6 +362,7 @@ type Bench struct {
 	serverErr  error
 	serverAddr string
 	client     flowv1connect.FlowClient
+	admin      adminv1connect.AdminServiceClient
 	started    time.Time
 	cleanups   []func(ctx context.Context) error
 }
@@ -349,6 +391,18 @@ func startBench(ctx context.Context, o benchOptions) (_ *Bench, err error) {
 		cluster, err := pglocal.New(filepath.Join(b.dir, "pg"), 0)
 		if err != nil {
 			return b, err
+		}
+		cluster.Settings = map[string]string{}
+		if o.pgStats > 0 {
+			cluster.Settings["shared_preload_libraries"] = "pg_stat_statements"
+			cluster.Settings["pg_stat_statements.max"] = "1000"
+		}
+		for _, kv := range o.pgSettings {
+			k, v, _ := strings.Cut(kv, "=")
+			if k == "shared_preload_libraries" && cluster.Settings[k] != "" {
+				v = cluster.Settings[k] + "," + v
+			}
+			cluster.Settings[k] = v
 		}
 		b.progressf("starting private postgres in %s", cluster.DataDir)
 		if err := cluster.Init(ctx); err != nil {
@@ -459,7 +513,9 @@ func (b *Bench) startServer(ctx context.Context) error {
 
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
-	b.client = flowv1connect.NewFlowClient(&http.Client{Transport: &http.Transport{Protocols: &p}}, "http://"+b.serverAddr)
+	hc := &http.Client{Transport: &http.Transport{Protocols: &p}}
+	b.client = flowv1connect.NewFlowClient(hc, "http://"+b.serverAddr)
+	b.admin = adminv1connect.NewAdminServiceClient(hc, "http://"+b.serverAddr)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if _, err := b.client.Version(ctx, &flowv1.VersionRequest{}); err == nil {
@@ -513,7 +569,7 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	var devs []nicosim.Device
-	macRack := map[string]int{} // device MAC → rack index
+	macRack := map[string]int{} // device MAC or Core ID → rack index
 	for i, r := range racks {
 		for _, c := range r.Components {
 			d := nicosim.Device{
@@ -529,6 +585,15 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 	if err := b.sims.Seed(devs); err != nil {
 		return nil, fmt.Errorf("seed simulators: %w", err)
 	}
+	if err := b.linkInventory(ctx); err != nil {
+		return nil, err
+	}
+	// Calls to a linked device name it by its Core ID.
+	for _, st := range b.sims.NICo.States() {
+		if i, ok := macRack[strings.ToLower(st.BMCMAC)]; ok && st.ID != "" {
+			macRack[strings.ToLower(st.ID)] = i
+		}
+	}
 	b.sims.NICo.Journal().Reset()
 	b.sims.PSM.Journal().Reset()
 	if err := b.analyze(ctx); err != nil {
@@ -536,6 +601,11 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 	}
 	res.SetupSeconds = time.Since(b.started).Seconds()
 
+	if o.pgStats > 0 {
+		if err := b.resetStatements(ctx); err != nil {
+			return nil, err
+		}
+	}
 	b.progressf("submitting %s on %d racks", o.workload.name(), len(racks))
 	cpu0 := b.cpu()
 	tasks, failures, lastSubmit := b.submit(ctx, racks)
@@ -554,12 +624,40 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 	res.ServerPeakRSSBytes = PeakRSS(b.server.Process.Pid)
 	cpu := b.cpu().minus(cpu0)
 	res.ServerCPUSeconds, res.BenchCPUSeconds, res.PostgresCPUSeconds = cpu.server, cpu.bench, cpu.postgres
+	if o.pgStats > 0 {
+		if res.Statements, err = b.readStatements(ctx, o.pgStats); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.fetch(ctx, tasks); err != nil {
 		return nil, err
 	}
 	b.measure(ctx, res, tasks, macRack, firstSubmit)
 	res.Failed += len(failures)
 	return res, nil
+}
+
+// linkInventory runs one inventory-sync cycle (AdminService.RunSync), as
+// the server's own would within its interval (a minute) of the racks'
+// creation: it links every component to its device in NICo Core (Core
+// IDs, power states), which a site's inventory has long been. Left to the
+// schedule, that first cycle, which rewrites every component, ran in the
+// middle of the workload at 3,000 racks (85 s of it, the server's RSS at
+// 480 MiB). A server without NICo Core sync (disable_inventory) answers
+// FailedPrecondition or Unimplemented: nothing to link.
+func (b *Bench) linkInventory(ctx context.Context) error {
+	start := time.Now()
+	res, err := b.admin.RunSync(ctx, &adminv1.RunSyncRequest{})
+	switch code := connect.CodeOf(err); {
+	case err == nil:
+		b.progressf("inventory sync linked the racks in %s (%d rows changed)", time.Since(start).Round(time.Millisecond), res.GetCycle().GetRowsChanged())
+		return nil
+	case code == connect.CodeFailedPrecondition || code == connect.CodeUnimplemented || code == connect.CodeUnavailable:
+		b.progressf("inventory sync not run: %v", err)
+		return nil
+	default:
+		return fmt.Errorf("inventory sync: %w", err)
+	}
 }
 
 // analyze has PostgreSQL gather statistics of the freshly created racks,
@@ -996,6 +1094,68 @@ flow bench: %s on %d racks × %d components, backend latency %s
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "  failure            %s\n", f)
 	}
+	if len(r.Statements) > 0 {
+		fmt.Fprintf(w, "\n  top statements by total time (pg_stat_statements, first submit → end of wait)\n")
+		fmt.Fprintf(w, "  %9s %6s %9s %9s %8s %10s  %s\n", "total ms", "%", "calls", "rows", "mean ms", "WAL kB", "query")
+		for _, s := range r.Statements {
+			q := []rune(s.Query)
+			if len(q) > 150 {
+				q = append(q[:150], '…')
+			}
+			fmt.Fprintf(w, "  %9.0f %5.1f%% %9d %9d %8.3f %10d  %s\n", s.TotalMs, s.TotalPercent, s.Calls, s.Rows, s.MeanMs, s.WALBytes/1024, string(q))
+		}
+	}
+}
+
+// resetStatements empties pg_stat_statements (the extension is created
+// first), so that the report covers the workload only.
+func (b *Bench) resetStatements(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, b.dbURL)
+	if err != nil {
+		return fmt.Errorf("pg_stat_statements: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		return fmt.Errorf("pg_stat_statements: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+		return fmt.Errorf("pg_stat_statements: %w", err)
+	}
+	return nil
+}
+
+// readStatements returns the top n statements by total execution time,
+// the query text on one line.
+func (b *Bench) readStatements(ctx context.Context, n int) ([]Statement, error) {
+	conn, err := pgx.Connect(ctx, b.dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("pg_stat_statements: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, `
+SELECT query, calls, rows, total_exec_time, mean_exec_time, shared_blks_hit, shared_blks_dirtied, wal_bytes::bigint,
+       100 * total_exec_time / nullif(sum(total_exec_time) OVER (), 0)
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY total_exec_time DESC LIMIT $1`, n)
+	if err != nil {
+		return nil, fmt.Errorf("pg_stat_statements: %w", err)
+	}
+	defer rows.Close()
+	var out []Statement
+	for rows.Next() {
+		var s Statement
+		var pct *float64
+		if err := rows.Scan(&s.Query, &s.Calls, &s.Rows, &s.TotalMs, &s.MeanMs, &s.SharedHit, &s.SharedDirty, &s.WALBytes, &pct); err != nil {
+			return nil, fmt.Errorf("pg_stat_statements: %w", err)
+		}
+		if pct != nil {
+			s.TotalPercent = *pct
+		}
+		s.Query = strings.Join(strings.Fields(s.Query), " ")
+		out = append(out, s)
+	}
+	return out, rows.Err()
 }
 
 // TelemetryComparison is --compare-telemetry's result: the same bench with

@@ -63,6 +63,22 @@ func (s *Service) SetLeakStatus(ctx context.Context, dbtx db.DBTX, t ComponentTy
 	return n, nil
 }
 
+// UpdateLeakStatus is SetLeakStatus for the components whose status
+// changes (leaking and not yet LeakDetected, LeakDetected and no longer
+// leaking), found through indexes rather than by reading every component
+// of t: a component never looked at keeps LeakUnknown until the next
+// SetLeakStatus, unless it leaks. Leak detection runs it on most cycles.
+func (s *Service) UpdateLeakStatus(ctx context.Context, dbtx db.DBTX, t ComponentType, leaking []string) (int64, error) {
+	if leaking == nil {
+		leaking = []string{}
+	}
+	n, err := s.q.ComponentLeakSetChanged(ctx, dbtx, dbsqlc.ComponentLeakSetChangedParams{Type: string(t), Leaking: leaking})
+	if err != nil {
+		return 0, fmt.Errorf("update leak status of %s: %w", t, err)
+	}
+	return n, nil
+}
+
 // addLeak sets the leak status and leak handling of comps in place.
 func (s *Service) addLeak(ctx context.Context, dbtx db.DBTX, comps []Component) error {
 	if len(comps) == 0 {

@@ -1,12 +1,41 @@
 -- ComponentLeakSet records, for every live component of the type with an
 -- external ID, whether its ID is in the leaking set of a successful poll;
--- only changed rows are written.
+-- only changed rows are written. Unchanged rows are left out before the
+-- insert: ON CONFLICT DO UPDATE locks the conflicting row even when its
+-- WHERE is false, and a lock is a write (the row's xmax, WAL), so leaving
+-- them to the WHERE would write every component of the type every poll
+-- (every 3 s: 81,000 rows at 3,000 racks). The WHERE stays for a row
+-- another writer changed in between.
 -- name: ComponentLeakSet :execrows
 INSERT INTO component_leak (component_id, status, detected_at)
-SELECT c.id, CASE WHEN c.external_id = ANY (@leaking::text[]) THEN 'detected' ELSE 'not_detected' END,
-       CASE WHEN c.external_id = ANY (@leaking::text[]) THEN now() END
+SELECT c.id, n.status, CASE WHEN n.status = 'detected' THEN now() END
 FROM component c
+CROSS JOIN LATERAL (SELECT CASE WHEN c.external_id = ANY (@leaking::text[]) THEN 'detected' ELSE 'not_detected' END AS status) n
+LEFT JOIN component_leak l ON l.component_id = c.id
 WHERE c.type = @type AND c.external_id IS NOT NULL AND c.deleted_at IS NULL
+    AND l.status IS DISTINCT FROM n.status
+ON CONFLICT (component_id) DO UPDATE SET status = EXCLUDED.status, updated_at = now(),
+    detected_at = EXCLUDED.detected_at,
+    override_reason = NULL, override_by = NULL, override_at = NULL
+WHERE component_leak.status <> EXCLUDED.status;
+
+-- ComponentLeakSetChanged is ComponentLeakSet for the components whose
+-- status changes, reached through indexes instead of every component of
+-- the type: those leaking (by external ID) not yet detected, and those
+-- detected no longer leaking. It leaves out what ComponentLeakSet also
+-- does, a first row for a component never looked at (which becomes
+-- not_detected): leak detection runs that every so many cycles.
+-- name: ComponentLeakSetChanged :execrows
+INSERT INTO component_leak (component_id, status, detected_at)
+SELECT c.id, 'detected', now()
+FROM component c LEFT JOIN component_leak l ON l.component_id = c.id
+WHERE c.external_id = ANY (@leaking::text[]) AND c.type = @type AND c.deleted_at IS NULL
+    AND l.status IS DISTINCT FROM 'detected'
+UNION ALL
+SELECT c.id, 'not_detected', NULL
+FROM component_leak l JOIN component c ON c.id = l.component_id
+WHERE l.status = 'detected' AND c.type = @type AND c.external_id IS NOT NULL AND c.deleted_at IS NULL
+    AND NOT (c.external_id = ANY (@leaking::text[]))
 ON CONFLICT (component_id) DO UPDATE SET status = EXCLUDED.status, updated_at = now(),
     detected_at = EXCLUDED.detected_at,
     override_reason = NULL, override_by = NULL, override_at = NULL

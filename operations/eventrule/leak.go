@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -54,7 +55,19 @@ type LeakDetector struct {
 	logger    *slog.Logger
 	off       UnknownPowerOff
 	onUnknown func(kind, outcome string)
+
+	mu    sync.Mutex
+	since map[string]int // cycles of each kind since its last full status pass; absent: none yet
 }
+
+// leakFullEvery is how often (in cycles) leak detection records the status
+// of every component of a kind (inventory.Service.SetLeakStatus, which
+// reads them all); the cycles between record only the changes, through
+// indexes (UpdateLeakStatus): at 3,000 racks the full pass read 81,000
+// components every 3 s. Only a component that was never looked at waits
+// for the next full pass (it shows no leak status until then), unless it
+// leaks.
+const leakFullEvery = 20
 
 // UnknownPowerOff forces a device Flow does not hold off through NICo
 // Core, by its Core ID; kind is "compute" or "nvswitch" (app wires it to
@@ -112,7 +125,7 @@ func (d *LeakDetector) Run(ctx context.Context) error {
 		}
 		// The status first: from then on nothing energises a leaking
 		// component, before the response is even planned.
-		if _, err := d.inv.SetLeakStatus(ctx, d.pool, k.ctype, ids); err != nil {
+		if err := d.setStatus(ctx, k, ids); err != nil {
 			errs = append(errs, err)
 		}
 		if err := d.respond(ctx, k, ids); err != nil {
@@ -120,6 +133,34 @@ func (d *LeakDetector) Run(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// setStatus records a successful poll of kind k: every component's status
+// on the kind's first cycle and every leakFullEvery-th after its last full
+// pass succeeded, only the changes otherwise.
+func (d *LeakDetector) setStatus(ctx context.Context, k leakKind, ids []string) error {
+	d.mu.Lock()
+	n, ok := d.since[k.name]
+	full := !ok || n+1 >= leakFullEvery
+	d.mu.Unlock()
+	var err error
+	if full {
+		_, err = d.inv.SetLeakStatus(ctx, d.pool, k.ctype, ids)
+	} else {
+		_, err = d.inv.UpdateLeakStatus(ctx, d.pool, k.ctype, ids)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.since == nil {
+		d.since = map[string]int{}
+	}
+	switch {
+	case full && err == nil:
+		d.since[k.name] = 0
+	case ok:
+		d.since[k.name] = n + 1
+	}
+	return err
 }
 
 func (d *LeakDetector) respond(ctx context.Context, k leakKind, ids []string) error {

@@ -237,3 +237,45 @@ func TestLeakHandling(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, got)
 }
+
+// TestLeakStatusBetweenFullPasses: between its full passes (every
+// leakFullEvery cycles) leak detection writes only changes; a component
+// linked meanwhile is detected at once if it leaks, and gets its
+// not_detected status at the next full pass otherwise.
+func TestLeakStatusBetweenFullPasses(t *testing.T) {
+	t.Parallel()
+	b := setupPipeline(t)
+	ctx := context.Background()
+	tray := b.linked(t)
+	late := b.at(t, inventory.ComponentTypeCompute, 24)
+	quiet := b.at(t, inventory.ComponentTypeCompute, 26)
+	_, err := b.pool.Exec(ctx, `UPDATE component SET external_id = NULL WHERE id = ANY($1)`, []uuid.UUID{late.ID, quiet.ID})
+	require.NoError(t, err)
+	src := &leakSource{}
+	d := b.detector(src, true)
+
+	require.NoError(t, d.Run(ctx)) // full
+	require.Equal(t, inventory.LeakNotDetected, b.leakStatus(t, tray.ID))
+	require.Equal(t, inventory.LeakUnknown, b.leakStatus(t, late.ID), "not linked yet")
+
+	_, err = b.pool.Exec(ctx, `UPDATE component SET external_id = 'machine-late' WHERE id = $1`, late.ID)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `UPDATE component SET external_id = 'machine-quiet' WHERE id = $1`, quiet.ID)
+	require.NoError(t, err)
+	src.set("machine-late", "machine-10")
+	require.NoError(t, d.Run(ctx)) // changes only
+	require.Equal(t, inventory.LeakDetected, b.leakStatus(t, late.ID), "a leak on a component linked since the full pass")
+	require.Equal(t, inventory.LeakDetected, b.leakStatus(t, tray.ID))
+	require.Equal(t, inventory.LeakUnknown, b.leakStatus(t, quiet.ID), "not looked at until the next full pass")
+
+	src.set("machine-late")
+	require.NoError(t, d.Run(ctx)) // changes only
+	require.Equal(t, inventory.LeakNotDetected, b.leakStatus(t, tray.ID), "no longer leaking")
+	require.Equal(t, inventory.LeakDetected, b.leakStatus(t, late.ID))
+
+	for range eventrule.LeakFullEvery {
+		require.NoError(t, d.Run(ctx))
+	}
+	require.Equal(t, inventory.LeakNotDetected, b.leakStatus(t, quiet.ID), "the full pass looks at every component")
+	require.Equal(t, inventory.LeakDetected, b.leakStatus(t, late.ID))
+}

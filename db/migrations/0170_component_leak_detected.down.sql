@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS component_leak_detected;

@@ -1,0 +1,4 @@
+package eventrule
+
+// LeakFullEvery is leakFullEvery, for the external tests.
+const LeakFullEvery = leakFullEvery
