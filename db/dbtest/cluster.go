@@ -3,6 +3,8 @@ package dbtest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -29,7 +31,11 @@ func InitCluster(t testing.TB) *pglocal.Cluster {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
-	c, err := pglocal.New(filepath.Join(dir, "pgdata"), 0)
+	port, err := restartablePort()
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	c, err := pglocal.New(filepath.Join(dir, "pgdata"), port)
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
@@ -38,6 +44,27 @@ func InitCluster(t testing.TB) *pglocal.Cluster {
 	}
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	return c
+}
+
+// restartablePort is a port free now, below Linux's ephemeral range
+// (ip_local_port_range, 32768–60999 by default). A test that stops its
+// cluster and starts it again needs the port to stay free in between;
+// every other server and client of the test run binds port 0, which the
+// kernel answers from the ephemeral range, so none can take it while the
+// server is down (a port from that range was taken so once, failing the
+// restart with "could not create any TCP/IP sockets").
+func restartablePort() (int, error) {
+	const lo, hi = 15000, 32000
+	for range 100 {
+		p := lo + rand.IntN(hi-lo)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return p, nil
+	}
+	return 0, fmt.Errorf("no free port between %d and %d", lo, hi)
 }
 
 // StartCluster is InitCluster, started with settings (nil: the defaults)
