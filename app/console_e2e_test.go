@@ -219,13 +219,21 @@ func (c *consoleE2E) waitJS(t *testing.T, within time.Duration, js, msg string) 
 	require.Eventually(t, func() bool { return evalIn[bool](c.browser, js) }, within, 50*time.Millisecond, msg)
 }
 
-// screenshot saves the page as docs/console/name.png (docs/console.md).
+// screenshot captures the page as name.png: into docs/console, the
+// pictures of docs/console.md, when FLOW_CONSOLE_SCREENSHOTS=1; otherwise
+// into the test's temporary folder, so that a test run does not change
+// the tree it runs in.
 func (c *consoleE2E) screenshot(t *testing.T, name string) {
 	t.Helper()
 	png, err := chromedp.Run(c.browser, chromedp.CaptureScreenshot())
 	require.NoError(t, err)
-	require.NoError(t, os.MkdirAll("../docs/console", 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join("../docs/console", name+".png"), png, 0o644))
+	require.NotEmpty(t, png)
+	dir := "../docs/console"
+	if os.Getenv("FLOW_CONSOLE_SCREENSHOTS") != "1" {
+		dir = t.TempDir()
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
 }
 
 func (c *consoleE2E) taskCount(t *testing.T) int {
