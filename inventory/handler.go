@@ -157,18 +157,29 @@ func (h *Handler) GetListOfRacks(ctx context.Context, req *flowv1.GetListOfRacks
 		}
 	}
 	if h.cache == nil || !binaryCall(ctx) {
-		release, err := h.acquireBuild(ctx)
+		racks, total, release, err := h.buildRacks(ctx, q)
 		if err != nil {
 			return nil, err
 		}
 		defer release()
-		racks, total, err := h.svc.ListRacks(ctx, h.pool, q)
-		if err != nil {
-			return nil, connectError(err)
-		}
 		return racksResponse(racks, total), nil
 	}
 	return h.cachedRackPage(ctx, req, q)
+}
+
+// buildRacks lists a rack page from the database once a build slot is
+// free; the caller holds the slot until it is done with the page (release).
+func (h *Handler) buildRacks(ctx context.Context, q RackQuery) ([]Rack, int32, func(), error) {
+	release, err := h.acquireBuild(ctx)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	racks, total, err := h.svc.ListRacks(ctx, h.pool, q)
+	if err != nil {
+		release()
+		return nil, 0, nil, connectError(err)
+	}
+	return racks, total, release, nil
 }
 
 func racksResponse(racks []Rack, total int32) *flowv1.GetListOfRacksResponse {
@@ -205,15 +216,11 @@ func (h *Handler) cachedRackPage(ctx context.Context, req *flowv1.GetListOfRacks
 			return rawRacksResponse(p.bytes), nil
 		}
 	}
-	release, err := h.acquireBuild(ctx)
+	racks, total, release, err := h.buildRacks(ctx, q)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	racks, total, err := h.svc.ListRacks(ctx, h.pool, q)
-	if err != nil {
-		return nil, connectError(err)
-	}
 	b, err := proto.Marshal(racksResponse(racks, total))
 	if err != nil {
 		return nil, err
