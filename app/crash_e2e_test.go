@@ -1,7 +1,9 @@
 package app
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -73,15 +75,47 @@ func storeDemoRacks(t testing.TB, pool *pgxpool.Pool, inv *inventory.Service, si
 type serverProcess struct {
 	cmd *exec.Cmd
 	env []string
+	log *processLog
+}
+
+// processLog keeps what a server process wrote to stderr (also passed on to
+// the test's), for tests that ask what it logged.
+type processLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *processLog) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(b)
+}
+
+// len is how much has been logged so far: a mark for since.
+func (l *processLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Len()
+}
+
+// since returns what was logged after mark (all of it, if mark is past
+// the end: a mark of another process).
+func (l *processLog) since(mark int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if mark > l.buf.Len() {
+		mark = 0
+	}
+	return string(l.buf.Bytes()[mark:])
 }
 
 func startServerProcess(t testing.TB, env []string) *serverProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), append([]string{"FLOW_TEST_CHILD=serve", insecureOptIn, "FLOW_ADMIN_LISTEN=off"}, env...)...)
-	cmd.Stderr = os.Stderr
+	p := &serverProcess{cmd: cmd, env: env, log: &processLog{}}
+	cmd.Stderr = io.MultiWriter(os.Stderr, p.log)
 	require.NoError(t, cmd.Start())
-	p := &serverProcess{cmd: cmd, env: env}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return p
 }
