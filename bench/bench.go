@@ -514,8 +514,8 @@ func (b *Bench) startServer(ctx context.Context) error {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	hc := &http.Client{Transport: &http.Transport{Protocols: &p}}
-	b.client = flowv1connect.NewFlowClient(hc, "http://"+b.serverAddr)
-	b.admin = adminv1connect.NewAdminServiceClient(hc, "http://"+b.serverAddr)
+	b.client = flowv1connect.NewFlowLeanClient(hc, "http://"+b.serverAddr)
+	b.admin = adminv1connect.NewAdminServiceLeanClient(hc, "http://"+b.serverAddr)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if _, err := b.client.Version(ctx, &flowv1.VersionRequest{}); err == nil {

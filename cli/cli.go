@@ -150,7 +150,7 @@ func (g *globals) env(cmd *cobra.Command) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &env{client: flowv1connect.NewFlowClient(hc, base), admin: adminv1connect.NewAdminServiceClient(ahc, base), server: g.server, out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(),
+	return &env{client: flowv1connect.NewFlowLeanClient(hc, base), admin: adminv1connect.NewAdminServiceLeanClient(ahc, base), server: g.server, out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(),
 		format: g.output, stdin: g.stdin}, nil
 }
 

@@ -162,8 +162,8 @@ func New(opts Options) (*Console, error) {
 	hc := &http.Client{Transport: inProcess{opts.API}}
 	c := &Console{
 		opts:   opts,
-		flow:   flowv1connect.NewFlowClient(hc, "http://flow.in-process"),
-		admin:  adminv1connect.NewAdminServiceClient(hc, "http://flow.in-process"),
+		flow:   flowv1connect.NewFlowLeanClient(hc, "http://flow.in-process"),
+		admin:  adminv1connect.NewAdminServiceLeanClient(hc, "http://flow.in-process"),
 		pool:   opts.Pool,
 		logger: opts.Logger,
 		feed:   NewFeed(opts.Pool, opts.PollInterval, opts.Logger),

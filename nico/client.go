@@ -89,7 +89,7 @@ func NewClient(url string, opts ...Option) (*Client, error) {
 	// No gzip: Core's replies travel uncompressed, as to upstream's Go
 	// client; compressing the large listings of an inventory sync cost
 	// more CPU on both ends than the bytes saved on a datacenter network.
-	c.rpc = forgepbconnect.NewForgeClient(hc, base, connect.WithGRPC(), connect.WithReadMaxBytes(64<<20), connect.WithInterceptors(o.interceptors...),
+	c.rpc = forgepbconnect.NewForgeLeanClient(hc, base, connect.WithGRPC(), connect.WithReadMaxBytes(64<<20), connect.WithInterceptors(o.interceptors...),
 		connect.WithAcceptCompression("gzip", nil, nil))
 	return c, nil
 }

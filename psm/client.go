@@ -75,7 +75,7 @@ func NewClient(url string, opts ...Option) (*Client, error) {
 	if o.http != nil {
 		hc = o.http
 	}
-	c.rpc = psmv1connect.NewPowershelfManagerClient(hc, base, connect.WithGRPC(), connect.WithInterceptors(o.interceptors...))
+	c.rpc = psmv1connect.NewPowershelfManagerLeanClient(hc, base, connect.WithGRPC(), connect.WithInterceptors(o.interceptors...))
 	return c, nil
 }
 

@@ -184,7 +184,7 @@ func Serve(t testing.TB, h flowv1connect.FlowHandler) *Server {
 	h2c.SetUnencryptedHTTP2(true)
 	return &Server{
 		URL:    srv.URL,
-		Client: flowv1connect.NewFlowClient(srv.Client(), srv.URL),
+		Client: flowv1connect.NewFlowLeanClient(srv.Client(), srv.URL),
 		GRPC:   flowv1connect.NewFlowClient(&http.Client{Transport: &http.Transport{Protocols: &h2c}}, srv.URL, connect.WithGRPC()),
 	}
 }
