@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 
 	"google.golang.org/protobuf/compiler/protogen"
+	"google.golang.org/protobuf/types/pluginpb"
 )
 
 const (
@@ -23,6 +24,8 @@ const (
 
 func main() {
 	protogen.Options{}.Run(func(plugin *protogen.Plugin) error {
+		// Optional fields change nothing a client does.
+		plugin.SupportedFeatures = uint64(pluginpb.CodeGeneratorResponse_FEATURE_PROTO3_OPTIONAL)
 		for _, file := range plugin.Files {
 			if file.Generate && len(file.Services) > 0 {
 				if err := generate(plugin, file); err != nil {
