@@ -27,7 +27,8 @@ import (
 // (river_job.attempted_by); the step's execution records the lease it runs
 // under (process_id) and a token (exec_token) that every write of the
 // execution must match. Every process sweeps, every heartbeat, the running
-// step jobs whose client holds no live lease: in one transaction per sweep
+// step jobs whose client holds no live lease (a cheap probe first, the scan
+// only when it finds one; sweepTick): in one transaction per sweep
 // their steps get a new token (fencing the dead execution), their deadlines
 // the time they were stranded, a fresh River job each, and the orphaned
 // jobs are ended. A process that cannot renew its lease cancels its own
@@ -143,7 +144,8 @@ func (e *Engine) leaseLoop() {
 	defer close(e.lease.done)
 	t := time.NewTicker(e.cfg.LeaseHeartbeat)
 	defer t.Stop()
-	for n := 0; ; n++ {
+	var lastFull time.Time // zero: the first heartbeat makes a full pass
+	for {
 		select {
 		case <-e.lease.stop:
 			return
@@ -153,11 +155,36 @@ func (e *Engine) leaseLoop() {
 		e.heartbeat(ctx)
 		cancel()
 		ctx, cancel = context.WithTimeout(context.Background(), groupTimeout)
-		if _, err := e.Sweep(ctx); err != nil && ctx.Err() == nil {
+		start := time.Now()
+		full := start.Sub(lastFull) >= e.hungPassInterval()
+		res, err := e.sweepTick(ctx, full)
+		switch {
+		case err != nil && ctx.Err() == nil:
 			e.logger.Warn("engine lease sweep failed", "error", err.Error())
+		case err != nil:
+		case res.more:
+			lastFull = time.Time{} // the scan's LIMIT cut it short: go on at the next heartbeat
+		case full:
+			lastFull = start
 		}
 		cancel()
 	}
+}
+
+// maxHungPassInterval bounds how often the heartbeat's sweep looks for hung
+// calls (a call in a live process still going RescueStuckJobsAfter past its
+// own timeout). That check has to read every running step, which costs
+// tens of milliseconds with thousands of them, while it only ever matters
+// after RescueStuckJobsAfter (30 min by default): a pass every 30 s finds a
+// hung call at most 30 s later than one every heartbeat would, 1/60 of the
+// window. Shorter windows get passes at 1/60 of theirs (hungPassInterval),
+// every heartbeat at most. Dead processes' steps are looked for every
+// heartbeat all the same, by a cheap probe (sweepProbeSQL).
+const maxHungPassInterval = 30 * time.Second
+
+// hungPassInterval is how often the heartbeat's sweep makes a full pass.
+func (e *Engine) hungPassInterval() time.Duration {
+	return min(maxHungPassInterval, e.cfg.RescueStuckJobsAfter/60)
 }
 
 // heartbeat renews the lease, or takes a new one when it was lost.
@@ -209,7 +236,7 @@ WHERE j.state = 'running' AND j.queue = $1 AND j.kind = 'engine.run_step'
             OR greatest(s.claimed_at, j.attempted_at) + ((s.spec->>'timeout_ms')::bigint + $4::bigint) * interval '1 millisecond' < now()
         END
 ORDER BY s.run_id, s.id
-LIMIT 500`
+LIMIT 500` // sweepLimit
 
 // stepReleaseSQL fences the executions of steps ($1, with their jobs $2
 // and stranded times $3): a new token, no process, the deadline pushed back
@@ -229,16 +256,78 @@ FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS i(id, job_id, stranded_
 WHERE s.id = i.id AND s.job_id = i.job_id AND s.state = 'running'
 RETURNING s.id, s.run_id, s.job_id`
 
+// sweepProbeSQL says whether a sweep has anything to do apart from hung
+// calls: an expired lease to remove, or a running step job whose client
+// holds no live lease (its lease expired, or it has none: removed by a
+// sweep or a hand-off whose LIMIT left the job behind, or never taken) and
+// whose step still runs on it. Its second half is sweepCandidatesSQL's
+// dead-client condition, so whatever that scan would reschedule as dead
+// this probe sees. It reads River's running step jobs (few, indexed by
+// state and queue) against the live leases, reaches a step only for a job
+// without one (none in steady state; by primary key), never reads a step's
+// spec, and takes no lock: in steady state it is the whole of a
+// heartbeat's sweep. The step's check keeps a job left running by a
+// process that died after its step ended (cancelled, timed out) from
+// calling for a scan every heartbeat: no sweep would touch it.
+const sweepProbeSQL = `
+SELECT EXISTS (SELECT 1 FROM engine_process WHERE expires_at < now())
+    OR EXISTS (
+        SELECT 1 FROM river_job j
+        WHERE j.state = 'running' AND j.queue = $1 AND j.kind = 'engine.run_step'
+            AND NOT EXISTS (
+                SELECT 1 FROM engine_process p
+                WHERE p.name = j.attempted_by[array_upper(j.attempted_by, 1)] AND p.expires_at > now())
+            AND EXISTS (
+                SELECT 1 FROM engine_step s
+                WHERE s.id = (j.args->>'step_id')::bigint AND s.job_id = j.id AND s.state = 'running'))`
+
+// sweepLimit is how many steps one sweep reschedules at most
+// (sweepCandidatesSQL's LIMIT).
+const sweepLimit = 500
+
 // SweepResult counts what a sweep did.
 type SweepResult struct {
 	Steps  int // steps rescheduled
 	Leases int // expired leases removed
+
+	more bool // the candidate scan hit sweepLimit: more may be left
+}
+
+// sweepStats counts the heartbeat sweeps' probes and the candidate scans
+// of dead-process sweeps (full passes and those a probe called for).
+type sweepStats struct {
+	probes, scans atomic.Int64
+}
+
+// sweepTick is the heartbeat's sweep. A full pass (full) is Sweep. Otherwise
+// it probes (sweepProbeSQL) and sweeps only when the probe finds an expired
+// lease or a step job without a live lease: a dead process's steps are
+// rescheduled at the same heartbeat as with a full pass, and only hung calls
+// wait for the next full pass (hungPassInterval).
+func (e *Engine) sweepTick(ctx context.Context, full bool) (SweepResult, error) {
+	if e.client == nil {
+		return SweepResult{}, ErrNoClient
+	}
+	if !full {
+		e.sweepStats.probes.Add(1)
+		var needed bool
+		if err := e.pool.QueryRow(ctx, sweepProbeSQL, QueueName).Scan(&needed); err != nil {
+			return SweepResult{}, fmt.Errorf("probe for dead processes: %w", err)
+		}
+		if !needed {
+			return SweepResult{}, nil
+		}
+	}
+	return e.sweep(ctx, sweepDead)
 }
 
 // Sweep reschedules the running steps of processes without a live lease
 // (and calls hung past their timeout plus the rescue window), and removes
-// expired leases. Every process runs it every heartbeat; concurrent sweeps
-// skip each other's leases and never reschedule a step twice.
+// expired leases: a full pass, which reads every running step. Every
+// process sweeps every heartbeat, but makes a full pass only every
+// hungPassInterval (30 s by default) and otherwise only when a cheap probe
+// finds a dead process; concurrent sweeps skip each other's leases and
+// never reschedule a step twice.
 func (e *Engine) Sweep(ctx context.Context) (SweepResult, error) {
 	return e.sweep(ctx, sweepDead)
 }
@@ -265,6 +354,9 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 			attempt        int
 			stranded       int64
 		}
+		if mode == sweepDead {
+			e.sweepStats.scans.Add(1)
+		}
 		rows, err := tx.Query(ctx, sweepCandidatesSQL, QueueName, mode, e.lease.name, e.cfg.RescueStuckJobsAfter.Milliseconds())
 		if err != nil {
 			return fmt.Errorf("find steps to reschedule: %w", err)
@@ -276,6 +368,7 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 		if err != nil {
 			return fmt.Errorf("find steps to reschedule: %w", err)
 		}
+		res.more = len(cands) == sweepLimit
 		if len(cands) > 0 {
 			runIDs := make([]int64, 0, len(cands))
 			var steps, jobs, stranded []int64
