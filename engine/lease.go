@@ -256,31 +256,6 @@ FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS i(id, job_id, stranded_
 WHERE s.id = i.id AND s.job_id = i.job_id AND s.state = 'running'
 RETURNING s.id, s.run_id, s.job_id`
 
-// sweepProbeSQL says whether a sweep has anything to do apart from hung
-// calls: an expired lease to remove, or a running step job whose client
-// holds no live lease (its lease expired, or it has none: removed by a
-// sweep or a hand-off whose LIMIT left the job behind, or never taken) and
-// whose step still runs on it. Its second half is sweepCandidatesSQL's
-// dead-client condition, so whatever that scan would reschedule as dead
-// this probe sees. It reads River's running step jobs (few, indexed by
-// state and queue) against the live leases, reaches a step only for a job
-// without one (none in steady state; by primary key), never reads a step's
-// spec, and takes no lock: in steady state it is the whole of a
-// heartbeat's sweep. The step's check keeps a job left running by a
-// process that died after its step ended (cancelled, timed out) from
-// calling for a scan every heartbeat: no sweep would touch it.
-const sweepProbeSQL = `
-SELECT EXISTS (SELECT 1 FROM engine_process WHERE expires_at < now())
-    OR EXISTS (
-        SELECT 1 FROM river_job j
-        WHERE j.state = 'running' AND j.queue = $1 AND j.kind = 'engine.run_step'
-            AND NOT EXISTS (
-                SELECT 1 FROM engine_process p
-                WHERE p.name = j.attempted_by[array_upper(j.attempted_by, 1)] AND p.expires_at > now())
-            AND EXISTS (
-                SELECT 1 FROM engine_step s
-                WHERE s.id = (j.args->>'step_id')::bigint AND s.job_id = j.id AND s.state = 'running'))`
-
 // sweepLimit is how many steps one sweep reschedules at most
 // (sweepCandidatesSQL's LIMIT).
 const sweepLimit = 500
@@ -300,21 +275,28 @@ type sweepStats struct {
 }
 
 // sweepTick is the heartbeat's sweep. A full pass (full) is Sweep. Otherwise
-// it probes (sweepProbeSQL) and sweeps only when the probe finds an expired
-// lease or a step job without a live lease: a dead process's steps are
-// rescheduled at the same heartbeat as with a full pass, and only hung calls
-// wait for the next full pass (hungPassInterval).
+// it probes for an expired lease (ProcessExpiredExists: one row per
+// process, no step, no job, no lock) and sweeps only when it finds one. A
+// process's steps lose their live lease when the lease expires, and a
+// sweep removes an expired lease only with the last of its steps (a pass
+// cut short by its LIMIT keeps it) and Stop its own only with the last of
+// its own, so the probe finds every dead process the scan would, at the
+// same heartbeat. What it cannot see waits for the next full pass
+// (hungPassInterval): hung calls, and jobs of a River client that never
+// took a lease or fetched one after its lease was swept and died before
+// renewing (it takes a new lease under the same name at its next
+// heartbeat otherwise).
 func (e *Engine) sweepTick(ctx context.Context, full bool) (SweepResult, error) {
 	if e.client == nil {
 		return SweepResult{}, ErrNoClient
 	}
 	if !full {
 		e.sweepStats.probes.Add(1)
-		var needed bool
-		if err := e.pool.QueryRow(ctx, sweepProbeSQL, QueueName).Scan(&needed); err != nil {
-			return SweepResult{}, fmt.Errorf("probe for dead processes: %w", err)
+		expired, err := e.q.ProcessExpiredExists(ctx, e.pool)
+		if err != nil {
+			return SweepResult{}, fmt.Errorf("probe for expired leases: %w", err)
 		}
-		if !needed {
+		if !expired {
 			return SweepResult{}, nil
 		}
 	}
@@ -451,8 +433,13 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 				res.Steps = len(rels)
 			}
 		}
-		if mode == sweepHandOff {
+		switch {
+		case mode == sweepHandOff:
 			expired = append(expired, e.lease.id.Load())
+		case res.more:
+			// Steps of these leases may be left: keep them expired, so the
+			// next heartbeat's probe sweeps again.
+			expired = nil
 		}
 		if len(expired) > 0 {
 			if err := e.q.ProcessDelete(ctx, tx, expired); err != nil {
@@ -496,6 +483,15 @@ func (e *Engine) Stop(ctx context.Context) error {
 	}
 	e.lease.mu.Unlock()
 	res, err := e.sweep(ctx, sweepHandOff)
+	// Past sweepLimit steps, again (each round hands back up to that many;
+	// a worker runs at most MaxWorkers): the lease went with the first
+	// round, and no other process's probe would find the rest before its
+	// next full pass.
+	for round := 0; err == nil && res.more && round < e.cfg.MaxWorkers/sweepLimit+1; round++ {
+		var r SweepResult
+		r, err = e.sweep(ctx, sweepHandOff)
+		res.Steps, res.more = res.Steps+r.Steps, r.more
+	}
 	e.lease.ok.Store(false)
 	e.watches.cancelAll(ErrHandedOff)
 	if err != nil {
