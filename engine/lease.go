@@ -171,15 +171,15 @@ func (e *Engine) leaseLoop() {
 	}
 }
 
-// maxHungPassInterval bounds how often the heartbeat's sweep looks for hung
-// calls (a call in a live process still going RescueStuckJobsAfter past its
-// own timeout). That check has to read every running step, which costs
-// tens of milliseconds with thousands of them, while it only ever matters
+// maxHungPassInterval is the longest time between two full passes of the
+// heartbeat's sweep, the only ones that look for hung calls (a call in a
+// live process still going RescueStuckJobsAfter past its own timeout). That check has to read every running step job and its
+// step (50-325 ms each at 3,000 racks, docs/bench.md), while it only matters
 // after RescueStuckJobsAfter (30 min by default): a pass every 30 s finds a
 // hung call at most 30 s later than one every heartbeat would, 1/60 of the
 // window. Shorter windows get passes at 1/60 of theirs (hungPassInterval),
 // every heartbeat at most. Dead processes' steps are looked for every
-// heartbeat all the same, by a cheap probe (sweepProbeSQL).
+// heartbeat all the same, by a cheap probe (sweepTick).
 const maxHungPassInterval = 30 * time.Second
 
 // hungPassInterval is how often the heartbeat's sweep makes a full pass.
