@@ -151,6 +151,7 @@ type Engine struct {
 	stats       checkpointStats
 	watches     runWatcher
 	lease       lease
+	sweepStats  sweepStats
 	obs         Observer
 }
 
