@@ -358,6 +358,7 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		ip     string
 		keyNew bool // the row's chassis pair changes or is new: check its owner
 		insert bool
+		cur    int  // the row's index in rows (updates)
 		bmcNew bool // give the row its host BMC
 		ipSet  bool // update its BMC's IP
 		stats  func()
@@ -417,7 +418,7 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		setPos(&nw.SlotID, ec.SlotID)
 		setPos(&nw.TrayIdx, ec.TrayIdx)
 		setPos(&nw.HostID, ec.HostID)
-		p := pending{row: nw, mac: string(mac), ip: ec.IP, bmcNew: cur.HostMac == ""}
+		p := pending{row: nw, mac: string(mac), ip: ec.IP, cur: i, bmcNew: cur.HostMac == ""}
 		p.ipSet = !p.bmcNew && ec.IP != "" && ec.IP != cur.HostIp
 		samePair := nw.Manufacturer == old.Manufacturer && nw.SerialNumber == old.SerialNumber
 		same := samePair && equalUUIDPtr(nw.RackID, old.RackID) && nw.Name == old.Name &&
@@ -488,7 +489,7 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 				if p.insert {
 					p.row.Manufacturer, p.row.SerialNumber = "", p.mac
 				} else {
-					o := rows[byIndex(rows, p.row.ID)]
+					o := rows[p.cur]
 					p.row.Manufacturer, p.row.SerialNumber = o.Manufacturer, o.SerialNumber
 				}
 			}
@@ -512,38 +513,29 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 			gone = append(gone, r.ID)
 		}
 	}
-	exec := func(what string, rows any, f func([]byte) (int64, error)) (int64, error) {
-		data, err := json.Marshal(rows)
-		if err != nil {
-			return 0, fmt.Errorf("encode %s: %w", what, err)
-		}
-		n, err := f(data)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", what, err)
-		}
-		return n, nil
-	}
+	// Each write goes out writeChunk rows a statement (one identity per
+	// row, so the chunks of one write touch distinct rows).
 	if len(updates) > 0 {
-		if res.Updated, err = exec("update mirrored components", updates, func(d []byte) (int64, error) { return s.q.MirrorComponentUpdate(ctx, tx, d) }); err != nil {
-			return res, err
+		if res.Updated, err = execChunked(updates, func(d []byte) (int64, error) { return s.q.MirrorComponentUpdate(ctx, tx, d) }); err != nil {
+			return res, fmt.Errorf("update mirrored components: %w", err)
 		}
 	}
 	if len(inserts) > 0 {
-		if res.Inserted, err = exec("insert mirrored components", inserts, func(d []byte) (int64, error) {
+		if res.Inserted, err = execChunked(inserts, func(d []byte) (int64, error) {
 			return s.q.MirrorComponentInsert(ctx, tx, dbsqlc.MirrorComponentInsertParams{Type: string(t), Rows: d})
 		}); err != nil {
-			return res, err
+			return res, fmt.Errorf("insert mirrored components: %w", err)
 		}
 	}
 	if len(bmcs) > 0 {
-		if _, err = exec("insert mirrored BMCs", bmcs, func(d []byte) (int64, error) { return s.q.MirrorHostBMCInsert(ctx, tx, d) }); err != nil {
-			return res, err
+		if _, err = execChunked(bmcs, func(d []byte) (int64, error) { return s.q.MirrorHostBMCInsert(ctx, tx, d) }); err != nil {
+			return res, fmt.Errorf("insert mirrored BMCs: %w", err)
 		}
 	}
 	if len(ips) > 0 {
 		// The rows are among the updates already; the count is theirs.
-		if _, err := exec("set mirrored BMC IPs", ips, func(d []byte) (int64, error) { return s.q.MirrorBMCSetIP(ctx, tx, d) }); err != nil {
-			return res, err
+		if _, err := execChunked(ips, func(d []byte) (int64, error) { return s.q.MirrorBMCSetIP(ctx, tx, d) }); err != nil {
+			return res, fmt.Errorf("set mirrored BMC IPs: %w", err)
 		}
 	}
 	if len(gone) > 0 {
@@ -555,15 +547,6 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		res.Live = liveSyncComponents(rows)
 	}
 	return res, nil
-}
-
-func byIndex(rows []dbsqlc.ComponentSyncListRow, id uuid.UUID) int {
-	for i, r := range rows {
-		if r.ID == id {
-			return i
-		}
-	}
-	return 0
 }
 
 func setPos(dst *int32, v *int32) {
