@@ -342,11 +342,12 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 	}
 	byMAC := make(map[string]int, len(rows))
 	byKey := make(map[string]int, len(rows))
-	for i, r := range rows {
-		if r.HostMac != "" {
-			byMAC[r.HostMac] = i
+	for i := range rows {
+		r := &rows[i]
+		if r.HostMAC != "" {
+			byMAC[string(r.HostMAC)] = i
 		}
-		if k := naturalKey(r.Manufacturer, r.SerialNumber); k != "" && r.HostMac == "" {
+		if k := naturalKey(r.mirror.manufacturer, r.SerialNumber); k != "" && r.HostMAC == "" {
 			byKey[k] = i
 		}
 	}
@@ -402,10 +403,10 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 			plan = append(plan, p)
 			continue
 		}
-		cur := rows[i]
+		cur := &rows[i]
 		touched[cur.ID] = true
-		old := mirrorComponentRow{ID: cur.ID, RackID: cur.RackID, Name: cur.Name, Manufacturer: cur.Manufacturer, SerialNumber: cur.SerialNumber,
-			Model: cur.Model, Description: cur.Description, SlotID: cur.SlotID, TrayIdx: cur.TrayIdx, HostID: cur.HostID}
+		old := mirrorComponentRow{ID: cur.ID, RackID: cur.RackID, Name: cur.Name, Manufacturer: cur.mirror.manufacturer, SerialNumber: cur.SerialNumber,
+			Model: cur.mirror.model, Description: cur.Description, SlotID: cur.Position.SlotID, TrayIdx: cur.Position.TrayIdx, HostID: cur.Position.HostID}
 		nw := old
 		if rackKnown {
 			nw.RackID = &rackID
@@ -418,17 +419,17 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		setPos(&nw.SlotID, ec.SlotID)
 		setPos(&nw.TrayIdx, ec.TrayIdx)
 		setPos(&nw.HostID, ec.HostID)
-		p := pending{row: nw, mac: string(mac), ip: ec.IP, cur: i, bmcNew: cur.HostMac == ""}
-		p.ipSet = !p.bmcNew && ec.IP != "" && ec.IP != cur.HostIp
+		p := pending{row: nw, mac: string(mac), ip: ec.IP, cur: i, bmcNew: cur.HostMAC == ""}
+		p.ipSet = !p.bmcNew && ec.IP != "" && ec.IP != cur.mirror.hostIP
 		samePair := nw.Manufacturer == old.Manufacturer && nw.SerialNumber == old.SerialNumber
 		same := samePair && equalUUIDPtr(nw.RackID, old.RackID) && nw.Name == old.Name &&
 			equalStrPtr(nw.Model, old.Model) && equalStrPtr(nw.Description, old.Description) &&
 			nw.SlotID == old.SlotID && nw.TrayIdx == old.TrayIdx && nw.HostID == old.HostID
-		if same && cur.DeletedAt == nil && cur.MirroredAt != nil && !p.bmcNew && !p.ipSet {
+		if same && cur.mirror.deletedAt == nil && cur.mirror.mirroredAt != nil && !p.bmcNew && !p.ipSet {
 			continue
 		}
 		p.keyNew = !samePair && naturalKey(nw.Manufacturer, nw.SerialNumber) != naturalKey(old.Manufacturer, old.SerialNumber)
-		deleted, adopted := cur.DeletedAt != nil, cur.MirroredAt == nil
+		deleted, adopted := cur.mirror.deletedAt != nil, cur.mirror.mirroredAt == nil
 		p.stats = func() {
 			if deleted {
 				res.Resurrected++
@@ -489,8 +490,8 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 				if p.insert {
 					p.row.Manufacturer, p.row.SerialNumber = "", p.mac
 				} else {
-					o := rows[p.cur]
-					p.row.Manufacturer, p.row.SerialNumber = o.Manufacturer, o.SerialNumber
+					o := &rows[p.cur]
+					p.row.Manufacturer, p.row.SerialNumber = o.mirror.manufacturer, o.SerialNumber
 				}
 			}
 			keyOwner[k] = p.row.ID
@@ -508,8 +509,8 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		}
 	}
 	var gone []uuid.UUID
-	for _, r := range rows {
-		if r.DeletedAt == nil && r.MirroredAt != nil && !touched[r.ID] {
+	for i := range rows {
+		if r := &rows[i]; r.mirror.deletedAt == nil && r.mirror.mirroredAt != nil && !touched[r.ID] {
 			gone = append(gone, r.ID)
 		}
 	}

@@ -37,51 +37,86 @@ type SyncComponent struct {
 	// UpdatedAt is the row's version: ApplySync skips a row that changed
 	// since it was read.
 	UpdatedAt time.Time
+	// mirror is what only the expected mirror compares.
+	mirror mirrorFields
+}
+
+// mirrorFields are the columns of a listed component only the expected
+// mirror reads.
+type mirrorFields struct {
+	manufacturer          string
+	model                 *string
+	hostIP                string
+	deletedAt, mirroredAt *time.Time
 }
 
 // SyncComponents returns every live component of type t, ordered by ID.
 func (s *Service) SyncComponents(ctx context.Context, dbtx db.DBTX, t ComponentType) ([]SyncComponent, error) {
-	rows, err := s.syncList(ctx, dbtx, t)
+	all, err := s.syncList(ctx, dbtx, t)
 	if err != nil {
 		return nil, fmt.Errorf("list %s components for sync: %w", t, err)
 	}
-	return liveSyncComponents(rows), nil
+	return liveSyncComponents(all), nil
 }
 
-// syncList reads ComponentSyncList for t into a slice sized by the last
-// listing of t, plus room to grow: the listing is the sync's largest read,
-// and a slice grown by doubling was most of its garbage.
-func (s *Service) syncList(ctx context.Context, dbtx db.DBTX, t ComponentType) ([]dbsqlc.ComponentSyncListRow, error) {
+// syncList reads ComponentSyncList for t, soft-deleted rows included, into
+// a slice sized by the last listing of t, plus room to grow: the listing is
+// the sync's largest read, and a slice grown by doubling was most of its
+// garbage. Each row becomes a SyncComponent as it is scanned.
+func (s *Service) syncList(ctx context.Context, dbtx db.DBTX, t ComponentType) ([]SyncComponent, error) {
 	n := 0
 	if v, ok := s.listed.Load(t); ok {
 		n = v.(int)
 	}
-	rows, err := s.q.ComponentSyncListSized(ctx, dbtx, string(t), n+n/16)
-	if err == nil {
-		s.listed.Store(t, len(rows))
+	out := make([]SyncComponent, 0, n+n/16)
+	err := s.q.ComponentSyncListEach(ctx, dbtx, string(t), func(r *dbsqlc.ComponentSyncListRow) error {
+		out = append(out, syncComponentOf(r))
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return rows, err
+	s.listed.Store(t, len(out))
+	return out, nil
 }
 
-// liveSyncComponents returns the live rows of a ComponentSyncList as the
-// sync reads them.
-func liveSyncComponents(rows []dbsqlc.ComponentSyncListRow) []SyncComponent {
-	out := make([]SyncComponent, 0, len(rows))
-	for _, r := range rows {
-		if r.DeletedAt != nil {
-			continue
-		}
-		c := SyncComponent{
-			ID: r.ID, RackID: r.RackID, RackExternalID: r.RackExternalID, Name: r.Name, SerialNumber: r.SerialNumber,
-			ExternalID: deref(r.ExternalID), FirmwareVersion: r.FirmwareVersion, PowerState: r.PowerState,
-			Position: Position{SlotID: r.SlotID, TrayIdx: r.TrayIdx, HostID: r.HostID},
-			Status:   OperationStatus{Phase: r.OperationPhase, Reason: r.OperationReason, Blocked: r.BlockedOperations},
-			Health:   r.Health, Description: r.Description, HostMAC: MAC(r.HostMac), UpdatedAt: r.UpdatedAt,
-		}
+// syncComponentOf is a ComponentSyncList row as the sync and the mirror
+// read it.
+func syncComponentOf(r *dbsqlc.ComponentSyncListRow) SyncComponent {
+	c := SyncComponent{
+		ID: r.ID, RackID: r.RackID, RackExternalID: r.RackExternalID, Name: r.Name, SerialNumber: r.SerialNumber,
+		ExternalID: deref(r.ExternalID), FirmwareVersion: r.FirmwareVersion, PowerState: r.PowerState,
+		Position: Position{SlotID: r.SlotID, TrayIdx: r.TrayIdx, HostID: r.HostID},
+		Status:   OperationStatus{Phase: r.OperationPhase, Reason: r.OperationReason, Blocked: r.BlockedOperations},
+		Health:   r.Health, Description: r.Description, HostMAC: MAC(r.HostMac), UpdatedAt: r.UpdatedAt,
+		mirror: mirrorFields{manufacturer: r.Manufacturer, model: r.Model, hostIP: r.HostIp, deletedAt: r.DeletedAt, mirroredAt: r.MirroredAt},
+	}
+	if len(r.DpuMacs) > 0 {
+		c.DPUs = make([]DPUBMC, len(r.DpuMacs))
 		for k, mac := range r.DpuMacs {
-			c.DPUs = append(c.DPUs, DPUBMC{MAC: MAC(mac), IP: r.DpuIps[k]})
+			c.DPUs[k] = DPUBMC{MAC: MAC(mac), IP: r.DpuIps[k]}
 		}
-		out = append(out, c)
+	}
+	return c
+}
+
+// liveSyncComponents returns the live components of a listing: the listing
+// itself when none is soft-deleted.
+func liveSyncComponents(all []SyncComponent) []SyncComponent {
+	live := 0
+	for i := range all {
+		if all[i].mirror.deletedAt == nil {
+			live++
+		}
+	}
+	if live == len(all) {
+		return all
+	}
+	out := make([]SyncComponent, 0, live)
+	for _, c := range all {
+		if c.mirror.deletedAt == nil {
+			out = append(out, c)
+		}
 	}
 	return out
 }
