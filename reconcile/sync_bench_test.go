@@ -44,18 +44,25 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// heapPeak samples the Go heap (bytes in heap objects, live or not yet
-// swept) every millisecond until stop is called, which returns the largest
-// sample: the peak heap of what ran meanwhile, within a millisecond's
-// allocation.
-func heapPeak() (stop func() uint64) {
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() uint64 {
+// heapPeak samples the Go heap every millisecond until stop is called,
+// which returns the largest samples of the bytes in heap objects (live or
+// not yet swept: what the heap peaked at, within a millisecond's
+// allocation) and of the heap marked live by the latest collection (what
+// the process held at its fullest, less dependent on when collections
+// ran).
+func heapPeak() (stop func() (objects, live uint64)) {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/live:bytes"}}
+	var peak, peakLive atomic.Uint64
+	read := func() {
 		metrics.Read(sample)
-		return sample[0].Value.Uint64()
+		if v := sample[0].Value.Uint64(); v > peak.Load() {
+			peak.Store(v)
+		}
+		if v := sample[1].Value.Uint64(); v > peakLive.Load() {
+			peakLive.Store(v)
+		}
 	}
-	var peak atomic.Uint64
-	peak.Store(read())
+	read()
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -66,19 +73,15 @@ func heapPeak() (stop func() uint64) {
 			case <-done:
 				return
 			case <-t.C:
-				if v := read(); v > peak.Load() {
-					peak.Store(v)
-				}
+				read()
 			}
 		}
 	}()
-	return func() uint64 {
+	return func() (uint64, uint64) {
 		close(done)
 		<-finished
-		if v := read(); v > peak.Load() {
-			peak.Store(v)
-		}
-		return peak.Load()
+		read()
+		return peak.Load(), peakLive.Load()
 	}
 }
 
@@ -108,8 +111,10 @@ const mib = 1 << 20
 // even one writing a row unchanged, grows it by one): 0 proves a cycle
 // wrote nothing to the inventory. peak-heap-MiB/op is the process's peak
 // Go heap during a cycle (sampled every millisecond; the simulator's state
-// included) and base-heap-MiB/op the heap live before it, so their
-// difference is what a cycle holds at its peak (Flow's sync and the
+// included; about twice the largest live heap, the collector's goal),
+// peak-live-MiB/op the largest heap a collection during the cycle found
+// live, and base-heap-MiB/op the heap live before it, so peak-live less
+// base is what a cycle holds at its fullest (Flow's sync and the
 // simulator's replies). The first cycle, which links every component to its
 // Core device, is logged the same way.
 var syncRacks = flag.Int("sync.racks", 1000, "demo racks (35 components each) BenchmarkSyncCycle syncs")
@@ -159,13 +164,14 @@ func BenchmarkSyncCycle(b *testing.B) {
 	runtime.ReadMemStats(&msBefore)
 	cpuBefore, stopPeak := processCPU(), heapPeak()
 	first, err := syncer.Run(ctx, reconcile.TriggerManual)
-	peak, cpu := stopPeak(), processCPU()-cpuBefore
+	cpu := processCPU() - cpuBefore
+	peak, peakLive := stopPeak()
 	var msAfter runtime.MemStats
 	runtime.ReadMemStats(&msAfter)
 	require.NoError(b, err)
-	b.Logf("first (linking) cycle: %d rows written, Go CPU %v, %d allocations, %.0f MiB allocated, peak heap %.0f MiB (live before %.0f MiB)",
+	b.Logf("first (linking) cycle: %d rows written, Go CPU %v, %d allocations, %.0f MiB allocated, peak heap %.0f MiB, peak live heap %.0f MiB (live before %.0f MiB)",
 		first.Changed(), cpu.Round(time.Millisecond), msAfter.Mallocs-msBefore.Mallocs, float64(msAfter.TotalAlloc-msBefore.TotalAlloc)/mib,
-		float64(peak)/mib, float64(base)/mib)
+		float64(peak)/mib, float64(peakLive)/mib, float64(base)/mib)
 	for _, p := range first.Parts {
 		require.True(b, p.OK, "%s: %s", p.Name, p.Error)
 	}
@@ -178,7 +184,7 @@ func BenchmarkSyncCycle(b *testing.B) {
 			return g
 		}
 		var cpu, pgCPU time.Duration
-		var peakHeap, baseHeap uint64
+		var peakHeap, peakLive, baseHeap uint64
 		partTime := map[string]time.Duration{}
 		round := 0
 		for b.Loop() {
@@ -199,7 +205,8 @@ func BenchmarkSyncCycle(b *testing.B) {
 			b.StartTimer()
 			run, err := syncer.Run(ctx, reconcile.TriggerManual)
 			b.StopTimer()
-			peakHeap = max(peakHeap, stopPeak())
+			objects, live := stopPeak()
+			peakHeap, peakLive = max(peakHeap, objects), max(peakLive, live)
 			cpu += processCPU() - cpuBefore
 			pgCPU += postgresCPU() - pgBefore
 			require.NoError(b, err)
@@ -221,6 +228,7 @@ func BenchmarkSyncCycle(b *testing.B) {
 		b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "go-cpu-ms/op")
 		b.ReportMetric(float64(pgCPU.Milliseconds())/float64(b.N), "pg-cpu-ms/op")
 		b.ReportMetric(float64(peakHeap)/mib, "peak-heap-MiB/op")
+		b.ReportMetric(float64(peakLive)/mib, "peak-live-MiB/op")
 		b.ReportMetric(float64(baseHeap)/mib, "base-heap-MiB/op")
 		// Where a cycle's wall time goes, part by part.
 		for name, d := range partTime {
