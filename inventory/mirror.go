@@ -342,11 +342,12 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 	}
 	byMAC := make(map[string]int, len(rows))
 	byKey := make(map[string]int, len(rows))
-	for i, r := range rows {
-		if r.HostMac != "" {
-			byMAC[r.HostMac] = i
+	for i := range rows {
+		r := &rows[i]
+		if r.HostMAC != "" {
+			byMAC[string(r.HostMAC)] = i
 		}
-		if k := naturalKey(r.Manufacturer, r.SerialNumber); k != "" && r.HostMac == "" {
+		if k := naturalKey(r.mirror.manufacturer, r.SerialNumber); k != "" && r.HostMAC == "" {
 			byKey[k] = i
 		}
 	}
@@ -358,6 +359,7 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		ip     string
 		keyNew bool // the row's chassis pair changes or is new: check its owner
 		insert bool
+		cur    int  // the row's index in rows (updates)
 		bmcNew bool // give the row its host BMC
 		ipSet  bool // update its BMC's IP
 		stats  func()
@@ -401,10 +403,10 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 			plan = append(plan, p)
 			continue
 		}
-		cur := rows[i]
+		cur := &rows[i]
 		touched[cur.ID] = true
-		old := mirrorComponentRow{ID: cur.ID, RackID: cur.RackID, Name: cur.Name, Manufacturer: cur.Manufacturer, SerialNumber: cur.SerialNumber,
-			Model: cur.Model, Description: cur.Description, SlotID: cur.SlotID, TrayIdx: cur.TrayIdx, HostID: cur.HostID}
+		old := mirrorComponentRow{ID: cur.ID, RackID: cur.RackID, Name: cur.Name, Manufacturer: cur.mirror.manufacturer, SerialNumber: cur.SerialNumber,
+			Model: cur.mirror.model, Description: cur.Description, SlotID: cur.Position.SlotID, TrayIdx: cur.Position.TrayIdx, HostID: cur.Position.HostID}
 		nw := old
 		if rackKnown {
 			nw.RackID = &rackID
@@ -417,17 +419,17 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		setPos(&nw.SlotID, ec.SlotID)
 		setPos(&nw.TrayIdx, ec.TrayIdx)
 		setPos(&nw.HostID, ec.HostID)
-		p := pending{row: nw, mac: string(mac), ip: ec.IP, bmcNew: cur.HostMac == ""}
-		p.ipSet = !p.bmcNew && ec.IP != "" && ec.IP != cur.HostIp
+		p := pending{row: nw, mac: string(mac), ip: ec.IP, cur: i, bmcNew: cur.HostMAC == ""}
+		p.ipSet = !p.bmcNew && ec.IP != "" && ec.IP != cur.mirror.hostIP
 		samePair := nw.Manufacturer == old.Manufacturer && nw.SerialNumber == old.SerialNumber
 		same := samePair && equalUUIDPtr(nw.RackID, old.RackID) && nw.Name == old.Name &&
 			equalStrPtr(nw.Model, old.Model) && equalStrPtr(nw.Description, old.Description) &&
 			nw.SlotID == old.SlotID && nw.TrayIdx == old.TrayIdx && nw.HostID == old.HostID
-		if same && cur.DeletedAt == nil && cur.MirroredAt != nil && !p.bmcNew && !p.ipSet {
+		if same && cur.mirror.deletedAt == nil && cur.mirror.mirroredAt != nil && !p.bmcNew && !p.ipSet {
 			continue
 		}
 		p.keyNew = !samePair && naturalKey(nw.Manufacturer, nw.SerialNumber) != naturalKey(old.Manufacturer, old.SerialNumber)
-		deleted, adopted := cur.DeletedAt != nil, cur.MirroredAt == nil
+		deleted, adopted := cur.mirror.deletedAt != nil, cur.mirror.mirroredAt == nil
 		p.stats = func() {
 			if deleted {
 				res.Resurrected++
@@ -488,8 +490,8 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 				if p.insert {
 					p.row.Manufacturer, p.row.SerialNumber = "", p.mac
 				} else {
-					o := rows[byIndex(rows, p.row.ID)]
-					p.row.Manufacturer, p.row.SerialNumber = o.Manufacturer, o.SerialNumber
+					o := &rows[p.cur]
+					p.row.Manufacturer, p.row.SerialNumber = o.mirror.manufacturer, o.SerialNumber
 				}
 			}
 			keyOwner[k] = p.row.ID
@@ -507,43 +509,34 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		}
 	}
 	var gone []uuid.UUID
-	for _, r := range rows {
-		if r.DeletedAt == nil && r.MirroredAt != nil && !touched[r.ID] {
+	for i := range rows {
+		if r := &rows[i]; r.mirror.deletedAt == nil && r.mirror.mirroredAt != nil && !touched[r.ID] {
 			gone = append(gone, r.ID)
 		}
 	}
-	exec := func(what string, rows any, f func([]byte) (int64, error)) (int64, error) {
-		data, err := json.Marshal(rows)
-		if err != nil {
-			return 0, fmt.Errorf("encode %s: %w", what, err)
-		}
-		n, err := f(data)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", what, err)
-		}
-		return n, nil
-	}
+	// Each write goes out writeChunk rows a statement (one identity per
+	// row, so the chunks of one write touch distinct rows).
 	if len(updates) > 0 {
-		if res.Updated, err = exec("update mirrored components", updates, func(d []byte) (int64, error) { return s.q.MirrorComponentUpdate(ctx, tx, d) }); err != nil {
-			return res, err
+		if res.Updated, err = execChunked(updates, func(d []byte) (int64, error) { return s.q.MirrorComponentUpdate(ctx, tx, d) }); err != nil {
+			return res, fmt.Errorf("update mirrored components: %w", err)
 		}
 	}
 	if len(inserts) > 0 {
-		if res.Inserted, err = exec("insert mirrored components", inserts, func(d []byte) (int64, error) {
+		if res.Inserted, err = execChunked(inserts, func(d []byte) (int64, error) {
 			return s.q.MirrorComponentInsert(ctx, tx, dbsqlc.MirrorComponentInsertParams{Type: string(t), Rows: d})
 		}); err != nil {
-			return res, err
+			return res, fmt.Errorf("insert mirrored components: %w", err)
 		}
 	}
 	if len(bmcs) > 0 {
-		if _, err = exec("insert mirrored BMCs", bmcs, func(d []byte) (int64, error) { return s.q.MirrorHostBMCInsert(ctx, tx, d) }); err != nil {
-			return res, err
+		if _, err = execChunked(bmcs, func(d []byte) (int64, error) { return s.q.MirrorHostBMCInsert(ctx, tx, d) }); err != nil {
+			return res, fmt.Errorf("insert mirrored BMCs: %w", err)
 		}
 	}
 	if len(ips) > 0 {
 		// The rows are among the updates already; the count is theirs.
-		if _, err := exec("set mirrored BMC IPs", ips, func(d []byte) (int64, error) { return s.q.MirrorBMCSetIP(ctx, tx, d) }); err != nil {
-			return res, err
+		if _, err := execChunked(ips, func(d []byte) (int64, error) { return s.q.MirrorBMCSetIP(ctx, tx, d) }); err != nil {
+			return res, fmt.Errorf("set mirrored BMC IPs: %w", err)
 		}
 	}
 	if len(gone) > 0 {
@@ -555,15 +548,6 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		res.Live = liveSyncComponents(rows)
 	}
 	return res, nil
-}
-
-func byIndex(rows []dbsqlc.ComponentSyncListRow, id uuid.UUID) int {
-	for i, r := range rows {
-		if r.ID == id {
-			return i
-		}
-	}
-	return 0
 }
 
 func setPos(dst *int32, v *int32) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -36,51 +37,86 @@ type SyncComponent struct {
 	// UpdatedAt is the row's version: ApplySync skips a row that changed
 	// since it was read.
 	UpdatedAt time.Time
+	// mirror is what only the expected mirror compares.
+	mirror mirrorFields
+}
+
+// mirrorFields are the columns of a listed component only the expected
+// mirror reads.
+type mirrorFields struct {
+	manufacturer          string
+	model                 *string
+	hostIP                string
+	deletedAt, mirroredAt *time.Time
 }
 
 // SyncComponents returns every live component of type t, ordered by ID.
 func (s *Service) SyncComponents(ctx context.Context, dbtx db.DBTX, t ComponentType) ([]SyncComponent, error) {
-	rows, err := s.syncList(ctx, dbtx, t)
+	all, err := s.syncList(ctx, dbtx, t)
 	if err != nil {
 		return nil, fmt.Errorf("list %s components for sync: %w", t, err)
 	}
-	return liveSyncComponents(rows), nil
+	return liveSyncComponents(all), nil
 }
 
-// syncList reads ComponentSyncList for t into a slice sized by the last
-// listing of t, plus room to grow: the listing is the sync's largest read,
-// and a slice grown by doubling was most of its garbage.
-func (s *Service) syncList(ctx context.Context, dbtx db.DBTX, t ComponentType) ([]dbsqlc.ComponentSyncListRow, error) {
+// syncList reads ComponentSyncList for t, soft-deleted rows included, into
+// a slice sized by the last listing of t, plus room to grow: the listing is
+// the sync's largest read, and a slice grown by doubling was most of its
+// garbage. Each row becomes a SyncComponent as it is scanned.
+func (s *Service) syncList(ctx context.Context, dbtx db.DBTX, t ComponentType) ([]SyncComponent, error) {
 	n := 0
 	if v, ok := s.listed.Load(t); ok {
 		n = v.(int)
 	}
-	rows, err := s.q.ComponentSyncListSized(ctx, dbtx, string(t), n+n/16)
-	if err == nil {
-		s.listed.Store(t, len(rows))
+	out := make([]SyncComponent, 0, n+n/16)
+	err := s.q.ComponentSyncListEach(ctx, dbtx, string(t), func(r *dbsqlc.ComponentSyncListRow) error {
+		out = append(out, syncComponentOf(r))
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return rows, err
+	s.listed.Store(t, len(out))
+	return out, nil
 }
 
-// liveSyncComponents returns the live rows of a ComponentSyncList as the
-// sync reads them.
-func liveSyncComponents(rows []dbsqlc.ComponentSyncListRow) []SyncComponent {
-	out := make([]SyncComponent, 0, len(rows))
-	for _, r := range rows {
-		if r.DeletedAt != nil {
-			continue
-		}
-		c := SyncComponent{
-			ID: r.ID, RackID: r.RackID, RackExternalID: r.RackExternalID, Name: r.Name, SerialNumber: r.SerialNumber,
-			ExternalID: deref(r.ExternalID), FirmwareVersion: r.FirmwareVersion, PowerState: r.PowerState,
-			Position: Position{SlotID: r.SlotID, TrayIdx: r.TrayIdx, HostID: r.HostID},
-			Status:   OperationStatus{Phase: r.OperationPhase, Reason: r.OperationReason, Blocked: r.BlockedOperations},
-			Health:   r.Health, Description: r.Description, HostMAC: MAC(r.HostMac), UpdatedAt: r.UpdatedAt,
-		}
+// syncComponentOf is a ComponentSyncList row as the sync and the mirror
+// read it.
+func syncComponentOf(r *dbsqlc.ComponentSyncListRow) SyncComponent {
+	c := SyncComponent{
+		ID: r.ID, RackID: r.RackID, RackExternalID: r.RackExternalID, Name: r.Name, SerialNumber: r.SerialNumber,
+		ExternalID: deref(r.ExternalID), FirmwareVersion: r.FirmwareVersion, PowerState: r.PowerState,
+		Position: Position{SlotID: r.SlotID, TrayIdx: r.TrayIdx, HostID: r.HostID},
+		Status:   OperationStatus{Phase: r.OperationPhase, Reason: r.OperationReason, Blocked: r.BlockedOperations},
+		Health:   r.Health, Description: r.Description, HostMAC: MAC(r.HostMac), UpdatedAt: r.UpdatedAt,
+		mirror: mirrorFields{manufacturer: r.Manufacturer, model: r.Model, hostIP: r.HostIp, deletedAt: r.DeletedAt, mirroredAt: r.MirroredAt},
+	}
+	if len(r.DpuMacs) > 0 {
+		c.DPUs = make([]DPUBMC, len(r.DpuMacs))
 		for k, mac := range r.DpuMacs {
-			c.DPUs = append(c.DPUs, DPUBMC{MAC: MAC(mac), IP: r.DpuIps[k]})
+			c.DPUs[k] = DPUBMC{MAC: MAC(mac), IP: r.DpuIps[k]}
 		}
-		out = append(out, c)
+	}
+	return c
+}
+
+// liveSyncComponents returns the live components of a listing: the listing
+// itself when none is soft-deleted.
+func liveSyncComponents(all []SyncComponent) []SyncComponent {
+	live := 0
+	for i := range all {
+		if all[i].mirror.deletedAt == nil {
+			live++
+		}
+	}
+	if live == len(all) {
+		return all
+	}
+	out := make([]SyncComponent, 0, live)
+	for _, c := range all {
+		if c.mirror.deletedAt == nil {
+			out = append(out, c)
+		}
 	}
 	return out
 }
@@ -111,35 +147,61 @@ type syncUpdateRow struct {
 	Description     *string         `json:"description"`
 }
 
-// ApplySync writes ups in one statement through tx and returns how many
-// rows it changed. A component deleted, or changed by anyone else since
-// SyncComponents read it, is left alone (the next cycle sees it afresh).
+// ApplySync writes ups through tx, writeChunk rows a statement, and returns
+// how many rows it changed. A component deleted, or changed by anyone else
+// since SyncComponents read it, is left alone (the next cycle sees it
+// afresh).
 func (s *Service) ApplySync(ctx context.Context, tx pgx.Tx, ups []SyncUpdate) (int64, error) {
-	if len(ups) == 0 {
-		return 0, nil
-	}
-	rows := make([]syncUpdateRow, len(ups))
-	for i, u := range ups {
-		blocked := u.Status.Blocked
-		if blocked == nil {
-			blocked = []string{}
+	var n int64
+	for chunk := range slices.Chunk(ups, writeChunk) {
+		rows := make([]syncUpdateRow, len(chunk))
+		for i, u := range chunk {
+			blocked := u.Status.Blocked
+			if blocked == nil {
+				blocked = []string{}
+			}
+			health := u.Health
+			if len(health) == 0 {
+				health = json.RawMessage("null")
+			}
+			rows[i] = syncUpdateRow{
+				ID: u.ID, UpdatedAt: u.UpdatedAt, ExternalID: u.ExternalID, PowerState: u.PowerState, FirmwareVersion: u.FirmwareVersion,
+				Phase: cmpOr(u.Status.Phase, "unknown"), Reason: u.Status.Reason, Blocked: blocked, Health: health, Description: u.Description,
+			}
 		}
-		health := u.Health
-		if len(health) == 0 {
-			health = json.RawMessage("null")
+		data, err := json.Marshal(rows)
+		if err != nil {
+			return 0, fmt.Errorf("encode sync updates: %w", err)
 		}
-		rows[i] = syncUpdateRow{
-			ID: u.ID, UpdatedAt: u.UpdatedAt, ExternalID: u.ExternalID, PowerState: u.PowerState, FirmwareVersion: u.FirmwareVersion,
-			Phase: cmpOr(u.Status.Phase, "unknown"), Reason: u.Status.Reason, Blocked: blocked, Health: health, Description: u.Description,
+		k, err := s.q.SyncComponentUpdate(ctx, tx, data)
+		if err != nil {
+			return 0, fmt.Errorf("apply sync updates: %w", err)
 		}
+		n += k
 	}
-	data, err := json.Marshal(rows)
-	if err != nil {
-		return 0, fmt.Errorf("encode sync updates: %w", err)
-	}
-	n, err := s.q.SyncComponentUpdate(ctx, tx, data)
-	if err != nil {
-		return 0, fmt.Errorf("apply sync updates: %w", err)
+	return n, nil
+}
+
+// writeChunk is how many rows one batched sync or mirror statement
+// carries: a cycle that writes a whole site (the first, linking one wrote
+// 213,000 rows at 3,000 racks) sends several statements in its
+// transaction, not one JSON document of tens of megabytes (issue 29).
+const writeChunk = 2000
+
+// execChunked encodes rows writeChunk at a time as a JSON list, runs f on
+// each and returns the sum of what f returned.
+func execChunked[T any](rows []T, f func([]byte) (int64, error)) (int64, error) {
+	var n int64
+	for chunk := range slices.Chunk(rows, writeChunk) {
+		data, err := json.Marshal(chunk)
+		if err != nil {
+			return 0, err
+		}
+		k, err := f(data)
+		if err != nil {
+			return 0, err
+		}
+		n += k
 	}
 	return n, nil
 }

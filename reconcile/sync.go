@@ -118,7 +118,17 @@ type SyncConfig struct {
 	// Run's error.
 	Observe func(run SyncRun, err error)
 	Keep    int
+	// Page is how many Core devices a part reads at once (default
+	// DefaultSyncPage).
+	Page int
 }
+
+// DefaultSyncPage is SyncConfig.Page's default: the details, DPUs,
+// positions, power and exploration reports of one page of Core devices
+// are read side by side and reduced to what the match needs before the
+// next page is read, so a part holds one page of Core's replies, not its
+// whole listing (issue 29).
+const DefaultSyncPage = 1000
 
 // Syncer runs the inventory sync with NICo Core (docs/inventory-sync.md).
 type Syncer struct {
@@ -130,6 +140,9 @@ type Syncer struct {
 func NewSyncer(cfg SyncConfig) *Syncer {
 	if cfg.Keep <= 0 {
 		cfg.Keep = 1000
+	}
+	if cfg.Page <= 0 {
+		cfg.Page = DefaultSyncPage
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -252,9 +265,9 @@ func (s *Syncer) Latest(ctx context.Context) (SyncRun, error) {
 type cycle struct {
 	s   *Syncer
 	now time.Time
-	// switches is the switch listing of this cycle (nil when it failed),
-	// which the topology part reads.
-	seenSwitches []nico.Switch
+	// seenSwitches are the racks and NMX-C clusters of this cycle's switch
+	// listing (nil when it failed), which the topology part reads.
+	seenSwitches []switchSeen
 	switchesOK   bool
 	// racks is Core's view of Flow's racks with an external ID (read once
 	// for topology and health; nil when it failed or was not read).
@@ -283,6 +296,7 @@ func (c *cycle) setListed(t inventory.ComponentType, comps []inventory.SyncCompo
 func (c *cycle) components(ctx context.Context, t inventory.ComponentType) ([]inventory.SyncComponent, error) {
 	c.listedMu.Lock()
 	comps, ok := c.listed[t]
+	delete(c.listed, t) // the cycle holds it no longer than the type's sync
 	c.listedMu.Unlock()
 	if ok {
 		return comps, nil
@@ -426,15 +440,62 @@ func (c *cycle) replaceDrift(ctx context.Context, tx pgx.Tx, t inventory.Compone
 	return true, nil
 }
 
-// device is one Core device of the type being synced, normalised.
+// device is one Core device of the type being synced, normalised: what
+// the match and the comparison need of Core's replies, and nothing more (a
+// part keeps one per device of its type while it reads the next pages).
 type device struct {
 	id, mac, state, rackID, nvosIP string
-	health                         *nico.Health
-	power                          string // "" unknown
-	firmware                       string // "" unknown
-	position                       *nico.Position
-	// dpus are a compute host's DPU BMCs (compute only).
+	// health is Core's report as JSON (nil: Core sent none); healthKeep
+	// says it could not be encoded, so Flow's snapshot stays.
+	health     []byte
+	healthKeep bool
+	power      string // "" unknown
+	firmware   string // "" unknown
+	position   *nico.Position
+	// dpus are a compute host's DPU BMCs (compute only), ordered by MAC.
 	dpus []inventory.DPUBMC
+}
+
+// setHealth records h as the device's report, encoded once (the reports
+// themselves are dropped with their page).
+func (d *device) setHealth(he *healthEncoder, h *nico.Health) {
+	if h == nil {
+		return
+	}
+	data, err := he.encode(h)
+	if err != nil {
+		d.healthKeep = true
+		return
+	}
+	d.health = bytes.Clone(data)
+}
+
+// pagesOf splits ids into pages of SyncConfig.Page. A listing that names
+// an ID twice is one page, so that Core's client rejects it whole as
+// before.
+func (c *cycle) pagesOf(ids []string) [][]string {
+	size := c.s.cfg.Page
+	if len(ids) <= size {
+		return [][]string{ids}
+	}
+	seen := make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		if _, dup := seen[id]; dup {
+			return [][]string{ids}
+		}
+		seen[id] = struct{}{}
+	}
+	return slices.Collect(slices.Chunk(ids, size))
+}
+
+// addWarning appends w to p's warnings unless it is there already (a read
+// that fails on every page warns once).
+func addWarning(p *SyncPart, ws ...string) {
+	for _, w := range ws {
+		if !slices.Contains(p.Warnings, w) {
+			p.Warnings = append(p.Warnings, w)
+		}
+	}
 }
 
 // syncType matches Core's devices of type t to Flow's components by host
@@ -456,7 +517,6 @@ func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.Component
 		byID[d.id] = i
 	}
 	matched := make([]bool, len(devs))
-	var he healthEncoder
 	var ups []inventory.SyncUpdate
 	dpus, dpusNow := map[uuid.UUID][]inventory.DPUBMC{}, map[uuid.UUID][]inventory.DPUBMC{}
 	var ds []drift
@@ -475,11 +535,11 @@ func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.Component
 			continue
 		}
 		matched[i] = true
-		d := devs[i]
-		if up, changed := c.update(t, comp, d, &he); changed {
+		d := &devs[i]
+		if up, changed := c.update(t, comp, d); changed {
 			ups = append(ups, up)
 		}
-		if t == inventory.ComponentTypeCompute && !slices.Equal(sortedDPUs(d.dpus), comp.DPUs) {
+		if t == inventory.ComponentTypeCompute && !slices.Equal(d.dpus, comp.DPUs) {
 			dpus[comp.ID], dpusNow[comp.ID] = d.dpus, comp.DPUs
 		}
 		if t == inventory.ComponentTypeCompute && d.position != nil {
@@ -521,7 +581,7 @@ func sortedDPUs(ds []inventory.DPUBMC) []inventory.DPUBMC {
 
 // update is comp with what Core reports of it, and whether anything
 // changed. Unknown values (power, firmware) keep Flow's.
-func (c *cycle) update(t inventory.ComponentType, comp inventory.SyncComponent, d device, he *healthEncoder) (inventory.SyncUpdate, bool) {
+func (c *cycle) update(t inventory.ComponentType, comp inventory.SyncComponent, d *device) (inventory.SyncUpdate, bool) {
 	up := inventory.SyncUpdate{
 		ID: comp.ID, UpdatedAt: comp.UpdatedAt, ExternalID: d.id, PowerState: comp.PowerState, FirmwareVersion: comp.FirmwareVersion,
 		Status: statusOf(t, d.state), Health: comp.Health, Description: comp.Description,
@@ -534,10 +594,12 @@ func (c *cycle) update(t inventory.ComponentType, comp inventory.SyncComponent, 
 	}
 	// An explicit empty report clears the snapshot; a present one replaces
 	// it when it differs (compared as JSON values).
-	if d.health == nil {
+	switch {
+	case d.healthKeep:
+	case d.health == nil:
 		up.Health = nil
-	} else if data, err := he.encode(d.health); err == nil && !jsonEqual(data, comp.Health) {
-		up.Health = bytes.Clone(data)
+	case !jsonEqual(d.health, comp.Health):
+		up.Health = d.health
 	}
 	if d.nvosIP != "" {
 		up.Description = withNVOSIP(comp.Description, d.nvosIP)
@@ -674,9 +736,22 @@ func (c *cycle) compute(ctx context.Context, p *SyncPart) error {
 	if err != nil {
 		return err
 	}
+	devs := make([]device, 0, len(ids))
+	var he healthEncoder
+	for _, page := range c.pagesOf(ids) {
+		if devs, err = c.computePage(ctx, p, page, devs, &he); err != nil {
+			return err
+		}
+	}
+	return c.syncType(ctx, p, inventory.ComponentTypeCompute, devs)
+}
+
+// computePage reads one page of machine IDs and appends its hosts to devs.
+func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs []device, he *healthEncoder) ([]device, error) {
+	core := c.s.cfg.Core
 	ms, err := core.Machines(ctx, ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	hosts, hostIDs := make([]nico.Machine, 0, len(ms)), make([]string, 0, len(ms))
 	for _, m := range ms {
@@ -705,27 +780,28 @@ func (c *cycle) compute(ctx context.Context, p *SyncPart) error {
 	wg.Go(func() { invs = c.inventoryOf(ctx, &invPart, nico.KindCompute, hostIDs) })
 	wg.Wait()
 	if posErr != nil {
-		return posErr
+		return nil, posErr
 	}
 	if powErr != nil {
-		p.Warnings = append(p.Warnings, powErr.Error())
+		addWarning(p, powErr.Error())
 	}
 	if dpuErr != nil {
-		return dpuErr
+		return nil, dpuErr
 	}
-	p.Warnings = append(append(p.Warnings, dpuPart.Warnings...), invPart.Warnings...)
-	devs := make([]device, len(hosts))
-	for i, m := range hosts {
-		d := device{id: m.ID, mac: m.BMCMAC, state: m.State, health: m.Health, firmware: invs[m.ID].BMCFirmware(), dpus: dpus[m.ID]}
+	addWarning(p, dpuPart.Warnings...)
+	addWarning(p, invPart.Warnings...)
+	for _, m := range hosts {
+		d := device{id: m.ID, mac: m.BMCMAC, state: m.State, firmware: invs[m.ID].BMCFirmware(), dpus: sortedDPUs(dpus[m.ID])}
+		d.setHealth(he, m.Health)
 		if pw, ok := power[m.ID]; ok {
 			d.power = string(pw)
 		}
 		if pos, ok := positions[m.ID]; ok {
 			d.position = &pos
 		}
-		devs[i] = d
+		devs = append(devs, d)
 	}
-	return c.syncType(ctx, p, inventory.ComponentTypeCompute, devs)
+	return devs, nil
 }
 
 // readWithInventory runs read beside the exploration-report read of ids
@@ -743,8 +819,13 @@ func (c *cycle) readWithInventory(ctx context.Context, p *SyncPart, kind nico.Ki
 	if err != nil {
 		return nil, err
 	}
-	p.Warnings = append(p.Warnings, invPart.Warnings...)
+	addWarning(p, invPart.Warnings...)
 	return invs, nil
+}
+
+// switchSeen is what the topology part needs of a switch of this cycle.
+type switchSeen struct {
+	rackID, nvlinkDomain string
 }
 
 func (c *cycle) nvswitches(ctx context.Context, p *SyncPart) error {
@@ -753,24 +834,31 @@ func (c *cycle) nvswitches(ctx context.Context, p *SyncPart) error {
 	if err != nil {
 		return err
 	}
-	var ss []nico.Switch
-	invs, err := c.readWithInventory(ctx, p, nico.KindSwitch, ids, func() (err error) {
-		ss, err = core.Switches(ctx, ids)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	devs := make([]device, len(ss))
-	for i, s := range ss {
-		inv := invs[s.ID]
-		devs[i] = device{id: s.ID, mac: s.BMCMAC, state: s.ControllerState, rackID: s.RackID, nvosIP: s.NVOSIP, health: s.Health,
-			firmware: inv.BMCFirmware(), power: reportPower(inv.Power)}
+	devs := make([]device, 0, len(ids))
+	seen := make([]switchSeen, 0, len(ids))
+	var he healthEncoder
+	for _, page := range c.pagesOf(ids) {
+		var ss []nico.Switch
+		invs, err := c.readWithInventory(ctx, p, nico.KindSwitch, page, func() (err error) {
+			ss, err = core.Switches(ctx, page)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for _, s := range ss {
+			inv := invs[s.ID]
+			d := device{id: s.ID, mac: s.BMCMAC, state: s.ControllerState, rackID: s.RackID, nvosIP: s.NVOSIP,
+				firmware: inv.BMCFirmware(), power: reportPower(inv.Power)}
+			d.setHealth(&he, s.Health)
+			devs = append(devs, d)
+			seen = append(seen, switchSeen{rackID: s.RackID, nvlinkDomain: s.NVLinkDomain})
+		}
 	}
 	if err := c.syncType(ctx, p, inventory.ComponentTypeNVSwitch, devs); err != nil {
 		return err
 	}
-	c.seenSwitches, c.switchesOK = ss, true
+	c.seenSwitches, c.switchesOK = seen, true
 	return nil
 }
 
@@ -780,23 +868,27 @@ func (c *cycle) shelves(ctx context.Context, p *SyncPart) error {
 	if err != nil {
 		return err
 	}
-	var ps []nico.PowerShelf
-	invs, err := c.readWithInventory(ctx, p, nico.KindPowerShelf, ids, func() (err error) {
-		ps, err = core.PowerShelves(ctx, ids)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	devs := make([]device, len(ps))
-	for i, s := range ps {
-		inv := invs[s.ID]
-		fw := inv.FirmwareVersions["pmc"]
-		if fw == "" {
-			fw = inv.BMCFirmware()
+	devs := make([]device, 0, len(ids))
+	var he healthEncoder
+	for _, page := range c.pagesOf(ids) {
+		var ps []nico.PowerShelf
+		invs, err := c.readWithInventory(ctx, p, nico.KindPowerShelf, page, func() (err error) {
+			ps, err = core.PowerShelves(ctx, page)
+			return err
+		})
+		if err != nil {
+			return err
 		}
-		devs[i] = device{id: s.ID, mac: s.BMCMAC, state: s.ControllerState, rackID: s.RackID, health: s.Health,
-			firmware: fw, power: reportPower(inv.Power)}
+		for _, s := range ps {
+			inv := invs[s.ID]
+			fw := inv.FirmwareVersions["pmc"]
+			if fw == "" {
+				fw = inv.BMCFirmware()
+			}
+			d := device{id: s.ID, mac: s.BMCMAC, state: s.ControllerState, rackID: s.RackID, firmware: fw, power: reportPower(inv.Power)}
+			d.setHealth(&he, s.Health)
+			devs = append(devs, d)
+		}
 	}
 	return c.syncType(ctx, p, inventory.ComponentTypePowerShelf, devs)
 }
@@ -846,14 +938,14 @@ func (c *cycle) topology(ctx context.Context, p *SyncPart) error {
 	}
 	clusters := map[string]map[string]bool{} // Core rack ID → observed cluster UUIDs
 	for _, s := range c.seenSwitches {
-		if s.RackID == "" {
+		if s.rackID == "" {
 			continue
 		}
-		if clusters[s.RackID] == nil {
-			clusters[s.RackID] = map[string]bool{}
+		if clusters[s.rackID] == nil {
+			clusters[s.rackID] = map[string]bool{}
 		}
-		if s.NVLinkDomain != "" {
-			clusters[s.RackID][s.NVLinkDomain] = true
+		if s.nvlinkDomain != "" {
+			clusters[s.rackID][s.nvlinkDomain] = true
 		}
 	}
 	groups := map[string]*inventory.TopologyGroup{}

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -42,6 +44,57 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// heapPeak samples the Go heap every millisecond until stop is called,
+// which returns the largest samples of the bytes in heap objects (live or
+// not yet swept: what the heap peaked at, within a millisecond's
+// allocation) and of the heap marked live by the latest collection (what
+// the process held at its fullest, less dependent on when collections
+// ran).
+func heapPeak() (stop func() (objects, live uint64)) {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/live:bytes"}}
+	var peak, peakLive atomic.Uint64
+	read := func() {
+		metrics.Read(sample)
+		if v := sample[0].Value.Uint64(); v > peak.Load() {
+			peak.Store(v)
+		}
+		if v := sample[1].Value.Uint64(); v > peakLive.Load() {
+			peakLive.Store(v)
+		}
+	}
+	read()
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				read()
+			}
+		}
+	}()
+	return func() (uint64, uint64) {
+		close(done)
+		<-finished
+		read()
+		return peak.Load(), peakLive.Load()
+	}
+}
+
+// liveHeap is the heap live after a full collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(sample)
+	return sample[0].Value.Uint64()
+}
+
+const mib = 1 << 20
+
 // BenchmarkSyncCycle is one inventory-sync cycle over 1,000 demo racks (35
 // components each: 35,000 components with 36,000 DPUs, 1,000 racks with
 // Core rack IDs), every rack and component also in Core's expected
@@ -56,7 +109,14 @@ func processCPU() time.Duration {
 // the inventory generation grew per cycle (migration 0180: every committed
 // transaction that wrote a rack, component, BMC, NVLink domain or leak row,
 // even one writing a row unchanged, grows it by one): 0 proves a cycle
-// wrote nothing to the inventory.
+// wrote nothing to the inventory. peak-heap-MiB/op is the process's peak
+// Go heap during a cycle (sampled every millisecond; the simulator's state
+// included; about twice the largest live heap, the collector's goal),
+// peak-live-MiB/op the largest heap a collection during the cycle found
+// live, and base-heap-MiB/op the heap live before it, so peak-live less
+// base is what a cycle holds at its fullest (Flow's sync and the
+// simulator's replies). The first cycle, which links every component to its
+// Core device, is logged the same way.
 var syncRacks = flag.Int("sync.racks", 1000, "demo racks (35 components each) BenchmarkSyncCycle syncs")
 
 func BenchmarkSyncCycle(b *testing.B) {
@@ -99,8 +159,19 @@ func BenchmarkSyncCycle(b *testing.B) {
 	nc, err := nico.NewClient(srv.URL(), nico.WithTimeout(5*time.Minute))
 	require.NoError(b, err)
 	syncer := reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: nc, Expected: true})
+	base := liveHeap()
+	var msBefore runtime.MemStats
+	runtime.ReadMemStats(&msBefore)
+	cpuBefore, stopPeak := processCPU(), heapPeak()
 	first, err := syncer.Run(ctx, reconcile.TriggerManual)
+	cpu := processCPU() - cpuBefore
+	peak, peakLive := stopPeak()
+	var msAfter runtime.MemStats
+	runtime.ReadMemStats(&msAfter)
 	require.NoError(b, err)
+	b.Logf("first (linking) cycle: %d rows written, Go CPU %v, %d allocations, %.0f MiB allocated, peak heap %.0f MiB, peak live heap %.0f MiB (live before %.0f MiB)",
+		first.Changed(), cpu.Round(time.Millisecond), msAfter.Mallocs-msBefore.Mallocs, float64(msAfter.TotalAlloc-msBefore.TotalAlloc)/mib,
+		float64(peak)/mib, float64(peakLive)/mib, float64(base)/mib)
 	for _, p := range first.Parts {
 		require.True(b, p.OK, "%s: %s", p.Name, p.Error)
 	}
@@ -113,6 +184,7 @@ func BenchmarkSyncCycle(b *testing.B) {
 			return g
 		}
 		var cpu, pgCPU time.Duration
+		var peakHeap, peakLive, baseHeap uint64
 		partTime := map[string]time.Duration{}
 		round := 0
 		for b.Loop() {
@@ -127,10 +199,14 @@ func BenchmarkSyncCycle(b *testing.B) {
 			}
 			genBefore := generation() // not counted in statements
 			before := counter.n.Load()
+			baseHeap = max(baseHeap, liveHeap())
 			cpuBefore, pgBefore := processCPU(), postgresCPU()
+			stopPeak := heapPeak()
 			b.StartTimer()
 			run, err := syncer.Run(ctx, reconcile.TriggerManual)
 			b.StopTimer()
+			objects, live := stopPeak()
+			peakHeap, peakLive = max(peakHeap, objects), max(peakLive, live)
 			cpu += processCPU() - cpuBefore
 			pgCPU += postgresCPU() - pgBefore
 			require.NoError(b, err)
@@ -151,6 +227,9 @@ func BenchmarkSyncCycle(b *testing.B) {
 		// which a loaded machine does not inflate the way it does wall time.
 		b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "go-cpu-ms/op")
 		b.ReportMetric(float64(pgCPU.Milliseconds())/float64(b.N), "pg-cpu-ms/op")
+		b.ReportMetric(float64(peakHeap)/mib, "peak-heap-MiB/op")
+		b.ReportMetric(float64(peakLive)/mib, "peak-live-MiB/op")
+		b.ReportMetric(float64(baseHeap)/mib, "base-heap-MiB/op")
 		// Where a cycle's wall time goes, part by part.
 		for name, d := range partTime {
 			b.ReportMetric(float64(d.Milliseconds())/float64(b.N), name+"-ms/op")

@@ -34,6 +34,13 @@ type syncBundle struct {
 // (same MACs, positions and firmware), and a Syncer between them.
 func setupSync(t *testing.T, racks int) *syncBundle {
 	t.Helper()
+	return setupSyncPaged(t, racks, 0)
+}
+
+// setupSyncPaged is setupSync with a Syncer that reads Core page devices
+// at a time (0: the default).
+func setupSyncPaged(t *testing.T, racks, page int) *syncBundle {
+	t.Helper()
 	b := &syncBundle{ctx: context.Background(), pool: dbtest.NewPool(t), inv: inventory.NewService()}
 	b.sim = nicosim.New(nicosim.Options{})
 	var devs []nicosim.Device
@@ -72,7 +79,7 @@ func setupSync(t *testing.T, racks int) *syncBundle {
 	nc, err := nico.NewClient(srv.URL(), nico.WithTimeout(10*time.Second))
 	require.NoError(t, err)
 	b.nc = nc
-	b.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: b.pool, Inv: b.inv, Core: nc, Expected: true})
+	b.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: b.pool, Inv: b.inv, Core: nc, Expected: true, Page: page})
 	return b
 }
 
@@ -131,7 +138,17 @@ func (b *syncBundle) drifts(t *testing.T) []reconcile.Drift {
 
 func TestSyncFirstCycleLinksAndSecondWritesNothing(t *testing.T) {
 	t.Parallel()
-	b := setupSync(t, 1)
+	// Page 4 reads Core's 18 compute trays, 9 switches and 8 shelves in
+	// pages of 4 (the default reads each type as one page).
+	for _, page := range []int{0, 4} {
+		t.Run(fmt.Sprintf("page=%d", page), func(t *testing.T) {
+			t.Parallel()
+			testSyncFirstCycleLinksAndSecondWritesNothing(t, setupSyncPaged(t, 1, page))
+		})
+	}
+}
+
+func testSyncFirstCycleLinksAndSecondWritesNothing(t *testing.T, b *syncBundle) {
 	run := b.run(t)
 	for _, p := range run.Parts {
 		require.True(t, p.OK, "%s: %s", p.Name, p.Error)
@@ -171,7 +188,17 @@ func TestSyncFirstCycleLinksAndSecondWritesNothing(t *testing.T) {
 
 func TestSyncFirmwarePowerPositionHealthAndState(t *testing.T) {
 	t.Parallel()
-	b := setupSync(t, 1)
+	// Page 4 reads Core's 18 compute trays, 9 switches and 8 shelves in
+	// pages of 4 (the default reads each type as one page).
+	for _, page := range []int{0, 4} {
+		t.Run(fmt.Sprintf("page=%d", page), func(t *testing.T) {
+			t.Parallel()
+			testSyncFirmwarePowerPositionHealthAndState(t, setupSyncPaged(t, 1, page))
+		})
+	}
+}
+
+func testSyncFirmwarePowerPositionHealthAndState(t *testing.T, b *syncBundle) {
 	b.run(t)
 	ct := b.component(t, "demo-0000-ct-01")
 	off, failed, alerts := true, "Failed/HostFailure", []string{"overheat"}
@@ -238,7 +265,17 @@ func TestSyncFirmwarePowerPositionHealthAndState(t *testing.T) {
 
 func TestSyncMissingAndUnexpected(t *testing.T) {
 	t.Parallel()
-	b := setupSync(t, 1)
+	// Page 4 reads Core's 18 compute trays, 9 switches and 8 shelves in
+	// pages of 4 (the default reads each type as one page).
+	for _, page := range []int{0, 4} {
+		t.Run(fmt.Sprintf("page=%d", page), func(t *testing.T) {
+			t.Parallel()
+			testSyncMissingAndUnexpected(t, setupSyncPaged(t, 1, page))
+		})
+	}
+}
+
+func testSyncMissingAndUnexpected(t *testing.T, b *syncBundle) {
 	b.run(t)
 	ct := b.component(t, "demo-0000-ct-03")
 	require.True(t, b.sim.Remove(ct.ExternalID))

@@ -17,18 +17,37 @@ type Call struct {
 	Code    string    `json:"code"`
 }
 
-// Journal records every call a simulator receives, in arrival order. It is
-// safe for concurrent use.
+// Journal records the calls a simulator receives, in arrival order: every
+// call, up to the newest JournalMaxCalls calls naming at most
+// JournalMaxDevices devices in all (older ones are forgotten, so a
+// long-running simulator serving inventory syncs of thousands of racks does
+// not keep every listing it answered). It is safe for concurrent use.
 type Journal struct {
-	mu    sync.Mutex
-	calls []Call
+	mu      sync.Mutex
+	calls   []Call
+	devices int // over calls
 }
 
-// Record appends c.
+// The journal's bounds (see Journal).
+const (
+	JournalMaxCalls   = 100_000
+	JournalMaxDevices = 1_000_000
+)
+
+// Record appends c, forgetting the oldest calls past the journal's bounds.
 func (j *Journal) Record(c Call) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.calls = append(j.calls, c)
+	j.devices += len(c.Devices)
+	drop := 0
+	for len(j.calls)-drop > 1 && (len(j.calls)-drop > JournalMaxCalls || j.devices > JournalMaxDevices) {
+		j.devices -= len(j.calls[drop].Devices)
+		j.calls[drop] = Call{} // let its device list go
+		drop++
+	}
+	// The slice's next growth copies only the calls kept.
+	j.calls = j.calls[drop:]
 }
 
 // Calls returns a copy of the calls recorded so far; with methods given,
@@ -60,5 +79,5 @@ func (j *Journal) CountFor(method, device string) int {
 func (j *Journal) Reset() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.calls = nil
+	j.calls, j.devices = nil, 0
 }

@@ -3,6 +3,7 @@ package sim_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -92,6 +93,26 @@ func TestJournalAndClock(t *testing.T) {
 	require.Len(t, j.Calls(), 3)
 	require.Len(t, j.Calls("A"), 2)
 	require.Equal(t, 1, j.CountFor("A", "x"))
+	j.Reset()
+	require.Empty(t, j.Calls())
+}
+
+func TestJournalKeepsTheNewestCallsWithinItsBounds(t *testing.T) {
+	var j sim.Journal
+	names := make([]string, sim.JournalMaxDevices/4)
+	for i := range 6 {
+		j.Record(sim.Call{Method: fmt.Sprintf("M%d", i), Devices: names})
+	}
+	got := j.Calls()
+	require.Len(t, got, 4, "four calls of a quarter of the device bound each")
+	require.Equal(t, "M2", got[0].Method)
+	require.Equal(t, "M5", got[3].Method)
+	for i := range sim.JournalMaxCalls + 10 {
+		j.Record(sim.Call{Method: fmt.Sprintf("N%d", i)})
+	}
+	got = j.Calls()
+	require.Len(t, got, sim.JournalMaxCalls)
+	require.Equal(t, "N10", got[0].Method)
 	j.Reset()
 	require.Empty(t, j.Calls())
 }

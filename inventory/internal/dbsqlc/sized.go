@@ -1,25 +1,27 @@
 package dbsqlc
 
-// Written by hand, not by sqlc: ComponentSyncList with its slice sized up
-// front. The sync lists every component of a type each cycle (18,000 rows
-// of about 380 bytes for 1,000 compute racks); growing the slice by
-// doubling, and scanning each row into a copy first, were two thirds of the
-// listing's garbage.
+// Written by hand, not by sqlc: ComponentSyncList row by row. The sync
+// lists every component of a type each cycle (18,000 rows of about 380
+// bytes for 1,000 compute racks); a slice of rows grown by doubling, and
+// each row scanned into a copy first, were two thirds of the listing's
+// garbage, and the rows were then held beside what the sync made of them.
 
 import "context"
 
-// ComponentSyncListSized is ComponentSyncList with room for n rows made
-// first (n is a hint: more rows still fit) and each row scanned in place.
-func (q *Queries) ComponentSyncListSized(ctx context.Context, db DBTX, type_ string, n int) ([]ComponentSyncListRow, error) {
+// ComponentSyncListEach is ComponentSyncList handing each row to f as it
+// is scanned, so the caller keeps only what it makes of the rows, not the
+// rows (issue 29: a 3,000-rack site lists 54,000 compute trays). The row
+// is reused for the next one, so f must not keep it; its fields' values
+// (strings, slices) are freshly scanned for each row and f may keep those.
+func (q *Queries) ComponentSyncListEach(ctx context.Context, db DBTX, type_ string, f func(*ComponentSyncListRow) error) error {
 	rows, err := db.Query(ctx, componentSyncList, type_)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
-	items := make([]ComponentSyncListRow, 0, max(n, 0))
+	i := &ComponentSyncListRow{}
 	for rows.Next() {
-		items = append(items, ComponentSyncListRow{})
-		i := &items[len(items)-1]
+		*i = ComponentSyncListRow{} // nothing of the last row is scanned into
 		if err := rows.Scan(
 			&i.ID,
 			&i.RackID,
@@ -47,11 +49,11 @@ func (q *Queries) ComponentSyncListSized(ctx context.Context, db DBTX, type_ str
 			&i.DpuMacs,
 			&i.DpuIps,
 		); err != nil {
-			return nil, err
+			return err
+		}
+		if err := f(i); err != nil {
+			return err
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+	return rows.Err()
 }
