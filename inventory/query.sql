@@ -350,6 +350,23 @@ ORDER BY c.id;
 -- name: ComponentCountLiveByRack :one
 SELECT count(*) FROM component WHERE rack_id = @rack_id AND deleted_at IS NULL;
 
+-- name: RackListScope :many
+-- Every live rack with what an inventory-wide scope plans with (name and
+-- location), in ResolveTargets' order: name (bytewise) then UUID.
+SELECT id, name, location_region, location_datacenter, location_room, location_position
+FROM rack WHERE deleted_at IS NULL
+ORDER BY name COLLATE "C", id;
+
+-- name: ComponentListScope :many
+-- The live components of racks, of types (every type when empty), without
+-- BMCs: IDs and types only, per rack by name (bytewise) then UUID, the
+-- order ResolveTargets gives a rack's components.
+SELECT c.rack_id::uuid AS rack_id, c.id, c.type
+FROM component c
+WHERE c.rack_id = ANY (@rack_ids::uuid[]) AND c.deleted_at IS NULL
+  AND (cardinality(@types::text[]) = 0 OR c.type = ANY (@types::text[]))
+ORDER BY c.rack_id, c.name COLLATE "C", c.id;
+
 -- name: RackListByNames :many
 -- The live racks of names, for a burst of submissions naming theirs (the
 -- caller finds a name's racks, or its ambiguity, as RackListByName would).

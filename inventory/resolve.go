@@ -198,6 +198,63 @@ func (s *Service) ResolveTargetsMany(ctx context.Context, dbtx db.DBTX, specs []
 	return sels, errs
 }
 
+// ResolveInventory returns every live rack with its live components of
+// types (every component when types is empty): the scope ResolveTargets
+// resolves for a spec naming each live rack by ID with that type filter,
+// with only what planning over it uses. Racks carry their name and
+// location, components their ID and type (no BMCs, task stats or phases);
+// racks come ordered by name then UUID, a rack's components by name then
+// UUID, and a rack without matching components has none. Two queries
+// whatever the number of racks (ResolveTargets reads each rack of such a
+// spec on its own, and every component with its BMCs). No live rack: nil.
+//
+// Errors: *FieldError for an unknown type when there is a rack to filter,
+// named as ResolveTargets names it
+// (target_spec.racks.targets[0].component_types[i]).
+func (s *Service) ResolveInventory(ctx context.Context, dbtx db.DBTX, types []ComponentType) ([]ScopeRack, error) {
+	rows, err := s.q.RackListScope(ctx, dbtx)
+	if err != nil {
+		return nil, fmt.Errorf("list racks: %w", err)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	typeNames := make([]string, len(types))
+	for i, t := range types {
+		if !t.Valid() {
+			return nil, invalid(fmt.Sprintf("target_spec.racks.targets[0].component_types[%d]", i), "unknown component type")
+		}
+		typeNames[i] = string(t)
+	}
+	racks := make([]ScopeRack, len(rows))
+	ids := make([]uuid.UUID, len(rows))
+	index := make(map[uuid.UUID]int, len(rows))
+	for i, r := range rows {
+		racks[i] = ScopeRack{ID: r.ID, Name: r.Name, Location: Location{
+			Region: r.LocationRegion, Datacenter: r.LocationDatacenter, Room: r.LocationRoom, Position: r.LocationPosition,
+		}}
+		ids[i] = r.ID
+		index[r.ID] = i
+	}
+	comps, err := s.q.ComponentListScope(ctx, dbtx, dbsqlc.ComponentListScopeParams{RackIDs: ids, Types: typeNames})
+	if err != nil {
+		return nil, fmt.Errorf("list components of racks: %w", err)
+	}
+	// One slab for every rack's components: rows come grouped by rack, so
+	// each rack's are a run of it.
+	slab := make([]ScopeComponent, len(comps))
+	for start := 0; start < len(comps); {
+		end := start
+		for end < len(comps) && comps[end].RackID == comps[start].RackID {
+			slab[end] = ScopeComponent{ID: comps[end].ID, Type: ComponentType(comps[end].Type)}
+			end++
+		}
+		racks[index[comps[start].RackID]].Components = slab[start:end:end]
+		start = end
+	}
+	return racks, nil
+}
+
 // racksByName reads, in one query, the live racks of every rack name specs
 // target, when they name more than one (nil otherwise).
 func (s *Service) racksByName(ctx context.Context, dbtx db.DBTX, specs []TargetSpec) (map[string][]dbsqlc.Rack, error) {
