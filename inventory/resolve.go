@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -227,12 +228,19 @@ func (s *Service) ResolveInventory(ctx context.Context, dbtx db.DBTX, types []Co
 		typeNames[i] = string(t)
 	}
 	racks := make([]ScopeRack, len(rows))
-	ids := make([]uuid.UUID, len(rows))
-	index := make(map[uuid.UUID]int, len(rows))
 	for i, r := range rows {
 		racks[i] = ScopeRack{ID: r.ID, Name: r.Name, Location: Location{
 			Region: r.LocationRegion, Datacenter: r.LocationDatacenter, Room: r.LocationRoom, Position: r.LocationPosition,
 		}}
+	}
+	// The orders of ResolveTargets (selections): names compared bytewise,
+	// not in the database's collation, then UUIDs.
+	slices.SortFunc(racks, func(a, b ScopeRack) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), slices.Compare(a.ID[:], b.ID[:]))
+	})
+	ids := make([]uuid.UUID, len(racks))
+	index := make(map[uuid.UUID]int, len(racks))
+	for i, r := range racks {
 		ids[i] = r.ID
 		index[r.ID] = i
 	}
@@ -240,17 +248,39 @@ func (s *Service) ResolveInventory(ctx context.Context, dbtx db.DBTX, types []Co
 	if err != nil {
 		return nil, fmt.Errorf("list components of racks: %w", err)
 	}
-	// One slab for every rack's components: rows come grouped by rack, so
-	// each rack's are a run of it.
+	// Place the components rack by rack in one slab (a counting sort by
+	// rack), then sort each rack's run.
+	start := make([]int, len(racks)+1)
+	for _, c := range comps {
+		start[index[c.RackID]+1]++
+	}
+	for i := range racks {
+		start[i+1] += start[i]
+	}
+	type named struct {
+		c    ScopeComponent
+		name string
+	}
+	placed := make([]named, len(comps))
+	next := slices.Clone(start[:len(racks)])
+	for _, c := range comps {
+		i := index[c.RackID]
+		placed[next[i]] = named{ScopeComponent{ID: c.ID, Type: ComponentType(c.Type)}, c.Name}
+		next[i]++
+	}
 	slab := make([]ScopeComponent, len(comps))
-	for start := 0; start < len(comps); {
-		end := start
-		for end < len(comps) && comps[end].RackID == comps[start].RackID {
-			slab[end] = ScopeComponent{ID: comps[end].ID, Type: ComponentType(comps[end].Type)}
-			end++
+	for i := range racks {
+		run := placed[start[i]:start[i+1]]
+		if len(run) == 0 {
+			continue
 		}
-		racks[index[comps[start].RackID]].Components = slab[start:end:end]
-		start = end
+		slices.SortFunc(run, func(a, b named) int {
+			return cmp.Or(strings.Compare(a.name, b.name), slices.Compare(a.c.ID[:], b.c.ID[:]))
+		})
+		for k, n := range run {
+			slab[start[i]+k] = n.c
+		}
+		racks[i].Components = slab[start[i]:start[i+1]:start[i+1]]
 	}
 	return racks, nil
 }

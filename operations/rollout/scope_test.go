@@ -2,10 +2,16 @@ package rollout
 
 import (
 	"context"
+	"flag"
+	"sync/atomic"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/inventory"
 )
@@ -58,15 +64,10 @@ func TestDefaultScopeCandidates(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, inv.DeleteComponent(ctx, tx, withComps.Components[2].ID))
 
-	// spec names every rack ListRacks lists, as the default scope did.
 	spec := func(types []inventory.ComponentType) *inventory.TargetSpec {
-		listed, total, err := inv.ListRacks(ctx, tx, inventory.RackQuery{Page: inventory.Page{Limit: inventory.MaxPageLimit}})
+		s, err := listedScope(ctx, tx, inv, types)
 		require.NoError(t, err)
-		require.EqualValues(t, 23, total)
-		s := &inventory.TargetSpec{}
-		for _, r := range listed {
-			s.Racks = append(s.Racks, inventory.RackTarget{Rack: inventory.RackRef{ID: r.ID}, Types: types})
-		}
+		require.Len(t, s.Racks, 23)
 		return s
 	}
 	svc := NewService(Config{Pool: pool, Inv: inv, MaxCandidates: 100})
@@ -115,4 +116,90 @@ func TestDefaultScopeCandidates(t *testing.T) {
 		require.Equal(t, want.Error(), err.Error())
 		require.Contains(t, err.Error(), "22 targets, more than the limit of 21")
 	})
+}
+
+// listedScope is the spec the default scope was resolved as before it was
+// resolved in bulk: every rack ListRacks lists, page by page, by ID, with
+// types.
+func listedScope(ctx context.Context, tx pgx.Tx, inv *inventory.Service, types []inventory.ComponentType) (*inventory.TargetSpec, error) {
+	spec := &inventory.TargetSpec{}
+	for offset := int32(0); ; offset += inventory.MaxPageLimit {
+		racks, total, err := inv.ListRacks(ctx, tx, inventory.RackQuery{Page: inventory.Page{Offset: offset, Limit: inventory.MaxPageLimit}})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range racks {
+			spec.Racks = append(spec.Racks, inventory.RackTarget{Rack: inventory.RackRef{ID: r.ID}, Types: types})
+		}
+		if len(racks) == 0 || offset+int32(len(racks)) >= total {
+			return spec, nil
+		}
+	}
+}
+
+var scopeRacks = flag.Int("rollout.scope-racks", 300, "demo racks (35 components each) BenchmarkDefaultScopeCandidates plans over")
+
+type statementCounter struct{ n atomic.Int64 }
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// BenchmarkDefaultScopeCandidates: the default scope's candidates over
+// -rollout.scope-racks demo racks, resolved as a spec naming every listed
+// rack (PerRack, the way before issue 29) and in bulk; statements and
+// allocations per resolution do not depend on the machine's load.
+//
+//	go test ./operations/rollout -run '^$' -bench DefaultScopeCandidates -benchmem -rollout.scope-racks 3000
+func BenchmarkDefaultScopeCandidates(b *testing.B) {
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(dbtest.NewDB(b))
+	require.NoError(b, err)
+	counter := &statementCounter{}
+	pc.ConnConfig.Tracer = counter
+	db.Tune(pc)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	require.NoError(b, err)
+	b.Cleanup(pool.Close)
+	inv := inventory.NewService()
+	for i := range *scopeRacks {
+		require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := inv.CreateRack(ctx, tx, inventory.DemoRack(i))
+			return err
+		}))
+	}
+	svc := NewService(Config{Pool: pool, Inv: inv, MaxCandidates: *scopeRacks})
+	for _, bb := range []struct {
+		name string
+		in   func(tx pgx.Tx) (CreateRunInput, error)
+	}{
+		{"PerRack", func(tx pgx.Tx) (CreateRunInput, error) {
+			spec, err := listedScope(ctx, tx, inv, nil)
+			return CreateRunInput{Targets: spec}, err
+		}},
+		{"Bulk", func(pgx.Tx) (CreateRunInput, error) { return CreateRunInput{}, nil }},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			before := counter.n.Load()
+			for range b.N {
+				require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					in, err := bb.in(tx)
+					if err != nil {
+						return err
+					}
+					cands, err := svc.candidates(ctx, tx, in)
+					if err == nil && len(cands) != *scopeRacks {
+						b.Fatalf("%d candidates, want %d", len(cands), *scopeRacks)
+					}
+					return err
+				}))
+			}
+			// BEGIN and COMMIT are two of each resolution's statements.
+			b.ReportMetric(float64(counter.n.Load()-before)/float64(b.N)-2, "statements/op")
+		})
+	}
 }

@@ -902,11 +902,10 @@ func (q *Queries) ComponentListForRackPage(ctx context.Context, db DBTX, rackIds
 }
 
 const componentListScope = `-- name: ComponentListScope :many
-SELECT c.rack_id::uuid AS rack_id, c.id, c.type
+SELECT c.rack_id::uuid AS rack_id, c.id, c.type, c.name
 FROM component c
 WHERE c.rack_id = ANY ($1::uuid[]) AND c.deleted_at IS NULL
   AND (cardinality($2::text[]) = 0 OR c.type = ANY ($2::text[]))
-ORDER BY c.rack_id, c.name COLLATE "C", c.id
 `
 
 type ComponentListScopeParams struct {
@@ -918,11 +917,13 @@ type ComponentListScopeRow struct {
 	RackID uuid.UUID
 	ID     uuid.UUID
 	Type   string
+	Name   string
 }
 
 // The live components of racks, of types (every type when empty), without
-// BMCs: IDs and types only, per rack by name (bytewise) then UUID, the
-// order ResolveTargets gives a rack's components.
+// BMCs: what a scope plans with, and the name it is sorted by; unordered
+// (ResolveInventory sorts each rack's in Go: no sort of the whole site's
+// components in the database).
 func (q *Queries) ComponentListScope(ctx context.Context, db DBTX, arg ComponentListScopeParams) ([]ComponentListScopeRow, error) {
 	rows, err := db.Query(ctx, componentListScope, arg.RackIDs, arg.Types)
 	if err != nil {
@@ -932,7 +933,12 @@ func (q *Queries) ComponentListScope(ctx context.Context, db DBTX, arg Component
 	items := []ComponentListScopeRow{}
 	for rows.Next() {
 		var i ComponentListScopeRow
-		if err := rows.Scan(&i.RackID, &i.ID, &i.Type); err != nil {
+		if err := rows.Scan(
+			&i.RackID,
+			&i.ID,
+			&i.Type,
+			&i.Name,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1830,7 +1836,6 @@ func (q *Queries) RackListByNames(ctx context.Context, db DBTX, names []string) 
 const rackListScope = `-- name: RackListScope :many
 SELECT id, name, location_region, location_datacenter, location_room, location_position
 FROM rack WHERE deleted_at IS NULL
-ORDER BY name COLLATE "C", id
 `
 
 type RackListScopeRow struct {
@@ -1843,7 +1848,7 @@ type RackListScopeRow struct {
 }
 
 // Every live rack with what an inventory-wide scope plans with (name and
-// location), in ResolveTargets' order: name (bytewise) then UUID.
+// location), unordered (ResolveInventory sorts).
 func (q *Queries) RackListScope(ctx context.Context, db DBTX) ([]RackListScopeRow, error) {
 	rows, err := db.Query(ctx, rackListScope)
 	if err != nil {
