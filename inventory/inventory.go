@@ -439,6 +439,23 @@ type NVLDomainTarget struct {
 	Types  []ComponentType
 }
 
+// ScopeRack is one live rack of ResolveInventory's scope: what planning
+// over it uses (name and location), and the IDs and types of its chosen
+// live components.
+type ScopeRack struct {
+	ID       uuid.UUID
+	Name     string
+	Location Location
+	// Components are ordered by name then UUID, as a Selection's.
+	Components []ScopeComponent
+}
+
+// ScopeComponent is one component of a ScopeRack.
+type ScopeComponent struct {
+	ID   uuid.UUID
+	Type ComponentType
+}
+
 // Selection is one rack of a resolved TargetSpec with the components chosen
 // on it.
 type Selection struct {

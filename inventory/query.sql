@@ -350,6 +350,22 @@ ORDER BY c.id;
 -- name: ComponentCountLiveByRack :one
 SELECT count(*) FROM component WHERE rack_id = @rack_id AND deleted_at IS NULL;
 
+-- name: RackListScope :many
+-- Every live rack with what an inventory-wide scope plans with (name and
+-- location), unordered (ResolveInventory sorts).
+SELECT id, name, location_region, location_datacenter, location_room, location_position
+FROM rack WHERE deleted_at IS NULL;
+
+-- name: ComponentListScope :many
+-- The live components of racks, of types (every type when empty), without
+-- BMCs: what a scope plans with, and the name it is sorted by; unordered
+-- (ResolveInventory sorts each rack's in Go: no sort of the whole site's
+-- components in the database).
+SELECT c.rack_id::uuid AS rack_id, c.id, c.type, c.name
+FROM component c
+WHERE c.rack_id = ANY (@rack_ids::uuid[]) AND c.deleted_at IS NULL
+  AND (cardinality(@types::text[]) = 0 OR c.type = ANY (@types::text[]));
+
 -- name: RackListByNames :many
 -- The live racks of names, for a burst of submissions naming theirs (the
 -- caller finds a name's racks, or its ambiguity, as RackListByName would).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -196,6 +197,92 @@ func (s *Service) ResolveTargetsMany(ctx context.Context, dbtx db.DBTX, specs []
 		sels[i], errs[i] = s.selections(ctx, dbtx, scopes[i], byRack)
 	}
 	return sels, errs
+}
+
+// ResolveInventory returns every live rack with its live components of
+// types (every component when types is empty): the scope ResolveTargets
+// resolves for a spec naming each live rack by ID with that type filter,
+// with only what planning over it uses. Racks carry their name and
+// location, components their ID and type (no BMCs, task stats or phases);
+// racks come ordered by name then UUID, a rack's components by name then
+// UUID, and a rack without matching components has none. Two queries
+// whatever the number of racks (ResolveTargets reads each rack of such a
+// spec on its own, and every component with its BMCs). No live rack: nil.
+//
+// Errors: *FieldError for an unknown type when there is a rack to filter,
+// named as ResolveTargets names it
+// (target_spec.racks.targets[0].component_types[i]).
+func (s *Service) ResolveInventory(ctx context.Context, dbtx db.DBTX, types []ComponentType) ([]ScopeRack, error) {
+	rows, err := s.q.RackListScope(ctx, dbtx)
+	if err != nil {
+		return nil, fmt.Errorf("list racks: %w", err)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	typeNames := make([]string, len(types))
+	for i, t := range types {
+		if !t.Valid() {
+			return nil, invalid(fmt.Sprintf("target_spec.racks.targets[0].component_types[%d]", i), "unknown component type")
+		}
+		typeNames[i] = string(t)
+	}
+	racks := make([]ScopeRack, len(rows))
+	for i, r := range rows {
+		racks[i] = ScopeRack{ID: r.ID, Name: r.Name, Location: Location{
+			Region: r.LocationRegion, Datacenter: r.LocationDatacenter, Room: r.LocationRoom, Position: r.LocationPosition,
+		}}
+	}
+	// The orders of ResolveTargets (selections): names compared bytewise,
+	// not in the database's collation, then UUIDs.
+	slices.SortFunc(racks, func(a, b ScopeRack) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), slices.Compare(a.ID[:], b.ID[:]))
+	})
+	ids := make([]uuid.UUID, len(racks))
+	index := make(map[uuid.UUID]int, len(racks))
+	for i, r := range racks {
+		ids[i] = r.ID
+		index[r.ID] = i
+	}
+	comps, err := s.q.ComponentListScope(ctx, dbtx, dbsqlc.ComponentListScopeParams{RackIDs: ids, Types: typeNames})
+	if err != nil {
+		return nil, fmt.Errorf("list components of racks: %w", err)
+	}
+	// Place the components rack by rack in one slab (a counting sort by
+	// rack), then sort each rack's run.
+	start := make([]int, len(racks)+1)
+	for _, c := range comps {
+		start[index[c.RackID]+1]++
+	}
+	for i := range racks {
+		start[i+1] += start[i]
+	}
+	type named struct {
+		c    ScopeComponent
+		name string
+	}
+	placed := make([]named, len(comps))
+	next := slices.Clone(start[:len(racks)])
+	for _, c := range comps {
+		i := index[c.RackID]
+		placed[next[i]] = named{ScopeComponent{ID: c.ID, Type: ComponentType(c.Type)}, c.Name}
+		next[i]++
+	}
+	slab := make([]ScopeComponent, len(comps))
+	for i := range racks {
+		run := placed[start[i]:start[i+1]]
+		if len(run) == 0 {
+			continue
+		}
+		slices.SortFunc(run, func(a, b named) int {
+			return cmp.Or(strings.Compare(a.name, b.name), slices.Compare(a.c.ID[:], b.c.ID[:]))
+		})
+		for k, n := range run {
+			slab[start[i]+k] = n.c
+		}
+		racks[i].Components = slab[start[i]:start[i+1]:start[i+1]]
+	}
+	return racks, nil
 }
 
 // racksByName reads, in one query, the live racks of every rack name specs

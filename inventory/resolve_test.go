@@ -157,3 +157,115 @@ func TestResolveTargets(t *testing.T) {
 	}
 	_ = rb
 }
+
+// TestResolveInventory: the bulk scope of every live rack is what
+// ResolveTargets resolves for a spec naming each live rack by ID with the
+// same type filter (the default scope of an operation run used to be
+// resolved so), over a mixed inventory: racks without components, a
+// deleted rack, a deleted component, a rackless component, racks sharing
+// a name, names whose bytewise order differs from a locale's, components
+// sharing a name, racks in several locations.
+func TestResolveInventory(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ra := smallRack("ra", 1, 7)
+	for i, name := range []string{"c10", "c9", "C1", "éa", "c-1", "dup", "dup"} {
+		ra.Components[i].Info.Name = name
+	}
+	ra.Location = &flowv1.Location{Region: "r2", Datacenter: "d1", Room: "x", Position: "G10"}
+	b.create(t, ra)
+	upper := smallRack("Ra", 2, 1)
+	upper.Location = &flowv1.Location{Region: "r2", Datacenter: "d1", Room: "x", Position: "G9"}
+	b.create(t, upper)
+	b.create(t, smallRack("rb", 3, 2))
+	b.create(t, smallRack("empty", 4, 0))
+	for tag := byte(5); tag <= 6; tag++ {
+		twin := smallRack("twin", tag, 2)
+		twin.ExternalId = ""
+		b.create(t, twin)
+	}
+	gone := b.create(t, smallRack("gone", 7, 2))
+	_, err := b.client.DeleteRack(b.ctx, &flowv1.DeleteRackRequest{Id: id(gone)})
+	require.NoError(t, err)
+	rd := b.create(t, smallRack("rd", 8, 3))
+	rack, err := b.svc.Rack(b.ctx, b.pool, uuid.MustParse(rd), true)
+	require.NoError(t, err)
+	_, err = b.client.DeleteComponent(b.ctx, &flowv1.DeleteComponentRequest{Id: id(rack.Components[1].ID.String())})
+	require.NoError(t, err)
+	onlySwitches := smallRack("switches", 9, 2)
+	onlySwitches.Components = onlySwitches.Components[1:]
+	b.create(t, onlySwitches)
+	_, err = b.client.AddComponent(b.ctx, &flowv1.AddComponentRequest{Component: &flowv1.Component{Type: 1, Info: &flowv1.DeviceInfo{SerialNumber: "L1"}, ComponentId: "loose"}})
+	require.NoError(t, err)
+
+	// every is the spec naming every live rack by ID with types.
+	every := func(t *testing.T, types []inventory.ComponentType) inventory.TargetSpec {
+		racks, _, err := b.svc.ListRacks(b.ctx, b.pool, inventory.RackQuery{Page: inventory.Page{Limit: inventory.MaxPageLimit}})
+		require.NoError(t, err)
+		require.Len(t, racks, 8)
+		var spec inventory.TargetSpec
+		for _, r := range racks {
+			spec.Racks = append(spec.Racks, inventory.RackTarget{Rack: inventory.RackRef{ID: r.ID}, Types: types})
+		}
+		return spec
+	}
+	for _, tt := range []struct {
+		name  string
+		types []inventory.ComponentType
+	}{
+		{name: "Every"},
+		{name: "EmptyFilter", types: []inventory.ComponentType{}},
+		{name: "Compute", types: []inventory.ComponentType{inventory.ComponentTypeCompute}},
+		{name: "Both", types: []inventory.ComponentType{inventory.ComponentTypeNVSwitch, inventory.ComponentTypeCompute, inventory.ComponentTypeNVSwitch}},
+		{name: "NoneMatch", types: []inventory.ComponentType{inventory.ComponentTypeCDU}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sels, err := b.svc.ResolveTargets(b.ctx, b.pool, every(t, tt.types))
+			require.NoError(t, err)
+			want := make([]inventory.ScopeRack, len(sels))
+			for i, s := range sels {
+				want[i] = inventory.ScopeRack{ID: s.Rack.ID, Name: s.Rack.Name, Location: s.Rack.Location}
+				for _, c := range s.Components {
+					want[i].Components = append(want[i].Components, inventory.ScopeComponent{ID: c.ID, Type: c.Type})
+				}
+			}
+			got, err := b.svc.ResolveInventory(b.ctx, b.pool, tt.types)
+			require.NoError(t, err)
+			require.Equal(t, want, got)
+		})
+	}
+
+	t.Run("Order", func(t *testing.T) {
+		t.Parallel()
+		got, err := b.svc.ResolveInventory(b.ctx, b.pool, nil)
+		require.NoError(t, err)
+		var names []string
+		for _, r := range got {
+			names = append(names, r.Name)
+		}
+		require.Equal(t, []string{"Ra", "empty", "ra", "rb", "rd", "switches", "twin", "twin"}, names)
+		require.Less(t, got[6].ID.String(), got[7].ID.String())
+		require.Len(t, got[2].Components, 7)
+		require.Empty(t, got[1].Components)
+		require.Len(t, got[4].Components, 2, "the deleted component is left out")
+	})
+
+	t.Run("BadType", func(t *testing.T) {
+		t.Parallel()
+		types := []inventory.ComponentType{inventory.ComponentTypeCompute, "Toaster"}
+		_, want := b.svc.ResolveTargets(b.ctx, b.pool, every(t, types))
+		require.ErrorIs(t, want, inventory.ErrInvalidArgument)
+		_, err := b.svc.ResolveInventory(b.ctx, b.pool, types)
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument)
+		require.Equal(t, want.Error(), err.Error())
+	})
+
+	t.Run("NoRacks", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t)
+		got, err := e.svc.ResolveInventory(e.ctx, e.pool, []inventory.ComponentType{"Toaster"})
+		require.NoError(t, err, "no rack to filter: the type is not checked, as ResolveTargets checks it per rack target")
+		require.Empty(t, got)
+	})
+}

@@ -333,21 +333,7 @@ func (r *Service) candidates(ctx context.Context, tx pgx.Tx, in CreateRunInput) 
 		spec.Components = in.FilterComponents
 		perComponent = true
 	default:
-		for offset := int32(0); ; offset += inventory.MaxPageLimit {
-			racks, total, err := r.inv.ListRacks(ctx, tx, inventory.RackQuery{Page: inventory.Page{Offset: offset, Limit: inventory.MaxPageLimit}})
-			if err != nil {
-				return nil, fmt.Errorf("list racks: %w", err)
-			}
-			for _, rack := range racks {
-				spec.Racks = append(spec.Racks, inventory.RackTarget{Rack: inventory.RackRef{ID: rack.ID}, Types: in.FilterTypes})
-			}
-			if len(racks) == 0 || offset+int32(len(racks)) >= total {
-				break
-			}
-		}
-		if len(spec.Racks) == 0 {
-			return nil, runInvalid("configuration.operation", "the inventory has no racks")
-		}
+		return r.inventoryCandidates(ctx, tx, in.FilterTypes)
 	}
 	sels, err := r.inv.ResolveTargets(ctx, tx, spec)
 	if err != nil {
@@ -361,8 +347,7 @@ func (r *Service) candidates(ctx context.Context, tx pgx.Tx, in CreateRunInput) 
 		}
 		c := Candidate{
 			RackID: sel.Rack.ID, Components: map[operations.ComponentType][]uuid.UUID{},
-			Row:      sel.Rack.Location.Region + "/" + sel.Rack.Location.Datacenter + "/" + sel.Rack.Location.Room,
-			Position: sel.Rack.Location.Position,
+			Row: locationRow(sel.Rack.Location), Position: sel.Rack.Location.Position,
 		}
 		for _, comp := range sel.Components {
 			c.Components[operations.ComponentType(comp.Type)] = append(c.Components[operations.ComponentType(comp.Type)], comp.ID)
@@ -374,10 +359,55 @@ func (r *Service) candidates(ctx context.Context, tx pgx.Tx, in CreateRunInput) 
 			count++
 		}
 	}
-	if count > r.maxCandidates {
-		return nil, runInvalid("configuration.operation", "the candidate scope has %d targets, more than the limit of %d (FLOW_OPERATION_RUN_MAX_CANDIDATES)", count, r.maxCandidates)
+	if err := r.checkCap(count); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// inventoryCandidates resolves the default scope, every rack with
+// components (of types, when given), in bulk: two queries, where resolving
+// a spec that lists every rack costs a query per rack and reads every
+// component's BMCs. It plans the same candidates, in the same order.
+func (r *Service) inventoryCandidates(ctx context.Context, tx pgx.Tx, types []inventory.ComponentType) ([]Candidate, error) {
+	racks, err := r.inv.ResolveInventory(ctx, tx, types)
+	if err != nil {
+		return nil, err
+	}
+	if len(racks) == 0 {
+		return nil, runInvalid("configuration.operation", "the inventory has no racks")
+	}
+	var out []Candidate
+	for _, rack := range racks {
+		if len(rack.Components) == 0 {
+			continue
+		}
+		c := Candidate{
+			RackID: rack.ID, Components: map[operations.ComponentType][]uuid.UUID{},
+			Row: locationRow(rack.Location), Position: rack.Location.Position,
+		}
+		for _, comp := range rack.Components {
+			c.Components[operations.ComponentType(comp.Type)] = append(c.Components[operations.ComponentType(comp.Type)], comp.ID)
+		}
+		out = append(out, c)
+	}
+	if err := r.checkCap(len(out)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// locationRow is a rack's row for physical-location ordering.
+func locationRow(l inventory.Location) string {
+	return l.Region + "/" + l.Datacenter + "/" + l.Room
+}
+
+// checkCap refuses a candidate scope of more than maxCandidates targets.
+func (r *Service) checkCap(count int) error {
+	if count > r.maxCandidates {
+		return runInvalid("configuration.operation", "the candidate scope has %d targets, more than the limit of %d (FLOW_OPERATION_RUN_MAX_CANDIDATES)", count, r.maxCandidates)
+	}
+	return nil
 }
 
 // Run returns run id, with stats when withStats, or ErrRunNotFound.

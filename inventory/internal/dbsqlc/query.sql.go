@@ -901,6 +901,54 @@ func (q *Queries) ComponentListForRackPage(ctx context.Context, db DBTX, rackIds
 	return items, nil
 }
 
+const componentListScope = `-- name: ComponentListScope :many
+SELECT c.rack_id::uuid AS rack_id, c.id, c.type, c.name
+FROM component c
+WHERE c.rack_id = ANY ($1::uuid[]) AND c.deleted_at IS NULL
+  AND (cardinality($2::text[]) = 0 OR c.type = ANY ($2::text[]))
+`
+
+type ComponentListScopeParams struct {
+	RackIDs []uuid.UUID
+	Types   []string
+}
+
+type ComponentListScopeRow struct {
+	RackID uuid.UUID
+	ID     uuid.UUID
+	Type   string
+	Name   string
+}
+
+// The live components of racks, of types (every type when empty), without
+// BMCs: what a scope plans with, and the name it is sorted by; unordered
+// (ResolveInventory sorts each rack's in Go: no sort of the whole site's
+// components in the database).
+func (q *Queries) ComponentListScope(ctx context.Context, db DBTX, arg ComponentListScopeParams) ([]ComponentListScopeRow, error) {
+	rows, err := db.Query(ctx, componentListScope, arg.RackIDs, arg.Types)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ComponentListScopeRow{}
+	for rows.Next() {
+		var i ComponentListScopeRow
+		if err := rows.Scan(
+			&i.RackID,
+			&i.ID,
+			&i.Type,
+			&i.Name,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const componentPurge = `-- name: ComponentPurge :execrows
 DELETE FROM component WHERE id = $1 AND deleted_at IS NOT NULL
 `
@@ -1774,6 +1822,49 @@ func (q *Queries) RackListByNames(ctx context.Context, db DBTX, names []string) 
 			&i.RackGroupID,
 			&i.RackProfileID,
 			&i.MirroredAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const rackListScope = `-- name: RackListScope :many
+SELECT id, name, location_region, location_datacenter, location_room, location_position
+FROM rack WHERE deleted_at IS NULL
+`
+
+type RackListScopeRow struct {
+	ID                 uuid.UUID
+	Name               string
+	LocationRegion     string
+	LocationDatacenter string
+	LocationRoom       string
+	LocationPosition   string
+}
+
+// Every live rack with what an inventory-wide scope plans with (name and
+// location), unordered (ResolveInventory sorts).
+func (q *Queries) RackListScope(ctx context.Context, db DBTX) ([]RackListScopeRow, error) {
+	rows, err := db.Query(ctx, rackListScope)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RackListScopeRow{}
+	for rows.Next() {
+		var i RackListScopeRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.LocationRegion,
+			&i.LocationDatacenter,
+			&i.LocationRoom,
+			&i.LocationPosition,
 		); err != nil {
 			return nil, err
 		}
