@@ -295,8 +295,10 @@ func TestRunTimeout(t *testing.T) {
 	t.Run("WhileSleeping", func(t *testing.T) {
 		t.Parallel()
 		// The step's job is snoozed for an hour: only the run's own timeout
-		// job can end the run.
-		id := b.start(t, engine.Plan{Timeout: 300 * time.Millisecond, Stages: []engine.Stage{{Steps: []engine.Step{step("nap", testParams{Sleep: time.Hour}, "t1")}}}})
+		// job can end the run. 2 s leaves the step time to start and go to
+		// sleep on a loaded machine: a step that first runs after the
+		// timeout ends the run itself, and the timeout job is cancelled.
+		id := b.start(t, engine.Plan{Timeout: 2 * time.Second, Stages: []engine.Stage{{Steps: []engine.Step{step("nap", testParams{Sleep: time.Hour}, "t1")}}}})
 		rep := b.wait(t, id)
 		require.Equal(t, engine.StateFailed, rep.State)
 		require.Equal(t, "run timed out", rep.Error)
