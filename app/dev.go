@@ -33,6 +33,7 @@ func devCommand(getenv func(string) string, stdout, stderr io.Writer) *cobra.Com
 		listen := fs.String("listen", "", "address to listen on (FLOW_LISTEN_ADDR; default 127.0.0.1:50051)")
 		fs.IntVar(&o.seed, "seed", 0, "make sure demo racks 0..N-1 (GB200 NVL72 shape) exist; idempotent")
 		fs.DurationVar(&o.simPhase, "sim-phase", 0, "time the simulators spend in each firmware-job phase, ingestion step and decommission step (default 10s; 1s makes demos and doc tests quick)")
+		fs.DurationVar(&o.simPowerDelay, "sim-power-delay", 0, "time a power change takes in the simulators (default 5s)")
 		if err != nil {
 			return failing(err)
 		}
@@ -52,6 +53,8 @@ type devOptions struct {
 	dataDir  string
 	seed     int
 	simPhase time.Duration // the simulators' FirmwarePhase; 0: their default
+	// simPowerDelay is the simulators' PowerDelay; 0: their default.
+	simPowerDelay time.Duration
 }
 
 func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Writer) error {
@@ -126,7 +129,7 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 	}
 	cfg.DatabaseURL = cluster.URL("flow")
 
-	sims, err := devSimulators(&cfg, o.simPhase)
+	sims, err := devSimulators(&cfg, o.simPhase, o.simPowerDelay)
 	if err != nil {
 		return err
 	}
@@ -175,11 +178,11 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 // simulators start empty; runDev restores their saved state from the state
 // folder (devsimstate.go), then seeds them from Flow's inventory and keeps
 // them in step with it (devSeeder).
-func devSimulators(cfg *Config, phase time.Duration) (*simulators, error) {
+func devSimulators(cfg *Config, phase, powerDelay time.Duration) (*simulators, error) {
 	if cfg.NICoURL != "" && cfg.PSMURL != "" {
 		return nil, nil
 	}
-	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", firmwarePhase: phase})
+	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", firmwarePhase: phase, powerDelay: powerDelay})
 	if err != nil {
 		return nil, err
 	}

@@ -163,7 +163,7 @@ func TestSimulateStandalone(t *testing.T) {
 func TestDevSimulators(t *testing.T) {
 	t.Parallel()
 	cfg := Config{PSMURL: "psm.example:50052"}
-	sims, err := devSimulators(&cfg, 0)
+	sims, err := devSimulators(&cfg, 0, 0)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sims.Close(canceledCtx()) })
 	require.Equal(t, sims.nicoSrv.URL(), cfg.NICoURL)
@@ -174,7 +174,7 @@ func TestDevSimulators(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	both := Config{NICoURL: "a:1", PSMURL: "b:2"}
-	none, err := devSimulators(&both, 0)
+	none, err := devSimulators(&both, 0, 0)
 	require.NoError(t, err)
 	require.Nil(t, none)
 }

@@ -29,10 +29,13 @@ func TestDevReadmeSequenceValidatesClean(t *testing.T) {
 	env := map[string]string{"FLOW_LOG_LEVEL": "warn", "FLOW_ADMIN_LISTEN_ADDR": "127.0.0.1:0"}
 	// --sim-phase 1s, as the documents' examples run (doctest): the
 	// sequence's firmware phases, ingestion and bring-up steps take 1 s
-	// each instead of 10 s; what is checked (Flow learns the outcome from
-	// Core) does not depend on how long the simulators take.
+	// each instead of 10 s. --sim-power-delay 1ms: a power change is done
+	// before the rules' VerifyPowerStatus first looks, which otherwise
+	// polls again only after 15 s (bring-up alone took 110 s of such
+	// polls). What is checked (Flow learns the outcome from Core) does not
+	// depend on how long the simulators take.
 	go func() {
-		r.done <- run(ctx, []string{"flow", "dev", "--data-dir", dir, "--listen", "127.0.0.1:0", "--seed", "1", "--sim-phase", "1s"}, func(k string) string { return env[k] }, r.out, r.out)
+		r.done <- run(ctx, []string{"flow", "dev", "--data-dir", dir, "--listen", "127.0.0.1:0", "--seed", "1", "--sim-phase", "1s", "--sim-power-delay", "1ms"}, func(k string) string { return env[k] }, r.out, r.out)
 	}()
 	addr := r.addr(t)
 	defer r.stop(t)
