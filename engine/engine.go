@@ -151,7 +151,6 @@ type Engine struct {
 	stats       checkpointStats
 	watches     runWatcher
 	lease       lease
-	sweepStats  sweepStats
 	obs         Observer
 }
 

@@ -1,7 +1,5 @@
 package engine
 
-import "context"
-
 // CheckpointStats returns the steps checkpointed, those committed together
 // with others, and how many failed groups were retried step by step.
 func CheckpointStats(e *Engine) (steps, grouped, split int64) {
@@ -13,16 +11,4 @@ func CheckpointStats(e *Engine) (steps, grouped, split int64) {
 // it then recorded.
 func KeptOutcomes(e *Engine) (kept, committed int64) {
 	return e.stats.kept.Load(), e.stats.keptCommitted.Load()
-}
-
-// SweepStats returns how many heartbeat sweeps probed for dead processes
-// and how many candidate scans dead-process sweeps made.
-func SweepStats(e *Engine) (probes, scans int64) {
-	return e.sweepStats.probes.Load(), e.sweepStats.scans.Load()
-}
-
-// SweepTick runs one heartbeat's sweep: a full pass when full, else a
-// probe and a sweep only if it finds a dead process.
-func SweepTick(e *Engine, full bool) (SweepResult, error) {
-	return e.sweepTick(context.Background(), full)
 }
