@@ -235,6 +235,17 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	if err := s.system.Add(SystemJob{Name: PruneJob, Interval: cfg.Retention.Interval, Timeout: 30 * time.Minute, Run: pr.Run}); err != nil {
 		return nil, err
 	}
+	// Statistics: plans for tables a burst grew, without waiting for
+	// autovacuum (db.AnalyzeChanged, docs/operations.md).
+	if err := s.system.Add(SystemJob{Name: AnalyzeJob, Interval: analyzeInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
+		done, err := db.AnalyzeChanged(ctx, pool, db.AnalyzeMinChanges)
+		for _, t := range done {
+			logger.InfoContext(ctx, "analyzed a table whose rows changed past its statistics", "table", t.Name, "rows_before", t.Rows, "rows_changed", t.Changed)
+		}
+		return err
+	}}); err != nil {
+		return nil, err
+	}
 	s.system.observe = s.tel.metrics.SystemJobEnded
 	s.system.onLead = s.tel.metrics.SetSystemJobLeader
 	logKeyUsage(ctx, logger, keys, tasks)

@@ -392,7 +392,15 @@ const (
 	// (both every 30 s and at election; app/river.go adds them).
 	TaskQueueSweepJob    = "task-queue-sweep"
 	OperationRunSweepJob = "operation-run-sweep"
+	// AnalyzeJob analyzes tables a burst grew or turned over
+	// (db.AnalyzeChanged; app/serve.go adds it).
+	AnalyzeJob = "analyze"
 )
+
+// analyzeInterval is how often the leader looks for tables a burst
+// changed past their statistics: a read of pg_stat_user_tables, and
+// ANALYZE of those tables only.
+const analyzeInterval = 2 * time.Second
 
 // eventRuleRescueInterval is how often the leader looks for event-rule
 // executions whose job was lost (eventrule.Service.RescueStale).

@@ -18,6 +18,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 )
@@ -87,7 +88,30 @@ func migrateLocked(ctx context.Context, databaseURL string) (Status, error) {
 	if _, err := rm.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return Status{}, fmt.Errorf("db: river migrations: %w", err)
 	}
+	if _, err := pool.Exec(ctx, dropRiverIndexes); err != nil {
+		return Status{}, fmt.Errorf("db: drop river's args and metadata indexes: %w", err)
+	}
 	return ReadStatus(ctx, databaseURL)
+}
+
+// dropRiverIndexes drops the GIN indexes River's migrations put on its
+// jobs' args and metadata, after every River migration (one of River's
+// could bring them back). Nothing of Flow's or River's looks a job up by
+// its args or metadata through them (River UI filters jobs by kind, queue,
+// state and ID), and every change of a job's state (inserted, fetched,
+// completed: each a new row version, the state being indexed) adds its
+// args' and metadata's keys to both: half of River's WAL in `flow bench
+// --racks 3000`, and the GIN pending-list cleanups that made a completion
+// statement take 60–90 ms (docs/bench.md). River's reindexer is told they
+// are gone (RiverReindexerIndexes).
+const dropRiverIndexes = `DROP INDEX IF EXISTS river_job_args_index, river_job_metadata_index`
+
+// RiverReindexerIndexes are the indexes River's reindexer rebuilds: its
+// defaults but the two Migrate drops (dropRiverIndexes).
+func RiverReindexerIndexes() []string {
+	return slices.DeleteFunc(river.ReindexerIndexNamesDefault(), func(name string) bool {
+		return name == "river_job_args_index" || name == "river_job_metadata_index"
+	})
 }
 
 // ReadStatus reports which Flow and River migrations databaseURL has.
@@ -225,6 +249,7 @@ func SchemaHash() (string, error) {
 		h.Write([]byte(m.Name))
 		h.Write([]byte(m.SQLUp))
 	}
+	h.Write([]byte(dropRiverIndexes))
 	return strings.ToLower(hex.EncodeToString(h.Sum(nil))[:12]), nil
 }
 

@@ -24,6 +24,19 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	again, err := db.Migrate(ctx, url)
 	require.NoError(t, err)
 	require.Equal(t, st, again)
+
+	// River's GIN indexes on args and metadata are gone, its others kept,
+	// and River's reindexer is told which remain.
+	pool, err := db.Open(ctx, url, db.PoolConfig{MaxConns: 1})
+	require.NoError(t, err)
+	defer pool.Close()
+	var indexes []string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT array_agg(indexname::text ORDER BY indexname) FROM pg_indexes
+		WHERE tablename = 'river_job' AND schemaname = current_schema()`).Scan(&indexes))
+	require.Equal(t, indexes, db.RiverReindexerIndexes())
+	require.NotContains(t, indexes, "river_job_args_index")
+	require.NotContains(t, indexes, "river_job_metadata_index")
+	require.Contains(t, indexes, "river_job_prioritized_fetching_index")
 }
 
 func TestSchemaHashIsStable(t *testing.T) {

@@ -31,6 +31,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/engine/internal/dbsqlc"
 )
 
@@ -243,9 +244,10 @@ func (e *Engine) RiverConfig() *river.Config {
 		// Other jobs of the client may run as long as the rescue window;
 		// step jobs have no River timeout (stepWorker.Timeout): the engine
 		// bounds each call itself and leases rescue them.
-		JobTimeout:  e.cfg.RescueStuckJobsAfter,
-		RetryPolicy: retryPolicy{},
-		Workers:     workers,
+		JobTimeout:          e.cfg.RescueStuckJobsAfter,
+		ReindexerIndexNames: db.RiverReindexerIndexes(),
+		RetryPolicy:         retryPolicy{},
+		Workers:             workers,
 	}
 }
 

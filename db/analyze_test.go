@@ -1,0 +1,79 @@
+package db_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/db/dbtest"
+)
+
+// TestAnalyzeChanged shows the failure AnalyzeChanged exists for, a
+// generic plan cached while its table was small and kept as the table
+// grows, and that analyzing the grown table replans it.
+func TestAnalyzeChanged(t *testing.T) {
+	t.Parallel()
+	ctx := dbtest.Context(t)
+	pool := dbtest.NewPool(t)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := conn.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	exec(`CREATE TABLE burst (id bigint PRIMARY KEY, v int, state text NOT NULL DEFAULT 'running')`)
+	exec(`ANALYZE burst`)                            // as a new database is: analyzed empty
+	exec(`SET plan_cache_mode = force_generic_plan`) // as db.GenericPlanSettings
+	exec(`SET enable_hashjoin = off`)
+	exec(`SET enable_mergejoin = off`)
+	exec(`PREPARE probe(bigint[]) AS SELECT b.v FROM burst b JOIN unnest($1) i(id) ON b.id = i.id WHERE b.state = 'running'`)
+	plan := func() string {
+		t.Helper()
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE probe('{1,2}')`)
+		require.NoError(t, err)
+		var lines []string
+		for rows.Next() {
+			var l string
+			require.NoError(t, rows.Scan(&l))
+			lines = append(lines, l)
+		}
+		require.NoError(t, rows.Err())
+		return strings.Join(lines, "\n")
+	}
+	changed := func() []db.AnalyzedTable {
+		t.Helper()
+		exec(`SELECT pg_stat_force_next_flush()`)
+		got, err := db.AnalyzeChanged(ctx, conn, db.AnalyzeMinChanges)
+		require.NoError(t, err)
+		var ours []db.AnalyzedTable
+		for _, a := range got {
+			if a.Name == "burst" {
+				ours = append(ours, a)
+			}
+		}
+		return ours
+	}
+
+	exec(`INSERT INTO burst SELECT g, g FROM generate_series(1, 10) g`)
+	small := plan() // cached now, for a table of no rows
+	require.Contains(t, small, "Seq Scan on burst", "the plan of an empty table reads all of it")
+	require.Empty(t, changed(), "10 changed rows are under the minimum")
+
+	exec(`INSERT INTO burst SELECT g, g FROM generate_series(11, 50000) g`)
+	require.Equal(t, small, plan(), "a cached generic plan outlives the table's growth")
+
+	require.Equal(t, []db.AnalyzedTable{{Name: "burst", Rows: 0, Changed: 50000}}, changed())
+	grown := plan()
+	require.Contains(t, grown, "Index Scan using burst_pkey", "analyzed, the probe goes through the key:\n%s", grown)
+	require.NotContains(t, grown, "Seq Scan on burst")
+
+	require.Empty(t, changed(), "nothing changed since")
+	exec(`UPDATE burst SET v = v + 1 WHERE id <= 20000`)
+	require.Empty(t, changed(), "20,000 changes in 50,000 rows: autovacuum's to see")
+	exec(`DELETE FROM burst WHERE id > 20000`)
+	require.Equal(t, []db.AnalyzedTable{{Name: "burst", Rows: 50000, Changed: 50000}}, changed())
+}
