@@ -24,119 +24,151 @@ func benchEnvInt(name string, def int) int {
 }
 
 // BenchmarkYearOfHistory measures Flow's reads and its submit → first call
-// on an empty database, then again with a year of a site's finished
-// history loaded (FLOW_BENCH_HISTORY_RACKS racks, default 1,000;
-// FLOW_BENCH_HISTORY_TASKS finished tasks spread over 365 days, default
-// 1,000,000, each with its engine run and 3 steps; one finished operation
-// run a day over every rack), and reports each read's median with history
-// against empty (ratio_* metrics; the target is at most 1.3). It then runs
-// the prune job (FLOW_TASK_RETENTION 90d) and reports the tables' and
-// indexes' sizes before and after. docs/bench.md has figures. Not part of
-// make test: run it with
+// on two servers side by side, one on an empty database and one with a year
+// of a site's finished history loaded (FLOW_BENCH_HISTORY_RACKS racks,
+// default 1,000; FLOW_BENCH_HISTORY_TASKS finished tasks spread over 365
+// days, default 1,000,000, each with its engine run and 3 steps; one
+// finished operation run a day over every rack), and reports each read's
+// median with history against empty (ratio_* metrics; the target is at most
+// 1.3). The two are measured alternately, call for call, so that a machine
+// whose load changes over the minutes of the run slows both alike (measured
+// one after the other, 10 minutes apart on a shared machine, the same reads
+// differed by 5×). It then runs the prune job (FLOW_TASK_RETENTION 90d) and
+// reports the tables' and indexes' sizes before and after. docs/bench.md
+// has figures. Not part of make test: run it with
 //
 //	go test -run '^$' -bench BenchmarkYearOfHistory -benchtime 1x -timeout 2h ./app/
 func BenchmarkYearOfHistory(b *testing.B) {
 	racks := benchEnvInt("FLOW_BENCH_HISTORY_RACKS", 1000)
 	tasks := benchEnvInt("FLOW_BENCH_HISTORY_TASKS", 1_000_000)
-	e := startE2E(b, time.Millisecond, func(env map[string]string) {
-		env["FLOW_LOG_LEVEL"] = "warn"
-		env["FLOW_PRUNE_INTERVAL"] = "24h" // run by hand below
-		env["FLOW_OPERATION_RUN_MAX_CANDIDATES"] = "5000"
-	})
 	ctx := context.Background()
-	pool := openPool(b, e.dbURL)
-	rack := e.addRack(b, 0, true)
-	rackID := &flowv1.UUID{Id: rack.ID.String()}
-
-	// One real task and one real operation run, the templates of the
-	// synthetic history (and the run whose stats are read).
-	submit := func() time.Duration {
-		res, err := e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(rack.Name)})
-		require.NoError(b, err)
-		id := res.GetTaskIds()[0]
-		waitTaskDone(b, e, id)
-		var d time.Duration
-		require.NoError(b, pool.QueryRow(ctx, `SELECT started_at - created_at FROM task WHERE id = $1`, id.GetId()).Scan(&d))
-		return d
-	}
-	submit()
-	runID := createRun(b, e.client, rolloutRequest("history template", rolloutOpts{concurrency: 1}))
-	waitRun(b, e.client, runID, 5*time.Minute, func(r *flowv1.OperationRun) bool { return r.GetSummary().GetFinishedAt() != nil })
-
-	// A page of 10: the rack holds at least that many tasks on the empty
-	// database too, so both measures return the same number of rows.
-	page := &flowv1.Pagination{Limit: 10}
-	reads := []struct {
-		name string
-		do   func() error
-	}{
-		{"submit_first_call", nil},
-		{"list_tasks_rack", func() error {
-			_, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{RackId: rackID, Pagination: page})
-			return err
-		}},
-		{"list_tasks_active", func() error {
-			_, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{ActiveOnly: true, Pagination: page})
-			return err
-		}},
-		{"rack_info_task_stats", func() error {
-			_, err := e.client.GetRackInfoByID(ctx, &flowv1.GetRackInfoByIDRequest{Id: rackID})
-			return err
-		}},
-		{"operation_run_stats", func() error {
-			_, err := e.client.GetOperationRun(ctx, &flowv1.GetOperationRunRequest{Id: runID, IncludeStats: true})
-			return err
-		}},
-	}
-	const rounds = 11
-	measure := func() map[string]time.Duration {
-		out := map[string]time.Duration{}
-		for _, r := range reads {
-			var ds []time.Duration
-			for range rounds {
-				if r.do == nil {
-					ds = append(ds, submit())
-					continue
-				}
-				start := time.Now()
-				require.NoError(b, r.do(), r.name)
-				ds = append(ds, time.Since(start))
-			}
-			slices.Sort(ds)
-			out[r.name] = ds[len(ds)/2]
-		}
-		return out
-	}
-	empty := measure()
+	empty, full := newHistorySite(b), newHistorySite(b)
+	empty.waitRun(b) // their template runs went on side by side
+	full.waitRun(b)
 
 	start := time.Now()
-	loadHistory(b, pool, racks, tasks)
+	loadHistory(b, full.pool, racks, tasks)
 	b.Logf("loaded %d racks' year of history (%d tasks) in %s", racks, tasks, time.Since(start).Round(time.Second))
-	before := historySizes(b, pool)
-	full := measure()
-	for _, r := range reads {
-		ratio := float64(full[r.name]) / float64(empty[r.name])
-		b.Logf("%-22s empty %8.2f ms   with history %8.2f ms   ×%.2f", r.name, ms(empty[r.name]), ms(full[r.name]), ratio)
-		b.ReportMetric(ms(full[r.name]), r.name+"_ms")
-		b.ReportMetric(ratio, "ratio_"+r.name)
+	before := historySizes(b, full.pool)
+
+	const rounds = 21
+	for _, name := range historyReads {
+		var de, df []time.Duration
+		for i := range rounds {
+			// Alternate which goes first, so neither always runs
+			// just after the other's work.
+			if i%2 == 0 {
+				de, df = append(de, empty.read(b, name)), append(df, full.read(b, name))
+			} else {
+				df, de = append(df, full.read(b, name)), append(de, empty.read(b, name))
+			}
+		}
+		me, mf := median(de), median(df)
+		ratio := float64(mf) / float64(me)
+		b.Logf("%-22s empty %8.2f ms   with history %8.2f ms   ×%.2f", name, ms(me), ms(mf), ratio)
+		b.ReportMetric(ms(mf), name+"_ms")
+		b.ReportMetric(ratio, "ratio_"+name)
 	}
 
 	start = time.Now()
-	require.NoError(b, e.srv.system.jobs[PruneJob].Run(ctx))
+	require.NoError(b, full.e.srv.system.jobs[PruneJob].Run(ctx))
 	b.Logf("pruned in %s", time.Since(start).Round(time.Second))
 	// VACUUM FULL gives the space back, so the sizes show what is kept
 	// (autovacuum alone would leave it for reuse).
-	_, err := pool.Exec(ctx, `VACUUM FULL ANALYZE task, engine_run, engine_step, operation_run, operation_run_target`)
+	_, err := full.pool.Exec(ctx, `VACUUM FULL ANALYZE task, engine_run, engine_step, operation_run, operation_run_target`)
 	require.NoError(b, err)
-	after := historySizes(b, pool)
+	after := historySizes(b, full.pool)
 	for _, t := range historyTables {
 		b.Logf("%-22s %9d rows %8.1f MiB (indexes %7.1f MiB)  →  %9d rows %8.1f MiB (indexes %7.1f MiB)", t,
 			before[t].rows, mib(before[t].table), mib(before[t].index), after[t].rows, mib(after[t].table), mib(after[t].index))
 	}
 	var oldest time.Time
-	require.NoError(b, pool.QueryRow(ctx, `SELECT min(finished_at) FROM task WHERE status <> 'running'`).Scan(&oldest))
+	require.NoError(b, full.pool.QueryRow(ctx, `SELECT min(finished_at) FROM task WHERE status <> 'running'`).Scan(&oldest))
 	b.Logf("oldest finished task kept: %s ago", time.Since(oldest).Round(time.Hour))
 	require.Less(b, time.Since(oldest), 91*24*time.Hour, "pruning kept a task past its retention")
+}
+
+// historyReads are what BenchmarkYearOfHistory measures (historySite.read).
+var historyReads = []string{"submit_first_call", "list_tasks_rack", "list_tasks_active", "rack_info_task_stats", "operation_run_stats"}
+
+// historySite is one server of BenchmarkYearOfHistory, with a rack that ran
+// one real power-on and one real operation run: the templates of the
+// synthetic history, and what the reads ask for.
+type historySite struct {
+	e      *e2e
+	pool   *pgxpool.Pool
+	rackID *flowv1.UUID
+	rack   string
+	runID  *flowv1.UUID
+}
+
+func newHistorySite(b *testing.B) *historySite {
+	e := startE2E(b, time.Millisecond, func(env map[string]string) {
+		env["FLOW_LOG_LEVEL"] = "warn"
+		env["FLOW_PRUNE_INTERVAL"] = "24h" // run by hand
+		env["FLOW_OPERATION_RUN_MAX_CANDIDATES"] = "5000"
+	})
+	rack := e.addRack(b, 0, true)
+	s := &historySite{e: e, pool: openPool(b, e.dbURL), rackID: &flowv1.UUID{Id: rack.ID.String()}, rack: rack.Name}
+	s.read(b, "submit_first_call")
+	s.runID = createRun(b, e.client, rolloutRequest("history template", rolloutOpts{concurrency: 1}))
+	return s
+}
+
+// waitRun waits for the site's template operation run to finish.
+func (s *historySite) waitRun(b *testing.B) {
+	waitRun(b, s.e.client, s.runID, 5*time.Minute, func(r *flowv1.OperationRun) bool { return r.GetSummary().GetFinishedAt() != nil })
+}
+
+// read does one of historyReads and returns its time: a power-on's
+// started_at − created_at for submit_first_call, a call's round trip for
+// the others (a page of 10: the rack holds at least that many tasks on the
+// empty database too, so both return as many rows).
+func (s *historySite) read(b *testing.B, name string) time.Duration {
+	ctx := context.Background()
+	page := &flowv1.Pagination{Limit: 10}
+	var call func() error
+	switch name {
+	case "submit_first_call":
+		res, err := s.e.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(s.rack)})
+		require.NoError(b, err)
+		id := res.GetTaskIds()[0]
+		waitTaskDone(b, s.e, id)
+		var d time.Duration
+		require.NoError(b, s.pool.QueryRow(ctx, `SELECT started_at - created_at FROM task WHERE id = $1`, id.GetId()).Scan(&d))
+		return d
+	case "list_tasks_rack":
+		call = func() error {
+			_, err := s.e.client.ListTasks(ctx, &flowv1.ListTasksRequest{RackId: s.rackID, Pagination: page})
+			return err
+		}
+	case "list_tasks_active":
+		call = func() error {
+			_, err := s.e.client.ListTasks(ctx, &flowv1.ListTasksRequest{ActiveOnly: true, Pagination: page})
+			return err
+		}
+	case "rack_info_task_stats":
+		call = func() error {
+			_, err := s.e.client.GetRackInfoByID(ctx, &flowv1.GetRackInfoByIDRequest{Id: s.rackID})
+			return err
+		}
+	case "operation_run_stats":
+		call = func() error {
+			_, err := s.e.client.GetOperationRun(ctx, &flowv1.GetOperationRunRequest{Id: s.runID, IncludeStats: true})
+			return err
+		}
+	default:
+		b.Fatalf("unknown read %q", name)
+	}
+	start := time.Now()
+	require.NoError(b, call(), name)
+	return time.Since(start)
+}
+
+func median(ds []time.Duration) time.Duration {
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	return ds[len(ds)/2]
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -380,13 +380,19 @@ func (e *Engine) endRuns(ctx context.Context, tx pgx.Tx, ends []runEnding, ownJo
 	if err != nil {
 		return fmt.Errorf("end runs: %w", err)
 	}
+	// The runs' pending timeout jobs go with them (unless one is the job
+	// ending its run), deleted in one statement: a timer with nothing left
+	// to time. One that is running or locked right now is left alone; it
+	// finds its run ended and completes.
+	var timeouts []int64
 	for _, row := range rows {
-		// The run's pending timeout job goes with it, unless it is the
-		// job ending the run.
 		if id := row.TimeoutJobID; id != nil && !slices.Contains(ownJobs, *id) {
-			if _, err := e.client.JobCancelTx(ctx, tx, *id); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-				return fmt.Errorf("cancel timeout job %d: %w", *id, err)
-			}
+			timeouts = append(timeouts, *id)
+		}
+	}
+	for chunk := range slices.Chunk(timeouts, 10_000) {
+		if _, err := e.client.JobDeleteManyTx(ctx, tx, river.NewJobDeleteManyParams().IDs(chunk...).First(len(chunk))); err != nil {
+			return fmt.Errorf("delete timeout jobs: %w", err)
 		}
 	}
 	if len(cancel.RunIDs) > 0 {

@@ -57,11 +57,14 @@ func TestStartMany(t *testing.T) {
 			require.Nil(t, rep.TimeoutAt)
 		}
 	}
-	// Each run with a timeout has its own timeout job, recorded on it.
-	var timeoutJobs int
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM engine_run r JOIN river_job j ON j.id = r.timeout_job_id
-		WHERE r.id = ANY($1) AND j.kind = 'engine.run_timeout' AND (j.args->>'run_id')::bigint = r.id`, []int64{int64(ids[0]), int64(ids[1]), int64(ids[2])}).Scan(&timeoutJobs))
-	require.Equal(t, 2, timeoutJobs)
+	// Each run with a timeout had its own timeout job, recorded on it and
+	// deleted when the run ended.
+	var recorded, left int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(DISTINCT r.timeout_job_id), count(j.id) FROM engine_run r
+		LEFT JOIN river_job j ON j.id = r.timeout_job_id
+		WHERE r.id = ANY($1)`, []int64{int64(ids[0]), int64(ids[1]), int64(ids[2])}).Scan(&recorded, &left))
+	require.Equal(t, 2, recorded)
+	require.Zero(t, left, "the ended runs' timeout jobs went with them")
 	// The first stage's jobs carry their plan's labels and trace context.
 	rows, err := b.pool.Query(ctx, `SELECT (args->>'step_id')::bigint, metadata FROM river_job WHERE kind = 'engine.run_step'
 		AND (args->>'step_id')::bigint IN (SELECT id FROM engine_step WHERE run_id = ANY($1) AND stage_index = 0)`,

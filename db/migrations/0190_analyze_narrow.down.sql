@@ -1,0 +1,21 @@
+-- Back to the default statistics target.
+ALTER TABLE engine_step
+    ALTER COLUMN spec SET STATISTICS -1,
+    ALTER COLUMN checkpoint SET STATISTICS -1,
+    ALTER COLUMN progress SET STATISTICS -1,
+    ALTER COLUMN unknown_outcomes SET STATISTICS -1,
+    ALTER COLUMN error SET STATISTICS -1,
+    ALTER COLUMN last_error SET STATISTICS -1,
+    ALTER COLUMN batch_attempts SET STATISTICS -1;
+ALTER TABLE engine_run
+    ALTER COLUMN metadata SET STATISTICS -1,
+    ALTER COLUMN error SET STATISTICS -1,
+    ALTER COLUMN first_failure SET STATISTICS -1;
+ALTER TABLE task
+    ALTER COLUMN information SET STATISTICS -1,
+    ALTER COLUMN components SET STATISTICS -1,
+    ALTER COLUMN targets SET STATISTICS -1,
+    ALTER COLUMN rule SET STATISTICS -1,
+    ALTER COLUMN report SET STATISTICS -1,
+    ALTER COLUMN message SET STATISTICS -1,
+    ALTER COLUMN description SET STATISTICS -1;
