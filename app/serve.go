@@ -236,11 +236,11 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		return nil, err
 	}
 	// Statistics: plans for tables a burst grew, without waiting for
-	// autovacuum (db.AnalyzeChanged, docs/operations.md).
+	// autovacuum (db.AnalyzeResized, docs/operations.md).
 	if err := s.system.Add(SystemJob{Name: AnalyzeJob, Interval: analyzeInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
-		done, err := db.AnalyzeChanged(ctx, pool, db.AnalyzeMinChanges)
+		done, err := db.AnalyzeResized(ctx, pool, db.AnalyzeMinRows)
 		for _, t := range done {
-			logger.InfoContext(ctx, "analyzed a table whose rows changed past its statistics", "table", t.Name, "rows_before", t.Rows, "rows_changed", t.Changed)
+			logger.InfoContext(ctx, "analyzed a table whose size moved far from its statistics", "table", t.Name, "rows_before", t.Rows, "rows_now", t.Now)
 		}
 		return err
 	}}); err != nil {

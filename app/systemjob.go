@@ -393,7 +393,7 @@ const (
 	TaskQueueSweepJob    = "task-queue-sweep"
 	OperationRunSweepJob = "operation-run-sweep"
 	// AnalyzeJob analyzes tables a burst grew or turned over
-	// (db.AnalyzeChanged; app/serve.go adds it).
+	// (db.AnalyzeResized; app/serve.go adds it).
 	AnalyzeJob = "analyze"
 )
 

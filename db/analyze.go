@@ -19,50 +19,53 @@ import (
 // rows: a nested loop over the whole table for each input row. Measured
 // with `flow bench --racks 3000`: River's fetch and completion and the
 // engine's checkpoint at 20–90 ms a call instead of 1–6 ms, PostgreSQL
-// CPU 80 s instead of 27 s for 3,000 tasks (docs/bench.md). AnalyzeChanged
+// CPU 80 s instead of 17 s for 3,000 tasks (docs/bench.md). AnalyzeResized
 // does what autovacuum would, sooner, for such tables only.
 
-// AnalyzeMinChanges is the least number of changed rows (inserted,
-// updated, deleted) since a table's last ANALYZE for AnalyzeChanged to
-// analyze it again.
-const AnalyzeMinChanges = 1000
+// AnalyzeMinRows is the least number of rows by which a table's size must
+// have moved since its last ANALYZE for AnalyzeResized to analyze it
+// again.
+const AnalyzeMinRows = 1000
 
-// AnalyzedTable is a table AnalyzeChanged analyzed: its name, the rows it
-// held by its statistics before, and the rows changed since they were
-// taken.
+// AnalyzedTable is a table AnalyzeResized analyzed: its name, the rows it
+// held by its statistics, and the rows it holds now.
 type AnalyzedTable struct {
-	Name    string
-	Rows    int64
-	Changed int64
+	Name string
+	Rows int64
+	Now  int64
 }
 
-// AnalyzeChanged analyzes the tables of the current schema whose changes
-// since their last ANALYZE (pg_stat_user_tables.n_mod_since_analyze)
-// reach both minChanges and the rows they held then: tables that at least
-// doubled, emptied or turned over since, whose plans are the ones that go
-// wrong. Autovacuum analyzes at a tenth of that, a minute later; this only
-// catches up with bursts. Tables the connection's role may not analyze
+// AnalyzeResized analyzes the tables of the current schema whose size moved
+// far from what their statistics say: at least minRows rows more and at
+// least double (a burst filled it), or at least minRows rows fewer and at
+// most half (a bulk delete). Those are the tables whose plans go wrong;
+// rows that change in place (a step's state, a run's counters) leave the
+// plans' shapes alone and are autovacuum's to catch up with (at a tenth
+// of the table changed, within a minute). Sizes are PostgreSQL's live-row
+// counts (pg_stat_user_tables.n_live_tup) against the statistics'
+// (pg_class.reltuples). Tables the connection's role may not analyze
 // (owned by another role) are left alone. It returns what it analyzed.
-func AnalyzeChanged(ctx context.Context, dbtx DBTX, minChanges int64) ([]AnalyzedTable, error) {
-	rows, err := dbtx.Query(ctx, `SELECT s.schemaname, s.relname, greatest(c.reltuples, 0)::bigint, s.n_mod_since_analyze
+func AnalyzeResized(ctx context.Context, dbtx DBTX, minRows int64) ([]AnalyzedTable, error) {
+	rows, err := dbtx.Query(ctx, `SELECT s.schemaname, s.relname, greatest(c.reltuples, 0)::bigint, s.n_live_tup
 		FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
-		WHERE s.schemaname = current_schema() AND s.n_mod_since_analyze >= greatest($1, c.reltuples)
-			AND pg_has_role(c.relowner, 'USAGE')
-		ORDER BY s.n_mod_since_analyze DESC
-		LIMIT 16`, minChanges)
+		WHERE s.schemaname = current_schema() AND pg_has_role(c.relowner, 'USAGE')
+			AND ((s.n_live_tup >= 2 * greatest(c.reltuples, 0) AND s.n_live_tup - greatest(c.reltuples, 0) >= $1)
+				OR (s.n_live_tup <= c.reltuples / 2 AND c.reltuples - s.n_live_tup >= $1))
+		ORDER BY abs(s.n_live_tup - greatest(c.reltuples, 0)) DESC
+		LIMIT 16`, minRows)
 	if err != nil {
-		return nil, fmt.Errorf("db: read table changes: %w", err)
+		return nil, fmt.Errorf("db: read table sizes: %w", err)
 	}
 	type table struct {
 		schema string
 		AnalyzedTable
 	}
 	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (t table, err error) {
-		err = r.Scan(&t.schema, &t.Name, &t.Rows, &t.Changed)
+		err = r.Scan(&t.schema, &t.Name, &t.Rows, &t.Now)
 		return t, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("db: read table changes: %w", err)
+		return nil, fmt.Errorf("db: read table sizes: %w", err)
 	}
 	var done []AnalyzedTable
 	for _, t := range tables {

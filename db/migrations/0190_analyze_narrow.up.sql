@@ -1,7 +1,7 @@
 -- No statistics for the wide columns of the engine's and the tasks' tables
 -- that no statement filters, joins or sorts by (frozen specs, cursors,
 -- reports, payloads): ANALYZE then skips them. Flow analyzes a table a
--- burst doubled within seconds (db.AnalyzeChanged, docs/operations.md
+-- burst doubled within seconds (db.AnalyzeResized, docs/operations.md
 -- "Statistics after a burst"), and at 18,000 steps ANALYZE of engine_step
 -- spent 345 ms on them; the plans need the keys, states and times only.
 ALTER TABLE engine_step
