@@ -121,6 +121,22 @@ WHERE (sqlc.narg(rack_id)::uuid IS NULL OR rack_id = sqlc.narg(rack_id)::uuid)
   AND (sqlc.narg(component_id)::uuid IS NULL OR component_ids @> ARRAY[sqlc.narg(component_id)::uuid])
   AND (NOT @active_only::boolean OR status IN ('waiting', 'pending', 'running'));
 
+-- name: TaskListActive :many
+-- TaskList with active_only and no other filter, written out: its plan
+-- (the partial index task_active_created) holds as a generic plan whatever
+-- the history, so a poll of the active tasks is not planned afresh on
+-- every call (TaskList's optional filters make a large table's generic
+-- plan a walk of every task, and PostgreSQL then plans each call).
+SELECT * FROM task
+WHERE status IN ('waiting', 'pending', 'running')
+ORDER BY created_at DESC, id DESC
+LIMIT @row_limit OFFSET @row_offset;
+
+-- name: TaskCountActiveAll :one
+-- TaskCount with active_only and no other filter (see TaskListActive).
+SELECT count(*)::int FROM task
+WHERE status IN ('waiting', 'pending', 'running');
+
 -- name: TaskActiveOnRack :many
 -- The rack's unfinished tasks, oldest first (FIFO order for promotion).
 SELECT * FROM task

@@ -631,14 +631,25 @@ func (t *Tasks) List(ctx context.Context, f TaskFilter) ([]Task, int, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	rows, err := t.q.TaskList(ctx, t.pool, dbsqlc.TaskListParams{
-		RackID: f.RackID, ComponentID: f.ComponentID, ActiveOnly: f.ActiveOnly,
-		RowLimit: int32(f.Limit), RowOffset: int32(f.Offset),
-	})
-	if err != nil {
-		return nil, 0, err
+	var rows []dbsqlc.Task
+	var total int32
+	var err error
+	if f.ActiveOnly && f.RackID == nil && f.ComponentID == nil {
+		// The active tasks of the site (a poll): statements whose plans
+		// hold at any history size (TaskListActive).
+		rows, err = t.q.TaskListActive(ctx, t.pool, dbsqlc.TaskListActiveParams{RowLimit: int32(f.Limit), RowOffset: int32(f.Offset)})
+		if err == nil {
+			total, err = t.q.TaskCountActiveAll(ctx, t.pool)
+		}
+	} else {
+		rows, err = t.q.TaskList(ctx, t.pool, dbsqlc.TaskListParams{
+			RackID: f.RackID, ComponentID: f.ComponentID, ActiveOnly: f.ActiveOnly,
+			RowLimit: int32(f.Limit), RowOffset: int32(f.Offset),
+		})
+		if err == nil {
+			total, err = t.q.TaskCount(ctx, t.pool, dbsqlc.TaskCountParams{RackID: f.RackID, ComponentID: f.ComponentID, ActiveOnly: f.ActiveOnly})
+		}
 	}
-	total, err := t.q.TaskCount(ctx, t.pool, dbsqlc.TaskCountParams{RackID: f.RackID, ComponentID: f.ComponentID, ActiveOnly: f.ActiveOnly})
 	if err != nil {
 		return nil, 0, err
 	}

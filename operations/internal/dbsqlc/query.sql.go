@@ -675,6 +675,19 @@ func (q *Queries) TaskCountActive(ctx context.Context, db DBTX) ([]TaskCountActi
 	return items, nil
 }
 
+const taskCountActiveAll = `-- name: TaskCountActiveAll :one
+SELECT count(*)::int FROM task
+WHERE status IN ('waiting', 'pending', 'running')
+`
+
+// TaskCount with active_only and no other filter (see TaskListActive).
+func (q *Queries) TaskCountActiveAll(ctx context.Context, db DBTX) (int32, error) {
+	row := db.QueryRow(ctx, taskCountActiveAll)
+	var column_1 int32
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const taskFinish = `-- name: TaskFinish :execrows
 UPDATE task SET status = $1, message = $2, report = coalesce($3, report),
     queue_expires_at = NULL, finished_at = now(), updated_at = now()
@@ -1094,6 +1107,70 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 		arg.RowOffset,
 		arg.RowLimit,
 	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Task{}
+	for rows.Next() {
+		var i Task
+		if err := rows.Scan(
+			&i.ID,
+			&i.OperationType,
+			&i.OperationCode,
+			&i.Information,
+			&i.Description,
+			&i.RackID,
+			&i.Components,
+			&i.ComponentIDs,
+			&i.Targets,
+			&i.Rule,
+			&i.RuleName,
+			&i.AppliedRuleID,
+			&i.Status,
+			&i.Message,
+			&i.Report,
+			&i.RunID,
+			&i.QueueExpiresAt,
+			&i.IdempotencyKey,
+			&i.TriggerType,
+			&i.TriggerID,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.NotTargeted,
+			&i.SubmittedBy,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskListActive = `-- name: TaskListActive :many
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task
+WHERE status IN ('waiting', 'pending', 'running')
+ORDER BY created_at DESC, id DESC
+LIMIT $2 OFFSET $1
+`
+
+type TaskListActiveParams struct {
+	RowOffset int32
+	RowLimit  int32
+}
+
+// TaskList with active_only and no other filter, written out: its plan
+// (the partial index task_active_created) holds as a generic plan whatever
+// the history, so a poll of the active tasks is not planned afresh on
+// every call (TaskList's optional filters make a large table's generic
+// plan a walk of every task, and PostgreSQL then plans each call).
+func (q *Queries) TaskListActive(ctx context.Context, db DBTX, arg TaskListActiveParams) ([]Task, error) {
+	rows, err := db.Query(ctx, taskListActive, arg.RowOffset, arg.RowLimit)
 	if err != nil {
 		return nil, err
 	}
