@@ -37,7 +37,7 @@ func benchEnvInt(name string, def int) int {
 // reports the tables' and indexes' sizes before and after. docs/bench.md
 // has figures. Not part of make test: run it with
 //
-//	go test -run '^$' -bench BenchmarkYearOfHistory -benchtime 1x -timeout 2h ./app/
+//	go test -v -run '^$' -bench BenchmarkYearOfHistory -benchtime 1x -timeout 2h ./app/
 func BenchmarkYearOfHistory(b *testing.B) {
 	racks := benchEnvInt("FLOW_BENCH_HISTORY_RACKS", 1000)
 	tasks := benchEnvInt("FLOW_BENCH_HISTORY_TASKS", 1_000_000)
