@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory/internal/dbsqlc"
 )
 
@@ -61,7 +62,10 @@ type MirrorResult struct {
 	// Live, when the pass wrote nothing, is the type's live components as
 	// SyncComponents returns them, read in the pass's transaction: the
 	// actual sync of the type can use it instead of reading them again.
-	// Nil when the pass wrote anything.
+	// Nil when the pass wrote anything, when the type has more than
+	// MirrorLiveMax components, or when the Service lists the type for the
+	// first time (its size unknown, the pass holds only what it compares
+	// of each row).
 	Live []SyncComponent
 }
 
@@ -280,6 +284,78 @@ type mirrorComponentRow struct {
 	HostID       int32      `json:"host_id"`
 }
 
+// MirrorLiveMax is the most live components of a type whose listing a
+// mirror pass returns as MirrorResult.Live: at 20,000 (a 1,000-rack
+// site's compute trays are 18,000) that listing is about 12 MiB; a larger
+// type is held only as the mirror compares it, about a third of that a
+// row (issue 29).
+const MirrorLiveMax = 20000
+
+// mirrorRow is a listed component as a mirror pass compares it.
+type mirrorRow struct {
+	id                 uuid.UUID
+	rackID             *uuid.UUID
+	name, serial       string
+	manufacturer       string // shared between rows of one listing
+	model, description *string
+	pos                Position
+	hostMAC            MAC
+	hostIP             string
+	deleted, mirrored  bool
+}
+
+// mirrorList reads ComponentSyncList for t, soft-deleted rows included, as
+// the mirror compares each row, and the live ones as SyncComponents
+// returns them when this Service listed t before and found at most
+// MirrorLiveMax rows, and still finds no more (else nil).
+func (s *Service) mirrorList(ctx context.Context, dbtx db.DBTX, t ComponentType) ([]mirrorRow, []SyncComponent, error) {
+	n := 0
+	if v, ok := s.listed.Load(t); ok {
+		n = v.(int)
+	}
+	rows := make([]mirrorRow, 0, n+n/16)
+	// The live components are kept when the type's last listing here had
+	// room for them: a first listing, or a larger one, keeps none.
+	var live []SyncComponent
+	keepLive := n > 0 && n <= MirrorLiveMax
+	if keepLive {
+		live = make([]SyncComponent, 0, min(n+n/16, MirrorLiveMax))
+	}
+	// A listing repeats few manufacturers and models: one copy each.
+	manufacturers, models := map[string]string{}, map[string]*string{}
+	err := s.q.ComponentSyncListEach(ctx, dbtx, string(t), func(r *dbsqlc.ComponentSyncListRow) error {
+		m, ok := manufacturers[r.Manufacturer]
+		if !ok {
+			m = r.Manufacturer
+			manufacturers[m] = m
+		}
+		model := r.Model
+		if model != nil {
+			if shared, ok := models[*model]; ok {
+				model = shared
+			} else {
+				models[*model] = model
+			}
+		}
+		rows = append(rows, mirrorRow{id: r.ID, rackID: r.RackID, name: r.Name, serial: r.SerialNumber, manufacturer: m,
+			model: model, description: r.Description, pos: Position{SlotID: r.SlotID, TrayIdx: r.TrayIdx, HostID: r.HostID},
+			hostMAC: MAC(r.HostMac), hostIP: r.HostIp, deleted: r.DeletedAt != nil, mirrored: r.MirroredAt != nil})
+		if keepLive && r.DeletedAt == nil {
+			if len(live) == MirrorLiveMax {
+				keepLive, live = false, nil
+			} else {
+				live = append(live, syncComponentOf(r))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	s.listed.Store(t, len(rows))
+	return rows, live, nil
+}
+
 type mirrorBMCRow struct {
 	MAC         string    `json:"mac"`
 	ComponentID uuid.UUID `json:"component_id"`
@@ -318,7 +394,7 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		cs, err := fetch(fctx)
 		fetched <- answer{cs, err}
 	}()
-	rows, err := s.syncList(ctx, tx, t)
+	rows, live, err := s.mirrorList(ctx, tx, t)
 	if err != nil {
 		return res, fmt.Errorf("list %s components for mirror: %w", t, err)
 	}
@@ -344,10 +420,10 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 	byKey := make(map[string]int, len(rows))
 	for i := range rows {
 		r := &rows[i]
-		if r.HostMAC != "" {
-			byMAC[string(r.HostMAC)] = i
+		if r.hostMAC != "" {
+			byMAC[string(r.hostMAC)] = i
 		}
-		if k := naturalKey(r.mirror.manufacturer, r.SerialNumber); k != "" && r.HostMAC == "" {
+		if k := naturalKey(r.manufacturer, r.serial); k != "" && r.hostMAC == "" {
 			byKey[k] = i
 		}
 	}
@@ -381,7 +457,7 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		rackID, rackKnown := rackOf[ec.RackID]
 		i, found := byMAC[string(mac)]
 		if !found {
-			if j, ok := byKey[naturalKey(ec.Manufacturer, ec.SerialNumber)]; ok && !touched[rows[j].ID] {
+			if j, ok := byKey[naturalKey(ec.Manufacturer, ec.SerialNumber)]; ok && !touched[rows[j].id] {
 				i, found = j, true
 			}
 		}
@@ -404,9 +480,9 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 			continue
 		}
 		cur := &rows[i]
-		touched[cur.ID] = true
-		old := mirrorComponentRow{ID: cur.ID, RackID: cur.RackID, Name: cur.Name, Manufacturer: cur.mirror.manufacturer, SerialNumber: cur.SerialNumber,
-			Model: cur.mirror.model, Description: cur.Description, SlotID: cur.Position.SlotID, TrayIdx: cur.Position.TrayIdx, HostID: cur.Position.HostID}
+		touched[cur.id] = true
+		old := mirrorComponentRow{ID: cur.id, RackID: cur.rackID, Name: cur.name, Manufacturer: cur.manufacturer, SerialNumber: cur.serial,
+			Model: cur.model, Description: cur.description, SlotID: cur.pos.SlotID, TrayIdx: cur.pos.TrayIdx, HostID: cur.pos.HostID}
 		nw := old
 		if rackKnown {
 			nw.RackID = &rackID
@@ -419,17 +495,17 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		setPos(&nw.SlotID, ec.SlotID)
 		setPos(&nw.TrayIdx, ec.TrayIdx)
 		setPos(&nw.HostID, ec.HostID)
-		p := pending{row: nw, mac: string(mac), ip: ec.IP, cur: i, bmcNew: cur.HostMAC == ""}
-		p.ipSet = !p.bmcNew && ec.IP != "" && ec.IP != cur.mirror.hostIP
+		p := pending{row: nw, mac: string(mac), ip: ec.IP, cur: i, bmcNew: cur.hostMAC == ""}
+		p.ipSet = !p.bmcNew && ec.IP != "" && ec.IP != cur.hostIP
 		samePair := nw.Manufacturer == old.Manufacturer && nw.SerialNumber == old.SerialNumber
 		same := samePair && equalUUIDPtr(nw.RackID, old.RackID) && nw.Name == old.Name &&
 			equalStrPtr(nw.Model, old.Model) && equalStrPtr(nw.Description, old.Description) &&
 			nw.SlotID == old.SlotID && nw.TrayIdx == old.TrayIdx && nw.HostID == old.HostID
-		if same && cur.mirror.deletedAt == nil && cur.mirror.mirroredAt != nil && !p.bmcNew && !p.ipSet {
+		if same && !cur.deleted && cur.mirrored && !p.bmcNew && !p.ipSet {
 			continue
 		}
 		p.keyNew = !samePair && naturalKey(nw.Manufacturer, nw.SerialNumber) != naturalKey(old.Manufacturer, old.SerialNumber)
-		deleted, adopted := cur.mirror.deletedAt != nil, cur.mirror.mirroredAt == nil
+		deleted, adopted := cur.deleted, !cur.mirrored
 		p.stats = func() {
 			if deleted {
 				res.Resurrected++
@@ -491,7 +567,7 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 					p.row.Manufacturer, p.row.SerialNumber = "", p.mac
 				} else {
 					o := &rows[p.cur]
-					p.row.Manufacturer, p.row.SerialNumber = o.mirror.manufacturer, o.SerialNumber
+					p.row.Manufacturer, p.row.SerialNumber = o.manufacturer, o.serial
 				}
 			}
 			keyOwner[k] = p.row.ID
@@ -510,8 +586,8 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 	}
 	var gone []uuid.UUID
 	for i := range rows {
-		if r := &rows[i]; r.mirror.deletedAt == nil && r.mirror.mirroredAt != nil && !touched[r.ID] {
-			gone = append(gone, r.ID)
+		if r := &rows[i]; !r.deleted && r.mirrored && !touched[r.id] {
+			gone = append(gone, r.id)
 		}
 	}
 	// Each write goes out writeChunk rows a statement (one identity per
@@ -545,7 +621,7 @@ func (s *Service) MirrorComponents(ctx context.Context, tx pgx.Tx, t ComponentTy
 		}
 	}
 	if len(updates)+len(inserts)+len(bmcs)+len(ips)+len(gone) == 0 {
-		res.Live = liveSyncComponents(rows)
+		res.Live = live
 	}
 	return res, nil
 }

@@ -59,6 +59,38 @@ func (s *Service) SyncComponents(ctx context.Context, dbtx db.DBTX, t ComponentT
 	return liveSyncComponents(all), nil
 }
 
+// SyncComponentPages hands f the live components of type t in ID order,
+// at most size at a time (as SyncComponents returns them), read through
+// dbtx a page per statement. Each page is read whole before f runs, so f
+// may write through the same transaction; the next page is read after f
+// returns (rows f wrote are read as they now are). f must not keep the
+// page's slice, which holds the next page; it may keep its components'
+// values. An error of f stops the pages and is returned as it is.
+func (s *Service) SyncComponentPages(ctx context.Context, dbtx db.DBTX, t ComponentType, size int, f func([]SyncComponent) error) error {
+	var after uuid.UUID
+	page := make([]SyncComponent, 0, size)
+	for {
+		rows, err := s.q.ComponentSyncPage(ctx, dbtx, dbsqlc.ComponentSyncPageParams{Type: string(t), After: after, PageSize: int32(size)})
+		if err != nil {
+			return fmt.Errorf("list %s components for sync: %w", t, err)
+		}
+		page = page[:0]
+		for i := range rows {
+			page = append(page, syncComponentOf((*dbsqlc.ComponentSyncListRow)(&rows[i])))
+		}
+		if len(page) == 0 {
+			return nil
+		}
+		if err := f(page); err != nil {
+			return err
+		}
+		if len(page) < size {
+			return nil
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
 // syncList reads ComponentSyncList for t, soft-deleted rows included, into
 // a slice sized by the last listing of t, plus room to grow: the listing is
 // the sync's largest read, and a slice grown by doubling was most of its

@@ -141,6 +141,32 @@ LEFT JOIN LATERAL (
 WHERE c.type = @type
 ORDER BY c.id;
 
+-- name: ComponentSyncPage :many
+-- ComponentSyncList's columns for the live components of one type after
+-- @after in ID order, at most @page_size of them: the actual sync reads a
+-- type's components a page at a time in its transaction and writes what
+-- changed in each page before reading the next (issue 29).
+SELECT c.id, c.rack_id, c.name, c.manufacturer, c.serial_number, c.model, c.description,
+       c.slot_id, c.tray_idx, c.host_id, c.deleted_at, c.mirrored_at,
+       COALESCE(b.host_mac, '')::text AS host_mac, COALESCE(b.host_ip, '')::text AS host_ip,
+       COALESCE(r.external_id, '')::text AS rack_external_id,
+       c.external_id, c.firmware_version, c.power_state, c.operation_phase, c.operation_reason,
+       c.blocked_operations, c.health, c.updated_at,
+       COALESCE(b.dpu_macs, '{}')::text[] AS dpu_macs,
+       COALESCE(b.dpu_ips, '{}')::text[] AS dpu_ips
+FROM component c
+LEFT JOIN rack r ON r.id = c.rack_id
+LEFT JOIN LATERAL (
+    SELECT (array_agg(b.mac_address ORDER BY (b.type = 'Host') DESC, b.mac_address))[1] AS host_mac,
+           ((array_agg(b.ip_address ORDER BY (b.type = 'Host') DESC, b.mac_address))[1])::text AS host_ip,
+           array_agg(b.mac_address ORDER BY b.mac_address) FILTER (WHERE b.type = 'DPU') AS dpu_macs,
+           array_agg(COALESCE(b.ip_address, '') ORDER BY b.mac_address) FILTER (WHERE b.type = 'DPU') AS dpu_ips
+    FROM bmc b WHERE b.component_id = c.id
+) b ON true
+WHERE c.type = @type AND c.deleted_at IS NULL AND c.id > @after::uuid
+ORDER BY c.id
+LIMIT @page_size::int;
+
 -- name: MirrorComponentKeyOwners :many
 -- The components, of any type and soft-deleted ones included, holding one
 -- of @serials (the natural key's unique index spans them all).

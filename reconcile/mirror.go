@@ -105,7 +105,7 @@ func (c *cycle) mirrorComponents(ctx context.Context, p *SyncPart, t inventory.C
 		live = res.Live
 		return nil
 	})
-	if err == nil && live != nil {
+	if err == nil && live != nil && len(live) <= c.s.cfg.HandOff {
 		c.setListed(t, live)
 	}
 	return err

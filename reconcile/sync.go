@@ -118,9 +118,15 @@ type SyncConfig struct {
 	// Run's error.
 	Observe func(run SyncRun, err error)
 	Keep    int
-	// Page is how many Core devices a part reads at once (default
-	// DefaultSyncPage).
+	// Page is how many Core devices, and how many of Flow's components, a
+	// part reads at once (default DefaultSyncPage).
 	Page int
+	// HandOff is the most live components of a type whose listing the
+	// expected mirror, when it wrote nothing, hands on to the type's
+	// actual sync (default DefaultSyncHandOff; negative: none). A larger
+	// type's actual sync reads its components again, a page at a time,
+	// rather than hold the listing while it reads Core.
+	HandOff int
 }
 
 // DefaultSyncPage is SyncConfig.Page's default: the details, DPUs,
@@ -129,6 +135,14 @@ type SyncConfig struct {
 // next page is read, so a part holds one page of Core's replies, not its
 // whole listing (issue 29).
 const DefaultSyncPage = 1000
+
+// DefaultSyncHandOff is SyncConfig.HandOff's default: every listing the
+// mirror returns (inventory.MirrorLiveMax, 20,000 components). A listing
+// handed on is held, beside the other types', until the type's actual
+// sync has read all of Core (about 12 MiB at 20,000 rows) and saves
+// reading the type again; a 3,000-rack site's types are read again
+// instead, a page at a time (issue 29).
+const DefaultSyncHandOff = inventory.MirrorLiveMax
 
 // Syncer runs the inventory sync with NICo Core (docs/inventory-sync.md).
 type Syncer struct {
@@ -143,6 +157,9 @@ func NewSyncer(cfg SyncConfig) *Syncer {
 	}
 	if cfg.Page <= 0 {
 		cfg.Page = DefaultSyncPage
+	}
+	if cfg.HandOff == 0 {
+		cfg.HandOff = DefaultSyncHandOff
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -275,8 +292,9 @@ type cycle struct {
 	racksErr error
 	flowRack []inventory.SyncRack
 	// listed are the live components of the types whose mirror pass wrote
-	// nothing this cycle, as that pass read them: the type's actual sync
-	// uses them instead of listing the type again.
+	// nothing this cycle, as that pass read them, when there were at most
+	// SyncConfig.HandOff: the type's actual sync uses them instead of
+	// listing the type again.
 	listedMu sync.Mutex
 	listed   map[inventory.ComponentType][]inventory.SyncComponent
 }
@@ -291,17 +309,14 @@ func (c *cycle) setListed(t inventory.ComponentType, comps []inventory.SyncCompo
 	c.listed[t] = comps
 }
 
-// components returns the live components of t: the mirror's listing of
-// this cycle when it wrote nothing, else a fresh read.
-func (c *cycle) components(ctx context.Context, t inventory.ComponentType) ([]inventory.SyncComponent, error) {
+// takeListed returns the live components of t the mirror handed on this
+// cycle, if it did; the cycle holds them no longer than the type's sync.
+func (c *cycle) takeListed(t inventory.ComponentType) ([]inventory.SyncComponent, bool) {
 	c.listedMu.Lock()
+	defer c.listedMu.Unlock()
 	comps, ok := c.listed[t]
-	delete(c.listed, t) // the cycle holds it no longer than the type's sync
-	c.listedMu.Unlock()
-	if ok {
-		return comps, nil
-	}
-	return c.s.cfg.Inv.SyncComponents(ctx, c.s.cfg.Pool, t)
+	delete(c.listed, t)
+	return comps, ok
 }
 
 // namedPart is a part of the cycle: its name and what it does.
@@ -443,17 +458,51 @@ func (c *cycle) replaceDrift(ctx context.Context, tx pgx.Tx, t inventory.Compone
 // device is one Core device of the type being synced, normalised: what
 // the match and the comparison need of Core's replies, and nothing more (a
 // part keeps one per device of its type while it reads the next pages).
+// Its strings that Core repeats (state, power, firmware, rack, health)
+// are shared between the part's devices (healthEncoder.share), and mac is
+// normalised.
 type device struct {
 	id, mac, state, rackID, nvosIP string
-	// health is Core's report as JSON (nil: Core sent none); healthKeep
-	// says it could not be encoded, so Flow's snapshot stays.
-	health     []byte
-	healthKeep bool
-	power      string // "" unknown
-	firmware   string // "" unknown
-	position   *nico.Position
+	// health is Core's report as JSON when hasHealth (else Core sent
+	// none); healthKeep says it could not be encoded, so Flow's snapshot
+	// stays.
+	health                string
+	hasHealth, healthKeep bool
+	power                 string // "" unknown
+	firmware              string // "" unknown
+	position              devicePosition
 	// dpus are a compute host's DPU BMCs (compute only), ordered by MAC.
 	dpus []inventory.DPUBMC
+}
+
+// devicePosition is Core's position of a compute host, held in place:
+// ok says Core reported one, and the has bits which of its values it
+// sent (slot, tray, topology).
+type devicePosition struct {
+	slot, tray, topology int32
+	ok                   bool
+	has                  uint8
+}
+
+const (
+	hasSlot = 1 << iota
+	hasTray
+	hasTopology
+)
+
+// positionOf is p held in place.
+func positionOf(p nico.Position) devicePosition {
+	out := devicePosition{ok: true}
+	if p.SlotID != nil {
+		out.slot, out.has = *p.SlotID, out.has|hasSlot
+	}
+	if p.TrayIndex != nil {
+		out.tray, out.has = *p.TrayIndex, out.has|hasTray
+	}
+	if p.TopologyID != nil {
+		out.topology, out.has = *p.TopologyID, out.has|hasTopology
+	}
+	return out
 }
 
 // setHealth records h as the device's report, encoded once (the reports
@@ -467,7 +516,7 @@ func (d *device) setHealth(he *healthEncoder, h *nico.Health) {
 		d.healthKeep = true
 		return
 	}
-	d.health = bytes.Clone(data)
+	d.health, d.hasHealth = he.shareBytes(data), true
 }
 
 // pagesOf splits ids into pages of SyncConfig.Page. A listing that names
@@ -500,75 +549,124 @@ func addWarning(p *SyncPart, ws ...string) {
 
 // syncType matches Core's devices of type t to Flow's components by host
 // BMC MAC (then by external ID), writes what changed and replaces the
-// type's drift, all in one transaction. mismatch says which matched pairs
-// drift (compute: position).
+// type's drift, all in one transaction. Core's devices are all read by
+// then; Flow's components are compared a page at a time (the mirror's
+// listing when it handed one on, else pages read in the transaction), and
+// each page's changes are written before the next page is read, so the
+// part holds Core's devices, one page of components and its drift, never
+// the type's whole listing beside all its updates (issue 29).
 func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.ComponentType, devs []device) error {
-	pool := c.s.cfg.Pool
-	comps, err := c.components(ctx, t)
-	if err != nil {
-		return err
-	}
-	byMAC := make(map[string]int, len(devs))
-	byID := make(map[string]int, len(devs))
-	for i, d := range devs {
-		if d.mac != "" {
-			byMAC[backend.NormalizeMAC(d.mac)] = i
-		}
-		byID[d.id] = i
-	}
+	byMAC := newDeviceIndex(devs, func(d *device) string { return d.mac })
+	byID := newDeviceIndex(devs, func(d *device) string { return d.id })
 	matched := make([]bool, len(devs))
+	var ds []drift
 	var ups []inventory.SyncUpdate
 	dpus, dpusNow := map[uuid.UUID][]inventory.DPUBMC{}, map[uuid.UUID][]inventory.DPUBMC{}
-	var ds []drift
-	for _, comp := range comps {
-		i, ok := -1, false
-		if comp.HostMAC != "" {
-			i, ok = byMAC[string(comp.HostMAC)]
+	listed, handed := c.takeListed(t)
+	return pgx.BeginFunc(ctx, c.s.cfg.Pool, func(tx pgx.Tx) error {
+		// page compares comps (in ID order, after every earlier page) and
+		// writes their changes through tx.
+		page := func(comps []inventory.SyncComponent) error {
+			ups = ups[:0]
+			clear(dpus)
+			clear(dpusNow)
+			for _, comp := range comps {
+				i, ok := -1, false
+				if comp.HostMAC != "" {
+					i, ok = byMAC.find(string(comp.HostMAC))
+				}
+				if !ok && comp.ExternalID != "" {
+					i, ok = byID.find(comp.ExternalID)
+				}
+				if !ok || matched[i] {
+					id := comp.ID
+					ds = append(ds, drift{kind: "missing_in_actual", component: &id, externalID: comp.ExternalID, mac: string(comp.HostMAC),
+						name: comp.Name, serial: comp.SerialNumber, firmware: comp.FirmwareVersion, rackExt: comp.RackExternalID})
+					continue
+				}
+				matched[i] = true
+				d := &devs[i]
+				if up, changed := c.update(t, comp, d); changed {
+					ups = append(ups, up)
+				}
+				if t == inventory.ComponentTypeCompute && !slices.Equal(d.dpus, comp.DPUs) {
+					dpus[comp.ID], dpusNow[comp.ID] = d.dpus, comp.DPUs
+				}
+				if t == inventory.ComponentTypeCompute && d.position.ok {
+					if fs := positionDiffs(comp.Position, d.position); len(fs) > 0 {
+						id := comp.ID
+						ds = append(ds, drift{kind: "mismatch", component: &id, externalID: d.id, mac: string(comp.HostMAC),
+							name: comp.Name, serial: comp.SerialNumber, rackExt: comp.RackExternalID, diffs: fs})
+					}
+				}
+			}
+			n, err := c.s.cfg.Inv.ApplySync(ctx, tx, ups)
+			if err != nil {
+				return err
+			}
+			p.Changed += n
+			if n, err = c.s.cfg.Inv.ApplyDPUs(ctx, tx, dpus, dpusNow); err != nil {
+				return err
+			}
+			p.Changed += n
+			return nil
 		}
-		if !ok && comp.ExternalID != "" {
-			i, ok = byID[comp.ExternalID]
+		if handed {
+			for comps := range slices.Chunk(listed, c.s.cfg.Page) {
+				if err := page(comps); err != nil {
+					return err
+				}
+				clear(comps) // what the page's drift needs it has copied
+			}
+		} else if err := c.s.cfg.Inv.SyncComponentPages(ctx, tx, t, c.s.cfg.Page, page); err != nil {
+			return err
 		}
-		if !ok || matched[i] {
-			id := comp.ID
-			ds = append(ds, drift{kind: "missing_in_actual", component: &id, externalID: comp.ExternalID, mac: string(comp.HostMAC),
-				name: comp.Name, serial: comp.SerialNumber, firmware: comp.FirmwareVersion, rackExt: comp.RackExternalID})
-			continue
-		}
-		matched[i] = true
-		d := &devs[i]
-		if up, changed := c.update(t, comp, d); changed {
-			ups = append(ups, up)
-		}
-		if t == inventory.ComponentTypeCompute && !slices.Equal(d.dpus, comp.DPUs) {
-			dpus[comp.ID], dpusNow[comp.ID] = d.dpus, comp.DPUs
-		}
-		if t == inventory.ComponentTypeCompute && d.position != nil {
-			if fs := positionDiffs(comp.Position, *d.position); len(fs) > 0 {
-				id := comp.ID
-				ds = append(ds, drift{kind: "mismatch", component: &id, externalID: d.id, mac: string(comp.HostMAC),
-					name: comp.Name, serial: comp.SerialNumber, rackExt: comp.RackExternalID, diffs: fs})
+		for i, d := range devs {
+			if !matched[i] {
+				ds = append(ds, drift{kind: "missing_in_expected", externalID: d.id, mac: d.mac, rackExt: d.rackID, firmware: d.firmware})
 			}
 		}
-	}
-	for i, d := range devs {
-		if !matched[i] {
-			ds = append(ds, drift{kind: "missing_in_expected", externalID: d.id, mac: backend.NormalizeMAC(d.mac), rackExt: d.rackID, firmware: d.firmware})
-		}
-	}
-	p.Drifts = len(ds)
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		n, err := c.s.cfg.Inv.ApplySync(ctx, tx, ups)
-		if err != nil {
-			return err
-		}
-		p.Changed = n
-		if n, err = c.s.cfg.Inv.ApplyDPUs(ctx, tx, dpus, dpusNow); err != nil {
-			return err
-		}
-		p.Changed += n
+		p.Drifts = len(ds)
+		var err error
 		p.DriftChanged, err = c.replaceDrift(ctx, tx, t, ds)
 		return err
 	})
+}
+
+// deviceIndex finds a part's devices by a key (normalised MAC, Core ID)
+// through their indexes sorted by it: 4 bytes a device, where a map held
+// about ten times that (issue 29).
+type deviceIndex struct {
+	devs  []device
+	key   func(*device) string
+	order []int32
+}
+
+// newDeviceIndex indexes the devices whose key is not empty.
+func newDeviceIndex(devs []device, key func(*device) string) deviceIndex {
+	order := make([]int32, 0, len(devs))
+	for i := range devs {
+		if key(&devs[i]) != "" {
+			order = append(order, int32(i))
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int32) int { return strings.Compare(key(&devs[a]), key(&devs[b])) })
+	return deviceIndex{devs: devs, key: key, order: order}
+}
+
+// find returns the device whose key is k: of several, the last in the
+// part's order (as a map filled in that order would).
+func (x deviceIndex) find(k string) (int, bool) {
+	j, _ := slices.BinarySearchFunc(x.order, k, func(i int32, k string) int {
+		if c := strings.Compare(x.key(&x.devs[i]), k); c != 0 {
+			return c
+		}
+		return -1 // past every equal key: the last of them is at j-1
+	})
+	if j == 0 || x.key(&x.devs[x.order[j-1]]) != k {
+		return -1, false
+	}
+	return int(x.order[j-1]), true
 }
 
 // sortedDPUs returns ds ordered by MAC, as SyncComponents orders a
@@ -596,10 +694,10 @@ func (c *cycle) update(t inventory.ComponentType, comp inventory.SyncComponent, 
 	// it when it differs (compared as JSON values).
 	switch {
 	case d.healthKeep:
-	case d.health == nil:
+	case !d.hasHealth:
 		up.Health = nil
-	case !jsonEqual(d.health, comp.Health):
-		up.Health = d.health
+	case !healthEqual(d.health, comp.Health):
+		up.Health = json.RawMessage(d.health)
 	}
 	if d.nvosIP != "" {
 		up.Description = withNVOSIP(comp.Description, d.nvosIP)
@@ -611,10 +709,40 @@ func (c *cycle) update(t inventory.ComponentType, comp inventory.SyncComponent, 
 }
 
 // healthEncoder encodes health reports into one reused buffer: nearly
-// every report equals the stored one, and its bytes are then dropped.
+// every report equals the stored one, and its bytes are then dropped. It
+// also shares equal strings between one part's devices (share).
 type healthEncoder struct {
 	buf bytes.Buffer
 	enc *json.Encoder
+	// shared holds one copy of each value seen, up to maxShared values (a
+	// site's devices repeat few states, firmware versions, power states
+	// and racks; a value seen once more after that is kept as it is).
+	shared map[string]string
+}
+
+const maxShared = 4096
+
+// share returns the copy of v already held, else v (held when there is
+// room).
+func (e *healthEncoder) share(v string) string {
+	if x, ok := e.shared[v]; ok {
+		return x
+	}
+	if e.shared == nil {
+		e.shared = map[string]string{}
+	}
+	if len(e.shared) < maxShared {
+		e.shared[v] = v
+	}
+	return v
+}
+
+// shareBytes is share of b as a string (b is not kept).
+func (e *healthEncoder) shareBytes(b []byte) string {
+	if x, ok := e.shared[string(b)]; ok {
+		return x
+	}
+	return e.share(string(b))
 }
 
 // encode returns h as json.Marshal would, in bytes valid until the next
@@ -628,6 +756,16 @@ func (e *healthEncoder) encode(h *nico.Health) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(e.buf.Bytes(), []byte("\n")), nil
+}
+
+// healthEqual is jsonEqual of a Core report held as a string (never
+// empty) and Flow's snapshot, without copying the report when the bytes
+// are equal.
+func healthEqual(core string, flow []byte) bool {
+	if string(flow) == core {
+		return true
+	}
+	return jsonEqual([]byte(core), flow)
 }
 
 // jsonEqual reports whether a and b hold the same JSON value (empty and
@@ -671,19 +809,19 @@ func withNVOSIP(desc *string, ip string) *string {
 
 // positionDiffs compares Flow's position with Core's; -1 (Flow) and absent
 // (Core) are unknown and not compared.
-func positionDiffs(f inventory.Position, c nico.Position) []backend.FieldDiff {
+func positionDiffs(f inventory.Position, c devicePosition) []backend.FieldDiff {
 	var out []backend.FieldDiff
-	for _, x := range []struct {
-		name string
-		flow int32
-		core *int32
+	for _, x := range [...]struct {
+		name       string
+		flow, core int32
+		has        bool
 	}{
-		{"position.slot_id", f.SlotID, c.SlotID},
-		{"position.tray_idx", f.TrayIdx, c.TrayIndex},
-		{"position.host_id", f.HostID, c.TopologyID},
+		{"position.slot_id", f.SlotID, c.slot, c.has&hasSlot != 0},
+		{"position.tray_idx", f.TrayIdx, c.tray, c.has&hasTray != 0},
+		{"position.host_id", f.HostID, c.topology, c.has&hasTopology != 0},
 	} {
-		if x.flow >= 0 && x.core != nil && *x.core >= 0 && x.flow != *x.core {
-			out = append(out, backend.FieldDiff{Field: x.name, Expected: strconv.Itoa(int(x.flow)), Actual: strconv.Itoa(int(*x.core))})
+		if x.flow >= 0 && x.has && x.core >= 0 && x.flow != x.core {
+			out = append(out, backend.FieldDiff{Field: x.name, Expected: strconv.Itoa(int(x.flow)), Actual: strconv.Itoa(int(x.core))})
 		}
 	}
 	return out
@@ -791,13 +929,13 @@ func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs
 	addWarning(p, dpuPart.Warnings...)
 	addWarning(p, invPart.Warnings...)
 	for _, m := range hosts {
-		d := device{id: m.ID, mac: m.BMCMAC, state: m.State, firmware: invs[m.ID].BMCFirmware(), dpus: sortedDPUs(dpus[m.ID])}
+		d := device{id: m.ID, mac: backend.NormalizeMAC(m.BMCMAC), state: he.share(m.State), firmware: he.share(invs[m.ID].BMCFirmware()), dpus: sortedDPUs(dpus[m.ID])}
 		d.setHealth(he, m.Health)
 		if pw, ok := power[m.ID]; ok {
-			d.power = string(pw)
+			d.power = he.share(string(pw))
 		}
 		if pos, ok := positions[m.ID]; ok {
-			d.position = &pos
+			d.position = positionOf(pos)
 		}
 		devs = append(devs, d)
 	}
@@ -848,8 +986,8 @@ func (c *cycle) nvswitches(ctx context.Context, p *SyncPart) error {
 		}
 		for _, s := range ss {
 			inv := invs[s.ID]
-			d := device{id: s.ID, mac: s.BMCMAC, state: s.ControllerState, rackID: s.RackID, nvosIP: s.NVOSIP,
-				firmware: inv.BMCFirmware(), power: reportPower(inv.Power)}
+			d := device{id: s.ID, mac: backend.NormalizeMAC(s.BMCMAC), state: he.share(s.ControllerState), rackID: he.share(s.RackID), nvosIP: s.NVOSIP,
+				firmware: he.share(inv.BMCFirmware()), power: he.share(reportPower(inv.Power))}
 			d.setHealth(&he, s.Health)
 			devs = append(devs, d)
 			seen = append(seen, switchSeen{rackID: s.RackID, nvlinkDomain: s.NVLinkDomain})
@@ -885,7 +1023,8 @@ func (c *cycle) shelves(ctx context.Context, p *SyncPart) error {
 			if fw == "" {
 				fw = inv.BMCFirmware()
 			}
-			d := device{id: s.ID, mac: s.BMCMAC, state: s.ControllerState, rackID: s.RackID, firmware: fw, power: reportPower(inv.Power)}
+			d := device{id: s.ID, mac: backend.NormalizeMAC(s.BMCMAC), state: he.share(s.ControllerState), rackID: he.share(s.RackID),
+				firmware: he.share(fw), power: he.share(reportPower(inv.Power))}
 			d.setHealth(&he, s.Health)
 			devs = append(devs, d)
 		}

@@ -38,7 +38,8 @@ func setupSync(t *testing.T, racks int) *syncBundle {
 }
 
 // setupSyncPaged is setupSync with a Syncer that reads Core page devices
-// at a time (0: the default).
+// and Flow page components at a time, the mirror handing no listing on
+// (0: the defaults).
 func setupSyncPaged(t *testing.T, racks, page int) *syncBundle {
 	t.Helper()
 	b := &syncBundle{ctx: context.Background(), pool: dbtest.NewPool(t), inv: inventory.NewService()}
@@ -79,7 +80,11 @@ func setupSyncPaged(t *testing.T, racks, page int) *syncBundle {
 	nc, err := nico.NewClient(srv.URL(), nico.WithTimeout(10*time.Second))
 	require.NoError(t, err)
 	b.nc = nc
-	b.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: b.pool, Inv: b.inv, Core: nc, Expected: true, Page: page})
+	cfg := reconcile.SyncConfig{Pool: b.pool, Inv: b.inv, Core: nc, Expected: true, Page: page}
+	if page > 0 {
+		cfg.HandOff = -1 // the actual sync reads Flow's components in pages of page too
+	}
+	b.syncer = reconcile.NewSyncer(cfg)
 	return b
 }
 

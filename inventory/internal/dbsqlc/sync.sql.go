@@ -114,6 +114,113 @@ func (q *Queries) ComponentSyncList(ctx context.Context, db DBTX, type_ string) 
 	return items, nil
 }
 
+const componentSyncPage = `-- name: ComponentSyncPage :many
+SELECT c.id, c.rack_id, c.name, c.manufacturer, c.serial_number, c.model, c.description,
+       c.slot_id, c.tray_idx, c.host_id, c.deleted_at, c.mirrored_at,
+       COALESCE(b.host_mac, '')::text AS host_mac, COALESCE(b.host_ip, '')::text AS host_ip,
+       COALESCE(r.external_id, '')::text AS rack_external_id,
+       c.external_id, c.firmware_version, c.power_state, c.operation_phase, c.operation_reason,
+       c.blocked_operations, c.health, c.updated_at,
+       COALESCE(b.dpu_macs, '{}')::text[] AS dpu_macs,
+       COALESCE(b.dpu_ips, '{}')::text[] AS dpu_ips
+FROM component c
+LEFT JOIN rack r ON r.id = c.rack_id
+LEFT JOIN LATERAL (
+    SELECT (array_agg(b.mac_address ORDER BY (b.type = 'Host') DESC, b.mac_address))[1] AS host_mac,
+           ((array_agg(b.ip_address ORDER BY (b.type = 'Host') DESC, b.mac_address))[1])::text AS host_ip,
+           array_agg(b.mac_address ORDER BY b.mac_address) FILTER (WHERE b.type = 'DPU') AS dpu_macs,
+           array_agg(COALESCE(b.ip_address, '') ORDER BY b.mac_address) FILTER (WHERE b.type = 'DPU') AS dpu_ips
+    FROM bmc b WHERE b.component_id = c.id
+) b ON true
+WHERE c.type = $1 AND c.deleted_at IS NULL AND c.id > $2::uuid
+ORDER BY c.id
+LIMIT $3::int
+`
+
+type ComponentSyncPageParams struct {
+	Type     string
+	After    uuid.UUID
+	PageSize int32
+}
+
+type ComponentSyncPageRow struct {
+	ID                uuid.UUID
+	RackID            *uuid.UUID
+	Name              string
+	Manufacturer      string
+	SerialNumber      string
+	Model             *string
+	Description       *string
+	SlotID            int32
+	TrayIdx           int32
+	HostID            int32
+	DeletedAt         *time.Time
+	MirroredAt        *time.Time
+	HostMac           string
+	HostIp            string
+	RackExternalID    string
+	ExternalID        *string
+	FirmwareVersion   string
+	PowerState        string
+	OperationPhase    string
+	OperationReason   string
+	BlockedOperations []string
+	Health            []byte
+	UpdatedAt         time.Time
+	DpuMacs           []string
+	DpuIps            []string
+}
+
+// ComponentSyncList's columns for the live components of one type after
+// @after in ID order, at most @page_size of them: the actual sync reads a
+// type's components a page at a time in its transaction and writes what
+// changed in each page before reading the next (issue 29).
+func (q *Queries) ComponentSyncPage(ctx context.Context, db DBTX, arg ComponentSyncPageParams) ([]ComponentSyncPageRow, error) {
+	rows, err := db.Query(ctx, componentSyncPage, arg.Type, arg.After, arg.PageSize)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ComponentSyncPageRow{}
+	for rows.Next() {
+		var i ComponentSyncPageRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.RackID,
+			&i.Name,
+			&i.Manufacturer,
+			&i.SerialNumber,
+			&i.Model,
+			&i.Description,
+			&i.SlotID,
+			&i.TrayIdx,
+			&i.HostID,
+			&i.DeletedAt,
+			&i.MirroredAt,
+			&i.HostMac,
+			&i.HostIp,
+			&i.RackExternalID,
+			&i.ExternalID,
+			&i.FirmwareVersion,
+			&i.PowerState,
+			&i.OperationPhase,
+			&i.OperationReason,
+			&i.BlockedOperations,
+			&i.Health,
+			&i.UpdatedAt,
+			&i.DpuMacs,
+			&i.DpuIps,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const mirrorBMCOwners = `-- name: MirrorBMCOwners :many
 SELECT b.mac_address, b.component_id FROM bmc b WHERE b.mac_address = ANY($1::text[])
 `
