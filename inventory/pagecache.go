@@ -114,6 +114,9 @@ type cachedPage struct {
 	racks int         // how many of ids are racks
 	dyn   uint64      // fingerprint of its task-derived fields
 	bytes []byte
+	// check reads the current fingerprint of its task-derived fields,
+	// shared among the calls of the page waiting for one (freshRead).
+	check freshRead[uint64]
 }
 
 func (p *cachedPage) size() int64 { return int64(len(p.bytes)+len(p.key)+16*len(p.ids)) + 128 }
