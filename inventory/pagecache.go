@@ -64,6 +64,14 @@ func (h *Handler) ListingCacheStats() (hits, misses int64) {
 	return h.hits.Load(), h.misses.Load()
 }
 
+// ListingCheckStats returns how many inventory generation reads and page
+// checks (of a cached page's task-derived fields) the GetListOfRacks page
+// cache has run since start; concurrent calls share them (freshRead), so
+// under load they are fewer than the calls.
+func (h *Handler) ListingCheckStats() (genReads, pageChecks int64) {
+	return h.genReads.Load(), h.pageChecks.Load()
+}
+
 // acquireBuild waits for a build slot (until ctx ends) and returns its
 // release.
 func (h *Handler) acquireBuild(ctx context.Context) (func(), error) {
