@@ -37,6 +37,7 @@ var (
 	siteDuration = flag.Duration("sitelist.duration", 10*time.Second, "how long BenchmarkSiteListings' clients call, per iteration")
 	siteGzip     = flag.Bool("sitelist.gzip", false, "BenchmarkSiteListings' clients accept gzip answers (as connect-go clients do; gRPC clients do not by default)")
 	siteTimeline = flag.Bool("sitelist.timeline", false, "BenchmarkSiteListings logs, per 500 ms of the run, the calls that ended in it and their p50, p99 and max latency, and the slowest calls with when they started and which client made them (to tell a periodic tail from a starved client)")
+	siteWarm     = flag.Int("sitelist.warm", 0, "calls each BenchmarkSiteListings client makes, all clients at once, before the measured run (0: the measured run starts on cold connections, as 100 clients starting together would)")
 	siteEnv      = flag.String("sitelist.env", "", "extra server settings for BenchmarkSiteListings, NAME=value[,NAME=value…] (the figures before the cache: FLOW_LISTING_CACHE_BYTES=0,FLOW_MAX_CONCURRENT_LISTINGS=4)")
 )
 
@@ -130,6 +131,20 @@ func siteListingLoad(b *testing.B, client *http.Client, url string, pid int, dbU
 		start  time.Duration // since the run started
 		d      time.Duration
 		client int
+	}
+	if *siteWarm > 0 {
+		var wg sync.WaitGroup
+		for k := range *siteClients {
+			wg.Go(func() {
+				for n := range *siteWarm {
+					if _, err := call((k + n) % pages); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
 	}
 	var mu sync.Mutex
 	var lat []time.Duration
