@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -75,9 +76,7 @@ func (f *freshRead[T]) start(fl *readFlight[T]) {
 	f.running = true
 	f.reads++
 	go func() {
-		ctx, cancel := context.WithTimeout(fl.ctx, freshReadTimeout)
-		fl.v, fl.err = fl.read(ctx)
-		cancel()
+		fl.v, fl.err = fl.run()
 		f.mu.Lock()
 		f.running = false
 		if next := f.next; next != nil {
@@ -87,6 +86,20 @@ func (f *freshRead[T]) start(fl *readFlight[T]) {
 		f.mu.Unlock()
 		close(fl.done)
 	}()
+}
+
+// run runs the read under freshReadTimeout. A panic becomes its error: the
+// read runs outside the handler's goroutine, where Connect's recovery
+// would not reach it.
+func (fl *readFlight[T]) run() (v T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("inventory: shared read panicked: %v", p)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(fl.ctx, freshReadTimeout)
+	defer cancel()
+	return fl.read(ctx)
 }
 
 // counts returns how many calls of do f has had and how many reads it has

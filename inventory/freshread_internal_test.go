@@ -112,3 +112,15 @@ func TestFreshReadCallerLeaves(t *testing.T) {
 	_, reads := f.counts()
 	require.Equal(t, int64(2), reads)
 }
+
+// TestFreshReadPanic checks that a read that panics answers its callers
+// with an error, and that the next caller gets a read of its own.
+func TestFreshReadPanic(t *testing.T) {
+	t.Parallel()
+	var f freshRead[int64]
+	_, err := f.do(context.Background(), func(context.Context) (int64, error) { panic("boom") })
+	require.ErrorContains(t, err, "boom")
+	v, err := f.do(context.Background(), func(context.Context) (int64, error) { return 7, nil })
+	require.NoError(t, err)
+	require.Equal(t, int64(7), v)
+}
