@@ -274,8 +274,9 @@ type runCollector struct {
 // listingCollector reports the listing cache's hits and builds
 // (inventory.Handler.ListingCacheStats) at scrape.
 type listingCollector struct {
-	h            *inventory.Handler
-	hits, misses *prometheus.Desc
+	h                    *inventory.Handler
+	hits, misses         *prometheus.Desc
+	genReads, pageChecks *prometheus.Desc
 }
 
 func newListingCollector(h *inventory.Handler) *listingCollector {
@@ -283,18 +284,27 @@ func newListingCollector(h *inventory.Handler) *listingCollector {
 		h:      h,
 		hits:   prometheus.NewDesc("flow_listing_cache_hits_total", "GetListOfRacks pages answered from the listing cache.", nil, nil),
 		misses: prometheus.NewDesc("flow_listing_cache_builds_total", "GetListOfRacks pages built for the listing cache (not found, or no longer valid).", nil, nil),
+		genReads: prometheus.NewDesc("flow_listing_cache_generation_reads_total",
+			"Inventory generation reads run for listing cache calls (shared among concurrent calls).", nil, nil),
+		pageChecks: prometheus.NewDesc("flow_listing_cache_page_checks_total",
+			"Checks of a cached page's task-derived fields run for listing cache calls (shared among concurrent calls of the page).", nil, nil),
 	}
 }
 
 func (c *listingCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.hits
 	ch <- c.misses
+	ch <- c.genReads
+	ch <- c.pageChecks
 }
 
 func (c *listingCollector) Collect(ch chan<- prometheus.Metric) {
 	hits, misses := c.h.ListingCacheStats()
 	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(hits))
 	ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(misses))
+	genReads, pageChecks := c.h.ListingCheckStats()
+	ch <- prometheus.MustNewConstMetric(c.genReads, prometheus.CounterValue, float64(genReads))
+	ch <- prometheus.MustNewConstMetric(c.pageChecks, prometheus.CounterValue, float64(pageChecks))
 }
 
 func newRunCollector(runs *rollout.Service) *runCollector {

@@ -1,7 +1,10 @@
 package inventory_test
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"testing"
 
@@ -11,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
@@ -144,6 +148,48 @@ func BenchmarkGetListOfRacks(b *testing.B) {
 			})
 			require.NoError(b, err)
 			require.Len(b, res.GetRacks(), 100)
+			page++
+		}
+	})
+	// hit: pages answered from the listing cache as BenchmarkSiteListings
+	// asks them (binary Connect, no compression, the answer read but not
+	// decoded), with a task-stats source that sends the page's IDs to the
+	// database as operations' does: the server's work and allocations per
+	// cache hit.
+	b.Run("hit", func(b *testing.B) {
+		tb.h.SetListings(inventory.ListingOptions{Builds: 4, CacheBytes: 64 << 20})
+		defer tb.h.SetListings(inventory.ListingOptions{})
+		tb.svc.SetTaskStats(func(ctx context.Context, dbtx db.DBTX, ids []uuid.UUID) (map[uuid.UUID]inventory.TaskStats, error) {
+			rows, err := dbtx.Query(ctx, "SELECT id FROM rack WHERE id = ANY($1::uuid[]) AND false", ids)
+			if err != nil {
+				return nil, err
+			}
+			rows.Close()
+			return map[uuid.UUID]inventory.TaskStats{}, rows.Err()
+		})
+		defer tb.svc.SetTaskStats(nil)
+		bodies := make([][]byte, 10)
+		for i := range bodies {
+			var err error
+			bodies[i], err = proto.Marshal(&flowv1.GetListOfRacksRequest{WithComponents: true, Pagination: &flowv1.Pagination{Offset: int32(i) * 100, Limit: 100}})
+			require.NoError(b, err)
+		}
+		url := tb.url + flowv1connect.FlowGetListOfRacksProcedure
+		call := func(page int) {
+			res, err := http.Post(url, "application/proto", bytes.NewReader(bodies[page%10]))
+			require.NoError(b, err)
+			_, err = io.Copy(io.Discard, res.Body)
+			require.NoError(b, err)
+			require.NoError(b, res.Body.Close())
+			require.Equal(b, http.StatusOK, res.StatusCode)
+		}
+		for i := range 10 {
+			call(i)
+		}
+		page := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			call(page)
 			page++
 		}
 	})

@@ -32,9 +32,15 @@ type Handler struct {
 	// cache keeps built rack pages (nil: off); see SetListings.
 	builds chan struct{}
 	cache  *pageCache
+	// gen reads the inventory generation for the cached listings, shared
+	// among the calls waiting for one (freshRead).
+	gen freshRead[int64]
 	// hits and misses count the rack pages answered from the cache and
-	// built for it.
-	hits, misses atomic.Int64
+	// built for it; genReads and pageChecks the generation reads and the
+	// checks of a page's task-derived fields run for them (shared among
+	// concurrent calls, so fewer than the calls).
+	hits, misses         atomic.Int64
+	genReads, pageChecks atomic.Int64
 }
 
 // NewHandler returns a Handler running svc on pool.
@@ -202,12 +208,24 @@ func (h *Handler) cachedRackPage(ctx context.Context, req *flowv1.GetListOfRacks
 	}
 	key := string(k)
 	// The generation is read before anything of the page: see pagecache.go.
-	gen, err := h.svc.q.InventoryGeneration(ctx, h.pool)
+	// Both checks are shared with the calls that wait for the same ones,
+	// never answered by a read that started before this call (freshRead).
+	gen, err := h.gen.do(ctx, func(ctx context.Context) (int64, error) {
+		h.genReads.Add(1)
+		gen, err := h.svc.q.InventoryGeneration(ctx, h.pool)
+		if err != nil {
+			return 0, fmt.Errorf("inventory generation: %w", err)
+		}
+		return gen, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("inventory generation: %w", err)
+		return nil, err
 	}
 	if p := h.cache.get(key, gen); p != nil {
-		dyn, err := h.svc.currentFingerprint(ctx, h.pool, p.ids, p.racks)
+		dyn, err := p.check.do(ctx, func(ctx context.Context) (uint64, error) {
+			h.pageChecks.Add(1)
+			return h.svc.currentFingerprint(ctx, h.pool, p.ids, p.racks)
+		})
 		if err != nil {
 			return nil, err
 		}

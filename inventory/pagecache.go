@@ -64,6 +64,14 @@ func (h *Handler) ListingCacheStats() (hits, misses int64) {
 	return h.hits.Load(), h.misses.Load()
 }
 
+// ListingCheckStats returns how many inventory generation reads and page
+// checks (of a cached page's task-derived fields) the GetListOfRacks page
+// cache has run since start; concurrent calls share them (freshRead), so
+// under load they are fewer than the calls.
+func (h *Handler) ListingCheckStats() (genReads, pageChecks int64) {
+	return h.genReads.Load(), h.pageChecks.Load()
+}
+
 // acquireBuild waits for a build slot (until ctx ends) and returns its
 // release.
 func (h *Handler) acquireBuild(ctx context.Context) (func(), error) {
@@ -114,6 +122,9 @@ type cachedPage struct {
 	racks int         // how many of ids are racks
 	dyn   uint64      // fingerprint of its task-derived fields
 	bytes []byte
+	// check reads the current fingerprint of its task-derived fields,
+	// shared among the calls of the page waiting for one (freshRead).
+	check freshRead[uint64]
 }
 
 func (p *cachedPage) size() int64 { return int64(len(p.bytes)+len(p.key)+16*len(p.ids)) + 128 }

@@ -67,6 +67,8 @@ func TestListingCache(t *testing.T) {
 	list()
 	list()
 	expect(2, 1)
+	genReads, pageChecks := tb.h.ListingCheckStats()
+	require.Equal(t, [2]int64{3, 2}, [2]int64{genReads, pageChecks}, "one generation read a call, one check a hit: the calls came one at a time")
 
 	// A write through the API.
 	rack := first.GetRacks()[0]
