@@ -4,6 +4,7 @@
 package bench
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -380,6 +381,9 @@ func startBench(ctx context.Context, o benchOptions) (_ *Bench, err error) {
 		return b, err
 	}
 	b.onClose(func(context.Context) error {
+		// The server's errors outlive its folder: a failed run stays
+		// diagnosable without --keep.
+		b.reportServerErrors()
 		if o.keep {
 			return nil
 		}
@@ -452,6 +456,43 @@ func (b *Bench) close(ctx context.Context) error {
 		errs = append(errs, f(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// maxServerErrors is how many of the server's ERROR log lines
+// reportServerErrors prints at most.
+const maxServerErrors = 20
+
+// reportServerErrors prints the server log's ERROR lines (the last
+// maxServerErrors of them) to the progress output, if any.
+func (b *Bench) reportServerErrors() {
+	if b.o.progress == nil {
+		return
+	}
+	f, err := os.Open(filepath.Join(b.dir, "server.log"))
+	if err != nil {
+		return // no server was started
+	}
+	defer f.Close()
+	var lines []string
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		if l := sc.Text(); strings.Contains(l, `"level":"ERROR"`) {
+			n++
+			lines = append(lines, l)
+			if len(lines) > maxServerErrors {
+				lines = lines[1:]
+			}
+		}
+	}
+	if n == 0 {
+		return
+	}
+	b.progressf("the server logged %d error(s); the last %d:", n, len(lines))
+	for _, l := range lines {
+		fmt.Fprintln(b.o.progress, "  "+l)
+	}
 }
 
 func (b *Bench) progressf(format string, args ...any) {

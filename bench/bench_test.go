@@ -1,6 +1,10 @@
 package bench
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,4 +52,29 @@ func TestPercentileMs(t *testing.T) {
 	require.Equal(t, 99.0, percentileMs(ds, 99))
 	require.Equal(t, 7.0, percentileMs([]time.Duration{7 * time.Millisecond}, 99))
 	require.Zero(t, percentileMs(nil, 50))
+}
+
+func TestReportServerErrors(t *testing.T) {
+	dir := t.TempDir()
+	var log strings.Builder
+	log.WriteString(`{"level":"INFO","msg":"rpc"}` + "\n")
+	for i := range maxServerErrors + 3 {
+		fmt.Fprintf(&log, `{"level":"ERROR","msg":"internal error","n":%d}`+"\n", i)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "server.log"), []byte(log.String()), 0o600))
+	var out strings.Builder
+	b := &Bench{dir: dir, o: benchOptions{progress: &out}}
+	b.reportServerErrors()
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Equal(t, fmt.Sprintf("bench: the server logged %d error(s); the last %d:", maxServerErrors+3, maxServerErrors), lines[0])
+	require.Len(t, lines, 1+maxServerErrors)
+	require.Contains(t, lines[1], `"n":3}`, "the last ones")
+	require.Contains(t, lines[maxServerErrors], fmt.Sprintf(`"n":%d}`, maxServerErrors+2))
+
+	out.Reset()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "server.log"), []byte(`{"level":"INFO","msg":"rpc"}`+"\n"), 0o600))
+	b.reportServerErrors()
+	require.Empty(t, out.String(), "nothing to say without errors")
+	(&Bench{dir: t.TempDir(), o: benchOptions{progress: &out}}).reportServerErrors()
+	require.Empty(t, out.String(), "nor without a server log")
 }
