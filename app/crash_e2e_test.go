@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -126,16 +127,32 @@ func (p *serverProcess) kill(t *testing.T) {
 	_ = p.cmd.Wait()
 }
 
+// waitHealthy waits for the server at url to answer its health check,
+// for a minute; failing, it says what the last attempt got (a refused
+// connection: the server never listened or exited; a status: something
+// else answers on the port).
 func waitHealthy(t testing.TB, url string) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		res, err := http.Post(url+"/grpc.health.v1.Health/Check", "application/json", strings.NewReader(`{}`))
-		if err != nil {
-			return false
+	client := &http.Client{Timeout: 5 * time.Second}
+	var last string
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := client.Post(url+"/grpc.health.v1.Health/Check", "application/json", strings.NewReader(`{}`))
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(res.Body, 512))
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return
+			}
+			last = fmt.Sprintf("HTTP %d: %s", res.StatusCode, body)
+		} else {
+			last = err.Error()
 		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK
-	}, 60*time.Second, 50*time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatalf("server at %s not healthy after 60s; last attempt: %s", url, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // TestKillDuringPowerOn kills -9 the server while 50 power-on tasks run,
