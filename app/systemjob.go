@@ -392,13 +392,13 @@ const (
 	// (both every 30 s and at election; app/river.go adds them).
 	TaskQueueSweepJob    = "task-queue-sweep"
 	OperationRunSweepJob = "operation-run-sweep"
-	// AnalyzeJob analyzes tables a burst grew or turned over
+	// AnalyzeJob analyzes tables a burst grew (or a bulk delete emptied)
 	// (db.AnalyzeResized; app/serve.go adds it).
 	AnalyzeJob = "analyze"
 )
 
-// analyzeInterval is how often the leader looks for tables a burst
-// changed past their statistics: a read of pg_stat_user_tables, and
+// analyzeInterval is how often the leader looks for tables whose size
+// moved far from their statistics: a read of pg_stat_user_tables, and
 // ANALYZE of those tables only.
 const analyzeInterval = 2 * time.Second
 
