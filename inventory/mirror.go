@@ -60,7 +60,7 @@ type MirrorResult struct {
 	Skipped  int
 	Warnings []string
 	// Live, when the pass wrote nothing, is the type's live components as
-	// SyncComponents returns them, read in the pass's transaction: the
+	// SyncComponentPages returns them, read in the pass's transaction: the
 	// actual sync of the type can use it instead of reading them again.
 	// Nil when the pass wrote anything, when the type has more than
 	// MirrorLiveMax components, or when the Service lists the type for the
@@ -305,7 +305,7 @@ type mirrorRow struct {
 }
 
 // mirrorList reads ComponentSyncList for t, soft-deleted rows included, as
-// the mirror compares each row, and the live ones as SyncComponents
+// the mirror compares each row, and the live ones as SyncComponentPages
 // returns them when this Service listed t before and found at most
 // MirrorLiveMax rows, and still finds no more (else nil).
 func (s *Service) mirrorList(ctx context.Context, dbtx db.DBTX, t ComponentType) ([]mirrorRow, []SyncComponent, error) {
@@ -639,7 +639,7 @@ type DPUBMC struct {
 }
 
 // ApplyDPUs makes the DPU BMCs of each component in dpus exactly the ones
-// listed (current holds what the component has now, as SyncComponents read
+// listed (current holds what the component has now, as SyncComponentPages read
 // it), through tx, and returns how many BMC rows it wrote. A DPU MAC held by
 // another component's DPU moves to this one; one held by a host BMC is left
 // alone.

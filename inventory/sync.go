@@ -37,30 +37,10 @@ type SyncComponent struct {
 	// UpdatedAt is the row's version: ApplySync skips a row that changed
 	// since it was read.
 	UpdatedAt time.Time
-	// mirror is what only the expected mirror compares.
-	mirror mirrorFields
-}
-
-// mirrorFields are the columns of a listed component only the expected
-// mirror reads.
-type mirrorFields struct {
-	manufacturer          string
-	model                 *string
-	hostIP                string
-	deletedAt, mirroredAt *time.Time
-}
-
-// SyncComponents returns every live component of type t, ordered by ID.
-func (s *Service) SyncComponents(ctx context.Context, dbtx db.DBTX, t ComponentType) ([]SyncComponent, error) {
-	all, err := s.syncList(ctx, dbtx, t)
-	if err != nil {
-		return nil, fmt.Errorf("list %s components for sync: %w", t, err)
-	}
-	return liveSyncComponents(all), nil
 }
 
 // SyncComponentPages hands f the live components of type t in ID order,
-// at most size at a time (as SyncComponents returns them), read through
+// at most size at a time, each with its DPUs ordered by MAC, read through
 // dbtx a page per statement. Each page is read whole before f runs, so f
 // may write through the same transaction; the next page is read after f
 // returns (rows f wrote are read as they now are). f must not keep the
@@ -91,27 +71,6 @@ func (s *Service) SyncComponentPages(ctx context.Context, dbtx db.DBTX, t Compon
 	}
 }
 
-// syncList reads ComponentSyncList for t, soft-deleted rows included, into
-// a slice sized by the last listing of t, plus room to grow: the listing is
-// the sync's largest read, and a slice grown by doubling was most of its
-// garbage. Each row becomes a SyncComponent as it is scanned.
-func (s *Service) syncList(ctx context.Context, dbtx db.DBTX, t ComponentType) ([]SyncComponent, error) {
-	n := 0
-	if v, ok := s.listed.Load(t); ok {
-		n = v.(int)
-	}
-	out := make([]SyncComponent, 0, n+n/16)
-	err := s.q.ComponentSyncListEach(ctx, dbtx, string(t), func(r *dbsqlc.ComponentSyncListRow) error {
-		out = append(out, syncComponentOf(r))
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.listed.Store(t, len(out))
-	return out, nil
-}
-
 // syncComponentOf is a ComponentSyncList row as the sync and the mirror
 // read it.
 func syncComponentOf(r *dbsqlc.ComponentSyncListRow) SyncComponent {
@@ -121,7 +80,6 @@ func syncComponentOf(r *dbsqlc.ComponentSyncListRow) SyncComponent {
 		Position: Position{SlotID: r.SlotID, TrayIdx: r.TrayIdx, HostID: r.HostID},
 		Status:   OperationStatus{Phase: r.OperationPhase, Reason: r.OperationReason, Blocked: r.BlockedOperations},
 		Health:   r.Health, Description: r.Description, HostMAC: MAC(r.HostMac), UpdatedAt: r.UpdatedAt,
-		mirror: mirrorFields{manufacturer: r.Manufacturer, model: r.Model, hostIP: r.HostIp, deletedAt: r.DeletedAt, mirroredAt: r.MirroredAt},
 	}
 	if len(r.DpuMacs) > 0 {
 		c.DPUs = make([]DPUBMC, len(r.DpuMacs))
@@ -132,32 +90,11 @@ func syncComponentOf(r *dbsqlc.ComponentSyncListRow) SyncComponent {
 	return c
 }
 
-// liveSyncComponents returns the live components of a listing: the listing
-// itself when none is soft-deleted.
-func liveSyncComponents(all []SyncComponent) []SyncComponent {
-	live := 0
-	for i := range all {
-		if all[i].mirror.deletedAt == nil {
-			live++
-		}
-	}
-	if live == len(all) {
-		return all
-	}
-	out := make([]SyncComponent, 0, live)
-	for _, c := range all {
-		if c.mirror.deletedAt == nil {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 // SyncUpdate is the synced state of one component: ApplySync writes every
 // field (it is the component's current values with the sync's changes).
 type SyncUpdate struct {
 	ID              uuid.UUID
-	UpdatedAt       time.Time // as read by SyncComponents
+	UpdatedAt       time.Time // as read by SyncComponentPages
 	ExternalID      string
 	PowerState      string
 	FirmwareVersion string
@@ -181,7 +118,7 @@ type syncUpdateRow struct {
 
 // ApplySync writes ups through tx, writeChunk rows a statement, and returns
 // how many rows it changed. A component deleted, or changed by anyone else
-// since SyncComponents read it, is left alone (the next cycle sees it
+// since SyncComponentPages read it, is left alone (the next cycle sees it
 // afresh).
 func (s *Service) ApplySync(ctx context.Context, tx pgx.Tx, ups []SyncUpdate) (int64, error) {
 	var n int64

@@ -669,7 +669,7 @@ func (x deviceIndex) find(k string) (int, bool) {
 	return int(x.order[j-1]), true
 }
 
-// sortedDPUs returns ds ordered by MAC, as SyncComponents orders a
+// sortedDPUs returns ds ordered by MAC, as SyncComponentPages orders a
 // component's DPUs.
 func sortedDPUs(ds []inventory.DPUBMC) []inventory.DPUBMC {
 	out := slices.Clone(ds)
