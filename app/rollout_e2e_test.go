@@ -477,8 +477,10 @@ func TestRolloutBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, list.GetTotal(), "nothing written")
 	require.Empty(t, b.sims.nico.Journal().Calls("UpdateComponentFirmware"))
-	_, err = srv.client.GetOperationRun(ctx, &flowv1.GetOperationRunRequest{Id: &flowv1.UUID{Id: uuid.NewString()}})
-	require.Equal(t, connect.CodeNotFound, connect.CodeOf(err))
+	for _, stats := range []bool{false, true} {
+		_, err = srv.client.GetOperationRun(ctx, &flowv1.GetOperationRunRequest{Id: &flowv1.UUID{Id: uuid.NewString()}, IncludeStats: stats})
+		require.Equal(t, connect.CodeNotFound, connect.CodeOf(err), "include_stats %v", stats)
+	}
 	_, err = srv.client.PauseOperationRun(ctx, &flowv1.PauseOperationRunRequest{})
 	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
 

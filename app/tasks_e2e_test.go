@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"connectrpc.com/connect"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -346,10 +347,22 @@ func TestListTasksFiltersAndStats(t *testing.T) {
 	require.EqualValues(t, 1, active.GetTotal())
 	require.Contains(t, active.GetTasks()[0].GetReport(), `"status":"running"`)
 
-	onA, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{RackId: &flowv1.UUID{Id: a.ID.String()}})
+	onA, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{RackId: &flowv1.UUID{Id: a.ID.String()}, WithReport: true})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, onA.GetTotal())
+	require.Len(t, onA.GetTasks(), 1)
 	require.Equal(t, done.GetTaskIds()[0].GetId(), onA.GetTasks()[0].GetId().GetId())
+	require.Contains(t, onA.GetTasks()[0].GetReport(), `"status":"completed"`)
+	pastA, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{RackId: &flowv1.UUID{Id: a.ID.String()}, Pagination: &flowv1.Pagination{Offset: 1, Limit: 5}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, pastA.GetTotal(), "the total counts the rack's tasks, whatever the page")
+	require.Empty(t, pastA.GetTasks())
+	activeOnA, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{RackId: &flowv1.UUID{Id: a.ID.String()}, ActiveOnly: true})
+	require.NoError(t, err)
+	require.Zero(t, activeOnA.GetTotal())
+	none, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{RackId: &flowv1.UUID{Id: uuid.NewString()}})
+	require.NoError(t, err)
+	require.Zero(t, none.GetTotal(), "an unknown rack has no tasks")
 
 	tray := b.Components[5].ID
 	byComp, err := e.client.ListTasks(ctx, &flowv1.ListTasksRequest{ComponentId: &flowv1.UUID{Id: tray.String()}})

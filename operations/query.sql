@@ -123,10 +123,13 @@ WHERE (sqlc.narg(rack_id)::uuid IS NULL OR rack_id = sqlc.narg(rack_id)::uuid)
 
 -- name: TaskListActive :many
 -- TaskList with active_only and no other filter, written out: its plan
--- (the partial index task_active_created) holds as a generic plan whatever
--- the history, so a poll of the active tasks is not planned afresh on
--- every call (TaskList's optional filters make a large table's generic
--- plan a walk of every task, and PostgreSQL then plans each call).
+-- (the partial index task_active_created) is the same whatever the
+-- history, so it runs as a generic plan (db.GenericPlans). TaskList's
+-- optional filters make a large table's generic plan a walk of every
+-- task, and PostgreSQL plans each of its calls; it does so here too,
+-- unless told: the generic plan's cost comes out a hair above a custom
+-- plan's plus PostgreSQL's allowance for planning, so each call would be
+-- planned afresh (0.1 ms at a million tasks, more than it runs).
 SELECT * FROM task
 WHERE status IN ('waiting', 'pending', 'running')
 ORDER BY created_at DESC, id DESC
@@ -136,6 +139,20 @@ LIMIT @row_limit OFFSET @row_offset;
 -- TaskCount with active_only and no other filter (see TaskListActive).
 SELECT count(*)::int FROM task
 WHERE status IN ('waiting', 'pending', 'running');
+
+-- name: TaskListByRack :many
+-- TaskList with only a rack filter, written out: its plan (the rack's
+-- newest tasks through task_rack_created) is the same for every rack and
+-- any history, so it runs as a generic plan (db.GenericPlans) instead of
+-- being planned on every call.
+SELECT * FROM task
+WHERE rack_id = @rack_id
+ORDER BY created_at DESC, id DESC
+LIMIT @row_limit OFFSET @row_offset;
+
+-- name: TaskCountByRack :one
+-- TaskCount with only a rack filter (see TaskListByRack).
+SELECT count(*)::int FROM task WHERE rack_id = @rack_id;
 
 -- name: TaskActiveOnRack :many
 -- The rack's unfinished tasks, oldest first (FIFO order for promotion).

@@ -634,14 +634,18 @@ func (t *Tasks) List(ctx context.Context, f TaskFilter) ([]Task, int, error) {
 	var rows []dbsqlc.Task
 	var total int32
 	var err error
-	if f.ActiveOnly && f.RackID == nil && f.ComponentID == nil {
-		// The active tasks of the site (a poll): statements whose plans
-		// hold at any history size (TaskListActive).
-		rows, err = t.q.TaskListActive(ctx, t.pool, dbsqlc.TaskListActiveParams{RowLimit: int32(f.Limit), RowOffset: int32(f.Offset)})
-		if err == nil {
-			total, err = t.q.TaskCountActiveAll(ctx, t.pool)
-		}
-	} else {
+	// The site's active tasks (a poll) and a rack's tasks have statements
+	// of their own, whose plans are the same for any arguments and
+	// history: they run as generic plans, page and count in one round
+	// trip (TaskListActive, TaskListByRack).
+	switch {
+	case f.ActiveOnly && f.RackID == nil && f.ComponentID == nil:
+		rows, total, err = t.q.TaskListActiveCounted(ctx, db.GenericPlans{Pool: t.pool},
+			dbsqlc.TaskListActiveParams{RowLimit: int32(f.Limit), RowOffset: int32(f.Offset)})
+	case !f.ActiveOnly && f.RackID != nil && f.ComponentID == nil:
+		rows, total, err = t.q.TaskListByRackCounted(ctx, db.GenericPlans{Pool: t.pool},
+			dbsqlc.TaskListByRackParams{RackID: *f.RackID, RowLimit: int32(f.Limit), RowOffset: int32(f.Offset)})
+	default:
 		rows, err = t.q.TaskList(ctx, t.pool, dbsqlc.TaskListParams{
 			RackID: f.RackID, ComponentID: f.ComponentID, ActiveOnly: f.ActiveOnly,
 			RowLimit: int32(f.Limit), RowOffset: int32(f.Offset),

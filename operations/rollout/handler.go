@@ -59,7 +59,12 @@ func (h *Handler) GetOperationRun(ctx context.Context, req *flowv1.GetOperationR
 	if err != nil {
 		return nil, err
 	}
-	run, err := h.runs.Run(ctx, h.pool, id, req.GetIncludeStats())
+	var run Run
+	if req.GetIncludeStats() {
+		run, err = h.runs.RunWithStats(ctx, id)
+	} else {
+		run, err = h.runs.Run(ctx, h.pool, id)
+	}
 	if err != nil {
 		return nil, runError(err)
 	}

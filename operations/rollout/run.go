@@ -581,7 +581,7 @@ func (r *Service) control(ctx context.Context, id uuid.UUID, fn func(tx pgx.Tx, 
 	if err != nil {
 		return Run{}, err
 	}
-	return r.Run(ctx, r.pool, id, false)
+	return r.Run(ctx, r.pool, id)
 }
 
 func terminalError(st *runState, verb string) error {
@@ -705,5 +705,5 @@ func (r *Service) Cancel(ctx context.Context, id uuid.UUID, reason string) (Run,
 	if len(children) == 0 {
 		return run, nil
 	}
-	return r.Run(ctx, r.pool, id, false)
+	return r.Run(ctx, r.pool, id)
 }

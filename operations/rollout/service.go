@@ -410,50 +410,62 @@ func (r *Service) checkCap(count int) error {
 	return nil
 }
 
-// Run returns run id, with stats when withStats, or ErrRunNotFound.
-func (r *Service) Run(ctx context.Context, dbtx db.DBTX, id uuid.UUID, withStats bool) (Run, error) {
+// Run returns run id, without stats, or ErrRunNotFound.
+func (r *Service) Run(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (Run, error) {
 	row, err := r.q.OperationRunGetByID(ctx, dbtx, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Run{}, fmt.Errorf("%w: %s", ErrRunNotFound, id)
-	} else if err != nil {
-		return Run{}, fmt.Errorf("get operation run %s: %w", id, err)
+	if err != nil {
+		return Run{}, runGetError(id, err)
+	}
+	return runFromRow(row)
+}
+
+// RunWithStats returns run id with its stats, or ErrRunNotFound: the run
+// and its targets' counts are read in one round trip, as generic plans
+// (both reach rows by key, so their plans hold for any run and history;
+// planned on each call instead, they cost more to plan than to run).
+func (r *Service) RunWithStats(ctx context.Context, id uuid.UUID) (Run, error) {
+	row, counts, err := r.q.OperationRunGetWithPhaseCounts(ctx, db.GenericPlans{Pool: r.pool}, id)
+	if err != nil {
+		return Run{}, runGetError(id, err)
 	}
 	run, err := runFromRow(row)
 	if err != nil {
 		return Run{}, err
 	}
-	if withStats {
-		counts, err := r.q.OperationRunTargetPhaseCounts(ctx, dbtx, id)
-		if err != nil {
-			return Run{}, fmt.Errorf("count targets: %w", err)
+	st := RunStats{Current: PhaseStats{Phase: run.CurrentPhase}, Cumulative: PhaseStats{Phase: run.CurrentPhase}}
+	for _, c := range counts {
+		ph := int(c.PhaseIndex)
+		if ph > run.CurrentPhase {
+			continue
 		}
-		st := RunStats{Current: PhaseStats{Phase: run.CurrentPhase}, Cumulative: PhaseStats{Phase: run.CurrentPhase}}
-		for _, c := range counts {
-			ph := int(c.PhaseIndex)
-			if ph > run.CurrentPhase {
-				continue
-			}
-			add := func(s *PhaseStats) {
-				s.Selected += int(c.N)
-				switch TargetStatus(c.Status) {
-				case TargetCompleted:
-					s.Completed += int(c.N)
-				case TargetFailed:
-					s.Failed += int(c.N)
-				case TargetTerminated:
-					s.Terminated += int(c.N)
-				case TargetSkipped:
-					s.Skipped += int(c.N)
-				}
-			}
-			add(&st.Cumulative)
-			if ph == run.CurrentPhase {
-				add(&st.Current)
+		add := func(s *PhaseStats) {
+			s.Selected += int(c.N)
+			switch TargetStatus(c.Status) {
+			case TargetCompleted:
+				s.Completed += int(c.N)
+			case TargetFailed:
+				s.Failed += int(c.N)
+			case TargetTerminated:
+				s.Terminated += int(c.N)
+			case TargetSkipped:
+				s.Skipped += int(c.N)
 			}
 		}
-		run.Stats = &st
+		add(&st.Cumulative)
+		if ph == run.CurrentPhase {
+			add(&st.Current)
+		}
 	}
+	run.Stats = &st
 	return run, nil
+}
+
+// runGetError is the error of reading run id.
+func runGetError(id uuid.UUID, err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %s", ErrRunNotFound, id)
+	}
+	return fmt.Errorf("get operation run %s: %w", id, err)
 }
 
 func runFromRow(row dbsqlc.OperationRun) (Run, error) {
@@ -541,7 +553,7 @@ type TargetFilter struct {
 // terminal run has none, and all its phases count as completed. Future
 // phases are never listed.
 func (r *Service) ListTargets(ctx context.Context, dbtx db.DBTX, runID uuid.UUID, f TargetFilter) ([]Target, int, error) {
-	run, err := r.Run(ctx, dbtx, runID, false)
+	run, err := r.Run(ctx, dbtx, runID)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -33,3 +33,45 @@ func (q *Queries) TaskLockRacksThenActive(ctx context.Context, tx pgx.Tx, rackKe
 	}
 	return q.TaskActiveOnRacks(ctx, res, rackIDs)
 }
+
+// TaskListActiveCounted is TaskListActive then TaskCountActiveAll, sent in
+// one round trip through s (db.GenericPlans: both run as generic plans).
+func (q *Queries) TaskListActiveCounted(ctx context.Context, s db.BatchSender, arg TaskListActiveParams) (_ []Task, _ int32, err error) {
+	b := &pgx.Batch{}
+	b.Queue(taskListActive, arg.RowOffset, arg.RowLimit)
+	b.Queue(taskCountActiveAll)
+	return listCounted(ctx, s, b, func(res db.BatchResults) ([]Task, error) { return q.TaskListActive(ctx, res, arg) },
+		func(res db.BatchResults) (int32, error) { return q.TaskCountActiveAll(ctx, res) })
+}
+
+// TaskListByRackCounted is TaskListByRack then TaskCountByRack, sent in
+// one round trip through s (db.GenericPlans: both run as generic plans).
+func (q *Queries) TaskListByRackCounted(ctx context.Context, s db.BatchSender, arg TaskListByRackParams) (_ []Task, _ int32, err error) {
+	b := &pgx.Batch{}
+	b.Queue(taskListByRack, arg.RackID, arg.RowOffset, arg.RowLimit)
+	b.Queue(taskCountByRack, arg.RackID)
+	return listCounted(ctx, s, b, func(res db.BatchResults) ([]Task, error) { return q.TaskListByRack(ctx, res, arg) },
+		func(res db.BatchResults) (int32, error) { return q.TaskCountByRack(ctx, res, arg.RackID) })
+}
+
+// listCounted sends b, a page's statement then its count's, and reads
+// them with list and count.
+func listCounted(ctx context.Context, s db.BatchSender, b *pgx.Batch,
+	list func(db.BatchResults) ([]Task, error), count func(db.BatchResults) (int32, error)) (_ []Task, _ int32, err error) {
+	br := s.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	res := db.BatchResults{BatchResults: br}
+	rows, err := list(res)
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := count(res)
+	if err != nil {
+		return nil, 0, err
+	}
+	return rows, n, nil
+}
