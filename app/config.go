@@ -123,7 +123,7 @@ var ConfigVars = []ConfigVar{
 	{"DB_NAME", "flow", "PostgreSQL database"},
 	{"DB_CERT_PATH", "", "TLS to PostgreSQL (upstream's name), sslmode=verify-full: the CA file (upstream's meaning; the chart uses /var/run/secrets/spiffe.io/ca.crt), with tls.crt and tls.key beside it used as client certificate when present, or a folder holding ca.crt, tls.crt and tls.key; a missing file refuses startup"},
 	{"FLOW_ENV", "development", "upstream's deployment environment: development, staging or production; staging and production require TLS certificates (ALLOW_INSECURE_GRPC is refused) and refuse --dev-mode; when set, flow serve applies migrations at start as upstream's does"},
-	{"FLOW_DB_MAX_CONNS", "40", "size of the connection pool; half of it is opened, and warmed, at start"},
+	{"FLOW_DB_MAX_CONNS", "40", "size of the connection pool; half of it is opened, and warmed, at start (the listings' page checks have 4 connections more, of their own)"},
 	{"FLOW_DEV_MODE", "false", "same as --dev-mode: server reflection and debug logs"},
 	{"FLOW_LOG_LEVEL", "info", "debug, info, warn or error; flow dev defaults to debug for Flow's own lines; River's own lines are WARN and above unless this is debug"},
 	{"FLOW_LOG_FORMAT", "json", "json or text (flow dev defaults to text)"},

@@ -33,19 +33,21 @@ import (
 
 // server is a running Flow server: its pool, HTTP server and background work.
 type server struct {
-	cfg      Config
-	logger   *slog.Logger
-	pool     *pgxpool.Pool
-	console  *console.Console // /ui/ on the API port
-	http     *http.Server
-	health   *edge.Health
-	keys     *firmware.Keyring // nil when no key is configured
-	backends *backends
-	mock     *mockBackend // nil: no type is managed by mock
-	ln       net.Listener
-	tls      *edge.CertReloader // nil: the API is cleartext
-	admin    *http.Server       // nil: FLOW_ADMIN_LISTEN=off
-	adminLn  net.Listener
+	cfg    Config
+	logger *slog.Logger
+	pool   *pgxpool.Pool
+	// checkPool runs the listings' page checks (listingCheckConns).
+	checkPool *pgxpool.Pool
+	console   *console.Console // /ui/ on the API port
+	http      *http.Server
+	health    *edge.Health
+	keys      *firmware.Keyring // nil when no key is configured
+	backends  *backends
+	mock      *mockBackend // nil: no type is managed by mock
+	ln        net.Listener
+	tls       *edge.CertReloader // nil: the API is cleartext
+	admin     *http.Server       // nil: FLOW_ADMIN_LISTEN=off
+	adminLn   net.Listener
 	// metrics serves /metrics on upstream's --metrics-port (nil: not given).
 	metrics   *http.Server
 	metricsLn net.Listener
@@ -109,7 +111,18 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 			pool.Close()
 		}
 	}()
-	s := &server{cfg: cfg, logger: logger, pool: pool, health: edge.NewHealth(), keys: keys, tls: sec.Certs}
+	// The listings' page checks have a small pool of their own, whose
+	// connections run generic plans (inventory.ListingOptions.CheckPool).
+	checkPool, err := db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: listingCheckConns, MinConns: listingCheckConns / 2, Warm: true, GenericPlans: true})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			checkPool.Close()
+		}
+	}()
+	s := &server{cfg: cfg, logger: logger, pool: pool, checkPool: checkPool, health: edge.NewHealth(), keys: keys, tls: sec.Certs}
 	if s.tel, err = newTelemetry(ctx, cfg, opts.tracer); err != nil {
 		return nil, err
 	}
@@ -268,6 +281,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	svc.taskHandler.LimitSubmits(limitsOrDefault(cfg.Limits).Submits)
 	svc.inventoryHandler.SetListings(inventory.ListingOptions{
 		Builds: limitsOrDefault(cfg.Limits).ListingBuilds, CacheBytes: limitsOrDefault(cfg.Limits).ListingCacheBytes,
+		CheckPool: checkPool,
 	})
 	s.tel.metrics.Register(newListingCollector(svc.inventoryHandler))
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer), leakAdminHandler: eventrule.NewLeakAdminHandler(pool, inv, leak)}
@@ -388,7 +402,7 @@ func (s *server) run(ctx context.Context) error {
 		s.ln.Close()
 		s.closeSideListeners()
 		s.closeMock(ctx)
-		s.pool.Close()
+		s.closePools()
 		return err
 	}
 	// River stops when run says so, not when ctx ends.
@@ -396,7 +410,7 @@ func (s *server) run(ctx context.Context) error {
 		s.ln.Close()
 		s.closeSideListeners()
 		s.closeMock(ctx)
-		s.pool.Close()
+		s.closePools()
 		s.tel.shutdown(context.WithoutCancel(ctx))
 		return fmt.Errorf("start river: %w", err)
 	}
@@ -456,7 +470,7 @@ func (s *server) run(ctx context.Context) error {
 	<-riverDone
 	s.closeMock(shutdownCtx)
 	s.riverStarted.Store(false)
-	s.pool.Close()
+	s.closePools()
 	s.tel.shutdown(shutdownCtx)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
@@ -497,4 +511,15 @@ func logKeyUsage(ctx context.Context, logger *slog.Logger, keys *firmware.Keyrin
 		logger.WarnContext(ctx, "unfinished tasks carry credentials sealed with a key this server does not have; they will fail at their firmware step",
 			"key_id", id, "unfinished_tasks", n, "setting", "FLOW_DATA_DECRYPTION_KEY_PATHS")
 	}
+}
+
+// listingCheckConns is the size of the listings' check pool: a check runs
+// in a tenth of a millisecond and is shared by the calls of its page, so
+// a few connections serve thousands of calls a second.
+const listingCheckConns = 4
+
+// closePools closes the server's connection pools.
+func (s *server) closePools() {
+	s.checkPool.Close()
+	s.pool.Close()
 }

@@ -31,6 +31,17 @@ type PoolConfig struct {
 	// Warm has each new connection read the catalog entries of the tables
 	// a request touches before it is used (warmQuery).
 	Warm bool
+	// GenericPlans has every connection run with GenericPlanSettings, as
+	// its session's settings: the pool of statements that reach rows by
+	// key from a list of IDs, with none of the three extra statements
+	// GenericPlans adds to each call. Nothing else may run on it.
+	GenericPlans bool
+}
+
+// genericParams are GenericPlanSettings as a connection's settings.
+var genericParams = map[string]string{
+	"plan_cache_mode": "force_generic_plan", "enable_hashjoin": "off", "enable_mergejoin": "off",
+	"max_parallel_workers_per_gather": "0",
 }
 
 // warmQuery plans a read of each table on Flow's request path (tasks,
@@ -53,6 +64,11 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 	}
 	pc.MinConns = min(cfg.MinConns, pc.MaxConns)
 	Tune(pc)
+	if cfg.GenericPlans {
+		for k, v := range genericParams {
+			pc.ConnConfig.RuntimeParams[k] = v
+		}
+	}
 	if cfg.Warm {
 		next := pc.AfterConnect
 		pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {

@@ -100,3 +100,17 @@ func TestGenericPlans(t *testing.T) {
 		require.Equal(t, 4, count())
 	})
 }
+
+// TestGenericPlansPool checks that a pool opened with GenericPlans runs
+// every statement with GenericPlanSettings, as its sessions' settings.
+func TestGenericPlansPool(t *testing.T) {
+	t.Parallel()
+	ctx := dbtest.Context(t)
+	pool, err := db.Open(ctx, dbtest.NewDB(t), db.PoolConfig{MaxConns: 2, GenericPlans: true})
+	require.NoError(t, err)
+	defer pool.Close()
+	var mode, hash, merge, workers, jit string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT current_setting('plan_cache_mode'), current_setting('enable_hashjoin'),
+		current_setting('enable_mergejoin'), current_setting('max_parallel_workers_per_gather'), current_setting('jit')`).Scan(&mode, &hash, &merge, &workers, &jit))
+	require.Equal(t, []string{"force_generic_plan", "off", "off", "0", "off"}, []string{mode, hash, merge, workers, jit})
+}

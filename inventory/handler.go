@@ -32,6 +32,8 @@ type Handler struct {
 	// cache keeps built rack pages (nil: off); see SetListings.
 	builds chan struct{}
 	cache  *pageCache
+	// checkPool runs the cached pages' checks (ListingOptions.CheckPool).
+	checkPool *pgxpool.Pool
 	// gen reads the inventory generation for the cached listings, shared
 	// among the calls waiting for one (freshRead).
 	gen freshRead[int64]
@@ -45,7 +47,7 @@ type Handler struct {
 
 // NewHandler returns a Handler running svc on pool.
 func NewHandler(svc *Service, pool *pgxpool.Pool) *Handler {
-	return &Handler{svc: svc, pool: pool}
+	return &Handler{svc: svc, pool: pool, checkPool: pool}
 }
 
 // connectError maps the package's errors to Connect codes. Errors it does
@@ -224,7 +226,7 @@ func (h *Handler) cachedRackPage(ctx context.Context, req *flowv1.GetListOfRacks
 	if p := h.cache.get(key, gen); p != nil {
 		dyn, err := p.check.do(ctx, func(ctx context.Context) (uint64, error) {
 			h.pageChecks.Add(1)
-			return h.svc.currentFingerprint(ctx, h.pool, p.ids, p.racks)
+			return h.svc.currentFingerprint(ctx, h.checkPool, p.ids, p.racks)
 		})
 		if err != nil {
 			return nil, err

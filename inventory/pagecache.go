@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nicoflow/flow/db"
 )
@@ -45,11 +46,22 @@ type ListingOptions struct {
 	// CacheBytes bounds the marshaled GetListOfRacks pages kept
 	// (FLOW_LISTING_CACHE_BYTES); 0 turns the cache off.
 	CacheBytes int64
+	// CheckPool runs a cached page's check of its task-derived fields
+	// (nil: the handler's pool). Its statements reach rows by key from the
+	// page's 3,600 IDs, so it should be opened with db.PoolConfig's
+	// GenericPlans: planned for their values, each of a new connection's
+	// first five checks takes 10-35 ms to plan and 0.1 ms to run, and a
+	// pool's worth of new connections at once is what made 100 clients
+	// starting together wait (docs/inventory.md, "The p99 tail").
+	CheckPool *pgxpool.Pool
 }
 
 // SetListings applies o. Call it before serving.
 func (h *Handler) SetListings(o ListingOptions) {
-	h.builds, h.cache = nil, nil
+	h.builds, h.cache, h.checkPool = nil, nil, o.CheckPool
+	if h.checkPool == nil {
+		h.checkPool = h.pool
+	}
 	if o.Builds > 0 {
 		h.builds = make(chan struct{}, o.Builds)
 	}

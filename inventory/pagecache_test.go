@@ -27,9 +27,20 @@ func TestListingCache(t *testing.T) {
 	tb := setup(t)
 	var mu sync.Mutex
 	stats := map[uuid.UUID]inventory.TaskStats{}
-	tb.svc.SetTaskStats(func(_ context.Context, _ db.DBTX, ids []uuid.UUID) (map[uuid.UUID]inventory.TaskStats, error) {
+	// The checks run on a pool of their own; builds on the handler's.
+	checkPool, err := db.Open(tb.ctx, tb.pool.Config().ConnString(), db.PoolConfig{MaxConns: 2, GenericPlans: true})
+	require.NoError(t, err)
+	defer checkPool.Close()
+	var onCheckPool, onPool int
+	tb.svc.SetTaskStats(func(_ context.Context, dbtx db.DBTX, ids []uuid.UUID) (map[uuid.UUID]inventory.TaskStats, error) {
 		mu.Lock()
 		defer mu.Unlock()
+		switch dbtx {
+		case checkPool:
+			onCheckPool++
+		case tb.pool:
+			onPool++
+		}
 		out := map[uuid.UUID]inventory.TaskStats{}
 		for _, id := range ids {
 			if s, ok := stats[id]; ok {
@@ -38,7 +49,7 @@ func TestListingCache(t *testing.T) {
 		}
 		return out, nil
 	})
-	tb.h.SetListings(inventory.ListingOptions{Builds: 2, CacheBytes: 64 << 20})
+	tb.h.SetListings(inventory.ListingOptions{Builds: 2, CacheBytes: 64 << 20, CheckPool: checkPool})
 	for i := range 3 {
 		_, err := tb.client.CreateExpectedRack(tb.ctx, &flowv1.CreateExpectedRackRequest{Rack: rack72(i)})
 		require.NoError(t, err)
@@ -69,10 +80,14 @@ func TestListingCache(t *testing.T) {
 	expect(2, 1)
 	genReads, pageChecks := tb.h.ListingCheckStats()
 	require.Equal(t, [2]int64{3, 2}, [2]int64{genReads, pageChecks}, "one generation read a call, one check a hit: the calls came one at a time")
+	mu.Lock()
+	require.Equal(t, 2, onCheckPool, "the checks ran on the check pool")
+	require.Positive(t, onPool, "the builds ran on the handler's pool")
+	mu.Unlock()
 
 	// A write through the API.
 	rack := first.GetRacks()[0]
-	_, err := tb.client.PatchRack(tb.ctx, &flowv1.PatchRackRequest{Rack: &flowv1.Rack{
+	_, err = tb.client.PatchRack(tb.ctx, &flowv1.PatchRackRequest{Rack: &flowv1.Rack{
 		Info: &flowv1.DeviceInfo{Id: rack.GetInfo().GetId(), Name: "zz-renamed"}}})
 	require.NoError(t, err)
 	res := list()
