@@ -14,6 +14,20 @@ type BatchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
+// RunBatch sends b through s and has read take its results, one per queued
+// statement in order (generated queries read them through BatchResults as
+// their DBTX). The batch is closed after read: the error is read's, else
+// Close's, which reports the batch's first error again.
+func RunBatch(ctx context.Context, s BatchSender, b *pgx.Batch, read func(BatchResults) error) (err error) {
+	br := s.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	return read(BatchResults{BatchResults: br})
+}
+
 // BatchResults hands a generated (sqlc) query the next result of a sent
 // pgx batch, as its DBTX: the query's own SQL and arguments were queued
 // with the batch, in order, so that many statements cost one round trip.

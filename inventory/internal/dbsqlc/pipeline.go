@@ -19,20 +19,17 @@ func (q *Queries) ComponentBlockingBatch(ctx context.Context, s db.BatchSender, 
 	for _, p := range params {
 		b.Queue(componentBlocking, p.Op, p.IDs, p.RackScoped)
 	}
-	br := s.SendBatch(ctx, b)
-	defer func() {
-		// Close reports the batch's first error again: keep the one the
-		// failing query returned, else Close's own.
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	res := db.BatchResults{BatchResults: br}
 	out := make([][]uuid.UUID, len(params))
-	for i, p := range params {
-		if out[i], err = q.ComponentBlocking(ctx, res, p); err != nil {
-			return nil, err
+	err = db.RunBatch(ctx, s, b, func(res db.BatchResults) error {
+		for i, p := range params {
+			if out[i], err = q.ComponentBlocking(ctx, res, p); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

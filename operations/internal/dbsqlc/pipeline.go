@@ -21,17 +21,18 @@ func (q *Queries) TaskLockRacksThenActive(ctx context.Context, tx pgx.Tx, rackKe
 	b := &pgx.Batch{}
 	b.Queue(taskLockRacks, rackKeys)
 	b.Queue(taskActiveOnRacks, rackIDs)
-	br := tx.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); err == nil {
-			err = cerr
+	var tasks []Task
+	err = db.RunBatch(ctx, tx, b, func(res db.BatchResults) error {
+		if err := q.TaskLockRacks(ctx, res, rackKeys); err != nil {
+			return err
 		}
-	}()
-	res := db.BatchResults{BatchResults: br}
-	if err := q.TaskLockRacks(ctx, res, rackKeys); err != nil {
+		tasks, err = q.TaskActiveOnRacks(ctx, res, rackIDs)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
-	return q.TaskActiveOnRacks(ctx, res, rackIDs)
+	return tasks, nil
 }
 
 // TaskListActiveCounted is TaskListActive then TaskCountActiveAll, sent in
@@ -57,19 +58,14 @@ func (q *Queries) TaskListByRackCounted(ctx context.Context, s db.BatchSender, a
 // listCounted sends b, a page's statement then its count's, and reads
 // them with list and count.
 func listCounted(ctx context.Context, s db.BatchSender, b *pgx.Batch,
-	list func(db.BatchResults) ([]Task, error), count func(db.BatchResults) (int32, error)) (_ []Task, _ int32, err error) {
-	br := s.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); err == nil {
-			err = cerr
+	list func(db.BatchResults) ([]Task, error), count func(db.BatchResults) (int32, error)) (rows []Task, n int32, err error) {
+	err = db.RunBatch(ctx, s, b, func(res db.BatchResults) error {
+		if rows, err = list(res); err != nil {
+			return err
 		}
-	}()
-	res := db.BatchResults{BatchResults: br}
-	rows, err := list(res)
-	if err != nil {
-		return nil, 0, err
-	}
-	n, err := count(res)
+		n, err = count(res)
+		return err
+	})
 	if err != nil {
 		return nil, 0, err
 	}

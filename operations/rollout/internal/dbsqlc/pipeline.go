@@ -18,18 +18,15 @@ func (q *Queries) OperationRunGetWithPhaseCounts(ctx context.Context, s db.Batch
 	b := &pgx.Batch{}
 	b.Queue(operationRunGetByID, id)
 	b.Queue(operationRunTargetPhaseCounts, id)
-	br := s.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); err == nil {
-			err = cerr
+	var row OperationRun
+	var counts []OperationRunTargetPhaseCountsRow
+	err = db.RunBatch(ctx, s, b, func(res db.BatchResults) error {
+		if row, err = q.OperationRunGetByID(ctx, res, id); err != nil {
+			return err
 		}
-	}()
-	res := db.BatchResults{BatchResults: br}
-	row, err := q.OperationRunGetByID(ctx, res, id)
-	if err != nil {
-		return OperationRun{}, nil, err
-	}
-	counts, err := q.OperationRunTargetPhaseCounts(ctx, res, id)
+		counts, err = q.OperationRunTargetPhaseCounts(ctx, res, id)
+		return err
+	})
 	if err != nil {
 		return OperationRun{}, nil, err
 	}
