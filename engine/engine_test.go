@@ -254,7 +254,10 @@ func TestDeadlinesSurviveRestart(t *testing.T) {
 	e1, c1 := startEngine(t, pool, engine.Config{})
 	b := &testBundle{url: url, pool: pool, engine: e1, client: c1}
 	st := step("forever", testParams{PollTimes: 1 << 20, PollAfter: 50 * time.Millisecond}, "t1")
-	st.Deadline = 1500 * time.Millisecond
+	// The deadline leaves the first process time for two calls on a loaded
+	// machine: at 1.5 s, a step whose calls were held up past it (load 20+,
+	// the whole suite running) failed in the first process, with one call.
+	st.Deadline = 4 * time.Second
 	id := b.start(t, engine.Plan{Timeout: time.Hour, Stages: []engine.Stage{{Steps: []engine.Step{st}}}})
 	require.Eventually(t, func() bool { return len(b.calls(t, id)) >= 2 }, 10*time.Second, 10*time.Millisecond)
 	before, err := e1.Run(ctx, pool, id)
