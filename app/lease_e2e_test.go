@@ -282,8 +282,10 @@ func TestRollingRestartOfTwoServers(t *testing.T) {
 	since := time.Now()
 	ids := r.powerOnAll(t, r.clients[1])
 	// SIGTERM while the second stage's calls (journalled at their end)
-	// are in flight: the first stage's have ended.
-	require.Eventually(t, func() bool { return len(r.powerCalls(since)) >= 50*8 }, 2*time.Minute, 10*time.Millisecond)
+	// are in flight: the first stage's have ended, and the replica has
+	// calls of its own just started (under load, the other replica can
+	// claim a whole stage; the SIGTERM then has nothing to hand back).
+	require.Eventually(t, func() bool { return len(r.powerCalls(since)) >= 50*8 && r.callsOut(t, 0) > 0 }, 2*time.Minute, 10*time.Millisecond)
 	time.Sleep(latency / 2)
 	term := time.Now()
 	require.NoError(t, r.servers[0].cmd.Process.Signal(syscall.SIGTERM))
