@@ -178,8 +178,8 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	scheduleWorker := &schedule.Worker{}
 	eventWorker := &eventrule.ExecutionWorker{}
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
-		onRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
-			return tasks.RunEnded(ctx, tx, run)
+		onRunEnd: func(ctx context.Context, tx pgx.Tx, runs []engine.RunSummary) error {
+			return tasks.RunsEnded(ctx, tx, runs)
 		},
 		register: func(e *engine.Engine) {
 			operations.RegisterActions(e, operations.ActionDeps{
@@ -218,7 +218,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	s.tel.metrics.Register(newRunCollector(runs))
 	// A task's end is also its operation run's event: the run advances in
 	// the same transaction.
-	tasks.OnTaskEnd(runs.TaskEnded)
+	tasks.OnTaskEnd(runs.TasksEnded)
 	schedules := schedule.NewService(schedule.Config{
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: schedule.RiverFireScheduler(s.river),
 		Observe: s.tel.metrics.ScheduleFired,

@@ -127,10 +127,10 @@ func BenchmarkEngineThroughput(b *testing.B) {
 		b.StopTimer()
 		pool := openPool(b, dbtest.NewDB(b), benchPoolConns)
 		ceiling := measureCeiling(b, pool, 10000)
-		var ended atomic.Int64
+		var total atomic.Int64
 		allDone := make(chan struct{})
-		e := newEngine(pool, engine.Config{OnRunEnd: func(context.Context, pgx.Tx, engine.RunSummary) error {
-			if ended.Add(1) == runs {
+		e := newEngine(pool, engine.Config{OnRunEnd: func(_ context.Context, _ pgx.Tx, ended []engine.RunSummary) error {
+			if total.Add(int64(len(ended))) == runs {
 				close(allDone)
 			}
 			return nil

@@ -10,7 +10,7 @@
 //
 // Wiring, in app:
 //
-//	e := engine.New(pool, engine.Config{Logger: logger, OnRunEnd: ops.RunEnded})
+//	e := engine.New(pool, engine.Config{Logger: logger, OnRunEnd: ops.RunsEnded})
 //	engine.Register(e, "power.control", powerControl)
 //	client, err := river.NewClient(riverpgxv5.New(pool), e.RiverConfig())
 //	e.SetClient(client)
@@ -99,16 +99,19 @@ type RunSummary struct {
 	EndedAt   time.Time
 }
 
-// RunEndFunc is called inside the transaction that ends a run (the last
+// RunEndFunc is called inside the transaction that ends runs (the last
 // checkpoint, a failure, a timeout or Cancel), so the caller's own rows
-// change atomically with it. It must only write through tx and must not do
-// network I/O. An error rolls the whole checkpoint back and the job retries.
-type RunEndFunc func(ctx context.Context, tx pgx.Tx, run RunSummary) error
+// change atomically with them. It is called once per transaction with every
+// run the transaction ends, in run ID order for a checkpoint, so the caller
+// can record them all in a few statements. It must only write through tx
+// and must not do network I/O. An error rolls the whole checkpoint back and
+// the jobs retry.
+type RunEndFunc func(ctx context.Context, tx pgx.Tx, runs []RunSummary) error
 
 // Config tunes an Engine. Zero fields take the defaults above.
 type Config struct {
 	Logger *slog.Logger
-	// OnRunEnd, if set, is called when a run ends (see RunEndFunc).
+	// OnRunEnd, if set, is called when runs end (see RunEndFunc).
 	OnRunEnd RunEndFunc
 	// Observer, if set, is told of calls, step ends, stage starts, run ends
 	// and checkpoints (see Observer).

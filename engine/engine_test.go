@@ -462,7 +462,7 @@ func TestStageWaitsForAllSteps(t *testing.T) {
 func TestHookErrorRollsBackCheckpoint(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, engine.Config{OnRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
+	b := setup(t, engine.Config{OnRunEnd: eachRun(func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
 		var n int
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM test_call WHERE run_id = $1`, run.ID).Scan(&n); err != nil {
 			return err
@@ -478,7 +478,7 @@ func TestHookErrorRollsBackCheckpoint(t *testing.T) {
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO test_run_end (run_id, owner, state, error) VALUES ($1, $2, $3, $4)`, run.ID, run.Owner, run.State, run.Error)
 		return err
-	}})
+	})})
 	id := b.start(t, engine.Plan{Owner: "o", Stages: []engine.Stage{{Steps: []engine.Step{step("a", testParams{})}}}})
 	rep := waitRun(t, b.pool, b.engine, id, time.Minute)
 	require.Equal(t, engine.StateCompleted, rep.State)
@@ -494,12 +494,12 @@ func TestHookErrorRollsBackCheckpoint(t *testing.T) {
 func TestHookPanicFailsOnlyItsCheckpoint(t *testing.T) {
 	t.Parallel()
 	var panicked sync.Once
-	b := setup(t, engine.Config{OnRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
+	b := setup(t, engine.Config{OnRunEnd: eachRun(func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
 		panicked.Do(func() { panic("hook bug") })
 		_, err := tx.Exec(ctx, `INSERT INTO test_run_end (run_id, owner, state, error) VALUES ($1, $2, $3, $4)`,
 			run.ID, run.Owner, run.State, run.Error)
 		return err
-	}})
+	})})
 	id := b.start(t, engine.Plan{Owner: "o", Stages: []engine.Stage{{Steps: []engine.Step{step("a", testParams{})}}}})
 	rep := b.wait(t, id)
 	require.Equal(t, engine.StateCompleted, rep.State)
@@ -530,7 +530,7 @@ func testGroupedCheckpoints(t *testing.T, badEvery int) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	seen := map[engine.RunID]int{}
-	b := setup(t, engine.Config{OnRunEnd: func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
+	b := setup(t, engine.Config{OnRunEnd: eachRun(func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
 		mu.Lock()
 		seen[run.ID]++
 		first := seen[run.ID] == 1
@@ -544,7 +544,7 @@ func testGroupedCheckpoints(t *testing.T, badEvery int) {
 		_, err := tx.Exec(ctx, `INSERT INTO test_run_end (run_id, owner, state, error) VALUES ($1, $2, $3, $4)`,
 			run.ID, run.Owner, run.State, run.Error)
 		return err
-	}})
+	})})
 	owners := map[engine.RunID]string{}
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		// Two consecutive runs: one on each committer's share.

@@ -100,11 +100,11 @@ func newEngineRec(pool, rec *pgxpool.Pool, cfg engine.Config) *engine.Engine {
 		cfg.FetchPollInterval = 50 * time.Millisecond
 	}
 	if cfg.OnRunEnd == nil {
-		cfg.OnRunEnd = func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
+		cfg.OnRunEnd = eachRun(func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
 			_, err := tx.Exec(ctx, `INSERT INTO test_run_end (run_id, owner, state, error) VALUES ($1, $2, $3, $4)`,
 				run.ID, run.Owner, run.State, run.Error)
 			return err
-		}
+		})
 	}
 	e := engine.New(pool, cfg)
 	engine.Register(e, "test.record", func(ctx context.Context, call engine.Call[testParams]) (engine.Result, error) {
@@ -333,4 +333,16 @@ func listCalls(t testing.TB, pool *pgxpool.Pool, id engine.RunID) []call {
 // step returns a test.record step.
 func step(name string, p testParams, targets ...string) engine.Step {
 	return engine.Step{Name: name, Action: "test.record", Params: p, Targets: targets}
+}
+
+// eachRun is an end-of-run hook calling fn for each ended run in turn.
+func eachRun(fn func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error) engine.RunEndFunc {
+	return func(ctx context.Context, tx pgx.Tx, runs []engine.RunSummary) error {
+		for _, run := range runs {
+			if err := fn(ctx, tx, run); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }

@@ -225,17 +225,18 @@ RETURNING job_id;
 SELECT id FROM engine_run
 WHERE id = ANY(@ids::bigint[]) AND state <> 'running';
 
--- name: RunGetByID :one
+-- name: RunGetByIDs :many
 SELECT id, owner, metadata, state, error, stage_index, stage_count, timeout_at, created_at, ended_at
 FROM engine_run
-WHERE id = @id;
+WHERE id = ANY(@ids::bigint[]);
 
--- name: StepListByRun :many
-SELECT id, stage_index, step_index, spec, state, error, batch_index, attempt, batch_attempts, polls,
+-- name: StepListByRuns :many
+-- The steps of the runs, each run's in stage and step order.
+SELECT id, run_id, stage_index, step_index, spec, state, error, batch_index, attempt, batch_attempts, polls,
     last_error, progress, failed_targets, job_id, wake_at, deadline_at, started_at, ended_at, unknown_outcomes
 FROM engine_step
-WHERE run_id = @run_id
-ORDER BY stage_index, step_index;
+WHERE run_id = ANY(@run_ids::bigint[])
+ORDER BY run_id, stage_index, step_index;
 
 -- name: ProcessInsert :one
 -- ProcessInsert takes a lease for a new engine process.

@@ -413,6 +413,7 @@ func (e *Engine) endRuns(ctx context.Context, tx pgx.Tx, ends []runEnding, ownJo
 	for _, row := range rows {
 		byID[row.ID] = row
 	}
+	sums := make([]RunSummary, 0, len(ends))
 	for _, end := range ends {
 		row, ok := byID[int64(end.run)]
 		if !ok {
@@ -429,12 +430,13 @@ func (e *Engine) endRuns(ctx context.Context, tx pgx.Tx, ends []runEnding, ownJo
 			EndedAt:   row.EndedAt.Time,
 		}
 		db.AfterCommit(ctx, func() { e.obs.RunEnded(ctx, sum) })
-		if e.cfg.OnRunEnd == nil {
-			continue
-		}
-		if err := e.cfg.OnRunEnd(ctx, tx, sum); err != nil {
-			return fmt.Errorf("end-of-run hook for run %d: %w", end.run, err)
-		}
+		sums = append(sums, sum)
+	}
+	if e.cfg.OnRunEnd == nil || len(sums) == 0 {
+		return nil
+	}
+	if err := e.cfg.OnRunEnd(ctx, tx, sums); err != nil {
+		return fmt.Errorf("end-of-run hook for %d runs: %w", len(sums), err)
 	}
 	return nil
 }
@@ -529,18 +531,55 @@ type TargetOutcome struct {
 // Run reads a run and its steps through dbtx. It returns ErrRunNotFound for
 // an unknown run.
 func (e *Engine) Run(ctx context.Context, dbtx db.DBTX, runID RunID) (RunReport, error) {
-	r, err := e.q.RunGetByID(ctx, dbtx, int64(runID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return RunReport{}, ErrRunNotFound
-	} else if err != nil {
-		return RunReport{}, fmt.Errorf("get run %d: %w", runID, err)
-	}
-	steps, err := e.q.StepListByRun(ctx, dbtx, int64(runID))
+	reps, err := e.Runs(ctx, dbtx, []RunID{runID})
 	if err != nil {
-		return RunReport{}, fmt.Errorf("list steps of run %d: %w", runID, err)
+		return RunReport{}, err
 	}
+	rep, ok := reps[runID]
+	if !ok {
+		return RunReport{}, ErrRunNotFound
+	}
+	return rep, nil
+}
+
+// Runs reads runs and their steps through dbtx in two statements, whatever
+// their number: the reports of the runs found, by ID (an unknown ID is left
+// out).
+func (e *Engine) Runs(ctx context.Context, dbtx db.DBTX, ids []RunID) (map[RunID]RunReport, error) {
+	if len(ids) == 0 {
+		return map[RunID]RunReport{}, nil
+	}
+	raw := make([]int64, len(ids))
+	for i, id := range ids {
+		raw[i] = int64(id)
+	}
+	runs, err := e.q.RunGetByIDs(ctx, dbtx, raw)
+	if err != nil {
+		return nil, fmt.Errorf("get runs: %w", err)
+	}
+	steps, err := e.q.StepListByRuns(ctx, dbtx, raw)
+	if err != nil {
+		return nil, fmt.Errorf("list steps of runs: %w", err)
+	}
+	byRun := make(map[int64][]dbsqlc.StepListByRunsRow, len(runs))
+	for _, s := range steps {
+		byRun[s.RunID] = append(byRun[s.RunID], s)
+	}
+	reps := make(map[RunID]RunReport, len(runs))
+	for _, r := range runs {
+		rep, err := runReport(r, byRun[r.ID])
+		if err != nil {
+			return nil, err
+		}
+		reps[RunID(r.ID)] = rep
+	}
+	return reps, nil
+}
+
+// runReport builds run r's report from its steps, in stage and step order.
+func runReport(r dbsqlc.RunGetByIDsRow, steps []dbsqlc.StepListByRunsRow) (RunReport, error) {
 	rep := RunReport{
-		ID:        runID,
+		ID:        RunID(r.ID),
 		Owner:     r.Owner,
 		Metadata:  r.Metadata,
 		State:     State(r.State),

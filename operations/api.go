@@ -74,15 +74,15 @@ func FirstLine(s string) string { return firstLine(s) }
 // hide.
 func TaskError(err error) error { return taskError(err) }
 
-// TaskEndFunc is an end-of-task hook: it is called with the ended task's ID
-// inside the transaction of the task's last checkpoint, after the task's
-// end is recorded and its rack's waiting tasks are promoted. An error rolls
-// the whole checkpoint back.
-type TaskEndFunc func(ctx context.Context, tx pgx.Tx, taskID uuid.UUID) error
+// TaskEndFunc is an end-of-task hook: it is called with the IDs of the
+// tasks that ended inside the transaction of their last checkpoint (one
+// checkpoint can end many), after their ends are recorded and their racks'
+// waiting tasks are promoted. An error rolls the whole checkpoint back.
+type TaskEndFunc func(ctx context.Context, tx pgx.Tx, taskIDs []uuid.UUID) error
 
-// OnTaskEnd registers fn as an end-of-task hook, called by RunEnded after
+// OnTaskEnd registers fn as an end-of-task hook, called by RunsEnded after
 // the hooks registered before it. Register before the engine starts; it is
-// not safe to call concurrently with RunEnded.
+// not safe to call concurrently with RunsEnded.
 func (t *Tasks) OnTaskEnd(fn TaskEndFunc) {
 	t.endHooks = append(t.endHooks, fn)
 }

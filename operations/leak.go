@@ -156,7 +156,7 @@ func (t *Tasks) Preempt(ctx context.Context, tx pgx.Tx, rackID uuid.UUID, compon
 			}
 			t.observe(ctx, t.endEvent(ctx, tx, row, TaskTerminated, msg))
 		case row.RunID != nil:
-			// The engine ends the run and calls RunEnded in tx, which
+			// The engine ends the run and calls RunsEnded in tx, which
 			// records the termination with msg.
 			if err := t.engine.CancelWithReason(ctx, tx, engine.RunID(*row.RunID), msg); err != nil {
 				return nil, fmt.Errorf("terminate task %s: %w", row.ID, err)

@@ -101,6 +101,11 @@ SELECT * FROM task WHERE id = @id;
 -- name: TaskGetByIDForUpdate :one
 SELECT * FROM task WHERE id = @id FOR UPDATE;
 
+-- name: TaskGetByIDsForUpdate :many
+-- The tasks locked in ID order (two transactions locking overlapping sets
+-- never wait on each other in a cycle).
+SELECT * FROM task WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
+
 -- name: TaskGetByIdempotencyKey :one
 SELECT * FROM task WHERE idempotency_key = @idempotency_key;
 
@@ -176,6 +181,20 @@ WHERE id = @id AND status = 'waiting';
 UPDATE task SET status = @status, message = @message, report = coalesce(sqlc.narg(report), report),
     queue_expires_at = NULL, finished_at = now(), updated_at = now()
 WHERE id = @id AND status IN ('waiting', 'pending', 'running');
+
+-- name: TaskFinishMany :many
+-- TaskFinish for many tasks in one statement, each with its own status,
+-- message and report (an empty report keeps the task's): the IDs of the
+-- tasks it ended.
+WITH i AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@statuses::text[]) AS status,
+        unnest(@messages::text[]) AS message, unnest(@reports::jsonb[]) AS report
+)
+UPDATE task SET status = i.status, message = i.message, report = coalesce(i.report, task.report),
+    queue_expires_at = NULL, finished_at = now(), updated_at = now()
+FROM i
+WHERE task.id = i.id AND task.status IN ('waiting', 'pending', 'running')
+RETURNING task.id;
 
 -- name: TaskStatsFor :many
 -- Unfinished tasks per rack and per component in scope.

@@ -43,7 +43,7 @@ type Tasks struct {
 	expiry   ExpiryScheduler
 	obs      TaskObserver
 	tracer   trace.Tracer
-	// endHooks are called at the end of RunEnded (OnTaskEnd).
+	// endHooks are called at the end of RunsEnded (OnTaskEnd).
 	endHooks []TaskEndFunc
 }
 
@@ -72,7 +72,7 @@ type TasksConfig struct {
 	Tracer trace.Tracer
 }
 
-// NewTasks returns the task manager. Wire its RunEnded as the engine's
+// NewTasks returns the task manager. Wire its RunsEnded as the engine's
 // end-of-run hook.
 func NewTasks(cfg TasksConfig) *Tasks {
 	if cfg.Tracer == nil {
@@ -362,39 +362,69 @@ func scopeOfRow(row dbsqlc.Task) TaskScope {
 	return TaskScope{OperationType: OperationType(row.OperationType), Components: comps}
 }
 
-// RunEnded is the engine's end-of-run hook: inside the run's last
-// checkpoint transaction it records the task's final status, message and
-// report, promotes waiting tasks on the rack, then calls the end-of-task
-// hooks registered with OnTaskEnd, in order, in the same transaction.
-func (t *Tasks) RunEnded(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
-	taskID, err := taskIDOf(run.Owner)
-	if err != nil {
-		return nil // not a task's run
+// RunsEnded is the engine's end-of-run hook: inside the transaction that
+// ends the runs (a checkpoint ends many at once) it records the tasks' final
+// status, message and report, promotes waiting tasks on their racks, then
+// calls the end-of-task hooks registered with OnTaskEnd, in order, in the
+// same transaction. Runs that are not a task's are ignored. Its statements
+// are per transaction, not per task: the tasks are locked, read, reported
+// and finished together, and their racks promoted together.
+func (t *Tasks) RunsEnded(ctx context.Context, tx pgx.Tx, runs []engine.RunSummary) error {
+	byTask := make(map[uuid.UUID]engine.RunSummary, len(runs))
+	ids := make([]uuid.UUID, 0, len(runs))
+	for _, run := range runs {
+		id, err := taskIDOf(run.Owner)
+		if err != nil {
+			continue // not a task's run
+		}
+		if _, dup := byTask[id]; !dup {
+			ids = append(ids, id)
+		}
+		byTask[id] = run
 	}
-	if err := t.taskEnded(ctx, tx, taskID, run); err != nil {
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := t.tasksEnded(ctx, tx, ids, byTask); err != nil {
 		return err
 	}
 	for _, fn := range t.endHooks {
-		if err := fn(ctx, tx, taskID); err != nil {
+		if err := fn(ctx, tx, ids); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// taskEnded records the end of task taskID's run and promotes the rack's
-// waiting tasks.
-func (t *Tasks) taskEnded(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, run engine.RunSummary) error {
-	row, err := t.q.TaskGetByIDForUpdate(ctx, tx, taskID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // the rack and its tasks were purged
-	} else if err != nil {
-		return err
+// tasksEnded records the end of the tasks' runs and promotes their racks'
+// waiting tasks. A task no longer there (its rack was purged) is skipped.
+func (t *Tasks) tasksEnded(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, runs map[uuid.UUID]engine.RunSummary) error {
+	rows, err := t.q.TaskGetByIDsForUpdate(ctx, tx, ids)
+	if err != nil {
+		return fmt.Errorf("lock tasks: %w", err)
 	}
-	if !TaskStatus(row.Status).Finished() {
-		rep, err := t.engine.Run(ctx, tx, run.ID)
-		if err != nil {
-			return fmt.Errorf("read run %d: %w", run.ID, err)
+	var runIDs []engine.RunID
+	for _, row := range rows {
+		if !TaskStatus(row.Status).Finished() {
+			runIDs = append(runIDs, runs[row.ID].ID)
+		}
+	}
+	reps, err := t.engine.Runs(ctx, tx, runIDs)
+	if err != nil {
+		return fmt.Errorf("read runs: %w", err)
+	}
+	var fin dbsqlc.TaskFinishManyParams
+	events := make(map[uuid.UUID]TaskEvent, len(runIDs))
+	racks := make([]uuid.UUID, 0, len(rows))
+	for _, row := range rows {
+		racks = append(racks, row.RackID)
+		if TaskStatus(row.Status).Finished() {
+			continue
+		}
+		run := runs[row.ID]
+		rep, ok := reps[run.ID]
+		if !ok {
+			return fmt.Errorf("read run %d of task %s: %w", run.ID, row.ID, engine.ErrRunNotFound)
 		}
 		status, msg := TaskCompleted, msgSucceeded
 		switch run.State {
@@ -411,18 +441,60 @@ func (t *Tasks) taskEnded(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, run 
 		if err != nil {
 			return err
 		}
-		if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(status), Message: msg, Report: report}); err != nil {
-			return fmt.Errorf("finish task: %w", err)
-		}
+		fin.IDs = append(fin.IDs, row.ID)
+		fin.Statuses = append(fin.Statuses, string(status))
+		fin.Messages = append(fin.Messages, msg)
+		fin.Reports = append(fin.Reports, report)
 		ev := TaskEvent{Kind: TaskEnded, TaskID: row.ID, Rack: cmp.Or(run.Labels["rack"], row.RackID.String()),
 			Operation: OperationCode(row.OperationCode), Type: OperationType(row.OperationType), Status: status, Message: msg, SubmittedAt: row.CreatedAt}
 		var p Payload
 		if json.Unmarshal(row.Information, &p) == nil && p.Leak != nil {
 			ev.LeakObservedAt = unixNano(p.Leak.ObservedAt)
 		}
-		t.observe(ctx, ev)
+		events[row.ID] = ev
 	}
-	return t.promote(ctx, tx, row.RackID)
+	if len(fin.IDs) > 0 {
+		ended, err := t.q.TaskFinishMany(ctx, tx, fin)
+		if err != nil {
+			return fmt.Errorf("finish tasks: %w", err)
+		}
+		for _, id := range ended {
+			t.observe(ctx, events[id])
+		}
+	}
+	return t.promoteMany(ctx, tx, racks)
+}
+
+// promoteMany promotes the racks' waiting tasks (promote), taking the racks'
+// locks in one statement in key order and reading their unfinished tasks in
+// another.
+func (t *Tasks) promoteMany(ctx context.Context, tx pgx.Tx, racks []uuid.UUID) error {
+	slices.SortFunc(racks, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
+	racks = slices.Compact(racks)
+	if len(racks) == 0 {
+		return nil
+	}
+	keys := make([]string, len(racks))
+	for i, r := range racks {
+		keys[i] = r.String()
+	}
+	if err := t.q.TaskLockRacks(ctx, tx, keys); err != nil {
+		return err
+	}
+	all, err := t.q.TaskActiveOnRacks(ctx, tx, racks)
+	if err != nil {
+		return err
+	}
+	byRack := make(map[uuid.UUID][]dbsqlc.Task)
+	for _, row := range all {
+		byRack[row.RackID] = append(byRack[row.RackID], row)
+	}
+	for _, rack := range racks {
+		if err := t.promoteRows(ctx, tx, byRack[rack]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // promote starts the rack's waiting tasks that no longer conflict, oldest
@@ -436,6 +508,12 @@ func (t *Tasks) promote(ctx context.Context, tx pgx.Tx, rackID uuid.UUID) error 
 	if err != nil {
 		return err
 	}
+	return t.promoteRows(ctx, tx, all)
+}
+
+// promoteRows is promote's work on all, the rack's unfinished tasks oldest
+// first, read under the rack lock.
+func (t *Tasks) promoteRows(ctx context.Context, tx pgx.Tx, all []dbsqlc.Task) error {
 	var active []TaskScope
 	for _, row := range all {
 		if row.Status != string(TaskWaiting) {
@@ -552,7 +630,7 @@ func (t *Tasks) Cancel(ctx context.Context, id uuid.UUID) (Task, error) {
 		if row.RunID != nil && !TaskStatus(row.Status).Finished() {
 			// Lock the run before the task, in the order a checkpoint
 			// ending the run takes them (the run, then the task in
-			// RunEnded): the other order deadlocks with a run ending
+			// RunsEnded): the other order deadlocks with a run ending
 			// at the same moment.
 			if err := t.engine.Lock(ctx, tx, engine.RunID(*row.RunID)); err != nil {
 				return err
@@ -573,7 +651,7 @@ func (t *Tasks) Cancel(ctx context.Context, id uuid.UUID) (Task, error) {
 			t.observe(ctx, t.endEvent(ctx, tx, row, TaskTerminated, msgCancelled))
 			return t.promote(ctx, tx, row.RackID)
 		}
-		// The engine ends the run and calls RunEnded in this transaction,
+		// The engine ends the run and calls RunsEnded in this transaction,
 		// which records the termination and promotes the queue.
 		return t.engine.Cancel(ctx, tx, engine.RunID(*row.RunID))
 	})

@@ -58,7 +58,7 @@ type Config struct {
 	// Logger is the actions' and the task manager's logger (the engine's
 	// discards); nil discards.
 	Logger *slog.Logger
-	// RunEnded wires the engine's run ends to Tasks.RunEnded, as app does.
+	// RunEnded wires the engine's run ends to Tasks.RunsEnded, as app does.
 	RunEnded bool
 	// River adjusts the River config before the client is made: a
 	// feature's queues and workers.
@@ -91,8 +91,8 @@ func NewTasks(t testing.TB, cfg Config) *Bundle {
 	m := &Bundle{Pool: pool, Inv: inv, Rules: rules}
 	ecfg := engine.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if cfg.RunEnded {
-		ecfg.OnRunEnd = func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
-			return m.Tasks.RunEnded(ctx, tx, run)
+		ecfg.OnRunEnd = func(ctx context.Context, tx pgx.Tx, runs []engine.RunSummary) error {
+			return m.Tasks.RunsEnded(ctx, tx, runs)
 		}
 	}
 	m.Engine = engine.New(pool, ecfg)

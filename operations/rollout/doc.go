@@ -16,7 +16,7 @@
 // It reaches the task manager only through package operations' exported
 // API: Tasks.Submit to write a target's child task in the claiming
 // transaction, Tasks.Cancel for a cancelled run's children, and the
-// end-of-task hook (register Service.TaskEnded with Tasks.OnTaskEnd), which
+// end-of-task hook (register Service.TasksEnded with Tasks.OnTaskEnd), which
 // advances a run inside its child task's last checkpoint transaction. Its
 // queries still read two columns of other packages' tables by join: a child
 // task's status and message (task) and a rack's external ID (rack).

@@ -96,6 +96,18 @@ SELECT k.rack_id, t.operation_run_id
 FROM task k JOIN operation_run_target t ON t.rack_id = k.rack_id AND t.status = 'blocked'
 WHERE k.id = @task_id;
 
+-- name: OperationRunTargetRunByTasks :many
+-- The runs with a target carried out by one of the tasks, in ID order.
+SELECT DISTINCT operation_run_id FROM operation_run_target WHERE task_id = ANY(@task_ids::uuid[])
+ORDER BY operation_run_id;
+
+-- name: OperationRunBlockedOnTaskRacks :many
+-- The tasks' racks, and the runs with a target blocked on one of them.
+SELECT DISTINCT t.operation_run_id, k.rack_id
+FROM task k JOIN operation_run_target t ON t.rack_id = k.rack_id AND t.status = 'blocked'
+WHERE k.id = ANY(@task_ids::uuid[])
+ORDER BY t.operation_run_id, k.rack_id;
+
 -- name: OperationRunTargetRetryRack :exec
 -- The run's target blocked on the rack retries now (the rack's task just
 -- ended). Call with the run locked.

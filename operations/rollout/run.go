@@ -486,40 +486,51 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 	}
 }
 
-// TaskEnded is the end-of-task hook of operation runs (register it with
-// operations.Tasks.OnTaskEnd): it runs in the ended task's last checkpoint
-// transaction. When the task is a run's child, the run advances now (the
-// freed slot is refilled before the checkpoint commits); when the task's
-// rack had blocked targets, they retry now instead of at the end of their
-// backoff.
-func (r *Service) TaskEnded(ctx context.Context, tx pgx.Tx, taskID uuid.UUID) error {
-	runs, err := r.q.OperationRunTargetRunByTask(ctx, tx, &taskID)
+// TasksEnded is the end-of-task hook of operation runs (register it with
+// operations.Tasks.OnTaskEnd): it runs in the ended tasks' last checkpoint
+// transaction. A run with one of the tasks as a child advances now, once
+// however many of its children ended (the freed slots are refilled before
+// the checkpoint commits); a run with targets blocked on one of the tasks'
+// racks has them retry now instead of at the end of their backoff. Runs
+// are taken in ID order, so two checkpoints never wait on each other's.
+func (r *Service) TasksEnded(ctx context.Context, tx pgx.Tx, taskIDs []uuid.UUID) error {
+	runs, err := r.q.OperationRunTargetRunByTasks(ctx, tx, taskIDs)
 	if err != nil {
-		return fmt.Errorf("find run of task %s: %w", taskID, err)
+		return fmt.Errorf("find runs of %d tasks: %w", len(taskIDs), err)
 	}
 	for _, id := range runs {
 		if err := r.tick(ctx, tx, id); err != nil {
 			return err
 		}
 	}
-	waiting, err := r.q.OperationRunBlockedOnTaskRack(ctx, tx, taskID)
+	waiting, err := r.q.OperationRunBlockedOnTaskRacks(ctx, tx, taskIDs)
 	if err != nil {
 		return fmt.Errorf("find blocked targets: %w", err)
 	}
-	for _, w := range waiting {
+	locked := map[uuid.UUID]bool{}
+	for i, w := range waiting {
 		id := w.OperationRunID
 		if slices.Contains(runs, id) {
 			continue
 		}
-		// Whoever holds the run's lock is advancing it: skip rather than
-		// wait (waiting here could close a lock cycle with that pass).
-		if got, err := r.q.OperationRunTryLock(ctx, tx, id); err != nil {
-			return err
-		} else if len(got) == 0 {
-			continue
+		if !locked[id] {
+			// Whoever holds the run's lock is advancing it: skip rather
+			// than wait (waiting here could close a lock cycle with that
+			// pass).
+			if got, err := r.q.OperationRunTryLock(ctx, tx, id); err != nil {
+				return err
+			} else if len(got) == 0 {
+				continue
+			}
+			locked[id] = true
 		}
 		if err := r.q.OperationRunTargetRetryRack(ctx, tx, dbsqlc.OperationRunTargetRetryRackParams{OperationRunID: id, RackID: w.RackID}); err != nil {
 			return err
+		}
+		// The run advances once, after its last blocked rack (rows come
+		// in run order).
+		if i+1 < len(waiting) && waiting[i+1].OperationRunID == id {
+			continue
 		}
 		if err := r.tick(ctx, tx, id); err != nil {
 			return err
@@ -696,7 +707,7 @@ func (r *Service) Cancel(ctx context.Context, id uuid.UUID, reason string) (Run,
 		return Run{}, err
 	}
 	// Not under the run's lock: a child's end takes its task's locks, then
-	// the run's (TaskEnded), and the cancel here takes them the other way.
+	// the run's (TasksEnded), and the cancel here takes them the other way.
 	for _, child := range children {
 		if _, err := r.tasks.Cancel(ctx, child); err != nil && !errors.Is(err, operations.ErrNotCancellable) && !errors.Is(err, operations.ErrTaskNotFound) {
 			r.logger.WarnContext(ctx, "cannot cancel operation run child task; cancel the run again", "operation_run_id", id, "task_id", child, "error", err.Error())

@@ -61,7 +61,7 @@ type Config struct {
 	MaxCandidates int
 }
 
-// NewService returns the operation-run service. Register its TaskEnded
+// NewService returns the operation-run service. Register its TasksEnded
 // with cfg.Tasks.OnTaskEnd.
 func NewService(cfg Config) *Service {
 	maxC := cfg.MaxCandidates

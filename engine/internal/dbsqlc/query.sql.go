@@ -227,13 +227,13 @@ func (q *Queries) RunExtendTimeout(ctx context.Context, db DBTX, arg RunExtendTi
 	return err
 }
 
-const runGetByID = `-- name: RunGetByID :one
+const runGetByIDs = `-- name: RunGetByIDs :many
 SELECT id, owner, metadata, state, error, stage_index, stage_count, timeout_at, created_at, ended_at
 FROM engine_run
-WHERE id = $1
+WHERE id = ANY($1::bigint[])
 `
 
-type RunGetByIDRow struct {
+type RunGetByIDsRow struct {
 	ID         int64
 	Owner      string
 	Metadata   []byte
@@ -246,22 +246,35 @@ type RunGetByIDRow struct {
 	EndedAt    pgtype.Timestamptz
 }
 
-func (q *Queries) RunGetByID(ctx context.Context, db DBTX, id int64) (RunGetByIDRow, error) {
-	row := db.QueryRow(ctx, runGetByID, id)
-	var i RunGetByIDRow
-	err := row.Scan(
-		&i.ID,
-		&i.Owner,
-		&i.Metadata,
-		&i.State,
-		&i.Error,
-		&i.StageIndex,
-		&i.StageCount,
-		&i.TimeoutAt,
-		&i.CreatedAt,
-		&i.EndedAt,
-	)
-	return i, err
+func (q *Queries) RunGetByIDs(ctx context.Context, db DBTX, ids []int64) ([]RunGetByIDsRow, error) {
+	rows, err := db.Query(ctx, runGetByIDs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RunGetByIDsRow
+	for rows.Next() {
+		var i RunGetByIDsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Owner,
+			&i.Metadata,
+			&i.State,
+			&i.Error,
+			&i.StageIndex,
+			&i.StageCount,
+			&i.TimeoutAt,
+			&i.CreatedAt,
+			&i.EndedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const runInsertMany = `-- name: RunInsertMany :many
@@ -774,16 +787,17 @@ func (q *Queries) StepExecState(ctx context.Context, db DBTX, id int64) (StepExe
 	return i, err
 }
 
-const stepListByRun = `-- name: StepListByRun :many
-SELECT id, stage_index, step_index, spec, state, error, batch_index, attempt, batch_attempts, polls,
+const stepListByRuns = `-- name: StepListByRuns :many
+SELECT id, run_id, stage_index, step_index, spec, state, error, batch_index, attempt, batch_attempts, polls,
     last_error, progress, failed_targets, job_id, wake_at, deadline_at, started_at, ended_at, unknown_outcomes
 FROM engine_step
-WHERE run_id = $1
-ORDER BY stage_index, step_index
+WHERE run_id = ANY($1::bigint[])
+ORDER BY run_id, stage_index, step_index
 `
 
-type StepListByRunRow struct {
+type StepListByRunsRow struct {
 	ID              int64
+	RunID           int64
 	StageIndex      int32
 	StepIndex       int32
 	Spec            []byte
@@ -804,17 +818,19 @@ type StepListByRunRow struct {
 	UnknownOutcomes []byte
 }
 
-func (q *Queries) StepListByRun(ctx context.Context, db DBTX, runID int64) ([]StepListByRunRow, error) {
-	rows, err := db.Query(ctx, stepListByRun, runID)
+// The steps of the runs, each run's in stage and step order.
+func (q *Queries) StepListByRuns(ctx context.Context, db DBTX, runIds []int64) ([]StepListByRunsRow, error) {
+	rows, err := db.Query(ctx, stepListByRuns, runIds)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []StepListByRunRow
+	var items []StepListByRunsRow
 	for rows.Next() {
-		var i StepListByRunRow
+		var i StepListByRunsRow
 		if err := rows.Scan(
 			&i.ID,
+			&i.RunID,
 			&i.StageIndex,
 			&i.StepIndex,
 			&i.Spec,

@@ -726,6 +726,53 @@ func (q *Queries) TaskFinish(ctx context.Context, db DBTX, arg TaskFinishParams)
 	return result.RowsAffected(), nil
 }
 
+const taskFinishMany = `-- name: TaskFinishMany :many
+WITH i AS (
+    SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS status,
+        unnest($3::text[]) AS message, unnest($4::jsonb[]) AS report
+)
+UPDATE task SET status = i.status, message = i.message, report = coalesce(i.report, task.report),
+    queue_expires_at = NULL, finished_at = now(), updated_at = now()
+FROM i
+WHERE task.id = i.id AND task.status IN ('waiting', 'pending', 'running')
+RETURNING task.id
+`
+
+type TaskFinishManyParams struct {
+	IDs      []uuid.UUID
+	Statuses []string
+	Messages []string
+	Reports  [][]byte
+}
+
+// TaskFinish for many tasks in one statement, each with its own status,
+// message and report (an empty report keeps the task's): the IDs of the
+// tasks it ended.
+func (q *Queries) TaskFinishMany(ctx context.Context, db DBTX, arg TaskFinishManyParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, taskFinishMany,
+		arg.IDs,
+		arg.Statuses,
+		arg.Messages,
+		arg.Reports,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskGetByID = `-- name: TaskGetByID :one
 SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task WHERE id = $1
 `
@@ -808,6 +855,59 @@ SELECT id, operation_type, operation_code, information, description, rack_id, co
 
 func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Task, error) {
 	rows, err := db.Query(ctx, taskGetByIDs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Task{}
+	for rows.Next() {
+		var i Task
+		if err := rows.Scan(
+			&i.ID,
+			&i.OperationType,
+			&i.OperationCode,
+			&i.Information,
+			&i.Description,
+			&i.RackID,
+			&i.Components,
+			&i.ComponentIDs,
+			&i.Targets,
+			&i.Rule,
+			&i.RuleName,
+			&i.AppliedRuleID,
+			&i.Status,
+			&i.Message,
+			&i.Report,
+			&i.RunID,
+			&i.QueueExpiresAt,
+			&i.IdempotencyKey,
+			&i.TriggerType,
+			&i.TriggerID,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.NotTargeted,
+			&i.SubmittedBy,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskGetByIDsForUpdate = `-- name: TaskGetByIDsForUpdate :many
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
+`
+
+// The tasks locked in ID order (two transactions locking overlapping sets
+// never wait on each other in a cycle).
+func (q *Queries) TaskGetByIDsForUpdate(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Task, error) {
+	rows, err := db.Query(ctx, taskGetByIDsForUpdate, ids)
 	if err != nil {
 		return nil, err
 	}

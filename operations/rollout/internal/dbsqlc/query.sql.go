@@ -132,6 +132,39 @@ func (q *Queries) OperationRunBlockedOnTaskRack(ctx context.Context, db DBTX, ta
 	return items, nil
 }
 
+const operationRunBlockedOnTaskRacks = `-- name: OperationRunBlockedOnTaskRacks :many
+SELECT DISTINCT t.operation_run_id, k.rack_id
+FROM task k JOIN operation_run_target t ON t.rack_id = k.rack_id AND t.status = 'blocked'
+WHERE k.id = ANY($1::uuid[])
+ORDER BY t.operation_run_id, k.rack_id
+`
+
+type OperationRunBlockedOnTaskRacksRow struct {
+	OperationRunID uuid.UUID
+	RackID         uuid.UUID
+}
+
+// The tasks' racks, and the runs with a target blocked on one of them.
+func (q *Queries) OperationRunBlockedOnTaskRacks(ctx context.Context, db DBTX, taskIds []uuid.UUID) ([]OperationRunBlockedOnTaskRacksRow, error) {
+	rows, err := db.Query(ctx, operationRunBlockedOnTaskRacks, taskIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OperationRunBlockedOnTaskRacksRow{}
+	for rows.Next() {
+		var i OperationRunBlockedOnTaskRacksRow
+		if err := rows.Scan(&i.OperationRunID, &i.RackID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const operationRunCount = `-- name: OperationRunCount :one
 SELECT count(*)::int FROM operation_run
 WHERE (cardinality($1::text[]) = 0
@@ -696,6 +729,32 @@ SELECT operation_run_id FROM operation_run_target WHERE task_id = $1
 
 func (q *Queries) OperationRunTargetRunByTask(ctx context.Context, db DBTX, taskID *uuid.UUID) ([]uuid.UUID, error) {
 	rows, err := db.Query(ctx, operationRunTargetRunByTask, taskID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var operation_run_id uuid.UUID
+		if err := rows.Scan(&operation_run_id); err != nil {
+			return nil, err
+		}
+		items = append(items, operation_run_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const operationRunTargetRunByTasks = `-- name: OperationRunTargetRunByTasks :many
+SELECT DISTINCT operation_run_id FROM operation_run_target WHERE task_id = ANY($1::uuid[])
+ORDER BY operation_run_id
+`
+
+// The runs with a target carried out by one of the tasks, in ID order.
+func (q *Queries) OperationRunTargetRunByTasks(ctx context.Context, db DBTX, taskIds []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, operationRunTargetRunByTasks, taskIds)
 	if err != nil {
 		return nil, err
 	}
