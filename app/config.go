@@ -84,6 +84,7 @@ type Config struct {
 	LeaseHeartbeat  time.Duration  // FLOW_ENGINE_LEASE_HEARTBEAT
 	LeaseExpiry     time.Duration  // FLOW_ENGINE_LEASE_EXPIRY
 	MaxWorkers      int            // FLOW_ENGINE_MAX_WORKERS
+	FetchCooldown   time.Duration  // FLOW_ENGINE_FETCH_COOLDOWN
 	// PollInterval, when positive, replaces the poll interval of the long
 	// hardware waits (FirmwareControl, WaitBringUp, WaitDecommissioned).
 	PollInterval time.Duration // FLOW_FIRMWARE_POLL_INTERVAL
@@ -180,6 +181,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_ENGINE_LEASE_HEARTBEAT", "2s", "how often each server renews its engine lease and sweeps the steps of servers whose lease expired"},
 	{"FLOW_ENGINE_LEASE_EXPIRY", "10s", "how long an engine lease lasts after its last renewal: a killed server's running steps are rescheduled this long after its last heartbeat (plus at most one heartbeat); a server that cannot renew cancels its own calls a heartbeat before; at least twice FLOW_ENGINE_LEASE_HEARTBEAT"},
 	{"FLOW_ENGINE_MAX_WORKERS", "1000", "engine jobs one process works at once"},
+	{"FLOW_ENGINE_FETCH_COOLDOWN", "20ms", "least time between two fetches of engine jobs by one server: longer fetches more jobs per query in a burst (less database work per step), shorter starts a step sooner after the one before when the server is busy; a lone submission is fetched at once either way (docs/engine.md)"},
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
 	{"FLOW_OPERATION_RUN_MAX_CANDIDATES", "100", "most candidate targets (racks; components for component target specs) an operation run may plan over; more fails CreateOperationRun. Upstream's fixed limit is 100; raise it to roll a large site out in one run"},
 	{"FLOW_INGEST_FIRMWARE_UPGRADE", "false", "ingestion (IngestRack, scheduled ingest) also upgrades the firmware of the compute trays, then of the NVLink switches, to the version their component manager holds as desired, after injecting their expectations (upstream issue 2976); applies where the built-in ingest rule would; an unparseable value refuses startup (docs/operation-rules.md)"},
@@ -318,6 +320,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.MaxWorkers = n
 	}
+	if d, err := time.ParseDuration(def("FLOW_ENGINE_FETCH_COOLDOWN")); err != nil || d < time.Millisecond || d > time.Second {
+		errs = append(errs, "FLOW_ENGINE_FETCH_COOLDOWN must be a duration from 1ms to 1s, such as 20ms")
+	} else {
+		cfg.FetchCooldown = d
+	}
 	if n, err := strconv.Atoi(def("FLOW_OPERATION_RUN_MAX_CANDIDATES")); err != nil || n < 1 {
 		errs = append(errs, "FLOW_OPERATION_RUN_MAX_CANDIDATES must be a positive integer")
 	} else {
@@ -391,7 +398,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 // engineConfig is the engine's part of c (without the logger and hook).
 func (c Config) engineConfig() engine.Config {
 	return engine.Config{
-		RescueStuckJobsAfter: c.RescueAfter, MaxWorkers: c.MaxWorkers,
+		RescueStuckJobsAfter: c.RescueAfter, MaxWorkers: c.MaxWorkers, FetchCooldown: c.FetchCooldown,
 		LeaseHeartbeat: c.LeaseHeartbeat, LeaseExpiry: c.LeaseExpiry,
 	}
 }
@@ -431,6 +438,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("engine_lease_heartbeat", c.LeaseHeartbeat),
 		slog.Duration("engine_lease_expiry", c.LeaseExpiry),
 		slog.Int("engine_max_workers", c.MaxWorkers),
+		slog.Duration("engine_fetch_cooldown", c.FetchCooldown),
 		slog.Int("operation_run_max_candidates", c.RunMaxCandidates),
 		slog.Bool("ingest_firmware_upgrade", c.IngestFirmwareUpgrade),
 		slog.String("flow_config_file", or(c.SystemJobs.File, "(none)")),

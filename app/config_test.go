@@ -8,8 +8,11 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/engine"
 )
 
 func TestLoadConfigDefaults(t *testing.T) {
@@ -65,6 +68,22 @@ func TestLoadConfig(t *testing.T) {
 		{name: "BadConns", env: map[string]string{"FLOW_DB_MAX_CONNS": "two"}, wantErr: "FLOW_DB_MAX_CONNS"},
 		{name: "BadTimeout", env: map[string]string{"FLOW_SHUTDOWN_TIMEOUT": "-1s"}, wantErr: "FLOW_SHUTDOWN_TIMEOUT"},
 		{name: "BadDevMode", env: map[string]string{"FLOW_DEV_MODE": "perhaps"}, wantErr: "FLOW_DEV_MODE"},
+		{
+			name: "FetchCooldown",
+			env:  map[string]string{"FLOW_ENGINE_FETCH_COOLDOWN": "5ms"},
+			check: func(t *testing.T, cfg Config) {
+				require.Equal(t, 5*time.Millisecond, cfg.engineConfig().FetchCooldown)
+			},
+		},
+		{
+			name: "FetchCooldownByDefault",
+			env:  map[string]string{},
+			check: func(t *testing.T, cfg Config) {
+				require.Equal(t, engine.DefaultFetchCooldown, cfg.engineConfig().FetchCooldown)
+			},
+		},
+		{name: "BadFetchCooldown", env: map[string]string{"FLOW_ENGINE_FETCH_COOLDOWN": "0s"}, wantErr: "FLOW_ENGINE_FETCH_COOLDOWN must be a duration from 1ms to 1s"},
+		{name: "FetchCooldownTooLong", env: map[string]string{"FLOW_ENGINE_FETCH_COOLDOWN": "1m"}, wantErr: "FLOW_ENGINE_FETCH_COOLDOWN"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

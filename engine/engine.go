@@ -42,7 +42,7 @@ const QueueName = "engine"
 const (
 	DefaultRescueStuckJobsAfter = 30 * time.Minute
 	DefaultMaxWorkers           = 1000
-	DefaultFetchCooldown        = 5 * time.Millisecond
+	DefaultFetchCooldown        = 20 * time.Millisecond
 	DefaultFetchPollInterval    = 50 * time.Millisecond
 	DefaultCancelPollInterval   = time.Second
 )
