@@ -74,16 +74,19 @@ func TestPostgresRestartDuringRackResets(t *testing.T) {
 		for i, id := range ids {
 			require.NotNil(t, id, "rack %s submitted", r.names[i])
 		}
-		// Most racks' reset calls out (claimed, no outcome recorded). On a
+		// Racks' reset calls out (claimed, no outcome recorded). On a
 		// loaded machine the first calls may end (1 s) before the last
-		// rack's step is claimed, so all fifty at once is not waited for;
-		// the round still needs calls that end while the database is down.
+		// rack's step is claimed, so neither all fifty nor half of them at
+		// once is waited for (a CI run under load never saw 25 out at
+		// once); a fifth is enough: the round still needs calls that end
+		// while the database is down, and the assertions below hold for
+		// every call, whenever it ended.
 		require.Eventually(t, func() bool {
 			var n int
 			_ = pool.QueryRow(ctx, `SELECT count(*) FROM engine_step s JOIN engine_run r ON r.id = s.run_id
 				WHERE s.state = 'running' AND s.spec->>'action' = 'flow.power_control' AND s.claimed_at IS NOT NULL
 					AND r.created_at >= $1`, since).Scan(&n)
-			return n >= racks/2
+			return n >= racks/5
 		}, time.Minute, 5*time.Millisecond)
 		down := time.Now()
 		require.NoError(t, cluster.Stop(ctx))
