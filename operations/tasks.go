@@ -466,8 +466,8 @@ func (t *Tasks) tasksEnded(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, runs
 }
 
 // promoteMany promotes the racks' waiting tasks (promote), taking the racks'
-// locks in one statement in key order and reading their unfinished tasks in
-// another.
+// locks in one statement in key order (as submissions do) and reading their
+// unfinished tasks in another, both in one round trip.
 func (t *Tasks) promoteMany(ctx context.Context, tx pgx.Tx, racks []uuid.UUID) error {
 	slices.SortFunc(racks, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
 	racks = slices.Compact(racks)
@@ -478,12 +478,9 @@ func (t *Tasks) promoteMany(ctx context.Context, tx pgx.Tx, racks []uuid.UUID) e
 	for i, r := range racks {
 		keys[i] = r.String()
 	}
-	if err := t.q.TaskLockRacks(ctx, tx, keys); err != nil {
-		return err
-	}
-	all, err := t.q.TaskActiveOnRacks(ctx, tx, racks)
+	all, err := t.q.TaskLockRacksThenActive(ctx, tx, keys, racks)
 	if err != nil {
-		return err
+		return fmt.Errorf("lock racks and read their unfinished tasks: %w", err)
 	}
 	byRack := make(map[uuid.UUID][]dbsqlc.Task)
 	for _, row := range all {
