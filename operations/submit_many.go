@@ -318,11 +318,7 @@ func (t *Tasks) admitMany(ctx context.Context, tx pgx.Tx, subs []*Submission) er
 		return nil
 	}
 	slices.SortFunc(ids, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = id.String()
-	}
-	rows, err := t.q.TaskLockRacksThenActive(ctx, tx, keys, ids)
+	rows, err := t.q.TaskLockRacksThenActive(ctx, tx, rackKeys(ids), ids)
 	if err != nil {
 		return fmt.Errorf("lock racks and read their active tasks: %w", err)
 	}

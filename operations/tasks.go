@@ -469,16 +469,11 @@ func (t *Tasks) tasksEnded(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, runs
 // locks in one statement in key order (as submissions do) and reading their
 // unfinished tasks in another, both in one round trip.
 func (t *Tasks) promoteMany(ctx context.Context, tx pgx.Tx, racks []uuid.UUID) error {
-	slices.SortFunc(racks, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
-	racks = slices.Compact(racks)
+	racks = uniq(racks)
 	if len(racks) == 0 {
 		return nil
 	}
-	keys := make([]string, len(racks))
-	for i, r := range racks {
-		keys[i] = r.String()
-	}
-	all, err := t.q.TaskLockRacksThenActive(ctx, tx, keys, racks)
+	all, err := t.q.TaskLockRacksThenActive(ctx, tx, rackKeys(racks), racks)
 	if err != nil {
 		return fmt.Errorf("lock racks and read their unfinished tasks: %w", err)
 	}
@@ -682,6 +677,17 @@ func (t *Tasks) Get(ctx context.Context, ids []uuid.UUID) ([]Task, error) {
 		}
 	}
 	return t.fromRows(ctx, rows, true)
+}
+
+// rackKeys are the rack-lock keys (TaskLockRack) of racks, in their order:
+// callers pass them sorted as uniq sorts, the order every rack lock is
+// taken in.
+func rackKeys(racks []uuid.UUID) []string {
+	keys := make([]string, len(racks))
+	for i, r := range racks {
+		keys[i] = r.String()
+	}
+	return keys
 }
 
 func uniq(ids []uuid.UUID) []uuid.UUID {
