@@ -30,6 +30,9 @@ type observer struct {
 	m       *telemetry.Metrics // nil: no metrics
 	logger  *slog.Logger
 	tracing bool // name the task and rack on each call's span
+	// tracer starts the spans of the steps a job goes on with after its
+	// first (engine.ChainObserver); nil without tracing.
+	tracer trace.Tracer
 }
 
 var (
@@ -76,11 +79,24 @@ func (o *observer) TaskEvent(ctx context.Context, ev operations.TaskEvent) {
 	}
 }
 
+// StepHandedOn starts the span of a step a job goes on with after its
+// first (chained steps): "engine.step", a child of the job's span, which
+// CallEnded names as it names the job's for its first step.
+func (o *observer) StepHandedOn(ctx context.Context, run engine.RunID, step engine.StepID) (context.Context, func()) {
+	if o.tracer == nil {
+		return ctx, func() {}
+	}
+	ctx, span := o.tracer.Start(ctx, "engine.step", trace.WithAttributes(
+		attribute.Int64("flow.run_id", int64(run)), attribute.Int64("flow.step_id", int64(step))))
+	return ctx, func() { span.End() }
+}
+
 // CallEnded counts and times one action call; a failed call is logged by
 // the engine with its retry, or by StepEnded when it fails the step.
 func (o *observer) CallEnded(ctx context.Context, ev engine.CallEvent) {
 	if o.tracing {
-		// ctx is the River job's: its span (otelriver's) is the step's.
+		// ctx is the step's: the River job's span (otelriver's) for the
+		// job's first step, StepHandedOn's for the steps after it.
 		trace.SpanFromContext(ctx).SetAttributes(
 			attribute.String("flow.task_id", ev.Labels["task_id"]), attribute.String("flow.rack", ev.Labels["rack"]),
 			attribute.String("flow.operation", ev.Labels["operation"]), attribute.String("flow.stage", ev.StageName),

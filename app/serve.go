@@ -132,6 +132,9 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		}
 	}()
 	obs := &observer{m: s.tel.metrics, logger: logger, tracing: s.tel.tracer != nil}
+	if s.tel.tracer != nil {
+		obs.tracer = s.tel.tracer.Tracer("github.com/nicoflow/flow/engine")
+	}
 	if s.backends, err = newBackends(cfg, s.tel.backendInterceptors); err != nil {
 		return nil, err
 	}

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"runtime/debug"
 	"slices"
 	"sync/atomic"
@@ -50,7 +52,62 @@ type checkpointReq struct {
 	calls *int32
 	// failed are the targets the step's last call failed (JSON object).
 	failed []byte
-	done   chan error
+	// chain: the step completed, and its job may go on with a step of the
+	// next stage (see "Chained steps"). next is that step once the
+	// checkpoint committed, else 0.
+	chain bool
+	next  int64
+	// ended: the checkpoint that committed ended the step (else it had
+	// ended before: an earlier commit whose answer was lost, a cancel).
+	ended bool
+	done  chan error
+}
+
+// Chained steps.
+//
+// A step's job does not end with its step when the checkpoint starts the
+// next stage of the run: the checkpoint hands the job one of that stage's
+// steps instead of enqueueing a fresh job for it (the first the process can
+// run), in the same transaction, and the worker goes on with it. The job's
+// args and metadata name the step it now works, so River UI, a retry of the
+// job, the lease sweep and a handed-back job all see the step as if its own
+// job had been enqueued. What a run's stages cost in River (a job's insert,
+// fetch and completion, River's completion again after ours) is paid once
+// per run instead of once per step. A step's other siblings get jobs of
+// their own, as before.
+//
+// A checkpoint finalizes, in its transaction, the jobs of the steps it
+// ended and did not chain. The job of a chainable step it did not end (a
+// retry of a checkpoint whose answer was lost, which may have handed the
+// job on in its first commit) is left to its worker: finishStep looks up
+// what the job works now (handedOn) and goes on with it, or returns and
+// River completes the job.
+
+// chainedStep is what finishStep returns when its checkpoint handed the job
+// on to step: the worker goes on with it (stepWorker.Work).
+type chainedStep struct {
+	run  RunID
+	step StepID
+}
+
+func (c *chainedStep) Error() string {
+	return fmt.Sprintf("step job handed on to step %d", c.step)
+}
+
+// handedOn returns the step the running job works now, if it is not step:
+// an earlier commit of a checkpoint whose answer was lost handed it on.
+func (e *Engine) handedOn(ctx context.Context, job int64, step int64) (StepID, bool, error) {
+	var next *int64
+	err := e.pool.QueryRow(ctx, `SELECT (args->>'step_id')::bigint FROM river_job WHERE id = $1 AND state = 'running'`, job).Scan(&next)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	} else if err != nil {
+		return 0, false, fmt.Errorf("read the step job %d works: %w", job, err)
+	}
+	if next == nil || *next == step {
+		return 0, false, nil
+	}
+	return StepID(*next), true, nil
 }
 
 // finishStep is a step's checkpoint: it records the outcome with what comes
@@ -66,13 +123,31 @@ type checkpointReq struct {
 //
 // failed are the targets the last call failed (Result.Failed), recorded
 // with the step.
+//
+// When the checkpoint handed the job on to a step of the next stage, it
+// returns *chainedStep.
 func (e *Engine) finishStep(ctx context.Context, job *river.Job[RunStepArgs], row stepRow, spec *stepSpec, state State, msg string, calls *int32, failed map[string]string) error {
+	var req *checkpointReq
 	_, err := e.keepOutcome(ctx, row, "checkpoint", func(ctx context.Context) error {
-		req := &checkpointReq{ctx: ctx, job: job, row: row, spec: spec, state: state, msg: msg, calls: calls, failed: failuresJSON(failed), done: make(chan error, 1)}
+		req = &checkpointReq{ctx: ctx, job: job, row: row, spec: spec, state: state, msg: msg, calls: calls, failed: failuresJSON(failed), chain: state == StateCompleted, done: make(chan error, 1)}
 		e.checkpoints.add(row.RunID, req)
 		return <-req.done
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	if req.next != 0 {
+		return &chainedStep{RunID(row.RunID), StepID(req.next)}
+	}
+	if req.chain && !req.ended {
+		next, ok, err := e.handedOn(context.WithoutCancel(ctx), job.ID, row.ID)
+		if err != nil {
+			return err // River retries the job, which then works what it holds
+		} else if ok {
+			return &chainedStep{RunID(row.RunID), next}
+		}
+	}
+	return nil
 }
 
 // commitBatch commits reqs in one transaction and answers each. If the group
@@ -104,6 +179,13 @@ func (e *Engine) checkpointObserved(ctx context.Context, reqs []*checkpointReq) 
 	hctx, hooks := db.WithCommitHooks(ctx)
 	began := time.Now()
 	err := e.checkpointTx(hctx, reqs)
+	if err == nil && e.loseAnswers.Load() > 0 && e.loseAnswers.Add(-1) >= 0 {
+		// Committed, but this process is not to know (tests).
+		for _, r := range reqs {
+			r.next, r.ended = 0, false
+		}
+		return fmt.Errorf("checkpoint commit answer lost: %w", io.ErrUnexpectedEOF)
+	}
 	e.obs.CheckpointCommitted(len(reqs), time.Since(began), err)
 	if err == nil {
 		hooks.Run()
@@ -188,6 +270,9 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 		labels[RunID(r.row.RunID)] = jl[i]
 	}
 	return pgx.BeginTxFunc(ctx, e.pool, checkpointTxOptions, func(tx pgx.Tx) error {
+		for _, r := range reqs {
+			r.next, r.ended = 0, false // an earlier, rolled back attempt's
+		}
 		if err := e.q.RunLockMany(ctx, tx, p.RunIDs); err != nil {
 			return fmt.Errorf("lock runs: %w", err)
 		}
@@ -196,6 +281,25 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 			return fmt.Errorf("end steps: %w", err)
 		}
 		slices.SortFunc(runs, func(a, b dbsqlc.StepEndManyRow) int { return cmp.Compare(a.ID, b.ID) })
+		ended := make(map[int64]bool, n)
+		for _, run := range runs {
+			for _, id := range run.EndedStepIds {
+				ended[id] = true
+			}
+		}
+		for _, r := range reqs {
+			r.ended = ended[r.row.ID]
+		}
+		// The job of a step ended here may go on with the next stage, if
+		// this process is to start calls.
+		chainable := make(map[RunID]*checkpointReq)
+		if !e.lease.stopping.Load() && (!e.lease.started.Load() || e.lease.ok.Load()) {
+			for _, r := range reqs {
+				if r.chain && ended[r.row.ID] && r.ctx.Err() == nil && chainable[RunID(r.row.RunID)] == nil {
+					chainable[RunID(r.row.RunID)] = r
+				}
+			}
+		}
 		var ends []runEnding
 		var next []stageStart
 		for _, run := range runs {
@@ -205,7 +309,11 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 				ends = append(ends, runEnding{stage.run, StateFailed, run.FirstFailure})
 			case run.OpenSteps > 0:
 			case run.StageIndex+1 < run.StageCount:
-				next = append(next, stageStart{stageRef: stageRef{stage.run, run.StageIndex + 1}, steps: run.NextStepIDs, labels: labels[stage.run], ended: stageNames[stage]})
+				st := stageStart{stageRef: stageRef{stage.run, run.StageIndex + 1}, steps: run.NextStepIDs, labels: labels[stage.run], ended: stageNames[stage]}
+				if r := chainable[stage.run]; r != nil {
+					st.job = r.job.ID
+				}
+				next = append(next, st)
 			default:
 				ends = append(ends, runEnding{stage.run, StateCompleted, ""})
 			}
@@ -218,7 +326,29 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 		if err := e.startStages(ctx, tx, next, nil); err != nil {
 			return err
 		}
-		return endJobs(ctx, tx, jobIDs, failures, attempts)
+		for _, st := range next {
+			if st.chained != 0 {
+				chainable[st.run].next = st.chained
+			}
+		}
+		// Finalize the jobs of the steps ended here that were not handed
+		// on, and of the steps that could not have been (see "Chained
+		// steps").
+		var fin []int64
+		var finFailures []string
+		var finAttempts []int
+		for i, r := range reqs {
+			if r.next != 0 || (r.chain && !ended[r.row.ID]) {
+				continue
+			}
+			fin = append(fin, jobIDs[i])
+			finFailures = append(finFailures, failures[i])
+			finAttempts = append(finAttempts, attempts[i])
+		}
+		if len(fin) == 0 {
+			return nil
+		}
+		return endJobs(ctx, tx, fin, finFailures, finAttempts)
 	})
 }
 

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -156,6 +157,9 @@ type Engine struct {
 	watches     runWatcher
 	lease       lease
 	obs         Observer
+	// loseAnswers, in tests, is how many committed checkpoints are yet to
+	// answer as if the connection had dropped before their commit's reply.
+	loseAnswers atomic.Int64
 }
 
 // New returns an Engine working on pool. pool is used by workers for

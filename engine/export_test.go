@@ -12,3 +12,8 @@ func CheckpointStats(e *Engine) (steps, grouped, split int64) {
 func KeptOutcomes(e *Engine) (kept, committed int64) {
 	return e.stats.kept.Load(), e.stats.keptCommitted.Load()
 }
+
+// LoseCheckpointAnswers makes the next n checkpoints that commit answer as
+// if the connection had dropped before their commit's reply reached the
+// engine (their outcomes are recorded; the engine does not know it).
+func LoseCheckpointAnswers(e *Engine, n int64) { e.loseAnswers.Store(n) }

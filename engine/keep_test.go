@@ -183,3 +183,63 @@ func waitRunThroughOutage(t *testing.T, pool *pgxpool.Pool, e *engine.Engine, id
 	}, within, 50*time.Millisecond, "run %d did not end", id)
 	return rep
 }
+
+// TestCheckpointAnswerLost: checkpoints that commit but whose answer the
+// engine never gets (the connection drops before the commit's reply) are
+// retried; the retry finds its step ended and its job handed on to the
+// next stage's step, and goes on with it. Every step is called once, the
+// run completes in the one job its stages were handed along, and that job
+// ends completed.
+func TestCheckpointAnswerLost(t *testing.T) {
+	t.Parallel()
+	// The first step's answer is lost, and once it is recorded, the
+	// second's (in the job handed on to it).
+	obs := &rearm{recorder: &recorder{}}
+	b := setup(t, engine.Config{Observer: obs})
+	obs.e = b.engine
+	engine.LoseCheckpointAnswers(b.engine, 1)
+	id := b.start(t, engine.Plan{Stages: []engine.Stage{
+		{Name: "one", Steps: []engine.Step{step("a", testParams{}, "t1")}},
+		{Name: "two", Steps: []engine.Step{step("b", testParams{}, "t1")}},
+		{Name: "three", Steps: []engine.Step{step("c", testParams{}, "t1")}},
+	}})
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
+	seen := map[int64]int{}
+	for _, c := range b.calls(t, id) {
+		seen[c.StepID]++
+	}
+	for _, st := range rep.Stages {
+		for _, s := range st.Steps {
+			require.Equal(t, 1, seen[int64(s.ID)], "step %s called once", s.Name)
+		}
+	}
+	kept, committed := engine.KeptOutcomes(b.engine)
+	require.Equal(t, int64(2), kept, "two answers lost, each outcome kept")
+	require.Equal(t, int64(2), committed)
+	var states []string
+	require.NoError(t, pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(context.Background(), `SELECT state::text FROM river_job WHERE kind = 'engine.run_step'
+			AND (metadata->>'run_id')::bigint = $1`, id)
+		if err != nil {
+			return err
+		}
+		states, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}))
+	require.Equal(t, []string{"completed"}, states, "one job for the run's three stages, completed")
+}
+
+// rearm is an observer that loses the answer of the checkpoint after step
+// "a"'s.
+type rearm struct {
+	*recorder
+	e *engine.Engine
+}
+
+func (r *rearm) StepEnded(ctx context.Context, ev engine.StepEvent) {
+	if ev.Step == "a" {
+		engine.LoseCheckpointAnswers(r.e, 1)
+	}
+	r.recorder.StepEnded(ctx, ev)
+}

@@ -27,6 +27,15 @@ type Observer interface {
 	CheckpointCommitted(steps int, d time.Duration, err error)
 }
 
+// ChainObserver, when the Observer implements it, is told of each step a
+// job goes on with after its first ("Chained steps" in docs/engine.md),
+// before the step is worked: the context it returns is the step's (a
+// tracing span of its own, say, where the job's span covers its first
+// step), and end is called once the job is done with the step.
+type ChainObserver interface {
+	StepHandedOn(ctx context.Context, run RunID, step StepID) (stepCtx context.Context, end func())
+}
+
 // StepInfo names a step in events: its run's labels (Plan.Labels), its
 // run, stage and step, and its action.
 type StepInfo struct {

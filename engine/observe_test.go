@@ -56,8 +56,9 @@ func (r *recorder) CheckpointCommitted(steps int, _ time.Duration, err error) {
 
 // TestJobsTellTheTruth runs a two-stage plan whose second stage fails: every
 // job carries the run's labels with its stage, step and action in its River
-// metadata and tags; the failed step's job ends discarded with the step's
-// error, the completed one completed; the run's timeout job is deleted
+// metadata and tags; the failed step's job (one of the first stage's,
+// handed on: its metadata names the step it works now) ends discarded with
+// the step's error, the completed one completed; the run's timeout job is deleted
 // with the run; and the observer heard each call, step, stage and the run's
 // end, with the labels.
 func TestJobsTellTheTruth(t *testing.T) {
@@ -66,7 +67,7 @@ func TestJobsTellTheTruth(t *testing.T) {
 	b := setup(t, engine.Config{Observer: rec})
 	labels := map[string]string{"task_id": "6e3fa521-3a03-4987-a8c2-172fd0df92ca", "rack": "rack 7/a", "operation": "power_on"}
 	id := b.start(t, engine.Plan{Labels: labels, Timeout: time.Hour, Stages: []engine.Stage{
-		{Name: "first", Steps: []engine.Step{step("ok", testParams{}, "t1")}},
+		{Name: "first", Steps: []engine.Step{step("ok", testParams{}, "t1"), step("ok", testParams{}, "t3")}},
 		{Name: "second", Steps: []engine.Step{{Name: "bad", Action: "test.record", Params: testParams{FailTimes: 5, Permanent: true}, Targets: []string{"t2"}}}},
 	}})
 	rep := b.wait(t, id)
@@ -94,8 +95,11 @@ func TestJobsTellTheTruth(t *testing.T) {
 		jobs = append(jobs, j)
 	}
 	require.NoError(t, rows.Err())
-	require.Len(t, jobs, 2, "the run's timeout job went with the run")
+	require.Len(t, jobs, 2, "a job per first-stage step, the second stage's step in one of them; the run's timeout job went with the run")
 	ok, bad := jobs[0], jobs[1]
+	if ok.State != "completed" {
+		ok, bad = bad, ok
+	}
 	require.Equal(t, "engine.run_step", ok.Kind)
 	require.Equal(t, "completed", ok.State)
 	require.Equal(t, "ok", ok.Meta["step"])
@@ -114,15 +118,17 @@ func TestJobsTellTheTruth(t *testing.T) {
 
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	require.Len(t, rec.calls, 2)
+	require.Len(t, rec.calls, 3)
 	require.Equal(t, labels, rec.calls[0].Labels)
-	require.Error(t, rec.calls[1].Err)
-	require.Len(t, rec.steps, 2)
+	require.Error(t, rec.calls[2].Err)
+	require.Len(t, rec.steps, 3)
 	require.Equal(t, engine.StateCompleted, rec.steps[0].State)
-	require.Equal(t, engine.StateFailed, rec.steps[1].State)
-	require.Equal(t, "bad", rec.steps[1].Step)
-	require.Contains(t, rec.steps[1].Error, "test failure")
-	require.Equal(t, labels, rec.steps[1].Labels)
+	require.Equal(t, engine.StateCompleted, rec.steps[1].State)
+	require.Equal(t, engine.StateFailed, rec.steps[2].State)
+	require.Equal(t, "bad", rec.steps[2].Step)
+	require.Contains(t, rec.steps[2].Error, "test failure")
+	require.Equal(t, labels, rec.steps[2].Labels)
+	require.Positive(t, rec.steps[2].Duration)
 	require.Len(t, rec.stages, 1)
 	require.Equal(t, 1, rec.stages[0].Stage)
 	require.Equal(t, "second", rec.stages[0].StageName)

@@ -210,12 +210,17 @@ type stageStart struct {
 	trace  map[string]string // the W3C trace context its jobs carry, if set
 	specs  map[int64]*stepSpec
 	ended  string // the name of the stage that ended, for the observer
+	// job, when set, is the running job of a step of the run that ended
+	// here, to go on with a step of this stage (see "Chained steps");
+	// startStages sets chained to that step.
+	job     int64
+	chained int64
 }
 
 // startStages makes stages their runs' current ones: one River job per step
-// is enqueued, then the steps become running (deadlines fixed, jobs
-// recorded). timeouts, for runs' first stages, schedules each listed run's
-// timeout job.
+// is enqueued (but for the step a stage's job goes on with: see "Chained
+// steps"), then the steps become running (deadlines fixed, jobs recorded).
+// timeouts, for runs' first stages, schedules each listed run's timeout job.
 func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageStart, timeouts map[RunID]time.Time) error {
 	if len(stages) == 0 {
 		return nil
@@ -226,24 +231,56 @@ func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageStart
 	}
 	var p dbsqlc.StageStartManyParams
 	var params []river.InsertManyParams
-	for _, st := range stages {
+	var handed handOn
+	// newJob[k] is the position in p.IDs of the step params[k] enqueues.
+	var newJob []int
+	for i := range stages {
+		st := &stages[i]
 		p.RunIDs = append(p.RunIDs, int64(st.run))
 		p.StageIndexes = append(p.StageIndexes, st.stage)
 		if st.stage > 0 && len(st.steps) > 0 && specs[st.steps[0]] != nil {
 			ev := StageEvent{Labels: st.labels, RunID: st.run, Stage: int(st.stage), StageName: specs[st.steps[0]].StageName, Ended: st.ended}
 			db.AfterCommit(ctx, func() { e.obs.StageStarted(ctx, ev) })
 		}
+		st.chained = 0
 		for _, id := range st.steps {
 			p.IDs = append(p.IDs, id)
 			spec := specs[id]
 			if spec == nil {
 				spec = &stepSpec{}
 			}
-			params = append(params, river.InsertManyParams{
-				Args:       RunStepArgs{StepID: StepID(id)},
-				InsertOpts: withTrace(jobOpts(st.labels, st.run, StepID(id), spec.StageName, spec.Name, spec.Action), st.trace),
-			})
+			opts := jobOpts(st.labels, st.run, StepID(id), spec.StageName, spec.Name, spec.Action)
+			p.JobIDs = append(p.JobIDs, 0)
+			if st.job != 0 && st.chained == 0 && e.actions[spec.Action] != nil {
+				st.chained = id
+				if err := handed.add(st.job, id, len(p.IDs)-1, withTrace(opts, st.trace)); err != nil {
+					return err
+				}
+				continue
+			}
+			newJob = append(newJob, len(p.IDs)-1)
+			params = append(params, river.InsertManyParams{Args: RunStepArgs{StepID: StepID(id)}, InsertOpts: withTrace(opts, st.trace)})
 		}
+	}
+	running, err := handed.exec(ctx, tx)
+	if err != nil {
+		return err
+	}
+	for k, job := range handed.jobs {
+		i := handed.pos[k]
+		if running[job] {
+			p.JobIDs[i] = job
+			continue
+		}
+		// Not running any more (the sweep ended it: this process's lease
+		// expired): the step gets a job of its own.
+		for j := range stages {
+			if stages[j].job == job {
+				stages[j].chained = 0
+			}
+		}
+		newJob = append(newJob, i)
+		params = append(params, river.InsertManyParams{Args: RunStepArgs{StepID: StepID(p.IDs[i])}, InsertOpts: handed.opts[k]})
 	}
 	stepJobs := len(params)
 	for _, st := range stages {
@@ -256,21 +293,77 @@ func (e *Engine) startStages(ctx context.Context, tx pgx.Tx, stages []stageStart
 		params = append(params, river.InsertManyParams{Args: RunTimeoutArgs{RunID: st.run}, InsertOpts: opts})
 		p.TimeoutRunIds = append(p.TimeoutRunIds, int64(st.run))
 	}
-	res, err := e.client.InsertManyTx(ctx, tx, params)
-	if err != nil {
-		return fmt.Errorf("enqueue steps: %w", err)
+	var res []*rivertype.JobInsertResult
+	if len(params) > 0 { // none when every stage goes on in a handed-on job
+		if res, err = e.client.InsertManyTx(ctx, tx, params); err != nil {
+			return fmt.Errorf("enqueue steps: %w", err)
+		}
 	}
 	for i := range p.TimeoutRunIds {
 		p.TimeoutJobIds = append(p.TimeoutJobIds, res[stepJobs+i].Job.ID)
 	}
-	p.JobIDs = make([]int64, len(p.IDs))
-	for i := range p.IDs {
-		p.JobIDs[i] = res[i].Job.ID
+	for k, i := range newJob {
+		p.JobIDs[i] = res[k].Job.ID
 	}
 	if err := e.q.StageStartMany(ctx, tx, p); err != nil {
 		return fmt.Errorf("start stages: %w", err)
 	}
 	return nil
+}
+
+// handOn hands running step jobs on to steps of their runs' next stages:
+// each job's args name its new step, and its metadata and tags the step's
+// stage, name and action, as the job's insert would have (jobOpts).
+type handOn struct {
+	jobs       []int64
+	pos        []int // the step's position in StageStartMany's lists
+	opts       []*river.InsertOpts
+	args, meta [][]byte
+	tags       [][]byte
+}
+
+func (h *handOn) add(job, step int64, pos int, opts *river.InsertOpts) error {
+	args, err := json.Marshal(RunStepArgs{StepID: StepID(step)})
+	if err != nil {
+		return err
+	}
+	tags, err := json.Marshal(opts.Tags)
+	if err != nil {
+		return err
+	}
+	h.jobs, h.pos, h.opts = append(h.jobs, job), append(h.pos, pos), append(h.opts, opts)
+	h.args, h.meta, h.tags = append(h.args, args), append(h.meta, opts.Metadata), append(h.tags, tags)
+	return nil
+}
+
+// handOnSQL updates the running jobs ($1) in place: args, metadata merged
+// (River's own keys stay), tags. It returns the jobs it updated.
+const handOnSQL = `
+UPDATE river_job j
+SET args = i.args, metadata = j.metadata || i.meta,
+    tags = ARRAY(SELECT jsonb_array_elements_text(i.tags))::varchar(255)[]
+FROM unnest($1::bigint[], $2::jsonb[], $3::jsonb[], $4::jsonb[]) AS i(id, args, meta, tags)
+WHERE j.id = i.id AND j.state = 'running'
+RETURNING j.id`
+
+// exec hands the jobs on, and returns those that were still running.
+func (h *handOn) exec(ctx context.Context, tx pgx.Tx) (map[int64]bool, error) {
+	if len(h.jobs) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, handOnSQL, h.jobs, h.args, h.meta, h.tags)
+	if err != nil {
+		return nil, fmt.Errorf("hand step jobs on: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("hand step jobs on: %w", err)
+	}
+	running := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		running[id] = true
+	}
+	return running, nil
 }
 
 // stageSpecs returns the specs of the stages' steps: those the callers

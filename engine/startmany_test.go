@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -65,26 +66,33 @@ func TestStartMany(t *testing.T) {
 		WHERE r.id = ANY($1)`, []int64{int64(ids[0]), int64(ids[1]), int64(ids[2])}).Scan(&recorded, &left))
 	require.Equal(t, 2, recorded)
 	require.Zero(t, left, "the ended runs' timeout jobs went with them")
-	// The first stage's jobs carry their plan's labels and trace context.
+	// The first stage's jobs carry their plan's labels and trace context;
+	// a's second stage went on in one of them, which names it now.
 	rows, err := b.pool.Query(ctx, `SELECT (args->>'step_id')::bigint, metadata FROM river_job WHERE kind = 'engine.run_step'
-		AND (args->>'step_id')::bigint IN (SELECT id FROM engine_step WHERE run_id = ANY($1) AND stage_index = 0)`,
+		AND (args->>'step_id')::bigint IN (SELECT id FROM engine_step WHERE run_id = ANY($1))`,
 		[]int64{int64(ids[0]), int64(ids[1])})
 	require.NoError(t, err)
 	metas := map[string]int{}
+	var handedOn []any
 	for rows.Next() {
 		var stepID int64
 		var meta map[string]any
 		require.NoError(t, rows.Scan(&stepID, &meta))
+		require.Equal(t, strconv.FormatInt(stepID, 10), meta["step_id"])
 		switch {
 		case meta["task_id"] == "task-a":
 			require.Nil(t, meta["traceparent"])
 			metas["a"]++
+			if meta["stage"] == "two" {
+				handedOn = append(handedOn, meta["step"])
+			}
 		case meta["traceparent"] == traceparent:
 			metas["b"]++
 		}
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, map[string]int{"a": 2, "b": 1}, metas)
+	require.Equal(t, []any{"a3"}, handedOn)
 
 	t.Run("BadPlanNamed", func(t *testing.T) {
 		tx, err := b.pool.Begin(ctx)

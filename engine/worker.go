@@ -24,7 +24,24 @@ type stepWorker struct {
 }
 
 func (w *stepWorker) Work(ctx context.Context, job *river.Job[RunStepArgs]) error {
-	return w.e.workStep(ctx, job)
+	co, _ := w.e.obs.(ChainObserver)
+	stepCtx, end := ctx, func() {}
+	for {
+		err := w.e.workStep(stepCtx, job)
+		end()
+		var c *chainedStep
+		if !errors.As(err, &c) {
+			return err
+		}
+		// Handed on to a step of the next stage: go on with it, as the
+		// job the checkpoint made it (args and metadata already say so).
+		row := *job.JobRow
+		row.CreatedAt = time.Now() // the step's start, for its duration
+		job = &river.Job[RunStepArgs]{JobRow: &row, Args: RunStepArgs{StepID: c.step}}
+		if co != nil {
+			stepCtx, end = co.StepHandedOn(ctx, c.run, c.step)
+		}
+	}
 }
 
 // Timeout is negative: River never times out nor rescues a step job. The

@@ -673,9 +673,9 @@ WITH input AS (
     FROM input i
     JOIN engine_run r ON r.id = i.run_id AND r.state = 'running' AND r.stage_index = i.stage_index
     WHERE engine_step.id = i.id AND engine_step.state = 'running' AND engine_step.exec_token = i.token
-    RETURNING i.run_id, i.state, i.failure, i.ord
+    RETURNING i.id, i.run_id, i.state, i.failure, i.ord
 ), ended AS (
-    SELECT s.run_id, count(*) AS n,
+    SELECT s.run_id, count(*) AS n, array_agg(s.id ORDER BY s.id) AS ids,
         count(*) FILTER (WHERE s.state = 'failed') AS failed,
         coalesce((array_agg(s.failure ORDER BY s.ord) FILTER (WHERE s.state = 'failed'))[1], '') AS failure
     FROM s
@@ -688,7 +688,7 @@ SET open_steps = open_steps - ended.n,
 FROM ended
 WHERE engine_run.id = ended.run_id
 RETURNING engine_run.id, engine_run.stage_index, engine_run.open_steps, engine_run.failed_steps,
-    engine_run.first_failure, engine_run.stage_count,
+    engine_run.first_failure, engine_run.stage_count, ended.ids::bigint[] AS ended_step_ids,
     -- the next stage's steps, when this one has just ended well
     CASE WHEN engine_run.open_steps = 0 AND engine_run.failed_steps = 0
         AND engine_run.stage_index + 1 < engine_run.stage_count
@@ -718,6 +718,7 @@ type StepEndManyRow struct {
 	FailedSteps  int32
 	FirstFailure string
 	StageCount   int32
+	EndedStepIds []int64
 	NextStepIDs  []int64
 }
 
@@ -726,7 +727,7 @@ type StepEndManyRow struct {
 // still running in its run's current stage, and counts the ended steps on
 // their run rows (open steps, failed steps, the first failure in input
 // order). It returns one row per run with steps ended here, with the run's
-// counters after the update; steps that had already ended (a duplicate
+// counters after the update and the steps it ended; steps that had already ended (a duplicate
 // execution, a cancel that won the race) change nothing, and neither do
 // steps whose execution token (tokens) was superseded. calls < 0: the
 // step's last batch is already counted.
@@ -757,6 +758,7 @@ func (q *Queries) StepEndMany(ctx context.Context, db DBTX, arg StepEndManyParam
 			&i.FailedSteps,
 			&i.FirstFailure,
 			&i.StageCount,
+			&i.EndedStepIds,
 			&i.NextStepIDs,
 		); err != nil {
 			return nil, err
