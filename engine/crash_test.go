@@ -207,17 +207,7 @@ func TestTwoEnginesShareADatabase(t *testing.T) {
 		require.NoError(t, err)
 	}
 	for _, id := range runs {
-		rep := b.wait(t, id)
-		require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
-		seen := map[int64]int{}
-		for _, c := range b.calls(t, id) {
-			seen[c.StepID]++
-		}
-		for _, st := range rep.Stages {
-			for _, s := range st.Steps {
-				require.Equal(t, 1, seen[int64(s.ID)], "step %d", s.ID)
-			}
-		}
+		b.waitCalledOnce(t, id)
 	}
 	var completed, jobs int
 	require.NoError(t, b.pool.QueryRow(context.Background(),

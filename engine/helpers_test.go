@@ -346,3 +346,21 @@ func eachRun(fn func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) erro
 		return nil
 	}
 }
+
+// waitCalledOnce waits for run id to complete and requires each of its
+// steps to have been called exactly once.
+func (b *testBundle) waitCalledOnce(t testing.TB, id engine.RunID) engine.RunReport {
+	t.Helper()
+	rep := b.wait(t, id)
+	require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
+	seen := map[int64]int{}
+	for _, c := range b.calls(t, id) {
+		seen[c.StepID]++
+	}
+	for _, st := range rep.Stages {
+		for _, s := range st.Steps {
+			require.Equal(t, 1, seen[int64(s.ID)], "step %d (%s) called once", s.ID, s.Name)
+		}
+	}
+	return rep
+}

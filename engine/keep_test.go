@@ -203,17 +203,7 @@ func TestCheckpointAnswerLost(t *testing.T) {
 		{Name: "two", Steps: []engine.Step{step("b", testParams{}, "t1")}},
 		{Name: "three", Steps: []engine.Step{step("c", testParams{}, "t1")}},
 	}})
-	rep := b.wait(t, id)
-	require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
-	seen := map[int64]int{}
-	for _, c := range b.calls(t, id) {
-		seen[c.StepID]++
-	}
-	for _, st := range rep.Stages {
-		for _, s := range st.Steps {
-			require.Equal(t, 1, seen[int64(s.ID)], "step %s called once", s.Name)
-		}
-	}
+	b.waitCalledOnce(t, id)
 	kept, committed := engine.KeptOutcomes(b.engine)
 	require.Equal(t, int64(2), kept, "two answers lost, each outcome kept")
 	require.Equal(t, int64(2), committed)
