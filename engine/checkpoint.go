@@ -181,9 +181,6 @@ func (e *Engine) checkpointObserved(ctx context.Context, reqs []*checkpointReq) 
 	err := e.checkpointTx(hctx, reqs)
 	if err == nil && e.loseAnswers.Load() > 0 && e.loseAnswers.Add(-1) >= 0 {
 		// Committed, but this process is not to know (tests).
-		for _, r := range reqs {
-			r.next, r.ended = 0, false
-		}
 		return fmt.Errorf("checkpoint commit answer lost: %w", io.ErrUnexpectedEOF)
 	}
 	e.obs.CheckpointCommitted(len(reqs), time.Since(began), err)
@@ -295,7 +292,7 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 		chainable := make(map[RunID]*checkpointReq)
 		if !e.lease.stopping.Load() && (!e.lease.started.Load() || e.lease.ok.Load()) {
 			for _, r := range reqs {
-				if r.chain && ended[r.row.ID] && r.ctx.Err() == nil && chainable[RunID(r.row.RunID)] == nil {
+				if r.chain && r.ended && r.ctx.Err() == nil && chainable[RunID(r.row.RunID)] == nil {
 					chainable[RunID(r.row.RunID)] = r
 				}
 			}
@@ -338,7 +335,7 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 		var finFailures []string
 		var finAttempts []int
 		for i, r := range reqs {
-			if r.next != 0 || (r.chain && !ended[r.row.ID]) {
+			if r.next != 0 || (r.chain && !r.ended) {
 				continue
 			}
 			fin = append(fin, jobIDs[i])

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -302,22 +300,18 @@ type taskRow struct {
 // request on many racks takes them.
 func (t *Tasks) admitMany(ctx context.Context, tx pgx.Tx, subs []*Submission) error {
 	var ids []uuid.UUID
-	seen := map[uuid.UUID]bool{}
 	for _, s := range subs {
 		if !s.live() {
 			continue
 		}
 		for _, p := range s.plans {
-			if !seen[p.rack.ID] {
-				seen[p.rack.ID] = true
-				ids = append(ids, p.rack.ID)
-			}
+			ids = append(ids, p.rack.ID)
 		}
 	}
+	ids = uniq(ids)
 	if len(ids) == 0 {
 		return nil
 	}
-	slices.SortFunc(ids, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
 	rows, err := t.q.TaskLockRacksThenActive(ctx, tx, rackKeys(ids), ids)
 	if err != nil {
 		return fmt.Errorf("lock racks and read their active tasks: %w", err)
