@@ -572,7 +572,7 @@ func (c *Client) AddExpectedSwitch(ctx context.Context, s ExpectedSwitch) error 
 	defer cancel()
 	_, err := c.rpc.AddExpectedSwitch(cctx, &forgepb.ExpectedSwitch{
 		BmcMacAddress: s.BMCMAC, BmcUsername: s.BMCUsername, BmcPassword: s.BMCPassword,
-		SwitchSerialNumber: s.Serial, RackId: rackID(s.RackID), BmcIpAddress: optString(s.BMCIP),
+		SwitchSerialNumber: s.Serial, RackId: rackID(s.RackID), BmcIpAddress: s.BMCIP,
 		NvosUsername: optString(s.NVOSUsername), NvosPassword: optString(s.NVOSPassword), Metadata: metadata(s.Labels),
 	})
 	return classify(ctx, method, err)
@@ -874,12 +874,16 @@ func components[E ~int32](method string, names []string, known map[string]E) ([]
 // UpdateFirmware starts a firmware update on every component of t. Results
 // and error follow PowerControl. Unknown component names fail with
 // ErrRejected before any call.
+//
+// A KindRack target (IDs only) asks Core to bring each whole rack to
+// TargetVersion (upstream's UpdateFirmwareObjectTarget); Components must
+// then be empty, as the rack target carries none.
 func (c *Client) UpdateFirmware(ctx context.Context, t Target, fr FirmwareRequest) ([]Result, error) {
 	const method = "UpdateComponentFirmware"
 	if err := c.ready(method); err != nil {
 		return nil, err
 	}
-	if err := checkTarget(method, t); err != nil {
+	if err := checkFirmwareTarget(method, t); err != nil {
 		return nil, err
 	}
 	req := &forgepb.UpdateComponentFirmwareRequest{TargetVersion: fr.TargetVersion, AccessToken: optString(fr.AccessToken), ForceUpdate: fr.Force, BypassStateController: fr.BypassReadiness}
@@ -889,19 +893,42 @@ func (c *Client) UpdateFirmware(ctx context.Context, t Target, fr FirmwareReques
 		if err != nil {
 			return nil, err
 		}
-		req.Target = &forgepb.UpdateComponentFirmwareRequest_ComputeTrays{ComputeTrays: &forgepb.UpdateComputeTrayFirmwareTarget{MachineIds: machineIDs(t.IDs), BmcMacs: t.MACs, Components: cs}}
+		tg := &forgepb.UpdateComputeTrayFirmwareTarget{Components: cs}
+		if len(t.IDs) > 0 {
+			tg.MachineIds = &forgepb.MachineIdList{MachineIds: machineIDs(t.IDs)}
+		} else {
+			tg.BmcMacs = macs(t.MACs)
+		}
+		req.Target = &forgepb.UpdateComponentFirmwareRequest_ComputeTrays{ComputeTrays: tg}
 	case KindSwitch:
 		cs, err := components(method, fr.Components, switchComponents)
 		if err != nil {
 			return nil, err
 		}
-		req.Target = &forgepb.UpdateComponentFirmwareRequest_Switches{Switches: &forgepb.UpdateSwitchFirmwareTarget{SwitchIds: switchIDs(t.IDs), BmcMacs: t.MACs, Components: cs}}
-	default:
+		tg := &forgepb.UpdateSwitchFirmwareTarget{Components: cs}
+		if len(t.IDs) > 0 {
+			tg.SwitchIds = &forgepb.SwitchIdList{Ids: switchIDs(t.IDs)}
+		} else {
+			tg.BmcMacs = macs(t.MACs)
+		}
+		req.Target = &forgepb.UpdateComponentFirmwareRequest_Switches{Switches: tg}
+	case KindPowerShelf:
 		cs, err := components(method, fr.Components, shelfComponents)
 		if err != nil {
 			return nil, err
 		}
-		req.Target = &forgepb.UpdateComponentFirmwareRequest_PowerShelves{PowerShelves: &forgepb.UpdatePowerShelfFirmwareTarget{PowerShelfIds: shelfIDs(t.IDs), PmcMacs: t.MACs, Components: cs}}
+		tg := &forgepb.UpdatePowerShelfFirmwareTarget{Components: cs}
+		if len(t.IDs) > 0 {
+			tg.PowerShelfIds = &forgepb.PowerShelfIdList{Ids: shelfIDs(t.IDs)}
+		} else {
+			tg.PmcMacs = macs(t.MACs)
+		}
+		req.Target = &forgepb.UpdateComponentFirmwareRequest_PowerShelves{PowerShelves: tg}
+	default: // KindRack, checked above
+		if len(fr.Components) > 0 {
+			return nil, &Error{Method: method, Class: ErrRejected, Msg: "a rack firmware target takes no components"}
+		}
+		req.Target = &forgepb.UpdateComponentFirmwareRequest_Racks{Racks: &forgepb.UpdateFirmwareObjectTarget{RackIds: &forgepb.RackIdList{RackIds: rackIDs(t.IDs)}}}
 	}
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
@@ -912,19 +939,99 @@ func (c *Client) UpdateFirmware(ctx context.Context, t Target, fr FirmwareReques
 	return results(method, res.GetResults())
 }
 
+// checkFirmwareTarget is checkTarget that also admits a rack target by ID,
+// which only the firmware methods take.
+func checkFirmwareTarget(method string, t Target) error {
+	if t.Kind != KindRack {
+		return checkTarget(method, t)
+	}
+	if len(t.IDs) == 0 || len(t.MACs) > 0 {
+		return &Error{Method: method, Class: ErrRejected, Msg: "a rack target names racks by ID, never by MAC"}
+	}
+	return nil
+}
+
+func rackIDs(ids []string) []*forgepb.RackId {
+	out := make([]*forgepb.RackId, len(ids))
+	for i, id := range ids {
+		out[i] = &forgepb.RackId{Id: id}
+	}
+	return out
+}
+
+// FirmwareVersions reads the installed firmware versions of every device of
+// t (ListComponentFirmwareVersions). A rack target answers for the rack's
+// devices. Devices Core could not read carry Err; the error is only the
+// call's own failure.
+func (c *Client) FirmwareVersions(ctx context.Context, t Target) ([]DeviceVersions, error) {
+	const method = "ListComponentFirmwareVersions"
+	if err := c.ready(method); err != nil {
+		return nil, err
+	}
+	if err := checkFirmwareTarget(method, t); err != nil {
+		return nil, err
+	}
+	req := &forgepb.ListComponentFirmwareVersionsRequest{}
+	switch {
+	case t.Kind == KindRack:
+		req.Target = &forgepb.ListComponentFirmwareVersionsRequest_RackIds{RackIds: &forgepb.RackIdList{RackIds: rackIDs(t.IDs)}}
+	case t.Kind == KindCompute && len(t.IDs) > 0:
+		req.Target = &forgepb.ListComponentFirmwareVersionsRequest_MachineIds{MachineIds: &forgepb.MachineIdList{MachineIds: machineIDs(t.IDs)}}
+	case t.Kind == KindSwitch && len(t.IDs) > 0:
+		req.Target = &forgepb.ListComponentFirmwareVersionsRequest_SwitchIds{SwitchIds: &forgepb.SwitchIdList{Ids: switchIDs(t.IDs)}}
+	case t.Kind == KindPowerShelf && len(t.IDs) > 0:
+		req.Target = &forgepb.ListComponentFirmwareVersionsRequest_PowerShelfIds{PowerShelfIds: &forgepb.PowerShelfIdList{Ids: shelfIDs(t.IDs)}}
+	case t.Kind == KindCompute:
+		req.Target = &forgepb.ListComponentFirmwareVersionsRequest_ComputeBmcMacs{ComputeBmcMacs: macs(t.MACs)}
+	case t.Kind == KindSwitch:
+		req.Target = &forgepb.ListComponentFirmwareVersionsRequest_SwitchBmcMacs{SwitchBmcMacs: macs(t.MACs)}
+	default:
+		req.Target = &forgepb.ListComponentFirmwareVersionsRequest_PowerShelfPmcMacs{PowerShelfPmcMacs: macs(t.MACs)}
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	res, err := c.rpc.ListComponentFirmwareVersions(cctx, req)
+	if err != nil {
+		return nil, classify(ctx, method, err)
+	}
+	out := make([]DeviceVersions, 0, len(res.GetDevices()))
+	for _, d := range res.GetDevices() {
+		key := resultKey(d.GetResult())
+		dv := DeviceVersions{Key: key, ID: d.GetResult().GetComponentId(), Versions: d.GetVersions(), Err: itemErr(method, key, d.GetResult())}
+		for _, cv := range d.GetComputeFwVersions() {
+			dv.Components = append(dv.Components, ComponentVersions{Component: computeComponentName(cv.GetComponent()), Versions: cv.GetVersions()})
+		}
+		out = append(out, dv)
+	}
+	return out, nil
+}
+
+// computeComponentName is the name FirmwareComponents uses for c, or
+// "unknown(N)" for a value this build does not know.
+func computeComponentName(c forgepb.ComputeTrayComponent) string {
+	for name, v := range computeComponents {
+		if v == c {
+			return name
+		}
+	}
+	return fmt.Sprintf("unknown(%d)", int32(c))
+}
+
 // FirmwareStatus reads the jobs of each device's latest firmware request.
 // Devices without a job are absent (for shelves Core may answer an empty
-// list). The error is only the call's own failure; item failures are in Err.
+// list). A rack target answers for the rack's devices, keyed by Core ID. The error is only the call's own failure; item failures are in Err.
 func (c *Client) FirmwareStatus(ctx context.Context, t Target) ([]FirmwareStatus, error) {
 	const method = "GetComponentFirmwareStatus"
 	if err := c.ready(method); err != nil {
 		return nil, err
 	}
-	if err := checkTarget(method, t); err != nil {
+	if err := checkFirmwareTarget(method, t); err != nil {
 		return nil, err
 	}
 	req := &forgepb.GetComponentFirmwareStatusRequest{}
 	switch {
+	case t.Kind == KindRack:
+		req.Target = &forgepb.GetComponentFirmwareStatusRequest_RackIds{RackIds: &forgepb.RackIdList{RackIds: rackIDs(t.IDs)}}
 	case t.Kind == KindCompute && len(t.IDs) > 0:
 		req.Target = &forgepb.GetComponentFirmwareStatusRequest_MachineIds{MachineIds: &forgepb.MachineIdList{MachineIds: machineIDs(t.IDs)}}
 	case t.Kind == KindSwitch && len(t.IDs) > 0:

@@ -97,6 +97,8 @@ const (
 	KindCompute Kind = iota + 1
 	KindSwitch
 	KindPowerShelf
+	// KindRack names whole racks; only the firmware methods take it, by ID.
+	KindRack
 )
 
 // String returns "compute", "switch" or "powershelf".
@@ -108,6 +110,8 @@ func (k Kind) String() string {
 		return "switch"
 	case KindPowerShelf:
 		return "powershelf"
+	case KindRack:
+		return "rack"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -166,6 +170,25 @@ const (
 	PowerStateHibernating PowerState = "hibernating"
 	PowerStateSleeping    PowerState = "sleeping"
 )
+
+// DeviceVersions is one device's installed firmware as Core lists it
+// (ListComponentFirmwareVersions): Versions for the device as a whole and,
+// for compute trays, Components per sub-component (compute_fw_versions).
+// Err is set when Core could not read the device.
+type DeviceVersions struct {
+	Key        string
+	ID         string
+	Versions   []string
+	Components []ComponentVersions
+	Err        error
+}
+
+// ComponentVersions is the installed versions of one compute-tray
+// sub-component, named as FirmwareComponents(KindCompute) names it.
+type ComponentVersions struct {
+	Component string
+	Versions  []string
+}
 
 // InventoryItem is one firmware inventory entry of a device (Redfish
 // UpdateService inventory).

@@ -291,7 +291,7 @@ func (h *handler) FindSwitchesByIds(ctx context.Context, req *forgepb.SwitchesBy
 			Status:          &forgepb.SwitchStatus{Health: h.s.health(d, now)},
 			ControllerState: d.lifecycle(h.s, now),
 			BmcInfo:         &forgepb.BmcInfo{Ip: optStr(d.BMCIP), Mac: optStr(d.BMCMAC)},
-			NvosInfo:        &forgepb.NvosInfo{Ip: d.BMCIP},
+			NvosInfo:        &forgepb.NvosInfo{Ip: optStr(d.BMCIP)},
 		}
 		if d.NVLinkDomain != "" {
 			sw.NvlinkDomainUuid = &forgepb.UUID{Value: d.NVLinkDomain}
@@ -445,7 +445,7 @@ func (h *handler) GetAllExpectedSwitches(ctx context.Context, _ *emptypb.Empty) 
 	}
 	res = &forgepb.ExpectedSwitchList{}
 	for _, e := range h.expectedOf(KindNVSwitch) {
-		res.ExpectedSwitches = append(res.ExpectedSwitches, &forgepb.ExpectedSwitch{BmcMacAddress: e.mac, SwitchSerialNumber: e.serial, RackId: rackOf(e.rackID), BmcIpAddress: optStr(e.ip), Metadata: namedMetadata(e.name, e.labels)})
+		res.ExpectedSwitches = append(res.ExpectedSwitches, &forgepb.ExpectedSwitch{BmcMacAddress: e.mac, SwitchSerialNumber: e.serial, RackId: rackOf(e.rackID), BmcIpAddress: e.ip, Metadata: namedMetadata(e.name, e.labels)})
 	}
 	return res, nil
 }
@@ -717,14 +717,14 @@ func (h *handler) GetComponentInventory(ctx context.Context, req *forgepb.GetCom
 			rep := &forgepb.EndpointExplorationReport{
 				// Always set, so Off (1) travels; On is the zero value.
 				Systems:          []*forgepb.ComputerSystem{{PowerState: powerEnum[d.powerName(now)]}},
-				Chassis:          []*forgepb.ExploredChassis{{SerialNumber: d.Serial}},
+				Chassis:          []*forgepb.ExploredChassis{{SerialNumber: optStr(d.Serial)}},
 				FirmwareVersions: map[string]string{},
 			}
 			svc := &forgepb.ExploredService{Inventories: make([]*forgepb.Inventory, 0, len(d.Firmware))}
 			for _, c := range slices.Sorted(mapsKeys(d.Firmware)) {
 				rep.FirmwareVersions[c] = d.Firmware[c]
 				n := inventoryNames(c)
-				svc.Inventories = append(svc.Inventories, &forgepb.Inventory{Id: n.id, Description: n.description, Version: d.Firmware[c]})
+				svc.Inventories = append(svc.Inventories, &forgepb.Inventory{Id: n.id, Description: optStr(n.description), Version: optStr(d.Firmware[c])})
 			}
 			rep.Service = []*forgepb.ExploredService{svc}
 			e.Report = rep
@@ -768,14 +768,19 @@ func (h *handler) UpdateComponentFirmware(ctx context.Context, req *forgepb.Upda
 	)
 	switch x := req.GetTarget().(type) {
 	case *forgepb.UpdateComponentFirmwareRequest_ComputeTrays:
-		t.kind, ids, macs = KindCompute, idsOf(x.ComputeTrays.GetMachineIds()), x.ComputeTrays.GetBmcMacs()
+		t.kind = KindCompute
+		ids, macs = idsOf(x.ComputeTrays.GetMachineIds().GetMachineIds()), x.ComputeTrays.GetBmcMacs().GetMacAddresses()
 		components = componentNames(x.ComputeTrays.GetComponents(), "COMPUTE_TRAY_COMPONENT_")
 	case *forgepb.UpdateComponentFirmwareRequest_Switches:
-		t.kind, ids, macs = KindNVSwitch, idsOf(x.Switches.GetSwitchIds()), x.Switches.GetBmcMacs()
+		t.kind = KindNVSwitch
+		ids, macs = idsOf(x.Switches.GetSwitchIds().GetIds()), x.Switches.GetBmcMacs().GetMacAddresses()
 		components = componentNames(x.Switches.GetComponents(), "NV_SWITCH_COMPONENT_")
 	case *forgepb.UpdateComponentFirmwareRequest_PowerShelves:
-		t.kind, ids, macs = KindPowerShelf, idsOf(x.PowerShelves.GetPowerShelfIds()), x.PowerShelves.GetPmcMacs()
+		t.kind = KindPowerShelf
+		ids, macs = idsOf(x.PowerShelves.GetPowerShelfIds().GetIds()), x.PowerShelves.GetPmcMacs().GetMacAddresses()
 		components = componentNames(x.PowerShelves.GetComponents(), "POWER_SHELF_COMPONENT_")
+	case *forgepb.UpdateComponentFirmwareRequest_Racks:
+		t.kind, ids = kindRack, idsOf(x.Racks.GetRackIds().GetRackIds())
 	}
 	t.keys, t.isMAC = ids, false
 	if len(macs) > 0 {
@@ -788,15 +793,28 @@ func (h *handler) UpdateComponentFirmware(ctx context.Context, req *forgepb.Upda
 	if t.kind == "" || (len(ids) == 0) == (len(macs) == 0) {
 		return nil, errInvalid("exactly one of the ID and MAC lists must be set")
 	}
-	if len(components) == 0 {
-		components = defaultBundle[t.kind]
-	}
 	version := cmp.Or(req.GetTargetVersion(), "latest")
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
 	now := h.s.clock.Now()
 	res = &forgepb.UpdateComponentFirmwareResponse{}
 	for _, key := range t.keys {
+		if t.kind == kindRack {
+			// A rack update brings every ingested device of the rack to
+			// the version, each with its kind's default bundle; the
+			// result is the rack's.
+			r := &forgepb.ComponentResult{ComponentId: &key}
+			members := h.s.rackMembers(key)
+			if len(members) == 0 {
+				notFound(r, key)
+			} else if !h.itemFault(method, key, nil, r) {
+				for _, d := range members {
+					h.startJobs(method, d.ID, d, defaultBundle[d.Kind], version, req.GetForceUpdate(), now)
+				}
+			}
+			res.Results = append(res.Results, r)
+			continue
+		}
 		d := h.s.lookup(t, key)
 		r := t.result(key, d)
 		switch {
@@ -804,27 +822,54 @@ func (h *handler) UpdateComponentFirmware(ctx context.Context, req *forgepb.Upda
 			notFound(r, key)
 		case h.itemFault(method, key, d, r):
 		default:
-			h.s.advance(d, now)
-			d.jobs = nil
-			for _, c := range components {
-				j := &job{component: c, target: version, created: now}
-				if !req.GetForceUpdate() && d.Firmware[c] == version {
-					j.created = now.Add(-time.Duration(len(phases)) * h.s.opts.FirmwarePhase)
-				}
-				if f, ok := h.take(sim.FaultFail, method, key, d); ok {
-					j.failPhase, j.message = cmp.Or(f.Phase, phaseInProgress), f.Message
-				} else if f, ok := h.take(sim.FaultStuck, method, key, d); ok {
-					j.stuckPhase = cmp.Or(f.Phase, phaseInProgress)
-				} else if f, ok := h.take(sim.FaultCancel, method, key, d); ok {
-					j.cancelPhase, j.message = cmp.Or(f.Phase, phaseInProgress), f.Message
-				}
-				d.jobs = append(d.jobs, j)
-			}
-			h.s.advance(d, now)
+			h.startJobs(method, key, d, orDefault(components, defaultBundle[t.kind]), version, req.GetForceUpdate(), now)
 		}
 		res.Results = append(res.Results, r)
 	}
 	return res, nil
+}
+
+func orDefault(cs, def []string) []string {
+	if len(cs) == 0 {
+		return def
+	}
+	return cs
+}
+
+// kindRack is the target kind of the rack oneof cases; no device has it.
+const kindRack = "rack"
+
+// rackMembers returns the ingested devices of rack id, in seed order.
+func (s *Sim) rackMembers(id string) []*device {
+	var out []*device
+	for _, d := range s.devices {
+		if d.RackID == id && d.gateOpen {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// startJobs replaces d's firmware jobs with one per component, applying
+// the fail, stuck and cancel faults for key.
+func (h *handler) startJobs(method, key string, d *device, components []string, version string, force bool, now time.Time) {
+	h.s.advance(d, now)
+	d.jobs = nil
+	for _, c := range components {
+		j := &job{component: c, target: version, created: now}
+		if !force && d.Firmware[c] == version {
+			j.created = now.Add(-time.Duration(len(phases)) * h.s.opts.FirmwarePhase)
+		}
+		if f, ok := h.take(sim.FaultFail, method, key, d); ok {
+			j.failPhase, j.message = cmp.Or(f.Phase, phaseInProgress), f.Message
+		} else if f, ok := h.take(sim.FaultStuck, method, key, d); ok {
+			j.stuckPhase = cmp.Or(f.Phase, phaseInProgress)
+		} else if f, ok := h.take(sim.FaultCancel, method, key, d); ok {
+			j.cancelPhase, j.message = cmp.Or(f.Phase, phaseInProgress), f.Message
+		}
+		d.jobs = append(d.jobs, j)
+	}
+	h.s.advance(d, now)
 }
 
 var fwState = map[string]forgepb.FirmwareUpdateState{
@@ -841,6 +886,8 @@ func statusTarget(req *forgepb.GetComponentFirmwareStatusRequest) (target, bool)
 		return target{kind: KindNVSwitch, keys: idsOf(t.SwitchIds.GetIds())}, true
 	case *forgepb.GetComponentFirmwareStatusRequest_PowerShelfIds:
 		return target{kind: KindPowerShelf, keys: idsOf(t.PowerShelfIds.GetIds())}, true
+	case *forgepb.GetComponentFirmwareStatusRequest_RackIds:
+		return target{kind: kindRack, keys: idsOf(t.RackIds.GetRackIds())}, true
 	case *forgepb.GetComponentFirmwareStatusRequest_ComputeBmcMacs:
 		return target{kind: KindCompute, keys: t.ComputeBmcMacs.GetMacAddresses(), isMAC: true}, true
 	case *forgepb.GetComponentFirmwareStatusRequest_SwitchBmcMacs:
@@ -868,8 +915,8 @@ func (h *handler) GetComponentFirmwareStatus(ctx context.Context, req *forgepb.G
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
 	now := h.s.clock.Now()
-	for _, key := range t.keys {
-		d := h.s.lookup(t, key)
+	for _, m := range h.s.expand(t) {
+		key, d, mt := m.key, m.d, m.t
 		if d == nil {
 			continue
 		}
@@ -878,7 +925,7 @@ func (h *handler) GetComponentFirmwareStatus(ctx context.Context, req *forgepb.G
 		}
 		h.s.advance(d, now)
 		for _, j := range d.jobs {
-			st := &forgepb.FirmwareUpdateStatus{Result: t.result(key, d), TargetVersion: j.target}
+			st := &forgepb.FirmwareUpdateStatus{Result: mt.result(key, d), TargetVersion: j.target}
 			if !h.itemFault(method, key, d, st.Result) {
 				state, msg := h.s.jobState(j, now)
 				st.State, st.Result.Error = fwState[state], msg
@@ -899,6 +946,8 @@ func (h *handler) ListComponentFirmwareVersions(ctx context.Context, req *forgep
 		t = target{kind: KindNVSwitch, keys: idsOf(x.SwitchIds.GetIds())}
 	case *forgepb.ListComponentFirmwareVersionsRequest_PowerShelfIds:
 		t = target{kind: KindPowerShelf, keys: idsOf(x.PowerShelfIds.GetIds())}
+	case *forgepb.ListComponentFirmwareVersionsRequest_RackIds:
+		t = target{kind: kindRack, keys: idsOf(x.RackIds.GetRackIds())}
 	case *forgepb.ListComponentFirmwareVersionsRequest_ComputeBmcMacs:
 		t = target{kind: KindCompute, keys: x.ComputeBmcMacs.GetMacAddresses(), isMAC: true}
 	case *forgepb.ListComponentFirmwareVersionsRequest_SwitchBmcMacs:
@@ -910,20 +959,66 @@ func (h *handler) ListComponentFirmwareVersions(ctx context.Context, req *forgep
 	if err := h.begin(ctx, method, t.keys); err != nil {
 		return nil, err
 	}
+	if t.kind == "" {
+		return nil, errInvalid("a target list is required")
+	}
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
 	res = &forgepb.ListComponentFirmwareVersionsResponse{}
-	for _, key := range t.keys {
-		d := h.s.lookup(t, key)
-		e := &forgepb.ComponentFirmwareVersions{Result: t.result(key, d)}
-		if d == nil {
-			notFound(e.Result, key)
+	for _, m := range h.s.expand(t) {
+		e := &forgepb.DeviceFirmwareVersions{Result: m.t.result(m.key, m.d)}
+		if m.d == nil {
+			notFound(e.Result, m.key)
 		} else {
-			for _, c := range slices.Sorted(mapsKeys(d.Firmware)) {
-				e.Versions = append(e.Versions, c+"="+d.Firmware[c])
+			for _, c := range slices.Sorted(mapsKeys(m.d.Firmware)) {
+				e.Versions = append(e.Versions, c+"="+m.d.Firmware[c])
+				if v, ok := computeFwComponent[c]; ok && m.d.Kind == KindCompute {
+					e.ComputeFwVersions = append(e.ComputeFwVersions, &forgepb.ComputeTrayFirmwareVersions{Component: v, Versions: []string{m.d.Firmware[c]}})
+				}
 			}
 		}
 		res.Devices = append(res.Devices, e)
 	}
 	return res, nil
+}
+
+// computeFwComponent maps a compute tray's firmware names to Core's
+// sub-component enum, for compute_fw_versions.
+var computeFwComponent = func() map[string]forgepb.ComputeTrayComponent {
+	m := map[string]forgepb.ComputeTrayComponent{}
+	for v, name := range forgepb.ComputeTrayComponent_name {
+		if v != 0 {
+			m[strings.ToLower(strings.TrimPrefix(name, "COMPUTE_TRAY_COMPONENT_"))] = forgepb.ComputeTrayComponent(v)
+		}
+	}
+	return m
+}()
+
+// member is one device a target names: the key it is answered under, the
+// device (nil when unknown) and the target whose result shape it takes.
+type member struct {
+	key string
+	d   *device
+	t   target
+}
+
+// expand resolves t's keys to devices. A rack key stands for the rack's
+// ingested devices, each answered by its Core ID; an unknown or empty
+// rack is one member with no device, answered by the rack ID.
+func (s *Sim) expand(t target) []member {
+	out := make([]member, 0, len(t.keys))
+	for _, key := range t.keys {
+		if t.kind != kindRack {
+			out = append(out, member{key: key, d: s.lookup(t, key), t: t})
+			continue
+		}
+		ds := s.rackMembers(key)
+		if len(ds) == 0 {
+			out = append(out, member{key: key, t: target{kind: kindRack}})
+		}
+		for _, d := range ds {
+			out = append(out, member{key: d.ID, d: d, t: target{kind: d.Kind}})
+		}
+	}
+	return out
 }

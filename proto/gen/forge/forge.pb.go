@@ -1194,7 +1194,7 @@ type HealthReport struct {
 	ObservedAt    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
 	Successes     []*HealthProbeSuccess  `protobuf:"bytes,3,rep,name=successes,proto3" json:"successes,omitempty"`
 	Alerts        []*HealthProbeAlert    `protobuf:"bytes,4,rep,name=alerts,proto3" json:"alerts,omitempty"`
-	TriggeredBy   string                 `protobuf:"bytes,5,opt,name=triggered_by,json=triggeredBy,proto3" json:"triggered_by,omitempty"`
+	TriggeredBy   *string                `protobuf:"bytes,5,opt,name=triggered_by,json=triggeredBy,proto3,oneof" json:"triggered_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1258,8 +1258,8 @@ func (x *HealthReport) GetAlerts() []*HealthProbeAlert {
 }
 
 func (x *HealthReport) GetTriggeredBy() string {
-	if x != nil {
-		return x.TriggeredBy
+	if x != nil && x.TriggeredBy != nil {
+		return *x.TriggeredBy
 	}
 	return ""
 }
@@ -1267,7 +1267,7 @@ func (x *HealthReport) GetTriggeredBy() string {
 type HealthProbeSuccess struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Target        string                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	Target        *string                `protobuf:"bytes,2,opt,name=target,proto3,oneof" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1310,8 +1310,8 @@ func (x *HealthProbeSuccess) GetId() string {
 }
 
 func (x *HealthProbeSuccess) GetTarget() string {
-	if x != nil {
-		return x.Target
+	if x != nil && x.Target != nil {
+		return *x.Target
 	}
 	return ""
 }
@@ -1321,9 +1321,9 @@ type HealthProbeAlert struct {
 	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	InAlertSince    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=in_alert_since,json=inAlertSince,proto3" json:"in_alert_since,omitempty"`
 	Message         string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	TenantMessage   string                 `protobuf:"bytes,4,opt,name=tenant_message,json=tenantMessage,proto3" json:"tenant_message,omitempty"`
+	TenantMessage   *string                `protobuf:"bytes,4,opt,name=tenant_message,json=tenantMessage,proto3,oneof" json:"tenant_message,omitempty"`
 	Classifications []string               `protobuf:"bytes,5,rep,name=classifications,proto3" json:"classifications,omitempty"`
-	Target          string                 `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	Target          *string                `protobuf:"bytes,6,opt,name=target,proto3,oneof" json:"target,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1380,8 +1380,8 @@ func (x *HealthProbeAlert) GetMessage() string {
 }
 
 func (x *HealthProbeAlert) GetTenantMessage() string {
-	if x != nil {
-		return x.TenantMessage
+	if x != nil && x.TenantMessage != nil {
+		return *x.TenantMessage
 	}
 	return ""
 }
@@ -1394,8 +1394,8 @@ func (x *HealthProbeAlert) GetClassifications() []string {
 }
 
 func (x *HealthProbeAlert) GetTarget() string {
-	if x != nil {
-		return x.Target
+	if x != nil && x.Target != nil {
+		return *x.Target
 	}
 	return ""
 }
@@ -2180,7 +2180,7 @@ func (x *SwitchStatus) GetHealth() *HealthReport {
 
 type NvosInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ip            string                 `protobuf:"bytes,1,opt,name=ip,proto3" json:"ip,omitempty"`
+	Ip            *string                `protobuf:"bytes,1,opt,name=ip,proto3,oneof" json:"ip,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2216,8 +2216,8 @@ func (*NvosInfo) Descriptor() ([]byte, []int) {
 }
 
 func (x *NvosInfo) GetIp() string {
-	if x != nil {
-		return x.Ip
+	if x != nil && x.Ip != nil {
+		return *x.Ip
 	}
 	return ""
 }
@@ -3326,9 +3326,10 @@ type ExpectedSwitch struct {
 	NvosUsername       *string                `protobuf:"bytes,7,opt,name=nvos_username,json=nvosUsername,proto3,oneof" json:"nvos_username,omitempty"`
 	NvosPassword       *string                `protobuf:"bytes,8,opt,name=nvos_password,json=nvosPassword,proto3,oneof" json:"nvos_password,omitempty"`
 	ExpectedSwitchId   *UUID                  `protobuf:"bytes,9,opt,name=expected_switch_id,json=expectedSwitchId,proto3" json:"expected_switch_id,omitempty"`
-	BmcIpAddress       *string                `protobuf:"bytes,11,opt,name=bmc_ip_address,json=bmcIpAddress,proto3,oneof" json:"bmc_ip_address,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Implicit presence, as upstream's: an empty address is never sent.
+	BmcIpAddress  string `protobuf:"bytes,11,opt,name=bmc_ip_address,json=bmcIpAddress,proto3" json:"bmc_ip_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExpectedSwitch) Reset() {
@@ -3425,8 +3426,8 @@ func (x *ExpectedSwitch) GetExpectedSwitchId() *UUID {
 }
 
 func (x *ExpectedSwitch) GetBmcIpAddress() string {
-	if x != nil && x.BmcIpAddress != nil {
-		return *x.BmcIpAddress
+	if x != nil {
+		return x.BmcIpAddress
 	}
 	return ""
 }
@@ -4701,7 +4702,7 @@ func (x *ComputerSystem) GetPowerState() ComputerSystemPowerState {
 
 type ExploredChassis struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	SerialNumber  string                 `protobuf:"bytes,5,opt,name=serial_number,json=serialNumber,proto3" json:"serial_number,omitempty"`
+	SerialNumber  *string                `protobuf:"bytes,5,opt,name=serial_number,json=serialNumber,proto3,oneof" json:"serial_number,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4737,8 +4738,8 @@ func (*ExploredChassis) Descriptor() ([]byte, []int) {
 }
 
 func (x *ExploredChassis) GetSerialNumber() string {
-	if x != nil {
-		return x.SerialNumber
+	if x != nil && x.SerialNumber != nil {
+		return *x.SerialNumber
 	}
 	return ""
 }
@@ -4790,8 +4791,8 @@ func (x *ExploredService) GetInventories() []*Inventory {
 type Inventory struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Description   string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
-	Version       string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	Description   *string                `protobuf:"bytes,2,opt,name=description,proto3,oneof" json:"description,omitempty"`
+	Version       *string                `protobuf:"bytes,3,opt,name=version,proto3,oneof" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4834,24 +4835,27 @@ func (x *Inventory) GetId() string {
 }
 
 func (x *Inventory) GetDescription() string {
-	if x != nil {
-		return x.Description
+	if x != nil && x.Description != nil {
+		return *x.Description
 	}
 	return ""
 }
 
 func (x *Inventory) GetVersion() string {
-	if x != nil {
-		return x.Version
+	if x != nil && x.Version != nil {
+		return *x.Version
 	}
 	return ""
 }
 
+// The firmware targets hold their IDs and MACs in list messages, as
+// upstream's do: field 1 is one MachineIdList (SwitchIdList, ...), never a
+// bare repeated ID, and field 3 one MacAddressList. Set one of the two.
 type UpdateComputeTrayFirmwareTarget struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	MachineIds    []*MachineId           `protobuf:"bytes,1,rep,name=machine_ids,json=machineIds,proto3" json:"machine_ids,omitempty"`
+	MachineIds    *MachineIdList         `protobuf:"bytes,1,opt,name=machine_ids,json=machineIds,proto3" json:"machine_ids,omitempty"`
 	Components    []ComputeTrayComponent `protobuf:"varint,2,rep,packed,name=components,proto3,enum=forge.ComputeTrayComponent" json:"components,omitempty"`
-	BmcMacs       []string               `protobuf:"bytes,3,rep,name=bmc_macs,json=bmcMacs,proto3" json:"bmc_macs,omitempty"`
+	BmcMacs       *MacAddressList        `protobuf:"bytes,3,opt,name=bmc_macs,json=bmcMacs,proto3" json:"bmc_macs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4886,7 +4890,7 @@ func (*UpdateComputeTrayFirmwareTarget) Descriptor() ([]byte, []int) {
 	return file_forge_forge_proto_rawDescGZIP(), []int{77}
 }
 
-func (x *UpdateComputeTrayFirmwareTarget) GetMachineIds() []*MachineId {
+func (x *UpdateComputeTrayFirmwareTarget) GetMachineIds() *MachineIdList {
 	if x != nil {
 		return x.MachineIds
 	}
@@ -4900,7 +4904,7 @@ func (x *UpdateComputeTrayFirmwareTarget) GetComponents() []ComputeTrayComponent
 	return nil
 }
 
-func (x *UpdateComputeTrayFirmwareTarget) GetBmcMacs() []string {
+func (x *UpdateComputeTrayFirmwareTarget) GetBmcMacs() *MacAddressList {
 	if x != nil {
 		return x.BmcMacs
 	}
@@ -4909,9 +4913,9 @@ func (x *UpdateComputeTrayFirmwareTarget) GetBmcMacs() []string {
 
 type UpdateSwitchFirmwareTarget struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	SwitchIds     []*SwitchId            `protobuf:"bytes,1,rep,name=switch_ids,json=switchIds,proto3" json:"switch_ids,omitempty"`
+	SwitchIds     *SwitchIdList          `protobuf:"bytes,1,opt,name=switch_ids,json=switchIds,proto3" json:"switch_ids,omitempty"`
 	Components    []NvSwitchComponent    `protobuf:"varint,2,rep,packed,name=components,proto3,enum=forge.NvSwitchComponent" json:"components,omitempty"`
-	BmcMacs       []string               `protobuf:"bytes,3,rep,name=bmc_macs,json=bmcMacs,proto3" json:"bmc_macs,omitempty"`
+	BmcMacs       *MacAddressList        `protobuf:"bytes,3,opt,name=bmc_macs,json=bmcMacs,proto3" json:"bmc_macs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4946,7 +4950,7 @@ func (*UpdateSwitchFirmwareTarget) Descriptor() ([]byte, []int) {
 	return file_forge_forge_proto_rawDescGZIP(), []int{78}
 }
 
-func (x *UpdateSwitchFirmwareTarget) GetSwitchIds() []*SwitchId {
+func (x *UpdateSwitchFirmwareTarget) GetSwitchIds() *SwitchIdList {
 	if x != nil {
 		return x.SwitchIds
 	}
@@ -4960,7 +4964,7 @@ func (x *UpdateSwitchFirmwareTarget) GetComponents() []NvSwitchComponent {
 	return nil
 }
 
-func (x *UpdateSwitchFirmwareTarget) GetBmcMacs() []string {
+func (x *UpdateSwitchFirmwareTarget) GetBmcMacs() *MacAddressList {
 	if x != nil {
 		return x.BmcMacs
 	}
@@ -4969,9 +4973,9 @@ func (x *UpdateSwitchFirmwareTarget) GetBmcMacs() []string {
 
 type UpdatePowerShelfFirmwareTarget struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	PowerShelfIds []*PowerShelfId        `protobuf:"bytes,1,rep,name=power_shelf_ids,json=powerShelfIds,proto3" json:"power_shelf_ids,omitempty"`
+	PowerShelfIds *PowerShelfIdList      `protobuf:"bytes,1,opt,name=power_shelf_ids,json=powerShelfIds,proto3" json:"power_shelf_ids,omitempty"`
 	Components    []PowerShelfComponent  `protobuf:"varint,2,rep,packed,name=components,proto3,enum=forge.PowerShelfComponent" json:"components,omitempty"`
-	PmcMacs       []string               `protobuf:"bytes,3,rep,name=pmc_macs,json=pmcMacs,proto3" json:"pmc_macs,omitempty"`
+	PmcMacs       *MacAddressList        `protobuf:"bytes,3,opt,name=pmc_macs,json=pmcMacs,proto3" json:"pmc_macs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5006,7 +5010,7 @@ func (*UpdatePowerShelfFirmwareTarget) Descriptor() ([]byte, []int) {
 	return file_forge_forge_proto_rawDescGZIP(), []int{79}
 }
 
-func (x *UpdatePowerShelfFirmwareTarget) GetPowerShelfIds() []*PowerShelfId {
+func (x *UpdatePowerShelfFirmwareTarget) GetPowerShelfIds() *PowerShelfIdList {
 	if x != nil {
 		return x.PowerShelfIds
 	}
@@ -5020,34 +5024,35 @@ func (x *UpdatePowerShelfFirmwareTarget) GetComponents() []PowerShelfComponent {
 	return nil
 }
 
-func (x *UpdatePowerShelfFirmwareTarget) GetPmcMacs() []string {
+func (x *UpdatePowerShelfFirmwareTarget) GetPmcMacs() *MacAddressList {
 	if x != nil {
 		return x.PmcMacs
 	}
 	return nil
 }
 
-type UpdateRackFirmwareTarget struct {
+// UpdateFirmwareObjectTarget is upstream's name for the rack target.
+type UpdateFirmwareObjectTarget struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	RackIds       []*RackId              `protobuf:"bytes,1,rep,name=rack_ids,json=rackIds,proto3" json:"rack_ids,omitempty"`
+	RackIds       *RackIdList            `protobuf:"bytes,1,opt,name=rack_ids,json=rackIds,proto3" json:"rack_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *UpdateRackFirmwareTarget) Reset() {
-	*x = UpdateRackFirmwareTarget{}
+func (x *UpdateFirmwareObjectTarget) Reset() {
+	*x = UpdateFirmwareObjectTarget{}
 	mi := &file_forge_forge_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *UpdateRackFirmwareTarget) String() string {
+func (x *UpdateFirmwareObjectTarget) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*UpdateRackFirmwareTarget) ProtoMessage() {}
+func (*UpdateFirmwareObjectTarget) ProtoMessage() {}
 
-func (x *UpdateRackFirmwareTarget) ProtoReflect() protoreflect.Message {
+func (x *UpdateFirmwareObjectTarget) ProtoReflect() protoreflect.Message {
 	mi := &file_forge_forge_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -5059,12 +5064,12 @@ func (x *UpdateRackFirmwareTarget) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use UpdateRackFirmwareTarget.ProtoReflect.Descriptor instead.
-func (*UpdateRackFirmwareTarget) Descriptor() ([]byte, []int) {
+// Deprecated: Use UpdateFirmwareObjectTarget.ProtoReflect.Descriptor instead.
+func (*UpdateFirmwareObjectTarget) Descriptor() ([]byte, []int) {
 	return file_forge_forge_proto_rawDescGZIP(), []int{80}
 }
 
-func (x *UpdateRackFirmwareTarget) GetRackIds() []*RackId {
+func (x *UpdateFirmwareObjectTarget) GetRackIds() *RackIdList {
 	if x != nil {
 		return x.RackIds
 	}
@@ -5152,7 +5157,7 @@ func (x *UpdateComponentFirmwareRequest) GetPowerShelves() *UpdatePowerShelfFirm
 	return nil
 }
 
-func (x *UpdateComponentFirmwareRequest) GetRacks() *UpdateRackFirmwareTarget {
+func (x *UpdateComponentFirmwareRequest) GetRacks() *UpdateFirmwareObjectTarget {
 	if x != nil {
 		if x, ok := x.Target.(*UpdateComponentFirmwareRequest_Racks); ok {
 			return x.Racks
@@ -5206,7 +5211,7 @@ type UpdateComponentFirmwareRequest_PowerShelves struct {
 }
 
 type UpdateComponentFirmwareRequest_Racks struct {
-	Racks *UpdateRackFirmwareTarget `protobuf:"bytes,5,opt,name=racks,proto3,oneof"`
+	Racks *UpdateFirmwareObjectTarget `protobuf:"bytes,5,opt,name=racks,proto3,oneof"`
 }
 
 func (*UpdateComponentFirmwareRequest_ComputeTrays) isUpdateComponentFirmwareRequest_Target() {}
@@ -5546,6 +5551,7 @@ type ListComponentFirmwareVersionsRequest struct {
 	//	*ListComponentFirmwareVersionsRequest_MachineIds
 	//	*ListComponentFirmwareVersionsRequest_SwitchIds
 	//	*ListComponentFirmwareVersionsRequest_PowerShelfIds
+	//	*ListComponentFirmwareVersionsRequest_RackIds
 	//	*ListComponentFirmwareVersionsRequest_ComputeBmcMacs
 	//	*ListComponentFirmwareVersionsRequest_SwitchBmcMacs
 	//	*ListComponentFirmwareVersionsRequest_PowerShelfPmcMacs
@@ -5618,6 +5624,15 @@ func (x *ListComponentFirmwareVersionsRequest) GetPowerShelfIds() *PowerShelfIdL
 	return nil
 }
 
+func (x *ListComponentFirmwareVersionsRequest) GetRackIds() *RackIdList {
+	if x != nil {
+		if x, ok := x.Target.(*ListComponentFirmwareVersionsRequest_RackIds); ok {
+			return x.RackIds
+		}
+	}
+	return nil
+}
+
 func (x *ListComponentFirmwareVersionsRequest) GetComputeBmcMacs() *MacAddressList {
 	if x != nil {
 		if x, ok := x.Target.(*ListComponentFirmwareVersionsRequest_ComputeBmcMacs); ok {
@@ -5661,16 +5676,20 @@ type ListComponentFirmwareVersionsRequest_PowerShelfIds struct {
 	PowerShelfIds *PowerShelfIdList `protobuf:"bytes,3,opt,name=power_shelf_ids,json=powerShelfIds,proto3,oneof"`
 }
 
+type ListComponentFirmwareVersionsRequest_RackIds struct {
+	RackIds *RackIdList `protobuf:"bytes,4,opt,name=rack_ids,json=rackIds,proto3,oneof"`
+}
+
 type ListComponentFirmwareVersionsRequest_ComputeBmcMacs struct {
-	ComputeBmcMacs *MacAddressList `protobuf:"bytes,4,opt,name=compute_bmc_macs,json=computeBmcMacs,proto3,oneof"`
+	ComputeBmcMacs *MacAddressList `protobuf:"bytes,5,opt,name=compute_bmc_macs,json=computeBmcMacs,proto3,oneof"`
 }
 
 type ListComponentFirmwareVersionsRequest_SwitchBmcMacs struct {
-	SwitchBmcMacs *MacAddressList `protobuf:"bytes,5,opt,name=switch_bmc_macs,json=switchBmcMacs,proto3,oneof"`
+	SwitchBmcMacs *MacAddressList `protobuf:"bytes,6,opt,name=switch_bmc_macs,json=switchBmcMacs,proto3,oneof"`
 }
 
 type ListComponentFirmwareVersionsRequest_PowerShelfPmcMacs struct {
-	PowerShelfPmcMacs *MacAddressList `protobuf:"bytes,6,opt,name=power_shelf_pmc_macs,json=powerShelfPmcMacs,proto3,oneof"`
+	PowerShelfPmcMacs *MacAddressList `protobuf:"bytes,7,opt,name=power_shelf_pmc_macs,json=powerShelfPmcMacs,proto3,oneof"`
 }
 
 func (*ListComponentFirmwareVersionsRequest_MachineIds) isListComponentFirmwareVersionsRequest_Target() {
@@ -5680,6 +5699,9 @@ func (*ListComponentFirmwareVersionsRequest_SwitchIds) isListComponentFirmwareVe
 }
 
 func (*ListComponentFirmwareVersionsRequest_PowerShelfIds) isListComponentFirmwareVersionsRequest_Target() {
+}
+
+func (*ListComponentFirmwareVersionsRequest_RackIds) isListComponentFirmwareVersionsRequest_Target() {
 }
 
 func (*ListComponentFirmwareVersionsRequest_ComputeBmcMacs) isListComponentFirmwareVersionsRequest_Target() {
@@ -5692,8 +5714,8 @@ func (*ListComponentFirmwareVersionsRequest_PowerShelfPmcMacs) isListComponentFi
 }
 
 type ListComponentFirmwareVersionsResponse struct {
-	state         protoimpl.MessageState       `protogen:"open.v1"`
-	Devices       []*ComponentFirmwareVersions `protobuf:"bytes,1,rep,name=devices,proto3" json:"devices,omitempty"`
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Devices       []*DeviceFirmwareVersions `protobuf:"bytes,1,rep,name=devices,proto3" json:"devices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5728,35 +5750,39 @@ func (*ListComponentFirmwareVersionsResponse) Descriptor() ([]byte, []int) {
 	return file_forge_forge_proto_rawDescGZIP(), []int{87}
 }
 
-func (x *ListComponentFirmwareVersionsResponse) GetDevices() []*ComponentFirmwareVersions {
+func (x *ListComponentFirmwareVersionsResponse) GetDevices() []*DeviceFirmwareVersions {
 	if x != nil {
 		return x.Devices
 	}
 	return nil
 }
 
-type ComponentFirmwareVersions struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Result        *ComponentResult       `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
-	Versions      []string               `protobuf:"bytes,2,rep,name=versions,proto3" json:"versions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+// DeviceFirmwareVersions is one device's installed versions: versions for
+// the device as a whole, and for a compute tray compute_fw_versions per
+// sub-component (BMC, BIOS, CPLD, ...).
+type DeviceFirmwareVersions struct {
+	state             protoimpl.MessageState         `protogen:"open.v1"`
+	Result            *ComponentResult               `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	Versions          []string                       `protobuf:"bytes,2,rep,name=versions,proto3" json:"versions,omitempty"`
+	ComputeFwVersions []*ComputeTrayFirmwareVersions `protobuf:"bytes,3,rep,name=compute_fw_versions,json=computeFwVersions,proto3" json:"compute_fw_versions,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
-func (x *ComponentFirmwareVersions) Reset() {
-	*x = ComponentFirmwareVersions{}
+func (x *DeviceFirmwareVersions) Reset() {
+	*x = DeviceFirmwareVersions{}
 	mi := &file_forge_forge_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ComponentFirmwareVersions) String() string {
+func (x *DeviceFirmwareVersions) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ComponentFirmwareVersions) ProtoMessage() {}
+func (*DeviceFirmwareVersions) ProtoMessage() {}
 
-func (x *ComponentFirmwareVersions) ProtoReflect() protoreflect.Message {
+func (x *DeviceFirmwareVersions) ProtoReflect() protoreflect.Message {
 	mi := &file_forge_forge_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -5768,19 +5794,78 @@ func (x *ComponentFirmwareVersions) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ComponentFirmwareVersions.ProtoReflect.Descriptor instead.
-func (*ComponentFirmwareVersions) Descriptor() ([]byte, []int) {
+// Deprecated: Use DeviceFirmwareVersions.ProtoReflect.Descriptor instead.
+func (*DeviceFirmwareVersions) Descriptor() ([]byte, []int) {
 	return file_forge_forge_proto_rawDescGZIP(), []int{88}
 }
 
-func (x *ComponentFirmwareVersions) GetResult() *ComponentResult {
+func (x *DeviceFirmwareVersions) GetResult() *ComponentResult {
 	if x != nil {
 		return x.Result
 	}
 	return nil
 }
 
-func (x *ComponentFirmwareVersions) GetVersions() []string {
+func (x *DeviceFirmwareVersions) GetVersions() []string {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *DeviceFirmwareVersions) GetComputeFwVersions() []*ComputeTrayFirmwareVersions {
+	if x != nil {
+		return x.ComputeFwVersions
+	}
+	return nil
+}
+
+type ComputeTrayFirmwareVersions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Component     ComputeTrayComponent   `protobuf:"varint,1,opt,name=component,proto3,enum=forge.ComputeTrayComponent" json:"component,omitempty"`
+	Versions      []string               `protobuf:"bytes,2,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ComputeTrayFirmwareVersions) Reset() {
+	*x = ComputeTrayFirmwareVersions{}
+	mi := &file_forge_forge_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ComputeTrayFirmwareVersions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ComputeTrayFirmwareVersions) ProtoMessage() {}
+
+func (x *ComputeTrayFirmwareVersions) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ComputeTrayFirmwareVersions.ProtoReflect.Descriptor instead.
+func (*ComputeTrayFirmwareVersions) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *ComputeTrayFirmwareVersions) GetComponent() ComputeTrayComponent {
+	if x != nil {
+		return x.Component
+	}
+	return ComputeTrayComponent_COMPUTE_TRAY_COMPONENT_UNKNOWN
+}
+
+func (x *ComputeTrayFirmwareVersions) GetVersions() []string {
 	if x != nil {
 		return x.Versions
 	}
@@ -5820,24 +5905,28 @@ const file_forge_forge_proto_rawDesc = "" +
 	"\rbuild_version\x18\x01 \x01(\tR\fbuildVersion\x12;\n" +
 	"\x0eruntime_config\x182 \x01(\v2\x14.forge.RuntimeConfigR\rruntimeConfig\"6\n" +
 	"\rRuntimeConfig\x12%\n" +
-	"\x0fmax_find_by_ids\x18\x1e \x01(\rR\fmaxFindByIds\"\xf0\x01\n" +
+	"\x0fmax_find_by_ids\x18\x1e \x01(\rR\fmaxFindByIds\"\x86\x02\n" +
 	"\fHealthReport\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12;\n" +
 	"\vobserved_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAt\x127\n" +
 	"\tsuccesses\x18\x03 \x03(\v2\x19.forge.HealthProbeSuccessR\tsuccesses\x12/\n" +
-	"\x06alerts\x18\x04 \x03(\v2\x17.forge.HealthProbeAlertR\x06alerts\x12!\n" +
-	"\ftriggered_by\x18\x05 \x01(\tR\vtriggeredBy\"<\n" +
+	"\x06alerts\x18\x04 \x03(\v2\x17.forge.HealthProbeAlertR\x06alerts\x12&\n" +
+	"\ftriggered_by\x18\x05 \x01(\tH\x00R\vtriggeredBy\x88\x01\x01B\x0f\n" +
+	"\r_triggered_by\"L\n" +
 	"\x12HealthProbeSuccess\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06target\x18\x02 \x01(\tR\x06target\"\xe7\x01\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\x06target\x18\x02 \x01(\tH\x00R\x06target\x88\x01\x01B\t\n" +
+	"\a_target\"\x8f\x02\n" +
 	"\x10HealthProbeAlert\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12@\n" +
 	"\x0ein_alert_since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\finAlertSince\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\x12%\n" +
-	"\x0etenant_message\x18\x04 \x01(\tR\rtenantMessage\x12(\n" +
-	"\x0fclassifications\x18\x05 \x03(\tR\x0fclassifications\x12\x16\n" +
-	"\x06target\x18\x06 \x01(\tR\x06target\"\x98\x02\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12*\n" +
+	"\x0etenant_message\x18\x04 \x01(\tH\x00R\rtenantMessage\x88\x01\x01\x12(\n" +
+	"\x0fclassifications\x18\x05 \x03(\tR\x0fclassifications\x12\x1b\n" +
+	"\x06target\x18\x06 \x01(\tH\x01R\x06target\x88\x01\x01B\x11\n" +
+	"\x0f_tenant_messageB\t\n" +
+	"\a_target\"\x98\x02\n" +
 	"\x13MachineSearchConfig\x12!\n" +
 	"\finclude_dpus\x18\x01 \x01(\bR\vincludeDpus\x126\n" +
 	"\x15only_with_power_state\x18\n" +
@@ -5900,9 +5989,10 @@ const file_forge_forge_proto_rawDesc = "" +
 	"\tnvos_info\x18\x0f \x01(\v2\x0f.forge.NvosInfoR\bnvosInfo\x129\n" +
 	"\x12nvlink_domain_uuid\x18\x10 \x01(\v2\v.forge.UUIDR\x10nvlinkDomainUuid\";\n" +
 	"\fSwitchStatus\x12+\n" +
-	"\x06health\x18\a \x01(\v2\x13.forge.HealthReportR\x06health\"\x1a\n" +
-	"\bNvosInfo\x12\x0e\n" +
-	"\x02ip\x18\x01 \x01(\tR\x02ip\"\x18\n" +
+	"\x06health\x18\a \x01(\v2\x13.forge.HealthReportR\x06health\"&\n" +
+	"\bNvosInfo\x12\x13\n" +
+	"\x02ip\x18\x01 \x01(\tH\x00R\x02ip\x88\x01\x01B\x05\n" +
+	"\x03_ip\"\x18\n" +
 	"\x16PowerShelfSearchFilter\"W\n" +
 	"\x18PowerShelvesByIdsRequest\x12;\n" +
 	"\x0fpower_shelf_ids\x18\x01 \x03(\v2\x13.forge.PowerShelfIdR\rpowerShelfIds\"H\n" +
@@ -5979,7 +6069,7 @@ const file_forge_forge_proto_rawDesc = "" +
 	"$_default_pause_ingestion_and_poweronB\x11\n" +
 	"\x0f_bmc_ip_address\"Z\n" +
 	"\x13ExpectedMachineList\x12C\n" +
-	"\x11expected_machines\x18\x01 \x03(\v2\x16.forge.ExpectedMachineR\x10expectedMachines\"\xf6\x03\n" +
+	"\x11expected_machines\x18\x01 \x03(\v2\x16.forge.ExpectedMachineR\x10expectedMachines\"\xde\x03\n" +
 	"\x0eExpectedSwitch\x12&\n" +
 	"\x0fbmc_mac_address\x18\x01 \x01(\tR\rbmcMacAddress\x12!\n" +
 	"\fbmc_username\x18\x02 \x01(\tR\vbmcUsername\x12!\n" +
@@ -5989,11 +6079,10 @@ const file_forge_forge_proto_rawDesc = "" +
 	"\arack_id\x18\x06 \x01(\v2\r.forge.RackIdR\x06rackId\x12(\n" +
 	"\rnvos_username\x18\a \x01(\tH\x00R\fnvosUsername\x88\x01\x01\x12(\n" +
 	"\rnvos_password\x18\b \x01(\tH\x01R\fnvosPassword\x88\x01\x01\x129\n" +
-	"\x12expected_switch_id\x18\t \x01(\v2\v.forge.UUIDR\x10expectedSwitchId\x12)\n" +
-	"\x0ebmc_ip_address\x18\v \x01(\tH\x02R\fbmcIpAddress\x88\x01\x01B\x10\n" +
+	"\x12expected_switch_id\x18\t \x01(\v2\v.forge.UUIDR\x10expectedSwitchId\x12$\n" +
+	"\x0ebmc_ip_address\x18\v \x01(\tR\fbmcIpAddressB\x10\n" +
 	"\x0e_nvos_usernameB\x10\n" +
-	"\x0e_nvos_passwordB\x11\n" +
-	"\x0f_bmc_ip_address\"X\n" +
+	"\x0e_nvos_password\"X\n" +
 	"\x12ExpectedSwitchList\x12B\n" +
 	"\x11expected_switches\x18\x01 \x03(\v2\x15.forge.ExpectedSwitchR\x10expectedSwitches\"\xf1\x02\n" +
 	"\x12ExpectedPowerShelf\x12&\n" +
@@ -6080,42 +6169,46 @@ const file_forge_forge_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
 	"\x0eComputerSystem\x12@\n" +
 	"\vpower_state\x18\r \x01(\x0e2\x1f.forge.ComputerSystemPowerStateR\n" +
-	"powerState\"6\n" +
-	"\x0fExploredChassis\x12#\n" +
-	"\rserial_number\x18\x05 \x01(\tR\fserialNumber\"E\n" +
+	"powerState\"M\n" +
+	"\x0fExploredChassis\x12(\n" +
+	"\rserial_number\x18\x05 \x01(\tH\x00R\fserialNumber\x88\x01\x01B\x10\n" +
+	"\x0e_serial_number\"E\n" +
 	"\x0fExploredService\x122\n" +
-	"\vinventories\x18\x02 \x03(\v2\x10.forge.InventoryR\vinventories\"W\n" +
+	"\vinventories\x18\x02 \x03(\v2\x10.forge.InventoryR\vinventories\"}\n" +
 	"\tInventory\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\tR\aversion\"\xac\x01\n" +
-	"\x1fUpdateComputeTrayFirmwareTarget\x121\n" +
-	"\vmachine_ids\x18\x01 \x03(\v2\x10.forge.MachineIdR\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
+	"\vdescription\x18\x02 \x01(\tH\x00R\vdescription\x88\x01\x01\x12\x1d\n" +
+	"\aversion\x18\x03 \x01(\tH\x01R\aversion\x88\x01\x01B\x0e\n" +
+	"\f_descriptionB\n" +
+	"\n" +
+	"\b_version\"\xc7\x01\n" +
+	"\x1fUpdateComputeTrayFirmwareTarget\x125\n" +
+	"\vmachine_ids\x18\x01 \x01(\v2\x14.forge.MachineIdListR\n" +
 	"machineIds\x12;\n" +
 	"\n" +
 	"components\x18\x02 \x03(\x0e2\x1b.forge.ComputeTrayComponentR\n" +
-	"components\x12\x19\n" +
-	"\bbmc_macs\x18\x03 \x03(\tR\abmcMacs\"\xa1\x01\n" +
-	"\x1aUpdateSwitchFirmwareTarget\x12.\n" +
+	"components\x120\n" +
+	"\bbmc_macs\x18\x03 \x01(\v2\x15.forge.MacAddressListR\abmcMacs\"\xbc\x01\n" +
+	"\x1aUpdateSwitchFirmwareTarget\x122\n" +
 	"\n" +
-	"switch_ids\x18\x01 \x03(\v2\x0f.forge.SwitchIdR\tswitchIds\x128\n" +
+	"switch_ids\x18\x01 \x01(\v2\x13.forge.SwitchIdListR\tswitchIds\x128\n" +
 	"\n" +
 	"components\x18\x02 \x03(\x0e2\x18.forge.NvSwitchComponentR\n" +
-	"components\x12\x19\n" +
-	"\bbmc_macs\x18\x03 \x03(\tR\abmcMacs\"\xb4\x01\n" +
-	"\x1eUpdatePowerShelfFirmwareTarget\x12;\n" +
-	"\x0fpower_shelf_ids\x18\x01 \x03(\v2\x13.forge.PowerShelfIdR\rpowerShelfIds\x12:\n" +
+	"components\x120\n" +
+	"\bbmc_macs\x18\x03 \x01(\v2\x15.forge.MacAddressListR\abmcMacs\"\xcf\x01\n" +
+	"\x1eUpdatePowerShelfFirmwareTarget\x12?\n" +
+	"\x0fpower_shelf_ids\x18\x01 \x01(\v2\x17.forge.PowerShelfIdListR\rpowerShelfIds\x12:\n" +
 	"\n" +
 	"components\x18\x02 \x03(\x0e2\x1a.forge.PowerShelfComponentR\n" +
-	"components\x12\x19\n" +
-	"\bpmc_macs\x18\x03 \x03(\tR\apmcMacs\"D\n" +
-	"\x18UpdateRackFirmwareTarget\x12(\n" +
-	"\brack_ids\x18\x01 \x03(\v2\r.forge.RackIdR\arackIds\"\xfc\x03\n" +
+	"components\x120\n" +
+	"\bpmc_macs\x18\x03 \x01(\v2\x15.forge.MacAddressListR\apmcMacs\"J\n" +
+	"\x1aUpdateFirmwareObjectTarget\x12,\n" +
+	"\brack_ids\x18\x01 \x01(\v2\x11.forge.RackIdListR\arackIds\"\xfe\x03\n" +
 	"\x1eUpdateComponentFirmwareRequest\x12M\n" +
 	"\rcompute_trays\x18\x01 \x01(\v2&.forge.UpdateComputeTrayFirmwareTargetH\x00R\fcomputeTrays\x12?\n" +
 	"\bswitches\x18\x02 \x01(\v2!.forge.UpdateSwitchFirmwareTargetH\x00R\bswitches\x12L\n" +
-	"\rpower_shelves\x18\x03 \x01(\v2%.forge.UpdatePowerShelfFirmwareTargetH\x00R\fpowerShelves\x127\n" +
-	"\x05racks\x18\x05 \x01(\v2\x1f.forge.UpdateRackFirmwareTargetH\x00R\x05racks\x12%\n" +
+	"\rpower_shelves\x18\x03 \x01(\v2%.forge.UpdatePowerShelfFirmwareTargetH\x00R\fpowerShelves\x129\n" +
+	"\x05racks\x18\x05 \x01(\v2!.forge.UpdateFirmwareObjectTargetH\x00R\x05racks\x12%\n" +
 	"\x0etarget_version\x18\x04 \x01(\tR\rtargetVersion\x12&\n" +
 	"\faccess_token\x18\x06 \x01(\tH\x01R\vaccessToken\x88\x01\x01\x12!\n" +
 	"\fforce_update\x18\a \x01(\bR\vforceUpdate\x126\n" +
@@ -6142,21 +6235,26 @@ const file_forge_forge_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\x0e2\x1a.forge.FirmwareUpdateStateR\x05state\x12%\n" +
 	"\x0etarget_version\x18\x03 \x01(\tR\rtargetVersion\x129\n" +
 	"\n" +
-	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xb0\x03\n" +
+	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xe0\x03\n" +
 	"$ListComponentFirmwareVersionsRequest\x127\n" +
 	"\vmachine_ids\x18\x01 \x01(\v2\x14.forge.MachineIdListH\x00R\n" +
 	"machineIds\x124\n" +
 	"\n" +
 	"switch_ids\x18\x02 \x01(\v2\x13.forge.SwitchIdListH\x00R\tswitchIds\x12A\n" +
-	"\x0fpower_shelf_ids\x18\x03 \x01(\v2\x17.forge.PowerShelfIdListH\x00R\rpowerShelfIds\x12A\n" +
-	"\x10compute_bmc_macs\x18\x04 \x01(\v2\x15.forge.MacAddressListH\x00R\x0ecomputeBmcMacs\x12?\n" +
-	"\x0fswitch_bmc_macs\x18\x05 \x01(\v2\x15.forge.MacAddressListH\x00R\rswitchBmcMacs\x12H\n" +
-	"\x14power_shelf_pmc_macs\x18\x06 \x01(\v2\x15.forge.MacAddressListH\x00R\x11powerShelfPmcMacsB\b\n" +
-	"\x06target\"c\n" +
-	"%ListComponentFirmwareVersionsResponse\x12:\n" +
-	"\adevices\x18\x01 \x03(\v2 .forge.ComponentFirmwareVersionsR\adevices\"g\n" +
-	"\x19ComponentFirmwareVersions\x12.\n" +
+	"\x0fpower_shelf_ids\x18\x03 \x01(\v2\x17.forge.PowerShelfIdListH\x00R\rpowerShelfIds\x12.\n" +
+	"\brack_ids\x18\x04 \x01(\v2\x11.forge.RackIdListH\x00R\arackIds\x12A\n" +
+	"\x10compute_bmc_macs\x18\x05 \x01(\v2\x15.forge.MacAddressListH\x00R\x0ecomputeBmcMacs\x12?\n" +
+	"\x0fswitch_bmc_macs\x18\x06 \x01(\v2\x15.forge.MacAddressListH\x00R\rswitchBmcMacs\x12H\n" +
+	"\x14power_shelf_pmc_macs\x18\a \x01(\v2\x15.forge.MacAddressListH\x00R\x11powerShelfPmcMacsB\b\n" +
+	"\x06target\"`\n" +
+	"%ListComponentFirmwareVersionsResponse\x127\n" +
+	"\adevices\x18\x01 \x03(\v2\x1d.forge.DeviceFirmwareVersionsR\adevices\"\xb8\x01\n" +
+	"\x16DeviceFirmwareVersions\x12.\n" +
 	"\x06result\x18\x01 \x01(\v2\x16.forge.ComponentResultR\x06result\x12\x1a\n" +
+	"\bversions\x18\x02 \x03(\tR\bversions\x12R\n" +
+	"\x13compute_fw_versions\x18\x03 \x03(\v2\".forge.ComputeTrayFirmwareVersionsR\x11computeFwVersions\"t\n" +
+	"\x1bComputeTrayFirmwareVersions\x129\n" +
+	"\tcomponent\x18\x01 \x01(\x0e2\x1b.forge.ComputeTrayComponentR\tcomponent\x12\x1a\n" +
 	"\bversions\x18\x02 \x03(\tR\bversions*\x9e\x02\n" +
 	"\x12SystemPowerControl\x12 \n" +
 	"\x1cSYSTEM_POWER_CONTROL_UNKNOWN\x10\x00\x12\x1b\n" +
@@ -6272,7 +6370,7 @@ func file_forge_forge_proto_rawDescGZIP() []byte {
 }
 
 var file_forge_forge_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_forge_forge_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
+var file_forge_forge_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
 var file_forge_forge_proto_goTypes = []any{
 	(SystemPowerControl)(0),                       // 0: forge.SystemPowerControl
 	(ComponentManagerStatusCode)(0),               // 1: forge.ComponentManagerStatusCode
@@ -6364,7 +6462,7 @@ var file_forge_forge_proto_goTypes = []any{
 	(*UpdateComputeTrayFirmwareTarget)(nil),       // 87: forge.UpdateComputeTrayFirmwareTarget
 	(*UpdateSwitchFirmwareTarget)(nil),            // 88: forge.UpdateSwitchFirmwareTarget
 	(*UpdatePowerShelfFirmwareTarget)(nil),        // 89: forge.UpdatePowerShelfFirmwareTarget
-	(*UpdateRackFirmwareTarget)(nil),              // 90: forge.UpdateRackFirmwareTarget
+	(*UpdateFirmwareObjectTarget)(nil),            // 90: forge.UpdateFirmwareObjectTarget
 	(*UpdateComponentFirmwareRequest)(nil),        // 91: forge.UpdateComponentFirmwareRequest
 	(*UpdateComponentFirmwareResponse)(nil),       // 92: forge.UpdateComponentFirmwareResponse
 	(*GetComponentFirmwareStatusRequest)(nil),     // 93: forge.GetComponentFirmwareStatusRequest
@@ -6372,10 +6470,11 @@ var file_forge_forge_proto_goTypes = []any{
 	(*FirmwareUpdateStatus)(nil),                  // 95: forge.FirmwareUpdateStatus
 	(*ListComponentFirmwareVersionsRequest)(nil),  // 96: forge.ListComponentFirmwareVersionsRequest
 	(*ListComponentFirmwareVersionsResponse)(nil), // 97: forge.ListComponentFirmwareVersionsResponse
-	(*ComponentFirmwareVersions)(nil),             // 98: forge.ComponentFirmwareVersions
-	nil,                                           // 99: forge.EndpointExplorationReport.FirmwareVersionsEntry
-	(*timestamppb.Timestamp)(nil),                 // 100: google.protobuf.Timestamp
-	(*emptypb.Empty)(nil),                         // 101: google.protobuf.Empty
+	(*DeviceFirmwareVersions)(nil),                // 98: forge.DeviceFirmwareVersions
+	(*ComputeTrayFirmwareVersions)(nil),           // 99: forge.ComputeTrayFirmwareVersions
+	nil,                                           // 100: forge.EndpointExplorationReport.FirmwareVersionsEntry
+	(*timestamppb.Timestamp)(nil),                 // 101: google.protobuf.Timestamp
+	(*emptypb.Empty)(nil),                         // 102: google.protobuf.Empty
 }
 var file_forge_forge_proto_depIdxs = []int32{
 	10,  // 0: forge.MachineIdList.machine_ids:type_name -> forge.MachineId
@@ -6383,10 +6482,10 @@ var file_forge_forge_proto_depIdxs = []int32{
 	12,  // 2: forge.PowerShelfIdList.ids:type_name -> forge.PowerShelfId
 	13,  // 3: forge.RackIdList.rack_ids:type_name -> forge.RackId
 	22,  // 4: forge.BuildInfo.runtime_config:type_name -> forge.RuntimeConfig
-	100, // 5: forge.HealthReport.observed_at:type_name -> google.protobuf.Timestamp
+	101, // 5: forge.HealthReport.observed_at:type_name -> google.protobuf.Timestamp
 	24,  // 6: forge.HealthReport.successes:type_name -> forge.HealthProbeSuccess
 	25,  // 7: forge.HealthReport.alerts:type_name -> forge.HealthProbeAlert
-	100, // 8: forge.HealthProbeAlert.in_alert_since:type_name -> google.protobuf.Timestamp
+	101, // 8: forge.HealthProbeAlert.in_alert_since:type_name -> google.protobuf.Timestamp
 	13,  // 9: forge.MachineSearchConfig.rack_id:type_name -> forge.RackId
 	10,  // 10: forge.MachinesByIdsRequest.machine_ids:type_name -> forge.MachineId
 	30,  // 11: forge.MachineList.machines:type_name -> forge.Machine
@@ -6396,7 +6495,7 @@ var file_forge_forge_proto_depIdxs = []int32{
 	31,  // 15: forge.Machine.config:type_name -> forge.MachineConfig
 	32,  // 16: forge.Machine.status:type_name -> forge.MachineStatus
 	33,  // 17: forge.MachineStatus.discovery_info:type_name -> forge.DiscoveryInfo
-	100, // 18: forge.MachineStatus.last_observation_time:type_name -> google.protobuf.Timestamp
+	101, // 18: forge.MachineStatus.last_observation_time:type_name -> google.protobuf.Timestamp
 	10,  // 19: forge.MachineStatus.associated_dpu_machine_ids:type_name -> forge.MachineId
 	23,  // 20: forge.MachineStatus.health:type_name -> forge.HealthReport
 	34,  // 21: forge.DiscoveryInfo.dmi_data:type_name -> forge.DmiData
@@ -6472,99 +6571,105 @@ var file_forge_forge_proto_depIdxs = []int32{
 	83,  // 91: forge.EndpointExplorationReport.systems:type_name -> forge.ComputerSystem
 	84,  // 92: forge.EndpointExplorationReport.chassis:type_name -> forge.ExploredChassis
 	85,  // 93: forge.EndpointExplorationReport.service:type_name -> forge.ExploredService
-	99,  // 94: forge.EndpointExplorationReport.firmware_versions:type_name -> forge.EndpointExplorationReport.FirmwareVersionsEntry
+	100, // 94: forge.EndpointExplorationReport.firmware_versions:type_name -> forge.EndpointExplorationReport.FirmwareVersionsEntry
 	8,   // 95: forge.ComputerSystem.power_state:type_name -> forge.ComputerSystemPowerState
 	86,  // 96: forge.ExploredService.inventories:type_name -> forge.Inventory
-	10,  // 97: forge.UpdateComputeTrayFirmwareTarget.machine_ids:type_name -> forge.MachineId
+	15,  // 97: forge.UpdateComputeTrayFirmwareTarget.machine_ids:type_name -> forge.MachineIdList
 	5,   // 98: forge.UpdateComputeTrayFirmwareTarget.components:type_name -> forge.ComputeTrayComponent
-	11,  // 99: forge.UpdateSwitchFirmwareTarget.switch_ids:type_name -> forge.SwitchId
-	3,   // 100: forge.UpdateSwitchFirmwareTarget.components:type_name -> forge.NvSwitchComponent
-	12,  // 101: forge.UpdatePowerShelfFirmwareTarget.power_shelf_ids:type_name -> forge.PowerShelfId
-	4,   // 102: forge.UpdatePowerShelfFirmwareTarget.components:type_name -> forge.PowerShelfComponent
-	13,  // 103: forge.UpdateRackFirmwareTarget.rack_ids:type_name -> forge.RackId
-	87,  // 104: forge.UpdateComponentFirmwareRequest.compute_trays:type_name -> forge.UpdateComputeTrayFirmwareTarget
-	88,  // 105: forge.UpdateComponentFirmwareRequest.switches:type_name -> forge.UpdateSwitchFirmwareTarget
-	89,  // 106: forge.UpdateComponentFirmwareRequest.power_shelves:type_name -> forge.UpdatePowerShelfFirmwareTarget
-	90,  // 107: forge.UpdateComponentFirmwareRequest.racks:type_name -> forge.UpdateRackFirmwareTarget
-	76,  // 108: forge.UpdateComponentFirmwareResponse.results:type_name -> forge.ComponentResult
-	15,  // 109: forge.GetComponentFirmwareStatusRequest.machine_ids:type_name -> forge.MachineIdList
-	16,  // 110: forge.GetComponentFirmwareStatusRequest.switch_ids:type_name -> forge.SwitchIdList
-	17,  // 111: forge.GetComponentFirmwareStatusRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
-	18,  // 112: forge.GetComponentFirmwareStatusRequest.rack_ids:type_name -> forge.RackIdList
-	19,  // 113: forge.GetComponentFirmwareStatusRequest.compute_bmc_macs:type_name -> forge.MacAddressList
-	19,  // 114: forge.GetComponentFirmwareStatusRequest.switch_bmc_macs:type_name -> forge.MacAddressList
-	19,  // 115: forge.GetComponentFirmwareStatusRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
-	95,  // 116: forge.GetComponentFirmwareStatusResponse.statuses:type_name -> forge.FirmwareUpdateStatus
-	76,  // 117: forge.FirmwareUpdateStatus.result:type_name -> forge.ComponentResult
-	2,   // 118: forge.FirmwareUpdateStatus.state:type_name -> forge.FirmwareUpdateState
-	100, // 119: forge.FirmwareUpdateStatus.updated_at:type_name -> google.protobuf.Timestamp
-	15,  // 120: forge.ListComponentFirmwareVersionsRequest.machine_ids:type_name -> forge.MachineIdList
-	16,  // 121: forge.ListComponentFirmwareVersionsRequest.switch_ids:type_name -> forge.SwitchIdList
-	17,  // 122: forge.ListComponentFirmwareVersionsRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
-	19,  // 123: forge.ListComponentFirmwareVersionsRequest.compute_bmc_macs:type_name -> forge.MacAddressList
-	19,  // 124: forge.ListComponentFirmwareVersionsRequest.switch_bmc_macs:type_name -> forge.MacAddressList
-	19,  // 125: forge.ListComponentFirmwareVersionsRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
-	98,  // 126: forge.ListComponentFirmwareVersionsResponse.devices:type_name -> forge.ComponentFirmwareVersions
-	76,  // 127: forge.ComponentFirmwareVersions.result:type_name -> forge.ComponentResult
-	20,  // 128: forge.Forge.Version:input_type -> forge.VersionRequest
-	26,  // 129: forge.Forge.FindMachineIds:input_type -> forge.MachineSearchConfig
-	27,  // 130: forge.Forge.FindMachinesByIds:input_type -> forge.MachinesByIdsRequest
-	35,  // 131: forge.Forge.FindSwitchIds:input_type -> forge.SwitchSearchFilter
-	36,  // 132: forge.Forge.FindSwitchesByIds:input_type -> forge.SwitchesByIdsRequest
-	41,  // 133: forge.Forge.FindPowerShelfIds:input_type -> forge.PowerShelfSearchFilter
-	42,  // 134: forge.Forge.FindPowerShelvesByIds:input_type -> forge.PowerShelvesByIdsRequest
-	48,  // 135: forge.Forge.FindRacksByIds:input_type -> forge.RacksByIdsRequest
-	52,  // 136: forge.Forge.GetPowerOptions:input_type -> forge.PowerOptionRequest
-	55,  // 137: forge.Forge.GetMachinePositionInfo:input_type -> forge.MachinePositionQuery
-	60,  // 138: forge.Forge.AddExpectedMachine:input_type -> forge.ExpectedMachine
-	62,  // 139: forge.Forge.AddExpectedSwitch:input_type -> forge.ExpectedSwitch
-	64,  // 140: forge.Forge.AddExpectedPowerShelf:input_type -> forge.ExpectedPowerShelf
-	101, // 141: forge.Forge.GetAllExpectedMachines:input_type -> google.protobuf.Empty
-	101, // 142: forge.Forge.GetAllExpectedSwitches:input_type -> google.protobuf.Empty
-	101, // 143: forge.Forge.GetAllExpectedPowerShelves:input_type -> google.protobuf.Empty
-	101, // 144: forge.Forge.GetAllExpectedRacks:input_type -> google.protobuf.Empty
-	68,  // 145: forge.Forge.AllowIngestionAndPowerOn:input_type -> forge.BmcEndpointRequest
-	68,  // 146: forge.Forge.DetermineMachineIngestionState:input_type -> forge.BmcEndpointRequest
-	70,  // 147: forge.Forge.DecommissionManagedHost:input_type -> forge.DecommissionManagedHostRequest
-	72,  // 148: forge.Forge.DecommissionSwitch:input_type -> forge.DecommissionSwitchRequest
-	74,  // 149: forge.Forge.DecommissionPowerShelf:input_type -> forge.DecommissionPowerShelfRequest
-	77,  // 150: forge.Forge.ComponentPowerControl:input_type -> forge.ComponentPowerControlRequest
-	79,  // 151: forge.Forge.GetComponentInventory:input_type -> forge.GetComponentInventoryRequest
-	91,  // 152: forge.Forge.UpdateComponentFirmware:input_type -> forge.UpdateComponentFirmwareRequest
-	93,  // 153: forge.Forge.GetComponentFirmwareStatus:input_type -> forge.GetComponentFirmwareStatusRequest
-	96,  // 154: forge.Forge.ListComponentFirmwareVersions:input_type -> forge.ListComponentFirmwareVersionsRequest
-	21,  // 155: forge.Forge.Version:output_type -> forge.BuildInfo
-	15,  // 156: forge.Forge.FindMachineIds:output_type -> forge.MachineIdList
-	28,  // 157: forge.Forge.FindMachinesByIds:output_type -> forge.MachineList
-	16,  // 158: forge.Forge.FindSwitchIds:output_type -> forge.SwitchIdList
-	37,  // 159: forge.Forge.FindSwitchesByIds:output_type -> forge.SwitchList
-	17,  // 160: forge.Forge.FindPowerShelfIds:output_type -> forge.PowerShelfIdList
-	43,  // 161: forge.Forge.FindPowerShelvesByIds:output_type -> forge.PowerShelfList
-	49,  // 162: forge.Forge.FindRacksByIds:output_type -> forge.RackList
-	53,  // 163: forge.Forge.GetPowerOptions:output_type -> forge.PowerOptionResponse
-	56,  // 164: forge.Forge.GetMachinePositionInfo:output_type -> forge.MachinePositionInfoList
-	101, // 165: forge.Forge.AddExpectedMachine:output_type -> google.protobuf.Empty
-	101, // 166: forge.Forge.AddExpectedSwitch:output_type -> google.protobuf.Empty
-	101, // 167: forge.Forge.AddExpectedPowerShelf:output_type -> google.protobuf.Empty
-	61,  // 168: forge.Forge.GetAllExpectedMachines:output_type -> forge.ExpectedMachineList
-	63,  // 169: forge.Forge.GetAllExpectedSwitches:output_type -> forge.ExpectedSwitchList
-	65,  // 170: forge.Forge.GetAllExpectedPowerShelves:output_type -> forge.ExpectedPowerShelfList
-	67,  // 171: forge.Forge.GetAllExpectedRacks:output_type -> forge.ExpectedRackList
-	101, // 172: forge.Forge.AllowIngestionAndPowerOn:output_type -> google.protobuf.Empty
-	69,  // 173: forge.Forge.DetermineMachineIngestionState:output_type -> forge.MachineIngestionStateResponse
-	71,  // 174: forge.Forge.DecommissionManagedHost:output_type -> forge.DecommissionManagedHostResponse
-	73,  // 175: forge.Forge.DecommissionSwitch:output_type -> forge.DecommissionSwitchResponse
-	75,  // 176: forge.Forge.DecommissionPowerShelf:output_type -> forge.DecommissionPowerShelfResponse
-	78,  // 177: forge.Forge.ComponentPowerControl:output_type -> forge.ComponentPowerControlResponse
-	80,  // 178: forge.Forge.GetComponentInventory:output_type -> forge.GetComponentInventoryResponse
-	92,  // 179: forge.Forge.UpdateComponentFirmware:output_type -> forge.UpdateComponentFirmwareResponse
-	94,  // 180: forge.Forge.GetComponentFirmwareStatus:output_type -> forge.GetComponentFirmwareStatusResponse
-	97,  // 181: forge.Forge.ListComponentFirmwareVersions:output_type -> forge.ListComponentFirmwareVersionsResponse
-	155, // [155:182] is the sub-list for method output_type
-	128, // [128:155] is the sub-list for method input_type
-	128, // [128:128] is the sub-list for extension type_name
-	128, // [128:128] is the sub-list for extension extendee
-	0,   // [0:128] is the sub-list for field type_name
+	19,  // 99: forge.UpdateComputeTrayFirmwareTarget.bmc_macs:type_name -> forge.MacAddressList
+	16,  // 100: forge.UpdateSwitchFirmwareTarget.switch_ids:type_name -> forge.SwitchIdList
+	3,   // 101: forge.UpdateSwitchFirmwareTarget.components:type_name -> forge.NvSwitchComponent
+	19,  // 102: forge.UpdateSwitchFirmwareTarget.bmc_macs:type_name -> forge.MacAddressList
+	17,  // 103: forge.UpdatePowerShelfFirmwareTarget.power_shelf_ids:type_name -> forge.PowerShelfIdList
+	4,   // 104: forge.UpdatePowerShelfFirmwareTarget.components:type_name -> forge.PowerShelfComponent
+	19,  // 105: forge.UpdatePowerShelfFirmwareTarget.pmc_macs:type_name -> forge.MacAddressList
+	18,  // 106: forge.UpdateFirmwareObjectTarget.rack_ids:type_name -> forge.RackIdList
+	87,  // 107: forge.UpdateComponentFirmwareRequest.compute_trays:type_name -> forge.UpdateComputeTrayFirmwareTarget
+	88,  // 108: forge.UpdateComponentFirmwareRequest.switches:type_name -> forge.UpdateSwitchFirmwareTarget
+	89,  // 109: forge.UpdateComponentFirmwareRequest.power_shelves:type_name -> forge.UpdatePowerShelfFirmwareTarget
+	90,  // 110: forge.UpdateComponentFirmwareRequest.racks:type_name -> forge.UpdateFirmwareObjectTarget
+	76,  // 111: forge.UpdateComponentFirmwareResponse.results:type_name -> forge.ComponentResult
+	15,  // 112: forge.GetComponentFirmwareStatusRequest.machine_ids:type_name -> forge.MachineIdList
+	16,  // 113: forge.GetComponentFirmwareStatusRequest.switch_ids:type_name -> forge.SwitchIdList
+	17,  // 114: forge.GetComponentFirmwareStatusRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
+	18,  // 115: forge.GetComponentFirmwareStatusRequest.rack_ids:type_name -> forge.RackIdList
+	19,  // 116: forge.GetComponentFirmwareStatusRequest.compute_bmc_macs:type_name -> forge.MacAddressList
+	19,  // 117: forge.GetComponentFirmwareStatusRequest.switch_bmc_macs:type_name -> forge.MacAddressList
+	19,  // 118: forge.GetComponentFirmwareStatusRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
+	95,  // 119: forge.GetComponentFirmwareStatusResponse.statuses:type_name -> forge.FirmwareUpdateStatus
+	76,  // 120: forge.FirmwareUpdateStatus.result:type_name -> forge.ComponentResult
+	2,   // 121: forge.FirmwareUpdateStatus.state:type_name -> forge.FirmwareUpdateState
+	101, // 122: forge.FirmwareUpdateStatus.updated_at:type_name -> google.protobuf.Timestamp
+	15,  // 123: forge.ListComponentFirmwareVersionsRequest.machine_ids:type_name -> forge.MachineIdList
+	16,  // 124: forge.ListComponentFirmwareVersionsRequest.switch_ids:type_name -> forge.SwitchIdList
+	17,  // 125: forge.ListComponentFirmwareVersionsRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
+	18,  // 126: forge.ListComponentFirmwareVersionsRequest.rack_ids:type_name -> forge.RackIdList
+	19,  // 127: forge.ListComponentFirmwareVersionsRequest.compute_bmc_macs:type_name -> forge.MacAddressList
+	19,  // 128: forge.ListComponentFirmwareVersionsRequest.switch_bmc_macs:type_name -> forge.MacAddressList
+	19,  // 129: forge.ListComponentFirmwareVersionsRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
+	98,  // 130: forge.ListComponentFirmwareVersionsResponse.devices:type_name -> forge.DeviceFirmwareVersions
+	76,  // 131: forge.DeviceFirmwareVersions.result:type_name -> forge.ComponentResult
+	99,  // 132: forge.DeviceFirmwareVersions.compute_fw_versions:type_name -> forge.ComputeTrayFirmwareVersions
+	5,   // 133: forge.ComputeTrayFirmwareVersions.component:type_name -> forge.ComputeTrayComponent
+	20,  // 134: forge.Forge.Version:input_type -> forge.VersionRequest
+	26,  // 135: forge.Forge.FindMachineIds:input_type -> forge.MachineSearchConfig
+	27,  // 136: forge.Forge.FindMachinesByIds:input_type -> forge.MachinesByIdsRequest
+	35,  // 137: forge.Forge.FindSwitchIds:input_type -> forge.SwitchSearchFilter
+	36,  // 138: forge.Forge.FindSwitchesByIds:input_type -> forge.SwitchesByIdsRequest
+	41,  // 139: forge.Forge.FindPowerShelfIds:input_type -> forge.PowerShelfSearchFilter
+	42,  // 140: forge.Forge.FindPowerShelvesByIds:input_type -> forge.PowerShelvesByIdsRequest
+	48,  // 141: forge.Forge.FindRacksByIds:input_type -> forge.RacksByIdsRequest
+	52,  // 142: forge.Forge.GetPowerOptions:input_type -> forge.PowerOptionRequest
+	55,  // 143: forge.Forge.GetMachinePositionInfo:input_type -> forge.MachinePositionQuery
+	60,  // 144: forge.Forge.AddExpectedMachine:input_type -> forge.ExpectedMachine
+	62,  // 145: forge.Forge.AddExpectedSwitch:input_type -> forge.ExpectedSwitch
+	64,  // 146: forge.Forge.AddExpectedPowerShelf:input_type -> forge.ExpectedPowerShelf
+	102, // 147: forge.Forge.GetAllExpectedMachines:input_type -> google.protobuf.Empty
+	102, // 148: forge.Forge.GetAllExpectedSwitches:input_type -> google.protobuf.Empty
+	102, // 149: forge.Forge.GetAllExpectedPowerShelves:input_type -> google.protobuf.Empty
+	102, // 150: forge.Forge.GetAllExpectedRacks:input_type -> google.protobuf.Empty
+	68,  // 151: forge.Forge.AllowIngestionAndPowerOn:input_type -> forge.BmcEndpointRequest
+	68,  // 152: forge.Forge.DetermineMachineIngestionState:input_type -> forge.BmcEndpointRequest
+	70,  // 153: forge.Forge.DecommissionManagedHost:input_type -> forge.DecommissionManagedHostRequest
+	72,  // 154: forge.Forge.DecommissionSwitch:input_type -> forge.DecommissionSwitchRequest
+	74,  // 155: forge.Forge.DecommissionPowerShelf:input_type -> forge.DecommissionPowerShelfRequest
+	77,  // 156: forge.Forge.ComponentPowerControl:input_type -> forge.ComponentPowerControlRequest
+	79,  // 157: forge.Forge.GetComponentInventory:input_type -> forge.GetComponentInventoryRequest
+	91,  // 158: forge.Forge.UpdateComponentFirmware:input_type -> forge.UpdateComponentFirmwareRequest
+	93,  // 159: forge.Forge.GetComponentFirmwareStatus:input_type -> forge.GetComponentFirmwareStatusRequest
+	96,  // 160: forge.Forge.ListComponentFirmwareVersions:input_type -> forge.ListComponentFirmwareVersionsRequest
+	21,  // 161: forge.Forge.Version:output_type -> forge.BuildInfo
+	15,  // 162: forge.Forge.FindMachineIds:output_type -> forge.MachineIdList
+	28,  // 163: forge.Forge.FindMachinesByIds:output_type -> forge.MachineList
+	16,  // 164: forge.Forge.FindSwitchIds:output_type -> forge.SwitchIdList
+	37,  // 165: forge.Forge.FindSwitchesByIds:output_type -> forge.SwitchList
+	17,  // 166: forge.Forge.FindPowerShelfIds:output_type -> forge.PowerShelfIdList
+	43,  // 167: forge.Forge.FindPowerShelvesByIds:output_type -> forge.PowerShelfList
+	49,  // 168: forge.Forge.FindRacksByIds:output_type -> forge.RackList
+	53,  // 169: forge.Forge.GetPowerOptions:output_type -> forge.PowerOptionResponse
+	56,  // 170: forge.Forge.GetMachinePositionInfo:output_type -> forge.MachinePositionInfoList
+	102, // 171: forge.Forge.AddExpectedMachine:output_type -> google.protobuf.Empty
+	102, // 172: forge.Forge.AddExpectedSwitch:output_type -> google.protobuf.Empty
+	102, // 173: forge.Forge.AddExpectedPowerShelf:output_type -> google.protobuf.Empty
+	61,  // 174: forge.Forge.GetAllExpectedMachines:output_type -> forge.ExpectedMachineList
+	63,  // 175: forge.Forge.GetAllExpectedSwitches:output_type -> forge.ExpectedSwitchList
+	65,  // 176: forge.Forge.GetAllExpectedPowerShelves:output_type -> forge.ExpectedPowerShelfList
+	67,  // 177: forge.Forge.GetAllExpectedRacks:output_type -> forge.ExpectedRackList
+	102, // 178: forge.Forge.AllowIngestionAndPowerOn:output_type -> google.protobuf.Empty
+	69,  // 179: forge.Forge.DetermineMachineIngestionState:output_type -> forge.MachineIngestionStateResponse
+	71,  // 180: forge.Forge.DecommissionManagedHost:output_type -> forge.DecommissionManagedHostResponse
+	73,  // 181: forge.Forge.DecommissionSwitch:output_type -> forge.DecommissionSwitchResponse
+	75,  // 182: forge.Forge.DecommissionPowerShelf:output_type -> forge.DecommissionPowerShelfResponse
+	78,  // 183: forge.Forge.ComponentPowerControl:output_type -> forge.ComponentPowerControlResponse
+	80,  // 184: forge.Forge.GetComponentInventory:output_type -> forge.GetComponentInventoryResponse
+	92,  // 185: forge.Forge.UpdateComponentFirmware:output_type -> forge.UpdateComponentFirmwareResponse
+	94,  // 186: forge.Forge.GetComponentFirmwareStatus:output_type -> forge.GetComponentFirmwareStatusResponse
+	97,  // 187: forge.Forge.ListComponentFirmwareVersions:output_type -> forge.ListComponentFirmwareVersionsResponse
+	161, // [161:188] is the sub-list for method output_type
+	134, // [134:161] is the sub-list for method input_type
+	134, // [134:134] is the sub-list for extension type_name
+	134, // [134:134] is the sub-list for extension extendee
+	0,   // [0:134] is the sub-list for field type_name
 }
 
 func init() { file_forge_forge_proto_init() }
@@ -6572,10 +6677,14 @@ func file_forge_forge_proto_init() {
 	if File_forge_forge_proto != nil {
 		return
 	}
+	file_forge_forge_proto_msgTypes[13].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[14].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[15].OneofWrappers = []any{}
 	file_forge_forge_proto_msgTypes[16].OneofWrappers = []any{}
 	file_forge_forge_proto_msgTypes[19].OneofWrappers = []any{}
 	file_forge_forge_proto_msgTypes[21].OneofWrappers = []any{}
 	file_forge_forge_proto_msgTypes[25].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[30].OneofWrappers = []any{}
 	file_forge_forge_proto_msgTypes[47].OneofWrappers = []any{}
 	file_forge_forge_proto_msgTypes[49].OneofWrappers = []any{}
 	file_forge_forge_proto_msgTypes[50].OneofWrappers = []any{}
@@ -6599,6 +6708,8 @@ func file_forge_forge_proto_init() {
 		(*GetComponentInventoryRequest_PowerShelfPmcMacs)(nil),
 	}
 	file_forge_forge_proto_msgTypes[71].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[74].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[76].OneofWrappers = []any{}
 	file_forge_forge_proto_msgTypes[81].OneofWrappers = []any{
 		(*UpdateComponentFirmwareRequest_ComputeTrays)(nil),
 		(*UpdateComponentFirmwareRequest_Switches)(nil),
@@ -6618,6 +6729,7 @@ func file_forge_forge_proto_init() {
 		(*ListComponentFirmwareVersionsRequest_MachineIds)(nil),
 		(*ListComponentFirmwareVersionsRequest_SwitchIds)(nil),
 		(*ListComponentFirmwareVersionsRequest_PowerShelfIds)(nil),
+		(*ListComponentFirmwareVersionsRequest_RackIds)(nil),
 		(*ListComponentFirmwareVersionsRequest_ComputeBmcMacs)(nil),
 		(*ListComponentFirmwareVersionsRequest_SwitchBmcMacs)(nil),
 		(*ListComponentFirmwareVersionsRequest_PowerShelfPmcMacs)(nil),
@@ -6628,7 +6740,7 @@ func file_forge_forge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_forge_forge_proto_rawDesc), len(file_forge_forge_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   90,
+			NumMessages:   91,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
