@@ -54,9 +54,11 @@ var allowedImports = map[string][]string{
 	"cli": {"operations"},
 	// bench drives a server child through the API, with the simulators in
 	// its own process; it reads rules to count engine steps.
-	"bench":    {"cli", "db", "db/pglocal", "inventory", "operations", "sim", "sim/nicosim", "sim/simrun"},
-	"proto":    {},
-	"proto/v1": {},
+	"bench":                       {"cli", "db", "db/pglocal", "inventory", "operations", "sim", "sim/nicosim", "sim/simrun"},
+	"proto":                       {},
+	"proto/v1":                    {},
+	"proto/contract":              {},
+	"proto/contract/contracttest": {"proto/contract"},
 	// lean runs the generated lean clients (proto/gen's *connect
 	// packages import it), protoc-gen-lean writes them; neither knows
 	// anything of Flow.

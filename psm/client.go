@@ -127,16 +127,28 @@ func classify(ctx context.Context, method string, err error) error {
 	if errors.As(err, &ce) {
 		e.Msg = ce.Message()
 	}
-	switch connect.CodeOf(err) {
-	case connect.CodeNotFound:
+	switch code := connect.CodeOf(err); {
+	case undecodable(err):
+		// PSM said OK but its reply does not decode (connect reports that
+		// as invalid_argument, raised here, not by PSM): retried, never
+		// read as success.
+		e.Class, e.Msg = ErrUnreachable, "reply does not decode: "+e.Msg
+	case code == connect.CodeNotFound:
 		e.Class = ErrNotFound
-	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeAlreadyExists,
-		connect.CodePermissionDenied, connect.CodeUnauthenticated, connect.CodeUnimplemented, connect.CodeOutOfRange:
+	case code == connect.CodeInvalidArgument, code == connect.CodeFailedPrecondition, code == connect.CodeAlreadyExists,
+		code == connect.CodePermissionDenied, code == connect.CodeUnauthenticated, code == connect.CodeUnimplemented, code == connect.CodeOutOfRange:
 		e.Class = ErrRejected
 	default:
 		e.Class = ErrUnreachable
 	}
 	return e
+}
+
+// undecodable reports whether err is the client's own failure to decode a
+// reply: an invalid_argument error that did not come over the wire.
+func undecodable(err error) bool {
+	var ce *connect.Error
+	return errors.As(err, &ce) && ce.Code() == connect.CodeInvalidArgument && !connect.IsWireError(ce)
 }
 
 func itemErr(method, mac string, st psmv1.StatusCode, msg string) error {

@@ -16,8 +16,8 @@ import (
 // FaultKind names what a Fault does.
 type FaultKind string
 
-// The fault kinds. Call-level kinds (error, latency) act before the handler
-// runs; item kinds (item, drop) act on one device's entry in a reply; process
+// The fault kinds. Call-level kinds (error, latency, garbage) act before the
+// handler runs; item kinds (item, drop) act on one device's entry in a reply; process
 // kinds (fail, stuck, cancel) act on the timed process a call starts
 // (firmware job, decommission); empty and mixed reproduce backend quirks.
 const (
@@ -40,9 +40,12 @@ const (
 	FaultEmpty FaultKind = "empty"
 	// FaultMixed leaves a PSM shelf's PSUs in mixed power states.
 	FaultMixed FaultKind = "mixed"
+	// FaultGarbage answers the call, OK, with bytes its reply type cannot
+	// decode (see Garble). It applies per method; it names no device.
+	FaultGarbage FaultKind = "garbage"
 )
 
-var faultKinds = []FaultKind{FaultError, FaultLatency, FaultItem, FaultDrop, FaultFail, FaultStuck, FaultCancel, FaultEmpty, FaultMixed}
+var faultKinds = []FaultKind{FaultError, FaultLatency, FaultItem, FaultDrop, FaultFail, FaultStuck, FaultCancel, FaultEmpty, FaultMixed, FaultGarbage}
 
 // Fault is one injected misbehaviour. Method and Device narrow where it
 // applies (empty means any); Times limits how often it fires (0 means every
@@ -96,6 +99,9 @@ func (f Fault) Validate() error {
 		if _, err := f.code(); err != nil {
 			return err
 		}
+	}
+	if f.Kind == FaultGarbage && f.Device != "" {
+		return errors.New("a garbage fault applies to a method, not a device: leave device empty")
 	}
 	if f.Rate < 0 || f.Rate > 1 {
 		return errors.New("rate must be within [0, 1]")

@@ -201,7 +201,7 @@ func (s *Sim) Handler() http.Handler {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle("/admin/", sim.AdminHandler(s))
-	return mux
+	return sim.Garble(s.faults, &s.journal, s.clock, mux)
 }
 
 func normMAC(m string) string { return strings.ToLower(strings.ReplaceAll(m, "-", ":")) }

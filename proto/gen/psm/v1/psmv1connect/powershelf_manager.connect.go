@@ -1,6 +1,8 @@
 // Powershelf Manager (v1.PowershelfManager): our own wire-compatible
-// definition of the PSM calls Flow makes (spec/southbound.md §3), plus the
-// service-side superset fields (targets=2, pmc_ip). The proto package is
+// definition of the PSM calls Flow makes (spec/southbound.md §3). Every
+// message here is field for field upstream's (proto/contract checks it
+// against the facts file); upstream fields Flow neither sends nor reads are
+// left out, and their numbers are never reused. The proto package is
 // `v1`, the same as Flow's own v1.Flow contract (proto/v1/flow.proto): no
 // message or enum value here may share a name with one there, since both
 // register in one Go protobuf registry.
