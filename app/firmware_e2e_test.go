@@ -662,3 +662,35 @@ func TestIngestWithFirmwareUpgrade(t *testing.T) {
 	})
 	require.ErrorContains(t, err, "FLOW_INGEST_FIRMWARE_UPGRADE must be true or false")
 }
+
+// TestFirmwareUndecodableReplies: Core answers OK with bytes that do not
+// decode (a broken proxy, a proto mismatch), once for the start and once
+// for a status poll. Neither reads as success: the start is sent again and
+// the poll repeated, and the upgrade completes on the good answers.
+func TestFirmwareUndecodableReplies(t *testing.T) {
+	t.Parallel()
+	b := newFWBench(t, 50*time.Millisecond)
+	srv := b.serve(t, nil, nil)
+	r := b.addRack(t, 25, false)
+	for _, m := range []string{"UpdateComponentFirmware", "GetComponentFirmwareStatus"} {
+		_, err := b.sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultGarbage, Method: m, Times: 1})
+		require.NoError(t, err)
+	}
+	rule := createRule(t, srv.client, "compute", fwStep("Compute", 1))
+	res, err := srv.client.UpgradeFirmware(context.Background(), &flowv1.UpgradeFirmwareRequest{TargetSpec: rackSpec(r.Name), RuleId: rule})
+	require.NoError(t, err)
+	requireCompleted(t, waitTask(t, srv.client, res.GetTaskIds()[0], 30*time.Second))
+	codes := map[string][]string{}
+	for _, c := range b.sims.nico.Journal().Calls("UpdateComponentFirmware", "GetComponentFirmwareStatus") {
+		codes[c.Method] = append(codes[c.Method], c.Code)
+	}
+	for _, m := range []string{"UpdateComponentFirmware", "GetComponentFirmwareStatus"} {
+		require.Equal(t, "garbled", codes[m][0], m)
+		require.Contains(t, codes[m][1:], "ok", "%s was called again after the garbled reply", m)
+	}
+	for _, mac := range macs(r, inventory.ComponentTypeCompute) {
+		st, ok := b.sims.nico.State(mac)
+		require.True(t, ok)
+		require.NotEmpty(t, st.Jobs, mac)
+	}
+}
