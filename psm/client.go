@@ -248,9 +248,9 @@ func (c *Client) power(ctx context.Context, method string, macs []string) ([]Res
 		err error
 	)
 	if method == "PowerOn" {
-		res, err = c.rpc.PowerOn(cctx, &psmv1.PowershelfRequest{PmcMacs: macs})
+		res, err = c.rpc.PowerOn(cctx, &psmv1.PowerRequest{PmcMacs: macs})
 	} else {
-		res, err = c.rpc.PowerOff(cctx, &psmv1.PowershelfRequest{PmcMacs: macs})
+		res, err = c.rpc.PowerOff(cctx, &psmv1.PowerRequest{PmcMacs: macs})
 	}
 	if err != nil {
 		return nil, classify(ctx, method, err)

@@ -75,6 +75,23 @@ func TestSouthboundContract(t *testing.T) {
 	}
 }
 
+// TestUpstreamNames: our messages and fields carry upstream's names (short
+// names: our files put upstream's common and site_explorer types in our
+// own packages). Names do not reach the wire, but a reader comparing our
+// protos with upstream's should find the same words.
+func TestUpstreamNames(t *testing.T) {
+	t.Parallel()
+	for _, s := range ourServices {
+		up, err := contract.Service(s.upstream)
+		require.NoError(t, err)
+		for _, d := range contract.CompareService(s.ours, up) {
+			if strings.Contains(d.What, " named ") {
+				t.Errorf("%s", d)
+			}
+		}
+	}
+}
+
 // TestCompareCatches breaks our forge.proto's descriptor in memory, one
 // way at a time, and checks that the comparison names the broken place:
 // the contract test above can fail.

@@ -291,10 +291,10 @@ func (h *handler) FindSwitchesByIds(ctx context.Context, req *forgepb.SwitchesBy
 			Status:          &forgepb.SwitchStatus{Health: h.s.health(d, now)},
 			ControllerState: d.lifecycle(h.s, now),
 			BmcInfo:         &forgepb.BmcInfo{Ip: optStr(d.BMCIP), Mac: optStr(d.BMCMAC)},
-			NvosInfo:        &forgepb.NvosInfo{Ip: optStr(d.BMCIP)},
+			NvosInfo:        &forgepb.SwitchNvosInfo{Ip: optStr(d.BMCIP)},
 		}
 		if d.NVLinkDomain != "" {
-			sw.NvlinkDomainUuid = &forgepb.UUID{Value: d.NVLinkDomain}
+			sw.NvlinkDomainUuid = &forgepb.NVLinkDomainId{Value: d.NVLinkDomain}
 		}
 		if d.RackID != "" {
 			sw.RackId = &forgepb.RackId{Id: d.RackID}
@@ -717,16 +717,16 @@ func (h *handler) GetComponentInventory(ctx context.Context, req *forgepb.GetCom
 			rep := &forgepb.EndpointExplorationReport{
 				// Always set, so Off (1) travels; On is the zero value.
 				Systems:          []*forgepb.ComputerSystem{{PowerState: powerEnum[d.powerName(now)]}},
-				Chassis:          []*forgepb.ExploredChassis{{SerialNumber: optStr(d.Serial)}},
+				Chassis:          []*forgepb.Chassis{{SerialNumber: optStr(d.Serial)}},
 				FirmwareVersions: map[string]string{},
 			}
-			svc := &forgepb.ExploredService{Inventories: make([]*forgepb.Inventory, 0, len(d.Firmware))}
+			svc := &forgepb.Service{Inventories: make([]*forgepb.Inventory, 0, len(d.Firmware))}
 			for _, c := range slices.Sorted(mapsKeys(d.Firmware)) {
 				rep.FirmwareVersions[c] = d.Firmware[c]
 				n := inventoryNames(c)
 				svc.Inventories = append(svc.Inventories, &forgepb.Inventory{Id: n.id, Description: optStr(n.description), Version: optStr(d.Firmware[c])})
 			}
-			rep.Service = []*forgepb.ExploredService{svc}
+			rep.Service = []*forgepb.Service{svc}
 			e.Report = rep
 		}
 		res.Entries = append(res.Entries, e)

@@ -391,7 +391,7 @@ func (h *handler) GetPowershelves(ctx context.Context, req *psmv1.PowershelfRequ
 	return res, nil
 }
 
-func (h *handler) power(ctx context.Context, method string, req *psmv1.PowershelfRequest, on bool) (res *psmv1.PowerControlResponse, err error) {
+func (h *handler) power(ctx context.Context, method string, req interface{ GetPmcMacs() []string }, on bool) (res *psmv1.PowerControlResponse, err error) {
 	defer h.end(method, req.GetPmcMacs(), &err)
 	if err := h.begin(ctx, method, req.GetPmcMacs()); err != nil {
 		return nil, err
@@ -425,11 +425,11 @@ func (h *handler) power(ctx context.Context, method string, req *psmv1.Powershel
 	return res, nil
 }
 
-func (h *handler) PowerOn(ctx context.Context, req *psmv1.PowershelfRequest) (*psmv1.PowerControlResponse, error) {
+func (h *handler) PowerOn(ctx context.Context, req *psmv1.PowerRequest) (*psmv1.PowerControlResponse, error) {
 	return h.power(ctx, "PowerOn", req, true)
 }
 
-func (h *handler) PowerOff(ctx context.Context, req *psmv1.PowershelfRequest) (*psmv1.PowerControlResponse, error) {
+func (h *handler) PowerOff(ctx context.Context, req *psmv1.PowerRequest) (*psmv1.PowerControlResponse, error) {
 	return h.power(ctx, "PowerOff", req, false)
 }
 

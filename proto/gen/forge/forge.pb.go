@@ -2046,11 +2046,11 @@ type Switch struct {
 	Id     *SwitchId              `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Status *SwitchStatus          `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
 	// Controller state as JSON, e.g. {"state":"ready"}.
-	ControllerState  string    `protobuf:"bytes,5,opt,name=controller_state,json=controllerState,proto3" json:"controller_state,omitempty"`
-	BmcInfo          *BmcInfo  `protobuf:"bytes,6,opt,name=bmc_info,json=bmcInfo,proto3" json:"bmc_info,omitempty"`
-	RackId           *RackId   `protobuf:"bytes,10,opt,name=rack_id,json=rackId,proto3" json:"rack_id,omitempty"`
-	NvosInfo         *NvosInfo `protobuf:"bytes,15,opt,name=nvos_info,json=nvosInfo,proto3" json:"nvos_info,omitempty"`
-	NvlinkDomainUuid *UUID     `protobuf:"bytes,16,opt,name=nvlink_domain_uuid,json=nvlinkDomainUuid,proto3" json:"nvlink_domain_uuid,omitempty"`
+	ControllerState  string          `protobuf:"bytes,5,opt,name=controller_state,json=controllerState,proto3" json:"controller_state,omitempty"`
+	BmcInfo          *BmcInfo        `protobuf:"bytes,6,opt,name=bmc_info,json=bmcInfo,proto3" json:"bmc_info,omitempty"`
+	RackId           *RackId         `protobuf:"bytes,10,opt,name=rack_id,json=rackId,proto3" json:"rack_id,omitempty"`
+	NvosInfo         *SwitchNvosInfo `protobuf:"bytes,15,opt,name=nvos_info,json=nvosInfo,proto3" json:"nvos_info,omitempty"`
+	NvlinkDomainUuid *NVLinkDomainId `protobuf:"bytes,16,opt,name=nvlink_domain_uuid,json=nvlinkDomainUuid,proto3" json:"nvlink_domain_uuid,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -2120,14 +2120,14 @@ func (x *Switch) GetRackId() *RackId {
 	return nil
 }
 
-func (x *Switch) GetNvosInfo() *NvosInfo {
+func (x *Switch) GetNvosInfo() *SwitchNvosInfo {
 	if x != nil {
 		return x.NvosInfo
 	}
 	return nil
 }
 
-func (x *Switch) GetNvlinkDomainUuid() *UUID {
+func (x *Switch) GetNvlinkDomainUuid() *NVLinkDomainId {
 	if x != nil {
 		return x.NvlinkDomainUuid
 	}
@@ -2178,27 +2178,29 @@ func (x *SwitchStatus) GetHealth() *HealthReport {
 	return nil
 }
 
-type NvosInfo struct {
+// NVLinkDomainId is upstream's common.NVLinkDomainId: the NVLink domain's
+// UUID as a string.
+type NVLinkDomainId struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ip            *string                `protobuf:"bytes,1,opt,name=ip,proto3,oneof" json:"ip,omitempty"`
+	Value         string                 `protobuf:"bytes,1,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *NvosInfo) Reset() {
-	*x = NvosInfo{}
+func (x *NVLinkDomainId) Reset() {
+	*x = NVLinkDomainId{}
 	mi := &file_forge_forge_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *NvosInfo) String() string {
+func (x *NVLinkDomainId) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*NvosInfo) ProtoMessage() {}
+func (*NVLinkDomainId) ProtoMessage() {}
 
-func (x *NvosInfo) ProtoReflect() protoreflect.Message {
+func (x *NVLinkDomainId) ProtoReflect() protoreflect.Message {
 	mi := &file_forge_forge_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -2210,12 +2212,56 @@ func (x *NvosInfo) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use NvosInfo.ProtoReflect.Descriptor instead.
-func (*NvosInfo) Descriptor() ([]byte, []int) {
+// Deprecated: Use NVLinkDomainId.ProtoReflect.Descriptor instead.
+func (*NVLinkDomainId) Descriptor() ([]byte, []int) {
 	return file_forge_forge_proto_rawDescGZIP(), []int{30}
 }
 
-func (x *NvosInfo) GetIp() string {
+func (x *NVLinkDomainId) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+type SwitchNvosInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ip            *string                `protobuf:"bytes,1,opt,name=ip,proto3,oneof" json:"ip,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SwitchNvosInfo) Reset() {
+	*x = SwitchNvosInfo{}
+	mi := &file_forge_forge_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SwitchNvosInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SwitchNvosInfo) ProtoMessage() {}
+
+func (x *SwitchNvosInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SwitchNvosInfo.ProtoReflect.Descriptor instead.
+func (*SwitchNvosInfo) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SwitchNvosInfo) GetIp() string {
 	if x != nil && x.Ip != nil {
 		return *x.Ip
 	}
@@ -2230,7 +2276,7 @@ type PowerShelfSearchFilter struct {
 
 func (x *PowerShelfSearchFilter) Reset() {
 	*x = PowerShelfSearchFilter{}
-	mi := &file_forge_forge_proto_msgTypes[31]
+	mi := &file_forge_forge_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2288,7 @@ func (x *PowerShelfSearchFilter) String() string {
 func (*PowerShelfSearchFilter) ProtoMessage() {}
 
 func (x *PowerShelfSearchFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[31]
+	mi := &file_forge_forge_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2301,7 @@ func (x *PowerShelfSearchFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerShelfSearchFilter.ProtoReflect.Descriptor instead.
 func (*PowerShelfSearchFilter) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{31}
+	return file_forge_forge_proto_rawDescGZIP(), []int{32}
 }
 
 type PowerShelvesByIdsRequest struct {
@@ -2267,7 +2313,7 @@ type PowerShelvesByIdsRequest struct {
 
 func (x *PowerShelvesByIdsRequest) Reset() {
 	*x = PowerShelvesByIdsRequest{}
-	mi := &file_forge_forge_proto_msgTypes[32]
+	mi := &file_forge_forge_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2325,7 @@ func (x *PowerShelvesByIdsRequest) String() string {
 func (*PowerShelvesByIdsRequest) ProtoMessage() {}
 
 func (x *PowerShelvesByIdsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[32]
+	mi := &file_forge_forge_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2338,7 @@ func (x *PowerShelvesByIdsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerShelvesByIdsRequest.ProtoReflect.Descriptor instead.
 func (*PowerShelvesByIdsRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{32}
+	return file_forge_forge_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PowerShelvesByIdsRequest) GetPowerShelfIds() []*PowerShelfId {
@@ -2311,7 +2357,7 @@ type PowerShelfList struct {
 
 func (x *PowerShelfList) Reset() {
 	*x = PowerShelfList{}
-	mi := &file_forge_forge_proto_msgTypes[33]
+	mi := &file_forge_forge_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2369,7 @@ func (x *PowerShelfList) String() string {
 func (*PowerShelfList) ProtoMessage() {}
 
 func (x *PowerShelfList) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[33]
+	mi := &file_forge_forge_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2382,7 @@ func (x *PowerShelfList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerShelfList.ProtoReflect.Descriptor instead.
 func (*PowerShelfList) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{33}
+	return file_forge_forge_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PowerShelfList) GetPowerShelves() []*PowerShelf {
@@ -2360,7 +2406,7 @@ type PowerShelf struct {
 
 func (x *PowerShelf) Reset() {
 	*x = PowerShelf{}
-	mi := &file_forge_forge_proto_msgTypes[34]
+	mi := &file_forge_forge_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2418,7 @@ func (x *PowerShelf) String() string {
 func (*PowerShelf) ProtoMessage() {}
 
 func (x *PowerShelf) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[34]
+	mi := &file_forge_forge_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2431,7 @@ func (x *PowerShelf) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerShelf.ProtoReflect.Descriptor instead.
 func (*PowerShelf) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{34}
+	return file_forge_forge_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PowerShelf) GetId() *PowerShelfId {
@@ -2432,7 +2478,7 @@ type PowerShelfStatus struct {
 
 func (x *PowerShelfStatus) Reset() {
 	*x = PowerShelfStatus{}
-	mi := &file_forge_forge_proto_msgTypes[35]
+	mi := &file_forge_forge_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +2490,7 @@ func (x *PowerShelfStatus) String() string {
 func (*PowerShelfStatus) ProtoMessage() {}
 
 func (x *PowerShelfStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[35]
+	mi := &file_forge_forge_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +2503,7 @@ func (x *PowerShelfStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerShelfStatus.ProtoReflect.Descriptor instead.
 func (*PowerShelfStatus) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{35}
+	return file_forge_forge_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PowerShelfStatus) GetHealth() *HealthReport {
@@ -2476,7 +2522,7 @@ type RackProfileId struct {
 
 func (x *RackProfileId) Reset() {
 	*x = RackProfileId{}
-	mi := &file_forge_forge_proto_msgTypes[36]
+	mi := &file_forge_forge_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2534,7 @@ func (x *RackProfileId) String() string {
 func (*RackProfileId) ProtoMessage() {}
 
 func (x *RackProfileId) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[36]
+	mi := &file_forge_forge_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2547,7 @@ func (x *RackProfileId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RackProfileId.ProtoReflect.Descriptor instead.
 func (*RackProfileId) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{36}
+	return file_forge_forge_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RackProfileId) GetId() string {
@@ -2520,7 +2566,7 @@ type RackGroupId struct {
 
 func (x *RackGroupId) Reset() {
 	*x = RackGroupId{}
-	mi := &file_forge_forge_proto_msgTypes[37]
+	mi := &file_forge_forge_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2578,7 @@ func (x *RackGroupId) String() string {
 func (*RackGroupId) ProtoMessage() {}
 
 func (x *RackGroupId) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[37]
+	mi := &file_forge_forge_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2591,7 @@ func (x *RackGroupId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RackGroupId.ProtoReflect.Descriptor instead.
 func (*RackGroupId) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{37}
+	return file_forge_forge_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RackGroupId) GetId() string {
@@ -2564,7 +2610,7 @@ type RacksByIdsRequest struct {
 
 func (x *RacksByIdsRequest) Reset() {
 	*x = RacksByIdsRequest{}
-	mi := &file_forge_forge_proto_msgTypes[38]
+	mi := &file_forge_forge_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2576,7 +2622,7 @@ func (x *RacksByIdsRequest) String() string {
 func (*RacksByIdsRequest) ProtoMessage() {}
 
 func (x *RacksByIdsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[38]
+	mi := &file_forge_forge_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2589,7 +2635,7 @@ func (x *RacksByIdsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RacksByIdsRequest.ProtoReflect.Descriptor instead.
 func (*RacksByIdsRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{38}
+	return file_forge_forge_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RacksByIdsRequest) GetRackIds() []*RackId {
@@ -2608,7 +2654,7 @@ type RackList struct {
 
 func (x *RackList) Reset() {
 	*x = RackList{}
-	mi := &file_forge_forge_proto_msgTypes[39]
+	mi := &file_forge_forge_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2666,7 @@ func (x *RackList) String() string {
 func (*RackList) ProtoMessage() {}
 
 func (x *RackList) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[39]
+	mi := &file_forge_forge_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2679,7 @@ func (x *RackList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RackList.ProtoReflect.Descriptor instead.
 func (*RackList) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{39}
+	return file_forge_forge_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RackList) GetRacks() []*Rack {
@@ -2654,7 +2700,7 @@ type Rack struct {
 
 func (x *Rack) Reset() {
 	*x = Rack{}
-	mi := &file_forge_forge_proto_msgTypes[40]
+	mi := &file_forge_forge_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2712,7 @@ func (x *Rack) String() string {
 func (*Rack) ProtoMessage() {}
 
 func (x *Rack) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[40]
+	mi := &file_forge_forge_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2725,7 @@ func (x *Rack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rack.ProtoReflect.Descriptor instead.
 func (*Rack) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{40}
+	return file_forge_forge_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Rack) GetId() *RackId {
@@ -2712,7 +2758,7 @@ type RackStatus struct {
 
 func (x *RackStatus) Reset() {
 	*x = RackStatus{}
-	mi := &file_forge_forge_proto_msgTypes[41]
+	mi := &file_forge_forge_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +2770,7 @@ func (x *RackStatus) String() string {
 func (*RackStatus) ProtoMessage() {}
 
 func (x *RackStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[41]
+	mi := &file_forge_forge_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +2783,7 @@ func (x *RackStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RackStatus.ProtoReflect.Descriptor instead.
 func (*RackStatus) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{41}
+	return file_forge_forge_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RackStatus) GetHealth() *HealthReport {
@@ -2756,7 +2802,7 @@ type PowerOptionRequest struct {
 
 func (x *PowerOptionRequest) Reset() {
 	*x = PowerOptionRequest{}
-	mi := &file_forge_forge_proto_msgTypes[42]
+	mi := &file_forge_forge_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2768,7 +2814,7 @@ func (x *PowerOptionRequest) String() string {
 func (*PowerOptionRequest) ProtoMessage() {}
 
 func (x *PowerOptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[42]
+	mi := &file_forge_forge_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2781,7 +2827,7 @@ func (x *PowerOptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerOptionRequest.ProtoReflect.Descriptor instead.
 func (*PowerOptionRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{42}
+	return file_forge_forge_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PowerOptionRequest) GetMachineId() []*MachineId {
@@ -2800,7 +2846,7 @@ type PowerOptionResponse struct {
 
 func (x *PowerOptionResponse) Reset() {
 	*x = PowerOptionResponse{}
-	mi := &file_forge_forge_proto_msgTypes[43]
+	mi := &file_forge_forge_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +2858,7 @@ func (x *PowerOptionResponse) String() string {
 func (*PowerOptionResponse) ProtoMessage() {}
 
 func (x *PowerOptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[43]
+	mi := &file_forge_forge_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +2871,7 @@ func (x *PowerOptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerOptionResponse.ProtoReflect.Descriptor instead.
 func (*PowerOptionResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{43}
+	return file_forge_forge_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PowerOptionResponse) GetResponse() []*PowerOptions {
@@ -2845,7 +2891,7 @@ type PowerOptions struct {
 
 func (x *PowerOptions) Reset() {
 	*x = PowerOptions{}
-	mi := &file_forge_forge_proto_msgTypes[44]
+	mi := &file_forge_forge_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +2903,7 @@ func (x *PowerOptions) String() string {
 func (*PowerOptions) ProtoMessage() {}
 
 func (x *PowerOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[44]
+	mi := &file_forge_forge_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +2916,7 @@ func (x *PowerOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerOptions.ProtoReflect.Descriptor instead.
 func (*PowerOptions) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{44}
+	return file_forge_forge_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PowerOptions) GetActualState() PowerState {
@@ -2896,7 +2942,7 @@ type MachinePositionQuery struct {
 
 func (x *MachinePositionQuery) Reset() {
 	*x = MachinePositionQuery{}
-	mi := &file_forge_forge_proto_msgTypes[45]
+	mi := &file_forge_forge_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +2954,7 @@ func (x *MachinePositionQuery) String() string {
 func (*MachinePositionQuery) ProtoMessage() {}
 
 func (x *MachinePositionQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[45]
+	mi := &file_forge_forge_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +2967,7 @@ func (x *MachinePositionQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachinePositionQuery.ProtoReflect.Descriptor instead.
 func (*MachinePositionQuery) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{45}
+	return file_forge_forge_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MachinePositionQuery) GetMachineIds() []*MachineId {
@@ -2940,7 +2986,7 @@ type MachinePositionInfoList struct {
 
 func (x *MachinePositionInfoList) Reset() {
 	*x = MachinePositionInfoList{}
-	mi := &file_forge_forge_proto_msgTypes[46]
+	mi := &file_forge_forge_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2952,7 +2998,7 @@ func (x *MachinePositionInfoList) String() string {
 func (*MachinePositionInfoList) ProtoMessage() {}
 
 func (x *MachinePositionInfoList) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[46]
+	mi := &file_forge_forge_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2965,7 +3011,7 @@ func (x *MachinePositionInfoList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachinePositionInfoList.ProtoReflect.Descriptor instead.
 func (*MachinePositionInfoList) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{46}
+	return file_forge_forge_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MachinePositionInfoList) GetMachinePositionInfo() []*MachinePositionInfo {
@@ -2987,7 +3033,7 @@ type MachinePositionInfo struct {
 
 func (x *MachinePositionInfo) Reset() {
 	*x = MachinePositionInfo{}
-	mi := &file_forge_forge_proto_msgTypes[47]
+	mi := &file_forge_forge_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2999,7 +3045,7 @@ func (x *MachinePositionInfo) String() string {
 func (*MachinePositionInfo) ProtoMessage() {}
 
 func (x *MachinePositionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[47]
+	mi := &file_forge_forge_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3012,7 +3058,7 @@ func (x *MachinePositionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachinePositionInfo.ProtoReflect.Descriptor instead.
 func (*MachinePositionInfo) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{47}
+	return file_forge_forge_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MachinePositionInfo) GetMachineId() *MachineId {
@@ -3054,7 +3100,7 @@ type Metadata struct {
 
 func (x *Metadata) Reset() {
 	*x = Metadata{}
-	mi := &file_forge_forge_proto_msgTypes[48]
+	mi := &file_forge_forge_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3066,7 +3112,7 @@ func (x *Metadata) String() string {
 func (*Metadata) ProtoMessage() {}
 
 func (x *Metadata) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[48]
+	mi := &file_forge_forge_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3079,7 +3125,7 @@ func (x *Metadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metadata.ProtoReflect.Descriptor instead.
 func (*Metadata) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{48}
+	return file_forge_forge_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Metadata) GetName() string {
@@ -3113,7 +3159,7 @@ type Label struct {
 
 func (x *Label) Reset() {
 	*x = Label{}
-	mi := &file_forge_forge_proto_msgTypes[49]
+	mi := &file_forge_forge_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3171,7 @@ func (x *Label) String() string {
 func (*Label) ProtoMessage() {}
 
 func (x *Label) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[49]
+	mi := &file_forge_forge_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3184,7 @@ func (x *Label) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Label.ProtoReflect.Descriptor instead.
 func (*Label) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{49}
+	return file_forge_forge_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Label) GetKey() string {
@@ -3173,7 +3219,7 @@ type ExpectedMachine struct {
 
 func (x *ExpectedMachine) Reset() {
 	*x = ExpectedMachine{}
-	mi := &file_forge_forge_proto_msgTypes[50]
+	mi := &file_forge_forge_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3185,7 +3231,7 @@ func (x *ExpectedMachine) String() string {
 func (*ExpectedMachine) ProtoMessage() {}
 
 func (x *ExpectedMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[50]
+	mi := &file_forge_forge_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3198,7 +3244,7 @@ func (x *ExpectedMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectedMachine.ProtoReflect.Descriptor instead.
 func (*ExpectedMachine) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{50}
+	return file_forge_forge_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ExpectedMachine) GetBmcMacAddress() string {
@@ -3280,7 +3326,7 @@ type ExpectedMachineList struct {
 
 func (x *ExpectedMachineList) Reset() {
 	*x = ExpectedMachineList{}
-	mi := &file_forge_forge_proto_msgTypes[51]
+	mi := &file_forge_forge_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3292,7 +3338,7 @@ func (x *ExpectedMachineList) String() string {
 func (*ExpectedMachineList) ProtoMessage() {}
 
 func (x *ExpectedMachineList) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[51]
+	mi := &file_forge_forge_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3305,7 +3351,7 @@ func (x *ExpectedMachineList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectedMachineList.ProtoReflect.Descriptor instead.
 func (*ExpectedMachineList) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{51}
+	return file_forge_forge_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ExpectedMachineList) GetExpectedMachines() []*ExpectedMachine {
@@ -3334,7 +3380,7 @@ type ExpectedSwitch struct {
 
 func (x *ExpectedSwitch) Reset() {
 	*x = ExpectedSwitch{}
-	mi := &file_forge_forge_proto_msgTypes[52]
+	mi := &file_forge_forge_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +3392,7 @@ func (x *ExpectedSwitch) String() string {
 func (*ExpectedSwitch) ProtoMessage() {}
 
 func (x *ExpectedSwitch) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[52]
+	mi := &file_forge_forge_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +3405,7 @@ func (x *ExpectedSwitch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectedSwitch.ProtoReflect.Descriptor instead.
 func (*ExpectedSwitch) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{52}
+	return file_forge_forge_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ExpectedSwitch) GetBmcMacAddress() string {
@@ -3441,7 +3487,7 @@ type ExpectedSwitchList struct {
 
 func (x *ExpectedSwitchList) Reset() {
 	*x = ExpectedSwitchList{}
-	mi := &file_forge_forge_proto_msgTypes[53]
+	mi := &file_forge_forge_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3453,7 +3499,7 @@ func (x *ExpectedSwitchList) String() string {
 func (*ExpectedSwitchList) ProtoMessage() {}
 
 func (x *ExpectedSwitchList) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[53]
+	mi := &file_forge_forge_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3466,7 +3512,7 @@ func (x *ExpectedSwitchList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectedSwitchList.ProtoReflect.Descriptor instead.
 func (*ExpectedSwitchList) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{53}
+	return file_forge_forge_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ExpectedSwitchList) GetExpectedSwitches() []*ExpectedSwitch {
@@ -3492,7 +3538,7 @@ type ExpectedPowerShelf struct {
 
 func (x *ExpectedPowerShelf) Reset() {
 	*x = ExpectedPowerShelf{}
-	mi := &file_forge_forge_proto_msgTypes[54]
+	mi := &file_forge_forge_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3550,7 @@ func (x *ExpectedPowerShelf) String() string {
 func (*ExpectedPowerShelf) ProtoMessage() {}
 
 func (x *ExpectedPowerShelf) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[54]
+	mi := &file_forge_forge_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3563,7 @@ func (x *ExpectedPowerShelf) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectedPowerShelf.ProtoReflect.Descriptor instead.
 func (*ExpectedPowerShelf) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{54}
+	return file_forge_forge_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ExpectedPowerShelf) GetBmcMacAddress() string {
@@ -3585,7 +3631,7 @@ type ExpectedPowerShelfList struct {
 
 func (x *ExpectedPowerShelfList) Reset() {
 	*x = ExpectedPowerShelfList{}
-	mi := &file_forge_forge_proto_msgTypes[55]
+	mi := &file_forge_forge_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3597,7 +3643,7 @@ func (x *ExpectedPowerShelfList) String() string {
 func (*ExpectedPowerShelfList) ProtoMessage() {}
 
 func (x *ExpectedPowerShelfList) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[55]
+	mi := &file_forge_forge_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3610,7 +3656,7 @@ func (x *ExpectedPowerShelfList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectedPowerShelfList.ProtoReflect.Descriptor instead.
 func (*ExpectedPowerShelfList) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{55}
+	return file_forge_forge_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ExpectedPowerShelfList) GetExpectedPowerShelves() []*ExpectedPowerShelf {
@@ -3632,7 +3678,7 @@ type ExpectedRack struct {
 
 func (x *ExpectedRack) Reset() {
 	*x = ExpectedRack{}
-	mi := &file_forge_forge_proto_msgTypes[56]
+	mi := &file_forge_forge_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3644,7 +3690,7 @@ func (x *ExpectedRack) String() string {
 func (*ExpectedRack) ProtoMessage() {}
 
 func (x *ExpectedRack) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[56]
+	mi := &file_forge_forge_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3657,7 +3703,7 @@ func (x *ExpectedRack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectedRack.ProtoReflect.Descriptor instead.
 func (*ExpectedRack) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{56}
+	return file_forge_forge_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ExpectedRack) GetRackId() *RackId {
@@ -3697,7 +3743,7 @@ type ExpectedRackList struct {
 
 func (x *ExpectedRackList) Reset() {
 	*x = ExpectedRackList{}
-	mi := &file_forge_forge_proto_msgTypes[57]
+	mi := &file_forge_forge_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3709,7 +3755,7 @@ func (x *ExpectedRackList) String() string {
 func (*ExpectedRackList) ProtoMessage() {}
 
 func (x *ExpectedRackList) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[57]
+	mi := &file_forge_forge_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3722,7 +3768,7 @@ func (x *ExpectedRackList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectedRackList.ProtoReflect.Descriptor instead.
 func (*ExpectedRackList) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{57}
+	return file_forge_forge_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ExpectedRackList) GetExpectedRacks() []*ExpectedRack {
@@ -3742,7 +3788,7 @@ type BmcEndpointRequest struct {
 
 func (x *BmcEndpointRequest) Reset() {
 	*x = BmcEndpointRequest{}
-	mi := &file_forge_forge_proto_msgTypes[58]
+	mi := &file_forge_forge_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3754,7 +3800,7 @@ func (x *BmcEndpointRequest) String() string {
 func (*BmcEndpointRequest) ProtoMessage() {}
 
 func (x *BmcEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[58]
+	mi := &file_forge_forge_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3767,7 +3813,7 @@ func (x *BmcEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcEndpointRequest.ProtoReflect.Descriptor instead.
 func (*BmcEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{58}
+	return file_forge_forge_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BmcEndpointRequest) GetIpAddress() string {
@@ -3793,7 +3839,7 @@ type MachineIngestionStateResponse struct {
 
 func (x *MachineIngestionStateResponse) Reset() {
 	*x = MachineIngestionStateResponse{}
-	mi := &file_forge_forge_proto_msgTypes[59]
+	mi := &file_forge_forge_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3805,7 +3851,7 @@ func (x *MachineIngestionStateResponse) String() string {
 func (*MachineIngestionStateResponse) ProtoMessage() {}
 
 func (x *MachineIngestionStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[59]
+	mi := &file_forge_forge_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3818,7 +3864,7 @@ func (x *MachineIngestionStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineIngestionStateResponse.ProtoReflect.Descriptor instead.
 func (*MachineIngestionStateResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{59}
+	return file_forge_forge_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *MachineIngestionStateResponse) GetMachineIngestionState() MachineIngestionState {
@@ -3837,7 +3883,7 @@ type DecommissionManagedHostRequest struct {
 
 func (x *DecommissionManagedHostRequest) Reset() {
 	*x = DecommissionManagedHostRequest{}
-	mi := &file_forge_forge_proto_msgTypes[60]
+	mi := &file_forge_forge_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3849,7 +3895,7 @@ func (x *DecommissionManagedHostRequest) String() string {
 func (*DecommissionManagedHostRequest) ProtoMessage() {}
 
 func (x *DecommissionManagedHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[60]
+	mi := &file_forge_forge_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3862,7 +3908,7 @@ func (x *DecommissionManagedHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionManagedHostRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionManagedHostRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{60}
+	return file_forge_forge_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DecommissionManagedHostRequest) GetMachineId() *MachineId {
@@ -3880,7 +3926,7 @@ type DecommissionManagedHostResponse struct {
 
 func (x *DecommissionManagedHostResponse) Reset() {
 	*x = DecommissionManagedHostResponse{}
-	mi := &file_forge_forge_proto_msgTypes[61]
+	mi := &file_forge_forge_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3892,7 +3938,7 @@ func (x *DecommissionManagedHostResponse) String() string {
 func (*DecommissionManagedHostResponse) ProtoMessage() {}
 
 func (x *DecommissionManagedHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[61]
+	mi := &file_forge_forge_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3905,7 +3951,7 @@ func (x *DecommissionManagedHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionManagedHostResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionManagedHostResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{61}
+	return file_forge_forge_proto_rawDescGZIP(), []int{62}
 }
 
 type DecommissionSwitchRequest struct {
@@ -3917,7 +3963,7 @@ type DecommissionSwitchRequest struct {
 
 func (x *DecommissionSwitchRequest) Reset() {
 	*x = DecommissionSwitchRequest{}
-	mi := &file_forge_forge_proto_msgTypes[62]
+	mi := &file_forge_forge_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3929,7 +3975,7 @@ func (x *DecommissionSwitchRequest) String() string {
 func (*DecommissionSwitchRequest) ProtoMessage() {}
 
 func (x *DecommissionSwitchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[62]
+	mi := &file_forge_forge_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3942,7 +3988,7 @@ func (x *DecommissionSwitchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionSwitchRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionSwitchRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{62}
+	return file_forge_forge_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DecommissionSwitchRequest) GetSwitchId() *SwitchId {
@@ -3960,7 +4006,7 @@ type DecommissionSwitchResponse struct {
 
 func (x *DecommissionSwitchResponse) Reset() {
 	*x = DecommissionSwitchResponse{}
-	mi := &file_forge_forge_proto_msgTypes[63]
+	mi := &file_forge_forge_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3972,7 +4018,7 @@ func (x *DecommissionSwitchResponse) String() string {
 func (*DecommissionSwitchResponse) ProtoMessage() {}
 
 func (x *DecommissionSwitchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[63]
+	mi := &file_forge_forge_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3985,7 +4031,7 @@ func (x *DecommissionSwitchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionSwitchResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionSwitchResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{63}
+	return file_forge_forge_proto_rawDescGZIP(), []int{64}
 }
 
 type DecommissionPowerShelfRequest struct {
@@ -3997,7 +4043,7 @@ type DecommissionPowerShelfRequest struct {
 
 func (x *DecommissionPowerShelfRequest) Reset() {
 	*x = DecommissionPowerShelfRequest{}
-	mi := &file_forge_forge_proto_msgTypes[64]
+	mi := &file_forge_forge_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4009,7 +4055,7 @@ func (x *DecommissionPowerShelfRequest) String() string {
 func (*DecommissionPowerShelfRequest) ProtoMessage() {}
 
 func (x *DecommissionPowerShelfRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[64]
+	mi := &file_forge_forge_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4022,7 +4068,7 @@ func (x *DecommissionPowerShelfRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionPowerShelfRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionPowerShelfRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{64}
+	return file_forge_forge_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DecommissionPowerShelfRequest) GetPowerShelfId() *PowerShelfId {
@@ -4040,7 +4086,7 @@ type DecommissionPowerShelfResponse struct {
 
 func (x *DecommissionPowerShelfResponse) Reset() {
 	*x = DecommissionPowerShelfResponse{}
-	mi := &file_forge_forge_proto_msgTypes[65]
+	mi := &file_forge_forge_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4052,7 +4098,7 @@ func (x *DecommissionPowerShelfResponse) String() string {
 func (*DecommissionPowerShelfResponse) ProtoMessage() {}
 
 func (x *DecommissionPowerShelfResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[65]
+	mi := &file_forge_forge_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4065,7 +4111,7 @@ func (x *DecommissionPowerShelfResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionPowerShelfResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionPowerShelfResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{65}
+	return file_forge_forge_proto_rawDescGZIP(), []int{66}
 }
 
 // ComponentResult is one target's outcome. component_id is absent for MAC
@@ -4082,7 +4128,7 @@ type ComponentResult struct {
 
 func (x *ComponentResult) Reset() {
 	*x = ComponentResult{}
-	mi := &file_forge_forge_proto_msgTypes[66]
+	mi := &file_forge_forge_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4094,7 +4140,7 @@ func (x *ComponentResult) String() string {
 func (*ComponentResult) ProtoMessage() {}
 
 func (x *ComponentResult) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[66]
+	mi := &file_forge_forge_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4107,7 +4153,7 @@ func (x *ComponentResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComponentResult.ProtoReflect.Descriptor instead.
 func (*ComponentResult) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{66}
+	return file_forge_forge_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ComponentResult) GetComponentId() string {
@@ -4157,7 +4203,7 @@ type ComponentPowerControlRequest struct {
 
 func (x *ComponentPowerControlRequest) Reset() {
 	*x = ComponentPowerControlRequest{}
-	mi := &file_forge_forge_proto_msgTypes[67]
+	mi := &file_forge_forge_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4169,7 +4215,7 @@ func (x *ComponentPowerControlRequest) String() string {
 func (*ComponentPowerControlRequest) ProtoMessage() {}
 
 func (x *ComponentPowerControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[67]
+	mi := &file_forge_forge_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4182,7 +4228,7 @@ func (x *ComponentPowerControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComponentPowerControlRequest.ProtoReflect.Descriptor instead.
 func (*ComponentPowerControlRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{67}
+	return file_forge_forge_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ComponentPowerControlRequest) GetTarget() isComponentPowerControlRequest_Target {
@@ -4309,7 +4355,7 @@ type ComponentPowerControlResponse struct {
 
 func (x *ComponentPowerControlResponse) Reset() {
 	*x = ComponentPowerControlResponse{}
-	mi := &file_forge_forge_proto_msgTypes[68]
+	mi := &file_forge_forge_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4321,7 +4367,7 @@ func (x *ComponentPowerControlResponse) String() string {
 func (*ComponentPowerControlResponse) ProtoMessage() {}
 
 func (x *ComponentPowerControlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[68]
+	mi := &file_forge_forge_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4334,7 +4380,7 @@ func (x *ComponentPowerControlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComponentPowerControlResponse.ProtoReflect.Descriptor instead.
 func (*ComponentPowerControlResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{68}
+	return file_forge_forge_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ComponentPowerControlResponse) GetResults() []*ComponentResult {
@@ -4361,7 +4407,7 @@ type GetComponentInventoryRequest struct {
 
 func (x *GetComponentInventoryRequest) Reset() {
 	*x = GetComponentInventoryRequest{}
-	mi := &file_forge_forge_proto_msgTypes[69]
+	mi := &file_forge_forge_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4373,7 +4419,7 @@ func (x *GetComponentInventoryRequest) String() string {
 func (*GetComponentInventoryRequest) ProtoMessage() {}
 
 func (x *GetComponentInventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[69]
+	mi := &file_forge_forge_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4386,7 +4432,7 @@ func (x *GetComponentInventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetComponentInventoryRequest.ProtoReflect.Descriptor instead.
 func (*GetComponentInventoryRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{69}
+	return file_forge_forge_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetComponentInventoryRequest) GetTarget() isGetComponentInventoryRequest_Target {
@@ -4499,7 +4545,7 @@ type GetComponentInventoryResponse struct {
 
 func (x *GetComponentInventoryResponse) Reset() {
 	*x = GetComponentInventoryResponse{}
-	mi := &file_forge_forge_proto_msgTypes[70]
+	mi := &file_forge_forge_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4511,7 +4557,7 @@ func (x *GetComponentInventoryResponse) String() string {
 func (*GetComponentInventoryResponse) ProtoMessage() {}
 
 func (x *GetComponentInventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[70]
+	mi := &file_forge_forge_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4524,7 +4570,7 @@ func (x *GetComponentInventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetComponentInventoryResponse.ProtoReflect.Descriptor instead.
 func (*GetComponentInventoryResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{70}
+	return file_forge_forge_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetComponentInventoryResponse) GetEntries() []*ComponentInventoryEntry {
@@ -4544,7 +4590,7 @@ type ComponentInventoryEntry struct {
 
 func (x *ComponentInventoryEntry) Reset() {
 	*x = ComponentInventoryEntry{}
-	mi := &file_forge_forge_proto_msgTypes[71]
+	mi := &file_forge_forge_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4556,7 +4602,7 @@ func (x *ComponentInventoryEntry) String() string {
 func (*ComponentInventoryEntry) ProtoMessage() {}
 
 func (x *ComponentInventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[71]
+	mi := &file_forge_forge_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4569,7 +4615,7 @@ func (x *ComponentInventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComponentInventoryEntry.ProtoReflect.Descriptor instead.
 func (*ComponentInventoryEntry) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{71}
+	return file_forge_forge_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ComponentInventoryEntry) GetResult() *ComponentResult {
@@ -4591,8 +4637,8 @@ func (x *ComponentInventoryEntry) GetReport() *EndpointExplorationReport {
 type EndpointExplorationReport struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Systems          []*ComputerSystem      `protobuf:"bytes,13,rep,name=systems,proto3" json:"systems,omitempty"`
-	Chassis          []*ExploredChassis     `protobuf:"bytes,14,rep,name=chassis,proto3" json:"chassis,omitempty"`
-	Service          []*ExploredService     `protobuf:"bytes,15,rep,name=service,proto3" json:"service,omitempty"`
+	Chassis          []*Chassis             `protobuf:"bytes,14,rep,name=chassis,proto3" json:"chassis,omitempty"`
+	Service          []*Service             `protobuf:"bytes,15,rep,name=service,proto3" json:"service,omitempty"`
 	FirmwareVersions map[string]string      `protobuf:"bytes,19,rep,name=firmware_versions,json=firmwareVersions,proto3" json:"firmware_versions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
@@ -4600,7 +4646,7 @@ type EndpointExplorationReport struct {
 
 func (x *EndpointExplorationReport) Reset() {
 	*x = EndpointExplorationReport{}
-	mi := &file_forge_forge_proto_msgTypes[72]
+	mi := &file_forge_forge_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4612,7 +4658,7 @@ func (x *EndpointExplorationReport) String() string {
 func (*EndpointExplorationReport) ProtoMessage() {}
 
 func (x *EndpointExplorationReport) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[72]
+	mi := &file_forge_forge_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4625,7 +4671,7 @@ func (x *EndpointExplorationReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointExplorationReport.ProtoReflect.Descriptor instead.
 func (*EndpointExplorationReport) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{72}
+	return file_forge_forge_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *EndpointExplorationReport) GetSystems() []*ComputerSystem {
@@ -4635,14 +4681,14 @@ func (x *EndpointExplorationReport) GetSystems() []*ComputerSystem {
 	return nil
 }
 
-func (x *EndpointExplorationReport) GetChassis() []*ExploredChassis {
+func (x *EndpointExplorationReport) GetChassis() []*Chassis {
 	if x != nil {
 		return x.Chassis
 	}
 	return nil
 }
 
-func (x *EndpointExplorationReport) GetService() []*ExploredService {
+func (x *EndpointExplorationReport) GetService() []*Service {
 	if x != nil {
 		return x.Service
 	}
@@ -4665,7 +4711,7 @@ type ComputerSystem struct {
 
 func (x *ComputerSystem) Reset() {
 	*x = ComputerSystem{}
-	mi := &file_forge_forge_proto_msgTypes[73]
+	mi := &file_forge_forge_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4677,7 +4723,7 @@ func (x *ComputerSystem) String() string {
 func (*ComputerSystem) ProtoMessage() {}
 
 func (x *ComputerSystem) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[73]
+	mi := &file_forge_forge_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4690,7 +4736,7 @@ func (x *ComputerSystem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComputerSystem.ProtoReflect.Descriptor instead.
 func (*ComputerSystem) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{73}
+	return file_forge_forge_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ComputerSystem) GetPowerState() ComputerSystemPowerState {
@@ -4700,28 +4746,28 @@ func (x *ComputerSystem) GetPowerState() ComputerSystemPowerState {
 	return ComputerSystemPowerState_On
 }
 
-type ExploredChassis struct {
+type Chassis struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SerialNumber  *string                `protobuf:"bytes,5,opt,name=serial_number,json=serialNumber,proto3,oneof" json:"serial_number,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ExploredChassis) Reset() {
-	*x = ExploredChassis{}
-	mi := &file_forge_forge_proto_msgTypes[74]
+func (x *Chassis) Reset() {
+	*x = Chassis{}
+	mi := &file_forge_forge_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ExploredChassis) String() string {
+func (x *Chassis) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ExploredChassis) ProtoMessage() {}
+func (*Chassis) ProtoMessage() {}
 
-func (x *ExploredChassis) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[74]
+func (x *Chassis) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4732,40 +4778,40 @@ func (x *ExploredChassis) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ExploredChassis.ProtoReflect.Descriptor instead.
-func (*ExploredChassis) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{74}
+// Deprecated: Use Chassis.ProtoReflect.Descriptor instead.
+func (*Chassis) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{75}
 }
 
-func (x *ExploredChassis) GetSerialNumber() string {
+func (x *Chassis) GetSerialNumber() string {
 	if x != nil && x.SerialNumber != nil {
 		return *x.SerialNumber
 	}
 	return ""
 }
 
-type ExploredService struct {
+type Service struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Inventories   []*Inventory           `protobuf:"bytes,2,rep,name=inventories,proto3" json:"inventories,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ExploredService) Reset() {
-	*x = ExploredService{}
-	mi := &file_forge_forge_proto_msgTypes[75]
+func (x *Service) Reset() {
+	*x = Service{}
+	mi := &file_forge_forge_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ExploredService) String() string {
+func (x *Service) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ExploredService) ProtoMessage() {}
+func (*Service) ProtoMessage() {}
 
-func (x *ExploredService) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[75]
+func (x *Service) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4776,12 +4822,12 @@ func (x *ExploredService) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ExploredService.ProtoReflect.Descriptor instead.
-func (*ExploredService) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{75}
+// Deprecated: Use Service.ProtoReflect.Descriptor instead.
+func (*Service) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{76}
 }
 
-func (x *ExploredService) GetInventories() []*Inventory {
+func (x *Service) GetInventories() []*Inventory {
 	if x != nil {
 		return x.Inventories
 	}
@@ -4799,7 +4845,7 @@ type Inventory struct {
 
 func (x *Inventory) Reset() {
 	*x = Inventory{}
-	mi := &file_forge_forge_proto_msgTypes[76]
+	mi := &file_forge_forge_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +4857,7 @@ func (x *Inventory) String() string {
 func (*Inventory) ProtoMessage() {}
 
 func (x *Inventory) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[76]
+	mi := &file_forge_forge_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +4870,7 @@ func (x *Inventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inventory.ProtoReflect.Descriptor instead.
 func (*Inventory) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{76}
+	return file_forge_forge_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *Inventory) GetId() string {
@@ -4862,7 +4908,7 @@ type UpdateComputeTrayFirmwareTarget struct {
 
 func (x *UpdateComputeTrayFirmwareTarget) Reset() {
 	*x = UpdateComputeTrayFirmwareTarget{}
-	mi := &file_forge_forge_proto_msgTypes[77]
+	mi := &file_forge_forge_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4874,7 +4920,7 @@ func (x *UpdateComputeTrayFirmwareTarget) String() string {
 func (*UpdateComputeTrayFirmwareTarget) ProtoMessage() {}
 
 func (x *UpdateComputeTrayFirmwareTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[77]
+	mi := &file_forge_forge_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4887,7 +4933,7 @@ func (x *UpdateComputeTrayFirmwareTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateComputeTrayFirmwareTarget.ProtoReflect.Descriptor instead.
 func (*UpdateComputeTrayFirmwareTarget) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{77}
+	return file_forge_forge_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *UpdateComputeTrayFirmwareTarget) GetMachineIds() *MachineIdList {
@@ -4922,7 +4968,7 @@ type UpdateSwitchFirmwareTarget struct {
 
 func (x *UpdateSwitchFirmwareTarget) Reset() {
 	*x = UpdateSwitchFirmwareTarget{}
-	mi := &file_forge_forge_proto_msgTypes[78]
+	mi := &file_forge_forge_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4934,7 +4980,7 @@ func (x *UpdateSwitchFirmwareTarget) String() string {
 func (*UpdateSwitchFirmwareTarget) ProtoMessage() {}
 
 func (x *UpdateSwitchFirmwareTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[78]
+	mi := &file_forge_forge_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4947,7 +4993,7 @@ func (x *UpdateSwitchFirmwareTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSwitchFirmwareTarget.ProtoReflect.Descriptor instead.
 func (*UpdateSwitchFirmwareTarget) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{78}
+	return file_forge_forge_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *UpdateSwitchFirmwareTarget) GetSwitchIds() *SwitchIdList {
@@ -4982,7 +5028,7 @@ type UpdatePowerShelfFirmwareTarget struct {
 
 func (x *UpdatePowerShelfFirmwareTarget) Reset() {
 	*x = UpdatePowerShelfFirmwareTarget{}
-	mi := &file_forge_forge_proto_msgTypes[79]
+	mi := &file_forge_forge_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4994,7 +5040,7 @@ func (x *UpdatePowerShelfFirmwareTarget) String() string {
 func (*UpdatePowerShelfFirmwareTarget) ProtoMessage() {}
 
 func (x *UpdatePowerShelfFirmwareTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[79]
+	mi := &file_forge_forge_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5007,7 +5053,7 @@ func (x *UpdatePowerShelfFirmwareTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePowerShelfFirmwareTarget.ProtoReflect.Descriptor instead.
 func (*UpdatePowerShelfFirmwareTarget) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{79}
+	return file_forge_forge_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *UpdatePowerShelfFirmwareTarget) GetPowerShelfIds() *PowerShelfIdList {
@@ -5041,7 +5087,7 @@ type UpdateFirmwareObjectTarget struct {
 
 func (x *UpdateFirmwareObjectTarget) Reset() {
 	*x = UpdateFirmwareObjectTarget{}
-	mi := &file_forge_forge_proto_msgTypes[80]
+	mi := &file_forge_forge_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5053,7 +5099,7 @@ func (x *UpdateFirmwareObjectTarget) String() string {
 func (*UpdateFirmwareObjectTarget) ProtoMessage() {}
 
 func (x *UpdateFirmwareObjectTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[80]
+	mi := &file_forge_forge_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5066,7 +5112,7 @@ func (x *UpdateFirmwareObjectTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFirmwareObjectTarget.ProtoReflect.Descriptor instead.
 func (*UpdateFirmwareObjectTarget) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{80}
+	return file_forge_forge_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *UpdateFirmwareObjectTarget) GetRackIds() *RackIdList {
@@ -5095,7 +5141,7 @@ type UpdateComponentFirmwareRequest struct {
 
 func (x *UpdateComponentFirmwareRequest) Reset() {
 	*x = UpdateComponentFirmwareRequest{}
-	mi := &file_forge_forge_proto_msgTypes[81]
+	mi := &file_forge_forge_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5107,7 +5153,7 @@ func (x *UpdateComponentFirmwareRequest) String() string {
 func (*UpdateComponentFirmwareRequest) ProtoMessage() {}
 
 func (x *UpdateComponentFirmwareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[81]
+	mi := &file_forge_forge_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5120,7 +5166,7 @@ func (x *UpdateComponentFirmwareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateComponentFirmwareRequest.ProtoReflect.Descriptor instead.
 func (*UpdateComponentFirmwareRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{81}
+	return file_forge_forge_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *UpdateComponentFirmwareRequest) GetTarget() isUpdateComponentFirmwareRequest_Target {
@@ -5231,7 +5277,7 @@ type UpdateComponentFirmwareResponse struct {
 
 func (x *UpdateComponentFirmwareResponse) Reset() {
 	*x = UpdateComponentFirmwareResponse{}
-	mi := &file_forge_forge_proto_msgTypes[82]
+	mi := &file_forge_forge_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5243,7 +5289,7 @@ func (x *UpdateComponentFirmwareResponse) String() string {
 func (*UpdateComponentFirmwareResponse) ProtoMessage() {}
 
 func (x *UpdateComponentFirmwareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[82]
+	mi := &file_forge_forge_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5256,7 +5302,7 @@ func (x *UpdateComponentFirmwareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateComponentFirmwareResponse.ProtoReflect.Descriptor instead.
 func (*UpdateComponentFirmwareResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{82}
+	return file_forge_forge_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *UpdateComponentFirmwareResponse) GetResults() []*ComponentResult {
@@ -5284,7 +5330,7 @@ type GetComponentFirmwareStatusRequest struct {
 
 func (x *GetComponentFirmwareStatusRequest) Reset() {
 	*x = GetComponentFirmwareStatusRequest{}
-	mi := &file_forge_forge_proto_msgTypes[83]
+	mi := &file_forge_forge_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5296,7 +5342,7 @@ func (x *GetComponentFirmwareStatusRequest) String() string {
 func (*GetComponentFirmwareStatusRequest) ProtoMessage() {}
 
 func (x *GetComponentFirmwareStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[83]
+	mi := &file_forge_forge_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5309,7 +5355,7 @@ func (x *GetComponentFirmwareStatusRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use GetComponentFirmwareStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetComponentFirmwareStatusRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{83}
+	return file_forge_forge_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *GetComponentFirmwareStatusRequest) GetTarget() isGetComponentFirmwareStatusRequest_Target {
@@ -5441,7 +5487,7 @@ type GetComponentFirmwareStatusResponse struct {
 
 func (x *GetComponentFirmwareStatusResponse) Reset() {
 	*x = GetComponentFirmwareStatusResponse{}
-	mi := &file_forge_forge_proto_msgTypes[84]
+	mi := &file_forge_forge_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5453,7 +5499,7 @@ func (x *GetComponentFirmwareStatusResponse) String() string {
 func (*GetComponentFirmwareStatusResponse) ProtoMessage() {}
 
 func (x *GetComponentFirmwareStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[84]
+	mi := &file_forge_forge_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5466,7 +5512,7 @@ func (x *GetComponentFirmwareStatusResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use GetComponentFirmwareStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetComponentFirmwareStatusResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{84}
+	return file_forge_forge_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *GetComponentFirmwareStatusResponse) GetStatuses() []*FirmwareUpdateStatus {
@@ -5488,7 +5534,7 @@ type FirmwareUpdateStatus struct {
 
 func (x *FirmwareUpdateStatus) Reset() {
 	*x = FirmwareUpdateStatus{}
-	mi := &file_forge_forge_proto_msgTypes[85]
+	mi := &file_forge_forge_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5500,7 +5546,7 @@ func (x *FirmwareUpdateStatus) String() string {
 func (*FirmwareUpdateStatus) ProtoMessage() {}
 
 func (x *FirmwareUpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[85]
+	mi := &file_forge_forge_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5513,7 +5559,7 @@ func (x *FirmwareUpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirmwareUpdateStatus.ProtoReflect.Descriptor instead.
 func (*FirmwareUpdateStatus) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{85}
+	return file_forge_forge_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *FirmwareUpdateStatus) GetResult() *ComponentResult {
@@ -5562,7 +5608,7 @@ type ListComponentFirmwareVersionsRequest struct {
 
 func (x *ListComponentFirmwareVersionsRequest) Reset() {
 	*x = ListComponentFirmwareVersionsRequest{}
-	mi := &file_forge_forge_proto_msgTypes[86]
+	mi := &file_forge_forge_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5574,7 +5620,7 @@ func (x *ListComponentFirmwareVersionsRequest) String() string {
 func (*ListComponentFirmwareVersionsRequest) ProtoMessage() {}
 
 func (x *ListComponentFirmwareVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[86]
+	mi := &file_forge_forge_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5587,7 +5633,7 @@ func (x *ListComponentFirmwareVersionsRequest) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use ListComponentFirmwareVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListComponentFirmwareVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{86}
+	return file_forge_forge_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListComponentFirmwareVersionsRequest) GetTarget() isListComponentFirmwareVersionsRequest_Target {
@@ -5722,7 +5768,7 @@ type ListComponentFirmwareVersionsResponse struct {
 
 func (x *ListComponentFirmwareVersionsResponse) Reset() {
 	*x = ListComponentFirmwareVersionsResponse{}
-	mi := &file_forge_forge_proto_msgTypes[87]
+	mi := &file_forge_forge_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5734,7 +5780,7 @@ func (x *ListComponentFirmwareVersionsResponse) String() string {
 func (*ListComponentFirmwareVersionsResponse) ProtoMessage() {}
 
 func (x *ListComponentFirmwareVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[87]
+	mi := &file_forge_forge_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5747,7 +5793,7 @@ func (x *ListComponentFirmwareVersionsResponse) ProtoReflect() protoreflect.Mess
 
 // Deprecated: Use ListComponentFirmwareVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListComponentFirmwareVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{87}
+	return file_forge_forge_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ListComponentFirmwareVersionsResponse) GetDevices() []*DeviceFirmwareVersions {
@@ -5771,7 +5817,7 @@ type DeviceFirmwareVersions struct {
 
 func (x *DeviceFirmwareVersions) Reset() {
 	*x = DeviceFirmwareVersions{}
-	mi := &file_forge_forge_proto_msgTypes[88]
+	mi := &file_forge_forge_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5783,7 +5829,7 @@ func (x *DeviceFirmwareVersions) String() string {
 func (*DeviceFirmwareVersions) ProtoMessage() {}
 
 func (x *DeviceFirmwareVersions) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[88]
+	mi := &file_forge_forge_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5796,7 +5842,7 @@ func (x *DeviceFirmwareVersions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceFirmwareVersions.ProtoReflect.Descriptor instead.
 func (*DeviceFirmwareVersions) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{88}
+	return file_forge_forge_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *DeviceFirmwareVersions) GetResult() *ComponentResult {
@@ -5830,7 +5876,7 @@ type ComputeTrayFirmwareVersions struct {
 
 func (x *ComputeTrayFirmwareVersions) Reset() {
 	*x = ComputeTrayFirmwareVersions{}
-	mi := &file_forge_forge_proto_msgTypes[89]
+	mi := &file_forge_forge_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5842,7 +5888,7 @@ func (x *ComputeTrayFirmwareVersions) String() string {
 func (*ComputeTrayFirmwareVersions) ProtoMessage() {}
 
 func (x *ComputeTrayFirmwareVersions) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[89]
+	mi := &file_forge_forge_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5855,7 +5901,7 @@ func (x *ComputeTrayFirmwareVersions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComputeTrayFirmwareVersions.ProtoReflect.Descriptor instead.
 func (*ComputeTrayFirmwareVersions) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{89}
+	return file_forge_forge_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ComputeTrayFirmwareVersions) GetComponent() ComputeTrayComponent {
@@ -5978,19 +6024,21 @@ const file_forge_forge_proto_rawDesc = "" +
 	"switch_ids\x18\x01 \x03(\v2\x0f.forge.SwitchIdR\tswitchIds\"7\n" +
 	"\n" +
 	"SwitchList\x12)\n" +
-	"\bswitches\x18\x01 \x03(\v2\r.forge.SwitchR\bswitches\"\xbd\x02\n" +
+	"\bswitches\x18\x01 \x03(\v2\r.forge.SwitchR\bswitches\"\xcd\x02\n" +
 	"\x06Switch\x12\x1f\n" +
 	"\x02id\x18\x01 \x01(\v2\x0f.forge.SwitchIdR\x02id\x12+\n" +
 	"\x06status\x18\x03 \x01(\v2\x13.forge.SwitchStatusR\x06status\x12)\n" +
 	"\x10controller_state\x18\x05 \x01(\tR\x0fcontrollerState\x12)\n" +
 	"\bbmc_info\x18\x06 \x01(\v2\x0e.forge.BmcInfoR\abmcInfo\x12&\n" +
 	"\arack_id\x18\n" +
-	" \x01(\v2\r.forge.RackIdR\x06rackId\x12,\n" +
-	"\tnvos_info\x18\x0f \x01(\v2\x0f.forge.NvosInfoR\bnvosInfo\x129\n" +
-	"\x12nvlink_domain_uuid\x18\x10 \x01(\v2\v.forge.UUIDR\x10nvlinkDomainUuid\";\n" +
+	" \x01(\v2\r.forge.RackIdR\x06rackId\x122\n" +
+	"\tnvos_info\x18\x0f \x01(\v2\x15.forge.SwitchNvosInfoR\bnvosInfo\x12C\n" +
+	"\x12nvlink_domain_uuid\x18\x10 \x01(\v2\x15.forge.NVLinkDomainIdR\x10nvlinkDomainUuid\";\n" +
 	"\fSwitchStatus\x12+\n" +
 	"\x06health\x18\a \x01(\v2\x13.forge.HealthReportR\x06health\"&\n" +
-	"\bNvosInfo\x12\x13\n" +
+	"\x0eNVLinkDomainId\x12\x14\n" +
+	"\x05value\x18\x01 \x01(\tR\x05value\",\n" +
+	"\x0eSwitchNvosInfo\x12\x13\n" +
 	"\x02ip\x18\x01 \x01(\tH\x00R\x02ip\x88\x01\x01B\x05\n" +
 	"\x03_ip\"\x18\n" +
 	"\x16PowerShelfSearchFilter\"W\n" +
@@ -6158,22 +6206,22 @@ const file_forge_forge_proto_rawDesc = "" +
 	"\x17ComponentInventoryEntry\x12.\n" +
 	"\x06result\x18\x01 \x01(\v2\x16.forge.ComponentResultR\x06result\x12=\n" +
 	"\x06report\x18\x02 \x01(\v2 .forge.EndpointExplorationReportH\x00R\x06report\x88\x01\x01B\t\n" +
-	"\a_report\"\xda\x02\n" +
+	"\a_report\"\xca\x02\n" +
 	"\x19EndpointExplorationReport\x12/\n" +
-	"\asystems\x18\r \x03(\v2\x15.forge.ComputerSystemR\asystems\x120\n" +
-	"\achassis\x18\x0e \x03(\v2\x16.forge.ExploredChassisR\achassis\x120\n" +
-	"\aservice\x18\x0f \x03(\v2\x16.forge.ExploredServiceR\aservice\x12c\n" +
+	"\asystems\x18\r \x03(\v2\x15.forge.ComputerSystemR\asystems\x12(\n" +
+	"\achassis\x18\x0e \x03(\v2\x0e.forge.ChassisR\achassis\x12(\n" +
+	"\aservice\x18\x0f \x03(\v2\x0e.forge.ServiceR\aservice\x12c\n" +
 	"\x11firmware_versions\x18\x13 \x03(\v26.forge.EndpointExplorationReport.FirmwareVersionsEntryR\x10firmwareVersions\x1aC\n" +
 	"\x15FirmwareVersionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
 	"\x0eComputerSystem\x12@\n" +
 	"\vpower_state\x18\r \x01(\x0e2\x1f.forge.ComputerSystemPowerStateR\n" +
-	"powerState\"M\n" +
-	"\x0fExploredChassis\x12(\n" +
+	"powerState\"E\n" +
+	"\aChassis\x12(\n" +
 	"\rserial_number\x18\x05 \x01(\tH\x00R\fserialNumber\x88\x01\x01B\x10\n" +
-	"\x0e_serial_number\"E\n" +
-	"\x0fExploredService\x122\n" +
+	"\x0e_serial_number\"=\n" +
+	"\aService\x122\n" +
 	"\vinventories\x18\x02 \x03(\v2\x10.forge.InventoryR\vinventories\"}\n" +
 	"\tInventory\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
@@ -6370,7 +6418,7 @@ func file_forge_forge_proto_rawDescGZIP() []byte {
 }
 
 var file_forge_forge_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_forge_forge_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
+var file_forge_forge_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
 var file_forge_forge_proto_goTypes = []any{
 	(SystemPowerControl)(0),                       // 0: forge.SystemPowerControl
 	(ComponentManagerStatusCode)(0),               // 1: forge.ComponentManagerStatusCode
@@ -6412,69 +6460,70 @@ var file_forge_forge_proto_goTypes = []any{
 	(*SwitchList)(nil),                            // 37: forge.SwitchList
 	(*Switch)(nil),                                // 38: forge.Switch
 	(*SwitchStatus)(nil),                          // 39: forge.SwitchStatus
-	(*NvosInfo)(nil),                              // 40: forge.NvosInfo
-	(*PowerShelfSearchFilter)(nil),                // 41: forge.PowerShelfSearchFilter
-	(*PowerShelvesByIdsRequest)(nil),              // 42: forge.PowerShelvesByIdsRequest
-	(*PowerShelfList)(nil),                        // 43: forge.PowerShelfList
-	(*PowerShelf)(nil),                            // 44: forge.PowerShelf
-	(*PowerShelfStatus)(nil),                      // 45: forge.PowerShelfStatus
-	(*RackProfileId)(nil),                         // 46: forge.RackProfileId
-	(*RackGroupId)(nil),                           // 47: forge.RackGroupId
-	(*RacksByIdsRequest)(nil),                     // 48: forge.RacksByIdsRequest
-	(*RackList)(nil),                              // 49: forge.RackList
-	(*Rack)(nil),                                  // 50: forge.Rack
-	(*RackStatus)(nil),                            // 51: forge.RackStatus
-	(*PowerOptionRequest)(nil),                    // 52: forge.PowerOptionRequest
-	(*PowerOptionResponse)(nil),                   // 53: forge.PowerOptionResponse
-	(*PowerOptions)(nil),                          // 54: forge.PowerOptions
-	(*MachinePositionQuery)(nil),                  // 55: forge.MachinePositionQuery
-	(*MachinePositionInfoList)(nil),               // 56: forge.MachinePositionInfoList
-	(*MachinePositionInfo)(nil),                   // 57: forge.MachinePositionInfo
-	(*Metadata)(nil),                              // 58: forge.Metadata
-	(*Label)(nil),                                 // 59: forge.Label
-	(*ExpectedMachine)(nil),                       // 60: forge.ExpectedMachine
-	(*ExpectedMachineList)(nil),                   // 61: forge.ExpectedMachineList
-	(*ExpectedSwitch)(nil),                        // 62: forge.ExpectedSwitch
-	(*ExpectedSwitchList)(nil),                    // 63: forge.ExpectedSwitchList
-	(*ExpectedPowerShelf)(nil),                    // 64: forge.ExpectedPowerShelf
-	(*ExpectedPowerShelfList)(nil),                // 65: forge.ExpectedPowerShelfList
-	(*ExpectedRack)(nil),                          // 66: forge.ExpectedRack
-	(*ExpectedRackList)(nil),                      // 67: forge.ExpectedRackList
-	(*BmcEndpointRequest)(nil),                    // 68: forge.BmcEndpointRequest
-	(*MachineIngestionStateResponse)(nil),         // 69: forge.MachineIngestionStateResponse
-	(*DecommissionManagedHostRequest)(nil),        // 70: forge.DecommissionManagedHostRequest
-	(*DecommissionManagedHostResponse)(nil),       // 71: forge.DecommissionManagedHostResponse
-	(*DecommissionSwitchRequest)(nil),             // 72: forge.DecommissionSwitchRequest
-	(*DecommissionSwitchResponse)(nil),            // 73: forge.DecommissionSwitchResponse
-	(*DecommissionPowerShelfRequest)(nil),         // 74: forge.DecommissionPowerShelfRequest
-	(*DecommissionPowerShelfResponse)(nil),        // 75: forge.DecommissionPowerShelfResponse
-	(*ComponentResult)(nil),                       // 76: forge.ComponentResult
-	(*ComponentPowerControlRequest)(nil),          // 77: forge.ComponentPowerControlRequest
-	(*ComponentPowerControlResponse)(nil),         // 78: forge.ComponentPowerControlResponse
-	(*GetComponentInventoryRequest)(nil),          // 79: forge.GetComponentInventoryRequest
-	(*GetComponentInventoryResponse)(nil),         // 80: forge.GetComponentInventoryResponse
-	(*ComponentInventoryEntry)(nil),               // 81: forge.ComponentInventoryEntry
-	(*EndpointExplorationReport)(nil),             // 82: forge.EndpointExplorationReport
-	(*ComputerSystem)(nil),                        // 83: forge.ComputerSystem
-	(*ExploredChassis)(nil),                       // 84: forge.ExploredChassis
-	(*ExploredService)(nil),                       // 85: forge.ExploredService
-	(*Inventory)(nil),                             // 86: forge.Inventory
-	(*UpdateComputeTrayFirmwareTarget)(nil),       // 87: forge.UpdateComputeTrayFirmwareTarget
-	(*UpdateSwitchFirmwareTarget)(nil),            // 88: forge.UpdateSwitchFirmwareTarget
-	(*UpdatePowerShelfFirmwareTarget)(nil),        // 89: forge.UpdatePowerShelfFirmwareTarget
-	(*UpdateFirmwareObjectTarget)(nil),            // 90: forge.UpdateFirmwareObjectTarget
-	(*UpdateComponentFirmwareRequest)(nil),        // 91: forge.UpdateComponentFirmwareRequest
-	(*UpdateComponentFirmwareResponse)(nil),       // 92: forge.UpdateComponentFirmwareResponse
-	(*GetComponentFirmwareStatusRequest)(nil),     // 93: forge.GetComponentFirmwareStatusRequest
-	(*GetComponentFirmwareStatusResponse)(nil),    // 94: forge.GetComponentFirmwareStatusResponse
-	(*FirmwareUpdateStatus)(nil),                  // 95: forge.FirmwareUpdateStatus
-	(*ListComponentFirmwareVersionsRequest)(nil),  // 96: forge.ListComponentFirmwareVersionsRequest
-	(*ListComponentFirmwareVersionsResponse)(nil), // 97: forge.ListComponentFirmwareVersionsResponse
-	(*DeviceFirmwareVersions)(nil),                // 98: forge.DeviceFirmwareVersions
-	(*ComputeTrayFirmwareVersions)(nil),           // 99: forge.ComputeTrayFirmwareVersions
-	nil,                                           // 100: forge.EndpointExplorationReport.FirmwareVersionsEntry
-	(*timestamppb.Timestamp)(nil),                 // 101: google.protobuf.Timestamp
-	(*emptypb.Empty)(nil),                         // 102: google.protobuf.Empty
+	(*NVLinkDomainId)(nil),                        // 40: forge.NVLinkDomainId
+	(*SwitchNvosInfo)(nil),                        // 41: forge.SwitchNvosInfo
+	(*PowerShelfSearchFilter)(nil),                // 42: forge.PowerShelfSearchFilter
+	(*PowerShelvesByIdsRequest)(nil),              // 43: forge.PowerShelvesByIdsRequest
+	(*PowerShelfList)(nil),                        // 44: forge.PowerShelfList
+	(*PowerShelf)(nil),                            // 45: forge.PowerShelf
+	(*PowerShelfStatus)(nil),                      // 46: forge.PowerShelfStatus
+	(*RackProfileId)(nil),                         // 47: forge.RackProfileId
+	(*RackGroupId)(nil),                           // 48: forge.RackGroupId
+	(*RacksByIdsRequest)(nil),                     // 49: forge.RacksByIdsRequest
+	(*RackList)(nil),                              // 50: forge.RackList
+	(*Rack)(nil),                                  // 51: forge.Rack
+	(*RackStatus)(nil),                            // 52: forge.RackStatus
+	(*PowerOptionRequest)(nil),                    // 53: forge.PowerOptionRequest
+	(*PowerOptionResponse)(nil),                   // 54: forge.PowerOptionResponse
+	(*PowerOptions)(nil),                          // 55: forge.PowerOptions
+	(*MachinePositionQuery)(nil),                  // 56: forge.MachinePositionQuery
+	(*MachinePositionInfoList)(nil),               // 57: forge.MachinePositionInfoList
+	(*MachinePositionInfo)(nil),                   // 58: forge.MachinePositionInfo
+	(*Metadata)(nil),                              // 59: forge.Metadata
+	(*Label)(nil),                                 // 60: forge.Label
+	(*ExpectedMachine)(nil),                       // 61: forge.ExpectedMachine
+	(*ExpectedMachineList)(nil),                   // 62: forge.ExpectedMachineList
+	(*ExpectedSwitch)(nil),                        // 63: forge.ExpectedSwitch
+	(*ExpectedSwitchList)(nil),                    // 64: forge.ExpectedSwitchList
+	(*ExpectedPowerShelf)(nil),                    // 65: forge.ExpectedPowerShelf
+	(*ExpectedPowerShelfList)(nil),                // 66: forge.ExpectedPowerShelfList
+	(*ExpectedRack)(nil),                          // 67: forge.ExpectedRack
+	(*ExpectedRackList)(nil),                      // 68: forge.ExpectedRackList
+	(*BmcEndpointRequest)(nil),                    // 69: forge.BmcEndpointRequest
+	(*MachineIngestionStateResponse)(nil),         // 70: forge.MachineIngestionStateResponse
+	(*DecommissionManagedHostRequest)(nil),        // 71: forge.DecommissionManagedHostRequest
+	(*DecommissionManagedHostResponse)(nil),       // 72: forge.DecommissionManagedHostResponse
+	(*DecommissionSwitchRequest)(nil),             // 73: forge.DecommissionSwitchRequest
+	(*DecommissionSwitchResponse)(nil),            // 74: forge.DecommissionSwitchResponse
+	(*DecommissionPowerShelfRequest)(nil),         // 75: forge.DecommissionPowerShelfRequest
+	(*DecommissionPowerShelfResponse)(nil),        // 76: forge.DecommissionPowerShelfResponse
+	(*ComponentResult)(nil),                       // 77: forge.ComponentResult
+	(*ComponentPowerControlRequest)(nil),          // 78: forge.ComponentPowerControlRequest
+	(*ComponentPowerControlResponse)(nil),         // 79: forge.ComponentPowerControlResponse
+	(*GetComponentInventoryRequest)(nil),          // 80: forge.GetComponentInventoryRequest
+	(*GetComponentInventoryResponse)(nil),         // 81: forge.GetComponentInventoryResponse
+	(*ComponentInventoryEntry)(nil),               // 82: forge.ComponentInventoryEntry
+	(*EndpointExplorationReport)(nil),             // 83: forge.EndpointExplorationReport
+	(*ComputerSystem)(nil),                        // 84: forge.ComputerSystem
+	(*Chassis)(nil),                               // 85: forge.Chassis
+	(*Service)(nil),                               // 86: forge.Service
+	(*Inventory)(nil),                             // 87: forge.Inventory
+	(*UpdateComputeTrayFirmwareTarget)(nil),       // 88: forge.UpdateComputeTrayFirmwareTarget
+	(*UpdateSwitchFirmwareTarget)(nil),            // 89: forge.UpdateSwitchFirmwareTarget
+	(*UpdatePowerShelfFirmwareTarget)(nil),        // 90: forge.UpdatePowerShelfFirmwareTarget
+	(*UpdateFirmwareObjectTarget)(nil),            // 91: forge.UpdateFirmwareObjectTarget
+	(*UpdateComponentFirmwareRequest)(nil),        // 92: forge.UpdateComponentFirmwareRequest
+	(*UpdateComponentFirmwareResponse)(nil),       // 93: forge.UpdateComponentFirmwareResponse
+	(*GetComponentFirmwareStatusRequest)(nil),     // 94: forge.GetComponentFirmwareStatusRequest
+	(*GetComponentFirmwareStatusResponse)(nil),    // 95: forge.GetComponentFirmwareStatusResponse
+	(*FirmwareUpdateStatus)(nil),                  // 96: forge.FirmwareUpdateStatus
+	(*ListComponentFirmwareVersionsRequest)(nil),  // 97: forge.ListComponentFirmwareVersionsRequest
+	(*ListComponentFirmwareVersionsResponse)(nil), // 98: forge.ListComponentFirmwareVersionsResponse
+	(*DeviceFirmwareVersions)(nil),                // 99: forge.DeviceFirmwareVersions
+	(*ComputeTrayFirmwareVersions)(nil),           // 100: forge.ComputeTrayFirmwareVersions
+	nil,                                           // 101: forge.EndpointExplorationReport.FirmwareVersionsEntry
+	(*timestamppb.Timestamp)(nil),                 // 102: google.protobuf.Timestamp
+	(*emptypb.Empty)(nil),                         // 103: google.protobuf.Empty
 }
 var file_forge_forge_proto_depIdxs = []int32{
 	10,  // 0: forge.MachineIdList.machine_ids:type_name -> forge.MachineId
@@ -6482,10 +6531,10 @@ var file_forge_forge_proto_depIdxs = []int32{
 	12,  // 2: forge.PowerShelfIdList.ids:type_name -> forge.PowerShelfId
 	13,  // 3: forge.RackIdList.rack_ids:type_name -> forge.RackId
 	22,  // 4: forge.BuildInfo.runtime_config:type_name -> forge.RuntimeConfig
-	101, // 5: forge.HealthReport.observed_at:type_name -> google.protobuf.Timestamp
+	102, // 5: forge.HealthReport.observed_at:type_name -> google.protobuf.Timestamp
 	24,  // 6: forge.HealthReport.successes:type_name -> forge.HealthProbeSuccess
 	25,  // 7: forge.HealthReport.alerts:type_name -> forge.HealthProbeAlert
-	101, // 8: forge.HealthProbeAlert.in_alert_since:type_name -> google.protobuf.Timestamp
+	102, // 8: forge.HealthProbeAlert.in_alert_since:type_name -> google.protobuf.Timestamp
 	13,  // 9: forge.MachineSearchConfig.rack_id:type_name -> forge.RackId
 	10,  // 10: forge.MachinesByIdsRequest.machine_ids:type_name -> forge.MachineId
 	30,  // 11: forge.MachineList.machines:type_name -> forge.Machine
@@ -6495,7 +6544,7 @@ var file_forge_forge_proto_depIdxs = []int32{
 	31,  // 15: forge.Machine.config:type_name -> forge.MachineConfig
 	32,  // 16: forge.Machine.status:type_name -> forge.MachineStatus
 	33,  // 17: forge.MachineStatus.discovery_info:type_name -> forge.DiscoveryInfo
-	101, // 18: forge.MachineStatus.last_observation_time:type_name -> google.protobuf.Timestamp
+	102, // 18: forge.MachineStatus.last_observation_time:type_name -> google.protobuf.Timestamp
 	10,  // 19: forge.MachineStatus.associated_dpu_machine_ids:type_name -> forge.MachineId
 	23,  // 20: forge.MachineStatus.health:type_name -> forge.HealthReport
 	34,  // 21: forge.DiscoveryInfo.dmi_data:type_name -> forge.DmiData
@@ -6505,47 +6554,47 @@ var file_forge_forge_proto_depIdxs = []int32{
 	39,  // 25: forge.Switch.status:type_name -> forge.SwitchStatus
 	29,  // 26: forge.Switch.bmc_info:type_name -> forge.BmcInfo
 	13,  // 27: forge.Switch.rack_id:type_name -> forge.RackId
-	40,  // 28: forge.Switch.nvos_info:type_name -> forge.NvosInfo
-	14,  // 29: forge.Switch.nvlink_domain_uuid:type_name -> forge.UUID
+	41,  // 28: forge.Switch.nvos_info:type_name -> forge.SwitchNvosInfo
+	40,  // 29: forge.Switch.nvlink_domain_uuid:type_name -> forge.NVLinkDomainId
 	23,  // 30: forge.SwitchStatus.health:type_name -> forge.HealthReport
 	12,  // 31: forge.PowerShelvesByIdsRequest.power_shelf_ids:type_name -> forge.PowerShelfId
-	44,  // 32: forge.PowerShelfList.power_shelves:type_name -> forge.PowerShelf
+	45,  // 32: forge.PowerShelfList.power_shelves:type_name -> forge.PowerShelf
 	12,  // 33: forge.PowerShelf.id:type_name -> forge.PowerShelfId
-	45,  // 34: forge.PowerShelf.status:type_name -> forge.PowerShelfStatus
+	46,  // 34: forge.PowerShelf.status:type_name -> forge.PowerShelfStatus
 	29,  // 35: forge.PowerShelf.bmc_info:type_name -> forge.BmcInfo
 	13,  // 36: forge.PowerShelf.rack_id:type_name -> forge.RackId
 	23,  // 37: forge.PowerShelfStatus.health:type_name -> forge.HealthReport
 	13,  // 38: forge.RacksByIdsRequest.rack_ids:type_name -> forge.RackId
-	50,  // 39: forge.RackList.racks:type_name -> forge.Rack
+	51,  // 39: forge.RackList.racks:type_name -> forge.Rack
 	13,  // 40: forge.Rack.id:type_name -> forge.RackId
-	51,  // 41: forge.Rack.status:type_name -> forge.RackStatus
-	47,  // 42: forge.Rack.rack_group_id:type_name -> forge.RackGroupId
+	52,  // 41: forge.Rack.status:type_name -> forge.RackStatus
+	48,  // 42: forge.Rack.rack_group_id:type_name -> forge.RackGroupId
 	23,  // 43: forge.RackStatus.health:type_name -> forge.HealthReport
 	10,  // 44: forge.PowerOptionRequest.machine_id:type_name -> forge.MachineId
-	54,  // 45: forge.PowerOptionResponse.response:type_name -> forge.PowerOptions
+	55,  // 45: forge.PowerOptionResponse.response:type_name -> forge.PowerOptions
 	9,   // 46: forge.PowerOptions.actual_state:type_name -> forge.PowerState
 	10,  // 47: forge.PowerOptions.host_id:type_name -> forge.MachineId
 	10,  // 48: forge.MachinePositionQuery.machine_ids:type_name -> forge.MachineId
-	57,  // 49: forge.MachinePositionInfoList.machine_position_info:type_name -> forge.MachinePositionInfo
+	58,  // 49: forge.MachinePositionInfoList.machine_position_info:type_name -> forge.MachinePositionInfo
 	10,  // 50: forge.MachinePositionInfo.machine_id:type_name -> forge.MachineId
-	59,  // 51: forge.Metadata.labels:type_name -> forge.Label
-	58,  // 52: forge.ExpectedMachine.metadata:type_name -> forge.Metadata
+	60,  // 51: forge.Metadata.labels:type_name -> forge.Label
+	59,  // 52: forge.ExpectedMachine.metadata:type_name -> forge.Metadata
 	14,  // 53: forge.ExpectedMachine.id:type_name -> forge.UUID
 	13,  // 54: forge.ExpectedMachine.rack_id:type_name -> forge.RackId
-	60,  // 55: forge.ExpectedMachineList.expected_machines:type_name -> forge.ExpectedMachine
-	58,  // 56: forge.ExpectedSwitch.metadata:type_name -> forge.Metadata
+	61,  // 55: forge.ExpectedMachineList.expected_machines:type_name -> forge.ExpectedMachine
+	59,  // 56: forge.ExpectedSwitch.metadata:type_name -> forge.Metadata
 	13,  // 57: forge.ExpectedSwitch.rack_id:type_name -> forge.RackId
 	14,  // 58: forge.ExpectedSwitch.expected_switch_id:type_name -> forge.UUID
-	62,  // 59: forge.ExpectedSwitchList.expected_switches:type_name -> forge.ExpectedSwitch
-	58,  // 60: forge.ExpectedPowerShelf.metadata:type_name -> forge.Metadata
+	63,  // 59: forge.ExpectedSwitchList.expected_switches:type_name -> forge.ExpectedSwitch
+	59,  // 60: forge.ExpectedPowerShelf.metadata:type_name -> forge.Metadata
 	13,  // 61: forge.ExpectedPowerShelf.rack_id:type_name -> forge.RackId
 	14,  // 62: forge.ExpectedPowerShelf.expected_power_shelf_id:type_name -> forge.UUID
-	64,  // 63: forge.ExpectedPowerShelfList.expected_power_shelves:type_name -> forge.ExpectedPowerShelf
+	65,  // 63: forge.ExpectedPowerShelfList.expected_power_shelves:type_name -> forge.ExpectedPowerShelf
 	13,  // 64: forge.ExpectedRack.rack_id:type_name -> forge.RackId
-	46,  // 65: forge.ExpectedRack.rack_profile_id:type_name -> forge.RackProfileId
-	58,  // 66: forge.ExpectedRack.metadata:type_name -> forge.Metadata
-	47,  // 67: forge.ExpectedRack.rack_group_id:type_name -> forge.RackGroupId
-	66,  // 68: forge.ExpectedRackList.expected_racks:type_name -> forge.ExpectedRack
+	47,  // 65: forge.ExpectedRack.rack_profile_id:type_name -> forge.RackProfileId
+	59,  // 66: forge.ExpectedRack.metadata:type_name -> forge.Metadata
+	48,  // 67: forge.ExpectedRack.rack_group_id:type_name -> forge.RackGroupId
+	67,  // 68: forge.ExpectedRackList.expected_racks:type_name -> forge.ExpectedRack
 	7,   // 69: forge.MachineIngestionStateResponse.machine_ingestion_state:type_name -> forge.MachineIngestionState
 	10,  // 70: forge.DecommissionManagedHostRequest.machine_id:type_name -> forge.MachineId
 	11,  // 71: forge.DecommissionSwitchRequest.switch_id:type_name -> forge.SwitchId
@@ -6558,22 +6607,22 @@ var file_forge_forge_proto_depIdxs = []int32{
 	19,  // 78: forge.ComponentPowerControlRequest.switch_bmc_macs:type_name -> forge.MacAddressList
 	19,  // 79: forge.ComponentPowerControlRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
 	0,   // 80: forge.ComponentPowerControlRequest.action:type_name -> forge.SystemPowerControl
-	76,  // 81: forge.ComponentPowerControlResponse.results:type_name -> forge.ComponentResult
+	77,  // 81: forge.ComponentPowerControlResponse.results:type_name -> forge.ComponentResult
 	15,  // 82: forge.GetComponentInventoryRequest.machine_ids:type_name -> forge.MachineIdList
 	16,  // 83: forge.GetComponentInventoryRequest.switch_ids:type_name -> forge.SwitchIdList
 	17,  // 84: forge.GetComponentInventoryRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
 	19,  // 85: forge.GetComponentInventoryRequest.compute_bmc_macs:type_name -> forge.MacAddressList
 	19,  // 86: forge.GetComponentInventoryRequest.switch_bmc_macs:type_name -> forge.MacAddressList
 	19,  // 87: forge.GetComponentInventoryRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
-	81,  // 88: forge.GetComponentInventoryResponse.entries:type_name -> forge.ComponentInventoryEntry
-	76,  // 89: forge.ComponentInventoryEntry.result:type_name -> forge.ComponentResult
-	82,  // 90: forge.ComponentInventoryEntry.report:type_name -> forge.EndpointExplorationReport
-	83,  // 91: forge.EndpointExplorationReport.systems:type_name -> forge.ComputerSystem
-	84,  // 92: forge.EndpointExplorationReport.chassis:type_name -> forge.ExploredChassis
-	85,  // 93: forge.EndpointExplorationReport.service:type_name -> forge.ExploredService
-	100, // 94: forge.EndpointExplorationReport.firmware_versions:type_name -> forge.EndpointExplorationReport.FirmwareVersionsEntry
+	82,  // 88: forge.GetComponentInventoryResponse.entries:type_name -> forge.ComponentInventoryEntry
+	77,  // 89: forge.ComponentInventoryEntry.result:type_name -> forge.ComponentResult
+	83,  // 90: forge.ComponentInventoryEntry.report:type_name -> forge.EndpointExplorationReport
+	84,  // 91: forge.EndpointExplorationReport.systems:type_name -> forge.ComputerSystem
+	85,  // 92: forge.EndpointExplorationReport.chassis:type_name -> forge.Chassis
+	86,  // 93: forge.EndpointExplorationReport.service:type_name -> forge.Service
+	101, // 94: forge.EndpointExplorationReport.firmware_versions:type_name -> forge.EndpointExplorationReport.FirmwareVersionsEntry
 	8,   // 95: forge.ComputerSystem.power_state:type_name -> forge.ComputerSystemPowerState
-	86,  // 96: forge.ExploredService.inventories:type_name -> forge.Inventory
+	87,  // 96: forge.Service.inventories:type_name -> forge.Inventory
 	15,  // 97: forge.UpdateComputeTrayFirmwareTarget.machine_ids:type_name -> forge.MachineIdList
 	5,   // 98: forge.UpdateComputeTrayFirmwareTarget.components:type_name -> forge.ComputeTrayComponent
 	19,  // 99: forge.UpdateComputeTrayFirmwareTarget.bmc_macs:type_name -> forge.MacAddressList
@@ -6584,11 +6633,11 @@ var file_forge_forge_proto_depIdxs = []int32{
 	4,   // 104: forge.UpdatePowerShelfFirmwareTarget.components:type_name -> forge.PowerShelfComponent
 	19,  // 105: forge.UpdatePowerShelfFirmwareTarget.pmc_macs:type_name -> forge.MacAddressList
 	18,  // 106: forge.UpdateFirmwareObjectTarget.rack_ids:type_name -> forge.RackIdList
-	87,  // 107: forge.UpdateComponentFirmwareRequest.compute_trays:type_name -> forge.UpdateComputeTrayFirmwareTarget
-	88,  // 108: forge.UpdateComponentFirmwareRequest.switches:type_name -> forge.UpdateSwitchFirmwareTarget
-	89,  // 109: forge.UpdateComponentFirmwareRequest.power_shelves:type_name -> forge.UpdatePowerShelfFirmwareTarget
-	90,  // 110: forge.UpdateComponentFirmwareRequest.racks:type_name -> forge.UpdateFirmwareObjectTarget
-	76,  // 111: forge.UpdateComponentFirmwareResponse.results:type_name -> forge.ComponentResult
+	88,  // 107: forge.UpdateComponentFirmwareRequest.compute_trays:type_name -> forge.UpdateComputeTrayFirmwareTarget
+	89,  // 108: forge.UpdateComponentFirmwareRequest.switches:type_name -> forge.UpdateSwitchFirmwareTarget
+	90,  // 109: forge.UpdateComponentFirmwareRequest.power_shelves:type_name -> forge.UpdatePowerShelfFirmwareTarget
+	91,  // 110: forge.UpdateComponentFirmwareRequest.racks:type_name -> forge.UpdateFirmwareObjectTarget
+	77,  // 111: forge.UpdateComponentFirmwareResponse.results:type_name -> forge.ComponentResult
 	15,  // 112: forge.GetComponentFirmwareStatusRequest.machine_ids:type_name -> forge.MachineIdList
 	16,  // 113: forge.GetComponentFirmwareStatusRequest.switch_ids:type_name -> forge.SwitchIdList
 	17,  // 114: forge.GetComponentFirmwareStatusRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
@@ -6596,10 +6645,10 @@ var file_forge_forge_proto_depIdxs = []int32{
 	19,  // 116: forge.GetComponentFirmwareStatusRequest.compute_bmc_macs:type_name -> forge.MacAddressList
 	19,  // 117: forge.GetComponentFirmwareStatusRequest.switch_bmc_macs:type_name -> forge.MacAddressList
 	19,  // 118: forge.GetComponentFirmwareStatusRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
-	95,  // 119: forge.GetComponentFirmwareStatusResponse.statuses:type_name -> forge.FirmwareUpdateStatus
-	76,  // 120: forge.FirmwareUpdateStatus.result:type_name -> forge.ComponentResult
+	96,  // 119: forge.GetComponentFirmwareStatusResponse.statuses:type_name -> forge.FirmwareUpdateStatus
+	77,  // 120: forge.FirmwareUpdateStatus.result:type_name -> forge.ComponentResult
 	2,   // 121: forge.FirmwareUpdateStatus.state:type_name -> forge.FirmwareUpdateState
-	101, // 122: forge.FirmwareUpdateStatus.updated_at:type_name -> google.protobuf.Timestamp
+	102, // 122: forge.FirmwareUpdateStatus.updated_at:type_name -> google.protobuf.Timestamp
 	15,  // 123: forge.ListComponentFirmwareVersionsRequest.machine_ids:type_name -> forge.MachineIdList
 	16,  // 124: forge.ListComponentFirmwareVersionsRequest.switch_ids:type_name -> forge.SwitchIdList
 	17,  // 125: forge.ListComponentFirmwareVersionsRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
@@ -6607,64 +6656,64 @@ var file_forge_forge_proto_depIdxs = []int32{
 	19,  // 127: forge.ListComponentFirmwareVersionsRequest.compute_bmc_macs:type_name -> forge.MacAddressList
 	19,  // 128: forge.ListComponentFirmwareVersionsRequest.switch_bmc_macs:type_name -> forge.MacAddressList
 	19,  // 129: forge.ListComponentFirmwareVersionsRequest.power_shelf_pmc_macs:type_name -> forge.MacAddressList
-	98,  // 130: forge.ListComponentFirmwareVersionsResponse.devices:type_name -> forge.DeviceFirmwareVersions
-	76,  // 131: forge.DeviceFirmwareVersions.result:type_name -> forge.ComponentResult
-	99,  // 132: forge.DeviceFirmwareVersions.compute_fw_versions:type_name -> forge.ComputeTrayFirmwareVersions
+	99,  // 130: forge.ListComponentFirmwareVersionsResponse.devices:type_name -> forge.DeviceFirmwareVersions
+	77,  // 131: forge.DeviceFirmwareVersions.result:type_name -> forge.ComponentResult
+	100, // 132: forge.DeviceFirmwareVersions.compute_fw_versions:type_name -> forge.ComputeTrayFirmwareVersions
 	5,   // 133: forge.ComputeTrayFirmwareVersions.component:type_name -> forge.ComputeTrayComponent
 	20,  // 134: forge.Forge.Version:input_type -> forge.VersionRequest
 	26,  // 135: forge.Forge.FindMachineIds:input_type -> forge.MachineSearchConfig
 	27,  // 136: forge.Forge.FindMachinesByIds:input_type -> forge.MachinesByIdsRequest
 	35,  // 137: forge.Forge.FindSwitchIds:input_type -> forge.SwitchSearchFilter
 	36,  // 138: forge.Forge.FindSwitchesByIds:input_type -> forge.SwitchesByIdsRequest
-	41,  // 139: forge.Forge.FindPowerShelfIds:input_type -> forge.PowerShelfSearchFilter
-	42,  // 140: forge.Forge.FindPowerShelvesByIds:input_type -> forge.PowerShelvesByIdsRequest
-	48,  // 141: forge.Forge.FindRacksByIds:input_type -> forge.RacksByIdsRequest
-	52,  // 142: forge.Forge.GetPowerOptions:input_type -> forge.PowerOptionRequest
-	55,  // 143: forge.Forge.GetMachinePositionInfo:input_type -> forge.MachinePositionQuery
-	60,  // 144: forge.Forge.AddExpectedMachine:input_type -> forge.ExpectedMachine
-	62,  // 145: forge.Forge.AddExpectedSwitch:input_type -> forge.ExpectedSwitch
-	64,  // 146: forge.Forge.AddExpectedPowerShelf:input_type -> forge.ExpectedPowerShelf
-	102, // 147: forge.Forge.GetAllExpectedMachines:input_type -> google.protobuf.Empty
-	102, // 148: forge.Forge.GetAllExpectedSwitches:input_type -> google.protobuf.Empty
-	102, // 149: forge.Forge.GetAllExpectedPowerShelves:input_type -> google.protobuf.Empty
-	102, // 150: forge.Forge.GetAllExpectedRacks:input_type -> google.protobuf.Empty
-	68,  // 151: forge.Forge.AllowIngestionAndPowerOn:input_type -> forge.BmcEndpointRequest
-	68,  // 152: forge.Forge.DetermineMachineIngestionState:input_type -> forge.BmcEndpointRequest
-	70,  // 153: forge.Forge.DecommissionManagedHost:input_type -> forge.DecommissionManagedHostRequest
-	72,  // 154: forge.Forge.DecommissionSwitch:input_type -> forge.DecommissionSwitchRequest
-	74,  // 155: forge.Forge.DecommissionPowerShelf:input_type -> forge.DecommissionPowerShelfRequest
-	77,  // 156: forge.Forge.ComponentPowerControl:input_type -> forge.ComponentPowerControlRequest
-	79,  // 157: forge.Forge.GetComponentInventory:input_type -> forge.GetComponentInventoryRequest
-	91,  // 158: forge.Forge.UpdateComponentFirmware:input_type -> forge.UpdateComponentFirmwareRequest
-	93,  // 159: forge.Forge.GetComponentFirmwareStatus:input_type -> forge.GetComponentFirmwareStatusRequest
-	96,  // 160: forge.Forge.ListComponentFirmwareVersions:input_type -> forge.ListComponentFirmwareVersionsRequest
+	42,  // 139: forge.Forge.FindPowerShelfIds:input_type -> forge.PowerShelfSearchFilter
+	43,  // 140: forge.Forge.FindPowerShelvesByIds:input_type -> forge.PowerShelvesByIdsRequest
+	49,  // 141: forge.Forge.FindRacksByIds:input_type -> forge.RacksByIdsRequest
+	53,  // 142: forge.Forge.GetPowerOptions:input_type -> forge.PowerOptionRequest
+	56,  // 143: forge.Forge.GetMachinePositionInfo:input_type -> forge.MachinePositionQuery
+	61,  // 144: forge.Forge.AddExpectedMachine:input_type -> forge.ExpectedMachine
+	63,  // 145: forge.Forge.AddExpectedSwitch:input_type -> forge.ExpectedSwitch
+	65,  // 146: forge.Forge.AddExpectedPowerShelf:input_type -> forge.ExpectedPowerShelf
+	103, // 147: forge.Forge.GetAllExpectedMachines:input_type -> google.protobuf.Empty
+	103, // 148: forge.Forge.GetAllExpectedSwitches:input_type -> google.protobuf.Empty
+	103, // 149: forge.Forge.GetAllExpectedPowerShelves:input_type -> google.protobuf.Empty
+	103, // 150: forge.Forge.GetAllExpectedRacks:input_type -> google.protobuf.Empty
+	69,  // 151: forge.Forge.AllowIngestionAndPowerOn:input_type -> forge.BmcEndpointRequest
+	69,  // 152: forge.Forge.DetermineMachineIngestionState:input_type -> forge.BmcEndpointRequest
+	71,  // 153: forge.Forge.DecommissionManagedHost:input_type -> forge.DecommissionManagedHostRequest
+	73,  // 154: forge.Forge.DecommissionSwitch:input_type -> forge.DecommissionSwitchRequest
+	75,  // 155: forge.Forge.DecommissionPowerShelf:input_type -> forge.DecommissionPowerShelfRequest
+	78,  // 156: forge.Forge.ComponentPowerControl:input_type -> forge.ComponentPowerControlRequest
+	80,  // 157: forge.Forge.GetComponentInventory:input_type -> forge.GetComponentInventoryRequest
+	92,  // 158: forge.Forge.UpdateComponentFirmware:input_type -> forge.UpdateComponentFirmwareRequest
+	94,  // 159: forge.Forge.GetComponentFirmwareStatus:input_type -> forge.GetComponentFirmwareStatusRequest
+	97,  // 160: forge.Forge.ListComponentFirmwareVersions:input_type -> forge.ListComponentFirmwareVersionsRequest
 	21,  // 161: forge.Forge.Version:output_type -> forge.BuildInfo
 	15,  // 162: forge.Forge.FindMachineIds:output_type -> forge.MachineIdList
 	28,  // 163: forge.Forge.FindMachinesByIds:output_type -> forge.MachineList
 	16,  // 164: forge.Forge.FindSwitchIds:output_type -> forge.SwitchIdList
 	37,  // 165: forge.Forge.FindSwitchesByIds:output_type -> forge.SwitchList
 	17,  // 166: forge.Forge.FindPowerShelfIds:output_type -> forge.PowerShelfIdList
-	43,  // 167: forge.Forge.FindPowerShelvesByIds:output_type -> forge.PowerShelfList
-	49,  // 168: forge.Forge.FindRacksByIds:output_type -> forge.RackList
-	53,  // 169: forge.Forge.GetPowerOptions:output_type -> forge.PowerOptionResponse
-	56,  // 170: forge.Forge.GetMachinePositionInfo:output_type -> forge.MachinePositionInfoList
-	102, // 171: forge.Forge.AddExpectedMachine:output_type -> google.protobuf.Empty
-	102, // 172: forge.Forge.AddExpectedSwitch:output_type -> google.protobuf.Empty
-	102, // 173: forge.Forge.AddExpectedPowerShelf:output_type -> google.protobuf.Empty
-	61,  // 174: forge.Forge.GetAllExpectedMachines:output_type -> forge.ExpectedMachineList
-	63,  // 175: forge.Forge.GetAllExpectedSwitches:output_type -> forge.ExpectedSwitchList
-	65,  // 176: forge.Forge.GetAllExpectedPowerShelves:output_type -> forge.ExpectedPowerShelfList
-	67,  // 177: forge.Forge.GetAllExpectedRacks:output_type -> forge.ExpectedRackList
-	102, // 178: forge.Forge.AllowIngestionAndPowerOn:output_type -> google.protobuf.Empty
-	69,  // 179: forge.Forge.DetermineMachineIngestionState:output_type -> forge.MachineIngestionStateResponse
-	71,  // 180: forge.Forge.DecommissionManagedHost:output_type -> forge.DecommissionManagedHostResponse
-	73,  // 181: forge.Forge.DecommissionSwitch:output_type -> forge.DecommissionSwitchResponse
-	75,  // 182: forge.Forge.DecommissionPowerShelf:output_type -> forge.DecommissionPowerShelfResponse
-	78,  // 183: forge.Forge.ComponentPowerControl:output_type -> forge.ComponentPowerControlResponse
-	80,  // 184: forge.Forge.GetComponentInventory:output_type -> forge.GetComponentInventoryResponse
-	92,  // 185: forge.Forge.UpdateComponentFirmware:output_type -> forge.UpdateComponentFirmwareResponse
-	94,  // 186: forge.Forge.GetComponentFirmwareStatus:output_type -> forge.GetComponentFirmwareStatusResponse
-	97,  // 187: forge.Forge.ListComponentFirmwareVersions:output_type -> forge.ListComponentFirmwareVersionsResponse
+	44,  // 167: forge.Forge.FindPowerShelvesByIds:output_type -> forge.PowerShelfList
+	50,  // 168: forge.Forge.FindRacksByIds:output_type -> forge.RackList
+	54,  // 169: forge.Forge.GetPowerOptions:output_type -> forge.PowerOptionResponse
+	57,  // 170: forge.Forge.GetMachinePositionInfo:output_type -> forge.MachinePositionInfoList
+	103, // 171: forge.Forge.AddExpectedMachine:output_type -> google.protobuf.Empty
+	103, // 172: forge.Forge.AddExpectedSwitch:output_type -> google.protobuf.Empty
+	103, // 173: forge.Forge.AddExpectedPowerShelf:output_type -> google.protobuf.Empty
+	62,  // 174: forge.Forge.GetAllExpectedMachines:output_type -> forge.ExpectedMachineList
+	64,  // 175: forge.Forge.GetAllExpectedSwitches:output_type -> forge.ExpectedSwitchList
+	66,  // 176: forge.Forge.GetAllExpectedPowerShelves:output_type -> forge.ExpectedPowerShelfList
+	68,  // 177: forge.Forge.GetAllExpectedRacks:output_type -> forge.ExpectedRackList
+	103, // 178: forge.Forge.AllowIngestionAndPowerOn:output_type -> google.protobuf.Empty
+	70,  // 179: forge.Forge.DetermineMachineIngestionState:output_type -> forge.MachineIngestionStateResponse
+	72,  // 180: forge.Forge.DecommissionManagedHost:output_type -> forge.DecommissionManagedHostResponse
+	74,  // 181: forge.Forge.DecommissionSwitch:output_type -> forge.DecommissionSwitchResponse
+	76,  // 182: forge.Forge.DecommissionPowerShelf:output_type -> forge.DecommissionPowerShelfResponse
+	79,  // 183: forge.Forge.ComponentPowerControl:output_type -> forge.ComponentPowerControlResponse
+	81,  // 184: forge.Forge.GetComponentInventory:output_type -> forge.GetComponentInventoryResponse
+	93,  // 185: forge.Forge.UpdateComponentFirmware:output_type -> forge.UpdateComponentFirmwareResponse
+	95,  // 186: forge.Forge.GetComponentFirmwareStatus:output_type -> forge.GetComponentFirmwareStatusResponse
+	98,  // 187: forge.Forge.ListComponentFirmwareVersions:output_type -> forge.ListComponentFirmwareVersionsResponse
 	161, // [161:188] is the sub-list for method output_type
 	134, // [134:161] is the sub-list for method input_type
 	134, // [134:134] is the sub-list for extension type_name
@@ -6684,14 +6733,14 @@ func file_forge_forge_proto_init() {
 	file_forge_forge_proto_msgTypes[19].OneofWrappers = []any{}
 	file_forge_forge_proto_msgTypes[21].OneofWrappers = []any{}
 	file_forge_forge_proto_msgTypes[25].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[30].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[47].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[49].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[31].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[48].OneofWrappers = []any{}
 	file_forge_forge_proto_msgTypes[50].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[52].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[58].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[66].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[67].OneofWrappers = []any{
+	file_forge_forge_proto_msgTypes[51].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[53].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[59].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[67].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[68].OneofWrappers = []any{
 		(*ComponentPowerControlRequest_MachineIds)(nil),
 		(*ComponentPowerControlRequest_SwitchIds)(nil),
 		(*ComponentPowerControlRequest_PowerShelfIds)(nil),
@@ -6699,7 +6748,7 @@ func file_forge_forge_proto_init() {
 		(*ComponentPowerControlRequest_SwitchBmcMacs)(nil),
 		(*ComponentPowerControlRequest_PowerShelfPmcMacs)(nil),
 	}
-	file_forge_forge_proto_msgTypes[69].OneofWrappers = []any{
+	file_forge_forge_proto_msgTypes[70].OneofWrappers = []any{
 		(*GetComponentInventoryRequest_MachineIds)(nil),
 		(*GetComponentInventoryRequest_SwitchIds)(nil),
 		(*GetComponentInventoryRequest_PowerShelfIds)(nil),
@@ -6707,16 +6756,16 @@ func file_forge_forge_proto_init() {
 		(*GetComponentInventoryRequest_SwitchBmcMacs)(nil),
 		(*GetComponentInventoryRequest_PowerShelfPmcMacs)(nil),
 	}
-	file_forge_forge_proto_msgTypes[71].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[74].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[76].OneofWrappers = []any{}
-	file_forge_forge_proto_msgTypes[81].OneofWrappers = []any{
+	file_forge_forge_proto_msgTypes[72].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[75].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[77].OneofWrappers = []any{}
+	file_forge_forge_proto_msgTypes[82].OneofWrappers = []any{
 		(*UpdateComponentFirmwareRequest_ComputeTrays)(nil),
 		(*UpdateComponentFirmwareRequest_Switches)(nil),
 		(*UpdateComponentFirmwareRequest_PowerShelves)(nil),
 		(*UpdateComponentFirmwareRequest_Racks)(nil),
 	}
-	file_forge_forge_proto_msgTypes[83].OneofWrappers = []any{
+	file_forge_forge_proto_msgTypes[84].OneofWrappers = []any{
 		(*GetComponentFirmwareStatusRequest_MachineIds)(nil),
 		(*GetComponentFirmwareStatusRequest_SwitchIds)(nil),
 		(*GetComponentFirmwareStatusRequest_PowerShelfIds)(nil),
@@ -6725,7 +6774,7 @@ func file_forge_forge_proto_init() {
 		(*GetComponentFirmwareStatusRequest_SwitchBmcMacs)(nil),
 		(*GetComponentFirmwareStatusRequest_PowerShelfPmcMacs)(nil),
 	}
-	file_forge_forge_proto_msgTypes[86].OneofWrappers = []any{
+	file_forge_forge_proto_msgTypes[87].OneofWrappers = []any{
 		(*ListComponentFirmwareVersionsRequest_MachineIds)(nil),
 		(*ListComponentFirmwareVersionsRequest_SwitchIds)(nil),
 		(*ListComponentFirmwareVersionsRequest_PowerShelfIds)(nil),
@@ -6740,7 +6789,7 @@ func file_forge_forge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_forge_forge_proto_rawDesc), len(file_forge_forge_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   91,
+			NumMessages:   92,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

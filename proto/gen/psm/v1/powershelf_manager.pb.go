@@ -1117,6 +1117,53 @@ func (x *PowershelfRequest) GetPmcMacs() []string {
 	return nil
 }
 
+// PowerRequest is PowerOn and PowerOff's request, named as upstream names
+// it. Upstream also has repeated PowerTarget targets = 2, which Flow does
+// not send.
+type PowerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PmcMacs       []string               `protobuf:"bytes,1,rep,name=pmc_macs,json=pmcMacs,proto3" json:"pmc_macs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PowerRequest) Reset() {
+	*x = PowerRequest{}
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PowerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PowerRequest) ProtoMessage() {}
+
+func (x *PowerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PowerRequest.ProtoReflect.Descriptor instead.
+func (*PowerRequest) Descriptor() ([]byte, []int) {
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PowerRequest) GetPmcMacs() []string {
+	if x != nil {
+		return x.PmcMacs
+	}
+	return nil
+}
+
 type PowershelfResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PmcMacAddress string                 `protobuf:"bytes,1,opt,name=pmc_mac_address,json=pmcMacAddress,proto3" json:"pmc_mac_address,omitempty"`
@@ -1128,7 +1175,7 @@ type PowershelfResponse struct {
 
 func (x *PowershelfResponse) Reset() {
 	*x = PowershelfResponse{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[13]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1187,7 @@ func (x *PowershelfResponse) String() string {
 func (*PowershelfResponse) ProtoMessage() {}
 
 func (x *PowershelfResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[13]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1200,7 @@ func (x *PowershelfResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowershelfResponse.ProtoReflect.Descriptor instead.
 func (*PowershelfResponse) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{13}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PowershelfResponse) GetPmcMacAddress() string {
@@ -1186,7 +1233,7 @@ type PowerControlResponse struct {
 
 func (x *PowerControlResponse) Reset() {
 	*x = PowerControlResponse{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[14]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1245,7 @@ func (x *PowerControlResponse) String() string {
 func (*PowerControlResponse) ProtoMessage() {}
 
 func (x *PowerControlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[14]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1258,7 @@ func (x *PowerControlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerControlResponse.ProtoReflect.Descriptor instead.
 func (*PowerControlResponse) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{14}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PowerControlResponse) GetResponses() []*PowershelfResponse {
@@ -1230,7 +1277,7 @@ type GetPowershelvesResponse struct {
 
 func (x *GetPowershelvesResponse) Reset() {
 	*x = GetPowershelvesResponse{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[15]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1289,7 @@ func (x *GetPowershelvesResponse) String() string {
 func (*GetPowershelvesResponse) ProtoMessage() {}
 
 func (x *GetPowershelvesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[15]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1302,7 @@ func (x *GetPowershelvesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPowershelvesResponse.ProtoReflect.Descriptor instead.
 func (*GetPowershelvesResponse) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{15}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetPowershelvesResponse) GetPowershelves() []*PowerShelf {
@@ -1274,7 +1321,7 @@ type FirmwareVersion struct {
 
 func (x *FirmwareVersion) Reset() {
 	*x = FirmwareVersion{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[16]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1333,7 @@ func (x *FirmwareVersion) String() string {
 func (*FirmwareVersion) ProtoMessage() {}
 
 func (x *FirmwareVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[16]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1346,7 @@ func (x *FirmwareVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirmwareVersion.ProtoReflect.Descriptor instead.
 func (*FirmwareVersion) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{16}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FirmwareVersion) GetVersion() string {
@@ -1319,7 +1366,7 @@ type UpdateComponentFirmwareRequest struct {
 
 func (x *UpdateComponentFirmwareRequest) Reset() {
 	*x = UpdateComponentFirmwareRequest{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[17]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1378,7 @@ func (x *UpdateComponentFirmwareRequest) String() string {
 func (*UpdateComponentFirmwareRequest) ProtoMessage() {}
 
 func (x *UpdateComponentFirmwareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[17]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1391,7 @@ func (x *UpdateComponentFirmwareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateComponentFirmwareRequest.ProtoReflect.Descriptor instead.
 func (*UpdateComponentFirmwareRequest) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{17}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpdateComponentFirmwareRequest) GetComponent() PowershelfComponent {
@@ -1371,7 +1418,7 @@ type UpdatePowershelfFirmwareRequest struct {
 
 func (x *UpdatePowershelfFirmwareRequest) Reset() {
 	*x = UpdatePowershelfFirmwareRequest{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[18]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1430,7 @@ func (x *UpdatePowershelfFirmwareRequest) String() string {
 func (*UpdatePowershelfFirmwareRequest) ProtoMessage() {}
 
 func (x *UpdatePowershelfFirmwareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[18]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1443,7 @@ func (x *UpdatePowershelfFirmwareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePowershelfFirmwareRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePowershelfFirmwareRequest) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{18}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdatePowershelfFirmwareRequest) GetPmcMacAddress() string {
@@ -1422,7 +1469,7 @@ type UpdateFirmwareRequest struct {
 
 func (x *UpdateFirmwareRequest) Reset() {
 	*x = UpdateFirmwareRequest{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[19]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1481,7 @@ func (x *UpdateFirmwareRequest) String() string {
 func (*UpdateFirmwareRequest) ProtoMessage() {}
 
 func (x *UpdateFirmwareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[19]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1494,7 @@ func (x *UpdateFirmwareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFirmwareRequest.ProtoReflect.Descriptor instead.
 func (*UpdateFirmwareRequest) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{19}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateFirmwareRequest) GetUpgrades() []*UpdatePowershelfFirmwareRequest {
@@ -1468,7 +1515,7 @@ type UpdateComponentFirmwareResponse struct {
 
 func (x *UpdateComponentFirmwareResponse) Reset() {
 	*x = UpdateComponentFirmwareResponse{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[20]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1527,7 @@ func (x *UpdateComponentFirmwareResponse) String() string {
 func (*UpdateComponentFirmwareResponse) ProtoMessage() {}
 
 func (x *UpdateComponentFirmwareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[20]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1540,7 @@ func (x *UpdateComponentFirmwareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateComponentFirmwareResponse.ProtoReflect.Descriptor instead.
 func (*UpdateComponentFirmwareResponse) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{20}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpdateComponentFirmwareResponse) GetComponent() PowershelfComponent {
@@ -1527,7 +1574,7 @@ type UpdatePowershelfFirmwareResponse struct {
 
 func (x *UpdatePowershelfFirmwareResponse) Reset() {
 	*x = UpdatePowershelfFirmwareResponse{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[21]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1586,7 @@ func (x *UpdatePowershelfFirmwareResponse) String() string {
 func (*UpdatePowershelfFirmwareResponse) ProtoMessage() {}
 
 func (x *UpdatePowershelfFirmwareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[21]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1599,7 @@ func (x *UpdatePowershelfFirmwareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePowershelfFirmwareResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePowershelfFirmwareResponse) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{21}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UpdatePowershelfFirmwareResponse) GetPmcMacAddress() string {
@@ -1578,7 +1625,7 @@ type UpdateFirmwareResponse struct {
 
 func (x *UpdateFirmwareResponse) Reset() {
 	*x = UpdateFirmwareResponse{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[22]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1637,7 @@ func (x *UpdateFirmwareResponse) String() string {
 func (*UpdateFirmwareResponse) ProtoMessage() {}
 
 func (x *UpdateFirmwareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[22]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1650,7 @@ func (x *UpdateFirmwareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFirmwareResponse.ProtoReflect.Descriptor instead.
 func (*UpdateFirmwareResponse) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{22}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UpdateFirmwareResponse) GetResponses() []*UpdatePowershelfFirmwareResponse {
@@ -1623,7 +1670,7 @@ type ComponentFirmwareUpgrades struct {
 
 func (x *ComponentFirmwareUpgrades) Reset() {
 	*x = ComponentFirmwareUpgrades{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[23]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1682,7 @@ func (x *ComponentFirmwareUpgrades) String() string {
 func (*ComponentFirmwareUpgrades) ProtoMessage() {}
 
 func (x *ComponentFirmwareUpgrades) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[23]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1695,7 @@ func (x *ComponentFirmwareUpgrades) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComponentFirmwareUpgrades.ProtoReflect.Descriptor instead.
 func (*ComponentFirmwareUpgrades) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{23}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ComponentFirmwareUpgrades) GetComponent() PowershelfComponent {
@@ -1675,7 +1722,7 @@ type AvailableFirmware struct {
 
 func (x *AvailableFirmware) Reset() {
 	*x = AvailableFirmware{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[24]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1734,7 @@ func (x *AvailableFirmware) String() string {
 func (*AvailableFirmware) ProtoMessage() {}
 
 func (x *AvailableFirmware) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[24]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1747,7 @@ func (x *AvailableFirmware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AvailableFirmware.ProtoReflect.Descriptor instead.
 func (*AvailableFirmware) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{24}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AvailableFirmware) GetPmcMacAddress() string {
@@ -1726,7 +1773,7 @@ type ListAvailableFirmwareResponse struct {
 
 func (x *ListAvailableFirmwareResponse) Reset() {
 	*x = ListAvailableFirmwareResponse{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[25]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1738,7 +1785,7 @@ func (x *ListAvailableFirmwareResponse) String() string {
 func (*ListAvailableFirmwareResponse) ProtoMessage() {}
 
 func (x *ListAvailableFirmwareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[25]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1751,7 +1798,7 @@ func (x *ListAvailableFirmwareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAvailableFirmwareResponse.ProtoReflect.Descriptor instead.
 func (*ListAvailableFirmwareResponse) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{25}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListAvailableFirmwareResponse) GetUpgrades() []*AvailableFirmware {
@@ -1770,7 +1817,7 @@ type SetDryRunRequest struct {
 
 func (x *SetDryRunRequest) Reset() {
 	*x = SetDryRunRequest{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[26]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1829,7 @@ func (x *SetDryRunRequest) String() string {
 func (*SetDryRunRequest) ProtoMessage() {}
 
 func (x *SetDryRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[26]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1842,7 @@ func (x *SetDryRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDryRunRequest.ProtoReflect.Descriptor instead.
 func (*SetDryRunRequest) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{26}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetDryRunRequest) GetDryRun() bool {
@@ -1814,7 +1861,7 @@ type GetFirmwareUpdateStatusRequest struct {
 
 func (x *GetFirmwareUpdateStatusRequest) Reset() {
 	*x = GetFirmwareUpdateStatusRequest{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[27]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +1873,7 @@ func (x *GetFirmwareUpdateStatusRequest) String() string {
 func (*GetFirmwareUpdateStatusRequest) ProtoMessage() {}
 
 func (x *GetFirmwareUpdateStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[27]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +1886,7 @@ func (x *GetFirmwareUpdateStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFirmwareUpdateStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetFirmwareUpdateStatusRequest) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{27}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetFirmwareUpdateStatusRequest) GetQueries() []*FirmwareUpdateQuery {
@@ -1859,7 +1906,7 @@ type FirmwareUpdateQuery struct {
 
 func (x *FirmwareUpdateQuery) Reset() {
 	*x = FirmwareUpdateQuery{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[28]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +1918,7 @@ func (x *FirmwareUpdateQuery) String() string {
 func (*FirmwareUpdateQuery) ProtoMessage() {}
 
 func (x *FirmwareUpdateQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[28]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +1931,7 @@ func (x *FirmwareUpdateQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirmwareUpdateQuery.ProtoReflect.Descriptor instead.
 func (*FirmwareUpdateQuery) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{28}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FirmwareUpdateQuery) GetPmcMacAddress() string {
@@ -1910,7 +1957,7 @@ type GetFirmwareUpdateStatusResponse struct {
 
 func (x *GetFirmwareUpdateStatusResponse) Reset() {
 	*x = GetFirmwareUpdateStatusResponse{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[29]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +1969,7 @@ func (x *GetFirmwareUpdateStatusResponse) String() string {
 func (*GetFirmwareUpdateStatusResponse) ProtoMessage() {}
 
 func (x *GetFirmwareUpdateStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[29]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +1982,7 @@ func (x *GetFirmwareUpdateStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFirmwareUpdateStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetFirmwareUpdateStatusResponse) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{29}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetFirmwareUpdateStatusResponse) GetStatuses() []*FirmwareUpdateStatus {
@@ -1958,7 +2005,7 @@ type FirmwareUpdateStatus struct {
 
 func (x *FirmwareUpdateStatus) Reset() {
 	*x = FirmwareUpdateStatus{}
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[30]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2017,7 @@ func (x *FirmwareUpdateStatus) String() string {
 func (*FirmwareUpdateStatus) ProtoMessage() {}
 
 func (x *FirmwareUpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[30]
+	mi := &file_psm_v1_powershelf_manager_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2030,7 @@ func (x *FirmwareUpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FirmwareUpdateStatus.ProtoReflect.Descriptor instead.
 func (*FirmwareUpdateStatus) Descriptor() ([]byte, []int) {
-	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{30}
+	return file_psm_v1_powershelf_manager_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FirmwareUpdateStatus) GetPmcMacAddress() string {
@@ -2100,6 +2147,8 @@ const file_psm_v1_powershelf_manager_proto_rawDesc = "" +
 	"\x1cRegisterPowershelvesResponse\x12<\n" +
 	"\tresponses\x18\x01 \x03(\v2\x1e.v1.RegisterPowershelfResponseR\tresponses\".\n" +
 	"\x11PowershelfRequest\x12\x19\n" +
+	"\bpmc_macs\x18\x01 \x03(\tR\apmcMacs\")\n" +
+	"\fPowerRequest\x12\x19\n" +
 	"\bpmc_macs\x18\x01 \x03(\tR\apmcMacs\"z\n" +
 	"\x12PowershelfResponse\x12&\n" +
 	"\x0fpmc_mac_address\x18\x01 \x01(\tR\rpmcMacAddress\x12&\n" +
@@ -2172,16 +2221,16 @@ const file_psm_v1_powershelf_manager_proto_rawDesc = "" +
 	"\x1cFIRMWARE_UPDATE_STATE_QUEUED\x10\x01\x12#\n" +
 	"\x1fFIRMWARE_UPDATE_STATE_VERIFYING\x10\x02\x12#\n" +
 	"\x1fFIRMWARE_UPDATE_STATE_COMPLETED\x10\x03\x12 \n" +
-	"\x1cFIRMWARE_UPDATE_STATE_FAILED\x10\x042\xe9\x04\n" +
+	"\x1cFIRMWARE_UPDATE_STATE_FAILED\x10\x042\xdf\x04\n" +
 	"\x11PowershelfManager\x12Y\n" +
 	"\x14RegisterPowershelves\x12\x1f.v1.RegisterPowershelvesRequest\x1a .v1.RegisterPowershelvesResponse\x12E\n" +
 	"\x0fGetPowershelves\x12\x15.v1.PowershelfRequest\x1a\x1b.v1.GetPowershelvesResponse\x12G\n" +
 	"\x0eUpdateFirmware\x12\x19.v1.UpdateFirmwareRequest\x1a\x1a.v1.UpdateFirmwareResponse\x12b\n" +
 	"\x17GetFirmwareUpdateStatus\x12\".v1.GetFirmwareUpdateStatusRequest\x1a#.v1.GetFirmwareUpdateStatusResponse\x12Q\n" +
 	"\x15ListAvailableFirmware\x12\x15.v1.PowershelfRequest\x1a!.v1.ListAvailableFirmwareResponse\x129\n" +
-	"\tSetDryRun\x12\x14.v1.SetDryRunRequest\x1a\x16.google.protobuf.Empty\x12;\n" +
-	"\bPowerOff\x12\x15.v1.PowershelfRequest\x1a\x18.v1.PowerControlResponse\x12:\n" +
-	"\aPowerOn\x12\x15.v1.PowershelfRequest\x1a\x18.v1.PowerControlResponseB1Z/github.com/nicoflow/flow/proto/gen/psm/v1;psmv1b\x06proto3"
+	"\tSetDryRun\x12\x14.v1.SetDryRunRequest\x1a\x16.google.protobuf.Empty\x126\n" +
+	"\bPowerOff\x12\x10.v1.PowerRequest\x1a\x18.v1.PowerControlResponse\x125\n" +
+	"\aPowerOn\x12\x10.v1.PowerRequest\x1a\x18.v1.PowerControlResponseB1Z/github.com/nicoflow/flow/proto/gen/psm/v1;psmv1b\x06proto3"
 
 var (
 	file_psm_v1_powershelf_manager_proto_rawDescOnce sync.Once
@@ -2196,7 +2245,7 @@ func file_psm_v1_powershelf_manager_proto_rawDescGZIP() []byte {
 }
 
 var file_psm_v1_powershelf_manager_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_psm_v1_powershelf_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_psm_v1_powershelf_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_psm_v1_powershelf_manager_proto_goTypes = []any{
 	(PMCVendor)(0),                           // 0: v1.PMCVendor
 	(StatusCode)(0),                          // 1: v1.StatusCode
@@ -2215,26 +2264,27 @@ var file_psm_v1_powershelf_manager_proto_goTypes = []any{
 	(*RegisterPowershelfResponse)(nil),       // 14: v1.RegisterPowershelfResponse
 	(*RegisterPowershelvesResponse)(nil),     // 15: v1.RegisterPowershelvesResponse
 	(*PowershelfRequest)(nil),                // 16: v1.PowershelfRequest
-	(*PowershelfResponse)(nil),               // 17: v1.PowershelfResponse
-	(*PowerControlResponse)(nil),             // 18: v1.PowerControlResponse
-	(*GetPowershelvesResponse)(nil),          // 19: v1.GetPowershelvesResponse
-	(*FirmwareVersion)(nil),                  // 20: v1.FirmwareVersion
-	(*UpdateComponentFirmwareRequest)(nil),   // 21: v1.UpdateComponentFirmwareRequest
-	(*UpdatePowershelfFirmwareRequest)(nil),  // 22: v1.UpdatePowershelfFirmwareRequest
-	(*UpdateFirmwareRequest)(nil),            // 23: v1.UpdateFirmwareRequest
-	(*UpdateComponentFirmwareResponse)(nil),  // 24: v1.UpdateComponentFirmwareResponse
-	(*UpdatePowershelfFirmwareResponse)(nil), // 25: v1.UpdatePowershelfFirmwareResponse
-	(*UpdateFirmwareResponse)(nil),           // 26: v1.UpdateFirmwareResponse
-	(*ComponentFirmwareUpgrades)(nil),        // 27: v1.ComponentFirmwareUpgrades
-	(*AvailableFirmware)(nil),                // 28: v1.AvailableFirmware
-	(*ListAvailableFirmwareResponse)(nil),    // 29: v1.ListAvailableFirmwareResponse
-	(*SetDryRunRequest)(nil),                 // 30: v1.SetDryRunRequest
-	(*GetFirmwareUpdateStatusRequest)(nil),   // 31: v1.GetFirmwareUpdateStatusRequest
-	(*FirmwareUpdateQuery)(nil),              // 32: v1.FirmwareUpdateQuery
-	(*GetFirmwareUpdateStatusResponse)(nil),  // 33: v1.GetFirmwareUpdateStatusResponse
-	(*FirmwareUpdateStatus)(nil),             // 34: v1.FirmwareUpdateStatus
-	(*timestamppb.Timestamp)(nil),            // 35: google.protobuf.Timestamp
-	(*emptypb.Empty)(nil),                    // 36: google.protobuf.Empty
+	(*PowerRequest)(nil),                     // 17: v1.PowerRequest
+	(*PowershelfResponse)(nil),               // 18: v1.PowershelfResponse
+	(*PowerControlResponse)(nil),             // 19: v1.PowerControlResponse
+	(*GetPowershelvesResponse)(nil),          // 20: v1.GetPowershelvesResponse
+	(*FirmwareVersion)(nil),                  // 21: v1.FirmwareVersion
+	(*UpdateComponentFirmwareRequest)(nil),   // 22: v1.UpdateComponentFirmwareRequest
+	(*UpdatePowershelfFirmwareRequest)(nil),  // 23: v1.UpdatePowershelfFirmwareRequest
+	(*UpdateFirmwareRequest)(nil),            // 24: v1.UpdateFirmwareRequest
+	(*UpdateComponentFirmwareResponse)(nil),  // 25: v1.UpdateComponentFirmwareResponse
+	(*UpdatePowershelfFirmwareResponse)(nil), // 26: v1.UpdatePowershelfFirmwareResponse
+	(*UpdateFirmwareResponse)(nil),           // 27: v1.UpdateFirmwareResponse
+	(*ComponentFirmwareUpgrades)(nil),        // 28: v1.ComponentFirmwareUpgrades
+	(*AvailableFirmware)(nil),                // 29: v1.AvailableFirmware
+	(*ListAvailableFirmwareResponse)(nil),    // 30: v1.ListAvailableFirmwareResponse
+	(*SetDryRunRequest)(nil),                 // 31: v1.SetDryRunRequest
+	(*GetFirmwareUpdateStatusRequest)(nil),   // 32: v1.GetFirmwareUpdateStatusRequest
+	(*FirmwareUpdateQuery)(nil),              // 33: v1.FirmwareUpdateQuery
+	(*GetFirmwareUpdateStatusResponse)(nil),  // 34: v1.GetFirmwareUpdateStatusResponse
+	(*FirmwareUpdateStatus)(nil),             // 35: v1.FirmwareUpdateStatus
+	(*timestamppb.Timestamp)(nil),            // 36: google.protobuf.Timestamp
+	(*emptypb.Empty)(nil),                    // 37: google.protobuf.Empty
 }
 var file_psm_v1_powershelf_manager_proto_depIdxs = []int32{
 	0,  // 0: v1.PowerManagementController.vendor:type_name -> v1.PMCVendor
@@ -2250,46 +2300,46 @@ var file_psm_v1_powershelf_manager_proto_depIdxs = []int32{
 	0,  // 10: v1.RegisterPowershelfRequest.pmc_vendor:type_name -> v1.PMCVendor
 	4,  // 11: v1.RegisterPowershelfRequest.pmc_credentials:type_name -> v1.Credentials
 	12, // 12: v1.RegisterPowershelvesRequest.registration_requests:type_name -> v1.RegisterPowershelfRequest
-	35, // 13: v1.RegisterPowershelfResponse.created:type_name -> google.protobuf.Timestamp
+	36, // 13: v1.RegisterPowershelfResponse.created:type_name -> google.protobuf.Timestamp
 	1,  // 14: v1.RegisterPowershelfResponse.status:type_name -> v1.StatusCode
 	14, // 15: v1.RegisterPowershelvesResponse.responses:type_name -> v1.RegisterPowershelfResponse
 	1,  // 16: v1.PowershelfResponse.status:type_name -> v1.StatusCode
-	17, // 17: v1.PowerControlResponse.responses:type_name -> v1.PowershelfResponse
+	18, // 17: v1.PowerControlResponse.responses:type_name -> v1.PowershelfResponse
 	11, // 18: v1.GetPowershelvesResponse.powershelves:type_name -> v1.PowerShelf
 	2,  // 19: v1.UpdateComponentFirmwareRequest.component:type_name -> v1.PowershelfComponent
-	20, // 20: v1.UpdateComponentFirmwareRequest.upgradeTo:type_name -> v1.FirmwareVersion
-	21, // 21: v1.UpdatePowershelfFirmwareRequest.components:type_name -> v1.UpdateComponentFirmwareRequest
-	22, // 22: v1.UpdateFirmwareRequest.upgrades:type_name -> v1.UpdatePowershelfFirmwareRequest
+	21, // 20: v1.UpdateComponentFirmwareRequest.upgradeTo:type_name -> v1.FirmwareVersion
+	22, // 21: v1.UpdatePowershelfFirmwareRequest.components:type_name -> v1.UpdateComponentFirmwareRequest
+	23, // 22: v1.UpdateFirmwareRequest.upgrades:type_name -> v1.UpdatePowershelfFirmwareRequest
 	2,  // 23: v1.UpdateComponentFirmwareResponse.component:type_name -> v1.PowershelfComponent
 	1,  // 24: v1.UpdateComponentFirmwareResponse.status:type_name -> v1.StatusCode
-	24, // 25: v1.UpdatePowershelfFirmwareResponse.components:type_name -> v1.UpdateComponentFirmwareResponse
-	25, // 26: v1.UpdateFirmwareResponse.responses:type_name -> v1.UpdatePowershelfFirmwareResponse
+	25, // 25: v1.UpdatePowershelfFirmwareResponse.components:type_name -> v1.UpdateComponentFirmwareResponse
+	26, // 26: v1.UpdateFirmwareResponse.responses:type_name -> v1.UpdatePowershelfFirmwareResponse
 	2,  // 27: v1.ComponentFirmwareUpgrades.component:type_name -> v1.PowershelfComponent
-	20, // 28: v1.ComponentFirmwareUpgrades.upgrades:type_name -> v1.FirmwareVersion
-	27, // 29: v1.AvailableFirmware.upgrades:type_name -> v1.ComponentFirmwareUpgrades
-	28, // 30: v1.ListAvailableFirmwareResponse.upgrades:type_name -> v1.AvailableFirmware
-	32, // 31: v1.GetFirmwareUpdateStatusRequest.queries:type_name -> v1.FirmwareUpdateQuery
+	21, // 28: v1.ComponentFirmwareUpgrades.upgrades:type_name -> v1.FirmwareVersion
+	28, // 29: v1.AvailableFirmware.upgrades:type_name -> v1.ComponentFirmwareUpgrades
+	29, // 30: v1.ListAvailableFirmwareResponse.upgrades:type_name -> v1.AvailableFirmware
+	33, // 31: v1.GetFirmwareUpdateStatusRequest.queries:type_name -> v1.FirmwareUpdateQuery
 	2,  // 32: v1.FirmwareUpdateQuery.component:type_name -> v1.PowershelfComponent
-	34, // 33: v1.GetFirmwareUpdateStatusResponse.statuses:type_name -> v1.FirmwareUpdateStatus
+	35, // 33: v1.GetFirmwareUpdateStatusResponse.statuses:type_name -> v1.FirmwareUpdateStatus
 	2,  // 34: v1.FirmwareUpdateStatus.component:type_name -> v1.PowershelfComponent
 	3,  // 35: v1.FirmwareUpdateStatus.state:type_name -> v1.FirmwareUpdateState
 	1,  // 36: v1.FirmwareUpdateStatus.status:type_name -> v1.StatusCode
 	13, // 37: v1.PowershelfManager.RegisterPowershelves:input_type -> v1.RegisterPowershelvesRequest
 	16, // 38: v1.PowershelfManager.GetPowershelves:input_type -> v1.PowershelfRequest
-	23, // 39: v1.PowershelfManager.UpdateFirmware:input_type -> v1.UpdateFirmwareRequest
-	31, // 40: v1.PowershelfManager.GetFirmwareUpdateStatus:input_type -> v1.GetFirmwareUpdateStatusRequest
+	24, // 39: v1.PowershelfManager.UpdateFirmware:input_type -> v1.UpdateFirmwareRequest
+	32, // 40: v1.PowershelfManager.GetFirmwareUpdateStatus:input_type -> v1.GetFirmwareUpdateStatusRequest
 	16, // 41: v1.PowershelfManager.ListAvailableFirmware:input_type -> v1.PowershelfRequest
-	30, // 42: v1.PowershelfManager.SetDryRun:input_type -> v1.SetDryRunRequest
-	16, // 43: v1.PowershelfManager.PowerOff:input_type -> v1.PowershelfRequest
-	16, // 44: v1.PowershelfManager.PowerOn:input_type -> v1.PowershelfRequest
+	31, // 42: v1.PowershelfManager.SetDryRun:input_type -> v1.SetDryRunRequest
+	17, // 43: v1.PowershelfManager.PowerOff:input_type -> v1.PowerRequest
+	17, // 44: v1.PowershelfManager.PowerOn:input_type -> v1.PowerRequest
 	15, // 45: v1.PowershelfManager.RegisterPowershelves:output_type -> v1.RegisterPowershelvesResponse
-	19, // 46: v1.PowershelfManager.GetPowershelves:output_type -> v1.GetPowershelvesResponse
-	26, // 47: v1.PowershelfManager.UpdateFirmware:output_type -> v1.UpdateFirmwareResponse
-	33, // 48: v1.PowershelfManager.GetFirmwareUpdateStatus:output_type -> v1.GetFirmwareUpdateStatusResponse
-	29, // 49: v1.PowershelfManager.ListAvailableFirmware:output_type -> v1.ListAvailableFirmwareResponse
-	36, // 50: v1.PowershelfManager.SetDryRun:output_type -> google.protobuf.Empty
-	18, // 51: v1.PowershelfManager.PowerOff:output_type -> v1.PowerControlResponse
-	18, // 52: v1.PowershelfManager.PowerOn:output_type -> v1.PowerControlResponse
+	20, // 46: v1.PowershelfManager.GetPowershelves:output_type -> v1.GetPowershelvesResponse
+	27, // 47: v1.PowershelfManager.UpdateFirmware:output_type -> v1.UpdateFirmwareResponse
+	34, // 48: v1.PowershelfManager.GetFirmwareUpdateStatus:output_type -> v1.GetFirmwareUpdateStatusResponse
+	30, // 49: v1.PowershelfManager.ListAvailableFirmware:output_type -> v1.ListAvailableFirmwareResponse
+	37, // 50: v1.PowershelfManager.SetDryRun:output_type -> google.protobuf.Empty
+	19, // 51: v1.PowershelfManager.PowerOff:output_type -> v1.PowerControlResponse
+	19, // 52: v1.PowershelfManager.PowerOn:output_type -> v1.PowerControlResponse
 	45, // [45:53] is the sub-list for method output_type
 	37, // [37:45] is the sub-list for method input_type
 	37, // [37:37] is the sub-list for extension type_name
@@ -2308,7 +2358,7 @@ func file_psm_v1_powershelf_manager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_psm_v1_powershelf_manager_proto_rawDesc), len(file_psm_v1_powershelf_manager_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

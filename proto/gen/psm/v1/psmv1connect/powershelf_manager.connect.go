@@ -79,8 +79,8 @@ type PowershelfManagerClient interface {
 	GetFirmwareUpdateStatus(context.Context, *v1.GetFirmwareUpdateStatusRequest) (*v1.GetFirmwareUpdateStatusResponse, error)
 	ListAvailableFirmware(context.Context, *v1.PowershelfRequest) (*v1.ListAvailableFirmwareResponse, error)
 	SetDryRun(context.Context, *v1.SetDryRunRequest) (*emptypb.Empty, error)
-	PowerOff(context.Context, *v1.PowershelfRequest) (*v1.PowerControlResponse, error)
-	PowerOn(context.Context, *v1.PowershelfRequest) (*v1.PowerControlResponse, error)
+	PowerOff(context.Context, *v1.PowerRequest) (*v1.PowerControlResponse, error)
+	PowerOn(context.Context, *v1.PowerRequest) (*v1.PowerControlResponse, error)
 }
 
 // NewPowershelfManagerClient constructs a client for the v1.PowershelfManager service. By default,
@@ -130,13 +130,13 @@ func NewPowershelfManagerClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(powershelfManagerMethods.ByName("SetDryRun")),
 			connect.WithClientOptions(opts...),
 		),
-		powerOff: connect.NewClient[v1.PowershelfRequest, v1.PowerControlResponse](
+		powerOff: connect.NewClient[v1.PowerRequest, v1.PowerControlResponse](
 			httpClient,
 			baseURL+PowershelfManagerPowerOffProcedure,
 			connect.WithSchema(powershelfManagerMethods.ByName("PowerOff")),
 			connect.WithClientOptions(opts...),
 		),
-		powerOn: connect.NewClient[v1.PowershelfRequest, v1.PowerControlResponse](
+		powerOn: connect.NewClient[v1.PowerRequest, v1.PowerControlResponse](
 			httpClient,
 			baseURL+PowershelfManagerPowerOnProcedure,
 			connect.WithSchema(powershelfManagerMethods.ByName("PowerOn")),
@@ -153,8 +153,8 @@ type powershelfManagerClient struct {
 	getFirmwareUpdateStatus *connect.Client[v1.GetFirmwareUpdateStatusRequest, v1.GetFirmwareUpdateStatusResponse]
 	listAvailableFirmware   *connect.Client[v1.PowershelfRequest, v1.ListAvailableFirmwareResponse]
 	setDryRun               *connect.Client[v1.SetDryRunRequest, emptypb.Empty]
-	powerOff                *connect.Client[v1.PowershelfRequest, v1.PowerControlResponse]
-	powerOn                 *connect.Client[v1.PowershelfRequest, v1.PowerControlResponse]
+	powerOff                *connect.Client[v1.PowerRequest, v1.PowerControlResponse]
+	powerOn                 *connect.Client[v1.PowerRequest, v1.PowerControlResponse]
 }
 
 // RegisterPowershelves calls v1.PowershelfManager.RegisterPowershelves.
@@ -212,7 +212,7 @@ func (c *powershelfManagerClient) SetDryRun(ctx context.Context, req *v1.SetDryR
 }
 
 // PowerOff calls v1.PowershelfManager.PowerOff.
-func (c *powershelfManagerClient) PowerOff(ctx context.Context, req *v1.PowershelfRequest) (*v1.PowerControlResponse, error) {
+func (c *powershelfManagerClient) PowerOff(ctx context.Context, req *v1.PowerRequest) (*v1.PowerControlResponse, error) {
 	response, err := c.powerOff.CallUnary(ctx, connect.NewRequest(req))
 	if response != nil {
 		return response.Msg, err
@@ -221,7 +221,7 @@ func (c *powershelfManagerClient) PowerOff(ctx context.Context, req *v1.Powershe
 }
 
 // PowerOn calls v1.PowershelfManager.PowerOn.
-func (c *powershelfManagerClient) PowerOn(ctx context.Context, req *v1.PowershelfRequest) (*v1.PowerControlResponse, error) {
+func (c *powershelfManagerClient) PowerOn(ctx context.Context, req *v1.PowerRequest) (*v1.PowerControlResponse, error) {
 	response, err := c.powerOn.CallUnary(ctx, connect.NewRequest(req))
 	if response != nil {
 		return response.Msg, err
@@ -239,8 +239,8 @@ type PowershelfManagerHandler interface {
 	GetFirmwareUpdateStatus(context.Context, *v1.GetFirmwareUpdateStatusRequest) (*v1.GetFirmwareUpdateStatusResponse, error)
 	ListAvailableFirmware(context.Context, *v1.PowershelfRequest) (*v1.ListAvailableFirmwareResponse, error)
 	SetDryRun(context.Context, *v1.SetDryRunRequest) (*emptypb.Empty, error)
-	PowerOff(context.Context, *v1.PowershelfRequest) (*v1.PowerControlResponse, error)
-	PowerOn(context.Context, *v1.PowershelfRequest) (*v1.PowerControlResponse, error)
+	PowerOff(context.Context, *v1.PowerRequest) (*v1.PowerControlResponse, error)
+	PowerOn(context.Context, *v1.PowerRequest) (*v1.PowerControlResponse, error)
 }
 
 // NewPowershelfManagerHandler builds an HTTP handler from the service implementation. It returns
@@ -349,10 +349,10 @@ func (UnimplementedPowershelfManagerHandler) SetDryRun(context.Context, *v1.SetD
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("v1.PowershelfManager.SetDryRun is not implemented"))
 }
 
-func (UnimplementedPowershelfManagerHandler) PowerOff(context.Context, *v1.PowershelfRequest) (*v1.PowerControlResponse, error) {
+func (UnimplementedPowershelfManagerHandler) PowerOff(context.Context, *v1.PowerRequest) (*v1.PowerControlResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("v1.PowershelfManager.PowerOff is not implemented"))
 }
 
-func (UnimplementedPowershelfManagerHandler) PowerOn(context.Context, *v1.PowershelfRequest) (*v1.PowerControlResponse, error) {
+func (UnimplementedPowershelfManagerHandler) PowerOn(context.Context, *v1.PowerRequest) (*v1.PowerControlResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("v1.PowershelfManager.PowerOn is not implemented"))
 }

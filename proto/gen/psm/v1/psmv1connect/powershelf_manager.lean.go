@@ -53,11 +53,11 @@ func (c *powershelfManagerLeanClient) SetDryRun(ctx context.Context, req *v1.Set
 }
 
 // PowerOff calls v1.PowershelfManager.PowerOff.
-func (c *powershelfManagerLeanClient) PowerOff(ctx context.Context, req *v1.PowershelfRequest) (*v1.PowerControlResponse, error) {
+func (c *powershelfManagerLeanClient) PowerOff(ctx context.Context, req *v1.PowerRequest) (*v1.PowerControlResponse, error) {
 	return lean.Call[*v1.PowerControlResponse](ctx, c.conn, PowershelfManagerPowerOffProcedure, req)
 }
 
 // PowerOn calls v1.PowershelfManager.PowerOn.
-func (c *powershelfManagerLeanClient) PowerOn(ctx context.Context, req *v1.PowershelfRequest) (*v1.PowerControlResponse, error) {
+func (c *powershelfManagerLeanClient) PowerOn(ctx context.Context, req *v1.PowerRequest) (*v1.PowerControlResponse, error) {
 	return lean.Call[*v1.PowerControlResponse](ctx, c.conn, PowershelfManagerPowerOnProcedure, req)
 }
