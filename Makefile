@@ -1,6 +1,7 @@
 # Flow: one binary on PostgreSQL. `make run` starts it on a private
 # PostgreSQL; `make test` runs the whole suite.
 
+SHELL   := /bin/bash
 GO      ?= go
 BIN     ?= bin/flow
 # -buildvcs=true stamps the commit and time into the binary (Version RPC),
@@ -16,16 +17,21 @@ run: build ## Flow on the embedded default: private PostgreSQL in .flow/dev, sim
 build:
 	$(GO) build $(BUILDFLAGS) -o $(BIN) ./cmd/flow
 
+# make test prints one line per package, the whole output of each failing
+# test and, at the end, the ten slowest tests (cmd/testsum reads go test
+# -json); TESTSUM_SLOWEST changes how many.
+TESTSUM_SLOWEST ?= 10
 test: ## the whole suite, on a private PostgreSQL the tests start (or TEST_DATABASE_URL)
-	$(GO) test $(TESTFLAGS) ./...
+	set -o pipefail; $(GO) test $(TESTFLAGS) -json ./... | $(GO) run ./cmd/testsum -slowest $(TESTSUM_SLOWEST)
 
 # make soak: the kill, crash and restart tests in their long form
-# (FLOW_SOAK=1: TestKillDuringRollout runs 50 racks and 10 kills instead of
-# 12 and 3, TestScheduleKillLoop 100 schedules and 10 kills instead of 30
-# and 3), SOAK_COUNT rounds, each with other random kill points. Longer than
-# `make test`; CI runs it after.
+# (FLOW_SOAK=1: TestKillDuringRollout runs 50 racks and 10 kills,
+# TestScheduleKillLoop 100 schedules and 10 kills), SOAK_COUNT rounds, each
+# with other random kill points, and the longest tests, which make test
+# skips (soakOnly in app/main_test.go: each took 25-85 s of it). Longer
+# than `make test`; CI runs it after.
 SOAK_COUNT ?= 1
-SOAK_RUN   ?= Crash|Kill|TwoEngines|PostgresRestart|PostgresFailover
+SOAK_RUN   ?= Crash|Kill|TwoEngines|PostgresRestart|PostgresFailover|PostgresOutage|RollingRestart|SurvivesItsDeath|IdleDev
 soak: ## kill, crash and restart tests, SOAK_COUNT rounds each
 	FLOW_SOAK=1 $(GO) test -count=$(SOAK_COUNT) -timeout 40m -run '$(SOAK_RUN)' ./...
 

@@ -155,7 +155,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_PRUNE_INTERVAL", "10m", "how often the leader's prune job runs"},
 	{"FLOW_DEV_DATA_DIR", ".flow/dev", "flow dev state folder; --data-dir overrides"},
 	{"TEST_DATABASE_URL", "", "tests only: use this PostgreSQL server instead of starting a private one"},
-	{"FLOW_SOAK", "", "tests only: set by `make soak`; the kill tests with a long form run it (more racks, more kills)"},
+	{"FLOW_SOAK", "", "tests only: set by `make soak`; the kill tests with a long form run it (more racks, more kills), and the longest kill, restart and idle tests run only with it"},
 	{"NICO_CORE_API_URL", "", "NICo Core gRPC endpoint (host:port, http:// or https://); unset: Core not configured (flow dev: its simulator)"},
 	{"PSM_API_URL", "", "Powershelf Manager gRPC endpoint, conventionally localhost:50052; unset: PSM not configured (flow dev: its simulator)"},
 	{"COMPONENT_MANAGER_CONFIG", "", "component-manager YAML file (upstream keys: component_managers, providers, manager_configs); flow serve -c overrides it; unset: nico for every type"},

@@ -31,6 +31,7 @@ const idleWindow = 60 * time.Second
 //   - IsQuietAndJSONOnRequest: what it logs: fewer than 5 lines in the idle
 //     minute, and every line it ever wrote to stderr is a JSON object.
 func TestIdleDev(t *testing.T) {
+	soakOnly(t)
 	t.Parallel()
 	// The slot bounds flow dev starts; the idle minute needs none.
 	release := devStartSlot(t)

@@ -48,6 +48,7 @@ var allowedImports = map[string][]string{
 	"operations/eventrule": {"db", "caller", "inventory", "operations"},
 	"operations/schedule":  {"db", "caller", "inventory", "firmware", "operations"},
 	"cmd/flow":             {"app"},
+	"cmd/testsum":          {},
 	// cli talks to the server only through the generated Connect client;
 	// operations only for the rule file format (parsed client-side, so
 	// that rule load --dry-run checks a file exactly as the server would).

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
@@ -124,13 +123,11 @@ func TestLeakTwoReplicas(t *testing.T) {
 // simulator, so the kill lands before, during or after them), restarts it,
 // and waits for the response to complete, then clears the leak. Every
 // occurrence gets exactly one execution and one task, and every task
-// completes. `make soak` sets FLOW_SOAK=1: 6 rounds; `make test` runs 2.
+// completes. 6 rounds; it runs under make soak only.
 func TestLeakKillDuringResponse(t *testing.T) {
+	soakOnly(t)
 	t.Parallel()
-	rounds := 2
-	if os.Getenv("FLOW_SOAK") != "" {
-		rounds = 6
-	}
+	const rounds = 6
 	ctx := context.Background()
 	p := setupLeakProcesses(t)
 	_, err := p.sims.nico.Faults().Add(sim.Fault{Kind: sim.FaultLatency, Method: "ComponentPowerControl", Latency: sim.Duration(time.Second)})

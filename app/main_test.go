@@ -57,5 +57,18 @@ func setDefaultParallel() {
 	}
 }
 
+// soakOnly skips t outside make soak (FLOW_SOAK=1). The longest kill,
+// restart and idle tests live there (each took 25-85 s of make test), with
+// their long forms where they have one; CI runs make soak after make test,
+// so every test still runs on every change. Shorter crash tests (kill -9
+// during a power-on or a firmware upgrade, PostgreSQL restarts and
+// failover, one of two servers killed) stay in make test.
+func soakOnly(t *testing.T) {
+	t.Helper()
+	if os.Getenv("FLOW_SOAK") == "" {
+		t.Skip("long kill/restart/idle test: runs under make soak (FLOW_SOAK=1), which CI runs after make test")
+	}
+}
+
 // parallelTests is the package's default -test.parallel.
 const parallelTests = 4

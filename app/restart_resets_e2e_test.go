@@ -216,6 +216,7 @@ func waitCompletedThroughOutage(t *testing.T, client interface {
 // and, told by the engine, the reset reads the trays' power first and
 // sends nothing to those still powering off or on.
 func TestPostgresOutageLongerThanTheLeaseDoesNotRepeatAResetMidWay(t *testing.T) {
+	soakOnly(t)
 	t.Parallel()
 	ctx := context.Background()
 	cluster, url := dbtest.StartCluster(t, dbtest.RestartableSettings(100))

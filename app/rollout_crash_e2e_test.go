@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -24,14 +23,12 @@ import (
 // TestKillDuringRollout kills -9 the server again and again while a
 // three-phase rollout runs, restarting it each time, and checks that the
 // run completes with every selected rack upgraded exactly once (one child
-// task per target, one firmware start per device). `make soak` sets
-// FLOW_SOAK=1: 50 racks and 10 kills; `make test` runs 12 racks and 3.
+// task per target, one firmware start per device). 50 racks and 10 kills;
+// it runs under make soak only.
 func TestKillDuringRollout(t *testing.T) {
+	soakOnly(t)
 	t.Parallel()
-	racks, kills := 12, 3
-	if os.Getenv("FLOW_SOAK") != "" {
-		racks, kills = 50, 10
-	}
+	const racks, kills = 50, 10
 	ctx := context.Background()
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: time.Millisecond, firmwarePhase: 200 * time.Millisecond})
 	require.NoError(t, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -176,9 +175,9 @@ func TestScheduleE2E(t *testing.T) {
 // no (schedule, firing time, rack) has two tasks, and each schedule's
 // fire_count (incremented in the firing's transaction) equals the number of
 // firing times its tasks carry, so no firing advanced without its tasks.
-// `make soak` sets FLOW_SOAK=1: 100 schedules and 10 kills; `make test`
-// runs 30 and 3.
+// 100 schedules and 10 kills; it runs under make soak only.
 func TestScheduleKillLoop(t *testing.T) {
+	soakOnly(t)
 	t.Parallel()
 	ctx := context.Background()
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: time.Millisecond, firmwarePhase: time.Millisecond})
@@ -189,10 +188,7 @@ func TestScheduleKillLoop(t *testing.T) {
 	require.NoError(t, err)
 	defer pool.Close()
 	inv := inventory.NewService()
-	schedules, kills := 30, 3
-	if os.Getenv("FLOW_SOAK") != "" {
-		schedules, kills = 100, 10
-	}
+	const schedules, kills = 100, 10
 	names, _ := storeDemoRacks(t, pool, inv, sims, 400, schedules, seedOff)
 	env := func(port int) []string {
 		return []string{

@@ -27,6 +27,7 @@ import (
 // interval (not once per process), never overlap, and keep coming after
 // the leader is killed -9.
 func TestSyncRunsOnLeaderAndSurvivesItsDeath(t *testing.T) {
+	soakOnly(t)
 	t.Parallel()
 	ctx := context.Background()
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0"})
