@@ -521,3 +521,15 @@ func TestWireUpstreamRequests(t *testing.T) {
 		require.Equal(t, 0, contracttest.Get(t, st, "statuses"))
 	})
 }
+
+// TestWireBytesOfATrayTarget pins the bytes of the smallest tray firmware
+// request: compute_trays(1) { machine_ids(1) MachineIdList { machine_ids(1)
+// { id(1) "m1" } } }. Before the fix field 1 was a bare repeated MachineId,
+// 0a 04 0a 02 6d 31 inside the target, which upstream's decoder rejects.
+func TestWireBytesOfATrayTarget(t *testing.T) {
+	t.Parallel()
+	b := wireSetup(t)
+	_, err := b.client.UpdateFirmware(context.Background(), nico.Target{Kind: nico.KindCompute, IDs: []string{"m1"}}, nico.FirmwareRequest{})
+	require.NoError(t, err)
+	require.Equal(t, []byte{0x0a, 0x08, 0x0a, 0x06, 0x0a, 0x04, 0x0a, 0x02, 'm', '1'}, b.rec.Last(t, "/forge.Forge/UpdateComponentFirmware"))
+}
