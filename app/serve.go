@@ -264,6 +264,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}
 	s.system.observe = s.tel.metrics.SystemJobEnded
 	s.system.onLead = s.tel.metrics.SetSystemJobLeader
+	s.tel.metrics.Init(knownLabels(s.engine, s.system))
 	logKeyUsage(ctx, logger, keys, tasks)
 	var riverUI http.Handler
 	if cfg.DevMode || cfg.RiverUIEnabled {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -13,7 +14,18 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/nicoflow/flow/engine"
+	"github.com/nicoflow/flow/nico"
+	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/eventrule"
+	"github.com/nicoflow/flow/operations/rollout"
+	"github.com/nicoflow/flow/operations/schedule"
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/psm"
+	"github.com/nicoflow/flow/reconcile"
 	"github.com/nicoflow/flow/telemetry"
 )
 
@@ -123,4 +135,38 @@ func (h levelHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h levelHandler) WithGroup(name string) slog.Handler {
 	return levelHandler{Handler: h.Handler.WithGroup(name), level: h.level}
+}
+
+// knownLabels are the label values this server knows at start, which
+// Metrics.Init exports at zero (docs/observability.md: every family is on
+// the first scrape).
+func knownLabels(e *engine.Engine, system *systemJobs) telemetry.Known {
+	k := telemetry.Known{
+		Actions: e.ActionKinds(),
+		JobKinds: []string{
+			engine.RunStepArgs{}.Kind(), engine.RunTimeoutArgs{}.Kind(), queueExpiryArgs{}.Kind(),
+			eventrule.ExecutionArgs{}.Kind(), rollout.WakeArgs{}.Kind(), schedule.FireArgs{}.Kind(),
+		},
+		SystemJobs: slices.Clone(system.order),
+		Backends:   map[string][]string{"nico": nico.Methods(), "psm": psm.Methods()},
+		SyncParts: []string{
+			reconcile.PartCompute, reconcile.PartNVSwitch, reconcile.PartPowerShelf, reconcile.PartTopology, reconcile.PartRackHealth,
+			reconcile.PartExpectedRacks, reconcile.PartExpectedCompute, reconcile.PartExpectedNVSwitch, reconcile.PartExpectedPowerShelf,
+		},
+		Prune: slices.Clone(pruneTables),
+	}
+	for _, t := range operations.OperationTypes() {
+		for _, c := range t.Codes() {
+			k.Operations = append(k.Operations, string(c))
+		}
+	}
+	for _, fd := range []protoreflect.FileDescriptor{flowv1.File_flow_proto, adminv1.File_flow_admin_v1_admin_proto} {
+		for i := range fd.Services().Len() {
+			sd := fd.Services().Get(i)
+			for j := range sd.Methods().Len() {
+				k.Procedures = append(k.Procedures, "/"+string(sd.FullName())+"/"+string(sd.Methods().Get(j).Name()))
+			}
+		}
+	}
+	return k
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -267,4 +268,14 @@ func RegisterSleep(e *Engine) {
 		}
 		return Result{Sleep: d}, nil
 	})
+}
+
+// ActionKinds returns the kinds of the registered actions, sorted.
+func (e *Engine) ActionKinds() []string {
+	kinds := make([]string, 0, len(e.actions))
+	for k := range e.actions {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	return kinds
 }

@@ -1093,3 +1093,14 @@ func firmwareState(s forgepb.FirmwareUpdateState) FirmwareState {
 	}
 	return FirmwareUnknown
 }
+
+// Methods returns the names of the Core methods the client calls (our
+// forge.Forge service holds exactly those), for the metrics' known labels.
+func Methods() []string {
+	ms := forgepb.File_forge_forge_proto.Services().ByName("Forge").Methods()
+	out := make([]string, ms.Len())
+	for i := range ms.Len() {
+		out[i] = string(ms.Get(i).Name())
+	}
+	return out
+}

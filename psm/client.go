@@ -399,3 +399,14 @@ func (c *Client) AvailableFirmware(ctx context.Context, macs []string) (map[stri
 	}
 	return out, nil
 }
+
+// Methods returns the names of the PSM methods of our v1.PowershelfManager
+// service, for the metrics' known labels.
+func Methods() []string {
+	ms := psmv1.File_psm_v1_powershelf_manager_proto.Services().ByName("PowershelfManager").Methods()
+	out := make([]string, ms.Len())
+	for i := range ms.Len() {
+		out[i] = string(ms.Get(i).Name())
+	}
+	return out
+}

@@ -64,7 +64,15 @@ type RunPhase struct {
 // Counts returns the runs by status, the targets of unfinished runs by
 // status and the unfinished runs' phases.
 func (s *Service) Counts(ctx context.Context) (RunCounts, error) {
+	// Every status is present, at zero when no run has it, so the gauges
+	// have their series from the first scrape.
 	st := RunCounts{Runs: map[string]int64{}, Targets: map[string]int64{}}
+	for _, r := range []RunStatus{RunPending, RunRunning, RunPaused, RunCompleted, RunCompletedWithFailures, RunCancelled, RunFailed} {
+		st.Runs[string(r)] = 0
+	}
+	for _, t := range []TargetStatus{TargetPending, TargetClaimed, TargetBlocked, TargetSubmitted, TargetCompleted, TargetFailed, TargetTerminated, TargetSkipped} {
+		st.Targets[string(t)] = 0
+	}
 	runs, err := s.q.OperationRunCountByStatus(ctx, s.pool)
 	if err != nil {
 		return st, fmt.Errorf("count operation runs: %w", err)
