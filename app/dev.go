@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,6 +99,12 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 		return err
 	}
 	defer lock.Unlock()
+	// A taken API port fails now, before PostgreSQL starts, not after.
+	probe, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return listenError(cfg.ListenAddr, err)
+	}
+	_ = probe.Close()
 
 	pgData, err := devPGDataDir(dir)
 	if err != nil {

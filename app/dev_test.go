@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -394,4 +395,27 @@ func TestDevHelpShowsItsOwnFlags(t *testing.T) {
 	rack := help("rack", "list")
 	require.Contains(t, rack, "Global Flags")
 	require.Contains(t, rack, "--server")
+}
+
+// TestDevPortInUse: flow dev on a taken API port fails at once, before
+// PostgreSQL starts, and says how to pick another port for the server and
+// the CLI.
+func TestDevPortInUse(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	err = run(context.Background(), []string{"flow", "dev", "--data-dir", dir, "--listen", ln.Addr().String()}, func(string) string { return "" }, &out, &errOut)
+	require.Error(t, err)
+	msg := err.Error()
+	require.Contains(t, msg, "listen on "+ln.Addr().String()+": the port is in use")
+	require.Contains(t, msg, "--listen 127.0.0.1:PORT")
+	require.Contains(t, msg, "make run ARGS='--listen 127.0.0.1:PORT'")
+	require.Contains(t, msg, "FLOW_SERVER=127.0.0.1:PORT")
+	for _, name := range []string{"pg", "pgdata"} {
+		_, statErr := os.Stat(filepath.Join(dir, name))
+		require.True(t, os.IsNotExist(statErr), "%s: no PostgreSQL was set up for a server that cannot listen", name)
+	}
 }

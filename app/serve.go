@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -335,9 +336,20 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	s.ln, err = net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		s.closeSideListeners()
-		return nil, fmt.Errorf("listen on %s: %w", cfg.ListenAddr, err)
+		return nil, listenError(cfg.ListenAddr, err)
 	}
 	return s, nil
+}
+
+// listenError explains a failed listen on the API address; a port in use
+// says how to choose another, for the server and for the CLI.
+func listenError(addr string, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("listen on %s: the port is in use (another flow dev or service holds it): "+
+			"pick another with --listen 127.0.0.1:PORT (make run ARGS='--listen 127.0.0.1:PORT'; flow serve: FLOW_LISTEN_ADDR), "+
+			"and point the CLI at it with FLOW_SERVER=127.0.0.1:PORT or --server: %w", addr, err)
+	}
+	return fmt.Errorf("listen on %s: %w", addr, err)
 }
 
 // closeSideListeners closes the admin and metrics listeners and stops the
