@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -312,7 +313,7 @@ func TestFirmwareFailureOnOneTray(t *testing.T) {
 	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_FAILED, task.GetStatus())
 	// The reason is told once, with the device, and no package name.
 	msg := task.GetMessage()
-	require.Contains(t, msg, "FirmwareControl: 1 of 18 component(s) failed: "+bad+": flash write error", msg)
+	require.Regexp(t, `FirmwareControl: 1 of 18 component\(s\) failed: demo-0021-ct-\d\d \(`+regexp.QuoteMeta(bad)+`\): flash write error`, msg, "the tray named, its MAC beside it")
 	require.Equal(t, 1, strings.Count(msg, "flash write error"), msg)
 	require.Equal(t, 1, strings.Count(msg, bad), msg)
 	require.NotRegexp(t, `\b(operations|inventory|nico|psm|backend|engine|firmware): `, msg)

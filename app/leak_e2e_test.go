@@ -191,6 +191,9 @@ func TestLeakEndToEnd(t *testing.T) {
 	var observations int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT observations FROM event`).Scan(&observations))
 	require.GreaterOrEqual(t, observations, 8, "every poll observed the same occurrence")
+	var summary string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT summary FROM event`).Scan(&summary))
+	require.Equal(t, "NICo Core reports a coolant leak on compute "+tray.Name+" ("+tray.ExternalID+")", summary, "the tray named, its Core ID beside it")
 
 	done := e.wait(t, task.GetId())
 	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, done.GetStatus(), done.GetMessage())

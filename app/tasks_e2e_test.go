@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,16 @@ func TestBackendFaultFailsTaskAtItsStage(t *testing.T) {
 	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_FAILED, task.GetStatus())
 	require.Contains(t, task.GetMessage(), "stage 3 failed: component type Compute failed: PowerControl")
 	require.Contains(t, task.GetMessage(), "tray 4 PSU fault")
+	// The tray is named as the operator knows it, its backend identifier
+	// (Core ID or BMC MAC) beside it.
+	var name, ext string
+	for _, c := range rack.Components {
+		if strings.EqualFold(c.BMCs[0].MAC.String(), tray) {
+			name, ext = c.Name, c.ExternalID
+		}
+	}
+	require.NotEmpty(t, name)
+	require.Regexp(t, regexp.QuoteMeta(name)+` \((`+regexp.QuoteMeta(ext)+`|(?i:`+regexp.QuoteMeta(tray)+`))\): `, task.GetMessage())
 
 	var rep operations.Report
 	require.NoError(t, json.Unmarshal([]byte(task.GetReport()), &rep))

@@ -137,12 +137,13 @@ func (t *Tasks) report(ctx context.Context, dbtx db.DBTX, row dbsqlc.Task) (json
 		}
 		run = &r
 	}
-	return reportOf(row, run)
+	return reportOf(row, run, t.namer(ctx, dbtx, row.RackID))
 }
 
 // reportOf builds row's report from its frozen rule and scope and its
-// engine run (nil: not started).
-func reportOf(row dbsqlc.Task, run *engine.RunReport) (json.RawMessage, error) {
+// engine run (nil: not started); name names the components its error
+// messages identify by Core ID or MAC (Tasks.namer).
+func reportOf(row dbsqlc.Task, run *engine.RunReport, name func(string) string) (json.RawMessage, error) {
 	var rule RuleDefinition
 	var components map[ComponentType][]string
 	if err := json.Unmarshal(row.Rule, &rule); err != nil {
@@ -162,6 +163,12 @@ func reportOf(row dbsqlc.Task, run *engine.RunReport) (json.RawMessage, error) {
 	rep.SubmittedBy = row.SubmittedBy
 	if TaskStatus(row.Status) == TaskTerminated && rep.Error == "" {
 		rep.Error = row.Message
+	}
+	rep.Error = name(rep.Error)
+	for i := range rep.Stages {
+		for j := range rep.Stages[i].Steps {
+			rep.Stages[i].Steps[j].Error = name(rep.Stages[i].Steps[j].Error)
+		}
 	}
 	return json.Marshal(rep)
 }

@@ -422,6 +422,7 @@ func (t *Tasks) tasksEnded(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, runs
 			continue
 		}
 		run := runs[row.ID]
+		name := t.namer(ctx, tx, row.RackID)
 		rep, ok := reps[run.ID]
 		if !ok {
 			return fmt.Errorf("read run %d of task %s: %w", run.ID, row.ID, engine.ErrRunNotFound)
@@ -429,7 +430,7 @@ func (t *Tasks) tasksEnded(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, runs
 		status, msg := TaskCompleted, msgSucceeded
 		switch run.State {
 		case engine.StateFailed:
-			status, msg = TaskFailed, firstLine(cmp.Or(failureMessage(rep), run.Error))
+			status, msg = TaskFailed, name(firstLine(cmp.Or(failureMessage(rep), run.Error)))
 		case engine.StateTerminated:
 			status, msg = TaskTerminated, msgCancelled
 			if run.Error != "" && run.Error != "cancelled" {
@@ -437,7 +438,7 @@ func (t *Tasks) tasksEnded(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, runs
 			}
 		}
 		row.Status, row.Message = string(status), msg
-		report, err := reportOf(row, &rep)
+		report, err := reportOf(row, &rep, name)
 		if err != nil {
 			return err
 		}
@@ -804,4 +805,51 @@ func (t *Tasks) TaskStats(ctx context.Context, dbtx db.DBTX, ids []uuid.UUID) (m
 		out[r.ID] = s
 	}
 	return out, nil
+}
+
+// namer returns a function that names each component of rack a message
+// identifies by its Core ID or a BMC MAC (backends answer in those):
+// "demo-0007-ct-03 (1bd925ef-…)", so the operator reads the name they know
+// with the ID beside it. The rack is read once, at the first message that
+// needs it; a message is returned as it is when the rack cannot be read.
+func (t *Tasks) namer(ctx context.Context, dbtx db.DBTX, rackID uuid.UUID) func(string) string {
+	var (
+		loaded bool
+		comps  []inventory.Component
+	)
+	return func(msg string) string {
+		if msg == "" || t.inv == nil {
+			return msg
+		}
+		if !loaded {
+			loaded = true
+			if rack, err := t.inv.Rack(ctx, dbtx, rackID, true); err == nil {
+				comps = rack.Components
+			}
+		}
+		return nameComponents(comps, msg)
+	}
+}
+
+func nameComponents(comps []inventory.Component, msg string) string {
+	var pairs []string
+	seen := map[string]bool{}
+	add := func(key, name string) {
+		if key == "" || name == "" || seen[key] || !strings.Contains(msg, key) || strings.Contains(msg, name+" ("+key+")") {
+			return
+		}
+		seen[key] = true
+		pairs = append(pairs, key, name+" ("+key+")")
+	}
+	for _, c := range comps {
+		add(c.ExternalID, c.Name)
+		for _, b := range c.BMCs {
+			add(string(b.MAC), c.Name)
+			add(strings.ToUpper(string(b.MAC)), c.Name)
+		}
+	}
+	if len(pairs) == 0 {
+		return msg
+	}
+	return strings.NewReplacer(pairs...).Replace(msg)
 }

@@ -177,7 +177,7 @@ func (d *LeakDetector) respond(ctx context.Context, k leakKind, ids []string) er
 		env := Envelope{
 			Key: keys[i], Type: EventTypeLeakDetected, Severity: SeverityCritical, ObservedAt: now,
 			Resource: Resource{Kind: ResourceComponent, ExternalID: id, ComponentType: operations.ComponentType(k.ctype)},
-			Summary:  fmt.Sprintf("NICo Core reports a coolant leak on %s %s", k.name, id),
+			Summary:  fmt.Sprintf("NICo Core reports a coolant leak on %s %s", k.name, d.named(ctx, k, id)),
 		}
 		res, err := d.rules.Ingest(ctx, LeakEventSource, env)
 		if errors.Is(err, ErrUnresolvable) {
@@ -226,6 +226,17 @@ func (d *LeakDetector) occurrences(ctx context.Context, k leakKind, ids []string
 	return keys, fresh, err
 }
 
+// named is how messages name the leaking component with Core ID id: its
+// inventory name with the ID beside it ("demo-0007-ct-03 (5f0de58b-…)"),
+// or the ID alone when Flow does not hold it.
+func (d *LeakDetector) named(ctx context.Context, k leakKind, id string) string {
+	c, err := d.inv.ResolveComponent(ctx, d.pool, inventory.ComponentRef{ExternalType: k.ctype, ExternalID: id})
+	if err != nil || c.Name == "" {
+		return id
+	}
+	return c.Name + " (" + id + ")"
+}
+
 // legacy submits a forced power-off of each leaking component, conflict
 // QUEUE, every cycle the leak lasts (upstream's pre-event-rule behaviour:
 // no deduplication, and no trigger linkage, so LeakHandlingStatus does not
@@ -235,7 +246,7 @@ func (d *LeakDetector) legacy(ctx context.Context, k leakKind, ids []string) err
 	for _, id := range ids {
 		req := operations.Request{
 			Type: operations.OperationTypePowerControl, Code: operations.CodeForcePowerOff, Queue: true,
-			Description: fmt.Sprintf("Leak detected on %s %s", k.name, id),
+			Description: fmt.Sprintf("Leak detected on %s %s", k.name, d.named(ctx, k, id)),
 			Targets:     inventory.TargetSpec{Components: []inventory.ComponentRef{{ExternalType: k.ctype, ExternalID: id}}},
 			Payload:     operations.Payload{Operation: operations.PayloadOperation(operations.OperationTypePowerControl, operations.CodeForcePowerOff), Forced: true},
 			SubmittedBy: LeakDetectionCreator,
