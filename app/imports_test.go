@@ -52,7 +52,8 @@ var allowedImports = map[string][]string{
 	// cli talks to the server only through the generated Connect client;
 	// operations only for the rule file format (parsed client-side, so
 	// that rule load --dry-run checks a file exactly as the server would).
-	"cli": {"operations"},
+	"cli":                 {"operations", "operations/rulefile"},
+	"operations/rulefile": {"operations"},
 	// bench drives a server child through the API, with the simulators in
 	// its own process; it reads rules to count engine steps.
 	"bench":                       {"cli", "db", "db/pglocal", "inventory", "operations", "sim", "sim/nicosim", "sim/simrun"},

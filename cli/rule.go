@@ -15,11 +15,12 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/rulefile"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
 // CLI noun of operation rules: rule. Rule files are YAML or JSON in the
-// format of operations.ParseRuleSpec (one rule) and operations.ParseRuleFile
+// format of rulefile.Parse (one rule) and rulefile.ParseBatch
 // (the batch loader); see docs/operation-rules.md.
 
 var ruleNoun = noun{
@@ -321,7 +322,7 @@ var ruleNoun = noun{
 					if err != nil {
 						return err
 					}
-					specs, err := operations.ParseRuleFile(b)
+					specs, err := rulefile.ParseBatch(b)
 					if err != nil {
 						return fileError{*file, err}
 					}
@@ -388,7 +389,7 @@ type loadResult struct {
 // It returns nil results when nothing was loaded (whatever was created has
 // been rolled back, or the error says what could not be). Results with an
 // error mean the rules are loaded but a replaced rule could not be deleted.
-func loadRules(ctx context.Context, c *env, specs []operations.RuleSpec, overwrite bool) ([]loadResult, error) {
+func loadRules(ctx context.Context, c *env, specs []rulefile.Rule, overwrite bool) ([]loadResult, error) {
 	current, err := listDefaults(ctx, c)
 	if err != nil {
 		return nil, err
@@ -573,14 +574,14 @@ func flagsSet(fs *pflag.FlagSet) map[string]bool {
 	return set
 }
 
-func (c *env) readRuleSpec(path string) (operations.RuleSpec, error) {
+func (c *env) readRuleSpec(path string) (rulefile.Rule, error) {
 	b, err := c.readFileArg(path)
 	if err != nil {
-		return operations.RuleSpec{}, err
+		return rulefile.Rule{}, err
 	}
-	spec, err := operations.ParseRuleSpec(b)
+	spec, err := rulefile.Parse(b)
 	if err != nil {
-		return operations.RuleSpec{}, fileError{path, err}
+		return rulefile.Rule{}, fileError{path, err}
 	}
 	return spec, nil
 }
@@ -604,7 +605,7 @@ func (e fileError) Unwrap() error { return e.err }
 
 // specsToProto returns specs as the rules they become (ids may be nil), for
 // `rule load -o json`.
-func specsToProto(specs []operations.RuleSpec, ids []string) *flowv1.ListOperationRulesResponse {
+func specsToProto(specs []rulefile.Rule, ids []string) *flowv1.ListOperationRulesResponse {
 	res := &flowv1.ListOperationRulesResponse{TotalCount: int32(len(specs))}
 	for i, s := range specs {
 		r := &flowv1.OperationRule{

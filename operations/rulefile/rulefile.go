@@ -1,4 +1,8 @@
-package operations
+// Package rulefile reads rule files: what `flow rule create -f` and
+// `flow rule load -f` read (spec/execution.md §7.2), checked as the server
+// checks CreateOperationRule. The server never reads them, so the format
+// lives beside the operations package, not in it.
+package rulefile
 
 import (
 	"bytes"
@@ -10,6 +14,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/nicoflow/flow/operations"
 )
 
 // Rule files are what `flow rule create -f` and `flow rule load -f` read
@@ -21,7 +27,7 @@ import (
 //	operation_type: power_control      # or firmware_control
 //	operation_code: power_on
 //	is_default: false
-//	rule_definition:                    # a RuleDefinition as an object
+//	rule_definition:                    # a operations.RuleDefinition as an object
 //	  version: v1
 //	  steps: [...]
 //
@@ -34,24 +40,24 @@ import (
 //
 // Unknown keys are rejected at every level, as in rule definitions.
 
-// RuleFileVersion is the only version of the batch rule file format.
-const RuleFileVersion = "v1"
+// Version is the only version of the batch rule file format.
+const Version = "v1"
 
-// RuleSpec is one rule read from a rule file, validated as
+// Rule is one rule read from a rule file, validated as
 // CreateOperationRule would validate it. DefinitionJSON is the normalised
 // definition to send as rule_definition_json.
-type RuleSpec struct {
+type Rule struct {
 	Name           string
 	Description    string
-	Type           OperationType
-	Code           OperationCode
+	Type           operations.OperationType
+	Code           operations.OperationCode
 	IsDefault      bool
-	Definition     RuleDefinition
+	Definition     operations.RuleDefinition
 	DefinitionJSON []byte
 }
 
 // Key returns "type.code", e.g. "power_control.power_on".
-func (r RuleSpec) Key() string { return string(r.Type) + "." + string(r.Code) }
+func (r Rule) Key() string { return string(r.Type) + "." + string(r.Code) }
 
 // ruleDoc is a rule document as written; decoded from JSON with unknown
 // fields disallowed.
@@ -69,29 +75,29 @@ type ruleFileDoc struct {
 	Rules   []json.RawMessage `json:"rules"`
 }
 
-// ParseRuleSpec reads one rule document (YAML or JSON) and validates it as
+// ParseRule reads one rule document (YAML or JSON) and validates it as
 // the server validates CreateOperationRule: name, an operation type users may
 // write rules for (power_control, firmware_control), a code of that type and
 // a valid v1 definition. Errors match ErrInvalidRule.
-func ParseRuleSpec(data []byte) (RuleSpec, error) {
+func Parse(data []byte) (Rule, error) {
 	raw, err := yamlToJSON(data)
 	if err != nil {
-		return RuleSpec{}, err
+		return Rule{}, err
 	}
 	if bytes.Equal(raw, []byte("null")) {
-		return RuleSpec{}, invalid("", "rule file is empty")
+		return Rule{}, invalid("", "rule file is empty")
 	}
 	return parseRuleDoc(raw, false)
 }
 
-// ParseRuleFile reads a batch rule file for the YAML loader and checks it
-// whole (spec §7.2): every rule valid as in ParseRuleSpec; every rule a
+// ParseBatch reads a batch rule file for the YAML loader and checks it
+// whole (spec §7.2): every rule valid as in ParseRule; every rule a
 // default (is_default may be omitted or true, never false); no (type, code)
 // twice; a file with any power_control rule has both power_on and power_off;
 // a file with any firmware_control rule has upgrade. It reports every
 // problem it finds, joined; all match ErrInvalidRule. The rules are returned
 // in file order with IsDefault set.
-func ParseRuleFile(data []byte) ([]RuleSpec, error) {
+func ParseBatch(data []byte) ([]Rule, error) {
 	raw, err := yamlToJSON(data)
 	if err != nil {
 		return nil, err
@@ -103,14 +109,14 @@ func ParseRuleFile(data []byte) ([]RuleSpec, error) {
 	if err := strictJSON(raw, &doc); err != nil {
 		return nil, invalid("", "malformed rule file: %v", err)
 	}
-	if doc.Version != "" && doc.Version != RuleFileVersion {
-		return nil, invalid("version", "unsupported rule file version: %s (current version: %s)", doc.Version, RuleFileVersion)
+	if doc.Version != "" && doc.Version != Version {
+		return nil, invalid("version", "unsupported rule file version: %s (current version: %s)", doc.Version, Version)
 	}
 	if len(doc.Rules) == 0 {
 		return nil, invalid("rules", "rule file has no rules")
 	}
 	var errs []error
-	var specs []RuleSpec
+	var specs []Rule
 	seen := map[string]int{}
 	for i, r := range doc.Rules {
 		spec, err := parseRuleDoc(r, true)
@@ -128,15 +134,15 @@ func ParseRuleFile(data []byte) ([]RuleSpec, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	has := func(t OperationType) bool {
-		return slices.ContainsFunc(specs, func(s RuleSpec) bool { return s.Type == t })
+	has := func(t operations.OperationType) bool {
+		return slices.ContainsFunc(specs, func(s Rule) bool { return s.Type == t })
 	}
 	for _, req := range []struct {
-		t     OperationType
-		codes []OperationCode
+		t     operations.OperationType
+		codes []operations.OperationCode
 	}{
-		{OperationTypePowerControl, []OperationCode{CodePowerOn, CodePowerOff}},
-		{OperationTypeFirmwareControl, []OperationCode{CodeUpgrade}},
+		{operations.OperationTypePowerControl, []operations.OperationCode{operations.CodePowerOn, operations.CodePowerOff}},
+		{operations.OperationTypeFirmwareControl, []operations.OperationCode{operations.CodeUpgrade}},
 	} {
 		if !has(req.t) {
 			continue
@@ -163,14 +169,14 @@ func ruleError(i int, name string, err error) error {
 	return fmt.Errorf("%s: %w", prefix, err)
 }
 
-func parseRuleDoc(raw []byte, batch bool) (RuleSpec, error) {
+func parseRuleDoc(raw []byte, batch bool) (Rule, error) {
 	var doc ruleDoc
 	if err := strictJSON(raw, &doc); err != nil {
-		return RuleSpec{}, invalid("", "malformed rule: %v", err)
+		return Rule{}, invalid("", "malformed rule: %v", err)
 	}
-	spec := RuleSpec{
+	spec := Rule{
 		Name: doc.Name, Description: doc.Description,
-		Type: OperationType(doc.OperationType), Code: OperationCode(doc.OperationCode),
+		Type: operations.OperationType(doc.OperationType), Code: operations.OperationCode(doc.OperationCode),
 	}
 	switch {
 	case doc.IsDefault != nil:
@@ -184,16 +190,16 @@ func parseRuleDoc(raw []byte, batch bool) (RuleSpec, error) {
 	if strings.TrimSpace(spec.Name) == "" {
 		return spec, invalid("name", "rule name is required")
 	}
-	// The public API's OperationType enum has only these two.
-	if spec.Type != OperationTypePowerControl && spec.Type != OperationTypeFirmwareControl {
-		return spec, invalid("operation_type", "must be %s or %s, got '%s'", OperationTypePowerControl, OperationTypeFirmwareControl, spec.Type)
+	// The public API's operations.OperationType enum has only these two.
+	if spec.Type != operations.OperationTypePowerControl && spec.Type != operations.OperationTypeFirmwareControl {
+		return spec, invalid("operation_type", "must be %s or %s, got '%s'", operations.OperationTypePowerControl, operations.OperationTypeFirmwareControl, spec.Type)
 	}
-	if err := ValidateRuleHeader(spec.Name, spec.Type, spec.Code); err != nil {
+	if err := operations.ValidateRuleHeader(spec.Name, spec.Type, spec.Code); err != nil {
 		return spec, err
 	}
-	def, defJSON, err := parseUserDefinition(doc.RuleDefinition)
+	def, defJSON, err := parseDefinition(doc.RuleDefinition)
 	if err != nil {
-		var ve *ValidationError
+		var ve *operations.ValidationError
 		if errors.As(err, &ve) && ve.Field == "rule_definition_json" {
 			ve.Field = "rule_definition"
 		}
@@ -281,4 +287,27 @@ func jsonValue(v any, path string) (any, error) {
 		return v, nil
 	}
 	return v, nil
+}
+
+// invalid is a validation error on field, as the server's: it matches
+// operations.ErrInvalidRule.
+func invalid(field, format string, args ...any) error {
+	return &operations.ValidationError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// parseDefinition decodes and validates a rule definition as the server
+// does, and returns its normalised JSON.
+func parseDefinition(data []byte) (operations.RuleDefinition, []byte, error) {
+	def, err := operations.ParseRuleDefinition(data)
+	if err != nil {
+		return operations.RuleDefinition{}, nil, err
+	}
+	if err := def.Validate(); err != nil {
+		return operations.RuleDefinition{}, nil, err
+	}
+	raw, err := json.Marshal(def)
+	if err != nil {
+		return operations.RuleDefinition{}, nil, fmt.Errorf("encode rule definition: %w", err)
+	}
+	return def, raw, nil
 }

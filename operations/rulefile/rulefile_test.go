@@ -1,4 +1,4 @@
-package operations_test
+package rulefile_test
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/rulefile"
 )
 
 // yamlRule returns a rule document for a batch file's rules list: one
@@ -41,7 +42,7 @@ func yamlRule(name, typ, code string, extra ...string) string {
 `, name, typ, code, strings.Join(extra, "\n"), main, post)
 }
 
-func TestParseRuleFile(t *testing.T) {
+func TestParseBatch(t *testing.T) {
 	t.Parallel()
 	powerPair := yamlRule("on", "power_control", "power_on") + yamlRule("off", "power_control", "power_off")
 	for _, tt := range []struct {
@@ -108,7 +109,7 @@ func TestParseRuleFile(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			specs, err := operations.ParseRuleFile([]byte(tt.in))
+			specs, err := rulefile.ParseBatch([]byte(tt.in))
 			if len(tt.contains) > 0 {
 				require.Error(t, err)
 				require.ErrorIs(t, err, operations.ErrInvalidRule)
@@ -133,7 +134,7 @@ func TestParseRuleFile(t *testing.T) {
 	}
 }
 
-func TestParseRuleSpec(t *testing.T) {
+func TestParse(t *testing.T) {
 	t.Parallel()
 	const body = `
 name: gentle
@@ -150,7 +151,7 @@ rule_definition:
     - {name: Sleep, parameters: {duration: 30s}}
     - {name: VerifyPowerStatus, timeout: 10m, poll_interval: 15s, parameters: {expected_status: on}}
 `
-	spec, err := operations.ParseRuleSpec([]byte(body))
+	spec, err := rulefile.Parse([]byte(body))
 	require.NoError(t, err)
 	require.Equal(t, "gentle", spec.Name)
 	require.Equal(t, "eight at a time", spec.Description)
@@ -162,7 +163,7 @@ rule_definition:
 	require.NoError(t, json.Unmarshal(spec.DefinitionJSON, &def))
 	require.Equal(t, "v1", def["version"])
 
-	spec, err = operations.ParseRuleSpec([]byte(strings.Replace(body, "name: gentle", "name: gentle\nis_default: true", 1)))
+	spec, err = rulefile.Parse([]byte(strings.Replace(body, "name: gentle", "name: gentle\nis_default: true", 1)))
 	require.NoError(t, err)
 	require.True(t, spec.IsDefault)
 
@@ -176,7 +177,7 @@ rule_definition:
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := operations.ParseRuleSpec([]byte(tt.in))
+			_, err := rulefile.Parse([]byte(tt.in))
 			require.ErrorIs(t, err, operations.ErrInvalidRule)
 			require.Contains(t, err.Error(), tt.contains)
 		})
@@ -186,14 +187,14 @@ rule_definition:
 // TestExampleRuleFiles keeps examples/rules loadable.
 func TestExampleRuleFiles(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../examples/rules/power-defaults.yaml")
+	b, err := os.ReadFile("../../examples/rules/power-defaults.yaml")
 	require.NoError(t, err)
-	specs, err := operations.ParseRuleFile(b)
+	specs, err := rulefile.ParseBatch(b)
 	require.NoError(t, err)
 	require.Len(t, specs, 2)
-	b, err = os.ReadFile("../examples/rules/power-on-custom.yaml")
+	b, err = os.ReadFile("../../examples/rules/power-on-custom.yaml")
 	require.NoError(t, err)
-	spec, err := operations.ParseRuleSpec(b)
+	spec, err := rulefile.Parse(b)
 	require.NoError(t, err)
 	require.Equal(t, "power_control.power_on", spec.Key())
 }
