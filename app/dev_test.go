@@ -419,3 +419,30 @@ func TestDevPortInUse(t *testing.T) {
 		require.True(t, os.IsNotExist(statErr), "%s: no PostgreSQL was set up for a server that cannot listen", name)
 	}
 }
+
+// TestDBStatusFindsFlowDev: flow db status with no database configured
+// reads the running flow dev's database (its state folder records it), and
+// with none running says what to set instead of dialling localhost:5432.
+func TestDBStatusFindsFlowDev(t *testing.T) {
+	t.Parallel()
+	dir := devDir(t)
+	env := func(k string) string {
+		if k == "FLOW_DEV_DATA_DIR" {
+			return dir
+		}
+		return ""
+	}
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"flow", "db", "status"}, env, &out, &errOut)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "no database configured and no flow dev running on "+dir+": set DATABASE_URL")
+	require.NotContains(t, err.Error(), "5432")
+
+	devSlot(t)
+	p := startDevProcess(t, dir)
+	p.banner(t)
+	out.Reset()
+	require.NoError(t, run(context.Background(), []string{"flow", "db", "status"}, env, &out, &errOut), errOut.String())
+	require.Contains(t, out.String(), "(flow dev's, in "+dir+")")
+	require.Contains(t, out.String(), "status    up to date")
+}

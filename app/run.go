@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -24,6 +25,7 @@ import (
 	"github.com/nicoflow/flow/bench"
 	"github.com/nicoflow/flow/cli"
 	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/firmware"
 )
 
@@ -300,6 +302,17 @@ func runDB(ctx context.Context, sub string, getenv func(string) string, stdout i
 	if err != nil {
 		return err
 	}
+	note := ""
+	if !dbConfigured(getenv) {
+		// Nothing says which database: the running flow dev's, if any
+		// (its state folder records its PostgreSQL), rather than the
+		// localhost:5432 default no flow dev user has.
+		url, dir, err := devDatabaseURL(getenv)
+		if err != nil {
+			return err
+		}
+		cfg.DatabaseURL, note = url, "  (flow dev's, in "+dir+")"
+	}
 	readStatus := db.ReadStatus
 	if sub == "migrate" {
 		readStatus = db.Migrate
@@ -308,8 +321,8 @@ func runDB(ctx context.Context, sub string, getenv func(string) string, stdout i
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "database  %s\nflow      %d (latest %d)%s\nriver     %d (latest %d)\n",
-		RedactURL(cfg.DatabaseURL), st.FlowVersion, st.FlowLatest, dirtyNote(st.FlowDirty), st.RiverVersion, st.RiverLatest)
+	fmt.Fprintf(stdout, "database  %s%s\nflow      %d (latest %d)%s\nriver     %d (latest %d)\n",
+		RedactURL(cfg.DatabaseURL), note, st.FlowVersion, st.FlowLatest, dirtyNote(st.FlowDirty), st.RiverVersion, st.RiverLatest)
 	if !st.UpToDate() {
 		fmt.Fprintln(stdout, "status    behind: run `flow db migrate`")
 		return errSchemaBehind
@@ -319,6 +332,45 @@ func runDB(ctx context.Context, sub string, getenv func(string) string, stdout i
 		return printPruneStats(ctx, cfg, stdout)
 	}
 	return nil
+}
+
+// dbConfigured reports whether DATABASE_URL or any DB_* variable is set.
+func dbConfigured(getenv func(string) string) bool {
+	for _, v := range ConfigVars {
+		if (v.Name == "DATABASE_URL" || strings.HasPrefix(v.Name, "DB_")) && getenv(v.Name) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// devDatabaseURL is the database of the flow dev running on the state
+// folder FLOW_DEV_DATA_DIR names (default .flow/dev), or an error saying
+// what to set when none runs there.
+func devDatabaseURL(getenv func(string) string) (url, dir string, err error) {
+	dir, err = filepath.Abs(configDefault(getenv, "FLOW_DEV_DATA_DIR"))
+	if err != nil {
+		return "", "", err
+	}
+	noDev := fmt.Errorf("no database configured and no flow dev running on %s: set DATABASE_URL "+
+		"(or DB_HOST, DB_PORT, DB_USER, DB_PASSWORD, DB_NAME), or start flow dev (make run), "+
+		"or name its state folder with FLOW_DEV_DATA_DIR", dir)
+	if _, err := os.Stat(dir); err != nil {
+		return "", dir, noDev
+	}
+	// Where flow dev keeps PostgreSQL (devPGDataDir), read without
+	// writing: the pointer file, else <dir>/pg.
+	pgData := filepath.Join(dir, "pg")
+	if b, err := os.ReadFile(filepath.Join(dir, "pgdata")); err == nil {
+		pgData = strings.TrimSpace(string(b))
+	}
+	cluster := &pglocal.Cluster{DataDir: pgData}
+	port, ok := cluster.RunningPort()
+	if !ok {
+		return "", dir, noDev
+	}
+	cluster.Port = port
+	return cluster.URL("flow"), dir, nil
 }
 
 // printPruneStats prints what each retention rule has pruned and the

@@ -498,3 +498,23 @@ func lastLines(b []byte, n int) string {
 	}
 	return strings.Join(lines, " | ")
 }
+
+// RunningPort returns the port of a server running in DataDir and ready for
+// connections, from its postmaster.pid; ok is false when none runs there
+// (no pid file, a dead PID, or a server still starting or stopping).
+func (c *Cluster) RunningPort() (port int, ok bool) {
+	b, err := os.ReadFile(filepath.Join(c.DataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, false
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 8 || strings.TrimSpace(lines[7]) != "ready" {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(lines[0]))
+	if err != nil || pid <= 0 || syscall.Kill(pid, 0) != nil && !errors.Is(syscall.Kill(pid, 0), syscall.EPERM) {
+		return 0, false
+	}
+	port, err = strconv.Atoi(strings.TrimSpace(lines[3]))
+	return port, err == nil && port > 0
+}
