@@ -46,6 +46,13 @@ func canceled() context.Context {
 
 func setup(t *testing.T, opts ...nicosim.Options) *testBundle {
 	t.Helper()
+	return setupWith(t, nil, opts...)
+}
+
+// setupWith is setup with the simulator's handler wrapped by wrap (nil:
+// as it is).
+func setupWith(t *testing.T, wrap func(http.Handler) http.Handler, opts ...nicosim.Options) *testBundle {
+	t.Helper()
 	clock := sim.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	o := nicosim.Options{Clock: clock, PowerDelay: time.Second, FirmwarePhase: time.Minute, IngestionStep: time.Minute, DecommissionStep: time.Minute}
 	if len(opts) > 0 {
@@ -53,7 +60,11 @@ func setup(t *testing.T, opts ...nicosim.Options) *testBundle {
 	}
 	s := nicosim.New(o)
 	require.NoError(t, s.Seed(fleet))
-	srv, err := sim.Listen("127.0.0.1:0", s.Handler())
+	var h http.Handler = s.Handler()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv, err := sim.Listen("127.0.0.1:0", h)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close(canceled()) })
 	c, err := nico.NewClient(srv.URL(), nico.WithTimeout(5*time.Second))

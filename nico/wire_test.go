@@ -19,8 +19,6 @@ import (
 	"github.com/nicoflow/flow/nico"
 	"github.com/nicoflow/flow/proto/contract"
 	"github.com/nicoflow/flow/proto/contract/contracttest"
-	"github.com/nicoflow/flow/sim"
-	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 type wireBundle struct {
@@ -30,16 +28,9 @@ type wireBundle struct {
 
 func wireSetup(t *testing.T) *wireBundle {
 	t.Helper()
-	clock := sim.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	s := nicosim.New(nicosim.Options{Clock: clock, PowerDelay: time.Second, FirmwarePhase: time.Minute, IngestionStep: time.Minute, DecommissionStep: time.Minute})
-	require.NoError(t, s.Seed(fleet))
-	rec := &contracttest.Recorder{Next: s.Handler()}
-	srv, err := sim.Listen("127.0.0.1:0", rec)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Close(canceled()) })
-	c, err := nico.NewClient(srv.URL(), nico.WithTimeout(5*time.Second))
-	require.NoError(t, err)
-	return &wireBundle{testBundle: &testBundle{sim: s, clock: clock, client: c, url: srv.URL()}, rec: rec}
+	rec := &contracttest.Recorder{}
+	b := setupWith(t, func(h http.Handler) http.Handler { rec.Next = h; return rec })
+	return &wireBundle{testBundle: b, rec: rec}
 }
 
 // sent decodes the last request our client sent to method with upstream's

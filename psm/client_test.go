@@ -2,6 +2,7 @@ package psm_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -32,13 +33,24 @@ const (
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
+	return setupWith(t, nil)
+}
+
+// setupWith is setup with the simulator's handler wrapped by wrap (nil:
+// as it is).
+func setupWith(t *testing.T, wrap func(http.Handler) http.Handler) *testBundle {
+	t.Helper()
 	clock := sim.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s := psmsim.New(psmsim.Options{Clock: clock, PowerDelay: time.Second, JobStep: 30 * time.Second, JobTimeout: time.Hour})
 	require.NoError(t, s.Seed([]psmsim.Shelf{
 		{MAC: mac1, IP: "10.1.0.1", ChassisSerial: "SN-P1", Firmware: "1.0.0", PSUs: 4},
 		{MAC: mac2, IP: "10.1.0.2", ChassisSerial: "SN-P2", Firmware: "1.0.0", PoweredOff: true},
 	}))
-	srv, err := sim.Listen("127.0.0.1:0", s.Handler())
+	var h http.Handler = s.Handler()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv, err := sim.Listen("127.0.0.1:0", h)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close(canceled()) })
 	c, err := psm.NewClient(srv.URL(), psm.WithTimeout(5*time.Second))

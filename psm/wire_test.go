@@ -17,7 +17,6 @@ import (
 	"github.com/nicoflow/flow/proto/contract/contracttest"
 	"github.com/nicoflow/flow/psm"
 	"github.com/nicoflow/flow/sim"
-	"github.com/nicoflow/flow/sim/psmsim"
 )
 
 // Upstream's enum numbers, as the facts file gives them.
@@ -30,19 +29,9 @@ const (
 
 func wireSetup(t *testing.T) (*testBundle, *contracttest.Recorder) {
 	t.Helper()
-	clock := sim.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	s := psmsim.New(psmsim.Options{Clock: clock, PowerDelay: time.Second, JobStep: 30 * time.Second, JobTimeout: time.Hour})
-	require.NoError(t, s.Seed([]psmsim.Shelf{
-		{MAC: mac1, IP: "10.1.0.1", ChassisSerial: "SN-P1", Firmware: "1.0.0", PSUs: 4},
-		{MAC: mac2, IP: "10.1.0.2", ChassisSerial: "SN-P2", Firmware: "1.0.0", PoweredOff: true},
-	}))
-	rec := &contracttest.Recorder{Next: s.Handler()}
-	srv, err := sim.Listen("127.0.0.1:0", rec)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Close(canceled()) })
-	c, err := psm.NewClient(srv.URL(), psm.WithTimeout(5*time.Second))
-	require.NoError(t, err)
-	return &testBundle{sim: s, clock: clock, client: c, url: srv.URL()}, rec
+	rec := &contracttest.Recorder{}
+	b := setupWith(t, func(h http.Handler) http.Handler { rec.Next = h; return rec })
+	return b, rec
 }
 
 func check(t *testing.T, m protoreflect.Message, w map[string]any) {

@@ -69,36 +69,31 @@ func Bytes() []byte { return upstreamSet }
 
 // Service returns upstream's service of the given full name.
 func Service(name protoreflect.FullName) (protoreflect.ServiceDescriptor, error) {
-	files, err := Upstream()
-	if err != nil {
-		return nil, err
-	}
-	d, err := files.FindDescriptorByName(name)
-	if err != nil {
-		return nil, fmt.Errorf("contract: upstream has no %s: %w", name, err)
-	}
-	sd, ok := d.(protoreflect.ServiceDescriptor)
-	if !ok {
-		return nil, fmt.Errorf("contract: upstream's %s is not a service", name)
-	}
-	return sd, nil
+	return find[protoreflect.ServiceDescriptor](name, "service")
 }
 
 // Message returns upstream's message of the given full name.
 func Message(name protoreflect.FullName) (protoreflect.MessageDescriptor, error) {
+	return find[protoreflect.MessageDescriptor](name, "message")
+}
+
+// find returns upstream's descriptor of the given full name, which must be
+// a D (what names it in errors).
+func find[D protoreflect.Descriptor](name protoreflect.FullName, what string) (D, error) {
+	var zero D
 	files, err := Upstream()
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	d, err := files.FindDescriptorByName(name)
 	if err != nil {
-		return nil, fmt.Errorf("contract: upstream has no %s: %w", name, err)
+		return zero, fmt.Errorf("contract: upstream has no %s: %w", name, err)
 	}
-	md, ok := d.(protoreflect.MessageDescriptor)
+	typed, ok := d.(D)
 	if !ok {
-		return nil, fmt.Errorf("contract: upstream's %s is not a message", name)
+		return zero, fmt.Errorf("contract: upstream's %s is not a %s", name, what)
 	}
-	return md, nil
+	return typed, nil
 }
 
 // NewMessage returns an empty message of upstream's exact shape, for
