@@ -367,7 +367,7 @@ func TestFirmwareJobLostByTheBackend(t *testing.T) {
 	started := time.Now()
 	task := waitTask(t, srv.client, res.GetTaskIds()[0], 30*time.Second)
 	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_FAILED, task.GetStatus())
-	require.Contains(t, task.GetMessage(), bad+": the backend reports no firmware update job for this component", task.GetMessage())
+	require.Contains(t, task.GetMessage(), "("+bad+"): the backend reports no firmware update job for this component", task.GetMessage())
 	require.Less(t, time.Since(started), 20*time.Second, "failed at the next polls, not at the 60 s poll timeout")
 }
 
