@@ -117,3 +117,35 @@ func TestReplyUndecodable(t *testing.T) {
 		})
 	}
 }
+
+// TestLyingDevice: a lie fault makes the job end COMPLETED while the
+// installed versions, read back, keep the old version; the other tray's
+// update lands.
+func TestLyingDevice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.sim.Faults().Add(sim.Fault{Kind: sim.FaultLie, Method: "UpdateComponentFirmware", Device: "m1"})
+	require.NoError(t, err)
+	trays := nico.Target{Kind: nico.KindCompute, IDs: []string{"m1", "m2"}}
+	_, err = b.client.UpdateFirmware(ctx, trays, nico.FirmwareRequest{TargetVersion: "2.0", Components: []string{"bmc"}})
+	require.NoError(t, err)
+	b.clock.Advance(10 * time.Minute)
+	st, err := b.client.FirmwareStatus(ctx, trays)
+	require.NoError(t, err)
+	require.Len(t, st, 2)
+	for _, s := range st {
+		require.Equal(t, nico.FirmwareCompleted, s.State, s.Key)
+	}
+	vs, err := b.client.FirmwareVersions(ctx, trays)
+	require.NoError(t, err)
+	bmc := map[string]string{}
+	for _, d := range vs {
+		for _, c := range d.Components {
+			if c.Component == "bmc" {
+				bmc[d.Key] = c.Versions[0]
+			}
+		}
+	}
+	require.Equal(t, map[string]string{"m1": "1.0", "m2": "2.0"}, bmc, "m1 said completed and kept 1.0")
+}

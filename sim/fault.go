@@ -40,12 +40,15 @@ const (
 	FaultEmpty FaultKind = "empty"
 	// FaultMixed leaves a PSM shelf's PSUs in mixed power states.
 	FaultMixed FaultKind = "mixed"
+	// FaultLie makes a started firmware job end COMPLETED without
+	// installing its version: a device that lies about success.
+	FaultLie FaultKind = "lie"
 	// FaultGarbage answers the call, OK, with bytes its reply type cannot
 	// decode (see Garble). It applies per method; it names no device.
 	FaultGarbage FaultKind = "garbage"
 )
 
-var faultKinds = []FaultKind{FaultError, FaultLatency, FaultItem, FaultDrop, FaultFail, FaultStuck, FaultCancel, FaultEmpty, FaultMixed, FaultGarbage}
+var faultKinds = []FaultKind{FaultError, FaultLatency, FaultItem, FaultDrop, FaultFail, FaultStuck, FaultCancel, FaultEmpty, FaultMixed, FaultGarbage, FaultLie}
 
 // Fault is one injected misbehaviour. Method and Device narrow where it
 // applies (empty means any); Times limits how often it fires (0 means every

@@ -866,6 +866,8 @@ func (h *handler) startJobs(method, key string, d *device, components []string, 
 			j.stuckPhase = cmp.Or(f.Phase, phaseInProgress)
 		} else if f, ok := h.take(sim.FaultCancel, method, key, d); ok {
 			j.cancelPhase, j.message = cmp.Or(f.Phase, phaseInProgress), f.Message
+		} else if _, ok := h.take(sim.FaultLie, method, key, d); ok {
+			j.lie = true
 		}
 		d.jobs = append(d.jobs, j)
 	}

@@ -146,6 +146,7 @@ type job struct {
 	cancelPhase       string
 	message           string
 	applied           bool
+	lie               bool // ends COMPLETED, installs nothing (sim.FaultLie)
 }
 
 type device struct {
@@ -400,7 +401,9 @@ func (s *Sim) advance(d *device, now time.Time) {
 	}
 	for _, j := range d.jobs {
 		if state, _ := s.jobState(j, now); state == phaseCompleted && !j.applied {
-			d.Firmware[j.component] = j.target
+			if !j.lie {
+				d.Firmware[j.component] = j.target
+			}
 			j.applied = true
 		}
 	}

@@ -49,6 +49,7 @@ type jobState struct {
 	CancelPhase string    `json:"cancel_phase,omitempty"`
 	Message     string    `json:"message,omitempty"`
 	Applied     bool      `json:"applied,omitempty"`
+	Lie         bool      `json:"lie,omitempty"`
 }
 
 type rackState struct {
@@ -80,7 +81,7 @@ func (s *Sim) MarshalState() ([]byte, error) {
 		}
 		for _, j := range d.jobs {
 			ds.Jobs = append(ds.Jobs, jobState{Component: j.component, Target: j.target, Created: j.created, FailPhase: j.failPhase,
-				StuckPhase: j.stuckPhase, CancelPhase: j.cancelPhase, Message: j.message, Applied: j.applied})
+				StuckPhase: j.stuckPhase, CancelPhase: j.cancelPhase, Message: j.message, Applied: j.applied, Lie: j.lie})
 		}
 		f.Devices = append(f.Devices, ds)
 	}
@@ -129,7 +130,7 @@ func (s *Sim) RestoreState(data []byte) error {
 		}
 		for _, j := range ds.Jobs {
 			d.jobs = append(d.jobs, &job{component: j.Component, target: j.Target, created: j.Created, failPhase: j.FailPhase,
-				stuckPhase: j.StuckPhase, cancelPhase: j.CancelPhase, message: j.Message, applied: j.Applied})
+				stuckPhase: j.StuckPhase, cancelPhase: j.CancelPhase, message: j.Message, applied: j.Applied, lie: j.Lie})
 		}
 		s.devices = append(s.devices, d)
 	}
