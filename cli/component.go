@@ -98,7 +98,7 @@ var componentNoun = noun{
 						c.printComponents(ctx, w, []*flowv1.Component{res.GetComponent()})
 						if res.GetRack() != nil {
 							fmt.Fprintln(w)
-							c.printRacks(ctx, w, []*flowv1.Rack{res.GetRack()})
+							c.printRacks(ctx, w, []*flowv1.Rack{res.GetRack()}, len(res.GetRack().GetComponents()) > 0)
 						}
 					})
 				}

@@ -107,7 +107,7 @@ var nvlDomainNoun = noun{
 					if err != nil {
 						return err
 					}
-					return c.emit(res, func(w io.Writer) { c.printRacks(ctx, w, res.GetRacks()) })
+					return c.emit(res, func(w io.Writer) { c.printRacks(ctx, w, res.GetRacks(), false) })
 				}
 			}},
 	},

@@ -76,7 +76,7 @@ var rackNoun = noun{
 						return err
 					}
 					return c.emit(res, func(w io.Writer) {
-						c.printRacks(ctx, w, res.GetRacks())
+						c.printRacks(ctx, w, res.GetRacks(), *comps)
 						fmt.Fprintf(w, "(%d of %d racks)\n", len(res.GetRacks()), res.GetTotal())
 					})
 				}
@@ -105,7 +105,7 @@ var rackNoun = noun{
 						return err
 					}
 					return c.emit(res, func(w io.Writer) {
-						c.printRacks(ctx, w, []*flowv1.Rack{res.GetRack()})
+						c.printRacks(ctx, w, []*flowv1.Rack{res.GetRack()}, *comps)
 						if len(res.GetRack().GetComponents()) > 0 {
 							fmt.Fprintln(w)
 							c.printComponents(ctx, w, res.GetRack().GetComponents())
@@ -182,8 +182,10 @@ func rackListSpec(list string) *flowv1.OperationTargetSpec {
 }
 
 // printRacks prints a rack table, NVLink domains by name (-o wide: also by
-// UUID, with external IDs and descriptions).
-func (c *env) printRacks(ctx context.Context, w io.Writer, racks []*flowv1.Rack) {
+// UUID, with external IDs and descriptions). The COMPONENTS column (a
+// count) is there only when the racks were read with their components
+// (--components): a listing without them would show every rack as empty.
+func (c *env) printRacks(ctx context.Context, w io.Writer, racks []*flowv1.Rack, withComponents bool) {
 	wide := c.wide()
 	domainNames := c.domainNames(ctx, racks)
 	rows := make([][]string, len(racks))
@@ -194,20 +196,24 @@ func (c *env) printRacks(ctx context.Context, w io.Writer, racks []*flowv1.Rack)
 			domains = append(domains, or(domainNames[d.GetId()], d.GetId()))
 			domainIDs = append(domainIDs, d.GetId())
 		}
-		comps := "-"
-		if n := len(r.GetComponents()); n > 0 {
-			comps = strconv.Itoa(n)
-		}
+		comps := strconv.Itoa(len(r.GetComponents()))
 		rows[i] = []string{
 			r.GetInfo().GetId().GetId(), r.GetInfo().GetName(), r.GetInfo().GetManufacturer(), r.GetInfo().GetSerialNumber(),
 			r.GetInfo().GetModel(), strings.Trim(strings.Join([]string{l.GetRegion(), l.GetDatacenter(), l.GetRoom(), l.GetPosition()}, "/"), "/"),
-			comps, strings.Join(domains, ","),
 		}
+		if withComponents {
+			rows[i] = append(rows[i], comps)
+		}
+		rows[i] = append(rows[i], strings.Join(domains, ","))
 		if wide {
 			rows[i] = append(rows[i], strings.Join(domainIDs, ","), r.GetExternalId(), r.GetInfo().GetDescription())
 		}
 	}
-	headers := []string{"ID", "NAME", "MANUFACTURER", "SERIAL", "MODEL", "LOCATION", "COMPONENTS", "NVL DOMAIN"}
+	headers := []string{"ID", "NAME", "MANUFACTURER", "SERIAL", "MODEL", "LOCATION"}
+	if withComponents {
+		headers = append(headers, "COMPONENTS")
+	}
+	headers = append(headers, "NVL DOMAIN")
 	if wide {
 		headers = append(headers, "NVL DOMAIN ID", "EXTERNAL ID", "DESCRIPTION")
 	}
