@@ -75,7 +75,9 @@ initial_retry_delay: 1s
 	require.Contains(t, b.mustFlow(t, "rollout", "get", "by flags"), "Message:     operation run cancelled: enough")
 
 	_, _, err = b.flow("rollout", "create", "--name", "bad", "--all", "--version", "2.0", "--max-concurrent", "0", "--gate-rate", "10")
-	require.ErrorContains(t, err, "max_concurrent_targets")
+	require.ErrorContains(t, err, "flow rollout create needs --max-concurrent N", "0 racks at once is no value: the flag is named")
+	_, _, err = b.flow("rollout", "create", "--name", "bad", "--all", "--version", "2.0", "--max-concurrent", "-1", "--gate-rate", "10")
+	require.ErrorContains(t, err, "max_concurrent_targets", "a value the server refuses: its field is named")
 	_, _, err = b.flow("rollout", "get", "no such rollout")
 	require.Error(t, err)
 }

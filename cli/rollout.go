@@ -75,8 +75,8 @@ var rolloutNoun = noun{
 				fs.IntSliceVar(&s.PhaseCounts, "phase-counts", nil, "sizes of the first phases; a last phase takes the rest (e.g. 2,3)")
 				fs.BoolVar(&s.AutoAdvance, "auto-advance", false, "open the next phase by itself (default: pause at each phase gate)")
 				fs.IntVar(&s.MaxConcurrent, "max-concurrent", 0, "racks upgraded at once (required)")
-				fs.IntVar(&s.GateRate, "gate-rate", 0, "pause when this percent of the planned targets failed")
-				fs.IntVar(&s.GateCount, "gate-count", 0, "pause when this many targets failed")
+				fs.IntVar(&s.GateRate, "gate-rate", 0, "pause when this percent of the planned targets failed (a gate is required: --gate-rate, --gate-count or both)")
+				fs.IntVar(&s.GateCount, "gate-count", 0, "pause when this many targets failed (a gate is required: --gate-rate, --gate-count or both)")
 				fs.StringVar(&s.GateScope, "gate-scope", "", "phase (default) or run: what the gates count over")
 				fs.StringVar(&s.Version, "version", "", "firmware version to install (required)")
 				fs.StringVar(&s.Version, "target-version", "", "the older name of --version")
@@ -341,6 +341,16 @@ func checkSelection(s rolloutSpec) error {
 		return usageError{errors.New("want --version V: the firmware version the rollout installs; nothing was created")}
 	case s.Version != "" && s.TargetVersion != "" && s.Version != s.TargetVersion:
 		return usageError{fmt.Errorf("version %q and target_version %q differ: give one", s.Version, s.TargetVersion)}
+	}
+	var missing []string
+	if s.MaxConcurrent == 0 {
+		missing = append(missing, "--max-concurrent N (racks upgraded at once)")
+	}
+	if s.GateRate == 0 && s.GateCount == 0 {
+		missing = append(missing, "a safety gate: --gate-rate PERCENT or --gate-count N (or both)")
+	}
+	if len(missing) > 0 {
+		return usageError{fmt.Errorf("flow rollout create needs %s; nothing was created", strings.Join(missing, " and "))}
 	}
 	return nil
 }

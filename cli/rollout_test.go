@@ -158,9 +158,26 @@ func TestRolloutCreateSelection(t *testing.T) {
 		require.ErrorContains(t, err, tt.msg, tt.name)
 		require.Equal(t, 2, ExitCode(err), tt.name)
 	}
+	// The required flags, named as flags, before any call.
+	for _, tt := range []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"NoMaxConcurrent", []string{"--name", "x", "--gate-count", "1"}, "flow rollout create needs --max-concurrent N (racks upgraded at once); nothing was created"},
+		{"NoGate", []string{"--name", "x", "--max-concurrent", "2"}, "flow rollout create needs a safety gate: --gate-rate PERCENT or --gate-count N (or both); nothing was created"},
+		{"Neither", []string{"--name", "x"}, "needs --max-concurrent N (racks upgraded at once) and a safety gate: --gate-rate PERCENT or --gate-count N"},
+	} {
+		_, _, err := flow(env, append([]string{"rollout", "create", "--all", "--version", "2.0"}, tt.args...)...)
+		require.ErrorContains(t, err, tt.msg, tt.name)
+		require.Equal(t, 2, ExitCode(err), tt.name)
+	}
+	help, _, err := flow(env, "rollout", "create", "--help")
+	require.NoError(t, err)
+	require.Contains(t, help, "a gate is required: --gate-rate, --gate-count or both")
 	file := filepath.Join(t.TempDir(), "r.yaml")
 	require.NoError(t, os.WriteFile(file, []byte("name: y\nmax_concurrent: 1\ngate_count: 1\npercentage: 0\nversion: \"2.0\"\n"), 0o600))
-	_, _, err := flow(env, "rollout", "create", "-f", file)
+	_, _, err = flow(env, "rollout", "create", "-f", file)
 	require.ErrorContains(t, err, "--percentage must be 1-100, not 0", "a file's 0 is refused too")
 	require.Empty(t, h.created, "nothing was created")
 
