@@ -9,8 +9,9 @@
 //     trap, gRPC health (health.go, healthconnect.go) and, in dev mode,
 //     server reflection;
 //   - the request limits (limits.go: body and decompressed size, strings,
-//     lists, pages, concurrent listings, timeouts) and the strict JSON codec
-//     (strictjson.go);
+//     lists, pages, concurrent listings, timeouts), the strict JSON codec
+//     (strictjson.go) and the Flow-Ignored-Fields header naming the unknown
+//     JSON fields it dropped (ignoredfields.go);
 //   - the caller's identity (from the verified client certificate) and
 //     request ID in each request's context (package caller);
 //   - the API's TLS (tls.go: certificate sources, reloading on rotation,

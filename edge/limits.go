@@ -259,9 +259,9 @@ func newLimitInterceptor(lim Limits) connect.UnaryInterceptorFunc {
 			if !ok {
 				return next(ctx, req)
 			}
-			unknown := takeUnknownJSONField(m)
-			if unknown != "" && (lim.StrictJSON || strictHeader(req.Header())) {
-				return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: unknown field (strict JSON: %s)", unknown, strictReason(lim)))
+			unknown := takeUnknownJSONFields(m)
+			if len(unknown) > 0 && (lim.StrictJSON || strictHeader(req.Header())) {
+				return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: unknown field (strict JSON: %s)", strings.Join(unknown, ", "), strictReason(lim)))
 			}
 			if err := lim.checkRequest(m); err != nil {
 				return nil, err

@@ -49,7 +49,8 @@ var reflectedServices = []string{
 // NewHandler mounts v1.Flow (svc) and Flow's admin service (admin) for
 // gRPC, gRPC-Web and Connect, gRPC health and, in dev mode, server
 // reflection, behind the caller middleware, the request limits and the
-// interceptors: opts.Interceptors, then the rpc log line, the audit line,
+// interceptors: opts.Interceptors, then the ignored-fields header and
+// warning (ignoredfields.go), the rpc log line, the audit line,
 // authorization (opts.Policy) and the internal-error guard, outermost
 // first. River UI and pprof are never here: they live on the admin
 // listener (adminlistener.go).
@@ -62,7 +63,7 @@ func NewHandler(logger *slog.Logger, svc flowv1connect.FlowHandler, admin adminv
 		// go compressed to clients that ask.
 		connect.WithCompressMinBytes(compressMinBytes),
 		connect.WithInterceptors(opts.Interceptors...),
-		connect.WithInterceptors(newLogInterceptor(logger, slog.LevelInfo), newAuditInterceptor(logger), authorizer{policy: opts.Policy, logger: logger}, newErrorInterceptor(logger)),
+		connect.WithInterceptors(newIgnoredFieldsInterceptor(logger, ignoredFieldsLogEvery), newLogInterceptor(logger, slog.LevelInfo), newAuditInterceptor(logger), authorizer{policy: opts.Policy, logger: logger}, newErrorInterceptor(logger)),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
 			logger.ErrorContext(ctx, "handler panic", "method", spec.Procedure, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			return connect.NewError(connect.CodeInternal, errors.New("internal error"))

@@ -24,9 +24,10 @@ const StrictHeader = "Flow-Strict"
 // jsonCodec is Connect's JSON codec (protojson, unknown fields accepted for
 // compatibility with newer clients) with two differences: a decode error
 // names the field at fault by its path in the document, not only a line
-// and column, and an unknown field is remembered on the decoded message
-// (unknownMarker) so that newLimitInterceptor can refuse it for strict
-// clients.
+// and column, and the paths of the unknown fields are remembered on the
+// decoded message (unknownMarker) so that newIgnoredFieldsInterceptor can
+// name them to the client and newLimitInterceptor can refuse them for
+// strict clients.
 type jsonCodec struct{}
 
 func (jsonCodec) Name() string { return "json" }
@@ -68,16 +69,142 @@ func (jsonCodec) Unmarshal(data []byte, message any) error {
 	if err == nil {
 		return nil
 	}
-	path := jsonErrorPath(data, err)
-	if strings.Contains(err.Error(), "unknown field") {
-		proto.Reset(m)
-		if err2 := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, m); err2 != nil {
-			return describeJSONError(data, err2)
-		}
-		markUnknownJSONField(m, path)
-		return nil
+	if !isUnknownFieldError(err) {
+		return describeJSONError(data, err)
 	}
-	return describeJSONError(data, err)
+	// protojson stops at the first unknown field: name it, cut it out of
+	// the document and decode again, until the document decodes or the
+	// paths are as many as the document's size allows. protojson stays
+	// the one judge of what is unknown (JSON and proto names, well-known
+	// types), for the header and strict mode alike. With one unknown
+	// field this costs what it did when the second decode dropped it.
+	most := MaxIgnoredFields
+	if len(data) > maxIgnoredFieldsScan {
+		most = 1
+	}
+	var paths []string
+	doc := data
+	for {
+		if len(paths) == most {
+			paths = append(paths, moreIgnoredFields)
+			break
+		}
+		paths = append(paths, jsonErrorPath(doc, err))
+		off, ok := jsonErrorOffset(doc, err)
+		if !ok {
+			break
+		}
+		if doc, ok = cutJSONMember(doc, off); !ok {
+			break
+		}
+		proto.Reset(m)
+		if err = (protojson.UnmarshalOptions{}).Unmarshal(doc, m); err == nil {
+			markUnknownJSONFields(m, paths)
+			return nil
+		}
+		if !isUnknownFieldError(err) {
+			break
+		}
+	}
+	// What remains is decoded as before: unknown fields dropped, an error
+	// described against the document the client sent.
+	proto.Reset(m)
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, m); err != nil {
+		return describeJSONError(data, err)
+	}
+	markUnknownJSONFields(m, paths)
+	return nil
+}
+
+// MaxIgnoredFields is the most unknown fields jsonCodec names for a
+// request of up to 64 KiB (maxIgnoredFieldsScan); it names only the first
+// in a larger one. Past the limit the list ends with "...". Each field
+// named costs one more decode of the document, so a large body cannot
+// multiply the CPU it costs.
+const MaxIgnoredFields = 8
+
+// maxIgnoredFieldsScan is the largest document in which jsonCodec names up
+// to MaxIgnoredFields unknown fields.
+const maxIgnoredFieldsScan = 64 << 10
+
+// moreIgnoredFields ends a list of unknown fields cut at MaxIgnoredFields.
+const moreIgnoredFields = "..."
+
+func isUnknownFieldError(err error) bool {
+	return strings.Contains(err.Error(), "unknown field")
+}
+
+// cutJSONMember returns a copy of doc without the object member whose key
+// starts at byte off, and false when off is not at a key followed by a
+// value and a comma and key, or the end of the object. It cuts only what
+// protojson would have read past too (its strings are valid UTF-8 without
+// surrogate escapes; encoding/json accepts both), so a document it
+// refused before is refused still.
+func cutJSONMember(doc []byte, off int) ([]byte, bool) {
+	if off <= 0 || off >= len(doc) || doc[off] != '"' {
+		return nil, false
+	}
+	var key string
+	dec := json.NewDecoder(bytes.NewReader(doc[off:]))
+	if dec.Decode(&key) != nil {
+		return nil, false
+	}
+	colon := skipJSONSpace(doc, off+int(dec.InputOffset()))
+	if colon >= len(doc) || doc[colon] != ':' {
+		return nil, false
+	}
+	value := skipJSONSpace(doc, colon+1)
+	var raw json.RawMessage
+	dec = json.NewDecoder(bytes.NewReader(doc[value:]))
+	if dec.Decode(&raw) != nil || !utf8.Valid(raw) || jsonSurrogateEscape.Match(raw) {
+		return nil, false
+	}
+	start, end := off, skipJSONSpace(doc, value+int(dec.InputOffset()))
+	switch {
+	case end < len(doc) && doc[end] == ',':
+		// The member and the comma after it, if a member follows.
+		end++
+		if next := skipJSONSpace(doc, end); next >= len(doc) || doc[next] != '"' {
+			return nil, false
+		}
+	case end < len(doc) && doc[end] == '}':
+		// The last member: the comma before it goes, if any.
+		if before := skipJSONSpaceBack(doc, off); before >= 0 && doc[before] == ',' {
+			start = before
+		}
+	default:
+		return nil, false
+	}
+	out := make([]byte, 0, len(doc)-(end-start))
+	out = append(append(out, doc[:start]...), doc[end:]...)
+	return out, true
+}
+
+// jsonSurrogateEscape matches an escaped UTF-16 surrogate, which protojson
+// accepts only as a valid pair.
+var jsonSurrogateEscape = regexp.MustCompile(`\\u[dD][89a-fA-F]`)
+
+// skipJSONSpace returns the offset of the first byte at or after i that is
+// not JSON whitespace.
+func skipJSONSpace(doc []byte, i int) int {
+	for i < len(doc) && isJSONSpace(doc[i]) {
+		i++
+	}
+	return i
+}
+
+// skipJSONSpaceBack returns the offset of the last byte before i that is
+// not JSON whitespace, or -1.
+func skipJSONSpaceBack(doc []byte, i int) int {
+	i--
+	for i >= 0 && isJSONSpace(doc[i]) {
+		i--
+	}
+	return i
+}
+
+func isJSONSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r'
 }
 
 // MaxJSONDepth is the deepest nesting of JSON objects and arrays a request
@@ -141,14 +268,24 @@ var jsonErrPos = regexp.MustCompile(`\(line (\d+):(\d+)\)`)
 // targets[2].id) of the token a protojson error points at, or "" when the
 // error has no position.
 func jsonErrorPath(data []byte, err error) string {
-	sm := jsonErrPos.FindStringSubmatch(err.Error())
-	if sm == nil {
+	off, ok := jsonErrorOffset(data, err)
+	if !ok {
 		// No position (unexpected EOF): the deepest path reached.
 		return jsonPathAt(data, len(data))
 	}
+	return jsonPathAt(data, off)
+}
+
+// jsonErrorOffset returns the byte offset in data a protojson error points
+// at, and false when the error has no position.
+func jsonErrorOffset(data []byte, err error) (int, bool) {
+	sm := jsonErrPos.FindStringSubmatch(err.Error())
+	if sm == nil {
+		return 0, false
+	}
 	line, _ := strconv.Atoi(sm[1])
 	col, _ := strconv.Atoi(sm[2])
-	return jsonPathAt(data, byteOffset(data, line, col))
+	return byteOffset(data, line, col), true
 }
 
 // describeJSONError rewrites a protojson error as "<path>: <reason> (line
@@ -272,48 +409,64 @@ func jsonPathAt(data []byte, off int) string {
 }
 
 // unknownMarker is the field number under which jsonCodec records, in a
-// decoded message's unknown fields, the path of an unknown JSON field it
-// dropped. newLimitInterceptor always removes it, so handlers never see it.
+// decoded message's unknown fields, the paths of the unknown JSON fields it
+// dropped, one record each. newLimitInterceptor always removes them, so
+// handlers never see them.
 const unknownMarker protowire.Number = protowire.MaxValidNumber
 
-func markUnknownJSONField(m proto.Message, path string) {
-	b := protowire.AppendTag(nil, unknownMarker, protowire.BytesType)
-	b = protowire.AppendString(b, path)
+// maxIgnoredPath bounds each recorded path: a client's key may be of any
+// length, and the path goes into a header and a log line.
+const maxIgnoredPath = 256
+
+func markUnknownJSONFields(m proto.Message, paths []string) {
 	r := m.ProtoReflect()
-	r.SetUnknown(append(r.GetUnknown(), b...))
+	b := r.GetUnknown()
+	for _, p := range paths {
+		b = protowire.AppendTag(b, unknownMarker, protowire.BytesType)
+		b = protowire.AppendString(b, Truncate(p, maxIgnoredPath))
+	}
+	r.SetUnknown(b)
 }
 
-// takeUnknownJSONField removes jsonCodec's marker from m and returns the
-// path it recorded ("" when there is none).
-func takeUnknownJSONField(m proto.Message) string {
-	r := m.ProtoReflect()
-	raw := r.GetUnknown()
-	if len(raw) == 0 {
-		return ""
+// unknownJSONFields returns the paths jsonCodec recorded on m (nil when
+// there are none), leaving them there.
+func unknownJSONFields(m proto.Message) []string {
+	paths, _ := scanUnknownJSONFields(m)
+	return paths
+}
+
+// takeUnknownJSONFields removes jsonCodec's records from m and returns the
+// paths they held (nil when there are none).
+func takeUnknownJSONFields(m proto.Message) []string {
+	paths, kept := scanUnknownJSONFields(m)
+	if paths != nil {
+		m.ProtoReflect().SetUnknown(kept)
 	}
-	var kept []byte
-	path := ""
+	return paths
+}
+
+// scanUnknownJSONFields returns the paths jsonCodec recorded on m and m's
+// other unknown fields.
+func scanUnknownJSONFields(m proto.Message) (paths []string, kept []byte) {
+	raw := m.ProtoReflect().GetUnknown()
 	for len(raw) > 0 {
 		num, typ, n := protowire.ConsumeTag(raw)
 		if n < 0 {
-			return path
+			return paths, append(kept, raw...)
 		}
 		m := protowire.ConsumeFieldValue(num, typ, raw[n:])
 		if m < 0 {
-			return path
+			return paths, append(kept, raw...)
 		}
 		if num == unknownMarker && typ == protowire.BytesType {
 			v, _ := protowire.ConsumeString(raw[n:])
-			path = v
+			paths = append(paths, v)
 		} else {
 			kept = append(kept, raw[:n+m]...)
 		}
 		raw = raw[n+m:]
 	}
-	if path != "" {
-		r.SetUnknown(kept)
-	}
-	return path
+	return paths, kept
 }
 
 // strictHeader reports whether the request asks for strict JSON.

@@ -18,6 +18,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -348,6 +350,7 @@ var strictJSONSeeds = []string{
 	`[{"a":1}]`,
 	`{"a":"\"[[[","b":"\\"}`,
 	`{"rack":{"info":{"name":"x"}}}} ]`,
+	`{"a":1, "rack":{"b":[{"c":"}"}],"info":{"name":"x"} ,"d":null},"e":{}}`,
 	string(nested(MaxJSONDepth, 0)),
 	string(nested(MaxJSONDepth+1, 0)),
 	`{"with_componentz":` + string(nested(MaxJSONDepth-1, 0)) + `}`,
@@ -368,10 +371,18 @@ func FuzzStrictJSON(f *testing.F) {
 		if d, ok := decodedDepth(data); ok {
 			require.Equal(t, d > MaxJSONDepth, depthErr != nil, "depth %d: %v", d, depthErr)
 		}
-		for _, m := range []any{&flowv1.GetRackInfoBySerialRequest{}, &flowv1.CreateExpectedRackRequest{}, &flowv1.GetListOfRacksRequest{}} {
+		for _, m := range []proto.Message{&flowv1.GetRackInfoBySerialRequest{}, &flowv1.CreateExpectedRackRequest{}, &flowv1.GetListOfRacksRequest{}} {
 			err := jsonCodec{}.Unmarshal(data, m)
 			if depthErr != nil {
 				require.ErrorContains(t, err, "nested deeper than")
+			}
+			if err == nil {
+				// Cutting out the unknown fields one by one decodes what
+				// dropping them does.
+				takeUnknownJSONFields(m)
+				lax := m.ProtoReflect().New().Interface()
+				require.NoError(t, protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, lax))
+				require.True(t, proto.Equal(lax, m), "%v != %v", m, lax)
 			}
 		}
 		if depthErr == nil {
