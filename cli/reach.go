@@ -33,7 +33,18 @@ type reachError struct {
 }
 
 func (e *reachError) Error() string { return e.msg }
-func (e *reachError) Unwrap() error { return e.err }
+
+// Unwrap returns the transport's error, but not an end of stream (a
+// server that hung up, as PostgreSQL does on an HTTP request): connect
+// takes a transport error that is io.EOF for its own end-of-stream
+// sentinel and replaces it, this message and all, by "unavailable:
+// unexpected EOF".
+func (e *reachError) Unwrap() error {
+	if errors.Is(e.err, io.EOF) {
+		return nil
+	}
+	return e.err
+}
 
 // explain returns the reachError inside err when err is the failed call
 // itself (a call that got no Flow answer), so that the message printed is
