@@ -75,7 +75,7 @@ var allowedImports = map[string][]string{
 	// The console is a client of the API in the same process (edge's
 	// handler, under the user's identity); it reads the site-wide
 	// aggregates with SQL.
-	"console": {"edge"},
+	"console": {"edge", "inventory"},
 
 	// The task manager's features reach it only through its exported API.
 	"operations/rollout": {"db", "caller", "engine", "inventory", "firmware", "operations"},

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/nicoflow/flow/inventory"
 )
 
 // RackCell is one rack as the overview and the floor map see it.
@@ -153,20 +155,12 @@ func (c *Console) readRacks(ctx context.Context) ([]RackCell, error) {
 	return out, nil
 }
 
-var (
-	rowPos  = regexp.MustCompile(`(?i)^\s*(?:row)?[-_ ]?([a-z]*\d+|[a-z]+)\s*[-_/ ,.]+\s*(?:pos(?:ition)?|slot|rack|p)?[-_ ]?(\d+)\s*$`)
-	numTail = regexp.MustCompile(`\d+$`)
-)
+var numTail = regexp.MustCompile(`\d+$`)
 
-// parsePosition splits a rack position into its row and place in the row:
-// "row-02-pos-03", "R2-3", "B/12" and the like; a position it cannot split
-// is all place, in an unnamed row.
-func parsePosition(p string) (row, slot string) {
-	if m := rowPos.FindStringSubmatch(p); m != nil {
-		return m[1], m[2]
-	}
-	return "", p
-}
+// parsePosition splits a rack position into its row and place in the row
+// (inventory.SplitPosition: "row-02-pos-03", "R2-3", "B/12"; a position it
+// cannot split is all place, in an unnamed row).
+var parsePosition = inventory.SplitPosition
 
 // natLess orders strings with their trailing numbers compared as numbers
 // (row-9 before row-10).

@@ -1104,3 +1104,91 @@ func Methods() []string {
 	}
 	return out
 }
+
+// Installed is one device's installed firmware per sub-component, named as
+// FirmwareComponents names them ("bmc", "bios", "nvos", "pmc", ...), each
+// with the versions of every instance of it. Err is set when Core could
+// not read the device.
+type Installed struct {
+	Key        string
+	ID         string
+	Components map[string][]string
+	Err        error
+}
+
+// InstalledVersions reads the installed firmware per sub-component of
+// every device of t (a compute, switch or power-shelf target): compute
+// trays from ListComponentFirmwareVersions' per-sub-component list,
+// switches and shelves from their exploration report's firmware_versions
+// (GetComponentInventory), which is where Core keeps theirs. Devices Core
+// could not read carry Err; the error is only the call's own failure.
+func (c *Client) InstalledVersions(ctx context.Context, t Target) ([]Installed, error) {
+	if t.Kind == KindCompute {
+		dvs, err := c.FirmwareVersions(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]Installed, 0, len(dvs))
+		for _, d := range dvs {
+			in := Installed{Key: d.Key, ID: d.ID, Err: d.Err, Components: map[string][]string{}}
+			for _, cv := range d.Components {
+				in.Components[cv.Component] = append(in.Components[cv.Component], cv.Versions...)
+			}
+			out = append(out, in)
+		}
+		return out, nil
+	}
+	if t.Kind != KindSwitch && t.Kind != KindPowerShelf {
+		return nil, &Error{Method: "GetComponentInventory", Class: ErrRejected, Msg: fmt.Sprintf("installed versions are read by device kind, not %s", t.Kind)}
+	}
+	invs, err := c.Inventory(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Installed, 0, len(invs))
+	for _, inv := range invs {
+		in := Installed{Key: inv.Key, ID: inv.ID, Err: inv.Err, Components: map[string][]string{}}
+		if inv.Err == nil {
+			for k, v := range inv.FirmwareVersions {
+				if v != "" {
+					in.Components[strings.ToLower(k)] = []string{v}
+				}
+			}
+			if _, ok := in.Components["bmc"]; !ok && t.Kind == KindSwitch {
+				if v := inv.BMCFirmware(); v != "" {
+					in.Components["bmc"] = []string{v}
+				}
+			}
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// DesiredFirmware is one entry of the desired versions Core holds: for
+// devices of Vendor and Model ("" any), Components maps a sub-component
+// name (as Core keys it) to its desired version.
+type DesiredFirmware struct {
+	Vendor, Model string
+	Components    map[string]string
+}
+
+// DesiredFirmware reads the desired versions Core holds
+// (GetDesiredFirmwareVersions).
+func (c *Client) DesiredFirmware(ctx context.Context) ([]DesiredFirmware, error) {
+	const method = "GetDesiredFirmwareVersions"
+	if err := c.ready(method); err != nil {
+		return nil, err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	res, err := c.rpc.GetDesiredFirmwareVersions(cctx, &forgepb.GetDesiredFirmwareVersionsRequest{})
+	if err != nil {
+		return nil, classify(ctx, method, err)
+	}
+	out := make([]DesiredFirmware, 0, len(res.GetEntries()))
+	for _, e := range res.GetEntries() {
+		out = append(out, DesiredFirmware{Vendor: e.GetVendor(), Model: e.GetModel(), Components: e.GetComponentVersions()})
+	}
+	return out, nil
+}

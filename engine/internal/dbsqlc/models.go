@@ -56,6 +56,19 @@ type ComponentDrift struct {
 	CheckedAt       pgtype.Timestamptz
 }
 
+type ComponentFirmware struct {
+	ComponentID pgtype.UUID
+	Versions    []byte
+	Reported    bool
+	SeenAt      pgtype.Timestamptz
+	ChangedAt   pgtype.Timestamptz
+}
+
+type ComponentFirmwareRead struct {
+	ComponentType string
+	ReadAt        pgtype.Timestamptz
+}
+
 type ComponentLeak struct {
 	ComponentID    pgtype.UUID
 	Status         string
@@ -174,6 +187,31 @@ type EventRuleBinding struct {
 	ScopeID   pgtype.UUID
 	CreatedAt pgtype.Timestamptz
 	UpdatedAt pgtype.Timestamptz
+}
+
+type FirmwareBaseline struct {
+	ID        pgtype.UUID
+	Name      string
+	Revision  int32
+	CreatedAt pgtype.Timestamptz
+}
+
+type FirmwareBaselineActivation struct {
+	ID          int64
+	BaselineID  pgtype.UUID
+	Revision    int32
+	ActivatedAt pgtype.Timestamptz
+	ActivatedBy string
+}
+
+type FirmwareBaselineRevision struct {
+	BaselineID  pgtype.UUID
+	Revision    int32
+	Description string
+	Entries     []byte
+	Source      string
+	CreatedAt   pgtype.Timestamptz
+	CreatedBy   string
 }
 
 type FlowInstance struct {

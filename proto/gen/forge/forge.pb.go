@@ -5918,6 +5918,148 @@ func (x *ComputeTrayFirmwareVersions) GetVersions() []string {
 	return nil
 }
 
+// GetDesiredFirmwareVersions: the desired versions Core holds, one entry per
+// vendor and model, each a map of sub-component to version.
+type GetDesiredFirmwareVersionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDesiredFirmwareVersionsRequest) Reset() {
+	*x = GetDesiredFirmwareVersionsRequest{}
+	mi := &file_forge_forge_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDesiredFirmwareVersionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDesiredFirmwareVersionsRequest) ProtoMessage() {}
+
+func (x *GetDesiredFirmwareVersionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDesiredFirmwareVersionsRequest.ProtoReflect.Descriptor instead.
+func (*GetDesiredFirmwareVersionsRequest) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{91}
+}
+
+type GetDesiredFirmwareVersionsResponse struct {
+	state         protoimpl.MessageState         `protogen:"open.v1"`
+	Entries       []*DesiredFirmwareVersionEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDesiredFirmwareVersionsResponse) Reset() {
+	*x = GetDesiredFirmwareVersionsResponse{}
+	mi := &file_forge_forge_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDesiredFirmwareVersionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDesiredFirmwareVersionsResponse) ProtoMessage() {}
+
+func (x *GetDesiredFirmwareVersionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDesiredFirmwareVersionsResponse.ProtoReflect.Descriptor instead.
+func (*GetDesiredFirmwareVersionsResponse) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *GetDesiredFirmwareVersionsResponse) GetEntries() []*DesiredFirmwareVersionEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type DesiredFirmwareVersionEntry struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Vendor            string                 `protobuf:"bytes,1,opt,name=vendor,proto3" json:"vendor,omitempty"`
+	Model             string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	ComponentVersions map[string]string      `protobuf:"bytes,3,rep,name=component_versions,json=componentVersions,proto3" json:"component_versions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *DesiredFirmwareVersionEntry) Reset() {
+	*x = DesiredFirmwareVersionEntry{}
+	mi := &file_forge_forge_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DesiredFirmwareVersionEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DesiredFirmwareVersionEntry) ProtoMessage() {}
+
+func (x *DesiredFirmwareVersionEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DesiredFirmwareVersionEntry.ProtoReflect.Descriptor instead.
+func (*DesiredFirmwareVersionEntry) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{93}
+}
+
+func (x *DesiredFirmwareVersionEntry) GetVendor() string {
+	if x != nil {
+		return x.Vendor
+	}
+	return ""
+}
+
+func (x *DesiredFirmwareVersionEntry) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *DesiredFirmwareVersionEntry) GetComponentVersions() map[string]string {
+	if x != nil {
+		return x.ComponentVersions
+	}
+	return nil
+}
+
 var File_forge_forge_proto protoreflect.FileDescriptor
 
 const file_forge_forge_proto_rawDesc = "" +
@@ -6303,7 +6445,17 @@ const file_forge_forge_proto_rawDesc = "" +
 	"\x13compute_fw_versions\x18\x03 \x03(\v2\".forge.ComputeTrayFirmwareVersionsR\x11computeFwVersions\"t\n" +
 	"\x1bComputeTrayFirmwareVersions\x129\n" +
 	"\tcomponent\x18\x01 \x01(\x0e2\x1b.forge.ComputeTrayComponentR\tcomponent\x12\x1a\n" +
-	"\bversions\x18\x02 \x03(\tR\bversions*\x9e\x02\n" +
+	"\bversions\x18\x02 \x03(\tR\bversions\"#\n" +
+	"!GetDesiredFirmwareVersionsRequest\"b\n" +
+	"\"GetDesiredFirmwareVersionsResponse\x12<\n" +
+	"\aentries\x18\x01 \x03(\v2\".forge.DesiredFirmwareVersionEntryR\aentries\"\xfb\x01\n" +
+	"\x1bDesiredFirmwareVersionEntry\x12\x16\n" +
+	"\x06vendor\x18\x01 \x01(\tR\x06vendor\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12h\n" +
+	"\x12component_versions\x18\x03 \x03(\v29.forge.DesiredFirmwareVersionEntry.ComponentVersionsEntryR\x11componentVersions\x1aD\n" +
+	"\x16ComponentVersionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x9e\x02\n" +
 	"\x12SystemPowerControl\x12 \n" +
 	"\x1cSYSTEM_POWER_CONTROL_UNKNOWN\x10\x00\x12\x1b\n" +
 	"\x17SYSTEM_POWER_CONTROL_ON\x10\x01\x12*\n" +
@@ -6375,7 +6527,7 @@ const file_forge_forge_proto_rawDesc = "" +
 	"PowerState\x12\x12\n" +
 	"\x0ePOWER_STATE_ON\x10\x00\x12\x13\n" +
 	"\x0fPOWER_STATE_OFF\x10\x01\x12&\n" +
-	"\"POWER_STATE_POWER_MANAGER_DISABLED\x10\x022\xd4\x11\n" +
+	"\"POWER_STATE_POWER_MANAGER_DISABLED\x10\x022\xc7\x12\n" +
 	"\x05Forge\x122\n" +
 	"\aVersion\x12\x15.forge.VersionRequest\x1a\x10.forge.BuildInfo\x12B\n" +
 	"\x0eFindMachineIds\x12\x1a.forge.MachineSearchConfig\x1a\x14.forge.MachineIdList\x12D\n" +
@@ -6403,7 +6555,8 @@ const file_forge_forge_proto_rawDesc = "" +
 	"\x15GetComponentInventory\x12#.forge.GetComponentInventoryRequest\x1a$.forge.GetComponentInventoryResponse\x12h\n" +
 	"\x17UpdateComponentFirmware\x12%.forge.UpdateComponentFirmwareRequest\x1a&.forge.UpdateComponentFirmwareResponse\x12q\n" +
 	"\x1aGetComponentFirmwareStatus\x12(.forge.GetComponentFirmwareStatusRequest\x1a).forge.GetComponentFirmwareStatusResponse\x12z\n" +
-	"\x1dListComponentFirmwareVersions\x12+.forge.ListComponentFirmwareVersionsRequest\x1a,.forge.ListComponentFirmwareVersionsResponseB2Z0github.com/nicoflow/flow/proto/gen/forge;forgepbb\x06proto3"
+	"\x1dListComponentFirmwareVersions\x12+.forge.ListComponentFirmwareVersionsRequest\x1a,.forge.ListComponentFirmwareVersionsResponse\x12q\n" +
+	"\x1aGetDesiredFirmwareVersions\x12(.forge.GetDesiredFirmwareVersionsRequest\x1a).forge.GetDesiredFirmwareVersionsResponseB2Z0github.com/nicoflow/flow/proto/gen/forge;forgepbb\x06proto3"
 
 var (
 	file_forge_forge_proto_rawDescOnce sync.Once
@@ -6418,7 +6571,7 @@ func file_forge_forge_proto_rawDescGZIP() []byte {
 }
 
 var file_forge_forge_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_forge_forge_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
+var file_forge_forge_proto_msgTypes = make([]protoimpl.MessageInfo, 96)
 var file_forge_forge_proto_goTypes = []any{
 	(SystemPowerControl)(0),                       // 0: forge.SystemPowerControl
 	(ComponentManagerStatusCode)(0),               // 1: forge.ComponentManagerStatusCode
@@ -6521,9 +6674,13 @@ var file_forge_forge_proto_goTypes = []any{
 	(*ListComponentFirmwareVersionsResponse)(nil), // 98: forge.ListComponentFirmwareVersionsResponse
 	(*DeviceFirmwareVersions)(nil),                // 99: forge.DeviceFirmwareVersions
 	(*ComputeTrayFirmwareVersions)(nil),           // 100: forge.ComputeTrayFirmwareVersions
-	nil,                                           // 101: forge.EndpointExplorationReport.FirmwareVersionsEntry
-	(*timestamppb.Timestamp)(nil),                 // 102: google.protobuf.Timestamp
-	(*emptypb.Empty)(nil),                         // 103: google.protobuf.Empty
+	(*GetDesiredFirmwareVersionsRequest)(nil),     // 101: forge.GetDesiredFirmwareVersionsRequest
+	(*GetDesiredFirmwareVersionsResponse)(nil),    // 102: forge.GetDesiredFirmwareVersionsResponse
+	(*DesiredFirmwareVersionEntry)(nil),           // 103: forge.DesiredFirmwareVersionEntry
+	nil,                                           // 104: forge.EndpointExplorationReport.FirmwareVersionsEntry
+	nil,                                           // 105: forge.DesiredFirmwareVersionEntry.ComponentVersionsEntry
+	(*timestamppb.Timestamp)(nil),                 // 106: google.protobuf.Timestamp
+	(*emptypb.Empty)(nil),                         // 107: google.protobuf.Empty
 }
 var file_forge_forge_proto_depIdxs = []int32{
 	10,  // 0: forge.MachineIdList.machine_ids:type_name -> forge.MachineId
@@ -6531,10 +6688,10 @@ var file_forge_forge_proto_depIdxs = []int32{
 	12,  // 2: forge.PowerShelfIdList.ids:type_name -> forge.PowerShelfId
 	13,  // 3: forge.RackIdList.rack_ids:type_name -> forge.RackId
 	22,  // 4: forge.BuildInfo.runtime_config:type_name -> forge.RuntimeConfig
-	102, // 5: forge.HealthReport.observed_at:type_name -> google.protobuf.Timestamp
+	106, // 5: forge.HealthReport.observed_at:type_name -> google.protobuf.Timestamp
 	24,  // 6: forge.HealthReport.successes:type_name -> forge.HealthProbeSuccess
 	25,  // 7: forge.HealthReport.alerts:type_name -> forge.HealthProbeAlert
-	102, // 8: forge.HealthProbeAlert.in_alert_since:type_name -> google.protobuf.Timestamp
+	106, // 8: forge.HealthProbeAlert.in_alert_since:type_name -> google.protobuf.Timestamp
 	13,  // 9: forge.MachineSearchConfig.rack_id:type_name -> forge.RackId
 	10,  // 10: forge.MachinesByIdsRequest.machine_ids:type_name -> forge.MachineId
 	30,  // 11: forge.MachineList.machines:type_name -> forge.Machine
@@ -6544,7 +6701,7 @@ var file_forge_forge_proto_depIdxs = []int32{
 	31,  // 15: forge.Machine.config:type_name -> forge.MachineConfig
 	32,  // 16: forge.Machine.status:type_name -> forge.MachineStatus
 	33,  // 17: forge.MachineStatus.discovery_info:type_name -> forge.DiscoveryInfo
-	102, // 18: forge.MachineStatus.last_observation_time:type_name -> google.protobuf.Timestamp
+	106, // 18: forge.MachineStatus.last_observation_time:type_name -> google.protobuf.Timestamp
 	10,  // 19: forge.MachineStatus.associated_dpu_machine_ids:type_name -> forge.MachineId
 	23,  // 20: forge.MachineStatus.health:type_name -> forge.HealthReport
 	34,  // 21: forge.DiscoveryInfo.dmi_data:type_name -> forge.DmiData
@@ -6620,7 +6777,7 @@ var file_forge_forge_proto_depIdxs = []int32{
 	84,  // 91: forge.EndpointExplorationReport.systems:type_name -> forge.ComputerSystem
 	85,  // 92: forge.EndpointExplorationReport.chassis:type_name -> forge.Chassis
 	86,  // 93: forge.EndpointExplorationReport.service:type_name -> forge.Service
-	101, // 94: forge.EndpointExplorationReport.firmware_versions:type_name -> forge.EndpointExplorationReport.FirmwareVersionsEntry
+	104, // 94: forge.EndpointExplorationReport.firmware_versions:type_name -> forge.EndpointExplorationReport.FirmwareVersionsEntry
 	8,   // 95: forge.ComputerSystem.power_state:type_name -> forge.ComputerSystemPowerState
 	87,  // 96: forge.Service.inventories:type_name -> forge.Inventory
 	15,  // 97: forge.UpdateComputeTrayFirmwareTarget.machine_ids:type_name -> forge.MachineIdList
@@ -6648,7 +6805,7 @@ var file_forge_forge_proto_depIdxs = []int32{
 	96,  // 119: forge.GetComponentFirmwareStatusResponse.statuses:type_name -> forge.FirmwareUpdateStatus
 	77,  // 120: forge.FirmwareUpdateStatus.result:type_name -> forge.ComponentResult
 	2,   // 121: forge.FirmwareUpdateStatus.state:type_name -> forge.FirmwareUpdateState
-	102, // 122: forge.FirmwareUpdateStatus.updated_at:type_name -> google.protobuf.Timestamp
+	106, // 122: forge.FirmwareUpdateStatus.updated_at:type_name -> google.protobuf.Timestamp
 	15,  // 123: forge.ListComponentFirmwareVersionsRequest.machine_ids:type_name -> forge.MachineIdList
 	16,  // 124: forge.ListComponentFirmwareVersionsRequest.switch_ids:type_name -> forge.SwitchIdList
 	17,  // 125: forge.ListComponentFirmwareVersionsRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
@@ -6660,65 +6817,69 @@ var file_forge_forge_proto_depIdxs = []int32{
 	77,  // 131: forge.DeviceFirmwareVersions.result:type_name -> forge.ComponentResult
 	100, // 132: forge.DeviceFirmwareVersions.compute_fw_versions:type_name -> forge.ComputeTrayFirmwareVersions
 	5,   // 133: forge.ComputeTrayFirmwareVersions.component:type_name -> forge.ComputeTrayComponent
-	20,  // 134: forge.Forge.Version:input_type -> forge.VersionRequest
-	26,  // 135: forge.Forge.FindMachineIds:input_type -> forge.MachineSearchConfig
-	27,  // 136: forge.Forge.FindMachinesByIds:input_type -> forge.MachinesByIdsRequest
-	35,  // 137: forge.Forge.FindSwitchIds:input_type -> forge.SwitchSearchFilter
-	36,  // 138: forge.Forge.FindSwitchesByIds:input_type -> forge.SwitchesByIdsRequest
-	42,  // 139: forge.Forge.FindPowerShelfIds:input_type -> forge.PowerShelfSearchFilter
-	43,  // 140: forge.Forge.FindPowerShelvesByIds:input_type -> forge.PowerShelvesByIdsRequest
-	49,  // 141: forge.Forge.FindRacksByIds:input_type -> forge.RacksByIdsRequest
-	53,  // 142: forge.Forge.GetPowerOptions:input_type -> forge.PowerOptionRequest
-	56,  // 143: forge.Forge.GetMachinePositionInfo:input_type -> forge.MachinePositionQuery
-	61,  // 144: forge.Forge.AddExpectedMachine:input_type -> forge.ExpectedMachine
-	63,  // 145: forge.Forge.AddExpectedSwitch:input_type -> forge.ExpectedSwitch
-	65,  // 146: forge.Forge.AddExpectedPowerShelf:input_type -> forge.ExpectedPowerShelf
-	103, // 147: forge.Forge.GetAllExpectedMachines:input_type -> google.protobuf.Empty
-	103, // 148: forge.Forge.GetAllExpectedSwitches:input_type -> google.protobuf.Empty
-	103, // 149: forge.Forge.GetAllExpectedPowerShelves:input_type -> google.protobuf.Empty
-	103, // 150: forge.Forge.GetAllExpectedRacks:input_type -> google.protobuf.Empty
-	69,  // 151: forge.Forge.AllowIngestionAndPowerOn:input_type -> forge.BmcEndpointRequest
-	69,  // 152: forge.Forge.DetermineMachineIngestionState:input_type -> forge.BmcEndpointRequest
-	71,  // 153: forge.Forge.DecommissionManagedHost:input_type -> forge.DecommissionManagedHostRequest
-	73,  // 154: forge.Forge.DecommissionSwitch:input_type -> forge.DecommissionSwitchRequest
-	75,  // 155: forge.Forge.DecommissionPowerShelf:input_type -> forge.DecommissionPowerShelfRequest
-	78,  // 156: forge.Forge.ComponentPowerControl:input_type -> forge.ComponentPowerControlRequest
-	80,  // 157: forge.Forge.GetComponentInventory:input_type -> forge.GetComponentInventoryRequest
-	92,  // 158: forge.Forge.UpdateComponentFirmware:input_type -> forge.UpdateComponentFirmwareRequest
-	94,  // 159: forge.Forge.GetComponentFirmwareStatus:input_type -> forge.GetComponentFirmwareStatusRequest
-	97,  // 160: forge.Forge.ListComponentFirmwareVersions:input_type -> forge.ListComponentFirmwareVersionsRequest
-	21,  // 161: forge.Forge.Version:output_type -> forge.BuildInfo
-	15,  // 162: forge.Forge.FindMachineIds:output_type -> forge.MachineIdList
-	28,  // 163: forge.Forge.FindMachinesByIds:output_type -> forge.MachineList
-	16,  // 164: forge.Forge.FindSwitchIds:output_type -> forge.SwitchIdList
-	37,  // 165: forge.Forge.FindSwitchesByIds:output_type -> forge.SwitchList
-	17,  // 166: forge.Forge.FindPowerShelfIds:output_type -> forge.PowerShelfIdList
-	44,  // 167: forge.Forge.FindPowerShelvesByIds:output_type -> forge.PowerShelfList
-	50,  // 168: forge.Forge.FindRacksByIds:output_type -> forge.RackList
-	54,  // 169: forge.Forge.GetPowerOptions:output_type -> forge.PowerOptionResponse
-	57,  // 170: forge.Forge.GetMachinePositionInfo:output_type -> forge.MachinePositionInfoList
-	103, // 171: forge.Forge.AddExpectedMachine:output_type -> google.protobuf.Empty
-	103, // 172: forge.Forge.AddExpectedSwitch:output_type -> google.protobuf.Empty
-	103, // 173: forge.Forge.AddExpectedPowerShelf:output_type -> google.protobuf.Empty
-	62,  // 174: forge.Forge.GetAllExpectedMachines:output_type -> forge.ExpectedMachineList
-	64,  // 175: forge.Forge.GetAllExpectedSwitches:output_type -> forge.ExpectedSwitchList
-	66,  // 176: forge.Forge.GetAllExpectedPowerShelves:output_type -> forge.ExpectedPowerShelfList
-	68,  // 177: forge.Forge.GetAllExpectedRacks:output_type -> forge.ExpectedRackList
-	103, // 178: forge.Forge.AllowIngestionAndPowerOn:output_type -> google.protobuf.Empty
-	70,  // 179: forge.Forge.DetermineMachineIngestionState:output_type -> forge.MachineIngestionStateResponse
-	72,  // 180: forge.Forge.DecommissionManagedHost:output_type -> forge.DecommissionManagedHostResponse
-	74,  // 181: forge.Forge.DecommissionSwitch:output_type -> forge.DecommissionSwitchResponse
-	76,  // 182: forge.Forge.DecommissionPowerShelf:output_type -> forge.DecommissionPowerShelfResponse
-	79,  // 183: forge.Forge.ComponentPowerControl:output_type -> forge.ComponentPowerControlResponse
-	81,  // 184: forge.Forge.GetComponentInventory:output_type -> forge.GetComponentInventoryResponse
-	93,  // 185: forge.Forge.UpdateComponentFirmware:output_type -> forge.UpdateComponentFirmwareResponse
-	95,  // 186: forge.Forge.GetComponentFirmwareStatus:output_type -> forge.GetComponentFirmwareStatusResponse
-	98,  // 187: forge.Forge.ListComponentFirmwareVersions:output_type -> forge.ListComponentFirmwareVersionsResponse
-	161, // [161:188] is the sub-list for method output_type
-	134, // [134:161] is the sub-list for method input_type
-	134, // [134:134] is the sub-list for extension type_name
-	134, // [134:134] is the sub-list for extension extendee
-	0,   // [0:134] is the sub-list for field type_name
+	103, // 134: forge.GetDesiredFirmwareVersionsResponse.entries:type_name -> forge.DesiredFirmwareVersionEntry
+	105, // 135: forge.DesiredFirmwareVersionEntry.component_versions:type_name -> forge.DesiredFirmwareVersionEntry.ComponentVersionsEntry
+	20,  // 136: forge.Forge.Version:input_type -> forge.VersionRequest
+	26,  // 137: forge.Forge.FindMachineIds:input_type -> forge.MachineSearchConfig
+	27,  // 138: forge.Forge.FindMachinesByIds:input_type -> forge.MachinesByIdsRequest
+	35,  // 139: forge.Forge.FindSwitchIds:input_type -> forge.SwitchSearchFilter
+	36,  // 140: forge.Forge.FindSwitchesByIds:input_type -> forge.SwitchesByIdsRequest
+	42,  // 141: forge.Forge.FindPowerShelfIds:input_type -> forge.PowerShelfSearchFilter
+	43,  // 142: forge.Forge.FindPowerShelvesByIds:input_type -> forge.PowerShelvesByIdsRequest
+	49,  // 143: forge.Forge.FindRacksByIds:input_type -> forge.RacksByIdsRequest
+	53,  // 144: forge.Forge.GetPowerOptions:input_type -> forge.PowerOptionRequest
+	56,  // 145: forge.Forge.GetMachinePositionInfo:input_type -> forge.MachinePositionQuery
+	61,  // 146: forge.Forge.AddExpectedMachine:input_type -> forge.ExpectedMachine
+	63,  // 147: forge.Forge.AddExpectedSwitch:input_type -> forge.ExpectedSwitch
+	65,  // 148: forge.Forge.AddExpectedPowerShelf:input_type -> forge.ExpectedPowerShelf
+	107, // 149: forge.Forge.GetAllExpectedMachines:input_type -> google.protobuf.Empty
+	107, // 150: forge.Forge.GetAllExpectedSwitches:input_type -> google.protobuf.Empty
+	107, // 151: forge.Forge.GetAllExpectedPowerShelves:input_type -> google.protobuf.Empty
+	107, // 152: forge.Forge.GetAllExpectedRacks:input_type -> google.protobuf.Empty
+	69,  // 153: forge.Forge.AllowIngestionAndPowerOn:input_type -> forge.BmcEndpointRequest
+	69,  // 154: forge.Forge.DetermineMachineIngestionState:input_type -> forge.BmcEndpointRequest
+	71,  // 155: forge.Forge.DecommissionManagedHost:input_type -> forge.DecommissionManagedHostRequest
+	73,  // 156: forge.Forge.DecommissionSwitch:input_type -> forge.DecommissionSwitchRequest
+	75,  // 157: forge.Forge.DecommissionPowerShelf:input_type -> forge.DecommissionPowerShelfRequest
+	78,  // 158: forge.Forge.ComponentPowerControl:input_type -> forge.ComponentPowerControlRequest
+	80,  // 159: forge.Forge.GetComponentInventory:input_type -> forge.GetComponentInventoryRequest
+	92,  // 160: forge.Forge.UpdateComponentFirmware:input_type -> forge.UpdateComponentFirmwareRequest
+	94,  // 161: forge.Forge.GetComponentFirmwareStatus:input_type -> forge.GetComponentFirmwareStatusRequest
+	97,  // 162: forge.Forge.ListComponentFirmwareVersions:input_type -> forge.ListComponentFirmwareVersionsRequest
+	101, // 163: forge.Forge.GetDesiredFirmwareVersions:input_type -> forge.GetDesiredFirmwareVersionsRequest
+	21,  // 164: forge.Forge.Version:output_type -> forge.BuildInfo
+	15,  // 165: forge.Forge.FindMachineIds:output_type -> forge.MachineIdList
+	28,  // 166: forge.Forge.FindMachinesByIds:output_type -> forge.MachineList
+	16,  // 167: forge.Forge.FindSwitchIds:output_type -> forge.SwitchIdList
+	37,  // 168: forge.Forge.FindSwitchesByIds:output_type -> forge.SwitchList
+	17,  // 169: forge.Forge.FindPowerShelfIds:output_type -> forge.PowerShelfIdList
+	44,  // 170: forge.Forge.FindPowerShelvesByIds:output_type -> forge.PowerShelfList
+	50,  // 171: forge.Forge.FindRacksByIds:output_type -> forge.RackList
+	54,  // 172: forge.Forge.GetPowerOptions:output_type -> forge.PowerOptionResponse
+	57,  // 173: forge.Forge.GetMachinePositionInfo:output_type -> forge.MachinePositionInfoList
+	107, // 174: forge.Forge.AddExpectedMachine:output_type -> google.protobuf.Empty
+	107, // 175: forge.Forge.AddExpectedSwitch:output_type -> google.protobuf.Empty
+	107, // 176: forge.Forge.AddExpectedPowerShelf:output_type -> google.protobuf.Empty
+	62,  // 177: forge.Forge.GetAllExpectedMachines:output_type -> forge.ExpectedMachineList
+	64,  // 178: forge.Forge.GetAllExpectedSwitches:output_type -> forge.ExpectedSwitchList
+	66,  // 179: forge.Forge.GetAllExpectedPowerShelves:output_type -> forge.ExpectedPowerShelfList
+	68,  // 180: forge.Forge.GetAllExpectedRacks:output_type -> forge.ExpectedRackList
+	107, // 181: forge.Forge.AllowIngestionAndPowerOn:output_type -> google.protobuf.Empty
+	70,  // 182: forge.Forge.DetermineMachineIngestionState:output_type -> forge.MachineIngestionStateResponse
+	72,  // 183: forge.Forge.DecommissionManagedHost:output_type -> forge.DecommissionManagedHostResponse
+	74,  // 184: forge.Forge.DecommissionSwitch:output_type -> forge.DecommissionSwitchResponse
+	76,  // 185: forge.Forge.DecommissionPowerShelf:output_type -> forge.DecommissionPowerShelfResponse
+	79,  // 186: forge.Forge.ComponentPowerControl:output_type -> forge.ComponentPowerControlResponse
+	81,  // 187: forge.Forge.GetComponentInventory:output_type -> forge.GetComponentInventoryResponse
+	93,  // 188: forge.Forge.UpdateComponentFirmware:output_type -> forge.UpdateComponentFirmwareResponse
+	95,  // 189: forge.Forge.GetComponentFirmwareStatus:output_type -> forge.GetComponentFirmwareStatusResponse
+	98,  // 190: forge.Forge.ListComponentFirmwareVersions:output_type -> forge.ListComponentFirmwareVersionsResponse
+	102, // 191: forge.Forge.GetDesiredFirmwareVersions:output_type -> forge.GetDesiredFirmwareVersionsResponse
+	164, // [164:192] is the sub-list for method output_type
+	136, // [136:164] is the sub-list for method input_type
+	136, // [136:136] is the sub-list for extension type_name
+	136, // [136:136] is the sub-list for extension extendee
+	0,   // [0:136] is the sub-list for field type_name
 }
 
 func init() { file_forge_forge_proto_init() }
@@ -6789,7 +6950,7 @@ func file_forge_forge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_forge_forge_proto_rawDesc), len(file_forge_forge_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   92,
+			NumMessages:   96,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -58,6 +58,19 @@ type ComponentDrift struct {
 	CheckedAt       time.Time
 }
 
+type ComponentFirmware struct {
+	ComponentID uuid.UUID
+	Versions    []byte
+	Reported    bool
+	SeenAt      time.Time
+	ChangedAt   time.Time
+}
+
+type ComponentFirmwareRead struct {
+	ComponentType string
+	ReadAt        time.Time
+}
+
 type ComponentLeak struct {
 	ComponentID    uuid.UUID
 	Status         string
@@ -176,6 +189,31 @@ type EventRuleBinding struct {
 	ScopeID   *uuid.UUID
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+type FirmwareBaseline struct {
+	ID        uuid.UUID
+	Name      string
+	Revision  int32
+	CreatedAt time.Time
+}
+
+type FirmwareBaselineActivation struct {
+	ID          int64
+	BaselineID  uuid.UUID
+	Revision    int32
+	ActivatedAt time.Time
+	ActivatedBy string
+}
+
+type FirmwareBaselineRevision struct {
+	BaselineID  uuid.UUID
+	Revision    int32
+	Description string
+	Entries     []byte
+	Source      string
+	CreatedAt   time.Time
+	CreatedBy   string
 }
 
 type FlowInstance struct {

@@ -114,6 +114,9 @@ const (
 	// ForgeListComponentFirmwareVersionsProcedure is the fully-qualified name of the Forge's
 	// ListComponentFirmwareVersions RPC.
 	ForgeListComponentFirmwareVersionsProcedure = "/forge.Forge/ListComponentFirmwareVersions"
+	// ForgeGetDesiredFirmwareVersionsProcedure is the fully-qualified name of the Forge's
+	// GetDesiredFirmwareVersions RPC.
+	ForgeGetDesiredFirmwareVersionsProcedure = "/forge.Forge/GetDesiredFirmwareVersions"
 )
 
 // ForgeClient is a client for the forge.Forge service.
@@ -153,6 +156,7 @@ type ForgeClient interface {
 	UpdateComponentFirmware(context.Context, *forge.UpdateComponentFirmwareRequest) (*forge.UpdateComponentFirmwareResponse, error)
 	GetComponentFirmwareStatus(context.Context, *forge.GetComponentFirmwareStatusRequest) (*forge.GetComponentFirmwareStatusResponse, error)
 	ListComponentFirmwareVersions(context.Context, *forge.ListComponentFirmwareVersionsRequest) (*forge.ListComponentFirmwareVersionsResponse, error)
+	GetDesiredFirmwareVersions(context.Context, *forge.GetDesiredFirmwareVersionsRequest) (*forge.GetDesiredFirmwareVersionsResponse, error)
 }
 
 // NewForgeClient constructs a client for the forge.Forge service. By default, it uses the Connect
@@ -328,6 +332,12 @@ func NewForgeClient(httpClient connect.HTTPClient, baseURL string, opts ...conne
 			connect.WithSchema(forgeMethods.ByName("ListComponentFirmwareVersions")),
 			connect.WithClientOptions(opts...),
 		),
+		getDesiredFirmwareVersions: connect.NewClient[forge.GetDesiredFirmwareVersionsRequest, forge.GetDesiredFirmwareVersionsResponse](
+			httpClient,
+			baseURL+ForgeGetDesiredFirmwareVersionsProcedure,
+			connect.WithSchema(forgeMethods.ByName("GetDesiredFirmwareVersions")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -360,6 +370,7 @@ type forgeClient struct {
 	updateComponentFirmware        *connect.Client[forge.UpdateComponentFirmwareRequest, forge.UpdateComponentFirmwareResponse]
 	getComponentFirmwareStatus     *connect.Client[forge.GetComponentFirmwareStatusRequest, forge.GetComponentFirmwareStatusResponse]
 	listComponentFirmwareVersions  *connect.Client[forge.ListComponentFirmwareVersionsRequest, forge.ListComponentFirmwareVersionsResponse]
+	getDesiredFirmwareVersions     *connect.Client[forge.GetDesiredFirmwareVersionsRequest, forge.GetDesiredFirmwareVersionsResponse]
 }
 
 // Version calls forge.Forge.Version.
@@ -605,6 +616,15 @@ func (c *forgeClient) ListComponentFirmwareVersions(ctx context.Context, req *fo
 	return nil, err
 }
 
+// GetDesiredFirmwareVersions calls forge.Forge.GetDesiredFirmwareVersions.
+func (c *forgeClient) GetDesiredFirmwareVersions(ctx context.Context, req *forge.GetDesiredFirmwareVersionsRequest) (*forge.GetDesiredFirmwareVersionsResponse, error) {
+	response, err := c.getDesiredFirmwareVersions.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // ForgeHandler is an implementation of the forge.Forge service.
 type ForgeHandler interface {
 	// Version reports the build; with display_config it also reports the
@@ -642,6 +662,7 @@ type ForgeHandler interface {
 	UpdateComponentFirmware(context.Context, *forge.UpdateComponentFirmwareRequest) (*forge.UpdateComponentFirmwareResponse, error)
 	GetComponentFirmwareStatus(context.Context, *forge.GetComponentFirmwareStatusRequest) (*forge.GetComponentFirmwareStatusResponse, error)
 	ListComponentFirmwareVersions(context.Context, *forge.ListComponentFirmwareVersionsRequest) (*forge.ListComponentFirmwareVersionsResponse, error)
+	GetDesiredFirmwareVersions(context.Context, *forge.GetDesiredFirmwareVersionsRequest) (*forge.GetDesiredFirmwareVersionsResponse, error)
 }
 
 // NewForgeHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -813,6 +834,12 @@ func NewForgeHandler(svc ForgeHandler, opts ...connect.HandlerOption) (string, h
 		connect.WithSchema(forgeMethods.ByName("ListComponentFirmwareVersions")),
 		connect.WithHandlerOptions(opts...),
 	)
+	forgeGetDesiredFirmwareVersionsHandler := connect.NewUnaryHandlerSimple(
+		ForgeGetDesiredFirmwareVersionsProcedure,
+		svc.GetDesiredFirmwareVersions,
+		connect.WithSchema(forgeMethods.ByName("GetDesiredFirmwareVersions")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/forge.Forge/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ForgeVersionProcedure:
@@ -869,6 +896,8 @@ func NewForgeHandler(svc ForgeHandler, opts ...connect.HandlerOption) (string, h
 			forgeGetComponentFirmwareStatusHandler.ServeHTTP(w, r)
 		case ForgeListComponentFirmwareVersionsProcedure:
 			forgeListComponentFirmwareVersionsHandler.ServeHTTP(w, r)
+		case ForgeGetDesiredFirmwareVersionsProcedure:
+			forgeGetDesiredFirmwareVersionsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -984,4 +1013,8 @@ func (UnimplementedForgeHandler) GetComponentFirmwareStatus(context.Context, *fo
 
 func (UnimplementedForgeHandler) ListComponentFirmwareVersions(context.Context, *forge.ListComponentFirmwareVersionsRequest) (*forge.ListComponentFirmwareVersionsResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("forge.Forge.ListComponentFirmwareVersions is not implemented"))
+}
+
+func (UnimplementedForgeHandler) GetDesiredFirmwareVersions(context.Context, *forge.GetDesiredFirmwareVersionsRequest) (*forge.GetDesiredFirmwareVersionsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("forge.Forge.GetDesiredFirmwareVersions is not implemented"))
 }

@@ -156,3 +156,8 @@ func (c *forgeLeanClient) GetComponentFirmwareStatus(ctx context.Context, req *f
 func (c *forgeLeanClient) ListComponentFirmwareVersions(ctx context.Context, req *forge.ListComponentFirmwareVersionsRequest) (*forge.ListComponentFirmwareVersionsResponse, error) {
 	return lean.Call[*forge.ListComponentFirmwareVersionsResponse](ctx, c.conn, ForgeListComponentFirmwareVersionsProcedure, req)
 }
+
+// GetDesiredFirmwareVersions calls forge.Forge.GetDesiredFirmwareVersions.
+func (c *forgeLeanClient) GetDesiredFirmwareVersions(ctx context.Context, req *forge.GetDesiredFirmwareVersionsRequest) (*forge.GetDesiredFirmwareVersionsResponse, error) {
+	return lean.Call[*forge.GetDesiredFirmwareVersionsResponse](ctx, c.conn, ForgeGetDesiredFirmwareVersionsProcedure, req)
+}

@@ -717,6 +717,2012 @@ func (x *ListLeakOccurrencesResponse) GetOccurrences() []*LeakOccurrence {
 	return nil
 }
 
+type FindDeletedRacksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the rack's name, matched exactly (required).
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindDeletedRacksRequest) Reset() {
+	*x = FindDeletedRacksRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindDeletedRacksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindDeletedRacksRequest) ProtoMessage() {}
+
+func (x *FindDeletedRacksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindDeletedRacksRequest.ProtoReflect.Descriptor instead.
+func (*FindDeletedRacksRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *FindDeletedRacksRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeletedRack is a soft-deleted rack, kept until PurgeRack removes it.
+type DeletedRack struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the rack's Flow UUID, what PurgeRack takes.
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Manufacturer  string                 `protobuf:"bytes,3,opt,name=manufacturer,proto3" json:"manufacturer,omitempty"`
+	SerialNumber  string                 `protobuf:"bytes,4,opt,name=serial_number,json=serialNumber,proto3" json:"serial_number,omitempty"`
+	DeletedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deleted_at,json=deletedAt,proto3" json:"deleted_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletedRack) Reset() {
+	*x = DeletedRack{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletedRack) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletedRack) ProtoMessage() {}
+
+func (x *DeletedRack) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletedRack.ProtoReflect.Descriptor instead.
+func (*DeletedRack) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DeletedRack) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DeletedRack) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeletedRack) GetManufacturer() string {
+	if x != nil {
+		return x.Manufacturer
+	}
+	return ""
+}
+
+func (x *DeletedRack) GetSerialNumber() string {
+	if x != nil {
+		return x.SerialNumber
+	}
+	return ""
+}
+
+func (x *DeletedRack) GetDeletedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeletedAt
+	}
+	return nil
+}
+
+type FindDeletedRacksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Racks         []*DeletedRack         `protobuf:"bytes,1,rep,name=racks,proto3" json:"racks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindDeletedRacksResponse) Reset() {
+	*x = FindDeletedRacksResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindDeletedRacksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindDeletedRacksResponse) ProtoMessage() {}
+
+func (x *FindDeletedRacksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindDeletedRacksResponse.ProtoReflect.Descriptor instead.
+func (*FindDeletedRacksResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *FindDeletedRacksResponse) GetRacks() []*DeletedRack {
+	if x != nil {
+		return x.Racks
+	}
+	return nil
+}
+
+// BaselineEntry is one desired version: of one sub-component (component)
+// of one component type, optionally only for one vendor, model or rack
+// profile. component_type is "compute", "nvswitch" or "powershelf";
+// component is Core's sub-component name (compute: bmc, bios, cec, nic,
+// cpld_mb, cpld_pdb, hgx_bmc, combined_bmc_uefi, gpu, cx7; nvswitch: bmc,
+// cpld, bios, nvos; powershelf: pmc, psu).
+type BaselineEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ComponentType string                 `protobuf:"bytes,1,opt,name=component_type,json=componentType,proto3" json:"component_type,omitempty"`
+	Component     string                 `protobuf:"bytes,2,opt,name=component,proto3" json:"component,omitempty"`
+	Version       string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	// vendor, model and rack_profile narrow the entry ("" any); vendor is
+	// compared ignoring case. The most specific matching entry wins
+	// (rack_profile over model over vendor).
+	Vendor        string `protobuf:"bytes,4,opt,name=vendor,proto3" json:"vendor,omitempty"`
+	Model         string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	RackProfile   string `protobuf:"bytes,6,opt,name=rack_profile,json=rackProfile,proto3" json:"rack_profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BaselineEntry) Reset() {
+	*x = BaselineEntry{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BaselineEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BaselineEntry) ProtoMessage() {}
+
+func (x *BaselineEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BaselineEntry.ProtoReflect.Descriptor instead.
+func (*BaselineEntry) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BaselineEntry) GetComponentType() string {
+	if x != nil {
+		return x.ComponentType
+	}
+	return ""
+}
+
+func (x *BaselineEntry) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *BaselineEntry) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *BaselineEntry) GetVendor() string {
+	if x != nil {
+		return x.Vendor
+	}
+	return ""
+}
+
+func (x *BaselineEntry) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *BaselineEntry) GetRackProfile() string {
+	if x != nil {
+		return x.RackProfile
+	}
+	return ""
+}
+
+// BaselineRevision is one revision's record: who made it, when, and how.
+type BaselineRevision struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Revision  int32                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedBy string                 `protobuf:"bytes,3,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// source is "manual" or "core" (imported from Core's desired versions).
+	Source        string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	EntryCount    int32  `protobuf:"varint,5,opt,name=entry_count,json=entryCount,proto3" json:"entry_count,omitempty"`
+	Description   string `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BaselineRevision) Reset() {
+	*x = BaselineRevision{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BaselineRevision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BaselineRevision) ProtoMessage() {}
+
+func (x *BaselineRevision) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BaselineRevision.ProtoReflect.Descriptor instead.
+func (*BaselineRevision) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BaselineRevision) GetRevision() int32 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *BaselineRevision) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *BaselineRevision) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *BaselineRevision) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *BaselineRevision) GetEntryCount() int32 {
+	if x != nil {
+		return x.EntryCount
+	}
+	return 0
+}
+
+func (x *BaselineRevision) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+// Baseline is one revision of a baseline.
+type Baseline struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Revision int32                  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// latest_revision is the baseline's newest revision.
+	LatestRevision int32                  `protobuf:"varint,4,opt,name=latest_revision,json=latestRevision,proto3" json:"latest_revision,omitempty"`
+	Description    string                 `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	Entries        []*BaselineEntry       `protobuf:"bytes,6,rep,name=entries,proto3" json:"entries,omitempty"`
+	CreatedAt      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedBy      string                 `protobuf:"bytes,8,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	Source         string                 `protobuf:"bytes,9,opt,name=source,proto3" json:"source,omitempty"`
+	// active_revision is the revision that is the site's active baseline (0:
+	// this baseline is not active).
+	ActiveRevision int32                  `protobuf:"varint,10,opt,name=active_revision,json=activeRevision,proto3" json:"active_revision,omitempty"`
+	ActivatedAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=activated_at,json=activatedAt,proto3" json:"activated_at,omitempty"`
+	ActivatedBy    string                 `protobuf:"bytes,12,opt,name=activated_by,json=activatedBy,proto3" json:"activated_by,omitempty"`
+	// history lists every revision, newest first (GetBaseline only).
+	History       []*BaselineRevision `protobuf:"bytes,13,rep,name=history,proto3" json:"history,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Baseline) Reset() {
+	*x = Baseline{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Baseline) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Baseline) ProtoMessage() {}
+
+func (x *Baseline) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Baseline.ProtoReflect.Descriptor instead.
+func (*Baseline) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Baseline) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Baseline) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Baseline) GetRevision() int32 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *Baseline) GetLatestRevision() int32 {
+	if x != nil {
+		return x.LatestRevision
+	}
+	return 0
+}
+
+func (x *Baseline) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Baseline) GetEntries() []*BaselineEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *Baseline) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Baseline) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *Baseline) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Baseline) GetActiveRevision() int32 {
+	if x != nil {
+		return x.ActiveRevision
+	}
+	return 0
+}
+
+func (x *Baseline) GetActivatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ActivatedAt
+	}
+	return nil
+}
+
+func (x *Baseline) GetActivatedBy() string {
+	if x != nil {
+		return x.ActivatedBy
+	}
+	return ""
+}
+
+func (x *Baseline) GetHistory() []*BaselineRevision {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+type CreateBaselineRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	Entries     []*BaselineEntry       `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	// activate makes the new revision the site's active baseline.
+	Activate      bool `protobuf:"varint,4,opt,name=activate,proto3" json:"activate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateBaselineRequest) Reset() {
+	*x = CreateBaselineRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateBaselineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateBaselineRequest) ProtoMessage() {}
+
+func (x *CreateBaselineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateBaselineRequest.ProtoReflect.Descriptor instead.
+func (*CreateBaselineRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CreateBaselineRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateBaselineRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *CreateBaselineRequest) GetEntries() []*BaselineEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *CreateBaselineRequest) GetActivate() bool {
+	if x != nil {
+		return x.Activate
+	}
+	return false
+}
+
+type UpdateBaselineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the baseline's name or ID.
+	Name          string           `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	BaseRevision  int32            `protobuf:"varint,2,opt,name=base_revision,json=baseRevision,proto3" json:"base_revision,omitempty"`
+	Description   string           `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	Entries       []*BaselineEntry `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	Activate      bool             `protobuf:"varint,5,opt,name=activate,proto3" json:"activate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateBaselineRequest) Reset() {
+	*x = UpdateBaselineRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateBaselineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateBaselineRequest) ProtoMessage() {}
+
+func (x *UpdateBaselineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateBaselineRequest.ProtoReflect.Descriptor instead.
+func (*UpdateBaselineRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *UpdateBaselineRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateBaselineRequest) GetBaseRevision() int32 {
+	if x != nil {
+		return x.BaseRevision
+	}
+	return 0
+}
+
+func (x *UpdateBaselineRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *UpdateBaselineRequest) GetEntries() []*BaselineEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *UpdateBaselineRequest) GetActivate() bool {
+	if x != nil {
+		return x.Activate
+	}
+	return false
+}
+
+type GetBaselineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the baseline's name or ID; "" is the active baseline.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Revision      int32  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBaselineRequest) Reset() {
+	*x = GetBaselineRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBaselineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBaselineRequest) ProtoMessage() {}
+
+func (x *GetBaselineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBaselineRequest.ProtoReflect.Descriptor instead.
+func (*GetBaselineRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GetBaselineRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetBaselineRequest) GetRevision() int32 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type BaselineResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Baseline      *Baseline              `protobuf:"bytes,1,opt,name=baseline,proto3" json:"baseline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BaselineResponse) Reset() {
+	*x = BaselineResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BaselineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BaselineResponse) ProtoMessage() {}
+
+func (x *BaselineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BaselineResponse.ProtoReflect.Descriptor instead.
+func (*BaselineResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *BaselineResponse) GetBaseline() *Baseline {
+	if x != nil {
+		return x.Baseline
+	}
+	return nil
+}
+
+type ListBaselinesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBaselinesRequest) Reset() {
+	*x = ListBaselinesRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBaselinesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBaselinesRequest) ProtoMessage() {}
+
+func (x *ListBaselinesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBaselinesRequest.ProtoReflect.Descriptor instead.
+func (*ListBaselinesRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+type ListBaselinesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Baselines     []*Baseline            `protobuf:"bytes,1,rep,name=baselines,proto3" json:"baselines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBaselinesResponse) Reset() {
+	*x = ListBaselinesResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBaselinesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBaselinesResponse) ProtoMessage() {}
+
+func (x *ListBaselinesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBaselinesResponse.ProtoReflect.Descriptor instead.
+func (*ListBaselinesResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListBaselinesResponse) GetBaselines() []*Baseline {
+	if x != nil {
+		return x.Baselines
+	}
+	return nil
+}
+
+type ActivateBaselineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// revision 0 is the newest.
+	Revision      int32 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivateBaselineRequest) Reset() {
+	*x = ActivateBaselineRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivateBaselineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivateBaselineRequest) ProtoMessage() {}
+
+func (x *ActivateBaselineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivateBaselineRequest.ProtoReflect.Descriptor instead.
+func (*ActivateBaselineRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ActivateBaselineRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ActivateBaselineRequest) GetRevision() int32 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type ImportBaselineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// base_revision is 0 to create the baseline, else its newest revision.
+	BaseRevision  int32  `protobuf:"varint,2,opt,name=base_revision,json=baseRevision,proto3" json:"base_revision,omitempty"`
+	Description   string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	Activate      bool   `protobuf:"varint,4,opt,name=activate,proto3" json:"activate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportBaselineRequest) Reset() {
+	*x = ImportBaselineRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportBaselineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportBaselineRequest) ProtoMessage() {}
+
+func (x *ImportBaselineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportBaselineRequest.ProtoReflect.Descriptor instead.
+func (*ImportBaselineRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ImportBaselineRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ImportBaselineRequest) GetBaseRevision() int32 {
+	if x != nil {
+		return x.BaseRevision
+	}
+	return 0
+}
+
+func (x *ImportBaselineRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ImportBaselineRequest) GetActivate() bool {
+	if x != nil {
+		return x.Activate
+	}
+	return false
+}
+
+type GetComplianceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// baseline is the baseline's name or ID ("" the active one); revision 0
+	// its newest (or, for the active baseline, the active revision).
+	Baseline string `protobuf:"bytes,1,opt,name=baseline,proto3" json:"baseline,omitempty"`
+	Revision int32  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Filters (each "" or empty: all): states ("compliant", "upgrade",
+	// "downgrade", "unknown", "updating", "not_covered"); component_type;
+	// racks and nvl_domain by name or ID; row and hall as the floor map
+	// reads them from the racks' locations.
+	States        []string `protobuf:"bytes,3,rep,name=states,proto3" json:"states,omitempty"`
+	ComponentType string   `protobuf:"bytes,4,opt,name=component_type,json=componentType,proto3" json:"component_type,omitempty"`
+	Racks         []string `protobuf:"bytes,5,rep,name=racks,proto3" json:"racks,omitempty"`
+	NvlDomain     string   `protobuf:"bytes,6,opt,name=nvl_domain,json=nvlDomain,proto3" json:"nvl_domain,omitempty"`
+	Row           string   `protobuf:"bytes,7,opt,name=row,proto3" json:"row,omitempty"`
+	Hall          string   `protobuf:"bytes,8,opt,name=hall,proto3" json:"hall,omitempty"`
+	// offset and limit page the devices (limit 0: 100, at most 1000).
+	Offset int32 `protobuf:"varint,9,opt,name=offset,proto3" json:"offset,omitempty"`
+	Limit  int32 `protobuf:"varint,10,opt,name=limit,proto3" json:"limit,omitempty"`
+	// group_by picks the roll-ups returned: "rack", "nvl_domain", "row",
+	// "hall" (the site roll-up is always returned). Empty: none.
+	GroupBy       []string `protobuf:"bytes,11,rep,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetComplianceRequest) Reset() {
+	*x = GetComplianceRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetComplianceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetComplianceRequest) ProtoMessage() {}
+
+func (x *GetComplianceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetComplianceRequest.ProtoReflect.Descriptor instead.
+func (*GetComplianceRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetComplianceRequest) GetBaseline() string {
+	if x != nil {
+		return x.Baseline
+	}
+	return ""
+}
+
+func (x *GetComplianceRequest) GetRevision() int32 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *GetComplianceRequest) GetStates() []string {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *GetComplianceRequest) GetComponentType() string {
+	if x != nil {
+		return x.ComponentType
+	}
+	return ""
+}
+
+func (x *GetComplianceRequest) GetRacks() []string {
+	if x != nil {
+		return x.Racks
+	}
+	return nil
+}
+
+func (x *GetComplianceRequest) GetNvlDomain() string {
+	if x != nil {
+		return x.NvlDomain
+	}
+	return ""
+}
+
+func (x *GetComplianceRequest) GetRow() string {
+	if x != nil {
+		return x.Row
+	}
+	return ""
+}
+
+func (x *GetComplianceRequest) GetHall() string {
+	if x != nil {
+		return x.Hall
+	}
+	return ""
+}
+
+func (x *GetComplianceRequest) GetOffset() int32 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *GetComplianceRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *GetComplianceRequest) GetGroupBy() []string {
+	if x != nil {
+		return x.GroupBy
+	}
+	return nil
+}
+
+// SubComponentCompliance is one sub-component of a device that is not at
+// the baseline (or could not be compared).
+type SubComponentCompliance struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Component string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"`
+	// state is "upgrade", "downgrade" or "unknown".
+	State     string   `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Desired   string   `protobuf:"bytes,3,opt,name=desired,proto3" json:"desired,omitempty"`
+	Installed []string `protobuf:"bytes,4,rep,name=installed,proto3" json:"installed,omitempty"`
+	// reason says why it is unknown ("not reported", "versions cannot be
+	// ordered: ...").
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubComponentCompliance) Reset() {
+	*x = SubComponentCompliance{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubComponentCompliance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubComponentCompliance) ProtoMessage() {}
+
+func (x *SubComponentCompliance) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubComponentCompliance.ProtoReflect.Descriptor instead.
+func (*SubComponentCompliance) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SubComponentCompliance) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *SubComponentCompliance) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SubComponentCompliance) GetDesired() string {
+	if x != nil {
+		return x.Desired
+	}
+	return ""
+}
+
+func (x *SubComponentCompliance) GetInstalled() []string {
+	if x != nil {
+		return x.Installed
+	}
+	return nil
+}
+
+func (x *SubComponentCompliance) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// DeviceCompliance is one device's compliance.
+type DeviceCompliance struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ComponentId   string                 `protobuf:"bytes,1,opt,name=component_id,json=componentId,proto3" json:"component_id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	ComponentType string                 `protobuf:"bytes,3,opt,name=component_type,json=componentType,proto3" json:"component_type,omitempty"`
+	ExternalId    string                 `protobuf:"bytes,4,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	RackId        string                 `protobuf:"bytes,5,opt,name=rack_id,json=rackId,proto3" json:"rack_id,omitempty"`
+	RackName      string                 `protobuf:"bytes,6,opt,name=rack_name,json=rackName,proto3" json:"rack_name,omitempty"`
+	NvlDomain     string                 `protobuf:"bytes,7,opt,name=nvl_domain,json=nvlDomain,proto3" json:"nvl_domain,omitempty"`
+	Row           string                 `protobuf:"bytes,8,opt,name=row,proto3" json:"row,omitempty"`
+	Hall          string                 `protobuf:"bytes,9,opt,name=hall,proto3" json:"hall,omitempty"`
+	State         string                 `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`
+	// reason explains unknown and updating ("not reported by Core",
+	// "unreported since ...", "task ... is upgrading it").
+	Reason        string                    `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	Differences   []*SubComponentCompliance `protobuf:"bytes,12,rep,name=differences,proto3" json:"differences,omitempty"`
+	SeenAt        *timestamppb.Timestamp    `protobuf:"bytes,13,opt,name=seen_at,json=seenAt,proto3" json:"seen_at,omitempty"`
+	TaskId        string                    `protobuf:"bytes,14,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeviceCompliance) Reset() {
+	*x = DeviceCompliance{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeviceCompliance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeviceCompliance) ProtoMessage() {}
+
+func (x *DeviceCompliance) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeviceCompliance.ProtoReflect.Descriptor instead.
+func (*DeviceCompliance) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *DeviceCompliance) GetComponentId() string {
+	if x != nil {
+		return x.ComponentId
+	}
+	return ""
+}
+
+func (x *DeviceCompliance) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeviceCompliance) GetComponentType() string {
+	if x != nil {
+		return x.ComponentType
+	}
+	return ""
+}
+
+func (x *DeviceCompliance) GetExternalId() string {
+	if x != nil {
+		return x.ExternalId
+	}
+	return ""
+}
+
+func (x *DeviceCompliance) GetRackId() string {
+	if x != nil {
+		return x.RackId
+	}
+	return ""
+}
+
+func (x *DeviceCompliance) GetRackName() string {
+	if x != nil {
+		return x.RackName
+	}
+	return ""
+}
+
+func (x *DeviceCompliance) GetNvlDomain() string {
+	if x != nil {
+		return x.NvlDomain
+	}
+	return ""
+}
+
+func (x *DeviceCompliance) GetRow() string {
+	if x != nil {
+		return x.Row
+	}
+	return ""
+}
+
+func (x *DeviceCompliance) GetHall() string {
+	if x != nil {
+		return x.Hall
+	}
+	return ""
+}
+
+func (x *DeviceCompliance) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *DeviceCompliance) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DeviceCompliance) GetDifferences() []*SubComponentCompliance {
+	if x != nil {
+		return x.Differences
+	}
+	return nil
+}
+
+func (x *DeviceCompliance) GetSeenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SeenAt
+	}
+	return nil
+}
+
+func (x *DeviceCompliance) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+// ComplianceCounts counts devices by state.
+type ComplianceCounts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Total         int32                  `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	Compliant     int32                  `protobuf:"varint,2,opt,name=compliant,proto3" json:"compliant,omitempty"`
+	Upgrade       int32                  `protobuf:"varint,3,opt,name=upgrade,proto3" json:"upgrade,omitempty"`
+	Downgrade     int32                  `protobuf:"varint,4,opt,name=downgrade,proto3" json:"downgrade,omitempty"`
+	Unknown       int32                  `protobuf:"varint,5,opt,name=unknown,proto3" json:"unknown,omitempty"`
+	Updating      int32                  `protobuf:"varint,6,opt,name=updating,proto3" json:"updating,omitempty"`
+	NotCovered    int32                  `protobuf:"varint,7,opt,name=not_covered,json=notCovered,proto3" json:"not_covered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ComplianceCounts) Reset() {
+	*x = ComplianceCounts{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ComplianceCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ComplianceCounts) ProtoMessage() {}
+
+func (x *ComplianceCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ComplianceCounts.ProtoReflect.Descriptor instead.
+func (*ComplianceCounts) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ComplianceCounts) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ComplianceCounts) GetCompliant() int32 {
+	if x != nil {
+		return x.Compliant
+	}
+	return 0
+}
+
+func (x *ComplianceCounts) GetUpgrade() int32 {
+	if x != nil {
+		return x.Upgrade
+	}
+	return 0
+}
+
+func (x *ComplianceCounts) GetDowngrade() int32 {
+	if x != nil {
+		return x.Downgrade
+	}
+	return 0
+}
+
+func (x *ComplianceCounts) GetUnknown() int32 {
+	if x != nil {
+		return x.Unknown
+	}
+	return 0
+}
+
+func (x *ComplianceCounts) GetUpdating() int32 {
+	if x != nil {
+		return x.Updating
+	}
+	return 0
+}
+
+func (x *ComplianceCounts) GetNotCovered() int32 {
+	if x != nil {
+		return x.NotCovered
+	}
+	return 0
+}
+
+// ComplianceGroup is a roll-up: one rack, domain, row or hall.
+type ComplianceGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is "rack", "nvl_domain", "row" or "hall".
+	Kind   string            `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Key    string            `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Name   string            `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Counts *ComplianceCounts `protobuf:"bytes,4,opt,name=counts,proto3" json:"counts,omitempty"`
+	// state is the group's worst device state (updating, upgrade,
+	// downgrade, unknown, compliant in that order).
+	State         string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ComplianceGroup) Reset() {
+	*x = ComplianceGroup{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ComplianceGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ComplianceGroup) ProtoMessage() {}
+
+func (x *ComplianceGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ComplianceGroup.ProtoReflect.Descriptor instead.
+func (*ComplianceGroup) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ComplianceGroup) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ComplianceGroup) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ComplianceGroup) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ComplianceGroup) GetCounts() *ComplianceCounts {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *ComplianceGroup) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+type GetComplianceResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Baseline string                 `protobuf:"bytes,1,opt,name=baseline,proto3" json:"baseline,omitempty"`
+	Revision int32                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Devices  []*DeviceCompliance    `protobuf:"bytes,3,rep,name=devices,proto3" json:"devices,omitempty"`
+	// total is the devices the filters select (devices is one page).
+	Total         int32                  `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
+	Site          *ComplianceCounts      `protobuf:"bytes,5,opt,name=site,proto3" json:"site,omitempty"`
+	Groups        []*ComplianceGroup     `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
+	ComputedAt    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=computed_at,json=computedAt,proto3" json:"computed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetComplianceResponse) Reset() {
+	*x = GetComplianceResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetComplianceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetComplianceResponse) ProtoMessage() {}
+
+func (x *GetComplianceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetComplianceResponse.ProtoReflect.Descriptor instead.
+func (*GetComplianceResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GetComplianceResponse) GetBaseline() string {
+	if x != nil {
+		return x.Baseline
+	}
+	return ""
+}
+
+func (x *GetComplianceResponse) GetRevision() int32 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *GetComplianceResponse) GetDevices() []*DeviceCompliance {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
+func (x *GetComplianceResponse) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *GetComplianceResponse) GetSite() *ComplianceCounts {
+	if x != nil {
+		return x.Site
+	}
+	return nil
+}
+
+func (x *GetComplianceResponse) GetGroups() []*ComplianceGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *GetComplianceResponse) GetComputedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ComputedAt
+	}
+	return nil
+}
+
+type ApplyBaselineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// baseline as in GetCompliance.
+	Baseline string `protobuf:"bytes,1,opt,name=baseline,proto3" json:"baseline,omitempty"`
+	// name of the run (default "baseline-<name>-r<revision>").
+	RunName string `protobuf:"bytes,2,opt,name=run_name,json=runName,proto3" json:"run_name,omitempty"`
+	// canary_racks is the first wave's size in racks, rounded up to whole
+	// NVLink domains (default 1); waves is how many waves follow it (default
+	// 2).
+	CanaryRacks   int32 `protobuf:"varint,3,opt,name=canary_racks,json=canaryRacks,proto3" json:"canary_racks,omitempty"`
+	Waves         int32 `protobuf:"varint,4,opt,name=waves,proto3" json:"waves,omitempty"`
+	MaxConcurrent int32 `protobuf:"varint,5,opt,name=max_concurrent,json=maxConcurrent,proto3" json:"max_concurrent,omitempty"`
+	// max_failures is the failure-count gate per wave (default 1).
+	MaxFailures int32 `protobuf:"varint,6,opt,name=max_failures,json=maxFailures,proto3" json:"max_failures,omitempty"`
+	DryRun      bool  `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// include_downgrades also targets devices above the baseline (default:
+	// only those below it).
+	IncludeDowngrades bool `protobuf:"varint,8,opt,name=include_downgrades,json=includeDowngrades,proto3" json:"include_downgrades,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ApplyBaselineRequest) Reset() {
+	*x = ApplyBaselineRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyBaselineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyBaselineRequest) ProtoMessage() {}
+
+func (x *ApplyBaselineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyBaselineRequest.ProtoReflect.Descriptor instead.
+func (*ApplyBaselineRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ApplyBaselineRequest) GetBaseline() string {
+	if x != nil {
+		return x.Baseline
+	}
+	return ""
+}
+
+func (x *ApplyBaselineRequest) GetRunName() string {
+	if x != nil {
+		return x.RunName
+	}
+	return ""
+}
+
+func (x *ApplyBaselineRequest) GetCanaryRacks() int32 {
+	if x != nil {
+		return x.CanaryRacks
+	}
+	return 0
+}
+
+func (x *ApplyBaselineRequest) GetWaves() int32 {
+	if x != nil {
+		return x.Waves
+	}
+	return 0
+}
+
+func (x *ApplyBaselineRequest) GetMaxConcurrent() int32 {
+	if x != nil {
+		return x.MaxConcurrent
+	}
+	return 0
+}
+
+func (x *ApplyBaselineRequest) GetMaxFailures() int32 {
+	if x != nil {
+		return x.MaxFailures
+	}
+	return 0
+}
+
+func (x *ApplyBaselineRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *ApplyBaselineRequest) GetIncludeDowngrades() bool {
+	if x != nil {
+		return x.IncludeDowngrades
+	}
+	return false
+}
+
+// ApplyWave is one planned wave.
+type ApplyWave struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Phase         int32                  `protobuf:"varint,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	Racks         []string               `protobuf:"bytes,2,rep,name=racks,proto3" json:"racks,omitempty"`
+	NvlDomains    []string               `protobuf:"bytes,3,rep,name=nvl_domains,json=nvlDomains,proto3" json:"nvl_domains,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyWave) Reset() {
+	*x = ApplyWave{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyWave) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyWave) ProtoMessage() {}
+
+func (x *ApplyWave) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyWave.ProtoReflect.Descriptor instead.
+func (*ApplyWave) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ApplyWave) GetPhase() int32 {
+	if x != nil {
+		return x.Phase
+	}
+	return 0
+}
+
+func (x *ApplyWave) GetRacks() []string {
+	if x != nil {
+		return x.Racks
+	}
+	return nil
+}
+
+func (x *ApplyWave) GetNvlDomains() []string {
+	if x != nil {
+		return x.NvlDomains
+	}
+	return nil
+}
+
+type ApplyBaselineResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// run_id is the created run ("" when nothing to do or dry_run).
+	RunId   string       `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Message string       `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Waves   []*ApplyWave `protobuf:"bytes,3,rep,name=waves,proto3" json:"waves,omitempty"`
+	Racks   int32        `protobuf:"varint,4,opt,name=racks,proto3" json:"racks,omitempty"`
+	Devices int32        `protobuf:"varint,5,opt,name=devices,proto3" json:"devices,omitempty"`
+	// target_version is the per-type version map each rack's task gets.
+	TargetVersion string `protobuf:"bytes,6,opt,name=target_version,json=targetVersion,proto3" json:"target_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyBaselineResponse) Reset() {
+	*x = ApplyBaselineResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyBaselineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyBaselineResponse) ProtoMessage() {}
+
+func (x *ApplyBaselineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyBaselineResponse.ProtoReflect.Descriptor instead.
+func (*ApplyBaselineResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ApplyBaselineResponse) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ApplyBaselineResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ApplyBaselineResponse) GetWaves() []*ApplyWave {
+	if x != nil {
+		return x.Waves
+	}
+	return nil
+}
+
+func (x *ApplyBaselineResponse) GetRacks() int32 {
+	if x != nil {
+		return x.Racks
+	}
+	return 0
+}
+
+func (x *ApplyBaselineResponse) GetDevices() int32 {
+	if x != nil {
+		return x.Devices
+	}
+	return 0
+}
+
+func (x *ApplyBaselineResponse) GetTargetVersion() string {
+	if x != nil {
+		return x.TargetVersion
+	}
+	return ""
+}
+
+type GetInstalledFirmwareRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// component is the component's UUID, name or Core ID.
+	Component     string `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInstalledFirmwareRequest) Reset() {
+	*x = GetInstalledFirmwareRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInstalledFirmwareRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInstalledFirmwareRequest) ProtoMessage() {}
+
+func (x *GetInstalledFirmwareRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInstalledFirmwareRequest.ProtoReflect.Descriptor instead.
+func (*GetInstalledFirmwareRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GetInstalledFirmwareRequest) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+// InstalledSubComponent is one sub-component's installed versions.
+type InstalledSubComponent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Component     string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"`
+	Versions      []string               `protobuf:"bytes,2,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstalledSubComponent) Reset() {
+	*x = InstalledSubComponent{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstalledSubComponent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstalledSubComponent) ProtoMessage() {}
+
+func (x *InstalledSubComponent) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstalledSubComponent.ProtoReflect.Descriptor instead.
+func (*InstalledSubComponent) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *InstalledSubComponent) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *InstalledSubComponent) GetVersions() []string {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+type GetInstalledFirmwareResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ComponentId string                 `protobuf:"bytes,1,opt,name=component_id,json=componentId,proto3" json:"component_id,omitempty"`
+	// reported: Core's last read answered for the device.
+	Reported   bool                     `protobuf:"varint,2,opt,name=reported,proto3" json:"reported,omitempty"`
+	SeenAt     *timestamppb.Timestamp   `protobuf:"bytes,3,opt,name=seen_at,json=seenAt,proto3" json:"seen_at,omitempty"`
+	ChangedAt  *timestamppb.Timestamp   `protobuf:"bytes,4,opt,name=changed_at,json=changedAt,proto3" json:"changed_at,omitempty"`
+	Components []*InstalledSubComponent `protobuf:"bytes,5,rep,name=components,proto3" json:"components,omitempty"`
+	// known is false when Core never reported the device's versions.
+	Known         bool `protobuf:"varint,6,opt,name=known,proto3" json:"known,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInstalledFirmwareResponse) Reset() {
+	*x = GetInstalledFirmwareResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInstalledFirmwareResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInstalledFirmwareResponse) ProtoMessage() {}
+
+func (x *GetInstalledFirmwareResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInstalledFirmwareResponse.ProtoReflect.Descriptor instead.
+func (*GetInstalledFirmwareResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GetInstalledFirmwareResponse) GetComponentId() string {
+	if x != nil {
+		return x.ComponentId
+	}
+	return ""
+}
+
+func (x *GetInstalledFirmwareResponse) GetReported() bool {
+	if x != nil {
+		return x.Reported
+	}
+	return false
+}
+
+func (x *GetInstalledFirmwareResponse) GetSeenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SeenAt
+	}
+	return nil
+}
+
+func (x *GetInstalledFirmwareResponse) GetChangedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ChangedAt
+	}
+	return nil
+}
+
+func (x *GetInstalledFirmwareResponse) GetComponents() []*InstalledSubComponent {
+	if x != nil {
+		return x.Components
+	}
+	return nil
+}
+
+func (x *GetInstalledFirmwareResponse) GetKnown() bool {
+	if x != nil {
+		return x.Known
+	}
+	return false
+}
+
 var File_flow_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_flow_admin_v1_admin_proto_rawDesc = "" +
@@ -771,12 +2777,193 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\fcomponent_id\x18\x05 \x01(\tR\vcomponentId\x12'\n" +
 	"\x0funknown_outcome\x18\x06 \x01(\tR\x0eunknownOutcome\"^\n" +
 	"\x1bListLeakOccurrencesResponse\x12?\n" +
-	"\voccurrences\x18\x01 \x03(\v2\x1d.flow.admin.v1.LeakOccurrenceR\voccurrences2\xfb\x02\n" +
+	"\voccurrences\x18\x01 \x03(\v2\x1d.flow.admin.v1.LeakOccurrenceR\voccurrences\"-\n" +
+	"\x17FindDeletedRacksRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xb5\x01\n" +
+	"\vDeletedRack\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\"\n" +
+	"\fmanufacturer\x18\x03 \x01(\tR\fmanufacturer\x12#\n" +
+	"\rserial_number\x18\x04 \x01(\tR\fserialNumber\x129\n" +
+	"\n" +
+	"deleted_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tdeletedAt\"L\n" +
+	"\x18FindDeletedRacksResponse\x120\n" +
+	"\x05racks\x18\x01 \x03(\v2\x1a.flow.admin.v1.DeletedRackR\x05racks\"\xbf\x01\n" +
+	"\rBaselineEntry\x12%\n" +
+	"\x0ecomponent_type\x18\x01 \x01(\tR\rcomponentType\x12\x1c\n" +
+	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12\x16\n" +
+	"\x06vendor\x18\x04 \x01(\tR\x06vendor\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12!\n" +
+	"\frack_profile\x18\x06 \x01(\tR\vrackProfile\"\xe3\x01\n" +
+	"\x10BaselineRevision\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x05R\brevision\x129\n" +
+	"\n" +
+	"created_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x03 \x01(\tR\tcreatedBy\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\x12\x1f\n" +
+	"\ventry_count\x18\x05 \x01(\x05R\n" +
+	"entryCount\x12 \n" +
+	"\vdescription\x18\x06 \x01(\tR\vdescription\"\x85\x04\n" +
+	"\bBaseline\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x05R\brevision\x12'\n" +
+	"\x0flatest_revision\x18\x04 \x01(\x05R\x0elatestRevision\x12 \n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\x126\n" +
+	"\aentries\x18\x06 \x03(\v2\x1c.flow.admin.v1.BaselineEntryR\aentries\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\b \x01(\tR\tcreatedBy\x12\x16\n" +
+	"\x06source\x18\t \x01(\tR\x06source\x12'\n" +
+	"\x0factive_revision\x18\n" +
+	" \x01(\x05R\x0eactiveRevision\x12=\n" +
+	"\factivated_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vactivatedAt\x12!\n" +
+	"\factivated_by\x18\f \x01(\tR\vactivatedBy\x129\n" +
+	"\ahistory\x18\r \x03(\v2\x1f.flow.admin.v1.BaselineRevisionR\ahistory\"\xa1\x01\n" +
+	"\x15CreateBaselineRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x126\n" +
+	"\aentries\x18\x03 \x03(\v2\x1c.flow.admin.v1.BaselineEntryR\aentries\x12\x1a\n" +
+	"\bactivate\x18\x04 \x01(\bR\bactivate\"\xc6\x01\n" +
+	"\x15UpdateBaselineRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rbase_revision\x18\x02 \x01(\x05R\fbaseRevision\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x126\n" +
+	"\aentries\x18\x04 \x03(\v2\x1c.flow.admin.v1.BaselineEntryR\aentries\x12\x1a\n" +
+	"\bactivate\x18\x05 \x01(\bR\bactivate\"D\n" +
+	"\x12GetBaselineRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x05R\brevision\"G\n" +
+	"\x10BaselineResponse\x123\n" +
+	"\bbaseline\x18\x01 \x01(\v2\x17.flow.admin.v1.BaselineR\bbaseline\"\x16\n" +
+	"\x14ListBaselinesRequest\"N\n" +
+	"\x15ListBaselinesResponse\x125\n" +
+	"\tbaselines\x18\x01 \x03(\v2\x17.flow.admin.v1.BaselineR\tbaselines\"I\n" +
+	"\x17ActivateBaselineRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x05R\brevision\"\x8e\x01\n" +
+	"\x15ImportBaselineRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rbase_revision\x18\x02 \x01(\x05R\fbaseRevision\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x1a\n" +
+	"\bactivate\x18\x04 \x01(\bR\bactivate\"\xb1\x02\n" +
+	"\x14GetComplianceRequest\x12\x1a\n" +
+	"\bbaseline\x18\x01 \x01(\tR\bbaseline\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x05R\brevision\x12\x16\n" +
+	"\x06states\x18\x03 \x03(\tR\x06states\x12%\n" +
+	"\x0ecomponent_type\x18\x04 \x01(\tR\rcomponentType\x12\x14\n" +
+	"\x05racks\x18\x05 \x03(\tR\x05racks\x12\x1d\n" +
+	"\n" +
+	"nvl_domain\x18\x06 \x01(\tR\tnvlDomain\x12\x10\n" +
+	"\x03row\x18\a \x01(\tR\x03row\x12\x12\n" +
+	"\x04hall\x18\b \x01(\tR\x04hall\x12\x16\n" +
+	"\x06offset\x18\t \x01(\x05R\x06offset\x12\x14\n" +
+	"\x05limit\x18\n" +
+	" \x01(\x05R\x05limit\x12\x19\n" +
+	"\bgroup_by\x18\v \x03(\tR\agroupBy\"\x9c\x01\n" +
+	"\x16SubComponentCompliance\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x18\n" +
+	"\adesired\x18\x03 \x01(\tR\adesired\x12\x1c\n" +
+	"\tinstalled\x18\x04 \x03(\tR\tinstalled\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xd1\x03\n" +
+	"\x10DeviceCompliance\x12!\n" +
+	"\fcomponent_id\x18\x01 \x01(\tR\vcomponentId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
+	"\x0ecomponent_type\x18\x03 \x01(\tR\rcomponentType\x12\x1f\n" +
+	"\vexternal_id\x18\x04 \x01(\tR\n" +
+	"externalId\x12\x17\n" +
+	"\arack_id\x18\x05 \x01(\tR\x06rackId\x12\x1b\n" +
+	"\track_name\x18\x06 \x01(\tR\brackName\x12\x1d\n" +
+	"\n" +
+	"nvl_domain\x18\a \x01(\tR\tnvlDomain\x12\x10\n" +
+	"\x03row\x18\b \x01(\tR\x03row\x12\x12\n" +
+	"\x04hall\x18\t \x01(\tR\x04hall\x12\x14\n" +
+	"\x05state\x18\n" +
+	" \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\v \x01(\tR\x06reason\x12G\n" +
+	"\vdifferences\x18\f \x03(\v2%.flow.admin.v1.SubComponentComplianceR\vdifferences\x123\n" +
+	"\aseen_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x06seenAt\x12\x17\n" +
+	"\atask_id\x18\x0e \x01(\tR\x06taskId\"\xd5\x01\n" +
+	"\x10ComplianceCounts\x12\x14\n" +
+	"\x05total\x18\x01 \x01(\x05R\x05total\x12\x1c\n" +
+	"\tcompliant\x18\x02 \x01(\x05R\tcompliant\x12\x18\n" +
+	"\aupgrade\x18\x03 \x01(\x05R\aupgrade\x12\x1c\n" +
+	"\tdowngrade\x18\x04 \x01(\x05R\tdowngrade\x12\x18\n" +
+	"\aunknown\x18\x05 \x01(\x05R\aunknown\x12\x1a\n" +
+	"\bupdating\x18\x06 \x01(\x05R\bupdating\x12\x1f\n" +
+	"\vnot_covered\x18\a \x01(\x05R\n" +
+	"notCovered\"\x9a\x01\n" +
+	"\x0fComplianceGroup\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x127\n" +
+	"\x06counts\x18\x04 \x01(\v2\x1f.flow.admin.v1.ComplianceCountsR\x06counts\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\"\xca\x02\n" +
+	"\x15GetComplianceResponse\x12\x1a\n" +
+	"\bbaseline\x18\x01 \x01(\tR\bbaseline\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x05R\brevision\x129\n" +
+	"\adevices\x18\x03 \x03(\v2\x1f.flow.admin.v1.DeviceComplianceR\adevices\x12\x14\n" +
+	"\x05total\x18\x04 \x01(\x05R\x05total\x123\n" +
+	"\x04site\x18\x05 \x01(\v2\x1f.flow.admin.v1.ComplianceCountsR\x04site\x126\n" +
+	"\x06groups\x18\x06 \x03(\v2\x1e.flow.admin.v1.ComplianceGroupR\x06groups\x12;\n" +
+	"\vcomputed_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"computedAt\"\x98\x02\n" +
+	"\x14ApplyBaselineRequest\x12\x1a\n" +
+	"\bbaseline\x18\x01 \x01(\tR\bbaseline\x12\x19\n" +
+	"\brun_name\x18\x02 \x01(\tR\arunName\x12!\n" +
+	"\fcanary_racks\x18\x03 \x01(\x05R\vcanaryRacks\x12\x14\n" +
+	"\x05waves\x18\x04 \x01(\x05R\x05waves\x12%\n" +
+	"\x0emax_concurrent\x18\x05 \x01(\x05R\rmaxConcurrent\x12!\n" +
+	"\fmax_failures\x18\x06 \x01(\x05R\vmaxFailures\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\x12-\n" +
+	"\x12include_downgrades\x18\b \x01(\bR\x11includeDowngrades\"X\n" +
+	"\tApplyWave\x12\x14\n" +
+	"\x05phase\x18\x01 \x01(\x05R\x05phase\x12\x14\n" +
+	"\x05racks\x18\x02 \x03(\tR\x05racks\x12\x1f\n" +
+	"\vnvl_domains\x18\x03 \x03(\tR\n" +
+	"nvlDomains\"\xcf\x01\n" +
+	"\x15ApplyBaselineResponse\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
+	"\x05waves\x18\x03 \x03(\v2\x18.flow.admin.v1.ApplyWaveR\x05waves\x12\x14\n" +
+	"\x05racks\x18\x04 \x01(\x05R\x05racks\x12\x18\n" +
+	"\adevices\x18\x05 \x01(\x05R\adevices\x12%\n" +
+	"\x0etarget_version\x18\x06 \x01(\tR\rtargetVersion\";\n" +
+	"\x1bGetInstalledFirmwareRequest\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\"Q\n" +
+	"\x15InstalledSubComponent\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x1a\n" +
+	"\bversions\x18\x02 \x03(\tR\bversions\"\xa9\x02\n" +
+	"\x1cGetInstalledFirmwareResponse\x12!\n" +
+	"\fcomponent_id\x18\x01 \x01(\tR\vcomponentId\x12\x1a\n" +
+	"\breported\x18\x02 \x01(\bR\breported\x123\n" +
+	"\aseen_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x06seenAt\x129\n" +
+	"\n" +
+	"changed_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tchangedAt\x12D\n" +
+	"\n" +
+	"components\x18\x05 \x03(\v2$.flow.admin.v1.InstalledSubComponentR\n" +
+	"components\x12\x14\n" +
+	"\x05known\x18\x06 \x01(\bR\x05known2\xa0\n" +
+	"\n" +
 	"\fAdminService\x12H\n" +
 	"\aRunSync\x12\x1d.flow.admin.v1.RunSyncRequest\x1a\x1e.flow.admin.v1.RunSyncResponse\x12Z\n" +
 	"\rGetSyncStatus\x12#.flow.admin.v1.GetSyncStatusRequest\x1a$.flow.admin.v1.GetSyncStatusResponse\x12W\n" +
 	"\fOverrideLeak\x12\".flow.admin.v1.OverrideLeakRequest\x1a#.flow.admin.v1.OverrideLeakResponse\x12l\n" +
-	"\x13ListLeakOccurrences\x12).flow.admin.v1.ListLeakOccurrencesRequest\x1a*.flow.admin.v1.ListLeakOccurrencesResponseB:Z8github.com/nicoflow/flow/proto/gen/flow/admin/v1;adminv1b\x06proto3"
+	"\x13ListLeakOccurrences\x12).flow.admin.v1.ListLeakOccurrencesRequest\x1a*.flow.admin.v1.ListLeakOccurrencesResponse\x12W\n" +
+	"\x0eCreateBaseline\x12$.flow.admin.v1.CreateBaselineRequest\x1a\x1f.flow.admin.v1.BaselineResponse\x12W\n" +
+	"\x0eUpdateBaseline\x12$.flow.admin.v1.UpdateBaselineRequest\x1a\x1f.flow.admin.v1.BaselineResponse\x12Q\n" +
+	"\vGetBaseline\x12!.flow.admin.v1.GetBaselineRequest\x1a\x1f.flow.admin.v1.BaselineResponse\x12Z\n" +
+	"\rListBaselines\x12#.flow.admin.v1.ListBaselinesRequest\x1a$.flow.admin.v1.ListBaselinesResponse\x12[\n" +
+	"\x10ActivateBaseline\x12&.flow.admin.v1.ActivateBaselineRequest\x1a\x1f.flow.admin.v1.BaselineResponse\x12W\n" +
+	"\x0eImportBaseline\x12$.flow.admin.v1.ImportBaselineRequest\x1a\x1f.flow.admin.v1.BaselineResponse\x12Z\n" +
+	"\rGetCompliance\x12#.flow.admin.v1.GetComplianceRequest\x1a$.flow.admin.v1.GetComplianceResponse\x12Z\n" +
+	"\rApplyBaseline\x12#.flow.admin.v1.ApplyBaselineRequest\x1a$.flow.admin.v1.ApplyBaselineResponse\x12o\n" +
+	"\x14GetInstalledFirmware\x12*.flow.admin.v1.GetInstalledFirmwareRequest\x1a+.flow.admin.v1.GetInstalledFirmwareResponse\x12c\n" +
+	"\x10FindDeletedRacks\x12&.flow.admin.v1.FindDeletedRacksRequest\x1a'.flow.admin.v1.FindDeletedRacksResponseB:Z8github.com/nicoflow/flow/proto/gen/flow/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_flow_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -790,46 +2977,114 @@ func file_flow_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_flow_admin_v1_admin_proto_rawDescData
 }
 
-var file_flow_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_flow_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_flow_admin_v1_admin_proto_goTypes = []any{
-	(*SyncCycle)(nil),                   // 0: flow.admin.v1.SyncCycle
-	(*SyncPart)(nil),                    // 1: flow.admin.v1.SyncPart
-	(*RunSyncRequest)(nil),              // 2: flow.admin.v1.RunSyncRequest
-	(*RunSyncResponse)(nil),             // 3: flow.admin.v1.RunSyncResponse
-	(*GetSyncStatusRequest)(nil),        // 4: flow.admin.v1.GetSyncStatusRequest
-	(*GetSyncStatusResponse)(nil),       // 5: flow.admin.v1.GetSyncStatusResponse
-	(*OverrideLeakRequest)(nil),         // 6: flow.admin.v1.OverrideLeakRequest
-	(*OverrideLeakResponse)(nil),        // 7: flow.admin.v1.OverrideLeakResponse
-	(*ListLeakOccurrencesRequest)(nil),  // 8: flow.admin.v1.ListLeakOccurrencesRequest
-	(*LeakOccurrence)(nil),              // 9: flow.admin.v1.LeakOccurrence
-	(*ListLeakOccurrencesResponse)(nil), // 10: flow.admin.v1.ListLeakOccurrencesResponse
-	(*timestamppb.Timestamp)(nil),       // 11: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 12: google.protobuf.Duration
+	(*SyncCycle)(nil),                    // 0: flow.admin.v1.SyncCycle
+	(*SyncPart)(nil),                     // 1: flow.admin.v1.SyncPart
+	(*RunSyncRequest)(nil),               // 2: flow.admin.v1.RunSyncRequest
+	(*RunSyncResponse)(nil),              // 3: flow.admin.v1.RunSyncResponse
+	(*GetSyncStatusRequest)(nil),         // 4: flow.admin.v1.GetSyncStatusRequest
+	(*GetSyncStatusResponse)(nil),        // 5: flow.admin.v1.GetSyncStatusResponse
+	(*OverrideLeakRequest)(nil),          // 6: flow.admin.v1.OverrideLeakRequest
+	(*OverrideLeakResponse)(nil),         // 7: flow.admin.v1.OverrideLeakResponse
+	(*ListLeakOccurrencesRequest)(nil),   // 8: flow.admin.v1.ListLeakOccurrencesRequest
+	(*LeakOccurrence)(nil),               // 9: flow.admin.v1.LeakOccurrence
+	(*ListLeakOccurrencesResponse)(nil),  // 10: flow.admin.v1.ListLeakOccurrencesResponse
+	(*FindDeletedRacksRequest)(nil),      // 11: flow.admin.v1.FindDeletedRacksRequest
+	(*DeletedRack)(nil),                  // 12: flow.admin.v1.DeletedRack
+	(*FindDeletedRacksResponse)(nil),     // 13: flow.admin.v1.FindDeletedRacksResponse
+	(*BaselineEntry)(nil),                // 14: flow.admin.v1.BaselineEntry
+	(*BaselineRevision)(nil),             // 15: flow.admin.v1.BaselineRevision
+	(*Baseline)(nil),                     // 16: flow.admin.v1.Baseline
+	(*CreateBaselineRequest)(nil),        // 17: flow.admin.v1.CreateBaselineRequest
+	(*UpdateBaselineRequest)(nil),        // 18: flow.admin.v1.UpdateBaselineRequest
+	(*GetBaselineRequest)(nil),           // 19: flow.admin.v1.GetBaselineRequest
+	(*BaselineResponse)(nil),             // 20: flow.admin.v1.BaselineResponse
+	(*ListBaselinesRequest)(nil),         // 21: flow.admin.v1.ListBaselinesRequest
+	(*ListBaselinesResponse)(nil),        // 22: flow.admin.v1.ListBaselinesResponse
+	(*ActivateBaselineRequest)(nil),      // 23: flow.admin.v1.ActivateBaselineRequest
+	(*ImportBaselineRequest)(nil),        // 24: flow.admin.v1.ImportBaselineRequest
+	(*GetComplianceRequest)(nil),         // 25: flow.admin.v1.GetComplianceRequest
+	(*SubComponentCompliance)(nil),       // 26: flow.admin.v1.SubComponentCompliance
+	(*DeviceCompliance)(nil),             // 27: flow.admin.v1.DeviceCompliance
+	(*ComplianceCounts)(nil),             // 28: flow.admin.v1.ComplianceCounts
+	(*ComplianceGroup)(nil),              // 29: flow.admin.v1.ComplianceGroup
+	(*GetComplianceResponse)(nil),        // 30: flow.admin.v1.GetComplianceResponse
+	(*ApplyBaselineRequest)(nil),         // 31: flow.admin.v1.ApplyBaselineRequest
+	(*ApplyWave)(nil),                    // 32: flow.admin.v1.ApplyWave
+	(*ApplyBaselineResponse)(nil),        // 33: flow.admin.v1.ApplyBaselineResponse
+	(*GetInstalledFirmwareRequest)(nil),  // 34: flow.admin.v1.GetInstalledFirmwareRequest
+	(*InstalledSubComponent)(nil),        // 35: flow.admin.v1.InstalledSubComponent
+	(*GetInstalledFirmwareResponse)(nil), // 36: flow.admin.v1.GetInstalledFirmwareResponse
+	(*timestamppb.Timestamp)(nil),        // 37: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 38: google.protobuf.Duration
 }
 var file_flow_admin_v1_admin_proto_depIdxs = []int32{
-	11, // 0: flow.admin.v1.SyncCycle.started_at:type_name -> google.protobuf.Timestamp
-	12, // 1: flow.admin.v1.SyncCycle.duration:type_name -> google.protobuf.Duration
+	37, // 0: flow.admin.v1.SyncCycle.started_at:type_name -> google.protobuf.Timestamp
+	38, // 1: flow.admin.v1.SyncCycle.duration:type_name -> google.protobuf.Duration
 	1,  // 2: flow.admin.v1.SyncCycle.parts:type_name -> flow.admin.v1.SyncPart
 	0,  // 3: flow.admin.v1.RunSyncResponse.cycle:type_name -> flow.admin.v1.SyncCycle
 	0,  // 4: flow.admin.v1.GetSyncStatusResponse.cycle:type_name -> flow.admin.v1.SyncCycle
-	11, // 5: flow.admin.v1.OverrideLeakResponse.detected_at:type_name -> google.protobuf.Timestamp
-	11, // 6: flow.admin.v1.OverrideLeakResponse.overridden_at:type_name -> google.protobuf.Timestamp
-	11, // 7: flow.admin.v1.LeakOccurrence.started_at:type_name -> google.protobuf.Timestamp
-	11, // 8: flow.admin.v1.LeakOccurrence.last_seen_at:type_name -> google.protobuf.Timestamp
+	37, // 5: flow.admin.v1.OverrideLeakResponse.detected_at:type_name -> google.protobuf.Timestamp
+	37, // 6: flow.admin.v1.OverrideLeakResponse.overridden_at:type_name -> google.protobuf.Timestamp
+	37, // 7: flow.admin.v1.LeakOccurrence.started_at:type_name -> google.protobuf.Timestamp
+	37, // 8: flow.admin.v1.LeakOccurrence.last_seen_at:type_name -> google.protobuf.Timestamp
 	9,  // 9: flow.admin.v1.ListLeakOccurrencesResponse.occurrences:type_name -> flow.admin.v1.LeakOccurrence
-	2,  // 10: flow.admin.v1.AdminService.RunSync:input_type -> flow.admin.v1.RunSyncRequest
-	4,  // 11: flow.admin.v1.AdminService.GetSyncStatus:input_type -> flow.admin.v1.GetSyncStatusRequest
-	6,  // 12: flow.admin.v1.AdminService.OverrideLeak:input_type -> flow.admin.v1.OverrideLeakRequest
-	8,  // 13: flow.admin.v1.AdminService.ListLeakOccurrences:input_type -> flow.admin.v1.ListLeakOccurrencesRequest
-	3,  // 14: flow.admin.v1.AdminService.RunSync:output_type -> flow.admin.v1.RunSyncResponse
-	5,  // 15: flow.admin.v1.AdminService.GetSyncStatus:output_type -> flow.admin.v1.GetSyncStatusResponse
-	7,  // 16: flow.admin.v1.AdminService.OverrideLeak:output_type -> flow.admin.v1.OverrideLeakResponse
-	10, // 17: flow.admin.v1.AdminService.ListLeakOccurrences:output_type -> flow.admin.v1.ListLeakOccurrencesResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	37, // 10: flow.admin.v1.DeletedRack.deleted_at:type_name -> google.protobuf.Timestamp
+	12, // 11: flow.admin.v1.FindDeletedRacksResponse.racks:type_name -> flow.admin.v1.DeletedRack
+	37, // 12: flow.admin.v1.BaselineRevision.created_at:type_name -> google.protobuf.Timestamp
+	14, // 13: flow.admin.v1.Baseline.entries:type_name -> flow.admin.v1.BaselineEntry
+	37, // 14: flow.admin.v1.Baseline.created_at:type_name -> google.protobuf.Timestamp
+	37, // 15: flow.admin.v1.Baseline.activated_at:type_name -> google.protobuf.Timestamp
+	15, // 16: flow.admin.v1.Baseline.history:type_name -> flow.admin.v1.BaselineRevision
+	14, // 17: flow.admin.v1.CreateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
+	14, // 18: flow.admin.v1.UpdateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
+	16, // 19: flow.admin.v1.BaselineResponse.baseline:type_name -> flow.admin.v1.Baseline
+	16, // 20: flow.admin.v1.ListBaselinesResponse.baselines:type_name -> flow.admin.v1.Baseline
+	26, // 21: flow.admin.v1.DeviceCompliance.differences:type_name -> flow.admin.v1.SubComponentCompliance
+	37, // 22: flow.admin.v1.DeviceCompliance.seen_at:type_name -> google.protobuf.Timestamp
+	28, // 23: flow.admin.v1.ComplianceGroup.counts:type_name -> flow.admin.v1.ComplianceCounts
+	27, // 24: flow.admin.v1.GetComplianceResponse.devices:type_name -> flow.admin.v1.DeviceCompliance
+	28, // 25: flow.admin.v1.GetComplianceResponse.site:type_name -> flow.admin.v1.ComplianceCounts
+	29, // 26: flow.admin.v1.GetComplianceResponse.groups:type_name -> flow.admin.v1.ComplianceGroup
+	37, // 27: flow.admin.v1.GetComplianceResponse.computed_at:type_name -> google.protobuf.Timestamp
+	32, // 28: flow.admin.v1.ApplyBaselineResponse.waves:type_name -> flow.admin.v1.ApplyWave
+	37, // 29: flow.admin.v1.GetInstalledFirmwareResponse.seen_at:type_name -> google.protobuf.Timestamp
+	37, // 30: flow.admin.v1.GetInstalledFirmwareResponse.changed_at:type_name -> google.protobuf.Timestamp
+	35, // 31: flow.admin.v1.GetInstalledFirmwareResponse.components:type_name -> flow.admin.v1.InstalledSubComponent
+	2,  // 32: flow.admin.v1.AdminService.RunSync:input_type -> flow.admin.v1.RunSyncRequest
+	4,  // 33: flow.admin.v1.AdminService.GetSyncStatus:input_type -> flow.admin.v1.GetSyncStatusRequest
+	6,  // 34: flow.admin.v1.AdminService.OverrideLeak:input_type -> flow.admin.v1.OverrideLeakRequest
+	8,  // 35: flow.admin.v1.AdminService.ListLeakOccurrences:input_type -> flow.admin.v1.ListLeakOccurrencesRequest
+	17, // 36: flow.admin.v1.AdminService.CreateBaseline:input_type -> flow.admin.v1.CreateBaselineRequest
+	18, // 37: flow.admin.v1.AdminService.UpdateBaseline:input_type -> flow.admin.v1.UpdateBaselineRequest
+	19, // 38: flow.admin.v1.AdminService.GetBaseline:input_type -> flow.admin.v1.GetBaselineRequest
+	21, // 39: flow.admin.v1.AdminService.ListBaselines:input_type -> flow.admin.v1.ListBaselinesRequest
+	23, // 40: flow.admin.v1.AdminService.ActivateBaseline:input_type -> flow.admin.v1.ActivateBaselineRequest
+	24, // 41: flow.admin.v1.AdminService.ImportBaseline:input_type -> flow.admin.v1.ImportBaselineRequest
+	25, // 42: flow.admin.v1.AdminService.GetCompliance:input_type -> flow.admin.v1.GetComplianceRequest
+	31, // 43: flow.admin.v1.AdminService.ApplyBaseline:input_type -> flow.admin.v1.ApplyBaselineRequest
+	34, // 44: flow.admin.v1.AdminService.GetInstalledFirmware:input_type -> flow.admin.v1.GetInstalledFirmwareRequest
+	11, // 45: flow.admin.v1.AdminService.FindDeletedRacks:input_type -> flow.admin.v1.FindDeletedRacksRequest
+	3,  // 46: flow.admin.v1.AdminService.RunSync:output_type -> flow.admin.v1.RunSyncResponse
+	5,  // 47: flow.admin.v1.AdminService.GetSyncStatus:output_type -> flow.admin.v1.GetSyncStatusResponse
+	7,  // 48: flow.admin.v1.AdminService.OverrideLeak:output_type -> flow.admin.v1.OverrideLeakResponse
+	10, // 49: flow.admin.v1.AdminService.ListLeakOccurrences:output_type -> flow.admin.v1.ListLeakOccurrencesResponse
+	20, // 50: flow.admin.v1.AdminService.CreateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	20, // 51: flow.admin.v1.AdminService.UpdateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	20, // 52: flow.admin.v1.AdminService.GetBaseline:output_type -> flow.admin.v1.BaselineResponse
+	22, // 53: flow.admin.v1.AdminService.ListBaselines:output_type -> flow.admin.v1.ListBaselinesResponse
+	20, // 54: flow.admin.v1.AdminService.ActivateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	20, // 55: flow.admin.v1.AdminService.ImportBaseline:output_type -> flow.admin.v1.BaselineResponse
+	30, // 56: flow.admin.v1.AdminService.GetCompliance:output_type -> flow.admin.v1.GetComplianceResponse
+	33, // 57: flow.admin.v1.AdminService.ApplyBaseline:output_type -> flow.admin.v1.ApplyBaselineResponse
+	36, // 58: flow.admin.v1.AdminService.GetInstalledFirmware:output_type -> flow.admin.v1.GetInstalledFirmwareResponse
+	13, // 59: flow.admin.v1.AdminService.FindDeletedRacks:output_type -> flow.admin.v1.FindDeletedRacksResponse
+	46, // [46:60] is the sub-list for method output_type
+	32, // [32:46] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_flow_admin_v1_admin_proto_init() }
@@ -843,7 +3098,7 @@ func file_flow_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flow_admin_v1_admin_proto_rawDesc), len(file_flow_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -51,6 +51,36 @@ const (
 	// AdminServiceListLeakOccurrencesProcedure is the fully-qualified name of the AdminService's
 	// ListLeakOccurrences RPC.
 	AdminServiceListLeakOccurrencesProcedure = "/flow.admin.v1.AdminService/ListLeakOccurrences"
+	// AdminServiceCreateBaselineProcedure is the fully-qualified name of the AdminService's
+	// CreateBaseline RPC.
+	AdminServiceCreateBaselineProcedure = "/flow.admin.v1.AdminService/CreateBaseline"
+	// AdminServiceUpdateBaselineProcedure is the fully-qualified name of the AdminService's
+	// UpdateBaseline RPC.
+	AdminServiceUpdateBaselineProcedure = "/flow.admin.v1.AdminService/UpdateBaseline"
+	// AdminServiceGetBaselineProcedure is the fully-qualified name of the AdminService's GetBaseline
+	// RPC.
+	AdminServiceGetBaselineProcedure = "/flow.admin.v1.AdminService/GetBaseline"
+	// AdminServiceListBaselinesProcedure is the fully-qualified name of the AdminService's
+	// ListBaselines RPC.
+	AdminServiceListBaselinesProcedure = "/flow.admin.v1.AdminService/ListBaselines"
+	// AdminServiceActivateBaselineProcedure is the fully-qualified name of the AdminService's
+	// ActivateBaseline RPC.
+	AdminServiceActivateBaselineProcedure = "/flow.admin.v1.AdminService/ActivateBaseline"
+	// AdminServiceImportBaselineProcedure is the fully-qualified name of the AdminService's
+	// ImportBaseline RPC.
+	AdminServiceImportBaselineProcedure = "/flow.admin.v1.AdminService/ImportBaseline"
+	// AdminServiceGetComplianceProcedure is the fully-qualified name of the AdminService's
+	// GetCompliance RPC.
+	AdminServiceGetComplianceProcedure = "/flow.admin.v1.AdminService/GetCompliance"
+	// AdminServiceApplyBaselineProcedure is the fully-qualified name of the AdminService's
+	// ApplyBaseline RPC.
+	AdminServiceApplyBaselineProcedure = "/flow.admin.v1.AdminService/ApplyBaseline"
+	// AdminServiceGetInstalledFirmwareProcedure is the fully-qualified name of the AdminService's
+	// GetInstalledFirmware RPC.
+	AdminServiceGetInstalledFirmwareProcedure = "/flow.admin.v1.AdminService/GetInstalledFirmware"
+	// AdminServiceFindDeletedRacksProcedure is the fully-qualified name of the AdminService's
+	// FindDeletedRacks RPC.
+	AdminServiceFindDeletedRacksProcedure = "/flow.admin.v1.AdminService/FindDeletedRacks"
 )
 
 // AdminServiceClient is a client for the flow.admin.v1.AdminService service.
@@ -69,6 +99,48 @@ type AdminServiceClient interface {
 	// ListLeakOccurrences lists the ongoing leak occurrences Core reports,
 	// those on devices Flow does not hold included.
 	ListLeakOccurrences(context.Context, *v1.ListLeakOccurrencesRequest) (*v1.ListLeakOccurrencesResponse, error)
+	// CreateBaseline creates a baseline at revision 1. AlreadyExists when
+	// the name is taken; InvalidArgument naming the entry and field for a bad
+	// entry.
+	CreateBaseline(context.Context, *v1.CreateBaselineRequest) (*v1.BaselineResponse, error)
+	// UpdateBaseline replaces a baseline's entries with a new revision.
+	// base_revision must be the baseline's newest revision (Aborted
+	// otherwise: someone changed it since it was read, and nothing is
+	// written).
+	UpdateBaseline(context.Context, *v1.UpdateBaselineRequest) (*v1.BaselineResponse, error)
+	// GetBaseline returns one revision of a baseline (the newest when
+	// revision is 0) with its revision history.
+	GetBaseline(context.Context, *v1.GetBaselineRequest) (*v1.BaselineResponse, error)
+	// ListBaselines lists the baselines at their newest revisions.
+	ListBaselines(context.Context, *v1.ListBaselinesRequest) (*v1.ListBaselinesResponse, error)
+	// ActivateBaseline makes one revision of a baseline the site's active
+	// baseline, which compliance measures against. NotFound when the
+	// baseline or the revision does not exist.
+	ActivateBaseline(context.Context, *v1.ActivateBaselineRequest) (*v1.BaselineResponse, error)
+	// ImportBaseline reads the desired versions NICo Core holds
+	// (GetDesiredFirmwareVersions) into a baseline: a new one, or a new
+	// revision of an existing one (base_revision as in UpdateBaseline).
+	ImportBaseline(context.Context, *v1.ImportBaselineRequest) (*v1.BaselineResponse, error)
+	// GetCompliance compares every device's installed firmware with the
+	// active baseline (or the one named): one page of devices, filtered,
+	// with the roll-ups of the whole selection. FailedPrecondition when no
+	// baseline is active and none is named.
+	GetCompliance(context.Context, *v1.GetComplianceRequest) (*v1.GetComplianceResponse, error)
+	// ApplyBaseline plans an operation run (a firmware upgrade) over exactly
+	// the racks with devices below or above the baseline, in waves that keep
+	// each NVLink domain whole, canary first. With nothing to do it creates
+	// nothing and says so; dry_run plans without creating.
+	ApplyBaseline(context.Context, *v1.ApplyBaselineRequest) (*v1.ApplyBaselineResponse, error)
+	// GetInstalledFirmware returns a component's installed firmware per
+	// sub-component as Core last reported it. NotFound for an unknown
+	// component.
+	GetInstalledFirmware(context.Context, *v1.GetInstalledFirmwareRequest) (*v1.GetInstalledFirmwareResponse, error)
+	// FindDeletedRacks lists the soft-deleted racks named name (an exact
+	// match), the racks PurgeRack still takes, newest deletion first and at
+	// most 100: v1.Flow's reads leave deleted racks out, so this is how
+	// `flow rack purge NAME` finds the UUID. Several deleted racks can share
+	// a name; none is an empty list. InvalidArgument when name is empty.
+	FindDeletedRacks(context.Context, *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error)
 }
 
 // NewAdminServiceClient constructs a client for the flow.admin.v1.AdminService service. By default,
@@ -106,15 +178,85 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("ListLeakOccurrences")),
 			connect.WithClientOptions(opts...),
 		),
+		createBaseline: connect.NewClient[v1.CreateBaselineRequest, v1.BaselineResponse](
+			httpClient,
+			baseURL+AdminServiceCreateBaselineProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("CreateBaseline")),
+			connect.WithClientOptions(opts...),
+		),
+		updateBaseline: connect.NewClient[v1.UpdateBaselineRequest, v1.BaselineResponse](
+			httpClient,
+			baseURL+AdminServiceUpdateBaselineProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("UpdateBaseline")),
+			connect.WithClientOptions(opts...),
+		),
+		getBaseline: connect.NewClient[v1.GetBaselineRequest, v1.BaselineResponse](
+			httpClient,
+			baseURL+AdminServiceGetBaselineProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetBaseline")),
+			connect.WithClientOptions(opts...),
+		),
+		listBaselines: connect.NewClient[v1.ListBaselinesRequest, v1.ListBaselinesResponse](
+			httpClient,
+			baseURL+AdminServiceListBaselinesProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListBaselines")),
+			connect.WithClientOptions(opts...),
+		),
+		activateBaseline: connect.NewClient[v1.ActivateBaselineRequest, v1.BaselineResponse](
+			httpClient,
+			baseURL+AdminServiceActivateBaselineProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ActivateBaseline")),
+			connect.WithClientOptions(opts...),
+		),
+		importBaseline: connect.NewClient[v1.ImportBaselineRequest, v1.BaselineResponse](
+			httpClient,
+			baseURL+AdminServiceImportBaselineProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ImportBaseline")),
+			connect.WithClientOptions(opts...),
+		),
+		getCompliance: connect.NewClient[v1.GetComplianceRequest, v1.GetComplianceResponse](
+			httpClient,
+			baseURL+AdminServiceGetComplianceProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetCompliance")),
+			connect.WithClientOptions(opts...),
+		),
+		applyBaseline: connect.NewClient[v1.ApplyBaselineRequest, v1.ApplyBaselineResponse](
+			httpClient,
+			baseURL+AdminServiceApplyBaselineProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ApplyBaseline")),
+			connect.WithClientOptions(opts...),
+		),
+		getInstalledFirmware: connect.NewClient[v1.GetInstalledFirmwareRequest, v1.GetInstalledFirmwareResponse](
+			httpClient,
+			baseURL+AdminServiceGetInstalledFirmwareProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetInstalledFirmware")),
+			connect.WithClientOptions(opts...),
+		),
+		findDeletedRacks: connect.NewClient[v1.FindDeletedRacksRequest, v1.FindDeletedRacksResponse](
+			httpClient,
+			baseURL+AdminServiceFindDeletedRacksProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("FindDeletedRacks")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // adminServiceClient implements AdminServiceClient.
 type adminServiceClient struct {
-	runSync             *connect.Client[v1.RunSyncRequest, v1.RunSyncResponse]
-	getSyncStatus       *connect.Client[v1.GetSyncStatusRequest, v1.GetSyncStatusResponse]
-	overrideLeak        *connect.Client[v1.OverrideLeakRequest, v1.OverrideLeakResponse]
-	listLeakOccurrences *connect.Client[v1.ListLeakOccurrencesRequest, v1.ListLeakOccurrencesResponse]
+	runSync              *connect.Client[v1.RunSyncRequest, v1.RunSyncResponse]
+	getSyncStatus        *connect.Client[v1.GetSyncStatusRequest, v1.GetSyncStatusResponse]
+	overrideLeak         *connect.Client[v1.OverrideLeakRequest, v1.OverrideLeakResponse]
+	listLeakOccurrences  *connect.Client[v1.ListLeakOccurrencesRequest, v1.ListLeakOccurrencesResponse]
+	createBaseline       *connect.Client[v1.CreateBaselineRequest, v1.BaselineResponse]
+	updateBaseline       *connect.Client[v1.UpdateBaselineRequest, v1.BaselineResponse]
+	getBaseline          *connect.Client[v1.GetBaselineRequest, v1.BaselineResponse]
+	listBaselines        *connect.Client[v1.ListBaselinesRequest, v1.ListBaselinesResponse]
+	activateBaseline     *connect.Client[v1.ActivateBaselineRequest, v1.BaselineResponse]
+	importBaseline       *connect.Client[v1.ImportBaselineRequest, v1.BaselineResponse]
+	getCompliance        *connect.Client[v1.GetComplianceRequest, v1.GetComplianceResponse]
+	applyBaseline        *connect.Client[v1.ApplyBaselineRequest, v1.ApplyBaselineResponse]
+	getInstalledFirmware *connect.Client[v1.GetInstalledFirmwareRequest, v1.GetInstalledFirmwareResponse]
+	findDeletedRacks     *connect.Client[v1.FindDeletedRacksRequest, v1.FindDeletedRacksResponse]
 }
 
 // RunSync calls flow.admin.v1.AdminService.RunSync.
@@ -153,6 +295,96 @@ func (c *adminServiceClient) ListLeakOccurrences(ctx context.Context, req *v1.Li
 	return nil, err
 }
 
+// CreateBaseline calls flow.admin.v1.AdminService.CreateBaseline.
+func (c *adminServiceClient) CreateBaseline(ctx context.Context, req *v1.CreateBaselineRequest) (*v1.BaselineResponse, error) {
+	response, err := c.createBaseline.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// UpdateBaseline calls flow.admin.v1.AdminService.UpdateBaseline.
+func (c *adminServiceClient) UpdateBaseline(ctx context.Context, req *v1.UpdateBaselineRequest) (*v1.BaselineResponse, error) {
+	response, err := c.updateBaseline.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// GetBaseline calls flow.admin.v1.AdminService.GetBaseline.
+func (c *adminServiceClient) GetBaseline(ctx context.Context, req *v1.GetBaselineRequest) (*v1.BaselineResponse, error) {
+	response, err := c.getBaseline.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ListBaselines calls flow.admin.v1.AdminService.ListBaselines.
+func (c *adminServiceClient) ListBaselines(ctx context.Context, req *v1.ListBaselinesRequest) (*v1.ListBaselinesResponse, error) {
+	response, err := c.listBaselines.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ActivateBaseline calls flow.admin.v1.AdminService.ActivateBaseline.
+func (c *adminServiceClient) ActivateBaseline(ctx context.Context, req *v1.ActivateBaselineRequest) (*v1.BaselineResponse, error) {
+	response, err := c.activateBaseline.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ImportBaseline calls flow.admin.v1.AdminService.ImportBaseline.
+func (c *adminServiceClient) ImportBaseline(ctx context.Context, req *v1.ImportBaselineRequest) (*v1.BaselineResponse, error) {
+	response, err := c.importBaseline.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// GetCompliance calls flow.admin.v1.AdminService.GetCompliance.
+func (c *adminServiceClient) GetCompliance(ctx context.Context, req *v1.GetComplianceRequest) (*v1.GetComplianceResponse, error) {
+	response, err := c.getCompliance.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ApplyBaseline calls flow.admin.v1.AdminService.ApplyBaseline.
+func (c *adminServiceClient) ApplyBaseline(ctx context.Context, req *v1.ApplyBaselineRequest) (*v1.ApplyBaselineResponse, error) {
+	response, err := c.applyBaseline.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// GetInstalledFirmware calls flow.admin.v1.AdminService.GetInstalledFirmware.
+func (c *adminServiceClient) GetInstalledFirmware(ctx context.Context, req *v1.GetInstalledFirmwareRequest) (*v1.GetInstalledFirmwareResponse, error) {
+	response, err := c.getInstalledFirmware.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// FindDeletedRacks calls flow.admin.v1.AdminService.FindDeletedRacks.
+func (c *adminServiceClient) FindDeletedRacks(ctx context.Context, req *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error) {
+	response, err := c.findDeletedRacks.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // AdminServiceHandler is an implementation of the flow.admin.v1.AdminService service.
 type AdminServiceHandler interface {
 	// RunSync runs one inventory-sync cycle now (waiting for a cycle in
@@ -169,6 +401,48 @@ type AdminServiceHandler interface {
 	// ListLeakOccurrences lists the ongoing leak occurrences Core reports,
 	// those on devices Flow does not hold included.
 	ListLeakOccurrences(context.Context, *v1.ListLeakOccurrencesRequest) (*v1.ListLeakOccurrencesResponse, error)
+	// CreateBaseline creates a baseline at revision 1. AlreadyExists when
+	// the name is taken; InvalidArgument naming the entry and field for a bad
+	// entry.
+	CreateBaseline(context.Context, *v1.CreateBaselineRequest) (*v1.BaselineResponse, error)
+	// UpdateBaseline replaces a baseline's entries with a new revision.
+	// base_revision must be the baseline's newest revision (Aborted
+	// otherwise: someone changed it since it was read, and nothing is
+	// written).
+	UpdateBaseline(context.Context, *v1.UpdateBaselineRequest) (*v1.BaselineResponse, error)
+	// GetBaseline returns one revision of a baseline (the newest when
+	// revision is 0) with its revision history.
+	GetBaseline(context.Context, *v1.GetBaselineRequest) (*v1.BaselineResponse, error)
+	// ListBaselines lists the baselines at their newest revisions.
+	ListBaselines(context.Context, *v1.ListBaselinesRequest) (*v1.ListBaselinesResponse, error)
+	// ActivateBaseline makes one revision of a baseline the site's active
+	// baseline, which compliance measures against. NotFound when the
+	// baseline or the revision does not exist.
+	ActivateBaseline(context.Context, *v1.ActivateBaselineRequest) (*v1.BaselineResponse, error)
+	// ImportBaseline reads the desired versions NICo Core holds
+	// (GetDesiredFirmwareVersions) into a baseline: a new one, or a new
+	// revision of an existing one (base_revision as in UpdateBaseline).
+	ImportBaseline(context.Context, *v1.ImportBaselineRequest) (*v1.BaselineResponse, error)
+	// GetCompliance compares every device's installed firmware with the
+	// active baseline (or the one named): one page of devices, filtered,
+	// with the roll-ups of the whole selection. FailedPrecondition when no
+	// baseline is active and none is named.
+	GetCompliance(context.Context, *v1.GetComplianceRequest) (*v1.GetComplianceResponse, error)
+	// ApplyBaseline plans an operation run (a firmware upgrade) over exactly
+	// the racks with devices below or above the baseline, in waves that keep
+	// each NVLink domain whole, canary first. With nothing to do it creates
+	// nothing and says so; dry_run plans without creating.
+	ApplyBaseline(context.Context, *v1.ApplyBaselineRequest) (*v1.ApplyBaselineResponse, error)
+	// GetInstalledFirmware returns a component's installed firmware per
+	// sub-component as Core last reported it. NotFound for an unknown
+	// component.
+	GetInstalledFirmware(context.Context, *v1.GetInstalledFirmwareRequest) (*v1.GetInstalledFirmwareResponse, error)
+	// FindDeletedRacks lists the soft-deleted racks named name (an exact
+	// match), the racks PurgeRack still takes, newest deletion first and at
+	// most 100: v1.Flow's reads leave deleted racks out, so this is how
+	// `flow rack purge NAME` finds the UUID. Several deleted racks can share
+	// a name; none is an empty list. InvalidArgument when name is empty.
+	FindDeletedRacks(context.Context, *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -202,6 +476,66 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("ListLeakOccurrences")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceCreateBaselineHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceCreateBaselineProcedure,
+		svc.CreateBaseline,
+		connect.WithSchema(adminServiceMethods.ByName("CreateBaseline")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceUpdateBaselineHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceUpdateBaselineProcedure,
+		svc.UpdateBaseline,
+		connect.WithSchema(adminServiceMethods.ByName("UpdateBaseline")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetBaselineHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceGetBaselineProcedure,
+		svc.GetBaseline,
+		connect.WithSchema(adminServiceMethods.ByName("GetBaseline")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListBaselinesHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceListBaselinesProcedure,
+		svc.ListBaselines,
+		connect.WithSchema(adminServiceMethods.ByName("ListBaselines")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceActivateBaselineHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceActivateBaselineProcedure,
+		svc.ActivateBaseline,
+		connect.WithSchema(adminServiceMethods.ByName("ActivateBaseline")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceImportBaselineHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceImportBaselineProcedure,
+		svc.ImportBaseline,
+		connect.WithSchema(adminServiceMethods.ByName("ImportBaseline")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetComplianceHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceGetComplianceProcedure,
+		svc.GetCompliance,
+		connect.WithSchema(adminServiceMethods.ByName("GetCompliance")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceApplyBaselineHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceApplyBaselineProcedure,
+		svc.ApplyBaseline,
+		connect.WithSchema(adminServiceMethods.ByName("ApplyBaseline")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetInstalledFirmwareHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceGetInstalledFirmwareProcedure,
+		svc.GetInstalledFirmware,
+		connect.WithSchema(adminServiceMethods.ByName("GetInstalledFirmware")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceFindDeletedRacksHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceFindDeletedRacksProcedure,
+		svc.FindDeletedRacks,
+		connect.WithSchema(adminServiceMethods.ByName("FindDeletedRacks")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/flow.admin.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceRunSyncProcedure:
@@ -212,6 +546,26 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceOverrideLeakHandler.ServeHTTP(w, r)
 		case AdminServiceListLeakOccurrencesProcedure:
 			adminServiceListLeakOccurrencesHandler.ServeHTTP(w, r)
+		case AdminServiceCreateBaselineProcedure:
+			adminServiceCreateBaselineHandler.ServeHTTP(w, r)
+		case AdminServiceUpdateBaselineProcedure:
+			adminServiceUpdateBaselineHandler.ServeHTTP(w, r)
+		case AdminServiceGetBaselineProcedure:
+			adminServiceGetBaselineHandler.ServeHTTP(w, r)
+		case AdminServiceListBaselinesProcedure:
+			adminServiceListBaselinesHandler.ServeHTTP(w, r)
+		case AdminServiceActivateBaselineProcedure:
+			adminServiceActivateBaselineHandler.ServeHTTP(w, r)
+		case AdminServiceImportBaselineProcedure:
+			adminServiceImportBaselineHandler.ServeHTTP(w, r)
+		case AdminServiceGetComplianceProcedure:
+			adminServiceGetComplianceHandler.ServeHTTP(w, r)
+		case AdminServiceApplyBaselineProcedure:
+			adminServiceApplyBaselineHandler.ServeHTTP(w, r)
+		case AdminServiceGetInstalledFirmwareProcedure:
+			adminServiceGetInstalledFirmwareHandler.ServeHTTP(w, r)
+		case AdminServiceFindDeletedRacksProcedure:
+			adminServiceFindDeletedRacksHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -235,4 +589,44 @@ func (UnimplementedAdminServiceHandler) OverrideLeak(context.Context, *v1.Overri
 
 func (UnimplementedAdminServiceHandler) ListLeakOccurrences(context.Context, *v1.ListLeakOccurrencesRequest) (*v1.ListLeakOccurrencesResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ListLeakOccurrences is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) CreateBaseline(context.Context, *v1.CreateBaselineRequest) (*v1.BaselineResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.CreateBaseline is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) UpdateBaseline(context.Context, *v1.UpdateBaselineRequest) (*v1.BaselineResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.UpdateBaseline is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetBaseline(context.Context, *v1.GetBaselineRequest) (*v1.BaselineResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.GetBaseline is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListBaselines(context.Context, *v1.ListBaselinesRequest) (*v1.ListBaselinesResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ListBaselines is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ActivateBaseline(context.Context, *v1.ActivateBaselineRequest) (*v1.BaselineResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ActivateBaseline is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ImportBaseline(context.Context, *v1.ImportBaselineRequest) (*v1.BaselineResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ImportBaseline is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetCompliance(context.Context, *v1.GetComplianceRequest) (*v1.GetComplianceResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.GetCompliance is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ApplyBaseline(context.Context, *v1.ApplyBaselineRequest) (*v1.ApplyBaselineResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ApplyBaseline is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetInstalledFirmware(context.Context, *v1.GetInstalledFirmwareRequest) (*v1.GetInstalledFirmwareResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.GetInstalledFirmware is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) FindDeletedRacks(context.Context, *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.FindDeletedRacks is not implemented"))
 }

@@ -40,3 +40,53 @@ func (c *adminServiceLeanClient) OverrideLeak(ctx context.Context, req *v1.Overr
 func (c *adminServiceLeanClient) ListLeakOccurrences(ctx context.Context, req *v1.ListLeakOccurrencesRequest) (*v1.ListLeakOccurrencesResponse, error) {
 	return lean.Call[*v1.ListLeakOccurrencesResponse](ctx, c.conn, AdminServiceListLeakOccurrencesProcedure, req)
 }
+
+// CreateBaseline calls flow.admin.v1.AdminService.CreateBaseline.
+func (c *adminServiceLeanClient) CreateBaseline(ctx context.Context, req *v1.CreateBaselineRequest) (*v1.BaselineResponse, error) {
+	return lean.Call[*v1.BaselineResponse](ctx, c.conn, AdminServiceCreateBaselineProcedure, req)
+}
+
+// UpdateBaseline calls flow.admin.v1.AdminService.UpdateBaseline.
+func (c *adminServiceLeanClient) UpdateBaseline(ctx context.Context, req *v1.UpdateBaselineRequest) (*v1.BaselineResponse, error) {
+	return lean.Call[*v1.BaselineResponse](ctx, c.conn, AdminServiceUpdateBaselineProcedure, req)
+}
+
+// GetBaseline calls flow.admin.v1.AdminService.GetBaseline.
+func (c *adminServiceLeanClient) GetBaseline(ctx context.Context, req *v1.GetBaselineRequest) (*v1.BaselineResponse, error) {
+	return lean.Call[*v1.BaselineResponse](ctx, c.conn, AdminServiceGetBaselineProcedure, req)
+}
+
+// ListBaselines calls flow.admin.v1.AdminService.ListBaselines.
+func (c *adminServiceLeanClient) ListBaselines(ctx context.Context, req *v1.ListBaselinesRequest) (*v1.ListBaselinesResponse, error) {
+	return lean.Call[*v1.ListBaselinesResponse](ctx, c.conn, AdminServiceListBaselinesProcedure, req)
+}
+
+// ActivateBaseline calls flow.admin.v1.AdminService.ActivateBaseline.
+func (c *adminServiceLeanClient) ActivateBaseline(ctx context.Context, req *v1.ActivateBaselineRequest) (*v1.BaselineResponse, error) {
+	return lean.Call[*v1.BaselineResponse](ctx, c.conn, AdminServiceActivateBaselineProcedure, req)
+}
+
+// ImportBaseline calls flow.admin.v1.AdminService.ImportBaseline.
+func (c *adminServiceLeanClient) ImportBaseline(ctx context.Context, req *v1.ImportBaselineRequest) (*v1.BaselineResponse, error) {
+	return lean.Call[*v1.BaselineResponse](ctx, c.conn, AdminServiceImportBaselineProcedure, req)
+}
+
+// GetCompliance calls flow.admin.v1.AdminService.GetCompliance.
+func (c *adminServiceLeanClient) GetCompliance(ctx context.Context, req *v1.GetComplianceRequest) (*v1.GetComplianceResponse, error) {
+	return lean.Call[*v1.GetComplianceResponse](ctx, c.conn, AdminServiceGetComplianceProcedure, req)
+}
+
+// ApplyBaseline calls flow.admin.v1.AdminService.ApplyBaseline.
+func (c *adminServiceLeanClient) ApplyBaseline(ctx context.Context, req *v1.ApplyBaselineRequest) (*v1.ApplyBaselineResponse, error) {
+	return lean.Call[*v1.ApplyBaselineResponse](ctx, c.conn, AdminServiceApplyBaselineProcedure, req)
+}
+
+// GetInstalledFirmware calls flow.admin.v1.AdminService.GetInstalledFirmware.
+func (c *adminServiceLeanClient) GetInstalledFirmware(ctx context.Context, req *v1.GetInstalledFirmwareRequest) (*v1.GetInstalledFirmwareResponse, error) {
+	return lean.Call[*v1.GetInstalledFirmwareResponse](ctx, c.conn, AdminServiceGetInstalledFirmwareProcedure, req)
+}
+
+// FindDeletedRacks calls flow.admin.v1.AdminService.FindDeletedRacks.
+func (c *adminServiceLeanClient) FindDeletedRacks(ctx context.Context, req *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error) {
+	return lean.Call[*v1.FindDeletedRacksResponse](ctx, c.conn, AdminServiceFindDeletedRacksProcedure, req)
+}

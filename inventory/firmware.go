@@ -1,0 +1,214 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/inventory/internal/dbsqlc"
+)
+
+// SubVersions is a device's installed firmware per sub-component, named as
+// Core names them ("bmc", "bios", "nvos", "pmc", ...): each holds the
+// versions of every instance of it (two NICs: two versions).
+type SubVersions map[string][]string
+
+// Equal reports whether v and o hold the same versions.
+func (v SubVersions) Equal(o SubVersions) bool {
+	return maps.EqualFunc(v, o, func(a, b []string) bool { return slices.Equal(a, b) })
+}
+
+// FirmwareReading is one device's installed versions as read from Core.
+type FirmwareReading struct {
+	ComponentID uuid.UUID
+	Versions    SubVersions
+}
+
+// InstalledFirmware is what Flow last heard from Core of one device's
+// installed firmware. Reported says Core's last read of the device's type
+// answered for it; SeenAt is when the versions were last seen (the last
+// read while reported); ChangedAt when they last changed.
+type InstalledFirmware struct {
+	Versions  SubVersions
+	Reported  bool
+	SeenAt    time.Time
+	ChangedAt time.Time
+}
+
+// RecordFirmware stores what one successful read of typ's installed
+// versions at readAt found: readings for the devices Core answered for,
+// and absent, the live devices of typ it did not answer for. Only rows
+// whose content changes are written, so a read that finds nothing new
+// writes one row (the type's read time). It returns the device rows
+// written.
+func (s *Service) RecordFirmware(ctx context.Context, tx pgx.Tx, typ ComponentType, readAt time.Time, readings []FirmwareReading, absent []uuid.UUID) (int64, error) {
+	stored, err := s.q.FirmwareInstalledListByType(ctx, tx, string(typ))
+	if err != nil {
+		return 0, fmt.Errorf("list installed firmware: %w", err)
+	}
+	type storedRow struct {
+		versions SubVersions
+		reported bool
+	}
+	have := make(map[uuid.UUID]storedRow, len(stored))
+	for _, r := range stored {
+		var v SubVersions
+		if err := json.Unmarshal(r.Versions, &v); err != nil {
+			return 0, fmt.Errorf("installed firmware of %s: %w", r.ComponentID, err)
+		}
+		have[r.ComponentID] = storedRow{v, r.Reported}
+	}
+	type upsert struct {
+		ComponentID uuid.UUID   `json:"component_id"`
+		Versions    SubVersions `json:"versions"`
+	}
+	var rows []upsert
+	for _, rd := range readings {
+		v := rd.Versions
+		if v == nil {
+			v = SubVersions{}
+		}
+		if h, ok := have[rd.ComponentID]; ok && h.reported && h.versions.Equal(v) {
+			continue
+		}
+		rows = append(rows, upsert{rd.ComponentID, v})
+	}
+	var gone []uuid.UUID
+	for _, id := range absent {
+		if h, ok := have[id]; ok && h.reported {
+			gone = append(gone, id)
+		}
+	}
+	var n int64
+	if len(gone) > 0 {
+		// Before the read time moves: the devices were last seen at the
+		// type's previous read.
+		m, err := s.q.FirmwareInstalledMarkUnreported(ctx, tx, dbsqlc.FirmwareInstalledMarkUnreportedParams{Type: string(typ), IDs: gone})
+		if err != nil {
+			return 0, fmt.Errorf("mark unreported firmware: %w", err)
+		}
+		n += m
+	}
+	if len(rows) > 0 {
+		b, err := json.Marshal(rows)
+		if err != nil {
+			return 0, err
+		}
+		m, err := s.q.FirmwareInstalledUpsert(ctx, tx, dbsqlc.FirmwareInstalledUpsertParams{Rows: b, ReadAt: readAt})
+		if err != nil {
+			return 0, fmt.Errorf("record installed firmware: %w", err)
+		}
+		n += m
+	}
+	if err := s.q.FirmwareReadSet(ctx, tx, dbsqlc.FirmwareReadSetParams{ComponentType: string(typ), ReadAt: readAt}); err != nil {
+		return 0, fmt.Errorf("record firmware read: %w", err)
+	}
+	return n, nil
+}
+
+// InstalledFirmware returns what Flow last heard of the component's
+// installed firmware; ok is false when Core never reported it.
+func (s *Service) InstalledFirmware(ctx context.Context, dbtx db.DBTX, componentID uuid.UUID) (InstalledFirmware, bool, error) {
+	r, err := s.q.FirmwareInstalledGet(ctx, dbtx, componentID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return InstalledFirmware{}, false, nil
+	} else if err != nil {
+		return InstalledFirmware{}, false, fmt.Errorf("get installed firmware: %w", err)
+	}
+	out := InstalledFirmware{Reported: r.Reported, SeenAt: r.SeenAt, ChangedAt: r.ChangedAt}
+	if err := json.Unmarshal(r.Versions, &out.Versions); err != nil {
+		return InstalledFirmware{}, false, fmt.Errorf("installed firmware of %s: %w", componentID, err)
+	}
+	if r.Reported && r.TypeReadAt != nil && r.TypeReadAt.After(out.SeenAt) {
+		out.SeenAt = *r.TypeReadAt
+	}
+	return out, true, nil
+}
+
+// FirmwareDevice is one compute tray, NVLink switch or power shelf with
+// what a compliance report needs. Installed is nil when Core never
+// reported the device's versions.
+type FirmwareDevice struct {
+	ID           uuid.UUID
+	Name         string
+	Type         ComponentType
+	Manufacturer string
+	Model        string
+	ExternalID   string
+	RackID       *uuid.UUID
+	RackName     string
+	RackProfile  string
+	// Hall is the rack's room; Row the row its position names ("" none).
+	Hall, Row  string
+	DomainID   *uuid.UUID
+	DomainName string
+	Installed  *InstalledFirmware
+}
+
+// FirmwareDeviceFilter narrows FirmwareDevices: Type "" is every type,
+// no RackIDs every rack, nil DomainID every domain.
+type FirmwareDeviceFilter struct {
+	Type     ComponentType
+	RackIDs  []uuid.UUID
+	DomainID *uuid.UUID
+}
+
+// FirmwareDevices returns the live compute trays, NVLink switches and
+// power shelves of live racks (and rack-less ones) that f selects, by
+// rack name then component name, with their installed firmware.
+func (s *Service) FirmwareDevices(ctx context.Context, dbtx db.DBTX, f FirmwareDeviceFilter) ([]FirmwareDevice, error) {
+	reads, err := s.q.FirmwareReadList(ctx, dbtx)
+	if err != nil {
+		return nil, fmt.Errorf("list firmware reads: %w", err)
+	}
+	readAt := make(map[string]time.Time, len(reads))
+	for _, r := range reads {
+		readAt[r.ComponentType] = r.ReadAt
+	}
+	rows, err := s.q.FirmwareDeviceList(ctx, dbtx, dbsqlc.FirmwareDeviceListParams{Type: string(f.Type), RackIDs: f.RackIDs, DomainID: f.DomainID})
+	if err != nil {
+		return nil, fmt.Errorf("list firmware devices: %w", err)
+	}
+	out := make([]FirmwareDevice, 0, len(rows))
+	for _, r := range rows {
+		row, _ := SplitPosition(r.Position)
+		d := FirmwareDevice{
+			ID: r.ID, Name: r.Name, Type: ComponentType(r.Type), Manufacturer: r.Manufacturer, Model: r.Model,
+			ExternalID: r.ExternalID, RackID: r.RackID, RackName: r.RackName, RackProfile: r.RackProfile,
+			Hall: r.Room, Row: row, DomainID: r.NVLDomainID, DomainName: r.DomainName,
+		}
+		if r.Versions != nil && r.Reported != nil && r.SeenAt != nil {
+			in := &InstalledFirmware{Reported: *r.Reported, SeenAt: *r.SeenAt}
+			if err := json.Unmarshal(r.Versions, &in.Versions); err != nil {
+				return nil, fmt.Errorf("installed firmware of %s: %w", r.ID, err)
+			}
+			if t, ok := readAt[r.Type]; ok && in.Reported && t.After(in.SeenAt) {
+				in.SeenAt = t
+			}
+			d.Installed = in
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+var rowPosition = regexp.MustCompile(`(?i)^\s*(?:row)?[-_ ]?([a-z]*\d+|[a-z]+)\s*[-_/ ,.]+\s*(?:pos(?:ition)?|slot|rack|p)?[-_ ]?(\d+)\s*$`)
+
+// SplitPosition splits a rack position into its row and its place in the
+// row: "row-02-pos-03", "R2-3", "B/12" and the like. A position it cannot
+// split is all place, in an unnamed row ("").
+func SplitPosition(p string) (row, place string) {
+	if m := rowPosition.FindStringSubmatch(p); m != nil {
+		return m[1], m[2]
+	}
+	return "", p
+}

@@ -1,0 +1,66 @@
+-- Installed firmware per sub-component (component_firmware) and what the
+-- compliance report reads (docs/firmware.md).
+
+-- name: FirmwareInstalledListByType :many
+-- The stored installed versions of the live components of @type.
+SELECT cf.component_id, cf.versions, cf.reported
+FROM component_firmware cf
+JOIN component c ON c.id = cf.component_id
+WHERE c.type = @type AND c.deleted_at IS NULL;
+
+-- name: FirmwareInstalledUpsert :execrows
+-- Records the devices in @rows ({component_id, versions, changed}) as
+-- reported at @read_at; changed says their versions differ from the
+-- stored ones.
+INSERT INTO component_firmware AS cf (component_id, versions, reported, seen_at, changed_at)
+SELECT (e->>'component_id')::uuid, (e->'versions')::jsonb, true, @read_at, @read_at
+FROM json_array_elements(@rows::json) AS e
+JOIN component c ON c.id = (e->>'component_id')::uuid
+ON CONFLICT (component_id) DO UPDATE SET
+    versions   = excluded.versions,
+    reported   = true,
+    seen_at    = excluded.seen_at,
+    changed_at = CASE WHEN cf.versions = excluded.versions THEN cf.changed_at ELSE excluded.changed_at END;
+
+-- name: FirmwareInstalledMarkUnreported :execrows
+-- Marks the devices in @ids, which Core's read of @type did not answer
+-- for, as unreported; they were last seen at that type's previous read.
+UPDATE component_firmware cf SET
+    reported = false,
+    seen_at  = coalesce((SELECT r.read_at FROM component_firmware_read r WHERE r.component_type = @type), cf.seen_at)
+WHERE cf.component_id = ANY(@ids::uuid[]) AND cf.reported;
+
+-- name: FirmwareReadSet :exec
+INSERT INTO component_firmware_read (component_type, read_at) VALUES (@component_type, @read_at)
+ON CONFLICT (component_type) DO UPDATE SET read_at = excluded.read_at;
+
+-- name: FirmwareReadList :many
+SELECT component_type, read_at FROM component_firmware_read;
+
+-- name: FirmwareInstalledGet :one
+SELECT cf.versions, cf.reported, cf.seen_at, cf.changed_at, r.read_at AS type_read_at
+FROM component_firmware cf
+JOIN component c ON c.id = cf.component_id
+LEFT JOIN component_firmware_read r ON r.component_type = c.type
+WHERE cf.component_id = @component_id;
+
+-- name: FirmwareDeviceList :many
+-- The live compute trays, NVLink switches and power shelves with what
+-- compliance needs: identity, rack, domain, location and installed
+-- versions (NULL versions: never read). Optional filters: @type ('' any),
+-- @rack_ids (empty any), @domain_id.
+SELECT c.id, c.name, c.type, c.manufacturer, coalesce(c.model, '')::text AS model, coalesce(c.external_id, '')::text AS external_id,
+    c.rack_id, coalesce(r.name, '')::text AS rack_name, coalesce(r.rack_profile_id, '')::text AS rack_profile,
+    coalesce(r.location_room, '')::text AS room, coalesce(r.location_position, '')::text AS position,
+    r.nvl_domain_id, coalesce(d.name, d.external_id, '')::text AS domain_name,
+    cf.versions, cf.reported, cf.seen_at
+FROM component c
+LEFT JOIN rack r ON r.id = c.rack_id
+LEFT JOIN nvl_domain d ON d.id = r.nvl_domain_id
+LEFT JOIN component_firmware cf ON cf.component_id = c.id
+WHERE c.deleted_at IS NULL AND r.deleted_at IS NULL
+  AND c.type IN ('Compute', 'NVSwitch', 'PowerShelf')
+  AND (@type::text = '' OR c.type = @type::text)
+  AND (cardinality(@rack_ids::uuid[]) = 0 OR c.rack_id = ANY(@rack_ids::uuid[]))
+  AND (sqlc.narg(domain_id)::uuid IS NULL OR r.nvl_domain_id = sqlc.narg(domain_id)::uuid)
+ORDER BY r.name NULLS FIRST, c.name, c.id;
