@@ -313,3 +313,12 @@ RETURNING run_id;
 
 -- name: TaskOldestCreated :one
 SELECT created_at FROM task ORDER BY created_at LIMIT 1;
+
+-- name: TaskActiveFirmwareComponents :many
+-- Every component a firmware task that has not ended (waiting, pending,
+-- running) covers, with the newest such task.
+SELECT DISTINCT ON (c.id) c.id::uuid AS component_id, t.id AS task_id
+FROM task t
+CROSS JOIN LATERAL unnest(t.component_ids) AS c(id)
+WHERE t.status IN ('waiting', 'pending', 'running') AND t.operation_type = 'firmware_control'
+ORDER BY c.id, t.created_at DESC;

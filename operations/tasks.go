@@ -853,3 +853,18 @@ func nameComponents(comps []inventory.Component, msg string) string {
 	}
 	return strings.NewReplacer(pairs...).Replace(msg)
 }
+
+// ActiveFirmwareComponents returns every component a firmware task that
+// has not ended (waiting, pending or running) covers, mapped to the
+// newest such task.
+func (s *Service) ActiveFirmwareComponents(ctx context.Context, dbtx db.DBTX) (map[uuid.UUID]uuid.UUID, error) {
+	rows, err := s.q.TaskActiveFirmwareComponents(ctx, dbtx)
+	if err != nil {
+		return nil, fmt.Errorf("list active firmware tasks: %w", err)
+	}
+	out := make(map[uuid.UUID]uuid.UUID, len(rows))
+	for _, r := range rows {
+		out[r.ComponentID] = r.TaskID
+	}
+	return out, nil
+}

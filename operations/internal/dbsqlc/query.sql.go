@@ -515,6 +515,41 @@ func (q *Queries) RulesForRacks(ctx context.Context, db DBTX, arg RulesForRacksP
 	return items, nil
 }
 
+const taskActiveFirmwareComponents = `-- name: TaskActiveFirmwareComponents :many
+SELECT DISTINCT ON (c.id) c.id::uuid AS component_id, t.id AS task_id
+FROM task t
+CROSS JOIN LATERAL unnest(t.component_ids) AS c(id)
+WHERE t.status IN ('waiting', 'pending', 'running') AND t.operation_type = 'firmware_control'
+ORDER BY c.id, t.created_at DESC
+`
+
+type TaskActiveFirmwareComponentsRow struct {
+	ComponentID uuid.UUID
+	TaskID      uuid.UUID
+}
+
+// Every component a firmware task that has not ended (waiting, pending,
+// running) covers, with the newest such task.
+func (q *Queries) TaskActiveFirmwareComponents(ctx context.Context, db DBTX) ([]TaskActiveFirmwareComponentsRow, error) {
+	rows, err := db.Query(ctx, taskActiveFirmwareComponents)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskActiveFirmwareComponentsRow{}
+	for rows.Next() {
+		var i TaskActiveFirmwareComponentsRow
+		if err := rows.Scan(&i.ComponentID, &i.TaskID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskActiveOnRack = `-- name: TaskActiveOnRack :many
 SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task
 WHERE rack_id = $1 AND status IN ('waiting', 'pending', 'running')
