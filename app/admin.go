@@ -1,6 +1,8 @@
 package app
 
 import (
+	"github.com/nicoflow/flow/firmware/baseline"
+	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	"github.com/nicoflow/flow/reconcile"
@@ -14,13 +16,22 @@ import (
 // adding its methods to admin.proto and embedding its handler.
 type adminService struct {
 	adminUnimplemented
-	*syncHandler      // RunSync, GetSyncStatus
-	*leakAdminHandler // OverrideLeak, ListLeakOccurrences
+	*syncHandler           // RunSync, GetSyncStatus
+	*leakAdminHandler      // OverrideLeak, ListLeakOccurrences
+	*inventoryAdminHandler // FindDeletedRacks
+	// CreateBaseline, UpdateBaseline, GetBaseline, ListBaselines,
+	// ActivateBaseline, ImportBaseline, GetCompliance, ApplyBaseline,
+	// GetInstalledFirmware
+	*baselineHandler
 }
 
 type syncHandler = reconcile.SyncHandler
 
+type baselineHandler = baseline.Handler
+
 type leakAdminHandler = eventrule.LeakAdminHandler
+
+type inventoryAdminHandler = inventory.AdminHandler
 
 type adminUnimplemented struct {
 	adminv1connect.UnimplementedAdminServiceHandler

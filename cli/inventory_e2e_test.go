@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -229,4 +230,96 @@ func TestCLIRackCreateUpstreamFile(t *testing.T) {
 	after, _, err := b.flow("rack", "list", "-o", "json")
 	require.NoError(t, err)
 	require.Equal(t, before, after, "a refused file writes nothing")
+}
+
+// TestCLIRackPurgeByName: `flow rack purge NAME` takes the name a
+// soft-deleted rack had (found through the admin service's
+// FindDeletedRacks, since v1.Flow's reads leave deleted racks out), as
+// every other rack verb takes names; a live rack's name says to delete it
+// first, an unknown name is not_found, and a name several deleted racks
+// share exits 2 listing their UUIDs.
+func TestCLIRackPurgeByName(t *testing.T) {
+	t.Parallel()
+	b := startServer(t, nil).bundle()
+	// create registers a rack named name with serial serial and returns its
+	// UUID.
+	create := func(t *testing.T, name, serial string) string {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), serial+".json")
+		require.NoError(t, os.WriteFile(path, []byte(`{"rack": {"info": {"name": "`+name+`", "manufacturer": "Wiwynn", "serial_number": "`+serial+`"}}}`), 0o600))
+		out, _, err := b.flow("rack", "create", "-f", path)
+		require.NoError(t, err)
+		id := strings.TrimSpace(out)
+		require.Len(t, id, 36)
+		return id
+	}
+
+	t.Run("ByName", func(t *testing.T) {
+		t.Parallel()
+		id := create(t, "purge-me", "PURGE-1")
+		_, _, err := b.flow("rack", "purge", "purge-me")
+		require.ErrorContains(t, err, `failed_precondition: rack "purge-me" (`+id+`) is not deleted: delete it first (flow rack delete purge-me)`)
+		require.Equal(t, 1, cli.ExitCode(err))
+
+		_, _, err = b.flow("rack", "delete", "purge-me")
+		require.NoError(t, err)
+		out, _, err := b.flow("rack", "purge", "purge-me")
+		require.NoError(t, err)
+		require.Equal(t, "purged rack "+id+"\n", out)
+
+		// Gone for good: the name is no deleted rack's any more, and the
+		// serial is free again.
+		_, _, err = b.flow("rack", "purge", "purge-me")
+		require.ErrorContains(t, err, `not_found: no deleted rack is named "purge-me"`)
+		require.Equal(t, 1, cli.ExitCode(err))
+		create(t, "purge-me-again", "PURGE-1")
+	})
+
+	t.Run("UnknownName", func(t *testing.T) {
+		t.Parallel()
+		_, _, err := b.flow("rack", "purge", "no-such-rack")
+		require.ErrorContains(t, err, `not_found: no deleted rack is named "no-such-rack"`)
+		require.Equal(t, 1, cli.ExitCode(err))
+	})
+
+	t.Run("AmbiguousName", func(t *testing.T) {
+		t.Parallel()
+		ids := []string{create(t, "twin", "TWIN-1"), create(t, "twin", "TWIN-2")}
+		for _, id := range ids {
+			_, _, err := b.flow("rack", "delete", id)
+			require.NoError(t, err)
+		}
+		_, _, err := b.flow("rack", "purge", "twin")
+		require.ErrorContains(t, err, `2 deleted racks are named "twin": `)
+		require.ErrorContains(t, err, "pass the UUID of the one to purge (flow rack purge UUID)")
+		for i, id := range ids {
+			require.ErrorContains(t, err, id+" (Wiwynn/TWIN-"+strconv.Itoa(i+1)+", deleted ")
+		}
+		require.Equal(t, 2, cli.ExitCode(err), "an ambiguous name is refused as bad usage")
+
+		// Nothing was purged: each still purges by UUID, and once one is
+		// gone the name is unambiguous.
+		out, _, err := b.flow("rack", "purge", ids[0])
+		require.NoError(t, err)
+		require.Contains(t, out, "purged rack "+ids[0])
+		out, _, err = b.flow("rack", "purge", "twin")
+		require.NoError(t, err)
+		require.Contains(t, out, "purged rack "+ids[1])
+	})
+
+	t.Run("LiveAndDeleted", func(t *testing.T) {
+		t.Parallel()
+		// A rack re-registered under the name of a deleted one: purge takes
+		// the deleted one and leaves the live one.
+		old := create(t, "reused", "REUSED-1")
+		_, _, err := b.flow("rack", "delete", old)
+		require.NoError(t, err)
+		live := create(t, "reused", "REUSED-2")
+		out, _, err := b.flow("rack", "purge", "reused")
+		require.NoError(t, err)
+		require.Contains(t, out, "purged rack "+old)
+		out, _, err = b.flow("rack", "get", "reused", "-o", "json")
+		require.NoError(t, err)
+		require.Contains(t, out, live)
+	})
 }

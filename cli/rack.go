@@ -6,11 +6,14 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
+	"connectrpc.com/connect"
 	"github.com/google/uuid"
 	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/proto"
 
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
@@ -161,10 +164,53 @@ var rackNoun = noun{
 		idVerb("delete", "RACK", "soft-delete a rack and its components", "deleted rack", resolveRack, rackNameList, func(ctx context.Context, c *env, id *flowv1.UUID) (proto.Message, error) {
 			return c.client.DeleteRack(ctx, &flowv1.DeleteRackRequest{Id: id})
 		}),
-		idVerb("purge", "RACK", "permanently remove a soft-deleted rack", "purged rack", resolveRack, rackNameList, func(ctx context.Context, c *env, id *flowv1.UUID) (proto.Message, error) {
+		idVerb("purge", "RACK", "permanently remove a soft-deleted rack (its UUID, or the name it had)", "purged rack", resolveDeletedRack, rackNameList, func(ctx context.Context, c *env, id *flowv1.UUID) (proto.Message, error) {
 			return c.client.PurgeRack(ctx, &flowv1.PurgeRackRequest{Id: id})
 		}),
 	},
+}
+
+// resolveDeletedRack turns the RACK argument of purge into a rack UUID: a
+// UUID is used as is, anything else must be the name of exactly one
+// soft-deleted rack, which v1.Flow's reads leave out, so Flow's admin
+// service finds it (FindDeletedRacks). A name no deleted rack has is
+// not_found, or failed_precondition when a live rack has it (delete it
+// first); a name several deleted racks share is a usage error (exit 2)
+// listing their UUIDs.
+func resolveDeletedRack(ctx context.Context, c *env, s string) (*flowv1.UUID, error) {
+	if isUUID(s) {
+		return &flowv1.UUID{Id: s}, nil
+	}
+	res, err := c.admin.FindDeletedRacks(ctx, &adminv1.FindDeletedRacksRequest{Name: s})
+	if err != nil {
+		return nil, err
+	}
+	racks := res.GetRacks()
+	switch len(racks) {
+	case 0:
+		live, err := liveRacksNamed(ctx, c, s)
+		if err != nil {
+			return nil, err
+		}
+		switch len(live) {
+		case 0:
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no deleted rack is named %q (purge takes a rack that flow rack delete soft-deleted)", s))
+		case 1:
+			return nil, connect.NewError(connect.CodeFailedPrecondition,
+				fmt.Errorf("rack %q (%s) is not deleted: delete it first (flow rack delete %s), then purge it", s, live[0].id, s))
+		}
+		return nil, connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("no deleted rack is named %q; %d live racks are: delete one first (flow rack delete UUID), then purge it by UUID", s, len(live)))
+	case 1:
+		return &flowv1.UUID{Id: racks[0].GetId()}, nil
+	}
+	list := make([]string, len(racks))
+	for i, r := range racks {
+		list[i] = fmt.Sprintf("%s (%s/%s, deleted %s)", r.GetId(), r.GetManufacturer(), r.GetSerialNumber(),
+			r.GetDeletedAt().AsTime().Local().Format(time.RFC3339))
+	}
+	return nil, usageError{fmt.Errorf("%d deleted racks are named %q: %s; pass the UUID of the one to purge (flow rack purge UUID)",
+		len(racks), s, strings.Join(list, ", "))}
 }
 
 // rackListSpec targets the racks of a --rack list: comma-separated UUIDs or

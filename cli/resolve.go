@@ -60,6 +60,15 @@ func resolveRack(ctx context.Context, c *env, s string) (*flowv1.UUID, error) {
 	if isUUID(s) {
 		return &flowv1.UUID{Id: s}, nil
 	}
+	cands, err := liveRacksNamed(ctx, c, s)
+	if err != nil {
+		return nil, err
+	}
+	return pick("rack", s, cands)
+}
+
+// liveRacksNamed returns the live racks named s (labelled by serial).
+func liveRacksNamed(ctx context.Context, c *env, s string) ([]candidate, error) {
 	// The name filter matches substrings; page through the matches and keep
 	// exact ones.
 	var cands []candidate
@@ -81,10 +90,9 @@ func resolveRack(ctx context.Context, c *env, s string) (*flowv1.UUID, error) {
 		}
 		offset += int32(len(res.GetRacks()))
 		if len(res.GetRacks()) == 0 || offset >= res.GetTotal() {
-			break
+			return cands, nil
 		}
 	}
-	return pick("rack", s, cands)
 }
 
 // resolveComponent turns a COMPONENT argument into a component UUID: a UUID

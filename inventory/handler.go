@@ -21,7 +21,8 @@ import (
 // The handler is split like the service: this file holds the racks'
 // methods and the error mapping, handler_components.go and
 // handler_nvldomains.go the other methods, handler_fromproto.go and
-// handler_toproto.go the wire conversions.
+// handler_toproto.go the wire conversions, handler_admin.go the inventory
+// methods of Flow's own admin service.
 
 // Handler serves the inventory methods of v1.Flow: rack and component CRUD
 // and NVLink domains. app embeds it in the one v1.Flow handler.

@@ -161,6 +161,10 @@ UPDATE rack SET deleted_at = now(), updated_at = now() WHERE id = @id AND delete
 -- name: RackPurge :execrows
 DELETE FROM rack WHERE id = @id AND deleted_at IS NOT NULL;
 
+-- name: RackListDeletedByName :many
+SELECT * FROM rack WHERE name = @name AND deleted_at IS NOT NULL
+ORDER BY deleted_at DESC, id LIMIT @row_limit;
+
 -- name: ComponentInsert :copyfrom
 INSERT INTO component (
     id, rack_id, type, name, manufacturer, serial_number, model, description,

@@ -406,6 +406,28 @@ func (s *Service) PurgeRack(ctx context.Context, tx pgx.Tx, id uuid.UUID) error 
 	return nil
 }
 
+// MaxDeletedRacks bounds what DeletedRacks returns.
+const MaxDeletedRacks = 100
+
+// DeletedRacks returns the soft-deleted racks named name (an exact match),
+// the racks PurgeRack still takes, newest deletion first and at most
+// MaxDeletedRacks; none is an empty slice. The racks carry no components.
+// Errors: *FieldError (ErrInvalidArgument) when name is empty.
+func (s *Service) DeletedRacks(ctx context.Context, dbtx db.DBTX, name string) ([]Rack, error) {
+	if name == "" {
+		return nil, invalid("name", "required")
+	}
+	rows, err := s.q.RackListDeletedByName(ctx, dbtx, dbsqlc.RackListDeletedByNameParams{Name: name, RowLimit: MaxDeletedRacks})
+	if err != nil {
+		return nil, fmt.Errorf("list deleted racks named %q: %w", name, err)
+	}
+	out := make([]Rack, len(rows))
+	for i, r := range rows {
+		out[i] = rackFromRow(r)
+	}
+	return out, nil
+}
+
 func validateNewRack(r *Rack) error {
 	if r.SerialNumber == "" {
 		return invalid("rack.info.serial_number", "must not be empty")

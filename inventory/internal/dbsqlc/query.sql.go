@@ -1833,6 +1833,56 @@ func (q *Queries) RackListByNames(ctx context.Context, db DBTX, names []string) 
 	return items, nil
 }
 
+const rackListDeletedByName = `-- name: RackListDeletedByName :many
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE name = $1 AND deleted_at IS NOT NULL
+ORDER BY deleted_at DESC, id LIMIT $2
+`
+
+type RackListDeletedByNameParams struct {
+	Name     string
+	RowLimit int32
+}
+
+func (q *Queries) RackListDeletedByName(ctx context.Context, db DBTX, arg RackListDeletedByNameParams) ([]Rack, error) {
+	rows, err := db.Query(ctx, rackListDeletedByName, arg.Name, arg.RowLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Rack{}
+	for rows.Next() {
+		var i Rack
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.Manufacturer,
+			&i.SerialNumber,
+			&i.Model,
+			&i.Description,
+			&i.LocationRegion,
+			&i.LocationDatacenter,
+			&i.LocationRoom,
+			&i.LocationPosition,
+			&i.ExternalID,
+			&i.NVLDomainID,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.DeletedAt,
+			&i.Health,
+			&i.RackGroupID,
+			&i.RackProfileID,
+			&i.MirroredAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const rackListScope = `-- name: RackListScope :many
 SELECT id, name, location_region, location_datacenter, location_room, location_position
 FROM rack WHERE deleted_at IS NULL
