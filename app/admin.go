@@ -1,7 +1,6 @@
 package app
 
 import (
-	"github.com/nicoflow/flow/firmware/baseline"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
@@ -19,15 +18,9 @@ type adminService struct {
 	*syncHandler           // RunSync, GetSyncStatus
 	*leakAdminHandler      // OverrideLeak, ListLeakOccurrences
 	*inventoryAdminHandler // FindDeletedRacks
-	// CreateBaseline, UpdateBaseline, GetBaseline, ListBaselines,
-	// ActivateBaseline, ImportBaseline, GetCompliance, ApplyBaseline,
-	// GetInstalledFirmware
-	*baselineHandler
 }
 
 type syncHandler = reconcile.SyncHandler
-
-type baselineHandler = baseline.Handler
 
 type leakAdminHandler = eventrule.LeakAdminHandler
 
