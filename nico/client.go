@@ -1149,20 +1149,32 @@ func (c *Client) InstalledVersions(ctx context.Context, t Target) ([]Installed, 
 	for _, inv := range invs {
 		in := Installed{Key: inv.Key, ID: inv.ID, Err: inv.Err, Components: map[string][]string{}}
 		if inv.Err == nil {
-			for k, v := range inv.FirmwareVersions {
-				if v != "" {
-					in.Components[strings.ToLower(k)] = []string{v}
-				}
-			}
-			if _, ok := in.Components["bmc"]; !ok && t.Kind == KindSwitch {
-				if v := inv.BMCFirmware(); v != "" {
-					in.Components["bmc"] = []string{v}
-				}
-			}
+			in.Components = inv.InstalledComponents(t.Kind)
 		}
 		out = append(out, in)
 	}
 	return out, nil
+}
+
+// InstalledComponents is the installed firmware per sub-component that
+// the exploration report of a switch or shelf of kind holds, as
+// InstalledVersions reads it: firmware_versions by lowercase name and, for
+// a switch without a "bmc" entry, its BMC version by Flow's precedence.
+// The inventory sync uses it on the report it reads anyway, so that it
+// makes no second call.
+func (inv Inventory) InstalledComponents(kind Kind) map[string][]string {
+	out := make(map[string][]string, len(inv.FirmwareVersions))
+	for k, v := range inv.FirmwareVersions {
+		if v != "" {
+			out[strings.ToLower(k)] = []string{v}
+		}
+	}
+	if _, ok := out["bmc"]; !ok && kind == KindSwitch {
+		if v := inv.BMCFirmware(); v != "" {
+			out["bmc"] = []string{v}
+		}
+	}
+	return out
 }
 
 // DesiredFirmware is one entry of the desired versions Core holds: for

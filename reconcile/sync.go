@@ -33,6 +33,7 @@ type Core interface {
 	PowerStates(ctx context.Context, ids []string) (map[string]nico.PowerState, error)
 	Positions(ctx context.Context, ids []string) (map[string]nico.Position, error)
 	Inventory(ctx context.Context, t nico.Target) ([]nico.Inventory, error)
+	InstalledVersions(ctx context.Context, t nico.Target) ([]nico.Installed, error)
 	SwitchIDs(ctx context.Context) ([]string, error)
 	Switches(ctx context.Context, ids []string) ([]nico.Switch, error)
 	PowerShelfIDs(ctx context.Context) ([]string, error)
@@ -473,6 +474,11 @@ type device struct {
 	position              devicePosition
 	// dpus are a compute host's DPU BMCs (compute only), ordered by MAC.
 	dpus []inventory.DPUBMC
+	// versions are the installed firmware per sub-component Core answered
+	// with, when answered (shared between the part's devices with equal
+	// versions: healthEncoder.shareVersions).
+	versions inventory.SubVersions
+	answered bool
 }
 
 // devicePosition is Core's position of a compute host, held in place:
@@ -549,17 +555,27 @@ func addWarning(p *SyncPart, ws ...string) {
 
 // syncType matches Core's devices of type t to Flow's components by host
 // BMC MAC (then by external ID), writes what changed and replaces the
-// type's drift, all in one transaction. Core's devices are all read by
+// type's drift, all in one transaction. When versionsOK (every read of
+// the installed versions succeeded) it also records them
+// (inventory.Service.RecordFirmware, which writes only what changed): the
+// matched components Core answered for are readings, and the live
+// components with a Core ID it did not answer for (item error, left out
+// of the reply or of the listing) are absent. Core's devices are all read by
 // then; Flow's components are compared a page at a time (the mirror's
 // listing when it handed one on, else pages read in the transaction), and
 // each page's changes are written before the next page is read, so the
 // part holds Core's devices, one page of components and its drift, never
 // the type's whole listing beside all its updates (issue 29).
-func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.ComponentType, devs []device) error {
+func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.ComponentType, devs []device, versionsOK bool) error {
 	byMAC := newDeviceIndex(devs, func(d *device) string { return d.mac })
 	byID := newDeviceIndex(devs, func(d *device) string { return d.id })
 	matched := make([]bool, len(devs))
 	var ds []drift
+	var readings []inventory.FirmwareReading
+	var absent []uuid.UUID
+	if versionsOK {
+		readings = make([]inventory.FirmwareReading, 0, len(devs))
+	}
 	var ups []inventory.SyncUpdate
 	dpus, dpusNow := map[uuid.UUID][]inventory.DPUBMC{}, map[uuid.UUID][]inventory.DPUBMC{}
 	listed, handed := c.takeListed(t)
@@ -582,10 +598,20 @@ func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.Component
 					id := comp.ID
 					ds = append(ds, drift{kind: "missing_in_actual", component: &id, externalID: comp.ExternalID, mac: string(comp.HostMAC),
 						name: comp.Name, serial: comp.SerialNumber, firmware: comp.FirmwareVersion, rackExt: comp.RackExternalID})
+					if versionsOK && comp.ExternalID != "" {
+						absent = append(absent, comp.ID)
+					}
 					continue
 				}
 				matched[i] = true
 				d := &devs[i]
+				if versionsOK {
+					if d.answered {
+						readings = append(readings, inventory.FirmwareReading{ComponentID: comp.ID, Versions: d.versions})
+					} else {
+						absent = append(absent, comp.ID)
+					}
+				}
 				if up, changed := c.update(t, comp, d); changed {
 					ups = append(ups, up)
 				}
@@ -628,7 +654,14 @@ func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.Component
 		}
 		p.Drifts = len(ds)
 		var err error
-		p.DriftChanged, err = c.replaceDrift(ctx, tx, t, ds)
+		if p.DriftChanged, err = c.replaceDrift(ctx, tx, t, ds); err != nil {
+			return err
+		}
+		if !versionsOK {
+			return nil
+		}
+		n, err := c.s.cfg.Inv.RecordFirmware(ctx, tx, t, c.now, readings, absent)
+		p.Changed += n
 		return err
 	})
 }
@@ -718,9 +751,57 @@ type healthEncoder struct {
 	// site's devices repeat few states, firmware versions, power states
 	// and racks; a value seen once more after that is kept as it is).
 	shared map[string]string
+	// versions holds one copy of each set of installed versions seen, by
+	// versionsKey, up to maxShared sets: a site's devices of one type
+	// mostly run one set, so a part holds a few maps, not one a device.
+	versions map[string]inventory.SubVersions
+	key      []byte
 }
 
 const maxShared = 4096
+
+// shareVersions returns the copy of v already held, else v (held when
+// there is room).
+func (e *healthEncoder) shareVersions(v map[string][]string) inventory.SubVersions {
+	k := e.versionsKey(v)
+	if x, ok := e.versions[string(k)]; ok {
+		return x
+	}
+	if e.versions == nil {
+		e.versions = map[string]inventory.SubVersions{}
+	}
+	sv := inventory.SubVersions(v)
+	for _, vs := range sv {
+		for i, x := range vs {
+			vs[i] = e.share(x)
+		}
+	}
+	if len(e.versions) < maxShared {
+		e.versions[string(k)] = sv
+	}
+	return sv
+}
+
+// versionsKey is v as bytes that equal sets share (sub-components in
+// order, each with its versions), in a buffer valid until the next call.
+func (e *healthEncoder) versionsKey(v map[string][]string) []byte {
+	k := e.key[:0]
+	names := make([]string, 0, 16)
+	for c := range v {
+		names = append(names, c)
+	}
+	slices.Sort(names)
+	for _, c := range names {
+		k = append(k, c...)
+		for _, x := range v[c] {
+			k = append(k, 1)
+			k = append(k, x...)
+		}
+		k = append(k, 0)
+	}
+	e.key = k
+	return k
+}
 
 // share returns the copy of v already held, else v (held when there is
 // room).
@@ -828,23 +909,47 @@ func positionDiffs(f inventory.Position, c devicePosition) []backend.FieldDiff {
 }
 
 // inventoryOf reads the exploration reports of ids (best effort): firmware
-// version by the precedence rule, and power.
-func (c *cycle) inventoryOf(ctx context.Context, p *SyncPart, kind nico.Kind, ids []string) map[string]nico.Inventory {
+// version by the precedence rule, power and (switches, shelves) the
+// installed versions per sub-component. ok is false when the read failed
+// (a warning in p); a device whose item failed is left out.
+func (c *cycle) inventoryOf(ctx context.Context, p *SyncPart, kind nico.Kind, ids []string) (invs map[string]nico.Inventory, ok bool) {
 	if len(ids) == 0 {
-		return map[string]nico.Inventory{}
+		return map[string]nico.Inventory{}, true
 	}
-	invs, err := c.s.cfg.Core.Inventory(ctx, nico.Target{Kind: kind, IDs: ids})
+	got, err := c.s.cfg.Core.Inventory(ctx, nico.Target{Kind: kind, IDs: ids})
 	if err != nil {
 		p.Warnings = append(p.Warnings, err.Error())
-		return map[string]nico.Inventory{}
+		return map[string]nico.Inventory{}, false
 	}
-	out := make(map[string]nico.Inventory, len(invs))
-	for _, inv := range invs {
+	out := make(map[string]nico.Inventory, len(got))
+	for _, inv := range got {
 		if inv.Err == nil {
 			out[cmpOr(inv.ID, inv.Key)] = inv
 		}
 	}
-	return out
+	return out, true
+}
+
+// installedOf reads the installed versions per sub-component of compute
+// hosts ids (best effort, ListComponentFirmwareVersions): the versions of
+// the hosts Core answered for, by Core ID. ok is false when the read
+// failed (a warning in p).
+func (c *cycle) installedOf(ctx context.Context, p *SyncPart, ids []string) (map[string]map[string][]string, bool) {
+	if len(ids) == 0 {
+		return map[string]map[string][]string{}, true
+	}
+	got, err := c.s.cfg.Core.InstalledVersions(ctx, nico.Target{Kind: nico.KindCompute, IDs: ids})
+	if err != nil {
+		p.Warnings = append(p.Warnings, err.Error())
+		return nil, false
+	}
+	out := make(map[string]map[string][]string, len(got))
+	for _, in := range got {
+		if in.Err == nil {
+			out[cmpOr(in.ID, in.Key)] = in.Components
+		}
+	}
+	return out, true
 }
 
 func cmpOr(a, b string) string {
@@ -876,16 +981,18 @@ func (c *cycle) compute(ctx context.Context, p *SyncPart) error {
 	}
 	devs := make([]device, 0, len(ids))
 	var he healthEncoder
+	versionsOK := true
 	for _, page := range c.pagesOf(ids) {
-		if devs, err = c.computePage(ctx, p, page, devs, &he); err != nil {
+		if devs, err = c.computePage(ctx, p, page, devs, &he, &versionsOK); err != nil {
 			return err
 		}
 	}
-	return c.syncType(ctx, p, inventory.ComponentTypeCompute, devs)
+	return c.syncType(ctx, p, inventory.ComponentTypeCompute, devs, versionsOK)
 }
 
-// computePage reads one page of machine IDs and appends its hosts to devs.
-func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs []device, he *healthEncoder) ([]device, error) {
+// computePage reads one page of machine IDs and appends its hosts to devs;
+// a failed read of their installed versions clears *versionsOK.
+func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs []device, he *healthEncoder, versionsOK *bool) ([]device, error) {
 	core := c.s.cfg.Core
 	ms, err := core.Machines(ctx, ids)
 	if err != nil {
@@ -898,24 +1005,27 @@ func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs
 			hostIDs = append(hostIDs, m.ID)
 		}
 	}
-	// The four reads of the hosts need only their IDs: they run side by
+	// The five reads of the hosts need only their IDs: they run side by
 	// side, each with its own warnings, merged below in a fixed order.
 	var (
-		positions        map[string]nico.Position
-		power            map[string]nico.PowerState
-		dpus             map[string][]inventory.DPUBMC
-		invs             map[string]nico.Inventory
-		posErr, powErr   error
-		dpuErr           error
-		dpuPart, invPart SyncPart
-		wg               sync.WaitGroup
+		positions                 map[string]nico.Position
+		power                     map[string]nico.PowerState
+		dpus                      map[string][]inventory.DPUBMC
+		invs                      map[string]nico.Inventory
+		installed                 map[string]map[string][]string
+		installedOK               bool
+		posErr, powErr            error
+		dpuErr                    error
+		dpuPart, invPart, verPart SyncPart
+		wg                        sync.WaitGroup
 	)
 	if len(hostIDs) > 0 {
 		wg.Go(func() { positions, posErr = core.Positions(ctx, hostIDs) })
 		wg.Go(func() { power, powErr = core.PowerStates(ctx, hostIDs) })
 	}
 	wg.Go(func() { dpus, dpuErr = c.dpusOf(ctx, &dpuPart, hosts) })
-	wg.Go(func() { invs = c.inventoryOf(ctx, &invPart, nico.KindCompute, hostIDs) })
+	wg.Go(func() { invs, _ = c.inventoryOf(ctx, &invPart, nico.KindCompute, hostIDs) })
+	wg.Go(func() { installed, installedOK = c.installedOf(ctx, &verPart, hostIDs) })
 	wg.Wait()
 	if posErr != nil {
 		return nil, posErr
@@ -928,9 +1038,14 @@ func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs
 	}
 	addWarning(p, dpuPart.Warnings...)
 	addWarning(p, invPart.Warnings...)
+	addWarning(p, verPart.Warnings...)
+	*versionsOK = *versionsOK && installedOK
 	for _, m := range hosts {
 		d := device{id: m.ID, mac: backend.NormalizeMAC(m.BMCMAC), state: he.share(m.State), firmware: he.share(invs[m.ID].BMCFirmware()), dpus: sortedDPUs(dpus[m.ID])}
 		d.setHealth(he, m.Health)
+		if v, ok := installed[m.ID]; ok {
+			d.versions, d.answered = he.shareVersions(v), true
+		}
 		if pw, ok := power[m.ID]; ok {
 			d.power = he.share(string(pw))
 		}
@@ -944,20 +1059,23 @@ func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs
 
 // readWithInventory runs read beside the exploration-report read of ids
 // (both need only the IDs) and returns the reports, with their warnings
-// added to p after read's result is known.
-func (c *cycle) readWithInventory(ctx context.Context, p *SyncPart, kind nico.Kind, ids []string, read func() error) (map[string]nico.Inventory, error) {
+// added to p after read's result is known; a failed report read clears
+// *invOK.
+func (c *cycle) readWithInventory(ctx context.Context, p *SyncPart, kind nico.Kind, ids []string, invOK *bool, read func() error) (map[string]nico.Inventory, error) {
 	var (
 		invs    map[string]nico.Inventory
+		ok      bool
 		invPart SyncPart
 		wg      sync.WaitGroup
 	)
-	wg.Go(func() { invs = c.inventoryOf(ctx, &invPart, kind, ids) })
+	wg.Go(func() { invs, ok = c.inventoryOf(ctx, &invPart, kind, ids) })
 	err := read()
 	wg.Wait()
 	if err != nil {
 		return nil, err
 	}
 	addWarning(p, invPart.Warnings...)
+	*invOK = *invOK && ok
 	return invs, nil
 }
 
@@ -975,9 +1093,12 @@ func (c *cycle) nvswitches(ctx context.Context, p *SyncPart) error {
 	devs := make([]device, 0, len(ids))
 	seen := make([]switchSeen, 0, len(ids))
 	var he healthEncoder
+	// A switch's installed versions are in its exploration report, read
+	// for its power and BMC firmware anyway.
+	versionsOK := true
 	for _, page := range c.pagesOf(ids) {
 		var ss []nico.Switch
-		invs, err := c.readWithInventory(ctx, p, nico.KindSwitch, page, func() (err error) {
+		invs, err := c.readWithInventory(ctx, p, nico.KindSwitch, page, &versionsOK, func() (err error) {
 			ss, err = core.Switches(ctx, page)
 			return err
 		})
@@ -985,15 +1106,18 @@ func (c *cycle) nvswitches(ctx context.Context, p *SyncPart) error {
 			return err
 		}
 		for _, s := range ss {
-			inv := invs[s.ID]
+			inv, answered := invs[s.ID]
 			d := device{id: s.ID, mac: backend.NormalizeMAC(s.BMCMAC), state: he.share(s.ControllerState), rackID: he.share(s.RackID), nvosIP: s.NVOSIP,
 				firmware: he.share(inv.BMCFirmware()), power: he.share(reportPower(inv.Power))}
 			d.setHealth(&he, s.Health)
+			if answered {
+				d.versions, d.answered = he.shareVersions(inv.InstalledComponents(nico.KindSwitch)), true
+			}
 			devs = append(devs, d)
 			seen = append(seen, switchSeen{rackID: s.RackID, nvlinkDomain: s.NVLinkDomain})
 		}
 	}
-	if err := c.syncType(ctx, p, inventory.ComponentTypeNVSwitch, devs); err != nil {
+	if err := c.syncType(ctx, p, inventory.ComponentTypeNVSwitch, devs, versionsOK); err != nil {
 		return err
 	}
 	c.seenSwitches, c.switchesOK = seen, true
@@ -1008,9 +1132,12 @@ func (c *cycle) shelves(ctx context.Context, p *SyncPart) error {
 	}
 	devs := make([]device, 0, len(ids))
 	var he healthEncoder
+	// A shelf's installed versions are in its exploration report, read for
+	// its power and PMC firmware anyway.
+	versionsOK := true
 	for _, page := range c.pagesOf(ids) {
 		var ps []nico.PowerShelf
-		invs, err := c.readWithInventory(ctx, p, nico.KindPowerShelf, page, func() (err error) {
+		invs, err := c.readWithInventory(ctx, p, nico.KindPowerShelf, page, &versionsOK, func() (err error) {
 			ps, err = core.PowerShelves(ctx, page)
 			return err
 		})
@@ -1018,7 +1145,7 @@ func (c *cycle) shelves(ctx context.Context, p *SyncPart) error {
 			return err
 		}
 		for _, s := range ps {
-			inv := invs[s.ID]
+			inv, answered := invs[s.ID]
 			fw := inv.FirmwareVersions["pmc"]
 			if fw == "" {
 				fw = inv.BMCFirmware()
@@ -1026,10 +1153,13 @@ func (c *cycle) shelves(ctx context.Context, p *SyncPart) error {
 			d := device{id: s.ID, mac: backend.NormalizeMAC(s.BMCMAC), state: he.share(s.ControllerState), rackID: he.share(s.RackID),
 				firmware: he.share(fw), power: he.share(reportPower(inv.Power))}
 			d.setHealth(&he, s.Health)
+			if answered {
+				d.versions, d.answered = he.shareVersions(inv.InstalledComponents(nico.KindPowerShelf)), true
+			}
 			devs = append(devs, d)
 		}
 	}
-	return c.syncType(ctx, p, inventory.ComponentTypePowerShelf, devs)
+	return c.syncType(ctx, p, inventory.ComponentTypePowerShelf, devs, versionsOK)
 }
 
 // coreRacks reads Core's view of Flow's racks with an external ID, once per

@@ -158,9 +158,10 @@ func testSyncFirstCycleLinksAndSecondWritesNothing(t *testing.T, b *syncBundle) 
 	for _, p := range run.Parts {
 		require.True(t, p.OK, "%s: %s", p.Name, p.Error)
 	}
-	require.EqualValues(t, 18, part(t, run, reconcile.PartCompute).Changed)
-	require.EqualValues(t, 9, part(t, run, reconcile.PartNVSwitch).Changed)
-	require.EqualValues(t, 8, part(t, run, reconcile.PartPowerShelf).Changed)
+	// Each device's row, then its installed versions' (component_firmware).
+	require.EqualValues(t, 2*18, part(t, run, reconcile.PartCompute).Changed)
+	require.EqualValues(t, 2*9, part(t, run, reconcile.PartNVSwitch).Changed)
+	require.EqualValues(t, 2*8, part(t, run, reconcile.PartPowerShelf).Changed)
 	// The rack Core lists under its external ID is adopted (nothing else
 	// about it differs); Core expects no component, and the components are
 	// Flow's own, so the component mirror leaves them alone.
@@ -214,7 +215,8 @@ func testSyncFirmwarePowerPositionHealthAndState(t *testing.T, b *syncBundle) {
 	sw := b.component(t, "demo-0000-sw-02")
 	require.NoError(t, b.sim.Update(sw.ExternalID, nicosim.DevicePatch{Firmware: map[string]string{"bmc": "NVOS 26.01"}}))
 	run := b.run(t)
-	require.EqualValues(t, 1, part(t, run, reconcile.PartCompute).Changed)
+	// The tray's row and its installed versions' row (its BMC changed).
+	require.EqualValues(t, 2, part(t, run, reconcile.PartCompute).Changed)
 
 	got := b.component(t, "demo-0000-ct-01")
 	require.Equal(t, "FW 9.9", got.FirmwareVersion)
