@@ -1,6 +1,7 @@
 package app
 
 import (
+	"github.com/nicoflow/flow/firmware/baseline"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
@@ -18,9 +19,15 @@ type adminService struct {
 	*syncHandler           // RunSync, GetSyncStatus
 	*leakAdminHandler      // OverrideLeak, ListLeakOccurrences
 	*inventoryAdminHandler // FindDeletedRacks
+	// CreateBaseline, UpdateBaseline, GetBaseline, ListBaselines,
+	// ActivateBaseline, ImportBaseline, GetCompliance, ApplyBaseline,
+	// GetInstalledFirmware
+	*baselineHandler
 }
 
 type syncHandler = reconcile.SyncHandler
+
+type baselineHandler = baseline.Handler
 
 type leakAdminHandler = eventrule.LeakAdminHandler
 

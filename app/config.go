@@ -93,6 +93,9 @@ type Config struct {
 	// IngestFirmwareUpgrade makes ingest tasks upgrade the compute trays'
 	// and NVLink switches' firmware after ingestion.
 	IngestFirmwareUpgrade bool // FLOW_INGEST_FIRMWARE_UPGRADE
+	// FirmwareUnreportedAfter: a device whose installed versions Core has
+	// not reported for longer is "unknown" in compliance reports.
+	FirmwareUnreportedAfter time.Duration // FLOW_FIRMWARE_UNREPORTED_AFTER
 	// SystemJobs are the leader-run system jobs' settings, from the config
 	// file (FLOW_CONFIG_FILE) and FLOW_EXPECTED_INVENTORY_SYNC_ENABLED.
 	SystemJobs SystemJobsConfig
@@ -185,6 +188,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
 	{"FLOW_OPERATION_RUN_MAX_CANDIDATES", "100", "most candidate targets (racks; components for component target specs) an operation run may plan over; more fails CreateOperationRun. Upstream's fixed limit is 100; raise it to roll a large site out in one run"},
 	{"FLOW_INGEST_FIRMWARE_UPGRADE", "false", "ingestion (IngestRack, scheduled ingest) also upgrades the firmware of the compute trays, then of the NVLink switches, to the version their component manager holds as desired, after injecting their expectations (upstream issue 2976); applies where the built-in ingest rule would; an unparseable value refuses startup (docs/operation-rules.md)"},
+	{"FLOW_FIRMWARE_UNREPORTED_AFTER", "1h", "a device whose installed firmware versions Core has not reported (in the inventory sync's reads) for longer than this is unknown in firmware compliance reports, never judged by stale versions; 0 never ages them out (docs/firmware.md)"},
 	{"FLOW_CONFIG_FILE", DefaultFlowConfigFile, "upstream's scheduler config file (YAML keys inventory_run_frequency, disable_inventory, leak_detection_interval, disable_leak_detection; durations such as 1m); the default path may be absent, an explicitly named file must exist; a zero or unparseable duration refuses startup (docs/inventory-sync.md)"},
 	{"FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED", "true", "answer coolant leaks through event rules (the built-in leakage rule, or a bound rule: docs/event-rules.md), which pre-empt the work on the rack; false selects upstream's legacy path (upstream's default), which submits a force-power-off task per leaking device every poll, polls every 1m unless leak_detection_interval is set, and does not pre-empt; an unparseable value refuses startup; disable_leak_detection wins"},
 	{"FLOW_EXPECTED_INVENTORY_SYNC_ENABLED", "true", "gate of the expected-inventory mirror of each inventory-sync cycle (the mirror itself is not built yet); an unparseable value refuses startup"},
@@ -335,6 +339,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.IngestFirmwareUpgrade = b
 	}
+	if d, err := time.ParseDuration(def("FLOW_FIRMWARE_UNREPORTED_AFTER")); err != nil || d < 0 {
+		errs = append(errs, "FLOW_FIRMWARE_UNREPORTED_AFTER must be a duration such as 1h (0: never)")
+	} else {
+		cfg.FirmwareUnreportedAfter = d
+	}
 	if v := getenv("FLOW_FIRMWARE_POLL_INTERVAL"); v != "" {
 		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
 			errs = append(errs, "FLOW_FIRMWARE_POLL_INTERVAL must be a positive duration such as 1s")
@@ -441,6 +450,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("engine_fetch_cooldown", c.FetchCooldown),
 		slog.Int("operation_run_max_candidates", c.RunMaxCandidates),
 		slog.Bool("ingest_firmware_upgrade", c.IngestFirmwareUpgrade),
+		slog.Duration("firmware_unreported_after", c.FirmwareUnreportedAfter),
 		slog.String("flow_config_file", or(c.SystemJobs.File, "(none)")),
 		slog.Duration("inventory_run_frequency", c.SystemJobs.InventoryInterval),
 		slog.Bool("disable_inventory", c.SystemJobs.InventoryDisabled),

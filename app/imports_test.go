@@ -79,6 +79,7 @@ var allowedImports = map[string][]string{
 
 	// The task manager's features reach it only through its exported API.
 	"operations/rollout": {"db", "caller", "engine", "inventory", "firmware", "operations"},
+	"firmware/baseline":  {"db", "caller", "inventory", "firmware", "nico", "operations", "operations/rollout"},
 	// opstest sets up the task manager for the tests of operations and
 	// its features; only tests import it (no rule lists it).
 	"operations/opstest": {"db", "db/dbtest", "engine", "inventory", "backend", "firmware", "nico", "psm", "operations"},

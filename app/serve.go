@@ -24,6 +24,7 @@ import (
 	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/firmware"
+	"github.com/nicoflow/flow/firmware/baseline"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/eventrule"
@@ -289,8 +290,10 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		CheckPool: checkPool,
 	})
 	s.tel.metrics.Register(newListingCollector(svc.inventoryHandler))
+	baselines := baseline.NewService(baseline.Config{Inventory: inv, Operations: rules, Core: s.backends.nico, StaleAfter: cfg.FirmwareUnreportedAfter})
+	s.tel.metrics.Register(newComplianceCollector(pool, baselines))
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer), leakAdminHandler: eventrule.NewLeakAdminHandler(pool, inv, leak),
-		inventoryAdminHandler: inventory.NewAdminHandler(inv, pool)}
+		inventoryAdminHandler: inventory.NewAdminHandler(inv, pool), baselineHandler: baseline.NewHandler(pool, baselines, runs)}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	// The console (/ui/) calls the API's handler in process, as its user.
 	if s.console, err = console.New(console.Options{

@@ -166,6 +166,17 @@ var methodRoles = map[string]Role{
 	// (audited); the occurrences are viewer.
 	adminv1connect.AdminServiceOverrideLeakProcedure:        roleAdmin,
 	adminv1connect.AdminServiceListLeakOccurrencesProcedure: roleViewer,
+	// Firmware baselines: writing or activating a baseline and applying it
+	// (which starts firmware upgrades) are operator; reads are viewer.
+	adminv1connect.AdminServiceCreateBaselineProcedure:       roleOperator,
+	adminv1connect.AdminServiceUpdateBaselineProcedure:       roleOperator,
+	adminv1connect.AdminServiceActivateBaselineProcedure:     roleOperator,
+	adminv1connect.AdminServiceImportBaselineProcedure:       roleOperator,
+	adminv1connect.AdminServiceApplyBaselineProcedure:        roleOperator,
+	adminv1connect.AdminServiceGetBaselineProcedure:          roleViewer,
+	adminv1connect.AdminServiceListBaselinesProcedure:        roleViewer,
+	adminv1connect.AdminServiceGetComplianceProcedure:        roleViewer,
+	adminv1connect.AdminServiceGetInstalledFirmwareProcedure: roleViewer,
 	// Inventory: finding deleted racks by name is a read (viewer); purging
 	// one stays admin (PurgeRack).
 	adminv1connect.AdminServiceFindDeletedRacksProcedure: roleViewer,

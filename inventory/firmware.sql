@@ -61,6 +61,6 @@ LEFT JOIN component_firmware cf ON cf.component_id = c.id
 WHERE c.deleted_at IS NULL AND r.deleted_at IS NULL
   AND c.type IN ('Compute', 'NVSwitch', 'PowerShelf')
   AND (@type::text = '' OR c.type = @type::text)
-  AND (cardinality(@rack_ids::uuid[]) = 0 OR c.rack_id = ANY(@rack_ids::uuid[]))
+  AND (coalesce(cardinality(@rack_ids::uuid[]), 0) = 0 OR c.rack_id = ANY(@rack_ids::uuid[]))
   AND (sqlc.narg(domain_id)::uuid IS NULL OR r.nvl_domain_id = sqlc.narg(domain_id)::uuid)
 ORDER BY r.name NULLS FIRST, c.name, c.id;

@@ -204,6 +204,35 @@ func PlanTargets(cands []Candidate, sel Selector, opts RunOptions) ([]PlannedTar
 	return out, len(sizes), nil
 }
 
+// PlanWaves places the candidates in fixed waves: phase i holds the racks
+// of waves[i], in that order. A rack named in no candidate, or twice, is a
+// *RunError; candidates no wave names are left out.
+func PlanWaves(cands []Candidate, waves [][]uuid.UUID) ([]PlannedTarget, error) {
+	byRack := make(map[uuid.UUID]Candidate, len(cands))
+	for _, c := range cands {
+		byRack[c.RackID] = c
+	}
+	var out []PlannedTarget
+	seen := map[uuid.UUID]bool{}
+	for phase, w := range waves {
+		if len(w) == 0 {
+			return nil, runInvalid("waves", "wave %d has no racks", phase)
+		}
+		for _, id := range w {
+			c, ok := byRack[id]
+			switch {
+			case !ok:
+				return nil, runInvalid("waves", "rack %s of wave %d has no matching components", id, phase)
+			case seen[id]:
+				return nil, runInvalid("waves", "rack %s is in more than one wave", id)
+			}
+			seen[id] = true
+			out = append(out, PlannedTarget{Candidate: c, Sequence: len(out), Phase: phase})
+		}
+	}
+	return out, nil
+}
+
 // excludeComponents removes, component by component, what earlier runs
 // already targeted; racks left empty disappear.
 func excludeComponents(cands []Candidate, taken map[uuid.UUID]map[operations.ComponentType][]uuid.UUID) []Candidate {

@@ -91,6 +91,13 @@ type CreateRunInput struct {
 	// CreatedBy is the creating caller's identity (caller.Identity); every
 	// child task the run submits records it as its submitter.
 	CreatedBy string
+	// Waves, when set, fixes the phases: phase i runs exactly the racks of
+	// Waves[i] (each must be a candidate), in the order given, in place of
+	// selection, ordering and the phase plan (firmware baselines plan
+	// waves that keep each NVLink domain whole). Selector and Options'
+	// ordering and phase plan are then recorded as 100 %, physical
+	// location and one count per wave.
+	Waves [][]uuid.UUID
 }
 
 // Field paths of the create request, for error messages.
@@ -104,6 +111,15 @@ const (
 
 // normalize checks in and fills every default (§2.2).
 func normalize(in *CreateRunInput) error {
+	if len(in.Waves) > 0 {
+		in.Selector.Percentage = 100
+		in.Options.Ordering = Ordering{Kind: OrderingPhysicalLocation, Strategy: StrategyRowByRow}
+		counts := make([]int, len(in.Waves))
+		for i, w := range in.Waves {
+			counts[i] = len(w)
+		}
+		in.Options.Phases = PhasePlan{Kind: PhasesCount, Counts: counts}
+	}
 	in.Name = strings.TrimSpace(in.Name)
 	if in.Name == "" {
 		return runInvalid("name", "is required")
@@ -254,7 +270,14 @@ func (r *Service) Create(ctx context.Context, tx pgx.Tx, in CreateRunInput) (uui
 	if len(cands) == 0 {
 		return uuid.Nil, runInvalid("configuration.operation", "the candidate scope is empty (no racks with matching components left after exclusions)")
 	}
-	planned, phases, err := PlanTargets(cands, in.Selector, in.Options)
+	var planned []PlannedTarget
+	var phases int
+	if len(in.Waves) > 0 {
+		planned, err = PlanWaves(cands, in.Waves)
+		phases = len(in.Waves)
+	} else {
+		planned, phases, err = PlanTargets(cands, in.Selector, in.Options)
+	}
 	if err != nil {
 		return uuid.Nil, err
 	}

@@ -25,7 +25,7 @@ LEFT JOIN component_firmware cf ON cf.component_id = c.id
 WHERE c.deleted_at IS NULL AND r.deleted_at IS NULL
   AND c.type IN ('Compute', 'NVSwitch', 'PowerShelf')
   AND ($1::text = '' OR c.type = $1::text)
-  AND (cardinality($2::uuid[]) = 0 OR c.rack_id = ANY($2::uuid[]))
+  AND (coalesce(cardinality($2::uuid[]), 0) = 0 OR c.rack_id = ANY($2::uuid[]))
   AND ($3::uuid IS NULL OR r.nvl_domain_id = $3::uuid)
 ORDER BY r.name NULLS FIRST, c.name, c.id
 `

@@ -1408,8 +1408,11 @@ func (x *GetBaselineRequest) GetRevision() int32 {
 }
 
 type BaselineResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Baseline      *Baseline              `protobuf:"bytes,1,opt,name=baseline,proto3" json:"baseline,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Baseline *Baseline              `protobuf:"bytes,1,opt,name=baseline,proto3" json:"baseline,omitempty"`
+	// warnings says what an import left out (Core keys that name no known
+	// sub-component, entries whose component type could not be told).
+	Warnings      []string `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1447,6 +1450,13 @@ func (*BaselineResponse) Descriptor() ([]byte, []int) {
 func (x *BaselineResponse) GetBaseline() *Baseline {
 	if x != nil {
 		return x.Baseline
+	}
+	return nil
+}
+
+func (x *BaselineResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -2836,9 +2846,10 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\bactivate\x18\x05 \x01(\bR\bactivate\"D\n" +
 	"\x12GetBaselineRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x05R\brevision\"G\n" +
+	"\brevision\x18\x02 \x01(\x05R\brevision\"c\n" +
 	"\x10BaselineResponse\x123\n" +
-	"\bbaseline\x18\x01 \x01(\v2\x17.flow.admin.v1.BaselineR\bbaseline\"\x16\n" +
+	"\bbaseline\x18\x01 \x01(\v2\x17.flow.admin.v1.BaselineR\bbaseline\x12\x1a\n" +
+	"\bwarnings\x18\x02 \x03(\tR\bwarnings\"\x16\n" +
 	"\x14ListBaselinesRequest\"N\n" +
 	"\x15ListBaselinesResponse\x125\n" +
 	"\tbaselines\x18\x01 \x03(\v2\x17.flow.admin.v1.BaselineR\tbaselines\"I\n" +

@@ -1,0 +1,292 @@
+package baseline
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/nicoflow/flow/firmware"
+	"github.com/nicoflow/flow/inventory"
+)
+
+// Compliance states of a device (and of a sub-component, for the first
+// three and unknown).
+const (
+	StateCompliant  = "compliant"
+	StateUpgrade    = "upgrade"   // below the baseline
+	StateDowngrade  = "downgrade" // above it
+	StateUnknown    = "unknown"   // not reported, stale, or not orderable
+	StateUpdating   = "updating"  // a firmware task is on it
+	StateNotCovered = "not_covered"
+)
+
+// States lists the device states, most urgent first (a roll-up's state is
+// its most urgent device's).
+var States = []string{StateUpdating, StateUpgrade, StateDowngrade, StateUnknown, StateCompliant, StateNotCovered}
+
+func stateRank(s string) int { return slices.Index(States, s) }
+
+// Difference is one sub-component of a device that is not at the baseline,
+// or could not be compared.
+type Difference struct {
+	Component string
+	State     string // upgrade, downgrade or unknown
+	Desired   string
+	Installed []string
+	Reason    string
+}
+
+// DeviceState is one device's compliance.
+type DeviceState struct {
+	Device      inventory.FirmwareDevice
+	State       string
+	Reason      string
+	Differences []Difference
+	// Desired is the version each covered sub-component should be at.
+	Desired map[string]string
+	TaskID  *uuid.UUID
+}
+
+// SeenAt is when the device's versions were last seen (nil: never).
+func (d DeviceState) SeenAt() *time.Time {
+	if d.Device.Installed == nil {
+		return nil
+	}
+	return &d.Device.Installed.SeenAt
+}
+
+// Evaluator measures devices against one baseline revision's entries.
+type Evaluator struct {
+	byType map[string][]Entry // entries by component type, most specific first
+	// StaleAfter: a device whose versions were last seen longer ago is
+	// unknown (0: never stale).
+	StaleAfter time.Duration
+	Now        time.Time
+}
+
+// NewEvaluator returns an Evaluator of entries (normalized).
+func NewEvaluator(entries []Entry, now time.Time, staleAfter time.Duration) *Evaluator {
+	ev := &Evaluator{byType: map[string][]Entry{}, StaleAfter: staleAfter, Now: now}
+	for _, e := range entries {
+		ev.byType[e.ComponentType] = append(ev.byType[e.ComponentType], e)
+	}
+	for _, es := range ev.byType {
+		slices.SortStableFunc(es, func(a, b Entry) int { return cmp.Compare(b.specificity(), a.specificity()) })
+	}
+	return ev
+}
+
+// Desired returns the version each sub-component of d should be at: per
+// sub-component, the most specific entry that matches d (rack profile over
+// model over vendor; among equals, the first in the baseline's order).
+func (ev *Evaluator) Desired(d *inventory.FirmwareDevice) map[string]string {
+	out := map[string]string{}
+	for _, e := range ev.byType[typeOf(d.Type)] {
+		if _, done := out[e.Component]; done || !e.matches(d) {
+			continue
+		}
+		out[e.Component] = e.Version
+	}
+	return out
+}
+
+// Evaluate returns d's compliance; task is the firmware task on it (nil:
+// none). Rules (docs/firmware.md, "Compliance"): no entry applies →
+// not_covered; a task on it → updating; versions never reported, or last
+// seen longer ago than StaleAfter → unknown; else by sub-component: any
+// below → upgrade, else any above → downgrade, else any not reported or
+// not orderable → unknown, else compliant.
+func (ev *Evaluator) Evaluate(d inventory.FirmwareDevice, task *uuid.UUID) DeviceState {
+	ds := DeviceState{Device: d, Desired: ev.Desired(&d), TaskID: task}
+	switch {
+	case len(ds.Desired) == 0:
+		ds.State, ds.Reason = StateNotCovered, "no baseline entry applies to it"
+		return ds
+	case task != nil:
+		ds.State, ds.Reason = StateUpdating, fmt.Sprintf("firmware task %s is on it", task)
+		return ds
+	case d.Installed == nil:
+		ds.State, ds.Reason = StateUnknown, "Core has not reported its installed versions"
+		return ds
+	case ev.StaleAfter > 0 && ev.Now.Sub(d.Installed.SeenAt) > ev.StaleAfter:
+		ds.State = StateUnknown
+		ds.Reason = fmt.Sprintf("not reported by Core since %s (more than %s ago)", d.Installed.SeenAt.UTC().Format(time.RFC3339), ev.StaleAfter)
+		return ds
+	}
+	worst := StateCompliant
+	for _, sub := range slices.Sorted(mapKeys(ds.Desired)) {
+		want := ds.Desired[sub]
+		diff := compareSub(want, d.Installed.Versions[sub])
+		if diff.State == StateCompliant {
+			continue
+		}
+		diff.Component = sub
+		ds.Differences = append(ds.Differences, diff)
+		if stateRank(diff.State) < stateRank(worst) {
+			worst = diff.State
+		}
+	}
+	ds.State = worst
+	if worst == StateUnknown {
+		ds.Reason = "some sub-components cannot be compared"
+	}
+	return ds
+}
+
+// compareSub compares every installed instance of a sub-component with
+// the desired version.
+func compareSub(want string, installed []string) Difference {
+	d := Difference{Desired: want, Installed: installed, State: StateCompliant}
+	if len(installed) == 0 {
+		d.State, d.Reason = StateUnknown, "not reported"
+		return d
+	}
+	below, above, unordered := false, false, ""
+	for _, v := range installed {
+		c, ok := firmware.CompareVersions(v, want)
+		switch {
+		case !ok:
+			unordered = v
+		case c < 0:
+			below = true
+		case c > 0:
+			above = true
+		}
+	}
+	switch {
+	case below:
+		d.State = StateUpgrade
+	case above:
+		d.State = StateDowngrade
+	case unordered != "":
+		d.State, d.Reason = StateUnknown, fmt.Sprintf("%q cannot be ordered against %q", unordered, want)
+	}
+	return d
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// Counts counts devices by state.
+type Counts struct {
+	Total, Compliant, Upgrade, Downgrade, Unknown, Updating, NotCovered int
+}
+
+// Add counts one device of state.
+func (c *Counts) Add(state string) {
+	c.Total++
+	switch state {
+	case StateCompliant:
+		c.Compliant++
+	case StateUpgrade:
+		c.Upgrade++
+	case StateDowngrade:
+		c.Downgrade++
+	case StateUnknown:
+		c.Unknown++
+	case StateUpdating:
+		c.Updating++
+	case StateNotCovered:
+		c.NotCovered++
+	}
+}
+
+// Of returns the count of state.
+func (c Counts) Of(state string) int {
+	switch state {
+	case StateCompliant:
+		return c.Compliant
+	case StateUpgrade:
+		return c.Upgrade
+	case StateDowngrade:
+		return c.Downgrade
+	case StateUnknown:
+		return c.Unknown
+	case StateUpdating:
+		return c.Updating
+	case StateNotCovered:
+		return c.NotCovered
+	}
+	return 0
+}
+
+// State is the most urgent state counted ("" when none; not_covered only
+// when nothing else is).
+func (c Counts) State() string {
+	for _, s := range States {
+		if c.Of(s) > 0 {
+			return s
+		}
+	}
+	return ""
+}
+
+// Group kinds of a roll-up.
+const (
+	GroupRack   = "rack"
+	GroupDomain = "nvl_domain"
+	GroupRow    = "row"
+	GroupHall   = "hall"
+)
+
+// Group is one roll-up: a rack, NVLink domain, row or hall.
+type Group struct {
+	Kind, Key, Name string
+	Counts          Counts
+}
+
+// groupKey returns d's key and name under kind ("" key: d is in no such
+// group).
+func groupKey(kind string, d *inventory.FirmwareDevice) (key, name string) {
+	switch kind {
+	case GroupRack:
+		if d.RackID != nil {
+			return d.RackID.String(), d.RackName
+		}
+	case GroupDomain:
+		if d.DomainID != nil {
+			return d.DomainID.String(), d.DomainName
+		}
+	case GroupRow:
+		if d.Row != "" {
+			return d.Hall + "/" + d.Row, strings.TrimPrefix(d.Hall+" / "+d.Row, " / ")
+		}
+	case GroupHall:
+		if d.Hall != "" {
+			return d.Hall, d.Hall
+		}
+	}
+	return "", ""
+}
+
+// RollUp counts states per group of kind, groups ordered by name.
+func RollUp(kind string, states []DeviceState) []Group {
+	idx := map[string]int{}
+	var out []Group
+	for i := range states {
+		key, name := groupKey(kind, &states[i].Device)
+		if key == "" {
+			continue
+		}
+		j, ok := idx[key]
+		if !ok {
+			j = len(out)
+			idx[key] = j
+			out = append(out, Group{Kind: kind, Key: key, Name: name})
+		}
+		out[j].Counts.Add(states[i].State)
+	}
+	slices.SortFunc(out, func(a, b Group) int { return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.Key, b.Key)) })
+	return out
+}
