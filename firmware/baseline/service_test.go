@@ -26,7 +26,9 @@ type testBundle struct {
 
 type fakeDesired struct{ entries []nico.DesiredFirmware }
 
-func (f *fakeDesired) DesiredFirmware(context.Context) ([]nico.DesiredFirmware, error) { return f.entries, nil }
+func (f *fakeDesired) DesiredFirmware(context.Context) ([]nico.DesiredFirmware, error) {
+	return f.entries, nil
+}
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
