@@ -49,6 +49,15 @@ type LeakAdmin interface {
 	LeaksJSON() any
 }
 
+// DesiredFirmwareAdmin is implemented by simulators that hold desired
+// firmware versions; AdminHandler then serves /admin/desired-firmware.
+type DesiredFirmwareAdmin interface {
+	DesiredFirmwareJSON() any
+	// SetDesiredFirmwareJSON replaces the desired versions from a JSON
+	// list.
+	SetDesiredFirmwareJSON(data []byte) error
+}
+
 // AdminHandler serves a simulator's admin surface under /admin/:
 //
 //	GET    /admin/journal[?method=M]  calls received (JSON list of Call)
@@ -67,6 +76,8 @@ type LeakAdmin interface {
 //	GET    /admin/leaks               leaking devices (LeakAdmin only)
 //	PUT    /admin/leaks/{device}      raise a device's leak alert
 //	DELETE /admin/leaks/{device}      clear it
+//	GET    /admin/desired-firmware    desired firmware versions (DesiredFirmwareAdmin only)
+//	PUT    /admin/desired-firmware    replace them (JSON list)
 //	GET    /admin/                    this list (the routes this simulator serves), as text
 //
 // It answers loopback clients only (403 to others), whatever address the
@@ -106,6 +117,8 @@ var adminRoutes = []struct{ route, what, needs string }{
 	{"GET    /admin/leaks", "leaking devices", "leaks"},
 	{"PUT    /admin/leaks/{device}", "raise a device's leak alert", "leaks"},
 	{"DELETE /admin/leaks/{device}", "clear it", "leaks"},
+	{"GET    /admin/desired-firmware", "desired firmware versions", "desired"},
+	{"PUT    /admin/desired-firmware", "replace them (JSON list)", "desired"},
 }
 
 // adminIndex is GET /admin/'s text: the routes a serves.
@@ -113,7 +126,8 @@ func adminIndex(a Admin) string {
 	_, devices := a.(DeviceUpdater)
 	_, racks := a.(RackAdmin)
 	_, leaks := a.(LeakAdmin)
-	has := map[string]bool{"": true, "devices": devices, "racks": racks, "leaks": leaks}
+	_, desired := a.(DesiredFirmwareAdmin)
+	has := map[string]bool{"": true, "devices": devices, "racks": racks, "leaks": leaks, "desired": desired}
 	var b strings.Builder
 	b.WriteString("Simulator admin surface (loopback clients only; JSON bodies; docs/simulators.md)\n")
 	for _, r := range adminRoutes {
@@ -190,6 +204,23 @@ func adminMux(a Admin) *http.ServeMux {
 				w.WriteHeader(http.StatusNoContent)
 			})
 		}
+	}
+	if da, ok := a.(DesiredFirmwareAdmin); ok {
+		mux.HandleFunc("GET /admin/desired-firmware", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, da.DesiredFirmwareJSON())
+		})
+		mux.HandleFunc("PUT /admin/desired-firmware", func(w http.ResponseWriter, r *http.Request) {
+			var raw json.RawMessage
+			if err := json.NewDecoder(r.Body).Decode(&raw); err != nil {
+				writeError(w, http.StatusBadRequest, err)
+				return
+			}
+			if err := da.SetDesiredFirmwareJSON(raw); err != nil {
+				writeError(w, http.StatusBadRequest, err)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		})
 	}
 	mux.HandleFunc("GET /admin/journal", func(w http.ResponseWriter, r *http.Request) {
 		var calls []Call

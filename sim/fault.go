@@ -62,6 +62,10 @@ type Fault struct {
 	Status  string    `json:"status,omitempty"`  // item: "not_found", "invalid_argument", "internal_error", "unavailable"
 	Message string    `json:"message,omitempty"` // error and item text
 	Phase   string    `json:"phase,omitempty"`   // fail, stuck, cancel: e.g. "in_progress"
+	// Component narrows a firmware-job fault (fail, stuck, cancel, lie)
+	// to the job of that sub-component ("bios", "nic"…); the device's
+	// other jobs run normally. Empty: any job.
+	Component string `json:"component,omitempty"`
 	Latency Duration  `json:"latency,omitempty"`
 	Times   int       `json:"times,omitempty"`
 	Rate    float64   `json:"rate,omitempty"`
@@ -105,6 +109,9 @@ func (f Fault) Validate() error {
 	}
 	if f.Kind == FaultGarbage && f.Device != "" {
 		return errors.New("a garbage fault applies to a method, not a device: leave device empty")
+	}
+	if f.Component != "" && !contains([]FaultKind{FaultFail, FaultStuck, FaultCancel, FaultLie}, f.Kind) {
+		return fmt.Errorf("component narrows a firmware job fault (fail, stuck, cancel, lie), not a %s fault", f.Kind)
 	}
 	if f.Rate < 0 || f.Rate > 1 {
 		return errors.New("rate must be within [0, 1]")
@@ -188,12 +195,23 @@ func (fs *Faults) List() []Fault {
 
 // Take returns the first active fault of kind that applies to method and
 // device, counting it as fired (a fault whose Times are used up is dropped).
-// An empty device matches only faults that name no device.
+// An empty device matches only faults that name no device. Faults that
+// name a sub-component are left to TakeComponent.
 func (fs *Faults) Take(kind FaultKind, method, device string) (Fault, bool) {
+	return fs.TakeComponent(kind, method, device, "")
+}
+
+// TakeComponent is Take for the firmware job of one sub-component: it
+// also matches faults that name that component (any case); an empty
+// component matches only faults that name none.
+func (fs *Faults) TakeComponent(kind FaultKind, method, device, component string) (Fault, bool) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	for i, f := range fs.faults {
 		if f.Kind != kind || (f.Method != "" && f.Method != method) || (f.Device != "" && !strings.EqualFold(f.Device, device)) {
+			continue
+		}
+		if f.Component != "" && !strings.EqualFold(f.Component, component) {
 			continue
 		}
 		if f.Rate > 0 && fs.rand.Float64() >= f.Rate {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,15 +39,21 @@ func (h *handler) end(method string, devices []string, err *error) {
 }
 
 // take finds a fault of kind for method that names d (by key, ID or MAC) or
-// no device.
+// no device, and no sub-component.
 func (h *handler) take(kind sim.FaultKind, method, key string, d *device) (sim.Fault, bool) {
-	if f, ok := h.s.faults.Take(kind, method, key); ok || d == nil {
+	return h.takeJob(kind, method, key, d, "")
+}
+
+// takeJob is take for d's firmware job of sub-component c: it also finds
+// the faults that name c.
+func (h *handler) takeJob(kind sim.FaultKind, method, key string, d *device, c string) (sim.Fault, bool) {
+	if f, ok := h.s.faults.TakeComponent(kind, method, key, c); ok || d == nil {
 		return f, ok
 	}
-	if f, ok := h.s.faults.Take(kind, method, d.ID); ok {
+	if f, ok := h.s.faults.TakeComponent(kind, method, d.ID, c); ok {
 		return f, true
 	}
-	return h.s.faults.Take(kind, method, d.BMCMAC)
+	return h.s.faults.TakeComponent(kind, method, d.BMCMAC, c)
 }
 
 var itemStatus = map[string]forgepb.ComponentManagerStatusCode{
@@ -571,6 +578,13 @@ func (h *handler) itemFault(method, key string, d *device, r *forgepb.ComponentR
 	return true
 }
 
+// unreported answers r as a device whose installed versions Core cannot
+// read (Device.Unreported).
+func unreported(r *forgepb.ComponentResult) {
+	r.Status = forgepb.ComponentManagerStatusCode_COMPONENT_MANAGER_STATUS_CODE_UNAVAILABLE
+	r.Error = errUnreported.Error()
+}
+
 func notFound(r *forgepb.ComponentResult, key string) *forgepb.ComponentResult {
 	r.Status = forgepb.ComponentManagerStatusCode_COMPONENT_MANAGER_STATUS_CODE_NOT_FOUND
 	r.Error = "component " + key + " not found"
@@ -712,6 +726,8 @@ func (h *handler) GetComponentInventory(ctx context.Context, req *forgepb.GetCom
 		case d == nil:
 			notFound(e.Result, key)
 		case h.itemFault(method, key, d, e.Result):
+		case d.Unreported && d.Kind != KindCompute:
+			unreported(e.Result)
 		default:
 			h.s.advance(d, now)
 			rep := &forgepb.EndpointExplorationReport{
@@ -724,7 +740,13 @@ func (h *handler) GetComponentInventory(ctx context.Context, req *forgepb.GetCom
 			for _, c := range slices.Sorted(mapsKeys(d.Firmware)) {
 				rep.FirmwareVersions[c] = d.Firmware[c]
 				n := inventoryNames(c)
-				svc.Inventories = append(svc.Inventories, &forgepb.Inventory{Id: n.id, Description: optStr(n.description), Version: optStr(d.Firmware[c])})
+				for i := range max(d.Instances[c], 1) {
+					id := n.id
+					if i > 0 {
+						id = strings.TrimSuffix(id, "0") + strconv.Itoa(i)
+					}
+					svc.Inventories = append(svc.Inventories, &forgepb.Inventory{Id: id, Description: optStr(n.description), Version: optStr(d.Firmware[c])})
+				}
 			}
 			rep.Service = []*forgepb.Service{svc}
 			e.Report = rep
@@ -793,7 +815,15 @@ func (h *handler) UpdateComponentFirmware(ctx context.Context, req *forgepb.Upda
 	if t.kind == "" || (len(ids) == 0) == (len(macs) == 0) {
 		return nil, errInvalid("exactly one of the ID and MAC lists must be set")
 	}
-	version := cmp.Or(req.GetTargetVersion(), "latest")
+	plan, err := parsePlan(req.GetTargetVersion(), components)
+	if err != nil {
+		return nil, err
+	}
+	if t.kind != kindRack {
+		if err := plan.check(t.kind); err != nil {
+			return nil, err
+		}
+	}
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
 	now := h.s.clock.Now()
@@ -809,7 +839,8 @@ func (h *handler) UpdateComponentFirmware(ctx context.Context, req *forgepb.Upda
 				notFound(r, key)
 			} else if !h.itemFault(method, key, nil, r) {
 				for _, d := range members {
-					h.startJobs(method, d.ID, d, defaultBundle[d.Kind], version, req.GetForceUpdate(), now)
+					cs, version := plan.jobs(d.Kind, nil)
+					h.startJobs(method, d.ID, d, cs, version, req.GetForceUpdate(), now)
 				}
 			}
 			res.Results = append(res.Results, r)
@@ -822,7 +853,8 @@ func (h *handler) UpdateComponentFirmware(ctx context.Context, req *forgepb.Upda
 			notFound(r, key)
 		case h.itemFault(method, key, d, r):
 		default:
-			h.startJobs(method, key, d, orDefault(components, defaultBundle[t.kind]), version, req.GetForceUpdate(), now)
+			cs, version := plan.jobs(t.kind, components)
+			h.startJobs(method, key, d, cs, version, req.GetForceUpdate(), now)
 		}
 		res.Results = append(res.Results, r)
 	}
@@ -850,23 +882,28 @@ func (s *Sim) rackMembers(id string) []*device {
 	return out
 }
 
-// startJobs replaces d's firmware jobs with one per component, applying
-// the fail, stuck and cancel faults for key.
-func (h *handler) startJobs(method, key string, d *device, components []string, version string, force bool, now time.Time) {
+// startJobs replaces d's firmware jobs with one per component, each at
+// version(component), applying the fail, stuck, cancel and lie faults for
+// key (those naming a sub-component act on its job only, and a failure
+// they cause names it).
+func (h *handler) startJobs(method, key string, d *device, components []string, version func(string) string, force bool, now time.Time) {
 	h.s.advance(d, now)
 	d.jobs = nil
 	for _, c := range components {
-		j := &job{component: c, target: version, created: now}
-		if !force && d.Firmware[c] == version {
+		j := &job{component: c, target: version(c), created: now}
+		if !force && d.Firmware[c] == j.target {
 			j.created = now.Add(-time.Duration(len(phases)) * h.s.opts.FirmwarePhase)
 		}
-		if f, ok := h.take(sim.FaultFail, method, key, d); ok {
+		if f, ok := h.takeJob(sim.FaultFail, method, key, d, c); ok {
 			j.failPhase, j.message = cmp.Or(f.Phase, phaseInProgress), f.Message
-		} else if f, ok := h.take(sim.FaultStuck, method, key, d); ok {
+			if f.Component != "" {
+				j.message = c + ": " + cmp.Or(f.Message, "firmware update failed in "+j.failPhase)
+			}
+		} else if f, ok := h.takeJob(sim.FaultStuck, method, key, d, c); ok {
 			j.stuckPhase = cmp.Or(f.Phase, phaseInProgress)
-		} else if f, ok := h.take(sim.FaultCancel, method, key, d); ok {
+		} else if f, ok := h.takeJob(sim.FaultCancel, method, key, d, c); ok {
 			j.cancelPhase, j.message = cmp.Or(f.Phase, phaseInProgress), f.Message
-		} else if _, ok := h.take(sim.FaultLie, method, key, d); ok {
+		} else if _, ok := h.takeJob(sim.FaultLie, method, key, d, c); ok {
 			j.lie = true
 		}
 		d.jobs = append(d.jobs, j)
@@ -966,16 +1003,26 @@ func (h *handler) ListComponentFirmwareVersions(ctx context.Context, req *forgep
 	}
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
+	now := h.s.clock.Now()
 	res = &forgepb.ListComponentFirmwareVersionsResponse{}
 	for _, m := range h.s.expand(t) {
 		e := &forgepb.DeviceFirmwareVersions{Result: m.t.result(m.key, m.d)}
-		if m.d == nil {
+		switch {
+		case m.d == nil:
 			notFound(e.Result, m.key)
-		} else {
+		case h.itemFault(method, m.key, m.d, e.Result):
+		case m.d.Unreported:
+			unreported(e.Result)
+		default:
+			// Jobs due by now have installed their versions.
+			h.s.advance(m.d, now)
 			for _, c := range slices.Sorted(mapsKeys(m.d.Firmware)) {
-				e.Versions = append(e.Versions, c+"="+m.d.Firmware[c])
+				vs := m.d.versions(c)
+				for _, v := range vs {
+					e.Versions = append(e.Versions, c+"="+v)
+				}
 				if v, ok := computeFwComponent[c]; ok && m.d.Kind == KindCompute {
-					e.ComputeFwVersions = append(e.ComputeFwVersions, &forgepb.ComputeTrayFirmwareVersions{Component: v, Versions: []string{m.d.Firmware[c]}})
+					e.ComputeFwVersions = append(e.ComputeFwVersions, &forgepb.ComputeTrayFirmwareVersions{Component: v, Versions: vs})
 				}
 			}
 		}

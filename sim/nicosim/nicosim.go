@@ -40,7 +40,21 @@ type Device struct {
 	Serial   string            `json:"serial,omitempty"`
 	BMCMAC   string            `json:"bmc_mac"`
 	BMCIP    string            `json:"bmc_ip,omitempty"`
-	Firmware map[string]string `json:"firmware,omitempty"` // component ("bmc", "bios", "pmc"…) → version
+	// Firmware is the installed version of each firmware sub-component,
+	// named as Core names them (SubComponents: compute "bmc", "bios",
+	// "cec", "nic", "cpld_mb", "cpld_pdb", "gpu"; switches "bmc", "cpld",
+	// "bios", "nvos"; shelves "pmc", "psu").
+	Firmware map[string]string `json:"firmware,omitempty"`
+	// Instances counts the sub-components the device has several of (a
+	// compute tray's two NICs: {"nic": 2}); every instance runs Firmware's
+	// version of it, and a version read lists one version per instance.
+	Instances map[string]int `json:"instances,omitempty"`
+	// Unreported makes Core unable to read the device's installed
+	// versions: its version read answers an item error (UNAVAILABLE):
+	// ListComponentFirmwareVersions for every kind, and for switches and
+	// shelves GetComponentInventory too, where Core keeps their versions
+	// (so their power and BMC firmware go unread as well).
+	Unreported bool `json:"unreported,omitempty"`
 	// PoweredOff starts the device off (default on).
 	PoweredOff bool `json:"powered_off,omitempty"`
 	// State overrides the lifecycle state: compute display state (default
@@ -103,6 +117,7 @@ type Sim struct {
 	nextID   map[string]int
 	expected map[string]map[string]*expected // kind → lowercase MAC → entry
 	dpuIndex map[string]dpuRef               // DPU machine ID → its host and place
+	desired  []DesiredFirmware               // GetDesiredFirmwareVersions
 }
 
 type dpuRef struct {
@@ -139,7 +154,7 @@ type powerStep struct {
 }
 
 type job struct {
-	component, target string
+	component, target string // target: this component's version
 	created           time.Time
 	failPhase         string // "" or a phase name
 	stuckPhase        string
@@ -239,6 +254,7 @@ func (s *Sim) SeedJSON(data []byte) error {
 
 func (s *Sim) upsert(d Device) *device {
 	d.Firmware = maps.Clone(d.Firmware)
+	d.Instances = maps.Clone(d.Instances)
 	d.DPUs = slices.Clone(d.DPUs)
 	if d.Expected {
 		s.expected[d.Kind][normMAC(d.BMCMAC)] = expectedOfDevice(d)

@@ -98,6 +98,11 @@ type DevicePatch struct {
 	PoweredOff   *bool             `json:"powered_off,omitempty"`
 	// DPUs replaces a compute tray's DPUs.
 	DPUs *[]DPU `json:"dpus,omitempty"`
+	// Instances entries are merged (a count below 2 makes it one).
+	Instances map[string]int `json:"instances,omitempty"`
+	// Unreported sets Device.Unreported: Core cannot read the device's
+	// installed versions.
+	Unreported *bool `json:"unreported,omitempty"`
 }
 
 // Update applies p to the device with the given ID or MAC. It fails when no
@@ -122,6 +127,19 @@ func (s *Sim) Update(key string, p DevicePatch) error {
 		d.healthAt = now.UTC().Truncate(time.Second)
 	}
 	maps.Copy(d.Firmware, p.Firmware)
+	for c, n := range p.Instances {
+		if d.Instances == nil {
+			d.Instances = map[string]int{}
+		}
+		if n < 2 {
+			delete(d.Instances, c)
+		} else {
+			d.Instances[c] = n
+		}
+	}
+	if p.Unreported != nil {
+		d.Unreported = *p.Unreported
+	}
 	if p.SlotID != nil {
 		d.SlotID = *p.SlotID
 	}

@@ -9,8 +9,8 @@ import (
 
 // The simulator's state as a file (flow dev keeps it in its state folder
 // across restarts): devices with their power, lifecycle and firmware jobs
-// in progress, racks, ID counters and expected devices. Faults and the
-// journal are not kept.
+// in progress, racks, ID counters, expected devices and the desired
+// firmware versions. Faults and the journal are not kept.
 
 type stateFile struct {
 	Version  int                                 `json:"version"`
@@ -18,6 +18,7 @@ type stateFile struct {
 	Racks    []rackState                         `json:"racks,omitempty"`
 	NextID   map[string]int                      `json:"next_id,omitempty"`
 	Expected map[string]map[string]expectedState `json:"expected,omitempty"`
+	Desired  []DesiredFirmware                   `json:"desired_firmware,omitempty"`
 }
 
 type deviceState struct {
@@ -70,7 +71,7 @@ type expectedState struct {
 func (s *Sim) MarshalState() ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f := stateFile{Version: 1, NextID: maps.Clone(s.nextID)}
+	f := stateFile{Version: 1, NextID: maps.Clone(s.nextID), Desired: s.desired}
 	for _, d := range s.devices {
 		ds := deviceState{
 			Device: d.Device, On: d.on, GateOpen: d.gateOpen, GateAt: d.gateAt, DecomAt: d.decomAt,
@@ -100,8 +101,8 @@ func (s *Sim) MarshalState() ([]byte, error) {
 	return json.Marshal(f)
 }
 
-// RestoreState replaces the simulator's devices, racks and expected devices
-// with a state MarshalState returned: power changes and firmware jobs in
+// RestoreState replaces the simulator's devices, racks, expected devices
+// and desired firmware versions with a state MarshalState returned: power changes and firmware jobs in
 // progress go on from where they were (their times are absolute).
 func (s *Sim) RestoreState(data []byte) error {
 	var f stateFile
@@ -113,6 +114,7 @@ func (s *Sim) RestoreState(data []byte) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.desired = f.Desired
 	s.devices = nil
 	for _, ds := range f.Devices {
 		if !validKind(ds.Device.Kind) || ds.Device.BMCMAC == "" {
