@@ -65,11 +65,11 @@ type Fault struct {
 	// Component narrows a firmware-job fault (fail, stuck, cancel, lie)
 	// to the job of that sub-component ("bios", "nic"…); the device's
 	// other jobs run normally. Empty: any job.
-	Component string `json:"component,omitempty"`
-	Latency Duration  `json:"latency,omitempty"`
-	Times   int       `json:"times,omitempty"`
-	Rate    float64   `json:"rate,omitempty"`
-	fired   int
+	Component string   `json:"component,omitempty"`
+	Latency   Duration `json:"latency,omitempty"`
+	Times     int      `json:"times,omitempty"`
+	Rate      float64  `json:"rate,omitempty"`
+	fired     int
 }
 
 // Duration is a time.Duration that reads and writes JSON as "250ms".

@@ -33,13 +33,13 @@ const (
 // Device is one simulated component as seeded. BMCMAC is the identity (PMC
 // MAC for shelves); ID is Core's ID and is generated when empty.
 type Device struct {
-	Kind     string            `json:"kind"` // compute, nvswitch or powershelf
-	ID       string            `json:"id,omitempty"`
-	RackID   string            `json:"rack_id,omitempty"`
-	Name     string            `json:"name,omitempty"`
-	Serial   string            `json:"serial,omitempty"`
-	BMCMAC   string            `json:"bmc_mac"`
-	BMCIP    string            `json:"bmc_ip,omitempty"`
+	Kind   string `json:"kind"` // compute, nvswitch or powershelf
+	ID     string `json:"id,omitempty"`
+	RackID string `json:"rack_id,omitempty"`
+	Name   string `json:"name,omitempty"`
+	Serial string `json:"serial,omitempty"`
+	BMCMAC string `json:"bmc_mac"`
+	BMCIP  string `json:"bmc_ip,omitempty"`
 	// Firmware is the installed version of each firmware sub-component,
 	// named as Core names them (SubComponents: compute "bmc", "bios",
 	// "cec", "nic", "cpld_mb", "cpld_pdb", "gpu"; switches "bmc", "cpld",
