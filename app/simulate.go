@@ -165,8 +165,9 @@ func simulateAdminFlags(cmd string, fs *pflag.FlagSet) func(ctx context.Context,
 	var latency time.Duration
 	method := fs.String("method", "", "RPC name, e.g. ComponentPowerControl (empty: any)")
 	if cmd == "fault" {
-		fs.StringVar((*string)(&f.Kind), "kind", "", "error, latency, item, drop, fail, stuck, cancel, empty or mixed")
+		fs.StringVar((*string)(&f.Kind), "kind", "", "error, latency, item, drop, fail, stuck, cancel, lie, empty, mixed or garbage")
 		fs.StringVar(&f.Device, "device", "", "device ID or MAC (empty: any)")
+		fs.StringVar(&f.Component, "component", "", "firmware sub-component whose job a fail, stuck, cancel or lie fault acts on, e.g. bios (empty: any)")
 		fs.StringVar(&f.Code, "code", "", "gRPC code for kind error, e.g. unavailable")
 		fs.StringVar(&f.Status, "status", "", "item status: not_found, invalid_argument, internal_error, unavailable")
 		fs.StringVar(&f.Phase, "phase", "", "job phase for fail, stuck, cancel: queued, in_progress, verifying")
