@@ -84,6 +84,7 @@ var nouns = []noun{
 	scheduleNoun,
 	eventRuleNoun, leakNoun,
 	syncNoun,
+	baselineNoun, complianceNoun,
 }
 
 // GroupID is the help group of the client commands.
@@ -106,7 +107,7 @@ func AddCommands(root *cobra.Command, o Options) {
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.server, "server", or(o.Getenv("FLOW_SERVER"), DefaultServer), "Flow server address, host:port or URL (FLOW_SERVER)")
-	pf.StringVarP(&g.output, "output", "o", "table", "output format: table, wide, json or yaml")
+	pf.StringVarP(&g.output, "output", "o", "table", "output format: table, wide, json, yaml (csv: flow compliance)")
 	pf.StringVar(&g.ca, "ca", "", "CA bundle (PEM) that verifies the server; turns TLS on (FLOW_TLS_CA, else CERTDIR/ca.crt)")
 	pf.StringVar(&g.cert, "cert", "", "client certificate (PEM) for mutual TLS (FLOW_TLS_CERT, else CERTDIR/tls.crt)")
 	pf.StringVar(&g.key, "key", "", "private key (PEM) of --cert (FLOW_TLS_KEY, else CERTDIR/tls.key)")
@@ -128,7 +129,8 @@ type globals struct {
 	getenv        func(string) string
 }
 
-var outputFormats = []string{"table", "wide", "json", "yaml"}
+// csv is for flow compliance only; other commands refuse it.
+var outputFormats = []string{"table", "wide", "json", "yaml", "csv"}
 
 // env returns what a verb runs with, checking -o.
 func (g *globals) env(cmd *cobra.Command) (*env, error) {

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -36,6 +37,8 @@ func (c *env) emit(msg proto.Message, table func(w io.Writer)) error {
 		}
 		_, err = c.out.Write(b)
 		return err
+	case "csv":
+		return usageError{errors.New("-o csv is for flow compliance; use -o json or yaml here")}
 	}
 	table(c.out)
 	return nil
