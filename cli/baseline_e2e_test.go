@@ -69,4 +69,15 @@ func TestCLIBaseline(t *testing.T) {
 	require.Contains(t, out, `versions: {"compute":{"bmc":"2.0"}}`)
 	out = b.mustFlow(t, "rollout", "list")
 	require.NotContains(t, out, "baseline-site")
+
+	// Apply: one run brings both racks to the baseline; the next sync
+	// finds every tray compliant, and a second apply has nothing to do.
+	out = b.mustFlow(t, "baseline", "apply", "--waves", "1", "--name", "to-baseline")
+	require.Contains(t, out, "upgrades 36 devices on 2 racks in 2 waves to baseline site revision 1")
+	b.mustFlow(t, "rollout", "watch", "to-baseline", "--interval", "100ms")
+	b.mustFlow(t, "sync", "run")
+	out = b.mustFlow(t, "compliance", "--type", "compute")
+	require.Contains(t, out, "36 devices: 36 compliant, 0 upgrade")
+	out = b.mustFlow(t, "baseline", "apply")
+	require.Contains(t, out, "nothing to do: no device is below baseline site revision 1; no run created")
 }
