@@ -35,6 +35,9 @@ var (
 	ErrExists = errors.New("baseline: already exists")
 	// ErrStale: an edit based on a revision that is no longer the newest.
 	ErrStale = errors.New("baseline: changed since it was read")
+	// ErrNothingToImport: Core is not configured, or holds no desired
+	// version Flow can use.
+	ErrNothingToImport = errors.New("baseline: nothing to import")
 	// ErrNoActive: no baseline is active and none was named.
 	ErrNoActive = errors.New("baseline: no baseline is active")
 )

@@ -261,15 +261,14 @@ func connectError(err error) error {
 		return connect.NewError(connect.CodeAlreadyExists, err)
 	case errors.Is(err, ErrStale):
 		return connect.NewError(connect.CodeAborted, err)
+	case errors.Is(err, ErrNothingToImport):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, ErrNoActive):
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%w: activate one (flow baseline activate NAME) or name one", err))
 	case errors.As(err, &ne):
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("NICo Core: %w", err))
 	case errors.Is(err, rollout.ErrRunInvalid), errors.Is(err, rollout.ErrRunNotFound):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	if strings.HasPrefix(err.Error(), "baseline: NICo Core is not configured") {
-		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
 	return operations.TaskError(err)
 }

@@ -296,7 +296,7 @@ var coreKeyAliases = map[string]string{"uefi": "bios", "hostbmc": "bmc", "host_b
 // warnings.
 func (s *Service) Import(ctx context.Context, dbtx db.DBTX) ([]Entry, []string, error) {
 	if s.cfg.Core == nil {
-		return nil, nil, errors.New("baseline: NICo Core is not configured (NICO_CORE_API_URL)")
+		return nil, nil, fmt.Errorf("%w: NICo Core is not configured (NICO_CORE_API_URL)", ErrNothingToImport)
 	}
 	desired, err := s.cfg.Core.DesiredFirmware(ctx)
 	if err != nil {
@@ -334,7 +334,7 @@ func (s *Service) Import(ctx context.Context, dbtx db.DBTX) ([]Entry, []string, 
 		}
 	}
 	if len(entries) == 0 {
-		return nil, warnings, invalid("core", "Core holds no desired version Flow can use (%d entries read)", len(desired))
+		return nil, warnings, fmt.Errorf("%w: NICo Core holds no desired version Flow can use (%d entries read)", ErrNothingToImport, len(desired))
 	}
 	return entries, warnings, nil
 }

@@ -143,6 +143,8 @@ func TestImport(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	b.AddRack(t, 0)
+	_, _, err := b.svc.Import(ctx, b.Pool)
+	require.ErrorIs(t, err, baseline.ErrNothingToImport, "Core holds nothing")
 	b.core.entries = []nico.DesiredFirmware{
 		{Vendor: "Wiwynn", Model: "GB200 Compute Tray", Components: map[string]string{"BMC": "2.0", "UEFI": "1.5", "Frobnicator": "9"}},
 		{Vendor: "NVIDIA", Model: "GB200 NVLink Switch Tray", Components: map[string]string{"nvos": "NVOS 25.02", "bmc": "latest"}},
