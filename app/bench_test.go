@@ -123,8 +123,9 @@ func TestBenchFirmwareUpgrade(t *testing.T) {
 	t.Parallel()
 	res := runBench(t, "firmware-upgrade", 35, 30*time.Second)
 	require.Equal(t, 2, res.Completed, res.Failures)
-	// The built-in rule: compute trays, then switches, one FirmwareControl each.
-	require.Equal(t, 2*2, res.EngineSteps)
+	// The built-in rule: compute trays, then switches, one FirmwareControl
+	// and its read-back of the installed versions each.
+	require.Equal(t, 2*2*2, res.EngineSteps)
 	require.Positive(t, res.Polls)
 	require.Positive(t, res.PollsPerSecond)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nicoflow/flow/console"
 	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/engine"
+	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/telemetry"
 )
 
@@ -88,6 +89,9 @@ type Config struct {
 	// PollInterval, when positive, replaces the poll interval of the long
 	// hardware waits (FirmwareControl, WaitBringUp, WaitDecommissioned).
 	PollInterval time.Duration // FLOW_FIRMWARE_POLL_INTERVAL
+	// VerifyGrace is how long the read-back after a firmware update
+	// re-reads a device not yet at its target (0: one read).
+	VerifyGrace time.Duration // FLOW_FIRMWARE_VERIFY_GRACE
 	// RunMaxCandidates caps an operation run's candidate scope.
 	RunMaxCandidates int // FLOW_OPERATION_RUN_MAX_CANDIDATES
 	// IngestFirmwareUpgrade makes ingest tasks upgrade the compute trays'
@@ -186,6 +190,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_ENGINE_MAX_WORKERS", "1000", "engine jobs one process works at once"},
 	{"FLOW_ENGINE_FETCH_COOLDOWN", "20ms", "least time between two fetches of engine jobs by one server: longer fetches more jobs per query in a burst (less database work per step), shorter starts a step sooner after the one before when the server is busy; a lone submission is fetched at once either way (docs/engine.md)"},
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
+	{"FLOW_FIRMWARE_VERIFY_GRACE", "2m", "after a firmware update's backend reported it completed, how long Flow re-reads the installed versions of a device not yet at its target before the task fails naming it (a real Core can lag behind its own completed); 0 reads once; at most 24h; each task keeps the value it started with (docs/firmware.md#verified-upgrades)"},
 	{"FLOW_OPERATION_RUN_MAX_CANDIDATES", "100", "most candidate targets (racks; components for component target specs) an operation run may plan over; more fails CreateOperationRun. Upstream's fixed limit is 100; raise it to roll a large site out in one run"},
 	{"FLOW_INGEST_FIRMWARE_UPGRADE", "false", "ingestion (IngestRack, scheduled ingest) also upgrades the firmware of the compute trays, then of the NVLink switches, to the version their component manager holds as desired, after injecting their expectations (upstream issue 2976); applies where the built-in ingest rule would; an unparseable value refuses startup (docs/operation-rules.md)"},
 	{"FLOW_FIRMWARE_UNREPORTED_AFTER", "1h", "a device whose installed firmware versions Core has not reported (in the inventory sync's reads) for longer than this is unknown in firmware compliance reports, never judged by stale versions; 0 never ages them out (docs/firmware.md)"},
@@ -351,6 +356,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			cfg.PollInterval = d
 		}
 	}
+	if d, err := time.ParseDuration(def("FLOW_FIRMWARE_VERIFY_GRACE")); err != nil || d < 0 || d > operations.MaxVerifyGrace {
+		errs = append(errs, "FLOW_FIRMWARE_VERIFY_GRACE must be a duration from 0 to 24h, such as 2m (0: one read)")
+	} else {
+		cfg.VerifyGrace = d
+	}
 	cfg.TLS = TLSFiles{CA: getenv("FLOW_TLS_CA"), Cert: getenv("FLOW_TLS_CERT"), Key: getenv("FLOW_TLS_KEY")}
 	if cfg.TLS.Enabled() && (cfg.TLS.CA == "" || cfg.TLS.Cert == "" || cfg.TLS.Key == "") {
 		errs = append(errs, "FLOW_TLS_CA, FLOW_TLS_CERT and FLOW_TLS_KEY must be set together")
@@ -450,6 +460,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("engine_fetch_cooldown", c.FetchCooldown),
 		slog.Int("operation_run_max_candidates", c.RunMaxCandidates),
 		slog.Bool("ingest_firmware_upgrade", c.IngestFirmwareUpgrade),
+		slog.Duration("firmware_verify_grace", c.VerifyGrace),
 		slog.Duration("firmware_unreported_after", c.FirmwareUnreportedAfter),
 		slog.String("flow_config_file", or(c.SystemJobs.File, "(none)")),
 		slog.Duration("inventory_run_frequency", c.SystemJobs.InventoryInterval),

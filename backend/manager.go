@@ -496,6 +496,66 @@ func (m *Manager) FirmwareVersions(ctx context.Context, t Target) (map[string]st
 	return out, nil
 }
 
+// Installed is one component's installed firmware as its backend reports
+// it: per sub-component (lowercase, as FirmwareRequest names them) the
+// version of every instance (two NICs: two versions). Err is set when the
+// backend could not read this component.
+type Installed struct {
+	Components map[string][]string
+	Err        error
+}
+
+// installedBatch bounds the identifiers of one installed-versions read.
+const installedBatch = 100
+
+// InstalledFirmware reads the installed firmware per sub-component of every
+// component of t, keyed by identifier as the backend answers it (compare
+// case-insensitively for MACs). Core: compute trays from
+// ListComponentFirmwareVersions' per-sub-component list, switches and
+// shelves from their exploration report (GetComponentInventory), one call
+// per hundred components. PSM: the shelf's PMC version as "pmc" and every
+// PSU's as "psu". Components the backend did not answer for are absent.
+func (m *Manager) InstalledFirmware(ctx context.Context, t Target) (map[string]Installed, error) {
+	if err := m.check(OpFirmwareVersion); err != nil {
+		return nil, err
+	}
+	out := map[string]Installed{}
+	if m.Impl == ImplPSM {
+		shelves, err := m.psm.Shelves(ctx, t.keys())
+		if err != nil {
+			return nil, wrap(err)
+		}
+		for _, s := range shelves {
+			in := Installed{Components: map[string][]string{}}
+			if s.Firmware != "" {
+				in.Components["pmc"] = []string{s.Firmware}
+			}
+			for _, u := range s.PSUs {
+				if u.Firmware != "" {
+					in.Components["psu"] = append(in.Components["psu"], u.Firmware)
+				}
+			}
+			out[s.MAC] = in
+		}
+		return out, nil
+	}
+	byMAC := len(t.MACs) > 0
+	for chunk := range slices.Chunk(t.keys(), installedBatch) {
+		nt := nico.Target{Kind: m.kind(), IDs: chunk}
+		if byMAC {
+			nt = nico.Target{Kind: m.kind(), MACs: chunk}
+		}
+		got, err := m.nico.InstalledVersions(ctx, nt)
+		if err != nil {
+			return nil, wrap(err)
+		}
+		for _, in := range got {
+			out[in.Key] = Installed{Components: in.Components, Err: wrap(in.Err)}
+		}
+	}
+	return out, nil
+}
+
 // AllowBringUp opens Core's ingestion gate for every component of t (the
 // identifier is sent as the endpoint address, as upstream does).
 func (m *Manager) AllowBringUp(ctx context.Context, t Target) error {

@@ -931,7 +931,8 @@ type stepKey struct {
 }
 
 // engineSteps returns how many engine steps the finished rule steps of
-// task's report ran: one per action of the rule step (plus a sleep for
+// task's report ran: one per engine action of the rule step
+// (Step.EngineActions: its own, the firmware read-back, a sleep for
 // delay_after). The rule is the applied one when the task names it, else
 // the workload's built-in rule; rules caches them by ID.
 func (b *Bench) engineSteps(ctx context.Context, task *flowv1.Task, rules map[string]map[stepKey]int) int {
@@ -947,7 +948,7 @@ func (b *Bench) engineSteps(ctx context.Context, task *flowv1.Task, rules map[st
 		}
 		actions = map[stepKey]int{}
 		for _, s := range def.Steps {
-			actions[stepKey{s.Stage, s.ComponentType}] = len(s.Actions()) + boolInt(s.DelayAfter > 0)
+			actions[stepKey{s.Stage, s.ComponentType}] = len(s.EngineActions())
 		}
 		rules[ruleID] = actions
 	}
@@ -1096,13 +1097,6 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 func printBenchResult(w io.Writer, r *Result) {

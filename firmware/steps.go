@@ -22,8 +22,10 @@ import (
 // This file holds the firmware steps (spec §8.6): FirmwareControl starts an
 // update once and polls it through durable polls (engine.Result.PollAfter),
 // keeping the start in its checkpoint so a re-run resumes the saved job
-// instead of starting again; VerifyFirmwareConsistency checks that a type's
-// components agree on their version.
+// instead of starting again; VerifyVersions (verify.go) then reads the
+// installed versions back and compares them with the target;
+// VerifyFirmwareConsistency checks that a type's components agree on their
+// version.
 
 // Host is what the firmware steps need from the operation that runs them,
 // whose action params are P: operations implements it for its rule actions
@@ -37,6 +39,10 @@ type Host[P any] interface {
 	// Polling returns FirmwareControl's poll policy: the status poll
 	// interval in effect and the bound on polling after the start.
 	Polling(call engine.Call[P]) (Polling, error)
+	// Verifying returns VerifyVersions' policy: how often a component not
+	// yet at its target is read again, and the grace after the first read
+	// during which it may still reach it (0: one read).
+	Verifying(call engine.Call[P]) (Polling, error)
 	// ReadinessGate answers how long to wait before the disruptive start
 	// call (0: go ahead).
 	ReadinessGate(ctx context.Context, call engine.Call[P]) (time.Duration, error)

@@ -135,6 +135,7 @@ func RegisterActions(e *engine.Engine, d ActionDeps) {
 	fw := firmware.NewSteps(firmwareHost{a}, d.Keys, d.Logger)
 	engine.Register(e, kindFirmwareControl, fw.Control)
 	engine.Register(e, kindVerifyFirmwareConsistency, fw.VerifyConsistency)
+	engine.Register(e, kindVerifyFirmwareVersions, fw.VerifyVersions)
 	engine.Register(e, kindBringUpControl, a.bringUpControl)
 	engine.Register(e, kindWaitBringUp, a.waitBringUp)
 	engine.Register(e, kindInjectExpectation, a.injectExpectation)

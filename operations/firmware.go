@@ -34,6 +34,16 @@ func (h firmwareHost) Polling(call engine.Call[ActionParams]) (firmware.Polling,
 	return firmware.Polling{Interval: h.a.pollEvery(p.PollInterval), Timeout: p.PollTimeout}, nil
 }
 
+// verifyReread is how often the firmware read-back reads a device not
+// yet at its target again, unless FLOW_FIRMWARE_POLL_INTERVAL says.
+const verifyReread = 15 * time.Second
+
+// Verifying returns the read-back's policy: the grace frozen into the
+// action by the planner, and the re-read interval.
+func (h firmwareHost) Verifying(call engine.Call[ActionParams]) (firmware.Polling, error) {
+	return firmware.Polling{Interval: h.a.pollEvery(verifyReread), Timeout: call.Params.Action.Timeout.Std()}, nil
+}
+
 func (h firmwareHost) ReadinessGate(ctx context.Context, call engine.Call[ActionParams]) (time.Duration, error) {
 	return h.a.readinessGate(ctx, call, OperationTypeFirmwareControl)
 }

@@ -29,6 +29,7 @@ const (
 	kindDecommissionControl       = "flow.decommission_control"
 	kindWaitDecommissioned        = "flow.wait_decommissioned"
 	kindVerifyReachability        = "flow.verify_reachability"
+	kindVerifyFirmwareVersions    = "flow.verify_firmware_versions"
 )
 
 // actionKinds maps a rule action to its engine action kind.
@@ -46,6 +47,7 @@ var actionKinds = map[ActionName]string{
 	ActionDecommissionControl:       kindDecommissionControl,
 	ActionWaitDecommissioned:        kindWaitDecommissioned,
 	ActionVerifyReachability:        kindVerifyReachability,
+	ActionVerifyFirmwareVersions:    kindVerifyFirmwareVersions,
 }
 
 // runTimeouts are the fixed per-type run budgets of upstream (spec §8.1).
@@ -59,6 +61,14 @@ var runTimeouts = map[OperationType]time.Duration{
 	OperationTypeBringUp:           120 * time.Minute,
 	OperationTypeDecommission:      4 * time.Hour,
 }
+
+// MaxVerifyGrace bounds the grace of the firmware read-back
+// (FLOW_FIRMWARE_VERIFY_GRACE): how long a device may take to show the
+// version its backend reported installed.
+const MaxVerifyGrace = 24 * time.Hour
+
+// DefaultVerifyGrace is FLOW_FIRMWARE_VERIFY_GRACE's default.
+const DefaultVerifyGrace = 2 * time.Minute
 
 // ActionParams are the engine params of every rule action: which task, which
 // component type, and the action as the frozen rule states it. They hold no
@@ -112,9 +122,19 @@ func parseStepName(name string) (stage int, t ComponentType, ok bool) {
 // action, as spec §8.4/§8.5 describe. A rule stage that contains a firmware
 // action waits for all its steps when one fails (spec §8.3).
 //
+// Every rule step with a FirmwareControl ends with the read-back of the
+// installed versions (Step.EngineActions), in the step's chain: an engine
+// step of its own, so its reads are checkpointed apart from the update and
+// a crash during them starts no update again; in the chain, so it reads
+// only the components whose update completed, after the step's own post
+// actions (a power cycle that activates the firmware, say). grace is how
+// long it may re-read a component not yet at its target
+// (FLOW_FIRMWARE_VERIFY_GRACE), frozen into the plan and added to the
+// step's budget.
+//
 // Stages whose steps target no component are skipped. The plan has no
 // stages when nothing in the rule applies.
-func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule RuleDefinition, targets map[ComponentType]typeTargets, payload Payload) (engine.Plan, error) {
+func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule RuleDefinition, targets map[ComponentType]typeTargets, payload Payload, grace time.Duration) (engine.Plan, error) {
 	plan := engine.Plan{Owner: taskID.String()}
 	var budget time.Duration
 	for _, st := range rule.Stages() {
@@ -133,18 +153,23 @@ func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule RuleD
 		depth := 0
 		var stageBudget time.Duration
 		for _, s := range steps {
-			depth = max(depth, len(s.Actions())+boolInt(s.DelayAfter > 0))
-			stageBudget = max(stageBudget, s.Budget(len(targets[s.ComponentType].IDs)))
+			acts := s.EngineActions()
+			depth = max(depth, len(acts))
+			b := s.Budget(len(targets[s.ComponentType].IDs))
+			if slices.ContainsFunc(acts, func(a Action) bool { return a.Name == ActionVerifyFirmwareVersions }) {
+				b += grace + callTimeoutCaps[ActionVerifyFirmwareVersions]
+			}
+			stageBudget = max(stageBudget, b)
 		}
 		budget = min(budget+stageBudget, maxBudget)
 		for k := range depth {
 			es := engine.Stage{Name: fmt.Sprintf("stage %d", st.Number), WaitAll: waitAll}
 			for _, s := range steps {
-				acts := engineActions(s)
+				acts := s.EngineActions()
 				if k >= len(acts) {
 					continue
 				}
-				step, err := engineStep(taskID, code, st.Number, s, k, acts[k], targets[s.ComponentType], payload)
+				step, err := engineStep(taskID, code, st.Number, s, k, acts[k], targets[s.ComponentType], payload, grace)
 				if err != nil {
 					return engine.Plan{}, err
 				}
@@ -157,25 +182,7 @@ func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule RuleD
 	return plan, nil
 }
 
-// engineActions are the actions of rule step s as its engine steps run
-// them: pre, main, post, then the legacy delay_after as a Sleep.
-func engineActions(s Step) []Action {
-	acts := s.Actions()
-	if s.DelayAfter > 0 {
-		d := s.DelayAfter
-		acts = append(acts, Action{Name: ActionSleep, Parameters: Parameters{Duration: &d}})
-	}
-	return acts
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int, a Action, tt typeTargets, payload Payload) (engine.Step, error) {
+func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int, a Action, tt typeTargets, payload Payload, grace time.Duration) (engine.Step, error) {
 	kind, ok := actionKinds[a.Name]
 	if !ok {
 		return engine.Step{}, fmt.Errorf("%w: action %s is not supported yet", ErrNotApplicable, a.Name)
@@ -201,6 +208,12 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int
 		step.Targets = tt.IDs
 	} else {
 		step.MaxParallel = 0
+	}
+	if a.Name == ActionVerifyFirmwareVersions {
+		// One read per component type of the task, whatever the rule
+		// step's batches; the grace travels with the action.
+		step.MaxParallel = 0
+		a.Timeout = Duration(grace)
 	}
 	params := ActionParams{
 		TaskID: taskID, ComponentType: s.ComponentType, ByMAC: tt.ByMAC, Action: a,
@@ -235,6 +248,8 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int
 			if p, err := a.WaitParams(); err == nil {
 				wait = p.Timeout
 			}
+		case ActionVerifyFirmwareVersions:
+			wait = grace + callTimeoutCaps[ActionVerifyFirmwareVersions]
 		}
 		step.Deadline = max(s.Budget(len(tt.IDs)), wait+2*time.Minute)
 	}
@@ -250,7 +265,7 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int
 // engine step must outlast that timeout.
 func waits(a ActionName) bool {
 	switch a {
-	case ActionVerifyPowerStatus, ActionFirmwareControl, ActionWaitBringUp, ActionWaitDecommissioned, ActionVerifyReachability:
+	case ActionVerifyPowerStatus, ActionFirmwareControl, ActionWaitBringUp, ActionWaitDecommissioned, ActionVerifyReachability, ActionVerifyFirmwareVersions:
 		return true
 	}
 	return false
@@ -271,4 +286,5 @@ var callTimeoutCaps = map[ActionName]time.Duration{
 	ActionBringUpControl:            10 * time.Minute,
 	ActionInjectExpectation:         10 * time.Minute,
 	ActionVerifyFirmwareConsistency: 10 * time.Minute,
+	ActionVerifyFirmwareVersions:    2 * time.Minute,
 }

@@ -72,6 +72,12 @@ type StepReport struct {
 	FinishedAt          string         `json:"finished_at,omitempty"`
 	Error               string         `json:"error,omitempty"`
 	CurrentAction       *CurrentAction `json:"current_action,omitempty"`
+	// Verification says what the read-back of the installed firmware found,
+	// once it has completed, for a step with a FirmwareControl
+	// ("installed firmware read back from Core: 18 of 18 at target (bmc
+	// 2.0)", or why nothing could be compared). A device it found off
+	// target fails the step, and Error names it.
+	Verification string `json:"verification,omitempty"`
 	// OutcomeUnknown lists the calls of the step whose outcome Flow never
 	// recorded (its server died, or lost its database lease, during the
 	// call or before saving the answer): the call may have reached the
@@ -238,7 +244,7 @@ func fillStep(step *StepReport, s Step, es []engine.StepReport, run *engine.RunR
 	if len(es) == 0 {
 		return
 	}
-	acts := engineActions(s)
+	acts := s.EngineActions()
 	var started, ended *time.Time
 	completedActions := 0
 	failed := map[string]bool{}
@@ -257,6 +263,9 @@ func fillStep(step *StepReport, s Step, es []engine.StepReport, run *engine.RunR
 		switch e.State {
 		case engine.StateCompleted:
 			completedActions++
+			if e.Action == kindVerifyFirmwareVersions && e.Progress != nil {
+				step.Verification = e.Progress.Message
+			}
 		case engine.StateFailed:
 			step.Status = reportFailed
 			if step.Error == "" {
@@ -356,14 +365,20 @@ func countComponents(es []engine.StepReport, failed map[string]bool, total int) 
 	// its counts say how many components finished. A failed batch marks all
 	// its targets failed; the last progress says how many actually did
 	// (firmware: the jobs that failed, not the batch).
-	last := es[len(es)-1]
+	// The last action that has started: the actions after it (a
+	// firmware step's read-back while its update runs) have no say yet.
+	n := len(es) - 1
+	for n > 0 && es[n].StartedAt == nil {
+		n--
+	}
+	last := es[n]
 	before := true
-	for _, e := range es[:len(es)-1] {
+	for _, e := range es[:n] {
 		before = before && e.State == engine.StateCompleted && len(e.FailedTargets) == 0
 	}
 	if p := last.Progress; p != nil && len(last.Targets) > 0 && before {
 		switch {
-		case last.State == engine.StateRunning && p.Done == nil:
+		case last.State == engine.StateRunning && p.Done == nil && n == len(es)-1:
 			completed = max(completed, p.Completed)
 			nFailed = max(nFailed, p.Failed)
 		case last.State == engine.StateFailed && len(last.FailedTargets) == 0 && p.Failed > 0:

@@ -154,6 +154,11 @@ const (
 	ActionWaitBringUp               ActionName = "WaitBringUp"
 	ActionInjectExpectation         ActionName = "InjectExpectation"
 	ActionVerifyFirmwareConsistency ActionName = "VerifyFirmwareConsistency"
+
+	// ActionVerifyFirmwareVersions is the read-back of installed firmware
+	// that the planner runs after every FirmwareControl (Step.EngineActions).
+	// No rule writes it, and none can leave it out.
+	ActionVerifyFirmwareVersions ActionName = "VerifyFirmwareVersions"
 )
 
 // Action is one action of a step. Timeout and PollInterval are action-level
@@ -584,6 +589,23 @@ func (s Step) Actions() []Action {
 	out = append(out, s.PreOperation...)
 	out = append(out, s.MainOperation)
 	return append(out, s.PostOperation...)
+}
+
+// EngineActions returns the actions the step's engine steps run, in
+// order: its own (pre, main, post), then, when one of them is a
+// FirmwareControl, the VerifyFirmwareVersions Flow adds so that no rule can
+// skip the read-back of what was installed, then the legacy delay_after as
+// a Sleep.
+func (s Step) EngineActions() []Action {
+	acts := s.Actions()
+	if slices.ContainsFunc(acts, func(a Action) bool { return a.Name == ActionFirmwareControl }) {
+		acts = append(acts, Action{Name: ActionVerifyFirmwareVersions})
+	}
+	if s.DelayAfter > 0 {
+		d := s.DelayAfter
+		acts = append(acts, Action{Name: ActionSleep, Parameters: Parameters{Duration: &d}})
+	}
+	return acts
 }
 
 // CallTimeout returns the start-to-close timeout of each component-manager

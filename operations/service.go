@@ -79,7 +79,9 @@ func (s *Service) checkRunnable(def RuleDefinition, t OperationType, code Operat
 		for _, st := range def.Steps {
 			targets[st.ComponentType] = typeTargets{IDs: ids}
 		}
-		plan, err := buildPlan(uuid.Nil, t, code, def, targets, Payload{})
+		// The longest grace a server may freeze into a plan: a rule
+		// runnable with it runs with any.
+		plan, err := buildPlan(uuid.Nil, t, code, def, targets, Payload{}, MaxVerifyGrace)
 		if err != nil {
 			return invalid("rule_definition_json", "rule cannot run: %v", err)
 		}

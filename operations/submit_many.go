@@ -408,7 +408,7 @@ func (t *Tasks) decide(s *Submission, active map[uuid.UUID][]activeTask) ([]admi
 			out = append(out, a)
 			continue
 		}
-		plan, err := runPlan(a.row.ID, rackLabel(p.rack), req.Type, req.Code, p.rule.Rule.Definition, p.targets, req.Payload)
+		plan, err := runPlan(a.row.ID, rackLabel(p.rack), req.Type, req.Code, p.rule.Rule.Definition, p.targets, req.Payload, t.verifyGrace)
 		if err != nil {
 			return nil, err
 		}

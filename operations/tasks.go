@@ -45,6 +45,8 @@ type Tasks struct {
 	tracer   trace.Tracer
 	// endHooks are called at the end of RunsEnded (OnTaskEnd).
 	endHooks []TaskEndFunc
+	// verifyGrace is frozen into each firmware plan (TasksConfig.VerifyGrace).
+	verifyGrace time.Duration
 }
 
 // ExpiryScheduler arranges, through tx, for PromoteRack(rackID) to run at
@@ -70,6 +72,11 @@ type TasksConfig struct {
 	// Tracer, if set, traces each submission (a span whose context the
 	// tasks' River jobs carry).
 	Tracer trace.Tracer
+	// VerifyGrace is how long the read-back after a firmware update may
+	// re-read a device not yet at its target before failing it
+	// (FLOW_FIRMWARE_VERIFY_GRACE; 0: one read). Each task's plan keeps the
+	// value it was started with. At most MaxVerifyGrace.
+	VerifyGrace time.Duration
 }
 
 // NewTasks returns the task manager. Wire its RunsEnded as the engine's
@@ -82,6 +89,7 @@ func NewTasks(cfg TasksConfig) *Tasks {
 		tracer: cfg.Tracer,
 		pool:   cfg.Pool, q: dbsqlc.New(), rules: cfg.Rules, inv: cfg.Inv, engine: cfg.Engine,
 		backends: cfg.Backends, keys: cfg.Keys, logger: cfg.Logger, expiry: cfg.Expiry, obs: cfg.Observer,
+		verifyGrace: min(max(cfg.VerifyGrace, 0), MaxVerifyGrace),
 	}
 }
 
@@ -321,7 +329,7 @@ func (t *Tasks) insertError(err error) error {
 
 // startRun starts the run of a task (a queued one promoted).
 func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, rack string, typ OperationType, code OperationCode, rule RuleDefinition, targets map[ComponentType]typeTargets, payload Payload) (int64, error) {
-	plan, err := runPlan(taskID, rack, typ, code, rule, targets, payload)
+	plan, err := runPlan(taskID, rack, typ, code, rule, targets, payload, t.verifyGrace)
 	if err != nil {
 		return 0, err
 	}
@@ -333,8 +341,8 @@ func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, rack 
 }
 
 // runPlan is the engine plan of a task's run.
-func runPlan(taskID uuid.UUID, rack string, typ OperationType, code OperationCode, rule RuleDefinition, targets map[ComponentType]typeTargets, payload Payload) (engine.Plan, error) {
-	plan, err := buildPlan(taskID, typ, code, rule, targets, payload)
+func runPlan(taskID uuid.UUID, rack string, typ OperationType, code OperationCode, rule RuleDefinition, targets map[ComponentType]typeTargets, payload Payload, grace time.Duration) (engine.Plan, error) {
+	plan, err := buildPlan(taskID, typ, code, rule, targets, payload, grace)
 	if err != nil {
 		return plan, err
 	}
