@@ -236,3 +236,19 @@ func TestKillDuringFirmwareVerification(t *testing.T) {
 	}
 	require.Len(t, b.sims.nico.Journal().Calls("UpdateComponentFirmware"), starts)
 }
+
+// TestFirmwareVerifyThroughPSM: power shelves PSM manages are verified
+// through PSM's own read of each shelf's PMC firmware.
+func TestFirmwareVerifyThroughPSM(t *testing.T) {
+	t.Parallel()
+	b := newFWBench(t, time.Millisecond)
+	srv := b.serve(t, map[string]string{"FLOW_CONFIG_FILE": quietSystemJobs(t), "COMPONENT_MANAGER_POWERSHELF": "psm", "FLOW_FIRMWARE_VERIFY_GRACE": "0"}, nil)
+	r := b.addRack(t, 47, false)
+	rule := createRule(t, srv.client, "shelves", fwStep("PowerShelf", 1))
+	res, err := srv.client.UpgradeFirmware(context.Background(), &flowv1.UpgradeFirmwareRequest{TargetSpec: rackSpec(r.Name), RuleId: rule, TargetVersion: ptr("2.0.0")})
+	require.NoError(t, err)
+	task := waitTask(t, srv.client, res.GetTaskIds()[0], 30*time.Second)
+	requireCompleted(t, task)
+	require.Equal(t, "installed firmware read back from PSM: 8 of 8 at target (pmc 2.0.0)", stepReports(t, task)[operations.ComponentTypePowerShelf].Verification)
+	require.Zero(t, len(b.sims.nico.Journal().Calls("UpdateComponentFirmware")), "PSM, not Core, updated the shelves")
+}
