@@ -45,22 +45,27 @@ LEFT JOIN component_firmware_read r ON r.component_type = c.type
 WHERE cf.component_id = @component_id;
 
 -- name: FirmwareDeviceList :many
--- The live compute trays, NVLink switches and power shelves with what
--- compliance needs: identity, rack, domain, location and installed
--- versions (NULL versions: never read). Optional filters: @type ('' any),
--- @rack_ids (empty any), @domain_id.
+-- The live compute trays, NVLink switches and power shelves of live racks
+-- (and rack-less ones) with what compliance needs of them and their
+-- installed versions (NULL versions: never read); their racks come from
+-- FirmwareRackList. Unordered (the caller sorts). Optional filters: @type
+-- ('' any), @rack_ids (empty any), @domain_id.
 SELECT c.id, c.name, c.type, c.manufacturer, coalesce(c.model, '')::text AS model, coalesce(c.external_id, '')::text AS external_id,
-    c.rack_id, coalesce(r.name, '')::text AS rack_name, coalesce(r.rack_profile_id, '')::text AS rack_profile,
-    coalesce(r.location_room, '')::text AS room, coalesce(r.location_position, '')::text AS position,
-    r.nvl_domain_id, coalesce(d.name, d.external_id, '')::text AS domain_name,
-    cf.versions, cf.reported, cf.seen_at
+    c.rack_id, cf.versions, cf.reported, cf.seen_at
 FROM component c
 LEFT JOIN rack r ON r.id = c.rack_id
-LEFT JOIN nvl_domain d ON d.id = r.nvl_domain_id
 LEFT JOIN component_firmware cf ON cf.component_id = c.id
 WHERE c.deleted_at IS NULL AND r.deleted_at IS NULL
   AND c.type IN ('Compute', 'NVSwitch', 'PowerShelf')
   AND (@type::text = '' OR c.type = @type::text)
   AND (coalesce(cardinality(@rack_ids::uuid[]), 0) = 0 OR c.rack_id = ANY(@rack_ids::uuid[]))
-  AND (sqlc.narg(domain_id)::uuid IS NULL OR r.nvl_domain_id = sqlc.narg(domain_id)::uuid)
-ORDER BY r.name NULLS FIRST, c.name, c.id;
+  AND (sqlc.narg(domain_id)::uuid IS NULL OR r.nvl_domain_id = sqlc.narg(domain_id)::uuid);
+
+-- name: FirmwareRackList :many
+-- The live racks with what compliance reports of them: name, Core rack
+-- profile, room, position and NVLink domain.
+SELECT r.id, r.name, coalesce(r.rack_profile_id, '')::text AS rack_profile, r.location_room, r.location_position,
+    r.nvl_domain_id, coalesce(d.name, d.external_id, '')::text AS domain_name
+FROM rack r
+LEFT JOIN nvl_domain d ON d.id = r.nvl_domain_id
+WHERE r.deleted_at IS NULL;

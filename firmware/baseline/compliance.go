@@ -42,7 +42,7 @@ type Difference struct {
 
 // DeviceState is one device's compliance.
 type DeviceState struct {
-	Device      inventory.FirmwareDevice
+	Device      *inventory.FirmwareDevice
 	State       string
 	Reason      string
 	Differences []Difference
@@ -59,9 +59,14 @@ func (d DeviceState) SeenAt() *time.Time {
 	return &d.Device.Installed.SeenAt
 }
 
-// Evaluator measures devices against one baseline revision's entries.
+// Evaluator measures devices against one baseline revision's entries. It
+// remembers what it worked out (the desired versions per kind of device,
+// each comparison of two version strings), since a site has a few of each
+// and 100,000 devices; it is not safe for concurrent use.
 type Evaluator struct {
 	byType map[string][]Entry // entries by component type, most specific first
+	wants  map[deviceKind]desired
+	cmps   map[[2]string]cmpResult
 	// StaleAfter: a device whose versions were last seen longer ago is
 	// unknown (0: never stale).
 	StaleAfter time.Duration
@@ -70,7 +75,8 @@ type Evaluator struct {
 
 // NewEvaluator returns an Evaluator of entries (normalized).
 func NewEvaluator(entries []Entry, now time.Time, staleAfter time.Duration) *Evaluator {
-	ev := &Evaluator{byType: map[string][]Entry{}, StaleAfter: staleAfter, Now: now}
+	ev := &Evaluator{byType: map[string][]Entry{}, StaleAfter: staleAfter, Now: now,
+		wants: map[deviceKind]desired{}, cmps: map[[2]string]cmpResult{}}
 	for _, e := range entries {
 		ev.byType[e.ComponentType] = append(ev.byType[e.ComponentType], e)
 	}
@@ -80,18 +86,58 @@ func NewEvaluator(entries []Entry, now time.Time, staleAfter time.Duration) *Eva
 	return ev
 }
 
+// deviceKind is what picks a device's entries.
+type deviceKind struct {
+	typ                        inventory.ComponentType
+	vendor, model, rackProfile string
+}
+
+// desired is the versions one kind of device should be at, with its
+// sub-components in order.
+type desired struct {
+	versions map[string]string
+	subs     []string
+}
+
+type cmpResult struct {
+	c  int
+	ok bool
+}
+
 // Desired returns the version each sub-component of d should be at: per
 // sub-component, the most specific entry that matches d (rack profile over
 // model over vendor; among equals, the first in the baseline's order).
+// The map is shared: do not change it.
 func (ev *Evaluator) Desired(d *inventory.FirmwareDevice) map[string]string {
-	out := map[string]string{}
+	return ev.desired(d).versions
+}
+
+func (ev *Evaluator) desired(d *inventory.FirmwareDevice) desired {
+	k := deviceKind{d.Type, strings.ToLower(d.Manufacturer), d.Model, d.RackProfile}
+	if w, ok := ev.wants[k]; ok {
+		return w
+	}
+	w := desired{versions: map[string]string{}}
 	for _, e := range ev.byType[typeOf(d.Type)] {
-		if _, done := out[e.Component]; done || !e.matches(d) {
+		if _, done := w.versions[e.Component]; done || !e.matches(d) {
 			continue
 		}
-		out[e.Component] = e.Version
+		w.versions[e.Component] = e.Version
 	}
-	return out
+	w.subs = slices.Sorted(mapKeys(w.versions))
+	ev.wants[k] = w
+	return w
+}
+
+// compare is firmware.CompareVersions(installed, want), remembered.
+func (ev *Evaluator) compare(installed, want string) (int, bool) {
+	k := [2]string{installed, want}
+	if r, ok := ev.cmps[k]; ok {
+		return r.c, r.ok
+	}
+	c, ok := firmware.CompareVersions(installed, want)
+	ev.cmps[k] = cmpResult{c, ok}
+	return c, ok
 }
 
 // Evaluate returns d's compliance; task is the firmware task on it (nil:
@@ -100,8 +146,9 @@ func (ev *Evaluator) Desired(d *inventory.FirmwareDevice) map[string]string {
 // seen longer ago than StaleAfter → unknown; else by sub-component: any
 // below → upgrade, else any above → downgrade, else any not reported or
 // not orderable → unknown, else compliant.
-func (ev *Evaluator) Evaluate(d inventory.FirmwareDevice, task *uuid.UUID) DeviceState {
-	ds := DeviceState{Device: d, Desired: ev.Desired(&d), TaskID: task}
+func (ev *Evaluator) Evaluate(d *inventory.FirmwareDevice, task *uuid.UUID) DeviceState {
+	want := ev.desired(d)
+	ds := DeviceState{Device: d, Desired: want.versions, TaskID: task}
 	switch {
 	case len(ds.Desired) == 0:
 		ds.State, ds.Reason = StateNotCovered, "no baseline entry applies to it"
@@ -118,9 +165,8 @@ func (ev *Evaluator) Evaluate(d inventory.FirmwareDevice, task *uuid.UUID) Devic
 		return ds
 	}
 	worst := StateCompliant
-	for _, sub := range slices.Sorted(mapKeys(ds.Desired)) {
-		want := ds.Desired[sub]
-		diff := compareSub(want, d.Installed.Versions[sub])
+	for _, sub := range want.subs {
+		diff := ev.compareSub(want.versions[sub], d.Installed.Versions[sub])
 		if diff.State == StateCompliant {
 			continue
 		}
@@ -139,7 +185,7 @@ func (ev *Evaluator) Evaluate(d inventory.FirmwareDevice, task *uuid.UUID) Devic
 
 // compareSub compares every installed instance of a sub-component with
 // the desired version.
-func compareSub(want string, installed []string) Difference {
+func (ev *Evaluator) compareSub(want string, installed []string) Difference {
 	d := Difference{Desired: want, Installed: installed, State: StateCompliant}
 	if len(installed) == 0 {
 		d.State, d.Reason = StateUnknown, "not reported"
@@ -147,7 +193,7 @@ func compareSub(want string, installed []string) Difference {
 	}
 	below, above, unordered := false, false, ""
 	for _, v := range installed {
-		c, ok := firmware.CompareVersions(v, want)
+		c, ok := ev.compare(v, want)
 		switch {
 		case !ok:
 			unordered = v
@@ -275,7 +321,7 @@ func RollUp(kind string, states []DeviceState) []Group {
 	idx := map[string]int{}
 	var out []Group
 	for i := range states {
-		key, name := groupKey(kind, &states[i].Device)
+		key, name := groupKey(kind, states[i].Device)
 		if key == "" {
 			continue
 		}

@@ -101,7 +101,7 @@ func TestEvaluate(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := ev.Evaluate(tt.dev, tt.task)
+			got := ev.Evaluate(&tt.dev, tt.task)
 			require.Equal(t, tt.state, got.State, "%+v", got)
 			diffs := map[string]string{}
 			for _, d := range got.Differences {
@@ -119,9 +119,9 @@ func TestRollUp(t *testing.T) {
 	t.Parallel()
 	r1, r2, d := uuid.New(), uuid.New(), uuid.New()
 	states := []DeviceState{
-		{Device: inventory.FirmwareDevice{RackID: &r1, RackName: "a", DomainID: &d, DomainName: "d1", Hall: "hall-0", Row: "01"}, State: StateCompliant},
-		{Device: inventory.FirmwareDevice{RackID: &r1, RackName: "a", DomainID: &d, DomainName: "d1", Hall: "hall-0", Row: "01"}, State: StateUpgrade},
-		{Device: inventory.FirmwareDevice{RackID: &r2, RackName: "b", Hall: "hall-0", Row: "02"}, State: StateUnknown},
+		{Device: &inventory.FirmwareDevice{RackID: &r1, RackName: "a", DomainID: &d, DomainName: "d1", Hall: "hall-0", Row: "01"}, State: StateCompliant},
+		{Device: &inventory.FirmwareDevice{RackID: &r1, RackName: "a", DomainID: &d, DomainName: "d1", Hall: "hall-0", Row: "01"}, State: StateUpgrade},
+		{Device: &inventory.FirmwareDevice{RackID: &r2, RackName: "b", Hall: "hall-0", Row: "02"}, State: StateUnknown},
 	}
 	racks := RollUp(GroupRack, states)
 	require.Len(t, racks, 2)

@@ -44,7 +44,7 @@ const (
 )
 
 // Evaluate measures every device the query selects (ignoring states and
-// paging) against b and returns their states, by rack then device name.
+// paging) against b and returns their states, in no order.
 func (s *Service) Evaluate(ctx context.Context, dbtx db.DBTX, b Baseline, q Query) ([]DeviceState, error) {
 	devs, err := s.cfg.Inventory.FirmwareDevices(ctx, dbtx, inventory.FirmwareDeviceFilter{
 		Type: inventoryType(q.Type), RackIDs: q.RackIDs, DomainID: q.DomainID,
@@ -58,7 +58,8 @@ func (s *Service) Evaluate(ctx context.Context, dbtx db.DBTX, b Baseline, q Quer
 	}
 	ev := NewEvaluator(b.Entries, s.cfg.Now(), s.cfg.StaleAfter)
 	out := make([]DeviceState, 0, len(devs))
-	for _, d := range devs {
+	for i := range devs {
+		d := &devs[i]
 		if q.Row != "" && d.Row != q.Row || q.Hall != "" && d.Hall != q.Hall {
 			continue
 		}
@@ -111,6 +112,8 @@ func (s *Service) Compliance(ctx context.Context, dbtx db.DBTX, q Query) (Report
 	if len(q.States) > 0 {
 		states = slices.DeleteFunc(states, func(d DeviceState) bool { return !slices.Contains(q.States, d.State) })
 	}
+	// Order only what is listed: a site's non-compliant devices are few.
+	inventory.SortFirmwareDevices(states, func(d *DeviceState) *inventory.FirmwareDevice { return d.Device })
 	r.Total = len(states)
 	lo, hi := min(q.Offset, len(states)), min(q.Offset+q.Limit, len(states))
 	r.Devices = states[lo:hi]

@@ -14,20 +14,15 @@ import (
 
 const firmwareDeviceList = `-- name: FirmwareDeviceList :many
 SELECT c.id, c.name, c.type, c.manufacturer, coalesce(c.model, '')::text AS model, coalesce(c.external_id, '')::text AS external_id,
-    c.rack_id, coalesce(r.name, '')::text AS rack_name, coalesce(r.rack_profile_id, '')::text AS rack_profile,
-    coalesce(r.location_room, '')::text AS room, coalesce(r.location_position, '')::text AS position,
-    r.nvl_domain_id, coalesce(d.name, d.external_id, '')::text AS domain_name,
-    cf.versions, cf.reported, cf.seen_at
+    c.rack_id, cf.versions, cf.reported, cf.seen_at
 FROM component c
 LEFT JOIN rack r ON r.id = c.rack_id
-LEFT JOIN nvl_domain d ON d.id = r.nvl_domain_id
 LEFT JOIN component_firmware cf ON cf.component_id = c.id
 WHERE c.deleted_at IS NULL AND r.deleted_at IS NULL
   AND c.type IN ('Compute', 'NVSwitch', 'PowerShelf')
   AND ($1::text = '' OR c.type = $1::text)
   AND (coalesce(cardinality($2::uuid[]), 0) = 0 OR c.rack_id = ANY($2::uuid[]))
   AND ($3::uuid IS NULL OR r.nvl_domain_id = $3::uuid)
-ORDER BY r.name NULLS FIRST, c.name, c.id
 `
 
 type FirmwareDeviceListParams struct {
@@ -44,21 +39,16 @@ type FirmwareDeviceListRow struct {
 	Model        string
 	ExternalID   string
 	RackID       *uuid.UUID
-	RackName     string
-	RackProfile  string
-	Room         string
-	Position     string
-	NVLDomainID  *uuid.UUID
-	DomainName   string
 	Versions     []byte
 	Reported     *bool
 	SeenAt       *time.Time
 }
 
-// The live compute trays, NVLink switches and power shelves with what
-// compliance needs: identity, rack, domain, location and installed
-// versions (NULL versions: never read). Optional filters: @type (” any),
-// @rack_ids (empty any), @domain_id.
+// The live compute trays, NVLink switches and power shelves of live racks
+// (and rack-less ones) with what compliance needs of them and their
+// installed versions (NULL versions: never read); their racks come from
+// FirmwareRackList. Unordered (the caller sorts). Optional filters: @type
+// (” any), @rack_ids (empty any), @domain_id.
 func (q *Queries) FirmwareDeviceList(ctx context.Context, db DBTX, arg FirmwareDeviceListParams) ([]FirmwareDeviceListRow, error) {
 	rows, err := db.Query(ctx, firmwareDeviceList, arg.Type, arg.RackIDs, arg.DomainID)
 	if err != nil {
@@ -76,12 +66,6 @@ func (q *Queries) FirmwareDeviceList(ctx context.Context, db DBTX, arg FirmwareD
 			&i.Model,
 			&i.ExternalID,
 			&i.RackID,
-			&i.RackName,
-			&i.RackProfile,
-			&i.Room,
-			&i.Position,
-			&i.NVLDomainID,
-			&i.DomainName,
 			&i.Versions,
 			&i.Reported,
 			&i.SeenAt,
@@ -210,6 +194,54 @@ func (q *Queries) FirmwareInstalledUpsert(ctx context.Context, db DBTX, arg Firm
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const firmwareRackList = `-- name: FirmwareRackList :many
+SELECT r.id, r.name, coalesce(r.rack_profile_id, '')::text AS rack_profile, r.location_room, r.location_position,
+    r.nvl_domain_id, coalesce(d.name, d.external_id, '')::text AS domain_name
+FROM rack r
+LEFT JOIN nvl_domain d ON d.id = r.nvl_domain_id
+WHERE r.deleted_at IS NULL
+`
+
+type FirmwareRackListRow struct {
+	ID               uuid.UUID
+	Name             string
+	RackProfile      string
+	LocationRoom     string
+	LocationPosition string
+	NVLDomainID      *uuid.UUID
+	DomainName       string
+}
+
+// The live racks with what compliance reports of them: name, Core rack
+// profile, room, position and NVLink domain.
+func (q *Queries) FirmwareRackList(ctx context.Context, db DBTX) ([]FirmwareRackListRow, error) {
+	rows, err := db.Query(ctx, firmwareRackList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FirmwareRackListRow{}
+	for rows.Next() {
+		var i FirmwareRackListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.RackProfile,
+			&i.LocationRoom,
+			&i.LocationPosition,
+			&i.NVLDomainID,
+			&i.DomainName,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const firmwareReadList = `-- name: FirmwareReadList :many

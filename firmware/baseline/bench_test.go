@@ -1,0 +1,159 @@
+package baseline_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/db/dbtest"
+	"github.com/nicoflow/flow/firmware/baseline"
+	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/opstest"
+)
+
+var benchRacks = flag.Int("compliance.racks", 3000, "racks (35 components each) BenchmarkCompliance seeds")
+
+// BenchmarkCompliance measures the compliance report on a site of
+// -compliance.racks demo racks (35 devices each, every device's versions
+// recorded, one tray in 50 below the baseline): one page of devices (the
+// CLI's default: not compliant ones, 100), and the site roll-up (counts
+// per rack, NVLink domain, row and hall with the first page). Targets
+// (docs/bench.md): a page ≤ 1 s, the roll-up ≤ 3 s at 3,000 racks.
+//
+//	go test ./firmware/baseline -run '^$' -bench Compliance -benchtime 3x
+func BenchmarkCompliance(b *testing.B) {
+	ctx := context.Background()
+	pool, err := db.Open(ctx, dbtest.NewDB(b), db.PoolConfig{MaxConns: 8})
+	require.NoError(b, err)
+	defer pool.Close()
+	inv := inventory.NewService()
+	t0 := time.Now()
+	require.NoError(b, seedRacks(ctx, pool, inv, *benchRacks, 4))
+	b.Logf("seeded %d racks in %s", *benchRacks, time.Since(t0).Round(time.Millisecond))
+	t0 = time.Now()
+	for _, typ := range []inventory.ComponentType{inventory.ComponentTypeCompute, inventory.ComponentTypeNVSwitch, inventory.ComponentTypePowerShelf} {
+		devs, err := inv.FirmwareDevices(ctx, pool, inventory.FirmwareDeviceFilter{Type: typ})
+		require.NoError(b, err)
+		readings := make([]inventory.FirmwareReading, len(devs))
+		for i, d := range devs {
+			v := inventory.SubVersions{"bmc": {"2.0"}, "bios": {"1.5"}, "nic": {"28.39.1002", "28.39.1002"}}
+			if i%50 == 7 {
+				v["bmc"] = []string{"1.9"}
+			}
+			if typ == inventory.ComponentTypePowerShelf {
+				v = inventory.SubVersions{"pmc": {"PS 3.1.0"}, "psu": {"1.2"}}
+			}
+			readings[i] = inventory.FirmwareReading{ComponentID: d.ID, Versions: v}
+		}
+		require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := inv.RecordFirmware(ctx, tx, typ, time.Now(), readings, nil)
+			return err
+		}))
+	}
+	_, err = pool.Exec(ctx, "ANALYZE")
+	require.NoError(b, err)
+	b.Logf("recorded versions in %s", time.Since(t0).Round(time.Millisecond))
+	rules, err := operations.NewService(opstest.Racks{Inv: inv})
+	require.NoError(b, err)
+	svc := baseline.NewService(baseline.Config{Inventory: inv, Operations: rules, StaleAfter: time.Hour})
+	require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := svc.Create(ctx, tx, "site", "", []baseline.Entry{
+			{ComponentType: "compute", Component: "bmc", Version: "2.0"}, {ComponentType: "compute", Component: "bios", Version: "1.5"},
+			{ComponentType: "compute", Component: "nic", Version: "28.39.1002"}, {ComponentType: "nvswitch", Component: "bmc", Version: "2.0"},
+			{ComponentType: "powershelf", Component: "pmc", Version: "PS 3.1.0"},
+		}, baseline.SourceManual, "bench", true)
+		return err
+	}))
+	b.Run("DeviceRead", func(b *testing.B) {
+		for b.Loop() {
+			_, err := inv.FirmwareDevices(ctx, pool, inventory.FirmwareDeviceFilter{})
+			require.NoError(b, err)
+		}
+	})
+	b.Run("DeviceQueryExplain", func(b *testing.B) {
+		for b.Loop() {
+			rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) SELECT c.id, c.name, c.type, c.manufacturer, coalesce(c.model, '')::text AS model, coalesce(c.external_id, '')::text AS external_id,
+    c.rack_id, coalesce(r.name, '')::text AS rack_name, coalesce(r.rack_profile_id, '')::text AS rack_profile,
+    coalesce(r.location_room, '')::text AS room, coalesce(r.location_position, '')::text AS position,
+    r.nvl_domain_id, coalesce(d.name, d.external_id, '')::text AS domain_name,
+    cf.versions, cf.reported, cf.seen_at
+FROM component c
+LEFT JOIN rack r ON r.id = c.rack_id
+LEFT JOIN nvl_domain d ON d.id = r.nvl_domain_id
+LEFT JOIN component_firmware cf ON cf.component_id = c.id
+WHERE c.deleted_at IS NULL AND r.deleted_at IS NULL
+  AND c.type IN ('Compute', 'NVSwitch', 'PowerShelf')
+ORDER BY r.name NULLS FIRST, c.name, c.id`)
+			require.NoError(b, err)
+			for rows.Next() {
+				var line string
+				require.NoError(b, rows.Scan(&line))
+				b.Log(line)
+			}
+			rows.Close()
+		}
+	})
+	for _, bc := range []struct {
+		name string
+		q    baseline.Query
+	}{
+		{"Page", baseline.Query{States: []string{baseline.StateUpgrade, baseline.StateDowngrade, baseline.StateUnknown, baseline.StateUpdating}}},
+		{"RackPage", baseline.Query{RackIDs: []uuid.UUID{firstRack(b, ctx, pool)}}},
+		{"SiteRollUp", baseline.Query{GroupBy: []string{baseline.GroupRack, baseline.GroupDomain, baseline.GroupRow, baseline.GroupHall}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var r baseline.Report
+			for b.Loop() {
+				r, err = svc.Compliance(ctx, pool, bc.q)
+				require.NoError(b, err)
+			}
+			b.ReportMetric(float64(r.Site.Total), "devices")
+			b.ReportMetric(float64(len(r.Groups)), "groups")
+		})
+	}
+}
+
+func firstRack(b *testing.B, ctx context.Context, pool *pgxpool.Pool) uuid.UUID {
+	var id uuid.UUID
+	require.NoError(b, pool.QueryRow(ctx, `SELECT id FROM rack ORDER BY name LIMIT 1`).Scan(&id))
+	return id
+}
+
+// seedRacks stores demo racks 0…n-1 over workers transactions at once.
+func seedRacks(ctx context.Context, pool *pgxpool.Pool, inv *inventory.Service, n, workers int) error {
+	var next atomic.Int64
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					_, err := inv.CreateRack(ctx, tx, inventory.DemoRack(i))
+					return err
+				})
+				if err != nil {
+					errs[w] = fmt.Errorf("demo rack %d: %w", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
