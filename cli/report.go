@@ -60,6 +60,9 @@ type stepReport struct {
 	FinishedAt          string         `json:"finished_at,omitempty"`
 	Error               string         `json:"error,omitempty"`
 	CurrentAction       *currentAction `json:"current_action,omitempty"`
+	// Verification is what the read-back of a firmware step's installed
+	// versions found.
+	Verification string `json:"verification,omitempty"`
 }
 
 // currentAction is what a running step is doing now.
@@ -229,6 +232,13 @@ func printReport(w io.Writer, rep report) {
 	} else {
 		fmt.Fprintf(w, "steps: %d completed, %d failed, %d total; components: %d completed, %d failed, %d total\n",
 			stepsDone, stepsFailed, steps, compsDone, compsFailed, comps)
+	}
+	for _, st := range rep.Stages {
+		for _, s := range st.Steps {
+			if s.Verification != "" {
+				fmt.Fprintf(w, "verified: stage %d %s: %s\n", st.Number, s.ComponentType, s.Verification)
+			}
+		}
 	}
 	// One line per type and reason, naming the components: a rack's eight
 	// shelves left out for one reason are one line, not eight.
