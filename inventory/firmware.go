@@ -171,9 +171,39 @@ type FirmwareDevice struct {
 // FirmwareDeviceFilter narrows FirmwareDevices: Type "" is every type,
 // no RackIDs every rack, nil DomainID every domain.
 type FirmwareDeviceFilter struct {
-	Type     ComponentType
-	RackIDs  []uuid.UUID
-	DomainID *uuid.UUID
+	Type         ComponentType
+	RackIDs      []uuid.UUID
+	DomainID     *uuid.UUID
+	ComponentIDs []uuid.UUID // none: every component
+}
+
+// FirmwareGeneration identifies a state of what FirmwareDevices returns:
+// while FirmwareGenerations returns the same value, the devices, their
+// racks and their installed versions have not changed (their seen-at
+// times may have: they follow each type's last read).
+type FirmwareGeneration struct{ Inventory, Firmware int64 }
+
+// FirmwareGenerations returns the current FirmwareGeneration.
+func (s *Service) FirmwareGenerations(ctx context.Context, dbtx db.DBTX) (FirmwareGeneration, error) {
+	g, err := s.q.FirmwareGenerations(ctx, dbtx)
+	if err != nil {
+		return FirmwareGeneration{}, fmt.Errorf("read firmware generations: %w", err)
+	}
+	return FirmwareGeneration{Inventory: g.Inventory, Firmware: g.Firmware}, nil
+}
+
+// FirmwareReads returns, per component type, when the sync last read its
+// installed versions.
+func (s *Service) FirmwareReads(ctx context.Context, dbtx db.DBTX) (map[ComponentType]time.Time, error) {
+	reads, err := s.q.FirmwareReadList(ctx, dbtx)
+	if err != nil {
+		return nil, fmt.Errorf("list firmware reads: %w", err)
+	}
+	out := make(map[ComponentType]time.Time, len(reads))
+	for _, r := range reads {
+		out[ComponentType(r.ComponentType)] = r.ReadAt
+	}
+	return out, nil
 }
 
 // FirmwareDevices returns the live compute trays, NVLink switches and
@@ -202,7 +232,7 @@ func (s *Service) FirmwareDevices(ctx context.Context, dbtx db.DBTX, f FirmwareD
 		row, _ := SplitPosition(r.LocationPosition)
 		byRack[r.ID] = &rackInfo{name: r.Name, profile: r.RackProfile, hall: r.LocationRoom, row: row, domainID: r.NVLDomainID, domainName: r.DomainName}
 	}
-	rows, err := s.q.FirmwareDeviceList(ctx, dbtx, dbsqlc.FirmwareDeviceListParams{Type: string(f.Type), RackIDs: f.RackIDs, DomainID: f.DomainID})
+	rows, err := s.q.FirmwareDeviceList(ctx, dbtx, dbsqlc.FirmwareDeviceListParams{Type: string(f.Type), RackIDs: f.RackIDs, DomainID: f.DomainID, ComponentIDs: f.ComponentIDs})
 	if err != nil {
 		return nil, fmt.Errorf("list firmware devices: %w", err)
 	}

@@ -49,7 +49,7 @@ WHERE cf.component_id = @component_id;
 -- (and rack-less ones) with what compliance needs of them and their
 -- installed versions (NULL versions: never read); their racks come from
 -- FirmwareRackList. Unordered (the caller sorts). Optional filters: @type
--- ('' any), @rack_ids (empty any), @domain_id.
+-- ('' any), @rack_ids (empty any), @domain_id, @component_ids (empty any).
 SELECT c.id, c.name, c.type, c.manufacturer, coalesce(c.model, '')::text AS model, coalesce(c.external_id, '')::text AS external_id,
     c.rack_id, cf.versions, cf.reported, cf.seen_at
 FROM component c
@@ -59,7 +59,8 @@ WHERE c.deleted_at IS NULL AND r.deleted_at IS NULL
   AND c.type IN ('Compute', 'NVSwitch', 'PowerShelf')
   AND (@type::text = '' OR c.type = @type::text)
   AND (coalesce(cardinality(@rack_ids::uuid[]), 0) = 0 OR c.rack_id = ANY(@rack_ids::uuid[]))
-  AND (sqlc.narg(domain_id)::uuid IS NULL OR r.nvl_domain_id = sqlc.narg(domain_id)::uuid);
+  AND (sqlc.narg(domain_id)::uuid IS NULL OR r.nvl_domain_id = sqlc.narg(domain_id)::uuid)
+  AND (coalesce(cardinality(@component_ids::uuid[]), 0) = 0 OR c.id = ANY(@component_ids::uuid[]));
 
 -- name: FirmwareRackList :many
 -- The live racks with what compliance reports of them: name, Core rack
@@ -69,3 +70,10 @@ SELECT r.id, r.name, coalesce(r.rack_profile_id, '')::text AS rack_profile, r.lo
 FROM rack r
 LEFT JOIN nvl_domain d ON d.id = r.nvl_domain_id
 WHERE r.deleted_at IS NULL;
+
+-- name: FirmwareGenerations :one
+-- The inventory generation and the installed-firmware generation: while
+-- both hold, what FirmwareDevices returns has not changed (but for the
+-- seen-at times, which follow component_firmware_read).
+SELECT (SELECT coalesce(sum(n), 0) FROM inventory_generation)::bigint AS inventory,
+    (SELECT n FROM component_firmware_generation)::bigint AS firmware;

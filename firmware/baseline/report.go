@@ -2,7 +2,9 @@ package baseline
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -74,7 +76,10 @@ func (s *Service) Evaluate(ctx context.Context, dbtx db.DBTX, b Baseline, q Quer
 
 // Compliance returns the report q asks for. ErrNoActive when q names no
 // baseline and none is active; ErrNotFound for an unknown one; *FieldError
-// for a bad filter.
+// for a bad filter. The states, counts and roll-ups come from the site's
+// snapshot (rebuilt only when the inventory or the installed versions
+// changed); the listed page's devices are read and measured afresh, with
+// their differences.
 func (s *Service) Compliance(ctx context.Context, dbtx db.DBTX, q Query) (Report, error) {
 	for i, st := range q.States {
 		if !slices.Contains(States, st) {
@@ -98,75 +103,120 @@ func (s *Service) Compliance(ctx context.Context, dbtx db.DBTX, q Query) (Report
 	if err != nil {
 		return Report{}, err
 	}
-	states, err := s.Evaluate(ctx, dbtx, b, q)
+	sn, err := s.snapshotFor(ctx, dbtx, b)
 	if err != nil {
 		return Report{}, err
 	}
-	r := Report{Baseline: b, ComputedAt: s.cfg.Now()}
-	for _, st := range states {
-		r.Site.Add(st.State)
+	l, err := s.readLive(ctx, dbtx)
+	if err != nil {
+		return Report{}, err
 	}
-	for _, g := range q.GroupBy {
-		r.Groups = append(r.Groups, RollUp(g, states)...)
+	racks := map[uuid.UUID]bool{}
+	for _, id := range q.RackIDs {
+		racks[id] = true
 	}
-	if len(q.States) > 0 {
-		states = slices.DeleteFunc(states, func(d DeviceState) bool { return !slices.Contains(q.States, d.State) })
+	r := Report{Baseline: b, ComputedAt: l.now}
+	type groupAt struct {
+		kind, key string
 	}
-	// Order only what is listed: a site's non-compliant devices are few.
-	inventory.SortFirmwareDevices(states, func(d *DeviceState) *inventory.FirmwareDevice { return d.Device })
-	r.Total = len(states)
-	lo, hi := min(q.Offset, len(states)), min(q.Offset+q.Limit, len(states))
-	r.Devices = states[lo:hi]
+	groups := map[groupAt]*Group{}
+	var listed []*snapDev
+	for i := range sn.devs {
+		d := &sn.devs[i]
+		if !sn.selects(&q, d, racks) {
+			continue
+		}
+		st := l.state(d)
+		r.Site.Add(st)
+		for _, kind := range q.GroupBy {
+			key, name := sn.groupOf(kind, d)
+			if key == "" {
+				continue
+			}
+			g := groups[groupAt{kind, key}]
+			if g == nil {
+				g = &Group{Kind: kind, Key: key, Name: name}
+				groups[groupAt{kind, key}] = g
+			}
+			g.Counts.Add(st)
+		}
+		if len(q.States) == 0 || slices.Contains(q.States, st) {
+			listed = append(listed, d)
+		}
+	}
+	for _, kind := range q.GroupBy {
+		start := len(r.Groups)
+		for k, g := range groups {
+			if k.kind == kind {
+				r.Groups = append(r.Groups, *g)
+			}
+		}
+		slices.SortFunc(r.Groups[start:], func(a, b Group) int {
+			if c := strings.Compare(a.Name, b.Name); c != 0 {
+				return c
+			}
+			return strings.Compare(a.Key, b.Key)
+		})
+	}
+	sn.sortDevs(listed)
+	r.Total = len(listed)
+	page := listed[min(q.Offset, len(listed)):min(q.Offset+q.Limit, len(listed))]
+	if len(page) == 0 {
+		return r, nil
+	}
+	ids := make([]uuid.UUID, len(page))
+	for i, d := range page {
+		ids[i] = d.id
+	}
+	devs, err := s.cfg.Inventory.FirmwareDevices(ctx, dbtx, inventory.FirmwareDeviceFilter{ComponentIDs: ids})
+	if err != nil {
+		return Report{}, err
+	}
+	byID := make(map[uuid.UUID]*inventory.FirmwareDevice, len(devs))
+	for i := range devs {
+		byID[devs[i].ID] = &devs[i]
+	}
+	ev := NewEvaluator(b.Entries, l.now, s.cfg.StaleAfter)
+	for _, id := range ids {
+		d, ok := byID[id]
+		if !ok {
+			continue // gone since the snapshot
+		}
+		var task *uuid.UUID
+		if t, ok := l.tasks[id]; ok {
+			task = &t
+		}
+		r.Devices = append(r.Devices, ev.Evaluate(d, task))
+	}
 	return r, nil
 }
 
-// siteCache keeps the last site roll-up per component type, for metrics.
-type siteCache struct {
-	at     time.Time
-	counts map[string]Counts // component type → counts
-	ok     bool              // a baseline was active
-}
-
-// siteCacheFor is how long a computed site roll-up serves metrics.
-const siteCacheFor = 30 * time.Second
-
-func (s *Service) invalidate() {
-	s.mu.Lock()
-	s.site = siteCache{}
-	s.mu.Unlock()
-}
-
 // SiteCounts returns the active baseline's device counts per component
-// type (compute, nvswitch, powershelf), computed at most every 30 s; ok
-// is false when no baseline is active.
+// type (compute, nvswitch, powershelf); ok is false when no baseline is
+// active. It reads the site's snapshot, so a scrape costs a few small
+// queries while nothing changed.
 func (s *Service) SiteCounts(ctx context.Context, dbtx db.DBTX) (map[string]Counts, bool, error) {
-	s.mu.Lock()
-	c := s.site
-	s.mu.Unlock()
-	if c.counts != nil && s.cfg.Now().Sub(c.at) < siteCacheFor {
-		return c.counts, c.ok, nil
-	}
-	c = siteCache{at: s.cfg.Now(), counts: map[string]Counts{}}
 	b, err := s.Get(ctx, dbtx, Ref{})
-	switch {
-	case err == ErrNoActive:
-	case err != nil:
+	if errors.Is(err, ErrNoActive) {
+		return nil, false, nil
+	} else if err != nil {
 		return nil, false, err
-	default:
-		states, err := s.Evaluate(ctx, dbtx, b, Query{})
-		if err != nil {
-			return nil, false, err
-		}
-		for _, st := range states {
-			t := typeOf(st.Device.Type)
-			n := c.counts[t]
-			n.Add(st.State)
-			c.counts[t] = n
-		}
-		c.ok = true
 	}
-	s.mu.Lock()
-	s.site = c
-	s.mu.Unlock()
-	return c.counts, c.ok, nil
+	sn, err := s.snapshotFor(ctx, dbtx, b)
+	if err != nil {
+		return nil, false, err
+	}
+	l, err := s.readLive(ctx, dbtx)
+	if err != nil {
+		return nil, false, err
+	}
+	out := map[string]Counts{}
+	for i := range sn.devs {
+		d := &sn.devs[i]
+		t := typeOf(d.typ)
+		n := out[t]
+		n.Add(l.state(d))
+		out[t] = n
+	}
+	return out, true, nil
 }

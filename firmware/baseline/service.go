@@ -45,8 +45,9 @@ type Service struct {
 	cfg Config
 	q   *dbsqlc.Queries
 
-	mu   sync.Mutex
-	site siteCache
+	mu    sync.Mutex // guards snap
+	snap  *snapshot  // the last site snapshot built
+	build sync.Mutex // one snapshot build at a time
 }
 
 // NewService returns a Service.
@@ -165,7 +166,6 @@ func (s *Service) activate(ctx context.Context, tx pgx.Tx, id uuid.UUID, rev int
 	if _, err := s.q.BaselineActivationInsert(ctx, tx, dbsqlc.BaselineActivationInsertParams{BaselineID: id, Revision: int32(rev), ActivatedBy: by}); err != nil {
 		return fmt.Errorf("activate baseline: %w", err)
 	}
-	s.invalidate()
 	return nil
 }
 

@@ -341,3 +341,44 @@ func TestComplianceAndApply(t *testing.T) {
 	require.Equal(t, uuid.Nil, plan.RunID)
 	require.Contains(t, plan.Message, "nothing to do")
 }
+
+// TestComplianceStaleness: a device Core stopped reporting is judged by
+// its last versions for FLOW_FIRMWARE_UNREPORTED_AFTER, then unknown; a
+// device still reported is seen at its type's last read however old its
+// row.
+func TestComplianceStaleness(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	racks := b.site(t, 1, 0)
+	b.record(t, racks, nil)
+	require.NoError(t, b.tx(t, func(tx pgx.Tx) error {
+		_, err := b.svc.Create(ctx, tx, "site", "", bmc20, baseline.SourceManual, "alice", true)
+		return err
+	}))
+	count := func() baseline.Counts {
+		t.Helper()
+		r, err := b.svc.Compliance(ctx, b.Pool, baseline.Query{Type: baseline.TypeCompute})
+		require.NoError(t, err)
+		return r.Site
+	}
+	require.Equal(t, baseline.Counts{Total: 18, Compliant: 18}, count())
+	// Rows written long ago but read again just now: still compliant.
+	_, err := b.Pool.Exec(ctx, `UPDATE component_firmware SET seen_at = now() - interval '3 hours'`)
+	require.NoError(t, err)
+	require.Equal(t, baseline.Counts{Total: 18, Compliant: 18}, count())
+	// One tray unreported 10 minutes: its last versions still count; 2
+	// hours: unknown, with the reason.
+	tray := compute(racks[0], 4)
+	_, err = b.Pool.Exec(ctx, `UPDATE component_firmware SET reported = false, seen_at = now() - interval '10 minutes' WHERE component_id = $1`, tray)
+	require.NoError(t, err)
+	require.Equal(t, baseline.Counts{Total: 18, Compliant: 18}, count())
+	_, err = b.Pool.Exec(ctx, `UPDATE component_firmware SET seen_at = now() - interval '2 hours' WHERE component_id = $1`, tray)
+	require.NoError(t, err)
+	require.Equal(t, baseline.Counts{Total: 18, Compliant: 17, Unknown: 1}, count())
+	r, err := b.svc.Compliance(ctx, b.Pool, baseline.Query{States: []string{baseline.StateUnknown}})
+	require.NoError(t, err)
+	require.Len(t, r.Devices, 1)
+	require.Equal(t, tray, r.Devices[0].Device.ID)
+	require.Contains(t, r.Devices[0].Reason, "not reported by Core since")
+}

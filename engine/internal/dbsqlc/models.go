@@ -64,6 +64,11 @@ type ComponentFirmware struct {
 	ChangedAt   pgtype.Timestamptz
 }
 
+type ComponentFirmwareGeneration struct {
+	Singleton bool
+	N         int64
+}
+
 type ComponentFirmwareRead struct {
 	ComponentType string
 	ReadAt        pgtype.Timestamptz

@@ -23,12 +23,14 @@ WHERE c.deleted_at IS NULL AND r.deleted_at IS NULL
   AND ($1::text = '' OR c.type = $1::text)
   AND (coalesce(cardinality($2::uuid[]), 0) = 0 OR c.rack_id = ANY($2::uuid[]))
   AND ($3::uuid IS NULL OR r.nvl_domain_id = $3::uuid)
+  AND (coalesce(cardinality($4::uuid[]), 0) = 0 OR c.id = ANY($4::uuid[]))
 `
 
 type FirmwareDeviceListParams struct {
-	Type     string
-	RackIDs  []uuid.UUID
-	DomainID *uuid.UUID
+	Type         string
+	RackIDs      []uuid.UUID
+	DomainID     *uuid.UUID
+	ComponentIDs []uuid.UUID
 }
 
 type FirmwareDeviceListRow struct {
@@ -48,9 +50,14 @@ type FirmwareDeviceListRow struct {
 // (and rack-less ones) with what compliance needs of them and their
 // installed versions (NULL versions: never read); their racks come from
 // FirmwareRackList. Unordered (the caller sorts). Optional filters: @type
-// (” any), @rack_ids (empty any), @domain_id.
+// (” any), @rack_ids (empty any), @domain_id, @component_ids (empty any).
 func (q *Queries) FirmwareDeviceList(ctx context.Context, db DBTX, arg FirmwareDeviceListParams) ([]FirmwareDeviceListRow, error) {
-	rows, err := db.Query(ctx, firmwareDeviceList, arg.Type, arg.RackIDs, arg.DomainID)
+	rows, err := db.Query(ctx, firmwareDeviceList,
+		arg.Type,
+		arg.RackIDs,
+		arg.DomainID,
+		arg.ComponentIDs,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -78,6 +85,26 @@ func (q *Queries) FirmwareDeviceList(ctx context.Context, db DBTX, arg FirmwareD
 		return nil, err
 	}
 	return items, nil
+}
+
+const firmwareGenerations = `-- name: FirmwareGenerations :one
+SELECT (SELECT coalesce(sum(n), 0) FROM inventory_generation)::bigint AS inventory,
+    (SELECT n FROM component_firmware_generation)::bigint AS firmware
+`
+
+type FirmwareGenerationsRow struct {
+	Inventory int64
+	Firmware  int64
+}
+
+// The inventory generation and the installed-firmware generation: while
+// both hold, what FirmwareDevices returns has not changed (but for the
+// seen-at times, which follow component_firmware_read).
+func (q *Queries) FirmwareGenerations(ctx context.Context, db DBTX) (FirmwareGenerationsRow, error) {
+	row := db.QueryRow(ctx, firmwareGenerations)
+	var i FirmwareGenerationsRow
+	err := row.Scan(&i.Inventory, &i.Firmware)
+	return i, err
 }
 
 const firmwareInstalledGet = `-- name: FirmwareInstalledGet :one

@@ -66,6 +66,11 @@ type ComponentFirmware struct {
 	ChangedAt   time.Time
 }
 
+type ComponentFirmwareGeneration struct {
+	Singleton bool
+	N         int64
+}
+
 type ComponentFirmwareRead struct {
 	ComponentType string
 	ReadAt        time.Time

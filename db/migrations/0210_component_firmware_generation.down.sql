@@ -1,0 +1,3 @@
+DROP TRIGGER component_firmware_generation ON component_firmware;
+DROP FUNCTION component_firmware_generation_bump();
+DROP TABLE component_firmware_generation;
