@@ -293,6 +293,9 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	s.tel.metrics.Register(newListingCollector(svc.inventoryHandler))
 	baselines := baseline.NewService(baseline.Config{Inventory: inv, Operations: rules, Core: s.backends.nico, StaleAfter: cfg.FirmwareUnreportedAfter})
 	s.tel.metrics.Register(newComplianceCollector(pool, baselines))
+	// Ingestion that upgrades firmware lands new racks on the active
+	// baseline (docs/firmware.md).
+	tasks.SetIngestFirmwareTarget(baselines.RackTarget)
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer), leakAdminHandler: eventrule.NewLeakAdminHandler(pool, inv, leak),
 		inventoryAdminHandler: inventory.NewAdminHandler(inv, pool), baselineHandler: baseline.NewHandler(pool, baselines, runs)}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})

@@ -388,7 +388,15 @@ func (t *Tasks) decide(s *Submission, active map[uuid.UUID][]activeTask) ([]admi
 				blocking = a
 			}
 		}
-		a := admittedTask{sub: s, rack: p.rack, scope: p.scope, row: t.taskRow(req, p, s.info)}
+		info, payload := s.info, req.Payload
+		if p.targetVersion != "" {
+			payload.TargetVersion = p.targetVersion
+			var err error
+			if info, err = json.Marshal(payload); err != nil {
+				return nil, err
+			}
+		}
+		a := admittedTask{sub: s, rack: p.rack, scope: p.scope, row: t.taskRow(req, p, info)}
 		// A queued request also waits behind tasks already waiting: promotion
 		// is strict FIFO, so overtaking them would break the order.
 		// A leak response waits behind nothing (Preempt).
@@ -408,7 +416,7 @@ func (t *Tasks) decide(s *Submission, active map[uuid.UUID][]activeTask) ([]admi
 			out = append(out, a)
 			continue
 		}
-		plan, err := runPlan(a.row.ID, rackLabel(p.rack), req.Type, req.Code, p.rule.Rule.Definition, p.targets, req.Payload, t.verifyGrace)
+		plan, err := runPlan(a.row.ID, rackLabel(p.rack), req.Type, req.Code, p.rule.Rule.Definition, p.targets, payload, t.verifyGrace)
 		if err != nil {
 			return nil, err
 		}

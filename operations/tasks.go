@@ -47,7 +47,22 @@ type Tasks struct {
 	endHooks []TaskEndFunc
 	// verifyGrace is frozen into each firmware plan (TasksConfig.VerifyGrace).
 	verifyGrace time.Duration
+	// ingestTarget gives an ingest task that upgrades firmware its rack's
+	// target versions (SetIngestFirmwareTarget); nil: none.
+	ingestTarget IngestTargetFunc
 }
+
+// IngestTargetFunc returns the target version an ingest task of rack that
+// upgrades firmware should install (a JSON object per component type, as
+// UpgradeFirmware's target_version takes), or "" to leave the choice to
+// the component manager (its desired version).
+type IngestTargetFunc func(ctx context.Context, dbtx db.DBTX, rack uuid.UUID) (string, error)
+
+// SetIngestFirmwareTarget makes ingest tasks whose rule upgrades firmware
+// (FLOW_INGEST_FIRMWARE_UPGRADE) install fn's versions for their rack,
+// frozen into the task at submission: firmware baselines bring newly
+// ingested racks to the active baseline this way. Call it before serving.
+func (t *Tasks) SetIngestFirmwareTarget(fn IngestTargetFunc) { t.ingestTarget = fn }
 
 // ExpiryScheduler arranges, through tx, for PromoteRack(rackID) to run at
 // at: when a waiting task's queue timeout passes, so it expires on time
@@ -95,12 +110,15 @@ func NewTasks(cfg TasksConfig) *Tasks {
 
 // rackPlan is one rack's part of a validated request, ready to write.
 type rackPlan struct {
-	rack       inventory.Rack
-	components map[ComponentType][]uuid.UUID
-	ids        []uuid.UUID
-	targets    map[ComponentType]typeTargets
-	rule       ResolvedRule
-	scope      TaskScope
+	// targetVersion, when set, replaces the request's target version for
+	// this rack's task (SetIngestFirmwareTarget).
+	targetVersion string
+	rack          inventory.Rack
+	components    map[ComponentType][]uuid.UUID
+	ids           []uuid.UUID
+	targets       map[ComponentType]typeTargets
+	rule          ResolvedRule
+	scope         TaskScope
 	// notTargeted are the rack's selected components of types the rule
 	// drives no step for, left out of the task.
 	notTargeted []NotTargeted
@@ -154,6 +172,13 @@ func (t *Tasks) planRack(ctx context.Context, tx pgx.Tx, req Request, sel invent
 	}
 	p.rule = rule
 	def := rule.Rule.Definition
+	if t.ingestTarget != nil && req.Type == OperationTypeBringUp && req.Code == CodeIngest && req.Payload.TargetVersion == "" && upgradesFirmware(def) {
+		v, err := t.ingestTarget(ctx, tx, rack.ID)
+		if err != nil {
+			return p, fmt.Errorf("ingest firmware target of rack %s: %w", rackLabel(rack), err)
+		}
+		p.targetVersion = v
+	}
 	var selected []ComponentType
 	for _, c := range sel.Components {
 		if ct := ComponentType(c.Type); !slices.Contains(selected, ct) {
@@ -875,4 +900,14 @@ func (s *Service) ActiveFirmwareComponents(ctx context.Context, dbtx db.DBTX) (m
 		out[r.ComponentID] = r.TaskID
 	}
 	return out, nil
+}
+
+// upgradesFirmware reports whether def has a FirmwareControl step.
+func upgradesFirmware(def RuleDefinition) bool {
+	for _, st := range def.Steps {
+		if st.MainOperation.Name == ActionFirmwareControl {
+			return true
+		}
+	}
+	return false
 }

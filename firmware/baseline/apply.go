@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations/rollout"
 )
@@ -116,19 +118,7 @@ func (s *Service) Apply(ctx context.Context, tx pgx.Tx, runs RunCreator, in Appl
 			}
 		}
 	}
-	chosen := map[string]map[string]string{}
-	for k, vs := range votes {
-		best, n := "", -1
-		for _, v := range slices.Sorted(mapKeys(vs)) {
-			if vs[v] > n {
-				best, n = v, vs[v]
-			}
-		}
-		if chosen[k[0]] == nil {
-			chosen[k[0]] = map[string]string{}
-		}
-		chosen[k[0]][k[1]] = best
-	}
+	chosen := majority(votes)
 	type rackPlan struct {
 		id           uuid.UUID
 		name, domain string
@@ -291,4 +281,64 @@ func (s *Service) Apply(ctx context.Context, tx pgx.Tx, runs RunCreator, in Appl
 	plan.Message = fmt.Sprintf("operation run %s (%s) upgrades %d devices on %d racks in %d waves to baseline %s revision %d%s%s",
 		id, name, plan.Devices, plan.Racks, len(plan.Waves), b.Name, b.Revision.Revision, skippedNote, deferredNote)
 	return plan, nil
+}
+
+// RackTarget returns the versions the active baseline wants on rack's
+// compute trays and NVLink switches, as a target version (one JSON object
+// per component type: {"compute":{"bmc":"2.0"},"nvswitch":{"nvos":"25.02"}}),
+// or "" when no baseline is active or none of its entries applies. Where
+// the rack's devices of one type need different versions of a
+// sub-component, the version most of them need is taken. Ingest tasks that
+// upgrade firmware (FLOW_INGEST_FIRMWARE_UPGRADE) install it, so newly
+// ingested racks land on the baseline (operations.Tasks.SetIngestFirmwareTarget).
+func (s *Service) RackTarget(ctx context.Context, dbtx db.DBTX, rack uuid.UUID) (string, error) {
+	b, err := s.Get(ctx, dbtx, Ref{})
+	if errors.Is(err, ErrNoActive) {
+		return "", nil
+	} else if err != nil {
+		return "", err
+	}
+	devs, err := s.cfg.Inventory.FirmwareDevices(ctx, dbtx, inventory.FirmwareDeviceFilter{RackIDs: []uuid.UUID{rack}})
+	if err != nil {
+		return "", err
+	}
+	ev := NewEvaluator(b.Entries, s.cfg.Now(), 0)
+	votes := map[[2]string]map[string]int{}
+	for i := range devs {
+		t := typeOf(devs[i].Type)
+		if t != TypeCompute && t != TypeNVSwitch {
+			continue
+		}
+		for sub, v := range ev.Desired(&devs[i]) {
+			k := [2]string{t, sub}
+			if votes[k] == nil {
+				votes[k] = map[string]int{}
+			}
+			votes[k][v]++
+		}
+	}
+	if len(votes) == 0 {
+		return "", nil
+	}
+	out, err := json.Marshal(majority(votes))
+	return string(out), err
+}
+
+// majority picks, per (type, sub-component), the version with the most
+// votes (the lowest-sorting one on a tie).
+func majority(votes map[[2]string]map[string]int) map[string]map[string]string {
+	chosen := map[string]map[string]string{}
+	for k, vs := range votes {
+		best, n := "", -1
+		for _, v := range slices.Sorted(mapKeys(vs)) {
+			if vs[v] > n {
+				best, n = v, vs[v]
+			}
+		}
+		if chosen[k[0]] == nil {
+			chosen[k[0]] = map[string]string{}
+		}
+		chosen[k[0]][k[1]] = best
+	}
+	return chosen
 }

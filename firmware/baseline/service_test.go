@@ -13,6 +13,7 @@ import (
 	"github.com/nicoflow/flow/firmware/baseline"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/nico"
+	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/opstest"
 	"github.com/nicoflow/flow/operations/rollout"
 )
@@ -381,4 +382,36 @@ func TestComplianceStaleness(t *testing.T) {
 	require.Len(t, r.Devices, 1)
 	require.Equal(t, tray, r.Devices[0].Device.ID)
 	require.Contains(t, r.Devices[0].Reason, "not reported by Core since")
+}
+
+// TestIngestLandsOnTheBaseline: with FLOW_INGEST_FIRMWARE_UPGRADE on and a
+// baseline active, an ingest task carries the baseline's versions for its
+// rack's trays and switches; with none active, none (Core's desired).
+func TestIngestLandsOnTheBaseline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	require.NoError(t, b.Rules.SetIngestFirmwareUpgrade(true))
+	b.Tasks.SetIngestFirmwareTarget(b.svc.RackTarget)
+	racks := b.site(t, 2, 0)
+	ingest := func(r inventory.Rack) string {
+		t.Helper()
+		ids, err := b.Submit(t, operations.Request{Type: operations.OperationTypeBringUp, Code: operations.CodeIngest,
+			Targets: inventory.TargetSpec{Racks: []inventory.RackTarget{{Rack: inventory.RackRef{ID: r.ID}}}}})
+		require.NoError(t, err)
+		var v string
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT coalesce(information->>'target_version', '') FROM task WHERE id = $1`, ids[0]).Scan(&v))
+		return v
+	}
+	require.Empty(t, ingest(racks[0]), "no baseline active: the component manager's desired version")
+	require.NoError(t, b.tx(t, func(tx pgx.Tx) error {
+		_, err := b.svc.Create(ctx, tx, "site", "", []baseline.Entry{
+			{ComponentType: "compute", Component: "bmc", Version: "2.0"},
+			{ComponentType: "compute", Component: "bios", Version: "1.5", Model: "no such model"},
+			{ComponentType: "nvswitch", Component: "nvos", Version: "25.02"},
+			{ComponentType: "powershelf", Component: "pmc", Version: "3.1"},
+		}, baseline.SourceManual, "alice", true)
+		return err
+	}))
+	require.JSONEq(t, `{"compute":{"bmc":"2.0"},"nvswitch":{"nvos":"25.02"}}`, ingest(racks[1]))
 }
