@@ -21,11 +21,15 @@ import (
 	"github.com/chromedp/chromedp/kb"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/nicoflow/flow/cli"
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/edge"
+	"github.com/nicoflow/flow/sim/nicosim"
 	"github.com/nicoflow/flow/inventory"
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
+	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
@@ -38,6 +42,10 @@ type consoleE2E struct {
 	*e2e
 	pool    *pgxpool.Pool
 	admin   flowv1connect.FlowClient // admin's certificate, straight to the API
+	// adminSvc is Flow's own admin service with the admin's certificate;
+	// adminTLS that certificate.
+	adminSvc adminv1connect.AdminServiceClient
+	adminTLS *tls.Config
 	opURL   string                   // the console through the proxy, as olivia (operator)
 	viewURL string                   // as victor (viewer)
 	racks   []inventory.Rack
@@ -119,8 +127,10 @@ func startConsoleE2E(t *testing.T) *consoleE2E {
 	c := &consoleE2E{
 		e2e:   &e2e{sims: sims, url: api, inv: inventory.NewService(), dbURL: dbURL, srv: srv, logs: logs},
 		pool:  openPool(t, dbURL),
-		admin: flowv1connect.NewFlowClient(tlsHTTPClient(tlsFor("admin")), api),
-		logs:  logs,
+		admin:    flowv1connect.NewFlowClient(tlsHTTPClient(tlsFor("admin")), api),
+		adminSvc: adminv1connect.NewAdminServiceClient(tlsHTTPClient(tlsFor("admin")), api),
+		adminTLS: tlsFor("admin"),
+		logs:     logs,
 	}
 	// The proxy authenticates its users its own way and reaches Flow with
 	// its own certificate; Flow trusts its header because it comes from
@@ -260,8 +270,10 @@ func (c *consoleE2E) taskCount(t *testing.T) int {
 // complete without a reload; a rollout is paused and resumed from its
 // page; a raised leak shows on the open floor map within seconds; a
 // viewer sees no controls, and a viewer's forged action is refused with
-// nothing written; a cross-site POST is refused. It takes the screenshots
-// of docs/console.md.
+// nothing written; a cross-site POST is refused; the compliance page, the
+// floor map's compliance colouring and a rack's devices show a site some
+// of whose devices are below the active baseline, and an operator applies
+// it (dry run, then the run). It takes the screenshots of docs/console.md.
 func TestConsoleInABrowser(t *testing.T) {
 	t.Parallel()
 	c := startConsoleE2E(t)
@@ -443,4 +455,173 @@ func TestConsoleInABrowser(t *testing.T) {
 			c.screenshot(t, p.name)
 		}
 	})
+
+	t.Run("ComplianceAgainstTheBaseline", func(t *testing.T) {
+		c.firmwareSite(t)
+		// The page: the active baseline, the counts, the roll-ups, the table.
+		c.open(t, c.opURL+"/ui/compliance")
+		c.waitJS(t, 10*time.Second, `!!document.getElementById("active-baseline")`, "the page names the active baseline")
+		require.Contains(t, evalIn[string](c.browser, `document.getElementById("active-baseline").textContent`), "gb200 revision 2")
+		require.Contains(t, evalIn[string](c.browser, `document.getElementById("active-baseline").textContent`), "activated by spiffe://flow.dev/ns/flow/sa/admin")
+		count := func(state string) string {
+			return evalIn[string](c.browser, `document.querySelector('#state-counts a[data-state="`+state+`"] .big').textContent`)
+		}
+		require.Equal(t, []string{"2", "1", "1", "101", "0"}, []string{count("upgrade"), count("downgrade"), count("unknown"), count("compliant"), count("updating")})
+		require.Equal(t, []string{"demo-0001", "demo-0002", "demo-0000"}, evalIn[[]string](c.browser, `Array.from(document.querySelectorAll("#rollup-rack tbody tr")).map(r => r.dataset.group)`),
+			"racks most urgent first: below the baseline, then above it, then compliant")
+		require.Equal(t, "below baseline", evalIn[string](c.browser, `document.querySelector('#rollup-rack tr[data-group="demo-0001"] .cs').textContent`))
+		require.Equal(t, "history", evalIn[string](c.browser, `document.querySelector("details.history") ? "history" : ""`))
+
+		// A count filters the table, in the URL.
+		c.click(t, `#state-counts a[data-state="upgrade"]`)
+		c.waitJS(t, 10*time.Second, `location.search === "?state=upgrade" && document.querySelectorAll("#devices tbody tr[data-state]").length === 2`, "the table shows the two trays below the baseline")
+		rows := evalIn[[]string](c.browser, `Array.from(document.querySelectorAll("#devices tbody tr")).map(r => r.textContent.replace(/\s+/g, " ").trim())`)
+		require.Len(t, rows, 2)
+		for _, r := range rows {
+			require.Contains(t, r, "demo-0001")
+			require.Contains(t, r, "bmc 1.9 → 2.0 below")
+		}
+		require.Contains(t, evalIn[string](c.browser, `document.querySelector("#devices tbody a").getAttribute("href")`), "/ui/racks/"+c.racks[1].ID.String())
+		c.screenshot(t, "compliance")
+
+		// The filter form writes the URL too; the unreported tray says why.
+		c.onFresh(t, "filter unknown", chromedp.SetValue(chromedp.CSS(`#f-state`), "unknown"), chromedp.Click(chromedp.CSS(`#f-apply`)))
+		c.waitJS(t, 10*time.Second, `location.search.includes("state=unknown") && document.querySelectorAll("#devices tbody tr[data-state=unknown]").length === 1`, "the filter form narrows to the unknown tray")
+		require.Contains(t, evalIn[string](c.browser, `document.querySelector("#devices tbody tr").textContent`), "demo-0002-ct-04")
+		require.Contains(t, evalIn[string](c.browser, `document.querySelector("#devices tbody tr").textContent`), "not reported")
+		c.open(t, c.opURL+"/ui/compliance?rack=nonesuch")
+		c.waitJS(t, 10*time.Second, `!!document.getElementById("filter-error")`, "an unknown rack is said beside the filters")
+
+		// The floor map coloured by compliance, in words too.
+		c.open(t, c.opURL+"/ui/floor?by=compliance")
+		c.waitJS(t, 10*time.Second, `!!document.querySelector('a.rack[data-rack="demo-0001"].cs-upgrade')`, "the rack below the baseline is coloured so")
+		label := func(rack string) string {
+			return evalIn[string](c.browser, `document.querySelector('a.rack[data-rack="`+rack+`"]').getAttribute("aria-label")`)
+		}
+		require.Equal(t, "demo-0001, row-00-pos-01: compliance below baseline: 2 of 35 devices below the baseline", label("demo-0001"))
+		require.Equal(t, "demo-0002, row-00-pos-02: compliance above baseline: 1 of 35 devices above the baseline", label("demo-0002"))
+		require.Equal(t, "demo-0000, row-00-pos-00: compliance compliant: all 35 devices compliant", label("demo-0000"))
+		require.Contains(t, evalIn[string](c.browser, `document.querySelector(".legend").textContent`), "below baseline")
+		require.Contains(t, evalIn[string](c.browser, `document.getElementById("floor-note").textContent`), "baseline gb200 revision 2")
+		c.screenshot(t, "floor-compliance")
+		// A new revision shows on the open map without a reload: it leaves
+		// NVOS out, so demo-0002's switch above it no longer counts and
+		// the rack is left with its unreported tray.
+		require.True(t, evalIn[bool](c.browser, `window.__stayed = true`))
+		_, err := c.adminSvc.UpdateBaseline(ctx, &adminv1.UpdateBaselineRequest{Name: "gb200", BaseRevision: 2, Activate: true,
+			Description: "NVOS left out", Entries: baselineEntries("2.0", "")})
+		require.NoError(t, err)
+		c.waitJS(t, 20*time.Second, `window.__stayed === true && !!document.querySelector('a.rack[data-rack="demo-0002"].cs-unknown')`, "the map follows the new revision live")
+
+		// The rack page: its devices' compliance.
+		c.open(t, c.opURL+"/ui/racks/"+c.racks[1].ID.String())
+		c.waitJS(t, 10*time.Second, `!!document.getElementById("rack-compliance")`, "the rack says its compliance")
+		require.Contains(t, evalIn[string](c.browser, `document.getElementById("rack-compliance").textContent`), "below baseline 2 of 35 devices below the baseline")
+		require.Equal(t, 2, evalIn[int](c.browser, `Array.from(document.querySelectorAll("#components tbody tr")).filter(r => r.textContent.includes("bmc 1.9 → 2.0")).length`))
+
+		// A viewer sees no apply control, and the form is refused them.
+		c.open(t, c.viewURL+"/ui/compliance")
+		c.waitJS(t, 10*time.Second, `!!document.getElementById("state-counts")`, "the viewer sees the page")
+		require.False(t, evalIn[bool](c.browser, `!!document.getElementById("apply-plan")`))
+		res, err := http.Get(c.viewURL + "/ui/compliance/apply")
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusForbidden, res.StatusCode)
+
+		// An operator applies it: a dry run that creates nothing, then the run.
+		runs := func() int {
+			var n int
+			require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(*) FROM operation_run`).Scan(&n))
+			return n
+		}
+		before := runs()
+		c.open(t, c.opURL+"/ui/compliance")
+		c.waitJS(t, 10*time.Second, `!!document.getElementById("apply-plan")`, "an operator may apply the baseline")
+		c.click(t, "#apply-plan")
+		c.waitJS(t, 10*time.Second, `location.pathname === "/ui/compliance/apply" && !!document.getElementById("apply-dry-run")`, "the apply form")
+		c.click(t, "#apply-dry-run")
+		c.waitJS(t, 15*time.Second, `!!document.getElementById("apply-waves")`, "the dry run shows the waves")
+		require.Equal(t, []string{"canary (0) 1 demo-0001 none"}, evalIn[[]string](c.browser, `Array.from(document.querySelectorAll("#apply-waves tbody tr")).map(r => Array.from(r.cells).map(c => c.textContent).join(" "))`))
+		require.Equal(t, before, runs(), "a dry run creates nothing")
+		c.screenshot(t, "compliance-apply")
+		c.click(t, "#apply-confirm")
+		c.waitJS(t, 15*time.Second, `location.pathname.startsWith("/ui/rollouts/") && !!document.getElementById("run-state")`, "the confirm goes to the new run's page")
+		require.Equal(t, before+1, runs())
+		require.Contains(t, c.logs.String(), `"identity":"olivia","method":"/flow.admin.v1.AdminService/ApplyBaseline"`, "the apply is the API call, audited as the user")
+		id := strings.TrimPrefix(evalIn[string](c.browser, `location.pathname`), "/ui/rollouts/")
+		run := getRun(t, c.admin, &flowv1.UUID{Id: id})
+		require.Contains(t, run.GetSummary().GetName(), "gb200")
+		c.open(t, c.opURL+"/ui/rollouts")
+		c.waitJS(t, 10*time.Second, `!!document.querySelector('#rollout-list a[href="/ui/rollouts/`+id+`"]')`, "the run is listed on the rollouts page")
+	})
+}
+
+// baselineEntries are the demo site's baseline: compute trays' BMC at
+// bmc and BIOS 1.5, switches' NVOS at nvos ("" none) and BMC 1.3,
+// shelves' PMC 3.1.
+func baselineEntries(bmc, nvos string) []*adminv1.BaselineEntry {
+	out := []*adminv1.BaselineEntry{
+		{ComponentType: "compute", Component: "bmc", Version: bmc},
+		{ComponentType: "compute", Component: "bios", Version: "1.5"},
+		{ComponentType: "nvswitch", Component: "bmc", Version: "1.3"},
+		{ComponentType: "powershelf", Component: "pmc", Version: "3.1"},
+	}
+	if nvos != "" {
+		out = append(out, &adminv1.BaselineEntry{ComponentType: "nvswitch", Component: "nvos", Version: nvos})
+	}
+	return out
+}
+
+// firmwareSite gives the simulated devices installed versions, every one
+// at the baseline but two of demo-0001's trays (BMC 1.9: below), one of
+// demo-0002's switches (NVOS 25.03: above) and one of its trays
+// (unreported), activates the baseline (revision 2 of gb200), and waits
+// for a sync to read the versions. The tasks earlier subtests started end
+// first, so that none is updating a device.
+func (c *consoleE2E) firmwareSite(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(*) FROM task WHERE status IN ('pending', 'running', 'waiting')`).Scan(&n))
+		return n == 0
+	}, 120*time.Second, 200*time.Millisecond, "the earlier subtests' tasks end")
+	for i, r := range c.racks {
+		for _, cm := range r.Components {
+			p := nicosim.DevicePatch{}
+			switch cm.Type {
+			case inventory.ComponentTypeCompute:
+				p.Firmware = map[string]string{"bmc": "2.0", "bios": "1.5"}
+				if i == 1 && (cm.Position.TrayIdx == 3 || cm.Position.TrayIdx == 12) {
+					p.Firmware["bmc"] = "1.9"
+				}
+				if i == 2 && cm.Position.TrayIdx == 4 {
+					p.Unreported = ptr(true)
+				}
+			case inventory.ComponentTypeNVSwitch:
+				p.Firmware = map[string]string{"nvos": "25.02", "bmc": "1.3"}
+				if i == 2 && cm.Position.TrayIdx == 0 {
+					p.Firmware["nvos"] = "25.03"
+				}
+			case inventory.ComponentTypePowerShelf:
+				p.Firmware = map[string]string{"pmc": "3.1"}
+			}
+			require.NoError(t, c.sims.nico.Update(cm.BMCs[0].MAC.String(), p), cm.Name)
+		}
+	}
+	_, err := c.adminSvc.CreateBaseline(ctx, &adminv1.CreateBaselineRequest{Name: "gb200", Description: "first cut", Entries: baselineEntries("1.9", "25.02")})
+	require.NoError(t, err)
+	_, err = c.adminSvc.UpdateBaseline(ctx, &adminv1.UpdateBaselineRequest{Name: "gb200", BaseRevision: 1, Description: "BMC 2.0", Entries: baselineEntries("2.0", "25.02"), Activate: true})
+	require.NoError(t, err)
+	var last *adminv1.GetComplianceResponse
+	ok := waitFor(60*time.Second, func() bool {
+		_, err := flowAdminRunSync(c, c.adminTLS)
+		require.NoError(t, err)
+		res, err := c.adminSvc.GetCompliance(ctx, &adminv1.GetComplianceRequest{States: []string{"upgrade", "downgrade", "unknown", "updating", "not_covered"}})
+		require.NoError(t, err)
+		last = res
+		s := res.GetSite()
+		return s.GetUpgrade() == 2 && s.GetDowngrade() == 1 && s.GetUnknown() == 1 && s.GetCompliant() == 101
+	})
+	require.True(t, ok, "a sync reads the versions the simulator reports: %v", protojson.Format(last))
 }

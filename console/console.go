@@ -1,5 +1,6 @@
-// Package console is the Flow console: the site, its floor, racks, tasks,
-// rollouts, schedules, event rules, leaks and inventory sync, served as
+// Package console is the Flow console: the site, its floor, racks,
+// firmware compliance, tasks, rollouts, schedules, event rules, leaks and
+// inventory sync, served as
 // HTML at /ui/ on the API port (docs/console.md).
 //
 // It is a client of the API in the same process: every action, and every
@@ -190,6 +191,9 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /ui/{$}", c.sharedPage(overviewTopics, c.overview))
 	m.HandleFunc("GET /ui/floor", c.sharedPage(floorTopics, c.floor))
 	m.HandleFunc("GET /ui/racks/{id}", c.page(c.rack))
+	m.HandleFunc("GET /ui/compliance", c.sharedPage(complianceTopics, c.compliance))
+	m.HandleFunc("GET /ui/compliance/apply", c.page(c.applyPage))
+	m.HandleFunc("POST /ui/compliance/apply", c.applyBaseline)
 	m.HandleFunc("GET /ui/tasks", c.sharedPage(tasksTopics, c.tasks))
 	m.HandleFunc("GET /ui/tasks/{id}", c.page(c.task))
 	m.HandleFunc("GET /ui/rollouts", c.sharedPage(rolloutsTopics, c.rollouts))

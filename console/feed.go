@@ -14,7 +14,7 @@ import (
 
 // Topics are what a page can watch; each is one cheap column of the
 // feed's query.
-var Topics = []string{"tasks", "steps", "racks", "leaks", "runs", "schedules", "rules", "sync"}
+var Topics = []string{"tasks", "steps", "racks", "leaks", "runs", "schedules", "rules", "sync", "firmware"}
 
 // feedQuery reads one fingerprint per topic (in Topics' order): a value
 // that changes when anything a page shows for that topic changes ("tasks"
@@ -22,7 +22,8 @@ var Topics = []string{"tasks", "steps", "racks", "leaks", "runs", "schedules", "
 // or a small table: new tasks by the created_at index, the active tasks
 // and their engine steps by the partial active index (a task that ends
 // leaves the set), active runs' targets by run, the leak occurrences,
-// schedules, event rules and the last sync cycle.
+// schedules, event rules, the last sync cycle, and the firmware baselines'
+// revisions and activations (installed versions change only in a sync).
 const feedQuery = `
 SELECT
   concat_ws('|',
@@ -39,7 +40,10 @@ SELECT
        WHERE t.operation_run_id IN (SELECT id FROM operation_run WHERE status IN ('pending', 'running', 'paused')))),
   (SELECT count(*)::text || ':' || coalesce(max(updated_at)::text, '') || ':' || coalesce(max(last_run_at)::text, '') FROM task_schedule),
   (SELECT count(*)::text || ':' || coalesce(max(updated_at)::text, '') FROM event_rule),
-  (SELECT max(id)::text FROM inventory_sync_run)`
+  (SELECT max(id)::text FROM inventory_sync_run),
+  concat_ws('|',
+    (SELECT count(*)::text || ':' || coalesce(sum(revision), 0)::text FROM firmware_baseline),
+    (SELECT max(id)::text FROM firmware_baseline_activation))`
 
 // Feed is the console's one change feed: a single poller, running only
 // while some page is open, reads the fingerprints of every topic (one

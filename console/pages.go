@@ -50,10 +50,10 @@ func (c *Console) page(fn func(*http.Request) (view, error)) http.HandlerFunc {
 }
 
 // sharedPage is page for a view whose main part is the same for every
-// user (no controls, no form token): while the change feed is live, its
-// main part is rendered once per change of topics and the same bytes go
-// to every open page that fetches it again, so many open pages cost one
-// render, not one each.
+// user of a role (no form token; controls only by role): while the change
+// feed is live, its main part is rendered once per change of topics and
+// role, and the same bytes go to every open page that fetches it again,
+// so many open pages cost one render, not one each.
 func (c *Console) sharedPage(topics []string, fn func(*http.Request) (view, error)) http.HandlerFunc {
 	return c.pageOf(fn, topics)
 }
@@ -66,7 +66,7 @@ func (c *Console) pageOf(fn func(*http.Request) (view, error), shared []string) 
 		var gen uint64
 		var live bool
 		if partial && shared != nil {
-			key = r.URL.RequestURI()
+			key = u.Role + " " + r.URL.RequestURI()
 			gen, live = c.feed.Generation(shared...)
 			if b, ok := c.parts.get(key, gen, live); ok {
 				writeHTML(w, http.StatusOK, b)
@@ -180,7 +180,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, u User, status in
 // every user).
 var (
 	overviewTopics   = []string{"tasks", "racks", "leaks", "runs", "sync"}
-	floorTopics      = []string{"racks", "leaks", "tasks", "sync"}
+	floorTopics      = []string{"racks", "leaks", "tasks", "sync", "firmware"}
 	tasksTopics      = []string{"tasks"}
 	rolloutsTopics   = []string{"runs"}
 	eventRulesTopics = []string{"rules", "leaks"}
@@ -281,6 +281,9 @@ type floorData struct {
 	Rooms  []room
 	Legend []legendItem
 	Total  int
+	// Note says what the colouring is measured against, or why it is
+	// missing (compliance: the active baseline).
+	Note string
 }
 
 type room struct {
@@ -300,7 +303,7 @@ type floorCell struct {
 
 type legendItem struct{ Class, Label string }
 
-var floorModes = []string{"status", "power", "leak", "task", "firmware", "health"}
+var floorModes = []string{"status", "power", "leak", "task", "firmware", "compliance", "health"}
 
 func (c *Console) floor(r *http.Request) (view, error) {
 	by := r.URL.Query().Get("by")
@@ -313,7 +316,17 @@ func (c *Console) floor(r *http.Request) (view, error) {
 	}
 	d := floorData{By: by, Modes: floorModes, Total: len(racks)}
 	fw := map[string]int{}
-	if by == "firmware" {
+	var comp map[string]*adminv1.ComplianceGroup
+	if by == "compliance" {
+		var res *adminv1.GetComplianceResponse
+		if comp, res, d.Note, err = c.rackCompliance(r); err != nil {
+			return view{}, err
+		}
+		if res != nil {
+			d.Note = fmt.Sprintf("Each rack's most urgent device state against baseline %s revision %d.", res.GetBaseline(), res.GetRevision())
+		}
+		d.Legend = complianceLegend
+	} else if by == "firmware" {
 		var vs []string
 		for _, rc := range racks {
 			if _, ok := fw[rc.Firmware]; !ok && rc.Firmware != "mixed" && rc.Firmware != "" {
@@ -332,7 +345,11 @@ func (c *Console) floor(r *http.Request) (view, error) {
 	}
 	for _, rc := range racks {
 		cell := floorCell{RackCell: rc}
-		cell.Class, cell.Label = cellClass(by, rc, fw)
+		if by == "compliance" {
+			cell.Class, cell.Label = complianceCell(comp[rc.ID], comp != nil)
+		} else {
+			cell.Class, cell.Label = cellClass(by, rc, fw)
+		}
 		if len(d.Rooms) == 0 || d.Rooms[len(d.Rooms)-1].Name != rc.Room {
 			d.Rooms = append(d.Rooms, room{Name: rc.Room})
 		}
@@ -410,6 +427,12 @@ type rackData struct {
 	Tasks []*flowv1.Task
 	Drift []Drift
 	Leaks int
+	// Compliance is each device's firmware compliance by component ID;
+	// Firmware the rack's roll-up (nil: none); FirmwareNote what it is
+	// measured against, or why there is none.
+	Compliance   map[string]*adminv1.DeviceCompliance
+	Firmware     *adminv1.ComplianceGroup
+	FirmwareNote string
 }
 
 func (c *Console) rack(r *http.Request) (view, error) {
@@ -435,7 +458,8 @@ func (c *Console) rack(r *http.Request) (view, error) {
 	if d.Drift, _, err = c.drift(r.Context(), id, 100); err != nil {
 		return view{}, err
 	}
-	return view{"rack", "Rack " + d.Rack.GetInfo().GetName(), "floor", []string{"racks", "leaks", "tasks", "sync"}, d}, nil
+	d.Compliance, d.Firmware, d.FirmwareNote = c.rackDevices(r, id)
+	return view{"rack", "Rack " + d.Rack.GetInfo().GetName(), "floor", []string{"racks", "leaks", "tasks", "sync", "firmware"}, d}, nil
 }
 
 // ---- Tasks ----
@@ -791,9 +815,26 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"durSecs": func(d interface{ AsDuration() time.Duration }) string {
 			return d.AsDuration().Round(time.Millisecond).String()
 		},
+		"stateWord": stateWord,
+		"csSummary": complianceSummary,
+		"versions": func(vs []string) string {
+			if len(vs) == 0 {
+				return "none reported"
+			}
+			return strings.Join(vs, ", ")
+		},
+		"diffWord": func(s string) string {
+			switch s {
+			case "upgrade":
+				return "below"
+			case "downgrade":
+				return "above"
+			}
+			return s
+		},
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"overview", "floor", "rack", "tasks", "task", "rollouts", "rollout", "schedules", "eventrules", "sync", "error"} {
+	for _, name := range []string{"overview", "floor", "compliance", "apply", "rack", "tasks", "task", "rollouts", "rollout", "schedules", "eventrules", "sync", "error"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console template %s: %w", name, err)
