@@ -1019,13 +1019,20 @@ func (c *Client) FirmwareVersions(ctx context.Context, t Target) ([]DeviceVersio
 	return out, nil
 }
 
+// computeComponentNames is computeComponents the other way round.
+var computeComponentNames = func() map[forgepb.ComputeTrayComponent]string {
+	out := make(map[forgepb.ComputeTrayComponent]string, len(computeComponents))
+	for name, v := range computeComponents {
+		out[v] = name
+	}
+	return out
+}()
+
 // computeComponentName is the name FirmwareComponents uses for c, or
 // "unknown(N)" for a value this build does not know.
 func computeComponentName(c forgepb.ComputeTrayComponent) string {
-	for name, v := range computeComponents {
-		if v == c {
-			return name
-		}
+	if name, ok := computeComponentNames[c]; ok {
+		return name
 	}
 	return fmt.Sprintf("unknown(%d)", int32(c))
 }
@@ -1130,9 +1137,15 @@ func (c *Client) InstalledVersions(ctx context.Context, t Target) ([]Installed, 
 		}
 		out := make([]Installed, 0, len(dvs))
 		for _, d := range dvs {
-			in := Installed{Key: d.Key, ID: d.ID, Err: d.Err, Components: map[string][]string{}}
+			in := Installed{Key: d.Key, ID: d.ID, Err: d.Err, Components: make(map[string][]string, len(d.Components))}
 			for _, cv := range d.Components {
-				in.Components[cv.Component] = append(in.Components[cv.Component], cv.Versions...)
+				if have, ok := in.Components[cv.Component]; ok {
+					in.Components[cv.Component] = append(have, cv.Versions...)
+				} else {
+					// The reply's own slice, clipped so that a second entry
+					// of the component appends to a copy.
+					in.Components[cv.Component] = slices.Clip(cv.Versions)
+				}
 			}
 			out = append(out, in)
 		}

@@ -755,7 +755,10 @@ type healthEncoder struct {
 	// versionsKey, up to maxShared sets: a site's devices of one type
 	// mostly run one set, so a part holds a few maps, not one a device.
 	versions map[string]inventory.SubVersions
-	key      []byte
+	// reports holds the installed versions of the switch and shelf
+	// reports seen, by reportKey, up to maxShared.
+	reports map[string]inventory.SubVersions
+	key     []byte
 }
 
 const maxShared = 4096
@@ -778,6 +781,43 @@ func (e *healthEncoder) shareVersions(v map[string][]string) inventory.SubVersio
 	}
 	if len(e.versions) < maxShared {
 		e.versions[string(k)] = sv
+	}
+	return sv
+}
+
+// shareReport returns the installed versions in a switch's or shelf's
+// exploration report (nico.Inventory.InstalledComponents), shared with the
+// part's devices whose reports hold the same; a report like one seen
+// before costs no map.
+func (e *healthEncoder) shareReport(inv nico.Inventory, kind nico.Kind) inventory.SubVersions {
+	k := e.key[:0]
+	names := make([]string, 0, 16)
+	for c := range inv.FirmwareVersions {
+		names = append(names, c)
+	}
+	slices.Sort(names)
+	for _, c := range names {
+		k = append(k, c...)
+		k = append(k, 1)
+		k = append(k, inv.FirmwareVersions[c]...)
+		k = append(k, 0)
+	}
+	if kind == nico.KindSwitch {
+		// InstalledComponents falls back on it when no "bmc" is named.
+		k = append(k, 2)
+		k = append(k, inv.BMCFirmware()...)
+	}
+	e.key = k
+	if x, ok := e.reports[string(k)]; ok {
+		return x
+	}
+	key := string(k) // shareVersions reuses the buffer
+	sv := e.shareVersions(inv.InstalledComponents(kind))
+	if e.reports == nil {
+		e.reports = map[string]inventory.SubVersions{}
+	}
+	if len(e.reports) < maxShared {
+		e.reports[key] = sv
 	}
 	return sv
 }
@@ -1111,7 +1151,7 @@ func (c *cycle) nvswitches(ctx context.Context, p *SyncPart) error {
 				firmware: he.share(inv.BMCFirmware()), power: he.share(reportPower(inv.Power))}
 			d.setHealth(&he, s.Health)
 			if answered {
-				d.versions, d.answered = he.shareVersions(inv.InstalledComponents(nico.KindSwitch)), true
+				d.versions, d.answered = he.shareReport(inv, nico.KindSwitch), true
 			}
 			devs = append(devs, d)
 			seen = append(seen, switchSeen{rackID: s.RackID, nvlinkDomain: s.NVLinkDomain})
@@ -1154,7 +1194,7 @@ func (c *cycle) shelves(ctx context.Context, p *SyncPart) error {
 				firmware: he.share(fw), power: he.share(reportPower(inv.Power))}
 			d.setHealth(&he, s.Health)
 			if answered {
-				d.versions, d.answered = he.shareVersions(inv.InstalledComponents(nico.KindPowerShelf)), true
+				d.versions, d.answered = he.shareReport(inv, nico.KindPowerShelf), true
 			}
 			devs = append(devs, d)
 		}

@@ -100,7 +100,11 @@ const mib = 1 << 20
 // Core rack IDs), every rack and component also in Core's expected
 // inventory (so the mirror compares all of them), against the NICo Core
 // simulator over loopback gRPC, with nothing changed and with 10 % of the
-// devices changed (firmware and power) before each cycle. It reports statements issued and inventory rows written per cycle.
+// devices changed (firmware and power) before each cycle. Every device
+// carries a GB200 device's firmware sub-components (trays seven, two of
+// them NICs; switches four; shelves two), whose installed versions the
+// cycle reads and records. It reports statements issued and inventory
+// rows written per cycle.
 //
 //	go test -run '^$' -bench SyncCycle -benchtime 5x ./reconcile/
 //
@@ -148,6 +152,7 @@ func BenchmarkSyncCycle(b *testing.B) {
 		for k, c := range r.Components {
 			d := expectedSimDevice(c, r.ExternalID)
 			d.ID = fmt.Sprintf("core-%d-%02d", i, k)
+			withSubComponents(&d)
 			devs = append(devs, d)
 		}
 	}
@@ -277,6 +282,17 @@ func expectedSimDevice(c inventory.Component, rackExt string) nicosim.Device {
 		d.Kind, d.Firmware = nicosim.KindPowerShelf, map[string]string{"pmc": c.FirmwareVersion}
 	}
 	return d
+}
+
+// withSubComponents gives d every firmware sub-component of a GB200
+// device of its kind (a tray's two NICs), its BMC (PMC) version kept.
+func withSubComponents(d *nicosim.Device) {
+	for _, c := range nicosim.SubComponents(d.Kind) {
+		if _, ok := d.Firmware[c]; !ok {
+			d.Firmware[c] = "1.0." + c
+		}
+	}
+	d.Instances = nicosim.DefaultInstances(d.Kind)
 }
 
 // postgresCPU is the user and system CPU time the machine's postgres

@@ -60,6 +60,34 @@ func (d *device) versions(c string) []string {
 	return out
 }
 
+// versionsReply is a device's installed versions as a
+// ListComponentFirmwareVersions reply holds them: "component=version" for
+// each instance and, for a compute tray, the per-sub-component list.
+// Replies share it; nothing changes it once built.
+type versionsReply struct {
+	versions []string
+	compute  []*forgepb.ComputeTrayFirmwareVersions
+}
+
+// versionsOf returns d's versionsReply, built when its firmware changed.
+func (d *device) versionsOf() *versionsReply {
+	if d.versionsReply != nil {
+		return d.versionsReply
+	}
+	r := &versionsReply{}
+	for _, c := range slices.Sorted(maps.Keys(d.Firmware)) {
+		vs := d.versions(c)
+		for _, v := range vs {
+			r.versions = append(r.versions, c+"="+v)
+		}
+		if v, ok := computeFwComponent[c]; ok && d.Kind == KindCompute {
+			r.compute = append(r.compute, &forgepb.ComputeTrayFirmwareVersions{Component: v, Versions: vs})
+		}
+	}
+	d.versionsReply = r
+	return r
+}
+
 // DesiredFirmware is one entry of the desired versions the simulator
 // holds and serves (GetDesiredFirmwareVersions): for devices of Vendor
 // and Model, the version of each sub-component.

@@ -1016,15 +1016,8 @@ func (h *handler) ListComponentFirmwareVersions(ctx context.Context, req *forgep
 		default:
 			// Jobs due by now have installed their versions.
 			h.s.advance(m.d, now)
-			for _, c := range slices.Sorted(mapsKeys(m.d.Firmware)) {
-				vs := m.d.versions(c)
-				for _, v := range vs {
-					e.Versions = append(e.Versions, c+"="+v)
-				}
-				if v, ok := computeFwComponent[c]; ok && m.d.Kind == KindCompute {
-					e.ComputeFwVersions = append(e.ComputeFwVersions, &forgepb.ComputeTrayFirmwareVersions{Component: v, Versions: vs})
-				}
-			}
+			r := m.d.versionsOf()
+			e.Versions, e.ComputeFwVersions = r.versions, r.compute
 		}
 		res.Devices = append(res.Devices, e)
 	}

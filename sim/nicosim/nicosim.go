@@ -179,6 +179,10 @@ type device struct {
 	// healthAt is when the device's health last changed: the report's
 	// observed_at, so an unchanged device reports an unchanged report.
 	healthAt time.Time
+	// versionsReply is the device's part of a ListComponentFirmwareVersions
+	// reply, built once and dropped when its firmware changes (a sync
+	// reads every device's versions every cycle).
+	versionsReply *versionsReply
 }
 
 // New returns an empty simulator.
@@ -419,6 +423,7 @@ func (s *Sim) advance(d *device, now time.Time) {
 		if state, _ := s.jobState(j, now); state == phaseCompleted && !j.applied {
 			if !j.lie {
 				d.Firmware[j.component] = j.target
+				d.versionsReply = nil
 			}
 			j.applied = true
 		}

@@ -127,6 +127,7 @@ func (s *Sim) Update(key string, p DevicePatch) error {
 		d.healthAt = now.UTC().Truncate(time.Second)
 	}
 	maps.Copy(d.Firmware, p.Firmware)
+	d.versionsReply = nil
 	for c, n := range p.Instances {
 		if d.Instances == nil {
 			d.Instances = map[string]int{}
