@@ -218,7 +218,7 @@ func (s *Service) FirmwareDevices(ctx context.Context, dbtx db.DBTX, f FirmwareD
 	for _, r := range reads {
 		readAt[r.ComponentType] = r.ReadAt
 	}
-	racks, err := s.q.FirmwareRackList(ctx, dbtx)
+	racks, err := s.q.FirmwareRackList(ctx, dbtx, f.RackIDs)
 	if err != nil {
 		return nil, fmt.Errorf("list firmware racks: %w", err)
 	}

@@ -63,13 +63,14 @@ WHERE c.deleted_at IS NULL AND r.deleted_at IS NULL
   AND (coalesce(cardinality(@component_ids::uuid[]), 0) = 0 OR c.id = ANY(@component_ids::uuid[]));
 
 -- name: FirmwareRackList :many
--- The live racks with what compliance reports of them: name, Core rack
--- profile, room, position and NVLink domain.
+-- The live racks (of @rack_ids; empty: all) with what compliance reports
+-- of them: name, Core rack profile, room, position and NVLink domain.
 SELECT r.id, r.name, coalesce(r.rack_profile_id, '')::text AS rack_profile, r.location_room, r.location_position,
     r.nvl_domain_id, coalesce(d.name, d.external_id, '')::text AS domain_name
 FROM rack r
 LEFT JOIN nvl_domain d ON d.id = r.nvl_domain_id
-WHERE r.deleted_at IS NULL;
+WHERE r.deleted_at IS NULL
+  AND (coalesce(cardinality(@rack_ids::uuid[]), 0) = 0 OR r.id = ANY(@rack_ids::uuid[]));
 
 -- name: FirmwareGenerations :one
 -- The inventory generation and the installed-firmware generation: while

@@ -165,10 +165,22 @@ func (s *Service) Compliance(ctx context.Context, dbtx db.DBTX, q Query) (Report
 		return r, nil
 	}
 	ids := make([]uuid.UUID, len(page))
+	var rackIDs []uuid.UUID
+	seenRack := map[int32]bool{}
+	rackless := false
 	for i, d := range page {
 		ids[i] = d.id
+		rackless = rackless || d.rack < 0
+		if d.rack >= 0 && !seenRack[d.rack] {
+			seenRack[d.rack] = true
+			rackIDs = append(rackIDs, sn.racks[d.rack].id)
+		}
 	}
-	devs, err := s.cfg.Inventory.FirmwareDevices(ctx, dbtx, inventory.FirmwareDeviceFilter{ComponentIDs: ids})
+	f := inventory.FirmwareDeviceFilter{ComponentIDs: ids, RackIDs: rackIDs}
+	if rackless {
+		f.RackIDs = nil // the rack filter would leave rack-less devices out
+	}
+	devs, err := s.cfg.Inventory.FirmwareDevices(ctx, dbtx, f)
 	if err != nil {
 		return Report{}, err
 	}

@@ -229,6 +229,7 @@ SELECT r.id, r.name, coalesce(r.rack_profile_id, '')::text AS rack_profile, r.lo
 FROM rack r
 LEFT JOIN nvl_domain d ON d.id = r.nvl_domain_id
 WHERE r.deleted_at IS NULL
+  AND (coalesce(cardinality($1::uuid[]), 0) = 0 OR r.id = ANY($1::uuid[]))
 `
 
 type FirmwareRackListRow struct {
@@ -241,10 +242,10 @@ type FirmwareRackListRow struct {
 	DomainName       string
 }
 
-// The live racks with what compliance reports of them: name, Core rack
-// profile, room, position and NVLink domain.
-func (q *Queries) FirmwareRackList(ctx context.Context, db DBTX) ([]FirmwareRackListRow, error) {
-	rows, err := db.Query(ctx, firmwareRackList)
+// The live racks (of @rack_ids; empty: all) with what compliance reports
+// of them: name, Core rack profile, room, position and NVLink domain.
+func (q *Queries) FirmwareRackList(ctx context.Context, db DBTX, rackIds []uuid.UUID) ([]FirmwareRackListRow, error) {
+	rows, err := db.Query(ctx, firmwareRackList, rackIds)
 	if err != nil {
 		return nil, err
 	}
