@@ -163,6 +163,13 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 			return fmt.Errorf("seed demo racks: %w", err)
 		}
 		logger.InfoContext(ctx, "demo racks seeded", "wanted", o.seed, "added", added)
+		if sims != nil {
+			// Core's desired versions: the demo fleet's current set
+			// (devseed.go), for flow baseline import.
+			if err := seedDesiredFirmware(sims); err != nil {
+				return fmt.Errorf("seed desired firmware: %w", err)
+			}
+		}
 	}
 	if sims != nil {
 		stop, err := followInventory(ctx, sims, srv, logger, dir) // devseed.go

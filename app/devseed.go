@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,6 +66,9 @@ func (d *devSeeder) sync(ctx context.Context) (added, removed int, err error) {
 		}
 	}
 	want := simDevices(comps)
+	for i := range want {
+		withFirmwareMix(&want[i])
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	live := make(map[string]bool, len(want))
@@ -206,4 +213,118 @@ func simDevices(comps []inventory.Component) []nicosim.Device {
 		out = append(out, dev)
 	}
 	return out
+}
+
+// The installed firmware flow dev's simulated devices start with
+// (docs/simulators.md, "flow dev's firmware mix"): every device carries
+// its kind's sub-components (nicosim.SubComponents; a tray's two NICs) at
+// the current set below, its BMC (a shelf's PMC) at the component's
+// inventory firmware version, so that Flow's firmware_version column and
+// Core agree. Demo racks (inventory.DemoRack, recognised by their
+// components' serials) then deviate, by rack index and slot only, so a
+// given --seed always starts with the same mix:
+//
+//   - racks 1, 11, 21, … (index % 10 == 1): every device at the previous
+//     set (behind);
+//   - racks 5, 15, 25, …: compute tray 03's NICs and shelf 06's PSU at the
+//     previous version (behind on one sub-component);
+//   - demo-0000-ct-00: BIOS ahead of the current set (the one device
+//     ahead);
+//   - demo-0002-ct-04 and demo-0003-ct-09: unreported (Core cannot read
+//     their versions).
+//
+// demoDesiredFirmware is the current set as Core's desired versions, so
+// that `flow baseline import` makes a baseline of it.
+var (
+	demoCurrent = map[string]map[string]string{
+		nicosim.KindCompute:    {"bios": "1.3.2", "cec": "2.1.28", "nic": "28.43.1014", "cpld_mb": "0.2.1.9", "cpld_pdb": "0.1.0.7", "gpu": "97.0.52.1"},
+		nicosim.KindNVSwitch:   {"cpld": "1.3.8", "bios": "1.1.12", "nvos": "25.02.2553"},
+		nicosim.KindPowerShelf: {"psu": "1.4.2"},
+	}
+	demoPrevious = map[string]map[string]string{
+		nicosim.KindCompute:    {"bios": "1.2.7", "cec": "2.1.19", "nic": "28.41.1000", "cpld_mb": "0.2.1.6", "cpld_pdb": "0.1.0.5", "gpu": "96.0.74.1"},
+		nicosim.KindNVSwitch:   {"cpld": "1.3.5", "bios": "1.1.10", "nvos": "25.02.1312"},
+		nicosim.KindPowerShelf: {"psu": "1.3.9"},
+	}
+	// demoAhead is the one device ahead and its sub-component's version.
+	demoAhead = struct{ name, component, version string }{"demo-0000-ct-00", "bios", "1.4.0"}
+	// demoUnreported are the devices whose versions Core cannot read.
+	demoUnreported = []string{"demo-0002-ct-04", "demo-0003-ct-09"}
+)
+
+// demoSerial matches a demo component's serial: rack index, kind prefix,
+// index within the kind.
+var demoSerial = regexp.MustCompile(`^DEMO(\d{5})(ct|sw|ps)(\d{2})$`)
+
+// withFirmwareMix gives d the sub-components and versions flow dev's
+// devices start with (see demoCurrent).
+func withFirmwareMix(d *nicosim.Device) {
+	if d.Firmware == nil {
+		d.Firmware = map[string]string{}
+	}
+	set := demoCurrent[d.Kind]
+	if m := demoSerial.FindStringSubmatch(d.Serial); m != nil {
+		rack, _ := strconv.Atoi(m[1])
+		idx, _ := strconv.Atoi(m[3])
+		name := fmt.Sprintf("demo-%04d-%s-%02d", rack, m[2], idx)
+		switch {
+		case rack%10 == 1:
+			set = demoPrevious[d.Kind]
+		case rack%10 == 5 && (name == fmt.Sprintf("demo-%04d-ct-03", rack) || name == fmt.Sprintf("demo-%04d-ps-06", rack)):
+			set = maps.Clone(set)
+			for _, c := range []string{"nic", "psu"} {
+				if _, ok := set[c]; ok {
+					set[c] = demoPrevious[d.Kind][c]
+				}
+			}
+		case name == demoAhead.name:
+			set = maps.Clone(set)
+			set[demoAhead.component] = demoAhead.version
+		}
+		d.Unreported = slices.Contains(demoUnreported, name)
+	}
+	for c, v := range set {
+		if _, ok := d.Firmware[c]; !ok {
+			d.Firmware[c] = v
+		}
+	}
+	d.Instances = nicosim.DefaultInstances(d.Kind)
+}
+
+// demoDesiredFirmware is the current set of demo devices as Core's
+// desired versions, one entry per demo vendor and model, with the BMC
+// (PMC) version of the demo rack's components.
+func demoDesiredFirmware() []nicosim.DesiredFirmware {
+	var out []nicosim.DesiredFirmware
+	seen := map[inventory.ComponentType]bool{}
+	for _, c := range inventory.DemoRack(0).Components {
+		if seen[c.Type] {
+			continue
+		}
+		seen[c.Type] = true
+		kind, key := nicosim.KindCompute, "bmc"
+		switch c.Type {
+		case inventory.ComponentTypeNVSwitch:
+			kind = nicosim.KindNVSwitch
+		case inventory.ComponentTypePowerShelf:
+			kind, key = nicosim.KindPowerShelf, "pmc"
+		}
+		e := nicosim.DesiredFirmware{Vendor: c.Manufacturer, Components: maps.Clone(demoCurrent[kind])}
+		if c.Model != nil {
+			e.Model = *c.Model
+		}
+		e.Components[key] = c.FirmwareVersion
+		out = append(out, e)
+	}
+	return out
+}
+
+// seedDesiredFirmware gives the Core simulator the demo devices' desired
+// versions, unless it holds some already (restored from the state folder,
+// or set through its admin surface).
+func seedDesiredFirmware(sims *simulators) error {
+	if len(sims.nico.DesiredFirmware()) > 0 {
+		return nil
+	}
+	return sims.nico.SetDesiredFirmware(demoDesiredFirmware())
 }
