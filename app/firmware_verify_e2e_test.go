@@ -14,6 +14,8 @@ import (
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
+	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 	"github.com/nicoflow/flow/sim"
@@ -251,4 +253,33 @@ func TestFirmwareVerifyThroughPSM(t *testing.T) {
 	requireCompleted(t, task)
 	require.Equal(t, "installed firmware read back from PSM: 8 of 8 at target (pmc 2.0.0)", stepReports(t, task)[operations.ComponentTypePowerShelf].Verification)
 	require.Zero(t, len(b.sims.nico.Journal().Calls("UpdateComponentFirmware")), "PSM, not Core, updated the shelves")
+}
+
+// TestIngestOntoTheBaselineVerified: with FLOW_INGEST_FIRMWARE_UPGRADE and
+// an active baseline, an ingest task starts its updates at the baseline's
+// versions and verifies each of them.
+func TestIngestOntoTheBaselineVerified(t *testing.T) {
+	t.Parallel()
+	b := newFWBench(t, time.Millisecond)
+	srv := b.serve(t, map[string]string{"FLOW_CONFIG_FILE": quietSystemJobs(t), "FLOW_INGEST_FIRMWARE_UPGRADE": "true", "FLOW_FIRMWARE_VERIFY_GRACE": "0"}, nil)
+	ctx := context.Background()
+	admin := adminv1connect.NewAdminServiceClient(http.DefaultClient, srv.url)
+	_, err := admin.CreateBaseline(ctx, &adminv1.CreateBaselineRequest{Name: "gb200", Activate: true, Entries: []*adminv1.BaselineEntry{
+		{ComponentType: "compute", Component: "bmc", Version: "2.0"},
+		{ComponentType: "compute", Component: "bios", Version: "3.1"},
+		{ComponentType: "nvswitch", Component: "nvos", Version: "25.02"},
+	}})
+	require.NoError(t, err)
+	r := b.addRack(t, 48, false)
+	res, err := srv.client.IngestRack(ctx, &flowv1.IngestRackRequest{TargetSpec: rackSpec(r.Name)})
+	require.NoError(t, err)
+	task := waitTask(t, srv.client, res.GetTaskIds()[0], 30*time.Second)
+	requireCompleted(t, task)
+	steps := stepReports(t, task)
+	require.Equal(t, "installed firmware read back from Core: 18 of 18 at target (bios 3.1, bmc 2.0)", steps[operations.ComponentTypeCompute].Verification)
+	require.Equal(t, "installed firmware read back from Core: 9 of 9 at target (nvos 25.02)", steps[operations.ComponentTypeNVSwitch].Verification)
+	for _, mac := range macs(r, inventory.ComponentTypeCompute) {
+		st, _ := b.sims.nico.State(mac)
+		require.Equal(t, "3.1", st.Firmware["bios"], mac)
+	}
 }

@@ -49,8 +49,10 @@ func (h firmwareHost) ReadinessGate(ctx context.Context, call engine.Call[Action
 }
 
 // Request reads the task's firmware request: the target version, the
-// sub-targets and the version-check override of a FirmwareControl task, and
-// the readiness override of any.
+// sub-targets and the version-check override of a FirmwareControl task, the
+// target version an ingest task froze (its rack's baseline,
+// SetIngestFirmwareTarget), and the readiness override of any. The start
+// call sends it and the read-back verifies it, so both see the same.
 func (h firmwareHost) Request(ctx context.Context, call engine.Call[ActionParams]) (firmware.Request, error) {
 	row, err := h.a.taskRow(ctx, call.Params.TaskID)
 	if err != nil {
@@ -66,6 +68,9 @@ func (h firmwareHost) Request(ctx context.Context, call engine.Call[ActionParams
 		r.Version = p.TargetVersion
 		r.Components = p.SubTargets
 		r.Force = p.OverrideVersionCheck
+	} else if p.TargetVersion != "" {
+		// Only an ingest task onto the active baseline has one.
+		r.Version = p.TargetVersion
 	}
 	return r, nil
 }
