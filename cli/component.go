@@ -7,10 +7,12 @@ import (
 	"strconv"
 	"strings"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
@@ -71,7 +73,7 @@ var componentNoun = noun{
 				}
 			}},
 		componentValidateVerb, // cli_validate.go
-		{name: "get", complete: componentNameList, args: "COMPONENT | --manufacturer M --serial S  [--rack]", summary: "show one component (serial look-ups ignore the manufacturer's case)",
+		{name: "get", complete: componentNameList, args: "COMPONENT | --manufacturer M --serial S  [--rack]", summary: "show one component and its installed firmware per sub-component (serial look-ups ignore the manufacturer's case)",
 			flags: func(fs *pflag.FlagSet) runFunc {
 				manu := fs.String("manufacturer", "", "manufacturer (with --serial)")
 				serial := fs.String("serial", "", "serial number")
@@ -94,8 +96,15 @@ var componentNoun = noun{
 					if err != nil {
 						return err
 					}
+					var installed *adminv1.GetInstalledFirmwareResponse
+					if !c.structured() {
+						if installed, err = c.installedFirmware(ctx, res.GetComponent().GetInfo().GetId().GetId()); err != nil {
+							return err
+						}
+					}
 					return c.emit(res, func(w io.Writer) {
 						c.printComponents(ctx, w, []*flowv1.Component{res.GetComponent()})
+						printInstalledFirmware(w, installed)
 						if res.GetRack() != nil {
 							fmt.Fprintln(w)
 							c.printRacks(ctx, w, []*flowv1.Rack{res.GetRack()}, len(res.GetRack().GetComponents()) > 0)
@@ -253,6 +262,41 @@ func direction(desc bool) string {
 
 // printComponents prints a component table, the racks by name (-o wide:
 // and by UUID).
+// installedFirmware reads the component's installed firmware per
+// sub-component (AdminService.GetInstalledFirmware); nil, and no error,
+// from a server that does not serve it.
+func (c *env) installedFirmware(ctx context.Context, id string) (*adminv1.GetInstalledFirmwareResponse, error) {
+	res, err := c.admin.GetInstalledFirmware(ctx, &adminv1.GetInstalledFirmwareRequest{Component: id})
+	if connect.CodeOf(err) == connect.CodeUnimplemented {
+		return nil, nil
+	}
+	return res, err
+}
+
+// printInstalledFirmware prints a component's installed firmware: each
+// sub-component with its versions (one per instance), and when Core last
+// reported them. Nothing for nil.
+func printInstalledFirmware(w io.Writer, res *adminv1.GetInstalledFirmwareResponse) {
+	if res == nil {
+		return
+	}
+	fmt.Fprintln(w)
+	switch {
+	case !res.GetKnown():
+		fmt.Fprintln(w, "Installed firmware: never reported by NICo Core")
+		return
+	case res.GetReported():
+		fmt.Fprintf(w, "Installed firmware (seen %s, changed %s):\n", localTime(res.GetSeenAt()), localTime(res.GetChangedAt()))
+	default:
+		fmt.Fprintf(w, "Installed firmware: not reported by NICo Core since %s; last seen:\n", localTime(res.GetSeenAt()))
+	}
+	rows := make([][]string, 0, len(res.GetComponents()))
+	for _, sc := range res.GetComponents() {
+		rows = append(rows, []string{sc.GetComponent(), strings.Join(sc.GetVersions(), ", ")})
+	}
+	printTable(w, []string{"SUB-COMPONENT", "VERSIONS"}, rows)
+}
+
 func (c *env) printComponents(ctx context.Context, w io.Writer, comps []*flowv1.Component) {
 	racks := make([]string, len(comps))
 	for i, comp := range comps {
