@@ -14,6 +14,7 @@ import (
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/rollout"
 )
 
@@ -124,6 +125,7 @@ func (s *Service) Apply(ctx context.Context, tx pgx.Tx, runs RunCreator, in Appl
 		name, domain string
 		domainKey    string
 		types        map[string]bool
+		devices      map[string]int // targeted devices by type
 	}
 	racks := map[uuid.UUID]*rackPlan{}
 	deferred := 0
@@ -153,7 +155,7 @@ func (s *Service) Apply(ctx context.Context, tx pgx.Tx, runs RunCreator, in Appl
 		}
 		rp := racks[*st.Device.RackID]
 		if rp == nil {
-			rp = &rackPlan{id: *st.Device.RackID, name: st.Device.RackName, types: map[string]bool{}}
+			rp = &rackPlan{id: *st.Device.RackID, name: st.Device.RackName, types: map[string]bool{}, devices: map[string]int{}}
 			if st.Device.DomainID != nil {
 				rp.domainKey, rp.domain = st.Device.DomainID.String(), cmp.Or(st.Device.DomainName, st.Device.DomainID.String())
 			} else {
@@ -162,15 +164,53 @@ func (s *Service) Apply(ctx context.Context, tx pgx.Tx, runs RunCreator, in Appl
 			racks[rp.id] = rp
 		}
 		rp.types[t] = true
+		rp.devices[t]++
 		plan.Devices++
+	}
+	// Each rack's task runs the firmware rule in force for it: component
+	// types that rule has no step for (power shelves, under the built-in
+	// rule) cannot be upgraded by the run, so they are left out and said.
+	undriven := map[string]int{}
+	if len(racks) > 0 {
+		ids := make([]uuid.UUID, 0, len(racks))
+		for id := range racks {
+			ids = append(ids, id)
+		}
+		rules, err := s.cfg.Operations.ResolveRules(ctx, tx, operations.OperationTypeFirmwareControl, operations.CodeUpgrade, ids)
+		if err != nil {
+			return ApplyPlan{}, err
+		}
+		for id, rp := range racks {
+			rule, ok := rules[id]
+			for t := range rp.types {
+				if ok && rule.Rule.Definition.HasStepFor([]operations.ComponentType{operations.ComponentType(inventoryType(t))}) {
+					continue
+				}
+				undriven[t] += rp.devices[t]
+				plan.Devices -= rp.devices[t]
+				delete(rp.types, t)
+			}
+			if len(rp.types) == 0 {
+				delete(racks, id)
+			}
+		}
 	}
 	plan.Racks = len(racks)
 	skippedNote := ""
 	if skipped != [3]int{} {
 		skippedNote = fmt.Sprintf(" (not targeted: %d unknown, %d already updating, %d above the baseline)", skipped[0], skipped[1], skipped[2])
 	}
+	for _, t := range Types {
+		if n := undriven[t]; n > 0 {
+			skippedNote += fmt.Sprintf("; %d %s devices below the baseline are left out: the firmware rule in force has no %s step (give it one: docs/operation-rules.md)", n, t, inventoryType(t))
+		}
+	}
 	if len(racks) == 0 {
-		plan.Message = fmt.Sprintf("nothing to do: no device is below baseline %s revision %d%s; no run created", b.Name, b.Revision.Revision, skippedNote)
+		what := "no device is below"
+		if len(undriven) > 0 {
+			what = "no device the firmware rules upgrade is below"
+		}
+		plan.Message = fmt.Sprintf("nothing to do: %s baseline %s revision %d%s; no run created", what, b.Name, b.Revision.Revision, skippedNote)
 		return plan, nil
 	}
 	// Group racks by NVLink domain (a rack with none is its own group),

@@ -415,3 +415,36 @@ func TestIngestLandsOnTheBaseline(t *testing.T) {
 	}))
 	require.JSONEq(t, `{"compute":{"bmc":"2.0"},"nvswitch":{"nvos":"25.02"}}`, ingest(racks[1]))
 }
+
+// TestApplyLeavesOutWhatTheRuleCannotUpgrade: under the built-in firmware
+// rule (no power-shelf step) shelves below the baseline are not targeted,
+// and apply says so rather than planning tasks that would skip them.
+func TestApplyLeavesOutWhatTheRuleCannotUpgrade(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	racks := b.site(t, 1, 0)
+	b.record(t, racks, nil)
+	var shelves []inventory.FirmwareReading
+	for _, c := range racks[0].Components {
+		if c.Type == inventory.ComponentTypePowerShelf {
+			shelves = append(shelves, inventory.FirmwareReading{ComponentID: c.ID, Versions: inventory.SubVersions{"pmc": {"PS 3.0.0"}}})
+		}
+	}
+	require.NoError(t, b.tx(t, func(tx pgx.Tx) error {
+		if _, err := b.Inv.RecordFirmware(ctx, tx, inventory.ComponentTypePowerShelf, time.Now(), shelves, nil); err != nil {
+			return err
+		}
+		_, err := b.svc.Create(ctx, tx, "site", "", append([]baseline.Entry{{ComponentType: "powershelf", Component: "pmc", Version: "PS 3.1.0"}}, bmc20...),
+			baseline.SourceManual, "alice", true)
+		return err
+	}))
+	var plan baseline.ApplyPlan
+	require.NoError(t, b.tx(t, func(tx pgx.Tx) (err error) {
+		plan, err = b.svc.Apply(ctx, tx, b.runs, baseline.ApplyInput{})
+		return err
+	}))
+	require.Equal(t, uuid.Nil, plan.RunID)
+	require.Contains(t, plan.Message, "nothing to do: no device the firmware rules upgrade is below baseline site revision 1")
+	require.Contains(t, plan.Message, "8 powershelf devices below the baseline are left out: the firmware rule in force has no PowerShelf step")
+}
