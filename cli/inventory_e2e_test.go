@@ -140,7 +140,7 @@ func TestCLIInventory(t *testing.T) {
 		{name: "UnknownVerb", args: []string{"rack", "explode"}, contains: "unknown rack verb \"explode\"\nRun 'flow rack --help' for usage.", usage: true},
 		{name: "UnknownCommand", args: []string{"explode"}, contains: "unknown command \"explode\" for \"flow\"\nRun 'flow --help' for usage.", usage: true},
 		{name: "UnknownFlag", args: []string{"rack", "list", "--explode"}, contains: "unknown flag: --explode\nRun 'flow rack list --help' for usage.", usage: true},
-		{name: "BadOutput", args: []string{"rack", "list", "-o", "xml"}, contains: "-o must be one of table, wide, json, yaml", usage: true},
+		{name: "BadOutput", args: []string{"rack", "list", "-o", "xml"}, contains: "-o must be one of table, wide, json, yaml, csv", usage: true},
 		{name: "MissingFile", args: []string{"rack", "create", "-f", "nope.json"}, contains: "nope.json"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

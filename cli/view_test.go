@@ -225,7 +225,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"rack", "lsit"}, "unknown rack verb \"lsit\" (did you mean list?)\nRun 'flow rack --help' for usage."},
 		{[]string{"explode"}, "unknown command \"explode\" for \"flow\"\nRun 'flow --help' for usage."},
 		{[]string{"rack", "list", "--explode"}, "unknown flag: --explode\nRun 'flow rack list --help' for usage."},
-		{[]string{"rack", "list", "-o", "xml"}, "-o must be one of table, wide, json, yaml, not \"xml\"\nRun 'flow rack list --help' for usage."},
+		{[]string{"rack", "list", "-o", "xml"}, "-o must be one of table, wide, json, yaml, csv, not \"xml\"\nRun 'flow rack list --help' for usage."},
 		{[]string{"task", "list", "--status", "done"}, "--status: unknown status \"done\""},
 		{[]string{"task", "list", "--since", "yesterday"}, "--since: want a duration such as 1h or an RFC 3339 time"},
 		{[]string{"task", "list", "--operation", "power_on,firmware_upgrade"}, "--operation: unknown operation \"firmware_upgrade\" (want inject_expectation, power_on, force_power_on,"},
