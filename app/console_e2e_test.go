@@ -482,13 +482,18 @@ func TestConsoleInABrowser(t *testing.T) {
 			require.Contains(t, r, "bmc 1.9 → 2.0 below")
 		}
 		require.Contains(t, evalIn[string](c.browser, `document.querySelector("#devices tbody a").getAttribute("href")`), "/ui/racks/"+c.racks[1].ID.String())
+		// Every device not at the baseline, each saying why.
+		c.click(t, "#off-count")
+		c.waitJS(t, 10*time.Second, `document.querySelectorAll("#devices tbody tr[data-state]").length === 4`, "the table shows the four devices not at the baseline")
+		require.ElementsMatch(t, []string{"upgrade", "upgrade", "downgrade", "unknown"}, evalIn[[]string](c.browser, `Array.from(document.querySelectorAll("#devices tbody tr")).map(r => r.dataset.state)`))
+		require.Equal(t, "updating,upgrade,downgrade,unknown", evalIn[string](c.browser, `document.getElementById("f-state").value`), "the filter form says the selection")
 		c.screenshot(t, "compliance")
 
-		// The filter form writes the URL too; the unreported tray says why.
+		// The filter form writes the URL too; the unknown tray says why.
 		c.onFresh(t, "filter unknown", chromedp.SetValue(chromedp.CSS(`#f-state`), "unknown"), chromedp.Click(chromedp.CSS(`#f-apply`)))
 		c.waitJS(t, 10*time.Second, `location.search.includes("state=unknown") && document.querySelectorAll("#devices tbody tr[data-state=unknown]").length === 1`, "the filter form narrows to the unknown tray")
 		require.Contains(t, evalIn[string](c.browser, `document.querySelector("#devices tbody tr").textContent`), "demo-0002-ct-04")
-		require.Contains(t, evalIn[string](c.browser, `document.querySelector("#devices tbody tr").textContent`), "not reported")
+		require.Contains(t, evalIn[string](c.browser, `document.querySelector("#devices tbody tr").textContent`), `"TBD" cannot be ordered against "1.5"`)
 		c.open(t, c.opURL+"/ui/compliance?rack=nonesuch")
 		c.waitJS(t, 10*time.Second, `!!document.getElementById("filter-error")`, "an unknown rack is said beside the filters")
 
@@ -506,7 +511,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		c.screenshot(t, "floor-compliance")
 		// A new revision shows on the open map without a reload: it leaves
 		// NVOS out, so demo-0002's switch above it no longer counts and
-		// the rack is left with its unreported tray.
+		// the rack is left with its unknown tray.
 		require.True(t, evalIn[bool](c.browser, `window.__stayed = true`))
 		_, err := c.adminSvc.UpdateBaseline(ctx, &adminv1.UpdateBaselineRequest{Name: "gb200", BaseRevision: 2, Activate: true,
 			Description: "NVOS left out", Entries: baselineEntries("2.0", "")})
@@ -544,6 +549,34 @@ func TestConsoleInABrowser(t *testing.T) {
 		require.Equal(t, []string{"canary (0) 1 demo-0001 none"}, evalIn[[]string](c.browser, `Array.from(document.querySelectorAll("#apply-waves tbody tr")).map(r => Array.from(r.cells).map(c => c.textContent).join(" "))`))
 		require.Equal(t, before, runs(), "a dry run creates nothing")
 		c.screenshot(t, "compliance-apply")
+		// A confirm of a plan other than the one the site makes now
+		// creates nothing and shows the new plan.
+		jar, err := cookiejar.New(nil)
+		require.NoError(t, err)
+		hc := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		res, err = hc.Get(c.opURL + "/ui/compliance/apply")
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		u, _ := url.Parse(c.opURL + "/ui/")
+		var token string
+		for _, ck := range jar.Cookies(u) {
+			if ck.Name == "flow_console_csrf" {
+				token = ck.Value
+			}
+		}
+		req, err := http.NewRequest(http.MethodPost, c.opURL+"/ui/compliance/apply", strings.NewReader(url.Values{"csrf": {token}, "confirm": {"1"}, "plan": {"0123456789abcdef0123456789abcdef"}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		res, err = hc.Do(req)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.Equal(t, http.StatusConflict, res.StatusCode, string(body))
+		require.Contains(t, string(body), "The plan changed since you reviewed it")
+		require.Contains(t, string(body), `id="apply-confirm"`)
+		require.Equal(t, before, runs(), "a stale confirm creates nothing")
 		c.click(t, "#apply-confirm")
 		c.waitJS(t, 15*time.Second, `location.pathname.startsWith("/ui/rollouts/") && !!document.getElementById("run-state")`, "the confirm goes to the new run's page")
 		require.Equal(t, before+1, runs())
@@ -574,8 +607,8 @@ func baselineEntries(bmc, nvos string) []*adminv1.BaselineEntry {
 
 // firmwareSite gives the simulated devices installed versions, every one
 // at the baseline but two of demo-0001's trays (BMC 1.9: below), one of
-// demo-0002's switches (NVOS 25.03: above) and one of its trays
-// (unreported), activates the baseline (revision 2 of gb200), and waits
+// demo-0002's switches (NVOS 25.03: above) and one of its trays (a BIOS
+// "TBD", which no version orders against: unknown), activates the baseline (revision 2 of gb200), and waits
 // for a sync to read the versions. The tasks earlier subtests started end
 // first, so that none is updating a device.
 func (c *consoleE2E) firmwareSite(t *testing.T) {
@@ -596,7 +629,7 @@ func (c *consoleE2E) firmwareSite(t *testing.T) {
 					p.Firmware["bmc"] = "1.9"
 				}
 				if i == 2 && cm.Position.TrayIdx == 4 {
-					p.Unreported = ptr(true)
+					p.Firmware["bios"] = "TBD"
 				}
 			case inventory.ComponentTypeNVSwitch:
 				p.Firmware = map[string]string{"nvos": "25.02", "bmc": "1.3"}

@@ -23,6 +23,10 @@ import (
 // roll-up's state is its most urgent device's).
 var complianceStates = []string{"updating", "upgrade", "downgrade", "unknown", "compliant", "not_covered"}
 
+// offStates are the states of a device not known to be at the baseline,
+// the page's "not at baseline" selection.
+var offStates = []string{"updating", "upgrade", "downgrade", "unknown"}
+
 // complianceTypes are the component types a baseline covers.
 var complianceTypes = []string{"compute", "nvswitch", "powershelf"}
 
@@ -171,13 +175,12 @@ func (f complianceFilter) Narrowed() bool {
 	return f.Type != "" || f.Rack != "" || f.Domain != "" || f.Row != "" || f.Hall != ""
 }
 
-// State returns the one state f selects ("" none or several).
-func (f complianceFilter) State() string {
-	if len(f.States) == 1 {
-		return f.States[0]
-	}
-	return ""
-}
+// State returns the state selection as the state field says it: one
+// state, several joined by commas, "" for any.
+func (f complianceFilter) State() string { return strings.Join(f.States, ",") }
+
+// OffStates is the "not at baseline" selection as the state field says it.
+func (f complianceFilter) OffStates() string { return strings.Join(offStates, ",") }
 
 // URL is the page's address for f.
 func (f complianceFilter) URL() string {
@@ -202,12 +205,14 @@ func (f complianceFilter) URL() string {
 	return Prefix + "compliance?" + q.Encode()
 }
 
-// WithState is f's address with the table narrowed to state ("" every
-// state), from its first page.
-func (f complianceFilter) WithState(state string) string {
+// WithState is f's address with the table narrowed to states (none:
+// every state), from its first page.
+func (f complianceFilter) WithState(states ...string) string {
 	f.States, f.Offset = nil, 0
-	if state != "" {
-		f.States = []string{state}
+	for _, s := range states {
+		if s != "" {
+			f.States = append(f.States, s)
+		}
 	}
 	return f.URL()
 }
@@ -252,6 +257,7 @@ type complianceData struct {
 	Err      string            // a filter the API refused
 	Report   *adminv1.GetComplianceResponse
 	Counts   []stateCount
+	Off      stateCount // the devices not at the baseline
 	Groups   []groupTable
 	From, To int
 	Prev     string
@@ -337,6 +343,7 @@ func (c *Console) compliance(r *http.Request) (view, error) {
 	for _, s := range complianceStates {
 		d.Counts = append(d.Counts, stateCount{State: s, N: countOf(rep.GetSite(), s), Link: f.WithState(s), Current: f.State() == s})
 	}
+	d.Off = stateCount{N: notAtBaseline(rep.GetSite()), Link: f.WithState(offStates...), Current: f.State() == f.OffStates()}
 	d.Groups = groupTables(f, rep.GetGroups())
 	if n := len(rep.GetDevices()); n > 0 {
 		d.From, d.To = f.Offset+1, f.Offset+n

@@ -53,6 +53,11 @@ func TestComplianceFilterInTheURL(t *testing.T) {
 		})
 	}
 	require.Equal(t, []string{"upgrade", "unknown"}, parseComplianceFilter(url.Values{"state": {"upgrade,unknown", "upgrade"}}).States)
+	off := complianceFilter{}.WithState(offStates...)
+	require.Equal(t, "/ui/compliance?state=updating%2Cupgrade%2Cdowngrade%2Cunknown", off)
+	g := parseComplianceFilter(mustQuery(t, off))
+	require.Equal(t, offStates, g.States)
+	require.Equal(t, g.OffStates(), g.State(), "the state field says the not-at-baseline selection")
 	require.True(t, f.Narrowed())
 	require.False(t, complianceFilter{States: []string{"upgrade"}}.Narrowed(), "a state narrows only the table")
 }
@@ -200,6 +205,7 @@ func TestCompliancePagesRender(t *testing.T) {
 	for _, s := range complianceStates {
 		d.Counts = append(d.Counts, stateCount{State: s, N: countOf(rep.GetSite(), s), Link: f.WithState(s), Current: s == "upgrade"})
 	}
+	d.Off = stateCount{N: 3, Link: f.WithState(offStates...)}
 	render := func(name string, u User, data any) string {
 		var b bytes.Buffer
 		require.NoError(t, tmpl[name].ExecuteTemplate(&b, "layout", pageData{Title: name, Nav: "compliance", User: u, CSRF: "tok", Data: data, Now: now}))
@@ -217,6 +223,7 @@ func TestCompliancePagesRender(t *testing.T) {
 	require.Contains(t, page, `href="/ui/racks/r1">demo-0001</a>`)
 	require.Contains(t, page, `href="/ui/compliance?state=unknown"`, "each count filters the table")
 	require.Contains(t, page, `id="apply-plan"`)
+	require.Contains(t, page, `<span class="big">3</span> not at baseline`)
 	require.NotContains(t, render("compliance", viewer, d), `id="apply-plan"`, "a viewer gets no apply control")
 
 	none := render("compliance", viewer, &complianceData{States: complianceStates, Types: complianceTypes})
@@ -231,6 +238,7 @@ func TestCompliancePagesRender(t *testing.T) {
 	require.Contains(t, apply, `name="plan" value="`+planFingerprint(plan)+`"`)
 	require.Contains(t, apply, `name="csrf" value="tok"`)
 	require.Contains(t, apply, `id="apply-confirm"`)
+	require.Contains(t, apply, `Create the rollout (3 racks, 2 waves)`)
 }
 
 // accessible checks what every page owes a screen reader: each table

@@ -816,6 +816,13 @@ func parseTemplates() (map[string]*template.Template, error) {
 			return d.AsDuration().Round(time.Millisecond).String()
 		},
 		"stateWord": stateWord,
+		"int":       func(n int32) int { return int(n) },
+		"plural": func(n int, word string) string {
+			if n == 1 {
+				return "1 " + word
+			}
+			return fmt.Sprintf("%d %ss", n, word)
+		},
 		"csSummary": complianceSummary,
 		"versions": func(vs []string) string {
 			if len(vs) == 0 {
