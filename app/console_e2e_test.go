@@ -26,12 +26,12 @@ import (
 	"github.com/nicoflow/flow/cli"
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/edge"
-	"github.com/nicoflow/flow/sim/nicosim"
 	"github.com/nicoflow/flow/inventory"
 	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 // consoleE2E is a Flow server as a site runs it (mutual TLS, a policy
@@ -40,17 +40,17 @@ import (
 // simulators and three demo racks, and one headless Chromium.
 type consoleE2E struct {
 	*e2e
-	pool    *pgxpool.Pool
-	admin   flowv1connect.FlowClient // admin's certificate, straight to the API
+	pool  *pgxpool.Pool
+	admin flowv1connect.FlowClient // admin's certificate, straight to the API
 	// adminSvc is Flow's own admin service with the admin's certificate;
 	// adminTLS that certificate.
 	adminSvc adminv1connect.AdminServiceClient
 	adminTLS *tls.Config
-	opURL   string                   // the console through the proxy, as olivia (operator)
-	viewURL string                   // as victor (viewer)
-	racks   []inventory.Rack
-	browser context.Context
-	logs    *syncBuffer
+	opURL    string // the console through the proxy, as olivia (operator)
+	viewURL  string // as victor (viewer)
+	racks    []inventory.Rack
+	browser  context.Context
+	logs     *syncBuffer
 }
 
 // chromiumPath finds Chromium; its absence fails the test (the console's
@@ -125,8 +125,8 @@ func startConsoleE2E(t *testing.T) *consoleE2E {
 		return c
 	}
 	c := &consoleE2E{
-		e2e:   &e2e{sims: sims, url: api, inv: inventory.NewService(), dbURL: dbURL, srv: srv, logs: logs},
-		pool:  openPool(t, dbURL),
+		e2e:      &e2e{sims: sims, url: api, inv: inventory.NewService(), dbURL: dbURL, srv: srv, logs: logs},
+		pool:     openPool(t, dbURL),
 		admin:    flowv1connect.NewFlowClient(tlsHTTPClient(tlsFor("admin")), api),
 		adminSvc: adminv1connect.NewAdminServiceClient(tlsHTTPClient(tlsFor("admin")), api),
 		adminTLS: tlsFor("admin"),
