@@ -3,7 +3,6 @@ package app
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
@@ -63,7 +61,7 @@ func BenchmarkSiteListings(b *testing.B) {
 	pool, err := db.Open(ctx, dbURL, db.PoolConfig{MaxConns: 8})
 	require.NoError(b, err)
 	t0 := time.Now()
-	require.NoError(b, seedRacksConcurrently(ctx, pool, *siteRacks, 4))
+	require.NoError(b, inventory.NewService().CreateDemoRacks(ctx, pool, *siteRacks, 4))
 	b.Logf("seeded %d racks of 35 components in %s", *siteRacks, time.Since(t0).Round(time.Millisecond))
 	_, err = pool.Exec(ctx, "ANALYZE")
 	require.NoError(b, err)
@@ -273,33 +271,4 @@ func procCPU(b testing.TB, pid int) time.Duration {
 	st, err := strconv.ParseInt(f[12], 10, 64)
 	require.NoError(b, err)
 	return time.Duration(ut+st) * 10 * time.Millisecond
-}
-
-// seedRacksConcurrently stores demo racks 0…n-1 (inventory.DemoRack), over
-// workers transactions at once.
-func seedRacksConcurrently(ctx context.Context, pool *pgxpool.Pool, n, workers int) error {
-	svc := inventory.NewService()
-	var next atomic.Int64
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					_, err := svc.CreateRack(ctx, tx, inventory.DemoRack(i))
-					return err
-				})
-				if err != nil {
-					errs[w] = fmt.Errorf("demo rack %d: %w", i, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }

@@ -1,7 +1,14 @@
 package inventory
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // DemoRack returns demo rack number i (0 ≤ i < 65536) in the GB200 NVL72
@@ -71,4 +78,34 @@ func DemoRack(i int) Rack {
 	addCompute(24, 8)
 	addShelves(32)
 	return r
+}
+
+// CreateDemoRacks stores demo racks 0…n-1 (DemoRack), each in a
+// transaction of its own, over workers transactions at once: how
+// benchmarks seed a site of thousands of racks. It stops at the first
+// error (wrapped with the rack's index); racks stored until then stay.
+func (s *Service) CreateDemoRacks(ctx context.Context, pool *pgxpool.Pool, n, workers int) error {
+	var next atomic.Int64
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					_, err := s.CreateRack(ctx, tx, DemoRack(i))
+					return err
+				})
+				if err != nil {
+					errs[w] = fmt.Errorf("demo rack %d: %w", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -2,11 +2,7 @@ package baseline_test
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,7 +36,7 @@ func BenchmarkCompliance(b *testing.B) {
 	defer pool.Close()
 	inv := inventory.NewService()
 	t0 := time.Now()
-	require.NoError(b, seedRacks(ctx, pool, inv, *benchRacks, 4))
+	require.NoError(b, inv.CreateDemoRacks(ctx, pool, *benchRacks, 4))
 	b.Logf("seeded %d racks in %s", *benchRacks, time.Since(t0).Round(time.Millisecond))
 	t0 = time.Now()
 	for _, typ := range []inventory.ComponentType{inventory.ComponentTypeCompute, inventory.ComponentTypeNVSwitch, inventory.ComponentTypePowerShelf} {
@@ -119,31 +115,4 @@ func firstRack(b *testing.B, ctx context.Context, pool *pgxpool.Pool) uuid.UUID 
 	var id uuid.UUID
 	require.NoError(b, pool.QueryRow(ctx, `SELECT id FROM rack ORDER BY name LIMIT 1`).Scan(&id))
 	return id
-}
-
-// seedRacks stores demo racks 0…n-1 over workers transactions at once.
-func seedRacks(ctx context.Context, pool *pgxpool.Pool, inv *inventory.Service, n, workers int) error {
-	var next atomic.Int64
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					_, err := inv.CreateRack(ctx, tx, inventory.DemoRack(i))
-					return err
-				})
-				if err != nil {
-					errs[w] = fmt.Errorf("demo rack %d: %w", i, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }

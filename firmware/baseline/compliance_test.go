@@ -114,24 +114,3 @@ func TestEvaluate(t *testing.T) {
 		})
 	}
 }
-
-func TestRollUp(t *testing.T) {
-	t.Parallel()
-	r1, r2, d := uuid.New(), uuid.New(), uuid.New()
-	states := []DeviceState{
-		{Device: &inventory.FirmwareDevice{RackID: &r1, RackName: "a", DomainID: &d, DomainName: "d1", Hall: "hall-0", Row: "01"}, State: StateCompliant},
-		{Device: &inventory.FirmwareDevice{RackID: &r1, RackName: "a", DomainID: &d, DomainName: "d1", Hall: "hall-0", Row: "01"}, State: StateUpgrade},
-		{Device: &inventory.FirmwareDevice{RackID: &r2, RackName: "b", Hall: "hall-0", Row: "02"}, State: StateUnknown},
-	}
-	racks := RollUp(GroupRack, states)
-	require.Len(t, racks, 2)
-	require.Equal(t, "a", racks[0].Name)
-	require.Equal(t, Counts{Total: 2, Compliant: 1, Upgrade: 1}, racks[0].Counts)
-	require.Equal(t, StateUpgrade, racks[0].Counts.State())
-	require.Equal(t, StateUnknown, racks[1].Counts.State())
-	require.Len(t, RollUp(GroupDomain, states), 1, "a rack in no domain is in no domain group")
-	halls := RollUp(GroupHall, states)
-	require.Len(t, halls, 1)
-	require.Equal(t, 3, halls[0].Counts.Total)
-	require.Len(t, RollUp(GroupRow, states), 2)
-}
