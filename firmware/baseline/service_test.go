@@ -247,7 +247,7 @@ func TestComplianceAndApply(t *testing.T) {
 	_, err := b.Pool.Exec(ctx, `DELETE FROM component_firmware WHERE component_id = $1`, compute(racks[4], 1))
 	require.NoError(t, err)
 
-	rep, err := b.svc.Compliance(ctx, b.Pool, baseline.Query{GroupBy: []string{baseline.GroupRack, baseline.GroupDomain, baseline.GroupHall}})
+	rep, err := b.svc.Compliance(ctx, b.Pool, baseline.Query{GroupBy: []string{baseline.GroupRack, baseline.GroupDomain, baseline.GroupRow, baseline.GroupHall}})
 	require.NoError(t, err)
 	require.Equal(t, 6*35, rep.Site.Total)
 	require.Equal(t, baseline.Counts{Total: 210, Compliant: 6*18 - 4, Upgrade: 2, Downgrade: 1, Unknown: 1, NotCovered: 6 * 17}, rep.Site)
@@ -260,6 +260,13 @@ func TestComplianceAndApply(t *testing.T) {
 			byRack[g.Name] = g.Counts.State()
 		case baseline.GroupDomain:
 			domains++
+			require.Equal(t, 70, g.Counts.Total, "two racks of 35")
+		case baseline.GroupRow:
+			require.Equal(t, "hall-0 / 00", g.Name)
+			require.Equal(t, rep.Site, g.Counts, "one row holds the site")
+		case baseline.GroupHall:
+			require.Equal(t, "hall-0", g.Name)
+			require.Equal(t, baseline.StateUpgrade, g.Counts.State(), "a hall is as urgent as its most urgent device")
 		}
 	}
 	require.Equal(t, map[string]string{"demo-0000": "compliant", "demo-0001": "upgrade", "demo-0002": "compliant", "demo-0003": "upgrade",
