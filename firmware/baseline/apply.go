@@ -196,6 +196,16 @@ func (s *Service) Apply(ctx context.Context, tx pgx.Tx, runs RunCreator, in Appl
 		}
 	}
 	plan.Racks = len(racks)
+	// Versions only for the types some rack's task upgrades.
+	for t := range chosen {
+		used := false
+		for _, rp := range racks {
+			used = used || rp.types[t]
+		}
+		if !used {
+			delete(chosen, t)
+		}
+	}
 	skippedNote := ""
 	if skipped != [3]int{} {
 		skippedNote = fmt.Sprintf(" (not targeted: %d unknown, %d already updating, %d above the baseline)", skipped[0], skipped[1], skipped[2])

@@ -453,5 +453,15 @@ func TestApplyLeavesOutWhatTheRuleCannotUpgrade(t *testing.T) {
 	}))
 	require.Equal(t, uuid.Nil, plan.RunID)
 	require.Contains(t, plan.Message, "nothing to do: no device the firmware rules upgrade is below baseline site revision 1")
+	require.Contains(t, plan.Message, "8 powershelf devices below the baseline are left out")
+	// With a tray below too, the plan upgrades the tray and gives Core no
+	// shelf version.
+	b.record(t, racks, map[uuid.UUID]string{compute(racks[0], 3): "1.0"})
+	require.NoError(t, b.tx(t, func(tx pgx.Tx) (err error) {
+		plan, err = b.svc.Apply(ctx, tx, b.runs, baseline.ApplyInput{DryRun: true})
+		return err
+	}))
+	require.Equal(t, 1, plan.Devices)
+	require.Equal(t, `{"compute":{"bmc":"2.0"}}`, plan.TargetVersion)
 	require.Contains(t, plan.Message, "8 powershelf devices below the baseline are left out: the firmware rule in force has no PowerShelf step")
 }
