@@ -61,9 +61,11 @@ func (d *device) versions(c string) []string {
 }
 
 // versionsReply is a device's installed versions as a
-// ListComponentFirmwareVersions reply holds them: "component=version" for
-// each instance and, for a compute tray, the per-sub-component list.
-// Replies share it; nothing changes it once built.
+// ListComponentFirmwareVersions reply holds them: for a compute tray the
+// per-sub-component list (compute_fw_versions; the simulator models no
+// bundle version of the tray as a whole), for a switch or shelf
+// "component=version" for each instance (versions). Replies share it;
+// nothing changes it once built.
 type versionsReply struct {
 	versions []string
 	compute  []*forgepb.ComputeTrayFirmwareVersions
@@ -77,10 +79,11 @@ func (d *device) versionsOf() *versionsReply {
 	r := &versionsReply{}
 	for _, c := range slices.Sorted(maps.Keys(d.Firmware)) {
 		vs := d.versions(c)
-		for _, v := range vs {
-			r.versions = append(r.versions, c+"="+v)
-		}
-		if v, ok := computeFwComponent[c]; ok && d.Kind == KindCompute {
+		if d.Kind != KindCompute {
+			for _, v := range vs {
+				r.versions = append(r.versions, c+"="+v)
+			}
+		} else if v, ok := computeFwComponent[c]; ok {
 			r.compute = append(r.compute, &forgepb.ComputeTrayFirmwareVersions{Component: v, Versions: vs})
 		}
 	}
