@@ -215,7 +215,8 @@ func (c *consoleE2E) onFresh(t *testing.T, what string, actions ...chromedp.Acti
 	t.Helper()
 	var err error
 	for range 5 {
-		if err = chromedp.Do(c.browser, actions...); err == nil || !strings.Contains(err.Error(), "Could not find node") {
+		// Chromium says either, depending on when the swap happened.
+		if err = chromedp.Do(c.browser, actions...); err == nil || !strings.Contains(err.Error(), "Could not find node") && !strings.Contains(err.Error(), "No node with given id found") {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
