@@ -3,7 +3,9 @@ package app
 import (
 	"github.com/nicoflow/flow/firmware/baseline"
 	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/eventrule"
+	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	"github.com/nicoflow/flow/reconcile"
 )
@@ -23,7 +25,13 @@ type adminService struct {
 	// ActivateBaseline, ImportBaseline, GetCompliance, ApplyBaseline,
 	// GetInstalledFirmware
 	*baselineHandler
+	*runAdminHandler // PreviewOperationRun, CreateOperationRun
+	*previewHandler  // PreviewSubmission
 }
+
+type runAdminHandler = rollout.AdminHandler
+
+type previewHandler = operations.PreviewHandler
 
 type syncHandler = reconcile.SyncHandler
 

@@ -94,6 +94,9 @@ type Config struct {
 	VerifyGrace time.Duration // FLOW_FIRMWARE_VERIFY_GRACE
 	// RunMaxCandidates caps an operation run's candidate scope.
 	RunMaxCandidates int // FLOW_OPERATION_RUN_MAX_CANDIDATES
+	// RunOverlapAllowed lets v1 CreateOperationRun overlap unfinished runs
+	// silently, as upstream does (docs/change-safety.md).
+	RunOverlapAllowed bool // FLOW_RUN_OVERLAP
 	// IngestFirmwareUpgrade makes ingest tasks upgrade the compute trays'
 	// and NVLink switches' firmware after ingestion.
 	IngestFirmwareUpgrade bool // FLOW_INGEST_FIRMWARE_UPGRADE
@@ -192,6 +195,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
 	{"FLOW_FIRMWARE_VERIFY_GRACE", "2m", "after a firmware update's backend reported it completed, how long Flow re-reads the installed versions of a device not yet at its target before the task fails naming it (a real Core can lag behind its own completed); 0 reads once; at most 24h; each task keeps the value it started with (docs/firmware.md#verified-upgrades)"},
 	{"FLOW_OPERATION_RUN_MAX_CANDIDATES", "100", "most candidate targets (racks; components for component target specs) an operation run may plan over; more fails CreateOperationRun. Upstream's fixed limit is 100; raise it to roll a large site out in one run"},
+	{"FLOW_RUN_OVERLAP", "refuse", "refuse: v1 CreateOperationRun refuses a run whose racks overlap a pending, running or paused run, naming it and the racks in both (v1 cannot carry allow_overlap; Flow's own create and flow rollout create --allow-overlap can); allow: upstream's behaviour, the new run's targets queue behind the other's as conflicts (docs/change-safety.md)"},
 	{"FLOW_INGEST_FIRMWARE_UPGRADE", "false", "ingestion (IngestRack, scheduled ingest) also upgrades the firmware of the compute trays, then of the NVLink switches, to the version their component manager holds as desired, after injecting their expectations (upstream issue 2976); applies where the built-in ingest rule would; an unparseable value refuses startup (docs/operation-rules.md)"},
 	{"FLOW_FIRMWARE_UNREPORTED_AFTER", "1h", "a device whose installed firmware versions Core has not reported (in the inventory sync's reads) for longer than this is unknown in firmware compliance reports, never judged by stale versions; 0 never ages them out (docs/firmware.md)"},
 	{"FLOW_CONFIG_FILE", DefaultFlowConfigFile, "upstream's scheduler config file (YAML keys inventory_run_frequency, disable_inventory, leak_detection_interval, disable_leak_detection; durations such as 1m); the default path may be absent, an explicitly named file must exist; a zero or unparseable duration refuses startup (docs/inventory-sync.md)"},
@@ -339,6 +343,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.RunMaxCandidates = n
 	}
+	switch def("FLOW_RUN_OVERLAP") {
+	case "refuse":
+	case "allow":
+		cfg.RunOverlapAllowed = true
+	default:
+		errs = append(errs, "FLOW_RUN_OVERLAP must be refuse or allow")
+	}
 	if b, err := strconv.ParseBool(def("FLOW_INGEST_FIRMWARE_UPGRADE")); err != nil {
 		errs = append(errs, "FLOW_INGEST_FIRMWARE_UPGRADE must be true or false")
 	} else {
@@ -459,6 +470,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("engine_max_workers", c.MaxWorkers),
 		slog.Duration("engine_fetch_cooldown", c.FetchCooldown),
 		slog.Int("operation_run_max_candidates", c.RunMaxCandidates),
+		slog.Bool("run_overlap_allowed", c.RunOverlapAllowed),
 		slog.Bool("ingest_firmware_upgrade", c.IngestFirmwareUpgrade),
 		slog.Duration("firmware_verify_grace", c.VerifyGrace),
 		slog.Duration("firmware_unreported_after", c.FirmwareUnreportedAfter),

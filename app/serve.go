@@ -286,6 +286,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		eventRuleHandler:  eventrule.NewHandler(pool, eventRules),
 	}
 	svc.taskHandler.LimitSubmits(limitsOrDefault(cfg.Limits).Submits)
+	svc.rolloutHandler.SetOverlap(cfg.RunOverlapAllowed)
 	svc.inventoryHandler.SetListings(inventory.ListingOptions{
 		Builds: limitsOrDefault(cfg.Limits).ListingBuilds, CacheBytes: limitsOrDefault(cfg.Limits).ListingCacheBytes,
 		CheckPool: checkPool,
@@ -297,7 +298,8 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	// baseline (docs/firmware.md).
 	tasks.SetIngestFirmwareTarget(baselines.RackTarget)
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer), leakAdminHandler: eventrule.NewLeakAdminHandler(pool, inv, leak),
-		inventoryAdminHandler: inventory.NewAdminHandler(inv, pool), baselineHandler: baseline.NewHandler(pool, baselines, runs)}
+		inventoryAdminHandler: inventory.NewAdminHandler(inv, pool), baselineHandler: baseline.NewHandler(pool, baselines, runs),
+		runAdminHandler: rollout.NewAdminHandler(pool, runs), previewHandler: operations.NewPreviewHandler(svc.taskHandler)}
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	// The console (/ui/) calls the API's handler in process, as its user.
 	if s.console, err = console.New(console.Options{

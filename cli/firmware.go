@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
@@ -29,6 +30,7 @@ type rackOp struct {
 	queue       *flowv1.QueueOptions
 	ruleID      *flowv1.UUID
 	override    bool
+	dryRun      bool // --dry-run: preview, submit nothing
 }
 
 // rackOpFlags declares what a rack-operation verb offers beyond targets,
@@ -37,6 +39,7 @@ type rackOpFlags struct {
 	queue      bool // --queue, --queue-timeout
 	override   bool // --override-readiness
 	components bool // --component
+	dryRun     bool // --dry-run
 }
 
 type rackOpSubmitFunc func(ctx context.Context, c *env, r rackOp) (*flowv1.SubmitTaskResponse, error)
@@ -62,11 +65,15 @@ func rackOpVerb(name, args, summary string, f rackOpFlags, extra func(fs *pflag.
 			}
 			rule := fs.String("rule", "", "run this operation rule (name or UUID) instead of the rack's or the default rule")
 			descr := fs.String("description", "", "task description")
+			dryRun := new(bool)
+			if f.dryRun {
+				dryRun = fs.Bool("dry-run", false, "print the plan (racks, conflicts, open leaks, plan hash) and submit nothing")
+			}
 			wait := fs.Bool("wait", false, "wait for every task to end, showing progress; exit 1 unless all completed")
 			interval := fs.Duration("interval", defaultPollInterval, "with --wait: how often to poll the server")
 			submit := extra(fs)
 			return func(ctx context.Context, c *env, args []string) error {
-				r := rackOp{description: *descr, override: *override}
+				r := rackOp{description: *descr, override: *override, dryRun: *dryRun}
 				var err error
 				if r.spec, err = powerTargets(ctx, c, args, comps, *types); err != nil {
 					return err
@@ -89,8 +96,8 @@ func rackOpVerb(name, args, summary string, f rackOpFlags, extra func(fs *pflag.
 					return usageError{errors.New("--interval must be positive")}
 				}
 				res, err := submit(ctx, c, r)
-				if err != nil {
-					return err
+				if err != nil || r.dryRun {
+					return err // a dry run printed its plan
 				}
 				if *wait {
 					return waitTasks(ctx, c, res.GetTaskIds(), *interval)
@@ -117,7 +124,7 @@ var firmwareNoun = noun{
 				"[--credentials-file F | --credentials-stdin [--per-component]] [--override-version] [--override-readiness] "+
 				"[--queue [--queue-timeout D]] [--rule RULE] [--description D] [--wait]",
 			"start a firmware update per component type and poll it to the end (by the rule in force: compute trays, then NVSwitches)",
-			rackOpFlags{queue: true, override: true, components: true}, firmwareUpgradeFlags(os.Stdin)),
+			rackOpFlags{queue: true, override: true, components: true, dryRun: true}, firmwareUpgradeFlags(os.Stdin)),
 	},
 }
 
@@ -158,6 +165,9 @@ func firmwareUpgradeFlags(stdin io.Reader) func(fs *pflag.FlagSet) rackOpSubmitF
 			}
 			if req.AuthenticationData, err = readCredentials(*credFile, *credStdin, *perComponent, stdin); err != nil {
 				return nil, err
+			}
+			if r.dryRun {
+				return nil, previewSubmission(ctx, c, &adminv1.PreviewSubmissionRequest{Request: &adminv1.PreviewSubmissionRequest_UpgradeFirmware{UpgradeFirmware: req}})
 			}
 			return c.client.UpgradeFirmware(ctx, req)
 		}

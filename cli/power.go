@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/pflag"
 
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
@@ -33,23 +34,39 @@ var powerNoun = noun{
 	verbs: []verb{
 		powerVerb("on", "power on: power shelves, then NVSwitches, then compute trays (by the rule in force)", false,
 			func(ctx context.Context, c *env, r powerRequest) (*flowv1.SubmitTaskResponse, error) {
-				return c.client.PowerOnRack(ctx, &flowv1.PowerOnRackRequest{TargetSpec: r.spec, Description: r.description,
-					QueueOptions: r.queue, RuleId: r.ruleID, OverrideReadinessCheck: r.override})
+				req := &flowv1.PowerOnRackRequest{TargetSpec: r.spec, Description: r.description,
+					QueueOptions: r.queue, RuleId: r.ruleID, OverrideReadinessCheck: r.override}
+				if r.dryRun {
+					return nil, previewSubmission(ctx, c, &adminv1.PreviewSubmissionRequest{Request: &adminv1.PreviewSubmissionRequest_PowerOn{PowerOn: req}})
+				}
+				return c.client.PowerOnRack(ctx, req)
 			}),
 		powerVerb("off", "power off: compute trays, then NVSwitches, then power shelves (--force: forced power-off)", true,
 			func(ctx context.Context, c *env, r powerRequest) (*flowv1.SubmitTaskResponse, error) {
-				return c.client.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: r.spec, Forced: r.forced, Description: r.description,
-					QueueOptions: r.queue, RuleId: r.ruleID, OverrideReadinessCheck: r.override})
+				req := &flowv1.PowerOffRackRequest{TargetSpec: r.spec, Forced: r.forced, Description: r.description,
+					QueueOptions: r.queue, RuleId: r.ruleID, OverrideReadinessCheck: r.override}
+				if r.dryRun {
+					return nil, previewSubmission(ctx, c, &adminv1.PreviewSubmissionRequest{Request: &adminv1.PreviewSubmissionRequest_PowerOff{PowerOff: req}})
+				}
+				return c.client.PowerOffRack(ctx, req)
 			}),
 		powerVerb("reset", "restart: power off in order, then on in reverse order (--force: forced restart)", true,
 			func(ctx context.Context, c *env, r powerRequest) (*flowv1.SubmitTaskResponse, error) {
-				return c.client.PowerResetRack(ctx, &flowv1.PowerResetRackRequest{TargetSpec: r.spec, Forced: r.forced, Description: r.description,
-					QueueOptions: r.queue, RuleId: r.ruleID, OverrideReadinessCheck: r.override})
+				req := &flowv1.PowerResetRackRequest{TargetSpec: r.spec, Forced: r.forced, Description: r.description,
+					QueueOptions: r.queue, RuleId: r.ruleID, OverrideReadinessCheck: r.override}
+				if r.dryRun {
+					return nil, previewSubmission(ctx, c, &adminv1.PreviewSubmissionRequest{Request: &adminv1.PreviewSubmissionRequest_PowerReset{PowerReset: req}})
+				}
+				return c.client.PowerResetRack(ctx, req)
 			}),
 		powerVerb("cycle", "AC power cycle (cold reset) of the compute trays", false,
 			func(ctx context.Context, c *env, r powerRequest) (*flowv1.SubmitTaskResponse, error) {
-				return c.client.ACPowerCycleRack(ctx, &flowv1.ACPowerCycleRackRequest{TargetSpec: r.spec, Description: r.description,
-					QueueOptions: r.queue, RuleId: r.ruleID, OverrideReadinessCheck: r.override})
+				req := &flowv1.ACPowerCycleRackRequest{TargetSpec: r.spec, Description: r.description,
+					QueueOptions: r.queue, RuleId: r.ruleID, OverrideReadinessCheck: r.override}
+				if r.dryRun {
+					return nil, previewSubmission(ctx, c, &adminv1.PreviewSubmissionRequest{Request: &adminv1.PreviewSubmissionRequest_AcPowerCycle{AcPowerCycle: req}})
+				}
+				return c.client.ACPowerCycleRack(ctx, req)
 			}),
 	},
 }
@@ -62,7 +79,8 @@ func powerVerb(name, summary string, forceable bool, submit powerSubmitFunc) ver
 		args += "[--force] "
 	}
 	args += "[--override-readiness] [--description D] [--wait]"
-	return rackOpVerb(name, args, summary, rackOpFlags{queue: true, override: true, components: true},
+	args += " [--dry-run]"
+	return rackOpVerb(name, args, summary, rackOpFlags{queue: true, override: true, components: true, dryRun: true},
 		func(fs *pflag.FlagSet) rackOpSubmitFunc {
 			force := new(bool)
 			if forceable {

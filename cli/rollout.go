@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
@@ -60,7 +61,7 @@ var rolloutNoun = noun{
 	aliases: []string{"rollouts", "operation-run"},
 	summary: "operation runs: phased, gated firmware rollouts over the site",
 	verbs: []verb{
-		{name: "create", args: "(-f FILE | --name N ...) [flags]", summary: "plan and start a rollout (flags override the file's values)",
+		{name: "create", args: "(-f FILE | --name N ...) [--dry-run] [--allow-overlap] [flags]", summary: "plan and start a rollout (flags override the file's values; --dry-run prints the plan instead)",
 			flags: func(fs *pflag.FlagSet) runFunc {
 				file := fs.StringP("file", "f", "", "YAML file with the fields below (underscores: max_concurrent, gate_rate, ...); - reads stdin")
 				var s rolloutSpec
@@ -88,6 +89,8 @@ var rolloutNoun = noun{
 				fs.StringVar(&s.RetryTimeout, "retry-timeout", "", "pause when a busy rack blocks a target this long (default 1h)")
 				fs.StringVar(&s.InitialDelay, "initial-retry-delay", "", "first wait before retrying a busy rack (default 30s)")
 				fs.StringVar(&s.MaxDelay, "max-retry-delay", "", "longest wait between retries (default 5m)")
+				dryRun := fs.Bool("dry-run", false, "print the plan (phases and racks, conflicts, overlapping rollouts, open leaks, plan hash) and create nothing")
+				allowOverlap := fs.Bool("allow-overlap", false, "create it even when its racks overlap a pending, running or paused rollout")
 				return func(ctx context.Context, c *env, args []string) error {
 					if err := wantArgs(args, 0, "no arguments"); err != nil {
 						return err
@@ -113,11 +116,31 @@ var rolloutNoun = noun{
 					if err != nil {
 						return err
 					}
-					res, err := c.client.CreateOperationRun(ctx, req)
+					if *dryRun {
+						res, err := c.admin.PreviewOperationRun(ctx, &adminv1.PreviewOperationRunRequest{Request: req})
+						if err != nil {
+							return err
+						}
+						return c.emit(res, func(w io.Writer) { printRunPreview(w, res) })
+					}
+					if !*allowOverlap {
+						res, err := c.client.CreateOperationRun(ctx, req)
+						if err != nil {
+							return err
+						}
+						return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "created rollout %s\n", res.GetId().GetId()) })
+					}
+					// Flow's own create carries the flag (v1 cannot).
+					res, err := c.admin.CreateOperationRun(ctx, &adminv1.CreateOperationRunRequest{Request: req, AllowOverlap: true})
 					if err != nil {
 						return err
 					}
-					return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "created rollout %s\n", res.GetId().GetId()) })
+					return c.emit(res, func(w io.Writer) {
+						fmt.Fprintf(w, "created rollout %s\n", res.GetId())
+						if id := res.GetApprovalId(); id != "" {
+							fmt.Fprintf(w, "awaiting approval: request %s, plan hash %s (a second operator: flow approval approve %s --hash %s)\n", id, res.GetPlanHash(), id, res.GetPlanHash())
+						}
+					})
 				}
 			}},
 		{name: "list", args: "[--name N] [--status S,...] [--offset N] [--limit N]", summary: "list rollouts, newest first",

@@ -180,6 +180,15 @@ var methodRoles = map[string]Role{
 	// Inventory: finding deleted racks by name is a read (viewer); purging
 	// one stays admin (PurgeRack).
 	adminv1connect.AdminServiceFindDeletedRacksProcedure: roleViewer,
+	// Change safety (docs/change-safety.md): previews read (viewer), a run
+	// is an operator's, and a second operator or admin approves.
+	adminv1connect.AdminServicePreviewOperationRunProcedure: roleViewer,
+	adminv1connect.AdminServicePreviewSubmissionProcedure:   roleViewer,
+	adminv1connect.AdminServiceCreateOperationRunProcedure:  roleOperator,
+	adminv1connect.AdminServiceListApprovalsProcedure:       roleViewer,
+	adminv1connect.AdminServiceGetApprovalProcedure:         roleViewer,
+	adminv1connect.AdminServiceApproveProcedure:             roleOperator,
+	adminv1connect.AdminServiceRejectProcedure:              roleOperator,
 }
 
 // procedureRole returns the role procedure needs: methodRoles for v1.Flow,

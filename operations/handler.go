@@ -389,6 +389,9 @@ func (h *TaskHandler) submit(ctx context.Context, req Request, o submitOptions) 
 		req.QueueTimeout = time.Duration(s) * time.Second
 	}
 	req.SubmittedBy = caller.Identity(ctx)
+	if pv, ok := ctx.Value(previewKey{}).(*previewCall); ok {
+		return h.preview(ctx, pv, req)
+	}
 	c := &submitCall{ctx: ctx, req: req, done: make(chan struct{})}
 	if h.slots == nil {
 		h.runBatch([]*submitCall{c})

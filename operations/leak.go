@@ -64,26 +64,35 @@ func Energises(t OperationType, code OperationCode, def RuleDefinition) bool {
 // component with an open, not overridden leak, naming the component and
 // the leak.
 func (t *Tasks) checkLeaks(ctx context.Context, tx pgx.Tx, req Request, p rackPlan) error {
+	if req.preview {
+		return nil // a preview lists the leaks per rack instead (Preview)
+	}
+	refused, err := t.leaksHeld(ctx, tx, req, p)
+	if err != nil || len(refused) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w: rack %s: %s would energise %s; it stays off until NICo Core stops reporting the leak (or `flow leak override COMPONENT --reason ...`)",
+		ErrLeakOpen, rackLabel(p.rack), req.Code, strings.Join(refused, ", "))
+}
+
+// leaksHeld returns the open, not overridden leaks (sorted) of the
+// components plan p of req would energise.
+func (t *Tasks) leaksHeld(ctx context.Context, tx pgx.Tx, req Request, p rackPlan) ([]string, error) {
 	if req.Payload.Leak != nil || len(p.ids) == 0 || !Energises(req.Type, req.Code, p.rule.Rule.Definition) {
-		return nil
+		return nil, nil
 	}
 	leaks, err := t.inv.OpenLeaks(ctx, tx, p.ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var refused []string
 	for _, l := range leaks {
-		if l.Overridden() {
-			continue
+		if !l.Overridden() {
+			refused = append(refused, l.String())
 		}
-		refused = append(refused, l.String())
-	}
-	if len(refused) == 0 {
-		return nil
 	}
 	slices.Sort(refused)
-	return fmt.Errorf("%w: rack %s: %s would energise %s; it stays off until NICo Core stops reporting the leak (or `flow leak override COMPONENT --reason ...`)",
-		ErrLeakOpen, rackLabel(p.rack), req.Code, strings.Join(refused, ", "))
+	return refused, nil
 }
 
 // Preempt terminates, through tx, every unfinished task on rack rackID

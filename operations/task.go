@@ -170,6 +170,9 @@ type Request struct {
 	// another task (call Tasks.Preempt first to stop the work on what it
 	// covers). It requires Payload.Leak.
 	Preempt bool
+
+	// preview plans without the leak check's refusal (Tasks.Preview).
+	preview bool
 }
 
 // typeTargets is how the backends know one type's components of a task.

@@ -26,7 +26,15 @@ import (
 type Handler struct {
 	pool *pgxpool.Pool
 	runs *Service
+	// allowOverlap makes v1 creates overlap unfinished runs silently, as
+	// upstream does (FLOW_RUN_OVERLAP=allow); v1 cannot carry the flag.
+	allowOverlap bool
 }
+
+// SetOverlap sets whether v1 CreateOperationRun may create a run whose
+// racks overlap an unfinished run's (upstream's behaviour) or refuses it
+// (false, the default: docs/change-safety.md "No silent overlap").
+func (h *Handler) SetOverlap(allow bool) { h.allowOverlap = allow }
 
 // NewHandler returns a Handler serving runs over pool.
 func NewHandler(pool *pgxpool.Pool, runs *Service) *Handler {
@@ -41,6 +49,7 @@ func (h *Handler) CreateOperationRun(ctx context.Context, req *flowv1.CreateOper
 		return nil, runError(err)
 	}
 	in.CreatedBy = caller.Identity(ctx)
+	in.AllowOverlap = h.allowOverlap
 	var id uuid.UUID
 	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) (err error) {
 		id, err = h.runs.Create(ctx, tx, in)
@@ -71,6 +80,9 @@ func (h *Handler) GetOperationRun(ctx context.Context, req *flowv1.GetOperationR
 	return &flowv1.GetOperationRunResponse{OperationRun: runToProto(run)}, nil
 }
 
+// runStatusToProto maps run statuses to v1's; RunPendingApproval, which
+// the v1 enum lacks, shows as PENDING (summaryToProto), its message saying
+// it awaits approval.
 var runStatusToProto = map[RunStatus]flowv1.OperationRunStatus{
 	RunPending: flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PENDING, RunRunning: flowv1.OperationRunStatus_OPERATION_RUN_STATUS_RUNNING,
 	RunPaused: flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PAUSED, RunCompleted: flowv1.OperationRunStatus_OPERATION_RUN_STATUS_COMPLETED,
@@ -256,7 +268,7 @@ func runError(err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, ErrRunNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, ErrRunState):
+	case errors.Is(err, ErrRunState), errors.Is(err, ErrRunOverlap):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
 	return operations.TaskError(err)
@@ -542,10 +554,14 @@ func configToProto(r Run) *flowv1.OperationRunConfiguration {
 
 func summaryToProto(r Run) *flowv1.OperationRunSummary {
 	code := string(r.Code)
+	status := runStatusToProto[r.Status]
+	if r.Status == RunPendingApproval {
+		status = flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PENDING
+	}
 	return &flowv1.OperationRunSummary{
 		Id: &flowv1.UUID{Id: r.ID.String()}, Name: r.Name, Description: r.Description,
 		OperationKind: &flowv1.OperationKind{Type: operations.OperationTypeToProto(r.Type), Code: &code},
-		State:         &flowv1.OperationRunState{Status: runStatusToProto[r.Status], Reason: runReasonToProto[r.Reason]},
+		State:         &flowv1.OperationRunState{Status: status, Reason: runReasonToProto[r.Reason]},
 		StatusMessage: r.Message, TotalPhases: int32(r.TotalPhases),
 		CreatedAt: timestamppb.New(r.CreatedAt), UpdatedAt: timestamppb.New(r.UpdatedAt),
 		StartedAt: operations.Timestamp(r.StartedAt), FinishedAt: operations.Timestamp(r.FinishedAt),

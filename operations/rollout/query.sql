@@ -1,8 +1,8 @@
 -- Operation runs (docs/rollouts.md): the queries of operations/rollout.
 
 -- name: OperationRunInsert :one
-INSERT INTO operation_run (name, description, selector, options, operation_template, operation_type, operation_code, total_phases, created_by)
-VALUES (@name, @description, @selector, @options, @operation_template, @operation_type, @operation_code, @total_phases, @created_by)
+INSERT INTO operation_run (name, description, selector, options, operation_template, operation_type, operation_code, total_phases, created_by, status)
+VALUES (@name, @description, @selector, @options, @operation_template, @operation_type, @operation_code, @total_phases, @created_by, @status)
 RETURNING *;
 
 -- name: OperationRunTargetInsert :copyfrom
@@ -170,3 +170,20 @@ GROUP BY t.status;
 -- name: OperationRunActivePhases :many
 SELECT id, name, current_phase_index FROM operation_run
 WHERE status IN ('pending', 'running', 'paused') ORDER BY created_at LIMIT 100;
+
+-- name: OperationRunOverlapping :many
+-- The unfinished runs (awaiting approval, pending, running or paused) with
+-- targets on any of rack_ids, each with those of its racks, by name (the
+-- rack ID when unnamed or purged), oldest run first.
+SELECT r.id, r.name, r.status,
+    array_agg(coalesce(nullif(k.name, ''), t.rack_id::text) ORDER BY t.rack_id)::text[] AS racks
+FROM operation_run r
+JOIN operation_run_target t ON t.operation_run_id = r.id
+LEFT JOIN rack k ON k.id = t.rack_id
+WHERE r.status IN ('pending_approval', 'pending', 'running', 'paused') AND t.rack_id = ANY(@rack_ids::uuid[])
+GROUP BY r.id, r.name, r.status, r.created_at
+ORDER BY r.created_at, r.id;
+
+-- name: OperationRunTargetsAll :many
+-- Every target of a run, in sequence order.
+SELECT * FROM operation_run_target WHERE operation_run_id = @operation_run_id ORDER BY sequence_index;

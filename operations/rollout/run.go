@@ -607,6 +607,8 @@ func (r *Service) Pause(ctx context.Context, id uuid.UUID) (Run, error) {
 		switch s := st.status(); {
 		case s.Terminal():
 			return terminalError(st, "pause")
+		case s == RunPendingApproval:
+			return fmt.Errorf("%w: operation run %s awaits approval (flow approval list); cancel it to withdraw it", ErrRunState, id)
 		case s == RunPaused:
 			return nil
 		}

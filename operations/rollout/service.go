@@ -45,6 +45,7 @@ type Service struct {
 	wake          RunWaker
 	logger        *slog.Logger
 	maxCandidates int
+	approver      Approver
 }
 
 // Config holds what Service needs. MaxCandidates ≤ 0 means
@@ -59,6 +60,9 @@ type Config struct {
 	Wake          RunWaker
 	Logger        *slog.Logger
 	MaxCandidates int
+	// Approver, when set, is asked whether a new run needs a second
+	// person's approval.
+	Approver Approver
 }
 
 // NewService returns the operation-run service. Register its TasksEnded
@@ -70,7 +74,7 @@ func NewService(cfg Config) *Service {
 	}
 	return &Service{
 		pool: cfg.Pool, q: dbsqlc.New(), tasks: cfg.Tasks, inv: cfg.Inv, keys: cfg.Keys,
-		wake: cfg.Wake, logger: cfg.Logger, maxCandidates: maxC,
+		wake: cfg.Wake, logger: cfg.Logger, maxCandidates: maxC, approver: cfg.Approver,
 	}
 }
 
@@ -98,6 +102,9 @@ type CreateRunInput struct {
 	// ordering and phase plan are then recorded as 100 %, physical
 	// location and one count per wave.
 	Waves [][]uuid.UUID
+	// AllowOverlap creates the run even when its racks overlap an
+	// unfinished run (Flow's own create, FLOW_RUN_OVERLAP=allow for v1).
+	AllowOverlap bool `json:"-"`
 }
 
 // Field paths of the create request, for error messages.
@@ -241,71 +248,144 @@ func normalize(in *CreateRunInput) error {
 // through tx, and makes the first pass (claiming the first targets and
 // writing their child tasks) in the same transaction; the caller commits.
 // Nothing is written on error: a *RunError (ErrRunInvalid), ErrRunNotFound
-// for an unknown excluded run, operations.ErrNoEncryptionKey, or an inventory error of
-// resolving the scope.
+// for an unknown excluded run, ErrRunOverlap (unless in.AllowOverlap),
+// operations.ErrNoEncryptionKey, or an inventory error of resolving the
+// scope. A run over the approval threshold is written awaiting approval
+// (RunPendingApproval) and makes no pass: Created.ApprovalID says so.
 func (r *Service) Create(ctx context.Context, tx pgx.Tx, in CreateRunInput) (uuid.UUID, error) {
+	c, err := r.CreatePlanned(ctx, tx, in)
+	return c.ID, err
+}
+
+// Created is a run Create wrote.
+type Created struct {
+	ID uuid.UUID
+	// ApprovalID is the approval request the run waits for; uuid.Nil when
+	// it started at once.
+	ApprovalID uuid.UUID
+	Plan       Plan
+}
+
+// CreatePlanned is Create, answering the plan it froze and the approval
+// request it waits for, if any.
+func (r *Service) CreatePlanned(ctx context.Context, tx pgx.Tx, in CreateRunInput) (Created, error) {
+	plan, err := r.plan(ctx, tx, in)
+	if err != nil {
+		return Created{}, err
+	}
+	if !in.AllowOverlap {
+		if err := r.refuseOverlap(ctx, tx, plan); err != nil {
+			return Created{}, err
+		}
+	}
+	return r.write(ctx, tx, plan)
+}
+
+// plan validates and plans in as Create freezes it, writing nothing: the
+// normalized input (seeds filled, credentials sealed), its targets and its
+// hash. Preview and Create share it.
+func (r *Service) plan(ctx context.Context, tx pgx.Tx, in CreateRunInput) (Plan, error) {
 	if err := normalize(&in); err != nil {
-		return uuid.Nil, err
+		return Plan{}, err
 	}
 	if !in.Auth.Empty() {
 		if r.keys == nil {
-			return uuid.Nil, operations.ErrNoEncryptionKey
+			return Plan{}, operations.ErrNoEncryptionKey
 		}
 		env, err := r.keys.Seal(in.Auth)
 		if err != nil {
-			return uuid.Nil, err
+			return Plan{}, err
 		}
 		in.Template.Auth = env
+		in.Auth = firmware.AuthData{}
 	}
 	in.Template.ExcludeRunIDs = uniq(in.Template.ExcludeRunIDs)
 	taken, err := r.excluded(ctx, tx, in.Template.ExcludeRunIDs)
 	if err != nil {
-		return uuid.Nil, err
+		return Plan{}, err
 	}
 	cands, err := r.candidates(ctx, tx, in)
 	if err != nil {
-		return uuid.Nil, err
+		return Plan{}, err
 	}
 	cands = excludeComponents(cands, taken)
 	if len(cands) == 0 {
-		return uuid.Nil, runInvalid("configuration.operation", "the candidate scope is empty (no racks with matching components left after exclusions)")
+		return Plan{}, runInvalid("configuration.operation", "the candidate scope is empty (no racks with matching components left after exclusions)")
 	}
-	var planned []PlannedTarget
-	var phases int
+	p := Plan{Input: in}
 	if len(in.Waves) > 0 {
-		planned, err = PlanWaves(cands, in.Waves)
-		phases = len(in.Waves)
+		p.Targets, err = PlanWaves(cands, in.Waves)
+		p.Phases = len(in.Waves)
 	} else {
-		planned, phases, err = PlanTargets(cands, in.Selector, in.Options)
+		p.Targets, p.Phases, err = PlanTargets(cands, in.Selector, in.Options)
 	}
 	if err != nil {
-		return uuid.Nil, err
+		return Plan{}, err
+	}
+	p.Hash = p.hash()
+	return p, nil
+}
+
+// write writes plan's run and targets through tx, then either asks for
+// approval or makes the run's first pass.
+func (r *Service) write(ctx context.Context, tx pgx.Tx, plan Plan) (Created, error) {
+	in := plan.Input
+	approve := false
+	if r.approver != nil {
+		var err error
+		if approve, err = r.approver.Required(ctx, tx, len(plan.Targets)); err != nil {
+			return Created{}, err
+		}
+	}
+	status := string(RunPending)
+	if approve {
+		status = string(RunPendingApproval)
 	}
 	sel, _ := json.Marshal(in.Selector)
 	opts, _ := json.Marshal(in.Options)
 	tmpl, _ := json.Marshal(in.Template)
 	row, err := r.q.OperationRunInsert(ctx, tx, dbsqlc.OperationRunInsertParams{
 		Name: in.Name, Description: in.Description, Selector: sel, Options: opts, OperationTemplate: tmpl,
-		OperationType: string(operations.OperationTypeFirmwareControl), OperationCode: string(operations.CodeUpgrade), TotalPhases: int32(phases),
-		CreatedBy: in.CreatedBy,
+		OperationType: string(operations.OperationTypeFirmwareControl), OperationCode: string(operations.CodeUpgrade), TotalPhases: int32(plan.Phases),
+		CreatedBy: in.CreatedBy, Status: status,
 	})
 	if err != nil {
-		return uuid.Nil, fmt.Errorf("insert operation run: %w", err)
+		return Created{}, fmt.Errorf("insert operation run: %w", err)
 	}
-	rows := make([]dbsqlc.OperationRunTargetInsertParams, len(planned))
-	for i, p := range planned {
+	rows := make([]dbsqlc.OperationRunTargetInsertParams, len(plan.Targets))
+	for i, p := range plan.Targets {
 		comps, _ := json.Marshal(p.Components)
 		rows[i] = dbsqlc.OperationRunTargetInsertParams{
 			OperationRunID: row.ID, RackID: p.RackID, SequenceIndex: int32(p.Sequence), PhaseIndex: int32(p.Phase), ComponentsByType: comps,
 		}
 	}
 	if _, err := r.q.OperationRunTargetInsert(ctx, tx, rows); err != nil {
-		return uuid.Nil, fmt.Errorf("insert operation run targets: %w", err)
+		return Created{}, fmt.Errorf("insert operation run targets: %w", err)
+	}
+	out := Created{ID: row.ID, Plan: plan}
+	if approve {
+		input, err := json.Marshal(in)
+		if err != nil {
+			return Created{}, fmt.Errorf("encode run input: %w", err)
+		}
+		out.ApprovalID, err = r.approver.Request(ctx, tx, ApprovalKindRun, []uuid.UUID{row.ID}, len(plan.Targets),
+			fmt.Sprintf("operation run %q (%s): firmware upgrade of %d racks in %d phases", in.Name, row.ID, len(plan.Targets), plan.Phases),
+			in.CreatedBy, plan.Hash, plan.View(), input)
+		if err != nil {
+			return Created{}, err
+		}
+		msg := fmt.Sprintf("awaiting approval of request %s (plan hash %s)", out.ApprovalID, plan.Hash)
+		if err := r.q.OperationRunUpdate(ctx, tx, dbsqlc.OperationRunUpdateParams{
+			ID: row.ID, Status: status, StatusReason: string(ReasonNone), StatusMessage: msg,
+		}); err != nil {
+			return Created{}, err
+		}
+		return out, nil
 	}
 	if err := r.tick(ctx, tx, row.ID); err != nil {
-		return uuid.Nil, err
+		return Created{}, err
 	}
-	return row.ID, nil
+	return out, nil
 }
 
 // excluded returns, per rack, the components earlier runs targeted.

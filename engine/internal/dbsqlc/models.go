@@ -8,6 +8,23 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type ApprovalRequest struct {
+	ID          pgtype.UUID
+	Kind        string
+	SubjectIds  []pgtype.UUID
+	Summary     string
+	Racks       int32
+	PlanHash    string
+	Plan        []byte
+	RequestedBy string
+	CreatedAt   pgtype.Timestamptz
+	ExpiresAt   pgtype.Timestamptz
+	Status      string
+	DecidedBy   string
+	DecidedAt   pgtype.Timestamptz
+	Reason      string
+}
+
 type BMC struct {
 	MACAddress  string
 	ComponentID pgtype.UUID

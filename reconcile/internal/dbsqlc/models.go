@@ -10,6 +10,23 @@ import (
 	"github.com/google/uuid"
 )
 
+type ApprovalRequest struct {
+	ID          uuid.UUID
+	Kind        string
+	SubjectIds  []uuid.UUID
+	Summary     string
+	Racks       int32
+	PlanHash    string
+	Plan        []byte
+	RequestedBy string
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+	Status      string
+	DecidedBy   string
+	DecidedAt   *time.Time
+	Reason      string
+}
+
 type BMC struct {
 	MACAddress  string
 	ComponentID uuid.UUID

@@ -280,8 +280,8 @@ func (q *Queries) OperationRunGetByID(ctx context.Context, db DBTX, id uuid.UUID
 
 const operationRunInsert = `-- name: OperationRunInsert :one
 
-INSERT INTO operation_run (name, description, selector, options, operation_template, operation_type, operation_code, total_phases, created_by)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+INSERT INTO operation_run (name, description, selector, options, operation_template, operation_type, operation_code, total_phases, created_by, status)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 RETURNING id, name, description, status, status_reason, status_message, selector, options, operation_template, operation_type, operation_code, current_phase_index, total_phases, wake_at, created_at, updated_at, started_at, finished_at, created_by
 `
 
@@ -295,6 +295,7 @@ type OperationRunInsertParams struct {
 	OperationCode     string
 	TotalPhases       int32
 	CreatedBy         string
+	Status            string
 }
 
 // Operation runs (docs/rollouts.md): the queries of operations/rollout.
@@ -309,6 +310,7 @@ func (q *Queries) OperationRunInsert(ctx context.Context, db DBTX, arg Operation
 		arg.OperationCode,
 		arg.TotalPhases,
 		arg.CreatedBy,
+		arg.Status,
 	)
 	var i OperationRun
 	err := row.Scan(
@@ -445,6 +447,52 @@ func (q *Queries) OperationRunOldestCreated(ctx context.Context, db DBTX) (time.
 	var created_at time.Time
 	err := row.Scan(&created_at)
 	return created_at, err
+}
+
+const operationRunOverlapping = `-- name: OperationRunOverlapping :many
+SELECT r.id, r.name, r.status,
+    array_agg(coalesce(nullif(k.name, ''), t.rack_id::text) ORDER BY t.rack_id)::text[] AS racks
+FROM operation_run r
+JOIN operation_run_target t ON t.operation_run_id = r.id
+LEFT JOIN rack k ON k.id = t.rack_id
+WHERE r.status IN ('pending_approval', 'pending', 'running', 'paused') AND t.rack_id = ANY($1::uuid[])
+GROUP BY r.id, r.name, r.status, r.created_at
+ORDER BY r.created_at, r.id
+`
+
+type OperationRunOverlappingRow struct {
+	ID     uuid.UUID
+	Name   string
+	Status string
+	Racks  []string
+}
+
+// The unfinished runs (awaiting approval, pending, running or paused) with
+// targets on any of rack_ids, each with those of its racks, by name (the
+// rack ID when unnamed or purged), oldest run first.
+func (q *Queries) OperationRunOverlapping(ctx context.Context, db DBTX, rackIds []uuid.UUID) ([]OperationRunOverlappingRow, error) {
+	rows, err := db.Query(ctx, operationRunOverlapping, rackIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OperationRunOverlappingRow{}
+	for rows.Next() {
+		var i OperationRunOverlappingRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.Status,
+			&i.Racks,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const operationRunPinnedTasks = `-- name: OperationRunPinnedTasks :many
@@ -816,6 +864,46 @@ func (q *Queries) OperationRunTargetUpdate(ctx context.Context, db DBTX, arg Ope
 		arg.ID,
 	)
 	return err
+}
+
+const operationRunTargetsAll = `-- name: OperationRunTargetsAll :many
+SELECT id, operation_run_id, rack_id, sequence_index, phase_index, components_by_type, task_id, status, message, retry_after, retry_state, acknowledged, created_at, updated_at FROM operation_run_target WHERE operation_run_id = $1 ORDER BY sequence_index
+`
+
+// Every target of a run, in sequence order.
+func (q *Queries) OperationRunTargetsAll(ctx context.Context, db DBTX, operationRunID uuid.UUID) ([]OperationRunTarget, error) {
+	rows, err := db.Query(ctx, operationRunTargetsAll, operationRunID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OperationRunTarget{}
+	for rows.Next() {
+		var i OperationRunTarget
+		if err := rows.Scan(
+			&i.ID,
+			&i.OperationRunID,
+			&i.RackID,
+			&i.SequenceIndex,
+			&i.PhaseIndex,
+			&i.ComponentsByType,
+			&i.TaskID,
+			&i.Status,
+			&i.Message,
+			&i.RetryAfter,
+			&i.RetryState,
+			&i.Acknowledged,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const operationRunTargetsOfPhaseForUpdate = `-- name: OperationRunTargetsOfPhaseForUpdate :many

@@ -14,6 +14,7 @@
 package adminv1
 
 import (
+	v1 "github.com/nicoflow/flow/proto/gen/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -2733,11 +2734,1028 @@ func (x *GetInstalledFirmwareResponse) GetKnown() bool {
 	return false
 }
 
+// PlannedRack is one rack of a previewed plan.
+type PlannedRack struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	RackId string                 `protobuf:"bytes,1,opt,name=rack_id,json=rackId,proto3" json:"rack_id,omitempty"`
+	// rack is the rack's name (its ID when unnamed).
+	Rack string `protobuf:"bytes,2,opt,name=rack,proto3" json:"rack,omitempty"`
+	// component_ids are the components the rack's task acts on.
+	ComponentIds []string `protobuf:"bytes,3,rep,name=component_ids,json=componentIds,proto3" json:"component_ids,omitempty"`
+	// rule is the operation rule the task runs ("" for a run's child tasks,
+	// resolved when each is submitted).
+	Rule string `protobuf:"bytes,4,opt,name=rule,proto3" json:"rule,omitempty"`
+	// waiting: the task would be created WAITING behind conflicts.
+	Waiting bool `protobuf:"varint,5,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// conflicts name the unfinished tasks on the rack it conflicts with.
+	Conflicts []string `protobuf:"bytes,6,rep,name=conflicts,proto3" json:"conflicts,omitempty"`
+	// leaks name the open coolant leaks that hold the rack.
+	Leaks         []string `protobuf:"bytes,7,rep,name=leaks,proto3" json:"leaks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannedRack) Reset() {
+	*x = PlannedRack{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannedRack) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannedRack) ProtoMessage() {}
+
+func (x *PlannedRack) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannedRack.ProtoReflect.Descriptor instead.
+func (*PlannedRack) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *PlannedRack) GetRackId() string {
+	if x != nil {
+		return x.RackId
+	}
+	return ""
+}
+
+func (x *PlannedRack) GetRack() string {
+	if x != nil {
+		return x.Rack
+	}
+	return ""
+}
+
+func (x *PlannedRack) GetComponentIds() []string {
+	if x != nil {
+		return x.ComponentIds
+	}
+	return nil
+}
+
+func (x *PlannedRack) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *PlannedRack) GetWaiting() bool {
+	if x != nil {
+		return x.Waiting
+	}
+	return false
+}
+
+func (x *PlannedRack) GetConflicts() []string {
+	if x != nil {
+		return x.Conflicts
+	}
+	return nil
+}
+
+func (x *PlannedRack) GetLeaks() []string {
+	if x != nil {
+		return x.Leaks
+	}
+	return nil
+}
+
+// PlannedPhase is one phase of a previewed run.
+type PlannedPhase struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Racks         []*PlannedRack         `protobuf:"bytes,2,rep,name=racks,proto3" json:"racks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannedPhase) Reset() {
+	*x = PlannedPhase{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannedPhase) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannedPhase) ProtoMessage() {}
+
+func (x *PlannedPhase) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannedPhase.ProtoReflect.Descriptor instead.
+func (*PlannedPhase) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *PlannedPhase) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *PlannedPhase) GetRacks() []*PlannedRack {
+	if x != nil {
+		return x.Racks
+	}
+	return nil
+}
+
+type PreviewOperationRunRequest struct {
+	state         protoimpl.MessageState        `protogen:"open.v1"`
+	Request       *v1.CreateOperationRunRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewOperationRunRequest) Reset() {
+	*x = PreviewOperationRunRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewOperationRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewOperationRunRequest) ProtoMessage() {}
+
+func (x *PreviewOperationRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewOperationRunRequest.ProtoReflect.Descriptor instead.
+func (*PreviewOperationRunRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *PreviewOperationRunRequest) GetRequest() *v1.CreateOperationRunRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type PreviewOperationRunResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Phases []*PlannedPhase        `protobuf:"bytes,1,rep,name=phases,proto3" json:"phases,omitempty"`
+	// overlapping_runs name the running or paused runs sharing racks with
+	// the plan, and those racks.
+	OverlappingRuns []string `protobuf:"bytes,2,rep,name=overlapping_runs,json=overlappingRuns,proto3" json:"overlapping_runs,omitempty"`
+	// plan_hash is the sha256 of the plan's canonical encoding.
+	PlanHash string `protobuf:"bytes,3,opt,name=plan_hash,json=planHash,proto3" json:"plan_hash,omitempty"`
+	// selector_seed and ordering_seed are the seeds the plan used (random
+	// when the request gave none): pass them to create this very plan.
+	SelectorSeed string `protobuf:"bytes,4,opt,name=selector_seed,json=selectorSeed,proto3" json:"selector_seed,omitempty"`
+	OrderingSeed string `protobuf:"bytes,5,opt,name=ordering_seed,json=orderingSeed,proto3" json:"ordering_seed,omitempty"`
+	// approval_required: creating it would wait for a second person.
+	ApprovalRequired bool `protobuf:"varint,6,opt,name=approval_required,json=approvalRequired,proto3" json:"approval_required,omitempty"`
+	// windows says when phases could start under maintenance windows.
+	Windows       string `protobuf:"bytes,7,opt,name=windows,proto3" json:"windows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewOperationRunResponse) Reset() {
+	*x = PreviewOperationRunResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewOperationRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewOperationRunResponse) ProtoMessage() {}
+
+func (x *PreviewOperationRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewOperationRunResponse.ProtoReflect.Descriptor instead.
+func (*PreviewOperationRunResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *PreviewOperationRunResponse) GetPhases() []*PlannedPhase {
+	if x != nil {
+		return x.Phases
+	}
+	return nil
+}
+
+func (x *PreviewOperationRunResponse) GetOverlappingRuns() []string {
+	if x != nil {
+		return x.OverlappingRuns
+	}
+	return nil
+}
+
+func (x *PreviewOperationRunResponse) GetPlanHash() string {
+	if x != nil {
+		return x.PlanHash
+	}
+	return ""
+}
+
+func (x *PreviewOperationRunResponse) GetSelectorSeed() string {
+	if x != nil {
+		return x.SelectorSeed
+	}
+	return ""
+}
+
+func (x *PreviewOperationRunResponse) GetOrderingSeed() string {
+	if x != nil {
+		return x.OrderingSeed
+	}
+	return ""
+}
+
+func (x *PreviewOperationRunResponse) GetApprovalRequired() bool {
+	if x != nil {
+		return x.ApprovalRequired
+	}
+	return false
+}
+
+func (x *PreviewOperationRunResponse) GetWindows() string {
+	if x != nil {
+		return x.Windows
+	}
+	return ""
+}
+
+type PreviewSubmissionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Request:
+	//
+	//	*PreviewSubmissionRequest_PowerOn
+	//	*PreviewSubmissionRequest_PowerOff
+	//	*PreviewSubmissionRequest_PowerReset
+	//	*PreviewSubmissionRequest_AcPowerCycle
+	//	*PreviewSubmissionRequest_UpgradeFirmware
+	Request       isPreviewSubmissionRequest_Request `protobuf_oneof:"request"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewSubmissionRequest) Reset() {
+	*x = PreviewSubmissionRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewSubmissionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewSubmissionRequest) ProtoMessage() {}
+
+func (x *PreviewSubmissionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewSubmissionRequest.ProtoReflect.Descriptor instead.
+func (*PreviewSubmissionRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *PreviewSubmissionRequest) GetRequest() isPreviewSubmissionRequest_Request {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *PreviewSubmissionRequest) GetPowerOn() *v1.PowerOnRackRequest {
+	if x != nil {
+		if x, ok := x.Request.(*PreviewSubmissionRequest_PowerOn); ok {
+			return x.PowerOn
+		}
+	}
+	return nil
+}
+
+func (x *PreviewSubmissionRequest) GetPowerOff() *v1.PowerOffRackRequest {
+	if x != nil {
+		if x, ok := x.Request.(*PreviewSubmissionRequest_PowerOff); ok {
+			return x.PowerOff
+		}
+	}
+	return nil
+}
+
+func (x *PreviewSubmissionRequest) GetPowerReset() *v1.PowerResetRackRequest {
+	if x != nil {
+		if x, ok := x.Request.(*PreviewSubmissionRequest_PowerReset); ok {
+			return x.PowerReset
+		}
+	}
+	return nil
+}
+
+func (x *PreviewSubmissionRequest) GetAcPowerCycle() *v1.ACPowerCycleRackRequest {
+	if x != nil {
+		if x, ok := x.Request.(*PreviewSubmissionRequest_AcPowerCycle); ok {
+			return x.AcPowerCycle
+		}
+	}
+	return nil
+}
+
+func (x *PreviewSubmissionRequest) GetUpgradeFirmware() *v1.UpgradeFirmwareRequest {
+	if x != nil {
+		if x, ok := x.Request.(*PreviewSubmissionRequest_UpgradeFirmware); ok {
+			return x.UpgradeFirmware
+		}
+	}
+	return nil
+}
+
+type isPreviewSubmissionRequest_Request interface {
+	isPreviewSubmissionRequest_Request()
+}
+
+type PreviewSubmissionRequest_PowerOn struct {
+	PowerOn *v1.PowerOnRackRequest `protobuf:"bytes,1,opt,name=power_on,json=powerOn,proto3,oneof"`
+}
+
+type PreviewSubmissionRequest_PowerOff struct {
+	PowerOff *v1.PowerOffRackRequest `protobuf:"bytes,2,opt,name=power_off,json=powerOff,proto3,oneof"`
+}
+
+type PreviewSubmissionRequest_PowerReset struct {
+	PowerReset *v1.PowerResetRackRequest `protobuf:"bytes,3,opt,name=power_reset,json=powerReset,proto3,oneof"`
+}
+
+type PreviewSubmissionRequest_AcPowerCycle struct {
+	AcPowerCycle *v1.ACPowerCycleRackRequest `protobuf:"bytes,4,opt,name=ac_power_cycle,json=acPowerCycle,proto3,oneof"`
+}
+
+type PreviewSubmissionRequest_UpgradeFirmware struct {
+	UpgradeFirmware *v1.UpgradeFirmwareRequest `protobuf:"bytes,5,opt,name=upgrade_firmware,json=upgradeFirmware,proto3,oneof"`
+}
+
+func (*PreviewSubmissionRequest_PowerOn) isPreviewSubmissionRequest_Request() {}
+
+func (*PreviewSubmissionRequest_PowerOff) isPreviewSubmissionRequest_Request() {}
+
+func (*PreviewSubmissionRequest_PowerReset) isPreviewSubmissionRequest_Request() {}
+
+func (*PreviewSubmissionRequest_AcPowerCycle) isPreviewSubmissionRequest_Request() {}
+
+func (*PreviewSubmissionRequest_UpgradeFirmware) isPreviewSubmissionRequest_Request() {}
+
+type PreviewSubmissionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OperationType string                 `protobuf:"bytes,1,opt,name=operation_type,json=operationType,proto3" json:"operation_type,omitempty"`
+	OperationCode string                 `protobuf:"bytes,2,opt,name=operation_code,json=operationCode,proto3" json:"operation_code,omitempty"`
+	Racks         []*PlannedRack         `protobuf:"bytes,3,rep,name=racks,proto3" json:"racks,omitempty"`
+	// refusal says why the v1 method would refuse the request now ("" when
+	// it would write the tasks).
+	Refusal          string `protobuf:"bytes,4,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	PlanHash         string `protobuf:"bytes,5,opt,name=plan_hash,json=planHash,proto3" json:"plan_hash,omitempty"`
+	ApprovalRequired bool   `protobuf:"varint,6,opt,name=approval_required,json=approvalRequired,proto3" json:"approval_required,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PreviewSubmissionResponse) Reset() {
+	*x = PreviewSubmissionResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewSubmissionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewSubmissionResponse) ProtoMessage() {}
+
+func (x *PreviewSubmissionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewSubmissionResponse.ProtoReflect.Descriptor instead.
+func (*PreviewSubmissionResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *PreviewSubmissionResponse) GetOperationType() string {
+	if x != nil {
+		return x.OperationType
+	}
+	return ""
+}
+
+func (x *PreviewSubmissionResponse) GetOperationCode() string {
+	if x != nil {
+		return x.OperationCode
+	}
+	return ""
+}
+
+func (x *PreviewSubmissionResponse) GetRacks() []*PlannedRack {
+	if x != nil {
+		return x.Racks
+	}
+	return nil
+}
+
+func (x *PreviewSubmissionResponse) GetRefusal() string {
+	if x != nil {
+		return x.Refusal
+	}
+	return ""
+}
+
+func (x *PreviewSubmissionResponse) GetPlanHash() string {
+	if x != nil {
+		return x.PlanHash
+	}
+	return ""
+}
+
+func (x *PreviewSubmissionResponse) GetApprovalRequired() bool {
+	if x != nil {
+		return x.ApprovalRequired
+	}
+	return false
+}
+
+type CreateOperationRunRequest struct {
+	state   protoimpl.MessageState        `protogen:"open.v1"`
+	Request *v1.CreateOperationRunRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	// allow_overlap creates the run even when its racks overlap a running or
+	// paused run.
+	AllowOverlap  bool `protobuf:"varint,2,opt,name=allow_overlap,json=allowOverlap,proto3" json:"allow_overlap,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateOperationRunRequest) Reset() {
+	*x = CreateOperationRunRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateOperationRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateOperationRunRequest) ProtoMessage() {}
+
+func (x *CreateOperationRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateOperationRunRequest.ProtoReflect.Descriptor instead.
+func (*CreateOperationRunRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *CreateOperationRunRequest) GetRequest() *v1.CreateOperationRunRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *CreateOperationRunRequest) GetAllowOverlap() bool {
+	if x != nil {
+		return x.AllowOverlap
+	}
+	return false
+}
+
+type CreateOperationRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// approval_id is set when the run waits for approval.
+	ApprovalId    string `protobuf:"bytes,2,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	PlanHash      string `protobuf:"bytes,3,opt,name=plan_hash,json=planHash,proto3" json:"plan_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateOperationRunResponse) Reset() {
+	*x = CreateOperationRunResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateOperationRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateOperationRunResponse) ProtoMessage() {}
+
+func (x *CreateOperationRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateOperationRunResponse.ProtoReflect.Descriptor instead.
+func (*CreateOperationRunResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *CreateOperationRunResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CreateOperationRunResponse) GetApprovalId() string {
+	if x != nil {
+		return x.ApprovalId
+	}
+	return ""
+}
+
+func (x *CreateOperationRunResponse) GetPlanHash() string {
+	if x != nil {
+		return x.PlanHash
+	}
+	return ""
+}
+
+// Approval is a request for a second person's approval.
+type Approval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// kind is "operation_run" or "submission".
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// subject is the run's ID, or the submission's task IDs.
+	SubjectIds  []string               `protobuf:"bytes,3,rep,name=subject_ids,json=subjectIds,proto3" json:"subject_ids,omitempty"`
+	Summary     string                 `protobuf:"bytes,4,opt,name=summary,proto3" json:"summary,omitempty"`
+	Racks       int32                  `protobuf:"varint,5,opt,name=racks,proto3" json:"racks,omitempty"`
+	RequestedBy string                 `protobuf:"bytes,6,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	RequestedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	ExpiresAt   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// status is pending, approved, rejected or expired.
+	Status    string                 `protobuf:"bytes,9,opt,name=status,proto3" json:"status,omitempty"`
+	DecidedBy string                 `protobuf:"bytes,10,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	DecidedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	Reason    string                 `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	PlanHash  string                 `protobuf:"bytes,13,opt,name=plan_hash,json=planHash,proto3" json:"plan_hash,omitempty"`
+	// plan is the frozen plan the hash is of (for a run: its phases).
+	Phases        []*PlannedPhase `protobuf:"bytes,14,rep,name=phases,proto3" json:"phases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Approval) Reset() {
+	*x = Approval{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Approval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Approval) ProtoMessage() {}
+
+func (x *Approval) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Approval.ProtoReflect.Descriptor instead.
+func (*Approval) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *Approval) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Approval) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Approval) GetSubjectIds() []string {
+	if x != nil {
+		return x.SubjectIds
+	}
+	return nil
+}
+
+func (x *Approval) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *Approval) GetRacks() int32 {
+	if x != nil {
+		return x.Racks
+	}
+	return 0
+}
+
+func (x *Approval) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *Approval) GetRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestedAt
+	}
+	return nil
+}
+
+func (x *Approval) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *Approval) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Approval) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *Approval) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+func (x *Approval) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Approval) GetPlanHash() string {
+	if x != nil {
+		return x.PlanHash
+	}
+	return ""
+}
+
+func (x *Approval) GetPhases() []*PlannedPhase {
+	if x != nil {
+		return x.Phases
+	}
+	return nil
+}
+
+type ListApprovalsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	All           bool                   `protobuf:"varint,1,opt,name=all,proto3" json:"all,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApprovalsRequest) Reset() {
+	*x = ListApprovalsRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApprovalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApprovalsRequest) ProtoMessage() {}
+
+func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
+func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ListApprovalsRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+type ListApprovalsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Approvals     []*Approval            `protobuf:"bytes,1,rep,name=approvals,proto3" json:"approvals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApprovalsResponse) Reset() {
+	*x = ListApprovalsResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApprovalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApprovalsResponse) ProtoMessage() {}
+
+func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
+func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ListApprovalsResponse) GetApprovals() []*Approval {
+	if x != nil {
+		return x.Approvals
+	}
+	return nil
+}
+
+type GetApprovalRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetApprovalRequest) Reset() {
+	*x = GetApprovalRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetApprovalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetApprovalRequest) ProtoMessage() {}
+
+func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetApprovalRequest.ProtoReflect.Descriptor instead.
+func (*GetApprovalRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *GetApprovalRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ApproveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	PlanHash      string                 `protobuf:"bytes,2,opt,name=plan_hash,json=planHash,proto3" json:"plan_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveRequest) Reset() {
+	*x = ApproveRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveRequest) ProtoMessage() {}
+
+func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
+func (*ApproveRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ApproveRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ApproveRequest) GetPlanHash() string {
+	if x != nil {
+		return x.PlanHash
+	}
+	return ""
+}
+
+type RejectRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectRequest) Reset() {
+	*x = RejectRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectRequest) ProtoMessage() {}
+
+func (x *RejectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectRequest.ProtoReflect.Descriptor instead.
+func (*RejectRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *RejectRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RejectRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_flow_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19flow/admin/v1/admin.proto\x12\rflow.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf9\x01\n" +
+	"\x19flow/admin/v1/admin.proto\x12\rflow.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\n" +
+	"flow.proto\"\xf9\x01\n" +
 	"\tSyncCycle\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x129\n" +
 	"\n" +
@@ -2958,8 +3976,83 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"components\x18\x05 \x03(\v2$.flow.admin.v1.InstalledSubComponentR\n" +
 	"components\x12\x14\n" +
-	"\x05known\x18\x06 \x01(\bR\x05known2\xa0\n" +
+	"\x05known\x18\x06 \x01(\bR\x05known\"\xc1\x01\n" +
+	"\vPlannedRack\x12\x17\n" +
+	"\arack_id\x18\x01 \x01(\tR\x06rackId\x12\x12\n" +
+	"\x04rack\x18\x02 \x01(\tR\x04rack\x12#\n" +
+	"\rcomponent_ids\x18\x03 \x03(\tR\fcomponentIds\x12\x12\n" +
+	"\x04rule\x18\x04 \x01(\tR\x04rule\x12\x18\n" +
+	"\awaiting\x18\x05 \x01(\bR\awaiting\x12\x1c\n" +
+	"\tconflicts\x18\x06 \x03(\tR\tconflicts\x12\x14\n" +
+	"\x05leaks\x18\a \x03(\tR\x05leaks\"V\n" +
+	"\fPlannedPhase\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x120\n" +
+	"\x05racks\x18\x02 \x03(\v2\x1a.flow.admin.v1.PlannedRackR\x05racks\"U\n" +
+	"\x1aPreviewOperationRunRequest\x127\n" +
+	"\arequest\x18\x01 \x01(\v2\x1d.v1.CreateOperationRunRequestR\arequest\"\xab\x02\n" +
+	"\x1bPreviewOperationRunResponse\x123\n" +
+	"\x06phases\x18\x01 \x03(\v2\x1b.flow.admin.v1.PlannedPhaseR\x06phases\x12)\n" +
+	"\x10overlapping_runs\x18\x02 \x03(\tR\x0foverlappingRuns\x12\x1b\n" +
+	"\tplan_hash\x18\x03 \x01(\tR\bplanHash\x12#\n" +
+	"\rselector_seed\x18\x04 \x01(\tR\fselectorSeed\x12#\n" +
+	"\rordering_seed\x18\x05 \x01(\tR\forderingSeed\x12+\n" +
+	"\x11approval_required\x18\x06 \x01(\bR\x10approvalRequired\x12\x18\n" +
+	"\awindows\x18\a \x01(\tR\awindows\"\xde\x02\n" +
+	"\x18PreviewSubmissionRequest\x123\n" +
+	"\bpower_on\x18\x01 \x01(\v2\x16.v1.PowerOnRackRequestH\x00R\apowerOn\x126\n" +
+	"\tpower_off\x18\x02 \x01(\v2\x17.v1.PowerOffRackRequestH\x00R\bpowerOff\x12<\n" +
+	"\vpower_reset\x18\x03 \x01(\v2\x19.v1.PowerResetRackRequestH\x00R\n" +
+	"powerReset\x12C\n" +
+	"\x0eac_power_cycle\x18\x04 \x01(\v2\x1b.v1.ACPowerCycleRackRequestH\x00R\facPowerCycle\x12G\n" +
+	"\x10upgrade_firmware\x18\x05 \x01(\v2\x1a.v1.UpgradeFirmwareRequestH\x00R\x0fupgradeFirmwareB\t\n" +
+	"\arequest\"\xff\x01\n" +
+	"\x19PreviewSubmissionResponse\x12%\n" +
+	"\x0eoperation_type\x18\x01 \x01(\tR\roperationType\x12%\n" +
+	"\x0eoperation_code\x18\x02 \x01(\tR\roperationCode\x120\n" +
+	"\x05racks\x18\x03 \x03(\v2\x1a.flow.admin.v1.PlannedRackR\x05racks\x12\x18\n" +
+	"\arefusal\x18\x04 \x01(\tR\arefusal\x12\x1b\n" +
+	"\tplan_hash\x18\x05 \x01(\tR\bplanHash\x12+\n" +
+	"\x11approval_required\x18\x06 \x01(\bR\x10approvalRequired\"y\n" +
+	"\x19CreateOperationRunRequest\x127\n" +
+	"\arequest\x18\x01 \x01(\v2\x1d.v1.CreateOperationRunRequestR\arequest\x12#\n" +
+	"\rallow_overlap\x18\x02 \x01(\bR\fallowOverlap\"j\n" +
+	"\x1aCreateOperationRunResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
+	"\vapproval_id\x18\x02 \x01(\tR\n" +
+	"approvalId\x12\x1b\n" +
+	"\tplan_hash\x18\x03 \x01(\tR\bplanHash\"\xf8\x03\n" +
+	"\bApproval\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1f\n" +
+	"\vsubject_ids\x18\x03 \x03(\tR\n" +
+	"subjectIds\x12\x18\n" +
+	"\asummary\x18\x04 \x01(\tR\asummary\x12\x14\n" +
+	"\x05racks\x18\x05 \x01(\x05R\x05racks\x12!\n" +
+	"\frequested_by\x18\x06 \x01(\tR\vrequestedBy\x12=\n" +
+	"\frequested_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x129\n" +
 	"\n" +
+	"expires_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x16\n" +
+	"\x06status\x18\t \x01(\tR\x06status\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\n" +
+	" \x01(\tR\tdecidedBy\x129\n" +
+	"\n" +
+	"decided_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x16\n" +
+	"\x06reason\x18\f \x01(\tR\x06reason\x12\x1b\n" +
+	"\tplan_hash\x18\r \x01(\tR\bplanHash\x123\n" +
+	"\x06phases\x18\x0e \x03(\v2\x1b.flow.admin.v1.PlannedPhaseR\x06phases\"(\n" +
+	"\x14ListApprovalsRequest\x12\x10\n" +
+	"\x03all\x18\x01 \x01(\bR\x03all\"N\n" +
+	"\x15ListApprovalsResponse\x125\n" +
+	"\tapprovals\x18\x01 \x03(\v2\x17.flow.admin.v1.ApprovalR\tapprovals\"$\n" +
+	"\x12GetApprovalRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"=\n" +
+	"\x0eApproveRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tplan_hash\x18\x02 \x01(\tR\bplanHash\"7\n" +
+	"\rRejectRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason2\x8c\x0f\n" +
 	"\fAdminService\x12H\n" +
 	"\aRunSync\x12\x1d.flow.admin.v1.RunSyncRequest\x1a\x1e.flow.admin.v1.RunSyncResponse\x12Z\n" +
 	"\rGetSyncStatus\x12#.flow.admin.v1.GetSyncStatusRequest\x1a$.flow.admin.v1.GetSyncStatusResponse\x12W\n" +
@@ -2973,7 +4066,14 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\x0eImportBaseline\x12$.flow.admin.v1.ImportBaselineRequest\x1a\x1f.flow.admin.v1.BaselineResponse\x12Z\n" +
 	"\rGetCompliance\x12#.flow.admin.v1.GetComplianceRequest\x1a$.flow.admin.v1.GetComplianceResponse\x12Z\n" +
 	"\rApplyBaseline\x12#.flow.admin.v1.ApplyBaselineRequest\x1a$.flow.admin.v1.ApplyBaselineResponse\x12o\n" +
-	"\x14GetInstalledFirmware\x12*.flow.admin.v1.GetInstalledFirmwareRequest\x1a+.flow.admin.v1.GetInstalledFirmwareResponse\x12c\n" +
+	"\x14GetInstalledFirmware\x12*.flow.admin.v1.GetInstalledFirmwareRequest\x1a+.flow.admin.v1.GetInstalledFirmwareResponse\x12l\n" +
+	"\x13PreviewOperationRun\x12).flow.admin.v1.PreviewOperationRunRequest\x1a*.flow.admin.v1.PreviewOperationRunResponse\x12f\n" +
+	"\x11PreviewSubmission\x12'.flow.admin.v1.PreviewSubmissionRequest\x1a(.flow.admin.v1.PreviewSubmissionResponse\x12i\n" +
+	"\x12CreateOperationRun\x12(.flow.admin.v1.CreateOperationRunRequest\x1a).flow.admin.v1.CreateOperationRunResponse\x12Z\n" +
+	"\rListApprovals\x12#.flow.admin.v1.ListApprovalsRequest\x1a$.flow.admin.v1.ListApprovalsResponse\x12I\n" +
+	"\vGetApproval\x12!.flow.admin.v1.GetApprovalRequest\x1a\x17.flow.admin.v1.Approval\x12A\n" +
+	"\aApprove\x12\x1d.flow.admin.v1.ApproveRequest\x1a\x17.flow.admin.v1.Approval\x12?\n" +
+	"\x06Reject\x12\x1c.flow.admin.v1.RejectRequest\x1a\x17.flow.admin.v1.Approval\x12c\n" +
 	"\x10FindDeletedRacks\x12&.flow.admin.v1.FindDeletedRacksRequest\x1a'.flow.admin.v1.FindDeletedRacksResponseB:Z8github.com/nicoflow/flow/proto/gen/flow/admin/v1;adminv1b\x06proto3"
 
 var (
@@ -2988,7 +4088,7 @@ func file_flow_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_flow_admin_v1_admin_proto_rawDescData
 }
 
-var file_flow_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_flow_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_flow_admin_v1_admin_proto_goTypes = []any{
 	(*SyncCycle)(nil),                    // 0: flow.admin.v1.SyncCycle
 	(*SyncPart)(nil),                     // 1: flow.admin.v1.SyncPart
@@ -3027,75 +4127,124 @@ var file_flow_admin_v1_admin_proto_goTypes = []any{
 	(*GetInstalledFirmwareRequest)(nil),  // 34: flow.admin.v1.GetInstalledFirmwareRequest
 	(*InstalledSubComponent)(nil),        // 35: flow.admin.v1.InstalledSubComponent
 	(*GetInstalledFirmwareResponse)(nil), // 36: flow.admin.v1.GetInstalledFirmwareResponse
-	(*timestamppb.Timestamp)(nil),        // 37: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 38: google.protobuf.Duration
+	(*PlannedRack)(nil),                  // 37: flow.admin.v1.PlannedRack
+	(*PlannedPhase)(nil),                 // 38: flow.admin.v1.PlannedPhase
+	(*PreviewOperationRunRequest)(nil),   // 39: flow.admin.v1.PreviewOperationRunRequest
+	(*PreviewOperationRunResponse)(nil),  // 40: flow.admin.v1.PreviewOperationRunResponse
+	(*PreviewSubmissionRequest)(nil),     // 41: flow.admin.v1.PreviewSubmissionRequest
+	(*PreviewSubmissionResponse)(nil),    // 42: flow.admin.v1.PreviewSubmissionResponse
+	(*CreateOperationRunRequest)(nil),    // 43: flow.admin.v1.CreateOperationRunRequest
+	(*CreateOperationRunResponse)(nil),   // 44: flow.admin.v1.CreateOperationRunResponse
+	(*Approval)(nil),                     // 45: flow.admin.v1.Approval
+	(*ListApprovalsRequest)(nil),         // 46: flow.admin.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),        // 47: flow.admin.v1.ListApprovalsResponse
+	(*GetApprovalRequest)(nil),           // 48: flow.admin.v1.GetApprovalRequest
+	(*ApproveRequest)(nil),               // 49: flow.admin.v1.ApproveRequest
+	(*RejectRequest)(nil),                // 50: flow.admin.v1.RejectRequest
+	(*timestamppb.Timestamp)(nil),        // 51: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 52: google.protobuf.Duration
+	(*v1.CreateOperationRunRequest)(nil), // 53: v1.CreateOperationRunRequest
+	(*v1.PowerOnRackRequest)(nil),        // 54: v1.PowerOnRackRequest
+	(*v1.PowerOffRackRequest)(nil),       // 55: v1.PowerOffRackRequest
+	(*v1.PowerResetRackRequest)(nil),     // 56: v1.PowerResetRackRequest
+	(*v1.ACPowerCycleRackRequest)(nil),   // 57: v1.ACPowerCycleRackRequest
+	(*v1.UpgradeFirmwareRequest)(nil),    // 58: v1.UpgradeFirmwareRequest
 }
 var file_flow_admin_v1_admin_proto_depIdxs = []int32{
-	37, // 0: flow.admin.v1.SyncCycle.started_at:type_name -> google.protobuf.Timestamp
-	38, // 1: flow.admin.v1.SyncCycle.duration:type_name -> google.protobuf.Duration
+	51, // 0: flow.admin.v1.SyncCycle.started_at:type_name -> google.protobuf.Timestamp
+	52, // 1: flow.admin.v1.SyncCycle.duration:type_name -> google.protobuf.Duration
 	1,  // 2: flow.admin.v1.SyncCycle.parts:type_name -> flow.admin.v1.SyncPart
 	0,  // 3: flow.admin.v1.RunSyncResponse.cycle:type_name -> flow.admin.v1.SyncCycle
 	0,  // 4: flow.admin.v1.GetSyncStatusResponse.cycle:type_name -> flow.admin.v1.SyncCycle
-	37, // 5: flow.admin.v1.OverrideLeakResponse.detected_at:type_name -> google.protobuf.Timestamp
-	37, // 6: flow.admin.v1.OverrideLeakResponse.overridden_at:type_name -> google.protobuf.Timestamp
-	37, // 7: flow.admin.v1.LeakOccurrence.started_at:type_name -> google.protobuf.Timestamp
-	37, // 8: flow.admin.v1.LeakOccurrence.last_seen_at:type_name -> google.protobuf.Timestamp
+	51, // 5: flow.admin.v1.OverrideLeakResponse.detected_at:type_name -> google.protobuf.Timestamp
+	51, // 6: flow.admin.v1.OverrideLeakResponse.overridden_at:type_name -> google.protobuf.Timestamp
+	51, // 7: flow.admin.v1.LeakOccurrence.started_at:type_name -> google.protobuf.Timestamp
+	51, // 8: flow.admin.v1.LeakOccurrence.last_seen_at:type_name -> google.protobuf.Timestamp
 	9,  // 9: flow.admin.v1.ListLeakOccurrencesResponse.occurrences:type_name -> flow.admin.v1.LeakOccurrence
-	37, // 10: flow.admin.v1.DeletedRack.deleted_at:type_name -> google.protobuf.Timestamp
+	51, // 10: flow.admin.v1.DeletedRack.deleted_at:type_name -> google.protobuf.Timestamp
 	12, // 11: flow.admin.v1.FindDeletedRacksResponse.racks:type_name -> flow.admin.v1.DeletedRack
-	37, // 12: flow.admin.v1.BaselineRevision.created_at:type_name -> google.protobuf.Timestamp
+	51, // 12: flow.admin.v1.BaselineRevision.created_at:type_name -> google.protobuf.Timestamp
 	14, // 13: flow.admin.v1.Baseline.entries:type_name -> flow.admin.v1.BaselineEntry
-	37, // 14: flow.admin.v1.Baseline.created_at:type_name -> google.protobuf.Timestamp
-	37, // 15: flow.admin.v1.Baseline.activated_at:type_name -> google.protobuf.Timestamp
+	51, // 14: flow.admin.v1.Baseline.created_at:type_name -> google.protobuf.Timestamp
+	51, // 15: flow.admin.v1.Baseline.activated_at:type_name -> google.protobuf.Timestamp
 	15, // 16: flow.admin.v1.Baseline.history:type_name -> flow.admin.v1.BaselineRevision
 	14, // 17: flow.admin.v1.CreateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
 	14, // 18: flow.admin.v1.UpdateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
 	16, // 19: flow.admin.v1.BaselineResponse.baseline:type_name -> flow.admin.v1.Baseline
 	16, // 20: flow.admin.v1.ListBaselinesResponse.baselines:type_name -> flow.admin.v1.Baseline
 	26, // 21: flow.admin.v1.DeviceCompliance.differences:type_name -> flow.admin.v1.SubComponentCompliance
-	37, // 22: flow.admin.v1.DeviceCompliance.seen_at:type_name -> google.protobuf.Timestamp
+	51, // 22: flow.admin.v1.DeviceCompliance.seen_at:type_name -> google.protobuf.Timestamp
 	28, // 23: flow.admin.v1.ComplianceGroup.counts:type_name -> flow.admin.v1.ComplianceCounts
 	27, // 24: flow.admin.v1.GetComplianceResponse.devices:type_name -> flow.admin.v1.DeviceCompliance
 	28, // 25: flow.admin.v1.GetComplianceResponse.site:type_name -> flow.admin.v1.ComplianceCounts
 	29, // 26: flow.admin.v1.GetComplianceResponse.groups:type_name -> flow.admin.v1.ComplianceGroup
-	37, // 27: flow.admin.v1.GetComplianceResponse.computed_at:type_name -> google.protobuf.Timestamp
+	51, // 27: flow.admin.v1.GetComplianceResponse.computed_at:type_name -> google.protobuf.Timestamp
 	32, // 28: flow.admin.v1.ApplyBaselineResponse.waves:type_name -> flow.admin.v1.ApplyWave
-	37, // 29: flow.admin.v1.GetInstalledFirmwareResponse.seen_at:type_name -> google.protobuf.Timestamp
-	37, // 30: flow.admin.v1.GetInstalledFirmwareResponse.changed_at:type_name -> google.protobuf.Timestamp
+	51, // 29: flow.admin.v1.GetInstalledFirmwareResponse.seen_at:type_name -> google.protobuf.Timestamp
+	51, // 30: flow.admin.v1.GetInstalledFirmwareResponse.changed_at:type_name -> google.protobuf.Timestamp
 	35, // 31: flow.admin.v1.GetInstalledFirmwareResponse.components:type_name -> flow.admin.v1.InstalledSubComponent
-	2,  // 32: flow.admin.v1.AdminService.RunSync:input_type -> flow.admin.v1.RunSyncRequest
-	4,  // 33: flow.admin.v1.AdminService.GetSyncStatus:input_type -> flow.admin.v1.GetSyncStatusRequest
-	6,  // 34: flow.admin.v1.AdminService.OverrideLeak:input_type -> flow.admin.v1.OverrideLeakRequest
-	8,  // 35: flow.admin.v1.AdminService.ListLeakOccurrences:input_type -> flow.admin.v1.ListLeakOccurrencesRequest
-	17, // 36: flow.admin.v1.AdminService.CreateBaseline:input_type -> flow.admin.v1.CreateBaselineRequest
-	18, // 37: flow.admin.v1.AdminService.UpdateBaseline:input_type -> flow.admin.v1.UpdateBaselineRequest
-	19, // 38: flow.admin.v1.AdminService.GetBaseline:input_type -> flow.admin.v1.GetBaselineRequest
-	21, // 39: flow.admin.v1.AdminService.ListBaselines:input_type -> flow.admin.v1.ListBaselinesRequest
-	23, // 40: flow.admin.v1.AdminService.ActivateBaseline:input_type -> flow.admin.v1.ActivateBaselineRequest
-	24, // 41: flow.admin.v1.AdminService.ImportBaseline:input_type -> flow.admin.v1.ImportBaselineRequest
-	25, // 42: flow.admin.v1.AdminService.GetCompliance:input_type -> flow.admin.v1.GetComplianceRequest
-	31, // 43: flow.admin.v1.AdminService.ApplyBaseline:input_type -> flow.admin.v1.ApplyBaselineRequest
-	34, // 44: flow.admin.v1.AdminService.GetInstalledFirmware:input_type -> flow.admin.v1.GetInstalledFirmwareRequest
-	11, // 45: flow.admin.v1.AdminService.FindDeletedRacks:input_type -> flow.admin.v1.FindDeletedRacksRequest
-	3,  // 46: flow.admin.v1.AdminService.RunSync:output_type -> flow.admin.v1.RunSyncResponse
-	5,  // 47: flow.admin.v1.AdminService.GetSyncStatus:output_type -> flow.admin.v1.GetSyncStatusResponse
-	7,  // 48: flow.admin.v1.AdminService.OverrideLeak:output_type -> flow.admin.v1.OverrideLeakResponse
-	10, // 49: flow.admin.v1.AdminService.ListLeakOccurrences:output_type -> flow.admin.v1.ListLeakOccurrencesResponse
-	20, // 50: flow.admin.v1.AdminService.CreateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	20, // 51: flow.admin.v1.AdminService.UpdateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	20, // 52: flow.admin.v1.AdminService.GetBaseline:output_type -> flow.admin.v1.BaselineResponse
-	22, // 53: flow.admin.v1.AdminService.ListBaselines:output_type -> flow.admin.v1.ListBaselinesResponse
-	20, // 54: flow.admin.v1.AdminService.ActivateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	20, // 55: flow.admin.v1.AdminService.ImportBaseline:output_type -> flow.admin.v1.BaselineResponse
-	30, // 56: flow.admin.v1.AdminService.GetCompliance:output_type -> flow.admin.v1.GetComplianceResponse
-	33, // 57: flow.admin.v1.AdminService.ApplyBaseline:output_type -> flow.admin.v1.ApplyBaselineResponse
-	36, // 58: flow.admin.v1.AdminService.GetInstalledFirmware:output_type -> flow.admin.v1.GetInstalledFirmwareResponse
-	13, // 59: flow.admin.v1.AdminService.FindDeletedRacks:output_type -> flow.admin.v1.FindDeletedRacksResponse
-	46, // [46:60] is the sub-list for method output_type
-	32, // [32:46] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	37, // 32: flow.admin.v1.PlannedPhase.racks:type_name -> flow.admin.v1.PlannedRack
+	53, // 33: flow.admin.v1.PreviewOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
+	38, // 34: flow.admin.v1.PreviewOperationRunResponse.phases:type_name -> flow.admin.v1.PlannedPhase
+	54, // 35: flow.admin.v1.PreviewSubmissionRequest.power_on:type_name -> v1.PowerOnRackRequest
+	55, // 36: flow.admin.v1.PreviewSubmissionRequest.power_off:type_name -> v1.PowerOffRackRequest
+	56, // 37: flow.admin.v1.PreviewSubmissionRequest.power_reset:type_name -> v1.PowerResetRackRequest
+	57, // 38: flow.admin.v1.PreviewSubmissionRequest.ac_power_cycle:type_name -> v1.ACPowerCycleRackRequest
+	58, // 39: flow.admin.v1.PreviewSubmissionRequest.upgrade_firmware:type_name -> v1.UpgradeFirmwareRequest
+	37, // 40: flow.admin.v1.PreviewSubmissionResponse.racks:type_name -> flow.admin.v1.PlannedRack
+	53, // 41: flow.admin.v1.CreateOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
+	51, // 42: flow.admin.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
+	51, // 43: flow.admin.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
+	51, // 44: flow.admin.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	38, // 45: flow.admin.v1.Approval.phases:type_name -> flow.admin.v1.PlannedPhase
+	45, // 46: flow.admin.v1.ListApprovalsResponse.approvals:type_name -> flow.admin.v1.Approval
+	2,  // 47: flow.admin.v1.AdminService.RunSync:input_type -> flow.admin.v1.RunSyncRequest
+	4,  // 48: flow.admin.v1.AdminService.GetSyncStatus:input_type -> flow.admin.v1.GetSyncStatusRequest
+	6,  // 49: flow.admin.v1.AdminService.OverrideLeak:input_type -> flow.admin.v1.OverrideLeakRequest
+	8,  // 50: flow.admin.v1.AdminService.ListLeakOccurrences:input_type -> flow.admin.v1.ListLeakOccurrencesRequest
+	17, // 51: flow.admin.v1.AdminService.CreateBaseline:input_type -> flow.admin.v1.CreateBaselineRequest
+	18, // 52: flow.admin.v1.AdminService.UpdateBaseline:input_type -> flow.admin.v1.UpdateBaselineRequest
+	19, // 53: flow.admin.v1.AdminService.GetBaseline:input_type -> flow.admin.v1.GetBaselineRequest
+	21, // 54: flow.admin.v1.AdminService.ListBaselines:input_type -> flow.admin.v1.ListBaselinesRequest
+	23, // 55: flow.admin.v1.AdminService.ActivateBaseline:input_type -> flow.admin.v1.ActivateBaselineRequest
+	24, // 56: flow.admin.v1.AdminService.ImportBaseline:input_type -> flow.admin.v1.ImportBaselineRequest
+	25, // 57: flow.admin.v1.AdminService.GetCompliance:input_type -> flow.admin.v1.GetComplianceRequest
+	31, // 58: flow.admin.v1.AdminService.ApplyBaseline:input_type -> flow.admin.v1.ApplyBaselineRequest
+	34, // 59: flow.admin.v1.AdminService.GetInstalledFirmware:input_type -> flow.admin.v1.GetInstalledFirmwareRequest
+	39, // 60: flow.admin.v1.AdminService.PreviewOperationRun:input_type -> flow.admin.v1.PreviewOperationRunRequest
+	41, // 61: flow.admin.v1.AdminService.PreviewSubmission:input_type -> flow.admin.v1.PreviewSubmissionRequest
+	43, // 62: flow.admin.v1.AdminService.CreateOperationRun:input_type -> flow.admin.v1.CreateOperationRunRequest
+	46, // 63: flow.admin.v1.AdminService.ListApprovals:input_type -> flow.admin.v1.ListApprovalsRequest
+	48, // 64: flow.admin.v1.AdminService.GetApproval:input_type -> flow.admin.v1.GetApprovalRequest
+	49, // 65: flow.admin.v1.AdminService.Approve:input_type -> flow.admin.v1.ApproveRequest
+	50, // 66: flow.admin.v1.AdminService.Reject:input_type -> flow.admin.v1.RejectRequest
+	11, // 67: flow.admin.v1.AdminService.FindDeletedRacks:input_type -> flow.admin.v1.FindDeletedRacksRequest
+	3,  // 68: flow.admin.v1.AdminService.RunSync:output_type -> flow.admin.v1.RunSyncResponse
+	5,  // 69: flow.admin.v1.AdminService.GetSyncStatus:output_type -> flow.admin.v1.GetSyncStatusResponse
+	7,  // 70: flow.admin.v1.AdminService.OverrideLeak:output_type -> flow.admin.v1.OverrideLeakResponse
+	10, // 71: flow.admin.v1.AdminService.ListLeakOccurrences:output_type -> flow.admin.v1.ListLeakOccurrencesResponse
+	20, // 72: flow.admin.v1.AdminService.CreateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	20, // 73: flow.admin.v1.AdminService.UpdateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	20, // 74: flow.admin.v1.AdminService.GetBaseline:output_type -> flow.admin.v1.BaselineResponse
+	22, // 75: flow.admin.v1.AdminService.ListBaselines:output_type -> flow.admin.v1.ListBaselinesResponse
+	20, // 76: flow.admin.v1.AdminService.ActivateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	20, // 77: flow.admin.v1.AdminService.ImportBaseline:output_type -> flow.admin.v1.BaselineResponse
+	30, // 78: flow.admin.v1.AdminService.GetCompliance:output_type -> flow.admin.v1.GetComplianceResponse
+	33, // 79: flow.admin.v1.AdminService.ApplyBaseline:output_type -> flow.admin.v1.ApplyBaselineResponse
+	36, // 80: flow.admin.v1.AdminService.GetInstalledFirmware:output_type -> flow.admin.v1.GetInstalledFirmwareResponse
+	40, // 81: flow.admin.v1.AdminService.PreviewOperationRun:output_type -> flow.admin.v1.PreviewOperationRunResponse
+	42, // 82: flow.admin.v1.AdminService.PreviewSubmission:output_type -> flow.admin.v1.PreviewSubmissionResponse
+	44, // 83: flow.admin.v1.AdminService.CreateOperationRun:output_type -> flow.admin.v1.CreateOperationRunResponse
+	47, // 84: flow.admin.v1.AdminService.ListApprovals:output_type -> flow.admin.v1.ListApprovalsResponse
+	45, // 85: flow.admin.v1.AdminService.GetApproval:output_type -> flow.admin.v1.Approval
+	45, // 86: flow.admin.v1.AdminService.Approve:output_type -> flow.admin.v1.Approval
+	45, // 87: flow.admin.v1.AdminService.Reject:output_type -> flow.admin.v1.Approval
+	13, // 88: flow.admin.v1.AdminService.FindDeletedRacks:output_type -> flow.admin.v1.FindDeletedRacksResponse
+	68, // [68:89] is the sub-list for method output_type
+	47, // [47:68] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_flow_admin_v1_admin_proto_init() }
@@ -3103,13 +4252,20 @@ func file_flow_admin_v1_admin_proto_init() {
 	if File_flow_admin_v1_admin_proto != nil {
 		return
 	}
+	file_flow_admin_v1_admin_proto_msgTypes[41].OneofWrappers = []any{
+		(*PreviewSubmissionRequest_PowerOn)(nil),
+		(*PreviewSubmissionRequest_PowerOff)(nil),
+		(*PreviewSubmissionRequest_PowerReset)(nil),
+		(*PreviewSubmissionRequest_AcPowerCycle)(nil),
+		(*PreviewSubmissionRequest_UpgradeFirmware)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flow_admin_v1_admin_proto_rawDesc), len(file_flow_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -78,6 +78,25 @@ const (
 	// AdminServiceGetInstalledFirmwareProcedure is the fully-qualified name of the AdminService's
 	// GetInstalledFirmware RPC.
 	AdminServiceGetInstalledFirmwareProcedure = "/flow.admin.v1.AdminService/GetInstalledFirmware"
+	// AdminServicePreviewOperationRunProcedure is the fully-qualified name of the AdminService's
+	// PreviewOperationRun RPC.
+	AdminServicePreviewOperationRunProcedure = "/flow.admin.v1.AdminService/PreviewOperationRun"
+	// AdminServicePreviewSubmissionProcedure is the fully-qualified name of the AdminService's
+	// PreviewSubmission RPC.
+	AdminServicePreviewSubmissionProcedure = "/flow.admin.v1.AdminService/PreviewSubmission"
+	// AdminServiceCreateOperationRunProcedure is the fully-qualified name of the AdminService's
+	// CreateOperationRun RPC.
+	AdminServiceCreateOperationRunProcedure = "/flow.admin.v1.AdminService/CreateOperationRun"
+	// AdminServiceListApprovalsProcedure is the fully-qualified name of the AdminService's
+	// ListApprovals RPC.
+	AdminServiceListApprovalsProcedure = "/flow.admin.v1.AdminService/ListApprovals"
+	// AdminServiceGetApprovalProcedure is the fully-qualified name of the AdminService's GetApproval
+	// RPC.
+	AdminServiceGetApprovalProcedure = "/flow.admin.v1.AdminService/GetApproval"
+	// AdminServiceApproveProcedure is the fully-qualified name of the AdminService's Approve RPC.
+	AdminServiceApproveProcedure = "/flow.admin.v1.AdminService/Approve"
+	// AdminServiceRejectProcedure is the fully-qualified name of the AdminService's Reject RPC.
+	AdminServiceRejectProcedure = "/flow.admin.v1.AdminService/Reject"
 	// AdminServiceFindDeletedRacksProcedure is the fully-qualified name of the AdminService's
 	// FindDeletedRacks RPC.
 	AdminServiceFindDeletedRacksProcedure = "/flow.admin.v1.AdminService/FindDeletedRacks"
@@ -135,6 +154,38 @@ type AdminServiceClient interface {
 	// sub-component as Core last reported it. NotFound for an unknown
 	// component.
 	GetInstalledFirmware(context.Context, *v1.GetInstalledFirmwareRequest) (*v1.GetInstalledFirmwareResponse, error)
+	// PreviewOperationRun plans a v1 CreateOperationRun request exactly as
+	// CreateOperationRun would freeze it (phases and their racks, seeds
+	// filled in), with the conflicts it would meet now (unfinished tasks and
+	// running or paused runs on its racks, named), the racks held by open
+	// leaks and the plan hash. It writes nothing. InvalidArgument as
+	// CreateOperationRun for a bad request.
+	PreviewOperationRun(context.Context, *v1.PreviewOperationRunRequest) (*v1.PreviewOperationRunResponse, error)
+	// PreviewSubmission plans a v1 power or firmware submission as the v1
+	// method would write it (one task per rack, PENDING or WAITING), with its
+	// conflicts, open leaks and plan hash. It writes nothing.
+	PreviewSubmission(context.Context, *v1.PreviewSubmissionRequest) (*v1.PreviewSubmissionResponse, error)
+	// CreateOperationRun creates a run as v1.Flow's CreateOperationRun does,
+	// with Flow's own options: allow_overlap. A run whose racks overlap a
+	// running or paused run is FailedPrecondition (naming the run and the
+	// racks in both) unless allow_overlap is set. A run over the approval
+	// threshold is created pending approval (pending_approval set).
+	CreateOperationRun(context.Context, *v1.CreateOperationRunRequest) (*v1.CreateOperationRunResponse, error)
+	// ListApprovals lists approval requests, newest first (pending ones only
+	// unless all is set).
+	ListApprovals(context.Context, *v1.ListApprovalsRequest) (*v1.ListApprovalsResponse, error)
+	// GetApproval returns one approval request with the plan it approves.
+	// NotFound for an unknown ID.
+	GetApproval(context.Context, *v1.GetApprovalRequest) (*v1.Approval, error)
+	// Approve approves a pending request by the hash of the plan the
+	// approver saw; the work then starts. FailedPrecondition for the
+	// requester's own request, an expired or decided request, a hash that is
+	// not the request's, or a plan that changed since (naming what changed);
+	// NotFound for an unknown ID. Nothing changes on error.
+	Approve(context.Context, *v1.ApproveRequest) (*v1.Approval, error)
+	// Reject rejects a pending request with a reason; its run is cancelled
+	// (its tasks terminated). The requester may withdraw their own.
+	Reject(context.Context, *v1.RejectRequest) (*v1.Approval, error)
 	// FindDeletedRacks lists the soft-deleted racks named name (an exact
 	// match), the racks PurgeRack still takes, newest deletion first and at
 	// most 100: v1.Flow's reads leave deleted racks out, so this is how
@@ -232,6 +283,48 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("GetInstalledFirmware")),
 			connect.WithClientOptions(opts...),
 		),
+		previewOperationRun: connect.NewClient[v1.PreviewOperationRunRequest, v1.PreviewOperationRunResponse](
+			httpClient,
+			baseURL+AdminServicePreviewOperationRunProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("PreviewOperationRun")),
+			connect.WithClientOptions(opts...),
+		),
+		previewSubmission: connect.NewClient[v1.PreviewSubmissionRequest, v1.PreviewSubmissionResponse](
+			httpClient,
+			baseURL+AdminServicePreviewSubmissionProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("PreviewSubmission")),
+			connect.WithClientOptions(opts...),
+		),
+		createOperationRun: connect.NewClient[v1.CreateOperationRunRequest, v1.CreateOperationRunResponse](
+			httpClient,
+			baseURL+AdminServiceCreateOperationRunProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("CreateOperationRun")),
+			connect.WithClientOptions(opts...),
+		),
+		listApprovals: connect.NewClient[v1.ListApprovalsRequest, v1.ListApprovalsResponse](
+			httpClient,
+			baseURL+AdminServiceListApprovalsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListApprovals")),
+			connect.WithClientOptions(opts...),
+		),
+		getApproval: connect.NewClient[v1.GetApprovalRequest, v1.Approval](
+			httpClient,
+			baseURL+AdminServiceGetApprovalProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetApproval")),
+			connect.WithClientOptions(opts...),
+		),
+		approve: connect.NewClient[v1.ApproveRequest, v1.Approval](
+			httpClient,
+			baseURL+AdminServiceApproveProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("Approve")),
+			connect.WithClientOptions(opts...),
+		),
+		reject: connect.NewClient[v1.RejectRequest, v1.Approval](
+			httpClient,
+			baseURL+AdminServiceRejectProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("Reject")),
+			connect.WithClientOptions(opts...),
+		),
 		findDeletedRacks: connect.NewClient[v1.FindDeletedRacksRequest, v1.FindDeletedRacksResponse](
 			httpClient,
 			baseURL+AdminServiceFindDeletedRacksProcedure,
@@ -256,6 +349,13 @@ type adminServiceClient struct {
 	getCompliance        *connect.Client[v1.GetComplianceRequest, v1.GetComplianceResponse]
 	applyBaseline        *connect.Client[v1.ApplyBaselineRequest, v1.ApplyBaselineResponse]
 	getInstalledFirmware *connect.Client[v1.GetInstalledFirmwareRequest, v1.GetInstalledFirmwareResponse]
+	previewOperationRun  *connect.Client[v1.PreviewOperationRunRequest, v1.PreviewOperationRunResponse]
+	previewSubmission    *connect.Client[v1.PreviewSubmissionRequest, v1.PreviewSubmissionResponse]
+	createOperationRun   *connect.Client[v1.CreateOperationRunRequest, v1.CreateOperationRunResponse]
+	listApprovals        *connect.Client[v1.ListApprovalsRequest, v1.ListApprovalsResponse]
+	getApproval          *connect.Client[v1.GetApprovalRequest, v1.Approval]
+	approve              *connect.Client[v1.ApproveRequest, v1.Approval]
+	reject               *connect.Client[v1.RejectRequest, v1.Approval]
 	findDeletedRacks     *connect.Client[v1.FindDeletedRacksRequest, v1.FindDeletedRacksResponse]
 }
 
@@ -376,6 +476,69 @@ func (c *adminServiceClient) GetInstalledFirmware(ctx context.Context, req *v1.G
 	return nil, err
 }
 
+// PreviewOperationRun calls flow.admin.v1.AdminService.PreviewOperationRun.
+func (c *adminServiceClient) PreviewOperationRun(ctx context.Context, req *v1.PreviewOperationRunRequest) (*v1.PreviewOperationRunResponse, error) {
+	response, err := c.previewOperationRun.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// PreviewSubmission calls flow.admin.v1.AdminService.PreviewSubmission.
+func (c *adminServiceClient) PreviewSubmission(ctx context.Context, req *v1.PreviewSubmissionRequest) (*v1.PreviewSubmissionResponse, error) {
+	response, err := c.previewSubmission.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// CreateOperationRun calls flow.admin.v1.AdminService.CreateOperationRun.
+func (c *adminServiceClient) CreateOperationRun(ctx context.Context, req *v1.CreateOperationRunRequest) (*v1.CreateOperationRunResponse, error) {
+	response, err := c.createOperationRun.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ListApprovals calls flow.admin.v1.AdminService.ListApprovals.
+func (c *adminServiceClient) ListApprovals(ctx context.Context, req *v1.ListApprovalsRequest) (*v1.ListApprovalsResponse, error) {
+	response, err := c.listApprovals.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// GetApproval calls flow.admin.v1.AdminService.GetApproval.
+func (c *adminServiceClient) GetApproval(ctx context.Context, req *v1.GetApprovalRequest) (*v1.Approval, error) {
+	response, err := c.getApproval.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// Approve calls flow.admin.v1.AdminService.Approve.
+func (c *adminServiceClient) Approve(ctx context.Context, req *v1.ApproveRequest) (*v1.Approval, error) {
+	response, err := c.approve.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// Reject calls flow.admin.v1.AdminService.Reject.
+func (c *adminServiceClient) Reject(ctx context.Context, req *v1.RejectRequest) (*v1.Approval, error) {
+	response, err := c.reject.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // FindDeletedRacks calls flow.admin.v1.AdminService.FindDeletedRacks.
 func (c *adminServiceClient) FindDeletedRacks(ctx context.Context, req *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error) {
 	response, err := c.findDeletedRacks.CallUnary(ctx, connect.NewRequest(req))
@@ -437,6 +600,38 @@ type AdminServiceHandler interface {
 	// sub-component as Core last reported it. NotFound for an unknown
 	// component.
 	GetInstalledFirmware(context.Context, *v1.GetInstalledFirmwareRequest) (*v1.GetInstalledFirmwareResponse, error)
+	// PreviewOperationRun plans a v1 CreateOperationRun request exactly as
+	// CreateOperationRun would freeze it (phases and their racks, seeds
+	// filled in), with the conflicts it would meet now (unfinished tasks and
+	// running or paused runs on its racks, named), the racks held by open
+	// leaks and the plan hash. It writes nothing. InvalidArgument as
+	// CreateOperationRun for a bad request.
+	PreviewOperationRun(context.Context, *v1.PreviewOperationRunRequest) (*v1.PreviewOperationRunResponse, error)
+	// PreviewSubmission plans a v1 power or firmware submission as the v1
+	// method would write it (one task per rack, PENDING or WAITING), with its
+	// conflicts, open leaks and plan hash. It writes nothing.
+	PreviewSubmission(context.Context, *v1.PreviewSubmissionRequest) (*v1.PreviewSubmissionResponse, error)
+	// CreateOperationRun creates a run as v1.Flow's CreateOperationRun does,
+	// with Flow's own options: allow_overlap. A run whose racks overlap a
+	// running or paused run is FailedPrecondition (naming the run and the
+	// racks in both) unless allow_overlap is set. A run over the approval
+	// threshold is created pending approval (pending_approval set).
+	CreateOperationRun(context.Context, *v1.CreateOperationRunRequest) (*v1.CreateOperationRunResponse, error)
+	// ListApprovals lists approval requests, newest first (pending ones only
+	// unless all is set).
+	ListApprovals(context.Context, *v1.ListApprovalsRequest) (*v1.ListApprovalsResponse, error)
+	// GetApproval returns one approval request with the plan it approves.
+	// NotFound for an unknown ID.
+	GetApproval(context.Context, *v1.GetApprovalRequest) (*v1.Approval, error)
+	// Approve approves a pending request by the hash of the plan the
+	// approver saw; the work then starts. FailedPrecondition for the
+	// requester's own request, an expired or decided request, a hash that is
+	// not the request's, or a plan that changed since (naming what changed);
+	// NotFound for an unknown ID. Nothing changes on error.
+	Approve(context.Context, *v1.ApproveRequest) (*v1.Approval, error)
+	// Reject rejects a pending request with a reason; its run is cancelled
+	// (its tasks terminated). The requester may withdraw their own.
+	Reject(context.Context, *v1.RejectRequest) (*v1.Approval, error)
 	// FindDeletedRacks lists the soft-deleted racks named name (an exact
 	// match), the racks PurgeRack still takes, newest deletion first and at
 	// most 100: v1.Flow's reads leave deleted racks out, so this is how
@@ -530,6 +725,48 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("GetInstalledFirmware")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServicePreviewOperationRunHandler := connect.NewUnaryHandlerSimple(
+		AdminServicePreviewOperationRunProcedure,
+		svc.PreviewOperationRun,
+		connect.WithSchema(adminServiceMethods.ByName("PreviewOperationRun")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServicePreviewSubmissionHandler := connect.NewUnaryHandlerSimple(
+		AdminServicePreviewSubmissionProcedure,
+		svc.PreviewSubmission,
+		connect.WithSchema(adminServiceMethods.ByName("PreviewSubmission")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceCreateOperationRunHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceCreateOperationRunProcedure,
+		svc.CreateOperationRun,
+		connect.WithSchema(adminServiceMethods.ByName("CreateOperationRun")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListApprovalsHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceListApprovalsProcedure,
+		svc.ListApprovals,
+		connect.WithSchema(adminServiceMethods.ByName("ListApprovals")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetApprovalHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceGetApprovalProcedure,
+		svc.GetApproval,
+		connect.WithSchema(adminServiceMethods.ByName("GetApproval")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceApproveHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceApproveProcedure,
+		svc.Approve,
+		connect.WithSchema(adminServiceMethods.ByName("Approve")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRejectHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceRejectProcedure,
+		svc.Reject,
+		connect.WithSchema(adminServiceMethods.ByName("Reject")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminServiceFindDeletedRacksHandler := connect.NewUnaryHandlerSimple(
 		AdminServiceFindDeletedRacksProcedure,
 		svc.FindDeletedRacks,
@@ -564,6 +801,20 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceApplyBaselineHandler.ServeHTTP(w, r)
 		case AdminServiceGetInstalledFirmwareProcedure:
 			adminServiceGetInstalledFirmwareHandler.ServeHTTP(w, r)
+		case AdminServicePreviewOperationRunProcedure:
+			adminServicePreviewOperationRunHandler.ServeHTTP(w, r)
+		case AdminServicePreviewSubmissionProcedure:
+			adminServicePreviewSubmissionHandler.ServeHTTP(w, r)
+		case AdminServiceCreateOperationRunProcedure:
+			adminServiceCreateOperationRunHandler.ServeHTTP(w, r)
+		case AdminServiceListApprovalsProcedure:
+			adminServiceListApprovalsHandler.ServeHTTP(w, r)
+		case AdminServiceGetApprovalProcedure:
+			adminServiceGetApprovalHandler.ServeHTTP(w, r)
+		case AdminServiceApproveProcedure:
+			adminServiceApproveHandler.ServeHTTP(w, r)
+		case AdminServiceRejectProcedure:
+			adminServiceRejectHandler.ServeHTTP(w, r)
 		case AdminServiceFindDeletedRacksProcedure:
 			adminServiceFindDeletedRacksHandler.ServeHTTP(w, r)
 		default:
@@ -625,6 +876,34 @@ func (UnimplementedAdminServiceHandler) ApplyBaseline(context.Context, *v1.Apply
 
 func (UnimplementedAdminServiceHandler) GetInstalledFirmware(context.Context, *v1.GetInstalledFirmwareRequest) (*v1.GetInstalledFirmwareResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.GetInstalledFirmware is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) PreviewOperationRun(context.Context, *v1.PreviewOperationRunRequest) (*v1.PreviewOperationRunResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.PreviewOperationRun is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) PreviewSubmission(context.Context, *v1.PreviewSubmissionRequest) (*v1.PreviewSubmissionResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.PreviewSubmission is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) CreateOperationRun(context.Context, *v1.CreateOperationRunRequest) (*v1.CreateOperationRunResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.CreateOperationRun is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListApprovals(context.Context, *v1.ListApprovalsRequest) (*v1.ListApprovalsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ListApprovals is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetApproval(context.Context, *v1.GetApprovalRequest) (*v1.Approval, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.GetApproval is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) Approve(context.Context, *v1.ApproveRequest) (*v1.Approval, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.Approve is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) Reject(context.Context, *v1.RejectRequest) (*v1.Approval, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.Reject is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) FindDeletedRacks(context.Context, *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error) {

@@ -86,6 +86,41 @@ func (c *adminServiceLeanClient) GetInstalledFirmware(ctx context.Context, req *
 	return lean.Call[*v1.GetInstalledFirmwareResponse](ctx, c.conn, AdminServiceGetInstalledFirmwareProcedure, req)
 }
 
+// PreviewOperationRun calls flow.admin.v1.AdminService.PreviewOperationRun.
+func (c *adminServiceLeanClient) PreviewOperationRun(ctx context.Context, req *v1.PreviewOperationRunRequest) (*v1.PreviewOperationRunResponse, error) {
+	return lean.Call[*v1.PreviewOperationRunResponse](ctx, c.conn, AdminServicePreviewOperationRunProcedure, req)
+}
+
+// PreviewSubmission calls flow.admin.v1.AdminService.PreviewSubmission.
+func (c *adminServiceLeanClient) PreviewSubmission(ctx context.Context, req *v1.PreviewSubmissionRequest) (*v1.PreviewSubmissionResponse, error) {
+	return lean.Call[*v1.PreviewSubmissionResponse](ctx, c.conn, AdminServicePreviewSubmissionProcedure, req)
+}
+
+// CreateOperationRun calls flow.admin.v1.AdminService.CreateOperationRun.
+func (c *adminServiceLeanClient) CreateOperationRun(ctx context.Context, req *v1.CreateOperationRunRequest) (*v1.CreateOperationRunResponse, error) {
+	return lean.Call[*v1.CreateOperationRunResponse](ctx, c.conn, AdminServiceCreateOperationRunProcedure, req)
+}
+
+// ListApprovals calls flow.admin.v1.AdminService.ListApprovals.
+func (c *adminServiceLeanClient) ListApprovals(ctx context.Context, req *v1.ListApprovalsRequest) (*v1.ListApprovalsResponse, error) {
+	return lean.Call[*v1.ListApprovalsResponse](ctx, c.conn, AdminServiceListApprovalsProcedure, req)
+}
+
+// GetApproval calls flow.admin.v1.AdminService.GetApproval.
+func (c *adminServiceLeanClient) GetApproval(ctx context.Context, req *v1.GetApprovalRequest) (*v1.Approval, error) {
+	return lean.Call[*v1.Approval](ctx, c.conn, AdminServiceGetApprovalProcedure, req)
+}
+
+// Approve calls flow.admin.v1.AdminService.Approve.
+func (c *adminServiceLeanClient) Approve(ctx context.Context, req *v1.ApproveRequest) (*v1.Approval, error) {
+	return lean.Call[*v1.Approval](ctx, c.conn, AdminServiceApproveProcedure, req)
+}
+
+// Reject calls flow.admin.v1.AdminService.Reject.
+func (c *adminServiceLeanClient) Reject(ctx context.Context, req *v1.RejectRequest) (*v1.Approval, error) {
+	return lean.Call[*v1.Approval](ctx, c.conn, AdminServiceRejectProcedure, req)
+}
+
 // FindDeletedRacks calls flow.admin.v1.AdminService.FindDeletedRacks.
 func (c *adminServiceLeanClient) FindDeletedRacks(ctx context.Context, req *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error) {
 	return lean.Call[*v1.FindDeletedRacksResponse](ctx, c.conn, AdminServiceFindDeletedRacksProcedure, req)
