@@ -756,9 +756,9 @@ type healthEncoder struct {
 	// mostly run one set, so a part holds a few maps, not one a device.
 	versions map[string]inventory.SubVersions
 	// reports holds the installed versions of the switch and shelf
-	// reports seen, by reportKey, up to maxShared.
+	// reports seen, by what decides them (shareReport), up to maxShared.
 	reports map[string]inventory.SubVersions
-	key     []byte
+	key     []byte // the keys' buffer
 }
 
 const maxShared = 4096
