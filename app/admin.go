@@ -6,6 +6,7 @@ import (
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
+	"github.com/nicoflow/flow/operations/window"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	"github.com/nicoflow/flow/reconcile"
 )
@@ -25,6 +26,9 @@ type adminService struct {
 	// ActivateBaseline, ImportBaseline, GetCompliance, ApplyBaseline,
 	// GetInstalledFirmware
 	*baselineHandler
+	// CreateWindow, ListWindows, GetWindow, DeleteWindow,
+	// ReleaseTaskFromWindows, ReleaseRunFromWindows
+	*windowHandler
 	*runAdminHandler // PreviewOperationRun, CreateOperationRun
 	*previewHandler  // PreviewSubmission
 }
@@ -36,6 +40,8 @@ type previewHandler = operations.PreviewHandler
 type syncHandler = reconcile.SyncHandler
 
 type baselineHandler = baseline.Handler
+
+type windowHandler = window.Handler
 
 type leakAdminHandler = eventrule.LeakAdminHandler
 

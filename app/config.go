@@ -15,6 +15,7 @@ import (
 	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/window"
 	"github.com/nicoflow/flow/telemetry"
 )
 
@@ -111,6 +112,9 @@ type Config struct {
 	// FLOW_OPERATION_RUN_RETENTION, FLOW_EVENT_RETENTION,
 	// FLOW_RIVER_JOB_RETENTION, FLOW_PRUNE_INTERVAL.
 	Retention RetentionConfig
+	// WindowOperations are the operation codes and types maintenance
+	// windows and freezes hold (docs/change-safety.md).
+	WindowOperations []string // FLOW_WINDOW_OPERATIONS
 	// Limits bound what one request may cost (edge.Limits, read in limits.go): FLOW_MAX_*,
 	// FLOW_READ_HEADER_TIMEOUT, FLOW_READ_TIMEOUT, FLOW_IDLE_TIMEOUT,
 	// FLOW_STRICT_JSON.
@@ -202,6 +206,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED", "true", "answer coolant leaks through event rules (the built-in leakage rule, or a bound rule: docs/event-rules.md), which pre-empt the work on the rack; false selects upstream's legacy path (upstream's default), which submits a force-power-off task per leaking device every poll, polls every 1m unless leak_detection_interval is set, and does not pre-empt; an unparseable value refuses startup; disable_leak_detection wins"},
 	{"FLOW_EXPECTED_INVENTORY_SYNC_ENABLED", "true", "gate of the expected-inventory mirror of each inventory-sync cycle (the mirror itself is not built yet); an unparseable value refuses startup"},
 	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard, which can pause queues and retry or delete jobs) at /riverui/ on the admin listener outside dev mode; it has no authentication of its own"},
+	{"FLOW_WINDOW_OPERATIONS", "power_off,force_power_off,restart,force_restart,warm_reset,cold_reset,upgrade,downgrade,rollback,bring_up,decommission", "the disruptive operations maintenance windows and freezes hold: a comma-separated list of operation codes, or types (firmware_control: all its codes); none holds nothing; an unknown name refuses startup (docs/change-safety.md)"},
 	// Request limits (limits.go, docs/limits.md).
 	{"FLOW_MAX_REQUEST_BYTES", "4194304", "largest request message in bytes, compressed and decompressed (Connect, gRPC and gRPC-Web); a larger body is refused with resource_exhausted before it is read whole (docs/limits.md)"},
 	{"FLOW_MAX_REQUEST_BYTES_IN_FLIGHT", "33554432", "request body bytes all calls together may hold at once (32 MiB: eight bodies of FLOW_MAX_REQUEST_BYTES, thousands of ordinary ones); a call that would go over waits up to 2s for others to finish, then is refused with resource_exhausted, so many concurrent large bodies keep the server's memory bounded (docs/limits.md)"},
@@ -407,6 +412,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}
 	cfg.LogLevelSet, cfg.logFormatSet = getenv("FLOW_LOG_LEVEL") != "", getenv("FLOW_LOG_FORMAT") != ""
 	cfg.Tracing, cfg.otelEnv = telemetry.TracingEnabled(getenv), getenv
+	if ops, err := window.ParseOperations(def("FLOW_WINDOW_OPERATIONS")); err != nil {
+		errs = append(errs, "FLOW_WINDOW_OPERATIONS: "+err.Error())
+	} else {
+		cfg.WindowOperations = ops
+	}
 	if b, err := strconv.ParseBool(def("FLOW_RIVERUI_ENABLED")); err != nil {
 		errs = append(errs, "FLOW_RIVERUI_ENABLED must be true or false")
 	} else {
@@ -464,6 +474,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("metrics", c.Metrics),
 		slog.Bool("tracing", c.Tracing),
 		slog.Bool("riverui_enabled", c.RiverUIEnabled),
+		slog.Any("window_operations", c.WindowOperations),
 		slog.Duration("engine_rescue_after", c.RescueAfter),
 		slog.Duration("engine_lease_heartbeat", c.LeaseHeartbeat),
 		slog.Duration("engine_lease_expiry", c.LeaseExpiry),

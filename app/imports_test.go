@@ -80,6 +80,9 @@ var allowedImports = map[string][]string{
 	// The task manager's features reach it only through its exported API.
 	"operations/rollout": {"db", "caller", "engine", "inventory", "firmware", "operations"},
 	"firmware/baseline":  {"db", "caller", "inventory", "firmware", "nico", "operations", "operations/rollout"},
+	// windows and freezes answer the task manager's and the runs' gates
+	// (operations.StartGate, rollout.WindowGate); neither imports them.
+	"operations/window": {"db", "caller", "inventory", "operations", "operations/rollout"},
 	// opstest sets up the task manager for the tests of operations and
 	// its features; only tests import it (no rule lists it).
 	"operations/opstest": {"db", "db/dbtest", "engine", "inventory", "backend", "firmware", "nico", "psm", "operations"},

@@ -30,6 +30,7 @@ import (
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/operations/schedule"
+	"github.com/nicoflow/flow/operations/window"
 	"github.com/nicoflow/flow/reconcile"
 )
 
@@ -225,6 +226,11 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	// A task's end is also its operation run's event: the run advances in
 	// the same transaction.
 	tasks.OnTaskEnd(runs.TasksEnded)
+	// Maintenance windows and freezes hold disruptive tasks and the
+	// claims of operation runs (docs/change-safety.md).
+	windows := window.NewService(window.Config{Inv: inv, Operations: cfg.WindowOperations})
+	tasks.SetStartGate(windows)
+	runs.SetWindowGate(windows)
 	schedules := schedule.NewService(schedule.Config{
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: schedule.RiverFireScheduler(s.river),
 		Observe: s.tel.metrics.ScheduleFired,
@@ -300,6 +306,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer), leakAdminHandler: eventrule.NewLeakAdminHandler(pool, inv, leak),
 		inventoryAdminHandler: inventory.NewAdminHandler(inv, pool), baselineHandler: baseline.NewHandler(pool, baselines, runs),
 		runAdminHandler: rollout.NewAdminHandler(pool, runs), previewHandler: operations.NewPreviewHandler(svc.taskHandler)}
+	admin.windowHandler = window.NewHandler(pool, windows, tasks, runs)
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	// The console (/ui/) calls the API's handler in process, as its user.
 	if s.console, err = console.New(console.Options{

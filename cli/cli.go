@@ -79,12 +79,13 @@ var nouns = []noun{
 	ruleNoun,
 	powerNoun,
 	firmwareNoun, bringUpNoun, ingestNoun, decommissionNoun,
-	taskNoun,
-	rolloutNoun,
+	withVerbs(taskNoun, taskReleaseVerb),
+	withVerbs(rolloutNoun, rolloutReleaseVerb),
 	scheduleNoun,
 	eventRuleNoun, leakNoun,
 	syncNoun,
 	baselineNoun, complianceNoun,
+	windowNoun, freezeNoun,
 }
 
 // GroupID is the help group of the client commands.

@@ -125,7 +125,7 @@ func visit(m protoreflect.Message, path string, depth int, result bool, out *[]s
 
 func targetField(name string) bool {
 	switch name {
-	case "id", "name", "external_id", "serial_number", "component_id":
+	case "id", "name", "external_id", "serial_number", "component_id", "reason":
 		return true
 	}
 	return false

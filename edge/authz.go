@@ -180,6 +180,15 @@ var methodRoles = map[string]Role{
 	// Inventory: finding deleted racks by name is a read (viewer); purging
 	// one stays admin (PurgeRack).
 	adminv1connect.AdminServiceFindDeletedRacksProcedure: roleViewer,
+	// Maintenance windows and freezes (docs/change-safety.md): writing
+	// them and releasing a held task or run are admin (audited, with the
+	// reason); reads are viewer.
+	adminv1connect.AdminServiceCreateWindowProcedure:           roleAdmin,
+	adminv1connect.AdminServiceDeleteWindowProcedure:           roleAdmin,
+	adminv1connect.AdminServiceReleaseTaskFromWindowsProcedure: roleAdmin,
+	adminv1connect.AdminServiceReleaseRunFromWindowsProcedure:  roleAdmin,
+	adminv1connect.AdminServiceListWindowsProcedure:            roleViewer,
+	adminv1connect.AdminServiceGetWindowProcedure:              roleViewer,
 	// Change safety (docs/change-safety.md): previews read (viewer), a run
 	// is an operator's, and a second operator or admin approves.
 	adminv1connect.AdminServicePreviewOperationRunProcedure: roleViewer,

@@ -174,7 +174,19 @@ SELECT DISTINCT rack_id FROM task WHERE status = 'waiting';
 SELECT pg_advisory_xact_lock(hashtextextended(@rack_key::text, 7254711));
 
 -- name: TaskPromote :exec
-UPDATE task SET status = 'pending', message = @message, run_id = @run_id, queue_expires_at = NULL, updated_at = now()
+UPDATE task SET status = 'pending', message = @message, run_id = @run_id, queue_expires_at = NULL, window_held_until = NULL, updated_at = now()
+WHERE id = @id AND status = 'waiting';
+
+-- name: TaskHold :exec
+-- TaskHold keeps a waiting task waiting for a maintenance window: the
+-- reason, the next opening and the deadline that follows it.
+UPDATE task SET message = @message, window_held_until = @window_held_until, queue_expires_at = @queue_expires_at, updated_at = now()
+WHERE id = @id AND status = 'waiting';
+
+-- name: TaskWindowRelease :exec
+-- TaskWindowRelease records an admin's release of a waiting task from
+-- maintenance windows and freezes.
+UPDATE task SET window_release = @window_release, message = @message, updated_at = now()
 WHERE id = @id AND status = 'waiting';
 
 -- name: TaskFinish :execrows
@@ -249,16 +261,16 @@ INSERT INTO task (
     id, operation_type, operation_code, information, description, rack_id,
     components, component_ids, targets, rule, rule_name, applied_rule_id,
     status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, not_targeted,
-    submitted_by, created_at, updated_at)
+    submitted_by, window_held_until, created_at, updated_at)
 SELECT t.id, t.operation_type, t.operation_code, t.information, t.description, t.rack_id,
     t.components, t.component_ids, t.targets, t.rule, t.rule_name, t.applied_rule_id,
     t.status, t.message, t.run_id, t.queue_expires_at, t.idempotency_key, t.trigger_type, t.trigger_id,
-    t.not_targeted, t.submitted_by, now() + t.seq * interval '1 microsecond', now()
+    t.not_targeted, t.submitted_by, t.window_held_until, now() + t.seq * interval '1 microsecond', now()
 FROM jsonb_to_recordset(@tasks::jsonb) AS t(
     id uuid, operation_type text, operation_code text, information jsonb, description text, rack_id uuid,
     components jsonb, component_ids uuid[], targets jsonb, rule jsonb, rule_name text, applied_rule_id uuid,
     status text, message text, run_id bigint, queue_expires_at timestamptz, idempotency_key text,
-    trigger_type text, trigger_id text, not_targeted jsonb, submitted_by text, seq bigint);
+    trigger_type text, trigger_id text, not_targeted jsonb, submitted_by text, window_held_until timestamptz, seq bigint);
 
 -- name: RulesForRacks :many
 -- RuleForRack for many racks: each rack's associated rule for the

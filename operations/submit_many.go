@@ -266,6 +266,9 @@ type admittedTask struct {
 	row     taskRow
 	plan    *engine.Plan // nil: waiting
 	expires time.Time
+	// wake is when its rack is promoted again: the queue deadline, or the
+	// next window opening of a task a StartGate holds.
+	wake time.Time
 }
 
 // taskRow is one row of TaskInsertMany.
@@ -291,7 +294,10 @@ type taskRow struct {
 	TriggerID      string          `json:"trigger_id"`
 	NotTargeted    json.RawMessage `json:"not_targeted"`
 	SubmittedBy    string          `json:"submitted_by"`
-	Seq            int64           `json:"seq"`
+	// WindowHeldUntil is the next window opening of a task a StartGate
+	// holds.
+	WindowHeldUntil *time.Time `json:"window_held_until"`
+	Seq             int64      `json:"seq"`
 }
 
 // admitMany writes the live requests' tasks under their racks' locks, in
@@ -336,6 +342,9 @@ func (t *Tasks) admitMany(ctx context.Context, tx pgx.Tx, subs []*Submission) er
 			}
 		}
 		tasks, err := t.decide(s, active)
+		if err == nil {
+			err = t.gateMany(ctx, tx, s, tasks, active)
+		}
 		if err != nil {
 			s.Err = err
 			continue
@@ -411,8 +420,9 @@ func (t *Tasks) decide(s *Submission, active map[uuid.UUID][]activeTask) ([]admi
 			if timeout <= 0 {
 				timeout = DefaultQueueTimeout
 			}
-			a.expires = time.Now().Add(timeout)
+			a.expires = t.now().Add(timeout)
 			a.row.Status, a.row.Message, a.row.QueueExpiresAt = string(TaskWaiting), msgQueued, &a.expires
+			a.wake = a.expires
 			out = append(out, a)
 			continue
 		}
@@ -519,7 +529,7 @@ func (t *Tasks) insertMany(ctx context.Context, tx pgx.Tx, admitted []admittedTa
 			Status: TaskStatus(a.row.Status), Message: a.row.Message, SubmittedAt: now}
 		t.observe(a.sub.Ctx, ev)
 		if a.plan == nil && t.expiry != nil {
-			if err := t.expiry(ctx, tx, a.rack.ID, a.expires); err != nil {
+			if err := t.expiry(ctx, tx, a.rack.ID, a.wake); err != nil {
 				return fmt.Errorf("schedule queue expiry: %w", err)
 			}
 		}

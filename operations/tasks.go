@@ -50,6 +50,10 @@ type Tasks struct {
 	// ingestTarget gives an ingest task that upgrades firmware its rack's
 	// target versions (SetIngestFirmwareTarget); nil: none.
 	ingestTarget IngestTargetFunc
+	// gate, if set, holds tasks outside maintenance windows (SetStartGate);
+	// nowFunc is the clock (SetClock; nil: time.Now).
+	gate    StartGate
+	nowFunc func() time.Time
 }
 
 // IngestTargetFunc returns the target version an ingest task of rack that
@@ -546,7 +550,7 @@ func (t *Tasks) promoteRows(ctx context.Context, tx pgx.Tx, all []dbsqlc.Task) e
 			active = append(active, scopeOfRow(row))
 		}
 	}
-	now := time.Now()
+	now := t.now()
 	for _, row := range all {
 		if row.Status != string(TaskWaiting) {
 			continue
@@ -572,6 +576,13 @@ func (t *Tasks) promoteRows(ctx context.Context, tx pgx.Tx, all []dbsqlc.Task) e
 		if FirstConflict(scope, active) >= 0 {
 			return nil
 		}
+		// Outside its maintenance windows (or in a freeze) it waits for the
+		// next opening, and so do the tasks behind it (strict FIFO).
+		if h, err := t.rowGate(ctx, tx, row); err != nil {
+			return err
+		} else if h.Held() {
+			return t.holdRow(ctx, tx, row, h)
+		}
 		var rule RuleDefinition
 		var targets map[ComponentType]typeTargets
 		var payload Payload
@@ -587,7 +598,11 @@ func (t *Tasks) promoteRows(ctx context.Context, tx pgx.Tx, all []dbsqlc.Task) e
 			t.observe(ctx, t.endEvent(ctx, tx, row, TaskFailed, firstLine(err.Error())))
 			continue
 		}
-		if err := t.q.TaskPromote(ctx, tx, dbsqlc.TaskPromoteParams{ID: row.ID, Message: msgPromoted, RunID: &runID}); err != nil {
+		msg := msgPromoted
+		if row.WindowRelease != nil {
+			msg = firstLine(msgPromoted + "; released from maintenance windows by " + *row.WindowRelease)
+		}
+		if err := t.q.TaskPromote(ctx, tx, dbsqlc.TaskPromoteParams{ID: row.ID, Message: msg, RunID: &runID}); err != nil {
 			return err
 		}
 		active = append(active, scope)

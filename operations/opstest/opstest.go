@@ -63,6 +63,8 @@ type Config struct {
 	// River adjusts the River config before the client is made: a
 	// feature's queues and workers.
 	River func(*river.Config)
+	// Expiry is the task manager's ExpiryScheduler (nil: none).
+	Expiry operations.ExpiryScheduler
 }
 
 // Bundle is a task manager on a fresh database whose engine can start runs
@@ -111,7 +113,7 @@ func NewTasks(t testing.TB, cfg Config) *Bundle {
 	m.River, err = river.NewClient(riverpgxv5.New(pool), rc)
 	require.NoError(t, err)
 	m.Engine.SetClient(m.River)
-	m.Tasks = operations.NewTasks(operations.TasksConfig{Pool: pool, Rules: rules, Inv: inv, Engine: m.Engine, Backends: managers, Keys: cfg.Keys, Logger: logger})
+	m.Tasks = operations.NewTasks(operations.TasksConfig{Pool: pool, Rules: rules, Inv: inv, Engine: m.Engine, Backends: managers, Keys: cfg.Keys, Logger: logger, Expiry: cfg.Expiry})
 	return m
 }
 

@@ -241,7 +241,7 @@ func (r *Service) reconcile(ctx context.Context, tx pgx.Tx, targets []dbsqlc.Ope
 // sequence order, until max_concurrent_targets are active (§2.6). It
 // reports whether a submission failed a target.
 func (r *Service) claim(ctx context.Context, tx pgx.Tx, st *runState, targets []dbsqlc.OperationRunTargetsOfPhaseForUpdateRow) (bool, error) {
-	now := time.Now()
+	now := r.now()
 	active := 0
 	for _, t := range targets {
 		if TargetStatus(t.OperationRunTarget.Status) == TargetSubmitted {
@@ -249,6 +249,7 @@ func (r *Service) claim(ctx context.Context, tx pgx.Tx, st *runState, targets []
 		}
 	}
 	failedNow := false
+	var windows windowHolds
 	var chosen []*dbsqlc.OperationRunTarget
 	for i := range targets {
 		t := &targets[i].OperationRunTarget
@@ -262,6 +263,13 @@ func (r *Service) claim(ctx context.Context, tx pgx.Tx, st *runState, targets []
 				continue
 			}
 		default:
+			continue
+		}
+		// Outside its rack's maintenance windows (or in a freeze) a target
+		// stays unclaimed: the run waits between targets (docs/change-safety.md).
+		if held, err := r.held(ctx, tx, st, t.RackID, now, &windows); err != nil {
+			return false, err
+		} else if held {
 			continue
 		}
 		chosen = append(chosen, t)
@@ -338,6 +346,13 @@ func (r *Service) claim(ctx context.Context, tx pgx.Tx, st *runState, targets []
 	}
 	if pending > 0 {
 		msg += fmt.Sprintf("; %d pending (max %d concurrent)", pending, st.run.Options.MaxConcurrent)
+	}
+	msg += windows.message()
+	wake = earliest(wake, windows.next)
+	if rel, err := r.releaseMessage(ctx, tx, st.row.ID); err != nil {
+		return false, err
+	} else {
+		msg += rel
 	}
 	if msg != st.row.StatusMessage {
 		st.row.StatusMessage, st.changed = msg, true
@@ -547,7 +562,7 @@ func (r *Service) Wake(ctx context.Context, id uuid.UUID) error {
 		if err != nil {
 			return err
 		}
-		if st.row.WakeAt != nil && !st.row.WakeAt.After(time.Now()) {
+		if st.row.WakeAt != nil && !st.row.WakeAt.After(r.now()) {
 			st.row.WakeAt = nil
 		}
 		if err := r.pass(ctx, tx, st); err != nil {

@@ -45,7 +45,11 @@ type Service struct {
 	wake          RunWaker
 	logger        *slog.Logger
 	maxCandidates int
-	approver      Approver
+	// windows, if set, holds targets outside maintenance windows
+	// (SetWindowGate); nowFunc is the clock (SetClock).
+	windows  WindowGate
+	nowFunc  func() time.Time
+	approver Approver
 }
 
 // Config holds what Service needs. MaxCandidates ≤ 0 means

@@ -263,6 +263,32 @@ type LeakOccurrence struct {
 	UnknownOutcome string
 }
 
+type MaintenanceWindow struct {
+	ID              pgtype.UUID
+	Kind            string
+	Name            string
+	Description     string
+	Cron            string
+	TimeZone        string
+	DurationSeconds int64
+	StartsAt        pgtype.Timestamptz
+	EndsAt          pgtype.Timestamptz
+	Site            bool
+	Halls           []string
+	RackRows        []string
+	NvlDomainIds    []pgtype.UUID
+	RackIds         []pgtype.UUID
+	CreatedBy       string
+	CreatedAt       pgtype.Timestamptz
+}
+
+type MaintenanceWindowRunRelease struct {
+	OperationRunID pgtype.UUID
+	ReleasedBy     string
+	Reason         string
+	ReleasedAt     pgtype.Timestamptz
+}
+
 type NvlDomain struct {
 	ID            pgtype.UUID
 	Name          *string
@@ -362,32 +388,34 @@ type RackRuleAssociation struct {
 }
 
 type Task struct {
-	ID             pgtype.UUID
-	OperationType  string
-	OperationCode  string
-	Information    []byte
-	Description    string
-	RackID         pgtype.UUID
-	Components     []byte
-	ComponentIds   []pgtype.UUID
-	Targets        []byte
-	Rule           []byte
-	RuleName       string
-	AppliedRuleID  pgtype.UUID
-	Status         string
-	Message        string
-	Report         []byte
-	RunID          *int64
-	QueueExpiresAt pgtype.Timestamptz
-	IdempotencyKey *string
-	TriggerType    string
-	TriggerID      string
-	CreatedAt      pgtype.Timestamptz
-	UpdatedAt      pgtype.Timestamptz
-	StartedAt      pgtype.Timestamptz
-	FinishedAt     pgtype.Timestamptz
-	NotTargeted    []byte
-	SubmittedBy    string
+	ID              pgtype.UUID
+	OperationType   string
+	OperationCode   string
+	Information     []byte
+	Description     string
+	RackID          pgtype.UUID
+	Components      []byte
+	ComponentIds    []pgtype.UUID
+	Targets         []byte
+	Rule            []byte
+	RuleName        string
+	AppliedRuleID   pgtype.UUID
+	Status          string
+	Message         string
+	Report          []byte
+	RunID           *int64
+	QueueExpiresAt  pgtype.Timestamptz
+	IdempotencyKey  *string
+	TriggerType     string
+	TriggerID       string
+	CreatedAt       pgtype.Timestamptz
+	UpdatedAt       pgtype.Timestamptz
+	StartedAt       pgtype.Timestamptz
+	FinishedAt      pgtype.Timestamptz
+	NotTargeted     []byte
+	SubmittedBy     string
+	WindowHeldUntil pgtype.Timestamptz
+	WindowRelease   *string
 }
 
 type TaskSchedule struct {

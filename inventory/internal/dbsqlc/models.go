@@ -265,6 +265,32 @@ type LeakOccurrence struct {
 	UnknownOutcome string
 }
 
+type MaintenanceWindow struct {
+	ID              uuid.UUID
+	Kind            string
+	Name            string
+	Description     string
+	Cron            string
+	TimeZone        string
+	DurationSeconds int64
+	StartsAt        *time.Time
+	EndsAt          *time.Time
+	Site            bool
+	Halls           []string
+	RackRows        []string
+	NVLDomainIDs    []uuid.UUID
+	RackIDs         []uuid.UUID
+	CreatedBy       string
+	CreatedAt       time.Time
+}
+
+type MaintenanceWindowRunRelease struct {
+	OperationRunID uuid.UUID
+	ReleasedBy     string
+	Reason         string
+	ReleasedAt     time.Time
+}
+
 type NVLDomain struct {
 	ID            uuid.UUID
 	Name          *string
@@ -364,32 +390,34 @@ type RackRuleAssociation struct {
 }
 
 type Task struct {
-	ID             uuid.UUID
-	OperationType  string
-	OperationCode  string
-	Information    []byte
-	Description    string
-	RackID         uuid.UUID
-	Components     []byte
-	ComponentIDs   []uuid.UUID
-	Targets        []byte
-	Rule           []byte
-	RuleName       string
-	AppliedRuleID  *uuid.UUID
-	Status         string
-	Message        string
-	Report         []byte
-	RunID          *int64
-	QueueExpiresAt *time.Time
-	IdempotencyKey *string
-	TriggerType    string
-	TriggerID      string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	StartedAt      *time.Time
-	FinishedAt     *time.Time
-	NotTargeted    []byte
-	SubmittedBy    string
+	ID              uuid.UUID
+	OperationType   string
+	OperationCode   string
+	Information     []byte
+	Description     string
+	RackID          uuid.UUID
+	Components      []byte
+	ComponentIDs    []uuid.UUID
+	Targets         []byte
+	Rule            []byte
+	RuleName        string
+	AppliedRuleID   *uuid.UUID
+	Status          string
+	Message         string
+	Report          []byte
+	RunID           *int64
+	QueueExpiresAt  *time.Time
+	IdempotencyKey  *string
+	TriggerType     string
+	TriggerID       string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	StartedAt       *time.Time
+	FinishedAt      *time.Time
+	NotTargeted     []byte
+	SubmittedBy     string
+	WindowHeldUntil *time.Time
+	WindowRelease   *string
 }
 
 type TaskSchedule struct {

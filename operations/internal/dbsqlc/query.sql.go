@@ -551,7 +551,7 @@ func (q *Queries) TaskActiveFirmwareComponents(ctx context.Context, db DBTX) ([]
 }
 
 const taskActiveOnRack = `-- name: TaskActiveOnRack :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task
 WHERE rack_id = $1 AND status IN ('waiting', 'pending', 'running')
 ORDER BY created_at, id
 `
@@ -593,6 +593,8 @@ func (q *Queries) TaskActiveOnRack(ctx context.Context, db DBTX, rackID uuid.UUI
 			&i.FinishedAt,
 			&i.NotTargeted,
 			&i.SubmittedBy,
+			&i.WindowHeldUntil,
+			&i.WindowRelease,
 		); err != nil {
 			return nil, err
 		}
@@ -605,7 +607,7 @@ func (q *Queries) TaskActiveOnRack(ctx context.Context, db DBTX, rackID uuid.UUI
 }
 
 const taskActiveOnRacks = `-- name: TaskActiveOnRacks :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task
 WHERE rack_id = ANY($1::uuid[]) AND status IN ('waiting', 'pending', 'running')
 ORDER BY created_at, id
 `
@@ -647,6 +649,8 @@ func (q *Queries) TaskActiveOnRacks(ctx context.Context, db DBTX, rackIds []uuid
 			&i.FinishedAt,
 			&i.NotTargeted,
 			&i.SubmittedBy,
+			&i.WindowHeldUntil,
+			&i.WindowRelease,
 		); err != nil {
 			return nil, err
 		}
@@ -809,7 +813,7 @@ func (q *Queries) TaskFinishMany(ctx context.Context, db DBTX, arg TaskFinishMan
 }
 
 const taskGetByID = `-- name: TaskGetByID :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task WHERE id = $1
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task WHERE id = $1
 `
 
 func (q *Queries) TaskGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Task, error) {
@@ -842,12 +846,14 @@ func (q *Queries) TaskGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Task,
 		&i.FinishedAt,
 		&i.NotTargeted,
 		&i.SubmittedBy,
+		&i.WindowHeldUntil,
+		&i.WindowRelease,
 	)
 	return i, err
 }
 
 const taskGetByIDForUpdate = `-- name: TaskGetByIDForUpdate :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task WHERE id = $1 FOR UPDATE
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) TaskGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (Task, error) {
@@ -880,12 +886,14 @@ func (q *Queries) TaskGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUI
 		&i.FinishedAt,
 		&i.NotTargeted,
 		&i.SubmittedBy,
+		&i.WindowHeldUntil,
+		&i.WindowRelease,
 	)
 	return i, err
 }
 
 const taskGetByIDs = `-- name: TaskGetByIDs :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task WHERE id = ANY($1::uuid[]) ORDER BY created_at DESC, id DESC
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task WHERE id = ANY($1::uuid[]) ORDER BY created_at DESC, id DESC
 `
 
 func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Task, error) {
@@ -924,6 +932,8 @@ func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([
 			&i.FinishedAt,
 			&i.NotTargeted,
 			&i.SubmittedBy,
+			&i.WindowHeldUntil,
+			&i.WindowRelease,
 		); err != nil {
 			return nil, err
 		}
@@ -936,7 +946,7 @@ func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([
 }
 
 const taskGetByIDsForUpdate = `-- name: TaskGetByIDsForUpdate :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
 `
 
 // The tasks locked in ID order (two transactions locking overlapping sets
@@ -977,6 +987,8 @@ func (q *Queries) TaskGetByIDsForUpdate(ctx context.Context, db DBTX, ids []uuid
 			&i.FinishedAt,
 			&i.NotTargeted,
 			&i.SubmittedBy,
+			&i.WindowHeldUntil,
+			&i.WindowRelease,
 		); err != nil {
 			return nil, err
 		}
@@ -989,7 +1001,7 @@ func (q *Queries) TaskGetByIDsForUpdate(ctx context.Context, db DBTX, ids []uuid
 }
 
 const taskGetByIdempotencyKey = `-- name: TaskGetByIdempotencyKey :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task WHERE idempotency_key = $1
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task WHERE idempotency_key = $1
 `
 
 func (q *Queries) TaskGetByIdempotencyKey(ctx context.Context, db DBTX, idempotencyKey *string) (Task, error) {
@@ -1022,12 +1034,14 @@ func (q *Queries) TaskGetByIdempotencyKey(ctx context.Context, db DBTX, idempote
 		&i.FinishedAt,
 		&i.NotTargeted,
 		&i.SubmittedBy,
+		&i.WindowHeldUntil,
+		&i.WindowRelease,
 	)
 	return i, err
 }
 
 const taskGetByIdempotencyKeys = `-- name: TaskGetByIdempotencyKeys :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task WHERE idempotency_key = ANY($1::text[])
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task WHERE idempotency_key = ANY($1::text[])
 `
 
 func (q *Queries) TaskGetByIdempotencyKeys(ctx context.Context, db DBTX, idempotencyKeys []string) ([]Task, error) {
@@ -1066,6 +1080,8 @@ func (q *Queries) TaskGetByIdempotencyKeys(ctx context.Context, db DBTX, idempot
 			&i.FinishedAt,
 			&i.NotTargeted,
 			&i.SubmittedBy,
+			&i.WindowHeldUntil,
+			&i.WindowRelease,
 		); err != nil {
 			return nil, err
 		}
@@ -1075,6 +1091,30 @@ func (q *Queries) TaskGetByIdempotencyKeys(ctx context.Context, db DBTX, idempot
 		return nil, err
 	}
 	return items, nil
+}
+
+const taskHold = `-- name: TaskHold :exec
+UPDATE task SET message = $1, window_held_until = $2, queue_expires_at = $3, updated_at = now()
+WHERE id = $4 AND status = 'waiting'
+`
+
+type TaskHoldParams struct {
+	Message         string
+	WindowHeldUntil *time.Time
+	QueueExpiresAt  *time.Time
+	ID              uuid.UUID
+}
+
+// TaskHold keeps a waiting task waiting for a maintenance window: the
+// reason, the next opening and the deadline that follows it.
+func (q *Queries) TaskHold(ctx context.Context, db DBTX, arg TaskHoldParams) error {
+	_, err := db.Exec(ctx, taskHold,
+		arg.Message,
+		arg.WindowHeldUntil,
+		arg.QueueExpiresAt,
+		arg.ID,
+	)
+	return err
 }
 
 const taskInsert = `-- name: TaskInsert :one
@@ -1087,7 +1127,7 @@ VALUES (
     $7, $8, $9, $10, $11, $12,
     $13, $14, $15, $16, $17, $18, $19,
     $20, $21)
-RETURNING id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by
+RETURNING id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release
 `
 
 type TaskInsertParams struct {
@@ -1166,6 +1206,8 @@ func (q *Queries) TaskInsert(ctx context.Context, db DBTX, arg TaskInsertParams)
 		&i.FinishedAt,
 		&i.NotTargeted,
 		&i.SubmittedBy,
+		&i.WindowHeldUntil,
+		&i.WindowRelease,
 	)
 	return i, err
 }
@@ -1175,16 +1217,16 @@ INSERT INTO task (
     id, operation_type, operation_code, information, description, rack_id,
     components, component_ids, targets, rule, rule_name, applied_rule_id,
     status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, not_targeted,
-    submitted_by, created_at, updated_at)
+    submitted_by, window_held_until, created_at, updated_at)
 SELECT t.id, t.operation_type, t.operation_code, t.information, t.description, t.rack_id,
     t.components, t.component_ids, t.targets, t.rule, t.rule_name, t.applied_rule_id,
     t.status, t.message, t.run_id, t.queue_expires_at, t.idempotency_key, t.trigger_type, t.trigger_id,
-    t.not_targeted, t.submitted_by, now() + t.seq * interval '1 microsecond', now()
+    t.not_targeted, t.submitted_by, t.window_held_until, now() + t.seq * interval '1 microsecond', now()
 FROM jsonb_to_recordset($1::jsonb) AS t(
     id uuid, operation_type text, operation_code text, information jsonb, description text, rack_id uuid,
     components jsonb, component_ids uuid[], targets jsonb, rule jsonb, rule_name text, applied_rule_id uuid,
     status text, message text, run_id bigint, queue_expires_at timestamptz, idempotency_key text,
-    trigger_type text, trigger_id text, not_targeted jsonb, submitted_by text, seq bigint)
+    trigger_type text, trigger_id text, not_targeted jsonb, submitted_by text, window_held_until timestamptz, seq bigint)
 `
 
 // TaskInsertMany inserts a burst's tasks from one JSON array of rows (the
@@ -1230,7 +1272,7 @@ func (q *Queries) TaskKeyUsage(ctx context.Context, db DBTX) ([]TaskKeyUsageRow,
 }
 
 const taskList = `-- name: TaskList :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task
 WHERE ($1::uuid IS NULL OR rack_id = $1::uuid)
   AND ($2::uuid IS NULL OR component_ids @> ARRAY[$2::uuid])
   AND (NOT $3::boolean OR status IN ('waiting', 'pending', 'running'))
@@ -1288,6 +1330,8 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 			&i.FinishedAt,
 			&i.NotTargeted,
 			&i.SubmittedBy,
+			&i.WindowHeldUntil,
+			&i.WindowRelease,
 		); err != nil {
 			return nil, err
 		}
@@ -1300,7 +1344,7 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 }
 
 const taskListActive = `-- name: TaskListActive :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task
 WHERE status IN ('waiting', 'pending', 'running')
 ORDER BY created_at DESC, id DESC
 LIMIT $2 OFFSET $1
@@ -1355,6 +1399,8 @@ func (q *Queries) TaskListActive(ctx context.Context, db DBTX, arg TaskListActiv
 			&i.FinishedAt,
 			&i.NotTargeted,
 			&i.SubmittedBy,
+			&i.WindowHeldUntil,
+			&i.WindowRelease,
 		); err != nil {
 			return nil, err
 		}
@@ -1367,7 +1413,7 @@ func (q *Queries) TaskListActive(ctx context.Context, db DBTX, arg TaskListActiv
 }
 
 const taskListByRack = `-- name: TaskListByRack :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task
 WHERE rack_id = $1
 ORDER BY created_at DESC, id DESC
 LIMIT $3 OFFSET $2
@@ -1419,6 +1465,8 @@ func (q *Queries) TaskListByRack(ctx context.Context, db DBTX, arg TaskListByRac
 			&i.FinishedAt,
 			&i.NotTargeted,
 			&i.SubmittedBy,
+			&i.WindowHeldUntil,
+			&i.WindowRelease,
 		); err != nil {
 			return nil, err
 		}
@@ -1511,7 +1559,7 @@ func (q *Queries) TaskOldestCreated(ctx context.Context, db DBTX) (time.Time, er
 }
 
 const taskPromote = `-- name: TaskPromote :exec
-UPDATE task SET status = 'pending', message = $1, run_id = $2, queue_expires_at = NULL, updated_at = now()
+UPDATE task SET status = 'pending', message = $1, run_id = $2, queue_expires_at = NULL, window_held_until = NULL, updated_at = now()
 WHERE id = $3 AND status = 'waiting'
 `
 
@@ -1734,4 +1782,22 @@ func (q *Queries) TaskTriggeredCovering(ctx context.Context, db DBTX, arg TaskTr
 		return nil, err
 	}
 	return items, nil
+}
+
+const taskWindowRelease = `-- name: TaskWindowRelease :exec
+UPDATE task SET window_release = $1, message = $2, updated_at = now()
+WHERE id = $3 AND status = 'waiting'
+`
+
+type TaskWindowReleaseParams struct {
+	WindowRelease *string
+	Message       string
+	ID            uuid.UUID
+}
+
+// TaskWindowRelease records an admin's release of a waiting task from
+// maintenance windows and freezes.
+func (q *Queries) TaskWindowRelease(ctx context.Context, db DBTX, arg TaskWindowReleaseParams) error {
+	_, err := db.Exec(ctx, taskWindowRelease, arg.WindowRelease, arg.Message, arg.ID)
+	return err
 }

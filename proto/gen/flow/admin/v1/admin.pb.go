@@ -3750,6 +3750,802 @@ func (x *RejectRequest) GetReason() string {
 	return ""
 }
 
+// WindowScope is what a window or freeze covers: the whole site, or the
+// union of the halls (rack location rooms), rows (read from rack
+// positions), NVLink domains and racks.
+type WindowScope struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Site  bool                   `protobuf:"varint,1,opt,name=site,proto3" json:"site,omitempty"`
+	Halls []string               `protobuf:"bytes,2,rep,name=halls,proto3" json:"halls,omitempty"`
+	Rows  []string               `protobuf:"bytes,3,rep,name=rows,proto3" json:"rows,omitempty"`
+	// NVLink domains by name or ID when creating; IDs in answers.
+	NvlDomains []string `protobuf:"bytes,4,rep,name=nvl_domains,json=nvlDomains,proto3" json:"nvl_domains,omitempty"`
+	// Racks by name or ID when creating; IDs in answers.
+	Racks         []string `protobuf:"bytes,5,rep,name=racks,proto3" json:"racks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowScope) Reset() {
+	*x = WindowScope{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowScope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowScope) ProtoMessage() {}
+
+func (x *WindowScope) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowScope.ProtoReflect.Descriptor instead.
+func (*WindowScope) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *WindowScope) GetSite() bool {
+	if x != nil {
+		return x.Site
+	}
+	return false
+}
+
+func (x *WindowScope) GetHalls() []string {
+	if x != nil {
+		return x.Halls
+	}
+	return nil
+}
+
+func (x *WindowScope) GetRows() []string {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
+func (x *WindowScope) GetNvlDomains() []string {
+	if x != nil {
+		return x.NvlDomains
+	}
+	return nil
+}
+
+func (x *WindowScope) GetRacks() []string {
+	if x != nil {
+		return x.Racks
+	}
+	return nil
+}
+
+// Window is a maintenance window or a freeze.
+type Window struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// "window" or "freeze".
+	Kind        string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name        string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Description string `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	// A recurrence: a standard 5-field cron expression in time_zone (IANA),
+	// each occurrence lasting duration.
+	Cron     string               `protobuf:"bytes,5,opt,name=cron,proto3" json:"cron,omitempty"`
+	TimeZone string               `protobuf:"bytes,6,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	Duration *durationpb.Duration `protobuf:"bytes,7,opt,name=duration,proto3" json:"duration,omitempty"`
+	// Or a one-off interval [starts_at, ends_at).
+	StartsAt  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=starts_at,json=startsAt,proto3" json:"starts_at,omitempty"`
+	EndsAt    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ends_at,json=endsAt,proto3" json:"ends_at,omitempty"`
+	Scope     *WindowScope           `protobuf:"bytes,10,opt,name=scope,proto3" json:"scope,omitempty"`
+	CreatedBy string                 `protobuf:"bytes,11,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Whether it is open at the time of the answer, and when it next opens
+	// (closed) or closes (open); unset when it never will.
+	OpenNow       bool                   `protobuf:"varint,13,opt,name=open_now,json=openNow,proto3" json:"open_now,omitempty"`
+	NextChange    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=next_change,json=nextChange,proto3" json:"next_change,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Window) Reset() {
+	*x = Window{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Window) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Window) ProtoMessage() {}
+
+func (x *Window) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Window.ProtoReflect.Descriptor instead.
+func (*Window) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *Window) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Window) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Window) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Window) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Window) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *Window) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *Window) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *Window) GetStartsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartsAt
+	}
+	return nil
+}
+
+func (x *Window) GetEndsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndsAt
+	}
+	return nil
+}
+
+func (x *Window) GetScope() *WindowScope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+func (x *Window) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *Window) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Window) GetOpenNow() bool {
+	if x != nil {
+		return x.OpenNow
+	}
+	return false
+}
+
+func (x *Window) GetNextChange() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextChange
+	}
+	return nil
+}
+
+type CreateWindowRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "window" or "freeze".
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Description   string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	Cron          string                 `protobuf:"bytes,4,opt,name=cron,proto3" json:"cron,omitempty"`
+	TimeZone      string                 `protobuf:"bytes,5,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	Duration      *durationpb.Duration   `protobuf:"bytes,6,opt,name=duration,proto3" json:"duration,omitempty"`
+	StartsAt      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=starts_at,json=startsAt,proto3" json:"starts_at,omitempty"`
+	EndsAt        *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=ends_at,json=endsAt,proto3" json:"ends_at,omitempty"`
+	Scope         *WindowScope           `protobuf:"bytes,9,opt,name=scope,proto3" json:"scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateWindowRequest) Reset() {
+	*x = CreateWindowRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateWindowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateWindowRequest) ProtoMessage() {}
+
+func (x *CreateWindowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateWindowRequest.ProtoReflect.Descriptor instead.
+func (*CreateWindowRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *CreateWindowRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *CreateWindowRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateWindowRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *CreateWindowRequest) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *CreateWindowRequest) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *CreateWindowRequest) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *CreateWindowRequest) GetStartsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartsAt
+	}
+	return nil
+}
+
+func (x *CreateWindowRequest) GetEndsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndsAt
+	}
+	return nil
+}
+
+func (x *CreateWindowRequest) GetScope() *WindowScope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+type WindowResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Window        *Window                `protobuf:"bytes,1,opt,name=window,proto3" json:"window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowResponse) Reset() {
+	*x = WindowResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowResponse) ProtoMessage() {}
+
+func (x *WindowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowResponse.ProtoReflect.Descriptor instead.
+func (*WindowResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *WindowResponse) GetWindow() *Window {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+type ListWindowsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "window", "freeze", or "" for both.
+	Kind          string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWindowsRequest) Reset() {
+	*x = ListWindowsRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWindowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWindowsRequest) ProtoMessage() {}
+
+func (x *ListWindowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWindowsRequest.ProtoReflect.Descriptor instead.
+func (*ListWindowsRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ListWindowsRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+type ListWindowsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Windows       []*Window              `protobuf:"bytes,1,rep,name=windows,proto3" json:"windows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWindowsResponse) Reset() {
+	*x = ListWindowsResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWindowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWindowsResponse) ProtoMessage() {}
+
+func (x *ListWindowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWindowsResponse.ProtoReflect.Descriptor instead.
+func (*ListWindowsResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ListWindowsResponse) GetWindows() []*Window {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
+}
+
+type GetWindowRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "window" (the default) or "freeze".
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The ID or the name.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWindowRequest) Reset() {
+	*x = GetWindowRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWindowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWindowRequest) ProtoMessage() {}
+
+func (x *GetWindowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWindowRequest.ProtoReflect.Descriptor instead.
+func (*GetWindowRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *GetWindowRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *GetWindowRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type DeleteWindowRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteWindowRequest) Reset() {
+	*x = DeleteWindowRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteWindowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteWindowRequest) ProtoMessage() {}
+
+func (x *DeleteWindowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteWindowRequest.ProtoReflect.Descriptor instead.
+func (*DeleteWindowRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *DeleteWindowRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *DeleteWindowRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ReleaseTaskFromWindowsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task's ID.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseTaskFromWindowsRequest) Reset() {
+	*x = ReleaseTaskFromWindowsRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseTaskFromWindowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseTaskFromWindowsRequest) ProtoMessage() {}
+
+func (x *ReleaseTaskFromWindowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseTaskFromWindowsRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseTaskFromWindowsRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ReleaseTaskFromWindowsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ReleaseTaskFromWindowsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ReleaseTaskFromWindowsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task's status and message after the release.
+	Status        string `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseTaskFromWindowsResponse) Reset() {
+	*x = ReleaseTaskFromWindowsResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseTaskFromWindowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseTaskFromWindowsResponse) ProtoMessage() {}
+
+func (x *ReleaseTaskFromWindowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseTaskFromWindowsResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseTaskFromWindowsResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ReleaseTaskFromWindowsResponse) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ReleaseTaskFromWindowsResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type ReleaseRunFromWindowsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation run's ID.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRunFromWindowsRequest) Reset() {
+	*x = ReleaseRunFromWindowsRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRunFromWindowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRunFromWindowsRequest) ProtoMessage() {}
+
+func (x *ReleaseRunFromWindowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRunFromWindowsRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseRunFromWindowsRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ReleaseRunFromWindowsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ReleaseRunFromWindowsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ReleaseRunFromWindowsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run's status and message after the release.
+	Status        string `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRunFromWindowsResponse) Reset() {
+	*x = ReleaseRunFromWindowsResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRunFromWindowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRunFromWindowsResponse) ProtoMessage() {}
+
+func (x *ReleaseRunFromWindowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRunFromWindowsResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseRunFromWindowsResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *ReleaseRunFromWindowsResponse) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ReleaseRunFromWindowsResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_flow_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_flow_admin_v1_admin_proto_rawDesc = "" +
@@ -4052,7 +4848,67 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\tplan_hash\x18\x02 \x01(\tR\bplanHash\"7\n" +
 	"\rRejectRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason2\x8c\x0f\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x82\x01\n" +
+	"\vWindowScope\x12\x12\n" +
+	"\x04site\x18\x01 \x01(\bR\x04site\x12\x14\n" +
+	"\x05halls\x18\x02 \x03(\tR\x05halls\x12\x12\n" +
+	"\x04rows\x18\x03 \x03(\tR\x04rows\x12\x1f\n" +
+	"\vnvl_domains\x18\x04 \x03(\tR\n" +
+	"nvlDomains\x12\x14\n" +
+	"\x05racks\x18\x05 \x03(\tR\x05racks\"\x9c\x04\n" +
+	"\x06Window\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\x12\x12\n" +
+	"\x04cron\x18\x05 \x01(\tR\x04cron\x12\x1b\n" +
+	"\ttime_zone\x18\x06 \x01(\tR\btimeZone\x125\n" +
+	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x127\n" +
+	"\tstarts_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bstartsAt\x123\n" +
+	"\aends_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x06endsAt\x120\n" +
+	"\x05scope\x18\n" +
+	" \x01(\v2\x1a.flow.admin.v1.WindowScopeR\x05scope\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\v \x01(\tR\tcreatedBy\x129\n" +
+	"\n" +
+	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x19\n" +
+	"\bopen_now\x18\r \x01(\bR\aopenNow\x12;\n" +
+	"\vnext_change\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"nextChange\"\xe7\x02\n" +
+	"\x13CreateWindowRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x12\n" +
+	"\x04cron\x18\x04 \x01(\tR\x04cron\x12\x1b\n" +
+	"\ttime_zone\x18\x05 \x01(\tR\btimeZone\x125\n" +
+	"\bduration\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bduration\x127\n" +
+	"\tstarts_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bstartsAt\x123\n" +
+	"\aends_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x06endsAt\x120\n" +
+	"\x05scope\x18\t \x01(\v2\x1a.flow.admin.v1.WindowScopeR\x05scope\"?\n" +
+	"\x0eWindowResponse\x12-\n" +
+	"\x06window\x18\x01 \x01(\v2\x15.flow.admin.v1.WindowR\x06window\"(\n" +
+	"\x12ListWindowsRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\"F\n" +
+	"\x13ListWindowsResponse\x12/\n" +
+	"\awindows\x18\x01 \x03(\v2\x15.flow.admin.v1.WindowR\awindows\"6\n" +
+	"\x10GetWindowRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"9\n" +
+	"\x13DeleteWindowRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"G\n" +
+	"\x1dReleaseTaskFromWindowsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"R\n" +
+	"\x1eReleaseTaskFromWindowsResponse\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\tR\x06status\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"F\n" +
+	"\x1cReleaseRunFromWindowsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"Q\n" +
+	"\x1dReleaseRunFromWindowsResponse\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\tR\x06status\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage2\xc0\x13\n" +
 	"\fAdminService\x12H\n" +
 	"\aRunSync\x12\x1d.flow.admin.v1.RunSyncRequest\x1a\x1e.flow.admin.v1.RunSyncResponse\x12Z\n" +
 	"\rGetSyncStatus\x12#.flow.admin.v1.GetSyncStatusRequest\x1a$.flow.admin.v1.GetSyncStatusResponse\x12W\n" +
@@ -4073,7 +4929,13 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\rListApprovals\x12#.flow.admin.v1.ListApprovalsRequest\x1a$.flow.admin.v1.ListApprovalsResponse\x12I\n" +
 	"\vGetApproval\x12!.flow.admin.v1.GetApprovalRequest\x1a\x17.flow.admin.v1.Approval\x12A\n" +
 	"\aApprove\x12\x1d.flow.admin.v1.ApproveRequest\x1a\x17.flow.admin.v1.Approval\x12?\n" +
-	"\x06Reject\x12\x1c.flow.admin.v1.RejectRequest\x1a\x17.flow.admin.v1.Approval\x12c\n" +
+	"\x06Reject\x12\x1c.flow.admin.v1.RejectRequest\x1a\x17.flow.admin.v1.Approval\x12Q\n" +
+	"\fCreateWindow\x12\".flow.admin.v1.CreateWindowRequest\x1a\x1d.flow.admin.v1.WindowResponse\x12T\n" +
+	"\vListWindows\x12!.flow.admin.v1.ListWindowsRequest\x1a\".flow.admin.v1.ListWindowsResponse\x12K\n" +
+	"\tGetWindow\x12\x1f.flow.admin.v1.GetWindowRequest\x1a\x1d.flow.admin.v1.WindowResponse\x12Q\n" +
+	"\fDeleteWindow\x12\".flow.admin.v1.DeleteWindowRequest\x1a\x1d.flow.admin.v1.WindowResponse\x12u\n" +
+	"\x16ReleaseTaskFromWindows\x12,.flow.admin.v1.ReleaseTaskFromWindowsRequest\x1a-.flow.admin.v1.ReleaseTaskFromWindowsResponse\x12r\n" +
+	"\x15ReleaseRunFromWindows\x12+.flow.admin.v1.ReleaseRunFromWindowsRequest\x1a,.flow.admin.v1.ReleaseRunFromWindowsResponse\x12c\n" +
 	"\x10FindDeletedRacks\x12&.flow.admin.v1.FindDeletedRacksRequest\x1a'.flow.admin.v1.FindDeletedRacksResponseB:Z8github.com/nicoflow/flow/proto/gen/flow/admin/v1;adminv1b\x06proto3"
 
 var (
@@ -4088,163 +4950,199 @@ func file_flow_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_flow_admin_v1_admin_proto_rawDescData
 }
 
-var file_flow_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_flow_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_flow_admin_v1_admin_proto_goTypes = []any{
-	(*SyncCycle)(nil),                    // 0: flow.admin.v1.SyncCycle
-	(*SyncPart)(nil),                     // 1: flow.admin.v1.SyncPart
-	(*RunSyncRequest)(nil),               // 2: flow.admin.v1.RunSyncRequest
-	(*RunSyncResponse)(nil),              // 3: flow.admin.v1.RunSyncResponse
-	(*GetSyncStatusRequest)(nil),         // 4: flow.admin.v1.GetSyncStatusRequest
-	(*GetSyncStatusResponse)(nil),        // 5: flow.admin.v1.GetSyncStatusResponse
-	(*OverrideLeakRequest)(nil),          // 6: flow.admin.v1.OverrideLeakRequest
-	(*OverrideLeakResponse)(nil),         // 7: flow.admin.v1.OverrideLeakResponse
-	(*ListLeakOccurrencesRequest)(nil),   // 8: flow.admin.v1.ListLeakOccurrencesRequest
-	(*LeakOccurrence)(nil),               // 9: flow.admin.v1.LeakOccurrence
-	(*ListLeakOccurrencesResponse)(nil),  // 10: flow.admin.v1.ListLeakOccurrencesResponse
-	(*FindDeletedRacksRequest)(nil),      // 11: flow.admin.v1.FindDeletedRacksRequest
-	(*DeletedRack)(nil),                  // 12: flow.admin.v1.DeletedRack
-	(*FindDeletedRacksResponse)(nil),     // 13: flow.admin.v1.FindDeletedRacksResponse
-	(*BaselineEntry)(nil),                // 14: flow.admin.v1.BaselineEntry
-	(*BaselineRevision)(nil),             // 15: flow.admin.v1.BaselineRevision
-	(*Baseline)(nil),                     // 16: flow.admin.v1.Baseline
-	(*CreateBaselineRequest)(nil),        // 17: flow.admin.v1.CreateBaselineRequest
-	(*UpdateBaselineRequest)(nil),        // 18: flow.admin.v1.UpdateBaselineRequest
-	(*GetBaselineRequest)(nil),           // 19: flow.admin.v1.GetBaselineRequest
-	(*BaselineResponse)(nil),             // 20: flow.admin.v1.BaselineResponse
-	(*ListBaselinesRequest)(nil),         // 21: flow.admin.v1.ListBaselinesRequest
-	(*ListBaselinesResponse)(nil),        // 22: flow.admin.v1.ListBaselinesResponse
-	(*ActivateBaselineRequest)(nil),      // 23: flow.admin.v1.ActivateBaselineRequest
-	(*ImportBaselineRequest)(nil),        // 24: flow.admin.v1.ImportBaselineRequest
-	(*GetComplianceRequest)(nil),         // 25: flow.admin.v1.GetComplianceRequest
-	(*SubComponentCompliance)(nil),       // 26: flow.admin.v1.SubComponentCompliance
-	(*DeviceCompliance)(nil),             // 27: flow.admin.v1.DeviceCompliance
-	(*ComplianceCounts)(nil),             // 28: flow.admin.v1.ComplianceCounts
-	(*ComplianceGroup)(nil),              // 29: flow.admin.v1.ComplianceGroup
-	(*GetComplianceResponse)(nil),        // 30: flow.admin.v1.GetComplianceResponse
-	(*ApplyBaselineRequest)(nil),         // 31: flow.admin.v1.ApplyBaselineRequest
-	(*ApplyWave)(nil),                    // 32: flow.admin.v1.ApplyWave
-	(*ApplyBaselineResponse)(nil),        // 33: flow.admin.v1.ApplyBaselineResponse
-	(*GetInstalledFirmwareRequest)(nil),  // 34: flow.admin.v1.GetInstalledFirmwareRequest
-	(*InstalledSubComponent)(nil),        // 35: flow.admin.v1.InstalledSubComponent
-	(*GetInstalledFirmwareResponse)(nil), // 36: flow.admin.v1.GetInstalledFirmwareResponse
-	(*PlannedRack)(nil),                  // 37: flow.admin.v1.PlannedRack
-	(*PlannedPhase)(nil),                 // 38: flow.admin.v1.PlannedPhase
-	(*PreviewOperationRunRequest)(nil),   // 39: flow.admin.v1.PreviewOperationRunRequest
-	(*PreviewOperationRunResponse)(nil),  // 40: flow.admin.v1.PreviewOperationRunResponse
-	(*PreviewSubmissionRequest)(nil),     // 41: flow.admin.v1.PreviewSubmissionRequest
-	(*PreviewSubmissionResponse)(nil),    // 42: flow.admin.v1.PreviewSubmissionResponse
-	(*CreateOperationRunRequest)(nil),    // 43: flow.admin.v1.CreateOperationRunRequest
-	(*CreateOperationRunResponse)(nil),   // 44: flow.admin.v1.CreateOperationRunResponse
-	(*Approval)(nil),                     // 45: flow.admin.v1.Approval
-	(*ListApprovalsRequest)(nil),         // 46: flow.admin.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),        // 47: flow.admin.v1.ListApprovalsResponse
-	(*GetApprovalRequest)(nil),           // 48: flow.admin.v1.GetApprovalRequest
-	(*ApproveRequest)(nil),               // 49: flow.admin.v1.ApproveRequest
-	(*RejectRequest)(nil),                // 50: flow.admin.v1.RejectRequest
-	(*timestamppb.Timestamp)(nil),        // 51: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 52: google.protobuf.Duration
-	(*v1.CreateOperationRunRequest)(nil), // 53: v1.CreateOperationRunRequest
-	(*v1.PowerOnRackRequest)(nil),        // 54: v1.PowerOnRackRequest
-	(*v1.PowerOffRackRequest)(nil),       // 55: v1.PowerOffRackRequest
-	(*v1.PowerResetRackRequest)(nil),     // 56: v1.PowerResetRackRequest
-	(*v1.ACPowerCycleRackRequest)(nil),   // 57: v1.ACPowerCycleRackRequest
-	(*v1.UpgradeFirmwareRequest)(nil),    // 58: v1.UpgradeFirmwareRequest
+	(*SyncCycle)(nil),                      // 0: flow.admin.v1.SyncCycle
+	(*SyncPart)(nil),                       // 1: flow.admin.v1.SyncPart
+	(*RunSyncRequest)(nil),                 // 2: flow.admin.v1.RunSyncRequest
+	(*RunSyncResponse)(nil),                // 3: flow.admin.v1.RunSyncResponse
+	(*GetSyncStatusRequest)(nil),           // 4: flow.admin.v1.GetSyncStatusRequest
+	(*GetSyncStatusResponse)(nil),          // 5: flow.admin.v1.GetSyncStatusResponse
+	(*OverrideLeakRequest)(nil),            // 6: flow.admin.v1.OverrideLeakRequest
+	(*OverrideLeakResponse)(nil),           // 7: flow.admin.v1.OverrideLeakResponse
+	(*ListLeakOccurrencesRequest)(nil),     // 8: flow.admin.v1.ListLeakOccurrencesRequest
+	(*LeakOccurrence)(nil),                 // 9: flow.admin.v1.LeakOccurrence
+	(*ListLeakOccurrencesResponse)(nil),    // 10: flow.admin.v1.ListLeakOccurrencesResponse
+	(*FindDeletedRacksRequest)(nil),        // 11: flow.admin.v1.FindDeletedRacksRequest
+	(*DeletedRack)(nil),                    // 12: flow.admin.v1.DeletedRack
+	(*FindDeletedRacksResponse)(nil),       // 13: flow.admin.v1.FindDeletedRacksResponse
+	(*BaselineEntry)(nil),                  // 14: flow.admin.v1.BaselineEntry
+	(*BaselineRevision)(nil),               // 15: flow.admin.v1.BaselineRevision
+	(*Baseline)(nil),                       // 16: flow.admin.v1.Baseline
+	(*CreateBaselineRequest)(nil),          // 17: flow.admin.v1.CreateBaselineRequest
+	(*UpdateBaselineRequest)(nil),          // 18: flow.admin.v1.UpdateBaselineRequest
+	(*GetBaselineRequest)(nil),             // 19: flow.admin.v1.GetBaselineRequest
+	(*BaselineResponse)(nil),               // 20: flow.admin.v1.BaselineResponse
+	(*ListBaselinesRequest)(nil),           // 21: flow.admin.v1.ListBaselinesRequest
+	(*ListBaselinesResponse)(nil),          // 22: flow.admin.v1.ListBaselinesResponse
+	(*ActivateBaselineRequest)(nil),        // 23: flow.admin.v1.ActivateBaselineRequest
+	(*ImportBaselineRequest)(nil),          // 24: flow.admin.v1.ImportBaselineRequest
+	(*GetComplianceRequest)(nil),           // 25: flow.admin.v1.GetComplianceRequest
+	(*SubComponentCompliance)(nil),         // 26: flow.admin.v1.SubComponentCompliance
+	(*DeviceCompliance)(nil),               // 27: flow.admin.v1.DeviceCompliance
+	(*ComplianceCounts)(nil),               // 28: flow.admin.v1.ComplianceCounts
+	(*ComplianceGroup)(nil),                // 29: flow.admin.v1.ComplianceGroup
+	(*GetComplianceResponse)(nil),          // 30: flow.admin.v1.GetComplianceResponse
+	(*ApplyBaselineRequest)(nil),           // 31: flow.admin.v1.ApplyBaselineRequest
+	(*ApplyWave)(nil),                      // 32: flow.admin.v1.ApplyWave
+	(*ApplyBaselineResponse)(nil),          // 33: flow.admin.v1.ApplyBaselineResponse
+	(*GetInstalledFirmwareRequest)(nil),    // 34: flow.admin.v1.GetInstalledFirmwareRequest
+	(*InstalledSubComponent)(nil),          // 35: flow.admin.v1.InstalledSubComponent
+	(*GetInstalledFirmwareResponse)(nil),   // 36: flow.admin.v1.GetInstalledFirmwareResponse
+	(*PlannedRack)(nil),                    // 37: flow.admin.v1.PlannedRack
+	(*PlannedPhase)(nil),                   // 38: flow.admin.v1.PlannedPhase
+	(*PreviewOperationRunRequest)(nil),     // 39: flow.admin.v1.PreviewOperationRunRequest
+	(*PreviewOperationRunResponse)(nil),    // 40: flow.admin.v1.PreviewOperationRunResponse
+	(*PreviewSubmissionRequest)(nil),       // 41: flow.admin.v1.PreviewSubmissionRequest
+	(*PreviewSubmissionResponse)(nil),      // 42: flow.admin.v1.PreviewSubmissionResponse
+	(*CreateOperationRunRequest)(nil),      // 43: flow.admin.v1.CreateOperationRunRequest
+	(*CreateOperationRunResponse)(nil),     // 44: flow.admin.v1.CreateOperationRunResponse
+	(*Approval)(nil),                       // 45: flow.admin.v1.Approval
+	(*ListApprovalsRequest)(nil),           // 46: flow.admin.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),          // 47: flow.admin.v1.ListApprovalsResponse
+	(*GetApprovalRequest)(nil),             // 48: flow.admin.v1.GetApprovalRequest
+	(*ApproveRequest)(nil),                 // 49: flow.admin.v1.ApproveRequest
+	(*RejectRequest)(nil),                  // 50: flow.admin.v1.RejectRequest
+	(*WindowScope)(nil),                    // 51: flow.admin.v1.WindowScope
+	(*Window)(nil),                         // 52: flow.admin.v1.Window
+	(*CreateWindowRequest)(nil),            // 53: flow.admin.v1.CreateWindowRequest
+	(*WindowResponse)(nil),                 // 54: flow.admin.v1.WindowResponse
+	(*ListWindowsRequest)(nil),             // 55: flow.admin.v1.ListWindowsRequest
+	(*ListWindowsResponse)(nil),            // 56: flow.admin.v1.ListWindowsResponse
+	(*GetWindowRequest)(nil),               // 57: flow.admin.v1.GetWindowRequest
+	(*DeleteWindowRequest)(nil),            // 58: flow.admin.v1.DeleteWindowRequest
+	(*ReleaseTaskFromWindowsRequest)(nil),  // 59: flow.admin.v1.ReleaseTaskFromWindowsRequest
+	(*ReleaseTaskFromWindowsResponse)(nil), // 60: flow.admin.v1.ReleaseTaskFromWindowsResponse
+	(*ReleaseRunFromWindowsRequest)(nil),   // 61: flow.admin.v1.ReleaseRunFromWindowsRequest
+	(*ReleaseRunFromWindowsResponse)(nil),  // 62: flow.admin.v1.ReleaseRunFromWindowsResponse
+	(*timestamppb.Timestamp)(nil),          // 63: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 64: google.protobuf.Duration
+	(*v1.CreateOperationRunRequest)(nil),   // 65: v1.CreateOperationRunRequest
+	(*v1.PowerOnRackRequest)(nil),          // 66: v1.PowerOnRackRequest
+	(*v1.PowerOffRackRequest)(nil),         // 67: v1.PowerOffRackRequest
+	(*v1.PowerResetRackRequest)(nil),       // 68: v1.PowerResetRackRequest
+	(*v1.ACPowerCycleRackRequest)(nil),     // 69: v1.ACPowerCycleRackRequest
+	(*v1.UpgradeFirmwareRequest)(nil),      // 70: v1.UpgradeFirmwareRequest
 }
 var file_flow_admin_v1_admin_proto_depIdxs = []int32{
-	51, // 0: flow.admin.v1.SyncCycle.started_at:type_name -> google.protobuf.Timestamp
-	52, // 1: flow.admin.v1.SyncCycle.duration:type_name -> google.protobuf.Duration
+	63, // 0: flow.admin.v1.SyncCycle.started_at:type_name -> google.protobuf.Timestamp
+	64, // 1: flow.admin.v1.SyncCycle.duration:type_name -> google.protobuf.Duration
 	1,  // 2: flow.admin.v1.SyncCycle.parts:type_name -> flow.admin.v1.SyncPart
 	0,  // 3: flow.admin.v1.RunSyncResponse.cycle:type_name -> flow.admin.v1.SyncCycle
 	0,  // 4: flow.admin.v1.GetSyncStatusResponse.cycle:type_name -> flow.admin.v1.SyncCycle
-	51, // 5: flow.admin.v1.OverrideLeakResponse.detected_at:type_name -> google.protobuf.Timestamp
-	51, // 6: flow.admin.v1.OverrideLeakResponse.overridden_at:type_name -> google.protobuf.Timestamp
-	51, // 7: flow.admin.v1.LeakOccurrence.started_at:type_name -> google.protobuf.Timestamp
-	51, // 8: flow.admin.v1.LeakOccurrence.last_seen_at:type_name -> google.protobuf.Timestamp
+	63, // 5: flow.admin.v1.OverrideLeakResponse.detected_at:type_name -> google.protobuf.Timestamp
+	63, // 6: flow.admin.v1.OverrideLeakResponse.overridden_at:type_name -> google.protobuf.Timestamp
+	63, // 7: flow.admin.v1.LeakOccurrence.started_at:type_name -> google.protobuf.Timestamp
+	63, // 8: flow.admin.v1.LeakOccurrence.last_seen_at:type_name -> google.protobuf.Timestamp
 	9,  // 9: flow.admin.v1.ListLeakOccurrencesResponse.occurrences:type_name -> flow.admin.v1.LeakOccurrence
-	51, // 10: flow.admin.v1.DeletedRack.deleted_at:type_name -> google.protobuf.Timestamp
+	63, // 10: flow.admin.v1.DeletedRack.deleted_at:type_name -> google.protobuf.Timestamp
 	12, // 11: flow.admin.v1.FindDeletedRacksResponse.racks:type_name -> flow.admin.v1.DeletedRack
-	51, // 12: flow.admin.v1.BaselineRevision.created_at:type_name -> google.protobuf.Timestamp
+	63, // 12: flow.admin.v1.BaselineRevision.created_at:type_name -> google.protobuf.Timestamp
 	14, // 13: flow.admin.v1.Baseline.entries:type_name -> flow.admin.v1.BaselineEntry
-	51, // 14: flow.admin.v1.Baseline.created_at:type_name -> google.protobuf.Timestamp
-	51, // 15: flow.admin.v1.Baseline.activated_at:type_name -> google.protobuf.Timestamp
+	63, // 14: flow.admin.v1.Baseline.created_at:type_name -> google.protobuf.Timestamp
+	63, // 15: flow.admin.v1.Baseline.activated_at:type_name -> google.protobuf.Timestamp
 	15, // 16: flow.admin.v1.Baseline.history:type_name -> flow.admin.v1.BaselineRevision
 	14, // 17: flow.admin.v1.CreateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
 	14, // 18: flow.admin.v1.UpdateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
 	16, // 19: flow.admin.v1.BaselineResponse.baseline:type_name -> flow.admin.v1.Baseline
 	16, // 20: flow.admin.v1.ListBaselinesResponse.baselines:type_name -> flow.admin.v1.Baseline
 	26, // 21: flow.admin.v1.DeviceCompliance.differences:type_name -> flow.admin.v1.SubComponentCompliance
-	51, // 22: flow.admin.v1.DeviceCompliance.seen_at:type_name -> google.protobuf.Timestamp
+	63, // 22: flow.admin.v1.DeviceCompliance.seen_at:type_name -> google.protobuf.Timestamp
 	28, // 23: flow.admin.v1.ComplianceGroup.counts:type_name -> flow.admin.v1.ComplianceCounts
 	27, // 24: flow.admin.v1.GetComplianceResponse.devices:type_name -> flow.admin.v1.DeviceCompliance
 	28, // 25: flow.admin.v1.GetComplianceResponse.site:type_name -> flow.admin.v1.ComplianceCounts
 	29, // 26: flow.admin.v1.GetComplianceResponse.groups:type_name -> flow.admin.v1.ComplianceGroup
-	51, // 27: flow.admin.v1.GetComplianceResponse.computed_at:type_name -> google.protobuf.Timestamp
+	63, // 27: flow.admin.v1.GetComplianceResponse.computed_at:type_name -> google.protobuf.Timestamp
 	32, // 28: flow.admin.v1.ApplyBaselineResponse.waves:type_name -> flow.admin.v1.ApplyWave
-	51, // 29: flow.admin.v1.GetInstalledFirmwareResponse.seen_at:type_name -> google.protobuf.Timestamp
-	51, // 30: flow.admin.v1.GetInstalledFirmwareResponse.changed_at:type_name -> google.protobuf.Timestamp
+	63, // 29: flow.admin.v1.GetInstalledFirmwareResponse.seen_at:type_name -> google.protobuf.Timestamp
+	63, // 30: flow.admin.v1.GetInstalledFirmwareResponse.changed_at:type_name -> google.protobuf.Timestamp
 	35, // 31: flow.admin.v1.GetInstalledFirmwareResponse.components:type_name -> flow.admin.v1.InstalledSubComponent
 	37, // 32: flow.admin.v1.PlannedPhase.racks:type_name -> flow.admin.v1.PlannedRack
-	53, // 33: flow.admin.v1.PreviewOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
+	65, // 33: flow.admin.v1.PreviewOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
 	38, // 34: flow.admin.v1.PreviewOperationRunResponse.phases:type_name -> flow.admin.v1.PlannedPhase
-	54, // 35: flow.admin.v1.PreviewSubmissionRequest.power_on:type_name -> v1.PowerOnRackRequest
-	55, // 36: flow.admin.v1.PreviewSubmissionRequest.power_off:type_name -> v1.PowerOffRackRequest
-	56, // 37: flow.admin.v1.PreviewSubmissionRequest.power_reset:type_name -> v1.PowerResetRackRequest
-	57, // 38: flow.admin.v1.PreviewSubmissionRequest.ac_power_cycle:type_name -> v1.ACPowerCycleRackRequest
-	58, // 39: flow.admin.v1.PreviewSubmissionRequest.upgrade_firmware:type_name -> v1.UpgradeFirmwareRequest
+	66, // 35: flow.admin.v1.PreviewSubmissionRequest.power_on:type_name -> v1.PowerOnRackRequest
+	67, // 36: flow.admin.v1.PreviewSubmissionRequest.power_off:type_name -> v1.PowerOffRackRequest
+	68, // 37: flow.admin.v1.PreviewSubmissionRequest.power_reset:type_name -> v1.PowerResetRackRequest
+	69, // 38: flow.admin.v1.PreviewSubmissionRequest.ac_power_cycle:type_name -> v1.ACPowerCycleRackRequest
+	70, // 39: flow.admin.v1.PreviewSubmissionRequest.upgrade_firmware:type_name -> v1.UpgradeFirmwareRequest
 	37, // 40: flow.admin.v1.PreviewSubmissionResponse.racks:type_name -> flow.admin.v1.PlannedRack
-	53, // 41: flow.admin.v1.CreateOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
-	51, // 42: flow.admin.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
-	51, // 43: flow.admin.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
-	51, // 44: flow.admin.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	65, // 41: flow.admin.v1.CreateOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
+	63, // 42: flow.admin.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
+	63, // 43: flow.admin.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
+	63, // 44: flow.admin.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
 	38, // 45: flow.admin.v1.Approval.phases:type_name -> flow.admin.v1.PlannedPhase
 	45, // 46: flow.admin.v1.ListApprovalsResponse.approvals:type_name -> flow.admin.v1.Approval
-	2,  // 47: flow.admin.v1.AdminService.RunSync:input_type -> flow.admin.v1.RunSyncRequest
-	4,  // 48: flow.admin.v1.AdminService.GetSyncStatus:input_type -> flow.admin.v1.GetSyncStatusRequest
-	6,  // 49: flow.admin.v1.AdminService.OverrideLeak:input_type -> flow.admin.v1.OverrideLeakRequest
-	8,  // 50: flow.admin.v1.AdminService.ListLeakOccurrences:input_type -> flow.admin.v1.ListLeakOccurrencesRequest
-	17, // 51: flow.admin.v1.AdminService.CreateBaseline:input_type -> flow.admin.v1.CreateBaselineRequest
-	18, // 52: flow.admin.v1.AdminService.UpdateBaseline:input_type -> flow.admin.v1.UpdateBaselineRequest
-	19, // 53: flow.admin.v1.AdminService.GetBaseline:input_type -> flow.admin.v1.GetBaselineRequest
-	21, // 54: flow.admin.v1.AdminService.ListBaselines:input_type -> flow.admin.v1.ListBaselinesRequest
-	23, // 55: flow.admin.v1.AdminService.ActivateBaseline:input_type -> flow.admin.v1.ActivateBaselineRequest
-	24, // 56: flow.admin.v1.AdminService.ImportBaseline:input_type -> flow.admin.v1.ImportBaselineRequest
-	25, // 57: flow.admin.v1.AdminService.GetCompliance:input_type -> flow.admin.v1.GetComplianceRequest
-	31, // 58: flow.admin.v1.AdminService.ApplyBaseline:input_type -> flow.admin.v1.ApplyBaselineRequest
-	34, // 59: flow.admin.v1.AdminService.GetInstalledFirmware:input_type -> flow.admin.v1.GetInstalledFirmwareRequest
-	39, // 60: flow.admin.v1.AdminService.PreviewOperationRun:input_type -> flow.admin.v1.PreviewOperationRunRequest
-	41, // 61: flow.admin.v1.AdminService.PreviewSubmission:input_type -> flow.admin.v1.PreviewSubmissionRequest
-	43, // 62: flow.admin.v1.AdminService.CreateOperationRun:input_type -> flow.admin.v1.CreateOperationRunRequest
-	46, // 63: flow.admin.v1.AdminService.ListApprovals:input_type -> flow.admin.v1.ListApprovalsRequest
-	48, // 64: flow.admin.v1.AdminService.GetApproval:input_type -> flow.admin.v1.GetApprovalRequest
-	49, // 65: flow.admin.v1.AdminService.Approve:input_type -> flow.admin.v1.ApproveRequest
-	50, // 66: flow.admin.v1.AdminService.Reject:input_type -> flow.admin.v1.RejectRequest
-	11, // 67: flow.admin.v1.AdminService.FindDeletedRacks:input_type -> flow.admin.v1.FindDeletedRacksRequest
-	3,  // 68: flow.admin.v1.AdminService.RunSync:output_type -> flow.admin.v1.RunSyncResponse
-	5,  // 69: flow.admin.v1.AdminService.GetSyncStatus:output_type -> flow.admin.v1.GetSyncStatusResponse
-	7,  // 70: flow.admin.v1.AdminService.OverrideLeak:output_type -> flow.admin.v1.OverrideLeakResponse
-	10, // 71: flow.admin.v1.AdminService.ListLeakOccurrences:output_type -> flow.admin.v1.ListLeakOccurrencesResponse
-	20, // 72: flow.admin.v1.AdminService.CreateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	20, // 73: flow.admin.v1.AdminService.UpdateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	20, // 74: flow.admin.v1.AdminService.GetBaseline:output_type -> flow.admin.v1.BaselineResponse
-	22, // 75: flow.admin.v1.AdminService.ListBaselines:output_type -> flow.admin.v1.ListBaselinesResponse
-	20, // 76: flow.admin.v1.AdminService.ActivateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	20, // 77: flow.admin.v1.AdminService.ImportBaseline:output_type -> flow.admin.v1.BaselineResponse
-	30, // 78: flow.admin.v1.AdminService.GetCompliance:output_type -> flow.admin.v1.GetComplianceResponse
-	33, // 79: flow.admin.v1.AdminService.ApplyBaseline:output_type -> flow.admin.v1.ApplyBaselineResponse
-	36, // 80: flow.admin.v1.AdminService.GetInstalledFirmware:output_type -> flow.admin.v1.GetInstalledFirmwareResponse
-	40, // 81: flow.admin.v1.AdminService.PreviewOperationRun:output_type -> flow.admin.v1.PreviewOperationRunResponse
-	42, // 82: flow.admin.v1.AdminService.PreviewSubmission:output_type -> flow.admin.v1.PreviewSubmissionResponse
-	44, // 83: flow.admin.v1.AdminService.CreateOperationRun:output_type -> flow.admin.v1.CreateOperationRunResponse
-	47, // 84: flow.admin.v1.AdminService.ListApprovals:output_type -> flow.admin.v1.ListApprovalsResponse
-	45, // 85: flow.admin.v1.AdminService.GetApproval:output_type -> flow.admin.v1.Approval
-	45, // 86: flow.admin.v1.AdminService.Approve:output_type -> flow.admin.v1.Approval
-	45, // 87: flow.admin.v1.AdminService.Reject:output_type -> flow.admin.v1.Approval
-	13, // 88: flow.admin.v1.AdminService.FindDeletedRacks:output_type -> flow.admin.v1.FindDeletedRacksResponse
-	68, // [68:89] is the sub-list for method output_type
-	47, // [47:68] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	64, // 47: flow.admin.v1.Window.duration:type_name -> google.protobuf.Duration
+	63, // 48: flow.admin.v1.Window.starts_at:type_name -> google.protobuf.Timestamp
+	63, // 49: flow.admin.v1.Window.ends_at:type_name -> google.protobuf.Timestamp
+	51, // 50: flow.admin.v1.Window.scope:type_name -> flow.admin.v1.WindowScope
+	63, // 51: flow.admin.v1.Window.created_at:type_name -> google.protobuf.Timestamp
+	63, // 52: flow.admin.v1.Window.next_change:type_name -> google.protobuf.Timestamp
+	64, // 53: flow.admin.v1.CreateWindowRequest.duration:type_name -> google.protobuf.Duration
+	63, // 54: flow.admin.v1.CreateWindowRequest.starts_at:type_name -> google.protobuf.Timestamp
+	63, // 55: flow.admin.v1.CreateWindowRequest.ends_at:type_name -> google.protobuf.Timestamp
+	51, // 56: flow.admin.v1.CreateWindowRequest.scope:type_name -> flow.admin.v1.WindowScope
+	52, // 57: flow.admin.v1.WindowResponse.window:type_name -> flow.admin.v1.Window
+	52, // 58: flow.admin.v1.ListWindowsResponse.windows:type_name -> flow.admin.v1.Window
+	2,  // 59: flow.admin.v1.AdminService.RunSync:input_type -> flow.admin.v1.RunSyncRequest
+	4,  // 60: flow.admin.v1.AdminService.GetSyncStatus:input_type -> flow.admin.v1.GetSyncStatusRequest
+	6,  // 61: flow.admin.v1.AdminService.OverrideLeak:input_type -> flow.admin.v1.OverrideLeakRequest
+	8,  // 62: flow.admin.v1.AdminService.ListLeakOccurrences:input_type -> flow.admin.v1.ListLeakOccurrencesRequest
+	17, // 63: flow.admin.v1.AdminService.CreateBaseline:input_type -> flow.admin.v1.CreateBaselineRequest
+	18, // 64: flow.admin.v1.AdminService.UpdateBaseline:input_type -> flow.admin.v1.UpdateBaselineRequest
+	19, // 65: flow.admin.v1.AdminService.GetBaseline:input_type -> flow.admin.v1.GetBaselineRequest
+	21, // 66: flow.admin.v1.AdminService.ListBaselines:input_type -> flow.admin.v1.ListBaselinesRequest
+	23, // 67: flow.admin.v1.AdminService.ActivateBaseline:input_type -> flow.admin.v1.ActivateBaselineRequest
+	24, // 68: flow.admin.v1.AdminService.ImportBaseline:input_type -> flow.admin.v1.ImportBaselineRequest
+	25, // 69: flow.admin.v1.AdminService.GetCompliance:input_type -> flow.admin.v1.GetComplianceRequest
+	31, // 70: flow.admin.v1.AdminService.ApplyBaseline:input_type -> flow.admin.v1.ApplyBaselineRequest
+	34, // 71: flow.admin.v1.AdminService.GetInstalledFirmware:input_type -> flow.admin.v1.GetInstalledFirmwareRequest
+	39, // 72: flow.admin.v1.AdminService.PreviewOperationRun:input_type -> flow.admin.v1.PreviewOperationRunRequest
+	41, // 73: flow.admin.v1.AdminService.PreviewSubmission:input_type -> flow.admin.v1.PreviewSubmissionRequest
+	43, // 74: flow.admin.v1.AdminService.CreateOperationRun:input_type -> flow.admin.v1.CreateOperationRunRequest
+	46, // 75: flow.admin.v1.AdminService.ListApprovals:input_type -> flow.admin.v1.ListApprovalsRequest
+	48, // 76: flow.admin.v1.AdminService.GetApproval:input_type -> flow.admin.v1.GetApprovalRequest
+	49, // 77: flow.admin.v1.AdminService.Approve:input_type -> flow.admin.v1.ApproveRequest
+	50, // 78: flow.admin.v1.AdminService.Reject:input_type -> flow.admin.v1.RejectRequest
+	53, // 79: flow.admin.v1.AdminService.CreateWindow:input_type -> flow.admin.v1.CreateWindowRequest
+	55, // 80: flow.admin.v1.AdminService.ListWindows:input_type -> flow.admin.v1.ListWindowsRequest
+	57, // 81: flow.admin.v1.AdminService.GetWindow:input_type -> flow.admin.v1.GetWindowRequest
+	58, // 82: flow.admin.v1.AdminService.DeleteWindow:input_type -> flow.admin.v1.DeleteWindowRequest
+	59, // 83: flow.admin.v1.AdminService.ReleaseTaskFromWindows:input_type -> flow.admin.v1.ReleaseTaskFromWindowsRequest
+	61, // 84: flow.admin.v1.AdminService.ReleaseRunFromWindows:input_type -> flow.admin.v1.ReleaseRunFromWindowsRequest
+	11, // 85: flow.admin.v1.AdminService.FindDeletedRacks:input_type -> flow.admin.v1.FindDeletedRacksRequest
+	3,  // 86: flow.admin.v1.AdminService.RunSync:output_type -> flow.admin.v1.RunSyncResponse
+	5,  // 87: flow.admin.v1.AdminService.GetSyncStatus:output_type -> flow.admin.v1.GetSyncStatusResponse
+	7,  // 88: flow.admin.v1.AdminService.OverrideLeak:output_type -> flow.admin.v1.OverrideLeakResponse
+	10, // 89: flow.admin.v1.AdminService.ListLeakOccurrences:output_type -> flow.admin.v1.ListLeakOccurrencesResponse
+	20, // 90: flow.admin.v1.AdminService.CreateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	20, // 91: flow.admin.v1.AdminService.UpdateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	20, // 92: flow.admin.v1.AdminService.GetBaseline:output_type -> flow.admin.v1.BaselineResponse
+	22, // 93: flow.admin.v1.AdminService.ListBaselines:output_type -> flow.admin.v1.ListBaselinesResponse
+	20, // 94: flow.admin.v1.AdminService.ActivateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	20, // 95: flow.admin.v1.AdminService.ImportBaseline:output_type -> flow.admin.v1.BaselineResponse
+	30, // 96: flow.admin.v1.AdminService.GetCompliance:output_type -> flow.admin.v1.GetComplianceResponse
+	33, // 97: flow.admin.v1.AdminService.ApplyBaseline:output_type -> flow.admin.v1.ApplyBaselineResponse
+	36, // 98: flow.admin.v1.AdminService.GetInstalledFirmware:output_type -> flow.admin.v1.GetInstalledFirmwareResponse
+	40, // 99: flow.admin.v1.AdminService.PreviewOperationRun:output_type -> flow.admin.v1.PreviewOperationRunResponse
+	42, // 100: flow.admin.v1.AdminService.PreviewSubmission:output_type -> flow.admin.v1.PreviewSubmissionResponse
+	44, // 101: flow.admin.v1.AdminService.CreateOperationRun:output_type -> flow.admin.v1.CreateOperationRunResponse
+	47, // 102: flow.admin.v1.AdminService.ListApprovals:output_type -> flow.admin.v1.ListApprovalsResponse
+	45, // 103: flow.admin.v1.AdminService.GetApproval:output_type -> flow.admin.v1.Approval
+	45, // 104: flow.admin.v1.AdminService.Approve:output_type -> flow.admin.v1.Approval
+	45, // 105: flow.admin.v1.AdminService.Reject:output_type -> flow.admin.v1.Approval
+	54, // 106: flow.admin.v1.AdminService.CreateWindow:output_type -> flow.admin.v1.WindowResponse
+	56, // 107: flow.admin.v1.AdminService.ListWindows:output_type -> flow.admin.v1.ListWindowsResponse
+	54, // 108: flow.admin.v1.AdminService.GetWindow:output_type -> flow.admin.v1.WindowResponse
+	54, // 109: flow.admin.v1.AdminService.DeleteWindow:output_type -> flow.admin.v1.WindowResponse
+	60, // 110: flow.admin.v1.AdminService.ReleaseTaskFromWindows:output_type -> flow.admin.v1.ReleaseTaskFromWindowsResponse
+	62, // 111: flow.admin.v1.AdminService.ReleaseRunFromWindows:output_type -> flow.admin.v1.ReleaseRunFromWindowsResponse
+	13, // 112: flow.admin.v1.AdminService.FindDeletedRacks:output_type -> flow.admin.v1.FindDeletedRacksResponse
+	86, // [86:113] is the sub-list for method output_type
+	59, // [59:86] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_flow_admin_v1_admin_proto_init() }
@@ -4265,7 +5163,7 @@ func file_flow_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flow_admin_v1_admin_proto_rawDesc), len(file_flow_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -97,6 +97,23 @@ const (
 	AdminServiceApproveProcedure = "/flow.admin.v1.AdminService/Approve"
 	// AdminServiceRejectProcedure is the fully-qualified name of the AdminService's Reject RPC.
 	AdminServiceRejectProcedure = "/flow.admin.v1.AdminService/Reject"
+	// AdminServiceCreateWindowProcedure is the fully-qualified name of the AdminService's CreateWindow
+	// RPC.
+	AdminServiceCreateWindowProcedure = "/flow.admin.v1.AdminService/CreateWindow"
+	// AdminServiceListWindowsProcedure is the fully-qualified name of the AdminService's ListWindows
+	// RPC.
+	AdminServiceListWindowsProcedure = "/flow.admin.v1.AdminService/ListWindows"
+	// AdminServiceGetWindowProcedure is the fully-qualified name of the AdminService's GetWindow RPC.
+	AdminServiceGetWindowProcedure = "/flow.admin.v1.AdminService/GetWindow"
+	// AdminServiceDeleteWindowProcedure is the fully-qualified name of the AdminService's DeleteWindow
+	// RPC.
+	AdminServiceDeleteWindowProcedure = "/flow.admin.v1.AdminService/DeleteWindow"
+	// AdminServiceReleaseTaskFromWindowsProcedure is the fully-qualified name of the AdminService's
+	// ReleaseTaskFromWindows RPC.
+	AdminServiceReleaseTaskFromWindowsProcedure = "/flow.admin.v1.AdminService/ReleaseTaskFromWindows"
+	// AdminServiceReleaseRunFromWindowsProcedure is the fully-qualified name of the AdminService's
+	// ReleaseRunFromWindows RPC.
+	AdminServiceReleaseRunFromWindowsProcedure = "/flow.admin.v1.AdminService/ReleaseRunFromWindows"
 	// AdminServiceFindDeletedRacksProcedure is the fully-qualified name of the AdminService's
 	// FindDeletedRacks RPC.
 	AdminServiceFindDeletedRacksProcedure = "/flow.admin.v1.AdminService/FindDeletedRacks"
@@ -186,6 +203,36 @@ type AdminServiceClient interface {
 	// Reject rejects a pending request with a reason; its run is cancelled
 	// (its tasks terminated). The requester may withdraw their own.
 	Reject(context.Context, *v1.RejectRequest) (*v1.Approval, error)
+	// CreateWindow creates a maintenance window or a freeze (kind "window"
+	// or "freeze"; a freeze wins over windows): a recurrence (cron in an IANA
+	// time zone, plus a duration) or a one-off interval, over a scope (the
+	// site, halls, rows, NVLink domains, racks: racks and domains by name or
+	// ID, stored as IDs). InvalidArgument naming the field, with nothing
+	// written, for a malformed cron, an unknown time zone, a duration that is
+	// not positive, an interval that ends before it starts, a scope naming
+	// nothing or an unknown rack or domain; AlreadyExists when the kind has
+	// the name.
+	CreateWindow(context.Context, *v1.CreateWindowRequest) (*v1.WindowResponse, error)
+	// ListWindows lists the windows and freezes (one kind, or both), with
+	// whether each is open now and when it next opens or closes.
+	ListWindows(context.Context, *v1.ListWindowsRequest) (*v1.ListWindowsResponse, error)
+	// GetWindow returns one window or freeze by ID or name. NotFound.
+	GetWindow(context.Context, *v1.GetWindowRequest) (*v1.WindowResponse, error)
+	// DeleteWindow deletes one window or freeze by ID or name and returns
+	// it; held tasks are looked at again by the next sweep. NotFound.
+	DeleteWindow(context.Context, *v1.DeleteWindowRequest) (*v1.WindowResponse, error)
+	// ReleaseTaskFromWindows lets one waiting task start now whatever the
+	// windows and freezes (a conflict on its rack still holds it): an
+	// admin's override with a reason, recorded in the task's message and
+	// audited. NotFound; FailedPrecondition when the task is not waiting;
+	// InvalidArgument without a reason.
+	ReleaseTaskFromWindows(context.Context, *v1.ReleaseTaskFromWindowsRequest) (*v1.ReleaseTaskFromWindowsResponse, error)
+	// ReleaseRunFromWindows lets one operation run claim its targets
+	// whatever the windows and freezes from now on (its child tasks are not
+	// held either), and advances it now: an admin's override with a reason,
+	// recorded in the run's message and audited. NotFound; InvalidArgument
+	// without a reason.
+	ReleaseRunFromWindows(context.Context, *v1.ReleaseRunFromWindowsRequest) (*v1.ReleaseRunFromWindowsResponse, error)
 	// FindDeletedRacks lists the soft-deleted racks named name (an exact
 	// match), the racks PurgeRack still takes, newest deletion first and at
 	// most 100: v1.Flow's reads leave deleted racks out, so this is how
@@ -325,6 +372,42 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("Reject")),
 			connect.WithClientOptions(opts...),
 		),
+		createWindow: connect.NewClient[v1.CreateWindowRequest, v1.WindowResponse](
+			httpClient,
+			baseURL+AdminServiceCreateWindowProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("CreateWindow")),
+			connect.WithClientOptions(opts...),
+		),
+		listWindows: connect.NewClient[v1.ListWindowsRequest, v1.ListWindowsResponse](
+			httpClient,
+			baseURL+AdminServiceListWindowsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListWindows")),
+			connect.WithClientOptions(opts...),
+		),
+		getWindow: connect.NewClient[v1.GetWindowRequest, v1.WindowResponse](
+			httpClient,
+			baseURL+AdminServiceGetWindowProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetWindow")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteWindow: connect.NewClient[v1.DeleteWindowRequest, v1.WindowResponse](
+			httpClient,
+			baseURL+AdminServiceDeleteWindowProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("DeleteWindow")),
+			connect.WithClientOptions(opts...),
+		),
+		releaseTaskFromWindows: connect.NewClient[v1.ReleaseTaskFromWindowsRequest, v1.ReleaseTaskFromWindowsResponse](
+			httpClient,
+			baseURL+AdminServiceReleaseTaskFromWindowsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ReleaseTaskFromWindows")),
+			connect.WithClientOptions(opts...),
+		),
+		releaseRunFromWindows: connect.NewClient[v1.ReleaseRunFromWindowsRequest, v1.ReleaseRunFromWindowsResponse](
+			httpClient,
+			baseURL+AdminServiceReleaseRunFromWindowsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ReleaseRunFromWindows")),
+			connect.WithClientOptions(opts...),
+		),
 		findDeletedRacks: connect.NewClient[v1.FindDeletedRacksRequest, v1.FindDeletedRacksResponse](
 			httpClient,
 			baseURL+AdminServiceFindDeletedRacksProcedure,
@@ -336,27 +419,33 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 
 // adminServiceClient implements AdminServiceClient.
 type adminServiceClient struct {
-	runSync              *connect.Client[v1.RunSyncRequest, v1.RunSyncResponse]
-	getSyncStatus        *connect.Client[v1.GetSyncStatusRequest, v1.GetSyncStatusResponse]
-	overrideLeak         *connect.Client[v1.OverrideLeakRequest, v1.OverrideLeakResponse]
-	listLeakOccurrences  *connect.Client[v1.ListLeakOccurrencesRequest, v1.ListLeakOccurrencesResponse]
-	createBaseline       *connect.Client[v1.CreateBaselineRequest, v1.BaselineResponse]
-	updateBaseline       *connect.Client[v1.UpdateBaselineRequest, v1.BaselineResponse]
-	getBaseline          *connect.Client[v1.GetBaselineRequest, v1.BaselineResponse]
-	listBaselines        *connect.Client[v1.ListBaselinesRequest, v1.ListBaselinesResponse]
-	activateBaseline     *connect.Client[v1.ActivateBaselineRequest, v1.BaselineResponse]
-	importBaseline       *connect.Client[v1.ImportBaselineRequest, v1.BaselineResponse]
-	getCompliance        *connect.Client[v1.GetComplianceRequest, v1.GetComplianceResponse]
-	applyBaseline        *connect.Client[v1.ApplyBaselineRequest, v1.ApplyBaselineResponse]
-	getInstalledFirmware *connect.Client[v1.GetInstalledFirmwareRequest, v1.GetInstalledFirmwareResponse]
-	previewOperationRun  *connect.Client[v1.PreviewOperationRunRequest, v1.PreviewOperationRunResponse]
-	previewSubmission    *connect.Client[v1.PreviewSubmissionRequest, v1.PreviewSubmissionResponse]
-	createOperationRun   *connect.Client[v1.CreateOperationRunRequest, v1.CreateOperationRunResponse]
-	listApprovals        *connect.Client[v1.ListApprovalsRequest, v1.ListApprovalsResponse]
-	getApproval          *connect.Client[v1.GetApprovalRequest, v1.Approval]
-	approve              *connect.Client[v1.ApproveRequest, v1.Approval]
-	reject               *connect.Client[v1.RejectRequest, v1.Approval]
-	findDeletedRacks     *connect.Client[v1.FindDeletedRacksRequest, v1.FindDeletedRacksResponse]
+	runSync                *connect.Client[v1.RunSyncRequest, v1.RunSyncResponse]
+	getSyncStatus          *connect.Client[v1.GetSyncStatusRequest, v1.GetSyncStatusResponse]
+	overrideLeak           *connect.Client[v1.OverrideLeakRequest, v1.OverrideLeakResponse]
+	listLeakOccurrences    *connect.Client[v1.ListLeakOccurrencesRequest, v1.ListLeakOccurrencesResponse]
+	createBaseline         *connect.Client[v1.CreateBaselineRequest, v1.BaselineResponse]
+	updateBaseline         *connect.Client[v1.UpdateBaselineRequest, v1.BaselineResponse]
+	getBaseline            *connect.Client[v1.GetBaselineRequest, v1.BaselineResponse]
+	listBaselines          *connect.Client[v1.ListBaselinesRequest, v1.ListBaselinesResponse]
+	activateBaseline       *connect.Client[v1.ActivateBaselineRequest, v1.BaselineResponse]
+	importBaseline         *connect.Client[v1.ImportBaselineRequest, v1.BaselineResponse]
+	getCompliance          *connect.Client[v1.GetComplianceRequest, v1.GetComplianceResponse]
+	applyBaseline          *connect.Client[v1.ApplyBaselineRequest, v1.ApplyBaselineResponse]
+	getInstalledFirmware   *connect.Client[v1.GetInstalledFirmwareRequest, v1.GetInstalledFirmwareResponse]
+	previewOperationRun    *connect.Client[v1.PreviewOperationRunRequest, v1.PreviewOperationRunResponse]
+	previewSubmission      *connect.Client[v1.PreviewSubmissionRequest, v1.PreviewSubmissionResponse]
+	createOperationRun     *connect.Client[v1.CreateOperationRunRequest, v1.CreateOperationRunResponse]
+	listApprovals          *connect.Client[v1.ListApprovalsRequest, v1.ListApprovalsResponse]
+	getApproval            *connect.Client[v1.GetApprovalRequest, v1.Approval]
+	approve                *connect.Client[v1.ApproveRequest, v1.Approval]
+	reject                 *connect.Client[v1.RejectRequest, v1.Approval]
+	createWindow           *connect.Client[v1.CreateWindowRequest, v1.WindowResponse]
+	listWindows            *connect.Client[v1.ListWindowsRequest, v1.ListWindowsResponse]
+	getWindow              *connect.Client[v1.GetWindowRequest, v1.WindowResponse]
+	deleteWindow           *connect.Client[v1.DeleteWindowRequest, v1.WindowResponse]
+	releaseTaskFromWindows *connect.Client[v1.ReleaseTaskFromWindowsRequest, v1.ReleaseTaskFromWindowsResponse]
+	releaseRunFromWindows  *connect.Client[v1.ReleaseRunFromWindowsRequest, v1.ReleaseRunFromWindowsResponse]
+	findDeletedRacks       *connect.Client[v1.FindDeletedRacksRequest, v1.FindDeletedRacksResponse]
 }
 
 // RunSync calls flow.admin.v1.AdminService.RunSync.
@@ -539,6 +628,60 @@ func (c *adminServiceClient) Reject(ctx context.Context, req *v1.RejectRequest) 
 	return nil, err
 }
 
+// CreateWindow calls flow.admin.v1.AdminService.CreateWindow.
+func (c *adminServiceClient) CreateWindow(ctx context.Context, req *v1.CreateWindowRequest) (*v1.WindowResponse, error) {
+	response, err := c.createWindow.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ListWindows calls flow.admin.v1.AdminService.ListWindows.
+func (c *adminServiceClient) ListWindows(ctx context.Context, req *v1.ListWindowsRequest) (*v1.ListWindowsResponse, error) {
+	response, err := c.listWindows.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// GetWindow calls flow.admin.v1.AdminService.GetWindow.
+func (c *adminServiceClient) GetWindow(ctx context.Context, req *v1.GetWindowRequest) (*v1.WindowResponse, error) {
+	response, err := c.getWindow.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// DeleteWindow calls flow.admin.v1.AdminService.DeleteWindow.
+func (c *adminServiceClient) DeleteWindow(ctx context.Context, req *v1.DeleteWindowRequest) (*v1.WindowResponse, error) {
+	response, err := c.deleteWindow.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ReleaseTaskFromWindows calls flow.admin.v1.AdminService.ReleaseTaskFromWindows.
+func (c *adminServiceClient) ReleaseTaskFromWindows(ctx context.Context, req *v1.ReleaseTaskFromWindowsRequest) (*v1.ReleaseTaskFromWindowsResponse, error) {
+	response, err := c.releaseTaskFromWindows.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ReleaseRunFromWindows calls flow.admin.v1.AdminService.ReleaseRunFromWindows.
+func (c *adminServiceClient) ReleaseRunFromWindows(ctx context.Context, req *v1.ReleaseRunFromWindowsRequest) (*v1.ReleaseRunFromWindowsResponse, error) {
+	response, err := c.releaseRunFromWindows.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // FindDeletedRacks calls flow.admin.v1.AdminService.FindDeletedRacks.
 func (c *adminServiceClient) FindDeletedRacks(ctx context.Context, req *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error) {
 	response, err := c.findDeletedRacks.CallUnary(ctx, connect.NewRequest(req))
@@ -632,6 +775,36 @@ type AdminServiceHandler interface {
 	// Reject rejects a pending request with a reason; its run is cancelled
 	// (its tasks terminated). The requester may withdraw their own.
 	Reject(context.Context, *v1.RejectRequest) (*v1.Approval, error)
+	// CreateWindow creates a maintenance window or a freeze (kind "window"
+	// or "freeze"; a freeze wins over windows): a recurrence (cron in an IANA
+	// time zone, plus a duration) or a one-off interval, over a scope (the
+	// site, halls, rows, NVLink domains, racks: racks and domains by name or
+	// ID, stored as IDs). InvalidArgument naming the field, with nothing
+	// written, for a malformed cron, an unknown time zone, a duration that is
+	// not positive, an interval that ends before it starts, a scope naming
+	// nothing or an unknown rack or domain; AlreadyExists when the kind has
+	// the name.
+	CreateWindow(context.Context, *v1.CreateWindowRequest) (*v1.WindowResponse, error)
+	// ListWindows lists the windows and freezes (one kind, or both), with
+	// whether each is open now and when it next opens or closes.
+	ListWindows(context.Context, *v1.ListWindowsRequest) (*v1.ListWindowsResponse, error)
+	// GetWindow returns one window or freeze by ID or name. NotFound.
+	GetWindow(context.Context, *v1.GetWindowRequest) (*v1.WindowResponse, error)
+	// DeleteWindow deletes one window or freeze by ID or name and returns
+	// it; held tasks are looked at again by the next sweep. NotFound.
+	DeleteWindow(context.Context, *v1.DeleteWindowRequest) (*v1.WindowResponse, error)
+	// ReleaseTaskFromWindows lets one waiting task start now whatever the
+	// windows and freezes (a conflict on its rack still holds it): an
+	// admin's override with a reason, recorded in the task's message and
+	// audited. NotFound; FailedPrecondition when the task is not waiting;
+	// InvalidArgument without a reason.
+	ReleaseTaskFromWindows(context.Context, *v1.ReleaseTaskFromWindowsRequest) (*v1.ReleaseTaskFromWindowsResponse, error)
+	// ReleaseRunFromWindows lets one operation run claim its targets
+	// whatever the windows and freezes from now on (its child tasks are not
+	// held either), and advances it now: an admin's override with a reason,
+	// recorded in the run's message and audited. NotFound; InvalidArgument
+	// without a reason.
+	ReleaseRunFromWindows(context.Context, *v1.ReleaseRunFromWindowsRequest) (*v1.ReleaseRunFromWindowsResponse, error)
 	// FindDeletedRacks lists the soft-deleted racks named name (an exact
 	// match), the racks PurgeRack still takes, newest deletion first and at
 	// most 100: v1.Flow's reads leave deleted racks out, so this is how
@@ -767,6 +940,42 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("Reject")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceCreateWindowHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceCreateWindowProcedure,
+		svc.CreateWindow,
+		connect.WithSchema(adminServiceMethods.ByName("CreateWindow")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListWindowsHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceListWindowsProcedure,
+		svc.ListWindows,
+		connect.WithSchema(adminServiceMethods.ByName("ListWindows")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetWindowHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceGetWindowProcedure,
+		svc.GetWindow,
+		connect.WithSchema(adminServiceMethods.ByName("GetWindow")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceDeleteWindowHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceDeleteWindowProcedure,
+		svc.DeleteWindow,
+		connect.WithSchema(adminServiceMethods.ByName("DeleteWindow")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceReleaseTaskFromWindowsHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceReleaseTaskFromWindowsProcedure,
+		svc.ReleaseTaskFromWindows,
+		connect.WithSchema(adminServiceMethods.ByName("ReleaseTaskFromWindows")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceReleaseRunFromWindowsHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceReleaseRunFromWindowsProcedure,
+		svc.ReleaseRunFromWindows,
+		connect.WithSchema(adminServiceMethods.ByName("ReleaseRunFromWindows")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminServiceFindDeletedRacksHandler := connect.NewUnaryHandlerSimple(
 		AdminServiceFindDeletedRacksProcedure,
 		svc.FindDeletedRacks,
@@ -815,6 +1024,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceApproveHandler.ServeHTTP(w, r)
 		case AdminServiceRejectProcedure:
 			adminServiceRejectHandler.ServeHTTP(w, r)
+		case AdminServiceCreateWindowProcedure:
+			adminServiceCreateWindowHandler.ServeHTTP(w, r)
+		case AdminServiceListWindowsProcedure:
+			adminServiceListWindowsHandler.ServeHTTP(w, r)
+		case AdminServiceGetWindowProcedure:
+			adminServiceGetWindowHandler.ServeHTTP(w, r)
+		case AdminServiceDeleteWindowProcedure:
+			adminServiceDeleteWindowHandler.ServeHTTP(w, r)
+		case AdminServiceReleaseTaskFromWindowsProcedure:
+			adminServiceReleaseTaskFromWindowsHandler.ServeHTTP(w, r)
+		case AdminServiceReleaseRunFromWindowsProcedure:
+			adminServiceReleaseRunFromWindowsHandler.ServeHTTP(w, r)
 		case AdminServiceFindDeletedRacksProcedure:
 			adminServiceFindDeletedRacksHandler.ServeHTTP(w, r)
 		default:
@@ -904,6 +1125,30 @@ func (UnimplementedAdminServiceHandler) Approve(context.Context, *v1.ApproveRequ
 
 func (UnimplementedAdminServiceHandler) Reject(context.Context, *v1.RejectRequest) (*v1.Approval, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.Reject is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) CreateWindow(context.Context, *v1.CreateWindowRequest) (*v1.WindowResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.CreateWindow is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListWindows(context.Context, *v1.ListWindowsRequest) (*v1.ListWindowsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ListWindows is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetWindow(context.Context, *v1.GetWindowRequest) (*v1.WindowResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.GetWindow is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) DeleteWindow(context.Context, *v1.DeleteWindowRequest) (*v1.WindowResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.DeleteWindow is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ReleaseTaskFromWindows(context.Context, *v1.ReleaseTaskFromWindowsRequest) (*v1.ReleaseTaskFromWindowsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ReleaseTaskFromWindows is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ReleaseRunFromWindows(context.Context, *v1.ReleaseRunFromWindowsRequest) (*v1.ReleaseRunFromWindowsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ReleaseRunFromWindows is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) FindDeletedRacks(context.Context, *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error) {

@@ -121,6 +121,36 @@ func (c *adminServiceLeanClient) Reject(ctx context.Context, req *v1.RejectReque
 	return lean.Call[*v1.Approval](ctx, c.conn, AdminServiceRejectProcedure, req)
 }
 
+// CreateWindow calls flow.admin.v1.AdminService.CreateWindow.
+func (c *adminServiceLeanClient) CreateWindow(ctx context.Context, req *v1.CreateWindowRequest) (*v1.WindowResponse, error) {
+	return lean.Call[*v1.WindowResponse](ctx, c.conn, AdminServiceCreateWindowProcedure, req)
+}
+
+// ListWindows calls flow.admin.v1.AdminService.ListWindows.
+func (c *adminServiceLeanClient) ListWindows(ctx context.Context, req *v1.ListWindowsRequest) (*v1.ListWindowsResponse, error) {
+	return lean.Call[*v1.ListWindowsResponse](ctx, c.conn, AdminServiceListWindowsProcedure, req)
+}
+
+// GetWindow calls flow.admin.v1.AdminService.GetWindow.
+func (c *adminServiceLeanClient) GetWindow(ctx context.Context, req *v1.GetWindowRequest) (*v1.WindowResponse, error) {
+	return lean.Call[*v1.WindowResponse](ctx, c.conn, AdminServiceGetWindowProcedure, req)
+}
+
+// DeleteWindow calls flow.admin.v1.AdminService.DeleteWindow.
+func (c *adminServiceLeanClient) DeleteWindow(ctx context.Context, req *v1.DeleteWindowRequest) (*v1.WindowResponse, error) {
+	return lean.Call[*v1.WindowResponse](ctx, c.conn, AdminServiceDeleteWindowProcedure, req)
+}
+
+// ReleaseTaskFromWindows calls flow.admin.v1.AdminService.ReleaseTaskFromWindows.
+func (c *adminServiceLeanClient) ReleaseTaskFromWindows(ctx context.Context, req *v1.ReleaseTaskFromWindowsRequest) (*v1.ReleaseTaskFromWindowsResponse, error) {
+	return lean.Call[*v1.ReleaseTaskFromWindowsResponse](ctx, c.conn, AdminServiceReleaseTaskFromWindowsProcedure, req)
+}
+
+// ReleaseRunFromWindows calls flow.admin.v1.AdminService.ReleaseRunFromWindows.
+func (c *adminServiceLeanClient) ReleaseRunFromWindows(ctx context.Context, req *v1.ReleaseRunFromWindowsRequest) (*v1.ReleaseRunFromWindowsResponse, error) {
+	return lean.Call[*v1.ReleaseRunFromWindowsResponse](ctx, c.conn, AdminServiceReleaseRunFromWindowsProcedure, req)
+}
+
 // FindDeletedRacks calls flow.admin.v1.AdminService.FindDeletedRacks.
 func (c *adminServiceLeanClient) FindDeletedRacks(ctx context.Context, req *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error) {
 	return lean.Call[*v1.FindDeletedRacksResponse](ctx, c.conn, AdminServiceFindDeletedRacksProcedure, req)

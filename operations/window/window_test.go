@@ -1,0 +1,96 @@
+package window
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func mustCron(t *testing.T, name, expr, tz string, d time.Duration) Window {
+	t.Helper()
+	s, err := parseCron(expr, tz)
+	require.NoError(t, err)
+	return Window{Name: name, Cron: expr, TimeZone: tz, Duration: d, sched: s}
+}
+
+func oneOff(name string, from, until time.Time) Window {
+	return Window{Name: name, StartsAt: &from, EndsAt: &until}
+}
+
+// TestDecide: when a rack may next start disruptive work, from windows
+// (cron in a time zone, one-off) and freezes.
+func TestDecide(t *testing.T) {
+	t.Parallel()
+	paris, err := time.LoadLocation("Europe/Paris")
+	require.NoError(t, err)
+	// Saturdays 02:00 Paris time for 4h.
+	sat := mustCron(t, "sat", "0 2 * * SAT", "Europe/Paris", 4*time.Hour)
+	fri := time.Date(2026, 12, 4, 12, 0, 0, 0, paris)   // a Friday
+	open := time.Date(2026, 12, 5, 2, 0, 0, 0, paris)   // Saturday 02:00
+	inside := time.Date(2026, 12, 5, 3, 0, 0, 0, paris) // Saturday 03:00
+	xmas := oneOff("xmas", time.Date(2026, 12, 5, 0, 0, 0, 0, paris), time.Date(2026, 12, 6, 0, 0, 0, 0, paris))
+	past := oneOff("past", fri.Add(-48*time.Hour), fri.Add(-24*time.Hour))
+	for _, tt := range []struct {
+		name             string
+		windows, freezes []Window
+		at, want         time.Time
+		reason           string
+	}{
+		{name: "NothingCovers", at: fri, want: fri},
+		{name: "OutsideWaitsForTheNextOpening", windows: []Window{sat}, at: fri, want: open, reason: `outside maintenance window "sat"`},
+		{name: "Inside", windows: []Window{sat}, at: inside, want: inside},
+		{name: "AtTheOpening", windows: []Window{sat}, at: open, want: open},
+		{name: "AtTheCloseIsOutside", windows: []Window{sat}, at: open.Add(4 * time.Hour), want: open.AddDate(0, 0, 7)},
+		{name: "FreezeWinsOverTheWindow", windows: []Window{sat}, freezes: []Window{xmas}, at: inside, want: open.AddDate(0, 0, 7), reason: `in freeze "xmas" until 2026-12-05T23:00:00Z`},
+		{name: "FreezeAloneEndsAtItsEnd", freezes: []Window{xmas}, at: inside, want: *xmas.EndsAt, reason: `in freeze "xmas"`},
+		{name: "RecurringFreeze", freezes: []Window{mustCron(t, "nightly", "0 22 * * *", "UTC", 10*time.Hour)}, at: time.Date(2026, 12, 4, 23, 0, 0, 0, time.UTC),
+			want: time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC), reason: `in freeze "nightly" until 2026-12-05T08:00:00Z`},
+		{name: "PastOneOffRestrictsNothing", windows: []Window{past}, at: fri, want: fri},
+		{name: "OneOffAhead", windows: []Window{oneOff("later", open, open.Add(time.Hour))}, at: fri, want: open, reason: `outside maintenance window "later"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d := decide(tt.windows, tt.freezes, tt.at)
+			require.True(t, d.at.Equal(tt.want), "next %s, want %s", d.at, tt.want)
+			if tt.reason != "" {
+				require.Contains(t, d.reason(), tt.reason)
+			}
+		})
+	}
+}
+
+// TestParseCron: bad input names the field.
+func TestParseCron(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ expr, tz, field string }{
+		{"0 2 * * XYZ", "UTC", "cron"},
+		{"0 2 * *", "UTC", "cron"},
+		{"CRON_TZ=UTC 0 2 * * *", "UTC", "cron"},
+		{"0 2 * * *", "Mars/Olympus", "time_zone"},
+		{"0 2 * * *", "", "time_zone"},
+		{"0 2 * * *", "Local", "time_zone"},
+	} {
+		_, err := parseCron(tt.expr, tt.tz)
+		var fe *FieldError
+		require.ErrorAs(t, err, &fe, tt.expr)
+		require.Equal(t, tt.field, fe.Field, "%s %s", tt.expr, tt.tz)
+	}
+}
+
+// TestParseOperations: FLOW_WINDOW_OPERATIONS.
+func TestParseOperations(t *testing.T) {
+	t.Parallel()
+	ops, err := ParseOperations("")
+	require.NoError(t, err)
+	require.Equal(t, DefaultOperations, ops)
+	require.NotContains(t, ops, "power_on")
+	ops, err = ParseOperations(" cold_reset, firmware_control ,cold_reset")
+	require.NoError(t, err)
+	require.Equal(t, []string{"cold_reset", "firmware_control"}, ops)
+	ops, err = ParseOperations("none")
+	require.NoError(t, err)
+	require.Empty(t, ops)
+	_, err = ParseOperations("power_cycle")
+	require.ErrorContains(t, err, `unknown operation "power_cycle"`)
+}
