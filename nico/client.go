@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	forgepb "github.com/nicoflow/flow/proto/gen/forge"
 	"github.com/nicoflow/flow/proto/gen/forge/forgepbconnect"
@@ -1196,6 +1197,27 @@ func (inv Inventory) InstalledComponents(kind Kind) map[string][]string {
 type DesiredFirmware struct {
 	Vendor, Model string
 	Components    map[string]string
+}
+
+// SetFirmwareUpdateWindow tells Core the time window [start, end) in which
+// it may update the firmware of the machines (compute trays) machineIDs
+// (SetFirmwareUpdateTimeWindow), which Core enforces too.
+func (c *Client) SetFirmwareUpdateWindow(ctx context.Context, machineIDs []string, start, end time.Time) error {
+	const method = "SetFirmwareUpdateTimeWindow"
+	if err := c.ready(method); err != nil {
+		return err
+	}
+	if len(machineIDs) == 0 || !end.After(start) {
+		return &Error{Method: method, Class: ErrRejected, Msg: "want machines and a window that ends after it starts"}
+	}
+	req := &forgepb.SetFirmwareUpdateTimeWindowRequest{StartTimestamp: timestamppb.New(start), EndTimestamp: timestamppb.New(end)}
+	for _, id := range machineIDs {
+		req.MachineIds = append(req.MachineIds, &forgepb.MachineId{Id: id})
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	_, err := c.rpc.SetFirmwareUpdateTimeWindow(cctx, req)
+	return classify(ctx, method, err)
 }
 
 // DesiredFirmware reads the desired versions Core holds

@@ -104,10 +104,13 @@ type Options struct {
 
 // Sim is a simulated NICo Core. It is safe for concurrent use.
 type Sim struct {
-	opts    Options
-	clock   sim.Clock
-	journal sim.Journal
-	faults  *sim.Faults
+	// fwWindows are the machines' firmware update time windows
+	// (SetFirmwareUpdateTimeWindow), by machine ID; under mu.
+	fwWindows map[string]FirmwareWindow
+	opts      Options
+	clock     sim.Clock
+	journal   sim.Journal
+	faults    *sim.Faults
 
 	mu       sync.Mutex
 	devices  []*device      // in seed order

@@ -5956,6 +5956,104 @@ func (*GetDesiredFirmwareVersionsRequest) Descriptor() ([]byte, []int) {
 	return file_forge_forge_proto_rawDescGZIP(), []int{91}
 }
 
+// SetFirmwareUpdateTimeWindowRequest: the window [start_timestamp,
+// end_timestamp) of firmware updates on machine_ids.
+type SetFirmwareUpdateTimeWindowRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	MachineIds     []*MachineId           `protobuf:"bytes,1,rep,name=machine_ids,json=machineIds,proto3" json:"machine_ids,omitempty"`
+	StartTimestamp *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_timestamp,json=startTimestamp,proto3" json:"start_timestamp,omitempty"`
+	EndTimestamp   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_timestamp,json=endTimestamp,proto3" json:"end_timestamp,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SetFirmwareUpdateTimeWindowRequest) Reset() {
+	*x = SetFirmwareUpdateTimeWindowRequest{}
+	mi := &file_forge_forge_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetFirmwareUpdateTimeWindowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetFirmwareUpdateTimeWindowRequest) ProtoMessage() {}
+
+func (x *SetFirmwareUpdateTimeWindowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetFirmwareUpdateTimeWindowRequest.ProtoReflect.Descriptor instead.
+func (*SetFirmwareUpdateTimeWindowRequest) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *SetFirmwareUpdateTimeWindowRequest) GetMachineIds() []*MachineId {
+	if x != nil {
+		return x.MachineIds
+	}
+	return nil
+}
+
+func (x *SetFirmwareUpdateTimeWindowRequest) GetStartTimestamp() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTimestamp
+	}
+	return nil
+}
+
+func (x *SetFirmwareUpdateTimeWindowRequest) GetEndTimestamp() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTimestamp
+	}
+	return nil
+}
+
+type SetFirmwareUpdateTimeWindowResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetFirmwareUpdateTimeWindowResponse) Reset() {
+	*x = SetFirmwareUpdateTimeWindowResponse{}
+	mi := &file_forge_forge_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetFirmwareUpdateTimeWindowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetFirmwareUpdateTimeWindowResponse) ProtoMessage() {}
+
+func (x *SetFirmwareUpdateTimeWindowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_forge_forge_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetFirmwareUpdateTimeWindowResponse.ProtoReflect.Descriptor instead.
+func (*SetFirmwareUpdateTimeWindowResponse) Descriptor() ([]byte, []int) {
+	return file_forge_forge_proto_rawDescGZIP(), []int{93}
+}
+
 type GetDesiredFirmwareVersionsResponse struct {
 	state         protoimpl.MessageState         `protogen:"open.v1"`
 	Entries       []*DesiredFirmwareVersionEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
@@ -5965,7 +6063,7 @@ type GetDesiredFirmwareVersionsResponse struct {
 
 func (x *GetDesiredFirmwareVersionsResponse) Reset() {
 	*x = GetDesiredFirmwareVersionsResponse{}
-	mi := &file_forge_forge_proto_msgTypes[92]
+	mi := &file_forge_forge_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5977,7 +6075,7 @@ func (x *GetDesiredFirmwareVersionsResponse) String() string {
 func (*GetDesiredFirmwareVersionsResponse) ProtoMessage() {}
 
 func (x *GetDesiredFirmwareVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[92]
+	mi := &file_forge_forge_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5990,7 +6088,7 @@ func (x *GetDesiredFirmwareVersionsResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use GetDesiredFirmwareVersionsResponse.ProtoReflect.Descriptor instead.
 func (*GetDesiredFirmwareVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{92}
+	return file_forge_forge_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *GetDesiredFirmwareVersionsResponse) GetEntries() []*DesiredFirmwareVersionEntry {
@@ -6011,7 +6109,7 @@ type DesiredFirmwareVersionEntry struct {
 
 func (x *DesiredFirmwareVersionEntry) Reset() {
 	*x = DesiredFirmwareVersionEntry{}
-	mi := &file_forge_forge_proto_msgTypes[93]
+	mi := &file_forge_forge_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6023,7 +6121,7 @@ func (x *DesiredFirmwareVersionEntry) String() string {
 func (*DesiredFirmwareVersionEntry) ProtoMessage() {}
 
 func (x *DesiredFirmwareVersionEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_forge_forge_proto_msgTypes[93]
+	mi := &file_forge_forge_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6036,7 +6134,7 @@ func (x *DesiredFirmwareVersionEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredFirmwareVersionEntry.ProtoReflect.Descriptor instead.
 func (*DesiredFirmwareVersionEntry) Descriptor() ([]byte, []int) {
-	return file_forge_forge_proto_rawDescGZIP(), []int{93}
+	return file_forge_forge_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *DesiredFirmwareVersionEntry) GetVendor() string {
@@ -6446,7 +6544,13 @@ const file_forge_forge_proto_rawDesc = "" +
 	"\x1bComputeTrayFirmwareVersions\x129\n" +
 	"\tcomponent\x18\x01 \x01(\x0e2\x1b.forge.ComputeTrayComponentR\tcomponent\x12\x1a\n" +
 	"\bversions\x18\x02 \x03(\tR\bversions\"#\n" +
-	"!GetDesiredFirmwareVersionsRequest\"b\n" +
+	"!GetDesiredFirmwareVersionsRequest\"\xdd\x01\n" +
+	"\"SetFirmwareUpdateTimeWindowRequest\x121\n" +
+	"\vmachine_ids\x18\x01 \x03(\v2\x10.forge.MachineIdR\n" +
+	"machineIds\x12C\n" +
+	"\x0fstart_timestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0estartTimestamp\x12?\n" +
+	"\rend_timestamp\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fendTimestamp\"%\n" +
+	"#SetFirmwareUpdateTimeWindowResponse\"b\n" +
 	"\"GetDesiredFirmwareVersionsResponse\x12<\n" +
 	"\aentries\x18\x01 \x03(\v2\".forge.DesiredFirmwareVersionEntryR\aentries\"\xfb\x01\n" +
 	"\x1bDesiredFirmwareVersionEntry\x12\x16\n" +
@@ -6527,7 +6631,7 @@ const file_forge_forge_proto_rawDesc = "" +
 	"PowerState\x12\x12\n" +
 	"\x0ePOWER_STATE_ON\x10\x00\x12\x13\n" +
 	"\x0fPOWER_STATE_OFF\x10\x01\x12&\n" +
-	"\"POWER_STATE_POWER_MANAGER_DISABLED\x10\x022\xc7\x12\n" +
+	"\"POWER_STATE_POWER_MANAGER_DISABLED\x10\x022\xbd\x13\n" +
 	"\x05Forge\x122\n" +
 	"\aVersion\x12\x15.forge.VersionRequest\x1a\x10.forge.BuildInfo\x12B\n" +
 	"\x0eFindMachineIds\x12\x1a.forge.MachineSearchConfig\x1a\x14.forge.MachineIdList\x12D\n" +
@@ -6556,7 +6660,8 @@ const file_forge_forge_proto_rawDesc = "" +
 	"\x17UpdateComponentFirmware\x12%.forge.UpdateComponentFirmwareRequest\x1a&.forge.UpdateComponentFirmwareResponse\x12q\n" +
 	"\x1aGetComponentFirmwareStatus\x12(.forge.GetComponentFirmwareStatusRequest\x1a).forge.GetComponentFirmwareStatusResponse\x12z\n" +
 	"\x1dListComponentFirmwareVersions\x12+.forge.ListComponentFirmwareVersionsRequest\x1a,.forge.ListComponentFirmwareVersionsResponse\x12q\n" +
-	"\x1aGetDesiredFirmwareVersions\x12(.forge.GetDesiredFirmwareVersionsRequest\x1a).forge.GetDesiredFirmwareVersionsResponseB2Z0github.com/nicoflow/flow/proto/gen/forge;forgepbb\x06proto3"
+	"\x1aGetDesiredFirmwareVersions\x12(.forge.GetDesiredFirmwareVersionsRequest\x1a).forge.GetDesiredFirmwareVersionsResponse\x12t\n" +
+	"\x1bSetFirmwareUpdateTimeWindow\x12).forge.SetFirmwareUpdateTimeWindowRequest\x1a*.forge.SetFirmwareUpdateTimeWindowResponseB2Z0github.com/nicoflow/flow/proto/gen/forge;forgepbb\x06proto3"
 
 var (
 	file_forge_forge_proto_rawDescOnce sync.Once
@@ -6571,7 +6676,7 @@ func file_forge_forge_proto_rawDescGZIP() []byte {
 }
 
 var file_forge_forge_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_forge_forge_proto_msgTypes = make([]protoimpl.MessageInfo, 96)
+var file_forge_forge_proto_msgTypes = make([]protoimpl.MessageInfo, 98)
 var file_forge_forge_proto_goTypes = []any{
 	(SystemPowerControl)(0),                       // 0: forge.SystemPowerControl
 	(ComponentManagerStatusCode)(0),               // 1: forge.ComponentManagerStatusCode
@@ -6675,12 +6780,14 @@ var file_forge_forge_proto_goTypes = []any{
 	(*DeviceFirmwareVersions)(nil),                // 99: forge.DeviceFirmwareVersions
 	(*ComputeTrayFirmwareVersions)(nil),           // 100: forge.ComputeTrayFirmwareVersions
 	(*GetDesiredFirmwareVersionsRequest)(nil),     // 101: forge.GetDesiredFirmwareVersionsRequest
-	(*GetDesiredFirmwareVersionsResponse)(nil),    // 102: forge.GetDesiredFirmwareVersionsResponse
-	(*DesiredFirmwareVersionEntry)(nil),           // 103: forge.DesiredFirmwareVersionEntry
-	nil,                                           // 104: forge.EndpointExplorationReport.FirmwareVersionsEntry
-	nil,                                           // 105: forge.DesiredFirmwareVersionEntry.ComponentVersionsEntry
-	(*timestamppb.Timestamp)(nil),                 // 106: google.protobuf.Timestamp
-	(*emptypb.Empty)(nil),                         // 107: google.protobuf.Empty
+	(*SetFirmwareUpdateTimeWindowRequest)(nil),    // 102: forge.SetFirmwareUpdateTimeWindowRequest
+	(*SetFirmwareUpdateTimeWindowResponse)(nil),   // 103: forge.SetFirmwareUpdateTimeWindowResponse
+	(*GetDesiredFirmwareVersionsResponse)(nil),    // 104: forge.GetDesiredFirmwareVersionsResponse
+	(*DesiredFirmwareVersionEntry)(nil),           // 105: forge.DesiredFirmwareVersionEntry
+	nil,                                           // 106: forge.EndpointExplorationReport.FirmwareVersionsEntry
+	nil,                                           // 107: forge.DesiredFirmwareVersionEntry.ComponentVersionsEntry
+	(*timestamppb.Timestamp)(nil),                 // 108: google.protobuf.Timestamp
+	(*emptypb.Empty)(nil),                         // 109: google.protobuf.Empty
 }
 var file_forge_forge_proto_depIdxs = []int32{
 	10,  // 0: forge.MachineIdList.machine_ids:type_name -> forge.MachineId
@@ -6688,10 +6795,10 @@ var file_forge_forge_proto_depIdxs = []int32{
 	12,  // 2: forge.PowerShelfIdList.ids:type_name -> forge.PowerShelfId
 	13,  // 3: forge.RackIdList.rack_ids:type_name -> forge.RackId
 	22,  // 4: forge.BuildInfo.runtime_config:type_name -> forge.RuntimeConfig
-	106, // 5: forge.HealthReport.observed_at:type_name -> google.protobuf.Timestamp
+	108, // 5: forge.HealthReport.observed_at:type_name -> google.protobuf.Timestamp
 	24,  // 6: forge.HealthReport.successes:type_name -> forge.HealthProbeSuccess
 	25,  // 7: forge.HealthReport.alerts:type_name -> forge.HealthProbeAlert
-	106, // 8: forge.HealthProbeAlert.in_alert_since:type_name -> google.protobuf.Timestamp
+	108, // 8: forge.HealthProbeAlert.in_alert_since:type_name -> google.protobuf.Timestamp
 	13,  // 9: forge.MachineSearchConfig.rack_id:type_name -> forge.RackId
 	10,  // 10: forge.MachinesByIdsRequest.machine_ids:type_name -> forge.MachineId
 	30,  // 11: forge.MachineList.machines:type_name -> forge.Machine
@@ -6701,7 +6808,7 @@ var file_forge_forge_proto_depIdxs = []int32{
 	31,  // 15: forge.Machine.config:type_name -> forge.MachineConfig
 	32,  // 16: forge.Machine.status:type_name -> forge.MachineStatus
 	33,  // 17: forge.MachineStatus.discovery_info:type_name -> forge.DiscoveryInfo
-	106, // 18: forge.MachineStatus.last_observation_time:type_name -> google.protobuf.Timestamp
+	108, // 18: forge.MachineStatus.last_observation_time:type_name -> google.protobuf.Timestamp
 	10,  // 19: forge.MachineStatus.associated_dpu_machine_ids:type_name -> forge.MachineId
 	23,  // 20: forge.MachineStatus.health:type_name -> forge.HealthReport
 	34,  // 21: forge.DiscoveryInfo.dmi_data:type_name -> forge.DmiData
@@ -6777,7 +6884,7 @@ var file_forge_forge_proto_depIdxs = []int32{
 	84,  // 91: forge.EndpointExplorationReport.systems:type_name -> forge.ComputerSystem
 	85,  // 92: forge.EndpointExplorationReport.chassis:type_name -> forge.Chassis
 	86,  // 93: forge.EndpointExplorationReport.service:type_name -> forge.Service
-	104, // 94: forge.EndpointExplorationReport.firmware_versions:type_name -> forge.EndpointExplorationReport.FirmwareVersionsEntry
+	106, // 94: forge.EndpointExplorationReport.firmware_versions:type_name -> forge.EndpointExplorationReport.FirmwareVersionsEntry
 	8,   // 95: forge.ComputerSystem.power_state:type_name -> forge.ComputerSystemPowerState
 	87,  // 96: forge.Service.inventories:type_name -> forge.Inventory
 	15,  // 97: forge.UpdateComputeTrayFirmwareTarget.machine_ids:type_name -> forge.MachineIdList
@@ -6805,7 +6912,7 @@ var file_forge_forge_proto_depIdxs = []int32{
 	96,  // 119: forge.GetComponentFirmwareStatusResponse.statuses:type_name -> forge.FirmwareUpdateStatus
 	77,  // 120: forge.FirmwareUpdateStatus.result:type_name -> forge.ComponentResult
 	2,   // 121: forge.FirmwareUpdateStatus.state:type_name -> forge.FirmwareUpdateState
-	106, // 122: forge.FirmwareUpdateStatus.updated_at:type_name -> google.protobuf.Timestamp
+	108, // 122: forge.FirmwareUpdateStatus.updated_at:type_name -> google.protobuf.Timestamp
 	15,  // 123: forge.ListComponentFirmwareVersionsRequest.machine_ids:type_name -> forge.MachineIdList
 	16,  // 124: forge.ListComponentFirmwareVersionsRequest.switch_ids:type_name -> forge.SwitchIdList
 	17,  // 125: forge.ListComponentFirmwareVersionsRequest.power_shelf_ids:type_name -> forge.PowerShelfIdList
@@ -6817,69 +6924,74 @@ var file_forge_forge_proto_depIdxs = []int32{
 	77,  // 131: forge.DeviceFirmwareVersions.result:type_name -> forge.ComponentResult
 	100, // 132: forge.DeviceFirmwareVersions.compute_fw_versions:type_name -> forge.ComputeTrayFirmwareVersions
 	5,   // 133: forge.ComputeTrayFirmwareVersions.component:type_name -> forge.ComputeTrayComponent
-	103, // 134: forge.GetDesiredFirmwareVersionsResponse.entries:type_name -> forge.DesiredFirmwareVersionEntry
-	105, // 135: forge.DesiredFirmwareVersionEntry.component_versions:type_name -> forge.DesiredFirmwareVersionEntry.ComponentVersionsEntry
-	20,  // 136: forge.Forge.Version:input_type -> forge.VersionRequest
-	26,  // 137: forge.Forge.FindMachineIds:input_type -> forge.MachineSearchConfig
-	27,  // 138: forge.Forge.FindMachinesByIds:input_type -> forge.MachinesByIdsRequest
-	35,  // 139: forge.Forge.FindSwitchIds:input_type -> forge.SwitchSearchFilter
-	36,  // 140: forge.Forge.FindSwitchesByIds:input_type -> forge.SwitchesByIdsRequest
-	42,  // 141: forge.Forge.FindPowerShelfIds:input_type -> forge.PowerShelfSearchFilter
-	43,  // 142: forge.Forge.FindPowerShelvesByIds:input_type -> forge.PowerShelvesByIdsRequest
-	49,  // 143: forge.Forge.FindRacksByIds:input_type -> forge.RacksByIdsRequest
-	53,  // 144: forge.Forge.GetPowerOptions:input_type -> forge.PowerOptionRequest
-	56,  // 145: forge.Forge.GetMachinePositionInfo:input_type -> forge.MachinePositionQuery
-	61,  // 146: forge.Forge.AddExpectedMachine:input_type -> forge.ExpectedMachine
-	63,  // 147: forge.Forge.AddExpectedSwitch:input_type -> forge.ExpectedSwitch
-	65,  // 148: forge.Forge.AddExpectedPowerShelf:input_type -> forge.ExpectedPowerShelf
-	107, // 149: forge.Forge.GetAllExpectedMachines:input_type -> google.protobuf.Empty
-	107, // 150: forge.Forge.GetAllExpectedSwitches:input_type -> google.protobuf.Empty
-	107, // 151: forge.Forge.GetAllExpectedPowerShelves:input_type -> google.protobuf.Empty
-	107, // 152: forge.Forge.GetAllExpectedRacks:input_type -> google.protobuf.Empty
-	69,  // 153: forge.Forge.AllowIngestionAndPowerOn:input_type -> forge.BmcEndpointRequest
-	69,  // 154: forge.Forge.DetermineMachineIngestionState:input_type -> forge.BmcEndpointRequest
-	71,  // 155: forge.Forge.DecommissionManagedHost:input_type -> forge.DecommissionManagedHostRequest
-	73,  // 156: forge.Forge.DecommissionSwitch:input_type -> forge.DecommissionSwitchRequest
-	75,  // 157: forge.Forge.DecommissionPowerShelf:input_type -> forge.DecommissionPowerShelfRequest
-	78,  // 158: forge.Forge.ComponentPowerControl:input_type -> forge.ComponentPowerControlRequest
-	80,  // 159: forge.Forge.GetComponentInventory:input_type -> forge.GetComponentInventoryRequest
-	92,  // 160: forge.Forge.UpdateComponentFirmware:input_type -> forge.UpdateComponentFirmwareRequest
-	94,  // 161: forge.Forge.GetComponentFirmwareStatus:input_type -> forge.GetComponentFirmwareStatusRequest
-	97,  // 162: forge.Forge.ListComponentFirmwareVersions:input_type -> forge.ListComponentFirmwareVersionsRequest
-	101, // 163: forge.Forge.GetDesiredFirmwareVersions:input_type -> forge.GetDesiredFirmwareVersionsRequest
-	21,  // 164: forge.Forge.Version:output_type -> forge.BuildInfo
-	15,  // 165: forge.Forge.FindMachineIds:output_type -> forge.MachineIdList
-	28,  // 166: forge.Forge.FindMachinesByIds:output_type -> forge.MachineList
-	16,  // 167: forge.Forge.FindSwitchIds:output_type -> forge.SwitchIdList
-	37,  // 168: forge.Forge.FindSwitchesByIds:output_type -> forge.SwitchList
-	17,  // 169: forge.Forge.FindPowerShelfIds:output_type -> forge.PowerShelfIdList
-	44,  // 170: forge.Forge.FindPowerShelvesByIds:output_type -> forge.PowerShelfList
-	50,  // 171: forge.Forge.FindRacksByIds:output_type -> forge.RackList
-	54,  // 172: forge.Forge.GetPowerOptions:output_type -> forge.PowerOptionResponse
-	57,  // 173: forge.Forge.GetMachinePositionInfo:output_type -> forge.MachinePositionInfoList
-	107, // 174: forge.Forge.AddExpectedMachine:output_type -> google.protobuf.Empty
-	107, // 175: forge.Forge.AddExpectedSwitch:output_type -> google.protobuf.Empty
-	107, // 176: forge.Forge.AddExpectedPowerShelf:output_type -> google.protobuf.Empty
-	62,  // 177: forge.Forge.GetAllExpectedMachines:output_type -> forge.ExpectedMachineList
-	64,  // 178: forge.Forge.GetAllExpectedSwitches:output_type -> forge.ExpectedSwitchList
-	66,  // 179: forge.Forge.GetAllExpectedPowerShelves:output_type -> forge.ExpectedPowerShelfList
-	68,  // 180: forge.Forge.GetAllExpectedRacks:output_type -> forge.ExpectedRackList
-	107, // 181: forge.Forge.AllowIngestionAndPowerOn:output_type -> google.protobuf.Empty
-	70,  // 182: forge.Forge.DetermineMachineIngestionState:output_type -> forge.MachineIngestionStateResponse
-	72,  // 183: forge.Forge.DecommissionManagedHost:output_type -> forge.DecommissionManagedHostResponse
-	74,  // 184: forge.Forge.DecommissionSwitch:output_type -> forge.DecommissionSwitchResponse
-	76,  // 185: forge.Forge.DecommissionPowerShelf:output_type -> forge.DecommissionPowerShelfResponse
-	79,  // 186: forge.Forge.ComponentPowerControl:output_type -> forge.ComponentPowerControlResponse
-	81,  // 187: forge.Forge.GetComponentInventory:output_type -> forge.GetComponentInventoryResponse
-	93,  // 188: forge.Forge.UpdateComponentFirmware:output_type -> forge.UpdateComponentFirmwareResponse
-	95,  // 189: forge.Forge.GetComponentFirmwareStatus:output_type -> forge.GetComponentFirmwareStatusResponse
-	98,  // 190: forge.Forge.ListComponentFirmwareVersions:output_type -> forge.ListComponentFirmwareVersionsResponse
-	102, // 191: forge.Forge.GetDesiredFirmwareVersions:output_type -> forge.GetDesiredFirmwareVersionsResponse
-	164, // [164:192] is the sub-list for method output_type
-	136, // [136:164] is the sub-list for method input_type
-	136, // [136:136] is the sub-list for extension type_name
-	136, // [136:136] is the sub-list for extension extendee
-	0,   // [0:136] is the sub-list for field type_name
+	10,  // 134: forge.SetFirmwareUpdateTimeWindowRequest.machine_ids:type_name -> forge.MachineId
+	108, // 135: forge.SetFirmwareUpdateTimeWindowRequest.start_timestamp:type_name -> google.protobuf.Timestamp
+	108, // 136: forge.SetFirmwareUpdateTimeWindowRequest.end_timestamp:type_name -> google.protobuf.Timestamp
+	105, // 137: forge.GetDesiredFirmwareVersionsResponse.entries:type_name -> forge.DesiredFirmwareVersionEntry
+	107, // 138: forge.DesiredFirmwareVersionEntry.component_versions:type_name -> forge.DesiredFirmwareVersionEntry.ComponentVersionsEntry
+	20,  // 139: forge.Forge.Version:input_type -> forge.VersionRequest
+	26,  // 140: forge.Forge.FindMachineIds:input_type -> forge.MachineSearchConfig
+	27,  // 141: forge.Forge.FindMachinesByIds:input_type -> forge.MachinesByIdsRequest
+	35,  // 142: forge.Forge.FindSwitchIds:input_type -> forge.SwitchSearchFilter
+	36,  // 143: forge.Forge.FindSwitchesByIds:input_type -> forge.SwitchesByIdsRequest
+	42,  // 144: forge.Forge.FindPowerShelfIds:input_type -> forge.PowerShelfSearchFilter
+	43,  // 145: forge.Forge.FindPowerShelvesByIds:input_type -> forge.PowerShelvesByIdsRequest
+	49,  // 146: forge.Forge.FindRacksByIds:input_type -> forge.RacksByIdsRequest
+	53,  // 147: forge.Forge.GetPowerOptions:input_type -> forge.PowerOptionRequest
+	56,  // 148: forge.Forge.GetMachinePositionInfo:input_type -> forge.MachinePositionQuery
+	61,  // 149: forge.Forge.AddExpectedMachine:input_type -> forge.ExpectedMachine
+	63,  // 150: forge.Forge.AddExpectedSwitch:input_type -> forge.ExpectedSwitch
+	65,  // 151: forge.Forge.AddExpectedPowerShelf:input_type -> forge.ExpectedPowerShelf
+	109, // 152: forge.Forge.GetAllExpectedMachines:input_type -> google.protobuf.Empty
+	109, // 153: forge.Forge.GetAllExpectedSwitches:input_type -> google.protobuf.Empty
+	109, // 154: forge.Forge.GetAllExpectedPowerShelves:input_type -> google.protobuf.Empty
+	109, // 155: forge.Forge.GetAllExpectedRacks:input_type -> google.protobuf.Empty
+	69,  // 156: forge.Forge.AllowIngestionAndPowerOn:input_type -> forge.BmcEndpointRequest
+	69,  // 157: forge.Forge.DetermineMachineIngestionState:input_type -> forge.BmcEndpointRequest
+	71,  // 158: forge.Forge.DecommissionManagedHost:input_type -> forge.DecommissionManagedHostRequest
+	73,  // 159: forge.Forge.DecommissionSwitch:input_type -> forge.DecommissionSwitchRequest
+	75,  // 160: forge.Forge.DecommissionPowerShelf:input_type -> forge.DecommissionPowerShelfRequest
+	78,  // 161: forge.Forge.ComponentPowerControl:input_type -> forge.ComponentPowerControlRequest
+	80,  // 162: forge.Forge.GetComponentInventory:input_type -> forge.GetComponentInventoryRequest
+	92,  // 163: forge.Forge.UpdateComponentFirmware:input_type -> forge.UpdateComponentFirmwareRequest
+	94,  // 164: forge.Forge.GetComponentFirmwareStatus:input_type -> forge.GetComponentFirmwareStatusRequest
+	97,  // 165: forge.Forge.ListComponentFirmwareVersions:input_type -> forge.ListComponentFirmwareVersionsRequest
+	101, // 166: forge.Forge.GetDesiredFirmwareVersions:input_type -> forge.GetDesiredFirmwareVersionsRequest
+	102, // 167: forge.Forge.SetFirmwareUpdateTimeWindow:input_type -> forge.SetFirmwareUpdateTimeWindowRequest
+	21,  // 168: forge.Forge.Version:output_type -> forge.BuildInfo
+	15,  // 169: forge.Forge.FindMachineIds:output_type -> forge.MachineIdList
+	28,  // 170: forge.Forge.FindMachinesByIds:output_type -> forge.MachineList
+	16,  // 171: forge.Forge.FindSwitchIds:output_type -> forge.SwitchIdList
+	37,  // 172: forge.Forge.FindSwitchesByIds:output_type -> forge.SwitchList
+	17,  // 173: forge.Forge.FindPowerShelfIds:output_type -> forge.PowerShelfIdList
+	44,  // 174: forge.Forge.FindPowerShelvesByIds:output_type -> forge.PowerShelfList
+	50,  // 175: forge.Forge.FindRacksByIds:output_type -> forge.RackList
+	54,  // 176: forge.Forge.GetPowerOptions:output_type -> forge.PowerOptionResponse
+	57,  // 177: forge.Forge.GetMachinePositionInfo:output_type -> forge.MachinePositionInfoList
+	109, // 178: forge.Forge.AddExpectedMachine:output_type -> google.protobuf.Empty
+	109, // 179: forge.Forge.AddExpectedSwitch:output_type -> google.protobuf.Empty
+	109, // 180: forge.Forge.AddExpectedPowerShelf:output_type -> google.protobuf.Empty
+	62,  // 181: forge.Forge.GetAllExpectedMachines:output_type -> forge.ExpectedMachineList
+	64,  // 182: forge.Forge.GetAllExpectedSwitches:output_type -> forge.ExpectedSwitchList
+	66,  // 183: forge.Forge.GetAllExpectedPowerShelves:output_type -> forge.ExpectedPowerShelfList
+	68,  // 184: forge.Forge.GetAllExpectedRacks:output_type -> forge.ExpectedRackList
+	109, // 185: forge.Forge.AllowIngestionAndPowerOn:output_type -> google.protobuf.Empty
+	70,  // 186: forge.Forge.DetermineMachineIngestionState:output_type -> forge.MachineIngestionStateResponse
+	72,  // 187: forge.Forge.DecommissionManagedHost:output_type -> forge.DecommissionManagedHostResponse
+	74,  // 188: forge.Forge.DecommissionSwitch:output_type -> forge.DecommissionSwitchResponse
+	76,  // 189: forge.Forge.DecommissionPowerShelf:output_type -> forge.DecommissionPowerShelfResponse
+	79,  // 190: forge.Forge.ComponentPowerControl:output_type -> forge.ComponentPowerControlResponse
+	81,  // 191: forge.Forge.GetComponentInventory:output_type -> forge.GetComponentInventoryResponse
+	93,  // 192: forge.Forge.UpdateComponentFirmware:output_type -> forge.UpdateComponentFirmwareResponse
+	95,  // 193: forge.Forge.GetComponentFirmwareStatus:output_type -> forge.GetComponentFirmwareStatusResponse
+	98,  // 194: forge.Forge.ListComponentFirmwareVersions:output_type -> forge.ListComponentFirmwareVersionsResponse
+	104, // 195: forge.Forge.GetDesiredFirmwareVersions:output_type -> forge.GetDesiredFirmwareVersionsResponse
+	103, // 196: forge.Forge.SetFirmwareUpdateTimeWindow:output_type -> forge.SetFirmwareUpdateTimeWindowResponse
+	168, // [168:197] is the sub-list for method output_type
+	139, // [139:168] is the sub-list for method input_type
+	139, // [139:139] is the sub-list for extension type_name
+	139, // [139:139] is the sub-list for extension extendee
+	0,   // [0:139] is the sub-list for field type_name
 }
 
 func init() { file_forge_forge_proto_init() }
@@ -6950,7 +7062,7 @@ func file_forge_forge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_forge_forge_proto_rawDesc), len(file_forge_forge_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   96,
+			NumMessages:   98,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -117,6 +117,9 @@ const (
 	// ForgeGetDesiredFirmwareVersionsProcedure is the fully-qualified name of the Forge's
 	// GetDesiredFirmwareVersions RPC.
 	ForgeGetDesiredFirmwareVersionsProcedure = "/forge.Forge/GetDesiredFirmwareVersions"
+	// ForgeSetFirmwareUpdateTimeWindowProcedure is the fully-qualified name of the Forge's
+	// SetFirmwareUpdateTimeWindow RPC.
+	ForgeSetFirmwareUpdateTimeWindowProcedure = "/forge.Forge/SetFirmwareUpdateTimeWindow"
 )
 
 // ForgeClient is a client for the forge.Forge service.
@@ -157,6 +160,9 @@ type ForgeClient interface {
 	GetComponentFirmwareStatus(context.Context, *forge.GetComponentFirmwareStatusRequest) (*forge.GetComponentFirmwareStatusResponse, error)
 	ListComponentFirmwareVersions(context.Context, *forge.ListComponentFirmwareVersionsRequest) (*forge.ListComponentFirmwareVersionsResponse, error)
 	GetDesiredFirmwareVersions(context.Context, *forge.GetDesiredFirmwareVersionsRequest) (*forge.GetDesiredFirmwareVersionsResponse, error)
+	// SetFirmwareUpdateTimeWindow sets the time window in which Core may
+	// update the firmware of the machines (Core enforces it too).
+	SetFirmwareUpdateTimeWindow(context.Context, *forge.SetFirmwareUpdateTimeWindowRequest) (*forge.SetFirmwareUpdateTimeWindowResponse, error)
 }
 
 // NewForgeClient constructs a client for the forge.Forge service. By default, it uses the Connect
@@ -338,6 +344,12 @@ func NewForgeClient(httpClient connect.HTTPClient, baseURL string, opts ...conne
 			connect.WithSchema(forgeMethods.ByName("GetDesiredFirmwareVersions")),
 			connect.WithClientOptions(opts...),
 		),
+		setFirmwareUpdateTimeWindow: connect.NewClient[forge.SetFirmwareUpdateTimeWindowRequest, forge.SetFirmwareUpdateTimeWindowResponse](
+			httpClient,
+			baseURL+ForgeSetFirmwareUpdateTimeWindowProcedure,
+			connect.WithSchema(forgeMethods.ByName("SetFirmwareUpdateTimeWindow")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -371,6 +383,7 @@ type forgeClient struct {
 	getComponentFirmwareStatus     *connect.Client[forge.GetComponentFirmwareStatusRequest, forge.GetComponentFirmwareStatusResponse]
 	listComponentFirmwareVersions  *connect.Client[forge.ListComponentFirmwareVersionsRequest, forge.ListComponentFirmwareVersionsResponse]
 	getDesiredFirmwareVersions     *connect.Client[forge.GetDesiredFirmwareVersionsRequest, forge.GetDesiredFirmwareVersionsResponse]
+	setFirmwareUpdateTimeWindow    *connect.Client[forge.SetFirmwareUpdateTimeWindowRequest, forge.SetFirmwareUpdateTimeWindowResponse]
 }
 
 // Version calls forge.Forge.Version.
@@ -625,6 +638,15 @@ func (c *forgeClient) GetDesiredFirmwareVersions(ctx context.Context, req *forge
 	return nil, err
 }
 
+// SetFirmwareUpdateTimeWindow calls forge.Forge.SetFirmwareUpdateTimeWindow.
+func (c *forgeClient) SetFirmwareUpdateTimeWindow(ctx context.Context, req *forge.SetFirmwareUpdateTimeWindowRequest) (*forge.SetFirmwareUpdateTimeWindowResponse, error) {
+	response, err := c.setFirmwareUpdateTimeWindow.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // ForgeHandler is an implementation of the forge.Forge service.
 type ForgeHandler interface {
 	// Version reports the build; with display_config it also reports the
@@ -663,6 +685,9 @@ type ForgeHandler interface {
 	GetComponentFirmwareStatus(context.Context, *forge.GetComponentFirmwareStatusRequest) (*forge.GetComponentFirmwareStatusResponse, error)
 	ListComponentFirmwareVersions(context.Context, *forge.ListComponentFirmwareVersionsRequest) (*forge.ListComponentFirmwareVersionsResponse, error)
 	GetDesiredFirmwareVersions(context.Context, *forge.GetDesiredFirmwareVersionsRequest) (*forge.GetDesiredFirmwareVersionsResponse, error)
+	// SetFirmwareUpdateTimeWindow sets the time window in which Core may
+	// update the firmware of the machines (Core enforces it too).
+	SetFirmwareUpdateTimeWindow(context.Context, *forge.SetFirmwareUpdateTimeWindowRequest) (*forge.SetFirmwareUpdateTimeWindowResponse, error)
 }
 
 // NewForgeHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -840,6 +865,12 @@ func NewForgeHandler(svc ForgeHandler, opts ...connect.HandlerOption) (string, h
 		connect.WithSchema(forgeMethods.ByName("GetDesiredFirmwareVersions")),
 		connect.WithHandlerOptions(opts...),
 	)
+	forgeSetFirmwareUpdateTimeWindowHandler := connect.NewUnaryHandlerSimple(
+		ForgeSetFirmwareUpdateTimeWindowProcedure,
+		svc.SetFirmwareUpdateTimeWindow,
+		connect.WithSchema(forgeMethods.ByName("SetFirmwareUpdateTimeWindow")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/forge.Forge/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ForgeVersionProcedure:
@@ -898,6 +929,8 @@ func NewForgeHandler(svc ForgeHandler, opts ...connect.HandlerOption) (string, h
 			forgeListComponentFirmwareVersionsHandler.ServeHTTP(w, r)
 		case ForgeGetDesiredFirmwareVersionsProcedure:
 			forgeGetDesiredFirmwareVersionsHandler.ServeHTTP(w, r)
+		case ForgeSetFirmwareUpdateTimeWindowProcedure:
+			forgeSetFirmwareUpdateTimeWindowHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1017,4 +1050,8 @@ func (UnimplementedForgeHandler) ListComponentFirmwareVersions(context.Context, 
 
 func (UnimplementedForgeHandler) GetDesiredFirmwareVersions(context.Context, *forge.GetDesiredFirmwareVersionsRequest) (*forge.GetDesiredFirmwareVersionsResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("forge.Forge.GetDesiredFirmwareVersions is not implemented"))
+}
+
+func (UnimplementedForgeHandler) SetFirmwareUpdateTimeWindow(context.Context, *forge.SetFirmwareUpdateTimeWindowRequest) (*forge.SetFirmwareUpdateTimeWindowResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("forge.Forge.SetFirmwareUpdateTimeWindow is not implemented"))
 }

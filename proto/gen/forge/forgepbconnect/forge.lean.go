@@ -161,3 +161,8 @@ func (c *forgeLeanClient) ListComponentFirmwareVersions(ctx context.Context, req
 func (c *forgeLeanClient) GetDesiredFirmwareVersions(ctx context.Context, req *forge.GetDesiredFirmwareVersionsRequest) (*forge.GetDesiredFirmwareVersionsResponse, error) {
 	return lean.Call[*forge.GetDesiredFirmwareVersionsResponse](ctx, c.conn, ForgeGetDesiredFirmwareVersionsProcedure, req)
 }
+
+// SetFirmwareUpdateTimeWindow calls forge.Forge.SetFirmwareUpdateTimeWindow.
+func (c *forgeLeanClient) SetFirmwareUpdateTimeWindow(ctx context.Context, req *forge.SetFirmwareUpdateTimeWindowRequest) (*forge.SetFirmwareUpdateTimeWindowResponse, error) {
+	return lean.Call[*forge.SetFirmwareUpdateTimeWindowResponse](ctx, c.conn, ForgeSetFirmwareUpdateTimeWindowProcedure, req)
+}
