@@ -4,6 +4,7 @@ import (
 	"github.com/nicoflow/flow/firmware/baseline"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/approval"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/operations/window"
@@ -31,7 +32,10 @@ type adminService struct {
 	*windowHandler
 	*runAdminHandler // PreviewOperationRun, CreateOperationRun
 	*previewHandler  // PreviewSubmission
+	*approvalHandler // ListApprovals, GetApproval, Approve, Reject
 }
+
+type approvalHandler = approval.Handler
 
 type runAdminHandler = rollout.AdminHandler
 

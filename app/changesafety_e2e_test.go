@@ -3,16 +3,22 @@ package app
 import (
 	"context"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/cli"
 	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/edge"
 	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
 
 // rowCounts counts the rows of every table of the database (River's too).
@@ -105,4 +111,98 @@ func TestPlanPreviewAndOverlap(t *testing.T) {
 	res, err := admin.CreateOperationRun(ctx, &adminv1.CreateOperationRunRequest{Request: site, AllowOverlap: true})
 	require.NoError(t, err)
 	require.Equal(t, pv.GetPlanHash(), res.GetPlanHash(), "create froze the previewed plan")
+}
+
+// TestTwoPersonApproval: with FLOW_APPROVAL_THRESHOLD=5 and mTLS
+// identities, a site-wide run over 6 racks is created pending approval with
+// the plan its requester previewed; the requester cannot approve it, nor
+// anyone with another hash or an unknown ID; a second identity approving
+// the hash it was shown starts it, once. A request whose plan the site
+// changed since is refused as stale naming the change, and is rejected.
+func TestTwoPersonApproval(t *testing.T) {
+	t.Parallel()
+	b := newRolloutBench(t, 6, time.Millisecond)
+	certs := t.TempDir()
+	require.NoError(t, edge.WriteDevCerts(certs, nil))
+	srv := b.serve(t, map[string]string{
+		"CERTDIR": certs, "FLOW_AUTHZ_POLICY": filepath.Join(certs, "policy.yaml"), "ALLOW_INSECURE_GRPC": "false",
+		"FLOW_APPROVAL_THRESHOLD": "5",
+	}, nil)
+	api := strings.Replace(srv.url, "http://", "https://", 1)
+	clientsOf := func(role string) (flowv1connect.FlowClient, adminv1connect.AdminServiceClient) {
+		c, err := cli.TLSConfig(cli.TLSFiles{CA: filepath.Join(certs, "ca.crt"), Cert: filepath.Join(certs, role+".crt"), Key: filepath.Join(certs, role+".key")})
+		require.NoError(t, err)
+		h := tlsHTTPClient(c)
+		return flowv1connect.NewFlowClient(h, api), adminv1connect.NewAdminServiceClient(h, api)
+	}
+	opFlow, opAdmin := clientsOf("operator")
+	_, second := clientsOf("admin")
+	ctx := context.Background()
+
+	site := rolloutRequest("site", rolloutOpts{concurrency: 3, seed: "order"})
+	pv, err := opAdmin.PreviewOperationRun(ctx, &adminv1.PreviewOperationRunRequest{Request: site})
+	require.NoError(t, err)
+	require.True(t, pv.GetApprovalRequired(), "6 racks > 5")
+	shown := pv.GetPlanHash()
+	created, err := opFlow.CreateOperationRun(ctx, site)
+	require.NoError(t, err)
+	run := getRun(t, opFlow, created.GetId())
+	require.Equal(t, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PENDING, run.GetSummary().GetState().GetStatus(), "v1 shows its closest status")
+	require.Contains(t, run.GetSummary().GetStatusMessage(), "awaiting approval of request")
+	require.Empty(t, allTargets(t, opFlow, created.GetId())[0].GetTaskId(), "nothing started")
+
+	list, err := second.ListApprovals(ctx, &adminv1.ListApprovalsRequest{})
+	require.NoError(t, err)
+	require.Len(t, list.GetApprovals(), 1)
+	req := list.GetApprovals()[0]
+	require.Equal(t, shown, req.GetPlanHash(), "the request froze the plan its requester saw")
+	require.Equal(t, []string{created.GetId().GetId()}, req.GetSubjectIds())
+	require.NotEqual(t, "admin", req.GetRequestedBy())
+	got, err := second.GetApproval(ctx, &adminv1.GetApprovalRequest{Id: req.GetId()})
+	require.NoError(t, err)
+	require.Len(t, got.GetPhases(), 1)
+	require.Len(t, got.GetPhases()[0].GetRacks(), 6)
+
+	// Bad input: a precise error each, and nothing changes.
+	for _, tt := range []struct {
+		name    string
+		client  adminv1connect.AdminServiceClient
+		id, h   string
+		code    connect.Code
+		message string
+	}{
+		{"Own", opAdmin, req.GetId(), shown, connect.CodeFailedPrecondition, "cannot approve their own request"},
+		{"OtherHash", second, req.GetId(), strings.Repeat("0", 64), connect.CodeFailedPrecondition, "is not the plan hash of request " + req.GetId()},
+		{"Unknown", second, uuid.NewString(), shown, connect.CodeNotFound, "approval request not found"},
+		{"NoHash", second, req.GetId(), "", connect.CodeInvalidArgument, "plan_hash"},
+	} {
+		_, err := tt.client.Approve(ctx, &adminv1.ApproveRequest{Id: tt.id, PlanHash: tt.h})
+		require.Equal(t, tt.code, connect.CodeOf(err), "%s: %v", tt.name, err)
+		require.ErrorContains(t, err, tt.message, tt.name)
+	}
+	require.Equal(t, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PENDING, getRun(t, opFlow, created.GetId()).GetSummary().GetState().GetStatus())
+
+	ok, err := second.Approve(ctx, &adminv1.ApproveRequest{Id: req.GetId(), PlanHash: shown})
+	require.NoError(t, err)
+	require.Equal(t, "approved", ok.GetStatus())
+	waitRun(t, opFlow, created.GetId(), time.Minute, func(r *flowv1.OperationRun) bool {
+		return r.GetSummary().GetState().GetStatus() == flowv1.OperationRunStatus_OPERATION_RUN_STATUS_COMPLETED
+	})
+	_, err = second.Approve(ctx, &adminv1.ApproveRequest{Id: req.GetId(), PlanHash: shown})
+	require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err))
+	require.ErrorContains(t, err, "was approved by")
+
+	// Stale: a rack joins the site after the request; approval names it.
+	res, err := opAdmin.CreateOperationRun(ctx, &adminv1.CreateOperationRunRequest{Request: rolloutRequest("again", rolloutOpts{concurrency: 3, seed: "order"})})
+	require.NoError(t, err)
+	require.NotEmpty(t, res.GetApprovalId())
+	added := b.addRack(t, 399, false)
+	_, err = second.Approve(ctx, &adminv1.ApproveRequest{Id: res.GetApprovalId(), PlanHash: res.GetPlanHash()})
+	require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err), "%v", err)
+	require.ErrorContains(t, err, "rack "+added.ID.String()+" added")
+	rej, err := opAdmin.Reject(ctx, &adminv1.RejectRequest{Id: res.GetApprovalId(), Reason: "the site grew"})
+	require.NoError(t, err)
+	require.Equal(t, "rejected", rej.GetStatus())
+	again := getRun(t, opFlow, &flowv1.UUID{Id: res.GetId()})
+	require.Equal(t, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_CANCELLED, again.GetSummary().GetState().GetStatus())
 }

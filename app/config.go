@@ -15,6 +15,7 @@ import (
 	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/approval"
 	"github.com/nicoflow/flow/operations/window"
 	"github.com/nicoflow/flow/telemetry"
 )
@@ -98,6 +99,10 @@ type Config struct {
 	// RunOverlapAllowed lets v1 CreateOperationRun overlap unfinished runs
 	// silently, as upstream does (docs/change-safety.md).
 	RunOverlapAllowed bool // FLOW_RUN_OVERLAP
+	// ApprovalThreshold is when a run needs a second person's approval;
+	// ApprovalExpiry how long a request waits (docs/change-safety.md).
+	ApprovalThreshold approval.Threshold // FLOW_APPROVAL_THRESHOLD
+	ApprovalExpiry    time.Duration      // FLOW_APPROVAL_EXPIRY
 	// IngestFirmwareUpgrade makes ingest tasks upgrade the compute trays'
 	// and NVLink switches' firmware after ingestion.
 	IngestFirmwareUpgrade bool // FLOW_INGEST_FIRMWARE_UPGRADE
@@ -200,6 +205,8 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_FIRMWARE_VERIFY_GRACE", "2m", "after a firmware update's backend reported it completed, how long Flow re-reads the installed versions of a device not yet at its target before the task fails naming it (a real Core can lag behind its own completed); 0 reads once; at most 24h; each task keeps the value it started with (docs/firmware.md#verified-upgrades)"},
 	{"FLOW_OPERATION_RUN_MAX_CANDIDATES", "100", "most candidate targets (racks; components for component target specs) an operation run may plan over; more fails CreateOperationRun. Upstream's fixed limit is 100; raise it to roll a large site out in one run"},
 	{"FLOW_RUN_OVERLAP", "refuse", "refuse: v1 CreateOperationRun refuses a run whose racks overlap a pending, running or paused run, naming it and the racks in both (v1 cannot carry allow_overlap; Flow's own create and flow rollout create --allow-overlap can); allow: upstream's behaviour, the new run's targets queue behind the other's as conflicts (docs/change-safety.md)"},
+	{"FLOW_APPROVAL_THRESHOLD", "10%,50", "an operation run over more than this share of the site's racks or more than this many racks is created pending a second identity's approval of its plan hash (flow approval); one or both limits, comma-separated; 0 turns approvals off. Applies only when the API has TLS client identities: on a cleartext API (flow dev) every caller is one identity, so approvals are off (docs/change-safety.md)"},
+	{"FLOW_APPROVAL_EXPIRY", "24h", "how long an approval request waits for its approval; an expired request can only be rejected"},
 	{"FLOW_INGEST_FIRMWARE_UPGRADE", "false", "ingestion (IngestRack, scheduled ingest) also upgrades the firmware of the compute trays, then of the NVLink switches, to the version their component manager holds as desired, after injecting their expectations (upstream issue 2976); applies where the built-in ingest rule would; an unparseable value refuses startup (docs/operation-rules.md)"},
 	{"FLOW_FIRMWARE_UNREPORTED_AFTER", "1h", "a device whose installed firmware versions Core has not reported (in the inventory sync's reads) for longer than this is unknown in firmware compliance reports, never judged by stale versions; 0 never ages them out (docs/firmware.md)"},
 	{"FLOW_CONFIG_FILE", DefaultFlowConfigFile, "upstream's scheduler config file (YAML keys inventory_run_frequency, disable_inventory, leak_detection_interval, disable_leak_detection; durations such as 1m); the default path may be absent, an explicitly named file must exist; a zero or unparseable duration refuses startup (docs/inventory-sync.md)"},
@@ -348,6 +355,16 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.RunMaxCandidates = n
 	}
+	if t, err := approval.ParseThreshold(def("FLOW_APPROVAL_THRESHOLD")); err != nil {
+		errs = append(errs, "FLOW_APPROVAL_THRESHOLD: "+err.Error())
+	} else {
+		cfg.ApprovalThreshold = t
+	}
+	if d, err := time.ParseDuration(def("FLOW_APPROVAL_EXPIRY")); err != nil || d <= 0 {
+		errs = append(errs, "FLOW_APPROVAL_EXPIRY must be a positive duration, such as 24h")
+	} else {
+		cfg.ApprovalExpiry = d
+	}
 	switch def("FLOW_RUN_OVERLAP") {
 	case "refuse":
 	case "allow":
@@ -482,6 +499,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("engine_fetch_cooldown", c.FetchCooldown),
 		slog.Int("operation_run_max_candidates", c.RunMaxCandidates),
 		slog.Bool("run_overlap_allowed", c.RunOverlapAllowed),
+		slog.String("approval_threshold", c.ApprovalThreshold.String()),
+		slog.Duration("approval_expiry", c.ApprovalExpiry),
 		slog.Bool("ingest_firmware_upgrade", c.IngestFirmwareUpgrade),
 		slog.Duration("firmware_verify_grace", c.VerifyGrace),
 		slog.Duration("firmware_unreported_after", c.FirmwareUnreportedAfter),

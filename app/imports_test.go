@@ -79,7 +79,9 @@ var allowedImports = map[string][]string{
 
 	// The task manager's features reach it only through its exported API.
 	"operations/rollout": {"db", "caller", "engine", "inventory", "firmware", "operations"},
-	"firmware/baseline":  {"db", "caller", "inventory", "firmware", "nico", "operations", "operations/rollout"},
+	// approvals answer the runs' Approver; they import none of the work.
+	"operations/approval": {"db", "caller"},
+	"firmware/baseline":   {"db", "caller", "inventory", "firmware", "nico", "operations", "operations/rollout"},
 	// windows and freezes answer the task manager's and the runs' gates
 	// (operations.StartGate, rollout.WindowGate); neither imports them.
 	"operations/window": {"db", "caller", "inventory", "operations", "operations/rollout"},

@@ -27,6 +27,7 @@ import (
 	"github.com/nicoflow/flow/firmware/baseline"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/approval"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/operations/schedule"
@@ -218,9 +219,23 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	})
 	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, schedule.Queue, eventrule.Queue}))
 	watchRiverJobs(context.WithoutCancel(ctx), s.river, s.tel.metrics)
+	// Two-person approval needs told-apart callers: on a cleartext API
+	// every caller is one identity, who could never approve.
+	threshold := cfg.ApprovalThreshold
+	if sec.Certs == nil && !threshold.Off() {
+		logger.InfoContext(ctx, "two-person approval is off: the API is cleartext, so every caller is one identity", "approval_threshold", threshold.String())
+		threshold = approval.Threshold{}
+	}
+	approvals := approval.NewService(approval.Config{Pool: pool, Threshold: threshold, Expiry: cfg.ApprovalExpiry, Logger: logger,
+		SiteRacks: func(ctx context.Context, dbtx db.DBTX) (int, error) {
+			_, n, err := inv.ListRacks(ctx, dbtx, inventory.RackQuery{Page: inventory.Page{Limit: 1}})
+			return int(n), err
+		}})
 	runs = rollout.NewService(rollout.Config{
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Wake: rollout.RiverWaker(s.river), Logger: logger, MaxCandidates: cfg.RunMaxCandidates,
+		Approver: approvals,
 	})
+	approvals.Register(rollout.ApprovalKindRun, runs)
 	runWakes.Service = runs
 	s.tel.metrics.Register(newRunCollector(runs))
 	// A task's end is also its operation run's event: the run advances in
@@ -305,7 +320,8 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	tasks.SetIngestFirmwareTarget(baselines.RackTarget)
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer), leakAdminHandler: eventrule.NewLeakAdminHandler(pool, inv, leak),
 		inventoryAdminHandler: inventory.NewAdminHandler(inv, pool), baselineHandler: baseline.NewHandler(pool, baselines, runs),
-		runAdminHandler: rollout.NewAdminHandler(pool, runs), previewHandler: operations.NewPreviewHandler(svc.taskHandler)}
+		runAdminHandler: rollout.NewAdminHandler(pool, runs), previewHandler: operations.NewPreviewHandler(svc.taskHandler),
+		approvalHandler: approval.NewHandler(pool, approvals)}
 	admin.windowHandler = window.NewHandler(pool, windows, tasks, runs)
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	// The console (/ui/) calls the API's handler in process, as its user.

@@ -85,6 +85,7 @@ var nouns = []noun{
 	eventRuleNoun, leakNoun,
 	syncNoun,
 	baselineNoun, complianceNoun,
+	approvalNoun,
 	windowNoun, freezeNoun,
 }
 

@@ -23,6 +23,7 @@ type ApprovalRequest struct {
 	DecidedBy   string
 	DecidedAt   pgtype.Timestamptz
 	Reason      string
+	Input       []byte
 }
 
 type BMC struct {

@@ -25,6 +25,7 @@ type ApprovalRequest struct {
 	DecidedBy   string
 	DecidedAt   *time.Time
 	Reason      string
+	Input       []byte
 }
 
 type BMC struct {

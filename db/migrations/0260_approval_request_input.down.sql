@@ -1,0 +1,1 @@
+ALTER TABLE approval_request DROP COLUMN input;

@@ -1,0 +1,102 @@
+package approval_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/db/dbtest"
+	"github.com/nicoflow/flow/operations/approval"
+)
+
+func TestParseThreshold(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in   string
+		want approval.Threshold
+		err  bool
+	}{
+		{in: "10%,50", want: approval.Threshold{Percent: 10, Racks: 50}},
+		{in: "5", want: approval.Threshold{Racks: 5}},
+		{in: "25%", want: approval.Threshold{Percent: 25}},
+		{in: "0", want: approval.Threshold{}},
+		{in: "0%", err: true},
+		{in: "101%", err: true},
+		{in: "five", err: true},
+		{in: "5,6", err: true},
+	} {
+		got, err := approval.ParseThreshold(tt.in)
+		if tt.err {
+			require.Error(t, err, tt.in)
+			continue
+		}
+		require.NoError(t, err, tt.in)
+		require.Equal(t, tt.want, got, tt.in)
+		require.Equal(t, tt.in, got.String())
+	}
+}
+
+// subject records what approval asked of it.
+type subject struct{ released, discarded []uuid.UUID }
+
+func (s *subject) ApprovalRecompute(context.Context, pgx.Tx, uuid.UUID, json.RawMessage) (string, string, error) {
+	return "h1", "", nil
+}
+
+func (s *subject) ApprovalRelease(_ context.Context, _ pgx.Tx, id, _ uuid.UUID, _ string) error {
+	s.released = append(s.released, id)
+	return nil
+}
+
+func (s *subject) ApprovalDiscard(_ context.Context, _ pgx.Tx, id uuid.UUID, _ string) error {
+	s.discarded = append(s.discarded, id)
+	return nil
+}
+
+// TestThresholdAndExpiry: the site share and the count each trigger; an
+// expired request cannot be approved (and nothing is released), only
+// rejected.
+func TestThresholdAndExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	now := time.Now()
+	svc := approval.NewService(approval.Config{
+		Pool: pool, Threshold: approval.DefaultThreshold, Expiry: time.Hour, Now: func() time.Time { return now },
+		SiteRacks: func(context.Context, db.DBTX) (int, error) { return 100, nil },
+	})
+	sub := &subject{}
+	svc.Register("operation_run", sub)
+	var id uuid.UUID
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for racks, want := range map[int]bool{10: false, 11: true, 50: true} {
+			got, err := svc.Required(ctx, tx, racks)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "%d of 100 racks", racks)
+		}
+		var err error
+		id, err = svc.Request(ctx, tx, "operation_run", []uuid.UUID{uuid.New()}, 11, "run", "alice", "h1", json.RawMessage(`{}`), json.RawMessage(`{}`))
+		return err
+	}))
+	now = now.Add(2 * time.Hour)
+	_, err := svc.Approve(ctx, id, "h1", "bob")
+	require.ErrorIs(t, err, approval.ErrExpired)
+	require.Empty(t, sub.released)
+	r, err := svc.Get(ctx, pool, id)
+	require.NoError(t, err)
+	require.Equal(t, approval.StatusExpired, r.Status)
+	_, err = svc.Reject(ctx, id, "", "bob")
+	require.ErrorIs(t, err, approval.ErrInvalid, "a reason is required")
+	r, err = svc.Reject(ctx, id, "too late", "bob")
+	require.NoError(t, err)
+	require.Equal(t, approval.StatusExpired, r.Status)
+	require.Len(t, sub.discarded, 1)
+	_, err = svc.Approve(ctx, id, "h1", "bob")
+	require.ErrorIs(t, err, approval.ErrExpired)
+}
