@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nicoflow/flow/cli"
 	"github.com/nicoflow/flow/db"
@@ -70,6 +71,7 @@ func TestPlanPreviewAndOverlap(t *testing.T) {
 	require.Equal(t, "select", pv.GetSelectorSeed())
 	require.Equal(t, "order", pv.GetOrderingSeed())
 	require.Empty(t, pv.GetOverlappingRuns())
+	require.Equal(t, "phase 0 could start now; phase 1 could start now", pv.GetWindows())
 	again, err := admin.PreviewOperationRun(ctx, &adminv1.PreviewOperationRunRequest{Request: site})
 	require.NoError(t, err)
 	require.Equal(t, pv.GetPlanHash(), again.GetPlanHash(), "a plan hashes the same every time")
@@ -111,6 +113,15 @@ func TestPlanPreviewAndOverlap(t *testing.T) {
 	res, err := admin.CreateOperationRun(ctx, &adminv1.CreateOperationRunRequest{Request: site, AllowOverlap: true})
 	require.NoError(t, err)
 	require.Equal(t, pv.GetPlanHash(), res.GetPlanHash(), "create froze the previewed plan")
+
+	// Under a site-wide freeze, the preview says when phases could start.
+	until := time.Now().Add(time.Hour).Truncate(time.Second)
+	_, err = admin.CreateWindow(ctx, &adminv1.CreateWindowRequest{Kind: "freeze", Name: "hold", Scope: &adminv1.WindowScope{Site: true},
+		StartsAt: timestamppb.New(time.Now().Add(-time.Minute)), EndsAt: timestamppb.New(until)})
+	require.NoError(t, err)
+	pv, err = admin.PreviewOperationRun(ctx, &adminv1.PreviewOperationRunRequest{Request: site})
+	require.NoError(t, err)
+	require.Contains(t, pv.GetWindows(), "phase 0 could start at "+until.UTC().Format(time.RFC3339))
 }
 
 // TestTwoPersonApproval: with FLOW_APPROVAL_THRESHOLD=5 and mTLS

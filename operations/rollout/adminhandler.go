@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -20,9 +21,6 @@ import (
 type AdminHandler struct {
 	pool *pgxpool.Pool
 	runs *Service
-	// Windows, when set, says when the plan's phases could start under
-	// the maintenance windows ("" when none are configured).
-	Windows func(ctx context.Context, racks []uuid.UUID) string
 }
 
 // NewAdminHandler returns an AdminHandler over pool.
@@ -57,9 +55,7 @@ func (h *AdminHandler) PreviewOperationRun(ctx context.Context, req *adminv1.Pre
 	for i := range res.Phases {
 		res.Phases[i] = &adminv1.PlannedPhase{Index: int32(i)}
 	}
-	racks := make([]uuid.UUID, 0, len(p.Plan.Targets))
 	for _, t := range p.Plan.Targets {
-		racks = append(racks, t.RackID)
 		pr := operations.PlannedRackToProto(operations.PlannedRack{RackID: t.RackID, Rack: p.Names[t.RackID], Components: t.Components, Leaks: p.Leaks[t.RackID]})
 		for _, a := range p.Tasks[t.RackID] {
 			pr.Conflicts = append(pr.Conflicts, a.String())
@@ -69,9 +65,11 @@ func (h *AdminHandler) PreviewOperationRun(ctx context.Context, req *adminv1.Pre
 	for _, o := range p.Overlaps {
 		res.OverlappingRuns = append(res.OverlappingRuns, o.String())
 	}
-	if h.Windows != nil {
-		res.Windows = h.Windows(ctx, racks)
+	starts := make([]string, len(p.Starts))
+	for i, st := range p.Starts {
+		starts[i] = st.String()
 	}
+	res.Windows = strings.Join(starts, "; ")
 	return res, nil
 }
 

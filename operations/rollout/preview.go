@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -75,6 +76,55 @@ type Preview struct {
 	Names map[uuid.UUID]string
 	// ApprovalRequired is set when creating it would wait for approval.
 	ApprovalRequired bool
+	// Starts say, per phase, when its first target could start under the
+	// maintenance windows and freezes (nil without windows).
+	Starts []PhaseStart
+}
+
+// PhaseStart is when a phase's first target could start: now, or at the
+// earliest next opening over its racks, with the reason they are held.
+type PhaseStart struct {
+	Phase  int
+	At     time.Time
+	Now    bool
+	Reason string
+}
+
+// String says it as the CLI prints it.
+func (p PhaseStart) String() string {
+	if p.Now {
+		return fmt.Sprintf("phase %d could start now", p.Phase)
+	}
+	if p.At.IsZero() {
+		return fmt.Sprintf("phase %d is held (%s), no opening known", p.Phase, p.Reason)
+	}
+	return fmt.Sprintf("phase %d could start at %s (%s)", p.Phase, p.At.UTC().Format(time.RFC3339), p.Reason)
+}
+
+// phaseStarts asks the window gate, rack by rack, when each phase of plan
+// could start at now.
+func (r *Service) phaseStarts(ctx context.Context, tx pgx.Tx, plan Plan, now time.Time) ([]PhaseStart, error) {
+	out := make([]PhaseStart, plan.Phases)
+	for i := range out {
+		out[i].Phase = i
+	}
+	for _, t := range plan.Targets {
+		ps := &out[t.Phase]
+		if ps.Now {
+			continue
+		}
+		h, err := r.windows.HoldTarget(ctx, tx, uuid.Nil, t.RackID, now)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case !h.Held():
+			ps.Now, ps.At, ps.Reason = true, now, ""
+		case ps.Reason == "" || (!h.Next.IsZero() && (ps.At.IsZero() || h.Next.Before(ps.At))):
+			ps.At, ps.Reason = h.Next, h.Reason
+		}
+	}
+	return out, nil
 }
 
 // Preview plans in exactly as Create would freeze it, through tx, and
@@ -126,6 +176,11 @@ func (r *Service) Preview(ctx context.Context, tx pgx.Tx, in CreateRunInput) (Pr
 	}
 	if r.approver != nil {
 		if p.ApprovalRequired, err = r.approver.Required(ctx, tx, len(plan.Targets)); err != nil {
+			return Preview{}, err
+		}
+	}
+	if r.windows != nil {
+		if p.Starts, err = r.phaseStarts(ctx, tx, plan, r.now()); err != nil {
 			return Preview{}, err
 		}
 	}
