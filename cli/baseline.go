@@ -149,12 +149,13 @@ var baselineNoun = noun{
 				maxFail := fs.Int32("max-failures", 1, "failed racks that stop a wave (the run's failure-count gate)")
 				downgrades := fs.Bool("include-downgrades", false, "also bring devices above the baseline down to it")
 				runName := fs.String("name", "", "the run's name (default baseline-NAME-rREVISION)")
+				allowOverlap := fs.Bool("allow-overlap", false, "create the run even when its racks overlap an unfinished run's (refused otherwise, naming it)")
 				return func(ctx context.Context, c *env, args []string) error {
 					if len(args) > 1 {
 						return usageError{errors.New("want [NAME]")}
 					}
 					req := &adminv1.ApplyBaselineRequest{DryRun: *dry, CanaryRacks: *canary, Waves: *waves, MaxConcurrent: *maxConc, MaxFailures: *maxFail,
-						IncludeDowngrades: *downgrades, RunName: *runName}
+						IncludeDowngrades: *downgrades, RunName: *runName, AllowOverlap: *allowOverlap}
 					if len(args) == 1 {
 						req.Baseline = args[0]
 					}

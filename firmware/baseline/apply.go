@@ -30,7 +30,10 @@ type ApplyInput struct {
 	MaxFailures       int // failure-count gate per wave; 0: 1
 	DryRun            bool
 	IncludeDowngrades bool
-	CreatedBy         string
+	// AllowOverlap creates the run even when its racks overlap an
+	// unfinished run's (rollout.ErrRunOverlap otherwise).
+	AllowOverlap bool
+	CreatedBy    string
 }
 
 // Wave is one planned wave: its racks, and the NVLink domains they make up
@@ -319,12 +322,15 @@ func (s *Service) Apply(ctx context.Context, tx pgx.Tx, runs RunCreator, in Appl
 			Gates:         []rollout.Gate{{Kind: rollout.GateFailureCount, Scope: rollout.GateScopeCurrentPhase, Threshold: in.MaxFailures}},
 			AutoAdvance:   true,
 		},
-		Template:  rollout.RunTemplate{TargetVersion: &tv, Description: "firmware baseline " + b.Name},
-		Targets:   &inventory.TargetSpec{Racks: rackTargets},
-		Waves:     waveIDs,
-		CreatedBy: in.CreatedBy,
+		Template:     rollout.RunTemplate{TargetVersion: &tv, Description: "firmware baseline " + b.Name},
+		Targets:      &inventory.TargetSpec{Racks: rackTargets},
+		Waves:        waveIDs,
+		CreatedBy:    in.CreatedBy,
+		AllowOverlap: in.AllowOverlap,
 	})
-	if err != nil {
+	if errors.Is(err, rollout.ErrRunOverlap) {
+		return ApplyPlan{}, fmt.Errorf("%w (to apply anyway: flow baseline apply --allow-overlap)", err)
+	} else if err != nil {
 		return ApplyPlan{}, err
 	}
 	plan.RunID = id

@@ -177,7 +177,7 @@ func (h *Handler) GetCompliance(ctx context.Context, req *adminv1.GetComplianceR
 func (h *Handler) ApplyBaseline(ctx context.Context, req *adminv1.ApplyBaselineRequest) (*adminv1.ApplyBaselineResponse, error) {
 	in := ApplyInput{Ref: Ref{Name: req.GetBaseline()}, RunName: req.GetRunName(), CanaryRacks: int(req.GetCanaryRacks()), Waves: int(req.GetWaves()),
 		MaxConcurrent: int(req.GetMaxConcurrent()), MaxFailures: int(req.GetMaxFailures()), DryRun: req.GetDryRun(),
-		IncludeDowngrades: req.GetIncludeDowngrades(), CreatedBy: caller.Identity(ctx)}
+		IncludeDowngrades: req.GetIncludeDowngrades(), AllowOverlap: req.GetAllowOverlap(), CreatedBy: caller.Identity(ctx)}
 	var p ApplyPlan
 	err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) (err error) {
 		p, err = h.svc.Apply(ctx, tx, h.runs, in)
@@ -267,6 +267,8 @@ func connectError(err error) error {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%w: activate one (flow baseline activate NAME) or name one", err))
 	case errors.As(err, &ne):
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("NICo Core: %w", err))
+	case errors.Is(err, rollout.ErrRunOverlap):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, rollout.ErrRunInvalid), errors.Is(err, rollout.ErrRunNotFound):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}

@@ -329,6 +329,14 @@ func TestComplianceAndApply(t *testing.T) {
 			require.Equal(t, 2, n, "domain %s whole in its wave", d)
 		}
 	}
+	// A second apply while the first run is unfinished overlaps it:
+	// refused, naming it, unless asked.
+	err = b.tx(t, func(tx pgx.Tx) error {
+		_, err := b.svc.Apply(ctx, tx, b.runs, baseline.ApplyInput{})
+		return err
+	})
+	require.ErrorIs(t, err, rollout.ErrRunOverlap)
+	require.Contains(t, err.Error(), "flow baseline apply --allow-overlap")
 	run, err := b.runs.Run(ctx, b.Pool, plan.RunID)
 	require.NoError(t, err)
 	require.Equal(t, 3, run.TotalPhases)

@@ -2313,8 +2313,12 @@ type ApplyBaselineRequest struct {
 	// include_downgrades also targets devices above the baseline (default:
 	// only those below it).
 	IncludeDowngrades bool `protobuf:"varint,8,opt,name=include_downgrades,json=includeDowngrades,proto3" json:"include_downgrades,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// allow_overlap creates the run even when its racks overlap an
+	// unfinished run's (refused otherwise, naming that run:
+	// docs/change-safety.md).
+	AllowOverlap  bool `protobuf:"varint,9,opt,name=allow_overlap,json=allowOverlap,proto3" json:"allow_overlap,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApplyBaselineRequest) Reset() {
@@ -2399,6 +2403,13 @@ func (x *ApplyBaselineRequest) GetDryRun() bool {
 func (x *ApplyBaselineRequest) GetIncludeDowngrades() bool {
 	if x != nil {
 		return x.IncludeDowngrades
+	}
+	return false
+}
+
+func (x *ApplyBaselineRequest) GetAllowOverlap() bool {
+	if x != nil {
+		return x.AllowOverlap
 	}
 	return false
 }
@@ -4736,7 +4747,7 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\x04site\x18\x05 \x01(\v2\x1f.flow.admin.v1.ComplianceCountsR\x04site\x126\n" +
 	"\x06groups\x18\x06 \x03(\v2\x1e.flow.admin.v1.ComplianceGroupR\x06groups\x12;\n" +
 	"\vcomputed_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"computedAt\"\x98\x02\n" +
+	"computedAt\"\xbd\x02\n" +
 	"\x14ApplyBaselineRequest\x12\x1a\n" +
 	"\bbaseline\x18\x01 \x01(\tR\bbaseline\x12\x19\n" +
 	"\brun_name\x18\x02 \x01(\tR\arunName\x12!\n" +
@@ -4745,7 +4756,8 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\x0emax_concurrent\x18\x05 \x01(\x05R\rmaxConcurrent\x12!\n" +
 	"\fmax_failures\x18\x06 \x01(\x05R\vmaxFailures\x12\x17\n" +
 	"\adry_run\x18\a \x01(\bR\x06dryRun\x12-\n" +
-	"\x12include_downgrades\x18\b \x01(\bR\x11includeDowngrades\"X\n" +
+	"\x12include_downgrades\x18\b \x01(\bR\x11includeDowngrades\x12#\n" +
+	"\rallow_overlap\x18\t \x01(\bR\fallowOverlap\"X\n" +
 	"\tApplyWave\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\x05R\x05phase\x12\x14\n" +
 	"\x05racks\x18\x02 \x03(\tR\x05racks\x12\x1f\n" +
