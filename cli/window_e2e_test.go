@@ -1,6 +1,8 @@
 package cli_test
 
 import (
+	"io"
+	"net/http"
 	"regexp"
 	"testing"
 	"time"
@@ -34,6 +36,17 @@ func TestCLIWindows(t *testing.T) {
 	require.Contains(t, out, "yes", "open now")
 	out = b.mustFlow(t, "freeze", "get", "incident")
 	require.Contains(t, out, "incident")
+
+	// The console lists both.
+	res, err := http.Get(s.url + "/ui/windows")
+	require.NoError(t, err)
+	page, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode, string(page))
+	require.Contains(t, string(page), `<tr data-name="saturdays">`)
+	require.Contains(t, string(page), `<tr data-name="incident">`)
+	require.Contains(t, string(page), "0 2 * * SAT")
 
 	requireFlowError(t, b, `invalid_argument: cron: invalid cron expression "0 2 * * XYZ"`, "window", "create", "bad", "--cron", "0 2 * * XYZ", "--tz", "UTC", "--duration", "1h", "--site")
 	requireFlowError(t, b, `invalid_argument: time_zone: unknown time zone "Mars/Olympus"`, "window", "create", "bad", "--cron", "0 2 * * SAT", "--tz", "Mars/Olympus", "--duration", "1h", "--site")

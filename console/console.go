@@ -199,6 +199,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /ui/rollouts", c.sharedPage(rolloutsTopics, c.rollouts))
 	m.HandleFunc("GET /ui/rollouts/{id}", c.page(c.rollout))
 	m.HandleFunc("GET /ui/schedules", c.page(c.schedules))
+	m.HandleFunc("GET /ui/windows", c.page(c.windows))
 	m.HandleFunc("GET /ui/events-rules", c.sharedPage(eventRulesTopics, c.eventRules))
 	m.HandleFunc("GET /ui/sync", c.page(c.sync))
 	m.HandleFunc("GET /ui/live", c.live)

@@ -682,6 +682,15 @@ func (c *Console) schedules(r *http.Request) (view, error) {
 	return view{"schedules", "Schedules", "schedules", []string{"schedules"}, res.GetTaskSchedules()}, nil
 }
 
+// windows lists the maintenance windows and freezes (docs/change-safety.md).
+func (c *Console) windows(r *http.Request) (view, error) {
+	res, err := c.admin.ListWindows(apiCtx(r), &adminv1.ListWindowsRequest{})
+	if err != nil {
+		return view{}, err
+	}
+	return view{"windows", "Windows and freezes", "windows", nil, res.GetWindows()}, nil
+}
+
 func (c *Console) eventRules(r *http.Request) (view, error) {
 	res, err := c.flow.ListEventRules(apiCtx(r), (&flowv1.ListEventRulesRequest{Pagination: &flowv1.Pagination{Limit: 200}}))
 	if err != nil {
@@ -841,7 +850,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 		},
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"overview", "floor", "compliance", "apply", "rack", "tasks", "task", "rollouts", "rollout", "schedules", "eventrules", "sync", "error"} {
+	for _, name := range []string{"overview", "floor", "compliance", "apply", "rack", "tasks", "task", "rollouts", "rollout", "schedules", "windows", "eventrules", "sync", "error"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console template %s: %w", name, err)
