@@ -51,7 +51,7 @@ func startSecureE2E(t *testing.T, withPolicy bool) *secureE2E {
 	vars := map[string]string{
 		"DATABASE_URL": dbtest.NewDB(t), "FLOW_LISTEN_ADDR": "127.0.0.1:0", "FLOW_ADMIN_LISTEN": "off",
 		"NICO_CORE_API_URL": sims.nicoSrv.URL(), "PSM_API_URL": sims.psmSrv.URL(),
-		"FLOW_SHUTDOWN_TIMEOUT": "5s", "CERTDIR": certs,
+		"FLOW_SHUTDOWN_TIMEOUT": "5s", "CERTDIR": certs, "FLOW_APPROVAL_THRESHOLD": "0",
 	}
 	if withPolicy {
 		vars["FLOW_AUTHZ_POLICY"] = filepath.Join(certs, "policy.yaml")
