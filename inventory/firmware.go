@@ -129,6 +129,20 @@ func (s *Service) RecordFirmware(ctx context.Context, tx pgx.Tx, typ ComponentTy
 	return n, nil
 }
 
+// RecordFirmwareRead records a successful read of typ's installed
+// versions at readAt that found exactly what is stored: it writes the
+// type's read time alone (RecordFirmware writes it too). The caller must
+// know that nothing differs; the inventory sync does when it read the same
+// as at its last RecordFirmware of typ and FirmwareGenerations' Firmware
+// has not moved since (no statement wrote component_firmware), which
+// spares it listing the type's stored versions every cycle.
+func (s *Service) RecordFirmwareRead(ctx context.Context, tx pgx.Tx, typ ComponentType, readAt time.Time) error {
+	if err := s.q.FirmwareReadSet(ctx, tx, dbsqlc.FirmwareReadSetParams{ComponentType: string(typ), ReadAt: readAt}); err != nil {
+		return fmt.Errorf("record firmware read: %w", err)
+	}
+	return nil
+}
+
 // InstalledFirmware returns what Flow last heard of the component's
 // installed firmware; ok is false when Core never reported it.
 func (s *Service) InstalledFirmware(ctx context.Context, dbtx db.DBTX, componentID uuid.UUID) (InstalledFirmware, bool, error) {
