@@ -3,10 +3,13 @@ package reconcile
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -149,6 +152,40 @@ const DefaultSyncHandOff = inventory.MirrorLiveMax
 type Syncer struct {
 	cfg SyncConfig
 	q   *dbsqlc.Queries
+
+	// recorded is, per component type, what this process's last
+	// committed RecordFirmware of the type recorded (firmwareMemo).
+	recordedMu sync.Mutex
+	recorded   map[inventory.ComponentType]firmwareMemo
+}
+
+// firmwareMemo is what a part recorded of its type's installed versions:
+// sum, the hash of the readings and absent devices it passed, and the
+// installed-firmware generation (inventory.FirmwareGeneration.Firmware)
+// after it committed. A later read with the same sum while the generation
+// has not moved (no statement wrote component_firmware since) would write
+// nothing: the part then records the read time alone
+// (inventory.Service.RecordFirmwareRead) instead of listing the type's
+// stored versions.
+type firmwareMemo struct {
+	sum uint64
+	gen int64
+}
+
+func (s *Syncer) firmwareMemo(t inventory.ComponentType) (firmwareMemo, bool) {
+	s.recordedMu.Lock()
+	defer s.recordedMu.Unlock()
+	m, ok := s.recorded[t]
+	return m, ok
+}
+
+func (s *Syncer) setFirmwareMemo(t inventory.ComponentType, m firmwareMemo) {
+	s.recordedMu.Lock()
+	defer s.recordedMu.Unlock()
+	if s.recorded == nil {
+		s.recorded = map[inventory.ComponentType]firmwareMemo{}
+	}
+	s.recorded[t] = m
 }
 
 // NewSyncer returns a Syncer.
@@ -475,11 +512,22 @@ type device struct {
 	// dpus are a compute host's DPU BMCs (compute only), ordered by MAC.
 	dpus []inventory.DPUBMC
 	// versions are the installed firmware per sub-component Core answered
-	// with, when answered (shared between the part's devices with equal
-	// versions: healthEncoder.shareVersions).
-	versions inventory.SubVersions
-	answered bool
+	// with; nil when it did not answer for the device (shared between the
+	// part's devices with equal versions: healthEncoder.shareVersions).
+	versions *versionSet
 }
+
+// versionSet is one set of installed versions, shared by a part's devices
+// that run it, with sum, a hash of its content: equal sets hash the same
+// within a process.
+type versionSet struct {
+	v   inventory.SubVersions
+	sum uint64
+}
+
+// versionsSeed seeds the hashes of version sets and of what a part
+// records (firmwareMemo).
+var versionsSeed = maphash.MakeSeed()
 
 // devicePosition is Core's position of a compute host, held in place:
 // ok says Core reported one, and the has bits which of its values it
@@ -560,7 +608,9 @@ func addWarning(p *SyncPart, ws ...string) {
 // (inventory.Service.RecordFirmware, which writes only what changed): the
 // matched components Core answered for are readings, and the live
 // components with a Core ID it did not answer for (item error, left out
-// of the reply or of the listing) are absent. Core's devices are all read by
+// of the reply or of the listing) are absent; when they are what the
+// part last recorded and no statement has written component_firmware
+// since (firmwareMemo), only the read time is written. Core's devices are all read by
 // then; Flow's components are compared a page at a time (the mirror's
 // listing when it handed one on, else pages read in the transaction), and
 // each page's changes are written before the next page is read, so the
@@ -573,13 +623,25 @@ func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.Component
 	var ds []drift
 	var readings []inventory.FirmwareReading
 	var absent []uuid.UUID
+	// recording hashes readings and absent devices in their order (the
+	// components' ID order), one record each: 1, ID, set sum; 2, ID.
+	var recording maphash.Hash
+	var record [25]byte
 	if versionsOK {
 		readings = make([]inventory.FirmwareReading, 0, len(devs))
+		recording.SetSeed(versionsSeed)
+	}
+	addAbsent := func(id uuid.UUID) {
+		absent = append(absent, id)
+		record[0] = 2
+		copy(record[1:], id[:])
+		_, _ = recording.Write(record[:17])
 	}
 	var ups []inventory.SyncUpdate
 	dpus, dpusNow := map[uuid.UUID][]inventory.DPUBMC{}, map[uuid.UUID][]inventory.DPUBMC{}
 	listed, handed := c.takeListed(t)
-	return pgx.BeginFunc(ctx, c.s.cfg.Pool, func(tx pgx.Tx) error {
+	var recorded firmwareMemo
+	err := pgx.BeginFunc(ctx, c.s.cfg.Pool, func(tx pgx.Tx) error {
 		// page compares comps (in ID order, after every earlier page) and
 		// writes their changes through tx.
 		page := func(comps []inventory.SyncComponent) error {
@@ -599,17 +661,21 @@ func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.Component
 					ds = append(ds, drift{kind: "missing_in_actual", component: &id, externalID: comp.ExternalID, mac: string(comp.HostMAC),
 						name: comp.Name, serial: comp.SerialNumber, firmware: comp.FirmwareVersion, rackExt: comp.RackExternalID})
 					if versionsOK && comp.ExternalID != "" {
-						absent = append(absent, comp.ID)
+						addAbsent(comp.ID)
 					}
 					continue
 				}
 				matched[i] = true
 				d := &devs[i]
 				if versionsOK {
-					if d.answered {
-						readings = append(readings, inventory.FirmwareReading{ComponentID: comp.ID, Versions: d.versions})
+					if d.versions != nil {
+						readings = append(readings, inventory.FirmwareReading{ComponentID: comp.ID, Versions: d.versions.v})
+						record[0] = 1
+						copy(record[1:], comp.ID[:])
+						binary.LittleEndian.PutUint64(record[17:], d.versions.sum)
+						_, _ = recording.Write(record[:])
 					} else {
-						absent = append(absent, comp.ID)
+						addAbsent(comp.ID)
 					}
 				}
 				if up, changed := c.update(t, comp, d); changed {
@@ -660,10 +726,43 @@ func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.Component
 		if !versionsOK {
 			return nil
 		}
-		n, err := c.s.cfg.Inv.RecordFirmware(ctx, tx, t, c.now, readings, absent)
-		p.Changed += n
+		recorded, err = c.recordFirmware(ctx, tx, p, t, readings, absent, recording.Sum64())
 		return err
 	})
+	if err == nil && versionsOK {
+		c.s.setFirmwareMemo(t, recorded)
+	}
+	return err
+}
+
+// recordFirmware records a read of t's installed versions through tx
+// (syncType) and returns the firmwareMemo to keep once tx commits: the
+// read time alone when the read is what the part last recorded (sum) and
+// the installed-firmware generation has not moved since, else
+// RecordFirmware's writes, counted in p.Changed.
+func (c *cycle) recordFirmware(ctx context.Context, tx pgx.Tx, p *SyncPart, t inventory.ComponentType, readings []inventory.FirmwareReading, absent []uuid.UUID, sum uint64) (firmwareMemo, error) {
+	inv := c.s.cfg.Inv
+	gen, err := inv.FirmwareGenerations(ctx, tx)
+	if err != nil {
+		return firmwareMemo{}, err
+	}
+	memo := firmwareMemo{sum: sum, gen: gen.Firmware}
+	if last, ok := c.s.firmwareMemo(t); ok && last == memo {
+		return memo, inv.RecordFirmwareRead(ctx, tx, t, c.now)
+	}
+	n, err := inv.RecordFirmware(ctx, tx, t, c.now, readings, absent)
+	if err != nil {
+		return firmwareMemo{}, err
+	}
+	p.Changed += n
+	if n > 0 {
+		// The writes moved the generation (once per statement).
+		if gen, err = inv.FirmwareGenerations(ctx, tx); err != nil {
+			return firmwareMemo{}, err
+		}
+		memo.gen = gen.Firmware
+	}
+	return memo, nil
 }
 
 // deviceIndex finds a part's devices by a key (normalised MAC, Core ID)
@@ -751,45 +850,74 @@ type healthEncoder struct {
 	// site's devices repeat few states, firmware versions, power states
 	// and racks; a value seen once more after that is kept as it is).
 	shared map[string]string
-	// versions holds one copy of each set of installed versions seen, by
+	// sets holds one copy of each set of installed versions seen, by
 	// versionsKey, up to maxShared sets: a site's devices of one type
 	// mostly run one set, so a part holds a few maps, not one a device.
-	versions map[string]inventory.SubVersions
+	sets map[string]*versionSet
 	// reports holds the installed versions of the switch and shelf
 	// reports seen, by what decides them (shareReport), up to maxShared.
-	reports map[string]inventory.SubVersions
+	reports map[string]*versionSet
 	key     []byte // the keys' buffer
+	// last and lastReport are the sets shareVersions and shareReport last
+	// returned (lastFW, lastBMC: what decided the report's): the devices
+	// of a page mostly run the set of the device before them, which is
+	// cheaper to compare than to key.
+	last, lastReport *versionSet
+	lastFW           map[string]string
+	lastBMC          string
 }
 
 const maxShared = 4096
 
 // shareVersions returns the copy of v already held, else v (held when
 // there is room).
-func (e *healthEncoder) shareVersions(v map[string][]string) inventory.SubVersions {
+func (e *healthEncoder) shareVersions(v map[string][]string) *versionSet {
+	if e.last != nil && e.last.v.Equal(v) {
+		return e.last
+	}
 	k := e.versionsKey(v)
-	if x, ok := e.versions[string(k)]; ok {
+	if x, ok := e.sets[string(k)]; ok {
+		e.last = x
 		return x
 	}
-	if e.versions == nil {
-		e.versions = map[string]inventory.SubVersions{}
+	if e.sets == nil {
+		e.sets = map[string]*versionSet{}
 	}
-	sv := inventory.SubVersions(v)
-	for _, vs := range sv {
+	for _, vs := range v {
 		for i, x := range vs {
 			vs[i] = e.share(x)
 		}
 	}
-	if len(e.versions) < maxShared {
-		e.versions[string(k)] = sv
+	x := &versionSet{v: v, sum: maphash.Bytes(versionsSeed, k)}
+	if len(e.sets) < maxShared {
+		e.sets[string(k)] = x
 	}
-	return sv
+	e.last = x
+	return x
 }
 
 // shareReport returns the installed versions in a switch's or shelf's
 // exploration report (nico.Inventory.InstalledComponents), shared with the
 // part's devices whose reports hold the same; a report like one seen
 // before costs no map.
-func (e *healthEncoder) shareReport(inv nico.Inventory, kind nico.Kind) inventory.SubVersions {
+func (e *healthEncoder) shareReport(inv nico.Inventory, kind nico.Kind) *versionSet {
+	// InstalledComponents falls back on a switch's BMC version when its
+	// report names no "bmc" version.
+	var bmc string
+	if inv.FirmwareVersions["bmc"] == "" && kind == nico.KindSwitch {
+		bmc = inv.BMCFirmware()
+	}
+	if e.lastReport != nil && bmc == e.lastBMC && maps.Equal(inv.FirmwareVersions, e.lastFW) {
+		return e.lastReport
+	}
+	sv := e.reportSet(inv, kind, bmc)
+	e.lastReport, e.lastFW, e.lastBMC = sv, inv.FirmwareVersions, bmc
+	return sv
+}
+
+// reportSet is shareReport by the report's key: its firmware_versions and
+// bmc, the BMC version InstalledComponents falls back on.
+func (e *healthEncoder) reportSet(inv nico.Inventory, kind nico.Kind, bmc string) *versionSet {
 	k := e.key[:0]
 	names := make([]string, 0, 16)
 	for c := range inv.FirmwareVersions {
@@ -802,11 +930,8 @@ func (e *healthEncoder) shareReport(inv nico.Inventory, kind nico.Kind) inventor
 		k = append(k, inv.FirmwareVersions[c]...)
 		k = append(k, 0)
 	}
-	if kind == nico.KindSwitch {
-		// InstalledComponents falls back on it when no "bmc" is named.
-		k = append(k, 2)
-		k = append(k, inv.BMCFirmware()...)
-	}
+	k = append(k, 2)
+	k = append(k, bmc...)
 	e.key = k
 	if x, ok := e.reports[string(k)]; ok {
 		return x
@@ -814,7 +939,7 @@ func (e *healthEncoder) shareReport(inv nico.Inventory, kind nico.Kind) inventor
 	key := string(k) // shareVersions reuses the buffer
 	sv := e.shareVersions(inv.InstalledComponents(kind))
 	if e.reports == nil {
-		e.reports = map[string]inventory.SubVersions{}
+		e.reports = map[string]*versionSet{}
 	}
 	if len(e.reports) < maxShared {
 		e.reports[key] = sv
@@ -1084,7 +1209,7 @@ func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs
 		d := device{id: m.ID, mac: backend.NormalizeMAC(m.BMCMAC), state: he.share(m.State), firmware: he.share(invs[m.ID].BMCFirmware()), dpus: sortedDPUs(dpus[m.ID])}
 		d.setHealth(he, m.Health)
 		if v, ok := installed[m.ID]; ok {
-			d.versions, d.answered = he.shareVersions(v), true
+			d.versions = he.shareVersions(v)
 		}
 		if pw, ok := power[m.ID]; ok {
 			d.power = he.share(string(pw))
@@ -1151,7 +1276,7 @@ func (c *cycle) nvswitches(ctx context.Context, p *SyncPart) error {
 				firmware: he.share(inv.BMCFirmware()), power: he.share(reportPower(inv.Power))}
 			d.setHealth(&he, s.Health)
 			if answered {
-				d.versions, d.answered = he.shareReport(inv, nico.KindSwitch), true
+				d.versions = he.shareReport(inv, nico.KindSwitch)
 			}
 			devs = append(devs, d)
 			seen = append(seen, switchSeen{rackID: s.RackID, nvlinkDomain: s.NVLinkDomain})
@@ -1194,7 +1319,7 @@ func (c *cycle) shelves(ctx context.Context, p *SyncPart) error {
 				firmware: he.share(fw), power: he.share(reportPower(inv.Power))}
 			d.setHealth(&he, s.Health)
 			if answered {
-				d.versions, d.answered = he.shareReport(inv, nico.KindPowerShelf), true
+				d.versions = he.shareReport(inv, nico.KindPowerShelf)
 			}
 			devs = append(devs, d)
 		}

@@ -189,3 +189,32 @@ func TestSyncFailedVersionsRead(t *testing.T) {
 	require.Equal(t, []string{"9.9"}, b.installed(t, "demo-0000-ct-00").Versions["bios"])
 	require.Equal(t, []string{"9.9"}, b.installed(t, "demo-0000-sw-03").Versions["bios"])
 }
+
+// TestSyncInstalledVersionsWrittenElsewhere: a cycle that reads what the
+// sync last recorded writes only the read time, unless component_firmware
+// was written since by anyone else (its generation moved): then the rows
+// are compared again and a row changed behind the sync's back is put
+// right.
+func TestSyncInstalledVersionsWrittenElsewhere(t *testing.T) {
+	t.Parallel()
+	b := setupSync(t, 1)
+	b.realistic(t, "demo-0000-ct-00", nicosim.KindCompute)
+	b.run(t)
+	rows := b.firmwareRows(t)
+	b.run(t)
+	require.Equal(t, rows, b.firmwareRows(t))
+
+	ct := b.component(t, "demo-0000-ct-00").ID
+	_, err := b.pool.Exec(b.ctx, `UPDATE component_firmware SET versions = '{"bios": ["0.1"]}' WHERE component_id = $1`, ct)
+	require.NoError(t, err)
+	run := b.run(t)
+	require.EqualValues(t, 1, part(t, run, reconcile.PartCompute).Changed)
+	require.Equal(t, []string{"1.0-bios"}, b.installed(t, "demo-0000-ct-00").Versions["bios"])
+	require.Zero(t, part(t, b.run(t), reconcile.PartCompute).Changed)
+
+	// Another process's sync (its own memory) agrees.
+	other := reconcile.NewSyncer(reconcile.SyncConfig{Pool: b.pool, Inv: b.inv, Core: b.nc, Expected: true})
+	again, err := other.Run(b.ctx, reconcile.TriggerManual)
+	require.NoError(t, err)
+	require.Zero(t, again.Changed())
+}
