@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -939,12 +941,12 @@ func (b *Bench) engineSteps(ctx context.Context, task *flowv1.Task, rules map[st
 	ruleID := task.GetAppliedRuleId().GetId()
 	actions, ok := rules[ruleID]
 	if !ok {
-		var def operations.RuleDefinition
+		var def ruledef.Definition
 		if ruleID == "" {
 			r, _ := b.o.workload.rule()
 			def = r.Definition
 		} else if pr, err := b.client.GetOperationRule(ctx, &flowv1.GetOperationRuleRequest{RuleId: &flowv1.UUID{Id: ruleID}}); err == nil {
-			def, _ = operations.ParseRuleDefinition([]byte(pr.GetRuleDefinitionJson()))
+			def, _ = ruledef.Parse([]byte(pr.GetRuleDefinitionJson()))
 		}
 		actions = map[stepKey]int{}
 		for _, s := range def.Steps {

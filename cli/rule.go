@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"connectrpc.com/connect"
 	"github.com/spf13/pflag"
 
@@ -625,7 +627,7 @@ func printRules(w io.Writer, rules []*flowv1.OperationRule) {
 	rows := make([][]string, len(rules))
 	for i, r := range rules {
 		stages, steps := "?", "?"
-		if def, err := operations.ParseRuleDefinition([]byte(r.GetRuleDefinitionJson())); err == nil {
+		if def, err := ruledef.Parse([]byte(r.GetRuleDefinitionJson())); err == nil {
 			stages, steps = strconv.Itoa(len(def.Stages())), strconv.Itoa(len(def.Steps))
 		}
 		rows[i] = []string{r.GetId().GetId(), r.GetName(), ruleKey(r), yesNo(r.GetIsDefault()), stages, steps, fmtTime(r.GetUpdatedAt().AsTime())}
@@ -639,7 +641,7 @@ func printRule(w io.Writer, r *flowv1.OperationRule) {
 	fmt.Fprintf(w, "ID           %s\nNAME         %s\nDESCRIPTION  %s\nOPERATION    %s\nDEFAULT      %s\nCREATED      %s\nUPDATED      %s\n",
 		r.GetId().GetId(), r.GetName(), or(r.GetDescription(), "-"), ruleKey(r), yesNo(r.GetIsDefault()),
 		fmtTime(r.GetCreatedAt().AsTime()), fmtTime(r.GetUpdatedAt().AsTime()))
-	def, err := operations.ParseRuleDefinition([]byte(r.GetRuleDefinitionJson()))
+	def, err := ruledef.Parse([]byte(r.GetRuleDefinitionJson()))
 	if err != nil {
 		fmt.Fprintf(w, "\ndefinition unreadable: %v\n", err)
 		return
@@ -684,7 +686,7 @@ func printRule(w io.Writer, r *flowv1.OperationRule) {
 
 // fmtAction renders an action as "Name key=value ..." with its timeout and
 // poll interval first, then its parameters by key.
-func fmtAction(a operations.Action) string {
+func fmtAction(a ruledef.Action) string {
 	parts := []string{string(a.Name)}
 	if a.Timeout > 0 {
 		parts = append(parts, "timeout="+fmtDur(a.Timeout.Std()))

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/operations"
@@ -102,7 +104,7 @@ func TestCLIRule(t *testing.T) {
 		require.Equal(t, id, r.ID.ID)
 		require.Equal(t, "OPERATION_TYPE_POWER_CONTROL", r.OperationType)
 		require.Equal(t, "power_on", r.OperationCode)
-		def, err := operations.ParseRuleDefinition([]byte(r.RuleDefinitionJSON))
+		def, err := ruledef.Parse([]byte(r.RuleDefinitionJSON))
 		require.NoError(t, err)
 		require.Len(t, def.Steps, 3)
 	})

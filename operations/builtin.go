@@ -6,8 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
+
+	"github.com/nicoflow/flow/operations/ruledef"
 )
 
 // builtinRulesJSON holds the built-in rules of spec/execution.md §7.5 as data.
@@ -46,11 +47,11 @@ func parseBuiltinRules(data []byte) (map[builtinKey]Rule, error) {
 		if e.Name == "" {
 			return nil, fmt.Errorf("built-in rule without a name")
 		}
-		def, err := ParseRuleDefinition(e.RuleDefinition)
+		def, err := ruledef.Parse(e.RuleDefinition)
 		if err != nil {
 			return nil, fmt.Errorf("built-in rule %q: %w", e.Name, err)
 		}
-		if err := def.validate(true); err != nil {
+		if err := def.ValidateBuiltin(); err != nil {
 			return nil, fmt.Errorf("built-in rule %q: %w", e.Name, err)
 		}
 		if len(e.OperationCodes) == 0 {
@@ -88,7 +89,7 @@ func BuiltinRule(t OperationType, code OperationCode) (Rule, bool) {
 	if !ok {
 		return Rule{}, false
 	}
-	r.Definition = r.Definition.clone()
+	r.Definition = r.Definition.Clone()
 	return r, true
 }
 
@@ -113,55 +114,8 @@ func MinimalRule(t OperationType, code OperationCode) Rule {
 	return Rule{
 		Name: fmt.Sprintf("Minimal Default Rule for %s.%s", t, code),
 		Type: t, Code: code,
-		Definition: RuleDefinition{Version: RuleDefinitionVersion, Steps: []Step{}},
+		Definition: ruledef.Definition{Version: ruledef.Version, Steps: []ruledef.Step{}},
 	}
-}
-
-// clone deep-copies d, so callers can't alter shared built-ins.
-func (d RuleDefinition) clone() RuleDefinition {
-	out := RuleDefinition{Version: d.Version, Steps: make([]Step, len(d.Steps))}
-	for i, s := range d.Steps {
-		s.PreOperation = cloneActions(s.PreOperation)
-		s.PostOperation = cloneActions(s.PostOperation)
-		s.MainOperation = s.MainOperation.clone()
-		if s.Retry != nil {
-			r := *s.Retry
-			s.Retry = &r
-		}
-		out.Steps[i] = s
-	}
-	return out
-}
-
-func cloneActions(as []Action) []Action {
-	if as == nil {
-		return nil
-	}
-	out := make([]Action, len(as))
-	for i, a := range as {
-		out[i] = a.clone()
-	}
-	return out
-}
-
-func (a Action) clone() Action {
-	p := &a.Parameters
-	p.Duration = clonePtr(p.Duration)
-	p.ExpectedStatus = clonePtr(p.ExpectedStatus)
-	p.ComponentTypes = slices.Clone(p.ComponentTypes)
-	p.Operation = clonePtr(p.Operation)
-	p.PollInterval = clonePtr(p.PollInterval)
-	p.PollTimeout = clonePtr(p.PollTimeout)
-	p.RequireAll = clonePtr(p.RequireAll)
-	return a
-}
-
-func clonePtr[T any](p *T) *T {
-	if p == nil {
-		return nil
-	}
-	v := *p
-	return &v
 }
 
 // ingestFirmwareSteps are the steps IngestFirmwareRule adds after the
@@ -187,14 +141,14 @@ func IngestFirmwareRule() (Rule, error) {
 	if !ok {
 		return Rule{}, errors.New("no built-in ingest rule")
 	}
-	extra, err := ParseRuleDefinition([]byte(ingestFirmwareSteps))
+	extra, err := ruledef.Parse([]byte(ingestFirmwareSteps))
 	if err != nil {
 		return Rule{}, fmt.Errorf("ingest firmware steps: %w", err)
 	}
 	r.Name = "Hardcoded Default Ingest with Firmware Upgrade"
 	r.Description = "Ingest: inject expectations for compute trays and NVLink switches, then upgrade their firmware to the component manager's desired version; power shelves excluded"
 	r.Definition.Steps = append(r.Definition.Steps, extra.Steps...)
-	if err := r.Definition.validate(true); err != nil {
+	if err := r.Definition.ValidateBuiltin(); err != nil {
 		return Rule{}, fmt.Errorf("built-in rule %q: %w", r.Name, err)
 	}
 	return r, nil

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -13,7 +15,7 @@ import (
 
 // renderStep writes a step in the notation of spec/execution.md §7.5:
 // "stage Type timeout retry: actions", retry as attempts/initial/backoff.
-func renderStep(t *testing.T, s operations.Step) string {
+func renderStep(t *testing.T, s ruledef.Step) string {
 	t.Helper()
 	retry := "-"
 	if s.Retry != nil {
@@ -33,29 +35,29 @@ func renderStep(t *testing.T, s operations.Step) string {
 	return fmt.Sprintf("%d %s %v %s: %s", s.Stage, s.ComponentType, s.Timeout.Std(), retry, strings.Join(acts, ", "))
 }
 
-func renderAction(t *testing.T, a operations.Action) string {
+func renderAction(t *testing.T, a ruledef.Action) string {
 	t.Helper()
 	switch a.Name {
-	case operations.ActionPowerControl:
+	case ruledef.ActionPowerControl:
 		p, err := a.PowerControlParams()
 		require.NoError(t, err)
 		if p.Operation != "" {
 			return "PowerControl " + string(p.Operation)
 		}
 		return "PowerControl"
-	case operations.ActionVerifyPowerStatus:
+	case ruledef.ActionVerifyPowerStatus:
 		p, err := a.VerifyPowerStatusParams()
 		require.NoError(t, err)
 		return fmt.Sprintf("VPS %s %v/%v", p.Expected, p.Timeout, p.PollInterval)
-	case operations.ActionSleep:
+	case ruledef.ActionSleep:
 		p, err := a.SleepParams()
 		require.NoError(t, err)
 		return fmt.Sprintf("Sleep %v", p.Duration)
-	case operations.ActionFirmwareControl:
+	case ruledef.ActionFirmwareControl:
 		p, err := a.FirmwareControlParams()
 		require.NoError(t, err)
 		return fmt.Sprintf("FirmwareControl %v/%v", p.PollInterval, p.PollTimeout)
-	case operations.ActionWaitDecommissioned:
+	case ruledef.ActionWaitDecommissioned:
 		p, err := a.WaitParams()
 		require.NoError(t, err)
 		return fmt.Sprintf("WaitDecommissioned %v/%v", p.Timeout, p.PollInterval)

@@ -3,6 +3,8 @@ package operations_test
 import (
 	"testing"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/operations"
@@ -15,10 +17,10 @@ func TestStepRequirements(t *testing.T) {
 		N  = operations.ComponentTypeNVSwitch
 		PS = operations.ComponentTypePowerShelf
 	)
-	req := func(ct operations.ComponentType, c operations.Capability) operations.Requirement {
-		return operations.Requirement{ComponentType: ct, Capability: c}
+	req := func(ct operations.ComponentType, c ruledef.Capability) ruledef.Requirement {
+		return ruledef.Requirement{ComponentType: ct, Capability: c}
 	}
-	d, err := operations.ParseRuleDefinition([]byte(defJSON(
+	d, err := ruledef.Parse([]byte(defJSON(
 		stepJSON(`"pre_operation":[{"name":"Sleep","parameters":{"duration":"1s"}}],
 			"post_operation":[
 				{"name":"VerifyReachability","timeout":"1m","poll_interval":"1s","parameters":{"component_types":["NVSwitch","PowerShelf","CDU"]}},
@@ -33,12 +35,12 @@ func TestStepRequirements(t *testing.T) {
 	// NVSwitch PowerStatus only (PowerShelf and CDU are not targeted).
 	got, err := d.Steps[0].Requirements([]operations.ComponentType{C, N})
 	require.NoError(t, err)
-	require.Equal(t, []operations.Requirement{
-		req(C, operations.CapabilityFirmwareControl),
-		req(C, operations.CapabilityFirmwareStatus),
-		req(C, operations.CapabilityPowerControl),
-		req(C, operations.CapabilityPowerStatus),
-		req(N, operations.CapabilityPowerStatus),
+	require.Equal(t, []ruledef.Requirement{
+		req(C, ruledef.CapabilityFirmwareControl),
+		req(C, ruledef.CapabilityFirmwareStatus),
+		req(C, ruledef.CapabilityPowerControl),
+		req(C, ruledef.CapabilityPowerStatus),
+		req(N, ruledef.CapabilityPowerStatus),
 	}, got)
 
 	// A step whose type is not targeted needs nothing.
@@ -49,14 +51,14 @@ func TestStepRequirements(t *testing.T) {
 	// Whole definition, decommission actions included.
 	got, err = d.Requirements([]operations.ComponentType{C, PS})
 	require.NoError(t, err)
-	require.Equal(t, []operations.Requirement{
-		req(C, operations.CapabilityFirmwareControl),
-		req(C, operations.CapabilityFirmwareStatus),
-		req(C, operations.CapabilityPowerControl),
-		req(C, operations.CapabilityPowerStatus),
-		req(PS, operations.CapabilityDecommissionControl),
-		req(PS, operations.CapabilityDecommissionStatus),
-		req(PS, operations.CapabilityPowerStatus),
+	require.Equal(t, []ruledef.Requirement{
+		req(C, ruledef.CapabilityFirmwareControl),
+		req(C, ruledef.CapabilityFirmwareStatus),
+		req(C, ruledef.CapabilityPowerControl),
+		req(C, ruledef.CapabilityPowerStatus),
+		req(PS, ruledef.CapabilityDecommissionControl),
+		req(PS, ruledef.CapabilityDecommissionStatus),
+		req(PS, ruledef.CapabilityPowerStatus),
 	}, got)
 }
 
@@ -66,14 +68,14 @@ func TestBuiltinRequirements(t *testing.T) {
 	for _, tt := range []struct {
 		code operations.OperationCode
 		typ  operations.OperationType
-		want []operations.Requirement
+		want []ruledef.Requirement
 	}{
-		{operations.CodeIngest, operations.OperationTypeBringUp, []operations.Requirement{
-			{ComponentType: "Compute", Capability: operations.CapabilityInjectExpectation},
-			{ComponentType: "NVSwitch", Capability: operations.CapabilityInjectExpectation},
+		{operations.CodeIngest, operations.OperationTypeBringUp, []ruledef.Requirement{
+			{ComponentType: "Compute", Capability: ruledef.CapabilityInjectExpectation},
+			{ComponentType: "NVSwitch", Capability: ruledef.CapabilityInjectExpectation},
 		}},
-		{operations.CodeColdReset, operations.OperationTypePowerControl, []operations.Requirement{
-			{ComponentType: "Compute", Capability: operations.CapabilityPowerControl},
+		{operations.CodeColdReset, operations.OperationTypePowerControl, []ruledef.Requirement{
+			{ComponentType: "Compute", Capability: ruledef.CapabilityPowerControl},
 		}},
 	} {
 		r, ok := operations.BuiltinRule(tt.typ, tt.code)
@@ -85,12 +87,12 @@ func TestBuiltinRequirements(t *testing.T) {
 	bringUp, _ := operations.BuiltinRule(operations.OperationTypeBringUp, operations.CodeBringUp)
 	got, err := bringUp.Definition.Requirements([]operations.ComponentType{operations.ComponentTypeNVSwitch})
 	require.NoError(t, err)
-	require.Contains(t, got, operations.Requirement{ComponentType: "NVSwitch", Capability: operations.CapabilityFirmwareConsistencyCheck})
+	require.Contains(t, got, ruledef.Requirement{ComponentType: "NVSwitch", Capability: ruledef.CapabilityFirmwareConsistencyCheck})
 }
 
 func TestRequirementsUnknownAction(t *testing.T) {
 	t.Parallel()
-	s := operations.Step{ComponentType: operations.ComponentTypeCompute, Stage: 1, MainOperation: operations.Action{Name: "VerifyFirmwareVersion"}}
+	s := ruledef.Step{ComponentType: operations.ComponentTypeCompute, Stage: 1, MainOperation: ruledef.Action{Name: "VerifyFirmwareVersion"}}
 	_, err := s.Requirements([]operations.ComponentType{operations.ComponentTypeCompute})
 	require.EqualError(t, err, "unknown action VerifyFirmwareVersion in capability validation")
 }

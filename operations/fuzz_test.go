@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/inventory"
@@ -62,7 +64,7 @@ func FuzzRuleDefinition(f *testing.F) {
 			var ve *operations.ValidationError
 			require.ErrorAs(t, err, &ve)
 			require.Equal(t, "rule_definition_json", ve.Field, "%v", err)
-			if parsed, perr := operations.ParseRuleDefinition(def); perr == nil && parsed.Validate() == nil {
+			if parsed, perr := ruledef.Parse(def); perr == nil && parsed.Validate() == nil {
 				require.Contains(t, ve.Msg, "rule cannot run", "refused for another reason than running: %v", err)
 			}
 			return

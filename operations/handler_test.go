@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -133,7 +135,7 @@ func TestCreateAndGetRule(t *testing.T) {
 
 		// The stored definition is normalised: version, canonical types,
 		// durations as strings.
-		def, err := operations.ParseRuleDefinition([]byte(got.GetRuleDefinitionJson()))
+		def, err := ruledef.Parse([]byte(got.GetRuleDefinitionJson()))
 		require.NoError(t, err)
 		require.Contains(t, got.GetRuleDefinitionJson(), `"version":"v1"`)
 		require.Contains(t, got.GetRuleDefinitionJson(), `"component_type":"PowerShelf"`)
@@ -241,7 +243,7 @@ func TestUpdateRule(t *testing.T) {
 	newDef := `{"version":"v1","steps":[{"component_type":"Compute","stage":1,"main_operation":{"name":"PowerControl"}}]}`
 	_, err = b.client.UpdateOperationRule(ctx, &flowv1.UpdateOperationRuleRequest{RuleId: pbID(id), RuleDefinitionJson: &newDef})
 	require.NoError(t, err)
-	def, err := operations.ParseRuleDefinition([]byte(get().GetRuleDefinitionJson()))
+	def, err := ruledef.Parse([]byte(get().GetRuleDefinitionJson()))
 	require.NoError(t, err)
 	require.Len(t, def.Steps, 1)
 	require.Equal(t, operations.ComponentTypeCompute, def.Steps[0].ComponentType)

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -43,13 +45,13 @@ var energisingCodes = map[OperationCode]bool{
 // (an AC cycle is a restart), bring-up, every firmware operation (a
 // firmware step may power the tray on or reset it), and any rule whose
 // PowerControl step names an energising operation.
-func Energises(t OperationType, code OperationCode, def RuleDefinition) bool {
+func Energises(t OperationType, code OperationCode, def ruledef.Definition) bool {
 	if energisingCodes[code] || t == OperationTypeBringUp || t == OperationTypeFirmwareControl {
 		return true
 	}
 	for _, s := range def.Steps {
 		for _, a := range s.Actions() {
-			if a.Name != ActionPowerControl {
+			if a.Name != ruledef.ActionPowerControl {
 				continue
 			}
 			if pp, _ := a.PowerControlParams(); energisingCodes[pp.Operation] {
@@ -202,7 +204,7 @@ func (t *Tasks) leakHold(ctx context.Context, tx pgx.Tx, row dbsqlc.Task) (strin
 	if isLeakResponse(row) || len(row.ComponentIDs) == 0 {
 		return "", nil
 	}
-	var def RuleDefinition
+	var def ruledef.Definition
 	_ = json.Unmarshal(row.Rule, &def)
 	if !Energises(OperationType(row.OperationType), OperationCode(row.OperationCode), def) {
 		return "", nil

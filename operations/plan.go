@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"github.com/google/uuid"
 
 	"github.com/nicoflow/flow/engine"
@@ -33,21 +35,21 @@ const (
 )
 
 // actionKinds maps a rule action to its engine action kind.
-var actionKinds = map[ActionName]string{
-	ActionPowerControl:      kindPowerControl,
-	ActionVerifyPowerStatus: kindVerifyPowerStatus,
-	ActionGetPowerStatus:    kindGetPowerStatus,
-	ActionSleep:             kindSleep,
+var actionKinds = map[ruledef.ActionName]string{
+	ruledef.ActionPowerControl:      kindPowerControl,
+	ruledef.ActionVerifyPowerStatus: kindVerifyPowerStatus,
+	ruledef.ActionGetPowerStatus:    kindGetPowerStatus,
+	ruledef.ActionSleep:             kindSleep,
 
-	ActionFirmwareControl:           kindFirmwareControl,
-	ActionVerifyFirmwareConsistency: kindVerifyFirmwareConsistency,
-	ActionBringUpControl:            kindBringUpControl,
-	ActionWaitBringUp:               kindWaitBringUp,
-	ActionInjectExpectation:         kindInjectExpectation,
-	ActionDecommissionControl:       kindDecommissionControl,
-	ActionWaitDecommissioned:        kindWaitDecommissioned,
-	ActionVerifyReachability:        kindVerifyReachability,
-	ActionVerifyFirmwareVersions:    kindVerifyFirmwareVersions,
+	ruledef.ActionFirmwareControl:           kindFirmwareControl,
+	ruledef.ActionVerifyFirmwareConsistency: kindVerifyFirmwareConsistency,
+	ruledef.ActionBringUpControl:            kindBringUpControl,
+	ruledef.ActionWaitBringUp:               kindWaitBringUp,
+	ruledef.ActionInjectExpectation:         kindInjectExpectation,
+	ruledef.ActionDecommissionControl:       kindDecommissionControl,
+	ruledef.ActionWaitDecommissioned:        kindWaitDecommissioned,
+	ruledef.ActionVerifyReachability:        kindVerifyReachability,
+	ruledef.ActionVerifyFirmwareVersions:    kindVerifyFirmwareVersions,
 }
 
 // runTimeouts are the fixed per-type run budgets of upstream (spec §8.1).
@@ -74,10 +76,10 @@ const DefaultVerifyGrace = 2 * time.Minute
 // component type, and the action as the frozen rule states it. They hold no
 // secret: firmware credentials are read from the task row when needed.
 type ActionParams struct {
-	TaskID        uuid.UUID     `json:"task_id"`
-	ComponentType ComponentType `json:"component_type"`
-	ByMAC         bool          `json:"by_mac,omitempty"`
-	Action        Action        `json:"action"`
+	TaskID        uuid.UUID      `json:"task_id"`
+	ComponentType ComponentType  `json:"component_type"`
+	ByMAC         bool           `json:"by_mac,omitempty"`
+	Action        ruledef.Action `json:"action"`
 	// Operation is the power operation PowerControl sends: the action's
 	// own, else the task's.
 	Operation OperationCode `json:"operation,omitempty"`
@@ -93,7 +95,7 @@ type ActionParams struct {
 // stepName is how an engine step records its rule origin: the rule stage
 // number, the component type, the action's position in the step and its
 // name, e.g. "2/NVSwitch/1/VerifyPowerStatus". reportFromRun parses it back.
-func stepName(stage int, t ComponentType, pos int, a ActionName) string {
+func stepName(stage int, t ComponentType, pos int, a ruledef.ActionName) string {
 	return fmt.Sprintf("%d/%s/%d/%s", stage, t, pos, a)
 }
 
@@ -134,11 +136,11 @@ func parseStepName(name string) (stage int, t ComponentType, ok bool) {
 //
 // Stages whose steps target no component are skipped. The plan has no
 // stages when nothing in the rule applies.
-func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule RuleDefinition, targets map[ComponentType]typeTargets, payload Payload, grace time.Duration) (engine.Plan, error) {
+func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule ruledef.Definition, targets map[ComponentType]typeTargets, payload Payload, grace time.Duration) (engine.Plan, error) {
 	plan := engine.Plan{Owner: taskID.String()}
 	var budget time.Duration
 	for _, st := range rule.Stages() {
-		var steps []Step
+		var steps []ruledef.Step
 		for _, s := range st.Steps {
 			if len(targets[s.ComponentType].IDs) > 0 {
 				steps = append(steps, s)
@@ -147,8 +149,8 @@ func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule RuleD
 		if len(steps) == 0 {
 			continue
 		}
-		waitAll := slices.ContainsFunc(steps, func(s Step) bool {
-			return slices.ContainsFunc(s.Actions(), func(a Action) bool { return a.Name == ActionFirmwareControl })
+		waitAll := slices.ContainsFunc(steps, func(s ruledef.Step) bool {
+			return slices.ContainsFunc(s.Actions(), func(a ruledef.Action) bool { return a.Name == ruledef.ActionFirmwareControl })
 		})
 		depth := 0
 		var stageBudget time.Duration
@@ -156,12 +158,12 @@ func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule RuleD
 			acts := s.EngineActions()
 			depth = max(depth, len(acts))
 			b := s.Budget(len(targets[s.ComponentType].IDs))
-			if slices.ContainsFunc(acts, func(a Action) bool { return a.Name == ActionVerifyFirmwareVersions }) {
-				b += grace + callTimeoutCaps[ActionVerifyFirmwareVersions]
+			if slices.ContainsFunc(acts, func(a ruledef.Action) bool { return a.Name == ruledef.ActionVerifyFirmwareVersions }) {
+				b += grace + callTimeoutCaps[ruledef.ActionVerifyFirmwareVersions]
 			}
 			stageBudget = max(stageBudget, b)
 		}
-		budget = min(budget+stageBudget, maxBudget)
+		budget = min(budget+stageBudget, ruledef.MaxBudget)
 		for k := range depth {
 			es := engine.Stage{Name: fmt.Sprintf("stage %d", st.Number), WaitAll: waitAll}
 			for _, s := range steps {
@@ -182,7 +184,7 @@ func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule RuleD
 	return plan, nil
 }
 
-func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int, a Action, tt typeTargets, payload Payload, grace time.Duration) (engine.Step, error) {
+func engineStep(taskID uuid.UUID, code OperationCode, stage int, s ruledef.Step, pos int, a ruledef.Action, tt typeTargets, payload Payload, grace time.Duration) (engine.Step, error) {
 	kind, ok := actionKinds[a.Name]
 	if !ok {
 		return engine.Step{}, fmt.Errorf("%w: action %s is not supported yet", ErrNotApplicable, a.Name)
@@ -209,11 +211,11 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int
 	} else {
 		step.MaxParallel = 0
 	}
-	if a.Name == ActionVerifyFirmwareVersions {
+	if a.Name == ruledef.ActionVerifyFirmwareVersions {
 		// One read per component type of the task, whatever the rule
 		// step's batches; the grace travels with the action.
 		step.MaxParallel = 0
-		a.Timeout = Duration(grace)
+		a.Timeout = ruledef.Duration(grace)
 	}
 	params := ActionParams{
 		TaskID: taskID, ComponentType: s.ComponentType, ByMAC: tt.ByMAC, Action: a,
@@ -222,7 +224,7 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int
 	if payload.Leak != nil {
 		params.LeakObservedAt = payload.Leak.ObservedAt
 	}
-	if a.Name == ActionPowerControl {
+	if a.Name == ruledef.ActionPowerControl {
 		p, err := a.PowerControlParams()
 		if err != nil {
 			return engine.Step{}, err
@@ -240,16 +242,16 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int
 		// outlast it, whatever the call budget says.
 		wait := a.Timeout.Std()
 		switch a.Name {
-		case ActionFirmwareControl:
+		case ruledef.ActionFirmwareControl:
 			if p, err := a.FirmwareControlParams(); err == nil {
 				wait = p.PollTimeout
 			}
-		case ActionWaitBringUp, ActionWaitDecommissioned:
+		case ruledef.ActionWaitBringUp, ruledef.ActionWaitDecommissioned:
 			if p, err := a.WaitParams(); err == nil {
 				wait = p.Timeout
 			}
-		case ActionVerifyFirmwareVersions:
-			wait = grace + callTimeoutCaps[ActionVerifyFirmwareVersions]
+		case ruledef.ActionVerifyFirmwareVersions:
+			wait = grace + callTimeoutCaps[ruledef.ActionVerifyFirmwareVersions]
 		}
 		step.Deadline = max(s.Budget(len(tt.IDs)), wait+2*time.Minute)
 	}
@@ -263,9 +265,9 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s Step, pos int
 
 // waits reports whether action a spends its own timeout polling, so its
 // engine step must outlast that timeout.
-func waits(a ActionName) bool {
+func waits(a ruledef.ActionName) bool {
 	switch a {
-	case ActionVerifyPowerStatus, ActionFirmwareControl, ActionWaitBringUp, ActionWaitDecommissioned, ActionVerifyReachability, ActionVerifyFirmwareVersions:
+	case ruledef.ActionVerifyPowerStatus, ruledef.ActionFirmwareControl, ruledef.ActionWaitBringUp, ruledef.ActionWaitDecommissioned, ruledef.ActionVerifyReachability, ruledef.ActionVerifyFirmwareVersions:
 		return true
 	}
 	return false
@@ -277,14 +279,14 @@ func waits(a ActionName) bool {
 // call's: the step deadline carries it. DecommissionControl gets 5 m as
 // upstream (spec §8.5). Calls must also stay inside the engine's rescue
 // window (FLOW_ENGINE_RESCUE_AFTER, default 30 m).
-var callTimeoutCaps = map[ActionName]time.Duration{
-	ActionFirmwareControl:           10 * time.Minute,
-	ActionWaitBringUp:               2 * time.Minute,
-	ActionWaitDecommissioned:        2 * time.Minute,
-	ActionVerifyReachability:        2 * time.Minute,
-	ActionDecommissionControl:       5 * time.Minute,
-	ActionBringUpControl:            10 * time.Minute,
-	ActionInjectExpectation:         10 * time.Minute,
-	ActionVerifyFirmwareConsistency: 10 * time.Minute,
-	ActionVerifyFirmwareVersions:    2 * time.Minute,
+var callTimeoutCaps = map[ruledef.ActionName]time.Duration{
+	ruledef.ActionFirmwareControl:           10 * time.Minute,
+	ruledef.ActionWaitBringUp:               2 * time.Minute,
+	ruledef.ActionWaitDecommissioned:        2 * time.Minute,
+	ruledef.ActionVerifyReachability:        2 * time.Minute,
+	ruledef.ActionDecommissionControl:       5 * time.Minute,
+	ruledef.ActionBringUpControl:            10 * time.Minute,
+	ruledef.ActionInjectExpectation:         10 * time.Minute,
+	ruledef.ActionVerifyFirmwareConsistency: 10 * time.Minute,
+	ruledef.ActionVerifyFirmwareVersions:    2 * time.Minute,
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"github.com/google/uuid"
 
 	"github.com/nicoflow/flow/db"
@@ -150,7 +152,7 @@ func (t *Tasks) report(ctx context.Context, dbtx db.DBTX, row dbsqlc.Task) (json
 // engine run (nil: not started); name names the components its error
 // messages identify by Core ID or MAC (Tasks.namer).
 func reportOf(row dbsqlc.Task, run *engine.RunReport, name func(string) string) (json.RawMessage, error) {
-	var rule RuleDefinition
+	var rule ruledef.Definition
 	var components map[ComponentType][]string
 	if err := json.Unmarshal(row.Rule, &rule); err != nil {
 		return nil, fmt.Errorf("decode rule of task %s: %w", row.ID, err)
@@ -188,7 +190,7 @@ type stepKey struct {
 // step record per step in rule order, skipped where no component is
 // targeted, with status and counts taken from the engine steps that ran the
 // rule step's actions (none yet: pending).
-func buildReport(rule RuleDefinition, components map[ComponentType][]string, run *engine.RunReport) Report {
+func buildReport(rule ruledef.Definition, components map[ComponentType][]string, run *engine.RunReport) Report {
 	engineSteps := map[stepKey][]engine.StepReport{}
 	if run != nil {
 		for _, st := range run.Stages {
@@ -240,7 +242,7 @@ func buildReport(rule RuleDefinition, components map[ComponentType][]string, run
 // action but a sleep (a consistency check) has ended well. It counts failed
 // once an action failed it (its own call, or its whole batch). The rest are
 // running while the step runs.
-func fillStep(step *StepReport, s Step, es []engine.StepReport, run *engine.RunReport) {
+func fillStep(step *StepReport, s ruledef.Step, es []engine.StepReport, run *engine.RunReport) {
 	if len(es) == 0 {
 		return
 	}
@@ -397,7 +399,7 @@ func countComponents(es []engine.StepReport, failed map[string]bool, total int) 
 // running engine step, with a line of detail and, for waits, their end.
 // actionName is the rule action e runs (its engine action kind when its
 // name does not say).
-func actionName(acts []Action, e engine.StepReport) string {
+func actionName(acts []ruledef.Action, e engine.StepReport) string {
 	parts := strings.Split(e.Name, "/")
 	if len(parts) >= 2 {
 		if pos, err := strconv.Atoi(parts[len(parts)-2]); err == nil && pos >= 0 && pos < len(acts) {
@@ -407,7 +409,7 @@ func actionName(acts []Action, e engine.StepReport) string {
 	return e.Action
 }
 
-func currentAction(acts []Action, es []engine.StepReport) *CurrentAction {
+func currentAction(acts []ruledef.Action, es []engine.StepReport) *CurrentAction {
 	for _, e := range es {
 		if e.State != engine.StateRunning {
 			continue
@@ -433,7 +435,7 @@ func currentAction(acts []Action, es []engine.StepReport) *CurrentAction {
 			}
 		case e.Attempt > 0:
 			ca.Detail = fmt.Sprintf("attempt %d of %d failed, retrying: %s", e.Attempt, e.MaxAttempts, firstLine(e.LastError))
-		case a.Name == ActionSleep:
+		case a.Name == ruledef.ActionSleep:
 			if p, err := a.SleepParams(); err == nil {
 				ca.Detail = fmt.Sprintf("sleeping %s", p.Duration)
 			}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/engine"
@@ -18,7 +20,7 @@ import (
 // call failed, and the running action is named.
 func TestReportCounts(t *testing.T) {
 	t.Parallel()
-	var rule operations.RuleDefinition
+	var rule ruledef.Definition
 	require.NoError(t, json.Unmarshal([]byte(`{"version":"v1","steps":[{"component_type":"NVSwitch","stage":1,
 		"main_operation":{"name":"PowerControl"},
 		"post_operation":[{"name":"VerifyPowerStatus","timeout":"5m","poll_interval":"10s","parameters":{"expected_status":"on"}},
@@ -102,7 +104,7 @@ func TestReportCounts(t *testing.T) {
 // the one failed component, not the whole batch.
 func TestReportCountsFirmwareJobs(t *testing.T) {
 	t.Parallel()
-	var rule operations.RuleDefinition
+	var rule ruledef.Definition
 	require.NoError(t, json.Unmarshal([]byte(`{"version":"v1","steps":[{"component_type":"Compute","stage":1,
 		"main_operation":{"name":"FirmwareControl"}}]}`), &rule))
 	var ids, done []string

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/operations"
@@ -36,7 +38,7 @@ const (
 
 func parseAndValidate(t *testing.T, doc string) error {
 	t.Helper()
-	d, err := operations.ParseRuleDefinition([]byte(doc))
+	d, err := ruledef.Parse([]byte(doc))
 	if err != nil {
 		return err
 	}
@@ -191,7 +193,7 @@ func TestRuleDefinitionVersions(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			d, err := operations.ParseRuleDefinition([]byte(tt.doc))
+			d, err := ruledef.Parse([]byte(tt.doc))
 			if tt.wantErr == "" {
 				require.NoError(t, err)
 				require.Equal(t, "v1", d.Version)
@@ -206,7 +208,7 @@ func TestRuleDefinitionVersions(t *testing.T) {
 	}
 
 	// Validate rejects an explicit other version set in Go too.
-	err := operations.RuleDefinition{Version: "v9"}.Validate()
+	err := ruledef.Definition{Version: "v9"}.Validate()
 	require.EqualError(t, err, "rule_definition_json: unsupported rule definition version: v9 (current version: v1)")
 }
 
@@ -216,7 +218,7 @@ func TestRuleDefinitionRoundTrip(t *testing.T) {
 		"pre_operation":[{"name":"Sleep","parameters":{"duration":1500000000}}],
 		"post_operation":[{"name":"VerifyReachability","timeout":"5m","poll_interval":"10s","parameters":{"component_types":["powershelf"],"require_all":false}}]`,
 		`{"name":"PowerControl","parameters":{"operation":"power_on"}}`))
-	d, err := operations.ParseRuleDefinition([]byte(doc))
+	d, err := ruledef.Parse([]byte(doc))
 	require.NoError(t, err)
 	require.NoError(t, d.Validate())
 	raw, err := json.Marshal(d)
@@ -225,11 +227,11 @@ func TestRuleDefinitionRoundTrip(t *testing.T) {
 	require.Contains(t, string(raw), `"duration":"1.5s"`)
 	require.Contains(t, string(raw), `"component_types":["PowerShelf"]`)
 	require.Contains(t, string(raw), `"require_all":false`)
-	again, err := operations.ParseRuleDefinition(raw)
+	again, err := ruledef.Parse(raw)
 	require.NoError(t, err)
 	require.Equal(t, d, again)
 
-	empty, err := json.Marshal(operations.RuleDefinition{})
+	empty, err := json.Marshal(ruledef.Definition{})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"version":"v1","steps":[]}`, string(empty))
 }
@@ -250,7 +252,7 @@ func TestDuration(t *testing.T) {
 		{`"ten"`, 0, true},
 		{`true`, 0, true},
 	} {
-		var d operations.Duration
+		var d ruledef.Duration
 		err := json.Unmarshal([]byte(tt.in), &d)
 		if tt.wantErr {
 			require.Error(t, err, tt.in)
@@ -263,7 +265,7 @@ func TestDuration(t *testing.T) {
 
 func TestTypedParams(t *testing.T) {
 	t.Parallel()
-	d, err := operations.ParseRuleDefinition([]byte(defJSON(stepJSON(`"pre_operation":[
+	d, err := ruledef.Parse([]byte(defJSON(stepJSON(`"pre_operation":[
 		{"name":"Sleep","parameters":{"duration":"30s"}},
 		{"name":"VerifyPowerStatus","timeout":"5m","poll_interval":"10s","parameters":{"expected_status":"off"}},
 		{"name":"VerifyReachability","timeout":"2m","poll_interval":"5s","parameters":{"component_types":["nvswitch"],"require_all":true}},
@@ -278,15 +280,15 @@ func TestTypedParams(t *testing.T) {
 
 	sleep, err := acts[0].SleepParams()
 	require.NoError(t, err)
-	require.Equal(t, operations.SleepParams{Duration: 30 * time.Second}, sleep)
+	require.Equal(t, ruledef.SleepParams{Duration: 30 * time.Second}, sleep)
 
 	vps, err := acts[1].VerifyPowerStatusParams()
 	require.NoError(t, err)
-	require.Equal(t, operations.VerifyPowerStatusParams{Expected: operations.PowerStatusOff, Timeout: 5 * time.Minute, PollInterval: 10 * time.Second}, vps)
+	require.Equal(t, ruledef.VerifyPowerStatusParams{Expected: ruledef.PowerStatusOff, Timeout: 5 * time.Minute, PollInterval: 10 * time.Second}, vps)
 
 	vr, err := acts[2].VerifyReachabilityParams()
 	require.NoError(t, err)
-	require.Equal(t, operations.VerifyReachabilityParams{ComponentTypes: []operations.ComponentType{operations.ComponentTypeNVSwitch}, RequireAll: true, Timeout: 2 * time.Minute, PollInterval: 5 * time.Second}, vr)
+	require.Equal(t, ruledef.VerifyReachabilityParams{ComponentTypes: []operations.ComponentType{operations.ComponentTypeNVSwitch}, RequireAll: true, Timeout: 2 * time.Minute, PollInterval: 5 * time.Second}, vr)
 
 	gps, err := acts[3].GetPowerStatusParams()
 	require.NoError(t, err)
@@ -294,11 +296,11 @@ func TestTypedParams(t *testing.T) {
 
 	fw, err := acts[4].FirmwareControlParams()
 	require.NoError(t, err)
-	require.Equal(t, operations.FirmwareControlParams{PollInterval: 2 * time.Minute, PollTimeout: 30 * time.Minute}, fw)
+	require.Equal(t, ruledef.FirmwareControlParams{PollInterval: 2 * time.Minute, PollTimeout: 30 * time.Minute}, fw)
 
 	wd, err := acts[5].WaitParams()
 	require.NoError(t, err)
-	require.Equal(t, operations.WaitParams{Timeout: time.Hour, PollInterval: time.Minute}, wd)
+	require.Equal(t, ruledef.WaitParams{Timeout: time.Hour, PollInterval: time.Minute}, wd)
 
 	pc, err := acts[6].PowerControlParams()
 	require.NoError(t, err)
@@ -308,13 +310,13 @@ func TestTypedParams(t *testing.T) {
 	require.EqualError(t, err, "action Sleep is not PowerControl")
 
 	// Step defaults.
-	require.Equal(t, operations.DefaultStepCallTimeout, d.Steps[0].CallTimeout())
-	require.Equal(t, operations.DefaultRetryPolicy, d.Steps[0].RetryPolicy())
+	require.Equal(t, ruledef.DefaultStepCallTimeout, d.Steps[0].CallTimeout())
+	require.Equal(t, ruledef.DefaultRetryPolicy, d.Steps[0].RetryPolicy())
 }
 
 func TestStages(t *testing.T) {
 	t.Parallel()
-	d, err := operations.ParseRuleDefinition([]byte(defJSON(
+	d, err := ruledef.Parse([]byte(defJSON(
 		strings.Replace(stepJSON("", pcAction), `"stage":1`, `"stage":5`, 1),
 		`{"component_type":"NVSwitch","stage":2,"main_operation":{"name":"PowerControl"}}`,
 		`{"component_type":"PowerShelf","stage":5,"main_operation":{"name":"PowerControl"}}`)))
@@ -337,12 +339,12 @@ func TestStepBudget(t *testing.T) {
 	// (15m·3 + 5s·2)·1 + 5m + 2m
 	require.Equal(t, 45*time.Minute+10*time.Second+7*time.Minute, ps.Budget(4))
 
-	s := operations.Step{
+	s := ruledef.Step{
 		MaxParallel:   4,
-		MainOperation: operations.Action{Name: operations.ActionPowerControl},
-		PostOperation: []operations.Action{
-			{Name: operations.ActionVerifyPowerStatus, Timeout: operations.Duration(time.Minute)},
-			{Name: operations.ActionSleep, Timeout: operations.Duration(time.Minute)},
+		MainOperation: ruledef.Action{Name: ruledef.ActionPowerControl},
+		PostOperation: []ruledef.Action{
+			{Name: ruledef.ActionVerifyPowerStatus, Timeout: ruledef.Duration(time.Minute)},
+			{Name: ruledef.ActionSleep, Timeout: ruledef.Duration(time.Minute)},
 		},
 	}
 	require.Equal(t, 1, s.Batches(s.MainOperation, 4))

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -66,7 +68,7 @@ const RuleCheckComponents = 256
 
 // checkRunnable builds the plans of def as a submit would and asks the
 // plan check; its refusal is a *ValidationError for rule_definition_json.
-func (s *Service) checkRunnable(def RuleDefinition, t OperationType, code OperationCode) error {
+func (s *Service) checkRunnable(def ruledef.Definition, t OperationType, code OperationCode) error {
 	if s.planCheck == nil {
 		return nil
 	}
@@ -157,17 +159,17 @@ func ValidateRuleHeader(name string, t OperationType, code OperationCode) error 
 
 // parseUserDefinition decodes and validates a user rule definition and
 // returns its normalised JSON.
-func parseUserDefinition(data []byte) (RuleDefinition, []byte, error) {
-	def, err := ParseRuleDefinition(data)
+func parseUserDefinition(data []byte) (ruledef.Definition, []byte, error) {
+	def, err := ruledef.Parse(data)
 	if err != nil {
-		return RuleDefinition{}, nil, err
+		return ruledef.Definition{}, nil, err
 	}
 	if err := def.Validate(); err != nil {
-		return RuleDefinition{}, nil, err
+		return ruledef.Definition{}, nil, err
 	}
 	raw, err := json.Marshal(def)
 	if err != nil {
-		return RuleDefinition{}, nil, fmt.Errorf("encode rule definition: %w", err)
+		return ruledef.Definition{}, nil, fmt.Errorf("encode rule definition: %w", err)
 	}
 	return def, raw, nil
 }
@@ -556,7 +558,7 @@ func (s *Service) resolvedRule(req ResolveRequest, stored *dbsqlc.OperationRule,
 	}
 	if s.ingestFirmware != nil && req.Type == OperationTypeBringUp && req.Code == CodeIngest {
 		r := *s.ingestFirmware
-		r.Definition = r.Definition.clone()
+		r.Definition = r.Definition.Clone()
 		return ResolvedRule{Rule: r, Source: RuleSourceBuiltin}, nil
 	}
 	if r, ok := BuiltinRule(req.Type, req.Code); ok {
@@ -601,7 +603,7 @@ func (s *Service) ResolveRules(ctx context.Context, dbtx db.DBTX, typ OperationT
 }
 
 func ruleFromRow(row dbsqlc.OperationRule) (Rule, error) {
-	def, err := ParseRuleDefinition(row.RuleDefinition)
+	def, err := ruledef.Parse(row.RuleDefinition)
 	if err != nil {
 		// %v, not %w: a stored definition that no longer decodes is an
 		// internal fault, not the caller's invalid argument.

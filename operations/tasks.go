@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -262,7 +264,7 @@ func (t *Tasks) planRack(ctx context.Context, tx pgx.Tx, req Request, sel invent
 			if _, ok := actionKinds[a.Name]; !ok {
 				return p, fmt.Errorf("%w: action %s of operation rule %q is not supported by this server yet", ErrNotApplicable, a.Name, rule.Rule.Name)
 			}
-			if a.Name == ActionPowerControl {
+			if a.Name == ruledef.ActionPowerControl {
 				op := req.Code
 				if pp, _ := a.PowerControlParams(); pp.Operation != "" {
 					op = pp.Operation
@@ -282,12 +284,12 @@ func (t *Tasks) planRack(ctx context.Context, tx pgx.Tx, req Request, sel invent
 
 // drivenTypes are the component types rule d acts on: those it has a step
 // for, and those a VerifyReachability action probes.
-func drivenTypes(d RuleDefinition) map[ComponentType]bool {
+func drivenTypes(d ruledef.Definition) map[ComponentType]bool {
 	out := map[ComponentType]bool{}
 	for _, s := range d.Steps {
 		out[s.ComponentType] = true
 		for _, a := range s.Actions() {
-			if a.Name == ActionVerifyReachability {
+			if a.Name == ruledef.ActionVerifyReachability {
 				for _, ct := range a.Parameters.ComponentTypes {
 					out[ct] = true
 				}
@@ -299,21 +301,21 @@ func drivenTypes(d RuleDefinition) map[ComponentType]bool {
 
 // capabilityOps maps a rule capability to the component-manager operation
 // that provides it.
-var capabilityOps = map[Capability]backend.Operation{
-	CapabilityPowerControl:        backend.OpPowerControl,
-	CapabilityPowerStatus:         backend.OpPowerStatus,
-	CapabilityFirmwareControl:     backend.OpFirmwareControl,
-	CapabilityFirmwareStatus:      backend.OpFirmwareStatus,
-	CapabilityBringUpControl:      backend.OpBringUp,
-	CapabilityBringUpStatus:       backend.OpBringUpStatus,
-	CapabilityInjectExpectation:   backend.OpInjectExpectation,
-	CapabilityDecommissionControl: backend.OpDecommission,
-	CapabilityDecommissionStatus:  backend.OpDecommissionStatus,
+var capabilityOps = map[ruledef.Capability]backend.Operation{
+	ruledef.CapabilityPowerControl:        backend.OpPowerControl,
+	ruledef.CapabilityPowerStatus:         backend.OpPowerStatus,
+	ruledef.CapabilityFirmwareControl:     backend.OpFirmwareControl,
+	ruledef.CapabilityFirmwareStatus:      backend.OpFirmwareStatus,
+	ruledef.CapabilityBringUpControl:      backend.OpBringUp,
+	ruledef.CapabilityBringUpStatus:       backend.OpBringUpStatus,
+	ruledef.CapabilityInjectExpectation:   backend.OpInjectExpectation,
+	ruledef.CapabilityDecommissionControl: backend.OpDecommission,
+	ruledef.CapabilityDecommissionStatus:  backend.OpDecommissionStatus,
 	// Firmware consistency is computed by Flow from the version reads.
-	CapabilityFirmwareConsistencyCheck: backend.OpFirmwareVersion,
+	ruledef.CapabilityFirmwareConsistencyCheck: backend.OpFirmwareVersion,
 }
 
-func (t *Tasks) checkCapability(r Requirement, req Request) error {
+func (t *Tasks) checkCapability(r ruledef.Requirement, req Request) error {
 	op, ok := capabilityOps[r.Capability]
 	if !ok || !t.backends.Supports(backendType(r.ComponentType), op) {
 		return fmt.Errorf("%w: component manager capability pre-dispatch validation failed: %s lacks %s", ErrNotApplicable, r.ComponentType, r.Capability)
@@ -357,7 +359,7 @@ func (t *Tasks) insertError(err error) error {
 }
 
 // startRun starts the run of a task (a queued one promoted).
-func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, rack string, typ OperationType, code OperationCode, rule RuleDefinition, targets map[ComponentType]typeTargets, payload Payload) (int64, error) {
+func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, rack string, typ OperationType, code OperationCode, rule ruledef.Definition, targets map[ComponentType]typeTargets, payload Payload) (int64, error) {
 	plan, err := runPlan(taskID, rack, typ, code, rule, targets, payload, t.verifyGrace)
 	if err != nil {
 		return 0, err
@@ -370,7 +372,7 @@ func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, rack 
 }
 
 // runPlan is the engine plan of a task's run.
-func runPlan(taskID uuid.UUID, rack string, typ OperationType, code OperationCode, rule RuleDefinition, targets map[ComponentType]typeTargets, payload Payload, grace time.Duration) (engine.Plan, error) {
+func runPlan(taskID uuid.UUID, rack string, typ OperationType, code OperationCode, rule ruledef.Definition, targets map[ComponentType]typeTargets, payload Payload, grace time.Duration) (engine.Plan, error) {
 	plan, err := buildPlan(taskID, typ, code, rule, targets, payload, grace)
 	if err != nil {
 		return plan, err
@@ -583,7 +585,7 @@ func (t *Tasks) promoteRows(ctx context.Context, tx pgx.Tx, all []dbsqlc.Task) e
 		} else if h.Held() {
 			return t.holdRow(ctx, tx, row, h)
 		}
-		var rule RuleDefinition
+		var rule ruledef.Definition
 		var targets map[ComponentType]typeTargets
 		var payload Payload
 		if err := errors.Join(json.Unmarshal(row.Rule, &rule), json.Unmarshal(row.Targets, &targets), json.Unmarshal(row.Information, &payload)); err != nil {
@@ -918,9 +920,9 @@ func (s *Service) ActiveFirmwareComponents(ctx context.Context, dbtx db.DBTX) (m
 }
 
 // upgradesFirmware reports whether def has a FirmwareControl step.
-func upgradesFirmware(def RuleDefinition) bool {
+func upgradesFirmware(def ruledef.Definition) bool {
 	for _, st := range def.Steps {
-		if st.MainOperation.Name == ActionFirmwareControl {
+		if st.MainOperation.Name == ruledef.ActionFirmwareControl {
 			return true
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nicoflow/flow/operations"
@@ -27,7 +29,7 @@ import (
 //	operation_type: power_control      # or firmware_control
 //	operation_code: power_on
 //	is_default: false
-//	rule_definition:                    # a operations.RuleDefinition as an object
+//	rule_definition:                    # a ruledef.Definition as an object
 //	  version: v1
 //	  steps: [...]
 //
@@ -52,7 +54,7 @@ type Rule struct {
 	Type           operations.OperationType
 	Code           operations.OperationCode
 	IsDefault      bool
-	Definition     operations.RuleDefinition
+	Definition     ruledef.Definition
 	DefinitionJSON []byte
 }
 
@@ -297,17 +299,17 @@ func invalid(field, format string, args ...any) error {
 
 // parseDefinition decodes and validates a rule definition as the server
 // does, and returns its normalised JSON.
-func parseDefinition(data []byte) (operations.RuleDefinition, []byte, error) {
-	def, err := operations.ParseRuleDefinition(data)
+func parseDefinition(data []byte) (ruledef.Definition, []byte, error) {
+	def, err := ruledef.Parse(data)
 	if err != nil {
-		return operations.RuleDefinition{}, nil, err
+		return ruledef.Definition{}, nil, err
 	}
 	if err := def.Validate(); err != nil {
-		return operations.RuleDefinition{}, nil, err
+		return ruledef.Definition{}, nil, err
 	}
 	raw, err := json.Marshal(def)
 	if err != nil {
-		return operations.RuleDefinition{}, nil, fmt.Errorf("encode rule definition: %w", err)
+		return ruledef.Definition{}, nil, fmt.Errorf("encode rule definition: %w", err)
 	}
 	return def, raw, nil
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nicoflow/flow/operations/ruledef"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/operations"
@@ -124,7 +126,7 @@ func TestParseBatch(t *testing.T) {
 				keys = append(keys, s.Key())
 				require.True(t, s.IsDefault)
 				// The normalised definition is what the server accepts.
-				def, err := operations.ParseRuleDefinition(s.DefinitionJSON)
+				def, err := ruledef.Parse(s.DefinitionJSON)
 				require.NoError(t, err)
 				require.NoError(t, def.Validate())
 				require.Equal(t, s.Definition, def)

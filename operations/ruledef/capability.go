@@ -1,4 +1,4 @@
-package operations
+package ruledef
 
 import (
 	"cmp"
@@ -82,7 +82,7 @@ func (s Step) Requirements(targeted []ComponentType) ([]Requirement, error) {
 
 // Requirements returns the union of Step.Requirements over every step of d,
 // deduplicated and sorted.
-func (d RuleDefinition) Requirements(targeted []ComponentType) ([]Requirement, error) {
+func (d Definition) Requirements(targeted []ComponentType) ([]Requirement, error) {
 	var out []Requirement
 	for i, s := range d.Steps {
 		r, err := s.Requirements(targeted)
