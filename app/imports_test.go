@@ -88,6 +88,9 @@ var allowedImports = map[string][]string{
 	// windows and freezes answer the task manager's and the runs' gates
 	// (operations.StartGate, rollout.WindowGate); neither imports them.
 	"operations/window": {"db", "caller", "inventory", "operations", "operations/rollout"},
+	// notify delivers what the others emit (app wires the emissions); it
+	// seals signing secrets with firmware's keyring.
+	"notify": {"db", "firmware"},
 	// opstest sets up the task manager for the tests of operations and
 	// its features; only tests import it (no rule lists it).
 	"operations/opstest": {"db", "db/dbtest", "engine", "inventory", "backend", "firmware", "nico", "psm", "operations"},

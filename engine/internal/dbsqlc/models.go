@@ -290,6 +290,42 @@ type MaintenanceWindowRunRelease struct {
 	ReleasedAt     pgtype.Timestamptz
 }
 
+type NotifyDelivery struct {
+	ID             int64
+	EventID        pgtype.UUID
+	SubscriptionID pgtype.UUID
+	Subject        string
+	Status         string
+	Attempts       int32
+	LastStatusCode int32
+	LastError      string
+	NextAttemptAt  pgtype.Timestamptz
+	ClaimedUntil   pgtype.Timestamptz
+	CreatedAt      pgtype.Timestamptz
+	UpdatedAt      pgtype.Timestamptz
+	DeliveredAt    pgtype.Timestamptz
+}
+
+type NotifyEvent struct {
+	ID        pgtype.UUID
+	Type      string
+	Subject   string
+	DedupeKey *string
+	Data      []byte
+	CreatedAt pgtype.Timestamptz
+}
+
+type NotifySubscription struct {
+	ID          pgtype.UUID
+	Url         string
+	EventTypes  []string
+	RackIds     []pgtype.UUID
+	Secret      []byte
+	Description string
+	CreatedBy   string
+	CreatedAt   pgtype.Timestamptz
+}
+
 type NvlDomain struct {
 	ID            pgtype.UUID
 	Name          *string

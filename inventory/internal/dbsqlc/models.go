@@ -301,6 +301,42 @@ type NVLDomain struct {
 	DeletedAt     *time.Time
 }
 
+type NotifyDelivery struct {
+	ID             int64
+	EventID        uuid.UUID
+	SubscriptionID uuid.UUID
+	Subject        string
+	Status         string
+	Attempts       int32
+	LastStatusCode int32
+	LastError      string
+	NextAttemptAt  time.Time
+	ClaimedUntil   *time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	DeliveredAt    *time.Time
+}
+
+type NotifyEvent struct {
+	ID        uuid.UUID
+	Type      string
+	Subject   string
+	DedupeKey *string
+	Data      []byte
+	CreatedAt time.Time
+}
+
+type NotifySubscription struct {
+	ID          uuid.UUID
+	Url         string
+	EventTypes  []string
+	RackIDs     []uuid.UUID
+	Secret      []byte
+	Description string
+	CreatedBy   string
+	CreatedAt   time.Time
+}
+
 type OperationRule struct {
 	ID             uuid.UUID
 	Name           string

@@ -1,0 +1,3 @@
+DROP TABLE notify_delivery;
+DROP TABLE notify_event;
+DROP TABLE notify_subscription;

@@ -1,0 +1,91 @@
+-- name: SubscriptionInsert :one
+INSERT INTO notify_subscription (id, url, event_types, rack_ids, secret, description, created_by)
+VALUES (@id, @url, @event_types, @rack_ids, @secret, @description, @created_by)
+RETURNING *;
+
+-- name: SubscriptionGetByID :one
+SELECT * FROM notify_subscription WHERE id = @id;
+
+-- name: SubscriptionList :many
+SELECT * FROM notify_subscription ORDER BY created_at, id;
+
+-- name: SubscriptionDelete :execrows
+DELETE FROM notify_subscription WHERE id = @id;
+
+-- name: EventInsert :one
+INSERT INTO notify_event (id, type, subject, dedupe_key, data)
+VALUES (@id, @type, @subject, sqlc.narg(dedupe_key), @data)
+ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING id;
+
+-- name: DeliveryInsertMany :many
+INSERT INTO notify_delivery (event_id, subscription_id, subject)
+SELECT @event_id::uuid, s, @subject::text FROM unnest(@subscription_ids::uuid[]) AS s
+RETURNING id;
+
+-- name: DeliveryClaim :one
+-- Claims a pending, due delivery that no earlier pending delivery of its
+-- subscription and subject holds back, until claimed_until.
+UPDATE notify_delivery d SET claimed_until = @claimed_until, updated_at = now()
+WHERE d.id = @id AND d.status = 'pending' AND d.next_attempt_at <= now()
+  AND (d.claimed_until IS NULL OR d.claimed_until < now())
+  AND NOT EXISTS (SELECT 1 FROM notify_delivery e
+      WHERE e.subscription_id = d.subscription_id AND e.subject = d.subject AND e.status = 'pending' AND e.id < d.id)
+RETURNING d.id, d.event_id, d.subscription_id, d.subject, d.attempts;
+
+-- name: DeliveryGetByID :one
+SELECT * FROM notify_delivery WHERE id = @id;
+
+-- name: DeliveryDelivered :exec
+UPDATE notify_delivery SET status = 'delivered', attempts = attempts + 1, last_status_code = @last_status_code,
+    last_error = '', claimed_until = NULL, delivered_at = now(), updated_at = now()
+WHERE id = @id AND status = 'pending';
+
+-- name: DeliveryFailed :one
+-- Records a failed attempt: dead when dead is set, else pending again from
+-- next_attempt_at.
+UPDATE notify_delivery SET attempts = attempts + 1, last_status_code = @last_status_code, last_error = @last_error,
+    status = CASE WHEN @dead::boolean THEN 'dead' ELSE 'pending' END,
+    next_attempt_at = @next_attempt_at, claimed_until = NULL, updated_at = now()
+WHERE id = @id AND status = 'pending'
+RETURNING status;
+
+-- name: DeliveryNextPending :one
+-- The next pending delivery of a subscription and subject after after_id.
+SELECT id FROM notify_delivery
+WHERE subscription_id = @subscription_id AND subject = @subject AND status = 'pending' AND id > @after_id
+ORDER BY id LIMIT 1;
+
+-- name: DeliveryList :many
+SELECT d.*, e.type AS event_type FROM notify_delivery d JOIN notify_event e ON e.id = d.event_id
+WHERE (sqlc.narg(subscription_id)::uuid IS NULL OR d.subscription_id = sqlc.narg(subscription_id))
+  AND (sqlc.narg(status)::text IS NULL OR d.status = sqlc.narg(status))
+ORDER BY d.id DESC
+LIMIT @lim;
+
+-- name: DeliveryRedrive :many
+-- Makes dead deliveries pending again, with their attempts reset.
+UPDATE notify_delivery SET status = 'pending', attempts = 0, last_error = '', last_status_code = 0,
+    next_attempt_at = now(), claimed_until = NULL, updated_at = now()
+WHERE status = 'dead' AND (id = ANY(@ids::bigint[]) OR (@all_of::uuid <> '00000000-0000-0000-0000-000000000000'::uuid AND subscription_id = @all_of))
+RETURNING id;
+
+-- name: EventGetByID :one
+SELECT * FROM notify_event WHERE id = @id;
+
+-- name: DeliveryBacklog :one
+-- The pending deliveries and the age of the oldest, in seconds.
+SELECT count(*)::bigint AS pending,
+    COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 AS oldest_seconds
+FROM notify_delivery WHERE status = 'pending';
+
+-- name: DeliveryStale :many
+-- Pending deliveries nobody works: claimed by a worker whose claim lapsed
+-- before @before (it died sending), or heads of their subject due since
+-- before @before and unclaimed (their job died before it claimed).
+SELECT d.id FROM notify_delivery d
+WHERE d.status = 'pending' AND (
+    (d.claimed_until IS NOT NULL AND d.claimed_until < @before)
+    OR (d.claimed_until IS NULL AND d.next_attempt_at < @before AND NOT EXISTS (SELECT 1 FROM notify_delivery e
+        WHERE e.subscription_id = d.subscription_id AND e.subject = d.subject AND e.status = 'pending' AND e.id < d.id)))
+ORDER BY d.id LIMIT @lim;

@@ -1,0 +1,500 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/firmware"
+	"github.com/nicoflow/flow/notify/internal/dbsqlc"
+)
+
+// Enqueuer inserts the delivery jobs of deliveries through the caller's
+// transaction (RiverEnqueuer).
+type Enqueuer func(ctx context.Context, tx pgx.Tx, deliveryIDs []int64) error
+
+// Config holds what a Service needs. Zero durations take the defaults
+// below.
+type Config struct {
+	Pool *pgxpool.Pool
+	// Keys seals and opens the signing secrets (nil: webhooks are refused
+	// with ErrNoKey).
+	Keys    *firmware.Keyring
+	Enqueue Enqueuer
+	Guard   Guard
+	// Site names the site in every payload (FLOW_SITE_NAME).
+	Site string
+	// Source is the CloudEvents source of every event ("/flow/<site>"
+	// when empty).
+	Source string
+	Delivery DeliveryConfig
+	Logger   *slog.Logger
+	// Observer, if set, hears of emissions and delivery outcomes
+	// (metrics), after their transaction commits.
+	Observer Observer
+}
+
+// DeliveryConfig tunes delivery (FLOW_NOTIFY_*).
+type DeliveryConfig struct {
+	// Timeout bounds one request, connection to last byte read.
+	Timeout time.Duration // FLOW_NOTIFY_TIMEOUT, 10s
+	// MaxAttempts is when a delivery becomes a dead letter.
+	MaxAttempts int // FLOW_NOTIFY_MAX_ATTEMPTS, 12
+	// BackoffMin and BackoffMax bound the exponential backoff between
+	// attempts (doubling from BackoffMin, with jitter).
+	BackoffMin time.Duration // FLOW_NOTIFY_BACKOFF_MIN, 1s
+	BackoffMax time.Duration // FLOW_NOTIFY_BACKOFF_MAX, 10m
+	// MaxResponseBytes bounds the response body read (the rest is
+	// dropped with the connection).
+	MaxResponseBytes int64
+}
+
+// Defaults of DeliveryConfig.
+const (
+	DefaultTimeout          = 10 * time.Second
+	DefaultMaxAttempts      = 12
+	DefaultBackoffMin       = time.Second
+	DefaultBackoffMax       = 10 * time.Minute
+	DefaultMaxResponseBytes = 64 << 10
+)
+
+func (c DeliveryConfig) withDefaults() DeliveryConfig {
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = DefaultBackoffMin
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = DefaultBackoffMax
+	}
+	if c.BackoffMax < c.BackoffMin {
+		c.BackoffMax = c.BackoffMin
+	}
+	if c.MaxResponseBytes <= 0 {
+		c.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	return c
+}
+
+// Observer hears of emissions and delivery outcomes; it must return
+// quickly.
+type Observer interface {
+	// Emitted: one event of typ was written for n deliveries.
+	Emitted(typ Type, deliveries int)
+	// Delivered: one attempt ended with outcome (delivered, retried, dead).
+	Delivered(outcome string)
+}
+
+// Delivery outcomes, as the Observer hears them.
+const (
+	OutcomeDelivered = "delivered"
+	OutcomeRetried   = "retried"
+	OutcomeDead      = "dead"
+)
+
+// Outcomes lists the delivery outcomes (metrics start them at zero).
+func Outcomes() []string { return []string{OutcomeDelivered, OutcomeRetried, OutcomeDead} }
+
+// cacheTTL is how long a process reuses the subscriptions it read for Emit:
+// a subscription created on another replica starts receiving there within
+// this time; this process's own writes take effect at once.
+const cacheTTL = 2 * time.Second
+
+// Service keeps subscriptions, writes the outbox and delivers.
+type Service struct {
+	pool   *pgxpool.Pool
+	q      *dbsqlc.Queries
+	keys   *firmware.Keyring
+	enq    Enqueuer
+	guard  Guard
+	site   string
+	source string
+	cfg    DeliveryConfig
+	logger *slog.Logger
+	obs    Observer
+	client *httpClient
+
+	mu     sync.Mutex
+	cached []Subscription
+	readAt time.Time
+}
+
+// NewService returns a Service.
+func NewService(cfg Config) *Service {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	site := cfg.Site
+	if site == "" {
+		site = "default"
+	}
+	src := cfg.Source
+	if src == "" {
+		src = "/flow/" + site
+	}
+	d := cfg.Delivery.withDefaults()
+	return &Service{pool: cfg.Pool, q: dbsqlc.New(), keys: cfg.Keys, enq: cfg.Enqueue, guard: cfg.Guard, site: site, source: src,
+		cfg: d, logger: cfg.Logger, obs: cfg.Observer, client: newHTTPClient(cfg.Guard, d)}
+}
+
+// Subscription is a webhook subscription. Its secret is never held here.
+type Subscription struct {
+	ID          uuid.UUID
+	URL         string
+	EventTypes  []string // catalogue types, or AllTypes
+	RackIDs     []uuid.UUID
+	Description string
+	CreatedBy   string
+	CreatedAt   time.Time
+}
+
+// matches reports whether s wants an event of typ on rack (nil: site-wide).
+func (s Subscription) matches(typ Type, rack *uuid.UUID) bool {
+	if !slices.Contains(s.EventTypes, AllTypes) && !slices.Contains(s.EventTypes, string(typ)) {
+		return false
+	}
+	if len(s.RackIDs) == 0 {
+		return true
+	}
+	return rack != nil && slices.Contains(s.RackIDs, *rack)
+}
+
+// Input is a subscription to create.
+type Input struct {
+	URL         string
+	EventTypes  []string
+	RackIDs     []uuid.UUID
+	Secret      string
+	Description string
+	CreatedBy   string
+}
+
+// Create validates in and stores the subscription through tx with its
+// secret sealed; the caller commits. Bad input is a *FieldError naming the
+// field (url, event_types, secret), with nothing written; no key is
+// ErrNoKey.
+func (s *Service) Create(ctx context.Context, tx pgx.Tx, in Input) (Subscription, error) {
+	u, err := s.guard.CheckURL("url", in.URL)
+	if err != nil {
+		return Subscription{}, err
+	}
+	if len(in.EventTypes) == 0 {
+		return Subscription{}, invalid("event_types", "name at least one event type (or %q for all): %s", AllTypes, typeList())
+	}
+	var types []string
+	for i, t := range in.EventTypes {
+		t = strings.TrimSpace(t)
+		if t != AllTypes && !Type(t).Valid() {
+			return Subscription{}, invalid(fmt.Sprintf("event_types[%d]", i), "unknown event type %q (known: %s)", t, typeList())
+		}
+		if !slices.Contains(types, t) {
+			types = append(types, t)
+		}
+	}
+	if in.Secret == "" {
+		return Subscription{}, invalid("secret", "is required (the receiver verifies the HMAC-SHA256 signature with it)")
+	}
+	if len(in.Secret) < 16 {
+		return Subscription{}, invalid("secret", "is too short: use at least 16 characters (32 random bytes, base64, is best)")
+	}
+	if s.keys == nil {
+		return Subscription{}, ErrNoKey
+	}
+	env, err := s.keys.Seal(firmware.AuthData{Shared: &in.Secret})
+	if err != nil {
+		return Subscription{}, fmt.Errorf("seal secret: %w", err)
+	}
+	sealed, err := json.Marshal(env)
+	if err != nil {
+		return Subscription{}, err
+	}
+	racks := in.RackIDs
+	if racks == nil {
+		racks = []uuid.UUID{}
+	}
+	row, err := s.q.SubscriptionInsert(ctx, tx, dbsqlc.SubscriptionInsertParams{
+		ID: uuid.New(), Url: u.String(), EventTypes: types, RackIDs: racks, Secret: sealed, Description: in.Description, CreatedBy: in.CreatedBy,
+	})
+	if err != nil {
+		return Subscription{}, fmt.Errorf("insert subscription: %w", err)
+	}
+	db.AfterCommit(ctx, s.forget)
+	s.forget() // this transaction's own emissions see it
+	return fromRow(row), nil
+}
+
+func typeList() string {
+	var b []string
+	for _, t := range Types() {
+		b = append(b, string(t))
+	}
+	return strings.Join(b, ", ")
+}
+
+func fromRow(r dbsqlc.NotifySubscription) Subscription {
+	return Subscription{ID: r.ID, URL: r.Url, EventTypes: r.EventTypes, RackIDs: r.RackIDs, Description: r.Description, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}
+}
+
+// Get returns one subscription, or ErrNotFound.
+func (s *Service) Get(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (Subscription, error) {
+	row, err := s.q.SubscriptionGetByID(ctx, dbtx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Subscription{}, fmt.Errorf("%w: subscription %s", ErrNotFound, id)
+	} else if err != nil {
+		return Subscription{}, fmt.Errorf("get subscription: %w", err)
+	}
+	return fromRow(row), nil
+}
+
+// List returns every subscription, oldest first.
+func (s *Service) List(ctx context.Context, dbtx db.DBTX) ([]Subscription, error) {
+	rows, err := s.q.SubscriptionList(ctx, dbtx)
+	if err != nil {
+		return nil, fmt.Errorf("list subscriptions: %w", err)
+	}
+	out := make([]Subscription, len(rows))
+	for i, r := range rows {
+		out[i] = fromRow(r)
+	}
+	return out, nil
+}
+
+// Delete deletes a subscription and its deliveries through tx (ErrNotFound
+// when there is none).
+func (s *Service) Delete(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Subscription, error) {
+	sub, err := s.Get(ctx, tx, id)
+	if err != nil {
+		return Subscription{}, err
+	}
+	if _, err := s.q.SubscriptionDelete(ctx, tx, id); err != nil {
+		return Subscription{}, fmt.Errorf("delete subscription: %w", err)
+	}
+	db.AfterCommit(ctx, s.forget)
+	s.forget()
+	return sub, nil
+}
+
+func (s *Service) forget() {
+	s.mu.Lock()
+	s.readAt = time.Time{}
+	s.mu.Unlock()
+}
+
+// subscriptions returns the subscriptions, read through dbtx at most every
+// cacheTTL.
+func (s *Service) subscriptions(ctx context.Context, dbtx db.DBTX) ([]Subscription, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.readAt.IsZero() && time.Since(s.readAt) < cacheTTL {
+		return s.cached, nil
+	}
+	subs, err := s.List(ctx, dbtx)
+	if err != nil {
+		return nil, err
+	}
+	s.cached, s.readAt = subs, time.Now()
+	return subs, nil
+}
+
+// Emit writes ev to the outbox through tx, the transaction of the change it
+// reports, with one delivery (and its job) per matching subscription; the
+// caller commits, so a rolled-back change sends nothing and a committed one
+// is delivered even if the process dies right after. An event no
+// subscription wants is not stored; one whose DedupeKey was emitted before
+// writes nothing. Unknown types are ErrInvalid.
+func (s *Service) Emit(ctx context.Context, tx pgx.Tx, ev Event) error {
+	if s == nil {
+		return nil
+	}
+	if !ev.Type.Valid() && ev.Type != WebhookTest {
+		return invalid("type", "unknown event type %q", ev.Type)
+	}
+	subs, err := s.subscriptions(ctx, tx)
+	if err != nil {
+		return err
+	}
+	var ids []uuid.UUID
+	for _, sub := range subs {
+		if sub.matches(ev.Type, ev.RackID) {
+			ids = append(ids, sub.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err = s.emitTo(ctx, tx, ev, ids)
+	return err
+}
+
+// emitTo writes ev for the subscriptions ids and enqueues its deliveries;
+// it returns the delivery IDs (none when DedupeKey was seen).
+func (s *Service) emitTo(ctx context.Context, tx pgx.Tx, ev Event, ids []uuid.UUID) ([]int64, error) {
+	ev.Data.Version = Version
+	ev.Data.Site = Ref{ID: s.site, Name: s.site}
+	if ev.Time.IsZero() {
+		ev.Time = time.Now()
+	}
+	data, err := json.Marshal(ev.Data)
+	if err != nil {
+		return nil, fmt.Errorf("encode event: %w", err)
+	}
+	p := dbsqlc.EventInsertParams{ID: uuid.New(), Type: string(ev.Type), Subject: ev.subject(), Data: data}
+	if ev.DedupeKey != "" {
+		p.DedupeKey = &ev.DedupeKey
+	}
+	if _, err := s.q.EventInsert(ctx, tx, p); errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil // emitted before
+	} else if err != nil {
+		return nil, fmt.Errorf("insert event: %w", err)
+	}
+	dids, err := s.q.DeliveryInsertMany(ctx, tx, dbsqlc.DeliveryInsertManyParams{EventID: p.ID, Subject: p.Subject, SubscriptionIds: ids})
+	if err != nil {
+		return nil, fmt.Errorf("insert deliveries: %w", err)
+	}
+	if s.enq != nil {
+		if err := s.enq(ctx, tx, dids); err != nil {
+			return nil, fmt.Errorf("enqueue deliveries: %w", err)
+		}
+	}
+	if s.obs != nil {
+		typ, n := ev.Type, len(dids)
+		db.AfterCommit(ctx, func() { s.obs.Emitted(typ, n) })
+	}
+	return dids, nil
+}
+
+// Test emits a WebhookTest event to subscription id alone through tx and
+// returns its delivery's ID.
+func (s *Service) Test(ctx context.Context, tx pgx.Tx, id uuid.UUID) (int64, error) {
+	if _, err := s.Get(ctx, tx, id); err != nil {
+		return 0, err
+	}
+	dids, err := s.emitTo(ctx, tx, Event{Type: WebhookTest, Data: Data{Message: "a test event sent by flow webhook test"}}, []uuid.UUID{id})
+	if err != nil {
+		return 0, err
+	}
+	return dids[0], nil
+}
+
+// Delivery is one delivery of an event to a subscription.
+type Delivery struct {
+	ID             int64
+	EventID        uuid.UUID
+	EventType      string
+	SubscriptionID uuid.UUID
+	Subject        string
+	Status         string // pending, delivered, dead
+	Attempts       int
+	LastStatusCode int
+	LastError      string
+	NextAttemptAt  time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	DeliveredAt    *time.Time
+}
+
+// Delivery statuses.
+const (
+	StatusPending   = "pending"
+	StatusDelivered = "delivered"
+	StatusDead      = "dead"
+)
+
+// DeliveryFilter selects deliveries for Deliveries.
+type DeliveryFilter struct {
+	SubscriptionID *uuid.UUID
+	Status         string // "" any
+	Limit          int    // 0: 100
+}
+
+// Deliveries lists deliveries, newest first.
+func (s *Service) Deliveries(ctx context.Context, dbtx db.DBTX, f DeliveryFilter) ([]Delivery, error) {
+	if f.Status != "" && f.Status != StatusPending && f.Status != StatusDelivered && f.Status != StatusDead {
+		return nil, invalid("status", "must be pending, delivered or dead, not %q", f.Status)
+	}
+	if f.Limit <= 0 || f.Limit > 1000 {
+		f.Limit = 100
+	}
+	p := dbsqlc.DeliveryListParams{SubscriptionID: f.SubscriptionID, Lim: int32(f.Limit)}
+	if f.Status != "" {
+		p.Status = &f.Status
+	}
+	rows, err := s.q.DeliveryList(ctx, dbtx, p)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	out := make([]Delivery, len(rows))
+	for i, r := range rows {
+		out[i] = Delivery{ID: r.ID, EventID: r.EventID, EventType: r.EventType, SubscriptionID: r.SubscriptionID, Subject: r.Subject, Status: r.Status,
+			Attempts: int(r.Attempts), LastStatusCode: int(r.LastStatusCode), LastError: r.LastError, NextAttemptAt: r.NextAttemptAt,
+			CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, DeliveredAt: r.DeliveredAt}
+	}
+	return out, nil
+}
+
+// Redrive makes dead deliveries pending again, with fresh attempts, and
+// enqueues them through tx: the deliveries ids, and every dead delivery of
+// subscription all when it is not uuid.Nil. It returns the IDs redriven
+// (a delivery that is not dead is left alone).
+func (s *Service) Redrive(ctx context.Context, tx pgx.Tx, ids []int64, all uuid.UUID) ([]int64, error) {
+	if len(ids) == 0 && all == uuid.Nil {
+		return nil, invalid("ids", "name deliveries, or a subscription whose dead letters to redrive")
+	}
+	if ids == nil {
+		ids = []int64{}
+	}
+	got, err := s.q.DeliveryRedrive(ctx, tx, dbsqlc.DeliveryRedriveParams{IDs: ids, AllOf: all})
+	if err != nil {
+		return nil, fmt.Errorf("redrive: %w", err)
+	}
+	if len(got) > 0 && s.enq != nil {
+		if err := s.enq(ctx, tx, got); err != nil {
+			return nil, fmt.Errorf("enqueue deliveries: %w", err)
+		}
+	}
+	return got, nil
+}
+
+// Backlog returns the pending deliveries and the age of the oldest.
+func (s *Service) Backlog(ctx context.Context) (int, time.Duration, error) {
+	r, err := s.q.DeliveryBacklog(ctx, s.pool)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read delivery backlog: %w", err)
+	}
+	return int(r.Pending), time.Duration(r.OldestSeconds * float64(time.Second)), nil
+}
+
+// RescueStale enqueues a new job for up to limit pending deliveries nobody
+// works: claimed by a sender whose claim lapsed staleAfter ago, or heads of
+// their subject due for longer than staleAfter and unclaimed. Their job
+// was lost with a killed process (River would rescue it only after its
+// rescue window). A duplicate job is harmless: the claim admits one
+// sender.
+func (s *Service) RescueStale(ctx context.Context, staleAfter time.Duration, limit int) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		before := time.Now().Add(-staleAfter)
+		ids, err := s.q.DeliveryStale(ctx, tx, dbsqlc.DeliveryStaleParams{Before: &before, Lim: int32(limit)})
+		if err != nil || len(ids) == 0 || s.enq == nil {
+			return err
+		}
+		n = len(ids)
+		return s.enq(ctx, tx, ids)
+	})
+	return n, err
+}
