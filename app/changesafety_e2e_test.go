@@ -217,3 +217,94 @@ func TestTwoPersonApproval(t *testing.T) {
 	again := getRun(t, opFlow, &flowv1.UUID{Id: res.GetId()})
 	require.Equal(t, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_CANCELLED, again.GetSummary().GetState().GetStatus())
 }
+
+// TestTwoPersonApprovalBulk: a v1 bulk submission over the threshold is
+// written with every task WAITING for a second identity's approval of the
+// plan hash its dry run showed; the requester cannot approve it; approved,
+// the tasks run; a rejected one's tasks end, naming the rejection; a
+// submission under the threshold is not held.
+func TestTwoPersonApprovalBulk(t *testing.T) {
+	t.Parallel()
+	b := newRolloutBench(t, 6, time.Millisecond)
+	certs := t.TempDir()
+	require.NoError(t, edge.WriteDevCerts(certs, nil))
+	srv := b.serve(t, map[string]string{
+		"CERTDIR": certs, "FLOW_AUTHZ_POLICY": filepath.Join(certs, "policy.yaml"), "ALLOW_INSECURE_GRPC": "false",
+		"FLOW_APPROVAL_THRESHOLD": "5",
+	}, nil)
+	api := strings.Replace(srv.url, "http://", "https://", 1)
+	clientsOf := func(role string) (flowv1connect.FlowClient, adminv1connect.AdminServiceClient) {
+		c, err := cli.TLSConfig(cli.TLSFiles{CA: filepath.Join(certs, "ca.crt"), Cert: filepath.Join(certs, role+".crt"), Key: filepath.Join(certs, role+".key")})
+		require.NoError(t, err)
+		h := tlsHTTPClient(c)
+		return flowv1connect.NewFlowClient(h, api), adminv1connect.NewAdminServiceClient(h, api)
+	}
+	opFlow, opAdmin := clientsOf("operator")
+	_, second := clientsOf("admin")
+	ctx := context.Background()
+	var names []string
+	for _, r := range b.racks {
+		names = append(names, r.Name)
+	}
+	statuses := func(ids []*flowv1.UUID) []*flowv1.Task {
+		res, err := opFlow.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: ids})
+		require.NoError(t, err)
+		return res.GetTasks()
+	}
+	pending := func() *adminv1.Approval {
+		list, err := second.ListApprovals(ctx, &adminv1.ListApprovalsRequest{})
+		require.NoError(t, err)
+		require.Len(t, list.GetApprovals(), 1)
+		return list.GetApprovals()[0]
+	}
+
+	on := &flowv1.PowerOnRackRequest{TargetSpec: rackSpec(names...), Description: "site power on"}
+	pv, err := opAdmin.PreviewSubmission(ctx, &adminv1.PreviewSubmissionRequest{Request: &adminv1.PreviewSubmissionRequest_PowerOn{PowerOn: on}})
+	require.NoError(t, err)
+	shown := pv.GetPlanHash()
+	res, err := opFlow.PowerOnRack(ctx, on)
+	require.NoError(t, err)
+	require.Len(t, res.GetTaskIds(), 6)
+	req := pending()
+	require.Equal(t, "submission", req.GetKind())
+	require.Equal(t, shown, req.GetPlanHash(), "the request froze the plan its dry run showed")
+	var ids []string
+	for _, id := range res.GetTaskIds() {
+		ids = append(ids, id.GetId())
+	}
+	require.ElementsMatch(t, ids, req.GetSubjectIds())
+	for _, task := range statuses(res.GetTaskIds()) {
+		require.Equal(t, flowv1.TaskStatus_TASK_STATUS_WAITING, task.GetStatus())
+		require.Contains(t, task.GetMessage(), "awaiting approval of request "+req.GetId())
+	}
+
+	_, err = opAdmin.Approve(ctx, &adminv1.ApproveRequest{Id: req.GetId(), PlanHash: shown})
+	require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err), "%v", err)
+	require.ErrorContains(t, err, "cannot approve their own request")
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_WAITING, statuses(res.GetTaskIds()[:1])[0].GetStatus(), "nothing changed")
+
+	ok, err := second.Approve(ctx, &adminv1.ApproveRequest{Id: req.GetId(), PlanHash: shown})
+	require.NoError(t, err)
+	require.Equal(t, "approved", ok.GetStatus())
+	for _, id := range res.GetTaskIds() {
+		require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, waitTask(t, opFlow, id, time.Minute).GetStatus())
+	}
+
+	// Rejected: its tasks end, and say why.
+	off, err := opFlow.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(names...)})
+	require.NoError(t, err)
+	req = pending()
+	_, err = opAdmin.Reject(ctx, &adminv1.RejectRequest{Id: req.GetId(), Reason: "not tonight"})
+	require.NoError(t, err)
+	for _, id := range off.GetTaskIds() {
+		task := waitTask(t, opFlow, id, time.Minute)
+		require.Equal(t, flowv1.TaskStatus_TASK_STATUS_TERMINATED, task.GetStatus())
+		require.Contains(t, task.GetMessage(), "rejected by")
+		require.Contains(t, task.GetMessage(), "not tonight")
+	}
+
+	// Under the threshold: not held.
+	one, err := opFlow.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(names[0])})
+	require.NoError(t, err)
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, waitTask(t, opFlow, one.GetTaskIds()[0], time.Minute).GetStatus())
+}

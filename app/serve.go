@@ -236,6 +236,10 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Approver: approvals,
 	})
 	approvals.Register(rollout.ApprovalKindRun, runs)
+	// Bulk submissions over the threshold wait for approval too; their
+	// tasks are the request's subjects.
+	tasks.SetApprover(approvals)
+	approvals.Register(operations.ApprovalKindSubmission, tasks)
 	runWakes.Service = runs
 	s.tel.metrics.Register(newRunCollector(runs))
 	// A task's end is also its operation run's event: the run advances in

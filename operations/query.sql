@@ -189,6 +189,13 @@ WHERE id = @id AND status = 'waiting';
 UPDATE task SET window_release = @window_release, message = @message, updated_at = now()
 WHERE id = @id AND status = 'waiting';
 
+-- name: TaskApprovalRelease :one
+-- TaskApprovalRelease lets a waiting task that waited for an approval
+-- request go on waiting as any task does (conflicts, windows).
+UPDATE task SET approval_id = NULL, message = @message, queue_expires_at = @queue_expires_at, updated_at = now()
+WHERE id = @id AND status = 'waiting' AND approval_id IS NOT NULL
+RETURNING rack_id;
+
 -- name: TaskFinish :execrows
 UPDATE task SET status = @status, message = @message, report = coalesce(sqlc.narg(report), report),
     queue_expires_at = NULL, finished_at = now(), updated_at = now()
@@ -261,16 +268,17 @@ INSERT INTO task (
     id, operation_type, operation_code, information, description, rack_id,
     components, component_ids, targets, rule, rule_name, applied_rule_id,
     status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, not_targeted,
-    submitted_by, window_held_until, created_at, updated_at)
+    submitted_by, window_held_until, approval_id, created_at, updated_at)
 SELECT t.id, t.operation_type, t.operation_code, t.information, t.description, t.rack_id,
     t.components, t.component_ids, t.targets, t.rule, t.rule_name, t.applied_rule_id,
     t.status, t.message, t.run_id, t.queue_expires_at, t.idempotency_key, t.trigger_type, t.trigger_id,
-    t.not_targeted, t.submitted_by, t.window_held_until, now() + t.seq * interval '1 microsecond', now()
+    t.not_targeted, t.submitted_by, t.window_held_until, t.approval_id, now() + t.seq * interval '1 microsecond', now()
 FROM jsonb_to_recordset(@tasks::jsonb) AS t(
     id uuid, operation_type text, operation_code text, information jsonb, description text, rack_id uuid,
     components jsonb, component_ids uuid[], targets jsonb, rule jsonb, rule_name text, applied_rule_id uuid,
     status text, message text, run_id bigint, queue_expires_at timestamptz, idempotency_key text,
-    trigger_type text, trigger_id text, not_targeted jsonb, submitted_by text, window_held_until timestamptz, seq bigint);
+    trigger_type text, trigger_id text, not_targeted jsonb, submitted_by text, window_held_until timestamptz,
+    approval_id uuid, seq bigint);
 
 -- name: RulesForRacks :many
 -- RuleForRack for many racks: each rack's associated rule for the

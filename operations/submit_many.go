@@ -297,7 +297,10 @@ type taskRow struct {
 	// WindowHeldUntil is the next window opening of a task a StartGate
 	// holds.
 	WindowHeldUntil *time.Time `json:"window_held_until"`
-	Seq             int64      `json:"seq"`
+	// ApprovalID is the approval request a task of a bulk submission
+	// waits for (Tasks.SetApprover).
+	ApprovalID *uuid.UUID `json:"approval_id"`
+	Seq        int64      `json:"seq"`
 }
 
 // admitMany writes the live requests' tasks under their racks' locks, in
@@ -344,6 +347,9 @@ func (t *Tasks) admitMany(ctx context.Context, tx pgx.Tx, subs []*Submission) er
 		tasks, err := t.decide(s, active)
 		if err == nil {
 			err = t.gateMany(ctx, tx, s, tasks, active)
+		}
+		if err == nil {
+			err = t.approveMany(ctx, tx, s, tasks)
 		}
 		if err != nil {
 			s.Err = err

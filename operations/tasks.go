@@ -54,8 +54,11 @@ type Tasks struct {
 	ingestTarget IngestTargetFunc
 	// gate, if set, holds tasks outside maintenance windows (SetStartGate);
 	// nowFunc is the clock (SetClock; nil: time.Now).
-	gate    StartGate
-	nowFunc func() time.Time
+	gate StartGate
+	// approver, if set, holds bulk submissions over its threshold for a
+	// second identity's approval (SetApprover).
+	approver Approver
+	nowFunc  func() time.Time
 }
 
 // IngestTargetFunc returns the target version an ingest task of rack that
@@ -558,11 +561,17 @@ func (t *Tasks) promoteRows(ctx context.Context, tx pgx.Tx, all []dbsqlc.Task) e
 			continue
 		}
 		if row.QueueExpiresAt != nil && !row.QueueExpiresAt.After(now) {
-			if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(TaskTerminated), Message: msgExpired}); err != nil {
+			msg := expiredMessage(row)
+			if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(TaskTerminated), Message: msg}); err != nil {
 				return err
 			}
-			t.observe(ctx, t.endEvent(ctx, tx, row, TaskTerminated, msgExpired))
+			t.observe(ctx, t.endEvent(ctx, tx, row, TaskTerminated, msg))
 			continue
+		}
+		// Awaiting a second identity's approval, it holds the tasks behind
+		// it too (strict FIFO).
+		if row.ApprovalID != nil {
+			return nil
 		}
 		// Nothing queued starts on a component whose leak is open.
 		if hold, err := t.leakHold(ctx, tx, row); err != nil {

@@ -108,10 +108,13 @@ func ParseThreshold(s string) (Threshold, error) {
 // to recompute its plan, to start once approved, and to withdraw once
 // rejected. Each method works through tx.
 type Subject interface {
-	// ApprovalRecompute plans subject id again from input, answering the
-	// new plan hash and what changed against the frozen plan ("" if
-	// nothing).
-	ApprovalRecompute(ctx context.Context, tx pgx.Tx, id uuid.UUID, input json.RawMessage) (hash, changes string, err error)
+	// ApprovalRecompute plans the request's subjects (ids) again from
+	// input, answering the new plan hash and what changed against the
+	// frozen plan ("" if nothing).
+	ApprovalRecompute(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, input json.RawMessage) (hash, changes string, err error)
+	// ApprovalRelease starts subject id, approved as request approvalID
+	// by by; ApprovalDiscard withdraws it (rejected or expired) saying
+	// why.
 	ApprovalRelease(ctx context.Context, tx pgx.Tx, id, approvalID uuid.UUID, by string) error
 	ApprovalDiscard(ctx context.Context, tx pgx.Tx, id uuid.UUID, why string) error
 }
@@ -165,6 +168,9 @@ func NewService(cfg Config) *Service {
 	}
 	return &Service{cfg: cfg, q: dbsqlc.New(), subjects: map[string]Subject{}}
 }
+
+// Expiry is how long a request waits for its decision.
+func (s *Service) Expiry() time.Duration { return s.cfg.Expiry }
 
 // Register makes sub the subject of requests of kind.
 func (s *Service) Register(kind string, sub Subject) { s.subjects[kind] = sub }
@@ -301,17 +307,15 @@ func (s *Service) Approve(ctx context.Context, id uuid.UUID, hash, by string) (R
 		if err != nil {
 			return "", "", err
 		}
-		for _, subj := range r.SubjectIDs {
-			now, changes, err := sub.ApprovalRecompute(ctx, tx, subj, input.Input)
-			if err != nil {
-				return "", "", fmt.Errorf("%w: %v", ErrStale, err)
+		now, changes, err := sub.ApprovalRecompute(ctx, tx, r.SubjectIDs, input.Input)
+		if err != nil {
+			return "", "", fmt.Errorf("%w: %v", ErrStale, err)
+		}
+		if now != r.PlanHash {
+			if changes == "" {
+				changes = "the work's configuration plans differently"
 			}
-			if now != r.PlanHash {
-				if changes == "" {
-					changes = "the run's configuration plans differently"
-				}
-				return "", "", fmt.Errorf("%w: request %s's plan is now %s, not %s: %s; reject it and create the work again", ErrStale, id, now, r.PlanHash, changes)
-			}
+			return "", "", fmt.Errorf("%w: request %s's plan is now %s, not %s: %s; reject it and create the work again", ErrStale, id, now, r.PlanHash, changes)
 		}
 		for _, subj := range r.SubjectIDs {
 			if err := sub.ApprovalRelease(ctx, tx, subj, id, by); err != nil {

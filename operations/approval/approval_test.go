@@ -12,7 +12,9 @@ import (
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/dbtest"
+	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/approval"
+	"github.com/nicoflow/flow/operations/opstest"
 )
 
 func TestParseThreshold(t *testing.T) {
@@ -45,7 +47,7 @@ func TestParseThreshold(t *testing.T) {
 // subject records what approval asked of it.
 type subject struct{ released, discarded []uuid.UUID }
 
-func (s *subject) ApprovalRecompute(context.Context, pgx.Tx, uuid.UUID, json.RawMessage) (string, string, error) {
+func (s *subject) ApprovalRecompute(context.Context, pgx.Tx, []uuid.UUID, json.RawMessage) (string, string, error) {
 	return "h1", "", nil
 }
 
@@ -98,5 +100,57 @@ func TestThresholdAndExpiry(t *testing.T) {
 	require.Equal(t, approval.StatusExpired, r.Status)
 	require.Len(t, sub.discarded, 1)
 	_, err = svc.Approve(ctx, id, "h1", "bob")
+	require.ErrorIs(t, err, approval.ErrExpired)
+}
+
+// TestSubmissionApprovalExpires: a bulk submission over the threshold
+// waits for approval; a single-rack one does not; once the request
+// expires (a fake clock), the next sweep ends its tasks saying so, and the
+// request can no longer be approved.
+func TestSubmissionApprovalExpires(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	m := opstest.NewTasks(t, opstest.Config{})
+	a, b := m.AddRack(t, 0), m.AddRack(t, 1)
+	svc := approval.NewService(approval.Config{Pool: m.Pool, Threshold: approval.Threshold{Racks: 1}, Expiry: time.Hour, Now: clock})
+	m.Tasks.SetClock(clock)
+	m.Tasks.SetApprover(svc)
+	svc.Register(operations.ApprovalKindSubmission, m.Tasks)
+
+	both := opstest.PowerOn(a)
+	both.Targets.Racks = append(both.Targets.Racks, opstest.PowerOn(b).Targets.Racks...)
+	both.SubmittedBy = "alice"
+	ids, err := m.Submit(t, both)
+	require.NoError(t, err)
+	require.Len(t, ids, 2)
+	reqs, err := svc.List(ctx, m.Pool, false)
+	require.NoError(t, err)
+	require.Len(t, reqs, 1)
+	require.Equal(t, operations.ApprovalKindSubmission, reqs[0].Kind)
+	require.ElementsMatch(t, ids, reqs[0].SubjectIDs)
+	tasks, err := m.Tasks.Get(ctx, ids)
+	require.NoError(t, err)
+	for _, task := range tasks {
+		require.Equal(t, operations.TaskWaiting, task.Status)
+		require.Contains(t, task.Message, "awaiting approval of request "+reqs[0].ID.String())
+	}
+
+	one, err := m.Submit(t, opstest.PowerOn(a))
+	require.NoError(t, err)
+	tasks, err = m.Tasks.Get(ctx, one)
+	require.NoError(t, err)
+	require.Equal(t, operations.TaskPending, tasks[0].Status, "one rack is under the threshold, and a held task blocks no unqueued work")
+
+	now = now.Add(time.Hour + time.Second)
+	require.NoError(t, m.Tasks.Sweep(ctx))
+	tasks, err = m.Tasks.Get(ctx, ids)
+	require.NoError(t, err)
+	for _, task := range tasks {
+		require.Equal(t, operations.TaskTerminated, task.Status)
+		require.Contains(t, task.Message, "approval request "+reqs[0].ID.String()+" was not approved in time")
+	}
+	_, err = svc.Approve(ctx, reqs[0].ID, reqs[0].PlanHash, "bob")
 	require.ErrorIs(t, err, approval.ErrExpired)
 }

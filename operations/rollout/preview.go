@@ -276,10 +276,14 @@ func (p Plan) View() json.RawMessage {
 	return b
 }
 
-// ApprovalRecompute plans run runID again from its stored input (the
-// site as it is now) and returns the new plan hash, and what changed
-// against the targets the run froze ("" when nothing did).
-func (r *Service) ApprovalRecompute(ctx context.Context, tx pgx.Tx, runID uuid.UUID, input json.RawMessage) (string, string, error) {
+// ApprovalRecompute plans the run (ids: its one ID) again from its stored
+// input (the site as it is now) and returns the new plan hash, and what
+// changed against the targets the run froze ("" when nothing did).
+func (r *Service) ApprovalRecompute(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, input json.RawMessage) (string, string, error) {
+	if len(ids) != 1 {
+		return "", "", fmt.Errorf("an operation run's approval has one run, not %d", len(ids))
+	}
+	runID := ids[0]
 	var in CreateRunInput
 	if err := json.Unmarshal(input, &in); err != nil {
 		return "", "", fmt.Errorf("decode run input: %w", err)

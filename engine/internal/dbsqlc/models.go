@@ -453,6 +453,7 @@ type Task struct {
 	SubmittedBy     string
 	WindowHeldUntil pgtype.Timestamptz
 	WindowRelease   *string
+	ApprovalID      pgtype.UUID
 }
 
 type TaskSchedule struct {

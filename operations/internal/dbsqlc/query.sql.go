@@ -551,7 +551,7 @@ func (q *Queries) TaskActiveFirmwareComponents(ctx context.Context, db DBTX) ([]
 }
 
 const taskActiveOnRack = `-- name: TaskActiveOnRack :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release, approval_id FROM task
 WHERE rack_id = $1 AND status IN ('waiting', 'pending', 'running')
 ORDER BY created_at, id
 `
@@ -595,6 +595,7 @@ func (q *Queries) TaskActiveOnRack(ctx context.Context, db DBTX, rackID uuid.UUI
 			&i.SubmittedBy,
 			&i.WindowHeldUntil,
 			&i.WindowRelease,
+			&i.ApprovalID,
 		); err != nil {
 			return nil, err
 		}
@@ -607,7 +608,7 @@ func (q *Queries) TaskActiveOnRack(ctx context.Context, db DBTX, rackID uuid.UUI
 }
 
 const taskActiveOnRacks = `-- name: TaskActiveOnRacks :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release, approval_id FROM task
 WHERE rack_id = ANY($1::uuid[]) AND status IN ('waiting', 'pending', 'running')
 ORDER BY created_at, id
 `
@@ -651,6 +652,7 @@ func (q *Queries) TaskActiveOnRacks(ctx context.Context, db DBTX, rackIds []uuid
 			&i.SubmittedBy,
 			&i.WindowHeldUntil,
 			&i.WindowRelease,
+			&i.ApprovalID,
 		); err != nil {
 			return nil, err
 		}
@@ -660,6 +662,27 @@ func (q *Queries) TaskActiveOnRacks(ctx context.Context, db DBTX, rackIds []uuid
 		return nil, err
 	}
 	return items, nil
+}
+
+const taskApprovalRelease = `-- name: TaskApprovalRelease :one
+UPDATE task SET approval_id = NULL, message = $1, queue_expires_at = $2, updated_at = now()
+WHERE id = $3 AND status = 'waiting' AND approval_id IS NOT NULL
+RETURNING rack_id
+`
+
+type TaskApprovalReleaseParams struct {
+	Message        string
+	QueueExpiresAt *time.Time
+	ID             uuid.UUID
+}
+
+// TaskApprovalRelease lets a waiting task that waited for an approval
+// request go on waiting as any task does (conflicts, windows).
+func (q *Queries) TaskApprovalRelease(ctx context.Context, db DBTX, arg TaskApprovalReleaseParams) (uuid.UUID, error) {
+	row := db.QueryRow(ctx, taskApprovalRelease, arg.Message, arg.QueueExpiresAt, arg.ID)
+	var rack_id uuid.UUID
+	err := row.Scan(&rack_id)
+	return rack_id, err
 }
 
 const taskCount = `-- name: TaskCount :one
@@ -813,7 +836,7 @@ func (q *Queries) TaskFinishMany(ctx context.Context, db DBTX, arg TaskFinishMan
 }
 
 const taskGetByID = `-- name: TaskGetByID :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task WHERE id = $1
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release, approval_id FROM task WHERE id = $1
 `
 
 func (q *Queries) TaskGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Task, error) {
@@ -848,12 +871,13 @@ func (q *Queries) TaskGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Task,
 		&i.SubmittedBy,
 		&i.WindowHeldUntil,
 		&i.WindowRelease,
+		&i.ApprovalID,
 	)
 	return i, err
 }
 
 const taskGetByIDForUpdate = `-- name: TaskGetByIDForUpdate :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task WHERE id = $1 FOR UPDATE
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release, approval_id FROM task WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) TaskGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (Task, error) {
@@ -888,12 +912,13 @@ func (q *Queries) TaskGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUI
 		&i.SubmittedBy,
 		&i.WindowHeldUntil,
 		&i.WindowRelease,
+		&i.ApprovalID,
 	)
 	return i, err
 }
 
 const taskGetByIDs = `-- name: TaskGetByIDs :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task WHERE id = ANY($1::uuid[]) ORDER BY created_at DESC, id DESC
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release, approval_id FROM task WHERE id = ANY($1::uuid[]) ORDER BY created_at DESC, id DESC
 `
 
 func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Task, error) {
@@ -934,6 +959,7 @@ func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([
 			&i.SubmittedBy,
 			&i.WindowHeldUntil,
 			&i.WindowRelease,
+			&i.ApprovalID,
 		); err != nil {
 			return nil, err
 		}
@@ -946,7 +972,7 @@ func (q *Queries) TaskGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([
 }
 
 const taskGetByIDsForUpdate = `-- name: TaskGetByIDsForUpdate :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release, approval_id FROM task WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
 `
 
 // The tasks locked in ID order (two transactions locking overlapping sets
@@ -989,6 +1015,7 @@ func (q *Queries) TaskGetByIDsForUpdate(ctx context.Context, db DBTX, ids []uuid
 			&i.SubmittedBy,
 			&i.WindowHeldUntil,
 			&i.WindowRelease,
+			&i.ApprovalID,
 		); err != nil {
 			return nil, err
 		}
@@ -1001,7 +1028,7 @@ func (q *Queries) TaskGetByIDsForUpdate(ctx context.Context, db DBTX, ids []uuid
 }
 
 const taskGetByIdempotencyKey = `-- name: TaskGetByIdempotencyKey :one
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task WHERE idempotency_key = $1
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release, approval_id FROM task WHERE idempotency_key = $1
 `
 
 func (q *Queries) TaskGetByIdempotencyKey(ctx context.Context, db DBTX, idempotencyKey *string) (Task, error) {
@@ -1036,12 +1063,13 @@ func (q *Queries) TaskGetByIdempotencyKey(ctx context.Context, db DBTX, idempote
 		&i.SubmittedBy,
 		&i.WindowHeldUntil,
 		&i.WindowRelease,
+		&i.ApprovalID,
 	)
 	return i, err
 }
 
 const taskGetByIdempotencyKeys = `-- name: TaskGetByIdempotencyKeys :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task WHERE idempotency_key = ANY($1::text[])
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release, approval_id FROM task WHERE idempotency_key = ANY($1::text[])
 `
 
 func (q *Queries) TaskGetByIdempotencyKeys(ctx context.Context, db DBTX, idempotencyKeys []string) ([]Task, error) {
@@ -1082,6 +1110,7 @@ func (q *Queries) TaskGetByIdempotencyKeys(ctx context.Context, db DBTX, idempot
 			&i.SubmittedBy,
 			&i.WindowHeldUntil,
 			&i.WindowRelease,
+			&i.ApprovalID,
 		); err != nil {
 			return nil, err
 		}
@@ -1127,7 +1156,7 @@ VALUES (
     $7, $8, $9, $10, $11, $12,
     $13, $14, $15, $16, $17, $18, $19,
     $20, $21)
-RETURNING id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release
+RETURNING id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release, approval_id
 `
 
 type TaskInsertParams struct {
@@ -1208,6 +1237,7 @@ func (q *Queries) TaskInsert(ctx context.Context, db DBTX, arg TaskInsertParams)
 		&i.SubmittedBy,
 		&i.WindowHeldUntil,
 		&i.WindowRelease,
+		&i.ApprovalID,
 	)
 	return i, err
 }
@@ -1217,16 +1247,17 @@ INSERT INTO task (
     id, operation_type, operation_code, information, description, rack_id,
     components, component_ids, targets, rule, rule_name, applied_rule_id,
     status, message, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, not_targeted,
-    submitted_by, window_held_until, created_at, updated_at)
+    submitted_by, window_held_until, approval_id, created_at, updated_at)
 SELECT t.id, t.operation_type, t.operation_code, t.information, t.description, t.rack_id,
     t.components, t.component_ids, t.targets, t.rule, t.rule_name, t.applied_rule_id,
     t.status, t.message, t.run_id, t.queue_expires_at, t.idempotency_key, t.trigger_type, t.trigger_id,
-    t.not_targeted, t.submitted_by, t.window_held_until, now() + t.seq * interval '1 microsecond', now()
+    t.not_targeted, t.submitted_by, t.window_held_until, t.approval_id, now() + t.seq * interval '1 microsecond', now()
 FROM jsonb_to_recordset($1::jsonb) AS t(
     id uuid, operation_type text, operation_code text, information jsonb, description text, rack_id uuid,
     components jsonb, component_ids uuid[], targets jsonb, rule jsonb, rule_name text, applied_rule_id uuid,
     status text, message text, run_id bigint, queue_expires_at timestamptz, idempotency_key text,
-    trigger_type text, trigger_id text, not_targeted jsonb, submitted_by text, window_held_until timestamptz, seq bigint)
+    trigger_type text, trigger_id text, not_targeted jsonb, submitted_by text, window_held_until timestamptz,
+    approval_id uuid, seq bigint)
 `
 
 // TaskInsertMany inserts a burst's tasks from one JSON array of rows (the
@@ -1272,7 +1303,7 @@ func (q *Queries) TaskKeyUsage(ctx context.Context, db DBTX) ([]TaskKeyUsageRow,
 }
 
 const taskList = `-- name: TaskList :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release, approval_id FROM task
 WHERE ($1::uuid IS NULL OR rack_id = $1::uuid)
   AND ($2::uuid IS NULL OR component_ids @> ARRAY[$2::uuid])
   AND (NOT $3::boolean OR status IN ('waiting', 'pending', 'running'))
@@ -1332,6 +1363,7 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 			&i.SubmittedBy,
 			&i.WindowHeldUntil,
 			&i.WindowRelease,
+			&i.ApprovalID,
 		); err != nil {
 			return nil, err
 		}
@@ -1344,7 +1376,7 @@ func (q *Queries) TaskList(ctx context.Context, db DBTX, arg TaskListParams) ([]
 }
 
 const taskListActive = `-- name: TaskListActive :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release, approval_id FROM task
 WHERE status IN ('waiting', 'pending', 'running')
 ORDER BY created_at DESC, id DESC
 LIMIT $2 OFFSET $1
@@ -1401,6 +1433,7 @@ func (q *Queries) TaskListActive(ctx context.Context, db DBTX, arg TaskListActiv
 			&i.SubmittedBy,
 			&i.WindowHeldUntil,
 			&i.WindowRelease,
+			&i.ApprovalID,
 		); err != nil {
 			return nil, err
 		}
@@ -1413,7 +1446,7 @@ func (q *Queries) TaskListActive(ctx context.Context, db DBTX, arg TaskListActiv
 }
 
 const taskListByRack = `-- name: TaskListByRack :many
-SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release FROM task
+SELECT id, operation_type, operation_code, information, description, rack_id, components, component_ids, targets, rule, rule_name, applied_rule_id, status, message, report, run_id, queue_expires_at, idempotency_key, trigger_type, trigger_id, created_at, updated_at, started_at, finished_at, not_targeted, submitted_by, window_held_until, window_release, approval_id FROM task
 WHERE rack_id = $1
 ORDER BY created_at DESC, id DESC
 LIMIT $3 OFFSET $2
@@ -1467,6 +1500,7 @@ func (q *Queries) TaskListByRack(ctx context.Context, db DBTX, arg TaskListByRac
 			&i.SubmittedBy,
 			&i.WindowHeldUntil,
 			&i.WindowRelease,
+			&i.ApprovalID,
 		); err != nil {
 			return nil, err
 		}

@@ -455,6 +455,7 @@ type Task struct {
 	SubmittedBy     string
 	WindowHeldUntil *time.Time
 	WindowRelease   *string
+	ApprovalID      *uuid.UUID
 }
 
 type TaskSchedule struct {
