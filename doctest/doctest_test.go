@@ -183,6 +183,12 @@ func runFile(t *testing.T, bin, root, dir string, blocks []Block) error {
 	}
 	start := time.Now()
 	d, err := startDev(t, bin, seed)
+	// The API port is free when picked, not when flow dev binds it: on a
+	// busy machine another process can take it in between. Pick again.
+	for try := 1; err != nil && strings.Contains(err.Error(), "address already in use") && try < 3; try++ {
+		t.Logf("%s: flow dev's port was taken before it bound it; starting it again", blocks[0].File)
+		d, err = startDev(t, bin, seed)
+	}
 	if err != nil {
 		return err
 	}
@@ -266,13 +272,10 @@ func startDev(t *testing.T, bin string, seed int) (*dev, error) {
 	if err != nil {
 		return nil, err
 	}
-	admin, err := freePort()
-	if err != nil {
-		return nil, err
-	}
 	d := &dev{bin: bin, addr: addr, log: &syncBuffer{}}
 	d.env = append(cleanEnv(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	devEnv := append(d.env[:len(d.env):len(d.env)], "FLOW_ADMIN_LISTEN_ADDR="+admin, "FLOW_FIRMWARE_POLL_INTERVAL=1s")
+	// flow dev picks its admin listener's port itself, at bind time.
+	devEnv := append(d.env[:len(d.env):len(d.env)], "FLOW_FIRMWARE_POLL_INTERVAL=1s")
 	cmd := exec.Command(filepath.Join(bin, "flow"), "dev", "--data-dir", state, "--listen", d.addr, "--seed", fmt.Sprint(seed), "--sim-phase", "1s")
 	cmd.Env = devEnv
 	cmd.Stdout, cmd.Stderr = d.log, d.log
