@@ -3,6 +3,7 @@ package app
 import (
 	"github.com/nicoflow/flow/firmware/baseline"
 	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/notify"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/approval"
 	"github.com/nicoflow/flow/operations/eventrule"
@@ -33,7 +34,12 @@ type adminService struct {
 	*runAdminHandler // PreviewOperationRun, CreateOperationRun
 	*previewHandler  // PreviewSubmission
 	*approvalHandler // ListApprovals, GetApproval, Approve, Reject
+	// CreateWebhook, ListWebhooks, GetWebhook, DeleteWebhook, TestWebhook,
+	// ListWebhookDeliveries, RedriveWebhookDeliveries
+	*webhookHandler
 }
+
+type webhookHandler = notify.Handler
 
 type approvalHandler = approval.Handler
 

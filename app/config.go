@@ -120,6 +120,9 @@ type Config struct {
 	// WindowOperations are the operation codes and types maintenance
 	// windows and freezes hold (docs/change-safety.md).
 	WindowOperations []string // FLOW_WINDOW_OPERATIONS
+	// Notify is the webhook delivery's settings (docs/notifications.md):
+	// FLOW_NOTIFY_*, FLOW_SITE_NAME.
+	Notify NotifyConfig
 	// Limits bound what one request may cost (edge.Limits, read in limits.go): FLOW_MAX_*,
 	// FLOW_READ_HEADER_TIMEOUT, FLOW_READ_TIMEOUT, FLOW_IDLE_TIMEOUT,
 	// FLOW_STRICT_JSON.
@@ -214,6 +217,13 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_EXPECTED_INVENTORY_SYNC_ENABLED", "true", "gate of the expected-inventory mirror of each inventory-sync cycle (the mirror itself is not built yet); an unparseable value refuses startup"},
 	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard, which can pause queues and retry or delete jobs) at /riverui/ on the admin listener outside dev mode; it has no authentication of its own"},
 	{"FLOW_WINDOW_OPERATIONS", "power_off,force_power_off,restart,force_restart,warm_reset,cold_reset,upgrade,downgrade,rollback,bring_up,decommission", "the disruptive operations maintenance windows and freezes hold: a comma-separated list of operation codes, or types (firmware_control: all its codes); none holds nothing; an unknown name refuses startup (docs/change-safety.md)"},
+	{"FLOW_SITE_NAME", "default", "the site's name in every notification payload (site.id and site.name) and in the CloudEvents source /flow/<name> (docs/notifications.md)"},
+	{"FLOW_NOTIFY_TIMEOUT", "10s", "how long one webhook request may take, connection to last byte (docs/notifications.md)"},
+	{"FLOW_NOTIFY_MAX_ATTEMPTS", "12", "attempts of one webhook delivery before it becomes a dead letter (a permanent 4xx dead-letters at once)"},
+	{"FLOW_NOTIFY_BACKOFF_MIN", "1s", "wait after a delivery's first failed attempt; it doubles per attempt (±20 % jitter) up to FLOW_NOTIFY_BACKOFF_MAX"},
+	{"FLOW_NOTIFY_BACKOFF_MAX", "10m", "longest wait between two attempts of a delivery"},
+	{"FLOW_NOTIFY_WORKERS", "10", "webhook deliveries a process sends at once (their own River queue, notify)"},
+	{"FLOW_NOTIFY_ALLOW_TARGETS", "", "internal webhook targets allowed despite the SSRF guard: comma-separated CIDR prefixes, addresses or host names (10.0.0.0/8, alerts.internal); loopback, link-local, private and CGNAT targets are refused otherwise (flow dev accepts loopback http://)"},
 	// Request limits (limits.go, docs/limits.md).
 	{"FLOW_MAX_REQUEST_BYTES", "4194304", "largest request message in bytes, compressed and decompressed (Connect, gRPC and gRPC-Web); a larger body is refused with resource_exhausted before it is read whole (docs/limits.md)"},
 	{"FLOW_MAX_REQUEST_BYTES_IN_FLIGHT", "33554432", "request body bytes all calls together may hold at once (32 MiB: eight bodies of FLOW_MAX_REQUEST_BYTES, thousands of ordinary ones); a call that would go over waits up to 2s for others to finish, then is refused with resource_exhausted, so many concurrent large bodies keep the server's memory bounded (docs/limits.md)"},
@@ -433,6 +443,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		errs = append(errs, "FLOW_WINDOW_OPERATIONS: "+err.Error())
 	} else {
 		cfg.WindowOperations = ops
+	}
+	if n, err := loadNotify(def); err != nil {
+		errs = append(errs, err...)
+	} else {
+		cfg.Notify = n
 	}
 	if b, err := strconv.ParseBool(def("FLOW_RIVERUI_ENABLED")); err != nil {
 		errs = append(errs, "FLOW_RIVERUI_ENABLED must be true or false")

@@ -90,7 +90,7 @@ var allowedImports = map[string][]string{
 	"operations/window": {"db", "caller", "inventory", "operations", "operations/rollout"},
 	// notify delivers what the others emit (app wires the emissions); it
 	// seals signing secrets with firmware's keyring.
-	"notify": {"db", "firmware"},
+	"notify": {"db", "caller", "firmware"},
 	// opstest sets up the task manager for the tests of operations and
 	// its features; only tests import it (no rule lists it).
 	"operations/opstest": {"db", "db/dbtest", "engine", "inventory", "backend", "firmware", "nico", "psm", "operations"},

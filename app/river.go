@@ -17,6 +17,7 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/nicoflow/flow/engine"
+	"github.com/nicoflow/flow/notify"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
@@ -104,6 +105,12 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 		rc.Queues[eventrule.Queue] = river.QueueConfig{MaxWorkers: eventRuleWorkers}
 		river.AddWorker(rc.Workers, w.eventExecutions)
 	}
+	if w.notify != nil {
+		// Webhook deliveries have their own queue: a slow or dead receiver
+		// never delays engine steps (docs/notifications.md).
+		rc.Queues[notify.Queue] = river.QueueConfig{MaxWorkers: max(w.notifyWorkers, 1)}
+		river.AddWorker(rc.Workers, w.notify)
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("river client: %w", err)
@@ -139,6 +146,10 @@ type engineWiring struct {
 	// eventExecutions works event-rule executions; its Rules is set once
 	// the event-rule processor exists, before the client starts.
 	eventExecutions *eventrule.ExecutionWorker
+	// notify works webhook deliveries (notifyWorkers at once); its
+	// Service is set once the client exists, before it starts.
+	notify        *notify.Worker
+	notifyWorkers int
 
 	// riverRetention is how long River keeps finished jobs
 	// (FLOW_RIVER_JOB_RETENTION; 0: River's defaults).

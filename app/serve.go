@@ -26,6 +26,7 @@ import (
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/firmware/baseline"
 	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/notify"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/approval"
 	"github.com/nicoflow/flow/operations/eventrule"
@@ -184,9 +185,16 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	runWakes := &rollout.WakeWorker{}
 	scheduleWorker := &schedule.Worker{}
 	eventWorker := &eventrule.ExecutionWorker{}
+	notifyWorker := &notify.Worker{}
+	var notifier *notify.Service
+	var emitTaskEnds engine.RunEndFunc
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
 		onRunEnd: func(ctx context.Context, tx pgx.Tx, runs []engine.RunSummary) error {
-			return tasks.RunsEnded(ctx, tx, runs)
+			if err := tasks.RunsEnded(ctx, tx, runs); err != nil {
+				return err
+			}
+			// The tasks' events go out with the checkpoint that ended them.
+			return emitTaskEnds(ctx, tx, runs)
 		},
 		register: func(e *engine.Engine) {
 			operations.RegisterActions(e, operations.ActionDeps{
@@ -199,6 +207,8 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		runSweep:        func(ctx context.Context) error { return runs.Sweep(ctx) },
 		schedules:       scheduleWorker,
 		eventExecutions: eventWorker,
+		notify:          notifyWorker,
+		notifyWorkers:   cfg.Notify.Workers,
 		engine:          cfg.engineConfig(),
 		riverRetention:  cfg.Retention.RiverJobs,
 		system:          s.system,
@@ -217,7 +227,22 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Expiry: scheduleQueueExpiry(s.river), Observer: obs, Tracer: s.tel.tracerFor("github.com/nicoflow/flow/operations"),
 		VerifyGrace: cfg.VerifyGrace,
 	})
-	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, schedule.Queue, eventrule.Queue}))
+	// Notifications (docs/notifications.md): the outbox is written in the
+	// transactions of the changes it reports; River delivers.
+	notifier = notify.NewService(notify.Config{
+		Pool: pool, Keys: keys, Enqueue: notify.RiverEnqueuer(s.river), Site: cfg.Notify.Site, Delivery: cfg.Notify.Delivery, Logger: logger,
+		Guard: notify.Guard{DevMode: cfg.DevMode, Allow: cfg.Notify.Allow}, Observer: notifyObserverFor(s.tel.metrics),
+	})
+	notifyWorker.Service = notifier
+	emitTaskEnds = taskEnds(notifier, inv)
+	initNotifyMetrics(s.tel.metrics, notifier)
+	if err := s.system.Add(SystemJob{Name: NotifyRescueJob, Interval: notifyRescueInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
+		_, err := notifier.RescueStale(ctx, notifyStaleAfter, 500)
+		return err
+	}}); err != nil {
+		return nil, err
+	}
+	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, schedule.Queue, eventrule.Queue, notify.Queue}))
 	watchRiverJobs(context.WithoutCancel(ctx), s.river, s.tel.metrics)
 	// Two-person approval needs told-apart callers: on a cleartext API
 	// every caller is one identity, who could never approve.
@@ -325,7 +350,8 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	admin := &adminService{syncHandler: reconcile.NewSyncHandler(s.syncer), leakAdminHandler: eventrule.NewLeakAdminHandler(pool, inv, leak),
 		inventoryAdminHandler: inventory.NewAdminHandler(inv, pool), baselineHandler: baseline.NewHandler(pool, baselines, runs),
 		runAdminHandler: rollout.NewAdminHandler(pool, runs), previewHandler: operations.NewPreviewHandler(svc.taskHandler),
-		approvalHandler: approval.NewHandler(pool, approvals)}
+		approvalHandler: approval.NewHandler(pool, approvals),
+		webhookHandler:  notify.NewHandler(pool, notifier, rackResolver(inv))}
 	admin.windowHandler = window.NewHandler(pool, windows, tasks, runs)
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	// The console (/ui/) calls the API's handler in process, as its user.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/nico"
+	"github.com/nicoflow/flow/notify"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
@@ -146,6 +147,7 @@ func knownLabels(e *engine.Engine, system *systemJobs) telemetry.Known {
 		JobKinds: []string{
 			engine.RunStepArgs{}.Kind(), engine.RunTimeoutArgs{}.Kind(), queueExpiryArgs{}.Kind(),
 			eventrule.ExecutionArgs{}.Kind(), rollout.WakeArgs{}.Kind(), schedule.FireArgs{}.Kind(),
+			notify.DeliverArgs{}.Kind(),
 		},
 		SystemJobs: slices.Clone(system.order),
 		Backends:   map[string][]string{"nico": nico.Methods(), "psm": psm.Methods()},

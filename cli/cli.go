@@ -87,6 +87,7 @@ var nouns = []noun{
 	baselineNoun, complianceNoun,
 	approvalNoun,
 	windowNoun, freezeNoun,
+	webhookNoun,
 }
 
 // GroupID is the help group of the client commands.

@@ -198,6 +198,16 @@ var methodRoles = map[string]Role{
 	adminv1connect.AdminServiceGetApprovalProcedure:         roleViewer,
 	adminv1connect.AdminServiceApproveProcedure:             roleOperator,
 	adminv1connect.AdminServiceRejectProcedure:              roleOperator,
+	// Webhooks (docs/notifications.md): subscriptions, test sends and
+	// redrives are operator (audited; the secret is never in the audit
+	// line); subscriptions and deliveries are viewer.
+	adminv1connect.AdminServiceCreateWebhookProcedure:            roleOperator,
+	adminv1connect.AdminServiceDeleteWebhookProcedure:            roleOperator,
+	adminv1connect.AdminServiceTestWebhookProcedure:              roleOperator,
+	adminv1connect.AdminServiceRedriveWebhookDeliveriesProcedure: roleOperator,
+	adminv1connect.AdminServiceListWebhooksProcedure:             roleViewer,
+	adminv1connect.AdminServiceGetWebhookProcedure:               roleViewer,
+	adminv1connect.AdminServiceListWebhookDeliveriesProcedure:    roleViewer,
 }
 
 // procedureRole returns the role procedure needs: methodRoles for v1.Flow,

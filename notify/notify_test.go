@@ -102,7 +102,7 @@ func (b *testBundle) deliveries(t *testing.T) []notify.Delivery {
 
 // received is one request a receiver got.
 type received struct {
-	ce  notify.CloudEvent
+	ce     notify.CloudEvent
 	sig    string
 	raw    []byte
 	status int

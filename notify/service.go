@@ -37,7 +37,7 @@ type Config struct {
 	Site string
 	// Source is the CloudEvents source of every event ("/flow/<site>"
 	// when empty).
-	Source string
+	Source   string
 	Delivery DeliveryConfig
 	Logger   *slog.Logger
 	// Observer, if set, hears of emissions and delivery outcomes
@@ -309,6 +309,26 @@ func (s *Service) subscriptions(ctx context.Context, dbtx db.DBTX) ([]Subscripti
 	}
 	s.cached, s.readAt = subs, time.Now()
 	return subs, nil
+}
+
+// Wanted reports whether any subscription wants an event of one of types
+// (on any rack): emitters skip building events nobody wants.
+func (s *Service) Wanted(ctx context.Context, dbtx db.DBTX, types ...Type) (bool, error) {
+	if s == nil {
+		return false, nil
+	}
+	subs, err := s.subscriptions(ctx, dbtx)
+	if err != nil {
+		return false, err
+	}
+	for _, sub := range subs {
+		for _, t := range types {
+			if slices.Contains(sub.EventTypes, AllTypes) || slices.Contains(sub.EventTypes, string(t)) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // Emit writes ev to the outbox through tx, the transaction of the change it

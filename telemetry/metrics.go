@@ -48,7 +48,8 @@ type Metrics struct {
 	RPCs        *prometheus.CounterVec   // method, code
 	RPCDuration *prometheus.HistogramVec // method
 
-	Leak *LeakMetrics // telemetry/leak.go
+	Leak   *LeakMetrics   // telemetry/leak.go
+	Notify *NotifyMetrics // telemetry/notify.go
 	jobMetrics
 	autoMetrics
 
@@ -92,6 +93,7 @@ func NewMetrics() *Metrics {
 	m.RPCs = counter("flow_rpc_requests_total", "RPCs served on the API port, by procedure and gRPC code.", "method", "code")
 	m.RPCDuration = histogram("flow_rpc_duration_seconds", "Duration of RPCs served, by procedure.", callBuckets, "method")
 	m.Leak = newLeakMetrics(counter, histogram)
+	m.Notify = newNotifyMetrics(reg, &m.names, counter)
 	m.addJobMetrics()
 	m.addAutoMetrics()
 	return m

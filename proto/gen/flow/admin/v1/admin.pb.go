@@ -4557,6 +4557,818 @@ func (x *ReleaseRunFromWindowsResponse) GetMessage() string {
 	return ""
 }
 
+// Webhook is a webhook subscription. Its secret is never returned.
+type Webhook struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Url   string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// Event types (docs/notifications.md), or "*" for all.
+	EventTypes []string `protobuf:"bytes,3,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
+	// Rack IDs it is scoped to; empty: the whole site.
+	Racks         []string               `protobuf:"bytes,4,rep,name=racks,proto3" json:"racks,omitempty"`
+	Description   string                 `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	CreatedBy     string                 `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Webhook) Reset() {
+	*x = Webhook{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Webhook) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Webhook) ProtoMessage() {}
+
+func (x *Webhook) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
+func (*Webhook) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *Webhook) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Webhook) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Webhook) GetEventTypes() []string {
+	if x != nil {
+		return x.EventTypes
+	}
+	return nil
+}
+
+func (x *Webhook) GetRacks() []string {
+	if x != nil {
+		return x.Racks
+	}
+	return nil
+}
+
+func (x *Webhook) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Webhook) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *Webhook) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+type CreateWebhookRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Url        string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	EventTypes []string               `protobuf:"bytes,2,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
+	// Racks by name or ID; empty: the whole site.
+	Racks []string `protobuf:"bytes,3,rep,name=racks,proto3" json:"racks,omitempty"`
+	// The signing secret (at least 16 characters).
+	Secret        string `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"`
+	Description   string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateWebhookRequest) Reset() {
+	*x = CreateWebhookRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateWebhookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateWebhookRequest) ProtoMessage() {}
+
+func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
+func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *CreateWebhookRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CreateWebhookRequest) GetEventTypes() []string {
+	if x != nil {
+		return x.EventTypes
+	}
+	return nil
+}
+
+func (x *CreateWebhookRequest) GetRacks() []string {
+	if x != nil {
+		return x.Racks
+	}
+	return nil
+}
+
+func (x *CreateWebhookRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *CreateWebhookRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+type WebhookResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Webhook       *Webhook               `protobuf:"bytes,1,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WebhookResponse) Reset() {
+	*x = WebhookResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookResponse) ProtoMessage() {}
+
+func (x *WebhookResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookResponse.ProtoReflect.Descriptor instead.
+func (*WebhookResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *WebhookResponse) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
+}
+
+type ListWebhooksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhooksRequest) Reset() {
+	*x = ListWebhooksRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhooksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhooksRequest) ProtoMessage() {}
+
+func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
+func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{66}
+}
+
+type ListWebhooksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Webhooks      []*Webhook             `protobuf:"bytes,1,rep,name=webhooks,proto3" json:"webhooks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhooksResponse) Reset() {
+	*x = ListWebhooksResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhooksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhooksResponse) ProtoMessage() {}
+
+func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
+func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
+	if x != nil {
+		return x.Webhooks
+	}
+	return nil
+}
+
+type GetWebhookRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWebhookRequest) Reset() {
+	*x = GetWebhookRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWebhookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWebhookRequest) ProtoMessage() {}
+
+func (x *GetWebhookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWebhookRequest.ProtoReflect.Descriptor instead.
+func (*GetWebhookRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *GetWebhookRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type DeleteWebhookRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteWebhookRequest) Reset() {
+	*x = DeleteWebhookRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteWebhookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteWebhookRequest) ProtoMessage() {}
+
+func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
+func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *DeleteWebhookRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type TestWebhookRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TestWebhookRequest) Reset() {
+	*x = TestWebhookRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TestWebhookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TestWebhookRequest) ProtoMessage() {}
+
+func (x *TestWebhookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TestWebhookRequest.ProtoReflect.Descriptor instead.
+func (*TestWebhookRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *TestWebhookRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type TestWebhookResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DeliveryId    int64                  `protobuf:"varint,1,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TestWebhookResponse) Reset() {
+	*x = TestWebhookResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TestWebhookResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TestWebhookResponse) ProtoMessage() {}
+
+func (x *TestWebhookResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TestWebhookResponse.ProtoReflect.Descriptor instead.
+func (*TestWebhookResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *TestWebhookResponse) GetDeliveryId() int64 {
+	if x != nil {
+		return x.DeliveryId
+	}
+	return 0
+}
+
+// WebhookDelivery is one delivery of an event to a subscription.
+type WebhookDelivery struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	EventId   string                 `protobuf:"bytes,2,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	EventType string                 `protobuf:"bytes,3,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	WebhookId string                 `protobuf:"bytes,4,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	// "rack/<id>" or "site": deliveries of one subject go out in order.
+	Subject string `protobuf:"bytes,5,opt,name=subject,proto3" json:"subject,omitempty"`
+	// pending, delivered or dead.
+	Status         string                 `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
+	Attempts       int32                  `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	LastStatusCode int32                  `protobuf:"varint,8,opt,name=last_status_code,json=lastStatusCode,proto3" json:"last_status_code,omitempty"`
+	LastError      string                 `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	NextAttemptAt  *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=next_attempt_at,json=nextAttemptAt,proto3" json:"next_attempt_at,omitempty"`
+	CreatedAt      *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	DeliveredAt    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=delivered_at,json=deliveredAt,proto3" json:"delivered_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *WebhookDelivery) Reset() {
+	*x = WebhookDelivery{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookDelivery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookDelivery) ProtoMessage() {}
+
+func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookDelivery.ProtoReflect.Descriptor instead.
+func (*WebhookDelivery) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *WebhookDelivery) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WebhookDelivery) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetWebhookId() string {
+	if x != nil {
+		return x.WebhookId
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *WebhookDelivery) GetLastStatusCode() int32 {
+	if x != nil {
+		return x.LastStatusCode
+	}
+	return 0
+}
+
+func (x *WebhookDelivery) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetNextAttemptAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptAt
+	}
+	return nil
+}
+
+func (x *WebhookDelivery) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *WebhookDelivery) GetDeliveredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeliveredAt
+	}
+	return nil
+}
+
+type ListWebhookDeliveriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One subscription's ("": all).
+	WebhookId string `protobuf:"bytes,1,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	// pending, delivered, dead, or "" for any.
+	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// At most this many (0: 100; at most 1000).
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhookDeliveriesRequest) Reset() {
+	*x = ListWebhookDeliveriesRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhookDeliveriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
+
+func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
+func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *ListWebhookDeliveriesRequest) GetWebhookId() string {
+	if x != nil {
+		return x.WebhookId
+	}
+	return ""
+}
+
+func (x *ListWebhookDeliveriesRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ListWebhookDeliveriesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListWebhookDeliveriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deliveries    []*WebhookDelivery     `protobuf:"bytes,1,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhookDeliveriesResponse) Reset() {
+	*x = ListWebhookDeliveriesResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhookDeliveriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
+
+func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
+func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
+	if x != nil {
+		return x.Deliveries
+	}
+	return nil
+}
+
+type RedriveWebhookDeliveriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ids   []int64                `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	// Every dead delivery of this subscription.
+	WebhookId     string `protobuf:"bytes,2,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveWebhookDeliveriesRequest) Reset() {
+	*x = RedriveWebhookDeliveriesRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveWebhookDeliveriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveWebhookDeliveriesRequest) ProtoMessage() {}
+
+func (x *RedriveWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
+func (*RedriveWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *RedriveWebhookDeliveriesRequest) GetIds() []int64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *RedriveWebhookDeliveriesRequest) GetWebhookId() string {
+	if x != nil {
+		return x.WebhookId
+	}
+	return ""
+}
+
+type RedriveWebhookDeliveriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ids           []int64                `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveWebhookDeliveriesResponse) Reset() {
+	*x = RedriveWebhookDeliveriesResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveWebhookDeliveriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveWebhookDeliveriesResponse) ProtoMessage() {}
+
+func (x *RedriveWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
+func (*RedriveWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *RedriveWebhookDeliveriesResponse) GetIds() []int64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
 var File_flow_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_flow_admin_v1_admin_proto_rawDesc = "" +
@@ -4920,7 +5732,72 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"Q\n" +
 	"\x1dReleaseRunFromWindowsResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage2\xc0\x13\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xde\x01\n" +
+	"\aWebhook\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1f\n" +
+	"\vevent_types\x18\x03 \x03(\tR\n" +
+	"eventTypes\x12\x14\n" +
+	"\x05racks\x18\x04 \x03(\tR\x05racks\x12 \n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x06 \x01(\tR\tcreatedBy\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x99\x01\n" +
+	"\x14CreateWebhookRequest\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1f\n" +
+	"\vevent_types\x18\x02 \x03(\tR\n" +
+	"eventTypes\x12\x14\n" +
+	"\x05racks\x18\x03 \x03(\tR\x05racks\x12\x16\n" +
+	"\x06secret\x18\x04 \x01(\tR\x06secret\x12 \n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\"C\n" +
+	"\x0fWebhookResponse\x120\n" +
+	"\awebhook\x18\x01 \x01(\v2\x16.flow.admin.v1.WebhookR\awebhook\"\x15\n" +
+	"\x13ListWebhooksRequest\"J\n" +
+	"\x14ListWebhooksResponse\x122\n" +
+	"\bwebhooks\x18\x01 \x03(\v2\x16.flow.admin.v1.WebhookR\bwebhooks\"#\n" +
+	"\x11GetWebhookRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"&\n" +
+	"\x14DeleteWebhookRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"$\n" +
+	"\x12TestWebhookRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"6\n" +
+	"\x13TestWebhookResponse\x12\x1f\n" +
+	"\vdelivery_id\x18\x01 \x01(\x03R\n" +
+	"deliveryId\"\xcf\x03\n" +
+	"\x0fWebhookDelivery\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x19\n" +
+	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x03 \x01(\tR\teventType\x12\x1d\n" +
+	"\n" +
+	"webhook_id\x18\x04 \x01(\tR\twebhookId\x12\x18\n" +
+	"\asubject\x18\x05 \x01(\tR\asubject\x12\x16\n" +
+	"\x06status\x18\x06 \x01(\tR\x06status\x12\x1a\n" +
+	"\battempts\x18\a \x01(\x05R\battempts\x12(\n" +
+	"\x10last_status_code\x18\b \x01(\x05R\x0elastStatusCode\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\t \x01(\tR\tlastError\x12B\n" +
+	"\x0fnext_attempt_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\x129\n" +
+	"\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12=\n" +
+	"\fdelivered_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vdeliveredAt\"k\n" +
+	"\x1cListWebhookDeliveriesRequest\x12\x1d\n" +
+	"\n" +
+	"webhook_id\x18\x01 \x01(\tR\twebhookId\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"_\n" +
+	"\x1dListWebhookDeliveriesResponse\x12>\n" +
+	"\n" +
+	"deliveries\x18\x01 \x03(\v2\x1e.flow.admin.v1.WebhookDeliveryR\n" +
+	"deliveries\"R\n" +
+	"\x1fRedriveWebhookDeliveriesRequest\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\x03R\x03ids\x12\x1d\n" +
+	"\n" +
+	"webhook_id\x18\x02 \x01(\tR\twebhookId\"4\n" +
+	" RedriveWebhookDeliveriesResponse\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\x03R\x03ids2\xdc\x18\n" +
 	"\fAdminService\x12H\n" +
 	"\aRunSync\x12\x1d.flow.admin.v1.RunSyncRequest\x1a\x1e.flow.admin.v1.RunSyncResponse\x12Z\n" +
 	"\rGetSyncStatus\x12#.flow.admin.v1.GetSyncStatusRequest\x1a$.flow.admin.v1.GetSyncStatusResponse\x12W\n" +
@@ -4948,7 +5825,15 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\fDeleteWindow\x12\".flow.admin.v1.DeleteWindowRequest\x1a\x1d.flow.admin.v1.WindowResponse\x12u\n" +
 	"\x16ReleaseTaskFromWindows\x12,.flow.admin.v1.ReleaseTaskFromWindowsRequest\x1a-.flow.admin.v1.ReleaseTaskFromWindowsResponse\x12r\n" +
 	"\x15ReleaseRunFromWindows\x12+.flow.admin.v1.ReleaseRunFromWindowsRequest\x1a,.flow.admin.v1.ReleaseRunFromWindowsResponse\x12c\n" +
-	"\x10FindDeletedRacks\x12&.flow.admin.v1.FindDeletedRacksRequest\x1a'.flow.admin.v1.FindDeletedRacksResponseB:Z8github.com/nicoflow/flow/proto/gen/flow/admin/v1;adminv1b\x06proto3"
+	"\x10FindDeletedRacks\x12&.flow.admin.v1.FindDeletedRacksRequest\x1a'.flow.admin.v1.FindDeletedRacksResponse\x12T\n" +
+	"\rCreateWebhook\x12#.flow.admin.v1.CreateWebhookRequest\x1a\x1e.flow.admin.v1.WebhookResponse\x12W\n" +
+	"\fListWebhooks\x12\".flow.admin.v1.ListWebhooksRequest\x1a#.flow.admin.v1.ListWebhooksResponse\x12N\n" +
+	"\n" +
+	"GetWebhook\x12 .flow.admin.v1.GetWebhookRequest\x1a\x1e.flow.admin.v1.WebhookResponse\x12T\n" +
+	"\rDeleteWebhook\x12#.flow.admin.v1.DeleteWebhookRequest\x1a\x1e.flow.admin.v1.WebhookResponse\x12T\n" +
+	"\vTestWebhook\x12!.flow.admin.v1.TestWebhookRequest\x1a\".flow.admin.v1.TestWebhookResponse\x12r\n" +
+	"\x15ListWebhookDeliveries\x12+.flow.admin.v1.ListWebhookDeliveriesRequest\x1a,.flow.admin.v1.ListWebhookDeliveriesResponse\x12{\n" +
+	"\x18RedriveWebhookDeliveries\x12..flow.admin.v1.RedriveWebhookDeliveriesRequest\x1a/.flow.admin.v1.RedriveWebhookDeliveriesResponseB:Z8github.com/nicoflow/flow/proto/gen/flow/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_flow_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -4962,199 +5847,234 @@ func file_flow_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_flow_admin_v1_admin_proto_rawDescData
 }
 
-var file_flow_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_flow_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_flow_admin_v1_admin_proto_goTypes = []any{
-	(*SyncCycle)(nil),                      // 0: flow.admin.v1.SyncCycle
-	(*SyncPart)(nil),                       // 1: flow.admin.v1.SyncPart
-	(*RunSyncRequest)(nil),                 // 2: flow.admin.v1.RunSyncRequest
-	(*RunSyncResponse)(nil),                // 3: flow.admin.v1.RunSyncResponse
-	(*GetSyncStatusRequest)(nil),           // 4: flow.admin.v1.GetSyncStatusRequest
-	(*GetSyncStatusResponse)(nil),          // 5: flow.admin.v1.GetSyncStatusResponse
-	(*OverrideLeakRequest)(nil),            // 6: flow.admin.v1.OverrideLeakRequest
-	(*OverrideLeakResponse)(nil),           // 7: flow.admin.v1.OverrideLeakResponse
-	(*ListLeakOccurrencesRequest)(nil),     // 8: flow.admin.v1.ListLeakOccurrencesRequest
-	(*LeakOccurrence)(nil),                 // 9: flow.admin.v1.LeakOccurrence
-	(*ListLeakOccurrencesResponse)(nil),    // 10: flow.admin.v1.ListLeakOccurrencesResponse
-	(*FindDeletedRacksRequest)(nil),        // 11: flow.admin.v1.FindDeletedRacksRequest
-	(*DeletedRack)(nil),                    // 12: flow.admin.v1.DeletedRack
-	(*FindDeletedRacksResponse)(nil),       // 13: flow.admin.v1.FindDeletedRacksResponse
-	(*BaselineEntry)(nil),                  // 14: flow.admin.v1.BaselineEntry
-	(*BaselineRevision)(nil),               // 15: flow.admin.v1.BaselineRevision
-	(*Baseline)(nil),                       // 16: flow.admin.v1.Baseline
-	(*CreateBaselineRequest)(nil),          // 17: flow.admin.v1.CreateBaselineRequest
-	(*UpdateBaselineRequest)(nil),          // 18: flow.admin.v1.UpdateBaselineRequest
-	(*GetBaselineRequest)(nil),             // 19: flow.admin.v1.GetBaselineRequest
-	(*BaselineResponse)(nil),               // 20: flow.admin.v1.BaselineResponse
-	(*ListBaselinesRequest)(nil),           // 21: flow.admin.v1.ListBaselinesRequest
-	(*ListBaselinesResponse)(nil),          // 22: flow.admin.v1.ListBaselinesResponse
-	(*ActivateBaselineRequest)(nil),        // 23: flow.admin.v1.ActivateBaselineRequest
-	(*ImportBaselineRequest)(nil),          // 24: flow.admin.v1.ImportBaselineRequest
-	(*GetComplianceRequest)(nil),           // 25: flow.admin.v1.GetComplianceRequest
-	(*SubComponentCompliance)(nil),         // 26: flow.admin.v1.SubComponentCompliance
-	(*DeviceCompliance)(nil),               // 27: flow.admin.v1.DeviceCompliance
-	(*ComplianceCounts)(nil),               // 28: flow.admin.v1.ComplianceCounts
-	(*ComplianceGroup)(nil),                // 29: flow.admin.v1.ComplianceGroup
-	(*GetComplianceResponse)(nil),          // 30: flow.admin.v1.GetComplianceResponse
-	(*ApplyBaselineRequest)(nil),           // 31: flow.admin.v1.ApplyBaselineRequest
-	(*ApplyWave)(nil),                      // 32: flow.admin.v1.ApplyWave
-	(*ApplyBaselineResponse)(nil),          // 33: flow.admin.v1.ApplyBaselineResponse
-	(*GetInstalledFirmwareRequest)(nil),    // 34: flow.admin.v1.GetInstalledFirmwareRequest
-	(*InstalledSubComponent)(nil),          // 35: flow.admin.v1.InstalledSubComponent
-	(*GetInstalledFirmwareResponse)(nil),   // 36: flow.admin.v1.GetInstalledFirmwareResponse
-	(*PlannedRack)(nil),                    // 37: flow.admin.v1.PlannedRack
-	(*PlannedPhase)(nil),                   // 38: flow.admin.v1.PlannedPhase
-	(*PreviewOperationRunRequest)(nil),     // 39: flow.admin.v1.PreviewOperationRunRequest
-	(*PreviewOperationRunResponse)(nil),    // 40: flow.admin.v1.PreviewOperationRunResponse
-	(*PreviewSubmissionRequest)(nil),       // 41: flow.admin.v1.PreviewSubmissionRequest
-	(*PreviewSubmissionResponse)(nil),      // 42: flow.admin.v1.PreviewSubmissionResponse
-	(*CreateOperationRunRequest)(nil),      // 43: flow.admin.v1.CreateOperationRunRequest
-	(*CreateOperationRunResponse)(nil),     // 44: flow.admin.v1.CreateOperationRunResponse
-	(*Approval)(nil),                       // 45: flow.admin.v1.Approval
-	(*ListApprovalsRequest)(nil),           // 46: flow.admin.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),          // 47: flow.admin.v1.ListApprovalsResponse
-	(*GetApprovalRequest)(nil),             // 48: flow.admin.v1.GetApprovalRequest
-	(*ApproveRequest)(nil),                 // 49: flow.admin.v1.ApproveRequest
-	(*RejectRequest)(nil),                  // 50: flow.admin.v1.RejectRequest
-	(*WindowScope)(nil),                    // 51: flow.admin.v1.WindowScope
-	(*Window)(nil),                         // 52: flow.admin.v1.Window
-	(*CreateWindowRequest)(nil),            // 53: flow.admin.v1.CreateWindowRequest
-	(*WindowResponse)(nil),                 // 54: flow.admin.v1.WindowResponse
-	(*ListWindowsRequest)(nil),             // 55: flow.admin.v1.ListWindowsRequest
-	(*ListWindowsResponse)(nil),            // 56: flow.admin.v1.ListWindowsResponse
-	(*GetWindowRequest)(nil),               // 57: flow.admin.v1.GetWindowRequest
-	(*DeleteWindowRequest)(nil),            // 58: flow.admin.v1.DeleteWindowRequest
-	(*ReleaseTaskFromWindowsRequest)(nil),  // 59: flow.admin.v1.ReleaseTaskFromWindowsRequest
-	(*ReleaseTaskFromWindowsResponse)(nil), // 60: flow.admin.v1.ReleaseTaskFromWindowsResponse
-	(*ReleaseRunFromWindowsRequest)(nil),   // 61: flow.admin.v1.ReleaseRunFromWindowsRequest
-	(*ReleaseRunFromWindowsResponse)(nil),  // 62: flow.admin.v1.ReleaseRunFromWindowsResponse
-	(*timestamppb.Timestamp)(nil),          // 63: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),            // 64: google.protobuf.Duration
-	(*v1.CreateOperationRunRequest)(nil),   // 65: v1.CreateOperationRunRequest
-	(*v1.PowerOnRackRequest)(nil),          // 66: v1.PowerOnRackRequest
-	(*v1.PowerOffRackRequest)(nil),         // 67: v1.PowerOffRackRequest
-	(*v1.PowerResetRackRequest)(nil),       // 68: v1.PowerResetRackRequest
-	(*v1.ACPowerCycleRackRequest)(nil),     // 69: v1.ACPowerCycleRackRequest
-	(*v1.UpgradeFirmwareRequest)(nil),      // 70: v1.UpgradeFirmwareRequest
+	(*SyncCycle)(nil),                        // 0: flow.admin.v1.SyncCycle
+	(*SyncPart)(nil),                         // 1: flow.admin.v1.SyncPart
+	(*RunSyncRequest)(nil),                   // 2: flow.admin.v1.RunSyncRequest
+	(*RunSyncResponse)(nil),                  // 3: flow.admin.v1.RunSyncResponse
+	(*GetSyncStatusRequest)(nil),             // 4: flow.admin.v1.GetSyncStatusRequest
+	(*GetSyncStatusResponse)(nil),            // 5: flow.admin.v1.GetSyncStatusResponse
+	(*OverrideLeakRequest)(nil),              // 6: flow.admin.v1.OverrideLeakRequest
+	(*OverrideLeakResponse)(nil),             // 7: flow.admin.v1.OverrideLeakResponse
+	(*ListLeakOccurrencesRequest)(nil),       // 8: flow.admin.v1.ListLeakOccurrencesRequest
+	(*LeakOccurrence)(nil),                   // 9: flow.admin.v1.LeakOccurrence
+	(*ListLeakOccurrencesResponse)(nil),      // 10: flow.admin.v1.ListLeakOccurrencesResponse
+	(*FindDeletedRacksRequest)(nil),          // 11: flow.admin.v1.FindDeletedRacksRequest
+	(*DeletedRack)(nil),                      // 12: flow.admin.v1.DeletedRack
+	(*FindDeletedRacksResponse)(nil),         // 13: flow.admin.v1.FindDeletedRacksResponse
+	(*BaselineEntry)(nil),                    // 14: flow.admin.v1.BaselineEntry
+	(*BaselineRevision)(nil),                 // 15: flow.admin.v1.BaselineRevision
+	(*Baseline)(nil),                         // 16: flow.admin.v1.Baseline
+	(*CreateBaselineRequest)(nil),            // 17: flow.admin.v1.CreateBaselineRequest
+	(*UpdateBaselineRequest)(nil),            // 18: flow.admin.v1.UpdateBaselineRequest
+	(*GetBaselineRequest)(nil),               // 19: flow.admin.v1.GetBaselineRequest
+	(*BaselineResponse)(nil),                 // 20: flow.admin.v1.BaselineResponse
+	(*ListBaselinesRequest)(nil),             // 21: flow.admin.v1.ListBaselinesRequest
+	(*ListBaselinesResponse)(nil),            // 22: flow.admin.v1.ListBaselinesResponse
+	(*ActivateBaselineRequest)(nil),          // 23: flow.admin.v1.ActivateBaselineRequest
+	(*ImportBaselineRequest)(nil),            // 24: flow.admin.v1.ImportBaselineRequest
+	(*GetComplianceRequest)(nil),             // 25: flow.admin.v1.GetComplianceRequest
+	(*SubComponentCompliance)(nil),           // 26: flow.admin.v1.SubComponentCompliance
+	(*DeviceCompliance)(nil),                 // 27: flow.admin.v1.DeviceCompliance
+	(*ComplianceCounts)(nil),                 // 28: flow.admin.v1.ComplianceCounts
+	(*ComplianceGroup)(nil),                  // 29: flow.admin.v1.ComplianceGroup
+	(*GetComplianceResponse)(nil),            // 30: flow.admin.v1.GetComplianceResponse
+	(*ApplyBaselineRequest)(nil),             // 31: flow.admin.v1.ApplyBaselineRequest
+	(*ApplyWave)(nil),                        // 32: flow.admin.v1.ApplyWave
+	(*ApplyBaselineResponse)(nil),            // 33: flow.admin.v1.ApplyBaselineResponse
+	(*GetInstalledFirmwareRequest)(nil),      // 34: flow.admin.v1.GetInstalledFirmwareRequest
+	(*InstalledSubComponent)(nil),            // 35: flow.admin.v1.InstalledSubComponent
+	(*GetInstalledFirmwareResponse)(nil),     // 36: flow.admin.v1.GetInstalledFirmwareResponse
+	(*PlannedRack)(nil),                      // 37: flow.admin.v1.PlannedRack
+	(*PlannedPhase)(nil),                     // 38: flow.admin.v1.PlannedPhase
+	(*PreviewOperationRunRequest)(nil),       // 39: flow.admin.v1.PreviewOperationRunRequest
+	(*PreviewOperationRunResponse)(nil),      // 40: flow.admin.v1.PreviewOperationRunResponse
+	(*PreviewSubmissionRequest)(nil),         // 41: flow.admin.v1.PreviewSubmissionRequest
+	(*PreviewSubmissionResponse)(nil),        // 42: flow.admin.v1.PreviewSubmissionResponse
+	(*CreateOperationRunRequest)(nil),        // 43: flow.admin.v1.CreateOperationRunRequest
+	(*CreateOperationRunResponse)(nil),       // 44: flow.admin.v1.CreateOperationRunResponse
+	(*Approval)(nil),                         // 45: flow.admin.v1.Approval
+	(*ListApprovalsRequest)(nil),             // 46: flow.admin.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),            // 47: flow.admin.v1.ListApprovalsResponse
+	(*GetApprovalRequest)(nil),               // 48: flow.admin.v1.GetApprovalRequest
+	(*ApproveRequest)(nil),                   // 49: flow.admin.v1.ApproveRequest
+	(*RejectRequest)(nil),                    // 50: flow.admin.v1.RejectRequest
+	(*WindowScope)(nil),                      // 51: flow.admin.v1.WindowScope
+	(*Window)(nil),                           // 52: flow.admin.v1.Window
+	(*CreateWindowRequest)(nil),              // 53: flow.admin.v1.CreateWindowRequest
+	(*WindowResponse)(nil),                   // 54: flow.admin.v1.WindowResponse
+	(*ListWindowsRequest)(nil),               // 55: flow.admin.v1.ListWindowsRequest
+	(*ListWindowsResponse)(nil),              // 56: flow.admin.v1.ListWindowsResponse
+	(*GetWindowRequest)(nil),                 // 57: flow.admin.v1.GetWindowRequest
+	(*DeleteWindowRequest)(nil),              // 58: flow.admin.v1.DeleteWindowRequest
+	(*ReleaseTaskFromWindowsRequest)(nil),    // 59: flow.admin.v1.ReleaseTaskFromWindowsRequest
+	(*ReleaseTaskFromWindowsResponse)(nil),   // 60: flow.admin.v1.ReleaseTaskFromWindowsResponse
+	(*ReleaseRunFromWindowsRequest)(nil),     // 61: flow.admin.v1.ReleaseRunFromWindowsRequest
+	(*ReleaseRunFromWindowsResponse)(nil),    // 62: flow.admin.v1.ReleaseRunFromWindowsResponse
+	(*Webhook)(nil),                          // 63: flow.admin.v1.Webhook
+	(*CreateWebhookRequest)(nil),             // 64: flow.admin.v1.CreateWebhookRequest
+	(*WebhookResponse)(nil),                  // 65: flow.admin.v1.WebhookResponse
+	(*ListWebhooksRequest)(nil),              // 66: flow.admin.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),             // 67: flow.admin.v1.ListWebhooksResponse
+	(*GetWebhookRequest)(nil),                // 68: flow.admin.v1.GetWebhookRequest
+	(*DeleteWebhookRequest)(nil),             // 69: flow.admin.v1.DeleteWebhookRequest
+	(*TestWebhookRequest)(nil),               // 70: flow.admin.v1.TestWebhookRequest
+	(*TestWebhookResponse)(nil),              // 71: flow.admin.v1.TestWebhookResponse
+	(*WebhookDelivery)(nil),                  // 72: flow.admin.v1.WebhookDelivery
+	(*ListWebhookDeliveriesRequest)(nil),     // 73: flow.admin.v1.ListWebhookDeliveriesRequest
+	(*ListWebhookDeliveriesResponse)(nil),    // 74: flow.admin.v1.ListWebhookDeliveriesResponse
+	(*RedriveWebhookDeliveriesRequest)(nil),  // 75: flow.admin.v1.RedriveWebhookDeliveriesRequest
+	(*RedriveWebhookDeliveriesResponse)(nil), // 76: flow.admin.v1.RedriveWebhookDeliveriesResponse
+	(*timestamppb.Timestamp)(nil),            // 77: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 78: google.protobuf.Duration
+	(*v1.CreateOperationRunRequest)(nil),     // 79: v1.CreateOperationRunRequest
+	(*v1.PowerOnRackRequest)(nil),            // 80: v1.PowerOnRackRequest
+	(*v1.PowerOffRackRequest)(nil),           // 81: v1.PowerOffRackRequest
+	(*v1.PowerResetRackRequest)(nil),         // 82: v1.PowerResetRackRequest
+	(*v1.ACPowerCycleRackRequest)(nil),       // 83: v1.ACPowerCycleRackRequest
+	(*v1.UpgradeFirmwareRequest)(nil),        // 84: v1.UpgradeFirmwareRequest
 }
 var file_flow_admin_v1_admin_proto_depIdxs = []int32{
-	63, // 0: flow.admin.v1.SyncCycle.started_at:type_name -> google.protobuf.Timestamp
-	64, // 1: flow.admin.v1.SyncCycle.duration:type_name -> google.protobuf.Duration
-	1,  // 2: flow.admin.v1.SyncCycle.parts:type_name -> flow.admin.v1.SyncPart
-	0,  // 3: flow.admin.v1.RunSyncResponse.cycle:type_name -> flow.admin.v1.SyncCycle
-	0,  // 4: flow.admin.v1.GetSyncStatusResponse.cycle:type_name -> flow.admin.v1.SyncCycle
-	63, // 5: flow.admin.v1.OverrideLeakResponse.detected_at:type_name -> google.protobuf.Timestamp
-	63, // 6: flow.admin.v1.OverrideLeakResponse.overridden_at:type_name -> google.protobuf.Timestamp
-	63, // 7: flow.admin.v1.LeakOccurrence.started_at:type_name -> google.protobuf.Timestamp
-	63, // 8: flow.admin.v1.LeakOccurrence.last_seen_at:type_name -> google.protobuf.Timestamp
-	9,  // 9: flow.admin.v1.ListLeakOccurrencesResponse.occurrences:type_name -> flow.admin.v1.LeakOccurrence
-	63, // 10: flow.admin.v1.DeletedRack.deleted_at:type_name -> google.protobuf.Timestamp
-	12, // 11: flow.admin.v1.FindDeletedRacksResponse.racks:type_name -> flow.admin.v1.DeletedRack
-	63, // 12: flow.admin.v1.BaselineRevision.created_at:type_name -> google.protobuf.Timestamp
-	14, // 13: flow.admin.v1.Baseline.entries:type_name -> flow.admin.v1.BaselineEntry
-	63, // 14: flow.admin.v1.Baseline.created_at:type_name -> google.protobuf.Timestamp
-	63, // 15: flow.admin.v1.Baseline.activated_at:type_name -> google.protobuf.Timestamp
-	15, // 16: flow.admin.v1.Baseline.history:type_name -> flow.admin.v1.BaselineRevision
-	14, // 17: flow.admin.v1.CreateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
-	14, // 18: flow.admin.v1.UpdateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
-	16, // 19: flow.admin.v1.BaselineResponse.baseline:type_name -> flow.admin.v1.Baseline
-	16, // 20: flow.admin.v1.ListBaselinesResponse.baselines:type_name -> flow.admin.v1.Baseline
-	26, // 21: flow.admin.v1.DeviceCompliance.differences:type_name -> flow.admin.v1.SubComponentCompliance
-	63, // 22: flow.admin.v1.DeviceCompliance.seen_at:type_name -> google.protobuf.Timestamp
-	28, // 23: flow.admin.v1.ComplianceGroup.counts:type_name -> flow.admin.v1.ComplianceCounts
-	27, // 24: flow.admin.v1.GetComplianceResponse.devices:type_name -> flow.admin.v1.DeviceCompliance
-	28, // 25: flow.admin.v1.GetComplianceResponse.site:type_name -> flow.admin.v1.ComplianceCounts
-	29, // 26: flow.admin.v1.GetComplianceResponse.groups:type_name -> flow.admin.v1.ComplianceGroup
-	63, // 27: flow.admin.v1.GetComplianceResponse.computed_at:type_name -> google.protobuf.Timestamp
-	32, // 28: flow.admin.v1.ApplyBaselineResponse.waves:type_name -> flow.admin.v1.ApplyWave
-	63, // 29: flow.admin.v1.GetInstalledFirmwareResponse.seen_at:type_name -> google.protobuf.Timestamp
-	63, // 30: flow.admin.v1.GetInstalledFirmwareResponse.changed_at:type_name -> google.protobuf.Timestamp
-	35, // 31: flow.admin.v1.GetInstalledFirmwareResponse.components:type_name -> flow.admin.v1.InstalledSubComponent
-	37, // 32: flow.admin.v1.PlannedPhase.racks:type_name -> flow.admin.v1.PlannedRack
-	65, // 33: flow.admin.v1.PreviewOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
-	38, // 34: flow.admin.v1.PreviewOperationRunResponse.phases:type_name -> flow.admin.v1.PlannedPhase
-	66, // 35: flow.admin.v1.PreviewSubmissionRequest.power_on:type_name -> v1.PowerOnRackRequest
-	67, // 36: flow.admin.v1.PreviewSubmissionRequest.power_off:type_name -> v1.PowerOffRackRequest
-	68, // 37: flow.admin.v1.PreviewSubmissionRequest.power_reset:type_name -> v1.PowerResetRackRequest
-	69, // 38: flow.admin.v1.PreviewSubmissionRequest.ac_power_cycle:type_name -> v1.ACPowerCycleRackRequest
-	70, // 39: flow.admin.v1.PreviewSubmissionRequest.upgrade_firmware:type_name -> v1.UpgradeFirmwareRequest
-	37, // 40: flow.admin.v1.PreviewSubmissionResponse.racks:type_name -> flow.admin.v1.PlannedRack
-	65, // 41: flow.admin.v1.CreateOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
-	63, // 42: flow.admin.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
-	63, // 43: flow.admin.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
-	63, // 44: flow.admin.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
-	38, // 45: flow.admin.v1.Approval.phases:type_name -> flow.admin.v1.PlannedPhase
-	45, // 46: flow.admin.v1.ListApprovalsResponse.approvals:type_name -> flow.admin.v1.Approval
-	64, // 47: flow.admin.v1.Window.duration:type_name -> google.protobuf.Duration
-	63, // 48: flow.admin.v1.Window.starts_at:type_name -> google.protobuf.Timestamp
-	63, // 49: flow.admin.v1.Window.ends_at:type_name -> google.protobuf.Timestamp
-	51, // 50: flow.admin.v1.Window.scope:type_name -> flow.admin.v1.WindowScope
-	63, // 51: flow.admin.v1.Window.created_at:type_name -> google.protobuf.Timestamp
-	63, // 52: flow.admin.v1.Window.next_change:type_name -> google.protobuf.Timestamp
-	64, // 53: flow.admin.v1.CreateWindowRequest.duration:type_name -> google.protobuf.Duration
-	63, // 54: flow.admin.v1.CreateWindowRequest.starts_at:type_name -> google.protobuf.Timestamp
-	63, // 55: flow.admin.v1.CreateWindowRequest.ends_at:type_name -> google.protobuf.Timestamp
-	51, // 56: flow.admin.v1.CreateWindowRequest.scope:type_name -> flow.admin.v1.WindowScope
-	52, // 57: flow.admin.v1.WindowResponse.window:type_name -> flow.admin.v1.Window
-	52, // 58: flow.admin.v1.ListWindowsResponse.windows:type_name -> flow.admin.v1.Window
-	2,  // 59: flow.admin.v1.AdminService.RunSync:input_type -> flow.admin.v1.RunSyncRequest
-	4,  // 60: flow.admin.v1.AdminService.GetSyncStatus:input_type -> flow.admin.v1.GetSyncStatusRequest
-	6,  // 61: flow.admin.v1.AdminService.OverrideLeak:input_type -> flow.admin.v1.OverrideLeakRequest
-	8,  // 62: flow.admin.v1.AdminService.ListLeakOccurrences:input_type -> flow.admin.v1.ListLeakOccurrencesRequest
-	17, // 63: flow.admin.v1.AdminService.CreateBaseline:input_type -> flow.admin.v1.CreateBaselineRequest
-	18, // 64: flow.admin.v1.AdminService.UpdateBaseline:input_type -> flow.admin.v1.UpdateBaselineRequest
-	19, // 65: flow.admin.v1.AdminService.GetBaseline:input_type -> flow.admin.v1.GetBaselineRequest
-	21, // 66: flow.admin.v1.AdminService.ListBaselines:input_type -> flow.admin.v1.ListBaselinesRequest
-	23, // 67: flow.admin.v1.AdminService.ActivateBaseline:input_type -> flow.admin.v1.ActivateBaselineRequest
-	24, // 68: flow.admin.v1.AdminService.ImportBaseline:input_type -> flow.admin.v1.ImportBaselineRequest
-	25, // 69: flow.admin.v1.AdminService.GetCompliance:input_type -> flow.admin.v1.GetComplianceRequest
-	31, // 70: flow.admin.v1.AdminService.ApplyBaseline:input_type -> flow.admin.v1.ApplyBaselineRequest
-	34, // 71: flow.admin.v1.AdminService.GetInstalledFirmware:input_type -> flow.admin.v1.GetInstalledFirmwareRequest
-	39, // 72: flow.admin.v1.AdminService.PreviewOperationRun:input_type -> flow.admin.v1.PreviewOperationRunRequest
-	41, // 73: flow.admin.v1.AdminService.PreviewSubmission:input_type -> flow.admin.v1.PreviewSubmissionRequest
-	43, // 74: flow.admin.v1.AdminService.CreateOperationRun:input_type -> flow.admin.v1.CreateOperationRunRequest
-	46, // 75: flow.admin.v1.AdminService.ListApprovals:input_type -> flow.admin.v1.ListApprovalsRequest
-	48, // 76: flow.admin.v1.AdminService.GetApproval:input_type -> flow.admin.v1.GetApprovalRequest
-	49, // 77: flow.admin.v1.AdminService.Approve:input_type -> flow.admin.v1.ApproveRequest
-	50, // 78: flow.admin.v1.AdminService.Reject:input_type -> flow.admin.v1.RejectRequest
-	53, // 79: flow.admin.v1.AdminService.CreateWindow:input_type -> flow.admin.v1.CreateWindowRequest
-	55, // 80: flow.admin.v1.AdminService.ListWindows:input_type -> flow.admin.v1.ListWindowsRequest
-	57, // 81: flow.admin.v1.AdminService.GetWindow:input_type -> flow.admin.v1.GetWindowRequest
-	58, // 82: flow.admin.v1.AdminService.DeleteWindow:input_type -> flow.admin.v1.DeleteWindowRequest
-	59, // 83: flow.admin.v1.AdminService.ReleaseTaskFromWindows:input_type -> flow.admin.v1.ReleaseTaskFromWindowsRequest
-	61, // 84: flow.admin.v1.AdminService.ReleaseRunFromWindows:input_type -> flow.admin.v1.ReleaseRunFromWindowsRequest
-	11, // 85: flow.admin.v1.AdminService.FindDeletedRacks:input_type -> flow.admin.v1.FindDeletedRacksRequest
-	3,  // 86: flow.admin.v1.AdminService.RunSync:output_type -> flow.admin.v1.RunSyncResponse
-	5,  // 87: flow.admin.v1.AdminService.GetSyncStatus:output_type -> flow.admin.v1.GetSyncStatusResponse
-	7,  // 88: flow.admin.v1.AdminService.OverrideLeak:output_type -> flow.admin.v1.OverrideLeakResponse
-	10, // 89: flow.admin.v1.AdminService.ListLeakOccurrences:output_type -> flow.admin.v1.ListLeakOccurrencesResponse
-	20, // 90: flow.admin.v1.AdminService.CreateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	20, // 91: flow.admin.v1.AdminService.UpdateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	20, // 92: flow.admin.v1.AdminService.GetBaseline:output_type -> flow.admin.v1.BaselineResponse
-	22, // 93: flow.admin.v1.AdminService.ListBaselines:output_type -> flow.admin.v1.ListBaselinesResponse
-	20, // 94: flow.admin.v1.AdminService.ActivateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	20, // 95: flow.admin.v1.AdminService.ImportBaseline:output_type -> flow.admin.v1.BaselineResponse
-	30, // 96: flow.admin.v1.AdminService.GetCompliance:output_type -> flow.admin.v1.GetComplianceResponse
-	33, // 97: flow.admin.v1.AdminService.ApplyBaseline:output_type -> flow.admin.v1.ApplyBaselineResponse
-	36, // 98: flow.admin.v1.AdminService.GetInstalledFirmware:output_type -> flow.admin.v1.GetInstalledFirmwareResponse
-	40, // 99: flow.admin.v1.AdminService.PreviewOperationRun:output_type -> flow.admin.v1.PreviewOperationRunResponse
-	42, // 100: flow.admin.v1.AdminService.PreviewSubmission:output_type -> flow.admin.v1.PreviewSubmissionResponse
-	44, // 101: flow.admin.v1.AdminService.CreateOperationRun:output_type -> flow.admin.v1.CreateOperationRunResponse
-	47, // 102: flow.admin.v1.AdminService.ListApprovals:output_type -> flow.admin.v1.ListApprovalsResponse
-	45, // 103: flow.admin.v1.AdminService.GetApproval:output_type -> flow.admin.v1.Approval
-	45, // 104: flow.admin.v1.AdminService.Approve:output_type -> flow.admin.v1.Approval
-	45, // 105: flow.admin.v1.AdminService.Reject:output_type -> flow.admin.v1.Approval
-	54, // 106: flow.admin.v1.AdminService.CreateWindow:output_type -> flow.admin.v1.WindowResponse
-	56, // 107: flow.admin.v1.AdminService.ListWindows:output_type -> flow.admin.v1.ListWindowsResponse
-	54, // 108: flow.admin.v1.AdminService.GetWindow:output_type -> flow.admin.v1.WindowResponse
-	54, // 109: flow.admin.v1.AdminService.DeleteWindow:output_type -> flow.admin.v1.WindowResponse
-	60, // 110: flow.admin.v1.AdminService.ReleaseTaskFromWindows:output_type -> flow.admin.v1.ReleaseTaskFromWindowsResponse
-	62, // 111: flow.admin.v1.AdminService.ReleaseRunFromWindows:output_type -> flow.admin.v1.ReleaseRunFromWindowsResponse
-	13, // 112: flow.admin.v1.AdminService.FindDeletedRacks:output_type -> flow.admin.v1.FindDeletedRacksResponse
-	86, // [86:113] is the sub-list for method output_type
-	59, // [59:86] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	77,  // 0: flow.admin.v1.SyncCycle.started_at:type_name -> google.protobuf.Timestamp
+	78,  // 1: flow.admin.v1.SyncCycle.duration:type_name -> google.protobuf.Duration
+	1,   // 2: flow.admin.v1.SyncCycle.parts:type_name -> flow.admin.v1.SyncPart
+	0,   // 3: flow.admin.v1.RunSyncResponse.cycle:type_name -> flow.admin.v1.SyncCycle
+	0,   // 4: flow.admin.v1.GetSyncStatusResponse.cycle:type_name -> flow.admin.v1.SyncCycle
+	77,  // 5: flow.admin.v1.OverrideLeakResponse.detected_at:type_name -> google.protobuf.Timestamp
+	77,  // 6: flow.admin.v1.OverrideLeakResponse.overridden_at:type_name -> google.protobuf.Timestamp
+	77,  // 7: flow.admin.v1.LeakOccurrence.started_at:type_name -> google.protobuf.Timestamp
+	77,  // 8: flow.admin.v1.LeakOccurrence.last_seen_at:type_name -> google.protobuf.Timestamp
+	9,   // 9: flow.admin.v1.ListLeakOccurrencesResponse.occurrences:type_name -> flow.admin.v1.LeakOccurrence
+	77,  // 10: flow.admin.v1.DeletedRack.deleted_at:type_name -> google.protobuf.Timestamp
+	12,  // 11: flow.admin.v1.FindDeletedRacksResponse.racks:type_name -> flow.admin.v1.DeletedRack
+	77,  // 12: flow.admin.v1.BaselineRevision.created_at:type_name -> google.protobuf.Timestamp
+	14,  // 13: flow.admin.v1.Baseline.entries:type_name -> flow.admin.v1.BaselineEntry
+	77,  // 14: flow.admin.v1.Baseline.created_at:type_name -> google.protobuf.Timestamp
+	77,  // 15: flow.admin.v1.Baseline.activated_at:type_name -> google.protobuf.Timestamp
+	15,  // 16: flow.admin.v1.Baseline.history:type_name -> flow.admin.v1.BaselineRevision
+	14,  // 17: flow.admin.v1.CreateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
+	14,  // 18: flow.admin.v1.UpdateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
+	16,  // 19: flow.admin.v1.BaselineResponse.baseline:type_name -> flow.admin.v1.Baseline
+	16,  // 20: flow.admin.v1.ListBaselinesResponse.baselines:type_name -> flow.admin.v1.Baseline
+	26,  // 21: flow.admin.v1.DeviceCompliance.differences:type_name -> flow.admin.v1.SubComponentCompliance
+	77,  // 22: flow.admin.v1.DeviceCompliance.seen_at:type_name -> google.protobuf.Timestamp
+	28,  // 23: flow.admin.v1.ComplianceGroup.counts:type_name -> flow.admin.v1.ComplianceCounts
+	27,  // 24: flow.admin.v1.GetComplianceResponse.devices:type_name -> flow.admin.v1.DeviceCompliance
+	28,  // 25: flow.admin.v1.GetComplianceResponse.site:type_name -> flow.admin.v1.ComplianceCounts
+	29,  // 26: flow.admin.v1.GetComplianceResponse.groups:type_name -> flow.admin.v1.ComplianceGroup
+	77,  // 27: flow.admin.v1.GetComplianceResponse.computed_at:type_name -> google.protobuf.Timestamp
+	32,  // 28: flow.admin.v1.ApplyBaselineResponse.waves:type_name -> flow.admin.v1.ApplyWave
+	77,  // 29: flow.admin.v1.GetInstalledFirmwareResponse.seen_at:type_name -> google.protobuf.Timestamp
+	77,  // 30: flow.admin.v1.GetInstalledFirmwareResponse.changed_at:type_name -> google.protobuf.Timestamp
+	35,  // 31: flow.admin.v1.GetInstalledFirmwareResponse.components:type_name -> flow.admin.v1.InstalledSubComponent
+	37,  // 32: flow.admin.v1.PlannedPhase.racks:type_name -> flow.admin.v1.PlannedRack
+	79,  // 33: flow.admin.v1.PreviewOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
+	38,  // 34: flow.admin.v1.PreviewOperationRunResponse.phases:type_name -> flow.admin.v1.PlannedPhase
+	80,  // 35: flow.admin.v1.PreviewSubmissionRequest.power_on:type_name -> v1.PowerOnRackRequest
+	81,  // 36: flow.admin.v1.PreviewSubmissionRequest.power_off:type_name -> v1.PowerOffRackRequest
+	82,  // 37: flow.admin.v1.PreviewSubmissionRequest.power_reset:type_name -> v1.PowerResetRackRequest
+	83,  // 38: flow.admin.v1.PreviewSubmissionRequest.ac_power_cycle:type_name -> v1.ACPowerCycleRackRequest
+	84,  // 39: flow.admin.v1.PreviewSubmissionRequest.upgrade_firmware:type_name -> v1.UpgradeFirmwareRequest
+	37,  // 40: flow.admin.v1.PreviewSubmissionResponse.racks:type_name -> flow.admin.v1.PlannedRack
+	79,  // 41: flow.admin.v1.CreateOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
+	77,  // 42: flow.admin.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
+	77,  // 43: flow.admin.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
+	77,  // 44: flow.admin.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	38,  // 45: flow.admin.v1.Approval.phases:type_name -> flow.admin.v1.PlannedPhase
+	45,  // 46: flow.admin.v1.ListApprovalsResponse.approvals:type_name -> flow.admin.v1.Approval
+	78,  // 47: flow.admin.v1.Window.duration:type_name -> google.protobuf.Duration
+	77,  // 48: flow.admin.v1.Window.starts_at:type_name -> google.protobuf.Timestamp
+	77,  // 49: flow.admin.v1.Window.ends_at:type_name -> google.protobuf.Timestamp
+	51,  // 50: flow.admin.v1.Window.scope:type_name -> flow.admin.v1.WindowScope
+	77,  // 51: flow.admin.v1.Window.created_at:type_name -> google.protobuf.Timestamp
+	77,  // 52: flow.admin.v1.Window.next_change:type_name -> google.protobuf.Timestamp
+	78,  // 53: flow.admin.v1.CreateWindowRequest.duration:type_name -> google.protobuf.Duration
+	77,  // 54: flow.admin.v1.CreateWindowRequest.starts_at:type_name -> google.protobuf.Timestamp
+	77,  // 55: flow.admin.v1.CreateWindowRequest.ends_at:type_name -> google.protobuf.Timestamp
+	51,  // 56: flow.admin.v1.CreateWindowRequest.scope:type_name -> flow.admin.v1.WindowScope
+	52,  // 57: flow.admin.v1.WindowResponse.window:type_name -> flow.admin.v1.Window
+	52,  // 58: flow.admin.v1.ListWindowsResponse.windows:type_name -> flow.admin.v1.Window
+	77,  // 59: flow.admin.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	63,  // 60: flow.admin.v1.WebhookResponse.webhook:type_name -> flow.admin.v1.Webhook
+	63,  // 61: flow.admin.v1.ListWebhooksResponse.webhooks:type_name -> flow.admin.v1.Webhook
+	77,  // 62: flow.admin.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	77,  // 63: flow.admin.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	77,  // 64: flow.admin.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
+	72,  // 65: flow.admin.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> flow.admin.v1.WebhookDelivery
+	2,   // 66: flow.admin.v1.AdminService.RunSync:input_type -> flow.admin.v1.RunSyncRequest
+	4,   // 67: flow.admin.v1.AdminService.GetSyncStatus:input_type -> flow.admin.v1.GetSyncStatusRequest
+	6,   // 68: flow.admin.v1.AdminService.OverrideLeak:input_type -> flow.admin.v1.OverrideLeakRequest
+	8,   // 69: flow.admin.v1.AdminService.ListLeakOccurrences:input_type -> flow.admin.v1.ListLeakOccurrencesRequest
+	17,  // 70: flow.admin.v1.AdminService.CreateBaseline:input_type -> flow.admin.v1.CreateBaselineRequest
+	18,  // 71: flow.admin.v1.AdminService.UpdateBaseline:input_type -> flow.admin.v1.UpdateBaselineRequest
+	19,  // 72: flow.admin.v1.AdminService.GetBaseline:input_type -> flow.admin.v1.GetBaselineRequest
+	21,  // 73: flow.admin.v1.AdminService.ListBaselines:input_type -> flow.admin.v1.ListBaselinesRequest
+	23,  // 74: flow.admin.v1.AdminService.ActivateBaseline:input_type -> flow.admin.v1.ActivateBaselineRequest
+	24,  // 75: flow.admin.v1.AdminService.ImportBaseline:input_type -> flow.admin.v1.ImportBaselineRequest
+	25,  // 76: flow.admin.v1.AdminService.GetCompliance:input_type -> flow.admin.v1.GetComplianceRequest
+	31,  // 77: flow.admin.v1.AdminService.ApplyBaseline:input_type -> flow.admin.v1.ApplyBaselineRequest
+	34,  // 78: flow.admin.v1.AdminService.GetInstalledFirmware:input_type -> flow.admin.v1.GetInstalledFirmwareRequest
+	39,  // 79: flow.admin.v1.AdminService.PreviewOperationRun:input_type -> flow.admin.v1.PreviewOperationRunRequest
+	41,  // 80: flow.admin.v1.AdminService.PreviewSubmission:input_type -> flow.admin.v1.PreviewSubmissionRequest
+	43,  // 81: flow.admin.v1.AdminService.CreateOperationRun:input_type -> flow.admin.v1.CreateOperationRunRequest
+	46,  // 82: flow.admin.v1.AdminService.ListApprovals:input_type -> flow.admin.v1.ListApprovalsRequest
+	48,  // 83: flow.admin.v1.AdminService.GetApproval:input_type -> flow.admin.v1.GetApprovalRequest
+	49,  // 84: flow.admin.v1.AdminService.Approve:input_type -> flow.admin.v1.ApproveRequest
+	50,  // 85: flow.admin.v1.AdminService.Reject:input_type -> flow.admin.v1.RejectRequest
+	53,  // 86: flow.admin.v1.AdminService.CreateWindow:input_type -> flow.admin.v1.CreateWindowRequest
+	55,  // 87: flow.admin.v1.AdminService.ListWindows:input_type -> flow.admin.v1.ListWindowsRequest
+	57,  // 88: flow.admin.v1.AdminService.GetWindow:input_type -> flow.admin.v1.GetWindowRequest
+	58,  // 89: flow.admin.v1.AdminService.DeleteWindow:input_type -> flow.admin.v1.DeleteWindowRequest
+	59,  // 90: flow.admin.v1.AdminService.ReleaseTaskFromWindows:input_type -> flow.admin.v1.ReleaseTaskFromWindowsRequest
+	61,  // 91: flow.admin.v1.AdminService.ReleaseRunFromWindows:input_type -> flow.admin.v1.ReleaseRunFromWindowsRequest
+	11,  // 92: flow.admin.v1.AdminService.FindDeletedRacks:input_type -> flow.admin.v1.FindDeletedRacksRequest
+	64,  // 93: flow.admin.v1.AdminService.CreateWebhook:input_type -> flow.admin.v1.CreateWebhookRequest
+	66,  // 94: flow.admin.v1.AdminService.ListWebhooks:input_type -> flow.admin.v1.ListWebhooksRequest
+	68,  // 95: flow.admin.v1.AdminService.GetWebhook:input_type -> flow.admin.v1.GetWebhookRequest
+	69,  // 96: flow.admin.v1.AdminService.DeleteWebhook:input_type -> flow.admin.v1.DeleteWebhookRequest
+	70,  // 97: flow.admin.v1.AdminService.TestWebhook:input_type -> flow.admin.v1.TestWebhookRequest
+	73,  // 98: flow.admin.v1.AdminService.ListWebhookDeliveries:input_type -> flow.admin.v1.ListWebhookDeliveriesRequest
+	75,  // 99: flow.admin.v1.AdminService.RedriveWebhookDeliveries:input_type -> flow.admin.v1.RedriveWebhookDeliveriesRequest
+	3,   // 100: flow.admin.v1.AdminService.RunSync:output_type -> flow.admin.v1.RunSyncResponse
+	5,   // 101: flow.admin.v1.AdminService.GetSyncStatus:output_type -> flow.admin.v1.GetSyncStatusResponse
+	7,   // 102: flow.admin.v1.AdminService.OverrideLeak:output_type -> flow.admin.v1.OverrideLeakResponse
+	10,  // 103: flow.admin.v1.AdminService.ListLeakOccurrences:output_type -> flow.admin.v1.ListLeakOccurrencesResponse
+	20,  // 104: flow.admin.v1.AdminService.CreateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	20,  // 105: flow.admin.v1.AdminService.UpdateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	20,  // 106: flow.admin.v1.AdminService.GetBaseline:output_type -> flow.admin.v1.BaselineResponse
+	22,  // 107: flow.admin.v1.AdminService.ListBaselines:output_type -> flow.admin.v1.ListBaselinesResponse
+	20,  // 108: flow.admin.v1.AdminService.ActivateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	20,  // 109: flow.admin.v1.AdminService.ImportBaseline:output_type -> flow.admin.v1.BaselineResponse
+	30,  // 110: flow.admin.v1.AdminService.GetCompliance:output_type -> flow.admin.v1.GetComplianceResponse
+	33,  // 111: flow.admin.v1.AdminService.ApplyBaseline:output_type -> flow.admin.v1.ApplyBaselineResponse
+	36,  // 112: flow.admin.v1.AdminService.GetInstalledFirmware:output_type -> flow.admin.v1.GetInstalledFirmwareResponse
+	40,  // 113: flow.admin.v1.AdminService.PreviewOperationRun:output_type -> flow.admin.v1.PreviewOperationRunResponse
+	42,  // 114: flow.admin.v1.AdminService.PreviewSubmission:output_type -> flow.admin.v1.PreviewSubmissionResponse
+	44,  // 115: flow.admin.v1.AdminService.CreateOperationRun:output_type -> flow.admin.v1.CreateOperationRunResponse
+	47,  // 116: flow.admin.v1.AdminService.ListApprovals:output_type -> flow.admin.v1.ListApprovalsResponse
+	45,  // 117: flow.admin.v1.AdminService.GetApproval:output_type -> flow.admin.v1.Approval
+	45,  // 118: flow.admin.v1.AdminService.Approve:output_type -> flow.admin.v1.Approval
+	45,  // 119: flow.admin.v1.AdminService.Reject:output_type -> flow.admin.v1.Approval
+	54,  // 120: flow.admin.v1.AdminService.CreateWindow:output_type -> flow.admin.v1.WindowResponse
+	56,  // 121: flow.admin.v1.AdminService.ListWindows:output_type -> flow.admin.v1.ListWindowsResponse
+	54,  // 122: flow.admin.v1.AdminService.GetWindow:output_type -> flow.admin.v1.WindowResponse
+	54,  // 123: flow.admin.v1.AdminService.DeleteWindow:output_type -> flow.admin.v1.WindowResponse
+	60,  // 124: flow.admin.v1.AdminService.ReleaseTaskFromWindows:output_type -> flow.admin.v1.ReleaseTaskFromWindowsResponse
+	62,  // 125: flow.admin.v1.AdminService.ReleaseRunFromWindows:output_type -> flow.admin.v1.ReleaseRunFromWindowsResponse
+	13,  // 126: flow.admin.v1.AdminService.FindDeletedRacks:output_type -> flow.admin.v1.FindDeletedRacksResponse
+	65,  // 127: flow.admin.v1.AdminService.CreateWebhook:output_type -> flow.admin.v1.WebhookResponse
+	67,  // 128: flow.admin.v1.AdminService.ListWebhooks:output_type -> flow.admin.v1.ListWebhooksResponse
+	65,  // 129: flow.admin.v1.AdminService.GetWebhook:output_type -> flow.admin.v1.WebhookResponse
+	65,  // 130: flow.admin.v1.AdminService.DeleteWebhook:output_type -> flow.admin.v1.WebhookResponse
+	71,  // 131: flow.admin.v1.AdminService.TestWebhook:output_type -> flow.admin.v1.TestWebhookResponse
+	74,  // 132: flow.admin.v1.AdminService.ListWebhookDeliveries:output_type -> flow.admin.v1.ListWebhookDeliveriesResponse
+	76,  // 133: flow.admin.v1.AdminService.RedriveWebhookDeliveries:output_type -> flow.admin.v1.RedriveWebhookDeliveriesResponse
+	100, // [100:134] is the sub-list for method output_type
+	66,  // [66:100] is the sub-list for method input_type
+	66,  // [66:66] is the sub-list for extension type_name
+	66,  // [66:66] is the sub-list for extension extendee
+	0,   // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_flow_admin_v1_admin_proto_init() }
@@ -5175,7 +6095,7 @@ func file_flow_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flow_admin_v1_admin_proto_rawDesc), len(file_flow_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   63,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -117,6 +117,26 @@ const (
 	// AdminServiceFindDeletedRacksProcedure is the fully-qualified name of the AdminService's
 	// FindDeletedRacks RPC.
 	AdminServiceFindDeletedRacksProcedure = "/flow.admin.v1.AdminService/FindDeletedRacks"
+	// AdminServiceCreateWebhookProcedure is the fully-qualified name of the AdminService's
+	// CreateWebhook RPC.
+	AdminServiceCreateWebhookProcedure = "/flow.admin.v1.AdminService/CreateWebhook"
+	// AdminServiceListWebhooksProcedure is the fully-qualified name of the AdminService's ListWebhooks
+	// RPC.
+	AdminServiceListWebhooksProcedure = "/flow.admin.v1.AdminService/ListWebhooks"
+	// AdminServiceGetWebhookProcedure is the fully-qualified name of the AdminService's GetWebhook RPC.
+	AdminServiceGetWebhookProcedure = "/flow.admin.v1.AdminService/GetWebhook"
+	// AdminServiceDeleteWebhookProcedure is the fully-qualified name of the AdminService's
+	// DeleteWebhook RPC.
+	AdminServiceDeleteWebhookProcedure = "/flow.admin.v1.AdminService/DeleteWebhook"
+	// AdminServiceTestWebhookProcedure is the fully-qualified name of the AdminService's TestWebhook
+	// RPC.
+	AdminServiceTestWebhookProcedure = "/flow.admin.v1.AdminService/TestWebhook"
+	// AdminServiceListWebhookDeliveriesProcedure is the fully-qualified name of the AdminService's
+	// ListWebhookDeliveries RPC.
+	AdminServiceListWebhookDeliveriesProcedure = "/flow.admin.v1.AdminService/ListWebhookDeliveries"
+	// AdminServiceRedriveWebhookDeliveriesProcedure is the fully-qualified name of the AdminService's
+	// RedriveWebhookDeliveries RPC.
+	AdminServiceRedriveWebhookDeliveriesProcedure = "/flow.admin.v1.AdminService/RedriveWebhookDeliveries"
 )
 
 // AdminServiceClient is a client for the flow.admin.v1.AdminService service.
@@ -239,6 +259,30 @@ type AdminServiceClient interface {
 	// `flow rack purge NAME` finds the UUID. Several deleted racks can share
 	// a name; none is an empty list. InvalidArgument when name is empty.
 	FindDeletedRacks(context.Context, *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error)
+	// CreateWebhook subscribes an endpoint to event types (and optionally a
+	// scope of racks, by name or ID). The secret signs every request
+	// (HMAC-SHA256) and is stored sealed with the data key; no method
+	// returns it. InvalidArgument naming the field, with nothing saved, for
+	// a malformed or refused URL (https outside dev mode; internal targets
+	// only when FLOW_NOTIFY_ALLOW_TARGETS names them), no or an unknown
+	// event type, an empty or short secret, an unknown rack;
+	// FailedPrecondition when no data encryption key is configured.
+	CreateWebhook(context.Context, *v1.CreateWebhookRequest) (*v1.WebhookResponse, error)
+	// ListWebhooks lists the subscriptions, oldest first.
+	ListWebhooks(context.Context, *v1.ListWebhooksRequest) (*v1.ListWebhooksResponse, error)
+	// GetWebhook returns one subscription. NotFound.
+	GetWebhook(context.Context, *v1.GetWebhookRequest) (*v1.WebhookResponse, error)
+	// DeleteWebhook deletes a subscription with its deliveries. NotFound.
+	DeleteWebhook(context.Context, *v1.DeleteWebhookRequest) (*v1.WebhookResponse, error)
+	// TestWebhook sends a flow.webhook.test event to one subscription and
+	// returns its delivery's ID (see ListWebhookDeliveries). NotFound.
+	TestWebhook(context.Context, *v1.TestWebhookRequest) (*v1.TestWebhookResponse, error)
+	// ListWebhookDeliveries lists deliveries, newest first: their status
+	// (pending, delivered, dead), attempts and last error.
+	ListWebhookDeliveries(context.Context, *v1.ListWebhookDeliveriesRequest) (*v1.ListWebhookDeliveriesResponse, error)
+	// RedriveWebhookDeliveries makes dead deliveries pending again with
+	// fresh attempts: the ones named, or every dead one of a subscription.
+	RedriveWebhookDeliveries(context.Context, *v1.RedriveWebhookDeliveriesRequest) (*v1.RedriveWebhookDeliveriesResponse, error)
 }
 
 // NewAdminServiceClient constructs a client for the flow.admin.v1.AdminService service. By default,
@@ -414,38 +458,87 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("FindDeletedRacks")),
 			connect.WithClientOptions(opts...),
 		),
+		createWebhook: connect.NewClient[v1.CreateWebhookRequest, v1.WebhookResponse](
+			httpClient,
+			baseURL+AdminServiceCreateWebhookProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("CreateWebhook")),
+			connect.WithClientOptions(opts...),
+		),
+		listWebhooks: connect.NewClient[v1.ListWebhooksRequest, v1.ListWebhooksResponse](
+			httpClient,
+			baseURL+AdminServiceListWebhooksProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListWebhooks")),
+			connect.WithClientOptions(opts...),
+		),
+		getWebhook: connect.NewClient[v1.GetWebhookRequest, v1.WebhookResponse](
+			httpClient,
+			baseURL+AdminServiceGetWebhookProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetWebhook")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteWebhook: connect.NewClient[v1.DeleteWebhookRequest, v1.WebhookResponse](
+			httpClient,
+			baseURL+AdminServiceDeleteWebhookProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("DeleteWebhook")),
+			connect.WithClientOptions(opts...),
+		),
+		testWebhook: connect.NewClient[v1.TestWebhookRequest, v1.TestWebhookResponse](
+			httpClient,
+			baseURL+AdminServiceTestWebhookProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("TestWebhook")),
+			connect.WithClientOptions(opts...),
+		),
+		listWebhookDeliveries: connect.NewClient[v1.ListWebhookDeliveriesRequest, v1.ListWebhookDeliveriesResponse](
+			httpClient,
+			baseURL+AdminServiceListWebhookDeliveriesProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListWebhookDeliveries")),
+			connect.WithClientOptions(opts...),
+		),
+		redriveWebhookDeliveries: connect.NewClient[v1.RedriveWebhookDeliveriesRequest, v1.RedriveWebhookDeliveriesResponse](
+			httpClient,
+			baseURL+AdminServiceRedriveWebhookDeliveriesProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RedriveWebhookDeliveries")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // adminServiceClient implements AdminServiceClient.
 type adminServiceClient struct {
-	runSync                *connect.Client[v1.RunSyncRequest, v1.RunSyncResponse]
-	getSyncStatus          *connect.Client[v1.GetSyncStatusRequest, v1.GetSyncStatusResponse]
-	overrideLeak           *connect.Client[v1.OverrideLeakRequest, v1.OverrideLeakResponse]
-	listLeakOccurrences    *connect.Client[v1.ListLeakOccurrencesRequest, v1.ListLeakOccurrencesResponse]
-	createBaseline         *connect.Client[v1.CreateBaselineRequest, v1.BaselineResponse]
-	updateBaseline         *connect.Client[v1.UpdateBaselineRequest, v1.BaselineResponse]
-	getBaseline            *connect.Client[v1.GetBaselineRequest, v1.BaselineResponse]
-	listBaselines          *connect.Client[v1.ListBaselinesRequest, v1.ListBaselinesResponse]
-	activateBaseline       *connect.Client[v1.ActivateBaselineRequest, v1.BaselineResponse]
-	importBaseline         *connect.Client[v1.ImportBaselineRequest, v1.BaselineResponse]
-	getCompliance          *connect.Client[v1.GetComplianceRequest, v1.GetComplianceResponse]
-	applyBaseline          *connect.Client[v1.ApplyBaselineRequest, v1.ApplyBaselineResponse]
-	getInstalledFirmware   *connect.Client[v1.GetInstalledFirmwareRequest, v1.GetInstalledFirmwareResponse]
-	previewOperationRun    *connect.Client[v1.PreviewOperationRunRequest, v1.PreviewOperationRunResponse]
-	previewSubmission      *connect.Client[v1.PreviewSubmissionRequest, v1.PreviewSubmissionResponse]
-	createOperationRun     *connect.Client[v1.CreateOperationRunRequest, v1.CreateOperationRunResponse]
-	listApprovals          *connect.Client[v1.ListApprovalsRequest, v1.ListApprovalsResponse]
-	getApproval            *connect.Client[v1.GetApprovalRequest, v1.Approval]
-	approve                *connect.Client[v1.ApproveRequest, v1.Approval]
-	reject                 *connect.Client[v1.RejectRequest, v1.Approval]
-	createWindow           *connect.Client[v1.CreateWindowRequest, v1.WindowResponse]
-	listWindows            *connect.Client[v1.ListWindowsRequest, v1.ListWindowsResponse]
-	getWindow              *connect.Client[v1.GetWindowRequest, v1.WindowResponse]
-	deleteWindow           *connect.Client[v1.DeleteWindowRequest, v1.WindowResponse]
-	releaseTaskFromWindows *connect.Client[v1.ReleaseTaskFromWindowsRequest, v1.ReleaseTaskFromWindowsResponse]
-	releaseRunFromWindows  *connect.Client[v1.ReleaseRunFromWindowsRequest, v1.ReleaseRunFromWindowsResponse]
-	findDeletedRacks       *connect.Client[v1.FindDeletedRacksRequest, v1.FindDeletedRacksResponse]
+	runSync                  *connect.Client[v1.RunSyncRequest, v1.RunSyncResponse]
+	getSyncStatus            *connect.Client[v1.GetSyncStatusRequest, v1.GetSyncStatusResponse]
+	overrideLeak             *connect.Client[v1.OverrideLeakRequest, v1.OverrideLeakResponse]
+	listLeakOccurrences      *connect.Client[v1.ListLeakOccurrencesRequest, v1.ListLeakOccurrencesResponse]
+	createBaseline           *connect.Client[v1.CreateBaselineRequest, v1.BaselineResponse]
+	updateBaseline           *connect.Client[v1.UpdateBaselineRequest, v1.BaselineResponse]
+	getBaseline              *connect.Client[v1.GetBaselineRequest, v1.BaselineResponse]
+	listBaselines            *connect.Client[v1.ListBaselinesRequest, v1.ListBaselinesResponse]
+	activateBaseline         *connect.Client[v1.ActivateBaselineRequest, v1.BaselineResponse]
+	importBaseline           *connect.Client[v1.ImportBaselineRequest, v1.BaselineResponse]
+	getCompliance            *connect.Client[v1.GetComplianceRequest, v1.GetComplianceResponse]
+	applyBaseline            *connect.Client[v1.ApplyBaselineRequest, v1.ApplyBaselineResponse]
+	getInstalledFirmware     *connect.Client[v1.GetInstalledFirmwareRequest, v1.GetInstalledFirmwareResponse]
+	previewOperationRun      *connect.Client[v1.PreviewOperationRunRequest, v1.PreviewOperationRunResponse]
+	previewSubmission        *connect.Client[v1.PreviewSubmissionRequest, v1.PreviewSubmissionResponse]
+	createOperationRun       *connect.Client[v1.CreateOperationRunRequest, v1.CreateOperationRunResponse]
+	listApprovals            *connect.Client[v1.ListApprovalsRequest, v1.ListApprovalsResponse]
+	getApproval              *connect.Client[v1.GetApprovalRequest, v1.Approval]
+	approve                  *connect.Client[v1.ApproveRequest, v1.Approval]
+	reject                   *connect.Client[v1.RejectRequest, v1.Approval]
+	createWindow             *connect.Client[v1.CreateWindowRequest, v1.WindowResponse]
+	listWindows              *connect.Client[v1.ListWindowsRequest, v1.ListWindowsResponse]
+	getWindow                *connect.Client[v1.GetWindowRequest, v1.WindowResponse]
+	deleteWindow             *connect.Client[v1.DeleteWindowRequest, v1.WindowResponse]
+	releaseTaskFromWindows   *connect.Client[v1.ReleaseTaskFromWindowsRequest, v1.ReleaseTaskFromWindowsResponse]
+	releaseRunFromWindows    *connect.Client[v1.ReleaseRunFromWindowsRequest, v1.ReleaseRunFromWindowsResponse]
+	findDeletedRacks         *connect.Client[v1.FindDeletedRacksRequest, v1.FindDeletedRacksResponse]
+	createWebhook            *connect.Client[v1.CreateWebhookRequest, v1.WebhookResponse]
+	listWebhooks             *connect.Client[v1.ListWebhooksRequest, v1.ListWebhooksResponse]
+	getWebhook               *connect.Client[v1.GetWebhookRequest, v1.WebhookResponse]
+	deleteWebhook            *connect.Client[v1.DeleteWebhookRequest, v1.WebhookResponse]
+	testWebhook              *connect.Client[v1.TestWebhookRequest, v1.TestWebhookResponse]
+	listWebhookDeliveries    *connect.Client[v1.ListWebhookDeliveriesRequest, v1.ListWebhookDeliveriesResponse]
+	redriveWebhookDeliveries *connect.Client[v1.RedriveWebhookDeliveriesRequest, v1.RedriveWebhookDeliveriesResponse]
 }
 
 // RunSync calls flow.admin.v1.AdminService.RunSync.
@@ -691,6 +784,69 @@ func (c *adminServiceClient) FindDeletedRacks(ctx context.Context, req *v1.FindD
 	return nil, err
 }
 
+// CreateWebhook calls flow.admin.v1.AdminService.CreateWebhook.
+func (c *adminServiceClient) CreateWebhook(ctx context.Context, req *v1.CreateWebhookRequest) (*v1.WebhookResponse, error) {
+	response, err := c.createWebhook.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ListWebhooks calls flow.admin.v1.AdminService.ListWebhooks.
+func (c *adminServiceClient) ListWebhooks(ctx context.Context, req *v1.ListWebhooksRequest) (*v1.ListWebhooksResponse, error) {
+	response, err := c.listWebhooks.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// GetWebhook calls flow.admin.v1.AdminService.GetWebhook.
+func (c *adminServiceClient) GetWebhook(ctx context.Context, req *v1.GetWebhookRequest) (*v1.WebhookResponse, error) {
+	response, err := c.getWebhook.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// DeleteWebhook calls flow.admin.v1.AdminService.DeleteWebhook.
+func (c *adminServiceClient) DeleteWebhook(ctx context.Context, req *v1.DeleteWebhookRequest) (*v1.WebhookResponse, error) {
+	response, err := c.deleteWebhook.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// TestWebhook calls flow.admin.v1.AdminService.TestWebhook.
+func (c *adminServiceClient) TestWebhook(ctx context.Context, req *v1.TestWebhookRequest) (*v1.TestWebhookResponse, error) {
+	response, err := c.testWebhook.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ListWebhookDeliveries calls flow.admin.v1.AdminService.ListWebhookDeliveries.
+func (c *adminServiceClient) ListWebhookDeliveries(ctx context.Context, req *v1.ListWebhookDeliveriesRequest) (*v1.ListWebhookDeliveriesResponse, error) {
+	response, err := c.listWebhookDeliveries.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// RedriveWebhookDeliveries calls flow.admin.v1.AdminService.RedriveWebhookDeliveries.
+func (c *adminServiceClient) RedriveWebhookDeliveries(ctx context.Context, req *v1.RedriveWebhookDeliveriesRequest) (*v1.RedriveWebhookDeliveriesResponse, error) {
+	response, err := c.redriveWebhookDeliveries.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // AdminServiceHandler is an implementation of the flow.admin.v1.AdminService service.
 type AdminServiceHandler interface {
 	// RunSync runs one inventory-sync cycle now (waiting for a cycle in
@@ -811,6 +967,30 @@ type AdminServiceHandler interface {
 	// `flow rack purge NAME` finds the UUID. Several deleted racks can share
 	// a name; none is an empty list. InvalidArgument when name is empty.
 	FindDeletedRacks(context.Context, *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error)
+	// CreateWebhook subscribes an endpoint to event types (and optionally a
+	// scope of racks, by name or ID). The secret signs every request
+	// (HMAC-SHA256) and is stored sealed with the data key; no method
+	// returns it. InvalidArgument naming the field, with nothing saved, for
+	// a malformed or refused URL (https outside dev mode; internal targets
+	// only when FLOW_NOTIFY_ALLOW_TARGETS names them), no or an unknown
+	// event type, an empty or short secret, an unknown rack;
+	// FailedPrecondition when no data encryption key is configured.
+	CreateWebhook(context.Context, *v1.CreateWebhookRequest) (*v1.WebhookResponse, error)
+	// ListWebhooks lists the subscriptions, oldest first.
+	ListWebhooks(context.Context, *v1.ListWebhooksRequest) (*v1.ListWebhooksResponse, error)
+	// GetWebhook returns one subscription. NotFound.
+	GetWebhook(context.Context, *v1.GetWebhookRequest) (*v1.WebhookResponse, error)
+	// DeleteWebhook deletes a subscription with its deliveries. NotFound.
+	DeleteWebhook(context.Context, *v1.DeleteWebhookRequest) (*v1.WebhookResponse, error)
+	// TestWebhook sends a flow.webhook.test event to one subscription and
+	// returns its delivery's ID (see ListWebhookDeliveries). NotFound.
+	TestWebhook(context.Context, *v1.TestWebhookRequest) (*v1.TestWebhookResponse, error)
+	// ListWebhookDeliveries lists deliveries, newest first: their status
+	// (pending, delivered, dead), attempts and last error.
+	ListWebhookDeliveries(context.Context, *v1.ListWebhookDeliveriesRequest) (*v1.ListWebhookDeliveriesResponse, error)
+	// RedriveWebhookDeliveries makes dead deliveries pending again with
+	// fresh attempts: the ones named, or every dead one of a subscription.
+	RedriveWebhookDeliveries(context.Context, *v1.RedriveWebhookDeliveriesRequest) (*v1.RedriveWebhookDeliveriesResponse, error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -982,6 +1162,48 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("FindDeletedRacks")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceCreateWebhookHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceCreateWebhookProcedure,
+		svc.CreateWebhook,
+		connect.WithSchema(adminServiceMethods.ByName("CreateWebhook")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListWebhooksHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceListWebhooksProcedure,
+		svc.ListWebhooks,
+		connect.WithSchema(adminServiceMethods.ByName("ListWebhooks")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetWebhookHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceGetWebhookProcedure,
+		svc.GetWebhook,
+		connect.WithSchema(adminServiceMethods.ByName("GetWebhook")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceDeleteWebhookHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceDeleteWebhookProcedure,
+		svc.DeleteWebhook,
+		connect.WithSchema(adminServiceMethods.ByName("DeleteWebhook")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceTestWebhookHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceTestWebhookProcedure,
+		svc.TestWebhook,
+		connect.WithSchema(adminServiceMethods.ByName("TestWebhook")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListWebhookDeliveriesHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceListWebhookDeliveriesProcedure,
+		svc.ListWebhookDeliveries,
+		connect.WithSchema(adminServiceMethods.ByName("ListWebhookDeliveries")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRedriveWebhookDeliveriesHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceRedriveWebhookDeliveriesProcedure,
+		svc.RedriveWebhookDeliveries,
+		connect.WithSchema(adminServiceMethods.ByName("RedriveWebhookDeliveries")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/flow.admin.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceRunSyncProcedure:
@@ -1038,6 +1260,20 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceReleaseRunFromWindowsHandler.ServeHTTP(w, r)
 		case AdminServiceFindDeletedRacksProcedure:
 			adminServiceFindDeletedRacksHandler.ServeHTTP(w, r)
+		case AdminServiceCreateWebhookProcedure:
+			adminServiceCreateWebhookHandler.ServeHTTP(w, r)
+		case AdminServiceListWebhooksProcedure:
+			adminServiceListWebhooksHandler.ServeHTTP(w, r)
+		case AdminServiceGetWebhookProcedure:
+			adminServiceGetWebhookHandler.ServeHTTP(w, r)
+		case AdminServiceDeleteWebhookProcedure:
+			adminServiceDeleteWebhookHandler.ServeHTTP(w, r)
+		case AdminServiceTestWebhookProcedure:
+			adminServiceTestWebhookHandler.ServeHTTP(w, r)
+		case AdminServiceListWebhookDeliveriesProcedure:
+			adminServiceListWebhookDeliveriesHandler.ServeHTTP(w, r)
+		case AdminServiceRedriveWebhookDeliveriesProcedure:
+			adminServiceRedriveWebhookDeliveriesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1153,4 +1389,32 @@ func (UnimplementedAdminServiceHandler) ReleaseRunFromWindows(context.Context, *
 
 func (UnimplementedAdminServiceHandler) FindDeletedRacks(context.Context, *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.FindDeletedRacks is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) CreateWebhook(context.Context, *v1.CreateWebhookRequest) (*v1.WebhookResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.CreateWebhook is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListWebhooks(context.Context, *v1.ListWebhooksRequest) (*v1.ListWebhooksResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ListWebhooks is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetWebhook(context.Context, *v1.GetWebhookRequest) (*v1.WebhookResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.GetWebhook is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) DeleteWebhook(context.Context, *v1.DeleteWebhookRequest) (*v1.WebhookResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.DeleteWebhook is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) TestWebhook(context.Context, *v1.TestWebhookRequest) (*v1.TestWebhookResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.TestWebhook is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListWebhookDeliveries(context.Context, *v1.ListWebhookDeliveriesRequest) (*v1.ListWebhookDeliveriesResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ListWebhookDeliveries is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RedriveWebhookDeliveries(context.Context, *v1.RedriveWebhookDeliveriesRequest) (*v1.RedriveWebhookDeliveriesResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.RedriveWebhookDeliveries is not implemented"))
 }

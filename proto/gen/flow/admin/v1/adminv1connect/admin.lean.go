@@ -155,3 +155,38 @@ func (c *adminServiceLeanClient) ReleaseRunFromWindows(ctx context.Context, req 
 func (c *adminServiceLeanClient) FindDeletedRacks(ctx context.Context, req *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error) {
 	return lean.Call[*v1.FindDeletedRacksResponse](ctx, c.conn, AdminServiceFindDeletedRacksProcedure, req)
 }
+
+// CreateWebhook calls flow.admin.v1.AdminService.CreateWebhook.
+func (c *adminServiceLeanClient) CreateWebhook(ctx context.Context, req *v1.CreateWebhookRequest) (*v1.WebhookResponse, error) {
+	return lean.Call[*v1.WebhookResponse](ctx, c.conn, AdminServiceCreateWebhookProcedure, req)
+}
+
+// ListWebhooks calls flow.admin.v1.AdminService.ListWebhooks.
+func (c *adminServiceLeanClient) ListWebhooks(ctx context.Context, req *v1.ListWebhooksRequest) (*v1.ListWebhooksResponse, error) {
+	return lean.Call[*v1.ListWebhooksResponse](ctx, c.conn, AdminServiceListWebhooksProcedure, req)
+}
+
+// GetWebhook calls flow.admin.v1.AdminService.GetWebhook.
+func (c *adminServiceLeanClient) GetWebhook(ctx context.Context, req *v1.GetWebhookRequest) (*v1.WebhookResponse, error) {
+	return lean.Call[*v1.WebhookResponse](ctx, c.conn, AdminServiceGetWebhookProcedure, req)
+}
+
+// DeleteWebhook calls flow.admin.v1.AdminService.DeleteWebhook.
+func (c *adminServiceLeanClient) DeleteWebhook(ctx context.Context, req *v1.DeleteWebhookRequest) (*v1.WebhookResponse, error) {
+	return lean.Call[*v1.WebhookResponse](ctx, c.conn, AdminServiceDeleteWebhookProcedure, req)
+}
+
+// TestWebhook calls flow.admin.v1.AdminService.TestWebhook.
+func (c *adminServiceLeanClient) TestWebhook(ctx context.Context, req *v1.TestWebhookRequest) (*v1.TestWebhookResponse, error) {
+	return lean.Call[*v1.TestWebhookResponse](ctx, c.conn, AdminServiceTestWebhookProcedure, req)
+}
+
+// ListWebhookDeliveries calls flow.admin.v1.AdminService.ListWebhookDeliveries.
+func (c *adminServiceLeanClient) ListWebhookDeliveries(ctx context.Context, req *v1.ListWebhookDeliveriesRequest) (*v1.ListWebhookDeliveriesResponse, error) {
+	return lean.Call[*v1.ListWebhookDeliveriesResponse](ctx, c.conn, AdminServiceListWebhookDeliveriesProcedure, req)
+}
+
+// RedriveWebhookDeliveries calls flow.admin.v1.AdminService.RedriveWebhookDeliveries.
+func (c *adminServiceLeanClient) RedriveWebhookDeliveries(ctx context.Context, req *v1.RedriveWebhookDeliveriesRequest) (*v1.RedriveWebhookDeliveriesResponse, error) {
+	return lean.Call[*v1.RedriveWebhookDeliveriesResponse](ctx, c.conn, AdminServiceRedriveWebhookDeliveriesProcedure, req)
+}

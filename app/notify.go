@@ -1,0 +1,204 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/engine"
+	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/notify"
+	"github.com/nicoflow/flow/telemetry"
+)
+
+// NotifyConfig is the webhook delivery's settings (docs/notifications.md).
+type NotifyConfig struct {
+	Site     string                // FLOW_SITE_NAME
+	Delivery notify.DeliveryConfig // FLOW_NOTIFY_TIMEOUT, _MAX_ATTEMPTS, _BACKOFF_MIN, _BACKOFF_MAX
+	Workers  int                   // FLOW_NOTIFY_WORKERS
+	Allow    []string              // FLOW_NOTIFY_ALLOW_TARGETS
+}
+
+// NotifyRescueJob re-enqueues webhook deliveries whose job was lost with a
+// killed process (notify.Service.RescueStale; app/serve.go adds it).
+const NotifyRescueJob = "notify-rescue"
+
+// notifyRescueInterval is how often the leader looks for them, and
+// notifyStaleAfter how long a delivery must have been left alone.
+const (
+	notifyRescueInterval = 15 * time.Second
+	notifyStaleAfter     = time.Minute
+)
+
+func loadNotify(def func(string) string) (NotifyConfig, []string) {
+	var errs []string
+	n := NotifyConfig{Site: def("FLOW_SITE_NAME")}
+	dur := func(name string, dst *time.Duration) {
+		if d, err := time.ParseDuration(def(name)); err != nil || d <= 0 {
+			errs = append(errs, name+" must be a positive duration, such as 10s")
+		} else {
+			*dst = d
+		}
+	}
+	dur("FLOW_NOTIFY_TIMEOUT", &n.Delivery.Timeout)
+	dur("FLOW_NOTIFY_BACKOFF_MIN", &n.Delivery.BackoffMin)
+	dur("FLOW_NOTIFY_BACKOFF_MAX", &n.Delivery.BackoffMax)
+	if n.Delivery.BackoffMax > 0 && n.Delivery.BackoffMax < n.Delivery.BackoffMin {
+		errs = append(errs, "FLOW_NOTIFY_BACKOFF_MAX must not be below FLOW_NOTIFY_BACKOFF_MIN")
+	}
+	if v, err := strconv.Atoi(def("FLOW_NOTIFY_MAX_ATTEMPTS")); err != nil || v < 1 {
+		errs = append(errs, "FLOW_NOTIFY_MAX_ATTEMPTS must be a positive integer")
+	} else {
+		n.Delivery.MaxAttempts = v
+	}
+	if v, err := strconv.Atoi(def("FLOW_NOTIFY_WORKERS")); err != nil || v < 1 {
+		errs = append(errs, "FLOW_NOTIFY_WORKERS must be a positive integer")
+	} else {
+		n.Workers = v
+	}
+	if a, err := notify.ParseAllow(def("FLOW_NOTIFY_ALLOW_TARGETS")); err != nil {
+		errs = append(errs, "FLOW_NOTIFY_ALLOW_TARGETS: "+err.Error())
+	} else {
+		n.Allow = a
+	}
+	return n, errs
+}
+
+// notifyObserver feeds the notification metrics.
+type notifyObserver struct{ m *telemetry.NotifyMetrics }
+
+func (o notifyObserver) Emitted(typ notify.Type, _ int) {
+	o.m.Events.WithLabelValues(string(typ)).Inc()
+}
+func (o notifyObserver) Delivered(outcome string) { o.m.Deliveries.WithLabelValues(outcome).Inc() }
+
+// notifyObserverFor returns the observer feeding m (nil: none).
+func notifyObserverFor(m *telemetry.Metrics) notify.Observer {
+	if m == nil || m.Notify == nil {
+		return nil
+	}
+	return notifyObserver{m.Notify}
+}
+
+// rackResolver resolves a webhook scope's rack by name or ID.
+func rackResolver(inv *inventory.Service) notify.RackResolver {
+	return func(ctx context.Context, dbtx db.DBTX, ref string) (uuid.UUID, error) {
+		r := inventory.RackRef{Name: ref}
+		if id, err := uuid.Parse(ref); err == nil {
+			r = inventory.RackRef{ID: id}
+		}
+		rack, err := inv.ResolveRack(ctx, dbtx, r)
+		if err != nil {
+			return uuid.Nil, err
+		}
+		return rack.ID, nil
+	}
+}
+
+// initNotifyMetrics starts the notification families at zero and points
+// the backlog gauges at svc.
+func initNotifyMetrics(m *telemetry.Metrics, svc *notify.Service) {
+	if m == nil || m.Notify == nil {
+		return
+	}
+	types := []string{string(notify.WebhookTest)}
+	for _, t := range notify.Types() {
+		types = append(types, string(t))
+	}
+	m.Notify.Init(types, notify.Outcomes())
+	m.Notify.SetBacklog(func() (int, float64) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		n, oldest, err := svc.Backlog(ctx)
+		if err != nil {
+			return 0, 0
+		}
+		return n, oldest.Seconds()
+	})
+}
+
+// taskEventTypes are the task events, by the engine state of their run.
+var taskEventTypes = map[engine.State]notify.Type{
+	engine.StateCompleted:  notify.TaskCompleted,
+	engine.StateFailed:     notify.TaskFailed,
+	engine.StateTerminated: notify.TaskTerminated,
+}
+
+// taskEnds emits the task events of runs that ended, inside the
+// transaction that ended them (the engine's end-of-run hook, after the task
+// manager recorded them): a rolled-back checkpoint emits nothing. Each
+// task's end is one event (its dedupe key), however often it is told.
+func taskEnds(svc *notify.Service, inv *inventory.Service) engine.RunEndFunc {
+	return func(ctx context.Context, tx pgx.Tx, runs []engine.RunSummary) error {
+		wanted, err := svc.Wanted(ctx, tx, notify.TaskCompleted, notify.TaskFailed, notify.TaskTerminated)
+		if err != nil || !wanted {
+			return err
+		}
+		for _, run := range runs {
+			taskID, err := uuid.Parse(run.Owner)
+			if err != nil {
+				continue // not a task's run
+			}
+			typ, ok := taskEventTypes[run.State]
+			if !ok {
+				continue
+			}
+			rack, err := rackOf(ctx, tx, inv, run.Labels["rack"])
+			if err != nil {
+				return err
+			}
+			ev := notify.Event{Type: typ, DedupeKey: "task-end/" + taskID.String(), Time: run.EndedAt, Data: notify.Data{
+				Task: &notify.TaskData{ID: taskID.String(), Operation: run.Labels["operation"], Status: string(run.State), Message: firstLine(run.Error)},
+			}}
+			if rack != nil {
+				ev.RackID = &rack.ID
+				ev.Data.Rack = &notify.Ref{ID: rack.ID.String(), Name: rack.Name}
+			}
+			submitted := run.CreatedAt
+			ev.Data.Task.SubmittedAt = &submitted
+			if err := svc.Emit(ctx, tx, ev); err != nil {
+				return fmt.Errorf("emit %s: %w", typ, err)
+			}
+		}
+		return nil
+	}
+}
+
+// rackOf finds the rack a run's "rack" label names (its name, else its
+// ID); nil when it is gone.
+func rackOf(ctx context.Context, dbtx db.DBTX, inv *inventory.Service, label string) (*inventory.Rack, error) {
+	if label == "" {
+		return nil, nil
+	}
+	ref := inventory.RackRef{Name: label}
+	if id, err := uuid.Parse(label); err == nil {
+		ref = inventory.RackRef{ID: id}
+	}
+	r, err := inv.ResolveRack(ctx, dbtx, ref)
+	if errors.Is(err, inventory.ErrRackNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("resolve rack %q: %w", label, err)
+	}
+	return &r, nil
+}
+
+// firstLine keeps a message to its first line, at most 512 bytes.
+func firstLine(s string) string {
+	for i := range len(s) {
+		if s[i] == '\n' {
+			s = s[:i]
+			break
+		}
+	}
+	if len(s) > 512 {
+		s = s[:512]
+	}
+	return s
+}

@@ -1,0 +1,137 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/notify"
+)
+
+// hookReceiver is a real webhook receiver that verifies every request's
+// signature.
+type hookReceiver struct {
+	mu     sync.Mutex
+	events []notify.CloudEvent
+	bad    int
+	status int
+	srv    *httptest.Server
+}
+
+func newHookReceiver(t *testing.T, secret string) *hookReceiver {
+	r := &hookReceiver{status: http.StatusOK}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if err := notify.Verify([]byte(secret), req.Header.Get(notify.SignatureHeader), body, time.Now(), notify.ReplayWindow); err != nil {
+			r.bad++
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		var ce notify.CloudEvent
+		if err := json.Unmarshal(body, &ce); err != nil || req.Header.Get("Content-Type") != notify.ContentType {
+			r.bad++
+		}
+		if r.status == http.StatusOK {
+			r.events = append(r.events, ce)
+		}
+		w.WriteHeader(r.status)
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *hookReceiver) got() []notify.CloudEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]notify.CloudEvent(nil), r.events...)
+}
+
+// TestCLIWebhooks: webhooks from the CLI on a real server: bad input
+// refused naming the field with nothing saved; a task's end reaches a
+// subscribed receiver as a signed CloudEvent naming its rack; test,
+// deliveries, a dead letter redriven, delete.
+func TestCLIWebhooks(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, map[string]string{
+		"FLOW_DATA_ENCRYPTION_KEY_PATH": newKeyFile(t), "FLOW_DEV_MODE": "true",
+		"FLOW_NOTIFY_BACKOFF_MIN": "50ms", "FLOW_NOTIFY_BACKOFF_MAX": "100ms", "FLOW_SITE_NAME": "lab-1",
+	})
+	b := s.bundle()
+	rack := s.addRack(t, 0, rackOptions{})
+	const secret = "a-shared-secret-of-the-receiver"
+	rcv := newHookReceiver(t, secret)
+
+	requireFlowError(t, b, "invalid_argument: url: not a URL", "webhook", "create", "--url", "ht!tp://%zz", "--events", "*", "--secret", secret)
+	requireFlowError(t, b, "invalid_argument: url: want an https:// URL", "webhook", "create", "--url", "ftp://example.com", "--events", "*", "--secret", secret)
+	requireFlowError(t, b, `invalid_argument: event_types[0]: unknown event type "flow.task.exploded"`, "webhook", "create", "--url", rcv.srv.URL, "--events", "flow.task.exploded", "--secret", secret)
+	requireFlowError(t, b, "invalid_argument: event_types: name at least one", "webhook", "create", "--url", rcv.srv.URL, "--secret", secret)
+	requireFlowError(t, b, "invalid_argument: secret: is required", "webhook", "create", "--url", rcv.srv.URL, "--events", "*", "--secret", "")
+	requireFlowError(t, b, "invalid_argument: racks[0]:", "webhook", "create", "--url", rcv.srv.URL, "--events", "*", "--secret", secret, "--rack", "nope")
+	require.Equal(t, "no webhooks", b.mustFlow(t, "webhook", "list"))
+
+	out := b.mustFlow(t, "webhook", "create", "--url", rcv.srv.URL, "--events", "flow.task.completed,flow.task.failed", "--secret", secret, "--rack", rack.Name, "--description", "on-call")
+	id := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}`).FindString(out)
+	require.NotEmpty(t, id, out)
+	require.Contains(t, out, "flow.task.completed,flow.task.failed")
+	require.Contains(t, out, "rack="+rack.ID.String())
+	require.NotContains(t, b.mustFlow(t, "webhook", "get", id, "-o", "json"), secret, "the secret is never returned")
+	require.Contains(t, b.mustFlow(t, "webhook", "list"), id)
+
+	// A generated secret is printed once, on stderr.
+	_, stderr, err := b.flow("webhook", "create", "--url", rcv.srv.URL, "--events", "flow.run.failed")
+	require.NoError(t, err)
+	require.Contains(t, stderr, "signing secret (shown once")
+
+	// A task's end reaches the receiver.
+	b.mustFlow(t, "power", "on", rack.Name, "--wait", "--interval", "20ms")
+	require.Eventually(t, func() bool { return len(rcv.got()) >= 1 }, 20*time.Second, 20*time.Millisecond)
+	ce := rcv.got()[0]
+	require.Equal(t, string(notify.TaskCompleted), ce.Type)
+	require.Equal(t, "/flow/lab-1", ce.Source)
+	require.Equal(t, "rack/"+rack.ID.String(), ce.Subject)
+	var data notify.Data
+	require.NoError(t, json.Unmarshal(ce.Data, &data))
+	require.Equal(t, rack.Name, data.Rack.Name)
+	require.Equal(t, "lab-1", data.Site.Name)
+	require.Equal(t, "power_on", data.Task.Operation)
+	require.Equal(t, "completed", data.Task.Status)
+
+	// test, deliveries.
+	out = b.mustFlow(t, "webhook", "test", id)
+	require.Contains(t, out, "test event queued: delivery")
+	require.Eventually(t, func() bool { return len(rcv.got()) >= 2 }, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, string(notify.WebhookTest), rcv.got()[1].Type)
+	out = b.mustFlow(t, "webhook", "deliveries", id)
+	require.Contains(t, out, "flow.webhook.test")
+	require.Contains(t, out, "delivered")
+
+	// A receiver that answers 410 dead-letters; redrive once it is back.
+	rcv.mu.Lock()
+	rcv.status = http.StatusGone
+	rcv.mu.Unlock()
+	b.mustFlow(t, "webhook", "test", id)
+	require.Eventually(t, func() bool {
+		return strings.Contains(b.mustFlow(t, "webhook", "deliveries", id, "--status", "dead"), "HTTP 410")
+	}, 10*time.Second, 50*time.Millisecond)
+	rcv.mu.Lock()
+	rcv.status = http.StatusOK
+	rcv.mu.Unlock()
+	require.Contains(t, b.mustFlow(t, "webhook", "redrive", "--webhook", id), "redriven: 1 deliveries")
+	require.Eventually(t, func() bool { return len(rcv.got()) >= 3 }, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, "no deliveries", b.mustFlow(t, "webhook", "deliveries", id, "--status", "dead"))
+	require.Zero(t, rcv.bad, "every request verified")
+
+	out = b.mustFlow(t, "webhook", "delete", id)
+	require.Contains(t, out, "deleted webhook "+id)
+	requireFlowError(t, b, "not_found", "webhook", "get", id)
+}
