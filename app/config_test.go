@@ -84,6 +84,22 @@ func TestLoadConfig(t *testing.T) {
 		},
 		{name: "BadFetchCooldown", env: map[string]string{"FLOW_ENGINE_FETCH_COOLDOWN": "0s"}, wantErr: "FLOW_ENGINE_FETCH_COOLDOWN must be a duration from 1ms to 1s"},
 		{name: "FetchCooldownTooLong", env: map[string]string{"FLOW_ENGINE_FETCH_COOLDOWN": "1m"}, wantErr: "FLOW_ENGINE_FETCH_COOLDOWN"},
+		{
+			name: "FirmwareReadInterval",
+			env:  map[string]string{},
+			check: func(t *testing.T, cfg Config) {
+				require.Equal(t, 10*time.Minute, cfg.FirmwareReadInterval)
+				cfg, err := LoadConfig(func(k string) string { return map[string]string{"FLOW_FIRMWARE_READ_INTERVAL": "0"}[k] })
+				require.NoError(t, err)
+				require.Zero(t, cfg.FirmwareReadInterval, "every cycle")
+			},
+		},
+		{name: "BadFirmwareReadInterval", env: map[string]string{"FLOW_FIRMWARE_READ_INTERVAL": "-1m"}, wantErr: "FLOW_FIRMWARE_READ_INTERVAL must be a duration"},
+		{
+			name:    "FirmwareReadIntervalNotBelowUnreportedAfter",
+			env:     map[string]string{"FLOW_FIRMWARE_READ_INTERVAL": "1h", "FLOW_FIRMWARE_UNREPORTED_AFTER": "1h"},
+			wantErr: "FLOW_FIRMWARE_READ_INTERVAL (1h0m0s) must be below FLOW_FIRMWARE_UNREPORTED_AFTER (1h0m0s)",
+		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

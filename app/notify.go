@@ -14,6 +14,8 @@ import (
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/notify"
+	"github.com/nicoflow/flow/operations/eventrule"
+	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/telemetry"
 )
 
@@ -201,4 +203,80 @@ func firstLine(s string) string {
 		s = s[:512]
 	}
 	return s
+}
+
+// runChanges emits an operation run's events inside the transaction that
+// saves its change: a phase started, a gate tripped (paused by a safety
+// gate), paused otherwise, completed (with or without failures), failed.
+func runChanges(svc *notify.Service) rollout.RunChangeFunc {
+	return func(ctx context.Context, tx pgx.Tx, c rollout.RunChange) error {
+		var typ notify.Type
+		switch c.Status {
+		case rollout.RunRunning:
+			if c.FromStatus != rollout.RunPending && c.Phase == c.FromPhase {
+				return nil // resumed within its phase
+			}
+			typ = notify.RunPhaseStarted
+		case rollout.RunPaused:
+			typ = notify.RunPaused
+			if c.Reason == rollout.ReasonSafetyGate {
+				typ = notify.RunGateTripped
+			}
+		case rollout.RunCompleted, rollout.RunCompletedWithFailures:
+			typ = notify.RunCompleted
+		case rollout.RunFailed:
+			typ = notify.RunFailed
+		default:
+			return nil
+		}
+		phase := c.Phase
+		return svc.Emit(ctx, tx, notify.Event{Type: typ, Data: notify.Data{
+			Message: c.Message,
+			Run:     &notify.RunData{ID: c.RunID.String(), Name: c.Name, Status: string(c.Status), Phase: &phase, Reason: string(c.Reason)},
+		}})
+	}
+}
+
+// leakChanges emits flow.leak.detected when a leak occurrence starts and
+// flow.leak.cleared when it ends, in the transaction that records it, with
+// the component and its rack by ID and name (a device Flow does not hold
+// is named by its Core ID alone).
+func leakChanges(svc *notify.Service, inv *inventory.Service) eventrule.LeakChangeFunc {
+	return func(ctx context.Context, tx pgx.Tx, c eventrule.LeakChange) error {
+		typ := notify.LeakDetected
+		if c.Cleared {
+			typ = notify.LeakCleared
+		}
+		if ok, err := svc.Wanted(ctx, tx, typ); err != nil || !ok {
+			return err
+		}
+		now := time.Now()
+		ev := notify.Event{Type: typ, DedupeKey: string(typ) + "/" + c.Key, Data: notify.Data{
+			Component: &notify.Ref{ID: c.ExternalID},
+			Leak:      &notify.LeakData{OccurrenceID: c.Key, ObservedAt: &now},
+		}}
+		comp, err := inv.ResolveComponent(ctx, tx, inventory.ComponentRef{ExternalType: c.Type, ExternalID: c.ExternalID})
+		if err == nil {
+			ev.Data.Component = &notify.Ref{ID: comp.ID.String(), Name: comp.Name}
+			if comp.RackID != nil {
+				ev.RackID = comp.RackID
+				ev.Data.Rack = &notify.Ref{ID: comp.RackID.String()}
+				if r, err := inv.Rack(ctx, tx, *comp.RackID, false); err == nil {
+					ev.Data.Rack.Name = r.Name
+				}
+			}
+		}
+		ev.Data.Message = fmt.Sprintf("coolant leak on %s %s", c.Type, cmpOr(ev.Data.Component.Name, c.ExternalID))
+		if c.Cleared {
+			ev.Data.Message = fmt.Sprintf("coolant leak on %s %s cleared", c.Type, cmpOr(ev.Data.Component.Name, c.ExternalID))
+		}
+		return svc.Emit(ctx, tx, ev)
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }

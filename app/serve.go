@@ -158,7 +158,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	inv := inventory.NewService()
 	inv.SetMaxComponentsPerRack(cfg.Limits.Components)
 	s.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: s.backends.nico, Logger: logger, Expected: cfg.SystemJobs.ExpectedInventorySync,
-		Observe: syncObserver(s.tel.metrics)})
+		FirmwareReadInterval: cfg.FirmwareReadInterval, Observe: syncObserver(s.tel.metrics)})
 	var leak *eventrule.LeakDetector
 	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, func(ctx context.Context) error { return leak.Run(ctx) }, logger); err != nil {
 		return nil, err
@@ -261,6 +261,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		Approver: approvals,
 	})
 	approvals.Register(rollout.ApprovalKindRun, runs)
+	runs.OnRunChange(runChanges(notifier))
 	// Bulk submissions over the threshold wait for approval too; their
 	// tasks are the request's subjects.
 	tasks.SetApprover(approvals)
@@ -288,7 +289,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	leak = eventrule.NewLeakDetector(eventrule.LeakDetectorConfig{
 		Pool: pool, Inv: inv, Rules: eventRules, Tasks: tasks, Source: s.backends.nico,
 		EventRules: cfg.SystemJobs.LeakEventRules, Logger: logger,
-		PowerOff: unknownLeakPowerOff(s.backends.nico),
+		PowerOff: unknownLeakPowerOff(s.backends.nico), OnChange: leakChanges(notifier, inv),
 		OnUnknown: func(kind, outcome string) {
 			if m := s.tel.metrics; m != nil {
 				m.Leak.UnknownDevices.WithLabelValues(kind, outcome).Inc()

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/notify"
 )
 
@@ -134,4 +136,70 @@ func TestCLIWebhooks(t *testing.T) {
 	out = b.mustFlow(t, "webhook", "delete", id)
 	require.Contains(t, out, "deleted webhook "+id)
 	requireFlowError(t, b, "not_found", "webhook", "get", id)
+}
+
+func (r *hookReceiver) types() []string {
+	var out []string
+	for _, ce := range r.got() {
+		out = append(out, ce.Type)
+	}
+	return out
+}
+
+func (r *hookReceiver) first(t *testing.T, typ notify.Type) notify.Data {
+	t.Helper()
+	for _, ce := range r.got() {
+		if ce.Type == string(typ) {
+			var d notify.Data
+			require.NoError(t, json.Unmarshal(ce.Data, &d))
+			return d
+		}
+	}
+	t.Fatalf("no %s among %v", typ, r.types())
+	return notify.Data{}
+}
+
+// TestCLIWebhookEvents: a rollout's phase start and completion, and a
+// leak's detection and clearing, reach a receiver subscribed to every
+// event type, naming the run, and the component and rack.
+func TestCLIWebhookEvents(t *testing.T) {
+	t.Parallel()
+	cfg := writeFile(t, "flowconfig.yaml", "leak_detection_interval: 1s\ninventory_run_frequency: 1h\n")
+	s := startServer(t, map[string]string{
+		"FLOW_DATA_ENCRYPTION_KEY_PATH": newKeyFile(t), "FLOW_DEV_MODE": "true", "FLOW_CONFIG_FILE": cfg,
+		"FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED": "true",
+	})
+	b := s.bundle()
+	rack := s.addRack(t, 73, rackOptions{linked: true})
+	const secret = "a-shared-secret-of-the-receiver"
+	rcv := newHookReceiver(t, secret)
+	b.mustFlow(t, "webhook", "create", "--url", rcv.srv.URL, "--events", "*", "--secret", secret)
+
+	b.mustFlow(t, "rollout", "create", "--name", "hooked", "--racks", rack.Name, "--max-concurrent", "1", "--phase-counts", "1", "--auto-advance", "--gate-count", "1", "--version", "2.0")
+	b.mustFlow(t, "rollout", "watch", "hooked", "--interval", "50ms")
+	require.Eventually(t, func() bool {
+		return slices.Contains(rcv.types(), string(notify.RunCompleted))
+	}, 20*time.Second, 20*time.Millisecond, "%v", rcv.types())
+	started := rcv.first(t, notify.RunPhaseStarted)
+	require.Equal(t, "hooked", started.Run.Name)
+	require.Equal(t, 0, *started.Run.Phase)
+	require.Equal(t, "completed", rcv.first(t, notify.RunCompleted).Run.Status)
+
+	var tray inventory.Component
+	for _, c := range rack.Components {
+		if c.Type == inventory.ComponentTypeCompute {
+			tray = c
+			break
+		}
+	}
+	require.NoError(t, s.sims.NICo.SetLeak(tray.ExternalID, true))
+	require.Eventually(t, func() bool { return slices.Contains(rcv.types(), string(notify.LeakDetected)) }, 20*time.Second, 50*time.Millisecond)
+	leak := rcv.first(t, notify.LeakDetected)
+	require.Equal(t, tray.Name, leak.Component.Name)
+	require.Equal(t, rack.Name, leak.Rack.Name)
+	require.Equal(t, rack.ID.String(), leak.Rack.ID)
+	require.NoError(t, s.sims.NICo.SetLeak(tray.ExternalID, false))
+	require.Eventually(t, func() bool { return slices.Contains(rcv.types(), string(notify.LeakCleared)) }, 20*time.Second, 50*time.Millisecond)
+	require.Equal(t, leak.Leak.OccurrenceID, rcv.first(t, notify.LeakCleared).Leak.OccurrenceID)
+	require.Zero(t, rcv.bad)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nicoflow/flow/backend"
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/nico"
 	"github.com/nicoflow/flow/reconcile/internal/dbsqlc"
@@ -131,6 +132,15 @@ type SyncConfig struct {
 	// type's actual sync reads its components again, a page at a time,
 	// rather than hold the listing while it reads Core.
 	HandOff int
+	// FirmwareReadInterval is how often scheduled cycles read each type's
+	// installed versions (FLOW_FIRMWARE_READ_INTERVAL): a scheduled cycle
+	// reads a type's versions when its last successful read
+	// (component_firmware_read) is at least this old, or it has none; a
+	// manual cycle reads every type's. 0 reads them every cycle. Between
+	// reads the stored versions and their seen-at times stay as they are,
+	// so it must stay well below the compliance report's
+	// FLOW_FIRMWARE_UNREPORTED_AFTER.
+	FirmwareReadInterval time.Duration
 }
 
 // DefaultSyncPage is SyncConfig.Page's default: the details, DPUs,
@@ -247,6 +257,7 @@ func (s *Syncer) run(ctx context.Context, trigger string) (SyncRun, error) {
 
 	run := SyncRun{StartedAt: time.Now().UTC().Truncate(time.Microsecond), Trigger: trigger}
 	c := &cycle{s: s, now: run.StartedAt}
+	c.readVersions = s.versionsDue(ctx, conn, trigger, run.StartedAt)
 	// The parts of one type touch only that type's component and drift
 	// rows, so the three types' parts run side by side: the expected
 	// mirror's after its racks (their components need them), the actual
@@ -301,6 +312,27 @@ func failedParts(ps []SyncPart) []string {
 	return out
 }
 
+// versionsDue returns the component types whose installed versions a
+// cycle started at now by trigger reads (SyncConfig.FirmwareReadInterval).
+// When the last reads cannot be read it reads them all.
+func (s *Syncer) versionsDue(ctx context.Context, dbtx db.DBTX, trigger string, now time.Time) map[inventory.ComponentType]bool {
+	types := []inventory.ComponentType{inventory.ComponentTypeCompute, inventory.ComponentTypeNVSwitch, inventory.ComponentTypePowerShelf}
+	due := make(map[inventory.ComponentType]bool, len(types))
+	var reads map[inventory.ComponentType]time.Time
+	if trigger != TriggerManual && s.cfg.FirmwareReadInterval > 0 {
+		var err error
+		if reads, err = s.cfg.Inv.FirmwareReads(ctx, dbtx); err != nil {
+			s.cfg.Logger.WarnContext(ctx, "read firmware read times", "error", err.Error())
+			reads = nil
+		}
+	}
+	for _, t := range types {
+		last, ok := reads[t]
+		due[t] = reads == nil || !ok || now.Sub(last) >= s.cfg.FirmwareReadInterval
+	}
+	return due
+}
+
 // Latest returns the newest recorded cycle. Errors: ErrNoSyncYet.
 func (s *Syncer) Latest(ctx context.Context) (SyncRun, error) {
 	r, err := s.q.SyncRunLatest(ctx, s.cfg.Pool)
@@ -335,6 +367,9 @@ type cycle struct {
 	// listing the type again.
 	listedMu sync.Mutex
 	listed   map[inventory.ComponentType][]inventory.SyncComponent
+	// readVersions are the types whose installed versions this cycle
+	// reads (Syncer.versionsDue); the others' stay as recorded.
+	readVersions map[inventory.ComponentType]bool
 }
 
 // setListed records the live components of t that the mirror read.
@@ -1146,7 +1181,9 @@ func (c *cycle) compute(ctx context.Context, p *SyncPart) error {
 	}
 	devs := make([]device, 0, len(ids))
 	var he healthEncoder
-	versionsOK := true
+	// Without a versions read this cycle, nothing of them is recorded, as
+	// after a failed read (but with no warning).
+	versionsOK := c.readVersions[inventory.ComponentTypeCompute]
 	for _, page := range c.pagesOf(ids) {
 		if devs, err = c.computePage(ctx, p, page, devs, &he, &versionsOK); err != nil {
 			return err
@@ -1156,7 +1193,8 @@ func (c *cycle) compute(ctx context.Context, p *SyncPart) error {
 }
 
 // computePage reads one page of machine IDs and appends its hosts to devs;
-// a failed read of their installed versions clears *versionsOK.
+// it reads their installed versions when *versionsOK (not read this
+// cycle: false), and a failed read clears it.
 func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs []device, he *healthEncoder, versionsOK *bool) ([]device, error) {
 	core := c.s.cfg.Core
 	ms, err := core.Machines(ctx, ids)
@@ -1178,7 +1216,7 @@ func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs
 		dpus                      map[string][]inventory.DPUBMC
 		invs                      map[string]nico.Inventory
 		installed                 map[string]map[string][]string
-		installedOK               bool
+		installedOK               = *versionsOK
 		posErr, powErr            error
 		dpuErr                    error
 		dpuPart, invPart, verPart SyncPart
@@ -1190,7 +1228,9 @@ func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs
 	}
 	wg.Go(func() { dpus, dpuErr = c.dpusOf(ctx, &dpuPart, hosts) })
 	wg.Go(func() { invs, _ = c.inventoryOf(ctx, &invPart, nico.KindCompute, hostIDs) })
-	wg.Go(func() { installed, installedOK = c.installedOf(ctx, &verPart, hostIDs) })
+	if *versionsOK {
+		wg.Go(func() { installed, installedOK = c.installedOf(ctx, &verPart, hostIDs) })
+	}
 	wg.Wait()
 	if posErr != nil {
 		return nil, posErr
@@ -1259,8 +1299,9 @@ func (c *cycle) nvswitches(ctx context.Context, p *SyncPart) error {
 	seen := make([]switchSeen, 0, len(ids))
 	var he healthEncoder
 	// A switch's installed versions are in its exploration report, read
-	// for its power and BMC firmware anyway.
-	versionsOK := true
+	// for its power and BMC firmware anyway; they are taken in the cycles
+	// that read the type's versions.
+	versionsOK := c.readVersions[inventory.ComponentTypeNVSwitch]
 	for _, page := range c.pagesOf(ids) {
 		var ss []nico.Switch
 		invs, err := c.readWithInventory(ctx, p, nico.KindSwitch, page, &versionsOK, func() (err error) {
@@ -1275,7 +1316,7 @@ func (c *cycle) nvswitches(ctx context.Context, p *SyncPart) error {
 			d := device{id: s.ID, mac: backend.NormalizeMAC(s.BMCMAC), state: he.share(s.ControllerState), rackID: he.share(s.RackID), nvosIP: s.NVOSIP,
 				firmware: he.share(inv.BMCFirmware()), power: he.share(reportPower(inv.Power))}
 			d.setHealth(&he, s.Health)
-			if answered {
+			if answered && versionsOK {
 				d.versions = he.shareReport(inv, nico.KindSwitch)
 			}
 			devs = append(devs, d)
@@ -1298,8 +1339,9 @@ func (c *cycle) shelves(ctx context.Context, p *SyncPart) error {
 	devs := make([]device, 0, len(ids))
 	var he healthEncoder
 	// A shelf's installed versions are in its exploration report, read for
-	// its power and PMC firmware anyway.
-	versionsOK := true
+	// its power and PMC firmware anyway; they are taken in the cycles that
+	// read the type's versions.
+	versionsOK := c.readVersions[inventory.ComponentTypePowerShelf]
 	for _, page := range c.pagesOf(ids) {
 		var ps []nico.PowerShelf
 		invs, err := c.readWithInventory(ctx, p, nico.KindPowerShelf, page, &versionsOK, func() (err error) {
@@ -1318,7 +1360,7 @@ func (c *cycle) shelves(ctx context.Context, p *SyncPart) error {
 			d := device{id: s.ID, mac: backend.NormalizeMAC(s.BMCMAC), state: he.share(s.ControllerState), rackID: he.share(s.RackID),
 				firmware: he.share(fw), power: he.share(reportPower(inv.Power))}
 			d.setHealth(&he, s.Health)
-			if answered {
+			if answered && versionsOK {
 				d.versions = he.shareReport(inv, nico.KindPowerShelf)
 			}
 			devs = append(devs, d)

@@ -181,7 +181,7 @@ func BenchmarkSyncCycle(b *testing.B) {
 		require.True(b, p.OK, "%s: %s", p.Name, p.Error)
 	}
 
-	bench := func(b *testing.B, syncer *reconcile.Syncer, change float64) {
+	bench := func(b *testing.B, syncer *reconcile.Syncer, trigger string, change float64) {
 		var statements, rows, writes int64
 		generation := func() int64 {
 			var g int64
@@ -208,7 +208,7 @@ func BenchmarkSyncCycle(b *testing.B) {
 			cpuBefore, pgBefore := processCPU(), postgresCPU()
 			stopPeak := heapPeak()
 			b.StartTimer()
-			run, err := syncer.Run(ctx, reconcile.TriggerManual)
+			run, err := syncer.Run(ctx, trigger)
 			b.StopTimer()
 			objects, live := stopPeak()
 			peakHeap, peakLive = max(peakHeap, objects), max(peakLive, live)
@@ -244,9 +244,48 @@ func BenchmarkSyncCycle(b *testing.B) {
 	// (FLOW_EXPECTED_INVENTORY_SYNC_ENABLED=false) prices the mirror under
 	// the same load.
 	noMirror := reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: nc})
-	b.Run("NoChange", func(b *testing.B) { bench(b, syncer, 0) })
-	b.Run("NoChangeMirrorOff", func(b *testing.B) { bench(b, noMirror, 0) })
-	b.Run("TenPercent", func(b *testing.B) { bench(b, syncer, 0.1) })
+	// Scheduled cycles whose types' installed versions are not due
+	// (FirmwareReadInterval, read by the first cycle) price the version
+	// reads: no Core versions call, no comparison, nothing recorded.
+	versionsOff := reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: nc, Expected: true, FirmwareReadInterval: 1000 * time.Hour})
+	b.Run("NoChange", func(b *testing.B) { bench(b, syncer, reconcile.TriggerManual, 0) })
+	b.Run("NoChangeVersionsOff", func(b *testing.B) { bench(b, versionsOff, reconcile.TriggerSchedule, 0) })
+	b.Run("NoChangeMirrorOff", func(b *testing.B) { bench(b, noMirror, reconcile.TriggerManual, 0) })
+	b.Run("TenPercent", func(b *testing.B) { bench(b, syncer, reconcile.TriggerManual, 0.1) })
+	// VersionReads alternates a no-change cycle that reads every type's
+	// installed versions (NoChange's) with one that reads none
+	// (NoChangeVersionsOff's), in turn first, so that a shared machine's
+	// load falls on both alike: reads-ms/op and off-ms/op are their wall
+	// times, reads-go-cpu-ms/op and off-go-cpu-ms/op their Go CPU, and
+	// overhead-% what the reads add to the cycle's wall time.
+	b.Run("VersionReads", func(b *testing.B) {
+		var wall, cpu [2]time.Duration
+		cycle := func(i int) {
+			s, trigger := syncer, reconcile.TriggerManual
+			if i == 1 {
+				s, trigger = versionsOff, reconcile.TriggerSchedule
+			}
+			runtime.GC()
+			start, cpuBefore := time.Now(), processCPU()
+			run, err := s.Run(ctx, trigger)
+			wall[i] += time.Since(start)
+			cpu[i] += processCPU() - cpuBefore
+			require.NoError(b, err)
+			require.Zero(b, run.Changed())
+		}
+		round := 0
+		for b.Loop() {
+			cycle(round % 2)
+			cycle(1 - round%2)
+			round++
+		}
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
+		b.ReportMetric(ms(wall[0]), "reads-ms/op")
+		b.ReportMetric(ms(wall[1]), "off-ms/op")
+		b.ReportMetric(ms(cpu[0]), "reads-go-cpu-ms/op")
+		b.ReportMetric(ms(cpu[1]), "off-go-cpu-ms/op")
+		b.ReportMetric(100*(float64(wall[0])/float64(wall[1])-1), "overhead-%")
+	})
 }
 
 // expectedSimRack is r as Core expects it: its rack ID, name, chassis and

@@ -218,3 +218,74 @@ func TestSyncInstalledVersionsWrittenElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, again.Changed())
 }
+
+// TestSyncFirmwareReadInterval: with FirmwareReadInterval set, a
+// scheduled cycle reads a type's installed versions only once its last
+// read is that old (Core's versions call is not made at all in between,
+// and nothing of the versions is written, read times included); a manual
+// cycle always reads them, and a type never read is read at once.
+func TestSyncFirmwareReadInterval(t *testing.T) {
+	t.Parallel()
+	b := setupSync(t, 1)
+	b.realistic(t, "demo-0000-ct-00", nicosim.KindCompute)
+	syncer := reconcile.NewSyncer(reconcile.SyncConfig{Pool: b.pool, Inv: b.inv, Core: b.nc, Expected: true, FirmwareReadInterval: time.Hour})
+	scheduled := func() reconcile.SyncRun {
+		t.Helper()
+		run, err := syncer.Run(b.ctx, reconcile.TriggerSchedule)
+		require.NoError(t, err)
+		for _, p := range run.Parts {
+			require.True(t, p.OK, "%s: %s", p.Name, p.Error)
+			require.Empty(t, p.Warnings, p.Name)
+		}
+		return run
+	}
+	versionCalls := func() int { return len(b.sim.Journal().Calls("ListComponentFirmwareVersions")) }
+
+	// Never read: the first scheduled cycle reads every type.
+	first := scheduled()
+	reads := b.readTimes(t)
+	require.Len(t, reads, 3)
+	for typ, at := range reads {
+		require.True(t, first.StartedAt.Equal(at), "%s read at %v", typ, at)
+	}
+	require.Equal(t, []string{"1.0-bios"}, b.installed(t, "demo-0000-ct-00").Versions["bios"])
+
+	// Within the hour, scheduled cycles leave the versions alone: Core's
+	// new versions are not read, no row or read time moves.
+	for _, name := range []string{"demo-0000-ct-00", "demo-0000-sw-03", "demo-0000-ps-01"} {
+		require.NoError(t, b.sim.Update(b.component(t, name).ExternalID, nicosim.DevicePatch{Firmware: map[string]string{"bios": "9.9", "psu": "9.9"}}))
+	}
+	calls, rows := versionCalls(), b.firmwareRows(t)
+	run := scheduled()
+	require.Zero(t, run.Changed())
+	require.Equal(t, calls, versionCalls(), "no versions call")
+	require.Equal(t, rows, b.firmwareRows(t), "no row written")
+	require.Equal(t, reads, b.readTimes(t), "the read times stay")
+	ct := b.installed(t, "demo-0000-ct-00")
+	require.Equal(t, []string{"1.0-bios"}, ct.Versions["bios"])
+	require.True(t, first.StartedAt.Equal(ct.SeenAt), "seen at the last read")
+
+	// A manual cycle reads them.
+	manual, err := syncer.Run(b.ctx, reconcile.TriggerManual)
+	require.NoError(t, err)
+	require.Greater(t, versionCalls(), calls)
+	require.Equal(t, []string{"9.9"}, b.installed(t, "demo-0000-ct-00").Versions["bios"])
+	require.Equal(t, []string{"9.9"}, b.installed(t, "demo-0000-sw-03").Versions["bios"])
+	require.Equal(t, []string{"9.9"}, b.installed(t, "demo-0000-ps-01").Versions["psu"])
+	for typ, at := range b.readTimes(t) {
+		require.True(t, manual.StartedAt.Equal(at), "%s read at %v", typ, at)
+	}
+
+	// Once a type's last read is an hour old, the next scheduled cycle
+	// reads that type (and only it).
+	require.NoError(t, b.sim.Update(b.component(t, "demo-0000-ct-00").ExternalID, nicosim.DevicePatch{Firmware: map[string]string{"bios": "9.10"}}))
+	require.NoError(t, b.sim.Update(b.component(t, "demo-0000-sw-03").ExternalID, nicosim.DevicePatch{Firmware: map[string]string{"bios": "9.10"}}))
+	_, err = b.pool.Exec(b.ctx, `UPDATE component_firmware_read SET read_at = read_at - interval '61 minutes' WHERE component_type = 'Compute'`)
+	require.NoError(t, err)
+	late := scheduled()
+	require.Equal(t, []string{"9.10"}, b.installed(t, "demo-0000-ct-00").Versions["bios"])
+	require.Equal(t, []string{"9.9"}, b.installed(t, "demo-0000-sw-03").Versions["bios"], "switches read an hour ago at most")
+	reads = b.readTimes(t)
+	require.True(t, late.StartedAt.Equal(reads["Compute"]))
+	require.True(t, manual.StartedAt.Equal(reads["NVSwitch"]))
+}

@@ -55,6 +55,7 @@ type LeakDetector struct {
 	logger    *slog.Logger
 	off       UnknownPowerOff
 	onUnknown func(kind, outcome string)
+	onChange  LeakChangeFunc
 
 	mu    sync.Mutex
 	since map[string]int // cycles of each kind since its last full status pass; absent: none yet
@@ -92,7 +93,24 @@ type LeakDetectorConfig struct {
 	// OnUnknown, if set, hears of each such occurrence once, with what was
 	// done (power_off_sent, power_off_failed, recorded): the metric.
 	OnUnknown func(kind, outcome string)
+	// OnChange, if set, hears of each occurrence that starts or ends
+	// (notifications), in the transaction that records it.
+	OnChange LeakChangeFunc
 }
+
+// LeakChange is a leak occurrence that started (a leak detected) or ended
+// (Cleared: a successful poll no longer lists the component).
+type LeakChange struct {
+	Type       inventory.ComponentType
+	ExternalID string // the component's Core ID
+	Key        string // the occurrence's source key
+	Cleared    bool
+}
+
+// LeakChangeFunc hears of a LeakChange inside the transaction that records
+// it; an error rolls it back (the next cycle tries again). It must only
+// write through tx and must not do network I/O.
+type LeakChangeFunc func(ctx context.Context, tx pgx.Tx, c LeakChange) error
 
 // NewLeakDetector returns the leak-detection job.
 func NewLeakDetector(cfg LeakDetectorConfig) *LeakDetector {
@@ -102,7 +120,7 @@ func NewLeakDetector(cfg LeakDetectorConfig) *LeakDetector {
 	}
 	return &LeakDetector{
 		pool: cfg.Pool, q: dbsqlc.New(), inv: cfg.Inv, rules: cfg.Rules, tasks: cfg.Tasks, events: cfg.EventRules, logger: logger,
-		off: cfg.PowerOff, onUnknown: cfg.OnUnknown,
+		off: cfg.PowerOff, onUnknown: cfg.OnUnknown, onChange: cfg.OnChange,
 		kinds: []leakKind{
 			{name: "compute", ctype: inventory.ComponentTypeCompute, list: cfg.Source.LeakingMachineIDs},
 			{name: "nvswitch", ctype: inventory.ComponentTypeNVSwitch, list: cfg.Source.LeakingSwitchIDs},
@@ -210,7 +228,8 @@ func (d *LeakDetector) respond(ctx context.Context, k leakKind, ids []string) er
 func (d *LeakDetector) occurrences(ctx context.Context, k leakKind, ids []string) ([]string, []bool, error) {
 	keys, fresh := make([]string, len(ids)), make([]bool, len(ids))
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		if _, err := d.q.LeakOccurrenceEnd(ctx, tx, dbsqlc.LeakOccurrenceEndParams{ComponentKind: k.name, Leaking: append([]string{}, ids...)}); err != nil {
+		ended, err := d.q.LeakOccurrenceEnd(ctx, tx, dbsqlc.LeakOccurrenceEndParams{ComponentKind: k.name, Leaking: append([]string{}, ids...)})
+		if err != nil {
 			return fmt.Errorf("end leak occurrences: %w", err)
 		}
 		for i, id := range ids {
@@ -220,6 +239,21 @@ func (d *LeakDetector) occurrences(ctx context.Context, k leakKind, ids []string
 				return fmt.Errorf("leak occurrence: %w", err)
 			}
 			keys[i], fresh[i] = key, key == newKey
+		}
+		if d.onChange == nil {
+			return nil
+		}
+		for _, e := range ended {
+			if err := d.onChange(ctx, tx, LeakChange{Type: k.ctype, ExternalID: e.ExternalID, Key: e.SourceKey, Cleared: true}); err != nil {
+				return err
+			}
+		}
+		for i, id := range ids {
+			if fresh[i] {
+				if err := d.onChange(ctx, tx, LeakChange{Type: k.ctype, ExternalID: id, Key: keys[i]}); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})

@@ -111,9 +111,10 @@ RETURNING source_key;
 
 -- LeakOccurrenceEnd ends the occurrences of kind whose component is not in
 -- the leaking set of a successful poll.
--- name: LeakOccurrenceEnd :execrows
+-- name: LeakOccurrenceEnd :many
 DELETE FROM leak_occurrence
-WHERE component_kind = @component_kind AND NOT (external_id = ANY (@leaking::text[]));
+WHERE component_kind = @component_kind AND NOT (external_id = ANY (@leaking::text[]))
+RETURNING external_id, source_key;
 
 -- name: LeakOccurrenceList :many
 SELECT * FROM leak_occurrence ORDER BY component_kind, external_id;

@@ -28,6 +28,8 @@ type runState struct {
 	row     dbsqlc.OperationRun
 	run     Run
 	changed bool
+	// from is the row as locked (OnRunChange compares it at save).
+	from dbsqlc.OperationRun
 }
 
 func (s *runState) set(status RunStatus, reason RunReason, msg string) {
@@ -52,7 +54,7 @@ func (r *Service) lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*runState,
 	} else if err != nil {
 		return nil, fmt.Errorf("lock operation run %s: %w", id, err)
 	}
-	st := &runState{row: row}
+	st := &runState{row: row, from: row}
 	st.run, err = runFromRow(row)
 	if err != nil {
 		// A configuration that no longer decodes can never run.
@@ -62,10 +64,13 @@ func (r *Service) lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*runState,
 }
 
 func (r *Service) save(ctx context.Context, tx pgx.Tx, st *runState) error {
-	return r.q.OperationRunUpdate(ctx, tx, dbsqlc.OperationRunUpdateParams{
+	if err := r.q.OperationRunUpdate(ctx, tx, dbsqlc.OperationRunUpdateParams{
 		ID: st.row.ID, Status: st.row.Status, StatusReason: st.row.StatusReason, StatusMessage: st.row.StatusMessage,
 		CurrentPhaseIndex: st.row.CurrentPhaseIndex, WakeAt: st.row.WakeAt, StartedAt: st.row.StartedAt, FinishedAt: st.row.FinishedAt,
-	})
+	}); err != nil {
+		return err
+	}
+	return r.changed(ctx, tx, st)
 }
 
 // tick locks run id and advances it as far as it can go now: it mirrors

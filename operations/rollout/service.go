@@ -50,6 +50,8 @@ type Service struct {
 	windows  WindowGate
 	nowFunc  func() time.Time
 	approver Approver
+	// onChange hears of status and phase changes (OnRunChange).
+	onChange RunChangeFunc
 }
 
 // Config holds what Service needs. MaxCandidates ≤ 0 means

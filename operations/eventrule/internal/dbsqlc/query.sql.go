@@ -818,9 +818,10 @@ func (q *Queries) ExecutionsOfEventType(ctx context.Context, db DBTX, arg Execut
 	return items, nil
 }
 
-const leakOccurrenceEnd = `-- name: LeakOccurrenceEnd :execrows
+const leakOccurrenceEnd = `-- name: LeakOccurrenceEnd :many
 DELETE FROM leak_occurrence
 WHERE component_kind = $1 AND NOT (external_id = ANY ($2::text[]))
+RETURNING external_id, source_key
 `
 
 type LeakOccurrenceEndParams struct {
@@ -828,14 +829,31 @@ type LeakOccurrenceEndParams struct {
 	Leaking       []string
 }
 
+type LeakOccurrenceEndRow struct {
+	ExternalID string
+	SourceKey  string
+}
+
 // LeakOccurrenceEnd ends the occurrences of kind whose component is not in
 // the leaking set of a successful poll.
-func (q *Queries) LeakOccurrenceEnd(ctx context.Context, db DBTX, arg LeakOccurrenceEndParams) (int64, error) {
-	result, err := db.Exec(ctx, leakOccurrenceEnd, arg.ComponentKind, arg.Leaking)
+func (q *Queries) LeakOccurrenceEnd(ctx context.Context, db DBTX, arg LeakOccurrenceEndParams) ([]LeakOccurrenceEndRow, error) {
+	rows, err := db.Query(ctx, leakOccurrenceEnd, arg.ComponentKind, arg.Leaking)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected(), nil
+	defer rows.Close()
+	items := []LeakOccurrenceEndRow{}
+	for rows.Next() {
+		var i LeakOccurrenceEndRow
+		if err := rows.Scan(&i.ExternalID, &i.SourceKey); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const leakOccurrenceList = `-- name: LeakOccurrenceList :many
