@@ -16,6 +16,7 @@ import (
 	"github.com/nicoflow/flow/cli"
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/edge"
+	"github.com/nicoflow/flow/inventory"
 	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -307,4 +308,42 @@ func TestTwoPersonApprovalBulk(t *testing.T) {
 	one, err := opFlow.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(names[0])})
 	require.NoError(t, err)
 	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, waitTask(t, opFlow, one.GetTaskIds()[0], time.Minute).GetStatus())
+}
+
+// TestFirmwareWindowReachesCore: a firmware upgrade that starts inside a
+// maintenance window tells NICo Core that window for each compute tray
+// (SetFirmwareUpdateTimeWindow), narrowed by the request's own end_time,
+// so Core holds the update to it too.
+func TestFirmwareWindowReachesCore(t *testing.T) {
+	t.Parallel()
+	b := newFWBench(t, time.Millisecond)
+	r := b.addRack(t, 1, true)
+	srv := b.serve(t, nil, nil)
+	admin := adminv1connect.NewAdminServiceClient(http.DefaultClient, srv.url)
+	ctx := context.Background()
+
+	opened := time.Now().Add(-time.Minute).Truncate(time.Second)
+	closes := opened.Add(2 * time.Hour)
+	_, err := admin.CreateWindow(ctx, &adminv1.CreateWindowRequest{Kind: "window", Name: "tonight", Scope: &adminv1.WindowScope{Site: true},
+		StartsAt: timestamppb.New(opened), EndsAt: timestamppb.New(closes)})
+	require.NoError(t, err)
+	own := closes.Add(-30 * time.Minute)
+	res, err := srv.client.UpgradeFirmware(ctx, &flowv1.UpgradeFirmwareRequest{TargetSpec: rackSpec(r.Name), TargetVersion: ptr(`{"compute":"2.0","nvswitch":"3.0"}`),
+		EndTime: timestamppb.New(own)})
+	require.NoError(t, err)
+	task := waitTask(t, srv.client, res.GetTaskIds()[0], time.Minute)
+	require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, task.GetStatus(), task.GetMessage())
+	trays := 0
+	for _, c := range r.Components {
+		w, ok := b.sims.nico.FirmwareWindowOf(c.ExternalID)
+		if c.Type != inventory.ComponentTypeCompute {
+			require.False(t, ok, "%s is no machine: Core has no window for it", c.Name)
+			continue
+		}
+		require.True(t, ok, "tray %s: Core was told no window", c.Name)
+		require.True(t, w.Start.Equal(opened), "tray %s: window from %s, want %s", c.Name, w.Start, opened)
+		require.True(t, w.End.Equal(own), "tray %s: window until %s, want the request's end_time %s", c.Name, w.End, own)
+		trays++
+	}
+	require.Positive(t, trays)
 }

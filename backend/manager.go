@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nicoflow/flow/nico"
 	"github.com/nicoflow/flow/psm"
@@ -298,6 +299,11 @@ type FirmwareRequest struct {
 	AccessToken     string
 	Force           bool // override_version_check
 	BypassReadiness bool
+	// WindowStart and WindowEnd, when both set, are the time window in
+	// which the update may run (the task's start_time/end_time, narrowed
+	// to the maintenance window it started in): Core is told it for
+	// compute trays (SetFirmwareUpdateTimeWindow) and enforces it too.
+	WindowStart, WindowEnd time.Time
 }
 
 // LogValue keeps the access token out of logs.
@@ -328,6 +334,13 @@ func (m *Manager) StartFirmware(ctx context.Context, t Target, fr FirmwareReques
 		}
 		_, err := m.psm.UpdateFirmware(ctx, ups)
 		return wrap(err)
+	}
+	if m.Type == Compute && !fr.WindowStart.IsZero() && fr.WindowEnd.After(fr.WindowStart) && len(t.IDs) > 0 {
+		// Core's window is per machine ID; a tray named by BMC MAC only
+		// has none to set (and its update is not held to the window).
+		if err := m.nico.SetFirmwareUpdateWindow(ctx, t.IDs, fr.WindowStart, fr.WindowEnd); err != nil {
+			return wrap(err)
+		}
 	}
 	_, err := m.nico.UpdateFirmware(ctx, m.nicoTarget(t), nico.FirmwareRequest{
 		Components: fr.Components, TargetVersion: fr.Version, AccessToken: fr.AccessToken, Force: fr.Force, BypassReadiness: fr.BypassReadiness,

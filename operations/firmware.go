@@ -64,6 +64,9 @@ func (h firmwareHost) Request(ctx context.Context, call engine.Call[ActionParams
 	}
 	r := firmware.Request{Auth: p.AuthenticationData}
 	r.BypassReadiness = p.OverrideReadinessCheck
+	if p.StartTime != 0 && p.EndTime > p.StartTime {
+		r.WindowStart, r.WindowEnd = time.Unix(p.StartTime, 0), time.Unix(p.EndTime, 0)
+	}
 	if OperationType(row.OperationType) == OperationTypeFirmwareControl {
 		r.Version = p.TargetVersion
 		r.Components = p.SubTargets

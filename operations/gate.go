@@ -45,6 +45,35 @@ type GateSubject struct {
 type GateHold struct {
 	Reason string
 	Next   time.Time
+	// OpenFrom and OpenUntil, when the task may start, are the maintenance
+	// window it starts in (zero when none covers its rack). A firmware
+	// task passes it to Core, which enforces it too.
+	OpenFrom, OpenUntil time.Time
+}
+
+// withWindow returns a firmware task's payload info with its time window
+// (start_time, end_time) narrowed to the maintenance window h it starts
+// in; info unchanged when h names none or the two do not overlap.
+func withWindow(info []byte, h GateHold) ([]byte, error) {
+	if h.OpenUntil.IsZero() {
+		return info, nil
+	}
+	var p Payload
+	if err := json.Unmarshal(info, &p); err != nil {
+		return nil, fmt.Errorf("decode task payload: %w", err)
+	}
+	start, end := h.OpenFrom.Unix(), h.OpenUntil.Unix()
+	if p.StartTime > start {
+		start = p.StartTime
+	}
+	if p.EndTime != 0 && p.EndTime < end {
+		end = p.EndTime
+	}
+	if end <= start {
+		return info, nil
+	}
+	p.StartTime, p.EndTime = start, end
+	return json.Marshal(p)
 }
 
 // Held reports whether h keeps the task waiting.
@@ -210,6 +239,11 @@ func (t *Tasks) gateMany(ctx context.Context, tx pgx.Tx, s *Submission, tasks []
 			return err
 		}
 		if !h.Held() {
+			if req.Type == OperationTypeFirmwareControl {
+				if a.row.Information, err = withWindow(a.row.Information, h); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		waiting := 0

@@ -196,6 +196,11 @@ UPDATE task SET approval_id = NULL, message = @message, queue_expires_at = @queu
 WHERE id = @id AND status = 'waiting' AND approval_id IS NOT NULL
 RETURNING rack_id;
 
+-- name: TaskSetInformation :exec
+-- TaskSetInformation rewrites a waiting task's payload as it starts (the
+-- maintenance window a firmware task starts in).
+UPDATE task SET information = @information, updated_at = now() WHERE id = @id;
+
 -- name: TaskFinish :execrows
 UPDATE task SET status = @status, message = @message, report = coalesce(sqlc.narg(report), report),
     queue_expires_at = NULL, finished_at = now(), updated_at = now()

@@ -593,6 +593,13 @@ func (t *Tasks) promoteRows(ctx context.Context, tx pgx.Tx, all []dbsqlc.Task) e
 			return err
 		} else if h.Held() {
 			return t.holdRow(ctx, tx, row, h)
+		} else if OperationType(row.OperationType) == OperationTypeFirmwareControl && !h.OpenUntil.IsZero() {
+			if row.Information, err = withWindow(row.Information, h); err != nil {
+				return err
+			}
+			if err := t.q.TaskSetInformation(ctx, tx, dbsqlc.TaskSetInformationParams{ID: row.ID, Information: row.Information}); err != nil {
+				return err
+			}
 		}
 		var rule ruledef.Definition
 		var targets map[ComponentType]typeTargets

@@ -340,7 +340,8 @@ func (s *Service) Hold(ctx context.Context, dbtx db.DBTX, sub operations.GateSub
 	}
 	d := decide(windows, freezes, sub.At)
 	if d.at.Equal(sub.At) {
-		return operations.GateHold{}, nil
+		from, until := openWindow(windows, freezes, sub.At)
+		return operations.GateHold{OpenFrom: from, OpenUntil: until}, nil
 	}
 	if sub.TriggerType == rollout.TriggerOperationRun {
 		if id, err := uuid.Parse(sub.TriggerID); err == nil {

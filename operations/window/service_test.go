@@ -2,6 +2,7 @@ package window_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -183,6 +184,50 @@ func TestPowerCycleWaitsForTheWindow(t *testing.T) {
 	ids, err = b.m.Submit(t, powerCycle(b.racks[1]))
 	require.NoError(t, err)
 	require.Equal(t, operations.TaskPending, b.task(t, ids[0]).Status)
+}
+
+// TestFirmwareTaskCarriesItsWindow: a firmware upgrade held outside the
+// window starts at the opening with the window it starts in as its time
+// window (start_time, end_time: what Core is told); one submitted inside
+// the window carries it from the start.
+func TestFirmwareTaskCarriesItsWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.create(t, saturdays())
+	upgrade := func(r inventory.Rack) operations.Request {
+		req := opstest.PowerOn(r)
+		req.Type, req.Code, req.Payload = operations.OperationTypeFirmwareControl, operations.CodeUpgrade, operations.Payload{Operation: 1, TargetVersion: "2.0"}
+		return req
+	}
+	window := func(id uuid.UUID) (start, end int64) {
+		var info []byte
+		require.NoError(t, b.m.Pool.QueryRow(ctx, "SELECT information FROM task WHERE id = $1", id).Scan(&info))
+		var p operations.Payload
+		require.NoError(t, json.Unmarshal(info, &p))
+		return p.StartTime, p.EndTime
+	}
+	ids, err := b.m.Submit(t, upgrade(b.racks[0]))
+	require.NoError(t, err)
+	require.Equal(t, operations.TaskWaiting, b.task(t, ids[0]).Status)
+	start, end := window(ids[0])
+	require.Zero(t, start, "no window while it waits")
+	require.Zero(t, end)
+
+	b.clock.Set(satOpen)
+	require.NoError(t, b.m.Tasks.PromoteRack(ctx, b.racks[0].ID))
+	require.Equal(t, operations.TaskPending, b.task(t, ids[0]).Status)
+	start, end = window(ids[0])
+	require.Equal(t, satOpen.Unix(), start)
+	require.Equal(t, satOpen.Add(4*time.Hour).Unix(), end)
+
+	b.clock.Set(satOpen.Add(time.Hour))
+	ids, err = b.m.Submit(t, upgrade(b.racks[1]))
+	require.NoError(t, err)
+	require.Equal(t, operations.TaskPending, b.task(t, ids[0]).Status)
+	start, end = window(ids[0])
+	require.Equal(t, satOpen.Unix(), start)
+	require.Equal(t, satOpen.Add(4*time.Hour).Unix(), end)
 }
 
 // TestFreezeHoldsAndLeakRunsInAFreeze: a freeze wins over an open window; a

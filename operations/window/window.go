@@ -172,6 +172,38 @@ func (w Window) NextOpen(t time.Time) (time.Time, bool) {
 	return n, !n.IsZero()
 }
 
+// opened returns when the occurrence of w open at t opened.
+func (w Window) opened(t time.Time) time.Time {
+	if w.sched == nil {
+		return *w.StartsAt
+	}
+	return w.sched.Next(t.Add(-w.Duration))
+}
+
+// openWindow returns the maintenance window work starting at t runs in,
+// among the windows covering its rack: from the opening of the open
+// occurrence that closes last until its close, or the next freeze's
+// start if that comes first. Zero when no window is open at t (none
+// covers the rack).
+func openWindow(windows, freezes []Window, t time.Time) (from, until time.Time) {
+	for _, w := range windows {
+		if w.Open(t) {
+			if c := w.closes(t); c.After(until) {
+				from, until = w.opened(t), c
+			}
+		}
+	}
+	if until.IsZero() {
+		return time.Time{}, time.Time{}
+	}
+	for _, f := range freezes {
+		if n, ok := f.NextOpen(t); ok && n.Before(until) {
+			until = n
+		}
+	}
+	return from, until
+}
+
 // ahead reports whether w is open at t or opens later.
 func (w Window) ahead(t time.Time) bool {
 	return w.sched != nil || (w.EndsAt != nil && w.EndsAt.After(t))

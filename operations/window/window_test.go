@@ -60,6 +60,36 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestOpenWindow: the window work starting now runs in (what a firmware
+// task tells Core): the open occurrence closing last, cut at the next
+// freeze's start.
+func TestOpenWindow(t *testing.T) {
+	t.Parallel()
+	sat := mustCron(t, "sat", "0 2 * * SAT", "UTC", 4*time.Hour)
+	open := time.Date(2026, 12, 5, 2, 0, 0, 0, time.UTC)
+	inside := open.Add(time.Hour)
+	long := oneOff("long", open.Add(-time.Hour), open.Add(6*time.Hour))
+	freeze := oneOff("freeze", open.Add(3*time.Hour), open.Add(10*time.Hour))
+	for _, tt := range []struct {
+		name             string
+		windows, freezes []Window
+		from, until      time.Time
+	}{
+		{name: "None"},
+		{name: "Cron", windows: []Window{sat}, from: open, until: open.Add(4 * time.Hour)},
+		{name: "ClosesLastWins", windows: []Window{sat, long}, from: *long.StartsAt, until: *long.EndsAt},
+		{name: "CutAtTheNextFreeze", windows: []Window{sat}, freezes: []Window{freeze}, from: open, until: *freeze.StartsAt},
+		{name: "ClosedWindowsGiveNone", windows: []Window{oneOff("later", open.Add(48*time.Hour), open.Add(50*time.Hour))}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			from, until := openWindow(tt.windows, tt.freezes, inside)
+			require.True(t, from.Equal(tt.from), "from %s, want %s", from, tt.from)
+			require.True(t, until.Equal(tt.until), "until %s, want %s", until, tt.until)
+		})
+	}
+}
+
 // TestParseCron: bad input names the field.
 func TestParseCron(t *testing.T) {
 	t.Parallel()

@@ -1706,6 +1706,22 @@ func (q *Queries) TaskScopeByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) 
 	return items, nil
 }
 
+const taskSetInformation = `-- name: TaskSetInformation :exec
+UPDATE task SET information = $1, updated_at = now() WHERE id = $2
+`
+
+type TaskSetInformationParams struct {
+	Information []byte
+	ID          uuid.UUID
+}
+
+// TaskSetInformation rewrites a waiting task's payload as it starts (the
+// maintenance window a firmware task starts in).
+func (q *Queries) TaskSetInformation(ctx context.Context, db DBTX, arg TaskSetInformationParams) error {
+	_, err := db.Exec(ctx, taskSetInformation, arg.Information, arg.ID)
+	return err
+}
+
 const taskStatsFor = `-- name: TaskStatsFor :many
 SELECT t.rack_id AS id, t.status, count(*)::int AS n
 FROM task t
