@@ -200,6 +200,9 @@ type overviewData struct {
 	SyncErr         string
 	DriftCount      int
 	RackNames       map[string]string
+	// PendingApprovals counts the requests awaiting a second person's
+	// approval (-1: unknown).
+	PendingApprovals int
 }
 
 type count struct {
@@ -254,6 +257,7 @@ func (c *Console) overview(r *http.Request) (view, error) {
 	if _, d.DriftCount, err = c.drift(ctx, "", 0); err != nil {
 		return view{}, err
 	}
+	d.PendingApprovals = c.pendingApprovals(r)
 	return view{"overview", "Site overview", "overview", overviewTopics, d}, nil
 }
 
@@ -824,8 +828,18 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"durSecs": func(d interface{ AsDuration() time.Duration }) string {
 			return d.AsDuration().Round(time.Millisecond).String()
 		},
-		"stateWord": stateWord,
-		"int":       func(n int32) int { return int(n) },
+		"stateWord":    stateWord,
+		"linkApproval": linkApproval,
+		"approvalKind": func(k string) string {
+			switch k {
+			case "operation_run":
+				return "operation_run (a rollout)"
+			case "submission":
+				return "submission (bulk tasks)"
+			}
+			return k
+		},
+		"int": func(n int32) int { return int(n) },
 		"plural": func(n int, word string) string {
 			if n == 1 {
 				return "1 " + word
@@ -850,7 +864,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 		},
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"overview", "floor", "compliance", "apply", "rack", "tasks", "task", "rollouts", "rollout", "schedules", "windows", "eventrules", "sync", "error"} {
+	for _, name := range []string{"overview", "floor", "compliance", "apply", "rack", "tasks", "task", "rollouts", "rollout", "schedules", "windows", "approvals", "approval", "eventrules", "sync", "error"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console template %s: %w", name, err)
