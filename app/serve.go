@@ -182,6 +182,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}
 	var tasks *operations.Tasks
 	var runs *rollout.Service
+	var approvals *approval.Service
 	runWakes := &rollout.WakeWorker{}
 	scheduleWorker := &schedule.Worker{}
 	eventWorker := &eventrule.ExecutionWorker{}
@@ -204,7 +205,11 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		sweep:           func(ctx context.Context) error { return tasks.Sweep(ctx) },
 		promoteRack:     func(ctx context.Context, rackID uuid.UUID) error { return tasks.PromoteRack(ctx, rackID) },
 		runWakes:        runWakes,
-		runSweep:        func(ctx context.Context) error { return runs.Sweep(ctx) },
+		runSweep: func(ctx context.Context) error {
+			// Approval requests past their expiry withdraw their work too.
+			_, err := approvals.ExpireDue(ctx)
+			return errors.Join(runs.Sweep(ctx), err)
+		},
 		schedules:       scheduleWorker,
 		eventExecutions: eventWorker,
 		notify:          notifyWorker,
@@ -251,7 +256,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		logger.InfoContext(ctx, "two-person approval is off: the API is cleartext, so every caller is one identity", "approval_threshold", threshold.String())
 		threshold = approval.Threshold{}
 	}
-	approvals := approval.NewService(approval.Config{Pool: pool, Threshold: threshold, Expiry: cfg.ApprovalExpiry, Logger: logger,
+	approvals = approval.NewService(approval.Config{Pool: pool, Threshold: threshold, Expiry: cfg.ApprovalExpiry, Logger: logger,
 		SiteRacks: func(ctx context.Context, dbtx db.DBTX) (int, error) {
 			_, n, err := inv.ListRacks(ctx, dbtx, inventory.RackQuery{Page: inventory.Page{Limit: 1}})
 			return int(n), err

@@ -326,6 +326,49 @@ func (s *Service) Approve(ctx context.Context, id uuid.UUID, hash, by string) (R
 	})
 }
 
+// ExpireDue withdraws the work of every pending request past its expiry
+// (a run is cancelled, a submission's tasks end), each in its own
+// transaction, and records the request expired; it returns how many. The
+// leader's operation-run sweep calls it (every 30 s).
+func (s *Service) ExpireDue(ctx context.Context) (int, error) {
+	ids, err := s.q.ApprovalDue(ctx, s.cfg.Pool, s.cfg.Now())
+	if err != nil {
+		return 0, fmt.Errorf("list expired approval requests: %w", err)
+	}
+	n := 0
+	for _, id := range ids {
+		expired := false
+		err := db.BeginFunc(ctx, s.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
+			row, err := s.q.ApprovalLock(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			r := s.fromRow(row)
+			if r.Status != StatusExpired {
+				return nil // decided meanwhile
+			}
+			if sub := s.subjects[r.Kind]; sub != nil {
+				why := fmt.Sprintf("approval request %s expired at %s before a second identity approved it", id, r.ExpiresAt.UTC().Format(time.RFC3339))
+				for _, subj := range r.SubjectIDs {
+					if err := sub.ApprovalDiscard(ctx, tx, subj, why); err != nil {
+						return err
+					}
+				}
+			}
+			expired = true
+			return s.q.ApprovalDecide(ctx, tx, dbsqlc.ApprovalDecideParams{ID: id, Status: StatusExpired, DecidedBy: "flow", Reason: "expired"})
+		})
+		if err != nil {
+			return n, fmt.Errorf("expire approval request %s: %w", id, err)
+		}
+		if expired {
+			n++
+			s.cfg.Logger.InfoContext(ctx, "approval expired", "approval_id", id)
+		}
+	}
+	return n, nil
+}
+
 // Reject rejects request id as identity by with reason (required): its
 // subjects are withdrawn (a run is cancelled). The requester may reject
 // (withdraw) their own; an expired request may be rejected too.

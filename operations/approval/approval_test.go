@@ -144,13 +144,52 @@ func TestSubmissionApprovalExpires(t *testing.T) {
 	require.Equal(t, operations.TaskPending, tasks[0].Status, "one rack is under the threshold, and a held task blocks no unqueued work")
 
 	now = now.Add(time.Hour + time.Second)
-	require.NoError(t, m.Tasks.Sweep(ctx))
+	n, err := svc.ExpireDue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
 	tasks, err = m.Tasks.Get(ctx, ids)
+	require.NoError(t, err)
+	for _, task := range tasks {
+		require.Equal(t, operations.TaskTerminated, task.Status)
+		require.Contains(t, task.Message, "approval request "+reqs[0].ID.String()+" expired at 2026-12-04T13:00:00Z")
+	}
+	got, err := svc.Get(ctx, m.Pool, reqs[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, approval.StatusExpired, got.Status)
+	require.Equal(t, "flow", got.DecidedBy)
+	n, err = svc.ExpireDue(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "once")
+	_, err = svc.Approve(ctx, reqs[0].ID, reqs[0].PlanHash, "bob")
+	require.ErrorIs(t, err, approval.ErrExpired)
+}
+
+// TestSubmissionTasksExpireWithoutTheSweep: the tasks' own deadline (the
+// request's expiry) ends them at the queue sweep too, saying why.
+func TestSubmissionTasksExpireWithoutTheSweep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	m := opstest.NewTasks(t, opstest.Config{})
+	a, b := m.AddRack(t, 0), m.AddRack(t, 1)
+	svc := approval.NewService(approval.Config{Pool: m.Pool, Threshold: approval.Threshold{Racks: 1}, Expiry: time.Hour, Now: clock})
+	m.Tasks.SetClock(clock)
+	m.Tasks.SetApprover(svc)
+	svc.Register(operations.ApprovalKindSubmission, m.Tasks)
+	both := opstest.PowerOn(a)
+	both.Targets.Racks = append(both.Targets.Racks, opstest.PowerOn(b).Targets.Racks...)
+	ids, err := m.Submit(t, both)
+	require.NoError(t, err)
+	reqs, err := svc.List(ctx, m.Pool, false)
+	require.NoError(t, err)
+	require.Len(t, reqs, 1)
+	now = now.Add(time.Hour + time.Second)
+	require.NoError(t, m.Tasks.Sweep(ctx))
+	tasks, err := m.Tasks.Get(ctx, ids)
 	require.NoError(t, err)
 	for _, task := range tasks {
 		require.Equal(t, operations.TaskTerminated, task.Status)
 		require.Contains(t, task.Message, "approval request "+reqs[0].ID.String()+" was not approved in time")
 	}
-	_, err = svc.Approve(ctx, reqs[0].ID, reqs[0].PlanHash, "bob")
-	require.ErrorIs(t, err, approval.ErrExpired)
 }

@@ -17,3 +17,10 @@ ORDER BY created_at DESC, id DESC LIMIT 500;
 -- name: ApprovalDecide :exec
 UPDATE approval_request SET status = @status, decided_by = @decided_by, decided_at = now(), reason = @reason
 WHERE id = @id;
+
+-- name: ApprovalDue :many
+-- ApprovalDue lists the pending requests past their expiry, oldest first.
+SELECT id FROM approval_request
+WHERE status = 'pending' AND expires_at <= @now
+ORDER BY expires_at
+LIMIT 100;

@@ -34,6 +34,34 @@ func (q *Queries) ApprovalDecide(ctx context.Context, db DBTX, arg ApprovalDecid
 	return err
 }
 
+const approvalDue = `-- name: ApprovalDue :many
+SELECT id FROM approval_request
+WHERE status = 'pending' AND expires_at <= $1
+ORDER BY expires_at
+LIMIT 100
+`
+
+// ApprovalDue lists the pending requests past their expiry, oldest first.
+func (q *Queries) ApprovalDue(ctx context.Context, db DBTX, now time.Time) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, approvalDue, now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const approvalGetByID = `-- name: ApprovalGetByID :one
 SELECT id, kind, subject_ids, summary, racks, plan_hash, plan, requested_by, created_at, expires_at, status, decided_by, decided_at, reason, input FROM approval_request WHERE id = $1
 `
