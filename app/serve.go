@@ -202,9 +202,9 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 				Pool: pool, Backends: s.backends.managers, Inv: inv, Keys: keys, Logger: logger, PollInterval: cfg.PollInterval, Observer: obs,
 			})
 		},
-		sweep:           func(ctx context.Context) error { return tasks.Sweep(ctx) },
-		promoteRack:     func(ctx context.Context, rackID uuid.UUID) error { return tasks.PromoteRack(ctx, rackID) },
-		runWakes:        runWakes,
+		sweep:       func(ctx context.Context) error { return tasks.Sweep(ctx) },
+		promoteRack: func(ctx context.Context, rackID uuid.UUID) error { return tasks.PromoteRack(ctx, rackID) },
+		runWakes:    runWakes,
 		runSweep: func(ctx context.Context) error {
 			// Approval requests past their expiry withdraw their work too.
 			_, err := approvals.ExpireDue(ctx)
