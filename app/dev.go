@@ -99,6 +99,11 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 		return err
 	}
 	defer lock.Unlock()
+	if cfg.KeyPath == "" {
+		if cfg.KeyPath, err = devDataKey(dir); err != nil {
+			return err
+		}
+	}
 	// A taken API port fails now, before PostgreSQL starts, not after.
 	probe, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
