@@ -232,19 +232,9 @@ func (s *Service) FirmwareDevices(ctx context.Context, dbtx db.DBTX, f FirmwareD
 	for _, r := range reads {
 		readAt[r.ComponentType] = r.ReadAt
 	}
-	racks, err := s.q.FirmwareRackList(ctx, dbtx, f.RackIDs)
+	racks, err := s.firmwareRacks(ctx, dbtx, f.RackIDs)
 	if err != nil {
-		return nil, fmt.Errorf("list firmware racks: %w", err)
-	}
-	type rackInfo struct {
-		name, profile, hall, row string
-		domainID                 *uuid.UUID
-		domainName               string
-	}
-	byRack := make(map[uuid.UUID]*rackInfo, len(racks))
-	for _, r := range racks {
-		row, _ := SplitPosition(r.LocationPosition)
-		byRack[r.ID] = &rackInfo{name: r.Name, profile: r.RackProfile, hall: r.LocationRoom, row: row, domainID: r.NVLDomainID, domainName: r.DomainName}
+		return nil, err
 	}
 	rows, err := s.q.FirmwareDeviceList(ctx, dbtx, dbsqlc.FirmwareDeviceListParams{Type: string(f.Type), RackIDs: f.RackIDs, DomainID: f.DomainID, ComponentIDs: f.ComponentIDs})
 	if err != nil {
@@ -256,11 +246,7 @@ func (s *Service) FirmwareDevices(ctx context.Context, dbtx db.DBTX, f FirmwareD
 			ID: r.ID, Name: r.Name, Type: ComponentType(r.Type), Manufacturer: r.Manufacturer, Model: r.Model,
 			ExternalID: r.ExternalID, RackID: r.RackID,
 		}
-		if r.RackID != nil {
-			if ri := byRack[*r.RackID]; ri != nil {
-				d.RackName, d.RackProfile, d.Hall, d.Row, d.DomainID, d.DomainName = ri.name, ri.profile, ri.hall, ri.row, ri.domainID, ri.domainName
-			}
-		}
+		racks.place(&d)
 		if r.Versions != nil && r.Reported != nil && r.SeenAt != nil {
 			in := &InstalledFirmware{Reported: *r.Reported, SeenAt: *r.SeenAt}
 			if in.Versions, err = parseSubVersions(r.Versions); err != nil {
@@ -272,6 +258,108 @@ func (s *Service) FirmwareDevices(ctx context.Context, dbtx db.DBTX, f FirmwareD
 			d.Installed = in
 		}
 		out = append(out, d)
+	}
+	return out, nil
+}
+
+// FirmwareDeviceInventory returns every device FirmwareDevices returns
+// with no filter, in no order, without their installed firmware
+// (Installed is nil, ExternalID empty): a query without the installed
+// versions, for a caller that reads them apart (FirmwareTable), as the
+// compliance snapshot does when only one of the two changed.
+func (s *Service) FirmwareDeviceInventory(ctx context.Context, dbtx db.DBTX) ([]FirmwareDevice, error) {
+	racks, err := s.firmwareRacks(ctx, dbtx, nil)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.q.FirmwareDeviceInventoryList(ctx, dbtx)
+	if err != nil {
+		return nil, fmt.Errorf("list firmware devices: %w", err)
+	}
+	out := make([]FirmwareDevice, len(rows))
+	for i, r := range rows {
+		out[i] = FirmwareDevice{ID: r.ID, Name: r.Name, Type: ComponentType(r.Type), Manufacturer: r.Manufacturer, Model: r.Model, RackID: r.RackID}
+		racks.place(&out[i])
+	}
+	return out, nil
+}
+
+// firmwareRackInfo is what a FirmwareDevice holds of its rack.
+type firmwareRackInfo struct {
+	name, profile, hall, row string
+	domainID                 *uuid.UUID
+	domainName               string
+}
+
+type firmwareRackMap map[uuid.UUID]*firmwareRackInfo
+
+// firmwareRacks reads the live racks of ids (none: all) as FirmwareDevices
+// places its devices in them.
+func (s *Service) firmwareRacks(ctx context.Context, dbtx db.DBTX, ids []uuid.UUID) (firmwareRackMap, error) {
+	racks, err := s.q.FirmwareRackList(ctx, dbtx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("list firmware racks: %w", err)
+	}
+	out := make(firmwareRackMap, len(racks))
+	for _, r := range racks {
+		row, _ := SplitPosition(r.LocationPosition)
+		out[r.ID] = &firmwareRackInfo{name: r.Name, profile: r.RackProfile, hall: r.LocationRoom, row: row, domainID: r.NVLDomainID, domainName: r.DomainName}
+	}
+	return out, nil
+}
+
+// place fills in d's rack fields from its RackID.
+func (m firmwareRackMap) place(d *FirmwareDevice) {
+	if d.RackID == nil {
+		return
+	}
+	if ri := m[*d.RackID]; ri != nil {
+		d.RackName, d.RackProfile, d.Hall, d.Row, d.DomainID, d.DomainName = ri.name, ri.profile, ri.hall, ri.row, ri.domainID, ri.domainName
+	}
+}
+
+// FirmwareTable is every stored installed-firmware row, compactly: the
+// distinct version sets once each, and per component which of them it
+// runs.
+type FirmwareTable struct {
+	// Sets are the distinct version sets; they are shared: do not change
+	// them.
+	Sets []SubVersions
+	// ByComponent holds each component's stored row (soft-deleted
+	// components' too).
+	ByComponent map[uuid.UUID]StoredFirmware
+}
+
+// StoredFirmware is one component's stored installed firmware: its
+// versions are FirmwareTable.Sets[Set]. SeenAt is as stored: a reported
+// device was also seen at its type's last read (FirmwareReads).
+type StoredFirmware struct {
+	Set      int32
+	Reported bool
+	SeenAt   time.Time
+}
+
+// FirmwareTable returns every stored installed-firmware row, each distinct
+// stored value decoded once.
+func (s *Service) FirmwareTable(ctx context.Context, dbtx db.DBTX) (FirmwareTable, error) {
+	rows, err := s.q.FirmwareInstalledList(ctx, dbtx)
+	if err != nil {
+		return FirmwareTable{}, fmt.Errorf("list installed firmware: %w", err)
+	}
+	out := FirmwareTable{ByComponent: make(map[uuid.UUID]StoredFirmware, len(rows))}
+	sets := map[string]int32{}
+	for _, r := range rows {
+		k, ok := sets[string(r.Versions)]
+		if !ok {
+			v, err := parseSubVersions(r.Versions)
+			if err != nil {
+				return FirmwareTable{}, fmt.Errorf("installed firmware of %s: %w", r.ComponentID, err)
+			}
+			k = int32(len(out.Sets))
+			out.Sets = append(out.Sets, v)
+			sets[string(r.Versions)] = k
+		}
+		out.ByComponent[r.ComponentID] = StoredFirmware{Set: k, Reported: r.Reported, SeenAt: r.SeenAt}
 	}
 	return out, nil
 }

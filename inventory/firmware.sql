@@ -78,3 +78,17 @@ WHERE r.deleted_at IS NULL
 -- seen-at times, which follow component_firmware_read).
 SELECT (SELECT coalesce(sum(n), 0) FROM inventory_generation)::bigint AS inventory,
     (SELECT n FROM component_firmware_generation)::bigint AS firmware;
+
+-- name: FirmwareDeviceInventoryList :many
+-- FirmwareDeviceList's devices, every one, without their installed
+-- versions (FirmwareInstalledList reads those): what a compliance snapshot
+-- reads of the inventory.
+SELECT c.id, c.name, c.type, c.manufacturer, coalesce(c.model, '')::text AS model, c.rack_id
+FROM component c
+LEFT JOIN rack r ON r.id = c.rack_id
+WHERE c.deleted_at IS NULL AND r.deleted_at IS NULL
+  AND c.type IN ('Compute', 'NVSwitch', 'PowerShelf');
+
+-- name: FirmwareInstalledList :many
+-- Every stored installed-firmware row (deleted components' included).
+SELECT component_id, versions, reported, seen_at FROM component_firmware;

@@ -47,7 +47,9 @@ type Service struct {
 
 	mu    sync.Mutex // guards snap
 	snap  *snapshot  // the last site snapshot built
-	build sync.Mutex // one snapshot build at a time
+	build sync.Mutex // one snapshot build at a time; guards fw
+	// fw is the installed firmware the last snapshot was measured from.
+	fw *siteFirmware
 }
 
 // NewService returns a Service.

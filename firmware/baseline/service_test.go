@@ -473,3 +473,75 @@ func TestApplyLeavesOutWhatTheRuleCannotUpgrade(t *testing.T) {
 	require.Equal(t, `{"compute":{"bmc":"2.0"}}`, plan.TargetVersion)
 	require.Contains(t, plan.Message, "8 powershelf devices below the baseline are left out: the firmware rule in force has no PowerShelf step")
 }
+
+// TestComplianceSnapshotFollowsChanges: after each kind of change (the
+// installed versions alone, the inventory alone, both, the baseline's
+// revision, a versions row gone) the report built from the site's
+// snapshot, which reads again only what changed, equals one measured
+// afresh from every device (Service.Evaluate): each device's state, and
+// the counts per rack by name.
+func TestComplianceSnapshotFollowsChanges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	racks := b.site(t, 4, 1)
+	b.record(t, racks, map[uuid.UUID]string{compute(racks[1], 0): "1.0"})
+	var site baseline.Baseline
+	require.NoError(t, b.tx(t, func(tx pgx.Tx) (err error) {
+		site, err = b.svc.Create(ctx, tx, "site", "", bmc20, baseline.SourceManual, "alice", true)
+		return err
+	}))
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := b.Pool.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	check := func(step string) {
+		t.Helper()
+		bl, err := b.svc.Get(ctx, b.Pool, baseline.Ref{})
+		require.NoError(t, err)
+		want, err := b.svc.Evaluate(ctx, b.Pool, bl, baseline.Query{})
+		require.NoError(t, err)
+		wantStates, wantRacks := map[uuid.UUID]string{}, map[string]baseline.Counts{}
+		for _, d := range want {
+			wantStates[d.Device.ID] = d.State
+			c := wantRacks[d.Device.RackName]
+			c.Add(d.State)
+			wantRacks[d.Device.RackName] = c
+		}
+		rep, err := b.svc.Compliance(ctx, b.Pool, baseline.Query{Limit: baseline.MaxLimit, GroupBy: []string{baseline.GroupRack}})
+		require.NoError(t, err)
+		gotStates, gotRacks := map[uuid.UUID]string{}, map[string]baseline.Counts{}
+		for _, d := range rep.Devices {
+			gotStates[d.Device.ID] = d.State
+		}
+		for _, g := range rep.Groups {
+			gotRacks[g.Name] = g.Counts
+		}
+		require.Equal(t, len(want), rep.Total, step)
+		require.Equal(t, wantStates, gotStates, step)
+		require.Equal(t, wantRacks, gotRacks, step)
+	}
+	check("first")
+
+	b.record(t, racks, map[uuid.UUID]string{compute(racks[1], 0): "1.0", compute(racks[2], 3): "3.0", compute(racks[3], 1): ""})
+	check("installed versions")
+
+	exec(`UPDATE rack SET name = 'a-renamed' WHERE id = $1`, racks[3].ID)
+	exec(`UPDATE component SET deleted_at = now() WHERE id = $1`, compute(racks[2], 5))
+	exec(`UPDATE component SET rack_id = $1 WHERE id = $2`, racks[0].ID, compute(racks[1], 0))
+	check("inventory")
+
+	b.record(t, racks, map[uuid.UUID]string{compute(racks[0], 2): "1.5"})
+	exec(`UPDATE rack SET name = 'b-renamed' WHERE id = $1`, racks[1].ID)
+	check("both")
+
+	require.NoError(t, b.tx(t, func(tx pgx.Tx) error {
+		_, err := b.svc.Update(ctx, tx, site.ID.String(), site.Revision.Revision, "", []baseline.Entry{{ComponentType: "compute", Component: "bmc", Version: "1.5"}}, baseline.SourceManual, "alice", true)
+		return err
+	}))
+	check("baseline revision")
+
+	exec(`DELETE FROM component_firmware WHERE component_id = $1`, compute(racks[0], 3))
+	check("versions row gone")
+}

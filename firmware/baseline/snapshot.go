@@ -19,13 +19,15 @@ import (
 // 100,000 devices takes a few MB. While the generations hold, a report is
 // the snapshot plus what moves on its own: which devices a firmware task
 // covers now (updating) and which have not been reported for too long
-// (unknown).
+// (unknown). A snapshot is not changed once built.
 type snapshot struct {
 	baselineID uuid.UUID
 	revision   int
 	gen        inventory.FirmwareGeneration
 	racks      []snapRack
 	devs       []snapDev
+	// kinds are what picks the entries of the devices (snapDev.kind).
+	kinds []inventory.FirmwareDevice
 }
 
 type snapRack struct {
@@ -41,27 +43,41 @@ type snapDev struct {
 	id       uuid.UUID
 	name     string
 	rack     int32 // index in racks; -1 none
+	kind     int32 // index in the snapshot's kinds
 	typ      inventory.ComponentType
 	base     string
 	reported bool
-	seen     time.Time // zero: never reported
+	seen     time.Time // zero: never reported; as stored (the type's read moves it: live.state)
 }
 
-// build evaluates every device against b.
-func (s *Service) buildSnapshot(ctx context.Context, dbtx db.DBTX, b Baseline, gen inventory.FirmwareGeneration) (*snapshot, error) {
-	devs, err := s.cfg.Inventory.FirmwareDevices(ctx, dbtx, inventory.FirmwareDeviceFilter{})
+// siteFirmware is the site's stored installed firmware at one firmware
+// generation (inventory.Service.FirmwareTable).
+type siteFirmware struct {
+	gen   int64
+	table inventory.FirmwareTable
+}
+
+// siteDevices reads the site's devices (inventory.Service.
+// FirmwareDeviceInventory) into a snapshot's racks, devices and kinds,
+// with no states yet.
+func (s *Service) siteDevices(ctx context.Context, dbtx db.DBTX) (*snapshot, error) {
+	devs, err := s.cfg.Inventory.FirmwareDeviceInventory(ctx, dbtx)
 	if err != nil {
 		return nil, err
 	}
-	ev := NewEvaluator(b.Entries, s.cfg.Now(), 0)
-	sn := &snapshot{baselineID: b.ID, revision: b.Revision.Revision, gen: gen, devs: make([]snapDev, 0, len(devs))}
+	sn := &snapshot{devs: make([]snapDev, len(devs))}
 	rackIdx := map[uuid.UUID]int32{}
+	kindIdx := map[deviceKind]int32{}
 	for i := range devs {
 		d := &devs[i]
-		sd := snapDev{id: d.ID, name: d.Name, rack: -1, typ: d.Type, base: ev.Evaluate(d, nil).State}
-		if d.Installed != nil {
-			sd.reported, sd.seen = d.Installed.Reported, d.Installed.SeenAt
+		k := deviceKind{d.Type, strings.ToLower(d.Manufacturer), d.Model, d.RackProfile}
+		ki, ok := kindIdx[k]
+		if !ok {
+			ki = int32(len(sn.kinds))
+			kindIdx[k] = ki
+			sn.kinds = append(sn.kinds, inventory.FirmwareDevice{Type: d.Type, Manufacturer: d.Manufacturer, Model: d.Model, RackProfile: d.RackProfile})
 		}
+		sd := snapDev{id: d.ID, name: d.Name, rack: -1, kind: ki, typ: d.Type}
 		if d.RackID != nil {
 			k, ok := rackIdx[*d.RackID]
 			if !ok {
@@ -71,15 +87,47 @@ func (s *Service) buildSnapshot(ctx context.Context, dbtx db.DBTX, b Baseline, g
 			}
 			sd.rack = k
 		}
-		sn.devs = append(sn.devs, sd)
+		sn.devs[i] = sd
 	}
 	return sn, nil
 }
 
-// snapshotFor returns the snapshot of b at the current generations,
-// building it when the one kept is of another baseline revision or
-// generation. Builds are one at a time; callers that find one under way
-// wait for it.
+// measure sets every device's state in sn against b from fw: each kind of
+// device with each distinct set of versions is evaluated once.
+func (s *Service) measure(sn *snapshot, b Baseline, fw *siteFirmware) {
+	ev := NewEvaluator(b.Entries, s.cfg.Now(), 0)
+	type kindSet struct{ kind, set int32 }
+	states := map[kindSet]string{}
+	for i := range sn.devs {
+		d := &sn.devs[i]
+		row, ok := fw.table.ByComponent[d.id]
+		k := kindSet{d.kind, -1}
+		if ok {
+			k.set = row.Set
+			d.reported, d.seen = row.Reported, row.SeenAt
+		} else {
+			d.reported, d.seen = false, time.Time{}
+		}
+		st, done := states[k]
+		if !done {
+			dev := sn.kinds[d.kind]
+			if ok {
+				dev.Installed = &inventory.InstalledFirmware{Versions: fw.table.Sets[row.Set], Reported: row.Reported, SeenAt: row.SeenAt}
+			}
+			st = ev.Evaluate(&dev, nil).State
+			states[k] = st
+		}
+		d.base = st
+	}
+}
+
+// snapshotFor returns the snapshot of b at the current generations. When
+// the one kept is of another baseline revision or generation, it builds
+// one, reading again only what changed: the devices when the inventory
+// generation moved (else the kept snapshot's are reused), the installed
+// firmware when the firmware generation moved (else the table kept is
+// reused); then it measures every device. Builds are one at a time;
+// callers that find one under way wait for it.
 func (s *Service) snapshotFor(ctx context.Context, dbtx db.DBTX, b Baseline) (*snapshot, error) {
 	gen, err := s.cfg.Inventory.FirmwareGenerations(ctx, dbtx)
 	if err != nil {
@@ -102,14 +150,30 @@ func (s *Service) snapshotFor(ctx context.Context, dbtx db.DBTX, b Baseline) (*s
 	if fresh(sn) {
 		return sn, nil
 	}
-	sn, err = s.buildSnapshot(ctx, dbtx, b, gen)
-	if err != nil {
+	// The generations were read before what is read below, so what is
+	// read is at least as new as them: a change in between only makes the
+	// next call build again.
+	fw := s.fw
+	if fw == nil || fw.gen != gen.Firmware {
+		t, err := s.cfg.Inventory.FirmwareTable(ctx, dbtx)
+		if err != nil {
+			return nil, err
+		}
+		fw = &siteFirmware{gen: gen.Firmware, table: t}
+	}
+	var next *snapshot
+	if sn != nil && sn.gen.Inventory == gen.Inventory {
+		next = &snapshot{racks: sn.racks, kinds: sn.kinds, devs: slices.Clone(sn.devs)}
+	} else if next, err = s.siteDevices(ctx, dbtx); err != nil {
 		return nil, err
 	}
+	next.baselineID, next.revision, next.gen = b.ID, b.Revision.Revision, gen
+	s.measure(next, b, fw)
+	s.fw = fw
 	s.mu.Lock()
-	s.snap = sn
+	s.snap = next
 	s.mu.Unlock()
-	return sn, nil
+	return next, nil
 }
 
 // live is what moves on its own between snapshots: the tasks on devices

@@ -12,6 +12,53 @@ import (
 	"github.com/google/uuid"
 )
 
+const firmwareDeviceInventoryList = `-- name: FirmwareDeviceInventoryList :many
+SELECT c.id, c.name, c.type, c.manufacturer, coalesce(c.model, '')::text AS model, c.rack_id
+FROM component c
+LEFT JOIN rack r ON r.id = c.rack_id
+WHERE c.deleted_at IS NULL AND r.deleted_at IS NULL
+  AND c.type IN ('Compute', 'NVSwitch', 'PowerShelf')
+`
+
+type FirmwareDeviceInventoryListRow struct {
+	ID           uuid.UUID
+	Name         string
+	Type         string
+	Manufacturer string
+	Model        string
+	RackID       *uuid.UUID
+}
+
+// FirmwareDeviceList's devices, every one, without their installed
+// versions (FirmwareInstalledList reads those): what a compliance snapshot
+// reads of the inventory.
+func (q *Queries) FirmwareDeviceInventoryList(ctx context.Context, db DBTX) ([]FirmwareDeviceInventoryListRow, error) {
+	rows, err := db.Query(ctx, firmwareDeviceInventoryList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FirmwareDeviceInventoryListRow{}
+	for rows.Next() {
+		var i FirmwareDeviceInventoryListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.Type,
+			&i.Manufacturer,
+			&i.Model,
+			&i.RackID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const firmwareDeviceList = `-- name: FirmwareDeviceList :many
 SELECT c.id, c.name, c.type, c.manufacturer, coalesce(c.model, '')::text AS model, coalesce(c.external_id, '')::text AS external_id,
     c.rack_id, cf.versions, cf.reported, cf.seen_at
@@ -134,6 +181,43 @@ func (q *Queries) FirmwareInstalledGet(ctx context.Context, db DBTX, componentID
 		&i.TypeReadAt,
 	)
 	return i, err
+}
+
+const firmwareInstalledList = `-- name: FirmwareInstalledList :many
+SELECT component_id, versions, reported, seen_at FROM component_firmware
+`
+
+type FirmwareInstalledListRow struct {
+	ComponentID uuid.UUID
+	Versions    []byte
+	Reported    bool
+	SeenAt      time.Time
+}
+
+// Every stored installed-firmware row (deleted components' included).
+func (q *Queries) FirmwareInstalledList(ctx context.Context, db DBTX) ([]FirmwareInstalledListRow, error) {
+	rows, err := db.Query(ctx, firmwareInstalledList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FirmwareInstalledListRow{}
+	for rows.Next() {
+		var i FirmwareInstalledListRow
+		if err := rows.Scan(
+			&i.ComponentID,
+			&i.Versions,
+			&i.Reported,
+			&i.SeenAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const firmwareInstalledListByType = `-- name: FirmwareInstalledListByType :many
