@@ -112,6 +112,9 @@ type Config struct {
 	// FirmwareReadInterval is how often scheduled inventory-sync cycles
 	// read each type's installed versions (0: every cycle).
 	FirmwareReadInterval time.Duration // FLOW_FIRMWARE_READ_INTERVAL
+	// firmwareReadIntervalSet: FLOW_FIRMWARE_READ_INTERVAL was set (flow
+	// dev reads the versions every cycle otherwise).
+	firmwareReadIntervalSet bool
 	// SystemJobs are the leader-run system jobs' settings, from the config
 	// file (FLOW_CONFIG_FILE) and FLOW_EXPECTED_INVENTORY_SYNC_ENABLED.
 	SystemJobs SystemJobsConfig
@@ -215,7 +218,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_APPROVAL_EXPIRY", "24h", "how long an approval request waits for its approval; an expired request can only be rejected"},
 	{"FLOW_INGEST_FIRMWARE_UPGRADE", "false", "ingestion (IngestRack, scheduled ingest) also upgrades the firmware of the compute trays, then of the NVLink switches, to the version their component manager holds as desired, after injecting their expectations (upstream issue 2976); applies where the built-in ingest rule would; an unparseable value refuses startup (docs/operation-rules.md)"},
 	{"FLOW_FIRMWARE_UNREPORTED_AFTER", "1h", "a device whose installed firmware versions Core has not reported (in the inventory sync's reads) for longer than this is unknown in firmware compliance reports, never judged by stale versions; 0 never ages them out (docs/firmware.md)"},
-	{"FLOW_FIRMWARE_READ_INTERVAL", "10m", "how often the scheduled inventory sync reads each device type's installed firmware versions from Core (a cycle reads a type's when its last read is at least this old; flow sync run always reads them); 0 reads them every cycle; must be below FLOW_FIRMWARE_UNREPORTED_AFTER (docs/firmware.md#installed-versions)"},
+	{"FLOW_FIRMWARE_READ_INTERVAL", "10m", "how often the scheduled inventory sync reads each device type's installed firmware versions from Core (a cycle reads a type's when its last read is at least this old; flow sync run always reads them); 0 reads them every cycle (flow dev's default); must be below FLOW_FIRMWARE_UNREPORTED_AFTER (docs/firmware.md#installed-versions)"},
 	{"FLOW_CONFIG_FILE", DefaultFlowConfigFile, "upstream's scheduler config file (YAML keys inventory_run_frequency, disable_inventory, leak_detection_interval, disable_leak_detection; durations such as 1m); the default path may be absent, an explicitly named file must exist; a zero or unparseable duration refuses startup (docs/inventory-sync.md)"},
 	{"FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED", "true", "answer coolant leaks through event rules (the built-in leakage rule, or a bound rule: docs/event-rules.md), which pre-empt the work on the rack; false selects upstream's legacy path (upstream's default), which submits a force-power-off task per leaking device every poll, polls every 1m unless leak_detection_interval is set, and does not pre-empt; an unparseable value refuses startup; disable_leak_detection wins"},
 	{"FLOW_EXPECTED_INVENTORY_SYNC_ENABLED", "true", "gate of the expected-inventory mirror of each inventory-sync cycle (the mirror itself is not built yet); an unparseable value refuses startup"},
@@ -401,7 +404,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else if cfg.FirmwareUnreportedAfter > 0 && d >= cfg.FirmwareUnreportedAfter {
 		errs = append(errs, fmt.Sprintf("FLOW_FIRMWARE_READ_INTERVAL (%s) must be below FLOW_FIRMWARE_UNREPORTED_AFTER (%s): between reads every device would look unreported", d, cfg.FirmwareUnreportedAfter))
 	} else {
-		cfg.FirmwareReadInterval = d
+		cfg.FirmwareReadInterval, cfg.firmwareReadIntervalSet = d, getenv("FLOW_FIRMWARE_READ_INTERVAL") != ""
 	}
 	if v := getenv("FLOW_FIRMWARE_POLL_INTERVAL"); v != "" {
 		if d, err := time.ParseDuration(v); err != nil || d <= 0 {

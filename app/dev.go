@@ -71,6 +71,10 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 	if !cfg.SystemJobs.inventoryIntervalSet {
 		cfg.SystemJobs.InventoryInterval = devInventoryInterval
 	}
+	if !cfg.firmwareReadIntervalSet {
+		// A demo's rollout shows in its compliance at the next cycle.
+		cfg.FirmwareReadInterval = 0
+	}
 	// flow dev looks for leaks every few seconds, as flow serve does on
 	// the event-rule path (docs/event-rules.md).
 	if !cfg.SystemJobs.leakIntervalSet && cfg.SystemJobs.LeakEventRules {
