@@ -324,3 +324,44 @@ func TestApprovalLinks(t *testing.T) {
 	require.Contains(t, over, `<a class="card" href="/ui/approvals" id="approvals-card"><span class="big" id="approval-count">2</span> approvals pending</a>`)
 	require.NotContains(t, render("overview", overviewData{PendingApprovals: -1}), "approvals-card", "unknown: no card")
 }
+
+// A rollout's request shows its phases in order, each rack by name with
+// its components, and links the run; an expired request offers only
+// Reject, a decided one nothing.
+func TestApprovalPageRendersARun(t *testing.T) {
+	t.Parallel()
+	tmpl, err := parseTemplates()
+	require.NoError(t, err)
+	render := func(u User, d approvalData) string {
+		var b bytes.Buffer
+		require.NoError(t, tmpl["approval"].ExecuteTemplate(&b, "layout", pageData{Title: "approval", Nav: "approvals", User: u, CSRF: "tok", Data: d, Now: time.Now()}))
+		return b.String()
+	}
+	a := &adminv1.Approval{Id: "5d1c0e6a-9f7b-4c1e-8a55-0b9c2d3e4f50", Kind: "operation_run", SubjectIds: []string{"0b8e0000-0000-0000-0000-000000000001"},
+		Summary: "rollout site", Racks: 3, RequestedBy: "olivia", Status: "pending", PlanHash: "abc123",
+		RequestedAt: timestamppb.Now(), ExpiresAt: timestamppb.New(time.Now().Add(time.Hour))}
+	d := approvalData{Approval: a, Racks: 3, Comps: 6, Phases: []approvalPhase{
+		{Index: 0, Comps: 2, Racks: []approvalRack{{ID: "r1", Name: "demo-0001", Comps: 2}}},
+		{Index: 1, Comps: 4, Racks: []approvalRack{{ID: "r2", Name: "demo-0002", Comps: 2}, {ID: "r3", Name: "demo-0003", Comps: 2}}},
+	}}
+	operator := User{Identity: "bob", Role: "operator"}
+	page := render(operator, d)
+	accessible(t, page)
+	require.Contains(t, page, `<a href="/ui/rollouts/0b8e0000-0000-0000-0000-000000000001">rollout 0b8e0000</a>`)
+	require.Contains(t, page, "The plan: 2 phases, 3 racks, 6 components")
+	require.Contains(t, page, "<caption>Phase 1: 2 racks, 4 components</caption>")
+	require.Regexp(t, `(?s)demo-0001.*Phase 1.*demo-0002.*demo-0003`, page)
+	require.Contains(t, page, "Rejecting cancels the rollout.")
+	require.Contains(t, page, `id="approve"`)
+
+	a.Status = "expired"
+	page = render(operator, d)
+	require.NotContains(t, page, `id="approve"`, "an expired request cannot be approved")
+	require.Contains(t, page, `id="reject"`, "only rejected")
+
+	a.Status, a.DecidedBy, a.Reason = "rejected", "bob", "not now"
+	page = render(operator, d)
+	require.NotContains(t, page, `id="reject"`)
+	require.Contains(t, page, `<dd id="approval-decided-by">bob`)
+	require.Contains(t, page, "<dd>not now</dd>")
+}
