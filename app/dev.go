@@ -158,11 +158,15 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 		logger.InfoContext(ctx, "simulators running", "nico_core_api_url", cfg.NICoURL, "psm_api_url", cfg.PSMURL, "state_restored", restored)
 	}
 
-	if !edge.IsLoopback(cfg.ListenAddr) {
+	// Certificates given on purpose (CERTDIR, FLOW_TLS_*) make flow dev
+	// serve mutual TLS with roles, as flow serve does: the way to try on
+	// one machine what needs callers told apart (two-person approval).
+	withTLS := cfg.CertDir != "" || cfg.TLS.Cert != ""
+	if !withTLS && !edge.IsLoopback(cfg.ListenAddr) {
 		logger.WarnContext(ctx, "flow dev serves cleartext without authentication, and --listen is not loopback: anyone who reaches the port is admin; use flow serve with certificates (docs/security.md) beyond this machine",
 			"addr", cfg.ListenAddr)
 	}
-	srv, err := newServer(ctx, cfg, logger, serveOptions{migrate: true, cleartext: true})
+	srv, err := newServer(ctx, cfg, logger, serveOptions{migrate: true, cleartext: !withTLS})
 	if err != nil {
 		return err
 	}
@@ -191,7 +195,11 @@ func runDev(ctx context.Context, cfg Config, o devOptions, stdout, stderr io.Wri
 	if sims != nil {
 		simAdmin = []string{sims.nicoSrv.URL() + "/admin/", sims.psmSrv.URL() + "/admin/"}
 	}
-	printBanner(stdout, srv.Addr().String(), srv.AdminAddr(), cfg.DatabaseURL, dir, simAdmin)
+	if withTLS {
+		printTLSBanner(stdout, srv.Addr().String(), srv.AdminAddr(), cfg.DatabaseURL, dir)
+	} else {
+		printBanner(stdout, srv.Addr().String(), srv.AdminAddr(), cfg.DatabaseURL, dir, simAdmin)
+	}
 	return srv.run(ctx)
 }
 
@@ -276,6 +284,29 @@ func printBanner(w io.Writer, addr, adminAddr, dbURL, dir string, simAdmin []str
   Ctrl-C stops Flow and its PostgreSQL; data stays in the state folder.
 
 `, host, dbURL, dir, admin)
+}
+
+// printTLSBanner is flow dev's banner when it serves mutual TLS
+// (CERTDIR or FLOW_TLS_* set): every call needs a client certificate.
+func printTLSBanner(w io.Writer, addr, adminAddr, dbURL, dir string) {
+	host := bannerHost(addr)
+	fmt.Fprintf(w, `
+  Flow is running (dev mode, mutual TLS)
+
+  API        https://%[1]s   (gRPC, gRPC-Web and Connect JSON on one port)
+             client certificates required; roles from FLOW_AUTHZ_POLICY
+             (flow cert dev makes a CA, a server pair and operator, admin
+             and viewer clients: docs/security.md)
+  Admin      http://%[4]s/metrics
+  Database   %[2]s
+  State      %[3]s
+
+  Try it:
+    flow --ca CA --cert CERT --key KEY rack list --server %[1]s
+
+  Ctrl-C stops Flow and its PostgreSQL; data stays in the state folder.
+
+`, host, dbURL, dir, bannerHost(adminAddr))
 }
 
 // bannerHost turns a listen address into one to connect to.

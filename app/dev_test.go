@@ -75,7 +75,7 @@ func devStartSlot(t *testing.T) (release func()) {
 // took over 90 s on two cores at a load average of 40.
 const devStartTimeout = 3 * time.Minute
 
-var bannerAddr = regexp.MustCompile(`API\s+http://(\S+)`)
+var bannerAddr = regexp.MustCompile(`API\s+https?://(\S+)`)
 
 // addr waits for the banner and returns the API address.
 func (r *devRun) addr(t *testing.T) string {

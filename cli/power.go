@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	"github.com/google/uuid"
@@ -149,4 +150,20 @@ func printSubmitted(w io.Writer, tasks []*flowv1.Task, names map[string]string, 
 		}
 	}
 	printTable(w, headers, rows)
+	if !final && len(tasks) > 0 {
+		printAwaitingApproval(w, tasks[0].GetMessage())
+	}
+}
+
+// awaitingApprovalRe reads the approval request a held task or run waits
+// for from its message.
+var awaitingApprovalRe = regexp.MustCompile(`awaiting approval of request ([0-9a-f-]{36}) \(plan hash ([0-9a-f]+)\)`)
+
+// printAwaitingApproval says, when msg is a task's or run's message
+// awaiting a second identity's approval, which request and how to approve
+// it.
+func printAwaitingApproval(w io.Writer, msg string) {
+	if m := awaitingApprovalRe.FindStringSubmatch(msg); m != nil {
+		fmt.Fprintf(w, "awaiting approval: request %s, plan hash %s (a second operator: flow approval approve %s --hash %s)\n", m[1], m[2], m[1], m[2])
+	}
 }

@@ -128,7 +128,16 @@ var rolloutNoun = noun{
 						if err != nil {
 							return err
 						}
-						return c.emit(res, func(w io.Writer) { fmt.Fprintf(w, "created rollout %s\n", res.GetId().GetId()) })
+						// v1's answer is the ID alone: say so when the run
+						// waits for a second identity's approval.
+						run, err := c.client.GetOperationRun(ctx, &flowv1.GetOperationRunRequest{Id: res.GetId()})
+						if err != nil {
+							return err
+						}
+						return c.emit(res, func(w io.Writer) {
+							fmt.Fprintf(w, "created rollout %s\n", res.GetId().GetId())
+							printAwaitingApproval(w, run.GetOperationRun().GetSummary().GetStatusMessage())
+						})
 					}
 					// Flow's own create carries the flag (v1 cannot).
 					res, err := c.admin.CreateOperationRun(ctx, &adminv1.CreateOperationRunRequest{Request: req, AllowOverlap: true})

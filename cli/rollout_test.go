@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/pem"
@@ -33,6 +34,8 @@ type fakeRollouts struct {
 	states  []*flowv1.OperationRunState
 	polls   atomic.Int32
 	created []*flowv1.CreateOperationRunRequest
+	// message, when set, is every run's status message.
+	message string
 }
 
 func (f *fakeRollouts) GetOperationRun(_ context.Context, req *flowv1.GetOperationRunRequest) (*flowv1.GetOperationRunResponse, error) {
@@ -40,7 +43,7 @@ func (f *fakeRollouts) GetOperationRun(_ context.Context, req *flowv1.GetOperati
 	f.mu.Lock()
 	st := f.states[min(n, len(f.states)-1)]
 	f.mu.Unlock()
-	s := &flowv1.OperationRunSummary{Id: req.GetId(), Name: "fw", State: st, TotalPhases: 3, StatusMessage: "msg " + runState(st)}
+	s := &flowv1.OperationRunSummary{Id: req.GetId(), Name: "fw", State: st, TotalPhases: 3, StatusMessage: cmp.Or(f.message, "msg "+runState(st))}
 	phase := int32(0)
 	switch st.GetStatus() {
 	case flowv1.OperationRunStatus_OPERATION_RUN_STATUS_COMPLETED, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_COMPLETED_WITH_FAILURES,
@@ -139,7 +142,7 @@ func TestRolloutWatchInterrupted(t *testing.T) {
 
 func TestRolloutCreateSelection(t *testing.T) {
 	t.Parallel()
-	h := &fakeRollouts{}
+	h := &fakeRollouts{states: []*flowv1.OperationRunState{running}}
 	env := map[string]string{"FLOW_SERVER": serveFlow(t, h)}
 	base := []string{"rollout", "create", "--name", "x", "--max-concurrent", "2", "--gate-count", "1"}
 	for _, tt := range []struct {
@@ -184,6 +187,13 @@ func TestRolloutCreateSelection(t *testing.T) {
 	out, _, err := flow(env, append(append([]string{}, base...), "--all", "--version", "2.0")...)
 	require.NoError(t, err)
 	require.Equal(t, "created rollout "+runID+"\n", out)
+	// A run awaiting approval says which request, and how to approve it.
+	hash := strings.Repeat("ab", 32)
+	awaiting := &fakeRollouts{states: []*flowv1.OperationRunState{runSt(flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PENDING, flowv1.OperationRunStatusReason_OPERATION_RUN_STATUS_REASON_NONE)},
+		message: "awaiting approval of request " + runID + " (plan hash " + hash + ")"}
+	out, _, err = flow(map[string]string{"FLOW_SERVER": serveFlow(t, awaiting)}, append(append([]string{}, base...), "--all", "--version", "2.0")...)
+	require.NoError(t, err)
+	require.Equal(t, "created rollout "+runID+"\nawaiting approval: request "+runID+", plan hash "+hash+" (a second operator: flow approval approve "+runID+" --hash "+hash+")\n", out)
 	_, _, err = flow(env, append(append([]string{}, base...), "--percentage", "30", "--target-version", "3.0")...)
 	require.NoError(t, err)
 	require.Len(t, h.created, 2)
