@@ -25,6 +25,8 @@ type NotifyConfig struct {
 	Delivery notify.DeliveryConfig // FLOW_NOTIFY_TIMEOUT, _MAX_ATTEMPTS, _BACKOFF_MIN, _BACKOFF_MAX
 	Workers  int                   // FLOW_NOTIFY_WORKERS
 	Allow    []string              // FLOW_NOTIFY_ALLOW_TARGETS
+	// Alertmanager: FLOW_ALERTMANAGER_URLS, FLOW_ALERTMANAGER_RESEND.
+	Alertmanager notify.Alertmanager
 }
 
 // NotifyRescueJob re-enqueues webhook deliveries whose job was lost with a
@@ -64,6 +66,12 @@ func loadNotify(def func(string) string) (NotifyConfig, []string) {
 	} else {
 		n.Workers = v
 	}
+	if u, err := notify.ParseURLs(def("FLOW_ALERTMANAGER_URLS")); err != nil {
+		errs = append(errs, "FLOW_ALERTMANAGER_URLS: "+err.Error())
+	} else {
+		n.Alertmanager.URLs = u
+	}
+	dur("FLOW_ALERTMANAGER_RESEND", &n.Alertmanager.Resend)
 	if a, err := notify.ParseAllow(def("FLOW_NOTIFY_ALLOW_TARGETS")); err != nil {
 		errs = append(errs, "FLOW_NOTIFY_ALLOW_TARGETS: "+err.Error())
 	} else {
@@ -246,6 +254,10 @@ func leakChanges(svc *notify.Service, inv *inventory.Service) eventrule.LeakChan
 		typ := notify.LeakDetected
 		if c.Cleared {
 			typ = notify.LeakCleared
+			// The leak's alerts (send_alert) resolve with it.
+			if _, err := svc.ResolveAlerts(ctx, tx, c.Key); err != nil {
+				return err
+			}
 		}
 		if ok, err := svc.Wanted(ctx, tx, typ); err != nil || !ok {
 			return err
@@ -279,4 +291,39 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// alertSender raises event rules' send_alert alerts through the notifier
+// (nil when no Alertmanager is configured: send_alert is refused), labelled
+// alertname, severity, site, rack, component, rule and action, and
+// resolved when the event's source ends (a leak occurrence, leakChanges).
+func alertSender(svc *notify.Service, inv *inventory.Service) eventrule.AlertFunc {
+	if !svc.Alerting() {
+		return nil
+	}
+	return func(ctx context.Context, tx pgx.Tx, a eventrule.Alert) error {
+		name := "FlowEvent"
+		if a.EventType == eventrule.EventTypeLeakDetected {
+			name = "FlowLeakDetected"
+		}
+		labels := map[string]string{
+			"alertname": name, "severity": string(a.Severity), "site": svc.Site(), "event_type": a.EventType,
+			"rule": a.RuleID.String(), "action": a.ActionName, "rack_id": a.RackID.String(),
+		}
+		if r, err := inv.Rack(ctx, tx, a.RackID, false); err == nil {
+			labels["rack"] = r.Name
+		}
+		if a.ResourceKind == "component" {
+			labels["component_id"] = a.ResourceID.String()
+			if c, err := inv.Component(ctx, tx, a.ResourceID); err == nil {
+				labels["component"] = c.Name
+			}
+		}
+		ann := map[string]string{"summary": a.Summary, "flow_event_id": a.EventID.String()}
+		if a.Message != "" {
+			ann["description"] = a.Message
+		}
+		return svc.RaiseAlert(ctx, tx, notify.Alert{Key: a.SourceKey + "#" + a.RuleID.String() + "/" + a.ActionName, SourceKey: a.SourceKey,
+			Labels: labels, Annotations: ann})
+	}
 }

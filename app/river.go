@@ -110,6 +110,9 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 		// never delays engine steps (docs/notifications.md).
 		rc.Queues[notify.Queue] = river.QueueConfig{MaxWorkers: max(w.notifyWorkers, 1)}
 		river.AddWorker(rc.Workers, w.notify)
+		if w.alerts != nil {
+			river.AddWorker(rc.Workers, w.alerts)
+		}
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	if err != nil {
@@ -150,6 +153,8 @@ type engineWiring struct {
 	// Service is set once the client exists, before it starts.
 	notify        *notify.Worker
 	notifyWorkers int
+	// alerts works the Alertmanager alert jobs (same queue).
+	alerts *notify.AlertWorker
 
 	// riverRetention is how long River keeps finished jobs
 	// (FLOW_RIVER_JOB_RETENTION; 0: River's defaults).

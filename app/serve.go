@@ -187,6 +187,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	scheduleWorker := &schedule.Worker{}
 	eventWorker := &eventrule.ExecutionWorker{}
 	notifyWorker := &notify.Worker{}
+	alertWorker := &notify.AlertWorker{}
 	var notifier *notify.Service
 	var emitTaskEnds engine.RunEndFunc
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
@@ -213,6 +214,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		schedules:       scheduleWorker,
 		eventExecutions: eventWorker,
 		notify:          notifyWorker,
+		alerts:          alertWorker,
 		notifyWorkers:   cfg.Notify.Workers,
 		engine:          cfg.engineConfig(),
 		riverRetention:  cfg.Retention.RiverJobs,
@@ -237,8 +239,10 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	notifier = notify.NewService(notify.Config{
 		Pool: pool, Keys: keys, Enqueue: notify.RiverEnqueuer(s.river), Site: cfg.Notify.Site, Delivery: cfg.Notify.Delivery, Logger: logger,
 		Guard: notify.Guard{DevMode: cfg.DevMode, Allow: cfg.Notify.Allow}, Observer: notifyObserverFor(s.tel.metrics),
+		Alertmanager: cfg.Notify.Alertmanager, AlertEnqueue: notify.RiverAlertEnqueuer(s.river),
 	})
 	notifyWorker.Service = notifier
+	alertWorker.Service = notifier
 	emitTaskEnds = taskEnds(notifier, inv)
 	initNotifyMetrics(s.tel.metrics, notifier)
 	if err := s.system.Add(SystemJob{Name: NotifyRescueJob, Interval: notifyRescueInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
@@ -288,6 +292,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	scheduleWorker.Service = schedules
 	eventRules = eventrule.NewService(eventrule.Config{
 		Pool: pool, Inv: inv, Tasks: tasks, Enqueue: eventrule.RiverExecutionEnqueuer(s.river), Logger: logger,
+		Alert: alertSender(notifier, inv),
 	})
 	eventWorker.Rules = eventRules
 	inv.SetLeakHandling(eventRules.LeakHandling)

@@ -147,7 +147,7 @@ func knownLabels(e *engine.Engine, system *systemJobs) telemetry.Known {
 		JobKinds: []string{
 			engine.RunStepArgs{}.Kind(), engine.RunTimeoutArgs{}.Kind(), queueExpiryArgs{}.Kind(),
 			eventrule.ExecutionArgs{}.Kind(), rollout.WakeArgs{}.Kind(), schedule.FireArgs{}.Kind(),
-			notify.DeliverArgs{}.Kind(),
+			notify.DeliverArgs{}.Kind(), notify.AlertArgs{}.Kind(),
 		},
 		SystemJobs: slices.Clone(system.order),
 		Backends:   map[string][]string{"nico": nico.Methods(), "psm": psm.Methods()},

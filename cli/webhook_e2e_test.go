@@ -5,8 +5,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/notify"
 )
@@ -202,4 +205,107 @@ func TestCLIWebhookEvents(t *testing.T) {
 	require.Eventually(t, func() bool { return slices.Contains(rcv.types(), string(notify.LeakCleared)) }, 20*time.Second, 50*time.Millisecond)
 	require.Equal(t, leak.Leak.OccurrenceID, rcv.first(t, notify.LeakCleared).Leak.OccurrenceID)
 	require.Zero(t, rcv.bad)
+}
+
+// startAlertmanager runs a real Alertmanager (Debian's
+// prometheus-alertmanager, which .ci/run installs) on a free loopback port
+// until the test ends and returns its URL.
+func startAlertmanager(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus-alertmanager")
+	if err != nil {
+		bin, err = exec.LookPath("alertmanager")
+	}
+	require.NoError(t, err, "Alertmanager is not installed: apt-get install -y prometheus-alertmanager (.ci/run does)")
+	dir := t.TempDir()
+	cfg := writeFile(t, "alertmanager.yml", "route:\n  receiver: blackhole\nreceivers:\n  - name: blackhole\n")
+	port, err := pglocal.FreePort()
+	require.NoError(t, err)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	cmd := exec.Command(bin, "--config.file="+cfg, "--storage.path="+dir, "--web.listen-address="+addr, "--cluster.listen-address=", "--log.level=warn")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	u := "http://" + addr
+	require.Eventually(t, func() bool {
+		res, err := http.Get(u + "/-/ready")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	}, 20*time.Second, 50*time.Millisecond, "alertmanager ready")
+	return u
+}
+
+type amAlert struct {
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+	Status      struct {
+		State string `json:"state"`
+	} `json:"status"`
+	EndsAt time.Time `json:"endsAt"`
+}
+
+func activeAlerts(t *testing.T, am string) []amAlert {
+	t.Helper()
+	res, err := http.Get(am + "/api/v2/alerts")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	var all, out []amAlert
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&all))
+	for _, a := range all {
+		if a.Status.State == "active" && a.EndsAt.After(time.Now()) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// TestCLILeakAlert: an event rule's send_alert on a leak fires an alert in
+// a real Alertmanager, labelled with the site, rack, component and rule,
+// and the alert resolves when the leak clears.
+func TestCLILeakAlert(t *testing.T) {
+	t.Parallel()
+	am := startAlertmanager(t)
+	cfg := writeFile(t, "flowconfig.yaml", "leak_detection_interval: 1s\ninventory_run_frequency: 1h\n")
+	s := startServer(t, map[string]string{
+		"FLOW_CONFIG_FILE": cfg, "FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED": "true", "FLOW_SITE_NAME": "lab-1",
+		"FLOW_ALERTMANAGER_URLS": am, "FLOW_ALERTMANAGER_RESEND": "500ms",
+	})
+	b := s.bundle()
+	rack := s.addRack(t, 74, rackOptions{linked: true})
+	file := writeFile(t, "rule.yaml", `name: page
+eventType: hardware.leak.detected
+actions:
+  - name: page
+    sendAlert: {severity: EVENT_RULE_SEVERITY_CRITICAL, message: "coolant leak: send someone"}
+`)
+	b.mustFlow(t, "event-rule", "create", "-f", file)
+	b.mustFlow(t, "event-rule", "enable", "page")
+	b.mustFlow(t, "event-rule", "bind", "page", "--rack", rack.Name)
+	var tray inventory.Component
+	for _, c := range rack.Components {
+		if c.Type == inventory.ComponentTypeCompute {
+			tray = c
+			break
+		}
+	}
+	require.NoError(t, s.sims.NICo.SetLeak(tray.ExternalID, true))
+	require.Eventually(t, func() bool { return len(activeAlerts(t, am)) == 1 }, 30*time.Second, 100*time.Millisecond, "the alert fires")
+	a := activeAlerts(t, am)[0]
+	require.Equal(t, "FlowLeakDetected", a.Labels["alertname"])
+	require.Equal(t, "critical", a.Labels["severity"])
+	require.Equal(t, "lab-1", a.Labels["site"])
+	require.Equal(t, rack.Name, a.Labels["rack"])
+	require.Equal(t, tray.Name, a.Labels["component"])
+	require.Equal(t, "page", a.Labels["action"])
+	require.Equal(t, "coolant leak: send someone", a.Annotations["description"])
+	time.Sleep(3 * time.Second) // several leak cycles and resends: still one alert
+	require.Len(t, activeAlerts(t, am), 1)
+
+	require.NoError(t, s.sims.NICo.SetLeak(tray.ExternalID, false))
+	require.Eventually(t, func() bool { return len(activeAlerts(t, am)) == 0 }, 30*time.Second, 100*time.Millisecond, "the alert resolves")
 }

@@ -46,10 +46,18 @@ func newKeys(t *testing.T) *firmware.Keyring {
 // River client works (started unless start is false).
 func setup(t *testing.T, d notify.DeliveryConfig) *testBundle {
 	t.Helper()
+	return setupWith(t, d, nil)
+}
+
+// setupWith is setup with more of the service's configuration (edit).
+func setupWith(t *testing.T, d notify.DeliveryConfig, edit func(*notify.Config)) *testBundle {
+	t.Helper()
 	pool := dbtest.NewPool(t)
 	worker := &notify.Worker{}
+	alerts := &notify.AlertWorker{}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
+	river.AddWorker(workers, alerts)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:  map[string]river.QueueConfig{notify.Queue: {MaxWorkers: 8}},
 		Workers: workers, Logger: slog.New(slog.DiscardHandler),
@@ -57,9 +65,13 @@ func setup(t *testing.T, d notify.DeliveryConfig) *testBundle {
 	})
 	require.NoError(t, err)
 	b := &testBundle{pool: pool, keys: newKeys(t)}
-	b.svc = notify.NewService(notify.Config{Pool: pool, Keys: b.keys, Enqueue: notify.RiverEnqueuer(client), Guard: notify.Guard{DevMode: true},
-		Site: "test-site", Delivery: d})
-	worker.Service = b.svc
+	cfg := notify.Config{Pool: pool, Keys: b.keys, Enqueue: notify.RiverEnqueuer(client), Guard: notify.Guard{DevMode: true},
+		Site: "test-site", Delivery: d, AlertEnqueue: notify.RiverAlertEnqueuer(client)}
+	if edit != nil {
+		edit(&cfg)
+	}
+	b.svc = notify.NewService(cfg)
+	worker.Service, alerts.Service = b.svc, b.svc
 	require.NoError(t, client.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -89,3 +89,27 @@ WHERE d.status = 'pending' AND (
     OR (d.claimed_until IS NULL AND d.next_attempt_at < @before AND NOT EXISTS (SELECT 1 FROM notify_delivery e
         WHERE e.subscription_id = d.subscription_id AND e.subject = d.subject AND e.status = 'pending' AND e.id < d.id)))
 ORDER BY d.id LIMIT @lim;
+
+-- name: AlertRaise :one
+-- Fires the alert of key: a new one, or a resolved one again (a new
+-- starts_at); a firing one is left as it is (fired false).
+INSERT INTO notify_alert (id, key, source_key, labels, annotations)
+VALUES (@id, @key, @source_key, @labels, @annotations)
+ON CONFLICT (key) DO UPDATE SET status = 'firing', starts_at = now(), ends_at = NULL, labels = EXCLUDED.labels,
+    annotations = EXCLUDED.annotations, updated_at = now()
+    WHERE notify_alert.status = 'resolved'
+RETURNING id;
+
+-- name: AlertResolve :many
+UPDATE notify_alert SET status = 'resolved', ends_at = now(), updated_at = now()
+WHERE source_key = @source_key AND status = 'firing'
+RETURNING id;
+
+-- name: AlertGetByID :one
+SELECT * FROM notify_alert WHERE id = @id;
+
+-- name: AlertSent :exec
+UPDATE notify_alert SET last_sent_at = now(), last_error = @last_error, updated_at = now() WHERE id = @id;
+
+-- name: AlertList :many
+SELECT * FROM notify_alert ORDER BY created_at DESC LIMIT @lim;

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -43,6 +44,10 @@ type Config struct {
 	// Observer, if set, hears of emissions and delivery outcomes
 	// (metrics), after their transaction commits.
 	Observer Observer
+	// Alertmanager is where alerts go (no URLs: RaiseAlert is refused);
+	// AlertEnqueue inserts their jobs.
+	Alertmanager Alertmanager
+	AlertEnqueue AlertEnqueuer
 }
 
 // DeliveryConfig tunes delivery (FLOW_NOTIFY_*).
@@ -129,6 +134,10 @@ type Service struct {
 	obs    Observer
 	client *httpClient
 
+	am       Alertmanager
+	alertEnq AlertEnqueuer
+	amClient *http.Client
+
 	mu     sync.Mutex
 	cached []Subscription
 	readAt time.Time
@@ -148,8 +157,16 @@ func NewService(cfg Config) *Service {
 		src = "/flow/" + site
 	}
 	d := cfg.Delivery.withDefaults()
+	am := cfg.Alertmanager
+	if am.Resend <= 0 {
+		am.Resend = DefaultResend
+	}
+	if am.Timeout <= 0 {
+		am.Timeout = DefaultTimeout
+	}
 	return &Service{pool: cfg.Pool, q: dbsqlc.New(), keys: cfg.Keys, enq: cfg.Enqueue, guard: cfg.Guard, site: site, source: src,
-		cfg: d, logger: cfg.Logger, obs: cfg.Observer, client: newHTTPClient(cfg.Guard, d)}
+		cfg: d, logger: cfg.Logger, obs: cfg.Observer, client: newHTTPClient(cfg.Guard, d),
+		am: am, alertEnq: cfg.AlertEnqueue, amClient: &http.Client{Timeout: am.Timeout}}
 }
 
 // Subscription is a webhook subscription. Its secret is never held here.
@@ -518,3 +535,6 @@ func (s *Service) RescueStale(ctx context.Context, staleAfter time.Duration, lim
 	})
 	return n, err
 }
+
+// Site returns the site's name (FLOW_SITE_NAME).
+func (s *Service) Site() string { return s.site }

@@ -175,7 +175,23 @@ func (s *Service) execute(ctx context.Context, tx pgx.Tx, row dbsqlc.EventAction
 	case ActionNoop:
 		return []uuid.UUID{}, "", nil
 	case ActionSendAlert:
-		return nil, "", fmt.Errorf("%w: no alert sender is configured", errPermanent)
+		if s.alert == nil || p.Alert == nil {
+			return nil, "", fmt.Errorf("%w: no alert sender is configured", errPermanent)
+		}
+		ev, err := s.q.EventGetByID(ctx, tx, row.EventID)
+		if err != nil {
+			return nil, "", fmt.Errorf("read event %s: %w", row.EventID, err)
+		}
+		a := Alert{ExecutionID: row.ID, EventID: ev.ID, EventType: ev.EventType, SourceKey: ev.SourceKey, Summary: ev.Summary,
+			RackID: ev.RackID, ResourceKind: ev.ResourceKind, ResourceID: ev.ResourceID, RuleID: ev.AppliedRuleID,
+			ActionName: row.ActionName, Severity: p.Alert.Severity, Message: p.Alert.Message}
+		if ev.ComponentType != nil {
+			a.ComponentType = *ev.ComponentType
+		}
+		if err := s.alert(ctx, tx, a); err != nil {
+			return nil, "", fmt.Errorf("send alert: %w", err)
+		}
+		return []uuid.UUID{}, "alert sent to Alertmanager", nil
 	case ActionSubmitTask:
 	default:
 		return nil, "", fmt.Errorf("%w: unknown action type %q", errPermanent, row.ActionType)

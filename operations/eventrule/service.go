@@ -31,6 +31,7 @@ type Service struct {
 	tasks   *operations.Tasks
 	enqueue ExecutionEnqueuer
 	alerts  bool
+	alert   AlertFunc
 	logger  *slog.Logger
 }
 
@@ -46,8 +47,36 @@ type Config struct {
 	// send_alert actions are refused at rule creation (as upstream's
 	// standard service).
 	AlertSender bool
-	Logger      *slog.Logger
+	// Alert, when set, sends send_alert actions' alerts (and implies
+	// AlertSender).
+	Alert  AlertFunc
+	Logger *slog.Logger
 }
+
+// Alert is what a send_alert execution raises: its event (type, source
+// key, summary, what and where) and the action (rule, name, severity,
+// message).
+type Alert struct {
+	ExecutionID uuid.UUID
+	EventID     uuid.UUID
+	EventType   string
+	// SourceKey is the event's source key (a leak occurrence's key): the
+	// alert resolves when what it names ends.
+	SourceKey     string
+	Summary       string
+	RackID        uuid.UUID
+	ResourceKind  string
+	ResourceID    uuid.UUID
+	ComponentType string
+	RuleID        uuid.UUID
+	ActionName    string
+	Severity      Severity
+	Message       string
+}
+
+// AlertFunc raises an alert inside the execution's transaction; it must
+// not do network I/O (a notifier's outbox sends it).
+type AlertFunc func(ctx context.Context, tx pgx.Tx, a Alert) error
 
 // NewService returns the event-rule store and processor.
 func NewService(cfg Config) *Service {
@@ -57,7 +86,7 @@ func NewService(cfg Config) *Service {
 	}
 	return &Service{
 		pool: cfg.Pool, q: dbsqlc.New(), inv: cfg.Inv, tasks: cfg.Tasks, enqueue: cfg.Enqueue,
-		alerts: cfg.AlertSender, logger: logger,
+		alerts: cfg.AlertSender || cfg.Alert != nil, alert: cfg.Alert, logger: logger,
 	}
 }
 

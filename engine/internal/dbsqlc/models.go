@@ -290,6 +290,21 @@ type MaintenanceWindowRunRelease struct {
 	ReleasedAt     pgtype.Timestamptz
 }
 
+type NotifyAlert struct {
+	ID          pgtype.UUID
+	Key         string
+	SourceKey   string
+	Labels      []byte
+	Annotations []byte
+	Status      string
+	StartsAt    pgtype.Timestamptz
+	EndsAt      pgtype.Timestamptz
+	LastSentAt  pgtype.Timestamptz
+	LastError   string
+	CreatedAt   pgtype.Timestamptz
+	UpdatedAt   pgtype.Timestamptz
+}
+
 type NotifyDelivery struct {
 	ID             int64
 	EventID        pgtype.UUID

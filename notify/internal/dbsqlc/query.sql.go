@@ -12,6 +12,139 @@ import (
 	"github.com/google/uuid"
 )
 
+const alertGetByID = `-- name: AlertGetByID :one
+SELECT id, key, source_key, labels, annotations, status, starts_at, ends_at, last_sent_at, last_error, created_at, updated_at FROM notify_alert WHERE id = $1
+`
+
+func (q *Queries) AlertGetByID(ctx context.Context, db DBTX, id uuid.UUID) (NotifyAlert, error) {
+	row := db.QueryRow(ctx, alertGetByID, id)
+	var i NotifyAlert
+	err := row.Scan(
+		&i.ID,
+		&i.Key,
+		&i.SourceKey,
+		&i.Labels,
+		&i.Annotations,
+		&i.Status,
+		&i.StartsAt,
+		&i.EndsAt,
+		&i.LastSentAt,
+		&i.LastError,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const alertList = `-- name: AlertList :many
+SELECT id, key, source_key, labels, annotations, status, starts_at, ends_at, last_sent_at, last_error, created_at, updated_at FROM notify_alert ORDER BY created_at DESC LIMIT $1
+`
+
+func (q *Queries) AlertList(ctx context.Context, db DBTX, lim int32) ([]NotifyAlert, error) {
+	rows, err := db.Query(ctx, alertList, lim)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []NotifyAlert{}
+	for rows.Next() {
+		var i NotifyAlert
+		if err := rows.Scan(
+			&i.ID,
+			&i.Key,
+			&i.SourceKey,
+			&i.Labels,
+			&i.Annotations,
+			&i.Status,
+			&i.StartsAt,
+			&i.EndsAt,
+			&i.LastSentAt,
+			&i.LastError,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const alertRaise = `-- name: AlertRaise :one
+INSERT INTO notify_alert (id, key, source_key, labels, annotations)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (key) DO UPDATE SET status = 'firing', starts_at = now(), ends_at = NULL, labels = EXCLUDED.labels,
+    annotations = EXCLUDED.annotations, updated_at = now()
+    WHERE notify_alert.status = 'resolved'
+RETURNING id
+`
+
+type AlertRaiseParams struct {
+	ID          uuid.UUID
+	Key         string
+	SourceKey   string
+	Labels      []byte
+	Annotations []byte
+}
+
+// Fires the alert of key: a new one, or a resolved one again (a new
+// starts_at); a firing one is left as it is (fired false).
+func (q *Queries) AlertRaise(ctx context.Context, db DBTX, arg AlertRaiseParams) (uuid.UUID, error) {
+	row := db.QueryRow(ctx, alertRaise,
+		arg.ID,
+		arg.Key,
+		arg.SourceKey,
+		arg.Labels,
+		arg.Annotations,
+	)
+	var id uuid.UUID
+	err := row.Scan(&id)
+	return id, err
+}
+
+const alertResolve = `-- name: AlertResolve :many
+UPDATE notify_alert SET status = 'resolved', ends_at = now(), updated_at = now()
+WHERE source_key = $1 AND status = 'firing'
+RETURNING id
+`
+
+func (q *Queries) AlertResolve(ctx context.Context, db DBTX, sourceKey string) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, alertResolve, sourceKey)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const alertSent = `-- name: AlertSent :exec
+UPDATE notify_alert SET last_sent_at = now(), last_error = $1, updated_at = now() WHERE id = $2
+`
+
+type AlertSentParams struct {
+	LastError string
+	ID        uuid.UUID
+}
+
+func (q *Queries) AlertSent(ctx context.Context, db DBTX, arg AlertSentParams) error {
+	_, err := db.Exec(ctx, alertSent, arg.LastError, arg.ID)
+	return err
+}
+
 const deliveryBacklog = `-- name: DeliveryBacklog :one
 SELECT count(*)::bigint AS pending,
     COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 AS oldest_seconds

@@ -301,6 +301,21 @@ type NVLDomain struct {
 	DeletedAt     *time.Time
 }
 
+type NotifyAlert struct {
+	ID          uuid.UUID
+	Key         string
+	SourceKey   string
+	Labels      []byte
+	Annotations []byte
+	Status      string
+	StartsAt    time.Time
+	EndsAt      *time.Time
+	LastSentAt  *time.Time
+	LastError   string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
 type NotifyDelivery struct {
 	ID             int64
 	EventID        uuid.UUID
