@@ -77,6 +77,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	return w.Service.deliver(ctx, job.Args.DeliveryID)
 }
 
+// claimFor is how long a sender holds a delivery: its request's timeout
+// and as much again (at most 30 s) to record the outcome. A claim that
+// lapses with the delivery still pending means its sender died.
+func (s *Service) claimFor() time.Duration {
+	return s.cfg.Timeout + min(s.cfg.Timeout, 30*time.Second)
+}
+
 // holdPoll is how often a delivery held behind an earlier one looks again
 // (the earlier one's job normally delivers it first).
 func (s *Service) holdPoll() time.Duration {
@@ -87,7 +94,7 @@ func (s *Service) deliver(ctx context.Context, id int64) error {
 	deadline := time.Now().Add(drainBudget)
 	first := true
 	for {
-		until := time.Now().Add(s.cfg.Timeout + 30*time.Second)
+		until := time.Now().Add(s.claimFor())
 		d, err := s.q.DeliveryClaim(ctx, s.pool, dbsqlc.DeliveryClaimParams{ID: id, ClaimedUntil: &until})
 		if errors.Is(err, pgx.ErrNoRows) {
 			if !first {
@@ -136,7 +143,7 @@ func (s *Service) notClaimed(ctx context.Context, id int64) error {
 	}
 	if row.ClaimedUntil != nil {
 		if d := time.Until(*row.ClaimedUntil); d > wait {
-			wait = min(d, s.cfg.Timeout+30*time.Second)
+			wait = min(d, s.claimFor())
 		}
 	}
 	return river.JobSnooze(wait)

@@ -80,12 +80,13 @@ SELECT count(*)::bigint AS pending,
 FROM notify_delivery WHERE status = 'pending';
 
 -- name: DeliveryStale :many
--- Pending deliveries nobody works: claimed by a worker whose claim lapsed
--- before @before (it died sending), or heads of their subject due since
--- before @before and unclaimed (their job died before it claimed).
+-- Pending deliveries nobody works: claimed by a sender whose claim lapsed
+-- (it died sending: a live sender records its attempt before then), or
+-- heads of their subject due since before @before and unclaimed (their
+-- job died before it claimed).
 SELECT d.id FROM notify_delivery d
 WHERE d.status = 'pending' AND (
-    (d.claimed_until IS NOT NULL AND d.claimed_until < @before)
+    (d.claimed_until IS NOT NULL AND d.claimed_until < now())
     OR (d.claimed_until IS NULL AND d.next_attempt_at < @before AND NOT EXISTS (SELECT 1 FROM notify_delivery e
         WHERE e.subscription_id = d.subscription_id AND e.subject = d.subject AND e.status = 'pending' AND e.id < d.id)))
 ORDER BY d.id LIMIT @lim;

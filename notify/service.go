@@ -517,8 +517,8 @@ func (s *Service) Backlog(ctx context.Context) (int, time.Duration, error) {
 }
 
 // RescueStale enqueues a new job for up to limit pending deliveries nobody
-// works: claimed by a sender whose claim lapsed staleAfter ago, or heads of
-// their subject due for longer than staleAfter and unclaimed. Their job
+// works: claimed by a sender whose claim lapsed, or heads of their subject
+// due for longer than staleAfter and unclaimed. Their job
 // was lost with a killed process (River would rescue it only after its
 // rescue window). A duplicate job is harmless: the claim admits one
 // sender.
@@ -526,7 +526,7 @@ func (s *Service) RescueStale(ctx context.Context, staleAfter time.Duration, lim
 	var n int
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		before := time.Now().Add(-staleAfter)
-		ids, err := s.q.DeliveryStale(ctx, tx, dbsqlc.DeliveryStaleParams{Before: &before, Lim: int32(limit)})
+		ids, err := s.q.DeliveryStale(ctx, tx, dbsqlc.DeliveryStaleParams{Before: before, Lim: int32(limit)})
 		if err != nil || len(ids) == 0 || s.enq == nil {
 			return err
 		}

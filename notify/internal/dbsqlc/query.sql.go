@@ -427,20 +427,21 @@ func (q *Queries) DeliveryRedrive(ctx context.Context, db DBTX, arg DeliveryRedr
 const deliveryStale = `-- name: DeliveryStale :many
 SELECT d.id FROM notify_delivery d
 WHERE d.status = 'pending' AND (
-    (d.claimed_until IS NOT NULL AND d.claimed_until < $1)
+    (d.claimed_until IS NOT NULL AND d.claimed_until < now())
     OR (d.claimed_until IS NULL AND d.next_attempt_at < $1 AND NOT EXISTS (SELECT 1 FROM notify_delivery e
         WHERE e.subscription_id = d.subscription_id AND e.subject = d.subject AND e.status = 'pending' AND e.id < d.id)))
 ORDER BY d.id LIMIT $2
 `
 
 type DeliveryStaleParams struct {
-	Before *time.Time
+	Before time.Time
 	Lim    int32
 }
 
-// Pending deliveries nobody works: claimed by a worker whose claim lapsed
-// before @before (it died sending), or heads of their subject due since
-// before @before and unclaimed (their job died before it claimed).
+// Pending deliveries nobody works: claimed by a sender whose claim lapsed
+// (it died sending: a live sender records its attempt before then), or
+// heads of their subject due since before @before and unclaimed (their
+// job died before it claimed).
 func (q *Queries) DeliveryStale(ctx context.Context, db DBTX, arg DeliveryStaleParams) ([]int64, error) {
 	rows, err := db.Query(ctx, deliveryStale, arg.Before, arg.Lim)
 	if err != nil {
