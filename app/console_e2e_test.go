@@ -80,7 +80,9 @@ func newBrowser(t testing.TB) context.Context {
 	return bctx
 }
 
-func startConsoleE2E(t *testing.T) *consoleE2E {
+// startConsoleE2E starts it; overrides set or replace its environment
+// (FLOW_APPROVAL_THRESHOLD for the approvals' test).
+func startConsoleE2E(t *testing.T, overrides ...map[string]string) *consoleE2E {
 	t.Helper()
 	certs := t.TempDir()
 	require.NoError(t, edge.WriteDevCerts(certs, nil))
@@ -106,6 +108,11 @@ func startConsoleE2E(t *testing.T) *consoleE2E {
 		// identities each would await a second identity's approval
 		// (docs/change-safety.md), which is not what these pages test.
 		"FLOW_APPROVAL_THRESHOLD": "0",
+	}
+	for _, o := range overrides {
+		for k, v := range o {
+			vars[k] = v
+		}
 	}
 	cfg, err := LoadConfig(env(vars))
 	require.NoError(t, err)
