@@ -308,4 +308,24 @@ actions:
 
 	require.NoError(t, s.sims.NICo.SetLeak(tray.ExternalID, false))
 	require.Eventually(t, func() bool { return len(activeAlerts(t, am)) == 0 }, 30*time.Second, 100*time.Millisecond, "the alert resolves")
+
+	// A rack with no rule bound: the built-in leakage rule powers off and,
+	// with an Alertmanager configured, alerts too.
+	require.Contains(t, b.mustFlow(t, "event-rule", "get", "built-in"), "alert: send critical alert")
+	other := s.addRack(t, 75, rackOptions{linked: true})
+	var tray2 inventory.Component
+	for _, c := range other.Components {
+		if c.Type == inventory.ComponentTypeCompute {
+			tray2 = c
+			break
+		}
+	}
+	require.NoError(t, s.sims.NICo.SetLeak(tray2.ExternalID, true))
+	require.Eventually(t, func() bool { return len(activeAlerts(t, am)) == 1 }, 30*time.Second, 100*time.Millisecond, "the built-in alerts")
+	a = activeAlerts(t, am)[0]
+	require.Equal(t, other.Name, a.Labels["rack"])
+	require.Equal(t, "alert", a.Labels["action"])
+	require.Equal(t, "f34b87f7-cb1b-4b08-aa51-30c0b3b58680", a.Labels["rule"])
+	require.NoError(t, s.sims.NICo.SetLeak(tray2.ExternalID, false))
+	require.Eventually(t, func() bool { return len(activeAlerts(t, am)) == 0 }, 30*time.Second, 100*time.Millisecond, "the built-in's alert resolves")
 }

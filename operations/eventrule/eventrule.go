@@ -401,16 +401,6 @@ func BuiltInRules() []Rule {
 	return out
 }
 
-func builtInByID(id uuid.UUID) *Rule {
-	for i := range builtInRules {
-		if builtInRules[i].ID == id {
-			r := builtInRules[i]
-			return &r
-		}
-	}
-	return nil
-}
-
 func builtInFor(eventType string) *Rule {
 	for i := range builtInRules {
 		if builtInRules[i].EventType == eventType {

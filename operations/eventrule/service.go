@@ -139,7 +139,7 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, in RuleInput) (Rule, er
 func (s *Service) Get(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (Rule, error) {
 	row, err := s.q.EventRuleGetByID(ctx, dbtx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if b := builtInByID(id); b != nil {
+		if b := s.builtInByID(id); b != nil {
 			return *b, nil
 		}
 		return Rule{}, fmt.Errorf("%w: %s", ErrRuleNotFound, id)
@@ -152,7 +152,7 @@ func (s *Service) Get(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (Rule, er
 // persisted locks and returns the persisted rule id for a change: a
 // built-in's ID is ErrBuiltInRule, an unknown one ErrRuleNotFound.
 func (s *Service) persisted(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Rule, error) {
-	if builtInByID(id) != nil {
+	if s.builtInByID(id) != nil {
 		return Rule{}, fmt.Errorf("%w: rule %s is built in", ErrBuiltInRule, id)
 	}
 	row, err := s.q.EventRuleGetByIDForUpdate(ctx, tx, id)
@@ -189,7 +189,7 @@ func (s *Service) List(ctx context.Context, dbtx db.DBTX, f RuleFilter) ([]Rule,
 		return nil, 0, fmt.Errorf("count event rules: %w", err)
 	}
 	var builtIns []Rule
-	for _, b := range BuiltInRules() {
+	for _, b := range s.builtIns() {
 		if (f.EventType == nil || *f.EventType == b.EventType) && (f.Enabled == nil || *f.Enabled == b.Enabled) {
 			builtIns = append(builtIns, b)
 		}
@@ -388,7 +388,7 @@ func (s *Service) Effective(ctx context.Context, dbtx db.DBTX, eventType string,
 		return Rule{}, fmt.Errorf("effective event rule: %w", err)
 	}
 	if b := builtInFor(eventType); b != nil {
-		return *b, nil
+		return *s.builtInByID(b.ID), nil
 	}
 	return Rule{}, fmt.Errorf("%w: no rule for event type %s", ErrRuleNotFound, eventType)
 }
@@ -417,4 +417,35 @@ func (s *Service) EffectiveAt(ctx context.Context, dbtx db.DBTX, eventType strin
 		return Rule{}, err
 	}
 	return s.Effective(ctx, dbtx, eventType, rackID)
+}
+
+// BuiltInAlertAction is the action the built-in leakage rule gains when
+// an alert sender is configured: a critical alert, resolved when the leak
+// clears.
+const BuiltInAlertAction = "alert"
+
+// builtIns returns the built-in rules as this service runs them: with an
+// alert sender (Config.Alert), the leakage rule also sends a critical
+// alert after its power-off.
+func (s *Service) builtIns() []Rule {
+	out := BuiltInRules()
+	if s.alert == nil {
+		return out
+	}
+	for i := range out {
+		if out[i].ID == BuiltInLeakRuleID {
+			out[i].Actions = append(out[i].Actions, Action{Name: BuiltInAlertAction,
+				SendAlert: &SendAlertSpec{Severity: SeverityCritical, Message: "coolant leak: the affected components are being powered off"}})
+		}
+	}
+	return out
+}
+
+func (s *Service) builtInByID(id uuid.UUID) *Rule {
+	for _, r := range s.builtIns() {
+		if r.ID == id {
+			return &r
+		}
+	}
+	return nil
 }
