@@ -263,6 +263,7 @@ func TestTwoPersonApprovalBulk(t *testing.T) {
 	pv, err := opAdmin.PreviewSubmission(ctx, &adminv1.PreviewSubmissionRequest{Request: &adminv1.PreviewSubmissionRequest_PowerOn{PowerOn: on}})
 	require.NoError(t, err)
 	shown := pv.GetPlanHash()
+	require.True(t, pv.GetApprovalRequired(), "6 racks > 5: the dry run says it needs approval")
 	res, err := opFlow.PowerOnRack(ctx, on)
 	require.NoError(t, err)
 	require.Len(t, res.GetTaskIds(), 6)

@@ -78,6 +78,9 @@ func printPlannedRacks(w io.Writer, racks []*adminv1.PlannedRack, withRule bool)
 		if len(r.GetLeaks()) > 0 {
 			fmt.Fprintf(w, "    held by open leaks: %s\n", strings.Join(r.GetLeaks(), ", "))
 		}
+		if h := r.GetHeld(); h != "" {
+			fmt.Fprintf(w, "    held: %s\n", h)
+		}
 	}
 }
 

@@ -29,6 +29,9 @@ type SubmissionPlan struct {
 	Refusal string
 	// Hash is the plan hash: PlanHash of the frozen part of the plan.
 	Hash string
+	// ApprovalRequired is set when the submission would wait for a second
+	// identity's approval (SetApprover).
+	ApprovalRequired bool
 
 	payload Payload
 }
@@ -49,6 +52,9 @@ type PlannedRack struct {
 	// Leaks are the open, not overridden leaks of components the task
 	// would energise (Submit refuses the request while one is open).
 	Leaks []string
+	// Held says why the maintenance windows and freezes would hold the
+	// task, and when the next window opens ("": it could start now).
+	Held string
 }
 
 // ActiveTask is an unfinished task on a rack.
@@ -131,6 +137,23 @@ func (t *Tasks) Preview(ctx context.Context, tx pgx.Tx, req Request) (Submission
 			}
 		case len(pr.Conflicts) > 0 || (req.Queue && waiting):
 			pr.Waiting = true
+		}
+	}
+	// Windows and freezes, and a second identity's approval, as
+	// gateMany and approveMany would decide them now.
+	for i, p := range s.plans {
+		h, err := t.gateHold(ctx, tx, GateSubject{RackID: p.rack.ID, Type: req.Type, Code: req.Code, TriggerType: req.TriggerType, TriggerID: req.TriggerID},
+			req.Preempt || req.Payload.Leak != nil, false)
+		if err != nil {
+			return SubmissionPlan{}, err
+		}
+		if h.Held() {
+			plan.Racks[i].Held, plan.Racks[i].Waiting = strings.TrimPrefix(heldMessage(h), "Held: "), true
+		}
+	}
+	if t.approver != nil && !req.Preempt && req.Payload.Leak == nil && req.TriggerType == "" && len(plan.Racks) > 0 {
+		if plan.ApprovalRequired, err = t.approver.Required(ctx, tx, len(plan.Racks)); err != nil {
+			return SubmissionPlan{}, err
 		}
 	}
 	if plan.Refusal == "" && len(leaky) > 0 {

@@ -69,7 +69,7 @@ func (h *PreviewHandler) PreviewSubmission(ctx context.Context, req *adminv1.Pre
 	}
 	p := pv.plan
 	res := &adminv1.PreviewSubmissionResponse{
-		OperationType: string(p.Type), OperationCode: string(p.Code), Refusal: p.Refusal, PlanHash: p.Hash,
+		OperationType: string(p.Type), OperationCode: string(p.Code), Refusal: p.Refusal, PlanHash: p.Hash, ApprovalRequired: p.ApprovalRequired,
 	}
 	for _, r := range p.Racks {
 		res.Racks = append(res.Racks, PlannedRackToProto(r))
@@ -79,7 +79,7 @@ func (h *PreviewHandler) PreviewSubmission(ctx context.Context, req *adminv1.Pre
 
 // PlannedRackToProto converts a planned rack for the admin service.
 func PlannedRackToProto(r PlannedRack) *adminv1.PlannedRack {
-	out := &adminv1.PlannedRack{RackId: r.RackID.String(), Rack: r.Rack, Rule: r.RuleName, Waiting: r.Waiting, Leaks: r.Leaks}
+	out := &adminv1.PlannedRack{RackId: r.RackID.String(), Rack: r.Rack, Rule: r.RuleName, Waiting: r.Waiting, Leaks: r.Leaks, Held: r.Held}
 	for _, ct := range []ComponentType{ComponentTypeCompute, ComponentTypeNVSwitch, ComponentTypePowerShelf, ComponentTypeToRSwitch, ComponentTypeUMS, ComponentTypeCDU} {
 		for _, id := range SortedIDs(r.Components[ct]) {
 			out.ComponentIds = append(out.ComponentIds, id.String())

@@ -152,6 +152,17 @@ func TestPowerCycleWaitsForTheWindow(t *testing.T) {
 	require.False(t, w.GetOpenNow())
 	require.True(t, w.GetNextChange().AsTime().Equal(satOpen))
 
+	// The dry run says so first, and writes nothing.
+	var plan operations.SubmissionPlan
+	require.NoError(t, pgx.BeginTxFunc(ctx, b.m.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) (err error) {
+		plan, err = b.m.Tasks.Preview(ctx, tx, powerCycle(b.racks[0]))
+		return err
+	}))
+	require.Len(t, plan.Racks, 1)
+	require.True(t, plan.Racks[0].Waiting)
+	require.Equal(t, `outside maintenance window "saturdays"; next window opens at 2026-12-05T02:00:00Z`, plan.Racks[0].Held)
+	require.Zero(t, b.m.TaskCount(t))
+
 	ids, err := b.m.Submit(t, powerCycle(b.racks[0]))
 	require.NoError(t, err)
 	task := b.task(t, ids[0])

@@ -2761,7 +2761,11 @@ type PlannedRack struct {
 	// conflicts name the unfinished tasks on the rack it conflicts with.
 	Conflicts []string `protobuf:"bytes,6,rep,name=conflicts,proto3" json:"conflicts,omitempty"`
 	// leaks name the open coolant leaks that hold the rack.
-	Leaks         []string `protobuf:"bytes,7,rep,name=leaks,proto3" json:"leaks,omitempty"`
+	Leaks []string `protobuf:"bytes,7,rep,name=leaks,proto3" json:"leaks,omitempty"`
+	// held, for a submission's rack, says why its task would wait for the
+	// maintenance windows and freezes and when the next window opens ("":
+	// it could start now).
+	Held          string `protobuf:"bytes,8,opt,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2843,6 +2847,13 @@ func (x *PlannedRack) GetLeaks() []string {
 		return x.Leaks
 	}
 	return nil
+}
+
+func (x *PlannedRack) GetHeld() string {
+	if x != nil {
+		return x.Held
+	}
+	return ""
 }
 
 // PlannedPhase is one phase of a previewed run.
@@ -5596,7 +5607,7 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"components\x18\x05 \x03(\v2$.flow.admin.v1.InstalledSubComponentR\n" +
 	"components\x12\x14\n" +
-	"\x05known\x18\x06 \x01(\bR\x05known\"\xc1\x01\n" +
+	"\x05known\x18\x06 \x01(\bR\x05known\"\xd5\x01\n" +
 	"\vPlannedRack\x12\x17\n" +
 	"\arack_id\x18\x01 \x01(\tR\x06rackId\x12\x12\n" +
 	"\x04rack\x18\x02 \x01(\tR\x04rack\x12#\n" +
@@ -5604,7 +5615,8 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\x04rule\x18\x04 \x01(\tR\x04rule\x12\x18\n" +
 	"\awaiting\x18\x05 \x01(\bR\awaiting\x12\x1c\n" +
 	"\tconflicts\x18\x06 \x03(\tR\tconflicts\x12\x14\n" +
-	"\x05leaks\x18\a \x03(\tR\x05leaks\"V\n" +
+	"\x05leaks\x18\a \x03(\tR\x05leaks\x12\x12\n" +
+	"\x04held\x18\b \x01(\tR\x04held\"V\n" +
 	"\fPlannedPhase\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x120\n" +
 	"\x05racks\x18\x02 \x03(\v2\x1a.flow.admin.v1.PlannedRackR\x05racks\"U\n" +
