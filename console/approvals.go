@@ -202,6 +202,15 @@ func (c *Console) pendingApprovals(r *http.Request) int {
 // ("awaiting approval of request ID (plan hash …)").
 var awaitingApproval = regexp.MustCompile(`(awaiting approval of request )([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})`)
 
+// awaitedApproval returns the ID of the approval request msg says its
+// run or task awaits, or "".
+func awaitedApproval(msg string) string {
+	if m := awaitingApproval.FindStringSubmatch(msg); m != nil {
+		return strings.ToLower(m[2])
+	}
+	return ""
+}
+
 // linkApproval is msg, escaped, with the ID of the approval request it
 // awaits linked to the request's page.
 func linkApproval(msg string) template.HTML {

@@ -316,6 +316,8 @@ func TestApprovalLinks(t *testing.T) {
 	run := render("rollout", rolloutData{Run: &flowv1.OperationRun{Summary: &flowv1.OperationRunSummary{Id: &flowv1.UUID{Id: "x"}, OperationKind: &flowv1.OperationKind{},
 		State: &flowv1.OperationRunState{}, StatusMessage: "awaiting approval of request " + id + " (plan hash h)"}, Stats: &flowv1.OperationRunStats{}}})
 	require.Contains(t, run, `<dd id="run-message">awaiting approval of request <a href="/ui/approvals/`+id+`"`)
+	require.Contains(t, run, `<a class="button" href="/ui/approvals/`+id+`" id="run-approval">`, "a run awaiting approval offers its decision, not pause")
+	require.NotContains(t, run, `id="run-pause"`)
 	runs := render("rollouts", []*flowv1.OperationRunSummary{{Id: &flowv1.UUID{Id: "x"}, Name: "site", CreatedAt: timestamppb.Now(), OperationKind: &flowv1.OperationKind{}, State: &flowv1.OperationRunState{},
 		StatusMessage: "awaiting approval of request " + id + " (plan hash h)"}})
 	require.Contains(t, runs, `<a href="/ui/approvals/`+id+`"`)

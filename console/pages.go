@@ -828,8 +828,9 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"durSecs": func(d interface{ AsDuration() time.Duration }) string {
 			return d.AsDuration().Round(time.Millisecond).String()
 		},
-		"stateWord":    stateWord,
-		"linkApproval": linkApproval,
+		"stateWord":       stateWord,
+		"linkApproval":    linkApproval,
+		"awaitedApproval": awaitedApproval,
 		"approvalKind": func(k string) string {
 			switch k {
 			case "operation_run":
