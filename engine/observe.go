@@ -108,7 +108,11 @@ func jobOpts(labels map[string]string, run RunID, step StepID, stageName, stepNa
 	meta[metaStage], meta[metaStep], meta[metaAction] = stageName, stepName, action
 	tags = appendTag(tags, action)
 	b, _ := json.Marshal(meta)
-	return &river.InsertOpts{Metadata: b, Tags: tags}
+	priority := priorityNormal
+	if labels[LabelPriority] == PriorityUrgent {
+		priority = priorityUrgent
+	}
+	return &river.InsertOpts{Metadata: b, Tags: tags, Priority: priority}
 }
 
 // withTrace adds the W3C trace context trace to the job metadata of opts.

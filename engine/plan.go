@@ -46,7 +46,26 @@ type Plan struct {
 	Timeout time.Duration
 	// Stages run in order; there must be at least one.
 	Stages []Stage
+	// Urgent runs' jobs are fetched before every other engine job waiting
+	// (River priority 1; every other run's are 2), so a leak response is
+	// not queued behind a site-wide wave started before it. The run's
+	// labels carry it (LabelPriority), so every later job of the run,
+	// rescheduled ones included, keeps it.
+	Urgent bool
 }
+
+// LabelPriority is the run label an urgent run carries (value
+// PriorityUrgent); it shows as the tag "urgent" in River UI.
+const (
+	LabelPriority  = "priority"
+	PriorityUrgent = "urgent"
+)
+
+// Job priorities (River: 1 is fetched first).
+const (
+	priorityUrgent = 1
+	priorityNormal = 2
+)
 
 // Stage is a set of steps that run in parallel. The stage ends when all its
 // steps have ended, or at the first failed step unless WaitAll is set.

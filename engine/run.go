@@ -80,6 +80,17 @@ func (e *Engine) StartMany(ctx context.Context, tx pgx.Tx, plans []Plan) ([]RunI
 	}
 	var p dbsqlc.RunInsertManyParams
 	specs := map[planStep]*stepSpec{}
+	plans = slices.Clone(plans)
+	for n := range plans {
+		if plans[n].Urgent {
+			labels := maps.Clone(plans[n].Labels)
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			labels[LabelPriority] = PriorityUrgent
+			plans[n].Labels = labels
+		}
+	}
 	for n, plan := range plans {
 		meta, err := e.compilePlan(plan, int32(n), &p, specs)
 		if err != nil {

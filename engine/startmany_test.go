@@ -111,3 +111,48 @@ func TestStartMany(t *testing.T) {
 		require.Equal(t, before, after)
 	})
 }
+
+// TestUrgentRunsJobsComeFirst: every job of an urgent run, its later
+// stages' included, has River priority 1 (fetched before any other job
+// waiting on the queue), every job of another run priority 2, and the
+// urgent run's jobs are tagged "urgent".
+func TestUrgentRunsJobsComeFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t, engine.Config{})
+	ctx := context.Background()
+	two := func(owner string, urgent bool) engine.Plan {
+		return engine.Plan{Owner: owner, Urgent: urgent, Labels: map[string]string{"task_id": owner}, Stages: []engine.Stage{
+			{Name: "one", Steps: []engine.Step{step(owner+"1", testParams{}, "t1"), step(owner+"2", testParams{}, "t2")}},
+			{Name: "two", Steps: []engine.Step{step(owner+"3", testParams{}, "t3")}},
+		}}
+	}
+	plans := []engine.Plan{two("normal", false), two("leak", true)}
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	ids, err := b.engine.StartMany(ctx, tx, plans)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.NotContains(t, plans[1].Labels, "priority", "the caller's plans are left as they were")
+	for i, id := range ids {
+		require.Equal(t, engine.StateCompleted, b.wait(t, id).State)
+		rows, err := b.pool.Query(ctx, `SELECT priority, tags FROM river_job WHERE kind = 'engine.run_step'
+			AND (args->>'step_id')::bigint IN (SELECT id FROM engine_step WHERE run_id = $1)`, int64(id))
+		require.NoError(t, err)
+		n := 0
+		for rows.Next() {
+			var priority int
+			var tags []string
+			require.NoError(t, rows.Scan(&priority, &tags))
+			if i == 1 {
+				require.Equal(t, 1, priority)
+				require.Contains(t, tags, "urgent")
+			} else {
+				require.Equal(t, 2, priority)
+				require.NotContains(t, tags, "urgent")
+			}
+			n++
+		}
+		require.NoError(t, rows.Err())
+		require.Positive(t, n)
+	}
+}

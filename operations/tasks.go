@@ -381,6 +381,9 @@ func runPlan(taskID uuid.UUID, rack string, typ OperationType, code OperationCod
 		return plan, err
 	}
 	plan.Labels = runLabels(taskID, rack, code)
+	// A leak response's steps are fetched before any other waiting step
+	// (a site-wide wave queued before it included).
+	plan.Urgent = payload.Leak != nil
 	if len(plan.Stages) == 0 {
 		return plan, fmt.Errorf("%w: operation rule has no step for the targeted components", ErrNotApplicable)
 	}

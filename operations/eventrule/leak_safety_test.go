@@ -78,6 +78,30 @@ func TestLeakResponsePreempts(t *testing.T) {
 	require.Equal(t, "pending", st, "the response waits behind nothing")
 	require.Equal(t, true, info["override_readiness_check"], "a leak response skips the readiness gate")
 	require.Equal(t, res.EventID.String(), info["leak"].(map[string]any)["event_id"])
+	// Its steps are fetched before any other waiting step (River
+	// priority 1; the power-on's were 2).
+	priorities := func(task uuid.UUID) []int {
+		rows, err := b.pool.Query(ctx, `SELECT j.priority FROM river_job j
+			JOIN engine_step s ON s.id = (j.args->>'step_id')::bigint
+			JOIN task t ON t.run_id = s.run_id
+			WHERE t.id = $1 AND j.kind = 'engine.run_step'`, task)
+		require.NoError(t, err)
+		var out []int
+		for rows.Next() {
+			var p int
+			require.NoError(t, rows.Scan(&p))
+			out = append(out, p)
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	require.NotEmpty(t, priorities(taskIDs[0]))
+	for _, p := range priorities(taskIDs[0]) {
+		require.Equal(t, 1, p, "a leak response's steps are urgent")
+	}
+	for _, p := range priorities(busy[0]) {
+		require.Equal(t, 2, p)
+	}
 
 	// A second leak below: its response runs beside the first.
 	res2, err := rules.Ingest(ctx, "nico_core_leakage", leakOn("leak-2", b.at(t, inventory.ComponentTypeCompute, 5).ID))
