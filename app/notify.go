@@ -16,6 +16,7 @@ import (
 	"github.com/nicoflow/flow/notify"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
+	"github.com/nicoflow/flow/operations/schedule"
 	"github.com/nicoflow/flow/telemetry"
 )
 
@@ -325,5 +326,27 @@ func alertSender(svc *notify.Service, inv *inventory.Service) eventrule.AlertFun
 		}
 		return svc.RaiseAlert(ctx, tx, notify.Alert{Key: a.SourceKey + "#" + a.RuleID.String() + "/" + a.ActionName, SourceKey: a.SourceKey,
 			Labels: labels, Annotations: ann})
+	}
+}
+
+// scheduleRefusals emits flow.schedule.firing_refused for each scope entry
+// a schedule's firing could not submit, in the firing's transaction.
+func scheduleRefusals(svc *notify.Service, inv *inventory.Service) schedule.RefusedFunc {
+	return func(ctx context.Context, tx pgx.Tx, r schedule.Refusal) error {
+		if ok, err := svc.Wanted(ctx, tx, notify.ScheduleFiringRefused); err != nil || !ok {
+			return err
+		}
+		ev := notify.Event{Type: notify.ScheduleFiringRefused, Data: notify.Data{
+			Message:  fmt.Sprintf("schedule %q firing at %s not submitted: %s", r.Name, r.At.UTC().Format(time.RFC3339), r.Reason),
+			Schedule: &notify.ScheduleData{ID: r.ScheduleID.String(), Name: r.Name, FireTime: &r.At, Reason: r.Reason},
+		}}
+		if r.RackID != nil {
+			ev.RackID = r.RackID
+			ev.Data.Rack = &notify.Ref{ID: r.RackID.String()}
+			if rack, err := inv.Rack(ctx, tx, *r.RackID, false); err == nil {
+				ev.Data.Rack.Name = rack.Name
+			}
+		}
+		return svc.Emit(ctx, tx, ev)
 	}
 }

@@ -287,7 +287,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	runs.SetWindowGate(windows)
 	schedules := schedule.NewService(schedule.Config{
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: schedule.RiverFireScheduler(s.river),
-		Observe: s.tel.metrics.ScheduleFired,
+		Observe: s.tel.metrics.ScheduleFired, OnRefused: scheduleRefusals(notifier, inv),
 	})
 	scheduleWorker.Service = schedules
 	eventRules = eventrule.NewService(eventrule.Config{

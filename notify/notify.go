@@ -135,9 +135,10 @@ type LeakData struct {
 
 // ScheduleData is a schedule event's own payload.
 type ScheduleData struct {
-	ID     string `json:"id"`
-	Name   string `json:"name,omitempty"`
-	Reason string `json:"reason,omitempty"`
+	ID       string     `json:"id"`
+	Name     string     `json:"name,omitempty"`
+	FireTime *time.Time `json:"fire_time,omitempty"`
+	Reason   string     `json:"reason,omitempty"`
 }
 
 // Event is one thing that happened, as Emit takes it.

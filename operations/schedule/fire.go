@@ -284,6 +284,10 @@ func (s *Service) fireLocked(ctx context.Context, tx pgx.Tx, row dbsqlc.TaskSche
 			s.logger.ErrorContext(ctx, "schedule credentials cannot be opened", "schedule_id", row.ID, "schedule", row.Name, "error", err.Error())
 			eligible = nil
 			res.refused = append(res.refused, "credentials cannot be opened: "+err.Error())
+			if err := s.tellRefused(ctx, tx, Refusal{ScheduleID: sched.ID, Name: sched.Name, At: at, Manual: manual,
+				Reason: "credentials cannot be opened: " + err.Error()}); err != nil {
+				return res, err
+			}
 		}
 	}
 	desc := fmt.Sprintf("%s — %s", sched.Name, at.UTC().Format(time.RFC3339))
@@ -296,6 +300,11 @@ func (s *Service) fireLocked(ctx context.Context, tx pgx.Tx, row dbsqlc.TaskSche
 		if err != nil {
 			s.logger.WarnContext(ctx, "schedule scope not submitted", "schedule_id", sched.ID, "schedule", sched.Name, "rack_id", sc.RackID, "error", err.Error())
 			res.refused = append(res.refused, fmt.Sprintf("rack %s: %v", sc.RackID, err))
+			rack := sc.RackID
+			if err := s.tellRefused(ctx, tx, Refusal{ScheduleID: sched.ID, Name: sched.Name, At: at, Manual: manual, RackID: &rack,
+				Reason: operations.FirstLine(err.Error())}); err != nil {
+				return res, err
+			}
 			continue
 		}
 		if err := s.q.ScopeSetLastTask(ctx, tx, dbsqlc.ScopeSetLastTaskParams{ID: sc.ID, LastTaskID: &taskID}); err != nil {
@@ -423,4 +432,11 @@ func (s *Service) submitScope(ctx context.Context, tx pgx.Tx, req operations.Req
 		return nil
 	})
 	return id, err
+}
+
+func (s *Service) tellRefused(ctx context.Context, tx pgx.Tx, r Refusal) error {
+	if s.refused == nil {
+		return nil
+	}
+	return s.refused(ctx, tx, r)
 }

@@ -195,6 +195,12 @@ func TestScheduleRefusedScopeDoesNotStopOthers(t *testing.T) {
 	require.Contains(t, logs, "rack_id="+r0.ID.String())
 	require.Contains(t, logs, "schedule=partial")
 	require.Equal(t, at.Add(time.Hour), *b.state(t, id).NextRunAt)
+	// OnRefused heard of the refused entry, in the firing's transaction.
+	require.Len(t, b.refusals, 1)
+	require.Equal(t, r0.ID, *b.refusals[0].RackID)
+	require.Equal(t, "partial", b.refusals[0].Name)
+	require.Equal(t, at, b.refusals[0].At)
+	require.NotEmpty(t, b.refusals[0].Reason)
 }
 
 func TestScheduleTrigger(t *testing.T) {

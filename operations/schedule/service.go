@@ -40,6 +40,8 @@ type Service struct {
 	fire   FireScheduler
 	// observe hears of each firing Fire handles (metrics); nil: none.
 	observe func(outcome string, lag time.Duration)
+	// refused hears of refused scope entries (Config.OnRefused).
+	refused RefusedFunc
 }
 
 // Config holds what Service needs. Now defaults to time.Now;
@@ -55,7 +57,27 @@ type Config struct {
 	// Observe, when set, hears of each firing's outcome (Fire*) and, for
 	// a due firing, its lag behind its due time (else -1).
 	Observe func(outcome string, lag time.Duration)
+	// OnRefused, when set, hears of each scope entry a firing could not
+	// submit, in the firing's transaction (notifications).
+	OnRefused RefusedFunc
 }
+
+// Refusal is a scope entry a firing could not submit: its rack (nil when
+// nothing could be submitted at all, such as credentials that cannot be
+// opened) and why.
+type Refusal struct {
+	ScheduleID uuid.UUID
+	Name       string
+	At         time.Time
+	Manual     bool
+	RackID     *uuid.UUID
+	Reason     string
+}
+
+// RefusedFunc hears of a Refusal inside the firing's transaction; an error
+// rolls the firing back (its job retries). It must only write through tx
+// and must not do network I/O.
+type RefusedFunc func(ctx context.Context, tx pgx.Tx, r Refusal) error
 
 // NewService returns the schedule service.
 func NewService(cfg Config) *Service {
@@ -65,7 +87,8 @@ func NewService(cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{pool: cfg.Pool, q: dbsqlc.New(), tasks: cfg.Tasks, inv: cfg.Inv, keys: cfg.Keys, logger: cfg.Logger, now: cfg.Now, fire: cfg.Fire, observe: cfg.Observe}
+	return &Service{pool: cfg.Pool, q: dbsqlc.New(), tasks: cfg.Tasks, inv: cfg.Inv, keys: cfg.Keys, logger: cfg.Logger, now: cfg.Now, fire: cfg.Fire, observe: cfg.Observe,
+		refused: cfg.OnRefused}
 }
 
 // invalidRequest is operations.ErrInvalidRequest naming the field, as the

@@ -81,6 +81,8 @@ type schedBundle struct {
 	logs   *syncBuffer
 	river  *river.Client[pgx.Tx]
 	engine *engine.Engine
+	// refusals are what OnRefused heard, in order.
+	refusals []schedule.Refusal
 }
 
 // syncBuffer is the schedule service's log.
@@ -106,6 +108,10 @@ func setupSchedules(t testing.TB, keys *firmware.Keyring) *schedBundle {
 	}
 	b.svc = schedule.NewService(schedule.Config{
 		Pool: b.pool, Tasks: b.tasks, Inv: b.inv, Keys: keys, Logger: logger, Now: b.clock.Now, Fire: schedule.RiverFireScheduler(b.river),
+		OnRefused: func(_ context.Context, _ pgx.Tx, r schedule.Refusal) error {
+			b.refusals = append(b.refusals, r)
+			return nil
+		},
 	})
 	worker.Service = b.svc
 	srv := opstest.Serve(t, scheduleFlow{Handler: schedule.NewHandler(b.pool, b.svc)})
