@@ -16,7 +16,7 @@ import (
 // against one baseline revision, computed at one inventory and firmware
 // generation, with what filters and roll-ups need. It holds no versions
 // or differences (a page reads those for its own devices), so a site of
-// 100,000 devices takes a few MB. While the generations hold, a report is
+// 100,000 devices takes about 13 MB. While the generations hold, a report is
 // the snapshot plus what moves on its own: which devices a firmware task
 // covers now (updating) and which have not been reported for too long
 // (unknown). A snapshot is not changed once built.
