@@ -451,8 +451,17 @@ func (s *server) MetricsAddr() string {
 // ready reports why the server cannot work yet (nil: ready): the
 // database must answer, its schema be current and River be started.
 func (s *server) ready(ctx context.Context) error {
-	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("database unreachable: %w", err)
+	// Ready means writes work: a member that has become a standby (a
+	// failover in progress, a database set read-only) is not ready.
+	var readOnly string
+	if err := s.pool.QueryRow(ctx, `SHOW transaction_read_only`).Scan(&readOnly); err != nil {
+		if why := db.UnavailableReason(err); why != "" {
+			return errors.New("database unavailable: " + why)
+		}
+		return fmt.Errorf("database check: %w", err)
+	}
+	if readOnly == "on" {
+		return errors.New("database unavailable: it is read-only (a standby: a failover is in progress)")
 	}
 	st, err := db.ReadStatus(ctx, s.cfg.DatabaseURL)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/nicoflow/flow/console"
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
@@ -78,6 +79,9 @@ func newMux(logger *slog.Logger, svc flowv1connect.FlowHandler, opts muxOptions)
 		Policy:       opts.policy,
 		Interceptors: opts.interceptors,
 		Limits:       limitsOrDefault(opts.limits),
+		// A call that failed on an unreachable or read-only database
+		// answers unavailable (retryable), not internal.
+		Unavailable: db.UnavailableReason,
 	})
 }
 

@@ -45,3 +45,45 @@ func IsUnavailable(err error) bool {
 	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "connection reset") ||
 		strings.Contains(msg, "broken pipe") || strings.Contains(msg, "unexpected EOF")
 }
+
+// UnavailableReason returns why err means the database is unavailable for
+// now (IsUnavailable), in words fit for a client: what happened, never
+// which host or socket (a connection error's text names both). An error
+// that does not come from pgx (a bare timeout or network error) is worded
+// for "a service" rather than the database. It returns "" when err is not
+// such an error.
+func UnavailableReason(err error) string {
+	if !IsUnavailable(err) {
+		return ""
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch {
+		case pg.Code == "25006":
+			return "the database is read-only (a standby: a failover is in progress)"
+		case pg.Code == "57P01":
+			return "the database server is shutting down (57P01)"
+		case pg.Code == "57P03":
+			return "the database server is starting up (57P03)"
+		case pg.Code == "53300":
+			return "the database has no connection slot free (53300)"
+		case pg.Code == "40001", pg.Code == "40P01":
+			return "the database transaction conflicted with another (" + pg.Code + ")"
+		}
+		return "the database connection failed (" + pg.Code + ")"
+	}
+	what := "a service the server depends on"
+	var ce *pgconn.ConnectError
+	var retry interface{ SafeToRetry() bool }
+	if errors.As(err, &ce) || errors.As(err, &retry) || pgconn.Timeout(err) || strings.Contains(err.Error(), "conn closed") {
+		what = "the database"
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return what + " refused the connection"
+	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err), errors.As(err, &ne) && ne.Timeout():
+		return what + " did not answer in time"
+	}
+	return "the connection to " + what + " was lost"
+}

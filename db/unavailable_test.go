@@ -55,3 +55,36 @@ func TestIsUnavailableOnARealConnection(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, db.IsUnavailable(err), "%v", err)
 }
+
+// TestUnavailableReason: the words a client gets name what happened,
+// never a host or socket.
+func TestUnavailableReason(t *testing.T) {
+	t.Parallel()
+	refused := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 7), Port: 5432}, Err: syscall.ECONNREFUSED}
+	for _, tt := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"not unavailable", &pgconn.PgError{Code: "23505"}, ""},
+		{"caller cancelled", context.Canceled, ""},
+		{"read-only", fmt.Errorf("insert task: %w", &pgconn.PgError{Code: "25006"}), "the database is read-only (a standby: a failover is in progress)"},
+		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, "the database server is shutting down (57P01)"},
+		{"connection exception", &pgconn.PgError{Code: "08006"}, "the database connection failed (08006)"},
+		{"refused, bare", fmt.Errorf("list: %w", refused), "a service the server depends on refused the connection"},
+		{"a bare timeout", context.DeadlineExceeded, "a service the server depends on did not answer in time"},
+		{"lost", io.ErrUnexpectedEOF, "the connection to a service the server depends on was lost"},
+	} {
+		require.Equal(t, tt.want, db.UnavailableReason(tt.err), tt.name)
+	}
+
+	// A real refused connection, through pgx: named as the database's, with
+	// no address.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	_, err = pgx.Connect(context.Background(), "postgres://u@"+addr+"/d?sslmode=disable&connect_timeout=2")
+	require.Contains(t, err.Error(), addr)
+	require.Equal(t, "the database refused the connection", db.UnavailableReason(err))
+}

@@ -28,6 +28,12 @@ type Options struct {
 	Interceptors []connect.Interceptor
 	// Limits bound each request (limits.go); every field must be set.
 	Limits Limits
+	// Unavailable returns why err means something the server depends on
+	// (the database) is unavailable for now, in words fit for a client
+	// (no host, no socket), or "" when it does not: such an error is
+	// answered CodeUnavailable (HTTP 503, retryable) with that reason
+	// instead of internal. Nil: none is.
+	Unavailable func(err error) string
 }
 
 // compressMinBytes is the smallest answer sent compressed to a client that
@@ -63,7 +69,7 @@ func NewHandler(logger *slog.Logger, svc flowv1connect.FlowHandler, admin adminv
 		// go compressed to clients that ask.
 		connect.WithCompressMinBytes(compressMinBytes),
 		connect.WithInterceptors(opts.Interceptors...),
-		connect.WithInterceptors(newIgnoredFieldsInterceptor(logger, ignoredFieldsLogEvery), newLogInterceptor(logger, slog.LevelInfo), newAuditInterceptor(logger), authorizer{policy: opts.Policy, logger: logger}, newErrorInterceptor(logger)),
+		connect.WithInterceptors(newIgnoredFieldsInterceptor(logger, ignoredFieldsLogEvery), newLogInterceptor(logger, slog.LevelInfo), newAuditInterceptor(logger), authorizer{policy: opts.Policy, logger: logger}, newErrorInterceptor(logger, opts.Unavailable)),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
 			logger.ErrorContext(ctx, "handler panic", "method", spec.Procedure, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
@@ -143,8 +149,15 @@ func newLogInterceptor(logger *slog.Logger, okLevel slog.Level) connect.UnaryInt
 
 // newErrorInterceptor turns any error that is neither a *connect.Error nor a
 // context error into CodeInternal "internal error", logging the real one:
-// SQL text and stack traces never reach clients.
-func newErrorInterceptor(logger *slog.Logger) connect.UnaryInterceptorFunc {
+// SQL text and stack traces never reach clients. An error unavailable
+// names (the database unreachable, read-only, restarting; a timeout of the
+// server's own while the call's deadline has not passed) is answered
+// CodeUnavailable with its reason instead, internal or unknown
+// *connect.Errors too: clients retry those.
+func newErrorInterceptor(logger *slog.Logger, unavailable func(error) string) connect.UnaryInterceptorFunc {
+	if unavailable == nil {
+		unavailable = func(error) string { return "" }
+	}
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			res, err := next(ctx, req)
@@ -154,7 +167,21 @@ func newErrorInterceptor(logger *slog.Logger) connect.UnaryInterceptorFunc {
 			var ce *connect.Error
 			switch {
 			case errors.As(err, &ce):
+				if code := ce.Code(); code == connect.CodeInternal || code == connect.CodeUnknown {
+					if why := unavailable(ce.Unwrap()); why != "" {
+						return nil, unavailableError(ctx, logger, req, err, why)
+					}
+				}
 				return nil, boundedError(ce)
+			case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+				return nil, connect.NewError(connect.CodeCanceled, errors.New("request canceled"))
+			case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+				return nil, connect.NewError(connect.CodeDeadlineExceeded, errors.New("deadline exceeded"))
+			}
+			if why := unavailable(err); why != "" {
+				return nil, unavailableError(ctx, logger, req, err, why)
+			}
+			switch {
 			case errors.Is(err, context.Canceled):
 				return nil, connect.NewError(connect.CodeCanceled, errors.New("request canceled"))
 			case errors.Is(err, context.DeadlineExceeded):
@@ -164,4 +191,13 @@ func newErrorInterceptor(logger *slog.Logger) connect.UnaryInterceptorFunc {
 			return nil, connect.NewError(connect.CodeInternal, errors.New("internal error"))
 		}
 	}
+}
+
+// unavailableError is the answer to a call that failed because something
+// the server depends on is unavailable for now (why). The real error is
+// logged at debug only: the rpc line says unavailable and why, and the
+// outage itself is logged where it is met (River, the engine).
+func unavailableError(ctx context.Context, logger *slog.Logger, req connect.AnyRequest, err error, why string) error {
+	logger.DebugContext(ctx, "call unavailable", "method", req.Spec().Procedure, "error", Truncate(err.Error(), MaxLoggedError))
+	return connect.NewError(connect.CodeUnavailable, errors.New(why+"; retry"))
 }
