@@ -350,3 +350,23 @@ func scheduleRefusals(svc *notify.Service, inv *inventory.Service) schedule.Refu
 		return svc.Emit(ctx, tx, ev)
 	}
 }
+
+// leakOverrides emits flow.leak.overridden when an admin overrides a
+// leaking component's energise guard, in the transaction that records it.
+func leakOverrides(svc *notify.Service, inv *inventory.Service) eventrule.OverrideFunc {
+	return func(ctx context.Context, tx pgx.Tx, c inventory.Component, leak inventory.OpenLeak) error {
+		ev := notify.Event{Type: notify.LeakOverridden, Data: notify.Data{
+			Component: &notify.Ref{ID: c.ID.String(), Name: c.Name},
+			Leak:      &notify.LeakData{Location: c.ExternalID, ObservedAt: &leak.DetectedAt, By: leak.OverrideBy},
+			Message:   fmt.Sprintf("leak guard of %s overridden by %s: %s", c.Name, leak.OverrideBy, leak.OverrideReason),
+		}}
+		if c.RackID != nil {
+			ev.RackID = c.RackID
+			ev.Data.Rack = &notify.Ref{ID: c.RackID.String()}
+			if r, err := inv.Rack(ctx, tx, *c.RackID, false); err == nil {
+				ev.Data.Rack.Name = r.Name
+			}
+		}
+		return svc.Emit(ctx, tx, ev)
+	}
+}

@@ -364,6 +364,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		approvalHandler: approval.NewHandler(pool, approvals),
 		webhookHandler:  notify.NewHandler(pool, notifier, rackResolver(inv))}
 	admin.windowHandler = window.NewHandler(pool, windows, tasks, runs)
+	admin.leakAdminHandler.SetOnOverride(leakOverrides(notifier, inv))
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	// The console (/ui/) calls the API's handler in process, as its user.
 	if s.console, err = console.New(console.Options{

@@ -497,7 +497,17 @@ type LeakAdminHandler struct {
 	pool *pgxpool.Pool
 	inv  *inventory.Service
 	leak *LeakDetector
+	// onOverride hears of each override in its transaction (SetOnOverride).
+	onOverride OverrideFunc
 }
+
+// OverrideFunc hears of a leak override (the component, and the open leak
+// as overridden) inside the transaction that records it; an error rolls
+// it back. It must only write through tx and must not do network I/O.
+type OverrideFunc func(ctx context.Context, tx pgx.Tx, c inventory.Component, leak inventory.OpenLeak) error
+
+// SetOnOverride registers fn (notifications). Call it before serving.
+func (h *LeakAdminHandler) SetOnOverride(fn OverrideFunc) { h.onOverride = fn }
 
 // NewLeakAdminHandler returns the leak admin handler.
 func NewLeakAdminHandler(pool *pgxpool.Pool, inv *inventory.Service, leak *LeakDetector) *LeakAdminHandler {
@@ -528,7 +538,10 @@ func (h *LeakAdminHandler) OverrideLeak(ctx context.Context, req *adminv1.Overri
 			return err
 		}
 		out, err = h.inv.OverrideLeak(ctx, tx, c.ID, caller.Identity(ctx), reason)
-		return err
+		if err != nil || h.onOverride == nil {
+			return err
+		}
+		return h.onOverride(ctx, tx, c, out)
 	})
 	switch {
 	case errors.Is(err, inventory.ErrComponentNotFound):
