@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -91,10 +93,40 @@ func (lim Limits) limitBody(next http.Handler) http.Handler {
 			return
 		}
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = http.MaxBytesReader(w, r.Body, max)
+			r.Body = http.MaxBytesReader(w, &clientBody{ReadCloser: r.Body, timeout: lim.ReadTimeout}, max)
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// clientBody is a request body whose read errors are the client's: a body
+// that does not arrive within FLOW_READ_TIMEOUT (the server's read
+// deadline, HTTP/1.1's on the connection, HTTP/2's on the stream) is
+// invalid_argument saying so, not Connect's deadline_exceeded (HTTP 504, a
+// server-side answer), and a connection lost mid-body is canceled; neither
+// message echoes the socket's addresses, which the network error's text
+// names (read tcp 127.0.0.1:50051->…: i/o timeout).
+type clientBody struct {
+	io.ReadCloser
+	timeout time.Duration
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == nil || err == io.EOF {
+		return n, err
+	}
+	var ne net.Error
+	var ce *connect.Error
+	switch {
+	case errors.As(err, &ce):
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		err = connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+			"the request body did not arrive within %s (FLOW_READ_TIMEOUT): send the whole request sooner", b.timeout))
+	case errors.As(err, new(*net.OpError)):
+		err = connect.NewError(connect.CodeCanceled, errors.New("the connection was lost while the request body was read"))
+	}
+	return n, err
 }
 
 // isConnectUnary reports whether r is a Connect unary call (not gRPC or
