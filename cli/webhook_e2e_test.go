@@ -136,6 +136,17 @@ func TestCLIWebhooks(t *testing.T) {
 	require.Equal(t, "no deliveries", b.mustFlow(t, "webhook", "deliveries", id, "--status", "dead"))
 	require.Zero(t, rcv.bad, "every request verified")
 
+	// The console lists the subscription and its deliveries.
+	res, err := http.Get(s.url + "/ui/webhooks")
+	require.NoError(t, err)
+	page, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode, string(page))
+	require.Contains(t, string(page), `<tr data-id="`+id+`">`)
+	require.Contains(t, string(page), `data-status="delivered"`)
+	require.Contains(t, string(page), "flow.webhook.test")
+
 	out = b.mustFlow(t, "webhook", "delete", id)
 	require.Contains(t, out, "deleted webhook "+id)
 	requireFlowError(t, b, "not_found", "webhook", "get", id)

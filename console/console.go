@@ -200,6 +200,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /ui/rollouts/{id}", c.page(c.rollout))
 	m.HandleFunc("GET /ui/schedules", c.page(c.schedules))
 	m.HandleFunc("GET /ui/windows", c.page(c.windows))
+	m.HandleFunc("GET /ui/webhooks", c.page(c.webhooks))
 	m.HandleFunc("GET /ui/approvals", c.page(c.approvals))
 	m.HandleFunc("GET /ui/approvals/{id}", c.page(c.approval))
 	m.HandleFunc("POST /ui/approvals/{id}/{op}", c.approvalAction)

@@ -695,6 +695,27 @@ func (c *Console) windows(r *http.Request) (view, error) {
 	return view{"windows", "Windows and freezes", "windows", nil, res.GetWindows()}, nil
 }
 
+// webhookView is the webhooks page: the subscriptions and the newest
+// deliveries.
+type webhookView struct {
+	Webhooks   []*adminv1.Webhook
+	Deliveries []*adminv1.WebhookDelivery
+}
+
+// webhooks lists the webhook subscriptions and their newest deliveries
+// (docs/notifications.md).
+func (c *Console) webhooks(r *http.Request) (view, error) {
+	subs, err := c.admin.ListWebhooks(apiCtx(r), &adminv1.ListWebhooksRequest{})
+	if err != nil {
+		return view{}, err
+	}
+	ds, err := c.admin.ListWebhookDeliveries(apiCtx(r), &adminv1.ListWebhookDeliveriesRequest{Status: r.URL.Query().Get("status"), Limit: 100})
+	if err != nil {
+		return view{}, err
+	}
+	return view{"webhooks", "Webhooks", "webhooks", nil, webhookView{Webhooks: subs.GetWebhooks(), Deliveries: ds.GetDeliveries()}}, nil
+}
+
 func (c *Console) eventRules(r *http.Request) (view, error) {
 	res, err := c.flow.ListEventRules(apiCtx(r), (&flowv1.ListEventRulesRequest{Pagination: &flowv1.Pagination{Limit: 200}}))
 	if err != nil {
@@ -865,7 +886,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 		},
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"overview", "floor", "compliance", "apply", "rack", "tasks", "task", "rollouts", "rollout", "schedules", "windows", "approvals", "approval", "eventrules", "sync", "error"} {
+	for _, name := range []string{"overview", "floor", "compliance", "apply", "rack", "tasks", "task", "rollouts", "rollout", "schedules", "windows", "webhooks", "approvals", "approval", "eventrules", "sync", "error"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console template %s: %w", name, err)
