@@ -141,6 +141,17 @@ func (s *Service) notClaimed(ctx context.Context, id int64) error {
 	if d := time.Until(row.NextAttemptAt); d > wait {
 		wait = d
 	}
+	// Held behind an earlier delivery: look again when that one is next
+	// tried (its job goes on with this one once it is through), at most a
+	// minute from now, so a receiver's outage costs few wake-ups.
+	head, err := s.q.DeliveryHeadNextAttempt(ctx, s.pool, dbsqlc.DeliveryHeadNextAttemptParams{SubscriptionID: row.SubscriptionID, Subject: row.Subject, ID: row.ID})
+	if err == nil {
+		if d := min(time.Until(head), time.Minute); d > wait {
+			wait = d
+		}
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("read delivery %d's predecessor: %w", id, err)
+	}
 	if row.ClaimedUntil != nil {
 		if d := time.Until(*row.ClaimedUntil); d > wait {
 			wait = min(d, s.claimFor())

@@ -114,3 +114,10 @@ UPDATE notify_alert SET last_sent_at = now(), last_error = @last_error, updated_
 
 -- name: AlertList :many
 SELECT * FROM notify_alert ORDER BY created_at DESC LIMIT @lim;
+
+-- name: DeliveryHeadNextAttempt :one
+-- When the oldest pending delivery before @id of its subscription and
+-- subject (the one holding it back) is next tried.
+SELECT next_attempt_at FROM notify_delivery
+WHERE subscription_id = @subscription_id AND subject = @subject AND status = 'pending' AND id < @id
+ORDER BY id LIMIT 1;

@@ -273,6 +273,27 @@ func (q *Queries) DeliveryGetByID(ctx context.Context, db DBTX, id int64) (Notif
 	return i, err
 }
 
+const deliveryHeadNextAttempt = `-- name: DeliveryHeadNextAttempt :one
+SELECT next_attempt_at FROM notify_delivery
+WHERE subscription_id = $1 AND subject = $2 AND status = 'pending' AND id < $3
+ORDER BY id LIMIT 1
+`
+
+type DeliveryHeadNextAttemptParams struct {
+	SubscriptionID uuid.UUID
+	Subject        string
+	ID             int64
+}
+
+// When the oldest pending delivery before @id of its subscription and
+// subject (the one holding it back) is next tried.
+func (q *Queries) DeliveryHeadNextAttempt(ctx context.Context, db DBTX, arg DeliveryHeadNextAttemptParams) (time.Time, error) {
+	row := db.QueryRow(ctx, deliveryHeadNextAttempt, arg.SubscriptionID, arg.Subject, arg.ID)
+	var next_attempt_at time.Time
+	err := row.Scan(&next_attempt_at)
+	return next_attempt_at, err
+}
+
 const deliveryInsertMany = `-- name: DeliveryInsertMany :many
 INSERT INTO notify_delivery (event_id, subscription_id, subject)
 SELECT $1::uuid, s, $2::text FROM unnest($3::uuid[]) AS s
