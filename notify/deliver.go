@@ -64,7 +64,7 @@ type Worker struct {
 
 // drainBudget is how long one job keeps delivering the pending deliveries
 // after its own on the same subject.
-const drainBudget = 30 * time.Second
+const drainBudget = 2 * time.Minute
 
 // Timeout bounds one job: its drain plus one request.
 func (w *Worker) Timeout(*river.Job[DeliverArgs]) time.Duration {
