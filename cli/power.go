@@ -150,9 +150,26 @@ func printSubmitted(w io.Writer, tasks []*flowv1.Task, names map[string]string, 
 		}
 	}
 	printTable(w, headers, rows)
-	if !final && len(tasks) > 0 {
-		printAwaitingApproval(w, tasks[0].GetMessage())
+	if final || len(tasks) == 0 {
+		return
 	}
+	// Tasks that wait (a conflict, a maintenance window, an approval) say
+	// why, once per reason.
+	var reasons []string
+	count := map[string]int{}
+	for _, t := range tasks {
+		if t.GetStatus() != flowv1.TaskStatus_TASK_STATUS_WAITING {
+			continue
+		}
+		if count[t.GetMessage()] == 0 {
+			reasons = append(reasons, t.GetMessage())
+		}
+		count[t.GetMessage()]++
+	}
+	for _, m := range reasons {
+		fmt.Fprintf(w, "waiting (%d of %d): %s\n", count[m], len(tasks), m)
+	}
+	printAwaitingApproval(w, tasks[0].GetMessage())
 }
 
 // awaitingApprovalRe reads the approval request a held task or run waits

@@ -181,7 +181,9 @@ var taskReleaseVerb = verb{name: "release", args: "TASK --reason TEXT", summary:
 				return err
 			}
 			return c.emit(res, func(w io.Writer) {
-				fmt.Fprintf(w, "task %s released: %s (%s)\n", id.GetId(), res.GetStatus(), res.GetMessage())
+				// The task may have moved on by the time it is read back
+				// (started, running): say what was done, then where it is.
+				fmt.Fprintf(w, "task %s released from maintenance windows (%s); now %s (%s)\n", id.GetId(), *reason, res.GetStatus(), res.GetMessage())
 			})
 		}
 	}}

@@ -467,6 +467,17 @@ func SortFirmwareDevices[T any](ds []T, dev func(*T) *FirmwareDevice) {
 
 var rowPosition = regexp.MustCompile(`(?i)^\s*(?:row)?[-_ ]?([a-z]*\d+|[a-z]+)\s*[-_/ ,.]+\s*(?:pos(?:ition)?|slot|rack|p)?[-_ ]?(\d+)\s*$`)
 
+var rowOnly = regexp.MustCompile(`(?i)^\s*(?:row)?[-_ ]?([a-z]*\d+|[a-z]+)\s*$`)
+
+// RowName is row as SplitPosition names rows: "row-03", "ROW 03" and "03"
+// are all "03". A name it cannot read is returned trimmed.
+func RowName(row string) string {
+	if m := rowOnly.FindStringSubmatch(row); m != nil {
+		return m[1]
+	}
+	return strings.TrimSpace(row)
+}
+
 // SplitPosition splits a rack position into its row and its place in the
 // row: "row-02-pos-03", "R2-3", "B/12" and the like. A position it cannot
 // split is all place, in an unnamed row ("").

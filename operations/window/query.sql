@@ -29,3 +29,10 @@ ON CONFLICT (operation_run_id) DO UPDATE SET released_by = EXCLUDED.released_by,
 
 -- name: WindowRunReleaseGet :one
 SELECT * FROM maintenance_window_run_release WHERE operation_run_id = @operation_run_id;
+
+-- name: WindowPlaces :one
+-- WindowPlaces lists the halls (location rooms) and positions of the live
+-- racks, so that a window's halls and rows must each name one.
+SELECT coalesce(array_agg(DISTINCT location_room) FILTER (WHERE location_room <> ''), '{}')::text[] AS halls,
+       coalesce(array_agg(DISTINCT location_position) FILTER (WHERE location_position <> ''), '{}')::text[] AS positions
+FROM rack WHERE deleted_at IS NULL;

@@ -160,6 +160,11 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, in Input) (Window, erro
 			p.RackIDs = append(p.RackIDs, r.ID)
 		}
 	}
+	if len(p.Halls)+len(p.RackRows) > 0 {
+		if err := s.checkPlaces(ctx, tx, p.Halls, p.RackRows); err != nil {
+			return Window{}, err
+		}
+	}
 	if (Scope{Site: p.Site, Halls: p.Halls, Rows: p.RackRows, NVLDomainIDs: p.NVLDomainIDs, RackIDs: p.RackIDs}).Empty() {
 		return Window{}, invalid("scope", "names nothing: give the site, or halls, rows, NVLink domains or racks")
 	}
@@ -171,6 +176,42 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, in Input) (Window, erro
 	}
 	s.invalidate()
 	return fromRow(row)
+}
+
+// checkPlaces refuses a hall or a row that no live rack is in: a typo
+// would otherwise make a window or a freeze that covers nothing.
+func (s *Service) checkPlaces(ctx context.Context, tx db.DBTX, halls, rows []string) error {
+	places, err := s.q.WindowPlaces(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("read the racks' halls and rows: %w", err)
+	}
+	known := func(names []string) string {
+		if len(names) == 0 {
+			return "none"
+		}
+		slices.Sort(names)
+		if len(names) > 10 {
+			return strings.Join(names[:10], ", ") + ", …"
+		}
+		return strings.Join(names, ", ")
+	}
+	for i, h := range halls {
+		if !slices.Contains(places.Halls, h) {
+			return invalid(fmt.Sprintf("scope.halls[%d]", i), "no rack is in hall %q (halls: %s)", h, known(places.Halls))
+		}
+	}
+	var have []string
+	for _, pos := range places.Positions {
+		if row, _ := inventory.SplitPosition(pos); row != "" && !slices.Contains(have, row) {
+			have = append(have, row)
+		}
+	}
+	for i, r := range rows {
+		if !slices.ContainsFunc(have, func(x string) bool { return strings.EqualFold(x, inventory.RowName(r)) }) {
+			return invalid(fmt.Sprintf("scope.rows[%d]", i), "no rack is in row %q (rows: %s)", r, known(have))
+		}
+	}
+	return nil
 }
 
 // scopeError is the *FieldError of a scope entry that resolves to nothing.

@@ -400,6 +400,8 @@ func TestCreateWindowBadInput(t *testing.T) {
 		{"NoPeriod", &adminv1.CreateWindowRequest{Name: "w", Scope: site}, "cron: give either cron (with time_zone and duration) or starts_at and ends_at"},
 		{"ScopeNamesNothing", &adminv1.CreateWindowRequest{Name: "w", StartsAt: from, EndsAt: until}, "scope: names nothing"},
 		{"UnknownRack", &adminv1.CreateWindowRequest{Name: "w", StartsAt: from, EndsAt: until, Scope: &adminv1.WindowScope{Racks: []string{b.racks[0].Name, "nope"}}}, `scope.racks[1]: rack not found`},
+		{"HallWithoutRacks", &adminv1.CreateWindowRequest{Name: "w", StartsAt: from, EndsAt: until, Scope: &adminv1.WindowScope{Halls: []string{"hall-0", "hall-O"}}}, `scope.halls[1]: no rack is in hall "hall-O" (halls: hall-0)`},
+		{"RowWithoutRacks", &adminv1.CreateWindowRequest{Name: "w", StartsAt: from, EndsAt: until, Scope: &adminv1.WindowScope{Rows: []string{"row-42"}}}, `scope.rows[0]: no rack is in row "row-42" (rows: 00)`},
 		{"UnknownDomain", &adminv1.CreateWindowRequest{Name: "w", StartsAt: from, EndsAt: until, Scope: &adminv1.WindowScope{NvlDomains: []string{"nope"}}}, `scope.nvl_domains[0]:`},
 		{"BadKind", &adminv1.CreateWindowRequest{Kind: "blackout", Name: "w", StartsAt: from, EndsAt: until, Scope: site}, `kind: must be window or freeze, not "blackout"`},
 		{"NoName", &adminv1.CreateWindowRequest{StartsAt: from, EndsAt: until, Scope: site}, "name: is required"},

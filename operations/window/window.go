@@ -91,7 +91,7 @@ func (s Scope) Covers(r inventory.Rack) bool {
 	if r.Location.Room != "" && slices.Contains(s.Halls, r.Location.Room) {
 		return true
 	}
-	if row, _ := inventory.SplitPosition(r.Location.Position); row != "" && slices.ContainsFunc(s.Rows, func(x string) bool { return strings.EqualFold(x, row) }) {
+	if row, _ := inventory.SplitPosition(r.Location.Position); row != "" && slices.ContainsFunc(s.Rows, func(x string) bool { return strings.EqualFold(inventory.RowName(x), row) }) {
 		return true
 	}
 	return r.NVLDomainID != nil && slices.Contains(s.NVLDomainIDs, *r.NVLDomainID)

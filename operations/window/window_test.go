@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/inventory"
 )
 
 func mustCron(t *testing.T, name, expr, tz string, d time.Duration) Window {
@@ -123,4 +125,18 @@ func TestParseOperations(t *testing.T) {
 	require.Empty(t, ops)
 	_, err = ParseOperations("power_cycle")
 	require.ErrorContains(t, err, `unknown operation "power_cycle"`)
+}
+
+// TestScopeCoversRows: a row is named as compliance names it ("03" for
+// position "row-03-pos-07"), with or without its "row" prefix.
+func TestScopeCoversRows(t *testing.T) {
+	t.Parallel()
+	r := inventory.Rack{Location: inventory.Location{Room: "hall-0", Position: "row-03-pos-07"}}
+	for _, row := range []string{"03", "row-03", "ROW 03", "Row_03"} {
+		require.True(t, Scope{Rows: []string{row}}.Covers(r), row)
+	}
+	for _, row := range []string{"04", "row-30", "hall-0"} {
+		require.False(t, Scope{Rows: []string{row}}.Covers(r), row)
+	}
+	require.True(t, Scope{Halls: []string{"hall-0"}}.Covers(r))
 }

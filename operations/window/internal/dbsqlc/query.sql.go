@@ -205,6 +205,26 @@ func (q *Queries) WindowList(ctx context.Context, db DBTX, kind *string) ([]Main
 	return items, nil
 }
 
+const windowPlaces = `-- name: WindowPlaces :one
+SELECT coalesce(array_agg(DISTINCT location_room) FILTER (WHERE location_room <> ''), '{}')::text[] AS halls,
+       coalesce(array_agg(DISTINCT location_position) FILTER (WHERE location_position <> ''), '{}')::text[] AS positions
+FROM rack WHERE deleted_at IS NULL
+`
+
+type WindowPlacesRow struct {
+	Halls     []string
+	Positions []string
+}
+
+// WindowPlaces lists the halls (location rooms) and positions of the live
+// racks, so that a window's halls and rows must each name one.
+func (q *Queries) WindowPlaces(ctx context.Context, db DBTX) (WindowPlacesRow, error) {
+	row := db.QueryRow(ctx, windowPlaces)
+	var i WindowPlacesRow
+	err := row.Scan(&i.Halls, &i.Positions)
+	return i, err
+}
+
 const windowRunReleaseGet = `-- name: WindowRunReleaseGet :one
 SELECT operation_run_id, released_by, reason, released_at FROM maintenance_window_run_release WHERE operation_run_id = $1
 `
