@@ -141,11 +141,14 @@ func startSharedCluster() (string, error) {
 			return "", err
 		}
 		// Durability is pointless for throwaway test data; speed is not.
+		// Every test process of the machine shares the cluster (several
+		// flow serve pools each in the app tests): 800 connections leave
+		// room for a loaded run (400 ran out when two suites overlapped).
 		c.Settings = map[string]string{
 			"fsync":                     "off",
 			"synchronous_commit":        "off",
 			"full_page_writes":          "off",
-			"max_connections":           "400",
+			"max_connections":           "800",
 			"shared_buffers":            "128MB",
 			"max_locks_per_transaction": "256",
 			"log_min_messages":          "warning",
