@@ -9,7 +9,7 @@ BIN     ?= bin/flow
 BUILDFLAGS ?= -buildvcs=true
 TESTFLAGS  ?= -count=1 -timeout 25m
 
-.PHONY: run build test soak fuzz generate verify bench clean image image-test
+.PHONY: run build test soak ha-test fuzz generate verify bench clean image image-test
 
 run: build ## Flow on the embedded default: private PostgreSQL in .flow/dev, simulators, dev mode
 	./$(BIN) dev $(ARGS)
@@ -34,6 +34,20 @@ SOAK_COUNT ?= 1
 SOAK_RUN   ?= Crash|Kill|TwoEngines|PostgresRestart|PostgresFailover|PostgresOutage|RollingRestart|SurvivesItsDeath|IdleDev
 soak: ## kill, crash and restart tests, SOAK_COUNT rounds each
 	FLOW_SOAK=1 $(GO) test -count=$(SOAK_COUNT) -timeout 40m -run '$(SOAK_RUN)' ./...
+
+# make ha-test: the Patroni chaos test (app/ha_e2e_test.go, FLOW_HA=1):
+# etcd and three PostgreSQL members under Patroni (synchronous_mode, the
+# recipe of docs/operations.md), two flow serve replicas on every member's
+# address, and HA_FAULTS faults one at a time (kill -9 the primary's
+# postmaster, freeze the primary beyond Patroni's ttl, switchover, restart
+# a standby, kill -9 a Flow replica during a switchover), checking after
+# each that every acknowledged submission exists and completes and that no
+# device is reset twice. Its last line: `N faults; unavailability p50 …,
+# max …`. Needs Debian's patroni and etcd-server (.ci/run installs them);
+# CI runs it after make soak.
+HA_FAULTS ?= 20
+ha-test: ## the Patroni chaos test: HA_FAULTS faults on a real Patroni cluster
+	FLOW_HA=1 FLOW_HA_FAULTS=$(HA_FAULTS) $(GO) test -count=1 -timeout 60m -v -run '^TestPatroniChaos$$' ./app/ 2>&1 | grep -v -E '^\{|level=' ; exit $${PIPESTATUS[0]}
 
 # make fuzz: each fuzz target (docs/limits.md) for its own number of
 # executions (the third field of FUZZ_TARGETS, about 30 s each on two cores),

@@ -1,0 +1,676 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/db"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+)
+
+// The Patroni chaos test (make ha-test, FLOW_HA=1): etcd, three
+// PostgreSQL members managed by Patroni with synchronous_mode (the
+// configuration docs/operations.md gives, read from it), two flow serve
+// replicas on every member's address with target_session_attrs=read-write,
+// and the simulators in the test process. Faults are injected one at a
+// time while every rack's forced reset runs; after each, every
+// acknowledged submission exists and ends, no rack has two tasks, no
+// device is reset twice unless the step records the call's outcome as
+// unknown, and exactly one member takes writes.
+
+const haPassword = "flow-ha-test"
+
+// haMember is one Patroni-managed PostgreSQL.
+type haMember struct {
+	name            string
+	pgPort, apiPort int
+	dataDir, runDir string
+	config          string
+	cmd             *exec.Cmd
+	done            chan struct{}
+}
+
+type haCluster struct {
+	t        *testing.T
+	dir      string
+	etcd     *exec.Cmd
+	etcdHost string
+	members  []*haMember
+	cred     *syscall.Credential
+	url      string // Flow's: every member, read-write
+}
+
+// haPort is a free port below the ephemeral range, so that nothing else
+// of the test run takes it while its member is down (dbtest's reason).
+func haPort(t *testing.T) int {
+	t.Helper()
+	for range 200 {
+		p := 15000 + rand.IntN(17000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return p
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// patroniRecipe returns the patroni.yml block of docs/operations.md.
+func patroniRecipe(t *testing.T) string {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/operations.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile("(?s)<!-- patroni.yml: app/ha_e2e_test.go reads the next yaml block -->\n```yaml\n(.*?)```").FindSubmatch(doc)
+	require.NotNil(t, m, "docs/operations.md has the Patroni recipe")
+	return string(m[1])
+}
+
+func pgBinDir(t *testing.T) string {
+	t.Helper()
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	require.NotEmpty(t, dirs, "PostgreSQL server binaries")
+	sort.Strings(dirs)
+	return dirs[len(dirs)-1]
+}
+
+func startHACluster(t *testing.T) *haCluster {
+	t.Helper()
+	for _, bin := range []string{"patroni", "patronictl", "etcd"} {
+		_, err := exec.LookPath(bin)
+		require.NoError(t, err, "%s is installed (apt-get install patroni etcd-server)", bin)
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "flow-ha-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	c := &haCluster{t: t, dir: dir}
+	uid, gid := os.Getuid(), os.Getgid()
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		require.NoError(t, err, "PostgreSQL runs as the postgres user")
+		uid, _ = strconv.Atoi(u.Uid)
+		gid, _ = strconv.Atoi(u.Gid)
+		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	t.Cleanup(c.stop)
+
+	// etcd, one member.
+	client, peer := haPort(t), haPort(t)
+	c.etcdHost = "127.0.0.1:" + itoa(client)
+	etcdLog, err := os.Create(filepath.Join(dir, "etcd.log"))
+	require.NoError(t, err)
+	c.etcd = exec.Command("etcd", "--name", "e0", "--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", "http://"+c.etcdHost, "--advertise-client-urls", "http://"+c.etcdHost,
+		"--listen-peer-urls", "http://127.0.0.1:"+itoa(peer), "--initial-advertise-peer-urls", "http://127.0.0.1:"+itoa(peer),
+		"--initial-cluster", "e0=http://127.0.0.1:"+itoa(peer), "--initial-cluster-state", "new")
+	c.etcd.Stdout, c.etcd.Stderr = etcdLog, etcdLog
+	c.etcd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, c.etcd.Start())
+	require.Eventually(t, func() bool {
+		res, err := http.Get("http://" + c.etcdHost + "/health")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	}, 30*time.Second, 100*time.Millisecond, "etcd is up")
+
+	recipe := patroniRecipe(t)
+	bin := pgBinDir(t)
+	var hosts []string
+	for i, name := range []string{"pg-a", "pg-b", "pg-c"} {
+		m := &haMember{name: name, pgPort: haPort(t), apiPort: haPort(t),
+			dataDir: filepath.Join(dir, name, "data"), runDir: filepath.Join(dir, name)}
+		require.NoError(t, os.MkdirAll(m.runDir, 0o700))
+		require.NoError(t, os.Chown(m.runDir, uid, gid))
+		vars := map[string]string{"NAME": name, "HOST": "127.0.0.1", "API_PORT": itoa(m.apiPort), "PG_PORT": itoa(m.pgPort),
+			"ETCD_HOSTS": c.etcdHost, "DATA_DIR": m.dataDir, "BIN_DIR": bin, "RUN_DIR": m.runDir,
+			"SUPERUSER_PASSWORD": haPassword, "REPLICATION_PASSWORD": haPassword, "CLIENT_NET": "127.0.0.1/32"}
+		conf := os.Expand(recipe, func(k string) string {
+			v, ok := vars[k]
+			require.True(t, ok, "recipe variable %s", k)
+			return v
+		})
+		m.config = filepath.Join(m.runDir, "patroni.yml")
+		require.NoError(t, os.WriteFile(m.config, []byte(conf), 0o644))
+		c.members = append(c.members, m)
+		hosts = append(hosts, "127.0.0.1:"+itoa(m.pgPort))
+		c.startPatroni(m)
+		if i == 0 {
+			// The first member bootstraps; the others then clone it.
+			c.waitRoles(2*time.Minute, 1)
+		}
+	}
+	c.waitRoles(3*time.Minute, 3)
+	c.url = "postgres://postgres:" + haPassword + "@" + strings.Join(hosts, ",") + "/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=3"
+	_, err = db.Migrate(context.Background(), c.url)
+	require.NoError(t, err)
+	return c
+}
+
+func (c *haCluster) startPatroni(m *haMember) {
+	log, err := os.OpenFile(filepath.Join(c.dir, m.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	require.NoError(c.t, err)
+	cmd := exec.Command("patroni", m.config)
+	cmd.Env = append(os.Environ(), "HOME="+m.runDir)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
+	require.NoError(c.t, cmd.Start())
+	m.cmd, m.done = cmd, make(chan struct{})
+	go func(done chan struct{}) { _ = cmd.Wait(); log.Close(); close(done) }(m.done)
+}
+
+// stop kills everything the cluster started.
+func (c *haCluster) stop() {
+	for _, m := range c.members {
+		if m.cmd != nil {
+			_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
+			<-m.done
+		}
+		c.signalPostgres(m, syscall.SIGKILL)
+	}
+	if c.etcd != nil {
+		_ = syscall.Kill(-c.etcd.Process.Pid, syscall.SIGKILL)
+		_ = c.etcd.Wait()
+	}
+	if c.t.Failed() {
+		c.t.Logf("Patroni logs and data kept in %s", c.dir)
+		return
+	}
+	_ = os.RemoveAll(c.dir)
+}
+
+// postmaster returns the member's postmaster PID (0: none running).
+func (c *haCluster) postmaster(m *haMember) int {
+	b, err := os.ReadFile(filepath.Join(m.dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return 0
+	}
+	return pid
+}
+
+// children returns the PIDs whose parent is pid.
+func children(pid int) []int {
+	var out []int
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may hold spaces.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) > 1 && f[1] == itoa(pid) {
+			child, _ := strconv.Atoi(strings.Fields(s)[0])
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// signalPostgres sends sig to the member's postmaster and its children.
+func (c *haCluster) signalPostgres(m *haMember, sig syscall.Signal) {
+	pm := c.postmaster(m)
+	if pm == 0 {
+		return
+	}
+	_ = syscall.Kill(pm, sig)
+	for _, ch := range children(pm) {
+		_ = syscall.Kill(ch, sig)
+	}
+}
+
+// haMemberState is a member as Patroni's /cluster lists it.
+type haMemberState struct {
+	Name  string `json:"name"`
+	Role  string `json:"role"`
+	State string `json:"state"`
+	Lag   any    `json:"lag"`
+}
+
+// roles returns the cluster as any member's REST API answers it.
+func (c *haCluster) roles() []haMemberState {
+	client := &http.Client{Timeout: time.Second}
+	for _, m := range c.members {
+		res, err := client.Get("http://127.0.0.1:" + itoa(m.apiPort) + "/cluster")
+		if err != nil {
+			continue
+		}
+		var out struct {
+			Members []haMemberState `json:"members"`
+		}
+		err = json.NewDecoder(res.Body).Decode(&out)
+		res.Body.Close()
+		if err == nil {
+			return out.Members
+		}
+	}
+	return nil
+}
+
+// healthy reports whether n members run, one leader and (with more than
+// one) a synchronous standby among them, every standby streaming.
+func healthy(ms []haMemberState, n int) bool {
+	leaders, syncs, running := 0, 0, 0
+	for _, m := range ms {
+		switch m.Role {
+		case "leader":
+			leaders++
+			if m.State == "running" {
+				running++
+			}
+		case "sync_standby":
+			syncs++
+			fallthrough
+		default:
+			if m.State == "streaming" || m.State == "running" {
+				running++
+			}
+		}
+	}
+	return leaders == 1 && running == n && len(ms) == n && (n == 1 || syncs == 1)
+}
+
+func (c *haCluster) waitRoles(within time.Duration, n int) {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for !healthy(c.roles(), n) {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("Patroni cluster not healthy with %d members after %s: %+v (logs in %s)", n, within, c.roles(), c.dir)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// leader returns the member Patroni names leader (nil: none now).
+func (c *haCluster) leader() *haMember {
+	for _, s := range c.roles() {
+		if s.Role == "leader" {
+			return c.member(s.Name)
+		}
+	}
+	return nil
+}
+
+func (c *haCluster) member(name string) *haMember {
+	for _, m := range c.members {
+		if m.name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// standby returns a member that is not the leader (the sync one if sync).
+func (c *haCluster) standby(sync bool) *haMember {
+	for _, s := range c.roles() {
+		if (sync && s.Role == "sync_standby") || (!sync && s.Role == "replica") {
+			return c.member(s.Name)
+		}
+	}
+	return nil
+}
+
+// writers returns the members whose PostgreSQL takes writes.
+func (c *haCluster) writers() []string {
+	var out []string
+	for _, m := range c.members {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", haPassword, m.pgPort))
+		if err == nil {
+			var ro bool
+			if conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&ro) == nil && !ro {
+				out = append(out, m.name)
+			}
+			_ = conn.Close(ctx)
+		}
+		cancel()
+	}
+	return out
+}
+
+func (c *haCluster) patronictl(args ...string) {
+	c.t.Helper()
+	cmd := exec.Command("patronictl", append([]string{"-c", c.members[0].config}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+c.dir)
+	out, err := cmd.CombinedOutput()
+	require.NoError(c.t, err, "patronictl %v: %s", args, out)
+}
+
+// probe calls a database-backed read on each replica every 100 ms and
+// records the outcome, to measure how long each fault kept the API from
+// answering.
+type probe struct {
+	mu      sync.Mutex
+	samples [2][]probeSample
+}
+
+type probeSample struct {
+	at time.Time
+	ok bool
+}
+
+func (p *probe) run(ctx context.Context, clients func(i int) flowv1connect.FlowClient) {
+	for i := range 2 {
+		go func() {
+			for ctx.Err() == nil {
+				c, cancel := context.WithTimeout(ctx, 2*time.Second)
+				start := time.Now()
+				_, err := clients(i).GetListOfRacks(c, &flowv1.GetListOfRacksRequest{Pagination: &flowv1.Pagination{Limit: 1}})
+				cancel()
+				if ctx.Err() != nil {
+					return
+				}
+				p.mu.Lock()
+				p.samples[i] = append(p.samples[i], probeSample{at: start, ok: err == nil})
+				p.mu.Unlock()
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+	}
+}
+
+// unavailable returns the longest time in [from, to] either replica went
+// without a successful probe: from the last success before a run of
+// failures to the first success after it.
+func (p *probe) unavailable(from, to time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var worst time.Duration
+	for i := range 2 {
+		lastOK := from
+		failing := false
+		for _, s := range p.samples[i] {
+			if s.at.Before(from) {
+				if s.ok {
+					lastOK = s.at
+				}
+				continue
+			}
+			if s.at.After(to) {
+				break
+			}
+			if !s.ok {
+				failing = true
+				continue
+			}
+			if failing {
+				worst = max(worst, s.at.Sub(lastOK))
+				failing = false
+			}
+			lastOK = s.at
+		}
+	}
+	return worst
+}
+
+// TestPatroniChaos: the Patroni cluster under faults, one at a time;
+// FLOW_HA_FAULTS of them (3 by default), cycling through the kinds.
+func TestPatroniChaos(t *testing.T) {
+	if os.Getenv("FLOW_HA") == "" {
+		t.Skip("the Patroni chaos test runs under make ha-test (FLOW_HA=1)")
+	}
+	faults := 3
+	if n, err := strconv.Atoi(os.Getenv("FLOW_HA_FAULTS")); err == nil && n > 0 {
+		faults = n
+	}
+	ctx := context.Background()
+	c := startHACluster(t)
+	t.Logf("Patroni cluster up: %+v", c.roles())
+
+	const racks = 20
+	// Lease expiry above Patroni's ttl + loop_wait: a failover (about
+	// 11 s after a frozen primary's last renewal) does not make the
+	// replicas give their calls up.
+	r := newReplicasOn(t, c.url, racks, time.Second, 30*time.Second, "FLOW_ENGINE_LEASE_EXPIRY=20s", "FLOW_ENGINE_LEASE_HEARTBEAT=2s")
+	var clientsMu sync.Mutex
+	client := func(i int) flowv1connect.FlowClient {
+		clientsMu.Lock()
+		defer clientsMu.Unlock()
+		return r.clients[i]
+	}
+	_, err := r.clients[0].CreateOperationRule(ctx, &flowv1.CreateOperationRuleRequest{
+		Name: "reset", OperationType: flowv1.OperationType_OPERATION_TYPE_POWER_CONTROL, OperationCode: "force_restart", IsDefault: true,
+		RuleDefinitionJson: `{"steps":[{"component_type":"Compute","stage":1,"timeout":"30s","retry":{"max_attempts":5,"initial_interval":"200ms","backoff_coefficient":2},
+			"main_operation":{"name":"PowerControl","parameters":{"operation":"force_restart"}},
+			"post_operation":[{"name":"VerifyPowerStatus","timeout":"60s","poll_interval":"200ms","parameters":{"expected_status":"on"}}]}]}`,
+	})
+	require.NoError(t, err)
+
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	defer stopProbe()
+	pr := &probe{}
+	pr.run(probeCtx, client)
+
+	kinds := []string{"kill -9 primary postmaster", "freeze primary beyond ttl", "switchover", "restart a standby", "kill -9 a Flow replica during a failover"}
+	var (
+		summary                             []string
+		downs                               []time.Duration
+		totalTasks, totalCalls, totalRepeat int
+		totalUnknown                        int
+	)
+	for f := range faults {
+		kind := kinds[f%len(kinds)]
+		since := time.Now()
+
+		// Submit every rack's reset, retrying through the fault; a
+		// conflict means an earlier try committed though its answer was
+		// lost.
+		var (
+			mu    sync.Mutex
+			acked []*flowv1.UUID
+			lost  int
+			wg    sync.WaitGroup
+		)
+		for i, name := range r.names {
+			wg.Go(func() {
+				deadline := time.Now().Add(3 * time.Minute)
+				for try := 0; time.Now().Before(deadline); try++ {
+					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					res, err := client((i+try)%2).PowerResetRack(cctx, &flowv1.PowerResetRackRequest{TargetSpec: rackSpec(name), Forced: true, OverrideReadinessCheck: true})
+					cancel()
+					if err == nil {
+						mu.Lock()
+						acked = append(acked, res.GetTaskIds()...)
+						mu.Unlock()
+						return
+					}
+					if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+						mu.Lock()
+						lost++
+						mu.Unlock()
+						return
+					}
+					time.Sleep(200 * time.Millisecond)
+				}
+				t.Errorf("rack %s: no submission acknowledged in 3 minutes", name)
+			})
+		}
+		// Inject the fault once calls are out (or submissions still going).
+		time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Millisecond)
+		start := time.Now()
+		c.inject(t, kind, r, &clientsMu)
+		wg.Wait()
+		// Settled: three members, one leader, a synchronous standby, and
+		// exactly one member taking writes (a thawed primary demoted).
+		settle := time.Now().Add(3 * time.Minute)
+		for !healthy(c.roles(), 3) || len(c.writers()) != 1 {
+			require.True(t, time.Now().Before(settle), "after %q the cluster settles: %+v, writers %v (logs in %s)", kind, c.roles(), c.writers(), c.dir)
+			time.Sleep(500 * time.Millisecond)
+		}
+
+		// Every task of the round ends, completed.
+		var ids []*flowv1.UUID
+		var rows [][2]string
+		require.Eventually(t, func() bool {
+			conn, err := pgx.Connect(ctx, c.url)
+			if err != nil {
+				return false
+			}
+			defer conn.Close(ctx)
+			rs, err := conn.Query(ctx, `SELECT t.id::text, r.name FROM task t JOIN rack r ON r.id = t.rack_id WHERE t.created_at >= $1`, since)
+			if err != nil {
+				return false
+			}
+			rows = rows[:0]
+			for rs.Next() {
+				var id, rack string
+				if rs.Scan(&id, &rack) == nil {
+					rows = append(rows, [2]string{id, rack})
+				}
+			}
+			return rs.Err() == nil
+		}, time.Minute, 200*time.Millisecond)
+		perRack := map[string]int{}
+		have := map[string]bool{}
+		for _, row := range rows {
+			perRack[row[1]]++
+			have[row[0]] = true
+			ids = append(ids, &flowv1.UUID{Id: row[0]})
+		}
+		for _, id := range acked {
+			require.True(t, have[id.GetId()], "fault %d (%s): acknowledged task %s exists", f+1, kind, id.GetId())
+		}
+		for _, name := range r.names {
+			require.Equal(t, 1, perRack[name], "fault %d (%s): rack %s has one task", f+1, kind, name)
+		}
+		waitCompletedThroughOutage(t, client(f%2), ids, 4*time.Minute)
+		end := time.Now()
+
+		// No device reset twice unless a step recorded the call's outcome
+		// as unknown (a call cut off by the fault, documented).
+		var unknown int
+		require.Eventually(t, func() bool {
+			conn, err := pgx.Connect(ctx, c.url)
+			if err != nil {
+				return false
+			}
+			defer conn.Close(ctx)
+			return conn.QueryRow(ctx, `SELECT coalesce(sum(jsonb_array_length(s.unknown_outcomes)), 0) FROM engine_step s
+				JOIN engine_run r ON r.id = s.run_id WHERE r.created_at >= $1`, since).Scan(&unknown) == nil
+		}, time.Minute, 200*time.Millisecond)
+		per := r.powerCalls(since)
+		calls, repeats := 0, 0
+		for _, d := range r.devs {
+			if d.Kind != "compute" {
+				continue
+			}
+			ok := 0
+			for _, call := range per[strings.ToLower(d.BMCMAC)] {
+				if call.Code == "ok" {
+					ok++
+				}
+			}
+			require.GreaterOrEqual(t, ok, 1, "fault %d (%s): %s reset", f+1, kind, d.Name)
+			calls += ok
+			repeats += ok - 1
+		}
+		if repeats > 0 {
+			require.Positive(t, unknown, "fault %d (%s): %d resets sent again with no unknown outcome recorded", f+1, kind, repeats)
+		}
+		down := pr.unavailable(start, end)
+		downs = append(downs, down)
+		totalTasks += len(rows)
+		totalCalls += calls
+		totalRepeat += repeats
+		totalUnknown += unknown
+		line := fmt.Sprintf("fault %d: %s: unavailable %s; %d tasks (%d acknowledged, %d answers lost), %d reset calls, %d repeated, %d unknown outcomes",
+			f+1, kind, down.Round(100*time.Millisecond), len(rows), len(acked), lost, calls, repeats, unknown)
+		summary = append(summary, line)
+		t.Log(line)
+	}
+	slices.Sort(downs)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%d faults; unavailability p50 %s, max %s; %d tasks, all completed; %d reset calls, %d repeated (%d unknown outcomes recorded)",
+		faults, downs[len(downs)/2].Round(100*time.Millisecond), downs[len(downs)-1].Round(100*time.Millisecond), totalTasks, totalCalls, totalRepeat, totalUnknown)
+	t.Log(b.String())
+}
+
+// inject applies one fault of kind and returns once it is over (the
+// faulty part is back or replaced; the cluster may still be settling).
+func (c *haCluster) inject(t *testing.T, kind string, r *replicaSetup, clientsMu *sync.Mutex) {
+	t.Helper()
+	leader := c.leader()
+	require.NotNil(t, leader, "a leader before %q", kind)
+	switch kind {
+	case "kill -9 primary postmaster":
+		// Patroni still holds the leader key: it restarts PostgreSQL in
+		// place (crash recovery), or a standby takes over.
+		c.signalPostgres(leader, syscall.SIGKILL)
+		time.Sleep(3 * time.Second) // Patroni's next loop notices
+	case "freeze primary beyond ttl":
+		// The whole member stops (Patroni and every PostgreSQL process),
+		// longer than the leader key lives: a standby is promoted, and
+		// the old primary, thawed, must come back demoted.
+		pids := append([]int{leader.cmd.Process.Pid}, c.postmaster(leader))
+		pids = append(pids, children(c.postmaster(leader))...)
+		for _, p := range pids {
+			_ = syscall.Kill(p, syscall.SIGSTOP)
+		}
+		time.Sleep(15 * time.Second)
+		for _, p := range pids {
+			_ = syscall.Kill(p, syscall.SIGCONT)
+		}
+	case "switchover":
+		sb := c.standby(true)
+		require.NotNil(t, sb)
+		c.patronictl("switchover", "--leader", leader.name, "--candidate", sb.name, "--force", "flow")
+	case "restart a standby":
+		sb := c.standby(true)
+		require.NotNil(t, sb)
+		c.patronictl("restart", "--force", "flow", sb.name)
+		time.Sleep(time.Second)
+	case "kill -9 a Flow replica during a failover":
+		sb := c.standby(true)
+		require.NotNil(t, sb)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.patronictl("switchover", "--leader", leader.name, "--candidate", sb.name, "--force", "flow")
+		}()
+		time.Sleep(500 * time.Millisecond)
+		i := rand.IntN(2)
+		r.servers[i].kill(t)
+		<-done
+		srv := startServerProcess(t, r.env[i])
+		waitHealthy(t, r.urls[i])
+		clientsMu.Lock()
+		r.servers[i] = srv
+		clientsMu.Unlock()
+	default:
+		t.Fatalf("unknown fault %q", kind)
+	}
+}
