@@ -125,15 +125,11 @@ func TestPlanPreviewAndOverlap(t *testing.T) {
 	require.Contains(t, pv.GetWindows(), "phase 0 could start at "+until.UTC().Format(time.RFC3339))
 }
 
-// TestTwoPersonApproval: with FLOW_APPROVAL_THRESHOLD=5 and mTLS
-// identities, a site-wide run over 6 racks is created pending approval with
-// the plan its requester previewed; the requester cannot approve it, nor
-// anyone with another hash or an unknown ID; a second identity approving
-// the hash it was shown starts it, once. A request whose plan the site
-// changed since is refused as stale naming the change, and is rejected.
-func TestTwoPersonApproval(t *testing.T) {
-	t.Parallel()
-	b := newRolloutBench(t, 6, time.Millisecond)
+// approvalServer serves b with mutual TLS identities and an approval
+// threshold of 5 racks, answering the operator's v1 and admin clients and
+// a second identity's (admin) admin client.
+func approvalServer(t *testing.T, b *rolloutBench) (opFlow flowv1connect.FlowClient, opAdmin, second adminv1connect.AdminServiceClient) {
+	t.Helper()
 	certs := t.TempDir()
 	require.NoError(t, edge.WriteDevCerts(certs, nil))
 	srv := b.serve(t, map[string]string{
@@ -147,8 +143,21 @@ func TestTwoPersonApproval(t *testing.T) {
 		h := tlsHTTPClient(c)
 		return flowv1connect.NewFlowClient(h, api), adminv1connect.NewAdminServiceClient(h, api)
 	}
-	opFlow, opAdmin := clientsOf("operator")
-	_, second := clientsOf("admin")
+	opFlow, opAdmin = clientsOf("operator")
+	_, second = clientsOf("admin")
+	return opFlow, opAdmin, second
+}
+
+// TestTwoPersonApproval: with FLOW_APPROVAL_THRESHOLD=5 and mTLS
+// identities, a site-wide run over 6 racks is created pending approval with
+// the plan its requester previewed; the requester cannot approve it, nor
+// anyone with another hash or an unknown ID; a second identity approving
+// the hash it was shown starts it, once. A request whose plan the site
+// changed since is refused as stale naming the change, and is rejected.
+func TestTwoPersonApproval(t *testing.T) {
+	t.Parallel()
+	b := newRolloutBench(t, 6, time.Millisecond)
+	opFlow, opAdmin, second := approvalServer(t, b)
 	ctx := context.Background()
 
 	site := rolloutRequest("site", rolloutOpts{concurrency: 3, seed: "order"})
@@ -227,21 +236,7 @@ func TestTwoPersonApproval(t *testing.T) {
 func TestTwoPersonApprovalBulk(t *testing.T) {
 	t.Parallel()
 	b := newRolloutBench(t, 6, time.Millisecond)
-	certs := t.TempDir()
-	require.NoError(t, edge.WriteDevCerts(certs, nil))
-	srv := b.serve(t, map[string]string{
-		"CERTDIR": certs, "FLOW_AUTHZ_POLICY": filepath.Join(certs, "policy.yaml"), "ALLOW_INSECURE_GRPC": "false",
-		"FLOW_APPROVAL_THRESHOLD": "5",
-	}, nil)
-	api := strings.Replace(srv.url, "http://", "https://", 1)
-	clientsOf := func(role string) (flowv1connect.FlowClient, adminv1connect.AdminServiceClient) {
-		c, err := cli.TLSConfig(cli.TLSFiles{CA: filepath.Join(certs, "ca.crt"), Cert: filepath.Join(certs, role+".crt"), Key: filepath.Join(certs, role+".key")})
-		require.NoError(t, err)
-		h := tlsHTTPClient(c)
-		return flowv1connect.NewFlowClient(h, api), adminv1connect.NewAdminServiceClient(h, api)
-	}
-	opFlow, opAdmin := clientsOf("operator")
-	_, second := clientsOf("admin")
+	opFlow, opAdmin, second := approvalServer(t, b)
 	ctx := context.Background()
 	var names []string
 	for _, r := range b.racks {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/dbtest"
+	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/approval"
 	"github.com/nicoflow/flow/operations/opstest"
@@ -103,6 +104,42 @@ func TestThresholdAndExpiry(t *testing.T) {
 	require.ErrorIs(t, err, approval.ErrExpired)
 }
 
+// held is a task manager whose approver holds submissions over one rack
+// (one hour's expiry, on a fake clock), and alice's power-on of two racks,
+// held: its tasks (ids) and its request (reqs[0]).
+type held struct {
+	m    *opstest.Bundle
+	svc  *approval.Service
+	now  *time.Time
+	a    inventory.Rack
+	ids  []uuid.UUID
+	reqs []approval.Request
+}
+
+func heldSubmission(t *testing.T) *held {
+	t.Helper()
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	h := &held{m: opstest.NewTasks(t, opstest.Config{}), now: &now}
+	a, b := h.m.AddRack(t, 0), h.m.AddRack(t, 1)
+	h.a = a
+	h.svc = approval.NewService(approval.Config{Pool: h.m.Pool, Threshold: approval.Threshold{Racks: 1}, Expiry: time.Hour, Now: clock})
+	h.m.Tasks.SetClock(clock)
+	h.m.Tasks.SetApprover(h.svc)
+	h.svc.Register(operations.ApprovalKindSubmission, h.m.Tasks)
+	both := opstest.PowerOn(a)
+	both.Targets.Racks = append(both.Targets.Racks, opstest.PowerOn(b).Targets.Racks...)
+	both.SubmittedBy = "alice"
+	var err error
+	h.ids, err = h.m.Submit(t, both)
+	require.NoError(t, err)
+	require.Len(t, h.ids, 2)
+	h.reqs, err = h.svc.List(context.Background(), h.m.Pool, false)
+	require.NoError(t, err)
+	require.Len(t, h.reqs, 1)
+	return h
+}
+
 // TestSubmissionApprovalExpires: a bulk submission over the threshold
 // waits for approval; a single-rack one does not; once the request
 // expires (a fake clock), the next sweep ends its tasks saying so, and the
@@ -110,24 +147,8 @@ func TestThresholdAndExpiry(t *testing.T) {
 func TestSubmissionApprovalExpires(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
-	m := opstest.NewTasks(t, opstest.Config{})
-	a, b := m.AddRack(t, 0), m.AddRack(t, 1)
-	svc := approval.NewService(approval.Config{Pool: m.Pool, Threshold: approval.Threshold{Racks: 1}, Expiry: time.Hour, Now: clock})
-	m.Tasks.SetClock(clock)
-	m.Tasks.SetApprover(svc)
-	svc.Register(operations.ApprovalKindSubmission, m.Tasks)
-
-	both := opstest.PowerOn(a)
-	both.Targets.Racks = append(both.Targets.Racks, opstest.PowerOn(b).Targets.Racks...)
-	both.SubmittedBy = "alice"
-	ids, err := m.Submit(t, both)
-	require.NoError(t, err)
-	require.Len(t, ids, 2)
-	reqs, err := svc.List(ctx, m.Pool, false)
-	require.NoError(t, err)
-	require.Len(t, reqs, 1)
+	b := heldSubmission(t)
+	m, svc, ids, reqs, a := b.m, b.svc, b.ids, b.reqs, b.a
 	require.Equal(t, operations.ApprovalKindSubmission, reqs[0].Kind)
 	require.ElementsMatch(t, ids, reqs[0].SubjectIDs)
 	tasks, err := m.Tasks.Get(ctx, ids)
@@ -143,7 +164,7 @@ func TestSubmissionApprovalExpires(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, operations.TaskPending, tasks[0].Status, "one rack is under the threshold, and a held task blocks no unqueued work")
 
-	now = now.Add(time.Hour + time.Second)
+	*b.now = b.now.Add(time.Hour + time.Second)
 	n, err := svc.ExpireDue(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
@@ -169,22 +190,9 @@ func TestSubmissionApprovalExpires(t *testing.T) {
 func TestSubmissionTasksExpireWithoutTheSweep(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
-	m := opstest.NewTasks(t, opstest.Config{})
-	a, b := m.AddRack(t, 0), m.AddRack(t, 1)
-	svc := approval.NewService(approval.Config{Pool: m.Pool, Threshold: approval.Threshold{Racks: 1}, Expiry: time.Hour, Now: clock})
-	m.Tasks.SetClock(clock)
-	m.Tasks.SetApprover(svc)
-	svc.Register(operations.ApprovalKindSubmission, m.Tasks)
-	both := opstest.PowerOn(a)
-	both.Targets.Racks = append(both.Targets.Racks, opstest.PowerOn(b).Targets.Racks...)
-	ids, err := m.Submit(t, both)
-	require.NoError(t, err)
-	reqs, err := svc.List(ctx, m.Pool, false)
-	require.NoError(t, err)
-	require.Len(t, reqs, 1)
-	now = now.Add(time.Hour + time.Second)
+	b := heldSubmission(t)
+	m, ids, reqs := b.m, b.ids, b.reqs
+	*b.now = b.now.Add(time.Hour + time.Second)
 	require.NoError(t, m.Tasks.Sweep(ctx))
 	tasks, err := m.Tasks.Get(ctx, ids)
 	require.NoError(t, err)
