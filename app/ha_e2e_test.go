@@ -56,11 +56,56 @@ type haMember struct {
 type haCluster struct {
 	t        *testing.T
 	dir      string
-	etcd     *exec.Cmd
-	etcdHost string
+	etcds    []*etcdMember
 	members  []*haMember
 	cred     *syscall.Credential
 	url      string // Flow's: every member, read-write
+	proxy    *exec.Cmd
+	proxyURL string // Flow's through HAProxy
+}
+
+// etcdMember is one member of the DCS's three.
+type etcdMember struct {
+	name, client string
+	args         []string
+	log          string
+	cmd          *exec.Cmd
+	done         chan struct{}
+}
+
+func (e *etcdMember) start(t *testing.T) {
+	t.Helper()
+	log, err := os.OpenFile(e.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	require.NoError(t, err)
+	e.cmd = exec.Command("etcd", e.args...)
+	e.cmd.Stdout, e.cmd.Stderr = log, log
+	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, e.cmd.Start())
+	e.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); log.Close(); close(done) }(e.cmd, e.done)
+}
+
+func (e *etcdMember) kill() {
+	if e.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+	<-e.done
+	e.cmd = nil
+}
+
+func (e *etcdMember) healthy() bool {
+	client := &http.Client{Timeout: time.Second}
+	res, err := client.Get("http://" + e.client + "/health")
+	if err != nil {
+		return false
+	}
+	var h struct {
+		Health string `json:"health"`
+	}
+	_ = json.NewDecoder(res.Body).Decode(&h)
+	res.Body.Close()
+	return res.StatusCode == http.StatusOK && h.Health == "true"
 }
 
 // haPort is a free port below the ephemeral range, so that nothing else
@@ -118,26 +163,31 @@ func startHACluster(t *testing.T) *haCluster {
 	}
 	t.Cleanup(c.stop)
 
-	// etcd, one member.
-	client, peer := haPort(t), haPort(t)
-	c.etcdHost = "127.0.0.1:" + itoa(client)
-	etcdLog, err := os.Create(filepath.Join(dir, "etcd.log"))
-	require.NoError(t, err)
-	c.etcd = exec.Command("etcd", "--name", "e0", "--data-dir", filepath.Join(dir, "etcd"),
-		"--listen-client-urls", "http://"+c.etcdHost, "--advertise-client-urls", "http://"+c.etcdHost,
-		"--listen-peer-urls", "http://127.0.0.1:"+itoa(peer), "--initial-advertise-peer-urls", "http://127.0.0.1:"+itoa(peer),
-		"--initial-cluster", "e0=http://127.0.0.1:"+itoa(peer), "--initial-cluster-state", "new")
-	c.etcd.Stdout, c.etcd.Stderr = etcdLog, etcdLog
-	c.etcd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	require.NoError(t, c.etcd.Start())
+	// etcd, three members: losing one keeps the quorum.
+	var initial, clients []string
+	for i := range 3 {
+		e := &etcdMember{name: "e" + itoa(i), client: "127.0.0.1:" + itoa(haPort(t)), log: filepath.Join(dir, "etcd"+itoa(i)+".log")}
+		peer := "http://127.0.0.1:" + itoa(haPort(t))
+		e.args = []string{"--name", e.name, "--data-dir", filepath.Join(dir, "etcd"+itoa(i)),
+			"--listen-client-urls", "http://" + e.client, "--advertise-client-urls", "http://" + e.client,
+			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster-state", "new",
+			"--initial-cluster-token", filepath.Base(dir)}
+		initial = append(initial, e.name+"="+peer)
+		clients = append(clients, e.client)
+		c.etcds = append(c.etcds, e)
+	}
+	for _, e := range c.etcds {
+		e.args = append(e.args, "--initial-cluster", strings.Join(initial, ","))
+		e.start(t)
+	}
 	require.Eventually(t, func() bool {
-		res, err := http.Get("http://" + c.etcdHost + "/health")
-		if err != nil {
-			return false
+		for _, e := range c.etcds {
+			if !e.healthy() {
+				return false
+			}
 		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK
-	}, 30*time.Second, 100*time.Millisecond, "etcd is up")
+		return true
+	}, time.Minute, 100*time.Millisecond, "etcd is up")
 
 	recipe := patroniRecipe(t)
 	bin := pgBinDir(t)
@@ -148,7 +198,7 @@ func startHACluster(t *testing.T) *haCluster {
 		require.NoError(t, os.MkdirAll(m.runDir, 0o700))
 		require.NoError(t, os.Chown(m.runDir, uid, gid))
 		vars := map[string]string{"NAME": name, "HOST": "127.0.0.1", "API_PORT": itoa(m.apiPort), "PG_PORT": itoa(m.pgPort),
-			"ETCD_HOSTS": c.etcdHost, "DATA_DIR": m.dataDir, "BIN_DIR": bin, "RUN_DIR": m.runDir,
+			"ETCD_HOSTS": strings.Join(clients, ","), "DATA_DIR": m.dataDir, "BIN_DIR": bin, "RUN_DIR": m.runDir,
 			"SUPERUSER_PASSWORD": haPassword, "REPLICATION_PASSWORD": haPassword, "CLIENT_NET": "127.0.0.1/32"}
 		conf := os.Expand(recipe, func(k string) string {
 			v, ok := vars[k]
@@ -169,7 +219,57 @@ func startHACluster(t *testing.T) *haCluster {
 	c.url = "postgres://postgres:" + haPassword + "@" + strings.Join(hosts, ",") + "/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=3"
 	_, err = db.Migrate(context.Background(), c.url)
 	require.NoError(t, err)
+	c.startProxy(t)
 	return c
+}
+
+// haproxyRecipe returns the haproxy.cfg block of docs/operations.md.
+func haproxyRecipe(t *testing.T) string {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/operations.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile("(?s)<!-- haproxy.cfg: app/ha_e2e_test.go reads the next block -->\n```text\n(.*?)```").FindSubmatch(doc)
+	require.NotNil(t, m, "docs/operations.md has the HAProxy recipe")
+	return string(m[1])
+}
+
+// startProxy runs HAProxy in front of the members, as docs/operations.md
+// configures it: only the member whose Patroni answers /primary 200 gets
+// connections, and a member marked down has its sessions shut.
+func (c *haCluster) startProxy(t *testing.T) {
+	t.Helper()
+	port := haPort(t)
+	vars := map[string]string{"PROXY_ADDR": "127.0.0.1:" + itoa(port)}
+	for i, m := range c.members {
+		x := string(rune('A' + i))
+		vars["PG_"+x] = "127.0.0.1:" + itoa(m.pgPort)
+		vars["API_PORT_"+x] = itoa(m.apiPort)
+	}
+	conf := os.Expand(haproxyRecipe(t), func(k string) string {
+		v, ok := vars[k]
+		require.True(t, ok, "recipe variable %s", k)
+		return v
+	})
+	path := filepath.Join(c.dir, "haproxy.cfg")
+	require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
+	log, err := os.Create(filepath.Join(c.dir, "haproxy.log"))
+	require.NoError(t, err)
+	c.proxy = exec.Command("haproxy", "-db", "-f", path)
+	c.proxy.Stdout, c.proxy.Stderr = log, log
+	c.proxy.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, c.proxy.Start())
+	c.proxyURL = "postgres://postgres:" + haPassword + "@127.0.0.1:" + itoa(port) + "/postgres?sslmode=disable&connect_timeout=3"
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, c.proxyURL)
+		if err != nil {
+			return false
+		}
+		defer conn.Close(ctx)
+		var ro bool
+		return conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&ro) == nil && !ro
+	}, time.Minute, 200*time.Millisecond, "HAProxy leads to the primary")
 }
 
 func (c *haCluster) startPatroni(m *haMember) {
@@ -193,9 +293,12 @@ func (c *haCluster) stop() {
 		}
 		c.signalPostgres(m, syscall.SIGKILL)
 	}
-	if c.etcd != nil {
-		_ = syscall.Kill(-c.etcd.Process.Pid, syscall.SIGKILL)
-		_ = c.etcd.Wait()
+	for _, e := range c.etcds {
+		e.kill()
+	}
+	if c.proxy != nil {
+		_ = syscall.Kill(-c.proxy.Process.Pid, syscall.SIGKILL)
+		_ = c.proxy.Wait()
 	}
 	if c.t.Failed() {
 		c.t.Logf("Patroni logs and data kept in %s", c.dir)
@@ -456,6 +559,12 @@ func TestPatroniChaos(t *testing.T) {
 	// 11 s after a frozen primary's last renewal) does not make the
 	// replicas give their calls up.
 	r := newReplicasOn(t, c.url, racks, time.Second, 30*time.Second, "FLOW_ENGINE_LEASE_EXPIRY=20s", "FLOW_ENGINE_LEASE_HEARTBEAT=2s")
+	// Two topologies at once: replica 0 names every member
+	// (target_session_attrs=read-write), replica 1 goes through HAProxy.
+	r.servers[1].kill(t)
+	r.env[1] = append(r.env[1], "DATABASE_URL="+c.proxyURL)
+	r.servers[1] = startServerProcess(t, r.env[1])
+	waitHealthy(t, r.urls[1])
 	var clientsMu sync.Mutex
 	client := func(i int) flowv1connect.FlowClient {
 		clientsMu.Lock()
@@ -475,7 +584,8 @@ func TestPatroniChaos(t *testing.T) {
 	pr := &probe{}
 	pr.run(probeCtx, client)
 
-	kinds := []string{"kill -9 primary postmaster", "freeze primary beyond ttl", "switchover", "restart a standby", "kill -9 a Flow replica during a failover"}
+	kinds := []string{"kill -9 primary postmaster", "freeze primary beyond ttl", "switchover", "restart a standby",
+		"kill -9 a Flow replica during a failover", "lose one etcd member of three"}
 	var (
 		summary                             []string
 		downs                               []time.Duration
@@ -522,6 +632,7 @@ func TestPatroniChaos(t *testing.T) {
 		// Inject the fault once calls are out (or submissions still going).
 		time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Millisecond)
 		start := time.Now()
+		out := c.callsOut(ctx, since)
 		c.inject(t, kind, r, &clientsMu)
 		wg.Wait()
 		// Settled: three members, one leader, a synchronous standby, and
@@ -569,6 +680,16 @@ func TestPatroniChaos(t *testing.T) {
 		}
 		waitCompletedThroughOutage(t, client(f%2), ids, 4*time.Minute)
 		end := time.Now()
+		// River keeps one leader.
+		require.Eventually(t, func() bool {
+			conn, err := pgx.Connect(ctx, c.url)
+			if err != nil {
+				return false
+			}
+			defer conn.Close(ctx)
+			var n int
+			return conn.QueryRow(ctx, `SELECT count(*) FROM river_leader WHERE expires_at > now()`).Scan(&n) == nil && n == 1
+		}, time.Minute, 200*time.Millisecond, "fault %d (%s): River has one leader", f+1, kind)
 
 		// No device reset twice unless a step recorded the call's outcome
 		// as unknown (a call cut off by the fault, documented).
@@ -607,14 +728,14 @@ func TestPatroniChaos(t *testing.T) {
 		totalCalls += calls
 		totalRepeat += repeats
 		totalUnknown += unknown
-		line := fmt.Sprintf("fault %d: %s: unavailable %s; %d tasks (%d acknowledged, %d answers lost), %d reset calls, %d repeated, %d unknown outcomes",
-			f+1, kind, down.Round(100*time.Millisecond), len(rows), len(acked), lost, calls, repeats, unknown)
+		line := fmt.Sprintf("fault %d: %s: unavailable %s; %d steps mid-call at the fault; %d tasks (%d acknowledged, %d answers lost), %d device resets, %d repeated, %d unknown outcomes",
+			f+1, kind, down.Round(100*time.Millisecond), out, len(rows), len(acked), lost, calls, repeats, unknown)
 		summary = append(summary, line)
 		t.Log(line)
 	}
 	slices.Sort(downs)
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%d faults; unavailability p50 %s, max %s; %d tasks, all completed; %d reset calls, %d repeated (%d unknown outcomes recorded)",
+	fmt.Fprintf(&b, "%d faults; unavailability p50 %s, max %s; %d tasks, all completed; %d device resets, %d repeated (%d unknown outcomes recorded)",
 		faults, downs[len(downs)/2].Round(100*time.Millisecond), downs[len(downs)-1].Round(100*time.Millisecond), totalTasks, totalCalls, totalRepeat, totalUnknown)
 	t.Log(b.String())
 }
@@ -670,7 +791,36 @@ func (c *haCluster) inject(t *testing.T, kind string, r *replicaSetup, clientsMu
 		clientsMu.Lock()
 		r.servers[i] = srv
 		clientsMu.Unlock()
+	case "lose one etcd member of three":
+		// The DCS keeps its quorum: Patroni keeps its leader.
+		e := c.etcds[rand.IntN(len(c.etcds))]
+		e.kill()
+		time.Sleep(5 * time.Second)
+		now := c.leader()
+		require.NotNil(t, now, "a leader with one etcd member down")
+		require.Equal(t, leader.name, now.name, "no failover with one etcd member down")
+		e.start(t)
+		require.Eventually(t, e.healthy, time.Minute, 200*time.Millisecond, "etcd member %s back", e.name)
 	default:
 		t.Fatalf("unknown fault %q", kind)
 	}
+}
+
+// callsOut returns how many reset steps of runs created since are mid-call
+// (running, claimed); -1 when the database does not answer.
+func (c *haCluster) callsOut(ctx context.Context, since time.Time) int {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.url)
+	if err != nil {
+		return -1
+	}
+	defer conn.Close(ctx)
+	var n int
+	if conn.QueryRow(ctx, `SELECT count(*) FROM engine_step s JOIN engine_run r ON r.id = s.run_id
+		WHERE s.state = 'running' AND s.spec->>'action' = 'flow.power_control' AND s.claimed_at IS NOT NULL
+			AND r.created_at >= $1`, since).Scan(&n) != nil {
+		return -1
+	}
+	return n
 }
