@@ -49,7 +49,10 @@ func (c *Console) sameSiteOr403(w http.ResponseWriter, r *http.Request, u User) 
 }
 
 func (c *Console) rackPower(r *http.Request) (string, string, error) {
-	id := r.PathValue("id")
+	id, err := c.resolveRack(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return "", "", err
+	}
 	spec := &flowv1.OperationTargetSpec{Targets: &flowv1.OperationTargetSpec_Racks{Racks: &flowv1.RackTargets{Targets: []*flowv1.RackTarget{{Identifier: &flowv1.RackTarget_Id{Id: &flowv1.UUID{Id: id}}}}}}}
 	desc := r.PostFormValue("description")
 	if desc == "" {
@@ -57,7 +60,6 @@ func (c *Console) rackPower(r *http.Request) (string, string, error) {
 	}
 	ctx := apiCtx(r)
 	var res *flowv1.SubmitTaskResponse
-	var err error
 	switch op := r.PathValue("op"); op {
 	case "on":
 		res, err = c.flow.PowerOnRack(ctx, (&flowv1.PowerOnRackRequest{TargetSpec: spec, Description: desc}))
@@ -79,7 +81,10 @@ func (c *Console) rackPower(r *http.Request) (string, string, error) {
 }
 
 func (c *Console) cancelTask(r *http.Request) (string, string, error) {
-	id := r.PathValue("id")
+	id, err := c.resolveTask(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return "", "", err
+	}
 	if _, err := c.flow.CancelTask(apiCtx(r), (&flowv1.CancelTaskRequest{TaskId: &flowv1.UUID{Id: id}})); err != nil {
 		return "", "", err
 	}
@@ -87,9 +92,12 @@ func (c *Console) cancelTask(r *http.Request) (string, string, error) {
 }
 
 func (c *Console) rolloutAction(r *http.Request) (string, string, error) {
-	id := &flowv1.UUID{Id: r.PathValue("id")}
+	runID, err := c.resolveRun(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return "", "", err
+	}
+	id := &flowv1.UUID{Id: runID}
 	ctx := apiCtx(r)
-	var err error
 	op := r.PathValue("op")
 	switch op {
 	case "pause":

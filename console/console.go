@@ -190,6 +190,8 @@ func (c *Console) routes() {
 	m.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", cacheStatic(http.FileServerFS(static))))
 	m.HandleFunc("GET /ui/{$}", c.sharedPage(overviewTopics, c.overview))
 	m.HandleFunc("GET /ui/floor", c.sharedPage(floorTopics, c.floor))
+	m.HandleFunc("GET /ui/search", c.page(c.search))
+	m.HandleFunc("GET /ui/components/{ref}", c.component)
 	m.HandleFunc("GET /ui/racks/{id}", c.page(c.rack))
 	m.HandleFunc("GET /ui/compliance", c.sharedPage(complianceTopics, c.compliance))
 	m.HandleFunc("GET /ui/compliance/apply", c.page(c.applyPage))
@@ -326,8 +328,13 @@ func (c *Console) checkSameSite(r *http.Request) error {
 	return nil
 }
 
-// statusOf maps an API error to the console's HTTP status.
+// statusOf maps an API error, or a page's own (a name that matches
+// nothing, a reference that names nothing), to the console's HTTP status.
 func statusOf(err error) int {
+	var pe *pageError
+	if errors.As(err, &pe) {
+		return pe.status
+	}
 	switch connect.CodeOf(err) {
 	case connect.CodePermissionDenied, connect.CodeUnauthenticated:
 		return http.StatusForbidden

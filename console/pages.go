@@ -75,7 +75,11 @@ func (c *Console) pageOf(fn func(*http.Request) (view, error), shared []string) 
 		}
 		v, err := fn(r)
 		if err != nil {
-			c.fail(w, r, u, statusOf(err), err)
+			status := statusOf(err)
+			if connect.CodeOf(err) == connect.CodeInvalidArgument {
+				status = http.StatusBadRequest // a page's URL the API cannot read: no conflict, a bad request
+			}
+			c.fail(w, r, u, status, err)
 			return
 		}
 		d := pageData{Title: v.title, Nav: v.nav, User: u, Topics: joinTopics(v.topics), Open: c.opts.Open,
@@ -440,7 +444,10 @@ type rackData struct {
 }
 
 func (c *Console) rack(r *http.Request) (view, error) {
-	id := r.PathValue("id")
+	id, err := c.resolveRack(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return view{}, err
+	}
 	res, err := c.flow.GetRackInfoByID(apiCtx(r), (&flowv1.GetRackInfoByIDRequest{Id: &flowv1.UUID{Id: id}, WithComponents: true}))
 	if err != nil {
 		return view{}, err
@@ -540,7 +547,10 @@ type taskData struct {
 }
 
 func (c *Console) task(r *http.Request) (view, error) {
-	id := r.PathValue("id")
+	id, err := c.resolveTask(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return view{}, err
+	}
 	res, err := c.flow.GetTasksByIDs(apiCtx(r), (&flowv1.GetTasksByIDsRequest{TaskIds: []*flowv1.UUID{{Id: id}}}))
 	if err != nil {
 		return view{}, err
@@ -632,7 +642,10 @@ type phaseRow struct {
 }
 
 func (c *Console) rollout(r *http.Request) (view, error) {
-	id := r.PathValue("id")
+	id, err := c.resolveRun(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return view{}, err
+	}
 	res, err := c.flow.GetOperationRun(apiCtx(r), (&flowv1.GetOperationRunRequest{Id: &flowv1.UUID{Id: id}, IncludeStats: true}))
 	if err != nil {
 		return view{}, err
@@ -886,7 +899,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 		},
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"overview", "floor", "compliance", "apply", "rack", "tasks", "task", "rollouts", "rollout", "schedules", "windows", "webhooks", "approvals", "approval", "eventrules", "sync", "error"} {
+	for _, name := range []string{"overview", "floor", "compliance", "apply", "rack", "tasks", "task", "rollouts", "rollout", "search", "schedules", "windows", "webhooks", "approvals", "approval", "eventrules", "sync", "error"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console template %s: %w", name, err)

@@ -1,0 +1,247 @@
+package console
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nicoflow/flow/edge"
+	"github.com/nicoflow/flow/inventory"
+	"github.com/nicoflow/flow/operations"
+	"github.com/nicoflow/flow/operations/opstest"
+	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
+	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+)
+
+// pagesAPI is the Flow API with the methods the rack and task pages call:
+// the inventory's and the task manager's own handlers.
+type pagesAPI struct {
+	flowv1connect.UnimplementedFlowHandler
+	inv   *inventory.Handler
+	tasks *operations.TaskHandler
+}
+
+func (a pagesAPI) GetRackInfoByID(ctx context.Context, r *flowv1.GetRackInfoByIDRequest) (*flowv1.GetRackInfoResponse, error) {
+	return a.inv.GetRackInfoByID(ctx, r)
+}
+
+func (a pagesAPI) ListTasks(ctx context.Context, r *flowv1.ListTasksRequest) (*flowv1.ListTasksResponse, error) {
+	return a.tasks.ListTasks(ctx, r)
+}
+
+func (a pagesAPI) GetTasksByIDs(ctx context.Context, r *flowv1.GetTasksByIDsRequest) (*flowv1.GetTasksByIDsResponse, error) {
+	return a.tasks.GetTasksByIDs(ctx, r)
+}
+
+func (a pagesAPI) CancelTask(ctx context.Context, r *flowv1.CancelTaskRequest) (*flowv1.CancelTaskResponse, error) {
+	return a.tasks.CancelTask(ctx, r)
+}
+
+func (a pagesAPI) PowerOnRack(ctx context.Context, r *flowv1.PowerOnRackRequest) (*flowv1.SubmitTaskResponse, error) {
+	return a.tasks.PowerOnRack(ctx, r)
+}
+
+func (a pagesAPI) PowerOffRack(ctx context.Context, r *flowv1.PowerOffRackRequest) (*flowv1.SubmitTaskResponse, error) {
+	return a.tasks.PowerOffRack(ctx, r)
+}
+
+// pagesBundle is a console over the real inventory and task manager on a
+// fresh database, its users named by a trusted proxy's header: olivia an
+// operator, victor a viewer.
+type pagesBundle struct {
+	m       *opstest.Bundle
+	console *Console
+}
+
+func setupPages(t *testing.T) *pagesBundle {
+	t.Helper()
+	m := opstest.NewTasks(t, opstest.Config{})
+	policyPath := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(policyPath, []byte("identities:\n  olivia: operator\n  victor: viewer\n"), 0o600))
+	policy, err := edge.LoadPolicy(policyPath)
+	require.NoError(t, err)
+	logger := slog.New(slog.DiscardHandler)
+	lim := edge.Limits{
+		RequestBytes: 4 << 20, NameBytes: 256, SerialBytes: 128, ManufacturerBytes: 128, MACBytes: 64,
+		DescriptionBytes: 16384, DocumentBytes: 1 << 20, StringBytes: 1024,
+		Targets: 1000, Components: 256, Patterns: 100, ListItems: 1000, PageSize: 1000, RackComponentsPage: 100,
+		Listings: 4, Submits: 2, RequestBytesInFlight: 32 << 20,
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+	}
+	flow := pagesAPI{inv: inventory.NewHandler(m.Inv, m.Pool), tasks: operations.NewTaskHandler(m.Pool, m.Tasks)}
+	api := edge.NewHandler(logger, flow, adminv1connect.UnimplementedAdminServiceHandler{}, edge.Options{Policy: policy, Limits: lim})
+	c, err := New(Options{API: api, Pool: m.Pool, Policy: policy, Logger: logger,
+		AuthProxy: AuthProxy{Header: "X-User", Trusted: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return &pagesBundle{m: m, console: c}
+}
+
+// get fetches path as user, without following redirects.
+func (b *pagesBundle) get(t *testing.T, user, path string) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodGet, path, nil)
+	r.Header.Set("X-User", user)
+	w := httptest.NewRecorder()
+	b.console.ServeHTTP(w, r)
+	return w
+}
+
+// Every URL that takes an ID takes a name too; a name that matches
+// nothing is a 404 naming it, a reference that cannot name anything a
+// 400, never the API's 409.
+func TestPagesByName(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupPages(t)
+	r0, r1 := b.m.AddRack(t, 0), b.m.AddRack(t, 1)
+	ids, err := b.m.Submit(t, opstest.PowerOn(r1))
+	require.NoError(t, err)
+	task := ids[0].String()
+	_, err = b.m.Pool.Exec(ctx, `INSERT INTO operation_run (name, selector, options, operation_template, operation_type, operation_code)
+		VALUES ('fw-canary', '{}', '{}', '{}', 'firmware_control', 'FIRMWARE_UPGRADE')`)
+	require.NoError(t, err)
+
+	for _, tt := range []struct {
+		name, path string
+		status     int
+		want       string
+	}{
+		{"RackByName", "/ui/racks/demo-0001", http.StatusOK, "<h1>Rack demo-0001</h1>"},
+		{"RackByID", "/ui/racks/" + r0.ID.String(), http.StatusOK, "<h1>Rack demo-0000</h1>"},
+		{"RackBySerial", "/ui/racks/DEMO-RACK-00001", http.StatusOK, "<h1>Rack demo-0001</h1>"},
+		{"UnknownRack", "/ui/racks/demo-0099", http.StatusNotFound, `no rack is named &#34;demo-0099&#34;`},
+		{"UnknownRackID", "/ui/racks/" + uuid.NewString(), http.StatusNotFound, "not found"},
+		{"MalformedRack", "/ui/racks/demo%01", http.StatusBadRequest, "control characters"},
+		{"TaskByID", "/ui/tasks/" + task, http.StatusOK, "<h1>Task " + task[:8]},
+		{"TaskByPrefix", "/ui/tasks/" + task[:8], http.StatusOK, "<h1>Task " + task[:8]},
+		{"TaskByUpperPrefix", "/ui/tasks/" + strings.ToUpper(task[:8]), http.StatusOK, "<h1>Task " + task[:8]},
+		{"NotATask", "/ui/tasks/nope", http.StatusBadRequest, `&#34;nope&#34; is not a task ID`},
+		{"ShortTaskPrefix", "/ui/tasks/ab", http.StatusBadRequest, "too short"},
+		{"UnknownTaskPrefix", "/ui/tasks/" + flip(task[:8]), http.StatusNotFound, "no task&#39;s ID starts with"},
+		{"UnknownTaskID", "/ui/tasks/" + uuid.NewString(), http.StatusNotFound, "not found"},
+		{"UnknownRollout", "/ui/rollouts/no-such-run", http.StatusNotFound, `no rollout is named &#34;no-such-run&#34;`},
+		{"UnknownComponent", "/ui/components/demo-0000-xx-99", http.StatusNotFound, `no component is named &#34;demo-0000-xx-99&#34;`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			w := b.get(t, "victor", tt.path)
+			require.Equal(t, tt.status, w.Code, w.Body.String())
+			require.Contains(t, w.Body.String(), tt.want)
+			require.NotEqual(t, http.StatusConflict, w.Code)
+		})
+	}
+
+	run, err := b.console.resolveRun(ctx, "fw-canary")
+	require.NoError(t, err)
+	require.NoError(t, uuid.Validate(run))
+
+	// A component is its rack's page, at its row; by name, serial or
+	// BMC MAC.
+	var comp string
+	require.NoError(t, b.m.Pool.QueryRow(ctx, `SELECT id::text FROM component WHERE name = 'demo-0001-ct-01'`).Scan(&comp))
+	for _, ref := range []string{"demo-0001-ct-01", comp, "DEMO00001ct01", "02:00:01:01:01:00", "02-00-01-01-01-00", "020001010100"} {
+		w := b.get(t, "victor", "/ui/components/"+ref)
+		require.Equal(t, http.StatusSeeOther, w.Code, ref)
+		require.Equal(t, "/ui/racks/"+r1.ID.String()+"#c-"+comp, w.Header().Get("Location"), ref)
+	}
+	w := b.get(t, "victor", "/ui/racks/demo-0001")
+	require.Contains(t, w.Body.String(), `<tr id="c-`+comp+`"`, "the row a component link lands on")
+
+	// Actions take names too: power on demo-0000 by name.
+	w = b.post(t, "olivia", "/ui/racks/demo-0000/power/on")
+	require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
+	require.True(t, strings.HasPrefix(w.Header().Get("Location"), "/ui/tasks/"), w.Header().Get("Location"))
+}
+
+// post sends an empty form from the console's own page as user.
+func (b *pagesBundle) post(t *testing.T, user, path string) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, path, strings.NewReader("csrf="+testCSRF))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.Header.Set("Sec-Fetch-Site", "same-origin")
+	r.Header.Set("X-User", user)
+	r.AddCookie(&http.Cookie{Name: csrfCookie, Value: testCSRF})
+	w := httptest.NewRecorder()
+	b.console.ServeHTTP(w, r)
+	return w
+}
+
+// flip changes a task ID prefix's first digit, so that (most likely) no
+// task starts with it.
+func flip(p string) string {
+	if p[0] == '0' {
+		return "f" + p[1:]
+	}
+	return "0" + p[1:]
+}
+
+// One search box on every page; its results are links by kind: racks by
+// name or serial, components by name, serial or BMC MAC, tasks by ID
+// prefix, rollouts by name, each kind cut at 50.
+func TestSearch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupPages(t)
+	r0, r1 := b.m.AddRack(t, 0), b.m.AddRack(t, 1)
+	ids, err := b.m.Submit(t, opstest.PowerOn(r1))
+	require.NoError(t, err)
+	task := ids[0].String()
+	_, err = b.m.Pool.Exec(ctx, `INSERT INTO operation_run (name, selector, options, operation_template, operation_type, operation_code)
+		VALUES ('demo-canary', '{}', '{}', '{}', 'firmware_control', 'FIRMWARE_UPGRADE')`)
+	require.NoError(t, err)
+
+	search := func(q string) string {
+		t.Helper()
+		w := b.get(t, "victor", "/ui/search?q="+q)
+		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+		accessible(t, w.Body.String())
+		return w.Body.String()
+	}
+	page := search("")
+	require.Contains(t, page, `<form class="search" role="search" method="get" action="/ui/search">`, "the layout's box")
+	require.NotContains(t, page, "search-summary")
+
+	page = search("demo-0001")
+	require.Contains(t, page, `<a href="/ui/racks/`+r1.ID.String()+`">demo-0001</a>`)
+	require.NotContains(t, page, `<a href="/ui/racks/`+r0.ID.String()+`">demo-0000</a>`)
+	require.Contains(t, page, `Components (35)`, "demo-0001's components match by name")
+
+	page = search("DEMO-RACK-00000")
+	require.Contains(t, page, `<a href="/ui/racks/`+r0.ID.String()+`">demo-0000</a></td><td>DEMO-RACK-00000</td>`)
+	require.Contains(t, page, "<td>serial number</td>")
+
+	page = search("02:00:01:01:03")
+	require.Contains(t, page, `>demo-0001-ct-03</a>`, "by part of a BMC MAC")
+	require.Contains(t, page, "Components (1)")
+	page = search("02-00-01-01-03-01")
+	require.Contains(t, page, `>demo-0001-ct-03</a>`, "by a whole MAC with dashes")
+
+	page = search(task[:6])
+	require.Contains(t, page, `<a href="/ui/tasks/`+task+`"><code>`+task+`</code></a>`)
+	require.Contains(t, page, `<a href="/ui/racks/`+r1.ID.String()+`">demo-0001</a>`)
+
+	page = search("canary")
+	require.Contains(t, page, `">demo-canary</a>`)
+	require.Contains(t, page, "Rollouts (1)")
+
+	page = search("-0")
+	require.Contains(t, page, "Components (50, more not shown)", "cut at 50")
+
+	page = search("%25")
+	require.Contains(t, page, "Nothing matches <strong>%</strong>", "LIKE's wildcards are text")
+
+	w := b.get(t, "victor", "/ui/search?q=a%01b")
+	require.Equal(t, http.StatusBadRequest, w.Code)
+}
