@@ -207,6 +207,8 @@ type overviewData struct {
 	// PendingApprovals counts the requests awaiting a second person's
 	// approval (-1: unknown).
 	PendingApprovals int
+	// Failed is the tasks that failed in the last 24 hours.
+	Failed failures
 }
 
 type count struct {
@@ -262,6 +264,9 @@ func (c *Console) overview(r *http.Request) (view, error) {
 		return view{}, err
 	}
 	d.PendingApprovals = c.pendingApprovals(r)
+	if d.Failed, err = c.failedTasks(ctx); err != nil {
+		return view{}, err
+	}
 	return view{"overview", "Site overview", "overview", overviewTopics, d}, nil
 }
 
@@ -441,6 +446,9 @@ type rackData struct {
 	Compliance   map[string]*adminv1.DeviceCompliance
 	Firmware     *adminv1.ComplianceGroup
 	FirmwareNote string
+	// Active is the rack's running task (else its oldest queued one);
+	// LastFailed its newest finished task when that one failed.
+	Active, LastFailed *flowv1.Task
 }
 
 func (c *Console) rack(r *http.Request) (view, error) {
@@ -466,11 +474,39 @@ func (c *Console) rack(r *http.Request) (view, error) {
 		return view{}, err
 	}
 	d.Tasks = tasks.GetTasks()
+	d.Active, d.LastFailed = headlineTasks(d.Tasks)
 	if d.Drift, _, err = c.drift(r.Context(), id, 100); err != nil {
 		return view{}, err
 	}
 	d.Compliance, d.Firmware, d.FirmwareNote = c.rackDevices(r, id)
 	return view{"rack", "Rack " + d.Rack.GetInfo().GetName(), "floor", []string{"racks", "leaks", "tasks", "sync", "firmware"}, d}, nil
+}
+
+// headlineTasks picks from a rack's tasks (newest first) the one its
+// header names: the running one (else the oldest queued one), and the
+// newest finished one when it failed.
+func headlineTasks(tasks []*flowv1.Task) (active, failed *flowv1.Task) {
+	finished := false
+	for _, t := range tasks {
+		switch t.GetStatus() {
+		case flowv1.TaskStatus_TASK_STATUS_RUNNING:
+			if active == nil || active.GetStatus() != flowv1.TaskStatus_TASK_STATUS_RUNNING {
+				active = t
+			}
+		case flowv1.TaskStatus_TASK_STATUS_PENDING, flowv1.TaskStatus_TASK_STATUS_WAITING:
+			if active == nil || active.GetStatus() != flowv1.TaskStatus_TASK_STATUS_RUNNING {
+				active = t // older queued ones come later: the oldest wins
+			}
+		default:
+			if !finished {
+				finished = true
+				if t.GetStatus() == flowv1.TaskStatus_TASK_STATUS_FAILED {
+					failed = t
+				}
+			}
+		}
+	}
+	return active, failed
 }
 
 // ---- Tasks ----

@@ -245,3 +245,62 @@ func TestSearch(t *testing.T) {
 	w := b.get(t, "victor", "/ui/search?q=a%01b")
 	require.Equal(t, http.StatusBadRequest, w.Code)
 }
+
+// Failures come first: the overview counts and lists the tasks that failed
+// in the last day, by operation, each with its rack and error; a rack's
+// header names its running task and its last task when that failed; a
+// failed task's row says its error.
+func TestFailuresFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupPages(t)
+	r0, r1 := b.m.AddRack(t, 0), b.m.AddRack(t, 1)
+	failed, err := b.m.Submit(t, opstest.PowerOn(r0))
+	require.NoError(t, err)
+	old, err := b.m.Submit(t, opstest.PowerOn(r1))
+	require.NoError(t, err)
+	_, err = b.m.Pool.Exec(ctx, `UPDATE task SET status = 'failed', message = $2, finished_at = now(), queue_expires_at = NULL WHERE id = $1`,
+		failed[0], "power on demo-0000-ct-03: BMC unreachable")
+	require.NoError(t, err)
+	_, err = b.m.Pool.Exec(ctx, `UPDATE task SET status = 'failed', message = 'long ago', finished_at = now() - interval '25 hours', queue_expires_at = NULL WHERE id = $1`, old[0])
+	require.NoError(t, err)
+	active, err := b.m.Submit(t, opstest.PowerOn(r1))
+	require.NoError(t, err)
+
+	f, err := b.console.failedTasks(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, f.Count, "the last 24 hours only")
+	require.Len(t, f.Tasks, 1)
+	require.Equal(t, FailedTask{ID: failed[0].String(), RackID: r0.ID.String(), RackName: "demo-0000", Operation: f.Tasks[0].Operation,
+		Error: "power on demo-0000-ct-03: BMC unreachable", FinishedAt: f.Tasks[0].FinishedAt}, f.Tasks[0])
+	require.Equal(t, []count{{f.Tasks[0].Operation, 1}}, f.ByOperation)
+
+	tmpl, err := parseTemplates()
+	require.NoError(t, err)
+	var buf strings.Builder
+	require.NoError(t, tmpl["overview"].ExecuteTemplate(&buf, "layout", pageData{Title: "overview", User: User{Identity: "victor", Role: "viewer"},
+		Data: overviewData{Failed: f}, Now: time.Now()}))
+	over := buf.String()
+	accessible(t, over)
+	require.Contains(t, over, `<span class="big" id="failed-count">1</span> task failed in 24 h`)
+	require.Contains(t, over, `<td><a href="/ui/tasks/`+failed[0].String()+`">`+failed[0].String()[:8]+`</a></td><td>`+f.Tasks[0].Operation+`</td><td><a href="/ui/racks/`+r0.ID.String()+`">demo-0000</a></td>`)
+	require.Contains(t, over, `<span class="bad">power on demo-0000-ct-03: BMC unreachable</span>`)
+	buf.Reset()
+	require.NoError(t, tmpl["overview"].ExecuteTemplate(&buf, "layout", pageData{Title: "overview", Data: overviewData{}, Now: time.Now()}))
+	require.Contains(t, buf.String(), "No task failed in the last 24 hours.")
+
+	w := b.get(t, "victor", "/ui/racks/demo-0000")
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	require.Contains(t, w.Body.String(), `id="rack-failed-task" role="status">Last task failed: <a href="/ui/tasks/`+failed[0].String()+`">`)
+	require.Contains(t, w.Body.String(), `: power on demo-0000-ct-03: BMC unreachable</p>`)
+	require.NotContains(t, w.Body.String(), `id="rack-active-task"`)
+
+	w = b.get(t, "victor", "/ui/racks/demo-0001")
+	require.Contains(t, w.Body.String(), `id="rack-active-task"><span class="st st-pending">pending</span> <a href="/ui/tasks/`+active[0].String()+`">`)
+	require.Contains(t, w.Body.String(), `Last task failed: <a href="/ui/tasks/`+old[0].String()+`">`, "the last finished task failed, however long ago, and a new one waits")
+
+	w = b.get(t, "victor", "/ui/tasks")
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	require.Contains(t, w.Body.String(), `<span class="bad task-error">power on demo-0000-ct-03: BMC unreachable</span>`)
+	require.Contains(t, w.Body.String(), `<span class="bad task-error">long ago</span>`)
+}
