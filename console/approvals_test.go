@@ -310,8 +310,9 @@ func TestApprovalLinks(t *testing.T) {
 		require.NoError(t, tmpl[name].ExecuteTemplate(&b, "layout", pageData{Title: name, User: User{Identity: "olivia", Role: "operator"}, CSRF: "tok", Data: data, Now: time.Now()}))
 		return b.String()
 	}
+	held := "Held: awaiting approval of request " + id + " (plan hash h)"
 	task := render("task", taskData{Task: &flowv1.Task{Id: &flowv1.UUID{Id: "t1"}, RackId: &flowv1.UUID{Id: "r1"},
-		Status: flowv1.TaskStatus_TASK_STATUS_WAITING, Message: "Held: awaiting approval of request " + id + " (plan hash h)"}})
+		Status: flowv1.TaskStatus_TASK_STATUS_WAITING, Message: held}, Message: held})
 	require.Contains(t, task, `<dd id="task-message">Held: awaiting approval of request <a href="/ui/approvals/`+id+`"`)
 	run := render("rollout", rolloutData{Run: &flowv1.OperationRun{Summary: &flowv1.OperationRunSummary{Id: &flowv1.UUID{Id: "x"}, OperationKind: &flowv1.OperationKind{},
 		State: &flowv1.OperationRunState{}, StatusMessage: "awaiting approval of request " + id + " (plan hash h)"}, Stats: &flowv1.OperationRunStats{}}})

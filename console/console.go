@@ -211,6 +211,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /ui/live", c.live)
 	m.HandleFunc("POST /ui/racks/{id}/power/{op}", c.action(c.rackPower))
 	m.HandleFunc("POST /ui/tasks/{id}/cancel", c.action(c.cancelTask))
+	m.HandleFunc("POST /ui/tasks/{id}/retry", c.action(c.retryFailed))
 	m.HandleFunc("POST /ui/rollouts/{id}/{op}", c.action(c.rolloutAction))
 	m.HandleFunc("POST /ui/schedules/{id}/{op}", c.action(c.scheduleAction))
 	m.HandleFunc("POST /ui/sync/run", c.action(c.runSync))

@@ -3,7 +3,6 @@ package console
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -541,117 +540,6 @@ func (c *Console) rackNames(ctx context.Context) (map[string]string, error) {
 	return out, rows.Err()
 }
 
-// taskReport is the part of Task.report the task page draws.
-type taskReport struct {
-	SubmittedBy        string `json:"submitted_by"`
-	Error              string `json:"error"`
-	ComponentsTargeted int    `json:"components_targeted"`
-	NotTargeted        []struct {
-		Name, Type, Reason string
-	} `json:"not_targeted"`
-	Stages []struct {
-		Number                              int
-		Status                              string
-		Targets, Completed, Failed, Running int
-		StartedAt                           string `json:"started_at"`
-		FinishedAt                          string `json:"finished_at"`
-		Error                               string
-		Steps                               []struct {
-			ComponentType       string `json:"component_type"`
-			Status              string
-			TotalComponents     int    `json:"total_components"`
-			CompletedComponents int    `json:"completed_components"`
-			FailedComponents    int    `json:"failed_components"`
-			StartedAt           string `json:"started_at"`
-			FinishedAt          string `json:"finished_at"`
-			Error               string
-			CurrentAction       *struct{ Action, Detail, Until string } `json:"current_action"`
-		}
-	}
-}
-
-type taskComponent struct {
-	Name, Type, Power, Outcome, Error string
-}
-
-type taskData struct {
-	Task       *flowv1.Task
-	Report     taskReport
-	RackName   string
-	Components []taskComponent
-	Active     bool
-}
-
-func (c *Console) task(r *http.Request) (view, error) {
-	id, err := c.resolveTask(r.Context(), r.PathValue("id"))
-	if err != nil {
-		return view{}, err
-	}
-	res, err := c.flow.GetTasksByIDs(apiCtx(r), (&flowv1.GetTasksByIDsRequest{TaskIds: []*flowv1.UUID{{Id: id}}}))
-	if err != nil {
-		return view{}, err
-	}
-	if len(res.GetTasks()) == 0 {
-		return view{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("task %s not found", id))
-	}
-	t := res.GetTasks()[0]
-	d := taskData{Task: t}
-	if t.GetReport() != "" {
-		if err := json.Unmarshal([]byte(t.GetReport()), &d.Report); err != nil {
-			return view{}, fmt.Errorf("task %s: report: %w", id, err)
-		}
-	}
-	switch t.GetStatus() {
-	case flowv1.TaskStatus_TASK_STATUS_PENDING, flowv1.TaskStatus_TASK_STATUS_RUNNING, flowv1.TaskStatus_TASK_STATUS_WAITING:
-		d.Active = true
-	}
-	// Per component: its step's outcome (the worst of its type's steps),
-	// and its own error where a step failed it alone.
-	typeStatus := map[string]string{}
-	rank := map[string]int{"": 0, "skipped": 1, "pending": 2, "completed": 3, "running": 4, "failed": 5}
-	for _, st := range d.Report.Stages {
-		for _, sp := range st.Steps {
-			cur, ok := typeStatus[sp.ComponentType]
-			switch {
-			case !ok:
-				typeStatus[sp.ComponentType] = sp.Status
-			case sp.Status == "pending" && cur == "completed":
-				typeStatus[sp.ComponentType] = "running" // a later step still to do
-			case rank[sp.Status] > rank[cur] && !(sp.Status == "pending" && cur == "running"):
-				typeStatus[sp.ComponentType] = sp.Status
-			}
-		}
-	}
-	rows, err := c.pool.Query(r.Context(), `
-		SELECT coalesce(rk.name, ''), c.name, c.type, c.power_state,
-		  coalesce((SELECT string_agg(f.value, '; ') FROM engine_step s, jsonb_each_text(s.failed_targets) f
-		            WHERE s.run_id = t.run_id AND s.failed_targets <> '{}' AND (f.key = c.id::text OR f.key = c.external_id OR f.key = c.serial_number)), '')
-		FROM task t JOIN component c ON c.id = ANY (t.component_ids) LEFT JOIN rack rk ON rk.id = t.rack_id
-		WHERE t.id::text = $1 ORDER BY c.type, c.slot_id, c.name`, id)
-	if err != nil {
-		return view{}, fmt.Errorf("task %s: components: %w", id, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var tc taskComponent
-		if err := rows.Scan(&d.RackName, &tc.Name, &tc.Type, &tc.Power, &tc.Error); err != nil {
-			return view{}, err
-		}
-		tc.Outcome = typeStatus[tc.Type]
-		if tc.Outcome == "" {
-			tc.Outcome = "not in plan"
-		}
-		if tc.Error != "" {
-			tc.Outcome = "failed"
-		}
-		d.Components = append(d.Components, tc)
-	}
-	if err := rows.Err(); err != nil {
-		return view{}, err
-	}
-	return view{"task", "Task " + shortID(id), "tasks", []string{"tasks", "steps"}, d}, nil
-}
-
 // ---- Rollouts ----
 
 func (c *Console) rollouts(r *http.Request) (view, error) {
@@ -918,6 +806,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 			return fmt.Sprintf("%d %ss", n, word)
 		},
 		"csSummary": complianceSummary,
+		"retryable": retryable,
 		"versions": func(vs []string) string {
 			if len(vs) == 0 {
 				return "none reported"
