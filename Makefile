@@ -47,7 +47,7 @@ soak: ## kill, crash and restart tests, SOAK_COUNT rounds each
 # CI runs it after make soak.
 HA_FAULTS ?= 20
 ha-test: ## the Patroni chaos test: HA_FAULTS faults on a real Patroni cluster
-	FLOW_HA=1 FLOW_HA_FAULTS=$(HA_FAULTS) $(GO) test -count=1 -timeout 60m -v -run '^TestPatroniChaos$$' ./app/ 2>&1 | grep -v -E '^\{|level=' ; exit $${PIPESTATUS[0]}
+	FLOW_HA=1 FLOW_HA_FAULTS=$(HA_FAULTS) $(GO) test -count=1 -timeout 60m -v -run '^TestPatroniChaos$$' ./app/ 2>&1 | grep --line-buffered -v -E '^\{|level=' ; exit $${PIPESTATUS[0]}
 
 # make fuzz: each fuzz target (docs/limits.md) for its own number of
 # executions (the third field of FUZZ_TARGETS, about 30 s each on two cores),

@@ -171,7 +171,7 @@ func startHACluster(t *testing.T) *haCluster {
 		e.args = []string{"--name", e.name, "--data-dir", filepath.Join(dir, "etcd"+itoa(i)),
 			"--listen-client-urls", "http://" + e.client, "--advertise-client-urls", "http://" + e.client,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster-state", "new",
-			"--initial-cluster-token", filepath.Base(dir)}
+			"--initial-cluster-token", filepath.Base(dir), "--enable-v2=true"}
 		initial = append(initial, e.name+"="+peer)
 		clients = append(clients, e.client)
 		c.etcds = append(c.etcds, e)
@@ -762,8 +762,20 @@ func (c *haCluster) inject(t *testing.T, kind string, r *replicaSetup, clientsMu
 			_ = syscall.Kill(p, syscall.SIGSTOP)
 		}
 		time.Sleep(15 * time.Second)
+		promoted := c.leader()
 		for _, p := range pids {
 			_ = syscall.Kill(p, syscall.SIGCONT)
+		}
+		require.NotNil(t, promoted, "a standby took over from the frozen primary")
+		require.NotEqual(t, leader.name, promoted.name, "a standby took over from the frozen primary")
+		// Thawed, the old primary must see it lost the key and demote
+		// itself, never take the key back (Patroni 3.0.2's etcd3 did:
+		// docs/operations.md).
+		for range 10 {
+			time.Sleep(500 * time.Millisecond)
+			if now := c.leader(); now != nil {
+				require.Equal(t, promoted.name, now.name, "the thawed primary %s took the leader key back from %s", leader.name, promoted.name)
+			}
 		}
 	case "switchover":
 		sb := c.standby(true)
