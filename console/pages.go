@@ -36,10 +36,13 @@ type pageData struct {
 	User       User
 	CSRF       string
 	Topics     string
-	Open       bool
-	Notice     string
-	Data       any
-	Now        time.Time
+	// LiveOff says the page would be live but ?live=0 turned its stream
+	// off.
+	LiveOff bool
+	Open    bool
+	Notice  string
+	Data    any
+	Now     time.Time
 }
 
 // page serves fn's view: the whole page, or only its main part when the
@@ -83,6 +86,11 @@ func (c *Console) pageOf(fn func(*http.Request) (view, error), shared []string) 
 		}
 		d := pageData{Title: v.title, Nav: v.nav, User: u, Topics: joinTopics(v.topics), Open: c.opts.Open,
 			Notice: r.URL.Query().Get("notice"), Data: v.data, Now: time.Now()}
+		if r.URL.Query().Get("live") == "0" && d.Topics != "" {
+			// No stream: a page that keeps no request open, for
+			// Chromium's --virtual-time-budget (screenshots, --dump-dom).
+			d.Topics, d.LiveOff = "", true
+		}
 		if shared == nil {
 			d.CSRF = csrfToken(w, r)
 		}

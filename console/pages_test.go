@@ -304,3 +304,19 @@ func TestFailuresFirst(t *testing.T) {
 	require.Contains(t, w.Body.String(), `<span class="bad task-error">power on demo-0000-ct-03: BMC unreachable</span>`)
 	require.Contains(t, w.Body.String(), `<span class="bad task-error">long ago</span>`)
 }
+
+// ?live=0 turns a live page's stream off (no data-topics: the script
+// opens none), so that it keeps no request open and renders whole under
+// Chromium's --virtual-time-budget; the page says it is not live.
+func TestLiveOff(t *testing.T) {
+	t.Parallel()
+	b := setupPages(t)
+	b.m.AddRack(t, 0)
+	live := b.get(t, "victor", "/ui/racks/demo-0000").Body.String()
+	require.Contains(t, live, `<body data-topics="racks,leaks,tasks,sync,firmware">`)
+	require.Contains(t, live, `<span class="live-state" id="live-state" aria-live="polite"></span>`)
+	off := b.get(t, "victor", "/ui/racks/demo-0000?live=0").Body.String()
+	require.Contains(t, off, `<body data-topics="">`)
+	require.Contains(t, off, `<span class="live-state" id="live-state" aria-live="polite">not live</span>`)
+	require.Contains(t, off, "<h1>Rack demo-0000</h1>")
+}
