@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -261,3 +262,33 @@ func describe(vals map[string]any) string {
 	b, _ := json.Marshal(vals)
 	return fmt.Sprintf("values %s", b)
 }
+
+// TestChartOnCloudNativePG renders the chart with the values
+// docs/deploy.md gives for a CloudNativePG cluster: Flow connects to the
+// -rw Service over verified TLS with the CA alone, as the app Secret's
+// user.
+func TestChartOnCloudNativePG(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/deploy.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile("(?s)<!-- cloudnative-pg values: deploy/helm reads the next yaml block -->\n```yaml\n(.*?)```").FindSubmatch(doc)
+	require.NotNil(t, m, "docs/deploy.md has the CloudNativePG values")
+	var vals map[string]any
+	require.NoError(t, yaml.Unmarshal(m[1], &vals))
+	out := render(t, vals)
+	for _, name := range []string{"flow", "migrate"} {
+		e := env(t, out.container(t, name))
+		require.Equal(t, "flow-db-rw.flow.svc", e["DB_HOST"].Value)
+		require.Equal(t, "/var/run/secrets/flow-db-tls/ca.crt", e["DB_CERT_PATH"].Value)
+		require.Equal(t, "flow-db-app", e["DB_USER"].ValueFrom.SecretKeyRef.Name)
+		require.Equal(t, "password", e["DB_PASSWORD"].ValueFrom.SecretKeyRef.Key)
+	}
+	var secret string
+	for _, v := range out.deployment.Spec.Template.Spec.Volumes {
+		if v.Name == "db-tls" {
+			secret = v.Secret.SecretName
+		}
+	}
+	require.Equal(t, "flow-db-ca-crt", secret)
+}
+
