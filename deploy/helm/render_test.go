@@ -291,4 +291,3 @@ func TestChartOnCloudNativePG(t *testing.T) {
 	}
 	require.Equal(t, "flow-db-ca-crt", secret)
 }
-
