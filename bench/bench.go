@@ -197,6 +197,9 @@ type Options struct {
 	// server's metrics and tracing off, then on (spans exported over
 	// OTLP/HTTP to a sink in the bench process), and reports both.
 	CompareTelemetry bool
+	// CompareWebhook runs the bench twice, on fresh clusters: without, then
+	// with, a webhook subscribed to every event type (bench/webhook.go).
+	CompareWebhook bool
 	// PGStats loads pg_stat_statements into the private PostgreSQL and
 	// reports this many statements, by total execution time, run between
 	// the first submit and the end of the wait. 0: off.
@@ -283,6 +286,7 @@ throughput, latencies and the server's peak memory. See docs/bench.md.`
 	fs.IntVar(&o.Concurrency, "concurrency", 32, "API calls in flight while creating racks and submitting")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "how long to wait for the tasks to end")
 	fs.BoolVar(&o.CompareTelemetry, "compare-telemetry", false, "run twice, server metrics and tracing off then on, and compare")
+	fs.BoolVar(&o.CompareWebhook, "compare-webhook", false, "run twice, without then with a webhook subscribed to every event type (a receiver in this process), and compare")
 	fs.IntVar(&o.PGStats, "pg-stats", 0, "load pg_stat_statements into the private PostgreSQL and report the top N statements of the run by total time")
 	fs.StringArrayVar(&o.PGSettings, "pg-setting", nil, "name=value setting of the private PostgreSQL (repeatable; e.g. shared_buffers=256MB)")
 	fs.StringArrayVar(&o.ServerEnv, "server-env", nil, "KEY=VALUE added to the server's environment, last (repeatable; e.g. FLOW_DB_MAX_CONNS=8)")
@@ -304,6 +308,9 @@ throughput, latencies and the server's peak memory. See docs/bench.md.`
 func run(ctx context.Context, o Options, asJSON bool, stdout, stderr io.Writer) error {
 	if o.CompareTelemetry {
 		return compareTelemetry(ctx, o, asJSON, stdout, stderr)
+	}
+	if o.CompareWebhook {
+		return compareWebhook(ctx, o, asJSON, stdout, stderr)
 	}
 	b, err := Start(ctx, o)
 	if b != nil {
