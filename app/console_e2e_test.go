@@ -318,6 +318,39 @@ func TestConsoleInABrowser(t *testing.T) {
 		require.Contains(t, res.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
 	})
 
+	t.Run("SearchAndNames", func(t *testing.T) {
+		// The layout's search box finds a rack by name; its URL takes the
+		// name; an unknown one is a 404 page naming it.
+		c.open(t, c.opURL+"/ui/floor")
+		c.onFresh(t, "search demo-0002", chromedp.SendKeys(chromedp.CSS("#search-q"), "demo-0002\n"))
+		c.waitJS(t, 10*time.Second, `location.pathname === "/ui/search" && !!document.querySelector("#search-racks a")`, "the search lists the rack")
+		c.click(t, "#search-racks a")
+		c.waitJS(t, 10*time.Second, `location.pathname === "/ui/racks/`+c.racks[2].ID.String()+`" && document.querySelector("h1").textContent === "Rack demo-0002"`, "the result opens the rack")
+		res, err := http.Get(c.opURL + "/ui/racks/demo-0001")
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		res, err = http.Get(c.opURL + "/ui/racks/demo-0099")
+		require.NoError(t, err)
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.Equal(t, http.StatusNotFound, res.StatusCode)
+		require.Contains(t, string(body), "no rack is named &#34;demo-0099&#34;")
+	})
+
+	t.Run("VirtualTimeBudgetRendersWithLiveOff", func(t *testing.T) {
+		// The command docs/console.md gives: with ?live=0 the page keeps
+		// no stream open, so virtual time runs out and Chromium prints the
+		// whole page (with the stream open it would wait for ever).
+		ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, chromiumPath(t), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+			"--virtual-time-budget=5000", "--dump-dom", c.viewURL+"/ui/?live=0").Output()
+		require.NoError(t, err, "Chromium finished within 90 s")
+		require.Contains(t, string(out), `<span class="big" id="rack-count">3</span>`)
+		require.Contains(t, string(out), `<body data-topics="">`)
+	})
+
 	var taskPath string
 	t.Run("PowerOnFromTheConsoleRunsLive", func(t *testing.T) {
 		rack := c.racks[0]
