@@ -48,7 +48,12 @@ func TestConsoleApprovalsInABrowser(t *testing.T) {
 	// A held task's message links its request.
 	c.open(t, c.opURL+"/ui/tasks/"+res.GetTaskIds()[0].GetId())
 	c.waitJS(t, 10*time.Second, `!!document.querySelector("#task-message a.approval-link")`, "the held task links its request")
-	c.click(t, "#task-message a.approval-link")
+	// Followed by its address, not a click: the task page's live updates
+	// may swap the message under a click on a loaded machine (seen at
+	// load 13: the click was lost).
+	href := evalIn[string](c.browser, `document.querySelector("#task-message a.approval-link").getAttribute("href")`)
+	require.True(t, strings.HasSuffix(href, detail), "the held task links its request: %s", href)
+	c.open(t, c.opURL+detail)
 	c.waitJS(t, 10*time.Second, `location.pathname === "`+detail+`" && !!document.getElementById("plan-hash")`, "the link opens the request")
 	require.Equal(t, req.GetPlanHash(), evalIn[string](c.browser, `document.getElementById("plan-hash").textContent`))
 	require.ElementsMatch(t, names, evalIn[[]string](c.browser, `Array.from(document.querySelectorAll(".plan-phase tbody a")).map(a => a.textContent)`), "the plan's racks by name")
