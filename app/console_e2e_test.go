@@ -412,6 +412,9 @@ func TestConsoleInABrowser(t *testing.T) {
 		require.True(t, resumed(), "the rollout resumed on the server")
 		c.waitJS(t, 30*time.Second, `document.getElementById("run-state") && document.getElementById("run-state").textContent !== "paused"`, "the page shows the rollout resumed")
 		require.Contains(t, c.logs.String(), `"identity":"olivia","method":"/v1.Flow/ResumeOperationRun"`)
+		// By its name too, with its targets.
+		c.open(t, c.opURL+"/ui/rollouts/console-fw")
+		c.waitJS(t, 10*time.Second, `document.querySelector("h1").textContent.startsWith("Rollout console-fw") && document.querySelectorAll("#targets tbody tr").length === 3`, "the rollout by name lists its 3 targets")
 		c.screenshot(t, "rollout")
 		c.open(t, c.opURL+"/ui/rollouts")
 		c.screenshot(t, "rollouts")

@@ -7,8 +7,10 @@
 // read but the site-wide aggregates, is the API call itself, made through
 // the API's own handler chain under the user's identity, so that roles,
 // the rpc log line and the audit line apply exactly as to any client. The
-// aggregates (the overview, the floor map, a rack's drift, open leaks) are
-// read-only SQL over the inventory and task tables, for viewers and up.
+// aggregates (the overview, the floor map, a rack's drift, open leaks, the
+// tasks failed in the last day), the search and the resolution of a
+// name in a URL to its ID are read-only SQL over the inventory, task and
+// run tables, for viewers and up.
 // Pages are Go templates embedded in the binary with one small hand-written
 // script (progressive enhancement: every page and action works without it);
 // live updates come from one shared change feed (feed.go) over server-sent

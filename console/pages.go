@@ -582,7 +582,10 @@ func (c *Console) rollout(r *http.Request) (view, error) {
 	if err != nil {
 		return view{}, err
 	}
-	tg, err := c.flow.ListOperationRunTargets(apiCtx(r), (&flowv1.ListOperationRunTargetsRequest{OperationRunId: &flowv1.UUID{Id: id}, Pagination: &flowv1.Pagination{Limit: 1000}}))
+	// Every materialized phase's targets, finished ones included: a
+	// phase's targets stay on the page after the run advances past it.
+	tg, err := c.flow.ListOperationRunTargets(apiCtx(r), &flowv1.ListOperationRunTargetsRequest{OperationRunId: &flowv1.UUID{Id: id},
+		PhaseScope: flowv1.OperationRunTargetPhaseScope_OPERATION_RUN_TARGET_PHASE_SCOPE_CURRENT_AND_COMPLETED_PHASES, Pagination: &flowv1.Pagination{Limit: 1000}})
 	if err != nil {
 		return view{}, err
 	}

@@ -320,3 +320,14 @@ func TestLiveOff(t *testing.T) {
 	require.Contains(t, off, `<span class="live-state" id="live-state" aria-live="polite">not live</span>`)
 	require.Contains(t, off, "<h1>Rack demo-0000</h1>")
 }
+
+func TestIDRange(t *testing.T) {
+	t.Parallel()
+	lo, hi := idRange("3F2A-9c")
+	require.Equal(t, "3f2a9c00-0000-0000-0000-000000000000", lo)
+	require.Equal(t, "3f2a9cff-ffff-ffff-ffff-ffffffffffff", hi)
+	id := "3f2a9c01-e9eb-4281-9de6-7c400aa8fba5"
+	lo, hi = idRange(id)
+	require.Equal(t, id, lo)
+	require.Equal(t, id, hi)
+}

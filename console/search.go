@@ -131,12 +131,24 @@ func (c *Console) resolveTask(ctx context.Context, ref string) (string, error) {
 // taskIDsWithPrefix returns up to limit IDs of tasks that start with
 // prefix, newest first.
 func (c *Console) taskIDsWithPrefix(ctx context.Context, prefix string, limit int) ([]string, error) {
-	rows, err := c.pool.Query(ctx, `SELECT id::text FROM task WHERE id::text LIKE $1 || '%' ORDER BY created_at DESC, id DESC LIMIT $2`,
-		strings.ToLower(prefix), limit)
+	lo, hi := idRange(prefix)
+	rows, err := c.pool.Query(ctx, `SELECT id::text FROM task WHERE id BETWEEN $1 AND $2 ORDER BY created_at DESC, id DESC LIMIT $3`, lo, hi, limit)
 	if err != nil {
 		return nil, fmt.Errorf("find task %q: %w", prefix, err)
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// idRange returns the lowest and highest UUIDs that start with prefix
+// (hex digits; dashes are ignored), so that a prefix is a range of the
+// primary key's index, not a scan of every ID as text.
+func idRange(prefix string) (lo, hi string) {
+	p := strings.ToLower(strings.ReplaceAll(prefix, "-", ""))
+	if len(p) > 32 {
+		p = p[:32]
+	}
+	dash := func(h string) string { return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:] }
+	return dash(p + strings.Repeat("0", 32-len(p))), dash(p + strings.Repeat("f", 32-len(p)))
 }
 
 // ComponentHit is one component a search or a component URL found, with
@@ -285,16 +297,17 @@ func (c *Console) search(r *http.Request) (view, error) {
 	}, like, q, macLike(q)); err != nil {
 		return view{}, err
 	}
-	if hex := strings.ReplaceAll(q, "-", ""); taskPrefix.MatchString(q) && len(hex) >= minTaskPrefix && len(q) <= 36 {
+	if hex := strings.ReplaceAll(q, "-", ""); taskPrefix.MatchString(q) && len(hex) >= minTaskPrefix && len(hex) <= 32 {
+		lo, hi := idRange(q)
 		if d.Tasks, err = collect(ctx, c, &d, "tasks", `
 			SELECT t.id::text, t.rack_id::text, coalesce(r.name, ''), t.operation_type || ' ' || t.operation_code, t.status,
 			  CASE WHEN t.status IN ('failed', 'terminated') THEN coalesce(nullif(t.report->>'error', ''), t.message) ELSE '' END
 			FROM task t LEFT JOIN rack r ON r.id = t.rack_id
-			WHERE t.id::text LIKE $2 || '%' ORDER BY t.created_at DESC, t.id DESC LIMIT $1`, func(row pgx.CollectableRow) (taskHit, error) {
+			WHERE t.id BETWEEN $2 AND $3 ORDER BY t.created_at DESC, t.id DESC LIMIT $1`, func(row pgx.CollectableRow) (taskHit, error) {
 			var h taskHit
 			err := row.Scan(&h.ID, &h.RackID, &h.RackName, &h.Operation, &h.Status, &h.Error)
 			return h, err
-		}, strings.ToLower(q)); err != nil {
+		}, lo, hi); err != nil {
 			return view{}, err
 		}
 	}
