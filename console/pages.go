@@ -246,7 +246,7 @@ func (c *Console) overview(r *http.Request) (view, error) {
 		power[rc.Power()]++
 		d.RackNames[rc.ID] = rc.Name
 	}
-	d.States = counted(states, []string{"leak", "busy", "queued", "alert", "power-on", "power-off", "power-mixed", "power-unknown"})
+	d.States = counted(states, []string{"leak", "busy", "queued", "failed", "alert", "power-on", "power-off", "power-mixed", "power-unknown"})
 	d.Power = counted(power, []string{"on", "off", "mixed", "unknown"})
 	if d.Running, d.Queued, err = c.taskCounts(ctx); err != nil {
 		return view{}, err
@@ -384,10 +384,10 @@ func (c *Console) floor(r *http.Request) (view, error) {
 }
 
 var legends = map[string][]legendItem{
-	"status": {{"c-leak", "leak"}, {"c-busy", "task running"}, {"c-queued", "task queued"}, {"c-alert", "health alert"}, {"c-on", "powered on"}, {"c-off", "powered off"}, {"c-mixed", "power mixed"}, {"c-unknown", "power unknown"}},
+	"status": {{"c-leak", "leak"}, {"c-busy", "task running"}, {"c-queued", "task queued"}, {"c-failed", "last task failed"}, {"c-alert", "health alert"}, {"c-on", "powered on"}, {"c-off", "powered off"}, {"c-mixed", "power mixed"}, {"c-unknown", "power unknown"}},
 	"power":  {{"c-on", "on"}, {"c-off", "off"}, {"c-mixed", "mixed"}, {"c-unknown", "unknown"}},
 	"leak":   {{"c-leak", "leak"}, {"c-ok", "no leak"}},
-	"task":   {{"c-busy", "running"}, {"c-queued", "queued"}, {"c-idle", "idle"}},
+	"task":   {{"c-busy", "running"}, {"c-queued", "queued"}, {"c-failed", "last task failed"}, {"c-idle", "idle"}},
 	"health": {{"c-alert", "alert"}, {"c-ok", "ok"}},
 }
 
@@ -408,6 +408,8 @@ func cellClass(by string, rc RackCell, fw map[string]int) (string, string) {
 			return "c-busy", "task running"
 		case rc.Queued > 0:
 			return "c-queued", "task queued"
+		case rc.LastFailed:
+			return "c-failed", "last task failed"
 		}
 		return "c-idle", "idle"
 	case "firmware":
@@ -431,6 +433,8 @@ func cellClass(by string, rc RackCell, fw map[string]int) (string, string) {
 		return "c-busy", "task running"
 	case "queued":
 		return "c-queued", "task queued"
+	case "failed":
+		return "c-failed", "last task failed"
 	case "alert":
 		return "c-alert", "health alert"
 	default:

@@ -289,6 +289,20 @@ func TestFailuresFirst(t *testing.T) {
 	require.NoError(t, tmpl["overview"].ExecuteTemplate(&buf, "layout", pageData{Title: "overview", Data: overviewData{}, Now: time.Now()}))
 	require.Contains(t, buf.String(), "No task failed in the last 24 hours.")
 
+	// On the floor map: demo-0000's last task failed; demo-0001 has one
+	// queued, which says more.
+	racks, err := b.console.readRacks(ctx)
+	require.NoError(t, err)
+	require.Len(t, racks, 2)
+	require.True(t, racks[0].LastFailed)
+	require.Equal(t, "failed", racks[0].State())
+	class, label := cellClass("status", racks[0], nil)
+	require.Equal(t, [2]string{"c-failed", "last task failed"}, [2]string{class, label})
+	class, _ = cellClass("task", racks[0], nil)
+	require.Equal(t, "c-failed", class)
+	require.True(t, racks[1].LastFailed)
+	require.Equal(t, "queued", racks[1].State())
+
 	w := b.get(t, "victor", "/ui/racks/demo-0000")
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 	require.Contains(t, w.Body.String(), `id="rack-failed-task" role="status">Last task failed: <a href="/ui/tasks/`+failed[0].String()+`">`)

@@ -21,6 +21,7 @@ type RackCell struct {
 	Running, Queued          int
 	Firmware                 string // the compute trays' firmware; "mixed" when they differ
 	RackAlert                bool   // the rack's own health report has alerts
+	LastFailed               bool   // the rack's newest finished task failed
 	Phase                    string // the rack's operation status (health of its components' phases)
 }
 
@@ -46,7 +47,8 @@ func (r RackCell) Health() string {
 }
 
 // State is what matters most now, for the overview's counts: leak, then
-// running task, then health alert, then power.
+// running task, then queued task, then last task failed, then health
+// alert, then power.
 func (r RackCell) State() string {
 	switch {
 	case r.Leaks > 0:
@@ -55,6 +57,8 @@ func (r RackCell) State() string {
 		return "busy"
 	case r.Queued > 0:
 		return "queued"
+	case r.LastFailed:
+		return "failed"
 	case r.Health() == "alert":
 		return "alert"
 	}
@@ -83,7 +87,9 @@ SELECT r.id::text, r.name, r.location_room, r.location_position,
   coalesce(comp.n, 0), coalesce(comp.on_n, 0), coalesce(comp.off_n, 0), coalesce(comp.leaks, 0), coalesce(comp.unhealthy, 0),
   coalesce(act.running, 0), coalesce(act.queued, 0),
   CASE WHEN comp.fw_min IS DISTINCT FROM comp.fw_max THEN 'mixed' ELSE coalesce(comp.fw_min, '') END,
-  r.health IS NOT NULL AND json_typeof(r.health->'alerts') = 'array' AND json_array_length(r.health->'alerts') > 0
+  r.health IS NOT NULL AND json_typeof(r.health->'alerts') = 'array' AND json_array_length(r.health->'alerts') > 0,
+  coalesce((SELECT t.status = 'failed' FROM task t WHERE t.rack_id = r.id AND t.status IN ('completed', 'failed', 'terminated')
+            ORDER BY t.created_at DESC, t.id DESC LIMIT 1), false)
 FROM rack r LEFT JOIN comp ON comp.rack_id = r.id LEFT JOIN act ON act.rack_id = r.id
 WHERE r.deleted_at IS NULL`
 
@@ -129,7 +135,7 @@ func (c *Console) readRacks(ctx context.Context) ([]RackCell, error) {
 	for rows.Next() {
 		var r RackCell
 		var n, on, off, leaks, unh, run, q int64
-		if err := rows.Scan(&r.ID, &r.Name, &r.Room, &r.Position, &n, &on, &off, &leaks, &unh, &run, &q, &r.Firmware, &r.RackAlert); err != nil {
+		if err := rows.Scan(&r.ID, &r.Name, &r.Room, &r.Position, &n, &on, &off, &leaks, &unh, &run, &q, &r.Firmware, &r.RackAlert, &r.LastFailed); err != nil {
 			return nil, fmt.Errorf("read racks: %w", err)
 		}
 		r.Components, r.On, r.Off, r.Leaks, r.Unhealthy, r.Running, r.Queued = int(n), int(on), int(off), int(leaks), int(unh), int(run), int(q)
