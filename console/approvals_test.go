@@ -292,6 +292,12 @@ func TestApprovalPages(t *testing.T) {
 	_, page = b.get(t, "victor", "/ui/approvals?show=expired")
 	require.Contains(t, page, "No expired requests.")
 	require.Contains(t, page, `<strong aria-current="true">expired</strong>`)
+
+	// A malformed ID is a bad request, an unknown one not found (never 409).
+	code, _ = b.get(t, "victor", "/ui/approvals/nope")
+	require.Equal(t, http.StatusBadRequest, code)
+	code, _ = b.get(t, "victor", "/ui/approvals/"+uuid.NewString())
+	require.Equal(t, http.StatusNotFound, code)
 }
 
 // A run's or a task's message naming the request it awaits links it; the
