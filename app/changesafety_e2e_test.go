@@ -2,9 +2,12 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,6 +138,8 @@ func approvalServer(t *testing.T, b *rolloutBench) (opFlow flowv1connect.FlowCli
 	srv := b.serve(t, map[string]string{
 		"CERTDIR": certs, "FLOW_AUTHZ_POLICY": filepath.Join(certs, "policy.yaml"), "ALLOW_INSECURE_GRPC": "false",
 		"FLOW_APPROVAL_THRESHOLD": "5",
+		// Webhooks to a loopback receiver (dev mode allows http://).
+		"FLOW_DEV_MODE": "true", "FLOW_DATA_ENCRYPTION_KEY_PATH": newKeyFile(t),
 	}, nil)
 	api := strings.Replace(srv.url, "http://", "https://", 1)
 	clientsOf := func(role string) (flowv1connect.FlowClient, adminv1connect.AdminServiceClient) {
@@ -247,6 +252,37 @@ func TestTwoPersonApprovalBulk(t *testing.T) {
 		require.NoError(t, err)
 		return res.GetTasks()
 	}
+	// A receiver of the approval events.
+	var mu sync.Mutex
+	var got []map[string]any
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ev map[string]any
+		if json.NewDecoder(r.Body).Decode(&ev) == nil {
+			mu.Lock()
+			got = append(got, ev)
+			mu.Unlock()
+		}
+	}))
+	t.Cleanup(rcv.Close)
+	_, err := opAdmin.CreateWebhook(ctx, &adminv1.CreateWebhookRequest{Url: rcv.URL, EventTypes: []string{"flow.approval.requested", "flow.approval.decided"},
+		Secret: "a-secret-of-sixteen-or-more"})
+	require.NoError(t, err)
+	approvalEvent := func(typ, status string) map[string]any {
+		var found map[string]any
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, ev := range got {
+				if ev["type"] == typ && ev["data"].(map[string]any)["approval"].(map[string]any)["status"] == status {
+					found = ev["data"].(map[string]any)["approval"].(map[string]any)
+					return true
+				}
+			}
+			return false
+		}, 30*time.Second, 20*time.Millisecond, "%s %s", typ, status)
+		return found
+	}
+
 	pending := func() *adminv1.Approval {
 		list, err := second.ListApprovals(ctx, &adminv1.ListApprovalsRequest{})
 		require.NoError(t, err)
@@ -283,6 +319,16 @@ func TestTwoPersonApprovalBulk(t *testing.T) {
 	ok, err := second.Approve(ctx, &adminv1.ApproveRequest{Id: req.GetId(), PlanHash: shown})
 	require.NoError(t, err)
 	require.Equal(t, "approved", ok.GetStatus())
+	// Both told by webhook: the request with its plan hash and subjects,
+	// then the decision with who made it.
+	asked := approvalEvent("flow.approval.requested", "pending")
+	require.Equal(t, req.GetId(), asked["id"])
+	require.Equal(t, "submission", asked["kind"])
+	require.Equal(t, shown, asked["plan_hash"])
+	require.Len(t, asked["subject_ids"], 6)
+	decided := approvalEvent("flow.approval.decided", "approved")
+	require.Equal(t, req.GetId(), decided["id"])
+	require.Contains(t, decided["decided_by"], "admin")
 	for _, id := range res.GetTaskIds() {
 		require.Equal(t, flowv1.TaskStatus_TASK_STATUS_COMPLETED, waitTask(t, opFlow, id, time.Minute).GetStatus())
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/notify"
+	"github.com/nicoflow/flow/operations/approval"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/operations/schedule"
@@ -368,5 +369,31 @@ func leakOverrides(svc *notify.Service, inv *inventory.Service) eventrule.Overri
 			}
 		}
 		return svc.Emit(ctx, tx, ev)
+	}
+}
+
+// approvalChanges emits flow.approval.requested when a request is made and
+// flow.approval.decided when it is approved, rejected or expires, in the
+// transaction that records it (a site-wide event: subject "site").
+func approvalChanges(svc *notify.Service) approval.ChangeFunc {
+	return func(ctx context.Context, tx pgx.Tx, r approval.Request) error {
+		typ := notify.ApprovalDecided
+		msg := fmt.Sprintf("approval request %s %s by %s", r.ID, r.Status, r.DecidedBy)
+		if r.Status == approval.StatusPending {
+			typ = notify.ApprovalRequested
+			msg = fmt.Sprintf("%s requests approval: %s (plan hash %s)", r.RequestedBy, r.Summary, r.PlanHash)
+		}
+		if ok, err := svc.Wanted(ctx, tx, typ); err != nil || !ok {
+			return err
+		}
+		d := &notify.ApprovalData{ID: r.ID.String(), Kind: r.Kind, Status: r.Status, Summary: r.Summary, Racks: r.Racks, PlanHash: r.PlanHash,
+			RequestedBy: r.RequestedBy, DecidedBy: r.DecidedBy, Reason: r.Reason}
+		if !r.ExpiresAt.IsZero() {
+			d.ExpiresAt = &r.ExpiresAt
+		}
+		for _, id := range r.SubjectIDs {
+			d.SubjectIDs = append(d.SubjectIDs, id.String())
+		}
+		return svc.Emit(ctx, tx, notify.Event{Type: typ, DedupeKey: "approval/" + r.ID.String() + "/" + r.Status, Data: notify.Data{Message: msg, Approval: d}})
 	}
 }

@@ -261,6 +261,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		threshold = approval.Threshold{}
 	}
 	approvals = approval.NewService(approval.Config{Pool: pool, Threshold: threshold, Expiry: cfg.ApprovalExpiry, Logger: logger,
+		OnChange: approvalChanges(notifier),
 		SiteRacks: func(ctx context.Context, dbtx db.DBTX) (int, error) {
 			_, n, err := inv.ListRacks(ctx, dbtx, inventory.RackQuery{Page: inventory.Page{Limit: 1}})
 			return int(n), err

@@ -101,6 +101,8 @@ type Data struct {
 	Leak *LeakData `json:"leak,omitempty"`
 	// Schedule events.
 	Schedule *ScheduleData `json:"schedule,omitempty"`
+	// Approval events.
+	Approval *ApprovalData `json:"approval,omitempty"`
 	// Message says what happened, for people.
 	Message string `json:"message,omitempty"`
 }
@@ -139,6 +141,23 @@ type ScheduleData struct {
 	Name     string     `json:"name,omitempty"`
 	FireTime *time.Time `json:"fire_time,omitempty"`
 	Reason   string     `json:"reason,omitempty"`
+}
+
+// ApprovalData is an approval event's own payload: the request, what
+// waits on it (kind: operation_run or submission; subjects: the run or
+// the submission's tasks) and, once decided, by whom and why.
+type ApprovalData struct {
+	ID          string     `json:"id"`
+	Kind        string     `json:"kind"`
+	Status      string     `json:"status"`
+	Summary     string     `json:"summary"`
+	Racks       int        `json:"racks"`
+	PlanHash    string     `json:"plan_hash"`
+	SubjectIDs  []string   `json:"subject_ids"`
+	RequestedBy string     `json:"requested_by"`
+	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+	DecidedBy   string     `json:"decided_by,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
 }
 
 // Event is one thing that happened, as Emit takes it.

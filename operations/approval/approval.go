@@ -146,6 +146,25 @@ type Config struct {
 	SiteRacks func(ctx context.Context, dbtx db.DBTX) (int, error)
 	Logger    *slog.Logger
 	Now       func() time.Time // nil: time.Now
+	// OnChange, if set, hears of each request when it is made and when it
+	// is decided (approved, rejected, expired), in the transaction that
+	// records it (app emits flow.approval.requested and .decided).
+	OnChange ChangeFunc
+}
+
+// ChangeFunc is told of request r, as it now is, through tx.
+type ChangeFunc func(ctx context.Context, tx pgx.Tx, r Request) error
+
+// changed tells Config.OnChange of request id, read back through tx.
+func (s *Service) changed(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+	if s.cfg.OnChange == nil {
+		return nil
+	}
+	row, err := s.q.ApprovalGetByID(ctx, tx, id)
+	if err != nil {
+		return fmt.Errorf("read approval request %s: %w", id, err)
+	}
+	return s.cfg.OnChange(ctx, tx, s.fromRow(row))
 }
 
 // Service records and decides approval requests.
@@ -204,6 +223,9 @@ func (s *Service) Request(ctx context.Context, tx pgx.Tx, kind string, subjects 
 	})
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("insert approval request: %w", err)
+	}
+	if err := s.changed(ctx, tx, row.ID); err != nil {
+		return uuid.Nil, err
 	}
 	s.cfg.Logger.InfoContext(ctx, "approval requested", "approval_id", row.ID, "kind", kind, "identity", requestedBy,
 		"racks", racks, "plan_hash", hash, "summary", summary, "expires_at", row.ExpiresAt)
@@ -271,7 +293,10 @@ func (s *Service) decide(ctx context.Context, id uuid.UUID, by, verb string, fn 
 		if err != nil {
 			return err
 		}
-		return s.q.ApprovalDecide(ctx, tx, dbsqlc.ApprovalDecideParams{ID: id, Status: status, DecidedBy: by, Reason: reason})
+		if err := s.q.ApprovalDecide(ctx, tx, dbsqlc.ApprovalDecideParams{ID: id, Status: status, DecidedBy: by, Reason: reason}); err != nil {
+			return err
+		}
+		return s.changed(ctx, tx, id)
 	})
 	if err != nil {
 		s.cfg.Logger.WarnContext(ctx, "approval refused", "approval_id", id, "identity", by, "action", verb, "error", err.Error())
@@ -356,7 +381,10 @@ func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 				}
 			}
 			expired = true
-			return s.q.ApprovalDecide(ctx, tx, dbsqlc.ApprovalDecideParams{ID: id, Status: StatusExpired, DecidedBy: "flow", Reason: "expired"})
+			if err := s.q.ApprovalDecide(ctx, tx, dbsqlc.ApprovalDecideParams{ID: id, Status: StatusExpired, DecidedBy: "flow", Reason: "expired"}); err != nil {
+				return err
+			}
+			return s.changed(ctx, tx, id)
 		})
 		if err != nil {
 			return n, fmt.Errorf("expire approval request %s: %w", id, err)
@@ -394,7 +422,10 @@ func (s *Service) Reject(ctx context.Context, id uuid.UUID, reason, by string) (
 					return err
 				}
 			}
-			return s.q.ApprovalDecide(ctx, tx, dbsqlc.ApprovalDecideParams{ID: id, Status: StatusExpired, DecidedBy: by, Reason: reason})
+			if err := s.q.ApprovalDecide(ctx, tx, dbsqlc.ApprovalDecideParams{ID: id, Status: StatusExpired, DecidedBy: by, Reason: reason}); err != nil {
+				return err
+			}
+			return s.changed(ctx, tx, id)
 		})
 		if err != nil {
 			return Request{}, err
