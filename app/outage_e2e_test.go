@@ -163,6 +163,7 @@ func TestPostgresOutageAnswersUnavailable(t *testing.T) {
 		for _, c := range calls[:3] {
 			if err := c.grpc(); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
 				require.Equal(t, connect.CodeUnavailable, connect.CodeOf(err), "%s after the outage: %v", c.name, err)
+				t.Logf("%s right after the outage: %v", c.name, err)
 				stale++
 				return false
 			}

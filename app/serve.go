@@ -93,12 +93,18 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		return nil, err
 	}
 	if opts.migrate {
-		if _, err := db.Migrate(ctx, cfg.DatabaseURL); err != nil {
+		if err := waitForDatabase(ctx, logger, "migrate", func() error {
+			_, err := db.Migrate(ctx, cfg.DatabaseURL)
+			return err
+		}); err != nil {
 			return nil, err
 		}
 	}
-	st, err := db.ReadStatus(ctx, cfg.DatabaseURL)
-	if err != nil {
+	var st db.Status
+	if err := waitForDatabase(ctx, logger, "read migration status", func() (err error) {
+		st, err = db.ReadStatus(ctx, cfg.DatabaseURL)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	if !st.UpToDate() {
@@ -107,8 +113,11 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}
 	// Half the pool is opened, and warmed, at start: a burst of submissions
 	// right after a start or a failover needs that many connections at once.
-	pool, err := db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: cfg.DBMaxConns, MinConns: cfg.DBMaxConns / 2, Warm: true})
-	if err != nil {
+	var pool *pgxpool.Pool
+	if err := waitForDatabase(ctx, logger, "open pool", func() (err error) {
+		pool, err = db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: cfg.DBMaxConns, MinConns: cfg.DBMaxConns / 2, Warm: true})
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -118,8 +127,11 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}()
 	// The listings' page checks have a small pool of their own, whose
 	// connections run generic plans (inventory.ListingOptions.CheckPool).
-	checkPool, err := db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: listingCheckConns, MinConns: listingCheckConns / 2, Warm: true, GenericPlans: true})
-	if err != nil {
+	var checkPool *pgxpool.Pool
+	if err := waitForDatabase(ctx, logger, "open pool", func() (err error) {
+		checkPool, err = db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: listingCheckConns, MinConns: listingCheckConns / 2, Warm: true, GenericPlans: true})
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	defer func() {
