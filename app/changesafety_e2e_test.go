@@ -264,7 +264,7 @@ func TestTwoPersonApprovalBulk(t *testing.T) {
 		}
 	}))
 	t.Cleanup(rcv.Close)
-	_, err := opAdmin.CreateWebhook(ctx, &adminv1.CreateWebhookRequest{Url: rcv.URL, EventTypes: []string{"flow.approval.requested", "flow.approval.decided"},
+	_, err := opAdmin.CreateWebhook(ctx, &adminv1.CreateWebhookRequest{Url: rcv.URL, EventTypes: []string{"flow.approval.requested", "flow.approval.decided", "flow.task.terminated"},
 		Secret: "a-secret-of-sixteen-or-more"})
 	require.NoError(t, err)
 	approvalEvent := func(typ, status string) map[string]any {
@@ -345,6 +345,21 @@ func TestTwoPersonApprovalBulk(t *testing.T) {
 		require.Contains(t, task.GetMessage(), "rejected by")
 		require.Contains(t, task.GetMessage(), "not tonight")
 	}
+	// Tasks that never started end with a flow.task.terminated each too.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		ended := map[string]bool{}
+		for _, ev := range got {
+			if ev["type"] == "flow.task.terminated" {
+				task := ev["data"].(map[string]any)["task"].(map[string]any)
+				if strings.Contains(task["message"].(string), "not tonight") {
+					ended[task["id"].(string)] = true
+				}
+			}
+		}
+		return len(ended) == len(off.GetTaskIds())
+	}, 30*time.Second, 20*time.Millisecond, "a terminated event per rejected task")
 
 	// Under the threshold: not held.
 	one, err := opFlow.PowerOffRack(ctx, &flowv1.PowerOffRackRequest{TargetSpec: rackSpec(names[0])})

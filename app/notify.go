@@ -14,6 +14,7 @@ import (
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/notify"
+	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/approval"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
@@ -395,5 +396,31 @@ func approvalChanges(svc *notify.Service) approval.ChangeFunc {
 			d.SubjectIDs = append(d.SubjectIDs, id.String())
 		}
 		return svc.Emit(ctx, tx, notify.Event{Type: typ, DedupeKey: "approval/" + r.ID.String() + "/" + r.Status, Data: notify.Data{Message: msg, Approval: d}})
+	}
+}
+
+// waitingTaskEnds emits flow.task.terminated (or .failed) for a task that
+// ended before it started (cancelled while waiting, expired, refused by a
+// leak, pre-empted, its approval rejected or expired), in the transaction
+// that ends it: no engine run ends such a task, so taskEnds does not.
+func waitingTaskEnds(svc *notify.Service, inv *inventory.Service) operations.WaitingEndFunc {
+	return func(ctx context.Context, tx pgx.Tx, e operations.WaitingEnd) error {
+		typ := notify.TaskTerminated
+		if e.Status == operations.TaskFailed {
+			typ = notify.TaskFailed
+		}
+		if ok, err := svc.Wanted(ctx, tx, typ); err != nil || !ok {
+			return err
+		}
+		submitted := e.SubmittedAt
+		ev := notify.Event{Type: typ, RackID: &e.RackID, DedupeKey: "task-end/" + e.TaskID.String(), Data: notify.Data{
+			Rack: &notify.Ref{ID: e.RackID.String()},
+			Task: &notify.TaskData{ID: e.TaskID.String(), OperationType: string(e.Type), Operation: string(e.Code), Status: string(e.Status),
+				Message: firstLine(e.Message), SubmittedBy: e.SubmittedBy, SubmittedAt: &submitted},
+		}}
+		if rack, err := inv.Rack(ctx, tx, e.RackID, false); err == nil {
+			ev.Data.Rack.Name = rack.Name
+		}
+		return svc.Emit(ctx, tx, ev)
 	}
 }

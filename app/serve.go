@@ -256,6 +256,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	notifyWorker.Service = notifier
 	alertWorker.Service = notifier
 	emitTaskEnds = taskEnds(notifier, inv)
+	tasks.OnWaitingEnd(waitingTaskEnds(notifier, inv))
 	initNotifyMetrics(s.tel.metrics, notifier)
 	if err := s.system.Add(SystemJob{Name: NotifyRescueJob, Interval: notifyRescueInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
 		_, err := notifier.RescueStale(ctx, notifyStaleAfter, 500)

@@ -87,6 +87,28 @@ func (t *Tasks) OnTaskEnd(fn TaskEndFunc) {
 	t.endHooks = append(t.endHooks, fn)
 }
 
+// WaitingEnd is a task that ended before it started: cancelled, expired
+// in its queue or its approval, refused by an open leak, pre-empted, or
+// unable to start.
+type WaitingEnd struct {
+	TaskID, RackID uuid.UUID
+	Type           OperationType
+	Code           OperationCode
+	Status         TaskStatus
+	Message        string
+	SubmittedBy    string
+	SubmittedAt    time.Time
+}
+
+// WaitingEndFunc is told of a task that ended before it started, through
+// tx, the transaction that ends it.
+type WaitingEndFunc func(ctx context.Context, tx pgx.Tx, ended WaitingEnd) error
+
+// OnWaitingEnd adds fn to the hooks told of every task that ends before it
+// started (no engine run ends it, so OnTaskEnd does not hear of it). Call
+// it before serving.
+func (t *Tasks) OnWaitingEnd(fn WaitingEndFunc) { t.waitingHooks = append(t.waitingHooks, fn) }
+
 // Statuses returns the status of each task of ids that exists, read
 // through dbtx; unknown IDs are left out. A query error is returned
 // unwrapped.

@@ -204,11 +204,9 @@ func (t *Tasks) ApprovalDiscard(ctx context.Context, tx pgx.Tx, id uuid.UUID, wh
 	if err != nil || !ok {
 		return err
 	}
-	msg := firstLine("Terminated: " + why)
-	if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: id, Status: string(TaskTerminated), Message: msg}); err != nil {
+	if err := t.finishWaiting(ctx, tx, row, TaskTerminated, firstLine("Terminated: "+why)); err != nil {
 		return err
 	}
-	t.observe(ctx, t.endEvent(ctx, tx, row, TaskTerminated, msg))
 	return t.promote(ctx, tx, row.RackID)
 }
 

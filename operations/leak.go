@@ -162,10 +162,9 @@ func (t *Tasks) Preempt(ctx context.Context, tx pgx.Tx, rackID uuid.UUID, compon
 		case TaskStatus(row.Status).Finished():
 			continue
 		case row.Status == string(TaskWaiting):
-			if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(TaskTerminated), Message: msg}); err != nil {
+			if err := t.finishWaiting(ctx, tx, row, TaskTerminated, msg); err != nil {
 				return nil, err
 			}
-			t.observe(ctx, t.endEvent(ctx, tx, row, TaskTerminated, msg))
 		case row.RunID != nil:
 			// The engine ends the run and calls RunsEnded in tx, which
 			// records the termination with msg.

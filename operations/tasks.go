@@ -45,8 +45,10 @@ type Tasks struct {
 	expiry   ExpiryScheduler
 	obs      TaskObserver
 	tracer   trace.Tracer
-	// endHooks are called at the end of RunsEnded (OnTaskEnd).
-	endHooks []TaskEndFunc
+	// endHooks are called at the end of RunsEnded (OnTaskEnd);
+	// waitingHooks when a task ends before it started (OnWaitingEnd).
+	endHooks     []TaskEndFunc
+	waitingHooks []WaitingEndFunc
 	// verifyGrace is frozen into each firmware plan (TasksConfig.VerifyGrace).
 	verifyGrace time.Duration
 	// ingestTarget gives an ingest task that upgrades firmware its rack's
@@ -564,11 +566,9 @@ func (t *Tasks) promoteRows(ctx context.Context, tx pgx.Tx, all []dbsqlc.Task) e
 			continue
 		}
 		if row.QueueExpiresAt != nil && !row.QueueExpiresAt.After(now) {
-			msg := expiredMessage(row)
-			if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(TaskTerminated), Message: msg}); err != nil {
+			if err := t.finishWaiting(ctx, tx, row, TaskTerminated, expiredMessage(row)); err != nil {
 				return err
 			}
-			t.observe(ctx, t.endEvent(ctx, tx, row, TaskTerminated, msg))
 			continue
 		}
 		// Awaiting a second identity's approval, it holds the tasks behind
@@ -580,10 +580,9 @@ func (t *Tasks) promoteRows(ctx context.Context, tx pgx.Tx, all []dbsqlc.Task) e
 		if hold, err := t.leakHold(ctx, tx, row); err != nil {
 			return err
 		} else if hold != "" {
-			if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(TaskTerminated), Message: hold}); err != nil {
+			if err := t.finishWaiting(ctx, tx, row, TaskTerminated, hold); err != nil {
 				return err
 			}
-			t.observe(ctx, t.endEvent(ctx, tx, row, TaskTerminated, hold))
 			continue
 		}
 		scope := scopeOfRow(row)
@@ -613,10 +612,9 @@ func (t *Tasks) promoteRows(ctx context.Context, tx pgx.Tx, all []dbsqlc.Task) e
 		runID, err := t.startRun(ctx, tx, row.ID, t.rackName(ctx, tx, row.RackID), OperationType(row.OperationType), OperationCode(row.OperationCode), rule, targets, payload)
 		if err != nil {
 			// The task can never run: end it rather than block the queue.
-			if _, ferr := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(TaskFailed), Message: firstLine(err.Error())}); ferr != nil {
+			if ferr := t.finishWaiting(ctx, tx, row, TaskFailed, firstLine(err.Error())); ferr != nil {
 				return ferr
 			}
-			t.observe(ctx, t.endEvent(ctx, tx, row, TaskFailed, firstLine(err.Error())))
 			continue
 		}
 		msg := msgPromoted
@@ -675,6 +673,23 @@ func (t *Tasks) endEvent(ctx context.Context, dbtx db.DBTX, row dbsqlc.Task, sta
 	return ev
 }
 
+// finishWaiting ends waiting task row (it never started: no run ends it)
+// with status and msg, and tells the observer and the OnWaitingEnd hooks.
+func (t *Tasks) finishWaiting(ctx context.Context, tx pgx.Tx, row dbsqlc.Task, status TaskStatus, msg string) error {
+	if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: row.ID, Status: string(status), Message: msg}); err != nil {
+		return err
+	}
+	t.observe(ctx, t.endEvent(ctx, tx, row, status, msg))
+	ended := WaitingEnd{TaskID: row.ID, RackID: row.RackID, Code: OperationCode(row.OperationCode), Type: OperationType(row.OperationType),
+		Status: status, Message: msg, SubmittedBy: row.SubmittedBy, SubmittedAt: row.CreatedAt}
+	for _, fn := range t.waitingHooks {
+		if err := fn(ctx, tx, ended); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Cancel stops a task (spec §5 CancelTask): a waiting task ends at once; a
 // pending or running one has its run terminated (running calls see their
 // context cancelled; nothing is rolled back). Cancelling a terminated task
@@ -707,10 +722,9 @@ func (t *Tasks) Cancel(ctx context.Context, id uuid.UUID) (Task, error) {
 		case TaskCompleted, TaskFailed:
 			return fmt.Errorf("%w: task %s has status %s", ErrNotCancellable, id, row.Status)
 		case TaskWaiting:
-			if _, err := t.q.TaskFinish(ctx, tx, dbsqlc.TaskFinishParams{ID: id, Status: string(TaskTerminated), Message: msgCancelled}); err != nil {
+			if err := t.finishWaiting(ctx, tx, row, TaskTerminated, msgCancelled); err != nil {
 				return err
 			}
-			t.observe(ctx, t.endEvent(ctx, tx, row, TaskTerminated, msgCancelled))
 			return t.promote(ctx, tx, row.RackID)
 		}
 		// The engine ends the run and calls RunsEnded in this transaction,
