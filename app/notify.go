@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/operations/schedule"
+	"github.com/nicoflow/flow/reconcile"
 	"github.com/nicoflow/flow/telemetry"
 )
 
@@ -422,5 +424,48 @@ func waitingTaskEnds(svc *notify.Service, inv *inventory.Service) operations.Wai
 			ev.Data.Rack.Name = rack.Name
 		}
 		return svc.Emit(ctx, tx, ev)
+	}
+}
+
+// driftEvents emits flow.sync.drift_found and flow.sync.drift_cleared for
+// each drift an inventory-sync cycle found or no longer finds, in the
+// transaction that records it: subject the component's rack when Flow
+// knows the component, else the site.
+func driftEvents(svc *notify.Service, inv *inventory.Service) reconcile.DriftFunc {
+	return func(ctx context.Context, tx pgx.Tx, changes []reconcile.DriftChange) error {
+		if svc == nil || len(changes) == 0 {
+			return nil
+		}
+		if ok, err := svc.Wanted(ctx, tx, notify.SyncDriftFound, notify.SyncDriftCleared); err != nil || !ok {
+			return err
+		}
+		for _, c := range changes {
+			typ, verb := notify.SyncDriftFound, "found"
+			if !c.Found {
+				typ, verb = notify.SyncDriftCleared, "cleared"
+			}
+			name := cmp.Or(c.Name, c.ExternalID, c.MAC)
+			ev := notify.Event{Type: typ, Time: c.CheckedAt,
+				DedupeKey: fmt.Sprintf("drift/%s/%s/%s/%s/%s/%d", verb, c.Type, c.Kind, c.ExternalID, c.MAC, c.CheckedAt.UnixNano()),
+				Data: notify.Data{
+					Message: fmt.Sprintf("drift %s: %s %s %s", verb, c.Type, name, c.Kind),
+					Drift: &notify.DriftData{Kind: c.Kind, ComponentType: string(c.Type), ExternalID: c.ExternalID, MAC: c.MAC,
+						Fields: c.Fields, CheckedAt: c.CheckedAt},
+				}}
+			if c.Component != nil {
+				ev.Data.Component = &notify.Ref{ID: c.Component.String(), Name: c.Name}
+				if comp, err := inv.Component(ctx, tx, *c.Component); err == nil && comp.RackID != nil {
+					ev.RackID = comp.RackID
+					ev.Data.Rack = &notify.Ref{ID: comp.RackID.String()}
+					if rack, err := inv.Rack(ctx, tx, *comp.RackID, false); err == nil {
+						ev.Data.Rack.Name = rack.Name
+					}
+				}
+			}
+			if err := svc.Emit(ctx, tx, ev); err != nil {
+				return fmt.Errorf("emit %s: %w", typ, err)
+			}
+		}
+		return nil
 	}
 }

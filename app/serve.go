@@ -169,8 +169,14 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	s.backends.logStatus(ctx, logger)
 	inv := inventory.NewService()
 	inv.SetMaxComponentsPerRack(cfg.Limits.Components)
+	// The notifier is made below; drift found by a sync cycle is told
+	// through it (set before the first cycle runs).
+	var notifier *notify.Service
 	s.syncer = reconcile.NewSyncer(reconcile.SyncConfig{Pool: pool, Inv: inv, Core: s.backends.nico, Logger: logger, Expected: cfg.SystemJobs.ExpectedInventorySync,
-		FirmwareReadInterval: cfg.FirmwareReadInterval, Observe: syncObserver(s.tel.metrics)})
+		FirmwareReadInterval: cfg.FirmwareReadInterval, Observe: syncObserver(s.tel.metrics),
+		OnDrift: func(ctx context.Context, tx pgx.Tx, changes []reconcile.DriftChange) error {
+			return driftEvents(notifier, inv)(ctx, tx, changes)
+		}})
 	var leak *eventrule.LeakDetector
 	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, func(ctx context.Context) error { return leak.Run(ctx) }, logger); err != nil {
 		return nil, err
@@ -200,7 +206,6 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	eventWorker := &eventrule.ExecutionWorker{}
 	notifyWorker := &notify.Worker{}
 	alertWorker := &notify.AlertWorker{}
-	var notifier *notify.Service
 	var emitTaskEnds engine.RunEndFunc
 	s.engine, s.river, err = newEngine(pool, logger, engineWiring{
 		onRunEnd: func(ctx context.Context, tx pgx.Tx, runs []engine.RunSummary) error {

@@ -19,6 +19,7 @@ import (
 	"github.com/nicoflow/flow/db/pglocal"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/notify"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 // hookReceiver is a real webhook receiver that verifies every request's
@@ -221,6 +222,24 @@ func TestCLIWebhookEvents(t *testing.T) {
 	require.NoError(t, s.sims.NICo.SetLeak(tray.ExternalID, false))
 	require.Eventually(t, func() bool { return slices.Contains(rcv.types(), string(notify.LeakCleared)) }, 20*time.Second, 50*time.Millisecond)
 	require.Equal(t, leak.Leak.OccurrenceID, rcv.first(t, notify.LeakCleared).Leak.OccurrenceID)
+
+	// Core stops reporting the tray: the sync finds the drift; it reports
+	// it again: the drift is cleared.
+	dev, ok := s.sims.NICo.State(tray.ExternalID)
+	require.True(t, ok)
+	require.True(t, s.sims.NICo.Remove(tray.ExternalID))
+	b.mustFlow(t, "sync", "run")
+	require.Eventually(t, func() bool { return slices.Contains(rcv.types(), string(notify.SyncDriftFound)) }, 20*time.Second, 20*time.Millisecond, "%v", rcv.types())
+	found := rcv.first(t, notify.SyncDriftFound)
+	require.Equal(t, "missing_in_actual", found.Drift.Kind)
+	require.Equal(t, tray.Name, found.Component.Name)
+	require.Equal(t, rack.Name, found.Rack.Name)
+	require.NoError(t, s.sims.Seed([]nicosim.Device{{Kind: "compute", ID: tray.ExternalID, Name: tray.Name, Serial: tray.SerialNumber,
+		BMCMAC: tray.BMCs[0].MAC.String(), RackID: rack.ID.String(), Firmware: map[string]string{"bmc": "1.0"},
+		SlotID: int(tray.Position.SlotID), TrayIndex: int(tray.Position.TrayIdx), PoweredOff: dev.Power == "off"}}))
+	b.mustFlow(t, "sync", "run")
+	require.Eventually(t, func() bool { return slices.Contains(rcv.types(), string(notify.SyncDriftCleared)) }, 20*time.Second, 20*time.Millisecond, "%v", rcv.types())
+	require.Equal(t, found.Component.ID, rcv.first(t, notify.SyncDriftCleared).Component.ID)
 	require.Zero(t, rcv.bad)
 }
 

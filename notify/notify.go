@@ -103,6 +103,8 @@ type Data struct {
 	Schedule *ScheduleData `json:"schedule,omitempty"`
 	// Approval events.
 	Approval *ApprovalData `json:"approval,omitempty"`
+	// Drift events.
+	Drift *DriftData `json:"drift,omitempty"`
 	// Message says what happened, for people.
 	Message string `json:"message,omitempty"`
 }
@@ -158,6 +160,19 @@ type ApprovalData struct {
 	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
 	DecidedBy   string     `json:"decided_by,omitempty"`
 	Reason      string     `json:"reason,omitempty"`
+}
+
+// DriftData is a drift event's own payload: what the inventory sync found
+// different between Flow and NICo Core for one device (kind:
+// missing_in_actual, missing_in_expected or mismatch; fields: the
+// mismatched fields), or no longer finds.
+type DriftData struct {
+	Kind          string    `json:"kind"`
+	ComponentType string    `json:"component_type"`
+	ExternalID    string    `json:"external_id,omitempty"`
+	MAC           string    `json:"mac,omitempty"`
+	Fields        []string  `json:"fields,omitempty"`
+	CheckedAt     time.Time `json:"checked_at"`
 }
 
 // Event is one thing that happened, as Emit takes it.

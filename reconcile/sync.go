@@ -141,6 +141,10 @@ type SyncConfig struct {
 	// so it must stay well below the compliance report's
 	// FLOW_FIRMWARE_UNREPORTED_AFTER.
 	FirmwareReadInterval time.Duration
+	// OnDrift, when set, hears of each drift a cycle finds or no longer
+	// finds, in the transaction that records it (app emits
+	// flow.sync.drift_found and flow.sync.drift_cleared).
+	OnDrift DriftFunc
 }
 
 // DefaultSyncPage is SyncConfig.Page's default: the details, DPUs,
@@ -486,6 +490,60 @@ func optString(s string) *string {
 	return &s
 }
 
+// DriftChange is a drift of a component type that a cycle found (Found)
+// or no longer finds: Kind is missing_in_actual, missing_in_expected or
+// mismatch; Component is Flow's component when it has one; Fields name
+// the mismatched fields.
+type DriftChange struct {
+	Found        bool
+	Type         inventory.ComponentType
+	Kind         string
+	Component    *uuid.UUID
+	Name         string
+	ExternalID   string
+	MAC          string
+	RackExternal string
+	Fields       []string
+	CheckedAt    time.Time
+}
+
+// DriftFunc is told of the drift changes of one component type, through tx.
+type DriftFunc func(ctx context.Context, tx pgx.Tx, changes []DriftChange) error
+
+func (d drift) change(t inventory.ComponentType, found bool, at time.Time) DriftChange {
+	c := DriftChange{Found: found, Type: t, Kind: d.kind, Component: d.component, Name: d.name, ExternalID: d.externalID, MAC: d.mac,
+		RackExternal: d.rackExt, CheckedAt: at}
+	for _, f := range d.diffs {
+		c.Fields = append(c.Fields, f.Field)
+	}
+	return c
+}
+
+// driftChanges are the drifts of ds not in old (found) and of old not in
+// ds (cleared), by their keys.
+func driftChanges(t inventory.ComponentType, old []dbsqlc.ComponentDrift, ds []drift, at time.Time) []DriftChange {
+	was := make(map[string]drift, len(old))
+	for _, r := range old {
+		d := driftOfRow(r)
+		was[d.key()] = d
+	}
+	is := make(map[string]bool, len(ds))
+	var out []DriftChange
+	for _, d := range ds {
+		k := d.key()
+		is[k] = true
+		if _, ok := was[k]; !ok {
+			out = append(out, d.change(t, true, at))
+		}
+	}
+	for _, r := range old {
+		if d := driftOfRow(r); !is[d.key()] {
+			out = append(out, d.change(t, false, at))
+		}
+	}
+	return out
+}
+
 // replaceDrift replaces t's drift rows with ds through tx when they differ
 // from the stored ones, and reports whether it did.
 func (c *cycle) replaceDrift(ctx context.Context, tx pgx.Tx, t inventory.ComponentType, ds []drift) (bool, error) {
@@ -524,6 +582,11 @@ func (c *cycle) replaceDrift(ctx context.Context, tx pgx.Tx, t inventory.Compone
 	}
 	if _, err := c.s.q.DriftInsert(ctx, tx, rows); err != nil {
 		return false, fmt.Errorf("insert %s drift: %w", t, err)
+	}
+	if fn := c.s.cfg.OnDrift; fn != nil {
+		if err := fn(ctx, tx, driftChanges(t, old, ds, c.now)); err != nil {
+			return false, fmt.Errorf("%s drift hook: %w", t, err)
+		}
 	}
 	return true, nil
 }
