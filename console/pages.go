@@ -457,6 +457,9 @@ type rackData struct {
 	Compliance   map[string]*adminv1.DeviceCompliance
 	Firmware     *adminv1.ComplianceGroup
 	FirmwareNote string
+	// HeldLeaks counts the rack's open leaks no admin has overridden:
+	// while there is one the API refuses to power the rack on.
+	HeldLeaks int
 	// Active is the rack's running task (else its oldest queued one);
 	// LastFailed its newest finished task when that one failed.
 	Active, LastFailed *flowv1.Task
@@ -486,6 +489,10 @@ func (c *Console) rack(r *http.Request) (view, error) {
 	}
 	d.Tasks = tasks.GetTasks()
 	d.Active, d.LastFailed = headlineTasks(d.Tasks)
+	if err := c.pool.QueryRow(r.Context(), `SELECT count(*) FROM component_leak cl JOIN component c ON c.id = cl.component_id
+		WHERE c.rack_id = $1 AND c.deleted_at IS NULL AND cl.status = 'detected' AND cl.override_at IS NULL`, id).Scan(&d.HeldLeaks); err != nil {
+		return view{}, fmt.Errorf("rack %s: open leaks: %w", id, err)
+	}
 	if d.Drift, _, err = c.drift(r.Context(), id, 100); err != nil {
 		return view{}, err
 	}

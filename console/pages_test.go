@@ -159,6 +159,16 @@ func TestPagesByName(t *testing.T) {
 	w := b.get(t, "victor", "/ui/racks/demo-0001")
 	require.Contains(t, w.Body.String(), `<tr id="c-`+comp+`"`, "the row a component link lands on")
 
+	// An open leak no admin overrode disables Power on, saying why; an
+	// overridden one does not.
+	require.NotContains(t, b.get(t, "olivia", "/ui/racks/demo-0001").Body.String(), "power-on-why")
+	_, err = b.m.Pool.Exec(ctx, `INSERT INTO component_leak (component_id, status, detected_at) VALUES ($1, 'detected', now())`, comp)
+	require.NoError(t, err)
+	require.Contains(t, b.get(t, "olivia", "/ui/racks/demo-0001").Body.String(), `<button type="submit" id="power-on" disabled aria-describedby="power-on-why">`)
+	_, err = b.m.Pool.Exec(ctx, `UPDATE component_leak SET override_at = now(), override_by = 'ada', override_reason = 'sensor fault' WHERE component_id = $1`, comp)
+	require.NoError(t, err)
+	require.Contains(t, b.get(t, "olivia", "/ui/racks/demo-0001").Body.String(), `<button type="submit" id="power-on">Power on</button>`)
+
 	// Actions take names too: power on demo-0000 by name.
 	w = b.post(t, "olivia", "/ui/racks/demo-0000/power/on")
 	require.Equal(t, http.StatusSeeOther, w.Code, w.Body.String())
@@ -344,4 +354,34 @@ func TestIDRange(t *testing.T) {
 	lo, hi = idRange(id)
 	require.Equal(t, id, lo)
 	require.Equal(t, id, hi)
+}
+
+// A rack's components name their health alerts (one alert, two alerts);
+// with a leak open, Power on is disabled and says why.
+func TestRackPageAlertsAndLeak(t *testing.T) {
+	t.Parallel()
+	tmpl, err := parseTemplates()
+	require.NoError(t, err)
+	comp := func(name string, leak flowv1.LeakStatus, alerts ...*flowv1.HealthProbeAlert) *flowv1.Component {
+		return &flowv1.Component{Info: &flowv1.DeviceInfo{Id: &flowv1.UUID{Id: name + "-id"}, Name: name}, Position: &flowv1.RackPosition{},
+			Status: &flowv1.ComponentOperationStatus{}, LeakStatus: leak, Health: &flowv1.HealthReport{Alerts: alerts}}
+	}
+	d := rackData{Rack: &flowv1.Rack{Info: &flowv1.DeviceInfo{Name: "demo-0000"}, Location: &flowv1.Location{}}, ID: "r1", Comps: []*flowv1.Component{
+		comp("ct-00", flowv1.LeakStatus_LEAK_STATUS_DETECTED, &flowv1.HealthProbeAlert{Id: "Leak", Message: "coolant"}),
+		comp("ct-01", flowv1.LeakStatus_LEAK_STATUS_NOT_DETECTED, &flowv1.HealthProbeAlert{Id: "Maintenance"}, &flowv1.HealthProbeAlert{Id: "HostUpdateInProgress"}),
+		{Info: &flowv1.DeviceInfo{Id: &flowv1.UUID{Id: "x"}, Name: "ct-02"}, Position: &flowv1.RackPosition{}, Status: &flowv1.ComponentOperationStatus{}},
+	}, Leaks: 1, HeldLeaks: 1}
+	render := func(d rackData) string {
+		var b strings.Builder
+		require.NoError(t, tmpl["rack"].ExecuteTemplate(&b, "layout", pageData{Title: "rack", User: User{Identity: "olivia", Role: "operator"}, CSRF: "tok", Data: d, Now: time.Now()}))
+		return b.String()
+	}
+	page := render(d)
+	accessible(t, page)
+	require.Contains(t, page, `<span class="bad">1 alert: Leak (coolant)</span>`)
+	require.Contains(t, page, `<span class="bad">2 alerts: Maintenance; HostUpdateInProgress</span>`)
+	require.Contains(t, page, `<button type="submit" id="power-on" disabled aria-describedby="power-on-why">Power on</button>`)
+	require.Contains(t, page, "Not while a leak is open: 1 component leaking, not overridden")
+	d.HeldLeaks = 0 // overridden
+	require.Contains(t, render(d), `<button type="submit" id="power-on">Power on</button>`)
 }
