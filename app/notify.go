@@ -151,7 +151,7 @@ var taskEventTypes = map[engine.State]notify.Type{
 // task's end is one event (its dedupe key), however often it is told.
 func taskEnds(svc *notify.Service, inv *inventory.Service) engine.RunEndFunc {
 	return func(ctx context.Context, tx pgx.Tx, runs []engine.RunSummary) error {
-		wanted, err := svc.Wanted(ctx, tx, notify.TaskCompleted, notify.TaskFailed, notify.TaskTerminated)
+		wanted, err := svc.Wanted(ctx, tx, notify.TaskCompleted, notify.TaskFailed, notify.TaskTerminated, notify.LeakHandled)
 		if err != nil || !wanted {
 			return err
 		}
@@ -179,6 +179,17 @@ func taskEnds(svc *notify.Service, inv *inventory.Service) engine.RunEndFunc {
 			ev.Data.Task.SubmittedAt = &submitted
 			if err := svc.Emit(ctx, tx, ev); err != nil {
 				return fmt.Errorf("emit %s: %w", typ, err)
+			}
+			// A leak response (its run urgent) that completed has powered
+			// the leaking components off: the leak is handled.
+			if run.Labels[engine.LabelPriority] == engine.PriorityUrgent && run.State == engine.StateCompleted {
+				handled := ev
+				handled.Type, handled.DedupeKey = notify.LeakHandled, "leak-handled/"+taskID.String()
+				handled.Data.Leak = &notify.LeakData{By: "leak response task " + taskID.String()}
+				handled.Data.Message = "the leak response completed: the leaking components are powered off"
+				if err := svc.Emit(ctx, tx, handled); err != nil {
+					return fmt.Errorf("emit %s: %w", notify.LeakHandled, err)
+				}
 			}
 		}
 		return nil

@@ -213,6 +213,11 @@ func TestCLIWebhookEvents(t *testing.T) {
 	require.Equal(t, tray.Name, leak.Component.Name)
 	require.Equal(t, rack.Name, leak.Rack.Name)
 	require.Equal(t, rack.ID.String(), leak.Rack.ID)
+	// The built-in rule's leak response powers the tray off: handled.
+	require.Eventually(t, func() bool { return slices.Contains(rcv.types(), string(notify.LeakHandled)) }, 30*time.Second, 50*time.Millisecond, "%v", rcv.types())
+	handled := rcv.first(t, notify.LeakHandled)
+	require.Equal(t, rack.Name, handled.Rack.Name)
+	require.Equal(t, "completed", handled.Task.Status)
 	b.mustFlow(t, "leak", "override", tray.ID.String(), "--reason", "dry: checked by hand")
 	require.Eventually(t, func() bool { return slices.Contains(rcv.types(), string(notify.LeakOverridden)) }, 10*time.Second, 20*time.Millisecond)
 	over := rcv.first(t, notify.LeakOverridden)
