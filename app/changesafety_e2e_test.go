@@ -385,6 +385,12 @@ func TestFirmwareWindowReachesCore(t *testing.T) {
 		StartsAt: timestamppb.New(opened), EndsAt: timestamppb.New(closes)})
 	require.NoError(t, err)
 	own := closes.Add(-30 * time.Minute)
+	// The sync read every type's versions just now.
+	pool, err := db.Open(ctx, b.dbURL, db.PoolConfig{MaxConns: 1})
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(ctx, `INSERT INTO component_firmware_read (component_type, read_at) VALUES ('Compute', now()), ('NVSwitch', now()), ('PowerShelf', now())`)
+	require.NoError(t, err)
 	res, err := srv.client.UpgradeFirmware(ctx, &flowv1.UpgradeFirmwareRequest{TargetSpec: rackSpec(r.Name), TargetVersion: ptr(`{"compute":"2.0","nvswitch":"3.0"}`),
 		EndTime: timestamppb.New(own)})
 	require.NoError(t, err)
@@ -403,4 +409,8 @@ func TestFirmwareWindowReachesCore(t *testing.T) {
 		trays++
 	}
 	require.Positive(t, trays)
+	// The task's end made the versions due at the next sync cycle.
+	var due int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM component_firmware_read WHERE due`).Scan(&due))
+	require.Equal(t, 3, due)
 }

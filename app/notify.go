@@ -480,3 +480,18 @@ func driftEvents(svc *notify.Service, inv *inventory.Service) reconcile.DriftFun
 		return nil
 	}
 }
+
+// firmwareCodes are the operations whose end makes installed firmware
+// versions due for reading (an ingest may upgrade firmware).
+var firmwareCodes = map[string]bool{"upgrade": true, "downgrade": true, "rollback": true, "ingest": true}
+
+// firmwareReadsDue marks the firmware types' installed versions due at the
+// next sync cycle when a firmware task's run ended among runs, through tx.
+func firmwareReadsDue(ctx context.Context, tx pgx.Tx, inv *inventory.Service, runs []engine.RunSummary) error {
+	for _, run := range runs {
+		if firmwareCodes[run.Labels["operation"]] {
+			return inv.MarkFirmwareReadDue(ctx, tx, []inventory.ComponentType{inventory.ComponentTypeCompute, inventory.ComponentTypeNVSwitch, inventory.ComponentTypePowerShelf})
+		}
+	}
+	return nil
+}

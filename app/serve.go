@@ -212,6 +212,11 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 			if err := tasks.RunsEnded(ctx, tx, runs); err != nil {
 				return err
 			}
+			// A firmware task's end makes the installed versions due at the
+			// next sync cycle (compliance shows the outcome within a cycle).
+			if err := firmwareReadsDue(ctx, tx, inv, runs); err != nil {
+				return err
+			}
 			// The tasks' events go out with the checkpoint that ended them.
 			return emitTaskEnds(ctx, tx, runs)
 		},

@@ -206,6 +206,33 @@ func (s *Service) FirmwareGenerations(ctx context.Context, dbtx db.DBTX) (Firmwa
 	return FirmwareGeneration{Inventory: g.Inventory, Firmware: g.Firmware}, nil
 }
 
+// MarkFirmwareReadDue makes the installed versions of types due at the
+// next sync cycle, whatever its read interval (a firmware task ended).
+func (s *Service) MarkFirmwareReadDue(ctx context.Context, tx pgx.Tx, types []ComponentType) error {
+	names := make([]string, len(types))
+	for i, t := range types {
+		names[i] = string(t)
+	}
+	if err := s.q.FirmwareReadMarkDue(ctx, tx, names); err != nil {
+		return fmt.Errorf("mark firmware reads due: %w", err)
+	}
+	return nil
+}
+
+// FirmwareReadsDue returns the types whose versions MarkFirmwareReadDue
+// made due since their last read.
+func (s *Service) FirmwareReadsDue(ctx context.Context, dbtx db.DBTX) (map[ComponentType]bool, error) {
+	types, err := s.q.FirmwareReadDueList(ctx, dbtx)
+	if err != nil {
+		return nil, fmt.Errorf("list firmware reads due: %w", err)
+	}
+	out := make(map[ComponentType]bool, len(types))
+	for _, t := range types {
+		out[ComponentType(t)] = true
+	}
+	return out, nil
+}
+
 // FirmwareReads returns, per component type, when the sync last read its
 // installed versions.
 func (s *Service) FirmwareReads(ctx context.Context, dbtx db.DBTX) (map[ComponentType]time.Time, error) {

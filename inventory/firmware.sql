@@ -32,7 +32,14 @@ WHERE cf.component_id = ANY(@ids::uuid[]) AND cf.reported;
 
 -- name: FirmwareReadSet :exec
 INSERT INTO component_firmware_read (component_type, read_at) VALUES (@component_type, @read_at)
-ON CONFLICT (component_type) DO UPDATE SET read_at = excluded.read_at;
+ON CONFLICT (component_type) DO UPDATE SET read_at = excluded.read_at, due = false;
+
+-- name: FirmwareReadMarkDue :exec
+-- FirmwareReadMarkDue makes the types' versions due at the next cycle.
+UPDATE component_firmware_read SET due = true WHERE component_type = ANY(@types::text[]) AND NOT due;
+
+-- name: FirmwareReadDueList :many
+SELECT component_type FROM component_firmware_read WHERE due;
 
 -- name: FirmwareReadList :many
 SELECT component_type, read_at FROM component_firmware_read;

@@ -323,16 +323,21 @@ func (s *Syncer) versionsDue(ctx context.Context, dbtx db.DBTX, trigger string, 
 	types := []inventory.ComponentType{inventory.ComponentTypeCompute, inventory.ComponentTypeNVSwitch, inventory.ComponentTypePowerShelf}
 	due := make(map[inventory.ComponentType]bool, len(types))
 	var reads map[inventory.ComponentType]time.Time
+	var marked map[inventory.ComponentType]bool
 	if trigger != TriggerManual && s.cfg.FirmwareReadInterval > 0 {
 		var err error
-		if reads, err = s.cfg.Inv.FirmwareReads(ctx, dbtx); err != nil {
+		if reads, err = s.cfg.Inv.FirmwareReads(ctx, dbtx); err == nil {
+			// A firmware task ended since: its types are due now.
+			marked, err = s.cfg.Inv.FirmwareReadsDue(ctx, dbtx)
+		}
+		if err != nil {
 			s.cfg.Logger.WarnContext(ctx, "read firmware read times", "error", err.Error())
 			reads = nil
 		}
 	}
 	for _, t := range types {
 		last, ok := reads[t]
-		due[t] = reads == nil || !ok || now.Sub(last) >= s.cfg.FirmwareReadInterval
+		due[t] = reads == nil || !ok || marked[t] || now.Sub(last) >= s.cfg.FirmwareReadInterval
 	}
 	return due
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/inventory"
@@ -288,4 +289,16 @@ func TestSyncFirmwareReadInterval(t *testing.T) {
 	reads = b.readTimes(t)
 	require.True(t, late.StartedAt.Equal(reads["Compute"]))
 	require.True(t, manual.StartedAt.Equal(reads["NVSwitch"]))
+
+	// A firmware task ended (MarkFirmwareReadDue, in its run's end): the
+	// next scheduled cycle reads the types at once, once.
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		return b.inv.MarkFirmwareReadDue(b.ctx, tx, []inventory.ComponentType{inventory.ComponentTypeNVSwitch})
+	}))
+	marked := scheduled()
+	require.Equal(t, []string{"9.10"}, b.installed(t, "demo-0000-sw-03").Versions["bios"], "read within the hour: a task made it due")
+	require.True(t, marked.StartedAt.Equal(b.readTimes(t)["NVSwitch"]))
+	calls = versionCalls()
+	scheduled()
+	require.Equal(t, calls, versionCalls(), "due once: the read cleared it")
 }

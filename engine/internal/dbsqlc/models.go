@@ -90,6 +90,7 @@ type ComponentFirmwareGeneration struct {
 type ComponentFirmwareRead struct {
 	ComponentType string
 	ReadAt        pgtype.Timestamptz
+	Due           bool
 }
 
 type ComponentLeak struct {

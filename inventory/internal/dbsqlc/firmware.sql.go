@@ -356,19 +356,48 @@ func (q *Queries) FirmwareRackList(ctx context.Context, db DBTX, rackIds []uuid.
 	return items, nil
 }
 
+const firmwareReadDueList = `-- name: FirmwareReadDueList :many
+SELECT component_type FROM component_firmware_read WHERE due
+`
+
+func (q *Queries) FirmwareReadDueList(ctx context.Context, db DBTX) ([]string, error) {
+	rows, err := db.Query(ctx, firmwareReadDueList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var component_type string
+		if err := rows.Scan(&component_type); err != nil {
+			return nil, err
+		}
+		items = append(items, component_type)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const firmwareReadList = `-- name: FirmwareReadList :many
 SELECT component_type, read_at FROM component_firmware_read
 `
 
-func (q *Queries) FirmwareReadList(ctx context.Context, db DBTX) ([]ComponentFirmwareRead, error) {
+type FirmwareReadListRow struct {
+	ComponentType string
+	ReadAt        time.Time
+}
+
+func (q *Queries) FirmwareReadList(ctx context.Context, db DBTX) ([]FirmwareReadListRow, error) {
 	rows, err := db.Query(ctx, firmwareReadList)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ComponentFirmwareRead{}
+	items := []FirmwareReadListRow{}
 	for rows.Next() {
-		var i ComponentFirmwareRead
+		var i FirmwareReadListRow
 		if err := rows.Scan(&i.ComponentType, &i.ReadAt); err != nil {
 			return nil, err
 		}
@@ -380,9 +409,19 @@ func (q *Queries) FirmwareReadList(ctx context.Context, db DBTX) ([]ComponentFir
 	return items, nil
 }
 
+const firmwareReadMarkDue = `-- name: FirmwareReadMarkDue :exec
+UPDATE component_firmware_read SET due = true WHERE component_type = ANY($1::text[]) AND NOT due
+`
+
+// FirmwareReadMarkDue makes the types' versions due at the next cycle.
+func (q *Queries) FirmwareReadMarkDue(ctx context.Context, db DBTX, types []string) error {
+	_, err := db.Exec(ctx, firmwareReadMarkDue, types)
+	return err
+}
+
 const firmwareReadSet = `-- name: FirmwareReadSet :exec
 INSERT INTO component_firmware_read (component_type, read_at) VALUES ($1, $2)
-ON CONFLICT (component_type) DO UPDATE SET read_at = excluded.read_at
+ON CONFLICT (component_type) DO UPDATE SET read_at = excluded.read_at, due = false
 `
 
 type FirmwareReadSetParams struct {

@@ -92,6 +92,7 @@ type ComponentFirmwareGeneration struct {
 type ComponentFirmwareRead struct {
 	ComponentType string
 	ReadAt        time.Time
+	Due           bool
 }
 
 type ComponentLeak struct {

@@ -1,0 +1,1 @@
+ALTER TABLE component_firmware_read DROP COLUMN due;
