@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -221,6 +222,25 @@ func (c *consoleE2E) click(t *testing.T, sel string) {
 	c.onFresh(t, "click "+sel, chromedp.Click(chromedp.CSS(sel)))
 }
 
+// follow clicks sel, a link or a form button whose repeat is harmless (a
+// filter, a dry run), and waits up to within for js, which says the page
+// it leads to is there; a click a live update swallowed (the element
+// swapped for its fresh copy as the click landed: seen at load 12) is made
+// again while sel is still on the page.
+func (c *consoleE2E) follow(t *testing.T, sel string, within time.Duration, js, msg string) {
+	t.Helper()
+	present := "!!document.querySelector(" + strconv.Quote(sel) + ")"
+	for range 3 {
+		if evalIn[bool](c.browser, present) {
+			c.click(t, sel)
+		}
+		if waitFor(within/3, func() bool { return evalIn[bool](c.browser, js) }) {
+			return
+		}
+	}
+	c.waitJS(t, within, js, msg)
+}
+
 // onFresh runs actions that query an element, again (a few times) while
 // the browser says it cannot find the node: a live update swapped the
 // element for its fresh copy between the query and the action.
@@ -322,10 +342,17 @@ func TestConsoleInABrowser(t *testing.T) {
 		// The layout's search box finds a rack by name; its URL takes the
 		// name; an unknown one is a 404 page naming it.
 		c.open(t, c.opURL+"/ui/floor")
-		c.onFresh(t, "search demo-0002", chromedp.SendKeys(chromedp.CSS("#search-q"), "demo-0002\n"))
-		c.waitJS(t, 10*time.Second, `location.pathname === "/ui/search" && !!document.querySelector("#search-racks a")`, "the search lists the rack")
-		c.click(t, "#search-racks a")
-		c.waitJS(t, 10*time.Second, `location.pathname === "/ui/racks/`+c.racks[2].ID.String()+`" && document.querySelector("h1").textContent === "Rack demo-0002"`, "the result opens the rack")
+		// Typed again if a live update of the floor swapped the box as the
+		// keys went in.
+		searched := `location.pathname === "/ui/search" && !!document.querySelector("#search-racks a")`
+		for i := 0; i < 3 && !evalIn[bool](c.browser, searched); i++ {
+			if evalIn[bool](c.browser, `location.pathname !== "/ui/search"`) {
+				c.onFresh(t, "search demo-0002", chromedp.SendKeys(chromedp.CSS("#search-q"), "demo-0002\n"))
+			}
+			waitFor(5*time.Second, func() bool { return evalIn[bool](c.browser, searched) })
+		}
+		c.waitJS(t, 10*time.Second, searched, "the search lists the rack")
+		c.follow(t, "#search-racks a", 15*time.Second, `location.pathname === "/ui/racks/`+c.racks[2].ID.String()+`" && document.querySelector("h1").textContent === "Rack demo-0002"`, "the result opens the rack")
 		res, err := http.Get(c.opURL + "/ui/racks/demo-0001")
 		require.NoError(t, err)
 		res.Body.Close()
@@ -526,8 +553,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		require.Equal(t, "history", evalIn[string](c.browser, `document.querySelector("details.history") ? "history" : ""`))
 
 		// A count filters the table, in the URL.
-		c.click(t, `#state-counts a[data-state="upgrade"]`)
-		c.waitJS(t, 10*time.Second, `location.search === "?state=upgrade" && document.querySelectorAll("#devices tbody tr[data-state]").length === 2`, "the table shows the two trays below the baseline")
+		c.follow(t, `#state-counts a[data-state="upgrade"]`, 15*time.Second, `location.search === "?state=upgrade" && document.querySelectorAll("#devices tbody tr[data-state]").length === 2`, "the table shows the two trays below the baseline")
 		rows := evalIn[[]string](c.browser, `Array.from(document.querySelectorAll("#devices tbody tr")).map(r => r.textContent.replace(/\s+/g, " ").trim())`)
 		require.Len(t, rows, 2)
 		for _, r := range rows {
@@ -536,8 +562,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 		require.Contains(t, evalIn[string](c.browser, `document.querySelector("#devices tbody a").getAttribute("href")`), "/ui/racks/"+c.racks[1].ID.String())
 		// Every device not at the baseline, each saying why.
-		c.click(t, "#off-count")
-		c.waitJS(t, 10*time.Second, `document.querySelectorAll("#devices tbody tr[data-state]").length === 4`, "the table shows the four devices not at the baseline")
+		c.follow(t, "#off-count", 15*time.Second, `document.querySelectorAll("#devices tbody tr[data-state]").length === 4`, "the table shows the four devices not at the baseline")
 		require.ElementsMatch(t, []string{"upgrade", "upgrade", "downgrade", "unknown"}, evalIn[[]string](c.browser, `Array.from(document.querySelectorAll("#devices tbody tr")).map(r => r.dataset.state)`))
 		require.Equal(t, "updating,upgrade,downgrade,unknown", evalIn[string](c.browser, `document.getElementById("f-state").value`), "the filter form says the selection")
 		c.screenshot(t, "compliance")
@@ -613,10 +638,8 @@ func TestConsoleInABrowser(t *testing.T) {
 		before := runs()
 		c.open(t, c.opURL+"/ui/compliance")
 		c.waitJS(t, 10*time.Second, `!!document.getElementById("apply-plan")`, "an operator may apply the baseline")
-		c.click(t, "#apply-plan")
-		c.waitJS(t, 10*time.Second, `location.pathname === "/ui/compliance/apply" && !!document.getElementById("apply-dry-run")`, "the apply form")
-		c.click(t, "#apply-dry-run")
-		c.waitJS(t, 15*time.Second, `!!document.getElementById("apply-waves")`, "the dry run shows the waves")
+		c.follow(t, "#apply-plan", 15*time.Second, `location.pathname === "/ui/compliance/apply" && !!document.getElementById("apply-dry-run")`, "the apply form")
+		c.follow(t, "#apply-dry-run", 15*time.Second, `!!document.getElementById("apply-waves")`, "the dry run shows the waves")
 		require.Equal(t, []string{"canary (0) 1 demo-0001 none"}, evalIn[[]string](c.browser, `Array.from(document.querySelectorAll("#apply-waves tbody tr")).map(r => Array.from(r.cells).map(c => c.textContent).join(" "))`))
 		require.Equal(t, before, runs(), "a dry run creates nothing")
 		c.screenshot(t, "compliance-apply")
