@@ -73,10 +73,7 @@ func approvalView(plan SubmissionPlan) json.RawMessage {
 	}
 	racks := make([]rack, len(plan.Racks))
 	for i, r := range plan.Racks {
-		racks[i].RackID = r.RackID
-		for _, ct := range []ComponentType{ComponentTypeCompute, ComponentTypeNVSwitch, ComponentTypePowerShelf, ComponentTypeToRSwitch, ComponentTypeUMS, ComponentTypeCDU} {
-			racks[i].Components = append(racks[i].Components, SortedIDs(r.Components[ct])...)
-		}
+		racks[i].RackID, racks[i].Components = r.RackID, orderedIDs(r.Components)
 	}
 	b, _ := json.Marshal(map[string]any{"phases": [][]rack{racks}})
 	return b
@@ -179,22 +176,14 @@ func (t *Tasks) ApprovalRelease(ctx context.Context, tx pgx.Tx, id, approvalID u
 	return t.promote(ctx, tx, row.RackID)
 }
 
-// lockWaiting takes task id's rack lock, then reads the task: ok when it
-// still waits for an approval.
+// lockWaiting locks task id (lockTask): ok when it still waits for an
+// approval.
 func (t *Tasks) lockWaiting(ctx context.Context, tx pgx.Tx, id uuid.UUID) (dbsqlc.Task, bool, error) {
-	row, err := t.q.TaskGetByID(ctx, tx, id)
-	if errors.Is(err, pgx.ErrNoRows) {
+	row, err := t.lockTask(ctx, tx, id)
+	if errors.Is(err, ErrTaskNotFound) {
 		return row, false, nil
-	} else if err != nil {
-		return row, false, fmt.Errorf("read task %s: %w", id, err)
 	}
-	if err := t.q.TaskLockRack(ctx, tx, row.RackID.String()); err != nil {
-		return row, false, err
-	}
-	if row, err = t.q.TaskGetByIDForUpdate(ctx, tx, id); err != nil {
-		return row, false, fmt.Errorf("read task %s: %w", id, err)
-	}
-	return row, TaskStatus(row.Status) == TaskWaiting && row.ApprovalID != nil, nil
+	return row, err == nil && TaskStatus(row.Status) == TaskWaiting && row.ApprovalID != nil, err
 }
 
 // ApprovalDiscard ends task id, whose approval was rejected or expired,

@@ -185,16 +185,8 @@ func (t *Tasks) Release(ctx context.Context, id uuid.UUID, by, reason string) (T
 	}
 	ctx, hooks := db.WithCommitHooks(ctx)
 	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
-		row, err := t.q.TaskGetByID(ctx, tx, id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: %s", ErrTaskNotFound, id)
-		} else if err != nil {
-			return err
-		}
-		if err := t.q.TaskLockRack(ctx, tx, row.RackID.String()); err != nil {
-			return err
-		}
-		if row, err = t.q.TaskGetByIDForUpdate(ctx, tx, id); err != nil {
+		row, err := t.lockTask(ctx, tx, id)
+		if err != nil {
 			return err
 		}
 		if TaskStatus(row.Status) != TaskWaiting {
@@ -220,6 +212,24 @@ func (t *Tasks) Release(ctx context.Context, id uuid.UUID, by, reason string) (T
 		return Task{}, err
 	}
 	return tasks[0], nil
+}
+
+// lockTask takes task id's rack lock, then locks and reads the task (the
+// order promotion takes them); ErrTaskNotFound when there is none.
+func (t *Tasks) lockTask(ctx context.Context, tx pgx.Tx, id uuid.UUID) (dbsqlc.Task, error) {
+	row, err := t.q.TaskGetByID(ctx, tx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return row, fmt.Errorf("%w: %s", ErrTaskNotFound, id)
+	} else if err != nil {
+		return row, fmt.Errorf("read task %s: %w", id, err)
+	}
+	if err := t.q.TaskLockRack(ctx, tx, row.RackID.String()); err != nil {
+		return row, err
+	}
+	if row, err = t.q.TaskGetByIDForUpdate(ctx, tx, id); err != nil {
+		return row, fmt.Errorf("read task %s: %w", id, err)
+	}
+	return row, nil
 }
 
 // gateMany turns those of s's decided tasks that would start now but that

@@ -209,6 +209,17 @@ func SortedIDs(ids []uuid.UUID) []uuid.UUID {
 	return out
 }
 
+// orderedIDs returns the IDs of comps type by type (compute trays, NVLink
+// switches, power shelves, ToR switches, UMS, CDUs), each type's sorted:
+// the order plans show components in.
+func orderedIDs(comps map[ComponentType][]uuid.UUID) []uuid.UUID {
+	var out []uuid.UUID
+	for _, ct := range []ComponentType{ComponentTypeCompute, ComponentTypeNVSwitch, ComponentTypePowerShelf, ComponentTypeToRSwitch, ComponentTypeUMS, ComponentTypeCDU} {
+		out = append(out, SortedIDs(comps[ct])...)
+	}
+	return out
+}
+
 // Active returns the unfinished (waiting, pending, running) tasks on racks,
 // oldest first, reading without locks.
 func (t *Tasks) Active(ctx context.Context, dbtx db.DBTX, racks []uuid.UUID) ([]ActiveTask, error) {

@@ -80,10 +80,8 @@ func (h *PreviewHandler) PreviewSubmission(ctx context.Context, req *adminv1.Pre
 // PlannedRackToProto converts a planned rack for the admin service.
 func PlannedRackToProto(r PlannedRack) *adminv1.PlannedRack {
 	out := &adminv1.PlannedRack{RackId: r.RackID.String(), Rack: r.Rack, Rule: r.RuleName, Waiting: r.Waiting, Leaks: r.Leaks, Held: r.Held}
-	for _, ct := range []ComponentType{ComponentTypeCompute, ComponentTypeNVSwitch, ComponentTypePowerShelf, ComponentTypeToRSwitch, ComponentTypeUMS, ComponentTypeCDU} {
-		for _, id := range SortedIDs(r.Components[ct]) {
-			out.ComponentIds = append(out.ComponentIds, id.String())
-		}
+	for _, id := range orderedIDs(r.Components) {
+		out.ComponentIds = append(out.ComponentIds, id.String())
 	}
 	for _, c := range r.Conflicts {
 		out.Conflicts = append(out.Conflicts, c.String())
