@@ -525,24 +525,24 @@ func (d drift) change(t inventory.ComponentType, found bool, at time.Time) Drift
 }
 
 // driftChanges are the drifts of ds not in old (found) and of old not in
-// ds (cleared), by their keys.
-func driftChanges(t inventory.ComponentType, old []dbsqlc.ComponentDrift, ds []drift, at time.Time) []DriftChange {
-	was := make(map[string]drift, len(old))
-	for _, r := range old {
-		d := driftOfRow(r)
-		was[d.key()] = d
+// ds (cleared), by their keys (oldKeys and newKeys, in their order).
+func driftChanges(t inventory.ComponentType, old []drift, oldKeys []string, ds []drift, newKeys []string, at time.Time) []DriftChange {
+	was := make(map[string]bool, len(old))
+	for _, k := range oldKeys {
+		was[k] = true
 	}
 	is := make(map[string]bool, len(ds))
-	var out []DriftChange
-	for _, d := range ds {
-		k := d.key()
+	for _, k := range newKeys {
 		is[k] = true
-		if _, ok := was[k]; !ok {
+	}
+	var out []DriftChange
+	for i, d := range ds {
+		if !was[newKeys[i]] {
 			out = append(out, d.change(t, true, at))
 		}
 	}
-	for _, r := range old {
-		if d := driftOfRow(r); !is[d.key()] {
+	for i, d := range old {
+		if !is[oldKeys[i]] {
 			out = append(out, d.change(t, false, at))
 		}
 	}
@@ -556,17 +556,17 @@ func (c *cycle) replaceDrift(ctx context.Context, tx pgx.Tx, t inventory.Compone
 	if err != nil {
 		return false, fmt.Errorf("read %s drift: %w", t, err)
 	}
+	olds := make([]drift, len(old))
 	oldKeys := make([]string, len(old))
 	for i, r := range old {
-		oldKeys[i] = driftOfRow(r).key()
+		olds[i] = driftOfRow(r)
+		oldKeys[i] = olds[i].key()
 	}
 	newKeys := make([]string, len(ds))
 	for i, d := range ds {
 		newKeys[i] = d.key()
 	}
-	slices.Sort(oldKeys)
-	slices.Sort(newKeys)
-	if slices.Equal(oldKeys, newKeys) {
+	if slices.Equal(slices.Sorted(slices.Values(oldKeys)), slices.Sorted(slices.Values(newKeys))) {
 		return false, nil
 	}
 	if _, err := c.s.q.DriftDeleteByType(ctx, tx, string(t)); err != nil {
@@ -589,7 +589,7 @@ func (c *cycle) replaceDrift(ctx context.Context, tx pgx.Tx, t inventory.Compone
 		return false, fmt.Errorf("insert %s drift: %w", t, err)
 	}
 	if fn := c.s.cfg.OnDrift; fn != nil {
-		if err := fn(ctx, tx, driftChanges(t, old, ds, c.now)); err != nil {
+		if err := fn(ctx, tx, driftChanges(t, olds, oldKeys, ds, newKeys, c.now)); err != nil {
 			return false, fmt.Errorf("%s drift hook: %w", t, err)
 		}
 	}

@@ -155,7 +155,8 @@ type Config struct {
 // ChangeFunc is told of request r, as it now is, through tx.
 type ChangeFunc func(ctx context.Context, tx pgx.Tx, r Request) error
 
-// changed tells Config.OnChange of request id, read back through tx.
+// changed tells Config.OnChange of request id, read back through tx (its
+// decision's time is the database's).
 func (s *Service) changed(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	if s.cfg.OnChange == nil {
 		return nil
@@ -224,8 +225,11 @@ func (s *Service) Request(ctx context.Context, tx pgx.Tx, kind string, subjects 
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("insert approval request: %w", err)
 	}
-	if err := s.changed(ctx, tx, row.ID); err != nil {
-		return uuid.Nil, err
+	if s.cfg.OnChange != nil {
+		// The inserted row is the request as it is: no read back.
+		if err := s.cfg.OnChange(ctx, tx, s.fromRow(row)); err != nil {
+			return uuid.Nil, err
+		}
 	}
 	s.cfg.Logger.InfoContext(ctx, "approval requested", "approval_id", row.ID, "kind", kind, "identity", requestedBy,
 		"racks", racks, "plan_hash", hash, "summary", summary, "expires_at", row.ExpiresAt)
