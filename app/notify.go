@@ -483,7 +483,10 @@ func driftEvents(svc *notify.Service, inv *inventory.Service) reconcile.DriftFun
 
 // firmwareCodes are the operations whose end makes installed firmware
 // versions due for reading (an ingest may upgrade firmware).
-var firmwareCodes = map[string]bool{"upgrade": true, "downgrade": true, "rollback": true, "ingest": true}
+var firmwareCodes = map[string]bool{
+	string(operations.CodeUpgrade): true, string(operations.CodeDowngrade): true, string(operations.CodeRollback): true,
+	string(operations.CodeIngest): true,
+}
 
 // firmwareReadsDue marks the firmware types' installed versions due at the
 // next sync cycle when a firmware task's run ended among runs, through tx.
