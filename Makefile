@@ -91,9 +91,9 @@ bench:
 # carry the version and commit, which are also linked into the binary (Go
 # stamps them itself only from a clone whose .git is a folder). It then
 # runs `flow version` in the image and checks there is no shell and that
-# the image is under IMAGE_MAX_MB (10^6 bytes), both unpacked (what
-# `podman image ls` shows) and compressed (what a registry stores and a
-# node pulls). Podman runs with runc, cgroupfs and
+# the image is under IMAGE_MAX_MB (10^6 bytes) unpacked (what `podman
+# image ls` shows) and under IMAGE_MAX_PACKED_MB compressed (what a
+# registry stores and a node pulls). Podman runs with runc, cgroupfs and
 # deploy/podman/containers.conf (no default ulimits): this machine kind
 # lacks CAP_SYS_RESOURCE, and crun fails.
 # Each is computed once per make run (a plain ?= would run git again at
@@ -112,7 +112,8 @@ ifeq ($(origin DIRTY),undefined)
 DIRTY        := $(shell test -z "$$(git status --porcelain 2>/dev/null)" || echo +dirty)
 endif
 IMAGE        ?= localhost/flow:$(VERSION)
-IMAGE_MAX_MB ?= 40
+IMAGE_MAX_MB ?= 45
+IMAGE_MAX_PACKED_MB ?= 15
 PODMAN       ?= CONTAINERS_CONF=$(CURDIR)/deploy/podman/containers.conf podman --runtime runc --cgroup-manager cgroupfs
 IMAGE_LDFLAGS = -s -w -X github.com/nicoflow/flow/app.linkVersion=$(VERSION) \
 	-X github.com/nicoflow/flow/app.linkRevision=$(REVISION)$(DIRTY) -X github.com/nicoflow/flow/app.linkTime=$(COMMIT_TIME)
@@ -126,10 +127,10 @@ image: ## the container image $(IMAGE), with podman; runs flow version in it
 	$(PODMAN) run --rm $(IMAGE) version
 	@if $(PODMAN) run --rm --entrypoint /bin/sh $(IMAGE) -c true >/dev/null 2>&1; then echo "image: $(IMAGE) has a shell"; exit 1; fi
 	$(PODMAN) save --quiet --compress --format docker-dir -o bin/image/saved $(IMAGE)
-	@size=$$($(PODMAN) image inspect --format '{{.Size}}' $(IMAGE)); packed=$$(du -sb bin/image/saved | cut -f1); \
+	@set -e; size=$$($(PODMAN) image inspect --format '{{.Size}}' $(IMAGE)); packed=$$(du -sb bin/image/saved | cut -f1); \
 		echo "image: $(IMAGE): $$size bytes unpacked, $$packed bytes compressed (pulled), no shell"; \
-		test $$size -lt $$(($(IMAGE_MAX_MB) * 1000 * 1000)) || (echo "image: over $(IMAGE_MAX_MB) MB unpacked"; exit 1); \
-		test $$packed -lt $$(($(IMAGE_MAX_MB) * 1000 * 1000)) || (echo "image: over $(IMAGE_MAX_MB) MB compressed"; exit 1)
+		test $$size -lt $$(($(IMAGE_MAX_MB) * 1000 * 1000)) || { echo "image: over $(IMAGE_MAX_MB) MB unpacked"; exit 1; }; \
+		test $$packed -lt $$(($(IMAGE_MAX_PACKED_MB) * 1000 * 1000)) || { echo "image: over $(IMAGE_MAX_PACKED_MB) MB compressed"; exit 1; }
 
 # make image-test: builds the image, then runs it as the Helm chart does
 # (deploy/helm/image_test.go): migrations from two containers at once, then

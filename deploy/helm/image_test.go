@@ -144,14 +144,14 @@ func TestImageRunsAsTheChartRunsIt(t *testing.T) {
 		t.Logf("%-28s %6.1fs", name, time.Since(start).Seconds())
 	}
 
-	// The image: labelled, no shell, under 40 MB (make image checks the
-	// compressed size too).
+	// The image: labelled, no shell, under 45 MB unpacked (make image checks
+	// the compressed size, under 15 MB, too).
 	labels := podmanOut(t, "image", "inspect", "--format", `{{index .Labels "org.opencontainers.image.version"}} {{index .Labels "org.opencontainers.image.revision"}}`, image)
 	require.Regexp(t, `^\S+ [0-9a-f]{40}$`, labels, "version and commit labels")
 	size, err := strconv.ParseInt(podmanOut(t, "image", "inspect", "--format", "{{.Size}}", image), 10, 64)
 	require.NoError(t, err)
 	t.Logf("image %s: %.1f MB unpacked, labels %s", image, float64(size)/1e6, labels)
-	require.Less(t, size, int64(40_000_000), "image under 40 MB unpacked (docs/deploy.md, Image size)")
+	require.Less(t, size, int64(45_000_000), "image under 45 MB unpacked (docs/deploy.md, Image size)")
 	out, err := podman(context.Background(), "run", "--rm", "--entrypoint", "/bin/sh", image, "-c", "true").CombinedOutput()
 	require.Error(t, err, "no shell in the image: %s", out)
 
