@@ -379,3 +379,19 @@ SELECT * FROM rack WHERE name = ANY(@names::text[]) AND deleted_at IS NULL ORDER
 -- The inventory generation: it grows with every committed inventory write
 -- (migration 0180), so an equal value means an unchanged inventory.
 SELECT coalesce(sum(n), 0)::bigint AS generation FROM inventory_generation;
+
+-- name: RackSetPlacement :one
+-- A rack's power feed and coolant loop (issue 45): each set only when its
+-- set_ flag is true; an empty value clears it (NULL).
+UPDATE rack SET
+    power_feed = CASE WHEN @set_feed::bool THEN nullif(@power_feed::text, '') ELSE power_feed END,
+    coolant_loop = CASE WHEN @set_loop::bool THEN nullif(@coolant_loop::text, '') ELSE coolant_loop END,
+    updated_at = now()
+WHERE id = @id AND deleted_at IS NULL
+RETURNING *;
+
+-- name: RackPlacementList :many
+-- Every rack's feed and loop (the floor map's colourings, the feed list).
+SELECT id, name, location_room, power_feed, coolant_loop FROM rack
+WHERE deleted_at IS NULL AND (power_feed IS NOT NULL OR coolant_loop IS NOT NULL)
+ORDER BY name, id;

@@ -402,6 +402,14 @@ type OperationRunTarget struct {
 	UpdatedAt        pgtype.Timestamptz
 }
 
+type PowerBudget struct {
+	Feed           string
+	MaxTransitions int32
+	MaxKw          *float64
+	UpdatedBy      string
+	UpdatedAt      pgtype.Timestamptz
+}
+
 type PruneStat struct {
 	Name       string
 	RowsPruned int64
@@ -429,6 +437,8 @@ type Rack struct {
 	RackGroupID        *string
 	RackProfileID      *string
 	MirroredAt         pgtype.Timestamptz
+	PowerFeed          *string
+	CoolantLoop        *string
 }
 
 type RackRuleAssociation struct {

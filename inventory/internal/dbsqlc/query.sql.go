@@ -1361,7 +1361,7 @@ func (q *Queries) RackCount(ctx context.Context, db DBTX, arg RackCountParams) (
 }
 
 const rackGetByExternalID = `-- name: RackGetByExternalID :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE external_id = $1 AND deleted_at IS NULL
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at, power_feed, coolant_loop FROM rack WHERE external_id = $1 AND deleted_at IS NULL
 `
 
 func (q *Queries) RackGetByExternalID(ctx context.Context, db DBTX, externalID *string) (Rack, error) {
@@ -1387,12 +1387,14 @@ func (q *Queries) RackGetByExternalID(ctx context.Context, db DBTX, externalID *
 		&i.RackGroupID,
 		&i.RackProfileID,
 		&i.MirroredAt,
+		&i.PowerFeed,
+		&i.CoolantLoop,
 	)
 	return i, err
 }
 
 const rackGetByID = `-- name: RackGetByID :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE id = $1 AND deleted_at IS NULL
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at, power_feed, coolant_loop FROM rack WHERE id = $1 AND deleted_at IS NULL
 `
 
 func (q *Queries) RackGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Rack, error) {
@@ -1418,12 +1420,14 @@ func (q *Queries) RackGetByID(ctx context.Context, db DBTX, id uuid.UUID) (Rack,
 		&i.RackGroupID,
 		&i.RackProfileID,
 		&i.MirroredAt,
+		&i.PowerFeed,
+		&i.CoolantLoop,
 	)
 	return i, err
 }
 
 const rackGetByIDForUpdate = `-- name: RackGetByIDForUpdate :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE id = $1 AND deleted_at IS NULL FOR UPDATE
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at, power_feed, coolant_loop FROM rack WHERE id = $1 AND deleted_at IS NULL FOR UPDATE
 `
 
 func (q *Queries) RackGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUID) (Rack, error) {
@@ -1449,12 +1453,14 @@ func (q *Queries) RackGetByIDForUpdate(ctx context.Context, db DBTX, id uuid.UUI
 		&i.RackGroupID,
 		&i.RackProfileID,
 		&i.MirroredAt,
+		&i.PowerFeed,
+		&i.CoolantLoop,
 	)
 	return i, err
 }
 
 const rackGetByIDWithDeleted = `-- name: RackGetByIDWithDeleted :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE id = $1
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at, power_feed, coolant_loop FROM rack WHERE id = $1
 `
 
 func (q *Queries) RackGetByIDWithDeleted(ctx context.Context, db DBTX, id uuid.UUID) (Rack, error) {
@@ -1480,12 +1486,14 @@ func (q *Queries) RackGetByIDWithDeleted(ctx context.Context, db DBTX, id uuid.U
 		&i.RackGroupID,
 		&i.RackProfileID,
 		&i.MirroredAt,
+		&i.PowerFeed,
+		&i.CoolantLoop,
 	)
 	return i, err
 }
 
 const rackGetBySerial = `-- name: RackGetBySerial :one
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at, power_feed, coolant_loop FROM rack
 WHERE lower(manufacturer) = lower($1) AND serial_number = $2 AND deleted_at IS NULL
 `
 
@@ -1517,6 +1525,8 @@ func (q *Queries) RackGetBySerial(ctx context.Context, db DBTX, arg RackGetBySer
 		&i.RackGroupID,
 		&i.RackProfileID,
 		&i.MirroredAt,
+		&i.PowerFeed,
+		&i.CoolantLoop,
 	)
 	return i, err
 }
@@ -1563,7 +1573,7 @@ func (q *Queries) RackInsert(ctx context.Context, db DBTX, arg RackInsertParams)
 }
 
 const rackList = `-- name: RackList :many
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at, power_feed, coolant_loop FROM rack
 WHERE deleted_at IS NULL
   AND ($1::text[] IS NULL
        OR (CASE WHEN $2::bool THEN name LIKE ANY ($1::text[])
@@ -1641,6 +1651,8 @@ func (q *Queries) RackList(ctx context.Context, db DBTX, arg RackListParams) ([]
 			&i.RackGroupID,
 			&i.RackProfileID,
 			&i.MirroredAt,
+			&i.PowerFeed,
+			&i.CoolantLoop,
 		); err != nil {
 			return nil, err
 		}
@@ -1653,7 +1665,7 @@ func (q *Queries) RackList(ctx context.Context, db DBTX, arg RackListParams) ([]
 }
 
 const rackListByNVLDomain = `-- name: RackListByNVLDomain :many
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE nvl_domain_id = $1 AND deleted_at IS NULL ORDER BY name, id
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at, power_feed, coolant_loop FROM rack WHERE nvl_domain_id = $1 AND deleted_at IS NULL ORDER BY name, id
 `
 
 func (q *Queries) RackListByNVLDomain(ctx context.Context, db DBTX, nvlDomainID *uuid.UUID) ([]Rack, error) {
@@ -1685,6 +1697,8 @@ func (q *Queries) RackListByNVLDomain(ctx context.Context, db DBTX, nvlDomainID 
 			&i.RackGroupID,
 			&i.RackProfileID,
 			&i.MirroredAt,
+			&i.PowerFeed,
+			&i.CoolantLoop,
 		); err != nil {
 			return nil, err
 		}
@@ -1697,7 +1711,7 @@ func (q *Queries) RackListByNVLDomain(ctx context.Context, db DBTX, nvlDomainID 
 }
 
 const rackListByNVLDomains = `-- name: RackListByNVLDomains :many
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at, power_feed, coolant_loop FROM rack
 WHERE nvl_domain_id = ANY ($1::uuid[]) AND deleted_at IS NULL
 ORDER BY nvl_domain_id, id
 `
@@ -1732,6 +1746,8 @@ func (q *Queries) RackListByNVLDomains(ctx context.Context, db DBTX, nvlDomainId
 			&i.RackGroupID,
 			&i.RackProfileID,
 			&i.MirroredAt,
+			&i.PowerFeed,
+			&i.CoolantLoop,
 		); err != nil {
 			return nil, err
 		}
@@ -1744,7 +1760,7 @@ func (q *Queries) RackListByNVLDomains(ctx context.Context, db DBTX, nvlDomainId
 }
 
 const rackListByName = `-- name: RackListByName :many
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE name = $1 AND deleted_at IS NULL ORDER BY id LIMIT 2
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at, power_feed, coolant_loop FROM rack WHERE name = $1 AND deleted_at IS NULL ORDER BY id LIMIT 2
 `
 
 func (q *Queries) RackListByName(ctx context.Context, db DBTX, name string) ([]Rack, error) {
@@ -1776,6 +1792,8 @@ func (q *Queries) RackListByName(ctx context.Context, db DBTX, name string) ([]R
 			&i.RackGroupID,
 			&i.RackProfileID,
 			&i.MirroredAt,
+			&i.PowerFeed,
+			&i.CoolantLoop,
 		); err != nil {
 			return nil, err
 		}
@@ -1788,7 +1806,7 @@ func (q *Queries) RackListByName(ctx context.Context, db DBTX, name string) ([]R
 }
 
 const rackListByNames = `-- name: RackListByNames :many
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE name = ANY($1::text[]) AND deleted_at IS NULL ORDER BY name, id
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at, power_feed, coolant_loop FROM rack WHERE name = ANY($1::text[]) AND deleted_at IS NULL ORDER BY name, id
 `
 
 // The live racks of names, for a burst of submissions naming theirs (the
@@ -1822,6 +1840,8 @@ func (q *Queries) RackListByNames(ctx context.Context, db DBTX, names []string) 
 			&i.RackGroupID,
 			&i.RackProfileID,
 			&i.MirroredAt,
+			&i.PowerFeed,
+			&i.CoolantLoop,
 		); err != nil {
 			return nil, err
 		}
@@ -1834,7 +1854,7 @@ func (q *Queries) RackListByNames(ctx context.Context, db DBTX, names []string) 
 }
 
 const rackListDeletedByName = `-- name: RackListDeletedByName :many
-SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at FROM rack WHERE name = $1 AND deleted_at IS NOT NULL
+SELECT id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at, power_feed, coolant_loop FROM rack WHERE name = $1 AND deleted_at IS NOT NULL
 ORDER BY deleted_at DESC, id LIMIT $2
 `
 
@@ -1872,6 +1892,8 @@ func (q *Queries) RackListDeletedByName(ctx context.Context, db DBTX, arg RackLi
 			&i.RackGroupID,
 			&i.RackProfileID,
 			&i.MirroredAt,
+			&i.PowerFeed,
+			&i.CoolantLoop,
 		); err != nil {
 			return nil, err
 		}
@@ -1926,6 +1948,47 @@ func (q *Queries) RackListScope(ctx context.Context, db DBTX) ([]RackListScopeRo
 	return items, nil
 }
 
+const rackPlacementList = `-- name: RackPlacementList :many
+SELECT id, name, location_room, power_feed, coolant_loop FROM rack
+WHERE deleted_at IS NULL AND (power_feed IS NOT NULL OR coolant_loop IS NOT NULL)
+ORDER BY name, id
+`
+
+type RackPlacementListRow struct {
+	ID           uuid.UUID
+	Name         string
+	LocationRoom string
+	PowerFeed    *string
+	CoolantLoop  *string
+}
+
+// Every rack's feed and loop (the floor map's colourings, the feed list).
+func (q *Queries) RackPlacementList(ctx context.Context, db DBTX) ([]RackPlacementListRow, error) {
+	rows, err := db.Query(ctx, rackPlacementList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RackPlacementListRow{}
+	for rows.Next() {
+		var i RackPlacementListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.LocationRoom,
+			&i.PowerFeed,
+			&i.CoolantLoop,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const rackPurge = `-- name: RackPurge :execrows
 DELETE FROM rack WHERE id = $1 AND deleted_at IS NOT NULL
 `
@@ -1950,6 +2013,60 @@ type RackSetNVLDomainParams struct {
 func (q *Queries) RackSetNVLDomain(ctx context.Context, db DBTX, arg RackSetNVLDomainParams) error {
 	_, err := db.Exec(ctx, rackSetNVLDomain, arg.NVLDomainID, arg.ID)
 	return err
+}
+
+const rackSetPlacement = `-- name: RackSetPlacement :one
+UPDATE rack SET
+    power_feed = CASE WHEN $1::bool THEN nullif($2::text, '') ELSE power_feed END,
+    coolant_loop = CASE WHEN $3::bool THEN nullif($4::text, '') ELSE coolant_loop END,
+    updated_at = now()
+WHERE id = $5 AND deleted_at IS NULL
+RETURNING id, name, manufacturer, serial_number, model, description, location_region, location_datacenter, location_room, location_position, external_id, nvl_domain_id, created_at, updated_at, deleted_at, health, rack_group_id, rack_profile_id, mirrored_at, power_feed, coolant_loop
+`
+
+type RackSetPlacementParams struct {
+	SetFeed     bool
+	PowerFeed   string
+	SetLoop     bool
+	CoolantLoop string
+	ID          uuid.UUID
+}
+
+// A rack's power feed and coolant loop (issue 45): each set only when its
+// set_ flag is true; an empty value clears it (NULL).
+func (q *Queries) RackSetPlacement(ctx context.Context, db DBTX, arg RackSetPlacementParams) (Rack, error) {
+	row := db.QueryRow(ctx, rackSetPlacement,
+		arg.SetFeed,
+		arg.PowerFeed,
+		arg.SetLoop,
+		arg.CoolantLoop,
+		arg.ID,
+	)
+	var i Rack
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.Manufacturer,
+		&i.SerialNumber,
+		&i.Model,
+		&i.Description,
+		&i.LocationRegion,
+		&i.LocationDatacenter,
+		&i.LocationRoom,
+		&i.LocationPosition,
+		&i.ExternalID,
+		&i.NVLDomainID,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.DeletedAt,
+		&i.Health,
+		&i.RackGroupID,
+		&i.RackProfileID,
+		&i.MirroredAt,
+		&i.PowerFeed,
+		&i.CoolantLoop,
+	)
+	return i, err
 }
 
 const rackSoftDelete = `-- name: RackSoftDelete :execrows
