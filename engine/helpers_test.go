@@ -109,7 +109,10 @@ func newEngineRec(pool, rec *pgxpool.Pool, cfg engine.Config) *engine.Engine {
 	e := engine.New(pool, cfg)
 	engine.Register(e, "test.record", func(ctx context.Context, call engine.Call[testParams]) (engine.Result, error) {
 		var id int64
-		if err := rec.QueryRow(ctx, `INSERT INTO test_call (run_id, step_id, step, stage, batch, attempt, targets, process)
+		// Recorded outside the call's deadline: the record is the test's,
+		// not the call's work (at load 20 a 100 ms call timeout once
+		// expired in this INSERT, and the call went unrecorded).
+		if err := rec.QueryRow(context.WithoutCancel(ctx), `INSERT INTO test_call (run_id, step_id, step, stage, batch, attempt, targets, process)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
 			call.RunID, call.StepID, call.Step, call.Stage, call.Batch, call.Attempt, call.Targets, e.ProcessName()).Scan(&id); err != nil {
 			return engine.Result{}, err
