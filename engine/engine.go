@@ -156,6 +156,7 @@ type Engine struct {
 	stats       checkpointStats
 	watches     runWatcher
 	lease       lease
+	sweepStats  sweepStats
 	obs         Observer
 	// loseAnswers, in tests, is how many committed checkpoints are yet to
 	// answer as if the connection had dropped before their commit's reply.

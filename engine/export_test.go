@@ -1,5 +1,7 @@
 package engine
 
+import "context"
+
 // CheckpointStats returns the steps checkpointed, those committed together
 // with others, and how many failed groups were retried step by step.
 func CheckpointStats(e *Engine) (steps, grouped, split int64) {
@@ -17,3 +19,15 @@ func KeptOutcomes(e *Engine) (kept, committed int64) {
 // if the connection had dropped before their commit's reply reached the
 // engine (their outcomes are recorded; the engine does not know it).
 func LoseCheckpointAnswers(e *Engine, n int64) { e.loseAnswers.Store(n) }
+
+// SweepStats returns how many heartbeat sweeps probed for dead processes
+// and how many candidate scans dead-process sweeps made.
+func SweepStats(e *Engine) (probes, scans int64) {
+	return e.sweepStats.probes.Load(), e.sweepStats.scans.Load()
+}
+
+// SweepTick runs one heartbeat's sweep: a full pass when full, else a
+// probe and a sweep only if it finds a dead process.
+func SweepTick(e *Engine, full bool) (SweepResult, error) {
+	return e.sweepTick(context.Background(), full)
+}

@@ -16,10 +16,14 @@ import (
 // restarting or failing over; returning that error would let River retry
 // the job, and the retry would call the backend again (issue 28's D2: a
 // second reset of a tray). Instead the execution keeps the outcome and
-// retries the write, still fenced by its token, until it commits, or this
-// process's lease is lost (another process may then take the step over:
-// the outcome is unknown to it, and its claim records so), or the process
-// stops.
+// retries the write, still fenced by its token, until it commits, the
+// token no longer matches (another process took the step over after this
+// one's lease expired: the outcome is unknown to it, and its claim records
+// so), or the process stops. Losing the lease does not end the wait: the
+// token alone decides whether the outcome may still be recorded, and this
+// process never sweeps its own steps, so after an outage longer than the
+// lease a lone process still records what its calls did instead of
+// calling again.
 
 const (
 	keepFirstWait = 50 * time.Millisecond
@@ -31,7 +35,7 @@ const (
 
 // keepOutcome runs write, the write that records a call's outcome, and
 // retries it while it fails because the database is unavailable
-// (db.IsUnavailable) and this process still holds its lease. retried says
+// (db.IsUnavailable), with or without this process's lease. retried says
 // whether the write that succeeded was a retry: a retry may find that an
 // earlier attempt had committed before its answer was lost. Any other
 // error is returned at once, as before.
@@ -46,9 +50,6 @@ func (e *Engine) keepOutcome(ctx context.Context, row stepRow, what string, writ
 		"run_id", row.RunID, "step_id", row.ID, "write", what, "error", err.Error())
 	wait := keepFirstWait
 	for attempt := 1; ; attempt++ {
-		if e.lease.started.Load() && !e.lease.ok.Load() {
-			return true, fmt.Errorf("%s not recorded before this process's lease was lost (the call's outcome is unknown to any other process): %w", what, err)
-		}
 		if ctx.Err() != nil && (!e.lease.started.Load() || e.lease.stopping.Load()) {
 			return true, fmt.Errorf("%s not recorded before the process stopped: %w", what, err)
 		}

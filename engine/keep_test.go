@@ -168,6 +168,93 @@ func TestPostgresRestartDuringResets(t *testing.T) {
 	require.Equal(t, kept, committed)
 }
 
+// TestOutageLongerThanLease: PostgreSQL is down for several times the
+// lease (a slow restart on a loaded machine) while 10 runs' reset calls
+// end. The lone process loses its lease, keeps the calls' outcomes, takes
+// a new lease when the database is back and records them: no tray is
+// reset twice and no outcome is unknown. (Before, the process gave its
+// kept outcomes up when its lease lapsed, and its own sweep then
+// rescheduled its steps as a dead process's: every tray reset again.)
+func TestOutageLongerThanLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cluster, url := privateCluster(t)
+	pool := openPool(t, url, 20)
+	_, err := pool.Exec(ctx, callTableSQL)
+	require.NoError(t, err)
+
+	log := &resetLog{calls: map[string][]resetCall{}}
+	const (
+		latency   = time.Second
+		heartbeat = 100 * time.Millisecond
+		expiry    = 300 * time.Millisecond
+	)
+	e := newEngine(pool, engine.Config{Logger: slog.New(slog.DiscardHandler), LeaseHeartbeat: heartbeat, LeaseExpiry: expiry})
+	engine.Register(e, "test.reset", func(ctx context.Context, call engine.Call[struct{}]) (engine.Result, error) {
+		var idx []int
+		for _, tg := range call.Targets {
+			idx = append(idx, log.begin(tg, call.OutcomeUnknown))
+		}
+		// The backend finishes what it began, whatever the lease: the
+		// outcome is what the engine must not lose.
+		time.Sleep(latency)
+		for i, tg := range call.Targets {
+			log.end(tg, idx[i], true)
+		}
+		return engine.Result{}, nil
+	})
+	rc := e.RiverConfig()
+	rc.TestOnly = true
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
+	require.NoError(t, err)
+	e.SetClient(client)
+	require.NoError(t, e.StartLease(ctx))
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.StopAndCancel(ctx)
+		_ = e.Stop(ctx)
+	})
+
+	const racks = 10
+	var runs []engine.RunID
+	for i := range racks {
+		target := fmt.Sprintf("rack%02d", i)
+		plan := engine.Plan{Owner: target, Stages: []engine.Stage{
+			{Name: "reset", Steps: []engine.Step{{Name: "reset", Action: "test.reset", Targets: []string{target},
+				Timeout: time.Minute, Retry: engine.RetryPolicy{InitialInterval: 100 * time.Millisecond}}}},
+			{Name: "after", Steps: []engine.Step{{Name: "after", Action: "test.noop"}}},
+		}}
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			id, err := e.Start(ctx, tx, plan)
+			runs = append(runs, id)
+			return err
+		}))
+	}
+	require.Eventually(t, func() bool { return log.count() >= racks }, 60*time.Second, 5*time.Millisecond)
+	require.NoError(t, cluster.Stop(ctx))
+	time.Sleep(10 * expiry) // every call ends, and the lease lapses, while it is down
+	require.NoError(t, cluster.Start(ctx))
+
+	for _, id := range runs {
+		rep := waitRunThroughOutage(t, pool, e, id, 2*time.Minute)
+		require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
+		s := rep.Stages[0].Steps[0]
+		target := s.Targets[0].Target
+		log.mu.Lock()
+		calls := append([]resetCall(nil), log.calls[target]...)
+		log.mu.Unlock()
+		require.Len(t, calls, 1, "%s reset again after an outage longer than the lease: %+v", target, calls)
+		require.Empty(t, s.UnknownOutcomes, target)
+	}
+	kept, committed := engine.KeptOutcomes(e)
+	// The lease cannot outlive 3 s without a renewal; a call that ended
+	// before the stop (a loaded machine is slow to stop) is recorded at once.
+	require.Positive(t, kept, "no call's outcome met the outage: the test did not test anything")
+	require.Equal(t, kept, committed)
+}
+
 // waitRunThroughOutage waits for run id to end, tolerating the errors of
 // a database that is coming back.
 func waitRunThroughOutage(t *testing.T, pool *pgxpool.Pool, e *engine.Engine, id engine.RunID, within time.Duration) engine.RunReport {

@@ -27,7 +27,8 @@ import (
 // (river_job.attempted_by); the step's execution records the lease it runs
 // under (process_id) and a token (exec_token) that every write of the
 // execution must match. Every process sweeps, every heartbeat, the running
-// step jobs whose client holds no live lease: in one transaction per sweep
+// step jobs whose client holds no live lease (a cheap probe first, the scan
+// only when it finds one; sweepTick): in one transaction per sweep
 // their steps get a new token (fencing the dead execution), their deadlines
 // the time they were stranded, a fresh River job each, and the orphaned
 // jobs are ended. A process that cannot renew its lease cancels its own
@@ -143,7 +144,8 @@ func (e *Engine) leaseLoop() {
 	defer close(e.lease.done)
 	t := time.NewTicker(e.cfg.LeaseHeartbeat)
 	defer t.Stop()
-	for n := 0; ; n++ {
+	var lastFull time.Time // zero: the first heartbeat makes a full pass
+	for {
 		select {
 		case <-e.lease.stop:
 			return
@@ -153,11 +155,36 @@ func (e *Engine) leaseLoop() {
 		e.heartbeat(ctx)
 		cancel()
 		ctx, cancel = context.WithTimeout(context.Background(), groupTimeout)
-		if _, err := e.Sweep(ctx); err != nil && ctx.Err() == nil {
+		start := time.Now()
+		full := start.Sub(lastFull) >= e.hungPassInterval()
+		res, err := e.sweepTick(ctx, full)
+		switch {
+		case err != nil && ctx.Err() == nil:
 			e.logger.Warn("engine lease sweep failed", "error", err.Error())
+		case err != nil:
+		case res.more:
+			lastFull = time.Time{} // the scan's LIMIT cut it short: go on at the next heartbeat
+		case full:
+			lastFull = start
 		}
 		cancel()
 	}
+}
+
+// maxHungPassInterval is the longest time between two full passes of the
+// heartbeat's sweep, the only ones that look for hung calls (a call in a
+// live process still going RescueStuckJobsAfter past its own timeout). That check has to read every running step job and its
+// step (50-325 ms each at 3,000 racks, docs/bench.md), while it only matters
+// after RescueStuckJobsAfter (30 min by default): a pass every 30 s finds a
+// hung call at most 30 s later than one every heartbeat would, 1/60 of the
+// window. Shorter windows get passes at 1/60 of theirs (hungPassInterval),
+// every heartbeat at most. Dead processes' steps are looked for every
+// heartbeat all the same, by a cheap probe (sweepTick).
+const maxHungPassInterval = 30 * time.Second
+
+// hungPassInterval is how often the heartbeat's sweep makes a full pass.
+func (e *Engine) hungPassInterval() time.Duration {
+	return min(maxHungPassInterval, e.cfg.RescueStuckJobsAfter/60)
 }
 
 // heartbeat renews the lease, or takes a new one when it was lost.
@@ -186,9 +213,12 @@ const (
 )
 
 // sweepCandidatesSQL finds the running step jobs to reschedule: for
-// sweepDead, those whose client ($3 ignored) holds no live lease, or whose
-// call began longer ago than its timeout plus the rescue window ($4 ms) in a
-// live one (a hung process, the last resort); for sweepHandOff, those of
+// sweepDead, those whose client holds no live lease, other than this
+// process ($3: it is alive, whatever its lease row says; after an outage
+// longer than its lease it keeps its outcomes and retakes its lease, and
+// sweeping itself would only make it call again), or whose call began
+// longer ago than its timeout plus the rescue window ($4 ms) in any
+// process (a hung call, the last resort); for sweepHandOff, those of
 // client $3. Each with the time it was stranded: since its process's last
 // heartbeat (0 when handed off or hung). It reaches the steps through
 // River's running jobs (few, indexed by state and queue).
@@ -205,11 +235,11 @@ LEFT JOIN LATERAL (
 ) l ON true
 WHERE j.state = 'running' AND j.queue = $1 AND j.kind = 'engine.run_step'
     AND CASE WHEN $2::text = 'handoff' THEN j.attempted_by[array_upper(j.attempted_by, 1)] = $3
-        ELSE NOT coalesce(l.live, false)
+        ELSE (NOT coalesce(l.live, false) AND j.attempted_by[array_upper(j.attempted_by, 1)] IS DISTINCT FROM $3)
             OR greatest(s.claimed_at, j.attempted_at) + ((s.spec->>'timeout_ms')::bigint + $4::bigint) * interval '1 millisecond' < now()
         END
 ORDER BY s.run_id, s.id
-LIMIT 500`
+LIMIT 500` // sweepLimit
 
 // stepReleaseSQL fences the executions of steps ($1, with their jobs $2
 // and stranded times $3): a new token, no process, the deadline pushed back
@@ -229,16 +259,60 @@ FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS i(id, job_id, stranded_
 WHERE s.id = i.id AND s.job_id = i.job_id AND s.state = 'running'
 RETURNING s.id, s.run_id, s.job_id`
 
+// sweepLimit is how many steps one sweep reschedules at most
+// (sweepCandidatesSQL's LIMIT).
+const sweepLimit = 500
+
 // SweepResult counts what a sweep did.
 type SweepResult struct {
 	Steps  int // steps rescheduled
 	Leases int // expired leases removed
+
+	more bool // the candidate scan hit sweepLimit: more may be left
+}
+
+// sweepStats counts the heartbeat sweeps' probes and the candidate scans
+// of dead-process sweeps (full passes and those a probe called for).
+type sweepStats struct {
+	probes, scans atomic.Int64
+}
+
+// sweepTick is the heartbeat's sweep. A full pass (full) is Sweep. Otherwise
+// it probes for an expired lease (ProcessExpiredExists: one row per
+// process, no step, no job, no lock) and sweeps only when it finds one. A
+// process's steps lose their live lease when the lease expires, and a
+// sweep removes an expired lease only with the last of its steps (a pass
+// cut short by its LIMIT keeps it) and Stop its own only with the last of
+// its own, so the probe finds every dead process the scan would, at the
+// same heartbeat. What it cannot see waits for the next full pass
+// (hungPassInterval): hung calls, and jobs of a River client that never
+// took a lease or fetched one after its lease was swept and died before
+// renewing (it takes a new lease under the same name at its next
+// heartbeat otherwise).
+func (e *Engine) sweepTick(ctx context.Context, full bool) (SweepResult, error) {
+	if e.client == nil {
+		return SweepResult{}, ErrNoClient
+	}
+	if !full {
+		e.sweepStats.probes.Add(1)
+		expired, err := e.q.ProcessExpiredExists(ctx, e.pool)
+		if err != nil {
+			return SweepResult{}, fmt.Errorf("probe for expired leases: %w", err)
+		}
+		if !expired {
+			return SweepResult{}, nil
+		}
+	}
+	return e.sweep(ctx, sweepDead)
 }
 
 // Sweep reschedules the running steps of processes without a live lease
 // (and calls hung past their timeout plus the rescue window), and removes
-// expired leases. Every process runs it every heartbeat; concurrent sweeps
-// skip each other's leases and never reschedule a step twice.
+// expired leases: a full pass, which reads every running step. Every
+// process sweeps every heartbeat, but makes a full pass only every
+// hungPassInterval (30 s by default) and otherwise only when a cheap probe
+// finds a dead process; concurrent sweeps skip each other's leases and
+// never reschedule a step twice.
 func (e *Engine) Sweep(ctx context.Context) (SweepResult, error) {
 	return e.sweep(ctx, sweepDead)
 }
@@ -265,6 +339,9 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 			attempt        int
 			stranded       int64
 		}
+		if mode == sweepDead {
+			e.sweepStats.scans.Add(1)
+		}
 		rows, err := tx.Query(ctx, sweepCandidatesSQL, QueueName, mode, e.lease.name, e.cfg.RescueStuckJobsAfter.Milliseconds())
 		if err != nil {
 			return fmt.Errorf("find steps to reschedule: %w", err)
@@ -276,6 +353,7 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 		if err != nil {
 			return fmt.Errorf("find steps to reschedule: %w", err)
 		}
+		res.more = len(cands) == sweepLimit
 		if len(cands) > 0 {
 			runIDs := make([]int64, 0, len(cands))
 			var steps, jobs, stranded []int64
@@ -358,8 +436,13 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 				res.Steps = len(rels)
 			}
 		}
-		if mode == sweepHandOff {
+		switch {
+		case mode == sweepHandOff:
 			expired = append(expired, e.lease.id.Load())
+		case res.more:
+			// Steps of these leases may be left: keep them expired, so the
+			// next heartbeat's probe sweeps again.
+			expired = nil
 		}
 		if len(expired) > 0 {
 			if err := e.q.ProcessDelete(ctx, tx, expired); err != nil {
@@ -403,6 +486,15 @@ func (e *Engine) Stop(ctx context.Context) error {
 	}
 	e.lease.mu.Unlock()
 	res, err := e.sweep(ctx, sweepHandOff)
+	// Past sweepLimit steps, again (each round hands back up to that many;
+	// a worker runs at most MaxWorkers): the lease went with the first
+	// round, and no other process's probe would find the rest before its
+	// next full pass.
+	for round := 0; err == nil && res.more && round < e.cfg.MaxWorkers/sweepLimit+1; round++ {
+		var r SweepResult
+		r, err = e.sweep(ctx, sweepHandOff)
+		res.Steps, res.more = res.Steps+r.Steps, r.more
+	}
 	e.lease.ok.Store(false)
 	e.watches.cancelAll(ErrHandedOff)
 	if err != nil {

@@ -263,6 +263,12 @@ ORDER BY id
 LIMIT 20
 FOR UPDATE SKIP LOCKED;
 
+-- name: ProcessExpiredExists :one
+-- ProcessExpiredExists reports whether a lease has expired: the heartbeat's
+-- probe for a dead process (a sweep keeps an expired lease until it has
+-- rescheduled all its steps).
+SELECT EXISTS (SELECT 1 FROM engine_process WHERE expires_at < now());
+
 -- name: StepSetJobs :exec
 -- StepSetJobs records the fresh River jobs of rescheduled steps.
 UPDATE engine_step

@@ -260,6 +260,12 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 		return Result{}, nil, river.JobCancel(ErrRunEnded)
 	case errors.Is(cause, ErrSuperseded):
 		return Result{}, nil, ErrSuperseded
+	case errors.Is(cause, ErrLeaseLost) && err == nil && ctx.Err() == nil:
+		// The lease lapsed during the call, but the action answered
+		// anyway: its outcome is known, and recording it (fenced by the
+		// token, kept through the outage that cost the lease) is what
+		// spares a second call. If another process took the step over
+		// meanwhile, the token refuses the write.
 	case errors.Is(cause, ErrLeaseLost) || errors.Is(cause, ErrHandedOff):
 		// Stopped by this process's lease; the step is (or will be)
 		// rescheduled, and River retries this job if it still can.
@@ -268,7 +274,7 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 	if ctx.Err() != nil {
 		return Result{}, nil, ctx.Err() // the process is stopping; River retries the job
 	}
-	if err == nil && callCtx.Err() != nil {
+	if err == nil && callCtx.Err() != nil && !errors.Is(context.Cause(callCtx), ErrLeaseLost) {
 		err = callCtx.Err() // an answer after the deadline does not count
 	}
 	if err != nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {

@@ -20,6 +20,20 @@ func (q *Queries) ProcessDelete(ctx context.Context, db DBTX, ids []int64) error
 	return err
 }
 
+const processExpiredExists = `-- name: ProcessExpiredExists :one
+SELECT EXISTS (SELECT 1 FROM engine_process WHERE expires_at < now())
+`
+
+// ProcessExpiredExists reports whether a lease has expired: the heartbeat's
+// probe for a dead process (a sweep keeps an expired lease until it has
+// rescheduled all its steps).
+func (q *Queries) ProcessExpiredExists(ctx context.Context, db DBTX) (bool, error) {
+	row := db.QueryRow(ctx, processExpiredExists)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const processInsert = `-- name: ProcessInsert :one
 INSERT INTO engine_process (name, expires_at)
 VALUES ($1::text, now() + $2::bigint * interval '1 millisecond')
