@@ -117,31 +117,6 @@ func (c *Console) rolloutAction(r *http.Request) (string, string, error) {
 	return Prefix + "rollouts/" + id.GetId(), op + " done", nil
 }
 
-func (c *Console) scheduleAction(r *http.Request) (string, string, error) {
-	id := &flowv1.UUID{Id: r.PathValue("id")}
-	ctx := apiCtx(r)
-	op := r.PathValue("op")
-	switch op {
-	case "pause":
-		if _, err := c.flow.PauseTaskSchedule(ctx, (&flowv1.PauseTaskScheduleRequest{Id: id})); err != nil {
-			return "", "", err
-		}
-	case "resume":
-		if _, err := c.flow.ResumeTaskSchedule(ctx, (&flowv1.ResumeTaskScheduleRequest{Id: id})); err != nil {
-			return "", "", err
-		}
-	case "trigger":
-		res, err := c.flow.TriggerTaskSchedule(ctx, (&flowv1.TriggerTaskScheduleRequest{Id: id}))
-		if err != nil {
-			return "", "", err
-		}
-		return Prefix + "schedules", fmt.Sprintf("triggered: %d tasks submitted", len(res.GetTaskIds())), nil
-	default:
-		return "", "", connect.NewError(connect.CodeNotFound, fmt.Errorf("schedule action %q: want pause, resume or trigger", op))
-	}
-	return Prefix + "schedules", op + " done", nil
-}
-
 func (c *Console) runSync(r *http.Request) (string, string, error) {
 	if _, err := c.admin.RunSync(apiCtx(r), (&adminv1.RunSyncRequest{})); err != nil {
 		return "", "", err

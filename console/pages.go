@@ -569,81 +569,7 @@ func (c *Console) rollouts(r *http.Request) (view, error) {
 	return view{"rollouts", "Rollouts", "rollouts", rolloutsTopics, res.GetOperationRuns()}, nil
 }
 
-type rolloutData struct {
-	Run       *flowv1.OperationRun
-	Targets   []*flowv1.OperationRunTarget
-	Total     int32
-	Phases    []phaseRow
-	Config    string
-	RackNames map[string]string
-	State     string
-}
-
-type phaseRow struct {
-	Index                                                 int32
-	Targets, Pending, Submitted, Completed, Failed, Other int
-}
-
-func (c *Console) rollout(r *http.Request) (view, error) {
-	id, err := c.resolveRun(r.Context(), r.PathValue("id"))
-	if err != nil {
-		return view{}, err
-	}
-	res, err := c.flow.GetOperationRun(apiCtx(r), (&flowv1.GetOperationRunRequest{Id: &flowv1.UUID{Id: id}, IncludeStats: true}))
-	if err != nil {
-		return view{}, err
-	}
-	// Every materialized phase's targets, finished ones included: a
-	// phase's targets stay on the page after the run advances past it.
-	tg, err := c.flow.ListOperationRunTargets(apiCtx(r), &flowv1.ListOperationRunTargetsRequest{OperationRunId: &flowv1.UUID{Id: id},
-		PhaseScope: flowv1.OperationRunTargetPhaseScope_OPERATION_RUN_TARGET_PHASE_SCOPE_CURRENT_AND_COMPLETED_PHASES, Pagination: &flowv1.Pagination{Limit: 1000}})
-	if err != nil {
-		return view{}, err
-	}
-	names, err := c.rackNames(r.Context())
-	if err != nil {
-		return view{}, err
-	}
-	d := rolloutData{Run: res.GetOperationRun(), Targets: tg.GetTargets(), Total: tg.GetTotal(), RackNames: names}
-	d.State = strings.ToLower(strings.TrimPrefix(d.Run.GetSummary().GetState().GetStatus().String(), "OPERATION_RUN_STATUS_"))
-	phases := map[int32]*phaseRow{}
-	for _, t := range d.Targets {
-		p := phases[t.GetPhaseIndex()]
-		if p == nil {
-			p = &phaseRow{Index: t.GetPhaseIndex()}
-			phases[t.GetPhaseIndex()] = p
-		}
-		p.Targets++
-		switch t.GetStatus() {
-		case flowv1.OperationRunTargetStatus_OPERATION_RUN_TARGET_STATUS_PENDING, flowv1.OperationRunTargetStatus_OPERATION_RUN_TARGET_STATUS_BLOCKED:
-			p.Pending++
-		case flowv1.OperationRunTargetStatus_OPERATION_RUN_TARGET_STATUS_SUBMITTED, flowv1.OperationRunTargetStatus_OPERATION_RUN_TARGET_STATUS_CLAIMED:
-			p.Submitted++
-		case flowv1.OperationRunTargetStatus_OPERATION_RUN_TARGET_STATUS_COMPLETED:
-			p.Completed++
-		case flowv1.OperationRunTargetStatus_OPERATION_RUN_TARGET_STATUS_FAILED:
-			p.Failed++
-		default:
-			p.Other++
-		}
-	}
-	for _, p := range phases {
-		d.Phases = append(d.Phases, *p)
-	}
-	sort.Slice(d.Phases, func(i, j int) bool { return d.Phases[i].Index < d.Phases[j].Index })
-	d.Config = pretty(d.Run.GetConfiguration())
-	return view{"rollout", "Rollout " + d.Run.GetSummary().GetName(), "rollouts", []string{"runs", "tasks", "steps"}, d}, nil
-}
-
 // ---- Schedules, event rules and leaks, sync ----
-
-func (c *Console) schedules(r *http.Request) (view, error) {
-	res, err := c.flow.ListTaskSchedules(apiCtx(r), (&flowv1.ListTaskSchedulesRequest{Pagination: &flowv1.Pagination{Limit: 200}}))
-	if err != nil {
-		return view{}, err
-	}
-	return view{"schedules", "Schedules", "schedules", []string{"schedules"}, res.GetTaskSchedules()}, nil
-}
 
 // windows lists the maintenance windows and freezes (docs/change-safety.md).
 func (c *Console) windows(r *http.Request) (view, error) {
@@ -673,18 +599,6 @@ func (c *Console) webhooks(r *http.Request) (view, error) {
 		return view{}, err
 	}
 	return view{"webhooks", "Webhooks", "webhooks", nil, webhookView{Webhooks: subs.GetWebhooks(), Deliveries: ds.GetDeliveries()}}, nil
-}
-
-func (c *Console) eventRules(r *http.Request) (view, error) {
-	res, err := c.flow.ListEventRules(apiCtx(r), (&flowv1.ListEventRulesRequest{Pagination: &flowv1.Pagination{Limit: 200}}))
-	if err != nil {
-		return view{}, err
-	}
-	leaks, err := c.leaks(r.Context())
-	if err != nil {
-		return view{}, err
-	}
-	return view{"eventrules", "Event rules and leaks", "events", eventRulesTopics, map[string]any{"Rules": res.GetRules(), "Leaks": leaks}}, nil
 }
 
 func (c *Console) sync(r *http.Request) (view, error) {
@@ -820,13 +734,8 @@ func parseTemplates() (map[string]*template.Template, error) {
 			}
 			return k
 		},
-		"int": func(n int32) int { return int(n) },
-		"plural": func(n int, word string) string {
-			if n == 1 {
-				return "1 " + word
-			}
-			return fmt.Sprintf("%d %ss", n, word)
-		},
+		"int":       func(n int32) int { return int(n) },
+		"plural":    plural,
 		"csSummary": complianceSummary,
 		"retryable": retryable,
 		"versions": func(vs []string) string {
