@@ -18,7 +18,9 @@
         if (html === null) { return; }
         var main = document.getElementById("main");
         var focused = focusKey(document.activeElement);
+        var entered = keepEntered(main);
         main.innerHTML = html;
+        restoreEntered(main, entered);
         wire(main);
         if (focused) {
           var el = main.querySelector(focused);
@@ -31,6 +33,27 @@
         busy = false;
         if (again) { again = false; refresh(); }
       });
+  }
+
+  // keepEntered notes what the user has entered in the controls that
+  // have an id (ticked boxes, typed text) so that a live update does not
+  // throw it away; restoreEntered puts it back into the fresh content.
+  function keepEntered(root) {
+    var out = [];
+    root.querySelectorAll("input[id], textarea[id]").forEach(function (el) {
+      if (el.type === "checkbox" || el.type === "radio") {
+        if (el.checked !== el.defaultChecked) { out.push([el.id, "checked", el.checked]); }
+      } else if (el.type !== "hidden" && el.value !== el.defaultValue) {
+        out.push([el.id, "value", el.value]);
+      }
+    });
+    return out;
+  }
+  function restoreEntered(root, entered) {
+    entered.forEach(function (e) {
+      var el = root.querySelector("#" + CSS.escape(e[0]));
+      if (el) { el[e[1]] = e[2]; }
+    });
   }
 
   // focusKey names the focused control so that it can be found again in
