@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
@@ -628,17 +626,6 @@ func connectMessage(err error) string {
 		return ce.Message()
 	}
 	return err.Error()
-}
-
-func pretty(m proto.Message) string {
-	if m == nil {
-		return ""
-	}
-	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
-	if err != nil {
-		return ""
-	}
-	return string(b)
 }
 
 func shortID(id string) string {
