@@ -19,11 +19,26 @@ import (
 )
 
 // acceptConfirms makes the page's confirmation dialogs answer yes, noting
-// the last question in window.__confirmed (a real dialog would stop the
-// browser test).
+// the last question in the tab's session storage, which outlives the
+// navigation the confirmed form makes (a real dialog would stop the
+// browser test); confirmed returns it.
 func (c *consoleE2E) acceptConfirms(t *testing.T) {
 	t.Helper()
-	require.True(t, evalIn[bool](c.browser, `window.confirm = function (m) { window.__confirmed = m; return true; }; true`))
+	require.True(t, evalIn[bool](c.browser, `sessionStorage.removeItem("confirmed"); window.confirm = function (m) { sessionStorage.setItem("confirmed", m); return true; }; true`))
+}
+
+func (c *consoleE2E) confirmed() string {
+	return evalIn[string](c.browser, `sessionStorage.getItem("confirmed") || ""`)
+}
+
+// idle waits for every task to end.
+func (c *consoleE2E) idle(t *testing.T, what string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, c.pool.QueryRow(context.Background(), `SELECT count(*) FROM task WHERE status IN ('pending', 'running', 'waiting')`).Scan(&n))
+		return n == 0
+	}, 120*time.Second, 200*time.Millisecond, what)
 }
 
 // text is the text of the element sel names, spaces collapsed ("" when
@@ -123,7 +138,7 @@ func TestConsoleRolloutsSchedulesRulesAndWork(t *testing.T) {
 		require.Eventually(t, func() bool {
 			return getRun(t, c.admin, id).GetSummary().GetState().GetStatus() != flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PAUSED
 		}, 15*time.Second, 50*time.Millisecond, "the run advanced on the server")
-		require.Equal(t, "Open phase 1 of rollout whole-fw (1 rack)?", evalIn[string](c.browser, `window.__confirmed || ""`))
+		require.Equal(t, "Open phase 1 of rollout whole-fw (1 rack)?", c.confirmed())
 		c.waitJS(t, 20*time.Second, `!!document.querySelector('#phases tr[data-phase="1"][data-state="running"]')`, "phase 1 runs")
 		require.Contains(t, c.logs.String(), `"identity":"olivia","method":"/v1.Flow/AdvanceOperationRunPhase"`)
 		// Paused by an operator: Resume continues the phase.
@@ -138,6 +153,7 @@ func TestConsoleRolloutsSchedulesRulesAndWork(t *testing.T) {
 	})
 
 	t.Run("Schedules", func(t *testing.T) {
+		c.idle(t, "the rollout's tasks end")
 		req := scheduleReq("paris night", "cron", "0 2 * * *", 0, c.racks[0].Name, c.racks[1].Name)
 		req.Schedule.Spec.Timezone = "Europe/Paris"
 		s, err := c.admin.CreateTaskSchedule(ctx, req)
@@ -167,7 +183,7 @@ func TestConsoleRolloutsSchedulesRulesAndWork(t *testing.T) {
 		c.acceptConfirms(t)
 		c.click(t, row+".sched-delete")
 		c.waitJS(t, 15*time.Second, `!!document.querySelector(".notice") && document.querySelector(".notice").textContent.includes('schedule "paris night" deleted') && !document.querySelector('`+row+`')`, "the schedule is gone")
-		require.Equal(t, "Delete schedule paris night (Power On on 2 racks)? Its tasks stay; it never fires again.", evalIn[string](c.browser, `window.__confirmed || ""`))
+		require.Equal(t, "Delete schedule paris night (Power On on 2 racks)? Its tasks stay; it never fires again.", c.confirmed())
 		_, err = c.admin.GetTaskSchedule(ctx, &flowv1.GetTaskScheduleRequest{Id: s.GetId()})
 		require.Error(t, err)
 		require.Contains(t, c.logs.String(), `"identity":"olivia","method":"/v1.Flow/DeleteTaskSchedule"`)
@@ -224,11 +240,7 @@ func TestConsoleRolloutsSchedulesRulesAndWork(t *testing.T) {
 
 	t.Run("StartWork", func(t *testing.T) {
 		// Every earlier task ends first: the plans below are over idle racks.
-		require.Eventually(t, func() bool {
-			var n int
-			require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(*) FROM task WHERE status IN ('pending', 'running', 'waiting')`).Scan(&n))
-			return n == 0
-		}, 120*time.Second, 200*time.Millisecond, "the earlier subtests' tasks end")
+		c.idle(t, "the earlier subtests' tasks end")
 
 		// A viewer may not start work.
 		for _, p := range []string{"/ui/work/upgrade", "/ui/rollouts/new"} {
@@ -251,7 +263,7 @@ func TestConsoleRolloutsSchedulesRulesAndWork(t *testing.T) {
 		before := c.taskCount(t)
 		c.click(t, "#work-dry-run")
 		c.waitJS(t, 15*time.Second, `!!document.getElementById("work-confirm")`, "the dry run")
-		require.Equal(t, []string{"demo-0000", "demo-0002"}, evalIn[[]string](c.browser, `Array.from(document.querySelectorAll("#work-racks tbody tr")).map(r => r.dataset.rack)`))
+		require.ElementsMatch(t, []string{"demo-0000", "demo-0002"}, evalIn[[]string](c.browser, `Array.from(document.querySelectorAll("#work-racks tbody tr")).map(r => r.dataset.rack)`))
 		require.Equal(t, "Firmware upgrade of the compute trays to version 2.0 on 2 racks", c.text("#work-confirm"))
 		require.Regexp(t, `^2 racks, \d+ components\.$`, c.text("#work-summary"))
 		require.Equal(t, before, c.taskCount(t), "a dry run creates nothing")
@@ -271,7 +283,7 @@ func TestConsoleRolloutsSchedulesRulesAndWork(t *testing.T) {
 		c.acceptConfirms(t)
 		c.click(t, "#work-confirm")
 		c.waitJS(t, 15*time.Second, `location.pathname === "/ui/tasks" && document.querySelector(".notice").textContent === "2 tasks submitted"`, "the tasks page says the two tasks")
-		require.Equal(t, "Firmware upgrade of the compute trays to version 2.0 on 2 racks?", evalIn[string](c.browser, `window.__confirmed || ""`))
+		require.Equal(t, "Firmware upgrade of the compute trays to version 2.0 on 2 racks?", c.confirmed())
 		require.Equal(t, before+2, c.taskCount(t))
 		require.Contains(t, c.logs.String(), `"msg":"audit","identity":"olivia","method":"/v1.Flow/UpgradeFirmware"`)
 
@@ -294,11 +306,7 @@ func TestConsoleRolloutsSchedulesRulesAndWork(t *testing.T) {
 		require.Contains(t, c.logs.String(), `"msg":"audit","identity":"olivia","method":"/v1.Flow/PowerOnRack"`)
 
 		// A new rollout over every rack, in three phases.
-		require.Eventually(t, func() bool {
-			var n int
-			require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(*) FROM task WHERE status IN ('pending', 'running', 'waiting')`).Scan(&n))
-			return n == 0
-		}, 120*time.Second, 200*time.Millisecond, "the upgrade and power tasks end")
+		c.idle(t, "the upgrade and power tasks end")
 		c.open(t, c.opURL+"/ui/rollouts")
 		c.follow(t, "#new-rollout", 15*time.Second, `location.pathname === "/ui/rollouts/new" && !!document.getElementById("r-name")`, "the new-rollout form")
 		c.onFresh(t, "fill the form", chromedp.SetValue(chromedp.CSS("#r-name"), "console-made"), chromedp.SetValue(chromedp.CSS("#r-version"), "2.0"),

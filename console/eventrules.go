@@ -77,7 +77,8 @@ func (c *Console) eventRules(r *http.Request) (view, error) {
 	if d.Leaks, err = c.openLeaks(r); err != nil {
 		return view{}, err
 	}
-	return view{"eventrules", "Event rules and leaks", "events", eventRulesTopics, d}, nil
+	// Tasks too: a leak's handling is its forced power-off's progress.
+	return view{"eventrules", "Event rules and leaks", "events", []string{"rules", "leaks", "tasks"}, d}, nil
 }
 
 // openLeaks reads the open leaks (newest first) with their overrides,

@@ -188,11 +188,10 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, u User, status in
 // The topics of the shared pages (their main parts are the same for
 // every user).
 var (
-	overviewTopics   = []string{"tasks", "racks", "leaks", "runs", "sync"}
-	floorTopics      = []string{"racks", "leaks", "tasks", "sync", "firmware"}
-	tasksTopics      = []string{"tasks"}
-	rolloutsTopics   = []string{"runs"}
-	eventRulesTopics = []string{"rules", "leaks"}
+	overviewTopics = []string{"tasks", "racks", "leaks", "runs", "sync"}
+	floorTopics    = []string{"racks", "leaks", "tasks", "sync", "firmware"}
+	tasksTopics    = []string{"tasks"}
+	rolloutsTopics = []string{"runs"}
 )
 
 // ---- Overview ----
