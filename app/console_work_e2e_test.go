@@ -44,7 +44,7 @@ func (c *consoleE2E) idle(t *testing.T, what string) {
 // text is the text of the element sel names, spaces collapsed ("" when
 // there is none).
 func (c *consoleE2E) text(sel string) string {
-	return evalIn[string](c.browser, `(function () { var e = document.querySelector(`+jsString(sel)+`); return e ? e.textContent.replace(/\s+/g, " ").trim() : ""; })()`)
+	return evalIn[string](c.browser, `(function () { var e = document.querySelector(`+jsString(sel)+`); return e ? e.innerText.replace(/\s+/g, " ").trim() : ""; })()`)
 }
 
 func jsString(s string) string {
@@ -167,7 +167,7 @@ func TestConsoleRolloutsSchedulesRulesAndWork(t *testing.T) {
 		require.Equal(t, "cron 0 2 * * * in Europe/Paris", c.text(row+".sched-when"))
 		require.Equal(t, "Power On", c.text(row+".sched-op"), "one operation label")
 		next := c.text(row + ".sched-next")
-		require.Regexp(t, `^\d{4}-\d\d-\d\d 02:00 CES?T \(Europe/Paris\) \d{4}-\d\d-\d\d 0[01]:00 UTC`, next, "the next firing at 02:00 in Paris, and in UTC")
+		require.Regexp(t, `^\d{4}-\d\d-\d\d 02:00 CES?T \(Europe/Paris\) \d{4}-\d\d-\d\d 0[01]:00 UTC \(in `, next, "the next firing at 02:00 in Paris, and in UTC")
 		require.Equal(t, "demo-0000, demo-0001", c.text(row+".sched-scope"))
 		require.Equal(t, 2, evalIn[int](c.browser, `document.querySelectorAll('`+row+`.sched-last a').length`), "the last firing's two tasks, linked")
 		c.screenshot(t, "schedules-zone")
@@ -289,7 +289,14 @@ func TestConsoleRolloutsSchedulesRulesAndWork(t *testing.T) {
 
 		// Component power: two trays of demo-0001, ticked on its page.
 		rack := readRack(t, c.pool, c.racks[1].ID)
-		a, b := rack.component(t, inventory.ComponentTypeCompute, 2), rack.component(t, inventory.ComponentTypeCompute, 3)
+		var trays []inventory.Component
+		for _, cm := range rack.Components {
+			if cm.Type == inventory.ComponentTypeCompute && cm.Position.SlotID != 11 { // not the tray that leaked
+				trays = append(trays, cm)
+			}
+		}
+		require.GreaterOrEqual(t, len(trays), 2)
+		a, b := trays[0], trays[1]
 		c.open(t, c.opURL+"/ui/racks/demo-0001")
 		c.waitJS(t, 10*time.Second, `!!document.getElementById("comp-power-on")`, "the rack page offers component power")
 		c.onFresh(t, "tick two trays", chromedp.Click(chromedp.CSS("#pick-"+a.ID.String())), chromedp.Click(chromedp.CSS("#pick-"+b.ID.String())))

@@ -94,6 +94,7 @@ func (c *Console) schedules(r *http.Request) (view, error) {
 				lastOf[row.ID] = append(lastOf[row.ID], t)
 			}
 		}
+		sort.SliceStable(row.Scope, func(i, j int) bool { return natCompare(row.Scope[i].RackName, row.Scope[j].RackName) < 0 })
 		rows = append(rows, row)
 	}
 	if len(taskIDs) > 0 {
