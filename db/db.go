@@ -99,7 +99,9 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 // OLTP reads and writes, and PostgreSQL's JIT compiles any statement whose
 // estimated cost is high (a sync's full listing of one component type)
 // for tens of milliseconds it never earns back. Every connection also
-// gets a binary codec for github.com/google/uuid.UUID (registerUUID).
+// gets a binary codec for github.com/google/uuid.UUID (registerUUID), and
+// the pool pings its connections before use for a while after one was
+// found lost (guardStale).
 func Tune(pc *pgxpool.Config) {
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
@@ -108,6 +110,7 @@ func Tune(pc *pgxpool.Config) {
 		pc.ConnConfig.RuntimeParams["jit"] = "off"
 	}
 	pc.AfterConnect = afterConnect(pc.AfterConnect)
+	guardStale(pc)
 }
 
 // PostgreSQL error codes Flow reacts to.
