@@ -117,9 +117,13 @@ func TestCLIWebhooks(t *testing.T) {
 	require.Contains(t, out, "test event queued: delivery")
 	require.Eventually(t, func() bool { return len(rcv.got()) >= 2 }, 10*time.Second, 20*time.Millisecond)
 	require.Equal(t, string(notify.WebhookTest), rcv.got()[1].Type)
-	out = b.mustFlow(t, "webhook", "deliveries", id)
+	// The receiver has the event before the delivery's record says so
+	// (the job records the answer after it): wait for the record.
+	require.Eventually(t, func() bool {
+		out = b.mustFlow(t, "webhook", "deliveries", id)
+		return strings.Count(out, "delivered") >= 2
+	}, 10*time.Second, 20*time.Millisecond, "both deliveries recorded delivered")
 	require.Contains(t, out, "flow.webhook.test")
-	require.Contains(t, out, "delivered")
 
 	// A receiver that answers 410 dead-letters; redrive once it is back.
 	rcv.mu.Lock()
