@@ -82,7 +82,7 @@ type Config struct {
 	PSMTLS          TLSFiles       // FLOW_PSM_TLS_CA, FLOW_PSM_TLS_CERT, FLOW_PSM_TLS_KEY
 	ComponentConfig string         // COMPONENT_MANAGER_CONFIG: YAML file path
 	Components      backend.Config // parsed from ComponentConfig, or the default
-	RiverUIEnabled  bool           // FLOW_RIVERUI_ENABLED (dev mode mounts it regardless)
+	RiverUIEnabled  bool           // FLOW_RIVERUI_ENABLED: River UI at /ui/jobs/ behind the console's authentication
 	RescueAfter     time.Duration  // FLOW_ENGINE_RESCUE_AFTER
 	LeaseHeartbeat  time.Duration  // FLOW_ENGINE_LEASE_HEARTBEAT
 	LeaseExpiry     time.Duration  // FLOW_ENGINE_LEASE_EXPIRY
@@ -222,7 +222,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_CONFIG_FILE", DefaultFlowConfigFile, "upstream's scheduler config file (YAML keys inventory_run_frequency, disable_inventory, leak_detection_interval, disable_leak_detection; durations such as 1m); the default path may be absent, an explicitly named file must exist; a zero or unparseable duration refuses startup (docs/inventory-sync.md)"},
 	{"FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED", "true", "answer coolant leaks through event rules (the built-in leakage rule, or a bound rule: docs/event-rules.md), which pre-empt the work on the rack; false selects upstream's legacy path (upstream's default), which submits a force-power-off task per leaking device every poll, polls every 1m unless leak_detection_interval is set, and does not pre-empt; an unparseable value refuses startup; disable_leak_detection wins"},
 	{"FLOW_EXPECTED_INVENTORY_SYNC_ENABLED", "true", "gate of the expected-inventory mirror of each inventory-sync cycle (the mirror itself is not built yet); an unparseable value refuses startup"},
-	{"FLOW_RIVERUI_ENABLED", "false", "mount River UI (job queue dashboard, which can pause queues and retry or delete jobs) at /riverui/ on the admin listener outside dev mode; it has no authentication of its own"},
+	{"FLOW_RIVERUI_ENABLED", "true", "serve River UI (the job queue's dashboard) at /ui/jobs/ on the API port behind the console's authentication: every role reads, only admins pause or resume queues and retry, cancel or delete jobs (each audited); false turns it off (dev mode also mounts it at /riverui/ on the admin listener)"},
 	{"FLOW_WINDOW_OPERATIONS", "power_off,force_power_off,restart,force_restart,warm_reset,cold_reset,upgrade,downgrade,rollback,bring_up,decommission", "the disruptive operations maintenance windows and freezes hold: a comma-separated list of operation codes, or types (firmware_control: all its codes); none holds nothing; an unknown name refuses startup (docs/change-safety.md)"},
 	{"FLOW_SITE_NAME", "default", "the site's name in every notification payload (site.id and site.name) and in the CloudEvents source /flow/<name> (docs/notifications.md)"},
 	{"FLOW_NOTIFY_TIMEOUT", "10s", "how long one webhook request may take, connection to last byte (docs/notifications.md)"},

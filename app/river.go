@@ -232,14 +232,16 @@ func scheduleQueueExpiry(client *river.Client[pgx.Tx]) operations.ExpirySchedule
 // scheduled wake-ups); the sweep only catches what an event missed.
 const runSweepInterval = 30 * time.Second
 
-// newRiverUI returns River UI mounted at /riverui/, started with ctx. River
-// UI has no authentication of its own: it is mounted only in dev mode or
-// when FLOW_RIVERUI_ENABLED is set, behind whatever protects the port.
-func newRiverUI(ctx context.Context, client *river.Client[pgx.Tx], logger *slog.Logger) (http.Handler, error) {
+// newRiverUI returns River UI mounted at prefix, started with ctx. River
+// UI has no authentication of its own: the console serves it behind its
+// own at console.JobsPrefix (FLOW_RIVERUI_ENABLED; console/jobs.go
+// enforces the roles and audits the changes), and dev mode also mounts it
+// at /riverui/ on the admin listener (loopback).
+func newRiverUI(ctx context.Context, client *river.Client[pgx.Tx], logger *slog.Logger, prefix string) (http.Handler, error) {
 	h, err := riverui.NewHandler(&riverui.HandlerOpts{
 		Endpoints: riverui.NewEndpoints(client, nil),
 		Logger:    logger,
-		Prefix:    "/riverui",
+		Prefix:    prefix,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river ui: %w", err)

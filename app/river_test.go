@@ -26,7 +26,7 @@ func TestServeRunsEngineAndMountsRiverUI(t *testing.T) {
 		pprof         bool
 		wantUI        bool
 	}{
-		{name: "DevMode", devMode: true, wantUI: true},
+		{name: "DevMode", devMode: true, flag: true, wantUI: true},
 		{name: "Enabled", flag: true, wantUI: true, pprof: true},
 		{name: "Off", wantUI: false},
 	} {
@@ -72,7 +72,16 @@ func TestServeRunsEngineAndMountsRiverUI(t *testing.T) {
 			}
 			api, admin := "http://"+srv.Addr().String(), "http://"+srv.AdminAddr()
 			require.True(t, edge.IsLoopback(srv.AdminAddr()))
+			// River UI: behind the console on the API port when enabled
+			// (this server is open: its caller is admin), and on the admin
+			// listener in dev mode only.
 			if tt.wantUI {
+				require.Equal(t, http.StatusOK, status("GET", api+"/ui/jobs/"))
+				require.Equal(t, http.StatusOK, status("GET", api+"/ui/jobs/api/queues"))
+			} else {
+				require.Equal(t, http.StatusNotFound, status("GET", api+"/ui/jobs/"))
+			}
+			if tt.devMode {
 				require.Equal(t, http.StatusOK, status("GET", admin+"/riverui/"))
 			} else {
 				require.Equal(t, http.StatusNotFound, status("GET", admin+"/riverui/"))
@@ -88,8 +97,9 @@ func TestServeRunsEngineAndMountsRiverUI(t *testing.T) {
 			require.Equal(t, http.StatusOK, status("GET", admin+"/readyz"))
 			require.Equal(t, http.StatusOK, status("GET", admin+"/metrics"))
 			require.Equal(t, http.StatusNotFound, status("GET", api+"/metrics"))
-			// Never on the API port: not River UI (whose API pauses the
-			// queues of every replica), not the profiler.
+			// Never on the API port without the console's authentication:
+			// not River UI at /riverui/ (whose API pauses the queues of
+			// every replica), not the profiler.
 			require.Equal(t, http.StatusNotFound, status("GET", api+"/riverui/"))
 			require.Equal(t, http.StatusNotFound, status("PUT", api+"/riverui/api/queues/engine/pause"))
 			require.Equal(t, http.StatusNotFound, status("GET", api+"/debug/pprof/"))
@@ -110,6 +120,17 @@ func TestConfigRiverUIEnabled(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.True(t, cfg.RiverUIEnabled)
+	cfg, err = LoadConfig(func(string) string { return "" })
+	require.NoError(t, err)
+	require.True(t, cfg.RiverUIEnabled, "on by default (behind the console's authentication)")
+	cfg, err = LoadConfig(func(k string) string {
+		if k == "FLOW_RIVERUI_ENABLED" {
+			return "false"
+		}
+		return ""
+	})
+	require.NoError(t, err)
+	require.False(t, cfg.RiverUIEnabled)
 	_, err = LoadConfig(func(k string) string {
 		if k == "FLOW_RIVERUI_ENABLED" {
 			return "maybe"
@@ -120,17 +141,17 @@ func TestConfigRiverUIEnabled(t *testing.T) {
 }
 
 // TestHostAllowListRefusesRebinding: a DNS-rebinding page reaches the
-// loopback listeners with Host: evil.example. The admin listener and the
-// cleartext API answer it 421, River UI's pause through that host
-// included, and a cross-origin pause with the right Host gets 403; the
-// same pause from a script (no Origin) works.
+// loopback listeners with Host: evil.example. The admin listener (dev
+// mode) and the cleartext API answer it 421, River UI's pause through that
+// host included, on either, and a cross-origin pause with the right Host
+// gets 403; the same pause from a script (no Origin) works.
 func TestHostAllowListRefusesRebinding(t *testing.T) {
 	t.Parallel()
 	cfg, err := LoadConfig(func(string) string { return "" })
 	require.NoError(t, err)
 	cfg.DatabaseURL = dbtest.NewDB(t)
 	cfg.ListenAddr = "127.0.0.1:0"
-	cfg.RiverUIEnabled, cfg.AllowInsecure, cfg.AdminAddr = true, true, "127.0.0.1:0"
+	cfg.DevMode, cfg.RiverUIEnabled, cfg.AllowInsecure, cfg.AdminAddr = true, true, true, "127.0.0.1:0"
 	cfg.ShutdownTimeout = 5 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -164,6 +185,10 @@ func TestHostAllowListRefusesRebinding(t *testing.T) {
 	require.Equal(t, http.StatusMisdirectedRequest, status("POST", api+flowv1connect.FlowGetListOfRacksProcedure, "evil.example", nil))
 	require.Equal(t, http.StatusForbidden, status("PUT", pause, "", http.Header{"Origin": {"http://evil.example"}}))
 	require.Equal(t, http.StatusForbidden, status("PUT", pause, "", http.Header{"Sec-Fetch-Site": {"cross-site"}}))
+	apiPause := api + "/ui/jobs/api/queues/" + engine.QueueName + "/pause"
+	require.Equal(t, http.StatusMisdirectedRequest, status("PUT", apiPause, "evil.example", http.Header{"Origin": {"http://evil.example"}}))
+	require.Equal(t, http.StatusForbidden, status("PUT", apiPause, "", http.Header{"Origin": {"http://evil.example"}}))
+	require.Equal(t, http.StatusForbidden, status("PUT", apiPause, "", http.Header{"Sec-Fetch-Site": {"cross-site"}}))
 	paused := func() bool {
 		var at *time.Time
 		require.NoError(t, srv.pool.QueryRow(ctx, `SELECT paused_at FROM river_queue WHERE name = $1`, engine.QueueName).Scan(&at))

@@ -354,9 +354,18 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	s.system.onLead = s.tel.metrics.SetSystemJobLeader
 	s.tel.metrics.Init(knownLabels(s.engine, s.system))
 	logKeyUsage(ctx, logger, keys, tasks)
-	var riverUI http.Handler
-	if cfg.DevMode || cfg.RiverUIEnabled {
-		if riverUI, err = newRiverUI(context.WithoutCancel(ctx), s.river, s.tel.riverLogger(logger, cfg)); err != nil {
+	// River UI: behind the console's authentication on the API port
+	// (FLOW_RIVERUI_ENABLED, on by default; viewers read, admins change,
+	// audited), and in dev mode also on the admin listener (loopback, no
+	// authentication: the dev server's API is open anyway).
+	var riverUI, jobsUI http.Handler
+	if cfg.RiverUIEnabled {
+		if jobsUI, err = newRiverUI(context.WithoutCancel(ctx), s.river, s.tel.riverLogger(logger, cfg), console.JobsPrefix); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.DevMode {
+		if riverUI, err = newRiverUI(context.WithoutCancel(ctx), s.river, s.tel.riverLogger(logger, cfg), "/riverui"); err != nil {
 			return nil, err
 		}
 	}
@@ -392,7 +401,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	// The console (/ui/) calls the API's handler in process, as its user.
 	if s.console, err = console.New(console.Options{
-		API: mux, Pool: pool, Policy: sec.Policy, AuthProxy: cfg.ConsoleAuthProxy, Logger: logger, Open: sec.Certs == nil,
+		API: mux, Pool: pool, Policy: sec.Policy, AuthProxy: cfg.ConsoleAuthProxy, Logger: logger, Open: sec.Certs == nil, Jobs: jobsUI,
 	}); err != nil {
 		return nil, err
 	}
@@ -420,8 +429,6 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		if !edge.IsLoopback(cfg.AdminAddr) {
 			logger.WarnContext(ctx, "the admin listener is not on loopback: its endpoints (metrics, River UI, pprof) have no authentication, keep it on a private network", "admin_addr", cfg.AdminAddr)
 		}
-	} else if riverUI != nil {
-		logger.WarnContext(ctx, "River UI is enabled but FLOW_ADMIN_LISTEN_ADDR=off: it is not served")
 	}
 	if cfg.MetricsAddr != "" {
 		if s.metricsLn, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {

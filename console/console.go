@@ -137,6 +137,10 @@ type Options struct {
 	// Open says the API is cleartext and open (flow dev,
 	// ALLOW_INSECURE_GRPC): every caller is "insecure"; the pages say so.
 	Open bool
+	// Jobs is River UI, built with JobsPrefix, served at /ui/jobs/ behind
+	// the console's authentication (jobs.go); nil: River UI is off
+	// (FLOW_RIVERUI_ENABLED=false).
+	Jobs http.Handler
 }
 
 // Console is the console's HTTP handler.
@@ -217,6 +221,7 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /ui/leaks/{id}/override", c.action(c.overrideLeak))
 	m.HandleFunc("GET /ui/sync", c.page(c.sync))
 	m.HandleFunc("GET /ui/live", c.live)
+	m.HandleFunc(JobsPrefix+"/", c.jobs)
 	m.HandleFunc("POST /ui/racks/{id}/power/{op}", c.action(c.rackPower))
 	m.HandleFunc("POST /ui/tasks/{id}/cancel", c.action(c.cancelTask))
 	m.HandleFunc("POST /ui/tasks/{id}/retry", c.action(c.retryFailed))

@@ -44,28 +44,52 @@ func newAuditInterceptor(logger *slog.Logger) connect.UnaryInterceptorFunc {
 					targets = append(targets, auditTargets(m.ProtoReflect(), true)...)
 				}
 			}
-			if len(targets) > maxAuditTargets {
-				targets = append(targets[:maxAuditTargets], fmt.Sprintf("(+%d more)", len(targets)-maxAuditTargets))
-			}
-			attrs := []slog.Attr{
-				slog.String("identity", caller.Identity(ctx)),
-				slog.String("method", procedure),
-				slog.Any("targets", targets),
-				slog.String("outcome", "ok"),
-				slog.String("request_id", caller.RequestID(ctx)),
-				slog.String("peer", req.Peer().Addr),
-			}
+			a := Audit{Identity: caller.Identity(ctx), Method: procedure, Targets: targets, Outcome: "ok",
+				RequestID: caller.RequestID(ctx), Peer: req.Peer().Addr}
 			if err != nil {
-				attrs[3] = slog.String("outcome", connect.CodeOf(err).String())
+				a.Outcome = connect.CodeOf(err).String()
 				var ce *connect.Error
 				if errors.As(err, &ce) {
-					attrs = append(attrs, slog.String("error", ce.Message()))
+					a.Error = ce.Message()
 				}
 			}
-			logger.LogAttrs(ctx, slog.LevelInfo, "audit", attrs...)
+			a.Log(ctx, logger)
 			return res, err
 		}
 	}
+}
+
+// Audit is one audit line: who (Identity, Peer), what (Method, Targets),
+// the Outcome ("ok", or why not: the error code, an HTTP status) with the
+// Error's message, and the RequestID. The API's interceptor writes one
+// for every mutating call; River UI's wrapper in the console
+// (console/jobs.go) writes one for every mutating River UI call, in the
+// same shape.
+type Audit struct {
+	Identity, Method string
+	Targets          []string
+	Outcome, Error   string
+	RequestID, Peer  string
+}
+
+// Log writes a as one INFO line "audit" on logger.
+func (a Audit) Log(ctx context.Context, logger *slog.Logger) {
+	targets := a.Targets
+	if len(targets) > maxAuditTargets {
+		targets = append(targets[:maxAuditTargets:maxAuditTargets], fmt.Sprintf("(+%d more)", len(targets)-maxAuditTargets))
+	}
+	attrs := []slog.Attr{
+		slog.String("identity", a.Identity),
+		slog.String("method", a.Method),
+		slog.Any("targets", targets),
+		slog.String("outcome", a.Outcome),
+		slog.String("request_id", a.RequestID),
+		slog.String("peer", a.Peer),
+	}
+	if a.Error != "" {
+		attrs = append(attrs, slog.String("error", a.Error))
+	}
+	logger.LogAttrs(ctx, slog.LevelInfo, "audit", attrs...)
 }
 
 // auditTargets lists what a message names: every v1.UUID and every id,

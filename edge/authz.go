@@ -390,6 +390,16 @@ func withCaller(next http.Handler) http.Handler {
 	})
 }
 
+// RequestIDOf returns the request ID the API would give r: the client's
+// X-Request-Id when it sent a sane one, else a new UUID (for a handler
+// outside the API's chain that logs, as the console's River UI wrapper).
+func RequestIDOf(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); validRequestID(id) {
+		return id
+	}
+	return uuid.NewString()
+}
+
 // validRequestID reports whether a client's request ID may be logged as is:
 // 1 to 128 printable ASCII characters without spaces or quotes.
 func validRequestID(id string) bool {
