@@ -1,9 +1,12 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -41,6 +44,9 @@ type taskStep struct {
 	FinishedAt          string `json:"finished_at"`
 	Error               string
 	CurrentAction       *struct{ Action, Detail, Until string } `json:"current_action"`
+	// Jobs are the River jobs that ran (or run) the step's actions, for
+	// links to River UI (not in the report: read from the engine's steps).
+	Jobs []int64 `json:"-"`
 }
 
 type taskComponent struct {
@@ -59,6 +65,11 @@ type taskData struct {
 	// Failed are the IDs of the components that failed on their own (the
 	// retry's targets).
 	Failed []string
+	// JobsUI says River UI is served (JobsPrefix): the page links the
+	// task's jobs (JobsURL: River UI's job list filtered by the task ID,
+	// a tag of every job of the task) and each step's.
+	JobsUI  bool
+	JobsURL string
 }
 
 // outcomeRank orders a component's outcomes, the worst last.
@@ -294,5 +305,61 @@ func (c *Console) task(r *http.Request) (view, error) {
 	}
 	d.Message = nameIDs(d.Components, t.GetMessage())
 	onceEach(&d)
+	if c.opts.Jobs != nil {
+		d.JobsUI = true
+		d.JobsURL = JobsPrefix + "/jobs?" + url.Values{"tags": {id}, "state": {jobsState(t.GetStatus())}}.Encode()
+		if err := c.stepJobs(r.Context(), id, &d.Report); err != nil {
+			return view{}, err
+		}
+	}
 	return view{"task", "Task " + shortID(id), "tasks", []string{"tasks", "steps"}, d}, nil
+}
+
+// stepJobs sets each step's River jobs: those of the engine steps that ran
+// its actions (an engine step is named "stage/component type/…"; a step
+// handed on to the next stage keeps its job, so jobs may repeat).
+func (c *Console) stepJobs(ctx context.Context, taskID string, rep *taskReport) error {
+	rows, err := c.pool.Query(ctx, `
+		SELECT split_part(s.spec->>'name', '/', 1), split_part(s.spec->>'name', '/', 2), array_agg(DISTINCT s.job_id ORDER BY s.job_id)
+		FROM task t JOIN engine_step s ON s.run_id = t.run_id
+		WHERE t.id::text = $1 AND s.job_id IS NOT NULL GROUP BY 1, 2`, taskID)
+	if err != nil {
+		return fmt.Errorf("task %s: step jobs: %w", taskID, err)
+	}
+	defer rows.Close()
+	jobs := map[string][]int64{}
+	for rows.Next() {
+		var stage, typ string
+		var ids []int64
+		if err := rows.Scan(&stage, &typ, &ids); err != nil {
+			return fmt.Errorf("task %s: step jobs: %w", taskID, err)
+		}
+		jobs[stage+"/"+typ] = ids
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("task %s: step jobs: %w", taskID, err)
+	}
+	for i := range rep.Stages {
+		for j := range rep.Stages[i].Steps {
+			sp := &rep.Stages[i].Steps[j]
+			sp.Jobs = jobs[strconv.Itoa(rep.Stages[i].Number)+"/"+sp.ComponentType]
+		}
+	}
+	return nil
+}
+
+// jobsState is the state of River jobs River UI lists first for a task of
+// status st: the jobs of a completed task completed, the failing job of a
+// failed one was discarded, a terminated one's were cancelled, and an
+// active task's run (River UI's own default).
+func jobsState(st flowv1.TaskStatus) string {
+	switch st {
+	case flowv1.TaskStatus_TASK_STATUS_COMPLETED:
+		return "completed"
+	case flowv1.TaskStatus_TASK_STATUS_FAILED:
+		return "discarded"
+	case flowv1.TaskStatus_TASK_STATUS_TERMINATED:
+		return "cancelled"
+	}
+	return "running"
 }
