@@ -108,7 +108,6 @@ func TestConsoleAccessibility(t *testing.T) {
 		c.waitJS(t, 60*time.Second, `document.getElementById("task-status").textContent === "completed"`, "the power-on completes")
 	})
 
-
 	// A finished task on rack 0, a rollout over part of the site (paused,
 	// so that it stays; under the approval threshold), a schedule, a window, a webhook, a pending approval
 	// (a power-off of the whole site: 3 racks, over the threshold of 2).
