@@ -334,3 +334,61 @@ func TestConsoleRolloutsSchedulesRulesAndWork(t *testing.T) {
 		require.Contains(t, c.logs.String(), `"msg":"audit","identity":"olivia","method":"/flow.admin.v1.AdminService/CreateOperationRun"`)
 	})
 }
+
+// TestConsoleStartWorkAwaitsApproval starts work over the approval
+// threshold from the console: a firmware upgrade of the racks a search
+// found, and a new rollout over them. Each dry run says a second person
+// must approve; each confirm leads to its approval request, pending,
+// requested by the user.
+func TestConsoleStartWorkAwaitsApproval(t *testing.T) {
+	t.Parallel()
+	c := startConsoleE2E(t, map[string]string{"FLOW_APPROVAL_THRESHOLD": "2"})
+	ctx := context.Background()
+
+	// The racks a search finds, upgraded.
+	c.open(t, c.opURL+"/ui/search?q=demo-")
+	c.waitJS(t, 10*time.Second, `document.querySelectorAll("#search-racks tbody tr").length === 3`, "the search finds the three racks")
+	c.follow(t, "#search-upgrade", 15*time.Second, `location.pathname === "/ui/work/upgrade" && !!document.getElementById("w-racks")`, "the upgrade form of the racks found")
+	require.Equal(t, "demo-0000, demo-0001, demo-0002", evalIn[string](c.browser, `document.getElementById("w-racks").value`))
+	c.onFresh(t, "the version", chromedp.SetValue(chromedp.CSS("#w-version"), "2.0"))
+	c.click(t, "#work-dry-run")
+	c.waitJS(t, 15*time.Second, `!!document.getElementById("work-confirm")`, "the dry run")
+	require.Contains(t, c.text("#work-approval"), "wait for a second person's approval")
+	require.Equal(t, "Firmware upgrade to version 2.0 on 3 racks", c.text("#work-confirm"))
+	c.acceptConfirms(t)
+	c.click(t, "#work-confirm")
+	c.waitJS(t, 15*time.Second, `location.pathname.startsWith("/ui/approvals/") && !!document.getElementById("approval-status")`, "the confirm leads to the approval request")
+	require.Equal(t, "pending", c.text("#approval-status"))
+	require.Equal(t, "olivia", c.text("#approval-requested-by"))
+	require.Equal(t, "3 tasks submitted: they wait for a second person's approval of this request", c.text(".notice"))
+	upgrade := strings.TrimPrefix(evalIn[string](c.browser, `location.pathname`), "/ui/approvals/")
+	var waiting int
+	require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(*) FROM task WHERE status = 'waiting'`).Scan(&waiting))
+	require.Equal(t, 3, waiting, "the tasks wait for the approval")
+	// It is withdrawn (the requester may reject their own), so that the
+	// rollout below does not meet its tasks.
+	c.onFresh(t, "the reason", chromedp.SetValue(chromedp.CSS("#reject-reason"), "planned as a rollout instead"))
+	c.click(t, "#reject")
+	c.waitJS(t, 15*time.Second, `!!document.getElementById("approval-status") && document.getElementById("approval-status").textContent === "rejected"`, "withdrawn")
+	c.idle(t, "the withdrawn request's tasks end")
+
+	// A new rollout over the same racks.
+	c.open(t, c.opURL+"/ui/search?q=demo-")
+	c.waitJS(t, 10*time.Second, `!!document.getElementById("search-rollout")`, "the search offers a rollout")
+	c.follow(t, "#search-rollout", 15*time.Second, `location.pathname === "/ui/rollouts/new" && !!document.getElementById("r-name")`, "the new-rollout form of the racks found")
+	c.onFresh(t, "name it", chromedp.SetValue(chromedp.CSS("#r-name"), "needs-two"), chromedp.SetValue(chromedp.CSS("#r-version"), "2.0"))
+	c.click(t, "#run-dry-run")
+	c.waitJS(t, 15*time.Second, `!!document.getElementById("run-create")`, "the dry run of the rollout")
+	require.Contains(t, c.text("#run-approval-needed"), "second person's approval")
+	require.Equal(t, "Create the rollout (3 racks, 2 phases)", c.text("#run-create"))
+	c.acceptConfirms(t)
+	c.click(t, "#run-create")
+	c.waitJS(t, 15*time.Second, `location.pathname.startsWith("/ui/approvals/") && !!document.getElementById("approval-status")`, "the rollout's approval request")
+	require.NotEqual(t, upgrade, strings.TrimPrefix(evalIn[string](c.browser, `location.pathname`), "/ui/approvals/"))
+	require.Equal(t, "pending", c.text("#approval-status"))
+	require.Equal(t, `rollout "needs-two" created (3 racks): it starts once a second person approves its plan`, c.text(".notice"))
+	require.Contains(t, c.text("#approval-subjects"), "rollout")
+	c.follow(t, "#approval-subjects a", 15*time.Second, `location.pathname.startsWith("/ui/rollouts/") && !!document.getElementById("run-approval")`, "the rollout's page offers its approval")
+	require.Equal(t, "3 racks in 2 phases", c.text("#run-planned"))
+	require.False(t, evalIn[bool](c.browser, `!!document.getElementById("run-pause")`), "nothing to pause before the approval")
+}
