@@ -177,8 +177,19 @@ func TestConsoleRolloutsSchedulesRulesAndWork(t *testing.T) {
 		c.waitJS(t, 10*time.Second, `!!document.querySelector('`+row+`')`, "the viewer sees the schedule")
 		require.False(t, evalIn[bool](c.browser, `!!document.querySelector("main form[method=post], main button")`))
 
-		// Delete, confirmed.
+		// Paused, then resumed.
 		c.open(t, c.opURL+"/ui/schedules")
+		c.waitJS(t, 10*time.Second, `!!document.querySelector('`+row+`.sched-pause')`, "an operator may pause it")
+		c.click(t, row+".sched-pause")
+		c.waitJS(t, 15*time.Second, `!!document.querySelector('`+row+`.sched-resume') && document.querySelector('`+row+`').textContent.includes("not while paused")`, "the schedule is paused")
+		c.click(t, row+".sched-resume")
+		c.waitJS(t, 15*time.Second, `!!document.querySelector('`+row+`.sched-pause')`, "the schedule is resumed")
+		got, err := c.admin.GetTaskSchedule(ctx, &flowv1.GetTaskScheduleRequest{Id: s.GetId()})
+		require.NoError(t, err)
+		require.True(t, got.GetEnabled())
+		require.Contains(t, c.logs.String(), `"identity":"olivia","method":"/v1.Flow/ResumeTaskSchedule"`)
+
+		// Delete, confirmed.
 		c.waitJS(t, 10*time.Second, `!!document.querySelector('`+row+`.sched-delete')`, "an operator may delete it")
 		c.acceptConfirms(t)
 		c.click(t, row+".sched-delete")
