@@ -182,3 +182,27 @@ func (s *Service) OverrideLeak(ctx context.Context, dbtx db.DBTX, id uuid.UUID, 
 	}
 	return out, nil
 }
+
+// LeakingRack is a rack with open leaks (RacksLeaking): the leaking
+// components, and when the first and the latest of their leaks were
+// detected.
+type LeakingRack struct {
+	RackID        uuid.UUID
+	ComponentIDs  []uuid.UUID
+	FirstDetected time.Time
+	LastDetected  time.Time
+}
+
+// RacksLeaking returns the racks with at least min open leaks that no admin
+// overrode, in no order (the severe leak tier).
+func (s *Service) RacksLeaking(ctx context.Context, dbtx db.DBTX, min int) ([]LeakingRack, error) {
+	rows, err := s.q.RackLeakOpen(ctx, dbtx, int32(max(min, 1)))
+	if err != nil {
+		return nil, fmt.Errorf("racks with open leaks: %w", err)
+	}
+	out := make([]LeakingRack, len(rows))
+	for i, r := range rows {
+		out[i] = LeakingRack{RackID: r.RackID, ComponentIDs: r.ComponentIDs, FirstDetected: r.FirstDetected, LastDetected: r.LastDetected}
+	}
+	return out, nil
+}

@@ -57,3 +57,17 @@ RETURNING component_id, detected_at, override_at;
 
 -- name: ComponentLeakGet :many
 SELECT component_id, status FROM component_leak WHERE component_id = ANY (@ids::uuid[]);
+
+-- RackLeakOpen returns the racks with at least min_leaks open leaks that
+-- no admin overrode (the severe leak tier, docs/event-rules.md), with the
+-- leaking components and when the first and the latest of those leaks
+-- were detected; through the detected index.
+-- name: RackLeakOpen :many
+SELECT c.rack_id::uuid AS rack_id,
+    array_agg(l.component_id ORDER BY l.component_id)::uuid[] AS component_ids,
+    min(l.detected_at)::timestamptz AS first_detected,
+    max(l.detected_at)::timestamptz AS last_detected
+FROM component_leak l JOIN component c ON c.id = l.component_id
+WHERE l.status = 'detected' AND l.override_at IS NULL AND c.rack_id IS NOT NULL AND c.deleted_at IS NULL
+GROUP BY c.rack_id
+HAVING count(*) >= @min_leaks::int;

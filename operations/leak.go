@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/operations/internal/dbsqlc"
 )
@@ -25,6 +26,38 @@ import (
 // ErrLeakOpen means the request would energise a component whose coolant
 // leak is open (NICo Core still reports it, and no admin override).
 var ErrLeakOpen = errors.New("component has an open coolant leak")
+
+// ErrRackIsolated means the request would energise a rack that an
+// EnergiseGuard refuses (a rack isolated after a severe or critical leak,
+// or on a coolant loop with one); it matches ErrLeakOpen too, so every
+// path maps it as a leak refusal (FailedPrecondition).
+var ErrRackIsolated error = isolatedError{}
+
+type isolatedError struct{}
+
+func (isolatedError) Error() string        { return "rack is isolated after a severe coolant leak" }
+func (isolatedError) Is(target error) bool { return target == ErrLeakOpen }
+
+// EnergiseGuard refuses energising whole racks, beyond their components'
+// own leaks (operations/isolation implements it; app sets it).
+type EnergiseGuard interface {
+	// Refusal returns why nothing may energise rack rackID now ("" when it
+	// may), reading through dbtx only.
+	Refusal(ctx context.Context, dbtx db.DBTX, rackID uuid.UUID) (string, error)
+}
+
+// SetEnergiseGuard makes every later submission and promotion that would
+// energise a rack ask g (nil: none). Call it before serving.
+func (t *Tasks) SetEnergiseGuard(g EnergiseGuard) { t.rackGuard = g }
+
+// rackRefusal asks the guard about rack (none for leak responses and
+// operations that energise nothing).
+func (t *Tasks) rackRefusal(ctx context.Context, dbtx db.DBTX, rack uuid.UUID, energises bool) (string, error) {
+	if t.rackGuard == nil || !energises {
+		return "", nil
+	}
+	return t.rackGuard.Refusal(ctx, dbtx, rack)
+}
 
 // LeakTrigger marks a task as a leak response (Payload.Leak): the leak
 // event it answers and when the leak was first observed (Unix
@@ -68,6 +101,12 @@ func Energises(t OperationType, code OperationCode, def ruledef.Definition) bool
 func (t *Tasks) checkLeaks(ctx context.Context, tx pgx.Tx, req Request, p rackPlan) error {
 	if req.preview {
 		return nil // a preview lists the leaks per rack instead (Preview)
+	}
+	why, err := t.rackRefusal(ctx, tx, p.rack.ID, req.Payload.Leak == nil && Energises(req.Type, req.Code, p.rule.Rule.Definition))
+	if err != nil {
+		return err
+	} else if why != "" {
+		return fmt.Errorf("%w: rack %s: %s would energise it: %s", ErrRackIsolated, rackLabel(p.rack), req.Code, why)
 	}
 	refused, err := t.leaksHeld(ctx, tx, req, p)
 	if err != nil || len(refused) == 0 {
@@ -207,6 +246,9 @@ func (t *Tasks) leakHold(ctx context.Context, tx pgx.Tx, row dbsqlc.Task) (strin
 	_ = json.Unmarshal(row.Rule, &def)
 	if !Energises(OperationType(row.OperationType), OperationCode(row.OperationCode), def) {
 		return "", nil
+	}
+	if why, err := t.rackRefusal(ctx, tx, row.RackID, true); err != nil || why != "" {
+		return firstLine(fmt.Sprintf("Refused: %s: %s", ErrRackIsolated, why)), err
 	}
 	leaks, err := t.inv.OpenLeaks(ctx, tx, row.ComponentIDs)
 	if err != nil {

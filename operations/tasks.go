@@ -60,7 +60,10 @@ type Tasks struct {
 	// approver, if set, holds bulk submissions over its threshold for a
 	// second identity's approval (SetApprover).
 	approver Approver
-	nowFunc  func() time.Time
+	// rackGuard, if set, refuses energising isolated racks
+	// (SetEnergiseGuard).
+	rackGuard EnergiseGuard
+	nowFunc   func() time.Time
 }
 
 // IngestTargetFunc returns the target version an ingest task of rack that

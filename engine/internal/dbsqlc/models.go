@@ -213,6 +213,16 @@ type EventRuleBinding struct {
 	UpdatedAt pgtype.Timestamptz
 }
 
+type FacilityLeakReport struct {
+	ID          pgtype.UUID
+	ReportedBy  string
+	CoolantLoop *string
+	RackID      pgtype.UUID
+	Summary     string
+	RackIds     []pgtype.UUID
+	ReportedAt  pgtype.Timestamptz
+}
+
 type FirmwareBaseline struct {
 	ID        pgtype.UUID
 	Name      string
@@ -439,6 +449,34 @@ type Rack struct {
 	MirroredAt         pgtype.Timestamptz
 	PowerFeed          *string
 	CoolantLoop        *string
+}
+
+type RackIsolation struct {
+	ID             pgtype.UUID
+	RackID         pgtype.UUID
+	Tier           string
+	Reason         string
+	ComponentIds   []pgtype.UUID
+	ReportID       pgtype.UUID
+	ObservedAt     pgtype.Timestamptz
+	RequestedAt    pgtype.Timestamptz
+	Sends          int32
+	LastSentAt     pgtype.Timestamptz
+	NextSendAt     pgtype.Timestamptz
+	AcknowledgedAt pgtype.Timestamptz
+	AcknowledgedBy *string
+	AckNote        *string
+	ClearedAt      pgtype.Timestamptz
+	ClearedBy      *string
+	ClearReason    *string
+}
+
+type RackIsolationOverride struct {
+	RackID      pgtype.UUID
+	IsolationID pgtype.UUID
+	OverrideBy  string
+	Reason      string
+	CreatedAt   pgtype.Timestamptz
 }
 
 type RackRuleAssociation struct {

@@ -184,3 +184,50 @@ func (q *Queries) ComponentLeakSetChanged(ctx context.Context, db DBTX, arg Comp
 	}
 	return result.RowsAffected(), nil
 }
+
+const rackLeakOpen = `-- name: RackLeakOpen :many
+SELECT c.rack_id::uuid AS rack_id,
+    array_agg(l.component_id ORDER BY l.component_id)::uuid[] AS component_ids,
+    min(l.detected_at)::timestamptz AS first_detected,
+    max(l.detected_at)::timestamptz AS last_detected
+FROM component_leak l JOIN component c ON c.id = l.component_id
+WHERE l.status = 'detected' AND l.override_at IS NULL AND c.rack_id IS NOT NULL AND c.deleted_at IS NULL
+GROUP BY c.rack_id
+HAVING count(*) >= $1::int
+`
+
+type RackLeakOpenRow struct {
+	RackID        uuid.UUID
+	ComponentIDs  []uuid.UUID
+	FirstDetected time.Time
+	LastDetected  time.Time
+}
+
+// RackLeakOpen returns the racks with at least min_leaks open leaks that
+// no admin overrode (the severe leak tier, docs/event-rules.md), with the
+// leaking components and when the first and the latest of those leaks
+// were detected; through the detected index.
+func (q *Queries) RackLeakOpen(ctx context.Context, db DBTX, minLeaks int32) ([]RackLeakOpenRow, error) {
+	rows, err := db.Query(ctx, rackLeakOpen, minLeaks)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RackLeakOpenRow{}
+	for rows.Next() {
+		var i RackLeakOpenRow
+		if err := rows.Scan(
+			&i.RackID,
+			&i.ComponentIDs,
+			&i.FirstDetected,
+			&i.LastDetected,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -215,6 +215,16 @@ type EventRuleBinding struct {
 	UpdatedAt time.Time
 }
 
+type FacilityLeakReport struct {
+	ID          uuid.UUID
+	ReportedBy  string
+	CoolantLoop *string
+	RackID      *uuid.UUID
+	Summary     string
+	RackIDs     []uuid.UUID
+	ReportedAt  time.Time
+}
+
 type FirmwareBaseline struct {
 	ID        uuid.UUID
 	Name      string
@@ -441,6 +451,34 @@ type Rack struct {
 	MirroredAt         *time.Time
 	PowerFeed          *string
 	CoolantLoop        *string
+}
+
+type RackIsolation struct {
+	ID             uuid.UUID
+	RackID         uuid.UUID
+	Tier           string
+	Reason         string
+	ComponentIDs   []uuid.UUID
+	ReportID       *uuid.UUID
+	ObservedAt     time.Time
+	RequestedAt    time.Time
+	Sends          int32
+	LastSentAt     *time.Time
+	NextSendAt     time.Time
+	AcknowledgedAt *time.Time
+	AcknowledgedBy *string
+	AckNote        *string
+	ClearedAt      *time.Time
+	ClearedBy      *string
+	ClearReason    *string
+}
+
+type RackIsolationOverride struct {
+	RackID      uuid.UUID
+	IsolationID uuid.UUID
+	OverrideBy  string
+	Reason      string
+	CreatedAt   time.Time
 }
 
 type RackRuleAssociation struct {

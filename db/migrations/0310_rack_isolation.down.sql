@@ -1,0 +1,3 @@
+DROP TABLE facility_leak_report;
+DROP TABLE rack_isolation_override;
+DROP TABLE rack_isolation;
