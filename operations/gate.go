@@ -49,6 +49,9 @@ type GateHold struct {
 	// window it starts in (zero when none covers its rack). A firmware
 	// task passes it to Core, which enforces it too.
 	OpenFrom, OpenUntil time.Time
+	// Retry, when Next is zero, is when to look again (a hold that knows
+	// no opening, such as a coolant loop's open leak).
+	Retry time.Time
 }
 
 // withWindow returns a firmware task's payload info with its time window
@@ -110,6 +113,9 @@ func heldMessage(h GateHold) string {
 // opening, else in a minute (the sweep looks sooner).
 func (t *Tasks) holdNext(h GateHold) time.Time {
 	if h.Next.IsZero() || !h.Next.After(t.now()) {
+		if h.Retry.After(t.now()) {
+			return h.Retry
+		}
 		return t.now().Add(time.Minute)
 	}
 	return h.Next

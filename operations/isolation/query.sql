@@ -71,3 +71,7 @@ SELECT * FROM facility_leak_report
 WHERE (@reported_by::text = '' OR reported_by = @reported_by)
 ORDER BY reported_at DESC, id
 LIMIT @lim;
+
+-- name: IsolationAnyOpen :one
+-- Whether any rack is isolated (the energise guard's fast path).
+SELECT EXISTS (SELECT 1 FROM rack_isolation WHERE cleared_at IS NULL)::bool;

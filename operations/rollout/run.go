@@ -353,7 +353,7 @@ func (r *Service) claim(ctx context.Context, tx pgx.Tx, st *runState, targets []
 		msg += fmt.Sprintf("; %d pending (max %d concurrent)", pending, st.run.Options.MaxConcurrent)
 	}
 	msg += windows.message()
-	wake = earliest(wake, windows.next)
+	wake = earliest(earliest(wake, windows.next), windows.retry)
 	if rel, err := r.releaseMessage(ctx, tx, st.row.ID); err != nil {
 		return false, err
 	} else {

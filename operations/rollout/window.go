@@ -43,6 +43,9 @@ type windowHolds struct {
 	n      int
 	reason string
 	next   *time.Time
+	// retry is when a hold that names no window opening (a coolant
+	// loop's open leak) is looked at again.
+	retry *time.Time
 }
 
 // held reports whether the windows hold target t of run st now, noting it
@@ -61,6 +64,8 @@ func (r *Service) held(ctx context.Context, dbtx db.DBTX, st *runState, rackID u
 	}
 	if !h.Next.IsZero() {
 		w.next = earliest(w.next, &h.Next)
+	} else if !h.Retry.IsZero() {
+		w.retry = earliest(w.retry, &h.Retry)
 	}
 	return true, nil
 }
@@ -70,7 +75,11 @@ func (w windowHolds) message() string {
 	if w.n == 0 {
 		return ""
 	}
-	s := "; " + plural(w.n, "target") + " held by maintenance windows (" + w.reason + ")"
+	what := " held by maintenance windows ("
+	if w.next == nil && w.retry != nil {
+		what = " held (" // by a coolant loop's open leak
+	}
+	s := "; " + plural(w.n, "target") + what + w.reason + ")"
 	if w.next != nil {
 		s += "; next window opens at " + w.next.UTC().Format(time.RFC3339)
 	}

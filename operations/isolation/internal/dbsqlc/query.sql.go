@@ -49,6 +49,18 @@ func (q *Queries) IsolationAcknowledge(ctx context.Context, db DBTX, arg Isolati
 	return i, err
 }
 
+const isolationAnyOpen = `-- name: IsolationAnyOpen :one
+SELECT EXISTS (SELECT 1 FROM rack_isolation WHERE cleared_at IS NULL)::bool
+`
+
+// Whether any rack is isolated (the energise guard's fast path).
+func (q *Queries) IsolationAnyOpen(ctx context.Context, db DBTX) (bool, error) {
+	row := db.QueryRow(ctx, isolationAnyOpen)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const isolationClear = `-- name: IsolationClear :one
 UPDATE rack_isolation SET cleared_at = now(), cleared_by = $1, clear_reason = $2
 WHERE rack_id = $3 AND cleared_at IS NULL
