@@ -45,3 +45,18 @@ func RequestID(ctx context.Context) string {
 	id, _ := ctx.Value(requestIDKey{}).(string)
 	return id
 }
+
+type roleKey struct{}
+
+// WithRole returns ctx carrying the role the authorization policy gave the
+// caller ("viewer", "operator", "admin", "bms").
+func WithRole(ctx context.Context, role string) context.Context {
+	return context.WithValue(ctx, roleKey{}, role)
+}
+
+// Role returns the caller's role in ctx, or "" when no policy decided one
+// (no policy: every caller is admin).
+func Role(ctx context.Context) string {
+	r, _ := ctx.Value(roleKey{}).(string)
+	return r
+}

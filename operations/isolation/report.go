@@ -125,4 +125,3 @@ func (s *Service) Reports(ctx context.Context, dbtx db.DBTX, by string, limit in
 	}
 	return out, nil
 }
-

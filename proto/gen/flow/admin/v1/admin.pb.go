@@ -718,6 +718,795 @@ func (x *ListLeakOccurrencesResponse) GetOccurrences() []*LeakOccurrence {
 	return nil
 }
 
+// Isolation is a rack's isolation after a severe or critical leak.
+type Isolation struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RackId      string                 `protobuf:"bytes,2,opt,name=rack_id,json=rackId,proto3" json:"rack_id,omitempty"`
+	RackName    string                 `protobuf:"bytes,3,opt,name=rack_name,json=rackName,proto3" json:"rack_name,omitempty"`
+	PowerFeed   string                 `protobuf:"bytes,4,opt,name=power_feed,json=powerFeed,proto3" json:"power_feed,omitempty"`
+	CoolantLoop string                 `protobuf:"bytes,5,opt,name=coolant_loop,json=coolantLoop,proto3" json:"coolant_loop,omitempty"`
+	// tier is "severe" (the rack's open leaks reached the threshold) or
+	// "critical" (the BMS reported its loop leaking).
+	Tier         string                 `protobuf:"bytes,6,opt,name=tier,proto3" json:"tier,omitempty"`
+	Reason       string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	ComponentIds []string               `protobuf:"bytes,8,rep,name=component_ids,json=componentIds,proto3" json:"component_ids,omitempty"`
+	ReportId     string                 `protobuf:"bytes,9,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
+	ObservedAt   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
+	RequestedAt  *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	// sends is how many facility requests were sent.
+	Sends          int32                  `protobuf:"varint,12,opt,name=sends,proto3" json:"sends,omitempty"`
+	NextSendAt     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=next_send_at,json=nextSendAt,proto3" json:"next_send_at,omitempty"`
+	AcknowledgedAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=acknowledged_at,json=acknowledgedAt,proto3" json:"acknowledged_at,omitempty"`
+	AcknowledgedBy string                 `protobuf:"bytes,15,opt,name=acknowledged_by,json=acknowledgedBy,proto3" json:"acknowledged_by,omitempty"`
+	AckNote        string                 `protobuf:"bytes,16,opt,name=ack_note,json=ackNote,proto3" json:"ack_note,omitempty"`
+	ClearedAt      *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=cleared_at,json=clearedAt,proto3" json:"cleared_at,omitempty"`
+	ClearedBy      string                 `protobuf:"bytes,18,opt,name=cleared_by,json=clearedBy,proto3" json:"cleared_by,omitempty"`
+	ClearReason    string                 `protobuf:"bytes,19,opt,name=clear_reason,json=clearReason,proto3" json:"clear_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Isolation) Reset() {
+	*x = Isolation{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Isolation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Isolation) ProtoMessage() {}
+
+func (x *Isolation) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Isolation.ProtoReflect.Descriptor instead.
+func (*Isolation) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Isolation) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Isolation) GetRackId() string {
+	if x != nil {
+		return x.RackId
+	}
+	return ""
+}
+
+func (x *Isolation) GetRackName() string {
+	if x != nil {
+		return x.RackName
+	}
+	return ""
+}
+
+func (x *Isolation) GetPowerFeed() string {
+	if x != nil {
+		return x.PowerFeed
+	}
+	return ""
+}
+
+func (x *Isolation) GetCoolantLoop() string {
+	if x != nil {
+		return x.CoolantLoop
+	}
+	return ""
+}
+
+func (x *Isolation) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+func (x *Isolation) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Isolation) GetComponentIds() []string {
+	if x != nil {
+		return x.ComponentIds
+	}
+	return nil
+}
+
+func (x *Isolation) GetReportId() string {
+	if x != nil {
+		return x.ReportId
+	}
+	return ""
+}
+
+func (x *Isolation) GetObservedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ObservedAt
+	}
+	return nil
+}
+
+func (x *Isolation) GetRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestedAt
+	}
+	return nil
+}
+
+func (x *Isolation) GetSends() int32 {
+	if x != nil {
+		return x.Sends
+	}
+	return 0
+}
+
+func (x *Isolation) GetNextSendAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextSendAt
+	}
+	return nil
+}
+
+func (x *Isolation) GetAcknowledgedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AcknowledgedAt
+	}
+	return nil
+}
+
+func (x *Isolation) GetAcknowledgedBy() string {
+	if x != nil {
+		return x.AcknowledgedBy
+	}
+	return ""
+}
+
+func (x *Isolation) GetAckNote() string {
+	if x != nil {
+		return x.AckNote
+	}
+	return ""
+}
+
+func (x *Isolation) GetClearedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ClearedAt
+	}
+	return nil
+}
+
+func (x *Isolation) GetClearedBy() string {
+	if x != nil {
+		return x.ClearedBy
+	}
+	return ""
+}
+
+func (x *Isolation) GetClearReason() string {
+	if x != nil {
+		return x.ClearReason
+	}
+	return ""
+}
+
+type IsolationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Isolation     *Isolation             `protobuf:"bytes,1,opt,name=isolation,proto3" json:"isolation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IsolationResponse) Reset() {
+	*x = IsolationResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IsolationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IsolationResponse) ProtoMessage() {}
+
+func (x *IsolationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IsolationResponse.ProtoReflect.Descriptor instead.
+func (*IsolationResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *IsolationResponse) GetIsolation() *Isolation {
+	if x != nil {
+		return x.Isolation
+	}
+	return nil
+}
+
+type AcknowledgeIsolationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rack is the rack's name or UUID.
+	Rack string `protobuf:"bytes,1,opt,name=rack,proto3" json:"rack,omitempty"`
+	// note is recorded with the acknowledgement (optional).
+	Note          string `protobuf:"bytes,2,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgeIsolationRequest) Reset() {
+	*x = AcknowledgeIsolationRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeIsolationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeIsolationRequest) ProtoMessage() {}
+
+func (x *AcknowledgeIsolationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeIsolationRequest.ProtoReflect.Descriptor instead.
+func (*AcknowledgeIsolationRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AcknowledgeIsolationRequest) GetRack() string {
+	if x != nil {
+		return x.Rack
+	}
+	return ""
+}
+
+func (x *AcknowledgeIsolationRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+type ClearIsolationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rack is the rack's name or UUID.
+	Rack string `protobuf:"bytes,1,opt,name=rack,proto3" json:"rack,omitempty"`
+	// reason is why the rack is safe to power on again (required).
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearIsolationRequest) Reset() {
+	*x = ClearIsolationRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearIsolationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearIsolationRequest) ProtoMessage() {}
+
+func (x *ClearIsolationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearIsolationRequest.ProtoReflect.Descriptor instead.
+func (*ClearIsolationRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ClearIsolationRequest) GetRack() string {
+	if x != nil {
+		return x.Rack
+	}
+	return ""
+}
+
+func (x *ClearIsolationRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type OverrideIsolationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rack is the rack's name or UUID.
+	Rack string `protobuf:"bytes,1,opt,name=rack,proto3" json:"rack,omitempty"`
+	// reason is why powering it on is safe (required; recorded and audited).
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverrideIsolationRequest) Reset() {
+	*x = OverrideIsolationRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverrideIsolationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverrideIsolationRequest) ProtoMessage() {}
+
+func (x *OverrideIsolationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverrideIsolationRequest.ProtoReflect.Descriptor instead.
+func (*OverrideIsolationRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *OverrideIsolationRequest) GetRack() string {
+	if x != nil {
+		return x.Rack
+	}
+	return ""
+}
+
+func (x *OverrideIsolationRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type OverrideIsolationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// isolations are the open isolations overridden for the rack.
+	Isolations    []*Isolation `protobuf:"bytes,1,rep,name=isolations,proto3" json:"isolations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverrideIsolationResponse) Reset() {
+	*x = OverrideIsolationResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverrideIsolationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverrideIsolationResponse) ProtoMessage() {}
+
+func (x *OverrideIsolationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverrideIsolationResponse.ProtoReflect.Descriptor instead.
+func (*OverrideIsolationResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *OverrideIsolationResponse) GetIsolations() []*Isolation {
+	if x != nil {
+		return x.Isolations
+	}
+	return nil
+}
+
+type ListIsolationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// all lists cleared isolations too.
+	All bool `protobuf:"varint,1,opt,name=all,proto3" json:"all,omitempty"`
+	// limit is at most 1000 (0: 100).
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListIsolationsRequest) Reset() {
+	*x = ListIsolationsRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListIsolationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListIsolationsRequest) ProtoMessage() {}
+
+func (x *ListIsolationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListIsolationsRequest.ProtoReflect.Descriptor instead.
+func (*ListIsolationsRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListIsolationsRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+func (x *ListIsolationsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListIsolationsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Isolations    []*Isolation           `protobuf:"bytes,1,rep,name=isolations,proto3" json:"isolations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListIsolationsResponse) Reset() {
+	*x = ListIsolationsResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListIsolationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListIsolationsResponse) ProtoMessage() {}
+
+func (x *ListIsolationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListIsolationsResponse.ProtoReflect.Descriptor instead.
+func (*ListIsolationsResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListIsolationsResponse) GetIsolations() []*Isolation {
+	if x != nil {
+		return x.Isolations
+	}
+	return nil
+}
+
+type ReportFacilityLeakRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// coolant_loop is the loop the BMS sees leaking; or
+	CoolantLoop string `protobuf:"bytes,1,opt,name=coolant_loop,json=coolantLoop,proto3" json:"coolant_loop,omitempty"`
+	// rack is the rack (name or UUID) the BMS sees leaking: every rack of its
+	// loop is answered (the rack alone when its loop is not known).
+	Rack string `protobuf:"bytes,2,opt,name=rack,proto3" json:"rack,omitempty"`
+	// summary is the BMS's own words (optional).
+	Summary       string `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportFacilityLeakRequest) Reset() {
+	*x = ReportFacilityLeakRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportFacilityLeakRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportFacilityLeakRequest) ProtoMessage() {}
+
+func (x *ReportFacilityLeakRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportFacilityLeakRequest.ProtoReflect.Descriptor instead.
+func (*ReportFacilityLeakRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReportFacilityLeakRequest) GetCoolantLoop() string {
+	if x != nil {
+		return x.CoolantLoop
+	}
+	return ""
+}
+
+func (x *ReportFacilityLeakRequest) GetRack() string {
+	if x != nil {
+		return x.Rack
+	}
+	return ""
+}
+
+func (x *ReportFacilityLeakRequest) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+// FacilityLeakReport is one leak the BMS reported.
+type FacilityLeakReport struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	ReportedBy  string                 `protobuf:"bytes,2,opt,name=reported_by,json=reportedBy,proto3" json:"reported_by,omitempty"`
+	CoolantLoop string                 `protobuf:"bytes,3,opt,name=coolant_loop,json=coolantLoop,proto3" json:"coolant_loop,omitempty"`
+	RackId      string                 `protobuf:"bytes,4,opt,name=rack_id,json=rackId,proto3" json:"rack_id,omitempty"`
+	Summary     string                 `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
+	// rack_ids are the racks Flow isolated for it (racks isolated already
+	// are not listed).
+	RackIds       []string               `protobuf:"bytes,6,rep,name=rack_ids,json=rackIds,proto3" json:"rack_ids,omitempty"`
+	ReportedAt    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FacilityLeakReport) Reset() {
+	*x = FacilityLeakReport{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FacilityLeakReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FacilityLeakReport) ProtoMessage() {}
+
+func (x *FacilityLeakReport) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FacilityLeakReport.ProtoReflect.Descriptor instead.
+func (*FacilityLeakReport) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *FacilityLeakReport) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *FacilityLeakReport) GetReportedBy() string {
+	if x != nil {
+		return x.ReportedBy
+	}
+	return ""
+}
+
+func (x *FacilityLeakReport) GetCoolantLoop() string {
+	if x != nil {
+		return x.CoolantLoop
+	}
+	return ""
+}
+
+func (x *FacilityLeakReport) GetRackId() string {
+	if x != nil {
+		return x.RackId
+	}
+	return ""
+}
+
+func (x *FacilityLeakReport) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *FacilityLeakReport) GetRackIds() []string {
+	if x != nil {
+		return x.RackIds
+	}
+	return nil
+}
+
+func (x *FacilityLeakReport) GetReportedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportedAt
+	}
+	return nil
+}
+
+type ListFacilityLeakReportsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// limit is at most 1000 (0: 100).
+	Limit         int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFacilityLeakReportsRequest) Reset() {
+	*x = ListFacilityLeakReportsRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFacilityLeakReportsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFacilityLeakReportsRequest) ProtoMessage() {}
+
+func (x *ListFacilityLeakReportsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFacilityLeakReportsRequest.ProtoReflect.Descriptor instead.
+func (*ListFacilityLeakReportsRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListFacilityLeakReportsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListFacilityLeakReportsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reports       []*FacilityLeakReport  `protobuf:"bytes,1,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFacilityLeakReportsResponse) Reset() {
+	*x = ListFacilityLeakReportsResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFacilityLeakReportsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFacilityLeakReportsResponse) ProtoMessage() {}
+
+func (x *ListFacilityLeakReportsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFacilityLeakReportsResponse.ProtoReflect.Descriptor instead.
+func (*ListFacilityLeakReportsResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListFacilityLeakReportsResponse) GetReports() []*FacilityLeakReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
 type FindDeletedRacksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the rack's name, matched exactly (required).
@@ -728,7 +1517,7 @@ type FindDeletedRacksRequest struct {
 
 func (x *FindDeletedRacksRequest) Reset() {
 	*x = FindDeletedRacksRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +1529,7 @@ func (x *FindDeletedRacksRequest) String() string {
 func (*FindDeletedRacksRequest) ProtoMessage() {}
 
 func (x *FindDeletedRacksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +1542,7 @@ func (x *FindDeletedRacksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindDeletedRacksRequest.ProtoReflect.Descriptor instead.
 func (*FindDeletedRacksRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FindDeletedRacksRequest) GetName() string {
@@ -778,7 +1567,7 @@ type DeletedRack struct {
 
 func (x *DeletedRack) Reset() {
 	*x = DeletedRack{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +1579,7 @@ func (x *DeletedRack) String() string {
 func (*DeletedRack) ProtoMessage() {}
 
 func (x *DeletedRack) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +1592,7 @@ func (x *DeletedRack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedRack.ProtoReflect.Descriptor instead.
 func (*DeletedRack) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeletedRack) GetId() string {
@@ -850,7 +1639,7 @@ type FindDeletedRacksResponse struct {
 
 func (x *FindDeletedRacksResponse) Reset() {
 	*x = FindDeletedRacksResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +1651,7 @@ func (x *FindDeletedRacksResponse) String() string {
 func (*FindDeletedRacksResponse) ProtoMessage() {}
 
 func (x *FindDeletedRacksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +1664,7 @@ func (x *FindDeletedRacksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindDeletedRacksResponse.ProtoReflect.Descriptor instead.
 func (*FindDeletedRacksResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FindDeletedRacksResponse) GetRacks() []*DeletedRack {
@@ -908,7 +1697,7 @@ type BaselineEntry struct {
 
 func (x *BaselineEntry) Reset() {
 	*x = BaselineEntry{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1709,7 @@ func (x *BaselineEntry) String() string {
 func (*BaselineEntry) ProtoMessage() {}
 
 func (x *BaselineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1722,7 @@ func (x *BaselineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BaselineEntry.ProtoReflect.Descriptor instead.
 func (*BaselineEntry) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BaselineEntry) GetComponentType() string {
@@ -994,7 +1783,7 @@ type BaselineRevision struct {
 
 func (x *BaselineRevision) Reset() {
 	*x = BaselineRevision{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1795,7 @@ func (x *BaselineRevision) String() string {
 func (*BaselineRevision) ProtoMessage() {}
 
 func (x *BaselineRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1808,7 @@ func (x *BaselineRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BaselineRevision.ProtoReflect.Descriptor instead.
 func (*BaselineRevision) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BaselineRevision) GetRevision() int32 {
@@ -1090,7 +1879,7 @@ type Baseline struct {
 
 func (x *Baseline) Reset() {
 	*x = Baseline{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1891,7 @@ func (x *Baseline) String() string {
 func (*Baseline) ProtoMessage() {}
 
 func (x *Baseline) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1904,7 @@ func (x *Baseline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Baseline.ProtoReflect.Descriptor instead.
 func (*Baseline) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Baseline) GetId() string {
@@ -1222,7 +2011,7 @@ type CreateBaselineRequest struct {
 
 func (x *CreateBaselineRequest) Reset() {
 	*x = CreateBaselineRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +2023,7 @@ func (x *CreateBaselineRequest) String() string {
 func (*CreateBaselineRequest) ProtoMessage() {}
 
 func (x *CreateBaselineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +2036,7 @@ func (x *CreateBaselineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBaselineRequest.ProtoReflect.Descriptor instead.
 func (*CreateBaselineRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateBaselineRequest) GetName() string {
@@ -1292,7 +2081,7 @@ type UpdateBaselineRequest struct {
 
 func (x *UpdateBaselineRequest) Reset() {
 	*x = UpdateBaselineRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +2093,7 @@ func (x *UpdateBaselineRequest) String() string {
 func (*UpdateBaselineRequest) ProtoMessage() {}
 
 func (x *UpdateBaselineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +2106,7 @@ func (x *UpdateBaselineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBaselineRequest.ProtoReflect.Descriptor instead.
 func (*UpdateBaselineRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UpdateBaselineRequest) GetName() string {
@@ -1366,7 +2155,7 @@ type GetBaselineRequest struct {
 
 func (x *GetBaselineRequest) Reset() {
 	*x = GetBaselineRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +2167,7 @@ func (x *GetBaselineRequest) String() string {
 func (*GetBaselineRequest) ProtoMessage() {}
 
 func (x *GetBaselineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +2180,7 @@ func (x *GetBaselineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBaselineRequest.ProtoReflect.Descriptor instead.
 func (*GetBaselineRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetBaselineRequest) GetName() string {
@@ -1420,7 +2209,7 @@ type BaselineResponse struct {
 
 func (x *BaselineResponse) Reset() {
 	*x = BaselineResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +2221,7 @@ func (x *BaselineResponse) String() string {
 func (*BaselineResponse) ProtoMessage() {}
 
 func (x *BaselineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +2234,7 @@ func (x *BaselineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BaselineResponse.ProtoReflect.Descriptor instead.
 func (*BaselineResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BaselineResponse) GetBaseline() *Baseline {
@@ -1470,7 +2259,7 @@ type ListBaselinesRequest struct {
 
 func (x *ListBaselinesRequest) Reset() {
 	*x = ListBaselinesRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +2271,7 @@ func (x *ListBaselinesRequest) String() string {
 func (*ListBaselinesRequest) ProtoMessage() {}
 
 func (x *ListBaselinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +2284,7 @@ func (x *ListBaselinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBaselinesRequest.ProtoReflect.Descriptor instead.
 func (*ListBaselinesRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 type ListBaselinesResponse struct {
@@ -1507,7 +2296,7 @@ type ListBaselinesResponse struct {
 
 func (x *ListBaselinesResponse) Reset() {
 	*x = ListBaselinesResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +2308,7 @@ func (x *ListBaselinesResponse) String() string {
 func (*ListBaselinesResponse) ProtoMessage() {}
 
 func (x *ListBaselinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +2321,7 @@ func (x *ListBaselinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBaselinesResponse.ProtoReflect.Descriptor instead.
 func (*ListBaselinesResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListBaselinesResponse) GetBaselines() []*Baseline {
@@ -1553,7 +2342,7 @@ type ActivateBaselineRequest struct {
 
 func (x *ActivateBaselineRequest) Reset() {
 	*x = ActivateBaselineRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +2354,7 @@ func (x *ActivateBaselineRequest) String() string {
 func (*ActivateBaselineRequest) ProtoMessage() {}
 
 func (x *ActivateBaselineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +2367,7 @@ func (x *ActivateBaselineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateBaselineRequest.ProtoReflect.Descriptor instead.
 func (*ActivateBaselineRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ActivateBaselineRequest) GetName() string {
@@ -1608,7 +2397,7 @@ type ImportBaselineRequest struct {
 
 func (x *ImportBaselineRequest) Reset() {
 	*x = ImportBaselineRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +2409,7 @@ func (x *ImportBaselineRequest) String() string {
 func (*ImportBaselineRequest) ProtoMessage() {}
 
 func (x *ImportBaselineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,7 +2422,7 @@ func (x *ImportBaselineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBaselineRequest.ProtoReflect.Descriptor instead.
 func (*ImportBaselineRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ImportBaselineRequest) GetName() string {
@@ -1692,7 +2481,7 @@ type GetComplianceRequest struct {
 
 func (x *GetComplianceRequest) Reset() {
 	*x = GetComplianceRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +2493,7 @@ func (x *GetComplianceRequest) String() string {
 func (*GetComplianceRequest) ProtoMessage() {}
 
 func (x *GetComplianceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +2506,7 @@ func (x *GetComplianceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetComplianceRequest.ProtoReflect.Descriptor instead.
 func (*GetComplianceRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetComplianceRequest) GetBaseline() string {
@@ -1815,7 +2604,7 @@ type SubComponentCompliance struct {
 
 func (x *SubComponentCompliance) Reset() {
 	*x = SubComponentCompliance{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +2616,7 @@ func (x *SubComponentCompliance) String() string {
 func (*SubComponentCompliance) ProtoMessage() {}
 
 func (x *SubComponentCompliance) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +2629,7 @@ func (x *SubComponentCompliance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubComponentCompliance.ProtoReflect.Descriptor instead.
 func (*SubComponentCompliance) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SubComponentCompliance) GetComponent() string {
@@ -1903,7 +2692,7 @@ type DeviceCompliance struct {
 
 func (x *DeviceCompliance) Reset() {
 	*x = DeviceCompliance{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2704,7 @@ func (x *DeviceCompliance) String() string {
 func (*DeviceCompliance) ProtoMessage() {}
 
 func (x *DeviceCompliance) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2717,7 @@ func (x *DeviceCompliance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceCompliance.ProtoReflect.Descriptor instead.
 func (*DeviceCompliance) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeviceCompliance) GetComponentId() string {
@@ -2045,7 +2834,7 @@ type ComplianceCounts struct {
 
 func (x *ComplianceCounts) Reset() {
 	*x = ComplianceCounts{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2057,7 +2846,7 @@ func (x *ComplianceCounts) String() string {
 func (*ComplianceCounts) ProtoMessage() {}
 
 func (x *ComplianceCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2070,7 +2859,7 @@ func (x *ComplianceCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComplianceCounts.ProtoReflect.Descriptor instead.
 func (*ComplianceCounts) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ComplianceCounts) GetTotal() int32 {
@@ -2139,7 +2928,7 @@ type ComplianceGroup struct {
 
 func (x *ComplianceGroup) Reset() {
 	*x = ComplianceGroup{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2151,7 +2940,7 @@ func (x *ComplianceGroup) String() string {
 func (*ComplianceGroup) ProtoMessage() {}
 
 func (x *ComplianceGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2164,7 +2953,7 @@ func (x *ComplianceGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComplianceGroup.ProtoReflect.Descriptor instead.
 func (*ComplianceGroup) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ComplianceGroup) GetKind() string {
@@ -2218,7 +3007,7 @@ type GetComplianceResponse struct {
 
 func (x *GetComplianceResponse) Reset() {
 	*x = GetComplianceResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +3019,7 @@ func (x *GetComplianceResponse) String() string {
 func (*GetComplianceResponse) ProtoMessage() {}
 
 func (x *GetComplianceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +3032,7 @@ func (x *GetComplianceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetComplianceResponse.ProtoReflect.Descriptor instead.
 func (*GetComplianceResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetComplianceResponse) GetBaseline() string {
@@ -2323,7 +3112,7 @@ type ApplyBaselineRequest struct {
 
 func (x *ApplyBaselineRequest) Reset() {
 	*x = ApplyBaselineRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +3124,7 @@ func (x *ApplyBaselineRequest) String() string {
 func (*ApplyBaselineRequest) ProtoMessage() {}
 
 func (x *ApplyBaselineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +3137,7 @@ func (x *ApplyBaselineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyBaselineRequest.ProtoReflect.Descriptor instead.
 func (*ApplyBaselineRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ApplyBaselineRequest) GetBaseline() string {
@@ -2426,7 +3215,7 @@ type ApplyWave struct {
 
 func (x *ApplyWave) Reset() {
 	*x = ApplyWave{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +3227,7 @@ func (x *ApplyWave) String() string {
 func (*ApplyWave) ProtoMessage() {}
 
 func (x *ApplyWave) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +3240,7 @@ func (x *ApplyWave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyWave.ProtoReflect.Descriptor instead.
 func (*ApplyWave) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ApplyWave) GetPhase() int32 {
@@ -2491,7 +3280,7 @@ type ApplyBaselineResponse struct {
 
 func (x *ApplyBaselineResponse) Reset() {
 	*x = ApplyBaselineResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +3292,7 @@ func (x *ApplyBaselineResponse) String() string {
 func (*ApplyBaselineResponse) ProtoMessage() {}
 
 func (x *ApplyBaselineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +3305,7 @@ func (x *ApplyBaselineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyBaselineResponse.ProtoReflect.Descriptor instead.
 func (*ApplyBaselineResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ApplyBaselineResponse) GetRunId() string {
@@ -2571,7 +3360,7 @@ type GetInstalledFirmwareRequest struct {
 
 func (x *GetInstalledFirmwareRequest) Reset() {
 	*x = GetInstalledFirmwareRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +3372,7 @@ func (x *GetInstalledFirmwareRequest) String() string {
 func (*GetInstalledFirmwareRequest) ProtoMessage() {}
 
 func (x *GetInstalledFirmwareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,7 +3385,7 @@ func (x *GetInstalledFirmwareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstalledFirmwareRequest.ProtoReflect.Descriptor instead.
 func (*GetInstalledFirmwareRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetInstalledFirmwareRequest) GetComponent() string {
@@ -2617,7 +3406,7 @@ type InstalledSubComponent struct {
 
 func (x *InstalledSubComponent) Reset() {
 	*x = InstalledSubComponent{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +3418,7 @@ func (x *InstalledSubComponent) String() string {
 func (*InstalledSubComponent) ProtoMessage() {}
 
 func (x *InstalledSubComponent) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +3431,7 @@ func (x *InstalledSubComponent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstalledSubComponent.ProtoReflect.Descriptor instead.
 func (*InstalledSubComponent) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *InstalledSubComponent) GetComponent() string {
@@ -2675,7 +3464,7 @@ type GetInstalledFirmwareResponse struct {
 
 func (x *GetInstalledFirmwareResponse) Reset() {
 	*x = GetInstalledFirmwareResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +3476,7 @@ func (x *GetInstalledFirmwareResponse) String() string {
 func (*GetInstalledFirmwareResponse) ProtoMessage() {}
 
 func (x *GetInstalledFirmwareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +3489,7 @@ func (x *GetInstalledFirmwareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstalledFirmwareResponse.ProtoReflect.Descriptor instead.
 func (*GetInstalledFirmwareResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetInstalledFirmwareResponse) GetComponentId() string {
@@ -2772,7 +3561,7 @@ type PlannedRack struct {
 
 func (x *PlannedRack) Reset() {
 	*x = PlannedRack{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +3573,7 @@ func (x *PlannedRack) String() string {
 func (*PlannedRack) ProtoMessage() {}
 
 func (x *PlannedRack) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +3586,7 @@ func (x *PlannedRack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedRack.ProtoReflect.Descriptor instead.
 func (*PlannedRack) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PlannedRack) GetRackId() string {
@@ -2867,7 +3656,7 @@ type PlannedPhase struct {
 
 func (x *PlannedPhase) Reset() {
 	*x = PlannedPhase{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2879,7 +3668,7 @@ func (x *PlannedPhase) String() string {
 func (*PlannedPhase) ProtoMessage() {}
 
 func (x *PlannedPhase) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2892,7 +3681,7 @@ func (x *PlannedPhase) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedPhase.ProtoReflect.Descriptor instead.
 func (*PlannedPhase) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PlannedPhase) GetIndex() int32 {
@@ -2918,7 +3707,7 @@ type PreviewOperationRunRequest struct {
 
 func (x *PreviewOperationRunRequest) Reset() {
 	*x = PreviewOperationRunRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3719,7 @@ func (x *PreviewOperationRunRequest) String() string {
 func (*PreviewOperationRunRequest) ProtoMessage() {}
 
 func (x *PreviewOperationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3732,7 @@ func (x *PreviewOperationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewOperationRunRequest.ProtoReflect.Descriptor instead.
 func (*PreviewOperationRunRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PreviewOperationRunRequest) GetRequest() *v1.CreateOperationRunRequest {
@@ -2975,7 +3764,7 @@ type PreviewOperationRunResponse struct {
 
 func (x *PreviewOperationRunResponse) Reset() {
 	*x = PreviewOperationRunResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +3776,7 @@ func (x *PreviewOperationRunResponse) String() string {
 func (*PreviewOperationRunResponse) ProtoMessage() {}
 
 func (x *PreviewOperationRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3789,7 @@ func (x *PreviewOperationRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewOperationRunResponse.ProtoReflect.Descriptor instead.
 func (*PreviewOperationRunResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PreviewOperationRunResponse) GetPhases() []*PlannedPhase {
@@ -3068,7 +3857,7 @@ type PreviewSubmissionRequest struct {
 
 func (x *PreviewSubmissionRequest) Reset() {
 	*x = PreviewSubmissionRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3080,7 +3869,7 @@ func (x *PreviewSubmissionRequest) String() string {
 func (*PreviewSubmissionRequest) ProtoMessage() {}
 
 func (x *PreviewSubmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3093,7 +3882,7 @@ func (x *PreviewSubmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewSubmissionRequest.ProtoReflect.Descriptor instead.
 func (*PreviewSubmissionRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PreviewSubmissionRequest) GetRequest() isPreviewSubmissionRequest_Request {
@@ -3198,7 +3987,7 @@ type PreviewSubmissionResponse struct {
 
 func (x *PreviewSubmissionResponse) Reset() {
 	*x = PreviewSubmissionResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3210,7 +3999,7 @@ func (x *PreviewSubmissionResponse) String() string {
 func (*PreviewSubmissionResponse) ProtoMessage() {}
 
 func (x *PreviewSubmissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3223,7 +4012,7 @@ func (x *PreviewSubmissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewSubmissionResponse.ProtoReflect.Descriptor instead.
 func (*PreviewSubmissionResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PreviewSubmissionResponse) GetOperationType() string {
@@ -3280,7 +4069,7 @@ type CreateOperationRunRequest struct {
 
 func (x *CreateOperationRunRequest) Reset() {
 	*x = CreateOperationRunRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3292,7 +4081,7 @@ func (x *CreateOperationRunRequest) String() string {
 func (*CreateOperationRunRequest) ProtoMessage() {}
 
 func (x *CreateOperationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3305,7 +4094,7 @@ func (x *CreateOperationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOperationRunRequest.ProtoReflect.Descriptor instead.
 func (*CreateOperationRunRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CreateOperationRunRequest) GetRequest() *v1.CreateOperationRunRequest {
@@ -3334,7 +4123,7 @@ type CreateOperationRunResponse struct {
 
 func (x *CreateOperationRunResponse) Reset() {
 	*x = CreateOperationRunResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +4135,7 @@ func (x *CreateOperationRunResponse) String() string {
 func (*CreateOperationRunResponse) ProtoMessage() {}
 
 func (x *CreateOperationRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +4148,7 @@ func (x *CreateOperationRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOperationRunResponse.ProtoReflect.Descriptor instead.
 func (*CreateOperationRunResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CreateOperationRunResponse) GetId() string {
@@ -3410,7 +4199,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3422,7 +4211,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3435,7 +4224,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Approval) GetId() string {
@@ -3545,7 +4334,7 @@ type ListApprovalsRequest struct {
 
 func (x *ListApprovalsRequest) Reset() {
 	*x = ListApprovalsRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3557,7 +4346,7 @@ func (x *ListApprovalsRequest) String() string {
 func (*ListApprovalsRequest) ProtoMessage() {}
 
 func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3570,7 +4359,7 @@ func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListApprovalsRequest) GetAll() bool {
@@ -3589,7 +4378,7 @@ type ListApprovalsResponse struct {
 
 func (x *ListApprovalsResponse) Reset() {
 	*x = ListApprovalsResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3601,7 +4390,7 @@ func (x *ListApprovalsResponse) String() string {
 func (*ListApprovalsResponse) ProtoMessage() {}
 
 func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3614,7 +4403,7 @@ func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListApprovalsResponse) GetApprovals() []*Approval {
@@ -3633,7 +4422,7 @@ type GetApprovalRequest struct {
 
 func (x *GetApprovalRequest) Reset() {
 	*x = GetApprovalRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3645,7 +4434,7 @@ func (x *GetApprovalRequest) String() string {
 func (*GetApprovalRequest) ProtoMessage() {}
 
 func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3658,7 +4447,7 @@ func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetApprovalRequest) GetId() string {
@@ -3678,7 +4467,7 @@ type ApproveRequest struct {
 
 func (x *ApproveRequest) Reset() {
 	*x = ApproveRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3690,7 +4479,7 @@ func (x *ApproveRequest) String() string {
 func (*ApproveRequest) ProtoMessage() {}
 
 func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3703,7 +4492,7 @@ func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ApproveRequest) GetId() string {
@@ -3730,7 +4519,7 @@ type RejectRequest struct {
 
 func (x *RejectRequest) Reset() {
 	*x = RejectRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3742,7 +4531,7 @@ func (x *RejectRequest) String() string {
 func (*RejectRequest) ProtoMessage() {}
 
 func (x *RejectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3755,7 +4544,7 @@ func (x *RejectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectRequest.ProtoReflect.Descriptor instead.
 func (*RejectRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RejectRequest) GetId() string {
@@ -3790,7 +4579,7 @@ type WindowScope struct {
 
 func (x *WindowScope) Reset() {
 	*x = WindowScope{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3802,7 +4591,7 @@ func (x *WindowScope) String() string {
 func (*WindowScope) ProtoMessage() {}
 
 func (x *WindowScope) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3815,7 +4604,7 @@ func (x *WindowScope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowScope.ProtoReflect.Descriptor instead.
 func (*WindowScope) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *WindowScope) GetSite() bool {
@@ -3882,7 +4671,7 @@ type Window struct {
 
 func (x *Window) Reset() {
 	*x = Window{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3894,7 +4683,7 @@ func (x *Window) String() string {
 func (*Window) ProtoMessage() {}
 
 func (x *Window) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3907,7 +4696,7 @@ func (x *Window) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Window.ProtoReflect.Descriptor instead.
 func (*Window) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Window) GetId() string {
@@ -4026,7 +4815,7 @@ type CreateWindowRequest struct {
 
 func (x *CreateWindowRequest) Reset() {
 	*x = CreateWindowRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4038,7 +4827,7 @@ func (x *CreateWindowRequest) String() string {
 func (*CreateWindowRequest) ProtoMessage() {}
 
 func (x *CreateWindowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4051,7 +4840,7 @@ func (x *CreateWindowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWindowRequest.ProtoReflect.Descriptor instead.
 func (*CreateWindowRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CreateWindowRequest) GetKind() string {
@@ -4126,7 +4915,7 @@ type WindowResponse struct {
 
 func (x *WindowResponse) Reset() {
 	*x = WindowResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4138,7 +4927,7 @@ func (x *WindowResponse) String() string {
 func (*WindowResponse) ProtoMessage() {}
 
 func (x *WindowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4151,7 +4940,7 @@ func (x *WindowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowResponse.ProtoReflect.Descriptor instead.
 func (*WindowResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *WindowResponse) GetWindow() *Window {
@@ -4171,7 +4960,7 @@ type ListWindowsRequest struct {
 
 func (x *ListWindowsRequest) Reset() {
 	*x = ListWindowsRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4183,7 +4972,7 @@ func (x *ListWindowsRequest) String() string {
 func (*ListWindowsRequest) ProtoMessage() {}
 
 func (x *ListWindowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4196,7 +4985,7 @@ func (x *ListWindowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWindowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWindowsRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListWindowsRequest) GetKind() string {
@@ -4215,7 +5004,7 @@ type ListWindowsResponse struct {
 
 func (x *ListWindowsResponse) Reset() {
 	*x = ListWindowsResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4227,7 +5016,7 @@ func (x *ListWindowsResponse) String() string {
 func (*ListWindowsResponse) ProtoMessage() {}
 
 func (x *ListWindowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4240,7 +5029,7 @@ func (x *ListWindowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWindowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWindowsResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListWindowsResponse) GetWindows() []*Window {
@@ -4262,7 +5051,7 @@ type GetWindowRequest struct {
 
 func (x *GetWindowRequest) Reset() {
 	*x = GetWindowRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4274,7 +5063,7 @@ func (x *GetWindowRequest) String() string {
 func (*GetWindowRequest) ProtoMessage() {}
 
 func (x *GetWindowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4287,7 +5076,7 @@ func (x *GetWindowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWindowRequest.ProtoReflect.Descriptor instead.
 func (*GetWindowRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetWindowRequest) GetKind() string {
@@ -4314,7 +5103,7 @@ type DeleteWindowRequest struct {
 
 func (x *DeleteWindowRequest) Reset() {
 	*x = DeleteWindowRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4326,7 +5115,7 @@ func (x *DeleteWindowRequest) String() string {
 func (*DeleteWindowRequest) ProtoMessage() {}
 
 func (x *DeleteWindowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4339,7 +5128,7 @@ func (x *DeleteWindowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWindowRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWindowRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DeleteWindowRequest) GetKind() string {
@@ -4367,7 +5156,7 @@ type ReleaseTaskFromWindowsRequest struct {
 
 func (x *ReleaseTaskFromWindowsRequest) Reset() {
 	*x = ReleaseTaskFromWindowsRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4379,7 +5168,7 @@ func (x *ReleaseTaskFromWindowsRequest) String() string {
 func (*ReleaseTaskFromWindowsRequest) ProtoMessage() {}
 
 func (x *ReleaseTaskFromWindowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4392,7 +5181,7 @@ func (x *ReleaseTaskFromWindowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseTaskFromWindowsRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseTaskFromWindowsRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ReleaseTaskFromWindowsRequest) GetId() string {
@@ -4420,7 +5209,7 @@ type ReleaseTaskFromWindowsResponse struct {
 
 func (x *ReleaseTaskFromWindowsResponse) Reset() {
 	*x = ReleaseTaskFromWindowsResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4432,7 +5221,7 @@ func (x *ReleaseTaskFromWindowsResponse) String() string {
 func (*ReleaseTaskFromWindowsResponse) ProtoMessage() {}
 
 func (x *ReleaseTaskFromWindowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4445,7 +5234,7 @@ func (x *ReleaseTaskFromWindowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseTaskFromWindowsResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseTaskFromWindowsResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ReleaseTaskFromWindowsResponse) GetStatus() string {
@@ -4473,7 +5262,7 @@ type ReleaseRunFromWindowsRequest struct {
 
 func (x *ReleaseRunFromWindowsRequest) Reset() {
 	*x = ReleaseRunFromWindowsRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4485,7 +5274,7 @@ func (x *ReleaseRunFromWindowsRequest) String() string {
 func (*ReleaseRunFromWindowsRequest) ProtoMessage() {}
 
 func (x *ReleaseRunFromWindowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4498,7 +5287,7 @@ func (x *ReleaseRunFromWindowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRunFromWindowsRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRunFromWindowsRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ReleaseRunFromWindowsRequest) GetId() string {
@@ -4526,7 +5315,7 @@ type ReleaseRunFromWindowsResponse struct {
 
 func (x *ReleaseRunFromWindowsResponse) Reset() {
 	*x = ReleaseRunFromWindowsResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4538,7 +5327,7 @@ func (x *ReleaseRunFromWindowsResponse) String() string {
 func (*ReleaseRunFromWindowsResponse) ProtoMessage() {}
 
 func (x *ReleaseRunFromWindowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4551,7 +5340,7 @@ func (x *ReleaseRunFromWindowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRunFromWindowsResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseRunFromWindowsResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ReleaseRunFromWindowsResponse) GetStatus() string {
@@ -4586,7 +5375,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4598,7 +5387,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4611,7 +5400,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{63}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *Webhook) GetId() string {
@@ -4678,7 +5467,7 @@ type CreateWebhookRequest struct {
 
 func (x *CreateWebhookRequest) Reset() {
 	*x = CreateWebhookRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4690,7 +5479,7 @@ func (x *CreateWebhookRequest) String() string {
 func (*CreateWebhookRequest) ProtoMessage() {}
 
 func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4703,7 +5492,7 @@ func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{64}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *CreateWebhookRequest) GetUrl() string {
@@ -4750,7 +5539,7 @@ type WebhookResponse struct {
 
 func (x *WebhookResponse) Reset() {
 	*x = WebhookResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4762,7 +5551,7 @@ func (x *WebhookResponse) String() string {
 func (*WebhookResponse) ProtoMessage() {}
 
 func (x *WebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4775,7 +5564,7 @@ func (x *WebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookResponse.ProtoReflect.Descriptor instead.
 func (*WebhookResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{65}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *WebhookResponse) GetWebhook() *Webhook {
@@ -4793,7 +5582,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4805,7 +5594,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4818,7 +5607,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{66}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{78}
 }
 
 type ListWebhooksResponse struct {
@@ -4830,7 +5619,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4842,7 +5631,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4855,7 +5644,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{67}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -4874,7 +5663,7 @@ type GetWebhookRequest struct {
 
 func (x *GetWebhookRequest) Reset() {
 	*x = GetWebhookRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[68]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4886,7 +5675,7 @@ func (x *GetWebhookRequest) String() string {
 func (*GetWebhookRequest) ProtoMessage() {}
 
 func (x *GetWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[68]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4899,7 +5688,7 @@ func (x *GetWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWebhookRequest.ProtoReflect.Descriptor instead.
 func (*GetWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{68}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *GetWebhookRequest) GetId() string {
@@ -4918,7 +5707,7 @@ type DeleteWebhookRequest struct {
 
 func (x *DeleteWebhookRequest) Reset() {
 	*x = DeleteWebhookRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[69]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4930,7 +5719,7 @@ func (x *DeleteWebhookRequest) String() string {
 func (*DeleteWebhookRequest) ProtoMessage() {}
 
 func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[69]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4943,7 +5732,7 @@ func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{69}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *DeleteWebhookRequest) GetId() string {
@@ -4962,7 +5751,7 @@ type TestWebhookRequest struct {
 
 func (x *TestWebhookRequest) Reset() {
 	*x = TestWebhookRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[70]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4974,7 +5763,7 @@ func (x *TestWebhookRequest) String() string {
 func (*TestWebhookRequest) ProtoMessage() {}
 
 func (x *TestWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[70]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4987,7 +5776,7 @@ func (x *TestWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestWebhookRequest.ProtoReflect.Descriptor instead.
 func (*TestWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{70}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *TestWebhookRequest) GetId() string {
@@ -5006,7 +5795,7 @@ type TestWebhookResponse struct {
 
 func (x *TestWebhookResponse) Reset() {
 	*x = TestWebhookResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[71]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5018,7 +5807,7 @@ func (x *TestWebhookResponse) String() string {
 func (*TestWebhookResponse) ProtoMessage() {}
 
 func (x *TestWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[71]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5031,7 +5820,7 @@ func (x *TestWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestWebhookResponse.ProtoReflect.Descriptor instead.
 func (*TestWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{71}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *TestWebhookResponse) GetDeliveryId() int64 {
@@ -5064,7 +5853,7 @@ type WebhookDelivery struct {
 
 func (x *WebhookDelivery) Reset() {
 	*x = WebhookDelivery{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[72]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5076,7 +5865,7 @@ func (x *WebhookDelivery) String() string {
 func (*WebhookDelivery) ProtoMessage() {}
 
 func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[72]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5089,7 +5878,7 @@ func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookDelivery.ProtoReflect.Descriptor instead.
 func (*WebhookDelivery) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{72}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *WebhookDelivery) GetId() int64 {
@@ -5190,7 +5979,7 @@ type ListWebhookDeliveriesRequest struct {
 
 func (x *ListWebhookDeliveriesRequest) Reset() {
 	*x = ListWebhookDeliveriesRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[73]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5202,7 +5991,7 @@ func (x *ListWebhookDeliveriesRequest) String() string {
 func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[73]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5215,7 +6004,7 @@ func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{73}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListWebhookDeliveriesRequest) GetWebhookId() string {
@@ -5248,7 +6037,7 @@ type ListWebhookDeliveriesResponse struct {
 
 func (x *ListWebhookDeliveriesResponse) Reset() {
 	*x = ListWebhookDeliveriesResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[74]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5260,7 +6049,7 @@ func (x *ListWebhookDeliveriesResponse) String() string {
 func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[74]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5273,7 +6062,7 @@ func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{74}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
@@ -5294,7 +6083,7 @@ type RedriveWebhookDeliveriesRequest struct {
 
 func (x *RedriveWebhookDeliveriesRequest) Reset() {
 	*x = RedriveWebhookDeliveriesRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[75]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5306,7 +6095,7 @@ func (x *RedriveWebhookDeliveriesRequest) String() string {
 func (*RedriveWebhookDeliveriesRequest) ProtoMessage() {}
 
 func (x *RedriveWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[75]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5319,7 +6108,7 @@ func (x *RedriveWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*RedriveWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{75}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *RedriveWebhookDeliveriesRequest) GetIds() []int64 {
@@ -5345,7 +6134,7 @@ type RedriveWebhookDeliveriesResponse struct {
 
 func (x *RedriveWebhookDeliveriesResponse) Reset() {
 	*x = RedriveWebhookDeliveriesResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[76]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5357,7 +6146,7 @@ func (x *RedriveWebhookDeliveriesResponse) String() string {
 func (*RedriveWebhookDeliveriesResponse) ProtoMessage() {}
 
 func (x *RedriveWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[76]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5370,7 +6159,7 @@ func (x *RedriveWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*RedriveWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{76}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *RedriveWebhookDeliveriesResponse) GetIds() []int64 {
@@ -5435,7 +6224,73 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\fcomponent_id\x18\x05 \x01(\tR\vcomponentId\x12'\n" +
 	"\x0funknown_outcome\x18\x06 \x01(\tR\x0eunknownOutcome\"^\n" +
 	"\x1bListLeakOccurrencesResponse\x12?\n" +
-	"\voccurrences\x18\x01 \x03(\v2\x1d.flow.admin.v1.LeakOccurrenceR\voccurrences\"-\n" +
+	"\voccurrences\x18\x01 \x03(\v2\x1d.flow.admin.v1.LeakOccurrenceR\voccurrences\"\xd7\x05\n" +
+	"\tIsolation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
+	"\arack_id\x18\x02 \x01(\tR\x06rackId\x12\x1b\n" +
+	"\track_name\x18\x03 \x01(\tR\brackName\x12\x1d\n" +
+	"\n" +
+	"power_feed\x18\x04 \x01(\tR\tpowerFeed\x12!\n" +
+	"\fcoolant_loop\x18\x05 \x01(\tR\vcoolantLoop\x12\x12\n" +
+	"\x04tier\x18\x06 \x01(\tR\x04tier\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12#\n" +
+	"\rcomponent_ids\x18\b \x03(\tR\fcomponentIds\x12\x1b\n" +
+	"\treport_id\x18\t \x01(\tR\breportId\x12;\n" +
+	"\vobserved_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"observedAt\x12=\n" +
+	"\frequested_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x12\x14\n" +
+	"\x05sends\x18\f \x01(\x05R\x05sends\x12<\n" +
+	"\fnext_send_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"nextSendAt\x12C\n" +
+	"\x0facknowledged_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x0eacknowledgedAt\x12'\n" +
+	"\x0facknowledged_by\x18\x0f \x01(\tR\x0eacknowledgedBy\x12\x19\n" +
+	"\back_note\x18\x10 \x01(\tR\aackNote\x129\n" +
+	"\n" +
+	"cleared_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tclearedAt\x12\x1d\n" +
+	"\n" +
+	"cleared_by\x18\x12 \x01(\tR\tclearedBy\x12!\n" +
+	"\fclear_reason\x18\x13 \x01(\tR\vclearReason\"K\n" +
+	"\x11IsolationResponse\x126\n" +
+	"\tisolation\x18\x01 \x01(\v2\x18.flow.admin.v1.IsolationR\tisolation\"E\n" +
+	"\x1bAcknowledgeIsolationRequest\x12\x12\n" +
+	"\x04rack\x18\x01 \x01(\tR\x04rack\x12\x12\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"C\n" +
+	"\x15ClearIsolationRequest\x12\x12\n" +
+	"\x04rack\x18\x01 \x01(\tR\x04rack\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"F\n" +
+	"\x18OverrideIsolationRequest\x12\x12\n" +
+	"\x04rack\x18\x01 \x01(\tR\x04rack\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"U\n" +
+	"\x19OverrideIsolationResponse\x128\n" +
+	"\n" +
+	"isolations\x18\x01 \x03(\v2\x18.flow.admin.v1.IsolationR\n" +
+	"isolations\"?\n" +
+	"\x15ListIsolationsRequest\x12\x10\n" +
+	"\x03all\x18\x01 \x01(\bR\x03all\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"R\n" +
+	"\x16ListIsolationsResponse\x128\n" +
+	"\n" +
+	"isolations\x18\x01 \x03(\v2\x18.flow.admin.v1.IsolationR\n" +
+	"isolations\"l\n" +
+	"\x19ReportFacilityLeakRequest\x12!\n" +
+	"\fcoolant_loop\x18\x01 \x01(\tR\vcoolantLoop\x12\x12\n" +
+	"\x04rack\x18\x02 \x01(\tR\x04rack\x12\x18\n" +
+	"\asummary\x18\x03 \x01(\tR\asummary\"\xf3\x01\n" +
+	"\x12FacilityLeakReport\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
+	"\vreported_by\x18\x02 \x01(\tR\n" +
+	"reportedBy\x12!\n" +
+	"\fcoolant_loop\x18\x03 \x01(\tR\vcoolantLoop\x12\x17\n" +
+	"\arack_id\x18\x04 \x01(\tR\x06rackId\x12\x18\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\x12\x19\n" +
+	"\brack_ids\x18\x06 \x03(\tR\arackIds\x12;\n" +
+	"\vreported_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportedAt\"6\n" +
+	"\x1eListFacilityLeakReportsRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\"^\n" +
+	"\x1fListFacilityLeakReportsResponse\x12;\n" +
+	"\areports\x18\x01 \x03(\v2!.flow.admin.v1.FacilityLeakReportR\areports\"-\n" +
 	"\x17FindDeletedRacksRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\xb5\x01\n" +
 	"\vDeletedRack\x12\x0e\n" +
@@ -5809,12 +6664,18 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"webhook_id\x18\x02 \x01(\tR\twebhookId\"4\n" +
 	" RedriveWebhookDeliveriesResponse\x12\x10\n" +
-	"\x03ids\x18\x01 \x03(\x03R\x03ids2\xdc\x18\n" +
+	"\x03ids\x18\x01 \x03(\x03R\x03ids2\xc0\x1d\n" +
 	"\fAdminService\x12H\n" +
 	"\aRunSync\x12\x1d.flow.admin.v1.RunSyncRequest\x1a\x1e.flow.admin.v1.RunSyncResponse\x12Z\n" +
 	"\rGetSyncStatus\x12#.flow.admin.v1.GetSyncStatusRequest\x1a$.flow.admin.v1.GetSyncStatusResponse\x12W\n" +
 	"\fOverrideLeak\x12\".flow.admin.v1.OverrideLeakRequest\x1a#.flow.admin.v1.OverrideLeakResponse\x12l\n" +
-	"\x13ListLeakOccurrences\x12).flow.admin.v1.ListLeakOccurrencesRequest\x1a*.flow.admin.v1.ListLeakOccurrencesResponse\x12W\n" +
+	"\x13ListLeakOccurrences\x12).flow.admin.v1.ListLeakOccurrencesRequest\x1a*.flow.admin.v1.ListLeakOccurrencesResponse\x12d\n" +
+	"\x14AcknowledgeIsolation\x12*.flow.admin.v1.AcknowledgeIsolationRequest\x1a .flow.admin.v1.IsolationResponse\x12X\n" +
+	"\x0eClearIsolation\x12$.flow.admin.v1.ClearIsolationRequest\x1a .flow.admin.v1.IsolationResponse\x12f\n" +
+	"\x11OverrideIsolation\x12'.flow.admin.v1.OverrideIsolationRequest\x1a(.flow.admin.v1.OverrideIsolationResponse\x12]\n" +
+	"\x0eListIsolations\x12$.flow.admin.v1.ListIsolationsRequest\x1a%.flow.admin.v1.ListIsolationsResponse\x12a\n" +
+	"\x12ReportFacilityLeak\x12(.flow.admin.v1.ReportFacilityLeakRequest\x1a!.flow.admin.v1.FacilityLeakReport\x12x\n" +
+	"\x17ListFacilityLeakReports\x12-.flow.admin.v1.ListFacilityLeakReportsRequest\x1a..flow.admin.v1.ListFacilityLeakReportsResponse\x12W\n" +
 	"\x0eCreateBaseline\x12$.flow.admin.v1.CreateBaselineRequest\x1a\x1f.flow.admin.v1.BaselineResponse\x12W\n" +
 	"\x0eUpdateBaseline\x12$.flow.admin.v1.UpdateBaselineRequest\x1a\x1f.flow.admin.v1.BaselineResponse\x12Q\n" +
 	"\vGetBaseline\x12!.flow.admin.v1.GetBaselineRequest\x1a\x1f.flow.admin.v1.BaselineResponse\x12Z\n" +
@@ -5859,7 +6720,7 @@ func file_flow_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_flow_admin_v1_admin_proto_rawDescData
 }
 
-var file_flow_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_flow_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
 var file_flow_admin_v1_admin_proto_goTypes = []any{
 	(*SyncCycle)(nil),                        // 0: flow.admin.v1.SyncCycle
 	(*SyncPart)(nil),                         // 1: flow.admin.v1.SyncPart
@@ -5872,221 +6733,255 @@ var file_flow_admin_v1_admin_proto_goTypes = []any{
 	(*ListLeakOccurrencesRequest)(nil),       // 8: flow.admin.v1.ListLeakOccurrencesRequest
 	(*LeakOccurrence)(nil),                   // 9: flow.admin.v1.LeakOccurrence
 	(*ListLeakOccurrencesResponse)(nil),      // 10: flow.admin.v1.ListLeakOccurrencesResponse
-	(*FindDeletedRacksRequest)(nil),          // 11: flow.admin.v1.FindDeletedRacksRequest
-	(*DeletedRack)(nil),                      // 12: flow.admin.v1.DeletedRack
-	(*FindDeletedRacksResponse)(nil),         // 13: flow.admin.v1.FindDeletedRacksResponse
-	(*BaselineEntry)(nil),                    // 14: flow.admin.v1.BaselineEntry
-	(*BaselineRevision)(nil),                 // 15: flow.admin.v1.BaselineRevision
-	(*Baseline)(nil),                         // 16: flow.admin.v1.Baseline
-	(*CreateBaselineRequest)(nil),            // 17: flow.admin.v1.CreateBaselineRequest
-	(*UpdateBaselineRequest)(nil),            // 18: flow.admin.v1.UpdateBaselineRequest
-	(*GetBaselineRequest)(nil),               // 19: flow.admin.v1.GetBaselineRequest
-	(*BaselineResponse)(nil),                 // 20: flow.admin.v1.BaselineResponse
-	(*ListBaselinesRequest)(nil),             // 21: flow.admin.v1.ListBaselinesRequest
-	(*ListBaselinesResponse)(nil),            // 22: flow.admin.v1.ListBaselinesResponse
-	(*ActivateBaselineRequest)(nil),          // 23: flow.admin.v1.ActivateBaselineRequest
-	(*ImportBaselineRequest)(nil),            // 24: flow.admin.v1.ImportBaselineRequest
-	(*GetComplianceRequest)(nil),             // 25: flow.admin.v1.GetComplianceRequest
-	(*SubComponentCompliance)(nil),           // 26: flow.admin.v1.SubComponentCompliance
-	(*DeviceCompliance)(nil),                 // 27: flow.admin.v1.DeviceCompliance
-	(*ComplianceCounts)(nil),                 // 28: flow.admin.v1.ComplianceCounts
-	(*ComplianceGroup)(nil),                  // 29: flow.admin.v1.ComplianceGroup
-	(*GetComplianceResponse)(nil),            // 30: flow.admin.v1.GetComplianceResponse
-	(*ApplyBaselineRequest)(nil),             // 31: flow.admin.v1.ApplyBaselineRequest
-	(*ApplyWave)(nil),                        // 32: flow.admin.v1.ApplyWave
-	(*ApplyBaselineResponse)(nil),            // 33: flow.admin.v1.ApplyBaselineResponse
-	(*GetInstalledFirmwareRequest)(nil),      // 34: flow.admin.v1.GetInstalledFirmwareRequest
-	(*InstalledSubComponent)(nil),            // 35: flow.admin.v1.InstalledSubComponent
-	(*GetInstalledFirmwareResponse)(nil),     // 36: flow.admin.v1.GetInstalledFirmwareResponse
-	(*PlannedRack)(nil),                      // 37: flow.admin.v1.PlannedRack
-	(*PlannedPhase)(nil),                     // 38: flow.admin.v1.PlannedPhase
-	(*PreviewOperationRunRequest)(nil),       // 39: flow.admin.v1.PreviewOperationRunRequest
-	(*PreviewOperationRunResponse)(nil),      // 40: flow.admin.v1.PreviewOperationRunResponse
-	(*PreviewSubmissionRequest)(nil),         // 41: flow.admin.v1.PreviewSubmissionRequest
-	(*PreviewSubmissionResponse)(nil),        // 42: flow.admin.v1.PreviewSubmissionResponse
-	(*CreateOperationRunRequest)(nil),        // 43: flow.admin.v1.CreateOperationRunRequest
-	(*CreateOperationRunResponse)(nil),       // 44: flow.admin.v1.CreateOperationRunResponse
-	(*Approval)(nil),                         // 45: flow.admin.v1.Approval
-	(*ListApprovalsRequest)(nil),             // 46: flow.admin.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),            // 47: flow.admin.v1.ListApprovalsResponse
-	(*GetApprovalRequest)(nil),               // 48: flow.admin.v1.GetApprovalRequest
-	(*ApproveRequest)(nil),                   // 49: flow.admin.v1.ApproveRequest
-	(*RejectRequest)(nil),                    // 50: flow.admin.v1.RejectRequest
-	(*WindowScope)(nil),                      // 51: flow.admin.v1.WindowScope
-	(*Window)(nil),                           // 52: flow.admin.v1.Window
-	(*CreateWindowRequest)(nil),              // 53: flow.admin.v1.CreateWindowRequest
-	(*WindowResponse)(nil),                   // 54: flow.admin.v1.WindowResponse
-	(*ListWindowsRequest)(nil),               // 55: flow.admin.v1.ListWindowsRequest
-	(*ListWindowsResponse)(nil),              // 56: flow.admin.v1.ListWindowsResponse
-	(*GetWindowRequest)(nil),                 // 57: flow.admin.v1.GetWindowRequest
-	(*DeleteWindowRequest)(nil),              // 58: flow.admin.v1.DeleteWindowRequest
-	(*ReleaseTaskFromWindowsRequest)(nil),    // 59: flow.admin.v1.ReleaseTaskFromWindowsRequest
-	(*ReleaseTaskFromWindowsResponse)(nil),   // 60: flow.admin.v1.ReleaseTaskFromWindowsResponse
-	(*ReleaseRunFromWindowsRequest)(nil),     // 61: flow.admin.v1.ReleaseRunFromWindowsRequest
-	(*ReleaseRunFromWindowsResponse)(nil),    // 62: flow.admin.v1.ReleaseRunFromWindowsResponse
-	(*Webhook)(nil),                          // 63: flow.admin.v1.Webhook
-	(*CreateWebhookRequest)(nil),             // 64: flow.admin.v1.CreateWebhookRequest
-	(*WebhookResponse)(nil),                  // 65: flow.admin.v1.WebhookResponse
-	(*ListWebhooksRequest)(nil),              // 66: flow.admin.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),             // 67: flow.admin.v1.ListWebhooksResponse
-	(*GetWebhookRequest)(nil),                // 68: flow.admin.v1.GetWebhookRequest
-	(*DeleteWebhookRequest)(nil),             // 69: flow.admin.v1.DeleteWebhookRequest
-	(*TestWebhookRequest)(nil),               // 70: flow.admin.v1.TestWebhookRequest
-	(*TestWebhookResponse)(nil),              // 71: flow.admin.v1.TestWebhookResponse
-	(*WebhookDelivery)(nil),                  // 72: flow.admin.v1.WebhookDelivery
-	(*ListWebhookDeliveriesRequest)(nil),     // 73: flow.admin.v1.ListWebhookDeliveriesRequest
-	(*ListWebhookDeliveriesResponse)(nil),    // 74: flow.admin.v1.ListWebhookDeliveriesResponse
-	(*RedriveWebhookDeliveriesRequest)(nil),  // 75: flow.admin.v1.RedriveWebhookDeliveriesRequest
-	(*RedriveWebhookDeliveriesResponse)(nil), // 76: flow.admin.v1.RedriveWebhookDeliveriesResponse
-	(*timestamppb.Timestamp)(nil),            // 77: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 78: google.protobuf.Duration
-	(*v1.CreateOperationRunRequest)(nil),     // 79: v1.CreateOperationRunRequest
-	(*v1.PowerOnRackRequest)(nil),            // 80: v1.PowerOnRackRequest
-	(*v1.PowerOffRackRequest)(nil),           // 81: v1.PowerOffRackRequest
-	(*v1.PowerResetRackRequest)(nil),         // 82: v1.PowerResetRackRequest
-	(*v1.ACPowerCycleRackRequest)(nil),       // 83: v1.ACPowerCycleRackRequest
-	(*v1.UpgradeFirmwareRequest)(nil),        // 84: v1.UpgradeFirmwareRequest
+	(*Isolation)(nil),                        // 11: flow.admin.v1.Isolation
+	(*IsolationResponse)(nil),                // 12: flow.admin.v1.IsolationResponse
+	(*AcknowledgeIsolationRequest)(nil),      // 13: flow.admin.v1.AcknowledgeIsolationRequest
+	(*ClearIsolationRequest)(nil),            // 14: flow.admin.v1.ClearIsolationRequest
+	(*OverrideIsolationRequest)(nil),         // 15: flow.admin.v1.OverrideIsolationRequest
+	(*OverrideIsolationResponse)(nil),        // 16: flow.admin.v1.OverrideIsolationResponse
+	(*ListIsolationsRequest)(nil),            // 17: flow.admin.v1.ListIsolationsRequest
+	(*ListIsolationsResponse)(nil),           // 18: flow.admin.v1.ListIsolationsResponse
+	(*ReportFacilityLeakRequest)(nil),        // 19: flow.admin.v1.ReportFacilityLeakRequest
+	(*FacilityLeakReport)(nil),               // 20: flow.admin.v1.FacilityLeakReport
+	(*ListFacilityLeakReportsRequest)(nil),   // 21: flow.admin.v1.ListFacilityLeakReportsRequest
+	(*ListFacilityLeakReportsResponse)(nil),  // 22: flow.admin.v1.ListFacilityLeakReportsResponse
+	(*FindDeletedRacksRequest)(nil),          // 23: flow.admin.v1.FindDeletedRacksRequest
+	(*DeletedRack)(nil),                      // 24: flow.admin.v1.DeletedRack
+	(*FindDeletedRacksResponse)(nil),         // 25: flow.admin.v1.FindDeletedRacksResponse
+	(*BaselineEntry)(nil),                    // 26: flow.admin.v1.BaselineEntry
+	(*BaselineRevision)(nil),                 // 27: flow.admin.v1.BaselineRevision
+	(*Baseline)(nil),                         // 28: flow.admin.v1.Baseline
+	(*CreateBaselineRequest)(nil),            // 29: flow.admin.v1.CreateBaselineRequest
+	(*UpdateBaselineRequest)(nil),            // 30: flow.admin.v1.UpdateBaselineRequest
+	(*GetBaselineRequest)(nil),               // 31: flow.admin.v1.GetBaselineRequest
+	(*BaselineResponse)(nil),                 // 32: flow.admin.v1.BaselineResponse
+	(*ListBaselinesRequest)(nil),             // 33: flow.admin.v1.ListBaselinesRequest
+	(*ListBaselinesResponse)(nil),            // 34: flow.admin.v1.ListBaselinesResponse
+	(*ActivateBaselineRequest)(nil),          // 35: flow.admin.v1.ActivateBaselineRequest
+	(*ImportBaselineRequest)(nil),            // 36: flow.admin.v1.ImportBaselineRequest
+	(*GetComplianceRequest)(nil),             // 37: flow.admin.v1.GetComplianceRequest
+	(*SubComponentCompliance)(nil),           // 38: flow.admin.v1.SubComponentCompliance
+	(*DeviceCompliance)(nil),                 // 39: flow.admin.v1.DeviceCompliance
+	(*ComplianceCounts)(nil),                 // 40: flow.admin.v1.ComplianceCounts
+	(*ComplianceGroup)(nil),                  // 41: flow.admin.v1.ComplianceGroup
+	(*GetComplianceResponse)(nil),            // 42: flow.admin.v1.GetComplianceResponse
+	(*ApplyBaselineRequest)(nil),             // 43: flow.admin.v1.ApplyBaselineRequest
+	(*ApplyWave)(nil),                        // 44: flow.admin.v1.ApplyWave
+	(*ApplyBaselineResponse)(nil),            // 45: flow.admin.v1.ApplyBaselineResponse
+	(*GetInstalledFirmwareRequest)(nil),      // 46: flow.admin.v1.GetInstalledFirmwareRequest
+	(*InstalledSubComponent)(nil),            // 47: flow.admin.v1.InstalledSubComponent
+	(*GetInstalledFirmwareResponse)(nil),     // 48: flow.admin.v1.GetInstalledFirmwareResponse
+	(*PlannedRack)(nil),                      // 49: flow.admin.v1.PlannedRack
+	(*PlannedPhase)(nil),                     // 50: flow.admin.v1.PlannedPhase
+	(*PreviewOperationRunRequest)(nil),       // 51: flow.admin.v1.PreviewOperationRunRequest
+	(*PreviewOperationRunResponse)(nil),      // 52: flow.admin.v1.PreviewOperationRunResponse
+	(*PreviewSubmissionRequest)(nil),         // 53: flow.admin.v1.PreviewSubmissionRequest
+	(*PreviewSubmissionResponse)(nil),        // 54: flow.admin.v1.PreviewSubmissionResponse
+	(*CreateOperationRunRequest)(nil),        // 55: flow.admin.v1.CreateOperationRunRequest
+	(*CreateOperationRunResponse)(nil),       // 56: flow.admin.v1.CreateOperationRunResponse
+	(*Approval)(nil),                         // 57: flow.admin.v1.Approval
+	(*ListApprovalsRequest)(nil),             // 58: flow.admin.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),            // 59: flow.admin.v1.ListApprovalsResponse
+	(*GetApprovalRequest)(nil),               // 60: flow.admin.v1.GetApprovalRequest
+	(*ApproveRequest)(nil),                   // 61: flow.admin.v1.ApproveRequest
+	(*RejectRequest)(nil),                    // 62: flow.admin.v1.RejectRequest
+	(*WindowScope)(nil),                      // 63: flow.admin.v1.WindowScope
+	(*Window)(nil),                           // 64: flow.admin.v1.Window
+	(*CreateWindowRequest)(nil),              // 65: flow.admin.v1.CreateWindowRequest
+	(*WindowResponse)(nil),                   // 66: flow.admin.v1.WindowResponse
+	(*ListWindowsRequest)(nil),               // 67: flow.admin.v1.ListWindowsRequest
+	(*ListWindowsResponse)(nil),              // 68: flow.admin.v1.ListWindowsResponse
+	(*GetWindowRequest)(nil),                 // 69: flow.admin.v1.GetWindowRequest
+	(*DeleteWindowRequest)(nil),              // 70: flow.admin.v1.DeleteWindowRequest
+	(*ReleaseTaskFromWindowsRequest)(nil),    // 71: flow.admin.v1.ReleaseTaskFromWindowsRequest
+	(*ReleaseTaskFromWindowsResponse)(nil),   // 72: flow.admin.v1.ReleaseTaskFromWindowsResponse
+	(*ReleaseRunFromWindowsRequest)(nil),     // 73: flow.admin.v1.ReleaseRunFromWindowsRequest
+	(*ReleaseRunFromWindowsResponse)(nil),    // 74: flow.admin.v1.ReleaseRunFromWindowsResponse
+	(*Webhook)(nil),                          // 75: flow.admin.v1.Webhook
+	(*CreateWebhookRequest)(nil),             // 76: flow.admin.v1.CreateWebhookRequest
+	(*WebhookResponse)(nil),                  // 77: flow.admin.v1.WebhookResponse
+	(*ListWebhooksRequest)(nil),              // 78: flow.admin.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),             // 79: flow.admin.v1.ListWebhooksResponse
+	(*GetWebhookRequest)(nil),                // 80: flow.admin.v1.GetWebhookRequest
+	(*DeleteWebhookRequest)(nil),             // 81: flow.admin.v1.DeleteWebhookRequest
+	(*TestWebhookRequest)(nil),               // 82: flow.admin.v1.TestWebhookRequest
+	(*TestWebhookResponse)(nil),              // 83: flow.admin.v1.TestWebhookResponse
+	(*WebhookDelivery)(nil),                  // 84: flow.admin.v1.WebhookDelivery
+	(*ListWebhookDeliveriesRequest)(nil),     // 85: flow.admin.v1.ListWebhookDeliveriesRequest
+	(*ListWebhookDeliveriesResponse)(nil),    // 86: flow.admin.v1.ListWebhookDeliveriesResponse
+	(*RedriveWebhookDeliveriesRequest)(nil),  // 87: flow.admin.v1.RedriveWebhookDeliveriesRequest
+	(*RedriveWebhookDeliveriesResponse)(nil), // 88: flow.admin.v1.RedriveWebhookDeliveriesResponse
+	(*timestamppb.Timestamp)(nil),            // 89: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 90: google.protobuf.Duration
+	(*v1.CreateOperationRunRequest)(nil),     // 91: v1.CreateOperationRunRequest
+	(*v1.PowerOnRackRequest)(nil),            // 92: v1.PowerOnRackRequest
+	(*v1.PowerOffRackRequest)(nil),           // 93: v1.PowerOffRackRequest
+	(*v1.PowerResetRackRequest)(nil),         // 94: v1.PowerResetRackRequest
+	(*v1.ACPowerCycleRackRequest)(nil),       // 95: v1.ACPowerCycleRackRequest
+	(*v1.UpgradeFirmwareRequest)(nil),        // 96: v1.UpgradeFirmwareRequest
 }
 var file_flow_admin_v1_admin_proto_depIdxs = []int32{
-	77,  // 0: flow.admin.v1.SyncCycle.started_at:type_name -> google.protobuf.Timestamp
-	78,  // 1: flow.admin.v1.SyncCycle.duration:type_name -> google.protobuf.Duration
+	89,  // 0: flow.admin.v1.SyncCycle.started_at:type_name -> google.protobuf.Timestamp
+	90,  // 1: flow.admin.v1.SyncCycle.duration:type_name -> google.protobuf.Duration
 	1,   // 2: flow.admin.v1.SyncCycle.parts:type_name -> flow.admin.v1.SyncPart
 	0,   // 3: flow.admin.v1.RunSyncResponse.cycle:type_name -> flow.admin.v1.SyncCycle
 	0,   // 4: flow.admin.v1.GetSyncStatusResponse.cycle:type_name -> flow.admin.v1.SyncCycle
-	77,  // 5: flow.admin.v1.OverrideLeakResponse.detected_at:type_name -> google.protobuf.Timestamp
-	77,  // 6: flow.admin.v1.OverrideLeakResponse.overridden_at:type_name -> google.protobuf.Timestamp
-	77,  // 7: flow.admin.v1.LeakOccurrence.started_at:type_name -> google.protobuf.Timestamp
-	77,  // 8: flow.admin.v1.LeakOccurrence.last_seen_at:type_name -> google.protobuf.Timestamp
+	89,  // 5: flow.admin.v1.OverrideLeakResponse.detected_at:type_name -> google.protobuf.Timestamp
+	89,  // 6: flow.admin.v1.OverrideLeakResponse.overridden_at:type_name -> google.protobuf.Timestamp
+	89,  // 7: flow.admin.v1.LeakOccurrence.started_at:type_name -> google.protobuf.Timestamp
+	89,  // 8: flow.admin.v1.LeakOccurrence.last_seen_at:type_name -> google.protobuf.Timestamp
 	9,   // 9: flow.admin.v1.ListLeakOccurrencesResponse.occurrences:type_name -> flow.admin.v1.LeakOccurrence
-	77,  // 10: flow.admin.v1.DeletedRack.deleted_at:type_name -> google.protobuf.Timestamp
-	12,  // 11: flow.admin.v1.FindDeletedRacksResponse.racks:type_name -> flow.admin.v1.DeletedRack
-	77,  // 12: flow.admin.v1.BaselineRevision.created_at:type_name -> google.protobuf.Timestamp
-	14,  // 13: flow.admin.v1.Baseline.entries:type_name -> flow.admin.v1.BaselineEntry
-	77,  // 14: flow.admin.v1.Baseline.created_at:type_name -> google.protobuf.Timestamp
-	77,  // 15: flow.admin.v1.Baseline.activated_at:type_name -> google.protobuf.Timestamp
-	15,  // 16: flow.admin.v1.Baseline.history:type_name -> flow.admin.v1.BaselineRevision
-	14,  // 17: flow.admin.v1.CreateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
-	14,  // 18: flow.admin.v1.UpdateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
-	16,  // 19: flow.admin.v1.BaselineResponse.baseline:type_name -> flow.admin.v1.Baseline
-	16,  // 20: flow.admin.v1.ListBaselinesResponse.baselines:type_name -> flow.admin.v1.Baseline
-	26,  // 21: flow.admin.v1.DeviceCompliance.differences:type_name -> flow.admin.v1.SubComponentCompliance
-	77,  // 22: flow.admin.v1.DeviceCompliance.seen_at:type_name -> google.protobuf.Timestamp
-	28,  // 23: flow.admin.v1.ComplianceGroup.counts:type_name -> flow.admin.v1.ComplianceCounts
-	27,  // 24: flow.admin.v1.GetComplianceResponse.devices:type_name -> flow.admin.v1.DeviceCompliance
-	28,  // 25: flow.admin.v1.GetComplianceResponse.site:type_name -> flow.admin.v1.ComplianceCounts
-	29,  // 26: flow.admin.v1.GetComplianceResponse.groups:type_name -> flow.admin.v1.ComplianceGroup
-	77,  // 27: flow.admin.v1.GetComplianceResponse.computed_at:type_name -> google.protobuf.Timestamp
-	32,  // 28: flow.admin.v1.ApplyBaselineResponse.waves:type_name -> flow.admin.v1.ApplyWave
-	77,  // 29: flow.admin.v1.GetInstalledFirmwareResponse.seen_at:type_name -> google.protobuf.Timestamp
-	77,  // 30: flow.admin.v1.GetInstalledFirmwareResponse.changed_at:type_name -> google.protobuf.Timestamp
-	35,  // 31: flow.admin.v1.GetInstalledFirmwareResponse.components:type_name -> flow.admin.v1.InstalledSubComponent
-	37,  // 32: flow.admin.v1.PlannedPhase.racks:type_name -> flow.admin.v1.PlannedRack
-	79,  // 33: flow.admin.v1.PreviewOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
-	38,  // 34: flow.admin.v1.PreviewOperationRunResponse.phases:type_name -> flow.admin.v1.PlannedPhase
-	80,  // 35: flow.admin.v1.PreviewSubmissionRequest.power_on:type_name -> v1.PowerOnRackRequest
-	81,  // 36: flow.admin.v1.PreviewSubmissionRequest.power_off:type_name -> v1.PowerOffRackRequest
-	82,  // 37: flow.admin.v1.PreviewSubmissionRequest.power_reset:type_name -> v1.PowerResetRackRequest
-	83,  // 38: flow.admin.v1.PreviewSubmissionRequest.ac_power_cycle:type_name -> v1.ACPowerCycleRackRequest
-	84,  // 39: flow.admin.v1.PreviewSubmissionRequest.upgrade_firmware:type_name -> v1.UpgradeFirmwareRequest
-	37,  // 40: flow.admin.v1.PreviewSubmissionResponse.racks:type_name -> flow.admin.v1.PlannedRack
-	79,  // 41: flow.admin.v1.CreateOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
-	77,  // 42: flow.admin.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
-	77,  // 43: flow.admin.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
-	77,  // 44: flow.admin.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
-	38,  // 45: flow.admin.v1.Approval.phases:type_name -> flow.admin.v1.PlannedPhase
-	45,  // 46: flow.admin.v1.ListApprovalsResponse.approvals:type_name -> flow.admin.v1.Approval
-	78,  // 47: flow.admin.v1.Window.duration:type_name -> google.protobuf.Duration
-	77,  // 48: flow.admin.v1.Window.starts_at:type_name -> google.protobuf.Timestamp
-	77,  // 49: flow.admin.v1.Window.ends_at:type_name -> google.protobuf.Timestamp
-	51,  // 50: flow.admin.v1.Window.scope:type_name -> flow.admin.v1.WindowScope
-	77,  // 51: flow.admin.v1.Window.created_at:type_name -> google.protobuf.Timestamp
-	77,  // 52: flow.admin.v1.Window.next_change:type_name -> google.protobuf.Timestamp
-	78,  // 53: flow.admin.v1.CreateWindowRequest.duration:type_name -> google.protobuf.Duration
-	77,  // 54: flow.admin.v1.CreateWindowRequest.starts_at:type_name -> google.protobuf.Timestamp
-	77,  // 55: flow.admin.v1.CreateWindowRequest.ends_at:type_name -> google.protobuf.Timestamp
-	51,  // 56: flow.admin.v1.CreateWindowRequest.scope:type_name -> flow.admin.v1.WindowScope
-	52,  // 57: flow.admin.v1.WindowResponse.window:type_name -> flow.admin.v1.Window
-	52,  // 58: flow.admin.v1.ListWindowsResponse.windows:type_name -> flow.admin.v1.Window
-	77,  // 59: flow.admin.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
-	63,  // 60: flow.admin.v1.WebhookResponse.webhook:type_name -> flow.admin.v1.Webhook
-	63,  // 61: flow.admin.v1.ListWebhooksResponse.webhooks:type_name -> flow.admin.v1.Webhook
-	77,  // 62: flow.admin.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	77,  // 63: flow.admin.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
-	77,  // 64: flow.admin.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
-	72,  // 65: flow.admin.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> flow.admin.v1.WebhookDelivery
-	2,   // 66: flow.admin.v1.AdminService.RunSync:input_type -> flow.admin.v1.RunSyncRequest
-	4,   // 67: flow.admin.v1.AdminService.GetSyncStatus:input_type -> flow.admin.v1.GetSyncStatusRequest
-	6,   // 68: flow.admin.v1.AdminService.OverrideLeak:input_type -> flow.admin.v1.OverrideLeakRequest
-	8,   // 69: flow.admin.v1.AdminService.ListLeakOccurrences:input_type -> flow.admin.v1.ListLeakOccurrencesRequest
-	17,  // 70: flow.admin.v1.AdminService.CreateBaseline:input_type -> flow.admin.v1.CreateBaselineRequest
-	18,  // 71: flow.admin.v1.AdminService.UpdateBaseline:input_type -> flow.admin.v1.UpdateBaselineRequest
-	19,  // 72: flow.admin.v1.AdminService.GetBaseline:input_type -> flow.admin.v1.GetBaselineRequest
-	21,  // 73: flow.admin.v1.AdminService.ListBaselines:input_type -> flow.admin.v1.ListBaselinesRequest
-	23,  // 74: flow.admin.v1.AdminService.ActivateBaseline:input_type -> flow.admin.v1.ActivateBaselineRequest
-	24,  // 75: flow.admin.v1.AdminService.ImportBaseline:input_type -> flow.admin.v1.ImportBaselineRequest
-	25,  // 76: flow.admin.v1.AdminService.GetCompliance:input_type -> flow.admin.v1.GetComplianceRequest
-	31,  // 77: flow.admin.v1.AdminService.ApplyBaseline:input_type -> flow.admin.v1.ApplyBaselineRequest
-	34,  // 78: flow.admin.v1.AdminService.GetInstalledFirmware:input_type -> flow.admin.v1.GetInstalledFirmwareRequest
-	39,  // 79: flow.admin.v1.AdminService.PreviewOperationRun:input_type -> flow.admin.v1.PreviewOperationRunRequest
-	41,  // 80: flow.admin.v1.AdminService.PreviewSubmission:input_type -> flow.admin.v1.PreviewSubmissionRequest
-	43,  // 81: flow.admin.v1.AdminService.CreateOperationRun:input_type -> flow.admin.v1.CreateOperationRunRequest
-	46,  // 82: flow.admin.v1.AdminService.ListApprovals:input_type -> flow.admin.v1.ListApprovalsRequest
-	48,  // 83: flow.admin.v1.AdminService.GetApproval:input_type -> flow.admin.v1.GetApprovalRequest
-	49,  // 84: flow.admin.v1.AdminService.Approve:input_type -> flow.admin.v1.ApproveRequest
-	50,  // 85: flow.admin.v1.AdminService.Reject:input_type -> flow.admin.v1.RejectRequest
-	53,  // 86: flow.admin.v1.AdminService.CreateWindow:input_type -> flow.admin.v1.CreateWindowRequest
-	55,  // 87: flow.admin.v1.AdminService.ListWindows:input_type -> flow.admin.v1.ListWindowsRequest
-	57,  // 88: flow.admin.v1.AdminService.GetWindow:input_type -> flow.admin.v1.GetWindowRequest
-	58,  // 89: flow.admin.v1.AdminService.DeleteWindow:input_type -> flow.admin.v1.DeleteWindowRequest
-	59,  // 90: flow.admin.v1.AdminService.ReleaseTaskFromWindows:input_type -> flow.admin.v1.ReleaseTaskFromWindowsRequest
-	61,  // 91: flow.admin.v1.AdminService.ReleaseRunFromWindows:input_type -> flow.admin.v1.ReleaseRunFromWindowsRequest
-	11,  // 92: flow.admin.v1.AdminService.FindDeletedRacks:input_type -> flow.admin.v1.FindDeletedRacksRequest
-	64,  // 93: flow.admin.v1.AdminService.CreateWebhook:input_type -> flow.admin.v1.CreateWebhookRequest
-	66,  // 94: flow.admin.v1.AdminService.ListWebhooks:input_type -> flow.admin.v1.ListWebhooksRequest
-	68,  // 95: flow.admin.v1.AdminService.GetWebhook:input_type -> flow.admin.v1.GetWebhookRequest
-	69,  // 96: flow.admin.v1.AdminService.DeleteWebhook:input_type -> flow.admin.v1.DeleteWebhookRequest
-	70,  // 97: flow.admin.v1.AdminService.TestWebhook:input_type -> flow.admin.v1.TestWebhookRequest
-	73,  // 98: flow.admin.v1.AdminService.ListWebhookDeliveries:input_type -> flow.admin.v1.ListWebhookDeliveriesRequest
-	75,  // 99: flow.admin.v1.AdminService.RedriveWebhookDeliveries:input_type -> flow.admin.v1.RedriveWebhookDeliveriesRequest
-	3,   // 100: flow.admin.v1.AdminService.RunSync:output_type -> flow.admin.v1.RunSyncResponse
-	5,   // 101: flow.admin.v1.AdminService.GetSyncStatus:output_type -> flow.admin.v1.GetSyncStatusResponse
-	7,   // 102: flow.admin.v1.AdminService.OverrideLeak:output_type -> flow.admin.v1.OverrideLeakResponse
-	10,  // 103: flow.admin.v1.AdminService.ListLeakOccurrences:output_type -> flow.admin.v1.ListLeakOccurrencesResponse
-	20,  // 104: flow.admin.v1.AdminService.CreateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	20,  // 105: flow.admin.v1.AdminService.UpdateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	20,  // 106: flow.admin.v1.AdminService.GetBaseline:output_type -> flow.admin.v1.BaselineResponse
-	22,  // 107: flow.admin.v1.AdminService.ListBaselines:output_type -> flow.admin.v1.ListBaselinesResponse
-	20,  // 108: flow.admin.v1.AdminService.ActivateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	20,  // 109: flow.admin.v1.AdminService.ImportBaseline:output_type -> flow.admin.v1.BaselineResponse
-	30,  // 110: flow.admin.v1.AdminService.GetCompliance:output_type -> flow.admin.v1.GetComplianceResponse
-	33,  // 111: flow.admin.v1.AdminService.ApplyBaseline:output_type -> flow.admin.v1.ApplyBaselineResponse
-	36,  // 112: flow.admin.v1.AdminService.GetInstalledFirmware:output_type -> flow.admin.v1.GetInstalledFirmwareResponse
-	40,  // 113: flow.admin.v1.AdminService.PreviewOperationRun:output_type -> flow.admin.v1.PreviewOperationRunResponse
-	42,  // 114: flow.admin.v1.AdminService.PreviewSubmission:output_type -> flow.admin.v1.PreviewSubmissionResponse
-	44,  // 115: flow.admin.v1.AdminService.CreateOperationRun:output_type -> flow.admin.v1.CreateOperationRunResponse
-	47,  // 116: flow.admin.v1.AdminService.ListApprovals:output_type -> flow.admin.v1.ListApprovalsResponse
-	45,  // 117: flow.admin.v1.AdminService.GetApproval:output_type -> flow.admin.v1.Approval
-	45,  // 118: flow.admin.v1.AdminService.Approve:output_type -> flow.admin.v1.Approval
-	45,  // 119: flow.admin.v1.AdminService.Reject:output_type -> flow.admin.v1.Approval
-	54,  // 120: flow.admin.v1.AdminService.CreateWindow:output_type -> flow.admin.v1.WindowResponse
-	56,  // 121: flow.admin.v1.AdminService.ListWindows:output_type -> flow.admin.v1.ListWindowsResponse
-	54,  // 122: flow.admin.v1.AdminService.GetWindow:output_type -> flow.admin.v1.WindowResponse
-	54,  // 123: flow.admin.v1.AdminService.DeleteWindow:output_type -> flow.admin.v1.WindowResponse
-	60,  // 124: flow.admin.v1.AdminService.ReleaseTaskFromWindows:output_type -> flow.admin.v1.ReleaseTaskFromWindowsResponse
-	62,  // 125: flow.admin.v1.AdminService.ReleaseRunFromWindows:output_type -> flow.admin.v1.ReleaseRunFromWindowsResponse
-	13,  // 126: flow.admin.v1.AdminService.FindDeletedRacks:output_type -> flow.admin.v1.FindDeletedRacksResponse
-	65,  // 127: flow.admin.v1.AdminService.CreateWebhook:output_type -> flow.admin.v1.WebhookResponse
-	67,  // 128: flow.admin.v1.AdminService.ListWebhooks:output_type -> flow.admin.v1.ListWebhooksResponse
-	65,  // 129: flow.admin.v1.AdminService.GetWebhook:output_type -> flow.admin.v1.WebhookResponse
-	65,  // 130: flow.admin.v1.AdminService.DeleteWebhook:output_type -> flow.admin.v1.WebhookResponse
-	71,  // 131: flow.admin.v1.AdminService.TestWebhook:output_type -> flow.admin.v1.TestWebhookResponse
-	74,  // 132: flow.admin.v1.AdminService.ListWebhookDeliveries:output_type -> flow.admin.v1.ListWebhookDeliveriesResponse
-	76,  // 133: flow.admin.v1.AdminService.RedriveWebhookDeliveries:output_type -> flow.admin.v1.RedriveWebhookDeliveriesResponse
-	100, // [100:134] is the sub-list for method output_type
-	66,  // [66:100] is the sub-list for method input_type
-	66,  // [66:66] is the sub-list for extension type_name
-	66,  // [66:66] is the sub-list for extension extendee
-	0,   // [0:66] is the sub-list for field type_name
+	89,  // 10: flow.admin.v1.Isolation.observed_at:type_name -> google.protobuf.Timestamp
+	89,  // 11: flow.admin.v1.Isolation.requested_at:type_name -> google.protobuf.Timestamp
+	89,  // 12: flow.admin.v1.Isolation.next_send_at:type_name -> google.protobuf.Timestamp
+	89,  // 13: flow.admin.v1.Isolation.acknowledged_at:type_name -> google.protobuf.Timestamp
+	89,  // 14: flow.admin.v1.Isolation.cleared_at:type_name -> google.protobuf.Timestamp
+	11,  // 15: flow.admin.v1.IsolationResponse.isolation:type_name -> flow.admin.v1.Isolation
+	11,  // 16: flow.admin.v1.OverrideIsolationResponse.isolations:type_name -> flow.admin.v1.Isolation
+	11,  // 17: flow.admin.v1.ListIsolationsResponse.isolations:type_name -> flow.admin.v1.Isolation
+	89,  // 18: flow.admin.v1.FacilityLeakReport.reported_at:type_name -> google.protobuf.Timestamp
+	20,  // 19: flow.admin.v1.ListFacilityLeakReportsResponse.reports:type_name -> flow.admin.v1.FacilityLeakReport
+	89,  // 20: flow.admin.v1.DeletedRack.deleted_at:type_name -> google.protobuf.Timestamp
+	24,  // 21: flow.admin.v1.FindDeletedRacksResponse.racks:type_name -> flow.admin.v1.DeletedRack
+	89,  // 22: flow.admin.v1.BaselineRevision.created_at:type_name -> google.protobuf.Timestamp
+	26,  // 23: flow.admin.v1.Baseline.entries:type_name -> flow.admin.v1.BaselineEntry
+	89,  // 24: flow.admin.v1.Baseline.created_at:type_name -> google.protobuf.Timestamp
+	89,  // 25: flow.admin.v1.Baseline.activated_at:type_name -> google.protobuf.Timestamp
+	27,  // 26: flow.admin.v1.Baseline.history:type_name -> flow.admin.v1.BaselineRevision
+	26,  // 27: flow.admin.v1.CreateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
+	26,  // 28: flow.admin.v1.UpdateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
+	28,  // 29: flow.admin.v1.BaselineResponse.baseline:type_name -> flow.admin.v1.Baseline
+	28,  // 30: flow.admin.v1.ListBaselinesResponse.baselines:type_name -> flow.admin.v1.Baseline
+	38,  // 31: flow.admin.v1.DeviceCompliance.differences:type_name -> flow.admin.v1.SubComponentCompliance
+	89,  // 32: flow.admin.v1.DeviceCompliance.seen_at:type_name -> google.protobuf.Timestamp
+	40,  // 33: flow.admin.v1.ComplianceGroup.counts:type_name -> flow.admin.v1.ComplianceCounts
+	39,  // 34: flow.admin.v1.GetComplianceResponse.devices:type_name -> flow.admin.v1.DeviceCompliance
+	40,  // 35: flow.admin.v1.GetComplianceResponse.site:type_name -> flow.admin.v1.ComplianceCounts
+	41,  // 36: flow.admin.v1.GetComplianceResponse.groups:type_name -> flow.admin.v1.ComplianceGroup
+	89,  // 37: flow.admin.v1.GetComplianceResponse.computed_at:type_name -> google.protobuf.Timestamp
+	44,  // 38: flow.admin.v1.ApplyBaselineResponse.waves:type_name -> flow.admin.v1.ApplyWave
+	89,  // 39: flow.admin.v1.GetInstalledFirmwareResponse.seen_at:type_name -> google.protobuf.Timestamp
+	89,  // 40: flow.admin.v1.GetInstalledFirmwareResponse.changed_at:type_name -> google.protobuf.Timestamp
+	47,  // 41: flow.admin.v1.GetInstalledFirmwareResponse.components:type_name -> flow.admin.v1.InstalledSubComponent
+	49,  // 42: flow.admin.v1.PlannedPhase.racks:type_name -> flow.admin.v1.PlannedRack
+	91,  // 43: flow.admin.v1.PreviewOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
+	50,  // 44: flow.admin.v1.PreviewOperationRunResponse.phases:type_name -> flow.admin.v1.PlannedPhase
+	92,  // 45: flow.admin.v1.PreviewSubmissionRequest.power_on:type_name -> v1.PowerOnRackRequest
+	93,  // 46: flow.admin.v1.PreviewSubmissionRequest.power_off:type_name -> v1.PowerOffRackRequest
+	94,  // 47: flow.admin.v1.PreviewSubmissionRequest.power_reset:type_name -> v1.PowerResetRackRequest
+	95,  // 48: flow.admin.v1.PreviewSubmissionRequest.ac_power_cycle:type_name -> v1.ACPowerCycleRackRequest
+	96,  // 49: flow.admin.v1.PreviewSubmissionRequest.upgrade_firmware:type_name -> v1.UpgradeFirmwareRequest
+	49,  // 50: flow.admin.v1.PreviewSubmissionResponse.racks:type_name -> flow.admin.v1.PlannedRack
+	91,  // 51: flow.admin.v1.CreateOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
+	89,  // 52: flow.admin.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
+	89,  // 53: flow.admin.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
+	89,  // 54: flow.admin.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	50,  // 55: flow.admin.v1.Approval.phases:type_name -> flow.admin.v1.PlannedPhase
+	57,  // 56: flow.admin.v1.ListApprovalsResponse.approvals:type_name -> flow.admin.v1.Approval
+	90,  // 57: flow.admin.v1.Window.duration:type_name -> google.protobuf.Duration
+	89,  // 58: flow.admin.v1.Window.starts_at:type_name -> google.protobuf.Timestamp
+	89,  // 59: flow.admin.v1.Window.ends_at:type_name -> google.protobuf.Timestamp
+	63,  // 60: flow.admin.v1.Window.scope:type_name -> flow.admin.v1.WindowScope
+	89,  // 61: flow.admin.v1.Window.created_at:type_name -> google.protobuf.Timestamp
+	89,  // 62: flow.admin.v1.Window.next_change:type_name -> google.protobuf.Timestamp
+	90,  // 63: flow.admin.v1.CreateWindowRequest.duration:type_name -> google.protobuf.Duration
+	89,  // 64: flow.admin.v1.CreateWindowRequest.starts_at:type_name -> google.protobuf.Timestamp
+	89,  // 65: flow.admin.v1.CreateWindowRequest.ends_at:type_name -> google.protobuf.Timestamp
+	63,  // 66: flow.admin.v1.CreateWindowRequest.scope:type_name -> flow.admin.v1.WindowScope
+	64,  // 67: flow.admin.v1.WindowResponse.window:type_name -> flow.admin.v1.Window
+	64,  // 68: flow.admin.v1.ListWindowsResponse.windows:type_name -> flow.admin.v1.Window
+	89,  // 69: flow.admin.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	75,  // 70: flow.admin.v1.WebhookResponse.webhook:type_name -> flow.admin.v1.Webhook
+	75,  // 71: flow.admin.v1.ListWebhooksResponse.webhooks:type_name -> flow.admin.v1.Webhook
+	89,  // 72: flow.admin.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	89,  // 73: flow.admin.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	89,  // 74: flow.admin.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
+	84,  // 75: flow.admin.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> flow.admin.v1.WebhookDelivery
+	2,   // 76: flow.admin.v1.AdminService.RunSync:input_type -> flow.admin.v1.RunSyncRequest
+	4,   // 77: flow.admin.v1.AdminService.GetSyncStatus:input_type -> flow.admin.v1.GetSyncStatusRequest
+	6,   // 78: flow.admin.v1.AdminService.OverrideLeak:input_type -> flow.admin.v1.OverrideLeakRequest
+	8,   // 79: flow.admin.v1.AdminService.ListLeakOccurrences:input_type -> flow.admin.v1.ListLeakOccurrencesRequest
+	13,  // 80: flow.admin.v1.AdminService.AcknowledgeIsolation:input_type -> flow.admin.v1.AcknowledgeIsolationRequest
+	14,  // 81: flow.admin.v1.AdminService.ClearIsolation:input_type -> flow.admin.v1.ClearIsolationRequest
+	15,  // 82: flow.admin.v1.AdminService.OverrideIsolation:input_type -> flow.admin.v1.OverrideIsolationRequest
+	17,  // 83: flow.admin.v1.AdminService.ListIsolations:input_type -> flow.admin.v1.ListIsolationsRequest
+	19,  // 84: flow.admin.v1.AdminService.ReportFacilityLeak:input_type -> flow.admin.v1.ReportFacilityLeakRequest
+	21,  // 85: flow.admin.v1.AdminService.ListFacilityLeakReports:input_type -> flow.admin.v1.ListFacilityLeakReportsRequest
+	29,  // 86: flow.admin.v1.AdminService.CreateBaseline:input_type -> flow.admin.v1.CreateBaselineRequest
+	30,  // 87: flow.admin.v1.AdminService.UpdateBaseline:input_type -> flow.admin.v1.UpdateBaselineRequest
+	31,  // 88: flow.admin.v1.AdminService.GetBaseline:input_type -> flow.admin.v1.GetBaselineRequest
+	33,  // 89: flow.admin.v1.AdminService.ListBaselines:input_type -> flow.admin.v1.ListBaselinesRequest
+	35,  // 90: flow.admin.v1.AdminService.ActivateBaseline:input_type -> flow.admin.v1.ActivateBaselineRequest
+	36,  // 91: flow.admin.v1.AdminService.ImportBaseline:input_type -> flow.admin.v1.ImportBaselineRequest
+	37,  // 92: flow.admin.v1.AdminService.GetCompliance:input_type -> flow.admin.v1.GetComplianceRequest
+	43,  // 93: flow.admin.v1.AdminService.ApplyBaseline:input_type -> flow.admin.v1.ApplyBaselineRequest
+	46,  // 94: flow.admin.v1.AdminService.GetInstalledFirmware:input_type -> flow.admin.v1.GetInstalledFirmwareRequest
+	51,  // 95: flow.admin.v1.AdminService.PreviewOperationRun:input_type -> flow.admin.v1.PreviewOperationRunRequest
+	53,  // 96: flow.admin.v1.AdminService.PreviewSubmission:input_type -> flow.admin.v1.PreviewSubmissionRequest
+	55,  // 97: flow.admin.v1.AdminService.CreateOperationRun:input_type -> flow.admin.v1.CreateOperationRunRequest
+	58,  // 98: flow.admin.v1.AdminService.ListApprovals:input_type -> flow.admin.v1.ListApprovalsRequest
+	60,  // 99: flow.admin.v1.AdminService.GetApproval:input_type -> flow.admin.v1.GetApprovalRequest
+	61,  // 100: flow.admin.v1.AdminService.Approve:input_type -> flow.admin.v1.ApproveRequest
+	62,  // 101: flow.admin.v1.AdminService.Reject:input_type -> flow.admin.v1.RejectRequest
+	65,  // 102: flow.admin.v1.AdminService.CreateWindow:input_type -> flow.admin.v1.CreateWindowRequest
+	67,  // 103: flow.admin.v1.AdminService.ListWindows:input_type -> flow.admin.v1.ListWindowsRequest
+	69,  // 104: flow.admin.v1.AdminService.GetWindow:input_type -> flow.admin.v1.GetWindowRequest
+	70,  // 105: flow.admin.v1.AdminService.DeleteWindow:input_type -> flow.admin.v1.DeleteWindowRequest
+	71,  // 106: flow.admin.v1.AdminService.ReleaseTaskFromWindows:input_type -> flow.admin.v1.ReleaseTaskFromWindowsRequest
+	73,  // 107: flow.admin.v1.AdminService.ReleaseRunFromWindows:input_type -> flow.admin.v1.ReleaseRunFromWindowsRequest
+	23,  // 108: flow.admin.v1.AdminService.FindDeletedRacks:input_type -> flow.admin.v1.FindDeletedRacksRequest
+	76,  // 109: flow.admin.v1.AdminService.CreateWebhook:input_type -> flow.admin.v1.CreateWebhookRequest
+	78,  // 110: flow.admin.v1.AdminService.ListWebhooks:input_type -> flow.admin.v1.ListWebhooksRequest
+	80,  // 111: flow.admin.v1.AdminService.GetWebhook:input_type -> flow.admin.v1.GetWebhookRequest
+	81,  // 112: flow.admin.v1.AdminService.DeleteWebhook:input_type -> flow.admin.v1.DeleteWebhookRequest
+	82,  // 113: flow.admin.v1.AdminService.TestWebhook:input_type -> flow.admin.v1.TestWebhookRequest
+	85,  // 114: flow.admin.v1.AdminService.ListWebhookDeliveries:input_type -> flow.admin.v1.ListWebhookDeliveriesRequest
+	87,  // 115: flow.admin.v1.AdminService.RedriveWebhookDeliveries:input_type -> flow.admin.v1.RedriveWebhookDeliveriesRequest
+	3,   // 116: flow.admin.v1.AdminService.RunSync:output_type -> flow.admin.v1.RunSyncResponse
+	5,   // 117: flow.admin.v1.AdminService.GetSyncStatus:output_type -> flow.admin.v1.GetSyncStatusResponse
+	7,   // 118: flow.admin.v1.AdminService.OverrideLeak:output_type -> flow.admin.v1.OverrideLeakResponse
+	10,  // 119: flow.admin.v1.AdminService.ListLeakOccurrences:output_type -> flow.admin.v1.ListLeakOccurrencesResponse
+	12,  // 120: flow.admin.v1.AdminService.AcknowledgeIsolation:output_type -> flow.admin.v1.IsolationResponse
+	12,  // 121: flow.admin.v1.AdminService.ClearIsolation:output_type -> flow.admin.v1.IsolationResponse
+	16,  // 122: flow.admin.v1.AdminService.OverrideIsolation:output_type -> flow.admin.v1.OverrideIsolationResponse
+	18,  // 123: flow.admin.v1.AdminService.ListIsolations:output_type -> flow.admin.v1.ListIsolationsResponse
+	20,  // 124: flow.admin.v1.AdminService.ReportFacilityLeak:output_type -> flow.admin.v1.FacilityLeakReport
+	22,  // 125: flow.admin.v1.AdminService.ListFacilityLeakReports:output_type -> flow.admin.v1.ListFacilityLeakReportsResponse
+	32,  // 126: flow.admin.v1.AdminService.CreateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	32,  // 127: flow.admin.v1.AdminService.UpdateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	32,  // 128: flow.admin.v1.AdminService.GetBaseline:output_type -> flow.admin.v1.BaselineResponse
+	34,  // 129: flow.admin.v1.AdminService.ListBaselines:output_type -> flow.admin.v1.ListBaselinesResponse
+	32,  // 130: flow.admin.v1.AdminService.ActivateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	32,  // 131: flow.admin.v1.AdminService.ImportBaseline:output_type -> flow.admin.v1.BaselineResponse
+	42,  // 132: flow.admin.v1.AdminService.GetCompliance:output_type -> flow.admin.v1.GetComplianceResponse
+	45,  // 133: flow.admin.v1.AdminService.ApplyBaseline:output_type -> flow.admin.v1.ApplyBaselineResponse
+	48,  // 134: flow.admin.v1.AdminService.GetInstalledFirmware:output_type -> flow.admin.v1.GetInstalledFirmwareResponse
+	52,  // 135: flow.admin.v1.AdminService.PreviewOperationRun:output_type -> flow.admin.v1.PreviewOperationRunResponse
+	54,  // 136: flow.admin.v1.AdminService.PreviewSubmission:output_type -> flow.admin.v1.PreviewSubmissionResponse
+	56,  // 137: flow.admin.v1.AdminService.CreateOperationRun:output_type -> flow.admin.v1.CreateOperationRunResponse
+	59,  // 138: flow.admin.v1.AdminService.ListApprovals:output_type -> flow.admin.v1.ListApprovalsResponse
+	57,  // 139: flow.admin.v1.AdminService.GetApproval:output_type -> flow.admin.v1.Approval
+	57,  // 140: flow.admin.v1.AdminService.Approve:output_type -> flow.admin.v1.Approval
+	57,  // 141: flow.admin.v1.AdminService.Reject:output_type -> flow.admin.v1.Approval
+	66,  // 142: flow.admin.v1.AdminService.CreateWindow:output_type -> flow.admin.v1.WindowResponse
+	68,  // 143: flow.admin.v1.AdminService.ListWindows:output_type -> flow.admin.v1.ListWindowsResponse
+	66,  // 144: flow.admin.v1.AdminService.GetWindow:output_type -> flow.admin.v1.WindowResponse
+	66,  // 145: flow.admin.v1.AdminService.DeleteWindow:output_type -> flow.admin.v1.WindowResponse
+	72,  // 146: flow.admin.v1.AdminService.ReleaseTaskFromWindows:output_type -> flow.admin.v1.ReleaseTaskFromWindowsResponse
+	74,  // 147: flow.admin.v1.AdminService.ReleaseRunFromWindows:output_type -> flow.admin.v1.ReleaseRunFromWindowsResponse
+	25,  // 148: flow.admin.v1.AdminService.FindDeletedRacks:output_type -> flow.admin.v1.FindDeletedRacksResponse
+	77,  // 149: flow.admin.v1.AdminService.CreateWebhook:output_type -> flow.admin.v1.WebhookResponse
+	79,  // 150: flow.admin.v1.AdminService.ListWebhooks:output_type -> flow.admin.v1.ListWebhooksResponse
+	77,  // 151: flow.admin.v1.AdminService.GetWebhook:output_type -> flow.admin.v1.WebhookResponse
+	77,  // 152: flow.admin.v1.AdminService.DeleteWebhook:output_type -> flow.admin.v1.WebhookResponse
+	83,  // 153: flow.admin.v1.AdminService.TestWebhook:output_type -> flow.admin.v1.TestWebhookResponse
+	86,  // 154: flow.admin.v1.AdminService.ListWebhookDeliveries:output_type -> flow.admin.v1.ListWebhookDeliveriesResponse
+	88,  // 155: flow.admin.v1.AdminService.RedriveWebhookDeliveries:output_type -> flow.admin.v1.RedriveWebhookDeliveriesResponse
+	116, // [116:156] is the sub-list for method output_type
+	76,  // [76:116] is the sub-list for method input_type
+	76,  // [76:76] is the sub-list for extension type_name
+	76,  // [76:76] is the sub-list for extension extendee
+	0,   // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_flow_admin_v1_admin_proto_init() }
@@ -6094,7 +6989,7 @@ func file_flow_admin_v1_admin_proto_init() {
 	if File_flow_admin_v1_admin_proto != nil {
 		return
 	}
-	file_flow_admin_v1_admin_proto_msgTypes[41].OneofWrappers = []any{
+	file_flow_admin_v1_admin_proto_msgTypes[53].OneofWrappers = []any{
 		(*PreviewSubmissionRequest_PowerOn)(nil),
 		(*PreviewSubmissionRequest_PowerOff)(nil),
 		(*PreviewSubmissionRequest_PowerReset)(nil),
@@ -6107,7 +7002,7 @@ func file_flow_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flow_admin_v1_admin_proto_rawDesc), len(file_flow_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   77,
+			NumMessages:   89,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

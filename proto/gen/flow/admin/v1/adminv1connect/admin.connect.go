@@ -51,6 +51,24 @@ const (
 	// AdminServiceListLeakOccurrencesProcedure is the fully-qualified name of the AdminService's
 	// ListLeakOccurrences RPC.
 	AdminServiceListLeakOccurrencesProcedure = "/flow.admin.v1.AdminService/ListLeakOccurrences"
+	// AdminServiceAcknowledgeIsolationProcedure is the fully-qualified name of the AdminService's
+	// AcknowledgeIsolation RPC.
+	AdminServiceAcknowledgeIsolationProcedure = "/flow.admin.v1.AdminService/AcknowledgeIsolation"
+	// AdminServiceClearIsolationProcedure is the fully-qualified name of the AdminService's
+	// ClearIsolation RPC.
+	AdminServiceClearIsolationProcedure = "/flow.admin.v1.AdminService/ClearIsolation"
+	// AdminServiceOverrideIsolationProcedure is the fully-qualified name of the AdminService's
+	// OverrideIsolation RPC.
+	AdminServiceOverrideIsolationProcedure = "/flow.admin.v1.AdminService/OverrideIsolation"
+	// AdminServiceListIsolationsProcedure is the fully-qualified name of the AdminService's
+	// ListIsolations RPC.
+	AdminServiceListIsolationsProcedure = "/flow.admin.v1.AdminService/ListIsolations"
+	// AdminServiceReportFacilityLeakProcedure is the fully-qualified name of the AdminService's
+	// ReportFacilityLeak RPC.
+	AdminServiceReportFacilityLeakProcedure = "/flow.admin.v1.AdminService/ReportFacilityLeak"
+	// AdminServiceListFacilityLeakReportsProcedure is the fully-qualified name of the AdminService's
+	// ListFacilityLeakReports RPC.
+	AdminServiceListFacilityLeakReportsProcedure = "/flow.admin.v1.AdminService/ListFacilityLeakReports"
 	// AdminServiceCreateBaselineProcedure is the fully-qualified name of the AdminService's
 	// CreateBaseline RPC.
 	AdminServiceCreateBaselineProcedure = "/flow.admin.v1.AdminService/CreateBaseline"
@@ -155,6 +173,32 @@ type AdminServiceClient interface {
 	// ListLeakOccurrences lists the ongoing leak occurrences Core reports,
 	// those on devices Flow does not hold included.
 	ListLeakOccurrences(context.Context, *v1.ListLeakOccurrencesRequest) (*v1.ListLeakOccurrencesResponse, error)
+	// AcknowledgeIsolation records the facility's acknowledgement of a
+	// rack's pending isolation request: Flow stops re-sending it (operator).
+	// NotFound for an unknown rack; FailedPrecondition when the rack has no
+	// request pending (never isolated, cleared, or acknowledged already).
+	AcknowledgeIsolation(context.Context, *v1.AcknowledgeIsolationRequest) (*v1.IsolationResponse, error)
+	// ClearIsolation ends a rack's isolation with a reason (operator,
+	// audited): the rack and the racks on its coolant loop may be powered on
+	// again. FailedPrecondition when the rack is not isolated.
+	ClearIsolation(context.Context, *v1.ClearIsolationRequest) (*v1.IsolationResponse, error)
+	// OverrideIsolation lets power-on of one rack through despite the open
+	// isolations that refuse it (its own, or those on its coolant loop),
+	// until they are cleared: an explicit, audited admin call with a reason.
+	// FailedPrecondition when nothing refuses the rack.
+	OverrideIsolation(context.Context, *v1.OverrideIsolationRequest) (*v1.OverrideIsolationResponse, error)
+	// ListIsolations lists isolations, newest first (the open ones unless
+	// all is set).
+	ListIsolations(context.Context, *v1.ListIsolationsRequest) (*v1.ListIsolationsResponse, error)
+	// ReportFacilityLeak is the BMS's report of a coolant leak on a loop or a
+	// rack (role bms): Flow answers as for a severe leak on every rack of the
+	// loop (powers them off, asks the facility to isolate them). NotFound for
+	// an unknown rack or loop, InvalidArgument naming the field; nothing is
+	// changed then.
+	ReportFacilityLeak(context.Context, *v1.ReportFacilityLeakRequest) (*v1.FacilityLeakReport, error)
+	// ListFacilityLeakReports lists the BMS's reports, newest first; a
+	// caller with role bms sees its own only.
+	ListFacilityLeakReports(context.Context, *v1.ListFacilityLeakReportsRequest) (*v1.ListFacilityLeakReportsResponse, error)
 	// CreateBaseline creates a baseline at revision 1. AlreadyExists when
 	// the name is taken; InvalidArgument naming the entry and field for a bad
 	// entry.
@@ -318,6 +362,42 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			httpClient,
 			baseURL+AdminServiceListLeakOccurrencesProcedure,
 			connect.WithSchema(adminServiceMethods.ByName("ListLeakOccurrences")),
+			connect.WithClientOptions(opts...),
+		),
+		acknowledgeIsolation: connect.NewClient[v1.AcknowledgeIsolationRequest, v1.IsolationResponse](
+			httpClient,
+			baseURL+AdminServiceAcknowledgeIsolationProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("AcknowledgeIsolation")),
+			connect.WithClientOptions(opts...),
+		),
+		clearIsolation: connect.NewClient[v1.ClearIsolationRequest, v1.IsolationResponse](
+			httpClient,
+			baseURL+AdminServiceClearIsolationProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ClearIsolation")),
+			connect.WithClientOptions(opts...),
+		),
+		overrideIsolation: connect.NewClient[v1.OverrideIsolationRequest, v1.OverrideIsolationResponse](
+			httpClient,
+			baseURL+AdminServiceOverrideIsolationProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("OverrideIsolation")),
+			connect.WithClientOptions(opts...),
+		),
+		listIsolations: connect.NewClient[v1.ListIsolationsRequest, v1.ListIsolationsResponse](
+			httpClient,
+			baseURL+AdminServiceListIsolationsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListIsolations")),
+			connect.WithClientOptions(opts...),
+		),
+		reportFacilityLeak: connect.NewClient[v1.ReportFacilityLeakRequest, v1.FacilityLeakReport](
+			httpClient,
+			baseURL+AdminServiceReportFacilityLeakProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ReportFacilityLeak")),
+			connect.WithClientOptions(opts...),
+		),
+		listFacilityLeakReports: connect.NewClient[v1.ListFacilityLeakReportsRequest, v1.ListFacilityLeakReportsResponse](
+			httpClient,
+			baseURL+AdminServiceListFacilityLeakReportsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListFacilityLeakReports")),
 			connect.WithClientOptions(opts...),
 		),
 		createBaseline: connect.NewClient[v1.CreateBaselineRequest, v1.BaselineResponse](
@@ -509,6 +589,12 @@ type adminServiceClient struct {
 	getSyncStatus            *connect.Client[v1.GetSyncStatusRequest, v1.GetSyncStatusResponse]
 	overrideLeak             *connect.Client[v1.OverrideLeakRequest, v1.OverrideLeakResponse]
 	listLeakOccurrences      *connect.Client[v1.ListLeakOccurrencesRequest, v1.ListLeakOccurrencesResponse]
+	acknowledgeIsolation     *connect.Client[v1.AcknowledgeIsolationRequest, v1.IsolationResponse]
+	clearIsolation           *connect.Client[v1.ClearIsolationRequest, v1.IsolationResponse]
+	overrideIsolation        *connect.Client[v1.OverrideIsolationRequest, v1.OverrideIsolationResponse]
+	listIsolations           *connect.Client[v1.ListIsolationsRequest, v1.ListIsolationsResponse]
+	reportFacilityLeak       *connect.Client[v1.ReportFacilityLeakRequest, v1.FacilityLeakReport]
+	listFacilityLeakReports  *connect.Client[v1.ListFacilityLeakReportsRequest, v1.ListFacilityLeakReportsResponse]
 	createBaseline           *connect.Client[v1.CreateBaselineRequest, v1.BaselineResponse]
 	updateBaseline           *connect.Client[v1.UpdateBaselineRequest, v1.BaselineResponse]
 	getBaseline              *connect.Client[v1.GetBaselineRequest, v1.BaselineResponse]
@@ -571,6 +657,60 @@ func (c *adminServiceClient) OverrideLeak(ctx context.Context, req *v1.OverrideL
 // ListLeakOccurrences calls flow.admin.v1.AdminService.ListLeakOccurrences.
 func (c *adminServiceClient) ListLeakOccurrences(ctx context.Context, req *v1.ListLeakOccurrencesRequest) (*v1.ListLeakOccurrencesResponse, error) {
 	response, err := c.listLeakOccurrences.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// AcknowledgeIsolation calls flow.admin.v1.AdminService.AcknowledgeIsolation.
+func (c *adminServiceClient) AcknowledgeIsolation(ctx context.Context, req *v1.AcknowledgeIsolationRequest) (*v1.IsolationResponse, error) {
+	response, err := c.acknowledgeIsolation.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ClearIsolation calls flow.admin.v1.AdminService.ClearIsolation.
+func (c *adminServiceClient) ClearIsolation(ctx context.Context, req *v1.ClearIsolationRequest) (*v1.IsolationResponse, error) {
+	response, err := c.clearIsolation.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// OverrideIsolation calls flow.admin.v1.AdminService.OverrideIsolation.
+func (c *adminServiceClient) OverrideIsolation(ctx context.Context, req *v1.OverrideIsolationRequest) (*v1.OverrideIsolationResponse, error) {
+	response, err := c.overrideIsolation.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ListIsolations calls flow.admin.v1.AdminService.ListIsolations.
+func (c *adminServiceClient) ListIsolations(ctx context.Context, req *v1.ListIsolationsRequest) (*v1.ListIsolationsResponse, error) {
+	response, err := c.listIsolations.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ReportFacilityLeak calls flow.admin.v1.AdminService.ReportFacilityLeak.
+func (c *adminServiceClient) ReportFacilityLeak(ctx context.Context, req *v1.ReportFacilityLeakRequest) (*v1.FacilityLeakReport, error) {
+	response, err := c.reportFacilityLeak.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ListFacilityLeakReports calls flow.admin.v1.AdminService.ListFacilityLeakReports.
+func (c *adminServiceClient) ListFacilityLeakReports(ctx context.Context, req *v1.ListFacilityLeakReportsRequest) (*v1.ListFacilityLeakReportsResponse, error) {
+	response, err := c.listFacilityLeakReports.CallUnary(ctx, connect.NewRequest(req))
 	if response != nil {
 		return response.Msg, err
 	}
@@ -863,6 +1003,32 @@ type AdminServiceHandler interface {
 	// ListLeakOccurrences lists the ongoing leak occurrences Core reports,
 	// those on devices Flow does not hold included.
 	ListLeakOccurrences(context.Context, *v1.ListLeakOccurrencesRequest) (*v1.ListLeakOccurrencesResponse, error)
+	// AcknowledgeIsolation records the facility's acknowledgement of a
+	// rack's pending isolation request: Flow stops re-sending it (operator).
+	// NotFound for an unknown rack; FailedPrecondition when the rack has no
+	// request pending (never isolated, cleared, or acknowledged already).
+	AcknowledgeIsolation(context.Context, *v1.AcknowledgeIsolationRequest) (*v1.IsolationResponse, error)
+	// ClearIsolation ends a rack's isolation with a reason (operator,
+	// audited): the rack and the racks on its coolant loop may be powered on
+	// again. FailedPrecondition when the rack is not isolated.
+	ClearIsolation(context.Context, *v1.ClearIsolationRequest) (*v1.IsolationResponse, error)
+	// OverrideIsolation lets power-on of one rack through despite the open
+	// isolations that refuse it (its own, or those on its coolant loop),
+	// until they are cleared: an explicit, audited admin call with a reason.
+	// FailedPrecondition when nothing refuses the rack.
+	OverrideIsolation(context.Context, *v1.OverrideIsolationRequest) (*v1.OverrideIsolationResponse, error)
+	// ListIsolations lists isolations, newest first (the open ones unless
+	// all is set).
+	ListIsolations(context.Context, *v1.ListIsolationsRequest) (*v1.ListIsolationsResponse, error)
+	// ReportFacilityLeak is the BMS's report of a coolant leak on a loop or a
+	// rack (role bms): Flow answers as for a severe leak on every rack of the
+	// loop (powers them off, asks the facility to isolate them). NotFound for
+	// an unknown rack or loop, InvalidArgument naming the field; nothing is
+	// changed then.
+	ReportFacilityLeak(context.Context, *v1.ReportFacilityLeakRequest) (*v1.FacilityLeakReport, error)
+	// ListFacilityLeakReports lists the BMS's reports, newest first; a
+	// caller with role bms sees its own only.
+	ListFacilityLeakReports(context.Context, *v1.ListFacilityLeakReportsRequest) (*v1.ListFacilityLeakReportsResponse, error)
 	// CreateBaseline creates a baseline at revision 1. AlreadyExists when
 	// the name is taken; InvalidArgument naming the entry and field for a bad
 	// entry.
@@ -1022,6 +1188,42 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		AdminServiceListLeakOccurrencesProcedure,
 		svc.ListLeakOccurrences,
 		connect.WithSchema(adminServiceMethods.ByName("ListLeakOccurrences")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceAcknowledgeIsolationHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceAcknowledgeIsolationProcedure,
+		svc.AcknowledgeIsolation,
+		connect.WithSchema(adminServiceMethods.ByName("AcknowledgeIsolation")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceClearIsolationHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceClearIsolationProcedure,
+		svc.ClearIsolation,
+		connect.WithSchema(adminServiceMethods.ByName("ClearIsolation")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceOverrideIsolationHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceOverrideIsolationProcedure,
+		svc.OverrideIsolation,
+		connect.WithSchema(adminServiceMethods.ByName("OverrideIsolation")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListIsolationsHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceListIsolationsProcedure,
+		svc.ListIsolations,
+		connect.WithSchema(adminServiceMethods.ByName("ListIsolations")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceReportFacilityLeakHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceReportFacilityLeakProcedure,
+		svc.ReportFacilityLeak,
+		connect.WithSchema(adminServiceMethods.ByName("ReportFacilityLeak")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListFacilityLeakReportsHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceListFacilityLeakReportsProcedure,
+		svc.ListFacilityLeakReports,
+		connect.WithSchema(adminServiceMethods.ByName("ListFacilityLeakReports")),
 		connect.WithHandlerOptions(opts...),
 	)
 	adminServiceCreateBaselineHandler := connect.NewUnaryHandlerSimple(
@@ -1214,6 +1416,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceOverrideLeakHandler.ServeHTTP(w, r)
 		case AdminServiceListLeakOccurrencesProcedure:
 			adminServiceListLeakOccurrencesHandler.ServeHTTP(w, r)
+		case AdminServiceAcknowledgeIsolationProcedure:
+			adminServiceAcknowledgeIsolationHandler.ServeHTTP(w, r)
+		case AdminServiceClearIsolationProcedure:
+			adminServiceClearIsolationHandler.ServeHTTP(w, r)
+		case AdminServiceOverrideIsolationProcedure:
+			adminServiceOverrideIsolationHandler.ServeHTTP(w, r)
+		case AdminServiceListIsolationsProcedure:
+			adminServiceListIsolationsHandler.ServeHTTP(w, r)
+		case AdminServiceReportFacilityLeakProcedure:
+			adminServiceReportFacilityLeakHandler.ServeHTTP(w, r)
+		case AdminServiceListFacilityLeakReportsProcedure:
+			adminServiceListFacilityLeakReportsHandler.ServeHTTP(w, r)
 		case AdminServiceCreateBaselineProcedure:
 			adminServiceCreateBaselineHandler.ServeHTTP(w, r)
 		case AdminServiceUpdateBaselineProcedure:
@@ -1297,6 +1511,30 @@ func (UnimplementedAdminServiceHandler) OverrideLeak(context.Context, *v1.Overri
 
 func (UnimplementedAdminServiceHandler) ListLeakOccurrences(context.Context, *v1.ListLeakOccurrencesRequest) (*v1.ListLeakOccurrencesResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ListLeakOccurrences is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) AcknowledgeIsolation(context.Context, *v1.AcknowledgeIsolationRequest) (*v1.IsolationResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.AcknowledgeIsolation is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ClearIsolation(context.Context, *v1.ClearIsolationRequest) (*v1.IsolationResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ClearIsolation is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) OverrideIsolation(context.Context, *v1.OverrideIsolationRequest) (*v1.OverrideIsolationResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.OverrideIsolation is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListIsolations(context.Context, *v1.ListIsolationsRequest) (*v1.ListIsolationsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ListIsolations is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ReportFacilityLeak(context.Context, *v1.ReportFacilityLeakRequest) (*v1.FacilityLeakReport, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ReportFacilityLeak is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListFacilityLeakReports(context.Context, *v1.ListFacilityLeakReportsRequest) (*v1.ListFacilityLeakReportsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ListFacilityLeakReports is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) CreateBaseline(context.Context, *v1.CreateBaselineRequest) (*v1.BaselineResponse, error) {

@@ -41,6 +41,36 @@ func (c *adminServiceLeanClient) ListLeakOccurrences(ctx context.Context, req *v
 	return lean.Call[*v1.ListLeakOccurrencesResponse](ctx, c.conn, AdminServiceListLeakOccurrencesProcedure, req)
 }
 
+// AcknowledgeIsolation calls flow.admin.v1.AdminService.AcknowledgeIsolation.
+func (c *adminServiceLeanClient) AcknowledgeIsolation(ctx context.Context, req *v1.AcknowledgeIsolationRequest) (*v1.IsolationResponse, error) {
+	return lean.Call[*v1.IsolationResponse](ctx, c.conn, AdminServiceAcknowledgeIsolationProcedure, req)
+}
+
+// ClearIsolation calls flow.admin.v1.AdminService.ClearIsolation.
+func (c *adminServiceLeanClient) ClearIsolation(ctx context.Context, req *v1.ClearIsolationRequest) (*v1.IsolationResponse, error) {
+	return lean.Call[*v1.IsolationResponse](ctx, c.conn, AdminServiceClearIsolationProcedure, req)
+}
+
+// OverrideIsolation calls flow.admin.v1.AdminService.OverrideIsolation.
+func (c *adminServiceLeanClient) OverrideIsolation(ctx context.Context, req *v1.OverrideIsolationRequest) (*v1.OverrideIsolationResponse, error) {
+	return lean.Call[*v1.OverrideIsolationResponse](ctx, c.conn, AdminServiceOverrideIsolationProcedure, req)
+}
+
+// ListIsolations calls flow.admin.v1.AdminService.ListIsolations.
+func (c *adminServiceLeanClient) ListIsolations(ctx context.Context, req *v1.ListIsolationsRequest) (*v1.ListIsolationsResponse, error) {
+	return lean.Call[*v1.ListIsolationsResponse](ctx, c.conn, AdminServiceListIsolationsProcedure, req)
+}
+
+// ReportFacilityLeak calls flow.admin.v1.AdminService.ReportFacilityLeak.
+func (c *adminServiceLeanClient) ReportFacilityLeak(ctx context.Context, req *v1.ReportFacilityLeakRequest) (*v1.FacilityLeakReport, error) {
+	return lean.Call[*v1.FacilityLeakReport](ctx, c.conn, AdminServiceReportFacilityLeakProcedure, req)
+}
+
+// ListFacilityLeakReports calls flow.admin.v1.AdminService.ListFacilityLeakReports.
+func (c *adminServiceLeanClient) ListFacilityLeakReports(ctx context.Context, req *v1.ListFacilityLeakReportsRequest) (*v1.ListFacilityLeakReportsResponse, error) {
+	return lean.Call[*v1.ListFacilityLeakReportsResponse](ctx, c.conn, AdminServiceListFacilityLeakReportsProcedure, req)
+}
+
 // CreateBaseline calls flow.admin.v1.AdminService.CreateBaseline.
 func (c *adminServiceLeanClient) CreateBaseline(ctx context.Context, req *v1.CreateBaselineRequest) (*v1.BaselineResponse, error) {
 	return lean.Call[*v1.BaselineResponse](ctx, c.conn, AdminServiceCreateBaselineProcedure, req)
