@@ -7,6 +7,7 @@ import (
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/approval"
 	"github.com/nicoflow/flow/operations/eventrule"
+	"github.com/nicoflow/flow/operations/isolation"
 	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/operations/window"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
@@ -37,7 +38,12 @@ type adminService struct {
 	// CreateWebhook, ListWebhooks, GetWebhook, DeleteWebhook, TestWebhook,
 	// ListWebhookDeliveries, RedriveWebhookDeliveries
 	*webhookHandler
+	// AcknowledgeIsolation, ClearIsolation, OverrideIsolation,
+	// ListIsolations, ReportFacilityLeak, ListFacilityLeakReports
+	*isolationHandler
 }
+
+type isolationHandler = isolation.Handler
 
 type webhookHandler = notify.Handler
 

@@ -126,6 +126,13 @@ type Config struct {
 	// WindowOperations are the operation codes and types maintenance
 	// windows and freezes hold (docs/change-safety.md).
 	WindowOperations []string // FLOW_WINDOW_OPERATIONS
+	// Leak tiers (docs/event-rules.md "Leak tiers"): the severe
+	// threshold, how often an unacknowledged isolation request is sent
+	// again, and whether a coolant loop's open leak holds disruptive work
+	// on its racks.
+	LeakSevereThreshold int           // FLOW_LEAK_SEVERE_THRESHOLD
+	LeakIsolationResend time.Duration // FLOW_LEAK_ISOLATION_RESEND
+	LeakCoolingHold     bool          // FLOW_LEAK_COOLING_HOLD
 	// Notify is the webhook delivery's settings (docs/notifications.md):
 	// FLOW_NOTIFY_*, FLOW_SITE_NAME.
 	Notify NotifyConfig
@@ -224,6 +231,9 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_EXPECTED_INVENTORY_SYNC_ENABLED", "true", "gate of the expected-inventory mirror of each inventory-sync cycle (the mirror itself is not built yet); an unparseable value refuses startup"},
 	{"FLOW_RIVERUI_ENABLED", "true", "serve River UI (the job queue's dashboard) at /ui/jobs/ on the API port behind the console's authentication: every role reads, only admins pause or resume queues and retry, cancel or delete jobs (each audited); false turns it off (dev mode also mounts it at /riverui/ on the admin listener)"},
 	{"FLOW_WINDOW_OPERATIONS", "power_off,force_power_off,restart,force_restart,warm_reset,cold_reset,upgrade,downgrade,rollback,bring_up,decommission", "the disruptive operations maintenance windows and freezes hold: a comma-separated list of operation codes, or types (firmware_control: all its codes); none holds nothing; an unknown name refuses startup (docs/change-safety.md)"},
+	{"FLOW_LEAK_SEVERE_THRESHOLD", "2", "how many open coolant leaks (not overridden) on one rack make it severe: every tray and shelf of the rack is powered off and the facility is asked to isolate it (flow.rack.isolation_requested), docs/event-rules.md#leak-tiers"},
+	{"FLOW_LEAK_ISOLATION_RESEND", "5m", "how often a rack isolation request the facility has not acknowledged (flow rack isolation ack) is sent again; a restart sends every unacknowledged one at once"},
+	{"FLOW_LEAK_COOLING_HOLD", "true", "while a coolant loop has an open leak, work that would energise a rack of the loop and has not started waits (held: coolant loop L has an open leak on rack R), and operation runs leave those racks unclaimed; false turns it off (docs/event-rules.md#cooling-awareness)"},
 	{"FLOW_SITE_NAME", "default", "the site's name in every notification payload (site.id and site.name) and in the CloudEvents source /flow/<name> (docs/notifications.md)"},
 	{"FLOW_NOTIFY_TIMEOUT", "10s", "how long one webhook request may take, connection to last byte (docs/notifications.md)"},
 	{"FLOW_NOTIFY_MAX_ATTEMPTS", "12", "attempts of one webhook delivery before it becomes a dead letter (a permanent 4xx dead-letters at once)"},
@@ -460,6 +470,21 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.WindowOperations = ops
 	}
+	if n, err := strconv.Atoi(def("FLOW_LEAK_SEVERE_THRESHOLD")); err != nil || n < 1 {
+		errs = append(errs, "FLOW_LEAK_SEVERE_THRESHOLD must be a whole number of leaks, at least 1")
+	} else {
+		cfg.LeakSevereThreshold = n
+	}
+	if d, err := time.ParseDuration(def("FLOW_LEAK_ISOLATION_RESEND")); err != nil || d < time.Second {
+		errs = append(errs, "FLOW_LEAK_ISOLATION_RESEND must be a duration of at least 1s, such as 5m")
+	} else {
+		cfg.LeakIsolationResend = d
+	}
+	if b, err := strconv.ParseBool(def("FLOW_LEAK_COOLING_HOLD")); err != nil {
+		errs = append(errs, "FLOW_LEAK_COOLING_HOLD must be true or false")
+	} else {
+		cfg.LeakCoolingHold = b
+	}
 	if n, err := loadNotify(def); err != nil {
 		errs = append(errs, err...)
 	} else {
@@ -523,6 +548,9 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("tracing", c.Tracing),
 		slog.Bool("riverui_enabled", c.RiverUIEnabled),
 		slog.Any("window_operations", c.WindowOperations),
+		slog.Int("leak_severe_threshold", c.LeakSevereThreshold),
+		slog.Duration("leak_isolation_resend", c.LeakIsolationResend),
+		slog.Bool("leak_cooling_hold", c.LeakCoolingHold),
 		slog.Duration("engine_rescue_after", c.RescueAfter),
 		slog.Duration("engine_lease_heartbeat", c.LeaseHeartbeat),
 		slog.Duration("engine_lease_expiry", c.LeaseExpiry),

@@ -30,6 +30,7 @@ import (
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/approval"
 	"github.com/nicoflow/flow/operations/eventrule"
+	"github.com/nicoflow/flow/operations/isolation"
 	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/operations/schedule"
 	"github.com/nicoflow/flow/operations/window"
@@ -178,7 +179,15 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 			return driftEvents(notifier, inv)(ctx, tx, changes)
 		}})
 	var leak *eventrule.LeakDetector
-	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, func(ctx context.Context) error { return leak.Run(ctx) }, logger); err != nil {
+	var isolations *isolation.Service
+	// Each leak-detection cycle ends with the severe tier: racks whose open
+	// leaks reach the threshold are isolated (docs/event-rules.md).
+	leakCycle := func(ctx context.Context) error {
+		err := leak.Run(ctx)
+		_, ierr := isolations.Check(ctx)
+		return errors.Join(err, ierr)
+	}
+	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, leakCycle, logger); err != nil {
 		return nil, err
 	}
 	s.system.pool = pool
@@ -307,8 +316,28 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	// Maintenance windows and freezes hold disruptive tasks and the
 	// claims of operation runs (docs/change-safety.md).
 	windows := window.NewService(window.Config{Inv: inv, Operations: cfg.WindowOperations})
-	tasks.SetStartGate(windows)
-	runs.SetWindowGate(windows)
+	// The leak tiers (docs/event-rules.md "Leak tiers"): isolated racks
+	// are refused power-on, and a coolant loop's open leak holds
+	// disruptive work on its racks like a closed window.
+	isolations = isolation.NewService(isolation.Config{
+		Pool: pool, Inv: inv, Tasks: tasks, Placement: rackPlacement(inv), LoopRacks: loopRacks(inv),
+		OnRequest: isolationRequests(notifier), Threshold: cfg.LeakSevereThreshold, Resend: cfg.LeakIsolationResend,
+		NoCooling: !cfg.LeakCoolingHold, Logger: logger,
+	})
+	tasks.SetEnergiseGuard(isolations)
+	gates := startGates{windows: windows, cooling: isolations}
+	tasks.SetStartGate(gates)
+	runs.SetWindowGate(gates)
+	// A restart sends every unacknowledged isolation request again.
+	if _, err := isolations.DueNow(ctx); err != nil {
+		return nil, fmt.Errorf("isolation requests: %w", err)
+	}
+	if err := s.system.Add(SystemJob{Name: IsolationResendJob, Interval: isolationResendInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
+		_, err := isolations.Resend(ctx, 100)
+		return err
+	}}); err != nil {
+		return nil, err
+	}
 	schedules := schedule.NewService(schedule.Config{
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: schedule.RiverFireScheduler(s.river),
 		Observe: s.tel.metrics.ScheduleFired, OnRefused: scheduleRefusals(notifier, inv),
@@ -397,6 +426,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		approvalHandler: approval.NewHandler(pool, approvals),
 		webhookHandler:  notify.NewHandler(pool, notifier, rackResolver(inv))}
 	admin.windowHandler = window.NewHandler(pool, windows, tasks, runs)
+	admin.isolationHandler = isolation.NewHandler(pool, isolations)
 	admin.leakAdminHandler.SetOnOverride(leakOverrides(notifier, inv))
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	// The console (/ui/) calls the API's handler in process, as its user.

@@ -613,6 +613,7 @@ var leakNoun = noun{
 					})
 				}
 			}},
+		leakReportVerb, leakReportsVerb,
 	},
 }
 

@@ -168,6 +168,7 @@ var rackNoun = noun{
 			return c.client.PurgeRack(ctx, &flowv1.PurgeRackRequest{Id: id})
 		}),
 	},
+	subnouns: []noun{rackIsolationNoun},
 }
 
 // resolveDeletedRack turns the RACK argument of purge into a rack UUID: a

@@ -32,7 +32,17 @@ const (
 	roleOperator
 	roleAdmin
 	roleAny Role = -1
+	// roleBMS is the building management system's role, outside the
+	// ladder: it may report facility leaks and read its own reports
+	// (bmsMethods), nothing else; an admin may do what it may.
+	roleBMS Role = -2
 )
+
+// bmsMethods are the procedures role bms may call.
+var bmsMethods = map[string]bool{
+	adminv1connect.AdminServiceReportFacilityLeakProcedure:      true,
+	adminv1connect.AdminServiceListFacilityLeakReportsProcedure: true,
+}
 
 func (r Role) String() string {
 	switch r {
@@ -44,12 +54,14 @@ func (r Role) String() string {
 		return "admin"
 	case roleAny:
 		return "any"
+	case roleBMS:
+		return "bms"
 	}
 	return "none"
 }
 
 func parseRole(s string) (Role, bool) {
-	for _, r := range []Role{roleViewer, roleOperator, roleAdmin} {
+	for _, r := range []Role{roleViewer, roleOperator, roleAdmin, roleBMS} {
 		if r.String() == s {
 			return r, true
 		}
@@ -166,6 +178,17 @@ var methodRoles = map[string]Role{
 	// (audited); the occurrences are viewer.
 	adminv1connect.AdminServiceOverrideLeakProcedure:        roleAdmin,
 	adminv1connect.AdminServiceListLeakOccurrencesProcedure: roleViewer,
+	// Leak tiers (docs/operations.md "Rack isolation"): acknowledging a
+	// facility request and clearing an isolation are operator (audited,
+	// with the reason); overriding the power-on refusal is admin; a BMS
+	// leak report is the bms role's (or an admin's); the lists are viewer
+	// (and the bms role's own reports).
+	adminv1connect.AdminServiceAcknowledgeIsolationProcedure:    roleOperator,
+	adminv1connect.AdminServiceClearIsolationProcedure:          roleOperator,
+	adminv1connect.AdminServiceOverrideIsolationProcedure:       roleAdmin,
+	adminv1connect.AdminServiceListIsolationsProcedure:          roleViewer,
+	adminv1connect.AdminServiceReportFacilityLeakProcedure:      roleBMS,
+	adminv1connect.AdminServiceListFacilityLeakReportsProcedure: roleViewer,
 	// Firmware baselines: writing or activating a baseline and applying it
 	// (which starts firmware upgrades) are operator; reads are viewer.
 	adminv1connect.AdminServiceCreateBaselineProcedure:       roleOperator,
@@ -283,7 +306,7 @@ func parsePolicy(data []byte) (*Policy, error) {
 	for id, name := range f.Identities {
 		role, ok := parseRole(name)
 		if !ok {
-			return nil, fmt.Errorf("identities: %q: unknown role %q (want viewer, operator or admin)", id, name)
+			return nil, fmt.Errorf("identities: %q: unknown role %q (want viewer, operator, admin or bms)", id, name)
 		}
 		switch i := strings.IndexByte(id, '*'); {
 		case id == "":
@@ -336,7 +359,17 @@ func (a authorizer) check(ctx context.Context, procedure string) error {
 	if need == roleAny {
 		return nil
 	}
-	if have := a.policy.roleOf(identity); have < need {
+	have := a.policy.roleOf(identity)
+	var refused bool
+	switch {
+	case have == roleBMS:
+		refused = !bmsMethods[procedure]
+	case need == roleBMS:
+		refused = have != roleAdmin
+	default:
+		refused = have < need
+	}
+	if refused {
 		if a.policy.audit {
 			a.logger.WarnContext(ctx, "authorization audit: the caller is not on the allowlist; FLOW_AUTHORIZATION_MODE=enforce would refuse this call",
 				"procedure", procedure, "identity", identity)
@@ -351,6 +384,9 @@ func (a authorizer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if err := a.check(ctx, req.Spec().Procedure); err != nil {
 			return nil, err
+		}
+		if a.policy != nil {
+			ctx = caller.WithRole(ctx, a.policy.roleOf(caller.Identity(ctx)).String())
 		}
 		return next(ctx, req)
 	}

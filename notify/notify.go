@@ -105,6 +105,8 @@ type Data struct {
 	Approval *ApprovalData `json:"approval,omitempty"`
 	// Drift events.
 	Drift *DriftData `json:"drift,omitempty"`
+	// Rack isolation requests.
+	Isolation *IsolationData `json:"isolation,omitempty"`
 	// Message says what happened, for people.
 	Message string `json:"message,omitempty"`
 }
@@ -173,6 +175,25 @@ type DriftData struct {
 	MAC           string    `json:"mac,omitempty"`
 	Fields        []string  `json:"fields,omitempty"`
 	CheckedAt     time.Time `json:"checked_at"`
+}
+
+// IsolationData is a rack isolation request's own payload
+// (flow.rack.isolation_requested): the isolation, the rack's power feed and
+// coolant loop, which request of the isolation this is (send: 1, then 2, 3
+// … while it is not acknowledged; every send is a new event with the same
+// isolation ID), and how to acknowledge it.
+type IsolationData struct {
+	ID           string    `json:"id"`
+	Tier         string    `json:"tier"`
+	Reason       string    `json:"reason"`
+	PowerFeed    string    `json:"power_feed,omitempty"`
+	CoolantLoop  string    `json:"coolant_loop,omitempty"`
+	ComponentIDs []string  `json:"component_ids,omitempty"`
+	ReportID     string    `json:"report_id,omitempty"`
+	ObservedAt   time.Time `json:"observed_at"`
+	RequestedAt  time.Time `json:"requested_at"`
+	Send         int       `json:"send"`
+	Acknowledge  string    `json:"acknowledge"`
 }
 
 // Event is one thing that happened, as Emit takes it.
