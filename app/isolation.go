@@ -62,18 +62,14 @@ func nameOr(name string, id uuid.UUID) string {
 // rackPlacement reads a rack's name, power feed and coolant loop.
 func rackPlacement(inv *inventory.Service) isolation.PlacementFunc {
 	return func(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (isolation.Placement, error) {
-		r, err := inv.Rack(ctx, dbtx, id, false)
-		if err != nil {
-			return isolation.Placement{}, err
-		}
-		return isolation.Placement{Name: r.Name}, nil
+		name, feed, loop, err := inv.RackPlacementOf(ctx, dbtx, id)
+		return isolation.Placement{Name: name, Feed: feed, Loop: loop}, err
 	}
 }
 
-// loopRacks returns the live racks on a coolant loop. Flow does not know
-// loops yet on this build: none.
+// loopRacks returns the live racks on a coolant loop.
 func loopRacks(inv *inventory.Service) isolation.LoopRacksFunc {
-	return nil
+	return inv.LoopRackIDs
 }
 
 // startGates is the task manager's StartGate: maintenance windows and

@@ -206,3 +206,25 @@ func (s *Service) RacksLeaking(ctx context.Context, dbtx db.DBTX, min int) ([]Le
 	}
 	return out, nil
 }
+
+// RackPlacementOf returns live rack id's name, power feed and coolant loop
+// ("" when not known); ErrRackNotFound when there is no such live rack.
+func (s *Service) RackPlacementOf(ctx context.Context, dbtx db.DBTX, id uuid.UUID) (name, feed, loop string, err error) {
+	row, err := s.q.RackLoopPlacement(ctx, dbtx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", "", fmt.Errorf("%w: %s", ErrRackNotFound, id)
+	} else if err != nil {
+		return "", "", "", fmt.Errorf("get rack %s: %w", id, err)
+	}
+	return row.Name, deref(row.PowerFeed), deref(row.CoolantLoop), nil
+}
+
+// LoopRackIDs returns the live racks on coolant loop, by ID (none for an
+// unknown loop).
+func (s *Service) LoopRackIDs(ctx context.Context, dbtx db.DBTX, loop string) ([]uuid.UUID, error) {
+	ids, err := s.q.LoopRackIDs(ctx, dbtx, loop)
+	if err != nil {
+		return nil, fmt.Errorf("racks on loop %s: %w", loop, err)
+	}
+	return ids, nil
+}

@@ -71,3 +71,13 @@ FROM component_leak l JOIN component c ON c.id = l.component_id
 WHERE l.status = 'detected' AND l.override_at IS NULL AND c.rack_id IS NOT NULL AND c.deleted_at IS NULL
 GROUP BY c.rack_id
 HAVING count(*) >= @min_leaks::int;
+
+-- RackLoopPlacement returns a live rack's name, power feed and coolant
+-- loop (the leak tiers).
+-- name: RackLoopPlacement :one
+SELECT name, power_feed, coolant_loop FROM rack WHERE id = @id AND deleted_at IS NULL;
+
+-- LoopRackIDs returns the live racks on a coolant loop (the leak tiers'
+-- loop-wide answers; through rack_coolant_loop_idx).
+-- name: LoopRackIDs :many
+SELECT id FROM rack WHERE coolant_loop = @loop::text AND deleted_at IS NULL ORDER BY id;

@@ -185,6 +185,32 @@ func (q *Queries) ComponentLeakSetChanged(ctx context.Context, db DBTX, arg Comp
 	return result.RowsAffected(), nil
 }
 
+const loopRackIDs = `-- name: LoopRackIDs :many
+SELECT id FROM rack WHERE coolant_loop = $1::text AND deleted_at IS NULL ORDER BY id
+`
+
+// LoopRackIDs returns the live racks on a coolant loop (the leak tiers'
+// loop-wide answers; through rack_coolant_loop_idx).
+func (q *Queries) LoopRackIDs(ctx context.Context, db DBTX, loop string) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, loopRackIDs, loop)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const rackLeakOpen = `-- name: RackLeakOpen :many
 SELECT c.rack_id::uuid AS rack_id,
     array_agg(l.component_id ORDER BY l.component_id)::uuid[] AS component_ids,
@@ -230,4 +256,23 @@ func (q *Queries) RackLeakOpen(ctx context.Context, db DBTX, minLeaks int32) ([]
 		return nil, err
 	}
 	return items, nil
+}
+
+const rackLoopPlacement = `-- name: RackLoopPlacement :one
+SELECT name, power_feed, coolant_loop FROM rack WHERE id = $1 AND deleted_at IS NULL
+`
+
+type RackLoopPlacementRow struct {
+	Name        string
+	PowerFeed   *string
+	CoolantLoop *string
+}
+
+// RackLoopPlacement returns a live rack's name, power feed and coolant
+// loop (the leak tiers).
+func (q *Queries) RackLoopPlacement(ctx context.Context, db DBTX, id uuid.UUID) (RackLoopPlacementRow, error) {
+	row := db.QueryRow(ctx, rackLoopPlacement, id)
+	var i RackLoopPlacementRow
+	err := row.Scan(&i.Name, &i.PowerFeed, &i.CoolantLoop)
+	return i, err
 }

@@ -414,6 +414,14 @@ type OperationRunTarget struct {
 	UpdatedAt        time.Time
 }
 
+type PowerBudget struct {
+	Feed           string
+	MaxTransitions int32
+	MaxKw          *float64
+	UpdatedBy      string
+	UpdatedAt      time.Time
+}
+
 type PruneStat struct {
 	Name       string
 	RowsPruned int64
@@ -441,6 +449,8 @@ type Rack struct {
 	RackGroupID        *string
 	RackProfileID      *string
 	MirroredAt         *time.Time
+	PowerFeed          *string
+	CoolantLoop        *string
 }
 
 type RackIsolation struct {
