@@ -41,9 +41,9 @@ func (isolatedError) Is(target error) bool { return target == ErrLeakOpen }
 // EnergiseGuard refuses energising whole racks, beyond their components'
 // own leaks (operations/isolation implements it; app sets it).
 type EnergiseGuard interface {
-	// Refusal returns why nothing may energise rack rackID now ("" when it
-	// may), reading through dbtx only.
-	Refusal(ctx context.Context, dbtx db.DBTX, rackID uuid.UUID) (string, error)
+	// Refusal returns why an energising operation code may not run on rack
+	// rackID now ("" when it may), reading through dbtx only.
+	Refusal(ctx context.Context, dbtx db.DBTX, rackID uuid.UUID, code OperationCode) (string, error)
 }
 
 // SetEnergiseGuard makes every later submission and promotion that would
@@ -52,11 +52,11 @@ func (t *Tasks) SetEnergiseGuard(g EnergiseGuard) { t.rackGuard = g }
 
 // rackRefusal asks the guard about rack (none for leak responses and
 // operations that energise nothing).
-func (t *Tasks) rackRefusal(ctx context.Context, dbtx db.DBTX, rack uuid.UUID, energises bool) (string, error) {
+func (t *Tasks) rackRefusal(ctx context.Context, dbtx db.DBTX, rack uuid.UUID, code OperationCode, energises bool) (string, error) {
 	if t.rackGuard == nil || !energises {
 		return "", nil
 	}
-	return t.rackGuard.Refusal(ctx, dbtx, rack)
+	return t.rackGuard.Refusal(ctx, dbtx, rack, code)
 }
 
 // LeakTrigger marks a task as a leak response (Payload.Leak): the leak
@@ -102,7 +102,7 @@ func (t *Tasks) checkLeaks(ctx context.Context, tx pgx.Tx, req Request, p rackPl
 	if req.preview {
 		return nil // a preview lists the leaks per rack instead (Preview)
 	}
-	why, err := t.rackRefusal(ctx, tx, p.rack.ID, req.Payload.Leak == nil && Energises(req.Type, req.Code, p.rule.Rule.Definition))
+	why, err := t.rackRefusal(ctx, tx, p.rack.ID, req.Code, req.Payload.Leak == nil && Energises(req.Type, req.Code, p.rule.Rule.Definition))
 	if err != nil {
 		return err
 	} else if why != "" {
@@ -247,7 +247,7 @@ func (t *Tasks) leakHold(ctx context.Context, tx pgx.Tx, row dbsqlc.Task) (strin
 	if !Energises(OperationType(row.OperationType), OperationCode(row.OperationCode), def) {
 		return "", nil
 	}
-	if why, err := t.rackRefusal(ctx, tx, row.RackID, true); err != nil || why != "" {
+	if why, err := t.rackRefusal(ctx, tx, row.RackID, OperationCode(row.OperationCode), true); err != nil || why != "" {
 		return firstLine(fmt.Sprintf("Refused: %s: %s", ErrRackIsolated, why)), err
 	}
 	leaks, err := t.inv.OpenLeaks(ctx, tx, row.ComponentIDs)

@@ -417,9 +417,11 @@ func (s *Service) refusing(ctx context.Context, dbtx db.DBTX, rack uuid.UUID) ([
 var _ operations.EnergiseGuard = (*Service)(nil)
 
 // Refusal implements operations.EnergiseGuard: an open isolation of the
-// rack, or of a rack on its coolant loop, that no admin overrode for it
-// refuses energising it, named with how to end the refusal.
-func (s *Service) Refusal(ctx context.Context, dbtx db.DBTX, rack uuid.UUID) (string, error) {
+// rack that no admin overrode for it refuses every operation that would
+// energise it; an open isolation of a rack on its coolant loop refuses
+// powering it on (power_on, force_power_on: its other disruptive work
+// waits, Hold). The refusal names the isolation and how to end it.
+func (s *Service) Refusal(ctx context.Context, dbtx db.DBTX, rack uuid.UUID, code operations.OperationCode) (string, error) {
 	anyOpen, err := s.q.IsolationAnyOpen(ctx, dbtx)
 	if err != nil || !anyOpen {
 		return "", err
@@ -428,7 +430,16 @@ func (s *Service) Refusal(ctx context.Context, dbtx db.DBTX, rack uuid.UUID) (st
 	if err != nil || len(open) == 0 {
 		return "", err
 	}
+	powerOn := code == operations.CodePowerOn || code == operations.CodeForcePowerOn
 	o := open[0]
+	for _, i := range open {
+		if i.RackID == rack {
+			o = i
+		}
+	}
+	if o.RackID != rack && !powerOn {
+		return "", nil
+	}
 	if o.RackID == rack {
 		return fmt.Sprintf("rack %s is isolated (%s leak tier, isolation %s requested at %s: %s); it stays off until an operator clears it (`flow rack isolation clear %s --reason ...`) or an admin overrides it (`flow rack isolation override %s --reason ...`)",
 			nameOr(p.Name, rack), o.Tier, o.ID, o.RequestedAt.UTC().Format(time.RFC3339), o.Reason, nameOr(p.Name, rack), nameOr(p.Name, rack)), nil
