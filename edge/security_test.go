@@ -9,10 +9,13 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/caller"
 	"github.com/nicoflow/flow/logtest"
 	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
+	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
 )
@@ -41,7 +44,7 @@ func TestEveryFlowMethodHasARole(t *testing.T) {
 		procedure := "/flow.admin.v1.AdminService/" + string(admin.Get(i).Name())
 		role, ok := methodRoles[procedure]
 		require.True(t, ok, "%s has no role in methodRoles (edge/authz.go)", procedure)
-		require.Contains(t, []Role{roleViewer, roleOperator, roleAdmin}, role, procedure)
+		require.Contains(t, []Role{roleViewer, roleOperator, roleAdmin, roleBMS}, role, procedure)
 		listed[procedure] = true
 	}
 	for procedure := range methodRoles {
@@ -202,4 +205,39 @@ func TestPolicyNeedsTLS(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, sec.Certs)
 	require.Nil(t, sec.Policy)
+}
+
+// TestBMSRole (issue 45): an identity with role bms may report facility
+// leaks and list reports, nothing else; an admin may report too; an
+// operator (or viewer) may not, and the refusal names the role needed.
+func TestBMSRole(t *testing.T) {
+	t.Parallel()
+	p, err := parsePolicy([]byte(`
+identities:
+  spiffe://example.org/ns/facility/sa/bms: bms
+  spiffe://example.org/ns/ops/sa/op: operator
+  spiffe://example.org/ns/ops/sa/lead: admin
+`))
+	require.NoError(t, err)
+	a := authorizer{policy: p}
+	report := adminv1connect.AdminServiceReportFacilityLeakProcedure
+	as := func(id string) context.Context { return caller.WithIdentity(context.Background(), id) }
+	const bms, op, lead = "spiffe://example.org/ns/facility/sa/bms", "spiffe://example.org/ns/ops/sa/op", "spiffe://example.org/ns/ops/sa/lead"
+	require.Equal(t, roleBMS, p.roleOf(bms))
+	require.NoError(t, a.check(as(bms), report))
+	require.NoError(t, a.check(as(bms), adminv1connect.AdminServiceListFacilityLeakReportsProcedure))
+	require.NoError(t, a.check(as(lead), report))
+	for _, proc := range []string{
+		adminv1connect.AdminServiceAcknowledgeIsolationProcedure, adminv1connect.AdminServiceListIsolationsProcedure,
+		flowv1connect.FlowGetListOfRacksProcedure, flowv1connect.FlowPowerOnRackProcedure,
+	} {
+		err := a.check(as(bms), proc)
+		require.Equal(t, connect.CodePermissionDenied, connect.CodeOf(err), proc)
+		require.ErrorContains(t, err, "has role bms")
+	}
+	err = a.check(as(op), report)
+	require.Equal(t, connect.CodePermissionDenied, connect.CodeOf(err))
+	require.ErrorContains(t, err, "needs role bms")
+	require.NoError(t, a.check(as(op), adminv1connect.AdminServiceAcknowledgeIsolationProcedure))
+	require.Equal(t, "bms", p.RoleName(bms))
 }
