@@ -102,7 +102,9 @@ func TestLeakSevereIsolation(t *testing.T) {
 	s.start(t)
 	t.Cleanup(func() { s.stop(t) })
 	e := &e2e{client: flowv1connect.NewFlowClient(http.DefaultClient, s.url), sims: sims, url: s.url, inv: inventory.NewService(), dbURL: s.env["DATABASE_URL"]}
-	admin := func() adminv1connect.AdminServiceClient { return adminv1connect.NewAdminServiceClient(http.DefaultClient, s.url) }
+	admin := func() adminv1connect.AdminServiceClient {
+		return adminv1connect.NewAdminServiceClient(http.DefaultClient, s.url)
+	}
 	flow := func() flowv1connect.FlowClient { return flowv1connect.NewFlowClient(http.DefaultClient, s.url) }
 	pool := openPool(t, e.dbURL)
 
