@@ -65,6 +65,8 @@ type benchOptions struct {
 	serverEnv     []string  // added last to the server's environment
 	pgStats       int       // top statements to report from pg_stat_statements; 0: off
 	pgSettings    []string  // name=value settings of the private PostgreSQL
+	leaks         int           // leaks to raise on busy racks during the run (bench/leak.go)
+	leakInterval  time.Duration // between two leaks
 }
 
 // benchWorkload is what flow bench drives on every rack. A new workload
@@ -155,6 +157,14 @@ type Result struct {
 	BenchCPUSeconds    float64  `json:"bench_cpu_seconds"`
 	PostgresCPUSeconds float64  `json:"postgres_cpu_seconds"`
 	Failures           []string `json:"failures,omitempty"` // up to 10 reasons
+	// Leaks is how many leaks --leaks raised on busy racks; the response
+	// time of each is from the simulator raising it to the first power-off
+	// command for the tray reaching the simulator (journal timestamps).
+	Leaks             int     `json:"leaks,omitempty"`
+	LeaksUnanswered   int     `json:"leaks_unanswered,omitempty"`
+	LeakResponseP50Ms float64 `json:"leak_to_power_off_p50_ms,omitempty"`
+	LeakResponseP99Ms float64 `json:"leak_to_power_off_p99_ms,omitempty"`
+	LeakResponseMaxMs float64 `json:"leak_to_power_off_max_ms,omitempty"`
 	// Statements are the top statements of the run by total execution
 	// time (--pg-stats), from pg_stat_statements.
 	Statements []Statement `json:"statements,omitempty"`
@@ -207,6 +217,11 @@ type Options struct {
 	// PGSettings are name=value settings of the private PostgreSQL
 	// (`-c name=value`), e.g. auto_explain.log_min_duration=100ms.
 	PGSettings []string
+	// Leaks raises a coolant leak on a compute tray of this many busy racks
+	// during the run, one every LeakInterval, and reports the leak → first
+	// power-off times (bench/leak.go). 0: none.
+	Leaks        int
+	LeakInterval time.Duration
 }
 
 // options checks o (bad values are usage errors) and fills the defaults.
@@ -225,6 +240,10 @@ func (o Options) options() (benchOptions, error) {
 		return benchOptions{}, cli.UsageError(errors.New("--pg-stats must not be negative"))
 	case o.PGStats > 0 && o.DatabaseURL != "":
 		return benchOptions{}, cli.UsageError(errors.New("--pg-stats needs the private PostgreSQL (no --database-url)"))
+	case o.Leaks < 0 || o.Leaks > o.Racks:
+		return benchOptions{}, cli.UsageError(fmt.Errorf("--leaks must be within 0..%d (--racks)", o.Racks))
+	case o.Leaks > 0 && o.LeakInterval <= 0:
+		return benchOptions{}, cli.UsageError(errors.New("--leak-interval must be positive"))
 	case len(o.PGSettings) > 0 && o.DatabaseURL != "":
 		return benchOptions{}, cli.UsageError(errors.New("--pg-setting needs the private PostgreSQL (no --database-url)"))
 	}
@@ -235,7 +254,8 @@ func (o Options) options() (benchOptions, error) {
 	}
 	bo := benchOptions{racks: o.Racks, components: o.Components, latency: o.Latency, powerDelay: o.PowerDelay, workload: w,
 		keep: o.Keep, databaseURL: o.DatabaseURL, concurrency: o.Concurrency, timeout: o.Timeout, poll: o.Poll,
-		serverCommand: o.ServerCommand, progress: o.Progress, serverEnv: o.ServerEnv, pgStats: o.PGStats, pgSettings: o.PGSettings}
+		serverCommand: o.ServerCommand, progress: o.Progress, serverEnv: o.ServerEnv, pgStats: o.PGStats, pgSettings: o.PGSettings,
+		leaks: o.Leaks, leakInterval: o.LeakInterval}
 	if bo.serverCommand == nil {
 		bo.serverCommand = func() (*exec.Cmd, error) {
 			exe, err := os.Executable()
@@ -289,6 +309,8 @@ throughput, latencies and the server's peak memory. See docs/bench.md.`
 	fs.BoolVar(&o.CompareWebhook, "compare-webhook", false, "run twice, without then with a webhook subscribed to every event type (a receiver in this process), and compare")
 	fs.IntVar(&o.PGStats, "pg-stats", 0, "load pg_stat_statements into the private PostgreSQL and report the top N statements of the run by total time")
 	fs.StringArrayVar(&o.PGSettings, "pg-setting", nil, "name=value setting of the private PostgreSQL (repeatable; e.g. shared_buffers=256MB)")
+	fs.IntVar(&o.Leaks, "leaks", 0, "raise a coolant leak on a compute tray of this many busy racks during the run, and report leak → first power-off p50/p99/max")
+	fs.DurationVar(&o.LeakInterval, "leak-interval", 500*time.Millisecond, "time between two leaks of --leaks")
 	fs.StringArrayVar(&o.ServerEnv, "server-env", nil, "KEY=VALUE added to the server's environment, last (repeatable; e.g. FLOW_DB_MAX_CONNS=8)")
 	output := fs.StringP("output", "o", "table", "output: table or json")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -658,6 +680,7 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 	}
 	b.progressf("submitting %s on %d racks", o.workload.name(), len(racks))
 	cpu0 := b.cpu()
+	leaks := b.startLeaks(ctx, racks)
 	tasks, failures, lastSubmit := b.submit(ctx, racks)
 	res.Tasks = len(tasks) + len(failures)
 	res.Failures = append(res.Failures, failures...)
@@ -670,6 +693,9 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 
 	if err := b.wait(ctx, firstSubmit, len(tasks)); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return nil, err
+	}
+	if o.leaks > 0 {
+		measureLeaks(res, leaks.wait(ctx))
 	}
 	res.ServerPeakRSSBytes = PeakRSS(b.server.Process.Pid)
 	cpu := b.cpu().minus(cpu0)
@@ -1134,6 +1160,10 @@ flow bench: %s on %d racks × %d components, backend latency %s
 		float64(r.ServerPeakRSSBytes)/(1<<20), r.ServerCPUSeconds, r.PostgresCPUSeconds, r.BenchCPUSeconds)
 	if r.Polls > 0 {
 		fmt.Fprintf(w, "  status polls/s     %.1f (%d polls)\n", r.PollsPerSecond, r.Polls)
+	}
+	if r.Leaks > 0 {
+		fmt.Fprintf(w, "  leak → power-off   p50 %s   p99 %s   max %s (%d leaks on busy racks, %d unanswered)\n",
+			ms(r.LeakResponseP50Ms), ms(r.LeakResponseP99Ms), ms(r.LeakResponseMaxMs), r.Leaks, r.LeaksUnanswered)
 	}
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "  failure            %s\n", f)

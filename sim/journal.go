@@ -15,6 +15,9 @@ type Call struct {
 	Method  string    `json:"method"`
 	Devices []string  `json:"devices,omitempty"`
 	Code    string    `json:"code"`
+	// Action is what a power-control call asked for (e.g.
+	// "SYSTEM_POWER_CONTROL_FORCE_OFF"); "" for other calls.
+	Action string `json:"action,omitempty"`
 }
 
 // Journal records the calls a simulator receives, in arrival order: every

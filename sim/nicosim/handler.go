@@ -31,11 +31,16 @@ func (h *handler) begin(ctx context.Context, method string, devices []string) er
 }
 
 func (h *handler) end(method string, devices []string, err *error) {
+	h.endAction(method, "", devices, err)
+}
+
+// endAction is end for a call that asked for action (a power control).
+func (h *handler) endAction(method, action string, devices []string, err *error) {
 	code := "ok"
 	if *err != nil {
 		code = connect.CodeOf(*err).String()
 	}
-	h.s.journal.Record(sim.Call{Time: h.s.clock.Now(), Method: method, Devices: devices, Code: code})
+	h.s.journal.Record(sim.Call{Time: h.s.clock.Now(), Method: method, Devices: devices, Code: code, Action: action})
 }
 
 // take finds a fault of kind for method that names d (by key, ID or MAC) or
@@ -612,7 +617,7 @@ func powerTarget(req *forgepb.ComponentPowerControlRequest) (target, bool) {
 func (h *handler) ComponentPowerControl(ctx context.Context, req *forgepb.ComponentPowerControlRequest) (res *forgepb.ComponentPowerControlResponse, err error) {
 	const method = "ComponentPowerControl"
 	t, ok := powerTarget(req)
-	defer h.end(method, t.keys, &err)
+	defer h.endAction(method, req.GetAction().String(), t.keys, &err)
 	if err := h.begin(ctx, method, t.keys); err != nil {
 		return nil, err
 	}
