@@ -61,10 +61,10 @@ type benchOptions struct {
 	// bench adds the environment, output and process group. Tests replace
 	// it, because their executable is not flow.
 	serverCommand func() (*exec.Cmd, error)
-	progress      io.Writer // one line every few seconds; nil: silent
-	serverEnv     []string  // added last to the server's environment
-	pgStats       int       // top statements to report from pg_stat_statements; 0: off
-	pgSettings    []string  // name=value settings of the private PostgreSQL
+	progress      io.Writer     // one line every few seconds; nil: silent
+	serverEnv     []string      // added last to the server's environment
+	pgStats       int           // top statements to report from pg_stat_statements; 0: off
+	pgSettings    []string      // name=value settings of the private PostgreSQL
 	leaks         int           // leaks to raise on busy racks during the run (bench/leak.go)
 	leakInterval  time.Duration // between two leaks
 }
