@@ -37,14 +37,18 @@ soak: ## kill, crash and restart tests, SOAK_COUNT rounds each
 
 # make ha-test: the Patroni chaos test (app/ha_e2e_test.go, FLOW_HA=1):
 # etcd and three PostgreSQL members under Patroni (synchronous_mode, the
-# recipe of docs/operations.md), two flow serve replicas on every member's
-# address, and HA_FAULTS faults one at a time (kill -9 the primary's
-# postmaster, freeze the primary beyond Patroni's ttl, switchover, restart
-# a standby, kill -9 a Flow replica during a switchover), checking after
-# each that every acknowledged submission exists and completes and that no
-# device is reset twice. Its last line: `N faults; unavailability p50 …,
-# max …`. Needs Debian's patroni and etcd-server (.ci/run installs them);
-# CI runs it after make soak.
+# recipe of docs/operations.md), HAProxy, two flow serve replicas (the
+# first half of the faults both on every member's address, the second
+# half both through HAProxy), 200 racks worked on (resets, firmware
+# upgrades, a rollout, schedules firing every 5 s), and HA_FAULTS faults
+# one at a time (kill -9 the primary's postmaster, freeze the primary
+# beyond Patroni's ttl, switchover, restart a standby, kill -9 a Flow
+# replica during a switchover, lose one etcd member), checking after each
+# that every acknowledged submission exists and completes, that no device
+# is reset or upgraded twice, that the rollout is consistent and that each
+# schedule fired once per firing time. Its last line: `N faults in …;
+# unavailability p50 …, max …; …`. Needs Debian's patroni, etcd-server
+# and haproxy (.ci/run installs them); CI runs it after make soak.
 HA_FAULTS ?= 20
 ha-test: ## the Patroni chaos test: HA_FAULTS faults on a real Patroni cluster
 	FLOW_HA=1 FLOW_HA_FAULTS=$(HA_FAULTS) $(GO) test -count=1 -timeout 60m -v -run '^TestPatroniChaos$$' ./app/ 2>&1 | grep --line-buffered -v -E '^\{|level=' ; exit $${PIPESTATUS[0]}

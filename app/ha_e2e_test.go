@@ -22,24 +22,27 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
+	"github.com/nicoflow/flow/sim/nicosim"
 )
 
 // The Patroni chaos test (make ha-test, FLOW_HA=1): etcd, three
 // PostgreSQL members managed by Patroni with synchronous_mode (the
-// configuration docs/operations.md gives, read from it), two flow serve
-// replicas on every member's address with target_session_attrs=read-write,
-// and the simulators in the test process. Faults are injected one at a
-// time while every rack's forced reset runs; after each, every
+// configuration docs/operations.md gives, read from it), HAProxy (its
+// recipe too), two flow serve replicas, first both on every member's
+// address with target_session_attrs=read-write, then both through
+// HAProxy, and the simulators in the test process. Faults are injected
+// one at a time while 200 racks are worked on (ha_workload_e2e_test.go:
+// resets, firmware upgrades, a rollout, schedules); after each, every
 // acknowledged submission exists and ends, no rack has two tasks, no
-// device is reset twice unless the step records the call's outcome as
-// unknown, and exactly one member takes writes.
+// device is reset or upgraded twice unless the step records the call's
+// outcome as unknown, the rollout is at its gate or done, every schedule
+// fired once per firing time, and exactly one member takes writes.
 
 const haPassword = "flow-ha-test"
 
@@ -541,7 +544,13 @@ func (p *probe) unavailable(from, to time.Time) time.Duration {
 }
 
 // TestPatroniChaos: the Patroni cluster under faults, one at a time;
-// FLOW_HA_FAULTS of them (3 by default), cycling through the kinds.
+// FLOW_HA_FAULTS of them (3 by default), cycling through the kinds, the
+// first half with both replicas naming every member
+// (target_session_attrs=read-write), the second half with both going
+// through HAProxy. The workload (ha_workload_e2e_test.go): 200 racks,
+// each round resetting 8 and upgrading the firmware of 7, a rollout over
+// 40 opening one phase per round, and five schedules firing every 5 s
+// over the last 10.
 func TestPatroniChaos(t *testing.T) {
 	if os.Getenv("FLOW_HA") == "" {
 		t.Skip("the Patroni chaos test runs under make ha-test (FLOW_HA=1)")
@@ -551,20 +560,16 @@ func TestPatroniChaos(t *testing.T) {
 		faults = n
 	}
 	ctx := context.Background()
+	began := time.Now()
 	c := startHACluster(t)
 	t.Logf("Patroni cluster up: %+v", c.roles())
 
-	const racks = 20
 	// Lease expiry above Patroni's ttl + loop_wait: a failover (about
 	// 11 s after a frozen primary's last renewal) does not make the
 	// replicas give their calls up.
-	r := newReplicasOn(t, c.url, racks, time.Second, 30*time.Second, "FLOW_ENGINE_LEASE_EXPIRY=20s", "FLOW_ENGINE_LEASE_HEARTBEAT=2s")
-	// Two topologies at once: replica 0 names every member
-	// (target_session_attrs=read-write), replica 1 goes through HAProxy.
-	r.servers[1].kill(t)
-	r.env[1] = append(r.env[1], "DATABASE_URL="+c.proxyURL)
-	r.servers[1] = startServerProcess(t, r.env[1])
-	waitHealthy(t, r.urls[1])
+	r := newReplicasSeeded(t, c.url, haRacks, seedFirmware, time.Second, 30*time.Second,
+		"FLOW_ENGINE_LEASE_EXPIRY=20s", "FLOW_ENGINE_LEASE_HEARTBEAT=2s", "FLOW_FIRMWARE_POLL_INTERVAL=500ms")
+	t.Logf("%d racks stored, replicas up (%s)", haRacks, time.Since(began).Round(time.Second))
 	var clientsMu sync.Mutex
 	client := func(i int) flowv1connect.FlowClient {
 		clientsMu.Lock()
@@ -578,55 +583,74 @@ func TestPatroniChaos(t *testing.T) {
 			"post_operation":[{"name":"VerifyPowerStatus","timeout":"60s","poll_interval":"200ms","parameters":{"expected_status":"on"}}]}]}`,
 	})
 	require.NoError(t, err)
+	w := newHAWorkload(t, r, c.url, faults)
+	w.start(t, r.clients[0])
 
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	defer stopProbe()
 	pr := &probe{}
 	pr.run(probeCtx, client)
 
+	// Two topologies, one after the other: the first half of the faults
+	// with both replicas on every member's address, the second with both
+	// through HAProxy (Patroni's REST health checks).
+	topologies := []string{"multi-host", "HAProxy"}
+	switchAt := faults / 2
+	if switchAt == 0 {
+		switchAt = faults
+	}
 	kinds := []string{"kill -9 primary postmaster", "freeze primary beyond ttl", "switchover", "restart a standby",
 		"kill -9 a Flow replica during a failover", "lose one etcd member of three"}
 	var (
 		summary                             []string
 		downs                               []time.Duration
+		perTopo                             = map[string][]time.Duration{}
+		perKind                             = map[string][]string{}
 		totalTasks, totalCalls, totalRepeat int
 		totalUnknown                        int
 	)
+	topo := topologies[0]
 	for f := range faults {
+		if f == switchAt && f > 0 {
+			topo = topologies[1]
+			for i := range 2 {
+				r.servers[i].kill(t)
+				r.env[i] = append(r.env[i], "DATABASE_URL="+c.proxyURL)
+				srv := startServerProcess(t, r.env[i])
+				waitHealthy(t, r.urls[i])
+				clientsMu.Lock()
+				r.servers[i] = srv
+				clientsMu.Unlock()
+			}
+			t.Logf("both replicas now go through HAProxy")
+		}
 		kind := kinds[f%len(kinds)]
 		since := time.Now()
+		w.advance(t, client, f)
 
-		// Submit every rack's reset, retrying through the fault; a
-		// conflict means an earlier try committed though its answer was
-		// lost.
+		// Submit the round's resets and upgrades, retrying through the
+		// fault.
+		resets, upgrades := w.round(f)
 		var (
 			mu    sync.Mutex
 			acked []*flowv1.UUID
 			lost  int
 			wg    sync.WaitGroup
 		)
-		for i, name := range r.names {
+		for i, name := range resets {
 			wg.Go(func() {
-				deadline := time.Now().Add(3 * time.Minute)
-				for try := 0; time.Now().Before(deadline); try++ {
-					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				submit(t, name, func(cctx context.Context, try int) ([]*flowv1.UUID, error) {
 					res, err := client((i+try)%2).PowerResetRack(cctx, &flowv1.PowerResetRackRequest{TargetSpec: rackSpec(name), Forced: true, OverrideReadinessCheck: true})
-					cancel()
-					if err == nil {
-						mu.Lock()
-						acked = append(acked, res.GetTaskIds()...)
-						mu.Unlock()
-						return
-					}
-					if connect.CodeOf(err) == connect.CodeFailedPrecondition {
-						mu.Lock()
-						lost++
-						mu.Unlock()
-						return
-					}
-					time.Sleep(200 * time.Millisecond)
-				}
-				t.Errorf("rack %s: no submission acknowledged in 3 minutes", name)
+					return res.GetTaskIds(), err
+				}, &acked, &lost, &mu)
+			})
+		}
+		for i, name := range upgrades {
+			wg.Go(func() {
+				submit(t, name, func(cctx context.Context, try int) ([]*flowv1.UUID, error) {
+					res, err := client((i+try)%2).UpgradeFirmware(cctx, &flowv1.UpgradeFirmwareRequest{TargetSpec: rackSpec(name), TargetVersion: ptr("2.0")})
+					return res.GetTaskIds(), err
+				}, &acked, &lost, &mu)
 			})
 		}
 		// Inject the fault once calls are out (or submissions still going).
@@ -642,8 +666,11 @@ func TestPatroniChaos(t *testing.T) {
 			require.True(t, time.Now().Before(settle), "after %q the cluster settles: %+v, writers %v (logs in %s)", kind, c.roles(), c.writers(), c.dir)
 			time.Sleep(500 * time.Millisecond)
 		}
+		settled := time.Now()
+		w.faults = append(w.faults, [2]time.Time{start, settled})
 
-		// Every task of the round ends, completed.
+		// Every task of the round ends, completed, one per rack.
+		roundRacks := append(slices.Clone(resets), upgrades...)
 		var ids []*flowv1.UUID
 		var rows [][2]string
 		require.Eventually(t, func() bool {
@@ -652,7 +679,7 @@ func TestPatroniChaos(t *testing.T) {
 				return false
 			}
 			defer conn.Close(ctx)
-			rs, err := conn.Query(ctx, `SELECT t.id::text, r.name FROM task t JOIN rack r ON r.id = t.rack_id WHERE t.created_at >= $1`, since)
+			rs, err := conn.Query(ctx, `SELECT t.id::text, r.name FROM task t JOIN rack r ON r.id = t.rack_id WHERE t.created_at >= $1 AND r.name = ANY($2)`, since, roundRacks)
 			if err != nil {
 				return false
 			}
@@ -675,7 +702,7 @@ func TestPatroniChaos(t *testing.T) {
 		for _, id := range acked {
 			require.True(t, have[id.GetId()], "fault %d (%s): acknowledged task %s exists", f+1, kind, id.GetId())
 		}
-		for _, name := range r.names {
+		for _, name := range roundRacks {
 			require.Equal(t, 1, perRack[name], "fault %d (%s): rack %s has one task", f+1, kind, name)
 		}
 		waitCompletedThroughOutage(t, client(f%2), ids, 4*time.Minute)
@@ -691,8 +718,9 @@ func TestPatroniChaos(t *testing.T) {
 			return conn.QueryRow(ctx, `SELECT count(*) FROM river_leader WHERE expires_at > now()`).Scan(&n) == nil && n == 1
 		}, time.Minute, 200*time.Millisecond, "fault %d (%s): River has one leader", f+1, kind)
 
-		// No device reset twice unless a step recorded the call's outcome
-		// as unknown (a call cut off by the fault, documented).
+		// No device reset or upgraded twice unless a step recorded the
+		// call's outcome as unknown (a call cut off by the fault,
+		// documented), and then once more at most.
 		var unknown int
 		require.Eventually(t, func() bool {
 			conn, err := pgx.Connect(ctx, c.url)
@@ -703,40 +731,70 @@ func TestPatroniChaos(t *testing.T) {
 			return conn.QueryRow(ctx, `SELECT coalesce(sum(jsonb_array_length(s.unknown_outcomes)), 0) FROM engine_step s
 				JOIN engine_run r ON r.id = s.run_id WHERE r.created_at >= $1`, since).Scan(&unknown) == nil
 		}, time.Minute, 200*time.Millisecond)
-		per := r.powerCalls(since)
+		resetCalls := okCalls(r.sims, "ComponentPowerControl", since)
 		calls, repeats := 0, 0
-		for _, d := range r.devs {
-			if d.Kind != "compute" {
-				continue
-			}
-			ok := 0
-			for _, call := range per[strings.ToLower(d.BMCMAC)] {
-				if call.Code == "ok" {
-					ok++
+		for _, name := range resets {
+			for _, d := range w.devsByRack[name] {
+				if d.Kind != nicosim.KindCompute {
+					continue
 				}
+				ok := resetCalls[strings.ToLower(d.BMCMAC)]
+				require.GreaterOrEqual(t, ok, 1, "fault %d (%s): %s reset", f+1, kind, d.Name)
+				require.LessOrEqual(t, ok, 2, "fault %d (%s): %s reset %d times", f+1, kind, d.Name, ok)
+				calls += ok
+				repeats += ok - 1
 			}
-			require.GreaterOrEqual(t, ok, 1, "fault %d (%s): %s reset", f+1, kind, d.Name)
-			calls += ok
-			repeats += ok - 1
 		}
 		if repeats > 0 {
 			require.Positive(t, unknown, "fault %d (%s): %d resets sent again with no unknown outcome recorded", f+1, kind, repeats)
 		}
+		fwCalls, fwRepeats := w.checkFirmware(t, "round", upgrades, unknown > 0)
+		w.firmwareCalls += fwCalls
+		w.firmwareRepeats += fwRepeats
+		rollout := w.checkRollout(t, client(f%2), f, totalUnknown+unknown > 0)
+		scheds := w.checkSchedules(t, f, settled)
+		w.checkAllEnd(t, f, end)
+
 		down := pr.unavailable(start, end)
 		downs = append(downs, down)
+		perTopo[topo] = append(perTopo[topo], down)
+		perKind[kind] = append(perKind[kind], fmt.Sprintf("%s %s", down.Round(100*time.Millisecond), map[string]string{"multi-host": "M", "HAProxy": "H"}[topo]))
 		totalTasks += len(rows)
 		totalCalls += calls
-		totalRepeat += repeats
+		totalRepeat += repeats + fwRepeats
 		totalUnknown += unknown
-		line := fmt.Sprintf("fault %d: %s: unavailable %s; %d steps mid-call at the fault; %d tasks (%d acknowledged, %d answers lost), %d device resets, %d repeated, %d unknown outcomes",
-			f+1, kind, down.Round(100*time.Millisecond), out, len(rows), len(acked), lost, calls, repeats, unknown)
+		line := fmt.Sprintf("fault %d (%s): %s: unavailable %s; %d steps mid-call at the fault; %d tasks (%d acknowledged, %d answers lost), %d tray resets, %d firmware updates, %d repeated, %d unknown outcomes; %s; %s",
+			f+1, topo, kind, down.Round(100*time.Millisecond), out, len(rows), len(acked), lost, calls, fwCalls, repeats+fwRepeats, unknown, rollout, scheds)
 		summary = append(summary, line)
 		t.Log(line)
 	}
-	slices.Sort(downs)
+	var all, bySchedule, byRollout int
+	require.NoError(t, r.pool(t).QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE trigger_type = 'task_schedule'), count(*) FILTER (WHERE trigger_id = $1) FROM task`, w.run.GetId()).Scan(&all, &bySchedule, &byRollout))
+	quant := func(ds []time.Duration) string {
+		ds = slices.Clone(ds)
+		slices.Sort(ds)
+		return fmt.Sprintf("p50 %s, max %s", ds[len(ds)/2].Round(100*time.Millisecond), ds[len(ds)-1].Round(100*time.Millisecond))
+	}
+	for _, topo := range topologies {
+		if ds := perTopo[topo]; len(ds) > 0 {
+			t.Logf("%s: %d faults, unavailability %s", topo, len(ds), quant(ds))
+		}
+	}
+	for _, kind := range kinds {
+		if len(perKind[kind]) > 0 {
+			t.Logf("%s: %s (M: multi-host, H: HAProxy)", kind, strings.Join(perKind[kind], ", "))
+		}
+	}
+	scheduled := 0
+	powerOns := okCalls(r.sims, "ComponentPowerControl", w.started)
+	for _, name := range w.scheduleRacks {
+		for _, d := range w.devsByRack[name] {
+			scheduled += powerOns[strings.ToLower(d.BMCMAC)]
+		}
+	}
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%d faults; unavailability p50 %s, max %s; %d tasks, all completed; %d device resets, %d repeated (%d unknown outcomes recorded)",
-		faults, downs[len(downs)/2].Round(100*time.Millisecond), downs[len(downs)-1].Round(100*time.Millisecond), totalTasks, totalCalls, totalRepeat, totalUnknown)
+	fmt.Fprintf(&b, "%d faults in %s; unavailability %s; %d tasks, all completed (%d resets and upgrades, %d rollout, %d scheduled); %d tray resets, %d firmware updates (%d by the rollout), %d repeated (%d unknown outcomes recorded); %d schedule firings, none twice, %d late (%d at a fault), %d scheduled tray power-ons",
+		faults, time.Since(began).Round(time.Second), quant(downs), all, totalTasks, byRollout, bySchedule, totalCalls, w.firmwareCalls+w.rolloutFirmware, w.rolloutFirmware, totalRepeat+w.rolloutRepeats, totalUnknown, w.firings, w.late, w.lateInFault, scheduled)
 	t.Log(b.String())
 }
 

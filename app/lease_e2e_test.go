@@ -48,6 +48,13 @@ func newReplicas(t *testing.T, racks int, latency, stepTimeout time.Duration, ex
 // newReplicasOn is newReplicas on the migrated database of dbURL.
 func newReplicasOn(t *testing.T, dbURL string, racks int, latency, stepTimeout time.Duration, extraEnv ...string) *replicaSetup {
 	t.Helper()
+	return newReplicasSeeded(t, dbURL, racks, seedOff, latency, stepTimeout, extraEnv...)
+}
+
+// newReplicasSeeded is newReplicasOn with the simulators' devices seeded
+// as mode says.
+func newReplicasSeeded(t *testing.T, dbURL string, racks int, mode seedMode, latency, stepTimeout time.Duration, extraEnv ...string) *replicaSetup {
+	t.Helper()
 	ctx := context.Background()
 	sims, err := startSimulators(simOptions{nicoAddr: "127.0.0.1:0", psmAddr: "127.0.0.1:0", powerDelay: time.Millisecond, firmwarePhase: time.Millisecond})
 	require.NoError(t, err)
@@ -58,7 +65,7 @@ func newReplicasOn(t *testing.T, dbURL string, racks int, latency, stepTimeout t
 	require.NoError(t, err)
 	defer pool.Close()
 	r := &replicaSetup{sims: sims, dbURL: dbURL}
-	r.names, r.devs = storeDemoRacks(t, pool, inventory.NewService(), sims, 100, racks, seedOff)
+	r.names, r.devs = storeDemoRacks(t, pool, inventory.NewService(), sims, 100, racks, mode)
 	for i := range 2 {
 		port, err := pglocal.FreePort()
 		require.NoError(t, err)
