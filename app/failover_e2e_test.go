@@ -118,7 +118,10 @@ func TestPostgresFailoverTwoReplicas(t *testing.T) {
 		stopped.Round(time.Millisecond), answered[0].Round(time.Millisecond), answered[1].Round(time.Millisecond))
 	require.LessOrEqual(t, worst, 15*time.Second, "the API answered again %s after the promotion", worst)
 
-	waitCompleted(t, r.clients[1], ids, 2*time.Minute)
+	// A replica's pool may still hold a connection to the old primary
+	// that it has not used since: its next statement fails once
+	// (docs/operations.md), so a read error here is retried, not fatal.
+	waitCompletedThroughOutage(t, r.clients[1], ids, 2*time.Minute)
 
 	// Nothing committed before the failover is lost.
 	pool := r.pool(t)
@@ -138,7 +141,14 @@ func TestPostgresFailoverTwoReplicas(t *testing.T) {
 		return n == 1
 	}, 60*time.Second, 100*time.Millisecond, "River has a leader again")
 
-	again := r.checkOnce(t, since, promoted, time.Second)
+	// The outage lasted until both replicas answered again: on a loaded
+	// machine the old primary's stop alone took seconds, during which a
+	// commit on it waits for the standby that left (synchronous
+	// replication), and an outage past the engine lease's window
+	// (8 s) makes the calls then in flight run again, recorded as of
+	// unknown outcome. So a repeat is allowed for a call that ended up to
+	// then, not only around the promotion.
+	again := r.checkOnceThrough(t, since, promoted, promoted.Add(worst), time.Second)
 	var unknown int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(jsonb_array_length(unknown_outcomes)), 0) FROM engine_step`).Scan(&unknown))
 	t.Logf("%d steps ended before the failover, all kept; %d devices powered again; %d calls recorded with an unknown outcome", len(ended), len(again), unknown)

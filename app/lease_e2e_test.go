@@ -185,6 +185,15 @@ func (r *replicaSetup) pool(t *testing.T) *pgxpool.Pool {
 // to the start of the call that changed them (its end minus latency).
 func (r *replicaSetup) checkOnce(t *testing.T, since, moment time.Time, latency time.Duration) (again []time.Duration) {
 	t.Helper()
+	return r.checkOnceThrough(t, since, moment, moment, latency)
+}
+
+// checkOnceThrough is checkOnce for a fault that lasted from moment to
+// until (a database failover: the replicas answer again only at until):
+// a call that ended before until may have had its outcome's commit cut
+// off too, so the window reaches 3 s past until.
+func (r *replicaSetup) checkOnceThrough(t *testing.T, since, moment, until time.Time, latency time.Duration) (again []time.Duration) {
+	t.Helper()
 	per := r.powerCalls(since)
 	// A call that ended shortly before the kill may still have had its
 	// checkpoint to commit (at-least-once: an outcome that dies with the
@@ -192,7 +201,7 @@ func (r *replicaSetup) checkOnce(t *testing.T, since, moment time.Time, latency 
 	// take over a second after the answer, so the window reaches 2.5 s
 	// back; a step checkpointed long before the kill never runs again.
 	near := func(c sim.Call) bool {
-		return c.Time.After(moment.Add(-2500*time.Millisecond)) && c.Time.Before(moment.Add(3*time.Second))
+		return c.Time.After(moment.Add(-2500*time.Millisecond)) && c.Time.Before(until.Add(3*time.Second))
 	}
 	for _, d := range r.devs {
 		var ok []sim.Call
@@ -207,7 +216,7 @@ func (r *replicaSetup) checkOnce(t *testing.T, since, moment time.Time, latency 
 		require.NotEmpty(t, ok, "%s was powered", d.Name)
 		require.LessOrEqual(t, len(ok), 2, "%s powered %d times", d.Name, len(ok))
 		if len(ok) == 2 {
-			require.True(t, near(ok[0]), "%s powered twice though its first call (ended %s) was not in flight at %s", d.Name, ok[0].Time, moment)
+			require.True(t, near(ok[0]), "%s powered twice though its first call (ended %s) was not in flight at %s–%s", d.Name, ok[0].Time, moment, until)
 		}
 		if cut {
 			again = append(again, ok[len(ok)-1].Time.Add(-latency).Sub(moment))
