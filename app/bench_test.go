@@ -2,14 +2,18 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/bench"
@@ -128,4 +132,48 @@ func TestBenchFirmwareUpgrade(t *testing.T) {
 	require.Equal(t, 2*2*2, res.EngineSteps)
 	require.Positive(t, res.Polls)
 	require.Positive(t, res.PollsPerSecond)
+}
+
+// TestBenchWebhookEvents: with a subscription, the synthetic event stream
+// goes through the outbox and the server's delivery jobs to the bench's
+// receiver, which gets every event owed (the tasks' and the synthetic
+// ones) once; without one, the stream's transactions write nothing.
+func TestBenchWebhookEvents(t *testing.T) {
+	t.Parallel()
+	raw := make([]byte, 32)
+	_, err := rand.Read(raw)
+	require.NoError(t, err)
+	key := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(key, []byte(base64.StdEncoding.EncodeToString(raw)+"\n"), 0o600))
+	env := []string{"FLOW_DEV_MODE=true", "FLOW_DATA_ENCRYPTION_KEY_PATH=" + key}
+	for _, subscribe := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Subscribed", false: "NoSubscription"}[subscribe], func(t *testing.T) {
+			t.Parallel()
+			url := dbtest.NewDB(t)
+			res := runBench(t, "power-on", 6, 30*time.Second, func(o *bench.Options) {
+				o.DatabaseURL, o.ServerEnv, o.Subscribe, o.EventsPerSecond = url, env, subscribe, 200
+			})
+			require.Equal(t, 2, res.Completed, res.Failures)
+			w := res.Webhook
+			require.NotNil(t, w)
+			require.Positive(t, w.Emitted)
+			require.Zero(t, w.EmitErrors)
+			require.Positive(t, w.EmittedPerSecond)
+			conn, err := pgx.Connect(context.Background(), url)
+			require.NoError(t, err)
+			defer conn.Close(context.Background())
+			var events int
+			require.NoError(t, conn.QueryRow(context.Background(), `SELECT count(*) FROM notify_event`).Scan(&events))
+			if !subscribe {
+				require.Zero(t, events, "nobody subscribed: nothing stored")
+				return
+			}
+			require.Equal(t, res.Completed+w.Emitted, w.Expected)
+			require.Equal(t, w.Expected, events, "the tasks' end events and the synthetic ones")
+			require.Equal(t, w.Expected, w.Events, "every event owed arrived")
+			require.Equal(t, w.Events, w.Requests, "once each")
+			require.Positive(t, w.DuringRun)
+			require.Positive(t, w.DeliveredPerSecond)
+		})
+	}
 }

@@ -239,7 +239,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_NOTIFY_MAX_ATTEMPTS", "12", "attempts of one webhook delivery before it becomes a dead letter (a permanent 4xx dead-letters at once)"},
 	{"FLOW_NOTIFY_BACKOFF_MIN", "1s", "wait after a delivery's first failed attempt; it doubles per attempt (±20 % jitter) up to FLOW_NOTIFY_BACKOFF_MAX"},
 	{"FLOW_NOTIFY_BACKOFF_MAX", "10m", "longest wait between two attempts of a delivery"},
-	{"FLOW_NOTIFY_WORKERS", "10", "webhook deliveries a process sends at once (their own River queue, notify)"},
+	{"FLOW_NOTIFY_WORKERS", "32", "webhook deliveries a process sends at once (their own River queue, notify); River fetches at most this many jobs per fetch, every 20 ms at most, which bounds the deliveries a second"},
 	{"FLOW_ALERTMANAGER_URLS", "", "Alertmanager base URLs, comma-separated (http://alertmanager:9093; every one gets each alert): event rules' send_alert actions post there (v2 API), re-sent while the condition holds, resolved when it clears; unset: send_alert is refused (docs/notifications.md#alertmanager)"},
 	{"FLOW_ALERTMANAGER_RESEND", "1m", "how often a firing alert is re-sent to Alertmanager; its endsAt is four resends ahead"},
 	{"FLOW_NOTIFY_ALLOW_TARGETS", "", "internal webhook targets allowed despite the SSRF guard: comma-separated CIDR prefixes, addresses or host names (10.0.0.0/8, alerts.internal); loopback, link-local, private and CGNAT targets are refused otherwise (flow dev accepts loopback http://)"},

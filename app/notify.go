@@ -69,7 +69,7 @@ func loadNotify(def func(string) string) (NotifyConfig, []string) {
 	if v, err := strconv.Atoi(def("FLOW_NOTIFY_WORKERS")); err != nil || v < 1 {
 		errs = append(errs, "FLOW_NOTIFY_WORKERS must be a positive integer")
 	} else {
-		n.Workers = v
+		n.Workers, n.Delivery.Workers = v, v
 	}
 	if u, err := notify.ParseURLs(def("FLOW_ALERTMANAGER_URLS")); err != nil {
 		errs = append(errs, "FLOW_ALERTMANAGER_URLS: "+err.Error())

@@ -67,6 +67,8 @@ type benchOptions struct {
 	pgSettings    []string      // name=value settings of the private PostgreSQL
 	leaks         int           // leaks to raise on busy racks during the run (bench/leak.go)
 	leakInterval  time.Duration // between two leaks
+	subscribe     bool          // a webhook to every event type, posting to a receiver in this process
+	eventRate     float64       // synthetic events a second during the run; 0: none
 }
 
 // benchWorkload is what flow bench drives on every rack. A new workload
@@ -168,6 +170,9 @@ type Result struct {
 	// Statements are the top statements of the run by total execution
 	// time (--pg-stats), from pg_stat_statements.
 	Statements []Statement `json:"statements,omitempty"`
+	// Webhook is what the receiver got (Options.Subscribe) and the
+	// synthetic stream wrote (Options.EventsPerSecond).
+	Webhook *WebhookResult `json:"webhook,omitempty"`
 }
 
 // Statement is one pg_stat_statements entry of the run.
@@ -222,6 +227,20 @@ type Options struct {
 	// power-off times (bench/leak.go). 0: none.
 	Leaks        int
 	LeakInterval time.Duration
+	// Subscribe subscribes a webhook to every event type before the run,
+	// posting to a receiver in the bench process (the server needs a data
+	// key and dev mode: ServerEnv), and reports what it got
+	// (Result.Webhook), waiting up to a minute after the run for every
+	// event owed.
+	Subscribe bool
+	// EventsPerSecond, when positive, writes a synthetic event stream of
+	// this rate through notify's outbox from the first submit to the end
+	// of the wait (bench/events.go); without Subscribe its transactions
+	// write nothing.
+	EventsPerSecond float64
+	// Rounds is how many without/with pairs --compare-webhook runs, the
+	// order alternating round by round; 0 means 1.
+	Rounds int
 }
 
 // options checks o (bad values are usage errors) and fills the defaults.
@@ -244,6 +263,10 @@ func (o Options) options() (benchOptions, error) {
 		return benchOptions{}, cli.UsageError(fmt.Errorf("--leaks must be within 0..%d (--racks)", o.Racks))
 	case o.Leaks > 0 && o.LeakInterval <= 0:
 		return benchOptions{}, cli.UsageError(errors.New("--leak-interval must be positive"))
+	case o.EventsPerSecond < 0:
+		return benchOptions{}, cli.UsageError(errors.New("--webhook-events-per-second must not be negative"))
+	case o.Rounds < 0:
+		return benchOptions{}, cli.UsageError(errors.New("--rounds must not be negative"))
 	case len(o.PGSettings) > 0 && o.DatabaseURL != "":
 		return benchOptions{}, cli.UsageError(errors.New("--pg-setting needs the private PostgreSQL (no --database-url)"))
 	}
@@ -255,7 +278,7 @@ func (o Options) options() (benchOptions, error) {
 	bo := benchOptions{racks: o.Racks, components: o.Components, latency: o.Latency, powerDelay: o.PowerDelay, workload: w,
 		keep: o.Keep, databaseURL: o.DatabaseURL, concurrency: o.Concurrency, timeout: o.Timeout, poll: o.Poll,
 		serverCommand: o.ServerCommand, progress: o.Progress, serverEnv: o.ServerEnv, pgStats: o.PGStats, pgSettings: o.PGSettings,
-		leaks: o.Leaks, leakInterval: o.LeakInterval}
+		leaks: o.Leaks, leakInterval: o.LeakInterval, subscribe: o.Subscribe, eventRate: o.EventsPerSecond}
 	if bo.serverCommand == nil {
 		bo.serverCommand = func() (*exec.Cmd, error) {
 			exe, err := os.Executable()
@@ -307,6 +330,8 @@ throughput, latencies and the server's peak memory. See docs/bench.md.`
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "how long to wait for the tasks to end")
 	fs.BoolVar(&o.CompareTelemetry, "compare-telemetry", false, "run twice, server metrics and tracing off then on, and compare")
 	fs.BoolVar(&o.CompareWebhook, "compare-webhook", false, "run twice, without then with a webhook subscribed to every event type (a receiver in this process), and compare")
+	fs.Float64Var(&o.EventsPerSecond, "webhook-events-per-second", 0, "with --compare-webhook: also write this many synthetic events a second through the outbox during each run")
+	fs.IntVar(&o.Rounds, "rounds", 1, "with --compare-webhook: without/with pairs to run, alternating the order")
 	fs.IntVar(&o.PGStats, "pg-stats", 0, "load pg_stat_statements into the private PostgreSQL and report the top N statements of the run by total time")
 	fs.StringArrayVar(&o.PGSettings, "pg-setting", nil, "name=value setting of the private PostgreSQL (repeatable; e.g. shared_buffers=256MB)")
 	fs.IntVar(&o.Leaks, "leaks", 0, "raise a coolant leak on a compute tray of this many busy racks during the run, and report leak → first power-off p50/p99/max")
@@ -678,9 +703,26 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 	}
+	var sink *hookSink
+	if o.subscribe {
+		if sink, err = b.subscribe(ctx); err != nil {
+			return nil, err
+		}
+	}
 	b.progressf("submitting %s on %d racks", o.workload.name(), len(racks))
 	cpu0 := b.cpu()
 	leaks := b.startLeaks(ctx, racks)
+	var stream *eventStream
+	if o.eventRate > 0 {
+		if stream, err = startEventStream(ctx, b.dbURL, o.eventRate, racks); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if stream != nil {
+				_, _, _, _ = stream.close()
+			}
+		}()
+	}
 	tasks, failures, lastSubmit := b.submit(ctx, racks)
 	res.Tasks = len(tasks) + len(failures)
 	res.Failures = append(res.Failures, failures...)
@@ -693,6 +735,24 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 
 	if err := b.wait(ctx, firstSubmit, len(tasks)); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return nil, err
+	}
+	waited := time.Now()
+	if stream != nil || sink != nil {
+		res.Webhook = &WebhookResult{}
+	}
+	if stream != nil {
+		var secs float64
+		var err error
+		res.Webhook.Emitted, res.Webhook.EmitErrors, secs, err = stream.close()
+		if err != nil {
+			b.progressf("synthetic events: %d of %d transactions failed, the first: %v", res.Webhook.EmitErrors, res.Webhook.EmitErrors+res.Webhook.Emitted, err)
+		}
+		res.Webhook.EmittedPerSecond = float64(res.Webhook.Emitted) / secs
+		if sink != nil {
+			res.Webhook.DuringRun = sink.between(stream.start, stream.end)
+			res.Webhook.DeliveredPerSecond = float64(res.Webhook.DuringRun) / secs
+		}
+		stream = nil
 	}
 	if o.leaks > 0 {
 		measureLeaks(res, leaks.wait(ctx))
@@ -710,6 +770,9 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 	}
 	b.measure(ctx, res, tasks, macRack, firstSubmit)
 	res.Failed += len(failures)
+	if sink != nil {
+		b.drain(res, sink, waited)
+	}
 	return res, nil
 }
 

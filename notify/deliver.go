@@ -105,21 +105,15 @@ func (s *Service) deliver(ctx context.Context, id int64) error {
 			return fmt.Errorf("claim delivery %d: %w", id, err)
 		}
 		first = false
-		status, wait, err := s.attempt(ctx, d)
+		status, wait, next, err := s.attempt(ctx, d)
 		if err != nil {
 			return err
 		}
 		if status == StatusPending {
 			return river.JobSnooze(wait)
 		}
-		if time.Now().After(deadline) {
+		if next == 0 || time.Now().After(deadline) {
 			return nil
-		}
-		next, err := s.q.DeliveryNextPending(ctx, s.pool, dbsqlc.DeliveryNextPendingParams{SubscriptionID: d.SubscriptionID, Subject: d.Subject, AfterID: d.ID})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("next delivery: %w", err)
 		}
 		id = next
 	}
@@ -161,19 +155,21 @@ func (s *Service) notClaimed(ctx context.Context, id int64) error {
 }
 
 // attempt sends a claimed delivery once and records the outcome: the
-// delivery's new status and, when pending, how long until its next try.
-func (s *Service) attempt(ctx context.Context, d dbsqlc.DeliveryClaimRow) (string, time.Duration, error) {
+// delivery's new status, when pending how long until its next try, and
+// when delivered the next pending delivery of its subject (0: none).
+func (s *Service) attempt(ctx context.Context, d dbsqlc.DeliveryClaimRow) (string, time.Duration, int64, error) {
 	code, sendErr := s.send(ctx, d)
 	if ctx.Err() != nil {
-		return "", 0, ctx.Err() // shutting down: the claim lapses and a job retries
+		return "", 0, 0, ctx.Err() // shutting down: the claim lapses and a job retries
 	}
 	rctx := context.WithoutCancel(ctx)
 	if sendErr == nil {
-		if err := s.q.DeliveryDelivered(rctx, s.pool, dbsqlc.DeliveryDeliveredParams{ID: d.ID, LastStatusCode: int32(code)}); err != nil {
-			return "", 0, fmt.Errorf("record delivery %d: %w", d.ID, err)
+		next, err := s.q.DeliveryDelivered(rctx, s.pool, dbsqlc.DeliveryDeliveredParams{ID: d.ID, LastStatusCode: int32(code)})
+		if err != nil {
+			return "", 0, 0, fmt.Errorf("record delivery %d: %w", d.ID, err)
 		}
 		s.observe(OutcomeDelivered)
-		return StatusDelivered, 0, nil
+		return StatusDelivered, 0, next, nil
 	}
 	attempts := int(d.Attempts) + 1
 	dead := permanent(code) || attempts >= s.cfg.MaxAttempts
@@ -182,20 +178,20 @@ func (s *Service) attempt(ctx context.Context, d dbsqlc.DeliveryClaimRow) (strin
 		ID: d.ID, LastStatusCode: int32(code), LastError: firstLine(sendErr.Error()), Dead: dead, NextAttemptAt: time.Now().Add(wait),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return StatusDead, 0, nil // deleted meanwhile
+		return StatusDead, 0, 0, nil // deleted meanwhile
 	} else if err != nil {
-		return "", 0, fmt.Errorf("record delivery %d: %w", d.ID, err)
+		return "", 0, 0, fmt.Errorf("record delivery %d: %w", d.ID, err)
 	}
 	if status == StatusDead {
 		s.observe(OutcomeDead)
 		s.logger.WarnContext(ctx, "webhook delivery dead-lettered", "delivery_id", d.ID, "subscription_id", d.SubscriptionID, "event_id", d.EventID,
 			"attempt", attempts, "status_code", code, "error", firstLine(sendErr.Error()))
-		return StatusDead, 0, nil
+		return StatusDead, 0, 0, nil
 	}
 	s.observe(OutcomeRetried)
 	s.logger.DebugContext(ctx, "webhook delivery failed, retrying", "delivery_id", d.ID, "subscription_id", d.SubscriptionID, "attempt", attempts,
 		"status_code", code, "retry_in", wait, "error", firstLine(sendErr.Error()))
-	return StatusPending, wait, nil
+	return StatusPending, wait, 0, nil
 }
 
 func (s *Service) observe(outcome string) {
@@ -224,41 +220,34 @@ func (s *Service) backoff(attempts int) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-// Body returns the CloudEvent of an event row, as sent.
-func (s *Service) body(ev dbsqlc.NotifyEvent) ([]byte, error) {
-	return json.Marshal(CloudEvent{SpecVersion: "1.0", ID: ev.ID.String(), Source: s.source, Type: ev.Type, Subject: ev.Subject,
-		Time: ev.CreatedAt.UTC(), DataContentType: "application/json", Data: ev.Data})
+// body returns the CloudEvent of a claimed delivery's event, as sent.
+func (s *Service) body(d dbsqlc.DeliveryClaimRow) ([]byte, error) {
+	return json.Marshal(CloudEvent{SpecVersion: "1.0", ID: d.EventID.String(), Source: s.source, Type: d.EventType, Subject: d.Subject,
+		Time: d.EventCreatedAt.UTC(), DataContentType: "application/json", Data: d.EventData})
 }
 
 // send makes one request; it returns the HTTP status (0: none) and an
-// error unless it was a 2xx.
+// error unless it was a 2xx. The claim brought the subscription's URL and
+// sealed secret and the event.
 func (s *Service) send(ctx context.Context, d dbsqlc.DeliveryClaimRow) (int, error) {
-	sub, err := s.q.SubscriptionGetByID(ctx, s.pool, d.SubscriptionID)
-	if err != nil {
-		return 0, fmt.Errorf("read subscription: %w", err)
-	}
-	ev, err := s.q.EventGetByID(ctx, s.pool, d.EventID)
-	if err != nil {
-		return 0, fmt.Errorf("read event: %w", err)
-	}
-	secret, err := s.openSecret(sub.Secret)
+	secret, err := s.openSecret(d.Secret)
 	if err != nil {
 		return 0, err
 	}
-	body, err := s.body(ev)
+	body, err := s.body(d)
 	if err != nil {
 		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sub.Url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.Url, bytes.NewReader(body))
 	if err != nil {
 		return 0, fmt.Errorf("request: %w", err)
 	}
 	req.Header.Set("Content-Type", ContentType)
 	req.Header.Set("User-Agent", "flow-notify/1")
 	req.Header.Set(SignatureHeader, Sign(secret, time.Now(), body))
-	req.Header.Set("Flow-Event-Id", ev.ID.String())
+	req.Header.Set("Flow-Event-Id", d.EventID.String())
 	req.Header.Set("Flow-Delivery-Id", strconv.FormatInt(d.ID, 10))
 	req.Header.Set("Flow-Delivery-Attempt", strconv.Itoa(int(d.Attempts)+1))
 	res, err := s.client.Do(req)
@@ -332,8 +321,8 @@ func newHTTPClient(g Guard, cfg DeliveryConfig) *httpClient {
 		Proxy:                 nil,
 		DialContext:           g.DialContext,
 		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          100,
-		MaxIdleConnsPerHost:   16,
+		MaxIdleConns:          max(100, 2*cfg.Workers),
+		MaxIdleConnsPerHost:   max(16, cfg.Workers),
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   cfg.Timeout,
 		ResponseHeaderTimeout: cfg.Timeout,

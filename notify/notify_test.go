@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -33,7 +34,7 @@ type testBundle struct {
 	keys *firmware.Keyring
 }
 
-func newKeys(t *testing.T) *firmware.Keyring {
+func newKeys(t testing.TB) *firmware.Keyring {
 	raw := make([]byte, 32)
 	_, err := rand.Read(raw)
 	require.NoError(t, err)
@@ -469,4 +470,54 @@ func TestWebhookTest(t *testing.T) {
 		return err
 	})
 	require.ErrorIs(t, err, notify.ErrNotFound)
+}
+
+// TestEmitManyInOneTransaction: events written in one transaction for two
+// subscriptions (the event and its deliveries are one statement) reach
+// each receiver once each and in order, the job of the first delivering
+// the rest of the rack's in turn; a dedupe key repeated in the same
+// transaction writes nothing the second time.
+func TestEmitManyInOneTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, notify.DeliveryConfig{})
+	ctx := context.Background()
+	rcvs := []*receiver{newReceiver(t, nil), newReceiver(t, nil)}
+	for _, r := range rcvs {
+		b.subscribe(t, r.srv.URL, notify.AllTypes)
+	}
+	rack := uuid.New()
+	var want []string
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		for i := range 10 {
+			ev := rackEvent(rack, fmt.Sprintf("event %02d", i))
+			ev.DedupeKey = ev.Data.Message
+			want = append(want, ev.Data.Message)
+			for range 2 {
+				if err := b.svc.Emit(ctx, tx, ev); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}))
+	require.Equal(t, 10, b.count(t, `SELECT count(*) FROM notify_event`))
+	require.Equal(t, 20, b.count(t, `SELECT count(*) FROM notify_delivery`))
+	for _, r := range rcvs {
+		require.Eventually(t, func() bool { return len(r.requests()) >= 10 }, 10*time.Second, 20*time.Millisecond)
+	}
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM notify_delivery WHERE status = 'delivered'`) == 20
+	}, 10*time.Second, 20*time.Millisecond)
+	for _, r := range rcvs {
+		var got []string
+		ids := map[string]bool{}
+		for _, req := range r.requests() {
+			var data notify.Data
+			require.NoError(t, json.Unmarshal(req.ce.Data, &data))
+			got = append(got, data.Message)
+			ids[req.ce.ID] = true
+		}
+		require.Equal(t, want, got, "once each, in order")
+		require.Len(t, ids, 10)
+	}
 }

@@ -12,34 +12,52 @@ SELECT * FROM notify_subscription ORDER BY created_at, id;
 -- name: SubscriptionDelete :execrows
 DELETE FROM notify_subscription WHERE id = @id;
 
--- name: EventInsert :one
-INSERT INTO notify_event (id, type, subject, dedupe_key, data)
-VALUES (@id, @type, @subject, sqlc.narg(dedupe_key), @data)
-ON CONFLICT (dedupe_key) DO NOTHING
-RETURNING id;
-
--- name: DeliveryInsertMany :many
+-- name: EventInsert :many
+-- Writes an event and its deliveries to subscription_ids (in that order),
+-- one statement: no rows when dedupe_key was seen (nothing written).
+WITH e AS (
+    INSERT INTO notify_event (id, type, subject, dedupe_key, data)
+    VALUES (@id, @type, @subject, sqlc.narg(dedupe_key), @data)
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING id, subject
+)
 INSERT INTO notify_delivery (event_id, subscription_id, subject)
-SELECT @event_id::uuid, s, @subject::text FROM unnest(@subscription_ids::uuid[]) AS s
+SELECT e.id, s.id, e.subject FROM e, unnest(@subscription_ids::uuid[]) WITH ORDINALITY AS s (id, n)
+ORDER BY s.n
 RETURNING id;
 
 -- name: DeliveryClaim :one
 -- Claims a pending, due delivery that no earlier pending delivery of its
--- subscription and subject holds back, until claimed_until.
-UPDATE notify_delivery d SET claimed_until = @claimed_until, updated_at = now()
-WHERE d.id = @id AND d.status = 'pending' AND d.next_attempt_at <= now()
-  AND (d.claimed_until IS NULL OR d.claimed_until < now())
-  AND NOT EXISTS (SELECT 1 FROM notify_delivery e
-      WHERE e.subscription_id = d.subscription_id AND e.subject = d.subject AND e.status = 'pending' AND e.id < d.id)
-RETURNING d.id, d.event_id, d.subscription_id, d.subject, d.attempts;
+-- subscription and subject holds back, until claimed_until, and returns
+-- with it what sending needs: its subscription's URL and sealed secret,
+-- and its event.
+WITH c AS (
+    UPDATE notify_delivery d SET claimed_until = @claimed_until, updated_at = now()
+    WHERE d.id = @id AND d.status = 'pending' AND d.next_attempt_at <= now()
+      AND (d.claimed_until IS NULL OR d.claimed_until < now())
+      AND NOT EXISTS (SELECT 1 FROM notify_delivery e
+          WHERE e.subscription_id = d.subscription_id AND e.subject = d.subject AND e.status = 'pending' AND e.id < d.id)
+    RETURNING d.id, d.event_id, d.subscription_id, d.subject, d.attempts
+)
+SELECT c.id, c.event_id, c.subscription_id, c.subject, c.attempts, s.url, s.secret,
+    ev.type AS event_type, ev.data AS event_data, ev.created_at AS event_created_at
+FROM c JOIN notify_subscription s ON s.id = c.subscription_id JOIN notify_event ev ON ev.id = c.event_id;
 
 -- name: DeliveryGetByID :one
 SELECT * FROM notify_delivery WHERE id = @id;
 
--- name: DeliveryDelivered :exec
-UPDATE notify_delivery SET status = 'delivered', attempts = attempts + 1, last_status_code = @last_status_code,
-    last_error = '', claimed_until = NULL, delivered_at = now(), updated_at = now()
-WHERE id = @id AND status = 'pending';
+-- name: DeliveryDelivered :one
+-- Records a delivery's success and returns the next pending delivery of
+-- its subscription and subject (0: none), one statement.
+WITH done AS (
+    UPDATE notify_delivery u SET status = 'delivered', attempts = u.attempts + 1, last_status_code = @last_status_code,
+        last_error = '', claimed_until = NULL, delivered_at = now(), updated_at = now()
+    WHERE u.id = @id AND u.status = 'pending'
+    RETURNING u.id, u.subscription_id, u.subject
+)
+SELECT COALESCE((SELECT n.id FROM notify_delivery n, done
+    WHERE n.subscription_id = done.subscription_id AND n.subject = done.subject AND n.status = 'pending' AND n.id > done.id
+    ORDER BY n.id LIMIT 1), 0)::bigint AS next_id;
 
 -- name: DeliveryFailed :one
 -- Records a failed attempt: dead when dead is set, else pending again from
@@ -49,12 +67,6 @@ UPDATE notify_delivery SET attempts = attempts + 1, last_status_code = @last_sta
     next_attempt_at = @next_attempt_at, claimed_until = NULL, updated_at = now()
 WHERE id = @id AND status = 'pending'
 RETURNING status;
-
--- name: DeliveryNextPending :one
--- The next pending delivery of a subscription and subject after after_id.
-SELECT id FROM notify_delivery
-WHERE subscription_id = @subscription_id AND subject = @subject AND status = 'pending' AND id > @after_id
-ORDER BY id LIMIT 1;
 
 -- name: DeliveryList :many
 SELECT d.*, e.type AS event_type FROM notify_delivery d JOIN notify_event e ON e.id = d.event_id
@@ -69,9 +81,6 @@ UPDATE notify_delivery SET status = 'pending', attempts = 0, last_error = '', la
     next_attempt_at = now(), claimed_until = NULL, updated_at = now()
 WHERE status = 'dead' AND (id = ANY(@ids::bigint[]) OR (@all_of::uuid <> '00000000-0000-0000-0000-000000000000'::uuid AND subscription_id = @all_of))
 RETURNING id;
-
--- name: EventGetByID :one
-SELECT * FROM notify_event WHERE id = @id;
 
 -- name: DeliveryBacklog :one
 -- The pending deliveries and the age of the oldest, in seconds.

@@ -63,6 +63,10 @@ type DeliveryConfig struct {
 	// MaxResponseBytes bounds the response body read (the rest is
 	// dropped with the connection).
 	MaxResponseBytes int64
+	// Workers is how many deliveries the process sends at once
+	// (FLOW_NOTIFY_WORKERS): the HTTP client keeps as many idle
+	// connections per receiver, so that none is dialled again.
+	Workers int
 }
 
 // Defaults of DeliveryConfig.
@@ -390,18 +394,18 @@ func (s *Service) emitTo(ctx context.Context, tx pgx.Tx, ev Event, ids []uuid.UU
 	if err != nil {
 		return nil, fmt.Errorf("encode event: %w", err)
 	}
-	p := dbsqlc.EventInsertParams{ID: uuid.New(), Type: string(ev.Type), Subject: ev.subject(), Data: data}
+	p := dbsqlc.EventInsertParams{ID: uuid.New(), Type: string(ev.Type), Subject: ev.subject(), Data: data, SubscriptionIds: ids}
 	if ev.DedupeKey != "" {
 		p.DedupeKey = &ev.DedupeKey
 	}
-	if _, err := s.q.EventInsert(ctx, tx, p); errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil // emitted before
-	} else if err != nil {
+	// The event and its deliveries: one statement, no rows when the dedupe
+	// key was seen before.
+	dids, err := s.q.EventInsert(ctx, tx, p)
+	if err != nil {
 		return nil, fmt.Errorf("insert event: %w", err)
 	}
-	dids, err := s.q.DeliveryInsertMany(ctx, tx, dbsqlc.DeliveryInsertManyParams{EventID: p.ID, Subject: p.Subject, SubscriptionIds: ids})
-	if err != nil {
-		return nil, fmt.Errorf("insert deliveries: %w", err)
+	if len(dids) == 0 {
+		return nil, nil // emitted before
 	}
 	if s.enq != nil {
 		if err := s.enq(ctx, tx, dids); err != nil {

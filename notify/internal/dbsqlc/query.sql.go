@@ -165,12 +165,17 @@ func (q *Queries) DeliveryBacklog(ctx context.Context, db DBTX) (DeliveryBacklog
 }
 
 const deliveryClaim = `-- name: DeliveryClaim :one
-UPDATE notify_delivery d SET claimed_until = $1, updated_at = now()
-WHERE d.id = $2 AND d.status = 'pending' AND d.next_attempt_at <= now()
-  AND (d.claimed_until IS NULL OR d.claimed_until < now())
-  AND NOT EXISTS (SELECT 1 FROM notify_delivery e
-      WHERE e.subscription_id = d.subscription_id AND e.subject = d.subject AND e.status = 'pending' AND e.id < d.id)
-RETURNING d.id, d.event_id, d.subscription_id, d.subject, d.attempts
+WITH c AS (
+    UPDATE notify_delivery d SET claimed_until = $1, updated_at = now()
+    WHERE d.id = $2 AND d.status = 'pending' AND d.next_attempt_at <= now()
+      AND (d.claimed_until IS NULL OR d.claimed_until < now())
+      AND NOT EXISTS (SELECT 1 FROM notify_delivery e
+          WHERE e.subscription_id = d.subscription_id AND e.subject = d.subject AND e.status = 'pending' AND e.id < d.id)
+    RETURNING d.id, d.event_id, d.subscription_id, d.subject, d.attempts
+)
+SELECT c.id, c.event_id, c.subscription_id, c.subject, c.attempts, s.url, s.secret,
+    ev.type AS event_type, ev.data AS event_data, ev.created_at AS event_created_at
+FROM c JOIN notify_subscription s ON s.id = c.subscription_id JOIN notify_event ev ON ev.id = c.event_id
 `
 
 type DeliveryClaimParams struct {
@@ -184,10 +189,17 @@ type DeliveryClaimRow struct {
 	SubscriptionID uuid.UUID
 	Subject        string
 	Attempts       int32
+	Url            string
+	Secret         []byte
+	EventType      string
+	EventData      []byte
+	EventCreatedAt time.Time
 }
 
 // Claims a pending, due delivery that no earlier pending delivery of its
-// subscription and subject holds back, until claimed_until.
+// subscription and subject holds back, until claimed_until, and returns
+// with it what sending needs: its subscription's URL and sealed secret,
+// and its event.
 func (q *Queries) DeliveryClaim(ctx context.Context, db DBTX, arg DeliveryClaimParams) (DeliveryClaimRow, error) {
 	row := db.QueryRow(ctx, deliveryClaim, arg.ClaimedUntil, arg.ID)
 	var i DeliveryClaimRow
@@ -197,14 +209,25 @@ func (q *Queries) DeliveryClaim(ctx context.Context, db DBTX, arg DeliveryClaimP
 		&i.SubscriptionID,
 		&i.Subject,
 		&i.Attempts,
+		&i.Url,
+		&i.Secret,
+		&i.EventType,
+		&i.EventData,
+		&i.EventCreatedAt,
 	)
 	return i, err
 }
 
-const deliveryDelivered = `-- name: DeliveryDelivered :exec
-UPDATE notify_delivery SET status = 'delivered', attempts = attempts + 1, last_status_code = $1,
-    last_error = '', claimed_until = NULL, delivered_at = now(), updated_at = now()
-WHERE id = $2 AND status = 'pending'
+const deliveryDelivered = `-- name: DeliveryDelivered :one
+WITH done AS (
+    UPDATE notify_delivery u SET status = 'delivered', attempts = u.attempts + 1, last_status_code = $1,
+        last_error = '', claimed_until = NULL, delivered_at = now(), updated_at = now()
+    WHERE u.id = $2 AND u.status = 'pending'
+    RETURNING u.id, u.subscription_id, u.subject
+)
+SELECT COALESCE((SELECT n.id FROM notify_delivery n, done
+    WHERE n.subscription_id = done.subscription_id AND n.subject = done.subject AND n.status = 'pending' AND n.id > done.id
+    ORDER BY n.id LIMIT 1), 0)::bigint AS next_id
 `
 
 type DeliveryDeliveredParams struct {
@@ -212,9 +235,13 @@ type DeliveryDeliveredParams struct {
 	ID             int64
 }
 
-func (q *Queries) DeliveryDelivered(ctx context.Context, db DBTX, arg DeliveryDeliveredParams) error {
-	_, err := db.Exec(ctx, deliveryDelivered, arg.LastStatusCode, arg.ID)
-	return err
+// Records a delivery's success and returns the next pending delivery of
+// its subscription and subject (0: none), one statement.
+func (q *Queries) DeliveryDelivered(ctx context.Context, db DBTX, arg DeliveryDeliveredParams) (int64, error) {
+	row := db.QueryRow(ctx, deliveryDelivered, arg.LastStatusCode, arg.ID)
+	var next_id int64
+	err := row.Scan(&next_id)
+	return next_id, err
 }
 
 const deliveryFailed = `-- name: DeliveryFailed :one
@@ -294,38 +321,6 @@ func (q *Queries) DeliveryHeadNextAttempt(ctx context.Context, db DBTX, arg Deli
 	return next_attempt_at, err
 }
 
-const deliveryInsertMany = `-- name: DeliveryInsertMany :many
-INSERT INTO notify_delivery (event_id, subscription_id, subject)
-SELECT $1::uuid, s, $2::text FROM unnest($3::uuid[]) AS s
-RETURNING id
-`
-
-type DeliveryInsertManyParams struct {
-	EventID         uuid.UUID
-	Subject         string
-	SubscriptionIds []uuid.UUID
-}
-
-func (q *Queries) DeliveryInsertMany(ctx context.Context, db DBTX, arg DeliveryInsertManyParams) ([]int64, error) {
-	rows, err := db.Query(ctx, deliveryInsertMany, arg.EventID, arg.Subject, arg.SubscriptionIds)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []int64{}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const deliveryList = `-- name: DeliveryList :many
 SELECT d.id, d.event_id, d.subscription_id, d.subject, d.status, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.claimed_until, d.created_at, d.updated_at, d.delivered_at, e.type AS event_type FROM notify_delivery d JOIN notify_event e ON e.id = d.event_id
 WHERE ($1::uuid IS NULL OR d.subscription_id = $1)
@@ -390,26 +385,6 @@ func (q *Queries) DeliveryList(ctx context.Context, db DBTX, arg DeliveryListPar
 		return nil, err
 	}
 	return items, nil
-}
-
-const deliveryNextPending = `-- name: DeliveryNextPending :one
-SELECT id FROM notify_delivery
-WHERE subscription_id = $1 AND subject = $2 AND status = 'pending' AND id > $3
-ORDER BY id LIMIT 1
-`
-
-type DeliveryNextPendingParams struct {
-	SubscriptionID uuid.UUID
-	Subject        string
-	AfterID        int64
-}
-
-// The next pending delivery of a subscription and subject after after_id.
-func (q *Queries) DeliveryNextPending(ctx context.Context, db DBTX, arg DeliveryNextPendingParams) (int64, error) {
-	row := db.QueryRow(ctx, deliveryNextPending, arg.SubscriptionID, arg.Subject, arg.AfterID)
-	var id int64
-	err := row.Scan(&id)
-	return id, err
 }
 
 const deliveryRedrive = `-- name: DeliveryRedrive :many
@@ -483,50 +458,55 @@ func (q *Queries) DeliveryStale(ctx context.Context, db DBTX, arg DeliveryStaleP
 	return items, nil
 }
 
-const eventGetByID = `-- name: EventGetByID :one
-SELECT id, type, subject, dedupe_key, data, created_at FROM notify_event WHERE id = $1
-`
-
-func (q *Queries) EventGetByID(ctx context.Context, db DBTX, id uuid.UUID) (NotifyEvent, error) {
-	row := db.QueryRow(ctx, eventGetByID, id)
-	var i NotifyEvent
-	err := row.Scan(
-		&i.ID,
-		&i.Type,
-		&i.Subject,
-		&i.DedupeKey,
-		&i.Data,
-		&i.CreatedAt,
-	)
-	return i, err
-}
-
-const eventInsert = `-- name: EventInsert :one
-INSERT INTO notify_event (id, type, subject, dedupe_key, data)
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (dedupe_key) DO NOTHING
+const eventInsert = `-- name: EventInsert :many
+WITH e AS (
+    INSERT INTO notify_event (id, type, subject, dedupe_key, data)
+    VALUES ($2, $3, $4, $5, $6)
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING id, subject
+)
+INSERT INTO notify_delivery (event_id, subscription_id, subject)
+SELECT e.id, s.id, e.subject FROM e, unnest($1::uuid[]) WITH ORDINALITY AS s (id, n)
+ORDER BY s.n
 RETURNING id
 `
 
 type EventInsertParams struct {
-	ID        uuid.UUID
-	Type      string
-	Subject   string
-	DedupeKey *string
-	Data      []byte
+	SubscriptionIds []uuid.UUID
+	ID              uuid.UUID
+	Type            string
+	Subject         string
+	DedupeKey       *string
+	Data            []byte
 }
 
-func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) (uuid.UUID, error) {
-	row := db.QueryRow(ctx, eventInsert,
+// Writes an event and its deliveries to subscription_ids (in that order),
+// one statement: no rows when dedupe_key was seen (nothing written).
+func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) ([]int64, error) {
+	rows, err := db.Query(ctx, eventInsert,
+		arg.SubscriptionIds,
 		arg.ID,
 		arg.Type,
 		arg.Subject,
 		arg.DedupeKey,
 		arg.Data,
 	)
-	var id uuid.UUID
-	err := row.Scan(&id)
-	return id, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const subscriptionDelete = `-- name: SubscriptionDelete :execrows
