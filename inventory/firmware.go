@@ -143,6 +143,20 @@ func (s *Service) RecordFirmwareRead(ctx context.Context, tx pgx.Tx, typ Compone
 	return nil
 }
 
+// RecordFirmwareReadIfUnchanged records, through tx, that typ's installed
+// versions were read at readAt (RecordFirmwareRead) when the
+// installed-firmware generation (FirmwareGeneration.Firmware) is still
+// firmware: one statement where FirmwareGenerations and
+// RecordFirmwareRead are two. recorded is false, and nothing written, when
+// the generation moved.
+func (s *Service) RecordFirmwareReadIfUnchanged(ctx context.Context, tx pgx.Tx, typ ComponentType, readAt time.Time, firmware int64) (recorded bool, err error) {
+	r, err := s.q.FirmwareReadSetIfUnchanged(ctx, tx, dbsqlc.FirmwareReadSetIfUnchangedParams{ComponentType: string(typ), ReadAt: readAt, Firmware: firmware})
+	if err != nil {
+		return false, fmt.Errorf("record firmware read: %w", err)
+	}
+	return r.Recorded, nil
+}
+
 // InstalledFirmware returns what Flow last heard of the component's
 // installed firmware; ok is false when Core never reported it.
 func (s *Service) InstalledFirmware(ctx context.Context, dbtx db.DBTX, componentID uuid.UUID) (InstalledFirmware, bool, error) {

@@ -34,6 +34,19 @@ WHERE cf.component_id = ANY(@ids::uuid[]) AND cf.reported;
 INSERT INTO component_firmware_read (component_type, read_at) VALUES (@component_type, @read_at)
 ON CONFLICT (component_type) DO UPDATE SET read_at = excluded.read_at, due = false;
 
+-- name: FirmwareReadSetIfUnchanged :one
+-- FirmwareReadSet, only while the installed-firmware generation is still
+-- @firmware (no statement wrote component_firmware since the caller's own
+-- record); it returns the generation and whether it recorded the read.
+WITH g AS (SELECT n FROM component_firmware_generation),
+r AS (
+    INSERT INTO component_firmware_read (component_type, read_at)
+    SELECT @component_type, @read_at WHERE (SELECT n FROM g) = @firmware::bigint
+    ON CONFLICT (component_type) DO UPDATE SET read_at = excluded.read_at, due = false
+    RETURNING 1
+)
+SELECT (SELECT n FROM g)::bigint AS firmware, EXISTS (SELECT 1 FROM r) AS recorded;
+
 -- name: FirmwareReadMarkDue :exec
 -- FirmwareReadMarkDue makes the types' versions due at the next cycle.
 UPDATE component_firmware_read SET due = true WHERE component_type = ANY(@types::text[]) AND NOT due;

@@ -68,3 +68,36 @@ func nicoPosition(slot, tray, topology *int32) nico.Position {
 func inventoryPosition(slot, tray, host int32) inventory.Position {
 	return inventory.Position{SlotID: slot, TrayIdx: tray, HostID: host}
 }
+
+// TestShareComponents: a host listing the set of the host before shares
+// it (no new set); a different set, or one naming a sub-component twice
+// (whose entries' versions are merged, as nico.Client.InstalledVersions
+// merges them), is a set of its own with the same content and hash as the
+// map shareVersions is given.
+func TestShareComponents(t *testing.T) {
+	t.Parallel()
+	cv := func(c string, vs ...string) nico.ComponentVersions { return nico.ComponentVersions{Component: c, Versions: vs} }
+	var he healthEncoder
+	a := he.shareComponents([]nico.ComponentVersions{cv("bmc", "1.0"), cv("bios", "2.0"), cv("nic", "3.0", "3.1")})
+	require.Equal(t, inventory.SubVersions{"bmc": {"1.0"}, "bios": {"2.0"}, "nic": {"3.0", "3.1"}}, a.v)
+	same := he.shareComponents([]nico.ComponentVersions{cv("nic", "3.0", "3.1"), cv("bmc", "1.0"), cv("bios", "2.0")})
+	require.Same(t, a, same, "the set of the host before, in another order")
+	other := he.shareComponents([]nico.ComponentVersions{cv("bmc", "1.1"), cv("bios", "2.0"), cv("nic", "3.0", "3.1")})
+	require.NotSame(t, a, other)
+	require.Equal(t, inventory.SubVersions{"bmc": {"1.1"}, "bios": {"2.0"}, "nic": {"3.0", "3.1"}}, other.v)
+	require.NotEqual(t, a.sum, other.sum)
+	// Three entries, two sub-components: as long as the set before (three
+	// sub-components) but not it.
+	he.last = a
+	twice := he.shareComponents([]nico.ComponentVersions{cv("bmc", "1.0"), cv("nic", "3.0"), cv("nic", "3.1")})
+	require.NotSame(t, a, twice)
+	require.Equal(t, inventory.SubVersions{"bmc": {"1.0"}, "nic": {"3.0", "3.1"}}, twice.v)
+	// A name listed twice whose every entry matches the set before: not it.
+	two := he.shareComponents([]nico.ComponentVersions{cv("bmc", "1.0"), cv("nic", "3.0")})
+	dup := he.shareComponents([]nico.ComponentVersions{cv("bmc", "1.0"), cv("bmc", "1.0")})
+	require.NotSame(t, two, dup)
+	require.Equal(t, inventory.SubVersions{"bmc": {"1.0", "1.0"}}, dup.v)
+	// Back to the first set: found by its key, the same set and hash.
+	again := he.shareComponents([]nico.ComponentVersions{cv("bmc", "1.0"), cv("bios", "2.0"), cv("nic", "3.0", "3.1")})
+	require.Same(t, a, again)
+}

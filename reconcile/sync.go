@@ -37,7 +37,7 @@ type Core interface {
 	PowerStates(ctx context.Context, ids []string) (map[string]nico.PowerState, error)
 	Positions(ctx context.Context, ids []string) (map[string]nico.Position, error)
 	Inventory(ctx context.Context, t nico.Target) ([]nico.Inventory, error)
-	InstalledVersions(ctx context.Context, t nico.Target) ([]nico.Installed, error)
+	FirmwareVersions(ctx context.Context, t nico.Target) ([]nico.DeviceVersions, error)
 	SwitchIDs(ctx context.Context) ([]string, error)
 	Switches(ctx context.Context, ids []string) ([]nico.Switch, error)
 	PowerShelfIDs(ctx context.Context) ([]string, error)
@@ -845,14 +845,18 @@ func (c *cycle) syncType(ctx context.Context, p *SyncPart, t inventory.Component
 // RecordFirmware's writes, counted in p.Changed.
 func (c *cycle) recordFirmware(ctx context.Context, tx pgx.Tx, p *SyncPart, t inventory.ComponentType, readings []inventory.FirmwareReading, absent []uuid.UUID, sum uint64) (firmwareMemo, error) {
 	inv := c.s.cfg.Inv
+	if last, ok := c.s.firmwareMemo(t); ok && last.sum == sum {
+		// The read is what the part last recorded: the read time alone,
+		// when the generation has not moved (one statement).
+		if recorded, err := inv.RecordFirmwareReadIfUnchanged(ctx, tx, t, c.now, last.gen); err != nil || recorded {
+			return last, err
+		}
+	}
 	gen, err := inv.FirmwareGenerations(ctx, tx)
 	if err != nil {
 		return firmwareMemo{}, err
 	}
 	memo := firmwareMemo{sum: sum, gen: gen.Firmware}
-	if last, ok := c.s.firmwareMemo(t); ok && last == memo {
-		return memo, inv.RecordFirmwareRead(ctx, tx, t, c.now)
-	}
 	n, err := inv.RecordFirmware(ctx, tx, t, c.now, readings, absent)
 	if err != nil {
 		return firmwareMemo{}, err
@@ -997,6 +1001,45 @@ func (e *healthEncoder) shareVersions(v map[string][]string) *versionSet {
 	}
 	e.last = x
 	return x
+}
+
+// shareComponents is shareVersions of a compute host's versions as Core
+// lists them (nico.DeviceVersions.Components; a sub-component listed twice
+// has both entries' versions, as nico.Client.InstalledVersions merges
+// them): when they are the set of the host before, which they mostly
+// are, that set, without a map made for them.
+func (e *healthEncoder) shareComponents(cvs []nico.ComponentVersions) *versionSet {
+	if e.last != nil && len(cvs) == len(e.last.v) {
+		same := true
+		for i, cv := range cvs {
+			have, ok := e.last.v[cv.Component]
+			// A name listed twice makes fewer sub-components than entries:
+			// the slow path merges them.
+			for _, prev := range cvs[:i] {
+				if prev.Component == cv.Component {
+					ok = false
+				}
+			}
+			if !ok || !slices.Equal(have, cv.Versions) {
+				same = false
+				break
+			}
+		}
+		if same {
+			return e.last
+		}
+	}
+	v := make(map[string][]string, len(cvs))
+	for _, cv := range cvs {
+		if have, ok := v[cv.Component]; ok {
+			v[cv.Component] = append(have, cv.Versions...)
+		} else {
+			// The reply's own slice, clipped so that a second entry of the
+			// component appends to a copy.
+			v[cv.Component] = slices.Clip(cv.Versions)
+		}
+	}
+	return e.shareVersions(v)
 }
 
 // shareReport returns the installed versions in a switch's or shelf's
@@ -1199,22 +1242,24 @@ func (c *cycle) inventoryOf(ctx context.Context, p *SyncPart, kind nico.Kind, id
 }
 
 // installedOf reads the installed versions per sub-component of compute
-// hosts ids (best effort, ListComponentFirmwareVersions): the versions of
-// the hosts Core answered for, by Core ID. ok is false when the read
-// failed (a warning in p).
-func (c *cycle) installedOf(ctx context.Context, p *SyncPart, ids []string) (map[string]map[string][]string, bool) {
+// hosts ids (best effort, ListComponentFirmwareVersions): the reply's
+// versions of the hosts Core answered for, by Core ID, as Core listed them
+// (healthEncoder.shareComponents makes a set of them only when it differs
+// from the host's before). ok is false when the read failed (a warning in
+// p).
+func (c *cycle) installedOf(ctx context.Context, p *SyncPart, ids []string) (map[string][]nico.ComponentVersions, bool) {
 	if len(ids) == 0 {
-		return map[string]map[string][]string{}, true
+		return map[string][]nico.ComponentVersions{}, true
 	}
-	got, err := c.s.cfg.Core.InstalledVersions(ctx, nico.Target{Kind: nico.KindCompute, IDs: ids})
+	got, err := c.s.cfg.Core.FirmwareVersions(ctx, nico.Target{Kind: nico.KindCompute, IDs: ids})
 	if err != nil {
 		p.Warnings = append(p.Warnings, err.Error())
 		return nil, false
 	}
-	out := make(map[string]map[string][]string, len(got))
-	for _, in := range got {
-		if in.Err == nil {
-			out[cmpOr(in.ID, in.Key)] = in.Components
+	out := make(map[string][]nico.ComponentVersions, len(got))
+	for _, d := range got {
+		if d.Err == nil {
+			out[cmpOr(d.ID, d.Key)] = d.Components
 		}
 	}
 	return out, true
@@ -1283,7 +1328,7 @@ func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs
 		power                     map[string]nico.PowerState
 		dpus                      map[string][]inventory.DPUBMC
 		invs                      map[string]nico.Inventory
-		installed                 map[string]map[string][]string
+		installed                 map[string][]nico.ComponentVersions
 		installedOK               = *versionsOK
 		posErr, powErr            error
 		dpuErr                    error
@@ -1316,8 +1361,8 @@ func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs
 	for _, m := range hosts {
 		d := device{id: m.ID, mac: backend.NormalizeMAC(m.BMCMAC), state: he.share(m.State), firmware: he.share(invs[m.ID].BMCFirmware()), dpus: sortedDPUs(dpus[m.ID])}
 		d.setHealth(he, m.Health)
-		if v, ok := installed[m.ID]; ok {
-			d.versions = he.shareVersions(v)
+		if cvs, ok := installed[m.ID]; ok {
+			d.versions = he.shareComponents(cvs)
 		}
 		if pw, ok := power[m.ID]; ok {
 			d.power = he.share(string(pw))

@@ -137,24 +137,12 @@ func BenchmarkSyncCycle(b *testing.B) {
 	b.Cleanup(pool.Close)
 	inv := inventory.NewService()
 	s := nicosim.New(nicosim.Options{})
-	var devs []nicosim.Device
-	var simRacks []nicosim.Rack
-	for i := range racks {
-		r := inventory.DemoRack(i)
-		r.ExternalID = fmt.Sprintf("core-rack-%d", i)
+	flowRacks, devs, simRacks := benchSite(racks)
+	for _, r := range flowRacks {
 		require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			_, err := inv.CreateRack(ctx, tx, r)
 			return err
 		}))
-		sr := expectedSimRack(r)
-		sr.GroupID = fmt.Sprintf("group-%d", i/8)
-		simRacks = append(simRacks, sr)
-		for k, c := range r.Components {
-			d := expectedSimDevice(c, r.ExternalID)
-			d.ID = fmt.Sprintf("core-%d-%02d", i, k)
-			withSubComponents(&d)
-			devs = append(devs, d)
-		}
 	}
 	require.NoError(b, s.Seed(devs))
 	require.NoError(b, s.SeedRacks(simRacks))

@@ -433,3 +433,35 @@ func (q *Queries) FirmwareReadSet(ctx context.Context, db DBTX, arg FirmwareRead
 	_, err := db.Exec(ctx, firmwareReadSet, arg.ComponentType, arg.ReadAt)
 	return err
 }
+
+const firmwareReadSetIfUnchanged = `-- name: FirmwareReadSetIfUnchanged :one
+WITH g AS (SELECT n FROM component_firmware_generation),
+r AS (
+    INSERT INTO component_firmware_read (component_type, read_at)
+    SELECT $1, $2 WHERE (SELECT n FROM g) = $3::bigint
+    ON CONFLICT (component_type) DO UPDATE SET read_at = excluded.read_at, due = false
+    RETURNING 1
+)
+SELECT (SELECT n FROM g)::bigint AS firmware, EXISTS (SELECT 1 FROM r) AS recorded
+`
+
+type FirmwareReadSetIfUnchangedParams struct {
+	ComponentType string
+	ReadAt        time.Time
+	Firmware      int64
+}
+
+type FirmwareReadSetIfUnchangedRow struct {
+	Firmware int64
+	Recorded bool
+}
+
+// FirmwareReadSet, only while the installed-firmware generation is still
+// @firmware (no statement wrote component_firmware since the caller's own
+// record); it returns the generation and whether it recorded the read.
+func (q *Queries) FirmwareReadSetIfUnchanged(ctx context.Context, db DBTX, arg FirmwareReadSetIfUnchangedParams) (FirmwareReadSetIfUnchangedRow, error) {
+	row := db.QueryRow(ctx, firmwareReadSetIfUnchanged, arg.ComponentType, arg.ReadAt, arg.Firmware)
+	var i FirmwareReadSetIfUnchangedRow
+	err := row.Scan(&i.Firmware, &i.Recorded)
+	return i, err
+}
