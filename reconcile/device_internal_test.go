@@ -76,7 +76,9 @@ func inventoryPosition(slot, tray, host int32) inventory.Position {
 // map shareVersions is given.
 func TestShareComponents(t *testing.T) {
 	t.Parallel()
-	cv := func(c string, vs ...string) nico.ComponentVersions { return nico.ComponentVersions{Component: c, Versions: vs} }
+	cv := func(c string, vs ...string) nico.ComponentVersions {
+		return nico.ComponentVersions{Component: c, Versions: vs}
+	}
 	var he healthEncoder
 	a := he.shareComponents([]nico.ComponentVersions{cv("bmc", "1.0"), cv("bios", "2.0"), cv("nic", "3.0", "3.1")})
 	require.Equal(t, inventory.SubVersions{"bmc": {"1.0"}, "bios": {"2.0"}, "nic": {"3.0", "3.1"}}, a.v)
