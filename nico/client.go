@@ -1012,6 +1012,9 @@ func (c *Client) FirmwareVersions(ctx context.Context, t Target) ([]DeviceVersio
 	for _, d := range res.GetDevices() {
 		key := resultKey(d.GetResult())
 		dv := DeviceVersions{Key: key, ID: d.GetResult().GetComponentId(), Versions: d.GetVersions(), Err: itemErr(method, key, d.GetResult())}
+		if cvs := d.GetComputeFwVersions(); len(cvs) > 0 {
+			dv.Components = make([]ComponentVersions, 0, len(cvs))
+		}
 		for _, cv := range d.GetComputeFwVersions() {
 			dv.Components = append(dv.Components, ComponentVersions{Component: computeComponentName(cv.GetComponent()), Versions: cv.GetVersions()})
 		}
