@@ -138,7 +138,9 @@ func TestFirmwareVerifyLie(t *testing.T) {
 		reads func(n int) bool
 	}{
 		{name: "OneRead", grace: "0", reads: func(n int) bool { return n == 1 }},
-		{name: "Grace", grace: "1s", reads: func(n int) bool { return n > 2 }},
+		// Read again within the grace: how many times depends on the
+		// machine's load (3 or more when idle, 2 at load 50).
+		{name: "Grace", grace: "1s", reads: func(n int) bool { return n >= 2 }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
