@@ -270,6 +270,7 @@ func printBanner(w io.Writer, addr, adminAddr, dbURL, dir string, simAdmin []str
              cleartext, no authentication: every caller is admin (flow serve
              needs certificates: docs/security.md)
   Console    http://%[1]s/ui/   (the site, racks, tasks, rollouts, leaks: docs/console.md)
+             http://%[1]s/ui/jobs/   (River UI, the job queue)
   Admin      %[4]s
   Database   %[2]s
   State      %[3]s

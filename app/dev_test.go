@@ -122,10 +122,15 @@ func TestDevKeepsDataAcrossRestartsAndStopsPostgres(t *testing.T) {
 	require.Contains(t, banner, "curl -s -X POST -H 'Content-Type: application/json' -d '{}' http://"+addr+"/v1.Flow/Version")
 	require.Contains(t, banner, "grpcurl -plaintext "+addr+" list v1.Flow")
 	require.Contains(t, banner, "cleartext, no authentication")
-	// River UI is on the admin listener, not the API port.
+	// River UI is in the console and, in dev mode, on the admin listener.
 	admin := regexp.MustCompile(`Admin\s+(http://\S+/riverui/)`).FindStringSubmatch(banner)
 	require.NotNil(t, admin, banner)
 	res, err := http.Get(admin[1])
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, banner, "http://"+addr+"/ui/jobs/   (River UI")
+	res, err = http.Get("http://" + addr + "/ui/jobs/")
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)
