@@ -35,20 +35,27 @@ type benchLeak struct {
 // bench waits for the leaks' power-offs.
 const leakResponseWait = 60 * time.Second
 
+const scanEvery = 500 * time.Millisecond
+
 // leakInjector raises the leaks and finds their power-offs.
 type leakInjector struct {
 	b     *Bench
 	racks []inventory.Rack
 	mu    sync.Mutex
 	leaks []*benchLeak
-	done  chan struct{}
-	// seen is how many journal calls were scanned already.
-	seen int
+	done  chan struct{} // closed when raise has returned
+	stop  chan struct{} // closed by wait: raise no more
 }
+
+// scanEvery is how often the journal is read for power-offs while the run
+// goes on: it keeps a bounded number of calls (sim.JournalMaxCalls,
+// JournalMaxDevices; the inventory sync's listings fill it at 3,000
+// racks), so a power-off early in a long run would be forgotten by its
+// end.
 
 // startLeaks starts raising o.leaks leaks (none when 0); wait ends it.
 func (b *Bench) startLeaks(ctx context.Context, racks []inventory.Rack) *leakInjector {
-	li := &leakInjector{b: b, racks: racks, done: make(chan struct{})}
+	li := &leakInjector{b: b, racks: racks, done: make(chan struct{}), stop: make(chan struct{})}
 	if b.o.leaks == 0 {
 		close(li.done)
 		return li
@@ -57,19 +64,37 @@ func (b *Bench) startLeaks(ctx context.Context, racks []inventory.Rack) *leakInj
 		defer close(li.done)
 		li.raise(ctx)
 	}()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-li.stop:
+				return
+			case <-time.After(scanEvery):
+				li.scan()
+			}
+		}
+	}()
 	return li
 }
 
-// candidates returns the rack indexes to try, spread over the site: rack
-// k·n/leaks for the k-th leak first, then its successors.
-func (li *leakInjector) candidates(k int) []int {
-	n := len(li.racks)
-	start := k * n / li.b.o.leaks
-	out := make([]int, 0, n)
-	for i := range n {
-		out = append(out, (start+i)%n)
+// busyRacks returns the racks with an active task (running ones first),
+// at most 500, from one task listing.
+func (li *leakInjector) busyRacks(ctx context.Context) []string {
+	res, err := li.b.client.ListTasks(ctx, &flowv1.ListTasksRequest{ActiveOnly: true, Pagination: &flowv1.Pagination{Limit: 500}})
+	if err != nil {
+		return nil
 	}
-	return out
+	var running, other []string
+	for _, t := range res.GetTasks() {
+		if t.GetStatus() == flowv1.TaskStatus_TASK_STATUS_RUNNING {
+			running = append(running, t.GetRackId().GetId())
+		} else {
+			other = append(other, t.GetRackId().GetId())
+		}
+	}
+	return append(running, other...)
 }
 
 // raise raises the leaks, one every leak interval, each on a busy rack
@@ -79,47 +104,44 @@ func (li *leakInjector) raise(ctx context.Context) {
 	for _, st := range li.b.sims.NICo.States() {
 		coreIDs[strings.ToLower(st.BMCMAC)] = st.ID
 	}
+	byID := map[string]int{}
+	for i, r := range li.racks {
+		byID[r.ID.String()] = i
+	}
 	used := map[int]bool{}
 	tick := time.NewTicker(li.b.o.leakInterval)
 	defer tick.Stop()
-	for k := 0; k < li.b.o.leaks; k++ {
+	for raised := 0; raised < li.b.o.leaks; {
 		select {
 		case <-ctx.Done():
 			return
+		case <-li.stop:
+			return
 		case <-tick.C:
 		}
-		for _, i := range li.candidates(k) {
-			if used[i] || !li.busy(ctx, li.racks[i].ID.String()) {
+		for _, id := range li.busyRacks(ctx) {
+			i, ok := byID[id]
+			if !ok || used[i] {
 				continue
 			}
 			tray := leakTray(li.racks[i])
-			if tray == nil {
+			if tray == nil || coreIDs[strings.ToLower(tray.BMCs[0].MAC.String())] == "" {
 				continue
 			}
 			mac := strings.ToLower(tray.BMCs[0].MAC.String())
-			id := coreIDs[mac]
-			if id == "" {
-				continue
-			}
+			core := coreIDs[mac]
 			used[i] = true
-			if err := li.b.sims.NICo.SetLeak(id, true); err != nil {
+			if err := li.b.sims.NICo.SetLeak(core, true); err != nil {
 				li.b.progressf("leak on %s: %v", tray.Name, err)
 				break
 			}
-			l := &benchLeak{rack: li.racks[i].Name, coreID: id, mac: mac, raisedAt: time.Now()}
 			li.mu.Lock()
-			li.leaks = append(li.leaks, l)
+			li.leaks = append(li.leaks, &benchLeak{rack: li.racks[i].Name, coreID: core, mac: mac, raisedAt: time.Now()})
 			li.mu.Unlock()
+			raised++
 			break
 		}
 	}
-}
-
-// busy reports whether rack has an active (waiting, pending or running)
-// task.
-func (li *leakInjector) busy(ctx context.Context, rack string) bool {
-	res, err := li.b.client.ListTasks(ctx, &flowv1.ListTasksRequest{ActiveOnly: true, RackId: &flowv1.UUID{Id: rack}, Pagination: &flowv1.Pagination{Limit: 1}})
-	return err == nil && res.GetTotal() > 0
 }
 
 // leakTray is the rack's compute tray whose leak the bench raises: the
@@ -162,6 +184,7 @@ func (li *leakInjector) scan() {
 // wait waits for the injection to end and every leak's power-off (at most
 // leakResponseWait), and returns the leaks.
 func (li *leakInjector) wait(ctx context.Context) []*benchLeak {
+	close(li.stop)
 	select {
 	case <-li.done:
 	case <-ctx.Done():
@@ -180,7 +203,7 @@ func (li *leakInjector) wait(ctx context.Context) []*benchLeak {
 		if open == 0 || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(scanEvery)
 	}
 	li.mu.Lock()
 	defer li.mu.Unlock()
