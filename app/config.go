@@ -26,6 +26,7 @@ type Config struct {
 	ListenAddr      string        // FLOW_LISTEN_ADDR
 	DatabaseURL     string        // DATABASE_URL, else built from DB_*
 	DBMaxConns      int32         // FLOW_DB_MAX_CONNS
+	SafetyDBConns   int32         // FLOW_SAFETY_DB_CONNS: the safety path's own pool
 	DevMode         bool          // FLOW_DEV_MODE
 	LogLevel        slog.Level    // FLOW_LOG_LEVEL
 	LogFormat       string        // FLOW_LOG_FORMAT: text or json
@@ -87,6 +88,7 @@ type Config struct {
 	LeaseHeartbeat  time.Duration  // FLOW_ENGINE_LEASE_HEARTBEAT
 	LeaseExpiry     time.Duration  // FLOW_ENGINE_LEASE_EXPIRY
 	MaxWorkers      int            // FLOW_ENGINE_MAX_WORKERS
+	UrgentWorkers   int            // FLOW_ENGINE_URGENT_WORKERS
 	FetchCooldown   time.Duration  // FLOW_ENGINE_FETCH_COOLDOWN
 	// PollInterval, when positive, replaces the poll interval of the long
 	// hardware waits (FirmwareControl, WaitBringUp, WaitDecommissioned).
@@ -159,7 +161,8 @@ var ConfigVars = []ConfigVar{
 	{"DB_NAME", "flow", "PostgreSQL database"},
 	{"DB_CERT_PATH", "", "TLS to PostgreSQL (upstream's name), sslmode=verify-full: the CA file (upstream's meaning; the chart uses /var/run/secrets/spiffe.io/ca.crt), with tls.crt and tls.key beside it used as client certificate when present, or a folder holding ca.crt, tls.crt and tls.key; a missing file refuses startup"},
 	{"FLOW_ENV", "development", "upstream's deployment environment: development, staging or production; staging and production require TLS certificates (ALLOW_INSECURE_GRPC is refused) and refuse --dev-mode; when set, flow serve applies migrations at start as upstream's does"},
-	{"FLOW_DB_MAX_CONNS", "40", "size of the connection pool; half of it is opened, and warmed, at start (the listings' page checks have 4 connections more, of their own)"},
+	{"FLOW_DB_MAX_CONNS", "40", "size of the connection pool; half of it is opened, and warmed, at start (the listings' page checks have 4 connections more, of their own, and the safety path FLOW_SAFETY_DB_CONNS)"},
+	{"FLOW_SAFETY_DB_CONNS", "4", "connections of the safety path's own pool, on top of FLOW_DB_MAX_CONNS: leak detection's cycles and the event-rule pipeline (ingest, executions that submit leak responses) use only it, so reads and bulk submissions that hold the main pool cannot delay them (docs/operations.md#the-safety-path)"},
 	{"FLOW_DEV_MODE", "false", "same as --dev-mode: server reflection and debug logs"},
 	{"FLOW_LOG_LEVEL", "info", "debug, info, warn or error; flow dev defaults to debug for Flow's own lines; River's own lines are WARN and above unless this is debug"},
 	{"FLOW_LOG_FORMAT", "json", "json or text (flow dev defaults to text)"},
@@ -216,6 +219,7 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_ENGINE_LEASE_HEARTBEAT", "2s", "how often each server renews its engine lease and sweeps the steps of servers whose lease expired"},
 	{"FLOW_ENGINE_LEASE_EXPIRY", "10s", "how long an engine lease lasts after its last renewal: a killed server's running steps are rescheduled this long after its last heartbeat (plus at most one heartbeat); a server that cannot renew cancels its own calls a heartbeat before; at least twice FLOW_ENGINE_LEASE_HEARTBEAT"},
 	{"FLOW_ENGINE_MAX_WORKERS", "1000", "engine jobs one process works at once"},
+	{"FLOW_ENGINE_URGENT_WORKERS", "8", "urgent runs' engine jobs (leak responses) one process works at once, on a River queue of their own (engine_urgent) beside FLOW_ENGINE_MAX_WORKERS, so a site-wide wave never delays them"},
 	{"FLOW_ENGINE_FETCH_COOLDOWN", "20ms", "least time between two fetches of engine jobs by one server: longer fetches more jobs per query in a burst (less database work per step), shorter starts a step sooner after the one before when the server is busy; a lone submission is fetched at once either way (docs/engine.md)"},
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
 	{"FLOW_FIRMWARE_VERIFY_GRACE", "2m", "after a firmware update's backend reported it completed, how long Flow re-reads the installed versions of a device not yet at its target before the task fails naming it (a real Core can lag behind its own completed); 0 reads once; at most 24h; each task keeps the value it started with (docs/firmware.md#verified-upgrades)"},
@@ -315,6 +319,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} else {
 		cfg.DBMaxConns = int32(n)
 	}
+	if n, err := strconv.ParseInt(def("FLOW_SAFETY_DB_CONNS"), 10, 32); err != nil || n < 2 || n > 100 {
+		errs = append(errs, "FLOW_SAFETY_DB_CONNS must be an integer from 2 to 100 (a leak cycle holds its lock's connection and works on another)")
+	} else {
+		cfg.SafetyDBConns = int32(n)
+	}
 	if b, err := strconv.ParseBool(def("FLOW_DEV_MODE")); err != nil {
 		errs = append(errs, "FLOW_DEV_MODE must be true or false")
 	} else {
@@ -373,6 +382,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		errs = append(errs, "FLOW_ENGINE_MAX_WORKERS must be a positive integer")
 	} else {
 		cfg.MaxWorkers = n
+	}
+	if n, err := strconv.Atoi(def("FLOW_ENGINE_URGENT_WORKERS")); err != nil || n < 1 || n > 1000 {
+		errs = append(errs, "FLOW_ENGINE_URGENT_WORKERS must be an integer from 1 to 1000")
+	} else {
+		cfg.UrgentWorkers = n
 	}
 	if d, err := time.ParseDuration(def("FLOW_ENGINE_FETCH_COOLDOWN")); err != nil || d < time.Millisecond || d > time.Second {
 		errs = append(errs, "FLOW_ENGINE_FETCH_COOLDOWN must be a duration from 1ms to 1s, such as 20ms")
@@ -511,7 +525,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 // engineConfig is the engine's part of c (without the logger and hook).
 func (c Config) engineConfig() engine.Config {
 	return engine.Config{
-		RescueStuckJobsAfter: c.RescueAfter, MaxWorkers: c.MaxWorkers, FetchCooldown: c.FetchCooldown,
+		RescueStuckJobsAfter: c.RescueAfter, MaxWorkers: c.MaxWorkers, UrgentWorkers: c.UrgentWorkers, FetchCooldown: c.FetchCooldown,
 		LeaseHeartbeat: c.LeaseHeartbeat, LeaseExpiry: c.LeaseExpiry,
 	}
 }
@@ -526,6 +540,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("allowed_service_identities", len(c.AllowedIdentities)),
 		slog.String("database_url", RedactURL(c.DatabaseURL)),
 		slog.Int("db_max_conns", int(c.DBMaxConns)),
+		slog.Int("safety_db_conns", int(c.SafetyDBConns)),
 		slog.Bool("dev_mode", c.DevMode),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("log_format", c.LogFormat),
@@ -555,6 +570,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("engine_lease_heartbeat", c.LeaseHeartbeat),
 		slog.Duration("engine_lease_expiry", c.LeaseExpiry),
 		slog.Int("engine_max_workers", c.MaxWorkers),
+		slog.Int("engine_urgent_workers", c.UrgentWorkers),
 		slog.Duration("engine_fetch_cooldown", c.FetchCooldown),
 		slog.Int("operation_run_max_candidates", c.RunMaxCandidates),
 		slog.Bool("run_overlap_allowed", c.RunOverlapAllowed),

@@ -44,6 +44,9 @@ type server struct {
 	pool   *pgxpool.Pool
 	// checkPool runs the listings' page checks (listingCheckConns).
 	checkPool *pgxpool.Pool
+	// safetyPool is the safety path's own (FLOW_SAFETY_DB_CONNS): leak
+	// detection and the event-rule pipeline.
+	safetyPool *pgxpool.Pool
 	console   *console.Console // /ui/ on the API port
 	http      *http.Server
 	health    *edge.Health
@@ -140,7 +143,22 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 			checkPool.Close()
 		}
 	}()
-	s := &server{cfg: cfg, logger: logger, pool: pool, checkPool: checkPool, health: edge.NewHealth(), keys: keys, tls: sec.Certs}
+	// The safety path (leak detection's cycles, the event-rule pipeline
+	// that answers a leak) has a pool of its own, so reads and bulk
+	// submissions holding the main pool never delay it (issue 49).
+	var safetyPool *pgxpool.Pool
+	if err := waitForDatabase(ctx, logger, "open pool", func() (err error) {
+		safetyPool, err = db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: safetyConns(cfg), MinConns: 2, Warm: true})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			safetyPool.Close()
+		}
+	}()
+	s := &server{cfg: cfg, logger: logger, pool: pool, checkPool: checkPool, safetyPool: safetyPool, health: edge.NewHealth(), keys: keys, tls: sec.Certs}
 	if s.tel, err = newTelemetry(ctx, cfg, opts.tracer); err != nil {
 		return nil, err
 	}
@@ -187,14 +205,14 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		_, ierr := isolations.Check(ctx)
 		return errors.Join(err, ierr)
 	}
-	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, leakCycle, logger); err != nil {
+	if s.system, err = newSystemJobs(cfg, s.backends, s.syncer, leakCycle, safetyPool, logger); err != nil {
 		return nil, err
 	}
 	s.system.pool = pool
 	var eventRules *eventrule.Service
 	// Executions whose job died with a killed process run again within
 	// seconds instead of after River's rescue window (docs/event-rules.md).
-	if err := s.system.Add(SystemJob{Name: EventRuleRescueJob, Interval: eventRuleRescueInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
+	if err := s.system.Add(SystemJob{Name: EventRuleRescueJob, Interval: eventRuleRescueInterval, Timeout: time.Minute, Pool: safetyPool, Run: func(ctx context.Context) error {
 		_, err := eventRules.RescueStale(ctx, 500)
 		return err
 	}}); err != nil {
@@ -283,7 +301,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}}); err != nil {
 		return nil, err
 	}
-	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, schedule.Queue, eventrule.Queue, notify.Queue}))
+	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, engine.UrgentQueue, schedule.Queue, eventrule.Queue, notify.Queue}))
 	watchRiverJobs(context.WithoutCancel(ctx), s.river, s.tel.metrics)
 	// Two-person approval needs told-apart callers: on a cleartext API
 	// every caller is one identity, who could never approve.
@@ -344,13 +362,13 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	})
 	scheduleWorker.Service = schedules
 	eventRules = eventrule.NewService(eventrule.Config{
-		Pool: pool, Inv: inv, Tasks: tasks, Enqueue: eventrule.RiverExecutionEnqueuer(s.river), Logger: logger,
+		Pool: safetyPool, Inv: inv, Tasks: tasks, Enqueue: eventrule.RiverExecutionEnqueuer(s.river), Logger: logger,
 		Alert: alertSender(notifier, inv),
 	})
 	eventWorker.Rules = eventRules
 	inv.SetLeakHandling(eventRules.LeakHandling)
 	leak = eventrule.NewLeakDetector(eventrule.LeakDetectorConfig{
-		Pool: pool, Inv: inv, Rules: eventRules, Tasks: tasks, Source: s.backends.nico,
+		Pool: safetyPool, Inv: inv, Rules: eventRules, Tasks: tasks, Source: s.backends.nico,
 		EventRules: cfg.SystemJobs.LeakEventRules, Logger: logger,
 		PowerOff: unknownLeakPowerOff(s.backends.nico), OnChange: leakChanges(notifier, inv),
 		OnUnknown: func(kind, outcome string) {
@@ -380,6 +398,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		return nil, err
 	}
 	s.system.observe = s.tel.metrics.SystemJobEnded
+	s.system.started = s.tel.metrics.SystemJobStarted
 	s.system.onLead = s.tel.metrics.SetSystemJobLeader
 	s.tel.metrics.Init(knownLabels(s.engine, s.system))
 	logKeyUsage(ctx, logger, keys, tasks)
@@ -674,6 +693,18 @@ func logKeyUsage(ctx context.Context, logger *slog.Logger, keys *firmware.Keyrin
 	}
 }
 
+// safetyConns is the size of the safety path's pool (FLOW_SAFETY_DB_CONNS;
+// a Config not read by LoadConfig: its default).
+func safetyConns(cfg Config) int32 {
+	if cfg.SafetyDBConns < 2 {
+		return defaultSafetyConns
+	}
+	return cfg.SafetyDBConns
+}
+
+// defaultSafetyConns is FLOW_SAFETY_DB_CONNS' default.
+const defaultSafetyConns = 4
+
 // listingCheckConns is the size of the listings' check pool: a check runs
 // in a tenth of a millisecond and is shared by the calls of its page, so
 // a few connections serve thousands of calls a second.
@@ -682,5 +713,6 @@ const listingCheckConns = 4
 // closePools closes the server's connection pools.
 func (s *server) closePools() {
 	s.checkPool.Close()
+	s.safetyPool.Close()
 	s.pool.Close()
 }

@@ -57,6 +57,10 @@ type SystemJob struct {
 	// it makes the job look at Next again at once (a schedule armed a
 	// firing sooner than the one it sleeps until).
 	WakeOn string
+	// Pool, when set, holds the job's advisory lock instead of the
+	// systemJobs' pool: a job on a pool of its own (leak detection, on the
+	// safety path's) never waits for a connection of the main one.
+	Pool *pgxpool.Pool
 }
 
 const defaultSystemJobTimeout = 10 * time.Minute
@@ -93,8 +97,11 @@ type systemJobs struct {
 	// electRetry and heartbeat override systemElectRetry and
 	// systemHeartbeat (tests).
 	electRetry, heartbeat time.Duration
-	// observe, when set, hears of each cycle's end (metrics).
+	// observe, when set, hears of each cycle's end (metrics); started of
+	// each cycle's start after the first on this leader, with the time
+	// since the previous one started.
 	observe func(name string, d time.Duration, err error)
+	started func(name string, sincePrevious time.Duration)
 	// onLead, when set, hears when this process starts and stops leading.
 	onLead func(leading bool)
 	// leading reports whether this process is the leader now.
@@ -275,6 +282,7 @@ func (s *systemJobs) loop(ctx context.Context, j SystemJob, wake <-chan struct{}
 		next = time.Now()
 	}
 	floor := time.Time{}
+	var last time.Time // the previous cycle's start
 	for {
 		at := next
 		if j.Next != nil {
@@ -302,6 +310,11 @@ func (s *systemJobs) loop(ctx context.Context, j SystemJob, wake <-chan struct{}
 			}
 		case <-timer.C:
 		}
+		start := time.Now()
+		if s.started != nil && !last.IsZero() {
+			s.started(j.Name, start.Sub(last))
+		}
+		last = start
 		err := s.cycle(ctx, j)
 		if ctx.Err() != nil {
 			return
@@ -320,8 +333,8 @@ func (s *systemJobs) loop(ctx context.Context, j SystemJob, wake <-chan struct{}
 func (s *systemJobs) cycle(ctx context.Context, j SystemJob) error {
 	ctx, cancel := context.WithTimeout(ctx, j.Timeout)
 	defer cancel()
-	if s.pool != nil {
-		release, ok, err := systemJobLock(ctx, s.pool, j.Name)
+	if pool := cmp.Or(j.Pool, s.pool); pool != nil {
+		release, ok, err := systemJobLock(ctx, pool, j.Name)
 		if err != nil {
 			s.logger.WarnContext(ctx, "system job lock", "job", j.Name, "error", err.Error())
 			return err
@@ -408,9 +421,9 @@ const eventRuleRescueInterval = 10 * time.Second
 
 // newSystemJobs registers the system jobs cfg enables: inventory-sync when
 // NICo Core is configured and disable_inventory is off; leak-detection
-// (leak, one cycle of eventrule.LeakDetector) when NICo Core is configured
-// and disable_leak_detection is off.
-func newSystemJobs(cfg Config, b *backends, syncer *reconcile.Syncer, leak func(context.Context) error, logger *slog.Logger) (*systemJobs, error) {
+// (leak, one cycle of eventrule.LeakDetector, its lock taken on leakPool when
+// set) when NICo Core is configured and disable_leak_detection is off.
+func newSystemJobs(cfg Config, b *backends, syncer *reconcile.Syncer, leak func(context.Context) error, leakPool *pgxpool.Pool, logger *slog.Logger) (*systemJobs, error) {
 	jobs := &systemJobs{}
 	sj := cfg.SystemJobs
 	switch {
@@ -439,7 +452,8 @@ func newSystemJobs(cfg Config, b *backends, syncer *reconcile.Syncer, leak func(
 		logger.Info("leak detection on", "interval", sj.LeakDetectionInterval, "path", path, "setting", "FLOW_EVENT_RULE_LEAK_DETECTION_ENABLED")
 		// A cycle is a few Core calls and short transactions; bounding it
 		// by a minute keeps a hung call from skipping many ticks.
-		if err := jobs.Add(SystemJob{Name: LeakDetectionJob, Interval: sj.LeakDetectionInterval, Timeout: time.Minute, Run: leak}); err != nil {
+		// Its lock and its work use the safety path's own pool (leakPool).
+		if err := jobs.Add(SystemJob{Name: LeakDetectionJob, Interval: sj.LeakDetectionInterval, Timeout: time.Minute, Run: leak, Pool: leakPool}); err != nil {
 			return nil, err
 		}
 	}

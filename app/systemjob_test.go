@@ -235,9 +235,57 @@ func TestLeakDetectionJobRegistration(t *testing.T) {
 			require.NoError(t, err)
 			b, err := newBackends(cfg, nil)
 			require.NoError(t, err)
-			jobs, err := newSystemJobs(cfg, b, nil, noop, slog.New(slog.DiscardHandler))
+			jobs, err := newSystemJobs(cfg, b, nil, noop, nil, slog.New(slog.DiscardHandler))
 			require.NoError(t, err)
 			require.Equal(t, tt.want, jobs.Names())
 		})
 	}
+}
+
+// TestSystemJobOnItsOwnPool: a job registered with a Pool of its own (leak
+// detection, on the safety path's pool) keeps running its cycles, and its
+// start-to-start intervals are observed, while every connection of the
+// system jobs' main pool is held by others (reads, a bulk submission); a
+// job without one waits for the main pool and runs once it is free.
+func TestSystemJobOnItsOwnPool(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewDB(t)
+	ctx := context.Background()
+	main, err := db.Open(ctx, url, db.PoolConfig{MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(main.Close)
+	own, err := db.Open(ctx, url, db.PoolConfig{MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(own.Close)
+	var safety, other atomic.Int32
+	var mu sync.Mutex
+	intervals := map[string]int{}
+	s := systemJobs{pool: main, electRetry: 50 * time.Millisecond, heartbeat: 200 * time.Millisecond,
+		started: func(name string, since time.Duration) {
+			require.Positive(t, since)
+			mu.Lock()
+			intervals[name]++
+			mu.Unlock()
+		}}
+	require.NoError(t, s.Add(SystemJob{Name: LeakDetectionJob, Interval: 20 * time.Millisecond, RunOnStart: true, Pool: own,
+		Run: func(context.Context) error { safety.Add(1); return nil }}))
+	require.NoError(t, s.Add(SystemJob{Name: "bulk", Interval: 20 * time.Millisecond, RunOnStart: true, Timeout: 30 * time.Second,
+		Run: func(context.Context) error { other.Add(1); return nil }}))
+
+	// The leader's lock holds one of the main pool's two connections once
+	// elected; this test holds the other from before the election on.
+	held, err := main.Acquire(ctx)
+	require.NoError(t, err)
+	stop := s.start(ctx, slog.New(slog.DiscardHandler))
+	defer stop()
+	require.Eventually(t, s.Leading, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return safety.Load() >= 5 }, 30*time.Second, 10*time.Millisecond,
+		"the job on its own pool runs while the main pool is exhausted")
+	require.Zero(t, other.Load(), "a job on the main pool waits for a connection of it")
+	require.Equal(t, int32(2), main.Stat().AcquiredConns(), "the main pool stayed exhausted throughout")
+	mu.Lock()
+	require.GreaterOrEqual(t, intervals[LeakDetectionJob], 4, "each cycle after the first reports its start-to-start interval")
+	mu.Unlock()
+	held.Release()
+	require.Eventually(t, func() bool { return other.Load() >= 1 }, 30*time.Second, 10*time.Millisecond)
 }

@@ -39,6 +39,15 @@ import (
 // QueueName is the River queue the engine's jobs go to.
 const QueueName = "engine"
 
+// UrgentQueue is the River queue of urgent runs' jobs (Plan.Urgent: leak
+// responses). It has workers of its own (Config.UrgentWorkers), so a
+// site-wide wave that fills the engine queue's workers, or a backlog of its
+// jobs, never delays them (issue 49).
+const UrgentQueue = "engine_urgent"
+
+// DefaultUrgentWorkers is Config.UrgentWorkers' default.
+const DefaultUrgentWorkers = 8
+
 // Defaults of Config.
 const (
 	DefaultRescueStuckJobsAfter = 30 * time.Minute
@@ -133,6 +142,9 @@ type Config struct {
 	LeaseExpiry    time.Duration
 	// MaxWorkers is how many engine jobs a process works at once.
 	MaxWorkers int
+	// UrgentWorkers is how many urgent runs' jobs (UrgentQueue) a process
+	// works at once, on top of MaxWorkers; 0 means DefaultUrgentWorkers.
+	UrgentWorkers int
 	// FetchCooldown and FetchPollInterval tune River's fetch loop.
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
@@ -234,7 +246,8 @@ func (e *Engine) AddWorkers(workers *river.Workers) {
 }
 
 // RiverConfig returns a River client configuration for the engine: its
-// workers, the engine queue with MaxWorkers, the fetch settings, the rescue
+// workers, the engine queue with MaxWorkers, the urgent queue with
+// UrgentWorkers, the fetch settings, the rescue
 // window and a short retry policy for unexpected errors. The caller may add
 // queues and workers before calling river.NewClient.
 func (e *Engine) RiverConfig() *river.Config {
@@ -243,9 +256,12 @@ func (e *Engine) RiverConfig() *river.Config {
 	return &river.Config{
 		// The lease names the River client: a step job's attempted_by says
 		// which process's lease covers it.
-		ID:                   e.lease.name,
-		Logger:               e.logger,
-		Queues:               map[string]river.QueueConfig{QueueName: {MaxWorkers: e.cfg.MaxWorkers}},
+		ID:     e.lease.name,
+		Logger: e.logger,
+		Queues: map[string]river.QueueConfig{
+			QueueName:   {MaxWorkers: e.cfg.MaxWorkers},
+			UrgentQueue: {MaxWorkers: cmp.Or(e.cfg.UrgentWorkers, DefaultUrgentWorkers)},
+		},
 		FetchCooldown:        e.cfg.FetchCooldown,
 		FetchPollInterval:    e.cfg.FetchPollInterval,
 		RescueStuckJobsAfter: e.cfg.RescueStuckJobsAfter,

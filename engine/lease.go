@@ -233,7 +233,7 @@ LEFT JOIN LATERAL (
     SELECT max(p.heartbeat_at) AS heartbeat_at, bool_or(p.expires_at > now()) AS live
     FROM engine_process p WHERE p.name = j.attempted_by[array_upper(j.attempted_by, 1)]
 ) l ON true
-WHERE j.state = 'running' AND j.queue = $1 AND j.kind = 'engine.run_step'
+WHERE j.state = 'running' AND j.queue = ANY($1::text[]) AND j.kind = 'engine.run_step'
     AND CASE WHEN $2::text = 'handoff' THEN j.attempted_by[array_upper(j.attempted_by, 1)] = $3
         ELSE (NOT coalesce(l.live, false) AND j.attempted_by[array_upper(j.attempted_by, 1)] IS DISTINCT FROM $3)
             OR greatest(s.claimed_at, j.attempted_at) + ((s.spec->>'timeout_ms')::bigint + $4::bigint) * interval '1 millisecond' < now()
@@ -342,7 +342,7 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 		if mode == sweepDead {
 			e.sweepStats.scans.Add(1)
 		}
-		rows, err := tx.Query(ctx, sweepCandidatesSQL, QueueName, mode, e.lease.name, e.cfg.RescueStuckJobsAfter.Milliseconds())
+		rows, err := tx.Query(ctx, sweepCandidatesSQL, []string{QueueName, UrgentQueue}, mode, e.lease.name, e.cfg.RescueStuckJobsAfter.Milliseconds())
 		if err != nil {
 			return fmt.Errorf("find steps to reschedule: %w", err)
 		}

@@ -108,11 +108,11 @@ func jobOpts(labels map[string]string, run RunID, step StepID, stageName, stepNa
 	meta[metaStage], meta[metaStep], meta[metaAction] = stageName, stepName, action
 	tags = appendTag(tags, action)
 	b, _ := json.Marshal(meta)
-	priority := priorityNormal
+	priority, queue := priorityNormal, QueueName
 	if labels[LabelPriority] == PriorityUrgent {
-		priority = priorityUrgent
+		priority, queue = priorityUrgent, UrgentQueue
 	}
-	return &river.InsertOpts{Metadata: b, Tags: tags, Priority: priority}
+	return &river.InsertOpts{Metadata: b, Tags: tags, Priority: priority, Queue: queue}
 }
 
 // withTrace adds the W3C trace context trace to the job metadata of opts.

@@ -46,9 +46,10 @@ type Plan struct {
 	Timeout time.Duration
 	// Stages run in order; there must be at least one.
 	Stages []Stage
-	// Urgent runs' jobs are fetched before every other engine job waiting
-	// (River priority 1; every other run's are 2), so a leak response is
-	// not queued behind a site-wide wave started before it. The run's
+	// Urgent runs' jobs go to a queue of their own, UrgentQueue, worked
+	// by workers of their own (Config.UrgentWorkers), and are fetched
+	// first there (River priority 1; every other run's are 2), so a leak
+	// response is not queued behind a site-wide wave started before it. The run's
 	// labels carry it (LabelPriority), so every later job of the run,
 	// rescheduled ones included, keeps it.
 	Urgent bool

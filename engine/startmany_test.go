@@ -113,9 +113,10 @@ func TestStartMany(t *testing.T) {
 }
 
 // TestUrgentRunsJobsComeFirst: every job of an urgent run, its later
-// stages' included, has River priority 1 (fetched before any other job
-// waiting on the queue), every job of another run priority 2, and the
-// urgent run's jobs are tagged "urgent".
+// stages' included, is on the urgent queue (its own workers) with River
+// priority 1 (fetched before any other job waiting), every job of another
+// run on the engine queue with priority 2, and the urgent run's jobs are
+// tagged "urgent".
 func TestUrgentRunsJobsComeFirst(t *testing.T) {
 	t.Parallel()
 	b := setup(t, engine.Config{})
@@ -135,19 +136,22 @@ func TestUrgentRunsJobsComeFirst(t *testing.T) {
 	require.NotContains(t, plans[1].Labels, "priority", "the caller's plans are left as they were")
 	for i, id := range ids {
 		require.Equal(t, engine.StateCompleted, b.wait(t, id).State)
-		rows, err := b.pool.Query(ctx, `SELECT priority, tags FROM river_job WHERE kind = 'engine.run_step'
+		rows, err := b.pool.Query(ctx, `SELECT priority, queue, tags FROM river_job WHERE kind = 'engine.run_step'
 			AND (args->>'step_id')::bigint IN (SELECT id FROM engine_step WHERE run_id = $1)`, int64(id))
 		require.NoError(t, err)
 		n := 0
 		for rows.Next() {
 			var priority int
+			var queue string
 			var tags []string
-			require.NoError(t, rows.Scan(&priority, &tags))
+			require.NoError(t, rows.Scan(&priority, &queue, &tags))
 			if i == 1 {
 				require.Equal(t, 1, priority)
+				require.Equal(t, engine.UrgentQueue, queue)
 				require.Contains(t, tags, "urgent")
 			} else {
 				require.Equal(t, 2, priority)
+				require.Equal(t, engine.QueueName, queue)
 				require.NotContains(t, tags, "urgent")
 			}
 			n++

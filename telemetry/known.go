@@ -70,6 +70,7 @@ func (m *Metrics) Init(k Known) {
 	}
 	for _, j := range k.SystemJobs {
 		m.SystemJobDuration.WithLabelValues(j)
+		m.SystemJobInterval.WithLabelValues(j)
 		for _, o := range callOutcomes {
 			m.SystemJobRuns.WithLabelValues(j, o)
 		}
