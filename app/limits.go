@@ -60,6 +60,11 @@ func loadLimits(getenv func(string) string) (edge.Limits, []string) {
 	size("FLOW_MAX_RACK_PAGE_WITH_COMPONENTS", &lim.RackComponentsPage)
 	size("FLOW_MAX_CONCURRENT_LISTINGS", &lim.Listings)
 	size("FLOW_MAX_CONCURRENT_LISTING_BUILDS", &lim.ListingBuilds)
+	if d, err := time.ParseDuration(def("FLOW_LISTING_QUEUE_TIMEOUT")); err != nil || d < 0 {
+		errs = append(errs, "FLOW_LISTING_QUEUE_TIMEOUT must be a duration such as 5s (0: wait until the call's deadline)")
+	} else {
+		lim.ListingQueueWait = d
+	}
 	if n, err := strconv.ParseInt(def("FLOW_LISTING_CACHE_BYTES"), 10, 64); err != nil || n < 0 {
 		errs = append(errs, "FLOW_LISTING_CACHE_BYTES must be a non-negative integer (0: no cache)")
 	} else {

@@ -294,6 +294,7 @@ type listingCollector struct {
 	h                    *inventory.Handler
 	hits, misses         *prometheus.Desc
 	genReads, pageChecks *prometheus.Desc
+	jsonEncodes          *prometheus.Desc
 }
 
 func newListingCollector(h *inventory.Handler) *listingCollector {
@@ -305,6 +306,8 @@ func newListingCollector(h *inventory.Handler) *listingCollector {
 			"Inventory generation reads run for listing cache calls (shared among concurrent calls).", nil, nil),
 		pageChecks: prometheus.NewDesc("flow_listing_cache_page_checks_total",
 			"Checks of a cached page's task-derived fields run for listing cache calls (shared among concurrent calls of the page).", nil, nil),
+		jsonEncodes: prometheus.NewDesc("flow_listing_cache_json_encodes_total",
+			"Cached GetListOfRacks pages encoded as JSON for Connect JSON calls (once a page; later JSON calls of the page get those bytes).", nil, nil),
 	}
 }
 
@@ -313,6 +316,7 @@ func (c *listingCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.misses
 	ch <- c.genReads
 	ch <- c.pageChecks
+	ch <- c.jsonEncodes
 }
 
 func (c *listingCollector) Collect(ch chan<- prometheus.Metric) {
@@ -322,6 +326,7 @@ func (c *listingCollector) Collect(ch chan<- prometheus.Metric) {
 	genReads, pageChecks := c.h.ListingCheckStats()
 	ch <- prometheus.MustNewConstMetric(c.genReads, prometheus.CounterValue, float64(genReads))
 	ch <- prometheus.MustNewConstMetric(c.pageChecks, prometheus.CounterValue, float64(pageChecks))
+	ch <- prometheus.MustNewConstMetric(c.jsonEncodes, prometheus.CounterValue, float64(c.h.ListingJSONEncodes()))
 }
 
 func newRunCollector(runs *rollout.Service) *runCollector {

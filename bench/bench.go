@@ -69,6 +69,15 @@ type benchOptions struct {
 	leakInterval  time.Duration // between two leaks
 	subscribe     bool          // a webhook to every event type, posting to a receiver in this process
 	eventRate     float64       // synthetic events a second during the run; 0: none
+	// The readers (reads.go): how many, in which protocol, which method,
+	// with components, the page size, for how long, and a leak raised.
+	readers            int
+	readProtocol       string
+	readMethod         string
+	readWithComponents bool
+	readPage           int
+	readDuration       time.Duration
+	leak               bool
 }
 
 // benchWorkload is what flow bench drives on every rack. A new workload
@@ -90,7 +99,20 @@ type benchWorkload interface {
 var benchWorkloads = map[string]benchWorkload{
 	"power-on":         powerOnWorkload{},
 	"firmware-upgrade": firmwareUpgradeWorkload{},
+	"none":             noWorkload{},
 }
+
+// noWorkload submits nothing: with --readers, the run is the reads alone,
+// on racks whose devices are on.
+type noWorkload struct{}
+
+func (noWorkload) name() string           { return "none" }
+func (noWorkload) tune(*simrun.Options)   {}
+func (noWorkload) device(*nicosim.Device) {}
+func (noWorkload) submit(context.Context, flowv1connect.FlowClient, string) ([]*flowv1.UUID, error) {
+	return nil, nil
+}
+func (noWorkload) rule() (operations.Rule, bool) { return operations.Rule{}, false }
 
 // powerOnWorkload powers on racks whose devices start off, with the
 // built-in power_on rule: shelves, then switches, then compute trays, each a
@@ -167,6 +189,8 @@ type Result struct {
 	LeakResponseP50Ms float64 `json:"leak_to_power_off_p50_ms,omitempty"`
 	LeakResponseP99Ms float64 `json:"leak_to_power_off_p99_ms,omitempty"`
 	LeakResponseMaxMs float64 `json:"leak_to_power_off_max_ms,omitempty"`
+	// Reads is what the readers measured (--readers).
+	Reads *ReadResult `json:"reads,omitempty"`
 	// Statements are the top statements of the run by total execution
 	// time (--pg-stats), from pg_stat_statements.
 	Statements []Statement `json:"statements,omitempty"`
@@ -241,6 +265,18 @@ type Options struct {
 	// Rounds is how many without/with pairs --compare-webhook runs, the
 	// order alternating round by round; 0 means 1.
 	Rounds int
+	// Readers clients call ReadMethod (racks: GetListOfRacks pages of
+	// ReadPage; rack: GetRackInfoByID; tasks: ListTasks by rack) in
+	// ReadProtocol (json, proto, grpc), with components when
+	// ReadWithComponents, for ReadDuration while the workload runs; Leak
+	// raises a leak a third of the way in (reads.go).
+	Readers            int
+	ReadProtocol       string
+	ReadMethod         string
+	ReadWithComponents bool
+	ReadPage           int
+	ReadDuration       time.Duration
+	Leak               bool
 }
 
 // options checks o (bad values are usage errors) and fills the defaults.
@@ -270,6 +306,20 @@ func (o Options) options() (benchOptions, error) {
 	case len(o.PGSettings) > 0 && o.DatabaseURL != "":
 		return benchOptions{}, cli.UsageError(errors.New("--pg-setting needs the private PostgreSQL (no --database-url)"))
 	}
+	switch {
+	case o.Readers < 0:
+		return benchOptions{}, cli.UsageError(errors.New("--readers must not be negative"))
+	case o.Readers > 0 && !slices.Contains(readProtocols, o.ReadProtocol):
+		return benchOptions{}, cli.UsageError(fmt.Errorf("--read-protocol %q: want one of %s", o.ReadProtocol, strings.Join(readProtocols, ", ")))
+	case o.Readers > 0 && !slices.Contains(readMethods, o.ReadMethod):
+		return benchOptions{}, cli.UsageError(fmt.Errorf("--read-method %q: want one of %s", o.ReadMethod, strings.Join(readMethods, ", ")))
+	case o.Readers > 0 && (o.ReadPage < 1 || o.ReadDuration < time.Second):
+		return benchOptions{}, cli.UsageError(errors.New("--read-page must be at least 1 and --read-duration at least 1s"))
+	case o.Leak && o.Readers == 0:
+		return benchOptions{}, cli.UsageError(errors.New("--leak needs --readers"))
+	case o.Workload == "none" && o.Readers == 0:
+		return benchOptions{}, cli.UsageError(errors.New("--workload none needs --readers"))
+	}
 	for _, kv := range o.PGSettings {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return benchOptions{}, cli.UsageError(fmt.Errorf("--pg-setting %q: want name=value", kv))
@@ -278,7 +328,9 @@ func (o Options) options() (benchOptions, error) {
 	bo := benchOptions{racks: o.Racks, components: o.Components, latency: o.Latency, powerDelay: o.PowerDelay, workload: w,
 		keep: o.Keep, databaseURL: o.DatabaseURL, concurrency: o.Concurrency, timeout: o.Timeout, poll: o.Poll,
 		serverCommand: o.ServerCommand, progress: o.Progress, serverEnv: o.ServerEnv, pgStats: o.PGStats, pgSettings: o.PGSettings,
-		leaks: o.Leaks, leakInterval: o.LeakInterval, subscribe: o.Subscribe, eventRate: o.EventsPerSecond}
+		leaks: o.Leaks, leakInterval: o.LeakInterval, subscribe: o.Subscribe, eventRate: o.EventsPerSecond,
+		readers: o.Readers, readProtocol: o.ReadProtocol, readMethod: o.ReadMethod, readWithComponents: o.ReadWithComponents,
+		readPage: o.ReadPage, readDuration: o.ReadDuration, leak: o.Leak}
 	if bo.serverCommand == nil {
 		bo.serverCommand = func() (*exec.Cmd, error) {
 			exe, err := os.Executable()
@@ -337,6 +389,13 @@ throughput, latencies and the server's peak memory. See docs/bench.md.`
 	fs.IntVar(&o.Leaks, "leaks", 0, "raise a coolant leak on a compute tray of this many busy racks during the run, and report leak → first power-off p50/p99/max")
 	fs.DurationVar(&o.LeakInterval, "leak-interval", 500*time.Millisecond, "time between two leaks of --leaks")
 	fs.StringArrayVar(&o.ServerEnv, "server-env", nil, "KEY=VALUE added to the server's environment, last (repeatable; e.g. FLOW_DB_MAX_CONNS=8)")
+	fs.IntVar(&o.Readers, "readers", 0, "clients reading as fast as they can while the workload runs (--workload none: alone); reports their p50/p99, calls/s, the server's peak RSS and the leak check's interval")
+	fs.StringVar(&o.ReadProtocol, "read-protocol", "json", "the readers' protocol: "+strings.Join(readProtocols, ", ")+" (Connect JSON, Connect binary protobuf, gRPC)")
+	fs.StringVar(&o.ReadMethod, "read-method", "racks", "what the readers call: racks (GetListOfRacks pages), rack (GetRackInfoByID), tasks (ListTasks of a rack)")
+	fs.BoolVar(&o.ReadWithComponents, "with-components", false, "the readers ask for components (racks, rack)")
+	fs.IntVar(&o.ReadPage, "read-page", 100, "GetListOfRacks page size of the readers")
+	fs.DurationVar(&o.ReadDuration, "read-duration", 60*time.Second, "how long the readers read")
+	fs.BoolVar(&o.Leak, "leak", false, "raise a leak on a compute tray a third of the way into the reads and report its first forced power-off")
 	output := fs.StringP("output", "o", "table", "output: table or json")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		for _, kv := range o.ServerEnv {
@@ -385,6 +444,9 @@ func run(ctx context.Context, o Options, asJSON bool, stdout, stderr io.Writer) 
 		}
 	} else {
 		printBenchResult(stdout, res)
+	}
+	if res.Reads != nil && !asJSON {
+		printReadResult(stdout, res.Reads)
 	}
 	if o.Keep {
 		fmt.Fprintf(stderr, "\nkept for inspection until Ctrl-C:\n  server     flow task list --server %s   (log %s)\n  database   %s\n  NICo Core  %s/admin/journal\n  PSM        %s/admin/journal\n  folder     %s (kept after exit)\n",

@@ -48,8 +48,11 @@ type Limits struct {
 	// components: FLOW_MAX_RACK_PAGE_WITH_COMPONENTS.
 	RackComponentsPage int
 	// Listings is how many rack and component listings are served at once
-	// (FLOW_MAX_CONCURRENT_LISTINGS); more wait their turn.
-	Listings int
+	// (FLOW_MAX_CONCURRENT_LISTINGS); more wait their turn, at most
+	// ListingQueueWait (FLOW_LISTING_QUEUE_TIMEOUT), after which they are
+	// refused with resource_exhausted (0: they wait until their deadline).
+	Listings         int
+	ListingQueueWait time.Duration
 	// ListingBuilds is how many of those pages are built from the
 	// database at once (FLOW_MAX_CONCURRENT_LISTING_BUILDS), and
 	// ListingCacheBytes bounds the built rack pages kept for reuse
@@ -339,6 +342,14 @@ func (lim Limits) handlerOptions() []connect.HandlerOption {
 	}
 }
 
+// JSONCodecs are the handler options that install the server's JSON codec
+// (field paths in decode errors, unknown fields remembered, pre-encoded
+// answers written as they are: PreencodedJSONField), for a handler built
+// outside NewHandler (tests of a domain's handler).
+func JSONCodecs() []connect.HandlerOption {
+	return []connect.HandlerOption{connect.WithCodec(jsonCodec{}), connect.WithCodec(jsonCharsetCodec{})}
+}
+
 // MaxErrorMessage bounds the text of an error answered to a client, and
 // MaxLoggedError the text of an error logged: user input echoed in them is
 // cut (with its length).
@@ -443,9 +454,13 @@ func readListing(body io.Reader, depth *jsonDepth) ([]byte, error) {
 }
 
 // limitListings serves at most lim.Listings rack and component listings at
-// once, decoding to writing the answer; the others wait (until their
-// deadline), so concurrent listers hold a few pages in memory, not one
-// each.
+// once, decoding to writing the answer; the others wait, so concurrent
+// listers hold a few pages in memory, not one each. A listing that waited
+// lim.ListingQueueWait for a slot is refused with resource_exhausted
+// (HTTP 429, gRPC RESOURCE_EXHAUSTED: a retryable "busy", naming the
+// settings) instead of piling up behind the others; Connect answers it in
+// the call's own protocol (the refusal is the request body's read error,
+// as limitInFlight's).
 func (lim Limits) limitListings(next http.Handler) http.Handler {
 	slots := make(chan struct{}, lim.Listings)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -472,9 +487,19 @@ func (lim Limits) limitListings(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		var queued <-chan time.Time
+		if lim.ListingQueueWait > 0 {
+			t := time.NewTimer(lim.ListingQueueWait)
+			defer t.Stop()
+			queued = t.C
+		}
 		select {
 		case slots <- struct{}{}:
 		case <-r.Context().Done():
+			return
+		case <-queued:
+			r.Body = io.NopCloser(errReader{err: listingsBusy(lim)})
+			next.ServeHTTP(w, r)
 			return
 		}
 		defer func() { <-slots }()
@@ -486,6 +511,19 @@ func (lim Limits) limitListings(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// listingsBusy is the refusal of a listing that found no slot within
+// lim.ListingQueueWait.
+func listingsBusy(lim Limits) error {
+	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+		"the server is busy listing: no listing slot freed within %s (FLOW_LISTING_QUEUE_TIMEOUT) of the %d served at once (FLOW_MAX_CONCURRENT_LISTINGS); retry later, or page through smaller pages",
+		lim.ListingQueueWait, lim.Listings))
+}
+
+// errReader is a request body whose read fails with err.
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
 // inFlightWait is how long a call waits for room in
 // FLOW_MAX_REQUEST_BYTES_IN_FLIGHT before it is refused.

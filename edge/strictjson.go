@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // StrictHeader is the request header with which a client asks for unknown
@@ -39,7 +40,52 @@ func (jsonCodec) Marshal(message any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("%T is not a proto.Message", message)
 	}
+	if doc, ok := preencodedJSON(m); ok {
+		// Connect recycles what Marshal returns: never the handler's own.
+		return bytes.Clone(doc), nil
+	}
 	return protojson.MarshalOptions{}.Marshal(m)
+}
+
+// MarshalAppend is Marshal appending to b (Connect's pooled buffer), so
+// an answer's encoding reuses buffers instead of allocating one per call.
+func (jsonCodec) MarshalAppend(b []byte, message any) ([]byte, error) {
+	m, ok := message.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a proto.Message", message)
+	}
+	if doc, ok := preencodedJSON(m); ok {
+		return append(b, doc...), nil
+	}
+	return protojson.MarshalOptions{}.MarshalAppend(b, m)
+}
+
+// PreencodedJSONField is the field number under which a handler hands the
+// JSON codec an answer already encoded as JSON (a listing's cached page:
+// inventory.JSONPageField is the same number): a message whose only
+// content is that one length-delimited unknown field is written as the
+// field's value, as it is.
+const PreencodedJSONField protowire.Number = protowire.MaxValidNumber - 1
+
+// preencodedJSON returns the JSON document m carries as
+// PreencodedJSONField, if that is all m holds.
+func preencodedJSON(m proto.Message) ([]byte, bool) {
+	r := m.ProtoReflect()
+	raw := r.GetUnknown()
+	num, typ, n := protowire.ConsumeTag(raw)
+	if n < 0 || num != PreencodedJSONField || typ != protowire.BytesType {
+		return nil, false
+	}
+	doc, k := protowire.ConsumeBytes(raw[n:])
+	if k < 0 || n+k != len(raw) {
+		return nil, false
+	}
+	populated := false
+	r.Range(func(protoreflect.FieldDescriptor, protoreflect.Value) bool {
+		populated = true
+		return false
+	})
+	return doc, !populated
 }
 
 func (c jsonCodec) MarshalStable(message any) ([]byte, error) {

@@ -44,6 +44,8 @@ type Handler struct {
 	// concurrent calls, so fewer than the calls).
 	hits, misses         atomic.Int64
 	genReads, pageChecks atomic.Int64
+	// jsonEncodes counts the cached pages encoded as JSON (once a page).
+	jsonEncodes atomic.Int64
 }
 
 // NewHandler returns a Handler running svc on pool.
@@ -165,7 +167,8 @@ func (h *Handler) GetListOfRacks(ctx context.Context, req *flowv1.GetListOfRacks
 			return nil, connectError(invalid("order_by.rack_field", "unknown value %d", ob.GetRackField()))
 		}
 	}
-	if h.cache == nil || !binaryCall(ctx) {
+	enc := callEncoding(ctx)
+	if h.cache == nil || enc == encodingOther {
 		racks, total, release, err := h.buildRacks(ctx, q)
 		if err != nil {
 			return nil, err
@@ -173,7 +176,7 @@ func (h *Handler) GetListOfRacks(ctx context.Context, req *flowv1.GetListOfRacks
 		defer release()
 		return racksResponse(racks, total), nil
 	}
-	return h.cachedRackPage(ctx, req, q)
+	return h.cachedRackPage(ctx, req, q, enc == encodingJSON)
 }
 
 // buildRacks lists a rack page from the database once a build slot is
@@ -203,8 +206,11 @@ func racksResponse(racks []Rack, total int32) *flowv1.GetListOfRacksResponse {
 // page still holds (pagecache.go), and otherwise builds it, under a build
 // slot, and keeps it. The answer carries the marshaled page as the unknown
 // fields of an empty message, which protobuf marshals as they are: the
-// client receives exactly the page's bytes.
-func (h *Handler) cachedRackPage(ctx context.Context, req *flowv1.GetListOfRacksRequest, q RackQuery) (*flowv1.GetListOfRacksResponse, error) {
+// client receives exactly the page's bytes. A JSON call (asJSON) gets the
+// page's JSON, encoded once per cached page (cachedPage.jsonPage), as the
+// one unknown field JSONPageField that the server's JSON codec writes as
+// it is (edge: jsonCodec).
+func (h *Handler) cachedRackPage(ctx context.Context, req *flowv1.GetListOfRacksRequest, q RackQuery, asJSON bool) (*flowv1.GetListOfRacksResponse, error) {
 	k, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -234,7 +240,7 @@ func (h *Handler) cachedRackPage(ctx context.Context, req *flowv1.GetListOfRacks
 		}
 		if dyn == p.dyn {
 			h.hits.Add(1)
-			return rawRacksResponse(p.bytes), nil
+			return h.answerPage(p, asJSON)
 		}
 	}
 	racks, total, release, err := h.buildRacks(ctx, q)
@@ -248,8 +254,22 @@ func (h *Handler) cachedRackPage(ctx context.Context, req *flowv1.GetListOfRacks
 	}
 	h.misses.Add(1)
 	ids, dyn := pageFingerprint(racks)
-	h.cache.put(&cachedPage{key: key, gen: gen, ids: ids, racks: len(racks), dyn: dyn, bytes: b})
-	return rawRacksResponse(b), nil
+	p := &cachedPage{key: key, gen: gen, ids: ids, racks: len(racks), dyn: dyn, bytes: b}
+	h.cache.put(p)
+	return h.answerPage(p, asJSON)
+}
+
+// answerPage is the answer carrying cached page p: its protobuf bytes, or
+// (asJSON) its JSON.
+func (h *Handler) answerPage(p *cachedPage, asJSON bool) (*flowv1.GetListOfRacksResponse, error) {
+	if !asJSON {
+		return rawRacksResponse(p.bytes), nil
+	}
+	framed, err := p.jsonPage(h.cache, &h.jsonEncodes)
+	if err != nil {
+		return nil, err
+	}
+	return rawRacksResponse(framed), nil
 }
 
 // rawRacksResponse is a GetListOfRacksResponse that marshals to b.

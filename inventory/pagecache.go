@@ -7,12 +7,17 @@ import (
 	"hash/fnv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nicoflow/flow/db"
+	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
 // Listings at site scale (docs/inventory.md, "Listings at site scale").
@@ -76,6 +81,11 @@ func (h *Handler) ListingCacheStats() (hits, misses int64) {
 	return h.hits.Load(), h.misses.Load()
 }
 
+// ListingJSONEncodes returns how many cached GetListOfRacks pages were
+// encoded as JSON for JSON calls since start: once a page, however many
+// JSON calls it answers.
+func (h *Handler) ListingJSONEncodes() int64 { return h.jsonEncodes.Load() }
+
 // ListingCheckStats returns how many inventory generation reads and page
 // checks (of a cached page's task-derived fields) the GetListOfRacks page
 // cache has run since start; concurrent calls share them (freshRead), so
@@ -98,21 +108,63 @@ func (h *Handler) acquireBuild(ctx context.Context) (func(), error) {
 	}
 }
 
-// binaryCall reports whether the call is answered in binary protobuf
-// (Connect, gRPC or gRPC-Web), where a cached page can be sent as it was
-// marshaled.
-func binaryCall(ctx context.Context) bool {
+// encoding is how a call's answer is encoded.
+type encoding int
+
+const (
+	encodingOther  encoding = iota // unknown: built and encoded per call
+	encodingBinary                 // binary protobuf: a cached page is sent as it was marshaled
+	encodingJSON                   // JSON: a cached page's JSON is sent as it was encoded
+)
+
+// callEncoding says how the call is answered: binary protobuf (Connect,
+// gRPC or gRPC-Web), JSON (Connect, gRPC or gRPC-Web with +json), or
+// something else.
+func callEncoding(ctx context.Context) encoding {
 	ci, ok := connect.CallInfoForHandlerContext(ctx)
 	if !ok {
-		return false
+		return encodingOther
 	}
 	ct := ci.RequestHeader().Get("Content-Type")
 	ct, _, _ = strings.Cut(ct, ";")
-	switch strings.TrimSpace(ct) {
+	switch strings.TrimSpace(strings.ToLower(ct)) {
 	case "application/proto", "application/grpc", "application/grpc+proto", "application/grpc-web", "application/grpc-web+proto":
-		return true
+		return encodingBinary
+	case "application/json", "application/grpc+json", "application/grpc-web+json":
+		return encodingJSON
 	}
-	return false
+	return encodingOther
+}
+
+// JSONPageField is the field number under which a listing's answer to a
+// JSON call carries its page already encoded as JSON: the answer's only
+// content is that one unknown field (length-delimited, the JSON document
+// as its value), which the server's JSON codec writes as it is instead of
+// encoding the message (edge.PreencodedJSONField is the same number; a
+// test in app ties them). Protobuf never sends it: a JSON answer is never
+// marshaled as protobuf.
+const JSONPageField protowire.Number = protowire.MaxValidNumber - 1
+
+// jsonPage returns p's JSON, framed as the unknown field JSONPageField,
+// encoding it on the first call for the page (concurrent calls wait for
+// that one) and counting it in c's bytes.
+func (p *cachedPage) jsonPage(c *pageCache, encodes *atomic.Int64) ([]byte, error) {
+	p.jsonOnce.Do(func() {
+		encodes.Add(1)
+		var res flowv1.GetListOfRacksResponse
+		if p.jsonErr = proto.Unmarshal(p.bytes, &res); p.jsonErr != nil {
+			return
+		}
+		doc, err := protojson.MarshalOptions{}.Marshal(&res)
+		if err != nil {
+			p.jsonErr = err
+			return
+		}
+		framed := protowire.AppendTag(make([]byte, 0, len(doc)+16), JSONPageField, protowire.BytesType)
+		framed = protowire.AppendBytes(framed, doc)
+		c.addJSON(p, framed)
+	})
+	return p.json, p.jsonErr
 }
 
 // pageCache holds marshaled pages by request, least recently used first
@@ -137,9 +189,17 @@ type cachedPage struct {
 	// check reads the current fingerprint of its task-derived fields,
 	// shared among the calls of the page waiting for one (freshRead).
 	check freshRead[uint64]
+	// json is the page as JSON, framed as the unknown field JSONPageField,
+	// once a JSON call asked for it (jsonPage); written under the cache's
+	// lock, read after jsonOnce.
+	json     []byte
+	jsonErr  error
+	jsonOnce sync.Once
 }
 
-func (p *cachedPage) size() int64 { return int64(len(p.bytes)+len(p.key)+16*len(p.ids)) + 128 }
+func (p *cachedPage) size() int64 {
+	return int64(len(p.bytes)+len(p.json)+len(p.key)+16*len(p.ids)) + 128
+}
 
 func newPageCache(max int64) *pageCache {
 	return &pageCache{max: max, entries: map[string]*list.Element{}}
@@ -187,6 +247,32 @@ func (c *pageCache) put(p *cachedPage) {
 	}
 	c.entries[p.key] = c.lru.PushFront(p)
 	c.used += p.size()
+}
+
+// addJSON sets p's JSON and counts it, dropping the least recently used
+// other pages to stay under the bound, and p itself if it alone is over it
+// (its JSON is still answered to the calls that asked).
+func (c *pageCache) addJSON(p *cachedPage, framed []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[p.key]
+	if !ok || e.Value.(*cachedPage) != p {
+		p.json = framed // not (or no longer) kept: nothing to count
+		return
+	}
+	c.used -= p.size()
+	p.json = framed
+	c.used += p.size()
+	for c.used > c.max {
+		back := c.lru.Back()
+		old := back.Value.(*cachedPage)
+		c.used -= old.size()
+		c.lru.Remove(back)
+		delete(c.entries, old.key)
+		if old == p {
+			return
+		}
+	}
 }
 
 // dynFingerprint hashes the task-derived fields of a page's racks and

@@ -3,6 +3,7 @@ package inventory_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/edge"
 	"github.com/nicoflow/flow/inventory"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
@@ -21,10 +23,23 @@ import (
 // while nothing it shows changed, and rebuilt, showing the change, after
 // every kind of change: an inventory write through the API, one written
 // straight to the database (as another replica would), a component's leak
-// status, and task stats (which live outside the inventory tables). JSON
-// calls never use the cache; all answers equal a fresh build.
+// status, and task stats (which live outside the inventory tables). Each
+// read is a binary call and a Connect JSON call (through the server's JSON
+// codec): both are answered from the cache, the JSON encoded once per page
+// version, and a change is visible to both on the next read; every answer
+// equals a fresh build by a handler without the cache.
 func TestListingCache(t *testing.T) {
 	tb := setup(t)
+	// The JSON calls go to a server with edge's JSON codec, as flow
+	// serve's; the fresh builds to a handler without a cache.
+	jsonMux := http.NewServeMux()
+	jsonMux.Handle(flowv1connect.NewFlowHandler(flowServer{Handler: tb.h}, edge.JSONCodecs()...))
+	jsonSrv := httptest.NewServer(jsonMux)
+	t.Cleanup(jsonSrv.Close)
+	freshMux := http.NewServeMux()
+	freshMux.Handle(flowv1connect.NewFlowHandler(flowServer{Handler: inventory.NewHandler(tb.svc, tb.pool)}))
+	freshSrv := httptest.NewServer(freshMux)
+	t.Cleanup(freshSrv.Close)
 	var mu sync.Mutex
 	stats := map[uuid.UUID]inventory.TaskStats{}
 	// The checks run on a pool of their own; builds on the handler's.
@@ -55,33 +70,42 @@ func TestListingCache(t *testing.T) {
 		require.NoError(t, err)
 	}
 	req := &flowv1.GetListOfRacksRequest{WithComponents: true, Pagination: &flowv1.Pagination{Limit: 2}}
-	jsonClient := flowv1connect.NewFlowClient(http.DefaultClient, tb.url, connect.WithProtoJSON())
+	jsonClient := flowv1connect.NewFlowClient(http.DefaultClient, jsonSrv.URL, connect.WithProtoJSON())
+	freshClient := flowv1connect.NewFlowClient(http.DefaultClient, freshSrv.URL)
+	// list reads the page in binary, then in JSON, and compares both with
+	// a fresh build; the JSON's raw bytes must be what protojson reads.
 	list := func() *flowv1.GetListOfRacksResponse {
 		t.Helper()
 		res, err := tb.client.GetListOfRacks(tb.ctx, req)
 		require.NoError(t, err)
-		fresh, err := jsonClient.GetListOfRacks(tb.ctx, req)
+		asJSON, err := jsonClient.GetListOfRacks(tb.ctx, req)
 		require.NoError(t, err)
-		require.True(t, proto.Equal(fresh, res), "cached answer differs from a fresh build")
-		return res
+		fresh, err := freshClient.GetListOfRacks(tb.ctx, req)
+		require.NoError(t, err)
+		require.True(t, proto.Equal(fresh, res), "cached binary answer differs from a fresh build")
+		require.True(t, proto.Equal(fresh, asJSON), "cached JSON answer differs from a fresh build")
+		return asJSON
 	}
-	expect := func(hits, misses int64) {
+	// Each list is two calls: a changed page is built by the first (a
+	// miss) and answered to the second (a hit); an unchanged one is two
+	// hits. encodes counts the pages encoded as JSON.
+	expect := func(hits, misses, encodes int64) {
 		t.Helper()
 		h, m := tb.h.ListingCacheStats()
-		require.Equal(t, [2]int64{hits, misses}, [2]int64{h, m}, "hits, misses")
+		require.Equal(t, [3]int64{hits, misses, encodes}, [3]int64{h, m, tb.h.ListingJSONEncodes()}, "hits, misses, JSON encodes")
 	}
 
 	first := list()
 	require.Len(t, first.GetRacks(), 2)
 	require.Len(t, first.GetRacks()[0].GetComponents(), 72)
-	expect(0, 1)
+	expect(1, 1, 1)
 	list()
 	list()
-	expect(2, 1)
+	expect(5, 1, 1)
 	genReads, pageChecks := tb.h.ListingCheckStats()
-	require.Equal(t, [2]int64{3, 2}, [2]int64{genReads, pageChecks}, "one generation read a call, one check a hit: the calls came one at a time")
+	require.Equal(t, [2]int64{6, 5}, [2]int64{genReads, pageChecks}, "one generation read a call, one check a hit: the calls came one at a time")
 	mu.Lock()
-	require.Equal(t, 2, onCheckPool, "the checks ran on the check pool")
+	require.Equal(t, 5, onCheckPool, "the checks ran on the check pool")
 	require.Positive(t, onPool, "the builds ran on the handler's pool")
 	mu.Unlock()
 
@@ -91,34 +115,34 @@ func TestListingCache(t *testing.T) {
 		Info: &flowv1.DeviceInfo{Id: rack.GetInfo().GetId(), Name: "zz-renamed"}}})
 	require.NoError(t, err)
 	res := list()
-	expect(2, 2)
+	expect(6, 2, 2)
 	require.NotEqual(t, rack.GetInfo().GetId().GetId(), res.GetRacks()[0].GetInfo().GetId().GetId(), "renamed zz-, it sorts last")
 	list()
-	expect(3, 2)
+	expect(8, 2, 2)
 
 	// Written straight to the database, as by another replica.
 	comp := res.GetRacks()[0].GetComponents()[0]
 	_, err = tb.pool.Exec(tb.ctx, `UPDATE component SET firmware_version = 'FW 9.9' WHERE id = $1`, comp.GetInfo().GetId().GetId())
 	require.NoError(t, err)
 	res = list()
-	expect(3, 3)
-	require.Equal(t, "FW 9.9", res.GetRacks()[0].GetComponents()[0].GetFirmwareVersion())
+	expect(9, 3, 3)
+	require.Equal(t, "FW 9.9", res.GetRacks()[0].GetComponents()[0].GetFirmwareVersion(), "the JSON shows the change")
 
 	// A component's leak status.
 	_, err = tb.pool.Exec(tb.ctx, `INSERT INTO component_leak (component_id, status) VALUES ($1, 'detected')`, comp.GetInfo().GetId().GetId())
 	require.NoError(t, err)
 	list()
-	expect(3, 4)
+	expect(10, 4, 4)
 
 	// Task stats: no inventory write, but the page shows them.
 	mu.Lock()
 	stats[uuid.MustParse(comp.GetInfo().GetId().GetId())] = inventory.TaskStats{Running: 1}
 	mu.Unlock()
 	res = list()
-	expect(3, 5)
+	expect(11, 5, 5)
 	require.Equal(t, uint32(1), res.GetRacks()[0].GetComponents()[0].GetTaskStats().GetRunningTaskCount())
 	list()
-	expect(4, 5)
+	expect(13, 5, 5)
 
 	// A rolled-back write changes nothing.
 	tx, err := tb.pool.Begin(tb.ctx)
@@ -127,5 +151,5 @@ func TestListingCache(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(tb.ctx))
 	list()
-	expect(5, 5)
+	expect(15, 5, 5)
 }
