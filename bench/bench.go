@@ -396,6 +396,7 @@ throughput, latencies and the server's peak memory. See docs/bench.md.`
 	fs.IntVar(&o.ReadPage, "read-page", 100, "GetListOfRacks page size of the readers")
 	fs.DurationVar(&o.ReadDuration, "read-duration", 60*time.Second, "how long the readers read")
 	fs.BoolVar(&o.Leak, "leak", false, "raise a leak on a compute tray a third of the way into the reads and report its first forced power-off")
+	serverBinary := fs.String("server-binary", "", "run the server child from this flow binary instead of this one (compare two builds under the same bench)")
 	output := fs.StringP("output", "o", "table", "output: table or json")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		for _, kv := range o.ServerEnv {
@@ -405,6 +406,12 @@ throughput, latencies and the server's peak memory. See docs/bench.md.`
 		}
 		if *output != "table" && *output != "json" {
 			return cli.UsageError(fmt.Errorf("-o %q: want table or json", *output))
+		}
+		if exe := *serverBinary; exe != "" {
+			if _, err := os.Stat(exe); err != nil {
+				return cli.UsageError(fmt.Errorf("--server-binary: %w", err))
+			}
+			o.ServerCommand = func() (*exec.Cmd, error) { return exec.Command(exe, "serve", "--migrate"), nil }
 		}
 		return run(cmd.Context(), o, *output == "json", stdout, stderr)
 	}
@@ -654,6 +661,13 @@ func (b *Bench) startServer(ctx context.Context) error {
 	if w, ok := b.o.workload.(benchEnvWorkload); ok {
 		cmd.Env = append(cmd.Env, w.serverEnv()...)
 	}
+	if b.o.readers > 0 {
+		cfg, err := b.noSyncConfig()
+		if err != nil {
+			return err
+		}
+		cmd.Env = append(cmd.Env, "FLOW_CONFIG_FILE="+cfg)
+	}
 	cmd.Env = append(cmd.Env, b.o.serverEnv...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -770,6 +784,22 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 		if sink, err = b.subscribe(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if o.readers > 0 {
+		reads, err := b.startReads(ctx, racks)
+		if err != nil {
+			return nil, err
+		}
+		defer reads.cancel()
+		if o.workload.name() == "none" {
+			res.Reads, err = reads.finish(ctx)
+			return res, err
+		}
+		defer func() {
+			if res.Reads == nil {
+				res.Reads, _ = reads.finish(ctx)
+			}
+		}()
 	}
 	b.progressf("submitting %s on %d racks", o.workload.name(), len(racks))
 	cpu0 := b.cpu()
