@@ -47,16 +47,16 @@ type server struct {
 	// safetyPool is the safety path's own (FLOW_SAFETY_DB_CONNS): leak
 	// detection and the event-rule pipeline.
 	safetyPool *pgxpool.Pool
-	console   *console.Console // /ui/ on the API port
-	http      *http.Server
-	health    *edge.Health
-	keys      *firmware.Keyring // nil when no key is configured
-	backends  *backends
-	mock      *mockBackend // nil: no type is managed by mock
-	ln        net.Listener
-	tls       *edge.CertReloader // nil: the API is cleartext
-	admin     *http.Server       // nil: FLOW_ADMIN_LISTEN=off
-	adminLn   net.Listener
+	console    *console.Console // /ui/ on the API port
+	http       *http.Server
+	health     *edge.Health
+	keys       *firmware.Keyring // nil when no key is configured
+	backends   *backends
+	mock       *mockBackend // nil: no type is managed by mock
+	ln         net.Listener
+	tls        *edge.CertReloader // nil: the API is cleartext
+	admin      *http.Server       // nil: FLOW_ADMIN_LISTEN=off
+	adminLn    net.Listener
 	// metrics serves /metrics on upstream's --metrics-port (nil: not given).
 	metrics   *http.Server
 	metricsLn net.Listener

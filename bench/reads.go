@@ -51,16 +51,16 @@ type ReadResult struct {
 	Calls          int     `json:"calls"`
 	Errors         int     `json:"errors"`
 	// ErrorCodes counts the failed calls by code (resource_exhausted…).
-	ErrorCodes    map[string]int `json:"error_codes,omitempty"`
-	CallsPerSec   float64        `json:"calls_per_second"`
-	P50Ms         float64        `json:"p50_ms"`
-	P99Ms         float64        `json:"p99_ms"`
-	MaxMs         float64        `json:"max_ms"`
-	BytesPerCall  int64          `json:"bytes_per_call"`
-	PeakRSSBytes  int64          `json:"server_peak_rss_bytes"` // VmHWM of the server child from the readers' start
-	LeakChecks    int            `json:"leak_checks"`           // leak-check cycles seen in the simulator's journal
-	LeakIntervalP50Ms float64    `json:"leak_check_interval_p50_ms"`
-	LeakIntervalMaxMs float64    `json:"leak_check_interval_max_ms"`
+	ErrorCodes        map[string]int `json:"error_codes,omitempty"`
+	CallsPerSec       float64        `json:"calls_per_second"`
+	P50Ms             float64        `json:"p50_ms"`
+	P99Ms             float64        `json:"p99_ms"`
+	MaxMs             float64        `json:"max_ms"`
+	BytesPerCall      int64          `json:"bytes_per_call"`
+	PeakRSSBytes      int64          `json:"server_peak_rss_bytes"` // VmHWM of the server child from the readers' start
+	LeakChecks        int            `json:"leak_checks"`           // leak-check cycles seen in the simulator's journal
+	LeakIntervalP50Ms float64        `json:"leak_check_interval_p50_ms"`
+	LeakIntervalMaxMs float64        `json:"leak_check_interval_max_ms"`
 	// LeakPowerOffMs is from raising the leak to the first power-control
 	// call naming the leaking tray (--leak); 0: no leak raised, -1: none
 	// within the run.

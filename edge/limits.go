@@ -331,11 +331,13 @@ func Truncate(s string, max int) string {
 // decode errors and remembers unknown fields, and the request checks, run
 // innermost (after authorization, before the handler).
 func (lim Limits) handlerOptions() []connect.HandlerOption {
+	memo := newGzipMemo(gzipMemoMaxBytes)
 	return []connect.HandlerOption{
 		connect.WithReadMaxBytes(lim.RequestBytes),
+		// Large answers' compressed forms are remembered (gzipmemo.go).
 		connect.WithCompression("gzip",
 			func() connect.Decompressor { return &boundedGzip{max: int64(lim.RequestBytes)} },
-			func() connect.Compressor { return gzip.NewWriter(io.Discard) }),
+			memo.compressor),
 		connect.WithCodec(jsonCodec{}),
 		connect.WithCodec(jsonCharsetCodec{}),
 		connect.WithInterceptors(newLimitInterceptor(lim)),
