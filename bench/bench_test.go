@@ -78,3 +78,34 @@ func TestReportServerErrors(t *testing.T) {
 	(&Bench{dir: t.TempDir(), o: benchOptions{progress: &out}}).reportServerErrors()
 	require.Empty(t, out.String(), "nor without a server log")
 }
+
+// TestReadOptions: the readers' flags are checked before anything starts.
+func TestReadOptions(t *testing.T) {
+	base := Options{Racks: 1, Components: 35, Workload: "power-on", Concurrency: 1, ReadProtocol: "json", ReadMethod: "racks", ReadPage: 100, ReadDuration: time.Minute}
+	for _, tt := range []struct {
+		name string
+		edit func(*Options)
+		want string
+	}{
+		{"NoneWithoutReaders", func(o *Options) { o.Workload = "none" }, "--workload none needs --readers"},
+		{"LeakWithoutReaders", func(o *Options) { o.Leak = true }, "--leak needs --readers"},
+		{"Protocol", func(o *Options) { o.Readers, o.ReadProtocol = 2, "xml" }, `--read-protocol "xml": want one of json, proto, grpc`},
+		{"Method", func(o *Options) { o.Readers, o.ReadMethod = 2, "nodes" }, `--read-method "nodes": want one of racks, rack, tasks`},
+		{"Page", func(o *Options) { o.Readers, o.ReadPage = 2, 0 }, "--read-page must be at least 1"},
+		{"Negative", func(o *Options) { o.Readers = -1 }, "--readers must not be negative"},
+		{"Valid", func(o *Options) { o.Readers, o.Workload, o.Leak, o.ReadProtocol = 100, "none", true, "grpc" }, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := base
+			tt.edit(&o)
+			bo, err := o.options()
+			if tt.want == "" {
+				require.NoError(t, err)
+				require.Equal(t, 100, bo.readers)
+				require.True(t, bo.leak)
+				return
+			}
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
