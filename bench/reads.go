@@ -58,6 +58,12 @@ type ReadResult struct {
 	MaxMs             float64        `json:"max_ms"`
 	BytesPerCall      int64          `json:"bytes_per_call"`
 	PeakRSSBytes      int64          `json:"server_peak_rss_bytes"` // VmHWM of the server child from the readers' start
+	// CPU seconds of the server child and the private PostgreSQL during
+	// the reads, and the server's per answered call: what a call costs,
+	// which a loaded machine changes far less than its latency.
+	ServerCPUSeconds   float64 `json:"server_cpu_seconds"`
+	PostgresCPUSeconds float64 `json:"postgres_cpu_seconds"`
+	ServerCPUMsPerCall float64 `json:"server_cpu_ms_per_call"`
 	LeakChecks        int            `json:"leak_checks"`           // leak-check cycles seen in the simulator's journal
 	LeakIntervalP50Ms float64        `json:"leak_check_interval_p50_ms"`
 	LeakIntervalMaxMs float64        `json:"leak_check_interval_max_ms"`
@@ -80,6 +86,7 @@ type readLoad struct {
 	leakAt  time.Time
 	leakID  string
 	leakErr error
+	cpu0    benchCPU
 }
 
 // startServerRSSWindow resets the server child's peak RSS (VmHWM), so the
@@ -100,6 +107,7 @@ func (b *Bench) startReads(ctx context.Context, racks []inventory.Rack) (*readLo
 	l := &readLoad{b: b, cancel: cancel, codes: map[string]int{}}
 	b.sims.NICo.Journal().Reset()
 	startServerRSSWindow(b.server.Process.Pid)
+	l.cpu0 = b.cpu()
 	l.start = time.Now()
 	b.progressf("%d readers: %s over %s (with components %t) for %s", o.readers, o.readMethod, o.readProtocol, o.readWithComponents, o.readDuration)
 	for k := range o.readers {
@@ -165,6 +173,7 @@ func (l *readLoad) finish(ctx context.Context) (*ReadResult, error) {
 	l.cancel()
 	l.wg.Wait()
 	elapsed := time.Since(l.start)
+	cpu := l.b.cpu().minus(l.cpu0)
 	r := &ReadResult{Readers: o.readers, Protocol: o.readProtocol, Method: o.readMethod, WithComponents: o.readWithComponents,
 		Seconds: elapsed.Seconds(), PeakRSSBytes: PeakRSS(l.b.server.Process.Pid)}
 	if o.readMethod == "racks" {
@@ -183,6 +192,10 @@ func (l *readLoad) finish(ctx context.Context) (*ReadResult, error) {
 		r.ErrorCodes[code] = n
 	}
 	r.CallsPerSec = float64(r.Calls) / elapsed.Seconds()
+	r.ServerCPUSeconds, r.PostgresCPUSeconds = cpu.server, cpu.postgres
+	if r.Calls > 0 {
+		r.ServerCPUMsPerCall = 1000 * cpu.server / float64(r.Calls)
+	}
 	if n := len(l.lat); n > 0 {
 		r.P50Ms, r.P99Ms, r.MaxMs = ms(pct(l.lat, 50)), ms(pct(l.lat, 99)), ms(l.lat[n-1])
 		r.BytesPerCall = l.bytes.Load() / int64(n+r.Errors)
@@ -303,9 +316,10 @@ func printReadResult(w io.Writer, r *ReadResult) {
   read calls         %d ok (%.1f/s), %d failed %v
   read latency       p50 %.0fms   p99 %.0fms   max %.0fms   (%d bytes a call)
   server peak RSS    %.1f MiB during the reads
+  CPU during reads   server %.1fs (%.1f ms a call), PostgreSQL %.1fs
   leak check         %d cycles, start-to-start p50 %.0fms, max %.0fms
 `, r.Readers, what, r.Protocol, r.WithComponents, r.Seconds, r.Calls, r.CallsPerSec, r.Errors, r.ErrorCodes,
-		r.P50Ms, r.P99Ms, r.MaxMs, r.BytesPerCall, float64(r.PeakRSSBytes)/(1<<20), r.LeakChecks, r.LeakIntervalP50Ms, r.LeakIntervalMaxMs)
+		r.P50Ms, r.P99Ms, r.MaxMs, r.BytesPerCall, float64(r.PeakRSSBytes)/(1<<20), r.ServerCPUSeconds, r.ServerCPUMsPerCall, r.PostgresCPUSeconds, r.LeakChecks, r.LeakIntervalP50Ms, r.LeakIntervalMaxMs)
 	switch {
 	case r.LeakPowerOffMs > 0:
 		fmt.Fprintf(w, "  leak → power-off   %.0fms (first power-control call naming the leaking tray)\n", r.LeakPowerOffMs)
