@@ -337,8 +337,10 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	// The leak tiers (docs/event-rules.md "Leak tiers"): isolated racks
 	// are refused power-on, and a coolant loop's open leak holds
 	// disruptive work on its racks like a closed window.
+	// The severe tier is part of each leak-detection cycle: the safety
+	// path's pool too.
 	isolations = isolation.NewService(isolation.Config{
-		Pool: pool, Inv: inv, Tasks: tasks, Placement: rackPlacement(inv), LoopRacks: loopRacks(inv),
+		Pool: safetyPool, Inv: inv, Tasks: tasks, Placement: rackPlacement(inv), LoopRacks: loopRacks(inv),
 		OnRequest: isolationRequests(notifier), Threshold: cfg.LeakSevereThreshold, Resend: cfg.LeakIsolationResend,
 		NoCooling: !cfg.LeakCoolingHold, Logger: logger,
 	})

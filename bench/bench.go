@@ -77,7 +77,7 @@ type benchOptions struct {
 	readWithComponents bool
 	readPage           int
 	readDuration       time.Duration
-	leak               bool
+	readLeak           bool
 }
 
 // benchWorkload is what flow bench drives on every rack. A new workload
@@ -268,7 +268,7 @@ type Options struct {
 	// Readers clients call ReadMethod (racks: GetListOfRacks pages of
 	// ReadPage; rack: GetRackInfoByID; tasks: ListTasks by rack) in
 	// ReadProtocol (json, proto, grpc), with components when
-	// ReadWithComponents, for ReadDuration while the workload runs; Leak
+	// ReadWithComponents, for ReadDuration while the workload runs; ReadLeak
 	// raises a leak a third of the way in (reads.go).
 	Readers            int
 	ReadProtocol       string
@@ -276,7 +276,7 @@ type Options struct {
 	ReadWithComponents bool
 	ReadPage           int
 	ReadDuration       time.Duration
-	Leak               bool
+	ReadLeak           bool
 }
 
 // options checks o (bad values are usage errors) and fills the defaults.
@@ -315,8 +315,8 @@ func (o Options) options() (benchOptions, error) {
 		return benchOptions{}, cli.UsageError(fmt.Errorf("--read-method %q: want one of %s", o.ReadMethod, strings.Join(readMethods, ", ")))
 	case o.Readers > 0 && (o.ReadPage < 1 || o.ReadDuration < time.Second):
 		return benchOptions{}, cli.UsageError(errors.New("--read-page must be at least 1 and --read-duration at least 1s"))
-	case o.Leak && o.Readers == 0:
-		return benchOptions{}, cli.UsageError(errors.New("--leak needs --readers"))
+	case o.ReadLeak && o.Readers == 0:
+		return benchOptions{}, cli.UsageError(errors.New("--read-leak needs --readers"))
 	case o.Workload == "none" && o.Readers == 0:
 		return benchOptions{}, cli.UsageError(errors.New("--workload none needs --readers"))
 	}
@@ -330,7 +330,7 @@ func (o Options) options() (benchOptions, error) {
 		serverCommand: o.ServerCommand, progress: o.Progress, serverEnv: o.ServerEnv, pgStats: o.PGStats, pgSettings: o.PGSettings,
 		leaks: o.Leaks, leakInterval: o.LeakInterval, subscribe: o.Subscribe, eventRate: o.EventsPerSecond,
 		readers: o.Readers, readProtocol: o.ReadProtocol, readMethod: o.ReadMethod, readWithComponents: o.ReadWithComponents,
-		readPage: o.ReadPage, readDuration: o.ReadDuration, leak: o.Leak}
+		readPage: o.ReadPage, readDuration: o.ReadDuration, readLeak: o.ReadLeak}
 	if bo.serverCommand == nil {
 		bo.serverCommand = func() (*exec.Cmd, error) {
 			exe, err := os.Executable()
@@ -395,7 +395,7 @@ throughput, latencies and the server's peak memory. See docs/bench.md.`
 	fs.BoolVar(&o.ReadWithComponents, "with-components", false, "the readers ask for components (racks, rack)")
 	fs.IntVar(&o.ReadPage, "read-page", 100, "GetListOfRacks page size of the readers")
 	fs.DurationVar(&o.ReadDuration, "read-duration", 60*time.Second, "how long the readers read")
-	fs.BoolVar(&o.Leak, "leak", false, "raise a leak on a compute tray a third of the way into the reads and report its first forced power-off")
+	fs.BoolVar(&o.ReadLeak, "read-leak", false, "raise a leak on a compute tray a third of the way into the reads and report its first forced power-off")
 	serverBinary := fs.String("server-binary", "", "run the server child from this flow binary instead of this one (compare two builds under the same bench)")
 	output := fs.StringP("output", "o", "table", "output: table or json")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {

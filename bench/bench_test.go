@@ -88,12 +88,12 @@ func TestReadOptions(t *testing.T) {
 		want string
 	}{
 		{"NoneWithoutReaders", func(o *Options) { o.Workload = "none" }, "--workload none needs --readers"},
-		{"LeakWithoutReaders", func(o *Options) { o.Leak = true }, "--leak needs --readers"},
+		{"LeakWithoutReaders", func(o *Options) { o.ReadLeak = true }, "--read-leak needs --readers"},
 		{"Protocol", func(o *Options) { o.Readers, o.ReadProtocol = 2, "xml" }, `--read-protocol "xml": want one of json, proto, grpc`},
 		{"Method", func(o *Options) { o.Readers, o.ReadMethod = 2, "nodes" }, `--read-method "nodes": want one of racks, rack, tasks`},
 		{"Page", func(o *Options) { o.Readers, o.ReadPage = 2, 0 }, "--read-page must be at least 1"},
 		{"Negative", func(o *Options) { o.Readers = -1 }, "--readers must not be negative"},
-		{"Valid", func(o *Options) { o.Readers, o.Workload, o.Leak, o.ReadProtocol = 100, "none", true, "grpc" }, ""},
+		{"Valid", func(o *Options) { o.Readers, o.Workload, o.ReadLeak, o.ReadProtocol = 100, "none", true, "grpc" }, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := base
@@ -102,7 +102,7 @@ func TestReadOptions(t *testing.T) {
 			if tt.want == "" {
 				require.NoError(t, err)
 				require.Equal(t, 100, bo.readers)
-				require.True(t, bo.leak)
+				require.True(t, bo.readLeak)
 				return
 			}
 			require.ErrorContains(t, err, tt.want)

@@ -26,7 +26,7 @@ import (
 // Reads under load (issue 49, docs/bench.md "Reads and the safety path"):
 // --readers clients call a read method as fast as they can for
 // --read-duration, in the protocol --read-protocol, while the workload runs
-// (or alone, with --workload none). With --leak, a leak is raised on a
+// (or alone, with --workload none). With --read-leak, a leak is raised on a
 // compute tray a third of the way in, and the bench reports when its first
 // forced power-off reached the simulator. The leak check's cycles are read
 // from the simulator's journal: each cycle lists the leaking switches
@@ -68,7 +68,7 @@ type ReadResult struct {
 	LeakIntervalP50Ms float64        `json:"leak_check_interval_p50_ms"`
 	LeakIntervalMaxMs float64        `json:"leak_check_interval_max_ms"`
 	// LeakPowerOffMs is from raising the leak to the first power-control
-	// call naming the leaking tray (--leak); 0: no leak raised, -1: none
+	// call naming the leaking tray (--read-leak); 0: no leak raised, -1: none
 	// within the run.
 	LeakPowerOffMs float64 `json:"leak_first_power_off_ms,omitempty"`
 }
@@ -96,7 +96,7 @@ func startServerRSSWindow(pid int) {
 	_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 }
 
-// startReads starts the readers on racks (and the leak, with --leak).
+// startReads starts the readers on racks (and the leak, with --read-leak).
 func (b *Bench) startReads(ctx context.Context, racks []inventory.Rack) (*readLoad, error) {
 	o := b.o
 	call, err := b.readCall(racks)
@@ -130,7 +130,7 @@ func (b *Bench) startReads(ctx context.Context, racks []inventory.Rack) (*readLo
 			}
 		})
 	}
-	if o.leak {
+	if o.readLeak {
 		l.wg.Go(func() { l.raiseLeak(ctx) })
 	}
 	return l, nil
