@@ -51,22 +51,22 @@ type ReadResult struct {
 	Calls          int     `json:"calls"`
 	Errors         int     `json:"errors"`
 	// ErrorCodes counts the failed calls by code (resource_exhausted…).
-	ErrorCodes        map[string]int `json:"error_codes,omitempty"`
-	CallsPerSec       float64        `json:"calls_per_second"`
-	P50Ms             float64        `json:"p50_ms"`
-	P99Ms             float64        `json:"p99_ms"`
-	MaxMs             float64        `json:"max_ms"`
-	BytesPerCall      int64          `json:"bytes_per_call"`
-	PeakRSSBytes      int64          `json:"server_peak_rss_bytes"` // VmHWM of the server child from the readers' start
+	ErrorCodes   map[string]int `json:"error_codes,omitempty"`
+	CallsPerSec  float64        `json:"calls_per_second"`
+	P50Ms        float64        `json:"p50_ms"`
+	P99Ms        float64        `json:"p99_ms"`
+	MaxMs        float64        `json:"max_ms"`
+	BytesPerCall int64          `json:"bytes_per_call"`
+	PeakRSSBytes int64          `json:"server_peak_rss_bytes"` // VmHWM of the server child from the readers' start
 	// CPU seconds of the server child and the private PostgreSQL during
 	// the reads, and the server's per answered call: what a call costs,
 	// which a loaded machine changes far less than its latency.
 	ServerCPUSeconds   float64 `json:"server_cpu_seconds"`
 	PostgresCPUSeconds float64 `json:"postgres_cpu_seconds"`
 	ServerCPUMsPerCall float64 `json:"server_cpu_ms_per_call"`
-	LeakChecks        int            `json:"leak_checks"`           // leak-check cycles seen in the simulator's journal
-	LeakIntervalP50Ms float64        `json:"leak_check_interval_p50_ms"`
-	LeakIntervalMaxMs float64        `json:"leak_check_interval_max_ms"`
+	LeakChecks         int     `json:"leak_checks"` // leak-check cycles seen in the simulator's journal
+	LeakIntervalP50Ms  float64 `json:"leak_check_interval_p50_ms"`
+	LeakIntervalMaxMs  float64 `json:"leak_check_interval_max_ms"`
 	// LeakPowerOffMs is from raising the leak to the first power-control
 	// call naming the leaking tray (--read-leak); 0: no leak raised, -1: none
 	// within the run.
