@@ -785,13 +785,7 @@ func TestPatroniChaos(t *testing.T) {
 			t.Logf("%s: %s (M: multi-host, H: HAProxy)", kind, strings.Join(perKind[kind], ", "))
 		}
 	}
-	scheduled := 0
-	powerOns := okCalls(r.sims, "ComponentPowerControl", w.started)
-	for _, name := range w.scheduleRacks {
-		for _, d := range w.devsByRack[name] {
-			scheduled += powerOns[strings.ToLower(d.BMCMAC)]
-		}
-	}
+	scheduled := w.checkScheduledCalls(t)
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%d faults in %s; unavailability %s; %d tasks, all completed (%d resets and upgrades, %d rollout, %d scheduled); %d tray resets, %d firmware updates (%d by the rollout), %d repeated (%d unknown outcomes recorded); %d schedule firings, none twice, %d late (%d at a fault), %d scheduled tray power-ons",
 		faults, time.Since(began).Round(time.Second), quant(downs), all, totalTasks, byRollout, bySchedule, totalCalls, w.firmwareCalls+w.rolloutFirmware, w.rolloutFirmware, totalRepeat+w.rolloutRepeats, totalUnknown, w.firings, w.late, w.lateInFault, scheduled)

@@ -391,3 +391,51 @@ func (w *haWorkload) checkAllEnd(t *testing.T, f int, end time.Time) {
 	}, 4*time.Minute, 500*time.Millisecond, "round %d: every task created before the round's end ends (%d still active)", f+1, active)
 	require.Zero(t, failed, "round %d: no task failed: %s", f+1, failures)
 }
+
+// checkScheduledCalls stops the schedules, lets their last tasks end, and
+// checks the scheduled racks' power calls: each compute tray was powered
+// on once per completed task of its rack, more only if a scheduled step
+// recorded an unknown outcome, and then at most once more per such
+// outcome. It returns the calls.
+func (w *haWorkload) checkScheduledCalls(t *testing.T) int {
+	t.Helper()
+	ctx := context.Background()
+	pool := w.r.pool(t)
+	_, err := pool.Exec(ctx, `UPDATE task_schedule SET enabled = false`)
+	require.NoError(t, err)
+	time.Sleep(2 * time.Second) // a firing in flight commits or rolls back
+	w.checkAllEnd(t, -1, time.Now())
+	perRack := map[string]int{}
+	rows, err := pool.Query(ctx, `SELECT r.name, count(*) FROM task t JOIN rack r ON r.id = t.rack_id
+		WHERE t.trigger_type = 'task_schedule' AND t.status = 'completed' GROUP BY 1`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var name string
+		var n int
+		require.NoError(t, rows.Scan(&name, &n))
+		perRack[name] = n
+	}
+	require.NoError(t, rows.Err())
+	var unknown int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(jsonb_array_length(s.unknown_outcomes)), 0) FROM engine_step s
+		JOIN task t ON t.run_id = s.run_id WHERE t.trigger_type = 'task_schedule'`).Scan(&unknown))
+	calls := okCalls(w.r.sims, "ComponentPowerControl", w.started)
+	total, repeats := 0, 0
+	for _, name := range w.scheduleRacks {
+		require.Positive(t, perRack[name], "rack %s has completed scheduled tasks", name)
+		for _, d := range w.devsByRack[name] {
+			if d.Kind != nicosim.KindCompute {
+				continue
+			}
+			n := calls[strings.ToLower(d.BMCMAC)]
+			require.GreaterOrEqual(t, n, perRack[name], "%s (%s) powered on by each of its rack's %d scheduled tasks", d.Name, name, perRack[name])
+			require.LessOrEqual(t, n, perRack[name]+unknown, "%s (%s) powered on %d times by %d scheduled tasks, %d unknown outcomes recorded", d.Name, name, n, perRack[name], unknown)
+			total += n
+			repeats += n - perRack[name]
+		}
+	}
+	if repeats > 0 {
+		require.Positive(t, unknown, "%d scheduled power-ons sent again with no unknown outcome recorded", repeats)
+	}
+	return total
+}
