@@ -738,7 +738,7 @@ func TestPatroniChaos(t *testing.T) {
 				if d.Kind != nicosim.KindCompute {
 					continue
 				}
-				ok := resetCalls[strings.ToLower(d.BMCMAC)]
+				ok := callsTo(resetCalls, d)
 				require.GreaterOrEqual(t, ok, 1, "fault %d (%s): %s reset", f+1, kind, d.Name)
 				require.LessOrEqual(t, ok, 2, "fault %d (%s): %s reset %d times", f+1, kind, d.Name, ok)
 				calls += ok

@@ -81,6 +81,11 @@ func newHAWorkload(t *testing.T, r *replicaSetup, dbURL string, faults int) *haW
 	}
 	require.NoError(t, rows.Err())
 	for _, d := range r.devs {
+		// The simulator's Core ID: once inventory sync has linked the
+		// components, Flow names them by it instead of their BMC MAC.
+		st, ok := r.sims.nico.State(d.BMCMAC)
+		require.True(t, ok, d.Name)
+		d.ID = st.ID
 		name := w.rackName[d.RackID]
 		w.devsByRack[name] = append(w.devsByRack[name], d)
 	}
@@ -192,6 +197,16 @@ func okCalls(s *simulators, method string, since time.Time) map[string]int {
 	return per
 }
 
+// callsTo returns the calls of per (okCalls) that named d, by its BMC MAC
+// or its Core ID.
+func callsTo(per map[string]int, d nicosim.Device) int {
+	n := per[strings.ToLower(d.BMCMAC)]
+	if d.ID != "" {
+		n += per[strings.ToLower(d.ID)]
+	}
+	return n
+}
+
 // checkFirmware checks that every compute tray and switch of racks had
 // its firmware update sent once since the run started, twice only if a
 // step recorded an unknown outcome (allowRepeat), and returns the calls
@@ -204,7 +219,7 @@ func (w *haWorkload) checkFirmware(t *testing.T, what string, racks []string, al
 			if d.Kind != nicosim.KindCompute && d.Kind != nicosim.KindNVSwitch {
 				continue
 			}
-			n := per[strings.ToLower(d.BMCMAC)]
+			n := callsTo(per, d)
 			require.GreaterOrEqual(t, n, 1, "%s: %s (%s) upgraded", what, d.Name, name)
 			require.LessOrEqual(t, n, 2, "%s: %s upgraded %d times", what, d.Name, n)
 			if n == 2 {
@@ -427,7 +442,7 @@ func (w *haWorkload) checkScheduledCalls(t *testing.T) int {
 			if d.Kind != nicosim.KindCompute {
 				continue
 			}
-			n := calls[strings.ToLower(d.BMCMAC)]
+			n := callsTo(calls, d)
 			require.GreaterOrEqual(t, n, perRack[name], "%s (%s) powered on by each of its rack's %d scheduled tasks", d.Name, name, perRack[name])
 			require.LessOrEqual(t, n, perRack[name]+unknown, "%s (%s) powered on %d times by %d scheduled tasks, %d unknown outcomes recorded", d.Name, name, n, perRack[name], unknown)
 			total += n
