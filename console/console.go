@@ -156,6 +156,8 @@ type Console struct {
 	cop    *http.CrossOriginProtection
 	rc     racksCache
 	parts  partCache
+	// floorCells overrides floorCells (tests); 0: floorCells.
+	floorCells int
 }
 
 // New returns the console. Close stops its change feed.

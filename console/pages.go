@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -290,95 +289,7 @@ func (c *Console) activeRuns(r *http.Request) ([]*flowv1.OperationRunSummary, er
 	return res.GetOperationRuns(), nil
 }
 
-// ---- Floor map ----
-
-type floorData struct {
-	By     string
-	Modes  []string
-	Rooms  []room
-	Legend []legendItem
-	Total  int
-	// Note says what the colouring is measured against, or why it is
-	// missing (compliance: the active baseline).
-	Note string
-}
-
-type room struct {
-	Name string
-	Rows []floorRow
-}
-
-type floorRow struct {
-	Name  string
-	Cells []floorCell
-}
-
-type floorCell struct {
-	RackCell
-	Class, Label string
-}
-
-type legendItem struct{ Class, Label string }
-
-var floorModes = []string{"status", "power", "leak", "task", "firmware", "compliance", "health"}
-
-func (c *Console) floor(r *http.Request) (view, error) {
-	by := r.URL.Query().Get("by")
-	if !slices.Contains(floorModes, by) {
-		by = "status"
-	}
-	racks, err := c.racks(r.Context())
-	if err != nil {
-		return view{}, err
-	}
-	d := floorData{By: by, Modes: floorModes, Total: len(racks)}
-	fw := map[string]int{}
-	var comp map[string]*adminv1.ComplianceGroup
-	if by == "compliance" {
-		var res *adminv1.GetComplianceResponse
-		if comp, res, d.Note, err = c.rackCompliance(r); err != nil {
-			return view{}, err
-		}
-		if res != nil {
-			d.Note = fmt.Sprintf("Each rack's most urgent device state against baseline %s revision %d.", res.GetBaseline(), res.GetRevision())
-		}
-		d.Legend = complianceLegend
-	} else if by == "firmware" {
-		var vs []string
-		for _, rc := range racks {
-			if _, ok := fw[rc.Firmware]; !ok && rc.Firmware != "mixed" && rc.Firmware != "" {
-				fw[rc.Firmware] = 0
-				vs = append(vs, rc.Firmware)
-			}
-		}
-		sort.Strings(vs)
-		for i, v := range vs {
-			fw[v] = i % 8
-			d.Legend = append(d.Legend, legendItem{fmt.Sprintf("fw-%d", i%8), v})
-		}
-		d.Legend = append(d.Legend, legendItem{"fw-mixed", "mixed"}, legendItem{"c-unknown", "unknown"})
-	} else {
-		d.Legend = legends[by]
-	}
-	for _, rc := range racks {
-		cell := floorCell{RackCell: rc}
-		if by == "compliance" {
-			cell.Class, cell.Label = complianceCell(comp[rc.ID], comp != nil)
-		} else {
-			cell.Class, cell.Label = cellClass(by, rc, fw)
-		}
-		if len(d.Rooms) == 0 || d.Rooms[len(d.Rooms)-1].Name != rc.Room {
-			d.Rooms = append(d.Rooms, room{Name: rc.Room})
-		}
-		rm := &d.Rooms[len(d.Rooms)-1]
-		if len(rm.Rows) == 0 || rm.Rows[len(rm.Rows)-1].Name != rc.Row {
-			rm.Rows = append(rm.Rows, floorRow{Name: rc.Row})
-		}
-		row := &rm.Rows[len(rm.Rows)-1]
-		row.Cells = append(row.Cells, cell)
-	}
-	return view{"floor", "Floor map", "floor", floorTopics, d}, nil
-}
+// ---- Floor map (floor.go) ----
 
 var legends = map[string][]legendItem{
 	"status": {{"c-leak", "leak"}, {"c-busy", "task running"}, {"c-queued", "task queued"}, {"c-failed", "last task failed"}, {"c-alert", "health alert"}, {"c-on", "powered on"}, {"c-off", "powered off"}, {"c-mixed", "power mixed"}, {"c-unknown", "power unknown"}},
