@@ -111,6 +111,9 @@ type Step struct {
 	// chain's, fails when it is the chain's last step or has no target
 	// left; otherwise it completes and the chain goes on without them.
 	Chain string
+	// Holds are the resources the step takes before its first call, for
+	// the rest of its run (see Hold): it waits while they are taken.
+	Holds []Hold
 }
 
 // RetryPolicy says how often and how soon a failed call is retried. A call
@@ -202,6 +205,7 @@ type stepSpec struct {
 	MaxMS       int64           `json:"max_interval_ms"`
 	Chain       string          `json:"chain,omitempty"`
 	ChainEnd    bool            `json:"chain_end,omitempty"`
+	Holds       []Hold          `json:"holds,omitempty"`
 }
 
 func (s *stepSpec) timeout() time.Duration { return time.Duration(s.TimeoutMS) * time.Millisecond }
@@ -308,6 +312,9 @@ func (e *Engine) compileStep(stage Stage, st Step) (stepSpec, time.Duration, err
 	if err != nil {
 		return stepSpec{}, 0, err
 	}
+	if err := checkHolds(st.Holds); err != nil {
+		return stepSpec{}, 0, err
+	}
 	r := st.Retry.withDefaults()
 	params, err := a.check(st.Params)
 	if err != nil {
@@ -331,6 +338,7 @@ func (e *Engine) compileStep(stage Stage, st Step) (stepSpec, time.Duration, err
 		Coefficient: r.BackoffCoefficient,
 		MaxMS:       r.MaxInterval.Milliseconds(),
 		Chain:       st.Chain,
+		Holds:       st.Holds,
 	}
 	return spec, budget, nil
 }

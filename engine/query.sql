@@ -310,3 +310,82 @@ WITH runs AS (
     DELETE FROM engine_run WHERE id IN (SELECT id FROM runs) RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone)::bigint AS runs, (SELECT n FROM steps)::bigint AS steps;
+
+-- Resources (hold.go, migration 0301).
+
+-- name: ResourceLock :many
+SELECT name, capacity FROM engine_resource WHERE name = ANY (@names::text[]) ORDER BY name FOR UPDATE;
+
+-- name: ResourceSet :exec
+INSERT INTO engine_resource (name, capacity) VALUES (@name, @capacity)
+ON CONFLICT (name) DO UPDATE SET capacity = excluded.capacity, updated_at = now();
+
+-- name: ResourceDelete :execrows
+DELETE FROM engine_resource WHERE name = @name;
+
+-- name: HoldHeld :many
+SELECT resource FROM engine_hold WHERE run_id = @run_id AND resource = ANY (@names::text[]);
+
+-- name: HoldUsed :one
+-- What the running runs other than run_id hold of resource.
+SELECT coalesce(sum(h.amount), 0)::float8 AS used, count(*)::bigint AS holders
+FROM engine_hold h JOIN engine_run r ON r.id = h.run_id AND r.state = 'running'
+WHERE h.resource = @resource AND h.run_id <> @run_id;
+
+-- name: WaitAhead :one
+-- What the runs waiting for resource ahead of (since, step_id) want (one
+-- amount per run, its earliest waiting step, runs already holding it are
+-- not waiting for it).
+SELECT coalesce(sum(x.amount), 0)::float8 AS ahead, count(*)::bigint AS waiters FROM (
+    SELECT DISTINCT ON (w.run_id) w.run_id, w.amount, w.since, w.step_id
+    FROM engine_wait w JOIN engine_step s ON s.id = w.step_id AND s.state = 'running'
+    WHERE w.resource = @resource AND w.run_id <> @run_id
+      AND NOT EXISTS (SELECT 1 FROM engine_hold h WHERE h.resource = w.resource AND h.run_id = w.run_id)
+    ORDER BY w.run_id, w.since, w.step_id
+) x WHERE (x.since, x.step_id) < (@since::timestamptz, @step_id::bigint);
+
+-- name: WaitGet :many
+SELECT resource, since, counted_until, now()::timestamptz AS now FROM engine_wait WHERE step_id = @step_id;
+
+-- name: WaitUpsert :exec
+INSERT INTO engine_wait (step_id, resource, run_id, amount)
+SELECT @step_id, unnest(@resources::text[]), @run_id, unnest(@amounts::float8[])
+ON CONFLICT (step_id, resource) DO UPDATE SET counted_until = now();
+
+-- name: WaitDeleteStep :exec
+DELETE FROM engine_wait WHERE step_id = @step_id;
+
+-- name: HoldInsert :exec
+INSERT INTO engine_hold (resource, run_id, amount)
+SELECT unnest(@resources::text[]), @run_id, unnest(@amounts::float8[])
+ON CONFLICT (resource, run_id) DO NOTHING;
+
+-- name: StepExtendDeadline :one
+-- Time spent waiting for resources is added to the steps deadline and
+-- (RunExtendTimeout) its runs timeout.
+UPDATE engine_step SET deadline_at = deadline_at + sqlc.arg(wait_ms)::bigint * interval '1 millisecond'
+WHERE id = @id AND state = 'running'
+RETURNING run_id;
+
+-- name: HoldReleaseRuns :many
+-- The holds of ended runs, released (one row per hold).
+DELETE FROM engine_hold WHERE run_id = ANY (@run_ids::bigint[]) RETURNING resource;
+
+-- name: WaitDeleteRuns :exec
+DELETE FROM engine_wait WHERE run_id = ANY (@run_ids::bigint[]);
+
+-- name: WaitOldestJobs :many
+-- The jobs of the oldest steps waiting for resource (to wake).
+SELECT s.job_id::bigint AS job_id FROM engine_wait w JOIN engine_step s ON s.id = w.step_id AND s.state = 'running'
+WHERE w.resource = @resource AND s.job_id IS NOT NULL
+ORDER BY w.since, w.step_id LIMIT @n;
+
+-- name: ResourceUse :many
+-- Per resource: its capacity (0: none), what running runs hold and how
+-- many runs wait for it.
+SELECT n.name::text AS name, coalesce(c.capacity, 0)::float8 AS capacity,
+    (SELECT coalesce(sum(h.amount), 0) FROM engine_hold h JOIN engine_run r ON r.id = h.run_id AND r.state = 'running' WHERE h.resource = n.name)::float8 AS used,
+    (SELECT count(*) FROM engine_hold h JOIN engine_run r ON r.id = h.run_id AND r.state = 'running' WHERE h.resource = n.name)::bigint AS holders,
+    (SELECT count(DISTINCT w.run_id) FROM engine_wait w JOIN engine_step s ON s.id = w.step_id AND s.state = 'running' WHERE w.resource = n.name)::bigint AS waiting
+FROM unnest(@names::text[]) AS n(name) LEFT JOIN engine_resource c ON c.name = n.name
+ORDER BY n.name;

@@ -484,6 +484,9 @@ func (e *Engine) endRuns(ctx context.Context, tx pgx.Tx, ends []runEnding, ownJo
 	if err != nil {
 		return fmt.Errorf("end runs: %w", err)
 	}
+	if err := e.releaseHolds(ctx, tx, p.IDs); err != nil {
+		return err
+	}
 	// The runs' pending timeout jobs go with them (unless one is the job
 	// ending its run), deleted in one statement: a timer with nothing left
 	// to time. One that is running or locked right now is left alone; it

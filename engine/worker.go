@@ -116,6 +116,20 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 			e.unclaim(ctx, row)
 			return river.JobSnooze(row.WakeAt.Time.Sub(now)) // re-run during a sleep
 		}
+		if len(spec.Holds) > 0 {
+			// Resources first: time waiting for them is not the step's.
+			why, extended, err := e.admit(ctx, row, &spec)
+			if err != nil {
+				e.unclaim(ctx, row)
+				return fmt.Errorf("admit step %d: %w", row.ID, err)
+			}
+			if why != "" {
+				return e.waitForHolds(ctx, row, why)
+			}
+			if extended {
+				continue // the deadline moved: read the step again
+			}
+		}
 		fails, err := decodeFailures(row)
 		if err != nil {
 			return e.finishStep(ctx, job, row, &spec, StateFailed, err.Error(), nil, nil)

@@ -103,12 +103,25 @@ type ComponentLeak struct {
 	OverrideAt     pgtype.Timestamptz
 }
 
+type EngineHold struct {
+	Resource string
+	RunID    int64
+	Amount   float64
+	HeldAt   pgtype.Timestamptz
+}
+
 type EngineProcess struct {
 	ID          int64
 	Name        string
 	StartedAt   pgtype.Timestamptz
 	HeartbeatAt pgtype.Timestamptz
 	ExpiresAt   pgtype.Timestamptz
+}
+
+type EngineResource struct {
+	Name      string
+	Capacity  float64
+	UpdatedAt pgtype.Timestamptz
 }
 
 type EngineRun struct {
@@ -154,6 +167,15 @@ type EngineStep struct {
 	ExecToken       int64
 	ClaimedAt       pgtype.Timestamptz
 	UnknownOutcomes []byte
+}
+
+type EngineWait struct {
+	StepID       int64
+	Resource     string
+	RunID        int64
+	Amount       float64
+	Since        pgtype.Timestamptz
+	CountedUntil pgtype.Timestamptz
 }
 
 type Event struct {

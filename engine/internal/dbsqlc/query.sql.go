@@ -11,6 +11,101 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const holdHeld = `-- name: HoldHeld :many
+SELECT resource FROM engine_hold WHERE run_id = $1 AND resource = ANY ($2::text[])
+`
+
+type HoldHeldParams struct {
+	RunID int64
+	Names []string
+}
+
+func (q *Queries) HoldHeld(ctx context.Context, db DBTX, arg HoldHeldParams) ([]string, error) {
+	rows, err := db.Query(ctx, holdHeld, arg.RunID, arg.Names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var resource string
+		if err := rows.Scan(&resource); err != nil {
+			return nil, err
+		}
+		items = append(items, resource)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const holdInsert = `-- name: HoldInsert :exec
+INSERT INTO engine_hold (resource, run_id, amount)
+SELECT unnest($1::text[]), $2, unnest($3::float8[])
+ON CONFLICT (resource, run_id) DO NOTHING
+`
+
+type HoldInsertParams struct {
+	Resources []string
+	RunID     int64
+	Amounts   []float64
+}
+
+func (q *Queries) HoldInsert(ctx context.Context, db DBTX, arg HoldInsertParams) error {
+	_, err := db.Exec(ctx, holdInsert, arg.Resources, arg.RunID, arg.Amounts)
+	return err
+}
+
+const holdReleaseRuns = `-- name: HoldReleaseRuns :many
+DELETE FROM engine_hold WHERE run_id = ANY ($1::bigint[]) RETURNING resource
+`
+
+// The holds of ended runs, released (one row per hold).
+func (q *Queries) HoldReleaseRuns(ctx context.Context, db DBTX, runIds []int64) ([]string, error) {
+	rows, err := db.Query(ctx, holdReleaseRuns, runIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var resource string
+		if err := rows.Scan(&resource); err != nil {
+			return nil, err
+		}
+		items = append(items, resource)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const holdUsed = `-- name: HoldUsed :one
+SELECT coalesce(sum(h.amount), 0)::float8 AS used, count(*)::bigint AS holders
+FROM engine_hold h JOIN engine_run r ON r.id = h.run_id AND r.state = 'running'
+WHERE h.resource = $1 AND h.run_id <> $2
+`
+
+type HoldUsedParams struct {
+	Resource string
+	RunID    int64
+}
+
+type HoldUsedRow struct {
+	Used    float64
+	Holders int64
+}
+
+// What the running runs other than run_id hold of resource.
+func (q *Queries) HoldUsed(ctx context.Context, db DBTX, arg HoldUsedParams) (HoldUsedRow, error) {
+	row := db.QueryRow(ctx, holdUsed, arg.Resource, arg.RunID)
+	var i HoldUsedRow
+	err := row.Scan(&i.Used, &i.Holders)
+	return i, err
+}
+
 const processDelete = `-- name: ProcessDelete :exec
 DELETE FROM engine_process WHERE id = ANY($1::bigint[])
 `
@@ -114,6 +209,109 @@ func (q *Queries) ProcessRenew(ctx context.Context, db DBTX, arg ProcessRenewPar
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const resourceDelete = `-- name: ResourceDelete :execrows
+DELETE FROM engine_resource WHERE name = $1
+`
+
+func (q *Queries) ResourceDelete(ctx context.Context, db DBTX, name string) (int64, error) {
+	result, err := db.Exec(ctx, resourceDelete, name)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const resourceLock = `-- name: ResourceLock :many
+
+SELECT name, capacity FROM engine_resource WHERE name = ANY ($1::text[]) ORDER BY name FOR UPDATE
+`
+
+type ResourceLockRow struct {
+	Name     string
+	Capacity float64
+}
+
+// Resources (hold.go, migration 0301).
+func (q *Queries) ResourceLock(ctx context.Context, db DBTX, names []string) ([]ResourceLockRow, error) {
+	rows, err := db.Query(ctx, resourceLock, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ResourceLockRow
+	for rows.Next() {
+		var i ResourceLockRow
+		if err := rows.Scan(&i.Name, &i.Capacity); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const resourceSet = `-- name: ResourceSet :exec
+INSERT INTO engine_resource (name, capacity) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET capacity = excluded.capacity, updated_at = now()
+`
+
+type ResourceSetParams struct {
+	Name     string
+	Capacity float64
+}
+
+func (q *Queries) ResourceSet(ctx context.Context, db DBTX, arg ResourceSetParams) error {
+	_, err := db.Exec(ctx, resourceSet, arg.Name, arg.Capacity)
+	return err
+}
+
+const resourceUse = `-- name: ResourceUse :many
+SELECT n.name::text AS name, coalesce(c.capacity, 0)::float8 AS capacity,
+    (SELECT coalesce(sum(h.amount), 0) FROM engine_hold h JOIN engine_run r ON r.id = h.run_id AND r.state = 'running' WHERE h.resource = n.name)::float8 AS used,
+    (SELECT count(*) FROM engine_hold h JOIN engine_run r ON r.id = h.run_id AND r.state = 'running' WHERE h.resource = n.name)::bigint AS holders,
+    (SELECT count(DISTINCT w.run_id) FROM engine_wait w JOIN engine_step s ON s.id = w.step_id AND s.state = 'running' WHERE w.resource = n.name)::bigint AS waiting
+FROM unnest($1::text[]) AS n(name) LEFT JOIN engine_resource c ON c.name = n.name
+ORDER BY n.name
+`
+
+type ResourceUseRow struct {
+	Name     string
+	Capacity float64
+	Used     float64
+	Holders  int64
+	Waiting  int64
+}
+
+// Per resource: its capacity (0: none), what running runs hold and how
+// many runs wait for it.
+func (q *Queries) ResourceUse(ctx context.Context, db DBTX, names []string) ([]ResourceUseRow, error) {
+	rows, err := db.Query(ctx, resourceUse, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ResourceUseRow
+	for rows.Next() {
+		var i ResourceUseRow
+		if err := rows.Scan(
+			&i.Name,
+			&i.Capacity,
+			&i.Used,
+			&i.Holders,
+			&i.Waiting,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const runDeleteEnded = `-- name: RunDeleteEnded :one
@@ -803,6 +1001,26 @@ func (q *Queries) StepExecState(ctx context.Context, db DBTX, id int64) (StepExe
 	return i, err
 }
 
+const stepExtendDeadline = `-- name: StepExtendDeadline :one
+UPDATE engine_step SET deadline_at = deadline_at + $1::bigint * interval '1 millisecond'
+WHERE id = $2 AND state = 'running'
+RETURNING run_id
+`
+
+type StepExtendDeadlineParams struct {
+	WaitMs int64
+	ID     int64
+}
+
+// Time spent waiting for resources is added to the steps deadline and
+// (RunExtendTimeout) its runs timeout.
+func (q *Queries) StepExtendDeadline(ctx context.Context, db DBTX, arg StepExtendDeadlineParams) (int64, error) {
+	row := db.QueryRow(ctx, stepExtendDeadline, arg.WaitMs, arg.ID)
+	var run_id int64
+	err := row.Scan(&run_id)
+	return run_id, err
+}
+
 const stepListByRuns = `-- name: StepListByRuns :many
 SELECT id, run_id, stage_index, step_index, spec, state, error, batch_index, attempt, batch_attempts, polls,
     last_error, progress, failed_targets, job_id, wake_at, deadline_at, started_at, ended_at, unknown_outcomes
@@ -1059,5 +1277,151 @@ type StepUnclaimParams struct {
 // found its step asleep, or its process stopping).
 func (q *Queries) StepUnclaim(ctx context.Context, db DBTX, arg StepUnclaimParams) error {
 	_, err := db.Exec(ctx, stepUnclaim, arg.ID, arg.ExecToken)
+	return err
+}
+
+const waitAhead = `-- name: WaitAhead :one
+SELECT coalesce(sum(x.amount), 0)::float8 AS ahead, count(*)::bigint AS waiters FROM (
+    SELECT DISTINCT ON (w.run_id) w.run_id, w.amount, w.since, w.step_id
+    FROM engine_wait w JOIN engine_step s ON s.id = w.step_id AND s.state = 'running'
+    WHERE w.resource = $1 AND w.run_id <> $2
+      AND NOT EXISTS (SELECT 1 FROM engine_hold h WHERE h.resource = w.resource AND h.run_id = w.run_id)
+    ORDER BY w.run_id, w.since, w.step_id
+) x WHERE (x.since, x.step_id) < ($3::timestamptz, $4::bigint)
+`
+
+type WaitAheadParams struct {
+	Resource string
+	RunID    int64
+	Since    pgtype.Timestamptz
+	StepID   int64
+}
+
+type WaitAheadRow struct {
+	Ahead   float64
+	Waiters int64
+}
+
+// What the runs waiting for resource ahead of (since, step_id) want (one
+// amount per run, its earliest waiting step, runs already holding it are
+// not waiting for it).
+func (q *Queries) WaitAhead(ctx context.Context, db DBTX, arg WaitAheadParams) (WaitAheadRow, error) {
+	row := db.QueryRow(ctx, waitAhead,
+		arg.Resource,
+		arg.RunID,
+		arg.Since,
+		arg.StepID,
+	)
+	var i WaitAheadRow
+	err := row.Scan(&i.Ahead, &i.Waiters)
+	return i, err
+}
+
+const waitDeleteRuns = `-- name: WaitDeleteRuns :exec
+DELETE FROM engine_wait WHERE run_id = ANY ($1::bigint[])
+`
+
+func (q *Queries) WaitDeleteRuns(ctx context.Context, db DBTX, runIds []int64) error {
+	_, err := db.Exec(ctx, waitDeleteRuns, runIds)
+	return err
+}
+
+const waitDeleteStep = `-- name: WaitDeleteStep :exec
+DELETE FROM engine_wait WHERE step_id = $1
+`
+
+func (q *Queries) WaitDeleteStep(ctx context.Context, db DBTX, stepID int64) error {
+	_, err := db.Exec(ctx, waitDeleteStep, stepID)
+	return err
+}
+
+const waitGet = `-- name: WaitGet :many
+SELECT resource, since, counted_until, now()::timestamptz AS now FROM engine_wait WHERE step_id = $1
+`
+
+type WaitGetRow struct {
+	Resource     string
+	Since        pgtype.Timestamptz
+	CountedUntil pgtype.Timestamptz
+	Now          pgtype.Timestamptz
+}
+
+func (q *Queries) WaitGet(ctx context.Context, db DBTX, stepID int64) ([]WaitGetRow, error) {
+	rows, err := db.Query(ctx, waitGet, stepID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []WaitGetRow
+	for rows.Next() {
+		var i WaitGetRow
+		if err := rows.Scan(
+			&i.Resource,
+			&i.Since,
+			&i.CountedUntil,
+			&i.Now,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const waitOldestJobs = `-- name: WaitOldestJobs :many
+SELECT s.job_id::bigint AS job_id FROM engine_wait w JOIN engine_step s ON s.id = w.step_id AND s.state = 'running'
+WHERE w.resource = $1 AND s.job_id IS NOT NULL
+ORDER BY w.since, w.step_id LIMIT $2
+`
+
+type WaitOldestJobsParams struct {
+	Resource string
+	N        int32
+}
+
+// The jobs of the oldest steps waiting for resource (to wake).
+func (q *Queries) WaitOldestJobs(ctx context.Context, db DBTX, arg WaitOldestJobsParams) ([]int64, error) {
+	rows, err := db.Query(ctx, waitOldestJobs, arg.Resource, arg.N)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var job_id int64
+		if err := rows.Scan(&job_id); err != nil {
+			return nil, err
+		}
+		items = append(items, job_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const waitUpsert = `-- name: WaitUpsert :exec
+INSERT INTO engine_wait (step_id, resource, run_id, amount)
+SELECT $1, unnest($2::text[]), $3, unnest($4::float8[])
+ON CONFLICT (step_id, resource) DO UPDATE SET counted_until = now()
+`
+
+type WaitUpsertParams struct {
+	StepID    int64
+	Resources []string
+	RunID     int64
+	Amounts   []float64
+}
+
+func (q *Queries) WaitUpsert(ctx context.Context, db DBTX, arg WaitUpsertParams) error {
+	_, err := db.Exec(ctx, waitUpsert,
+		arg.StepID,
+		arg.Resources,
+		arg.RunID,
+		arg.Amounts,
+	)
 	return err
 }

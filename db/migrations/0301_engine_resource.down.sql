@@ -1,0 +1,3 @@
+DROP TABLE engine_wait;
+DROP TABLE engine_hold;
+DROP TABLE engine_resource;
