@@ -8,6 +8,7 @@ import (
 	"github.com/nicoflow/flow/operations/approval"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/isolation"
+	"github.com/nicoflow/flow/operations/powerbudget"
 	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/operations/window"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
@@ -32,6 +33,8 @@ type adminService struct {
 	// CreateWindow, ListWindows, GetWindow, DeleteWindow,
 	// ReleaseTaskFromWindows, ReleaseRunFromWindows
 	*windowHandler
+	// SetPowerBudget, ListPowerBudgets, DeletePowerBudget
+	*powerBudgetHandler
 	*runAdminHandler // PreviewOperationRun, CreateOperationRun
 	*previewHandler  // PreviewSubmission
 	*approvalHandler // ListApprovals, GetApproval, Approve, Reject
@@ -58,6 +61,8 @@ type syncHandler = reconcile.SyncHandler
 type baselineHandler = baseline.Handler
 
 type windowHandler = window.Handler
+
+type powerBudgetHandler = powerbudget.Handler
 
 type leakAdminHandler = eventrule.LeakAdminHandler
 

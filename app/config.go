@@ -96,6 +96,10 @@ type Config struct {
 	// VerifyGrace is how long the read-back after a firmware update
 	// re-reads a device not yet at its target (0: one read).
 	VerifyGrace time.Duration // FLOW_FIRMWARE_VERIFY_GRACE
+	// PowerTrayKW and PowerShelfKW are the draw of a power transition per
+	// compute tray and per power shelf, for feeds' kW budgets.
+	PowerTrayKW  float64 // FLOW_POWER_TRAY_KW
+	PowerShelfKW float64 // FLOW_POWER_SHELF_KW
 	// RunMaxCandidates caps an operation run's candidate scope.
 	RunMaxCandidates int // FLOW_OPERATION_RUN_MAX_CANDIDATES
 	// RunOverlapAllowed lets v1 CreateOperationRun overlap unfinished runs
@@ -223,6 +227,8 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_ENGINE_FETCH_COOLDOWN", "20ms", "least time between two fetches of engine jobs by one server: longer fetches more jobs per query in a burst (less database work per step), shorter starts a step sooner after the one before when the server is busy; a lone submission is fetched at once either way (docs/engine.md)"},
 	{"FLOW_FIRMWARE_POLL_INTERVAL", "", "replaces the poll interval of FirmwareControl, WaitBringUp and WaitDecommissioned actions (rules say 2m and 30s); set it to seconds, e.g. 1s, for tests and demos against the simulators; unset: the rules' own intervals (flow dev: 2s)"},
 	{"FLOW_FIRMWARE_VERIFY_GRACE", "2m", "after a firmware update's backend reported it completed, how long Flow re-reads the installed versions of a device not yet at its target before the task fails naming it (a real Core can lag behind its own completed); 0 reads once; at most 24h; each task keeps the value it started with (docs/firmware.md#verified-upgrades)"},
+	{"FLOW_POWER_TRAY_KW", "6.5", "draw (kW) a power transition counts per compute tray against its feed's kW budget (flow power-budget set --kw); the rack profile carries no draw figures (docs/operations.md#feeds-loops-and-power-budgets)"},
+	{"FLOW_POWER_SHELF_KW", "1.5", "draw (kW) a power transition counts per power shelf against its feed's kW budget"},
 	{"FLOW_OPERATION_RUN_MAX_CANDIDATES", "100", "most candidate targets (racks; components for component target specs) an operation run may plan over; more fails CreateOperationRun. Upstream's fixed limit is 100; raise it to roll a large site out in one run"},
 	{"FLOW_RUN_OVERLAP", "refuse", "refuse: v1 CreateOperationRun refuses a run whose racks overlap a pending, running or paused run, naming it and the racks in both (v1 cannot carry allow_overlap; Flow's own create and flow rollout create --allow-overlap can); allow: upstream's behaviour, the new run's targets queue behind the other's as conflicts (docs/change-safety.md)"},
 	{"FLOW_APPROVAL_THRESHOLD", "10%,50", "an operation run over more than this share of the site's racks or more than this many racks is created pending a second identity's approval of its plan hash (flow approval); one or both limits, comma-separated; 0 turns approvals off. Applies only when the API has TLS client identities: on a cleartext API (flow dev) every caller is one identity, so approvals are off (docs/change-safety.md)"},
@@ -444,6 +450,16 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		errs = append(errs, "FLOW_FIRMWARE_VERIFY_GRACE must be a duration from 0 to 24h, such as 2m (0: one read)")
 	} else {
 		cfg.VerifyGrace = d
+	}
+	for _, k := range []struct {
+		name string
+		v    *float64
+	}{{"FLOW_POWER_TRAY_KW", &cfg.PowerTrayKW}, {"FLOW_POWER_SHELF_KW", &cfg.PowerShelfKW}} {
+		if f, err := strconv.ParseFloat(def(k.name), 64); err != nil || !(f >= 0) || f > 1000 {
+			errs = append(errs, k.name+" must be a number of kW from 0 to 1000, such as 6.5")
+		} else {
+			*k.v = f
+		}
 	}
 	cfg.TLS = TLSFiles{CA: getenv("FLOW_TLS_CA"), Cert: getenv("FLOW_TLS_CERT"), Key: getenv("FLOW_TLS_KEY")}
 	if cfg.TLS.Enabled() && (cfg.TLS.CA == "" || cfg.TLS.Cert == "" || cfg.TLS.Key == "") {

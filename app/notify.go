@@ -18,6 +18,7 @@ import (
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/approval"
 	"github.com/nicoflow/flow/operations/eventrule"
+	"github.com/nicoflow/flow/operations/powerbudget"
 	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/operations/schedule"
 	"github.com/nicoflow/flow/reconcile"
@@ -135,6 +136,29 @@ func initNotifyMetrics(m *telemetry.Metrics, svc *notify.Service) {
 			return 0, 0
 		}
 		return n, oldest.Seconds()
+	})
+}
+
+// initPowerMetrics points flow_power_budget_transitions at budgets: every
+// feed with a budget, its transitions in use and its limit.
+func initPowerMetrics(m *telemetry.Metrics, budgets *powerbudget.Service) {
+	if m == nil || m.Power == nil {
+		return
+	}
+	m.Power.SetReader(func() ([]telemetry.PowerBudgetUse, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		all, err := budgets.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var out []telemetry.PowerBudgetUse
+		for _, b := range all {
+			if b.Set {
+				out = append(out, telemetry.PowerBudgetUse{Feed: b.Feed, InUse: float64(b.Transitions), Limit: float64(b.MaxTransitions)})
+			}
+		}
+		return out, nil
 	})
 }
 

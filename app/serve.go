@@ -31,6 +31,7 @@ import (
 	"github.com/nicoflow/flow/operations/approval"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/isolation"
+	"github.com/nicoflow/flow/operations/powerbudget"
 	"github.com/nicoflow/flow/operations/rollout"
 	"github.com/nicoflow/flow/operations/schedule"
 	"github.com/nicoflow/flow/operations/window"
@@ -358,6 +359,10 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	}}); err != nil {
 		return nil, err
 	}
+	// Power transitions wait within their feed's power budget (issue 45).
+	budgets := powerbudget.New(pool, s.engine, cfg.PowerTrayKW, cfg.PowerShelfKW)
+	tasks.SetTransitionHolds(budgets.Holds)
+	initPowerMetrics(s.tel.metrics, budgets)
 	schedules := schedule.NewService(schedule.Config{
 		Pool: pool, Tasks: tasks, Inv: inv, Keys: keys, Logger: logger, Fire: schedule.RiverFireScheduler(s.river),
 		Observe: s.tel.metrics.ScheduleFired, OnRefused: scheduleRefusals(notifier, inv),
@@ -448,6 +453,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 		webhookHandler:  notify.NewHandler(pool, notifier, rackResolver(inv))}
 	admin.windowHandler = window.NewHandler(pool, windows, tasks, runs)
 	admin.isolationHandler = isolation.NewHandler(pool, isolations)
+	admin.powerBudgetHandler = powerbudget.NewHandler(budgets)
 	admin.leakAdminHandler.SetOnOverride(leakOverrides(notifier, inv))
 	mux := newMux(logger, svc, muxOptions{devMode: cfg.DevMode, health: s.health, policy: sec.Policy, admin: admin, interceptors: s.tel.rpcInterceptors(), limits: cfg.Limits})
 	// The console (/ui/) calls the API's handler in process, as its user.

@@ -203,6 +203,12 @@ var methodRoles = map[string]Role{
 	// Inventory: finding deleted racks by name is a read (viewer); purging
 	// one stays admin (PurgeRack).
 	adminv1connect.AdminServiceFindDeletedRacksProcedure: roleViewer,
+	// Feeds, loops and power budgets (docs/operations.md): writing them
+	// is admin, as PatchRack; reading budgets is viewer.
+	adminv1connect.AdminServiceSetRackPlacementProcedure:  roleAdmin,
+	adminv1connect.AdminServiceSetPowerBudgetProcedure:    roleAdmin,
+	adminv1connect.AdminServiceDeletePowerBudgetProcedure: roleAdmin,
+	adminv1connect.AdminServiceListPowerBudgetsProcedure:  roleViewer,
 	// Maintenance windows and freezes (docs/change-safety.md): writing
 	// them and releasing a held task or run are admin (audited, with the
 	// reason); reads are viewer.

@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -38,4 +39,24 @@ func (h *AdminHandler) FindDeletedRacks(ctx context.Context, req *adminv1.FindDe
 		out.Racks[i] = dr
 	}
 	return out, nil
+}
+
+// SetRackPlacement implements flow.admin.v1.AdminService: a rack's power
+// feed and coolant loop.
+func (h *AdminHandler) SetRackPlacement(ctx context.Context, req *adminv1.SetRackPlacementRequest) (*adminv1.SetRackPlacementResponse, error) {
+	if req.GetRack() == "" {
+		return nil, connectError(invalid("rack", "required: the rack's UUID or name"))
+	}
+	if req.PowerFeed == nil && req.CoolantLoop == nil {
+		return nil, connectError(invalid("power_feed", "give power_feed or coolant_loop (\"\" clears)"))
+	}
+	var rack Rack
+	err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) (err error) {
+		rack, err = h.svc.SetRackPlacement(ctx, tx, ParseRackRef(req.GetRack()), Placement{PowerFeed: req.PowerFeed, CoolantLoop: req.CoolantLoop})
+		return err
+	})
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return &adminv1.SetRackPlacementResponse{RackId: rack.ID.String(), RackName: rack.Name, PowerFeed: rack.PowerFeed, CoolantLoop: rack.CoolantLoop}, nil
 }

@@ -228,9 +228,14 @@ type Rack struct {
 	Health              []byte
 	ProfileID           string
 	NVLDomainExternalID string
-	CreatedAt           time.Time
-	UpdatedAt           time.Time
-	DeletedAt           *time.Time
+	// PowerFeed and CoolantLoop are the rack's power feed and coolant loop
+	// ("" unknown): set with SetRackPlacement, expected-rack files and the
+	// admin API (docs/operations.md "Feeds, loops and power budgets").
+	PowerFeed   string
+	CoolantLoop string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	DeletedAt   *time.Time
 }
 
 // Component is a rack component as held in the inventory.

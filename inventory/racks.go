@@ -464,6 +464,8 @@ func rackFromRow(r dbsqlc.Rack) Rack {
 		NVLDomainID: r.NVLDomainID,
 		Health:      jsonOrNil(r.Health),
 		ProfileID:   deref(r.RackProfileID),
+		PowerFeed:   deref(r.PowerFeed),
+		CoolantLoop: deref(r.CoolantLoop),
 		CreatedAt:   r.CreatedAt,
 		UpdatedAt:   r.UpdatedAt,
 		DeletedAt:   r.DeletedAt,

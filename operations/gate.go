@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/operations/internal/dbsqlc"
 )
 
@@ -88,6 +89,17 @@ var ErrNotWaiting = errors.New("task is not waiting")
 // SetStartGate makes every later admission ask g (nil: none, every task
 // starts as soon as its rack allows). Call it before serving.
 func (t *Tasks) SetStartGate(g StartGate) { t.gate = g }
+
+// TransitionHolds names what a power transition on a rack of feed takes,
+// given how many components of each type it targets (the feed's power
+// budget, operations/powerbudget): the engine admits the transition's
+// steps within the resources' capacities. App sets it
+// (Tasks.SetTransitionHolds); a leak response never holds.
+type TransitionHolds func(feed string, counts map[ComponentType]int) []engine.Hold
+
+// SetTransitionHolds sets the holds of power transitions. Call it before
+// serving.
+func (t *Tasks) SetTransitionHolds(h TransitionHolds) { t.holds = h }
 
 // SetClock makes the task manager read the time from now (tests drive a
 // fake clock); nil is time.Now. Call it before serving.

@@ -136,7 +136,7 @@ func parseStepName(name string) (stage int, t ComponentType, ok bool) {
 //
 // Stages whose steps target no component are skipped. The plan has no
 // stages when nothing in the rule applies.
-func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule ruledef.Definition, targets map[ComponentType]typeTargets, payload Payload, grace time.Duration) (engine.Plan, error) {
+func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule ruledef.Definition, targets map[ComponentType]typeTargets, payload Payload, grace time.Duration, holds []engine.Hold) (engine.Plan, error) {
 	plan := engine.Plan{Owner: taskID.String()}
 	var budget time.Duration
 	for _, st := range rule.Stages() {
@@ -174,6 +174,9 @@ func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule ruled
 				step, err := engineStep(taskID, code, st.Number, s, k, acts[k], targets[s.ComponentType], payload, grace)
 				if err != nil {
 					return engine.Plan{}, err
+				}
+				if powerTransition(acts[k], step, s.ComponentType) {
+					step.Holds = holds
 				}
 				es.Steps = append(es.Steps, step)
 			}
@@ -261,6 +264,21 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s ruledef.Step,
 	}
 	step.Params = json.RawMessage(raw)
 	return step, nil
+}
+
+// powerTransition reports whether step (of action a, on components of type
+// ct) is a power transition a feed's power budget admits: a PowerControl
+// other than power off (on, restart, warm or cold reset: the AC cycle), or
+// a compute tray's firmware update (it reboots the tray).
+func powerTransition(a ruledef.Action, step engine.Step, ct ComponentType) bool {
+	switch a.Name {
+	case ruledef.ActionPowerControl:
+		var p ActionParams
+		return json.Unmarshal(step.Params.(json.RawMessage), &p) == nil && p.Operation != CodePowerOff && p.Operation != CodeForcePowerOff
+	case ruledef.ActionFirmwareControl:
+		return ct == ComponentTypeCompute
+	}
+	return false
 }
 
 // waits reports whether action a spends its own timeout polling, so its

@@ -83,7 +83,7 @@ func (s *Service) checkRunnable(def ruledef.Definition, t OperationType, code Op
 		}
 		// The longest grace a server may freeze into a plan: a rule
 		// runnable with it runs with any.
-		plan, err := buildPlan(uuid.Nil, t, code, def, targets, Payload{}, MaxVerifyGrace)
+		plan, err := buildPlan(uuid.Nil, t, code, def, targets, Payload{}, MaxVerifyGrace, nil)
 		if err != nil {
 			return invalid("rule_definition_json", "rule cannot run: %v", err)
 		}

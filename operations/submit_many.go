@@ -432,7 +432,7 @@ func (t *Tasks) decide(s *Submission, active map[uuid.UUID][]activeTask) ([]admi
 			out = append(out, a)
 			continue
 		}
-		plan, err := runPlan(a.row.ID, rackLabel(p.rack), req.Type, req.Code, p.rule.Rule.Definition, p.targets, payload, t.verifyGrace)
+		plan, err := runPlan(a.row.ID, p.rack, req.Type, req.Code, p.rule.Rule.Definition, p.targets, payload, t.verifyGrace, t.holds)
 		if err != nil {
 			return nil, err
 		}

@@ -57,6 +57,8 @@ type Tasks struct {
 	// gate, if set, holds tasks outside maintenance windows (SetStartGate);
 	// nowFunc is the clock (SetClock; nil: time.Now).
 	gate StartGate
+	// holds, if set, names the power budget of a power transition.
+	holds TransitionHolds
 	// approver, if set, holds bulk submissions over its threshold for a
 	// second identity's approval (SetApprover).
 	approver Approver
@@ -367,8 +369,8 @@ func (t *Tasks) insertError(err error) error {
 }
 
 // startRun starts the run of a task (a queued one promoted).
-func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, rack string, typ OperationType, code OperationCode, rule ruledef.Definition, targets map[ComponentType]typeTargets, payload Payload) (int64, error) {
-	plan, err := runPlan(taskID, rack, typ, code, rule, targets, payload, t.verifyGrace)
+func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, rack inventory.Rack, typ OperationType, code OperationCode, rule ruledef.Definition, targets map[ComponentType]typeTargets, payload Payload) (int64, error) {
+	plan, err := runPlan(taskID, rack, typ, code, rule, targets, payload, t.verifyGrace, t.holds)
 	if err != nil {
 		return 0, err
 	}
@@ -380,12 +382,20 @@ func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, rack 
 }
 
 // runPlan is the engine plan of a task's run.
-func runPlan(taskID uuid.UUID, rack string, typ OperationType, code OperationCode, rule ruledef.Definition, targets map[ComponentType]typeTargets, payload Payload, grace time.Duration) (engine.Plan, error) {
-	plan, err := buildPlan(taskID, typ, code, rule, targets, payload, grace)
+func runPlan(taskID uuid.UUID, rack inventory.Rack, typ OperationType, code OperationCode, rule ruledef.Definition, targets map[ComponentType]typeTargets, payload Payload, grace time.Duration, holds TransitionHolds) (engine.Plan, error) {
+	var hs []engine.Hold
+	if holds != nil && rack.PowerFeed != "" && payload.Leak == nil {
+		counts := map[ComponentType]int{}
+		for ct, tt := range targets {
+			counts[ct] = len(tt.IDs)
+		}
+		hs = holds(rack.PowerFeed, counts)
+	}
+	plan, err := buildPlan(taskID, typ, code, rule, targets, payload, grace, hs)
 	if err != nil {
 		return plan, err
 	}
-	plan.Labels = runLabels(taskID, rack, code)
+	plan.Labels = runLabels(taskID, rackLabel(rack), code)
 	// A leak response's steps are fetched before any other waiting step
 	// (a site-wide wave queued before it included).
 	plan.Urgent = payload.Leak != nil
@@ -612,7 +622,11 @@ func (t *Tasks) promoteRows(ctx context.Context, tx pgx.Tx, all []dbsqlc.Task) e
 		if err := errors.Join(json.Unmarshal(row.Rule, &rule), json.Unmarshal(row.Targets, &targets), json.Unmarshal(row.Information, &payload)); err != nil {
 			return fmt.Errorf("decode task %s: %w", row.ID, err)
 		}
-		runID, err := t.startRun(ctx, tx, row.ID, t.rackName(ctx, tx, row.RackID), OperationType(row.OperationType), OperationCode(row.OperationCode), rule, targets, payload)
+		rack, err := t.inv.Rack(ctx, tx, row.RackID, false)
+		if err != nil {
+			rack = inventory.Rack{ID: row.RackID}
+		}
+		runID, err := t.startRun(ctx, tx, row.ID, rack, OperationType(row.OperationType), OperationCode(row.OperationCode), rule, targets, payload)
 		if err != nil {
 			// The task can never run: end it rather than block the queue.
 			if ferr := t.finishWaiting(ctx, tx, row, TaskFailed, firstLine(err.Error())); ferr != nil {

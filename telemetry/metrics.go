@@ -50,6 +50,7 @@ type Metrics struct {
 
 	Leak   *LeakMetrics   // telemetry/leak.go
 	Notify *NotifyMetrics // telemetry/notify.go
+	Power  *PowerMetrics  // telemetry/power.go
 	jobMetrics
 	autoMetrics
 
@@ -94,6 +95,7 @@ func NewMetrics() *Metrics {
 	m.RPCDuration = histogram("flow_rpc_duration_seconds", "Duration of RPCs served, by procedure.", callBuckets, "method")
 	m.Leak = newLeakMetrics(counter, histogram)
 	m.Notify = newNotifyMetrics(reg, &m.names, counter)
+	m.Power = newPowerMetrics(reg, &m.names)
 	m.addJobMetrics()
 	m.addAutoMetrics()
 	return m

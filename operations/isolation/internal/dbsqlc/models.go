@@ -105,12 +105,25 @@ type ComponentLeak struct {
 	OverrideAt     *time.Time
 }
 
+type EngineHold struct {
+	Resource string
+	RunID    int64
+	Amount   float64
+	HeldAt   time.Time
+}
+
 type EngineProcess struct {
 	ID          int64
 	Name        string
 	StartedAt   time.Time
 	HeartbeatAt time.Time
 	ExpiresAt   time.Time
+}
+
+type EngineResource struct {
+	Name      string
+	Capacity  float64
+	UpdatedAt time.Time
 }
 
 type EngineRun struct {
@@ -156,6 +169,15 @@ type EngineStep struct {
 	ExecToken       int64
 	ClaimedAt       *time.Time
 	UnknownOutcomes []byte
+}
+
+type EngineWait struct {
+	StepID       int64
+	Resource     string
+	RunID        int64
+	Amount       float64
+	Since        time.Time
+	CountedUntil time.Time
 }
 
 type Event struct {

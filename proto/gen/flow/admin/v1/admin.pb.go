@@ -1674,6 +1674,538 @@ func (x *FindDeletedRacksResponse) GetRacks() []*DeletedRack {
 	return nil
 }
 
+type SetRackPlacementRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rack's UUID or name.
+	Rack string `protobuf:"bytes,1,opt,name=rack,proto3" json:"rack,omitempty"`
+	// Set when present; "" clears.
+	PowerFeed     *string `protobuf:"bytes,2,opt,name=power_feed,json=powerFeed,proto3,oneof" json:"power_feed,omitempty"`
+	CoolantLoop   *string `protobuf:"bytes,3,opt,name=coolant_loop,json=coolantLoop,proto3,oneof" json:"coolant_loop,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRackPlacementRequest) Reset() {
+	*x = SetRackPlacementRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRackPlacementRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRackPlacementRequest) ProtoMessage() {}
+
+func (x *SetRackPlacementRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRackPlacementRequest.ProtoReflect.Descriptor instead.
+func (*SetRackPlacementRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SetRackPlacementRequest) GetRack() string {
+	if x != nil {
+		return x.Rack
+	}
+	return ""
+}
+
+func (x *SetRackPlacementRequest) GetPowerFeed() string {
+	if x != nil && x.PowerFeed != nil {
+		return *x.PowerFeed
+	}
+	return ""
+}
+
+func (x *SetRackPlacementRequest) GetCoolantLoop() string {
+	if x != nil && x.CoolantLoop != nil {
+		return *x.CoolantLoop
+	}
+	return ""
+}
+
+type SetRackPlacementResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	RackId   string                 `protobuf:"bytes,1,opt,name=rack_id,json=rackId,proto3" json:"rack_id,omitempty"`
+	RackName string                 `protobuf:"bytes,2,opt,name=rack_name,json=rackName,proto3" json:"rack_name,omitempty"`
+	// "" when none.
+	PowerFeed     string `protobuf:"bytes,3,opt,name=power_feed,json=powerFeed,proto3" json:"power_feed,omitempty"`
+	CoolantLoop   string `protobuf:"bytes,4,opt,name=coolant_loop,json=coolantLoop,proto3" json:"coolant_loop,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRackPlacementResponse) Reset() {
+	*x = SetRackPlacementResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRackPlacementResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRackPlacementResponse) ProtoMessage() {}
+
+func (x *SetRackPlacementResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRackPlacementResponse.ProtoReflect.Descriptor instead.
+func (*SetRackPlacementResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SetRackPlacementResponse) GetRackId() string {
+	if x != nil {
+		return x.RackId
+	}
+	return ""
+}
+
+func (x *SetRackPlacementResponse) GetRackName() string {
+	if x != nil {
+		return x.RackName
+	}
+	return ""
+}
+
+func (x *SetRackPlacementResponse) GetPowerFeed() string {
+	if x != nil {
+		return x.PowerFeed
+	}
+	return ""
+}
+
+func (x *SetRackPlacementResponse) GetCoolantLoop() string {
+	if x != nil {
+		return x.CoolantLoop
+	}
+	return ""
+}
+
+// PowerBudget is a feed, its budget (has_budget false: none) and its use.
+type PowerBudget struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Feed           string                 `protobuf:"bytes,1,opt,name=feed,proto3" json:"feed,omitempty"`
+	HasBudget      bool                   `protobuf:"varint,2,opt,name=has_budget,json=hasBudget,proto3" json:"has_budget,omitempty"`
+	MaxTransitions int32                  `protobuf:"varint,3,opt,name=max_transitions,json=maxTransitions,proto3" json:"max_transitions,omitempty"`
+	// Absent: no kW budget.
+	MaxKw *float64 `protobuf:"fixed64,4,opt,name=max_kw,json=maxKw,proto3,oneof" json:"max_kw,omitempty"`
+	// Power transitions in progress on the feed's racks, and their draw.
+	TransitionsInUse int32   `protobuf:"varint,5,opt,name=transitions_in_use,json=transitionsInUse,proto3" json:"transitions_in_use,omitempty"`
+	KwInUse          float64 `protobuf:"fixed64,6,opt,name=kw_in_use,json=kwInUse,proto3" json:"kw_in_use,omitempty"`
+	// Racks whose transition waits for the budget.
+	Waiting int32 `protobuf:"varint,7,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// The halls (rack locations' rooms) of the feed's racks, and how many.
+	Halls         []string               `protobuf:"bytes,8,rep,name=halls,proto3" json:"halls,omitempty"`
+	Racks         int32                  `protobuf:"varint,9,opt,name=racks,proto3" json:"racks,omitempty"`
+	UpdatedBy     string                 `protobuf:"bytes,10,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PowerBudget) Reset() {
+	*x = PowerBudget{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PowerBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PowerBudget) ProtoMessage() {}
+
+func (x *PowerBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PowerBudget.ProtoReflect.Descriptor instead.
+func (*PowerBudget) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *PowerBudget) GetFeed() string {
+	if x != nil {
+		return x.Feed
+	}
+	return ""
+}
+
+func (x *PowerBudget) GetHasBudget() bool {
+	if x != nil {
+		return x.HasBudget
+	}
+	return false
+}
+
+func (x *PowerBudget) GetMaxTransitions() int32 {
+	if x != nil {
+		return x.MaxTransitions
+	}
+	return 0
+}
+
+func (x *PowerBudget) GetMaxKw() float64 {
+	if x != nil && x.MaxKw != nil {
+		return *x.MaxKw
+	}
+	return 0
+}
+
+func (x *PowerBudget) GetTransitionsInUse() int32 {
+	if x != nil {
+		return x.TransitionsInUse
+	}
+	return 0
+}
+
+func (x *PowerBudget) GetKwInUse() float64 {
+	if x != nil {
+		return x.KwInUse
+	}
+	return 0
+}
+
+func (x *PowerBudget) GetWaiting() int32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *PowerBudget) GetHalls() []string {
+	if x != nil {
+		return x.Halls
+	}
+	return nil
+}
+
+func (x *PowerBudget) GetRacks() int32 {
+	if x != nil {
+		return x.Racks
+	}
+	return 0
+}
+
+func (x *PowerBudget) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+func (x *PowerBudget) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+type SetPowerBudgetRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Feed           string                 `protobuf:"bytes,1,opt,name=feed,proto3" json:"feed,omitempty"`
+	MaxTransitions int32                  `protobuf:"varint,2,opt,name=max_transitions,json=maxTransitions,proto3" json:"max_transitions,omitempty"`
+	MaxKw          *float64               `protobuf:"fixed64,3,opt,name=max_kw,json=maxKw,proto3,oneof" json:"max_kw,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SetPowerBudgetRequest) Reset() {
+	*x = SetPowerBudgetRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPowerBudgetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPowerBudgetRequest) ProtoMessage() {}
+
+func (x *SetPowerBudgetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPowerBudgetRequest.ProtoReflect.Descriptor instead.
+func (*SetPowerBudgetRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SetPowerBudgetRequest) GetFeed() string {
+	if x != nil {
+		return x.Feed
+	}
+	return ""
+}
+
+func (x *SetPowerBudgetRequest) GetMaxTransitions() int32 {
+	if x != nil {
+		return x.MaxTransitions
+	}
+	return 0
+}
+
+func (x *SetPowerBudgetRequest) GetMaxKw() float64 {
+	if x != nil && x.MaxKw != nil {
+		return *x.MaxKw
+	}
+	return 0
+}
+
+type SetPowerBudgetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Budget        *PowerBudget           `protobuf:"bytes,1,opt,name=budget,proto3" json:"budget,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPowerBudgetResponse) Reset() {
+	*x = SetPowerBudgetResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPowerBudgetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPowerBudgetResponse) ProtoMessage() {}
+
+func (x *SetPowerBudgetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPowerBudgetResponse.ProtoReflect.Descriptor instead.
+func (*SetPowerBudgetResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SetPowerBudgetResponse) GetBudget() *PowerBudget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+type ListPowerBudgetsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPowerBudgetsRequest) Reset() {
+	*x = ListPowerBudgetsRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPowerBudgetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPowerBudgetsRequest) ProtoMessage() {}
+
+func (x *ListPowerBudgetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPowerBudgetsRequest.ProtoReflect.Descriptor instead.
+func (*ListPowerBudgetsRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+type ListPowerBudgetsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Budgets       []*PowerBudget         `protobuf:"bytes,1,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPowerBudgetsResponse) Reset() {
+	*x = ListPowerBudgetsResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPowerBudgetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPowerBudgetsResponse) ProtoMessage() {}
+
+func (x *ListPowerBudgetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPowerBudgetsResponse.ProtoReflect.Descriptor instead.
+func (*ListPowerBudgetsResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListPowerBudgetsResponse) GetBudgets() []*PowerBudget {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+type DeletePowerBudgetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Feed          string                 `protobuf:"bytes,1,opt,name=feed,proto3" json:"feed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePowerBudgetRequest) Reset() {
+	*x = DeletePowerBudgetRequest{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePowerBudgetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePowerBudgetRequest) ProtoMessage() {}
+
+func (x *DeletePowerBudgetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePowerBudgetRequest.ProtoReflect.Descriptor instead.
+func (*DeletePowerBudgetRequest) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *DeletePowerBudgetRequest) GetFeed() string {
+	if x != nil {
+		return x.Feed
+	}
+	return ""
+}
+
+type DeletePowerBudgetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Budget        *PowerBudget           `protobuf:"bytes,1,opt,name=budget,proto3" json:"budget,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePowerBudgetResponse) Reset() {
+	*x = DeletePowerBudgetResponse{}
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePowerBudgetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePowerBudgetResponse) ProtoMessage() {}
+
+func (x *DeletePowerBudgetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePowerBudgetResponse.ProtoReflect.Descriptor instead.
+func (*DeletePowerBudgetResponse) Descriptor() ([]byte, []int) {
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DeletePowerBudgetResponse) GetBudget() *PowerBudget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
 // BaselineEntry is one desired version: of one sub-component (component)
 // of one component type, optionally only for one vendor, model or rack
 // profile. component_type is "compute", "nvswitch" or "powershelf";
@@ -1697,7 +2229,7 @@ type BaselineEntry struct {
 
 func (x *BaselineEntry) Reset() {
 	*x = BaselineEntry{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +2241,7 @@ func (x *BaselineEntry) String() string {
 func (*BaselineEntry) ProtoMessage() {}
 
 func (x *BaselineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +2254,7 @@ func (x *BaselineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BaselineEntry.ProtoReflect.Descriptor instead.
 func (*BaselineEntry) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *BaselineEntry) GetComponentType() string {
@@ -1783,7 +2315,7 @@ type BaselineRevision struct {
 
 func (x *BaselineRevision) Reset() {
 	*x = BaselineRevision{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +2327,7 @@ func (x *BaselineRevision) String() string {
 func (*BaselineRevision) ProtoMessage() {}
 
 func (x *BaselineRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +2340,7 @@ func (x *BaselineRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BaselineRevision.ProtoReflect.Descriptor instead.
 func (*BaselineRevision) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BaselineRevision) GetRevision() int32 {
@@ -1879,7 +2411,7 @@ type Baseline struct {
 
 func (x *Baseline) Reset() {
 	*x = Baseline{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2423,7 @@ func (x *Baseline) String() string {
 func (*Baseline) ProtoMessage() {}
 
 func (x *Baseline) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2436,7 @@ func (x *Baseline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Baseline.ProtoReflect.Descriptor instead.
 func (*Baseline) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Baseline) GetId() string {
@@ -2011,7 +2543,7 @@ type CreateBaselineRequest struct {
 
 func (x *CreateBaselineRequest) Reset() {
 	*x = CreateBaselineRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2555,7 @@ func (x *CreateBaselineRequest) String() string {
 func (*CreateBaselineRequest) ProtoMessage() {}
 
 func (x *CreateBaselineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2568,7 @@ func (x *CreateBaselineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBaselineRequest.ProtoReflect.Descriptor instead.
 func (*CreateBaselineRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateBaselineRequest) GetName() string {
@@ -2081,7 +2613,7 @@ type UpdateBaselineRequest struct {
 
 func (x *UpdateBaselineRequest) Reset() {
 	*x = UpdateBaselineRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2625,7 @@ func (x *UpdateBaselineRequest) String() string {
 func (*UpdateBaselineRequest) ProtoMessage() {}
 
 func (x *UpdateBaselineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2638,7 @@ func (x *UpdateBaselineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBaselineRequest.ProtoReflect.Descriptor instead.
 func (*UpdateBaselineRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *UpdateBaselineRequest) GetName() string {
@@ -2155,7 +2687,7 @@ type GetBaselineRequest struct {
 
 func (x *GetBaselineRequest) Reset() {
 	*x = GetBaselineRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2699,7 @@ func (x *GetBaselineRequest) String() string {
 func (*GetBaselineRequest) ProtoMessage() {}
 
 func (x *GetBaselineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2712,7 @@ func (x *GetBaselineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBaselineRequest.ProtoReflect.Descriptor instead.
 func (*GetBaselineRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetBaselineRequest) GetName() string {
@@ -2209,7 +2741,7 @@ type BaselineResponse struct {
 
 func (x *BaselineResponse) Reset() {
 	*x = BaselineResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2221,7 +2753,7 @@ func (x *BaselineResponse) String() string {
 func (*BaselineResponse) ProtoMessage() {}
 
 func (x *BaselineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2234,7 +2766,7 @@ func (x *BaselineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BaselineResponse.ProtoReflect.Descriptor instead.
 func (*BaselineResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *BaselineResponse) GetBaseline() *Baseline {
@@ -2259,7 +2791,7 @@ type ListBaselinesRequest struct {
 
 func (x *ListBaselinesRequest) Reset() {
 	*x = ListBaselinesRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2803,7 @@ func (x *ListBaselinesRequest) String() string {
 func (*ListBaselinesRequest) ProtoMessage() {}
 
 func (x *ListBaselinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2816,7 @@ func (x *ListBaselinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBaselinesRequest.ProtoReflect.Descriptor instead.
 func (*ListBaselinesRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 type ListBaselinesResponse struct {
@@ -2296,7 +2828,7 @@ type ListBaselinesResponse struct {
 
 func (x *ListBaselinesResponse) Reset() {
 	*x = ListBaselinesResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2840,7 @@ func (x *ListBaselinesResponse) String() string {
 func (*ListBaselinesResponse) ProtoMessage() {}
 
 func (x *ListBaselinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2853,7 @@ func (x *ListBaselinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBaselinesResponse.ProtoReflect.Descriptor instead.
 func (*ListBaselinesResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListBaselinesResponse) GetBaselines() []*Baseline {
@@ -2342,7 +2874,7 @@ type ActivateBaselineRequest struct {
 
 func (x *ActivateBaselineRequest) Reset() {
 	*x = ActivateBaselineRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2354,7 +2886,7 @@ func (x *ActivateBaselineRequest) String() string {
 func (*ActivateBaselineRequest) ProtoMessage() {}
 
 func (x *ActivateBaselineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2367,7 +2899,7 @@ func (x *ActivateBaselineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateBaselineRequest.ProtoReflect.Descriptor instead.
 func (*ActivateBaselineRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ActivateBaselineRequest) GetName() string {
@@ -2397,7 +2929,7 @@ type ImportBaselineRequest struct {
 
 func (x *ImportBaselineRequest) Reset() {
 	*x = ImportBaselineRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2941,7 @@ func (x *ImportBaselineRequest) String() string {
 func (*ImportBaselineRequest) ProtoMessage() {}
 
 func (x *ImportBaselineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2954,7 @@ func (x *ImportBaselineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBaselineRequest.ProtoReflect.Descriptor instead.
 func (*ImportBaselineRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ImportBaselineRequest) GetName() string {
@@ -2481,7 +3013,7 @@ type GetComplianceRequest struct {
 
 func (x *GetComplianceRequest) Reset() {
 	*x = GetComplianceRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +3025,7 @@ func (x *GetComplianceRequest) String() string {
 func (*GetComplianceRequest) ProtoMessage() {}
 
 func (x *GetComplianceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +3038,7 @@ func (x *GetComplianceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetComplianceRequest.ProtoReflect.Descriptor instead.
 func (*GetComplianceRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetComplianceRequest) GetBaseline() string {
@@ -2604,7 +3136,7 @@ type SubComponentCompliance struct {
 
 func (x *SubComponentCompliance) Reset() {
 	*x = SubComponentCompliance{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +3148,7 @@ func (x *SubComponentCompliance) String() string {
 func (*SubComponentCompliance) ProtoMessage() {}
 
 func (x *SubComponentCompliance) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +3161,7 @@ func (x *SubComponentCompliance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubComponentCompliance.ProtoReflect.Descriptor instead.
 func (*SubComponentCompliance) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SubComponentCompliance) GetComponent() string {
@@ -2692,7 +3224,7 @@ type DeviceCompliance struct {
 
 func (x *DeviceCompliance) Reset() {
 	*x = DeviceCompliance{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2704,7 +3236,7 @@ func (x *DeviceCompliance) String() string {
 func (*DeviceCompliance) ProtoMessage() {}
 
 func (x *DeviceCompliance) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,7 +3249,7 @@ func (x *DeviceCompliance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceCompliance.ProtoReflect.Descriptor instead.
 func (*DeviceCompliance) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeviceCompliance) GetComponentId() string {
@@ -2834,7 +3366,7 @@ type ComplianceCounts struct {
 
 func (x *ComplianceCounts) Reset() {
 	*x = ComplianceCounts{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2846,7 +3378,7 @@ func (x *ComplianceCounts) String() string {
 func (*ComplianceCounts) ProtoMessage() {}
 
 func (x *ComplianceCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2859,7 +3391,7 @@ func (x *ComplianceCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComplianceCounts.ProtoReflect.Descriptor instead.
 func (*ComplianceCounts) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ComplianceCounts) GetTotal() int32 {
@@ -2928,7 +3460,7 @@ type ComplianceGroup struct {
 
 func (x *ComplianceGroup) Reset() {
 	*x = ComplianceGroup{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3472,7 @@ func (x *ComplianceGroup) String() string {
 func (*ComplianceGroup) ProtoMessage() {}
 
 func (x *ComplianceGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3485,7 @@ func (x *ComplianceGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComplianceGroup.ProtoReflect.Descriptor instead.
 func (*ComplianceGroup) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ComplianceGroup) GetKind() string {
@@ -3007,7 +3539,7 @@ type GetComplianceResponse struct {
 
 func (x *GetComplianceResponse) Reset() {
 	*x = GetComplianceResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3551,7 @@ func (x *GetComplianceResponse) String() string {
 func (*GetComplianceResponse) ProtoMessage() {}
 
 func (x *GetComplianceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3564,7 @@ func (x *GetComplianceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetComplianceResponse.ProtoReflect.Descriptor instead.
 func (*GetComplianceResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetComplianceResponse) GetBaseline() string {
@@ -3112,7 +3644,7 @@ type ApplyBaselineRequest struct {
 
 func (x *ApplyBaselineRequest) Reset() {
 	*x = ApplyBaselineRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3124,7 +3656,7 @@ func (x *ApplyBaselineRequest) String() string {
 func (*ApplyBaselineRequest) ProtoMessage() {}
 
 func (x *ApplyBaselineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3137,7 +3669,7 @@ func (x *ApplyBaselineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyBaselineRequest.ProtoReflect.Descriptor instead.
 func (*ApplyBaselineRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ApplyBaselineRequest) GetBaseline() string {
@@ -3215,7 +3747,7 @@ type ApplyWave struct {
 
 func (x *ApplyWave) Reset() {
 	*x = ApplyWave{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3227,7 +3759,7 @@ func (x *ApplyWave) String() string {
 func (*ApplyWave) ProtoMessage() {}
 
 func (x *ApplyWave) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3240,7 +3772,7 @@ func (x *ApplyWave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyWave.ProtoReflect.Descriptor instead.
 func (*ApplyWave) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ApplyWave) GetPhase() int32 {
@@ -3280,7 +3812,7 @@ type ApplyBaselineResponse struct {
 
 func (x *ApplyBaselineResponse) Reset() {
 	*x = ApplyBaselineResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3292,7 +3824,7 @@ func (x *ApplyBaselineResponse) String() string {
 func (*ApplyBaselineResponse) ProtoMessage() {}
 
 func (x *ApplyBaselineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3305,7 +3837,7 @@ func (x *ApplyBaselineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyBaselineResponse.ProtoReflect.Descriptor instead.
 func (*ApplyBaselineResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ApplyBaselineResponse) GetRunId() string {
@@ -3360,7 +3892,7 @@ type GetInstalledFirmwareRequest struct {
 
 func (x *GetInstalledFirmwareRequest) Reset() {
 	*x = GetInstalledFirmwareRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3372,7 +3904,7 @@ func (x *GetInstalledFirmwareRequest) String() string {
 func (*GetInstalledFirmwareRequest) ProtoMessage() {}
 
 func (x *GetInstalledFirmwareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3385,7 +3917,7 @@ func (x *GetInstalledFirmwareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstalledFirmwareRequest.ProtoReflect.Descriptor instead.
 func (*GetInstalledFirmwareRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetInstalledFirmwareRequest) GetComponent() string {
@@ -3406,7 +3938,7 @@ type InstalledSubComponent struct {
 
 func (x *InstalledSubComponent) Reset() {
 	*x = InstalledSubComponent{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3418,7 +3950,7 @@ func (x *InstalledSubComponent) String() string {
 func (*InstalledSubComponent) ProtoMessage() {}
 
 func (x *InstalledSubComponent) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3431,7 +3963,7 @@ func (x *InstalledSubComponent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstalledSubComponent.ProtoReflect.Descriptor instead.
 func (*InstalledSubComponent) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *InstalledSubComponent) GetComponent() string {
@@ -3464,7 +3996,7 @@ type GetInstalledFirmwareResponse struct {
 
 func (x *GetInstalledFirmwareResponse) Reset() {
 	*x = GetInstalledFirmwareResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3476,7 +4008,7 @@ func (x *GetInstalledFirmwareResponse) String() string {
 func (*GetInstalledFirmwareResponse) ProtoMessage() {}
 
 func (x *GetInstalledFirmwareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3489,7 +4021,7 @@ func (x *GetInstalledFirmwareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstalledFirmwareResponse.ProtoReflect.Descriptor instead.
 func (*GetInstalledFirmwareResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetInstalledFirmwareResponse) GetComponentId() string {
@@ -3561,7 +4093,7 @@ type PlannedRack struct {
 
 func (x *PlannedRack) Reset() {
 	*x = PlannedRack{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3573,7 +4105,7 @@ func (x *PlannedRack) String() string {
 func (*PlannedRack) ProtoMessage() {}
 
 func (x *PlannedRack) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3586,7 +4118,7 @@ func (x *PlannedRack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedRack.ProtoReflect.Descriptor instead.
 func (*PlannedRack) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PlannedRack) GetRackId() string {
@@ -3656,7 +4188,7 @@ type PlannedPhase struct {
 
 func (x *PlannedPhase) Reset() {
 	*x = PlannedPhase{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3668,7 +4200,7 @@ func (x *PlannedPhase) String() string {
 func (*PlannedPhase) ProtoMessage() {}
 
 func (x *PlannedPhase) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3681,7 +4213,7 @@ func (x *PlannedPhase) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedPhase.ProtoReflect.Descriptor instead.
 func (*PlannedPhase) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PlannedPhase) GetIndex() int32 {
@@ -3707,7 +4239,7 @@ type PreviewOperationRunRequest struct {
 
 func (x *PreviewOperationRunRequest) Reset() {
 	*x = PreviewOperationRunRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3719,7 +4251,7 @@ func (x *PreviewOperationRunRequest) String() string {
 func (*PreviewOperationRunRequest) ProtoMessage() {}
 
 func (x *PreviewOperationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3732,7 +4264,7 @@ func (x *PreviewOperationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewOperationRunRequest.ProtoReflect.Descriptor instead.
 func (*PreviewOperationRunRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PreviewOperationRunRequest) GetRequest() *v1.CreateOperationRunRequest {
@@ -3764,7 +4296,7 @@ type PreviewOperationRunResponse struct {
 
 func (x *PreviewOperationRunResponse) Reset() {
 	*x = PreviewOperationRunResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +4308,7 @@ func (x *PreviewOperationRunResponse) String() string {
 func (*PreviewOperationRunResponse) ProtoMessage() {}
 
 func (x *PreviewOperationRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +4321,7 @@ func (x *PreviewOperationRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewOperationRunResponse.ProtoReflect.Descriptor instead.
 func (*PreviewOperationRunResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PreviewOperationRunResponse) GetPhases() []*PlannedPhase {
@@ -3857,7 +4389,7 @@ type PreviewSubmissionRequest struct {
 
 func (x *PreviewSubmissionRequest) Reset() {
 	*x = PreviewSubmissionRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3869,7 +4401,7 @@ func (x *PreviewSubmissionRequest) String() string {
 func (*PreviewSubmissionRequest) ProtoMessage() {}
 
 func (x *PreviewSubmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3882,7 +4414,7 @@ func (x *PreviewSubmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewSubmissionRequest.ProtoReflect.Descriptor instead.
 func (*PreviewSubmissionRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PreviewSubmissionRequest) GetRequest() isPreviewSubmissionRequest_Request {
@@ -3987,7 +4519,7 @@ type PreviewSubmissionResponse struct {
 
 func (x *PreviewSubmissionResponse) Reset() {
 	*x = PreviewSubmissionResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3999,7 +4531,7 @@ func (x *PreviewSubmissionResponse) String() string {
 func (*PreviewSubmissionResponse) ProtoMessage() {}
 
 func (x *PreviewSubmissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4012,7 +4544,7 @@ func (x *PreviewSubmissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewSubmissionResponse.ProtoReflect.Descriptor instead.
 func (*PreviewSubmissionResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PreviewSubmissionResponse) GetOperationType() string {
@@ -4069,7 +4601,7 @@ type CreateOperationRunRequest struct {
 
 func (x *CreateOperationRunRequest) Reset() {
 	*x = CreateOperationRunRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4613,7 @@ func (x *CreateOperationRunRequest) String() string {
 func (*CreateOperationRunRequest) ProtoMessage() {}
 
 func (x *CreateOperationRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4626,7 @@ func (x *CreateOperationRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOperationRunRequest.ProtoReflect.Descriptor instead.
 func (*CreateOperationRunRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CreateOperationRunRequest) GetRequest() *v1.CreateOperationRunRequest {
@@ -4123,7 +4655,7 @@ type CreateOperationRunResponse struct {
 
 func (x *CreateOperationRunResponse) Reset() {
 	*x = CreateOperationRunResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4135,7 +4667,7 @@ func (x *CreateOperationRunResponse) String() string {
 func (*CreateOperationRunResponse) ProtoMessage() {}
 
 func (x *CreateOperationRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4148,7 +4680,7 @@ func (x *CreateOperationRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOperationRunResponse.ProtoReflect.Descriptor instead.
 func (*CreateOperationRunResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CreateOperationRunResponse) GetId() string {
@@ -4199,7 +4731,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4211,7 +4743,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4224,7 +4756,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Approval) GetId() string {
@@ -4334,7 +4866,7 @@ type ListApprovalsRequest struct {
 
 func (x *ListApprovalsRequest) Reset() {
 	*x = ListApprovalsRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4346,7 +4878,7 @@ func (x *ListApprovalsRequest) String() string {
 func (*ListApprovalsRequest) ProtoMessage() {}
 
 func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4359,7 +4891,7 @@ func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListApprovalsRequest) GetAll() bool {
@@ -4378,7 +4910,7 @@ type ListApprovalsResponse struct {
 
 func (x *ListApprovalsResponse) Reset() {
 	*x = ListApprovalsResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4390,7 +4922,7 @@ func (x *ListApprovalsResponse) String() string {
 func (*ListApprovalsResponse) ProtoMessage() {}
 
 func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4403,7 +4935,7 @@ func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListApprovalsResponse) GetApprovals() []*Approval {
@@ -4422,7 +4954,7 @@ type GetApprovalRequest struct {
 
 func (x *GetApprovalRequest) Reset() {
 	*x = GetApprovalRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4434,7 +4966,7 @@ func (x *GetApprovalRequest) String() string {
 func (*GetApprovalRequest) ProtoMessage() {}
 
 func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4447,7 +4979,7 @@ func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetApprovalRequest) GetId() string {
@@ -4467,7 +4999,7 @@ type ApproveRequest struct {
 
 func (x *ApproveRequest) Reset() {
 	*x = ApproveRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4479,7 +5011,7 @@ func (x *ApproveRequest) String() string {
 func (*ApproveRequest) ProtoMessage() {}
 
 func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4492,7 +5024,7 @@ func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ApproveRequest) GetId() string {
@@ -4519,7 +5051,7 @@ type RejectRequest struct {
 
 func (x *RejectRequest) Reset() {
 	*x = RejectRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4531,7 +5063,7 @@ func (x *RejectRequest) String() string {
 func (*RejectRequest) ProtoMessage() {}
 
 func (x *RejectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4544,7 +5076,7 @@ func (x *RejectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectRequest.ProtoReflect.Descriptor instead.
 func (*RejectRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RejectRequest) GetId() string {
@@ -4579,7 +5111,7 @@ type WindowScope struct {
 
 func (x *WindowScope) Reset() {
 	*x = WindowScope{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4591,7 +5123,7 @@ func (x *WindowScope) String() string {
 func (*WindowScope) ProtoMessage() {}
 
 func (x *WindowScope) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4604,7 +5136,7 @@ func (x *WindowScope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowScope.ProtoReflect.Descriptor instead.
 func (*WindowScope) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{63}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *WindowScope) GetSite() bool {
@@ -4671,7 +5203,7 @@ type Window struct {
 
 func (x *Window) Reset() {
 	*x = Window{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4683,7 +5215,7 @@ func (x *Window) String() string {
 func (*Window) ProtoMessage() {}
 
 func (x *Window) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4696,7 +5228,7 @@ func (x *Window) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Window.ProtoReflect.Descriptor instead.
 func (*Window) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{64}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *Window) GetId() string {
@@ -4815,7 +5347,7 @@ type CreateWindowRequest struct {
 
 func (x *CreateWindowRequest) Reset() {
 	*x = CreateWindowRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4827,7 +5359,7 @@ func (x *CreateWindowRequest) String() string {
 func (*CreateWindowRequest) ProtoMessage() {}
 
 func (x *CreateWindowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4840,7 +5372,7 @@ func (x *CreateWindowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWindowRequest.ProtoReflect.Descriptor instead.
 func (*CreateWindowRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{65}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CreateWindowRequest) GetKind() string {
@@ -4915,7 +5447,7 @@ type WindowResponse struct {
 
 func (x *WindowResponse) Reset() {
 	*x = WindowResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4927,7 +5459,7 @@ func (x *WindowResponse) String() string {
 func (*WindowResponse) ProtoMessage() {}
 
 func (x *WindowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4940,7 +5472,7 @@ func (x *WindowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowResponse.ProtoReflect.Descriptor instead.
 func (*WindowResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{66}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *WindowResponse) GetWindow() *Window {
@@ -4960,7 +5492,7 @@ type ListWindowsRequest struct {
 
 func (x *ListWindowsRequest) Reset() {
 	*x = ListWindowsRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4972,7 +5504,7 @@ func (x *ListWindowsRequest) String() string {
 func (*ListWindowsRequest) ProtoMessage() {}
 
 func (x *ListWindowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4985,7 +5517,7 @@ func (x *ListWindowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWindowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWindowsRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{67}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListWindowsRequest) GetKind() string {
@@ -5004,7 +5536,7 @@ type ListWindowsResponse struct {
 
 func (x *ListWindowsResponse) Reset() {
 	*x = ListWindowsResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[68]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5016,7 +5548,7 @@ func (x *ListWindowsResponse) String() string {
 func (*ListWindowsResponse) ProtoMessage() {}
 
 func (x *ListWindowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[68]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5029,7 +5561,7 @@ func (x *ListWindowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWindowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWindowsResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{68}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListWindowsResponse) GetWindows() []*Window {
@@ -5051,7 +5583,7 @@ type GetWindowRequest struct {
 
 func (x *GetWindowRequest) Reset() {
 	*x = GetWindowRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[69]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5063,7 +5595,7 @@ func (x *GetWindowRequest) String() string {
 func (*GetWindowRequest) ProtoMessage() {}
 
 func (x *GetWindowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[69]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5076,7 +5608,7 @@ func (x *GetWindowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWindowRequest.ProtoReflect.Descriptor instead.
 func (*GetWindowRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{69}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *GetWindowRequest) GetKind() string {
@@ -5103,7 +5635,7 @@ type DeleteWindowRequest struct {
 
 func (x *DeleteWindowRequest) Reset() {
 	*x = DeleteWindowRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[70]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5115,7 +5647,7 @@ func (x *DeleteWindowRequest) String() string {
 func (*DeleteWindowRequest) ProtoMessage() {}
 
 func (x *DeleteWindowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[70]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5128,7 +5660,7 @@ func (x *DeleteWindowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWindowRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWindowRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{70}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DeleteWindowRequest) GetKind() string {
@@ -5156,7 +5688,7 @@ type ReleaseTaskFromWindowsRequest struct {
 
 func (x *ReleaseTaskFromWindowsRequest) Reset() {
 	*x = ReleaseTaskFromWindowsRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[71]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5168,7 +5700,7 @@ func (x *ReleaseTaskFromWindowsRequest) String() string {
 func (*ReleaseTaskFromWindowsRequest) ProtoMessage() {}
 
 func (x *ReleaseTaskFromWindowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[71]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5181,7 +5713,7 @@ func (x *ReleaseTaskFromWindowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseTaskFromWindowsRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseTaskFromWindowsRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{71}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ReleaseTaskFromWindowsRequest) GetId() string {
@@ -5209,7 +5741,7 @@ type ReleaseTaskFromWindowsResponse struct {
 
 func (x *ReleaseTaskFromWindowsResponse) Reset() {
 	*x = ReleaseTaskFromWindowsResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[72]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5221,7 +5753,7 @@ func (x *ReleaseTaskFromWindowsResponse) String() string {
 func (*ReleaseTaskFromWindowsResponse) ProtoMessage() {}
 
 func (x *ReleaseTaskFromWindowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[72]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5234,7 +5766,7 @@ func (x *ReleaseTaskFromWindowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseTaskFromWindowsResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseTaskFromWindowsResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{72}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ReleaseTaskFromWindowsResponse) GetStatus() string {
@@ -5262,7 +5794,7 @@ type ReleaseRunFromWindowsRequest struct {
 
 func (x *ReleaseRunFromWindowsRequest) Reset() {
 	*x = ReleaseRunFromWindowsRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[73]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5274,7 +5806,7 @@ func (x *ReleaseRunFromWindowsRequest) String() string {
 func (*ReleaseRunFromWindowsRequest) ProtoMessage() {}
 
 func (x *ReleaseRunFromWindowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[73]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5287,7 +5819,7 @@ func (x *ReleaseRunFromWindowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRunFromWindowsRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRunFromWindowsRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{73}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ReleaseRunFromWindowsRequest) GetId() string {
@@ -5315,7 +5847,7 @@ type ReleaseRunFromWindowsResponse struct {
 
 func (x *ReleaseRunFromWindowsResponse) Reset() {
 	*x = ReleaseRunFromWindowsResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[74]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5327,7 +5859,7 @@ func (x *ReleaseRunFromWindowsResponse) String() string {
 func (*ReleaseRunFromWindowsResponse) ProtoMessage() {}
 
 func (x *ReleaseRunFromWindowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[74]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5340,7 +5872,7 @@ func (x *ReleaseRunFromWindowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRunFromWindowsResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseRunFromWindowsResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{74}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ReleaseRunFromWindowsResponse) GetStatus() string {
@@ -5375,7 +5907,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[75]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5387,7 +5919,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[75]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5400,7 +5932,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{75}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Webhook) GetId() string {
@@ -5467,7 +5999,7 @@ type CreateWebhookRequest struct {
 
 func (x *CreateWebhookRequest) Reset() {
 	*x = CreateWebhookRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[76]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5479,7 +6011,7 @@ func (x *CreateWebhookRequest) String() string {
 func (*CreateWebhookRequest) ProtoMessage() {}
 
 func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[76]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5492,7 +6024,7 @@ func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{76}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *CreateWebhookRequest) GetUrl() string {
@@ -5539,7 +6071,7 @@ type WebhookResponse struct {
 
 func (x *WebhookResponse) Reset() {
 	*x = WebhookResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[77]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5551,7 +6083,7 @@ func (x *WebhookResponse) String() string {
 func (*WebhookResponse) ProtoMessage() {}
 
 func (x *WebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[77]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5564,7 +6096,7 @@ func (x *WebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookResponse.ProtoReflect.Descriptor instead.
 func (*WebhookResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{77}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *WebhookResponse) GetWebhook() *Webhook {
@@ -5582,7 +6114,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[78]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5594,7 +6126,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[78]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5607,7 +6139,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{78}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{87}
 }
 
 type ListWebhooksResponse struct {
@@ -5619,7 +6151,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[79]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5631,7 +6163,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[79]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5644,7 +6176,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{79}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -5663,7 +6195,7 @@ type GetWebhookRequest struct {
 
 func (x *GetWebhookRequest) Reset() {
 	*x = GetWebhookRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[80]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5675,7 +6207,7 @@ func (x *GetWebhookRequest) String() string {
 func (*GetWebhookRequest) ProtoMessage() {}
 
 func (x *GetWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[80]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5688,7 +6220,7 @@ func (x *GetWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWebhookRequest.ProtoReflect.Descriptor instead.
 func (*GetWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{80}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *GetWebhookRequest) GetId() string {
@@ -5707,7 +6239,7 @@ type DeleteWebhookRequest struct {
 
 func (x *DeleteWebhookRequest) Reset() {
 	*x = DeleteWebhookRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[81]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5719,7 +6251,7 @@ func (x *DeleteWebhookRequest) String() string {
 func (*DeleteWebhookRequest) ProtoMessage() {}
 
 func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[81]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5732,7 +6264,7 @@ func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{81}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *DeleteWebhookRequest) GetId() string {
@@ -5751,7 +6283,7 @@ type TestWebhookRequest struct {
 
 func (x *TestWebhookRequest) Reset() {
 	*x = TestWebhookRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[82]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5763,7 +6295,7 @@ func (x *TestWebhookRequest) String() string {
 func (*TestWebhookRequest) ProtoMessage() {}
 
 func (x *TestWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[82]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5776,7 +6308,7 @@ func (x *TestWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestWebhookRequest.ProtoReflect.Descriptor instead.
 func (*TestWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{82}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *TestWebhookRequest) GetId() string {
@@ -5795,7 +6327,7 @@ type TestWebhookResponse struct {
 
 func (x *TestWebhookResponse) Reset() {
 	*x = TestWebhookResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[83]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5807,7 +6339,7 @@ func (x *TestWebhookResponse) String() string {
 func (*TestWebhookResponse) ProtoMessage() {}
 
 func (x *TestWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[83]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5820,7 +6352,7 @@ func (x *TestWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestWebhookResponse.ProtoReflect.Descriptor instead.
 func (*TestWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{83}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *TestWebhookResponse) GetDeliveryId() int64 {
@@ -5853,7 +6385,7 @@ type WebhookDelivery struct {
 
 func (x *WebhookDelivery) Reset() {
 	*x = WebhookDelivery{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[84]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5865,7 +6397,7 @@ func (x *WebhookDelivery) String() string {
 func (*WebhookDelivery) ProtoMessage() {}
 
 func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[84]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5878,7 +6410,7 @@ func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookDelivery.ProtoReflect.Descriptor instead.
 func (*WebhookDelivery) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{84}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *WebhookDelivery) GetId() int64 {
@@ -5979,7 +6511,7 @@ type ListWebhookDeliveriesRequest struct {
 
 func (x *ListWebhookDeliveriesRequest) Reset() {
 	*x = ListWebhookDeliveriesRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[85]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5991,7 +6523,7 @@ func (x *ListWebhookDeliveriesRequest) String() string {
 func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[85]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6004,7 +6536,7 @@ func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{85}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *ListWebhookDeliveriesRequest) GetWebhookId() string {
@@ -6037,7 +6569,7 @@ type ListWebhookDeliveriesResponse struct {
 
 func (x *ListWebhookDeliveriesResponse) Reset() {
 	*x = ListWebhookDeliveriesResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[86]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6049,7 +6581,7 @@ func (x *ListWebhookDeliveriesResponse) String() string {
 func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[86]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6062,7 +6594,7 @@ func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{86}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
@@ -6083,7 +6615,7 @@ type RedriveWebhookDeliveriesRequest struct {
 
 func (x *RedriveWebhookDeliveriesRequest) Reset() {
 	*x = RedriveWebhookDeliveriesRequest{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[87]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6095,7 +6627,7 @@ func (x *RedriveWebhookDeliveriesRequest) String() string {
 func (*RedriveWebhookDeliveriesRequest) ProtoMessage() {}
 
 func (x *RedriveWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[87]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6108,7 +6640,7 @@ func (x *RedriveWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*RedriveWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{87}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *RedriveWebhookDeliveriesRequest) GetIds() []int64 {
@@ -6134,7 +6666,7 @@ type RedriveWebhookDeliveriesResponse struct {
 
 func (x *RedriveWebhookDeliveriesResponse) Reset() {
 	*x = RedriveWebhookDeliveriesResponse{}
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[88]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6146,7 +6678,7 @@ func (x *RedriveWebhookDeliveriesResponse) String() string {
 func (*RedriveWebhookDeliveriesResponse) ProtoMessage() {}
 
 func (x *RedriveWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flow_admin_v1_admin_proto_msgTypes[88]
+	mi := &file_flow_admin_v1_admin_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6159,7 +6691,7 @@ func (x *RedriveWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*RedriveWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{88}
+	return file_flow_admin_v1_admin_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *RedriveWebhookDeliveriesResponse) GetIds() []int64 {
@@ -6301,7 +6833,51 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"deleted_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tdeletedAt\"L\n" +
 	"\x18FindDeletedRacksResponse\x120\n" +
-	"\x05racks\x18\x01 \x03(\v2\x1a.flow.admin.v1.DeletedRackR\x05racks\"\xbf\x01\n" +
+	"\x05racks\x18\x01 \x03(\v2\x1a.flow.admin.v1.DeletedRackR\x05racks\"\x99\x01\n" +
+	"\x17SetRackPlacementRequest\x12\x12\n" +
+	"\x04rack\x18\x01 \x01(\tR\x04rack\x12\"\n" +
+	"\n" +
+	"power_feed\x18\x02 \x01(\tH\x00R\tpowerFeed\x88\x01\x01\x12&\n" +
+	"\fcoolant_loop\x18\x03 \x01(\tH\x01R\vcoolantLoop\x88\x01\x01B\r\n" +
+	"\v_power_feedB\x0f\n" +
+	"\r_coolant_loop\"\x92\x01\n" +
+	"\x18SetRackPlacementResponse\x12\x17\n" +
+	"\arack_id\x18\x01 \x01(\tR\x06rackId\x12\x1b\n" +
+	"\track_name\x18\x02 \x01(\tR\brackName\x12\x1d\n" +
+	"\n" +
+	"power_feed\x18\x03 \x01(\tR\tpowerFeed\x12!\n" +
+	"\fcoolant_loop\x18\x04 \x01(\tR\vcoolantLoop\"\xfa\x02\n" +
+	"\vPowerBudget\x12\x12\n" +
+	"\x04feed\x18\x01 \x01(\tR\x04feed\x12\x1d\n" +
+	"\n" +
+	"has_budget\x18\x02 \x01(\bR\thasBudget\x12'\n" +
+	"\x0fmax_transitions\x18\x03 \x01(\x05R\x0emaxTransitions\x12\x1a\n" +
+	"\x06max_kw\x18\x04 \x01(\x01H\x00R\x05maxKw\x88\x01\x01\x12,\n" +
+	"\x12transitions_in_use\x18\x05 \x01(\x05R\x10transitionsInUse\x12\x1a\n" +
+	"\tkw_in_use\x18\x06 \x01(\x01R\akwInUse\x12\x18\n" +
+	"\awaiting\x18\a \x01(\x05R\awaiting\x12\x14\n" +
+	"\x05halls\x18\b \x03(\tR\x05halls\x12\x14\n" +
+	"\x05racks\x18\t \x01(\x05R\x05racks\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\n" +
+	" \x01(\tR\tupdatedBy\x129\n" +
+	"\n" +
+	"updated_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAtB\t\n" +
+	"\a_max_kw\"{\n" +
+	"\x15SetPowerBudgetRequest\x12\x12\n" +
+	"\x04feed\x18\x01 \x01(\tR\x04feed\x12'\n" +
+	"\x0fmax_transitions\x18\x02 \x01(\x05R\x0emaxTransitions\x12\x1a\n" +
+	"\x06max_kw\x18\x03 \x01(\x01H\x00R\x05maxKw\x88\x01\x01B\t\n" +
+	"\a_max_kw\"L\n" +
+	"\x16SetPowerBudgetResponse\x122\n" +
+	"\x06budget\x18\x01 \x01(\v2\x1a.flow.admin.v1.PowerBudgetR\x06budget\"\x19\n" +
+	"\x17ListPowerBudgetsRequest\"P\n" +
+	"\x18ListPowerBudgetsResponse\x124\n" +
+	"\abudgets\x18\x01 \x03(\v2\x1a.flow.admin.v1.PowerBudgetR\abudgets\".\n" +
+	"\x18DeletePowerBudgetRequest\x12\x12\n" +
+	"\x04feed\x18\x01 \x01(\tR\x04feed\"O\n" +
+	"\x19DeletePowerBudgetResponse\x122\n" +
+	"\x06budget\x18\x01 \x01(\v2\x1a.flow.admin.v1.PowerBudgetR\x06budget\"\xbf\x01\n" +
 	"\rBaselineEntry\x12%\n" +
 	"\x0ecomponent_type\x18\x01 \x01(\tR\rcomponentType\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x18\n" +
@@ -6664,7 +7240,7 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"webhook_id\x18\x02 \x01(\tR\twebhookId\"4\n" +
 	" RedriveWebhookDeliveriesResponse\x12\x10\n" +
-	"\x03ids\x18\x01 \x03(\x03R\x03ids2\xc0\x1d\n" +
+	"\x03ids\x18\x01 \x03(\x03R\x03ids2\xd1 \n" +
 	"\fAdminService\x12H\n" +
 	"\aRunSync\x12\x1d.flow.admin.v1.RunSyncRequest\x1a\x1e.flow.admin.v1.RunSyncResponse\x12Z\n" +
 	"\rGetSyncStatus\x12#.flow.admin.v1.GetSyncStatusRequest\x1a$.flow.admin.v1.GetSyncStatusResponse\x12W\n" +
@@ -6698,7 +7274,11 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\fDeleteWindow\x12\".flow.admin.v1.DeleteWindowRequest\x1a\x1d.flow.admin.v1.WindowResponse\x12u\n" +
 	"\x16ReleaseTaskFromWindows\x12,.flow.admin.v1.ReleaseTaskFromWindowsRequest\x1a-.flow.admin.v1.ReleaseTaskFromWindowsResponse\x12r\n" +
 	"\x15ReleaseRunFromWindows\x12+.flow.admin.v1.ReleaseRunFromWindowsRequest\x1a,.flow.admin.v1.ReleaseRunFromWindowsResponse\x12c\n" +
-	"\x10FindDeletedRacks\x12&.flow.admin.v1.FindDeletedRacksRequest\x1a'.flow.admin.v1.FindDeletedRacksResponse\x12T\n" +
+	"\x10FindDeletedRacks\x12&.flow.admin.v1.FindDeletedRacksRequest\x1a'.flow.admin.v1.FindDeletedRacksResponse\x12c\n" +
+	"\x10SetRackPlacement\x12&.flow.admin.v1.SetRackPlacementRequest\x1a'.flow.admin.v1.SetRackPlacementResponse\x12]\n" +
+	"\x0eSetPowerBudget\x12$.flow.admin.v1.SetPowerBudgetRequest\x1a%.flow.admin.v1.SetPowerBudgetResponse\x12c\n" +
+	"\x10ListPowerBudgets\x12&.flow.admin.v1.ListPowerBudgetsRequest\x1a'.flow.admin.v1.ListPowerBudgetsResponse\x12f\n" +
+	"\x11DeletePowerBudget\x12'.flow.admin.v1.DeletePowerBudgetRequest\x1a(.flow.admin.v1.DeletePowerBudgetResponse\x12T\n" +
 	"\rCreateWebhook\x12#.flow.admin.v1.CreateWebhookRequest\x1a\x1e.flow.admin.v1.WebhookResponse\x12W\n" +
 	"\fListWebhooks\x12\".flow.admin.v1.ListWebhooksRequest\x1a#.flow.admin.v1.ListWebhooksResponse\x12N\n" +
 	"\n" +
@@ -6720,7 +7300,7 @@ func file_flow_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_flow_admin_v1_admin_proto_rawDescData
 }
 
-var file_flow_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
+var file_flow_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 98)
 var file_flow_admin_v1_admin_proto_goTypes = []any{
 	(*SyncCycle)(nil),                        // 0: flow.admin.v1.SyncCycle
 	(*SyncPart)(nil),                         // 1: flow.admin.v1.SyncPart
@@ -6748,240 +7328,261 @@ var file_flow_admin_v1_admin_proto_goTypes = []any{
 	(*FindDeletedRacksRequest)(nil),          // 23: flow.admin.v1.FindDeletedRacksRequest
 	(*DeletedRack)(nil),                      // 24: flow.admin.v1.DeletedRack
 	(*FindDeletedRacksResponse)(nil),         // 25: flow.admin.v1.FindDeletedRacksResponse
-	(*BaselineEntry)(nil),                    // 26: flow.admin.v1.BaselineEntry
-	(*BaselineRevision)(nil),                 // 27: flow.admin.v1.BaselineRevision
-	(*Baseline)(nil),                         // 28: flow.admin.v1.Baseline
-	(*CreateBaselineRequest)(nil),            // 29: flow.admin.v1.CreateBaselineRequest
-	(*UpdateBaselineRequest)(nil),            // 30: flow.admin.v1.UpdateBaselineRequest
-	(*GetBaselineRequest)(nil),               // 31: flow.admin.v1.GetBaselineRequest
-	(*BaselineResponse)(nil),                 // 32: flow.admin.v1.BaselineResponse
-	(*ListBaselinesRequest)(nil),             // 33: flow.admin.v1.ListBaselinesRequest
-	(*ListBaselinesResponse)(nil),            // 34: flow.admin.v1.ListBaselinesResponse
-	(*ActivateBaselineRequest)(nil),          // 35: flow.admin.v1.ActivateBaselineRequest
-	(*ImportBaselineRequest)(nil),            // 36: flow.admin.v1.ImportBaselineRequest
-	(*GetComplianceRequest)(nil),             // 37: flow.admin.v1.GetComplianceRequest
-	(*SubComponentCompliance)(nil),           // 38: flow.admin.v1.SubComponentCompliance
-	(*DeviceCompliance)(nil),                 // 39: flow.admin.v1.DeviceCompliance
-	(*ComplianceCounts)(nil),                 // 40: flow.admin.v1.ComplianceCounts
-	(*ComplianceGroup)(nil),                  // 41: flow.admin.v1.ComplianceGroup
-	(*GetComplianceResponse)(nil),            // 42: flow.admin.v1.GetComplianceResponse
-	(*ApplyBaselineRequest)(nil),             // 43: flow.admin.v1.ApplyBaselineRequest
-	(*ApplyWave)(nil),                        // 44: flow.admin.v1.ApplyWave
-	(*ApplyBaselineResponse)(nil),            // 45: flow.admin.v1.ApplyBaselineResponse
-	(*GetInstalledFirmwareRequest)(nil),      // 46: flow.admin.v1.GetInstalledFirmwareRequest
-	(*InstalledSubComponent)(nil),            // 47: flow.admin.v1.InstalledSubComponent
-	(*GetInstalledFirmwareResponse)(nil),     // 48: flow.admin.v1.GetInstalledFirmwareResponse
-	(*PlannedRack)(nil),                      // 49: flow.admin.v1.PlannedRack
-	(*PlannedPhase)(nil),                     // 50: flow.admin.v1.PlannedPhase
-	(*PreviewOperationRunRequest)(nil),       // 51: flow.admin.v1.PreviewOperationRunRequest
-	(*PreviewOperationRunResponse)(nil),      // 52: flow.admin.v1.PreviewOperationRunResponse
-	(*PreviewSubmissionRequest)(nil),         // 53: flow.admin.v1.PreviewSubmissionRequest
-	(*PreviewSubmissionResponse)(nil),        // 54: flow.admin.v1.PreviewSubmissionResponse
-	(*CreateOperationRunRequest)(nil),        // 55: flow.admin.v1.CreateOperationRunRequest
-	(*CreateOperationRunResponse)(nil),       // 56: flow.admin.v1.CreateOperationRunResponse
-	(*Approval)(nil),                         // 57: flow.admin.v1.Approval
-	(*ListApprovalsRequest)(nil),             // 58: flow.admin.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),            // 59: flow.admin.v1.ListApprovalsResponse
-	(*GetApprovalRequest)(nil),               // 60: flow.admin.v1.GetApprovalRequest
-	(*ApproveRequest)(nil),                   // 61: flow.admin.v1.ApproveRequest
-	(*RejectRequest)(nil),                    // 62: flow.admin.v1.RejectRequest
-	(*WindowScope)(nil),                      // 63: flow.admin.v1.WindowScope
-	(*Window)(nil),                           // 64: flow.admin.v1.Window
-	(*CreateWindowRequest)(nil),              // 65: flow.admin.v1.CreateWindowRequest
-	(*WindowResponse)(nil),                   // 66: flow.admin.v1.WindowResponse
-	(*ListWindowsRequest)(nil),               // 67: flow.admin.v1.ListWindowsRequest
-	(*ListWindowsResponse)(nil),              // 68: flow.admin.v1.ListWindowsResponse
-	(*GetWindowRequest)(nil),                 // 69: flow.admin.v1.GetWindowRequest
-	(*DeleteWindowRequest)(nil),              // 70: flow.admin.v1.DeleteWindowRequest
-	(*ReleaseTaskFromWindowsRequest)(nil),    // 71: flow.admin.v1.ReleaseTaskFromWindowsRequest
-	(*ReleaseTaskFromWindowsResponse)(nil),   // 72: flow.admin.v1.ReleaseTaskFromWindowsResponse
-	(*ReleaseRunFromWindowsRequest)(nil),     // 73: flow.admin.v1.ReleaseRunFromWindowsRequest
-	(*ReleaseRunFromWindowsResponse)(nil),    // 74: flow.admin.v1.ReleaseRunFromWindowsResponse
-	(*Webhook)(nil),                          // 75: flow.admin.v1.Webhook
-	(*CreateWebhookRequest)(nil),             // 76: flow.admin.v1.CreateWebhookRequest
-	(*WebhookResponse)(nil),                  // 77: flow.admin.v1.WebhookResponse
-	(*ListWebhooksRequest)(nil),              // 78: flow.admin.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),             // 79: flow.admin.v1.ListWebhooksResponse
-	(*GetWebhookRequest)(nil),                // 80: flow.admin.v1.GetWebhookRequest
-	(*DeleteWebhookRequest)(nil),             // 81: flow.admin.v1.DeleteWebhookRequest
-	(*TestWebhookRequest)(nil),               // 82: flow.admin.v1.TestWebhookRequest
-	(*TestWebhookResponse)(nil),              // 83: flow.admin.v1.TestWebhookResponse
-	(*WebhookDelivery)(nil),                  // 84: flow.admin.v1.WebhookDelivery
-	(*ListWebhookDeliveriesRequest)(nil),     // 85: flow.admin.v1.ListWebhookDeliveriesRequest
-	(*ListWebhookDeliveriesResponse)(nil),    // 86: flow.admin.v1.ListWebhookDeliveriesResponse
-	(*RedriveWebhookDeliveriesRequest)(nil),  // 87: flow.admin.v1.RedriveWebhookDeliveriesRequest
-	(*RedriveWebhookDeliveriesResponse)(nil), // 88: flow.admin.v1.RedriveWebhookDeliveriesResponse
-	(*timestamppb.Timestamp)(nil),            // 89: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 90: google.protobuf.Duration
-	(*v1.CreateOperationRunRequest)(nil),     // 91: v1.CreateOperationRunRequest
-	(*v1.PowerOnRackRequest)(nil),            // 92: v1.PowerOnRackRequest
-	(*v1.PowerOffRackRequest)(nil),           // 93: v1.PowerOffRackRequest
-	(*v1.PowerResetRackRequest)(nil),         // 94: v1.PowerResetRackRequest
-	(*v1.ACPowerCycleRackRequest)(nil),       // 95: v1.ACPowerCycleRackRequest
-	(*v1.UpgradeFirmwareRequest)(nil),        // 96: v1.UpgradeFirmwareRequest
+	(*SetRackPlacementRequest)(nil),          // 26: flow.admin.v1.SetRackPlacementRequest
+	(*SetRackPlacementResponse)(nil),         // 27: flow.admin.v1.SetRackPlacementResponse
+	(*PowerBudget)(nil),                      // 28: flow.admin.v1.PowerBudget
+	(*SetPowerBudgetRequest)(nil),            // 29: flow.admin.v1.SetPowerBudgetRequest
+	(*SetPowerBudgetResponse)(nil),           // 30: flow.admin.v1.SetPowerBudgetResponse
+	(*ListPowerBudgetsRequest)(nil),          // 31: flow.admin.v1.ListPowerBudgetsRequest
+	(*ListPowerBudgetsResponse)(nil),         // 32: flow.admin.v1.ListPowerBudgetsResponse
+	(*DeletePowerBudgetRequest)(nil),         // 33: flow.admin.v1.DeletePowerBudgetRequest
+	(*DeletePowerBudgetResponse)(nil),        // 34: flow.admin.v1.DeletePowerBudgetResponse
+	(*BaselineEntry)(nil),                    // 35: flow.admin.v1.BaselineEntry
+	(*BaselineRevision)(nil),                 // 36: flow.admin.v1.BaselineRevision
+	(*Baseline)(nil),                         // 37: flow.admin.v1.Baseline
+	(*CreateBaselineRequest)(nil),            // 38: flow.admin.v1.CreateBaselineRequest
+	(*UpdateBaselineRequest)(nil),            // 39: flow.admin.v1.UpdateBaselineRequest
+	(*GetBaselineRequest)(nil),               // 40: flow.admin.v1.GetBaselineRequest
+	(*BaselineResponse)(nil),                 // 41: flow.admin.v1.BaselineResponse
+	(*ListBaselinesRequest)(nil),             // 42: flow.admin.v1.ListBaselinesRequest
+	(*ListBaselinesResponse)(nil),            // 43: flow.admin.v1.ListBaselinesResponse
+	(*ActivateBaselineRequest)(nil),          // 44: flow.admin.v1.ActivateBaselineRequest
+	(*ImportBaselineRequest)(nil),            // 45: flow.admin.v1.ImportBaselineRequest
+	(*GetComplianceRequest)(nil),             // 46: flow.admin.v1.GetComplianceRequest
+	(*SubComponentCompliance)(nil),           // 47: flow.admin.v1.SubComponentCompliance
+	(*DeviceCompliance)(nil),                 // 48: flow.admin.v1.DeviceCompliance
+	(*ComplianceCounts)(nil),                 // 49: flow.admin.v1.ComplianceCounts
+	(*ComplianceGroup)(nil),                  // 50: flow.admin.v1.ComplianceGroup
+	(*GetComplianceResponse)(nil),            // 51: flow.admin.v1.GetComplianceResponse
+	(*ApplyBaselineRequest)(nil),             // 52: flow.admin.v1.ApplyBaselineRequest
+	(*ApplyWave)(nil),                        // 53: flow.admin.v1.ApplyWave
+	(*ApplyBaselineResponse)(nil),            // 54: flow.admin.v1.ApplyBaselineResponse
+	(*GetInstalledFirmwareRequest)(nil),      // 55: flow.admin.v1.GetInstalledFirmwareRequest
+	(*InstalledSubComponent)(nil),            // 56: flow.admin.v1.InstalledSubComponent
+	(*GetInstalledFirmwareResponse)(nil),     // 57: flow.admin.v1.GetInstalledFirmwareResponse
+	(*PlannedRack)(nil),                      // 58: flow.admin.v1.PlannedRack
+	(*PlannedPhase)(nil),                     // 59: flow.admin.v1.PlannedPhase
+	(*PreviewOperationRunRequest)(nil),       // 60: flow.admin.v1.PreviewOperationRunRequest
+	(*PreviewOperationRunResponse)(nil),      // 61: flow.admin.v1.PreviewOperationRunResponse
+	(*PreviewSubmissionRequest)(nil),         // 62: flow.admin.v1.PreviewSubmissionRequest
+	(*PreviewSubmissionResponse)(nil),        // 63: flow.admin.v1.PreviewSubmissionResponse
+	(*CreateOperationRunRequest)(nil),        // 64: flow.admin.v1.CreateOperationRunRequest
+	(*CreateOperationRunResponse)(nil),       // 65: flow.admin.v1.CreateOperationRunResponse
+	(*Approval)(nil),                         // 66: flow.admin.v1.Approval
+	(*ListApprovalsRequest)(nil),             // 67: flow.admin.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),            // 68: flow.admin.v1.ListApprovalsResponse
+	(*GetApprovalRequest)(nil),               // 69: flow.admin.v1.GetApprovalRequest
+	(*ApproveRequest)(nil),                   // 70: flow.admin.v1.ApproveRequest
+	(*RejectRequest)(nil),                    // 71: flow.admin.v1.RejectRequest
+	(*WindowScope)(nil),                      // 72: flow.admin.v1.WindowScope
+	(*Window)(nil),                           // 73: flow.admin.v1.Window
+	(*CreateWindowRequest)(nil),              // 74: flow.admin.v1.CreateWindowRequest
+	(*WindowResponse)(nil),                   // 75: flow.admin.v1.WindowResponse
+	(*ListWindowsRequest)(nil),               // 76: flow.admin.v1.ListWindowsRequest
+	(*ListWindowsResponse)(nil),              // 77: flow.admin.v1.ListWindowsResponse
+	(*GetWindowRequest)(nil),                 // 78: flow.admin.v1.GetWindowRequest
+	(*DeleteWindowRequest)(nil),              // 79: flow.admin.v1.DeleteWindowRequest
+	(*ReleaseTaskFromWindowsRequest)(nil),    // 80: flow.admin.v1.ReleaseTaskFromWindowsRequest
+	(*ReleaseTaskFromWindowsResponse)(nil),   // 81: flow.admin.v1.ReleaseTaskFromWindowsResponse
+	(*ReleaseRunFromWindowsRequest)(nil),     // 82: flow.admin.v1.ReleaseRunFromWindowsRequest
+	(*ReleaseRunFromWindowsResponse)(nil),    // 83: flow.admin.v1.ReleaseRunFromWindowsResponse
+	(*Webhook)(nil),                          // 84: flow.admin.v1.Webhook
+	(*CreateWebhookRequest)(nil),             // 85: flow.admin.v1.CreateWebhookRequest
+	(*WebhookResponse)(nil),                  // 86: flow.admin.v1.WebhookResponse
+	(*ListWebhooksRequest)(nil),              // 87: flow.admin.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),             // 88: flow.admin.v1.ListWebhooksResponse
+	(*GetWebhookRequest)(nil),                // 89: flow.admin.v1.GetWebhookRequest
+	(*DeleteWebhookRequest)(nil),             // 90: flow.admin.v1.DeleteWebhookRequest
+	(*TestWebhookRequest)(nil),               // 91: flow.admin.v1.TestWebhookRequest
+	(*TestWebhookResponse)(nil),              // 92: flow.admin.v1.TestWebhookResponse
+	(*WebhookDelivery)(nil),                  // 93: flow.admin.v1.WebhookDelivery
+	(*ListWebhookDeliveriesRequest)(nil),     // 94: flow.admin.v1.ListWebhookDeliveriesRequest
+	(*ListWebhookDeliveriesResponse)(nil),    // 95: flow.admin.v1.ListWebhookDeliveriesResponse
+	(*RedriveWebhookDeliveriesRequest)(nil),  // 96: flow.admin.v1.RedriveWebhookDeliveriesRequest
+	(*RedriveWebhookDeliveriesResponse)(nil), // 97: flow.admin.v1.RedriveWebhookDeliveriesResponse
+	(*timestamppb.Timestamp)(nil),            // 98: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 99: google.protobuf.Duration
+	(*v1.CreateOperationRunRequest)(nil),     // 100: v1.CreateOperationRunRequest
+	(*v1.PowerOnRackRequest)(nil),            // 101: v1.PowerOnRackRequest
+	(*v1.PowerOffRackRequest)(nil),           // 102: v1.PowerOffRackRequest
+	(*v1.PowerResetRackRequest)(nil),         // 103: v1.PowerResetRackRequest
+	(*v1.ACPowerCycleRackRequest)(nil),       // 104: v1.ACPowerCycleRackRequest
+	(*v1.UpgradeFirmwareRequest)(nil),        // 105: v1.UpgradeFirmwareRequest
 }
 var file_flow_admin_v1_admin_proto_depIdxs = []int32{
-	89,  // 0: flow.admin.v1.SyncCycle.started_at:type_name -> google.protobuf.Timestamp
-	90,  // 1: flow.admin.v1.SyncCycle.duration:type_name -> google.protobuf.Duration
+	98,  // 0: flow.admin.v1.SyncCycle.started_at:type_name -> google.protobuf.Timestamp
+	99,  // 1: flow.admin.v1.SyncCycle.duration:type_name -> google.protobuf.Duration
 	1,   // 2: flow.admin.v1.SyncCycle.parts:type_name -> flow.admin.v1.SyncPart
 	0,   // 3: flow.admin.v1.RunSyncResponse.cycle:type_name -> flow.admin.v1.SyncCycle
 	0,   // 4: flow.admin.v1.GetSyncStatusResponse.cycle:type_name -> flow.admin.v1.SyncCycle
-	89,  // 5: flow.admin.v1.OverrideLeakResponse.detected_at:type_name -> google.protobuf.Timestamp
-	89,  // 6: flow.admin.v1.OverrideLeakResponse.overridden_at:type_name -> google.protobuf.Timestamp
-	89,  // 7: flow.admin.v1.LeakOccurrence.started_at:type_name -> google.protobuf.Timestamp
-	89,  // 8: flow.admin.v1.LeakOccurrence.last_seen_at:type_name -> google.protobuf.Timestamp
+	98,  // 5: flow.admin.v1.OverrideLeakResponse.detected_at:type_name -> google.protobuf.Timestamp
+	98,  // 6: flow.admin.v1.OverrideLeakResponse.overridden_at:type_name -> google.protobuf.Timestamp
+	98,  // 7: flow.admin.v1.LeakOccurrence.started_at:type_name -> google.protobuf.Timestamp
+	98,  // 8: flow.admin.v1.LeakOccurrence.last_seen_at:type_name -> google.protobuf.Timestamp
 	9,   // 9: flow.admin.v1.ListLeakOccurrencesResponse.occurrences:type_name -> flow.admin.v1.LeakOccurrence
-	89,  // 10: flow.admin.v1.Isolation.observed_at:type_name -> google.protobuf.Timestamp
-	89,  // 11: flow.admin.v1.Isolation.requested_at:type_name -> google.protobuf.Timestamp
-	89,  // 12: flow.admin.v1.Isolation.next_send_at:type_name -> google.protobuf.Timestamp
-	89,  // 13: flow.admin.v1.Isolation.acknowledged_at:type_name -> google.protobuf.Timestamp
-	89,  // 14: flow.admin.v1.Isolation.cleared_at:type_name -> google.protobuf.Timestamp
+	98,  // 10: flow.admin.v1.Isolation.observed_at:type_name -> google.protobuf.Timestamp
+	98,  // 11: flow.admin.v1.Isolation.requested_at:type_name -> google.protobuf.Timestamp
+	98,  // 12: flow.admin.v1.Isolation.next_send_at:type_name -> google.protobuf.Timestamp
+	98,  // 13: flow.admin.v1.Isolation.acknowledged_at:type_name -> google.protobuf.Timestamp
+	98,  // 14: flow.admin.v1.Isolation.cleared_at:type_name -> google.protobuf.Timestamp
 	11,  // 15: flow.admin.v1.IsolationResponse.isolation:type_name -> flow.admin.v1.Isolation
 	11,  // 16: flow.admin.v1.OverrideIsolationResponse.isolations:type_name -> flow.admin.v1.Isolation
 	11,  // 17: flow.admin.v1.ListIsolationsResponse.isolations:type_name -> flow.admin.v1.Isolation
-	89,  // 18: flow.admin.v1.FacilityLeakReport.reported_at:type_name -> google.protobuf.Timestamp
+	98,  // 18: flow.admin.v1.FacilityLeakReport.reported_at:type_name -> google.protobuf.Timestamp
 	20,  // 19: flow.admin.v1.ListFacilityLeakReportsResponse.reports:type_name -> flow.admin.v1.FacilityLeakReport
-	89,  // 20: flow.admin.v1.DeletedRack.deleted_at:type_name -> google.protobuf.Timestamp
+	98,  // 20: flow.admin.v1.DeletedRack.deleted_at:type_name -> google.protobuf.Timestamp
 	24,  // 21: flow.admin.v1.FindDeletedRacksResponse.racks:type_name -> flow.admin.v1.DeletedRack
-	89,  // 22: flow.admin.v1.BaselineRevision.created_at:type_name -> google.protobuf.Timestamp
-	26,  // 23: flow.admin.v1.Baseline.entries:type_name -> flow.admin.v1.BaselineEntry
-	89,  // 24: flow.admin.v1.Baseline.created_at:type_name -> google.protobuf.Timestamp
-	89,  // 25: flow.admin.v1.Baseline.activated_at:type_name -> google.protobuf.Timestamp
-	27,  // 26: flow.admin.v1.Baseline.history:type_name -> flow.admin.v1.BaselineRevision
-	26,  // 27: flow.admin.v1.CreateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
-	26,  // 28: flow.admin.v1.UpdateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
-	28,  // 29: flow.admin.v1.BaselineResponse.baseline:type_name -> flow.admin.v1.Baseline
-	28,  // 30: flow.admin.v1.ListBaselinesResponse.baselines:type_name -> flow.admin.v1.Baseline
-	38,  // 31: flow.admin.v1.DeviceCompliance.differences:type_name -> flow.admin.v1.SubComponentCompliance
-	89,  // 32: flow.admin.v1.DeviceCompliance.seen_at:type_name -> google.protobuf.Timestamp
-	40,  // 33: flow.admin.v1.ComplianceGroup.counts:type_name -> flow.admin.v1.ComplianceCounts
-	39,  // 34: flow.admin.v1.GetComplianceResponse.devices:type_name -> flow.admin.v1.DeviceCompliance
-	40,  // 35: flow.admin.v1.GetComplianceResponse.site:type_name -> flow.admin.v1.ComplianceCounts
-	41,  // 36: flow.admin.v1.GetComplianceResponse.groups:type_name -> flow.admin.v1.ComplianceGroup
-	89,  // 37: flow.admin.v1.GetComplianceResponse.computed_at:type_name -> google.protobuf.Timestamp
-	44,  // 38: flow.admin.v1.ApplyBaselineResponse.waves:type_name -> flow.admin.v1.ApplyWave
-	89,  // 39: flow.admin.v1.GetInstalledFirmwareResponse.seen_at:type_name -> google.protobuf.Timestamp
-	89,  // 40: flow.admin.v1.GetInstalledFirmwareResponse.changed_at:type_name -> google.protobuf.Timestamp
-	47,  // 41: flow.admin.v1.GetInstalledFirmwareResponse.components:type_name -> flow.admin.v1.InstalledSubComponent
-	49,  // 42: flow.admin.v1.PlannedPhase.racks:type_name -> flow.admin.v1.PlannedRack
-	91,  // 43: flow.admin.v1.PreviewOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
-	50,  // 44: flow.admin.v1.PreviewOperationRunResponse.phases:type_name -> flow.admin.v1.PlannedPhase
-	92,  // 45: flow.admin.v1.PreviewSubmissionRequest.power_on:type_name -> v1.PowerOnRackRequest
-	93,  // 46: flow.admin.v1.PreviewSubmissionRequest.power_off:type_name -> v1.PowerOffRackRequest
-	94,  // 47: flow.admin.v1.PreviewSubmissionRequest.power_reset:type_name -> v1.PowerResetRackRequest
-	95,  // 48: flow.admin.v1.PreviewSubmissionRequest.ac_power_cycle:type_name -> v1.ACPowerCycleRackRequest
-	96,  // 49: flow.admin.v1.PreviewSubmissionRequest.upgrade_firmware:type_name -> v1.UpgradeFirmwareRequest
-	49,  // 50: flow.admin.v1.PreviewSubmissionResponse.racks:type_name -> flow.admin.v1.PlannedRack
-	91,  // 51: flow.admin.v1.CreateOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
-	89,  // 52: flow.admin.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
-	89,  // 53: flow.admin.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
-	89,  // 54: flow.admin.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
-	50,  // 55: flow.admin.v1.Approval.phases:type_name -> flow.admin.v1.PlannedPhase
-	57,  // 56: flow.admin.v1.ListApprovalsResponse.approvals:type_name -> flow.admin.v1.Approval
-	90,  // 57: flow.admin.v1.Window.duration:type_name -> google.protobuf.Duration
-	89,  // 58: flow.admin.v1.Window.starts_at:type_name -> google.protobuf.Timestamp
-	89,  // 59: flow.admin.v1.Window.ends_at:type_name -> google.protobuf.Timestamp
-	63,  // 60: flow.admin.v1.Window.scope:type_name -> flow.admin.v1.WindowScope
-	89,  // 61: flow.admin.v1.Window.created_at:type_name -> google.protobuf.Timestamp
-	89,  // 62: flow.admin.v1.Window.next_change:type_name -> google.protobuf.Timestamp
-	90,  // 63: flow.admin.v1.CreateWindowRequest.duration:type_name -> google.protobuf.Duration
-	89,  // 64: flow.admin.v1.CreateWindowRequest.starts_at:type_name -> google.protobuf.Timestamp
-	89,  // 65: flow.admin.v1.CreateWindowRequest.ends_at:type_name -> google.protobuf.Timestamp
-	63,  // 66: flow.admin.v1.CreateWindowRequest.scope:type_name -> flow.admin.v1.WindowScope
-	64,  // 67: flow.admin.v1.WindowResponse.window:type_name -> flow.admin.v1.Window
-	64,  // 68: flow.admin.v1.ListWindowsResponse.windows:type_name -> flow.admin.v1.Window
-	89,  // 69: flow.admin.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
-	75,  // 70: flow.admin.v1.WebhookResponse.webhook:type_name -> flow.admin.v1.Webhook
-	75,  // 71: flow.admin.v1.ListWebhooksResponse.webhooks:type_name -> flow.admin.v1.Webhook
-	89,  // 72: flow.admin.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	89,  // 73: flow.admin.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
-	89,  // 74: flow.admin.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
-	84,  // 75: flow.admin.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> flow.admin.v1.WebhookDelivery
-	2,   // 76: flow.admin.v1.AdminService.RunSync:input_type -> flow.admin.v1.RunSyncRequest
-	4,   // 77: flow.admin.v1.AdminService.GetSyncStatus:input_type -> flow.admin.v1.GetSyncStatusRequest
-	6,   // 78: flow.admin.v1.AdminService.OverrideLeak:input_type -> flow.admin.v1.OverrideLeakRequest
-	8,   // 79: flow.admin.v1.AdminService.ListLeakOccurrences:input_type -> flow.admin.v1.ListLeakOccurrencesRequest
-	13,  // 80: flow.admin.v1.AdminService.AcknowledgeIsolation:input_type -> flow.admin.v1.AcknowledgeIsolationRequest
-	14,  // 81: flow.admin.v1.AdminService.ClearIsolation:input_type -> flow.admin.v1.ClearIsolationRequest
-	15,  // 82: flow.admin.v1.AdminService.OverrideIsolation:input_type -> flow.admin.v1.OverrideIsolationRequest
-	17,  // 83: flow.admin.v1.AdminService.ListIsolations:input_type -> flow.admin.v1.ListIsolationsRequest
-	19,  // 84: flow.admin.v1.AdminService.ReportFacilityLeak:input_type -> flow.admin.v1.ReportFacilityLeakRequest
-	21,  // 85: flow.admin.v1.AdminService.ListFacilityLeakReports:input_type -> flow.admin.v1.ListFacilityLeakReportsRequest
-	29,  // 86: flow.admin.v1.AdminService.CreateBaseline:input_type -> flow.admin.v1.CreateBaselineRequest
-	30,  // 87: flow.admin.v1.AdminService.UpdateBaseline:input_type -> flow.admin.v1.UpdateBaselineRequest
-	31,  // 88: flow.admin.v1.AdminService.GetBaseline:input_type -> flow.admin.v1.GetBaselineRequest
-	33,  // 89: flow.admin.v1.AdminService.ListBaselines:input_type -> flow.admin.v1.ListBaselinesRequest
-	35,  // 90: flow.admin.v1.AdminService.ActivateBaseline:input_type -> flow.admin.v1.ActivateBaselineRequest
-	36,  // 91: flow.admin.v1.AdminService.ImportBaseline:input_type -> flow.admin.v1.ImportBaselineRequest
-	37,  // 92: flow.admin.v1.AdminService.GetCompliance:input_type -> flow.admin.v1.GetComplianceRequest
-	43,  // 93: flow.admin.v1.AdminService.ApplyBaseline:input_type -> flow.admin.v1.ApplyBaselineRequest
-	46,  // 94: flow.admin.v1.AdminService.GetInstalledFirmware:input_type -> flow.admin.v1.GetInstalledFirmwareRequest
-	51,  // 95: flow.admin.v1.AdminService.PreviewOperationRun:input_type -> flow.admin.v1.PreviewOperationRunRequest
-	53,  // 96: flow.admin.v1.AdminService.PreviewSubmission:input_type -> flow.admin.v1.PreviewSubmissionRequest
-	55,  // 97: flow.admin.v1.AdminService.CreateOperationRun:input_type -> flow.admin.v1.CreateOperationRunRequest
-	58,  // 98: flow.admin.v1.AdminService.ListApprovals:input_type -> flow.admin.v1.ListApprovalsRequest
-	60,  // 99: flow.admin.v1.AdminService.GetApproval:input_type -> flow.admin.v1.GetApprovalRequest
-	61,  // 100: flow.admin.v1.AdminService.Approve:input_type -> flow.admin.v1.ApproveRequest
-	62,  // 101: flow.admin.v1.AdminService.Reject:input_type -> flow.admin.v1.RejectRequest
-	65,  // 102: flow.admin.v1.AdminService.CreateWindow:input_type -> flow.admin.v1.CreateWindowRequest
-	67,  // 103: flow.admin.v1.AdminService.ListWindows:input_type -> flow.admin.v1.ListWindowsRequest
-	69,  // 104: flow.admin.v1.AdminService.GetWindow:input_type -> flow.admin.v1.GetWindowRequest
-	70,  // 105: flow.admin.v1.AdminService.DeleteWindow:input_type -> flow.admin.v1.DeleteWindowRequest
-	71,  // 106: flow.admin.v1.AdminService.ReleaseTaskFromWindows:input_type -> flow.admin.v1.ReleaseTaskFromWindowsRequest
-	73,  // 107: flow.admin.v1.AdminService.ReleaseRunFromWindows:input_type -> flow.admin.v1.ReleaseRunFromWindowsRequest
-	23,  // 108: flow.admin.v1.AdminService.FindDeletedRacks:input_type -> flow.admin.v1.FindDeletedRacksRequest
-	76,  // 109: flow.admin.v1.AdminService.CreateWebhook:input_type -> flow.admin.v1.CreateWebhookRequest
-	78,  // 110: flow.admin.v1.AdminService.ListWebhooks:input_type -> flow.admin.v1.ListWebhooksRequest
-	80,  // 111: flow.admin.v1.AdminService.GetWebhook:input_type -> flow.admin.v1.GetWebhookRequest
-	81,  // 112: flow.admin.v1.AdminService.DeleteWebhook:input_type -> flow.admin.v1.DeleteWebhookRequest
-	82,  // 113: flow.admin.v1.AdminService.TestWebhook:input_type -> flow.admin.v1.TestWebhookRequest
-	85,  // 114: flow.admin.v1.AdminService.ListWebhookDeliveries:input_type -> flow.admin.v1.ListWebhookDeliveriesRequest
-	87,  // 115: flow.admin.v1.AdminService.RedriveWebhookDeliveries:input_type -> flow.admin.v1.RedriveWebhookDeliveriesRequest
-	3,   // 116: flow.admin.v1.AdminService.RunSync:output_type -> flow.admin.v1.RunSyncResponse
-	5,   // 117: flow.admin.v1.AdminService.GetSyncStatus:output_type -> flow.admin.v1.GetSyncStatusResponse
-	7,   // 118: flow.admin.v1.AdminService.OverrideLeak:output_type -> flow.admin.v1.OverrideLeakResponse
-	10,  // 119: flow.admin.v1.AdminService.ListLeakOccurrences:output_type -> flow.admin.v1.ListLeakOccurrencesResponse
-	12,  // 120: flow.admin.v1.AdminService.AcknowledgeIsolation:output_type -> flow.admin.v1.IsolationResponse
-	12,  // 121: flow.admin.v1.AdminService.ClearIsolation:output_type -> flow.admin.v1.IsolationResponse
-	16,  // 122: flow.admin.v1.AdminService.OverrideIsolation:output_type -> flow.admin.v1.OverrideIsolationResponse
-	18,  // 123: flow.admin.v1.AdminService.ListIsolations:output_type -> flow.admin.v1.ListIsolationsResponse
-	20,  // 124: flow.admin.v1.AdminService.ReportFacilityLeak:output_type -> flow.admin.v1.FacilityLeakReport
-	22,  // 125: flow.admin.v1.AdminService.ListFacilityLeakReports:output_type -> flow.admin.v1.ListFacilityLeakReportsResponse
-	32,  // 126: flow.admin.v1.AdminService.CreateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	32,  // 127: flow.admin.v1.AdminService.UpdateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	32,  // 128: flow.admin.v1.AdminService.GetBaseline:output_type -> flow.admin.v1.BaselineResponse
-	34,  // 129: flow.admin.v1.AdminService.ListBaselines:output_type -> flow.admin.v1.ListBaselinesResponse
-	32,  // 130: flow.admin.v1.AdminService.ActivateBaseline:output_type -> flow.admin.v1.BaselineResponse
-	32,  // 131: flow.admin.v1.AdminService.ImportBaseline:output_type -> flow.admin.v1.BaselineResponse
-	42,  // 132: flow.admin.v1.AdminService.GetCompliance:output_type -> flow.admin.v1.GetComplianceResponse
-	45,  // 133: flow.admin.v1.AdminService.ApplyBaseline:output_type -> flow.admin.v1.ApplyBaselineResponse
-	48,  // 134: flow.admin.v1.AdminService.GetInstalledFirmware:output_type -> flow.admin.v1.GetInstalledFirmwareResponse
-	52,  // 135: flow.admin.v1.AdminService.PreviewOperationRun:output_type -> flow.admin.v1.PreviewOperationRunResponse
-	54,  // 136: flow.admin.v1.AdminService.PreviewSubmission:output_type -> flow.admin.v1.PreviewSubmissionResponse
-	56,  // 137: flow.admin.v1.AdminService.CreateOperationRun:output_type -> flow.admin.v1.CreateOperationRunResponse
-	59,  // 138: flow.admin.v1.AdminService.ListApprovals:output_type -> flow.admin.v1.ListApprovalsResponse
-	57,  // 139: flow.admin.v1.AdminService.GetApproval:output_type -> flow.admin.v1.Approval
-	57,  // 140: flow.admin.v1.AdminService.Approve:output_type -> flow.admin.v1.Approval
-	57,  // 141: flow.admin.v1.AdminService.Reject:output_type -> flow.admin.v1.Approval
-	66,  // 142: flow.admin.v1.AdminService.CreateWindow:output_type -> flow.admin.v1.WindowResponse
-	68,  // 143: flow.admin.v1.AdminService.ListWindows:output_type -> flow.admin.v1.ListWindowsResponse
-	66,  // 144: flow.admin.v1.AdminService.GetWindow:output_type -> flow.admin.v1.WindowResponse
-	66,  // 145: flow.admin.v1.AdminService.DeleteWindow:output_type -> flow.admin.v1.WindowResponse
-	72,  // 146: flow.admin.v1.AdminService.ReleaseTaskFromWindows:output_type -> flow.admin.v1.ReleaseTaskFromWindowsResponse
-	74,  // 147: flow.admin.v1.AdminService.ReleaseRunFromWindows:output_type -> flow.admin.v1.ReleaseRunFromWindowsResponse
-	25,  // 148: flow.admin.v1.AdminService.FindDeletedRacks:output_type -> flow.admin.v1.FindDeletedRacksResponse
-	77,  // 149: flow.admin.v1.AdminService.CreateWebhook:output_type -> flow.admin.v1.WebhookResponse
-	79,  // 150: flow.admin.v1.AdminService.ListWebhooks:output_type -> flow.admin.v1.ListWebhooksResponse
-	77,  // 151: flow.admin.v1.AdminService.GetWebhook:output_type -> flow.admin.v1.WebhookResponse
-	77,  // 152: flow.admin.v1.AdminService.DeleteWebhook:output_type -> flow.admin.v1.WebhookResponse
-	83,  // 153: flow.admin.v1.AdminService.TestWebhook:output_type -> flow.admin.v1.TestWebhookResponse
-	86,  // 154: flow.admin.v1.AdminService.ListWebhookDeliveries:output_type -> flow.admin.v1.ListWebhookDeliveriesResponse
-	88,  // 155: flow.admin.v1.AdminService.RedriveWebhookDeliveries:output_type -> flow.admin.v1.RedriveWebhookDeliveriesResponse
-	116, // [116:156] is the sub-list for method output_type
-	76,  // [76:116] is the sub-list for method input_type
-	76,  // [76:76] is the sub-list for extension type_name
-	76,  // [76:76] is the sub-list for extension extendee
-	0,   // [0:76] is the sub-list for field type_name
+	98,  // 22: flow.admin.v1.PowerBudget.updated_at:type_name -> google.protobuf.Timestamp
+	28,  // 23: flow.admin.v1.SetPowerBudgetResponse.budget:type_name -> flow.admin.v1.PowerBudget
+	28,  // 24: flow.admin.v1.ListPowerBudgetsResponse.budgets:type_name -> flow.admin.v1.PowerBudget
+	28,  // 25: flow.admin.v1.DeletePowerBudgetResponse.budget:type_name -> flow.admin.v1.PowerBudget
+	98,  // 26: flow.admin.v1.BaselineRevision.created_at:type_name -> google.protobuf.Timestamp
+	35,  // 27: flow.admin.v1.Baseline.entries:type_name -> flow.admin.v1.BaselineEntry
+	98,  // 28: flow.admin.v1.Baseline.created_at:type_name -> google.protobuf.Timestamp
+	98,  // 29: flow.admin.v1.Baseline.activated_at:type_name -> google.protobuf.Timestamp
+	36,  // 30: flow.admin.v1.Baseline.history:type_name -> flow.admin.v1.BaselineRevision
+	35,  // 31: flow.admin.v1.CreateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
+	35,  // 32: flow.admin.v1.UpdateBaselineRequest.entries:type_name -> flow.admin.v1.BaselineEntry
+	37,  // 33: flow.admin.v1.BaselineResponse.baseline:type_name -> flow.admin.v1.Baseline
+	37,  // 34: flow.admin.v1.ListBaselinesResponse.baselines:type_name -> flow.admin.v1.Baseline
+	47,  // 35: flow.admin.v1.DeviceCompliance.differences:type_name -> flow.admin.v1.SubComponentCompliance
+	98,  // 36: flow.admin.v1.DeviceCompliance.seen_at:type_name -> google.protobuf.Timestamp
+	49,  // 37: flow.admin.v1.ComplianceGroup.counts:type_name -> flow.admin.v1.ComplianceCounts
+	48,  // 38: flow.admin.v1.GetComplianceResponse.devices:type_name -> flow.admin.v1.DeviceCompliance
+	49,  // 39: flow.admin.v1.GetComplianceResponse.site:type_name -> flow.admin.v1.ComplianceCounts
+	50,  // 40: flow.admin.v1.GetComplianceResponse.groups:type_name -> flow.admin.v1.ComplianceGroup
+	98,  // 41: flow.admin.v1.GetComplianceResponse.computed_at:type_name -> google.protobuf.Timestamp
+	53,  // 42: flow.admin.v1.ApplyBaselineResponse.waves:type_name -> flow.admin.v1.ApplyWave
+	98,  // 43: flow.admin.v1.GetInstalledFirmwareResponse.seen_at:type_name -> google.protobuf.Timestamp
+	98,  // 44: flow.admin.v1.GetInstalledFirmwareResponse.changed_at:type_name -> google.protobuf.Timestamp
+	56,  // 45: flow.admin.v1.GetInstalledFirmwareResponse.components:type_name -> flow.admin.v1.InstalledSubComponent
+	58,  // 46: flow.admin.v1.PlannedPhase.racks:type_name -> flow.admin.v1.PlannedRack
+	100, // 47: flow.admin.v1.PreviewOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
+	59,  // 48: flow.admin.v1.PreviewOperationRunResponse.phases:type_name -> flow.admin.v1.PlannedPhase
+	101, // 49: flow.admin.v1.PreviewSubmissionRequest.power_on:type_name -> v1.PowerOnRackRequest
+	102, // 50: flow.admin.v1.PreviewSubmissionRequest.power_off:type_name -> v1.PowerOffRackRequest
+	103, // 51: flow.admin.v1.PreviewSubmissionRequest.power_reset:type_name -> v1.PowerResetRackRequest
+	104, // 52: flow.admin.v1.PreviewSubmissionRequest.ac_power_cycle:type_name -> v1.ACPowerCycleRackRequest
+	105, // 53: flow.admin.v1.PreviewSubmissionRequest.upgrade_firmware:type_name -> v1.UpgradeFirmwareRequest
+	58,  // 54: flow.admin.v1.PreviewSubmissionResponse.racks:type_name -> flow.admin.v1.PlannedRack
+	100, // 55: flow.admin.v1.CreateOperationRunRequest.request:type_name -> v1.CreateOperationRunRequest
+	98,  // 56: flow.admin.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
+	98,  // 57: flow.admin.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
+	98,  // 58: flow.admin.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	59,  // 59: flow.admin.v1.Approval.phases:type_name -> flow.admin.v1.PlannedPhase
+	66,  // 60: flow.admin.v1.ListApprovalsResponse.approvals:type_name -> flow.admin.v1.Approval
+	99,  // 61: flow.admin.v1.Window.duration:type_name -> google.protobuf.Duration
+	98,  // 62: flow.admin.v1.Window.starts_at:type_name -> google.protobuf.Timestamp
+	98,  // 63: flow.admin.v1.Window.ends_at:type_name -> google.protobuf.Timestamp
+	72,  // 64: flow.admin.v1.Window.scope:type_name -> flow.admin.v1.WindowScope
+	98,  // 65: flow.admin.v1.Window.created_at:type_name -> google.protobuf.Timestamp
+	98,  // 66: flow.admin.v1.Window.next_change:type_name -> google.protobuf.Timestamp
+	99,  // 67: flow.admin.v1.CreateWindowRequest.duration:type_name -> google.protobuf.Duration
+	98,  // 68: flow.admin.v1.CreateWindowRequest.starts_at:type_name -> google.protobuf.Timestamp
+	98,  // 69: flow.admin.v1.CreateWindowRequest.ends_at:type_name -> google.protobuf.Timestamp
+	72,  // 70: flow.admin.v1.CreateWindowRequest.scope:type_name -> flow.admin.v1.WindowScope
+	73,  // 71: flow.admin.v1.WindowResponse.window:type_name -> flow.admin.v1.Window
+	73,  // 72: flow.admin.v1.ListWindowsResponse.windows:type_name -> flow.admin.v1.Window
+	98,  // 73: flow.admin.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	84,  // 74: flow.admin.v1.WebhookResponse.webhook:type_name -> flow.admin.v1.Webhook
+	84,  // 75: flow.admin.v1.ListWebhooksResponse.webhooks:type_name -> flow.admin.v1.Webhook
+	98,  // 76: flow.admin.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	98,  // 77: flow.admin.v1.WebhookDelivery.created_at:type_name -> google.protobuf.Timestamp
+	98,  // 78: flow.admin.v1.WebhookDelivery.delivered_at:type_name -> google.protobuf.Timestamp
+	93,  // 79: flow.admin.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> flow.admin.v1.WebhookDelivery
+	2,   // 80: flow.admin.v1.AdminService.RunSync:input_type -> flow.admin.v1.RunSyncRequest
+	4,   // 81: flow.admin.v1.AdminService.GetSyncStatus:input_type -> flow.admin.v1.GetSyncStatusRequest
+	6,   // 82: flow.admin.v1.AdminService.OverrideLeak:input_type -> flow.admin.v1.OverrideLeakRequest
+	8,   // 83: flow.admin.v1.AdminService.ListLeakOccurrences:input_type -> flow.admin.v1.ListLeakOccurrencesRequest
+	13,  // 84: flow.admin.v1.AdminService.AcknowledgeIsolation:input_type -> flow.admin.v1.AcknowledgeIsolationRequest
+	14,  // 85: flow.admin.v1.AdminService.ClearIsolation:input_type -> flow.admin.v1.ClearIsolationRequest
+	15,  // 86: flow.admin.v1.AdminService.OverrideIsolation:input_type -> flow.admin.v1.OverrideIsolationRequest
+	17,  // 87: flow.admin.v1.AdminService.ListIsolations:input_type -> flow.admin.v1.ListIsolationsRequest
+	19,  // 88: flow.admin.v1.AdminService.ReportFacilityLeak:input_type -> flow.admin.v1.ReportFacilityLeakRequest
+	21,  // 89: flow.admin.v1.AdminService.ListFacilityLeakReports:input_type -> flow.admin.v1.ListFacilityLeakReportsRequest
+	38,  // 90: flow.admin.v1.AdminService.CreateBaseline:input_type -> flow.admin.v1.CreateBaselineRequest
+	39,  // 91: flow.admin.v1.AdminService.UpdateBaseline:input_type -> flow.admin.v1.UpdateBaselineRequest
+	40,  // 92: flow.admin.v1.AdminService.GetBaseline:input_type -> flow.admin.v1.GetBaselineRequest
+	42,  // 93: flow.admin.v1.AdminService.ListBaselines:input_type -> flow.admin.v1.ListBaselinesRequest
+	44,  // 94: flow.admin.v1.AdminService.ActivateBaseline:input_type -> flow.admin.v1.ActivateBaselineRequest
+	45,  // 95: flow.admin.v1.AdminService.ImportBaseline:input_type -> flow.admin.v1.ImportBaselineRequest
+	46,  // 96: flow.admin.v1.AdminService.GetCompliance:input_type -> flow.admin.v1.GetComplianceRequest
+	52,  // 97: flow.admin.v1.AdminService.ApplyBaseline:input_type -> flow.admin.v1.ApplyBaselineRequest
+	55,  // 98: flow.admin.v1.AdminService.GetInstalledFirmware:input_type -> flow.admin.v1.GetInstalledFirmwareRequest
+	60,  // 99: flow.admin.v1.AdminService.PreviewOperationRun:input_type -> flow.admin.v1.PreviewOperationRunRequest
+	62,  // 100: flow.admin.v1.AdminService.PreviewSubmission:input_type -> flow.admin.v1.PreviewSubmissionRequest
+	64,  // 101: flow.admin.v1.AdminService.CreateOperationRun:input_type -> flow.admin.v1.CreateOperationRunRequest
+	67,  // 102: flow.admin.v1.AdminService.ListApprovals:input_type -> flow.admin.v1.ListApprovalsRequest
+	69,  // 103: flow.admin.v1.AdminService.GetApproval:input_type -> flow.admin.v1.GetApprovalRequest
+	70,  // 104: flow.admin.v1.AdminService.Approve:input_type -> flow.admin.v1.ApproveRequest
+	71,  // 105: flow.admin.v1.AdminService.Reject:input_type -> flow.admin.v1.RejectRequest
+	74,  // 106: flow.admin.v1.AdminService.CreateWindow:input_type -> flow.admin.v1.CreateWindowRequest
+	76,  // 107: flow.admin.v1.AdminService.ListWindows:input_type -> flow.admin.v1.ListWindowsRequest
+	78,  // 108: flow.admin.v1.AdminService.GetWindow:input_type -> flow.admin.v1.GetWindowRequest
+	79,  // 109: flow.admin.v1.AdminService.DeleteWindow:input_type -> flow.admin.v1.DeleteWindowRequest
+	80,  // 110: flow.admin.v1.AdminService.ReleaseTaskFromWindows:input_type -> flow.admin.v1.ReleaseTaskFromWindowsRequest
+	82,  // 111: flow.admin.v1.AdminService.ReleaseRunFromWindows:input_type -> flow.admin.v1.ReleaseRunFromWindowsRequest
+	23,  // 112: flow.admin.v1.AdminService.FindDeletedRacks:input_type -> flow.admin.v1.FindDeletedRacksRequest
+	26,  // 113: flow.admin.v1.AdminService.SetRackPlacement:input_type -> flow.admin.v1.SetRackPlacementRequest
+	29,  // 114: flow.admin.v1.AdminService.SetPowerBudget:input_type -> flow.admin.v1.SetPowerBudgetRequest
+	31,  // 115: flow.admin.v1.AdminService.ListPowerBudgets:input_type -> flow.admin.v1.ListPowerBudgetsRequest
+	33,  // 116: flow.admin.v1.AdminService.DeletePowerBudget:input_type -> flow.admin.v1.DeletePowerBudgetRequest
+	85,  // 117: flow.admin.v1.AdminService.CreateWebhook:input_type -> flow.admin.v1.CreateWebhookRequest
+	87,  // 118: flow.admin.v1.AdminService.ListWebhooks:input_type -> flow.admin.v1.ListWebhooksRequest
+	89,  // 119: flow.admin.v1.AdminService.GetWebhook:input_type -> flow.admin.v1.GetWebhookRequest
+	90,  // 120: flow.admin.v1.AdminService.DeleteWebhook:input_type -> flow.admin.v1.DeleteWebhookRequest
+	91,  // 121: flow.admin.v1.AdminService.TestWebhook:input_type -> flow.admin.v1.TestWebhookRequest
+	94,  // 122: flow.admin.v1.AdminService.ListWebhookDeliveries:input_type -> flow.admin.v1.ListWebhookDeliveriesRequest
+	96,  // 123: flow.admin.v1.AdminService.RedriveWebhookDeliveries:input_type -> flow.admin.v1.RedriveWebhookDeliveriesRequest
+	3,   // 124: flow.admin.v1.AdminService.RunSync:output_type -> flow.admin.v1.RunSyncResponse
+	5,   // 125: flow.admin.v1.AdminService.GetSyncStatus:output_type -> flow.admin.v1.GetSyncStatusResponse
+	7,   // 126: flow.admin.v1.AdminService.OverrideLeak:output_type -> flow.admin.v1.OverrideLeakResponse
+	10,  // 127: flow.admin.v1.AdminService.ListLeakOccurrences:output_type -> flow.admin.v1.ListLeakOccurrencesResponse
+	12,  // 128: flow.admin.v1.AdminService.AcknowledgeIsolation:output_type -> flow.admin.v1.IsolationResponse
+	12,  // 129: flow.admin.v1.AdminService.ClearIsolation:output_type -> flow.admin.v1.IsolationResponse
+	16,  // 130: flow.admin.v1.AdminService.OverrideIsolation:output_type -> flow.admin.v1.OverrideIsolationResponse
+	18,  // 131: flow.admin.v1.AdminService.ListIsolations:output_type -> flow.admin.v1.ListIsolationsResponse
+	20,  // 132: flow.admin.v1.AdminService.ReportFacilityLeak:output_type -> flow.admin.v1.FacilityLeakReport
+	22,  // 133: flow.admin.v1.AdminService.ListFacilityLeakReports:output_type -> flow.admin.v1.ListFacilityLeakReportsResponse
+	41,  // 134: flow.admin.v1.AdminService.CreateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	41,  // 135: flow.admin.v1.AdminService.UpdateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	41,  // 136: flow.admin.v1.AdminService.GetBaseline:output_type -> flow.admin.v1.BaselineResponse
+	43,  // 137: flow.admin.v1.AdminService.ListBaselines:output_type -> flow.admin.v1.ListBaselinesResponse
+	41,  // 138: flow.admin.v1.AdminService.ActivateBaseline:output_type -> flow.admin.v1.BaselineResponse
+	41,  // 139: flow.admin.v1.AdminService.ImportBaseline:output_type -> flow.admin.v1.BaselineResponse
+	51,  // 140: flow.admin.v1.AdminService.GetCompliance:output_type -> flow.admin.v1.GetComplianceResponse
+	54,  // 141: flow.admin.v1.AdminService.ApplyBaseline:output_type -> flow.admin.v1.ApplyBaselineResponse
+	57,  // 142: flow.admin.v1.AdminService.GetInstalledFirmware:output_type -> flow.admin.v1.GetInstalledFirmwareResponse
+	61,  // 143: flow.admin.v1.AdminService.PreviewOperationRun:output_type -> flow.admin.v1.PreviewOperationRunResponse
+	63,  // 144: flow.admin.v1.AdminService.PreviewSubmission:output_type -> flow.admin.v1.PreviewSubmissionResponse
+	65,  // 145: flow.admin.v1.AdminService.CreateOperationRun:output_type -> flow.admin.v1.CreateOperationRunResponse
+	68,  // 146: flow.admin.v1.AdminService.ListApprovals:output_type -> flow.admin.v1.ListApprovalsResponse
+	66,  // 147: flow.admin.v1.AdminService.GetApproval:output_type -> flow.admin.v1.Approval
+	66,  // 148: flow.admin.v1.AdminService.Approve:output_type -> flow.admin.v1.Approval
+	66,  // 149: flow.admin.v1.AdminService.Reject:output_type -> flow.admin.v1.Approval
+	75,  // 150: flow.admin.v1.AdminService.CreateWindow:output_type -> flow.admin.v1.WindowResponse
+	77,  // 151: flow.admin.v1.AdminService.ListWindows:output_type -> flow.admin.v1.ListWindowsResponse
+	75,  // 152: flow.admin.v1.AdminService.GetWindow:output_type -> flow.admin.v1.WindowResponse
+	75,  // 153: flow.admin.v1.AdminService.DeleteWindow:output_type -> flow.admin.v1.WindowResponse
+	81,  // 154: flow.admin.v1.AdminService.ReleaseTaskFromWindows:output_type -> flow.admin.v1.ReleaseTaskFromWindowsResponse
+	83,  // 155: flow.admin.v1.AdminService.ReleaseRunFromWindows:output_type -> flow.admin.v1.ReleaseRunFromWindowsResponse
+	25,  // 156: flow.admin.v1.AdminService.FindDeletedRacks:output_type -> flow.admin.v1.FindDeletedRacksResponse
+	27,  // 157: flow.admin.v1.AdminService.SetRackPlacement:output_type -> flow.admin.v1.SetRackPlacementResponse
+	30,  // 158: flow.admin.v1.AdminService.SetPowerBudget:output_type -> flow.admin.v1.SetPowerBudgetResponse
+	32,  // 159: flow.admin.v1.AdminService.ListPowerBudgets:output_type -> flow.admin.v1.ListPowerBudgetsResponse
+	34,  // 160: flow.admin.v1.AdminService.DeletePowerBudget:output_type -> flow.admin.v1.DeletePowerBudgetResponse
+	86,  // 161: flow.admin.v1.AdminService.CreateWebhook:output_type -> flow.admin.v1.WebhookResponse
+	88,  // 162: flow.admin.v1.AdminService.ListWebhooks:output_type -> flow.admin.v1.ListWebhooksResponse
+	86,  // 163: flow.admin.v1.AdminService.GetWebhook:output_type -> flow.admin.v1.WebhookResponse
+	86,  // 164: flow.admin.v1.AdminService.DeleteWebhook:output_type -> flow.admin.v1.WebhookResponse
+	92,  // 165: flow.admin.v1.AdminService.TestWebhook:output_type -> flow.admin.v1.TestWebhookResponse
+	95,  // 166: flow.admin.v1.AdminService.ListWebhookDeliveries:output_type -> flow.admin.v1.ListWebhookDeliveriesResponse
+	97,  // 167: flow.admin.v1.AdminService.RedriveWebhookDeliveries:output_type -> flow.admin.v1.RedriveWebhookDeliveriesResponse
+	124, // [124:168] is the sub-list for method output_type
+	80,  // [80:124] is the sub-list for method input_type
+	80,  // [80:80] is the sub-list for extension type_name
+	80,  // [80:80] is the sub-list for extension extendee
+	0,   // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_flow_admin_v1_admin_proto_init() }
@@ -6989,7 +7590,10 @@ func file_flow_admin_v1_admin_proto_init() {
 	if File_flow_admin_v1_admin_proto != nil {
 		return
 	}
-	file_flow_admin_v1_admin_proto_msgTypes[53].OneofWrappers = []any{
+	file_flow_admin_v1_admin_proto_msgTypes[26].OneofWrappers = []any{}
+	file_flow_admin_v1_admin_proto_msgTypes[28].OneofWrappers = []any{}
+	file_flow_admin_v1_admin_proto_msgTypes[29].OneofWrappers = []any{}
+	file_flow_admin_v1_admin_proto_msgTypes[62].OneofWrappers = []any{
 		(*PreviewSubmissionRequest_PowerOn)(nil),
 		(*PreviewSubmissionRequest_PowerOff)(nil),
 		(*PreviewSubmissionRequest_PowerReset)(nil),
@@ -7002,7 +7606,7 @@ func file_flow_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flow_admin_v1_admin_proto_rawDesc), len(file_flow_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   89,
+			NumMessages:   98,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -135,6 +135,18 @@ const (
 	// AdminServiceFindDeletedRacksProcedure is the fully-qualified name of the AdminService's
 	// FindDeletedRacks RPC.
 	AdminServiceFindDeletedRacksProcedure = "/flow.admin.v1.AdminService/FindDeletedRacks"
+	// AdminServiceSetRackPlacementProcedure is the fully-qualified name of the AdminService's
+	// SetRackPlacement RPC.
+	AdminServiceSetRackPlacementProcedure = "/flow.admin.v1.AdminService/SetRackPlacement"
+	// AdminServiceSetPowerBudgetProcedure is the fully-qualified name of the AdminService's
+	// SetPowerBudget RPC.
+	AdminServiceSetPowerBudgetProcedure = "/flow.admin.v1.AdminService/SetPowerBudget"
+	// AdminServiceListPowerBudgetsProcedure is the fully-qualified name of the AdminService's
+	// ListPowerBudgets RPC.
+	AdminServiceListPowerBudgetsProcedure = "/flow.admin.v1.AdminService/ListPowerBudgets"
+	// AdminServiceDeletePowerBudgetProcedure is the fully-qualified name of the AdminService's
+	// DeletePowerBudget RPC.
+	AdminServiceDeletePowerBudgetProcedure = "/flow.admin.v1.AdminService/DeletePowerBudget"
 	// AdminServiceCreateWebhookProcedure is the fully-qualified name of the AdminService's
 	// CreateWebhook RPC.
 	AdminServiceCreateWebhookProcedure = "/flow.admin.v1.AdminService/CreateWebhook"
@@ -303,6 +315,27 @@ type AdminServiceClient interface {
 	// `flow rack purge NAME` finds the UUID. Several deleted racks can share
 	// a name; none is an empty list. InvalidArgument when name is empty.
 	FindDeletedRacks(context.Context, *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error)
+	// SetRackPlacement sets a rack's power feed and coolant loop (issue 45,
+	// docs/operations.md "Feeds, loops and power budgets"): each only when
+	// given, an empty value clears it. rack is the rack's UUID or its name
+	// (unique among live racks). NotFound for an unknown rack;
+	// InvalidArgument naming the field for a bad name (one feed and one loop
+	// per rack: a list is refused), with nothing changed.
+	SetRackPlacement(context.Context, *v1.SetRackPlacementRequest) (*v1.SetRackPlacementResponse, error)
+	// SetPowerBudget creates or replaces a feed's power budget: at most
+	// max_transitions (>= 1) power transitions (power on, power cycle,
+	// reset, AC cycle, a rebooting firmware step) in progress at once on its
+	// racks, and optionally at most max_kw (> 0) of their draw. NotFound for
+	// a feed no rack is on (and no budget names); InvalidArgument naming the
+	// field otherwise; nothing changed on error.
+	SetPowerBudget(context.Context, *v1.SetPowerBudgetRequest) (*v1.SetPowerBudgetResponse, error)
+	// ListPowerBudgets lists every feed (a budget's or a rack's) with its
+	// budget, if any, and its use: transitions and kW in progress, racks
+	// waiting.
+	ListPowerBudgets(context.Context, *v1.ListPowerBudgetsRequest) (*v1.ListPowerBudgetsResponse, error)
+	// DeletePowerBudget removes a feed's budget: its waiting transitions go
+	// on. NotFound when the feed has none.
+	DeletePowerBudget(context.Context, *v1.DeletePowerBudgetRequest) (*v1.DeletePowerBudgetResponse, error)
 	// CreateWebhook subscribes an endpoint to event types (and optionally a
 	// scope of racks, by name or ID). The secret signs every request
 	// (HMAC-SHA256) and is stored sealed with the data key; no method
@@ -538,6 +571,30 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("FindDeletedRacks")),
 			connect.WithClientOptions(opts...),
 		),
+		setRackPlacement: connect.NewClient[v1.SetRackPlacementRequest, v1.SetRackPlacementResponse](
+			httpClient,
+			baseURL+AdminServiceSetRackPlacementProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetRackPlacement")),
+			connect.WithClientOptions(opts...),
+		),
+		setPowerBudget: connect.NewClient[v1.SetPowerBudgetRequest, v1.SetPowerBudgetResponse](
+			httpClient,
+			baseURL+AdminServiceSetPowerBudgetProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetPowerBudget")),
+			connect.WithClientOptions(opts...),
+		),
+		listPowerBudgets: connect.NewClient[v1.ListPowerBudgetsRequest, v1.ListPowerBudgetsResponse](
+			httpClient,
+			baseURL+AdminServiceListPowerBudgetsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListPowerBudgets")),
+			connect.WithClientOptions(opts...),
+		),
+		deletePowerBudget: connect.NewClient[v1.DeletePowerBudgetRequest, v1.DeletePowerBudgetResponse](
+			httpClient,
+			baseURL+AdminServiceDeletePowerBudgetProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("DeletePowerBudget")),
+			connect.WithClientOptions(opts...),
+		),
 		createWebhook: connect.NewClient[v1.CreateWebhookRequest, v1.WebhookResponse](
 			httpClient,
 			baseURL+AdminServiceCreateWebhookProcedure,
@@ -618,6 +675,10 @@ type adminServiceClient struct {
 	releaseTaskFromWindows   *connect.Client[v1.ReleaseTaskFromWindowsRequest, v1.ReleaseTaskFromWindowsResponse]
 	releaseRunFromWindows    *connect.Client[v1.ReleaseRunFromWindowsRequest, v1.ReleaseRunFromWindowsResponse]
 	findDeletedRacks         *connect.Client[v1.FindDeletedRacksRequest, v1.FindDeletedRacksResponse]
+	setRackPlacement         *connect.Client[v1.SetRackPlacementRequest, v1.SetRackPlacementResponse]
+	setPowerBudget           *connect.Client[v1.SetPowerBudgetRequest, v1.SetPowerBudgetResponse]
+	listPowerBudgets         *connect.Client[v1.ListPowerBudgetsRequest, v1.ListPowerBudgetsResponse]
+	deletePowerBudget        *connect.Client[v1.DeletePowerBudgetRequest, v1.DeletePowerBudgetResponse]
 	createWebhook            *connect.Client[v1.CreateWebhookRequest, v1.WebhookResponse]
 	listWebhooks             *connect.Client[v1.ListWebhooksRequest, v1.ListWebhooksResponse]
 	getWebhook               *connect.Client[v1.GetWebhookRequest, v1.WebhookResponse]
@@ -924,6 +985,42 @@ func (c *adminServiceClient) FindDeletedRacks(ctx context.Context, req *v1.FindD
 	return nil, err
 }
 
+// SetRackPlacement calls flow.admin.v1.AdminService.SetRackPlacement.
+func (c *adminServiceClient) SetRackPlacement(ctx context.Context, req *v1.SetRackPlacementRequest) (*v1.SetRackPlacementResponse, error) {
+	response, err := c.setRackPlacement.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// SetPowerBudget calls flow.admin.v1.AdminService.SetPowerBudget.
+func (c *adminServiceClient) SetPowerBudget(ctx context.Context, req *v1.SetPowerBudgetRequest) (*v1.SetPowerBudgetResponse, error) {
+	response, err := c.setPowerBudget.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// ListPowerBudgets calls flow.admin.v1.AdminService.ListPowerBudgets.
+func (c *adminServiceClient) ListPowerBudgets(ctx context.Context, req *v1.ListPowerBudgetsRequest) (*v1.ListPowerBudgetsResponse, error) {
+	response, err := c.listPowerBudgets.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// DeletePowerBudget calls flow.admin.v1.AdminService.DeletePowerBudget.
+func (c *adminServiceClient) DeletePowerBudget(ctx context.Context, req *v1.DeletePowerBudgetRequest) (*v1.DeletePowerBudgetResponse, error) {
+	response, err := c.deletePowerBudget.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // CreateWebhook calls flow.admin.v1.AdminService.CreateWebhook.
 func (c *adminServiceClient) CreateWebhook(ctx context.Context, req *v1.CreateWebhookRequest) (*v1.WebhookResponse, error) {
 	response, err := c.createWebhook.CallUnary(ctx, connect.NewRequest(req))
@@ -1133,6 +1230,27 @@ type AdminServiceHandler interface {
 	// `flow rack purge NAME` finds the UUID. Several deleted racks can share
 	// a name; none is an empty list. InvalidArgument when name is empty.
 	FindDeletedRacks(context.Context, *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error)
+	// SetRackPlacement sets a rack's power feed and coolant loop (issue 45,
+	// docs/operations.md "Feeds, loops and power budgets"): each only when
+	// given, an empty value clears it. rack is the rack's UUID or its name
+	// (unique among live racks). NotFound for an unknown rack;
+	// InvalidArgument naming the field for a bad name (one feed and one loop
+	// per rack: a list is refused), with nothing changed.
+	SetRackPlacement(context.Context, *v1.SetRackPlacementRequest) (*v1.SetRackPlacementResponse, error)
+	// SetPowerBudget creates or replaces a feed's power budget: at most
+	// max_transitions (>= 1) power transitions (power on, power cycle,
+	// reset, AC cycle, a rebooting firmware step) in progress at once on its
+	// racks, and optionally at most max_kw (> 0) of their draw. NotFound for
+	// a feed no rack is on (and no budget names); InvalidArgument naming the
+	// field otherwise; nothing changed on error.
+	SetPowerBudget(context.Context, *v1.SetPowerBudgetRequest) (*v1.SetPowerBudgetResponse, error)
+	// ListPowerBudgets lists every feed (a budget's or a rack's) with its
+	// budget, if any, and its use: transitions and kW in progress, racks
+	// waiting.
+	ListPowerBudgets(context.Context, *v1.ListPowerBudgetsRequest) (*v1.ListPowerBudgetsResponse, error)
+	// DeletePowerBudget removes a feed's budget: its waiting transitions go
+	// on. NotFound when the feed has none.
+	DeletePowerBudget(context.Context, *v1.DeletePowerBudgetRequest) (*v1.DeletePowerBudgetResponse, error)
 	// CreateWebhook subscribes an endpoint to event types (and optionally a
 	// scope of racks, by name or ID). The secret signs every request
 	// (HMAC-SHA256) and is stored sealed with the data key; no method
@@ -1364,6 +1482,30 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("FindDeletedRacks")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceSetRackPlacementHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceSetRackPlacementProcedure,
+		svc.SetRackPlacement,
+		connect.WithSchema(adminServiceMethods.ByName("SetRackPlacement")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceSetPowerBudgetHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceSetPowerBudgetProcedure,
+		svc.SetPowerBudget,
+		connect.WithSchema(adminServiceMethods.ByName("SetPowerBudget")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListPowerBudgetsHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceListPowerBudgetsProcedure,
+		svc.ListPowerBudgets,
+		connect.WithSchema(adminServiceMethods.ByName("ListPowerBudgets")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceDeletePowerBudgetHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceDeletePowerBudgetProcedure,
+		svc.DeletePowerBudget,
+		connect.WithSchema(adminServiceMethods.ByName("DeletePowerBudget")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminServiceCreateWebhookHandler := connect.NewUnaryHandlerSimple(
 		AdminServiceCreateWebhookProcedure,
 		svc.CreateWebhook,
@@ -1474,6 +1616,14 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceReleaseRunFromWindowsHandler.ServeHTTP(w, r)
 		case AdminServiceFindDeletedRacksProcedure:
 			adminServiceFindDeletedRacksHandler.ServeHTTP(w, r)
+		case AdminServiceSetRackPlacementProcedure:
+			adminServiceSetRackPlacementHandler.ServeHTTP(w, r)
+		case AdminServiceSetPowerBudgetProcedure:
+			adminServiceSetPowerBudgetHandler.ServeHTTP(w, r)
+		case AdminServiceListPowerBudgetsProcedure:
+			adminServiceListPowerBudgetsHandler.ServeHTTP(w, r)
+		case AdminServiceDeletePowerBudgetProcedure:
+			adminServiceDeletePowerBudgetHandler.ServeHTTP(w, r)
 		case AdminServiceCreateWebhookProcedure:
 			adminServiceCreateWebhookHandler.ServeHTTP(w, r)
 		case AdminServiceListWebhooksProcedure:
@@ -1627,6 +1777,22 @@ func (UnimplementedAdminServiceHandler) ReleaseRunFromWindows(context.Context, *
 
 func (UnimplementedAdminServiceHandler) FindDeletedRacks(context.Context, *v1.FindDeletedRacksRequest) (*v1.FindDeletedRacksResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.FindDeletedRacks is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetRackPlacement(context.Context, *v1.SetRackPlacementRequest) (*v1.SetRackPlacementResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.SetRackPlacement is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetPowerBudget(context.Context, *v1.SetPowerBudgetRequest) (*v1.SetPowerBudgetResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.SetPowerBudget is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListPowerBudgets(context.Context, *v1.ListPowerBudgetsRequest) (*v1.ListPowerBudgetsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.ListPowerBudgets is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) DeletePowerBudget(context.Context, *v1.DeletePowerBudgetRequest) (*v1.DeletePowerBudgetResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("flow.admin.v1.AdminService.DeletePowerBudget is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) CreateWebhook(context.Context, *v1.CreateWebhookRequest) (*v1.WebhookResponse, error) {

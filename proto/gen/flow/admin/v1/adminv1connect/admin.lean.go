@@ -186,6 +186,26 @@ func (c *adminServiceLeanClient) FindDeletedRacks(ctx context.Context, req *v1.F
 	return lean.Call[*v1.FindDeletedRacksResponse](ctx, c.conn, AdminServiceFindDeletedRacksProcedure, req)
 }
 
+// SetRackPlacement calls flow.admin.v1.AdminService.SetRackPlacement.
+func (c *adminServiceLeanClient) SetRackPlacement(ctx context.Context, req *v1.SetRackPlacementRequest) (*v1.SetRackPlacementResponse, error) {
+	return lean.Call[*v1.SetRackPlacementResponse](ctx, c.conn, AdminServiceSetRackPlacementProcedure, req)
+}
+
+// SetPowerBudget calls flow.admin.v1.AdminService.SetPowerBudget.
+func (c *adminServiceLeanClient) SetPowerBudget(ctx context.Context, req *v1.SetPowerBudgetRequest) (*v1.SetPowerBudgetResponse, error) {
+	return lean.Call[*v1.SetPowerBudgetResponse](ctx, c.conn, AdminServiceSetPowerBudgetProcedure, req)
+}
+
+// ListPowerBudgets calls flow.admin.v1.AdminService.ListPowerBudgets.
+func (c *adminServiceLeanClient) ListPowerBudgets(ctx context.Context, req *v1.ListPowerBudgetsRequest) (*v1.ListPowerBudgetsResponse, error) {
+	return lean.Call[*v1.ListPowerBudgetsResponse](ctx, c.conn, AdminServiceListPowerBudgetsProcedure, req)
+}
+
+// DeletePowerBudget calls flow.admin.v1.AdminService.DeletePowerBudget.
+func (c *adminServiceLeanClient) DeletePowerBudget(ctx context.Context, req *v1.DeletePowerBudgetRequest) (*v1.DeletePowerBudgetResponse, error) {
+	return lean.Call[*v1.DeletePowerBudgetResponse](ctx, c.conn, AdminServiceDeletePowerBudgetProcedure, req)
+}
+
 // CreateWebhook calls flow.admin.v1.AdminService.CreateWebhook.
 func (c *adminServiceLeanClient) CreateWebhook(ctx context.Context, req *v1.CreateWebhookRequest) (*v1.WebhookResponse, error) {
 	return lean.Call[*v1.WebhookResponse](ctx, c.conn, AdminServiceCreateWebhookProcedure, req)
