@@ -73,7 +73,7 @@ const DefaultServer = "127.0.0.1:50051"
 
 // nouns are the CLI's nouns in help order; a new noun is one line here.
 var nouns = []noun{
-	rackNoun,
+	withVerbs(rackNoun, rackSetVerb),
 	componentNoun,
 	nvlDomainNoun,
 	ruleNoun,
@@ -88,6 +88,7 @@ var nouns = []noun{
 	approvalNoun,
 	windowNoun, freezeNoun,
 	webhookNoun,
+	powerBudgetNoun,
 }
 
 // GroupID is the help group of the client commands.
