@@ -204,6 +204,11 @@ func (e *Engine) admit(ctx context.Context, row stepRow, spec *stepSpec) (wait s
 			return fmt.Errorf("insert holds: %w", err)
 		}
 		if len(waits) > 0 {
+			// Admitted after a wait: its reason goes from the report.
+			b, _ := json.Marshal(Progress{})
+			if _, err := e.q.StepSaveProgress(ctx, tx, dbsqlc.StepSaveProgressParams{ID: row.ID, Progress: b, ExecToken: row.ExecToken}); err != nil {
+				return err
+			}
 			return e.q.WaitDeleteStep(ctx, tx, row.ID)
 		}
 		return nil

@@ -175,7 +175,7 @@ func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule ruled
 				if err != nil {
 					return engine.Plan{}, err
 				}
-				if powerTransition(acts[k], step, s.ComponentType) {
+				if powerTransition(acts[k], code, s.ComponentType) {
 					step.Holds = holds
 				}
 				es.Steps = append(es.Steps, step)
@@ -266,15 +266,21 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s ruledef.Step,
 	return step, nil
 }
 
-// powerTransition reports whether step (of action a, on components of type
-// ct) is a power transition a feed's power budget admits: a PowerControl
-// other than power off (on, restart, warm or cold reset: the AC cycle), or
-// a compute tray's firmware update (it reboots the tray).
-func powerTransition(a ruledef.Action, step engine.Step, ct ComponentType) bool {
+// powerTransition reports whether a step of action a, on components of
+// type ct, of a task of code is a power transition its feed's power budget
+// admits: a PowerControl that powers on, restarts or resets (warm, or cold:
+// the AC cycle), and the off steps of a cycle task (so the whole cycle
+// holds the slot), or a compute tray's firmware update (it reboots). A
+// power off, a decommission's, a leak response's, is never held.
+func powerTransition(a ruledef.Action, code OperationCode, ct ComponentType) bool {
 	switch a.Name {
 	case ruledef.ActionPowerControl:
-		var p ActionParams
-		return json.Unmarshal(step.Params.(json.RawMessage), &p) == nil && p.Operation != CodePowerOff && p.Operation != CodeForcePowerOff
+		op := code
+		if p, err := a.PowerControlParams(); err == nil && p.Operation != "" {
+			op = p.Operation
+		}
+		cycle := code == CodeRestart || code == CodeForceRestart || code == CodeWarmReset || code == CodeColdReset
+		return cycle || (op != CodePowerOff && op != CodeForcePowerOff)
 	case ruledef.ActionFirmwareControl:
 		return ct == ComponentTypeCompute
 	}
