@@ -34,6 +34,10 @@ var rackNoun = noun{
 					if err != nil {
 						return err
 					}
+					data, place, err := splitPlacement(data)
+					if err != nil {
+						return fmt.Errorf("%s: %w", *file, err)
+					}
 					req, err := rackCreateRequest(data)
 					if err != nil {
 						return fmt.Errorf("%s: %w", *file, err)
@@ -41,6 +45,12 @@ var rackNoun = noun{
 					res, err := c.client.CreateExpectedRack(ctx, req)
 					if err != nil {
 						return err
+					}
+					if place != nil {
+						place.Rack = res.GetId().GetId()
+						if _, err := c.admin.SetRackPlacement(ctx, place); err != nil {
+							return fmt.Errorf("rack %s created, its feed and loop not set (flow rack set): %w", place.Rack, err)
+						}
 					}
 					return c.emit(res, func(w io.Writer) { fmt.Fprintln(w, res.GetId().GetId()) })
 				}

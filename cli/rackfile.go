@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/nicoflow/flow/inventory"
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
 
@@ -173,4 +175,62 @@ func rackCreateRequest(data []byte) (*flowv1.CreateExpectedRackRequest, error) {
 		reqErr = fmt.Errorf("no rack")
 	}
 	return nil, fmt.Errorf("neither a CreateExpectedRack request (%v), a Rack (%v) nor an upstream rack file (%v)", reqErr, rackErr, upErr)
+}
+
+// splitPlacement takes Flow's own keys "power_feed" and "coolant_loop" out
+// of a rack file (at its top, or in its "rack" object): CreateExpectedRack
+// cannot carry them (v1.Flow is upstream's), so `flow rack create` sets
+// them with SetRackPlacement once the rack exists. It checks the names
+// first, so a bad one creates nothing. place is nil when the file has
+// neither key.
+func splitPlacement(data []byte) (rest []byte, place *adminv1.SetRackPlacementRequest, err error) {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(data, &top) != nil {
+		return data, nil, nil // not an object: rackCreateRequest says why
+	}
+	obj, inner := top, false
+	if raw, ok := top["rack"]; ok {
+		var r map[string]json.RawMessage
+		if json.Unmarshal(raw, &r) == nil {
+			if _, has := r["power_feed"]; has || r["coolant_loop"] != nil {
+				obj, inner = r, true
+			}
+		}
+	}
+	for _, k := range []struct {
+		key string
+		dst func(p *adminv1.SetRackPlacementRequest, v string)
+	}{
+		{"power_feed", func(p *adminv1.SetRackPlacementRequest, v string) { p.PowerFeed = &v }},
+		{"coolant_loop", func(p *adminv1.SetRackPlacementRequest, v string) { p.CoolantLoop = &v }},
+	} {
+		raw, ok := obj[k.key]
+		if !ok {
+			continue
+		}
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, nil, fmt.Errorf("%s: want a string", k.key)
+		}
+		if err := inventory.CheckPlacementName(k.key, v); err != nil {
+			return nil, nil, err
+		}
+		if place == nil {
+			place = &adminv1.SetRackPlacementRequest{}
+		}
+		k.dst(place, v)
+		delete(obj, k.key)
+	}
+	if place == nil {
+		return data, nil, nil
+	}
+	if inner {
+		b, err := json.Marshal(obj)
+		if err != nil {
+			return nil, nil, err
+		}
+		top["rack"] = b
+	}
+	rest, err = json.Marshal(top)
+	return rest, place, err
 }
