@@ -222,7 +222,7 @@ func TestUsageErrors(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"rack", "explode"}, "unknown rack verb \"explode\"\nRun 'flow rack --help' for usage."},
-		{[]string{"rack", "lsit"}, "unknown rack verb \"lsit\" (did you mean list?)\nRun 'flow rack --help' for usage."},
+		{[]string{"rack", "lsit"}, "unknown rack verb \"lsit\" (did you mean list, set?)\nRun 'flow rack --help' for usage."},
 		{[]string{"explode"}, "unknown command \"explode\" for \"flow\"\nRun 'flow --help' for usage."},
 		{[]string{"rack", "list", "--explode"}, "unknown flag: --explode\nRun 'flow rack list --help' for usage."},
 		{[]string{"rack", "list", "-o", "xml"}, "-o must be one of table, wide, json, yaml, csv, not \"xml\"\nRun 'flow rack list --help' for usage."},
