@@ -90,15 +90,13 @@ var ErrNotWaiting = errors.New("task is not waiting")
 // starts as soon as its rack allows). Call it before serving.
 func (t *Tasks) SetStartGate(g StartGate) { t.gate = g }
 
-// TransitionHolds names what a power transition on a rack of feed takes,
-// given how many components of each type it targets (the feed's power
-// budget, operations/powerbudget): the engine admits the transition's
-// steps within the resources' capacities. App sets it
-// (Tasks.SetTransitionHolds); a leak response never holds.
-type TransitionHolds func(feed string, counts map[ComponentType]int) []engine.Hold
+// TransitionHolds names what a power transition (ruledef.PowerTransition)
+// on a rack of feed takes, by the compute trays and power shelves it
+// targets: its feed's power budget (operations/powerbudget). A leak
+// response never holds.
+type TransitionHolds func(feed string, trays, shelves int) []engine.Hold
 
-// SetTransitionHolds sets the holds of power transitions. Call it before
-// serving.
+// SetTransitionHolds sets the holds of power transitions, before serving.
 func (t *Tasks) SetTransitionHolds(h TransitionHolds) { t.holds = h }
 
 // SetClock makes the task manager read the time from now (tests drive a

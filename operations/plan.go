@@ -175,7 +175,7 @@ func buildPlan(taskID uuid.UUID, t OperationType, code OperationCode, rule ruled
 				if err != nil {
 					return engine.Plan{}, err
 				}
-				if powerTransition(acts[k], code, s.ComponentType) {
+				if ruledef.PowerTransition(acts[k], code, s.ComponentType) {
 					step.Holds = holds
 				}
 				es.Steps = append(es.Steps, step)
@@ -264,27 +264,6 @@ func engineStep(taskID uuid.UUID, code OperationCode, stage int, s ruledef.Step,
 	}
 	step.Params = json.RawMessage(raw)
 	return step, nil
-}
-
-// powerTransition reports whether a step of action a, on components of
-// type ct, of a task of code is a power transition its feed's power budget
-// admits: a PowerControl that powers on, restarts or resets (warm, or cold:
-// the AC cycle), and the off steps of a cycle task (so the whole cycle
-// holds the slot), or a compute tray's firmware update (it reboots). A
-// power off, a decommission's, a leak response's, is never held.
-func powerTransition(a ruledef.Action, code OperationCode, ct ComponentType) bool {
-	switch a.Name {
-	case ruledef.ActionPowerControl:
-		op := code
-		if p, err := a.PowerControlParams(); err == nil && p.Operation != "" {
-			op = p.Operation
-		}
-		cycle := code == CodeRestart || code == CodeForceRestart || code == CodeWarmReset || code == CodeColdReset
-		return cycle || (op != CodePowerOff && op != CodeForcePowerOff)
-	case ruledef.ActionFirmwareControl:
-		return ct == ComponentTypeCompute
-	}
-	return false
 }
 
 // waits reports whether action a spends its own timeout polling, so its

@@ -56,9 +56,8 @@ type Tasks struct {
 	ingestTarget IngestTargetFunc
 	// gate, if set, holds tasks outside maintenance windows (SetStartGate);
 	// nowFunc is the clock (SetClock; nil: time.Now).
-	gate StartGate
-	// holds, if set, names the power budget of a power transition.
-	holds TransitionHolds
+	gate  StartGate
+	holds TransitionHolds // power budgets (SetTransitionHolds)
 	// approver, if set, holds bulk submissions over its threshold for a
 	// second identity's approval (SetApprover).
 	approver Approver
@@ -385,11 +384,7 @@ func (t *Tasks) startRun(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, rack 
 func runPlan(taskID uuid.UUID, rack inventory.Rack, typ OperationType, code OperationCode, rule ruledef.Definition, targets map[ComponentType]typeTargets, payload Payload, grace time.Duration, holds TransitionHolds) (engine.Plan, error) {
 	var hs []engine.Hold
 	if holds != nil && rack.PowerFeed != "" && payload.Leak == nil {
-		counts := map[ComponentType]int{}
-		for ct, tt := range targets {
-			counts[ct] = len(tt.IDs)
-		}
-		hs = holds(rack.PowerFeed, counts)
+		hs = holds(rack.PowerFeed, len(targets[ComponentTypeCompute].IDs), len(targets[ComponentTypePowerShelf].IDs))
 	}
 	plan, err := buildPlan(taskID, typ, code, rule, targets, payload, grace, hs)
 	if err != nil {

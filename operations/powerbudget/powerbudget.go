@@ -25,7 +25,6 @@ import (
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/engine"
 	"github.com/nicoflow/flow/inventory"
-	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/powerbudget/internal/dbsqlc"
 )
 
@@ -88,9 +87,10 @@ func transitionsResource(feed string) string { return "power-feed/" + feed + "/t
 func kwResource(feed string) string          { return "power-feed/" + feed + "/kw" }
 
 // Holds is the operations.TransitionHolds of the budgets: what a power
-// transition on a rack of feed takes, given its targets' counts.
-func (s *Service) Holds(feed string, counts map[operations.ComponentType]int) []engine.Hold {
-	kw := float64(counts[operations.ComponentTypeCompute])*s.trayKW + float64(counts[operations.ComponentTypePowerShelf])*s.shelfKW
+// transition on a rack of feed takes, given the compute trays and power
+// shelves it targets.
+func (s *Service) Holds(feed string, trays, shelves int) []engine.Hold {
+	kw := float64(trays)*s.trayKW + float64(shelves)*s.shelfKW
 	return []engine.Hold{
 		{Resource: transitionsResource(feed), Amount: 1, Label: "power budget of feed " + feed, Unit: "transitions"},
 		{Resource: kwResource(feed), Amount: kw, Label: "kW budget of feed " + feed, Unit: "kW"},
