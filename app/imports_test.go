@@ -54,12 +54,16 @@ var allowedImports = map[string][]string{
 	"cmd/testsum":          {},
 	// cli talks to the server only through the generated Connect client;
 	// operations only for the rule file format (parsed client-side, so
-	// that rule load --dry-run checks a file exactly as the server would).
-	"cli":                 {"operations", "operations/ruledef", "operations/rulefile"},
+	// that rule load --dry-run checks a file exactly as the server would);
+	// inventory only for the placement-name check, so that a rack file
+	// with a bad feed or loop is refused before its rack is created.
+	"cli":                 {"inventory", "operations", "operations/ruledef", "operations/rulefile"},
 	"operations/rulefile": {"operations", "operations/ruledef"},
 	// bench drives a server child through the API, with the simulators in
-	// its own process; it reads rules to count engine steps.
-	"bench":                       {"cli", "db", "db/pglocal", "inventory", "operations", "operations/ruledef", "sim", "sim/nicosim", "sim/simrun"},
+	// its own process; it reads rules to count engine steps, and writes
+	// its synthetic event stream through notify's outbox (the server's
+	// delivery jobs send it).
+	"bench":                       {"cli", "db", "db/pglocal", "inventory", "notify", "operations", "operations/ruledef", "sim", "sim/nicosim", "sim/simrun"},
 	"proto":                       {},
 	"proto/v1":                    {},
 	"proto/contract":              {},
@@ -88,6 +92,13 @@ var allowedImports = map[string][]string{
 	// windows and freezes answer the task manager's and the runs' gates
 	// (operations.StartGate, rollout.WindowGate); neither imports them.
 	"operations/window": {"db", "caller", "inventory", "operations", "operations/rollout"},
+	// rack isolation (the severe and critical leak tiers) and the
+	// coolant-loop hold answer the task manager's gates; it imports none
+	// of them.
+	"operations/isolation": {"db", "caller", "inventory", "operations", "operations/ruledef"},
+	// power budgets set the engine's per-feed capacities and name the
+	// holds the task manager's power transitions take.
+	"operations/powerbudget": {"db", "caller", "engine", "inventory", "operations"},
 	// notify delivers what the others emit (app wires the emissions); it
 	// seals signing secrets with firmware's keyring.
 	"notify": {"db", "caller", "firmware"},
