@@ -121,22 +121,24 @@ type riverJob struct {
 	Errors   []struct{ Error string } `json:"errors"`
 }
 
-// riverJobs lists jobs through River UI's API (the list carries no
-// metadata or errors), then reads each one in full.
+// riverJobs lists jobs through River UI's API on the API port (/ui/jobs/,
+// behind the console's authentication: this server is insecure, so its
+// caller is admin) (the list carries no metadata or errors), then reads
+// each one in full.
 func (e *e2e) riverJobs(t *testing.T, query string) []riverJob {
 	t.Helper()
 	var list struct{ Data []riverJob }
-	e.riverAPI(t, "/riverui/api/jobs?"+query, &list)
+	e.riverAPI(t, "/ui/jobs/api/jobs?"+query, &list)
 	jobs := make([]riverJob, len(list.Data))
 	for i, j := range list.Data {
-		e.riverAPI(t, fmt.Sprintf("/riverui/api/jobs/%d", j.ID), &jobs[i])
+		e.riverAPI(t, fmt.Sprintf("/ui/jobs/api/jobs/%d", j.ID), &jobs[i])
 	}
 	return jobs
 }
 
 func (e *e2e) riverAPI(t *testing.T, path string, v any) {
 	t.Helper()
-	res, err := http.Get("http://" + e.admin + path)
+	res, err := http.Get(e.url + path)
 	require.NoError(t, err)
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
