@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db"
@@ -232,19 +230,7 @@ func TestPostgresRestartMidRun(t *testing.T) {
 	logs := &lineCounter{}
 	logger := slog.New(telemetry.LimitRepeats(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}), telemetry.RepeatInterval))
 	e := newEngine(pool, engine.Config{Logger: logger})
-	rc := e.RiverConfig() // its Logger is the engine's
-	rc.TestOnly = true
-	client, err := river.NewClient(riverpgxv5.New(pool), rc)
-	require.NoError(t, err)
-	e.SetClient(client)
-	require.NoError(t, e.StartLease(ctx))
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = client.StopAndCancel(ctx)
-		_ = e.Stop(ctx)
-	})
+	startWithLease(t, pool, e) // River logs through the engine's logger
 
 	var runs []engine.RunID
 	for range 10 {

@@ -230,6 +230,27 @@ func openPool(t testing.TB, url string, conns int32) *pgxpool.Pool {
 	return pool
 }
 
+// startWithLease gives e a River client on pool, takes its lease and
+// starts the client; both stop when the test ends. River logs through the
+// engine's logger (RiverConfig's), unlike newClient's.
+func startWithLease(t testing.TB, pool *pgxpool.Pool, e *engine.Engine) {
+	t.Helper()
+	ctx := context.Background()
+	rc := e.RiverConfig()
+	rc.TestOnly = true
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
+	require.NoError(t, err)
+	e.SetClient(client)
+	require.NoError(t, e.StartLease(ctx))
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.StopAndCancel(ctx)
+		_ = e.Stop(ctx)
+	})
+}
+
 // startEngine builds an engine and its River client on pool and starts it;
 // the client stops when the test ends.
 func startEngine(t testing.TB, pool *pgxpool.Pool, cfg engine.Config) (*engine.Engine, *river.Client[pgx.Tx]) {

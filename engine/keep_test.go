@@ -10,8 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db/dbtest"
@@ -99,19 +97,7 @@ func TestPostgresRestartDuringResets(t *testing.T) {
 		}
 		return engine.Result{}, nil
 	})
-	rc := e.RiverConfig()
-	rc.TestOnly = true
-	client, err := river.NewClient(riverpgxv5.New(pool), rc)
-	require.NoError(t, err)
-	e.SetClient(client)
-	require.NoError(t, e.StartLease(ctx))
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = client.StopAndCancel(ctx)
-		_ = e.Stop(ctx)
-	})
+	startWithLease(t, pool, e)
 
 	rounds := 2
 	if soak() {
@@ -203,19 +189,7 @@ func TestOutageLongerThanLease(t *testing.T) {
 		}
 		return engine.Result{}, nil
 	})
-	rc := e.RiverConfig()
-	rc.TestOnly = true
-	client, err := river.NewClient(riverpgxv5.New(pool), rc)
-	require.NoError(t, err)
-	e.SetClient(client)
-	require.NoError(t, e.StartLease(ctx))
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = client.StopAndCancel(ctx)
-		_ = e.Stop(ctx)
-	})
+	startWithLease(t, pool, e)
 
 	const racks = 10
 	var runs []engine.RunID
