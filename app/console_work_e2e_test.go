@@ -142,8 +142,9 @@ func TestConsoleRolloutsSchedulesRulesAndWork(t *testing.T) {
 		c.waitJS(t, 20*time.Second, `!!document.querySelector('#phases tr[data-phase="1"][data-state="running"]')`, "phase 1 runs")
 		require.Contains(t, c.logs.String(), `"identity":"olivia","method":"/v1.Flow/AdvanceOperationRunPhase"`)
 		// Paused by an operator: Resume continues the phase.
-		c.click(t, "#run-pause")
-		c.waitJS(t, 20*time.Second, `!!document.getElementById("run-resume")`, "a paused run offers Resume")
+		// Followed: a live update can swallow the click (seen at load 12);
+		// a second pause of a paused run changes nothing.
+		c.follow(t, "#run-pause", 30*time.Second, `!!document.getElementById("run-resume")`, "a paused run offers Resume")
 		require.Contains(t, c.text("#run-resume-what"), "Continues phase 1 where it stopped")
 		require.Contains(t, c.text("#run-advance-what"), "Advance applies only at a phase gate")
 		c.screenshot(t, "rollout-whole")
@@ -330,8 +331,7 @@ func TestConsoleRolloutsSchedulesRulesAndWork(t *testing.T) {
 		c.onFresh(t, "fill the form", chromedp.SetValue(chromedp.CSS("#r-name"), "console-made"), chromedp.SetValue(chromedp.CSS("#r-version"), "2.0"),
 			chromedp.SetValue(chromedp.CSS("#r-phases"), "3"))
 		n := runs()
-		c.click(t, "#run-dry-run")
-		c.waitJS(t, 15*time.Second, `!!document.getElementById("run-create")`, "the dry run of the rollout")
+		c.follow(t, "#run-dry-run", 30*time.Second, `!!document.getElementById("run-create")`, "the dry run of the rollout")
 		require.Equal(t, "Create the rollout (3 racks, 3 phases)", c.text("#run-create"))
 		require.Equal(t, 3, evalIn[int](c.browser, `document.querySelectorAll("#run-plan table.plan-phase").length`))
 		require.Equal(t, n, runs(), "a dry run creates nothing")
