@@ -248,7 +248,7 @@ func (b *Bench) readCall(racks []inventory.Rack) (func(ctx context.Context, k, n
 	}
 	opts = append(opts, connect.WithCodec(codec))
 	// Every client asks for gzip, as connect-go's and curl --compressed do.
-	c := flowv1connect.NewFlowClient(hc, "http://"+b.serverAddr, opts...)
+	c := flowv1connect.NewFlowLeanClient(hc, "http://"+b.serverAddr, opts...)
 	pages := max(1, (len(racks)+o.readPage-1)/o.readPage)
 	rackID := func(k, n int) *flowv1.UUID {
 		return &flowv1.UUID{Id: racks[(k*7919+n)%len(racks)].ID.String()}
