@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 
 	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
@@ -147,8 +146,7 @@ func (c *Console) createRollout(w http.ResponseWriter, r *http.Request) {
 	ctx := apiCtx(r)
 	p, err := c.admin.PreviewOperationRun(ctx, &adminv1.PreviewOperationRunRequest{Request: req})
 	if err != nil {
-		switch connect.CodeOf(err) {
-		case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeNotFound:
+		if isFormError(err) {
 			d.Err = connectMessage(err)
 			show(http.StatusConflict, "")
 			return

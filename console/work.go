@@ -237,8 +237,7 @@ func (c *Console) work(kind string) http.HandlerFunc {
 		ctx := apiCtx(r)
 		p, err := c.admin.PreviewSubmission(ctx, req)
 		if err != nil {
-			switch connect.CodeOf(err) {
-			case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeNotFound:
+			if isFormError(err) {
 				d.Err = connectMessage(err)
 				show(http.StatusConflict, "")
 				return
@@ -300,3 +299,14 @@ func (c *Console) afterSubmit(r *http.Request, ids []*flowv1.UUID, approval bool
 
 // AllTypes is the tray types a firmware upgrade may be narrowed to.
 func (workData) AllTypes() []string { return complianceTypes }
+
+// isFormError reports whether the API refused a work form's dry run for
+// something the user can fix in the form (a bad field, a refused scope, an
+// unknown rack): the form is shown again with the API's message.
+func isFormError(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeNotFound:
+		return true
+	}
+	return false
+}
