@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-
 	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 )
