@@ -274,6 +274,21 @@ func (c *consoleE2E) waitJS(t *testing.T, within time.Duration, js, msg string) 
 	require.Eventually(t, func() bool { return evalIn[bool](c.browser, js) }, within, 50*time.Millisecond, msg)
 }
 
+// waitJSReloading polls js like waitJS, reloading the page when a live
+// update has not brought the change within a few seconds: for a state the
+// server has already confirmed, where the test is about what the page
+// shows and not about how fast the stream delivers it.
+func (c *consoleE2E) waitJSReloading(t *testing.T, within time.Duration, js, msg string) {
+	t.Helper()
+	for end := time.Now().Add(within); time.Now().Before(end); {
+		if waitFor(5*time.Second, func() bool { return evalIn[bool](c.browser, js) }) {
+			return
+		}
+		require.NoError(t, chromedp.Do(c.browser, chromedp.Reload()), "reload")
+	}
+	c.waitJS(t, 5*time.Second, js, msg)
+}
+
 // screenshot captures the page as name.png: into docs/console, the
 // pictures of docs/console.md, when FLOW_CONSOLE_SCREENSHOTS=1; otherwise
 // into the test's temporary folder, so that a test run does not change

@@ -150,7 +150,14 @@ func TestConsoleRolloutsSchedulesRulesAndWork(t *testing.T) {
 		c.screenshot(t, "rollout-whole")
 		_, err := c.admin.CancelOperationRun(ctx, &flowv1.CancelOperationRunRequest{Id: id, Reason: "next subtest"})
 		require.NoError(t, err)
-		c.waitJS(t, 20*time.Second, `document.getElementById("run-state").textContent === "cancelled" && !!document.querySelector('#phases tr[data-phase="2"][data-state="skipped"]')`, "the phase never opened is skipped")
+		// The run ends once its running tasks are terminated: at load that
+		// can take longer than the page's live update is waited on, so the
+		// server's word comes first, then the page (reloaded if its live
+		// update lags).
+		require.Eventually(t, func() bool {
+			return getRun(t, c.admin, id).GetSummary().GetState().GetStatus() == flowv1.OperationRunStatus_OPERATION_RUN_STATUS_CANCELLED
+		}, 90*time.Second, 100*time.Millisecond, "the run is cancelled on the server")
+		c.waitJSReloading(t, 60*time.Second, `document.getElementById("run-state").textContent === "cancelled" && !!document.querySelector('#phases tr[data-phase="2"][data-state="skipped"]')`, "the phase never opened is skipped")
 	})
 
 	t.Run("Schedules", func(t *testing.T) {
