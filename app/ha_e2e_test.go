@@ -402,7 +402,10 @@ func healthy(ms []haMemberState, n int) bool {
 			syncs++
 			fallthrough
 		default:
-			if m.State == "streaming" || m.State == "running" {
+			// A replica that cannot follow the leader restarts in a loop
+			// and shows "running" between its attempts: its lag, which
+			// Patroni knows only for a replica that replays, says so.
+			if _, replays := m.Lag.(float64); replays && (m.State == "streaming" || m.State == "running") {
 				running++
 			}
 		}
