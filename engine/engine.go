@@ -169,6 +169,7 @@ type Engine struct {
 	watches     runWatcher
 	lease       lease
 	sweepStats  sweepStats
+	working     workingSet // the step jobs this process works (orphan.go)
 	obs         Observer
 	// loseAnswers, in tests, is how many committed checkpoints are yet to
 	// answer as if the connection had dropped before their commit's reply.

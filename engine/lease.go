@@ -218,32 +218,47 @@ const (
 // longer than its lease it keeps its outcomes and retakes its lease, and
 // sweeping itself would only make it call again), or whose call began
 // longer ago than its timeout plus the rescue window ($4 ms) in any
-// process (a hung call, the last resort); for sweepHandOff, those of
-// client $3. Each with the time it was stranded: since its process's last
-// heartbeat (0 when handed off or hung). It reaches the steps through
+// process (a hung call, the last resort), or this process's own orphans:
+// attempted by it longer ago than $5 ms, not among the jobs it works or
+// worked within that time ($6), their steps unclaimed (orphan.go); for
+// sweepHandOff, those of client $3. Each with the time it was stranded:
+// since its process's last heartbeat, or since the fetch for an orphan (0
+// when handed off or hung), and whether it is an orphan (its release then
+// requires the step still unclaimed). It reaches the steps through
 // River's running jobs (few, indexed by state and queue).
 const sweepCandidatesSQL = `
 SELECT s.id, s.run_id, j.id AS job_id, j.attempt,
-    CASE WHEN $2::text = 'dead' AND NOT coalesce(l.live, false)
+    CASE WHEN o.orphan
+        THEN (extract(epoch FROM greatest(now() - j.attempted_at, interval '0')) * 1000)::bigint
+        WHEN $2::text = 'dead' AND NOT coalesce(l.live, false)
         THEN (extract(epoch FROM greatest(now() - coalesce(l.heartbeat_at, s.claimed_at, j.attempted_at, now()), interval '0')) * 1000)::bigint
-        ELSE 0 END AS stranded_ms
+        ELSE 0 END AS stranded_ms,
+    o.orphan
 FROM river_job j
 JOIN engine_step s ON s.id = (j.args->>'step_id')::bigint AND s.job_id = j.id AND s.state = 'running'
 LEFT JOIN LATERAL (
     SELECT max(p.heartbeat_at) AS heartbeat_at, bool_or(p.expires_at > now()) AS live
     FROM engine_process p WHERE p.name = j.attempted_by[array_upper(j.attempted_by, 1)]
 ) l ON true
+CROSS JOIN LATERAL (
+    SELECT coalesce($2::text = 'dead' AND j.attempted_by[array_upper(j.attempted_by, 1)] = $3
+        AND s.claimed_at IS NULL AND j.attempted_at < now() - $5::bigint * interval '1 millisecond'
+        AND NOT coalesce(j.id = ANY($6::bigint[]), false), false) AS orphan
+) o
 WHERE j.state = 'running' AND j.queue = ANY($1::text[]) AND j.kind = 'engine.run_step'
     AND CASE WHEN $2::text = 'handoff' THEN j.attempted_by[array_upper(j.attempted_by, 1)] = $3
         ELSE (NOT coalesce(l.live, false) AND j.attempted_by[array_upper(j.attempted_by, 1)] IS DISTINCT FROM $3)
             OR greatest(s.claimed_at, j.attempted_at) + ((s.spec->>'timeout_ms')::bigint + $4::bigint) * interval '1 millisecond' < now()
+            OR o.orphan
         END
 ORDER BY s.run_id, s.id
 LIMIT 500` // sweepLimit
 
 // stepReleaseSQL fences the executions of steps ($1, with their jobs $2
 // and stranded times $3): a new token, no process, the deadline pushed back
-// by the stranded time. Steps that moved on meanwhile are left alone.
+// by the stranded time. Steps that moved on meanwhile are left alone, and
+// an orphan's step ($5) claimed meanwhile too (a late answer to its fetch
+// began working it: its call may be in flight).
 const stepReleaseSQL = `
 UPDATE engine_step s
 SET exec_token = s.exec_token + 1, process_id = NULL, claimed_at = NULL,
@@ -255,8 +270,8 @@ SET exec_token = s.exec_token + 1, process_id = NULL, claimed_at = NULL,
             'batch', s.batch_index, 'attempt', s.attempt + 1, 'began_at', s.claimed_at,
             'process_id', s.process_id, 'found_at', now(), 'why', $4::text))
         ELSE s.unknown_outcomes END
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS i(id, job_id, stranded_ms)
-WHERE s.id = i.id AND s.job_id = i.job_id AND s.state = 'running'
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $5::bool[]) AS i(id, job_id, stranded_ms, orphan)
+WHERE s.id = i.id AND s.job_id = i.job_id AND s.state = 'running' AND (NOT i.orphan OR s.claimed_at IS NULL)
 RETURNING s.id, s.run_id, s.job_id`
 
 // sweepLimit is how many steps one sweep reschedules at most
@@ -265,8 +280,9 @@ const sweepLimit = 500
 
 // SweepResult counts what a sweep did.
 type SweepResult struct {
-	Steps  int // steps rescheduled
-	Leases int // expired leases removed
+	Steps   int // steps rescheduled
+	Leases  int // expired leases removed
+	Orphans int // of Steps, this process's own orphaned jobs (orphan.go)
 
 	more bool // the candidate scan hit sweepLimit: more may be left
 }
@@ -338,16 +354,21 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 			step, run, job int64
 			attempt        int
 			stranded       int64
+			orphan         bool
 		}
 		if mode == sweepDead {
 			e.sweepStats.scans.Add(1)
 		}
-		rows, err := tx.Query(ctx, sweepCandidatesSQL, []string{QueueName, UrgentQueue}, mode, e.lease.name, e.cfg.RescueStuckJobsAfter.Milliseconds())
+		// Taken before the scan: a job this process begins working after
+		// it is left alone by its claim (stepReleaseSQL).
+		working := e.working.recent(e.orphanAfter())
+		rows, err := tx.Query(ctx, sweepCandidatesSQL, []string{QueueName, UrgentQueue}, mode, e.lease.name,
+			e.cfg.RescueStuckJobsAfter.Milliseconds(), e.orphanAfter().Milliseconds(), working)
 		if err != nil {
 			return fmt.Errorf("find steps to reschedule: %w", err)
 		}
 		cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (c cand, err error) {
-			err = r.Scan(&c.step, &c.run, &c.job, &c.attempt, &c.stranded)
+			err = r.Scan(&c.step, &c.run, &c.job, &c.attempt, &c.stranded, &c.orphan)
 			return c, err
 		})
 		if err != nil {
@@ -357,11 +378,15 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 		if len(cands) > 0 {
 			runIDs := make([]int64, 0, len(cands))
 			var steps, jobs, stranded []int64
+			var orphans []bool
 			attempts := map[int64]int{}
+			orphaned := map[int64]bool{}
 			for _, c := range cands {
 				runIDs = append(runIDs, c.run)
 				steps, jobs, stranded = append(steps, c.step), append(jobs, c.job), append(stranded, c.stranded)
+				orphans = append(orphans, c.orphan)
 				attempts[c.job] = c.attempt
+				orphaned[c.job] = c.orphan
 			}
 			// Run rows first, as checkpoints and Cancel lock them.
 			slices.Sort(runIDs)
@@ -373,7 +398,7 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 			if mode == sweepHandOff {
 				why = "its process stopped during the call"
 			}
-			released, err := tx.Query(ctx, stepReleaseSQL, steps, jobs, stranded, why)
+			released, err := tx.Query(ctx, stepReleaseSQL, steps, jobs, stranded, why, orphans)
 			if err != nil {
 				return fmt.Errorf("release steps: %w", err)
 			}
@@ -414,13 +439,29 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 				if mode == sweepHandOff {
 					why = "engine process stopping: step handed back"
 				}
-				if err := endOrphanJobs(ctx, tx, old, attempts, why); err != nil {
+				err = finalizeJobs(ctx, tx, old, func(i int) (rivertype.JobState, string, int) {
+					if orphaned[old[i]] {
+						return rivertype.JobStateCancelled, orphanWhy, attempts[old[i]]
+					}
+					return rivertype.JobStateCancelled, why, attempts[old[i]]
+				})
+				if err != nil {
 					return err
 				}
-				// A run's timeout moves with its most stranded step.
+				// A run's timeout moves with its most stranded step (of
+				// those released).
+				relStep := map[int64]bool{}
+				for _, r := range rels {
+					relStep[r.step] = true
+					if orphaned[r.job] {
+						res.Orphans++
+					}
+				}
 				byRun := map[int64]int64{}
 				for i, c := range cands {
-					byRun[c.run] = max(byRun[c.run], stranded[i])
+					if relStep[c.step] {
+						byRun[c.run] = max(byRun[c.run], stranded[i])
+					}
 				}
 				var ext dbsqlc.RunExtendTimeoutParams
 				for run, ms := range byRun {
@@ -453,18 +494,14 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 		return nil
 	})
 	if err == nil && res.Steps > 0 {
-		e.logger.InfoContext(ctx, "engine steps rescheduled", "reason", mode, "steps", res.Steps, "expired_leases", res.Leases)
+		e.logger.InfoContext(ctx, "engine steps rescheduled", "reason", mode, "steps", res.Steps, "orphaned_jobs", res.Orphans, "expired_leases", res.Leases)
 	}
 	return res, err
 }
 
-// endOrphanJobs ends the running River jobs of rescheduled steps as
-// cancelled, with why in their errors (River UI shows it).
-func endOrphanJobs(ctx context.Context, tx pgx.Tx, ids []int64, attempts map[int64]int, why string) error {
-	return finalizeJobs(ctx, tx, ids, func(i int) (rivertype.JobState, string, int) {
-		return rivertype.JobStateCancelled, why, attempts[ids[i]]
-	})
-}
+// orphanWhy is the error an orphaned job of this process ends with
+// (orphan.go; River UI shows it).
+const orphanWhy = "engine step job fetched but never worked by its process (the fetch's answer was lost): step rescheduled"
 
 // Stop hands this process's work back and releases its lease: no new call
 // starts (a step between batches goes back to the queue), calls still

@@ -24,6 +24,7 @@ type stepWorker struct {
 }
 
 func (w *stepWorker) Work(ctx context.Context, job *river.Job[RunStepArgs]) error {
+	defer w.e.working.begin(job.ID)() // not an orphan (orphan.go)
 	co, _ := w.e.obs.(ChainObserver)
 	stepCtx, end := ctx, func() {}
 	for {
