@@ -101,8 +101,10 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 // for tens of milliseconds it never earns back. Every connection also
 // gets a binary codec for github.com/google/uuid.UUID (registerUUID), and
 // the pool pings its connections before use for a while after one was
-// found lost (guardStale).
+// found lost (guardStale), and connections give up on a server that stops
+// answering (tuneDial: a connect timeout, keepalives, a user timeout).
 func Tune(pc *pgxpool.Config) {
+	tuneDial(pc)
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}

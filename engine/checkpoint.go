@@ -98,6 +98,8 @@ func (c *chainedStep) Error() string {
 // an earlier commit of a checkpoint whose answer was lost handed it on.
 func (e *Engine) handedOn(ctx context.Context, job int64, step int64) (StepID, bool, error) {
 	var next *int64
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	err := e.pool.QueryRow(ctx, `SELECT (args->>'step_id')::bigint FROM river_job WHERE id = $1 AND state = 'running'`, job).Scan(&next)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil

@@ -131,7 +131,9 @@ func (e *Engine) endStep(ctx context.Context, job *river.Job[RunStepArgs], row s
 			// Move the cursor past the last batch first, so the step reads
 			// as every batch called, some targets failed (not as a failed
 			// batch). A crash before the checkpoint lands back here.
-			n, err := e.q.StepAdvanceBatch(ctx, e.pool, dbsqlc.StepAdvanceBatchParams{ID: row.ID, BatchIndex: row.BatchIndex, FailedTargets: failuresJSON(last), ExecToken: row.ExecToken})
+			actx, cancel := bounded(ctx)
+			n, err := e.q.StepAdvanceBatch(actx, e.pool, dbsqlc.StepAdvanceBatchParams{ID: row.ID, BatchIndex: row.BatchIndex, FailedTargets: failuresJSON(last), ExecToken: row.ExecToken})
+			cancel()
 			if err != nil {
 				return fmt.Errorf("advance batch: %w", err)
 			} else if n == 0 {

@@ -138,3 +138,16 @@ func (e *Engine) loadSteps(reqs []*loadReq) {
 		close(r.done)
 	}
 }
+
+// stmtTimeout bounds each database statement (or short transaction) of a
+// step job's execution outside the grouped ones (groupTimeout): a primary
+// that froze (SIGSTOP, a hung host) keeps its connections open and answers
+// nothing, and pgx waits for as long as the context lets it (issue 46).
+// The database's own TCP keepalives cannot tell a frozen server from an
+// idle one (its kernel answers them).
+const stmtTimeout = 30 * time.Second
+
+// bounded is ctx bounded by stmtTimeout.
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, stmtTimeout)
+}

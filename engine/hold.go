@@ -120,6 +120,8 @@ func (e *Engine) Resources(ctx context.Context, dbtx db.DBTX, names []string) ([
 // waits. wait is the reason when it must wait ("" when admitted); extended
 // reports that the step deadline moved (the caller reloads the step).
 func (e *Engine) admit(ctx context.Context, row stepRow, spec *stepSpec) (wait string, extended bool, err error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	names := make([]string, len(spec.Holds))
 	for i, h := range spec.Holds {
 		names[i] = h.Resource
@@ -237,7 +239,9 @@ func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 // job until it is woken or holdRecheck passes.
 func (e *Engine) waitForHolds(ctx context.Context, row stepRow, why string) error {
 	b, _ := json.Marshal(Progress{Message: why})
-	if _, err := e.q.StepSaveProgress(ctx, e.pool, dbsqlc.StepSaveProgressParams{ID: row.ID, Progress: b, ExecToken: row.ExecToken}); err != nil {
+	sctx, cancel := bounded(ctx)
+	defer cancel()
+	if _, err := e.q.StepSaveProgress(sctx, e.pool, dbsqlc.StepSaveProgressParams{ID: row.ID, Progress: b, ExecToken: row.ExecToken}); err != nil {
 		return fmt.Errorf("save progress: %w", err)
 	}
 	e.unclaim(ctx, row)

@@ -28,9 +28,10 @@ import (
 const (
 	keepFirstWait = 50 * time.Millisecond
 	keepMaxWait   = 2 * time.Second
-	// keepAttemptTimeout bounds each retried write: a server that accepts
-	// connections but does not answer is not waited on forever.
-	keepAttemptTimeout = 30 * time.Second
+	// keepAttemptTimeout bounds each write, the first and every retry: a
+	// server that accepts connections but does not answer is not waited on
+	// forever.
+	keepAttemptTimeout = stmtTimeout
 )
 
 // keepOutcome runs write, the write that records a call's outcome, and
@@ -40,7 +41,9 @@ const (
 // earlier attempt had committed before its answer was lost. Any other
 // error is returned at once, as before.
 func (e *Engine) keepOutcome(ctx context.Context, row stepRow, what string, write func(ctx context.Context) error) (retried bool, err error) {
-	err = write(ctx)
+	fctx, cancel := bounded(ctx)
+	err = write(fctx)
+	cancel()
 	if err == nil || !db.IsUnavailable(err) {
 		return false, err
 	}

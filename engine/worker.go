@@ -58,6 +58,8 @@ type timeoutWorker struct {
 
 func (w *timeoutWorker) Work(ctx context.Context, job *river.Job[RunTimeoutArgs]) error {
 	var snooze time.Duration
+	ctx, cancel := context.WithTimeout(ctx, groupTimeout)
+	defer cancel()
 	ctx, hooks := db.WithCommitHooks(ctx)
 	defer func() { hooks.Run() }()
 	err := pgx.BeginFunc(ctx, w.e.pool, func(tx pgx.Tx) error {
@@ -239,7 +241,9 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 	st := &callState{
 		checkpoint: row.Checkpoint,
 		saveCheckpoint: func(ctx context.Context, b []byte) error {
-			n, err := e.q.StepSaveCheckpoint(ctx, e.pool, dbsqlc.StepSaveCheckpointParams{ID: row.ID, BatchIndex: row.BatchIndex, Checkpoint: b, ExecToken: row.ExecToken})
+			sctx, done := bounded(ctx)
+			defer done()
+			n, err := e.q.StepSaveCheckpoint(sctx, e.pool, dbsqlc.StepSaveCheckpointParams{ID: row.ID, BatchIndex: row.BatchIndex, Checkpoint: b, ExecToken: row.ExecToken})
 			if err != nil {
 				return fmt.Errorf("save checkpoint: %w", err)
 			} else if n == 0 {
@@ -249,7 +253,9 @@ func (e *Engine) call(ctx context.Context, job *river.Job[RunStepArgs], row step
 		},
 		saveProgress: func(ctx context.Context, p Progress) error {
 			b, _ := json.Marshal(p)
-			n, err := e.q.StepSaveProgress(ctx, e.pool, dbsqlc.StepSaveProgressParams{ID: row.ID, Progress: b, ExecToken: row.ExecToken})
+			sctx, done := bounded(ctx)
+			defer done()
+			n, err := e.q.StepSaveProgress(sctx, e.pool, dbsqlc.StepSaveProgressParams{ID: row.ID, Progress: b, ExecToken: row.ExecToken})
 			if err != nil {
 				return fmt.Errorf("save progress: %w", err)
 			} else if n == 0 {
@@ -324,7 +330,9 @@ func (e *Engine) runAction(ctx context.Context, a *action, row stepRow, spec *st
 // nothing: ErrSuperseded (and the call is cancelled) when another execution
 // took the step over, else ErrStepEnded.
 func (e *Engine) refused(ctx context.Context, row stepRow, cancel context.CancelCauseFunc) error {
-	st, err := e.q.StepExecState(context.WithoutCancel(ctx), e.pool, row.ID)
+	sctx, scancel := bounded(context.WithoutCancel(ctx))
+	defer scancel()
+	st, err := e.q.StepExecState(sctx, e.pool, row.ID)
 	if err == nil && st.State == string(StateRunning) && st.ExecToken != row.ExecToken {
 		cancel(ErrSuperseded)
 		return ErrSuperseded
@@ -359,6 +367,8 @@ func (e *Engine) callFailed(ctx context.Context, job *river.Job[RunStepArgs], ro
 
 // failRunTimeout fails the run for its timeout, in the checkpoint tx.
 func (e *Engine) failRunTimeout(ctx context.Context, job *river.Job[RunStepArgs], runID RunID) error {
+	ctx, cancel := context.WithTimeout(ctx, groupTimeout)
+	defer cancel()
 	ctx, hooks := db.WithCommitHooks(ctx)
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		run, err := e.q.RunLock(ctx, tx, int64(runID))
@@ -399,5 +409,7 @@ func ptr[T any](v T) *T { return &v }
 // effort: a claim left open only makes the next execution's record
 // cautious.
 func (e *Engine) unclaim(ctx context.Context, row stepRow) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	_ = e.q.StepUnclaim(ctx, e.pool, dbsqlc.StepUnclaimParams{ID: row.ID, ExecToken: row.ExecToken})
 }
