@@ -35,17 +35,6 @@ type NotifyConfig struct {
 	Alertmanager notify.Alertmanager
 }
 
-// NotifyRescueJob re-enqueues webhook deliveries whose job was lost with a
-// killed process (notify.Service.RescueStale; app/serve.go adds it).
-const NotifyRescueJob = "notify-rescue"
-
-// notifyRescueInterval is how often the leader looks for them, and
-// notifyStaleAfter how long a delivery must have been left alone.
-const (
-	notifyRescueInterval = 15 * time.Second
-	notifyStaleAfter     = time.Minute
-)
-
 func loadNotify(def func(string) string) (NotifyConfig, []string) {
 	var errs []string
 	n := NotifyConfig{Site: def("FLOW_SITE_NAME")}

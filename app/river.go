@@ -110,6 +110,7 @@ func newEngine(pool *pgxpool.Pool, logger *slog.Logger, w engineWiring) (*engine
 		// never delays engine steps (docs/notifications.md).
 		rc.Queues[notify.Queue] = river.QueueConfig{MaxWorkers: max(w.notifyWorkers, 1)}
 		river.AddWorker(rc.Workers, w.notify)
+		river.AddWorker(rc.Workers, notify.LegacyWorker{})
 		if w.alerts != nil {
 			river.AddWorker(rc.Workers, w.alerts)
 		}

@@ -63,6 +63,9 @@ type server struct {
 	metricsLn net.Listener
 	engine    *engine.Engine
 	river     *river.Client[pgx.Tx]
+	// notifier gives webhook lanes their delivery jobs while River runs
+	// (notify.Service.Run).
+	notifier *notify.Service
 	syncer    *reconcile.Syncer
 	system    *systemJobs
 	tel       *telemetrySetup
@@ -296,12 +299,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	emitTaskEnds = taskEnds(notifier, inv)
 	tasks.OnWaitingEnd(waitingTaskEnds(notifier, inv))
 	initNotifyMetrics(s.tel.metrics, notifier)
-	if err := s.system.Add(SystemJob{Name: NotifyRescueJob, Interval: notifyRescueInterval, Timeout: time.Minute, Run: func(ctx context.Context) error {
-		_, err := notifier.RescueStale(ctx, notifyStaleAfter, 500)
-		return err
-	}}); err != nil {
-		return nil, err
-	}
+	s.notifier = notifier
 	s.tel.metrics.Register(newStateCollector(pool, tasks, []string{engine.QueueName, engine.UrgentQueue, schedule.Queue, eventrule.Queue, notify.Queue}))
 	watchRiverJobs(context.WithoutCancel(ctx), s.river, s.tel.metrics)
 	// Two-person approval needs told-apart callers: on a cleartext API
@@ -604,6 +602,15 @@ func (s *server) run(ctx context.Context) error {
 	}
 	s.riverStarted.Store(true)
 	stopSystem := s.system.start(ctx, s.logger)
+	// Webhook lanes get their jobs while River runs; stopped before it.
+	notifyCtx, stopNotify := context.WithCancel(context.WithoutCancel(ctx))
+	notifyDone := make(chan struct{})
+	go func() {
+		defer close(notifyDone)
+		if s.notifier != nil {
+			s.notifier.Run(notifyCtx)
+		}
+	}()
 	errc := make(chan error, 3)
 	go func() {
 		if s.tls != nil {
@@ -640,8 +647,11 @@ func (s *server) run(ctx context.Context) error {
 	riverDone := make(chan struct{})
 	go func() {
 		defer close(riverDone)
-		// System cycles end first: they may insert jobs.
+		// System cycles and the webhook dispatcher end first: they insert
+		// jobs.
 		stopSystem()
+		stopNotify()
+		<-notifyDone
 		stopRiver(ctx, s.engine, s.river, s.cfg.ShutdownTimeout, s.logger)
 	}()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)

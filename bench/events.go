@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/notify"
 	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
@@ -100,9 +101,10 @@ func (s *hookSink) between(from, to time.Time) int {
 }
 
 // eventStream writes synthetic events at a set rate through notify's real
-// outbox: each Emit in its own transaction, with its delivery rows and
-// River delivery jobs (inserted by an insert-only River client), which the
-// server's notify workers deliver like any other. The events are
+// outbox: each Emit in its own transaction, with its delivery rows; the
+// stream's own dispatcher (notify.Service.Run, inserting lane jobs with an
+// insert-only River client) wakes their lanes as a replica's would, and
+// the server's notify workers deliver them like any other. The events are
 // flow.webhook.test events (never emitted by a change; subscriptions to
 // every type get them) on the bench racks' subjects in turn, so they are
 // ordered per rack like real ones. Without a subscription Emit writes
@@ -146,6 +148,11 @@ func startEventStream(ctx context.Context, dbURL string, rate float64, racks []i
 		svc: notify.NewService(notify.Config{Pool: pool, Enqueue: notify.RiverEnqueuer(rc), Site: "bench"})}
 	ctx, st.stop = context.WithCancel(ctx)
 	st.start = time.Now()
+	st.wg.Add(1)
+	go func() {
+		defer st.wg.Done()
+		st.svc.Run(ctx)
+	}()
 	for range streamWriters {
 		st.wg.Add(1)
 		go st.write(ctx)
@@ -175,7 +182,7 @@ func (st *eventStream) write(ctx context.Context) {
 			Rack: &notify.Ref{ID: r.ID.String(), Name: r.Name}, Message: fmt.Sprintf("flow bench synthetic event %d", k)}}
 		// A transaction begun runs to its end: the count is exact.
 		wctx := context.WithoutCancel(ctx)
-		err := pgx.BeginFunc(wctx, st.pool, func(tx pgx.Tx) error { return st.svc.Emit(wctx, tx, ev) })
+		err := db.BeginFunc(wctx, st.pool, func(ctx context.Context, tx pgx.Tx) error { return st.svc.Emit(ctx, tx, ev) })
 		if err == nil {
 			st.emitted.Add(1)
 		} else {

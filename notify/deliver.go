@@ -13,9 +13,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
@@ -27,8 +30,31 @@ import (
 // delays engine steps.
 const Queue = "notify"
 
-// DeliverArgs is the job that delivers one delivery (and, once it is
-// through, the pending ones after it on its subject).
+// LaneArgs is the job that works one lane of a subscription: a
+// subscription's deliveries are split over 16 lanes by subject (a rack's
+// events always in one lane), and one job at a time works a lane, batch by
+// batch (docs/notifications.md, "How delivery works").
+type LaneArgs struct {
+	SubscriptionID uuid.UUID `json:"subscription_id"`
+	Lane           int16     `json:"lane"`
+}
+
+// Kind is the job kind, a stable string.
+func (LaneArgs) Kind() string { return "notify.deliver_lane" }
+
+// InsertOpts puts the job on Queue. Delivery counts its own attempts; a
+// job that fails (the database) is retried a few times, and the lane's
+// sweep gives it a new job after that.
+func (LaneArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: Queue, MaxAttempts: 5}
+}
+
+// key names the lane in the dispatcher's woken set and LaneQueue.
+func (a LaneArgs) key() string { return a.SubscriptionID.String() + "/" + strconv.Itoa(int(a.Lane)) }
+
+// DeliverArgs is the job of one delivery that releases before issue 44's
+// batching enqueued. Such a job left in the queue at an upgrade completes
+// at once: the lanes' sweep delivers its delivery.
 type DeliverArgs struct {
 	DeliveryID int64 `json:"delivery_id"`
 }
@@ -36,162 +62,253 @@ type DeliverArgs struct {
 // Kind is the job kind, a stable string.
 func (DeliverArgs) Kind() string { return "notify.deliver" }
 
-// InsertOpts puts the job on Queue; delivery counts its own attempts, so
-// River's are unbounded in practice (each wait is a snooze).
-func (DeliverArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: Queue, MaxAttempts: 25}
+// InsertOpts puts the job on Queue.
+func (DeliverArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: Queue} }
+
+// LegacyWorker completes DeliverArgs jobs (see DeliverArgs).
+type LegacyWorker struct {
+	river.WorkerDefaults[DeliverArgs]
 }
 
-// RiverEnqueuer returns the Enqueuer that inserts DeliverArgs jobs with
+// Work does nothing: the sweep finds the delivery.
+func (LegacyWorker) Work(context.Context, *river.Job[DeliverArgs]) error { return nil }
+
+// RiverEnqueuer returns the Enqueuer that inserts LaneArgs jobs with
 // client through the caller's transaction.
 func RiverEnqueuer(client *river.Client[pgx.Tx]) Enqueuer {
-	return func(ctx context.Context, tx pgx.Tx, ids []int64) error {
-		params := make([]river.InsertManyParams, len(ids))
-		for i, id := range ids {
-			params[i] = river.InsertManyParams{Args: DeliverArgs{DeliveryID: id}}
+	return func(ctx context.Context, tx pgx.Tx, lanes []LaneArgs) error {
+		params := make([]river.InsertManyParams, len(lanes))
+		for i, l := range lanes {
+			params[i] = river.InsertManyParams{Args: l}
 		}
 		_, err := client.InsertManyTx(ctx, tx, params)
 		return err
 	}
 }
 
-// Worker works DeliverArgs jobs. Set Service before the River client
+// Worker works LaneArgs jobs. Set Service before the River client
 // starts.
 type Worker struct {
-	river.WorkerDefaults[DeliverArgs]
+	river.WorkerDefaults[LaneArgs]
 	Service *Service
 }
 
-// drainBudget is how long one job keeps delivering the pending deliveries
-// after its own on the same subject.
+// drainBudget is how long one job works its lane before it hands over to
+// a new job (the lane stays due): a lane's sender never holds a River
+// worker for long.
 const drainBudget = 2 * time.Minute
 
-// Timeout bounds one job: its drain plus one request.
-func (w *Worker) Timeout(*river.Job[DeliverArgs]) time.Duration {
-	return drainBudget + 2*w.Service.cfg.Timeout
+// Batching: a batch is at most batchSize deliveries, its subjects posted
+// at most batchParallel at a time (each subject's in order); an idle lane's
+// job looks again every lanePoll, and ends after laneLinger with nothing
+// to send.
+const (
+	batchSize     = 200
+	batchParallel = 8
+	lanePoll      = 50 * time.Millisecond
+	laneLinger    = time.Second
+)
+
+// Timeout bounds one job: its drain, its last batch and its lease's
+// release.
+func (w *Worker) Timeout(*river.Job[LaneArgs]) time.Duration {
+	return drainBudget + 2*w.Service.leaseFor() + 30*time.Second
 }
 
-// Work delivers the job's delivery when it is due and no earlier delivery
-// of its subject is pending (else it snoozes), then the ones after it.
-func (w *Worker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
-	return w.Service.deliver(ctx, job.Args.DeliveryID)
+// Work works the job's lane (Service.workLane).
+func (w *Worker) Work(ctx context.Context, job *river.Job[LaneArgs]) error {
+	return w.Service.workLane(ctx, job.ID, job.Args)
 }
 
-// claimFor is how long a sender holds a delivery: its request's timeout
-// and as much again (at most 30 s) to record the outcome. A claim that
-// lapses with the delivery still pending means its sender died.
-func (s *Service) claimFor() time.Duration {
+// leaseFor is how long a lane's sender holds it without renewing: its
+// request's timeout and as much again (at most 30 s). A lease that lapses
+// means its sender died; the sweep gives the lane a new job.
+func (s *Service) leaseFor() time.Duration {
 	return s.cfg.Timeout + min(s.cfg.Timeout, 30*time.Second)
 }
 
-// holdPoll is how often a delivery held behind an earlier one looks again
-// (the earlier one's job normally delivers it first).
-func (s *Service) holdPoll() time.Duration {
-	return min(max(s.cfg.BackoffMin, 200*time.Millisecond), 5*time.Second)
-}
-
-func (s *Service) deliver(ctx context.Context, id int64) error {
-	deadline := time.Now().Add(drainBudget)
-	first := true
-	for {
-		until := time.Now().Add(s.claimFor())
-		d, err := s.q.DeliveryClaim(ctx, s.pool, dbsqlc.DeliveryClaimParams{ID: id, ClaimedUntil: &until})
+// workLane leases the lane to holder (the job's ID), then sends batch
+// after batch (LaneBatch: a batch takes up to batchSize pending
+// deliveries, in order, of the subjects whose first pending delivery is
+// due) and records each batch's outcomes in one statement, until the lane
+// has been idle for laneLinger or the drain budget is spent; then it
+// releases the lane, setting when it is next due. A lane leased by
+// another job is left to it.
+func (s *Service) workLane(ctx context.Context, holder int64, lane LaneArgs) error {
+	lease := func() (bool, error) {
+		until := time.Now().Add(s.leaseFor())
+		_, err := s.q.LaneLease(ctx, s.pool, dbsqlc.LaneLeaseParams{Holder: &holder, LeasedUntil: &until, SubscriptionID: lane.SubscriptionID, Lane: lane.Lane})
 		if errors.Is(err, pgx.ErrNoRows) {
-			if !first {
-				return nil // the next one's own job delivers it
-			}
-			return s.notClaimed(ctx, id)
+			return false, nil
 		} else if err != nil {
-			return fmt.Errorf("claim delivery %d: %w", id, err)
+			return false, fmt.Errorf("lease lane %s: %w", lane.key(), err)
 		}
-		first = false
-		status, wait, next, err := s.attempt(ctx, d)
+		return true, nil
+	}
+	ok, err := lease()
+	if err != nil || !ok {
+		return err
+	}
+	leased := time.Now()
+	more := false
+	release := func() error {
+		err := s.q.LaneRelease(context.WithoutCancel(ctx), s.pool, dbsqlc.LaneReleaseParams{More: more, SubscriptionID: lane.SubscriptionID, Lane: lane.Lane, Holder: &holder})
 		if err != nil {
-			return err
+			return fmt.Errorf("release lane %s: %w", lane.key(), err)
 		}
-		if status == StatusPending {
-			return river.JobSnooze(wait)
-		}
-		if next == 0 || time.Now().After(deadline) {
-			return nil
-		}
-		id = next
-	}
-}
-
-// notClaimed decides the job of a delivery it could not claim: done (gone,
-// delivered or dead), or a snooze until it is due or no longer held.
-func (s *Service) notClaimed(ctx context.Context, id int64) error {
-	row, err := s.q.DeliveryGetByID(ctx, s.pool, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // its subscription was deleted
-	} else if err != nil {
-		return fmt.Errorf("read delivery %d: %w", id, err)
-	}
-	if row.Status != StatusPending {
 		return nil
 	}
-	wait := s.holdPoll()
-	if d := time.Until(row.NextAttemptAt); d > wait {
-		wait = d
-	}
-	// Held behind an earlier delivery: look again when that one is next
-	// tried (its job goes on with this one once it is through), at most a
-	// minute from now, so a receiver's outage costs few wake-ups.
-	head, err := s.q.DeliveryHeadNextAttempt(ctx, s.pool, dbsqlc.DeliveryHeadNextAttemptParams{SubscriptionID: row.SubscriptionID, Subject: row.Subject, ID: row.ID})
-	if err == nil {
-		if d := min(time.Until(head), time.Minute); d > wait {
-			wait = d
+	deadline := time.Now().Add(drainBudget)
+	idleSince := time.Now()
+	for {
+		if time.Since(leased) > s.leaseFor()/3 {
+			if ok, err := lease(); err != nil || !ok {
+				return err // lost (we were too slow): the new holder goes on
+			}
+			leased = time.Now()
 		}
-	} else if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("read delivery %d's predecessor: %w", id, err)
-	}
-	if row.ClaimedUntil != nil {
-		if d := time.Until(*row.ClaimedUntil); d > wait {
-			wait = min(d, s.claimFor())
+		rows, err := s.q.LaneBatch(ctx, s.pool, dbsqlc.LaneBatchParams{SubscriptionID: lane.SubscriptionID, Lane: lane.Lane, Lim: batchSize})
+		if err != nil {
+			more = true
+			return errors.Join(fmt.Errorf("read lane %s: %w", lane.key(), err), release())
+		}
+		if len(rows) == 0 {
+			if time.Since(idleSince) >= laneLinger || ctx.Err() != nil {
+				return release()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(lanePoll):
+			}
+			continue
+		}
+		if err := s.sendBatch(ctx, rows, leased.Add(s.leaseFor()/2)); err != nil {
+			more = true
+			return errors.Join(err, release())
+		}
+		idleSince = time.Now()
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			more = true
+			return release()
 		}
 	}
-	return river.JobSnooze(wait)
 }
 
-// attempt sends a claimed delivery once and records the outcome: the
-// delivery's new status, when pending how long until its next try, and
-// when delivered the next pending delivery of its subject (0: none).
-func (s *Service) attempt(ctx context.Context, d dbsqlc.DeliveryClaimRow) (string, time.Duration, int64, error) {
-	code, sendErr := s.send(ctx, d)
-	if ctx.Err() != nil {
-		return "", 0, 0, ctx.Err() // shutting down: the claim lapses and a job retries
+// outcome is one attempt's result, as DeliveryRecord records it.
+type outcome struct {
+	row    dbsqlc.LaneBatchRow
+	status string
+	code   int
+	err    error
+	next   time.Time
+	tried  bool
+}
+
+// sendBatch posts a batch's deliveries, each subject's in order and at
+// most batchParallel subjects at once, and records what was tried in one
+// statement. A subject stops at a delivery to be retried (the ones after
+// it wait for it); a dead letter does not stop it. Nothing new starts
+// after stopBy, nor once a request found the receiver unreachable (no
+// answer: its other subjects would wait for the timeout too); what was not
+// tried stays pending as it was.
+func (s *Service) sendBatch(ctx context.Context, rows []dbsqlc.LaneBatchRow, stopBy time.Time) error {
+	secret, err := s.openSecret(rows[0].Secret)
+	if err != nil {
+		return err
 	}
-	rctx := context.WithoutCancel(ctx)
-	if sendErr == nil {
-		next, err := s.q.DeliveryDelivered(rctx, s.pool, dbsqlc.DeliveryDeliveredParams{ID: d.ID, LastStatusCode: int32(code)})
-		if err != nil {
-			return "", 0, 0, fmt.Errorf("record delivery %d: %w", d.ID, err)
+	out := make([]outcome, len(rows))
+	var subjects []string
+	bySubject := map[string][]int{}
+	for i, r := range rows {
+		out[i].row = r
+		if _, ok := bySubject[r.Subject]; !ok {
+			subjects = append(subjects, r.Subject)
 		}
-		s.observe(OutcomeDelivered)
-		return StatusDelivered, 0, next, nil
+		bySubject[r.Subject] = append(bySubject[r.Subject], i)
 	}
-	attempts := int(d.Attempts) + 1
-	dead := permanent(code) || attempts >= s.cfg.MaxAttempts
-	wait := s.backoff(attempts)
-	status, err := s.q.DeliveryFailed(rctx, s.pool, dbsqlc.DeliveryFailedParams{
-		ID: d.ID, LastStatusCode: int32(code), LastError: firstLine(sendErr.Error()), Dead: dead, NextAttemptAt: time.Now().Add(wait),
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return StatusDead, 0, 0, nil // deleted meanwhile
-	} else if err != nil {
-		return "", 0, 0, fmt.Errorf("record delivery %d: %w", d.ID, err)
+	var unreachable atomic.Bool
+	stop := func() bool { return ctx.Err() != nil || unreachable.Load() || time.Now().After(stopBy) }
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, batchParallel)
+	for _, subj := range subjects {
+		if stop() {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(idx []int) {
+			defer func() { <-sem; wg.Done() }()
+			for _, i := range idx {
+				if stop() {
+					return
+				}
+				o := &out[i]
+				code, sendErr := s.send(ctx, secret, o.row)
+				if ctx.Err() != nil {
+					return // shutting down: not recorded, sent again
+				}
+				o.tried, o.code, o.err = true, code, sendErr
+				if sendErr == nil {
+					o.status = StatusDelivered
+					continue
+				}
+				attempts := int(o.row.Attempts) + 1
+				if permanent(code) || attempts >= s.cfg.MaxAttempts {
+					o.status = StatusDead
+					continue
+				}
+				o.status, o.next = StatusPending, time.Now().Add(s.backoff(attempts))
+				if code == 0 {
+					unreachable.Store(true)
+				}
+				return
+			}
+		}(bySubject[subj])
 	}
-	if status == StatusDead {
-		s.observe(OutcomeDead)
-		s.logger.WarnContext(ctx, "webhook delivery dead-lettered", "delivery_id", d.ID, "subscription_id", d.SubscriptionID, "event_id", d.EventID,
-			"attempt", attempts, "status_code", code, "error", firstLine(sendErr.Error()))
-		return StatusDead, 0, 0, nil
+	wg.Wait()
+	p := dbsqlc.DeliveryRecordParams{}
+	for _, o := range out {
+		if !o.tried {
+			continue
+		}
+		msg := ""
+		if o.err != nil {
+			msg = firstLine(o.err.Error())
+		}
+		next := o.next
+		if next.IsZero() {
+			next = time.Now()
+		}
+		p.IDs = append(p.IDs, o.row.ID)
+		p.Statuses = append(p.Statuses, o.status)
+		p.Codes = append(p.Codes, int32(o.code))
+		p.Errors = append(p.Errors, msg)
+		p.NextAttemptAt = append(p.NextAttemptAt, next)
 	}
-	s.observe(OutcomeRetried)
-	s.logger.DebugContext(ctx, "webhook delivery failed, retrying", "delivery_id", d.ID, "subscription_id", d.SubscriptionID, "attempt", attempts,
-		"status_code", code, "retry_in", wait, "error", firstLine(sendErr.Error()))
-	return StatusPending, wait, 0, nil
+	if len(p.IDs) == 0 {
+		return nil
+	}
+	if err := s.q.DeliveryRecord(context.WithoutCancel(ctx), s.pool, p); err != nil {
+		return fmt.Errorf("record %d deliveries: %w", len(p.IDs), err)
+	}
+	for _, o := range out {
+		if !o.tried {
+			continue
+		}
+		switch o.status {
+		case StatusDelivered:
+			s.observe(OutcomeDelivered)
+		case StatusDead:
+			s.observe(OutcomeDead)
+			s.logger.WarnContext(ctx, "webhook delivery dead-lettered", "delivery_id", o.row.ID, "event_id", o.row.EventID,
+				"attempt", o.row.Attempts+1, "status_code", o.code, "error", firstLine(o.err.Error()))
+		default:
+			s.observe(OutcomeRetried)
+			s.logger.DebugContext(ctx, "webhook delivery failed, retrying", "delivery_id", o.row.ID, "attempt", o.row.Attempts+1,
+				"status_code", o.code, "retry_at", o.next, "error", firstLine(o.err.Error()))
+		}
+	}
+	return nil
 }
 
 func (s *Service) observe(outcome string) {
@@ -220,20 +337,16 @@ func (s *Service) backoff(attempts int) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-// body returns the CloudEvent of a claimed delivery's event, as sent.
-func (s *Service) body(d dbsqlc.DeliveryClaimRow) ([]byte, error) {
+// body returns the CloudEvent of a delivery's event, as sent.
+func (s *Service) body(d dbsqlc.LaneBatchRow) ([]byte, error) {
 	return json.Marshal(CloudEvent{SpecVersion: "1.0", ID: d.EventID.String(), Source: s.source, Type: d.EventType, Subject: d.Subject,
 		Time: d.EventCreatedAt.UTC(), DataContentType: "application/json", Data: d.EventData})
 }
 
-// send makes one request; it returns the HTTP status (0: none) and an
-// error unless it was a 2xx. The claim brought the subscription's URL and
-// sealed secret and the event.
-func (s *Service) send(ctx context.Context, d dbsqlc.DeliveryClaimRow) (int, error) {
-	secret, err := s.openSecret(d.Secret)
-	if err != nil {
-		return 0, err
-	}
+// send makes one request, signed with secret; it returns the HTTP status
+// (0: none) and an error unless it was a 2xx. The batch brought the
+// subscription's URL and the event.
+func (s *Service) send(ctx context.Context, secret []byte, d dbsqlc.LaneBatchRow) (int, error) {
 	body, err := s.body(d)
 	if err != nil {
 		return 0, err
@@ -321,8 +434,8 @@ func newHTTPClient(g Guard, cfg DeliveryConfig) *httpClient {
 		Proxy:                 nil,
 		DialContext:           g.DialContext,
 		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          max(100, 2*cfg.Workers),
-		MaxIdleConnsPerHost:   max(16, cfg.Workers),
+		MaxIdleConns:          max(100, 2*min(cfg.Workers, 16)*batchParallel),
+		MaxIdleConnsPerHost:   max(16, min(cfg.Workers, 16)*batchParallel),
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   cfg.Timeout,
 		ResponseHeaderTimeout: cfg.Timeout,

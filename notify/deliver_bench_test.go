@@ -104,6 +104,9 @@ func BenchmarkDelivery(b *testing.B) {
 	if err := client.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
+	dctx, stopDispatch := context.WithCancel(ctx)
+	dispatched := make(chan struct{})
+	go func() { defer close(dispatched); svc.Run(dctx) }()
 	for got.Load() < int64(b.N) {
 		if time.Since(start) > 10*time.Minute {
 			b.Fatalf("delivered %d of %d in 10 minutes", got.Load(), b.N)
@@ -113,6 +116,8 @@ func BenchmarkDelivery(b *testing.B) {
 	wall := time.Since(start)
 	go2, pg2 := processCPU(), backendsCPU(b, pool)
 	b.StopTimer()
+	stopDispatch()
+	<-dispatched
 	stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_ = client.Stop(stopCtx)

@@ -21,6 +21,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/db/dbtest"
 	"github.com/nicoflow/flow/firmware"
 	"github.com/nicoflow/flow/notify"
@@ -74,7 +75,12 @@ func setupWith(t *testing.T, d notify.DeliveryConfig, edit func(*notify.Config))
 	b.svc = notify.NewService(cfg)
 	worker.Service, alerts.Service = b.svc, b.svc
 	require.NoError(t, client.Start(context.Background()))
+	dctx, stopDispatch := context.WithCancel(context.Background())
+	dispatched := make(chan struct{})
+	go func() { defer close(dispatched); b.svc.Run(dctx) }()
 	t.Cleanup(func() {
+		stopDispatch()
+		<-dispatched
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = client.Stop(ctx)
@@ -94,8 +100,8 @@ func (b *testBundle) subscribe(t *testing.T, url string, types ...string) notify
 
 func (b *testBundle) emit(t *testing.T, ev notify.Event) {
 	t.Helper()
-	require.NoError(t, pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) error {
-		return b.svc.Emit(context.Background(), tx, ev)
+	require.NoError(t, db.BeginFunc(context.Background(), b.pool, func(ctx context.Context, tx pgx.Tx) error {
+		return b.svc.Emit(ctx, tx, ev)
 	}))
 }
 

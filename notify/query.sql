@@ -14,7 +14,8 @@ DELETE FROM notify_subscription WHERE id = @id;
 
 -- name: EventInsert :many
 -- Writes an event and its deliveries to subscription_ids (in that order),
--- one statement: no rows when dedupe_key was seen (nothing written).
+-- one statement: no rows when dedupe_key was seen (nothing written). It
+-- returns each delivery's subscription and lane (whose sender to wake).
 WITH e AS (
     INSERT INTO notify_event (id, type, subject, dedupe_key, data)
     VALUES (@id, @type, @subject, sqlc.narg(dedupe_key), @data)
@@ -24,49 +25,94 @@ WITH e AS (
 INSERT INTO notify_delivery (event_id, subscription_id, subject)
 SELECT e.id, s.id, e.subject FROM e, unnest(@subscription_ids::uuid[]) WITH ORDINALITY AS s (id, n)
 ORDER BY s.n
-RETURNING id;
+RETURNING id, subscription_id, lane;
 
--- name: DeliveryClaim :one
--- Claims a pending, due delivery that no earlier pending delivery of its
--- subscription and subject holds back, until claimed_until, and returns
--- with it what sending needs: its subscription's URL and sealed secret,
--- and its event.
-WITH c AS (
-    UPDATE notify_delivery d SET claimed_until = @claimed_until, updated_at = now()
-    WHERE d.id = @id AND d.status = 'pending' AND d.next_attempt_at <= now()
-      AND (d.claimed_until IS NULL OR d.claimed_until < now())
-      AND NOT EXISTS (SELECT 1 FROM notify_delivery e
-          WHERE e.subscription_id = d.subscription_id AND e.subject = d.subject AND e.status = 'pending' AND e.id < d.id)
-    RETURNING d.id, d.event_id, d.subscription_id, d.subject, d.attempts
+-- name: LaneInsert :exec
+-- A new subscription's lanes (notify_lane_of's 16).
+INSERT INTO notify_lane (subscription_id, lane) SELECT @subscription_id, generate_series(0, 15);
+
+-- name: LaneLease :one
+-- Leases a lane to holder until leased_until when it is free (or already
+-- holder's): its job starts, or renews. No row: another job works it.
+UPDATE notify_lane SET holder = @holder, leased_until = @leased_until, queued_at = NULL, due_at = NULL
+WHERE subscription_id = @subscription_id AND lane = @lane
+  AND (leased_until IS NULL OR leased_until < now() OR holder = @holder)
+RETURNING leased_until;
+
+-- name: LaneBatch :many
+-- Up to lim pending deliveries of a lane, in order, of the subjects whose
+-- first pending delivery (their head) is due, with what sending needs:
+-- the subscription's URL and sealed secret, and the event.
+WITH heads AS (
+    SELECT DISTINCT ON (h.subject) h.subject, h.next_attempt_at FROM notify_delivery h
+    WHERE h.subscription_id = @subscription_id AND h.lane = @lane::smallint AND h.status = 'pending'
+    ORDER BY h.subject, h.id
 )
-SELECT c.id, c.event_id, c.subscription_id, c.subject, c.attempts, s.url, s.secret,
+SELECT d.id, d.event_id, d.subject, d.attempts, s.url, s.secret,
     ev.type AS event_type, ev.data AS event_data, ev.created_at AS event_created_at
-FROM c JOIN notify_subscription s ON s.id = c.subscription_id JOIN notify_event ev ON ev.id = c.event_id;
+FROM notify_delivery d
+JOIN heads ON heads.subject = d.subject AND heads.next_attempt_at <= now()
+JOIN notify_subscription s ON s.id = d.subscription_id
+JOIN notify_event ev ON ev.id = d.event_id
+WHERE d.subscription_id = @subscription_id AND d.lane = @lane::smallint AND d.status = 'pending'
+ORDER BY d.id
+LIMIT @lim;
 
--- name: DeliveryGetByID :one
-SELECT * FROM notify_delivery WHERE id = @id;
+-- name: DeliveryRecord :exec
+-- Records a batch's attempts in one statement: each delivery's new status
+-- (delivered, pending again from next_attempt_at, or dead), its HTTP
+-- status and error. Delivery bookkeeping only, so it commits without
+-- waiting for the WAL flush (synchronous_commit off for this one
+-- transaction): a crash may lose the last few milliseconds of outcomes,
+-- which re-sends those events (at least once; receivers dedupe on the
+-- event ID), and never loses an event.
+UPDATE notify_delivery d SET status = (@statuses::text[])[r.n], attempts = d.attempts + 1,
+    last_status_code = (@codes::int[])[r.n], last_error = (@errors::text[])[r.n], next_attempt_at = (@next_attempt_at::timestamptz[])[r.n],
+    delivered_at = CASE WHEN (@statuses::text[])[r.n] = 'delivered' THEN now() ELSE d.delivered_at END, updated_at = now()
+FROM unnest(@ids::bigint[]) WITH ORDINALITY AS r (id, n),
+    (SELECT set_config('synchronous_commit', 'off', true) AS v) AS sc
+WHERE d.id = r.id AND d.status = 'pending';
 
--- name: DeliveryDelivered :one
--- Records a delivery's success and returns the next pending delivery of
--- its subscription and subject (0: none), one statement.
-WITH done AS (
-    UPDATE notify_delivery u SET status = 'delivered', attempts = u.attempts + 1, last_status_code = @last_status_code,
-        last_error = '', claimed_until = NULL, delivered_at = now(), updated_at = now()
-    WHERE u.id = @id AND u.status = 'pending'
-    RETURNING u.id, u.subscription_id, u.subject
-)
-SELECT COALESCE((SELECT n.id FROM notify_delivery n, done
-    WHERE n.subscription_id = done.subscription_id AND n.subject = done.subject AND n.status = 'pending' AND n.id > done.id
-    ORDER BY n.id LIMIT 1), 0)::bigint AS next_id;
+-- name: LaneRelease :exec
+-- Ends holder's lease of a lane and sets when the lane is next due: now
+-- when more is owed (more), else its earliest head's next attempt (NULL:
+-- nothing pending).
+UPDATE notify_lane l SET holder = NULL, leased_until = NULL,
+    due_at = CASE WHEN @more::boolean THEN now() ELSE (
+        SELECT min(h.next_attempt_at) FROM (
+            SELECT DISTINCT ON (p.subject) p.next_attempt_at FROM notify_delivery p
+            WHERE p.subscription_id = l.subscription_id AND p.lane = l.lane AND p.status = 'pending'
+            ORDER BY p.subject, p.id) h) END
+FROM (SELECT set_config('synchronous_commit', 'off', true) AS v) AS sc
+WHERE l.subscription_id = @subscription_id AND l.lane = @lane AND l.holder = @holder;
 
--- name: DeliveryFailed :one
--- Records a failed attempt: dead when dead is set, else pending again from
--- next_attempt_at.
-UPDATE notify_delivery SET attempts = attempts + 1, last_status_code = @last_status_code, last_error = @last_error,
-    status = CASE WHEN @dead::boolean THEN 'dead' ELSE 'pending' END,
-    next_attempt_at = @next_attempt_at, claimed_until = NULL, updated_at = now()
-WHERE id = @id AND status = 'pending'
-RETURNING status;
+-- name: LaneQueue :many
+-- The lanes that need a job now (woken by new deliveries, named by
+-- subscription_ids and lanes, or due), that nobody works and that have no
+-- job queued (or one queued longer ago than stale_before: lost), marked
+-- queued; the caller inserts their jobs in the same transaction. A woken
+-- lane is named "<subscription_id>/<lane>".
+UPDATE notify_lane l SET queued_at = now()
+FROM (SELECT l2.subscription_id, l2.lane FROM notify_lane l2
+      WHERE (l2.due_at <= now() OR (l2.subscription_id::text || '/' || l2.lane::text) = ANY(@woken::text[]))
+        AND (l2.leased_until IS NULL OR l2.leased_until < now())
+        AND (l2.queued_at IS NULL OR l2.queued_at < @stale_before)
+      ORDER BY l2.subscription_id, l2.lane
+      FOR UPDATE OF l2 SKIP LOCKED) AS c
+WHERE l.subscription_id = c.subscription_id AND l.lane = c.lane
+RETURNING l.subscription_id, l.lane;
+
+-- name: LaneSweep :execrows
+-- Marks due the lanes nobody works that have a due head: deliveries no
+-- sender was woken for (written by another process, or before a crash;
+-- a killed sender's lease lapses).
+UPDATE notify_lane l SET due_at = now()
+FROM (SELECT DISTINCT x.subscription_id, x.lane FROM (
+        SELECT DISTINCT ON (p.subscription_id, p.lane, p.subject) p.subscription_id, p.lane, p.next_attempt_at FROM notify_delivery p
+        WHERE p.status = 'pending' ORDER BY p.subscription_id, p.lane, p.subject, p.id) x
+      WHERE x.next_attempt_at <= now()) AS r
+WHERE l.subscription_id = r.subscription_id AND l.lane = r.lane
+  AND (l.leased_until IS NULL OR l.leased_until < now()) AND (l.due_at IS NULL OR l.due_at > now());
 
 -- name: DeliveryList :many
 SELECT d.*, e.type AS event_type FROM notify_delivery d JOIN notify_event e ON e.id = d.event_id
@@ -78,27 +124,15 @@ LIMIT @lim;
 -- name: DeliveryRedrive :many
 -- Makes dead deliveries pending again, with their attempts reset.
 UPDATE notify_delivery SET status = 'pending', attempts = 0, last_error = '', last_status_code = 0,
-    next_attempt_at = now(), claimed_until = NULL, updated_at = now()
+    next_attempt_at = now(), updated_at = now()
 WHERE status = 'dead' AND (id = ANY(@ids::bigint[]) OR (@all_of::uuid <> '00000000-0000-0000-0000-000000000000'::uuid AND subscription_id = @all_of))
-RETURNING id;
+RETURNING id, subscription_id, lane;
 
 -- name: DeliveryBacklog :one
 -- The pending deliveries and the age of the oldest, in seconds.
 SELECT count(*)::bigint AS pending,
     COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 AS oldest_seconds
 FROM notify_delivery WHERE status = 'pending';
-
--- name: DeliveryStale :many
--- Pending deliveries nobody works: claimed by a sender whose claim lapsed
--- (it died sending: a live sender records its attempt before then), or
--- heads of their subject due since before @before and unclaimed (their
--- job died before it claimed).
-SELECT d.id FROM notify_delivery d
-WHERE d.status = 'pending' AND (
-    (d.claimed_until IS NOT NULL AND d.claimed_until < now())
-    OR (d.claimed_until IS NULL AND d.next_attempt_at < @before AND NOT EXISTS (SELECT 1 FROM notify_delivery e
-        WHERE e.subscription_id = d.subscription_id AND e.subject = d.subject AND e.status = 'pending' AND e.id < d.id)))
-ORDER BY d.id LIMIT @lim;
 
 -- name: AlertRaise :one
 -- Fires the alert of key: a new one, or a resolved one again (a new
@@ -123,10 +157,3 @@ UPDATE notify_alert SET last_sent_at = now(), last_error = @last_error, updated_
 
 -- name: AlertList :many
 SELECT * FROM notify_alert ORDER BY created_at DESC LIMIT @lim;
-
--- name: DeliveryHeadNextAttempt :one
--- When the oldest pending delivery before @id of its subscription and
--- subject (the one holding it back) is next tried.
-SELECT next_attempt_at FROM notify_delivery
-WHERE subscription_id = @subscription_id AND subject = @subject AND status = 'pending' AND id < @id
-ORDER BY id LIMIT 1;

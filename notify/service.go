@@ -21,9 +21,9 @@ import (
 	"github.com/nicoflow/flow/notify/internal/dbsqlc"
 )
 
-// Enqueuer inserts the delivery jobs of deliveries through the caller's
-// transaction (RiverEnqueuer).
-type Enqueuer func(ctx context.Context, tx pgx.Tx, deliveryIDs []int64) error
+// Enqueuer inserts the jobs of lanes through the caller's transaction
+// (RiverEnqueuer).
+type Enqueuer func(ctx context.Context, tx pgx.Tx, lanes []LaneArgs) error
 
 // Config holds what a Service needs. Zero durations take the defaults
 // below.
@@ -63,9 +63,11 @@ type DeliveryConfig struct {
 	// MaxResponseBytes bounds the response body read (the rest is
 	// dropped with the connection).
 	MaxResponseBytes int64
-	// Workers is how many deliveries the process sends at once
-	// (FLOW_NOTIFY_WORKERS): the HTTP client keeps as many idle
-	// connections per receiver, so that none is dialled again.
+	// Workers is how many lanes the process works at once
+	// (FLOW_NOTIFY_WORKERS, the notify queue's River workers); each lane
+	// posts up to 8 subjects' events at once, and the HTTP client keeps
+	// as many idle connections per receiver, so that none is dialled
+	// again.
 	Workers int
 }
 
@@ -145,6 +147,12 @@ type Service struct {
 	mu     sync.Mutex
 	cached []Subscription
 	readAt time.Time
+
+	// woken are the lanes this process's committed emits gave new
+	// deliveries (LaneArgs.key), which Run gives a job; kick tells Run.
+	wakeMu sync.Mutex
+	woken  map[string]struct{}
+	kick   chan struct{}
 }
 
 // NewService returns a Service.
@@ -170,7 +178,8 @@ func NewService(cfg Config) *Service {
 	}
 	return &Service{pool: cfg.Pool, q: dbsqlc.New(), keys: cfg.Keys, enq: cfg.Enqueue, guard: cfg.Guard, site: site, source: src,
 		cfg: d, logger: cfg.Logger, obs: cfg.Observer, client: newHTTPClient(cfg.Guard, d),
-		am: am, alertEnq: cfg.AlertEnqueue, amClient: &http.Client{Timeout: am.Timeout}}
+		am: am, alertEnq: cfg.AlertEnqueue, amClient: &http.Client{Timeout: am.Timeout},
+		woken: map[string]struct{}{}, kick: make(chan struct{}, 1)}
 }
 
 // Subscription is a webhook subscription. Its secret is never held here.
@@ -253,6 +262,9 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, in Input) (Subscription
 	})
 	if err != nil {
 		return Subscription{}, fmt.Errorf("insert subscription: %w", err)
+	}
+	if err := s.q.LaneInsert(ctx, tx, row.ID); err != nil {
+		return Subscription{}, fmt.Errorf("insert subscription's lanes: %w", err)
 	}
 	db.AfterCommit(ctx, s.forget)
 	s.forget() // this transaction's own emissions see it
@@ -353,8 +365,9 @@ func (s *Service) Wanted(ctx context.Context, dbtx db.DBTX, types ...Type) (bool
 }
 
 // Emit writes ev to the outbox through tx, the transaction of the change it
-// reports, with one delivery (and its job) per matching subscription; the
-// caller commits, so a rolled-back change sends nothing and a committed one
+// reports, with one delivery per matching subscription (one statement, no
+// job: Run gives the deliveries' lanes a job once tx commits); the caller
+// commits, so a rolled-back change sends nothing and a committed one
 // is delivered even if the process dies right after. An event no
 // subscription wants is not stored; one whose DedupeKey was emitted before
 // writes nothing. Unknown types are ErrInvalid.
@@ -382,8 +395,9 @@ func (s *Service) Emit(ctx context.Context, tx pgx.Tx, ev Event) error {
 	return err
 }
 
-// emitTo writes ev for the subscriptions ids and enqueues its deliveries;
-// it returns the delivery IDs (none when DedupeKey was seen).
+// emitTo writes ev for the subscriptions ids and, once tx commits, wakes
+// its deliveries' lanes; it returns the delivery IDs (none when DedupeKey
+// was seen).
 func (s *Service) emitTo(ctx context.Context, tx pgx.Tx, ev Event, ids []uuid.UUID) ([]int64, error) {
 	ev.Data.Version = Version
 	ev.Data.Site = Ref{ID: s.site, Name: s.site}
@@ -400,18 +414,20 @@ func (s *Service) emitTo(ctx context.Context, tx pgx.Tx, ev Event, ids []uuid.UU
 	}
 	// The event and its deliveries: one statement, no rows when the dedupe
 	// key was seen before.
-	dids, err := s.q.EventInsert(ctx, tx, p)
+	rows, err := s.q.EventInsert(ctx, tx, p)
 	if err != nil {
 		return nil, fmt.Errorf("insert event: %w", err)
 	}
-	if len(dids) == 0 {
+	if len(rows) == 0 {
 		return nil, nil // emitted before
 	}
-	if s.enq != nil {
-		if err := s.enq(ctx, tx, dids); err != nil {
-			return nil, fmt.Errorf("enqueue deliveries: %w", err)
-		}
+	dids := make([]int64, len(rows))
+	lanes := make([]string, len(rows))
+	for i, r := range rows {
+		dids[i] = r.ID
+		lanes[i] = LaneArgs{SubscriptionID: r.SubscriptionID, Lane: *r.Lane}.key()
 	}
+	db.AfterCommit(ctx, func() { s.wake(lanes) })
 	if s.obs != nil {
 		typ, n := ev.Type, len(dids)
 		db.AfterCommit(ctx, func() { s.obs.Emitted(typ, n) })
@@ -488,8 +504,8 @@ func (s *Service) Deliveries(ctx context.Context, dbtx db.DBTX, f DeliveryFilter
 	return out, nil
 }
 
-// Redrive makes dead deliveries pending again, with fresh attempts, and
-// enqueues them through tx: the deliveries ids, and every dead delivery of
+// Redrive makes dead deliveries pending again, with fresh attempts, through
+// tx (their lanes woken once it commits): the deliveries ids, and every dead delivery of
 // subscription all when it is not uuid.Nil. It returns the IDs redriven
 // (a delivery that is not dead is left alone).
 func (s *Service) Redrive(ctx context.Context, tx pgx.Tx, ids []int64, all uuid.UUID) ([]int64, error) {
@@ -499,14 +515,18 @@ func (s *Service) Redrive(ctx context.Context, tx pgx.Tx, ids []int64, all uuid.
 	if ids == nil {
 		ids = []int64{}
 	}
-	got, err := s.q.DeliveryRedrive(ctx, tx, dbsqlc.DeliveryRedriveParams{IDs: ids, AllOf: all})
+	rows, err := s.q.DeliveryRedrive(ctx, tx, dbsqlc.DeliveryRedriveParams{IDs: ids, AllOf: all})
 	if err != nil {
 		return nil, fmt.Errorf("redrive: %w", err)
 	}
-	if len(got) > 0 && s.enq != nil {
-		if err := s.enq(ctx, tx, got); err != nil {
-			return nil, fmt.Errorf("enqueue deliveries: %w", err)
-		}
+	got := make([]int64, len(rows))
+	lanes := make([]string, len(rows))
+	for i, r := range rows {
+		got[i] = r.ID
+		lanes[i] = LaneArgs{SubscriptionID: r.SubscriptionID, Lane: *r.Lane}.key()
+	}
+	if len(rows) > 0 {
+		db.AfterCommit(ctx, func() { s.wake(lanes) })
 	}
 	return got, nil
 }
@@ -518,26 +538,6 @@ func (s *Service) Backlog(ctx context.Context) (int, time.Duration, error) {
 		return 0, 0, fmt.Errorf("read delivery backlog: %w", err)
 	}
 	return int(r.Pending), time.Duration(r.OldestSeconds * float64(time.Second)), nil
-}
-
-// RescueStale enqueues a new job for up to limit pending deliveries nobody
-// works: claimed by a sender whose claim lapsed, or heads of their subject
-// due for longer than staleAfter and unclaimed. Their job
-// was lost with a killed process (River would rescue it only after its
-// rescue window). A duplicate job is harmless: the claim admits one
-// sender.
-func (s *Service) RescueStale(ctx context.Context, staleAfter time.Duration, limit int) (int, error) {
-	var n int
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		before := time.Now().Add(-staleAfter)
-		ids, err := s.q.DeliveryStale(ctx, tx, dbsqlc.DeliveryStaleParams{Before: before, Lim: int32(limit)})
-		if err != nil || len(ids) == 0 || s.enq == nil {
-			return err
-		}
-		n = len(ids)
-		return s.enq(ctx, tx, ids)
-	})
-	return n, err
 }
 
 // Site returns the site's name (FLOW_SITE_NAME).

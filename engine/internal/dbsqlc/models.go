@@ -348,10 +348,10 @@ type NotifyDelivery struct {
 	LastStatusCode int32
 	LastError      string
 	NextAttemptAt  pgtype.Timestamptz
-	ClaimedUntil   pgtype.Timestamptz
 	CreatedAt      pgtype.Timestamptz
 	UpdatedAt      pgtype.Timestamptz
 	DeliveredAt    pgtype.Timestamptz
+	Lane           *int16
 }
 
 type NotifyEvent struct {
@@ -361,6 +361,15 @@ type NotifyEvent struct {
 	DedupeKey *string
 	Data      []byte
 	CreatedAt pgtype.Timestamptz
+}
+
+type NotifyLane struct {
+	SubscriptionID pgtype.UUID
+	Lane           int16
+	Holder         *int64
+	LeasedUntil    pgtype.Timestamptz
+	QueuedAt       pgtype.Timestamptz
+	DueAt          pgtype.Timestamptz
 }
 
 type NotifySubscription struct {

@@ -164,165 +164,8 @@ func (q *Queries) DeliveryBacklog(ctx context.Context, db DBTX) (DeliveryBacklog
 	return i, err
 }
 
-const deliveryClaim = `-- name: DeliveryClaim :one
-WITH c AS (
-    UPDATE notify_delivery d SET claimed_until = $1, updated_at = now()
-    WHERE d.id = $2 AND d.status = 'pending' AND d.next_attempt_at <= now()
-      AND (d.claimed_until IS NULL OR d.claimed_until < now())
-      AND NOT EXISTS (SELECT 1 FROM notify_delivery e
-          WHERE e.subscription_id = d.subscription_id AND e.subject = d.subject AND e.status = 'pending' AND e.id < d.id)
-    RETURNING d.id, d.event_id, d.subscription_id, d.subject, d.attempts
-)
-SELECT c.id, c.event_id, c.subscription_id, c.subject, c.attempts, s.url, s.secret,
-    ev.type AS event_type, ev.data AS event_data, ev.created_at AS event_created_at
-FROM c JOIN notify_subscription s ON s.id = c.subscription_id JOIN notify_event ev ON ev.id = c.event_id
-`
-
-type DeliveryClaimParams struct {
-	ClaimedUntil *time.Time
-	ID           int64
-}
-
-type DeliveryClaimRow struct {
-	ID             int64
-	EventID        uuid.UUID
-	SubscriptionID uuid.UUID
-	Subject        string
-	Attempts       int32
-	Url            string
-	Secret         []byte
-	EventType      string
-	EventData      []byte
-	EventCreatedAt time.Time
-}
-
-// Claims a pending, due delivery that no earlier pending delivery of its
-// subscription and subject holds back, until claimed_until, and returns
-// with it what sending needs: its subscription's URL and sealed secret,
-// and its event.
-func (q *Queries) DeliveryClaim(ctx context.Context, db DBTX, arg DeliveryClaimParams) (DeliveryClaimRow, error) {
-	row := db.QueryRow(ctx, deliveryClaim, arg.ClaimedUntil, arg.ID)
-	var i DeliveryClaimRow
-	err := row.Scan(
-		&i.ID,
-		&i.EventID,
-		&i.SubscriptionID,
-		&i.Subject,
-		&i.Attempts,
-		&i.Url,
-		&i.Secret,
-		&i.EventType,
-		&i.EventData,
-		&i.EventCreatedAt,
-	)
-	return i, err
-}
-
-const deliveryDelivered = `-- name: DeliveryDelivered :one
-WITH done AS (
-    UPDATE notify_delivery u SET status = 'delivered', attempts = u.attempts + 1, last_status_code = $1,
-        last_error = '', claimed_until = NULL, delivered_at = now(), updated_at = now()
-    WHERE u.id = $2 AND u.status = 'pending'
-    RETURNING u.id, u.subscription_id, u.subject
-)
-SELECT COALESCE((SELECT n.id FROM notify_delivery n, done
-    WHERE n.subscription_id = done.subscription_id AND n.subject = done.subject AND n.status = 'pending' AND n.id > done.id
-    ORDER BY n.id LIMIT 1), 0)::bigint AS next_id
-`
-
-type DeliveryDeliveredParams struct {
-	LastStatusCode int32
-	ID             int64
-}
-
-// Records a delivery's success and returns the next pending delivery of
-// its subscription and subject (0: none), one statement.
-func (q *Queries) DeliveryDelivered(ctx context.Context, db DBTX, arg DeliveryDeliveredParams) (int64, error) {
-	row := db.QueryRow(ctx, deliveryDelivered, arg.LastStatusCode, arg.ID)
-	var next_id int64
-	err := row.Scan(&next_id)
-	return next_id, err
-}
-
-const deliveryFailed = `-- name: DeliveryFailed :one
-UPDATE notify_delivery SET attempts = attempts + 1, last_status_code = $1, last_error = $2,
-    status = CASE WHEN $3::boolean THEN 'dead' ELSE 'pending' END,
-    next_attempt_at = $4, claimed_until = NULL, updated_at = now()
-WHERE id = $5 AND status = 'pending'
-RETURNING status
-`
-
-type DeliveryFailedParams struct {
-	LastStatusCode int32
-	LastError      string
-	Dead           bool
-	NextAttemptAt  time.Time
-	ID             int64
-}
-
-// Records a failed attempt: dead when dead is set, else pending again from
-// next_attempt_at.
-func (q *Queries) DeliveryFailed(ctx context.Context, db DBTX, arg DeliveryFailedParams) (string, error) {
-	row := db.QueryRow(ctx, deliveryFailed,
-		arg.LastStatusCode,
-		arg.LastError,
-		arg.Dead,
-		arg.NextAttemptAt,
-		arg.ID,
-	)
-	var status string
-	err := row.Scan(&status)
-	return status, err
-}
-
-const deliveryGetByID = `-- name: DeliveryGetByID :one
-SELECT id, event_id, subscription_id, subject, status, attempts, last_status_code, last_error, next_attempt_at, claimed_until, created_at, updated_at, delivered_at FROM notify_delivery WHERE id = $1
-`
-
-func (q *Queries) DeliveryGetByID(ctx context.Context, db DBTX, id int64) (NotifyDelivery, error) {
-	row := db.QueryRow(ctx, deliveryGetByID, id)
-	var i NotifyDelivery
-	err := row.Scan(
-		&i.ID,
-		&i.EventID,
-		&i.SubscriptionID,
-		&i.Subject,
-		&i.Status,
-		&i.Attempts,
-		&i.LastStatusCode,
-		&i.LastError,
-		&i.NextAttemptAt,
-		&i.ClaimedUntil,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.DeliveredAt,
-	)
-	return i, err
-}
-
-const deliveryHeadNextAttempt = `-- name: DeliveryHeadNextAttempt :one
-SELECT next_attempt_at FROM notify_delivery
-WHERE subscription_id = $1 AND subject = $2 AND status = 'pending' AND id < $3
-ORDER BY id LIMIT 1
-`
-
-type DeliveryHeadNextAttemptParams struct {
-	SubscriptionID uuid.UUID
-	Subject        string
-	ID             int64
-}
-
-// When the oldest pending delivery before @id of its subscription and
-// subject (the one holding it back) is next tried.
-func (q *Queries) DeliveryHeadNextAttempt(ctx context.Context, db DBTX, arg DeliveryHeadNextAttemptParams) (time.Time, error) {
-	row := db.QueryRow(ctx, deliveryHeadNextAttempt, arg.SubscriptionID, arg.Subject, arg.ID)
-	var next_attempt_at time.Time
-	err := row.Scan(&next_attempt_at)
-	return next_attempt_at, err
-}
-
 const deliveryList = `-- name: DeliveryList :many
-SELECT d.id, d.event_id, d.subscription_id, d.subject, d.status, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.claimed_until, d.created_at, d.updated_at, d.delivered_at, e.type AS event_type FROM notify_delivery d JOIN notify_event e ON e.id = d.event_id
+SELECT d.id, d.event_id, d.subscription_id, d.subject, d.status, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.delivered_at, d.lane, e.type AS event_type FROM notify_delivery d JOIN notify_event e ON e.id = d.event_id
 WHERE ($1::uuid IS NULL OR d.subscription_id = $1)
   AND ($2::text IS NULL OR d.status = $2)
 ORDER BY d.id DESC
@@ -345,10 +188,10 @@ type DeliveryListRow struct {
 	LastStatusCode int32
 	LastError      string
 	NextAttemptAt  time.Time
-	ClaimedUntil   *time.Time
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	DeliveredAt    *time.Time
+	Lane           *int16
 	EventType      string
 }
 
@@ -371,10 +214,10 @@ func (q *Queries) DeliveryList(ctx context.Context, db DBTX, arg DeliveryListPar
 			&i.LastStatusCode,
 			&i.LastError,
 			&i.NextAttemptAt,
-			&i.ClaimedUntil,
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.DeliveredAt,
+			&i.Lane,
 			&i.EventType,
 		); err != nil {
 			return nil, err
@@ -387,11 +230,46 @@ func (q *Queries) DeliveryList(ctx context.Context, db DBTX, arg DeliveryListPar
 	return items, nil
 }
 
+const deliveryRecord = `-- name: DeliveryRecord :exec
+UPDATE notify_delivery d SET status = ($1::text[])[r.n], attempts = d.attempts + 1,
+    last_status_code = ($2::int[])[r.n], last_error = ($3::text[])[r.n], next_attempt_at = ($4::timestamptz[])[r.n],
+    delivered_at = CASE WHEN ($1::text[])[r.n] = 'delivered' THEN now() ELSE d.delivered_at END, updated_at = now()
+FROM unnest($5::bigint[]) WITH ORDINALITY AS r (id, n),
+    (SELECT set_config('synchronous_commit', 'off', true) AS v) AS sc
+WHERE d.id = r.id AND d.status = 'pending'
+`
+
+type DeliveryRecordParams struct {
+	Statuses      []string
+	Codes         []int32
+	Errors        []string
+	NextAttemptAt []time.Time
+	IDs           []int64
+}
+
+// Records a batch's attempts in one statement: each delivery's new status
+// (delivered, pending again from next_attempt_at, or dead), its HTTP
+// status and error. Delivery bookkeeping only, so it commits without
+// waiting for the WAL flush (synchronous_commit off for this one
+// transaction): a crash may lose the last few milliseconds of outcomes,
+// which re-sends those events (at least once; receivers dedupe on the
+// event ID), and never loses an event.
+func (q *Queries) DeliveryRecord(ctx context.Context, db DBTX, arg DeliveryRecordParams) error {
+	_, err := db.Exec(ctx, deliveryRecord,
+		arg.Statuses,
+		arg.Codes,
+		arg.Errors,
+		arg.NextAttemptAt,
+		arg.IDs,
+	)
+	return err
+}
+
 const deliveryRedrive = `-- name: DeliveryRedrive :many
 UPDATE notify_delivery SET status = 'pending', attempts = 0, last_error = '', last_status_code = 0,
-    next_attempt_at = now(), claimed_until = NULL, updated_at = now()
+    next_attempt_at = now(), updated_at = now()
 WHERE status = 'dead' AND (id = ANY($1::bigint[]) OR ($2::uuid <> '00000000-0000-0000-0000-000000000000'::uuid AND subscription_id = $2))
-RETURNING id
+RETURNING id, subscription_id, lane
 `
 
 type DeliveryRedriveParams struct {
@@ -399,58 +277,26 @@ type DeliveryRedriveParams struct {
 	AllOf uuid.UUID
 }
 
+type DeliveryRedriveRow struct {
+	ID             int64
+	SubscriptionID uuid.UUID
+	Lane           *int16
+}
+
 // Makes dead deliveries pending again, with their attempts reset.
-func (q *Queries) DeliveryRedrive(ctx context.Context, db DBTX, arg DeliveryRedriveParams) ([]int64, error) {
+func (q *Queries) DeliveryRedrive(ctx context.Context, db DBTX, arg DeliveryRedriveParams) ([]DeliveryRedriveRow, error) {
 	rows, err := db.Query(ctx, deliveryRedrive, arg.IDs, arg.AllOf)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []int64{}
+	items := []DeliveryRedriveRow{}
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var i DeliveryRedriveRow
+		if err := rows.Scan(&i.ID, &i.SubscriptionID, &i.Lane); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const deliveryStale = `-- name: DeliveryStale :many
-SELECT d.id FROM notify_delivery d
-WHERE d.status = 'pending' AND (
-    (d.claimed_until IS NOT NULL AND d.claimed_until < now())
-    OR (d.claimed_until IS NULL AND d.next_attempt_at < $1 AND NOT EXISTS (SELECT 1 FROM notify_delivery e
-        WHERE e.subscription_id = d.subscription_id AND e.subject = d.subject AND e.status = 'pending' AND e.id < d.id)))
-ORDER BY d.id LIMIT $2
-`
-
-type DeliveryStaleParams struct {
-	Before time.Time
-	Lim    int32
-}
-
-// Pending deliveries nobody works: claimed by a sender whose claim lapsed
-// (it died sending: a live sender records its attempt before then), or
-// heads of their subject due since before @before and unclaimed (their
-// job died before it claimed).
-func (q *Queries) DeliveryStale(ctx context.Context, db DBTX, arg DeliveryStaleParams) ([]int64, error) {
-	rows, err := db.Query(ctx, deliveryStale, arg.Before, arg.Lim)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []int64{}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -468,7 +314,7 @@ WITH e AS (
 INSERT INTO notify_delivery (event_id, subscription_id, subject)
 SELECT e.id, s.id, e.subject FROM e, unnest($1::uuid[]) WITH ORDINALITY AS s (id, n)
 ORDER BY s.n
-RETURNING id
+RETURNING id, subscription_id, lane
 `
 
 type EventInsertParams struct {
@@ -480,9 +326,16 @@ type EventInsertParams struct {
 	Data            []byte
 }
 
+type EventInsertRow struct {
+	ID             int64
+	SubscriptionID uuid.UUID
+	Lane           *int16
+}
+
 // Writes an event and its deliveries to subscription_ids (in that order),
-// one statement: no rows when dedupe_key was seen (nothing written).
-func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) ([]int64, error) {
+// one statement: no rows when dedupe_key was seen (nothing written). It
+// returns each delivery's subscription and lane (whose sender to wake).
+func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) ([]EventInsertRow, error) {
 	rows, err := db.Query(ctx, eventInsert,
 		arg.SubscriptionIds,
 		arg.ID,
@@ -495,18 +348,223 @@ func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParam
 		return nil, err
 	}
 	defer rows.Close()
-	items := []int64{}
+	items := []EventInsertRow{}
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var i EventInsertRow
+		if err := rows.Scan(&i.ID, &i.SubscriptionID, &i.Lane); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	return items, nil
+}
+
+const laneBatch = `-- name: LaneBatch :many
+WITH heads AS (
+    SELECT DISTINCT ON (h.subject) h.subject, h.next_attempt_at FROM notify_delivery h
+    WHERE h.subscription_id = $1 AND h.lane = $2::smallint AND h.status = 'pending'
+    ORDER BY h.subject, h.id
+)
+SELECT d.id, d.event_id, d.subject, d.attempts, s.url, s.secret,
+    ev.type AS event_type, ev.data AS event_data, ev.created_at AS event_created_at
+FROM notify_delivery d
+JOIN heads ON heads.subject = d.subject AND heads.next_attempt_at <= now()
+JOIN notify_subscription s ON s.id = d.subscription_id
+JOIN notify_event ev ON ev.id = d.event_id
+WHERE d.subscription_id = $1 AND d.lane = $2::smallint AND d.status = 'pending'
+ORDER BY d.id
+LIMIT $3
+`
+
+type LaneBatchParams struct {
+	SubscriptionID uuid.UUID
+	Lane           int16
+	Lim            int32
+}
+
+type LaneBatchRow struct {
+	ID             int64
+	EventID        uuid.UUID
+	Subject        string
+	Attempts       int32
+	Url            string
+	Secret         []byte
+	EventType      string
+	EventData      []byte
+	EventCreatedAt time.Time
+}
+
+// Up to lim pending deliveries of a lane, in order, of the subjects whose
+// first pending delivery (their head) is due, with what sending needs:
+// the subscription's URL and sealed secret, and the event.
+func (q *Queries) LaneBatch(ctx context.Context, db DBTX, arg LaneBatchParams) ([]LaneBatchRow, error) {
+	rows, err := db.Query(ctx, laneBatch, arg.SubscriptionID, arg.Lane, arg.Lim)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LaneBatchRow{}
+	for rows.Next() {
+		var i LaneBatchRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.Subject,
+			&i.Attempts,
+			&i.Url,
+			&i.Secret,
+			&i.EventType,
+			&i.EventData,
+			&i.EventCreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const laneInsert = `-- name: LaneInsert :exec
+INSERT INTO notify_lane (subscription_id, lane) SELECT $1, generate_series(0, 15)
+`
+
+// A new subscription's lanes (notify_lane_of's 16).
+func (q *Queries) LaneInsert(ctx context.Context, db DBTX, subscriptionID uuid.UUID) error {
+	_, err := db.Exec(ctx, laneInsert, subscriptionID)
+	return err
+}
+
+const laneLease = `-- name: LaneLease :one
+UPDATE notify_lane SET holder = $1, leased_until = $2, queued_at = NULL, due_at = NULL
+WHERE subscription_id = $3 AND lane = $4
+  AND (leased_until IS NULL OR leased_until < now() OR holder = $1)
+RETURNING leased_until
+`
+
+type LaneLeaseParams struct {
+	Holder         *int64
+	LeasedUntil    *time.Time
+	SubscriptionID uuid.UUID
+	Lane           int16
+}
+
+// Leases a lane to holder until leased_until when it is free (or already
+// holder's): its job starts, or renews. No row: another job works it.
+func (q *Queries) LaneLease(ctx context.Context, db DBTX, arg LaneLeaseParams) (*time.Time, error) {
+	row := db.QueryRow(ctx, laneLease,
+		arg.Holder,
+		arg.LeasedUntil,
+		arg.SubscriptionID,
+		arg.Lane,
+	)
+	var leased_until *time.Time
+	err := row.Scan(&leased_until)
+	return leased_until, err
+}
+
+const laneQueue = `-- name: LaneQueue :many
+UPDATE notify_lane l SET queued_at = now()
+FROM (SELECT l2.subscription_id, l2.lane FROM notify_lane l2
+      WHERE (l2.due_at <= now() OR (l2.subscription_id::text || '/' || l2.lane::text) = ANY($1::text[]))
+        AND (l2.leased_until IS NULL OR l2.leased_until < now())
+        AND (l2.queued_at IS NULL OR l2.queued_at < $2)
+      ORDER BY l2.subscription_id, l2.lane
+      FOR UPDATE OF l2 SKIP LOCKED) AS c
+WHERE l.subscription_id = c.subscription_id AND l.lane = c.lane
+RETURNING l.subscription_id, l.lane
+`
+
+type LaneQueueParams struct {
+	Woken       []string
+	StaleBefore *time.Time
+}
+
+type LaneQueueRow struct {
+	SubscriptionID uuid.UUID
+	Lane           int16
+}
+
+// The lanes that need a job now (woken by new deliveries, named by
+// subscription_ids and lanes, or due), that nobody works and that have no
+// job queued (or one queued longer ago than stale_before: lost), marked
+// queued; the caller inserts their jobs in the same transaction. A woken
+// lane is named "<subscription_id>/<lane>".
+func (q *Queries) LaneQueue(ctx context.Context, db DBTX, arg LaneQueueParams) ([]LaneQueueRow, error) {
+	rows, err := db.Query(ctx, laneQueue, arg.Woken, arg.StaleBefore)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LaneQueueRow{}
+	for rows.Next() {
+		var i LaneQueueRow
+		if err := rows.Scan(&i.SubscriptionID, &i.Lane); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const laneRelease = `-- name: LaneRelease :exec
+UPDATE notify_lane l SET holder = NULL, leased_until = NULL,
+    due_at = CASE WHEN $1::boolean THEN now() ELSE (
+        SELECT min(h.next_attempt_at) FROM (
+            SELECT DISTINCT ON (p.subject) p.next_attempt_at FROM notify_delivery p
+            WHERE p.subscription_id = l.subscription_id AND p.lane = l.lane AND p.status = 'pending'
+            ORDER BY p.subject, p.id) h) END
+FROM (SELECT set_config('synchronous_commit', 'off', true) AS v) AS sc
+WHERE l.subscription_id = $2 AND l.lane = $3 AND l.holder = $4
+`
+
+type LaneReleaseParams struct {
+	More           bool
+	SubscriptionID uuid.UUID
+	Lane           int16
+	Holder         *int64
+}
+
+// Ends holder's lease of a lane and sets when the lane is next due: now
+// when more is owed (more), else its earliest head's next attempt (NULL:
+// nothing pending).
+func (q *Queries) LaneRelease(ctx context.Context, db DBTX, arg LaneReleaseParams) error {
+	_, err := db.Exec(ctx, laneRelease,
+		arg.More,
+		arg.SubscriptionID,
+		arg.Lane,
+		arg.Holder,
+	)
+	return err
+}
+
+const laneSweep = `-- name: LaneSweep :execrows
+UPDATE notify_lane l SET due_at = now()
+FROM (SELECT DISTINCT x.subscription_id, x.lane FROM (
+        SELECT DISTINCT ON (p.subscription_id, p.lane, p.subject) p.subscription_id, p.lane, p.next_attempt_at FROM notify_delivery p
+        WHERE p.status = 'pending' ORDER BY p.subscription_id, p.lane, p.subject, p.id) x
+      WHERE x.next_attempt_at <= now()) AS r
+WHERE l.subscription_id = r.subscription_id AND l.lane = r.lane
+  AND (l.leased_until IS NULL OR l.leased_until < now()) AND (l.due_at IS NULL OR l.due_at > now())
+`
+
+// Marks due the lanes nobody works that have a due head: deliveries no
+// sender was woken for (written by another process, or before a crash;
+// a killed sender's lease lapses).
+func (q *Queries) LaneSweep(ctx context.Context, db DBTX) (int64, error) {
+	result, err := db.Exec(ctx, laneSweep)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const subscriptionDelete = `-- name: SubscriptionDelete :execrows

@@ -359,10 +359,10 @@ type NotifyDelivery struct {
 	LastStatusCode int32
 	LastError      string
 	NextAttemptAt  time.Time
-	ClaimedUntil   *time.Time
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	DeliveredAt    *time.Time
+	Lane           *int16
 }
 
 type NotifyEvent struct {
@@ -372,6 +372,15 @@ type NotifyEvent struct {
 	DedupeKey *string
 	Data      []byte
 	CreatedAt time.Time
+}
+
+type NotifyLane struct {
+	SubscriptionID uuid.UUID
+	Lane           int16
+	Holder         *int64
+	LeasedUntil    *time.Time
+	QueuedAt       *time.Time
+	DueAt          *time.Time
 }
 
 type NotifySubscription struct {
