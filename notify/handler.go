@@ -114,7 +114,7 @@ func (h *Handler) TestWebhook(ctx context.Context, req *adminv1.TestWebhookReque
 		return nil, err
 	}
 	var did int64
-	if err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) (err error) {
+	if err := db.BeginFunc(ctx, h.pool, func(ctx context.Context, tx pgx.Tx) (err error) {
 		did, err = h.svc.Test(ctx, tx, id)
 		return err
 	}); err != nil {
@@ -164,7 +164,7 @@ func (h *Handler) RedriveWebhookDeliveries(ctx context.Context, req *adminv1.Red
 		all = id
 	}
 	var ids []int64
-	if err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) (err error) {
+	if err := db.BeginFunc(ctx, h.pool, func(ctx context.Context, tx pgx.Tx) (err error) {
 		ids, err = h.svc.Redrive(ctx, tx, req.GetIds(), all)
 		return err
 	}); err != nil {

@@ -480,8 +480,8 @@ func TestWebhookTest(t *testing.T) {
 
 // TestEmitManyInOneTransaction: events written in one transaction for two
 // subscriptions (the event and its deliveries are one statement) reach
-// each receiver once each and in order, the job of the first delivering
-// the rest of the rack's in turn; a dedupe key repeated in the same
+// each receiver once each and in order, one lane job posting the rack's
+// in turn; a dedupe key repeated in the same
 // transaction writes nothing the second time.
 func TestEmitManyInOneTransaction(t *testing.T) {
 	t.Parallel()
@@ -526,4 +526,100 @@ func TestEmitManyInOneTransaction(t *testing.T) {
 		require.Equal(t, want, got, "once each, in order")
 		require.Len(t, ids, 10)
 	}
+}
+
+// TestLaneRetryHoldsOnlyItsSubject: in one lane's batch, a rack whose
+// event is answered 500 waits for its retry with the events after it, while
+// other racks' events go on; then the rack's arrive in order, once each.
+func TestLaneRetryHoldsOnlyItsSubject(t *testing.T) {
+	t.Parallel()
+	b := setup(t, notify.DeliveryConfig{BackoffMin: 300 * time.Millisecond, BackoffMax: 300 * time.Millisecond})
+	ctx := context.Background()
+	// Two racks in the same lane (the lane of a subject is fixed:
+	// notify_lane_of).
+	slow := uuid.New()
+	var other uuid.UUID
+	for {
+		other = uuid.New()
+		if b.count(t, `SELECT (notify_lane_of($1) = notify_lane_of($2))::int`, "rack/"+slow.String(), "rack/"+other.String()) == 1 {
+			break
+		}
+	}
+	var mu sync.Mutex
+	failed := false
+	var firstOtherAt, slowAt time.Time
+	var got []received
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		raw, _ := io.ReadAll(req.Body)
+		var ce notify.CloudEvent
+		_ = json.Unmarshal(raw, &ce)
+		mu.Lock()
+		status := http.StatusNoContent
+		if ce.Subject == "rack/"+slow.String() && !failed {
+			failed, status = true, http.StatusInternalServerError
+		}
+		if ce.Subject == "rack/"+other.String() && firstOtherAt.IsZero() {
+			firstOtherAt = time.Now()
+		}
+		if ce.Subject == "rack/"+slow.String() && status == http.StatusNoContent && slowAt.IsZero() {
+			slowAt = time.Now()
+		}
+		got = append(got, received{ce: ce, raw: raw, status: status})
+		mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(srv.Close)
+	b.subscribe(t, srv.URL, notify.AllTypes)
+	want := map[string][]string{}
+	require.NoError(t, db.BeginFunc(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {
+		for i := range 5 {
+			for _, r := range []uuid.UUID{slow, other} {
+				ev := rackEvent(r, fmt.Sprintf("%s #%d", r, i))
+				want["rack/"+r.String()] = append(want["rack/"+r.String()], ev.Data.Message)
+				if err := b.svc.Emit(ctx, tx, ev); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}))
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM notify_delivery WHERE status = 'delivered'`) == 10
+	}, 20*time.Second, 20*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.True(t, firstOtherAt.Before(slowAt), "the other rack did not wait for the retried one")
+	accepted := map[string][]string{}
+	for _, r := range got {
+		if r.status != http.StatusNoContent {
+			continue
+		}
+		var data notify.Data
+		require.NoError(t, json.Unmarshal(r.ce.Data, &data))
+		accepted[r.ce.Subject] = append(accepted[r.ce.Subject], data.Message)
+	}
+	require.Equal(t, want, accepted, "each rack's events once, in order")
+}
+
+// TestDeliveredWithoutWake: deliveries written by a process that runs no
+// dispatcher (another replica's emit seen by none here, or one whose
+// process died before it woke the lane) are found by the sweep and
+// delivered.
+func TestDeliveredWithoutWake(t *testing.T) {
+	t.Parallel()
+	b := setup(t, notify.DeliveryConfig{})
+	rcv := newReceiver(t, nil)
+	b.subscribe(t, rcv.srv.URL, notify.AllTypes)
+	ctx := context.Background()
+	// An emitter that shares the database and wakes nothing here.
+	other := notify.NewService(notify.Config{Pool: b.pool, Keys: b.keys, Guard: notify.Guard{DevMode: true}, Site: "test-site"})
+	for i := range 3 {
+		require.NoError(t, db.BeginFunc(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {
+			return other.Emit(ctx, tx, rackEvent(uuid.New(), fmt.Sprintf("unwoken %d", i)))
+		}))
+	}
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM notify_delivery WHERE status = 'delivered'`) == 3
+	}, 15*time.Second, 50*time.Millisecond)
+	require.Len(t, rcv.requests(), 3)
 }
