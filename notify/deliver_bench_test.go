@@ -35,11 +35,11 @@ var (
 
 // BenchmarkDelivery measures webhook delivery (docs/bench.md, "Webhook
 // delivery"): b.N events, spread over -notify.subjects racks (default: a
-// rack each, so that every delivery is its own job's, as when events come
-// a few a second per rack), are emitted
-// (8 writers, one transaction each), then the notify queue's River workers
-// (as the server runs them: its fetch cooldown and poll interval,
-// -notify.workers of them) deliver them to a receiver in this process.
+// rack each, as when events come a few a second per rack), are emitted
+// (8 writers, one transaction each), then the dispatcher wakes their
+// lanes and the notify queue's River workers (as the server runs them:
+// its fetch cooldown and poll interval, -notify.workers of them) deliver
+// them, lane by lane in batches, to a receiver in this process.
 // It reports, for each phase, the Go process's CPU (user+system) and the
 // CPU of this database's PostgreSQL backends per event, and the delivered
 // events a second (wall: load-dependent).
