@@ -66,9 +66,9 @@ type server struct {
 	// notifier gives webhook lanes their delivery jobs while River runs
 	// (notify.Service.Run).
 	notifier *notify.Service
-	syncer    *reconcile.Syncer
-	system    *systemJobs
-	tel       *telemetrySetup
+	syncer   *reconcile.Syncer
+	system   *systemJobs
+	tel      *telemetrySetup
 	// riverStarted is set once the River client has started (/readyz).
 	riverStarted atomic.Bool
 }
