@@ -457,6 +457,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	// The console (/ui/) calls the API's handler in process, as its user.
 	if s.console, err = console.New(console.Options{
 		API: mux, Pool: pool, Policy: sec.Policy, AuthProxy: cfg.ConsoleAuthProxy, Logger: logger, Open: sec.Certs == nil, Jobs: jobsUI,
+		NoCoolingHold: !cfg.LeakCoolingHold,
 	}); err != nil {
 		return nil, err
 	}

@@ -137,6 +137,9 @@ type Options struct {
 	// Open says the API is cleartext and open (flow dev,
 	// ALLOW_INSECURE_GRPC): every caller is "insecure"; the pages say so.
 	Open bool
+	// NoCoolingHold says FLOW_LEAK_COOLING_HOLD is off: a coolant loop's
+	// open leak holds no work, and the rack page says none.
+	NoCoolingHold bool
 	// Jobs is River UI, built with JobsPrefix, served at /ui/jobs/ behind
 	// the console's authentication (jobs.go); nil: River UI is off
 	// (FLOW_RIVERUI_ENABLED=false).
@@ -198,6 +201,7 @@ func (c *Console) routes() {
 	m.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", cacheStatic(http.FileServerFS(static))))
 	m.HandleFunc("GET /ui/{$}", c.sharedPage(overviewTopics, c.overview))
 	m.HandleFunc("GET /ui/floor", c.sharedPage(floorTopics, c.floor))
+	m.HandleFunc("GET /ui/power", c.sharedPage(powerTopics, c.power))
 	m.HandleFunc("GET /ui/search", c.page(c.search))
 	m.HandleFunc("GET /ui/components/{ref}", c.component)
 	m.HandleFunc("GET /ui/racks/{id}", c.page(c.rack))

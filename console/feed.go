@@ -14,7 +14,7 @@ import (
 
 // Topics are what a page can watch; each is one cheap column of the
 // feed's query.
-var Topics = []string{"tasks", "steps", "racks", "leaks", "runs", "schedules", "rules", "sync", "firmware"}
+var Topics = []string{"tasks", "steps", "racks", "leaks", "runs", "schedules", "rules", "sync", "firmware", "power"}
 
 // feedQuery reads one fingerprint per topic (in Topics' order): a value
 // that changes when anything a page shows for that topic changes ("tasks"
@@ -22,8 +22,11 @@ var Topics = []string{"tasks", "steps", "racks", "leaks", "runs", "schedules", "
 // or a small table: new tasks by the created_at index, the active tasks
 // and their engine steps by the partial active index (a task that ends
 // leaves the set), active runs' targets by run, the leak occurrences,
-// schedules, event rules, the last sync cycle, and the firmware baselines'
-// revisions and activations (installed versions change only in a sync).
+// schedules, event rules, the last sync cycle, the firmware baselines'
+// revisions and activations (installed versions change only in a sync),
+// and the power budgets with the power feeds' holds and waits (engine
+// resources power-feed/…: a transition admitted, waiting or ended). The
+// leaks' part also reads the rack isolations (the leak tiers).
 const feedQuery = `
 SELECT
   concat_ws('|',
@@ -33,7 +36,11 @@ SELECT
   (SELECT coalesce(sum(hashtext(s.id::text || s.state || s.batch_index::text || ':' || s.polls::text || coalesce(s.progress::text, ''))), 0)::text
      FROM engine_step s WHERE s.run_id IN (SELECT id FROM engine_run WHERE state = 'running')),
   concat_ws('|', (SELECT max(updated_at)::text FROM rack), (SELECT max(id)::text FROM inventory_sync_run)),
-  (SELECT count(*)::text || ':' || coalesce(max(started_at)::text, '') || ':' || coalesce(sum(hashtext(external_id)), 0)::text FROM leak_occurrence),
+  concat_ws('|',
+    (SELECT count(*)::text || ':' || coalesce(max(started_at)::text, '') || ':' || coalesce(sum(hashtext(external_id)), 0)::text FROM leak_occurrence),
+    (SELECT count(*)::text || ':' || coalesce(sum(hashtext(id::text || sends::text || coalesce(acknowledged_at::text, '') || coalesce(cleared_at::text, ''))), 0)::text
+       FROM rack_isolation),
+    (SELECT count(*)::text FROM rack_isolation_override)),
   concat_ws('|',
     (SELECT count(*)::text || ':' || coalesce(max(updated_at)::text, '') FROM operation_run),
     (SELECT max(t.updated_at)::text FROM operation_run_target t
@@ -43,7 +50,11 @@ SELECT
   (SELECT max(id)::text FROM inventory_sync_run),
   concat_ws('|',
     (SELECT count(*)::text || ':' || coalesce(sum(revision), 0)::text FROM firmware_baseline),
-    (SELECT max(id)::text FROM firmware_baseline_activation))`
+    (SELECT max(id)::text FROM firmware_baseline_activation)),
+  concat_ws('|',
+    (SELECT count(*)::text || ':' || coalesce(sum(hashtext(feed || max_transitions::text || coalesce(max_kw::text, '') || updated_at::text)), 0)::text FROM power_budget),
+    (SELECT count(*)::text || ':' || coalesce(sum(hashtext(resource || run_id::text)), 0)::text FROM engine_hold WHERE resource LIKE 'power-feed/%'),
+    (SELECT count(*)::text || ':' || coalesce(sum(hashtext(resource || step_id::text)), 0)::text FROM engine_wait WHERE resource LIKE 'power-feed/%'))`
 
 // Feed is the console's one change feed: a single poller, running only
 // while some page is open, reads the fingerprints of every topic (one

@@ -2,6 +2,7 @@ package console
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"net/url"
 	"slices"
@@ -83,7 +84,7 @@ type rowSummary struct {
 	Counts     []int
 }
 
-var floorModes = []string{"status", "power", "leak", "task", "firmware", "compliance", "health"}
+var floorModes = []string{"status", "power", "leak", "task", "firmware", "compliance", "health", "feed", "loop"}
 
 // floorURL is the floor map's URL for a selection in colouring by.
 func floorURL(by, hall, row, q string) string {
@@ -179,6 +180,7 @@ func (c *Console) floor(r *http.Request) (view, error) {
 
 	// The colouring.
 	fw := map[string]int{}
+	var keys []string // by feed or loop: each legend item's name
 	var comp map[string]*adminv1.ComplianceGroup
 	if by == "compliance" {
 		var res *adminv1.GetComplianceResponse
@@ -200,9 +202,11 @@ func (c *Console) floor(r *http.Request) (view, error) {
 		sort.Strings(vs)
 		for i, v := range vs {
 			fw[v] = i % 8
-			d.Legend = append(d.Legend, legendItem{fmt.Sprintf("fw-%d", i%8), v})
+			d.Legend = append(d.Legend, legendItem{Class: fmt.Sprintf("fw-%d", i%8), Label: v})
 		}
-		d.Legend = append(d.Legend, legendItem{"fw-mixed", "mixed"}, legendItem{"c-unknown", "unknown"})
+		d.Legend = append(d.Legend, legendItem{Class: "fw-mixed", Label: "mixed"}, legendItem{Class: "c-unknown", Label: "unknown"})
+	} else if by == "feed" || by == "loop" {
+		d.Legend, keys = placementLegend(by, sel)
 	} else {
 		d.Legend = legends[by]
 	}
@@ -214,7 +218,7 @@ func (c *Console) floor(r *http.Request) (view, error) {
 	}
 
 	if len(sel) > limit {
-		d.Summary = summarize(sel, d.Legend, by, q, colour)
+		d.Summary = summarize(sel, d.Legend, keys, by, q, colour)
 		return view{"floor", "Floor map", "floor", floorTopics, d}, nil
 	}
 	for _, rc := range sel {
@@ -234,14 +238,18 @@ func (c *Console) floor(r *http.Request) (view, error) {
 }
 
 // summarize counts racks (in floor order) by hall and row and by the
-// legend's items; each hall and row links to its racks (the search kept).
-func summarize(racks []RackCell, legend []legendItem, by, q string, colour func(RackCell) (string, string)) []hallSummary {
+// legend's items (by feed or loop, keys are the items' names: two names
+// may share a colour); each hall and row links to its racks (the search
+// kept).
+func summarize(racks []RackCell, legend []legendItem, keys []string, by, q string, colour func(RackCell) (string, string)) []hallSummary {
 	// A cell's legend item: by its class, or for firmware (eight classes
 	// for any number of versions) by its version.
 	idx := map[string]int{}
 	for i, l := range legend {
 		if by == "firmware" {
 			idx[l.Label] = i
+		} else if by == "feed" || by == "loop" {
+			idx[keys[i]] = i
 		} else if _, ok := idx[l.Class]; !ok {
 			idx[l.Class] = i
 		}
@@ -260,6 +268,12 @@ func summarize(racks []RackCell, legend []legendItem, by, q string, colour func(
 		rw.Racks++
 		class, _ := colour(rc)
 		key := class
+		switch by {
+		case "feed":
+			key = rc.Feed
+		case "loop":
+			key = rc.Loop
+		}
 		if by == "firmware" {
 			switch rc.Firmware {
 			case "":
@@ -274,4 +288,52 @@ func summarize(racks []RackCell, legend []legendItem, by, q string, colour func(
 		}
 	}
 	return out
+}
+
+// placementColours is how many colours the feed and loop colourings have
+// (pl-0 … pl-11 in console.css).
+const placementColours = 12
+
+// placementClass is the colour class and words of a rack on feed or loop
+// name (kind "feed" or "loop"): one colour per name, the same wherever and
+// whenever it is drawn (a hash of the name, not its place in a list), so
+// that a feed keeps its colour as others come and go; "" is "no feed".
+func placementClass(kind, name string) (string, string) {
+	if name == "" {
+		return "c-unknown", "no " + kind
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return fmt.Sprintf("pl-%d", h.Sum32()%placementColours), kind + " " + name
+}
+
+// placementLegend names each feed (by "feed") or coolant loop (by "loop")
+// of the racks with its colour and its count, in natural order, then the
+// racks with none; keys are the items' names ("" none).
+func placementLegend(by string, racks []RackCell) ([]legendItem, []string) {
+	counts := map[string]int{}
+	for _, rc := range racks {
+		if by == "feed" {
+			counts[rc.Feed]++
+		} else {
+			counts[rc.Loop]++
+		}
+	}
+	names := make([]string, 0, len(counts))
+	for n := range counts {
+		if n != "" {
+			names = append(names, n)
+		}
+	}
+	sort.Slice(names, func(i, j int) bool { return natLess(names[i], names[j]) })
+	out := make([]legendItem, 0, len(names)+1)
+	for _, n := range names {
+		class, _ := placementClass(by, n)
+		out = append(out, legendItem{Class: class, Label: fmt.Sprintf("%s (%s)", n, plural(counts[n], "rack"))})
+	}
+	if n := counts[""]; n > 0 || len(names) == 0 {
+		out = append(out, legendItem{Class: "c-unknown", Label: fmt.Sprintf("no %s (%s)", by, plural(n, "rack"))})
+		names = append(names, "")
+	}
+	return out, names
 }

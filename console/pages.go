@@ -8,6 +8,7 @@ import (
 	"html/template"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -333,6 +334,10 @@ func cellClass(by string, rc RackCell, fw map[string]int) (string, string) {
 			return "c-alert", "health alert"
 		}
 		return "c-ok", "healthy"
+	case "feed":
+		return placementClass("feed", rc.Feed)
+	case "loop":
+		return placementClass("loop", rc.Loop)
 	}
 	switch s := rc.State(); s {
 	case "leak":
@@ -368,6 +373,9 @@ type rackData struct {
 	// HeldLeaks counts the rack's open leaks no admin has overridden:
 	// while there is one the API refuses to power the rack on.
 	HeldLeaks int
+	// Placement is the rack's power feed, coolant loop, isolation and
+	// cooling hold (power.go).
+	Placement rackPlacement
 	// Active is the rack's running task (else its oldest queued one);
 	// LastFailed its newest finished task when that one failed.
 	Active, LastFailed *flowv1.Task
@@ -405,7 +413,10 @@ func (c *Console) rack(r *http.Request) (view, error) {
 		return view{}, err
 	}
 	d.Compliance, d.Firmware, d.FirmwareNote = c.rackDevices(r, id)
-	return view{"rack", "Rack " + d.Rack.GetInfo().GetName(), "floor", []string{"racks", "leaks", "tasks", "sync", "firmware"}, d}, nil
+	if d.Placement, err = c.rackPlacement(r, id); err != nil {
+		return view{}, err
+	}
+	return view{"rack", "Rack " + d.Rack.GetInfo().GetName(), "floor", []string{"racks", "leaks", "tasks", "sync", "firmware", "power"}, d}, nil
 }
 
 // headlineTasks picks from a rack's tasks (newest first) the one its
@@ -631,7 +642,16 @@ func parseTemplates() (map[string]*template.Template, error) {
 			}
 			return k
 		},
-		"int":       func(n int32) int { return int(n) },
+		"int":        func(n int32) int { return int(n) },
+		"feedAnchor": feedAnchor,
+		"add":        func(a, b int) int { return a + b },
+		"deref": func(t *time.Time) time.Time {
+			if t == nil {
+				return time.Time{}
+			}
+			return *t
+		},
+		"kw":        func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) },
 		"plural":    plural,
 		"csSummary": complianceSummary,
 		"retryable": retryable,
@@ -652,7 +672,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 		},
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"overview", "floor", "compliance", "apply", "rack", "tasks", "task", "rollouts", "rollout", "search", "schedules", "windows", "webhooks", "approvals", "approval", "eventrules", "sync", "error", "work", "newrollout"} {
+	for _, name := range []string{"overview", "floor", "compliance", "apply", "rack", "tasks", "task", "rollouts", "rollout", "search", "schedules", "windows", "webhooks", "approvals", "approval", "eventrules", "sync", "error", "work", "newrollout", "power"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console template %s: %w", name, err)

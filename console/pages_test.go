@@ -19,6 +19,8 @@ import (
 	"github.com/nicoflow/flow/inventory"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/opstest"
+	"github.com/nicoflow/flow/operations/powerbudget"
+	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
 	"github.com/nicoflow/flow/proto/gen/flow/admin/v1/adminv1connect"
 	flowv1 "github.com/nicoflow/flow/proto/gen/v1"
 	"github.com/nicoflow/flow/proto/gen/v1/flowv1connect"
@@ -56,6 +58,17 @@ func (a pagesAPI) PowerOffRack(ctx context.Context, r *flowv1.PowerOffRackReques
 	return a.tasks.PowerOffRack(ctx, r)
 }
 
+// pagesAdmin is Flow's admin service with the methods the pages call:
+// the power budgets' own handler.
+type pagesAdmin struct {
+	adminv1connect.UnimplementedAdminServiceHandler
+	budgets *powerbudget.Handler
+}
+
+func (a pagesAdmin) ListPowerBudgets(ctx context.Context, r *adminv1.ListPowerBudgetsRequest) (*adminv1.ListPowerBudgetsResponse, error) {
+	return a.budgets.ListPowerBudgets(ctx, r)
+}
+
 // pagesBundle is a console over the real inventory and task manager on a
 // fresh database, its users named by a trusted proxy's header: olivia an
 // operator, victor a viewer.
@@ -80,7 +93,8 @@ func setupPages(t *testing.T) *pagesBundle {
 		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 	}
 	flow := pagesAPI{inv: inventory.NewHandler(m.Inv, m.Pool), tasks: operations.NewTaskHandler(m.Pool, m.Tasks)}
-	api := edge.NewHandler(logger, flow, adminv1connect.UnimplementedAdminServiceHandler{}, edge.Options{Policy: policy, Limits: lim})
+	admin := pagesAdmin{budgets: powerbudget.NewHandler(powerbudget.New(m.Pool, m.Engine, 0, 0))}
+	api := edge.NewHandler(logger, flow, admin, edge.Options{Policy: policy, Limits: lim})
 	c, err := New(Options{API: api, Pool: m.Pool, Policy: policy, Logger: logger,
 		AuthProxy: AuthProxy{Header: "X-User", Trusted: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}})
 	require.NoError(t, err)
@@ -337,7 +351,7 @@ func TestLiveOff(t *testing.T) {
 	b := setupPages(t)
 	b.m.AddRack(t, 0)
 	live := b.get(t, "victor", "/ui/racks/demo-0000").Body.String()
-	require.Contains(t, live, `<body data-topics="racks,leaks,tasks,sync,firmware">`)
+	require.Contains(t, live, `<body data-topics="racks,leaks,tasks,sync,firmware,power">`)
 	require.Contains(t, live, `<span class="live-state" id="live-state" aria-live="polite"></span>`)
 	off := b.get(t, "victor", "/ui/racks/demo-0000?live=0").Body.String()
 	require.Contains(t, off, `<body data-topics="">`)

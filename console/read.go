@@ -22,6 +22,9 @@ type RackCell struct {
 	RackAlert                bool   // the rack's own health report has alerts
 	LastFailed               bool   // the rack's newest finished task failed
 	Phase                    string // the rack's operation status (health of its components' phases)
+	// Feed and Loop are the rack's power feed and coolant loop ("" not
+	// known; issue 45).
+	Feed, Loop string
 }
 
 // Power is the rack's power in one word: on, off, mixed or unknown.
@@ -88,13 +91,15 @@ SELECT r.id::text, r.name, r.location_room, r.location_position,
   CASE WHEN comp.fw_min IS DISTINCT FROM comp.fw_max THEN 'mixed' ELSE coalesce(comp.fw_min, '') END,
   r.health IS NOT NULL AND json_typeof(r.health->'alerts') = 'array' AND json_array_length(r.health->'alerts') > 0,
   coalesce((SELECT t.status = 'failed' FROM task t WHERE t.rack_id = r.id AND t.status IN ('completed', 'failed', 'terminated')
-            ORDER BY t.created_at DESC, t.id DESC LIMIT 1), false)
+            ORDER BY t.created_at DESC, t.id DESC LIMIT 1), false),
+  coalesce(r.power_feed, ''), coalesce(r.coolant_loop, '')
 FROM rack r LEFT JOIN comp ON comp.rack_id = r.id LEFT JOIN act ON act.rack_id = r.id
 WHERE r.deleted_at IS NULL`
 
 // racksKeyQuery reads, cheaply, what every rack's cell depends on: the
 // inventory generation (db/migrations/0180: any committed write to racks,
-// components, BMCs or leak status) and the active tasks' fingerprint with
+// their power feed and coolant loop included, components, BMCs or leak
+// status) and the active tasks' fingerprint with
 // the newest task's creation (a task queued, started, progressing or
 // ended: what the running, queued and last-failed columns read).
 const racksKeyQuery = `
@@ -150,7 +155,7 @@ func (c *Console) readRacks(ctx context.Context) ([]RackCell, error) {
 	for rows.Next() {
 		var r RackCell
 		var n, on, off, leaks, unh, run, q int64
-		if err := rows.Scan(&r.ID, &r.Name, &r.Room, &r.Position, &n, &on, &off, &leaks, &unh, &run, &q, &r.Firmware, &r.RackAlert, &r.LastFailed); err != nil {
+		if err := rows.Scan(&r.ID, &r.Name, &r.Room, &r.Position, &n, &on, &off, &leaks, &unh, &run, &q, &r.Firmware, &r.RackAlert, &r.LastFailed, &r.Feed, &r.Loop); err != nil {
 			return nil, fmt.Errorf("read racks: %w", err)
 		}
 		r.Components, r.On, r.Off, r.Leaks, r.Unhealthy, r.Running, r.Queued = int(n), int(on), int(off), int(leaks), int(unh), int(run), int(q)
