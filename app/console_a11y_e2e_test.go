@@ -158,8 +158,17 @@ func TestConsoleAccessibility(t *testing.T) {
 		return n > 0
 	}, 30*time.Second, 100*time.Millisecond, "the leak is open")
 
+	// Feeds and loops, a budget: rack 2 shares rack 1's loop (its page
+	// shows the cooling hold of rack 1's leak).
+	for i, p := range [][2]string{{"hall-0/bw-a", "cdu-1"}, {"hall-0/bw-a", "cdu-2"}, {"hall-0/bw-b", "cdu-2"}} {
+		_, err := c.adminSvc.SetRackPlacement(ctx, &adminv1.SetRackPlacementRequest{Rack: c.racks[i].Name, PowerFeed: &p[0], CoolantLoop: &p[1]})
+		require.NoError(t, err)
+	}
+	_, err = c.adminSvc.SetPowerBudget(ctx, &adminv1.SetPowerBudgetRequest{Feed: "hall-0/bw-a", MaxTransitions: 4})
+	require.NoError(t, err)
+
 	pages := []string{
-		"/ui/", "/ui/floor", "/ui/floor?by=leak", "/ui/floor?by=compliance",
+		"/ui/", "/ui/floor", "/ui/floor?by=leak", "/ui/floor?by=compliance", "/ui/floor?by=feed", "/ui/floor?by=loop", "/ui/power",
 		"/ui/search?q=demo", "/ui/search?q=nothing-matches",
 		"/ui/racks/" + c.racks[0].Name, "/ui/racks/" + c.racks[1].Name, "/ui/racks/" + c.racks[2].Name, "/ui/components/" + tray.ID.String(),
 		"/ui/compliance", "/ui/compliance/apply",

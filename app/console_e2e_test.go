@@ -703,6 +703,75 @@ func TestConsoleInABrowser(t *testing.T) {
 		c.open(t, c.opURL+"/ui/rollouts")
 		c.waitJS(t, 10*time.Second, `!!document.querySelector('#rollout-list a[href="/ui/rollouts/`+id+`"]')`, "the run is listed on the rollouts page")
 	})
+
+	t.Run("FeedsLoopsAndBudgets", func(t *testing.T) {
+		// Racks 0 and 1 on feed hall-0/bw-a and loop cdu-1 (rack 1's leak,
+		// raised above, is still open), rack 2 on hall-0/bw-b and cdu-2;
+		// bw-a has a budget.
+		place := func(rack, feed, loop string) {
+			t.Helper()
+			_, err := c.adminSvc.SetRackPlacement(ctx, &adminv1.SetRackPlacementRequest{Rack: rack, PowerFeed: &feed, CoolantLoop: &loop})
+			require.NoError(t, err)
+		}
+		place(c.racks[0].Name, "hall-0/bw-a", "cdu-1")
+		place(c.racks[1].Name, "hall-0/bw-a", "cdu-1")
+		place(c.racks[2].Name, "hall-0/bw-b", "cdu-2")
+		kw := 300.0
+		_, err := c.adminSvc.SetPowerBudget(ctx, &adminv1.SetPowerBudgetRequest{Feed: "hall-0/bw-a", MaxTransitions: 2, MaxKw: &kw})
+		require.NoError(t, err)
+
+		// The rack page: feed with its budget, loop, and the cooling hold
+		// of rack 1's open leak.
+		c.open(t, c.opURL+"/ui/racks/"+c.racks[0].Name)
+		c.waitJS(t, 10*time.Second, `!!document.getElementById("rack-feed") && document.getElementById("rack-feed").textContent === "hall-0/bw-a"`, "the rack page names its feed")
+		placement := evalIn[string](c.browser, `document.getElementById("rack-placement").textContent`)
+		require.Contains(t, placement, "(budget: 0 of 2 transitions in progress, 0 of 300 kW)")
+		require.Contains(t, placement, "Coolant loop: cdu-1")
+		require.Contains(t, evalIn[string](c.browser, `document.getElementById("rack-cooling-hold").textContent`), "coolant loop cdu-1 has an open leak on rack demo-0001")
+		c.screenshot(t, "rack-placement")
+		// Its feed links to the budget page.
+		c.follow(t, "#rack-feed", 10*time.Second, `location.pathname === "/ui/power" && !!document.querySelector('tr[data-feed="hall-0/bw-a"]')`, "the feed's link opens the budget page")
+		require.Equal(t, "2 transitions at once, 300 kW", evalIn[string](c.browser, `document.querySelector('tr[data-feed="hall-0/bw-a"] td.budget').textContent`))
+		require.Equal(t, "no budget", evalIn[string](c.browser, `document.querySelector('tr[data-feed="hall-0/bw-b"] td.budget').textContent`))
+		c.screenshot(t, "power")
+
+		// The floor map by feed and by loop: the words, a colour per name,
+		// the legend with the counts.
+		label := func(rack string) string {
+			return evalIn[string](c.browser, `document.querySelector('a.rack[data-rack="`+rack+`"]').getAttribute("aria-label")`)
+		}
+		class := func(rack string) string {
+			return evalIn[string](c.browser, `Array.from(document.querySelector('a.rack[data-rack="`+rack+`"]').classList).find(k => k.startsWith("pl-")) || ""`)
+		}
+		legend := func() string { return evalIn[string](c.browser, `document.querySelector("ul.legend").textContent`) }
+		c.open(t, c.opURL+"/ui/floor?by=feed")
+		c.waitJS(t, 10*time.Second, `!!document.querySelector('a.rack[data-rack="demo-0002"]')`, "the floor map by feed")
+		require.Equal(t, "demo-0000, row-00-pos-00: feed hall-0/bw-a", label("demo-0000"))
+		require.Equal(t, "demo-0002, row-00-pos-02: feed hall-0/bw-b", label("demo-0002"))
+		require.NotEmpty(t, class("demo-0000"))
+		require.Equal(t, class("demo-0000"), class("demo-0001"), "one feed, one colour")
+		require.Contains(t, legend(), "hall-0/bw-a (2 racks)")
+		require.Contains(t, legend(), "hall-0/bw-b (1 rack)")
+		c.screenshot(t, "floor-feed")
+		// Live: rack 2 moved to bw-a through the API shows on the open map
+		// (its cells' cache follows the inventory generation).
+		require.True(t, evalIn[bool](c.browser, `window.__stayed = true`))
+		place(c.racks[2].Name, "hall-0/bw-a", "cdu-2")
+		c.waitJSReloading(t, 20*time.Second, `document.querySelector('a.rack[data-rack="demo-0002"]').getAttribute("aria-label").endsWith("feed hall-0/bw-a")`, "the moved rack shows on its new feed")
+		require.Equal(t, class("demo-0000"), class("demo-0002"))
+		require.Contains(t, legend(), "hall-0/bw-a (3 racks)")
+		c.open(t, c.opURL+"/ui/floor?by=loop")
+		c.waitJS(t, 10*time.Second, `!!document.querySelector('a.rack[data-rack="demo-0002"]')`, "the floor map by loop")
+		require.Equal(t, "demo-0001, row-00-pos-01: loop cdu-1", label("demo-0001"))
+		require.Equal(t, "demo-0002, row-00-pos-02: loop cdu-2", label("demo-0002"))
+		require.Contains(t, legend(), "cdu-1 (2 racks)")
+		require.Contains(t, legend(), "cdu-2 (1 rack)")
+
+		// A viewer reads the budget page; it has no controls.
+		c.open(t, c.viewURL+"/ui/power")
+		c.waitJS(t, 10*time.Second, `!!document.querySelector('tr[data-feed="hall-0/bw-a"]')`, "a viewer sees the budgets")
+		require.Equal(t, 0, evalIn[int](c.browser, `document.querySelectorAll('main form, main button').length`))
+	})
 }
 
 // baselineEntries are the demo site's baseline: compute trays' BMC at
