@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -66,9 +68,18 @@ func TestPowerBudgetHoldsFeedTransitions(t *testing.T) {
 
 	// While the wave runs: bw-a's use never exceeds its limit; some task
 	// waits with the reason in its report; no bw-b task ever waits.
+	// The console's budget page, fetched alongside, lists bw-a's waiting
+	// steps linked to their tasks, and never a waiting step of bw-b.
 	var mu sync.Mutex
 	var reasons []string
 	maxInUse := 0
+	var sawPage bool
+	var pageProblem string
+	aTasks := map[string]bool{}
+	for _, id := range res.GetTaskIds()[:40] {
+		aTasks[id.GetId()] = true
+	}
+	taskLink := regexp.MustCompile(`<a href="/ui/tasks/([0-9a-f-]{36})">`)
 	stop := make(chan struct{})
 	var watch sync.WaitGroup
 	watch.Add(1)
@@ -85,7 +96,21 @@ func TestPowerBudgetHoldsFeedTransitions(t *testing.T) {
 				continue
 			}
 			tasks, err := e.client.GetTasksByIDs(ctx, &flowv1.GetTasksByIDsRequest{TaskIds: res.GetTaskIds()})
+			page := ""
+			if r, perr := http.Get(e.url + "/ui/power?live=0"); perr == nil {
+				b, _ := io.ReadAll(r.Body)
+				r.Body.Close()
+				page = string(b)
+			}
 			mu.Lock()
+			if strings.Contains(page, `Waiting for feed <a href="#feed-bw-b">`) {
+				pageProblem = "the budget page lists a step waiting for bw-b"
+			}
+			if i := strings.Index(page, `Waiting for feed <a href="#feed-bw-a">bw-a</a>`); i >= 0 {
+				for _, m := range taskLink.FindAllStringSubmatch(page[i:], -1) {
+					sawPage = sawPage || aTasks[m[1]]
+				}
+			}
 			for _, b := range l.GetBudgets() {
 				if b.GetFeed() == "bw-a" {
 					maxInUse = max(maxInUse, int(b.GetTransitionsInUse()))
@@ -127,6 +152,8 @@ func TestPowerBudgetHoldsFeedTransitions(t *testing.T) {
 
 	mu.Lock()
 	require.LessOrEqual(t, maxInUse, 4)
+	require.True(t, sawPage, "the console's budget page listed a bw-a step waiting, linked to its task")
+	require.Empty(t, pageProblem)
 	for _, r := range reasons {
 		require.Regexp(t, `^waiting for power budget of feed bw-a: [0-4] of 4 transitions in progress(, \d+ waiting ahead)?`, r)
 	}
