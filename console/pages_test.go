@@ -315,7 +315,7 @@ func TestFailuresFirst(t *testing.T) {
 
 	// On the floor map: demo-0000's last task failed; demo-0001 has one
 	// queued, which says more.
-	racks, err := b.console.readRacks(ctx)
+	racks, err := b.console.racks(ctx)
 	require.NoError(t, err)
 	require.Len(t, racks, 2)
 	require.True(t, racks[0].LastFailed)

@@ -3,10 +3,13 @@ package console
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/nicoflow/flow/inventory"
 )
@@ -67,6 +70,8 @@ func (r RackCell) State() string {
 	return "power-" + r.Power()
 }
 
+// racksQuery reads racks' cells; %[1]s is the selection: every live
+// rack (racksAll), or the racks of $1 (racksSome).
 const racksQuery = `
 WITH comp AS (
   SELECT c.rack_id,
@@ -78,12 +83,12 @@ WITH comp AS (
     min(c.firmware_version) FILTER (WHERE c.type = 'Compute') AS fw_min,
     max(c.firmware_version) FILTER (WHERE c.type = 'Compute') AS fw_max
   FROM component c LEFT JOIN component_leak cl ON cl.component_id = c.id
-  WHERE c.deleted_at IS NULL AND c.rack_id IS NOT NULL
+  WHERE c.deleted_at IS NULL AND c.rack_id IS NOT NULL %[1]s
   GROUP BY c.rack_id
 ), act AS (
   SELECT rack_id, count(*) FILTER (WHERE status = 'running') AS running,
          count(*) FILTER (WHERE status IN ('pending', 'waiting')) AS queued
-  FROM task WHERE status IN ('waiting', 'pending', 'running') GROUP BY rack_id
+  FROM task WHERE status IN ('waiting', 'pending', 'running') %[1]s GROUP BY rack_id
 )
 SELECT r.id::text, r.name, r.location_room, r.location_position,
   coalesce(comp.n, 0), coalesce(comp.on_n, 0), coalesce(comp.off_n, 0), coalesce(comp.leaks, 0), coalesce(comp.unhealthy, 0),
@@ -94,59 +99,147 @@ SELECT r.id::text, r.name, r.location_room, r.location_position,
             ORDER BY t.created_at DESC, t.id DESC LIMIT 1), false),
   coalesce(r.power_feed, ''), coalesce(r.coolant_loop, '')
 FROM rack r LEFT JOIN comp ON comp.rack_id = r.id LEFT JOIN act ON act.rack_id = r.id
-WHERE r.deleted_at IS NULL`
+WHERE r.deleted_at IS NULL %[2]s`
 
-// racksKeyQuery reads, cheaply, what every rack's cell depends on: the
-// inventory generation (db/migrations/0180: any committed write to racks,
-// their power feed and coolant loop included, components, BMCs or leak
-// status) and the active tasks' fingerprint with
-// the newest task's creation (a task queued, started, progressing or
-// ended: what the running, queued and last-failed columns read).
-const racksKeyQuery = `
-SELECT (SELECT coalesce(sum(n), 0) FROM inventory_generation)::text || '|' ||
-  coalesce((SELECT max(created_at)::text FROM task), '') || '|' ||
-  (SELECT count(*)::text || ':' || coalesce(sum(hashtext(id::text || status || updated_at::text)), 0)::text
-     FROM task WHERE status IN ('waiting', 'pending', 'running'))`
+var (
+	racksAll  = fmt.Sprintf(racksQuery, "", "")
+	racksSome = fmt.Sprintf(racksQuery, "AND rack_id = ANY($1::uuid[])", "AND r.id = ANY($1::uuid[])")
+)
 
-// racksMaxAge bounds how long a read of the cells is reused while its key
-// stands.
-const racksMaxAge = 5 * time.Minute
+// changedRacksQuery reads the snapshot of this read and the racks whose
+// cells changed since the snapshot $1 of the last one: the rows of
+// rack_cell_change (db/migrations/0340) written by a transaction $1 did
+// not see. Exact whatever the order of commits: a transaction still
+// running now is not seen by this snapshot either, so the next read
+// finds it. The nil UUID (a TRUNCATE) stands for every rack.
+const changedRacksQuery = `
+SELECT pg_current_snapshot()::text, coalesce(array_agg(DISTINCT rack_id::text), '{}')
+FROM rack_cell_change
+WHERE xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, $1::pg_snapshot)`
 
-// racksCache holds the last read of every rack's cell with its key
-// (racksKeyQuery): the overview and the floor map, whatever their filters
-// and however many pages are open, share one read until the inventory or
-// the active tasks change, in this process or any replica. Reads are
-// serialized, so a burst of fetches after a change makes one query.
+// allRacks is the nil UUID that rack_cell_change writes for a TRUNCATE.
+const allRacks = "00000000-0000-0000-0000-000000000000"
+
+// racksMaxAge bounds how long the cells are kept up to date by their
+// changes alone before they are read whole again (a safety net: writes
+// that bypass the triggers, a transaction open longer than the log of
+// changes is kept, CellChangeRetention).
+const racksMaxAge = 30 * time.Minute
+
+// CellChangeRetention is how long rack_cell_change keeps its rows (the
+// prune job deletes older ones); longer than racksMaxAge.
+const CellChangeRetention = time.Hour
+
+// racksCache holds every rack's cell and the snapshot they were read at:
+// the overview and the floor map, whatever their filters and however many
+// pages are open, share it. A read asks which racks changed since that
+// snapshot (changedRacksQuery, one index range of a small table) and
+// reads again only those: a task starting or ending, a power change, a
+// leak costs a few racks' rows, not the site's 525,000 components at
+// 15,000 racks. Changes by any replica count. Reads are serialized, so a
+// burst of fetches after a change makes one query.
 type racksCache struct {
 	mu    sync.Mutex
-	key   string
-	at    time.Time
+	snap  string    // the pg_snapshot the cells were read at
+	at    time.Time // the last whole read
 	racks []RackCell
+	// fullReads and deltaReads count the whole reads and the reads of
+	// changed racks (tests).
+	fullReads, deltaReads int
+	// lastDelta is how many racks the last read of changed racks read.
+	lastDelta int
 }
 
 // racks returns every live rack's cell, in floor order; callers must not
-// change the slice.
+// change the slice (a change makes a new one).
 func (c *Console) racks(ctx context.Context) ([]RackCell, error) {
 	c.rc.mu.Lock()
 	defer c.rc.mu.Unlock()
-	var key string
-	if err := c.pool.QueryRow(ctx, racksKeyQuery).Scan(&key); err != nil {
-		return nil, fmt.Errorf("read racks: generation: %w", err)
-	}
-	if c.rc.racks != nil && c.rc.key == key && time.Since(c.rc.at) < racksMaxAge {
-		return c.rc.racks, nil
-	}
-	out, err := c.readRacks(ctx)
+	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read racks: %w", err)
 	}
-	c.rc.key, c.rc.at, c.rc.racks = key, time.Now(), out
-	return out, nil
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	full := c.rc.racks == nil || time.Since(c.rc.at) > racksMaxAge
+	snap := c.rc.snap
+	var changed []string
+	if full {
+		if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snap); err != nil {
+			return nil, fmt.Errorf("read racks: snapshot: %w", err)
+		}
+	} else {
+		if err := tx.QueryRow(ctx, changedRacksQuery, snap).Scan(&snap, &changed); err != nil {
+			return nil, fmt.Errorf("read racks: changes: %w", err)
+		}
+		// Reading a quarter of the site rack by rack costs as much as
+		// reading it whole.
+		full = slices.Contains(changed, allRacks) || len(changed) > max(64, len(c.rc.racks)/4)
+	}
+	switch {
+	case full:
+		out, err := readRacks(ctx, tx, racksAll)
+		if err != nil {
+			return nil, err
+		}
+		c.rc.racks, c.rc.at = sortRacks(out), time.Now()
+		c.rc.fullReads++
+	case len(changed) > 0:
+		fresh, err := readRacks(ctx, tx, racksSome, changed)
+		if err != nil {
+			return nil, err
+		}
+		c.rc.racks = applyRacks(c.rc.racks, changed, fresh)
+		c.rc.deltaReads++
+		c.rc.lastDelta = len(changed)
+	}
+	c.rc.snap = snap
+	return c.rc.racks, nil
 }
 
-// readRacks reads every live rack's cell, in floor order.
-func (c *Console) readRacks(ctx context.Context) ([]RackCell, error) {
-	rows, err := c.pool.Query(ctx, racksQuery)
+// applyRacks returns cells with the racks of ids replaced by fresh (a
+// rack of ids not in fresh is gone: deleted), in floor order; cells is
+// not changed.
+func applyRacks(cells []RackCell, ids []string, fresh []RackCell) []RackCell {
+	byID := make(map[string]RackCell, len(fresh))
+	for _, r := range fresh {
+		byID[r.ID] = r
+	}
+	gone := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		gone[id] = true
+	}
+	out := make([]RackCell, 0, len(cells)+len(fresh))
+	resort := false
+	for _, r := range cells {
+		if !gone[r.ID] {
+			out = append(out, r)
+			continue
+		}
+		n, ok := byID[r.ID]
+		if !ok {
+			continue // deleted
+		}
+		delete(byID, r.ID)
+		if n.Name != r.Name || n.Room != r.Room || n.Position != r.Position {
+			resort = true
+		}
+		out = append(out, n)
+	}
+	for _, r := range fresh {
+		if _, ok := byID[r.ID]; ok {
+			out = append(out, r) // new
+			resort = true
+		}
+	}
+	if resort {
+		return sortRacks(out)
+	}
+	return out
+}
+
+// readRacks reads the cells query selects (racksAll, racksSome).
+func readRacks(ctx context.Context, tx pgx.Tx, query string, args ...any) ([]RackCell, error) {
+	rows, err := tx.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read racks: %w", err)
 	}
@@ -165,6 +258,12 @@ func (c *Console) readRacks(ctx context.Context) ([]RackCell, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read racks: %w", err)
 	}
+	return out, nil
+}
+
+// sortRacks returns racks in floor order (hall, row, place, name, each
+// with its trailing number compared as a number).
+func sortRacks(out []RackCell) []RackCell {
 	// The natural order's keys are split once per rack, not once per
 	// comparison (15,000 racks: 200,000 comparisons).
 	keys := make([][4]natKey, len(out))
@@ -188,7 +287,7 @@ func (c *Console) readRacks(ctx context.Context) ([]RackCell, error) {
 	for i, k := range idx {
 		sorted[i] = out[k]
 	}
-	return sorted, nil
+	return sorted
 }
 
 // natKey is a string split for natLess: the part before its trailing
