@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nicoflow/flow/console"
 	"github.com/nicoflow/flow/db"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/eventrule"
@@ -174,6 +175,18 @@ func (p *pruner) Run(ctx context.Context) error {
 			}
 		}
 	}
+	// The console's log of changed racks (console/read.go), whatever the
+	// retention of history: its readers need the last hour at most.
+	for {
+		n, err := console.PruneCellChanges(ctx, p.pool, now.Add(-console.CellChangeRetention), 10*batch)
+		if err != nil {
+			return err
+		}
+		deleted["rack_cell_change"] += n
+		if n < int64(10*batch) {
+			break
+		}
+	}
 	oldest := map[string]func(context.Context) (time.Time, bool, error){}
 	if p.tasks != nil {
 		oldest["task"] = p.tasks.OldestTask
@@ -216,4 +229,4 @@ func (p *pruner) Run(ctx context.Context) error {
 
 // pruneTables are the tables pruning deletes from, in the order it
 // records them.
-var pruneTables = []string{"task", "engine_run", "engine_step", "operation_run", "operation_run_target", "event", "event_action_execution"}
+var pruneTables = []string{"task", "engine_run", "engine_step", "operation_run", "operation_run_target", "event", "event_action_execution", "rack_cell_change"}

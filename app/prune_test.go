@@ -105,7 +105,15 @@ func TestPruneDeletesOnlyWhatRetentionLets(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM engine_step s JOIN task t ON t.run_id = s.run_id WHERE t.id = ANY($1)`, ids[:2]).Scan(&steps0))
 	require.Positive(t, steps0)
 
+	// The console's log of changed racks: rows older than an hour go,
+	// whatever the retention of history.
+	exec(`TRUNCATE rack_cell_change`)
+	exec(`INSERT INTO rack_cell_change (rack_id, at) VALUES ($1, now() - interval '61 minutes'), ($1, now() - interval '62 minutes'), ($1, now() - interval '59 minutes')`, rack.ID)
+
 	require.NoError(t, e.srv.system.jobs[PruneJob].Run(ctx))
+	var cellChanges int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM rack_cell_change WHERE at < now() - interval '50 minutes'`).Scan(&cellChanges))
+	require.Equal(t, 1, cellChanges, "the log of changed racks keeps its last hour")
 
 	var left []uuid.UUID
 	rows, err := pool.Query(ctx, `SELECT id FROM task WHERE id = ANY($1) ORDER BY created_at`, ids)
@@ -141,6 +149,7 @@ func TestPruneDeletesOnlyWhatRetentionLets(t *testing.T) {
 	require.Equal(t, int64(1), got["operation_run_target"])
 	require.Equal(t, int64(1), got["event"])
 	require.Equal(t, int64(1), got["event_action_execution"])
+	require.Equal(t, int64(2), got["rack_cell_change"])
 
 	// A second cycle finds nothing more to do.
 	require.NoError(t, e.srv.system.jobs[PruneJob].Run(ctx))

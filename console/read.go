@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nicoflow/flow/inventory"
 )
@@ -403,4 +404,16 @@ func (c *Console) taskCounts(ctx context.Context) (running, queued int, err erro
 		err = fmt.Errorf("count tasks: %w", err)
 	}
 	return running, queued, err
+}
+
+// PruneCellChanges deletes up to batch rows of rack_cell_change written
+// before before (the prune job, app/prune.go: before is
+// CellChangeRetention ago) and returns how many it deleted.
+func PruneCellChanges(ctx context.Context, pool *pgxpool.Pool, before time.Time, batch int) (int64, error) {
+	tag, err := pool.Exec(ctx, `DELETE FROM rack_cell_change WHERE ctid = ANY(ARRAY(
+		SELECT ctid FROM rack_cell_change WHERE at < $1 LIMIT $2))`, before, batch)
+	if err != nil {
+		return 0, fmt.Errorf("prune rack cell changes: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
