@@ -33,7 +33,9 @@ var consoleBenchRacks = flag.Int("console.racks", 3000, "racks BenchmarkConsole 
 //	go test ./app -run '^$' -bench Console -benchtime 1x
 //
 // It reports overview-ms and floor-ms, the server's time per page (the
-// median of 20 whole-page fetches); overview-fcp-ms and floor-fcp-ms,
+// median of 20 whole-page fetches), and -changed-ms (the median of 5,
+// each right after a component's power changed), each with its CPU per
+// page (-cpu-ms the server's, -pg-cpu-ms PostgreSQL's; pageCPU); overview-fcp-ms and floor-fcp-ms,
 // first contentful paint in headless Chromium (median of 5 loads);
 // change-to-page-ms, from a task's state change (its row's updated_at
 // when it ends) to its open task page showing it (the page's own clock
@@ -93,14 +95,24 @@ func BenchmarkConsole(b *testing.B) {
 		return float64(ds[len(ds)/2].Microseconds()) / 1000
 	}
 	b.ResetTimer()
+	cpu := pageCPU{b, pid, pool}
+	flipPower := func(i int) {
+		_, err := pool.Exec(ctx, `UPDATE component SET power_state = CASE power_state WHEN 'on' THEN 'off' ELSE 'on' END
+			WHERE id = (SELECT id FROM component WHERE name = $1)`, fmt.Sprintf("demo-%04d-ct-03", 100+(i*137)%(*consoleBenchRacks-100)))
+		require.NoError(b, err)
+	}
 	for range b.N {
 		for _, pg := range []struct{ path, name string }{{"/ui/", "overview"}, {"/ui/floor", "floor"}} {
 			get(pg.path, false) // warm
 			var ds []time.Duration
-			for range 20 {
-				ds = append(ds, get(pg.path, false))
-			}
+			cpu.measure(b, pg.name, 20, func(int) { ds = append(ds, get(pg.path, false)) })
 			b.ReportMetric(median(ds), pg.name+"-ms")
+			var changed []time.Duration
+			cpu.measure(b, pg.name+"-changed", 5, func(i int) {
+				flipPower(i)
+				changed = append(changed, get(pg.path, false))
+			})
+			b.ReportMetric(median(changed), pg.name+"-changed-ms")
 		}
 
 		browser := newBrowser(b)

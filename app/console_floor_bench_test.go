@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -70,6 +72,40 @@ func seedFloor(tb testing.TB, ctx context.Context, pool *pgxpool.Pool, racks int
 	require.NoError(tb, err)
 }
 
+// pageCPU measures the CPU pages cost: the server process's, and
+// PostgreSQL's (the backends connected to the benchmark's database:
+// the server's pool and the benchmark's own, whose few updates cost
+// little).
+type pageCPU struct {
+	tb   testing.TB
+	pid  int
+	pool *pgxpool.Pool
+}
+
+func (c pageCPU) now() (server, pg time.Duration) {
+	var pids []int32
+	require.NoError(c.tb, c.pool.QueryRow(context.Background(), `SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&pids))
+	for _, p := range pids {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(int(p))); err == nil {
+			pg += procCPU(c.tb, int(p))
+		}
+	}
+	return procCPU(c.tb, c.pid), pg
+}
+
+// measure runs f n times and reports its CPU per run as name-cpu-ms
+// (the server's) and name-pg-cpu-ms (PostgreSQL's).
+func (c pageCPU) measure(b *testing.B, name string, n int, f func(i int)) {
+	s0, p0 := c.now()
+	for i := range n {
+		f(i)
+	}
+	s1, p1 := c.now()
+	b.ReportMetric(float64((s1-s0).Microseconds())/1000/float64(n), name+"-cpu-ms")
+	b.ReportMetric(float64((p1-p0).Microseconds())/1000/float64(n), name+"-pg-cpu-ms")
+}
+
 // BenchmarkConsoleFloor measures the overview and the floor map at
 // -console.floor-racks racks × 35 components (15,000 by default, issue
 // 49), seeded by COPY, served by a `flow serve` child:
@@ -81,7 +117,9 @@ func seedFloor(tb testing.TB, ctx context.Context, pool *pgxpool.Pool, racks int
 // server's time per page, -ms (the median of 10 whole-page fetches,
 // nothing changed between them) and -changed-ms (the median of 5, each
 // after a component's power changed, so that nothing read before can be
-// reused), and -fcp-ms, first contentful paint in headless Chromium
+// reused), with their CPU per page, -cpu-ms and -changed-cpu-ms (the
+// server's) and -pg-cpu-ms and -changed-pg-cpu-ms (PostgreSQL's: the
+// machine's load inflates the wall times, not these), and -fcp-ms, first contentful paint in headless Chromium
 // (?live=0, median of 3 loads). leak-to-row-ms is a live update on a
 // filtered view: from a leak's commit on a rack of the open row view to
 // the page showing it (the page's own clock), worst of three.
@@ -100,10 +138,11 @@ func BenchmarkConsoleFloor(b *testing.B) {
 	port, err := pglocal.FreePort()
 	require.NoError(b, err)
 	url := "http://127.0.0.1:" + itoa(port)
-	startServerProcess(b, []string{"DATABASE_URL=" + dbURL, "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port), "FLOW_LOG_LEVEL=warn",
+	srv := startServerProcess(b, []string{"DATABASE_URL=" + dbURL, "FLOW_LISTEN_ADDR=127.0.0.1:" + itoa(port), "FLOW_LOG_LEVEL=warn",
 		"NICO_CORE_API_URL=" + sims.nicoSrv.URL(), "PSM_API_URL=" + sims.psmSrv.URL(),
 		"FLOW_CONFIG_FILE=" + writeFile(b, "flowconfig.yaml", "inventory_run_frequency: 24h\n")})
 	waitHealthy(b, url)
+	cpu := pageCPU{b, srv.cmd.Process.Pid, pool}
 
 	get := func(path string) time.Duration {
 		t0 := time.Now()
@@ -132,14 +171,12 @@ func BenchmarkConsoleFloor(b *testing.B) {
 		for _, pg := range pages {
 			first := get(pg.path)
 			var ds []time.Duration
-			for range 10 {
-				ds = append(ds, get(pg.path))
-			}
+			cpu.measure(b, pg.name, 10, func(int) { ds = append(ds, get(pg.path)) })
 			var changed []time.Duration
-			for i := range 5 {
+			cpu.measure(b, pg.name+"-changed", 5, func(i int) {
 				flipPower(i)
 				changed = append(changed, get(pg.path))
-			}
+			})
 			b.Logf("%s: first %s", pg.path, first.Round(time.Millisecond))
 			b.ReportMetric(median(ds), pg.name+"-ms")
 			b.ReportMetric(median(changed), pg.name+"-changed-ms")
