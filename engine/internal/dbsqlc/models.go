@@ -482,6 +482,12 @@ type Rack struct {
 	CoolantLoop        *string
 }
 
+type RackCellChange struct {
+	Xid    pgtype.Uint64
+	RackID pgtype.UUID
+	At     pgtype.Timestamptz
+}
+
 type RackIsolation struct {
 	ID             pgtype.UUID
 	RackID         pgtype.UUID

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type ApprovalRequest struct {
@@ -482,6 +483,12 @@ type Rack struct {
 	MirroredAt         *time.Time
 	PowerFeed          *string
 	CoolantLoop        *string
+}
+
+type RackCellChange struct {
+	Xid    pgtype.Uint64
+	RackID uuid.UUID
+	At     time.Time
 }
 
 type RackIsolation struct {
