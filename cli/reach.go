@@ -121,7 +121,10 @@ func (t *apiTransport) transportCause(err error) *reachError {
 		return &reachError{fmt.Sprintf("%s refused the TLS handshake (%v): it wants a client certificate it trusts: give --cert and --key (FLOW_TLS_CERT/FLOW_TLS_KEY, CERTDIR/tls.crt and tls.key), signed by a CA the server accepts", t.base, err), err}
 	case strings.Contains(msg, "malformed HTTP") && (strings.Contains(msg, `\x15\x03`) || strings.Contains(msg, `\x16\x03`)):
 		return &reachError{fmt.Sprintf("%s wants TLS (it answered with a TLS record): give --ca FILE (the CA of its certificate) and, for mutual TLS, --cert and --key (FLOW_TLS_*, CERTDIR)", t.base), err}
-	case strings.Contains(msg, "malformed HTTP"), hungUp(err):
+	case strings.Contains(msg, "malformed HTTP"), hungUp(err), strings.Contains(msg, "readLoopPeekFailLocked"):
+		// The last: the server spoke before the request was written (a
+		// PostgreSQL error packet, at load), which Go's transport reports
+		// as an unsolicited response on an idle connection.
 		return &reachError{fmt.Sprintf("%s is not a Flow API: it did not answer HTTP (%v). A PostgreSQL port, or another service? Flow's API listens on FLOW_LISTEN_ADDR (default %s)", t.base, err, DefaultServer), err}
 	}
 	return nil
