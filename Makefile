@@ -19,10 +19,12 @@ build:
 
 # make test prints one line per package, the whole output of each failing
 # test and, at the end, the ten slowest tests (cmd/testsum reads go test
-# -json); TESTSUM_SLOWEST changes how many.
+# -json); TESTSUM_SLOWEST changes how many. The whole -json stream, every
+# passing test's output too, is kept in TEST_JSON for a failure to read.
 TESTSUM_SLOWEST ?= 10
+TEST_JSON ?= $${TMPDIR:-/tmp}/flow-make-test.json
 test: ## the whole suite, on a private PostgreSQL the tests start (or TEST_DATABASE_URL)
-	set -o pipefail; $(GO) test $(TESTFLAGS) -json ./... | $(GO) run ./cmd/testsum -slowest $(TESTSUM_SLOWEST)
+	set -o pipefail; $(GO) test $(TESTFLAGS) -json ./... | tee $(TEST_JSON) | $(GO) run ./cmd/testsum -slowest $(TESTSUM_SLOWEST)
 
 # make soak: the kill, crash and restart tests in their long form
 # (FLOW_SOAK=1: TestKillDuringRollout runs 50 racks and 10 kills,

@@ -47,10 +47,20 @@ type summary struct {
 	failed   []string         // failed tests and packages, in order
 	tests    []result         // finished top-level tests
 	packages int
+	// tail keeps each running package's last output lines, its passing
+	// tests' included, and failedIn counts its failed tests: a package
+	// that fails with none failed (a test binary that exited non-zero
+	// after its tests, a failure report test2json could not attribute)
+	// shows what it printed last.
+	tail     map[string][]string
+	failedIn map[string]int
 }
 
+// tailLines is how many of a package's last output lines are kept.
+const tailLines = 60
+
 func newSummary(out io.Writer) *summary {
-	return &summary{out: out, output: map[key][]string{}, started: map[string]bool{}}
+	return &summary{out: out, output: map[key][]string{}, started: map[string]bool{}, tail: map[string][]string{}, failedIn: map[string]int{}}
 }
 
 func (s *summary) add(e event) {
@@ -60,6 +70,8 @@ func (s *summary) add(e event) {
 		s.started[e.Package] = true
 	case "output":
 		s.output[k] = append(s.output[k], e.Output)
+		t := append(s.tail[e.Package], cmp.Or(e.Test, "(package)")+": "+e.Output)
+		s.tail[e.Package] = t[max(0, len(t)-tailLines):]
 	case "build-output":
 		fmt.Fprint(s.out, e.Output)
 	case "build-fail":
@@ -82,6 +94,7 @@ func (s *summary) add(e event) {
 			s.tests = append(s.tests, result{e.Package, e.Test, e.Elapsed})
 		}
 		s.failed = append(s.failed, e.Package+" "+e.Test)
+		s.failedIn[e.Package]++
 		fmt.Fprintf(s.out, "--- FAIL: %s %s (%.2fs)\n", e.Package, e.Test, e.Elapsed)
 		for _, line := range s.output[k] {
 			fmt.Fprint(s.out, "    ", line)
@@ -103,6 +116,12 @@ func (s *summary) endPackage(e event) {
 		}
 		if e.FailedBuild == "" {
 			s.failed = append(s.failed, e.Package)
+			if s.failedIn[e.Package] == 0 {
+				fmt.Fprintf(s.out, "%s failed with no test failing; its last %d output lines:\n", e.Package, len(s.tail[e.Package]))
+				for _, line := range s.tail[e.Package] {
+					fmt.Fprint(s.out, "    ", line)
+				}
+			}
 		}
 		fmt.Fprintf(s.out, "FAIL\t%s\t%.1fs\n", e.Package, e.Elapsed)
 	case e.Action == "skip" || noTests(s.output[k]):
@@ -111,6 +130,8 @@ func (s *summary) endPackage(e event) {
 		fmt.Fprintf(s.out, "ok  \t%s\t%.1fs\n", e.Package, e.Elapsed)
 	}
 	delete(s.output, k)
+	delete(s.tail, e.Package)
+	delete(s.failedIn, e.Package)
 }
 
 func noTests(lines []string) bool {

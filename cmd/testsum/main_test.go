@@ -69,3 +69,18 @@ func TestSummaryBuildFailure(t *testing.T) {
 	require.Contains(t, out.String(), "y.go:3:1: syntax error")
 	require.Contains(t, out.String(), "FAIL\tp/y")
 }
+
+func TestSummaryPackageFailsWithNoTestFailing(t *testing.T) {
+	// The binary exited non-zero after its tests passed: what it printed
+	// last is shown, the passing test's lines included.
+	var out strings.Builder
+	require.False(t, run(strings.NewReader(`{"Action":"start","Package":"p/z"}
+{"Action":"run","Package":"p/z","Test":"TestOK"}
+{"Action":"output","Package":"p/z","Test":"TestOK","Output":"cleanup: cluster did not stop\n"}
+{"Action":"pass","Package":"p/z","Test":"TestOK","Elapsed":1}
+{"Action":"output","Package":"p/z","Output":"FAIL\n"}
+{"Action":"fail","Package":"p/z","Elapsed":1.2}
+`), &out, 10))
+	require.Contains(t, out.String(), "p/z failed with no test failing; its last 2 output lines:\n    TestOK: cleanup: cluster did not stop\n    (package): FAIL\n")
+	require.Contains(t, out.String(), "FAILED (1):\n  p/z\n")
+}
