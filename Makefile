@@ -7,9 +7,9 @@ BIN     ?= bin/flow
 # -buildvcs=true stamps the commit and time into the binary (Version RPC),
 # overriding a GOFLAGS that turns it off.
 BUILDFLAGS ?= -buildvcs=true
-# The timeout bounds a package, not the suite: the app package takes about
-# 6 minutes on two idle cores and passed 25 only barely at a load average
-# of 40 (a 1,501 s timeout), so 45 leaves a hung test as the only cause.
+# The timeout bounds a package, not the suite: the app package ran into a
+# 25-minute timeout at a load average of 40 (its tests had not failed), so
+# 45 leaves a hung test as the likely cause.
 TESTFLAGS  ?= -count=1 -timeout 45m
 
 .PHONY: run build test soak ha-test fuzz generate verify bench clean image image-test
