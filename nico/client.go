@@ -14,11 +14,14 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	forgepb "github.com/nicoflow/flow/proto/gen/forge"
 	"github.com/nicoflow/flow/proto/gen/forge/forgepbconnect"
+	"github.com/nicoflow/flow/proto/lean"
 )
 
 // DefaultTimeout is the per-call deadline when none is configured (upstream's
@@ -32,7 +35,10 @@ const maxBatch = 100
 // valid but unconfigured: every call fails with ErrNotConfigured. It is safe
 // for concurrent use.
 type Client struct {
-	rpc     forgepbconnect.ForgeClient
+	rpc forgepbconnect.ForgeClient
+	// raw calls the methods whose replies are decoded on demand
+	// (FirmwareVersionsRaw), with rpc's options.
+	raw     *lean.Conn
 	timeout time.Duration
 
 	mu    sync.Mutex
@@ -90,8 +96,10 @@ func NewClient(url string, opts ...Option) (*Client, error) {
 	// No gzip: Core's replies travel uncompressed, as to upstream's Go
 	// client; compressing the large listings of an inventory sync cost
 	// more CPU on both ends than the bytes saved on a datacenter network.
-	c.rpc = forgepbconnect.NewForgeLeanClient(hc, base, connect.WithGRPC(), connect.WithReadMaxBytes(64<<20), connect.WithInterceptors(o.interceptors...),
-		connect.WithAcceptCompression("gzip", nil, nil))
+	copts := []connect.ClientOption{connect.WithGRPC(), connect.WithReadMaxBytes(64 << 20), connect.WithInterceptors(o.interceptors...),
+		connect.WithAcceptCompression("gzip", nil, nil)}
+	c.rpc = forgepbconnect.NewForgeLeanClient(hc, base, copts...)
+	c.raw = lean.NewConn(hc, base, forgepb.File_forge_forge_proto.Services().ByName("Forge"), copts...)
 	return c, nil
 }
 
@@ -1010,17 +1018,155 @@ func (c *Client) FirmwareVersions(ctx context.Context, t Target) ([]DeviceVersio
 	}
 	out := make([]DeviceVersions, 0, len(res.GetDevices()))
 	for _, d := range res.GetDevices() {
-		key := resultKey(d.GetResult())
-		dv := DeviceVersions{Key: key, ID: d.GetResult().GetComponentId(), Versions: d.GetVersions(), Err: itemErr(method, key, d.GetResult())}
-		if cvs := d.GetComputeFwVersions(); len(cvs) > 0 {
-			dv.Components = make([]ComponentVersions, 0, len(cvs))
-		}
-		for _, cv := range d.GetComputeFwVersions() {
-			dv.Components = append(dv.Components, ComponentVersions{Component: computeComponentName(cv.GetComponent()), Versions: cv.GetVersions()})
-		}
-		out = append(out, dv)
+		out = append(out, deviceVersionsOf(d))
 	}
 	return out, nil
+}
+
+// deviceVersionsOf converts one device's entry of a
+// ListComponentFirmwareVersions reply.
+func deviceVersionsOf(d *forgepb.DeviceFirmwareVersions) DeviceVersions {
+	const method = "ListComponentFirmwareVersions"
+	key := resultKey(d.GetResult())
+	dv := DeviceVersions{Key: key, ID: d.GetResult().GetComponentId(), Versions: d.GetVersions(), Err: itemErr(method, key, d.GetResult())}
+	if cvs := d.GetComputeFwVersions(); len(cvs) > 0 {
+		dv.Components = make([]ComponentVersions, 0, len(cvs))
+	}
+	for _, cv := range d.GetComputeFwVersions() {
+		dv.Components = append(dv.Components, ComponentVersions{Component: computeComponentName(cv.GetComponent()), Versions: cv.GetVersions()})
+	}
+	return dv
+}
+
+// VersionsEntry is one device's entry of a ListComponentFirmwareVersions
+// reply as Core sent it (FirmwareVersionsRaw): the device's Core ID (its
+// result's component_id; empty when the entry names the device by MAC
+// only) and the entry's bytes (a DeviceFirmwareVersions message), both
+// aliasing the reply, decoded on demand (Decode). Equal bytes decode to
+// equal DeviceVersions, so a caller that has seen an entry before can skip
+// decoding it.
+type VersionsEntry struct {
+	ID    []byte
+	Bytes []byte
+}
+
+// Decode decodes the entry as FirmwareVersions would.
+func (e VersionsEntry) Decode() (DeviceVersions, error) {
+	var d forgepb.DeviceFirmwareVersions
+	if err := proto.Unmarshal(e.Bytes, &d); err != nil {
+		return DeviceVersions{}, &Error{Method: "ListComponentFirmwareVersions", Class: ErrUnreachable, Msg: "reply does not decode: device entry: " + err.Error()}
+	}
+	return deviceVersionsOf(&d), nil
+}
+
+// versionsEntries splits a ListComponentFirmwareVersions reply into its
+// device entries, in Core's order; a reply whose framing does not parse
+// fails (ErrUnreachable, as an undecodable reply of FirmwareVersions).
+func versionsEntries(raw []byte) ([]VersionsEntry, error) {
+	var out []VersionsEntry
+	for b := raw; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, malformedVersions(n)
+		}
+		b = b[n:]
+		if num != 1 || typ != protowire.BytesType { // not devices: skipped, as proto.Unmarshal keeps it unknown
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return nil, malformedVersions(n)
+			}
+			b = b[n:]
+			continue
+		}
+		entry, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return nil, malformedVersions(n)
+		}
+		b = b[n:]
+		id, err := entryID(entry)
+		if err != nil {
+			return nil, err
+		}
+		if out == nil {
+			// Entries of one size mostly: room for all of them at once.
+			out = make([]VersionsEntry, 0, 1+len(raw)/(n+1))
+		}
+		out = append(out, VersionsEntry{ID: id, Bytes: entry})
+	}
+	return out, nil
+}
+
+// entryID is the component_id of a DeviceFirmwareVersions entry's result
+// (the last one, as proto.Unmarshal merges repeated singular fields).
+func entryID(entry []byte) ([]byte, error) {
+	var id []byte
+	for b := entry; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, malformedVersions(n)
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.BytesType { // result
+			res, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, malformedVersions(n)
+			}
+			b = b[n:]
+			for rb := res; len(rb) > 0; {
+				rnum, rtyp, n := protowire.ConsumeTag(rb)
+				if n < 0 {
+					return nil, malformedVersions(n)
+				}
+				rb = rb[n:]
+				if rnum == 1 && rtyp == protowire.BytesType { // component_id
+					v, n := protowire.ConsumeBytes(rb)
+					if n < 0 {
+						return nil, malformedVersions(n)
+					}
+					id, rb = v, rb[n:]
+					continue
+				}
+				if n = protowire.ConsumeFieldValue(rnum, rtyp, rb); n < 0 {
+					return nil, malformedVersions(n)
+				}
+				rb = rb[n:]
+			}
+			continue
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return nil, malformedVersions(n)
+		}
+		b = b[n:]
+	}
+	return id, nil
+}
+
+func malformedVersions(n int) error {
+	return &Error{Method: "ListComponentFirmwareVersions", Class: ErrUnreachable, Msg: "reply does not decode: " + protowire.ParseError(n).Error()}
+}
+
+// FirmwareVersionsRaw is FirmwareVersions of the compute trays with
+// Core IDs ids, its reply split into device entries but left undecoded
+// (VersionsEntry): the inventory sync decodes only the entries that
+// changed since its last read.
+func (c *Client) FirmwareVersionsRaw(ctx context.Context, ids []string) ([]VersionsEntry, error) {
+	const method = "ListComponentFirmwareVersions"
+	if err := c.ready(method); err != nil {
+		return nil, err
+	}
+	t := Target{Kind: KindCompute, IDs: ids}
+	if err := checkFirmwareTarget(method, t); err != nil {
+		return nil, err
+	}
+	req := &forgepb.ListComponentFirmwareVersionsRequest{
+		Target: &forgepb.ListComponentFirmwareVersionsRequest_MachineIds{MachineIds: &forgepb.MachineIdList{MachineIds: machineIDs(ids)}},
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	raw, err := c.raw.CallRaw(cctx, forgepbconnect.ForgeListComponentFirmwareVersionsProcedure, req)
+	if err != nil {
+		return nil, classify(ctx, method, err)
+	}
+	return versionsEntries(raw)
 }
 
 // computeComponentNames is computeComponents the other way round.

@@ -69,6 +69,13 @@ func TestReplyUnknownFieldsIgnored(t *testing.T) {
 		Key: "m1", ID: "m1", Versions: []string{"bundle-7"},
 		Components: []nico.ComponentVersions{{Component: "hgx_bmc", Versions: []string{"4.2"}}},
 	}}, vs)
+	entries, err := c.FirmwareVersionsRaw(ctx, []string{"m1"})
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	require.Equal(t, "m1", string(entries[0].ID))
+	dv, err := entries[0].Decode()
+	require.NoError(t, err)
+	require.Equal(t, vs[0], dv, "a raw entry with unknown fields decodes as FirmwareVersions reads it")
 }
 
 // TestReplyUndecodable: a reply that does not decode fails the call, named
@@ -148,4 +155,56 @@ func TestLyingDevice(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]string{"m1": "1.0", "m2": "2.0"}, bmc, "m1 said completed and kept 1.0")
+}
+
+// TestFirmwareVersionsRaw: the entries of FirmwareVersionsRaw decode to
+// what FirmwareVersions reads, item failures included, each named by its
+// Core ID; an unchanged device's entry keeps its bytes from one read to
+// the next and a changed one's differ; a reply that does not decode fails
+// the call as FirmwareVersions does.
+func TestFirmwareVersionsRaw(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids := []string{"m1", "m2", "m9"}
+	decoded := func() ([]nico.DeviceVersions, map[string][]byte) {
+		t.Helper()
+		entries, err := b.client.FirmwareVersionsRaw(ctx, ids)
+		require.NoError(t, err)
+		var out []nico.DeviceVersions
+		bytes := map[string][]byte{}
+		for _, e := range entries {
+			dv, err := e.Decode()
+			require.NoError(t, err)
+			require.Equal(t, dv.ID, string(e.ID))
+			out = append(out, dv)
+			bytes[dv.Key] = e.Bytes
+		}
+		return out, bytes
+	}
+	want, err := b.client.FirmwareVersions(ctx, nico.Target{Kind: nico.KindCompute, IDs: ids})
+	require.NoError(t, err)
+	got, before := decoded()
+	require.Equal(t, want, got)
+	require.Len(t, got, 3)
+	require.ErrorIs(t, got[2].Err, nico.ErrNotFound, "m9 is not Core's: an item failure, as FirmwareVersions reads it")
+
+	_, err = b.client.UpdateFirmware(ctx, nico.Target{Kind: nico.KindCompute, IDs: []string{"m1"}}, nico.FirmwareRequest{TargetVersion: "2.0", Components: []string{"bmc"}})
+	require.NoError(t, err)
+	b.clock.Advance(10 * time.Minute)
+	_, after := decoded()
+	require.NotEqual(t, before["m1"], after["m1"], "m1's BMC moved to 2.0")
+	require.Equal(t, before["m2"], after["m2"])
+	require.Equal(t, before["m9"], after["m9"])
+
+	_, err = b.sim.Faults().Add(sim.Fault{Kind: sim.FaultGarbage, Method: "ListComponentFirmwareVersions", Times: 1})
+	require.NoError(t, err)
+	entries, err := b.client.FirmwareVersionsRaw(ctx, ids)
+	require.Nil(t, entries)
+	require.ErrorIs(t, err, nico.ErrUnreachable)
+	require.ErrorContains(t, err, "ListComponentFirmwareVersions")
+	require.ErrorContains(t, err, "reply does not decode")
+
+	_, err = b.client.FirmwareVersionsRaw(ctx, nil)
+	require.ErrorIs(t, err, nico.ErrRejected, "no devices named")
 }

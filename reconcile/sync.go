@@ -37,7 +37,7 @@ type Core interface {
 	PowerStates(ctx context.Context, ids []string) (map[string]nico.PowerState, error)
 	Positions(ctx context.Context, ids []string) (map[string]nico.Position, error)
 	Inventory(ctx context.Context, t nico.Target) ([]nico.Inventory, error)
-	FirmwareVersions(ctx context.Context, t nico.Target) ([]nico.DeviceVersions, error)
+	FirmwareVersionsRaw(ctx context.Context, machineIDs []string) ([]nico.VersionsEntry, error)
 	SwitchIDs(ctx context.Context) ([]string, error)
 	Switches(ctx context.Context, ids []string) ([]nico.Switch, error)
 	PowerShelfIDs(ctx context.Context) ([]string, error)
@@ -171,6 +171,25 @@ type Syncer struct {
 	// committed RecordFirmware of the type recorded (firmwareMemo).
 	recordedMu sync.Mutex
 	recorded   map[inventory.ComponentType]firmwareMemo
+
+	// entries is, per compute host (Core ID), the set of installed
+	// versions its ListComponentFirmwareVersions entry decoded to when
+	// last read (entryMemo): an entry with the same bytes is not decoded
+	// again. Read and written by the compute part only.
+	entriesMu sync.Mutex
+	entries   map[string]*entryMemo
+	entryRead uint64 // the compute parts that read versions, for pruning the hosts gone
+}
+
+// entryMemo is what a compute host's versions entry decoded to: sum,
+// the hash of the entry's bytes (versionsSeed), and the set it made; id
+// is the host's Core ID (the map's key, kept so that a hit makes no
+// string) and read the compute part (Syncer.entryRead) that last saw it.
+type entryMemo struct {
+	id   string
+	sum  uint64
+	set  *versionSet
+	read uint64
 }
 
 // firmwareMemo is what a part recorded of its type's installed versions:
@@ -1242,27 +1261,65 @@ func (c *cycle) inventoryOf(ctx context.Context, p *SyncPart, kind nico.Kind, id
 }
 
 // installedOf reads the installed versions per sub-component of compute
-// hosts ids (best effort, ListComponentFirmwareVersions): the reply's
-// versions of the hosts Core answered for, by Core ID, as Core listed them
-// (healthEncoder.shareComponents makes a set of them only when it differs
-// from the host's before). ok is false when the read failed (a warning in
-// p).
-func (c *cycle) installedOf(ctx context.Context, p *SyncPart, ids []string) (map[string][]nico.ComponentVersions, bool) {
+// hosts ids (best effort, ListComponentFirmwareVersions): the sets of the
+// hosts Core answered for, by Core ID. A host whose entry in the reply
+// has the bytes it had at its last read gets the set it decoded to then
+// (Syncer.entries), without decoding; the others are decoded and shared
+// (healthEncoder.shareComponents). ok is false when the read failed (a
+// warning in p).
+func (c *cycle) installedOf(ctx context.Context, p *SyncPart, ids []string, he *healthEncoder) (map[string]*versionSet, bool) {
 	if len(ids) == 0 {
-		return map[string][]nico.ComponentVersions{}, true
+		return map[string]*versionSet{}, true
 	}
-	got, err := c.s.cfg.Core.FirmwareVersions(ctx, nico.Target{Kind: nico.KindCompute, IDs: ids})
+	entries, err := c.s.cfg.Core.FirmwareVersionsRaw(ctx, ids)
 	if err != nil {
 		p.Warnings = append(p.Warnings, err.Error())
 		return nil, false
 	}
-	out := make(map[string][]nico.ComponentVersions, len(got))
-	for _, d := range got {
-		if d.Err == nil {
-			out[cmpOr(d.ID, d.Key)] = d.Components
+	s := c.s
+	s.entriesMu.Lock()
+	defer s.entriesMu.Unlock()
+	if s.entries == nil {
+		s.entries = make(map[string]*entryMemo, len(ids))
+	}
+	read := s.entryRead
+	out := make(map[string]*versionSet, len(ids))
+	for _, e := range entries {
+		sum := maphash.Bytes(versionsSeed, e.Bytes)
+		if len(e.ID) > 0 {
+			if m, ok := s.entries[string(e.ID)]; ok && m.sum == sum {
+				m.read = read
+				out[m.id] = m.set
+				continue
+			}
+		}
+		dv, err := e.Decode()
+		if err != nil {
+			p.Warnings = append(p.Warnings, err.Error())
+			return nil, false
+		}
+		if dv.Err != nil {
+			continue
+		}
+		set := he.shareComponents(dv.Components)
+		out[cmpOr(dv.ID, dv.Key)] = set
+		if dv.ID != "" {
+			s.entries[dv.ID] = &entryMemo{id: dv.ID, sum: sum, set: set, read: read}
 		}
 	}
 	return out, true
+}
+
+// pruneEntries forgets the hosts the last compute part that read every
+// page's versions did not see (gone from Core, or not answered for).
+func (s *Syncer) pruneEntries() {
+	s.entriesMu.Lock()
+	defer s.entriesMu.Unlock()
+	for id, m := range s.entries {
+		if m.read != s.entryRead {
+			delete(s.entries, id)
+		}
+	}
 }
 
 func cmpOr(a, b string) string {
@@ -1297,10 +1354,18 @@ func (c *cycle) compute(ctx context.Context, p *SyncPart) error {
 	// Without a versions read this cycle, nothing of them is recorded, as
 	// after a failed read (but with no warning).
 	versionsOK := c.readVersions[inventory.ComponentTypeCompute]
+	if versionsOK {
+		c.s.entriesMu.Lock()
+		c.s.entryRead++
+		c.s.entriesMu.Unlock()
+	}
 	for _, page := range c.pagesOf(ids) {
 		if devs, err = c.computePage(ctx, p, page, devs, &he, &versionsOK); err != nil {
 			return err
 		}
+	}
+	if versionsOK {
+		c.s.pruneEntries()
 	}
 	return c.syncType(ctx, p, inventory.ComponentTypeCompute, devs, versionsOK)
 }
@@ -1328,7 +1393,7 @@ func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs
 		power                     map[string]nico.PowerState
 		dpus                      map[string][]inventory.DPUBMC
 		invs                      map[string]nico.Inventory
-		installed                 map[string][]nico.ComponentVersions
+		installed                 map[string]*versionSet
 		installedOK               = *versionsOK
 		posErr, powErr            error
 		dpuErr                    error
@@ -1342,7 +1407,8 @@ func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs
 	wg.Go(func() { dpus, dpuErr = c.dpusOf(ctx, &dpuPart, hosts) })
 	wg.Go(func() { invs, _ = c.inventoryOf(ctx, &invPart, nico.KindCompute, hostIDs) })
 	if *versionsOK {
-		wg.Go(func() { installed, installedOK = c.installedOf(ctx, &verPart, hostIDs) })
+		// he is this goroutine's alone until wg.Wait.
+		wg.Go(func() { installed, installedOK = c.installedOf(ctx, &verPart, hostIDs, he) })
 	}
 	wg.Wait()
 	if posErr != nil {
@@ -1361,8 +1427,8 @@ func (c *cycle) computePage(ctx context.Context, p *SyncPart, ids []string, devs
 	for _, m := range hosts {
 		d := device{id: m.ID, mac: backend.NormalizeMAC(m.BMCMAC), state: he.share(m.State), firmware: he.share(invs[m.ID].BMCFirmware()), dpus: sortedDPUs(dpus[m.ID])}
 		d.setHealth(he, m.Health)
-		if cvs, ok := installed[m.ID]; ok {
-			d.versions = he.shareComponents(cvs)
+		if set, ok := installed[m.ID]; ok {
+			d.versions = set
 		}
 		if pw, ok := power[m.ID]; ok {
 			d.power = he.share(string(pw))

@@ -24,6 +24,7 @@ package lean
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -39,7 +40,13 @@ import (
 // protobuf codec and the caller's interceptors read and write the content.
 // The content of a response is made, before it is read, by the
 // initializer Conn gives each method's client.
-type message struct{ m proto.Message }
+//
+// A message of a raw call (CallRaw) has no content: rawCodec keeps the
+// response's bytes in raw instead of decoding them.
+type message struct {
+	m   proto.Message
+	raw *[]byte
+}
 
 // ProtoReflect implements proto.Message. An empty message (a second
 // response a misbehaving server sends to a unary call, which connect reads
@@ -61,6 +68,8 @@ type Conn struct {
 
 	mu      sync.RWMutex
 	clients map[string]*connect.Client[message, message]
+	// raws are the clients of CallRaw, by procedure.
+	raws map[string]*connect.Client[message, message]
 }
 
 // NewConn returns a Conn to service at baseURL (scheme, host and any path
@@ -73,6 +82,7 @@ func NewConn(httpClient connect.HTTPClient, baseURL string, service protoreflect
 		service:    service,
 		opts:       opts,
 		clients:    map[string]*connect.Client[message, message]{},
+		raws:       map[string]*connect.Client[message, message]{},
 	}
 }
 
@@ -105,16 +115,43 @@ func Call[Res proto.Message](ctx context.Context, c *Conn, procedure string, req
 	return out, nil
 }
 
+// CallRaw sends req to procedure, as Call does, and returns the
+// response's bytes undecoded (a copy the caller owns): binary protobuf of
+// the method's output message, for a caller that decodes only what it
+// needs of a large reply (protowire). The call always speaks binary
+// protobuf, whatever codec the Conn's options name; interceptors see an
+// empty response message.
+func (c *Conn) CallRaw(ctx context.Context, procedure string, req proto.Message) ([]byte, error) {
+	client, err := c.rawClient(procedure)
+	if err != nil {
+		return nil, err
+	}
+	res, err := client.CallUnary(ctx, connect.NewRequest(&message{m: req}))
+	if err != nil {
+		return nil, err
+	}
+	return *res.Msg.raw, nil
+}
+
 func (c *Conn) client(procedure string) (*connect.Client[message, message], error) {
+	return c.cached(c.clients, procedure, false)
+}
+
+func (c *Conn) rawClient(procedure string) (*connect.Client[message, message], error) {
+	return c.cached(c.raws, procedure, true)
+}
+
+// cached returns clients' client of procedure, made on its first call.
+func (c *Conn) cached(clients map[string]*connect.Client[message, message], procedure string, raw bool) (*connect.Client[message, message], error) {
 	c.mu.RLock()
-	cl, ok := c.clients[procedure]
+	cl, ok := clients[procedure]
 	c.mu.RUnlock()
 	if ok {
 		return cl, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cl, ok := c.clients[procedure]; ok {
+	if cl, ok := clients[procedure]; ok {
 		return cl, nil
 	}
 	prefix := "/" + string(c.service.FullName()) + "/"
@@ -127,14 +164,51 @@ func (c *Conn) client(procedure string) (*connect.Client[message, message], erro
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("lean: output of %s: %w", procedure, err))
 	}
-	cl = connect.NewClient[message, message](c.httpClient, c.baseURL+procedure,
-		connect.WithSchema(md),
-		connect.WithResponseInitializer(func(_ connect.Spec, v any) error {
-			v.(*message).m = out.New().Interface()
+	init := func(_ connect.Spec, v any) error {
+		v.(*message).m = out.New().Interface()
+		return nil
+	}
+	opts := []connect.ClientOption{connect.WithSchema(md), connect.WithClientOptions(c.opts...)}
+	if raw {
+		// The response keeps its bytes (rawCodec), in a slice made per
+		// call.
+		init = func(_ connect.Spec, v any) error {
+			v.(*message).raw = new([]byte)
 			return nil
-		}),
-		connect.WithClientOptions(c.opts...),
-	)
-	c.clients[procedure] = cl
+		}
+		opts = append(opts, connect.WithCodec(rawCodec{}))
+	}
+	cl = connect.NewClient[message, message](c.httpClient, c.baseURL+procedure, append(opts, connect.WithResponseInitializer(init))...)
+	clients[procedure] = cl
 	return cl, nil
+}
+
+// rawCodec is connect's binary protobuf codec, except that a response of
+// CallRaw keeps a copy of its bytes (connect reuses its buffers) instead
+// of being decoded.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(m any) ([]byte, error) {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("lean: %T is not a protobuf message", m)
+	}
+	return proto.Marshal(pm)
+}
+
+func (rawCodec) Unmarshal(data []byte, m any) error {
+	if x, ok := m.(*message); ok && x.raw != nil && x.m == nil {
+		*x.raw = slices.Clone(data)
+		if *x.raw == nil {
+			*x.raw = []byte{}
+		}
+		return nil
+	}
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return fmt.Errorf("lean: %T is not a protobuf message", m)
+	}
+	return proto.Unmarshal(data, pm)
 }

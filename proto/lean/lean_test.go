@@ -139,3 +139,37 @@ func TestLeanClientConcurrentFirstCalls(t *testing.T) {
 		require.NoError(t, <-errs)
 	}
 }
+
+// TestLeanCallRaw: CallRaw returns the response's bytes, which decode to
+// what Call returns, over each protocol and whatever codec the options
+// name (a raw call speaks binary protobuf); errors keep their code and
+// message, and a procedure outside the service is refused.
+func TestLeanCallRaw(t *testing.T) {
+	srv := newServer(t)
+	ctx := context.Background()
+	for name, opts := range map[string][]connect.ClientOption{
+		"connect":  nil,
+		"grpc":     {connect.WithGRPC()},
+		"grpc-web": {connect.WithGRPCWeb()},
+		"json":     {connect.WithProtoJSON()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			conn := lean.NewConn(srv.Client(), srv.URL, flowv1.File_flow_proto.Services().ByName("Flow"), opts...)
+			req := &flowv1.GetRackInfoByIDRequest{Id: &flowv1.UUID{Id: "r1"}}
+			raw, err := conn.CallRaw(ctx, flowv1connect.FlowGetRackInfoByIDProcedure, req)
+			require.NoError(t, err)
+			var got flowv1.GetRackInfoResponse
+			require.NoError(t, proto.Unmarshal(raw, &got))
+			want, err := lean.Call[*flowv1.GetRackInfoResponse](ctx, conn, flowv1connect.FlowGetRackInfoByIDProcedure, req)
+			require.NoError(t, err)
+			require.Equal(t, "rack-r1", got.GetRack().GetInfo().GetName())
+			require.True(t, proto.Equal(want, &got))
+
+			_, err = conn.CallRaw(ctx, flowv1connect.FlowGetRackInfoByIDProcedure, &flowv1.GetRackInfoByIDRequest{})
+			require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
+			require.ErrorContains(t, err, "id: required")
+			_, err = conn.CallRaw(ctx, "/v1.Flow/NoSuchMethod", req)
+			require.Equal(t, connect.CodeUnimplemented, connect.CodeOf(err))
+		})
+	}
+}
