@@ -101,10 +101,12 @@ func TestSyncBenchSimProcess(t *testing.T) {
 // first: one that reads every type's installed versions (a manual cycle)
 // and one that reads none (a scheduled cycle, no type's read due). It
 // reports each side's Flow CPU, wall, simulator CPU, PostgreSQL CPU (this
-// database's backends) and statements per cycle, and the ratios reading ÷
-// not reading of the medians over the rounds; -v logs every round's.
+// database's backends) and statements per cycle (medians over the
+// rounds), and the median of the rounds' ratios reading ÷ not reading,
+// with their spread for Flow CPU (quartiles, and the ratio of the totals);
+// -v logs every round's and a summary with the load average's range.
 //
-//	go test -run '^$' -bench SyncVersionReads -benchtime 7x -v ./reconcile/
+//	go test -run '^$' -bench SyncVersionReads -benchtime 15x -v ./reconcile/
 func BenchmarkSyncVersionReads(b *testing.B) {
 	n := *syncRacks
 	ctx := context.Background()
@@ -186,8 +188,10 @@ func BenchmarkSyncVersionReads(b *testing.B) {
 		sides[i] = append(sides[i], c)
 	}
 	round := 0
+	var loads []float64
 	for b.Loop() {
 		load := loadAverage()
+		loads = append(loads, load)
 		cycle(round % 2)
 		cycle(1 - round%2)
 		r, o := sides[0][round], sides[1][round]
@@ -206,13 +210,27 @@ func BenchmarkSyncVersionReads(b *testing.B) {
 		slices.Sort(v)
 		return v[len(v)/2]
 	}
-	perRound := func(f func(cost) time.Duration) float64 {
+	// rounds is the rounds' ratios reading ÷ not reading of f, sorted.
+	rounds := func(f func(cost) time.Duration) []float64 {
 		var v []float64
 		for k := range sides[0] {
 			v = append(v, ratio(f(sides[0][k]), f(sides[1][k])))
 		}
 		slices.Sort(v)
+		return v
+	}
+	perRound := func(f func(cost) time.Duration) float64 {
+		v := rounds(f)
 		return v[len(v)/2]
+	}
+	// total is the ratio of f summed over the rounds.
+	total := func(f func(cost) time.Duration) float64 {
+		var r, o time.Duration
+		for k := range sides[0] {
+			r += f(sides[0][k])
+			o += f(sides[1][k])
+		}
+		return ratio(r, o)
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	flow := func(c cost) time.Duration { return c.flow }
@@ -220,6 +238,15 @@ func BenchmarkSyncVersionReads(b *testing.B) {
 	b.ReportMetric(ms(med(0, flow)), "reads-flow-cpu-ms")
 	b.ReportMetric(ms(med(1, flow)), "off-flow-cpu-ms")
 	b.ReportMetric(perRound(flow), "flow-cpu-ratio")
+	// The spread of the rounds' Flow CPU ratios: the quartiles (the middle
+	// half of the rounds), and the ratio of the totals.
+	fr := rounds(flow)
+	b.ReportMetric(fr[len(fr)/4], "flow-cpu-ratio-q1")
+	b.ReportMetric(fr[(3*len(fr))/4], "flow-cpu-ratio-q3")
+	b.ReportMetric(total(flow), "flow-cpu-ratio-total")
+	slices.Sort(loads)
+	b.Logf("%d rounds, load %.1f–%.1f: Flow CPU ratio median %.3f (quartiles %.3f–%.3f, range %.3f–%.3f, totals %.3f), wall ratio median %.3f",
+		len(fr), loads[0], loads[len(loads)-1], perRound(flow), fr[len(fr)/4], fr[(3*len(fr))/4], fr[0], fr[len(fr)-1], total(flow), perRound(wall))
 	b.ReportMetric(ms(med(0, wall)), "reads-wall-ms")
 	b.ReportMetric(ms(med(1, wall)), "off-wall-ms")
 	b.ReportMetric(perRound(wall), "wall-ratio")
