@@ -159,7 +159,10 @@ func BenchmarkSyncVersionReads(b *testing.B) {
 	_, err = off.Run(ctx, reconcile.TriggerSchedule)
 	require.NoError(b, err)
 
-	type cost struct{ flow, sim, pg, wall time.Duration }
+	type cost struct {
+		flow, sim, pg, wall time.Duration
+		alloc, mallocs      uint64 // bytes and objects Flow's process allocated
+	}
 	var sides [2][]cost // 0: reading, 1: not
 	var statements [2]int64
 	cycle := func(i int) {
@@ -168,6 +171,8 @@ func BenchmarkSyncVersionReads(b *testing.B) {
 			s, trigger = off, reconcile.TriggerSchedule
 		}
 		runtime.GC()
+		var ms0, ms1 runtime.MemStats
+		runtime.ReadMemStats(&ms0)
 		st := counter.n.Load()
 		start, flow0, sim0, pg0 := time.Now(), processCPU(), procCPU(simPID), databaseCPU(b, pool)
 		var run reconcile.SyncRun
@@ -178,6 +183,8 @@ func BenchmarkSyncVersionReads(b *testing.B) {
 			run, err = s.Run(ctx, trigger)
 		})
 		c := cost{wall: time.Since(start), flow: processCPU() - flow0, sim: procCPU(simPID) - sim0}
+		runtime.ReadMemStats(&ms1)
+		c.alloc, c.mallocs = ms1.TotalAlloc-ms0.TotalAlloc, ms1.Mallocs-ms0.Mallocs
 		c.pg = databaseCPU(b, pool) - pg0
 		statements[i] += counter.n.Load() - st
 		require.NoError(b, err)
@@ -254,6 +261,19 @@ func BenchmarkSyncVersionReads(b *testing.B) {
 	b.ReportMetric(ms(med(1, func(c cost) time.Duration { return c.sim })), "off-sim-cpu-ms")
 	b.ReportMetric(ms(med(0, func(c cost) time.Duration { return c.pg })), "reads-pg-cpu-ms")
 	b.ReportMetric(ms(med(1, func(c cost) time.Duration { return c.pg })), "off-pg-cpu-ms")
+	// Allocations do not depend on the machine's load: what the reads
+	// allocate is what the collector has to pay for.
+	allocs := func(i int, f func(cost) uint64) float64 {
+		var total uint64
+		for _, c := range sides[i] {
+			total += f(c)
+		}
+		return float64(total) / float64(len(sides[i]))
+	}
+	b.ReportMetric(allocs(0, func(c cost) uint64 { return c.alloc })/(1<<20), "reads-alloc-MiB")
+	b.ReportMetric(allocs(1, func(c cost) uint64 { return c.alloc })/(1<<20), "off-alloc-MiB")
+	b.ReportMetric(allocs(0, func(c cost) uint64 { return c.mallocs }), "reads-allocs")
+	b.ReportMetric(allocs(1, func(c cost) uint64 { return c.mallocs }), "off-allocs")
 	b.ReportMetric(float64(statements[0])/float64(len(sides[0])), "reads-statements")
 	b.ReportMetric(float64(statements[1])/float64(len(sides[1])), "off-statements")
 	b.ReportMetric(0, "ns/op")
