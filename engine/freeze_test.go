@@ -80,9 +80,10 @@ func (p *fetchTrap) arm(client string) {
 func (p *fetchTrap) serve(c, up net.Conn) {
 	go func() { _, _ = io.Copy(up, c); up.Close() }()
 	buf := make([]byte, 64<<10)
+	var tail []byte // the end of the last chunk: a match may straddle two
 	for {
 		n, err := up.Read(buf)
-		if n > 0 && p.catches(buf[:n]) {
+		if n > 0 && p.catches(append(tail, buf[:n]...)) {
 			tc := &trappedConn{client: c, up: up, held: bytes.Clone(buf[:n]), release: make(chan bool)}
 			p.trapped <- tc
 			if !<-tc.release {
@@ -92,6 +93,7 @@ func (p *fetchTrap) serve(c, up net.Conn) {
 			}
 		}
 		if n > 0 {
+			tail = append(tail[:0], buf[max(0, n-256):n]...)
 			if _, werr := c.Write(buf[:n]); werr != nil {
 				break
 			}
