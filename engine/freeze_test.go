@@ -127,14 +127,21 @@ func (p *fetchTrap) catches(b []byte) bool {
 // not after the step's timeout plus the rescue window (here 1 min + 3 s;
 // 30 min by default), and the step is called once. When the lost answer
 // arrives after all (the primary thawed), the late worker finds the step
-// moved on and calls nothing.
+// moved on and calls nothing. A step whose claim an ended execution left
+// open long ago (its job's end unrecorded: River's completer gives up
+// after three tries) is rescheduled too, the open claim's call recorded as
+// of unknown outcome.
 func TestFetchAnswerLostAtAFreeze(t *testing.T) {
 	t.Parallel()
-	for _, late := range []bool{false, true} {
-		name := "answer lost"
-		if late {
-			name = "answer late"
-		}
+	for _, tc := range []struct {
+		name string
+		late bool // the answer arrives after the step was rescheduled
+		// The step's claim is left open, an hour old: as by an execution
+		// of this process that returned without recording its call
+		// (River's completer then gave up recording the job's end).
+		claimOpen bool
+	}{{name: "answer lost"}, {name: "answer late", late: true}, {name: "claim left open", claimOpen: true}} {
+		name, late := tc.name, tc.late
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -166,16 +173,16 @@ func TestFetchAnswerLostAtAFreeze(t *testing.T) {
 				id, err = inserter.Start(ctx, tx, engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{st}}}})
 				return err
 			}))
-			var tc *trappedConn
+			var held *trappedConn
 			select {
-			case tc = <-trap.trapped:
+			case held = <-trap.trapped:
 			case <-time.After(30 * time.Second):
 				t.Fatal("the engine's fetch of the step job was not trapped")
 			}
 			frozeAt := time.Now()
 			defer func() {
 				select {
-				case tc.release <- false:
+				case held.release <- false:
 				default:
 				}
 			}()
@@ -191,9 +198,13 @@ func TestFetchAnswerLostAtAFreeze(t *testing.T) {
 			require.Equal(t, e.ProcessName(), by[len(by)-1])
 			require.Nil(t, claimed)
 
+			if tc.claimOpen {
+				_, err := direct.Exec(ctx, `UPDATE engine_step SET claimed_at = now() - interval '1 hour' WHERE run_id = $1`, id)
+				require.NoError(t, err)
+			}
 			if !late {
 				time.Sleep(time.Second)
-				tc.release <- false // demoted: the fetch fails
+				held.release <- false // demoted: the fetch fails
 			}
 			// Rescheduled by the engine's own sweep: a fresh job.
 			require.Eventually(t, func() bool {
@@ -207,13 +218,19 @@ func TestFetchAnswerLostAtAFreeze(t *testing.T) {
 			require.Equal(t, "cancelled", jobState)
 			require.Contains(t, jobErr, "never worked by its process")
 			if late {
-				tc.release <- true // thawed: the late answer reaches River
+				held.release <- true // thawed: the late answer reaches River
 			}
 			rep := waitRun(t, direct, inserter, id, 30*time.Second)
 			require.Equal(t, engine.StateCompleted, rep.State, rep.Error)
 			calls := listCalls(t, direct, id)
 			require.Len(t, calls, 1, "the step is called once: %+v", calls)
-			require.Empty(t, rep.Stages[0].Steps[0].UnknownOutcomes, "no call was in flight when it was rescheduled")
+			if tc.claimOpen {
+				uo := rep.Stages[0].Steps[0].UnknownOutcomes
+				require.Len(t, uo, 1, "the open claim's call is recorded as of unknown outcome")
+				require.Contains(t, uo[0].Why, "ended without recording its outcome")
+			} else {
+				require.Empty(t, rep.Stages[0].Steps[0].UnknownOutcomes, "no call was in flight when it was rescheduled")
+			}
 			require.Less(t, rescued, 15*time.Second, "rescheduled within the orphan window and a sweep")
 			t.Logf("%s: rescheduled %s after the freeze", name, rescued.Round(time.Millisecond))
 		})

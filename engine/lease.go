@@ -220,7 +220,8 @@ const (
 // longer ago than its timeout plus the rescue window ($4 ms) in any
 // process (a hung call, the last resort), or this process's own orphans:
 // attempted by it longer ago than $5 ms, not among the jobs it works or
-// worked within that time ($6), their steps unclaimed (orphan.go); for
+// worked within that time ($6), their steps unclaimed or claimed longer
+// ago than that (orphan.go); for
 // sweepHandOff, those of client $3. Each with the time it was stranded:
 // since its process's last heartbeat, or since the fetch for an orphan (0
 // when handed off or hung), and whether it is an orphan (its release then
@@ -242,7 +243,8 @@ LEFT JOIN LATERAL (
 ) l ON true
 CROSS JOIN LATERAL (
     SELECT coalesce($2::text = 'dead' AND j.attempted_by[array_upper(j.attempted_by, 1)] = $3
-        AND s.claimed_at IS NULL AND j.attempted_at < now() - $5::bigint * interval '1 millisecond'
+        AND j.attempted_at < now() - $5::bigint * interval '1 millisecond'
+        AND (s.claimed_at IS NULL OR s.claimed_at < now() - $5::bigint * interval '1 millisecond')
         AND NOT coalesce(j.id = ANY($6::bigint[]), false), false) AS orphan
 ) o
 WHERE j.state = 'running' AND j.queue = ANY($1::text[]) AND j.kind = 'engine.run_step'
@@ -257,8 +259,8 @@ LIMIT 500` // sweepLimit
 // stepReleaseSQL fences the executions of steps ($1, with their jobs $2
 // and stranded times $3): a new token, no process, the deadline pushed back
 // by the stranded time. Steps that moved on meanwhile are left alone, and
-// an orphan's step ($5) claimed meanwhile too (a late answer to its fetch
-// began working it: its call may be in flight).
+// an orphan's step ($5) claimed within the orphan window ($6 ms) too (a
+// late answer to its fetch began working it: its call may be in flight).
 const stepReleaseSQL = `
 UPDATE engine_step s
 SET exec_token = s.exec_token + 1, process_id = NULL, claimed_at = NULL,
@@ -268,10 +270,12 @@ SET exec_token = s.exec_token + 1, process_id = NULL, claimed_at = NULL,
     unknown_outcomes = CASE WHEN s.claimed_at IS NOT NULL
         THEN s.unknown_outcomes || jsonb_build_array(jsonb_build_object(
             'batch', s.batch_index, 'attempt', s.attempt + 1, 'began_at', s.claimed_at,
-            'process_id', s.process_id, 'found_at', now(), 'why', $4::text))
+            'process_id', s.process_id, 'found_at', now(),
+            'why', CASE WHEN i.orphan THEN 'the execution that made the call ended without recording its outcome' ELSE $4::text END))
         ELSE s.unknown_outcomes END
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $5::bool[]) AS i(id, job_id, stranded_ms, orphan)
-WHERE s.id = i.id AND s.job_id = i.job_id AND s.state = 'running' AND (NOT i.orphan OR s.claimed_at IS NULL)
+WHERE s.id = i.id AND s.job_id = i.job_id AND s.state = 'running'
+    AND (NOT i.orphan OR s.claimed_at IS NULL OR s.claimed_at < now() - $6::bigint * interval '1 millisecond')
 RETURNING s.id, s.run_id, s.job_id`
 
 // sweepLimit is how many steps one sweep reschedules at most
@@ -398,7 +402,7 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 			if mode == sweepHandOff {
 				why = "its process stopped during the call"
 			}
-			released, err := tx.Query(ctx, stepReleaseSQL, steps, jobs, stranded, why, orphans)
+			released, err := tx.Query(ctx, stepReleaseSQL, steps, jobs, stranded, why, orphans, e.orphanAfter().Milliseconds())
 			if err != nil {
 				return fmt.Errorf("release steps: %w", err)
 			}

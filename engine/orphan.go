@@ -18,16 +18,22 @@ import (
 // rescues a step job, and the hung-call rule waited for the step's timeout
 // plus the rescue window (30 min by default).
 //
+// River's completer makes orphans too: it gives up recording a job's end
+// after three failed tries (about 7 to 37 s, logged "Too many errors;
+// giving up"), which an outage or a freeze outlasts; the job stays running
+// though its Work returned (make ha-test logged it 11 times in one run).
+//
 // Only the process a job was handed to knows whether it is working it, so
 // each process looks for its own orphans in its sweep's full passes: a
 // step job attempted by this process longer ago than orphanAfter, that
 // this process is not working and did not work within orphanAfter, whose
-// step is not claimed (claimed_at NULL: no call is in flight), is
-// rescheduled like a dead process's (a new token, a fresh job, the orphan
-// ended). A late answer to the lost fetch cannot run the step twice: its
-// claim names the orphaned job, which the step no longer belongs to, and a
-// claim that committed first leaves claimed_at set, which the release
-// requires NULL (the two serialize on the step's row).
+// step is unclaimed or was claimed longer ago than orphanAfter (by an
+// execution of this process that has returned: no call is in flight; its
+// outcome is recorded as unknown), is rescheduled like a dead process's (a
+// new token, a fresh job, the orphan ended). A late answer to a lost fetch
+// cannot run the step twice: its claim names the orphaned job, which the
+// step no longer belongs to, and a claim that committed first is recent,
+// which the release refuses (the two serialize on the step's row).
 
 // maxOrphanAfter bounds how long a fetched step job may go unworked by
 // the process it was handed to before that process reschedules it: River
