@@ -182,7 +182,9 @@ type Syncer struct {
 }
 
 // entryMemo is what a compute host's versions entry decoded to: sum,
-// the hash of the entry's bytes (versionsSeed), and the set it made; id
+// the hash of the entry's bytes (versionsSeed: 64 bits, seeded at random
+// per process, as the recording's sum in firmwareMemo), and the set it
+// made, which nothing changes once made; id
 // is the host's Core ID (the map's key, kept so that a hit makes no
 // string) and read the compute part (Syncer.entryRead) that last saw it.
 type entryMemo struct {
