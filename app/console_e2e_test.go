@@ -437,9 +437,10 @@ func TestConsoleInABrowser(t *testing.T) {
 		req := rolloutRequest("console-fw", rolloutOpts{concurrency: 1, phases: equalPhases(1, false)})
 		id := createRun(t, c.admin, req)
 		c.open(t, c.opURL+"/ui/rollouts/"+id.GetId())
-		c.waitJS(t, 10*time.Second, `!!document.getElementById("run-pause")`, "a running rollout offers pause")
-		c.click(t, "#run-pause")
-		c.waitJS(t, 15*time.Second, `document.getElementById("run-state") && document.getElementById("run-state").textContent === "paused" && !!document.getElementById("run-resume")`, "the page shows the rollout paused")
+		c.waitJS(t, 30*time.Second, `!!document.getElementById("run-pause")`, "a running rollout offers pause")
+		// Followed: a live update can swallow the click; pausing a paused
+		// run changes nothing.
+		c.follow(t, "#run-pause", 45*time.Second, `document.getElementById("run-state") && document.getElementById("run-state").textContent === "paused" && !!document.getElementById("run-resume")`, "the page shows the rollout paused")
 		require.Equal(t, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_PAUSED, getRun(t, c.admin, id).GetSummary().GetState().GetStatus())
 		c.screenshot(t, "rollout-paused")
 		// The click's effect is the server's: wait for the run to leave
@@ -459,7 +460,7 @@ func TestConsoleInABrowser(t *testing.T) {
 			}
 		}
 		require.True(t, resumed(), "the rollout resumed on the server")
-		c.waitJS(t, 30*time.Second, `document.getElementById("run-state") && document.getElementById("run-state").textContent !== "paused"`, "the page shows the rollout resumed")
+		c.waitJSReloading(t, 45*time.Second, `document.getElementById("run-state") && document.getElementById("run-state").textContent !== "paused"`, "the page shows the rollout resumed")
 		require.Contains(t, c.logs.String(), `"identity":"olivia","method":"/v1.Flow/ResumeOperationRun"`)
 		// By its name too, with its targets.
 		c.open(t, c.opURL+"/ui/rollouts/console-fw")
