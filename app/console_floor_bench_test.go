@@ -144,6 +144,7 @@ func BenchmarkConsoleFloor(b *testing.B) {
 	waitHealthy(b, url)
 	cpu := pageCPU{b, srv.cmd.Process.Pid, pool}
 
+	size := map[string]int64{}
 	get := func(path string) time.Duration {
 		t0 := time.Now()
 		res, err := http.Get(url + path)
@@ -152,6 +153,7 @@ func BenchmarkConsoleFloor(b *testing.B) {
 		res.Body.Close()
 		require.Equal(b, http.StatusOK, res.StatusCode, path)
 		require.Positive(b, n)
+		size[path] = n
 		return time.Since(t0)
 	}
 	median := func(ds []time.Duration) float64 {
@@ -177,7 +179,7 @@ func BenchmarkConsoleFloor(b *testing.B) {
 				flipPower(i)
 				changed = append(changed, get(pg.path))
 			})
-			b.Logf("%s: first %s", pg.path, first.Round(time.Millisecond))
+			b.Logf("%s: first %s, %d bytes", pg.path, first.Round(time.Millisecond), size[pg.path])
 			b.ReportMetric(median(ds), pg.name+"-ms")
 			b.ReportMetric(median(changed), pg.name+"-changed-ms")
 		}
