@@ -189,6 +189,13 @@ type Result struct {
 	LeakResponseP50Ms float64 `json:"leak_to_power_off_p50_ms,omitempty"`
 	LeakResponseP99Ms float64 `json:"leak_to_power_off_p99_ms,omitempty"`
 	LeakResponseMaxMs float64 `json:"leak_to_power_off_max_ms,omitempty"`
+	// LeakStages cut each leak's response time at the points the journal
+	// and the database record (bench/leakstages.go); LeakCheck* are the
+	// leak check's start-to-start intervals from the first leak on.
+	LeakStages             []LeakStage `json:"leak_stages,omitempty"`
+	LeakCheckCycles        int         `json:"leak_check_cycles,omitempty"`
+	LeakCheckIntervalP50Ms float64     `json:"leak_check_interval_p50_ms,omitempty"`
+	LeakCheckIntervalMaxMs float64     `json:"leak_check_interval_max_ms,omitempty"`
 	// Reads is what the readers measured (--readers).
 	Reads *ReadResult `json:"reads,omitempty"`
 	// Statements are the top statements of the run by total execution
@@ -847,7 +854,8 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 		stream = nil
 	}
 	if o.leaks > 0 {
-		measureLeaks(res, leaks.wait(ctx))
+		l, listings := leaks.wait(ctx)
+		b.measureLeaks(ctx, res, l, listings)
 	}
 	res.ServerPeakRSSBytes = PeakRSS(b.server.Process.Pid)
 	cpu := b.cpu().minus(cpu0)
@@ -1319,6 +1327,7 @@ flow bench: %s on %d racks × %d components, backend latency %s
 	if r.Leaks > 0 {
 		fmt.Fprintf(w, "  leak → power-off   p50 %s   p99 %s   max %s (%d leaks on busy racks, %d unanswered)\n",
 			ms(r.LeakResponseP50Ms), ms(r.LeakResponseP99Ms), ms(r.LeakResponseMaxMs), r.Leaks, r.LeaksUnanswered)
+		printLeakStages(w, r, ms)
 	}
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "  failure            %s\n", f)

@@ -43,7 +43,10 @@ type leakInjector struct {
 	racks []inventory.Rack
 	mu    sync.Mutex
 	leaks []*benchLeak
-	done  chan struct{} // closed when raise has returned
+	// listings are the leak check's compute listings seen in the journal
+	// (FindMachineIds filtered by the leak alert), by their times.
+	listings map[time.Time]bool
+	done     chan struct{} // closed when raise has returned
 	stop  chan struct{} // closed by wait: raise no more
 }
 
@@ -55,7 +58,7 @@ type leakInjector struct {
 
 // startLeaks starts raising o.leaks leaks (none when 0); wait ends it.
 func (b *Bench) startLeaks(ctx context.Context, racks []inventory.Rack) *leakInjector {
-	li := &leakInjector{b: b, racks: racks, done: make(chan struct{}), stop: make(chan struct{})}
+	li := &leakInjector{b: b, racks: racks, listings: map[time.Time]bool{}, done: make(chan struct{}), stop: make(chan struct{})}
 	if b.o.leaks == 0 {
 		close(li.done)
 		return li
@@ -161,12 +164,19 @@ func leakTray(r inventory.Rack) *inventory.Component {
 	return best
 }
 
-// scan reads the simulator's journal for the leaks' first power-offs.
+// scan reads the simulator's journal for the leaks' first power-offs and
+// the leak check's listings.
 func (li *leakInjector) scan() {
-	calls := li.b.sims.NICo.Journal().Calls("ComponentPowerControl")
+	calls := li.b.sims.NICo.Journal().Calls("ComponentPowerControl", "FindMachineIds")
 	li.mu.Lock()
 	defer li.mu.Unlock()
 	for _, c := range calls {
+		if c.Method == "FindMachineIds" {
+			if c.Filter != "" {
+				li.listings[c.Time] = true
+			}
+			continue
+		}
 		if c.Action != "SYSTEM_POWER_CONTROL_FORCE_OFF" && c.Action != "SYSTEM_POWER_CONTROL_GRACEFUL_SHUTDOWN" {
 			continue
 		}
@@ -182,8 +192,9 @@ func (li *leakInjector) scan() {
 }
 
 // wait waits for the injection to end and every leak's power-off (at most
-// leakResponseWait), and returns the leaks.
-func (li *leakInjector) wait(ctx context.Context) []*benchLeak {
+// leakResponseWait), and returns the leaks and the leak check's listing
+// times, sorted.
+func (li *leakInjector) wait(ctx context.Context) ([]*benchLeak, []time.Time) {
 	close(li.stop)
 	select {
 	case <-li.done:
@@ -207,11 +218,37 @@ func (li *leakInjector) wait(ctx context.Context) []*benchLeak {
 	}
 	li.mu.Lock()
 	defer li.mu.Unlock()
-	return slices.Clone(li.leaks)
+	listings := make([]time.Time, 0, len(li.listings))
+	for t := range li.listings {
+		listings = append(listings, t)
+	}
+	slices.SortFunc(listings, time.Time.Compare)
+	return slices.Clone(li.leaks), listings
 }
 
-// measureLeaks fills res's leak-response figures from leaks.
-func measureLeaks(res *Result, leaks []*benchLeak) {
+// measureLeaks fills res's leak-response figures from leaks and the leak
+// check's listings: the totals, the check's cadence and the stages.
+func (b *Bench) measureLeaks(ctx context.Context, res *Result, leaks []*benchLeak, listings []time.Time) {
+	measureLeakTotals(res, leaks)
+	if len(leaks) == 0 {
+		return
+	}
+	first := slices.MinFunc(leaks, func(a, b *benchLeak) int { return a.raisedAt.Compare(b.raisedAt) }).raisedAt
+	if ds := checkIntervals(listings, first); len(ds) > 0 {
+		slices.Sort(ds)
+		res.LeakCheckCycles = len(ds)
+		res.LeakCheckIntervalP50Ms, res.LeakCheckIntervalMaxMs = percentileMs(ds, 50), float64(ds[len(ds)-1])/float64(time.Millisecond)
+	}
+	stages, err := b.leakStages(ctx, leaks, listings)
+	if err != nil {
+		res.Failures = append(res.Failures, err.Error())
+		return
+	}
+	res.LeakStages = stages
+}
+
+// measureLeakTotals fills res's leak → power-off figures from leaks.
+func measureLeakTotals(res *Result, leaks []*benchLeak) {
 	res.Leaks = len(leaks)
 	var ds []time.Duration
 	for _, l := range leaks {

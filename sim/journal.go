@@ -18,6 +18,10 @@ type Call struct {
 	// Action is what a power-control call asked for (e.g.
 	// "SYSTEM_POWER_CONTROL_FORCE_OFF"); "" for other calls.
 	Action string `json:"action,omitempty"`
+	// Filter is the health alert a listing was filtered by (FindMachineIds
+	// and FindSwitchIds with only_with_health_alert: leak detection's
+	// polls); "" for other calls.
+	Filter string `json:"filter,omitempty"`
 }
 
 // Journal records the calls a simulator receives, in arrival order: every

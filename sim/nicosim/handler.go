@@ -34,6 +34,16 @@ func (h *handler) end(method string, devices []string, err *error) {
 	h.endAction(method, "", devices, err)
 }
 
+// endListing is end for a listing filtered by a health alert ("" for
+// none), which the journal records (leak detection's polls).
+func (h *handler) endListing(method, alert string, err *error) {
+	code := "ok"
+	if *err != nil {
+		code = connect.CodeOf(*err).String()
+	}
+	h.s.journal.Record(sim.Call{Time: h.s.clock.Now(), Method: method, Code: code, Filter: alert})
+}
+
 // endAction is end for a call that asked for action (a power control).
 func (h *handler) endAction(method, action string, devices []string, err *error) {
 	code := "ok"
@@ -148,7 +158,7 @@ func (h *handler) listIDs(method, kind string, keep func(*device) bool) []string
 }
 
 func (h *handler) FindMachineIds(ctx context.Context, req *forgepb.MachineSearchConfig) (res *forgepb.MachineIdList, err error) {
-	defer h.end("FindMachineIds", nil, &err)
+	defer h.endListing("FindMachineIds", req.GetOnlyWithHealthAlert(), &err)
 	if err := h.begin(ctx, "FindMachineIds", nil); err != nil {
 		return nil, err
 	}
@@ -276,7 +286,7 @@ func (h *handler) FindMachinesByIds(ctx context.Context, req *forgepb.MachinesBy
 }
 
 func (h *handler) FindSwitchIds(ctx context.Context, req *forgepb.SwitchSearchFilter) (res *forgepb.SwitchIdList, err error) {
-	defer h.end("FindSwitchIds", nil, &err)
+	defer h.endListing("FindSwitchIds", req.GetOnlyWithHealthAlert(), &err)
 	if err := h.begin(ctx, "FindSwitchIds", nil); err != nil {
 		return nil, err
 	}

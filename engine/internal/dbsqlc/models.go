@@ -167,6 +167,7 @@ type EngineStep struct {
 	ExecToken       int64
 	ClaimedAt       pgtype.Timestamptz
 	UnknownOutcomes []byte
+	FirstClaimedAt  pgtype.Timestamptz
 }
 
 type EngineWait struct {

@@ -170,6 +170,7 @@ type EngineStep struct {
 	ExecToken       int64
 	ClaimedAt       *time.Time
 	UnknownOutcomes []byte
+	FirstClaimedAt  *time.Time
 }
 
 type EngineWait struct {

@@ -1,0 +1,1 @@
+ALTER TABLE engine_step DROP COLUMN first_claimed_at;
