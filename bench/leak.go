@@ -47,7 +47,7 @@ type leakInjector struct {
 	// (FindMachineIds filtered by the leak alert), by their times.
 	listings map[time.Time]bool
 	done     chan struct{} // closed when raise has returned
-	stop  chan struct{} // closed by wait: raise no more
+	stop     chan struct{} // closed by wait: raise no more
 }
 
 // scanEvery is how often the journal is read for power-offs while the run
