@@ -39,8 +39,15 @@ type SystemJob struct {
 	// Name is the job's stable name ("inventory-sync"), in logs and metrics.
 	Name string
 	// Interval is the time between the end of one cycle and the start of
-	// the next; it must be positive.
+	// the next (FromStart: between their starts); it must be positive.
 	Interval time.Duration
+	// FromStart counts Interval from a cycle's start, not its end: the
+	// cycles keep their cadence however long each takes, and one that
+	// outlasts Interval is followed at once (after systemNextFloor). Leak
+	// detection's: a loaded site's cycle took 1–8 s, which an interval
+	// counted from its end added to every leak's wait (docs/bench.md
+	// "Where a leak's response time goes").
+	FromStart bool
 	// Timeout bounds one cycle; zero means 10 minutes. A cycle still running
 	// at its timeout has its context cancelled.
 	Timeout time.Duration
@@ -319,13 +326,23 @@ func (s *systemJobs) loop(ctx context.Context, j SystemJob, wake <-chan struct{}
 		if ctx.Err() != nil {
 			return
 		}
-		now := time.Now()
-		next = now.Add(j.Interval)
-		floor = now.Add(systemNextFloor)
-		if err != nil {
-			floor = now.Add(min(j.Interval, systemErrorFloor))
-		}
+		next, floor = nextCycle(j, start, time.Now(), err)
 	}
+}
+
+// nextCycle returns when j's next cycle is due after one that started at
+// start and ended at end with err, and the earliest it may start (next and
+// floor of loop).
+func nextCycle(j SystemJob, start, end time.Time, err error) (next, floor time.Time) {
+	next = end.Add(j.Interval)
+	if j.FromStart {
+		next = start.Add(j.Interval)
+	}
+	floor = end.Add(systemNextFloor)
+	if err != nil {
+		floor = end.Add(min(j.Interval, systemErrorFloor))
+	}
+	return next, floor
 }
 
 // cycle runs one cycle of j under its advisory lock and timeout; a cycle
@@ -453,7 +470,9 @@ func newSystemJobs(cfg Config, b *backends, syncer *reconcile.Syncer, leak func(
 		// A cycle is a few Core calls and short transactions; bounding it
 		// by a minute keeps a hung call from skipping many ticks.
 		// Its lock and its work use the safety path's own pool (leakPool).
-		if err := jobs.Add(SystemJob{Name: LeakDetectionJob, Interval: sj.LeakDetectionInterval, Timeout: time.Minute, Run: leak, Pool: leakPool}); err != nil {
+		// Its interval runs from one cycle's start to the next's, so a
+		// slow cycle does not stretch the time to the next leak's poll.
+		if err := jobs.Add(SystemJob{Name: LeakDetectionJob, Interval: sj.LeakDetectionInterval, FromStart: true, Timeout: time.Minute, Run: leak, Pool: leakPool}); err != nil {
 			return nil, err
 		}
 	}

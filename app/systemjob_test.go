@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -238,6 +239,9 @@ func TestLeakDetectionJobRegistration(t *testing.T) {
 			jobs, err := newSystemJobs(cfg, b, nil, noop, nil, slog.New(slog.DiscardHandler))
 			require.NoError(t, err)
 			require.Equal(t, tt.want, jobs.Names())
+			if j, ok := jobs.jobs[LeakDetectionJob]; ok {
+				require.True(t, j.FromStart, "leak detection keeps its cadence however long a cycle takes")
+			}
 		})
 	}
 }
@@ -288,4 +292,41 @@ func TestSystemJobOnItsOwnPool(t *testing.T) {
 	mu.Unlock()
 	held.Release()
 	require.Eventually(t, func() bool { return other.Load() >= 1 }, 30*time.Second, 10*time.Millisecond)
+}
+
+// TestSystemJobNextCycle: a job's next cycle is due Interval after its
+// last one ended, or after it started with FromStart (so a cycle longer
+// than the interval is followed at once, after the floor); a failed cycle
+// is not retried before the error floor either way.
+func TestSystemJobNextCycle(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 12, 6, 21, 0, 0, 0, time.UTC)
+	end := start.Add(2 * time.Second)
+	for _, tt := range []struct {
+		name        string
+		job         SystemJob
+		end         time.Time
+		err         error
+		next, floor time.Time
+	}{
+		{"from the end", SystemJob{Interval: 3 * time.Second}, end, nil, end.Add(3 * time.Second), end.Add(systemNextFloor)},
+		{"from the start", SystemJob{Interval: 3 * time.Second, FromStart: true}, end, nil, start.Add(3 * time.Second), end.Add(systemNextFloor)},
+		{"from the start, the cycle outlasting the interval", SystemJob{Interval: time.Second, FromStart: true}, end, nil, start.Add(time.Second), end.Add(systemNextFloor)},
+		{"from the start, failed", SystemJob{Interval: 3 * time.Second, FromStart: true}, end, errors.New("core down"), start.Add(3 * time.Second), end.Add(3 * time.Second)},
+		{"from the end, failed", SystemJob{Interval: time.Minute}, end, errors.New("core down"), end.Add(time.Minute), end.Add(systemErrorFloor)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			next, floor := nextCycle(tt.job, start, tt.end, tt.err)
+			require.Equal(t, tt.next, next, "next")
+			require.Equal(t, tt.floor, floor, "floor")
+			// loop starts the cycle at the later of the two.
+			at := next
+			if at.Before(floor) {
+				at = floor
+			}
+			if tt.job.FromStart && tt.err == nil && tt.end.Sub(start) >= tt.job.Interval {
+				require.Equal(t, tt.end.Add(systemNextFloor), at, "a cycle that outlasted its interval is followed at once")
+			}
+		})
+	}
 }

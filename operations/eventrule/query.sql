@@ -101,13 +101,15 @@ SET status = @status, reason = sqlc.narg(reason), attempts = @attempts, status_m
     next_attempt_at = sqlc.narg(next_attempt_at), task_ids = @task_ids, updated_at = now()
 WHERE id = @id;
 
--- LeakOccurrenceSee returns the source key of the component's ongoing leak
--- occurrence, starting one with new_key when there is none.
--- name: LeakOccurrenceSee :one
+-- LeakOccurrenceSeeMany returns, for each component of one kind
+-- (external_ids distinct, new_keys beside them), the source key of its
+-- ongoing leak occurrence, starting one with its new key when there is
+-- none.
+-- name: LeakOccurrenceSeeMany :many
 INSERT INTO leak_occurrence (component_kind, external_id, source_key)
-VALUES (@component_kind, @external_id, @new_key)
+SELECT @component_kind::text, unnest(@external_ids::text[]), unnest(@new_keys::text[])
 ON CONFLICT (component_kind, external_id) DO UPDATE SET last_seen_at = now()
-RETURNING source_key;
+RETURNING external_id, source_key;
 
 -- LeakOccurrenceEnd ends the occurrences of kind whose component is not in
 -- the leaking set of a successful poll.

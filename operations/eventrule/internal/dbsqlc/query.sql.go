@@ -887,26 +887,46 @@ func (q *Queries) LeakOccurrenceList(ctx context.Context, db DBTX) ([]LeakOccurr
 	return items, nil
 }
 
-const leakOccurrenceSee = `-- name: LeakOccurrenceSee :one
+const leakOccurrenceSeeMany = `-- name: LeakOccurrenceSeeMany :many
 INSERT INTO leak_occurrence (component_kind, external_id, source_key)
-VALUES ($1, $2, $3)
+SELECT $1::text, unnest($2::text[]), unnest($3::text[])
 ON CONFLICT (component_kind, external_id) DO UPDATE SET last_seen_at = now()
-RETURNING source_key
+RETURNING external_id, source_key
 `
 
-type LeakOccurrenceSeeParams struct {
+type LeakOccurrenceSeeManyParams struct {
 	ComponentKind string
-	ExternalID    string
-	NewKey        string
+	ExternalIds   []string
+	NewKeys       []string
 }
 
-// LeakOccurrenceSee returns the source key of the component's ongoing leak
-// occurrence, starting one with new_key when there is none.
-func (q *Queries) LeakOccurrenceSee(ctx context.Context, db DBTX, arg LeakOccurrenceSeeParams) (string, error) {
-	row := db.QueryRow(ctx, leakOccurrenceSee, arg.ComponentKind, arg.ExternalID, arg.NewKey)
-	var source_key string
-	err := row.Scan(&source_key)
-	return source_key, err
+type LeakOccurrenceSeeManyRow struct {
+	ExternalID string
+	SourceKey  string
+}
+
+// LeakOccurrenceSeeMany returns, for each component of one kind
+// (external_ids distinct, new_keys beside them), the source key of its
+// ongoing leak occurrence, starting one with its new key when there is
+// none.
+func (q *Queries) LeakOccurrenceSeeMany(ctx context.Context, db DBTX, arg LeakOccurrenceSeeManyParams) ([]LeakOccurrenceSeeManyRow, error) {
+	rows, err := db.Query(ctx, leakOccurrenceSeeMany, arg.ComponentKind, arg.ExternalIds, arg.NewKeys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LeakOccurrenceSeeManyRow{}
+	for rows.Next() {
+		var i LeakOccurrenceSeeManyRow
+		if err := rows.Scan(&i.ExternalID, &i.SourceKey); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const leakOccurrenceUnknown = `-- name: LeakOccurrenceUnknown :one
