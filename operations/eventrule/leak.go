@@ -215,30 +215,54 @@ func (d *LeakDetector) respond(ctx context.Context, k leakKind, ids []string) er
 	if err != nil {
 		return err
 	}
-	// New occurrences first, then the ongoing ones (an observation each),
-	// leakIngestParallel at a time: each ingest is its own transaction, and
-	// one after the other they made a cycle with a dozen new leaks on a
-	// loaded site last 15 s, every leak behind the ones before it
-	// (docs/bench.md "Leak response under load").
-	order := make([]int, 0, len(ids))
+	// New occurrences are ingested, leakIngestParallel at a time: each
+	// ingest is its own transaction, and one after the other they made a
+	// cycle with a dozen new leaks on a loaded site last 15 s, every leak
+	// behind the ones before it (docs/bench.md "Leak response under
+	// load"). The ongoing ones are one more observation each, all in one
+	// statement after them (an ingest each made every cycle two queries
+	// per open leak); one whose event is not stored (its first ingest
+	// failed) is ingested whole.
+	var started, ongoing []int
+	byKey := map[string]int{}
 	for i := range ids {
 		if fresh[i] {
-			order = append(order, i)
+			started = append(started, i)
+		} else {
+			ongoing = append(ongoing, i)
+			byKey[keys[i]] = i
 		}
 	}
-	for i := range ids {
-		if !fresh[i] {
-			order = append(order, i)
+	now := time.Now()
+	errs := []error{d.ingestAll(ctx, k, ids, keys, started, now)}
+	if len(ongoing) > 0 {
+		okeys := make([]string, len(ongoing))
+		for n, i := range ongoing {
+			okeys[n] = keys[i]
 		}
+		missing, err := d.rules.Observe(ctx, LeakEventSource, okeys)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("leaks on %s: %w", k.name, err))
+		}
+		var again []int
+		for _, key := range missing {
+			again = append(again, byKey[key])
+		}
+		errs = append(errs, d.ingestAll(ctx, k, ids, keys, again, now))
 	}
+	return errors.Join(errs...)
+}
+
+// ingestAll ingests the leaks of kind k at positions which of ids (their
+// occurrence keys beside them), leakIngestParallel at a time.
+func (d *LeakDetector) ingestAll(ctx context.Context, k leakKind, ids, keys []string, which []int, now time.Time) error {
 	var (
 		mu   sync.Mutex
 		errs []error
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, leakIngestParallel)
 	)
-	now := time.Now()
-	for _, i := range order {
+	for _, i := range which {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func(i int) {

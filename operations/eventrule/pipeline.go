@@ -96,6 +96,31 @@ func (s *Service) Ingest(ctx context.Context, source string, env Envelope) (Inge
 	return res, err
 }
 
+// Observe counts one more observation of each occurrence of source among
+// keys that is stored, in one statement, and returns the keys of those it
+// did not find (to Ingest whole: their first ingest failed, or their event
+// was pruned).
+func (s *Service) Observe(ctx context.Context, source string, keys []string) ([]string, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	found, err := s.q.EventObserveMany(ctx, s.pool, dbsqlc.EventObserveManyParams{SourceName: source, SourceKeys: keys})
+	if err != nil {
+		return nil, fmt.Errorf("observe events: %w", err)
+	}
+	seen := make(map[string]bool, len(found))
+	for _, k := range found {
+		seen[k] = true
+	}
+	var missing []string
+	for _, k := range keys {
+		if !seen[k] {
+			missing = append(missing, k)
+		}
+	}
+	return missing, nil
+}
+
 func validateEnvelope(source string, env Envelope) error {
 	switch {
 	case !identifierPattern.MatchString(source):

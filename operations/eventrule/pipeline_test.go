@@ -196,6 +196,35 @@ func TestLeakageResolver(t *testing.T) {
 	}
 }
 
+// TestObserveCountsStoredOccurrences: Observe adds one observation to each
+// stored occurrence of its source among the keys, in one statement, and
+// returns the keys it did not find (to be ingested whole), touching no
+// other source's event.
+func TestObserveCountsStoredOccurrences(t *testing.T) {
+	t.Parallel()
+	b := setupPipeline(t)
+	ctx := context.Background()
+	tray := b.at(t, inventory.ComponentTypeCompute, 10)
+	k1 := b.ingest(t, leakOn("k1", tray.ID))
+	k2 := b.ingest(t, leakOn("k2", tray.ID))
+	other, err := b.rules.Ingest(ctx, "other_source", leakOn("k3", tray.ID))
+	require.NoError(t, err)
+
+	missing, err := b.rules.Observe(ctx, eventrule.LeakEventSource, []string{"k1", "k2", "k3", "k4"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"k3", "k4"}, missing, "k3 is another source's, k4 was never stored")
+	obs := func(id uuid.UUID) (n int) {
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT observations FROM event WHERE id = $1`, id).Scan(&n))
+		return n
+	}
+	require.Equal(t, 2, obs(k1.EventID))
+	require.Equal(t, 2, obs(k2.EventID))
+	require.Equal(t, 1, obs(other.EventID))
+	missing, err = b.rules.Observe(ctx, eventrule.LeakEventSource, nil)
+	require.NoError(t, err)
+	require.Empty(t, missing)
+}
+
 func TestIngestDeduplicates(t *testing.T) {
 	t.Parallel()
 	b := setupPipeline(t)

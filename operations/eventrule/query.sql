@@ -68,6 +68,13 @@ UPDATE event SET observations = observations + 1, last_observed_at = now()
 WHERE source_name = @source_name AND source_key = @source_key
 RETURNING id;
 
+-- EventObserveMany counts one more observation of each stored occurrence
+-- of source among source_keys, returning the keys it found.
+-- name: EventObserveMany :many
+UPDATE event SET observations = observations + 1, last_observed_at = now()
+WHERE source_name = @source_name AND source_key = ANY (@source_keys::text[])
+RETURNING source_key;
+
 -- name: EventInsert :one
 INSERT INTO event (id, source_name, source_key, event_type, severity, resource_kind, resource_id, rack_id,
                    component_type, applied_rule_id, effective_policy, summary, observed_at)

@@ -154,6 +154,39 @@ func (q *Queries) EventObserve(ctx context.Context, db DBTX, arg EventObservePar
 	return id, err
 }
 
+const eventObserveMany = `-- name: EventObserveMany :many
+UPDATE event SET observations = observations + 1, last_observed_at = now()
+WHERE source_name = $1 AND source_key = ANY ($2::text[])
+RETURNING source_key
+`
+
+type EventObserveManyParams struct {
+	SourceName string
+	SourceKeys []string
+}
+
+// EventObserveMany counts one more observation of each stored occurrence
+// of source among source_keys, returning the keys it found.
+func (q *Queries) EventObserveMany(ctx context.Context, db DBTX, arg EventObserveManyParams) ([]string, error) {
+	rows, err := db.Query(ctx, eventObserveMany, arg.SourceName, arg.SourceKeys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var source_key string
+		if err := rows.Scan(&source_key); err != nil {
+			return nil, err
+		}
+		items = append(items, source_key)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const eventOldestObserved = `-- name: EventOldestObserved :one
 SELECT last_observed_at FROM event ORDER BY last_observed_at LIMIT 1
 `
