@@ -721,8 +721,15 @@ func safetyConns(cfg Config) int32 {
 	return cfg.SafetyDBConns
 }
 
-// defaultSafetyConns is FLOW_SAFETY_DB_CONNS' default.
-const defaultSafetyConns = 4
+// defaultSafetyConns is FLOW_SAFETY_DB_CONNS' default: a leak cycle holds
+// its lock's connection and ingests up to 8 new leaks at once, while up to
+// 10 event-rule executions (eventRuleWorkers) pre-empt and submit
+// responses. With 4, a burst of leaks on a loaded 500-rack site left the
+// cycle's ingests waiting seconds for a connection behind the executions
+// (the check's interval reached 8.9 s; 16: 3.4 s at the same load,
+// docs/bench.md "Where a leak's response time goes"). The pool opens them
+// only when used.
+const defaultSafetyConns = 16
 
 // listingCheckConns is the size of the listings' check pool: a check runs
 // in a tenth of a millisecond and is shared by the calls of its page, so
