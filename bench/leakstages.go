@@ -25,11 +25,11 @@ import (
 //   - pre-empt + submit: → that job completed (finalized_at, the worker's
 //     clock just before its commit): the pre-emption of the rack's work and
 //     the response's submit, in one transaction;
-//   - step pickup: → the response's first step claimed by a worker
-//     (engine_step.first_claimed_at): that commit, the engine_urgent
-//     queue's fetch and the claim;
-//   - call: → the power-off reached the simulator (journal): the step's
-//     action and the Core call.
+//   - engine: → the power-off reached the simulator (journal): that
+//     commit, the engine_urgent queue's fetch, the step's claim, its
+//     action and the Core call. (Measured apart once, with a column that
+//     kept each step's first claim: 40–140 ms and 20–140 ms p50 at load
+//     30–50, so no column is kept for it.)
 //
 // The points are the database's clocks (now(): a transaction's start) and
 // the simulator's, on one machine.
@@ -44,20 +44,19 @@ type LeakStage struct {
 }
 
 // leakStageNames are the stages in order.
-var leakStageNames = []string{"detect", "ingest", "execution pickup", "pre-empt + submit", "step pickup", "call"}
+var leakStageNames = []string{"detect", "ingest", "execution pickup", "pre-empt + submit", "engine"}
 
 // leakPoints are one leak's points: raised, listed, the event, the
-// execution job's fetch and completion, the step job's fetch, the
-// power-off; a zero time is a point not reached (or not found).
-type leakPoints [7]time.Time
+// execution job's fetch and completion, the power-off; a zero time is a
+// point not reached (or not found).
+type leakPoints [6]time.Time
 
 // leakStagesSQL reads, per leaked tray (by its Core ID), the first leak
 // event's creation, its submit_task execution's River job fetch and
-// completion, and the first claim of a step of the task that execution
-// submitted.
+// completion.
 const leakStagesSQL = `
 WITH l AS (SELECT unnest($1::text[]) AS core)
-SELECT l.core, e.created_at, xj.attempted_at, xj.finalized_at, sj.claimed_at
+SELECT l.core, e.created_at, xj.attempted_at, xj.finalized_at
 FROM l
 JOIN component c ON c.external_id = l.core
 JOIN LATERAL (SELECT e.id, e.created_at FROM event e
@@ -65,11 +64,7 @@ JOIN LATERAL (SELECT e.id, e.created_at FROM event e
 LEFT JOIN LATERAL (SELECT x.id FROM event_action_execution x
     WHERE x.event_id = e.id AND x.action_type = 'submit_task' ORDER BY x.created_at LIMIT 1) x ON true
 LEFT JOIN LATERAL (SELECT j.attempted_at, j.finalized_at FROM river_job j
-    WHERE j.kind = 'operations.event_rule_execution' AND j.args->>'execution_id' = x.id::text ORDER BY j.id LIMIT 1) xj ON true
-LEFT JOIN LATERAL (SELECT t.run_id FROM task t
-    WHERE t.trigger_type = 'event_rule_execution' AND t.trigger_id = x.id::text ORDER BY t.created_at LIMIT 1) t ON true
-LEFT JOIN LATERAL (SELECT min(s.first_claimed_at) AS claimed_at FROM engine_step s
-    WHERE s.run_id = t.run_id) sj ON true`
+    WHERE j.kind = 'operations.event_rule_execution' AND j.args->>'execution_id' = x.id::text ORDER BY j.id LIMIT 1) xj ON true`
 
 // leakStages returns the stage figures of leaks, whose listing times
 // (the leak check's compute listings) are listings, sorted.
@@ -77,7 +72,7 @@ func (b *Bench) leakStages(ctx context.Context, leaks []*benchLeak, listings []t
 	points := make(map[string]*leakPoints, len(leaks))
 	cores := make([]string, 0, len(leaks))
 	for _, l := range leaks {
-		p := &leakPoints{0: l.raisedAt, 6: l.offAt}
+		p := &leakPoints{0: l.raisedAt, 5: l.offAt}
 		if i, _ := slices.BinarySearchFunc(listings, l.raisedAt, time.Time.Compare); i < len(listings) {
 			p[1] = listings[i]
 		}
@@ -96,14 +91,14 @@ func (b *Bench) leakStages(ctx context.Context, leaks []*benchLeak, listings []t
 	for rows.Next() {
 		var core string
 		var ev time.Time
-		var xFetch, xDone, sFetch *time.Time
-		if err := rows.Scan(&core, &ev, &xFetch, &xDone, &sFetch); err != nil {
+		var xFetch, xDone *time.Time
+		if err := rows.Scan(&core, &ev, &xFetch, &xDone); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("leak stages: %w", err)
 		}
 		p := points[core]
 		p[2] = ev
-		for i, t := range []*time.Time{xFetch, xDone, sFetch} {
+		for i, t := range []*time.Time{xFetch, xDone} {
 			if t != nil {
 				p[3+i] = *t
 			}

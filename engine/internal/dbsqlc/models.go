@@ -167,7 +167,6 @@ type EngineStep struct {
 	ExecToken       int64
 	ClaimedAt       pgtype.Timestamptz
 	UnknownOutcomes []byte
-	FirstClaimedAt  pgtype.Timestamptz
 }
 
 type EngineWait struct {

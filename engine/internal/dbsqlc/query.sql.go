@@ -748,7 +748,6 @@ WITH input AS (
 ), c AS (
     UPDATE engine_step
     SET process_id = NULLIF($4::bigint, 0), claimed_at = now(),
-        first_claimed_at = coalesce(engine_step.first_claimed_at, now()),
         exec_token = CASE WHEN i.token = 0 THEN engine_step.exec_token + 1 ELSE engine_step.exec_token END,
         -- A new execution that finds the last one's claim still open (it
         -- never recorded its call's outcome: it died, lost its lease, or

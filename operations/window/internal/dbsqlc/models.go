@@ -170,7 +170,6 @@ type EngineStep struct {
 	ExecToken       int64
 	ClaimedAt       *time.Time
 	UnknownOutcomes []byte
-	FirstClaimedAt  *time.Time
 }
 
 type EngineWait struct {

@@ -1,1 +1,0 @@
-ALTER TABLE engine_step DROP COLUMN first_claimed_at;
