@@ -19,7 +19,7 @@ DELETE FROM notify_subscription WHERE id = @id;
 WITH e AS (
     INSERT INTO notify_event (id, type, subject, dedupe_key, data)
     VALUES (@id, @type, @subject, sqlc.narg(dedupe_key), @data)
-    ON CONFLICT (dedupe_key) DO NOTHING
+    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
     RETURNING id, subject
 )
 INSERT INTO notify_delivery (event_id, subscription_id, subject)

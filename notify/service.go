@@ -408,7 +408,12 @@ func (s *Service) emitTo(ctx context.Context, tx pgx.Tx, ev Event, ids []uuid.UU
 	if err != nil {
 		return nil, fmt.Errorf("encode event: %w", err)
 	}
-	p := dbsqlc.EventInsertParams{ID: uuid.New(), Type: string(ev.Type), Subject: ev.subject(), Data: data, SubscriptionIds: ids}
+	// A version 7 ID: time-ordered, so the outbox's index grows at its end.
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("event id: %w", err)
+	}
+	p := dbsqlc.EventInsertParams{ID: id, Type: string(ev.Type), Subject: ev.subject(), Data: data, SubscriptionIds: ids}
 	if ev.DedupeKey != "" {
 		p.DedupeKey = &ev.DedupeKey
 	}

@@ -308,7 +308,7 @@ const eventInsert = `-- name: EventInsert :many
 WITH e AS (
     INSERT INTO notify_event (id, type, subject, dedupe_key, data)
     VALUES ($2, $3, $4, $5, $6)
-    ON CONFLICT (dedupe_key) DO NOTHING
+    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
     RETURNING id, subject
 )
 INSERT INTO notify_delivery (event_id, subscription_id, subject)
