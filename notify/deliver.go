@@ -120,11 +120,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[LaneArgs]) error {
 	return w.Service.workLane(ctx, job.ID, job.Args)
 }
 
-// leaseFor is how long a lane's sender holds it without renewing: its
-// request's timeout and as much again (at most 30 s). A lease that lapses
-// means its sender died; the sweep gives the lane a new job.
+// leaseFor is how long a lane's sender holds it without renewing: twice
+// its request's timeout and 10 s more. A sender starts no request later
+// than half of it after renewing, so its last one ends within the lease. A
+// lease that lapses means its sender died; the sweep gives the lane a new
+// job.
 func (s *Service) leaseFor() time.Duration {
-	return s.cfg.Timeout + min(s.cfg.Timeout, 30*time.Second)
+	return 2*s.cfg.Timeout + 10*time.Second
 }
 
 // workLane leases the lane to holder (the job's ID), then sends batch
