@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db/dbtest"
@@ -235,4 +236,33 @@ func TestFetchAnswerLostAtAFreeze(t *testing.T) {
 			t.Logf("%s: rescheduled %s after the freeze", name, rescued.Round(time.Millisecond))
 		})
 	}
+}
+
+// TestStepMissingIsRetried: a step job whose step is not there at all (as
+// read from an old primary thawed after a failover, which has not seen the
+// step the new primary committed with its job) is retried, not ended as
+// if its step had ended elsewhere; after missingStepAttempts it ends (a
+// step deleted with its rack).
+func TestStepMissingIsRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := openPool(t, dbtest.NewDB(t), 10)
+	_, client := startEngine(t, pool, engine.Config{})
+	res, err := client.Insert(ctx, engine.RunStepArgs{StepID: 987654321}, &river.InsertOpts{Queue: engine.QueueName})
+	require.NoError(t, err)
+	job := res.Job.ID
+	read := func() (state string, attempt int, errs string) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT state::text, attempt, coalesce(errors::text, '') FROM river_job WHERE id = $1`, job).Scan(&state, &attempt, &errs))
+		return state, attempt, errs
+	}
+	require.Eventually(t, func() bool { _, _, errs := read(); return errs != "" }, 30*time.Second, 20*time.Millisecond,
+		"the first attempt fails, to be retried")
+	state, _, errs := read()
+	require.NotEqual(t, "completed", state, "retried (River makes a retry this soon available at once)")
+	require.Contains(t, errs, "step 987654321 not found: read from a server that has not seen it")
+	// The last attempt ends the job.
+	_, err = pool.Exec(ctx, `UPDATE river_job SET attempt = 4, state = 'available', scheduled_at = now() WHERE id = $1`, job)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { state, attempt, _ := read(); return state == "completed" && attempt == 5 }, 30*time.Second, 20*time.Millisecond,
+		"the fifth attempt ends the job")
 }

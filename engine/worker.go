@@ -45,6 +45,22 @@ func (w *stepWorker) Work(ctx context.Context, job *river.Job[RunStepArgs]) erro
 	}
 }
 
+// missingStepAttempts is how many attempts of a step job find its step
+// missing before the job ends as the step's: the retries (1, 2, 4, 8 s
+// apart) outlast a thawed old primary's demotion, and a step deleted with
+// its rack (purge) ends its job after them.
+const missingStepAttempts = 5
+
+// stepMissing reports whether step id does not exist at all (false when
+// the read fails: the caller then keeps its earlier reading).
+func (e *Engine) stepMissing(ctx context.Context, id StepID) bool {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	var exists bool
+	err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM engine_step WHERE id = $1)`, int64(id)).Scan(&exists)
+	return err == nil && !exists
+}
+
 // Timeout is negative: River never times out nor rescues a step job. The
 // engine bounds every call itself, and a dead process's steps are
 // rescheduled through its lease (a hung one's after the rescue window).
@@ -98,6 +114,14 @@ func (e *Engine) workStep(ctx context.Context, job *river.Job[RunStepArgs]) erro
 	for {
 		row, err := e.loadStep(ctx, job.Args.StepID, job.ID, token)
 		if errors.Is(err, pgx.ErrNoRows) {
+			if token == 0 && job.Attempt < missingStepAttempts && e.stepMissing(ctx, job.Args.StepID) {
+				// A job exists only for a step committed with it, so a
+				// step not there at all is a read from a server that has
+				// not seen it: an old primary thawed after a failover,
+				// until Patroni demotes it (issue 46). River retries the
+				// job, on a connection to the new primary by then.
+				return fmt.Errorf("step %d not found: read from a server that has not seen it (an old primary after a failover?); retried", job.Args.StepID)
+			}
 			// Deleted, ended, rescheduled as another job, or superseded.
 			return nil
 		} else if err != nil {
