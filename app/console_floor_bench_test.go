@@ -186,21 +186,11 @@ func BenchmarkConsoleFloor(b *testing.B) {
 
 		browser := newBrowser(b)
 		for _, pg := range pages {
-			var fcp []time.Duration
 			sep := "?"
 			if slices.Contains([]byte(pg.path), '?') {
 				sep = "&"
 			}
-			for range 3 {
-				require.NoError(b, chromedp.Do(browser, chromedp.Navigate(url+pg.path+sep+"live=0")))
-				var ms float64
-				require.Eventually(b, func() bool {
-					ms = evalIn[float64](browser, `(performance.getEntriesByName("first-contentful-paint")[0] || {startTime: 0}).startTime`)
-					return ms > 0
-				}, 60*time.Second, 20*time.Millisecond)
-				fcp = append(fcp, time.Duration(ms*float64(time.Millisecond)))
-			}
-			b.ReportMetric(median(fcp), pg.name+"-fcp-ms")
+			b.ReportMetric(median(firstPaints(b, browser, url+pg.path+sep+"live=0", 3, 60*time.Second)), pg.name+"-fcp-ms")
 		}
 
 		// A live row view: a leak raised on one of its racks shows
