@@ -39,10 +39,10 @@ func printRunPreview(w io.Writer, res *adminv1.PreviewOperationRunResponse) {
 	for _, p := range res.GetPhases() {
 		n += len(p.GetRacks())
 	}
-	fmt.Fprintf(w, "%d racks in %d phases (nothing created); selection seed %s, ordering seed %s\n",
-		n, len(res.GetPhases()), res.GetSelectorSeed(), orDash(res.GetOrderingSeed()))
+	fmt.Fprintf(w, "%s in %s (nothing created); selection seed %s, ordering seed %s\n",
+		count(n, "rack"), count(len(res.GetPhases()), "phase"), res.GetSelectorSeed(), orDash(res.GetOrderingSeed()))
 	for _, p := range res.GetPhases() {
-		fmt.Fprintf(w, "phase %d: %d racks\n", p.GetIndex(), len(p.GetRacks()))
+		fmt.Fprintf(w, "phase %d: %s\n", p.GetIndex(), count(len(p.GetRacks()), "rack"))
 		printPlannedRacks(w, p.GetRacks(), false)
 	}
 	for _, o := range res.GetOverlappingRuns() {
@@ -89,4 +89,12 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// count is n and the noun, plural unless n is 1 ("1 phase", "20 racks").
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

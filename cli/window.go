@@ -68,7 +68,9 @@ func windowKindNoun(kind, plural, summary string) noun {
 						if err != nil {
 							return err
 						}
-						return c.emit(res, func(w io.Writer) { printWindows(w, []*adminv1.Window{res.GetWindow()}) })
+						return c.emit(res, func(w io.Writer) {
+							printWindows(w, []*adminv1.Window{res.GetWindow()}, windowRackNames(ctx, c, res.GetWindow()))
+						})
 					}
 				}},
 			{name: "list", summary: "list the " + plural + ", with whether each is open now and when it next opens or closes",
@@ -86,7 +88,7 @@ func windowKindNoun(kind, plural, summary string) noun {
 								fmt.Fprintf(w, "no %s\n", plural)
 								return
 							}
-							printWindows(w, res.GetWindows())
+							printWindows(w, res.GetWindows(), windowRackNames(ctx, c, res.GetWindows()...))
 						})
 					}
 				}},
@@ -100,7 +102,9 @@ func windowKindNoun(kind, plural, summary string) noun {
 						if err != nil {
 							return err
 						}
-						return c.emit(res, func(w io.Writer) { printWindows(w, []*adminv1.Window{res.GetWindow()}) })
+						return c.emit(res, func(w io.Writer) {
+							printWindows(w, []*adminv1.Window{res.GetWindow()}, windowRackNames(ctx, c, res.GetWindow()))
+						})
 					}
 				}},
 			{name: "delete", args: "NAME", summary: "delete a " + kind + " by name or ID (admin); held tasks are looked at again within 30s",
@@ -122,8 +126,19 @@ func windowKindNoun(kind, plural, summary string) noun {
 	}
 }
 
-// printWindows prints windows as a table.
-func printWindows(w io.Writer, ws []*adminv1.Window) {
+// windowRackNames looks up the names of the racks the windows' scopes
+// hold by ID, so a table names them as the operator does.
+func windowRackNames(ctx context.Context, c *env, ws ...*adminv1.Window) map[string]string {
+	var ids []string
+	for _, x := range ws {
+		ids = append(ids, x.GetScope().GetRacks()...)
+	}
+	return rackNamesByID(ctx, c, ids)
+}
+
+// printWindows prints windows as a table, racks by name where names has
+// them.
+func printWindows(w io.Writer, ws []*adminv1.Window, names map[string]string) {
 	rows := make([][]string, len(ws))
 	for i, x := range ws {
 		when := ""
@@ -139,13 +154,14 @@ func printWindows(w io.Writer, ws []*adminv1.Window) {
 		if x.NextChange != nil {
 			next = x.GetNextChange().AsTime().Local().Format(time.RFC3339)
 		}
-		rows[i] = []string{x.GetName(), x.GetKind(), when, windowScope(x.GetScope()), open, next, x.GetDescription()}
+		rows[i] = []string{x.GetName(), x.GetKind(), when, windowScope(x.GetScope(), names), open, next, x.GetDescription()}
 	}
 	printTable(w, []string{"NAME", "KIND", "WHEN", "SCOPE", "OPEN", "NEXT CHANGE", "DESCRIPTION"}, rows)
 }
 
-// windowScope is a scope in one cell: "site", or "hall=A row=r1 rack=ID...".
-func windowScope(s *adminv1.WindowScope) string {
+// windowScope is a scope in one cell: "site", or "hall=A row=r1
+// rack=NAME...", a rack by its ID where names lacks it.
+func windowScope(s *adminv1.WindowScope, names map[string]string) string {
 	if s.GetSite() {
 		return "site"
 	}
@@ -155,6 +171,9 @@ func windowScope(s *adminv1.WindowScope) string {
 		vals []string
 	}{{"hall", s.GetHalls()}, {"row", s.GetRows()}, {"nvl-domain", s.GetNvlDomains()}, {"rack", s.GetRacks()}} {
 		for _, v := range l.vals {
+			if l.key == "rack" {
+				v = rackLabel(names, v)
+			}
 			parts = append(parts, l.key+"="+v)
 		}
 	}

@@ -32,7 +32,7 @@ func TestCLIWindows(t *testing.T) {
 	require.NotContains(t, out, "incident")
 	out = b.mustFlow(t, "freeze", "list")
 	require.Contains(t, out, "incident")
-	require.Contains(t, out, "hall=hall-0 rack=")
+	require.Contains(t, out, "hall=hall-0 rack=demo-0000", "racks by name")
 	require.Contains(t, out, "yes", "open now")
 	out = b.mustFlow(t, "freeze", "get", "incident")
 	require.Contains(t, out, "incident")
@@ -47,6 +47,7 @@ func TestCLIWindows(t *testing.T) {
 	require.Contains(t, string(page), `<tr data-name="saturdays">`)
 	require.Contains(t, string(page), `<tr data-name="incident">`)
 	require.Contains(t, string(page), "0 2 * * SAT")
+	require.Contains(t, string(page), ">demo-0000</a>", "racks by name")
 
 	requireFlowError(t, b, `invalid_argument: cron: invalid cron expression "0 2 * * XYZ"`, "window", "create", "bad", "--cron", "0 2 * * XYZ", "--tz", "UTC", "--duration", "1h", "--site")
 	requireFlowError(t, b, `invalid_argument: time_zone: unknown time zone "Mars/Olympus"`, "window", "create", "bad", "--cron", "0 2 * * SAT", "--tz", "Mars/Olympus", "--duration", "1h", "--site")

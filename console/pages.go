@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -496,7 +497,43 @@ func (c *Console) windows(r *http.Request) (view, error) {
 	if err != nil {
 		return view{}, err
 	}
-	return view{"windows", "Windows and freezes", "windows", nil, res.GetWindows()}, nil
+	var ids []string
+	for _, w := range res.GetWindows() {
+		ids = append(ids, w.GetScope().GetRacks()...)
+	}
+	names := map[string]string{}
+	if len(ids) > 0 {
+		rows, err := c.pool.Query(r.Context(), `SELECT id::text, name FROM rack WHERE id = ANY($1::uuid[])`, ids)
+		if err != nil {
+			return view{}, fmt.Errorf("read rack names: %w", err)
+		}
+		for rows.Next() {
+			var id, name string
+			if err := rows.Scan(&id, &name); err != nil {
+				rows.Close()
+				return view{}, err
+			}
+			names[id] = name
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return view{}, err
+		}
+	}
+	out := make([]windowRow, len(res.GetWindows()))
+	for i, w := range res.GetWindows() {
+		out[i].Window = w
+		for _, id := range w.GetScope().GetRacks() {
+			out[i].Racks = append(out[i].Racks, approvalRack{ID: id, Name: cmp.Or(names[id], id)})
+		}
+	}
+	return view{"windows", "Windows and freezes", "windows", nil, out}, nil
+}
+
+// windowRow is a window with the racks of its scope by name.
+type windowRow struct {
+	*adminv1.Window
+	Racks []approvalRack
 }
 
 // webhookView is the webhooks page: the subscriptions and the newest

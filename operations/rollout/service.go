@@ -375,7 +375,7 @@ func (r *Service) write(ctx context.Context, tx pgx.Tx, plan Plan) (Created, err
 			return Created{}, fmt.Errorf("encode run input: %w", err)
 		}
 		out.ApprovalID, err = r.approver.Request(ctx, tx, ApprovalKindRun, []uuid.UUID{row.ID}, len(plan.Targets),
-			fmt.Sprintf("operation run %q (%s): firmware upgrade of %d racks in %d phases", in.Name, row.ID, len(plan.Targets), plan.Phases),
+			fmt.Sprintf("operation run %q (%s): firmware upgrade of %s in %s", in.Name, row.ID, plural(len(plan.Targets), "rack"), plural(int(plan.Phases), "phase")),
 			in.CreatedBy, plan.Hash, plan.View(), input)
 		if err != nil {
 			return Created{}, err
