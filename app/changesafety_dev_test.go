@@ -93,7 +93,11 @@ func TestDevTwoPersonApproval(t *testing.T) {
 	out, err = as("viewer", "approval", "approve", id, "--hash", hash)
 	require.Error(t, err, "a viewer cannot approve: %s", out)
 
-	out, err = as("admin", "approval", "approve", id, "--hash", hash)
+	// The second identity names the request by a prefix, as tasks are.
+	out, err = as("admin", "approval", "show", id[:8])
+	require.NoError(t, err, out)
+	require.Contains(t, out, "plan hash: "+hash)
+	out, err = as("admin", "approval", "approve", id[:8], "--hash", hash)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "approved "+id)
 	require.Eventually(t, func() bool {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/pflag"
 
 	adminv1 "github.com/nicoflow/flow/proto/gen/flow/admin/v1"
@@ -46,7 +47,11 @@ var approvalNoun = noun{
 					if err := wantArgs(args, 1, "want ID"); err != nil {
 						return err
 					}
-					a, err := c.admin.GetApproval(ctx, &adminv1.GetApprovalRequest{Id: args[0]})
+					id, err := resolveApproval(ctx, c, args[0])
+					if err != nil {
+						return err
+					}
+					a, err := c.admin.GetApproval(ctx, &adminv1.GetApprovalRequest{Id: id})
 					if err != nil {
 						return err
 					}
@@ -63,7 +68,11 @@ var approvalNoun = noun{
 					if strings.TrimSpace(*hash) == "" {
 						return usageError{errors.New("want --hash HASH: the plan hash flow approval show printed")}
 					}
-					a, err := c.admin.Approve(ctx, &adminv1.ApproveRequest{Id: args[0], PlanHash: *hash})
+					id, err := resolveApproval(ctx, c, args[0])
+					if err != nil {
+						return err
+					}
+					a, err := c.admin.Approve(ctx, &adminv1.ApproveRequest{Id: id, PlanHash: *hash})
 					if err != nil {
 						return err
 					}
@@ -80,7 +89,11 @@ var approvalNoun = noun{
 					if strings.TrimSpace(*reason) == "" {
 						return usageError{errors.New("want --reason TEXT")}
 					}
-					a, err := c.admin.Reject(ctx, &adminv1.RejectRequest{Id: args[0], Reason: *reason})
+					id, err := resolveApproval(ctx, c, args[0])
+					if err != nil {
+						return err
+					}
+					a, err := c.admin.Reject(ctx, &adminv1.RejectRequest{Id: id, Reason: *reason})
 					if err != nil {
 						return err
 					}
@@ -106,4 +119,35 @@ func printApproval(w io.Writer, a *adminv1.Approval) {
 		printPlannedRacks(w, p.GetRacks(), false)
 	}
 	fmt.Fprintf(w, "plan hash: %s\n", a.GetPlanHash())
+}
+
+// resolveApproval takes an approval request's UUID, or a prefix of at
+// least minTaskPrefix of its characters that one request (pending or
+// decided) starts with, as tasks are named.
+func resolveApproval(ctx context.Context, c *env, s string) (string, error) {
+	if isUUID(s) {
+		return s, nil
+	}
+	s = strings.ToLower(s)
+	if len(s) < minTaskPrefix || strings.Trim(s, "0123456789abcdef-") != "" {
+		return "", usageError{fmt.Errorf("approval request %q: want its UUID or a prefix of at least %d of its characters", s, minTaskPrefix)}
+	}
+	res, err := c.admin.ListApprovals(ctx, &adminv1.ListApprovalsRequest{All: true})
+	if err != nil {
+		return "", err
+	}
+	var cands []candidate
+	for _, a := range res.GetApprovals() {
+		if strings.HasPrefix(a.GetId(), s) {
+			cands = append(cands, candidate{id: a.GetId(), label: a.GetStatus() + " " + a.GetSummary()})
+		}
+	}
+	if len(cands) == 0 {
+		return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no approval request ID starts with %q", s))
+	}
+	id, err := pick("approval request", s, cands)
+	if err != nil {
+		return "", err
+	}
+	return id.GetId(), nil
 }
