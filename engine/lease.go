@@ -256,11 +256,12 @@ WHERE j.state = 'running' AND j.queue = ANY($1::text[]) AND j.kind = 'engine.run
 ORDER BY s.run_id, s.id
 LIMIT 500` // sweepLimit
 
-// stepReleaseSQL fences the executions of steps ($1, with their jobs $2
-// and stranded times $3): a new token, no process, the deadline pushed back
-// by the stranded time. Steps that moved on meanwhile are left alone, and
-// an orphan's step ($5) claimed within the orphan window ($6 ms) too (a
-// late answer to its fetch began working it: its call may be in flight).
+// stepReleaseSQL fences the executions of steps ($1, with their jobs $2,
+// 0 for none, and stranded times $3): a new token, no process, the
+// deadline pushed back by the stranded time. Steps that moved on meanwhile
+// are left alone, and an orphan's or a lost job's step ($5) claimed within
+// the orphan window ($6 ms) too (a late answer to its fetch began working
+// it: its call may be in flight).
 const stepReleaseSQL = `
 UPDATE engine_step s
 SET exec_token = s.exec_token + 1, process_id = NULL, claimed_at = NULL,
@@ -274,7 +275,7 @@ SET exec_token = s.exec_token + 1, process_id = NULL, claimed_at = NULL,
             'why', CASE WHEN i.orphan THEN 'the execution that made the call ended without recording its outcome' ELSE $4::text END))
         ELSE s.unknown_outcomes END
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $5::bool[]) AS i(id, job_id, stranded_ms, orphan)
-WHERE s.id = i.id AND s.job_id = i.job_id AND s.state = 'running'
+WHERE s.id = i.id AND coalesce(s.job_id, 0) = i.job_id AND s.state = 'running'
     AND (NOT i.orphan OR s.claimed_at IS NULL OR s.claimed_at < now() - $6::bigint * interval '1 millisecond')
 RETURNING s.id, s.run_id, s.job_id`
 
@@ -282,11 +283,51 @@ RETURNING s.id, s.run_id, s.job_id`
 // (sweepCandidatesSQL's LIMIT).
 const sweepLimit = 500
 
+// lostJobsSQL finds, for a full pass, the running steps of running runs
+// whose River job is gone from under them: finalized (completed, cancelled,
+// discarded) or missing (deleted, or none recorded), with the time each
+// was stranded (since its job ended; 0 when missing). No sweep of running
+// jobs sees them and nothing else would ever run them: River discarding a
+// job whose attempts an outage spent, a job ended for a step a thawed old
+// primary did not show, a job cancelled or deleted by hand in River UI.
+// A step with a claim that may still be in flight (claimed within its
+// call timeout plus the orphan window, $1 ms) is left to a later pass.
+// It reads the running steps through engine_step_running (migration
+// 0345), so its cost follows the running steps, not the table.
+const lostJobsSQL = `
+SELECT s.id, s.run_id, coalesce(s.job_id, 0) AS job_id, coalesce(j.attempt, 0) AS attempt,
+    CASE WHEN j.finalized_at IS NULL THEN 0
+        ELSE (extract(epoch FROM greatest(now() - j.finalized_at, interval '0')) * 1000)::bigint END AS stranded_ms,
+    true AS orphan
+FROM engine_step s
+JOIN engine_run r ON r.id = s.run_id AND r.state = 'running'
+LEFT JOIN river_job j ON j.id = s.job_id
+WHERE s.state = 'running'
+    AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))
+    AND (s.claimed_at IS NULL
+        OR s.claimed_at < now() - (coalesce((s.spec->>'timeout_ms')::bigint, 0) + $1::bigint) * interval '1 millisecond')
+ORDER BY s.run_id, s.id
+LIMIT 500` // sweepLimit
+
+// orphanProbeSQL reports whether this process ($2) has an orphaned step
+// job (orphan.go): the heartbeat's probe, which reads this process's
+// running step jobs only. Its conditions are sweepCandidatesSQL's orphan.
+const orphanProbeSQL = `
+SELECT EXISTS (
+    SELECT 1 FROM river_job j
+    JOIN engine_step s ON s.id = (j.args->>'step_id')::bigint AND s.job_id = j.id AND s.state = 'running'
+    WHERE j.state = 'running' AND j.queue = ANY($1::text[]) AND j.kind = 'engine.run_step'
+        AND j.attempted_by[array_upper(j.attempted_by, 1)] = $2
+        AND j.attempted_at < now() - $3::bigint * interval '1 millisecond'
+        AND (s.claimed_at IS NULL OR s.claimed_at < now() - $3::bigint * interval '1 millisecond')
+        AND NOT coalesce(j.id = ANY($4::bigint[]), false))`
+
 // SweepResult counts what a sweep did.
 type SweepResult struct {
 	Steps   int // steps rescheduled
 	Leases  int // expired leases removed
 	Orphans int // of Steps, this process's own orphaned jobs (orphan.go)
+	Lost    int // of Steps, those whose job was finalized or missing (full passes)
 
 	more bool // the candidate scan hit sweepLimit: more may be left
 }
@@ -320,10 +361,18 @@ func (e *Engine) sweepTick(ctx context.Context, full bool) (SweepResult, error) 
 			return SweepResult{}, fmt.Errorf("probe for expired leases: %w", err)
 		}
 		if !expired {
+			// This process's own orphans (orphan.go), as cheaply.
+			working := e.working.recent(e.orphanAfter())
+			if err := e.pool.QueryRow(ctx, orphanProbeSQL, []string{QueueName, UrgentQueue}, e.lease.name,
+				e.orphanAfter().Milliseconds(), working).Scan(&expired); err != nil {
+				return SweepResult{}, fmt.Errorf("probe for orphaned jobs: %w", err)
+			}
+		}
+		if !expired {
 			return SweepResult{}, nil
 		}
 	}
-	return e.sweep(ctx, sweepDead)
+	return e.sweep(ctx, sweepDead, full)
 }
 
 // Sweep reschedules the running steps of processes without a live lease
@@ -334,10 +383,12 @@ func (e *Engine) sweepTick(ctx context.Context, full bool) (SweepResult, error) 
 // finds a dead process; concurrent sweeps skip each other's leases and
 // never reschedule a step twice.
 func (e *Engine) Sweep(ctx context.Context) (SweepResult, error) {
-	return e.sweep(ctx, sweepDead)
+	return e.sweep(ctx, sweepDead, true)
 }
 
-func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
+// sweep reschedules the steps mode names; a full pass (full) also takes
+// the running steps whose job was finalized or is missing (lostJobsSQL).
+func (e *Engine) sweep(ctx context.Context, mode string, full bool) (SweepResult, error) {
 	var res SweepResult
 	if e.client == nil {
 		return res, ErrNoClient
@@ -379,6 +430,25 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 			return fmt.Errorf("find steps to reschedule: %w", err)
 		}
 		res.more = len(cands) == sweepLimit
+		lost := map[int64]bool{} // by step
+		if full && mode == sweepDead && !res.more {
+			rows, err := tx.Query(ctx, lostJobsSQL, e.orphanAfter().Milliseconds())
+			if err != nil {
+				return fmt.Errorf("find steps whose job ended: %w", err)
+			}
+			more, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (c cand, err error) {
+				err = r.Scan(&c.step, &c.run, &c.job, &c.attempt, &c.stranded, &c.orphan)
+				return c, err
+			})
+			if err != nil {
+				return fmt.Errorf("find steps whose job ended: %w", err)
+			}
+			for _, c := range more {
+				lost[c.step] = true
+			}
+			res.more = len(more) == sweepLimit
+			cands = append(cands, more...)
+		}
 		if len(cands) > 0 {
 			runIDs := make([]int64, 0, len(cands))
 			var steps, jobs, stranded []int64
@@ -443,21 +513,34 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 				if mode == sweepHandOff {
 					why = "engine process stopping: step handed back"
 				}
-				err = finalizeJobs(ctx, tx, old, func(i int) (rivertype.JobState, string, int) {
-					if orphaned[old[i]] {
-						return rivertype.JobStateCancelled, orphanWhy, attempts[old[i]]
+				// A lost job has ended already (or is gone): only the
+				// running ones are ended here.
+				running := make([]int64, 0, len(rels))
+				for _, r := range rels {
+					if !lost[r.step] {
+						running = append(running, r.job)
 					}
-					return rivertype.JobStateCancelled, why, attempts[old[i]]
-				})
-				if err != nil {
-					return err
+				}
+				if len(running) > 0 {
+					err = finalizeJobs(ctx, tx, running, func(i int) (rivertype.JobState, string, int) {
+						if orphaned[running[i]] {
+							return rivertype.JobStateCancelled, orphanWhy, attempts[running[i]]
+						}
+						return rivertype.JobStateCancelled, why, attempts[running[i]]
+					})
+					if err != nil {
+						return err
+					}
 				}
 				// A run's timeout moves with its most stranded step (of
 				// those released).
 				relStep := map[int64]bool{}
 				for _, r := range rels {
 					relStep[r.step] = true
-					if orphaned[r.job] {
+					switch {
+					case lost[r.step]:
+						res.Lost++
+					case orphaned[r.job]:
 						res.Orphans++
 					}
 				}
@@ -498,7 +581,7 @@ func (e *Engine) sweep(ctx context.Context, mode string) (SweepResult, error) {
 		return nil
 	})
 	if err == nil && res.Steps > 0 {
-		e.logger.InfoContext(ctx, "engine steps rescheduled", "reason", mode, "steps", res.Steps, "orphaned_jobs", res.Orphans, "expired_leases", res.Leases)
+		e.logger.InfoContext(ctx, "engine steps rescheduled", "reason", mode, "steps", res.Steps, "orphaned_jobs", res.Orphans, "lost_jobs", res.Lost, "expired_leases", res.Leases)
 	}
 	return res, err
 }
@@ -526,14 +609,14 @@ func (e *Engine) Stop(ctx context.Context) error {
 		e.lease.fence.Stop()
 	}
 	e.lease.mu.Unlock()
-	res, err := e.sweep(ctx, sweepHandOff)
+	res, err := e.sweep(ctx, sweepHandOff, false)
 	// Past sweepLimit steps, again (each round hands back up to that many;
 	// a worker runs at most MaxWorkers): the lease went with the first
 	// round, and no other process's probe would find the rest before its
 	// next full pass.
 	for round := 0; err == nil && res.more && round < e.cfg.MaxWorkers/sweepLimit+1; round++ {
 		var r SweepResult
-		r, err = e.sweep(ctx, sweepHandOff)
+		r, err = e.sweep(ctx, sweepHandOff, false)
 		res.Steps, res.more = res.Steps+r.Steps, r.more
 	}
 	e.lease.ok.Store(false)

@@ -24,22 +24,31 @@ import (
 // though its Work returned (make ha-test logged it 11 times in one run).
 //
 // Only the process a job was handed to knows whether it is working it, so
-// each process looks for its own orphans in its sweep's full passes: a
-// step job attempted by this process longer ago than orphanAfter, that
-// this process is not working and did not work within orphanAfter, whose
-// step is unclaimed or was claimed longer ago than orphanAfter (by an
-// execution of this process that has returned: no call is in flight; its
-// outcome is recorded as unknown), is rescheduled like a dead process's (a
-// new token, a fresh job, the orphan ended). A late answer to a lost fetch
+// each process looks for its own orphans: a step job attempted by this
+// process longer ago than orphanAfter, that this process is not working
+// and did not work within orphanAfter, whose step is unclaimed or was
+// claimed longer ago than orphanAfter (by an execution of this process
+// that has returned: no call is in flight; its outcome is recorded as
+// unknown), is rescheduled like a dead process's (a new token, a fresh
+// job, the orphan ended). Every heartbeat asks a cheap question first
+// (orphanProbeSQL: this process's running step jobs only) and sweeps when
+// it finds one, so an orphan is rescheduled within orphanAfter plus a
+// heartbeat; a full pass finds them too. A late answer to a lost fetch
 // cannot run the step twice: its claim names the orphaned job, which the
 // step no longer belongs to, and a claim that committed first is recent,
 // which the release refuses (the two serialize on the step's row).
+//
+// The window only spares work: rescheduling a job River was about to
+// start costs a fresh job, never a second call. It was a minute, found
+// by a full pass (every 30 s): 79 s in make ha-test, during which the
+// step's rack queued its next five scheduled tasks and refused the
+// schedule's next eleven firings (MaxWaitingPerRack; issue 46, fault 16).
 
 // maxOrphanAfter bounds how long a fetched step job may go unworked by
 // the process it was handed to before that process reschedules it: River
-// starts working a job within milliseconds of the fetch's answer, so a
-// minute is far past any wait that is not a lost answer.
-const maxOrphanAfter = time.Minute
+// starts working a job within milliseconds of the fetch's answer, so ten
+// seconds is far past any wait that is not a lost answer.
+const maxOrphanAfter = 10 * time.Second
 
 // orphanAfter is how long a job fetched by this process may go unworked
 // before its own sweep reschedules it: maxOrphanAfter, or the rescue

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS engine_step_running;
