@@ -298,6 +298,12 @@ func (s *systemJobs) loop(ctx context.Context, j SystemJob, wake <-chan struct{}
 					return
 				}
 				s.logger.WarnContext(ctx, "system job: next due time", "job", j.Name, "error", err.Error())
+				// Not known (the database is failing over): look again
+				// soon, not one Interval on (the schedule dispatcher's is
+				// a minute).
+				if soon := time.Now().Add(min(j.Interval, systemErrorFloor)); soon.Before(at) {
+					at = soon
+				}
 			} else if ok && due.Before(at) {
 				at = due
 			}

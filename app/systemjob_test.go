@@ -146,6 +146,34 @@ func TestSystemJobSleepsUntilNext(t *testing.T) {
 	require.Never(t, func() bool { return runs.Load() > 1 }, time.Second, 50*time.Millisecond, "nothing due again")
 }
 
+// TestSystemJobNextFailureRetriesSoon: a job whose Next cannot say when
+// work is due (its query failed: the database failing over) runs its next
+// cycle after the error floor (5 s), not one Interval later: the schedule
+// dispatcher's Interval is a minute, a minute of firings left to River's
+// own scheduler.
+func TestSystemJobNextFailureRetriesSoon(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewDB(t)
+	ctx := context.Background()
+	var nexts, runs atomic.Int32
+	var s systemJobs
+	require.NoError(t, s.Add(SystemJob{Name: "dispatch", Interval: time.Hour,
+		Next: func(context.Context) (time.Time, bool, error) {
+			if nexts.Add(1) == 1 {
+				return time.Time{}, false, errors.New("the database refused the connection")
+			}
+			return time.Time{}, false, nil
+		},
+		Run: func(context.Context) error { runs.Add(1); return nil }}))
+	newSystemJobProcess(t, url, &s)
+	stop := s.start(ctx, slog.New(slog.DiscardHandler))
+	defer stop()
+	require.Eventually(t, s.Leading, 60*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return runs.Load() == 1 }, 30*time.Second, 50*time.Millisecond,
+		"a cycle after the error floor, not an hour on")
+	require.Never(t, func() bool { return runs.Load() > 1 }, time.Second, 50*time.Millisecond, "then it sleeps its Interval")
+}
+
 func TestSystemJobsConfig(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
