@@ -724,11 +724,12 @@ func TestPatroniChaos(t *testing.T) {
 		// No device reset or upgraded twice unless a step recorded the
 		// call's outcome as unknown (a call cut off by the fault,
 		// documented), and then once more at most.
-		// Per rack: a device of a rack whose tasks recorded every call's
-		// outcome is called once; one of a rack whose task recorded a call
-		// of unknown outcome (in flight at the fault) at most once more.
+		// Per rack: a device of a rack whose tasks recorded every such
+		// call's outcome is called once; one of a rack whose task recorded
+		// a call of unknown outcome (in flight at the fault) by the step
+		// that makes it at most once more.
 		var unknown int
-		var unknownRack map[string]int
+		var unknownReset, unknownFirmware map[string]int
 		require.Eventually(t, func() bool {
 			conn, err := pgx.Connect(ctx, c.url)
 			if err != nil {
@@ -739,7 +740,8 @@ func TestPatroniChaos(t *testing.T) {
 				JOIN engine_run r ON r.id = s.run_id WHERE r.created_at >= $1`, since).Scan(&unknown) != nil {
 				return false
 			}
-			unknownRack = unknownByRack(t, ctx, conn, since, "")
+			unknownReset = unknownByRack(t, ctx, conn, since, powerSteps)
+			unknownFirmware = unknownByRack(t, ctx, conn, since, firmwareSteps)
 			return true
 		}, time.Minute, 200*time.Millisecond)
 		resetCalls := okCalls(r.sims, "ComponentPowerControl", since)
@@ -753,13 +755,13 @@ func TestPatroniChaos(t *testing.T) {
 				require.GreaterOrEqual(t, ok, 1, "fault %d (%s): %s reset", f+1, kind, d.Name)
 				require.LessOrEqual(t, ok, 2, "fault %d (%s): %s reset %d times", f+1, kind, d.Name, ok)
 				if ok == 2 {
-					require.Positive(t, unknownRack[name], "fault %d (%s): %s (%s) reset twice with no unknown outcome recorded in its rack's task (a call whose outcome was recorded was sent again)", f+1, kind, d.Name, name)
+					require.Positive(t, unknownReset[name], "fault %d (%s): %s (%s) reset twice with no power call of unknown outcome recorded in its rack's task (a call whose outcome was recorded was sent again)", f+1, kind, d.Name, name)
 				}
 				calls += ok
 				repeats += ok - 1
 			}
 		}
-		fwCalls, fwRepeats := w.checkFirmware(t, "round", upgrades, unknownRack)
+		fwCalls, fwRepeats := w.checkFirmware(t, "round", upgrades, unknownFirmware)
 		w.firmwareCalls += fwCalls
 		w.firmwareRepeats += fwRepeats
 		rollout := w.checkRollout(t, client(f%2), f)

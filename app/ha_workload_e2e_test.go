@@ -209,7 +209,7 @@ func callsTo(per map[string]int, d nicosim.Device) int {
 
 // checkFirmware checks that every compute tray and switch of racks had
 // its firmware update sent once since the run started, twice only if a
-// step of its rack's tasks recorded a call of unknown outcome (unknown,
+// firmware step of its rack's tasks recorded a call of unknown outcome (unknown,
 // by rack: a call in flight, sent once more at most), never when every
 // call of the rack's tasks had its outcome recorded, and returns the
 // calls and repeats.
@@ -234,9 +234,17 @@ func (w *haWorkload) checkFirmware(t *testing.T, what string, racks []string, un
 	return calls, repeats
 }
 
+// The steps that make the power calls (resets, power-ons) and the
+// firmware updates the simulator's journal counts (conditions for
+// unknownByRack).
+const (
+	powerSteps    = "s.spec->>'name' LIKE '%/PowerControl'"
+	firmwareSteps = "s.spec->>'name' LIKE '%/FirmwareControl'"
+)
+
 // unknownByRack returns, by rack name, how many calls of unknown outcome
 // the steps of the rack's tasks created since since recorded (where holds
-// more conditions on the task, e.g. its trigger).
+// more conditions on the task or step: its trigger, the step's kind).
 func unknownByRack(t *testing.T, ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, since time.Time, where string) map[string]int {
@@ -292,7 +300,7 @@ func (w *haWorkload) checkRollout(t *testing.T, client flowv1connect.FlowClient,
 			require.Empty(t, tg.GetTaskId().GetId(), "rollout target %s of phase %d not started at the gate after phase %d", name, tg.GetPhaseIndex(), f)
 		}
 	}
-	calls, repeats := w.checkFirmware(t, "rollout", done, unknownByRack(t, context.Background(), w.r.pool(t), w.started, ""))
+	calls, repeats := w.checkFirmware(t, "rollout", done, unknownByRack(t, context.Background(), w.r.pool(t), w.started, firmwareSteps))
 	w.rolloutFirmware, w.rolloutRepeats = calls, repeats
 	if last {
 		require.Len(t, done, haRolloutRacks)
@@ -461,7 +469,7 @@ func (w *haWorkload) checkScheduledCalls(t *testing.T) int {
 	// A tray is powered on once more than its rack's tasks only for a
 	// call of unknown outcome recorded in that rack's scheduled tasks, at
 	// most once per such call.
-	unknown := unknownByRack(t, ctx, pool, w.started, "t.trigger_type = 'task_schedule'")
+	unknown := unknownByRack(t, ctx, pool, w.started, "t.trigger_type = 'task_schedule' AND "+powerSteps)
 	calls := okCalls(w.r.sims, "ComponentPowerControl", w.started)
 	total := 0
 	for _, name := range w.scheduleRacks {
