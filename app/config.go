@@ -127,7 +127,8 @@ type Config struct {
 	// Retention is how long finished history is kept (app/prune.go,
 	// docs/operations.md#sizing-and-retention): FLOW_TASK_RETENTION,
 	// FLOW_OPERATION_RUN_RETENTION, FLOW_EVENT_RETENTION,
-	// FLOW_RIVER_JOB_RETENTION, FLOW_PRUNE_INTERVAL.
+	// FLOW_RIVER_JOB_RETENTION, FLOW_PRUNE_INTERVAL,
+	// FLOW_NOTIFY_DELIVERED_RETENTION, FLOW_NOTIFY_DEAD_RETENTION.
 	Retention RetentionConfig
 	// WindowOperations are the operation codes and types maintenance
 	// windows and freezes hold (docs/change-safety.md).
@@ -252,6 +253,8 @@ var ConfigVars = []ConfigVar{
 	{"FLOW_NOTIFY_WORKERS", "32", "webhook deliveries a process sends at once (their own River queue, notify); River fetches at most this many jobs per fetch, every 20 ms at most, which bounds the deliveries a second"},
 	{"FLOW_ALERTMANAGER_URLS", "", "Alertmanager base URLs, comma-separated (http://alertmanager:9093; every one gets each alert): event rules' send_alert actions post there (v2 API), re-sent while the condition holds, resolved when it clears; unset: send_alert is refused (docs/notifications.md#alertmanager)"},
 	{"FLOW_ALERTMANAGER_RESEND", "1m", "how often a firing alert is re-sent to Alertmanager; its endsAt is four resends ahead"},
+	{"FLOW_NOTIFY_DELIVERED_RETENTION", "1d", "how long a delivered webhook delivery is kept after it was delivered (flow webhook deliveries shows it); then the leader's prune job deletes it, and its event once no delivery of it is left; pending deliveries are never pruned; 0 keeps them forever"},
+	{"FLOW_NOTIFY_DEAD_RETENTION", "30d", "how long a dead webhook delivery (a dead letter, which flow webhook redrive can send again) is kept after its last attempt; 0 keeps them forever"},
 	{"FLOW_NOTIFY_ALLOW_TARGETS", "", "internal webhook targets allowed despite the SSRF guard: comma-separated CIDR prefixes, addresses or host names (10.0.0.0/8, alerts.internal); loopback, link-local, private and CGNAT targets are refused otherwise (flow dev accepts loopback http://)"},
 	// Request limits (limits.go, docs/limits.md).
 	{"FLOW_MAX_REQUEST_BYTES", "4194304", "largest request message in bytes, compressed and decompressed (Connect, gRPC and gRPC-Web); a larger body is refused with resource_exhausted before it is read whole (docs/limits.md)"},

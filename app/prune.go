@@ -14,6 +14,7 @@ import (
 
 	"github.com/nicoflow/flow/console"
 	"github.com/nicoflow/flow/db"
+	"github.com/nicoflow/flow/notify"
 	"github.com/nicoflow/flow/operations"
 	"github.com/nicoflow/flow/operations/eventrule"
 	"github.com/nicoflow/flow/operations/rollout"
@@ -29,6 +30,10 @@ type RetentionConfig struct {
 	Events        time.Duration // FLOW_EVENT_RETENTION
 	RiverJobs     time.Duration // FLOW_RIVER_JOB_RETENTION
 	Interval      time.Duration // FLOW_PRUNE_INTERVAL
+	// Webhook deliveries: delivered ones and dead letters, with their
+	// events (pending ones are never pruned).
+	NotifyDelivered time.Duration // FLOW_NOTIFY_DELIVERED_RETENTION
+	NotifyDead      time.Duration // FLOW_NOTIFY_DEAD_RETENTION
 }
 
 // PruneJob is the system job that deletes finished history past its
@@ -84,6 +89,8 @@ func loadRetention(def func(string) string) (RetentionConfig, []string) {
 		{"FLOW_EVENT_RETENTION", &c.Events, false},
 		{"FLOW_RIVER_JOB_RETENTION", &c.RiverJobs, true},
 		{"FLOW_PRUNE_INTERVAL", &c.Interval, true},
+		{"FLOW_NOTIFY_DELIVERED_RETENTION", &c.NotifyDelivered, false},
+		{"FLOW_NOTIFY_DEAD_RETENTION", &c.NotifyDead, false},
 	} {
 		d, err := parseRetention(def(s.name))
 		switch {
@@ -101,7 +108,8 @@ func loadRetention(def func(string) string) (RetentionConfig, []string) {
 // pruner deletes finished history past its retention, in batches of
 // pruneBatch rows, each in its own short transaction: tasks with their
 // engine runs, steps and reports; operation runs with their targets;
-// events with their executions. It never touches an active task, a run
+// events with their executions; webhook deliveries delivered or dead
+// letters, with their events. It never touches an active task, a run
 // not finished, an event with an execution not ended, nor a task a live
 // object points to (pins: a schedule's last task, an active run's target
 // task, an open execution's task). River's finished jobs are River's
@@ -113,6 +121,7 @@ type pruner struct {
 	tasks  *operations.Tasks
 	runs   *rollout.Service
 	events *eventrule.Service
+	notify *notify.Service
 	// pins return the tasks live objects point to.
 	pins    []func(context.Context) ([]uuid.UUID, error)
 	metrics *telemetry.Metrics
@@ -175,6 +184,23 @@ func (p *pruner) Run(ctx context.Context) error {
 			}
 		}
 	}
+	// Webhook deliveries delivered or dead past their retention, and their
+	// events (notify.Service.Prune: pending ones never).
+	if p.notify != nil && (p.cfg.NotifyDelivered > 0 || p.cfg.NotifyDead > 0) {
+		var delivered, dead time.Time
+		if p.cfg.NotifyDelivered > 0 {
+			delivered = now.Add(-p.cfg.NotifyDelivered)
+		}
+		if p.cfg.NotifyDead > 0 {
+			dead = now.Add(-p.cfg.NotifyDead)
+		}
+		c, err := p.notify.Prune(ctx, delivered, dead, batch)
+		deleted["notify_delivery"] += c.Deliveries
+		deleted["notify_event"] += c.Events
+		if err != nil {
+			return err
+		}
+	}
 	// The console's log of changed racks (console/read.go), whatever the
 	// retention of history: its readers need the last hour at most.
 	for {
@@ -229,4 +255,4 @@ func (p *pruner) Run(ctx context.Context) error {
 
 // pruneTables are the tables pruning deletes from, in the order it
 // records them.
-var pruneTables = []string{"task", "engine_run", "engine_step", "operation_run", "operation_run_target", "event", "event_action_execution", "rack_cell_change"}
+var pruneTables = []string{"task", "engine_run", "engine_step", "operation_run", "operation_run_target", "event", "event_action_execution", "rack_cell_change", "notify_delivery", "notify_event"}

@@ -28,7 +28,8 @@ func TestParseRetention(t *testing.T) {
 	}
 	cfg, err := LoadConfig(func(k string) string { return map[string]string{"DATABASE_URL": "postgres://localhost/x"}[k] })
 	require.NoError(t, err)
-	require.Equal(t, RetentionConfig{Tasks: 90 * 24 * time.Hour, OperationRuns: 90 * 24 * time.Hour, Events: 90 * 24 * time.Hour, RiverJobs: 24 * time.Hour, Interval: 10 * time.Minute}, cfg.Retention)
+	require.Equal(t, RetentionConfig{Tasks: 90 * 24 * time.Hour, OperationRuns: 90 * 24 * time.Hour, Events: 90 * 24 * time.Hour, RiverJobs: 24 * time.Hour, Interval: 10 * time.Minute,
+		NotifyDelivered: 24 * time.Hour, NotifyDead: 30 * 24 * time.Hour}, cfg.Retention)
 	_, err = LoadConfig(func(k string) string {
 		return map[string]string{"DATABASE_URL": "postgres://localhost/x", "FLOW_TASK_RETENTION": "ninety", "FLOW_PRUNE_INTERVAL": "0"}[k]
 	})
@@ -49,6 +50,7 @@ func TestPruneDeletesOnlyWhatRetentionLets(t *testing.T) {
 		env["FLOW_TASK_RETENTION"] = "1d"
 		env["FLOW_OPERATION_RUN_RETENTION"] = "2d"
 		env["FLOW_EVENT_RETENTION"] = "3d"
+		env["FLOW_NOTIFY_DELIVERED_RETENTION"] = "1d"
 		env["FLOW_PRUNE_INTERVAL"] = "1h" // run by hand below
 		env["FLOW_METRICS"] = "true"
 	})
@@ -110,7 +112,23 @@ func TestPruneDeletesOnlyWhatRetentionLets(t *testing.T) {
 	exec(`TRUNCATE rack_cell_change`)
 	exec(`INSERT INTO rack_cell_change (rack_id, at) VALUES ($1, now() - interval '61 minutes'), ($1, now() - interval '62 minutes'), ($1, now() - interval '59 minutes')`, rack.ID)
 
+	// Webhook deliveries: an old delivered one goes with its event; an
+	// old pending one (a receiver down for days) stays, with its event.
+	sub := uuid.New()
+	exec(`INSERT INTO notify_subscription (id, url, event_types, secret) VALUES ($1, 'http://127.0.0.1:9/', '{*}', '{}')`, sub)
+	hookEvent := func(status string) {
+		t.Helper()
+		ev := uuid.New()
+		exec(`INSERT INTO notify_event (id, type, subject, data, created_at) VALUES ($1, 'flow.task.completed', 'site', '{}', now() - interval '3 days')`, ev)
+		exec(`INSERT INTO notify_delivery (event_id, subscription_id, subject, status, delivered_at, next_attempt_at, created_at)
+			VALUES ($1, $2, 'site', $3, CASE WHEN $3 = 'delivered' THEN now() - interval '2 days' END, now() + interval '1 day', now() - interval '3 days')`, ev, sub, status)
+	}
+	hookEvent("delivered")
+	hookEvent("pending")
+
 	require.NoError(t, e.srv.system.jobs[PruneJob].Run(ctx))
+	require.Equal(t, []string{"pending"}, stringsOf(t, pool, `SELECT status FROM notify_delivery`))
+	require.Len(t, idsOf(t, pool, `SELECT id FROM notify_event`), 1, "the pending delivery's event stays")
 	var cellChanges int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM rack_cell_change WHERE at < now() - interval '50 minutes'`).Scan(&cellChanges))
 	require.Equal(t, 1, cellChanges, "the log of changed racks keeps its last hour")
@@ -150,6 +168,8 @@ func TestPruneDeletesOnlyWhatRetentionLets(t *testing.T) {
 	require.Equal(t, int64(1), got["event"])
 	require.Equal(t, int64(1), got["event_action_execution"])
 	require.Equal(t, int64(2), got["rack_cell_change"])
+	require.Equal(t, int64(1), got["notify_delivery"])
+	require.Equal(t, int64(1), got["notify_event"])
 
 	// A second cycle finds nothing more to do.
 	require.NoError(t, e.srv.system.jobs[PruneJob].Run(ctx))
@@ -205,6 +225,21 @@ func idsOf(t *testing.T, pool *pgxpool.Pool, sql string) []uuid.UUID {
 		var id uuid.UUID
 		require.NoError(t, rows.Scan(&id))
 		out = append(out, id)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func stringsOf(t *testing.T, pool *pgxpool.Pool, sql string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), sql)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		out = append(out, s)
 	}
 	require.NoError(t, rows.Err())
 	return out

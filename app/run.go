@@ -386,8 +386,9 @@ func printPruneStats(ctx context.Context, cfg Config, stdout io.Writer) error {
 		return err
 	}
 	r := cfg.Retention
-	fmt.Fprintf(stdout, "retention tasks %s, operation runs %s, events %s, river jobs %s (pruned every %s)\n",
-		retentionText(r.Tasks), retentionText(r.OperationRuns), retentionText(r.Events), retentionText(r.RiverJobs), r.Interval)
+	fmt.Fprintf(stdout, "retention tasks %s, operation runs %s, events %s, river jobs %s, webhook deliveries %s, dead letters %s (pruned every %s)\n",
+		retentionText(r.Tasks), retentionText(r.OperationRuns), retentionText(r.Events), retentionText(r.RiverJobs),
+		retentionText(r.NotifyDelivered), retentionText(r.NotifyDead), r.Interval)
 	if len(stats) == 0 {
 		fmt.Fprintln(stdout, "pruned    nothing yet")
 		return nil

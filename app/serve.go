@@ -385,7 +385,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	inv.SetTaskStats(tasks.TaskStats)
 	// Retention: the leader prunes finished history past its settings
 	// (docs/operations.md#sizing-and-retention).
-	pr := &pruner{cfg: cfg.Retention, pool: pool, tasks: tasks, runs: runs, events: eventRules,
+	pr := &pruner{cfg: cfg.Retention, pool: pool, tasks: tasks, runs: runs, events: eventRules, notify: notifier,
 		pins:    []func(context.Context) ([]uuid.UUID, error){schedules.PinnedTasks, runs.PinnedTasks, eventRules.PinnedTasks},
 		metrics: s.tel.metrics, logger: logger, now: time.Now}
 	if err := s.system.Add(SystemJob{Name: PruneJob, Interval: cfg.Retention.Interval, Timeout: 30 * time.Minute, Run: pr.Run}); err != nil {

@@ -12,6 +12,53 @@ SELECT * FROM notify_subscription ORDER BY created_at, id;
 -- name: SubscriptionDelete :execrows
 DELETE FROM notify_subscription WHERE id = @id;
 
+-- name: SubscriptionDeleteDeliveries :execrows
+-- Deletes a subscription's deliveries, and the events no other
+-- subscription has a delivery of (before the subscription itself).
+WITH d AS (
+    DELETE FROM notify_delivery WHERE subscription_id = @subscription_id RETURNING event_id, created_at
+)
+DELETE FROM notify_event e USING (SELECT DISTINCT event_id, created_at FROM d) g
+WHERE e.id = g.event_id
+  AND NOT EXISTS (SELECT 1 FROM notify_delivery o
+                  WHERE o.created_at = g.created_at AND o.event_id = g.event_id AND o.subscription_id <> @subscription_id);
+
+-- name: DeliveryPrune :one
+-- One batch of retention (the prune job): walks up to lim deliveries after
+-- id after, in id order, deletes those delivered before delivered_before
+-- and those dead (last changed) before dead_before, and the events of the
+-- deleted whose last delivery they were. Pending deliveries are never
+-- deleted, nor an event a delivery is left of; rows are locked only as
+-- they are deleted, and no delivery the senders work is (those are
+-- pending). It returns the last id walked (0: none left), whether the
+-- walk reached a delivery written since walk_until (no later one can be
+-- due for deletion yet), and how many deliveries and events went.
+WITH w AS (
+    SELECT id, created_at FROM notify_delivery WHERE id > @after::bigint ORDER BY id LIMIT @lim::int
+), gone AS (
+    DELETE FROM notify_delivery d USING w
+    WHERE d.id = w.id
+      AND ((d.status = 'delivered' AND d.delivered_at < @delivered_before::timestamptz) OR (d.status = 'dead' AND d.updated_at < @dead_before::timestamptz))
+    RETURNING d.id, d.event_id, d.created_at AS created_at
+), live AS (
+    -- The deliveries left of the events of those deleted: a delivery's
+    -- created_at is its event's (one statement wrote both), so they are
+    -- within the deleted ones' time range, which the BRIN index by
+    -- created_at reads (a few pages, never the table).
+    SELECT o.event_id, o.created_at FROM notify_delivery o
+    WHERE o.created_at >= (SELECT min(gone.created_at) FROM gone) AND o.created_at <= (SELECT max(gone.created_at) FROM gone)
+      AND NOT EXISTS (SELECT 1 FROM gone x WHERE x.id = o.id)
+), ev AS (
+    DELETE FROM notify_event e USING (SELECT DISTINCT gone.event_id, gone.created_at FROM gone) g
+    WHERE e.id = g.event_id
+      AND NOT EXISTS (SELECT 1 FROM live WHERE live.event_id = g.event_id AND live.created_at = g.created_at)
+    RETURNING e.id
+)
+SELECT COALESCE((SELECT max(w.id) FROM w), 0)::bigint AS last_id,
+    COALESCE((SELECT max(w.created_at) FROM w) >= @walk_until::timestamptz, false)::boolean AS reached,
+    (SELECT count(*) FROM gone)::bigint AS deliveries,
+    (SELECT count(*) FROM ev)::bigint AS events;
+
 -- name: EventInsert :many
 -- Writes an event and its deliveries to subscription_ids (in that order),
 -- one statement: no rows when dedupe_key was seen (nothing written). It

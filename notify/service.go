@@ -307,12 +307,18 @@ func (s *Service) List(ctx context.Context, dbtx db.DBTX) ([]Subscription, error
 	return out, nil
 }
 
-// Delete deletes a subscription and its deliveries through tx (ErrNotFound
-// when there is none).
+// Delete deletes a subscription and its deliveries through tx, and the
+// events of those that no other subscription has a delivery of
+// (ErrNotFound when there is none).
 func (s *Service) Delete(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Subscription, error) {
 	sub, err := s.Get(ctx, tx, id)
 	if err != nil {
 		return Subscription{}, err
+	}
+	// Its deliveries, and the events no other subscription has one of
+	// (no key cascades from an event: migration 0342).
+	if _, err := s.q.SubscriptionDeleteDeliveries(ctx, tx, id); err != nil {
+		return Subscription{}, fmt.Errorf("delete subscription's deliveries: %w", err)
 	}
 	if _, err := s.q.SubscriptionDelete(ctx, tx, id); err != nil {
 		return Subscription{}, fmt.Errorf("delete subscription: %w", err)

@@ -230,6 +230,72 @@ func (q *Queries) DeliveryList(ctx context.Context, db DBTX, arg DeliveryListPar
 	return items, nil
 }
 
+const deliveryPrune = `-- name: DeliveryPrune :one
+WITH w AS (
+    SELECT id, created_at FROM notify_delivery WHERE id > $2::bigint ORDER BY id LIMIT $3::int
+), gone AS (
+    DELETE FROM notify_delivery d USING w
+    WHERE d.id = w.id
+      AND ((d.status = 'delivered' AND d.delivered_at < $4::timestamptz) OR (d.status = 'dead' AND d.updated_at < $5::timestamptz))
+    RETURNING d.id, d.event_id, d.created_at AS created_at
+), ev AS (
+    -- A delivery's created_at is its event's (one statement wrote both):
+    -- the BRIN index by created_at finds any delivery of it left.
+    DELETE FROM notify_event e USING (SELECT DISTINCT event_id, created_at FROM gone) g
+    WHERE e.id = g.event_id
+      AND NOT EXISTS (SELECT 1 FROM notify_delivery o
+                      WHERE o.created_at = g.created_at AND o.event_id = g.event_id
+                        AND NOT EXISTS (SELECT 1 FROM gone x WHERE x.id = o.id))
+    RETURNING e.id
+)
+SELECT COALESCE((SELECT max(w.id) FROM w), 0)::bigint AS last_id,
+    COALESCE((SELECT max(w.created_at) FROM w) >= $1::timestamptz, false)::boolean AS reached,
+    (SELECT count(*) FROM gone)::bigint AS deliveries,
+    (SELECT count(*) FROM ev)::bigint AS events
+`
+
+type DeliveryPruneParams struct {
+	WalkUntil       time.Time
+	After           int64
+	Lim             int32
+	DeliveredBefore time.Time
+	DeadBefore      time.Time
+}
+
+type DeliveryPruneRow struct {
+	LastID     int64
+	Reached    bool
+	Deliveries int64
+	Events     int64
+}
+
+// One batch of retention (the prune job): walks up to lim deliveries after
+// id after, in id order, deletes those delivered before delivered_before
+// and those dead (last changed) before dead_before, and the events of the
+// deleted whose last delivery they were. Pending deliveries are never
+// deleted, nor an event a delivery is left of; rows are locked only as
+// they are deleted, and no delivery the senders work is (those are
+// pending). It returns the last id walked (0: none left), whether the
+// walk reached a delivery written since walk_until (no later one can be
+// due for deletion yet), and how many deliveries and events went.
+func (q *Queries) DeliveryPrune(ctx context.Context, db DBTX, arg DeliveryPruneParams) (DeliveryPruneRow, error) {
+	row := db.QueryRow(ctx, deliveryPrune,
+		arg.WalkUntil,
+		arg.After,
+		arg.Lim,
+		arg.DeliveredBefore,
+		arg.DeadBefore,
+	)
+	var i DeliveryPruneRow
+	err := row.Scan(
+		&i.LastID,
+		&i.Reached,
+		&i.Deliveries,
+		&i.Events,
+	)
+	return i, err
+}
+
 const deliveryRecord = `-- name: DeliveryRecord :exec
 UPDATE notify_delivery d SET status = ($1::text[])[r.n], attempts = d.attempts + 1,
     last_status_code = ($2::int[])[r.n], last_error = ($3::text[])[r.n], next_attempt_at = ($4::timestamptz[])[r.n],
@@ -573,6 +639,26 @@ DELETE FROM notify_subscription WHERE id = $1
 
 func (q *Queries) SubscriptionDelete(ctx context.Context, db DBTX, id uuid.UUID) (int64, error) {
 	result, err := db.Exec(ctx, subscriptionDelete, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const subscriptionDeleteDeliveries = `-- name: SubscriptionDeleteDeliveries :execrows
+WITH d AS (
+    DELETE FROM notify_delivery WHERE subscription_id = $1 RETURNING event_id, created_at
+)
+DELETE FROM notify_event e USING (SELECT DISTINCT event_id, created_at FROM d) g
+WHERE e.id = g.event_id
+  AND NOT EXISTS (SELECT 1 FROM notify_delivery o
+                  WHERE o.created_at = g.created_at AND o.event_id = g.event_id AND o.subscription_id <> $1)
+`
+
+// Deletes a subscription's deliveries, and the events no other
+// subscription has a delivery of (before the subscription itself).
+func (q *Queries) SubscriptionDeleteDeliveries(ctx context.Context, db DBTX, subscriptionID uuid.UUID) (int64, error) {
+	result, err := db.Exec(ctx, subscriptionDeleteDeliveries, subscriptionID)
 	if err != nil {
 		return 0, err
 	}
