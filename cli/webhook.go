@@ -23,7 +23,7 @@ var webhookNoun = noun{
 	aliases: []string{"webhooks"},
 	summary: "webhooks: endpoints Flow posts its events to (CloudEvents JSON, signed with HMAC-SHA256), and their deliveries (docs/notifications.md)",
 	verbs: []verb{
-		{name: "create", args: "--url URL --events TYPE,... [--secret S] [--rack R]...",
+		{name: "create", args: "--url URL --events TYPE,... [--secret S] [--rack R]... [--batch [--batch-max N] [--batch-max-bytes B]]",
 			summary: "subscribe an endpoint to event types (flow.task.failed, ... or *), optionally for some racks only (operator); without --secret a random one is made and printed once",
 			flags: func(fs *pflag.FlagSet) runFunc {
 				url := fs.String("url", "", "the endpoint: https:// (http:// only under flow dev)")
@@ -31,6 +31,9 @@ var webhookNoun = noun{
 				secret := fs.String("secret", "", "the signing secret (at least 16 characters); default: 32 random bytes, printed once")
 				racks := fs.StringArray("rack", nil, "only events of this rack (name or UUID); repeatable")
 				desc := fs.String("description", "", "what it is for")
+				batch := fs.Bool("batch", false, "batched delivery: each request a CloudEvents JSON batch (application/cloudevents-batch+json) of several events")
+				batchMax := fs.Int32("batch-max", 0, "with --batch: at most this many events a request (1-1000; default 100)")
+				batchBytes := fs.Int32("batch-max-bytes", 0, "with --batch: at most this many bytes of body a request (1024 to 16 MiB; default 1 MiB; a larger event goes alone)")
 				return func(ctx context.Context, c *env, args []string) error {
 					if err := wantArgs(args, 0, "no arguments (give --url and --events)"); err != nil {
 						return err
@@ -43,7 +46,8 @@ var webhookNoun = noun{
 						}
 						*secret, made = base64.RawURLEncoding.EncodeToString(b), true
 					}
-					res, err := c.admin.CreateWebhook(ctx, &adminv1.CreateWebhookRequest{Url: *url, EventTypes: *events, Secret: *secret, Racks: *racks, Description: *desc})
+					res, err := c.admin.CreateWebhook(ctx, &adminv1.CreateWebhookRequest{Url: *url, EventTypes: *events, Secret: *secret, Racks: *racks, Description: *desc,
+						Batch: *batch, BatchMax: *batchMax, BatchMaxBytes: *batchBytes})
 					if err != nil {
 						return err
 					}
@@ -171,9 +175,13 @@ func printWebhooks(w io.Writer, ws []*adminv1.Webhook) {
 		if len(x.GetRacks()) > 0 {
 			scope = "rack=" + strings.Join(x.GetRacks(), ",")
 		}
-		rows[i] = []string{x.GetId(), x.GetUrl(), strings.Join(x.GetEventTypes(), ","), scope, x.GetDescription()}
+		delivery := "one event a request"
+		if x.GetBatch() {
+			delivery = fmt.Sprintf("batches of %d events, %d bytes", x.GetBatchMax(), x.GetBatchMaxBytes())
+		}
+		rows[i] = []string{x.GetId(), x.GetUrl(), strings.Join(x.GetEventTypes(), ","), scope, delivery, x.GetDescription()}
 	}
-	printTable(w, []string{"ID", "URL", "EVENTS", "SCOPE", "DESCRIPTION"}, rows)
+	printTable(w, []string{"ID", "URL", "EVENTS", "SCOPE", "DELIVERY", "DESCRIPTION"}, rows)
 }
 
 func printDeliveries(w io.Writer, ds []*adminv1.WebhookDelivery) {

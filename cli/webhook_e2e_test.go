@@ -152,6 +152,23 @@ func TestCLIWebhooks(t *testing.T) {
 	require.Contains(t, string(page), `data-status="delivered"`)
 	require.Contains(t, string(page), "flow.webhook.test")
 
+	// Batched delivery: limits only with --batch, within range; the list
+	// and the console say how a subscription is delivered.
+	requireFlowError(t, b, "invalid_argument: batch_max: is only for batched delivery", "webhook", "create", "--url", rcv.srv.URL, "--events", "*", "--secret", secret, "--batch-max", "5")
+	requireFlowError(t, b, "invalid_argument: batch_max: must be 1 to 1000 events, not 5000", "webhook", "create", "--url", rcv.srv.URL, "--events", "*", "--secret", secret, "--batch", "--batch-max", "5000")
+	out = b.mustFlow(t, "webhook", "create", "--url", rcv.srv.URL, "--events", "*", "--secret", secret, "--batch", "--batch-max", "10")
+	require.Contains(t, out, "batches of 10 events, 1048576 bytes")
+	batched := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}`).FindString(out)
+	require.Contains(t, b.mustFlow(t, "webhook", "list"), "one event a request")
+	require.Contains(t, b.mustFlow(t, "webhook", "get", batched, "-o", "json"), `"batchMax": 10`)
+	res, err = http.Get(s.url + "/ui/webhooks")
+	require.NoError(t, err)
+	page, err = io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(page), "batches of up to 10 events, 1048576 bytes")
+	b.mustFlow(t, "webhook", "delete", batched)
+
 	out = b.mustFlow(t, "webhook", "delete", id)
 	require.Contains(t, out, "deleted webhook "+id)
 	requireFlowError(t, b, "not_found", "webhook", "get", id)

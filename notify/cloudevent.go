@@ -31,6 +31,11 @@ type CloudEvent struct {
 // ContentType is the media type of a structured CloudEvent.
 const ContentType = "application/cloudevents+json"
 
+// BatchContentType is the media type of a CloudEvents JSON batch (a JSON
+// array of structured CloudEvents), the body of a batched subscription's
+// requests.
+const BatchContentType = "application/cloudevents-batch+json"
+
 // SignatureHeader carries a webhook request's signature:
 // "t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>" under the secret>".
 const SignatureHeader = "Flow-Signature"

@@ -160,6 +160,7 @@ func (s *Service) workLane(ctx context.Context, holder int64, lane LaneArgs) err
 		}
 		return nil
 	}
+	lim := s.laneLimit(ctx, lane.SubscriptionID)
 	deadline := time.Now().Add(drainBudget)
 	idleSince := time.Now()
 	for {
@@ -169,7 +170,7 @@ func (s *Service) workLane(ctx context.Context, holder int64, lane LaneArgs) err
 			}
 			leased = time.Now()
 		}
-		rows, err := s.q.LaneBatch(ctx, s.pool, dbsqlc.LaneBatchParams{SubscriptionID: lane.SubscriptionID, Lane: lane.Lane, Lim: batchSize})
+		rows, err := s.q.LaneBatch(ctx, s.pool, dbsqlc.LaneBatchParams{SubscriptionID: lane.SubscriptionID, Lane: lane.Lane, Lim: lim})
 		if err != nil {
 			more = true
 			return errors.Join(fmt.Errorf("read lane %s: %w", lane.key(), err), release())
@@ -196,6 +197,22 @@ func (s *Service) workLane(ctx context.Context, holder int64, lane LaneArgs) err
 	}
 }
 
+// laneLimit is how many deliveries one pass of a lane of subscription id
+// takes: batchSize, or four requests' worth of a batched subscription's
+// (at most 2,000).
+func (s *Service) laneLimit(ctx context.Context, id uuid.UUID) int32 {
+	subs, err := s.subscriptions(ctx, s.pool)
+	if err != nil {
+		return batchSize
+	}
+	for _, sub := range subs {
+		if sub.ID == id && sub.Batched() {
+			return int32(min(max(batchSize, 4*sub.BatchMax), 2000))
+		}
+	}
+	return batchSize
+}
+
 // outcome is one attempt's result, as DeliveryRecord records it.
 type outcome struct {
 	row    dbsqlc.LaneBatchRow
@@ -204,6 +221,9 @@ type outcome struct {
 	err    error
 	next   time.Time
 	tried  bool
+	// batchOf: a failed batched request's first delivery ID (retried as
+	// a unit), 0 otherwise.
+	batchOf int64
 }
 
 // sendBatch posts a batch's deliveries, each subject's in order and at
@@ -219,6 +239,13 @@ func (s *Service) sendBatch(ctx context.Context, rows []dbsqlc.LaneBatchRow, sto
 		return err
 	}
 	out := make([]outcome, len(rows))
+	if rows[0].BatchMax > 0 {
+		for i, r := range rows {
+			out[i].row = r
+		}
+		s.postBatches(ctx, secret, out, stopBy)
+		return s.record(ctx, out)
+	}
 	var subjects []string
 	bySubject := map[string][]int{}
 	for i, r := range rows {
@@ -268,6 +295,12 @@ func (s *Service) sendBatch(ctx context.Context, rows []dbsqlc.LaneBatchRow, sto
 		}(bySubject[subj])
 	}
 	wg.Wait()
+	return s.record(ctx, out)
+}
+
+// record writes what was tried of a batch in one statement, then counts
+// and logs the outcomes.
+func (s *Service) record(ctx context.Context, out []outcome) error {
 	p := dbsqlc.DeliveryRecordParams{}
 	for _, o := range out {
 		if !o.tried {
@@ -286,6 +319,7 @@ func (s *Service) sendBatch(ctx context.Context, rows []dbsqlc.LaneBatchRow, sto
 		p.Codes = append(p.Codes, int32(o.code))
 		p.Errors = append(p.Errors, msg)
 		p.NextAttemptAt = append(p.NextAttemptAt, next)
+		p.BatchOf = append(p.BatchOf, o.batchOf)
 	}
 	if len(p.IDs) == 0 {
 		return nil
@@ -339,6 +373,114 @@ func (s *Service) backoff(attempts int) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
+// postBatches posts a batched subscription's deliveries (out, in id
+// order) as CloudEvents JSON batches, one request at a time: first each
+// failed batch due again, exactly as it was (its deliveries share
+// batch_of: retried as a unit), then the others in id order, up to the
+// subscription's BatchMax events and BatchMaxBytes of body a request (an
+// event larger than that goes alone). One request at a time and each
+// batch in id order keep every subject's order within and across
+// batches. A request's outcome is all of its deliveries': delivered,
+// dead (a permanent answer or the last attempt) or pending again from one
+// retry time with batch_of set; a retry stops the pass (what was not
+// tried stays as it was).
+func (s *Service) postBatches(ctx context.Context, secret []byte, out []outcome, stopBy time.Time) {
+	var reqs [][]int
+	groups := map[int64]int{} // batch_of → its request in reqs
+	var fresh []int
+	for i, o := range out {
+		if o.row.BatchOf == nil {
+			fresh = append(fresh, i)
+			continue
+		}
+		k, ok := groups[*o.row.BatchOf]
+		if !ok {
+			k = len(reqs)
+			groups[*o.row.BatchOf] = k
+			reqs = append(reqs, nil)
+		}
+		reqs[k] = append(reqs[k], i)
+	}
+	bodies := make([][]byte, len(out))
+	for i := range out {
+		b, err := s.body(out[i].row)
+		if err != nil {
+			out[i].tried, out[i].status, out[i].err = true, StatusDead, err
+			continue
+		}
+		bodies[i] = b
+	}
+	maxN, maxBytes := int(out[0].row.BatchMax), int(out[0].row.BatchMaxBytes)
+	var cur []int
+	size := 2 // "[" and "]"
+	for _, i := range fresh {
+		if bodies[i] == nil {
+			continue
+		}
+		if len(cur) > 0 && (len(cur) >= maxN || size+len(bodies[i])+1 > maxBytes) {
+			reqs = append(reqs, cur)
+			cur, size = nil, 2
+		}
+		cur = append(cur, i)
+		size += len(bodies[i]) + 1
+	}
+	if len(cur) > 0 {
+		reqs = append(reqs, cur)
+	}
+	for _, idx := range reqs {
+		if ctx.Err() != nil || time.Now().After(stopBy) {
+			return
+		}
+		var body bytes.Buffer
+		body.WriteByte('[')
+		attempts := 0
+		n := 0
+		for _, i := range idx {
+			if bodies[i] == nil {
+				continue
+			}
+			if n > 0 {
+				body.WriteByte(',')
+			}
+			body.Write(bodies[i])
+			attempts = max(attempts, int(out[i].row.Attempts)+1)
+			n++
+		}
+		body.WriteByte(']')
+		if n == 0 {
+			continue
+		}
+		first := out[idx[0]].row
+		code, err := s.post(ctx, secret, first.Url, body.Bytes(), BatchContentType, map[string]string{
+			"Flow-Batch-Size":       strconv.Itoa(n),
+			"Flow-Delivery-Id":      strconv.FormatInt(first.ID, 10),
+			"Flow-Delivery-Attempt": strconv.Itoa(attempts),
+		})
+		if ctx.Err() != nil {
+			return // shutting down: not recorded, sent again
+		}
+		status, next, batchOf := StatusDelivered, time.Time{}, int64(0)
+		if err != nil {
+			switch {
+			case permanent(code) || attempts >= s.cfg.MaxAttempts:
+				status = StatusDead
+			default:
+				status, next, batchOf = StatusPending, time.Now().Add(s.backoff(attempts)), first.ID
+			}
+		}
+		for _, i := range idx {
+			if bodies[i] == nil {
+				continue
+			}
+			o := &out[i]
+			o.tried, o.code, o.err, o.status, o.next, o.batchOf = true, code, err, status, next, batchOf
+		}
+		if status == StatusPending {
+			return
+		}
+	}
+}
+
 // body returns the CloudEvent of a delivery's event, as sent.
 func (s *Service) body(d dbsqlc.LaneBatchRow) ([]byte, error) {
 	return json.Marshal(CloudEvent{SpecVersion: "1.0", ID: d.EventID.String(), Source: s.source, Type: d.EventType, Subject: d.Subject,
@@ -353,18 +495,29 @@ func (s *Service) send(ctx context.Context, secret []byte, d dbsqlc.LaneBatchRow
 	if err != nil {
 		return 0, err
 	}
+	return s.post(ctx, secret, d.Url, body, ContentType, map[string]string{
+		"Flow-Event-Id":         d.EventID.String(),
+		"Flow-Delivery-Id":      strconv.FormatInt(d.ID, 10),
+		"Flow-Delivery-Attempt": strconv.Itoa(int(d.Attempts) + 1),
+	})
+}
+
+// post makes one request of body (of content type ct, with headers),
+// signed with secret; it returns the HTTP status (0: none) and an error
+// unless it was a 2xx.
+func (s *Service) post(ctx context.Context, secret []byte, url string, body []byte, ct string, headers map[string]string) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.Url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, fmt.Errorf("request: %w", err)
 	}
-	req.Header.Set("Content-Type", ContentType)
+	req.Header.Set("Content-Type", ct)
 	req.Header.Set("User-Agent", "flow-notify/1")
 	req.Header.Set(SignatureHeader, Sign(secret, time.Now(), body))
-	req.Header.Set("Flow-Event-Id", d.EventID.String())
-	req.Header.Set("Flow-Delivery-Id", strconv.FormatInt(d.ID, 10))
-	req.Header.Set("Flow-Delivery-Attempt", strconv.Itoa(int(d.Attempts)+1))
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	res, err := s.client.Do(req)
 	if err != nil {
 		var ne net.Error

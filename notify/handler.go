@@ -35,7 +35,8 @@ func NewHandler(pool *pgxpool.Pool, svc *Service, racks RackResolver) *Handler {
 
 // CreateWebhook creates a subscription.
 func (h *Handler) CreateWebhook(ctx context.Context, req *adminv1.CreateWebhookRequest) (*adminv1.WebhookResponse, error) {
-	in := Input{URL: req.GetUrl(), EventTypes: req.GetEventTypes(), Secret: req.GetSecret(), Description: req.GetDescription(), CreatedBy: caller.Identity(ctx)}
+	in := Input{URL: req.GetUrl(), EventTypes: req.GetEventTypes(), Secret: req.GetSecret(), Description: req.GetDescription(), CreatedBy: caller.Identity(ctx),
+		Batch: req.GetBatch(), BatchMax: int(req.GetBatchMax()), BatchMaxBytes: int(req.GetBatchMaxBytes())}
 	var sub Subscription
 	err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) (err error) {
 		for i, r := range req.GetRacks() {
@@ -175,7 +176,7 @@ func (h *Handler) RedriveWebhookDeliveries(ctx context.Context, req *adminv1.Red
 
 func toProto(s Subscription) *adminv1.Webhook {
 	out := &adminv1.Webhook{Id: s.ID.String(), Url: s.URL, EventTypes: s.EventTypes, Description: s.Description, CreatedBy: s.CreatedBy,
-		CreatedAt: timestamppb.New(s.CreatedAt)}
+		CreatedAt: timestamppb.New(s.CreatedAt), Batch: s.Batched(), BatchMax: int32(s.BatchMax), BatchMaxBytes: int32(s.BatchMaxBytes)}
 	for _, r := range s.RackIDs {
 		out.Racks = append(out.Racks, r.String())
 	}

@@ -125,6 +125,7 @@ type received struct {
 	sig    string
 	raw    []byte
 	status int
+	ct     string
 }
 
 // receiver is a real HTTP receiver; answer decides each response.
@@ -147,7 +148,7 @@ func newReceiver(t *testing.T, answer func(n int) int) *receiver {
 		if r.answer != nil {
 			status = r.answer(n)
 		}
-		r.got = append(r.got, received{ce: ce, sig: req.Header.Get(notify.SignatureHeader), raw: raw, status: status})
+		r.got = append(r.got, received{ce: ce, sig: req.Header.Get(notify.SignatureHeader), raw: raw, status: status, ct: req.Header.Get("Content-Type")})
 		r.mu.Unlock()
 		w.WriteHeader(status)
 	}))

@@ -1,6 +1,6 @@
 -- name: SubscriptionInsert :one
-INSERT INTO notify_subscription (id, url, event_types, rack_ids, secret, description, created_by)
-VALUES (@id, @url, @event_types, @rack_ids, @secret, @description, @created_by)
+INSERT INTO notify_subscription (id, url, event_types, rack_ids, secret, description, created_by, batch_max, batch_max_bytes)
+VALUES (@id, @url, @event_types, @rack_ids, @secret, @description, @created_by, @batch_max, @batch_max_bytes)
 RETURNING *;
 
 -- name: SubscriptionGetByID :one
@@ -95,7 +95,7 @@ WITH heads AS (
     WHERE h.subscription_id = @subscription_id AND h.lane = @lane::smallint AND h.status = 'pending'
     ORDER BY h.subject, h.id
 )
-SELECT d.id, d.event_id, d.subject, d.attempts, s.url, s.secret,
+SELECT d.id, d.event_id, d.subject, d.attempts, d.batch_of, s.url, s.secret, s.batch_max, s.batch_max_bytes,
     ev.type AS event_type, ev.data AS event_data, ev.created_at AS event_created_at
 FROM notify_delivery d
 JOIN heads ON heads.subject = d.subject AND heads.next_attempt_at <= now()
@@ -108,12 +108,14 @@ LIMIT @lim;
 -- name: DeliveryRecord :exec
 -- Records a batch's attempts in one statement: each delivery's new status
 -- (delivered, pending again from next_attempt_at, or dead), its HTTP
--- status and error. Delivery bookkeeping only, so it commits without
+-- status and error, and for a failed request of a batched subscription
+-- the request's first delivery ID (batch_of: retried as a unit; 0 none). Delivery bookkeeping only, so it commits without
 -- waiting for the WAL flush (synchronous_commit off for this one
 -- transaction): a crash may lose the last few milliseconds of outcomes,
 -- which re-sends those events (at least once; receivers dedupe on the
 -- event ID), and never loses an event.
 UPDATE notify_delivery d SET status = (@statuses::text[])[r.n], attempts = d.attempts + 1,
+    batch_of = NULLIF((@batch_of::bigint[])[r.n], 0),
     last_status_code = (@codes::int[])[r.n], last_error = (@errors::text[])[r.n], next_attempt_at = (@next_attempt_at::timestamptz[])[r.n],
     delivered_at = CASE WHEN (@statuses::text[])[r.n] = 'delivered' THEN now() ELSE d.delivered_at END, updated_at = now()
 FROM unnest(@ids::bigint[]) WITH ORDINALITY AS r (id, n),
@@ -171,7 +173,7 @@ LIMIT @lim;
 -- name: DeliveryRedrive :many
 -- Makes dead deliveries pending again, with their attempts reset.
 UPDATE notify_delivery SET status = 'pending', attempts = 0, last_error = '', last_status_code = 0,
-    next_attempt_at = now(), updated_at = now()
+    next_attempt_at = now(), updated_at = now(), batch_of = NULL
 WHERE status = 'dead' AND (id = ANY(@ids::bigint[]) OR (@all_of::uuid <> '00000000-0000-0000-0000-000000000000'::uuid AND subscription_id = @all_of))
 RETURNING id, subscription_id, lane;
 

@@ -191,7 +191,24 @@ type Subscription struct {
 	Description string
 	CreatedBy   string
 	CreatedAt   time.Time
+	// BatchMax, when positive, makes delivery batched: each request a
+	// CloudEvents JSON batch of up to BatchMax events and BatchMaxBytes of
+	// body (docs/notifications.md "Batched delivery").
+	BatchMax      int
+	BatchMaxBytes int
 }
+
+// Batched reports whether s's deliveries go in CloudEvents batches.
+func (s Subscription) Batched() bool { return s.BatchMax > 0 }
+
+// Batch limits (CreateWebhook's batch_max and batch_max_bytes).
+const (
+	DefaultBatchMax      = 100
+	MaxBatchMax          = 1000
+	DefaultBatchMaxBytes = 1 << 20
+	MinBatchMaxBytes     = 1 << 10
+	MaxBatchMaxBytes     = 16 << 20
+)
 
 // matches reports whether s wants an event of typ on rack (nil: site-wide).
 func (s Subscription) matches(typ Type, rack *uuid.UUID) bool {
@@ -212,6 +229,12 @@ type Input struct {
 	Secret      string
 	Description string
 	CreatedBy   string
+	// Batch asks for batched delivery, of up to BatchMax events (0:
+	// DefaultBatchMax) and BatchMaxBytes of body (0:
+	// DefaultBatchMaxBytes); without Batch both must be 0.
+	Batch         bool
+	BatchMax      int
+	BatchMaxBytes int
 }
 
 // Create validates in and stores the subscription through tx with its
@@ -242,6 +265,10 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, in Input) (Subscription
 	if len(in.Secret) < 16 {
 		return Subscription{}, invalid("secret", "is too short: use at least 16 characters (32 random bytes, base64, is best)")
 	}
+	batchMax, batchBytes, err := batchLimits(in)
+	if err != nil {
+		return Subscription{}, err
+	}
 	if s.keys == nil {
 		return Subscription{}, ErrNoKey
 	}
@@ -259,6 +286,7 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, in Input) (Subscription
 	}
 	row, err := s.q.SubscriptionInsert(ctx, tx, dbsqlc.SubscriptionInsertParams{
 		ID: uuid.New(), Url: u.String(), EventTypes: types, RackIDs: racks, Secret: sealed, Description: in.Description, CreatedBy: in.CreatedBy,
+		BatchMax: int32(batchMax), BatchMaxBytes: int32(batchBytes),
 	})
 	if err != nil {
 		return Subscription{}, fmt.Errorf("insert subscription: %w", err)
@@ -271,6 +299,34 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, in Input) (Subscription
 	return fromRow(row), nil
 }
 
+// batchLimits validates in's batch settings and returns the limits to
+// store (0, 0: not batched).
+func batchLimits(in Input) (int, int, error) {
+	if !in.Batch {
+		if in.BatchMax != 0 {
+			return 0, 0, invalid("batch_max", "is only for batched delivery (set batch)")
+		}
+		if in.BatchMaxBytes != 0 {
+			return 0, 0, invalid("batch_max_bytes", "is only for batched delivery (set batch)")
+		}
+		return 0, 0, nil
+	}
+	n, b := in.BatchMax, in.BatchMaxBytes
+	if n == 0 {
+		n = DefaultBatchMax
+	}
+	if b == 0 {
+		b = DefaultBatchMaxBytes
+	}
+	if n < 1 || n > MaxBatchMax {
+		return 0, 0, invalid("batch_max", "must be 1 to %d events, not %d", MaxBatchMax, in.BatchMax)
+	}
+	if b < MinBatchMaxBytes || b > MaxBatchMaxBytes {
+		return 0, 0, invalid("batch_max_bytes", "must be %d to %d bytes, not %d", MinBatchMaxBytes, MaxBatchMaxBytes, in.BatchMaxBytes)
+	}
+	return n, b, nil
+}
+
 func typeList() string {
 	var b []string
 	for _, t := range Types() {
@@ -280,7 +336,8 @@ func typeList() string {
 }
 
 func fromRow(r dbsqlc.NotifySubscription) Subscription {
-	return Subscription{ID: r.ID, URL: r.Url, EventTypes: r.EventTypes, RackIDs: r.RackIDs, Description: r.Description, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}
+	return Subscription{ID: r.ID, URL: r.Url, EventTypes: r.EventTypes, RackIDs: r.RackIDs, Description: r.Description, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt,
+		BatchMax: int(r.BatchMax), BatchMaxBytes: int(r.BatchMaxBytes)}
 }
 
 // Get returns one subscription, or ErrNotFound.

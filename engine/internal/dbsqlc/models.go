@@ -352,6 +352,7 @@ type NotifyDelivery struct {
 	UpdatedAt      pgtype.Timestamptz
 	DeliveredAt    pgtype.Timestamptz
 	Lane           *int16
+	BatchOf        *int64
 }
 
 type NotifyEvent struct {
@@ -373,14 +374,16 @@ type NotifyLane struct {
 }
 
 type NotifySubscription struct {
-	ID          pgtype.UUID
-	Url         string
-	EventTypes  []string
-	RackIds     []pgtype.UUID
-	Secret      []byte
-	Description string
-	CreatedBy   string
-	CreatedAt   pgtype.Timestamptz
+	ID            pgtype.UUID
+	Url           string
+	EventTypes    []string
+	RackIds       []pgtype.UUID
+	Secret        []byte
+	Description   string
+	CreatedBy     string
+	CreatedAt     pgtype.Timestamptz
+	BatchMax      int32
+	BatchMaxBytes int32
 }
 
 type NvlDomain struct {

@@ -364,6 +364,7 @@ type NotifyDelivery struct {
 	UpdatedAt      time.Time
 	DeliveredAt    *time.Time
 	Lane           *int16
+	BatchOf        *int64
 }
 
 type NotifyEvent struct {
@@ -385,14 +386,16 @@ type NotifyLane struct {
 }
 
 type NotifySubscription struct {
-	ID          uuid.UUID
-	Url         string
-	EventTypes  []string
-	RackIDs     []uuid.UUID
-	Secret      []byte
-	Description string
-	CreatedBy   string
-	CreatedAt   time.Time
+	ID            uuid.UUID
+	Url           string
+	EventTypes    []string
+	RackIDs       []uuid.UUID
+	Secret        []byte
+	Description   string
+	CreatedBy     string
+	CreatedAt     time.Time
+	BatchMax      int32
+	BatchMaxBytes int32
 }
 
 type OperationRule struct {

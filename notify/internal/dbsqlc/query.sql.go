@@ -165,7 +165,7 @@ func (q *Queries) DeliveryBacklog(ctx context.Context, db DBTX) (DeliveryBacklog
 }
 
 const deliveryList = `-- name: DeliveryList :many
-SELECT d.id, d.event_id, d.subscription_id, d.subject, d.status, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.delivered_at, d.lane, e.type AS event_type FROM notify_delivery d JOIN notify_event e ON e.id = d.event_id
+SELECT d.id, d.event_id, d.subscription_id, d.subject, d.status, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.delivered_at, d.lane, d.batch_of, e.type AS event_type FROM notify_delivery d JOIN notify_event e ON e.id = d.event_id
 WHERE ($1::uuid IS NULL OR d.subscription_id = $1)
   AND ($2::text IS NULL OR d.status = $2)
 ORDER BY d.id DESC
@@ -192,6 +192,7 @@ type DeliveryListRow struct {
 	UpdatedAt      time.Time
 	DeliveredAt    *time.Time
 	Lane           *int16
+	BatchOf        *int64
 	EventType      string
 }
 
@@ -218,6 +219,7 @@ func (q *Queries) DeliveryList(ctx context.Context, db DBTX, arg DeliveryListPar
 			&i.UpdatedAt,
 			&i.DeliveredAt,
 			&i.Lane,
+			&i.BatchOf,
 			&i.EventType,
 		); err != nil {
 			return nil, err
@@ -238,14 +240,18 @@ WITH w AS (
     WHERE d.id = w.id
       AND ((d.status = 'delivered' AND d.delivered_at < $4::timestamptz) OR (d.status = 'dead' AND d.updated_at < $5::timestamptz))
     RETURNING d.id, d.event_id, d.created_at AS created_at
+), live AS (
+    -- The deliveries left of the events of those deleted: a delivery's
+    -- created_at is its event's (one statement wrote both), so they are
+    -- within the deleted ones' time range, which the BRIN index by
+    -- created_at reads (a few pages, never the table).
+    SELECT o.event_id, o.created_at FROM notify_delivery o
+    WHERE o.created_at >= (SELECT min(gone.created_at) FROM gone) AND o.created_at <= (SELECT max(gone.created_at) FROM gone)
+      AND NOT EXISTS (SELECT 1 FROM gone x WHERE x.id = o.id)
 ), ev AS (
-    -- A delivery's created_at is its event's (one statement wrote both):
-    -- the BRIN index by created_at finds any delivery of it left.
-    DELETE FROM notify_event e USING (SELECT DISTINCT event_id, created_at FROM gone) g
+    DELETE FROM notify_event e USING (SELECT DISTINCT gone.event_id, gone.created_at FROM gone) g
     WHERE e.id = g.event_id
-      AND NOT EXISTS (SELECT 1 FROM notify_delivery o
-                      WHERE o.created_at = g.created_at AND o.event_id = g.event_id
-                        AND NOT EXISTS (SELECT 1 FROM gone x WHERE x.id = o.id))
+      AND NOT EXISTS (SELECT 1 FROM live WHERE live.event_id = g.event_id AND live.created_at = g.created_at)
     RETURNING e.id
 )
 SELECT COALESCE((SELECT max(w.id) FROM w), 0)::bigint AS last_id,
@@ -298,15 +304,17 @@ func (q *Queries) DeliveryPrune(ctx context.Context, db DBTX, arg DeliveryPruneP
 
 const deliveryRecord = `-- name: DeliveryRecord :exec
 UPDATE notify_delivery d SET status = ($1::text[])[r.n], attempts = d.attempts + 1,
-    last_status_code = ($2::int[])[r.n], last_error = ($3::text[])[r.n], next_attempt_at = ($4::timestamptz[])[r.n],
+    batch_of = NULLIF(($2::bigint[])[r.n], 0),
+    last_status_code = ($3::int[])[r.n], last_error = ($4::text[])[r.n], next_attempt_at = ($5::timestamptz[])[r.n],
     delivered_at = CASE WHEN ($1::text[])[r.n] = 'delivered' THEN now() ELSE d.delivered_at END, updated_at = now()
-FROM unnest($5::bigint[]) WITH ORDINALITY AS r (id, n),
+FROM unnest($6::bigint[]) WITH ORDINALITY AS r (id, n),
     (SELECT set_config('synchronous_commit', 'off', true) AS v) AS sc
 WHERE d.id = r.id AND d.status = 'pending'
 `
 
 type DeliveryRecordParams struct {
 	Statuses      []string
+	BatchOf       []int64
 	Codes         []int32
 	Errors        []string
 	NextAttemptAt []time.Time
@@ -315,7 +323,8 @@ type DeliveryRecordParams struct {
 
 // Records a batch's attempts in one statement: each delivery's new status
 // (delivered, pending again from next_attempt_at, or dead), its HTTP
-// status and error. Delivery bookkeeping only, so it commits without
+// status and error, and for a failed request of a batched subscription
+// the request's first delivery ID (batch_of: retried as a unit; 0 none). Delivery bookkeeping only, so it commits without
 // waiting for the WAL flush (synchronous_commit off for this one
 // transaction): a crash may lose the last few milliseconds of outcomes,
 // which re-sends those events (at least once; receivers dedupe on the
@@ -323,6 +332,7 @@ type DeliveryRecordParams struct {
 func (q *Queries) DeliveryRecord(ctx context.Context, db DBTX, arg DeliveryRecordParams) error {
 	_, err := db.Exec(ctx, deliveryRecord,
 		arg.Statuses,
+		arg.BatchOf,
 		arg.Codes,
 		arg.Errors,
 		arg.NextAttemptAt,
@@ -333,7 +343,7 @@ func (q *Queries) DeliveryRecord(ctx context.Context, db DBTX, arg DeliveryRecor
 
 const deliveryRedrive = `-- name: DeliveryRedrive :many
 UPDATE notify_delivery SET status = 'pending', attempts = 0, last_error = '', last_status_code = 0,
-    next_attempt_at = now(), updated_at = now()
+    next_attempt_at = now(), updated_at = now(), batch_of = NULL
 WHERE status = 'dead' AND (id = ANY($1::bigint[]) OR ($2::uuid <> '00000000-0000-0000-0000-000000000000'::uuid AND subscription_id = $2))
 RETURNING id, subscription_id, lane
 `
@@ -434,7 +444,7 @@ WITH heads AS (
     WHERE h.subscription_id = $1 AND h.lane = $2::smallint AND h.status = 'pending'
     ORDER BY h.subject, h.id
 )
-SELECT d.id, d.event_id, d.subject, d.attempts, s.url, s.secret,
+SELECT d.id, d.event_id, d.subject, d.attempts, d.batch_of, s.url, s.secret, s.batch_max, s.batch_max_bytes,
     ev.type AS event_type, ev.data AS event_data, ev.created_at AS event_created_at
 FROM notify_delivery d
 JOIN heads ON heads.subject = d.subject AND heads.next_attempt_at <= now()
@@ -456,8 +466,11 @@ type LaneBatchRow struct {
 	EventID        uuid.UUID
 	Subject        string
 	Attempts       int32
+	BatchOf        *int64
 	Url            string
 	Secret         []byte
+	BatchMax       int32
+	BatchMaxBytes  int32
 	EventType      string
 	EventData      []byte
 	EventCreatedAt time.Time
@@ -480,8 +493,11 @@ func (q *Queries) LaneBatch(ctx context.Context, db DBTX, arg LaneBatchParams) (
 			&i.EventID,
 			&i.Subject,
 			&i.Attempts,
+			&i.BatchOf,
 			&i.Url,
 			&i.Secret,
+			&i.BatchMax,
+			&i.BatchMaxBytes,
 			&i.EventType,
 			&i.EventData,
 			&i.EventCreatedAt,
@@ -666,7 +682,7 @@ func (q *Queries) SubscriptionDeleteDeliveries(ctx context.Context, db DBTX, sub
 }
 
 const subscriptionGetByID = `-- name: SubscriptionGetByID :one
-SELECT id, url, event_types, rack_ids, secret, description, created_by, created_at FROM notify_subscription WHERE id = $1
+SELECT id, url, event_types, rack_ids, secret, description, created_by, created_at, batch_max, batch_max_bytes FROM notify_subscription WHERE id = $1
 `
 
 func (q *Queries) SubscriptionGetByID(ctx context.Context, db DBTX, id uuid.UUID) (NotifySubscription, error) {
@@ -681,24 +697,28 @@ func (q *Queries) SubscriptionGetByID(ctx context.Context, db DBTX, id uuid.UUID
 		&i.Description,
 		&i.CreatedBy,
 		&i.CreatedAt,
+		&i.BatchMax,
+		&i.BatchMaxBytes,
 	)
 	return i, err
 }
 
 const subscriptionInsert = `-- name: SubscriptionInsert :one
-INSERT INTO notify_subscription (id, url, event_types, rack_ids, secret, description, created_by)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-RETURNING id, url, event_types, rack_ids, secret, description, created_by, created_at
+INSERT INTO notify_subscription (id, url, event_types, rack_ids, secret, description, created_by, batch_max, batch_max_bytes)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+RETURNING id, url, event_types, rack_ids, secret, description, created_by, created_at, batch_max, batch_max_bytes
 `
 
 type SubscriptionInsertParams struct {
-	ID          uuid.UUID
-	Url         string
-	EventTypes  []string
-	RackIDs     []uuid.UUID
-	Secret      []byte
-	Description string
-	CreatedBy   string
+	ID            uuid.UUID
+	Url           string
+	EventTypes    []string
+	RackIDs       []uuid.UUID
+	Secret        []byte
+	Description   string
+	CreatedBy     string
+	BatchMax      int32
+	BatchMaxBytes int32
 }
 
 func (q *Queries) SubscriptionInsert(ctx context.Context, db DBTX, arg SubscriptionInsertParams) (NotifySubscription, error) {
@@ -710,6 +730,8 @@ func (q *Queries) SubscriptionInsert(ctx context.Context, db DBTX, arg Subscript
 		arg.Secret,
 		arg.Description,
 		arg.CreatedBy,
+		arg.BatchMax,
+		arg.BatchMaxBytes,
 	)
 	var i NotifySubscription
 	err := row.Scan(
@@ -721,12 +743,14 @@ func (q *Queries) SubscriptionInsert(ctx context.Context, db DBTX, arg Subscript
 		&i.Description,
 		&i.CreatedBy,
 		&i.CreatedAt,
+		&i.BatchMax,
+		&i.BatchMaxBytes,
 	)
 	return i, err
 }
 
 const subscriptionList = `-- name: SubscriptionList :many
-SELECT id, url, event_types, rack_ids, secret, description, created_by, created_at FROM notify_subscription ORDER BY created_at, id
+SELECT id, url, event_types, rack_ids, secret, description, created_by, created_at, batch_max, batch_max_bytes FROM notify_subscription ORDER BY created_at, id
 `
 
 func (q *Queries) SubscriptionList(ctx context.Context, db DBTX) ([]NotifySubscription, error) {
@@ -747,6 +771,8 @@ func (q *Queries) SubscriptionList(ctx context.Context, db DBTX) ([]NotifySubscr
 			&i.Description,
 			&i.CreatedBy,
 			&i.CreatedAt,
+			&i.BatchMax,
+			&i.BatchMaxBytes,
 		); err != nil {
 			return nil, err
 		}

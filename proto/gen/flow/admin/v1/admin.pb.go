@@ -5897,10 +5897,16 @@ type Webhook struct {
 	// Event types (docs/notifications.md), or "*" for all.
 	EventTypes []string `protobuf:"bytes,3,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
 	// Rack IDs it is scoped to; empty: the whole site.
-	Racks         []string               `protobuf:"bytes,4,rep,name=racks,proto3" json:"racks,omitempty"`
-	Description   string                 `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
-	CreatedBy     string                 `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Racks       []string               `protobuf:"bytes,4,rep,name=racks,proto3" json:"racks,omitempty"`
+	Description string                 `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	CreatedBy   string                 `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Batched delivery (docs/notifications.md "Batched delivery"): each
+	// request is a CloudEvents JSON batch (application/cloudevents-batch+json)
+	// of up to batch_max events and batch_max_bytes of body.
+	Batch         bool  `protobuf:"varint,8,opt,name=batch,proto3" json:"batch,omitempty"`
+	BatchMax      int32 `protobuf:"varint,9,opt,name=batch_max,json=batchMax,proto3" json:"batch_max,omitempty"`
+	BatchMaxBytes int32 `protobuf:"varint,10,opt,name=batch_max_bytes,json=batchMaxBytes,proto3" json:"batch_max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5984,6 +5990,27 @@ func (x *Webhook) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Webhook) GetBatch() bool {
+	if x != nil {
+		return x.Batch
+	}
+	return false
+}
+
+func (x *Webhook) GetBatchMax() int32 {
+	if x != nil {
+		return x.BatchMax
+	}
+	return 0
+}
+
+func (x *Webhook) GetBatchMaxBytes() int32 {
+	if x != nil {
+		return x.BatchMaxBytes
+	}
+	return 0
+}
+
 type CreateWebhookRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Url        string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
@@ -5991,8 +6018,15 @@ type CreateWebhookRequest struct {
 	// Racks by name or ID; empty: the whole site.
 	Racks []string `protobuf:"bytes,3,rep,name=racks,proto3" json:"racks,omitempty"`
 	// The signing secret (at least 16 characters).
-	Secret        string `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"`
-	Description   string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	Secret      string `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"`
+	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	// Batched delivery: each request a CloudEvents JSON batch of up to
+	// batch_max events (1–1000; 0: 100) and batch_max_bytes of body (1 KiB
+	// to 16 MiB; 0: 1 MiB; an event larger goes alone). Without batch, one
+	// event per request and both limits must be 0.
+	Batch         bool  `protobuf:"varint,6,opt,name=batch,proto3" json:"batch,omitempty"`
+	BatchMax      int32 `protobuf:"varint,7,opt,name=batch_max,json=batchMax,proto3" json:"batch_max,omitempty"`
+	BatchMaxBytes int32 `protobuf:"varint,8,opt,name=batch_max_bytes,json=batchMaxBytes,proto3" json:"batch_max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6060,6 +6094,27 @@ func (x *CreateWebhookRequest) GetDescription() string {
 		return x.Description
 	}
 	return ""
+}
+
+func (x *CreateWebhookRequest) GetBatch() bool {
+	if x != nil {
+		return x.Batch
+	}
+	return false
+}
+
+func (x *CreateWebhookRequest) GetBatchMax() int32 {
+	if x != nil {
+		return x.BatchMax
+	}
+	return 0
+}
+
+func (x *CreateWebhookRequest) GetBatchMaxBytes() int32 {
+	if x != nil {
+		return x.BatchMaxBytes
+	}
+	return 0
 }
 
 type WebhookResponse struct {
@@ -7175,7 +7230,7 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"Q\n" +
 	"\x1dReleaseRunFromWindowsResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xde\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xb9\x02\n" +
 	"\aWebhook\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1f\n" +
@@ -7186,14 +7241,21 @@ const file_flow_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"created_by\x18\x06 \x01(\tR\tcreatedBy\x129\n" +
 	"\n" +
-	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x99\x01\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x14\n" +
+	"\x05batch\x18\b \x01(\bR\x05batch\x12\x1b\n" +
+	"\tbatch_max\x18\t \x01(\x05R\bbatchMax\x12&\n" +
+	"\x0fbatch_max_bytes\x18\n" +
+	" \x01(\x05R\rbatchMaxBytes\"\xf4\x01\n" +
 	"\x14CreateWebhookRequest\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1f\n" +
 	"\vevent_types\x18\x02 \x03(\tR\n" +
 	"eventTypes\x12\x14\n" +
 	"\x05racks\x18\x03 \x03(\tR\x05racks\x12\x16\n" +
 	"\x06secret\x18\x04 \x01(\tR\x06secret\x12 \n" +
-	"\vdescription\x18\x05 \x01(\tR\vdescription\"C\n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x14\n" +
+	"\x05batch\x18\x06 \x01(\bR\x05batch\x12\x1b\n" +
+	"\tbatch_max\x18\a \x01(\x05R\bbatchMax\x12&\n" +
+	"\x0fbatch_max_bytes\x18\b \x01(\x05R\rbatchMaxBytes\"C\n" +
 	"\x0fWebhookResponse\x120\n" +
 	"\awebhook\x18\x01 \x01(\v2\x16.flow.admin.v1.WebhookR\awebhook\"\x15\n" +
 	"\x13ListWebhooksRequest\"J\n" +
