@@ -60,7 +60,11 @@ type checkpointReq struct {
 	// ended: the checkpoint that committed ended the step (else it had
 	// ended before: an earlier commit whose answer was lost, a cancel).
 	ended bool
-	done  chan error
+	// busy: another transaction held the step's run when its group's
+	// checkpoint locked the runs, so the group left the step out; it is
+	// committed alone (commitBatch).
+	busy bool
+	done chan error
 }
 
 // Chained steps.
@@ -159,6 +163,20 @@ func (e *Engine) commitBatch(reqs []*checkpointReq) {
 	ctx, cancel := groupContext(reqs[0].ctx)
 	defer cancel()
 	err := e.checkpointObserved(ctx, reqs)
+	if err == nil && len(reqs) > 1 {
+		// The steps whose runs another transaction held are committed
+		// alone, each waiting for its run, while the shard goes on.
+		var done []*checkpointReq
+		for _, r := range reqs {
+			if !r.busy {
+				done = append(done, r)
+				continue
+			}
+			e.stats.busy.Add(1)
+			go e.commitBatch([]*checkpointReq{r})
+		}
+		reqs = done
+	}
 	if err == nil || len(reqs) == 1 {
 		e.counted(err, len(reqs))
 		for _, r := range reqs {
@@ -197,13 +215,14 @@ type checkpointStats struct {
 	steps   atomic.Int64 // steps committed
 	grouped atomic.Int64 // steps committed with others
 	split   atomic.Int64 // failed groups retried step by step
+	busy    atomic.Int64 // steps a group left out, their run held elsewhere
 	// kept counts outcomes whose first write failed with the database
 	// unavailable (keepOutcome), keptCommitted those it then recorded.
 	kept, keptCommitted atomic.Int64
 }
 
 func (e *Engine) counted(err error, steps int) {
-	if err == nil {
+	if err == nil && steps > 0 {
 		e.stats.steps.Add(int64(steps))
 		if steps > 1 {
 			e.stats.grouped.Add(int64(steps))
@@ -225,15 +244,56 @@ func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq) (err e
 	return e.checkpointGroup(ctx, reqs)
 }
 
-// checkpointGroup is the checkpoint transaction of reqs: it locks their runs in
-// ID order, records the steps' outcomes and counts them on their runs, ends
-// the runs whose stage failed or whose last stage ended (with the hook),
-// starts the next stage of the others whose stage ended, and completes all
-// the steps' jobs.
+// checkpointGroup is the checkpoint transaction of reqs: it locks their
+// runs in ID order, records the steps' outcomes and counts them on their
+// runs, ends the runs whose stage failed or whose last stage ended (with
+// the hook), starts the next stage of the others whose stage ended, and
+// completes all the steps' jobs. A group of several steps locks only the
+// runs no other transaction holds and leaves the others' steps out
+// (busy): one run held elsewhere (a leak response pre-empting it, a
+// cancel) never stalls the group's other steps.
 //
 // Locks are taken run rows first, then River jobs (these, and the siblings a
 // failure cancels), the order Cancel and the timeout use.
 func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) error {
+	return pgx.BeginTxFunc(ctx, e.pool, checkpointTxOptions, func(tx pgx.Tx) error {
+		for _, r := range reqs {
+			r.next, r.ended, r.busy = 0, false, false // an earlier, rolled back attempt's
+		}
+		runIDs := make([]int64, len(reqs))
+		for i, r := range reqs {
+			runIDs[i] = r.row.RunID
+		}
+		if len(reqs) == 1 {
+			if err := e.q.RunLockMany(ctx, tx, runIDs); err != nil {
+				return fmt.Errorf("lock runs: %w", err)
+			}
+			return e.checkpointLocked(ctx, tx, reqs)
+		}
+		free, err := e.q.RunLockManyFree(ctx, tx, runIDs)
+		if err != nil {
+			return fmt.Errorf("lock runs: %w", err)
+		}
+		locked := make(map[int64]bool, len(free))
+		for _, id := range free {
+			locked[id] = true
+		}
+		mine := make([]*checkpointReq, 0, len(reqs))
+		for _, r := range reqs {
+			if r.busy = !locked[r.row.RunID]; !r.busy {
+				mine = append(mine, r)
+			}
+		}
+		if len(mine) == 0 {
+			return nil
+		}
+		return e.checkpointLocked(ctx, tx, mine)
+	})
+}
+
+// checkpointLocked is the checkpoint of reqs in tx, which holds their
+// runs' locks.
+func (e *Engine) checkpointLocked(ctx context.Context, tx pgx.Tx, reqs []*checkpointReq) error {
 	n := len(reqs)
 	jobIDs := make([]int64, n)
 	p := dbsqlc.StepEndManyParams{
@@ -268,87 +328,79 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 		jl[i] = jobLabels(r.job.Metadata)
 		labels[RunID(r.row.RunID)] = jl[i]
 	}
-	return pgx.BeginTxFunc(ctx, e.pool, checkpointTxOptions, func(tx pgx.Tx) error {
+	runs, err := e.q.StepEndMany(ctx, tx, p)
+	if err != nil {
+		return fmt.Errorf("end steps: %w", err)
+	}
+	slices.SortFunc(runs, func(a, b dbsqlc.StepEndManyRow) int { return cmp.Compare(a.ID, b.ID) })
+	ended := make(map[int64]bool, n)
+	for _, run := range runs {
+		for _, id := range run.EndedStepIds {
+			ended[id] = true
+		}
+	}
+	for _, r := range reqs {
+		r.ended = ended[r.row.ID]
+	}
+	// The job of a step ended here may go on with the next stage, if
+	// this process is to start calls.
+	chainable := make(map[RunID]*checkpointReq)
+	if !e.lease.stopping.Load() && (!e.lease.started.Load() || e.lease.ok.Load()) {
 		for _, r := range reqs {
-			r.next, r.ended = 0, false // an earlier, rolled back attempt's
-		}
-		if err := e.q.RunLockMany(ctx, tx, p.RunIDs); err != nil {
-			return fmt.Errorf("lock runs: %w", err)
-		}
-		runs, err := e.q.StepEndMany(ctx, tx, p)
-		if err != nil {
-			return fmt.Errorf("end steps: %w", err)
-		}
-		slices.SortFunc(runs, func(a, b dbsqlc.StepEndManyRow) int { return cmp.Compare(a.ID, b.ID) })
-		ended := make(map[int64]bool, n)
-		for _, run := range runs {
-			for _, id := range run.EndedStepIds {
-				ended[id] = true
+			if r.chain && r.ended && r.ctx.Err() == nil && chainable[RunID(r.row.RunID)] == nil {
+				chainable[RunID(r.row.RunID)] = r
 			}
 		}
-		for _, r := range reqs {
-			r.ended = ended[r.row.ID]
-		}
-		// The job of a step ended here may go on with the next stage, if
-		// this process is to start calls.
-		chainable := make(map[RunID]*checkpointReq)
-		if !e.lease.stopping.Load() && (!e.lease.started.Load() || e.lease.ok.Load()) {
-			for _, r := range reqs {
-				if r.chain && r.ended && r.ctx.Err() == nil && chainable[RunID(r.row.RunID)] == nil {
-					chainable[RunID(r.row.RunID)] = r
-				}
+	}
+	var ends []runEnding
+	var next []stageStart
+	for _, run := range runs {
+		stage := stageRef{RunID(run.ID), run.StageIndex}
+		switch {
+		case run.FailedSteps > 0 && (run.OpenSteps == 0 || !waitAll[stage]):
+			ends = append(ends, runEnding{stage.run, StateFailed, run.FirstFailure})
+		case run.OpenSteps > 0:
+		case run.StageIndex+1 < run.StageCount:
+			st := stageStart{stageRef: stageRef{stage.run, run.StageIndex + 1}, steps: run.NextStepIDs, labels: labels[stage.run], ended: stageNames[stage]}
+			if r := chainable[stage.run]; r != nil {
+				st.job = r.job.ID
 			}
+			next = append(next, st)
+		default:
+			ends = append(ends, runEnding{stage.run, StateCompleted, ""})
 		}
-		var ends []runEnding
-		var next []stageStart
-		for _, run := range runs {
-			stage := stageRef{RunID(run.ID), run.StageIndex}
-			switch {
-			case run.FailedSteps > 0 && (run.OpenSteps == 0 || !waitAll[stage]):
-				ends = append(ends, runEnding{stage.run, StateFailed, run.FirstFailure})
-			case run.OpenSteps > 0:
-			case run.StageIndex+1 < run.StageCount:
-				st := stageStart{stageRef: stageRef{stage.run, run.StageIndex + 1}, steps: run.NextStepIDs, labels: labels[stage.run], ended: stageNames[stage]}
-				if r := chainable[stage.run]; r != nil {
-					st.job = r.job.ID
-				}
-				next = append(next, st)
-			default:
-				ends = append(ends, runEnding{stage.run, StateCompleted, ""})
-			}
+	}
+	// Observed first: the steps' ends come before their runs' ends.
+	e.observeCheckpoint(ctx, reqs, jl)
+	if err := e.endRuns(ctx, tx, ends, jobIDs); err != nil {
+		return err
+	}
+	if err := e.startStages(ctx, tx, next, nil); err != nil {
+		return err
+	}
+	for _, st := range next {
+		if st.chained != 0 {
+			chainable[st.run].next = st.chained
 		}
-		// Observed first: the steps' ends come before their runs' ends.
-		e.observeCheckpoint(ctx, reqs, jl)
-		if err := e.endRuns(ctx, tx, ends, jobIDs); err != nil {
-			return err
+	}
+	// Finalize the jobs of the steps ended here that were not handed
+	// on, and of the steps that could not have been (see "Chained
+	// steps").
+	var fin []int64
+	var finFailures []string
+	var finAttempts []int
+	for i, r := range reqs {
+		if r.next != 0 || (r.chain && !r.ended) {
+			continue
 		}
-		if err := e.startStages(ctx, tx, next, nil); err != nil {
-			return err
-		}
-		for _, st := range next {
-			if st.chained != 0 {
-				chainable[st.run].next = st.chained
-			}
-		}
-		// Finalize the jobs of the steps ended here that were not handed
-		// on, and of the steps that could not have been (see "Chained
-		// steps").
-		var fin []int64
-		var finFailures []string
-		var finAttempts []int
-		for i, r := range reqs {
-			if r.next != 0 || (r.chain && !r.ended) {
-				continue
-			}
-			fin = append(fin, jobIDs[i])
-			finFailures = append(finFailures, failures[i])
-			finAttempts = append(finAttempts, attempts[i])
-		}
-		if len(fin) == 0 {
-			return nil
-		}
-		return endJobs(ctx, tx, fin, finFailures, finAttempts)
-	})
+		fin = append(fin, jobIDs[i])
+		finFailures = append(finFailures, failures[i])
+		finAttempts = append(finAttempts, attempts[i])
+	}
+	if len(fin) == 0 {
+		return nil
+	}
+	return endJobs(ctx, tx, fin, finFailures, finAttempts)
 }
 
 // observeCheckpoint tells the observer, once the checkpoint of reqs

@@ -598,6 +598,71 @@ func testGroupedCheckpoints(t *testing.T, badEvery int) {
 	}
 }
 
+// TestGroupedCheckpointSkipsHeldRun: while another transaction holds one
+// run's row (a leak response pre-empting it, say) and that run's step ends
+// with twenty others, queued behind slow hooks so that they are committed
+// in groups, the group leaves the held run's step out: the twenty runs
+// complete while the lock is held, and the held run's step is committed
+// alone once it is released.
+func TestGroupedCheckpointSkipsHeldRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var mu sync.Mutex
+	seen := map[engine.RunID]int{}
+	b := setup(t, engine.Config{OnRunEnd: eachRun(func(ctx context.Context, tx pgx.Tx, run engine.RunSummary) error {
+		mu.Lock()
+		seen[run.ID]++
+		first := seen[run.ID] == 1
+		mu.Unlock()
+		if first && run.Owner == "slow" {
+			time.Sleep(500 * time.Millisecond)
+		}
+		return nil
+	})})
+	var slow, good []engine.RunID
+	var held engine.RunID
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		for range 2 { // one on each committer's share
+			id, err := b.engine.Start(ctx, tx, engine.Plan{Owner: "slow", Stages: []engine.Stage{{Steps: []engine.Step{step("a", testParams{})}}}})
+			if err != nil {
+				return err
+			}
+			slow = append(slow, id)
+		}
+		for i := range 21 {
+			id, err := b.engine.Start(ctx, tx, engine.Plan{Owner: "good", Stages: []engine.Stage{{Steps: []engine.Step{
+				step("a", testParams{Block: 150 * time.Millisecond})}}}})
+			if err != nil {
+				return err
+			}
+			if i == 10 {
+				held = id
+			} else {
+				good = append(good, id)
+			}
+		}
+		return nil
+	}))
+	hold, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback(ctx) }()
+	_, err = hold.Exec(ctx, `SELECT id FROM engine_run WHERE id = $1 FOR UPDATE`, held)
+	require.NoError(t, err)
+	for _, id := range append(slow, good...) {
+		// Well below the group's own timeout (a minute), which a group
+		// waiting for the held run would need to give up.
+		rep := waitRun(t, b.pool, b.engine, id, 20*time.Second)
+		require.Equal(t, engine.StateCompleted, rep.State, "run %d", id)
+	}
+	rep, err := b.engine.Run(ctx, b.pool, held)
+	require.NoError(t, err)
+	require.Equal(t, engine.StateRunning, rep.State, "its checkpoint waits for the lock")
+	require.GreaterOrEqual(t, engine.BusyCheckpoints(b.engine), int64(1), "a group left the held run's step out")
+	require.NoError(t, hold.Rollback(ctx))
+	require.Equal(t, engine.StateCompleted, b.wait(t, held).State)
+	require.Len(t, b.calls(t, held), 1, "its step ran once")
+}
+
 func TestTargetFailuresSkipLaterStepsOfTheChain(t *testing.T) {
 	t.Parallel()
 	b := setup(t, engine.Config{})

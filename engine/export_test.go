@@ -31,3 +31,7 @@ func SweepStats(e *Engine) (probes, scans int64) {
 func SweepTick(e *Engine, full bool) (SweepResult, error) {
 	return e.sweepTick(context.Background(), full)
 }
+
+// BusyCheckpoints returns how many steps a group's checkpoint left out
+// because another transaction held their run (committed alone after).
+func BusyCheckpoints(e *Engine) int64 { return e.stats.busy.Load() }

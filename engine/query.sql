@@ -152,6 +152,17 @@ WHERE id = ANY(@ids::bigint[])
 ORDER BY id
 FOR UPDATE;
 
+-- name: RunLockManyFree :many
+-- RunLockManyFree locks, in ID order, those of the runs that no other
+-- transaction holds, and returns them: a checkpoint of many steps leaves
+-- the steps of a run another transaction holds (a leak response
+-- pre-empting it, a cancel) to be committed alone, rather than making
+-- every other step of its group wait.
+SELECT id FROM engine_run
+WHERE id = ANY(@ids::bigint[])
+ORDER BY id
+FOR UPDATE SKIP LOCKED;
+
 -- name: StepEndMany :many
 -- StepEndMany is the checkpoint of a group of steps; the caller holds their
 -- runs' locks (RunLockMany). It records each step's outcome, if the step is

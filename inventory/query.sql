@@ -179,6 +179,13 @@ SELECT sqlc.embed(c), r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS ra
 FROM component c LEFT JOIN rack r ON r.id = c.rack_id
 WHERE c.id = @id AND c.deleted_at IS NULL;
 
+-- name: ComponentGetByIDs :many
+-- ComponentGetByIDs is ComponentGetByID for many components in one round
+-- trip: the live ones of ids, in no particular order.
+SELECT sqlc.embed(c), r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+FROM component c LEFT JOIN rack r ON r.id = c.rack_id
+WHERE c.id = ANY(@ids::uuid[]) AND c.deleted_at IS NULL;
+
 -- name: ComponentGetByIDWithDeleted :one
 SELECT * FROM component WHERE id = @id;
 

@@ -90,11 +90,24 @@ func (s *Service) ResolveComponent(ctx context.Context, dbtx db.DBTX, ref Compon
 }
 
 func (s *Service) resolveComponent(ctx context.Context, dbtx db.DBTX, ref ComponentRef, field string) (Component, error) {
+	return s.resolveComponentIn(ctx, dbtx, ref, field, nil)
+}
+
+// resolveComponentIn is resolveComponent with the components of refs by ID
+// read beforehand (componentsByID; nil: none were).
+func (s *Service) resolveComponentIn(ctx context.Context, dbtx db.DBTX, ref ComponentRef, field string, byID map[uuid.UUID]Component) (Component, error) {
 	if (ref.ID != uuid.Nil) == (ref.ExternalID != "") {
 		return Component{}, invalid(field, "give exactly one of id or external id")
 	}
 	if ref.ExternalType != "" && !ref.ExternalType.Valid() {
 		return Component{}, invalid(field+".type", "unknown component type %q", ref.ExternalType)
+	}
+	if ref.ID != uuid.Nil && byID != nil {
+		c, ok := byID[ref.ID]
+		if !ok {
+			return Component{}, fmt.Errorf("%w: %s", ErrComponentNotFound, ref.ID)
+		}
+		return c, nil
 	}
 	if ref.ID != uuid.Nil {
 		return s.Component(ctx, dbtx, ref.ID)
@@ -118,6 +131,39 @@ func (s *Service) resolveComponent(ctx context.Context, dbtx db.DBTX, ref Compon
 		return s.oneComponent(ctx, dbtx, componentFromRow(rows[0].Component, rows[0].RackNVLDomainID, rows[0].RackExternalID))
 	}
 	return Component{}, fmt.Errorf("%w: %s is ambiguous", ErrAmbiguous, ref)
+}
+
+// componentsByID reads, with their BMCs, the live components that refs
+// name by ID, in three statements whatever their number (a leak
+// response's spec names a tray and every component below it); nil when
+// fewer than two refs name one (resolveComponent reads a lone one). A
+// component missing here is missing from the map.
+func (s *Service) componentsByID(ctx context.Context, dbtx db.DBTX, refs []ComponentRef) (map[uuid.UUID]Component, error) {
+	var ids []uuid.UUID
+	for _, ref := range refs {
+		if ref.ID != uuid.Nil && ref.ExternalID == "" {
+			ids = append(ids, ref.ID)
+		}
+	}
+	if len(ids) < 2 {
+		return nil, nil
+	}
+	rows, err := s.q.ComponentGetByIDs(ctx, dbtx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("get components: %w", err)
+	}
+	comps := make([]Component, len(rows))
+	for i, row := range rows {
+		comps[i] = componentFromRow(row.Component, row.RackNVLDomainID, row.RackExternalID)
+	}
+	if err := s.completeComponents(ctx, dbtx, comps); err != nil {
+		return nil, err
+	}
+	out := make(map[uuid.UUID]Component, len(comps))
+	for _, c := range comps {
+		out[c.ID] = c
+	}
+	return out, nil
 }
 
 // ResolveTargets resolves spec (spec/execution.md §3) to one Selection per
@@ -454,9 +500,13 @@ func (s *Service) resolveScope(ctx context.Context, dbtx db.DBTX, spec TargetSpe
 			add(r, types)
 		}
 	}
+	byID, err := s.componentsByID(ctx, dbtx, spec.Components)
+	if err != nil {
+		return scope{}, err
+	}
 	seen := map[uuid.UUID]bool{}
 	for i, ref := range spec.Components {
-		c, err := s.resolveComponent(ctx, dbtx, ref, fmt.Sprintf("%s.components.targets[%d]", field, i))
+		c, err := s.resolveComponentIn(ctx, dbtx, ref, fmt.Sprintf("%s.components.targets[%d]", field, i), byID)
 		if err != nil {
 			return scope{}, err
 		}

@@ -101,35 +101,55 @@ var errPermanent = errors.New("permanent")
 func (w *ExecutionWorker) Work(ctx context.Context, job *river.Job[ExecutionArgs]) error {
 	s := w.Rules
 	id := job.Args.ExecutionID
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		row, err := s.q.ExecutionGetForUpdate(ctx, tx, id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// Its event was purged with its rack: nothing left to do.
-			_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-			return err
-		} else if err != nil {
-			return err
-		}
-		switch row.Status {
-		case execCompleted, execFailed, execSkipped:
-			_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-			return err
-		}
-		taskIDs, msg, err := s.execute(ctx, tx, row)
-		if err != nil {
-			return err
-		}
-		if err := s.q.ExecutionUpdate(ctx, tx, dbsqlc.ExecutionUpdateParams{
-			ID: id, Status: execCompleted, Attempts: int32(job.Attempt), StatusMessage: msg, TaskIds: taskIDs,
-		}); err != nil {
-			return err
-		}
-		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-		return err
-	})
+	// A leak response pre-empts the work on its racks in transactions of
+	// its own, committed before its submission: the pre-empted runs' rows
+	// stay locked for the pre-emption only, never through the submission,
+	// so the engine's checkpoints of other runs never wait for it.
+	lr, err := s.preemptFor(ctx, id)
+	if err == nil {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.complete(ctx, tx, job, lr) })
+	}
 	if err == nil {
 		return nil
 	}
+	return s.attemptFailed(ctx, job, err)
+}
+
+// complete is the execution's transaction: it locks the execution, does
+// its work (a leak response's pre-emption is already done, lr), records
+// the outcome and completes job.
+func (s *Service) complete(ctx context.Context, tx pgx.Tx, job *river.Job[ExecutionArgs], lr *leakResponse) error {
+	id := job.Args.ExecutionID
+	row, err := s.q.ExecutionGetForUpdate(ctx, tx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Its event was purged with its rack: nothing left to do.
+		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	} else if err != nil {
+		return err
+	}
+	switch row.Status {
+	case execCompleted, execFailed, execSkipped:
+		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	}
+	taskIDs, msg, err := s.execute(ctx, tx, row, lr)
+	if err != nil {
+		return err
+	}
+	if err := s.q.ExecutionUpdate(ctx, tx, dbsqlc.ExecutionUpdateParams{
+		ID: id, Status: execCompleted, Attempts: int32(job.Attempt), StatusMessage: msg, TaskIds: taskIDs,
+	}); err != nil {
+		return err
+	}
+	_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+	return err
+}
+
+// attemptFailed records a failed attempt of job's execution and returns
+// what River is to do with the job.
+func (s *Service) attemptFailed(ctx context.Context, job *river.Job[ExecutionArgs], err error) error {
+	id := job.Args.ExecutionID
 	// Record the outcome even when ctx is ending, within a short bound.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
@@ -161,9 +181,107 @@ func (w *ExecutionWorker) Work(ctx context.Context, job *river.Job[ExecutionArgs
 
 func strPtr(s string) *string { return &s }
 
+// leakResponse is an execution that answers a leak (a power-off whose
+// rule does not REJECT, for a leak event), as preemptFor found it: the
+// leak, and per rack the tasks its pre-emption terminated and how long
+// that transaction took.
+type leakResponse struct {
+	trigger   *operations.LeakTrigger
+	reason    string
+	preempted map[uuid.UUID][]uuid.UUID
+	took      map[uuid.UUID]time.Duration
+}
+
+// preemptFor pre-empts, when execution id is a leak response, the work on
+// each of its racks that covers the response's components
+// (operations.Tasks.Preempt), each rack in a short transaction of its own
+// that first locks the execution (a second job of the same execution
+// waits, then finds it ended) and commits before the response is
+// submitted. It returns nil for any other execution, one that has ended
+// or is gone; a plan it cannot decode is left to execute to report.
+//
+// Committed apart from the submission, a pre-emption holds the pre-empted
+// runs' rows for its own few statements only, never through the
+// submission (seconds on a loaded database), during which the engine's
+// checkpoints of those runs would wait. Between the two, nothing can put
+// power on the covered components: their leak is open in the inventory
+// before the event exists, so such a submission or promotion is refused
+// (checkLeaks, leakHold). A failure after the pre-emption retries the
+// execution, whose pre-emption then finds nothing left to do.
+func (s *Service) preemptFor(ctx context.Context, id uuid.UUID) (*leakResponse, error) {
+	var lr *leakResponse
+	var racks []rackTargets
+	for i := 0; i == 0 || i < len(racks); i++ {
+		began := time.Now()
+		stop := false
+		var got []uuid.UUID
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			row, err := s.q.ExecutionGetForUpdate(ctx, tx, id)
+			if errors.Is(err, pgx.ErrNoRows) {
+				stop = true
+				return nil
+			} else if err != nil {
+				return err
+			}
+			switch row.Status {
+			case execCompleted, execFailed, execSkipped:
+				stop = true
+				return nil
+			}
+			if i == 0 {
+				if lr, racks, err = s.leakOf(ctx, tx, row); err != nil || lr == nil || len(racks) == 0 {
+					stop = true
+					return err
+				}
+			}
+			r := racks[i]
+			if got, err = s.tasks.Preempt(ctx, tx, r.RackID, r.ComponentIDs, lr.reason); err != nil {
+				return fmt.Errorf("pre-empt the work on rack %s: %w", r.RackID, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		} else if stop {
+			return lr, nil
+		}
+		lr.preempted[racks[i].RackID], lr.took[racks[i].RackID] = got, time.Since(began)
+	}
+	return lr, nil
+}
+
+// leakOf returns execution row as a leak response with its racks, nil if
+// it is none: a leak's power-off (FORCE_POWER_OFF or POWER_OFF) whose rule
+// did not choose REJECT (fail and retry while the rack is busy: that
+// author's quieter behaviour stays). A plan it cannot decode is none here
+// (execute reports it).
+func (s *Service) leakOf(ctx context.Context, tx pgx.Tx, row dbsqlc.EventActionExecution) (*leakResponse, []rackTargets, error) {
+	var p executionPlan
+	if ActionType(row.ActionType) != ActionSubmitTask || json.Unmarshal(row.Plan, &p) != nil || p.Version != executionPlanVersion || p.Operation == nil {
+		return nil, nil, nil
+	}
+	op := p.Operation
+	if op.Type != operations.OperationTypePowerControl || (op.Code != operations.CodeForcePowerOff && op.Code != operations.CodePowerOff) || p.ConflictStrategy == ConflictReject {
+		return nil, nil, nil
+	}
+	ev, err := s.q.EventGetByID(ctx, tx, row.EventID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read event %s: %w", row.EventID, err)
+	}
+	if ev.EventType != EventTypeLeakDetected {
+		return nil, nil, nil
+	}
+	return &leakResponse{
+		trigger:   &operations.LeakTrigger{EventID: ev.ID.String(), ObservedAt: ev.ObservedAt.UnixNano()},
+		reason:    fmt.Sprintf("Terminated: pre-empted by the leak response to event %s (%s)", ev.ID, ev.Summary),
+		preempted: map[uuid.UUID][]uuid.UUID{}, took: map[uuid.UUID]time.Duration{},
+	}, p.Racks, nil
+}
+
 // execute does the execution's work in tx and returns the tasks it
-// submitted and a status message.
-func (s *Service) execute(ctx context.Context, tx pgx.Tx, row dbsqlc.EventActionExecution) ([]uuid.UUID, string, error) {
+// submitted and a status message. lr is the leak response the execution
+// is (preemptFor pre-empted its racks' work), nil if it is none.
+func (s *Service) execute(ctx context.Context, tx pgx.Tx, row dbsqlc.EventActionExecution, lr *leakResponse) ([]uuid.UUID, string, error) {
 	var p executionPlan
 	if err := json.Unmarshal(row.Plan, &p); err != nil {
 		return nil, "", fmt.Errorf("%w: decode plan: %v", errPermanent, err)
@@ -200,23 +318,6 @@ func (s *Service) execute(ctx context.Context, tx pgx.Tx, row dbsqlc.EventAction
 		return nil, "", fmt.Errorf("%w: no operation or no task manager", errPermanent)
 	}
 	op := *p.Operation
-	// A leak's power-off is a leak response: it pre-empts the work on what
-	// it covers, waits behind nothing and skips the readiness gate. A rule
-	// whose author chose REJECT (fail and retry while the rack is busy)
-	// keeps that quieter behaviour.
-	var leak *operations.LeakTrigger
-	var reason string
-	if op.Type == operations.OperationTypePowerControl && (op.Code == operations.CodeForcePowerOff || op.Code == operations.CodePowerOff) &&
-		p.ConflictStrategy != ConflictReject {
-		ev, err := s.q.EventGetByID(ctx, tx, row.EventID)
-		if err != nil {
-			return nil, "", fmt.Errorf("read event %s: %w", row.EventID, err)
-		}
-		if ev.EventType == EventTypeLeakDetected {
-			leak = &operations.LeakTrigger{EventID: ev.ID.String(), ObservedAt: ev.ObservedAt.UnixNano()}
-			reason = fmt.Sprintf("Terminated: pre-empted by the leak response to event %s (%s)", ev.ID, ev.Summary)
-		}
-	}
 	ids := []uuid.UUID{}
 	for _, r := range p.Racks {
 		req := operations.Request{
@@ -243,14 +344,10 @@ func (s *Service) execute(ctx context.Context, tx pgx.Tx, row dbsqlc.EventAction
 				req.Payload.TargetVersion = *op.TargetVersion
 			}
 		}
-		began := time.Now()
-		var preempted []uuid.UUID
-		if leak != nil {
-			req.Preempt, req.Payload.Leak, req.Payload.OverrideReadinessCheck = true, leak, true
-			var err error
-			if preempted, err = s.tasks.Preempt(ctx, tx, r.RackID, r.ComponentIDs, reason); err != nil {
-				return nil, "", fmt.Errorf("pre-empt the work on rack %s: %w", r.RackID, err)
-			}
+		if lr != nil {
+			// A leak response waits behind nothing (its pre-emption is
+			// done) and skips the readiness gate.
+			req.Preempt, req.Payload.Leak, req.Payload.OverrideReadinessCheck = true, lr.trigger, true
 		}
 		submitAt := time.Now()
 		got, err := s.tasks.Submit(ctx, tx, req)
@@ -258,12 +355,13 @@ func (s *Service) execute(ctx context.Context, tx pgx.Tx, row dbsqlc.EventAction
 			return nil, "", fmt.Errorf("submit task on rack %s: %w", r.RackID, err)
 		}
 		ids = append(ids, got...)
-		if leak != nil {
-			// How long the response's transaction spent pre-empting and
-			// submitting (docs/bench.md "Where a leak's response time
-			// goes"); its commit follows.
+		if lr != nil {
+			// How long the response spent pre-empting (its own
+			// transactions, committed) and submitting (docs/bench.md
+			// "Where a leak's response time goes"); the submission's
+			// commit follows.
 			s.logger.InfoContext(ctx, "leak response submitted", "execution_id", row.ID, "rack_id", r.RackID, "task_ids", got,
-				"preempted", len(preempted), "preempt_ms", submitAt.Sub(began).Milliseconds(), "submit_ms", time.Since(submitAt).Milliseconds())
+				"preempted", len(lr.preempted[r.RackID]), "preempt_ms", lr.took[r.RackID].Milliseconds(), "submit_ms", time.Since(submitAt).Milliseconds())
 		}
 	}
 	return ids, fmt.Sprintf("%d task(s) submitted", len(ids)), nil

@@ -630,6 +630,38 @@ func (q *Queries) RunLockMany(ctx context.Context, db DBTX, ids []int64) error {
 	return err
 }
 
+const runLockManyFree = `-- name: RunLockManyFree :many
+SELECT id FROM engine_run
+WHERE id = ANY($1::bigint[])
+ORDER BY id
+FOR UPDATE SKIP LOCKED
+`
+
+// RunLockManyFree locks, in ID order, those of the runs that no other
+// transaction holds, and returns them: a checkpoint of many steps leaves
+// the steps of a run another transaction holds (a leak response
+// pre-empting it, a cancel) to be committed alone, rather than making
+// every other step of its group wait.
+func (q *Queries) RunLockManyFree(ctx context.Context, db DBTX, ids []int64) ([]int64, error) {
+	rows, err := db.Query(ctx, runLockManyFree, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const stageStartMany = `-- name: StageStartMany :exec
 WITH s AS (
     UPDATE engine_step

@@ -430,6 +430,65 @@ func (q *Queries) ComponentGetByIDWithRack(ctx context.Context, db DBTX, id uuid
 	return items, nil
 }
 
+const componentGetByIDs = `-- name: ComponentGetByIDs :many
+SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, c.mirrored_at, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id
+FROM component c LEFT JOIN rack r ON r.id = c.rack_id
+WHERE c.id = ANY($1::uuid[]) AND c.deleted_at IS NULL
+`
+
+type ComponentGetByIDsRow struct {
+	Component       Component
+	RackNVLDomainID *uuid.UUID
+	RackExternalID  *string
+}
+
+// ComponentGetByIDs is ComponentGetByID for many components in one round
+// trip: the live ones of ids, in no particular order.
+func (q *Queries) ComponentGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]ComponentGetByIDsRow, error) {
+	rows, err := db.Query(ctx, componentGetByIDs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ComponentGetByIDsRow{}
+	for rows.Next() {
+		var i ComponentGetByIDsRow
+		if err := rows.Scan(
+			&i.Component.ID,
+			&i.Component.RackID,
+			&i.Component.Type,
+			&i.Component.Name,
+			&i.Component.Manufacturer,
+			&i.Component.SerialNumber,
+			&i.Component.Model,
+			&i.Component.Description,
+			&i.Component.FirmwareVersion,
+			&i.Component.SlotID,
+			&i.Component.TrayIdx,
+			&i.Component.HostID,
+			&i.Component.ExternalID,
+			&i.Component.CreatedAt,
+			&i.Component.UpdatedAt,
+			&i.Component.DeletedAt,
+			&i.Component.OperationPhase,
+			&i.Component.OperationReason,
+			&i.Component.BlockedOperations,
+			&i.Component.PowerState,
+			&i.Component.Health,
+			&i.Component.MirroredAt,
+			&i.RackNVLDomainID,
+			&i.RackExternalID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const componentGetBySerialWithRack = `-- name: ComponentGetBySerialWithRack :many
 SELECT c.id, c.rack_id, c.type, c.name, c.manufacturer, c.serial_number, c.model, c.description, c.firmware_version, c.slot_id, c.tray_idx, c.host_id, c.external_id, c.created_at, c.updated_at, c.deleted_at, c.operation_phase, c.operation_reason, c.blocked_operations, c.power_state, c.health, c.mirrored_at, r.nvl_domain_id AS rack_nvl_domain_id, r.external_id AS rack_external_id,
        r.name AS rack_name, r.manufacturer AS rack_manufacturer, r.serial_number AS rack_serial_number,
