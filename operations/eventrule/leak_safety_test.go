@@ -244,3 +244,44 @@ func TestLeakOnUnknownDeviceAnswered(t *testing.T) {
 	require.NoError(t, d.Run(ctx))
 	require.Len(t, calls, 2)
 }
+
+// TestLeakPreemptionCommitsBeforeSubmission: a leak response's pre-emption
+// is committed in a transaction of its own, before the response is
+// submitted: when the submission fails (here one of the components it
+// covers was deleted after the event was planned), the pre-empted work
+// stays terminated, the execution is deferred for a retry, and nothing of
+// the response is written.
+func TestLeakPreemptionCommitsBeforeSubmission(t *testing.T) {
+	t.Parallel()
+	b := setupEndingPipeline(t)
+	ctx := context.Background()
+	rules, _ := b.startExecutions(t)
+	busy, err := b.submit(t, opstest.PowerOn(b.rack))
+	require.NoError(t, err)
+	before := b.count()
+	// Planned without a job (the recorder enqueues none), then run by the
+	// rescue once the covered slot-5 tray is gone.
+	planner := eventrule.NewService(eventrule.Config{Pool: b.pool, Inv: inventory.NewService(), Tasks: b.tasks, Enqueue: b.jobs.enqueue})
+	res, err := planner.Ingest(ctx, eventrule.LeakEventSource, leakOn("leak-1", b.at(t, inventory.ComponentTypeCompute, 10).ID))
+	require.NoError(t, err)
+	exec := res.Executions[0]
+	_, err = b.pool.Exec(ctx, `UPDATE component SET deleted_at = now() WHERE id = $1`, b.at(t, inventory.ComponentTypeCompute, 5).ID)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `UPDATE event_action_execution SET updated_at = now() - interval '1 minute' WHERE id = $1`, exec)
+	require.NoError(t, err)
+	n, err := rules.RescueStale(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	var status, reason, msg string
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT status, coalesce(reason, ''), status_message FROM event_action_execution WHERE id = $1`, exec).Scan(&status, &reason, &msg))
+		return status != "pending"
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, "deferred", status, msg)
+	require.Equal(t, "attempt_failed", reason)
+	require.Contains(t, msg, "submit task on rack")
+	st, tmsg, _ := b.task(t, busy[0])
+	require.Equal(t, "terminated", st, "the pre-emption was committed on its own")
+	require.Contains(t, tmsg, "pre-empted by the leak response")
+	require.Equal(t, before, b.count(), "nothing of the response was written")
+}
