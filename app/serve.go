@@ -152,7 +152,7 @@ func newServer(ctx context.Context, cfg Config, logger *slog.Logger, opts serveO
 	// submissions holding the main pool never delay it (issue 49).
 	var safetyPool *pgxpool.Pool
 	if err := waitForDatabase(ctx, logger, "open pool", func() (err error) {
-		safetyPool, err = db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: safetyConns(cfg), MinConns: 2, Warm: true})
+		safetyPool, err = db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: safetyConns(cfg), MinConns: 2, Warm: true, ApplicationName: SafetyApplicationName})
 		return err
 	}); err != nil {
 		return nil, err
@@ -711,6 +711,10 @@ func logKeyUsage(ctx context.Context, logger *slog.Logger, keys *firmware.Keyrin
 			"key_id", id, "unfinished_tasks", n, "setting", "FLOW_DATA_DECRYPTION_KEY_PATHS")
 	}
 }
+
+// SafetyApplicationName is the application_name of the safety path's
+// connections (pg_stat_activity, PostgreSQL's log).
+const SafetyApplicationName = "flow-safety"
 
 // safetyConns is the size of the safety path's pool (FLOW_SAFETY_DB_CONNS;
 // a Config not read by LoadConfig: its default).

@@ -36,6 +36,11 @@ type PoolConfig struct {
 	// key from a list of IDs, with none of the three extra statements
 	// GenericPlans adds to each call. Nothing else may run on it.
 	GenericPlans bool
+	// ApplicationName is the connections' application_name, unless the
+	// database URL sets one: pg_stat_activity and PostgreSQL's log (with
+	// log_connections, or %a in log_line_prefix) then tell this pool's
+	// sessions from the others' (a lock wait's holder, say).
+	ApplicationName string
 }
 
 // genericParams are GenericPlanSettings as a connection's settings.
@@ -64,6 +69,9 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 	}
 	pc.MinConns = min(cfg.MinConns, pc.MaxConns)
 	Tune(pc)
+	if _, set := pc.ConnConfig.RuntimeParams["application_name"]; cfg.ApplicationName != "" && !set {
+		pc.ConnConfig.RuntimeParams["application_name"] = cfg.ApplicationName
+	}
 	if cfg.GenericPlans {
 		for k, v := range genericParams {
 			pc.ConnConfig.RuntimeParams[k] = v
