@@ -153,9 +153,17 @@ type Result struct {
 	Failed     int `json:"failed"`     // failed, terminated, or never submitted
 	Unfinished int `json:"unfinished"` // still active when the timeout hit
 
-	SetupSeconds  float64 `json:"setup_seconds"`  // PostgreSQL, simulators, server, racks
-	SubmitSeconds float64 `json:"submit_seconds"` // first submit sent → last submit answered
-	WallSeconds   float64 `json:"wall_seconds"`   // first submit sent → last task finished
+	SetupSeconds float64 `json:"setup_seconds"` // PostgreSQL, simulators, server, racks
+	// CreateRacksSeconds is the racks' creation alone (CreateExpectedRack
+	// with --concurrency in flight), and CreateRack*CPUMs the CPU it cost
+	// a rack, the server child's and the private PostgreSQL's: what a
+	// rack costs, which the machine's load changes far less than the wall.
+	CreateRacksSeconds      float64     `json:"create_racks_seconds"`
+	CreateRackServerCPUMs   float64     `json:"create_rack_server_cpu_ms"`
+	CreateRackPostgresCPUMs float64     `json:"create_rack_postgres_cpu_ms"`
+	CreateStatements        []Statement `json:"create_statements,omitempty"` // --pg-stats: the top statements of the racks' creation
+	SubmitSeconds           float64     `json:"submit_seconds"`              // first submit sent → last submit answered
+	WallSeconds             float64     `json:"wall_seconds"`                // first submit sent → last task finished
 
 	TasksPerSecond float64 `json:"tasks_per_second"`
 	// EngineSteps counts the engine steps of finished rule steps: each
@@ -176,7 +184,8 @@ type Result struct {
 	ServerPeakRSSBytes int64 `json:"server_peak_rss_bytes"`
 	// CPU seconds (user+system) spent from the first submit to the end of
 	// the wait: by the server child, by the bench process (simulators and
-	// API client) and by the private PostgreSQL (0 with --database-url).
+	// API client) and by PostgreSQL (the private one, or --database-url's whole
+	// cluster when it runs on this machine; else 0).
 	ServerCPUSeconds   float64  `json:"server_cpu_seconds"`
 	BenchCPUSeconds    float64  `json:"bench_cpu_seconds"`
 	PostgresCPUSeconds float64  `json:"postgres_cpu_seconds"`
@@ -488,7 +497,7 @@ type Bench struct {
 	o          benchOptions
 	dir        string
 	dbURL      string
-	pgDataDir  string // private PostgreSQL's, for its CPU time
+	pgDataDir  string // private PostgreSQL's (or --database-url's, when on this machine), for its CPU time
 	sims       *simrun.Simulators
 	server     *exec.Cmd
 	serverDone chan struct{} // closed when the child has exited
@@ -555,6 +564,9 @@ func startBench(ctx context.Context, o benchOptions) (_ *Bench, err error) {
 	}
 	if _, err := db.Migrate(ctx, b.dbURL); err != nil {
 		return b, err
+	}
+	if b.pgDataDir == "" {
+		b.pgDataDir = localDataDir(ctx, b.dbURL)
 	}
 
 	so := simrun.Options{NICoAddr: "127.0.0.1:0", PSMAddr: "127.0.0.1:0", PowerDelay: o.powerDelay, FirmwarePhase: time.Millisecond}
@@ -744,9 +756,25 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 	o := b.o
 	res := &Result{Workload: o.workload.name(), Racks: o.racks, Components: o.components, Latency: o.latency.String()}
 
+	if o.pgStats > 0 {
+		if err := b.resetStatements(ctx); err != nil {
+			return nil, err
+		}
+	}
+	createCPU, t0 := b.cpu(), time.Now()
 	racks, err := b.createRacks(ctx)
 	if err != nil {
 		return nil, err
+	}
+	res.CreateRacksSeconds = time.Since(t0).Seconds()
+	if cpu := b.cpu().minus(createCPU); len(racks) > 0 {
+		res.CreateRackServerCPUMs = 1000 * cpu.server / float64(len(racks))
+		res.CreateRackPostgresCPUMs = 1000 * cpu.postgres / float64(len(racks))
+	}
+	if o.pgStats > 0 {
+		if res.CreateStatements, err = b.readStatements(ctx, o.pgStats); err != nil {
+			return nil, err
+		}
 	}
 	var devs []nicosim.Device
 	macRack := map[string]int{} // device MAC or Core ID → rack index
@@ -1231,6 +1259,27 @@ func (b *Bench) cpu() benchCPU {
 	return c
 }
 
+// localDataDir returns the data folder of the PostgreSQL at url when it
+// runs on this machine and its postmaster.pid is readable (a
+// --database-url on a local cluster), so its CPU time is measured too; ""
+// otherwise. The figure then covers the whole cluster, other databases'
+// work included.
+func localDataDir(ctx context.Context, url string) string {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return ""
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var dir string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dir); err != nil {
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(dir, "postmaster.pid")); err != nil {
+		return ""
+	}
+	return dir
+}
+
 // procCPU returns the user+system CPU seconds of process pid, with reaped
 // children's when children is true, from /proc/<pid>/stat.
 func procCPU(pid int, children bool) float64 {
@@ -1306,6 +1355,7 @@ flow bench: %s on %d racks × %d components, backend latency %s
 
   tasks              %d completed, %d failed, %d unfinished (of %d)
   setup              %.1fs (postgres, simulators, server, racks)
+  racks created      %.2fs, CPU a rack: server %.2fms, PostgreSQL %.2fms
   submit             %.2fs first submit → last submit answered
   wall               %.2fs first submit → last task finished
   tasks/s            %.1f
@@ -1317,7 +1367,7 @@ flow bench: %s on %d racks × %d components, backend latency %s
   CPU during run     server %.1fs, PostgreSQL %.1fs, bench+simulators %.1fs
 `, r.Workload, r.Racks, r.Components, r.Latency,
 		r.Completed, r.Failed, r.Unfinished, r.Tasks,
-		r.SetupSeconds, r.SubmitSeconds, r.WallSeconds, r.TasksPerSecond,
+		r.SetupSeconds, r.CreateRacksSeconds, r.CreateRackServerCPUMs, r.CreateRackPostgresCPUMs, r.SubmitSeconds, r.WallSeconds, r.TasksPerSecond,
 		r.StepsPerSecond, r.EngineSteps, r.BackendCallsPerSec, r.BackendCalls,
 		ms(r.FirstCallP50Ms), ms(r.FirstCallP99Ms), ms(r.CompletedP50Ms), ms(r.CompletedP99Ms),
 		float64(r.ServerPeakRSSBytes)/(1<<20), r.ServerCPUSeconds, r.PostgresCPUSeconds, r.BenchCPUSeconds)
@@ -1332,16 +1382,23 @@ flow bench: %s on %d racks × %d components, backend latency %s
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "  failure            %s\n", f)
 	}
-	if len(r.Statements) > 0 {
-		fmt.Fprintf(w, "\n  top statements by total time (pg_stat_statements, first submit → end of wait)\n")
-		fmt.Fprintf(w, "  %9s %6s %9s %9s %8s %10s  %s\n", "total ms", "%", "calls", "rows", "mean ms", "WAL kB", "query")
-		for _, s := range r.Statements {
-			q := []rune(s.Query)
-			if len(q) > 150 {
-				q = append(q[:150], '…')
-			}
-			fmt.Fprintf(w, "  %9.0f %5.1f%% %9d %9d %8.3f %10d  %s\n", s.TotalMs, s.TotalPercent, s.Calls, s.Rows, s.MeanMs, s.WALBytes/1024, string(q))
+	printStatements(w, "the racks' creation", r.CreateStatements)
+	printStatements(w, "first submit → end of wait", r.Statements)
+}
+
+// printStatements writes a pg_stat_statements top list, if any.
+func printStatements(w io.Writer, what string, stmts []Statement) {
+	if len(stmts) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n  top statements by total time (pg_stat_statements, %s)\n", what)
+	fmt.Fprintf(w, "  %9s %6s %9s %9s %8s %10s  %s\n", "total ms", "%", "calls", "rows", "mean ms", "WAL kB", "query")
+	for _, s := range stmts {
+		q := []rune(s.Query)
+		if len(q) > 150 {
+			q = append(q[:150], '…')
 		}
+		fmt.Fprintf(w, "  %9.0f %5.1f%% %9d %9d %8.3f %10d  %s\n", s.TotalMs, s.TotalPercent, s.Calls, s.Rows, s.MeanMs, s.WALBytes/1024, string(q))
 	}
 }
 
