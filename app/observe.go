@@ -295,6 +295,7 @@ type listingCollector struct {
 	hits, misses         *prometheus.Desc
 	genReads, pageChecks *prometheus.Desc
 	jsonEncodes          *prometheus.Desc
+	buildWaits           *prometheus.Desc
 }
 
 func newListingCollector(h *inventory.Handler) *listingCollector {
@@ -308,6 +309,8 @@ func newListingCollector(h *inventory.Handler) *listingCollector {
 			"Checks of a cached page's task-derived fields run for listing cache calls (shared among concurrent calls of the page).", nil, nil),
 		jsonEncodes: prometheus.NewDesc("flow_listing_cache_json_encodes_total",
 			"Cached GetListOfRacks pages encoded as JSON for Connect JSON calls (once a page; later JSON calls of the page get those bytes).", nil, nil),
+		buildWaits: prometheus.NewDesc("flow_listing_cache_build_waits_total",
+			"GetListOfRacks calls that found their page being built by another call and waited for that build instead of building it again.", nil, nil),
 	}
 }
 
@@ -317,6 +320,7 @@ func (c *listingCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.genReads
 	ch <- c.pageChecks
 	ch <- c.jsonEncodes
+	ch <- c.buildWaits
 }
 
 func (c *listingCollector) Collect(ch chan<- prometheus.Metric) {
@@ -327,6 +331,7 @@ func (c *listingCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.genReads, prometheus.CounterValue, float64(genReads))
 	ch <- prometheus.MustNewConstMetric(c.pageChecks, prometheus.CounterValue, float64(pageChecks))
 	ch <- prometheus.MustNewConstMetric(c.jsonEncodes, prometheus.CounterValue, float64(c.h.ListingJSONEncodes()))
+	ch <- prometheus.MustNewConstMetric(c.buildWaits, prometheus.CounterValue, float64(c.h.ListingBuildWaits()))
 }
 
 func newRunCollector(runs *rollout.Service) *runCollector {

@@ -69,15 +69,16 @@ type benchOptions struct {
 	leakInterval  time.Duration // between two leaks
 	subscribe     bool          // a webhook to every event type, posting to a receiver in this process
 	eventRate     float64       // synthetic events a second during the run; 0: none
-	// The readers (reads.go): how many, in which protocol, which method,
-	// with components, the page size, for how long, and a leak raised.
-	readers            int
-	readProtocol       string
-	readMethod         string
-	readWithComponents bool
-	readPage           int
-	readDuration       time.Duration
-	readLeak           bool
+	// The readers (reads.go): how many, their phases (protocol, method,
+	// with components: one after the other, each for readDuration), the
+	// page size, a leak raised in the first phase, and whether they read
+	// after the workload instead of during it.
+	readers      int
+	readPhases   []readPhase
+	readPage     int
+	readDuration time.Duration
+	readLeak     bool
+	readAfter    bool
 }
 
 // benchWorkload is what flow bench drives on every rack. A new workload
@@ -205,8 +206,10 @@ type Result struct {
 	LeakCheckCycles        int         `json:"leak_check_cycles,omitempty"`
 	LeakCheckIntervalP50Ms float64     `json:"leak_check_interval_p50_ms,omitempty"`
 	LeakCheckIntervalMaxMs float64     `json:"leak_check_interval_max_ms,omitempty"`
-	// Reads is what the readers measured (--readers).
-	Reads *ReadResult `json:"reads,omitempty"`
+	// Reads is what the readers measured (--readers): the first phase's;
+	// ReadPhases all of them, in order, when there were several.
+	Reads      *ReadResult   `json:"reads,omitempty"`
+	ReadPhases []*ReadResult `json:"read_phases,omitempty"`
 	// Statements are the top statements of the run by total execution
 	// time (--pg-stats), from pg_stat_statements.
 	Statements []Statement `json:"statements,omitempty"`
@@ -285,7 +288,11 @@ type Options struct {
 	// ReadPage; rack: GetRackInfoByID; tasks: ListTasks by rack) in
 	// ReadProtocol (json, proto, grpc), with components when
 	// ReadWithComponents, for ReadDuration while the workload runs; ReadLeak
-	// raises a leak a third of the way in (reads.go).
+	// raises a leak a third of the way in (reads.go). ReadProtocol and
+	// ReadMethod may list several, comma-separated (a method suffixed
+	// "+components" asks for components): each method in each protocol is
+	// a phase of its own, one after the other, with --workload none or
+	// after the workload (ReadAfter); the leak is raised in the first.
 	Readers            int
 	ReadProtocol       string
 	ReadMethod         string
@@ -293,6 +300,7 @@ type Options struct {
 	ReadPage           int
 	ReadDuration       time.Duration
 	ReadLeak           bool
+	ReadAfter          bool
 }
 
 // options checks o (bad values are usage errors) and fills the defaults.
@@ -325,16 +333,24 @@ func (o Options) options() (benchOptions, error) {
 	switch {
 	case o.Readers < 0:
 		return benchOptions{}, cli.UsageError(errors.New("--readers must not be negative"))
-	case o.Readers > 0 && !slices.Contains(readProtocols, o.ReadProtocol):
-		return benchOptions{}, cli.UsageError(fmt.Errorf("--read-protocol %q: want one of %s", o.ReadProtocol, strings.Join(readProtocols, ", ")))
-	case o.Readers > 0 && !slices.Contains(readMethods, o.ReadMethod):
-		return benchOptions{}, cli.UsageError(fmt.Errorf("--read-method %q: want one of %s", o.ReadMethod, strings.Join(readMethods, ", ")))
 	case o.Readers > 0 && (o.ReadPage < 1 || o.ReadDuration < time.Second):
 		return benchOptions{}, cli.UsageError(errors.New("--read-page must be at least 1 and --read-duration at least 1s"))
 	case o.ReadLeak && o.Readers == 0:
 		return benchOptions{}, cli.UsageError(errors.New("--read-leak needs --readers"))
 	case o.Workload == "none" && o.Readers == 0:
 		return benchOptions{}, cli.UsageError(errors.New("--workload none needs --readers"))
+	case o.ReadAfter && (o.Readers == 0 || o.Workload == "none"):
+		return benchOptions{}, cli.UsageError(errors.New("--read-after needs --readers and a workload (not none)"))
+	}
+	var phases []readPhase
+	if o.Readers > 0 {
+		var err error
+		if phases, err = parseReadPhases(o.ReadProtocol, o.ReadMethod, o.ReadWithComponents); err != nil {
+			return benchOptions{}, cli.UsageError(err)
+		}
+		if len(phases) > 1 && o.Workload != "none" && !o.ReadAfter {
+			return benchOptions{}, cli.UsageError(errors.New("several read phases (--read-protocol, --read-method lists) need --workload none or --read-after"))
+		}
 	}
 	for _, kv := range o.PGSettings {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
@@ -345,8 +361,7 @@ func (o Options) options() (benchOptions, error) {
 		keep: o.Keep, databaseURL: o.DatabaseURL, concurrency: o.Concurrency, timeout: o.Timeout, poll: o.Poll,
 		serverCommand: o.ServerCommand, progress: o.Progress, serverEnv: o.ServerEnv, pgStats: o.PGStats, pgSettings: o.PGSettings,
 		leaks: o.Leaks, leakInterval: o.LeakInterval, subscribe: o.Subscribe, eventRate: o.EventsPerSecond,
-		readers: o.Readers, readProtocol: o.ReadProtocol, readMethod: o.ReadMethod, readWithComponents: o.ReadWithComponents,
-		readPage: o.ReadPage, readDuration: o.ReadDuration, readLeak: o.ReadLeak}
+		readers: o.Readers, readPhases: phases, readPage: o.ReadPage, readDuration: o.ReadDuration, readLeak: o.ReadLeak, readAfter: o.ReadAfter}
 	if bo.serverCommand == nil {
 		bo.serverCommand = func() (*exec.Cmd, error) {
 			exe, err := os.Executable()
@@ -406,12 +421,13 @@ throughput, latencies and the server's peak memory. See docs/bench.md.`
 	fs.DurationVar(&o.LeakInterval, "leak-interval", 500*time.Millisecond, "time between two leaks of --leaks")
 	fs.StringArrayVar(&o.ServerEnv, "server-env", nil, "KEY=VALUE added to the server's environment, last (repeatable; e.g. FLOW_DB_MAX_CONNS=8)")
 	fs.IntVar(&o.Readers, "readers", 0, "clients reading as fast as they can while the workload runs (--workload none: alone); reports their p50/p99, calls/s, the server's peak RSS and the leak check's interval")
-	fs.StringVar(&o.ReadProtocol, "read-protocol", "json", "the readers' protocol: "+strings.Join(readProtocols, ", ")+" (Connect JSON, Connect binary protobuf, gRPC)")
-	fs.StringVar(&o.ReadMethod, "read-method", "racks", "what the readers call: racks (GetListOfRacks pages), rack (GetRackInfoByID), tasks (ListTasks of a rack)")
+	fs.StringVar(&o.ReadProtocol, "read-protocol", "json", "the readers' protocol: "+strings.Join(readProtocols, ", ")+" (Connect JSON, Connect binary protobuf, gRPC); a comma-separated list runs each in turn")
+	fs.StringVar(&o.ReadMethod, "read-method", "racks", "what the readers call: racks (GetListOfRacks pages), rack (GetRackInfoByID), tasks (ListTasks of a rack); a comma-separated list runs each in turn, and a method suffixed +components asks for components")
 	fs.BoolVar(&o.ReadWithComponents, "with-components", false, "the readers ask for components (racks, rack)")
 	fs.IntVar(&o.ReadPage, "read-page", 100, "GetListOfRacks page size of the readers")
 	fs.DurationVar(&o.ReadDuration, "read-duration", 60*time.Second, "how long the readers read")
-	fs.BoolVar(&o.ReadLeak, "read-leak", false, "raise a leak on a compute tray a third of the way into the reads and report its first forced power-off")
+	fs.BoolVar(&o.ReadLeak, "read-leak", false, "raise a leak on a compute tray a third of the way into the (first phase's) reads and report its first forced power-off")
+	fs.BoolVar(&o.ReadAfter, "read-after", false, "read after the workload has ended (its tasks then exist) instead of during it")
 	serverBinary := fs.String("server-binary", "", "run the server child from this flow binary instead of this one (compare two builds under the same bench)")
 	output := fs.StringP("output", "o", "table", "output: table or json")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -468,8 +484,10 @@ func run(ctx context.Context, o Options, asJSON bool, stdout, stderr io.Writer) 
 	} else {
 		printBenchResult(stdout, res)
 	}
-	if res.Reads != nil && !asJSON {
-		printReadResult(stdout, res.Reads)
+	if !asJSON {
+		for _, r := range res.readResults() {
+			printReadResult(stdout, r)
+		}
 	}
 	if o.Keep {
 		fmt.Fprintf(stderr, "\nkept for inspection until Ctrl-C:\n  server     flow task list --server %s   (log %s)\n  database   %s\n  NICo Core  %s/admin/journal\n  PSM        %s/admin/journal\n  folder     %s (kept after exit)\n",
@@ -820,16 +838,15 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 	}
-	if o.readers > 0 {
-		reads, err := b.startReads(ctx, racks)
+	if o.readers > 0 && o.workload.name() == "none" {
+		return res, b.readPhases(ctx, res, racks)
+	}
+	if o.readers > 0 && !o.readAfter {
+		reads, err := b.startReads(ctx, racks, o.readPhases[0], o.readLeak)
 		if err != nil {
 			return nil, err
 		}
 		defer reads.cancel()
-		if o.workload.name() == "none" {
-			res.Reads, err = reads.finish(ctx)
-			return res, err
-		}
 		defer func() {
 			if res.Reads == nil {
 				res.Reads, _ = reads.finish(ctx)
@@ -900,6 +917,9 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 	res.Failed += len(failures)
 	if sink != nil {
 		b.drain(res, sink, waited)
+	}
+	if o.readAfter {
+		return res, b.readPhases(ctx, res, racks)
 	}
 	return res, nil
 }

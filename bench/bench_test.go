@@ -93,7 +93,15 @@ func TestReadOptions(t *testing.T) {
 		{"Method", func(o *Options) { o.Readers, o.ReadMethod = 2, "nodes" }, `--read-method "nodes": want one of racks, rack, tasks`},
 		{"Page", func(o *Options) { o.Readers, o.ReadPage = 2, 0 }, "--read-page must be at least 1"},
 		{"Negative", func(o *Options) { o.Readers = -1 }, "--readers must not be negative"},
+		{"MethodInList", func(o *Options) { o.Readers, o.Workload, o.ReadMethod = 2, "none", "racks,nodes+components" }, `--read-method "nodes+components"`},
+		{"ProtocolInList", func(o *Options) { o.Readers, o.Workload, o.ReadProtocol = 2, "none", "json,xml" }, `--read-protocol "xml"`},
+		{"PhasesDuringWorkload", func(o *Options) { o.Readers, o.ReadProtocol = 2, "json,grpc" }, "several read phases"},
+		{"AfterWithoutWorkload", func(o *Options) { o.Readers, o.Workload, o.ReadAfter = 2, "none", true }, "--read-after needs --readers and a workload"},
+		{"AfterWithoutReaders", func(o *Options) { o.ReadAfter = true }, "--read-after needs --readers and a workload"},
 		{"Valid", func(o *Options) { o.Readers, o.Workload, o.ReadLeak, o.ReadProtocol = 100, "none", true, "grpc" }, ""},
+		{"ValidPhasesAfter", func(o *Options) {
+			o.Readers, o.ReadAfter, o.ReadLeak, o.ReadProtocol, o.ReadMethod = 100, true, true, "json,proto,grpc", "racks+components,tasks"
+		}, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := base
@@ -108,4 +116,20 @@ func TestReadOptions(t *testing.T) {
 			require.ErrorContains(t, err, tt.want)
 		})
 	}
+}
+
+// TestParseReadPhases: each method in each protocol, methods outermost; a
+// "+components" suffix or --with-components asks for components.
+func TestParseReadPhases(t *testing.T) {
+	t.Parallel()
+	got, err := parseReadPhases("json, grpc", "racks+components,tasks", false)
+	require.NoError(t, err)
+	require.Equal(t, []readPhase{
+		{protocol: "json", method: "racks", withComponents: true}, {protocol: "grpc", method: "racks", withComponents: true},
+		{protocol: "json", method: "tasks"}, {protocol: "grpc", method: "tasks"},
+	}, got)
+	got, err = parseReadPhases("proto", "rack", true)
+	require.NoError(t, err)
+	require.Equal(t, []readPhase{{protocol: "proto", method: "rack", withComponents: true}}, got)
+	require.Equal(t, "rack+components over proto", got[0].String())
 }

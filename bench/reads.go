@@ -73,9 +73,80 @@ type ReadResult struct {
 	LeakPowerOffMs float64 `json:"leak_first_power_off_ms,omitempty"`
 }
 
+// readPhase is one phase of the readers: a method in a protocol.
+type readPhase struct {
+	protocol, method string
+	withComponents   bool
+}
+
+func (p readPhase) String() string {
+	if p.withComponents {
+		return p.method + "+components over " + p.protocol
+	}
+	return p.method + " over " + p.protocol
+}
+
+// parseReadPhases returns the phases of --read-protocol and --read-method
+// (comma-separated lists; a method suffixed "+components" asks for them,
+// as --with-components does for every method): each method in each
+// protocol, methods outermost.
+func parseReadPhases(protocols, methods string, withComponents bool) ([]readPhase, error) {
+	var phases []readPhase
+	for m := range strings.SplitSeq(methods, ",") {
+		m = strings.TrimSpace(m)
+		base, comps := strings.CutSuffix(m, "+components")
+		if !slices.Contains(readMethods, base) {
+			return nil, fmt.Errorf("--read-method %q: want one of %s (optionally suffixed +components)", m, strings.Join(readMethods, ", "))
+		}
+		for p := range strings.SplitSeq(protocols, ",") {
+			p = strings.TrimSpace(p)
+			if !slices.Contains(readProtocols, p) {
+				return nil, fmt.Errorf("--read-protocol %q: want one of %s", p, strings.Join(readProtocols, ", "))
+			}
+			phases = append(phases, readPhase{protocol: p, method: base, withComponents: withComponents || comps})
+		}
+	}
+	return phases, nil
+}
+
+// readPhases runs the read phases one after the other (the leak, with
+// --read-leak, in the first) and records them in res.
+func (b *Bench) readPhases(ctx context.Context, res *Result, racks []inventory.Rack) error {
+	for i, p := range b.o.readPhases {
+		l, err := b.startReads(ctx, racks, p, b.o.readLeak && i == 0)
+		if err != nil {
+			return err
+		}
+		r, err := l.finish(ctx)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			res.Reads = r
+		}
+		if len(b.o.readPhases) > 1 {
+			res.ReadPhases = append(res.ReadPhases, r)
+		}
+	}
+	return nil
+}
+
+// readResults returns the read phases' results, in order.
+func (r *Result) readResults() []*ReadResult {
+	if len(r.ReadPhases) > 0 {
+		return r.ReadPhases
+	}
+	if r.Reads != nil {
+		return []*ReadResult{r.Reads}
+	}
+	return nil
+}
+
 // readLoad is the readers of one run.
 type readLoad struct {
 	b       *Bench
+	phase   readPhase
+	leak    bool
 	start   time.Time
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -97,19 +168,19 @@ func startServerRSSWindow(pid int) {
 }
 
 // startReads starts the readers on racks (and the leak, with --read-leak).
-func (b *Bench) startReads(ctx context.Context, racks []inventory.Rack) (*readLoad, error) {
+func (b *Bench) startReads(ctx context.Context, racks []inventory.Rack, phase readPhase, leak bool) (*readLoad, error) {
 	o := b.o
-	call, err := b.readCall(racks)
+	call, err := b.readCall(racks, phase)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	l := &readLoad{b: b, cancel: cancel, codes: map[string]int{}}
+	l := &readLoad{b: b, phase: phase, leak: leak, cancel: cancel, codes: map[string]int{}}
 	b.sims.NICo.Journal().Reset()
 	startServerRSSWindow(b.server.Process.Pid)
 	l.cpu0 = b.cpu()
 	l.start = time.Now()
-	b.progressf("%d readers: %s over %s (with components %t) for %s", o.readers, o.readMethod, o.readProtocol, o.readWithComponents, o.readDuration)
+	b.progressf("%d readers: %s for %s", o.readers, phase, o.readDuration)
 	for k := range o.readers {
 		l.wg.Go(func() {
 			for n := 0; ctx.Err() == nil; n++ {
@@ -130,7 +201,7 @@ func (b *Bench) startReads(ctx context.Context, racks []inventory.Rack) (*readLo
 			}
 		})
 	}
-	if o.readLeak {
+	if leak {
 		l.wg.Go(func() { l.raiseLeak(ctx) })
 	}
 	return l, nil
@@ -174,9 +245,9 @@ func (l *readLoad) finish(ctx context.Context) (*ReadResult, error) {
 	l.wg.Wait()
 	elapsed := time.Since(l.start)
 	cpu := l.b.cpu().minus(l.cpu0)
-	r := &ReadResult{Readers: o.readers, Protocol: o.readProtocol, Method: o.readMethod, WithComponents: o.readWithComponents,
+	r := &ReadResult{Readers: o.readers, Protocol: l.phase.protocol, Method: l.phase.method, WithComponents: l.phase.withComponents,
 		Seconds: elapsed.Seconds(), PeakRSSBytes: PeakRSS(l.b.server.Process.Pid)}
-	if o.readMethod == "racks" {
+	if l.phase.method == "racks" {
 		r.Page = o.readPage
 	}
 	if l.leakErr != nil {
@@ -232,12 +303,12 @@ func pct(sorted []time.Duration, p int) time.Duration {
 // readCall returns the readers' call: reader k's n-th call, answering the
 // bytes it received. Answers are read whole and not decoded (a client's
 // decoding would share the machine's cores with the server).
-func (b *Bench) readCall(racks []inventory.Rack) (func(ctx context.Context, k, n int) (int, error), error) {
+func (b *Bench) readCall(racks []inventory.Rack, phase readPhase) (func(ctx context.Context, k, n int) (int, error), error) {
 	o := b.o
 	codec := &countingCodec{name: "proto"}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.readers, MaxConnsPerHost: o.readers}}
 	var opts []connect.ClientOption
-	switch o.readProtocol {
+	switch phase.protocol {
 	case "json":
 		codec.name = "json"
 	case "grpc":
@@ -254,16 +325,16 @@ func (b *Bench) readCall(racks []inventory.Rack) (func(ctx context.Context, k, n
 		return &flowv1.UUID{Id: racks[(k*7919+n)%len(racks)].ID.String()}
 	}
 	size := func(err error) (int, error) { return int(codec.last.Swap(0)), err }
-	switch o.readMethod {
+	switch phase.method {
 	case "racks":
 		return func(ctx context.Context, k, n int) (int, error) {
-			_, err := c.GetListOfRacks(ctx, &flowv1.GetListOfRacksRequest{WithComponents: o.readWithComponents,
+			_, err := c.GetListOfRacks(ctx, &flowv1.GetListOfRacksRequest{WithComponents: phase.withComponents,
 				Pagination: &flowv1.Pagination{Offset: int32((k + n) % pages * o.readPage), Limit: int32(o.readPage)}})
 			return size(err)
 		}, nil
 	case "rack":
 		return func(ctx context.Context, k, n int) (int, error) {
-			_, err := c.GetRackInfoByID(ctx, &flowv1.GetRackInfoByIDRequest{Id: rackID(k, n), WithComponents: o.readWithComponents})
+			_, err := c.GetRackInfoByID(ctx, &flowv1.GetRackInfoByIDRequest{Id: rackID(k, n), WithComponents: phase.withComponents})
 			return size(err)
 		}, nil
 	case "tasks":
@@ -272,7 +343,7 @@ func (b *Bench) readCall(racks []inventory.Rack) (func(ctx context.Context, k, n
 			return size(err)
 		}, nil
 	}
-	return nil, fmt.Errorf("--read-method %q: want one of %s", o.readMethod, strings.Join(readMethods, ", "))
+	return nil, fmt.Errorf("--read-method %q: want one of %s", phase.method, strings.Join(readMethods, ", "))
 }
 
 // countingCodec encodes requests as its name says and leaves answers

@@ -46,6 +46,8 @@ type Handler struct {
 	genReads, pageChecks atomic.Int64
 	// jsonEncodes counts the cached pages encoded as JSON (once a page).
 	jsonEncodes atomic.Int64
+	// pageBuilds shares a page's build among the calls that need it at once.
+	pageBuilds pageBuilds
 }
 
 // NewHandler returns a Handler running svc on pool.
@@ -230,33 +232,55 @@ func (h *Handler) cachedRackPage(ctx context.Context, req *flowv1.GetListOfRacks
 	if err != nil {
 		return nil, err
 	}
-	if p := h.cache.get(key, gen); p != nil {
-		dyn, err := p.check.do(ctx, func(ctx context.Context) (uint64, error) {
-			h.pageChecks.Add(1)
-			return h.svc.currentFingerprint(ctx, h.checkPool, p.ids, p.racks)
-		})
+	// A call that finds a build of its page in flight waits for it and
+	// looks again (pageBuilds): a stale or cold page is built once, not
+	// once a reader. After waitsForBuild waits it builds the page itself.
+	const waitsForBuild = 2
+	for waits := 0; ; waits++ {
+		if p := h.cache.get(key, gen); p != nil {
+			dyn, err := p.check.do(ctx, func(ctx context.Context) (uint64, error) {
+				h.pageChecks.Add(1)
+				return h.svc.currentFingerprint(ctx, h.checkPool, p.ids, p.racks)
+			})
+			if err != nil {
+				return nil, err
+			}
+			if dyn == p.dyn {
+				h.hits.Add(1)
+				return h.answerPage(p, asJSON)
+			}
+		}
+		build := func() (*cachedPage, error) {
+			racks, total, release, err := h.buildRacks(ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			defer release()
+			b, err := proto.Marshal(racksResponse(racks, total))
+			if err != nil {
+				return nil, err
+			}
+			h.misses.Add(1)
+			ids, dyn := pageFingerprint(racks)
+			p := &cachedPage{key: key, gen: gen, ids: ids, racks: len(racks), dyn: dyn, bytes: b}
+			h.cache.put(p)
+			return p, nil
+		}
+		if waits >= waitsForBuild {
+			p, err := build()
+			if err != nil {
+				return nil, err
+			}
+			return h.answerPage(p, asJSON)
+		}
+		p, built, err := h.pageBuilds.do(ctx, key, build)
 		if err != nil {
 			return nil, err
 		}
-		if dyn == p.dyn {
-			h.hits.Add(1)
+		if built {
 			return h.answerPage(p, asJSON)
 		}
 	}
-	racks, total, release, err := h.buildRacks(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	b, err := proto.Marshal(racksResponse(racks, total))
-	if err != nil {
-		return nil, err
-	}
-	h.misses.Add(1)
-	ids, dyn := pageFingerprint(racks)
-	p := &cachedPage{key: key, gen: gen, ids: ids, racks: len(racks), dyn: dyn, bytes: b}
-	h.cache.put(p)
-	return h.answerPage(p, asJSON)
 }
 
 // answerPage is the answer carrying cached page p: its protobuf bytes, or

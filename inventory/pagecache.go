@@ -86,6 +86,11 @@ func (h *Handler) ListingCacheStats() (hits, misses int64) {
 // JSON calls it answers.
 func (h *Handler) ListingJSONEncodes() int64 { return h.jsonEncodes.Load() }
 
+// ListingBuildWaits returns how many GetListOfRacks calls since start found
+// their page missing or stale while another call was building it, and
+// waited for that build instead of building the page again.
+func (h *Handler) ListingBuildWaits() int64 { return h.pageBuilds.waits.Load() }
+
 // ListingCheckStats returns how many inventory generation reads and page
 // checks (of a cached page's task-derived fields) the GetListOfRacks page
 // cache has run since start; concurrent calls share them (freshRead), so

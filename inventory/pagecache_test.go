@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -152,4 +153,58 @@ func TestListingCache(t *testing.T) {
 	require.NoError(t, tx.Rollback(tb.ctx))
 	list()
 	expect(15, 5, 5)
+}
+
+// TestListingPageBuiltOnceForConcurrentMisses: calls that find their page
+// missing while another call builds it wait for that build and are
+// answered from it (one build, the same page for all) instead of each
+// building the page again.
+func TestListingPageBuiltOnceForConcurrentMisses(t *testing.T) {
+	tb := setup(t)
+	checkPool, err := db.Open(tb.ctx, tb.pool.Config().ConnString(), db.PoolConfig{MaxConns: 2, GenericPlans: true})
+	require.NoError(t, err)
+	defer checkPool.Close()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	tb.svc.SetTaskStats(func(_ context.Context, dbtx db.DBTX, _ []uuid.UUID) (map[uuid.UUID]inventory.TaskStats, error) {
+		if dbtx == tb.pool { // a build's, not a check's: hold the first
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		}
+		return map[uuid.UUID]inventory.TaskStats{}, nil
+	})
+	tb.h.SetListings(inventory.ListingOptions{Builds: 8, CacheBytes: 64 << 20, CheckPool: checkPool})
+	for i := range 2 {
+		_, err := tb.client.CreateExpectedRack(tb.ctx, &flowv1.CreateExpectedRackRequest{Rack: rack72(i)})
+		require.NoError(t, err)
+	}
+	req := &flowv1.GetListOfRacksRequest{WithComponents: true, Pagination: &flowv1.Pagination{Limit: 10}}
+	_, misses0 := tb.h.ListingCacheStats()
+	const waiters = 5
+	answers := make([]*flowv1.GetListOfRacksResponse, waiters+1)
+	errs := make([]error, waiters+1)
+	var wg sync.WaitGroup
+	call := func(i int) {
+		wg.Go(func() {
+			res, err := tb.client.GetListOfRacks(tb.ctx, req)
+			answers[i], errs[i] = res, err
+		})
+	}
+	call(0)
+	<-entered
+	for i := 1; i <= waiters; i++ {
+		call(i)
+	}
+	require.Eventually(t, func() bool { return tb.h.ListingBuildWaits() == waiters }, 10*time.Second, 5*time.Millisecond)
+	close(release)
+	wg.Wait()
+	for i := range answers {
+		require.NoError(t, errs[i])
+		require.Len(t, answers[i].GetRacks(), 2)
+		require.True(t, proto.Equal(answers[0], answers[i]), "answer %d", i)
+	}
+	_, misses := tb.h.ListingCacheStats()
+	require.Equal(t, int64(1), misses-misses0, "one build for the first call and its %d waiters", waiters)
 }

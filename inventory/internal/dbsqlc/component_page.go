@@ -120,6 +120,13 @@ func (d *rawDecoder) each(ctx context.Context, db DBTX, query string, arg any, c
 	defer rows.Close()
 	d.rows, d.fields = rows, rows.FieldDescriptions()
 	if len(d.fields) != columns {
+		// A query that failed before its first row (a cancelled or timed
+		// out statement, a lost connection) has no fields: its error is
+		// the one to report, not the column count.
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
 		return fmt.Errorf("got %d columns, want %d", len(d.fields), columns)
 	}
 	for rows.Next() {
