@@ -105,8 +105,9 @@ func successorLatencies(tb testing.TB, b *rolloutBench, id *flowv1.UUID) []time.
 // BenchmarkRollout1000Racks: one rollout over 1,000 racks (cap raised,
 // simulators without latency, 5 phases, 50 at once) on a `flow serve`
 // child process; reports the time to create it (planning, every target
-// and the first 50 children: the CreateOperationRun call), the total time
-// and the server's peak RSS. -rollout.racks changes the number of racks
+// and the first 50 children: the CreateOperationRun call), the total time,
+// the wall time and the server's and its PostgreSQL backends' CPU per
+// target, and the server's peak RSS. -rollout.racks changes the number of racks
 // (the cap follows), -rollout.create-only stops after the creation (issue
 // 29's planning time over 3,000 racks):
 //
@@ -138,24 +139,48 @@ func BenchmarkRollout1000Racks(b *testing.B) {
 	})
 	waitHealthy(b, url)
 	client := flowv1connect.NewFlowClient(http.DefaultClient, url)
+	pid := server.cmd.Process.Pid
+	// The engine's cost per target (issue 49: flat from 3,000 to 15,000
+	// racks): the server's CPU and its PostgreSQL backends' CPU over the
+	// whole rollout, divided by the targets.
+	cpu0, pg0 := procCPU(b, pid), backendsCPU(b, dbURL)
 	b.ResetTimer()
 	start := time.Now()
 	id := createRun(b, client, rolloutRequest("site", rolloutOpts{concurrency: 50, phases: equalPhases(5, true)}))
 	created := time.Since(start)
+	createCPU := procCPU(b, pid) - cpu0
 	if *rolloutCreateOnly {
 		b.StopTimer()
 		run := getRun(b, client, id)
 		// Phase 0 of the 5 equal phases holds a fifth of the targets.
 		require.Equal(b, int32(racks/5), run.GetStats().GetCumulativePhaseStats().GetSelectedTargets(), "targets planned in phase 0")
 		b.ReportMetric(created.Seconds(), "create_s")
-		b.ReportMetric(float64(bench.PeakRSS(server.cmd.Process.Pid))/(1<<20), "peak_rss_MiB")
+		b.ReportMetric(createCPU.Seconds(), "create_server_cpu_s")
+		b.ReportMetric(float64(bench.PeakRSS(pid))/(1<<20), "peak_rss_MiB")
 		return
 	}
-	run := waitRun(b, client, id, 30*time.Minute, func(r *flowv1.OperationRun) bool { return r.GetSummary().GetFinishedAt() != nil })
+	run := waitRun(b, client, id, 2*time.Hour, func(r *flowv1.OperationRun) bool { return r.GetSummary().GetFinishedAt() != nil })
 	total := time.Since(start)
 	b.StopTimer()
+	cpu, pg := procCPU(b, pid)-cpu0, backendsCPUSince(b, dbURL, pg0)
 	require.Equal(b, flowv1.OperationRunStatus_OPERATION_RUN_STATUS_COMPLETED, run.GetSummary().GetState().GetStatus(), run.GetSummary().GetStatusMessage())
 	b.ReportMetric(created.Seconds(), "create_s")
+	b.ReportMetric(createCPU.Seconds(), "create_server_cpu_s")
 	b.ReportMetric(total.Seconds(), "total_s")
-	b.ReportMetric(float64(bench.PeakRSS(server.cmd.Process.Pid))/(1<<20), "peak_rss_MiB")
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(racks), "wall_ms/target")
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(racks), "server_cpu_ms/target")
+	b.ReportMetric(float64(pg.Microseconds())/1000/float64(racks), "pg_cpu_ms/target")
+	b.ReportMetric(float64(bench.PeakRSS(pid))/(1<<20), "peak_rss_MiB")
+}
+
+// backendsCPUSince is the CPU the PostgreSQL backends connected to
+// dbURL's database used since before (backendsCPU's answer then): a
+// backend that connected since counts whole, one that disconnected since
+// is lost (the server's pool keeps its connections).
+func backendsCPUSince(b *testing.B, dbURL string, before map[int]time.Duration) time.Duration {
+	var d time.Duration
+	for pid, c := range backendsCPU(b, dbURL) {
+		d += c - before[pid]
+	}
+	return d
 }
