@@ -149,6 +149,8 @@ func BenchmarkRollout1000Racks(b *testing.B) {
 	id := createRun(b, client, rolloutRequest("site", rolloutOpts{concurrency: 50, phases: equalPhases(5, true)}))
 	created := time.Since(start)
 	createCPU := procCPU(b, pid) - cpu0
+	b.Logf("%d racks: run created (planned) in %s, server CPU %s, server peak RSS %.1f MiB", racks, created.Round(time.Millisecond),
+		createCPU, float64(bench.PeakRSS(pid))/(1<<20))
 	if *rolloutCreateOnly {
 		b.StopTimer()
 		run := getRun(b, client, id)
