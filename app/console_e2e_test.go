@@ -694,7 +694,9 @@ func TestConsoleInABrowser(t *testing.T) {
 		require.Contains(t, string(body), `id="apply-confirm"`)
 		require.Equal(t, before, runs(), "a stale confirm creates nothing")
 		c.click(t, "#apply-confirm")
-		c.waitJS(t, 15*time.Second, `location.pathname.startsWith("/ui/rollouts/") && !!document.getElementById("run-state")`, "the confirm goes to the new run's page")
+		// The apply is one API call; at load 36 it once took 30 s (the
+		// database starved of CPU), so the wait is the call's, not a page's.
+		c.waitJS(t, time.Minute, `location.pathname.startsWith("/ui/rollouts/") && !!document.getElementById("run-state")`, "the confirm goes to the new run's page")
 		require.Equal(t, before+1, runs())
 		require.Contains(t, c.logs.String(), `"identity":"olivia","method":"/flow.admin.v1.AdminService/ApplyBaseline"`, "the apply is the API call, audited as the user")
 		id := strings.TrimPrefix(evalIn[string](c.browser, `location.pathname`), "/ui/rollouts/")
