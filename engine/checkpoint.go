@@ -156,16 +156,17 @@ func (e *Engine) finishStep(ctx context.Context, job *river.Job[RunStepArgs], ro
 	return nil
 }
 
-// commitBatch commits reqs in one transaction and answers each. If the group
-// fails (one member's hook, say), each member is committed alone, so one
-// step's error never fails another.
+// commitBatch commits reqs in one transaction and answers each. It is the
+// committers' work: it waits for no run another transaction holds (a leak
+// response pre-empting it, a cancel); such a step, even alone in its
+// group, is committed by commitAlone on a goroutine of its own while the
+// shard goes on. If the group fails (one member's hook, say), each member
+// is committed alone, so one step's error never fails another.
 func (e *Engine) commitBatch(reqs []*checkpointReq) {
 	ctx, cancel := groupContext(reqs[0].ctx)
 	defer cancel()
-	err := e.checkpointObserved(ctx, reqs)
-	if err == nil && len(reqs) > 1 {
-		// The steps whose runs another transaction held are committed
-		// alone, each waiting for its run, while the shard goes on.
+	err := e.checkpointObserved(ctx, reqs, false)
+	if err == nil {
 		var done []*checkpointReq
 		for _, r := range reqs {
 			if !r.busy {
@@ -173,7 +174,7 @@ func (e *Engine) commitBatch(reqs []*checkpointReq) {
 				continue
 			}
 			e.stats.busy.Add(1)
-			go e.commitBatch([]*checkpointReq{r})
+			go e.commitAlone(r)
 		}
 		reqs = done
 	}
@@ -187,18 +188,30 @@ func (e *Engine) commitBatch(reqs []*checkpointReq) {
 	e.stats.split.Add(1)
 	e.logger.DebugContext(ctx, "checkpoint group failed, committing its steps one by one", "steps", len(reqs), "error", err.Error())
 	for _, r := range reqs {
-		err := e.checkpointObserved(ctx, []*checkpointReq{r})
+		err := e.checkpointObserved(ctx, []*checkpointReq{r}, true)
 		e.counted(err, 1)
 		r.done <- err
 	}
 }
 
+// commitAlone commits r's checkpoint in a transaction of its own, waiting
+// for its run's lock, and answers it.
+func (e *Engine) commitAlone(r *checkpointReq) {
+	ctx, cancel := groupContext(r.ctx)
+	defer cancel()
+	err := e.checkpointObserved(ctx, []*checkpointReq{r}, true)
+	e.counted(err, 1)
+	r.done <- err
+}
+
 // checkpointObserved commits reqs' checkpoint, then tells the observer:
 // the transaction's size and time, and what it recorded once it committed.
-func (e *Engine) checkpointObserved(ctx context.Context, reqs []*checkpointReq) error {
+// With wait it waits for runs another transaction holds, else it leaves
+// their steps out (checkpointGroup).
+func (e *Engine) checkpointObserved(ctx context.Context, reqs []*checkpointReq, wait bool) error {
 	hctx, hooks := db.WithCommitHooks(ctx)
 	began := time.Now()
-	err := e.checkpointTx(hctx, reqs)
+	err := e.checkpointTx(hctx, reqs, wait)
 	if err == nil && e.loseAnswers.Load() > 0 && e.loseAnswers.Add(-1) >= 0 {
 		// Committed, but this process is not to know (tests).
 		return fmt.Errorf("checkpoint commit answer lost: %w", io.ErrUnexpectedEOF)
@@ -234,28 +247,28 @@ func (e *Engine) counted(err error, steps int) {
 // it (a hook's, say) becomes the checkpoint's error, as River would make it
 // of a panic in a worker: it runs on a committer goroutine, where nothing
 // else would recover it.
-func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq) (err error) {
+func (e *Engine) checkpointTx(ctx context.Context, reqs []*checkpointReq, wait bool) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("checkpoint panicked: %v", v)
 			e.logger.ErrorContext(ctx, "checkpoint panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 		}
 	}()
-	return e.checkpointGroup(ctx, reqs)
+	return e.checkpointGroup(ctx, reqs, wait)
 }
 
 // checkpointGroup is the checkpoint transaction of reqs: it locks their
 // runs in ID order, records the steps' outcomes and counts them on their
 // runs, ends the runs whose stage failed or whose last stage ended (with
 // the hook), starts the next stage of the others whose stage ended, and
-// completes all the steps' jobs. A group of several steps locks only the
-// runs no other transaction holds and leaves the others' steps out
-// (busy): one run held elsewhere (a leak response pre-empting it, a
-// cancel) never stalls the group's other steps.
+// completes all the steps' jobs. Unless wait, it locks only the runs no
+// other transaction holds and leaves the others' steps out (busy): one
+// run held elsewhere (a leak response pre-empting it, a cancel) never
+// stalls the group's other steps, nor its committer.
 //
 // Locks are taken run rows first, then River jobs (these, and the siblings a
 // failure cancels), the order Cancel and the timeout use.
-func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) error {
+func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq, wait bool) error {
 	return pgx.BeginTxFunc(ctx, e.pool, checkpointTxOptions, func(tx pgx.Tx) error {
 		for _, r := range reqs {
 			r.next, r.ended, r.busy = 0, false, false // an earlier, rolled back attempt's
@@ -264,7 +277,7 @@ func (e *Engine) checkpointGroup(ctx context.Context, reqs []*checkpointReq) err
 		for i, r := range reqs {
 			runIDs[i] = r.row.RunID
 		}
-		if len(reqs) == 1 {
+		if wait {
 			if err := e.q.RunLockMany(ctx, tx, runIDs); err != nil {
 				return fmt.Errorf("lock runs: %w", err)
 			}

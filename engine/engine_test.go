@@ -663,6 +663,36 @@ func TestGroupedCheckpointSkipsHeldRun(t *testing.T) {
 	require.Len(t, b.calls(t, held), 1, "its step ran once")
 }
 
+// TestLoneCheckpointOfHeldRunDoesNotStallItsCommitter: a step whose run
+// another transaction holds, alone in its group, is committed apart (it
+// waits for the run on a goroutine of its own), so the steps of other runs
+// on the same committer are committed meanwhile.
+func TestLoneCheckpointOfHeldRunDoesNotStallItsCommitter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, engine.Config{})
+	one := engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{step("a", testParams{Block: 300 * time.Millisecond})}}}}
+	held := b.start(t, one)
+	hold, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback(ctx) }()
+	_, err = hold.Exec(ctx, `SELECT id FROM engine_run WHERE id = $1 FOR UPDATE`, held)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return engine.BusyCheckpoints(b.engine) >= 1 }, 30*time.Second, 10*time.Millisecond,
+		"the held run's step was left out by its committer")
+	// Two runs: one of them shares the held run's committer.
+	quick := engine.Plan{Stages: []engine.Stage{{Steps: []engine.Step{step("a", testParams{})}}}}
+	for _, id := range []engine.RunID{b.start(t, quick), b.start(t, quick)} {
+		rep := waitRun(t, b.pool, b.engine, id, 20*time.Second)
+		require.Equal(t, engine.StateCompleted, rep.State, "run %d", id)
+	}
+	rep, err := b.engine.Run(ctx, b.pool, held)
+	require.NoError(t, err)
+	require.Equal(t, engine.StateRunning, rep.State)
+	require.NoError(t, hold.Rollback(ctx))
+	require.Equal(t, engine.StateCompleted, b.wait(t, held).State)
+}
+
 func TestTargetFailuresSkipLaterStepsOfTheChain(t *testing.T) {
 	t.Parallel()
 	b := setup(t, engine.Config{})

@@ -154,10 +154,10 @@ FOR UPDATE;
 
 -- name: RunLockManyFree :many
 -- RunLockManyFree locks, in ID order, those of the runs that no other
--- transaction holds, and returns them: a checkpoint of many steps leaves
--- the steps of a run another transaction holds (a leak response
--- pre-empting it, a cancel) to be committed alone, rather than making
--- every other step of its group wait.
+-- transaction holds, and returns them: a committer leaves the steps of a
+-- run another transaction holds (a leak response pre-empting it, a
+-- cancel) to be committed alone, rather than making the other steps of
+-- its group, and the groups queued behind it, wait.
 SELECT id FROM engine_run
 WHERE id = ANY(@ids::bigint[])
 ORDER BY id

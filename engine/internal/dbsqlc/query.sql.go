@@ -638,10 +638,10 @@ FOR UPDATE SKIP LOCKED
 `
 
 // RunLockManyFree locks, in ID order, those of the runs that no other
-// transaction holds, and returns them: a checkpoint of many steps leaves
-// the steps of a run another transaction holds (a leak response
-// pre-empting it, a cancel) to be committed alone, rather than making
-// every other step of its group wait.
+// transaction holds, and returns them: a committer leaves the steps of a
+// run another transaction holds (a leak response pre-empting it, a
+// cancel) to be committed alone, rather than making the other steps of
+// its group, and the groups queued behind it, wait.
 func (q *Queries) RunLockManyFree(ctx context.Context, db DBTX, ids []int64) ([]int64, error) {
 	rows, err := db.Query(ctx, runLockManyFree, ids)
 	if err != nil {
