@@ -69,6 +69,8 @@ type benchOptions struct {
 	leakInterval  time.Duration // between two leaks
 	subscribe     bool          // a webhook to every event type, posting to a receiver in this process
 	eventRate     float64       // synthetic events a second during the run; 0: none
+	eventsPerTx   int           // synthetic events per transaction (one statement); 0, 1: one
+	webhookBatch  int           // the receiver's subscription takes batches of up to this many events; 0: one per request
 	// The readers (reads.go): how many, their phases (protocol, method,
 	// with components: one after the other, each for readDuration), the
 	// page size, a leak raised in the first phase, and whether they read
@@ -281,6 +283,12 @@ type Options struct {
 	// of the wait (bench/events.go); without Subscribe its transactions
 	// write nothing.
 	EventsPerSecond float64
+	// EventsPerStatement is how many synthetic events one transaction
+	// writes, in one statement (notify.Service.EmitMany); 0 means 1.
+	EventsPerStatement int
+	// WebhookBatch, when positive, makes the receiver's subscription
+	// batched: CloudEvents batches of up to this many events a request.
+	WebhookBatch int
 	// Rounds is how many without/with pairs --compare-webhook runs, the
 	// order alternating round by round; 0 means 1.
 	Rounds int
@@ -325,6 +333,10 @@ func (o Options) options() (benchOptions, error) {
 		return benchOptions{}, cli.UsageError(errors.New("--leak-interval must be positive"))
 	case o.EventsPerSecond < 0:
 		return benchOptions{}, cli.UsageError(errors.New("--webhook-events-per-second must not be negative"))
+	case o.EventsPerStatement < 0 || o.EventsPerStatement > 1000:
+		return benchOptions{}, cli.UsageError(errors.New("--webhook-events-per-statement must be within 0..1000"))
+	case o.WebhookBatch < 0 || o.WebhookBatch > 1000:
+		return benchOptions{}, cli.UsageError(errors.New("--webhook-batch must be within 0..1000"))
 	case o.Rounds < 0:
 		return benchOptions{}, cli.UsageError(errors.New("--rounds must not be negative"))
 	case len(o.PGSettings) > 0 && o.DatabaseURL != "":
@@ -361,6 +373,7 @@ func (o Options) options() (benchOptions, error) {
 		keep: o.Keep, databaseURL: o.DatabaseURL, concurrency: o.Concurrency, timeout: o.Timeout, poll: o.Poll,
 		serverCommand: o.ServerCommand, progress: o.Progress, serverEnv: o.ServerEnv, pgStats: o.PGStats, pgSettings: o.PGSettings,
 		leaks: o.Leaks, leakInterval: o.LeakInterval, subscribe: o.Subscribe, eventRate: o.EventsPerSecond,
+		eventsPerTx: o.EventsPerStatement, webhookBatch: o.WebhookBatch,
 		readers: o.Readers, readPhases: phases, readPage: o.ReadPage, readDuration: o.ReadDuration, readLeak: o.ReadLeak, readAfter: o.ReadAfter}
 	if bo.serverCommand == nil {
 		bo.serverCommand = func() (*exec.Cmd, error) {
@@ -414,6 +427,8 @@ throughput, latencies and the server's peak memory. See docs/bench.md.`
 	fs.BoolVar(&o.CompareTelemetry, "compare-telemetry", false, "run twice, server metrics and tracing off then on, and compare")
 	fs.BoolVar(&o.CompareWebhook, "compare-webhook", false, "run twice, without then with a webhook subscribed to every event type (a receiver in this process), and compare")
 	fs.Float64Var(&o.EventsPerSecond, "webhook-events-per-second", 0, "with --compare-webhook: also write this many synthetic events a second through the outbox during each run")
+	fs.IntVar(&o.EventsPerStatement, "webhook-events-per-statement", 1, "with --webhook-events-per-second: synthetic events per transaction, written in one statement")
+	fs.IntVar(&o.WebhookBatch, "webhook-batch", 0, "with --compare-webhook: the receiver's subscription takes CloudEvents batches of up to this many events a request (0: one event a request)")
 	fs.IntVar(&o.Rounds, "rounds", 1, "with --compare-webhook: without/with pairs to run, alternating the order")
 	fs.IntVar(&o.PGStats, "pg-stats", 0, "load pg_stat_statements into the private PostgreSQL and report the top N statements of the run by total time")
 	fs.StringArrayVar(&o.PGSettings, "pg-setting", nil, "name=value setting of the private PostgreSQL (repeatable; e.g. shared_buffers=256MB)")
@@ -837,7 +852,7 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 	}
 	var sink *hookSink
 	if o.subscribe {
-		if sink, err = b.subscribe(ctx); err != nil {
+		if sink, err = b.subscribe(ctx, o.webhookBatch); err != nil {
 			return nil, err
 		}
 	}
@@ -861,7 +876,7 @@ func (b *Bench) run(ctx context.Context) (*Result, error) {
 	leaks := b.startLeaks(ctx, racks)
 	var stream *eventStream
 	if o.eventRate > 0 {
-		if stream, err = startEventStream(ctx, b.dbURL, o.eventRate, racks); err != nil {
+		if stream, err = startEventStream(ctx, b.dbURL, o.eventRate, max(o.eventsPerTx, 1), racks); err != nil {
 			return nil, err
 		}
 		defer func() {

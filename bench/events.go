@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -66,15 +67,32 @@ func newHookSink() *hookSink {
 }
 
 func (s *hookSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// The ID is in a header as well as in the body (docs/notifications.md):
-	// reading the header keeps the receiver's CPU out of the comparison.
-	id := r.Header.Get("Flow-Event-Id")
-	_, _ = io.Copy(io.Discard, r.Body)
+	// A single event's ID is in a header as well as in the body
+	// (docs/notifications.md): reading the header keeps the receiver's CPU
+	// out of the comparison. A batch's IDs are read from its body.
+	var ids []string
+	if r.Header.Get("Content-Type") == notify.BatchContentType {
+		var batch []struct {
+			ID string `json:"id"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&batch); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		for _, e := range batch {
+			ids = append(ids, e.ID)
+		}
+	} else {
+		ids = []string{r.Header.Get("Flow-Event-Id")}
+		_, _ = io.Copy(io.Discard, r.Body)
+	}
 	now := time.Now()
 	s.mu.Lock()
 	s.requests++
-	if _, ok := s.first[id]; !ok {
-		s.first[id] = now
+	for _, id := range ids {
+		if _, ok := s.first[id]; !ok {
+			s.first[id] = now
+		}
 	}
 	s.last = now
 	s.mu.Unlock()
@@ -101,7 +119,8 @@ func (s *hookSink) between(from, to time.Time) int {
 }
 
 // eventStream writes synthetic events at a set rate through notify's real
-// outbox: each Emit in its own transaction, with its delivery rows; the
+// outbox: perTx events in each transaction (one statement,
+// notify.Service.EmitMany; one: Emit), with their delivery rows; the
 // stream's own dispatcher (notify.Service.Run, inserting lane jobs with an
 // insert-only River client) wakes their lanes as a replica's would, and
 // the server's notify workers deliver them like any other. The events are
@@ -114,6 +133,7 @@ type eventStream struct {
 	svc     *notify.Service
 	racks   []inventory.Rack
 	rate    float64
+	perTx   int
 	next    atomic.Int64 // the next event's index
 	emitted atomic.Int64
 	errs    atomic.Int64
@@ -129,7 +149,7 @@ type eventStream struct {
 // 1,000 a second each may take 24 ms.
 const streamWriters = 24
 
-func startEventStream(ctx context.Context, dbURL string, rate float64, racks []inventory.Rack) (*eventStream, error) {
+func startEventStream(ctx context.Context, dbURL string, rate float64, perTx int, racks []inventory.Rack) (*eventStream, error) {
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		return nil, fmt.Errorf("event stream: %w", err)
@@ -144,7 +164,7 @@ func startEventStream(ctx context.Context, dbURL string, rate float64, racks []i
 		pool.Close()
 		return nil, fmt.Errorf("event stream: river client: %w", err)
 	}
-	st := &eventStream{pool: pool, racks: racks, rate: rate,
+	st := &eventStream{pool: pool, racks: racks, rate: rate, perTx: perTx,
 		svc: notify.NewService(notify.Config{Pool: pool, Enqueue: notify.RiverEnqueuer(rc), Site: "bench"})}
 	ctx, st.stop = context.WithCancel(ctx)
 	st.start = time.Now()
@@ -160,13 +180,15 @@ func startEventStream(ctx context.Context, dbURL string, rate float64, racks []i
 	return st, nil
 }
 
-// write emits the events whose time has come, one transaction each,
-// until ctx ends. A writer that falls behind catches up without sleeping.
+// write emits the events whose time has come, perTx to a transaction
+// (each group when its last event is due), until ctx ends. A writer that
+// falls behind catches up without sleeping.
 func (st *eventStream) write(ctx context.Context) {
 	defer st.wg.Done()
+	n := int64(st.perTx)
 	for {
-		k := st.next.Add(1) - 1
-		due := st.start.Add(time.Duration(float64(k) / st.rate * float64(time.Second)))
+		k := st.next.Add(n) - n
+		due := st.start.Add(time.Duration(float64(k+n-1) / st.rate * float64(time.Second)))
 		if d := time.Until(due); d > 0 {
 			select {
 			case <-ctx.Done():
@@ -177,16 +199,24 @@ func (st *eventStream) write(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		r := st.racks[int(k)%len(st.racks)]
-		ev := notify.Event{Type: notify.WebhookTest, RackID: &r.ID, Data: notify.Data{
-			Rack: &notify.Ref{ID: r.ID.String(), Name: r.Name}, Message: fmt.Sprintf("flow bench synthetic event %d", k)}}
+		evs := make([]notify.Event, n)
+		for i := range evs {
+			r := st.racks[int(k+int64(i))%len(st.racks)]
+			evs[i] = notify.Event{Type: notify.WebhookTest, RackID: &r.ID, Data: notify.Data{
+				Rack: &notify.Ref{ID: r.ID.String(), Name: r.Name}, Message: fmt.Sprintf("flow bench synthetic event %d", k+int64(i))}}
+		}
 		// A transaction begun runs to its end: the count is exact.
 		wctx := context.WithoutCancel(ctx)
-		err := db.BeginFunc(wctx, st.pool, func(ctx context.Context, tx pgx.Tx) error { return st.svc.Emit(ctx, tx, ev) })
+		err := db.BeginFunc(wctx, st.pool, func(ctx context.Context, tx pgx.Tx) error {
+			if n == 1 {
+				return st.svc.Emit(ctx, tx, evs[0])
+			}
+			return st.svc.EmitMany(ctx, tx, evs)
+		})
 		if err == nil {
-			st.emitted.Add(1)
+			st.emitted.Add(n)
 		} else {
-			st.errs.Add(1)
+			st.errs.Add(n)
 			st.errMu.Lock()
 			if st.err == nil {
 				st.err = err
@@ -207,13 +237,13 @@ func (st *eventStream) close() (emitted, errs int, seconds float64, err error) {
 
 // subscribe starts a receiver in this process and subscribes a webhook to
 // every event type posting to it.
-func (b *Bench) subscribe(ctx context.Context) (*hookSink, error) {
+func (b *Bench) subscribe(ctx context.Context, batch int) (*hookSink, error) {
 	sink := newHookSink()
 	b.onClose(func(context.Context) error { sink.srv.Close(); return nil })
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
 	if _, err := b.admin.CreateWebhook(ctx, &adminv1.CreateWebhookRequest{Url: sink.srv.URL, EventTypes: []string{notify.AllTypes},
-		Secret: base64.StdEncoding.EncodeToString(secret), Description: "flow bench"}); err != nil {
+		Secret: base64.StdEncoding.EncodeToString(secret), Description: "flow bench", Batch: batch > 0, BatchMax: int32(batch)}); err != nil {
 		return nil, fmt.Errorf("create webhook (the server needs a data key and dev mode): %w", err)
 	}
 	return sink, nil

@@ -23,6 +23,10 @@ import (
 // stream when EventsPerSecond is set.
 type WebhookComparison struct {
 	EventsPerSecond float64        `json:"synthetic_events_per_second"`
+	// EventsPerStatement is how many synthetic events one transaction
+	// wrote; Batch the receiver's batch size (0: one event a request).
+	EventsPerStatement int `json:"synthetic_events_per_statement"`
+	Batch              int `json:"webhook_batch"`
 	Rounds          []WebhookRound `json:"rounds"`
 	// MedianRatio is the median of the rounds' tasks/s ratios (with ÷
 	// without), MedianCPURatio the median of their server+PostgreSQL CPU
@@ -84,7 +88,7 @@ func compareWebhook(ctx context.Context, o Options, asJSON bool, stdout, stderr 
 		}
 		return b.Run(ctx)
 	}
-	cmp := WebhookComparison{EventsPerSecond: o.EventsPerSecond}
+	cmp := WebhookComparison{EventsPerSecond: o.EventsPerSecond, EventsPerStatement: max(o.EventsPerStatement, 1), Batch: o.WebhookBatch}
 	for i := range max(o.Rounds, 1) {
 		r := WebhookRound{Order: "off,on", Load: loadAverage()}
 		if i%2 == 1 {
@@ -146,7 +150,11 @@ func printWebhookComparison(w io.Writer, cmp WebhookComparison) {
 		fmt.Fprintf(w, "\n== round %d: a webhook subscribed to every event type (receiver in this process) ==", i+1)
 		printBenchResult(w, r.On)
 	}
-	fmt.Fprintf(w, "\nsynthetic events: %.0f/s requested\n", cmp.EventsPerSecond)
+	batch := "one event a request"
+	if cmp.Batch > 0 {
+		batch = fmt.Sprintf("batches of up to %d events", cmp.Batch)
+	}
+	fmt.Fprintf(w, "\nsynthetic events: %.0f/s requested, %d a transaction; receiver: %s\n", cmp.EventsPerSecond, cmp.EventsPerStatement, batch)
 	fmt.Fprintln(w, "round  order   load  tasks/s off    on  ratio  cpu/task ratio  emitted/s  delivered/s  events (requests) of owed  drain")
 	for i, r := range cmp.Rounds {
 		h := r.On.Webhook

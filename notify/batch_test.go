@@ -256,3 +256,38 @@ func TestBatchedBadInput(t *testing.T) {
 	require.Equal(t, notify.DefaultBatchMax, got.BatchMax)
 	require.Equal(t, notify.DefaultBatchMaxBytes, got.BatchMaxBytes)
 }
+
+// TestEmitMany: several events in one statement are delivered like
+// single emits: each once, in order per rack; a dedupe key seen (before,
+// or earlier in the same call) writes nothing; an unknown type writes
+// nothing at all.
+func TestEmitMany(t *testing.T) {
+	t.Parallel()
+	b := setup(t, notify.DeliveryConfig{})
+	rcv := newReceiver(t, nil)
+	b.subscribe(t, rcv.srv.URL, notify.AllTypes)
+	ctx := context.Background()
+	rack := uuid.New()
+	dup := rackEvent(rack, "once")
+	dup.DedupeKey = "fact-1"
+	err := db.BeginFunc(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {
+		return b.svc.EmitMany(ctx, tx, []notify.Event{rackEvent(rack, "a"), {Type: "flow.nope"}})
+	})
+	require.ErrorIs(t, err, notify.ErrInvalid)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM notify_event`))
+	require.NoError(t, db.BeginFunc(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {
+		return b.svc.EmitMany(ctx, tx, []notify.Event{rackEvent(rack, "a"), dup, rackEvent(rack, "b"), dup, rackEvent(rack, "c")})
+	}))
+	require.NoError(t, db.BeginFunc(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {
+		return b.svc.EmitMany(ctx, tx, []notify.Event{dup, rackEvent(rack, "d")})
+	}))
+	require.Eventually(t, func() bool { return len(rcv.requests()) >= 5 }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	var got []string
+	for _, r := range rcv.requests() {
+		var d notify.Data
+		require.NoError(t, json.Unmarshal(r.ce.Data, &d))
+		got = append(got, d.Message)
+	}
+	require.Equal(t, []string{"a", "once", "b", "c", "d"}, got)
+}

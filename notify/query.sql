@@ -74,6 +74,24 @@ SELECT e.id, s.id, e.subject FROM e, unnest(@subscription_ids::uuid[]) WITH ORDI
 ORDER BY s.n
 RETURNING id, subscription_id, lane;
 
+-- name: EventInsertMany :many
+-- EventInsert of several events in one statement: the events (ids,
+-- types, subjects, dedupe keys ('' none), data as JSON text), and their
+-- deliveries as pairs (event_of: the event's ID, subscription_of), in
+-- that order. An event whose dedupe key was seen writes nothing.
+WITH e AS (
+    INSERT INTO notify_event (id, type, subject, dedupe_key, data)
+    SELECT (@ids::uuid[])[i], (@types::text[])[i], (@subjects::text[])[i], NULLIF((@dedupe_keys::text[])[i], ''), ((@datas::text[])[i])::jsonb
+    FROM generate_subscripts(@ids::uuid[], 1) AS i
+    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+    RETURNING id, subject
+)
+INSERT INTO notify_delivery (event_id, subscription_id, subject)
+SELECT e.id, (@subscription_of::uuid[])[n], e.subject FROM generate_subscripts(@event_of::uuid[], 1) AS n
+JOIN e ON e.id = (@event_of::uuid[])[n]
+ORDER BY n
+RETURNING id, subscription_id, lane;
+
 -- name: LaneInsert :exec
 -- A new subscription's lanes (notify_lane_of's 16).
 INSERT INTO notify_lane (subscription_id, lane) SELECT @subscription_id, generate_series(0, 15);

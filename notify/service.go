@@ -503,6 +503,82 @@ func (s *Service) emitTo(ctx context.Context, tx pgx.Tx, ev Event, ids []uuid.UU
 	return dids, nil
 }
 
+// EmitMany is Emit of several events through tx in one statement (their
+// deliveries in the order of evs): for a change that reports many facts
+// at once. Unknown types are ErrInvalid, with nothing written.
+func (s *Service) EmitMany(ctx context.Context, tx pgx.Tx, evs []Event) error {
+	if s == nil || len(evs) == 0 {
+		return nil
+	}
+	subs, err := s.subscriptions(ctx, tx)
+	if err != nil {
+		return err
+	}
+	var p dbsqlc.EventInsertManyParams
+	counts := map[Type]int{}
+	for i, ev := range evs {
+		if !ev.Type.Valid() && ev.Type != WebhookTest {
+			return invalid(fmt.Sprintf("events[%d].type", i), "unknown event type %q", ev.Type)
+		}
+		var ids []uuid.UUID
+		for _, sub := range subs {
+			if sub.matches(ev.Type, ev.RackID) {
+				ids = append(ids, sub.ID)
+			}
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		ev.Data.Version = Version
+		ev.Data.Site = Ref{ID: s.site, Name: s.site}
+		data, err := json.Marshal(ev.Data)
+		if err != nil {
+			return fmt.Errorf("encode event: %w", err)
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			return fmt.Errorf("event id: %w", err)
+		}
+		p.IDs = append(p.IDs, id)
+		p.Types = append(p.Types, string(ev.Type))
+		p.Subjects = append(p.Subjects, ev.subject())
+		p.DedupeKeys = append(p.DedupeKeys, ev.DedupeKey)
+		p.Datas = append(p.Datas, string(data))
+		for _, sid := range ids {
+			p.EventOf = append(p.EventOf, id)
+			p.SubscriptionOf = append(p.SubscriptionOf, sid)
+		}
+		counts[ev.Type] += len(ids)
+	}
+	if len(p.IDs) == 0 {
+		return nil
+	}
+	rows, err := s.q.EventInsertMany(ctx, tx, p)
+	if err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	woken := map[string]struct{}{}
+	for _, r := range rows {
+		woken[LaneArgs{SubscriptionID: r.SubscriptionID, Lane: *r.Lane}.key()] = struct{}{}
+	}
+	lanes := make([]string, 0, len(woken))
+	for l := range woken {
+		lanes = append(lanes, l)
+	}
+	db.AfterCommit(ctx, func() { s.wake(lanes) })
+	if s.obs != nil {
+		db.AfterCommit(ctx, func() {
+			for typ, n := range counts {
+				s.obs.Emitted(typ, n)
+			}
+		})
+	}
+	return nil
+}
+
 // Test emits a WebhookTest event to subscription id alone through tx and
 // returns its delivery's ID.
 func (s *Service) Test(ctx context.Context, tx pgx.Tx, id uuid.UUID) (int64, error) {

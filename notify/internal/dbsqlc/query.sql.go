@@ -438,6 +438,69 @@ func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParam
 	return items, nil
 }
 
+const eventInsertMany = `-- name: EventInsertMany :many
+WITH e AS (
+    INSERT INTO notify_event (id, type, subject, dedupe_key, data)
+    SELECT ($3::uuid[])[i], ($4::text[])[i], ($5::text[])[i], NULLIF(($6::text[])[i], ''), (($7::text[])[i])::jsonb
+    FROM generate_subscripts($3::uuid[], 1) AS i
+    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+    RETURNING id, subject
+)
+INSERT INTO notify_delivery (event_id, subscription_id, subject)
+SELECT e.id, ($1::uuid[])[n], e.subject FROM generate_subscripts($2::uuid[], 1) AS n
+JOIN e ON e.id = ($2::uuid[])[n]
+ORDER BY n
+RETURNING id, subscription_id, lane
+`
+
+type EventInsertManyParams struct {
+	SubscriptionOf []uuid.UUID
+	EventOf        []uuid.UUID
+	IDs            []uuid.UUID
+	Types          []string
+	Subjects       []string
+	DedupeKeys     []string
+	Datas          []string
+}
+
+type EventInsertManyRow struct {
+	ID             int64
+	SubscriptionID uuid.UUID
+	Lane           *int16
+}
+
+// EventInsert of several events in one statement: the events (ids,
+// types, subjects, dedupe keys (” none), data as JSON text), and their
+// deliveries as pairs (event_of: the event's ID, subscription_of), in
+// that order. An event whose dedupe key was seen writes nothing.
+func (q *Queries) EventInsertMany(ctx context.Context, db DBTX, arg EventInsertManyParams) ([]EventInsertManyRow, error) {
+	rows, err := db.Query(ctx, eventInsertMany,
+		arg.SubscriptionOf,
+		arg.EventOf,
+		arg.IDs,
+		arg.Types,
+		arg.Subjects,
+		arg.DedupeKeys,
+		arg.Datas,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []EventInsertManyRow{}
+	for rows.Next() {
+		var i EventInsertManyRow
+		if err := rows.Scan(&i.ID, &i.SubscriptionID, &i.Lane); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const laneBatch = `-- name: LaneBatch :many
 WITH heads AS (
     SELECT DISTINCT ON (h.subject) h.subject, h.next_attempt_at FROM notify_delivery h
