@@ -22,12 +22,12 @@ import (
 // and dev mode (loopback http://), and with the same synthetic event
 // stream when EventsPerSecond is set.
 type WebhookComparison struct {
-	EventsPerSecond float64        `json:"synthetic_events_per_second"`
+	EventsPerSecond float64 `json:"synthetic_events_per_second"`
 	// EventsPerStatement is how many synthetic events one transaction
 	// wrote; Batch the receiver's batch size (0: one event a request).
-	EventsPerStatement int `json:"synthetic_events_per_statement"`
-	Batch              int `json:"webhook_batch"`
-	Rounds          []WebhookRound `json:"rounds"`
+	EventsPerStatement int            `json:"synthetic_events_per_statement"`
+	Batch              int            `json:"webhook_batch"`
+	Rounds             []WebhookRound `json:"rounds"`
 	// MedianRatio is the median of the rounds' tasks/s ratios (with ÷
 	// without), MedianCPURatio the median of their server+PostgreSQL CPU
 	// per completed task ratios, MedianDeliveredPerSecond the median of
