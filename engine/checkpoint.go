@@ -194,9 +194,16 @@ func (e *Engine) commitBatch(reqs []*checkpointReq) {
 	}
 }
 
+// maxAloneCheckpoints bounds the checkpoints committed alone at once, each
+// holding a connection while it waits for its run: a transaction that
+// holds many runs (a bulk cancel) cannot take the pool's connections.
+const maxAloneCheckpoints = 4
+
 // commitAlone commits r's checkpoint in a transaction of its own, waiting
-// for its run's lock, and answers it.
+// for its run's lock (at most maxAloneCheckpoints at once), and answers it.
 func (e *Engine) commitAlone(r *checkpointReq) {
+	e.alone <- struct{}{}
+	defer func() { <-e.alone }()
 	ctx, cancel := groupContext(r.ctx)
 	defer cancel()
 	err := e.checkpointObserved(ctx, []*checkpointReq{r}, true)

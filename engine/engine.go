@@ -164,13 +164,16 @@ type Engine struct {
 	client  *river.Client[pgx.Tx]
 	// checkpoints and loads group the steps' transactions and reads.
 	checkpoints *grouper[*checkpointReq]
-	loads       *grouper[*loadReq]
-	stats       checkpointStats
-	watches     runWatcher
-	lease       lease
-	sweepStats  sweepStats
-	working     workingSet // the step jobs this process works (orphan.go)
-	obs         Observer
+	// alone bounds the checkpoints committed alone at once (commitAlone):
+	// each holds a connection while it waits for its run.
+	alone      chan struct{}
+	loads      *grouper[*loadReq]
+	stats      checkpointStats
+	watches    runWatcher
+	lease      lease
+	sweepStats sweepStats
+	working    workingSet // the step jobs this process works (orphan.go)
+	obs        Observer
 	// loseAnswers, in tests, is how many committed checkpoints are yet to
 	// answer as if the connection had dropped before their commit's reply.
 	loseAnswers atomic.Int64
@@ -215,6 +218,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 		actions: map[string]*action{},
 	}
 	e.checkpoints = newGrouper(committerShards, maxCheckpointBatch, e.commitBatch)
+	e.alone = make(chan struct{}, maxAloneCheckpoints)
 	e.loads = newGrouper(loaderShards, maxLoadBatch, e.loadSteps)
 	e.watches.e = e
 	e.lease.name = processName()
