@@ -373,7 +373,7 @@ func (s *Service) Delete(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Subscrip
 		return Subscription{}, err
 	}
 	// Its deliveries, and the events no other subscription has one of
-	// (no key cascades from an event: migration 0342).
+	// (no key cascades from an event: migration 0346).
 	if _, err := s.q.SubscriptionDeleteDeliveries(ctx, tx, id); err != nil {
 		return Subscription{}, fmt.Errorf("delete subscription's deliveries: %w", err)
 	}
