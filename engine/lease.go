@@ -411,6 +411,11 @@ func (e *Engine) sweep(ctx context.Context, mode string, full bool) (SweepResult
 			stranded       int64
 			orphan         bool
 		}
+		// Both queries below answer a candidate's columns in this order.
+		scanCand := func(r pgx.CollectableRow) (c cand, err error) {
+			err = r.Scan(&c.step, &c.run, &c.job, &c.attempt, &c.stranded, &c.orphan)
+			return c, err
+		}
 		if mode == sweepDead {
 			e.sweepStats.scans.Add(1)
 		}
@@ -422,10 +427,7 @@ func (e *Engine) sweep(ctx context.Context, mode string, full bool) (SweepResult
 		if err != nil {
 			return fmt.Errorf("find steps to reschedule: %w", err)
 		}
-		cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (c cand, err error) {
-			err = r.Scan(&c.step, &c.run, &c.job, &c.attempt, &c.stranded, &c.orphan)
-			return c, err
-		})
+		cands, err := pgx.CollectRows(rows, scanCand)
 		if err != nil {
 			return fmt.Errorf("find steps to reschedule: %w", err)
 		}
@@ -436,10 +438,7 @@ func (e *Engine) sweep(ctx context.Context, mode string, full bool) (SweepResult
 			if err != nil {
 				return fmt.Errorf("find steps whose job ended: %w", err)
 			}
-			more, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (c cand, err error) {
-				err = r.Scan(&c.step, &c.run, &c.job, &c.attempt, &c.stranded, &c.orphan)
-				return c, err
-			})
+			more, err := pgx.CollectRows(rows, scanCand)
 			if err != nil {
 				return fmt.Errorf("find steps whose job ended: %w", err)
 			}
