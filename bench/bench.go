@@ -155,6 +155,10 @@ type Result struct {
 	Completed  int `json:"completed"`
 	Failed     int `json:"failed"`     // failed, terminated, or never submitted
 	Unfinished int `json:"unfinished"` // still active when the timeout hit
+	// PreemptedByLeaks are tasks the bench's own leaks (--leaks)
+	// terminated: a leak response pre-empts the rack's running work, as it
+	// should, so they are counted apart and are not failures.
+	PreemptedByLeaks int `json:"preempted_by_leaks,omitempty"`
 
 	SetupSeconds float64 `json:"setup_seconds"` // PostgreSQL, simulators, server, racks
 	// CreateRacksSeconds is the racks' creation alone (CreateExpectedRack
@@ -1152,6 +1156,10 @@ func (b *Bench) fetch(ctx context.Context, tasks []*benchTask) error {
 	return nil
 }
 
+// leakPreemptedPrefix starts the message of a task a leak response
+// pre-empted (operations/eventrule).
+const leakPreemptedPrefix = "Terminated: pre-empted by the leak response"
+
 // measure fills res from the fetched tasks and the simulators' journals.
 func (b *Bench) measure(ctx context.Context, res *Result, tasks []*benchTask, macRack map[string]int, firstSubmit time.Time) {
 	var (
@@ -1165,7 +1173,16 @@ func (b *Bench) measure(ctx context.Context, res *Result, tasks []*benchTask, ma
 		switch t.task.GetStatus() {
 		case flowv1.TaskStatus_TASK_STATUS_COMPLETED:
 			res.Completed++
-		case flowv1.TaskStatus_TASK_STATUS_FAILED, flowv1.TaskStatus_TASK_STATUS_TERMINATED:
+		case flowv1.TaskStatus_TASK_STATUS_TERMINATED:
+			if b.o.leaks > 0 && strings.HasPrefix(t.task.GetMessage(), leakPreemptedPrefix) {
+				res.PreemptedByLeaks++
+				break
+			}
+			res.Failed++
+			if len(res.Failures) < 10 {
+				res.Failures = append(res.Failures, fmt.Sprintf("task %s: %s: %s", t.id, t.task.GetStatus(), t.task.GetMessage()))
+			}
+		case flowv1.TaskStatus_TASK_STATUS_FAILED:
 			res.Failed++
 			if len(res.Failures) < 10 {
 				res.Failures = append(res.Failures, fmt.Sprintf("task %s: %s: %s", t.id, t.task.GetStatus(), t.task.GetMessage()))
@@ -1452,6 +1469,9 @@ flow bench: %s on %d racks × %d components, backend latency %s
 	if r.Leaks > 0 {
 		fmt.Fprintf(w, "  leak → power-off   p50 %s   p99 %s   max %s (%d leaks on busy racks, %d unanswered)\n",
 			ms(r.LeakResponseP50Ms), ms(r.LeakResponseP99Ms), ms(r.LeakResponseMaxMs), r.Leaks, r.LeaksUnanswered)
+		if r.PreemptedByLeaks > 0 {
+			fmt.Fprintf(w, "  pre-empted         %d tasks, by the leaks' responses (not failures)\n", r.PreemptedByLeaks)
+		}
 		printLeakStages(w, r, ms)
 	}
 	for _, f := range r.Failures {

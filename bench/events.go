@@ -254,7 +254,7 @@ func (b *Bench) subscribe(ctx context.Context, batch int) (*hookSink, error) {
 // ones), and fills res.Webhook's receiver figures.
 func (b *Bench) drain(res *Result, sink *hookSink, waited time.Time) {
 	w := res.Webhook
-	w.Expected = res.Completed + res.Failed + w.Emitted
+	w.Expected = res.Completed + res.Failed + res.PreemptedByLeaks + w.Emitted
 	deadline := time.Now().Add(time.Minute)
 	for sink.events() < w.Expected && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
