@@ -194,7 +194,7 @@ func gateTripped(gates []Gate, counts []dbsqlc.OperationRunTargetPhaseCountsRow,
 			}
 		case GateFailureCount:
 			if failed >= g.Threshold {
-				return fmt.Sprintf("safety gate %d tripped: %d targets failed in %s (threshold %d)", i, failed, scope, g.Threshold), true
+				return fmt.Sprintf("safety gate %d tripped: %s failed in %s (threshold %d)", i, plural(int(failed), "target"), scope, g.Threshold), true
 			}
 		}
 	}
@@ -345,7 +345,7 @@ func (r *Service) claim(ctx context.Context, tx pgx.Tx, st *runState, targets []
 			pending++
 		}
 	}
-	msg := fmt.Sprintf("phase %d: %d targets in flight", st.row.CurrentPhaseIndex, active+submitted)
+	msg := fmt.Sprintf("phase %d: %s in flight", st.row.CurrentPhaseIndex, plural(int(active+submitted), "target"))
 	if waiting > 0 {
 		msg += fmt.Sprintf("; %d targets waiting on rack conflicts", waiting)
 	}
