@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nicoflow/flow/db"
@@ -106,8 +107,13 @@ func TestWholeRackOperationsLeaveOutToRSwitches(t *testing.T) {
 		for id := range tors {
 			require.True(t, left[id], "ToR switch %s named as not targeted", id)
 		}
+		// Out of the next submission's way; on an idle machine the task
+		// may have completed already (seen), which is as good.
 		_, err = e.client.CancelTask(ctx, &flowv1.CancelTaskRequest{TaskId: res.GetTaskIds()[0]})
-		require.NoError(t, err)
+		if err != nil {
+			require.Equal(t, connect.CodeFailedPrecondition, connect.CodeOf(err), "%v", err)
+			require.Contains(t, err.Error(), "has status completed")
+		}
 	}
 
 	// Targeting only the ToR switches still fails: the rule drives nothing.
