@@ -128,9 +128,9 @@ func resolveApproval(ctx context.Context, c *env, s string) (string, error) {
 	if isUUID(s) {
 		return s, nil
 	}
-	s = strings.ToLower(s)
-	if len(s) < minTaskPrefix || strings.Trim(s, "0123456789abcdef-") != "" {
-		return "", usageError{fmt.Errorf("approval request %q: want its UUID or a prefix of at least %d of its characters", s, minTaskPrefix)}
+	s, err := idPrefix("approval request", "its UUID", s)
+	if err != nil {
+		return "", err
 	}
 	res, err := c.admin.ListApprovals(ctx, &adminv1.ListApprovalsRequest{All: true})
 	if err != nil {

@@ -181,12 +181,12 @@ func resolveTask(ctx context.Context, c *env, s string) (*flowv1.UUID, error) {
 	if isUUID(s) {
 		return &flowv1.UUID{Id: s}, nil
 	}
-	s = strings.ToLower(s)
-	if len(s) < minTaskPrefix || strings.Trim(s, "0123456789abcdef-") != "" {
-		return nil, usageError{fmt.Errorf("task %q: want a task UUID or a prefix of at least %d of its characters", s, minTaskPrefix)}
+	s, err := idPrefix("task", "a task UUID", s)
+	if err != nil {
+		return nil, err
 	}
 	var cands []candidate
-	err := eachTask(ctx, c, &flowv1.ListTasksRequest{}, func(t *flowv1.Task) bool {
+	err = eachTask(ctx, c, &flowv1.ListTasksRequest{}, func(t *flowv1.Task) bool {
 		if strings.HasPrefix(t.GetId().GetId(), s) {
 			cands = append(cands, candidate{id: t.GetId().GetId(), label: t.GetOperation() + " " + statusName(t.GetStatus())})
 		}
@@ -199,6 +199,17 @@ func resolveTask(ctx context.Context, c *env, s string) (*flowv1.UUID, error) {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no task ID starts with %q", s))
 	}
 	return pick("task", s, cands)
+}
+
+// idPrefix checks s, given for a kind's ID that is not a whole UUID, as a
+// lower-case prefix of at least minTaskPrefix hexadecimal characters;
+// whole names the whole ID in the refusal ("a task UUID").
+func idPrefix(kind, whole, s string) (string, error) {
+	s = strings.ToLower(s)
+	if len(s) < minTaskPrefix || strings.Trim(s, "0123456789abcdef-") != "" {
+		return "", usageError{fmt.Errorf("%s %q: want %s or a prefix of at least %d of its characters", kind, s, whole, minTaskPrefix)}
+	}
+	return s, nil
 }
 
 // eachTask calls f on the tasks req lists, newest first, page by page,
